@@ -1,0 +1,48 @@
+# siltlake developer entry points. `make demo` and `make test` work on a fresh machine
+# with Python 3.11+ and Java 17+.
+PYTHON ?= $(shell command -v python3.12 || command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+PYTEST_ARGS ?=
+
+.PHONY: demo test bench lint prereqs clean
+
+prereqs:
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null || { \
+	  echo "siltlake needs Python 3.11 or newer (found: $$($(PYTHON) --version 2>&1 || echo none))."; \
+	  echo "Install it (e.g. apt install python3.11 python3.11-venv) or run: make PYTHON=/path/to/python3.11"; \
+	  exit 1; }
+	@command -v java >/dev/null 2>&1 || { \
+	  echo "siltlake runs on Apache Spark, which needs Java 17 or newer: no 'java' on PATH."; \
+	  echo "Install a JDK (e.g. apt install openjdk-17-jdk-headless) or set JAVA_HOME and PATH."; exit 1; }
+	@v=$$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1); \
+	  if [ -z "$$v" ] || [ "$$v" -lt 17 ]; then \
+	    echo "siltlake needs Java 17 or newer for Spark 4; found: $$(java -version 2>&1 | head -1)."; \
+	    echo "Install a JDK 17 or 21 and put it first on PATH (or set JAVA_HOME)."; exit 1; fi
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e .
+	@touch $@
+
+$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e ".[dev,bench]"
+	@touch $@ $(VENV)/.installed
+
+demo: prereqs $(VENV)/.installed
+	$(BIN)/python -m siltlake.demo
+
+test: prereqs $(VENV)/.installed-dev
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+bench: prereqs $(VENV)/.installed-dev
+	$(BIN)/python bench/stream_bench.py
+
+lint: $(VENV)/.installed-dev
+	$(BIN)/ruff check siltlake tests bench
+
+clean:
+	rm -rf $(VENV) build .siltlake .pytest_cache .hypothesis

@@ -1,0 +1,21 @@
+"""The metadata catalog (SQLite or PostgreSQL). The only package that speaks SQL."""
+
+from siltlake.catalog.catalog import (
+    Catalog,
+    PartitionRow,
+    PendingStagingObject,
+    SmallObjectRow,
+    StreamCommit,
+    TableRecord,
+    UnknownObject,
+)
+
+__all__ = [
+    "Catalog",
+    "PartitionRow",
+    "PendingStagingObject",
+    "SmallObjectRow",
+    "StreamCommit",
+    "TableRecord",
+    "UnknownObject",
+]

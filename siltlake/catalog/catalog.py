@@ -1,0 +1,640 @@
+"""Catalog operations over SQLAlchemy Core."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import IntegrityError, OperationalError
+
+from siltlake.catalog import schema as s
+from siltlake.clock import utcnow
+from siltlake.errors import CatalogError, NotFoundError
+from siltlake.storage import TableLayout
+from siltlake.tabledef import Column, TableDef, check_identifier
+
+MIGRATIONS = Path(__file__).with_name("migrations")
+# Any constant works: it names the PostgreSQL advisory lock that orders small object commits.
+_SMALL_OBJECT_LOCK = 0x5117_1A4E
+
+
+@dataclass(frozen=True)
+class TableRecord:
+    id: int
+    definition: TableDef
+    physical_schema_name: str
+    physical_table_name: str
+    create_time: dt.datetime
+
+    @property
+    def qualified_name(self) -> str:
+        return self.definition.qualified_name
+
+    def layout(self, instance_key: str) -> TableLayout:
+        return TableLayout(instance_key, self.physical_schema_name, self.physical_table_name)
+
+
+@dataclass(frozen=True)
+class PendingStagingObject:
+    id: int
+    uri: str
+    size: int
+    table: TableRecord
+
+
+@dataclass(frozen=True)
+class UnknownObject:
+    uri: str
+    reason: str
+    size: int | None
+    detect_time: dt.datetime
+    table_name: str | None
+
+
+@dataclass(frozen=True)
+class PartitionRow:
+    id: int
+    table_id: int
+    partition_date: dt.date
+    current_manifest_version: int
+    desired_manifest_version: int
+    last_live_object_id: int | None
+    switched: bool
+
+    @property
+    def closed(self) -> bool:
+        return self.last_live_object_id is not None
+
+
+@dataclass(frozen=True)
+class SmallObjectRow:
+    id: int
+    partition_date: dt.date
+    delayed: bool
+    content_length: int
+    row_count: int
+
+
+def normalise_url(url: str) -> str:
+    """Use psycopg 3 for PostgreSQL and an absolute path for SQLite files."""
+    if url.startswith(("postgresql://", "postgres://")):
+        return "postgresql+psycopg://" + url.split("://", 1)[1]
+    if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
+        path = Path(url[len("sqlite:///"):]).expanduser().resolve()
+        return f"sqlite:///{path}"
+    return url
+
+
+def _sqlite_setup(engine: Engine) -> None:
+    @sa.event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection, _record) -> None:  # noqa: ANN001 - DBAPI objects
+        # Let SQLAlchemy's begin() issue BEGIN IMMEDIATE: every transaction takes the write lock up
+        # front, so read-then-write transactions never fail on a lock upgrade.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA foreign_keys = ON")
+        cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.execute("PRAGMA busy_timeout = 60000")
+        cursor.close()
+
+    @sa.event.listens_for(engine, "begin")
+    def _on_begin(connection) -> None:  # noqa: ANN001
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+class Catalog:
+    """One deployment's catalog. Create with a URL; call upgrade() (silt init) before use."""
+
+    def __init__(self, url: str, *, echo: bool = False) -> None:
+        self.url = normalise_url(url)
+        self.dialect = "postgresql" if self.url.startswith("postgresql") else "sqlite"
+        if self.dialect == "sqlite" and self.url != "sqlite:///:memory:":
+            Path(self.url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+        options: dict = {"echo": echo, "future": True}
+        if self.dialect == "postgresql":
+            options.update(pool_pre_ping=True, pool_size=4, max_overflow=4)
+        self.engine = sa.create_engine(self.url, **options)
+        if self.dialect == "sqlite":
+            _sqlite_setup(self.engine)
+
+    def __repr__(self) -> str:
+        return f"Catalog({self.engine.url.render_as_string(hide_password=True)})"
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # --- schema management -------------------------------------------------------------------
+
+    def _alembic_config(self, connection: Connection):
+        from alembic.config import Config as AlembicConfig
+
+        config = AlembicConfig()
+        config.set_main_option("script_location", str(MIGRATIONS))
+        config.attributes["connection"] = connection
+        return config
+
+    def upgrade(self, revision: str = "head") -> None:
+        """Create or upgrade the catalog schema through the Alembic migrations."""
+        from alembic import command
+
+        with self.engine.begin() as connection:
+            command.upgrade(self._alembic_config(connection), revision)
+
+    def downgrade(self, revision: str) -> None:
+        from alembic import command
+
+        with self.engine.begin() as connection:
+            command.downgrade(self._alembic_config(connection), revision)
+
+    def revision(self) -> str | None:
+        from alembic.runtime.migration import MigrationContext
+
+        with self.engine.connect() as connection:
+            return MigrationContext.configure(connection).get_current_revision()
+
+    def head_revision(self) -> str:
+        from alembic.script import ScriptDirectory
+
+        with self.engine.connect() as connection:
+            head = ScriptDirectory.from_config(self._alembic_config(connection)).get_current_head()
+        assert head is not None
+        return head
+
+    @contextmanager
+    def _tx(self) -> Iterator[Connection]:
+        try:
+            with self.engine.begin() as connection:
+                yield connection
+        except OperationalError as exc:
+            if "no such table" in str(exc) or "does not exist" in str(exc):
+                raise CatalogError(
+                    f"the catalog at {self!r} is not initialised; run `silt init` first"
+                ) from None
+            raise
+
+    def check_ready(self) -> None:
+        """Raise a CatalogError telling the user what to run when the schema is missing or old."""
+        try:
+            current = self.revision()
+        except OperationalError as exc:
+            raise CatalogError(f"cannot open the catalog {self!r}: {exc.orig}") from None
+        if current is None:
+            raise CatalogError(f"the catalog at {self!r} is not initialised; run `silt init` first")
+        if current != self.head_revision():
+            raise CatalogError(
+                f"the catalog schema is at revision {current}, this siltlake needs {self.head_revision()}; "
+                "run `silt init` to upgrade it"
+            )
+
+    # --- instances -----------------------------------------------------------------------------
+
+    def register_instance(self, instance_key: str, storage_root: str, *, is_self: bool,
+                          description: str = "") -> None:
+        with self._tx() as c:
+            if is_self:
+                existing = c.execute(
+                    sa.select(s.instances.c.instance_key).where(s.instances.c.is_self)
+                ).scalar_one_or_none()
+                if existing is not None and existing != instance_key:
+                    raise CatalogError(
+                        f"this catalog already belongs to instance {existing!r}, not {instance_key!r}; "
+                        "remove instance_key from the configuration or set it to the registered key"
+                    )
+            found = c.execute(
+                sa.select(s.instances.c.instance_key).where(s.instances.c.instance_key == instance_key)
+            ).first()
+            if found is None:
+                c.execute(s.instances.insert().values(
+                    instance_key=instance_key, is_self=is_self, storage_root=storage_root,
+                    description=description, registered_time=utcnow(),
+                ))
+
+    def self_instance_key(self) -> str:
+        with self._tx() as c:
+            key = c.execute(sa.select(s.instances.c.instance_key).where(s.instances.c.is_self)).scalar()
+        if key is None:
+            raise CatalogError("this catalog has no instance key registered; run `silt init`")
+        return key
+
+    # --- tables ----------------------------------------------------------------------------------
+
+    @staticmethod
+    def _record(row) -> TableRecord:  # noqa: ANN001 - a SQLAlchemy Row
+        return TableRecord(
+            id=row.id,
+            definition=TableDef.from_json(row.definition),
+            physical_schema_name=row.physical_schema_name,
+            physical_table_name=row.physical_table_name,
+            create_time=row.create_time,
+        )
+
+    def create_table(self, definition: TableDef) -> TableRecord:
+        with self._tx() as c:
+            if self._find_table(c, definition.schema_name, definition.name) is not None:
+                raise CatalogError(f"table {definition.qualified_name} already exists")
+            taken = {
+                (r.physical_schema_name, r.physical_table_name)
+                for r in c.execute(sa.select(s.tables.c.physical_schema_name, s.tables.c.physical_table_name))
+            }
+            physical_table, suffix = definition.name, 1
+            # A dropped table keeps its physical name until reap removes its objects.
+            while (definition.schema_name, physical_table) in taken:
+                suffix += 1
+                physical_table = f"{definition.name}_{suffix}"
+            now = utcnow()
+            new_id = c.execute(s.tables.insert().values(
+                schema_name=definition.schema_name, table_name=definition.name,
+                physical_schema_name=definition.schema_name, physical_table_name=physical_table,
+                create_time=now, merge_interval=definition.merge_interval,
+                time_column=definition.time_column, timezone=definition.timezone,
+                ttl_days=definition.ttl_days, definition=definition.to_json(),
+            ).returning(s.tables.c.id)).scalar_one()
+            return self._record(c.execute(sa.select(s.tables).where(s.tables.c.id == new_id)).one())
+
+    @staticmethod
+    def _find_table(c: Connection, schema_name: str, table_name: str):  # noqa: ANN205
+        return c.execute(sa.select(s.tables).where(
+            s.tables.c.schema_name == schema_name,
+            s.tables.c.table_name == table_name,
+            s.tables.c.dropped_time.is_(None),
+        )).first()
+
+    @staticmethod
+    def split_name(qualified: str) -> tuple[str, str]:
+        parts = qualified.split(".")
+        if len(parts) != 2:
+            raise CatalogError(f"table name {qualified!r} must be written schema.table")
+        return check_identifier(parts[0], "schema name"), check_identifier(parts[1], "table name")
+
+    def get_table(self, qualified: str) -> TableRecord:
+        schema_name, table_name = self.split_name(qualified)
+        with self._tx() as c:
+            row = self._find_table(c, schema_name, table_name)
+        if row is None:
+            raise NotFoundError(f"no table {qualified}; `silt table list` shows the tables")
+        return self._record(row)
+
+    def list_tables(self) -> list[TableRecord]:
+        with self._tx() as c:
+            rows = c.execute(
+                sa.select(s.tables).where(s.tables.c.dropped_time.is_(None))
+                .order_by(s.tables.c.schema_name, s.tables.c.table_name)
+            ).all()
+        return [self._record(r) for r in rows]
+
+    def tables_by_key_names(self) -> dict[tuple[str, str], TableRecord]:
+        """Live tables by logical and by physical (schema, table): staging keys may use either."""
+        found: dict[tuple[str, str], TableRecord] = {}
+        for record in self.list_tables():
+            found.setdefault((record.physical_schema_name, record.physical_table_name), record)
+        for record in self.list_tables():
+            found[(record.definition.schema_name, record.definition.name)] = record
+        return found
+
+    def _update_definition(self, c: Connection, table_id: int, definition: TableDef) -> None:
+        c.execute(s.tables.update().where(s.tables.c.id == table_id).values(
+            schema_name=definition.schema_name, table_name=definition.name,
+            merge_interval=definition.merge_interval, time_column=definition.time_column,
+            timezone=definition.timezone, ttl_days=definition.ttl_days, definition=definition.to_json(),
+        ))
+
+    def add_column(self, qualified: str, column: Column) -> TableRecord:
+        if not column.nullable:
+            raise CatalogError(
+                f"new column {column.name} must be nullable: objects written before it have no values"
+            )
+        with self._tx() as c:
+            record = self._locked_table(c, qualified)
+            if column.name in {existing.name for existing in record.definition.columns}:
+                raise CatalogError(f"table {qualified} already has a column {column.name}")
+            self._update_definition(c, record.id, record.definition.with_column(column))
+        return self.get_table(qualified)
+
+    def rename_table(self, qualified: str, new_qualified: str) -> TableRecord:
+        new_schema, new_name = self.split_name(new_qualified)
+        with self._tx() as c:
+            record = self._locked_table(c, qualified)
+            if self._find_table(c, new_schema, new_name) is not None:
+                raise CatalogError(f"table {new_qualified} already exists")
+            self._update_definition(c, record.id, record.definition.renamed(new_schema, new_name))
+        return self.get_table(new_qualified)
+
+    def drop_table(self, qualified: str) -> TableRecord:
+        """Mark a table dropped; its objects stay until reap removes them."""
+        with self._tx() as c:
+            record = self._locked_table(c, qualified)
+            c.execute(s.tables.update().where(s.tables.c.id == record.id).values(dropped_time=utcnow()))
+        return record
+
+    def _locked_table(self, c: Connection, qualified: str) -> TableRecord:
+        schema_name, table_name = self.split_name(qualified)
+        query = sa.select(s.tables).where(
+            s.tables.c.schema_name == schema_name,
+            s.tables.c.table_name == table_name,
+            s.tables.c.dropped_time.is_(None),
+        )
+        if self.dialect == "postgresql":
+            query = query.with_for_update()
+        row = c.execute(query).first()
+        if row is None:
+            raise NotFoundError(f"no table {qualified}; `silt table list` shows the tables")
+        return self._record(row)
+
+    # --- staging objects ---------------------------------------------------------------------
+
+    def known_uris(self, uris: Sequence[str]) -> set[str]:
+        """Which of these URIs are already registered, as staging or unknown objects."""
+        known: set[str] = set()
+        with self._tx() as c:
+            for start in range(0, len(uris), 500):
+                chunk = list(uris[start:start + 500])
+                for table in (s.staging_objects, s.unknown_staging_objects):
+                    known.update(c.execute(sa.select(table.c.uri).where(table.c.uri.in_(chunk))).scalars())
+        return known
+
+    def register_staging_objects(self, objects: Iterable[tuple[str, int, int, dt.datetime | None]]) -> int:
+        """Register (uri, table_id, size, send_time) rows once each; returns how many were new."""
+        added = 0
+        now = utcnow()
+        with self._tx() as c:
+            for uri, table_id, size, send_time in objects:
+                added += self._insert_once(c, s.staging_objects, "uri", dict(
+                    uri=uri, table_id=table_id, size=size, send_time=send_time, receive_time=now,
+                ))
+        return added
+
+    def record_unknown(self, uri: str, reason: str, *, size: int | None = None,
+                       table_id: int | None = None) -> bool:
+        with self._tx() as c:
+            return bool(self._insert_once(c, s.unknown_staging_objects, "uri", dict(
+                uri=uri, reason=reason, size=size, table_id=table_id, detect_time=utcnow(),
+            )))
+
+    def _insert_once(self, c: Connection, table: sa.Table, key: str, values: dict) -> int:
+        """Insert unless a row with the same unique key exists; 1 if inserted."""
+        if self.dialect == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert
+        else:
+            from sqlalchemy.dialects.sqlite import insert
+        statement = insert(table).values(**values).on_conflict_do_nothing(index_elements=[key])
+        return len(c.execute(statement.returning(table.c[key])).all())
+
+    def pending_staging_objects(self, limit: int) -> list[PendingStagingObject]:
+        with self._tx() as c:
+            rows = c.execute(
+                sa.select(s.staging_objects.c.id, s.staging_objects.c.uri, s.staging_objects.c.size,
+                          s.staging_objects.c.table_id)
+                .where(s.staging_objects.c.processed_time.is_(None))
+                .order_by(s.staging_objects.c.id).limit(limit)
+            ).all()
+            table_ids = {r.table_id for r in rows}
+            tables = {
+                t.id: self._record(t)
+                for t in c.execute(sa.select(s.tables).where(s.tables.c.id.in_(table_ids)))
+            } if table_ids else {}
+        return [PendingStagingObject(r.id, r.uri, r.size, tables[r.table_id]) for r in rows]
+
+    def list_unknown(self) -> list[UnknownObject]:
+        u, t = s.unknown_staging_objects, s.tables
+        with self._tx() as c:
+            rows = c.execute(
+                sa.select(u.c.uri, u.c.reason, u.c.size, u.c.detect_time, t.c.schema_name, t.c.table_name)
+                .select_from(u.outerjoin(t, u.c.table_id == t.c.id)).order_by(u.c.id)
+            ).all()
+        return [
+            UnknownObject(r.uri, r.reason, r.size, r.detect_time,
+                          f"{r.schema_name}.{r.table_name}" if r.schema_name else None)
+            for r in rows
+        ]
+
+    def forget_unknown(self, uris: Sequence[str] | None = None) -> list[str]:
+        """Remove unknown rows (all, or the given URIs) and re-queue their staging rows for a replay."""
+        u = s.unknown_staging_objects
+        with self._tx() as c:
+            query = sa.select(u.c.uri)
+            if uris is not None:
+                query = query.where(u.c.uri.in_(list(uris)))
+            forgotten = list(c.execute(query).scalars())
+            if forgotten:
+                c.execute(u.delete().where(u.c.uri.in_(forgotten)))
+                c.execute(s.staging_objects.delete().where(
+                    s.staging_objects.c.uri.in_(forgotten),
+                    ~sa.exists().where(s.small_objects.c.staging_object_id == s.staging_objects.c.id),
+                ))
+        return forgotten
+
+    def staging_counts(self) -> dict[str, int]:
+        so = s.staging_objects
+        with self._tx() as c:
+            row = c.execute(sa.select(
+                sa.func.count().label("registered"),
+                sa.func.count(so.c.processed_time).label("processed"),
+                sa.func.coalesce(sa.func.sum(so.c.records_in), 0).label("records_in"),
+                sa.func.coalesce(sa.func.sum(so.c.bad_records), 0).label("bad_records"),
+            )).one()
+            unknown = c.execute(sa.select(sa.func.count()).select_from(s.unknown_staging_objects)).scalar_one()
+        return {**row._asdict(), "unknown": unknown}
+
+    def error_uris(self, table_id: int) -> list[str]:
+        so = s.staging_objects
+        with self._tx() as c:
+            return list(c.execute(
+                sa.select(so.c.error_uri).where(so.c.table_id == table_id, so.c.error_uri.is_not(None))
+                .order_by(so.c.id)
+            ).scalars())
+
+    def clear_error_uri(self, error_uri: str) -> None:
+        with self._tx() as c:
+            c.execute(s.staging_objects.update().where(s.staging_objects.c.error_uri == error_uri)
+                      .values(error_uri=None))
+
+    # --- small objects and partitions ------------------------------------------------------------
+
+    @contextmanager
+    def stream_commit(self) -> Iterator[StreamCommit]:
+        """A transaction that appends small objects, holding the lock that orders their ids.
+
+        Ids are handed out and committed under one lock, so once a reader sees id N every smaller id
+        is committed too: merge ranges can cover "ids <= upper bound" without missing a late commit.
+        """
+        with self._tx() as c:
+            if self.dialect == "postgresql":
+                c.execute(sa.select(sa.func.pg_advisory_xact_lock(_SMALL_OBJECT_LOCK)))
+            yield StreamCommit(self, c)
+
+    def close_partition(self, table_id: int, partition_date: dt.date) -> PartitionRow:
+        """Close a partition: later small objects of its date become delayed."""
+        with self.stream_commit() as tx:
+            partition = tx.partition(table_id, partition_date)
+            if partition is None:
+                raise NotFoundError(f"table id {table_id} has no partition {partition_date}")
+            return tx.close(partition)
+
+    def partitions(self, table_id: int) -> list[PartitionRow]:
+        with self._tx() as c:
+            rows = c.execute(sa.select(s.partitions).where(s.partitions.c.table_id == table_id)
+                             .order_by(s.partitions.c.partition_date)).all()
+        return [_partition(r) for r in rows]
+
+    def small_objects(self, table_id: int, *, delayed: bool | None = None,
+                      up_to_id: int | None = None) -> list[SmallObjectRow]:
+        """A table's small objects in id order, in one query."""
+        so, p = s.small_objects, s.partitions
+        query = (
+            sa.select(so.c.id, p.c.partition_date, so.c.delayed, so.c.content_length, so.c.row_count)
+            .select_from(so.join(p, so.c.partition_id == p.c.id))
+            .where(p.c.table_id == table_id)
+            .order_by(so.c.id)
+        )
+        if delayed is not None:
+            query = query.where(so.c.delayed == delayed)
+        if up_to_id is not None:
+            query = query.where(so.c.id <= up_to_id)
+        with self._tx() as c:
+            return [SmallObjectRow(*r) for r in c.execute(query)]
+
+    def max_small_object_id(self) -> int:
+        with self._tx() as c:
+            return c.execute(sa.select(sa.func.coalesce(sa.func.max(s.small_objects.c.id), 0))).scalar_one()
+
+    def merge_jobs(self, partition_id: int) -> list[dict]:
+        with self._tx() as c:
+            return [r._asdict() for r in c.execute(
+                sa.select(s.merge_jobs).where(s.merge_jobs.c.partition_id == partition_id)
+            )]
+
+    def partition_summary(self, table_id: int) -> list[dict]:
+        """Per partition: state, object and row counts by live/delayed."""
+        so, p = s.small_objects, s.partitions
+        with self._tx() as c:
+            rows = c.execute(
+                sa.select(
+                    p.c.partition_date, p.c.last_live_object_id, so.c.delayed,
+                    sa.func.count(so.c.id).label("objects"),
+                    sa.func.coalesce(sa.func.sum(so.c.row_count), 0).label("rows"),
+                    sa.func.coalesce(sa.func.sum(so.c.content_length), 0).label("bytes"),
+                )
+                .select_from(p.outerjoin(so, so.c.partition_id == p.c.id))
+                .where(p.c.table_id == table_id)
+                .group_by(p.c.partition_date, p.c.last_live_object_id, so.c.delayed)
+                .order_by(p.c.partition_date)
+            ).all()
+        summary: dict[dt.date, dict] = {}
+        for r in rows:
+            entry = summary.setdefault(r.partition_date, {
+                "date": r.partition_date, "closed": r.last_live_object_id is not None,
+                "live_objects": 0, "live_rows": 0, "delayed_objects": 0, "delayed_rows": 0, "bytes": 0,
+            })
+            if r.delayed is None:
+                continue
+            kind = "delayed" if r.delayed else "live"
+            entry[f"{kind}_objects"] += r.objects
+            entry[f"{kind}_rows"] += r.rows
+            entry["bytes"] += r.bytes
+        return list(summary.values())
+
+
+def _partition(row) -> PartitionRow:  # noqa: ANN001
+    return PartitionRow(
+        id=row.id, table_id=row.table_id, partition_date=row.partition_date,
+        current_manifest_version=row.current_manifest_version,
+        desired_manifest_version=row.desired_manifest_version,
+        last_live_object_id=row.last_live_object_id, switched=row.switched,
+    )
+
+
+class StreamCommit:
+    """Operations inside one small-object commit (see Catalog.stream_commit)."""
+
+    def __init__(self, catalog: Catalog, connection: Connection) -> None:
+        self._catalog = catalog
+        self._c = connection
+
+    def is_processed(self, staging_object_id: int) -> bool:
+        row = self._c.execute(
+            sa.select(s.staging_objects.c.processed_time).where(s.staging_objects.c.id == staging_object_id)
+        ).one_or_none()
+        return row is None or row.processed_time is not None
+
+    def partition(self, table_id: int, partition_date: dt.date) -> PartitionRow | None:
+        row = self._c.execute(sa.select(s.partitions).where(
+            s.partitions.c.table_id == table_id, s.partitions.c.partition_date == partition_date,
+        )).first()
+        return _partition(row) if row else None
+
+    def partition_for(self, table_id: int, partition_date: dt.date, merge_interval: int,
+                      now: dt.datetime) -> PartitionRow:
+        """The partition row, created with its first merge job if this is the first object."""
+        found = self.partition(table_id, partition_date)
+        if found is not None:
+            return found
+        partition_id = self._c.execute(s.partitions.insert().values(
+            table_id=table_id, partition_date=partition_date, create_time=now,
+        ).returning(s.partitions.c.id)).scalar_one()
+        self._c.execute(s.merge_jobs.insert().values(
+            partition_id=partition_id, schedule_time=now + dt.timedelta(seconds=merge_interval),
+            ongoing_mark=0,
+        ))
+        found = self.partition(table_id, partition_date)
+        assert found is not None
+        return found
+
+    def allocate_ids(self, count: int) -> list[int]:
+        if count <= 0:
+            return []
+        if self._catalog.dialect == "postgresql":
+            return list(self._c.execute(sa.select(sa.func.nextval("small_object_id_seq")).select_from(
+                sa.func.generate_series(1, count))).scalars())
+        last = self._c.execute(
+            s.id_counters.update().where(s.id_counters.c.name == "small_objects")
+            .values(last_value=s.id_counters.c.last_value + count).returning(s.id_counters.c.last_value)
+        ).scalar_one()
+        return list(range(last - count + 1, last + 1))
+
+    def add_small_object(self, *, object_id: int, staging_object_id: int, partition_id: int, delayed: bool,
+                         content_length: int, row_count: int, min_event_time: dt.datetime,
+                         max_event_time: dt.datetime, upload_start_time: dt.datetime) -> None:
+        try:
+            with self._c.begin_nested():
+                self._c.execute(s.small_objects.insert().values(
+                    id=object_id, staging_object_id=staging_object_id, partition_id=partition_id,
+                    delayed=delayed, content_length=content_length, row_count=row_count,
+                    min_event_time=min_event_time, max_event_time=max_event_time,
+                    upload_start_time=upload_start_time,
+                ))
+        except IntegrityError:
+            raise CatalogError(
+                f"staging object {staging_object_id} already has a small object in partition {partition_id}"
+            ) from None
+
+    def mark_processed(self, staging_object_id: int, *, records_in: int, bad_records: int,
+                       error_uri: str | None, now: dt.datetime) -> None:
+        self._c.execute(s.staging_objects.update().where(s.staging_objects.c.id == staging_object_id).values(
+            processed_time=now, records_in=records_in, bad_records=bad_records, error_uri=error_uri,
+        ))
+
+    def mark_unknown(self, staging_object_id: int, uri: str, reason: str, *, size: int, table_id: int,
+                     now: dt.datetime) -> None:
+        self._catalog._insert_once(self._c, s.unknown_staging_objects, "uri", dict(
+            uri=uri, reason=reason, size=size, table_id=table_id, detect_time=now,
+        ))
+        self._c.execute(s.staging_objects.update().where(s.staging_objects.c.id == staging_object_id)
+                        .values(processed_time=now, records_in=0, bad_records=0))
+
+    def close(self, partition: PartitionRow) -> PartitionRow:
+        if partition.closed:
+            return partition
+        largest = self._c.execute(
+            sa.select(sa.func.coalesce(sa.func.max(s.small_objects.c.id), 0))
+            .where(s.small_objects.c.partition_id == partition.id)
+        ).scalar_one()
+        self._c.execute(s.partitions.update().where(s.partitions.c.id == partition.id)
+                        .values(last_live_object_id=largest))
+        closed = self.partition(partition.table_id, partition.partition_date)
+        assert closed is not None
+        return closed

@@ -1,0 +1,200 @@
+"""Catalog tables (DESIGN §3). All times are naive UTC. Migrations must produce exactly this."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+metadata = sa.MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_N_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+# PostgreSQL hands out small object ids from a sequence so an aborted commit never reuses one.
+small_object_id_seq = sa.Sequence("small_object_id_seq", metadata=metadata)
+
+instances = sa.Table(
+    "instances",
+    metadata,
+    sa.Column("instance_key", sa.String(32), primary_key=True),
+    sa.Column("is_self", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("storage_root", sa.Text, nullable=False),
+    sa.Column("description", sa.Text, nullable=False, server_default=""),
+    sa.Column("registered_time", sa.DateTime, nullable=False),
+)
+
+tables = sa.Table(
+    "tables",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("schema_name", sa.String(63), nullable=False),
+    sa.Column("table_name", sa.String(63), nullable=False),
+    sa.Column("physical_schema_name", sa.String(63), nullable=False),
+    sa.Column("physical_table_name", sa.String(63), nullable=False),
+    sa.Column("create_time", sa.DateTime, nullable=False),
+    sa.Column("merge_interval", sa.Integer, nullable=False),
+    sa.Column("time_column", sa.String(63), nullable=False),
+    sa.Column("timezone", sa.String(64), nullable=False),
+    sa.Column("ttl_days", sa.Integer, nullable=True),
+    sa.Column("definition", sa.Text, nullable=False),
+    sa.Column("dropped_time", sa.DateTime, nullable=True),
+    sa.UniqueConstraint("physical_schema_name", "physical_table_name"),
+    sa.CheckConstraint("merge_interval >= 0", name="merge_interval"),
+)
+sa.Index(
+    "uq_tables_live_name",
+    tables.c.schema_name,
+    tables.c.table_name,
+    unique=True,
+    sqlite_where=tables.c.dropped_time.is_(None),
+    postgresql_where=tables.c.dropped_time.is_(None),
+)
+
+staging_objects = sa.Table(
+    "staging_objects",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("uri", sa.Text, nullable=False, unique=True),
+    sa.Column("table_id", sa.Integer, sa.ForeignKey("tables.id"), nullable=False),
+    sa.Column("size", sa.BigInteger, nullable=False),
+    sa.Column("send_time", sa.DateTime, nullable=True),
+    sa.Column("receive_time", sa.DateTime, nullable=False),
+    sa.Column("processed_time", sa.DateTime, nullable=True),
+    sa.Column("records_in", sa.BigInteger, nullable=True),
+    sa.Column("bad_records", sa.BigInteger, nullable=True),
+    sa.Column("error_uri", sa.Text, nullable=True),
+)
+sa.Index(
+    "ix_staging_objects_pending",
+    staging_objects.c.id,
+    sqlite_where=staging_objects.c.processed_time.is_(None),
+    postgresql_where=staging_objects.c.processed_time.is_(None),
+)
+
+unknown_staging_objects = sa.Table(
+    "unknown_staging_objects",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("uri", sa.Text, nullable=False, unique=True),
+    sa.Column("table_id", sa.Integer, sa.ForeignKey("tables.id"), nullable=True),
+    sa.Column("size", sa.BigInteger, nullable=True),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("detect_time", sa.DateTime, nullable=False),
+)
+
+partitions = sa.Table(
+    "partitions",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("table_id", sa.Integer, sa.ForeignKey("tables.id"), nullable=False),
+    sa.Column("partition_date", sa.Date, nullable=False),
+    sa.Column("current_manifest_version", sa.BigInteger, nullable=False, server_default="-1"),
+    sa.Column("desired_manifest_version", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("last_live_object_id", sa.BigInteger, nullable=True),
+    sa.Column("switched", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("create_time", sa.DateTime, nullable=False),
+    sa.UniqueConstraint("table_id", "partition_date"),
+    sa.CheckConstraint("current_manifest_version >= -1", name="current_version"),
+)
+
+small_objects = sa.Table(
+    "small_objects",
+    metadata,
+    sa.Column("id", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("staging_object_id", sa.Integer, sa.ForeignKey("staging_objects.id"), nullable=False),
+    sa.Column("partition_id", sa.Integer, sa.ForeignKey("partitions.id"), nullable=False),
+    sa.Column("delayed", sa.Boolean, nullable=False),
+    sa.Column("content_length", sa.BigInteger, nullable=False),
+    sa.Column("row_count", sa.BigInteger, nullable=False),
+    sa.Column("min_event_time", sa.DateTime, nullable=False),
+    sa.Column("max_event_time", sa.DateTime, nullable=False),
+    sa.Column("upload_start_time", sa.DateTime, nullable=False),
+    sa.UniqueConstraint("staging_object_id", "partition_id"),
+)
+sa.Index("ix_small_objects_partition_id_id", small_objects.c.partition_id, small_objects.c.id)
+
+merge_jobs = sa.Table(
+    "merge_jobs",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("partition_id", sa.Integer, sa.ForeignKey("partitions.id"), nullable=False),
+    sa.Column("schedule_time", sa.DateTime, nullable=False),
+    sa.Column("ongoing_mark", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("heartbeat_time", sa.DateTime, nullable=True),
+    sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
+    sa.UniqueConstraint("partition_id", "ongoing_mark"),
+)
+sa.Index(
+    "ix_merge_jobs_waiting",
+    merge_jobs.c.schedule_time,
+    sqlite_where=merge_jobs.c.ongoing_mark == 0,
+    postgresql_where=merge_jobs.c.ongoing_mark == 0,
+)
+
+merge_job_log = sa.Table(
+    "merge_job_log",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("job_id", sa.Integer, nullable=False),
+    sa.Column("partition_id", sa.Integer, sa.ForeignKey("partitions.id"), nullable=False),
+    sa.Column("mode", sa.String(16), nullable=True),
+    sa.Column("objects_in", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("bytes_in", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("bytes_out", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("start_time", sa.DateTime, nullable=False),
+    sa.Column("end_time", sa.DateTime, nullable=False),
+    sa.Column("outcome", sa.String(16), nullable=False),
+    sa.Column("error", sa.Text, nullable=True),
+    sa.CheckConstraint("outcome IN ('finished', 'continuing', 'failed')", name="outcome"),
+)
+
+merge_ranges = sa.Table(
+    "merge_ranges",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("partition_id", sa.Integer, sa.ForeignKey("partitions.id"), nullable=False),
+    sa.Column("lower_bound", sa.BigInteger, nullable=True),
+    sa.Column("upper_bound", sa.BigInteger, nullable=False),
+    sa.Column("content_length", sa.BigInteger, nullable=False),
+    sa.Column("create_time", sa.DateTime, nullable=False),
+    sa.Column("update_time", sa.DateTime, nullable=False),
+    sa.UniqueConstraint("partition_id", "lower_bound"),
+    sa.UniqueConstraint("partition_id", "upper_bound"),
+    # Each range starts where the previous one ends; the sentinel (null, 0) anchors the chain.
+    sa.ForeignKeyConstraint(
+        ["partition_id", "lower_bound"],
+        ["merge_ranges.partition_id", "merge_ranges.upper_bound"],
+        name="fk_merge_ranges_chain",
+    ),
+    sa.CheckConstraint("upper_bound > lower_bound", name="bounds_increase"),
+    sa.CheckConstraint("lower_bound IS NOT NULL OR upper_bound = 0", name="sentinel"),
+)
+
+partition_versions = sa.Table(
+    "partition_versions",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("partition_id", sa.Integer, sa.ForeignKey("partitions.id"), nullable=False),
+    sa.Column("version", sa.BigInteger, nullable=False),
+    sa.Column("commit_op", sa.String(16), nullable=False),
+    sa.Column("live_watermark", sa.BigInteger, nullable=True),
+    sa.Column("manifest_key", sa.Text, nullable=True),
+    sa.Column("created_at", sa.DateTime, nullable=False),
+    sa.Column("row_count", sa.BigInteger, nullable=False),
+    sa.Column("byte_count", sa.BigInteger, nullable=False),
+    sa.UniqueConstraint("partition_id", "version"),
+    sa.CheckConstraint("commit_op IN ('append', 'compaction', 'update', 'merge')", name="commit_op"),
+    sa.CheckConstraint("live_watermark IS NOT NULL OR manifest_key IS NOT NULL", name="shows_something"),
+)
+
+# SQLite has no sequences; this row plays the role of small_object_id_seq there.
+id_counters = sa.Table(
+    "id_counters",
+    metadata,
+    sa.Column("name", sa.String(32), primary_key=True),
+    sa.Column("last_value", sa.BigInteger, nullable=False),
+)

@@ -1,0 +1,356 @@
+"""The `silt` command line."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+import threading
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from siltlake.config import load_config
+from siltlake.deployment import Deployment
+from siltlake.errors import SiltError
+from siltlake.stream import StreamReport
+from siltlake.stream import Progress as StreamProgress
+
+console = Console(stderr=True)
+out = Console()
+
+
+def friendly(command: Callable) -> Callable:
+    """Show SiltError messages without a traceback and exit with status 2."""
+
+    @wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except SiltError as exc:
+            console.print(f"[bold red]error:[/] {exc}", highlight=False)
+            sys.exit(2)
+
+    return wrapper
+
+
+def deployment_of(context: click.Context) -> Deployment:
+    state = context.find_root().obj
+    if "deployment" not in state:
+        state["deployment"] = Deployment.open(load_config(state.get("config")))
+    return state["deployment"]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--config", "-c", type=click.Path(dir_okay=False), default=None,
+              help="Configuration file (default: $SILTLAKE_CONFIG or ./siltlake.toml, else built-in defaults).")
+@click.version_option(package_name="siltlake")
+@click.pass_context
+def main(context: click.Context, config: str | None) -> None:
+    """siltlake: small log batches in, date-partitioned Parquet tables out."""
+    context.obj = {"config": config}
+
+
+@main.command()
+@click.pass_context
+@friendly
+def init(context: click.Context) -> None:
+    """Create or upgrade the catalog and storage roots; register this deployment's instance key."""
+    deployment = deployment_of(context)
+    key = deployment.init()
+    console.print(f"catalog   {deployment.catalog!r} at revision {deployment.catalog.revision()}")
+    console.print(f"lake      {deployment.lake.root}")
+    console.print(f"staging   {deployment.staging.root}")
+    console.print(f"instance  {key}   (config: {deployment.config.source})")
+
+
+# --- tables -------------------------------------------------------------------------------------
+
+@main.group("table")
+def table_group() -> None:
+    """Create, inspect and change tables."""
+
+
+@table_group.command("create")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.pass_context
+@friendly
+def table_create(context: click.Context, file: str) -> None:
+    """Create a table from a definition file (TOML, or YAML)."""
+    from siltlake.tabledef import load_table_file
+
+    record = deployment_of(context).catalog.create_table(load_table_file(file))
+    console.print(f"created table {record.qualified_name} "
+                  f"(objects under {record.physical_schema_name}.{record.physical_table_name})")
+
+
+@table_group.command("list")
+@click.pass_context
+@friendly
+def table_list(context: click.Context) -> None:
+    """List tables."""
+    records = deployment_of(context).catalog.list_tables()
+    grid = Table("table", "time column", "time zone", "merge interval", "columns", "created (UTC)")
+    for record in records:
+        d = record.definition
+        grid.add_row(d.qualified_name, d.time_column, d.timezone, f"{d.merge_interval}s",
+                     str(len(d.columns)), f"{record.create_time:%Y-%m-%d %H:%M:%S}")
+    out.print(grid if records else "no tables yet; create one with `silt table create FILE`")
+
+
+@table_group.command("show")
+@click.argument("name")
+@click.pass_context
+@friendly
+def table_show(context: click.Context, name: str) -> None:
+    """Show a table's definition and its partitions."""
+    deployment = deployment_of(context)
+    record = deployment.catalog.get_table(name)
+    d = record.definition
+    out.print(f"[bold]{d.qualified_name}[/]  physical {record.physical_schema_name}.{record.physical_table_name}"
+              f"  time column {d.time_column}  time zone {d.timezone}  merge interval {d.merge_interval}s")
+    out.print(f"format {d.format}  codec {d.codec}  error policy {d.error_policy}  "
+              f"unknown fields {d.unknown_fields}  epoch unit {d.epoch_unit}  ttl "
+              f"{d.ttl_days or '-'} days")
+    columns = Table("column", "type", "nullable", "source field")
+    for column in d.columns:
+        columns.add_row(column.name, column.type, "yes" if column.nullable else "no", column.source_field)
+    out.print(columns)
+    print_partitions(deployment, record.id)
+
+
+def print_partitions(deployment: Deployment, table_id: int) -> None:
+    summary = deployment.catalog.partition_summary(table_id)
+    grid = Table("dt", "state", "live objects", "live rows", "delayed objects", "delayed rows", "bytes")
+    for row in summary:
+        grid.add_row(row["date"].isoformat(), "closed" if row["closed"] else "open",
+                     str(row["live_objects"]), str(row["live_rows"]), str(row["delayed_objects"]),
+                     str(row["delayed_rows"]), f"{row['bytes']:,}")
+    out.print(grid if summary else "no partitions yet")
+
+
+@table_group.command("add-column")
+@click.argument("name")
+@click.argument("column")
+@click.argument("type_name", metavar="TYPE")
+@click.option("--source", default=None, help="Input field name, if it differs from the column name.")
+@click.pass_context
+@friendly
+def table_add_column(context: click.Context, name: str, column: str, type_name: str,
+                     source: str | None) -> None:
+    """Add a nullable column (older objects read it as null)."""
+    from siltlake.tabledef import Column, DefinitionError
+
+    try:
+        new_column = Column(name=column, type=type_name, source=source)
+    except ValueError as exc:
+        raise DefinitionError(str(exc).splitlines()[-1].strip()) from None
+    deployment_of(context).catalog.add_column(name, new_column)
+    console.print(f"added column {column} {new_column.type} to {name}")
+
+
+@table_group.command("rename")
+@click.argument("name")
+@click.argument("new_name")
+@click.pass_context
+@friendly
+def table_rename(context: click.Context, name: str, new_name: str) -> None:
+    """Rename a table (logical name only: objects stay under the physical name)."""
+    deployment_of(context).catalog.rename_table(name, new_name)
+    console.print(f"renamed {name} to {new_name}")
+
+
+@table_group.command("drop")
+@click.argument("name")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.pass_context
+@friendly
+def table_drop(context: click.Context, name: str, yes: bool) -> None:
+    """Drop a table; its objects are removed later by reap."""
+    if not yes:
+        click.confirm(f"drop table {name}?", abort=True)
+    deployment_of(context).catalog.drop_table(name)
+    console.print(f"dropped {name}")
+
+
+# --- stream -------------------------------------------------------------------------------------
+
+class _RichProgress(StreamProgress):
+    def __init__(self, progress: Progress, label: str) -> None:
+        self.progress = progress
+        self.label = label
+        self.task_id = None
+
+    def start(self, total: int) -> None:
+        self.task_id = self.progress.add_task(self.label, total=total)
+
+    def advance(self, count: int) -> None:
+        if self.task_id is not None:
+            self.progress.advance(self.task_id, count)
+
+
+def progress_bar() -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=console, transient=False)
+
+
+def print_stream_report(report: StreamReport, verbose: bool = True) -> None:
+    rate = report.records_loaded / report.seconds if report.seconds else 0.0
+    console.print(
+        f"stream: {report.registered} new staging objects, {report.processed} processed, "
+        f"{report.records_loaded:,} records loaded, {report.bad_records:,} bad records, "
+        f"{len(report.unknown)} unknown objects, {report.live_objects} live + {report.delayed_objects} delayed "
+        f"small objects, {report.seconds:.1f}s ({rate:,.0f} records/s)",
+        highlight=False,
+    )
+    if report.skipped_duplicates:
+        console.print(f"  {report.skipped_duplicates} objects were already committed by another process")
+    if not verbose:
+        return
+    for uri, reason in report.unknown:
+        console.print(f"  [yellow]unknown[/] {uri}: {reason}", highlight=False)
+    for uri, sample in report.bad_samples[:10]:
+        console.print(f"  [yellow]bad record[/] {uri} {sample}", highlight=False)
+    if len(report.bad_samples) > 10:
+        console.print(f"  ... and more bad records (policy 'file' keeps them all: `silt errors list`)")
+    for uri, reason in report.failed:
+        console.print(f"  [red]failed, will retry[/] {uri}: {reason}", highlight=False)
+
+
+@main.command()
+@click.option("--once", is_flag=True, help="Process every pending staging object, then exit.")
+@click.option("--interval", type=float, default=None, help="Seconds between polls (default: stream.poll_interval).")
+@click.option("--json", "as_json", is_flag=True, help="With --once: print the report as JSON on stdout.")
+@click.pass_context
+@friendly
+def stream(context: click.Context, once: bool, interval: float | None, as_json: bool) -> None:
+    """Turn staging objects into live and delayed small objects."""
+    from siltlake.stream import stream_forever, stream_once
+
+    deployment = deployment_of(context)
+    if once:
+        with progress_bar() as bar:
+            report = stream_once(deployment, _RichProgress(bar, "staging objects"))
+        if as_json:
+            out.print_json(json.dumps(report.__dict__, default=str))
+        else:
+            print_stream_report(report)
+        if report.failed:
+            sys.exit(1)
+        return
+    stop = threading.Event()
+    console.print("streaming; Ctrl-C stops after the current round")
+    try:
+        stream_forever(deployment, stop, lambda report: print_stream_report(report, verbose=True), interval)
+    except KeyboardInterrupt:
+        stop.set()
+        console.print("stopped")
+
+
+# --- unknown objects and bad records ---------------------------------------------------------------
+
+@main.group("unknown")
+def unknown_group() -> None:
+    """Staging objects that map to no table or cannot be read."""
+
+
+@unknown_group.command("list")
+@click.pass_context
+@friendly
+def unknown_list(context: click.Context) -> None:
+    rows = deployment_of(context).catalog.list_unknown()
+    grid = Table("uri", "table", "bytes", "reason", "detected (UTC)")
+    for row in rows:
+        grid.add_row(row.uri, row.table_name or "-", str(row.size or 0), row.reason,
+                     f"{row.detect_time:%Y-%m-%d %H:%M:%S}")
+    out.print(grid if rows else "no unknown staging objects")
+
+
+@unknown_group.command("replay")
+@click.argument("uris", nargs=-1)
+@click.option("--all", "replay_all", is_flag=True, help="Replay every unknown object.")
+@click.pass_context
+@friendly
+def unknown_replay(context: click.Context, uris: tuple[str, ...], replay_all: bool) -> None:
+    """Forget unknown objects so the next stream run looks at them again (after a fix or a new table)."""
+    if not uris and not replay_all:
+        raise click.UsageError("name the URIs to replay, or pass --all")
+    forgotten = deployment_of(context).catalog.forget_unknown(None if replay_all else list(uris))
+    console.print(f"{len(forgotten)} objects will be streamed again by the next `silt stream` run")
+
+
+@main.group("errors")
+def errors_group() -> None:
+    """Bad records kept by tables whose error_policy is 'file'."""
+
+
+@errors_group.command("list")
+@click.argument("name")
+@click.pass_context
+@friendly
+def errors_list(context: click.Context, name: str) -> None:
+    """List a table's error files and their bad record counts."""
+    from siltlake.stream.replay import error_files
+
+    deployment = deployment_of(context)
+    files = error_files(deployment, name)
+    grid = Table("error file", "bad records")
+    for key, count in files:
+        grid.add_row(deployment.lake.uri(key), str(count))
+    out.print(grid if files else f"no kept bad records for {name}")
+
+
+@errors_group.command("replay")
+@click.argument("name")
+@click.pass_context
+@friendly
+def errors_replay(context: click.Context, name: str) -> None:
+    """Stage the (edited) raw records of a table's error files again as one new staging object."""
+    from siltlake.stream.replay import replay_errors
+
+    result = replay_errors(deployment_of(context), name)
+    console.print(f"staged {result.records} records as {result.staging_uri}; "
+                  f"{result.kept} records that are still not JSON objects stay in their error files. "
+                  "Run `silt stream --once` to load them.")
+
+
+# --- sql --------------------------------------------------------------------------------------------
+
+@main.command("sql")
+@click.argument("query")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table")
+@click.option("--limit", type=int, default=1000, show_default=True, help="Rows to fetch at most.")
+@click.pass_context
+@friendly
+def sql_command(context: click.Context, query: str, fmt: str, limit: int) -> None:
+    """Run Spark SQL over the tables, named schema.table."""
+    from siltlake.read import sql
+
+    deployment = deployment_of(context)
+    frame = sql(deployment.spark(), query, deployment)
+    columns = frame.columns
+    rows = [list(row) for row in frame.limit(limit).collect()]
+    if fmt == "csv":
+        buffer = io.StringIO()
+        writer = csv.writer(buffer)
+        writer.writerow(columns)
+        writer.writerows(rows)
+        sys.stdout.write(buffer.getvalue())
+    elif fmt == "json":
+        for row in rows:
+            sys.stdout.write(json.dumps(dict(zip(columns, row, strict=True)), default=str) + "\n")
+    else:
+        grid = Table(*columns)
+        for row in rows:
+            grid.add_row(*("NULL" if value is None else str(value) for value in row))
+        out.print(grid)
+
+
+if __name__ == "__main__":
+    main()

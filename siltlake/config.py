@@ -1,0 +1,153 @@
+"""Configuration: defaults, then `siltlake.toml`, then SILTLAKE_* environment variables."""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from siltlake.errors import ConfigError
+from siltlake.tabledef import describe_validation_error, parse_duration
+
+CONFIG_FILE = "siltlake.toml"
+ENV_PREFIX = "SILTLAKE_"
+INSTANCE_KEY = re.compile(r"^[a-z0-9]{4,32}$")
+
+# Staging keys look like `<anything>.<schema>.<table>/YYYY/MM/DD/<name>[.gz]` (seed 000's layout).
+DEFAULT_KEY_PATTERN = (
+    r"^(?:.*/)?(?:[^/]*\.)?(?P<schema>[^/.]+)\.(?P<table>[^/.]+)/"
+    r"(?P<year>\d{4})/(?P<month>\d{2})/(?P<day>\d{2})/(?P<name>[^/]+)$"
+)
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CatalogConfig(_Section):
+    url: str = "sqlite:///.siltlake/catalog.db"
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        if not value.startswith(("sqlite:", "postgresql:", "postgresql+psycopg:", "postgres:")):
+            raise ValueError(f"catalog url {value!r} must start with sqlite:/// or postgresql://")
+        return value
+
+
+class StorageConfig(_Section):
+    root: str = ".siltlake/lake"
+    staging_root: str = ".siltlake/staging"
+
+
+class SparkConfig(_Section):
+    master: str = "local[*]"
+    app_name: str = "siltlake"
+    conf: dict[str, str] = Field(default_factory=dict)
+
+
+class StreamConfig(_Section):
+    poll_interval: int = 10
+    key_pattern: str = DEFAULT_KEY_PATTERN
+    max_objects_per_run: int = 100_000
+    objects_per_wave: int = 512
+    batch_rows: int = 65536
+    spill_bytes: int = 256 * 1024 * 1024
+
+    @field_validator("poll_interval", mode="before")
+    @classmethod
+    def _interval(cls, value: Any) -> int:
+        return parse_duration(value, "stream.poll_interval")
+
+    @field_validator("key_pattern")
+    @classmethod
+    def _pattern(cls, value: str) -> str:
+        try:
+            compiled = re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"not a regular expression: {exc}") from None
+        missing = {"schema", "table"} - set(compiled.groupindex)
+        if missing:
+            raise ValueError(f"pattern needs named groups (?P<schema>...) and (?P<table>...); missing {sorted(missing)}")
+        return value
+
+    @field_validator("max_objects_per_run", "objects_per_wave", "batch_rows", "spill_bytes")
+    @classmethod
+    def _positive(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError("must be at least 1")
+        return value
+
+
+class Config(_Section):
+    instance_key: str | None = None
+    catalog: CatalogConfig = Field(default_factory=CatalogConfig)
+    storage: StorageConfig = Field(default_factory=StorageConfig)
+    spark: SparkConfig = Field(default_factory=SparkConfig)
+    stream: StreamConfig = Field(default_factory=StreamConfig)
+    source: str = Field(default="embedded defaults", exclude=True)
+
+    @field_validator("instance_key")
+    @classmethod
+    def _instance_key(cls, value: str | None) -> str | None:
+        if value is not None and not INSTANCE_KEY.match(value):
+            raise ValueError("instance_key must be 4-32 characters of a-z and 0-9")
+        return value
+
+
+def _env_overrides(environ: dict[str, str]) -> dict[str, Any]:
+    """SILTLAKE_CATALOG__URL=... sets catalog.url; SILTLAKE_INSTANCE_KEY sets instance_key."""
+    nested: dict[str, Any] = {}
+    for name, value in environ.items():
+        if not name.startswith(ENV_PREFIX) or name == ENV_PREFIX + "CONFIG":
+            continue
+        path = name[len(ENV_PREFIX):].lower().split("__")
+        target = nested
+        for part in path[:-1]:
+            target = target.setdefault(part, {})
+        target[path[-1]] = value
+    return nested
+
+
+def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def load_config(path: str | Path | None = None, environ: dict[str, str] | None = None) -> Config:
+    """Load the configuration.
+
+    The file is `path`, else $SILTLAKE_CONFIG, else ./siltlake.toml if it exists; with none,
+    the embedded defaults apply. Environment variables override file values.
+    """
+    environ = dict(os.environ if environ is None else environ)
+    explicit = path or environ.get(ENV_PREFIX + "CONFIG")
+    file = Path(explicit) if explicit else Path(CONFIG_FILE)
+    data: dict[str, Any] = {}
+    source = "embedded defaults"
+    if file.exists():
+        try:
+            data = tomllib.loads(file.read_text(encoding="utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{file} is not valid TOML: {exc}") from None
+        source = str(file)
+    elif explicit:
+        raise ConfigError(f"configuration file {file} does not exist")
+    overrides = _env_overrides(environ)
+    if overrides:
+        source += " + environment"
+    try:
+        config = Config.model_validate(_merge(data, overrides))
+    except ValidationError as exc:
+        raise ConfigError(f"invalid configuration ({source}): {describe_validation_error(exc)}") from None
+    config.source = source
+    return config

@@ -1,0 +1,1 @@
+"""Demo material: a sample table definition and realistic staging data to load into it."""

@@ -1,0 +1,21 @@
+"""Exceptions that carry a message meant for the user."""
+
+
+class SiltError(Exception):
+    """Base of errors whose message says what was wrong and what to do next."""
+
+
+class DefinitionError(SiltError, ValueError):
+    """A table definition, type or identifier is invalid."""
+
+
+class ConfigError(SiltError):
+    """The configuration file or environment is invalid."""
+
+
+class CatalogError(SiltError):
+    """The catalog refused an operation (missing table, conflict, not initialised)."""
+
+
+class NotFoundError(CatalogError):
+    """A named object does not exist in the catalog."""

@@ -1,0 +1,165 @@
+"""Object storage: one code path over pyarrow file systems (local, S3) and the lake's key layout."""
+
+from __future__ import annotations
+
+import datetime as dt
+import posixpath
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO, Iterator
+
+import pyarrow.fs as pafs
+
+from siltlake.errors import ConfigError
+
+__all__ = ["ObjectInfo", "Storage", "TableLayout"]
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    key: str          # relative to the storage root, '/'-separated
+    size: int
+    mtime: dt.datetime | None
+
+
+def _resolve(root: str) -> tuple[pafs.FileSystem, str, str]:
+    """(file system, base path inside it, canonical root URI)."""
+    if "://" in root:
+        try:
+            filesystem, base = pafs.FileSystem.from_uri(root)
+        except Exception as exc:  # pyarrow raises several types for bad URIs and missing credentials
+            raise ConfigError(f"storage root {root!r} cannot be opened: {exc}") from None
+        return filesystem, base.rstrip("/"), root.rstrip("/")
+    path = Path(root).expanduser().resolve()
+    return pafs.LocalFileSystem(), path.as_posix(), path.as_uri()
+
+
+@dataclass
+class Storage:
+    """Objects under one root URI. Picklable: Spark tasks rebuild the file system from the URI."""
+
+    root: str
+    _fs: pafs.FileSystem | None = field(default=None, init=False, repr=False, compare=False)
+    _base: str = field(default="", init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._fs, self._base, self.root = _resolve(self.root)
+
+    def __getstate__(self) -> dict:
+        return {"root": self.root}
+
+    def __setstate__(self, state: dict) -> None:
+        self.root = state["root"]
+        self._fs, self._base, _ = _resolve(self.root)
+
+    @property
+    def filesystem(self) -> pafs.FileSystem:
+        assert self._fs is not None
+        return self._fs
+
+    @property
+    def is_local(self) -> bool:
+        return isinstance(self._fs, pafs.LocalFileSystem)
+
+    def path(self, key: str) -> str:
+        """Path of a key inside the file system (what pyarrow calls take)."""
+        return posixpath.join(self._base, key) if key else self._base
+
+    def uri(self, key: str) -> str:
+        """A URI for engines (Spark, DuckDB): file:///... or s3a://... for Hadoop's S3 connector."""
+        uri = f"{self.root}/{key}" if key else self.root
+        return "s3a://" + uri[len("s3://"):] if uri.startswith("s3://") else uri
+
+    def key_of(self, path: str) -> str:
+        return posixpath.relpath(path, self._base)
+
+    def ensure_root(self) -> None:
+        self.filesystem.create_dir(self._base, recursive=True)
+
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        """Every file under a prefix, recursively; a missing prefix lists nothing."""
+        selector = pafs.FileSelector(self.path(prefix), recursive=True, allow_not_found=True)
+        for info in self.filesystem.get_file_info(selector):
+            if info.type == pafs.FileType.File:
+                yield ObjectInfo(self.key_of(info.path), info.size or 0, info.mtime)
+
+    def info(self, key: str) -> ObjectInfo | None:
+        found = self.filesystem.get_file_info(self.path(key))
+        if found.type != pafs.FileType.File:
+            return None
+        return ObjectInfo(key, found.size or 0, found.mtime)
+
+    def exists(self, key: str) -> bool:
+        return self.info(key) is not None
+
+    def open_input(self, key: str) -> BinaryIO:
+        return self.filesystem.open_input_stream(self.path(key), compression=None)
+
+    def open_input_file(self, key: str):  # noqa: ANN201 - a seekable pyarrow file
+        return self.filesystem.open_input_file(self.path(key))
+
+    def open_output(self, key: str) -> BinaryIO:
+        self.filesystem.create_dir(posixpath.dirname(self.path(key)), recursive=True)
+        return self.filesystem.open_output_stream(self.path(key), compression=None)
+
+    def write_bytes(self, key: str, data: bytes) -> None:
+        """Write through a temporary key and move into place, so readers never see a partial object."""
+        temporary = f"{key}.{uuid.uuid4().hex}.tmp"
+        with self.open_output(temporary) as out:
+            out.write(data)
+        self.move(temporary, key)
+
+    def read_bytes(self, key: str) -> bytes:
+        with self.open_input(key) as stream:
+            return stream.read()
+
+    def move(self, source: str, target: str) -> None:
+        self.filesystem.create_dir(posixpath.dirname(self.path(target)), recursive=True)
+        self.filesystem.move(self.path(source), self.path(target))
+
+    def delete(self, key: str, missing_ok: bool = True) -> None:
+        try:
+            self.filesystem.delete_file(self.path(key))
+        except FileNotFoundError:
+            if not missing_ok:
+                raise
+
+    def delete_prefix(self, prefix: str) -> None:
+        if self.filesystem.get_file_info(self.path(prefix)).type == pafs.FileType.Directory:
+            self.filesystem.delete_dir(self.path(prefix))
+
+
+@dataclass(frozen=True)
+class TableLayout:
+    """Keys of one table's objects (DESIGN §7): derived from ids, so a retried write lands on the same key."""
+
+    instance_key: str
+    physical_schema: str
+    physical_table: str
+
+    @property
+    def prefix(self) -> str:
+        return f"{self.instance_key}/{self.physical_schema}.{self.physical_table}"
+
+    def small_object(self, partition_date: dt.date, object_id: int, delayed: bool) -> str:
+        area = "delayed" if delayed else "live"
+        return f"{self.prefix}/{area}/dt={partition_date.isoformat()}/obj-{object_id:019d}.parquet"
+
+    def live_prefix(self) -> str:
+        return f"{self.prefix}/live"
+
+    def merged_object(self, partition_date: dt.date, lower: int, upper: int) -> str:
+        return f"{self.prefix}/merged/dt={partition_date.isoformat()}/part-{lower:019d}-{upper:019d}.parquet"
+
+    def manifest(self, partition_date: dt.date, version: int) -> str:
+        return f"{self.prefix}/manifests/dt={partition_date.isoformat()}/manifest-{version:019d}.json"
+
+    def errors(self, staging_object_id: int) -> str:
+        return f"{self.prefix}/errors/staging-{staging_object_id:019d}.jsonl"
+
+    def errors_prefix(self) -> str:
+        return f"{self.prefix}/errors"
+
+    def temporary(self, run_id: str, name: str) -> str:
+        return f"{self.instance_key}/_tmp/{run_id}/{name}"

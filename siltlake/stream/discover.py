@@ -1,0 +1,80 @@
+"""Find new staging objects under the staging root and register each once, with its table."""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from dataclasses import dataclass
+
+from siltlake.catalog import TableRecord
+from siltlake.clock import to_naive_utc
+from siltlake.deployment import Deployment
+from siltlake.tabledef import IDENTIFIER
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\\]")
+
+
+@dataclass(frozen=True)
+class KeyMapping:
+    table: TableRecord | None
+    reason: str | None  # why the key maps to no table
+
+
+def is_in_flight(key: str) -> bool:
+    """Shippers upload under hidden or temporary names first; those are not staging objects yet."""
+    name = posixpath.basename(key)
+    return name.startswith((".", "_")) or name.endswith((".tmp", "._COPYING_", ".part"))
+
+
+def map_key(key: str, pattern: re.Pattern[str], tables: dict[tuple[str, str], TableRecord]) -> KeyMapping:
+    """The table a staging key belongs to, or why it belongs to none."""
+    segments = key.split("/")
+    if key.startswith("/") or any(part in ("", ".", "..") for part in segments) or _CONTROL.search(key):
+        return KeyMapping(None, f"unsafe key {key!r}: empty, '.' or '..' segments and control characters "
+                                "are refused")
+    match = pattern.match(key)
+    if match is None:
+        return KeyMapping(None, "key does not match stream.key_pattern "
+                                "(expected <anything>.<schema>.<table>/YYYY/MM/DD/<name>)")
+    schema_name, table_name = match.group("schema"), match.group("table")
+    if not IDENTIFIER.match(schema_name) or not IDENTIFIER.match(table_name):
+        return KeyMapping(None, f"key names {schema_name!r}.{table_name!r}, which is not a valid table name")
+    table = tables.get((schema_name, table_name))
+    if table is None:
+        return KeyMapping(None, f"no table {schema_name}.{table_name}; create it with `silt table create`, "
+                                "then `silt unknown replay`")
+    return KeyMapping(table, None)
+
+
+@dataclass
+class Discovery:
+    listed: int = 0
+    registered: int = 0
+    unknown: int = 0
+
+
+def discover(deployment: Deployment) -> Discovery:
+    """List the staging root and register objects not seen before (each URI once, ever)."""
+    pattern = re.compile(deployment.config.stream.key_pattern)
+    staging = deployment.staging
+    catalog = deployment.catalog
+    listed = [info for info in staging.list() if not is_in_flight(info.key)]
+    report = Discovery(listed=len(listed))
+    if not listed:
+        return report
+    known = catalog.known_uris([staging.uri(info.key) for info in listed])
+    fresh = [info for info in listed if staging.uri(info.key) not in known]
+    if not fresh:
+        return report
+    tables = catalog.tables_by_key_names()
+    rows = []
+    for info in fresh:
+        uri = staging.uri(info.key)
+        mapping = map_key(info.key, pattern, tables)
+        if mapping.table is None:
+            report.unknown += catalog.record_unknown(uri, mapping.reason or "unmapped", size=info.size)
+        else:
+            send_time = to_naive_utc(info.mtime) if info.mtime else None
+            rows.append((uri, mapping.table.id, info.size, send_time))
+    report.registered = catalog.register_staging_objects(rows)
+    return report

@@ -1,0 +1,163 @@
+"""The stream driver: discover, run one Spark stage per wave of staging objects, commit in order."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from siltlake.catalog import PendingStagingObject
+from siltlake.clock import utcnow
+from siltlake.deployment import Deployment
+from siltlake.spark import run_tasks
+from siltlake.stream.discover import discover
+from siltlake.stream.task import StreamTask, process_staging_object
+
+COMMIT_CHUNK = 64
+
+
+@dataclass
+class StreamReport:
+    listed: int = 0
+    registered: int = 0
+    processed: int = 0
+    records_in: int = 0
+    records_loaded: int = 0
+    bad_records: int = 0
+    live_objects: int = 0
+    delayed_objects: int = 0
+    bytes_written: int = 0
+    skipped_duplicates: int = 0
+    unknown: list[tuple[str, str]] = field(default_factory=list)
+    failed: list[tuple[str, str]] = field(default_factory=list)
+    bad_samples: list[tuple[str, str]] = field(default_factory=list)
+    error_files: list[str] = field(default_factory=list)
+    peak_task_rss_bytes: int = 0
+    seconds: float = 0.0
+
+    def merge(self, other: StreamReport) -> None:
+        for name in ("listed", "registered", "processed", "records_in", "records_loaded", "bad_records",
+                     "live_objects", "delayed_objects", "bytes_written", "skipped_duplicates", "seconds"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.unknown += other.unknown
+        self.failed += other.failed
+        self.bad_samples += other.bad_samples
+        self.error_files += other.error_files
+        self.peak_task_rss_bytes = max(self.peak_task_rss_bytes, other.peak_task_rss_bytes)
+
+
+class Progress:
+    """What the driver tells a progress display; the default shows nothing."""
+
+    def start(self, total: int) -> None: ...
+
+    def advance(self, count: int) -> None: ...
+
+
+def _task(deployment: Deployment, pending: PendingStagingObject, run_id: str) -> StreamTask:
+    settings = deployment.config.stream
+    return StreamTask(
+        staging_object_id=pending.id,
+        uri=pending.uri,
+        lake=deployment.lake,
+        layout=pending.table.layout(deployment.instance_key),
+        table_json=pending.table.definition.to_json(),
+        run_id=run_id,
+        batch_rows=settings.batch_rows,
+        spill_bytes=settings.spill_bytes,
+    )
+
+
+def _commit(deployment: Deployment, results: list[dict], tables: dict[int, PendingStagingObject],
+            report: StreamReport) -> None:
+    """Commit task results: under the ordering lock, move each object to its id key, insert its row."""
+    lake = deployment.lake
+    for start in range(0, len(results), COMMIT_CHUNK):
+        chunk = results[start:start + COMMIT_CHUNK]
+        duplicates: list[dict] = []
+        with deployment.catalog.stream_commit() as tx:
+            now = utcnow()
+            for result in chunk:
+                pending = tables[result["staging_object_id"]]
+                if result["status"] == "failed":
+                    report.failed.append((pending.uri, result["reason"]))
+                    continue
+                if tx.is_processed(pending.id):
+                    duplicates.append(result)
+                    continue
+                if result["status"] == "unknown":
+                    tx.mark_unknown(pending.id, pending.uri, result["reason"], size=pending.size,
+                                    table_id=pending.table.id, now=now)
+                    report.unknown.append((pending.uri, result["reason"]))
+                    continue
+                table = pending.table
+                layout = table.layout(deployment.instance_key)
+                parts = result["parts"]
+                for part, object_id in zip(parts, tx.allocate_ids(len(parts)), strict=True):
+                    date = dt.date.fromisoformat(part["date"])
+                    partition = tx.partition_for(table.id, date, table.definition.merge_interval, now)
+                    lake.move(part["tmp_key"], layout.small_object(date, object_id, partition.closed))
+                    tx.add_small_object(
+                        object_id=object_id, staging_object_id=pending.id, partition_id=partition.id,
+                        delayed=partition.closed, content_length=part["bytes"], row_count=part["rows"],
+                        min_event_time=dt.datetime.fromisoformat(part["min_time"]),
+                        max_event_time=dt.datetime.fromisoformat(part["max_time"]),
+                        upload_start_time=dt.datetime.fromisoformat(result["upload_start_time"]),
+                    )
+                    report.delayed_objects += partition.closed
+                    report.live_objects += not partition.closed
+                    report.bytes_written += part["bytes"]
+                    report.records_loaded += part["rows"]
+                tx.mark_processed(pending.id, records_in=result["records_in"],
+                                  bad_records=result["bad_records"], error_uri=result["error_key"], now=now)
+                report.processed += 1
+                report.records_in += result["records_in"]
+                report.bad_records += result["bad_records"]
+                report.bad_samples += [(pending.uri, sample) for sample in result["bad_samples"]]
+                if result["error_key"]:
+                    report.error_files.append(result["error_key"])
+                report.peak_task_rss_bytes = max(report.peak_task_rss_bytes, result["peak_rss_bytes"])
+        # Another stream process committed these first: our copies are not referenced by anything.
+        for result in duplicates:
+            report.skipped_duplicates += 1
+            for part in result.get("parts", []):
+                lake.delete(part["tmp_key"])
+
+
+def stream_once(deployment: Deployment, progress: Progress | None = None) -> StreamReport:
+    """Register new staging objects and process every pending one; returns what happened."""
+    started = time.monotonic()
+    progress = progress or Progress()
+    deployment.catalog.check_ready()
+    found = discover(deployment)
+    report = StreamReport(listed=found.listed, registered=found.registered)
+    settings = deployment.config.stream
+    pending = deployment.catalog.pending_staging_objects(settings.max_objects_per_run)
+    progress.start(len(pending))
+    if not pending:
+        report.seconds = time.monotonic() - started
+        return report
+    spark = deployment.spark()
+    run_id = f"stream-{utcnow():%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+    try:
+        for start in range(0, len(pending), settings.objects_per_wave):
+            wave = pending[start:start + settings.objects_per_wave]
+            tasks = [_task(deployment, item, run_id) for item in wave]
+            results = run_tasks(spark, process_staging_object, tasks, on_progress=progress.advance)
+            _commit(deployment, results, {item.id: item for item in wave}, report)
+    finally:
+        deployment.lake.delete_prefix(f"{deployment.instance_key}/_tmp/{run_id}")
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def stream_forever(deployment: Deployment, stop: threading.Event,
+                   on_report: Callable[[StreamReport], None], interval: float | None = None) -> None:
+    """Poll until stop is set; a failing round is reported and retried after the interval."""
+    interval = deployment.config.stream.poll_interval if interval is None else interval
+    while not stop.is_set():
+        on_report(stream_once(deployment))
+        stop.wait(interval)

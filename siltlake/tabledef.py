@@ -1,0 +1,269 @@
+"""Table definitions: columns, types, time settings, and their Arrow schema."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import pyarrow as pa
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from siltlake.errors import DefinitionError
+
+IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+_DECIMAL = re.compile(r"^decimal\((\d{1,2}),\s*(\d{1,2})\)$")
+SIMPLE_TYPES = ("string", "int", "bigint", "double", "boolean", "timestamp", "date", "json")
+_DURATION = re.compile(r"^(\d+)\s*(s|m|h|d)?$")
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
+
+
+def check_identifier(value: str, what: str) -> str:
+    """Return value if it is a safe lower-case identifier, else raise DefinitionError."""
+    if not isinstance(value, str) or not IDENTIFIER.match(value):
+        raise DefinitionError(
+            f"{what} {value!r} is not a valid identifier: use 1-63 characters of a-z, 0-9 and _, "
+            "starting with a letter or _"
+        )
+    return value
+
+
+def parse_duration(value: int | str, what: str = "duration") -> int:
+    """Seconds from an integer or a string such as '12h', '30m', '0s', '45'."""
+    if isinstance(value, bool):
+        raise DefinitionError(f"{what} {value!r} is not a duration")
+    if isinstance(value, int):
+        if value < 0:
+            raise DefinitionError(f"{what} must not be negative, got {value}")
+        return value
+    if isinstance(value, str):
+        match = _DURATION.match(value.strip())
+        if match:
+            return int(match.group(1)) * _DURATION_UNITS[match.group(2)]
+    raise DefinitionError(f"{what} {value!r} is not a duration: use seconds or a number with s, m, h or d")
+
+
+def parse_type(type_name: str) -> str:
+    """Normalise a column type name; raise DefinitionError for unknown types."""
+    normal = type_name.strip().lower() if isinstance(type_name, str) else ""
+    if normal in SIMPLE_TYPES:
+        return normal
+    match = _DECIMAL.match(normal)
+    if match:
+        precision, scale = int(match.group(1)), int(match.group(2))
+        if not 1 <= precision <= 38 or scale > precision:
+            raise DefinitionError(f"decimal({precision},{scale}) needs 1 <= precision <= 38 and scale <= precision")
+        return f"decimal({precision},{scale})"
+    raise DefinitionError(
+        f"unknown column type {type_name!r}: use one of {', '.join(SIMPLE_TYPES)} or decimal(p,s)"
+    )
+
+
+def decimal_parts(type_name: str) -> tuple[int, int]:
+    match = _DECIMAL.match(type_name)
+    if not match:
+        raise ValueError(f"{type_name!r} is not a decimal type")
+    return int(match.group(1)), int(match.group(2))
+
+
+def arrow_type(type_name: str) -> pa.DataType:
+    """The Arrow type a column of this siltlake type is stored as."""
+    simple = {
+        "string": pa.string(),
+        "json": pa.string(),
+        "int": pa.int32(),
+        "bigint": pa.int64(),
+        "double": pa.float64(),
+        "boolean": pa.bool_(),
+        "timestamp": pa.timestamp("us", tz="UTC"),
+        "date": pa.date32(),
+    }
+    if type_name in simple:
+        return simple[type_name]
+    precision, scale = decimal_parts(type_name)
+    return pa.decimal128(precision, scale)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Column(_Strict):
+    name: str
+    type: str
+    nullable: bool = True
+    source: str | None = Field(default=None, description="input field name; defaults to the column name")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return check_identifier(value, "column name")
+
+    @field_validator("type")
+    @classmethod
+    def _type(cls, value: str) -> str:
+        return parse_type(value)
+
+    @property
+    def source_field(self) -> str:
+        return self.source or self.name
+
+    def arrow_field(self) -> pa.Field:
+        return pa.field(self.name, arrow_type(self.type), nullable=self.nullable)
+
+
+class TableDef(_Strict):
+    """A table definition as written by users (TOML) and stored in the catalog."""
+
+    schema_name: str = Field(alias="schema")
+    name: str
+    time_column: str
+    timezone: str = "UTC"
+    merge_interval: int = 43200
+    columns: tuple[Column, ...]
+    format: Literal["auto", "jsonl", "msgpack", "csv"] = "auto"
+    epoch_unit: Literal["s", "ms", "us", "ns"] = "s"
+    unknown_fields: Literal["ignore", "reject"] = "ignore"
+    error_policy: Literal["skip", "file"] = "skip"
+    codec: Literal["zstd", "snappy", "gzip", "none"] = "zstd"
+    merge_mode: Literal["auto", "deep", "shallow"] = "auto"
+    merged_object_size: int = 128 * 1024 * 1024
+    merge_batch_size: int = 2000
+    ttl_days: int | None = None
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @field_validator("schema_name")
+    @classmethod
+    def _schema(cls, value: str) -> str:
+        return check_identifier(value, "schema name")
+
+    @field_validator("name")
+    @classmethod
+    def _table(cls, value: str) -> str:
+        return check_identifier(value, "table name")
+
+    @field_validator("timezone")
+    @classmethod
+    def _timezone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise DefinitionError(f"timezone {value!r} is not an IANA time zone name such as Asia/Tokyo") from None
+        return value
+
+    @field_validator("merge_interval", mode="before")
+    @classmethod
+    def _interval(cls, value: Any) -> int:
+        return parse_duration(value, "merge_interval")
+
+    @field_validator("ttl_days")
+    @classmethod
+    def _ttl(cls, value: int | None) -> int | None:
+        if value is not None and value < 1:
+            raise DefinitionError(f"ttl_days must be at least 1, got {value}")
+        return value
+
+    @model_validator(mode="after")
+    def _columns(self) -> TableDef:
+        names = [c.name for c in self.columns]
+        if not names:
+            raise DefinitionError("a table needs at least one column")
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise DefinitionError(f"duplicate column names: {', '.join(duplicates)}")
+        if "dt" in names:
+            raise DefinitionError("column name 'dt' is reserved for the partition date")
+        time_columns = [c for c in self.columns if c.name == self.time_column]
+        if not time_columns:
+            raise DefinitionError(f"time_column {self.time_column!r} is not one of the columns")
+        if time_columns[0].type != "timestamp":
+            raise DefinitionError(f"time_column {self.time_column!r} must have type timestamp")
+        return self
+
+    @property
+    def qualified_name(self) -> str:
+        return f"{self.schema_name}.{self.name}"
+
+    @property
+    def zone(self) -> ZoneInfo:
+        return ZoneInfo(self.timezone)
+
+    def column(self, name: str) -> Column:
+        for column in self.columns:
+            if column.name == name:
+                return column
+        raise KeyError(name)
+
+    def arrow_schema(self) -> pa.Schema:
+        """Schema of the Parquet objects: the columns in order, the time column never null."""
+        fields = []
+        for column in self.columns:
+            field = column.arrow_field()
+            if column.name == self.time_column:
+                field = field.with_nullable(False)
+            fields.append(field)
+        return pa.schema(fields)
+
+    def to_json(self) -> str:
+        return self.model_dump_json(by_alias=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> TableDef:
+        return cls.model_validate_json(text)
+
+    @classmethod
+    def from_mapping(cls, data: dict[str, Any], source: str = "table definition") -> TableDef:
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise DefinitionError(f"{source}: {describe_validation_error(exc)}") from None
+        except DefinitionError as exc:
+            raise DefinitionError(f"{source}: {exc}") from None
+
+    def with_column(self, column: Column) -> TableDef:
+        data = self.model_dump(by_alias=True)
+        data["columns"] = [*data["columns"], column.model_dump()]
+        return TableDef.from_mapping(data)
+
+    def renamed(self, schema_name: str, name: str) -> TableDef:
+        data = self.model_dump(by_alias=True)
+        data.update(schema=schema_name, name=name)
+        return TableDef.from_mapping(data)
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """One line per problem, each naming the key path."""
+    lines = []
+    for error in exc.errors():
+        path = ".".join(str(part) for part in error["loc"]) or "(top level)"
+        message = error["msg"]
+        if message.startswith("Value error, "):
+            message = message[len("Value error, "):]
+        if error["type"] == "extra_forbidden":
+            message = "unknown key"
+        lines.append(f"{path}: {message}")
+    return "; ".join(lines)
+
+
+def load_table_file(path: str | Path) -> TableDef:
+    """Read a table definition from a .toml (or .yaml/.yml) file."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise DefinitionError(f"cannot read table definition {path}: {exc.strerror}") from None
+    try:
+        if path.suffix in (".yaml", ".yml"):
+            import yaml
+
+            data = yaml.safe_load(raw)
+        else:
+            data = tomllib.loads(raw.decode("utf-8"))
+    except Exception as exc:  # the parsers raise several unrelated exception types
+        raise DefinitionError(f"{path} is not valid {path.suffix.lstrip('.') or 'toml'}: {exc}") from None
+    if not isinstance(data, dict):
+        raise DefinitionError(f"{path}: expected a mapping at the top level")
+    return TableDef.from_mapping(data, source=str(path))

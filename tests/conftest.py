@@ -1,0 +1,107 @@
+"""Shared fixtures: one SparkSession per test session, catalogs on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from siltlake.config import Config
+from siltlake.deployment import Deployment
+from siltlake.tabledef import TableDef
+
+PG_ADMIN_URL = os.environ.get("SILTLAKE_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+ACCESS_TABLE = {
+    "schema": "web",
+    "name": "access",
+    "time_column": "utc_event_time",
+    "timezone": "Asia/Tokyo",
+    "merge_interval": "12h",
+    "columns": [
+        {"name": "utc_event_time", "type": "timestamp", "nullable": False, "source": "time"},
+        {"name": "user_id", "type": "bigint"},
+        {"name": "action", "type": "string"},
+    ],
+}
+
+
+def _pg_reachable() -> str | None:
+    try:
+        engine = sa.create_engine(PG_ADMIN_URL)
+        with engine.connect():
+            pass
+        engine.dispose()
+        return None
+    except Exception as exc:  # any connection failure means: no server here
+        return f"PostgreSQL at {PG_ADMIN_URL} is unreachable: {type(exc).__name__}"
+
+
+_PG_PROBLEM = _pg_reachable()
+
+
+def require_postgres() -> None:
+    if _PG_PROBLEM is None:
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{_PG_PROBLEM} (CI=true: PostgreSQL tests must run)")
+    pytest.skip(_PG_PROBLEM)
+
+
+@pytest.fixture
+def postgres_url():
+    """A fresh PostgreSQL database, dropped afterwards."""
+    require_postgres()
+    name = f"silt_test_{uuid.uuid4().hex[:12]}"
+    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    url = PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+    yield url
+    with admin.connect() as connection:
+        connection.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def catalog_url(request, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'catalog.db'}"
+    return request.getfixturevalue("postgres_url")
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from siltlake.config import SparkConfig
+    from siltlake.spark import spark_session
+
+    session = spark_session(SparkConfig(master="local[2]", app_name="siltlake-tests",
+                                        conf={"spark.sql.shuffle.partitions": "2"}))
+    yield session
+    session.stop()
+
+
+def make_config(tmp_path: Path, catalog_url: str, **stream: object) -> Config:
+    return Config.model_validate({
+        "instance_key": "test0001",
+        "catalog": {"url": catalog_url},
+        "storage": {"root": str(tmp_path / "lake"), "staging_root": str(tmp_path / "staging")},
+        "spark": {"master": "local[2]"},
+        "stream": dict(stream),
+    })
+
+
+@pytest.fixture
+def deployment(tmp_path: Path, catalog_url: str, spark) -> Deployment:
+    deployment = Deployment(make_config(tmp_path, catalog_url))
+    deployment.init()
+    deployment.use_spark(spark)
+    yield deployment
+    deployment.close()
+
+
+@pytest.fixture
+def access_table(deployment: Deployment):
+    return deployment.catalog.create_table(TableDef.from_mapping(ACCESS_TABLE))

@@ -1,0 +1,143 @@
+"""Configuration loading and table definition parsing."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from siltlake.config import DEFAULT_KEY_PATTERN, load_config
+from siltlake.errors import ConfigError, DefinitionError
+from siltlake.stream.discover import is_in_flight, map_key
+from siltlake.tabledef import TableDef, load_table_file, parse_duration
+
+from .conftest import ACCESS_TABLE
+
+ISSUE_EXAMPLE = """
+schema = "web"
+name = "access"
+time_column = "utc_event_time"
+timezone = "Asia/Tokyo"
+merge_interval = "12h"
+[[columns]]
+name = "utc_event_time"
+type = "timestamp"
+[[columns]]
+name = "user_id"
+type = "bigint"
+[[columns]]
+name = "action"
+type = "string"
+"""
+
+
+def test_embedded_defaults_without_any_file(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    config = load_config(environ={})
+    assert config.catalog.url == "sqlite:///.siltlake/catalog.db"
+    assert config.storage.root == ".siltlake/lake"
+    assert config.storage.staging_root == ".siltlake/staging"
+    assert config.spark.master == "local[*]"
+    assert config.source == "embedded defaults"
+
+
+def test_file_then_environment_overrides(tmp_path: Path) -> None:
+    file = tmp_path / "siltlake.toml"
+    file.write_text('[catalog]\nurl = "postgresql://postgres@db/silt"\n[stream]\npoll_interval = "1m"\n')
+    config = load_config(file, environ={"SILTLAKE_STORAGE__ROOT": "s3://bucket/lake",
+                                        "SILTLAKE_STREAM__POLL_INTERVAL": "5"})
+    assert config.catalog.url == "postgresql://postgres@db/silt"
+    assert config.storage.root == "s3://bucket/lake"
+    assert config.stream.poll_interval == 5
+    assert config.source.endswith("+ environment")
+
+
+@pytest.mark.parametrize("content, message", [
+    ('[catalog]\nurl = "mysql://x"\n', "catalog.url"),
+    ('[stream]\npoll_interval = "soon"\n', "poll_interval"),
+    ('[storage]\nroots = "x"\n', "storage.roots: unknown key"),
+    ('[stream]\nkey_pattern = "(?P<schema>x)"\n', "named groups"),
+    ('instance_key = "ABC"\n', "instance_key"),
+    ("[catalog\n", "not valid TOML"),
+])
+def test_invalid_configuration_names_the_key(tmp_path: Path, content: str, message: str) -> None:
+    file = tmp_path / "siltlake.toml"
+    file.write_text(content)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(file, environ={})
+
+
+def test_missing_explicit_config_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "nope.toml", environ={})
+
+
+def test_issue_example_table_file(tmp_path: Path) -> None:
+    file = tmp_path / "access.toml"
+    file.write_text(ISSUE_EXAMPLE)
+    table = load_table_file(file)
+    assert table.qualified_name == "web.access"
+    assert table.merge_interval == 43200
+    assert table.zone.key == "Asia/Tokyo"
+    assert str(table.arrow_schema().field("utc_event_time").type) == "timestamp[us, tz=UTC]"
+
+
+def test_yaml_table_file(tmp_path: Path) -> None:
+    import yaml
+
+    file = tmp_path / "access.yaml"
+    file.write_text(yaml.safe_dump(ACCESS_TABLE))
+    assert load_table_file(file).qualified_name == "web.access"
+
+
+@pytest.mark.parametrize("value, seconds", [("12h", 43200), ("0s", 0), ("30m", 1800), (45, 45), ("2d", 172800)])
+def test_durations(value, seconds) -> None:
+    assert parse_duration(value) == seconds
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"schema": "../etc"}, "schema name"),
+    ({"name": "acc ess"}, "table name"),
+    ({"name": "x;drop table tables"}, "table name"),
+    ({"timezone": "Mars/Olympus"}, "IANA"),
+    ({"merge_interval": "forever"}, "merge_interval"),
+    ({"time_column": "nope"}, "not one of the columns"),
+    ({"time_column": "user_id"}, "must have type timestamp"),
+    ({"columns": [{"name": "utc_event_time", "type": "timestamp"}, {"name": "x", "type": "varchar"}]},
+     "unknown column type"),
+    ({"columns": [{"name": "utc_event_time", "type": "timestamp"}, {"name": "dt", "type": "date"}]},
+     "reserved"),
+    ({"color": "blue"}, "color: unknown key"),
+    ({"columns": [{"name": "utc_event_time", "type": "timestamp"}, {"name": "p", "type": "decimal(40,2)"}]},
+     "precision"),
+])
+def test_invalid_definitions_say_what_is_wrong(change, message) -> None:
+    with pytest.raises(DefinitionError, match=re.escape(message)):
+        TableDef.from_mapping({**ACCESS_TABLE, **change})
+
+
+def test_decimal_and_every_type_map_to_arrow() -> None:
+    columns = [{"name": "utc_event_time", "type": "timestamp"}] + [
+        {"name": f"c_{i}", "type": t} for i, t in enumerate(
+            ["string", "int", "bigint", "double", "boolean", "date", "decimal(12, 3)", "json"])
+    ]
+    table = TableDef.from_mapping({**ACCESS_TABLE, "columns": columns})
+    types = [str(f.type) for f in table.arrow_schema()]
+    assert types == ["timestamp[us, tz=UTC]", "string", "int32", "int64", "double", "bool", "date32[day]",
+                     "decimal128(12, 3)", "string"]
+
+
+def test_staging_key_mapping() -> None:
+    pattern = re.compile(DEFAULT_KEY_PATTERN)
+    tables = {("web", "access"): "TABLE"}
+    assert map_key("a1b2.web.access/2026/11/20/host-1.jsonl.gz", pattern, tables).table == "TABLE"
+    assert map_key("web.access/2026/11/20/x", pattern, tables).table == "TABLE"
+    assert "no table web.nosuch" in map_key("f.web.nosuch/2026/11/20/x", pattern, tables).reason
+    assert "does not match" in map_key("random/file.json", pattern, tables).reason
+    for unsafe in ("../../etc.web.access/2026/11/20/x", "a/../web.access/2026/11/20/x",
+                   "/abs.web.access/2026/11/20/x", "a.web.access/2026/11/20/\x00x"):
+        assert "unsafe key" in map_key(unsafe, pattern, tables).reason
+    assert "not a valid table name" in map_key("f.Web.access/2026/11/20/x", pattern, tables).reason
+    assert is_in_flight("a.web.access/2026/11/20/.x.gz") and is_in_flight("a/x.gz.tmp")
+    assert not is_in_flight("a.web.access/2026/11/20/x.gz")
