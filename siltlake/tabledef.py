@@ -113,6 +113,13 @@ class Column(_Strict):
     def arrow_field(self) -> pa.Field:
         return pa.field(self.name, arrow_type(self.type), nullable=self.nullable)
 
+    @classmethod
+    def from_mapping(cls, data: dict[str, Any]) -> Column:
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise DefinitionError(f"column: {describe_validation_error(exc)}") from None
+
 
 class TableDef(_Strict):
     """A table definition as written by users (TOML) and stored in the catalog."""

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 
 from siltlake.catalog import schema as s
 from siltlake.clock import utcnow
@@ -170,7 +170,7 @@ class Catalog:
         try:
             with self.engine.begin() as connection:
                 yield connection
-        except OperationalError as exc:
+        except (OperationalError, ProgrammingError) as exc:
             if "no such table" in str(exc) or "does not exist" in str(exc):
                 raise CatalogError(
                     f"the catalog at {self!r} is not initialised; run `silt init` first"

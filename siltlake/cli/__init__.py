@@ -145,12 +145,9 @@ def print_partitions(deployment: Deployment, table_id: int) -> None:
 def table_add_column(context: click.Context, name: str, column: str, type_name: str,
                      source: str | None) -> None:
     """Add a nullable column (older objects read it as null)."""
-    from siltlake.tabledef import Column, DefinitionError
+    from siltlake.tabledef import Column
 
-    try:
-        new_column = Column(name=column, type=type_name, source=source)
-    except ValueError as exc:
-        raise DefinitionError(str(exc).splitlines()[-1].strip()) from None
+    new_column = Column.from_mapping({"name": column, "type": type_name, "source": source})
     deployment_of(context).catalog.add_column(name, new_column)
     console.print(f"added column {column} {new_column.type} to {name}")
 
@@ -264,12 +261,13 @@ def unknown_group() -> None:
 @click.pass_context
 @friendly
 def unknown_list(context: click.Context) -> None:
+    """List them with the reason (`silt unknown replay` streams them again)."""
     rows = deployment_of(context).catalog.list_unknown()
-    grid = Table("uri", "table", "bytes", "reason", "detected (UTC)")
     for row in rows:
-        grid.add_row(row.uri, row.table_name or "-", str(row.size or 0), row.reason,
-                     f"{row.detect_time:%Y-%m-%d %H:%M:%S}")
-    out.print(grid if rows else "no unknown staging objects")
+        out.print(f"[bold]{row.uri}[/]  ({row.size or 0:,} bytes, table {row.table_name or '-'}, "
+                  f"detected {row.detect_time:%Y-%m-%d %H:%M:%S} UTC)", highlight=False, soft_wrap=True)
+        out.print(f"    {row.reason}", highlight=False, soft_wrap=True)
+    out.print(f"{len(rows)} unknown staging objects" if rows else "no unknown staging objects")
 
 
 @unknown_group.command("replay")

@@ -1,0 +1,3 @@
+from siltlake.cli import main
+
+main(prog_name="silt")
