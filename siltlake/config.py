@@ -55,6 +55,7 @@ class StreamConfig(_Section):
     key_pattern: str = DEFAULT_KEY_PATTERN
     max_objects_per_run: int = 100_000
     objects_per_wave: int = 512
+    tasks_per_core: int = 4
     batch_rows: int = 65536
     spill_bytes: int = 256 * 1024 * 1024
 
@@ -75,7 +76,7 @@ class StreamConfig(_Section):
             raise ValueError(f"pattern needs named groups (?P<schema>...) and (?P<table>...); missing {sorted(missing)}")
         return value
 
-    @field_validator("max_objects_per_run", "objects_per_wave", "batch_rows", "spill_bytes")
+    @field_validator("max_objects_per_run", "objects_per_wave", "tasks_per_core", "batch_rows", "spill_bytes")
     @classmethod
     def _positive(cls, value: int) -> int:
         if value < 1:

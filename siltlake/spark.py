@@ -45,7 +45,9 @@ def spark_session(config: SparkConfig, extra: dict[str, str] | None = None) -> S
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.master(config.master).appName(config.app_name)
-    for key, value in {**QUIET, **config.conf, **(extra or {})}.items():
+    log_config = f"-Dlog4j2.configurationFile={Path(__file__).with_name('log4j2.properties').as_uri()}"
+    settings = {**QUIET, "spark.driver.extraJavaOptions": log_config, **config.conf, **(extra or {})}
+    for key, value in settings.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
@@ -54,18 +56,39 @@ def spark_session(config: SparkConfig, extra: dict[str, str] | None = None) -> S
     return session
 
 
+def balanced_groups(items: list[Any], weights: list[int], groups: int) -> list[list[Any]]:
+    """Split items into at most `groups` lists of similar total weight (largest first, to the lightest)."""
+    groups = max(1, min(groups, len(items)))
+    buckets: list[list[Any]] = [[] for _ in range(groups)]
+    loads = [0] * groups
+    for index in sorted(range(len(items)), key=lambda i: -weights[i]):
+        lightest = loads.index(min(loads))
+        buckets[lightest].append(items[index])
+        loads[lightest] += max(weights[index], 1)
+    return [bucket for bucket in buckets if bucket]
+
+
 def run_tasks(spark: SparkSession, function: Callable[[Any], Any], items: list[Any],
+              weights: list[int] | None = None, tasks_per_core: int = 4,
               on_progress: Callable[[int], None] | None = None) -> list[Any]:
-    """Run function over items as one Spark stage, one task per item; report completed task counts."""
+    """Run function over items as one Spark stage and return the results in item order.
+
+    Items are packed into a few size-balanced tasks per core: a Spark task costs tens of
+    milliseconds however little it does, which would dominate many small staging objects.
+    """
     if not items:
         return []
     context = spark.sparkContext
-    rdd: RDD = context.parallelize(items, len(items)).map(function)
-    group = f"siltlake-{uuid.uuid4().hex}"
+    indexed = list(enumerate(items))
+    groups = balanced_groups(indexed, weights or [1] * len(items), context.defaultParallelism * tasks_per_core)
+    rdd: RDD = context.parallelize(groups, len(groups)).flatMap(
+        lambda group: [(index, function(item)) for index, item in group]
+    )
+    group_id = f"siltlake-{uuid.uuid4().hex}"
     outcome: dict[str, Any] = {}
 
     def collect() -> None:
-        context.setJobGroup(group, "siltlake tasks", interruptOnCancel=True)
+        context.setJobGroup(group_id, "siltlake tasks", interruptOnCancel=True)
         try:
             outcome["results"] = rdd.collect()
         except BaseException as exc:  # re-raised in the calling thread
@@ -74,26 +97,29 @@ def run_tasks(spark: SparkSession, function: Callable[[Any], Any], items: list[A
     worker = threading.Thread(target=collect, daemon=True)
     worker.start()
     tracker = context.statusTracker()
+    sizes = [len(group) for group in groups]
     reported = 0
     try:
         while worker.is_alive():
             worker.join(0.2)
             if on_progress is None:
                 continue
-            completed = 0
-            for job_id in tracker.getJobIdsForGroup(group):
+            completed_tasks = 0
+            for job_id in tracker.getJobIdsForGroup(group_id):
                 job = tracker.getJobInfo(job_id)
                 for stage_id in job.stageIds if job else []:
                     stage = tracker.getStageInfo(stage_id)
-                    completed += stage.numCompletedTasks if stage else 0
-            if completed > reported:
-                on_progress(completed - reported)
-                reported = completed
+                    completed_tasks += stage.numCompletedTasks if stage else 0
+            # Spark tells how many tasks finished, not which: count the smallest ones (never over-report).
+            done = sum(sorted(sizes)[:completed_tasks])
+            if done > reported:
+                on_progress(done - reported)
+                reported = done
     except KeyboardInterrupt:
-        context.cancelJobGroup(group)
+        context.cancelJobGroup(group_id)
         raise
     if "error" in outcome:
         raise outcome["error"]
     if on_progress is not None and len(items) > reported:
         on_progress(len(items) - reported)
-    return outcome["results"]
+    return [result for _, result in sorted(outcome["results"], key=lambda pair: pair[0])]

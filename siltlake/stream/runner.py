@@ -146,7 +146,8 @@ def stream_once(deployment: Deployment, progress: Progress | None = None) -> Str
         for start in range(0, len(pending), settings.objects_per_wave):
             wave = pending[start:start + settings.objects_per_wave]
             tasks = [_task(deployment, item, run_id) for item in wave]
-            results = run_tasks(spark, process_staging_object, tasks, on_progress=progress.advance)
+            results = run_tasks(spark, process_staging_object, tasks, weights=[item.size for item in wave],
+                                tasks_per_core=settings.tasks_per_core, on_progress=progress.advance)
             _commit(deployment, results, {item.id: item for item in wave}, report)
     finally:
         deployment.lake.delete_prefix(f"{deployment.instance_key}/_tmp/{run_id}")
