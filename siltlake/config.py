@@ -73,7 +73,9 @@ class StreamConfig(_Section):
             raise ValueError(f"not a regular expression: {exc}") from None
         missing = {"schema", "table"} - set(compiled.groupindex)
         if missing:
-            raise ValueError(f"pattern needs named groups (?P<schema>...) and (?P<table>...); missing {sorted(missing)}")
+            raise ValueError(
+                f"pattern needs named groups (?P<schema>...) and (?P<table>...); missing {sorted(missing)}"
+            )
         return value
 
     @field_validator("max_objects_per_run", "objects_per_wave", "tasks_per_core", "batch_rows", "spill_bytes")

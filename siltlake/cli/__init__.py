@@ -19,8 +19,8 @@ from rich.table import Table
 from siltlake.config import load_config
 from siltlake.deployment import Deployment
 from siltlake.errors import SiltError
-from siltlake.stream import StreamReport
 from siltlake.stream import Progress as StreamProgress
+from siltlake.stream import StreamReport
 
 console = Console(stderr=True)
 out = Console()
@@ -127,7 +127,9 @@ def table_show(context: click.Context, name: str) -> None:
 
 def print_partitions(deployment: Deployment, table_id: int) -> None:
     summary = deployment.catalog.partition_summary(table_id)
-    grid = Table("dt", "state", "live objects", "live rows", "delayed objects", "delayed rows", "bytes")
+    grid = Table(title="partitions")
+    for header in ("dt", "state", "live objs", "live rows", "delayed objs", "delayed rows", "bytes"):
+        grid.add_column(header, no_wrap=True, justify="left" if header in ("dt", "state") else "right")
     for row in summary:
         grid.add_row(row["date"].isoformat(), "closed" if row["closed"] else "open",
                      str(row["live_objects"]), str(row["live_rows"]), str(row["delayed_objects"]),
@@ -197,10 +199,13 @@ def progress_bar() -> Progress:
                     console=console, transient=False)
 
 
-def print_stream_report(report: StreamReport, verbose: bool = True) -> None:
+def print_stream_report(report: StreamReport, staging_root: str, verbose: bool = True) -> None:
+    def short(uri: str) -> str:
+        return uri[len(staging_root) + 1:] if uri.startswith(staging_root + "/") else uri
+
     rate = report.records_loaded / report.seconds if report.seconds else 0.0
     console.print(
-        f"stream: {report.registered} new staging objects, {report.processed} processed, "
+        f"[bold]stream[/]: {report.registered} new staging objects, {report.processed} processed, "
         f"{report.records_loaded:,} records loaded, {report.bad_records:,} bad records, "
         f"{len(report.unknown)} unknown objects, {report.live_objects} live + {report.delayed_objects} delayed "
         f"small objects, {report.seconds:.1f}s ({rate:,.0f} records/s)",
@@ -211,13 +216,14 @@ def print_stream_report(report: StreamReport, verbose: bool = True) -> None:
     if not verbose:
         return
     for uri, reason in report.unknown:
-        console.print(f"  [yellow]unknown[/] {uri}: {reason}", highlight=False)
-    for uri, sample in report.bad_samples[:10]:
-        console.print(f"  [yellow]bad record[/] {uri} {sample}", highlight=False)
-    if len(report.bad_samples) > 10:
-        console.print(f"  ... and more bad records (policy 'file' keeps them all: `silt errors list`)")
+        console.print(f"  [yellow]unknown[/] {short(uri)}: {reason}", highlight=False)
+    for uri, sample in report.bad_samples[:5]:
+        console.print(f"  [yellow]bad record[/] {short(uri)} {sample}", highlight=False)
+    if len(report.bad_samples) > 5:
+        console.print(f"  ... {report.bad_records - 5} more bad records; with error_policy = \"file\" a "
+                      "table keeps them all (`silt errors list`)", highlight=False)
     for uri, reason in report.failed:
-        console.print(f"  [red]failed, will retry[/] {uri}: {reason}", highlight=False)
+        console.print(f"  [red]failed, will retry[/] {short(uri)}: {reason}", highlight=False)
 
 
 @main.command()
@@ -237,14 +243,15 @@ def stream(context: click.Context, once: bool, interval: float | None, as_json: 
         if as_json:
             out.print_json(json.dumps(report.__dict__, default=str))
         else:
-            print_stream_report(report)
+            print_stream_report(report, deployment.staging.root)
         if report.failed:
             sys.exit(1)
         return
     stop = threading.Event()
     console.print("streaming; Ctrl-C stops after the current round")
     try:
-        stream_forever(deployment, stop, lambda report: print_stream_report(report, verbose=True), interval)
+        stream_forever(deployment, stop, lambda report: print_stream_report(report, deployment.staging.root),
+                       interval)
     except KeyboardInterrupt:
         stop.set()
         console.print("stopped")

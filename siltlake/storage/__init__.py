@@ -5,9 +5,10 @@ from __future__ import annotations
 import datetime as dt
 import posixpath
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO
 
 import pyarrow.fs as pafs
 
