@@ -345,3 +345,39 @@ def test_two_stream_processes_on_one_postgres_catalog(tmp_path: Path, postgres_u
     users = [u for key in live for u in pq.read_table(deployment.lake.path(key)).column("user_id").to_pylist()]
     assert len(users) == len(set(users)) == expected
     deployment.close()
+
+
+def test_polling_picks_up_new_objects_and_survives_a_failing_round(deployment: Deployment, access_table,
+                                                                    monkeypatch) -> None:
+    import threading
+    import time
+
+    from siltlake.stream import runner
+
+    reports, errors = [], []
+    real_once = runner.stream_once
+    calls = {"n": 0}
+
+    def flaky_once(d):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise OSError("storage briefly unreachable")
+        return real_once(d)
+
+    monkeypatch.setattr(runner, "stream_once", flaky_once)
+    stop = threading.Event()
+    loop = threading.Thread(target=runner.stream_forever, args=(deployment, stop, reports.append, 0.05),
+                            kwargs={"on_error": lambda exc, wait: errors.append(str(exc))})
+    loop.start()
+    try:
+        stage(deployment, "f.web.access/2026/11/20/a.jsonl.gz",
+              jsonl_gz([event(dt.datetime(2026, 11, 20, 1, tzinfo=UTC), i) for i in range(3)]))
+        deadline = time.monotonic() + 120
+        while (sum(r.records_loaded for r in reports) < 3 or not errors) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        stop.set()
+        loop.join(timeout=120)
+    assert not loop.is_alive()
+    assert sum(r.records_loaded for r in reports) == 3
+    assert errors == ["storage briefly unreachable"]

@@ -250,8 +250,12 @@ def stream(context: click.Context, once: bool, interval: float | None, as_json: 
     stop = threading.Event()
     console.print("streaming; Ctrl-C stops after the current round")
     try:
-        stream_forever(deployment, stop, lambda report: print_stream_report(report, deployment.staging.root),
-                       interval)
+        stream_forever(
+            deployment, stop, lambda report: print_stream_report(report, deployment.staging.root), interval,
+            on_error=lambda exc, wait: console.print(
+                f"[red]stream round failed[/] ({type(exc).__name__}: {exc}); retrying in {wait:.0f}s",
+                highlight=False),
+        )
     except KeyboardInterrupt:
         stop.set()
         console.print("stopped")

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from siltlake.catalog import PendingStagingObject
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
+from siltlake.errors import SiltError
 from siltlake.spark import run_tasks
 from siltlake.stream.discover import discover
 from siltlake.stream.task import StreamTask, process_staging_object
@@ -156,9 +157,22 @@ def stream_once(deployment: Deployment, progress: Progress | None = None) -> Str
 
 
 def stream_forever(deployment: Deployment, stop: threading.Event,
-                   on_report: Callable[[StreamReport], None], interval: float | None = None) -> None:
-    """Poll until stop is set; a failing round is reported and retried after the interval."""
+                   on_report: Callable[[StreamReport], None], interval: float | None = None,
+                   on_error: Callable[[Exception, float], None] | None = None) -> None:
+    """Poll until stop is set. A failing round (catalog or storage unreachable) is reported and
+    retried with exponential backoff up to ten intervals; bad input never fails a round."""
     interval = deployment.config.stream.poll_interval if interval is None else interval
+    failures = 0
     while not stop.is_set():
-        on_report(stream_once(deployment))
-        stop.wait(interval)
+        try:
+            on_report(stream_once(deployment))
+            failures = 0
+            wait = interval
+        except SiltError:
+            raise  # configuration problems (not initialised, bad settings) need the user
+        except Exception as exc:  # transient: a dropped connection, a full disk, a lost executor
+            failures += 1
+            wait = min(max(interval, 1.0) * 2 ** (failures - 1), max(interval, 1.0) * 10)
+            if on_error is not None:
+                on_error(exc, wait)
+        stop.wait(wait)
