@@ -1,6 +1,8 @@
 # siltlake developer entry points. `make demo` and `make test` work on a fresh machine
 # with Python 3.11+ and Java 17+.
-PYTHON ?= $(shell command -v python3.12 || command -v python3.11 || command -v python3)
+# The first interpreter that runs and is 3.11 or newer (pyenv shims may exist for missing versions).
+PYTHON ?= $(shell for p in python3 python3.13 python3.12 python3.11; do \
+	$$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null && { echo $$p; break; }; done)
 VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
@@ -8,8 +10,8 @@ PYTEST_ARGS ?=
 .PHONY: demo test bench lint prereqs clean
 
 prereqs:
-	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null || { \
-	  echo "siltlake needs Python 3.11 or newer (found: $$($(PYTHON) --version 2>&1 || echo none))."; \
+	@test -n "$(PYTHON)" && $(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
+	  echo "siltlake needs Python 3.11 or newer (python3 is: $$(python3 --version 2>&1 || echo missing))."; \
 	  echo "Install it (e.g. apt install python3.11 python3.11-venv) or run: make PYTHON=/path/to/python3.11"; \
 	  exit 1; }
 	@command -v java >/dev/null 2>&1 || { \
@@ -40,6 +42,8 @@ test: prereqs $(VENV)/.installed-dev
 
 bench: prereqs $(VENV)/.installed-dev
 	$(BIN)/python bench/stream_bench.py
+	$(BIN)/python bench/stream_bench.py --peers spark --spark-infer-schema --out bench/results/stream_infer.json
+	$(BIN)/python bench/stream_bench.py --big-object-mb 500
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check siltlake tests bench

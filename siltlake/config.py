@@ -57,7 +57,7 @@ class StreamConfig(_Section):
     objects_per_wave: int = 512
     tasks_per_core: int = 4
     batch_rows: int = 65536
-    spill_bytes: int = 256 * 1024 * 1024
+    spill_bytes: int = 128 * 1024 * 1024
 
     @field_validator("poll_interval", mode="before")
     @classmethod

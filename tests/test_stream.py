@@ -279,8 +279,10 @@ def test_bad_records_are_counted_kept_with_their_source_and_replayable(deploymen
     assert table(deployment.spark(), "web.access", deployment).count() == 5
 
 
-def test_huge_objects_spill_sorted_runs_and_merge_them(tmp_path: Path) -> None:
-    """The bounded-memory path: tiny spill threshold forces many runs and a k-way merge."""
+@pytest.mark.parametrize("spill_bytes, batch_rows", [(64 * 1024, 4096), (8 * 1024, 512)])
+def test_huge_objects_spill_sorted_runs_and_merge_them(tmp_path: Path, spill_bytes: int, batch_rows: int) -> None:
+    """The bounded-memory path: a tiny spill threshold forces many runs and a k-way merge
+    (at 8 KiB, more runs than the merge fan-in, so intermediate merge passes too)."""
     rng = random.Random(5)
     start = dt.datetime(2026, 11, 20, 0, tzinfo=UTC)
     records = [event(start + dt.timedelta(seconds=rng.randrange(0, 2 * 86400)), i) for i in range(30000)]
@@ -292,7 +294,7 @@ def test_huge_objects_spill_sorted_runs_and_merge_them(tmp_path: Path) -> None:
 
     task = StreamTask(staging_object_id=1, uri=staging.as_uri(), lake=lake,
                       layout=TableLayout("k1k1", "web", "access"), table_json=definition.to_json(),
-                      run_id="r", batch_rows=4096, spill_bytes=64 * 1024)
+                      run_id="r", batch_rows=batch_rows, spill_bytes=spill_bytes)
     result = process_staging_object(task)
     assert result["status"] == "ok", result
     assert sum(p["rows"] for p in result["parts"]) == 30000
@@ -304,7 +306,7 @@ def test_huge_objects_spill_sorted_runs_and_merge_them(tmp_path: Path) -> None:
         assert part["rows"] == written.num_rows
         seen += written.column("user_id").to_pylist()
     assert sorted(seen) == list(range(30000))
-    assert not [info.key for info in lake.list() if ".run-" in info.key]
+    assert not [info.key for info in lake.list() if ".run-" in info.key or ".merged-" in info.key]
 
 
 @pytest.mark.postgres

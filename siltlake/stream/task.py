@@ -12,6 +12,7 @@ import json
 import resource
 import time
 import traceback
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +25,12 @@ from siltlake.storage import Storage, TableLayout
 from siltlake.tabledef import TableDef
 
 BAD_SAMPLES = 3
+# Bounds the rows the k-way merge gathers before writing a row group of the final object.
+MAX_ROW_GROUP_ROWS = 262_144
+# The merge holds one decoded row group per run: small run row groups and a bounded fan-in keep its
+# memory constant however many runs a huge object spills.
+RUN_ROW_GROUP_ROWS = 16_384
+MAX_MERGE_FAN_IN = 16
 _EPOCH = dt.datetime(1970, 1, 1)
 
 
@@ -91,19 +98,26 @@ class _ObjectWriter:
     def _sorted(self, tables: list[pa.Table]) -> pa.Table:
         return pa.concat_tables(tables).sort_by(self.table.time_column)
 
-    def _write(self, key: str, batches: list[pa.Table] | Any) -> None:
+    def _write(self, key: str, tables: Iterable[pa.Table], row_group_rows: int = MAX_ROW_GROUP_ROWS) -> None:
+        """Write tables in order, gathered into row groups of at most row_group_rows."""
         self.written.append(key)
         with self.task.lake.open_output(key) as sink, pq.ParquetWriter(
             sink, self.schema, compression=codec_of(self.table), write_statistics=True
         ) as writer:
-            for batch in batches:
-                writer.write_table(batch)
+            pending: list[pa.Table] = []
+            for table in tables:
+                pending.append(table)
+                if sum(t.num_rows for t in pending) >= row_group_rows:
+                    writer.write_table(pa.concat_tables(pending), row_group_size=row_group_rows)
+                    pending = []
+            if pending:
+                writer.write_table(pa.concat_tables(pending), row_group_size=row_group_rows)
 
     def _spill(self, date: dt.date, buffer: _DateBuffer) -> None:
         if not buffer.tables:
             return
         key = self._key(f"{date.isoformat()}.run-{len(buffer.runs):04d}.parquet")
-        self._write(key, [self._sorted(buffer.tables)])
+        self._write(key, [self._sorted(buffer.tables)], row_group_rows=RUN_ROW_GROUP_ROWS)
         buffer.runs.append(key)
         buffer.tables = []
 
@@ -114,8 +128,16 @@ class _ObjectWriter:
             key = self._key(f"{date.isoformat()}.parquet")
             if buffer.runs:
                 self._spill(date, buffer)
-                self._write(key, self._merge_runs(buffer.runs))
-                for run in buffer.runs:
+                runs, passes = list(buffer.runs), 0
+                while len(runs) > MAX_MERGE_FAN_IN:
+                    passes += 1
+                    merged = self._key(f"{date.isoformat()}.merged-{passes:04d}.parquet")
+                    self._write(merged, self._merge_runs(runs[:MAX_MERGE_FAN_IN]), RUN_ROW_GROUP_ROWS)
+                    for run in runs[:MAX_MERGE_FAN_IN]:
+                        self.task.lake.delete(run)
+                    runs = runs[MAX_MERGE_FAN_IN:] + [merged]
+                self._write(key, self._merge_runs(runs))
+                for run in runs:
                     self.task.lake.delete(run)
             else:
                 self._write(key, [self._sorted(buffer.tables)])
@@ -126,7 +148,7 @@ class _ObjectWriter:
         """K-way merge of time-sorted runs, one batch per run in memory at a time."""
         column = self.table.time_column
         readers = [
-            pq.ParquetFile(self.task.lake.open_input_file(run)).iter_batches(batch_size=self.task.batch_rows)
+            pq.ParquetFile(self.task.lake.open_input_file(run)).iter_batches(batch_size=RUN_ROW_GROUP_ROWS)
             for run in runs
         ]
         heads: list[pa.Table | None] = [None] * len(readers)
