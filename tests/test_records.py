@@ -424,29 +424,27 @@ def test_null_and_missing(type_name: str) -> None:
 # --- the vectorised path ---------------------------------------------------------------------
 
 
-def test_fast_path_takes_clean_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
-    slow_lines = []
+@pytest.fixture
+def slow_lines(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Line counts of the blocks that went to the per-record decoder."""
+    counted: list[int] = []
     original = R._slow_json_block
 
     def counting(block: bytes, first_line: int, converter: Any) -> R._Piece:
-        slow_lines.append(block.count(b"\n"))
+        counted.append(block.count(b"\n"))
         return original(block, first_line, converter)
 
     monkeypatch.setattr(R, "_slow_json_block", counting)
+    return counted
+
+
+def test_fast_path_takes_clean_blocks(slow_lines: list[int]) -> None:
     rows = [event_record(i, ts=f"2024-05-01T12:34:56.{i:06d}+09:00") for i in range(5000)]
     table, bad = read_all(jsonl(*rows))
     assert bad == [] and table.num_rows == 5000 and slow_lines == []
 
 
-def test_one_bad_line_does_not_send_the_whole_block_to_the_slow_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    slow_lines = []
-    original = R._slow_json_block
-
-    def counting(block: bytes, first_line: int, converter: Any) -> R._Piece:
-        slow_lines.append(block.count(b"\n"))
-        return original(block, first_line, converter)
-
-    monkeypatch.setattr(R, "_slow_json_block", counting)
+def test_one_bad_line_does_not_send_the_whole_block_to_the_slow_path(slow_lines: list[int]) -> None:
     rows: list[Any] = [event_record(i) for i in range(30_000)]
     rows[12_345] = event_record(12_345, n="twelve")
     table, bad = read_all(jsonl(*rows), batch_rows=100_000)

@@ -289,11 +289,9 @@ class Catalog:
 
     def tables_by_key_names(self) -> dict[tuple[str, str], TableRecord]:
         """Live tables by logical and by physical (schema, table): staging keys may use either."""
-        found: dict[tuple[str, str], TableRecord] = {}
-        for record in self.list_tables():
-            found.setdefault((record.physical_schema_name, record.physical_table_name), record)
-        for record in self.list_tables():
-            found[(record.definition.schema_name, record.definition.name)] = record
+        records = self.list_tables()
+        found = {(r.physical_schema_name, r.physical_table_name): r for r in records}
+        found.update({(r.definition.schema_name, r.definition.name): r for r in records})
         return found
 
     def _update_definition(self, c: Connection, table_id: int, definition: TableDef) -> None:
@@ -427,18 +425,6 @@ class Catalog:
                     ~sa.exists().where(s.small_objects.c.staging_object_id == s.staging_objects.c.id),
                 ))
         return forgotten
-
-    def staging_counts(self) -> dict[str, int]:
-        so = s.staging_objects
-        with self._tx() as c:
-            row = c.execute(sa.select(
-                sa.func.count().label("registered"),
-                sa.func.count(so.c.processed_time).label("processed"),
-                sa.func.coalesce(sa.func.sum(so.c.records_in), 0).label("records_in"),
-                sa.func.coalesce(sa.func.sum(so.c.bad_records), 0).label("bad_records"),
-            )).one()
-            unknown = c.execute(sa.select(sa.func.count()).select_from(s.unknown_staging_objects)).scalar_one()
-        return {**row._asdict(), "unknown": unknown}
 
     def error_uris(self, table_id: int) -> list[str]:
         so = s.staging_objects

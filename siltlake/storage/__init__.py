@@ -59,10 +59,6 @@ class Storage:
         assert self._fs is not None
         return self._fs
 
-    @property
-    def is_local(self) -> bool:
-        return isinstance(self._fs, pafs.LocalFileSystem)
-
     def path(self, key: str) -> str:
         """Path of a key inside the file system (what pyarrow calls take)."""
         return posixpath.join(self._base, key) if key else self._base
@@ -150,17 +146,8 @@ class TableLayout:
     def live_prefix(self) -> str:
         return f"{self.prefix}/live"
 
-    def merged_object(self, partition_date: dt.date, lower: int, upper: int) -> str:
-        return f"{self.prefix}/merged/dt={partition_date.isoformat()}/part-{lower:019d}-{upper:019d}.parquet"
-
-    def manifest(self, partition_date: dt.date, version: int) -> str:
-        return f"{self.prefix}/manifests/dt={partition_date.isoformat()}/manifest-{version:019d}.json"
-
     def errors(self, staging_object_id: int) -> str:
         return f"{self.prefix}/errors/staging-{staging_object_id:019d}.jsonl"
-
-    def errors_prefix(self) -> str:
-        return f"{self.prefix}/errors"
 
     def temporary(self, run_id: str, name: str) -> str:
         return f"{self.instance_key}/_tmp/{run_id}/{name}"

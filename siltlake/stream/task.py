@@ -57,10 +57,6 @@ def partition_dates(times: pa.ChunkedArray | pa.Array, timezone: str) -> pa.Arra
     return pc.cast(local, pa.date32())
 
 
-def codec_of(table: TableDef) -> str:
-    return "none" if table.codec == "none" else table.codec
-
-
 @dataclass
 class _DateBuffer:
     tables: list[pa.Table] = field(default_factory=list)
@@ -102,7 +98,7 @@ class _ObjectWriter:
         """Write tables in order, gathered into row groups of at most row_group_rows."""
         self.written.append(key)
         with self.task.lake.open_output(key) as sink, pq.ParquetWriter(
-            sink, self.schema, compression=codec_of(self.table), write_statistics=True
+            sink, self.schema, compression=self.table.codec, write_statistics=True
         ) as writer:
             pending: list[pa.Table] = []
             for table in tables:
