@@ -141,3 +141,16 @@ def test_staging_key_mapping() -> None:
     assert "not a valid table name" in map_key("f.Web.access/2026/11/20/x", pattern, tables).reason
     assert is_in_flight("a.web.access/2026/11/20/.x.gz") and is_in_flight("a/x.gz.tmp")
     assert not is_in_flight("a.web.access/2026/11/20/x.gz")
+
+
+def test_storage_uris_for_pyarrow_and_for_spark(tmp_path: Path) -> None:
+    from siltlake.storage import Storage
+
+    local = Storage(str(tmp_path / "lake"))
+    assert local.uri("a/b.parquet") == (tmp_path / "lake" / "a" / "b.parquet").as_uri()
+    assert local.engine_uri("a/b.parquet") == local.uri("a/b.parquet")
+    # S3 roots go through the same class; only the engine URI changes scheme (no network needed).
+    s3 = Storage.__new__(Storage)
+    s3.root = "s3://bucket/lake"
+    assert s3.uri("k/x.parquet") == "s3://bucket/lake/k/x.parquet"
+    assert s3.engine_uri("k/x.parquet") == "s3a://bucket/lake/k/x.parquet"

@@ -44,10 +44,10 @@ def table(spark: SparkSession, name: str, deployment: Deployment | None = None) 
     if not objects:
         return spark.createDataFrame([], schema)
     lake = deployment.lake
-    paths = [lake.uri(layout.small_object(o.partition_date, o.id, False)) for o in objects]
+    paths = [lake.engine_uri(layout.small_object(o.partition_date, o.id, False)) for o in objects]
     return (
         spark.read.schema(schema)
-        .option("basePath", lake.uri(layout.live_prefix()))
+        .option("basePath", lake.engine_uri(layout.live_prefix()))
         .parquet(*paths)
     )
 

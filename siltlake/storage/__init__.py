@@ -64,8 +64,12 @@ class Storage:
         return posixpath.join(self._base, key) if key else self._base
 
     def uri(self, key: str) -> str:
-        """A URI for engines (Spark, DuckDB): file:///... or s3a://... for Hadoop's S3 connector."""
-        uri = f"{self.root}/{key}" if key else self.root
+        """The object's URI as pyarrow opens it (file:///..., s3://...): what the catalog stores."""
+        return f"{self.root}/{key}" if key else self.root
+
+    def engine_uri(self, key: str) -> str:
+        """The URI for Spark, whose Hadoop S3 connector reads s3a://, not s3://."""
+        uri = self.uri(key)
         return "s3a://" + uri[len("s3://"):] if uri.startswith("s3://") else uri
 
     def key_of(self, path: str) -> str:
