@@ -193,7 +193,7 @@ def test_bad_lines_are_bad_records_with_line_numbers() -> None:
     assert by_line[4].reason == "column n: 'abc' is not a bigint"
     assert by_line[6].reason.startswith("invalid JSON: ")
     assert by_line[7].reason == "missing non-null field action"
-    assert by_line[8].reason == "missing event time ts"
+    assert by_line[8].reason == "missing event time (field ts)"
     assert by_line[9].reason.startswith("event time ts: 'soon' is not a timestamp")
     assert json.loads(by_line[4].raw) == event_record(4, n="abc")
 
@@ -554,7 +554,7 @@ def test_record_time_wins_over_entry_time_when_usable() -> None:
     assert table.column("action").to_pylist() == ["own", "fallback", "missing", "own2"]
     assert table.column("ts").to_pylist()[1:3] == [T0, T0]
     assert table.column("ts").to_pylist()[0] == datetime(2024, 1, 1, tzinfo=UTC)
-    assert [(record.line, record.reason.split(",")[0]) for record in bad] == [(4, "missing event time ts")]
+    assert [(record.line, record.reason.split(",")[0]) for record in bad] == [(4, "missing event time (field ts)")]
 
 
 def test_packed_forward_and_compressed_packed_forward() -> None:
@@ -679,7 +679,7 @@ def test_csv_empty_fields() -> None:
         {"ts": T0, "s": "", "i": None, "j": None, "b": None},
         {"ts": T0, "s": "x", "i": 5, "j": '{"a":[1]}', "b": True},
     ]
-    assert [(record.line, record.reason) for record in bad] == [(4, "missing event time ts")]
+    assert [(record.line, record.reason) for record in bad] == [(4, "missing event time (field ts)")]
 
 
 def test_csv_unknown_columns() -> None:
@@ -1204,3 +1204,9 @@ def test_tiny_reads(key: str, data: bytes) -> None:
     batches = list(read_staging_object(TrickleStream(data), key, BASIC, batch_rows=16))
     assert [batch.records_in for batch in batches] == [16, 16, 16, 2]
     assert pa.concat_tables(batch.table for batch in batches).column("n").to_pylist() == list(range(50))
+
+
+def test_floor_division_matches_python_at_the_int64_extremes() -> None:
+    # Found by the fast == slow property: epoch nanoseconds at the int64 minimum once wrapped around.
+    values = [-(2**63), -(2**63) + 1, -1001, -1000, -1, 0, 999, 1000, 2**63 - 1]
+    assert R._floor_divide(pa.array(values), 1000).to_pylist() == [v // 1000 for v in values]

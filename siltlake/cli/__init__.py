@@ -125,15 +125,25 @@ def table_show(context: click.Context, name: str) -> None:
     print_partitions(deployment, record.id)
 
 
+def _size(count: int) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if count < 1000 or unit == "TB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1000
+    return ""
+
+
 def print_partitions(deployment: Deployment, table_id: int) -> None:
     summary = deployment.catalog.partition_summary(table_id)
     grid = Table(title="partitions")
-    for header in ("dt", "state", "live objs", "live rows", "delayed objs", "delayed rows", "bytes"):
-        grid.add_column(header, no_wrap=True, justify="left" if header in ("dt", "state") else "right")
+    grid.add_column("dt", no_wrap=True, min_width=10)
+    grid.add_column("state", no_wrap=True)
+    for header in ("live\nobjects", "live\nrows", "delayed\nobjects", "delayed\nrows", "size"):
+        grid.add_column(header, justify="right", no_wrap=True)
     for row in summary:
         grid.add_row(row["date"].isoformat(), "closed" if row["closed"] else "open",
-                     str(row["live_objects"]), str(row["live_rows"]), str(row["delayed_objects"]),
-                     str(row["delayed_rows"]), f"{row['bytes']:,}")
+                     f"{row['live_objects']:,}", f"{row['live_rows']:,}", f"{row['delayed_objects']:,}",
+                     f"{row['delayed_rows']:,}", _size(row["bytes"]))
     out.print(grid if summary else "no partitions yet")
 
 
@@ -203,12 +213,14 @@ def print_stream_report(report: StreamReport, staging_root: str, verbose: bool =
     def short(uri: str) -> str:
         return uri[len(staging_root) + 1:] if uri.startswith(staging_root + "/") else uri
 
-    rate = report.records_loaded / report.seconds if report.seconds else 0.0
+    working = report.seconds - report.spark_start_seconds
+    rate = report.records_loaded / working if working > 0 else 0.0
+    startup = f", of which Spark start-up {report.spark_start_seconds:.1f}s" if report.spark_start_seconds > 1 else ""
     console.print(
         f"[bold]stream[/]: {report.registered} new staging objects, {report.processed} processed, "
         f"{report.records_loaded:,} records loaded, {report.bad_records:,} bad records, "
         f"{len(report.unknown)} unknown objects, {report.live_objects} live + {report.delayed_objects} delayed "
-        f"small objects, {report.seconds:.1f}s ({rate:,.0f} records/s)",
+        f"small objects, {report.seconds:.1f}s{startup} ({rate:,.0f} records/s)",
         highlight=False,
     )
     if report.skipped_duplicates:

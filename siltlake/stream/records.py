@@ -582,7 +582,7 @@ class _RecordConverter:
                 continue
             if value is None:
                 if plan.is_time:
-                    raise _Reject(f"missing event time {plan.source}")
+                    raise _Reject(f"missing event time (field {plan.source})")
                 if plan.required:
                     raise _Reject(f"missing non-null field {plan.source}")
                 row.append(None)
@@ -606,7 +606,7 @@ class _RecordConverter:
             return tv.parse_event_time(entry_time, "s")
         except ValueError as exc:
             if value is None:
-                reason = f"missing event time {plan.source}"
+                reason = f"missing event time (field {plan.source})"
             else:
                 reason = f"event time {plan.source}: {_show(value)} is not a timestamp"
             raise _Reject(f"{reason}, and the entry time is unusable: {exc}") from None
@@ -721,8 +721,11 @@ def _within(values: pa.ChunkedArray | pa.Array, low: int | float, high: int | fl
 
 
 def _floor_divide(values: Any, divisor: int) -> Any:
-    # Arrow's integer divide truncates toward zero; modulo follows the divisor's sign.
-    return pc.divide(pc.subtract(values, pc.modulo(values, divisor)), divisor)
+    """Floor division by a positive divisor. Arrow's integer divide truncates toward zero; stepping
+    the quotient down when the remainder is negative never overflows, even at the int64 minimum."""
+    quotient = pc.divide(values, divisor)
+    remainder = pc.subtract(values, pc.multiply(quotient, divisor))
+    return pc.if_else(pc.less(remainder, 0), pc.subtract(quotient, 1), quotient)
 
 
 def _first_valid(values: pa.ChunkedArray) -> Any:

@@ -38,16 +38,7 @@ class StreamReport:
     error_files: list[str] = field(default_factory=list)
     peak_task_rss_bytes: int = 0
     seconds: float = 0.0
-
-    def merge(self, other: StreamReport) -> None:
-        for name in ("listed", "registered", "processed", "records_in", "records_loaded", "bad_records",
-                     "live_objects", "delayed_objects", "bytes_written", "skipped_duplicates", "seconds"):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-        self.unknown += other.unknown
-        self.failed += other.failed
-        self.bad_samples += other.bad_samples
-        self.error_files += other.error_files
-        self.peak_task_rss_bytes = max(self.peak_task_rss_bytes, other.peak_task_rss_bytes)
+    spark_start_seconds: float = 0.0
 
 
 class Progress:
@@ -141,7 +132,9 @@ def stream_once(deployment: Deployment, progress: Progress | None = None) -> Str
     if not pending:
         report.seconds = time.monotonic() - started
         return report
+    spark_started = time.monotonic()
     spark = deployment.spark()
+    report.spark_start_seconds = time.monotonic() - spark_started
     run_id = f"stream-{utcnow():%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
     try:
         for start in range(0, len(pending), settings.objects_per_wave):
