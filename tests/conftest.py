@@ -8,10 +8,17 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from hypothesis import settings
 
 from siltlake.config import Config
 from siltlake.deployment import Deployment
 from siltlake.tabledef import TableDef
+
+# CI replays the same examples every run (a failure there is reproducible); local runs keep exploring.
+# No deadlines: the 2-core machine is shared with Spark, and timing is the benchmarks' job.
+settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
+settings.register_profile("dev", deadline=None, print_blob=True)
+settings.load_profile("ci" if os.environ.get("CI") == "true" else "dev")
 
 PG_ADMIN_URL = os.environ.get("SILTLAKE_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 ACCESS_TABLE = {
