@@ -1,0 +1,1 @@
+"""merge: small objects into range objects (DESIGN §5)."""
