@@ -19,3 +19,11 @@ class CatalogError(SiltError):
 
 class NotFoundError(CatalogError):
     """A named object does not exist in the catalog."""
+
+
+class Refusal(Exception):
+    """An input siltlake will not take as it is; `reason` says why, for reports and catalog rows."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason

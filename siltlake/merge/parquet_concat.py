@@ -22,6 +22,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from fastparquet import cencoding
 
+from siltlake.errors import Refusal
+
 __all__ = ["ConcatResult", "ShallowMergeRefused", "concatenate", "shallow_merge_refusal"]
 
 MAGIC = b"PAR1"
@@ -38,15 +40,9 @@ CMD_TOTAL_COMPRESSED, CMD_DATA_PAGE_OFFSET, CMD_INDEX_PAGE_OFFSET, CMD_DICT_PAGE
 CMD_BLOOM_OFFSET, CMD_BLOOM_LENGTH, CMD_SIZE_STATS, CMD_GEO_STATS = 14, 15, 16, 17
 
 
-class ShallowMergeRefused(Exception):
+class ShallowMergeRefused(Refusal):
     """The inputs cannot be concatenated without decoding; .reason says why (schema differs, codec differs,
     column order differs, not Parquet, ...)."""
-
-    reason: str
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
 
 
 @dataclass(frozen=True)

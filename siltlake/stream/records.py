@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
 from siltlake import timevalues as tv
+from siltlake.errors import Refusal
 from siltlake.tabledef import Column, TableDef, arrow_type, decimal_parts
 
 __all__ = [
@@ -61,12 +62,8 @@ INT32_RANGE = (-(1 << 31), (1 << 31) - 1)
 INT64_RANGE = (-(1 << 63), (1 << 63) - 1)
 
 
-class UnreadableObject(Exception):
+class UnreadableObject(Refusal):
     """The object as a whole cannot be decoded (bad gzip/truncated, invalid UTF-8, not JSON lines at all, not MessagePack, CSV without header...)."""  # noqa: E501
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
 
 
 @dataclass(frozen=True)
