@@ -97,7 +97,7 @@ def run_tasks(spark: SparkSession, function: Callable[[Any], Any], items: list[A
     worker = threading.Thread(target=collect, daemon=True)
     worker.start()
     tracker = context.statusTracker()
-    sizes = [len(group) for group in groups]
+    smallest_first = sorted(len(group) for group in groups)
     reported = 0
     try:
         while worker.is_alive():
@@ -111,7 +111,7 @@ def run_tasks(spark: SparkSession, function: Callable[[Any], Any], items: list[A
                     stage = tracker.getStageInfo(stage_id)
                     completed_tasks += stage.numCompletedTasks if stage else 0
             # Spark tells how many tasks finished, not which: count the smallest ones (never over-report).
-            done = sum(sorted(sizes)[:completed_tasks])
+            done = sum(smallest_first[:completed_tasks])
             if done > reported:
                 on_progress(done - reported)
                 reported = done

@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from siltlake.clock import to_naive_utc
 from siltlake.storage import Storage, TableLayout
 from siltlake.tabledef import TableDef
 
@@ -31,7 +32,6 @@ MAX_ROW_GROUP_ROWS = 262_144
 # memory constant however many runs a huge object spills.
 RUN_ROW_GROUP_ROWS = 16_384
 MAX_MERGE_FAN_IN = 16
-_EPOCH = dt.datetime(1970, 1, 1)
 
 
 @dataclass(frozen=True)
@@ -101,11 +101,13 @@ class _ObjectWriter:
             sink, self.schema, compression=self.table.codec, write_statistics=True
         ) as writer:
             pending: list[pa.Table] = []
+            pending_rows = 0
             for table in tables:
                 pending.append(table)
-                if sum(t.num_rows for t in pending) >= row_group_rows:
+                pending_rows += table.num_rows
+                if pending_rows >= row_group_rows:
                     writer.write_table(pa.concat_tables(pending), row_group_size=row_group_rows)
-                    pending = []
+                    pending, pending_rows = [], 0
             if pending:
                 writer.write_table(pa.concat_tables(pending), row_group_size=row_group_rows)
 
@@ -191,17 +193,13 @@ class _ObjectWriter:
             "tmp_key": key,
             "rows": metadata.num_rows,
             "bytes": size,
-            "min_time": _naive_utc(min(lows)).isoformat(),
-            "max_time": _naive_utc(max(highs)).isoformat(),
+            "min_time": to_naive_utc(min(lows)).isoformat(),
+            "max_time": to_naive_utc(max(highs)).isoformat(),
         }
 
     def discard(self) -> None:
         for key in self.written:
             self.task.lake.delete(key)
-
-
-def _naive_utc(value: dt.datetime) -> dt.datetime:
-    return value.astimezone(dt.UTC).replace(tzinfo=None) if value.tzinfo else value
 
 
 class _ErrorSink:
