@@ -8,7 +8,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from siltlake.errors import ConfigError
 from siltlake.tabledef import describe_validation_error, parse_duration
@@ -86,12 +86,42 @@ class StreamConfig(_Section):
         return value
 
 
+class MergeConfig(_Section):
+    slots: int = Field(default=32, description="jobs one worker runs at once (each one Spark task)")
+    per_table_limit: int = Field(default=4, description="running jobs per table across all workers")
+    poll_interval: int = 10
+    job_timeout: int = Field(default=600, description="seconds without a heartbeat before a job is taken over")
+    heartbeat_interval: int = 30
+    max_attempts: int = Field(default=5, description="failed attempts before a job parks as failed")
+    retry_backoff: int = Field(default=30, description="seconds before the first retry; doubles per attempt")
+
+    @field_validator("poll_interval", "job_timeout", "heartbeat_interval", "retry_backoff", mode="before")
+    @classmethod
+    def _durations(cls, value: Any, info: ValidationInfo) -> int:
+        return parse_duration(value, f"merge.{info.field_name}")
+
+    @field_validator("slots", "per_table_limit", "job_timeout", "heartbeat_interval", "max_attempts")
+    @classmethod
+    def _positive(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError("must be at least 1")
+        return value
+
+    @model_validator(mode="after")
+    def _heartbeat_within_timeout(self) -> MergeConfig:
+        if self.heartbeat_interval * 2 > self.job_timeout:
+            raise ValueError(f"merge.heartbeat_interval ({self.heartbeat_interval} s) must be at most half of "
+                             f"merge.job_timeout ({self.job_timeout} s), or live jobs get taken over")
+        return self
+
+
 class Config(_Section):
     instance_key: str | None = None
     catalog: CatalogConfig = Field(default_factory=CatalogConfig)
     storage: StorageConfig = Field(default_factory=StorageConfig)
     spark: SparkConfig = Field(default_factory=SparkConfig)
     stream: StreamConfig = Field(default_factory=StreamConfig)
+    merge: MergeConfig = Field(default_factory=MergeConfig)
     source: str = Field(default="embedded defaults", exclude=True)
 
     @field_validator("instance_key")

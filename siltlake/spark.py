@@ -70,17 +70,18 @@ def balanced_groups(items: list[Any], weights: list[int], groups: int) -> list[l
 
 def run_tasks(spark: SparkSession, function: Callable[[Any], Any], items: list[Any],
               weights: list[int] | None = None, tasks_per_core: int = 4,
-              on_progress: Callable[[int], None] | None = None) -> list[Any]:
+              on_progress: Callable[[int], None] | None = None, tasks: int | None = None) -> list[Any]:
     """Run function over items as one Spark stage and return the results in item order.
 
     Items are packed into a few size-balanced tasks per core: a Spark task costs tens of
     milliseconds however little it does, which would dominate many small staging objects.
+    `tasks` overrides the count (merge runs one task per job plan).
     """
     if not items:
         return []
     context = spark.sparkContext
     indexed = list(enumerate(items))
-    groups = balanced_groups(indexed, weights or [1] * len(items), context.defaultParallelism * tasks_per_core)
+    groups = balanced_groups(indexed, weights or [1] * len(items), tasks or context.defaultParallelism * tasks_per_core)
     rdd: RDD = context.parallelize(groups, len(groups)).flatMap(
         lambda group: [(index, function(item)) for index, item in group]
     )

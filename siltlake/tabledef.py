@@ -9,7 +9,7 @@ from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from siltlake.errors import DefinitionError
 
@@ -138,6 +138,7 @@ class TableDef(_Strict):
     merge_mode: Literal["auto", "deep", "shallow"] = "auto"
     merged_object_size: int = 128 * 1024 * 1024
     merge_batch_size: int = 2000
+    row_group_bytes: int = 32 * 1024 * 1024  # target decoded size of a merged object's row groups
     ttl_days: int | None = None
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
@@ -165,6 +166,13 @@ class TableDef(_Strict):
     @classmethod
     def _interval(cls, value: Any) -> int:
         return parse_duration(value, "merge_interval")
+
+    @field_validator("merged_object_size", "merge_batch_size", "row_group_bytes")
+    @classmethod
+    def _positive(cls, value: int, info: ValidationInfo) -> int:
+        if value < 1:
+            raise DefinitionError(f"{info.field_name} must be at least 1, got {value}")
+        return value
 
     @field_validator("ttl_days")
     @classmethod

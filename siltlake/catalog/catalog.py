@@ -13,6 +13,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 
 from siltlake.catalog import schema as s
+from siltlake.catalog.merge_queue import MergeQueue
 from siltlake.clock import utcnow
 from siltlake.errors import CatalogError, NotFoundError
 from siltlake.storage import TableLayout
@@ -107,7 +108,7 @@ def _sqlite_setup(engine: Engine) -> None:
         connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
-class Catalog:
+class Catalog(MergeQueue):
     """One deployment's catalog. Create with a URL; call upgrade() (silt init) before use."""
 
     def __init__(self, url: str, *, echo: bool = False) -> None:
@@ -555,19 +556,21 @@ class StreamCommit:
 
     def partition_for(self, table_id: int, partition_date: dt.date, merge_interval: int,
                       now: dt.datetime) -> PartitionRow:
-        """The partition row, created with its first merge job if this is the first object."""
+        """The partition row (created with the first object), with a waiting merge job.
+
+        A partition always has a waiting job while it holds unmerged objects: the first object's
+        schedules the first merge merge_interval later; one arriving while no job waits (the last
+        one finished, or is running) schedules the next merge the same way.
+        """
         found = self.partition(table_id, partition_date)
-        if found is not None:
-            return found
-        partition_id = self._c.execute(s.partitions.insert().values(
-            table_id=table_id, partition_date=partition_date, create_time=now,
-        ).returning(s.partitions.c.id)).scalar_one()
-        self._c.execute(s.merge_jobs.insert().values(
-            partition_id=partition_id, schedule_time=now + dt.timedelta(seconds=merge_interval),
-            ongoing_mark=0,
-        ))
-        found = self.partition(table_id, partition_date)
-        assert found is not None
+        if found is None:
+            self._c.execute(s.partitions.insert().values(
+                table_id=table_id, partition_date=partition_date, create_time=now))
+            found = self.partition(table_id, partition_date)
+            assert found is not None
+        # advance=False: a job waiting out a failure's backoff keeps its later time.
+        self._catalog._schedule_waiting(self._c, found.id, now + dt.timedelta(seconds=merge_interval),
+                                        advance=False)
         return found
 
     def allocate_ids(self, count: int) -> list[int]:

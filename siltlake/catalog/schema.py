@@ -126,7 +126,14 @@ merge_jobs = sa.Table(
     sa.Column("ongoing_mark", sa.Integer, nullable=False, server_default="0"),
     sa.Column("heartbeat_time", sa.DateTime, nullable=True),
     sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
+    # Who holds a running job: refreshed heartbeats and the final commit are guarded by it, so a
+    # worker whose job was taken over can no longer touch it.
+    sa.Column("owner", sa.String(64), nullable=True),
+    sa.Column("last_error", sa.Text, nullable=True),
+    sa.Column("continued_from", sa.Integer, nullable=True),  # the job whose leftovers this one takes
+    # ongoing_mark: 0 waiting, the job's own id while running, minus its id once parked as failed.
     sa.UniqueConstraint("partition_id", "ongoing_mark"),
+    sqlite_autoincrement=True,
 )
 sa.Index(
     "ix_merge_jobs_waiting",
@@ -149,6 +156,9 @@ merge_job_log = sa.Table(
     sa.Column("end_time", sa.DateTime, nullable=False),
     sa.Column("outcome", sa.String(16), nullable=False),
     sa.Column("error", sa.Text, nullable=True),
+    sa.Column("rows_out", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("bytes_decoded", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("note", sa.Text, nullable=True),
     sa.CheckConstraint("outcome IN ('finished', 'continuing', 'failed')", name="outcome"),
 )
 
@@ -160,6 +170,7 @@ merge_ranges = sa.Table(
     sa.Column("lower_bound", sa.BigInteger, nullable=True),
     sa.Column("upper_bound", sa.BigInteger, nullable=False),
     sa.Column("content_length", sa.BigInteger, nullable=False),
+    sa.Column("row_count", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("create_time", sa.DateTime, nullable=False),
     sa.Column("update_time", sa.DateTime, nullable=False),
     sa.UniqueConstraint("partition_id", "lower_bound"),

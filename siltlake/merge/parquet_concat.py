@@ -311,15 +311,19 @@ def _copy(src, start: int, end: int, sink) -> None:
         remaining -= len(data)
 
 
-def concatenate(sources: list[pa.NativeFile], sink: pa.NativeFile | BinaryIO) -> ConcatResult:
+def concatenate(sources: list[pa.NativeFile], sink: pa.NativeFile | BinaryIO,
+                row_groups: list[list[int] | None] | None = None) -> ConcatResult:
     """Write one Parquet file holding every row group of sources, in order, copied byte for byte
     (streamed in bounded chunks: never read a whole source into memory at once), under a new footer.
     sources are seekable input files (pyarrow open_input_file); raises ShallowMergeRefused when
     shallow_merge_refusal says so. Keeps the first source's key-value metadata (the ARROW:schema
-    entry must stay valid so pyarrow restores types incl. timestamp tz)."""
+    entry must stay valid so pyarrow restores types incl. timestamp tz). row_groups optionally names, per
+    source, the row groups to keep (None keeps all of that source's)."""
     if not sources:
         raise ShallowMergeRefused("no input files")
     opened = [_open(f, n) for n, f in enumerate(sources)]
+    if row_groups is not None and len(row_groups) != len(sources):
+        raise ValueError(f"row_groups names {len(row_groups)} sources, there are {len(sources)}")
     reason = shallow_merge_refusal([s.arrow_md for s in opened])
     if reason is not None:
         raise ShallowMergeRefused(reason)
@@ -328,9 +332,16 @@ def concatenate(sources: list[pa.NativeFile], sink: pa.NativeFile | BinaryIO) ->
     plan: list[tuple[_Source, int, int, int]] = []  # (source, start, end, delta)
     new_row_groups: list[dict] = []
     pos = len(MAGIC)
+    total_rows = 0
     for n, src in enumerate(opened):
         size = _size(src.f)
-        for rg in src.footer.get(FMD_ROW_GROUPS) or []:
+        groups = src.footer.get(FMD_ROW_GROUPS) or []
+        keep = range(len(groups)) if row_groups is None or row_groups[n] is None else row_groups[n]
+        for index in keep:
+            if not 0 <= index < len(groups):
+                raise ValueError(f"file {n} has no row group {index} (it has {len(groups)})")
+            rg = groups[index]
+            total_rows += src.arrow_md.row_group(index).num_rows
             start, end = _row_group_span(rg, n, size)
             delta = pos - start
             _relocate(rg, delta)
@@ -344,7 +355,6 @@ def concatenate(sources: list[pa.NativeFile], sink: pa.NativeFile | BinaryIO) ->
 
     footer = dict(opened[0].footer)
     footer[FMD_ROW_GROUPS] = new_row_groups
-    total_rows = sum(s.arrow_md.num_rows for s in opened)
     footer[FMD_NUM_ROWS] = total_rows
     raw = encode_footer(footer)
     tail = struct.pack("<I", len(raw)) + MAGIC

@@ -14,6 +14,7 @@ class SmallObject:
     id: int
     content_length: int
     row_count: int
+    delayed: bool = False
 
 
 @dataclass(frozen=True)

@@ -147,6 +147,10 @@ class TableLayout:
         area = "delayed" if delayed else "live"
         return f"{self.prefix}/{area}/dt={partition_date.isoformat()}/obj-{object_id:019d}.parquet"
 
+    def merged_object(self, partition_date: dt.date, lower: int, upper: int) -> str:
+        """The object of merge range (lower, upper]: the partition's small objects with lower < id <= upper."""
+        return f"{self.prefix}/merged/dt={partition_date.isoformat()}/part-{lower:019d}-{upper:019d}.parquet"
+
     def live_prefix(self) -> str:
         return f"{self.prefix}/live"
 

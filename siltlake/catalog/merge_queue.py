@@ -1,0 +1,411 @@
+"""The merge job queue and merge ranges (DESIGN §5): claim, heartbeat, commit, fail, park, status."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from siltlake.catalog import schema as s
+from siltlake.errors import CatalogError
+
+if TYPE_CHECKING:
+    from siltlake.catalog.catalog import TableRecord
+
+# Names the PostgreSQL advisory lock that serialises claims (SQLite's write lock does the same there).
+_MERGE_CLAIM_LOCK = 0x5117_3E26
+
+
+class LostMergeJob(CatalogError):
+    """The job is no longer ours: another worker took it over after our heartbeat went stale."""
+
+
+class MergeConflict(CatalogError):
+    """The partition's ranges moved since the job planned; its output is not committed."""
+
+
+@dataclass(frozen=True)
+class ClaimedJob:
+    id: int
+    partition_id: int
+    partition_date: dt.date
+    table: TableRecord
+    attempts: int
+    taken_over: bool  # the previous holder's heartbeat went stale
+
+
+@dataclass(frozen=True)
+class RangeRow:
+    lower: int | None
+    upper: int
+    content_length: int
+    row_count: int
+
+
+@dataclass(frozen=True)
+class UnmergedObject:
+    id: int
+    delayed: bool
+    content_length: int
+    row_count: int
+
+
+@dataclass(frozen=True)
+class RangeWrite:
+    """One written merged object: a new range (lower, upper], or the open range extended from old_upper."""
+
+    lower: int
+    upper: int
+    old_upper: int | None
+    content_length: int
+    row_count: int
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    mode: str | None
+    objects_in: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    rows_out: int = 0
+    bytes_decoded: int = 0
+    start_time: dt.datetime | None = None
+    note: str | None = None
+
+
+class MergeQueue:
+    """Merge queue operations of Catalog (mixed in; uses its _tx and dialect)."""
+
+    dialect: str
+
+    def _tx(self):  # noqa: ANN202 - provided by Catalog
+        raise NotImplementedError
+
+    def _lock_claims(self, c: Connection) -> None:
+        if self.dialect == "postgresql":
+            c.execute(sa.select(sa.func.pg_advisory_xact_lock(_MERGE_CLAIM_LOCK)))
+
+    # --- claiming --------------------------------------------------------------------------------
+
+    def claim_merge_jobs(self, owner: str, *, limit: int, now: dt.datetime, timeout: float,
+                         per_table_limit: int, table_ids: Sequence[int] | None = None) -> list[ClaimedJob]:
+        """Claim up to `limit` due jobs (or jobs whose worker went silent for `timeout` seconds).
+
+        Oldest schedule first, at most one running job per partition, at most `per_table_limit` running
+        jobs per table, none for a partition with a parked job. Claims are serialised, and each claim is
+        an UPDATE guarded by the state the candidate was read in.
+        """
+        from siltlake.catalog.catalog import Catalog
+
+        j, p = s.merge_jobs, s.partitions
+        stale_before = now - dt.timedelta(seconds=timeout)
+        with self._tx() as c:
+            self._lock_claims(c)
+            held = c.execute(
+                sa.select(p.c.table_id, j.c.partition_id, j.c.ongoing_mark, j.c.heartbeat_time)
+                .select_from(j.join(p, j.c.partition_id == p.c.id))
+                .where(j.c.ongoing_mark != 0)
+            ).all()
+            busy_partitions: set[int] = set()
+            running_per_table: dict[int, int] = {}
+            for row in held:
+                if row.ongoing_mark < 0 or row.heartbeat_time is None or row.heartbeat_time >= stale_before:
+                    busy_partitions.add(row.partition_id)  # parked, or running with a live worker
+                if row.ongoing_mark > 0 and row.heartbeat_time is not None and row.heartbeat_time >= stale_before:
+                    running_per_table[row.table_id] = running_per_table.get(row.table_id, 0) + 1
+            due = sa.or_(
+                sa.and_(j.c.ongoing_mark == 0, j.c.schedule_time <= now),
+                sa.and_(j.c.ongoing_mark > 0, j.c.heartbeat_time < stale_before),
+            )
+            rank = sa.func.row_number().over(partition_by=p.c.table_id, order_by=(j.c.schedule_time, j.c.id))
+            ranked = (
+                sa.select(j.c.id, j.c.partition_id, j.c.ongoing_mark, j.c.heartbeat_time, j.c.attempts,
+                          j.c.schedule_time, p.c.table_id, p.c.partition_date, rank.label("rank"))
+                .select_from(j.join(p, j.c.partition_id == p.c.id))
+                .where(due)
+            )
+            if table_ids is not None:
+                ranked = ranked.where(p.c.table_id.in_(list(table_ids)))
+            ranked = ranked.subquery()
+            # Busy partitions may hide a table's first candidates: look a little deeper than the cap.
+            depth = per_table_limit + len(busy_partitions) + 1
+            candidates = c.execute(
+                sa.select(ranked).where(ranked.c.rank <= depth)
+                .order_by(ranked.c.schedule_time, ranked.c.id)
+            ).all()
+            tables = {}
+            claimed: list[ClaimedJob] = []
+            for row in candidates:
+                if len(claimed) >= limit:
+                    break
+                if row.partition_id in busy_partitions:
+                    continue
+                if running_per_table.get(row.table_id, 0) >= per_table_limit:
+                    continue
+                guard = (j.c.ongoing_mark == 0) if row.ongoing_mark == 0 else sa.and_(
+                    j.c.ongoing_mark == row.ongoing_mark, j.c.heartbeat_time == row.heartbeat_time)
+                updated = c.execute(
+                    j.update().where(j.c.id == row.id, guard)
+                    .values(ongoing_mark=row.id, heartbeat_time=now, owner=owner, attempts=j.c.attempts + 1)
+                ).rowcount
+                if updated != 1:
+                    continue
+                if row.table_id not in tables:
+                    tables[row.table_id] = Catalog._record(
+                        c.execute(sa.select(s.tables).where(s.tables.c.id == row.table_id)).one())
+                busy_partitions.add(row.partition_id)
+                running_per_table[row.table_id] = running_per_table.get(row.table_id, 0) + 1
+                claimed.append(ClaimedJob(
+                    id=row.id, partition_id=row.partition_id, partition_date=row.partition_date,
+                    table=tables[row.table_id], attempts=row.attempts + 1, taken_over=row.ongoing_mark != 0,
+                ))
+                if row.ongoing_mark != 0:
+                    c.execute(s.merge_job_log.insert().values(
+                        job_id=row.id, partition_id=row.partition_id, mode=None, start_time=row.heartbeat_time,
+                        end_time=now, outcome="failed",
+                        error=f"worker lost: no heartbeat since {row.heartbeat_time:%Y-%m-%d %H:%M:%S} UTC "
+                              f"(timeout {timeout:g} s); taken over by {owner}",
+                    ))
+        return claimed
+
+    def heartbeat_merge_jobs(self, job_ids: Sequence[int], owner: str, now: dt.datetime) -> set[int]:
+        """Refresh the heartbeat of our running jobs; returns the ids that are no longer ours."""
+        if not job_ids:
+            return set()
+        j = s.merge_jobs
+        with self._tx() as c:
+            c.execute(j.update().where(j.c.id.in_(list(job_ids)), j.c.owner == owner, j.c.ongoing_mark == j.c.id)
+                      .values(heartbeat_time=now))
+            still = set(c.execute(sa.select(j.c.id).where(
+                j.c.id.in_(list(job_ids)), j.c.owner == owner, j.c.ongoing_mark == j.c.id)).scalars())
+        return set(job_ids) - still
+
+    # --- planning inputs ---------------------------------------------------------------------------
+
+    def merge_ranges(self, partition_id: int) -> list[RangeRow]:
+        r = s.merge_ranges
+        with self._tx() as c:
+            rows = c.execute(sa.select(r.c.lower_bound, r.c.upper_bound, r.c.content_length, r.c.row_count)
+                             .where(r.c.partition_id == partition_id).order_by(r.c.upper_bound)).all()
+        return [RangeRow(*row) for row in rows]
+
+    def unmerged_objects(self, partition_id: int, limit: int
+                         ) -> tuple[RangeRow | None, int | None, list[UnmergedObject]]:
+        """The partition's last range (None if none but the sentinel), the largest upper bound (None without
+        any range row: what commit_merge checks), and up to `limit` small objects after it."""
+        r, so = s.merge_ranges, s.small_objects
+        with self._tx() as c:
+            last = c.execute(
+                sa.select(r.c.lower_bound, r.c.upper_bound, r.c.content_length, r.c.row_count)
+                .where(r.c.partition_id == partition_id).order_by(r.c.upper_bound.desc()).limit(1)
+            ).first()
+            after = last.upper_bound if last is not None else 0
+            rows = c.execute(
+                sa.select(so.c.id, so.c.delayed, so.c.content_length, so.c.row_count)
+                .where(so.c.partition_id == partition_id, so.c.id > after).order_by(so.c.id).limit(limit)
+            ).all()
+        last_range = RangeRow(*last) if last is not None and last.lower_bound is not None else None
+        return last_range, (last.upper_bound if last is not None else None), [UnmergedObject(*row) for row in rows]
+
+    # --- finishing ---------------------------------------------------------------------------------
+
+    def _own_job(self, c: Connection, job: ClaimedJob, owner: str):  # noqa: ANN202 - a Row
+        j = s.merge_jobs
+        query = sa.select(j).where(j.c.id == job.id, j.c.ongoing_mark == job.id, j.c.owner == owner)
+        if self.dialect == "postgresql":
+            query = query.with_for_update()
+        row = c.execute(query).first()
+        if row is None:
+            raise LostMergeJob(f"merge job {job.id} is no longer held by {owner}; another worker took it over")
+        return row
+
+    def _log(self, c: Connection, job: ClaimedJob, outcome: str, result: JobOutcome, now: dt.datetime,
+             error: str | None = None) -> None:
+        c.execute(s.merge_job_log.insert().values(
+            job_id=job.id, partition_id=job.partition_id, mode=result.mode, objects_in=result.objects_in,
+            bytes_in=result.bytes_in, bytes_out=result.bytes_out, rows_out=result.rows_out,
+            bytes_decoded=result.bytes_decoded, start_time=result.start_time or now, end_time=now,
+            outcome=outcome, error=error, note=result.note,
+        ))
+
+    def _schedule_waiting(self, c: Connection, partition_id: int, when: dt.datetime,
+                          continued_from: int | None = None, advance: bool = True) -> None:
+        """Make sure the partition has a waiting job (due no later than `when` if advance)."""
+        j = s.merge_jobs
+        waiting = c.execute(sa.select(j.c.id, j.c.schedule_time)
+                            .where(j.c.partition_id == partition_id, j.c.ongoing_mark == 0)).first()
+        if waiting is None:
+            c.execute(j.insert().values(partition_id=partition_id, schedule_time=when, ongoing_mark=0,
+                                        continued_from=continued_from))
+        elif advance and (waiting.schedule_time > when or continued_from is not None):
+            values: dict = {"schedule_time": min(when, waiting.schedule_time)}
+            if continued_from is not None:
+                values["continued_from"] = continued_from
+            c.execute(j.update().where(j.c.id == waiting.id).values(**values))
+
+    def commit_merge(self, job: ClaimedJob, owner: str, *, base_upper: int | None, writes: Sequence[RangeWrite],
+                     continuing: bool, result: JobOutcome, now: dt.datetime) -> None:
+        """Record written objects as ranges, raise desired_manifest_version, end the job: one transaction.
+
+        base_upper is the last range's upper bound the job planned from (None: the partition had no
+        ranges). If the ranges moved meanwhile, nothing is recorded and MergeConflict is raised.
+        """
+        r, p, j = s.merge_ranges, s.partitions, s.merge_jobs
+        with self._tx() as c:
+            self._own_job(c, job, owner)
+            lock = sa.select(p.c.id).where(p.c.id == job.partition_id)
+            c.execute(lock.with_for_update() if self.dialect == "postgresql" else lock)
+            current = c.execute(sa.select(sa.func.max(r.c.upper_bound)).where(r.c.partition_id == job.partition_id)
+                                ).scalar_one()
+            if current != base_upper:
+                raise MergeConflict(
+                    f"partition {job.partition_id} was merged up to {current} while job {job.id} planned from "
+                    f"{base_upper}; its output is left for reap"
+                )
+            if writes and current is None:
+                c.execute(r.insert().values(partition_id=job.partition_id, lower_bound=None, upper_bound=0,
+                                            content_length=0, row_count=0, create_time=now, update_time=now))
+            for write in writes:
+                if write.old_upper is not None:
+                    updated = c.execute(r.update().where(
+                        r.c.partition_id == job.partition_id, r.c.lower_bound == write.lower,
+                        r.c.upper_bound == write.old_upper,
+                    ).values(upper_bound=write.upper, content_length=write.content_length,
+                             row_count=write.row_count, update_time=now)).rowcount
+                    if updated != 1:
+                        raise MergeConflict(f"range ({write.lower}, {write.old_upper}] of partition "
+                                            f"{job.partition_id} is gone")
+                else:
+                    c.execute(r.insert().values(
+                        partition_id=job.partition_id, lower_bound=write.lower, upper_bound=write.upper,
+                        content_length=write.content_length, row_count=write.row_count,
+                        create_time=now, update_time=now))
+            if writes:
+                c.execute(p.update().where(p.c.id == job.partition_id)
+                          .values(desired_manifest_version=writes[-1].upper))
+            c.execute(j.delete().where(j.c.id == job.id))
+            self._log(c, job, "continuing" if continuing else "finished", result, now)
+            if continuing:
+                self._schedule_waiting(c, job.partition_id, now, continued_from=job.id)
+
+    def fail_merge_job(self, job: ClaimedJob, owner: str, error: str, *, result: JobOutcome, now: dt.datetime,
+                       max_attempts: int, backoff: float) -> bool:
+        """Log a failed attempt; retry later (backoff doubles per attempt) or park. True when parked."""
+        j = s.merge_jobs
+        with self._tx() as c:
+            row = self._own_job(c, job, owner)
+            self._log(c, job, "failed", result, now, error=error)
+            if row.attempts >= max_attempts:
+                c.execute(j.update().where(j.c.id == job.id).values(
+                    ongoing_mark=-job.id, owner=None, heartbeat_time=None, last_error=error))
+                return True
+            # This job already covers every unmerged object: a waiting job added meanwhile is redundant.
+            c.execute(j.delete().where(j.c.partition_id == job.partition_id, j.c.ongoing_mark == 0))
+            delay = backoff * 2 ** (row.attempts - 1)
+            c.execute(j.update().where(j.c.id == job.id).values(
+                ongoing_mark=0, owner=None, heartbeat_time=None, last_error=error,
+                schedule_time=now + dt.timedelta(seconds=min(delay, 3600.0))))
+            return False
+
+    def release_merge_job(self, job: ClaimedJob, owner: str, now: dt.datetime) -> None:
+        """Give a claimed job back unrun (shutting down): waiting again, due now, attempt not counted."""
+        j = s.merge_jobs
+        with self._tx() as c:
+            try:
+                self._own_job(c, job, owner)
+            except LostMergeJob:
+                return
+            c.execute(j.delete().where(j.c.partition_id == job.partition_id, j.c.ongoing_mark == 0))
+            c.execute(j.update().where(j.c.id == job.id).values(
+                ongoing_mark=0, owner=None, heartbeat_time=None, attempts=j.c.attempts - 1, schedule_time=now))
+
+    def retry_parked_jobs(self, now: dt.datetime, table_id: int | None = None) -> int:
+        """Put parked jobs back in the queue, due now, with their attempts reset."""
+        j, p = s.merge_jobs, s.partitions
+        with self._tx() as c:
+            query = sa.select(j.c.id, j.c.partition_id).where(j.c.ongoing_mark < 0)
+            if table_id is not None:
+                query = query.where(j.c.partition_id.in_(sa.select(p.c.id).where(p.c.table_id == table_id)))
+            parked = c.execute(query).all()
+            for row in parked:
+                c.execute(j.delete().where(j.c.partition_id == row.partition_id, j.c.ongoing_mark == 0))
+                c.execute(j.update().where(j.c.id == row.id).values(
+                    ongoing_mark=0, attempts=0, schedule_time=now, last_error=None))
+        return len(parked)
+
+    # --- reporting ---------------------------------------------------------------------------------
+
+    def merge_log(self, partition_id: int | None = None, limit: int | None = None) -> list[dict]:
+        log = s.merge_job_log
+        query = sa.select(log).order_by(log.c.id)
+        if partition_id is not None:
+            query = query.where(log.c.partition_id == partition_id)
+        if limit is not None:
+            query = query.order_by(None).order_by(log.c.id.desc()).limit(limit)
+        with self._tx() as c:
+            rows = [row._asdict() for row in c.execute(query)]
+        return sorted(rows, key=lambda row: row["id"])
+
+    def merge_status(self, now: dt.datetime, timeout: float) -> list[dict]:
+        """Per live table: partitions by state, unmerged small objects, jobs by state, parked errors."""
+        t, p, so, r, j = s.tables, s.partitions, s.small_objects, s.merge_ranges, s.merge_jobs
+        stale_before = now - dt.timedelta(seconds=timeout)
+        with self._tx() as c:
+            tables = c.execute(sa.select(t.c.id, t.c.schema_name, t.c.table_name)
+                               .where(t.c.dropped_time.is_(None)).order_by(t.c.schema_name, t.c.table_name)).all()
+            status = {row.id: {
+                "table": f"{row.schema_name}.{row.table_name}",
+                "partitions": {"new": 0, "live": 0, "closed": 0, "switched": 0},
+                "unmerged_objects": 0, "unmerged_bytes": 0, "oldest_unmerged_age_seconds": None,
+                "jobs": {"scheduled": 0, "due": 0, "running": 0, "stale": 0, "continuing": 0, "failed": 0},
+                "failed_jobs": [],
+            } for row in tables}
+            state = sa.case(
+                (p.c.switched, "switched"), (p.c.last_live_object_id.is_not(None), "closed"),
+                (p.c.current_manifest_version >= 0, "live"), else_="new",
+            )
+            for row in c.execute(sa.select(p.c.table_id, state.label("state"), sa.func.count())
+                                 .group_by(p.c.table_id, state)):
+                if row.table_id in status:
+                    status[row.table_id]["partitions"][row.state] = row[2]
+            merged_upto = (sa.select(r.c.partition_id, sa.func.max(r.c.upper_bound).label("upper"))
+                           .group_by(r.c.partition_id).subquery())
+            unmerged = c.execute(
+                sa.select(p.c.table_id, sa.func.count(so.c.id), sa.func.coalesce(sa.func.sum(so.c.content_length), 0),
+                          sa.func.min(so.c.upload_start_time))
+                .select_from(so.join(p, so.c.partition_id == p.c.id)
+                             .outerjoin(merged_upto, merged_upto.c.partition_id == p.c.id))
+                .where(so.c.id > sa.func.coalesce(merged_upto.c.upper, 0))
+                .group_by(p.c.table_id)
+            ).all()
+            for table_id, objects, size, oldest in unmerged:
+                if table_id in status:
+                    entry = status[table_id]
+                    entry.update(unmerged_objects=objects, unmerged_bytes=int(size))
+                    if oldest is not None:
+                        entry["oldest_unmerged_age_seconds"] = max(0.0, (now - oldest).total_seconds())
+            jobs = c.execute(
+                sa.select(p.c.table_id, p.c.partition_date, j.c.id, j.c.ongoing_mark, j.c.schedule_time,
+                          j.c.heartbeat_time, j.c.continued_from, j.c.attempts, j.c.last_error)
+                .select_from(j.join(p, j.c.partition_id == p.c.id)).order_by(j.c.id)
+            ).all()
+            for job in jobs:
+                if job.table_id not in status:
+                    continue
+                entry = status[job.table_id]
+                if job.ongoing_mark < 0:
+                    kind = "failed"
+                    entry["failed_jobs"].append({"job_id": job.id, "date": job.partition_date.isoformat(),
+                                                 "attempts": job.attempts, "error": job.last_error})
+                elif job.ongoing_mark > 0:
+                    kind = "running" if job.heartbeat_time and job.heartbeat_time >= stale_before else "stale"
+                elif job.continued_from is not None:
+                    kind = "continuing"
+                else:
+                    kind = "due" if job.schedule_time <= now else "scheduled"
+                entry["jobs"][kind] += 1
+        return list(status.values())

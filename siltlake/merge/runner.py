@@ -1,0 +1,309 @@
+"""The merge driver: claim due jobs, plan them, run their plans as Spark stages, commit or retry.
+
+A worker holds up to `slots` jobs at once. Each batch of claimed jobs runs as one Spark stage with one
+task per job plan, so hundreds of due partitions cost one stage, not hundreds of Spark jobs. A heartbeat
+thread keeps the claims fresh; a job whose worker dies is taken over by another after merge.job_timeout.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from siltlake.catalog.merge_queue import ClaimedJob, JobOutcome, LostMergeJob, MergeConflict, RangeWrite
+from siltlake.clock import utcnow
+from siltlake.deployment import Deployment
+from siltlake.errors import SiltError
+from siltlake.merge.planner import MergedRange, MergeLimits, MergePlan, SmallObject, plan_merge
+from siltlake.merge.task import MergeTask, RangeTask, run_merge_task
+from siltlake.spark import run_tasks
+
+
+@dataclass
+class MergeReport:
+    claimed: int = 0
+    taken_over: int = 0
+    finished: int = 0
+    continuing: int = 0
+    failed: int = 0
+    parked: int = 0
+    lost: int = 0
+    conflicts: int = 0
+    stages: int = 0
+    objects_in: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    rows_out: int = 0
+    bytes_decoded: int = 0
+    modes: dict[str, int] = field(default_factory=dict)
+    errors: list[tuple[str, str, str]] = field(default_factory=list)  # (table, date, error)
+    seconds: float = 0.0
+    spark_start_seconds: float = 0.0
+
+
+class MergeProgress:
+    """What the worker tells a progress display; the default shows nothing."""
+
+    def found(self, jobs: int) -> None: ...
+
+    def done(self, jobs: int) -> None: ...
+
+
+@dataclass
+class _Prepared:
+    job: ClaimedJob
+    plan: MergePlan
+    base_upper: int | None
+    task: MergeTask | None
+
+
+def default_owner() -> str:
+    return f"{socket.gethostname()[:32]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class MergeWorker:
+    """Runs merge jobs of one deployment. Thread-safe to stop from another thread (stop event)."""
+
+    def __init__(self, deployment: Deployment, *, owner: str | None = None, slots: int | None = None,
+                 clock: Callable[[], object] = utcnow, progress: MergeProgress | None = None,
+                 table_ids: list[int] | None = None) -> None:
+        self.deployment = deployment
+        self.catalog = deployment.catalog
+        self.settings = deployment.config.merge
+        self.owner = owner or default_owner()
+        self.slots = slots or self.settings.slots
+        self.clock = clock
+        self.progress = progress or MergeProgress()
+        self.table_ids = table_ids
+        self.report = MergeReport()
+        self._held: dict[int, ClaimedJob] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+
+    # --- planning ------------------------------------------------------------------------------------
+
+    def _prepare(self, job: ClaimedJob) -> _Prepared:
+        definition = job.table.definition
+        limits = MergeLimits(merged_object_size=definition.merged_object_size,
+                             merge_batch_size=definition.merge_batch_size)
+        last, base_upper, pending = self.catalog.unmerged_objects(job.partition_id, limits.merge_batch_size + 1)
+        last_range = MergedRange(last.lower, last.upper, last.content_length, last.row_count) if last else None
+        objects = [SmallObject(o.id, o.content_length, o.row_count, o.delayed) for o in pending]
+        plan = plan_merge(objects, last_range, limits)
+        if not plan.ranges:
+            return _Prepared(job, plan, base_upper, None)
+        layout = job.table.layout(self.deployment.instance_key)
+        date = job.partition_date
+        ranges = tuple(
+            RangeTask(
+                lower=planned.lower, upper=planned.upper,
+                output_key=layout.merged_object(date, planned.lower, planned.upper),
+                small_keys=tuple(layout.small_object(date, o.id, o.delayed) for o in planned.objects),
+                small_bytes=planned.new_bytes,
+                existing_key=(layout.merged_object(date, planned.extends.lower, planned.extends.upper)
+                              if planned.extends else None),
+            )
+            for planned in plan.ranges
+        )
+        task = MergeTask(job_id=job.id, lake=self.deployment.lake, table_json=definition.to_json(),
+                         ranges=ranges, row_group_bytes=definition.row_group_bytes)
+        return _Prepared(job, plan, base_upper, task)
+
+    # --- finishing -----------------------------------------------------------------------------------
+
+    def _finish(self, prepared: _Prepared, result: dict | None, started) -> None:  # noqa: ANN001
+        job = prepared.job
+        report = self.report
+        now = self.clock()
+        plan = prepared.plan
+        try:
+            if result is not None and result["status"] != "ok":
+                self._fail(prepared, result["error"], started, now)
+                return
+            ranges = result["ranges"] if result else []
+            for planned, written in zip(plan.ranges, ranges, strict=True):
+                if written["rows"] != planned.row_count:
+                    self._fail(prepared, f"range ({planned.lower}, {planned.upper}] holds {written['rows']} rows, "
+                                         f"its inputs {planned.row_count}; not committed", started, now)
+                    return
+            writes = [
+                RangeWrite(lower=planned.lower, upper=planned.upper,
+                           old_upper=planned.extends.upper if planned.extends else None,
+                           content_length=written["bytes_out"], row_count=written["rows"])
+                for planned, written in zip(plan.ranges, ranges, strict=True)
+            ]
+            modes = sorted({written["mode"] for written in ranges})
+            notes = [note for written in ranges for note in written["notes"]]
+            outcome = JobOutcome(
+                mode="+".join(modes) or None, objects_in=len(plan.objects),
+                bytes_in=sum(o.content_length for o in plan.objects),
+                bytes_out=sum(w["bytes_out"] for w in ranges), rows_out=sum(w["rows"] for w in ranges),
+                bytes_decoded=sum(w["bytes_decoded"] for w in ranges), start_time=started,
+                note="; ".join(notes) or None,
+            )
+            self.catalog.commit_merge(job, self.owner, base_upper=prepared.base_upper, writes=writes,
+                                      continuing=plan.continuing, result=outcome, now=now)
+            with self._lock:
+                report.continuing += plan.continuing
+                report.finished += not plan.continuing
+                report.objects_in += outcome.objects_in
+                report.bytes_in += outcome.bytes_in
+                report.bytes_out += outcome.bytes_out
+                report.rows_out += outcome.rows_out
+                report.bytes_decoded += outcome.bytes_decoded
+                for mode in modes:
+                    report.modes[mode] = report.modes.get(mode, 0) + 1
+        except LostMergeJob:
+            with self._lock:
+                report.lost += 1  # its output is the new holder's to write again; reap removes strays
+        except MergeConflict as exc:
+            with self._lock:
+                report.conflicts += 1
+                report.errors.append((job.table.qualified_name, job.partition_date.isoformat(), str(exc)))
+            self.catalog.release_merge_job(job, self.owner, now)
+        except Exception as exc:  # the catalog went away mid-commit: the claim goes stale and is taken over
+            with self._lock:
+                report.errors.append((job.table.qualified_name, job.partition_date.isoformat(),
+                                      f"commit failed: {type(exc).__name__}: {exc}"))
+        finally:
+            with self._lock:
+                self._held.pop(job.id, None)
+            self.progress.done(1)
+
+    def _fail(self, prepared: _Prepared, error: str, started, now) -> None:  # noqa: ANN001
+        job = prepared.job
+        parked = self.catalog.fail_merge_job(
+            job, self.owner, error, result=JobOutcome(mode=None, objects_in=len(prepared.plan.objects),
+                                                      start_time=started),
+            now=now, max_attempts=self.settings.max_attempts, backoff=self.settings.retry_backoff)
+        with self._lock:
+            self.report.failed += 1
+            self.report.parked += parked
+            self.report.errors.append((job.table.qualified_name, job.partition_date.isoformat(), error))
+
+    # --- running -------------------------------------------------------------------------------------
+
+    def _run_batch(self, jobs: list[ClaimedJob]) -> None:
+        started = self.clock()
+        prepared: list[_Prepared] = []
+        for job in jobs:
+            try:
+                prepared.append(self._prepare(job))
+            except Exception as exc:  # a catalog row the planner refuses: fail this job, keep the others
+                self._fail(_Prepared(job, plan_merge([], None, MergeLimits()), None, None),
+                           f"planning failed: {type(exc).__name__}: {exc}", started, self.clock())
+                with self._lock:
+                    self._held.pop(job.id, None)
+                self.progress.done(1)
+        runnable = [p for p in prepared if p.task is not None]
+        results: list[dict] = []
+        if runnable:
+            if self.deployment._spark is None:
+                spark_started = time.monotonic()
+                spark = self.deployment.spark()
+                self.report.spark_start_seconds += time.monotonic() - spark_started
+            else:
+                spark = self.deployment.spark()
+            try:
+                results = run_tasks(spark, run_merge_task, [p.task for p in runnable],
+                                    weights=[p.task.weight for p in runnable], tasks=len(runnable))
+            except Exception as exc:  # the stage itself failed (lost executors): every job retries
+                results = [{"status": "failed", "error": f"Spark stage failed: {type(exc).__name__}: {exc}"}
+                           for _ in runnable]
+            with self._lock:
+                self.report.stages += 1
+        by_job = {p.job.id: r for p, r in zip(runnable, results, strict=True)}
+        for item in prepared:
+            self._finish(item, by_job.get(item.job.id), started)
+
+    def _heartbeat_loop(self, stop: threading.Event) -> None:
+        while not stop.wait(self.settings.heartbeat_interval):
+            with self._lock:
+                held = list(self._held)
+            try:
+                self.catalog.heartbeat_merge_jobs(held, self.owner, self.clock())
+            except Exception:  # the catalog is briefly unreachable: try again next beat
+                continue
+
+    def claim(self, limit: int) -> list[ClaimedJob]:
+        claimed = self.catalog.claim_merge_jobs(
+            self.owner, limit=limit, now=self.clock(), timeout=self.settings.job_timeout,
+            per_table_limit=self.settings.per_table_limit, table_ids=self.table_ids)
+        with self._lock:
+            for job in claimed:
+                self._held[job.id] = job
+            self.report.claimed += len(claimed)
+            self.report.taken_over += sum(job.taken_over for job in claimed)
+        return claimed
+
+    def run(self, stop: threading.Event | None = None, *, once: bool = False,
+            on_round: Callable[[MergeReport], None] | None = None,
+            on_error: Callable[[Exception, float], None] | None = None) -> MergeReport:
+        """Claim and run jobs until stop is set, or (once) until no due job is left.
+
+        Stages run in background threads so freed slots are refilled while long jobs run. Catalog
+        outages are retried with backoff; configuration problems (SiltError) stop the worker.
+        """
+        stop = stop or threading.Event()
+        started = time.monotonic()
+        self.catalog.check_ready()
+        beat_stop = threading.Event()
+        beat = threading.Thread(target=self._heartbeat_loop, args=(beat_stop,), daemon=True, name="merge-heartbeat")
+        beat.start()
+        stages: list[threading.Thread] = []
+        failures = 0
+        try:
+            while True:
+                stages = [t for t in stages if t.is_alive()]
+                claimed: list[ClaimedJob] = []
+                free = self.slots - len(self._held)
+                if free > 0 and not stop.is_set():
+                    try:
+                        claimed = self.claim(free)
+                        failures = 0
+                    except SiltError:
+                        raise
+                    except Exception as exc:  # catalog unreachable: back off, keep running jobs going
+                        failures += 1
+                        wait = min(2.0 ** failures, 60.0)
+                        if on_error is not None:
+                            on_error(exc, wait)
+                        stop.wait(wait)
+                        continue
+                if claimed:
+                    self.progress.found(len(claimed))
+                    self._wake.clear()
+                    stage = threading.Thread(target=self._stage, args=(claimed,), daemon=True, name="merge-stage")
+                    stage.start()
+                    stages.append(stage)
+                    continue
+                if not stages and (once or stop.is_set()):
+                    break
+                if on_round is not None and not stages:
+                    on_round(self.report)
+                # Wake when a stage finishes (slots freed) or the poll interval passes.
+                self._wake.wait(0.5 if once or stages else self.settings.poll_interval)
+                self._wake.clear()
+        finally:
+            for stage in stages:
+                stage.join()
+            beat_stop.set()
+            beat.join()
+        self.report.seconds = time.monotonic() - started
+        return self.report
+
+    def _stage(self, jobs: list[ClaimedJob]) -> None:
+        try:
+            self._run_batch(jobs)
+        finally:
+            self._wake.set()
+
+
+def merge_once(deployment: Deployment, progress: MergeProgress | None = None, **options) -> MergeReport:
+    """Drain every due merge job and return what happened."""
+    return MergeWorker(deployment, progress=progress, **options).run(once=True)

@@ -1,0 +1,198 @@
+"""What one merge job does on an executor: write the merged object of each planned range (DESIGN §5).
+
+Modes (seed 001):
+- deep: decode every input, sort by event time, encode fresh row groups of the table's target size;
+- shallow: copy the inputs' row groups byte for byte under a new footer (no decoding);
+- auto: extend the open range's object by copying its well-sized row groups as they are, and deep-merge
+  only its undersized tail row groups with the new small objects. Falls back to deep when a shallow copy
+  is not possible (schema or codec changed); a new range is deep-merged.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+from siltlake.merge.parquet_concat import ShallowMergeRefused, concatenate, shallow_merge_refusal
+from siltlake.storage import Storage
+from siltlake.tabledef import TableDef
+
+# A row group this much smaller than the target is re-encoded by auto rather than kept.
+WELL_SIZED_FRACTION = 0.5
+
+
+@dataclass(frozen=True)
+class RangeTask:
+    lower: int
+    upper: int
+    output_key: str
+    small_keys: tuple[str, ...]
+    small_bytes: int
+    existing_key: str | None = None  # the open range's current object, when extending it
+
+
+@dataclass(frozen=True)
+class MergeTask:
+    job_id: int
+    lake: Storage
+    table_json: str
+    ranges: tuple[RangeTask, ...]
+    row_group_bytes: int
+
+    @property
+    def weight(self) -> int:
+        return sum(r.small_bytes for r in self.ranges)
+
+
+@dataclass
+class RangeResult:
+    upper: int
+    mode: str
+    bytes_out: int = 0
+    rows: int = 0
+    bytes_decoded: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+class _Merger:
+    def __init__(self, task: MergeTask) -> None:
+        self.task = task
+        self.lake = task.lake
+        self.table = TableDef.from_json(task.table_json)
+        self.schema = self.table.arrow_schema()
+
+    # --- decoding ----------------------------------------------------------------------------------
+
+    def _decode(self, keys: list[str]) -> pa.Table:
+        """Read whole objects as the table's current schema (added columns read as null)."""
+        if not keys:
+            return self.schema.empty_table()
+        dataset = ds.dataset([self.lake.path(k) for k in keys], schema=self.schema, format="parquet",
+                             filesystem=self.lake.filesystem)
+        return dataset.to_table(use_threads=True)
+
+    def _sorted(self, table: pa.Table) -> pa.Table:
+        # sort_indices is stable: rows with equal times keep the small objects' id order.
+        return table.take(pc.sort_indices(table, sort_keys=[(self.table.time_column, "ascending")]))
+
+    def _rows_per_group(self, table: pa.Table) -> int:
+        if table.num_rows == 0:
+            return 1
+        per_row = max(1, table.nbytes // table.num_rows)
+        return max(1024, self.task.row_group_bytes // per_row)
+
+    def _encode(self, table: pa.Table, sink) -> None:  # noqa: ANN001 - any writable stream
+        with pq.ParquetWriter(sink, self.schema, compression=self.table.codec, write_statistics=True) as writer:
+            if table.num_rows:
+                writer.write_table(table, row_group_size=self._rows_per_group(table))
+
+    # --- output -------------------------------------------------------------------------------------
+
+    def _write(self, key: str, fill: Callable[[Any], Any]) -> tuple[Any, int]:
+        """Write through a temporary key moved into place: readers and retries never see a partial object."""
+        temporary = f"{key}.{uuid.uuid4().hex}.tmp"
+        try:
+            with self.lake.open_output(temporary) as sink:
+                filled = fill(sink)
+        except BaseException:
+            self.lake.delete(temporary)
+            raise
+        self.lake.move(temporary, key)
+        return filled, self.lake.info(key).size
+
+    # --- modes --------------------------------------------------------------------------------------
+
+    def deep(self, planned: RangeTask, result: RangeResult) -> None:
+        keys = ([planned.existing_key] if planned.existing_key else []) + list(planned.small_keys)
+        table = self._sorted(self._decode(keys))
+        result.bytes_decoded += planned.small_bytes + (self.lake.info(planned.existing_key).size
+                                                       if planned.existing_key else 0)
+        _, result.bytes_out = self._write(planned.output_key, lambda sink: self._encode(table, sink))
+        result.rows = table.num_rows
+
+    def shallow(self, planned: RangeTask, result: RangeResult) -> None:
+        keys = ([planned.existing_key] if planned.existing_key else []) + list(planned.small_keys)
+        footers = [pq.read_metadata(self.lake.path(k), filesystem=self.lake.filesystem) for k in keys]
+        reason = shallow_merge_refusal(footers)
+        if reason is not None:
+            raise ShallowMergeRefused(reason)
+        files = [self.lake.open_input_file(k) for k in keys]
+        try:
+            written, result.bytes_out = self._write(planned.output_key, lambda sink: concatenate(files, sink))
+        finally:
+            for f in files:
+                f.close()
+        result.rows = written.rows
+
+    def auto(self, planned: RangeTask, result: RangeResult) -> None:
+        if planned.existing_key is None:
+            self.deep(planned, result)
+            return
+        with pq.ParquetFile(self.lake.open_input_file(planned.existing_key)) as existing:
+            metadata = existing.metadata
+            if not existing.schema_arrow.equals(self.schema):
+                raise ShallowMergeRefused("the table's columns changed since the open object was written")
+            threshold = self.task.row_group_bytes * WELL_SIZED_FRACTION
+            keep = metadata.num_row_groups
+            while keep and metadata.row_group(keep - 1).total_byte_size < threshold:
+                keep -= 1
+            if keep == 0:
+                raise ShallowMergeRefused("the open object has no well-sized row group yet")
+            tail = list(range(keep, metadata.num_row_groups))
+            fresh = self._decode(list(planned.small_keys))
+            if tail:
+                fresh = pa.concat_tables([existing.read_row_groups(tail, use_threads=True), fresh])
+                result.bytes_decoded += sum(metadata.row_group(i).column(c).total_compressed_size
+                                            for i in tail for c in range(metadata.num_columns))
+        result.bytes_decoded += planned.small_bytes
+        encoded = pa.BufferOutputStream()
+        self._encode(self._sorted(fresh), encoded)
+        # concatenate refuses (before writing a byte) when codecs or schemas differ: run() falls back to deep.
+        with self.lake.open_input_file(planned.existing_key) as head:
+            written, result.bytes_out = self._write(planned.output_key, lambda sink: concatenate(
+                [head, pa.BufferReader(encoded.getvalue())], sink, row_groups=[list(range(keep)), None]))
+        result.rows = written.rows
+
+    def run(self, planned: RangeTask) -> RangeResult:
+        mode = self.table.merge_mode
+        result = RangeResult(upper=planned.upper, mode=mode)
+        if mode == "deep":
+            self.deep(planned, result)
+            return result
+        try:
+            self.shallow(planned, result) if mode == "shallow" else self.auto(planned, result)
+        except ShallowMergeRefused as refused:
+            result.notes.append(f"range ({planned.lower}, {planned.upper}]: deep merge: {refused.reason}")
+            result.mode = "deep"
+            result.bytes_decoded = 0
+            self.deep(planned, result)
+            return result
+        if mode == "auto" and planned.existing_key is None:
+            result.mode = "deep"  # a new range has nothing to append to
+        return result
+
+
+def run_merge_task(task: MergeTask) -> dict:
+    """Write every range of one job. Never raises: a failure is reported for the driver to retry."""
+    started = time.monotonic()
+    ranges: list[dict] = []
+    try:
+        merger = _Merger(task)
+        for planned in task.ranges:
+            outcome = merger.run(planned)
+            ranges.append({"upper": outcome.upper, "mode": outcome.mode, "bytes_out": outcome.bytes_out,
+                           "rows": outcome.rows, "bytes_decoded": outcome.bytes_decoded, "notes": outcome.notes})
+    except Exception as exc:  # reported to the driver, which retries with backoff and parks after N attempts
+        return {"job_id": task.job_id, "status": "failed", "ranges": ranges,
+                "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc(limit=6),
+                "seconds": time.monotonic() - started}
+    return {"job_id": task.job_id, "status": "ok", "ranges": ranges, "seconds": time.monotonic() - started}

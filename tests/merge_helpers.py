@@ -1,0 +1,81 @@
+"""Small objects made without a Spark stream run, through the same catalog commit the stream uses."""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from siltlake.catalog import TableRecord
+from siltlake.clock import utcnow
+from siltlake.deployment import Deployment
+
+_staging_names = itertools.count()
+
+
+def rows_for(date: dt.date, count: int, seed: int) -> list[dict]:
+    """`count` access rows on a Tokyo date, times spread over the day, user ids unique per (seed, i)."""
+    base = dt.datetime.combine(date, dt.time(0, 30), tzinfo=dt.UTC) - dt.timedelta(hours=9)
+    return [
+        {"utc_event_time": base + dt.timedelta(seconds=(seed * 7919 + i * 104729) % 80000),
+         "user_id": seed * 1_000_000 + i, "action": f"a{(seed + i) % 5}"}
+        for i in range(count)
+    ]
+
+
+def add_small_objects(deployment: Deployment, table: TableRecord, date: dt.date,
+                      batches: list[list[dict]], now: dt.datetime | None = None) -> list[int]:
+    """Write each batch as one time-sorted small object and commit it as the stream does; returns ids."""
+    definition = table.definition
+    schema = definition.arrow_schema()
+    layout = table.layout(deployment.instance_key)
+    lake = deployment.lake
+    now = now or utcnow()
+    ids: list[int] = []
+    catalog = deployment.catalog
+    staged = []
+    for batch in batches:
+        uri = f"file:///staging/{table.physical_table_name}/{next(_staging_names)}-{id(batch)}.jsonl"
+        staged.append((uri, 1, table.id, None))
+    catalog.register_staging_objects(staged)
+    pending = {p.uri: p.id for p in catalog.pending_staging_objects(1_000_000)}
+    with catalog.stream_commit() as tx:
+        for (uri, *_), batch, object_id in zip(staged, batches, tx.allocate_ids(len(batches)), strict=True):
+            data = pa.Table.from_pylist(batch, schema=schema).sort_by(definition.time_column)
+            partition = tx.partition_for(table.id, date, definition.merge_interval, now)
+            key = layout.small_object(date, object_id, partition.closed)
+            with lake.open_output(key) as sink:
+                pq.write_table(data, sink, compression=definition.codec)
+            times = data.column(definition.time_column)
+            tx.add_small_object(
+                object_id=object_id, staging_object_id=pending[uri], partition_id=partition.id,
+                delayed=partition.closed, content_length=lake.info(key).size, row_count=data.num_rows,
+                min_event_time=pa.compute.min(times).as_py().replace(tzinfo=None),
+                max_event_time=pa.compute.max(times).as_py().replace(tzinfo=None),
+                upload_start_time=now,
+            )
+            tx.mark_processed(pending[uri], records_in=len(batch), bad_records=0, error_uri=None, now=now)
+            ids.append(object_id)
+    return ids
+
+
+def merged_rows(deployment: Deployment, table: TableRecord, partition_id: int, date: dt.date) -> pa.Table:
+    """Every row of the partition's merged objects, as the catalog's ranges name them."""
+    layout = table.layout(deployment.instance_key)
+    tables = [
+        pq.read_table(deployment.lake.path(layout.merged_object(date, r.lower, r.upper)),
+                      filesystem=deployment.lake.filesystem)
+        for r in deployment.catalog.merge_ranges(partition_id) if r.lower is not None
+    ]
+    return pa.concat_tables(tables) if tables else table.definition.arrow_schema().empty_table()
+
+
+def small_rows(deployment: Deployment, table: TableRecord, partition_id: int, date: dt.date,
+               up_to: int) -> pa.Table:
+    layout = table.layout(deployment.instance_key)
+    objects = [o for o in deployment.catalog.small_objects(table.id, up_to_id=up_to) if o.partition_date == date]
+    tables = [pq.read_table(deployment.lake.path(layout.small_object(date, o.id, o.delayed)),
+                            filesystem=deployment.lake.filesystem) for o in objects]
+    return pa.concat_tables(tables) if tables else table.definition.arrow_schema().empty_table()
