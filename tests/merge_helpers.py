@@ -26,8 +26,11 @@ def rows_for(date: dt.date, count: int, seed: int) -> list[dict]:
 
 
 def add_small_objects(deployment: Deployment, table: TableRecord, date: dt.date,
-                      batches: list[list[dict]], now: dt.datetime | None = None) -> list[int]:
-    """Write each batch as one time-sorted small object and commit it as the stream does; returns ids."""
+                      batches: list[list[dict]], now: dt.datetime | None = None,
+                      write_files: bool = True) -> list[int]:
+    """Write each batch as one time-sorted small object and commit it as the stream does; returns ids.
+
+    write_files=False commits catalog rows only (for scheduling tests that never read the objects)."""
     definition = table.definition
     schema = definition.arrow_schema()
     layout = table.layout(deployment.instance_key)
@@ -46,12 +49,15 @@ def add_small_objects(deployment: Deployment, table: TableRecord, date: dt.date,
             data = pa.Table.from_pylist(batch, schema=schema).sort_by(definition.time_column)
             partition = tx.partition_for(table.id, date, definition.merge_interval, now)
             key = layout.small_object(date, object_id, partition.closed)
-            with lake.open_output(key) as sink:
-                pq.write_table(data, sink, compression=definition.codec)
+            size = 1000
+            if write_files:
+                with lake.open_output(key) as sink:
+                    pq.write_table(data, sink, compression=definition.codec)
+                size = lake.info(key).size
             times = data.column(definition.time_column)
             tx.add_small_object(
                 object_id=object_id, staging_object_id=pending[uri], partition_id=partition.id,
-                delayed=partition.closed, content_length=lake.info(key).size, row_count=data.num_rows,
+                delayed=partition.closed, content_length=size, row_count=data.num_rows,
                 min_event_time=pa.compute.min(times).as_py().replace(tzinfo=None),
                 max_event_time=pa.compute.max(times).as_py().replace(tzinfo=None),
                 upload_start_time=now,

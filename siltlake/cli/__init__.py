@@ -19,6 +19,7 @@ from rich.table import Table
 from siltlake.config import load_config
 from siltlake.deployment import Deployment
 from siltlake.errors import SiltError
+from siltlake.merge import MergeProgress, MergeReport
 from siltlake.stream import Progress as StreamProgress
 from siltlake.stream import StreamReport
 
@@ -271,6 +272,143 @@ def stream(context: click.Context, once: bool, interval: float | None, as_json: 
     except KeyboardInterrupt:
         stop.set()
         console.print("stopped")
+
+
+# --- merge and status ------------------------------------------------------------------------------
+
+class _RichMergeProgress(MergeProgress):
+    """A bar whose total grows as jobs are claimed (continuing jobs add to it)."""
+
+    def __init__(self, progress: Progress) -> None:
+        self.progress = progress
+        self.task_id = progress.add_task("merge jobs", total=0)
+
+    def found(self, jobs: int) -> None:
+        self.progress.update(self.task_id, total=(self.progress.tasks[0].total or 0) + jobs)
+
+    def done(self, jobs: int) -> None:
+        self.progress.advance(self.task_id, jobs)
+
+
+def _size(count: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(count) < 1024 or unit == "GiB":
+            return f"{count:,.0f} {unit}" if unit == "B" else f"{count:,.1f} {unit}"
+        count /= 1024
+    return f"{count:,.1f} TiB"
+
+
+def print_merge_report(report: MergeReport) -> None:
+    modes = ", ".join(f"{mode} {count}" for mode, count in sorted(report.modes.items())) or "none"
+    startup = f", of which Spark start-up {report.spark_start_seconds:.1f}s" if report.spark_start_seconds > 1 else ""
+    console.print(
+        f"[bold]merge[/]: {report.claimed} jobs in {report.stages} Spark stages: {report.finished} finished, "
+        f"{report.continuing} continuing, {report.failed} failed ({report.parked} parked), "
+        f"{report.taken_over} taken over from dead workers; {report.objects_in:,} small objects "
+        f"({_size(report.bytes_in)}) into {_size(report.bytes_out)}, {report.rows_out:,} rows; "
+        f"modes: {modes}; {report.seconds:.1f}s{startup}",
+        highlight=False,
+    )
+    for table, date, error in report.errors:
+        console.print(f"  [red]failed[/] {table} {date}: {error}", highlight=False, soft_wrap=True)
+    if report.parked:
+        console.print("  parked jobs stay in `silt status`; fix the cause, then `silt merge --retry-failed`",
+                      highlight=False)
+
+
+@main.command()
+@click.option("--once", is_flag=True, help="Run every due job (and the jobs they continue into), then exit.")
+@click.option("--slots", type=int, default=None, help="Jobs run at once (default: merge.slots).")
+@click.option("--table", "table_name", default=None, help="Only this table's jobs (schema.table).")
+@click.option("--retry-failed", is_flag=True, help="First put parked (failed) jobs back in the queue.")
+@click.option("--json", "as_json", is_flag=True, help="With --once: print the report as JSON on stdout.")
+@click.pass_context
+@friendly
+def merge(context: click.Context, once: bool, slots: int | None, table_name: str | None, retry_failed: bool,
+          as_json: bool) -> None:
+    """Merge small objects into range objects (DESIGN §5): the job queue's worker."""
+    from siltlake.clock import utcnow
+    from siltlake.merge import MergeWorker
+
+    deployment = deployment_of(context)
+    deployment.catalog.check_ready()
+    table_ids = [deployment.catalog.get_table(table_name).id] if table_name else None
+    if retry_failed:
+        count = 0
+        for table_id in table_ids or [None]:
+            count += deployment.catalog.retry_parked_jobs(utcnow(), table_id)
+        console.print(f"{count} parked jobs queued again")
+    if slots is not None and slots < 1:
+        raise click.BadParameter("must be at least 1", param_hint="--slots")
+    if once:
+        with progress_bar() as bar:
+            worker = MergeWorker(deployment, slots=slots, table_ids=table_ids, progress=_RichMergeProgress(bar))
+            report = worker.run(once=True)
+        if as_json:
+            out.print_json(json.dumps(report.__dict__, default=str))
+        else:
+            print_merge_report(report)
+        if report.failed:
+            sys.exit(1)
+        return
+    stop = threading.Event()
+    worker = MergeWorker(deployment, slots=slots, table_ids=table_ids)
+    console.print(f"merging as {worker.owner} with {worker.slots} slots; Ctrl-C stops after the running jobs")
+    last = {"claimed": 0}
+
+    def on_round(report: MergeReport) -> None:
+        if report.claimed != last["claimed"]:
+            last["claimed"] = report.claimed
+            print_merge_report(report)
+
+    try:
+        worker.run(stop, on_round=on_round, on_error=lambda exc, wait: console.print(
+            f"[red]catalog unreachable[/] ({type(exc).__name__}: {exc}); retrying in {wait:.0f}s", highlight=False))
+    except KeyboardInterrupt:
+        stop.set()
+        console.print("stopped")
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON on stdout.")
+@click.pass_context
+@friendly
+def status(context: click.Context, as_json: bool) -> None:
+    """Per table: partitions by state, unmerged small objects, merge jobs by state, parked failures."""
+    from siltlake.clock import utcnow
+
+    deployment = deployment_of(context)
+    deployment.catalog.check_ready()
+    rows = deployment.catalog.merge_status(utcnow(), deployment.config.merge.job_timeout)
+    if as_json:
+        out.print_json(json.dumps({"tables": rows}, default=str))
+        return
+    if not rows:
+        out.print("no tables; create one with `silt table create`")
+        return
+    for row in rows:
+        parts, jobs = row["partitions"], row["jobs"]
+        failed = f"[red]{jobs['failed']} failed[/]" if jobs["failed"] else "0 failed"
+        out.print(f"[bold]{row['table']}[/]", highlight=False)
+        out.print(f"  partitions  {parts['new']} new, {parts['live']} live, {parts['closed']} closed, "
+                  f"{parts['switched']} switched", highlight=False)
+        out.print(f"  unmerged    {row['unmerged_objects']:,} small objects ({_size(row['unmerged_bytes'])}), "
+                  f"oldest {_age(row['oldest_unmerged_age_seconds'])}", highlight=False)
+        out.print(f"  merge jobs  {jobs['scheduled']} scheduled, {jobs['due']} due, {jobs['running']} running, "
+                  f"{jobs['stale']} stale, {jobs['continuing']} continuing, {failed}", highlight=False)
+        for failed in row["failed_jobs"]:
+            out.print(f"  [red]parked[/] {failed['date']} (job {failed['job_id']}, "
+                      f"{failed['attempts']} attempts): {failed['error']}", highlight=False, soft_wrap=True)
 
 
 # --- unknown objects and bad records ---------------------------------------------------------------
