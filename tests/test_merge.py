@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import json
 from collections import Counter
 
@@ -46,7 +47,7 @@ def assert_exact(deployment: Deployment, table: TableRecord, partition_id: int, 
     ranges = deployment.catalog.merge_ranges(partition_id)
     if ranges:
         assert ranges[0].lower is None and ranges[0].upper == 0, "the sentinel (null, 0) comes first"
-        for previous, current in zip(ranges, ranges[1:]):
+        for previous, current in itertools.pairwise(ranges):
             assert current.lower == previous.upper
         assert ranges[-1].upper == partition.desired_manifest_version
     merged = merged_rows(deployment, table, partition_id, date)
@@ -205,7 +206,6 @@ def test_a_job_whose_worker_went_silent_is_taken_over(deployment: Deployment) ->
 def add_catalog_backlog(deployment: Deployment, table: TableRecord, date: dt.date, count: int,
                         now: dt.datetime) -> None:
     """Bulk-insert catalog rows of `count` unmerged small objects (no files) into an existing partition."""
-    import sqlalchemy as sa
 
     from siltlake.catalog import schema as s
 
