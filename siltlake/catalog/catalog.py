@@ -496,7 +496,7 @@ class Catalog(MergeQueue):
             )]
 
     def partition_summary(self, table_id: int) -> list[dict]:
-        """Per partition: state, object and row counts by live/delayed."""
+        """Per partition: state, object and row counts by live/delayed, merged objects and their rows."""
         so, p = s.small_objects, s.partitions
         with self._tx() as c:
             rows = c.execute(
@@ -511,11 +511,21 @@ class Catalog(MergeQueue):
                 .group_by(p.c.partition_date, p.c.last_live_object_id, so.c.delayed)
                 .order_by(p.c.partition_date)
             ).all()
+            r_ = s.merge_ranges
+            merged = {row.partition_date: row for row in c.execute(
+                sa.select(p.c.partition_date, sa.func.count(r_.c.id).label("objects"),
+                          sa.func.coalesce(sa.func.sum(r_.c.row_count), 0).label("rows"))
+                .select_from(p.join(r_, r_.c.partition_id == p.c.id))
+                .where(p.c.table_id == table_id, r_.c.lower_bound.is_not(None))
+                .group_by(p.c.partition_date)
+            )}
         summary: dict[dt.date, dict] = {}
         for r in rows:
             entry = summary.setdefault(r.partition_date, {
                 "date": r.partition_date, "closed": r.last_live_object_id is not None,
                 "live_objects": 0, "live_rows": 0, "delayed_objects": 0, "delayed_rows": 0, "bytes": 0,
+                "merged_objects": merged[r.partition_date].objects if r.partition_date in merged else 0,
+                "merged_rows": int(merged[r.partition_date].rows) if r.partition_date in merged else 0,
             })
             if r.delayed is None:
                 continue

@@ -12,6 +12,7 @@ from functools import wraps
 from typing import Any
 
 import click
+from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -136,16 +137,20 @@ def _size(count: int) -> str:
 
 def print_partitions(deployment: Deployment, table_id: int) -> None:
     summary = deployment.catalog.partition_summary(table_id)
-    grid = Table(title="partitions")
+    grid = Table(title="partitions", box=box.SIMPLE_HEAD, pad_edge=False)
     grid.add_column("dt", no_wrap=True, min_width=10)
     grid.add_column("state", no_wrap=True)
-    for header in ("live\nobjects", "live\nrows", "delayed\nobjects", "delayed\nrows", "size"):
+    for header in ("live\nobjects", "live\nrows", "delayed\nobjects", "delayed\nrows", "size",
+                   "merged\nobjects", "merged\nrows"):
         grid.add_column(header, justify="right", no_wrap=True)
     for row in summary:
         grid.add_row(row["date"].isoformat(), "closed" if row["closed"] else "open",
                      f"{row['live_objects']:,}", f"{row['live_rows']:,}", f"{row['delayed_objects']:,}",
-                     f"{row['delayed_rows']:,}", _size(row["bytes"]))
-    out.print(grid if summary else "no partitions yet")
+                     f"{row['delayed_rows']:,}", _size(row["bytes"]), f"{row['merged_objects']:,}",
+                     f"{row['merged_rows']:,}")
+    # Wider than a default 80-column pipe: truncated counts would be worse than a long line.
+    wide = Console(width=max(out.width, 110), file=out.file, force_terminal=out.is_terminal)
+    wide.print(grid if summary else "no partitions yet")
 
 
 @table_group.command("add-column")
@@ -288,14 +293,6 @@ class _RichMergeProgress(MergeProgress):
 
     def done(self, jobs: int) -> None:
         self.progress.advance(self.task_id, jobs)
-
-
-def _size(count: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(count) < 1024 or unit == "GiB":
-            return f"{count:,.0f} {unit}" if unit == "B" else f"{count:,.1f} {unit}"
-        count /= 1024
-    return f"{count:,.1f} TiB"
 
 
 def print_merge_report(report: MergeReport) -> None:

@@ -1,0 +1,441 @@
+"""Merge workers as real `silt merge` processes: SIGKILLed mid-job and taken over; two daemons on one catalog.
+
+Every worker runs in its own session (start_new_session), so a kill takes the Python driver, its Spark
+JVM and the JVM's Python executors down together, as a lost machine would, and the finally blocks can
+end every process a test started by its session id.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import datetime as dt
+import itertools
+import json
+import math
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import sqlalchemy as sa
+
+from siltlake.catalog import TableRecord
+from siltlake.catalog import schema as s
+from siltlake.catalog.catalog import PartitionRow
+from siltlake.clock import utcnow
+from siltlake.deployment import Deployment
+from siltlake.tabledef import TableDef
+
+from .conftest import ACCESS_TABLE, make_config
+from .merge_helpers import add_small_objects, merged_rows, rows_for, small_rows
+
+pytestmark = pytest.mark.spark
+
+SUCCESS = ("finished", "continuing")
+
+
+# --- set-up ---------------------------------------------------------------------------------------------
+
+def create_table(deployment: Deployment, name: str, **options: object) -> TableRecord:
+    """An access-like table whose merge jobs are due as soon as a partition gets its first object."""
+    return deployment.catalog.create_table(
+        TableDef.from_mapping({**ACCESS_TABLE, "name": name, "merge_interval": 0, **options}))
+
+
+def fill(deployment: Deployment, plan: list[tuple[TableRecord, dt.date, int]], rng: random.Random) -> int:
+    """Give each (table, date) its number of small objects, round-robin so ids interleave; returns rows."""
+    seeds = itertools.count(1)
+    total = 0
+    for round_ in range(max(count for _, _, count in plan)):
+        for table, date, count in plan:
+            if round_ < count:
+                batch = rows_for(date, rng.randrange(5, 40), next(seeds))
+                add_small_objects(deployment, table, date, [batch])
+                total += len(batch)
+    return total
+
+
+def write_config(tmp_path: Path, url: str, **merge: int) -> dict[str, str]:
+    """A config file matching conftest.make_config(tmp_path, url); returns the environment that selects it."""
+    lines = [
+        'instance_key = "test0001"',
+        "[catalog]", f'url = "{url}"',
+        "[storage]", f'root = "{tmp_path / "lake"}"', f'staging_root = "{tmp_path / "staging"}"',
+        "[spark]", 'master = "local[1]"',
+        "[merge]", *(f"{key} = {value}" for key, value in merge.items()),
+    ]
+    path = tmp_path / "siltlake.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return {**os.environ, "SILTLAKE_CONFIG": str(path), "PYTHONUNBUFFERED": "1", "COLUMNS": "300"}
+
+
+# --- processes ------------------------------------------------------------------------------------------
+
+class Worker:
+    """One `silt` process in a session of its own; stdout and stderr go to files (never a full pipe)."""
+
+    def __init__(self, tmp_path: Path, name: str, env: dict[str, str], *args: str) -> None:
+        self.name = name
+        self.out = tmp_path / f"{name}.out"
+        self.err = tmp_path / f"{name}.err"
+        with self.out.open("wb") as out, self.err.open("wb") as err:
+            self.proc = subprocess.Popen([sys.executable, "-m", "siltlake.cli", *args], env=env,
+                                         stdout=out, stderr=err, start_new_session=True)
+        self.started = time.monotonic()
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def tail(self) -> str:
+        return f"--- {self.name} stdout:\n{self.out.read_text()[-2000:]}\n--- stderr:\n{self.err.read_text()[-4000:]}"
+
+    def kill(self) -> None:
+        """SIGKILL every process of the worker's session (driver, JVM, executors), then reap the driver."""
+        kill_session(self.pid)
+        self.proc.wait(timeout=30)
+
+
+def _session_members(session: int) -> list[int]:
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        state, _ppid, _pgrp, sid = stat.rsplit(")", 1)[1].split()[:4]
+        if int(sid) == session and state != "Z":
+            members.append(int(entry))
+    return members
+
+
+def kill_session(session: int) -> None:
+    """SIGKILL the processes of a session this test started (its leader's pid is the session id)."""
+    if not Path("/proc/self/stat").exists():  # no procfs: the leader's process group is the best we have
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(session, signal.SIGKILL)
+        return
+    for _ in range(100):  # a process may fork while we look: repeat until the session is empty
+        members = _session_members(session)
+        if not members:
+            return
+        for pid in members:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
+
+
+def wait_until(condition: Callable[[], object], workers: list[Worker], timeout: float, what: str) -> None:
+    """Poll until condition holds; fail if one of the workers exits meanwhile or time runs out."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        for worker in workers:
+            if not worker.alive():
+                pytest.fail(f"{worker.name} exited with {worker.proc.returncode} while waiting for {what}\n"
+                            + worker.tail())
+        if time.monotonic() > deadline:
+            pytest.fail(f"no {what} within {timeout:.0f} s\n" + "\n".join(w.tail() for w in workers))
+        time.sleep(0.02)
+
+
+def silt_status(env: dict[str, str]) -> list[dict]:
+    done = subprocess.run([sys.executable, "-m", "siltlake.cli", "status", "--json"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)["tables"]
+
+
+# --- catalog and lake observations ----------------------------------------------------------------------
+
+def held_jobs(deployment: Deployment) -> list[sa.Row]:
+    j = s.merge_jobs
+    with deployment.catalog.engine.connect() as c:
+        return c.execute(sa.select(j.c.id, j.c.partition_id, j.c.owner).where(j.c.ongoing_mark > 0)).all()
+
+
+def owner_pid(owner: str | None) -> int | None:
+    """default_owner() is host:pid:random."""
+    parts = (owner or "").rsplit(":", 2)
+    return int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else None
+
+
+def jobs_held_by(deployment: Deployment, worker: Worker) -> list[int]:
+    return [row.id for row in held_jobs(deployment) if owner_pid(row.owner) == worker.pid]
+
+
+def successes(deployment: Deployment) -> int:
+    log = s.merge_job_log
+    with deployment.catalog.engine.connect() as c:
+        return c.execute(sa.select(sa.func.count()).where(log.c.outcome.in_(SUCCESS))).scalar_one()
+
+
+def lake_merged_files(root: Path) -> set[str]:
+    """Merged objects on disk, temporary ones included, committed or not."""
+    return {os.path.join(folder, name) for folder, _, names in os.walk(root)
+            if "/merged/" in folder + "/" for name in names}
+
+
+def idle(status: list[dict]) -> bool:
+    return all(t["unmerged_objects"] == 0 and not any(t["jobs"].values()) for t in status)
+
+
+# --- checks ---------------------------------------------------------------------------------------------
+
+def rows_of(table: pa.Table) -> list[tuple]:
+    return sorted((r["user_id"], r["utc_event_time"], r["action"]) for r in table.to_pylist())
+
+
+def check_partition(deployment: Deployment, table: TableRecord, partition: PartitionRow) -> int:
+    """Ranges chain from the sentinel to the last small object; each merged object holds exactly the rows
+    of the small objects its range names. Returns the partition's row count."""
+    date = partition.partition_date
+    layout = table.layout(deployment.instance_key)
+    objects = sorted((o for o in deployment.catalog.small_objects(table.id) if o.partition_date == date),
+                     key=lambda o: o.id)
+    ranges = deployment.catalog.merge_ranges(partition.id)
+    where = f"{table.qualified_name} {date}"
+    assert ranges and (ranges[0].lower, ranges[0].upper) == (None, 0), f"{where}: no sentinel first: {ranges}"
+    for previous, current in itertools.pairwise(ranges):
+        assert current.lower == previous.upper, f"{where}: ranges do not chain: {ranges}"
+    assert ranges[-1].upper == partition.desired_manifest_version == objects[-1].id, where
+    for merged in ranges[1:]:
+        data = pq.read_table(deployment.lake.path(layout.merged_object(date, merged.lower, merged.upper)),
+                             filesystem=deployment.lake.filesystem)
+        inputs = [pq.read_table(deployment.lake.path(layout.small_object(date, o.id, o.delayed)),
+                                filesystem=deployment.lake.filesystem)
+                  for o in objects if merged.lower < o.id <= merged.upper]
+        assert inputs, f"{where}: range ({merged.lower}, {merged.upper}] names no small object"
+        assert data.num_rows == merged.row_count, where
+        assert rows_of(data) == rows_of(pa.concat_tables(inputs)), \
+            f"{where}: range ({merged.lower}, {merged.upper}] does not hold exactly its small objects' rows"
+    everything = merged_rows(deployment, table, partition.id, date)
+    assert rows_of(everything) == rows_of(
+        small_rows(deployment, table, partition.id, date, partition.desired_manifest_version)), where
+    return everything.num_rows
+
+
+def check_merged(deployment: Deployment, tables: list[TableRecord], expected_rows: int) -> None:
+    total = 0
+    for table in tables:
+        partitions = deployment.catalog.partitions(table.id)
+        assert partitions
+        for partition in partitions:
+            total += check_partition(deployment, table, partition)
+    assert total == expected_rows
+
+
+def check_log(log: list[dict]) -> None:
+    """Each job finishes (or continues) once; a partition's successful jobs never ran at the same time."""
+    done = collections.Counter(entry["job_id"] for entry in log if entry["outcome"] in SUCCESS)
+    assert [job for job, count in done.items() if count > 1] == []
+    by_partition: dict[int, list[dict]] = collections.defaultdict(list)
+    for entry in log:
+        if entry["outcome"] in SUCCESS:
+            by_partition[entry["partition_id"]].append(entry)
+    for partition_id, entries in by_partition.items():
+        entries.sort(key=lambda e: e["start_time"])
+        for before, after in itertools.pairwise(entries):
+            assert before["end_time"] <= after["start_time"], (
+                f"partition {partition_id}: jobs {before['job_id']} ({before['start_time']} - {before['end_time']})"
+                f" and {after['job_id']} ({after['start_time']} - {after['end_time']}) overlap")
+
+
+def check_job_counts(log: list[dict], plan: list[tuple[TableRecord, dt.date, int]]) -> None:
+    """A partition of n objects takes ceil(n / merge_batch_size) successful jobs, the last one finished."""
+    continuing = sum(math.ceil(count / table.definition.merge_batch_size) - 1 for table, _, count in plan)
+    assert continuing > 0
+    assert sum(e["outcome"] == "continuing" for e in log) == continuing
+    assert sum(e["outcome"] == "finished" for e in log) == len(plan)
+
+
+def check_status(env: dict[str, str], tables: list[TableRecord]) -> None:
+    status = silt_status(env)
+    assert sorted(t["table"] for t in status) == sorted(t.qualified_name for t in tables)
+    for entry in status:
+        assert entry["unmerged_objects"] == 0, entry
+        assert entry["jobs"] == {"scheduled": 0, "due": 0, "running": 0, "stale": 0, "continuing": 0,
+                                 "failed": 0}, entry
+
+
+# --- 1. workers killed mid-job --------------------------------------------------------------------------
+
+JOB_TIMEOUT = 4
+
+
+def test_killed_merge_workers_are_taken_over_and_lose_nothing(tmp_path: Path, catalog_url: str) -> None:
+    """Four `silt merge --once` workers are SIGKILLed in turn (before claiming, with claimed jobs while Spark
+    starts, mid-stage, right after a commit), then a fifth runs after the job timeout and finishes."""
+    rng = random.Random(20261121)
+    deployment = Deployment(make_config(tmp_path, catalog_url))
+    deployment.init()
+    tables = [
+        create_table(deployment, "crash_auto", merge_batch_size=2, merged_object_size=5000),
+        create_table(deployment, "crash_shallow", merge_mode="shallow", merge_batch_size=2),
+    ]
+    first = dt.date(2026, 11, 1)
+    plan = [(table, first + dt.timedelta(days=day), rng.randrange(3, 6)) for table in tables for day in range(4)]
+    expected_rows = fill(deployment, plan, rng)
+    env = write_config(tmp_path, catalog_url, slots=4, job_timeout=JOB_TIMEOUT, heartbeat_interval=1,
+                       retry_backoff=1, poll_interval=1)
+    lake = tmp_path / "lake"
+
+    def before_claim(worker: Worker) -> str:
+        time.sleep(max(0.0, worker.started + rng.uniform(0.2, 1.0) - time.monotonic()))
+        return "before claiming"
+
+    def after_claim(worker: Worker) -> str:
+        wait_until(lambda: jobs_held_by(deployment, worker), [worker], 120, "claim")
+        time.sleep(rng.uniform(0.0, 2.5))
+        return "with claimed jobs, Spark starting"
+
+    def in_stage(worker: Worker) -> str:
+        files, done = lake_merged_files(lake), successes(deployment)
+        wait_until(lambda: lake_merged_files(lake) - files or successes(deployment) > done, [worker], 180,
+                   "merged object written")
+        time.sleep(rng.uniform(0.0, 0.05))
+        return "in the Spark stage" if successes(deployment) == done else "in the Spark stage (just committed)"
+
+    def at_commit(worker: Worker) -> str:
+        done = successes(deployment)
+        wait_until(lambda: successes(deployment) > done, [worker], 180, "commit")
+        time.sleep(rng.uniform(0.0, 0.2))
+        return "right after a commit"
+
+    workers: list[Worker] = []
+    kills: list[tuple[str, list[int]]] = []
+    held_at_kill: collections.Counter[int] = collections.Counter()
+    last_kill = time.monotonic()
+    try:
+        for number, point in enumerate((before_claim, after_claim, in_stage, at_commit), 1):
+            worker = Worker(tmp_path, f"killed{number}", env, "merge", "--once")
+            workers.append(worker)
+            where = point(worker)
+            assert worker.alive(), f"{worker.name} finished before its kill point ({where})\n{worker.tail()}"
+            worker.kill()
+            last_kill = time.monotonic()
+            held = jobs_held_by(deployment, worker)  # the dead worker's claims: they must be taken over
+            held_at_kill.update(held)
+            kills.append((where, held))
+            print(f"killed {worker.name} {time.monotonic() - worker.started:.1f} s after its start, {where}, "
+                  f"holding jobs {held}")
+        assert sum(held_at_kill.values()) > 0, kills
+        # Past the timeout every job the last worker held is stale: the survivor takes them all over.
+        time.sleep(max(0.0, last_kill + JOB_TIMEOUT + 0.5 - time.monotonic()))
+        survivor = Worker(tmp_path, "survivor", env, "merge", "--once", "--json")
+        workers.append(survivor)
+        assert survivor.proc.wait(timeout=300) == 0, survivor.tail()
+    finally:
+        for worker in workers:
+            kill_session(worker.pid)
+            worker.proc.wait(timeout=30)
+    report = json.loads(survivor.out.read_text())
+    print(f"the survivor took {time.monotonic() - survivor.started:.1f} s: {report}")
+    assert report["failed"] == report["lost"] == report["conflicts"] == 0, report
+
+    check_status(env, tables)
+    check_merged(deployment, tables, expected_rows)
+    log = deployment.catalog.merge_log()
+    check_log(log)
+    taken_over = collections.Counter(
+        entry["job_id"] for entry in log
+        if entry["outcome"] == "failed" and entry["error"].startswith("worker lost")
+        and f"(timeout {JOB_TIMEOUT} s); taken over by " in entry["error"])
+    assert taken_over == held_at_kill, kills
+    assert [e for e in log if e["outcome"] == "failed" and e["job_id"] not in held_at_kill] == []
+    assert sum(e["outcome"] == "failed" for e in log) == sum(held_at_kill.values())
+    check_job_counts(log, plan)
+    deployment.close()
+
+
+# --- 2. two daemons on one PostgreSQL catalog -----------------------------------------------------------
+
+REPORT = re.compile(r"merge: (?P<claimed>\d+) jobs in\s+(?P<stages>\d+) Spark\s+stages:\s+(?P<finished>\d+)\s+"
+                    r"finished,\s+(?P<continuing>\d+)\s+continuing,\s+(?P<failed>\d+)\s+failed\s+\((?P<parked>\d+)"
+                    r"\s+parked\),\s+(?P<taken_over>\d+)\s+taken\s+over")
+
+
+def last_report(daemon: Worker) -> dict[str, int] | None:
+    """The counts of the daemon's latest merge report (printed whenever it idles after new claims)."""
+    reports = list(REPORT.finditer(daemon.err.read_text()))
+    return {key: int(value) for key, value in reports[-1].groupdict().items()} if reports else None
+
+
+def reports_add_up(daemons: list[Worker], done: dict[str, int]) -> bool:
+    reports = [last_report(daemon) for daemon in daemons]
+    return all(reports) and all(sum(r[outcome] for r in reports) == count for outcome, count in done.items())
+
+
+@pytest.mark.postgres
+def test_two_merge_daemons_on_one_postgres_catalog(tmp_path: Path, postgres_url: str) -> None:
+    rng = random.Random(4242)
+    deployment = Deployment(make_config(tmp_path, postgres_url))
+    deployment.init()
+    tables = [
+        create_table(deployment, "daemon_auto", merge_batch_size=3, merged_object_size=6000),
+        create_table(deployment, "daemon_deep", merge_mode="deep", merge_batch_size=2),
+    ]
+    first = dt.date(2026, 10, 1)
+    plan = [(table, first + dt.timedelta(days=day), rng.choice([1, 1, 2, 2, 3, 5, 7]))
+            for table in tables for day in range(18)]
+    expected_rows = fill(deployment, plan, rng)
+    env = write_config(tmp_path, postgres_url, slots=2, poll_interval=1, job_timeout=10, heartbeat_interval=2,
+                       retry_backoff=1)
+    daemons: list[Worker] = []
+    owners: set[int | None] = set()
+    try:
+        daemons = [Worker(tmp_path, f"daemon{n}", env, "merge") for n in (1, 2)]
+        deadline = time.monotonic() + 300
+        while True:
+            owners.update(owner_pid(row.owner) for row in held_jobs(deployment))
+            if idle(deployment.catalog.merge_status(utcnow(), 10)):
+                break
+            for daemon in daemons:
+                assert daemon.alive(), f"{daemon.name} exited with {daemon.proc.returncode}\n{daemon.tail()}"
+            assert time.monotonic() < deadline, "merging did not finish in 300 s\n" + \
+                "\n".join(d.tail() for d in daemons)
+            time.sleep(0.05)
+        # An idle daemon reports what it did; wait for both reports to add up to the log, then stop them.
+        log = deployment.catalog.merge_log()
+        done = {outcome: sum(e["outcome"] == outcome for e in log) for outcome in SUCCESS}
+        wait_until(lambda: reports_add_up(daemons, done), daemons, 60, f"daemon reports adding up to {done}")
+        for daemon in daemons:
+            daemon.proc.send_signal(signal.SIGINT)  # the driver only: it stops after its running jobs
+        for daemon in daemons:
+            try:
+                returncode = daemon.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"{daemon.name} did not stop within 60 s of SIGINT\n{daemon.tail()}")
+            assert returncode == 0, daemon.tail()
+            assert "stopped" in daemon.err.read_text(), daemon.tail()
+    finally:
+        for daemon in daemons:
+            kill_session(daemon.pid)
+            daemon.proc.wait(timeout=30)
+
+    # Both daemons ran jobs: seen holding them in the catalog (owner host:pid:...), and saying so.
+    for daemon in daemons:
+        assert daemon.pid in owners, (owners, daemon.pid)
+        report = last_report(daemon)
+        assert report is not None and report["finished"] + report["continuing"] > 0, daemon.tail()
+        assert report["failed"] == report["taken_over"] == 0, daemon.tail()
+    check_status(env, tables)
+    check_merged(deployment, tables, expected_rows)
+    log = deployment.catalog.merge_log()
+    check_log(log)
+    assert [e for e in log if e["outcome"] == "failed"] == []
+    check_job_counts(log, plan)
+    deployment.close()
