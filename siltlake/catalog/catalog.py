@@ -374,14 +374,15 @@ class Catalog(MergeQueue):
                 uri=uri, reason=reason, size=size, table_id=table_id, detect_time=utcnow(),
             )))
 
-    def _insert_once(self, c: Connection, table: sa.Table, key: str, values: dict) -> int:
-        """Insert unless a row with the same unique key exists; 1 if inserted."""
+    def _insert_once(self, c: Connection, table: sa.Table, key: str | tuple[str, ...], values: dict) -> int:
+        """Insert unless a row with the same unique key (one column or several) exists; 1 if inserted."""
         if self.dialect == "postgresql":
             from sqlalchemy.dialects.postgresql import insert
         else:
             from sqlalchemy.dialects.sqlite import insert
-        statement = insert(table).values(**values).on_conflict_do_nothing(index_elements=[key])
-        return len(c.execute(statement.returning(table.c[key])).all())
+        columns = [key] if isinstance(key, str) else list(key)
+        statement = insert(table).values(**values).on_conflict_do_nothing(index_elements=columns)
+        return len(c.execute(statement.returning(table.c[columns[0]])).all())
 
     def pending_staging_objects(self, limit: int) -> list[PendingStagingObject]:
         with self._tx() as c:

@@ -85,6 +85,9 @@ class MergeQueue:
     def _tx(self):  # noqa: ANN202 - provided by Catalog
         raise NotImplementedError
 
+    def _insert_once(self, c: Connection, table: sa.Table, key: str | tuple[str, ...], values: dict) -> int:
+        raise NotImplementedError  # provided by Catalog
+
     def _lock_claims(self, c: Connection) -> None:
         if self.dialect == "postgresql":
             c.execute(sa.select(sa.func.pg_advisory_xact_lock(_MERGE_CLAIM_LOCK)))
@@ -239,8 +242,9 @@ class MergeQueue:
         waiting = c.execute(sa.select(j.c.id, j.c.schedule_time)
                             .where(j.c.partition_id == partition_id, j.c.ongoing_mark == 0)).first()
         if waiting is None:
-            c.execute(j.insert().values(partition_id=partition_id, schedule_time=when, ongoing_mark=0,
-                                        continued_from=continued_from))
+            # A stream commit and a merge commit may both find no waiting job: the second insert is a no-op.
+            self._insert_once(c, j, ("partition_id", "ongoing_mark"), dict(
+                partition_id=partition_id, schedule_time=when, ongoing_mark=0, continued_from=continued_from))
         elif advance and (waiting.schedule_time > when or continued_from is not None):
             values: dict = {"schedule_time": min(when, waiting.schedule_time)}
             if continued_from is not None:
