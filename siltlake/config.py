@@ -6,7 +6,7 @@ import os
 import re
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
@@ -22,6 +22,9 @@ DEFAULT_KEY_PATTERN = (
     r"^(?:.*/)?(?:[^/]*\.)?(?P<schema>[^/.]+)\.(?P<table>[^/.]+)/"
     r"(?P<year>\d{4})/(?P<month>\d{2})/(?P<day>\d{2})/(?P<name>[^/]+)$"
 )
+
+
+AtLeastOne = Annotated[int, Field(ge=1)]
 
 
 class _Section(BaseModel):
@@ -53,11 +56,11 @@ class SparkConfig(_Section):
 class StreamConfig(_Section):
     poll_interval: int = 10
     key_pattern: str = DEFAULT_KEY_PATTERN
-    max_objects_per_run: int = 100_000
-    objects_per_wave: int = 512
-    tasks_per_core: int = 4
-    batch_rows: int = 65536
-    spill_bytes: int = 128 * 1024 * 1024
+    max_objects_per_run: AtLeastOne = 100_000
+    objects_per_wave: AtLeastOne = 512
+    tasks_per_core: AtLeastOne = 4
+    batch_rows: AtLeastOne = 65536
+    spill_bytes: AtLeastOne = 128 * 1024 * 1024
 
     @field_validator("poll_interval", mode="before")
     @classmethod
@@ -78,34 +81,20 @@ class StreamConfig(_Section):
             )
         return value
 
-    @field_validator("max_objects_per_run", "objects_per_wave", "tasks_per_core", "batch_rows", "spill_bytes")
-    @classmethod
-    def _positive(cls, value: int) -> int:
-        if value < 1:
-            raise ValueError("must be at least 1")
-        return value
-
 
 class MergeConfig(_Section):
-    slots: int = Field(default=32, description="jobs one worker runs at once (each one Spark task)")
-    per_table_limit: int = Field(default=4, description="running jobs per table across all workers")
+    slots: AtLeastOne = Field(default=32, description="jobs one worker runs at once (each one Spark task)")
+    per_table_limit: AtLeastOne = Field(default=16, description="running jobs per table across all workers")
     poll_interval: int = 10
-    job_timeout: int = Field(default=600, description="seconds without a heartbeat before a job is taken over")
-    heartbeat_interval: int = 30
-    max_attempts: int = Field(default=5, description="failed attempts before a job parks as failed")
+    job_timeout: AtLeastOne = Field(default=600, description="seconds without a heartbeat before a job is taken over")
+    heartbeat_interval: AtLeastOne = 30
+    max_attempts: AtLeastOne = Field(default=5, description="failed attempts before a job parks as failed")
     retry_backoff: int = Field(default=30, description="seconds before the first retry; doubles per attempt")
 
     @field_validator("poll_interval", "job_timeout", "heartbeat_interval", "retry_backoff", mode="before")
     @classmethod
     def _durations(cls, value: Any, info: ValidationInfo) -> int:
         return parse_duration(value, f"merge.{info.field_name}")
-
-    @field_validator("slots", "per_table_limit", "job_timeout", "heartbeat_interval", "max_attempts")
-    @classmethod
-    def _positive(cls, value: int) -> int:
-        if value < 1:
-            raise ValueError("must be at least 1")
-        return value
 
     @model_validator(mode="after")
     def _heartbeat_within_timeout(self) -> MergeConfig:

@@ -60,6 +60,9 @@ def test_file_then_environment_overrides(tmp_path: Path) -> None:
     ('[stream]\nkey_pattern = "(?P<schema>x)"\n', "named groups"),
     ('instance_key = "ABC"\n', "instance_key"),
     ("[catalog\n", "not valid TOML"),
+    ('[merge]\nslots = 0\n', "merge.slots"),
+    ('[merge]\njob_timeout = "20s"\nheartbeat_interval = "15s"\n', "at most half of merge.job_timeout"),
+    ('[merge]\nretry_backoff = "later"\n', "merge.retry_backoff"),
 ])
 def test_invalid_configuration_names_the_key(tmp_path: Path, content: str, message: str) -> None:
     file = tmp_path / "siltlake.toml"
@@ -109,6 +112,9 @@ def test_durations(value, seconds) -> None:
     ({"columns": [{"name": "utc_event_time", "type": "timestamp"}, {"name": "dt", "type": "date"}]},
      "reserved"),
     ({"color": "blue"}, "color: unknown key"),
+    ({"merge_mode": "medium"}, "merge_mode"),
+    ({"merge_batch_size": 0}, "merge_batch_size must be at least 1"),
+    ({"row_group_bytes": -5}, "row_group_bytes must be at least 1"),
     ({"columns": [{"name": "utc_event_time", "type": "timestamp"}, {"name": "p", "type": "decimal(40,2)"}]},
      "precision"),
 ])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import signal
 import sys
 import threading
 from collections.abc import Callable
@@ -349,6 +350,9 @@ def merge(context: click.Context, once: bool, slots: int | None, table_name: str
             sys.exit(1)
         return
     stop = threading.Event()
+    # SIGTERM (a service manager stopping us) finishes the running jobs like Ctrl-C, rather than leaving
+    # claims to go stale until another worker takes them over.
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
     worker = MergeWorker(deployment, slots=slots, table_ids=table_ids)
     console.print(f"merging as {worker.owner} with {worker.slots} slots; Ctrl-C stops after the running jobs")
     last = {"claimed": 0}
