@@ -20,7 +20,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -44,6 +44,22 @@ SUCCESS = ("finished", "continuing")
 
 
 # --- set-up ---------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def open_deployment(tmp_path: Path) -> Iterator[Callable[[str], Deployment]]:
+    """Open (and afterwards close) the test's own deployment on a catalog; no Spark in the test process."""
+    opened: list[Deployment] = []
+
+    def open_(url: str) -> Deployment:
+        deployment = Deployment(make_config(tmp_path, url))
+        opened.append(deployment)
+        deployment.init()
+        return deployment
+
+    yield open_
+    for deployment in opened:
+        deployment.close()
+
 
 def create_table(deployment: Deployment, name: str, **options: object) -> TableRecord:
     """An access-like table whose merge jobs are due as soon as a partition gets its first object."""
@@ -276,12 +292,12 @@ def check_status(env: dict[str, str], tables: list[TableRecord]) -> None:
 JOB_TIMEOUT = 4
 
 
-def test_killed_merge_workers_are_taken_over_and_lose_nothing(tmp_path: Path, catalog_url: str) -> None:
+def test_killed_merge_workers_are_taken_over_and_lose_nothing(tmp_path: Path, catalog_url: str,
+                                                              open_deployment: Callable[[str], Deployment]) -> None:
     """Four `silt merge --once` workers are SIGKILLed in turn (before claiming, with claimed jobs while Spark
     starts, mid-stage, right after a commit), then a fifth runs after the job timeout and finishes."""
     rng = random.Random(20261121)
-    deployment = Deployment(make_config(tmp_path, catalog_url))
-    deployment.init()
+    deployment = open_deployment(catalog_url)
     tables = [
         create_table(deployment, "crash_auto", merge_batch_size=2, merged_object_size=5000),
         create_table(deployment, "crash_shallow", merge_mode="shallow", merge_batch_size=2),
@@ -312,7 +328,7 @@ def test_killed_merge_workers_are_taken_over_and_lose_nothing(tmp_path: Path, ca
     def at_commit(worker: Worker) -> str:
         done = successes(deployment)
         wait_until(lambda: successes(deployment) > done, [worker], 180, "commit")
-        time.sleep(rng.uniform(0.0, 0.2))
+        time.sleep(rng.uniform(0.0, 0.06))  # amid the commits of the stage's other jobs, or the next claim
         return "right after a commit"
 
     workers: list[Worker] = []
@@ -350,15 +366,17 @@ def test_killed_merge_workers_are_taken_over_and_lose_nothing(tmp_path: Path, ca
     check_merged(deployment, tables, expected_rows)
     log = deployment.catalog.merge_log()
     check_log(log)
-    taken_over = collections.Counter(
-        entry["job_id"] for entry in log
-        if entry["outcome"] == "failed" and entry["error"].startswith("worker lost")
-        and f"(timeout {JOB_TIMEOUT} s); taken over by " in entry["error"])
-    assert taken_over == held_at_kill, kills
+    # Each claim a worker held when it died was taken over once, by a later worker, and logged as such.
+    lost_marker = f"(timeout {JOB_TIMEOUT} s); taken over by "
+    takeovers = [(entry["job_id"], owner_pid(entry["error"].split(lost_marker, 1)[1])) for entry in log
+                 if entry["outcome"] == "failed" and entry["error"].startswith("worker lost")
+                 and lost_marker in entry["error"]]
+    assert collections.Counter(job for job, _ in takeovers) == held_at_kill, kills
+    assert {taker for _, taker in takeovers} <= {worker.pid for worker in workers[1:]}
+    assert sum(taker == survivor.pid for _, taker in takeovers) == report["taken_over"]
     assert [e for e in log if e["outcome"] == "failed" and e["job_id"] not in held_at_kill] == []
     assert sum(e["outcome"] == "failed" for e in log) == sum(held_at_kill.values())
     check_job_counts(log, plan)
-    deployment.close()
 
 
 # --- 2. two daemons on one PostgreSQL catalog -----------------------------------------------------------
@@ -380,10 +398,12 @@ def reports_add_up(daemons: list[Worker], done: dict[str, int]) -> bool:
 
 
 @pytest.mark.postgres
-def test_two_merge_daemons_on_one_postgres_catalog(tmp_path: Path, postgres_url: str) -> None:
+def test_two_merge_daemons_on_one_postgres_catalog(tmp_path: Path, postgres_url: str,
+                                                   open_deployment: Callable[[str], Deployment]) -> None:
+    """Two `silt merge` daemons drain 36 partitions of two tables (some needing continuing jobs) side by side,
+    then stop on SIGINT. No partition is merged by both at once, and nothing is lost or merged twice."""
     rng = random.Random(4242)
-    deployment = Deployment(make_config(tmp_path, postgres_url))
-    deployment.init()
+    deployment = open_deployment(postgres_url)
     tables = [
         create_table(deployment, "daemon_auto", merge_batch_size=3, merged_object_size=6000),
         create_table(deployment, "daemon_deep", merge_mode="deep", merge_batch_size=2),
@@ -438,4 +458,3 @@ def test_two_merge_daemons_on_one_postgres_catalog(tmp_path: Path, postgres_url:
     check_log(log)
     assert [e for e in log if e["outcome"] == "failed"] == []
     check_job_counts(log, plan)
-    deployment.close()
