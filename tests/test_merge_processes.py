@@ -401,7 +401,7 @@ def reports_add_up(daemons: list[Worker], done: dict[str, int]) -> bool:
 def test_two_merge_daemons_on_one_postgres_catalog(tmp_path: Path, postgres_url: str,
                                                    open_deployment: Callable[[str], Deployment]) -> None:
     """Two `silt merge` daemons drain 36 partitions of two tables (some needing continuing jobs) side by side,
-    then stop on SIGINT. No partition is merged by both at once, and nothing is lost or merged twice."""
+    then stop on SIGINT and SIGTERM. No partition is merged by both at once, and nothing is lost or merged twice."""
     rng = random.Random(4242)
     deployment = open_deployment(postgres_url)
     tables = [
@@ -432,15 +432,18 @@ def test_two_merge_daemons_on_one_postgres_catalog(tmp_path: Path, postgres_url:
         log = deployment.catalog.merge_log()
         done = {outcome: sum(e["outcome"] == outcome for e in log) for outcome in SUCCESS}
         wait_until(lambda: reports_add_up(daemons, done), daemons, 60, f"daemon reports adding up to {done}")
-        for daemon in daemons:
-            daemon.proc.send_signal(signal.SIGINT)  # the driver only: it stops after its running jobs
-        for daemon in daemons:
+        # Ctrl-C for one, SIGTERM for the other, each sent to the driver process only.
+        stops = dict(zip(daemons, (signal.SIGINT, signal.SIGTERM), strict=True))
+        for daemon, signum in stops.items():
+            daemon.proc.send_signal(signum)
+        for daemon, signum in stops.items():
             try:
                 returncode = daemon.proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
-                pytest.fail(f"{daemon.name} did not stop within 60 s of SIGINT\n{daemon.tail()}")
+                pytest.fail(f"{daemon.name} did not stop within 60 s of {signum.name}\n{daemon.tail()}")
             assert returncode == 0, daemon.tail()
-            assert "stopped" in daemon.err.read_text(), daemon.tail()
+            if signum == signal.SIGINT:
+                assert "stopped" in daemon.err.read_text(), daemon.tail()
     finally:
         for daemon in daemons:
             kill_session(daemon.pid)
