@@ -367,7 +367,8 @@ def merge(context: click.Context, once: bool, slots: int | None, table_name: str
             f"[red]catalog unreachable[/] ({type(exc).__name__}: {exc}); retrying in {wait:.0f}s", highlight=False))
     except KeyboardInterrupt:
         stop.set()
-        console.print("stopped")
+    on_round(worker.report)  # jobs finished since the last report
+    console.print("stopped")
 
 
 def _age(seconds: float | None) -> str:

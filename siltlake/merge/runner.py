@@ -83,6 +83,7 @@ class MergeWorker:
         self.report = MergeReport()
         self._held: dict[int, ClaimedJob] = {}
         self._lock = threading.Lock()
+        self._spark_lock = threading.Lock()
         self._wake = threading.Event()
 
     # --- planning ------------------------------------------------------------------------------------
@@ -203,12 +204,7 @@ class MergeWorker:
         runnable = [p for p in prepared if p.task is not None]
         results: list[dict] = []
         if runnable:
-            if self.deployment._spark is None:
-                spark_started = time.monotonic()
-                spark = self.deployment.spark()
-                self.report.spark_start_seconds += time.monotonic() - spark_started
-            else:
-                spark = self.deployment.spark()
+            spark = self._spark()
             try:
                 results = run_tasks(spark, run_merge_task, [p.task for p in runnable],
                                     weights=[p.task.weight for p in runnable], tasks=len(runnable))
@@ -220,6 +216,14 @@ class MergeWorker:
         by_job = {p.job.id: r for p, r in zip(runnable, results, strict=True)}
         for item in prepared:
             self._finish(item, by_job.get(item.job.id), started)
+
+    def _spark(self):  # noqa: ANN202 - a SparkSession
+        with self._spark_lock:  # stage threads may ask at once: start (and time) the session once
+            if self.deployment._spark is None:
+                spark_started = time.monotonic()
+                self.deployment.spark()
+                self.report.spark_start_seconds += time.monotonic() - spark_started
+            return self.deployment.spark()
 
     def _heartbeat_loop(self, stop: threading.Event) -> None:
         while not stop.wait(self.settings.heartbeat_interval):
@@ -284,6 +288,7 @@ class MergeWorker:
                     continue
                 if not stages and (once or stop.is_set()):
                     break
+                self.report.seconds = time.monotonic() - started
                 if on_round is not None and not stages:
                     on_round(self.report)
                 # Wake when a stage finishes (slots freed) or the poll interval passes.
@@ -294,7 +299,7 @@ class MergeWorker:
                 stage.join()
             beat_stop.set()
             beat.join()
-        self.report.seconds = time.monotonic() - started
+            self.report.seconds = time.monotonic() - started
         return self.report
 
     def _stage(self, jobs: list[ClaimedJob]) -> None:
