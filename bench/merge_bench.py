@@ -1,0 +1,795 @@
+#!/usr/bin/env python
+"""Merge benchmark: siltlake's merge task against delta-rs, naive Spark and a pyarrow floor, in one run.
+
+Subcommands (each writes bench/results/merge_<name>.json; ``all`` runs the four on one SparkSession):
+
+  compact  2,000 small Parquet objects (1 M rows of a 6-column log table, zstd) into one object:
+           siltlake deep and auto as the bare task (run_merge_task in this process) and through the
+           full path (merge_once on a SQLite catalog, one Spark task); delta-rs optimize.compact() on a
+           Delta table holding the same 2,000 files; naive Spark read.parquet(files).sort(time)
+           .coalesce(1).write; a pyarrow floor (read all, sort, write).
+  extend   a day of extensions: ROUNDS merge rounds, each adding PER_ROUND small objects to the open
+           range's object, auto against deep: bytes decoded and wall time.
+  query    a Spark aggregate over one partition as 2,000 small objects, then over its merged object.
+  memory   peak RSS of one deep merge task in a fresh process, against the merged rows' Arrow size.
+
+Inputs are generated once and cached under --workdir (default bench/data/merge).
+Run from the repository root:  .venv/bin/python bench/merge_bench.py all
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+for entry in (ROOT, ROOT / "bench"):
+    if str(entry) not in sys.path:
+        sys.path.insert(0, str(entry))
+
+import numpy as np  # noqa: E402
+import pyarrow as pa  # noqa: E402
+import pyarrow.compute as pc  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+from stream_bench import MB, Measure, machine, write_report  # noqa: E402
+
+from siltlake.merge.task import MergeTask, RangeTask, run_merge_task  # noqa: E402
+from siltlake.storage import Storage  # noqa: E402
+from siltlake.tabledef import TableDef  # noqa: E402
+
+GENERATOR_VERSION = 1  # bump when the generated data changes, to invalidate cached inputs
+MIB = 1024 * 1024
+RESULTS = ROOT / "bench" / "results"
+PARTITION_DATE = dt.date(2026, 11, 20)  # a Tokyo day: 2026-11-19 15:00 UTC to 2026-11-20 15:00 UTC
+DAY_START_US = int(datetime(2026, 11, 19, 15, tzinfo=UTC).timestamp()) * 1_000_000
+DAY_US = 86_400 * 1_000_000
+CODEC = "zstd"  # every peer writes zstd at its library's default level (pinned to 1 for Spark, see below)
+TABLE = TableDef.from_mapping({
+    "schema": "bench", "name": "http_log", "time_column": "time", "timezone": "Asia/Tokyo",
+    "merge_interval": "12h", "codec": CODEC,
+    "columns": [
+        {"name": "time", "type": "timestamp", "nullable": False},
+        {"name": "host", "type": "string"},
+        {"name": "status", "type": "int"},
+        {"name": "path", "type": "string"},
+        {"name": "user_id", "type": "bigint"},
+        {"name": "latency_ms", "type": "double"},
+    ],
+})
+SCHEMA = TABLE.arrow_schema()
+
+
+def table_def(mode: str, row_group_bytes: int | None = None) -> TableDef:
+    data = TABLE.model_dump(by_alias=True)
+    data["merge_mode"] = mode
+    if row_group_bytes is not None:
+        data["row_group_bytes"] = row_group_bytes
+    return TableDef.from_mapping(data)
+
+
+# --------------------------------------------------------------------------------------------------
+# inputs: small objects as the stream writes them (one time-sorted zstd Parquet file each)
+
+_HOSTS = np.array([f"web{i:02d}.tokyo.example.net" for i in range(64)])
+_PATHS = np.array([f"/api/v2/{area}/{i}" for area in ("items", "users", "orders", "search", "cart")
+                   for i in range(400)])
+_STATUSES = np.array([200] * 90 + [301, 302, 304, 400, 401, 403, 404, 404, 500, 503], dtype=np.int32)
+
+
+def log_rows(rng: np.random.Generator, rows: int, start_us: int, span_us: int) -> pa.Table:
+    """`rows` access-log rows with times in [start_us, start_us + span_us), sorted by time.
+
+    A session id in the path and full-precision latencies keep the rows from compressing better than
+    real logs: about 37 bytes a row in 500-row zstd objects, 30 once merged, 96 in Arrow memory.
+    """
+    times = np.sort(start_us + rng.integers(0, span_us, rows))
+    paths = pc.binary_join_element_wise(pa.array(_PATHS[rng.zipf(1.3, rows) % len(_PATHS)]),
+                                        pa.array(np.char.mod("%x", rng.integers(0, 2**63, rows))), "?sid=")
+    return pa.table({
+        "time": pa.array(times, pa.timestamp("us", tz="UTC")),
+        "host": _HOSTS[rng.integers(0, len(_HOSTS), rows)],
+        "status": _STATUSES[rng.integers(0, len(_STATUSES), rows)],
+        "path": paths,
+        "user_id": rng.integers(1, 2_000_000_000, rows),
+        "latency_ms": rng.lognormal(3.0, 1.0, rows),
+    }, schema=SCHEMA)
+
+
+def prepare_objects(workdir: Path, name: str, count: int, rows: int, seed: int, chronological: bool) -> dict:
+    """`count` small objects of `rows` rows, generated once. Each covers 30 minutes of the Tokyo day:
+    at random places (compact, memory) or in arrival order through the day (extend)."""
+    directory = workdir / "input" / f"{name}-{count}x{rows}-seed{seed}"
+    expected = {"version": GENERATOR_VERSION, "count": count, "rows": rows, "seed": seed,
+                "chronological": chronological}
+    manifest_path = directory / "_manifest.json"  # Spark and Delta skip names starting with _
+    if manifest_path.exists():
+        data = json.loads(manifest_path.read_text())
+        if all(data.get(k) == v for k, v in expected.items()):
+            print(f"input: reusing {count} objects in {directory}", flush=True)
+            return data
+    shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(parents=True)
+    print(f"input: generating {count} objects of {rows} rows in {directory} ...", flush=True)
+    started = time.perf_counter()
+    rng = np.random.default_rng(seed)
+    window = 1800 * 1_000_000
+    objects = []
+    for i in range(count):
+        if chronological:
+            start = DAY_START_US + int((DAY_US - window) * i / max(1, count - 1))
+        else:
+            start = DAY_START_US + int(rng.integers(0, DAY_US - window))
+        table = log_rows(rng, rows, start, window)
+        path = directory / f"obj-{i + 1:05d}.parquet"
+        pq.write_table(table, path, compression=CODEC)
+        times = table.column("time")
+        objects.append({"file": path.name, "bytes": path.stat().st_size, "rows": rows,
+                        "min_us": pc.min(times).cast(pa.int64()).as_py(),
+                        "max_us": pc.max(times).cast(pa.int64()).as_py()})
+    manifest = {**expected, "generated_at": datetime.now(UTC).isoformat(), "directory": str(directory),
+                "objects": objects,
+                "total_rows": count * rows, "total_bytes": sum(o["bytes"] for o in objects),
+                "generate_seconds": round(time.perf_counter() - started, 2)}
+    manifest_path.write_text(json.dumps(manifest))
+    print(f"input: {manifest['total_rows']:,} rows, {manifest['total_bytes'] / MB:.1f} MB "
+          f"in {manifest['generate_seconds']} s", flush=True)
+    return manifest
+
+
+def object_paths(data: dict) -> list[Path]:
+    return [Path(data["directory"]) / o["file"] for o in data["objects"]]
+
+
+def summary(data: dict) -> dict:
+    return {k: v for k, v in data.items() if k != "objects"}
+
+
+def warm_page_cache(paths: list[Path]) -> None:
+    for path in paths:
+        with open(path, "rb") as handle:
+            while handle.read(8 << 20):
+                pass
+
+
+def link_or_copy(source: Path, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
+
+
+def parquet_stats(paths: list[Path]) -> dict:
+    """Rows, files, bytes and row groups of Parquet output, and whether each row group is time-sorted."""
+    rows = groups = 0
+    in_order = True
+    for path in paths:
+        metadata = pq.ParquetFile(path).metadata
+        rows += metadata.num_rows
+        groups += metadata.num_row_groups
+        with pq.ParquetFile(path) as handle:
+            for index in range(metadata.num_row_groups):
+                times = handle.read_row_group(index, columns=["time"]).column(0).cast(pa.int64())
+                if len(times) > 1 and not pc.all(pc.greater_equal(times[1:], times[:-1])).as_py():
+                    in_order = False
+    return {"rows_written": rows, "files_written": len(paths), "row_groups": groups,
+            "output_bytes": sum(p.stat().st_size for p in paths), "time_sorted_row_groups": in_order}
+
+
+def run_record(measured: Measure, details: dict | None) -> dict:
+    record = {"seconds": round(measured.seconds, 3), **measured.extra(), **(details or {})}
+    if measured.cpu_seconds < 0:  # a Spark Python worker exited mid-run and took its CPU time with it
+        record["cpu_seconds"] = record["cpu_per_wall"] = None
+    return record
+
+
+def median_cpu(records: list[dict]) -> float | None:
+    known = [r["cpu_seconds"] for r in records if r["cpu_seconds"] is not None]
+    return round(statistics.median(known), 2) if known else None
+
+
+def timed(label: str, repeats: int, prepare: Callable[[int], object] | None,
+          run: Callable[[object], dict]) -> dict:
+    """Run `run(prepare(i))` `repeats` times; prepare (untimed) gives each run a fresh start."""
+    runs = []
+    for attempt in range(repeats):
+        state = prepare(attempt) if prepare else None
+        with Measure() as measured:
+            details = run(state)
+        runs.append(run_record(measured, details))
+        print(f"  {label}: run {attempt + 1}/{repeats}: {measured.seconds:.2f} s "
+              f"(cpu {measured.cpu_seconds:.1f} s, load {measured.load_before})", flush=True)
+    seconds = [r["seconds"] for r in runs]
+    return {"peer": label, "status": "ok", "best_seconds": min(seconds),
+            "median_seconds": round(statistics.median(seconds), 3),
+            "median_cpu_seconds": median_cpu(runs), "runs": runs}
+
+
+def interleaved(peers: dict[str, tuple[Callable[[int], object] | None, Callable[[object], dict]]],
+                repeats: int) -> dict[str, dict]:
+    """Like timed(), but one run of every peer per round, so the peers share whatever load the
+    machine has (it is shared) instead of one peer getting a quiet minute and another a busy one."""
+    runs: dict[str, list[dict]] = {name: [] for name in peers}
+    for attempt in range(repeats):
+        for name, (prepare, run) in peers.items():
+            state = prepare(attempt) if prepare else None
+            with Measure() as measured:
+                details = run(state)
+            runs[name].append(run_record(measured, details))
+            print(f"  round {attempt + 1}/{repeats}: {name}: {measured.seconds:.2f} s "
+                  f"(cpu {measured.cpu_seconds:.1f} s, load {measured.load_before})", flush=True)
+    found = {}
+    for name, items in runs.items():
+        seconds = [r["seconds"] for r in items]
+        found[name] = {"peer": name, "status": "ok", "best_seconds": min(seconds),
+                       "median_seconds": round(statistics.median(seconds), 3),
+                       "median_cpu_seconds": median_cpu(items),
+                       "runs": items}
+    return found
+
+
+# --------------------------------------------------------------------------------------------------
+# Spark
+
+
+def start_spark(workdir: Path, driver_memory: str):
+    """siltlake's own session builder (quiet, worker Python = this interpreter), local[2]."""
+    from siltlake.config import SparkConfig
+    from siltlake.spark import spark_session
+
+    return spark_session(SparkConfig(master="local[2]", app_name="siltlake-merge-bench", conf={
+        "spark.driver.memory": driver_memory,
+        "spark.sql.parquet.compression.codec": CODEC,
+        # parquet-java writes zstd at level 3 by default; pyarrow and delta-rs write level 1
+        "spark.hadoop.parquet.compression.codec.zstd.level": "1",
+        "spark.local.dir": str(workdir / "spark-tmp"),
+    }))
+
+
+def naive_spark_job(spark, files: list[Path], out: Path) -> None:
+    frame = spark.read.parquet(*[str(f) for f in files])
+    frame.sort(TABLE.time_column).coalesce(1).write.mode("overwrite").parquet(str(out))
+
+
+# --------------------------------------------------------------------------------------------------
+# siltlake: the bare task and the full catalog-driven path
+
+
+def bare_task(lake: Storage, keys: list[str], small_bytes: int, output_key: str, mode: str,
+              existing_key: str | None = None, row_group_bytes: int | None = None, upper: int = 0) -> MergeTask:
+    definition = table_def(mode, row_group_bytes)
+    planned = RangeTask(lower=0, upper=upper or len(keys), output_key=output_key, small_keys=tuple(keys),
+                        small_bytes=small_bytes, existing_key=existing_key)
+    return MergeTask(job_id=1, lake=lake, table_json=definition.to_json(), ranges=(planned,),
+                     row_group_bytes=definition.row_group_bytes)
+
+
+def run_bare(task: MergeTask) -> dict:
+    result = run_merge_task(task)
+    if result["status"] != "ok":
+        raise RuntimeError(f"merge task failed: {result.get('error')}\n{result.get('trace', '')}")
+    return result
+
+
+def full_deployment(root: Path, spark, mode: str):
+    """A fresh deployment (SQLite catalog, local lake) on the bench's SparkSession, with the table."""
+    from siltlake.config import Config
+    from siltlake.deployment import Deployment
+
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    config = Config.model_validate({
+        "instance_key": "mbench01",
+        "catalog": {"url": f"sqlite:///{root / 'catalog.db'}"},
+        "storage": {"root": str(root / "lake"), "staging_root": str(root / "staging")},
+        "spark": {"master": "local[2]"},
+    })
+    deployment = Deployment(config)
+    deployment.init()
+    deployment.use_spark(spark)
+    table = deployment.catalog.create_table(table_def(mode))
+    return deployment, table
+
+
+def register_small_objects(deployment, table, date: dt.date, data: dict, objects: list[dict]) -> None:
+    """Put ready-made small objects into the lake under their id-derived keys and commit them the way
+    the stream does (staging rows, small-object rows, the partition's waiting merge job)."""
+    from siltlake.clock import utcnow
+
+    catalog = deployment.catalog
+    lake = deployment.lake
+    layout = table.layout(deployment.instance_key)
+    now = utcnow()
+    tag = f"{date.isoformat()}-{objects[0]['file']}"
+    uris = [f"file:///bench-staging/{table.physical_table_name}/{tag}/{o['file']}.jsonl.gz" for o in objects]
+    catalog.register_staging_objects([(uri, table.id, o["bytes"], None) for uri, o in zip(uris, objects, strict=True)])
+    pending = {p.uri: p.id for p in catalog.pending_staging_objects(len(uris) + 1000)}
+    with catalog.stream_commit() as tx:
+        for uri, item, object_id in zip(uris, objects, tx.allocate_ids(len(objects)), strict=True):
+            partition = tx.partition_for(table.id, date, table.definition.merge_interval, now)
+            key = layout.small_object(date, object_id, partition.closed)
+            link_or_copy(Path(data["directory"]) / item["file"], Path(lake.path(key)))
+            tx.add_small_object(
+                object_id=object_id, staging_object_id=pending[uri], partition_id=partition.id,
+                delayed=partition.closed, content_length=item["bytes"], row_count=item["rows"],
+                min_event_time=datetime.fromtimestamp(item["min_us"] / 1e6, UTC).replace(tzinfo=None),
+                max_event_time=datetime.fromtimestamp(item["max_us"] / 1e6, UTC).replace(tzinfo=None),
+                upload_start_time=now,
+            )
+            tx.mark_processed(pending[uri], records_in=item["rows"], bad_records=0, error_uri=None, now=now)
+
+
+def merge_all_due(deployment) -> dict:
+    """merge_once with a clock a day ahead, so the jobs scheduled merge_interval out are due now."""
+    from siltlake.clock import utcnow
+    from siltlake.merge.runner import merge_once
+
+    report = merge_once(deployment, clock=lambda: utcnow() + dt.timedelta(days=1))
+    if report.failed or report.errors:
+        raise RuntimeError(f"merge_once failed: {report.errors}")
+    return {"jobs": report.finished, "stages": report.stages, "rows_out": report.rows_out,
+            "bytes_out": report.bytes_out, "bytes_decoded": report.bytes_decoded, "modes": report.modes,
+            "merge_seconds": round(report.seconds, 3)}
+
+
+# --------------------------------------------------------------------------------------------------
+# 1. compact
+
+
+def run_compact(args, workdir: Path, spark) -> dict:
+    data = prepare_objects(workdir, "compact", args.objects, args.rows_per_object, args.seed, chronological=False)
+    files = object_paths(data)
+    warm_page_cache(files)
+    rows, small_bytes = data["total_rows"], data["total_bytes"]
+    out = workdir / "out" / "compact"
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    lake = Storage(str(workdir))
+    keys = [str(p.relative_to(workdir)) for p in files]
+    peers = {p.strip() for p in args.peers.split(",") if p.strip()}
+    results: dict = {}
+
+    fast: dict = {}  # the in-process peers, run in interleaved rounds
+    outputs: dict = {}
+    for mode in ("deep", "auto"):
+        name = f"siltlake_{mode}_task"
+        if name in peers:
+            key = f"out/compact/{mode}-task/merged.parquet"
+            task = bare_task(lake, keys, small_bytes, key, mode)
+
+            def bare(_state, task=task) -> dict:
+                outcome = run_bare(task)["ranges"][0]
+                return {"mode": outcome["mode"], "bytes_decoded": outcome["bytes_decoded"]}
+
+            fast[name] = (None, bare)
+            outputs[name] = [workdir / key]
+    if "delta" in peers:
+        fast["delta"] = delta_peer(data, workdir)
+    if "floor" in peers:
+        target = out / "floor.parquet"
+
+        def floor(_state, target=target) -> None:
+            table = pq.read_table([str(f) for f in files]).sort_by(TABLE.time_column)
+            pq.write_table(table, target, compression=CODEC)
+
+        fast["floor"] = (None, floor)
+        outputs["floor"] = [target]
+    if fast:
+        print(f"running {', '.join(fast)} in {args.repeats} interleaved rounds ...", flush=True)
+        for name, timing in interleaved(fast, args.repeats).items():
+            if name == "delta":
+                import deltalake
+                from deltalake import DeltaTable
+
+                live = DeltaTable(str(workdir / "out" / "compact" / "delta")).file_uris()
+                outputs[name] = [Path(uri.removeprefix("file://")) for uri in live]
+                timing["deltalake"] = deltalake.__version__
+            results[name] = {**timing, **parquet_stats(outputs[name])}
+
+    full: dict = {}  # the catalog-driven path, deep and auto in interleaved rounds
+    warmup = prepare_objects(workdir, "warmup", 20, 500, args.seed + 1, chronological=False)
+    for mode in ("deep", "auto"):
+        name = f"siltlake_{mode}_full"
+        if name not in peers:
+            continue
+        root = workdir / "out" / "compact" / f"{mode}-full"
+
+        def prepare(_attempt, root=root, mode=mode):
+            deployment, table = full_deployment(root, spark, mode)
+            # untimed first: a stage merging two small partitions, so both Spark Python workers (local[2])
+            # have imported pyarrow and siltlake before the timed stage, whichever worker gets its task
+            for days in (1, 2):
+                register_small_objects(deployment, table, PARTITION_DATE - dt.timedelta(days=days), warmup,
+                                       warmup["objects"])
+            merge_all_due(deployment)
+            register_small_objects(deployment, table, PARTITION_DATE, data, data["objects"])
+            return deployment
+
+        def run_full(deployment) -> dict:
+            try:
+                return merge_all_due(deployment)
+            finally:
+                deployment.close()
+
+        full[name] = (prepare, run_full)
+        outputs[name] = root
+    if full:
+        print(f"running {', '.join(full)} (merge_once, SQLite catalog, one Spark task) in {args.full_repeats} "
+              "interleaved rounds ...", flush=True)
+        for name, timing in interleaved(full, args.full_repeats).items():
+            merged = sorted(outputs[name].rglob(f"merged/dt={PARTITION_DATE.isoformat()}/*.parquet"))
+            results[name] = {**timing, **parquet_stats(merged)}
+
+    if "spark" in peers:
+        print("running naive spark ...", flush=True)
+        target = out / "spark"
+        naive_spark_job(spark, files[:20], out / "spark-warmup")  # untimed: JVM class loading and JIT
+        shutil.rmtree(out / "spark-warmup", ignore_errors=True)
+
+        def prepare_spark(_attempt) -> None:
+            shutil.rmtree(target, ignore_errors=True)
+
+        timing = timed("spark", args.spark_repeats, prepare_spark, lambda _s: naive_spark_job(spark, files, target))
+        results["spark"] = {**timing, **parquet_stats(sorted(target.glob("*.parquet")))}
+
+    for name, result in results.items():
+        if result["rows_written"] != rows:
+            result["warning"] = f"{name} wrote {result['rows_written']:,} rows, the input has {rows:,}"
+            print(f"WARNING: {result['warning']}")
+    return {"input": summary(data), "codec": CODEC, "results": results, "ratios": compact_ratios(results)}
+
+
+def delta_peer(data: dict, workdir: Path) -> tuple[Callable[[int], object], Callable[[object], dict]]:
+    """delta-rs compaction of a Delta table whose files are the same small objects: (prepare, run)."""
+    from deltalake import DeltaTable, WriterProperties, convert_to_deltalake
+
+    source = workdir / "input" / f"delta-{Path(data['directory']).name}"
+    marker = source.with_suffix(".json")  # which generation of the input the Delta table was made from
+    if not (source / "_delta_log").exists() or not marker.exists() or marker.read_text() != data["generated_at"]:
+        # one commit adding all the files (2,000 write_deltalake appends take about 6 minutes here)
+        shutil.rmtree(source, ignore_errors=True)
+        source.mkdir(parents=True)
+        for path in object_paths(data):
+            link_or_copy(path, source / path.name)
+        convert_to_deltalake(str(source))
+        marker.write_text(data["generated_at"])
+    table_dir = workdir / "out" / "compact" / "delta"
+    properties = WriterProperties(compression=CODEC.upper())
+
+    def prepare(_attempt) -> None:
+        shutil.rmtree(table_dir, ignore_errors=True)
+        table_dir.mkdir(parents=True)
+        for path in source.iterdir():
+            if path.is_file():
+                link_or_copy(path, table_dir / path.name)  # compaction only adds files: the originals are safe
+        shutil.copytree(source / "_delta_log", table_dir / "_delta_log")
+
+    def compact(_state) -> dict:
+        metrics = DeltaTable(str(table_dir)).optimize.compact(writer_properties=properties)
+        return {"files_added": metrics["numFilesAdded"], "files_removed": metrics["numFilesRemoved"]}
+
+    return prepare, compact
+
+
+def compact_ratios(results: dict) -> dict:
+    found: dict = {}
+    for silt in ("siltlake_deep_task", "siltlake_deep_full", "siltlake_auto_task", "siltlake_auto_full"):
+        if silt not in results:
+            continue
+        for stat in ("best_seconds", "median_seconds", "median_cpu_seconds"):
+            mine = results[silt][stat]
+            for peer in ("spark", "delta", "floor"):
+                theirs = results.get(peer, {}).get(stat)
+                if not mine or not theirs:
+                    continue
+                if peer == "spark":
+                    found.setdefault(f"spark_over_{silt}", {})[stat] = round(theirs / mine, 2)
+                else:
+                    found.setdefault(f"{silt}_over_{peer}", {})[stat] = round(mine / theirs, 2)
+    targets = {}
+    for silt in ("siltlake_deep_task", "siltlake_deep_full"):
+        if f"spark_over_{silt}" in found:
+            targets[f"{silt}: at least 10x faster than naive Spark"] = (
+                found[f"spark_over_{silt}"]["best_seconds"] >= 10)
+        if f"{silt}_over_delta" in found:
+            targets[f"{silt}: within 1.5x of delta-rs"] = found[f"{silt}_over_delta"]["best_seconds"] <= 1.5
+    found["targets_met_best_of_runs"] = targets
+    return found
+
+
+# --------------------------------------------------------------------------------------------------
+# 2. extend
+
+
+def run_extend(args, workdir: Path) -> dict:
+    count = args.rounds * args.per_round
+    data = prepare_objects(workdir, "extend", count, args.extend_rows_per_object, args.seed + 2, chronological=True)
+    files = object_paths(data)
+    warm_page_cache(files)
+    lake = Storage(str(workdir))
+    keys = [str(p.relative_to(workdir)) for p in files]
+    sizes = [o["bytes"] for o in data["objects"]]
+    row_group_bytes = args.extend_row_group_mib * MIB
+    results = {}
+    for mode in ("auto", "deep"):
+        out = workdir / "out" / "extend" / mode
+        shutil.rmtree(out, ignore_errors=True)
+        print(f"running {args.rounds} rounds of {mode} ...", flush=True)
+        existing: str | None = None
+        rounds = []
+        with Measure() as measured:
+            for number in range(args.rounds):
+                chosen = slice(number * args.per_round, (number + 1) * args.per_round)
+                upper = (number + 1) * args.per_round
+                output = f"out/extend/{mode}/part-{0:06d}-{upper:06d}.parquet"
+                started = time.perf_counter()
+                outcome = run_bare(bare_task(lake, keys[chosen], sum(sizes[chosen]), output, mode,
+                                             existing_key=existing, row_group_bytes=row_group_bytes,
+                                             upper=upper))["ranges"][0]
+                seconds = time.perf_counter() - started
+                if existing is not None:
+                    lake.delete(existing)  # the committed range's old object goes once the new one is in
+                existing = output
+                rounds.append({"round": number + 1, "mode": outcome["mode"], "seconds": round(seconds, 4),
+                               "bytes_decoded": outcome["bytes_decoded"], "bytes_out": outcome["bytes_out"],
+                               "rows": outcome["rows"], "notes": outcome["notes"]})
+                if (number + 1) % 50 == 0:
+                    print(f"  {mode}: round {number + 1}: object {outcome['bytes_out'] / MIB:.1f} MiB, "
+                          f"{time.perf_counter() - measured.started:.1f} s so far", flush=True)
+        final = workdir / existing
+        metadata = pq.ParquetFile(final).metadata
+        modes: dict[str, int] = {}
+        for item in rounds:
+            modes[item["mode"]] = modes.get(item["mode"], 0) + 1
+        results[mode] = {
+            "seconds": round(measured.seconds, 3), **measured.extra(),
+            "task_seconds": round(sum(r["seconds"] for r in rounds), 3),
+            "bytes_decoded": sum(r["bytes_decoded"] for r in rounds),
+            "bytes_written": sum(r["bytes_out"] for r in rounds),
+            "round_modes": modes,
+            "fallback_notes": sorted({n for r in rounds for n in r["notes"]})[:5],
+            "final_object_bytes": final.stat().st_size, "final_rows": metadata.num_rows,
+            "final_row_groups": metadata.num_row_groups,
+            "final_row_group_rows": [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)],
+            "last_round_seconds": rounds[-1]["seconds"],
+            "rounds": rounds,
+            **{k: v for k, v in parquet_stats([final]).items() if k == "time_sorted_row_groups"},
+        }
+        results[mode]["final_path"] = str(final)
+    same = same_rows(Path(results["auto"].pop("final_path")), Path(results["deep"].pop("final_path")))
+    auto, deep = results["auto"], results["deep"]
+    ratios = {
+        "auto_bytes_decoded_over_deep": round(auto["bytes_decoded"] / deep["bytes_decoded"], 4),
+        "deep_seconds_over_auto": round(deep["seconds"] / auto["seconds"], 2),
+        "deep_cpu_over_auto": round(deep["cpu_seconds"] / auto["cpu_seconds"], 2),
+    }
+    ratios["targets_met"] = {
+        "auto decodes at most 10% of the bytes deep decodes": ratios["auto_bytes_decoded_over_deep"] <= 0.10,
+        "auto at least 3x faster overall": ratios["deep_seconds_over_auto"] >= 3,
+    }
+    return {"input": summary(data), "codec": CODEC, "rounds": args.rounds, "objects_per_round": args.per_round,
+            "row_group_bytes": row_group_bytes, "final_objects_hold_the_same_rows": same,
+            "results": results, "ratios": ratios}
+
+
+def same_rows(left: Path, right: Path) -> bool:
+    keys = [(name, "ascending") for name in SCHEMA.names]
+    return pq.read_table(left).sort_by(keys).equals(pq.read_table(right).sort_by(keys))
+
+
+# --------------------------------------------------------------------------------------------------
+# 3. query
+
+
+def run_query(args, workdir: Path, spark) -> dict:
+    from pyspark.sql import functions as F
+
+    data = prepare_objects(workdir, "compact", args.objects, args.rows_per_object, args.seed, chronological=False)
+    files = object_paths(data)
+    warm_page_cache(files)
+    merged = workdir / "out" / "query" / "merged.parquet"
+    keys = [str(p.relative_to(workdir)) for p in files]
+    run_bare(bare_task(Storage(str(workdir)), keys, data["total_bytes"], str(merged.relative_to(workdir)), "deep"))
+    warm_page_cache([merged])
+    results = {}
+    for label, location in (("small_objects", Path(data["directory"])), ("merged_object", merged)):
+        def aggregate(_state, location=location) -> dict:
+            frame = spark.read.parquet(str(location))
+            found = (frame.groupBy("status")
+                     .agg(F.count(F.lit(1)).alias("requests"), F.sum("latency_ms").alias("latency"))
+                     .collect())
+            return {"rows_counted": sum(r["requests"] for r in found), "groups": len(found)}
+
+        print(f"running the aggregate over {label} ...", flush=True)
+        aggregate(None)  # untimed warm-up
+        results[label] = {**timed(label, args.query_repeats, None, aggregate),
+                          "files": len(files) if label == "small_objects" else 1}
+    query = ("spark.read.parquet(dir).groupBy('status').agg(count(1), sum('latency_ms')).collect()")
+    ratios = {stat: round(results["small_objects"][stat] / results["merged_object"][stat], 2)
+              for stat in ("best_seconds", "median_seconds")}
+    return {"input": summary(data), "query": query, "results": results, "small_over_merged": ratios}
+
+
+# --------------------------------------------------------------------------------------------------
+# 4. memory
+
+
+def proc_status(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def memory_child(spec: str) -> None:
+    """In a fresh process: one merge task, and the peak RSS it added above the process after imports."""
+    options = json.loads(spec)
+    lake = Storage(options["root"])
+    task = bare_task(lake, options["keys"], options["small_bytes"], options["output"], options["mode"],
+                     existing_key=options.get("existing"))
+    # ru_maxrss carries the parent's peak across fork and exec (Linux keeps the larger of the two), so a
+    # child of a big parent starts with a high-water mark it never reached. VmHWM is this process's own
+    # peak; writing 5 to clear_refs resets it to the current RSS, the baseline after imports.
+    Path("/proc/self/clear_refs").write_text("5")
+    baseline_rss = proc_status("VmRSS")
+    baseline_maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    started = time.perf_counter()
+    outcome = run_bare(task)["ranges"][0]
+    seconds = time.perf_counter() - started
+    peak = proc_status("VmHWM")
+    print(json.dumps({"baseline_rss": baseline_rss, "peak_rss": peak, "task_peak_bytes": peak - baseline_rss,
+                      "ru_maxrss_before": baseline_maxrss,
+                      "ru_maxrss_after": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                      "seconds": round(seconds, 3),
+                      "arrow_pool_peak_bytes": pa.default_memory_pool().max_memory(),
+                      "arrow_pool_backend": pa.default_memory_pool().backend_name, "outcome": outcome}))
+
+
+def run_memory(args, workdir: Path) -> dict:
+    data = prepare_objects(workdir, "memory", args.memory_objects, args.memory_rows_per_object, args.seed + 3,
+                           chronological=False)
+    extra = prepare_objects(workdir, "memory-extra", 10, args.memory_rows_per_object, args.seed + 4,
+                            chronological=False)
+    files = object_paths(data)
+    warm_page_cache(files + object_paths(extra))
+    out = workdir / "out" / "memory"
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    first = "out/memory/merged.parquet"
+    cases = [
+        ("deep: small objects into one object", {
+            "keys": [str(p.relative_to(workdir)) for p in files], "small_bytes": data["total_bytes"],
+            "output": first, "mode": "deep"}),
+        ("deep: that object extended by 10 small objects", {
+            "keys": [str(p.relative_to(workdir)) for p in object_paths(extra)], "small_bytes": extra["total_bytes"],
+            "output": "out/memory/extended-deep.parquet", "mode": "deep", "existing": first}),
+        ("auto: that object extended by 10 small objects", {
+            "keys": [str(p.relative_to(workdir)) for p in object_paths(extra)], "small_bytes": extra["total_bytes"],
+            "output": "out/memory/extended-auto.parquet", "mode": "auto", "existing": first}),
+    ]
+    results = []
+    for label, options in cases:
+        print(f"running {label} (fresh process) ...", flush=True)
+        spec = json.dumps({"root": str(workdir), **options})
+        child = subprocess.run([sys.executable, str(Path(__file__).resolve()), "memory-child", spec],
+                               capture_output=True, text=True, check=True)
+        measured = json.loads(child.stdout.strip().splitlines()[-1])
+        output = pq.read_table(workdir / options["output"])
+        arrow_bytes = output.nbytes
+        del output
+        results.append({
+            "case": label, "mode": measured["outcome"]["mode"], "rows": measured["outcome"]["rows"],
+            "inputs": len(options["keys"]) + (1 if "existing" in options else 0),
+            "output_bytes": (workdir / options["output"]).stat().st_size,
+            "merged_arrow_bytes": arrow_bytes, "seconds": measured["seconds"],
+            "baseline_rss_bytes": measured["baseline_rss"], "peak_rss_bytes": measured["peak_rss"],
+            "ru_maxrss_before": measured["ru_maxrss_before"], "ru_maxrss_after": measured["ru_maxrss_after"],
+            "task_peak_bytes": measured["task_peak_bytes"],
+            "task_peak_over_arrow": round(measured["task_peak_bytes"] / arrow_bytes, 3),
+            "arrow_pool_peak_bytes": measured["arrow_pool_peak_bytes"],
+            "arrow_pool_backend": measured["arrow_pool_backend"],
+            "target_met": measured["task_peak_bytes"] <= 3 * arrow_bytes,
+        })
+        print(f"  peak +{measured['task_peak_bytes'] / MB:.0f} MB over {arrow_bytes / MB:.0f} MB of merged rows "
+              f"({results[-1]['task_peak_over_arrow']}x)", flush=True)
+    return {"input": summary(data), "codec": CODEC, "results": results}
+
+
+# --------------------------------------------------------------------------------------------------
+# reporting
+
+
+def print_compact(report: dict) -> None:
+    print()
+    print(f"{'peer':24} {'best s':>8} {'median s':>9} {'cpu s':>7} {'rows':>10} {'files':>6} {'groups':>6} sorted")
+    for name, result in report["results"].items():
+        print(f"{name:24} {result['best_seconds']:>8.2f} {result['median_seconds']:>9.2f} "
+              f"{result['median_cpu_seconds'] or float('nan'):>7.1f} {result['rows_written']:>10,} "
+              f"{result['files_written']:>6} "
+              f"{result['row_groups']:>6} {result['time_sorted_row_groups']}")
+    for name, value in report["ratios"].items():
+        print(f"{name}: {value}")
+
+
+def save(name: str, args, report: dict) -> None:
+    path = (args.out_dir or RESULTS) / f"merge_{name}{args.tag}.json"
+    write_report(path, report)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("command", choices=["compact", "extend", "query", "memory", "all", "memory-child"])
+    parser.add_argument("spec", nargs="?", help=argparse.SUPPRESS)
+    parser.add_argument("--workdir", type=Path, default=ROOT / "bench" / "data" / "merge")
+    parser.add_argument("--out-dir", type=Path, default=None, help="where the JSON reports go (bench/results)")
+    parser.add_argument("--tag", default="", help="appended to the report names: merge_<part><tag>.json")
+    parser.add_argument("--seed", type=int, default=11)
+    parser.add_argument("--objects", type=int, default=2000, help="compact/query: small objects (2000)")
+    parser.add_argument("--rows-per-object", type=int, default=500, help="compact/query: rows each (500)")
+    parser.add_argument("--peers", default="siltlake_deep_task,siltlake_auto_task,siltlake_deep_full,"
+                                           "siltlake_auto_full,delta,spark,floor")
+    parser.add_argument("--repeats", type=int, default=5,
+                        help="compact: interleaved rounds of the in-process peers (best and median are reported)")
+    parser.add_argument("--full-repeats", type=int, default=3, help="compact: timed runs of each full path")
+    parser.add_argument("--spark-repeats", type=int, default=2, help="timed runs of the naive Spark job")
+    parser.add_argument("--query-repeats", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=200, help="extend: merge rounds (200)")
+    parser.add_argument("--per-round", type=int, default=10, help="extend: new small objects per round (10)")
+    parser.add_argument("--extend-rows-per-object", type=int, default=500,
+                        help="extend: rows per small object (500: a ~30 MB object after 200 rounds; 2250: ~128 MiB)")
+    parser.add_argument("--extend-row-group-mib", type=int, default=8,
+                        help="extend: the table's row_group_bytes in MiB (8; the default table setting is 32)")
+    parser.add_argument("--memory-objects", type=int, default=1000)
+    parser.add_argument("--memory-rows-per-object", type=int, default=3000)
+    parser.add_argument("--spark-driver-memory", default="2g")
+    args = parser.parse_args(argv)
+    if args.command == "memory-child":
+        memory_child(args.spec)
+        return 0
+    workdir = args.workdir.resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    commands = ["compact", "query", "extend", "memory"] if args.command == "all" else [args.command]
+    common = {"machine": machine(), "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()
+                                             if k != "spec"}}
+    spark = None
+    spark_start = None
+    if {"compact", "query"} & set(commands):
+        print("starting spark ...", flush=True)
+        started = time.perf_counter()
+        spark = start_spark(workdir, args.spark_driver_memory)
+        spark_start = round(time.perf_counter() - started, 2)
+    try:
+        for command in commands:
+            report = {"started_at": datetime.now(UTC).isoformat(timespec="seconds"), **common}
+            if command == "compact":
+                report.update(run_compact(args, workdir, spark), spark_session_start_seconds=spark_start)
+                print_compact(report)
+            elif command == "query":
+                report.update(run_query(args, workdir, spark))
+                print(json.dumps(report["small_over_merged"]))
+            elif command == "extend":
+                report.update(run_extend(args, workdir))
+                print(json.dumps(report["ratios"], indent=1))
+            else:
+                report.update(run_memory(args, workdir))
+            report["finished_at"] = datetime.now(UTC).isoformat(timespec="seconds")
+            save(command, args, report)
+    finally:
+        if spark is not None:
+            spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
