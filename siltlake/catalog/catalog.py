@@ -14,14 +14,13 @@ from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 
 from siltlake.catalog import schema as s
 from siltlake.catalog.merge_queue import MergeQueue
+from siltlake.catalog.publishing import Publishing
 from siltlake.clock import utcnow
 from siltlake.errors import CatalogError, NotFoundError
 from siltlake.storage import TableLayout
 from siltlake.tabledef import Column, TableDef, check_identifier
 
 MIGRATIONS = Path(__file__).with_name("migrations")
-# Any constant works: it names the PostgreSQL advisory lock that orders small object commits.
-_SMALL_OBJECT_LOCK = 0x5117_1A4E
 
 
 @dataclass(frozen=True)
@@ -108,7 +107,7 @@ def _sqlite_setup(engine: Engine) -> None:
         connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
-class Catalog(MergeQueue):
+class Catalog(MergeQueue, Publishing):
     """One deployment's catalog. Create with a URL; call upgrade() (silt init) before use."""
 
     def __init__(self, url: str, *, echo: bool = False) -> None:
@@ -452,7 +451,7 @@ class Catalog(MergeQueue):
         """
         with self._tx() as c:
             if self.dialect == "postgresql":
-                c.execute(sa.select(sa.func.pg_advisory_xact_lock(_SMALL_OBJECT_LOCK)))
+                c.execute(sa.select(sa.func.pg_advisory_xact_lock(s.SMALL_OBJECT_LOCK)))
             yield StreamCommit(self, c)
 
     def close_partition(self, table_id: int, partition_date: dt.date) -> PartitionRow:

@@ -14,6 +14,9 @@ metadata = sa.MetaData(
     }
 )
 
+# Names the PostgreSQL advisory lock that orders small object commits (and partition closes).
+SMALL_OBJECT_LOCK = 0x5117_1A4E
+
 # PostgreSQL hands out small object ids from a sequence so an aborted commit never reuses one.
 small_object_id_seq = sa.Sequence("small_object_id_seq", metadata=metadata)
 

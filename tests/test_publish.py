@@ -1,0 +1,91 @@
+"""Publish runs drive the partition lifecycle: live versions, close, switch, merged versions, manifests."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter
+from pathlib import Path
+
+import duckdb
+import pyarrow.parquet as pq
+
+from siltlake.deployment import Deployment
+from siltlake.merge import merge_once
+from siltlake.publish import publish_once
+from siltlake.publish.manifests import read_manifest
+
+from .merge_helpers import add_small_objects, rows_for
+from .test_merge import DAY, make_table, only_partition
+
+TOKYO = dt.timedelta(hours=9)
+
+
+def tokyo(date: dt.date, hour: int) -> dt.datetime:
+    """Naive UTC of a Tokyo wall-clock hour."""
+    return dt.datetime.combine(date, dt.time(hour)) - TOKYO
+
+
+def manifest_rows(deployment: Deployment, json_key: str) -> Counter:
+    rows: Counter = Counter()
+    for uri, size in read_manifest(deployment.lake, json_key):
+        path = uri.removeprefix("file://")
+        assert Path(path).stat().st_size == size
+        table = pq.read_table(path)
+        rows.update(zip(table.column("user_id").to_pylist(), table.column("action").to_pylist(), strict=True))
+    return rows
+
+
+def test_a_day_lives_closes_switches_and_shows_delayed_objects_once_merged(deployment: Deployment) -> None:
+    table = make_table(deployment)
+    catalog = deployment.catalog
+    first = add_small_objects(deployment, table, DAY, [rows_for(DAY, 40, s) for s in range(3)])
+    partition = only_partition(deployment, table)
+
+    noon = publish_once(deployment, now=tokyo(DAY, 12))
+    assert [v.commit_op for v in noon.live_versions] == ["append"] and noon.closed == []
+    assert noon.live_versions[0].live_watermark == max(first) and noon.live_versions[0].row_count == 120
+    assert only_partition(deployment, table).current_manifest_version == 0
+    assert publish_once(deployment, now=tokyo(DAY, 13)).live_versions == [], "nothing new, no new version"
+
+    merge_once(deployment)
+    after_midnight = publish_once(deployment, now=tokyo(DAY + dt.timedelta(days=1), 0) + dt.timedelta(minutes=5))
+    assert after_midnight.closed == [partition.id] and after_midnight.switched == [], "closed, not yet switched"
+    assert only_partition(deployment, table).last_live_object_id == max(first)
+
+    late = add_small_objects(deployment, table, DAY, [rows_for(DAY, 7, 99)])
+    assert catalog.small_objects(table.id, delayed=True)[0].id == late[0]
+
+    second = publish_once(deployment, now=tokyo(DAY + dt.timedelta(days=1), 1))
+    assert second.switched == [partition.id]
+    (merged,) = second.merged_versions
+    assert merged.commit_op == "compaction" and merged.row_count == 120, "the delayed object is not merged yet"
+    assert only_partition(deployment, table).current_manifest_version == max(first)
+    assert sum(manifest_rows(deployment, merged.manifest_key).values()) == 120
+
+    merge_once(deployment)
+    third = publish_once(deployment, now=tokyo(DAY + dt.timedelta(days=1), 2))
+    (with_late,) = third.merged_versions
+    assert with_late.row_count == 127 and only_partition(deployment, table).current_manifest_version == late[0]
+    expected = Counter()
+    for seed, count in [(0, 40), (1, 40), (2, 40), (99, 7)]:
+        expected.update((row["user_id"], row["action"]) for row in rows_for(DAY, count, seed))
+    assert manifest_rows(deployment, with_late.manifest_key) == expected
+
+    # An engine we did not write reads the manifest's object list and finds the same rows.
+    paths = [uri.removeprefix("file://") for uri, _ in read_manifest(deployment.lake, with_late.manifest_key)]
+    by_duckdb = Counter(duckdb.sql(f"SELECT user_id, action FROM read_parquet({paths!r})").fetchall())
+    assert by_duckdb == expected
+
+    versions = catalog.partition_versions([partition.id])
+    assert [(v.version, v.commit_op) for v in versions] == [(1, "append"), (2, "compaction"), (3, "compaction")]
+
+
+def test_a_closed_day_does_not_switch_before_its_live_objects_are_merged(deployment: Deployment) -> None:
+    table = make_table(deployment)
+    add_small_objects(deployment, table, DAY, [rows_for(DAY, 10, s) for s in range(2)])
+    partition = only_partition(deployment, table)
+    next_day = DAY + dt.timedelta(days=1)
+    assert publish_once(deployment, now=tokyo(next_day, 1)).closed == [partition.id]
+    assert publish_once(deployment, now=tokyo(next_day, 2)).switched == [], "never merged: stays live"
+    merge_once(deployment)
+    assert publish_once(deployment, now=tokyo(next_day, 3)).switched == [partition.id]
