@@ -104,6 +104,15 @@ class MergeConfig(_Section):
         return self
 
 
+class PublishConfig(_Section):
+    interval: int = Field(default=60, description="seconds between publish runs of `silt publish`")
+
+    @field_validator("interval", mode="before")
+    @classmethod
+    def _interval(cls, value: Any) -> int:
+        return parse_duration(value, "publish.interval")
+
+
 class Config(_Section):
     instance_key: str | None = None
     catalog: CatalogConfig = Field(default_factory=CatalogConfig)
@@ -111,6 +120,7 @@ class Config(_Section):
     spark: SparkConfig = Field(default_factory=SparkConfig)
     stream: StreamConfig = Field(default_factory=StreamConfig)
     merge: MergeConfig = Field(default_factory=MergeConfig)
+    publish: PublishConfig = Field(default_factory=PublishConfig)
     source: str = Field(default="embedded defaults", exclude=True)
 
     @field_validator("instance_key")

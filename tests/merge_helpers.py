@@ -85,3 +85,13 @@ def small_rows(deployment: Deployment, table: TableRecord, partition_id: int, da
     tables = [pq.read_table(deployment.lake.path(layout.small_object(date, o.id, o.delayed)),
                             filesystem=deployment.lake.filesystem) for o in objects]
     return pa.concat_tables(tables) if tables else table.definition.arrow_schema().empty_table()
+
+
+def point_cli_at(deployment: Deployment, monkeypatch) -> None:  # noqa: ANN001 - pytest's monkeypatch
+    """Make `silt` commands run in this process use the deployment's configuration."""
+    config = deployment.config
+    monkeypatch.setenv("SILTLAKE_CATALOG__URL", config.catalog.url)
+    monkeypatch.setenv("SILTLAKE_STORAGE__ROOT", config.storage.root)
+    monkeypatch.setenv("SILTLAKE_STORAGE__STAGING_ROOT", config.storage.staging_root)
+    monkeypatch.setenv("SILTLAKE_INSTANCE_KEY", config.instance_key)
+    monkeypatch.setenv("SILTLAKE_SPARK__MASTER", "local[2]")

@@ -21,7 +21,7 @@ from siltlake.merge import MergeWorker, merge_once
 from siltlake.tabledef import Column, TableDef
 
 from .conftest import ACCESS_TABLE
-from .merge_helpers import add_small_objects, merged_rows, rows_for, small_rows
+from .merge_helpers import add_small_objects, merged_rows, point_cli_at, rows_for, small_rows
 
 DAY = dt.date(2026, 11, 20)
 
@@ -262,12 +262,7 @@ def test_merge_and_status_commands(deployment: Deployment, monkeypatch) -> None:
 
     table = make_table(deployment)
     add_small_objects(deployment, table, DAY, [rows_for(DAY, 10, s) for s in range(4)])
-    config = deployment.config
-    monkeypatch.setenv("SILTLAKE_CATALOG__URL", config.catalog.url)
-    monkeypatch.setenv("SILTLAKE_STORAGE__ROOT", config.storage.root)
-    monkeypatch.setenv("SILTLAKE_STORAGE__STAGING_ROOT", config.storage.staging_root)
-    monkeypatch.setenv("SILTLAKE_INSTANCE_KEY", config.instance_key)
-    monkeypatch.setenv("SILTLAKE_SPARK__MASTER", "local[2]")
+    point_cli_at(deployment, monkeypatch)
     runner = CliRunner()
     before = json.loads(runner.invoke(main, ["status", "--json"], catch_exceptions=False).output)
     (entry,) = before["tables"]

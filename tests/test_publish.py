@@ -14,7 +14,7 @@ from siltlake.merge import merge_once
 from siltlake.publish import publish_once
 from siltlake.publish.manifests import read_manifest
 
-from .merge_helpers import add_small_objects, rows_for
+from .merge_helpers import add_small_objects, point_cli_at, rows_for
 from .test_merge import DAY, make_table, only_partition
 
 TOKYO = dt.timedelta(hours=9)
@@ -89,3 +89,31 @@ def test_a_closed_day_does_not_switch_before_its_live_objects_are_merged(deploym
     assert publish_once(deployment, now=tokyo(next_day, 2)).switched == [], "never merged: stays live"
     merge_once(deployment)
     assert publish_once(deployment, now=tokyo(next_day, 3)).switched == [partition.id]
+
+
+def test_publish_and_history_commands(deployment: Deployment, monkeypatch) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from siltlake.cli import main
+
+    table = make_table(deployment)
+    add_small_objects(deployment, table, DAY, [rows_for(DAY, 5, s) for s in range(2)])
+    merge_once(deployment)
+    point_cli_at(deployment, monkeypatch)
+    runner = CliRunner()
+
+    def silt(*args: str, code: int = 0) -> str:
+        result = runner.invoke(main, list(args), catch_exceptions=False)
+        assert result.exit_code == code, result.output
+        return result.output
+
+    assert "1 closed" in silt("publish", "--once", "--now", "2026-11-21T00:30:00+09:00")
+    assert "1 partitions switched" in silt("publish", "--once", "--now", "2026-11-20T16:00:00Z")
+    assert "not an ISO-8601 time" in silt("publish", "--once", "--now", "tomorrow", code=2)
+    versions = json.loads(silt("history", "web.access", "--format", "json"))
+    assert [(v["version"], v["op"], v["rows"]) for v in versions] == [(1, "append", 10), (2, "compaction", 10)]
+    assert versions[1]["shows"].endswith(".json") and versions[0]["date"] == "2026-11-20"
+    assert "compaction" in silt("history", "web.access", "--date", "2026-11-20")
+    assert "no partition" in silt("history", "web.access", "--date", "2026-01-01", code=2)

@@ -413,6 +413,106 @@ def status(context: click.Context, as_json: bool) -> None:
                       f"{failed['attempts']} attempts): {failed['error']}", highlight=False, soft_wrap=True)
 
 
+# --- publish and history -----------------------------------------------------------------------------
+
+def parse_now(value: str | None):  # noqa: ANN201 - a naive UTC datetime or None
+    """--now: an ISO-8601 time (Z or an offset; naive means UTC) as naive UTC."""
+    if value is None:
+        return None
+    import datetime as dt
+
+    from siltlake.clock import to_naive_utc
+
+    try:
+        return to_naive_utc(dt.datetime.fromisoformat(value.replace("Z", "+00:00")))
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not an ISO-8601 time such as 2018-08-24T02:00:00Z",
+                                 param_hint="--now") from None
+
+
+def print_publish_report(report) -> None:  # noqa: ANN001 - a PublishReport
+    console.print(
+        f"[bold]publish[/]: {len(report.switched)} partitions switched, {len(report.closed)} closed, "
+        f"{len(report.live_versions)} live versions, {len(report.merged_versions)} merged versions"
+        + (f", {report.skipped_merged} merged versions left for the next run (merged meanwhile)"
+           if report.skipped_merged else "") + f"; {report.seconds:.1f}s",
+        highlight=False,
+    )
+
+
+@main.command()
+@click.option("--once", is_flag=True, help="One run of the five steps, then exit.")
+@click.option("--now", "now_text", default=None, help="Use this time as now (ISO-8601, e.g. 2018-08-24T02:00:00Z).")
+@click.option("--interval", type=float, default=None, help="Seconds between runs (default: publish.interval).")
+@click.pass_context
+@friendly
+def publish(context: click.Context, once: bool, now_text: str | None, interval: float | None) -> None:
+    """Switch merged days, close ended days, publish live and merged versions (DESIGN §4)."""
+    from siltlake.publish import publish_once
+
+    deployment = deployment_of(context)
+    now = parse_now(now_text)
+    if once:
+        print_publish_report(publish_once(deployment, now=now))
+        return
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    wait = deployment.config.publish.interval if interval is None else interval
+    console.print(f"publishing every {wait:g}s; Ctrl-C stops")
+    try:
+        while not stop.is_set():
+            try:
+                print_publish_report(publish_once(deployment, now=now))
+            except SiltError:
+                raise
+            except Exception as exc:  # the catalog or storage is briefly unreachable: next run
+                console.print(f"[red]publish run failed[/] ({type(exc).__name__}: {exc})", highlight=False)
+            stop.wait(wait)
+    except KeyboardInterrupt:
+        pass
+    console.print("stopped")
+
+
+@main.command()
+@click.argument("name")
+@click.option("--date", "date_text", default=None, help="Only this partition (YYYY-MM-DD).")
+@click.option("--format", "output", type=click.Choice(["table", "json"]), default="table")
+@click.pass_context
+@friendly
+def history(context: click.Context, name: str, date_text: str | None, output: str) -> None:
+    """A table's or one partition's published versions."""
+    import datetime as dt
+
+    deployment = deployment_of(context)
+    record = deployment.catalog.get_table(name)
+    partitions = deployment.catalog.partitions(record.id)
+    if date_text is not None:
+        try:
+            wanted = dt.date.fromisoformat(date_text)
+        except ValueError:
+            raise click.BadParameter(f"{date_text!r} is not a date such as 2026-11-20", param_hint="--date") from None
+        partitions = [p for p in partitions if p.partition_date == wanted]
+        if not partitions:
+            raise click.BadParameter(f"{name} has no partition {date_text}", param_hint="--date")
+    dates = {p.id: p.partition_date.isoformat() for p in partitions}
+    versions = deployment.catalog.partition_versions(list(dates))
+    rows = [{"date": dates[v.partition_id], "version": v.version, "op": v.commit_op,
+             "shows": f"live objects <= {v.live_watermark}" if v.live_watermark is not None else v.manifest_key,
+             "created_at": v.created_at.isoformat(sep=" ", timespec="seconds"), "rows": v.row_count,
+             "bytes": v.byte_count} for v in versions]
+    if output == "json":
+        out.print_json(json.dumps(rows))
+        return
+    if not rows:
+        out.print(f"{name} has no published versions yet; run `silt publish --once`")
+        return
+    grid = Table("dt", "version", "op", "shows", "created (UTC)", "rows", "size", box=box.SIMPLE_HEAD)
+    for row in rows:
+        grid.add_row(row["date"], str(row["version"]), row["op"], row["shows"], row["created_at"],
+                     f"{row['rows']:,}", _size(row["bytes"]))
+    out.print(grid)
+
+
 # --- unknown objects and bad records ---------------------------------------------------------------
 
 @main.group("unknown")
