@@ -13,6 +13,7 @@ from siltlake.deployment import Deployment
 from siltlake.merge import merge_once
 from siltlake.publish import publish_once
 from siltlake.publish.manifests import read_manifest
+from siltlake.read import table as read_table
 
 from .merge_helpers import add_small_objects, point_cli_at, rows_for
 from .test_merge import DAY, make_table, only_partition
@@ -35,7 +36,7 @@ def manifest_rows(deployment: Deployment, json_key: str) -> Counter:
     return rows
 
 
-def test_a_day_lives_closes_switches_and_shows_delayed_objects_once_merged(deployment: Deployment) -> None:
+def test_a_day_lives_closes_switches_and_shows_delayed_objects_once_merged(deployment: Deployment, spark) -> None:
     table = make_table(deployment)
     catalog = deployment.catalog
     first = add_small_objects(deployment, table, DAY, [rows_for(DAY, 40, s) for s in range(3)])
@@ -61,6 +62,7 @@ def test_a_day_lives_closes_switches_and_shows_delayed_objects_once_merged(deplo
     assert merged.commit_op == "compaction" and merged.row_count == 120, "the delayed object is not merged yet"
     assert only_partition(deployment, table).current_manifest_version == max(first)
     assert sum(manifest_rows(deployment, merged.manifest_key).values()) == 120
+    assert read_table(spark, "web.access", deployment).count() == 120, "the delayed object stays invisible"
 
     merge_once(deployment)
     third = publish_once(deployment, now=tokyo(DAY + dt.timedelta(days=1), 2))
@@ -75,6 +77,15 @@ def test_a_day_lives_closes_switches_and_shows_delayed_objects_once_merged(deplo
     paths = [uri.removeprefix("file://") for uri, _ in read_manifest(deployment.lake, with_late.manifest_key)]
     by_duckdb = Counter(duckdb.sql(f"SELECT user_id, action FROM read_parquet({paths!r})").fetchall())
     assert by_duckdb == expected
+
+    current = read_table(spark, "web.access", deployment)
+    assert Counter((r.user_id, r.action) for r in current.collect()) == expected
+    assert {r.dt for r in current.select("dt").distinct().collect()} == {DAY}
+    # Time travel: the live version, then before anything was published.
+    assert read_table(spark, "web.access", deployment, as_of_version=1).count() == 120
+    assert read_table(spark, "web.access", deployment, as_of_version=2).count() == 120
+    assert read_table(spark, "web.access", deployment, as_of=tokyo(DAY, 11)).count() == 0
+    assert read_table(spark, "web.access", deployment, as_of=tokyo(DAY + dt.timedelta(days=1), 1)).count() == 120
 
     versions = catalog.partition_versions([partition.id])
     assert [(v.version, v.commit_op) for v in versions] == [(1, "append"), (2, "compaction"), (3, "compaction")]

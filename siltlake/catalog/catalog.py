@@ -177,6 +177,18 @@ class Catalog(MergeQueue, Publishing):
                 ) from None
             raise
 
+    @contextmanager
+    def _snapshot(self) -> Iterator[Connection]:
+        """A read-only transaction whose queries all see one state (REPEATABLE READ on PostgreSQL;
+        SQLite's transaction already is one snapshot)."""
+        if self.dialect == "postgresql":
+            with (self.engine.connect().execution_options(isolation_level="REPEATABLE READ") as connection,
+                  connection.begin()):
+                yield connection
+            return
+        with self._tx() as connection:
+            yield connection
+
     def check_ready(self) -> None:
         """Raise a CatalogError telling the user what to run when the schema is missing or old."""
         try:

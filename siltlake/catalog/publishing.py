@@ -36,12 +36,25 @@ class SwitchedPartition:
     ranges: tuple[tuple[int, int, int, int], ...]  # (lower, upper, content_length, row_count)
 
 
+@dataclass(frozen=True)
+class PartitionView:
+    """What a reader sees of one partition: live small objects (ids) or a merged version's manifest."""
+
+    partition_date: dt.date
+    version: int | None  # None: never published (a new partition read at the current state)
+    live_object_ids: tuple[int, ...] = ()
+    manifest_key: str | None = None
+
+
 class Publishing:
     """Publish operations of Catalog (mixed in; uses its _tx and dialect)."""
 
     dialect: str
 
     def _tx(self):  # noqa: ANN202 - provided by Catalog
+        raise NotImplementedError
+
+    def _snapshot(self):  # noqa: ANN202 - provided by Catalog
         raise NotImplementedError
 
     def _next_version(self, c: Connection, partition_id: int) -> int:
@@ -160,3 +173,55 @@ class Publishing:
                              .order_by(v.c.partition_id, v.c.version)).all()
         return [PublishedVersion(r.partition_id, r.version, r.commit_op, r.live_watermark, r.manifest_key,
                                  r.created_at, r.row_count, r.byte_count) for r in rows]
+
+    def reader_snapshot(self, table_id: int, *, as_of_version: int | None = None,
+                        as_of: dt.datetime | None = None) -> list[PartitionView]:
+        """Every partition's visible state, read in one snapshot with three queries, whatever the partitions.
+
+        Current state: a partition whose newest version is a merged one shows that manifest; any other
+        shows its live objects up to the largest small object id at the start of the read. As of a
+        version (each partition's newest version <= it) or a time (newest created at or before it): the
+        version's manifest or live watermark; partitions without such a version are left out.
+        """
+        p, v, so = s.partitions, s.partition_versions, s.small_objects
+        pinned = as_of_version is not None or as_of is not None
+        with self._snapshot() as c:
+            watermark = c.execute(sa.select(sa.func.coalesce(sa.func.max(so.c.id), 0))).scalar_one()
+            eligible = sa.select(v.c.partition_id, sa.func.max(v.c.version).label("version")).select_from(
+                v.join(p, p.c.id == v.c.partition_id)).where(p.c.table_id == table_id)
+            if as_of_version is not None:
+                eligible = eligible.where(v.c.version <= as_of_version)
+            if as_of is not None:
+                eligible = eligible.where(v.c.created_at <= as_of)
+            newest = eligible.group_by(v.c.partition_id).subquery()
+            rows = c.execute(
+                sa.select(p.c.id, p.c.partition_date, v.c.version, v.c.live_watermark, v.c.manifest_key)
+                .select_from(p.outerjoin(newest, newest.c.partition_id == p.c.id).outerjoin(
+                    v, sa.and_(v.c.partition_id == newest.c.partition_id, v.c.version == newest.c.version)))
+                .where(p.c.table_id == table_id).order_by(p.c.partition_date)
+            ).all()
+            live_limit = {}
+            for row in rows:
+                if row.manifest_key is not None:
+                    continue
+                if pinned and row.version is None:
+                    continue
+                live_limit[row.id] = row.live_watermark if pinned else watermark
+            objects: dict[int, list[int]] = {}
+            if live_limit:
+                # Pinned reads bound each partition by its version's watermark; current reads by one.
+                limit = (sa.case(*((so.c.partition_id == pid, bound) for pid, bound in live_limit.items()))
+                         if pinned else watermark)
+                for pid, oid in c.execute(
+                        sa.select(so.c.partition_id, so.c.id).where(
+                            so.c.partition_id.in_(list(live_limit)), so.c.delayed.is_(False), so.c.id <= limit)
+                        .order_by(so.c.id)):
+                    objects.setdefault(pid, []).append(oid)
+        views = []
+        for row in rows:
+            if row.manifest_key is not None:
+                views.append(PartitionView(row.partition_date, row.version, manifest_key=row.manifest_key))
+            elif row.id in live_limit:
+                views.append(PartitionView(row.partition_date, row.version,
+                                           live_object_ids=tuple(objects.get(row.id, ()))))
+        return views

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 import sqlglot
@@ -33,23 +35,40 @@ def spark_schema(record: TableRecord) -> StructType:
     return StructType([*fields, StructField("dt", DateType(), nullable=False)])
 
 
-def table(spark: SparkSession, name: str, deployment: Deployment | None = None) -> DataFrame:
-    """The live objects of every partition, pinned to the largest small object id when the read starts."""
+def table(spark: SparkSession, name: str, deployment: Deployment | None = None, *,
+          as_of_version: int | None = None, as_of: dt.datetime | None = None) -> DataFrame:
+    """A DataFrame of what the table shows (with its dt column), pinned when the read starts.
+
+    Current state: switched partitions show their published merged version's objects; the others
+    show their live objects up to the largest small object id at the start of the read. as_of_version
+    (each partition's newest version at or below it) or as_of (naive UTC, or aware) reads an earlier
+    published state. The catalog is asked a constant number of queries, whatever the partitions.
+    """
+    from siltlake.clock import to_naive_utc
+    from siltlake.publish.manifests import read_manifest
+    from siltlake.storage import for_engine
+
     deployment = deployment or Deployment.open()
     record = deployment.catalog.get_table(name)
     layout = record.layout(deployment.instance_key)
-    watermark = deployment.catalog.max_small_object_id()
-    objects = deployment.catalog.small_objects(record.id, delayed=False, up_to_id=watermark)
+    views = deployment.catalog.reader_snapshot(
+        record.id, as_of_version=as_of_version, as_of=to_naive_utc(as_of) if as_of is not None else None)
     schema = spark_schema(record)
-    if not objects:
-        return spark.createDataFrame([], schema)
     lake = deployment.lake
-    paths = [lake.engine_uri(layout.small_object(o.partition_date, o.id, False)) for o in objects]
-    return (
-        spark.read.schema(schema)
-        .option("basePath", lake.engine_uri(layout.live_prefix()))
-        .parquet(*paths)
-    )
+    live_paths = [lake.engine_uri(layout.small_object(view.partition_date, object_id, False))
+                  for view in views for object_id in view.live_object_ids]
+    manifests = [view for view in views if view.manifest_key is not None]
+    with ThreadPoolExecutor(max(1, min(16, len(manifests)))) as pool:
+        listed = list(pool.map(lambda view: read_manifest(lake, view.manifest_key), manifests))
+    merged_paths = [for_engine(uri) for entries in listed for uri, _ in entries]
+    # dt comes from the dt=YYYY-MM-DD directory of each object (partition discovery under basePath).
+    frames = [
+        spark.read.schema(schema).option("basePath", lake.engine_uri(prefix)).parquet(*paths)
+        for prefix, paths in ((layout.live_prefix(), live_paths), (layout.merged_prefix(), merged_paths)) if paths
+    ]
+    if not frames:
+        return spark.createDataFrame([], schema)
+    return frames[0] if len(frames) == 1 else frames[0].unionByName(frames[1])
 
 
 def _view_name(schema_name: str, table_name: str) -> str:

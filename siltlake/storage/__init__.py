@@ -69,8 +69,7 @@ class Storage:
 
     def engine_uri(self, key: str) -> str:
         """The URI for Spark, whose Hadoop S3 connector reads s3a://, not s3://."""
-        uri = self.uri(key)
-        return "s3a://" + uri[len("s3://"):] if uri.startswith("s3://") else uri
+        return for_engine(self.uri(key))
 
     def key_of(self, path: str) -> str:
         return posixpath.relpath(path, self._base)
@@ -131,6 +130,11 @@ class Storage:
             self.filesystem.delete_dir(self.path(prefix))
 
 
+def for_engine(uri: str) -> str:
+    """A stored object URI as Spark reads it (s3:// becomes s3a://)."""
+    return "s3a://" + uri[len("s3://"):] if uri.startswith("s3://") else uri
+
+
 @dataclass(frozen=True)
 class TableLayout:
     """Keys of one table's objects (DESIGN §7): derived from ids, so a retried write lands on the same key."""
@@ -153,6 +157,9 @@ class TableLayout:
 
     def live_prefix(self) -> str:
         return f"{self.prefix}/live"
+
+    def merged_prefix(self) -> str:
+        return f"{self.prefix}/merged"
 
     def errors(self, staging_object_id: int) -> str:
         return f"{self.prefix}/errors/staging-{staging_object_id:019d}.jsonl"
