@@ -128,3 +128,43 @@ def test_publish_and_history_commands(deployment: Deployment, monkeypatch) -> No
     assert versions[1]["shows"].endswith(".json") and versions[0]["date"] == "2026-11-20"
     assert "compaction" in silt("history", "web.access", "--date", "2026-11-20")
     assert "no partition" in silt("history", "web.access", "--date", "2026-01-01", code=2)
+
+
+def test_a_reader_plans_with_the_same_number_of_catalog_queries_for_any_number_of_partitions(
+        deployment: Deployment, spark) -> None:
+    import sqlalchemy as sa
+
+    table = make_table(deployment)
+
+    def add_days(first: int, count: int) -> None:
+        for offset in range(first, first + count):
+            day = DAY - dt.timedelta(days=offset)
+            add_small_objects(deployment, table, day, [rows_for(day, 3, offset)])
+
+    def queries_to_read() -> tuple[int, int]:
+        statements: list[str] = []
+
+        def count(_conn, _cursor, statement, *_args) -> None:  # noqa: ANN001
+            statements.append(statement)
+
+        sa.event.listen(deployment.catalog.engine, "before_cursor_execute", count)
+        try:
+            rows = read_table(spark, "web.access", deployment).count()
+        finally:
+            sa.event.remove(deployment.catalog.engine, "before_cursor_execute", count)
+        return len([s for s in statements if not s.strip().upper().startswith(("BEGIN", "PRAGMA"))]), rows
+
+    add_days(0, 3)
+    merge_once(deployment)
+    publish_once(deployment, now=tokyo(DAY + dt.timedelta(days=1), 1))
+    publish_once(deployment, now=tokyo(DAY + dt.timedelta(days=1), 2))  # switches and publishes merged
+    add_days(3, 1)  # and one live partition: both reads mix merged and live partitions
+    few, few_rows = queries_to_read()
+    add_days(4, 16)
+    merge_once(deployment)
+    publish_once(deployment, now=tokyo(DAY + dt.timedelta(days=1), 3))
+    publish_once(deployment, now=tokyo(DAY + dt.timedelta(days=1), 4))
+    add_days(20, 5)  # live (not yet closed by a publish run) partitions too
+    many, many_rows = queries_to_read()
+    assert (few_rows, many_rows) == (12, 75)
+    assert few == many <= 4, f"{few} catalog queries for 4 partitions, {many} for 25"
