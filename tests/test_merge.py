@@ -93,8 +93,9 @@ def test_modes_extend_the_open_range_and_every_reader_agrees(deployment: Deploym
     path = deployment.lake.path(key)
     assert_sorted_row_groups(path, deployment.lake.filesystem)
     by_pyarrow = sorted(pq.read_table(path).to_pylist(), key=lambda r: (r["utc_event_time"], r["user_id"]))
-    by_duckdb = duckdb.sql(
-        f"SELECT epoch_us(utc_event_time), user_id, action FROM read_parquet('{path}') ORDER BY 1, 2").fetchall()
+    with duckdb.connect() as connection:  # its own connection: the module-level one is shared across tests
+        by_duckdb = connection.sql(
+            f"SELECT epoch_us(utc_event_time), user_id, action FROM read_parquet('{path}') ORDER BY 1, 2").fetchall()
     by_spark = spark.read.parquet(path).orderBy("utc_event_time", "user_id").collect()
     assert len(by_pyarrow) == len(by_duckdb) == len(by_spark) == 4 * 700 + 5 * 300
     for arrow_row, duck_row, spark_row in zip(by_pyarrow, by_duckdb, by_spark, strict=True):

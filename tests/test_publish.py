@@ -75,7 +75,8 @@ def test_a_day_lives_closes_switches_and_shows_delayed_objects_once_merged(deplo
 
     # An engine we did not write reads the manifest's object list and finds the same rows.
     paths = [uri.removeprefix("file://") for uri, _ in read_manifest(deployment.lake, with_late.manifest_key)]
-    by_duckdb = Counter(duckdb.sql(f"SELECT user_id, action FROM read_parquet({paths!r})").fetchall())
+    with duckdb.connect() as connection:  # its own connection: the module-level one is shared across tests
+        by_duckdb = Counter(connection.sql(f"SELECT user_id, action FROM read_parquet({paths!r})").fetchall())
     assert by_duckdb == expected
 
     current = read_table(spark, "web.access", deployment)
