@@ -88,6 +88,10 @@ class MergeQueue:
     def _insert_once(self, c: Connection, table: sa.Table, key: str | tuple[str, ...], values: dict) -> int:
         raise NotImplementedError  # provided by Catalog
 
+    @staticmethod
+    def _record(row) -> TableRecord:  # noqa: ANN001 - provided by Catalog
+        raise NotImplementedError
+
     def _lock_claims(self, c: Connection) -> None:
         if self.dialect == "postgresql":
             c.execute(sa.select(sa.func.pg_advisory_xact_lock(_MERGE_CLAIM_LOCK)))
@@ -102,8 +106,6 @@ class MergeQueue:
         jobs per table, none for a partition with a parked job. Claims are serialised, and each claim is
         an UPDATE guarded by the state the candidate was read in.
         """
-        from siltlake.catalog.catalog import Catalog
-
         j, p = s.merge_jobs, s.partitions
         stale_before = now - dt.timedelta(seconds=timeout)
         with self._tx() as c:
@@ -158,7 +160,7 @@ class MergeQueue:
                 if updated != 1:
                     continue
                 if row.table_id not in tables:
-                    tables[row.table_id] = Catalog._record(
+                    tables[row.table_id] = self._record(
                         c.execute(sa.select(s.tables).where(s.tables.c.id == row.table_id)).one())
                 busy_partitions.add(row.partition_id)
                 running_per_table[row.table_id] = running_per_table.get(row.table_id, 0) + 1

@@ -196,7 +196,7 @@ class MergeWorker:
             try:
                 prepared.append(self._prepare(job))
             except Exception as exc:  # a catalog row the planner refuses: fail this job, keep the others
-                self._fail(_Prepared(job, plan_merge([], None, MergeLimits()), None, None),
+                self._fail(_Prepared(job, MergePlan(ranges=(), continuing=False, needs_sentinel=False), None, None),
                            f"planning failed: {type(exc).__name__}: {exc}", started, self.clock())
                 with self._lock:
                     self._held.pop(job.id, None)
