@@ -108,13 +108,16 @@ class Publishing:
             ).all()
             newest = sa.select(v.c.partition_id, sa.func.max(v.c.version).label("version")).group_by(
                 v.c.partition_id).subquery()
-            last = {row.partition_id: row.live_watermark for row in c.execute(
-                sa.select(v.c.partition_id, v.c.live_watermark).select_from(v.join(
+            # Each partition's newest version: its number and watermark, read once for every partition.
+            last = {row.partition_id: row for row in c.execute(
+                sa.select(v.c.partition_id, v.c.version, v.c.live_watermark).select_from(v.join(
                     newest, sa.and_(newest.c.partition_id == v.c.partition_id, newest.c.version == v.c.version))))}
             for row in live:
-                if row.id in last and last[row.id] is not None and last[row.id] >= row.watermark:
+                newest_row = last.get(row.id)
+                if newest_row is not None and newest_row.live_watermark is not None \
+                        and newest_row.live_watermark >= row.watermark:
                     continue
-                version = self._next_version(c, row.id)
+                version = newest_row.version + 1 if newest_row is not None else 1
                 c.execute(v.insert().values(partition_id=row.id, version=version, commit_op="append",
                                             live_watermark=row.watermark, created_at=now,
                                             row_count=int(row.rows), byte_count=int(row.bytes)))

@@ -287,10 +287,12 @@ class _RichMergeProgress(MergeProgress):
 
     def __init__(self, progress: Progress) -> None:
         self.progress = progress
+        self.total = 0
         self.task_id = progress.add_task("merge jobs", total=0)
 
     def found(self, jobs: int) -> None:
-        self.progress.update(self.task_id, total=(self.progress.tasks[0].total or 0) + jobs)
+        self.total += jobs
+        self.progress.update(self.task_id, total=self.total)
 
     def done(self, jobs: int) -> None:
         self.progress.advance(self.task_id, jobs)
