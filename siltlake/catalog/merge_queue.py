@@ -15,6 +15,7 @@ from siltlake.errors import CatalogError
 
 if TYPE_CHECKING:
     from siltlake.catalog.catalog import TableRecord
+    from siltlake.storage import TableLayout
 
 # Names the PostgreSQL advisory lock that serialises claims (SQLite's write lock does the same there).
 _MERGE_CLAIM_LOCK = 0x5117_3E26
@@ -44,6 +45,14 @@ class RangeRow:
     upper: int
     content_length: int
     row_count: int
+    object_key: str | None = None  # set when the object is not named by its bounds (an update's output)
+
+    def key(self, layout: TableLayout, partition_date: dt.date) -> str:
+        """The range's object."""
+        if self.object_key is not None:
+            return self.object_key
+        assert self.lower is not None, "the sentinel has no object"
+        return layout.merged_object(partition_date, self.lower, self.upper)
 
 
 @dataclass(frozen=True)
@@ -194,7 +203,8 @@ class MergeQueue:
     def merge_ranges(self, partition_id: int) -> list[RangeRow]:
         r = s.merge_ranges
         with self._tx() as c:
-            rows = c.execute(sa.select(r.c.lower_bound, r.c.upper_bound, r.c.content_length, r.c.row_count)
+            rows = c.execute(sa.select(r.c.lower_bound, r.c.upper_bound, r.c.content_length, r.c.row_count,
+                                       r.c.object_key)
                              .where(r.c.partition_id == partition_id).order_by(r.c.upper_bound)).all()
         return [RangeRow(*row) for row in rows]
 
@@ -205,7 +215,7 @@ class MergeQueue:
         r, so = s.merge_ranges, s.small_objects
         with self._tx() as c:
             last = c.execute(
-                sa.select(r.c.lower_bound, r.c.upper_bound, r.c.content_length, r.c.row_count)
+                sa.select(r.c.lower_bound, r.c.upper_bound, r.c.content_length, r.c.row_count, r.c.object_key)
                 .where(r.c.partition_id == partition_id).order_by(r.c.upper_bound.desc()).limit(1)
             ).first()
             after = last.upper_bound if last is not None else 0
@@ -281,7 +291,7 @@ class MergeQueue:
                         r.c.partition_id == job.partition_id, r.c.lower_bound == write.lower,
                         r.c.upper_bound == write.old_upper,
                     ).values(upper_bound=write.upper, content_length=write.content_length,
-                             row_count=write.row_count, update_time=now)).rowcount
+                             row_count=write.row_count, update_time=now, object_key=None)).rowcount
                     if updated != 1:
                         raise MergeConflict(f"range ({write.lower}, {write.old_upper}] of partition "
                                             f"{job.partition_id} is gone")

@@ -10,6 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from siltlake.catalog import schema as s
+from siltlake.catalog.merge_queue import RangeRow
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,7 @@ class SwitchedPartition:
     partition_date: dt.date
     current: int
     desired: int
-    ranges: tuple[tuple[int, int, int, int], ...]  # (lower, upper, content_length, row_count)
+    ranges: tuple[RangeRow, ...]  # the ranges the merged version shows, sentinel left out
 
 
 @dataclass(frozen=True)
@@ -138,15 +139,15 @@ class Publishing:
             ranges: dict[int, list] = {}
             if rows:
                 for rr in c.execute(sa.select(r.c.partition_id, r.c.lower_bound, r.c.upper_bound, r.c.content_length,
-                                              r.c.row_count)
+                                              r.c.row_count, r.c.object_key)
                                     .where(r.c.partition_id.in_([row.id for row in rows]),
                                            r.c.lower_bound.is_not(None))
                                     .order_by(r.c.partition_id, r.c.upper_bound)):
                     ranges.setdefault(rr.partition_id, []).append(
-                        (rr.lower_bound, rr.upper_bound, rr.content_length, rr.row_count))
+                        RangeRow(rr.lower_bound, rr.upper_bound, rr.content_length, rr.row_count, rr.object_key))
         return [SwitchedPartition(row.id, row.table_id, row.partition_date, row.current_manifest_version,
                                   row.desired_manifest_version,
-                                  tuple(x for x in ranges.get(row.id, []) if x[1] <= row.desired_manifest_version))
+                                  tuple(x for x in ranges.get(row.id, []) if x.upper <= row.desired_manifest_version))
                 for row in rows]
 
     def publish_merged_version(self, partition: SwitchedPartition, manifest_key: str,
@@ -161,8 +162,8 @@ class Publishing:
             if moved != 1:
                 return None
             version = self._next_version(c, partition.partition_id)
-            rows = sum(x[3] for x in partition.ranges)
-            size = sum(x[2] for x in partition.ranges)
+            rows = sum(x.row_count for x in partition.ranges)
+            size = sum(x.content_length for x in partition.ranges)
             c.execute(v.insert().values(partition_id=partition.partition_id, version=version, commit_op="compaction",
                                         manifest_key=manifest_key, created_at=now, row_count=rows, byte_count=size))
         return PublishedVersion(partition.partition_id, version, "compaction", None, manifest_key, now, rows, size)

@@ -176,6 +176,9 @@ merge_ranges = sa.Table(
     sa.Column("row_count", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("create_time", sa.DateTime, nullable=False),
     sa.Column("update_time", sa.DateTime, nullable=False),
+    # Null: the object is TableLayout.merged_object(lower, upper). An update's output is named here
+    # instead, so it never overwrites an object an older version's manifest still lists.
+    sa.Column("object_key", sa.Text, nullable=True),
     sa.UniqueConstraint("partition_id", "lower_bound"),
     sa.UniqueConstraint("partition_id", "upper_bound"),
     # Each range starts where the previous one ends; the sentinel (null, 0) anchors the chain.

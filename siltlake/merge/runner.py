@@ -106,8 +106,7 @@ class MergeWorker:
                 output_key=layout.merged_object(date, planned.lower, planned.upper),
                 small_keys=tuple(layout.small_object(date, o.id, o.delayed) for o in planned.objects),
                 small_bytes=planned.new_bytes,
-                existing_key=(layout.merged_object(date, planned.extends.lower, planned.extends.upper)
-                              if planned.extends else None),
+                existing_key=last.key(layout, date) if planned.extends and last else None,
             )
             for planned in plan.ranges
         )

@@ -52,8 +52,7 @@ def publish_once(deployment: Deployment, now: dt.datetime | None = None) -> Publ
         if table is None:
             continue  # dropped: reap removes it
         layout = table.layout(deployment.instance_key)
-        objects = [(layout.merged_object(partition.partition_date, lower, upper), size)
-                   for lower, upper, size, _ in partition.ranges]
+        objects = [(r.key(layout, partition.partition_date), r.content_length) for r in partition.ranges]
         json_key, _ = write_manifests(deployment.lake, layout, partition.partition_date, partition.desired, objects)
         published = catalog.publish_merged_version(partition, json_key, now)
         if published is None:
