@@ -23,7 +23,15 @@ class PublishedVersion:
     created_at: dt.datetime
     row_count: int
     byte_count: int
+    covered_upper: int | None = None  # the largest small object id the manifest holds
 
+    def shows(self) -> str:
+        """What the version shows, in words."""
+        if self.manifest_key is None:
+            return f"live objects <= {self.live_watermark}"
+        if self.live_watermark is None or self.live_watermark == self.covered_upper:
+            return self.manifest_key
+        return f"{self.manifest_key} + live objects in ({self.covered_upper}, {self.live_watermark}]"
 
 @dataclass(frozen=True)
 class SwitchedPartition:
@@ -39,7 +47,8 @@ class SwitchedPartition:
 
 @dataclass(frozen=True)
 class PartitionView:
-    """What a reader sees of one partition: live small objects (ids) or a merged version's manifest."""
+    """What a reader sees of one partition: a manifest's objects (merged or updated), live small objects
+    above the ids the manifest holds, or both (objects appended after an update)."""
 
     partition_date: dt.date
     version: int | None  # None: never published (a new partition read at the current state)
@@ -95,37 +104,50 @@ class Publishing:
                     closed.append(partition_id)
         return closed
 
+    @staticmethod
+    def _newest_versions(*where: sa.ColumnElement) -> sa.Subquery:
+        """Each partition's newest version row (of the versions matching `where`), as a subquery."""
+        v = s.partition_versions
+        newest = sa.select(v.c.partition_id, sa.func.max(v.c.version).label("version")).where(*where).group_by(
+            v.c.partition_id).subquery()
+        return sa.select(v).select_from(v.join(newest, sa.and_(
+            newest.c.partition_id == v.c.partition_id, newest.c.version == v.c.version))).subquery()
+
     def publish_live_versions(self, now: dt.datetime) -> list[PublishedVersion]:
-        """A new append version for each not-switched partition with live objects beyond its last version."""
+        """A new append version for each not-switched partition with live objects beyond its newest version.
+
+        The new version keeps what the newest one shows (an update's manifest) and extends its live
+        watermark; its counts are the newest's plus the new objects', so only new objects are summed.
+        """
         p, so, v = s.partitions, s.small_objects, s.partition_versions
+        newest = self._newest_versions()
         published: list[PublishedVersion] = []
         with self._tx() as c:
-            live = c.execute(
-                sa.select(p.c.id, sa.func.max(so.c.id).label("watermark"), sa.func.count(so.c.id).label("objects"),
-                          sa.func.sum(so.c.row_count).label("rows"), sa.func.sum(so.c.content_length).label("bytes"))
-                .select_from(p.join(so, so.c.partition_id == p.c.id))
-                .where(p.c.switched.is_(False), so.c.delayed.is_(False))
-                .group_by(p.c.id)
+            rows = c.execute(
+                sa.select(p.c.id, p.c.current_manifest_version, sa.func.max(so.c.id).label("watermark"),
+                          sa.func.sum(so.c.row_count).label("rows"), sa.func.sum(so.c.content_length).label("bytes"),
+                          newest.c.version, newest.c.row_count.label("base_rows"),
+                          newest.c.byte_count.label("base_bytes"), newest.c.manifest_key, newest.c.covered_upper)
+                .select_from(p.join(so, so.c.partition_id == p.c.id)
+                             .outerjoin(newest, newest.c.partition_id == p.c.id))
+                .where(p.c.switched.is_(False), so.c.delayed.is_(False),
+                       so.c.id > sa.func.coalesce(newest.c.live_watermark, 0))
+                .group_by(p.c.id, p.c.current_manifest_version, newest.c.version, newest.c.row_count,
+                          newest.c.byte_count, newest.c.manifest_key, newest.c.covered_upper)
             ).all()
-            newest = sa.select(v.c.partition_id, sa.func.max(v.c.version).label("version")).group_by(
-                v.c.partition_id).subquery()
-            # Each partition's newest version: its number and watermark, read once for every partition.
-            last = {row.partition_id: row for row in c.execute(
-                sa.select(v.c.partition_id, v.c.version, v.c.live_watermark).select_from(v.join(
-                    newest, sa.and_(newest.c.partition_id == v.c.partition_id, newest.c.version == v.c.version))))}
-            for row in live:
-                newest_row = last.get(row.id)
-                if newest_row is not None and newest_row.live_watermark is not None \
-                        and newest_row.live_watermark >= row.watermark:
-                    continue
-                version = newest_row.version + 1 if newest_row is not None else 1
-                c.execute(v.insert().values(partition_id=row.id, version=version, commit_op="append",
-                                            live_watermark=row.watermark, created_at=now,
-                                            row_count=int(row.rows), byte_count=int(row.bytes)))
-                c.execute(p.update().where(p.c.id == row.id, p.c.switched.is_(False))
-                          .values(current_manifest_version=0))
-                published.append(PublishedVersion(row.id, version, "append", row.watermark, None, now,
-                                                  int(row.rows), int(row.bytes)))
+            for row in rows:
+                published.append(PublishedVersion(
+                    row.id, (row.version or 0) + 1, "append", row.watermark, row.manifest_key, now,
+                    int(row.rows) + (row.base_rows or 0), int(row.bytes) + (row.base_bytes or 0), row.covered_upper))
+            if published:
+                c.execute(v.insert(), [dict(partition_id=x.partition_id, version=x.version, commit_op=x.commit_op,
+                                            live_watermark=x.live_watermark, manifest_key=x.manifest_key,
+                                            covered_upper=x.covered_upper, created_at=now, row_count=x.row_count,
+                                            byte_count=x.byte_count) for x in published])
+                first = [row.id for row in rows if row.current_manifest_version < 0]
+                for chunk in range(0, len(first), 1000):
+                    c.execute(p.update().where(p.c.id.in_(first[chunk:chunk + 1000]), p.c.switched.is_(False))
+                              .values(current_manifest_version=0))
         return published
 
     def partitions_to_publish_merged(self) -> list[SwitchedPartition]:
@@ -165,8 +187,10 @@ class Publishing:
             rows = sum(x.row_count for x in partition.ranges)
             size = sum(x.content_length for x in partition.ranges)
             c.execute(v.insert().values(partition_id=partition.partition_id, version=version, commit_op="compaction",
-                                        manifest_key=manifest_key, created_at=now, row_count=rows, byte_count=size))
-        return PublishedVersion(partition.partition_id, version, "compaction", None, manifest_key, now, rows, size)
+                                        manifest_key=manifest_key, covered_upper=partition.desired, created_at=now,
+                                        row_count=rows, byte_count=size))
+        return PublishedVersion(partition.partition_id, version, "compaction", None, manifest_key, now, rows, size,
+                                partition.desired)
 
     def partition_versions(self, partition_ids: Sequence[int]) -> list[PublishedVersion]:
         v = s.partition_versions
@@ -175,57 +199,68 @@ class Publishing:
         with self._tx() as c:
             rows = c.execute(sa.select(v).where(v.c.partition_id.in_(list(partition_ids)))
                              .order_by(v.c.partition_id, v.c.version)).all()
-        return [PublishedVersion(r.partition_id, r.version, r.commit_op, r.live_watermark, r.manifest_key,
-                                 r.created_at, r.row_count, r.byte_count) for r in rows]
+        return [_version(r) for r in rows]
 
     def reader_snapshot(self, table_id: int, *, as_of_version: int | None = None,
                         as_of: dt.datetime | None = None) -> list[PartitionView]:
         """Every partition's visible state, read in one snapshot with three queries, whatever the partitions.
 
-        Current state: a partition whose newest version is a merged one shows that manifest; any other
-        shows its live objects up to the largest small object id at the start of the read. As of a
-        version (each partition's newest version <= it) or a time (newest created at or before it): the
-        version's manifest or live watermark; partitions without such a version are left out.
+        A version shows its manifest's objects (ids <= covered_upper) and the live objects above them up
+        to its live watermark. Current state: each partition's newest version, except that a partition
+        not switched shows its live objects up to the largest small object id at the start of the read.
+        A switched partition without a merged version yet (published later in the same run) stays live.
+        As of a version (each partition's newest version <= it) or a time (newest created at or before
+        it): that version exactly; partitions without such a version are left out.
         """
         p, v, so = s.partitions, s.partition_versions, s.small_objects
         pinned = as_of_version is not None or as_of is not None
+        where = [v.c.partition_id.in_(sa.select(p.c.id).where(p.c.table_id == table_id))]
+        if as_of_version is not None:
+            where.append(v.c.version <= as_of_version)
+        if as_of is not None:
+            where.append(v.c.created_at <= as_of)
+        newest = self._newest_versions(*where)
         with self._snapshot() as c:
             watermark = c.execute(sa.select(sa.func.coalesce(sa.func.max(so.c.id), 0))).scalar_one()
-            eligible = sa.select(v.c.partition_id, sa.func.max(v.c.version).label("version")).select_from(
-                v.join(p, p.c.id == v.c.partition_id)).where(p.c.table_id == table_id)
-            if as_of_version is not None:
-                eligible = eligible.where(v.c.version <= as_of_version)
-            if as_of is not None:
-                eligible = eligible.where(v.c.created_at <= as_of)
-            newest = eligible.group_by(v.c.partition_id).subquery()
             rows = c.execute(
-                sa.select(p.c.id, p.c.partition_date, v.c.version, v.c.live_watermark, v.c.manifest_key)
-                .select_from(p.outerjoin(newest, newest.c.partition_id == p.c.id).outerjoin(
-                    v, sa.and_(v.c.partition_id == newest.c.partition_id, v.c.version == newest.c.version)))
+                sa.select(p.c.id, p.c.partition_date, p.c.switched, newest.c.version, newest.c.live_watermark,
+                          newest.c.manifest_key, newest.c.covered_upper)
+                .select_from(p.outerjoin(newest, newest.c.partition_id == p.c.id))
                 .where(p.c.table_id == table_id).order_by(p.c.partition_date)
             ).all()
-            live_limit = {}
+            # (lower, upper]: the live object ids each partition shows beside its manifest.
+            live: dict[int, tuple[int, int]] = {}
             for row in rows:
-                if row.manifest_key is not None:
-                    continue
-                if pinned and row.version is None:
-                    continue
-                live_limit[row.id] = row.live_watermark if pinned else watermark
+                lower = row.covered_upper or 0
+                if pinned:
+                    if row.version is not None and (row.live_watermark or 0) > lower:
+                        live[row.id] = (lower, row.live_watermark)
+                elif not row.switched or row.manifest_key is None:
+                    live[row.id] = (lower, watermark)
             objects: dict[int, list[int]] = {}
-            if live_limit:
-                # Pinned reads bound each partition by its version's watermark; current reads by one.
-                limit = (sa.case(*((so.c.partition_id == pid, bound) for pid, bound in live_limit.items()))
-                         if pinned else watermark)
+            if live:
+                lowers, uppers = {b[0] for b in live.values()}, {b[1] for b in live.values()}
+                lower_bound = (lowers.pop() if len(lowers) == 1 else
+                               sa.case(*((so.c.partition_id == pid, b[0]) for pid, b in live.items())))
+                upper_bound = (uppers.pop() if len(uppers) == 1 else
+                               sa.case(*((so.c.partition_id == pid, b[1]) for pid, b in live.items())))
                 for pid, oid in c.execute(
                         sa.select(so.c.partition_id, so.c.id).where(
-                            so.c.partition_id.in_(list(live_limit)), so.c.delayed.is_(False), so.c.id <= limit)
+                            so.c.partition_id.in_(list(live)), so.c.delayed.is_(False),
+                            so.c.id > lower_bound, so.c.id <= upper_bound)
                         .order_by(so.c.id)):
                     objects.setdefault(pid, []).append(oid)
         views = []
         for row in rows:
-            if row.manifest_key is not None:
-                views.append(PartitionView(row.partition_date, row.version, manifest_key=row.manifest_key))
-            elif row.id in live_limit:
-                views.append(PartitionView(row.partition_date, row.version,
-                                           live_object_ids=tuple(objects.get(row.id, ()))))
+            if row.manifest_key is None and row.id not in live:
+                continue  # pinned before its first version, or switched without one
+            if pinned and row.version is None:
+                continue
+            views.append(PartitionView(row.partition_date, row.version,
+                                       live_object_ids=tuple(objects.get(row.id, ())),
+                                       manifest_key=row.manifest_key))
         return views
+
+def _version(row) -> PublishedVersion:  # noqa: ANN001 - a partition_versions Row
+    return PublishedVersion(row.partition_id, row.version, row.commit_op, row.live_watermark, row.manifest_key,
+                            row.created_at, row.row_count, row.byte_count, row.covered_upper)

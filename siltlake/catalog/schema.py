@@ -200,6 +200,9 @@ partition_versions = sa.Table(
     sa.Column("commit_op", sa.String(16), nullable=False),
     sa.Column("live_watermark", sa.BigInteger, nullable=True),
     sa.Column("manifest_key", sa.Text, nullable=True),
+    # The largest small object id the manifest holds (null without one): live objects above it, up to
+    # live_watermark, are shown beside the manifest (an append after an update).
+    sa.Column("covered_upper", sa.BigInteger, nullable=True),
     sa.Column("created_at", sa.DateTime, nullable=False),
     sa.Column("row_count", sa.BigInteger, nullable=False),
     sa.Column("byte_count", sa.BigInteger, nullable=False),

@@ -450,6 +450,7 @@ def print_publish_report(report) -> None:  # noqa: ANN001 - a PublishReport
 @friendly
 def publish(context: click.Context, once: bool, now_text: str | None, interval: float | None) -> None:
     """Switch merged days, close ended days, publish live and merged versions (DESIGN §4)."""
+    from siltlake.polling import poll_forever
     from siltlake.publish import publish_once
 
     deployment = deployment_of(context)
@@ -462,14 +463,10 @@ def publish(context: click.Context, once: bool, now_text: str | None, interval: 
     wait = deployment.config.publish.interval if interval is None else interval
     console.print(f"publishing every {wait:g}s; Ctrl-C stops")
     try:
-        while not stop.is_set():
-            try:
-                print_publish_report(publish_once(deployment, now=now))
-            except SiltError:
-                raise
-            except Exception as exc:  # the catalog or storage is briefly unreachable: next run
-                console.print(f"[red]publish run failed[/] ({type(exc).__name__}: {exc})", highlight=False)
-            stop.wait(wait)
+        poll_forever(lambda: publish_once(deployment, now=now), stop, wait, print_publish_report,
+                     on_error=lambda exc, backoff: console.print(
+                         f"[red]publish run failed[/] ({type(exc).__name__}: {exc}); retrying in {backoff:.0f}s",
+                         highlight=False))
     except KeyboardInterrupt:
         pass
     console.print("stopped")
@@ -499,7 +496,7 @@ def history(context: click.Context, name: str, date_text: str | None, output: st
     dates = {p.id: p.partition_date.isoformat() for p in partitions}
     versions = deployment.catalog.partition_versions(list(dates))
     rows = [{"date": dates[v.partition_id], "version": v.version, "op": v.commit_op,
-             "shows": f"live objects <= {v.live_watermark}" if v.live_watermark is not None else v.manifest_key,
+             "shows": v.shows(),
              "created_at": v.created_at.isoformat(sep=" ", timespec="seconds"), "rows": v.row_count,
              "bytes": v.byte_count} for v in versions]
     if output == "json":

@@ -39,8 +39,9 @@ def table(spark: SparkSession, name: str, deployment: Deployment | None = None, 
           as_of_version: int | None = None, as_of: dt.datetime | None = None) -> DataFrame:
     """A DataFrame of what the table shows (with its dt column), pinned when the read starts.
 
-    Current state: switched partitions show their published merged version's objects; the others
-    show their live objects up to the largest small object id at the start of the read. as_of_version
+    Current state: switched partitions show their published merged version's objects; the others show
+    their newest update's objects, if any, and the live objects above them up to the largest small object
+    id at the start of the read. as_of_version
     (each partition's newest version at or below it) or as_of (naive UTC, or aware) reads an earlier
     published state. The catalog is asked a constant number of queries, whatever the partitions.
     """
