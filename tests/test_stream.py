@@ -360,11 +360,11 @@ def test_polling_picks_up_new_objects_and_survives_a_failing_round(deployment: D
     real_once = runner.stream_once
     calls = {"n": 0}
 
-    def flaky_once(d):
+    def flaky_once(d, *args, **kwargs):
         calls["n"] += 1
         if calls["n"] == 2:
             raise OSError("storage briefly unreachable")
-        return real_once(d)
+        return real_once(d, *args, **kwargs)
 
     monkeypatch.setattr(runner, "stream_once", flaky_once)
     stop = threading.Event()

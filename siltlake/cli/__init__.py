@@ -468,8 +468,22 @@ def publish(context: click.Context, once: bool, now_text: str | None, interval: 
                          f"[red]publish run failed[/] ({type(exc).__name__}: {exc}); retrying in {backoff:.0f}s",
                          highlight=False))
     except KeyboardInterrupt:
-        pass
+        stop.set()
     console.print("stopped")
+
+
+@main.command("run")
+@click.pass_context
+@friendly
+def run_command(context: click.Context) -> None:
+    """Single host: stream, merge and publish in one process on one SparkSession, with a live status.
+
+    Intervals come from stream.poll_interval, merge.poll_interval and publish.interval. Ctrl-C or
+    SIGTERM stops after the current stream wave and the running merge jobs; a second Ctrl-C quits now.
+    """
+    from siltlake.run.terminal import run_in_terminal
+
+    run_in_terminal(deployment_of(context), console)
 
 
 @main.command()

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from siltlake.catalog import PendingStagingObject
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
-from siltlake.errors import SiltError
+from siltlake.polling import poll_forever
 from siltlake.spark import run_tasks
 from siltlake.stream.discover import discover
 from siltlake.stream.task import StreamTask, process_staging_object
@@ -119,8 +119,11 @@ def _commit(deployment: Deployment, results: list[dict], tables: dict[int, Pendi
                 lake.delete(part["tmp_key"])
 
 
-def stream_once(deployment: Deployment, progress: Progress | None = None) -> StreamReport:
-    """Register new staging objects and process every pending one; returns what happened."""
+def stream_once(deployment: Deployment, progress: Progress | None = None,
+                stop: threading.Event | None = None) -> StreamReport:
+    """Register new staging objects and process every pending one; returns what happened.
+
+    Once stop is set no new wave starts: the objects of later waves stay pending for the next run."""
     started = time.monotonic()
     progress = progress or Progress()
     deployment.catalog.check_ready()
@@ -138,6 +141,8 @@ def stream_once(deployment: Deployment, progress: Progress | None = None) -> Str
     run_id = f"stream-{utcnow():%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
     try:
         for start in range(0, len(pending), settings.objects_per_wave):
+            if stop is not None and stop.is_set():
+                break
             wave = pending[start:start + settings.objects_per_wave]
             tasks = [_task(deployment, item, run_id) for item in wave]
             results = run_tasks(spark, process_staging_object, tasks, weights=[item.size for item in wave],
@@ -151,21 +156,9 @@ def stream_once(deployment: Deployment, progress: Progress | None = None) -> Str
 
 def stream_forever(deployment: Deployment, stop: threading.Event,
                    on_report: Callable[[StreamReport], None], interval: float | None = None,
-                   on_error: Callable[[Exception, float], None] | None = None) -> None:
-    """Poll until stop is set. A failing round (catalog or storage unreachable) is reported and
-    retried with exponential backoff up to ten intervals; bad input never fails a round."""
+                   on_error: Callable[[Exception, float], None] | None = None,
+                   progress: Progress | None = None) -> None:
+    """Poll until stop is set; a round stops between waves once stop is set. A failing round (catalog
+    or storage unreachable) is reported and retried with backoff; bad input never fails a round."""
     interval = deployment.config.stream.poll_interval if interval is None else interval
-    failures = 0
-    while not stop.is_set():
-        try:
-            on_report(stream_once(deployment))
-            failures = 0
-            wait = interval
-        except SiltError:
-            raise  # configuration problems (not initialised, bad settings) need the user
-        except Exception as exc:  # transient: a dropped connection, a full disk, a lost executor
-            failures += 1
-            wait = min(max(interval, 1.0) * 2 ** (failures - 1), max(interval, 1.0) * 10)
-            if on_error is not None:
-                on_error(exc, wait)
-        stop.wait(wait)
+    poll_forever(lambda: stream_once(deployment, progress, stop=stop), stop, interval, on_report, on_error)

@@ -1,0 +1,285 @@
+"""Single-host mode (`silt run`): the stream, merge and publish loops in one process, on one SparkSession.
+
+Each loop is its daemon's own loop (`stream_forever`, `MergeWorker.run`, `poll_forever` over
+`publish_once`) in a thread of its own, under a supervisor: an exception that escapes a loop is
+reported and the loop starts again after a backoff, while the other loops go on. Setting the stop
+event ends each loop the way its daemon ends: the stream after its current wave (later waves stay
+pending), merge after its running jobs, publish after its current run.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from siltlake.deployment import Deployment
+from siltlake.merge import MergeProgress, MergeReport, MergeWorker
+from siltlake.polling import backoff, poll_forever
+from siltlake.publish import PublishReport, publish_once
+from siltlake.stream import Progress, StreamReport, stream_forever
+
+__all__ = ["Loop", "LoopStatus", "SingleHost", "run_loops"]
+
+
+@dataclass
+class LoopStatus:
+    """What one loop is doing and has done; written by its thread, read by the display."""
+
+    name: str
+    interval: float
+    state: str = "starting"  # starting, working, waiting, retrying, stopping, stopped
+    detail: str = ""  # what it works on now, or the error it retries after
+    rounds: int = 0
+    last_work: str = ""  # what the last round that did something did
+    last_work_at: float | None = None  # time.monotonic() of that round
+    totals: str = ""
+    errors: int = 0
+    next_at: float | None = None  # time.monotonic() of the next round or retry
+
+    def working(self, detail: str = "") -> None:
+        self.state, self.detail, self.next_at = "working", detail, None
+
+    def round_done(self, work: str | None, totals: str) -> None:
+        """A round ended; `work` says what it did, None if it found nothing to do."""
+        self.rounds += 1
+        self.totals = totals
+        if work:
+            self.last_work, self.last_work_at = work, time.monotonic()
+        self.detail = ""
+        if self.state not in ("stopping", "stopped"):
+            self.state, self.next_at = "waiting", time.monotonic() + self.interval
+
+    def failed(self, exc: BaseException, wait: float) -> None:
+        self.errors += 1
+        if self.state not in ("stopping", "stopped"):
+            self.state, self.next_at = "retrying", time.monotonic() + wait
+        self.detail = f"{type(exc).__name__}: {exc}"
+
+
+@dataclass
+class Loop:
+    """A named loop: body(stop) runs rounds every interval until stop is set, and may raise."""
+
+    name: str
+    interval: float
+    body: Callable[[threading.Event], None]
+    status: LoopStatus = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.status = LoopStatus(self.name, self.interval)
+
+
+ErrorHandler = Callable[[str, BaseException, float], None]
+
+
+def supervise(loop: Loop, stop: threading.Event, on_error: ErrorHandler) -> None:
+    """Run the loop until stop is set; whatever escapes it is reported and retried after a backoff."""
+    failures = 0
+    while not stop.is_set():
+        rounds = loop.status.rounds
+        try:
+            loop.body(stop)
+        except Exception as exc:  # one loop's failure (even a SiltError) must not end the others
+            # Count failures in a row: a loop that completed rounds since its last failure starts over.
+            failures = 1 if loop.status.rounds > rounds else failures + 1
+            wait = backoff(loop.interval, failures)
+            loop.status.failed(exc, wait)
+            on_error(loop.name, exc, wait)
+            stop.wait(wait)
+        else:
+            stop.wait(loop.interval)  # a body returns only once stopped; never spin if one does not
+    loop.status.state, loop.status.next_at = "stopped", None
+
+
+def run_loops(loops: list[Loop], stop: threading.Event, on_error: ErrorHandler) -> list[threading.Thread]:
+    """Start a supervised thread per loop; they end once stop is set and their current work is done."""
+    threads = [threading.Thread(target=supervise, args=(loop, stop, on_error), name=f"silt-{loop.name}",
+                                daemon=True) for loop in loops]
+    for thread in threads:
+        thread.start()
+    return threads
+
+
+# --- the three loops ----------------------------------------------------------------------------------
+
+class _StreamStatus(Progress):
+    def __init__(self, status: LoopStatus) -> None:
+        self.status = status
+        self.total = self.done = 0
+
+    def start(self, total: int) -> None:
+        self.total, self.done = total, 0
+        if total:
+            self.status.working(f"{total:,} staging objects")
+
+    def advance(self, count: int) -> None:
+        self.done += count
+        self.status.detail = f"{self.done:,}/{self.total:,} staging objects"
+
+
+class _MergeStatus(MergeProgress):
+    def __init__(self, status: LoopStatus) -> None:
+        self.status = status
+        self.running = 0
+        self.lock = threading.Lock()  # stage threads report at once
+
+    def found(self, jobs: int) -> None:
+        with self.lock:
+            self.running += jobs
+            self.status.working(f"{self.running} jobs running")
+
+    def done(self, jobs: int) -> None:
+        with self.lock:
+            self.running -= jobs
+            self.status.detail = f"{self.running} jobs running"
+
+
+def stream_work(report: StreamReport) -> str | None:
+    if not (report.processed or report.failed or report.registered):
+        return None
+    parts = [f"{report.processed:,} objects", f"{report.records_loaded:,} records"]
+    parts += [f"{count:,} {what}" for count, what in ((report.bad_records, "bad records"),
+                                                      (len(report.unknown), "unknown"),
+                                                      (len(report.failed), "failed"),
+                                                      (report.delayed_objects, "delayed")) if count]
+    return ", ".join(parts)
+
+
+def merge_totals(report: MergeReport) -> str:
+    failed = f", {report.failed} failed ({report.parked} parked)" if report.failed else ""
+    return (f"{report.finished + report.continuing:,} jobs{failed}, {report.objects_in:,} small objects, "
+            f"{report.rows_out:,} rows")
+
+
+def publish_work(report: PublishReport) -> str | None:
+    parts = [f"{count} {what}" for count, what in ((len(report.switched), "switched"), (len(report.closed), "closed"),
+                                                   (len(report.live_versions), "live versions"),
+                                                   (len(report.merged_versions), "merged versions"),
+                                                   (report.skipped_merged, "left for the next run")) if count]
+    return ", ".join(parts) or None
+
+
+class SingleHost:
+    """The stream, merge and publish loops of one deployment, sharing its SparkSession.
+
+    on_report(name, report) hears each round that did something; on_error(name, exc, wait) each failure.
+    """
+
+    def __init__(self, deployment: Deployment, *, on_report: Callable[[str, object], None] | None = None,
+                 on_error: ErrorHandler | None = None) -> None:
+        self.deployment = deployment
+        self.on_report = on_report or (lambda name, report: None)
+        self.on_error = on_error or (lambda name, exc, wait: None)
+        config = deployment.config
+        self.loops = [
+            Loop("stream", config.stream.poll_interval, self._stream),
+            Loop("merge", config.merge.poll_interval, self._merge),
+            Loop("publish", config.publish.interval, self._publish),
+            # reap joins here: Loop("reap", <reap interval>, body) over its reap_once.
+        ]
+        self.status = {loop.name: loop.status for loop in self.loops}
+        self.stop_event = threading.Event()
+        self.threads: list[threading.Thread] = []
+        # One worker for the whole run: its report adds up over restarts after errors.
+        self.worker = MergeWorker(deployment, progress=_MergeStatus(self.status["merge"]))
+        self._stream_totals = StreamReport()
+        self._publish_totals = [0, 0, 0, 0]  # switched, closed, live versions, merged versions
+        self._merge_seen = dict.fromkeys(("claimed", "jobs", "objects", "rows"), 0)
+
+    # --- control ------------------------------------------------------------------------------------
+
+    def start_spark(self) -> None:
+        """Check the catalog and start the one SparkSession every loop uses.
+
+        Started here, once: the stream and merge threads would otherwise race to create it. PySpark
+        installs its own SIGINT handler as it starts; a caller handling signals installs its own after.
+        """
+        self.deployment.catalog.check_ready()  # not initialised: a SiltError for the user, before anything runs
+        for status in self.status.values():
+            status.detail = "starting Spark"
+        self.deployment.spark()
+        for status in self.status.values():
+            status.detail = ""
+
+    def start(self) -> None:
+        """Start the loops (and Spark first, if start_spark was not called)."""
+        self.start_spark()
+        self.threads = run_loops(self.loops, self.stop_event, self.on_error)
+
+    def stop(self) -> None:
+        """Ask every loop to stop after its current work (safe to call from a signal handler)."""
+        self.stop_event.set()
+        for status in self.status.values():
+            if status.state != "stopped":
+                status.state, status.next_at = "stopping", None
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait up to timeout for every loop to end; True once all have."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for thread in self.threads:
+            thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return not any(thread.is_alive() for thread in self.threads)
+
+    # --- loop bodies --------------------------------------------------------------------------------
+
+    def _stream(self, stop: threading.Event) -> None:
+        status = self.status["stream"]
+        totals = self._stream_totals
+
+        def report(round_: StreamReport) -> None:
+            totals.processed += round_.processed
+            totals.records_loaded += round_.records_loaded
+            totals.bad_records += round_.bad_records
+            totals.unknown += round_.unknown
+            status.round_done(stream_work(round_), f"{totals.processed:,} objects, {totals.records_loaded:,} records"
+                              + (f", {totals.bad_records:,} bad" if totals.bad_records else "")
+                              + (f", {len(totals.unknown):,} unknown" if totals.unknown else ""))
+            if stream_work(round_):
+                self.on_report("stream", round_)
+
+        stream_forever(self.deployment, stop, report, status.interval, progress=_StreamStatus(status),
+                       on_error=lambda exc, wait: self._failed(status, exc, wait))
+
+    def _merge(self, stop: threading.Event) -> None:
+        status = self.status["merge"]
+        before = self._merge_seen
+
+        def on_round(report: MergeReport) -> None:
+            # The worker's report adds up over the run; what changed since the last idle round is its work.
+            now = {"claimed": report.claimed, "jobs": report.finished + report.continuing + report.failed,
+                   "objects": report.objects_in, "rows": report.rows_out}
+            work = None
+            if now["claimed"] != before["claimed"]:
+                work = (f"{now['jobs'] - before['jobs']} jobs, {now['objects'] - before['objects']:,} small objects, "
+                        f"{now['rows'] - before['rows']:,} rows")
+            before.update(now)
+            status.round_done(work, merge_totals(report))
+            if work:
+                self.on_report("merge", report)
+
+        self.worker.run(stop, on_round=on_round, on_error=lambda exc, wait: self._failed(status, exc, wait))
+
+    def _publish(self, stop: threading.Event) -> None:
+        status = self.status["publish"]
+        totals = self._publish_totals
+
+        def one_run() -> PublishReport:
+            status.working()
+            return publish_once(self.deployment)
+
+        def report(run: PublishReport) -> None:
+            for index, count in enumerate((len(run.switched), len(run.closed), len(run.live_versions),
+                                           len(run.merged_versions))):
+                totals[index] += count
+            status.round_done(publish_work(run), f"{totals[0]} switched, {totals[1]} closed, {totals[2]} live "
+                                                 f"and {totals[3]} merged versions")
+            if publish_work(run):
+                self.on_report("publish", run)
+
+        poll_forever(one_run, stop, status.interval, report, on_error=lambda exc, wait: self._failed(status, exc, wait))
+
+    def _failed(self, status: LoopStatus, exc: Exception, wait: float) -> None:
+        status.failed(exc, wait)
+        self.on_error(status.name, exc, wait)

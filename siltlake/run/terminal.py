@@ -1,0 +1,92 @@
+"""`silt run` in a terminal: a live status table of the loops, a log line per round that did something,
+and a clean stop on Ctrl-C or SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from rich import box
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from siltlake.deployment import Deployment
+from siltlake.run import LoopStatus, SingleHost
+
+STATE_STYLE = {"working": "bold green", "waiting": "dim", "retrying": "bold red", "stopping": "yellow",
+               "stopped": "dim", "starting": "cyan"}
+
+
+def _ago(moment: float | None, now: float) -> str:
+    if moment is None:
+        return ""
+    seconds = now - moment
+    return f"{seconds:.0f}s ago" if seconds < 120 else f"{seconds / 60:.0f}m ago"
+
+
+def _state(status: LoopStatus, now: float) -> str:
+    text = f"[{STATE_STYLE.get(status.state, '')}]{status.state}[/]"
+    if status.next_at is not None:
+        text += f" {max(0.0, status.next_at - now):.0f}s"
+    return text + (f" [dim]{status.detail}[/]" if status.detail else "")
+
+
+def status_table(host: SingleHost) -> Table:
+    """One row per loop: state, interval, what its last productive round did, totals, errors."""
+    now = time.monotonic()
+    grid = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="silt run", title_justify="left")
+    for header in ("loop", "state", "every", "last work", "since start", "errors"):
+        grid.add_column(header, overflow="fold")
+    for status in host.status.values():
+        last = f"{status.last_work} [dim]{_ago(status.last_work_at, now)}[/]" if status.last_work else "-"
+        grid.add_row(status.name, _state(status, now), f"{status.interval:g}s", last, status.totals or "-",
+                     f"[red]{status.errors}[/]" if status.errors else "0")
+    return grid
+
+
+def run_in_terminal(deployment: Deployment, console: Console) -> None:
+    """Run every loop until SIGINT or SIGTERM, then wait for their current work; a second signal quits now."""
+    from siltlake.cli import print_merge_report, print_publish_report, print_stream_report
+
+    printers = {
+        "stream": lambda report: print_stream_report(report, deployment.staging.root),
+        "merge": print_merge_report,
+        "publish": print_publish_report,
+    }
+
+    def on_error(name: str, exc: BaseException, wait: float) -> None:
+        console.print(f"[red]{name} failed[/] ({type(exc).__name__}: {exc}); retrying in {wait:.0f}s",
+                      highlight=False, soft_wrap=True)
+
+    host = SingleHost(deployment, on_report=lambda name, report: printers[name](report), on_error=on_error)
+
+    def on_signal(signum: int, _frame: object) -> None:
+        if host.stop_event.is_set():
+            # The user does not want to wait: running merge claims go stale and are taken over after
+            # merge.job_timeout, staging objects of an uncommitted wave stay pending.
+            console.print("quitting without waiting")
+            os._exit(130)
+        console.print(f"{signal.Signals(signum).name}: stopping after the current stream wave and the running "
+                      "merge jobs (Ctrl-C again quits now)", highlight=False)
+        host.stop()
+
+    deployment.catalog.check_ready()  # not initialised: one error line, before the live display starts
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    console.print(f"single host: stream every {host.status['stream'].interval:g}s, merge every "
+                  f"{host.status['merge'].interval:g}s (slots {host.worker.slots}), publish every "
+                  f"{host.status['publish'].interval:g}s; Ctrl-C stops", highlight=False)
+    with Live(console=console, get_renderable=lambda: status_table(host), refresh_per_second=2, transient=False):
+        host.start_spark()
+        # PySpark replaced the SIGINT handler while starting (it cancels jobs and raises KeyboardInterrupt).
+        signal.signal(signal.SIGINT, on_signal)
+        if not host.stop_event.is_set():
+            host.start()
+        # Short joins keep the main thread free to run the signal handler.
+        while not host.join(timeout=0.25):
+            pass
+    if not console.is_terminal:
+        console.line()  # a file (a service log) gets the final table without its last line break
+    console.print("stopped")

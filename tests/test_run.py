@@ -1,0 +1,212 @@
+"""Single-host mode: the loop supervisor, and `silt run` as a real process from staging objects to published
+merged versions, stopped with SIGINT."""
+
+from __future__ import annotations
+
+import datetime as dt
+import gzip
+import json
+import signal
+import subprocess
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from siltlake.config import Config
+from siltlake.deployment import Deployment
+from siltlake.read import table as read_table
+from siltlake.run import Loop, run_loops
+from siltlake.tabledef import TableDef
+
+from .conftest import ACCESS_TABLE, make_config
+from .test_merge_processes import Worker, kill_session, wait_until
+
+# --- the supervisor, without Spark ------------------------------------------------------------------------
+
+
+def poll(condition, timeout: float, what: str) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"no {what} within {timeout} s"
+        time.sleep(0.01)
+
+
+def test_a_failing_loop_is_retried_with_backoff_while_the_others_go_on(monkeypatch) -> None:
+    from siltlake import run
+    from siltlake.polling import backoff
+
+    asked: list[float] = []
+
+    def quick_backoff(interval: float, failures: int) -> float:
+        """The real backoff, recorded, then scaled down from seconds to centiseconds."""
+        asked.append(backoff(interval, failures))
+        return asked[-1] / 100
+
+    monkeypatch.setattr(run, "backoff", quick_backoff)
+    stop = threading.Event()
+    steady_rounds = {"n": 0}
+    attempts = {"n": 0}
+
+    def steady(stop: threading.Event) -> None:
+        while not stop.wait(0.005):
+            steady_rounds["n"] += 1
+            loops[0].status.round_done(None, f"{steady_rounds['n']} rounds")
+
+    def flaky(stop: threading.Event) -> None:
+        attempts["n"] += 1
+        if attempts["n"] <= 3:
+            # Fail only once the steady loop has gone on since the last failure: the errors do not stop it.
+            seen = steady_rounds["n"]
+            poll(lambda: steady_rounds["n"] > seen + 1, 10, "steady rounds while the flaky loop fails")
+            raise ConnectionError(f"catalog unreachable ({attempts['n']})")
+        loops[1].status.round_done("recovered", "")
+        stop.wait()
+
+    loops = [Loop("steady", 0.005, steady), Loop("flaky", 0.5, flaky)]
+    errors: list[tuple[str, str, float]] = []
+    threads = run_loops(loops, stop, lambda name, exc, wait: errors.append((name, str(exc), wait)))
+    try:
+        poll(lambda: loops[1].status.last_work == "recovered", 10, "recovery of the flaky loop")
+        during = steady_rounds["n"]
+        poll(lambda: steady_rounds["n"] > during + 3, 10, "steady rounds after the recovery")
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(10)
+    assert not any(thread.is_alive() for thread in threads), "a loop did not stop"
+    assert [(name, message) for name, message, _ in errors] == [
+        ("flaky", f"catalog unreachable ({n})") for n in (1, 2, 3)]
+    assert [wait for *_, wait in errors] == [0.01, 0.02, 0.04], "failures in a row double the wait"
+    assert asked == [1.0, 2.0, 4.0], "from the loop's interval (at least 1 s), doubling"
+    assert loops[1].status.errors == 3 and loops[1].status.detail == ""
+    assert steady_rounds["n"] > 3 and loops[0].status.errors == 0
+    assert {loop.status.state for loop in loops} == {"stopped"}
+
+
+def test_backoff_doubles_up_to_ten_intervals() -> None:
+    from siltlake.polling import backoff
+
+    assert [backoff(10, n) for n in range(1, 7)] == [10, 20, 40, 80, 100, 100]
+    assert backoff(0, 1) == 1.0, "a zero interval still waits"
+
+
+# --- `silt run` as a process ------------------------------------------------------------------------------
+
+PAST = [dt.date(2026, 11, 10), dt.date(2026, 11, 11)]  # closed by the first publish run, then switched
+FUTURE = dt.date(2030, 1, 1)  # stays open: readers see its live objects
+
+
+def events(date: dt.date, count: int, seed: int) -> list[dict]:
+    """`count` events in the Tokyo day `date`, user ids unique per (seed, i)."""
+    start = dt.datetime.combine(date, dt.time(0, 1), tzinfo=dt.UTC) - dt.timedelta(hours=9)
+    return [{"time": (start + dt.timedelta(seconds=(seed * 7919 + i * 613) % 86000)).isoformat().replace("+00:00", "Z"),
+             "user_id": seed * 1000 + i, "action": f"a{i % 3}"} for i in range(count)]
+
+
+def stage(staging: Path, date: dt.date, seed: int, count: int) -> list[dict]:
+    """One gzip JSON-lines staging object, written under a temporary name and renamed, as shippers do."""
+    records = events(date, count, seed)
+    final = staging / f"fluentd.web.access/{date:%Y/%m/%d}/obj-{seed}.jsonl.gz"
+    final.parent.mkdir(parents=True, exist_ok=True)
+    partial = final.with_name(final.name + ".tmp")  # skipped by discovery until renamed
+    partial.write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in records).encode()))
+    partial.rename(final)
+    return records
+
+
+def write_run_config(tmp_path: Path, config: Config) -> dict[str, str]:
+    import os
+
+    path = tmp_path / "siltlake.toml"
+    path.write_text("\n".join([
+        f'instance_key = "{config.instance_key}"',
+        "[catalog]", f'url = "{config.catalog.url}"',
+        "[storage]", f'root = "{config.storage.root}"', f'staging_root = "{config.storage.staging_root}"',
+        "[spark]", 'master = "local[2]"',
+        "[stream]", 'poll_interval = "1s"',
+        "[merge]", 'poll_interval = "1s"',
+        "[publish]", 'interval = "1s"',
+    ]) + "\n")
+    return {**os.environ, "SILTLAKE_CONFIG": str(path), "PYTHONUNBUFFERED": "1", "COLUMNS": "300"}
+
+
+@pytest.mark.spark
+def test_silt_run_streams_merges_and_publishes_until_sigint(tmp_path: Path, request) -> None:
+    """Staged objects of two past days and a future one go through all three loops of one `silt run`:
+    the past days close, merge, switch and publish merged versions, a late object for one of them is
+    delayed, merged and published again, the future day shows live objects. SIGINT ends with status 0."""
+    deployment = Deployment(make_config(tmp_path, f"sqlite:///{tmp_path / 'catalog.db'}"))
+    deployment.init()
+    catalog = deployment.catalog
+    table = catalog.create_table(TableDef.from_mapping({**ACCESS_TABLE, "merge_interval": "0s"}))
+    staging = Path(deployment.config.storage.staging_root)
+    env = write_run_config(tmp_path, deployment.config)
+    expected: Counter = Counter()  # (dt, user_id) -> 1
+
+    def add(date: dt.date, seed: int, count: int) -> None:
+        expected.update((date, r["user_id"]) for r in stage(staging, date, seed, count))
+
+    for seed, date in enumerate([*PAST, FUTURE, *PAST, FUTURE], 1):
+        add(date, seed, 20 + seed)
+
+    def partitions() -> dict[dt.date, object]:
+        return {p.partition_date: p for p in catalog.partitions(table.id)}
+
+    def newest_versions() -> dict[dt.date, object]:
+        by_id = {p.id: p.partition_date for p in catalog.partitions(table.id)}
+        return {by_id[v.partition_id]: v for v in catalog.partition_versions(list(by_id))}  # in version order
+
+    def published(late_id: int | None = None) -> bool:
+        """Every past day switched with a merged version of all its objects; the future day live to its last."""
+        if catalog.pending_staging_objects(1):
+            return False
+        objects = catalog.small_objects(table.id)
+        last = {date: max(o.id for o in objects if o.partition_date == date) for date in [*PAST, FUTURE]
+                if any(o.partition_date == date for o in objects)}
+        if set(last) != {*PAST, FUTURE}:
+            return False
+        current, newest = partitions(), newest_versions()
+        return (all(current[d].switched and current[d].current_manifest_version == last[d] for d in PAST)
+                and FUTURE in newest and newest[FUTURE].live_watermark == last[FUTURE]
+                and (late_id is None or current[PAST[0]].current_manifest_version == late_id))
+
+    daemon = Worker(tmp_path, "run", env, "run")
+    try:
+        wait_until(published, [daemon], 90, "published merged versions of the past days")
+        print(f"published {time.monotonic() - daemon.started:.1f} s after the start")
+        assert not catalog.small_objects(table.id, delayed=True)
+        # A late object for a closed day is delayed, then merged and published with the next merged version.
+        add(PAST[0], 50, 7)
+        add(FUTURE, 51, 5)
+        wait_until(lambda: catalog.small_objects(table.id, delayed=True), [daemon], 60, "a delayed small object")
+        (late,) = catalog.small_objects(table.id, delayed=True)
+        wait_until(lambda: published(late.id), [daemon], 60, "the delayed object merged and published")
+        print(f"late object published {time.monotonic() - daemon.started:.1f} s after the start")
+        daemon.proc.send_signal(signal.SIGINT)
+        try:
+            returncode = daemon.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"silt run did not stop within 60 s of SIGINT\n{daemon.tail()}")
+    finally:
+        kill_session(daemon.pid)
+        daemon.proc.wait(timeout=30)
+    assert returncode == 0, daemon.tail()
+    log = daemon.err.read_text()
+    assert "stopped" in log and "Traceback" not in log, daemon.tail()
+    for line in ("stream: ", "merge: ", "publish: ", "silt run"):
+        assert line in log, f"no {line!r} in the output\n{daemon.tail()}"
+
+    # What readers see: exactly the staged rows, once each, in their partitions.
+    spark = request.getfixturevalue("spark")  # started only now, not beside the daemon's JVM
+    deployment.use_spark(spark)
+    rows = read_table(spark, "web.access", deployment).select("dt", "user_id").collect()
+    assert Counter((r.dt, r.user_id) for r in rows) == expected
+    assert len(rows) == sum(expected.values()) == 20 * 6 + (1 + 2 + 3 + 4 + 5 + 6) + 12
+    versions = newest_versions()
+    history = [v.commit_op for v in catalog.partition_versions([partitions()[PAST[0]].id])]
+    assert history[0] == "append" and history[-2:] == ["compaction", "compaction"], history
+    assert versions[PAST[1]].commit_op == "compaction" and versions[FUTURE].commit_op == "append"
+    deployment.close()
