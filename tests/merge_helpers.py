@@ -71,7 +71,7 @@ def merged_rows(deployment: Deployment, table: TableRecord, partition_id: int, d
     """Every row of the partition's merged objects, as the catalog's ranges name them."""
     layout = table.layout(deployment.instance_key)
     tables = [
-        pq.read_table(deployment.lake.path(layout.merged_object(date, r.lower, r.upper)),
+        pq.read_table(deployment.lake.path(r.key(layout, date)),
                       filesystem=deployment.lake.filesystem)
         for r in deployment.catalog.merge_ranges(partition_id) if r.lower is not None
     ]

@@ -595,6 +595,13 @@ class StreamCommit:
                                         advance=False)
         return found
 
+    def updated_since(self, partition_id: int, mark: int) -> int | None:
+        """The version number of an update published to the partition after `mark` (Catalog.version_mark):
+        an append that started before it must not commit (seed 004: update vs append, the later fails)."""
+        v = s.partition_versions
+        return self._c.execute(sa.select(sa.func.min(v.c.version)).where(
+            v.c.partition_id == partition_id, v.c.id > mark, v.c.commit_op == "update")).scalar_one()
+
     def allocate_ids(self, count: int) -> list[int]:
         if count <= 0:
             return []

@@ -11,6 +11,11 @@ from sqlalchemy.engine import Connection
 
 from siltlake.catalog import schema as s
 from siltlake.catalog.merge_queue import RangeRow
+from siltlake.errors import CatalogError, NotFoundError
+
+
+class UpdateConflict(CatalogError):
+    """A concurrent writer changed the partition since this update (or append) read it: run it again."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,21 @@ class PartitionView:
     manifest_key: str | None = None
 
 
+@dataclass(frozen=True)
+class UpdateBase:
+    """What an update of one partition reads: its newest version's manifest (ids <= covered_upper) and
+    every small object above it, live or delayed, up to the partition's largest id `upper`. Together
+    they are everything the partition holds, shown or not yet shown."""
+
+    partition_id: int
+    partition_date: dt.date
+    version: int | None  # the newest version read (None: never published)
+    manifest_key: str | None
+    covered_upper: int
+    objects: tuple[tuple[int, bool], ...]  # (small object id, delayed)
+    upper: int
+
+
 class Publishing:
     """Publish operations of Catalog (mixed in; uses its _tx and dialect)."""
 
@@ -71,6 +91,11 @@ class Publishing:
         v = s.partition_versions
         return c.execute(sa.select(sa.func.coalesce(sa.func.max(v.c.version), 0))
                          .where(v.c.partition_id == partition_id)).scalar_one() + 1
+
+    def _ordering_lock(self, c: Connection) -> None:
+        """The lock stream commits hold while adding small objects (SQLite: its write lock is already held)."""
+        if self.dialect == "postgresql":
+            c.execute(sa.select(sa.func.pg_advisory_xact_lock(s.SMALL_OBJECT_LOCK)))
 
     def switch_partitions(self) -> list[int]:
         """Switch closed partitions whose live objects are all merged (and that were merged at least once)."""
@@ -92,8 +117,7 @@ class Publishing:
         p, so = s.partitions, s.small_objects
         closed: list[int] = []
         with self._tx() as c:
-            if self.dialect == "postgresql":  # the lock the stream holds while it decides live or delayed
-                c.execute(sa.select(sa.func.pg_advisory_xact_lock(s.SMALL_OBJECT_LOCK)))
+            self._ordering_lock(c)  # the stream holds it while it decides live or delayed
             for table_id, date in before.items():
                 for partition_id in c.execute(sa.select(p.c.id).where(
                         p.c.table_id == table_id, p.c.partition_date < date,
@@ -191,6 +215,77 @@ class Publishing:
                                         row_count=rows, byte_count=size))
         return PublishedVersion(partition.partition_id, version, "compaction", None, manifest_key, now, rows, size,
                                 partition.desired)
+
+    # --- updates (DESIGN §6) -----------------------------------------------------------------------
+
+    def update_base(self, table_id: int, partition_date: dt.date) -> UpdateBase:
+        """Everything one partition holds, as an update reads it (one snapshot)."""
+        p, so = s.partitions, s.small_objects
+        with self._snapshot() as c:
+            partition = c.execute(sa.select(p.c.id).where(p.c.table_id == table_id,
+                                                          p.c.partition_date == partition_date)).first()
+            if partition is None:
+                raise NotFoundError(f"the table has no partition {partition_date}; nothing to update")
+            newest = c.execute(sa.select(self._newest_versions(s.partition_versions.c.partition_id == partition.id)
+                                         )).first()
+            covered = (newest.covered_upper or 0) if newest is not None and newest.manifest_key else 0
+            objects = c.execute(sa.select(so.c.id, so.c.delayed).where(
+                so.c.partition_id == partition.id, so.c.id > covered).order_by(so.c.id)).all()
+        return UpdateBase(partition.id, partition_date, newest.version if newest is not None else None,
+                          newest.manifest_key if newest is not None else None, covered,
+                          tuple((row.id, row.delayed) for row in objects), objects[-1].id if objects else covered)
+
+    def commit_update(self, base: UpdateBase, *, object_key: str, manifest_key: str, row_count: int,
+                      byte_count: int, now: dt.datetime) -> PublishedVersion:
+        """Publish an update's object as the partition's whole content, if nothing but compactions
+        happened since `base` was read (a compaction loses: its output becomes garbage for reap).
+
+        The object becomes the partition's one merged range (0, upper]: later small objects chain after
+        it, and merges extend it like any range.
+        """
+        p, so, v, r = s.partitions, s.small_objects, s.partition_versions, s.merge_ranges
+        with self._tx() as c:
+            self._ordering_lock(c)  # no small object can be committed to the partition meanwhile
+            lock = sa.select(p.c.switched).where(p.c.id == base.partition_id)
+            switched = c.execute(lock.with_for_update() if self.dialect == "postgresql" else lock).scalar_one()
+            since = c.execute(sa.select(v.c.version, v.c.commit_op).where(
+                v.c.partition_id == base.partition_id, v.c.version > (base.version or 0)).order_by(v.c.version)).all()
+            blocking = [row for row in since if row.commit_op != "compaction"]
+            if blocking:
+                raise UpdateConflict(
+                    f"partition {base.partition_date} changed while the update ran: version {blocking[0].version} "
+                    f"({blocking[0].commit_op}) was published after version {base.version or 0}, which the update "
+                    "read; run the update again")
+            appended = c.execute(sa.select(sa.func.min(so.c.id)).where(
+                so.c.partition_id == base.partition_id, so.c.id > base.upper)).scalar_one()
+            if appended is not None:
+                raise UpdateConflict(
+                    f"partition {base.partition_date} changed while the update ran: small object {appended} was "
+                    "appended after the update read it; run the update again")
+            c.execute(r.delete().where(r.c.partition_id == base.partition_id, r.c.lower_bound.is_not(None)))
+            if c.execute(sa.select(r.c.id).where(r.c.partition_id == base.partition_id)).first() is None:
+                c.execute(r.insert().values(partition_id=base.partition_id, lower_bound=None, upper_bound=0,
+                                            content_length=0, row_count=0, create_time=now, update_time=now))
+            c.execute(r.insert().values(partition_id=base.partition_id, lower_bound=0, upper_bound=base.upper,
+                                        content_length=byte_count, row_count=row_count, object_key=object_key,
+                                        create_time=now, update_time=now))
+            c.execute(p.update().where(p.c.id == base.partition_id).values(
+                desired_manifest_version=base.upper, current_manifest_version=base.upper if switched else 0))
+            version = (since[-1].version if since else (base.version or 0)) + 1
+            published = PublishedVersion(base.partition_id, version, "update", base.upper, manifest_key, now,
+                                         row_count, byte_count, base.upper)
+            c.execute(v.insert().values(partition_id=base.partition_id, version=version, commit_op="update",
+                                        live_watermark=base.upper, manifest_key=manifest_key,
+                                        covered_upper=base.upper, created_at=now, row_count=row_count,
+                                        byte_count=byte_count))
+        return published
+
+    def version_mark(self) -> int:
+        """A mark that every later update's version is above (read under the ordering lock an update
+        commit holds): an append started at this mark checks it with StreamCommit.updated_since."""
+        with self._tx() as c:
+            self._ordering_lock(c)
+            return c.execute(sa.select(sa.func.coalesce(sa.func.max(s.partition_versions.c.id), 0))).scalar_one()
 
     def partition_versions(self, partition_ids: Sequence[int]) -> list[PublishedVersion]:
         v = s.partition_versions

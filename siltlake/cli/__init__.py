@@ -526,6 +526,39 @@ def history(context: click.Context, name: str, date_text: str | None, output: st
     out.print(grid)
 
 
+@main.command()
+@click.argument("name")
+@click.option("--where", "where", required=True, help="Spark SQL predicate over the table's columns, e.g. "
+              "\"user_id = 42\"; rows where it is true are deleted.")
+@click.option("--date", "dates", multiple=True, help="A partition (YYYY-MM-DD); repeat for several.")
+@click.option("--all-dates", is_flag=True, help="Every partition of the table.")
+@click.pass_context
+@friendly
+def delete(context: click.Context, name: str, where: str, dates: tuple[str, ...], all_dates: bool) -> None:
+    """Delete the rows matching --where (e.g. an erasure request): one `update` version per partition."""
+    import datetime as dt
+
+    from siltlake.publish import delete_rows
+
+    if bool(dates) == all_dates:
+        raise click.UsageError("give the partitions: --date YYYY-MM-DD (repeatable) or --all-dates")
+    deployment = deployment_of(context)
+    record = deployment.catalog.get_table(name)
+    if all_dates:
+        wanted = [p.partition_date for p in deployment.catalog.partitions(record.id)]
+    else:
+        try:
+            wanted = [dt.date.fromisoformat(text) for text in dates]
+        except ValueError as exc:
+            raise click.BadParameter(f"{exc}; write dates as 2026-11-20", param_hint="--date") from None
+    grid = Table("dt", "rows before", "deleted", "version", box=box.SIMPLE_HEAD)
+    for date in wanted:
+        report = delete_rows(deployment, name, date, where)
+        grid.add_row(date.isoformat(), f"{report.rows_before:,}", f"{report.rows_before - report.rows_after:,}",
+                     str(report.version.version) if report.version else "unchanged")
+    out.print(grid)
+
+
 # --- unknown objects and bad records ---------------------------------------------------------------
 
 @main.group("unknown")

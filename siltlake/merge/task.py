@@ -33,6 +33,19 @@ WELL_SIZED_FRACTION = 0.5
 WHOLE_READ_BYTES = 16 * 1024 * 1024
 
 
+def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """The table's columns in the schema's order and types; columns it lacks (added later) read as null."""
+    columns = []
+    for target in schema:
+        index = table.schema.get_field_index(target.name)
+        if index < 0:
+            columns.append(pa.nulls(table.num_rows, target.type))
+            continue
+        column = table.column(index)
+        columns.append(column if column.type.equals(target.type) else column.cast(target.type))
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
 @dataclass(frozen=True)
 class RangeTask:
     lower: int
@@ -98,16 +111,7 @@ class _Merger:
         return self._conformed(table)
 
     def _conformed(self, table: pa.Table) -> pa.Table:
-        """The table's columns in the current schema's order; added columns read as null."""
-        columns = []
-        for target in self.schema:
-            index = table.schema.get_field_index(target.name)
-            if index < 0:
-                columns.append(pa.nulls(table.num_rows, target.type))
-                continue
-            column = table.column(index)
-            columns.append(column if column.type.equals(target.type) else column.cast(target.type))
-        return pa.Table.from_arrays(columns, schema=self.schema)
+        return conform(table, self.schema)
 
     def _decode(self, keys: list[str]) -> pa.Table:
         """Read whole objects as the table's current schema (added columns read as null), in key order.

@@ -1,5 +1,8 @@
-"""Publish (DESIGN §4): close days, switch partitions to merged objects, record versions, write manifests."""
+"""Publish (DESIGN §4, §6): close days, switch partitions to merged objects, record versions, write
+manifests; updates rewrite a partition as one version."""
 
+from siltlake.catalog.publishing import UpdateConflict
 from siltlake.publish.runner import PublishReport, publish_once
+from siltlake.publish.update import UpdateReport, delete_rows, overwrite_partition
 
-__all__ = ["PublishReport", "publish_once"]
+__all__ = ["PublishReport", "UpdateConflict", "UpdateReport", "delete_rows", "overwrite_partition", "publish_once"]

@@ -9,17 +9,21 @@ from collections.abc import Sequence
 from siltlake.storage import Storage, TableLayout
 
 
-def manifest_keys(layout: TableLayout, partition_date: dt.date, version: int) -> tuple[str, str]:
+def manifest_keys(layout: TableLayout, partition_date: dt.date, version: int,
+                  label: str | None = None) -> tuple[str, str]:
     """The JSON manifest's key and the symlink manifest's key (inside a directory of its own, which a
-    Hive SymlinkTextInputFormat partition can point at)."""
+    Hive SymlinkTextInputFormat partition can point at). A merged version's manifests are named by the
+    upper bound they show; an update's by its own label, so they never replace a manifest an older
+    version lists."""
     base = f"{layout.prefix}/manifests/dt={partition_date.isoformat()}"
-    return f"{base}/manifest-{version:019d}.json", f"{base}/symlink-{version:019d}/manifest"
+    name = label or f"{version:019d}"
+    return f"{base}/manifest-{name}.json", f"{base}/symlink-{name}/manifest"
 
 
 def write_manifests(lake: Storage, layout: TableLayout, partition_date: dt.date, version: int,
-                    objects: Sequence[tuple[str, int]]) -> tuple[str, str]:
+                    objects: Sequence[tuple[str, int]], label: str | None = None) -> tuple[str, str]:
     """Write both forms listing `objects` (key, content length); returns their keys. Idempotent."""
-    json_key, symlink_key = manifest_keys(layout, partition_date, version)
+    json_key, symlink_key = manifest_keys(layout, partition_date, version, label)
     entries = [{"url": lake.uri(key), "mandatory": True, "meta": {"content_length": size}} for key, size in objects]
     lake.write_bytes(json_key, json.dumps({"entries": entries}, indent=1).encode())
     lake.write_bytes(symlink_key, "".join(lake.uri(key) + "\n" for key, _ in objects).encode())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
 
     from siltlake.catalog import TableRecord
 
-__all__ = ["spark_schema", "sql", "table"]
+__all__ = ["objects_frame", "spark_schema", "sql", "table"]
 
 
 def spark_schema(record: TableRecord) -> StructType:
@@ -40,36 +41,44 @@ def table(spark: SparkSession, name: str, deployment: Deployment | None = None, 
     """A DataFrame of what the table shows (with its dt column), pinned when the read starts.
 
     Current state: switched partitions show their published merged version's objects; the others show
-    their newest update's objects, if any, and the live objects above them up to the largest small object
-    id at the start of the read. as_of_version
-    (each partition's newest version at or below it) or as_of (naive UTC, or aware) reads an earlier
-    published state. The catalog is asked a constant number of queries, whatever the partitions.
+    their newest update's objects, if any, and the live objects above them up to the largest small
+    object id at the start of the read. as_of_version (each partition's newest version at or below it)
+    or as_of (naive UTC, or aware) reads an earlier published state. The catalog is asked a constant
+    number of queries, whatever the partitions.
     """
     from siltlake.clock import to_naive_utc
-    from siltlake.publish.manifests import read_manifest
-    from siltlake.storage import for_engine
 
     deployment = deployment or Deployment.open()
     record = deployment.catalog.get_table(name)
-    layout = record.layout(deployment.instance_key)
     views = deployment.catalog.reader_snapshot(
         record.id, as_of_version=as_of_version, as_of=to_naive_utc(as_of) if as_of is not None else None)
+    return objects_frame(spark, record, deployment, [view.manifest_key for view in views if view.manifest_key],
+                         [(view.partition_date, object_id, False) for view in views
+                          for object_id in view.live_object_ids])
+
+
+def objects_frame(spark: SparkSession, record: TableRecord, deployment: Deployment, manifest_keys: list[str],
+                  small_objects: list[tuple[dt.date, int, bool]]) -> DataFrame:
+    """A DataFrame (with the dt column) of the objects the manifests list and of small objects
+    (date, id, delayed), read with the table's current schema (added columns read as null)."""
+    from siltlake.publish.manifests import read_manifest
+    from siltlake.storage import for_engine
+
+    layout = record.layout(deployment.instance_key)
     schema = spark_schema(record)
     lake = deployment.lake
-    live_paths = [lake.engine_uri(layout.small_object(view.partition_date, object_id, False))
-                  for view in views for object_id in view.live_object_ids]
-    manifests = [view for view in views if view.manifest_key is not None]
-    with ThreadPoolExecutor(max(1, min(16, len(manifests)))) as pool:
-        listed = list(pool.map(lambda view: read_manifest(lake, view.manifest_key), manifests))
-    merged_paths = [for_engine(uri) for entries in listed for uri, _ in entries]
+    with ThreadPoolExecutor(max(1, min(16, len(manifest_keys)))) as pool:
+        listed = list(pool.map(lambda key: read_manifest(lake, key), manifest_keys))
+    scans = {layout.merged_prefix(): [for_engine(uri) for entries in listed for uri, _ in entries]}
+    for date, object_id, delayed in small_objects:
+        key = layout.small_object(date, object_id, delayed)
+        scans.setdefault(key.split("/dt=", 1)[0], []).append(lake.engine_uri(key))
     # dt comes from the dt=YYYY-MM-DD directory of each object (partition discovery under basePath).
-    frames = [
-        spark.read.schema(schema).option("basePath", lake.engine_uri(prefix)).parquet(*paths)
-        for prefix, paths in ((layout.live_prefix(), live_paths), (layout.merged_prefix(), merged_paths)) if paths
-    ]
+    frames = [spark.read.schema(schema).option("basePath", lake.engine_uri(prefix)).parquet(*paths)
+              for prefix, paths in scans.items() if paths]
     if not frames:
         return spark.createDataFrame([], schema)
-    return frames[0] if len(frames) == 1 else frames[0].unionByName(frames[1])
+    return functools.reduce(lambda left, right: left.unionByName(right), frames)
 
 
 def _view_name(schema_name: str, table_name: str) -> str:

@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from siltlake.catalog import PendingStagingObject
+from siltlake.catalog import PendingStagingObject, StreamCommit, TableRecord
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.polling import poll_forever
@@ -63,8 +63,20 @@ def _task(deployment: Deployment, pending: PendingStagingObject, run_id: str) ->
     )
 
 
+def _update_conflict(tx: StreamCommit, table: TableRecord, parts: list[dict], mark: int) -> str | None:
+    """Why an append must not commit: a partition it adds to was updated after the append started."""
+    for part in parts:
+        date = dt.date.fromisoformat(part["date"])
+        partition = tx.partition(table.id, date)
+        version = tx.updated_since(partition.id, mark) if partition is not None else None
+        if version is not None:
+            return (f"{table.qualified_name} dt={date} was updated (version {version}) while this object was being "
+                    "processed; it stays pending and is streamed again on the next run")
+    return None
+
+
 def _commit(deployment: Deployment, results: list[dict], tables: dict[int, PendingStagingObject],
-            report: StreamReport) -> None:
+            report: StreamReport, mark: int) -> None:
     """Commit task results: under the ordering lock, move each object to its id key, insert its row."""
     lake = deployment.lake
     for start in range(0, len(results), COMMIT_CHUNK):
@@ -88,6 +100,10 @@ def _commit(deployment: Deployment, results: list[dict], tables: dict[int, Pendi
                 table = pending.table
                 layout = table.layout(deployment.instance_key)
                 parts = result["parts"]
+                conflict = _update_conflict(tx, table, parts, mark)
+                if conflict is not None:
+                    report.failed.append((pending.uri, conflict))
+                    continue
                 for part, object_id in zip(parts, tx.allocate_ids(len(parts)), strict=True):
                     date = dt.date.fromisoformat(part["date"])
                     partition = tx.partition_for(table.id, date, table.definition.merge_interval, now)
@@ -144,10 +160,11 @@ def stream_once(deployment: Deployment, progress: Progress | None = None,
             if stop is not None and stop.is_set():
                 break
             wave = pending[start:start + settings.objects_per_wave]
+            mark = deployment.catalog.version_mark()  # updates published after it fail this wave's appends
             tasks = [_task(deployment, item, run_id) for item in wave]
             results = run_tasks(spark, process_staging_object, tasks, weights=[item.size for item in wave],
                                 tasks_per_core=settings.tasks_per_core, on_progress=progress.advance)
-            _commit(deployment, results, {item.id: item for item in wave}, report)
+            _commit(deployment, results, {item.id: item for item in wave}, report, mark)
     finally:
         deployment.lake.delete_prefix(f"{deployment.instance_key}/_tmp/{run_id}")
     report.seconds = time.monotonic() - started

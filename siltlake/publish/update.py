@@ -1,0 +1,223 @@
+"""Updates (DESIGN §6, seed 004's `update` op): rewrite one partition, publish it as one version.
+
+An update reads everything the partition holds (its newest version's manifest and every small object
+above it, live or delayed), computes the new rows with Spark, writes them as one object sorted by event
+time under a key of its own, and commits in one catalog transaction guarded by what it read: a
+concurrent compaction loses, a concurrent append or update makes this one fail with UpdateConflict.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from siltlake.catalog import TableRecord
+from siltlake.catalog.publishing import PublishedVersion, UpdateBase
+from siltlake.clock import utcnow
+from siltlake.deployment import Deployment
+from siltlake.errors import SiltError
+from siltlake.merge.task import conform
+from siltlake.publish.manifests import write_manifests
+from siltlake.storage import Storage
+from siltlake.stream.task import partition_dates
+from siltlake.tabledef import TableDef
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+# Spark's answer from the writing task: one row.
+_WRITTEN = "rows long, bytes long, outside long, first_outside string, null_column string"
+
+
+@dataclass(frozen=True)
+class UpdateReport:
+    table: str
+    partition_date: dt.date
+    rows_before: int
+    rows_after: int
+    version: PublishedVersion | None  # None: nothing matched, nothing was written
+    object_key: str | None
+    seconds: float
+
+
+@dataclass(frozen=True)
+class _PartitionWriter:
+    """Runs in the one Spark task that receives the partition's new rows in event-time order: writes them
+    as the table's Parquet schema in row groups of about row_group_bytes, and checks each row belongs here."""
+
+    lake: Storage
+    key: str
+    table_json: str
+    partition_date: dt.date
+    row_group_bytes: int
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        table = TableDef.from_json(self.table_json)
+        schema = table.arrow_schema()
+        required = [c.name for c in table.columns if not c.nullable]
+        rows = outside = 0
+        first_outside: str | None = None
+        null_column: str | None = None
+        pending: list[pa.Table] = []
+        pending_bytes = 0
+        with self.lake.open_output(self.key) as sink, \
+                pq.ParquetWriter(sink, schema, compression=table.codec, write_statistics=True) as writer:
+            for batch in batches:
+                piece = conform(pa.Table.from_batches([batch]), pa.schema([f.with_nullable(True) for f in schema]))
+                null_column = null_column or next((n for n in required if piece.column(n).null_count), None)
+                times = piece.column(table.time_column)
+                wrong = pc.invert(pc.fill_null(pc.equal(partition_dates(times, table.timezone),
+                                                        pa.scalar(self.partition_date, pa.date32())), False))
+                misplaced = pc.sum(wrong).as_py() or 0
+                if misplaced and first_outside is None:
+                    first_outside = str(pc.filter(times, wrong)[0].as_py())
+                outside += misplaced
+                rows += piece.num_rows
+                if null_column is not None or outside:
+                    continue  # refused: keep counting, stop writing
+                pending.append(piece)
+                pending_bytes += piece.nbytes
+                if pending_bytes >= self.row_group_bytes:
+                    writer.write_table(pa.concat_tables(pending).cast(schema))
+                    pending, pending_bytes = [], 0
+            if pending and null_column is None and not outside:
+                writer.write_table(pa.concat_tables(pending).cast(schema))
+        yield pa.RecordBatch.from_pydict({
+            "rows": [rows], "bytes": [self.lake.info(self.key).size], "outside": [outside],
+            "first_outside": [first_outside], "null_column": [null_column],
+        })
+
+
+def _record_and_base(deployment: Deployment, name: str, partition_date: dt.date) -> tuple[TableRecord, UpdateBase]:
+    record = deployment.catalog.get_table(name)
+    try:
+        return record, deployment.catalog.update_base(record.id, partition_date)
+    except SiltError as exc:
+        raise SiltError(f"{record.qualified_name}: {exc}") from None
+
+
+def _base_frame(spark: SparkSession, deployment: Deployment, record: TableRecord, base: UpdateBase) -> DataFrame:
+    from siltlake.read import objects_frame
+
+    frame = objects_frame(spark, record, deployment, [base.manifest_key] if base.manifest_key else [],
+                          [(base.partition_date, object_id, delayed) for object_id, delayed in base.objects])
+    return frame.drop("dt")
+
+
+class PreparedUpdate:
+    """An update whose object and manifests are written; commit() publishes it (or raises UpdateConflict).
+
+    Split in two so that tests and callers can see exactly which writes race with which commits."""
+
+    def __init__(self, deployment: Deployment, record: TableRecord, base: UpdateBase, rows_before: int,
+                 started: float) -> None:
+        self.deployment = deployment
+        self.record = record
+        self.base = base
+        self.rows_before = rows_before
+        self.started = started
+        self.object_key: str | None = None
+        self.manifest_key: str | None = None
+        self.rows_after = rows_before
+        self.bytes = 0
+
+    def write(self, frame: DataFrame) -> None:
+        """Write the partition's new rows (the table's columns) as one object and its manifests."""
+        definition = self.record.definition
+        layout = self.record.layout(self.deployment.instance_key)
+        label = f"update-{utcnow():%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:12]}"
+        key = f"{layout.merged_prefix()}/dt={self.base.partition_date.isoformat()}/{label}.parquet"
+        writer = _PartitionWriter(self.deployment.lake, key, definition.to_json(), self.base.partition_date,
+                                  definition.row_group_bytes)
+        # One task receives every row in event-time order (Spark sorts, spilling to disk as needed).
+        written = frame.coalesce(1).sortWithinPartitions(definition.time_column).mapInArrow(writer, _WRITTEN).collect()
+        if not written:  # a frame without partitions never reached the task: the partition is now empty
+            written = list(writer(iter([])))
+            report = written[0].to_pylist()[0]
+        else:
+            report = written[0].asDict()
+        if report["null_column"] or report["outside"]:
+            self.deployment.lake.delete(key)
+            if report["null_column"]:
+                raise SiltError(f"column {report['null_column']!r} of {definition.qualified_name} is not nullable, "
+                                "but the new rows hold nulls in it; nothing was changed")
+            raise SiltError(
+                f"{report['outside']} of the new rows do not belong to dt={self.base.partition_date} in "
+                f"{definition.timezone} (first event time: {report['first_outside']}); an update replaces one "
+                "partition: filter the rows to that date; nothing was changed")
+        self.object_key, self.rows_after, self.bytes = key, report["rows"], report["bytes"]
+        self.manifest_key, _ = write_manifests(self.deployment.lake, layout, self.base.partition_date,
+                                               self.base.upper, [(key, report["bytes"])], label=label)
+
+    def commit(self) -> UpdateReport:
+        version = None
+        if self.object_key is not None:
+            assert self.manifest_key is not None
+            version = self.deployment.catalog.commit_update(
+                self.base, object_key=self.object_key, manifest_key=self.manifest_key, row_count=self.rows_after,
+                byte_count=self.bytes, now=utcnow())
+        return UpdateReport(self.record.qualified_name, self.base.partition_date, self.rows_before, self.rows_after,
+                            version, self.object_key, time.monotonic() - self.started)
+
+
+def prepare_delete(deployment: Deployment, name: str, partition_date: dt.date, where: str) -> PreparedUpdate:
+    """Write the partition without the rows matching the Spark SQL predicate `where` (null counts as no match)."""
+    from pyspark.errors import AnalysisException
+
+    started = time.monotonic()
+    record, base = _record_and_base(deployment, name, partition_date)
+    frame = _base_frame(deployment.spark(), deployment, record, base)
+    try:
+        matches = frame.where(f"coalesce(({where}), false)")
+        keep = frame.where(f"NOT coalesce(({where}), false)")
+    except AnalysisException as exc:
+        first = str(exc).strip().splitlines()[0]
+        raise SiltError(f"cannot use --where {where!r} on {record.qualified_name}: {first}") from None
+    matched = matches.count()
+    prepared = PreparedUpdate(deployment, record, base, frame.count(), started)
+    if matched:
+        prepared.write(keep)
+    return prepared
+
+
+def prepare_overwrite(deployment: Deployment, name: str, partition_date: dt.date, rows: DataFrame) -> PreparedUpdate:
+    """Write `rows` (a DataFrame with the table's columns; nullable ones may be missing) as the partition."""
+    from pyspark.sql import functions as F
+
+    from siltlake.read import spark_schema
+
+    started = time.monotonic()
+    record, base = _record_and_base(deployment, name, partition_date)
+    definition = record.definition
+    extra = sorted(set(rows.columns) - {c.name for c in definition.columns} - {"dt"})
+    missing = [c.name for c in definition.columns if c.name not in rows.columns and not c.nullable]
+    if extra or missing:
+        problems = ([f"columns not in the table: {', '.join(extra)}"] if extra else []) + (
+            [f"required columns missing: {', '.join(missing)}"] if missing else [])
+        raise SiltError(f"cannot overwrite {definition.qualified_name} dt={partition_date}: {'; '.join(problems)}")
+    types = {field.name: field.dataType for field in spark_schema(record).fields}
+    shaped = rows.select(*[
+        (F.col(c.name) if c.name in rows.columns else F.lit(None)).cast(types[c.name]).alias(c.name)
+        for c in definition.columns])
+    prepared = PreparedUpdate(deployment, record, base, _base_frame(deployment.spark(), deployment, record,
+                                                                    base).count(), started)
+    prepared.write(shaped)
+    return prepared
+
+
+def delete_rows(deployment: Deployment, name: str, partition_date: dt.date, where: str) -> UpdateReport:
+    """Delete the rows of one partition matching `where` (e.g. an erasure request) as one `update` version."""
+    return prepare_delete(deployment, name, partition_date, where).commit()
+
+
+def overwrite_partition(deployment: Deployment, name: str, partition_date: dt.date, rows: DataFrame) -> UpdateReport:
+    """Replace one partition's rows with `rows` as one `update` version."""
+    return prepare_overwrite(deployment, name, partition_date, rows).commit()
