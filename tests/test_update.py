@@ -146,6 +146,34 @@ def test_update_vs_update_the_later_commit_fails_and_a_retry_applies_both(deploy
     assert visible(spark, deployment) == expected_rows([(0, 30), (1, 30)], drop=lambda r: r["action"] in ("a1", "a2"))
 
 
+def test_two_updates_committing_at_once_one_wins(deployment: Deployment, spark) -> None:
+    """Both updates read the same version, then commit at the same moment from two threads."""
+    import threading
+
+    table = make_table(deployment)
+    add_small_objects(deployment, table, DAY, [rows_for(DAY, 30, s) for s in range(2)])
+    prepared = [prepare_delete(deployment, "web.access", DAY, f"action = '{a}'") for a in ("a1", "a2")]
+    start = threading.Barrier(2)
+    outcomes: list[object] = [None, None]
+
+    def commit(index: int) -> None:
+        start.wait()
+        try:
+            outcomes[index] = prepared[index].commit()
+        except UpdateConflict as exc:
+            outcomes[index] = exc
+
+    threads = [threading.Thread(target=commit, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    conflicts = [o for o in outcomes if isinstance(o, UpdateConflict)]
+    assert len(conflicts) == 1 and "run the update again" in str(conflicts[0])
+    winner = "a1" if conflicts[0] is outcomes[1] else "a2"
+    assert visible(spark, deployment) == expected_rows([(0, 30), (1, 30)], drop=lambda r: r["action"] == winner)
+
+
 def test_append_then_update_the_update_fails(deployment: Deployment, spark) -> None:
     table = make_table(deployment)
     add_small_objects(deployment, table, DAY, [rows_for(DAY, 30, 0)])
