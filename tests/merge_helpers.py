@@ -95,3 +95,20 @@ def point_cli_at(deployment: Deployment, monkeypatch) -> None:  # noqa: ANN001 -
     monkeypatch.setenv("SILTLAKE_STORAGE__STAGING_ROOT", config.storage.staging_root)
     monkeypatch.setenv("SILTLAKE_INSTANCE_KEY", config.instance_key)
     monkeypatch.setenv("SILTLAKE_SPARK__MASTER", "local[2]")
+
+
+def silt_in_process(deployment: Deployment, monkeypatch):  # noqa: ANN001, ANN201 - pytest's monkeypatch; a function
+    """A `silt` that runs commands in this process against the deployment and checks their exit status."""
+    from click.testing import CliRunner
+
+    from siltlake.cli import main
+
+    point_cli_at(deployment, monkeypatch)
+    runner = CliRunner()
+
+    def silt(*args: str, code: int = 0) -> str:
+        result = runner.invoke(main, list(args), catch_exceptions=False)
+        assert result.exit_code == code, result.output
+        return result.output
+
+    return silt

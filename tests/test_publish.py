@@ -15,7 +15,7 @@ from siltlake.publish import publish_once
 from siltlake.publish.manifests import read_manifest
 from siltlake.read import table as read_table
 
-from .merge_helpers import add_small_objects, point_cli_at, rows_for
+from .merge_helpers import add_small_objects, rows_for, silt_in_process
 from .test_merge import DAY, make_table, only_partition
 
 TOKYO = dt.timedelta(hours=9)
@@ -106,20 +106,10 @@ def test_a_closed_day_does_not_switch_before_its_live_objects_are_merged(deploym
 def test_publish_and_history_commands(deployment: Deployment, monkeypatch) -> None:
     import json
 
-    from click.testing import CliRunner
-
-    from siltlake.cli import main
-
     table = make_table(deployment)
     add_small_objects(deployment, table, DAY, [rows_for(DAY, 5, s) for s in range(2)])
     merge_once(deployment)
-    point_cli_at(deployment, monkeypatch)
-    runner = CliRunner()
-
-    def silt(*args: str, code: int = 0) -> str:
-        result = runner.invoke(main, list(args), catch_exceptions=False)
-        assert result.exit_code == code, result.output
-        return result.output
+    silt = silt_in_process(deployment, monkeypatch)
 
     assert "1 closed" in silt("publish", "--once", "--now", "2026-11-21T00:30:00+09:00")
     assert "1 partitions switched" in silt("publish", "--once", "--now", "2026-11-20T16:00:00Z")

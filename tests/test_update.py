@@ -20,7 +20,7 @@ from siltlake.publish.update import prepare_delete, prepare_overwrite
 from siltlake.read import table as read_table
 from siltlake.stream import Progress, stream_once
 
-from .merge_helpers import add_small_objects, point_cli_at, rows_for
+from .merge_helpers import add_small_objects, rows_for, silt_in_process
 from .test_merge import DAY, make_table, only_partition
 from .test_publish import manifest_rows, tokyo
 from .test_stream import jsonl_gz, stage
@@ -281,19 +281,9 @@ def test_a_merge_job_racing_an_update_is_retried_and_merges_only_what_came_after
 
 
 def test_delete_command(deployment: Deployment, monkeypatch) -> None:
-    from click.testing import CliRunner
-
-    from siltlake.cli import main
-
     table = make_table(deployment)
     add_small_objects(deployment, table, DAY, [rows_for(DAY, 10, 0)])
-    point_cli_at(deployment, monkeypatch)
-    runner = CliRunner()
-
-    def silt(*args: str, code: int = 0) -> str:
-        result = runner.invoke(main, list(args), catch_exceptions=False)
-        assert result.exit_code == code, result.output
-        return result.output
+    silt = silt_in_process(deployment, monkeypatch)
 
     output = silt("delete", "web.access", "--where", "user_id = 3", "--date", "2026-11-20")
     assert "2026-11-20" in output and " 1 " in output
