@@ -206,6 +206,26 @@ def test_keys_and_time_spellings(default_sample):
     assert spellings["Z"] > spellings["+09:00"] > 0
 
 
+def test_every_object_has_a_ship_time_after_its_events(default_sample):
+    """The demo delivers objects by ship time: each is shipped on its date directory's UTC day, after its
+    last event (a gzip JSON-lines object's latest readable time)."""
+    root, summary = default_sample
+    assert set(summary.shipped) == set(read_tree(root))
+    for key, shipped in summary.shipped.items():
+        assert shipped.tzinfo is not None and f"/{shipped:%Y/%m/%d}/" in key, (key, shipped)
+    for key, data in read_tree(root).items():
+        if not key.endswith(".jsonl.gz") or key in summary.malformed_objects:
+            continue
+        times = []
+        for line in gzip.decompress(data).decode().splitlines():
+            try:
+                value = json.loads(line).get("time")
+            except ValueError:
+                continue
+            times.append(_time_from_json(value))
+        assert max(t for t in times if t is not None) < summary.shipped[key], key
+
+
 def test_malformed_objects_are_what_they_claim(default_sample):
     root, summary = default_sample
     tree = read_tree(root)

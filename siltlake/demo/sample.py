@@ -105,6 +105,7 @@ class SampleSummary:
     bad_records: int  # records expected to be rejected as bad records
     malformed_objects: list[str] = field(default_factory=list)  # keys expected to be reported unreadable
     records_by_date: dict[str, int] = field(default_factory=dict)  # partition date -> expected good rows
+    shipped: dict[str, datetime] = field(default_factory=dict)  # key -> when its shipper wrote it (UTC)
 
 
 def write_table_definition(path: str | Path) -> None:
@@ -345,6 +346,7 @@ def event_time_ext(us: int) -> msgpack.ExtType:
 class _Object:
     key: str
     data: bytes
+    shipped_us: int
 
 
 @dataclass
@@ -404,7 +406,8 @@ class _SampleWriter:
             lines.append(_json_line({"time": value, **record}))
             self._count_good(meant_us)
         data = _gzip(("\n".join(lines) + "\n").encode("utf-8"))
-        return _Object(_key(plan.shipper, TABLE, plan.shipped_us, plan.server, plan.seq, "jsonl.gz"), data)
+        return _Object(_key(plan.shipper, TABLE, plan.shipped_us, plan.server, plan.seq, "jsonl.gz"), data,
+                       plan.shipped_us)
 
     def msgpack_object(self, plan: _Plan, timestamp_entries: bool) -> _Object:
         packer = msgpack.Packer()
@@ -418,7 +421,8 @@ class _SampleWriter:
             parts.append(packer.pack(entry))
             self._count_good(us)
         data = b"".join(parts)
-        return _Object(_key(plan.shipper, TABLE, plan.shipped_us, plan.server, plan.seq, "msgpack"), data)
+        return _Object(_key(plan.shipper, TABLE, plan.shipped_us, plan.server, plan.seq, "msgpack"), data,
+                       plan.shipped_us)
 
     def _plain_lines(self, server: str, base_us: int, count: int) -> list[dict]:
         return [
@@ -436,11 +440,12 @@ class _SampleWriter:
 
         text = "".join(_json_line(r) + "\n" for r in self._plain_lines(server, base_us, 300)).encode()
         whole = _gzip(text)
-        objects.append(_Object(key(0), whole[: len(whole) * 3 // 5]))  # truncated gzip
+        shipped = base_us + 5 * 60 * _US  # all of them, a few minutes after the first
+        objects.append(_Object(key(0), whole[: len(whole) * 3 // 5], shipped))  # truncated gzip
 
         noise = bytearray(rng.randbytes(4096))
         noise[0] = 0x8F  # neither the gzip magic nor the start of a JSON or MessagePack document
-        objects.append(_Object(key(1), bytes(noise)))  # named .jsonl.gz, not gzip
+        objects.append(_Object(key(1), bytes(noise), shipped))  # named .jsonl.gz, not gzip
 
         access = []
         for i in range(120):  # a shipper pointed at the wrong file: combined log format text
@@ -448,16 +453,16 @@ class _SampleWriter:
             stamp = _utc(base_us + i * _US).astimezone(self.zone).strftime("%d/%b/%Y:%H:%M:%S %z")
             access.append(f'192.0.2.{rng.randint(1, 254)} - - [{stamp}] "{record["method"]} {record["path"]} '
                           f'HTTP/1.1" {record["status"]} {record["bytes"]} "-" "{record["user_agent"]}"\n')
-        objects.append(_Object(key(2), _gzip("".join(access).encode())))
+        objects.append(_Object(key(2), _gzip("".join(access).encode()), shipped))
 
         shift_jis = []
         for i, record in enumerate(self._plain_lines(server, base_us, 150)):
             term = rng.choice(["東京", "カフェ", "傘", "手袋", "セール"])
             record["path"] = f"/search?q={term}&page={i % 3 + 1}"
             shift_jis.append(_json_line(record) + "\n")
-        objects.append(_Object(key(3), _gzip("".join(shift_jis).encode("shift_jis"))))  # invalid UTF-8
+        objects.append(_Object(key(3), _gzip("".join(shift_jis).encode("shift_jis")), shipped))  # invalid UTF-8
 
-        objects.append(_Object(key(4, table=MISSING_TABLE, seq=1), _gzip(text)))  # unknown table
+        objects.append(_Object(key(4, table=MISSING_TABLE, seq=1), _gzip(text), shipped))  # unknown table
         return objects
 
 
@@ -545,6 +550,7 @@ def generate_sample(
         bad_records=writer.bad,
         malformed_objects=sorted(obj.key for obj in malformed),
         records_by_date=dict(sorted(writer.by_date.items())),
+        shipped={obj.key: _utc(obj.shipped_us) for obj in objects},
     )
 
 
