@@ -13,6 +13,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 
 from siltlake.catalog import schema as s
+from siltlake.catalog.external_sync import ExternalSync
 from siltlake.catalog.merge_queue import MergeQueue
 from siltlake.catalog.publishing import Publishing
 from siltlake.clock import utcnow
@@ -107,7 +108,7 @@ def _sqlite_setup(engine: Engine) -> None:
         connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
-class Catalog(MergeQueue, Publishing):
+class Catalog(MergeQueue, Publishing, ExternalSync):
     """One deployment's catalog. Create with a URL; call upgrade() (silt init) before use."""
 
     def __init__(self, url: str, *, echo: bool = False) -> None:
@@ -323,6 +324,13 @@ class Catalog(MergeQueue, Publishing):
             if column.name in {existing.name for existing in record.definition.columns}:
                 raise CatalogError(f"table {qualified} already has a column {column.name}")
             self._update_definition(c, record.id, record.definition.with_column(column))
+        return self.get_table(qualified)
+
+    def alter_column_type(self, qualified: str, column: str, type_name: str) -> TableRecord:
+        """Widen a column (int -> bigint, float -> double); older objects read as the new type."""
+        with self._tx() as c:
+            record = self._locked_table(c, qualified)
+            self._update_definition(c, record.id, record.definition.with_column_type(column, type_name))
         return self.get_table(qualified)
 
     def rename_table(self, qualified: str, new_qualified: str) -> TableRecord:
