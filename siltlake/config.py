@@ -104,8 +104,39 @@ class MergeConfig(_Section):
         return self
 
 
+class HiveTargetConfig(_Section):
+    """The Hive metastore publish target: embedded (Derby under metastore_dir) unless metastore_uris is set."""
+
+    metastore_dir: str = ".siltlake/metastore"
+    metastore_uris: str | None = None
+    database_prefix: str = ""
+
+    @field_validator("metastore_uris")
+    @classmethod
+    def _uris(cls, value: str | None) -> str | None:
+        if value is not None and not all(uri.strip().startswith("thrift://") for uri in value.split(",")):
+            raise ValueError(f"{value!r} is not a comma-separated list of thrift://host:port URIs")
+        return value or None
+
+    @field_validator("database_prefix")
+    @classmethod
+    def _prefix(cls, value: str) -> str:
+        if value and not re.fullmatch(r"[a-z_][a-z0-9_]{0,63}", value):
+            raise ValueError(f"{value!r} must be empty or up to 64 characters of a-z, 0-9 and _")
+        return value
+
+
 class PublishConfig(_Section):
     interval: int = Field(default=60, description="seconds between publish runs of `silt publish`")
+    targets: list[str] = Field(default_factory=list, description="external catalogs to sync, e.g. ['hive']")
+    hive: HiveTargetConfig = Field(default_factory=HiveTargetConfig)
+
+    @field_validator("targets", mode="before")
+    @classmethod
+    def _targets(cls, value: Any) -> Any:
+        # SILTLAKE_PUBLISH__TARGETS=hive,other: environment values are strings.
+        return [part.strip() for part in value.split(",") if part.strip()] if isinstance(value, str) else value
+
 
     @field_validator("interval", mode="before")
     @classmethod

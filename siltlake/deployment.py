@@ -67,7 +67,12 @@ class Deployment:
         if self._spark is None:
             from siltlake.spark import spark_session
 
-            self._spark = spark_session(self.config.spark)
+            extra = None
+            if "hive" in self.config.publish.targets:  # Hive support is fixed when the session starts
+                from siltlake.publish.hive import hive_session_conf
+
+                extra = hive_session_conf(self.config.publish.hive)
+            self._spark = spark_session(self.config.spark, extra)
         return self._spark
 
     def use_spark(self, session: SparkSession) -> None:

@@ -46,7 +46,11 @@ def spark_session(config: SparkConfig, extra: dict[str, str] | None = None) -> S
 
     builder = SparkSession.builder.master(config.master).appName(config.app_name)
     log_config = f"-Dlog4j2.configurationFile={Path(__file__).with_name('log4j2.properties').as_uri()}"
-    settings = {**QUIET, "spark.driver.extraJavaOptions": log_config, **config.conf, **(extra or {})}
+    settings = {**QUIET, **config.conf, **(extra or {})}
+    # Java options add up: the log configuration stays whatever the user's conf or `extra` (Derby's) pass.
+    java_options = "spark.driver.extraJavaOptions"
+    settings[java_options] = " ".join(
+        option for option in (log_config, config.conf.get(java_options), (extra or {}).get(java_options)) if option)
     for key, value in settings.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()

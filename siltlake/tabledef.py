@@ -15,7 +15,9 @@ from siltlake.errors import DefinitionError
 
 IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _DECIMAL = re.compile(r"^decimal\((\d{1,2}),\s*(\d{1,2})\)$")
-SIMPLE_TYPES = ("string", "int", "bigint", "double", "boolean", "timestamp", "date", "json")
+SIMPLE_TYPES = ("string", "int", "bigint", "float", "double", "boolean", "timestamp", "date", "json")
+# The type changes older objects can be read through (Parquet int32 as int64, float as double): nothing is rewritten.
+WIDENINGS = {("int", "bigint"), ("float", "double")}
 _DURATION = re.compile(r"^(\d+)\s*(s|m|h|d)?$")
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
 
@@ -75,6 +77,7 @@ def arrow_type(type_name: str) -> pa.DataType:
         "json": pa.string(),
         "int": pa.int32(),
         "bigint": pa.int64(),
+        "float": pa.float32(),
         "double": pa.float64(),
         "boolean": pa.bool_(),
         "timestamp": pa.timestamp("us", tz="UTC"),
@@ -241,6 +244,21 @@ class TableDef(_Strict):
     def with_column(self, column: Column) -> TableDef:
         data = self.model_dump(by_alias=True)
         data["columns"] = [*data["columns"], column.model_dump()]
+        return TableDef.from_mapping(data)
+
+    def with_column_type(self, name: str, type_name: str) -> TableDef:
+        """The definition with column `name` widened to `type_name` (only the WIDENINGS are allowed)."""
+        new_type = parse_type(type_name)
+        try:
+            old_type = self.column(name).type
+        except KeyError:
+            raise DefinitionError(f"table {self.qualified_name} has no column {name}") from None
+        if (old_type, new_type) not in WIDENINGS:
+            raise DefinitionError(
+                f"cannot change column {name} of {self.qualified_name} from {old_type} to {new_type}: only int -> "
+                "bigint and float -> double widen (older objects stay readable); add a new column instead")
+        data = self.model_dump(by_alias=True)
+        data["columns"] = [{**c, "type": new_type} if c["name"] == name else c for c in data["columns"]]
         return TableDef.from_mapping(data)
 
     def renamed(self, schema_name: str, name: str) -> TableDef:

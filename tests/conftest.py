@@ -80,12 +80,22 @@ def catalog_url(request, tmp_path: Path) -> str:
 
 
 @pytest.fixture(scope="session")
-def spark():
-    from siltlake.config import SparkConfig
+def hive_metastore_dir(tmp_path_factory) -> Path:
+    """The embedded (Derby) Hive metastore of the test session's Spark: Derby boots on first use only."""
+    return tmp_path_factory.mktemp("metastore")
+
+
+@pytest.fixture(scope="session")
+def spark(hive_metastore_dir: Path):
+    from siltlake.config import HiveTargetConfig, SparkConfig
+    from siltlake.publish.hive import hive_session_conf
     from siltlake.spark import spark_session
 
+    # Hive-enabled so the hive publish target can be tested in-process (one JVM, one metastore); tests
+    # that never touch the metastore pay nothing for it.
     session = spark_session(SparkConfig(master="local[2]", app_name="siltlake-tests",
-                                        conf={"spark.sql.shuffle.partitions": "2"}))
+                                        conf={"spark.sql.shuffle.partitions": "2"}),
+                            hive_session_conf(HiveTargetConfig(metastore_dir=str(hive_metastore_dir))))
     yield session
     session.stop()
 

@@ -218,3 +218,27 @@ id_counters = sa.Table(
     sa.Column("name", sa.String(32), primary_key=True),
     sa.Column("last_value", sa.BigInteger, nullable=False),
 )
+
+# What each external catalog (publish target, e.g. "hive") was last told, so a publish run issues DDL
+# only for what changed: the name a table was created under (renames), its columns and types (added or
+# widened columns), and which published state each partition points at (live objects or a manifest).
+external_tables = sa.Table(
+    "external_tables",
+    metadata,
+    sa.Column("target", sa.String(32), primary_key=True),
+    sa.Column("table_id", sa.Integer, sa.ForeignKey("tables.id", ondelete="CASCADE"), primary_key=True),
+    sa.Column("database_name", sa.String(128), nullable=False),
+    sa.Column("table_name", sa.String(128), nullable=False),
+    sa.Column("columns", sa.Text, nullable=False),  # JSON [[name, type], ...] in table order
+    sa.Column("sync_time", sa.DateTime, nullable=False),
+)
+
+external_partitions = sa.Table(
+    "external_partitions",
+    metadata,
+    sa.Column("target", sa.String(32), primary_key=True),
+    sa.Column("partition_id", sa.Integer, sa.ForeignKey("partitions.id", ondelete="CASCADE"), primary_key=True),
+    sa.Column("manifest_key", sa.Text, nullable=True),  # the shown version's manifest; null: live objects
+    sa.Column("location", sa.Text, nullable=False),
+    sa.Column("sync_time", sa.DateTime, nullable=False),
+)

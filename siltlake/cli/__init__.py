@@ -171,6 +171,18 @@ def table_add_column(context: click.Context, name: str, column: str, type_name: 
     console.print(f"added column {column} {new_column.type} to {name}")
 
 
+@table_group.command("alter-column")
+@click.argument("name")
+@click.argument("column")
+@click.argument("type_name", metavar="TYPE")
+@click.pass_context
+@friendly
+def table_alter_column(context: click.Context, name: str, column: str, type_name: str) -> None:
+    """Widen a column's type: int to bigint, float to double (older objects read as the new type)."""
+    record = deployment_of(context).catalog.alter_column_type(name, column, type_name)
+    console.print(f"column {column} of {name} is now {record.definition.column(column).type}")
+
+
 @table_group.command("rename")
 @click.argument("name")
 @click.argument("new_name")
@@ -437,9 +449,14 @@ def print_publish_report(report) -> None:  # noqa: ANN001 - a PublishReport
         f"[bold]publish[/]: {len(report.switched)} partitions switched, {len(report.closed)} closed, "
         f"{len(report.live_versions)} live versions, {len(report.merged_versions)} merged versions"
         + (f", {report.skipped_merged} merged versions left for the next run (merged meanwhile)"
-           if report.skipped_merged else "") + f"; {report.seconds:.1f}s",
+           if report.skipped_merged else "")
+        + (f", {len(report.external)} external catalog changes" if report.external else "")
+        + f"; {report.seconds:.1f}s",
         highlight=False,
     )
+    for error in report.target_errors:  # retried by the next run
+        console.print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True)
+
 
 
 @main.command()
@@ -456,7 +473,10 @@ def publish(context: click.Context, once: bool, now_text: str | None, interval: 
     deployment = deployment_of(context)
     now = parse_now(now_text)
     if once:
-        print_publish_report(publish_once(deployment, now=now))
+        report = publish_once(deployment, now=now)
+        print_publish_report(report)
+        if report.target_errors:
+            sys.exit(1)
         return
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

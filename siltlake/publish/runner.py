@@ -9,7 +9,9 @@ from dataclasses import dataclass, field
 from siltlake.catalog.publishing import PublishedVersion
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
+from siltlake.errors import ConfigError
 from siltlake.publish.manifests import write_manifests
+from siltlake.publish.targets import configured_targets
 
 
 @dataclass
@@ -20,6 +22,8 @@ class PublishReport:
     merged_versions: list[PublishedVersion] = field(default_factory=list)
     skipped_merged: int = 0  # a merge moved desired while the manifest was written: next run
     seconds: float = 0.0
+    external: list[str] = field(default_factory=list)  # statements issued to external catalogs, "target: ..."
+    target_errors: list[str] = field(default_factory=list)  # a failed target is retried by the next run
 
 
 def local_date(now: dt.datetime, zone) -> dt.date:  # noqa: ANN001 - a ZoneInfo
@@ -43,7 +47,17 @@ def publish_once(deployment: Deployment, now: dt.datetime | None = None) -> Publ
     tables = {table.id: table for table in catalog.list_tables()}
     report.closed = catalog.close_partitions(
         {table_id: local_date(now, table.definition.zone) for table_id, table in tables.items()})
-    # 3. External catalogs get table definitions here (a later release).
+    # 3. Table definitions (new, renamed, dropped tables; added and widened columns) to external catalogs.
+    # A target that fails is reported and retried next run; versions are still published (4, 5).
+    targets = []
+    for target in configured_targets(deployment):
+        try:
+            report.external += [f"{target.name}: {s}" for s in target.sync_tables(list(tables.values()))]
+            targets.append(target)
+        except ConfigError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - one line for the report; the catalog is unaffected
+            report.target_errors.append(f"{target.name}: {exc}")
     # 4. Live versions for partitions not switched.
     report.live_versions = catalog.publish_live_versions(now)
     # 5. Merged versions: the manifest first, then the version row (compare-and-swap on desired).
@@ -59,5 +73,13 @@ def publish_once(deployment: Deployment, now: dt.datetime | None = None) -> Publ
             report.skipped_merged += 1
         else:
             report.merged_versions.append(published)
+    # Partition locations last, so a partition switched in this run points at the manifest of step 5.
+    for target in targets:
+        try:
+            report.external += [f"{target.name}: {s}" for s in target.sync_partitions(tables)]
+        except ConfigError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            report.target_errors.append(f"{target.name}: {exc}")
     report.seconds = time.monotonic() - started
     return report

@@ -60,6 +60,7 @@ FORMATS = ("jsonl", "msgpack", "csv")
 
 INT32_RANGE = (-(1 << 31), (1 << 31) - 1)
 INT64_RANGE = (-(1 << 63), (1 << 63) - 1)
+FLOAT32_MAX = 3.4028234663852886e38  # larger magnitudes would round to infinity
 
 
 class UnreadableObject(Refusal):
@@ -384,25 +385,33 @@ _INTEGER = re.compile(tv.INTEGER_PATTERN)
 _NUMBER = re.compile(tv.NUMBER_PATTERN)
 
 
-def _to_double(value: object) -> float:
+def _to_double(value: object, what: str = "double") -> float:
     if isinstance(value, bool):
-        raise _Reject(f"{value!r} is a boolean, not a double")
+        raise _Reject(f"{value!r} is a boolean, not a {what}")
     if isinstance(value, int):
         try:
             number = float(value)
         except OverflowError:
-            raise _Reject(f"{_show(value)} is outside the double range") from None
+            raise _Reject(f"{_show(value)} is outside the {what} range") from None
     elif isinstance(value, float):
         number = float(value)
     elif isinstance(value, str):
         if not _NUMBER.fullmatch(value):
-            raise _Reject(f"{_show(value)} is not a double")
+            raise _Reject(f"{_show(value)} is not a {what}")
         number = float(value)
     else:
-        raise _Reject(f"{_show(value)} is {_describe(value)}, not a double")
+        raise _Reject(f"{_show(value)} is {_describe(value)}, not a {what}")
     if not math.isfinite(number):
-        raise _Reject(f"{_show(value)} is not a finite double")
+        raise _Reject(f"{_show(value)} is not a finite {what}")
     return number + 0.0  # folds -0.0 into 0.0, as the vectorised path does
+
+
+def _to_float(value: object) -> float:
+    """A double within float32's range; Arrow rounds it to the nearest float32 when the batch is built."""
+    number = _to_double(value, "float")
+    if abs(number) > FLOAT32_MAX:
+        raise _Reject(f"{_show(value)} is outside the float range")
+    return number
 
 
 def _to_boolean(value: object) -> bool:
@@ -500,6 +509,8 @@ def _coercer(column: Column, epoch_unit: str, kind: str) -> Callable[[object], A
         return _integer_coercer("bigint", *INT64_RANGE)
     if type_name == "double":
         return _to_double
+    if type_name == "float":
+        return _to_float
     if type_name == "boolean":
         return _to_boolean
     if type_name == "timestamp":
@@ -845,6 +856,7 @@ def _fast_read_type(column: Column) -> pa.DataType | None:
         "string": pa.string(),
         "int": pa.int64(),
         "bigint": pa.int64(),
+        "float": pa.float64(),
         "double": pa.float64(),
         "boolean": pa.bool_(),
         "date": pa.string(),
@@ -960,6 +972,10 @@ class _JsonFastPath:
             if not _all_true(pc.is_finite(values)):
                 return None
             return pc.add(values, 0.0)
+        if type_name == "float":
+            if not _all_true(pc.is_finite(values)) or not _within(values, -FLOAT32_MAX, FLOAT32_MAX):
+                return None
+            return pc.cast(pc.add(values, 0.0), pa.float32())
         if type_name == "timestamp":
             if kinds[column.source_field] == "string":
                 micros = _strings_to_micros(values)

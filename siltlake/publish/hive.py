@@ -1,0 +1,293 @@
+"""The Hive metastore publish target, through Spark SQL DDL on a Hive-enabled session.
+
+A siltlake table `schema.table` is the external Parquet table `<database_prefix><schema>.<table>`,
+partitioned by `dt DATE`. Live partitions point at `<lake>/<instance>/<physical>/live/dt=D` (Parquet);
+switched partitions at their version's symlink manifest directory, stored as SymlinkTextInputFormat
+with the Parquet SerDe. Spark SQL cannot set a partition's input format (SET FILEFORMAT is refused)
+nor change a column's type (CHANGE COLUMN refuses int -> bigint), so those two go through Spark's
+ExternalCatalog over py4j; everything else is DDL.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Mapping, Sequence
+from itertools import groupby
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from siltlake.errors import ConfigError, SiltError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from siltlake.catalog import TableRecord
+    from siltlake.catalog.external_sync import PartitionToSync, SyncedTable
+    from siltlake.config import HiveTargetConfig
+    from siltlake.deployment import Deployment
+
+TARGET = "hive"
+PARQUET_SERDE = "org.apache.hadoop.hive.ql.io.parquet.serde.ParquetHiveSerDe"
+PARQUET_INPUT = "org.apache.hadoop.hive.ql.io.parquet.MapredParquetInputFormat"
+PARQUET_OUTPUT = "org.apache.hadoop.hive.ql.io.parquet.MapredParquetOutputFormat"
+SYMLINK_INPUT = "org.apache.hadoop.hive.ql.io.SymlinkTextInputFormat"
+SYMLINK_OUTPUT = "org.apache.hadoop.hive.ql.io.HiveIgnoreKeyTextOutputFormat"
+_HIVE_TYPES = {"string": "STRING", "json": "STRING", "int": "INT", "bigint": "BIGINT", "float": "FLOAT",
+               "double": "DOUBLE", "boolean": "BOOLEAN", "timestamp": "TIMESTAMP", "date": "DATE"}
+_PARTITIONS_PER_STATEMENT = 100
+
+
+def hive_session_conf(config: HiveTargetConfig) -> dict[str, str]:
+    """Spark settings of a Hive-enabled session: an external metastore, else embedded Derby under metastore_dir."""
+    conf = {"spark.sql.catalogImplementation": "hive"}
+    if config.metastore_uris:
+        conf["spark.hadoop.hive.metastore.uris"] = config.metastore_uris
+        return conf
+    home = Path(config.metastore_dir).expanduser().resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    conf.update({
+        "spark.hadoop.javax.jdo.option.ConnectionURL": f"jdbc:derby:;databaseName={home / 'metastore_db'};create=true",
+        "spark.sql.warehouse.dir": (home / "warehouse").as_uri(),
+        # derby.log next to the database instead of in whatever directory silt runs in.
+        "spark.driver.extraJavaOptions": f"-Dderby.system.home={home} -Dderby.stream.error.file={home / 'derby.log'}",
+    })
+    return conf
+
+
+def hive_type(type_name: str) -> str:
+    return _HIVE_TYPES.get(type_name) or type_name.upper()  # decimal(p,s)
+
+
+def symlink_directory(json_manifest_key: str) -> str:
+    """The symlink manifest's directory of a JSON manifest (both named alike by manifests.manifest_keys)."""
+    directory, name = json_manifest_key.rsplit("/", 1)
+    return f"{directory}/symlink-{name.removeprefix('manifest-').removesuffix('.json')}"
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _copy(case_object, *first):  # noqa: ANN001, ANN202 - py4j proxies of Scala case classes
+    """case_object.copy(*first, <the other fields as they are>): the field count differs between Spark
+    versions (CatalogStorageFormat gained a seventh in 4.x), so the rest come from copy's defaults."""
+    fields = sum(1 for m in case_object.getClass().getMethods() if m.getName().startswith("copy$default$"))
+    rest = [getattr(case_object, f"copy$default${k}")() for k in range(len(first) + 1, fields + 1)]
+    return case_object.copy(*first, *rest)
+
+
+def _columns(record: TableRecord) -> tuple[tuple[str, str], ...]:
+    return tuple((c.name, c.type) for c in record.definition.columns)
+
+
+def derby_locked(metastore_dir: str) -> bool:
+    """Whether another process has the embedded metastore's Derby database booted (it holds dbex.lck)."""
+    lock = Path(metastore_dir).expanduser().resolve() / "metastore_db" / "dbex.lck"
+    try:
+        fd = os.open(lock, os.O_RDWR)
+    except OSError:
+        return False
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # closing drops the probe's own lock at once
+    return False
+
+
+class HiveTarget:
+    name = TARGET
+
+    def __init__(self, deployment: Deployment) -> None:
+        self.deployment = deployment
+        self.config = deployment.config.publish.hive
+        self.catalog = deployment.catalog
+        self._session: SparkSession | None = None
+        self.statements: list[str] = []
+
+    # --- metastore access ---------------------------------------------------------------------------
+
+    def _spark(self) -> SparkSession:
+        if self._session is None:
+            spark = self.deployment.spark()
+            implementation = spark.conf.get("spark.sql.catalogImplementation", "in-memory")
+            if implementation != "hive":
+                raise ConfigError(
+                    "publish.targets includes hive, but the Spark session has no Hive support "
+                    f"(spark.sql.catalogImplementation={implementation}): it was started without the hive "
+                    "target's settings; let Deployment.spark() start it, or set spark.sql.catalogImplementation=hive")
+            self._session = spark
+        return self._session
+
+    def _failure(self, exc: Exception, what: str) -> SiltError:
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if not self.config.metastore_uris and derby_locked(self.config.metastore_dir):
+            return SiltError(
+                f"the embedded Hive metastore at {self.config.metastore_dir} is in use by another process (Derby "
+                "allows one JVM at a time): stop the other silt publish/notebook using it, or set "
+                "publish.hive.metastore_uris to a shared metastore")
+        return SiltError(f"Hive metastore: {what} failed: {message}")
+
+    def _sql(self, statement: str) -> None:
+        try:
+            self._spark().sql(statement).collect()
+        except SiltError:
+            raise
+        except Exception as exc:  # AnalysisException, Py4JJavaError: the metastore's own errors
+            raise self._failure(exc, statement) from None
+        self.statements.append(statement)
+
+    def _external_catalog(self):  # noqa: ANN202 - a py4j proxy of Spark's ExternalCatalog
+        return self._spark()._jsparkSession.sessionState().catalog().externalCatalog()
+
+    def _table_location(self, database: str, table: str) -> str | None:
+        spark = self._spark()
+        try:
+            if not spark.catalog.tableExists(f"`{database}`.`{table}`"):
+                return None
+            return str(self._external_catalog().getTable(database, table).location())
+        except Exception as exc:
+            raise self._failure(exc, f"looking up {database}.{table}") from None
+
+    # --- tables -------------------------------------------------------------------------------------
+
+    def _names(self, record: TableRecord) -> tuple[str, str]:
+        return self.config.database_prefix + record.definition.schema_name, record.definition.name
+
+    def _live_location(self, record: TableRecord) -> str:
+        return self.deployment.lake.engine_uri(record.layout(self.deployment.instance_key).live_prefix())
+
+    def sync_tables(self, tables: Sequence[TableRecord]) -> list[str]:
+        self.statements = []
+        synced = self.catalog.synced_tables(TARGET)
+        live_ids = {record.id for record in tables}
+        for old in synced.values():
+            if old.dropped or old.table_id not in live_ids:
+                self._sql(f"DROP TABLE IF EXISTS `{old.database_name}`.`{old.table_name}`")
+                self.catalog.forget_table_sync(TARGET, old.table_id)
+        for record in tables:
+            old = synced.get(record.id)
+            database, table = self._names(record)
+            columns = _columns(record)
+            if old is not None and (old.database_name, old.table_name, old.columns) == (database, table, columns):
+                continue
+            if old is None or old.database_name != database or not self._alterable(old.columns, columns):
+                # New, moved to another database (Spark renames within one only) or changed beyond adds
+                # and widenings: (re)create it. External: dropping the old one leaves the objects alone.
+                if old is not None:
+                    self._sql(f"DROP TABLE IF EXISTS `{old.database_name}`.`{old.table_name}`")
+                self._create(record, database, table)
+                self.catalog.record_table_sync(TARGET, record.id, database, table, columns, forget_partitions=True)
+                continue
+            if old.table_name != table:
+                self._sql(f"ALTER TABLE `{database}`.`{old.table_name}` RENAME TO `{database}`.`{table}`")
+            self._alter_columns(database, table, old.columns, columns)
+            self.catalog.record_table_sync(TARGET, record.id, database, table, columns)
+        return self.statements
+
+    @staticmethod
+    def _alterable(old: tuple[tuple[str, str], ...], new: tuple[tuple[str, str], ...]) -> bool:
+        """Old columns kept in order (types equal or widened by the table), new ones appended."""
+        return len(new) >= len(old) and all(a[0] == b[0] for a, b in zip(old, new, strict=False))
+
+    def _create(self, record: TableRecord, database: str, table: str) -> None:
+        location = self._live_location(record)
+        existing = self._table_location(database, table)
+        if existing is not None:
+            # Ours from a run that stopped before recording it: recreate. Anyone else's: leave it be.
+            if existing.rstrip("/").replace("file:///", "file:/") != location.rstrip("/").replace("file:///", "file:/"):
+                raise SiltError(
+                    f"Hive table {database}.{table} already exists and is not siltlake's table {record.qualified_name} "
+                    f"(its location is {existing}); drop it there, or set publish.hive.database_prefix")
+            self._sql(f"DROP TABLE `{database}`.`{table}`")
+        self._sql(f"CREATE DATABASE IF NOT EXISTS `{database}`")
+        columns = ", ".join(f"`{c.name}` {hive_type(c.type)}" for c in record.definition.columns)
+        self._sql(f"CREATE EXTERNAL TABLE `{database}`.`{table}` ({columns}) PARTITIONED BY (`dt` DATE) "
+                  f"STORED AS PARQUET LOCATION {_literal(location)}")
+
+    def _alter_columns(self, database: str, table: str, old: tuple[tuple[str, str], ...],
+                       new: tuple[tuple[str, str], ...]) -> None:
+        added = new[len(old):]
+        if added:
+            self._sql(f"ALTER TABLE `{database}`.`{table}` ADD COLUMNS "
+                      f"({', '.join(f'`{name}` {hive_type(kind)}' for name, kind in added)})")
+        widened = [(name, kind) for (name, kind), (_, before) in zip(new, old, strict=False) if kind != before]
+        if not widened:
+            return
+        # Spark SQL refuses CHANGE COLUMN int -> bigint on Hive tables; the metastore itself takes it.
+        from pyspark.sql.types import StructType, _parse_datatype_string
+
+        schema = _parse_datatype_string("struct<" + ",".join(f"`{n}`:{hive_type(k).lower()}" for n, k in new) + ">")
+        assert isinstance(schema, StructType)
+        try:
+            spark = self._spark()
+            self._external_catalog().alterTableDataSchema(database, table, spark._jsparkSession.parseDataType(
+                schema.json()))
+        except Exception as exc:
+            raise self._failure(exc, f"widening columns of {database}.{table}") from None
+        for name, kind in widened:
+            self.statements.append(f"ALTER TABLE `{database}`.`{table}` CHANGE COLUMN `{name}` `{name}` "
+                                   f"{hive_type(kind)} (by the metastore client)")
+
+    # --- partitions ---------------------------------------------------------------------------------
+
+    def sync_partitions(self, tables: Mapping[int, TableRecord]) -> list[str]:
+        self.statements = []
+        synced = self.catalog.synced_tables(TARGET)
+        for table_id, group in groupby(self.catalog.partitions_to_sync(TARGET), key=lambda p: p.table_id):
+            record, names = tables.get(table_id), synced.get(table_id)
+            if record is None or names is None or names.dropped:
+                continue  # dropped meanwhile: the next step 3 drops it from the metastore
+            self._sync_table_partitions(record, names, list(group))
+        return self.statements
+
+    def _sync_table_partitions(self, record: TableRecord, names: SyncedTable,
+                               partitions: list[PartitionToSync]) -> None:
+        lake, layout = self.deployment.lake, record.layout(self.deployment.instance_key)
+        qualified = f"`{names.database_name}`.`{names.table_name}`"
+
+        def location(p: PartitionToSync) -> str:
+            if p.manifest_key is None:
+                return lake.engine_uri(f"{layout.live_prefix()}/dt={p.partition_date.isoformat()}")
+            return lake.engine_uri(symlink_directory(p.manifest_key))
+
+        new = [p for p in partitions if not p.known]
+        for start in range(0, len(new), _PARTITIONS_PER_STATEMENT):
+            chunk = new[start:start + _PARTITIONS_PER_STATEMENT]
+            self._sql(f"ALTER TABLE {qualified} ADD IF NOT EXISTS " + " ".join(
+                f"PARTITION (`dt` = '{p.partition_date.isoformat()}') LOCATION {_literal(location(p))}" for p in chunk))
+        # A partition's location and input format change together in one metastore call (Spark SQL can
+        # set neither the format nor both at once): a reader never sees a manifest directory read as Parquet.
+        moved = [p for p in partitions if p.known or p.manifest_key is not None]
+        if moved:
+            self._set_storage(names, [(p, location(p)) for p in moved])
+        self.catalog.record_partition_sync(TARGET, [(p.partition_id, p.manifest_key, location(p)) for p in partitions])
+
+    def _set_storage(self, names: SyncedTable, moves: list[tuple[PartitionToSync, str]]) -> None:
+        spark = self._spark()
+        jvm = spark.sparkContext._jvm
+        utils = jvm.org.apache.spark.api.python.PythonUtils
+        some = jvm.scala.Some
+        try:
+            external = self._external_catalog()
+            changed = []
+            for p, where in moves:
+                partition = external.getPartition(names.database_name, names.table_name,
+                                                  utils.toScalaMap({"dt": p.partition_date.isoformat()}))
+                symlink = p.manifest_key is not None
+                storage = _copy(partition.storage(), some(jvm.java.net.URI(where)),
+                                some(SYMLINK_INPUT if symlink else PARQUET_INPUT),
+                                some(SYMLINK_OUTPUT if symlink else PARQUET_OUTPUT), some(PARQUET_SERDE))
+                changed.append(_copy(partition, partition.spec(), storage))
+            external.alterPartitions(names.database_name, names.table_name, utils.toSeq(changed))
+        except SiltError:
+            raise
+        except Exception as exc:
+            raise self._failure(exc, f"setting partitions of {names.database_name}.{names.table_name}") from None
+        for p, where in moves:
+            fmt = "SymlinkTextInputFormat" if p.manifest_key is not None else "Parquet"
+            self.statements.append(
+                f"ALTER TABLE `{names.database_name}`.`{names.table_name}` PARTITION (`dt` = "
+                f"'{p.partition_date.isoformat()}') SET LOCATION {_literal(where)} ({fmt}, by the metastore client)")

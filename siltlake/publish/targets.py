@@ -1,0 +1,59 @@
+"""Publish targets: external catalogs a publish run keeps in step with siltlake's catalog.
+
+Always on, built in: siltlake's own catalog (partition versions, which `siltlake.read` reads) and the
+manifest files of merged versions (step 5). Optional, named in `publish.targets`: "hive" (a Hive
+metastore through Spark SQL DDL). A target hears about table definitions in step 3 and about partition
+states after step 5 of the same run, so a switched partition points at the manifest published just
+now. Each target keeps what it synced in the catalog (Catalog.synced_tables, partitions_to_sync) and
+issues statements only for what changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol
+
+from siltlake.errors import ConfigError
+
+if TYPE_CHECKING:
+    from siltlake.catalog import TableRecord
+    from siltlake.deployment import Deployment
+
+
+class PublishTarget(Protocol):
+    name: str
+
+    def sync_tables(self, tables: Sequence[TableRecord]) -> list[str]:
+        """Create, rename, extend (and drop) the target's tables to match these live tables; returns the
+        statements issued."""
+
+    def sync_partitions(self, tables: Mapping[int, TableRecord]) -> list[str]:
+        """Add partitions and point them at what each shows now; returns the statements issued."""
+
+
+_FACTORIES: dict[str, Callable[[Deployment], PublishTarget]] = {}
+
+
+def register_target(name: str, factory: Callable[[Deployment], PublishTarget]) -> None:
+    """Make `name` usable in publish.targets (a plug-in calls this when imported)."""
+    _FACTORIES[name] = factory
+
+
+def configured_targets(deployment: Deployment) -> list[PublishTarget]:
+    targets = []
+    for name in deployment.config.publish.targets:
+        factory = _FACTORIES.get(name)
+        if factory is None:
+            raise ConfigError(
+                f"publish.targets: unknown target {name!r}; known targets: {', '.join(sorted(_FACTORIES))}")
+        targets.append(factory(deployment))
+    return targets
+
+
+def _hive(deployment: Deployment) -> PublishTarget:
+    from siltlake.publish.hive import HiveTarget
+
+    return HiveTarget(deployment)
+
+
+register_target("hive", _hive)

@@ -1,0 +1,196 @@
+"""Publish targets: the Hive metastore (embedded Derby, in the test session's Spark) follows tables,
+renames, added and widened columns, and partitions from live objects to their merged version's manifest."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from siltlake.config import Config, load_config
+from siltlake.deployment import Deployment
+from siltlake.errors import ConfigError
+from siltlake.merge import merge_once
+from siltlake.publish import publish_once
+from siltlake.publish.hive import PARQUET_INPUT, PARQUET_SERDE, SYMLINK_INPUT, symlink_directory
+from siltlake.publish.manifests import manifest_keys
+from siltlake.storage import TableLayout
+from siltlake.tabledef import Column
+
+from .conftest import make_config
+from .merge_helpers import add_small_objects, rows_for
+from .test_merge import DAY, make_table
+from .test_publish import tokyo
+
+NEXT = DAY + dt.timedelta(days=1)
+
+
+@pytest.fixture
+def hive_deployment(tmp_path: Path, catalog_url: str, spark, hive_metastore_dir: Path) -> Deployment:
+    config = make_config(tmp_path, catalog_url).model_dump()
+    # One metastore for the whole test session: each test gets databases of its own.
+    config["publish"] = {"targets": ["hive"], "hive": {"metastore_dir": str(hive_metastore_dir),
+                                                        "database_prefix": f"t{uuid.uuid4().hex[:8]}_"}}
+    deployment = Deployment(Config.model_validate(config))
+    deployment.init()
+    deployment.use_spark(spark)
+    yield deployment
+    deployment.close()
+
+
+def partition_storage(spark, table: str, date: dt.date) -> dict[str, str]:
+    rows = spark.sql(f"DESCRIBE FORMATTED {table} PARTITION (dt='{date}')").collect()
+    start = next(i for i, r in enumerate(rows) if r.col_name == "# Detailed Partition Information")
+    end = next(i for i, r in enumerate(rows) if r.col_name == "# Storage Information")  # the table's own follow
+    wanted = ("Location", "InputFormat", "Serde Library")
+    return {r.col_name: r.data_type for r in rows[start:end] if r.col_name in wanted}
+
+
+def columns(spark, table: str) -> list[tuple[str, str]]:
+    described = []
+    for row in spark.sql(f"DESCRIBE {table}").collect():
+        if row.col_name.startswith("#"):
+            break
+        described.append((row.col_name, row.data_type))
+    return described
+
+
+def same_location(found: str, expected_uri: str) -> bool:
+    return found.replace("file:///", "file:/").rstrip("/") == expected_uri.replace("file:///", "file:/").rstrip("/")
+
+
+def test_hive_metastore_follows_tables_columns_and_partitions(hive_deployment: Deployment, spark) -> None:
+    deployment, catalog = hive_deployment, hive_deployment.catalog
+    prefix = deployment.config.publish.hive.database_prefix
+    table = make_table(deployment)
+    catalog.add_column("web.access", Column(name="score", type="int"))
+    table = catalog.get_table("web.access")
+    add_small_objects(deployment, table, DAY, [rows_for(DAY, 40, s) for s in range(3)])
+    hive = f"{prefix}web.access"
+
+    first = publish_once(deployment, now=tokyo(DAY, 12))
+    assert first.target_errors == []
+    assert [s.split(" (")[0].split(" `")[0] for s in first.external] == [
+        "hive: CREATE DATABASE IF NOT EXISTS", "hive: CREATE EXTERNAL TABLE", "hive: ALTER TABLE"]
+    assert columns(spark, hive) == [("utc_event_time", "timestamp"), ("user_id", "bigint"), ("action", "string"),
+                                    ("score", "int"), ("dt", "date")]
+    layout = table.layout(deployment.instance_key)
+    live = partition_storage(spark, hive, DAY)
+    assert same_location(live["Location"], deployment.lake.engine_uri(f"{layout.live_prefix()}/dt={DAY}"))
+    assert live["InputFormat"] == PARQUET_INPUT and live["Serde Library"] == PARQUET_SERDE
+    # Live partitions read through the metastore table (older objects have no score: null).
+    assert spark.sql(f"SELECT count(*) AS n, count(score) AS s FROM {hive} WHERE dt = DATE'{DAY}'").first() == (120, 0)
+
+    assert publish_once(deployment, now=tokyo(DAY, 13)).external == [], "nothing new: no DDL"
+    add_small_objects(deployment, table, DAY, [rows_for(DAY, 5, 7)])
+    again = publish_once(deployment, now=tokyo(DAY, 14))
+    assert len(again.live_versions) == 1 and again.external == [], "a new live version keeps the location"
+    spark.catalog.refreshTable(hive)  # this session cached the partition's file list; other engines list anew
+    assert spark.sql(f"SELECT count(*) FROM {hive} WHERE dt = DATE'{DAY}'").first()[0] == 125
+
+    # Close the day (a live partition of the next day arrives), then switch it to its merged version.
+    merge_once(deployment)
+    add_small_objects(deployment, table, NEXT, [rows_for(NEXT, 9, 8)])
+    closing = publish_once(deployment, now=tokyo(NEXT, 1))
+    assert closing.closed and [s for s in closing.external if "ADD IF NOT EXISTS PARTITION" in s]
+    switching = publish_once(deployment, now=tokyo(NEXT, 2))
+    (merged,) = switching.merged_versions
+    assert switching.target_errors == [] and len(switching.external) == 1
+    storage = partition_storage(spark, hive, DAY)
+    symlink_dir = deployment.lake.engine_uri(symlink_directory(merged.manifest_key))
+    assert same_location(storage["Location"], symlink_dir), "points at the manifest published in this run"
+    assert storage["InputFormat"] == SYMLINK_INPUT and storage["Serde Library"] == PARQUET_SERDE
+    manifest = Path(symlink_dir.removeprefix("file://")) / "manifest"
+    assert len(manifest.read_text().splitlines()) == 1, "one merged object listed"
+    assert [r.partition for r in spark.sql(f"SHOW PARTITIONS {hive}").collect()] == [f"dt={DAY}", f"dt={NEXT}"]
+    assert spark.sql(f"SELECT count(*) FROM {hive} WHERE dt = DATE'{NEXT}'").first()[0] == 9
+
+    # Rename, add a column and widen one: one run, DDL on the renamed table, partitions kept.
+    catalog.rename_table("web.access", "web.hits")
+    catalog.add_column("web.hits", Column(name="referer", type="string"))
+    catalog.alter_column_type("web.hits", "score", "bigint")
+    changed = publish_once(deployment, now=tokyo(NEXT, 3))
+    assert changed.target_errors == []
+    assert [s.split("`.`")[1].split("`")[0] for s in changed.external] == ["access", "hits", "hits"]
+    assert "RENAME TO" in changed.external[0] and "ADD COLUMNS" in changed.external[1]
+    assert "CHANGE COLUMN `score` `score` BIGINT" in changed.external[2]
+    hits = f"{prefix}web.hits"
+    assert not spark.catalog.tableExists(f"{prefix}web.access")
+    assert columns(spark, hits)[3:] == [("score", "bigint"), ("referer", "string"), ("dt", "date")]
+    assert spark.sql(f"SELECT count(*), count(referer) FROM {hits} WHERE dt = DATE'{NEXT}'").first() == (9, 0)
+    assert partition_storage(spark, hits, DAY)["InputFormat"] == SYMLINK_INPUT
+
+    # Another schema: Spark renames within a database only, so the table is recreated with its partitions.
+    catalog.rename_table("web.hits", "logs.hits")
+    moved = publish_once(deployment, now=tokyo(NEXT, 4))
+    assert moved.target_errors == [] and not spark.catalog.tableExists(f"{prefix}web.hits")
+    shown = [r.partition for r in spark.sql(f"SHOW PARTITIONS {prefix}logs.hits").collect()]
+    assert shown == [f"dt={DAY}", f"dt={NEXT}"]
+    assert same_location(partition_storage(spark, f"{prefix}logs.hits", DAY)["Location"], symlink_dir)
+    assert publish_once(deployment, now=tokyo(NEXT, 5)).external == []
+
+    catalog.drop_table("logs.hits")
+    dropped = publish_once(deployment, now=tokyo(NEXT, 6))
+    assert dropped.external == [f"hive: DROP TABLE IF EXISTS `{prefix}logs`.`hits`"]
+    assert not spark.catalog.tableExists(f"{prefix}logs.hits")
+
+
+def test_a_table_of_the_same_name_that_is_not_ours_is_left_alone(hive_deployment: Deployment, spark,
+                                                                  tmp_path: Path) -> None:
+    prefix = hive_deployment.config.publish.hive.database_prefix
+    spark.sql(f"CREATE DATABASE `{prefix}web`")
+    spark.sql(f"CREATE EXTERNAL TABLE `{prefix}web`.`access` (x INT) STORED AS PARQUET "
+              f"LOCATION '{(tmp_path / 'elsewhere').as_uri()}'")
+    make_table(hive_deployment)
+    report = publish_once(hive_deployment, now=tokyo(DAY, 12))
+    (error,) = report.target_errors
+    assert "already exists and is not siltlake's table web.access" in error and "database_prefix" in error
+    assert columns(spark, f"{prefix}web.access") == [("x", "int")]
+
+
+def test_symlink_directory_matches_the_manifest_writer() -> None:
+    layout = TableLayout("k1", "web", "access")
+    for version, label in ((42, None), (7, "update-3")):
+        json_key, symlink_key = manifest_keys(layout, DAY, version, label)
+        assert symlink_directory(json_key) + "/manifest" == symlink_key
+
+
+def test_target_configuration() -> None:
+    config = load_config(environ={"SILTLAKE_PUBLISH__TARGETS": "hive",
+                                  "SILTLAKE_PUBLISH__HIVE__METASTORE_URIS": "thrift://meta:9083"})
+    assert config.publish.targets == ["hive"] and config.publish.hive.metastore_uris == "thrift://meta:9083"
+    from siltlake.publish.hive import hive_session_conf
+
+    assert hive_session_conf(config.publish.hive) == {"spark.sql.catalogImplementation": "hive",
+                                                      "spark.hadoop.hive.metastore.uris": "thrift://meta:9083"}
+    with pytest.raises(ConfigError, match="publish.hive.database_prefix"):
+        load_config(environ={"SILTLAKE_PUBLISH__HIVE__DATABASE_PREFIX": "Bad-Prefix"})
+
+
+def test_unknown_target_is_refused(deployment: Deployment) -> None:
+    deployment.config.publish.targets = ["glue"]
+    with pytest.raises(ConfigError, match="unknown target 'glue'; known targets: hive"):
+        publish_once(deployment)
+
+
+def test_a_locked_embedded_metastore_is_reported_in_one_line(tmp_path: Path, spark, hive_metastore_dir: Path) -> None:
+    """Derby allows one JVM: a second process (here `silt publish`) on this test session's metastore fails clearly.
+    (One catalog kind only: the catalog plays no part, and a second JVM costs a Spark start.)"""
+    spark.sql("SHOW DATABASES").collect()  # this JVM has the embedded metastore booted
+    deployment = Deployment(make_config(tmp_path, f"sqlite:///{tmp_path / 'catalog.db'}"))
+    deployment.init()
+    make_table(deployment)
+    config = deployment.config
+    env = {**os.environ, "SILTLAKE_CATALOG__URL": config.catalog.url, "SILTLAKE_STORAGE__ROOT": config.storage.root,
+           "SILTLAKE_STORAGE__STAGING_ROOT": config.storage.staging_root, "SILTLAKE_INSTANCE_KEY": config.instance_key,
+           "SILTLAKE_SPARK__MASTER": "local[1]", "SILTLAKE_PUBLISH__TARGETS": "hive",
+           "SILTLAKE_PUBLISH__HIVE__METASTORE_DIR": str(hive_metastore_dir)}
+    result = subprocess.run([str(Path(sys.executable).with_name("silt")), "publish", "--once"], env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"the embedded Hive metastore at {hive_metastore_dir} is in use by another process" in result.stderr
