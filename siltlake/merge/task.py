@@ -203,6 +203,10 @@ class _Merger:
         keys = ([planned.existing_key] if planned.existing_key else []) + list(planned.small_keys)
         footers = [pq.read_metadata(self.lake.path(k), filesystem=self.lake.filesystem) for k in keys]
         reason = shallow_merge_refusal(footers)
+        if reason is None and not footers[0].schema.to_arrow_schema().equals(self.schema):
+            # Inputs alike but older than the table (a column added or widened): copying them would keep
+            # the old schema in the merged object.
+            reason = "the table's columns changed since the objects were written"
         if reason is not None:
             raise ShallowMergeRefused(reason)
         files = [self.lake.open_input_file(k) for k in keys]
