@@ -112,7 +112,7 @@ def test_processing_the_same_object_again_adds_nothing(deployment: Deployment, a
     from siltlake.stream.runner import StreamReport
 
     late = StreamReport()
-    _commit(deployment, [result], {1: stale}, late)
+    _commit(deployment, [result], {1: stale}, late, deployment.catalog.version_mark())
     assert late.skipped_duplicates == 1 and late.records_loaded == 0
     assert not deployment.lake.exists(result["parts"][0]["tmp_key"])
     assert sum(o.row_count for o in deployment.catalog.small_objects(access_table.id)) == 10
