@@ -137,11 +137,21 @@ class PublishConfig(_Section):
         # SILTLAKE_PUBLISH__TARGETS=hive,other: environment values are strings.
         return [part.strip() for part in value.split(",") if part.strip()] if isinstance(value, str) else value
 
-
     @field_validator("interval", mode="before")
     @classmethod
     def _interval(cls, value: Any) -> int:
         return parse_duration(value, "publish.interval")
+
+
+class ReapConfig(_Section):
+    retention: int = Field(default=7 * 86400, description="seconds a superseded version stays readable (time travel)")
+    grace: int = Field(default=3 * 86400, description="seconds before an object no catalog row names is an orphan")
+    interval: int = Field(default=3600, description="seconds between reap runs in `silt run`")
+
+    @field_validator("retention", "grace", "interval", mode="before")
+    @classmethod
+    def _durations(cls, value: Any, info: ValidationInfo) -> int:
+        return parse_duration(value, f"reap.{info.field_name}")
 
 
 class Config(_Section):
@@ -152,6 +162,7 @@ class Config(_Section):
     stream: StreamConfig = Field(default_factory=StreamConfig)
     merge: MergeConfig = Field(default_factory=MergeConfig)
     publish: PublishConfig = Field(default_factory=PublishConfig)
+    reap: ReapConfig = Field(default_factory=ReapConfig)
     source: str = Field(default="embedded defaults", exclude=True)
 
     @field_validator("instance_key")

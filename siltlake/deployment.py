@@ -35,8 +35,11 @@ class Deployment:
     def open(cls, config: Config | None = None) -> Deployment:
         return cls(config or load_config())
 
-    def init(self) -> str:
-        """Create or upgrade the catalog, create the storage roots, register this instance key."""
+    def init(self, claim: bool = False) -> str:
+        """Create or upgrade the catalog, create the storage roots, register this instance key.
+
+        claim=True rewrites the key's `_instance.json` to name this catalog (after moving a catalog): reap
+        refuses to run while it names another one."""
         self.catalog.upgrade()
         self.lake.ensure_root()
         self.staging.ensure_root()
@@ -48,7 +51,7 @@ class Deployment:
                 key = secrets.token_hex(4)
         self.catalog.register_instance(key, self.lake.root, is_self=True)
         marker = f"{key}/_instance.json"
-        if not self.lake.exists(marker):
+        if claim or not self.lake.exists(marker):
             self.lake.write_bytes(marker, json.dumps({
                 "instance_key": key,
                 "catalog": repr(self.catalog),

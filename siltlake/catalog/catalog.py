@@ -16,6 +16,7 @@ from siltlake.catalog import schema as s
 from siltlake.catalog.external_sync import ExternalSync
 from siltlake.catalog.merge_queue import MergeQueue
 from siltlake.catalog.publishing import Publishing
+from siltlake.catalog.reaping import Reaping
 from siltlake.clock import utcnow
 from siltlake.errors import CatalogError, NotFoundError
 from siltlake.storage import TableLayout
@@ -108,7 +109,7 @@ def _sqlite_setup(engine: Engine) -> None:
         connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
-class Catalog(MergeQueue, Publishing, ExternalSync):
+class Catalog(MergeQueue, Publishing, ExternalSync, Reaping):
     """One deployment's catalog. Create with a URL; call upgrade() (silt init) before use."""
 
     def __init__(self, url: str, *, echo: bool = False) -> None:

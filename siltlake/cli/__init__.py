@@ -61,12 +61,14 @@ def main(context: click.Context, config: str | None) -> None:
 
 
 @main.command()
+@click.option("--claim", is_flag=True, help="Make the instance key's _instance.json name this catalog (after "
+              "moving the catalog; reap refuses while it names another).")
 @click.pass_context
 @friendly
-def init(context: click.Context) -> None:
+def init(context: click.Context, claim: bool) -> None:
     """Create or upgrade the catalog and storage roots; register this deployment's instance key."""
     deployment = deployment_of(context)
-    key = deployment.init()
+    key = deployment.init(claim=claim)
     console.print(f"catalog   {deployment.catalog!r} at revision {deployment.catalog.revision()}")
     console.print(f"lake      {deployment.lake.root}")
     console.print(f"staging   {deployment.staging.root}")
@@ -577,6 +579,71 @@ def delete(context: click.Context, name: str, where: str, dates: tuple[str, ...]
         grid.add_row(date.isoformat(), f"{report.rows_before:,}", f"{report.rows_before - report.rows_after:,}",
                      str(report.version.version) if report.version else "unchanged")
     out.print(grid)
+
+
+def _duration(value: str | None, option: str) -> int | None:
+    from siltlake.errors import DefinitionError
+    from siltlake.tabledef import parse_duration
+
+    if value is None:
+        return None
+    try:
+        return parse_duration(int(value) if value.isdigit() else value, option)
+    except DefinitionError as exc:
+        raise click.BadParameter(str(exc), param_hint=option) from None
+
+
+def print_reap_report(report) -> None:  # noqa: ANN001 - a ReapReport
+    from siltlake.reap import REASONS
+
+    title = "would delete (dry run)" if report.dry_run else "deleted"
+    grid = Table("reason", "objects", "size", "catalog rows", box=box.SIMPLE_HEAD,
+                 title=f"reap {report.instance_key} at {report.now:%Y-%m-%d %H:%M:%S} UTC: {title}")
+    for name, label, rows_of in REASONS:
+        totals = report.reasons[name]
+        grid.add_row(label, f"{totals.objects:,}", _size(totals.bytes),
+                     f"{totals.rows:,} {rows_of}" if rows_of else "")
+    grid.add_row("[bold]total[/]", f"[bold]{report.objects:,}[/]", f"[bold]{_size(report.bytes)}[/]", "")
+    out.print(grid)
+    kept = [f"{count:,} {what}" for count, what in (
+        (report.kept_young, "unreferenced objects inside the grace period"),
+        (report.kept_running, "merged objects a running merge job may commit"),
+        (report.kept_unreadable, "merged objects of a partition whose retained manifest is unreadable")) if count]
+    console.print(f"listed {report.listed:,} objects; kept {', '.join(kept) or 'nothing unreferenced'}; catalog "
+                  f"{report.catalog_seconds:.2f}s, listing {report.list_seconds:.2f}s, deleting "
+                  f"{report.delete_seconds:.2f}s", highlight=False)
+    for warning in report.warnings:
+        console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
+    for key, error in report.failed[:20]:
+        console.print(f"[bold red]not deleted:[/] {key}: {error} (the next reap retries it)", highlight=False,
+                      soft_wrap=True)
+
+
+@main.command()
+@click.option("--dry-run", is_flag=True, help="Show what would be deleted; delete nothing.")
+@click.option("--now", "now_text", default=None, help="Use this time as now (ISO-8601, e.g. 2018-08-24T02:00:00Z).")
+@click.option("--retention", default=None, help="Keep superseded versions this long (default reap.retention, 7d).")
+@click.option("--grace", default=None, help="Unreferenced objects younger than this are kept (default reap.grace, "
+              "3d).")
+@click.option("--force", is_flag=True, help="Allow a retention below 1d or a grace below 1h.")
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON on stdout.")
+@click.pass_context
+@friendly
+def reap(context: click.Context, dry_run: bool, now_text: str | None, retention: str | None, grace: str | None,
+         force: bool, as_json: bool) -> None:
+    """Delete covered small objects, superseded merged objects, expired versions, orphans, partitions past
+    their TTL and dropped tables, under this deployment's instance key only (DESIGN §8)."""
+    from siltlake.reap import reap_once
+
+    deployment = deployment_of(context)
+    report = reap_once(deployment, parse_now(now_text), dry_run=dry_run,
+                       retention=_duration(retention, "--retention"), grace=_duration(grace, "--grace"), force=force)
+    if as_json:
+        out.print_json(json.dumps(report.as_dict()))
+    else:
+        print_reap_report(report)
+    if report.failed:
+        sys.exit(1)
 
 
 # --- unknown objects and bad records ---------------------------------------------------------------

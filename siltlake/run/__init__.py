@@ -1,4 +1,4 @@
-"""Single-host mode (`silt run`): the stream, merge and publish loops in one process, on one SparkSession.
+"""Single-host mode (`silt run`): the stream, merge, publish and reap loops in one process, on one SparkSession.
 
 Each loop is its daemon's own loop (`stream_forever`, `MergeWorker.run`, `poll_forever` over
 `publish_once`) in a thread of its own, under a supervisor: an exception that escapes a loop is
@@ -18,6 +18,7 @@ from siltlake.deployment import Deployment
 from siltlake.merge import MergeProgress, MergeReport, MergeWorker
 from siltlake.polling import backoff, poll_forever
 from siltlake.publish import PublishReport, publish_once
+from siltlake.reap import ReapReport, reap_once
 from siltlake.stream import Progress, StreamReport, stream_forever
 
 __all__ = ["Loop", "LoopStatus", "SingleHost", "run_loops"]
@@ -177,7 +178,7 @@ class SingleHost:
             Loop("stream", config.stream.poll_interval, self._stream),
             Loop("merge", config.merge.poll_interval, self._merge),
             Loop("publish", config.publish.interval, self._publish),
-            # reap joins here: Loop("reap", <reap interval>, body) over its reap_once.
+            Loop("reap", config.reap.interval, self._reap),
         ]
         self.status = {loop.name: loop.status for loop in self.loops}
         self.stop_event = threading.Event()
@@ -186,6 +187,7 @@ class SingleHost:
         self.worker = MergeWorker(deployment, progress=_MergeStatus(self.status["merge"]))
         self._stream_totals = StreamReport()
         self._publish_totals = [0, 0, 0, 0]  # switched, closed, live versions, merged versions
+        self._reap_totals = [0, 0]  # objects, bytes
         self._merge_seen = dict.fromkeys(("claimed", "jobs", "objects", "rows"), 0)
 
     # --- control ------------------------------------------------------------------------------------
@@ -277,6 +279,24 @@ class SingleHost:
                                                  f"and {totals[3]} merged versions")
             if publish_work(run):
                 self.on_report("publish", run)
+
+        poll_forever(one_run, stop, status.interval, report, on_error=lambda exc, wait: self._failed(status, exc, wait))
+
+    def _reap(self, stop: threading.Event) -> None:
+        status = self.status["reap"]
+        totals = self._reap_totals
+
+        def one_run() -> ReapReport:
+            status.working()
+            return reap_once(self.deployment)
+
+        def report(run: ReapReport) -> None:
+            totals[0] += run.objects
+            totals[1] += run.bytes
+            work = f"{run.objects:,} objects, {run.bytes:,} bytes" if run.objects else None
+            status.round_done(work, f"{totals[0]:,} objects, {totals[1]:,} bytes freed")
+            if work:
+                self.on_report("reap", run)
 
         poll_forever(one_run, stop, status.interval, report, on_error=lambda exc, wait: self._failed(status, exc, wait))
 

@@ -48,12 +48,13 @@ def status_table(host: SingleHost) -> Table:
 
 def run_in_terminal(deployment: Deployment, console: Console) -> None:
     """Run every loop until SIGINT or SIGTERM, then wait for their current work; a second signal quits now."""
-    from siltlake.cli import print_merge_report, print_publish_report, print_stream_report
+    from siltlake.cli import print_merge_report, print_publish_report, print_reap_report, print_stream_report
 
     printers = {
         "stream": lambda report: print_stream_report(report, deployment.staging.root),
         "merge": print_merge_report,
         "publish": print_publish_report,
+        "reap": print_reap_report,
     }
 
     def on_error(name: str, exc: BaseException, wait: float) -> None:

@@ -84,6 +84,12 @@ class Storage:
             if info.type == pafs.FileType.File:
                 yield ObjectInfo(self.key_of(info.path), info.size or 0, info.mtime)
 
+    def subdirectories(self, prefix: str = "") -> list[str]:
+        """Names of the directories (key prefixes) directly under a prefix."""
+        selector = pafs.FileSelector(self.path(prefix), recursive=False, allow_not_found=True)
+        return sorted(posixpath.basename(info.path) for info in self.filesystem.get_file_info(selector)
+                      if info.type == pafs.FileType.Directory)
+
     def info(self, key: str) -> ObjectInfo | None:
         found = self.filesystem.get_file_info(self.path(key))
         if found.type != pafs.FileType.File:

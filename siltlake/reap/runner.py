@@ -1,0 +1,533 @@
+"""One reap run (DESIGN §8): refresh what is referenced, delete what nothing retained needs, rows last.
+
+Order: (1) check that the instance key is ours; (2) read every reference in one catalog snapshot and the
+manifests of the retained versions; (3) list the objects under our key and classify each; (4) delete
+objects in parallel batches; (5) delete catalog rows, only for what was deleted. A run cut short anywhere
+leaves rows that still describe the objects left, so running reap again finishes the work.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from zoneinfo import ZoneInfo
+
+from siltlake.catalog.reaping import ReapTable, ReapVersion, ReapView
+from siltlake.clock import to_naive_utc, utcnow
+from siltlake.deployment import Deployment
+from siltlake.errors import SiltError
+from siltlake.publish.manifests import read_manifest
+from siltlake.storage import ObjectInfo, TableLayout
+
+DAY = 86400
+MIN_RETENTION = DAY
+MIN_GRACE = 3600
+
+# (reason, what the report calls it, what its catalog rows are)
+REASONS = (
+    ("covered", "small objects in the current manifest", "small objects"),
+    ("superseded", "superseded merged objects", ""),
+    ("expired", "expired versions' manifests", "versions"),
+    ("orphan", "orphans past the grace period", ""),
+    ("ttl", "partitions past their TTL", "partitions"),
+    ("dropped", "dropped tables", "tables"),
+)
+
+_SMALL = re.compile(r"^obj-(\d{19})\.parquet$")
+_PART = re.compile(r"^part-(\d{19})-(\d{19})\.parquet$")
+_UPDATE = re.compile(r"^(update-[A-Za-z0-9-]+)\.parquet$")
+_PHYSICAL = re.compile(r"^[a-z_][a-z0-9_]*\.[a-z_][a-z0-9_]*$")
+
+
+class ReapRefused(SiltError):
+    """Reap will not run: the instance key is not provably this deployment's, or a setting is unsafe."""
+
+
+@dataclass
+class ReasonTotals:
+    objects: int = 0
+    bytes: int = 0
+    rows: int = 0  # catalog rows of the reason's kind (see REASONS)
+
+
+@dataclass
+class ReapReport:
+    instance_key: str
+    now: dt.datetime
+    dry_run: bool
+    reasons: dict[str, ReasonTotals] = field(default_factory=lambda: {r[0]: ReasonTotals() for r in REASONS})
+    kept_young: int = 0  # unreferenced objects still inside the grace period
+    kept_running: int = 0  # unreferenced merged objects of a partition a live merge job works on
+    kept_unreadable: int = 0  # merged objects kept because a retained manifest could not be read
+    failed: list[tuple[str, str]] = field(default_factory=list)  # (key, error): retried by the next run
+    warnings: list[str] = field(default_factory=list)
+    other_instances: list[str] = field(default_factory=list)
+    listed: int = 0
+    catalog_seconds: float = 0.0
+    list_seconds: float = 0.0
+    delete_seconds: float = 0.0
+    seconds: float = 0.0
+
+    @property
+    def objects(self) -> int:
+        return sum(r.objects for r in self.reasons.values())
+
+    @property
+    def bytes(self) -> int:
+        return sum(r.bytes for r in self.reasons.values())
+
+    def as_dict(self) -> dict:
+        return {
+            "instance_key": self.instance_key, "now": self.now.isoformat(), "dry_run": self.dry_run,
+            "reasons": {name: {"objects": t.objects, "bytes": t.bytes, "catalog_rows": t.rows}
+                        for name, t in self.reasons.items()},
+            "objects": self.objects, "bytes": self.bytes, "kept_young": self.kept_young,
+            "kept_running": self.kept_running, "kept_unreadable": self.kept_unreadable,
+            "failed": [{"key": k, "error": e} for k, e in self.failed], "warnings": self.warnings,
+            "other_instances": self.other_instances, "listed": self.listed,
+            "catalog_seconds": round(self.catalog_seconds, 3), "list_seconds": round(self.list_seconds, 3),
+            "delete_seconds": round(self.delete_seconds, 3), "seconds": round(self.seconds, 3),
+        }
+
+
+@dataclass
+class _Plan:
+    """What one run deletes: object keys by reason, and the rows to delete once their objects are gone."""
+
+    keys: dict[str, list[ObjectInfo]] = field(default_factory=lambda: defaultdict(list))
+    recheck: set[str] = field(default_factory=set)  # orphans: stat again right before deleting
+    covered_rows: dict[int, str] = field(default_factory=dict)  # small object id -> its key
+    expired_versions: dict[int, tuple[str, ...]] = field(default_factory=dict)  # version row id -> manifest keys
+    ttl_partitions: dict[int, tuple[str, str]] = field(default_factory=dict)  # id -> (table prefix, dt segment)
+    dropped_tables: dict[int, str] = field(default_factory=dict)  # table id -> its prefix
+    tmp_runs: set[str] = field(default_factory=set)  # _tmp/<run> prefixes whose every file goes
+
+
+def symlink_key(json_manifest_key: str) -> str:
+    """The symlink manifest that manifests.manifest_keys pairs with a JSON manifest."""
+    directory, name = json_manifest_key.rsplit("/", 1)
+    return f"{directory}/symlink-{name.removeprefix('manifest-').removesuffix('.json')}/manifest"
+
+
+def retained_versions(versions: Sequence[ReapVersion], cutoff: dt.datetime) -> tuple[list[ReapVersion],
+                                                                                     list[ReapVersion]]:
+    """(retained, expired) versions of one partition, ordered by version.
+
+    The newest is always retained. An older one is retained while it was the current version at some moment
+    inside the retention window, i.e. while a later version was created at or after `cutoff`: time travel to
+    any time in the window then finds its version, and a reader that started on it just before it was
+    superseded keeps its objects for the whole retention.
+    """
+    retained: list[ReapVersion] = []
+    expired: list[ReapVersion] = []
+    latest_after: dt.datetime | None = None
+    for version in reversed(versions):
+        if latest_after is None or latest_after >= cutoff:
+            retained.append(version)
+        else:
+            expired.append(version)
+        latest_after = version.created_at if latest_after is None else max(latest_after, version.created_at)
+    return retained[::-1], expired[::-1]
+
+
+def _local_date(now: dt.datetime, zone: str) -> dt.date:
+    return now.replace(tzinfo=dt.UTC).astimezone(ZoneInfo(zone)).date()
+
+
+def check_instance(deployment: Deployment, key: str) -> None:
+    """Refuse unless the instance key provably belongs to this deployment's catalog (seed 002's enemy reaping)."""
+    catalog, lake = deployment.catalog, deployment.lake
+    own = catalog.self_instance_key()
+    if own != key:
+        raise ReapRefused(
+            f"refusing to reap: the configured instance_key {key!r} is not this catalog's key {own!r}; remove "
+            "instance_key from the configuration or set it to the catalog's key")
+    marker = f"{key}/_instance.json"
+    if not lake.exists(marker):
+        raise ReapRefused(
+            f"refusing to reap: {lake.uri(marker)} is missing, so nothing proves instance key {key!r} is this "
+            "deployment's; run `silt init` to write it, then reap again")
+    try:
+        owner = json.loads(lake.read_bytes(marker)).get("catalog")
+    except (ValueError, AttributeError):
+        owner = None
+    if owner != repr(catalog):
+        raise ReapRefused(
+            f"refusing to reap: instance key {key!r} belongs to another deployment's catalog ({owner}), not to "
+            f"{catalog!r} ({lake.uri(marker)}); this catalog is probably a copy of that one, and reaping would "
+            "delete that deployment's objects. Give this deployment its own catalog and key (remove the copy, "
+            "`silt init` a new one); if the other catalog was moved here and no longer exists, run "
+            "`silt init --claim`")
+
+
+def register_other_instances(deployment: Deployment, key: str) -> list[str]:
+    """Record in the `instances` registry every other deployment's key found at the storage root."""
+    lake, catalog = deployment.lake, deployment.catalog
+    found = []
+    for name in lake.subdirectories():
+        if name == key:
+            continue
+        marker = f"{name}/_instance.json"
+        try:
+            data = json.loads(lake.read_bytes(marker))
+        except (FileNotFoundError, ValueError):
+            continue
+        if not isinstance(data, dict) or data.get("instance_key") != name:
+            continue
+        catalog.register_instance(name, lake.root, is_self=False, description=str(data.get("catalog", "")))
+        found.append(name)
+    return found
+
+
+def _manifest_objects(deployment: Deployment, keys: Sequence[str], workers: int
+                      ) -> tuple[dict[str, list[str]], set[str]]:
+    """The object keys each JSON manifest lists, and the manifests that could not be read."""
+    lake = deployment.lake
+    prefix = lake.root + "/"
+
+    def one(key: str) -> list[str] | None:
+        try:
+            return [uri.removeprefix(prefix) for uri, _ in read_manifest(lake, key)]
+        except (FileNotFoundError, OSError, ValueError, KeyError):
+            return None
+
+    listed: dict[str, list[str]] = {}
+    unreadable: set[str] = set()
+    with ThreadPoolExecutor(max(1, min(workers, len(keys)))) as pool:
+        for key, objects in zip(keys, pool.map(one, keys), strict=True):
+            if objects is None:
+                unreadable.add(key)
+            else:
+                listed[key] = objects
+    return listed, unreadable
+
+
+def _plan(deployment: Deployment, key: str, view: ReapView, listed: list[ObjectInfo], report: ReapReport, *,
+          now: dt.datetime, retention: int, grace: int, workers: int) -> _Plan:
+    plan = _Plan()
+    retention_cutoff = now - dt.timedelta(seconds=retention)
+    young_after = now - dt.timedelta(seconds=grace)
+    job_fresh_after = now - dt.timedelta(seconds=deployment.config.merge.job_timeout)
+
+    # A reaped dropped table's name starts with '#' (forget_dropped_table): its prefix is no table's now.
+    tables: dict[str, ReapTable] = {t.physical_name: t for t in view.tables
+                                    if not t.physical_table_name.startswith("#")}
+    by_id = {t.id: t for t in tables.values()}
+    partitions = {(p.table_id, p.partition_date): p for p in view.partitions}
+    partition_table = {p.id: p.table_id for p in view.partitions}
+    gone_tables = {t.id for t in tables.values()
+                   if t.dropped_time is not None and t.dropped_time <= young_after}
+    for table_id in gone_tables:
+        plan.dropped_tables[table_id] = TableLayout(key, by_id[table_id].physical_schema_name,
+                                                    by_id[table_id].physical_table_name).prefix
+    for p in view.partitions:
+        table = by_id.get(p.table_id)
+        if table is None or table.id in gone_tables or table.ttl_days is None:
+            continue
+        if p.partition_date < _local_date(now, table.timezone) - dt.timedelta(days=table.ttl_days):
+            plan.ttl_partitions[p.id] = f"{key}/{table.physical_name}/", f"/dt={p.partition_date.isoformat()}/"
+    settled = set(plan.ttl_partitions) | {pid for pid, tid in partition_table.items() if tid in gone_tables}
+
+    # Versions: retained or expired; what the retained ones show.
+    versions: dict[int, list[ReapVersion]] = defaultdict(list)
+    for v in view.versions:
+        versions[v.partition_id].append(v)
+    retained_manifests: set[str] = set()
+    named_manifests: set[str] = {v.manifest_key for v in view.versions if v.manifest_key}
+    live_windows: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    covered_upper: dict[int, int] = {}
+    expired: list[ReapVersion] = []
+    for partition_id, history in versions.items():
+        if partition_id in settled:
+            continue
+        kept, gone = retained_versions(history, retention_cutoff)
+        expired += gone
+        newest = history[-1]
+        covered_upper[partition_id] = (newest.covered_upper or 0) if newest.manifest_key else 0
+        for v in kept:
+            if v.manifest_key:
+                retained_manifests.add(v.manifest_key)
+            if v.live_watermark is not None and v.live_watermark > (v.covered_upper or 0):
+                live_windows[partition_id].append((v.covered_upper or 0, v.live_watermark))
+    started = time.monotonic()
+    manifest_objects, unreadable = _manifest_objects(deployment, sorted(retained_manifests), workers)
+    report.catalog_seconds += time.monotonic() - started  # reading manifests is part of refreshing references
+    referenced: set[str] = {k for objects in manifest_objects.values() for k in objects}
+    referenced |= retained_manifests | {symlink_key(k) for k in retained_manifests}
+    referenced |= view.error_keys
+    referenced.add(f"{key}/_instance.json")
+    guarded_dirs = set()  # merged/dt=D of partitions whose retained manifest is unreadable: keep them whole
+    for manifest in unreadable:
+        guarded_dirs.add(manifest.replace("/manifests/", "/merged/", 1).rsplit("/", 1)[0])
+        report.warnings.append(f"retained manifest {manifest} cannot be read; the merged objects of its "
+                               "partition are kept")
+    for v in expired:
+        keys = (v.manifest_key, symlink_key(v.manifest_key)) if v.manifest_key else ()
+        plan.expired_versions[v.id] = tuple(k for k in keys if k not in referenced)
+
+    # Merge ranges: their objects are read by future merges and publishes.
+    max_upper: dict[int, int] = defaultdict(int)
+    layouts = {t.id: TableLayout(key, t.physical_schema_name, t.physical_table_name) for t in tables.values()}
+    dates = {p.id: p.partition_date for p in view.partitions}
+    for r in view.ranges:
+        max_upper[r.partition_id] = max(max_upper[r.partition_id], r.upper)
+        if r.lower is None or r.partition_id in settled or partition_table.get(r.partition_id) not in layouts:
+            continue
+        if r.object_key is not None:
+            referenced.add(r.object_key)
+        else:
+            referenced.add(layouts[partition_table[r.partition_id]].merged_object(dates[r.partition_id], r.lower,
+                                                                                  r.upper))
+    running = {pid for pid, beat in view.running_jobs if beat is not None and beat >= job_fresh_after}
+
+    # Small objects: covered by the newest manifest and shown live by no retained version.
+    small = {o.id: o for o in view.small_objects}
+    for o in view.small_objects:
+        if o.partition_id in settled or o.id > covered_upper.get(o.partition_id, 0):
+            continue
+        if not o.delayed and any(low < o.id <= high for low, high in live_windows.get(o.partition_id, ())):
+            continue
+        table_id = partition_table[o.partition_id]
+        if table_id in layouts:
+            plan.covered_rows[o.id] = layouts[table_id].small_object(dates[o.partition_id], o.id, o.delayed)
+    covered_keys = {k: oid for oid, k in plan.covered_rows.items()}
+    expired_keys = {k for keys in plan.expired_versions.values() for k in keys}
+
+    tmp_files: dict[str, list[bool]] = defaultdict(list)
+    own_prefix = key + "/"
+    for info in listed:
+        if not info.key.startswith(own_prefix):
+            continue  # never: listed under our key only
+        parts = info.key[len(own_prefix):].split("/")
+        reason: str | None = None
+        orphan_candidate = False
+        job_partition: int | None = None
+        table = tables.get(parts[0]) if len(parts) > 1 else None
+        area = parts[1] if len(parts) > 1 else ""
+        date = _date_of(parts[2]) if len(parts) > 3 else None
+        partition = partitions.get((table.id, date)) if table is not None and date is not None else None
+        # Whole tables and partitions first: nothing in them is kept, referenced or not.
+        if table is not None and table.id in gone_tables:
+            reason = "dropped"
+        elif partition is not None and partition.id in plan.ttl_partitions:
+            reason = "ttl"
+        elif table is not None and table.dropped_time is not None:
+            report.kept_young += 1  # dropped inside the grace period: a writer may still be finishing
+            continue
+        elif info.key in referenced:
+            continue
+        elif parts[0] == "_tmp" and len(parts) > 1:
+            orphan_candidate = True
+        elif table is not None:
+            name = parts[-1]
+            if area in ("live", "delayed") and len(parts) == 4:
+                if info.key in covered_keys:
+                    reason = "covered"
+                else:
+                    match = _SMALL.match(name)
+                    row = small.get(int(match.group(1))) if match else None
+                    if row is not None and partition is not None and row.partition_id == partition.id \
+                            and row.delayed == (area == "delayed"):
+                        continue  # referenced: not covered yet, or shown by a retained version
+                    orphan_candidate = True
+            elif area == "merged" and len(parts) == 4:
+                if info.key.rsplit("/", 1)[0] in guarded_dirs:
+                    report.kept_unreadable += 1
+                    continue
+                part, update = _PART.match(name), _UPDATE.match(name)
+                if part and partition is not None and int(part.group(2)) <= max_upper[partition.id]:
+                    # No merge can still commit it: a job commits only above the largest upper bound.
+                    reason = "superseded"
+                elif update and f"{key}/{table.physical_name}/manifests/{parts[2]}/manifest-" \
+                        f"{update.group(1)}.json" in named_manifests:
+                    reason = "superseded"  # a committed update's object, replaced since
+                else:
+                    orphan_candidate = True
+                    job_partition = partition.id if partition is not None and part else None
+            elif area == "manifests" and len(parts) >= 4:
+                if info.key in expired_keys:
+                    reason = "expired"
+                else:
+                    orphan_candidate = True
+            elif area == "errors" and len(parts) == 3:
+                orphan_candidate = True
+            else:
+                continue  # not a key siltlake writes: leave it alone
+        elif _PHYSICAL.match(parts[0]) and len(parts) > 1:
+            orphan_candidate = True  # a table prefix no table owns any more (written after its reap)
+        else:
+            continue  # not a key siltlake writes: leave it alone
+        if orphan_candidate:
+            mtime = to_naive_utc(info.mtime) if info.mtime is not None else None
+            young = mtime is None or mtime > young_after
+            if parts[0] == "_tmp" and len(parts) > 2:
+                tmp_files[f"{key}/_tmp/{parts[1]}"].append(not young)
+            if young:
+                report.kept_young += 1
+                continue
+            if job_partition is not None and job_partition in running:
+                report.kept_running += 1  # a live merge job may commit this very object
+                continue
+            reason = "orphan"
+            plan.recheck.add(info.key)
+        assert reason is not None
+        plan.keys[reason].append(info)
+    plan.tmp_runs = {run for run, old in tmp_files.items() if all(old)}
+    return plan
+
+
+def _date_of(segment: str) -> dt.date | None:
+    if not segment.startswith("dt="):
+        return None
+    try:
+        return dt.date.fromisoformat(segment[3:])
+    except ValueError:
+        return None
+
+
+def _delete_all(deployment: Deployment, key: str, infos: Sequence[ObjectInfo], recheck: set[str],
+                young_after: dt.datetime, workers: int, guard: Callable[[str], None]
+                ) -> tuple[set[str], list[tuple[str, str]], set[str]]:
+    """Delete objects in parallel batches; returns (deleted or already missing, failures, skipped)."""
+    lake = deployment.lake
+
+    def batch(chunk: Sequence[ObjectInfo]) -> tuple[list[str], list[tuple[str, str]], list[str]]:
+        done, failed, skipped = [], [], []
+        for info in chunk:
+            try:
+                guard(info.key)
+                if info.key in recheck:
+                    # An orphan could have been rewritten since it was listed (a retried merge, a reused id):
+                    # look again, so only an object still older than the grace period goes.
+                    now_info = lake.info(info.key)
+                    if now_info is not None and (now_info.mtime is None
+                                                 or to_naive_utc(now_info.mtime) > young_after):
+                        skipped.append(info.key)
+                        continue
+                lake.delete(info.key, missing_ok=True)
+                done.append(info.key)
+            except Exception as exc:  # noqa: BLE001 - reported; the next run retries the object
+                failed.append((info.key, f"{type(exc).__name__}: {exc}"))
+        return done, failed, skipped
+
+    size = max(1, min(1000, len(infos) // (workers * 4) + 1))
+    chunks = [infos[i:i + size] for i in range(0, len(infos), size)]
+    deleted: set[str] = set()
+    failures: list[tuple[str, str]] = []
+    skipped: set[str] = set()
+    with ThreadPoolExecutor(max(1, min(workers, len(chunks)))) as pool:
+        for done, failed, kept in pool.map(batch, chunks):
+            deleted.update(done)
+            failures += failed
+            skipped.update(kept)
+    return deleted, failures, skipped
+
+
+def reap_once(deployment: Deployment, now: dt.datetime | None = None, *, dry_run: bool = False,
+              retention: int | None = None, grace: int | None = None, force: bool = False,
+              workers: int = 16) -> ReapReport:
+    """Delete what no retained version, merge range or writer in flight needs, under this deployment's key.
+
+    `now` (naive UTC) replaces the clock as in publish; retention and grace are seconds (defaults from
+    `[reap]`); below one day of retention or one hour of grace it refuses unless `force`.
+    """
+    started = time.monotonic()
+    config = deployment.config.reap
+    retention = config.retention if retention is None else retention
+    grace = config.grace if grace is None else grace
+    if retention < MIN_RETENTION and not force:
+        raise ReapRefused(f"retention {retention}s is below one day: readers and time travel could lose objects "
+                          "they are reading; use at least 1d, or --force")
+    if grace < MIN_GRACE and not force:
+        raise ReapRefused(f"grace {grace}s is below one hour: objects being written now could be taken for "
+                          "orphans; use at least 1h, or --force")
+    now = now or utcnow()
+    catalog = deployment.catalog
+    catalog.check_ready()
+    key = deployment.instance_key
+    report = ReapReport(instance_key=key, now=now, dry_run=dry_run)
+
+    # 1. Whose key is this? Only ours, proven by the marker `silt init` wrote, and no other deployment's.
+    check_instance(deployment, key)
+    report.other_instances = register_other_instances(deployment, key)
+    foreign = catalog.foreign_instances()
+    if key in foreign:
+        raise ReapRefused(f"refusing to reap: instance key {key!r} is registered to another deployment in this "
+                          "catalog's instances registry; give this deployment its own key")
+
+    def guard(object_key: str) -> None:
+        # Every delete re-checks the key's instance against the registry (seed 002's reg_key check).
+        owner = object_key.split("/", 1)[0]
+        if owner != key or owner in foreign:
+            raise ReapRefused(f"refusing to delete {object_key}: it is not under this deployment's key {key!r}")
+
+    # 2. Refresh what is referenced, in one snapshot; 3. list and classify.
+    t0 = time.monotonic()
+    view = catalog.reap_view()
+    report.catalog_seconds += time.monotonic() - t0
+    t0 = time.monotonic()
+    listed = list(deployment.lake.list(key + "/"))
+    report.listed = len(listed)
+    report.list_seconds = time.monotonic() - t0
+    plan = _plan(deployment, key, view, listed, report, now=now, retention=retention, grace=grace,
+                 workers=workers)
+    listed_keys = {info.key for info in listed}
+
+    if dry_run:
+        for reason, infos in plan.keys.items():
+            report.reasons[reason].objects = len(infos)
+            report.reasons[reason].bytes = sum(i.size for i in infos)
+        report.reasons["covered"].rows = len(plan.covered_rows)
+        report.reasons["expired"].rows = len(plan.expired_versions)
+        report.reasons["ttl"].rows = len(plan.ttl_partitions)
+        report.reasons["dropped"].rows = len(plan.dropped_tables)
+        report.seconds = time.monotonic() - started
+        return report
+
+    # 4. Objects, in parallel batches.
+    t0 = time.monotonic()
+    everything = [info for infos in plan.keys.values() for info in infos]
+    young_after = now - dt.timedelta(seconds=grace)
+    deleted, report.failed, skipped = _delete_all(deployment, key, everything, plan.recheck, young_after, workers,
+                                                  guard)
+    report.kept_young += len(skipped)
+    for reason, infos in plan.keys.items():
+        gone = [i for i in infos if i.key in deleted]
+        report.reasons[reason].objects = len(gone)
+        report.reasons[reason].bytes = sum(i.size for i in gone)
+    report.delete_seconds = time.monotonic() - t0
+
+    # 5. Catalog rows, only for what is gone (a failed delete keeps its row, so the next run retries it).
+    failed = {k for k, _ in report.failed}
+    t0 = time.monotonic()
+    rows = [oid for oid, k in plan.covered_rows.items() if k in deleted or k not in listed_keys]
+    if rows:
+        report.reasons["covered"].rows = catalog.delete_small_object_rows(rows)
+    versions = [vid for vid, keys in plan.expired_versions.items() if not any(k in failed for k in keys)]
+    if versions:
+        report.reasons["expired"].rows = catalog.delete_version_rows(versions)
+    ttl = [pid for pid, (prefix, dated) in plan.ttl_partitions.items()
+           if not any(k.startswith(prefix) and dated in k for k in failed)]
+    if ttl:
+        catalog.delete_partitions(ttl)
+        report.reasons["ttl"].rows = len(ttl)
+    for table_id, prefix in plan.dropped_tables.items():
+        if any(k.startswith(prefix + "/") for k in failed):
+            continue
+        catalog.forget_dropped_table(table_id)
+        report.reasons["dropped"].rows += 1
+        guard(prefix + "/")
+        deployment.lake.delete_prefix(prefix)  # the empty directories left behind (local file systems)
+    for run in plan.tmp_runs:
+        if not any(k.startswith(run + "/") for k in failed | skipped):
+            guard(run + "/")
+            deployment.lake.delete_prefix(run)
+    report.catalog_seconds += time.monotonic() - t0
+    report.seconds = time.monotonic() - started
+    return report
