@@ -159,3 +159,34 @@ def test_a_reader_plans_with_the_same_number_of_catalog_queries_for_any_number_o
     many, many_rows = queries_to_read()
     assert (few_rows, many_rows) == (12, 75)
     assert few == many <= 4, f"{few} catalog queries for 4 partitions, {many} for 25"
+
+
+def test_merged_versions_publish_in_one_batch_and_skip_only_the_partition_that_moved(deployment: Deployment) -> None:
+    from siltlake.publish.manifests import write_manifests
+
+    table = make_table(deployment)
+    catalog = deployment.catalog
+    layout = table.layout(deployment.instance_key)
+    days = [DAY - dt.timedelta(days=d) for d in range(3)]
+    for day in days:
+        add_small_objects(deployment, table, day, [rows_for(day, 3, day.day)])
+    next_day = DAY + dt.timedelta(days=1)
+    ran = publish_once(deployment, now=tokyo(next_day, 1))
+    by_date = {p.partition_date: p.id for p in catalog.partitions(table.id)}
+    assert ran.closed == sorted(by_date.values()) and len(ran.live_versions) == 3
+    merge_once(deployment)
+    assert catalog.switch_partitions() == sorted(by_date.values())
+    pending = catalog.partitions_to_publish_merged()
+    keys = [write_manifests(deployment.lake, layout, p.partition_date, p.desired,
+                            [(r.key(layout, p.partition_date), r.content_length) for r in p.ranges])[0]
+            for p in pending]
+    # A delayed object merged meanwhile moves one partition's desired: only that one is left for later.
+    add_small_objects(deployment, table, days[0], [rows_for(days[0], 2, 77)])
+    merge_once(deployment)
+    published = catalog.publish_merged_versions(list(zip(pending, keys, strict=True)), tokyo(next_day, 2))
+    assert sorted(v.partition_id for v in published) == sorted(by_date[d] for d in days[1:])
+    assert {(v.version, v.commit_op, v.row_count) for v in published} == {(2, "compaction", 3)}
+    again = publish_once(deployment, now=tokyo(next_day, 3))
+    (late,) = again.merged_versions
+    assert (late.partition_id, late.version, late.row_count) == (by_date[days[0]], 2, 5)
+    assert publish_once(deployment, now=tokyo(next_day, 4)).merged_versions == []

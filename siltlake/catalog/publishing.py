@@ -13,6 +13,10 @@ from siltlake.catalog import schema as s
 from siltlake.catalog.merge_queue import RangeRow
 from siltlake.errors import CatalogError, NotFoundError
 
+# Merged versions published per transaction: bounds how long a publish run holds partition row locks
+# (PostgreSQL) or the write lock (SQLite), and the bound parameters of one statement (4 per partition).
+MERGED_CAS_BATCH = 500
+
 
 class UpdateConflict(CatalogError):
     """A concurrent writer changed the partition since this update (or append) read it: run it again."""
@@ -87,11 +91,6 @@ class Publishing:
     def _snapshot(self):  # noqa: ANN202 - provided by Catalog
         raise NotImplementedError
 
-    def _next_version(self, c: Connection, partition_id: int) -> int:
-        v = s.partition_versions
-        return c.execute(sa.select(sa.func.coalesce(sa.func.max(v.c.version), 0))
-                         .where(v.c.partition_id == partition_id)).scalar_one() + 1
-
     def _ordering_lock(self, c: Connection) -> None:
         """The lock stream commits hold while adding small objects (SQLite: its write lock is already held)."""
         if self.dialect == "postgresql":
@@ -101,13 +100,11 @@ class Publishing:
         """Switch closed partitions whose live objects are all merged (and that were merged at least once)."""
         p = s.partitions
         with self._tx() as c:
-            ready = list(c.execute(sa.select(p.c.id).where(
+            # One UPDATE ... RETURNING: no id list to send back (SQLite caps bound parameters).
+            return sorted(c.execute(p.update().where(
                 p.c.switched.is_(False), p.c.last_live_object_id.is_not(None),
                 p.c.desired_manifest_version > 0, p.c.desired_manifest_version >= p.c.last_live_object_id,
-            )).scalars())
-            if ready:
-                c.execute(p.update().where(p.c.id.in_(ready)).values(switched=True))
-        return ready
+            ).values(switched=True).returning(p.c.id)).scalars())
 
     def close_partitions(self, before: dict[int, dt.date]) -> list[int]:
         """Close open partitions dated before before[table_id]: later objects of those dates are delayed.
@@ -115,18 +112,18 @@ class Publishing:
         Runs under the stream's ordering lock, so no commit is between deciding live and being counted.
         """
         p, so = s.partitions, s.small_objects
-        closed: list[int] = []
+        if not before:
+            return []
+        # Each partition's largest id, as a correlated subquery: one statement for every partition of
+        # every table instead of a max() and an UPDATE per partition.
+        largest = (sa.select(sa.func.coalesce(sa.func.max(so.c.id), 0)).where(so.c.partition_id == p.c.id)
+                   .scalar_subquery())
+        ended = sa.or_(*(sa.and_(p.c.table_id == table_id, p.c.partition_date < date)
+                         for table_id, date in before.items()))
         with self._tx() as c:
             self._ordering_lock(c)  # the stream holds it while it decides live or delayed
-            for table_id, date in before.items():
-                for partition_id in c.execute(sa.select(p.c.id).where(
-                        p.c.table_id == table_id, p.c.partition_date < date,
-                        p.c.last_live_object_id.is_(None))).scalars():
-                    largest = c.execute(sa.select(sa.func.coalesce(sa.func.max(so.c.id), 0))
-                                        .where(so.c.partition_id == partition_id)).scalar_one()
-                    c.execute(p.update().where(p.c.id == partition_id).values(last_live_object_id=largest))
-                    closed.append(partition_id)
-        return closed
+            return sorted(c.execute(p.update().where(p.c.last_live_object_id.is_(None), ended)
+                                    .values(last_live_object_id=largest).returning(p.c.id)).scalars())
 
     @staticmethod
     def _newest_versions(*where: sa.ColumnElement) -> sa.Subquery:
@@ -177,16 +174,16 @@ class Publishing:
     def partitions_to_publish_merged(self) -> list[SwitchedPartition]:
         """Switched partitions whose desired merged version is ahead of the published one."""
         p, r = s.partitions, s.merge_ranges
+        behind = (p.c.switched.is_(True), p.c.current_manifest_version < p.c.desired_manifest_version)
         with self._tx() as c:
             rows = c.execute(sa.select(p.c.id, p.c.table_id, p.c.partition_date, p.c.current_manifest_version,
-                                       p.c.desired_manifest_version)
-                             .where(p.c.switched.is_(True),
-                                    p.c.current_manifest_version < p.c.desired_manifest_version)).all()
+                                       p.c.desired_manifest_version).where(*behind)).all()
             ranges: dict[int, list] = {}
             if rows:
+                # The same condition as a subquery, not an id list: same transaction, no parameter cap.
                 for rr in c.execute(sa.select(r.c.partition_id, r.c.lower_bound, r.c.upper_bound, r.c.content_length,
                                               r.c.row_count, r.c.object_key)
-                                    .where(r.c.partition_id.in_([row.id for row in rows]),
+                                    .where(r.c.partition_id.in_(sa.select(p.c.id).where(*behind)),
                                            r.c.lower_bound.is_not(None))
                                     .order_by(r.c.partition_id, r.c.upper_bound)):
                     ranges.setdefault(rr.partition_id, []).append(
@@ -199,22 +196,51 @@ class Publishing:
     def publish_merged_version(self, partition: SwitchedPartition, manifest_key: str,
                                now: dt.datetime) -> PublishedVersion | None:
         """Publish the manifest of `partition.desired`, unless a merge or another publisher moved it meanwhile."""
+        published = self.publish_merged_versions([(partition, manifest_key)], now)
+        return published[0] if published else None
+
+    def publish_merged_versions(self, items: Sequence[tuple[SwitchedPartition, str]],
+                                now: dt.datetime) -> list[PublishedVersion]:
+        """publish_merged_version for many partitions, in one transaction per MERGED_CAS_BATCH of them; a
+        partition whose current or desired moved since it was read is left out (the next run publishes
+        it), the others are not.
+
+        Per partition this is the same compare-and-swap: current moves from the value read to desired
+        only where both are still as read. One UPDATE ... RETURNING tells which partitions moved; their
+        new version numbers are read after it, under its row locks, as the one-partition form did.
+        """
+        published: list[PublishedVersion] = []
+        for start in range(0, len(items), MERGED_CAS_BATCH):
+            published += self._publish_merged_batch(items[start:start + MERGED_CAS_BATCH], now)
+        return published
+
+    def _publish_merged_batch(self, items: Sequence[tuple[SwitchedPartition, str]],
+                              now: dt.datetime) -> list[PublishedVersion]:
         p, v = s.partitions, s.partition_versions
+        by_id = {partition.partition_id: (partition, key) for partition, key in items}
+        assert len(by_id) == len(items), "one item per partition"
+        published: list[PublishedVersion] = []
         with self._tx() as c:
-            moved = c.execute(p.update().where(
-                p.c.id == partition.partition_id, p.c.current_manifest_version == partition.current,
-                p.c.desired_manifest_version == partition.desired,
-            ).values(current_manifest_version=partition.desired)).rowcount
-            if moved != 1:
-                return None
-            version = self._next_version(c, partition.partition_id)
-            rows = sum(x.row_count for x in partition.ranges)
-            size = sum(x.content_length for x in partition.ranges)
-            c.execute(v.insert().values(partition_id=partition.partition_id, version=version, commit_op="compaction",
-                                        manifest_key=manifest_key, covered_upper=partition.desired, created_at=now,
-                                        row_count=rows, byte_count=size))
-        return PublishedVersion(partition.partition_id, version, "compaction", None, manifest_key, now, rows, size,
-                                partition.desired)
+            moved = set(c.execute(p.update().where(
+                p.c.id.in_(list(by_id)),
+                sa.tuple_(p.c.id, p.c.current_manifest_version, p.c.desired_manifest_version).in_(
+                    [(x.partition_id, x.current, x.desired) for x, _ in items]),
+            ).values(current_manifest_version=p.c.desired_manifest_version).returning(p.c.id)).scalars())
+            if not moved:
+                return []
+            newest = dict(c.execute(sa.select(v.c.partition_id, sa.func.max(v.c.version))
+                                    .where(v.c.partition_id.in_(list(moved))).group_by(v.c.partition_id)).all())
+            for partition, manifest_key in items:
+                if partition.partition_id not in moved:
+                    continue
+                published.append(PublishedVersion(
+                    partition.partition_id, newest.get(partition.partition_id, 0) + 1, "compaction", None,
+                    manifest_key, now, sum(x.row_count for x in partition.ranges),
+                    sum(x.content_length for x in partition.ranges), partition.desired))
+            c.execute(v.insert(), [dict(partition_id=x.partition_id, version=x.version, commit_op=x.commit_op,
+                                        manifest_key=x.manifest_key, covered_upper=x.covered_upper, created_at=now,
+                                        row_count=x.row_count, byte_count=x.byte_count) for x in published])
+        return published
 
     # --- updates (DESIGN §6) -----------------------------------------------------------------------
 

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from siltlake.catalog.publishing import PublishedVersion
+from siltlake.catalog.publishing import MERGED_CAS_BATCH, PublishedVersion, SwitchedPartition
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.errors import ConfigError
 from siltlake.publish.manifests import write_manifests
 from siltlake.publish.targets import configured_targets
+
+# Manifest writes are small and mostly wait on storage (an object store's latency): a few threads.
+MANIFEST_WRITERS = 8
 
 
 @dataclass
@@ -29,6 +33,13 @@ class PublishReport:
 def local_date(now: dt.datetime, zone) -> dt.date:  # noqa: ANN001 - a ZoneInfo
     """The calendar date in `zone` of a naive UTC time."""
     return now.replace(tzinfo=dt.UTC).astimezone(zone).date()
+
+
+def _write_merged_manifests(deployment: Deployment, tables: dict, partition: SwitchedPartition) -> str:
+    """Write the manifests of the partition's desired merged version; returns the JSON manifest's key."""
+    layout = tables[partition.table_id].layout(deployment.instance_key)
+    objects = [(r.key(layout, partition.partition_date), r.content_length) for r in partition.ranges]
+    return write_manifests(deployment.lake, layout, partition.partition_date, partition.desired, objects)[0]
 
 
 def publish_once(deployment: Deployment, now: dt.datetime | None = None) -> PublishReport:
@@ -60,19 +71,16 @@ def publish_once(deployment: Deployment, now: dt.datetime | None = None) -> Publ
             report.target_errors.append(f"{target.name}: {exc}")
     # 4. Live versions for partitions not switched.
     report.live_versions = catalog.publish_live_versions(now)
-    # 5. Merged versions: the manifest first, then the version row (compare-and-swap on desired).
-    for partition in catalog.partitions_to_publish_merged():
-        table = tables.get(partition.table_id)
-        if table is None:
-            continue  # dropped: reap removes it
-        layout = table.layout(deployment.instance_key)
-        objects = [(r.key(layout, partition.partition_date), r.content_length) for r in partition.ranges]
-        json_key, _ = write_manifests(deployment.lake, layout, partition.partition_date, partition.desired, objects)
-        published = catalog.publish_merged_version(partition, json_key, now)
-        if published is None:
-            report.skipped_merged += 1
-        else:
-            report.merged_versions.append(published)
+    # 5. Merged versions: the manifests first, then the version rows (compare-and-swap on desired, per
+    # partition), a batch at a time: manifests written on a thread pool, the batch's CAS in one transaction.
+    pending = [p for p in catalog.partitions_to_publish_merged() if p.table_id in tables]  # dropped: reap
+    with ThreadPoolExecutor(MANIFEST_WRITERS) as pool:
+        for start in range(0, len(pending), MERGED_CAS_BATCH):
+            batch = pending[start:start + MERGED_CAS_BATCH]
+            keys = list(pool.map(lambda partition: _write_merged_manifests(deployment, tables, partition), batch))
+            published = catalog.publish_merged_versions(list(zip(batch, keys, strict=True)), now)
+            report.merged_versions += published
+            report.skipped_merged += len(batch) - len(published)
     # Partition locations last, so a partition switched in this run points at the manifest of step 5.
     for target in targets:
         try:
