@@ -1,0 +1,149 @@
+"""Reap benchmark: delete N small objects covered by published merged versions, on the local file system.
+
+Setup (not timed): a deployment with one table of `--partitions` switched days; each day's small objects
+are catalog rows (bulk-inserted) plus real tiny files under live/, and the day's one merged range object
+and compaction version (with its JSON and symlink manifests) cover them all. Timed: one `reap_once`
+(a dry run first, then the real run), reported as catalog seconds (snapshot, manifests, row deletes),
+listing seconds, deleting seconds and objects deleted per second.
+
+    .venv/bin/python bench/reap_bench.py                          # 100,000 objects, SQLite and PostgreSQL
+    .venv/bin/python bench/reap_bench.py --catalogs sqlite --objects 20000
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from siltlake.catalog import schema as s
+from siltlake.clock import utcnow
+from siltlake.config import Config
+from siltlake.deployment import Deployment
+from siltlake.publish.manifests import write_manifests
+from siltlake.reap import reap_once
+from siltlake.tabledef import TableDef
+
+PG_ADMIN = os.environ.get("SILTLAKE_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+TABLE = {"schema": "web", "name": "access", "time_column": "t", "timezone": "UTC", "merge_interval": 0,
+         "columns": [{"name": "t", "type": "timestamp", "nullable": False}]}
+FIRST_DAY = dt.date(2026, 1, 1)
+
+
+def build(deployment: Deployment, objects: int, partitions: int) -> None:
+    """Catalog rows and files: `objects` covered small objects over `partitions` switched days."""
+    catalog, lake = deployment.catalog, deployment.lake
+    table = catalog.create_table(TableDef.from_mapping(TABLE))
+    layout = table.layout(deployment.instance_key)
+    now = utcnow() - dt.timedelta(days=30)
+    per_day = objects // partitions
+    with catalog.engine.begin() as c:
+        c.execute(s.staging_objects.insert(), [
+            dict(id=i, uri=f"file:///staging/{i}", table_id=table.id, size=100, receive_time=now, processed_time=now)
+            for i in range(1, objects + 1)])
+        for day in range(partitions):
+            date = FIRST_DAY + dt.timedelta(days=day)
+            lower, upper = day * per_day, (day + 1) * per_day
+            pid = c.execute(s.partitions.insert().values(
+                table_id=table.id, partition_date=date, current_manifest_version=upper, desired_manifest_version=upper,
+                last_live_object_id=upper, switched=True, create_time=now).returning(s.partitions.c.id)).scalar_one()
+            c.execute(s.small_objects.insert(), [
+                dict(id=i, staging_object_id=i, partition_id=pid, delayed=False, content_length=100, row_count=1,
+                     min_event_time=now, max_event_time=now, upload_start_time=now)
+                for i in range(lower + 1, upper + 1)])
+            merged = layout.merged_object(date, 0, upper)
+            lake.write_bytes(merged, b"m" * 1000)
+            c.execute(s.merge_ranges.insert(), [
+                dict(partition_id=pid, lower_bound=None, upper_bound=0, content_length=0, create_time=now,
+                     update_time=now),
+                dict(partition_id=pid, lower_bound=0, upper_bound=upper, content_length=1000, row_count=per_day,
+                     create_time=now, update_time=now)])
+            manifest, _ = write_manifests(lake, layout, date, upper, [(merged, 1000)])
+            c.execute(s.partition_versions.insert().values(
+                partition_id=pid, version=1, commit_op="compaction", manifest_key=manifest, covered_upper=upper,
+                created_at=now, row_count=per_day, byte_count=1000))
+    # The small objects' files: tiny, but real files the reaper lists and deletes one by one.
+    for day in range(partitions):
+        date = FIRST_DAY + dt.timedelta(days=day)
+        directory = Path(lake.path(layout.small_object(date, 1, False))).parent
+        directory.mkdir(parents=True, exist_ok=True)
+        for i in range(day * per_day + 1, (day + 1) * per_day + 1):
+            (directory / f"obj-{i:019d}.parquet").write_bytes(b"x" * 100)
+
+
+def run(kind: str, objects: int, partitions: int, workers: int, workdir: Path) -> dict:
+    root = workdir / f"{kind}-{uuid.uuid4().hex[:8]}"
+    root.mkdir(parents=True)
+    database = None
+    if kind == "sqlite":
+        url = f"sqlite:///{root / 'catalog.db'}"
+    else:
+        database = f"silt_reap_bench_{uuid.uuid4().hex[:8]}"
+        admin = sa.create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
+        with admin.connect() as c:
+            c.exec_driver_sql(f'CREATE DATABASE "{database}"')
+        url = PG_ADMIN.rsplit("/", 1)[0] + f"/{database}"
+    deployment = Deployment(Config.model_validate({
+        "instance_key": "bench001", "catalog": {"url": url},
+        "storage": {"root": str(root / "lake"), "staging_root": str(root / "staging")}}))
+    try:
+        deployment.init()
+        started = time.monotonic()
+        build(deployment, objects, partitions)
+        setup = time.monotonic() - started
+        dry = reap_once(deployment, dry_run=True, workers=workers)
+        real = reap_once(deployment, workers=workers)
+        assert real.reasons["covered"].objects == objects and not real.failed, real
+        left = sum(1 for _ in deployment.lake.list("bench001/"))
+        return {
+            "catalog": kind, "objects": objects, "partitions": partitions, "workers": workers,
+            "setup_seconds": round(setup, 2),
+            "dry_run_seconds": round(dry.seconds, 2),
+            "seconds": round(real.seconds, 2), "catalog_seconds": round(real.catalog_seconds, 2),
+            "list_seconds": round(real.list_seconds, 2), "delete_seconds": round(real.delete_seconds, 2),
+            "objects_per_second": round(objects / real.delete_seconds),
+            "objects_per_second_overall": round(objects / real.seconds),
+            "rows_deleted": real.reasons["covered"].rows, "objects_left": left,
+        }
+    finally:
+        deployment.close()
+        shutil.rmtree(root, ignore_errors=True)
+        if database is not None:
+            with admin.connect() as c:
+                c.exec_driver_sql(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+            admin.dispose()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--objects", type=int, default=100_000)
+    parser.add_argument("--partitions", type=int, default=10)
+    parser.add_argument("--workers", type=int, default=16, help="deleting threads (reap_once's default)")
+    parser.add_argument("--catalogs", default="sqlite,postgresql")
+    parser.add_argument("--workdir", default=None, help="where the lake goes (default: a temporary directory)")
+    parser.add_argument("--out", default="bench/results/reap.json")
+    args = parser.parse_args()
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="silt-reap-bench-"))
+    results = []
+    for kind in args.catalogs.split(","):
+        result = run(kind.strip(), args.objects, args.partitions, args.workers, workdir)
+        print(json.dumps(result))
+        results.append(result)
+    report = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
+                          "python": platform.python_version()},
+              "date": utcnow().isoformat(timespec="seconds"), "results": results}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
