@@ -578,7 +578,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--days", type=int, default=1000, help="days per table in the publish part")
     parser.add_argument("--reader-sizes", type=lambda v: [int(x) for x in v.split(",")], default=[10, 100, 1000])
     parser.add_argument("--reader-repeats", type=int, default=7)
-    parser.add_argument("--spark-repeats", type=int, default=3)
+    parser.add_argument("--spark-repeats", type=int, default=2)
     parser.add_argument("--no-spark", action="store_true", help="time reader_snapshot only, not read.table")
     parser.add_argument("--no-peers", action="store_true", help="skip the delta-rs peer")
     parser.add_argument("--workdir", type=Path, default=ROOT / "bench" / "data" / "publish")
