@@ -285,10 +285,11 @@ def test_delete_command(deployment: Deployment, monkeypatch) -> None:
     add_small_objects(deployment, table, DAY, [rows_for(DAY, 10, 0)])
     silt = silt_in_process(deployment, monkeypatch)
 
-    output = silt("delete", "web.access", "--where", "user_id = 3", "--date", "2026-11-20")
+    output = silt("delete", "web.access", "--where", "user_id = 3", "--date", "2026-11-20",
+                  "--now", "2026-11-20T05:00:00Z")
     assert "2026-11-20" in output and " 1 " in output
     assert "unchanged" in silt("delete", "web.access", "--where", "user_id = 3", "--all-dates")
     assert "--date YYYY-MM-DD" in silt("delete", "web.access", "--where", "true", code=2)
     assert "cannot use --where" in silt("delete", "web.access", "--where", "nope(", "--date", "2026-11-20", code=2)
     history = json.loads(silt("history", "web.access", "--format", "json"))
-    assert [(v["op"], v["rows"]) for v in history] == [("update", 9)]
+    assert [(v["op"], v["rows"], v["created_at"]) for v in history] == [("update", 9, "2026-11-20 05:00:00")]

@@ -460,7 +460,6 @@ def print_publish_report(report) -> None:  # noqa: ANN001 - a PublishReport
         console.print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True)
 
 
-
 @main.command()
 @click.option("--once", is_flag=True, help="One run of the five steps, then exit.")
 @click.option("--now", "now_text", default=None, help="Use this time as now (ISO-8601, e.g. 2018-08-24T02:00:00Z).")
@@ -554,9 +553,11 @@ def history(context: click.Context, name: str, date_text: str | None, output: st
               "\"user_id = 42\"; rows where it is true are deleted.")
 @click.option("--date", "dates", multiple=True, help="A partition (YYYY-MM-DD); repeat for several.")
 @click.option("--all-dates", is_flag=True, help="Every partition of the table.")
+@click.option("--now", "now_text", default=None, help="Stamp the versions with this time (ISO-8601), as publish --now.")
 @click.pass_context
 @friendly
-def delete(context: click.Context, name: str, where: str, dates: tuple[str, ...], all_dates: bool) -> None:
+def delete(context: click.Context, name: str, where: str, dates: tuple[str, ...], all_dates: bool,
+           now_text: str | None) -> None:
     """Delete the rows matching --where (e.g. an erasure request): one `update` version per partition."""
     import datetime as dt
 
@@ -564,6 +565,7 @@ def delete(context: click.Context, name: str, where: str, dates: tuple[str, ...]
 
     if bool(dates) == all_dates:
         raise click.UsageError("give the partitions: --date YYYY-MM-DD (repeatable) or --all-dates")
+    now = parse_now(now_text)
     deployment = deployment_of(context)
     record = deployment.catalog.get_table(name)
     if all_dates:
@@ -575,7 +577,7 @@ def delete(context: click.Context, name: str, where: str, dates: tuple[str, ...]
             raise click.BadParameter(f"{exc}; write dates as 2026-11-20", param_hint="--date") from None
     grid = Table("dt", "rows before", "deleted", "version", box=box.SIMPLE_HEAD)
     for date in wanted:
-        report = delete_rows(deployment, name, date, where)
+        report = delete_rows(deployment, name, date, where, now=now)
         grid.add_row(date.isoformat(), f"{report.rows_before:,}", f"{report.rows_before - report.rows_after:,}",
                      str(report.version.version) if report.version else "unchanged")
     out.print(grid)

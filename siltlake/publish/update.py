@@ -118,12 +118,13 @@ class PreparedUpdate:
     Split in two so that tests and callers can see exactly which writes race with which commits."""
 
     def __init__(self, deployment: Deployment, record: TableRecord, base: UpdateBase, rows_before: int,
-                 started: float) -> None:
+                 started: float, now: dt.datetime | None) -> None:
         self.deployment = deployment
         self.record = record
         self.base = base
         self.rows_before = rows_before
         self.started = started
+        self.now = now
         self.object_key: str | None = None
         self.manifest_key: str | None = None
         self.rows_after = rows_before
@@ -163,13 +164,16 @@ class PreparedUpdate:
             assert self.manifest_key is not None
             version = self.deployment.catalog.commit_update(
                 self.base, object_key=self.object_key, manifest_key=self.manifest_key, row_count=self.rows_after,
-                byte_count=self.bytes, now=utcnow())
+                byte_count=self.bytes, now=self.now or utcnow())
         return UpdateReport(self.record.qualified_name, self.base.partition_date, self.rows_before, self.rows_after,
                             version, self.object_key, time.monotonic() - self.started)
 
 
-def prepare_delete(deployment: Deployment, name: str, partition_date: dt.date, where: str) -> PreparedUpdate:
-    """Write the partition without the rows matching the Spark SQL predicate `where` (null counts as no match)."""
+def prepare_delete(deployment: Deployment, name: str, partition_date: dt.date, where: str,
+                   now: dt.datetime | None = None) -> PreparedUpdate:
+    """Write the partition without the rows matching the Spark SQL predicate `where` (null counts as no match).
+
+    `now` (naive UTC) stamps the version, as publish's does, to drive a simulated clock."""
     from pyspark.errors import AnalysisException
 
     started = time.monotonic()
@@ -182,13 +186,14 @@ def prepare_delete(deployment: Deployment, name: str, partition_date: dt.date, w
         first = str(exc).strip().splitlines()[0]
         raise SiltError(f"cannot use --where {where!r} on {record.qualified_name}: {first}") from None
     matched = matches.count()
-    prepared = PreparedUpdate(deployment, record, base, frame.count(), started)
+    prepared = PreparedUpdate(deployment, record, base, frame.count(), started, now)
     if matched:
         prepared.write(keep)
     return prepared
 
 
-def prepare_overwrite(deployment: Deployment, name: str, partition_date: dt.date, rows: DataFrame) -> PreparedUpdate:
+def prepare_overwrite(deployment: Deployment, name: str, partition_date: dt.date, rows: DataFrame,
+                      now: dt.datetime | None = None) -> PreparedUpdate:
     """Write `rows` (a DataFrame with the table's columns; nullable ones may be missing) as the partition."""
     from pyspark.sql import functions as F
 
@@ -208,16 +213,18 @@ def prepare_overwrite(deployment: Deployment, name: str, partition_date: dt.date
         (F.col(c.name) if c.name in rows.columns else F.lit(None)).cast(types[c.name]).alias(c.name)
         for c in definition.columns])
     prepared = PreparedUpdate(deployment, record, base, _base_frame(deployment.spark(), deployment, record,
-                                                                    base).count(), started)
+                                                                    base).count(), started, now)
     prepared.write(shaped)
     return prepared
 
 
-def delete_rows(deployment: Deployment, name: str, partition_date: dt.date, where: str) -> UpdateReport:
+def delete_rows(deployment: Deployment, name: str, partition_date: dt.date, where: str,
+                now: dt.datetime | None = None) -> UpdateReport:
     """Delete the rows of one partition matching `where` (e.g. an erasure request) as one `update` version."""
-    return prepare_delete(deployment, name, partition_date, where).commit()
+    return prepare_delete(deployment, name, partition_date, where, now).commit()
 
 
-def overwrite_partition(deployment: Deployment, name: str, partition_date: dt.date, rows: DataFrame) -> UpdateReport:
+def overwrite_partition(deployment: Deployment, name: str, partition_date: dt.date, rows: DataFrame,
+                        now: dt.datetime | None = None) -> UpdateReport:
     """Replace one partition's rows with `rows` as one `update` version."""
-    return prepare_overwrite(deployment, name, partition_date, rows).commit()
+    return prepare_overwrite(deployment, name, partition_date, rows, now).commit()
