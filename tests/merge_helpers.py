@@ -41,7 +41,7 @@ def add_small_objects(deployment: Deployment, table: TableRecord, date: dt.date,
     staged = []
     for batch in batches:
         uri = f"file:///staging/{table.physical_table_name}/{next(_staging_names)}-{id(batch)}.jsonl"
-        staged.append((uri, 1, table.id, None))
+        staged.append((uri, table.id, 1, None))
     catalog.register_staging_objects(staged)
     pending = {p.uri: p.id for p in catalog.pending_staging_objects(1_000_000)}
     with catalog.stream_commit() as tx:
