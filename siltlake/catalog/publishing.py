@@ -42,6 +42,7 @@ class PublishedVersion:
             return self.manifest_key
         return f"{self.manifest_key} + live objects in ({self.covered_upper}, {self.live_watermark}]"
 
+
 @dataclass(frozen=True)
 class SwitchedPartition:
     """A switched partition whose merged state is not published yet: the ranges it will show."""
@@ -360,17 +361,18 @@ class Publishing:
                     live[row.id] = (lower, watermark)
             objects: dict[int, list[int]] = {}
             if live:
-                lowers, uppers = {b[0] for b in live.values()}, {b[1] for b in live.values()}
-                lower_bound = (lowers.pop() if len(lowers) == 1 else
-                               sa.case(*((so.c.partition_id == pid, b[0]) for pid, b in live.items())))
-                upper_bound = (uppers.pop() if len(uppers) == 1 else
-                               sa.case(*((so.c.partition_id == pid, b[1]) for pid, b in live.items())))
+                # One query over the widest span; each partition's own bounds are applied here (a CASE with a
+                # branch per partition costs more to build than the rows it saves).
+                lowest = min(lower for lower, _ in live.values())
+                highest = max(upper for _, upper in live.values())
                 for pid, oid in c.execute(
                         sa.select(so.c.partition_id, so.c.id).where(
                             so.c.partition_id.in_(list(live)), so.c.delayed.is_(False),
-                            so.c.id > lower_bound, so.c.id <= upper_bound)
+                            so.c.id > lowest, so.c.id <= highest)
                         .order_by(so.c.id)):
-                    objects.setdefault(pid, []).append(oid)
+                    lower, upper = live[pid]
+                    if lower < oid <= upper:
+                        objects.setdefault(pid, []).append(oid)
         views = []
         for row in rows:
             if row.manifest_key is None and row.id not in live:
