@@ -645,6 +645,17 @@ class StreamCommit:
             processed_time=now, records_in=records_in, bad_records=bad_records, error_uri=error_uri,
         ))
 
+    def register_loaded(self, uri: str, *, table_id: int, size: int, records_in: int, bad_records: int,
+                        error_uri: str | None, now: dt.datetime) -> int | None:
+        """Register one load task's output as a processed staging row (its small objects need one);
+        None when the URI is already registered: that task was committed before, so nothing is added."""
+        if not self._catalog._insert_once(self._c, s.staging_objects, "uri", dict(
+            uri=uri, table_id=table_id, size=size, receive_time=now, processed_time=now,
+            records_in=records_in, bad_records=bad_records, error_uri=error_uri,
+        )):
+            return None
+        return self._c.execute(sa.select(s.staging_objects.c.id).where(s.staging_objects.c.uri == uri)).scalar_one()
+
     def mark_unknown(self, staging_object_id: int, uri: str, reason: str, *, size: int, table_id: int,
                      now: dt.datetime) -> None:
         self._catalog._insert_once(self._c, s.unknown_staging_objects, "uri", dict(

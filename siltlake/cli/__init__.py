@@ -748,5 +748,7 @@ def sql_command(context: click.Context, query: str, fmt: str, limit: int) -> Non
         out.print(grid)
 
 
+from siltlake.cli import load as _load_commands  # noqa: E402,F401 - registers guess, load, cleanup
+
 if __name__ == "__main__":
     main()

@@ -14,6 +14,7 @@ from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.polling import poll_forever
 from siltlake.spark import run_tasks
+from siltlake.storage import Storage, TableLayout
 from siltlake.stream.discover import discover
 from siltlake.stream.task import StreamTask, process_staging_object
 
@@ -75,6 +76,27 @@ def _update_conflict(tx: StreamCommit, table: TableRecord, parts: list[dict], ma
     return None
 
 
+def commit_parts(tx: StreamCommit, lake: Storage, table: TableRecord, layout: TableLayout, staging_object_id: int,
+                 parts: list[dict], upload_start_time: str, now: dt.datetime) -> list[bool]:
+    """Give each written object (a task report's part) an id, move it to its id key, insert its row.
+
+    Runs inside the ordered commit; returns whether each object went to delayed/. Shared with load."""
+    delayed = []
+    for part, object_id in zip(parts, tx.allocate_ids(len(parts)), strict=True):
+        date = dt.date.fromisoformat(part["date"])
+        partition = tx.partition_for(table.id, date, table.definition.merge_interval, now)
+        lake.move(part["tmp_key"], layout.small_object(date, object_id, partition.closed))
+        tx.add_small_object(
+            object_id=object_id, staging_object_id=staging_object_id, partition_id=partition.id,
+            delayed=partition.closed, content_length=part["bytes"], row_count=part["rows"],
+            min_event_time=dt.datetime.fromisoformat(part["min_time"]),
+            max_event_time=dt.datetime.fromisoformat(part["max_time"]),
+            upload_start_time=dt.datetime.fromisoformat(upload_start_time),
+        )
+        delayed.append(partition.closed)
+    return delayed
+
+
 def _commit(deployment: Deployment, results: list[dict], tables: dict[int, PendingStagingObject],
             report: StreamReport, mark: int) -> None:
     """Commit task results: under the ordering lock, move each object to its id key, insert its row."""
@@ -104,19 +126,10 @@ def _commit(deployment: Deployment, results: list[dict], tables: dict[int, Pendi
                 if conflict is not None:
                     report.failed.append((pending.uri, conflict))
                     continue
-                for part, object_id in zip(parts, tx.allocate_ids(len(parts)), strict=True):
-                    date = dt.date.fromisoformat(part["date"])
-                    partition = tx.partition_for(table.id, date, table.definition.merge_interval, now)
-                    lake.move(part["tmp_key"], layout.small_object(date, object_id, partition.closed))
-                    tx.add_small_object(
-                        object_id=object_id, staging_object_id=pending.id, partition_id=partition.id,
-                        delayed=partition.closed, content_length=part["bytes"], row_count=part["rows"],
-                        min_event_time=dt.datetime.fromisoformat(part["min_time"]),
-                        max_event_time=dt.datetime.fromisoformat(part["max_time"]),
-                        upload_start_time=dt.datetime.fromisoformat(result["upload_start_time"]),
-                    )
-                    report.delayed_objects += partition.closed
-                    report.live_objects += not partition.closed
+                for delayed, part in zip(commit_parts(tx, lake, table, layout, pending.id, parts,
+                                                      result["upload_start_time"], now), parts, strict=True):
+                    report.delayed_objects += delayed
+                    report.live_objects += not delayed
                     report.bytes_written += part["bytes"]
                     report.records_loaded += part["rows"]
                 tx.mark_processed(pending.id, records_in=result["records_in"],

@@ -1,0 +1,82 @@
+"""`silt guess`, `silt load`, `silt cleanup` (DESIGN §9)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from siltlake.cli import console, deployment_of, friendly, main
+
+
+@main.command("guess")
+@click.argument("seed", type=click.Path(exists=True, dir_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Where to write the config.")
+@friendly
+def guess_command(seed: str, output: str) -> None:
+    """Read a sample of the seed's inputs and write a full load config to review."""
+    import yaml
+
+    from siltlake.load.config import parse_load_config, read_yaml
+    from siltlake.load.guess import guess
+
+    config = guess(read_yaml(seed))
+    parse_load_config(config, f"guessed config for {seed}")  # what guess writes must load
+    with open(output, "w") as handle:
+        yaml.safe_dump(config, handle, sort_keys=False, allow_unicode=True)
+    console.print(f"wrote {output}: review the parser columns and out.time_column before loading", highlight=False)
+
+
+@main.command("load")
+@click.argument("config_file", metavar="CONFIG", type=click.Path(exists=True, dir_okay=False))
+@click.option("--resume-state", default=None, type=click.Path(dir_okay=False),
+              help="Keep succeeded tasks here when some fail; the same command then runs only the failed ones.")
+@click.option("--dry-run", is_flag=True, help="Print the first rows as they would be loaded; write nothing.")
+@click.option("--no-commit", is_flag=True, help="Run every task and keep the resume state, but commit nothing.")
+@click.option("--rows", default=10, show_default=True, help="Rows --dry-run prints per job.")
+@click.pass_context
+@friendly
+def load_command(context: click.Context, config_file: str, resume_state: str | None, dry_run: bool,
+                 no_commit: bool, rows: int) -> None:
+    """Bulk-load files into tables: one Spark stage, one commit."""
+    from siltlake.load import LoadFailed, load, load_config_file
+    from siltlake.load.preview import preview
+
+    config = load_config_file(config_file)
+    deployment = deployment_of(context)
+    if dry_run:
+        for name, table in preview(deployment, config, rows).items():
+            console.print(f"[bold]{name}[/] (first {table.num_rows} rows as they would be loaded):")
+            console.print(table.to_pandas().to_string(index=False) if table.num_rows else "(none)", highlight=False)
+        return
+    try:
+        report = load(deployment, config, state_path=resume_state, commit=not no_commit)
+    except LoadFailed as exc:
+        console.print(f"[red]load failed[/]: {exc}", highlight=False)
+        sys.exit(1)
+    if report.already_committed:
+        console.print(f"load {report.run_id} was already committed ({resume_state}); nothing to do", highlight=False)
+    for job in report.jobs:
+        console.print(job.line(), highlight=False)
+        for sample in job.bad_samples[:3]:
+            console.print(f"  bad: {sample}", highlight=False)
+        for path in job.error_files:
+            console.print(f"  bad records kept in {path}", highlight=False)
+    if not report.committed:
+        console.print(f"not committed (--no-commit): run the same command without it to commit; the state is in "
+                      f"{report.state_path}", highlight=False)
+
+
+@main.command("cleanup")
+@click.argument("config_file", metavar="CONFIG", type=click.Path(exists=True, dir_okay=False))
+@click.option("--resume-state", required=True, type=click.Path(dir_okay=False))
+@click.pass_context
+@friendly
+def cleanup_command(context: click.Context, config_file: str, resume_state: str) -> None:
+    """Remove what an abandoned load wrote (temporary objects, error files) and its resume state."""
+    from siltlake.load import cleanup, load_config_file
+
+    removed = cleanup(deployment_of(context), load_config_file(config_file), resume_state)
+    for item in removed:
+        console.print(f"removed {item}", highlight=False)
+    console.print(f"cleanup: {len(removed)} removed", highlight=False)

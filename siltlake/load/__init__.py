@@ -1,0 +1,7 @@
+"""Bulk loads (DESIGN §9): config, guess, tasks on Spark, resume state, one commit, cleanup."""
+
+from siltlake.load.config import LoadConfig, load_config_file, parse_load_config
+from siltlake.load.runner import LoadFailed, LoadReport, cleanup, list_inputs, load
+
+__all__ = ["LoadConfig", "LoadFailed", "LoadReport", "cleanup", "list_inputs", "load", "load_config_file",
+           "parse_load_config"]

@@ -1,0 +1,532 @@
+"""The load driver: plan tasks, run them as one Spark stage, keep a resume state, commit once.
+
+All jobs of a config commit together in one catalog transaction, after every task of every job has
+succeeded (see docs/design.md, "Load").
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+import time
+import uuid
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow.fs as pafs
+
+from siltlake.catalog import TableRecord
+from siltlake.clock import utcnow
+from siltlake.deployment import Deployment
+from siltlake.errors import CatalogError, ConfigError, NotFoundError, SiltError
+from siltlake.load.config import JobConfig, LoadConfig
+from siltlake.load.task import LoadTask, output_columns, run_load_task
+from siltlake.spark import run_tasks
+from siltlake.tabledef import Column, TableDef
+
+STATE_VERSION = 1
+# A Spark SQL type name (DataType.simpleString) -> the siltlake column type an `out.create` table gets.
+SPARK_TYPES = {"bigint": "bigint", "int": "int", "smallint": "int", "tinyint": "int", "double": "double",
+               "float": "float", "boolean": "boolean", "timestamp": "timestamp", "string": "string",
+               "date": "date"}
+
+
+class LoadFailed(SiltError):
+    """Some tasks failed: their resume state was written (or not, then the message says why)."""
+
+
+@dataclass
+class JobStats:
+    name: str
+    table: str
+    records_in: int = 0
+    loaded: int = 0
+    bad: int = 0
+    bytes_in: int = 0
+    tasks: int = 0
+    ran: int = 0
+    seconds: float = 0.0
+    bad_samples: list[str] = field(default_factory=list)
+    error_files: list[str] = field(default_factory=list)
+
+    def line(self) -> str:
+        return (f"{self.name} -> {self.table}: {self.records_in:,} records in, {self.loaded:,} loaded, "
+                f"{self.bad:,} bad, {self.bytes_in / 1e6:,.1f} MB, {self.tasks} tasks ({self.ran} run), "
+                f"{self.seconds:.1f} s")
+
+
+@dataclass
+class LoadReport:
+    run_id: str
+    jobs: list[JobStats]
+    committed: bool
+    already_committed: bool = False
+    failed: list[tuple[str, str]] = field(default_factory=list)
+    state_path: str | None = None
+
+
+# --------------------------------------------------------------------------------------------
+# Inputs
+
+
+def _filesystem(path: str) -> tuple[pafs.FileSystem, str, str]:
+    """(file system, path in it, URI prefix to rebuild URIs) for a local path or a URI."""
+    if "://" in path:
+        filesystem, inner = pafs.FileSystem.from_uri(path.split("*", 1)[0].split("?", 1)[0] or path)
+        scheme = path.split("://", 1)[0]
+        rest = path.split("://", 1)[1]
+        if scheme == "file":
+            return pafs.LocalFileSystem(), rest, "file://"
+        bucket_prefix = f"{scheme}://"
+        return filesystem, rest, bucket_prefix
+    return pafs.LocalFileSystem(), str(Path(path).expanduser().absolute()), "file://"
+
+
+def _glob_regex(pattern: str) -> re.Pattern[str]:
+    out = []
+    index = 0
+    while index < len(pattern):
+        if pattern.startswith("**", index):
+            out.append(".*")
+            index += 2
+        elif pattern[index] == "*":
+            out.append("[^/]*")
+            index += 1
+        elif pattern[index] == "?":
+            out.append("[^/]")
+            index += 1
+        else:
+            out.append(re.escape(pattern[index]))
+            index += 1
+    return re.compile("".join(out) + r"\Z")
+
+
+def list_inputs(path: str) -> list[tuple[str, int]]:
+    """(URI, size) of the files a path, directory or glob names, sorted; hidden and _ names skipped."""
+    filesystem, inner, prefix = _filesystem(path)
+    wild = any(char in inner for char in "*?[")
+    if not wild:
+        info = filesystem.get_file_info(inner)
+        if info.type == pafs.FileType.File:
+            return [(prefix + inner, info.size)]
+        if info.type != pafs.FileType.Directory:
+            raise ConfigError(f"in.path: {path} does not exist")
+        base, regex = inner, None
+    else:
+        base = inner[: min(inner.find(c) for c in "*?[" if c in inner)].rsplit("/", 1)[0] or "/"
+        regex = _glob_regex(inner)
+    found = []
+    for info in filesystem.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True)):
+        if info.type != pafs.FileType.File or info.base_name.startswith((".", "_")):
+            continue
+        if regex is None or regex.match(info.path):
+            found.append((prefix + info.path, info.size))
+    return sorted(found)
+
+
+# --------------------------------------------------------------------------------------------
+# Planning: the target table and the columns rows are coerced to
+
+
+def _table_columns(job: JobConfig, table: TableDef) -> list[Column]:
+    """The target's columns, each read from the record field of its own name (filters already renamed)."""
+    produced = output_columns(job)
+    if produced is not None and job.sql is None:
+        names = {name for name, _ in produced}
+        extra = [name for name in names if name not in {c.name for c in table.columns}]
+        if extra:
+            raise ConfigError(f"out.table: {table.qualified_name} has no column {sorted(extra)[0]}; drop or rename "
+                              "it with a filter, or add the column (silt table add-column)")
+        missing = [c.name for c in table.columns if c.name not in names and
+                   (not c.nullable or c.name == table.time_column)]
+        if missing:
+            raise ConfigError(f"out.table: the input has no column {missing[0]}, which {table.qualified_name} "
+                              "requires; rename an input column to it")
+    return [Column(name=c.name, type=c.type, nullable=c.nullable) for c in table.columns]
+
+
+def _create_definition(job: JobConfig, columns: list[tuple[str, str]]) -> TableDef:
+    schema_name, name = job.out.table.split(".")
+    return TableDef.from_mapping({
+        "schema": schema_name, "name": name, "time_column": job.out.time_column, "timezone": job.out.timezone,
+        "columns": [{"name": n, "type": t, "nullable": n != job.out.time_column} for n, t in columns],
+    }, f"out.table {job.out.table} (create)")
+
+
+def _target(deployment: Deployment, job: JobConfig, columns: list[tuple[str, str]] | None) -> TableRecord:
+    try:
+        return deployment.catalog.get_table(job.out.table)
+    except NotFoundError:
+        if not job.out.create:
+            raise ConfigError(f"out.table: no table {job.out.table}; create it (silt table create) or set "
+                              "out.create: true") from None
+        if columns is None:
+            raise ConfigError("parser.columns: out.create needs the parser columns (silt guess writes them)") from None
+        return deployment.catalog.create_table(_create_definition(job, columns))
+
+
+# --------------------------------------------------------------------------------------------
+# Resume state (seed 003's resume.yml: the tasks, and each one's report or null if it failed)
+
+
+def _read_state(path: Path) -> dict | None:
+    import yaml
+
+    if not path.exists():
+        return None
+    try:
+        state = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not a resume state: {str(exc).splitlines()[0]}") from None
+    if not isinstance(state, dict) or state.get("version") != STATE_VERSION or "jobs" not in state:
+        raise ConfigError(f"{path} is not a siltlake resume state; give another --resume-state path")
+    return state
+
+
+def _write_state(path: Path, state: dict) -> None:
+    import yaml
+
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(yaml.safe_dump(state, sort_keys=False, allow_unicode=True))
+    temporary.replace(path)
+
+
+def _new_state(deployment: Deployment, config: LoadConfig) -> dict:
+    run_id = f"load-{utcnow():%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+    jobs = {}
+    for name, job in config.jobs.items():
+        inputs = list_inputs(job.input.path)
+        if not inputs:
+            raise ConfigError(f"jobs.{name}.in.path: no files match {job.input.path}")
+        jobs[name] = {"table": job.out.table, "tasks": [{"uri": uri, "size": size} for uri, size in inputs],
+                      "reports": [None] * len(inputs), "sql_reports": None}
+    return {"version": STATE_VERSION, "config_hash": config.digest(), "run_id": run_id,
+            "created": utcnow().isoformat(), "version_mark": deployment.catalog.version_mark(),
+            "instance_key": deployment.instance_key, "committed": False, "jobs": jobs}
+
+
+def _error_uri(job: JobConfig, run_id: str, job_name: str, index: int) -> str | None:
+    if job.error.type != "file":
+        return None
+    base = job.error.path
+    if "://" not in base:
+        base = "file://" + str(Path(base).expanduser().absolute())
+    return f"{base.rstrip('/')}/{run_id}/{job_name}/task-{index:05d}.jsonl"
+
+
+# --------------------------------------------------------------------------------------------
+# The sql filter: a Spark stage over the parsed rows of every task of the job
+
+
+def _sql_stage(deployment: Deployment, name: str, job: JobConfig, table: TableRecord, reports: list[dict],
+               run_id: str) -> list[dict]:
+    from pyspark import TaskContext
+
+    from siltlake.load.task import row_table
+    from siltlake.storage import TableLayout, for_engine
+    from siltlake.stream.task import StreamTask, _ObjectWriter
+
+    spark = deployment.spark()
+    lake = deployment.lake
+    uris = [for_engine(lake.uri(report["in_key"])) for report in reports]
+    view = f"silt_load_in_{uuid.uuid4().hex[:8]}"
+    spark.read.parquet(*uris).createOrReplaceTempView(view)
+    # The view is `in` in the user's query; Spark temp views are session-wide, so ours gets a unique name.
+    query = re.sub(r"(?i)\b(from|join)\s+`?in`?\b", lambda m: f"{m.group(1)} {view}", job.sql)
+    try:
+        frame = spark.sql(query)
+    except Exception as exc:  # an AnalysisException or ParseException: the user's query
+        raise ConfigError(f"jobs.{name}.filters (sql): {str(exc).splitlines()[0]}") from None
+    definition = table.definition
+    known = {c.name for c in definition.columns}
+    extra = [c for c in frame.columns if c not in known]
+    if extra:
+        raise ConfigError(f"jobs.{name}.filters (sql): the query returns column {extra[0]}, which "
+                          f"{table.qualified_name} does not have; leave it out or rename it")
+    if definition.time_column not in frame.columns:
+        raise ConfigError(f"jobs.{name}.filters (sql): the query must return the event-time column "
+                          f"{definition.time_column}")
+    columns = [Column(name=c.name, type=c.type, nullable=c.nullable) for c in definition.columns]
+    table_json = json.dumps([c.model_dump() for c in columns])
+    settings = deployment.config.stream
+    instance_key, time_column, timezone, codec = (deployment.instance_key, definition.time_column,
+                                                  definition.timezone, definition.codec)
+    staging_run = f"{run_id}/{name}/sql"
+    lake.delete_prefix(f"{instance_key}/_tmp/{staging_run}")  # a previous attempt of this stage
+
+    def write(batches):  # noqa: ANN001, ANN202 - runs in Spark tasks
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        target = row_table([Column.model_validate(c) for c in json.loads(table_json)], time_column, timezone, codec)
+        schema = target.arrow_schema()
+        index = TaskContext.get().partitionId()
+        task = StreamTask(staging_object_id=index, uri="", lake=lake, layout=TableLayout(instance_key, "load", "rows"),
+                          table_json="", run_id=staging_run, batch_rows=0, spill_bytes=settings.spill_bytes)
+        writer = _ObjectWriter(task, target)
+        rows_in = bad = 0
+        for batch in batches:
+            rows_in += batch.num_rows
+            arrays = []
+            for field_ in schema:
+                if field_.name in batch.schema.names:
+                    arrays.append(pc.cast(batch.column(field_.name), field_.type))
+                else:
+                    arrays.append(pa.nulls(batch.num_rows, field_.type))
+            good = pc.is_valid(arrays[schema.get_field_index(time_column)])
+            bad += batch.num_rows - (pc.sum(good).as_py() or 0)
+            # Filtered on the event time first: the table schema's time column is not nullable.
+            writer.add(pa.Table.from_arrays([pc.filter(a, good) for a in arrays], schema=schema))
+        parts = writer.finish()
+        report = {"index": index, "rows_in": rows_in, "bad_records": bad, "parts": parts,
+                  "upload_start_time": dt.datetime.now(dt.UTC).replace(tzinfo=None).isoformat()}
+        yield pa.RecordBatch.from_pylist([{"report": json.dumps(report)}])
+
+    with warnings.catch_warnings():  # PySpark warns about the installed pandas version it does not use here
+        warnings.simplefilter("ignore", FutureWarning)
+        results = frame.mapInArrow(write, "report string").collect()
+    return sorted((json.loads(row.report) for row in results), key=lambda r: r["index"])
+
+
+# --------------------------------------------------------------------------------------------
+# The run
+
+
+def _plan_job(deployment: Deployment, name: str, job: JobConfig) -> tuple[TableRecord, list[Column], str]:
+    """(target table, columns tasks coerce to, their time column: "" before a sql filter)."""
+    produced = output_columns(job)
+    if job.sql is not None:
+        if produced is None:
+            raise ConfigError(f"jobs.{name}.parser.columns: a sql filter needs the parser's columns (the view in)")
+        columns = [Column(name=n, type=t) for n, t in produced]
+        table = _sql_target(deployment, job)
+        return table, columns, ""
+    table = _target(deployment, job, produced)
+    return table, _table_columns(job, table.definition), table.definition.time_column
+
+
+def _sql_target(deployment: Deployment, job: JobConfig) -> TableRecord | None:
+    try:
+        return deployment.catalog.get_table(job.out.table)
+    except NotFoundError:
+        if not job.out.create:
+            raise ConfigError(f"out.table: no table {job.out.table}; create it (silt table create) or set "
+                              "out.create: true") from None
+        return None  # created from the query's result schema once the parsed rows exist
+
+
+def _create_from_sql(deployment: Deployment, name: str, job: JobConfig, reports: list[dict]) -> TableRecord:
+    from siltlake.storage import for_engine
+
+    spark = deployment.spark()
+    uris = [for_engine(deployment.lake.uri(report["in_key"])) for report in reports]
+    view = f"silt_load_in_{uuid.uuid4().hex[:8]}"
+    spark.read.parquet(*uris).createOrReplaceTempView(view)
+    query = re.sub(r"(?i)\b(from|join)\s+`?in`?\b", lambda m: f"{m.group(1)} {view}", job.sql)
+    try:
+        schema = spark.sql(query).schema
+    except Exception as exc:
+        raise ConfigError(f"jobs.{name}.filters (sql): {str(exc).splitlines()[0]}") from None
+    columns = []
+    for item in schema.fields:
+        kind = SPARK_TYPES.get(item.dataType.simpleString())
+        if kind is None:
+            raise ConfigError(f"jobs.{name}.filters (sql): column {item.name} has type "
+                              f"{item.dataType.simpleString()}, which a table cannot store; cast it")
+        columns.append((item.name, kind))
+    return deployment.catalog.create_table(_create_definition(job, columns))
+
+
+def load(deployment: Deployment, config: LoadConfig, *, state_path: str | None = None, commit: bool = True,
+         fail_tasks: set[tuple[str, int]] | None = None) -> LoadReport:
+    """Run (or resume) a load; commit everything in one transaction once every task succeeded."""
+    deployment.catalog.check_ready()
+    path = Path(state_path) if state_path else None
+    state = _read_state(path) if path else None
+    if state is not None:
+        if state["config_hash"] != config.digest():
+            raise ConfigError(f"{path} was written for a different config (the config changed since); run "
+                              f"`silt cleanup CONFIG --resume-state {path}` with the old config, or give a new "
+                              "--resume-state path")
+        if state["instance_key"] != deployment.instance_key:
+            raise ConfigError(f"{path} belongs to another deployment (instance key {state['instance_key']})")
+    else:
+        state = _new_state(deployment, config)
+    if not commit and path is None:
+        raise ConfigError("--no-commit keeps the tasks' output for a later commit: give --resume-state FILE")
+    run_id = state["run_id"]
+    stats = {name: JobStats(name, job.out.table) for name, job in config.jobs.items()}
+    if state["committed"]:
+        _fill_stats(state, stats)
+        return LoadReport(run_id, list(stats.values()), committed=True, already_committed=True,
+                          state_path=str(path) if path else None)
+
+    plans = {name: _plan_job(deployment, name, job) for name, job in config.jobs.items()}
+    settings = deployment.config.stream
+    tasks: list[LoadTask] = []
+    weights: list[int] = []
+    for name, job in config.jobs.items():
+        table, columns, time_column = plans[name]
+        definition = table.definition if table is not None else None
+        columns_json = json.dumps([c.model_dump() for c in columns])
+        for index, (item, report) in enumerate(zip(state["jobs"][name]["tasks"], state["jobs"][name]["reports"],
+                                                   strict=True)):
+            if report is not None:
+                continue
+            uri = item["uri"]
+            if fail_tasks and (name, index) in fail_tasks:  # tests: an input that cannot be read
+                uri = uri + ".missing"
+            tasks.append(LoadTask(
+                job=name, index=index, uri=uri, job_json=job.model_dump_json(by_alias=True),
+                columns_json=columns_json, time_column=time_column,
+                timezone=definition.timezone if definition else job.out.timezone,
+                codec=definition.codec if definition else "zstd", run_id=run_id, lake=deployment.lake,
+                instance_key=deployment.instance_key, error_uri=_error_uri(job, run_id, name, index),
+                batch_rows=settings.batch_rows, spill_bytes=settings.spill_bytes))
+            weights.append(item["size"])
+    started = time.monotonic()
+    results = run_tasks(deployment.spark(), run_load_task, tasks, weights=weights,
+                        tasks_per_core=settings.tasks_per_core) if tasks else []
+    seconds = time.monotonic() - started
+    failed: list[tuple[str, str]] = []
+    aborted = [r for r in results if r["status"] == "aborted"]
+    for result in results:
+        job_state = state["jobs"][result["job"]]
+        stats[result["job"]].ran += 1
+        if result["status"] == "ok":
+            result.pop("traceback", None)
+            job_state["reports"][result["index"]] = result
+        else:
+            failed.append((result["uri"], result["reason"]))
+    if aborted:
+        _discard(deployment, state)
+        raise LoadFailed(f"load aborted (error type abort): {aborted[0]['reason']}; nothing was committed")
+
+    # The sql filter's stage runs once every parse task of its job succeeded.
+    if not failed:
+        for name, job in config.jobs.items():
+            job_state = state["jobs"][name]
+            if job.sql is None or job_state["sql_reports"] is not None:
+                continue
+            table = plans[name][0] or _create_from_sql(deployment, name, job, job_state["reports"])
+            plans[name] = (table, *plans[name][1:])
+            sql_started = time.monotonic()
+            job_state["sql_reports"] = _sql_stage(deployment, name, job, table, job_state["reports"], run_id)
+            seconds += time.monotonic() - sql_started
+    for item in stats.values():
+        item.seconds = seconds
+    _fill_stats(state, stats)
+
+    if failed:
+        succeeded = sum(r is not None for j in state["jobs"].values() for r in j["reports"])
+        if path is not None and succeeded:
+            _write_state(path, state)
+            raise LoadFailed(f"{len(failed)} task(s) failed, e.g. {failed[0][0]}: {failed[0][1]}; the other tasks' "
+                             f"output is kept in {path}: fix the cause and run the same command again (only the "
+                             "failed tasks run), or `silt cleanup` it")
+        _discard(deployment, state)
+        hint = ("run the same command again" if path is not None else
+                "run again with --resume-state FILE to keep the succeeded tasks' output")
+        raise LoadFailed(f"{len(failed)} task(s) failed, e.g. {failed[0][0]}: {failed[0][1]}; nothing was kept: "
+                         f"{hint}")
+    if not commit:
+        _write_state(path, state)
+        return LoadReport(run_id, list(stats.values()), committed=False, state_path=str(path))
+    _commit(deployment, config, state, {name: plan[0] for name, plan in plans.items()})
+    state["committed"] = True
+    state["committed_time"] = utcnow().isoformat()
+    if path is not None:
+        _write_state(path, state)
+    deployment.lake.delete_prefix(f"{deployment.instance_key}/_tmp/{run_id}")
+    return LoadReport(run_id, list(stats.values()), committed=True, state_path=str(path) if path else None)
+
+
+def _fill_stats(state: dict, stats: dict[str, JobStats]) -> None:
+    for name, job_state in state["jobs"].items():
+        item = stats[name]
+        reports = job_state["reports"]
+        item.tasks = len(reports)
+        done = [r for r in reports if r is not None]
+        item.records_in = sum(r["records_in"] for r in done)
+        item.bad = sum(r["bad_records"] for r in done)
+        item.bytes_in = sum(r["bytes_in"] for r in done)
+        item.bad_samples = [s for r in done for s in r["bad_samples"]][:5]
+        item.error_files = [r["error_file"] for r in done if r.get("error_file")]
+        if job_state.get("sql_reports") is not None:
+            sql = job_state["sql_reports"]
+            item.bad += sum(r["bad_records"] for r in sql)
+            item.loaded = sum(p["rows"] for r in sql for p in r["parts"])
+        else:
+            item.loaded = sum(p["rows"] for r in done for p in r.get("parts", []))
+
+
+def _commit(deployment: Deployment, config: LoadConfig, state: dict, tables: dict[str, TableRecord]) -> None:
+    """One transaction for every job: ids under the ordering lock, objects moved, rows inserted.
+
+    Each task's output is registered as a processed staging row `load:<run>/<job>/<task>`; a row that
+    exists already means this state was committed before (a crash after the commit), so it adds nothing."""
+    from siltlake.stream.runner import _update_conflict, commit_parts
+
+    lake = deployment.lake
+    run_id = state["run_id"]
+    with deployment.catalog.stream_commit() as tx:
+        now = utcnow()
+        for name in config.jobs:
+            job_state = state["jobs"][name]
+            table = tables[name]
+            layout = table.layout(deployment.instance_key)
+            if job_state.get("sql_reports") is not None:
+                units = [(f"sql-{r['index']:05d}", r, r["rows_in"], r["bad_records"]) for r in job_state["sql_reports"]]
+            else:
+                units = [(f"{r['index']:05d}", r, r["records_in"], r["bad_records"]) for r in job_state["reports"]]
+            for suffix, report, records_in, bad in units:
+                parts = report["parts"]
+                conflict = _update_conflict(tx, table, parts, state["version_mark"])
+                if conflict is not None:
+                    raise CatalogError(f"load {run_id}: {conflict.split(';')[0]}; nothing was committed: "
+                                       "`silt cleanup` this load and run it again")
+                staging_id = tx.register_loaded(
+                    f"load:{run_id}/{name}/{suffix}", table_id=table.id,
+                    size=sum(p["bytes"] for p in parts), records_in=records_in, bad_records=bad,
+                    error_uri=None, now=now)
+                if staging_id is None:
+                    continue
+                commit_parts(tx, lake, table, layout, staging_id, parts, report["upload_start_time"], now)
+
+
+def _discard(deployment: Deployment, state: dict) -> list[str]:
+    """Delete a run's temporary objects and error files; returns what was removed."""
+    removed = []
+    prefix = f"{deployment.instance_key}/_tmp/{state['run_id']}"
+    keys = [info.key for info in deployment.lake.list(prefix)]
+    deployment.lake.delete_prefix(prefix)
+    removed += [deployment.lake.uri(key) for key in keys]
+    for job_state in state["jobs"].values():
+        for report in job_state["reports"]:
+            if report and report.get("error_file"):
+                filesystem, inner = pafs.FileSystem.from_uri(report["error_file"])
+                try:
+                    filesystem.delete_file(inner)
+                    removed.append(report["error_file"])
+                except FileNotFoundError:
+                    pass
+    return removed
+
+
+def cleanup(deployment: Deployment, config: LoadConfig, state_path: str) -> list[str]:
+    """Remove what an abandoned (never committed) run wrote, and its resume state."""
+    path = Path(state_path)
+    state = _read_state(path)
+    if state is None:
+        raise ConfigError(f"{path} does not exist: there is nothing to clean up")
+    if state["config_hash"] != config.digest():
+        raise ConfigError(f"{path} was written for a different config; give the config the load ran with")
+    if state["committed"]:
+        raise ConfigError(f"{path} records a committed load ({state['run_id']}): its data is in the tables and "
+                          "there is nothing to clean up")
+    removed = _discard(deployment, state)
+    path.unlink()
+    removed.append(str(path))
+    return removed

@@ -1,0 +1,354 @@
+"""One load task (a Spark task): read a file, decode, filter lines, parse, apply record filters, coerce.
+
+Coercion is the stream's (`_RecordConverter`, docs/coercion.md); rows are written per partition date,
+sorted by event time, by the stream's object writer, to temporary keys derived from the run id, the job
+and the task index, so a re-run task overwrites its own earlier output and nothing else.
+"""
+
+from __future__ import annotations
+
+import bz2
+import csv
+import datetime as dt
+import io
+import json
+import re
+import time
+import traceback
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from siltlake.load.config import PARSER_TYPES, AddFilter, DropFilter, JobConfig, ParserColumn, RenameFilter
+from siltlake.storage import Storage, TableLayout
+from siltlake.tabledef import Column, TableDef
+
+BAD_SAMPLES = 3
+MAGIC = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\x28\xb5\x2f\xfd": "zstd"}
+
+
+class LoadAborted(Exception):
+    """A bad record under `error: {type: abort}`."""
+
+
+@dataclass(frozen=True)
+class LoadTask:
+    job: str
+    index: int
+    uri: str
+    job_json: str
+    columns_json: str  # the columns rows are coerced to (target table, or the `in` view before a sql filter)
+    time_column: str  # "" before a sql filter: the view `in` has no event-time requirement
+    timezone: str
+    codec: str
+    run_id: str
+    lake: Storage
+    instance_key: str
+    error_uri: str | None  # where this task's bad records go (error type file)
+    batch_rows: int
+    spill_bytes: int
+
+    @property
+    def staging_run(self) -> str:
+        return f"{self.run_id}/{self.job}"
+
+
+def row_table(columns: list[Column], time_column: str, timezone: str, codec: str) -> TableDef:
+    """The TableDef the stream's converter and writer take; no validation (the `in` view has no time column)."""
+    return TableDef.model_construct(schema_name="load", name="rows", time_column=time_column, timezone=timezone,
+                                    columns=tuple(columns), codec=codec)
+
+
+def open_source(uri: str, compression: str) -> io.BufferedIOBase:
+    """The file's bytes, decompressed by magic bytes (auto) or as configured."""
+    filesystem, path = pafs.FileSystem.from_uri(uri)
+    raw = filesystem.open_input_stream(path, compression=None)
+    buffered = io.BufferedReader(_PyArrowRaw(raw), 1 << 20)
+    if compression == "auto":
+        head = buffered.peek(4)[:4]
+        compression = next((name for magic, name in MAGIC.items() if head.startswith(magic)), "none")
+    if compression == "none":
+        return buffered
+    if compression == "bzip2":
+        return io.BufferedReader(bz2.BZ2File(buffered), 1 << 20)
+    stream = pa.CompressedInputStream(pa.PythonFile(buffered, mode="r"), compression)
+    return io.BufferedReader(_PyArrowRaw(stream), 1 << 20)
+
+
+class _PyArrowRaw(io.RawIOBase):
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, target: Any) -> int:
+        data = self._stream.read(len(target))
+        target[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        self._stream.close()
+        super().close()
+
+
+def text_lines(source: io.BufferedIOBase, job: JobConfig) -> Iterator[tuple[int, str]]:
+    """(physical line number, line with its end) after skip_header_lines and the line filter."""
+    rules = [(re.compile(rule.regex), rule) for rule in job.decoder.line_filter]
+    text = io.TextIOWrapper(source, encoding="utf-8-sig", errors="strict", newline="")
+    skip = job.parser.skip_header_lines if job.parser.type == "csv" else 0
+    for number, line in enumerate(text, 1):
+        if number <= skip:
+            continue
+        for pattern, rule in rules:
+            if pattern.search(line) is None:
+                continue
+            if rule.skip:
+                line = None
+                break
+            end = "\r\n" if line.endswith("\r\n") else "\n" if line.endswith("\n") else ""
+            line = pattern.sub(rule.replace, line[: len(line) - len(end)]) + end
+        if line is not None:
+            yield number, line
+
+
+class _Numbered:
+    """Feeds lines to csv.reader and remembers the physical line number of the last one read."""
+
+    def __init__(self, lines: Iterator[tuple[int, str]]) -> None:
+        self._lines = lines
+        self.line = 0
+
+    def __iter__(self) -> _Numbered:
+        return self
+
+    def __next__(self) -> str:
+        self.line, text = next(self._lines)
+        return text
+
+
+def _render_csv(row: list[str], delimiter: str) -> str:
+    out = io.StringIO()
+    csv.writer(out, delimiter=delimiter, lineterminator="").writerow(row)
+    return out.getvalue()
+
+
+def records(source: io.BufferedIOBase, job: JobConfig) -> Iterator[tuple[int, dict | None, str, str | None]]:
+    """(line, record or None, raw text, reason) for every input record."""
+    parser = job.parser
+    if parser.type == "msgpack":
+        from siltlake.stream.records import _msgpack_entries, _new_unpacker
+
+        unpacker = _new_unpacker()
+        number = 0
+        while chunk := source.read(1 << 20):
+            unpacker.feed(chunk)
+            for item in unpacker:
+                for entry in _msgpack_entries(item):
+                    number += 1
+                    raw = json.dumps(entry.raw, default=repr, ensure_ascii=False)
+                    yield number, entry.record, raw, entry.problem
+        return
+    lines = text_lines(source, job)
+    if parser.type == "jsonl":
+        for number, line in lines:
+            body = line.strip()
+            if not body:
+                continue
+            try:
+                value = json.loads(body)
+            except json.JSONDecodeError as exc:
+                yield number, None, body, f"not JSON: {exc.msg} at column {exc.colno}"
+                continue
+            if isinstance(value, dict):
+                yield number, value, body, None
+            else:
+                yield number, None, body, f"a JSON {type(value).__name__}, not an object"
+        return
+    names = [column.name for column in parser.columns]
+    numbered = _Numbered(lines)
+    reader = csv.reader(numbered, delimiter=parser.delimiter, quotechar=parser.quote or '"',
+                        quoting=csv.QUOTE_NONE if parser.quote is None else csv.QUOTE_MINIMAL,
+                        escapechar=parser.escape, doublequote=parser.escape is None, strict=False)
+    header_pending = parser.header
+    first = 0
+    while True:
+        first = numbered.line + 1
+        try:
+            row = next(reader, None)
+        except csv.Error as exc:
+            yield numbered.line, None, "", f"CSV error: {exc}"
+            continue
+        if row is None:
+            return
+        if not row or row == [""]:
+            continue
+        if header_pending:
+            header_pending = False
+            continue
+        raw = _render_csv(row, parser.delimiter)
+        if len(row) != len(names):
+            yield first, None, raw, f"row has {len(row)} fields, the parser has {len(names)} columns"
+            continue
+        if parser.null_string is not None:
+            row = [None if value == parser.null_string else value for value in row]
+        yield first, dict(zip(names, row, strict=True)), raw, None
+
+
+def _timestamp(value: object, column: ParserColumn) -> object:
+    """A string in the column's format/zone as an aware datetime; anything else as it is."""
+    if not isinstance(value, str) or value == "" or (column.format is None and column.zone is None):
+        return value
+    zone = ZoneInfo(column.zone or "UTC")
+    try:
+        parsed = (dt.datetime.strptime(value, column.format) if column.format
+                  else dt.datetime.fromisoformat(value.replace("Z", "+00:00")))
+    except ValueError:
+        shown = column.format or "ISO-8601"
+        raise ValueError(f"column {column.name}: {value!r} does not match the timestamp format {shown}") from None
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=zone)
+
+
+def add_value(item: AddFilter) -> object:
+    return item.value
+
+
+def apply_filters(record: dict, job: JobConfig, timestamps: list[ParserColumn]) -> dict:
+    for column in timestamps:
+        if column.name in record:
+            record[column.name] = _timestamp(record[column.name], column)
+    for item in job.filters.values():
+        if isinstance(item, RenameFilter):
+            for old, new in item.columns.items():
+                if old in record:
+                    record[new] = record.pop(old)
+        elif isinstance(item, DropFilter):
+            for name in item.columns:
+                record.pop(name, None)
+        elif isinstance(item, AddFilter):
+            record[item.column] = add_value(item)
+    return record
+
+
+def output_columns(job: JobConfig) -> list[tuple[str, str]] | None:
+    """(name, siltlake type) of the records after the per-record filters, in order; None when the parser
+    declares no columns (JSON lines or MessagePack taken as they come)."""
+    if not job.parser.columns:
+        return None
+    columns = [(c.name, PARSER_TYPES[c.type]) for c in job.parser.columns]
+    for item in job.filters.values():
+        if isinstance(item, RenameFilter):
+            columns = [(item.columns.get(name, name), kind) for name, kind in columns]
+        elif isinstance(item, DropFilter):
+            columns = [(name, kind) for name, kind in columns if name not in item.columns]
+        elif isinstance(item, AddFilter):
+            columns = [(name, kind) for name, kind in columns if name != item.column]
+            columns.append((item.column, PARSER_TYPES[item.column_type]))
+    return columns
+
+
+class _Errors:
+    def __init__(self, task: LoadTask, policy: str) -> None:
+        self.task = task
+        self.policy = policy
+        self.count = 0
+        self.samples: list[str] = []
+        self._sink = None
+
+    def add(self, line: int, raw: str, reason: str) -> None:
+        self.count += 1
+        if len(self.samples) < BAD_SAMPLES:
+            self.samples.append(f"{self.task.uri} line {line}: {reason}")
+        if self.policy == "abort":
+            raise LoadAborted(f"bad record at {self.task.uri} line {line}: {reason}")
+        if self.policy == "file":
+            if self._sink is None:
+                filesystem, path = pafs.FileSystem.from_uri(self.task.error_uri)
+                filesystem.create_dir(path.rsplit("/", 1)[0], recursive=True)
+                self._sink = filesystem.open_output_stream(path)
+            entry = {"source": self.task.uri, "line": line, "reason": reason, "raw": raw}
+            self._sink.write((json.dumps(entry, ensure_ascii=False) + "\n").encode())
+
+    def close(self) -> str | None:
+        if self._sink is None:
+            return None
+        self._sink.close()
+        return self.task.error_uri
+
+
+def run_load_task(task: LoadTask) -> dict:
+    """Run in a Spark task; returns a JSON-able report (status ok, failed or aborted), never raises."""
+    from siltlake.stream.records import _RecordConverter
+    from siltlake.stream.task import StreamTask, _ObjectWriter
+
+    started = time.time()
+    job = JobConfig.model_validate_json(task.job_json)
+    columns = [Column.model_validate(c) for c in json.loads(task.columns_json)]
+    table = row_table(columns, task.time_column, task.timezone, task.codec)
+    kind = "csv" if job.parser.type == "csv" else job.parser.type
+    converter = _RecordConverter(table, kind)
+    timestamps = [c for c in job.parser.columns if c.type == "timestamp"]
+    base = {"job": task.job, "index": task.index, "uri": task.uri,
+            "upload_start_time": dt.datetime.now(dt.UTC).replace(tzinfo=None).isoformat()}
+    stream_task = StreamTask(staging_object_id=task.index, uri=task.uri, lake=task.lake,
+                             layout=TableLayout(task.instance_key, "load", "rows"), table_json="",
+                             run_id=task.staging_run, batch_rows=task.batch_rows, spill_bytes=task.spill_bytes)
+    writer = _ObjectWriter(stream_task, table) if task.time_column else None
+    in_key = stream_task.layout.temporary(task.staging_run, f"{task.index:019d}/in.parquet")
+    in_writer = None
+    errors = _Errors(task, job.error.type)
+    records_in = bytes_in = 0
+
+    def flush() -> None:
+        nonlocal in_writer
+        rows = converter.take_table()
+        if writer is not None:
+            writer.add(rows)
+            return
+        if in_writer is None:
+            in_writer = pq.ParquetWriter(task.lake.open_output(in_key), table.arrow_schema(), compression="zstd")
+        in_writer.write_table(rows)
+
+    try:
+        filesystem, path = pafs.FileSystem.from_uri(task.uri)
+        bytes_in = filesystem.get_file_info(path).size or 0
+        with open_source(task.uri, job.decoder.compression) as source:
+            for line, record, raw, reason in records(source, job):
+                records_in += 1
+                if record is not None:
+                    try:
+                        record = apply_filters(record, job, timestamps)
+                    except ValueError as exc:
+                        reason = str(exc)
+                    else:
+                        reason = converter.add(record)
+                if reason is not None:
+                    errors.add(line, raw, reason)
+                if converter.row_count >= task.batch_rows:
+                    flush()
+        flush()
+        if writer is not None:
+            parts = writer.finish()
+            output = {"parts": parts}
+        else:
+            if in_writer is None:
+                flush()
+            in_writer.close()
+            output = {"in_key": in_key}
+        error_file = errors.close()
+    except Exception as exc:  # noqa: BLE001 - every failure is this task's report; the driver decides
+        errors.close()
+        if writer is not None:
+            writer.discard()
+        status = "aborted" if isinstance(exc, LoadAborted) else "failed"
+        reason = str(exc) if isinstance(exc, LoadAborted) else f"{type(exc).__name__}: {exc}"
+        return {**base, "status": status, "reason": reason, "traceback": traceback.format_exc(limit=5)}
+    loaded = sum(p["rows"] for p in output.get("parts", [])) if writer is not None else records_in - errors.count
+    return {**base, "status": "ok", "records_in": records_in, "loaded": loaded, "bad_records": errors.count,
+            "bad_samples": errors.samples, "error_file": error_file, "bytes_in": bytes_in,
+            "seconds": round(time.time() - started, 3), **output}

@@ -1,0 +1,186 @@
+"""Load config validation (every error names its key path) and guess on varied samples; no Spark."""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from siltlake.cli import main
+from siltlake.errors import ConfigError
+from siltlake.load.config import SqlFilter, parse_load_config
+from siltlake.load.guess import guess, guess_csv
+
+CSV_PARSER = {"type": "csv", "columns": [{"name": "id", "type": "long"}, {"name": "time", "type": "timestamp"}]}
+
+
+def job(**changes: object) -> dict:
+    base = {"in": {"path": "data/*.csv"}, "parser": CSV_PARSER, "out": {"table": "web.access"}}
+    base.update(changes)
+    return base
+
+
+def test_a_minimal_job_and_its_defaults() -> None:
+    config = parse_load_config(job())
+    (only,) = config.jobs.values()
+    assert only.decoder.compression == "auto" and only.error.type == "skip"
+    assert only.parser.delimiter == "," and only.parser.header is True
+
+
+@pytest.mark.parametrize(("data", "message"), [
+    (job(extra=1), "extra: unknown key"),
+    (job(**{"in": {"path": "x", "glob": "y"}}), "in.glob: unknown key"),
+    (job(**{"in": {"path": " "}}), "in.path: must name a file"),
+    (job(decoder={"compression": "lz4"}), "decoder.compression: Input should be 'auto'"),
+    (job(decoder={"line_filter": [{"regex": "("}]}), "decoder.line_filter.0.regex: invalid regular expression"),
+    (job(decoder={"line_filter": [{"regex": "^#"}]}), "decoder.line_filter.0: give either replace"),
+    (job(decoder={"line_filter": [{"regex": "^#", "skip": True, "replace": ""}]}), "give either replace"),
+    (job(parser={**CSV_PARSER, "delimiter": ";;"}), "parser.delimiter: must be one character"),
+    (job(parser={**CSV_PARSER, "skip_header_lines": -1}), "parser.skip_header_lines: Input should be greater"),
+    (job(parser={"type": "xml"}), "parser.type: Input should be 'csv', 'jsonl' or 'msgpack'"),
+    (job(parser={"type": "csv"}), "parser: a csv parser needs columns"),
+    (job(parser={"type": "jsonl", "delimiter": ","}), "parser: delimiter apply to the csv parser only"),
+    (job(parser={"type": "csv", "columns": [{"name": "id", "type": "int"}]}), "parser.columns.0.type"),
+    (job(parser={"type": "csv", "columns": [{"name": "Id", "type": "long"}]}), "parser.columns.0.name"),
+    (job(parser={"type": "csv", "columns": [{"name": "a", "type": "long"}, {"name": "a", "type": "long"}]}),
+     "parser: duplicate column names: a"),
+    (job(parser={"type": "csv", "columns": [{"name": "a", "type": "long", "format": "%Y"}]}),
+     "parser.columns.0: format and zone apply to timestamp columns only"),
+    (job(parser={"type": "csv", "columns": [{"name": "t", "type": "timestamp", "zone": "Mars/Base"}]}),
+     "parser.columns.0.zone: 'Mars/Base' is not an IANA time zone"),
+    (job(filters={"x": {"type": "explode"}}), "filters.x: Input tag 'explode' found"),
+    (job(filters={"x": {"type": "drop"}}), "filters.x.drop.columns: Field required"),
+    (job(filters={"x": {"type": "rename", "columns": {"a": "B c"}}}), "filters.x.rename.columns"),
+    (job(filters={"x": {"type": "sql", "query": " "}}), "filters.x.sql.query: the sql filter needs a query"),
+    (job(filters={"s": {"type": "sql", "query": "select * from in"}, "d": {"type": "drop", "columns": ["a"]}}),
+     "filters.s: the sql filter must be the last filter"),
+    (job(filters={"a": {"type": "add", "column": "x", "value": [1]}}), "filters.a.add.value"),
+    (job(out={"table": "access"}), "out.table: 'access' is not schema.table"),
+    (job(out={"table": "web.Access"}), "out.table: name 'Access' is not a valid identifier"),
+    (job(out={"table": "web.access", "create": True}), "out: create: true needs time_column"),
+    (job(out={"table": "web.access", "timezone": "Nowhere"}), "out.timezone: 'Nowhere' is not an IANA"),
+    (job(out={}), "out.table: Field required"),
+    (job(error={"type": "file"}), "error: type file needs path"),
+    (job(error={"type": "skip", "path": "/tmp"}), "error: type file needs path; skip and abort take none"),
+    (job(error={"type": "warn"}), "error.type: Input should be 'skip', 'abort' or 'file'"),
+    ({"jobs": {"a": job()}, "extra": {}}, "extra: unknown key (next to jobs:, put it under default:)"),
+    ({"jobs": {}}, "jobs: must map job names"),
+    ({"jobs": {"a": 3}}, "jobs.a: must be a mapping"),
+    ({"jobs": {"Bad-Name": job()}}, "job name 'Bad-Name' is not a valid identifier"),
+    ({"default": job(), "jobs": {"a": {"parser": {"delimiter": "||"}}}}, "jobs.a.parser.delimiter: must be one"),
+    ([1, 2], "the top level must be a mapping"),
+])
+def test_config_errors_name_the_key(data: object, message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_load_config(data)
+    assert message in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_jobs_merge_the_default_and_override_filters_by_name() -> None:
+    config = parse_load_config({
+        "default": {**job(), "filters": {"secrets": {"type": "drop", "columns": ["password"]},
+                                         "tag": {"type": "add", "column": "source", "value": "import"}}},
+        "jobs": {
+            "users": {"in": {"path": "users.csv"}, "out": {"table": "app.users"},
+                      "filters": {"secrets": {"type": "drop", "columns": ["password", "token"]}}},
+            "histories": {"in": {"path": "histories.csv"}, "out": {"table": "app.histories"},
+                          "filters": {"tag": None, "sql": {"type": "sql", "query": "select * from in"}}},
+        },
+    })
+    users, histories = config.jobs["users"], config.jobs["histories"]
+    assert users.input.path == "users.csv" and users.parser.columns == config.jobs["histories"].parser.columns
+    assert list(users.filters) == ["secrets", "tag"] and users.filters["secrets"].columns == ("password", "token")
+    assert list(histories.filters) == ["secrets", "sql"] and isinstance(histories.filters["sql"], SqlFilter)
+    assert histories.sql == "select * from in" and users.sql is None
+    assert config.digest() != parse_load_config(job()).digest()
+
+
+# --- guess -------------------------------------------------------------------------------------
+
+
+def columns(parser: dict) -> list[tuple]:
+    return [(c["name"], c["type"], c.get("format"), c.get("zone")) for c in parser["columns"]]
+
+
+def test_guess_quoted_newlines_header_nulls_and_empty_strings() -> None:
+    parser = guess_csv('id,Event Time,comment,score,ok\n'
+                       '1,2026-11-20 10:00:00,"two\nlines, with comma",1.5,true\n'
+                       '2,2026-11-20 11:00:00,,\\N,false\n'
+                       '3,2026-11-20 12:00:00,"say ""hi""",-2,TRUE\n', "Asia/Tokyo")
+    assert parser["delimiter"] == "," and parser["quote"] == '"' and parser["escape"] is None
+    assert parser["header"] is True and parser["skip_header_lines"] == 0
+    assert parser["null_string"] == "\\N"  # empty comment stays an empty string; \N is null
+    assert columns(parser) == [("id", "long", None, None),
+                               ("event_time", "timestamp", "%Y-%m-%d %H:%M:%S", "Asia/Tokyo"),
+                               ("comment", "string", None, None), ("score", "double", None, None),
+                               ("ok", "boolean", None, None)]
+
+
+def test_guess_semicolons_without_header_after_a_preamble() -> None:
+    parser = guess_csv("# exported 2026-11-21\n# by tool v2\n"
+                       "1;20/Nov/2026:10:00:00 +0900;x\n2;21/Nov/2026:10:00:00 +0900;y\n", "UTC")
+    assert parser["delimiter"] == ";" and parser["header"] is False and parser["skip_header_lines"] == 2
+    assert parser["null_string"] is None
+    assert columns(parser) == [("c0", "long", None, None), ("c1", "timestamp", "%d/%b/%Y:%H:%M:%S %z", None),
+                               ("c2", "string", None, None)]
+
+
+@pytest.mark.parametrize(("values", "expected"), [
+    (["2026-11-20T10:00:00Z", "2026-11-21T00:00:01+09:00"], ("timestamp", "%Y-%m-%dT%H:%M:%S%z")),
+    (["2026-11-20 10:00:00.123", "2026-11-21 00:00:01.5"], ("timestamp", "%Y-%m-%d %H:%M:%S.%f")),
+    (["2026/11/20 10:00:00", "2026/11/21 00:00:01"], ("timestamp", "%Y/%m/%d %H:%M:%S")),
+    (["11/20/2026 10:00:00", "12/31/2026 23:59:59"], ("timestamp", "%m/%d/%Y %H:%M:%S")),
+    (["2026-11-20T10:00:00Z", "2026-11-20T10:00:00.25+09:00"], ("timestamp", None)),
+    (["2026-11-20 10:00", "tomorrow"], ("string", None)),
+    (["12", "-3"], ("long", None)),
+    (["1e3", "2"], ("double", None)),
+])
+def test_guess_column_types_and_timestamp_formats(values: list[str], expected: tuple) -> None:
+    parser = guess_csv("v\tw\n" + "".join(f"{v}\tx\n" for v in values), "UTC")
+    assert parser["delimiter"] == "\t" and parser["header"] is True
+    kind = parser["columns"][0]
+    assert (kind["type"], kind.get("format")) == expected
+
+
+def test_guess_escape_character() -> None:
+    parser = guess_csv('a,b\n"x \\"quoted\\" y",1\n"z",2\n', "UTC")
+    assert parser["escape"] == "\\"
+    assert [c["type"] for c in parser["columns"]] == ["string", "long"]
+
+
+def test_guess_writes_a_config_that_loads(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    sample = b"user,time,n\nann,2026-11-20 10:00:00,1\nbob,2026-11-20 11:00:00,2\n"
+    (data / "a.csv.gz").write_bytes(gzip.compress(sample))
+    (data / "b.jsonl.bz2").write_bytes(bz2.compress(b'{"t": "2026-11-20T10:00:00Z", "v": 1.5, "tags": ["a"]}\n'))
+    seed = tmp_path / "seed.yml"
+    seed.write_text(yaml.safe_dump({"in": {"path": str(data / "*.csv.gz")}, "out": {"table": "web.users"}}))
+    result = CliRunner().invoke(main, ["guess", str(seed), "-o", str(tmp_path / "config.yml")])
+    assert result.exit_code == 0, result.output
+    written = yaml.safe_load((tmp_path / "config.yml").read_text())
+    assert list(written) == ["in", "decoder", "parser", "out"]
+    assert written["decoder"] == {"compression": "gzip"} and written["out"]["time_column"] == "time"
+    assert columns(written["parser"])[0] == ("user", "string", None, None)
+    parse_load_config(written)
+
+    jsonl = guess({"in": {"path": str(data / "b.jsonl.bz2")}, "out": {"table": "web.events"}})
+    assert jsonl["decoder"] == {"compression": "bzip2"} and jsonl["parser"]["type"] == "jsonl"
+    assert columns(jsonl["parser"]) == [("t", "timestamp", "%Y-%m-%dT%H:%M:%S%z", None),
+                                        ("v", "double", None, None), ("tags", "json", None, None)]
+    assert jsonl["out"]["time_column"] == "t"
+    parse_load_config(json.loads(json.dumps(jsonl)))
+
+
+def test_guess_refuses_a_seed_without_inputs(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no files match"):
+        guess({"in": {"path": str(tmp_path / "*.csv")}, "out": {"table": "web.x"}})
+    with pytest.raises(ConfigError, match="out.table is required"):
+        (tmp_path / "x.csv").write_text("a,b\n1,2\n")
+        guess({"in": {"path": str(tmp_path / "x.csv")}})
