@@ -379,7 +379,7 @@ def load(deployment: Deployment, config: LoadConfig, *, state_path: str | None =
             if fail_tasks and (name, index) in fail_tasks:  # tests: an input that cannot be read
                 uri = uri + ".missing"
             tasks.append(LoadTask(
-                job=name, index=index, uri=uri, job_json=job.model_dump_json(by_alias=True),
+                job=name, index=index, uri=uri, job_json=job.model_dump_json(by_alias=True, exclude_unset=True),
                 columns_json=columns_json, time_column=time_column,
                 timezone=definition.timezone if definition else job.out.timezone,
                 codec=definition.codec if definition else "zstd", run_id=run_id, lake=deployment.lake,
