@@ -203,3 +203,29 @@ def test_sql_filter_and_line_filter_over_json_lines(deployment: Deployment, tmp_
                deployment).collect()
     assert [r.elapsed for r in rows] == [i for i in range(30) if i % 3]
     assert str(rows[0].end_time) == "2026-11-20 01:00:01" and rows[0].ip == "10.0.0.1"
+
+
+@sqlite_only
+def test_the_commands(deployment: Deployment, tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001 - pytest's
+    from .merge_helpers import silt_in_process
+
+    silt = silt_in_process(deployment, monkeypatch)
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    csv_file(inputs / "a.csv", 0, 12, bad=1)
+    (inputs / "b.csv").write_bytes(b"id,time,name\n1,\xff\xfe,x\n")  # invalid UTF-8: the task fails
+    path = tmp_path / "load.yml"
+    path.write_text(yaml.safe_dump(config(inputs)))
+    state = tmp_path / "resume.yml"
+
+    shown = silt("load", str(path), "--dry-run", "--rows", "3")
+    assert "main (first 3 rows" in shown and "n 2" in shown and not tmp_keys(deployment)
+    failed = silt("load", str(path), "--resume-state", str(state), code=1)
+    assert "1 task(s) failed" in " ".join(failed.split()) and state.exists()
+    csv_file(inputs / "b.csv", 100, 5)
+    done = silt("load", str(path), "--resume-state", str(state))
+    assert "main -> web.people: 18 records in, 17 loaded, 1 bad" in " ".join(done.split())
+    assert "2 tasks (1 run)" in done and len(ids(deployment)) == 17
+    assert "already committed" in silt("load", str(path), "--resume-state", str(state))
+    refused = silt("cleanup", str(path), "--resume-state", str(state), code=2)
+    assert "committed load" in refused
