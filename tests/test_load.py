@@ -229,3 +229,22 @@ def test_the_commands(deployment: Deployment, tmp_path: Path, monkeypatch) -> No
     assert "already committed" in silt("load", str(path), "--resume-state", str(state))
     refused = silt("cleanup", str(path), "--resume-state", str(state), code=2)
     assert "committed load" in refused
+
+
+@sqlite_only
+def test_a_large_file_is_split_into_tasks(deployment: Deployment, tmp_path: Path) -> None:
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    padding = "p" * 60
+    text = "".join(json.dumps({"id": i, "time": f"2026-11-20T{i % 24:02d}:00:00Z", "pad": padding}) + "\n"
+                   for i in range(25_000))
+    (inputs / "big.jsonl").write_text(text)
+    assert len(text) > 2 << 20
+    load_config = parse_load_config({
+        "in": {"path": str(inputs / "big.jsonl"), "split_bytes": 1 << 20},
+        "parser": {"type": "jsonl", "columns": [{"name": "id", "type": "long"}, {"name": "time", "type": "timestamp"}]},
+        "out": {"table": "web.big", "create": True, "time_column": "time"},
+    })
+    (stats,) = load(deployment, load_config).jobs
+    assert stats.tasks == 3 and stats.records_in == stats.loaded == 25_000
+    assert ids(deployment, "web.big") == list(range(25_000))

@@ -184,3 +184,22 @@ def test_guess_refuses_a_seed_without_inputs(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="out.table is required"):
         (tmp_path / "x.csv").write_text("a,b\n1,2\n")
         guess({"in": {"path": str(tmp_path / "x.csv")}})
+
+
+@pytest.mark.parametrize("split", [1, 2, 3, 7, 10, 11, 64, 1000])
+def test_splits_cover_every_line_exactly_once(tmp_path: Path, split: int) -> None:
+    from siltlake.load.task import open_source, records
+
+    lines = ["id,name"] + [f"{i},{'x' * (i % 7)}" for i in range(40)]
+    path = tmp_path / "a.csv"
+    path.write_text("\n".join(lines) + "\n")
+    size = path.stat().st_size
+    config = parse_load_config({"in": {"path": str(path)}, "out": {"table": "web.x"}, "parser": {
+        "type": "csv", "skip_header_lines": 0, "columns": [{"name": "id", "type": "long"},
+                                                          {"name": "name", "type": "string"}]}})
+    (job,) = config.jobs.values()
+    seen = []
+    for offset in range(0, size, split):
+        with open_source(path.as_uri(), "none", offset, min(split, size - offset)) as source:
+            seen += [record["id"] for _, record, _, _ in records(source, job, at_start=offset == 0)]
+    assert seen == [str(i) for i in range(40)]

@@ -35,6 +35,9 @@ def _zone(value: str) -> str:
 
 class InConfig(_Strict):
     path: str = Field(description="a file, directory or glob; local path or any pyarrow file system URI")
+    # Uncompressed files above this size become several tasks. JSON lines split by default; CSV only when
+    # this is set, as a split can only start at a line start if no quoted field holds a newline.
+    split_bytes: Annotated[int, Field(ge=1 << 20)] | None = None
 
     @field_validator("path")
     @classmethod

@@ -27,6 +27,7 @@ from siltlake.spark import run_tasks
 from siltlake.tabledef import Column, TableDef
 
 STATE_VERSION = 1
+DEFAULT_SPLIT_BYTES = 256 << 20
 # A Spark SQL type name (DataType.simpleString) -> the siltlake column type an `out.create` table gets.
 SPARK_TYPES = {"bigint": "bigint", "int": "int", "smallint": "int", "tinyint": "int", "double": "double",
                "float": "float", "boolean": "boolean", "timestamp": "timestamp", "string": "string",
@@ -193,6 +194,26 @@ def _write_state(path: Path, state: dict) -> None:
     temporary.replace(path)
 
 
+def _splits(job: JobConfig, uri: str, size: int) -> list[dict]:
+    """One task per file, or one per split of a large uncompressed line-oriented file."""
+    from siltlake.load.task import MAGIC
+
+    split = job.input.split_bytes
+    if split is None and job.parser.type == "jsonl":
+        split = DEFAULT_SPLIT_BYTES
+    if split is None or job.parser.type == "msgpack" or size <= split or job.decoder.compression not in (
+            "auto", "none"):
+        return [{"uri": uri, "size": size}]
+    if job.decoder.compression == "auto":
+        filesystem, path = pafs.FileSystem.from_uri(uri)
+        with filesystem.open_input_stream(path) as stream:
+            head = stream.read(4)
+        if any(head.startswith(magic) for magic in MAGIC):
+            return [{"uri": uri, "size": size}]
+    return [{"uri": uri, "size": min(split, size - offset), "offset": offset, "length": min(split, size - offset)}
+            for offset in range(0, size, split)]
+
+
 def _new_state(deployment: Deployment, config: LoadConfig) -> dict:
     run_id = f"load-{utcnow():%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
     jobs = {}
@@ -200,8 +221,8 @@ def _new_state(deployment: Deployment, config: LoadConfig) -> dict:
         inputs = list_inputs(job.input.path)
         if not inputs:
             raise ConfigError(f"jobs.{name}.in.path: no files match {job.input.path}")
-        jobs[name] = {"table": job.out.table, "tasks": [{"uri": uri, "size": size} for uri, size in inputs],
-                      "reports": [None] * len(inputs), "sql_reports": None}
+        tasks = [task for uri, size in inputs for task in _splits(job, uri, size)]
+        jobs[name] = {"table": job.out.table, "tasks": tasks, "reports": [None] * len(tasks), "sql_reports": None}
     return {"version": STATE_VERSION, "config_hash": config.digest(), "run_id": run_id,
             "created": utcnow().isoformat(), "version_mark": deployment.catalog.version_mark(),
             "instance_key": deployment.instance_key, "committed": False, "jobs": jobs}
@@ -384,7 +405,8 @@ def load(deployment: Deployment, config: LoadConfig, *, state_path: str | None =
                 timezone=definition.timezone if definition else job.out.timezone,
                 codec=definition.codec if definition else "zstd", run_id=run_id, lake=deployment.lake,
                 instance_key=deployment.instance_key, error_uri=_error_uri(job, run_id, name, index),
-                batch_rows=settings.batch_rows, spill_bytes=settings.spill_bytes))
+                batch_rows=settings.batch_rows, spill_bytes=settings.spill_bytes,
+                offset=item.get("offset", 0), length=item.get("length")))
             weights.append(item["size"])
     started = time.monotonic()
     results = run_tasks(deployment.spark(), run_load_task, tasks, weights=weights,

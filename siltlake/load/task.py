@@ -52,6 +52,8 @@ class LoadTask:
     error_uri: str | None  # where this task's bad records go (error type file)
     batch_rows: int
     spill_bytes: int
+    offset: int = 0  # a split of an uncompressed file: the lines starting in [offset, offset + length)
+    length: int | None = None
 
     @property
     def staging_run(self) -> str:
@@ -64,9 +66,11 @@ def row_table(columns: list[Column], time_column: str, timezone: str, codec: str
                                     columns=tuple(columns), codec=codec)
 
 
-def open_source(uri: str, compression: str) -> io.BufferedIOBase:
-    """The file's bytes, decompressed by magic bytes (auto) or as configured."""
+def open_source(uri: str, compression: str, offset: int = 0, length: int | None = None) -> io.BufferedIOBase:
+    """The file's bytes, decompressed by magic bytes (auto) or as configured; or one split's lines."""
     filesystem, path = pafs.FileSystem.from_uri(uri)
+    if length is not None:
+        return io.BufferedReader(_Split(filesystem.open_input_file(path), offset, offset + length), 1 << 20)
     raw = filesystem.open_input_stream(path, compression=None)
     buffered = io.BufferedReader(_PyArrowRaw(raw), 1 << 20)
     if compression == "auto":
@@ -78,6 +82,55 @@ def open_source(uri: str, compression: str) -> io.BufferedIOBase:
         return io.BufferedReader(bz2.BZ2File(buffered), 1 << 20)
     stream = pa.CompressedInputStream(pa.PythonFile(buffered, mode="r"), compression)
     return io.BufferedReader(_PyArrowRaw(stream), 1 << 20)
+
+
+class _Split(io.RawIOBase):
+    """The lines whose first byte lies in [start, end): a line belongs to the split it starts in, so
+    splits cut anywhere cover every line exactly once (the preceding split reads past its end to finish
+    its last line; this one skips the partial line it starts in)."""
+
+    def __init__(self, file: Any, start: int, end: int) -> None:
+        self._file = file
+        self._end = end
+        self._done = False
+        if start > 0:
+            file.seek(start - 1)
+            while True:
+                chunk = file.read(1 << 16)
+                if not chunk:
+                    self._done = True
+                    break
+                newline = chunk.find(b"\n")
+                if newline >= 0:
+                    file.seek(file.tell() - len(chunk) + newline + 1)
+                    break
+        self._position = file.tell()
+        self._done = self._done or self._position >= end  # no line starts inside this split
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, target: Any) -> int:
+        if self._done:
+            return 0
+        chunk = self._file.read(len(target))
+        if not chunk:
+            self._done = True
+            return 0
+        start = self._position
+        self._position += len(chunk)
+        if self._position >= self._end:
+            # Stop after the newline that ends the last line starting before end.
+            newline = chunk.find(b"\n", max(0, self._end - 1 - start))
+            if newline >= 0:
+                chunk = chunk[: newline + 1]
+                self._done = True
+        target[: len(chunk)] = chunk
+        return len(chunk)
+
+    def close(self) -> None:
+        self._file.close()
+        super().close()
 
 
 class _PyArrowRaw(io.RawIOBase):
@@ -97,11 +150,11 @@ class _PyArrowRaw(io.RawIOBase):
         super().close()
 
 
-def text_lines(source: io.BufferedIOBase, job: JobConfig) -> Iterator[tuple[int, str]]:
+def text_lines(source: io.BufferedIOBase, job: JobConfig, at_start: bool = True) -> Iterator[tuple[int, str]]:
     """(physical line number, line with its end) after skip_header_lines and the line filter."""
     rules = [(re.compile(rule.regex), rule) for rule in job.decoder.line_filter]
     text = io.TextIOWrapper(source, encoding="utf-8-sig", errors="strict", newline="")
-    skip = job.parser.skip_header_lines if job.parser.type == "csv" else 0
+    skip = job.parser.skip_header_lines if job.parser.type == "csv" and at_start else 0
     for number, line in enumerate(text, 1):
         if number <= skip:
             continue
@@ -138,8 +191,9 @@ def _render_csv(row: list[str], delimiter: str) -> str:
     return out.getvalue()
 
 
-def records(source: io.BufferedIOBase, job: JobConfig) -> Iterator[tuple[int, dict | None, str, str | None]]:
-    """(line, record or None, raw text, reason) for every input record."""
+def records(source: io.BufferedIOBase, job: JobConfig,
+            at_start: bool = True) -> Iterator[tuple[int, dict | None, str, str | None]]:
+    """(line, record or None, raw text, reason) for every input record; lines count from the split's start."""
     parser = job.parser
     if parser.type == "msgpack":
         from siltlake.stream.records import _msgpack_entries, _new_unpacker
@@ -154,7 +208,7 @@ def records(source: io.BufferedIOBase, job: JobConfig) -> Iterator[tuple[int, di
                     raw = json.dumps(entry.raw, default=repr, ensure_ascii=False)
                     yield number, entry.record, raw, entry.problem
         return
-    lines = text_lines(source, job)
+    lines = text_lines(source, job, at_start)
     if parser.type == "jsonl":
         for number, line in lines:
             body = line.strip()
@@ -175,7 +229,7 @@ def records(source: io.BufferedIOBase, job: JobConfig) -> Iterator[tuple[int, di
     reader = csv.reader(numbered, delimiter=parser.delimiter, quotechar=parser.quote or '"',
                         quoting=csv.QUOTE_NONE if parser.quote is None else csv.QUOTE_MINIMAL,
                         escapechar=parser.escape, doublequote=parser.escape is None, strict=False)
-    header_pending = parser.header
+    header_pending = parser.header and at_start
     first = 0
     while True:
         first = numbered.line + 1
@@ -263,16 +317,21 @@ class _Errors:
     def add(self, line: int, raw: str, reason: str) -> None:
         self.count += 1
         if len(self.samples) < BAD_SAMPLES:
-            self.samples.append(f"{self.task.uri} line {line}: {reason}")
+            self.samples.append(f"{self.task.uri} {self._where(line)}: {reason}")
         if self.policy == "abort":
-            raise LoadAborted(f"bad record at {self.task.uri} line {line}: {reason}")
+            raise LoadAborted(f"bad record at {self.task.uri} {self._where(line)}: {reason}")
         if self.policy == "file":
             if self._sink is None:
                 filesystem, path = pafs.FileSystem.from_uri(self.task.error_uri)
                 filesystem.create_dir(path.rsplit("/", 1)[0], recursive=True)
                 self._sink = filesystem.open_output_stream(path)
             entry = {"source": self.task.uri, "line": line, "reason": reason, "raw": raw}
+            if self.task.offset:
+                entry["split_offset"] = self.task.offset
             self._sink.write((json.dumps(entry, ensure_ascii=False) + "\n").encode())
+
+    def _where(self, line: int) -> str:
+        return f"line {line}" + (f" after byte {self.task.offset}" if self.task.offset else "")
 
     def close(self) -> str | None:
         if self._sink is None:
@@ -317,8 +376,10 @@ def run_load_task(task: LoadTask) -> dict:
     try:
         filesystem, path = pafs.FileSystem.from_uri(task.uri)
         bytes_in = filesystem.get_file_info(path).size or 0
-        with open_source(task.uri, job.decoder.compression) as source:
-            for line, record, raw, reason in records(source, job):
+        if task.length is not None:
+            bytes_in = task.length
+        with open_source(task.uri, job.decoder.compression, task.offset, task.length) as source:
+            for line, record, raw, reason in records(source, job, at_start=task.offset == 0):
                 records_in += 1
                 if record is not None:
                     try:
