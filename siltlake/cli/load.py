@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from siltlake.cli import console, deployment_of, friendly, main
+from siltlake.cli import _RichProgress, console, deployment_of, friendly, main, progress_bar
 
 
 @main.command("guess")
@@ -50,7 +50,9 @@ def load_command(context: click.Context, config_file: str, resume_state: str | N
             console.print(table.to_pandas().to_string(index=False) if table.num_rows else "(none)", highlight=False)
         return
     try:
-        report = load(deployment, config, state_path=resume_state, commit=not no_commit)
+        with progress_bar() as bar:
+            report = load(deployment, config, state_path=resume_state, commit=not no_commit,
+                          progress=_RichProgress(bar, "load tasks"))
     except LoadFailed as exc:
         console.print(f"[red]load failed[/]: {exc}", highlight=False)
         sys.exit(1)

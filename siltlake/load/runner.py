@@ -24,6 +24,7 @@ from siltlake.errors import CatalogError, ConfigError, NotFoundError, SiltError
 from siltlake.load.config import JobConfig, LoadConfig
 from siltlake.load.task import LoadTask, output_columns, run_load_task
 from siltlake.spark import run_tasks
+from siltlake.stream.runner import Progress
 from siltlake.tabledef import Column, TableDef
 
 STATE_VERSION = 1
@@ -361,7 +362,7 @@ def _create_from_sql(deployment: Deployment, name: str, job: JobConfig, reports:
 
 
 def load(deployment: Deployment, config: LoadConfig, *, state_path: str | None = None, commit: bool = True,
-         fail_tasks: set[tuple[str, int]] | None = None) -> LoadReport:
+         progress: Progress | None = None) -> LoadReport:
     """Run (or resume) a load; commit everything in one transaction once every task succeeded."""
     deployment.catalog.check_ready()
     path = Path(state_path) if state_path else None
@@ -396,11 +397,8 @@ def load(deployment: Deployment, config: LoadConfig, *, state_path: str | None =
                                                    strict=True)):
             if report is not None:
                 continue
-            uri = item["uri"]
-            if fail_tasks and (name, index) in fail_tasks:  # tests: an input that cannot be read
-                uri = uri + ".missing"
             tasks.append(LoadTask(
-                job=name, index=index, uri=uri, job_json=job.model_dump_json(by_alias=True, exclude_unset=True),
+                job=name, index=index, uri=item["uri"], job_json=job.model_dump_json(by_alias=True, exclude_unset=True),
                 columns_json=columns_json, time_column=time_column,
                 timezone=definition.timezone if definition else job.out.timezone,
                 codec=definition.codec if definition else "zstd", run_id=run_id, lake=deployment.lake,
@@ -409,8 +407,10 @@ def load(deployment: Deployment, config: LoadConfig, *, state_path: str | None =
                 offset=item.get("offset", 0), length=item.get("length")))
             weights.append(item["size"])
     started = time.monotonic()
+    progress = progress or Progress()
+    progress.start(len(tasks))
     results = run_tasks(deployment.spark(), run_load_task, tasks, weights=weights,
-                        tasks_per_core=settings.tasks_per_core) if tasks else []
+                        tasks_per_core=settings.tasks_per_core, on_progress=progress.advance) if tasks else []
     seconds = time.monotonic() - started
     failed: list[tuple[str, str]] = []
     aborted = [r for r in results if r["status"] == "aborted"]
