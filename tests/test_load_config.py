@@ -203,3 +203,61 @@ def test_splits_cover_every_line_exactly_once(tmp_path: Path, split: int) -> Non
         with open_source(path.as_uri(), "none", offset, min(split, size - offset)) as source:
             seen += [record["id"] for _, record, _, _ in records(source, job, at_start=offset == 0)]
     assert seen == [str(i) for i in range(40)]
+
+
+def test_the_vectorised_csv_path_agrees_with_the_per_record_path(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    from siltlake.load.task import LoadTask, run_load_task
+    from siltlake.storage import Storage
+
+    rows = [
+        "id,time,n,f,ok,name,small",
+        "1,2026-03-08 01:30:00, 12 ,1.5,true,a,1",
+        "2,2026-03-08 02:30:00,+7,-0.0, TRUE ,,2",  # 02:30 does not exist in New York that day
+        "3,2026-11-01 01:30:00,1.0,1e3,yes,c,3",  # ambiguous time; 1.0 is not a bigint; yes is no boolean
+        "4,2026-02-30 10:00:00,99999999999999999999,inf,false,d,4",  # no such date; bigint overflow; inf
+        "5,2026-11-20 10:00:00,,,,\\N,5",  # empties are null; \\N is null
+        "6,2026-11-20 10:00:00.5,5,2,false,f,5",  # a fraction the format does not take
+        "7,20261120,5,2,false,g,2147483648",  # int overflow too
+        "8,2026-11-20 10:00:00,5",  # too few fields
+        '9,2026-11-20 10:00:00,5,2,false,"multi\nline",7',
+        "10,2026-11-01 01:30:00,-3,.5,False,j,-8",  # ambiguous: the earlier instant (EDT)
+    ]
+    path = tmp_path / "a.csv"
+    path.write_text("\n".join(rows) + "\n")
+    parser = {"type": "csv", "null_string": "\\N", "columns": [
+        {"name": "id", "type": "long"},
+        {"name": "time", "type": "timestamp", "format": "%Y-%m-%d %H:%M:%S", "zone": "America/New_York"},
+        {"name": "n", "type": "long"}, {"name": "f", "type": "double"}, {"name": "ok", "type": "boolean"},
+        {"name": "name", "type": "string"}, {"name": "small", "type": "long"}]}
+    columns = [{"name": "id", "type": "bigint", "nullable": True, "source": None},
+               {"name": "time", "type": "timestamp", "nullable": False, "source": None},
+               {"name": "n", "type": "bigint", "nullable": True, "source": None},
+               {"name": "f", "type": "double", "nullable": True, "source": None},
+               {"name": "ok", "type": "boolean", "nullable": True, "source": None},
+               {"name": "name", "type": "string", "nullable": True, "source": None},
+               {"name": "small", "type": "int", "nullable": True, "source": None}]
+    results = []
+    for run, decoder in (("fast", {}), ("exact", {"line_filter": [{"regex": "^never$", "skip": True}]})):
+        config = parse_load_config({"in": {"path": str(path)}, "decoder": decoder, "parser": parser,
+                                    "out": {"table": "web.x"}})
+        (job,) = config.jobs.values()
+        report = run_load_task(LoadTask(
+            job="main", index=0, uri=path.as_uri(), job_json=job.model_dump_json(by_alias=True, exclude_unset=True),
+            columns_json=json.dumps(columns), time_column="time", timezone="UTC", codec="zstd", run_id=run,
+            lake=Storage(str(tmp_path / "lake")), instance_key="k", error_uri=None, batch_rows=4, spill_bytes=1 << 20))
+        assert report["status"] == "ok", (report.get("reason"), report.get("traceback"))
+        table = pq.read_table([str(tmp_path / "lake" / part["tmp_key"]) for part in report["parts"]]) \
+            .sort_by("id").to_pylist()
+        results.append((report["records_in"], report["bad_records"], table))
+    assert results[0] == results[1]
+    records_in, bad, table = results[0]
+    assert (records_in, bad) == (10, 5)
+    assert [row["id"] for row in table] == [1, 2, 5, 9, 10]
+    assert table[1]["n"] == 7 and table[1]["f"] == 0.0 and table[1]["ok"] is True
+    assert table[2]["name"] is None and table[2]["n"] is None
+    assert table[3]["name"] == "multi\nline" and table[4]["f"] == 0.5 and table[4]["small"] == -8
+    assert str(table[0]["time"]) == "2026-03-08 06:30:00+00:00"
+    assert str(table[4]["time"]) == "2026-11-01 05:30:00+00:00"
+    assert str(table[1]["time"]) == "2026-03-08 07:30:00+00:00"  # Python's reading of a time in the gap

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from siltlake.load import fastcsv
 from siltlake.load.config import PARSER_TYPES, AddFilter, DropFilter, JobConfig, ParserColumn, RenameFilter
 from siltlake.storage import Storage, TableLayout
 from siltlake.tabledef import Column, TableDef
@@ -363,9 +364,8 @@ def run_load_task(task: LoadTask) -> dict:
     errors = _Errors(task, job.error.type)
     records_in = bytes_in = 0
 
-    def flush() -> None:
+    def add_rows(rows: pa.Table) -> None:
         nonlocal in_writer
-        rows = converter.take_table()
         if writer is not None:
             writer.add(rows)
             return
@@ -373,25 +373,43 @@ def run_load_task(task: LoadTask) -> dict:
             in_writer = pq.ParquetWriter(task.lake.open_output(in_key), table.arrow_schema(), compression="zstd")
         in_writer.write_table(rows)
 
+    def flush() -> None:
+        add_rows(converter.take_table())
+
     try:
         filesystem, path = pafs.FileSystem.from_uri(task.uri)
         bytes_in = filesystem.get_file_info(path).size or 0
         if task.length is not None:
             bytes_in = task.length
+        def one(line: int, record: dict | None, raw: str, reason: str | None) -> None:
+            if record is not None:
+                try:
+                    record = apply_filters(record, job, timestamps)
+                except ValueError as exc:
+                    reason = str(exc)
+                else:
+                    reason = converter.add(record)
+            if reason is not None:
+                errors.add(line, raw, reason)
+            if converter.row_count >= task.batch_rows:
+                flush()
+
         with open_source(task.uri, job.decoder.compression, task.offset, task.length) as source:
-            for line, record, raw, reason in records(source, job, at_start=task.offset == 0):
-                records_in += 1
-                if record is not None:
-                    try:
-                        record = apply_filters(record, job, timestamps)
-                    except ValueError as exc:
-                        reason = str(exc)
-                    else:
-                        reason = converter.add(record)
-                if reason is not None:
+            if fastcsv.usable(job, columns):
+                def invalid(line: int, raw: str, reason: str) -> None:
+                    nonlocal records_in
+                    records_in += 1
                     errors.add(line, raw, reason)
-                if converter.row_count >= task.batch_rows:
-                    flush()
+
+                for rows, size in fastcsv.read_fast(source, job, columns, table.arrow_schema(), task.time_column,
+                                                    task.offset == 0, invalid,
+                                                    lambda line, record, raw: one(line, record, raw, None)):
+                    records_in += size
+                    add_rows(rows)
+            else:
+                for line, record, raw, reason in records(source, job, at_start=task.offset == 0):
+                    records_in += 1
+                    one(line, record, raw, reason)
         flush()
         if writer is not None:
             parts = writer.finish()
