@@ -248,3 +248,22 @@ def test_a_large_file_is_split_into_tasks(deployment: Deployment, tmp_path: Path
     (stats,) = load(deployment, load_config).jobs
     assert stats.tasks == 3 and stats.records_in == stats.loaded == 25_000
     assert ids(deployment, "web.big") == list(range(25_000))
+
+
+@sqlite_only
+def test_a_commit_whose_output_is_gone_is_refused_whole(deployment: Deployment, tmp_path: Path) -> None:
+    from siltlake.errors import CatalogError
+
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    csv_file(inputs / "a.csv", 0, 10)
+    csv_file(inputs / "b.csv", 10, 10)
+    load_config = parse_load_config(config(inputs))
+    state = tmp_path / "resume.yml"
+    load(deployment, load_config, state_path=str(state), commit=False)
+    deployment.lake.delete(tmp_keys(deployment)[-1])  # as reap does to old _tmp/ leftovers
+    with pytest.raises(CatalogError, match="is gone .*nothing was committed"):
+        load(deployment, load_config, state_path=str(state))
+    assert ids(deployment) == [] and len(tmp_keys(deployment)) == 3  # nothing moved either
+    cleanup(deployment, load_config, str(state))
+    assert tmp_keys(deployment) == []

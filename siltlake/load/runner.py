@@ -484,6 +484,17 @@ def _fill_stats(state: dict, stats: dict[str, JobStats]) -> None:
             item.loaded = sum(p["rows"] for r in done for p in r.get("parts", []))
 
 
+def _units(name: str, state: dict) -> list[tuple[str, dict, int, int]]:
+    """(staging URI, report, records in, bad records) of each committed unit of a job: a task, or a
+    partition of the sql stage."""
+    job_state, run_id = state["jobs"][name], state["run_id"]
+    if job_state.get("sql_reports") is not None:
+        return [(f"load:{run_id}/{name}/sql-{r['index']:05d}", r, r["rows_in"], r["bad_records"])
+                for r in job_state["sql_reports"]]
+    return [(f"load:{run_id}/{name}/{r['index']:05d}", r, r["records_in"], r["bad_records"])
+            for r in job_state["reports"]]
+
+
 def _commit(deployment: Deployment, config: LoadConfig, state: dict, tables: dict[str, TableRecord]) -> None:
     """One transaction for every job: ids under the ordering lock, objects moved, rows inserted.
 
@@ -493,28 +504,35 @@ def _commit(deployment: Deployment, config: LoadConfig, state: dict, tables: dic
 
     lake = deployment.lake
     run_id = state["run_id"]
+    units = {name: _units(name, state) for name in config.jobs}
+    committed = deployment.catalog.known_uris([uri for job in units.values() for uri, *_ in job])
+    # Checked before the transaction: a move cannot be rolled back with it.
+    for name, job_units in units.items():
+        for uri, report, _, _ in job_units:
+            if uri in committed:
+                continue
+            for part in report["parts"]:
+                if not lake.exists(part["tmp_key"]):
+                    raise CatalogError(f"load {run_id}: the output {lake.uri(part['tmp_key'])} of job {name} is gone "
+                                       "(reaped after reap.grace, or deleted); nothing was committed: `silt cleanup` "
+                                       "this load and run it again")
     with deployment.catalog.stream_commit() as tx:
         now = utcnow()
-        for name in config.jobs:
-            job_state = state["jobs"][name]
+        for name, job_units in units.items():
             table = tables[name]
             layout = table.layout(deployment.instance_key)
-            if job_state.get("sql_reports") is not None:
-                units = [(f"sql-{r['index']:05d}", r, r["rows_in"], r["bad_records"]) for r in job_state["sql_reports"]]
-            else:
-                units = [(f"{r['index']:05d}", r, r["records_in"], r["bad_records"]) for r in job_state["reports"]]
-            for suffix, report, records_in, bad in units:
+            for uri, report, records_in, bad in job_units:
                 parts = report["parts"]
-                conflict = _update_conflict(tx, table, parts, state["version_mark"])
-                if conflict is not None:
-                    raise CatalogError(f"load {run_id}: {conflict.split(';')[0]}; nothing was committed: "
-                                       "`silt cleanup` this load and run it again")
                 staging_id = tx.register_loaded(
-                    f"load:{run_id}/{name}/{suffix}", table_id=table.id,
+                    uri, table_id=table.id,
                     size=sum(p["bytes"] for p in parts), records_in=records_in, bad_records=bad,
                     error_uri=None, now=now)
                 if staging_id is None:
                     continue
+                conflict = _update_conflict(tx, table, parts, state["version_mark"])
+                if conflict is not None:
+                    raise CatalogError(f"load {run_id}: {conflict.split(';')[0]}; nothing was committed: "
+                                       "`silt cleanup` this load and run it again")
                 commit_parts(tx, lake, table, layout, staging_id, parts, report["upload_start_time"], now)
 
 
