@@ -47,6 +47,7 @@ bench: prereqs $(VENV)/.installed-dev
 	$(BIN)/python bench/merge_bench.py all
 	$(BIN)/python bench/publish_bench.py
 	$(BIN)/python bench/reap_bench.py
+	$(BIN)/python bench/load_bench.py
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check siltlake tests bench
