@@ -267,3 +267,35 @@ def test_a_commit_whose_output_is_gone_is_refused_whole(deployment: Deployment, 
     assert ids(deployment) == [] and len(tmp_keys(deployment)) == 3  # nothing moved either
     cleanup(deployment, load_config, str(state))
     assert tmp_keys(deployment) == []
+
+
+@sqlite_only
+def test_several_jobs_commit_together_and_resume_together(deployment: Deployment, tmp_path: Path) -> None:
+    users, histories = tmp_path / "users", tmp_path / "histories"
+    users.mkdir()
+    histories.mkdir()
+    csv_file(users / "u.csv", 0, 8)
+    csv_file(histories / "h1.csv", 100, 6)
+    (histories / "h2.csv").write_bytes(b"\x1f\x8bbroken")
+    base = config(users)
+    load_config = parse_load_config({
+        "default": {**base, "filters": {**base["filters"], "secret": {"type": "drop", "columns": ["name"]}}},
+        "jobs": {
+            "users": {"out": {"table": "app.users"}, "filters": {"secret": None}},
+            "histories": {"in": {"path": str(histories / "*.csv")}, "out": {"table": "app.histories"}},
+        },
+    })
+    state = tmp_path / "resume.yml"
+    with pytest.raises(LoadFailed):
+        load(deployment, load_config, state_path=str(state))
+    assert ids(deployment, "app.users") == [] and ids(deployment, "app.histories") == []  # neither job commits
+
+    csv_file(histories / "h2.csv", 200, 4)
+    report = load(deployment, load_config, state_path=str(state))
+    assert [(j.name, j.ran, j.tasks, j.loaded) for j in report.jobs] == [("users", 0, 1, 8),
+                                                                          ("histories", 1, 2, 10)]
+    assert ids(deployment, "app.users") == list(range(8))
+    assert ids(deployment, "app.histories") == [*range(100, 106), *range(200, 204)]
+    columns = [c.name for c in deployment.catalog.get_table("app.histories").definition.columns]
+    assert columns == ["id", "event_time"]  # the default's drop filter applies to histories only
+    assert "name" in [c.name for c in deployment.catalog.get_table("app.users").definition.columns]

@@ -261,3 +261,34 @@ def test_the_vectorised_csv_path_agrees_with_the_per_record_path(tmp_path: Path)
     assert str(table[0]["time"]) == "2026-03-08 06:30:00+00:00"
     assert str(table[4]["time"]) == "2026-11-01 05:30:00+00:00"
     assert str(table[1]["time"]) == "2026-03-08 07:30:00+00:00"  # Python's reading of a time in the gap
+
+
+def test_msgpack_zstd_and_bzip2_json_lines_tasks(tmp_path: Path) -> None:
+    import msgpack
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from siltlake.load.task import LoadTask, run_load_task
+    from siltlake.storage import Storage
+
+    records = [{"time": f"2026-11-20T0{i}:00:00Z", "n": i} for i in range(5)] + [{"n": 9}]
+    packed = b"".join(msgpack.packb(r) for r in records)
+    with pa.CompressedOutputStream(str(tmp_path / "a.msgpack.zst"), "zstd") as sink:
+        sink.write(packed)
+    (tmp_path / "b.jsonl.bz2").write_bytes(bz2.compress("".join(json.dumps(r) + "\n" for r in records).encode()))
+    columns = json.dumps([{"name": "time", "type": "timestamp", "nullable": False, "source": None},
+                          {"name": "n", "type": "bigint", "nullable": True, "source": None}])
+    for name, kind in (("a.msgpack.zst", "msgpack"), ("b.jsonl.bz2", "jsonl")):
+        config = parse_load_config({"in": {"path": str(tmp_path / name)}, "parser": {"type": kind},
+                                    "out": {"table": "web.x"}})
+        (job,) = config.jobs.values()
+        report = run_load_task(LoadTask(
+            job="main", index=0, uri=(tmp_path / name).as_uri(),
+            job_json=job.model_dump_json(by_alias=True, exclude_unset=True), columns_json=columns,
+            time_column="time", timezone="UTC", codec="zstd", run_id=kind, lake=Storage(str(tmp_path / "lake")),
+            instance_key="k", error_uri=None, batch_rows=100, spill_bytes=1 << 20))
+        assert report["status"] == "ok", report.get("reason")
+        assert (report["records_in"], report["loaded"], report["bad_records"]) == (6, 5, 1)
+        assert "missing event time" in report["bad_samples"][0]
+        (part,) = report["parts"]
+        assert pq.read_table(str(tmp_path / "lake" / part["tmp_key"])).column("n").to_pylist() == [0, 1, 2, 3, 4]
