@@ -97,7 +97,6 @@ def test_resume_runs_only_the_failed_task_then_commits_everything_once(deploymen
         load(deployment, changed, state_path=str(state))
 
 
-@sqlite_only
 def test_no_commit_then_commit_and_committing_the_same_state_twice_adds_nothing(deployment: Deployment,
                                                                                   tmp_path: Path) -> None:
     inputs = tmp_path / "in"
