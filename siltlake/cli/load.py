@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 import click
+from rich.table import Table
 
 from siltlake.cli import _RichProgress, console, deployment_of, friendly, main, progress_bar
 
@@ -47,7 +48,10 @@ def load_command(context: click.Context, config_file: str, resume_state: str | N
     if dry_run:
         for name, table in preview(deployment, config, rows).items():
             console.print(f"[bold]{name}[/] (first {table.num_rows} rows as they would be loaded):")
-            console.print(table.to_pandas().to_string(index=False) if table.num_rows else "(none)", highlight=False)
+            grid = Table(*table.column_names)
+            for row in table.to_pylist():
+                grid.add_row(*("NULL" if value is None else str(value) for value in row.values()))
+            console.print(grid)
         return
     try:
         with progress_bar() as bar:
