@@ -298,3 +298,19 @@ def test_several_jobs_commit_together_and_resume_together(deployment: Deployment
     columns = [c.name for c in deployment.catalog.get_table("app.histories").definition.columns]
     assert columns == ["id", "event_time"]  # the default's drop filter applies to histories only
     assert "name" in [c.name for c in deployment.catalog.get_table("app.users").definition.columns]
+
+
+@sqlite_only
+def test_when_every_task_fails_no_state_is_kept_and_the_same_command_starts_over(deployment: Deployment,
+                                                                                 tmp_path: Path) -> None:
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    (inputs / "a.csv.gz").write_bytes(b"\x1f\x8bbroken")
+    load_config = parse_load_config(config(inputs))
+    state = tmp_path / "resume.yml"
+    with pytest.raises(LoadFailed, match="nothing was kept: run the same command again"):
+        load(deployment, load_config, state_path=str(state))
+    assert not state.exists() and tmp_keys(deployment) == []
+    csv_file(inputs / "a.csv.gz", 0, 5, gz=True)
+    (stats,) = load(deployment, load_config, state_path=str(state)).jobs
+    assert stats.ran == 1 and ids(deployment) == list(range(5))
