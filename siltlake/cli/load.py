@@ -5,9 +5,30 @@ from __future__ import annotations
 import sys
 
 import click
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn, TransferSpeedColumn
 from rich.table import Table
 
-from siltlake.cli import _RichProgress, console, deployment_of, friendly, main, progress_bar
+from siltlake.cli import console, deployment_of, friendly, main
+
+
+class _BarProgress:
+    """A bar over the input bytes, its label counting tasks."""
+
+    def __init__(self, bar) -> None:  # noqa: ANN001 - a rich Progress
+        self.bar = bar
+        self.tasks = self.done = 0
+        self.task_id = None
+
+    def start(self, tasks: int, total_bytes: int) -> None:
+        self.tasks = tasks
+        self.task_id = self.bar.add_task(self._label(), total=max(total_bytes, 1))
+
+    def advance(self, tasks: int, input_bytes: int) -> None:
+        self.done += tasks
+        self.bar.update(self.task_id, advance=input_bytes, description=self._label())
+
+    def _label(self) -> str:
+        return f"load tasks {self.done}/{self.tasks}"
 
 
 @main.command("guess")
@@ -54,9 +75,10 @@ def load_command(context: click.Context, config_file: str, resume_state: str | N
             console.print(grid)
         return
     try:
-        with progress_bar() as bar:
+        with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                      TimeElapsedColumn(), console=console, transient=False) as bar:
             report = load(deployment, config, state_path=resume_state, commit=not no_commit,
-                          progress=_RichProgress(bar, "load tasks"))
+                          progress=_BarProgress(bar))
     except LoadFailed as exc:
         console.print(f"[red]load failed[/]: {exc}", highlight=False)
         sys.exit(1)

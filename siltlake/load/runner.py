@@ -24,7 +24,6 @@ from siltlake.errors import CatalogError, ConfigError, NotFoundError, SiltError
 from siltlake.load.config import JobConfig, LoadConfig
 from siltlake.load.task import LoadTask, output_columns, run_load_task
 from siltlake.spark import run_tasks
-from siltlake.stream.runner import Progress
 from siltlake.tabledef import Column, TableDef
 
 STATE_VERSION = 1
@@ -67,6 +66,14 @@ class LoadReport:
     already_committed: bool = False
     failed: list[tuple[str, str]] = field(default_factory=list)
     state_path: str | None = None
+
+
+class LoadProgress:
+    """What the driver tells a progress display (tasks and input bytes done); the default shows nothing."""
+
+    def start(self, tasks: int, total_bytes: int) -> None: ...
+
+    def advance(self, tasks: int, input_bytes: int) -> None: ...
 
 
 # --------------------------------------------------------------------------------------------
@@ -362,7 +369,7 @@ def _create_from_sql(deployment: Deployment, name: str, job: JobConfig, reports:
 
 
 def load(deployment: Deployment, config: LoadConfig, *, state_path: str | None = None, commit: bool = True,
-         progress: Progress | None = None) -> LoadReport:
+         progress: LoadProgress | None = None) -> LoadReport:
     """Run (or resume) a load; commit everything in one transaction once every task succeeded."""
     deployment.catalog.check_ready()
     path = Path(state_path) if state_path else None
@@ -407,10 +414,17 @@ def load(deployment: Deployment, config: LoadConfig, *, state_path: str | None =
                 offset=item.get("offset", 0), length=item.get("length")))
             weights.append(item["size"])
     started = time.monotonic()
-    progress = progress or Progress()
-    progress.start(len(tasks))
+    progress = progress or LoadProgress()
+    progress.start(len(tasks), sum(weights))
+    # Spark says how many tasks finished, not which (run_tasks counts the smallest first): bytes likewise.
+    smallest, done = sorted(weights), [0]
+
+    def advance(count: int) -> None:
+        progress.advance(count, sum(smallest[done[0]:done[0] + count]))
+        done[0] += count
+
     results = run_tasks(deployment.spark(), run_load_task, tasks, weights=weights,
-                        tasks_per_core=settings.tasks_per_core, on_progress=progress.advance) if tasks else []
+                        tasks_per_core=settings.tasks_per_core, on_progress=advance) if tasks else []
     seconds = time.monotonic() - started
     failed: list[tuple[str, str]] = []
     aborted = [r for r in results if r["status"] == "aborted"]
