@@ -292,3 +292,18 @@ def test_msgpack_zstd_and_bzip2_json_lines_tasks(tmp_path: Path) -> None:
         assert "missing event time" in report["bad_samples"][0]
         (part,) = report["parts"]
         assert pq.read_table(str(tmp_path / "lake" / part["tmp_key"])).column("n").to_pylist() == [0, 1, 2, 3, 4]
+
+
+def test_guess_fills_each_job_of_a_default_and_jobs_seed(tmp_path: Path) -> None:
+    (tmp_path / "users.csv").write_text("id,name,signup\n1,ann,2026-11-20 10:00:00\n2,bob,2026-11-21 11:00:00\n")
+    (tmp_path / "histories.tsv").write_text("user\tat\tamount\n1\t2026-11-20T10:00:00Z\t1.5\n"
+                                            "2\t2026-11-20T11:00:00Z\t2\n")
+    seed = {"default": {"out": {"create": True, "timezone": "Asia/Tokyo"}},
+            "jobs": {"users": {"in": {"path": str(tmp_path / "users.csv")}, "out": {"table": "app.users"}},
+                     "histories": {"in": {"path": str(tmp_path / "histories.tsv")}, "out": {"table": "app.h"}}}}
+    config = parse_load_config(guess(seed))
+    users, histories = config.jobs["users"], config.jobs["histories"]
+    assert users.out.time_column == "signup" and users.out.timezone == "Asia/Tokyo"
+    assert [c.type for c in users.parser.columns] == ["long", "string", "timestamp"]
+    assert histories.parser.delimiter == "\t" and histories.out.time_column == "at"
+    assert [c.type for c in histories.parser.columns] == ["long", "timestamp", "double"]
