@@ -14,6 +14,7 @@ import yaml
 from siltlake.deployment import Deployment
 from siltlake.errors import ConfigError
 from siltlake.load import LoadFailed, cleanup, load, parse_load_config
+from siltlake.load.runner import LoadProgress
 from siltlake.read import sql
 
 pytestmark = pytest.mark.spark
@@ -77,7 +78,17 @@ def test_resume_runs_only_the_failed_task_then_commits_everything_once(deploymen
     assert tmp_keys(deployment)  # the succeeded tasks' output waits under the run's temporary prefix
 
     (inputs / "c.csv.gz").write_bytes(good_bytes)  # fixed
-    report = load(deployment, load_config, state_path=str(state))
+
+    class Recorded(LoadProgress):
+        def __init__(self) -> None:
+            self.seen: list[tuple[int, int]] = []
+
+        def advance(self, tasks: int, input_bytes: int, records: int) -> None:
+            self.seen.append((tasks, records))
+
+    recorded = Recorded()
+    report = load(deployment, load_config, state_path=str(state), progress=recorded)
+    assert sum(tasks for tasks, _ in recorded.seen) == 1 and recorded.seen[-1][1] == 20, "progress counts records"
     (stats,) = report.jobs
     assert report.committed and stats.ran == 1 and stats.tasks == 3
     assert (stats.records_in, stats.loaded, stats.bad) == (90, 90, 0)

@@ -12,23 +12,24 @@ from siltlake.cli import console, deployment_of, friendly, main
 
 
 class _BarProgress:
-    """A bar over the input bytes, its label counting tasks."""
+    """A bar over the input bytes, its label counting tasks and records read."""
 
     def __init__(self, bar) -> None:  # noqa: ANN001 - a rich Progress
         self.bar = bar
-        self.tasks = self.done = 0
+        self.tasks = self.done = self.records = 0
         self.task_id = None
 
     def start(self, tasks: int, total_bytes: int) -> None:
         self.tasks = tasks
         self.task_id = self.bar.add_task(self._label(), total=max(total_bytes, 1))
 
-    def advance(self, tasks: int, input_bytes: int) -> None:
+    def advance(self, tasks: int, input_bytes: int, records: int) -> None:
         self.done += tasks
+        self.records = records
         self.bar.update(self.task_id, advance=input_bytes, description=self._label())
 
     def _label(self) -> str:
-        return f"load tasks {self.done}/{self.tasks}"
+        return f"load tasks {self.done}/{self.tasks}, {self.records:,} records"
 
 
 @main.command("guess")

@@ -69,11 +69,12 @@ class LoadReport:
 
 
 class LoadProgress:
-    """What the driver tells a progress display (tasks and input bytes done); the default shows nothing."""
+    """What the driver tells a progress display (tasks and input bytes done, records read so far); the
+    default shows nothing."""
 
     def start(self, tasks: int, total_bytes: int) -> None: ...
 
-    def advance(self, tasks: int, input_bytes: int) -> None: ...
+    def advance(self, tasks: int, input_bytes: int, records: int) -> None: ...
 
 
 # --------------------------------------------------------------------------------------------
@@ -419,12 +420,22 @@ def load(deployment: Deployment, config: LoadConfig, *, state_path: str | None =
     # Spark says how many tasks finished, not which (run_tasks counts the smallest first): bytes likewise.
     smallest, done = sorted(weights), [0]
 
+    # Tasks report their records through an accumulator, which the driver sees as each Spark task ends.
+    records_read = deployment.spark().sparkContext.accumulator(0) if tasks else None
+
+    def counted(task: LoadTask) -> dict:
+        result = run_load_task(task)
+        records_read.add(result.get("records_in", 0))
+        return result
+
     def advance(count: int) -> None:
-        progress.advance(count, sum(smallest[done[0]:done[0] + count]))
+        progress.advance(count, sum(smallest[done[0]:done[0] + count]), records_read.value)
         done[0] += count
 
-    results = run_tasks(deployment.spark(), run_load_task, tasks, weights=weights,
+    results = run_tasks(deployment.spark(), counted, tasks, weights=weights,
                         tasks_per_core=settings.tasks_per_core, on_progress=advance) if tasks else []
+    if results:  # the exact count, whatever the accumulator had merged when the last task was seen ending
+        progress.advance(0, 0, sum(result.get("records_in", 0) for result in results))
     seconds = time.monotonic() - started
     failed: list[tuple[str, str]] = []
     aborted = [r for r in results if r["status"] == "aborted"]
