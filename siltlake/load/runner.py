@@ -165,16 +165,24 @@ def _create_definition(job: JobConfig, columns: list[tuple[str, str]]) -> TableD
     }, f"out.table {job.out.table} (create)")
 
 
-def _target(deployment: Deployment, job: JobConfig, columns: list[tuple[str, str]] | None) -> TableRecord:
+def _existing_target(deployment: Deployment, job: JobConfig) -> TableRecord | None:
+    """The target table, or None when it does not exist yet and out.create asks to create it."""
     try:
         return deployment.catalog.get_table(job.out.table)
     except NotFoundError:
         if not job.out.create:
             raise ConfigError(f"out.table: no table {job.out.table}; create it (silt table create) or set "
                               "out.create: true") from None
-        if columns is None:
-            raise ConfigError("parser.columns: out.create needs the parser columns (silt guess writes them)") from None
-        return deployment.catalog.create_table(_create_definition(job, columns))
+        return None
+
+
+def _target(deployment: Deployment, job: JobConfig, columns: list[tuple[str, str]] | None) -> TableRecord:
+    table = _existing_target(deployment, job)
+    if table is not None:
+        return table
+    if columns is None:
+        raise ConfigError("parser.columns: out.create needs the parser columns (silt guess writes them)")
+    return deployment.catalog.create_table(_create_definition(job, columns))
 
 
 # --------------------------------------------------------------------------------------------
@@ -331,20 +339,10 @@ def _plan_job(deployment: Deployment, name: str, job: JobConfig) -> tuple[TableR
         if produced is None:
             raise ConfigError(f"jobs.{name}.parser.columns: a sql filter needs the parser's columns (the view in)")
         columns = [Column(name=n, type=t) for n, t in produced]
-        table = _sql_target(deployment, job)
-        return table, columns, ""
+        # Without a table yet, it is created from the query's result schema once the parsed rows exist.
+        return _existing_target(deployment, job), columns, ""
     table = _target(deployment, job, produced)
     return table, _table_columns(job, table.definition), table.definition.time_column
-
-
-def _sql_target(deployment: Deployment, job: JobConfig) -> TableRecord | None:
-    try:
-        return deployment.catalog.get_table(job.out.table)
-    except NotFoundError:
-        if not job.out.create:
-            raise ConfigError(f"out.table: no table {job.out.table}; create it (silt table create) or set "
-                              "out.create: true") from None
-        return None  # created from the query's result schema once the parsed rows exist
 
 
 def _create_from_sql(deployment: Deployment, name: str, job: JobConfig, reports: list[dict]) -> TableRecord:
