@@ -175,20 +175,22 @@ def prepare_delete(deployment: Deployment, name: str, partition_date: dt.date, w
 
     `now` (naive UTC) stamps the version, as publish's does, to drive a simulated clock."""
     from pyspark.errors import AnalysisException
+    from pyspark.sql import functions as F
 
     started = time.monotonic()
     record, base = _record_and_base(deployment, name, partition_date)
     frame = _base_frame(deployment.spark(), deployment, record, base)
     try:
-        matches = frame.where(f"coalesce(({where}), false)")
-        keep = frame.where(f"NOT coalesce(({where}), false)")
+        matching = F.expr(f"coalesce(({where}), false)")
+        # One scan counts both; the rows are read again only if something is to be deleted.
+        totals = frame.select(F.count(F.lit(1)).alias("rows"), F.count(F.when(matching, 1)).alias("matched"))
     except AnalysisException as exc:
         first = str(exc).strip().splitlines()[0]
         raise SiltError(f"cannot use --where {where!r} on {record.qualified_name}: {first}") from None
-    matched = matches.count()
-    prepared = PreparedUpdate(deployment, record, base, frame.count(), started, now)
-    if matched:
-        prepared.write(keep)
+    counted = totals.first()
+    prepared = PreparedUpdate(deployment, record, base, counted["rows"], started, now)
+    if counted["matched"]:
+        prepared.write(frame.where(~matching))
     return prepared
 
 
