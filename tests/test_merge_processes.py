@@ -8,7 +8,6 @@ end every process a test started by its session id.
 from __future__ import annotations
 
 import collections
-import contextlib
 import datetime as dt
 import itertools
 import json
@@ -18,7 +17,6 @@ import random
 import re
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,10 +24,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import sqlalchemy as sa
 
 from siltlake.catalog import TableRecord
-from siltlake.catalog import schema as s
 from siltlake.catalog.catalog import PartitionRow
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
@@ -37,10 +33,19 @@ from siltlake.tabledef import TableDef
 
 from .conftest import ACCESS_TABLE, make_config
 from .merge_helpers import add_small_objects, merged_rows, rows_for, small_rows
+from .processes import (
+    SUCCESS,
+    SiltProcess,
+    held_jobs,
+    kill_session,
+    owner_pid,
+    silt_env,
+    silt_status,
+    successes,
+    wait_until,
+)
 
 pytestmark = pytest.mark.spark
-
-SUCCESS = ("finished", "continuing")
 
 
 # --- set-up ---------------------------------------------------------------------------------------------
@@ -80,123 +85,10 @@ def fill(deployment: Deployment, plan: list[tuple[TableRecord, dt.date, int]], r
     return total
 
 
-def write_config(tmp_path: Path, url: str, **merge: int) -> dict[str, str]:
-    """A config file matching conftest.make_config(tmp_path, url); returns the environment that selects it."""
-    lines = [
-        'instance_key = "test0001"',
-        "[catalog]", f'url = "{url}"',
-        "[storage]", f'root = "{tmp_path / "lake"}"', f'staging_root = "{tmp_path / "staging"}"',
-        "[spark]", 'master = "local[1]"',
-        "[merge]", *(f"{key} = {value}" for key, value in merge.items()),
-    ]
-    path = tmp_path / "siltlake.toml"
-    path.write_text("\n".join(lines) + "\n")
-    return {**os.environ, "SILTLAKE_CONFIG": str(path), "PYTHONUNBUFFERED": "1", "COLUMNS": "300"}
-
-
-# --- processes ------------------------------------------------------------------------------------------
-
-class Worker:
-    """One `silt` process in a session of its own; stdout and stderr go to files (never a full pipe)."""
-
-    def __init__(self, tmp_path: Path, name: str, env: dict[str, str], *args: str) -> None:
-        self.name = name
-        self.out = tmp_path / f"{name}.out"
-        self.err = tmp_path / f"{name}.err"
-        with self.out.open("wb") as out, self.err.open("wb") as err:
-            self.proc = subprocess.Popen([sys.executable, "-m", "siltlake.cli", *args], env=env,
-                                         stdout=out, stderr=err, start_new_session=True)
-        self.started = time.monotonic()
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def tail(self) -> str:
-        return f"--- {self.name} stdout:\n{self.out.read_text()[-2000:]}\n--- stderr:\n{self.err.read_text()[-4000:]}"
-
-    def kill(self) -> None:
-        """SIGKILL every process of the worker's session (driver, JVM, executors), then reap the driver."""
-        kill_session(self.pid)
-        self.proc.wait(timeout=30)
-
-
-def _session_members(session: int) -> list[int]:
-    members = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        state, _ppid, _pgrp, sid = stat.rsplit(")", 1)[1].split()[:4]
-        if int(sid) == session and state != "Z":
-            members.append(int(entry))
-    return members
-
-
-def kill_session(session: int) -> None:
-    """SIGKILL the processes of a session this test started (its leader's pid is the session id)."""
-    if not Path("/proc/self/stat").exists():  # no procfs: the leader's process group is the best we have
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(session, signal.SIGKILL)
-        return
-    for _ in range(100):  # a process may fork while we look: repeat until the session is empty
-        members = _session_members(session)
-        if not members:
-            return
-        for pid in members:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        time.sleep(0.05)
-
-
-def wait_until(condition: Callable[[], object], workers: list[Worker], timeout: float, what: str) -> None:
-    """Poll until condition holds; fail if one of the workers exits meanwhile or time runs out."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        for worker in workers:
-            if not worker.alive():
-                pytest.fail(f"{worker.name} exited with {worker.proc.returncode} while waiting for {what}\n"
-                            + worker.tail())
-        if time.monotonic() > deadline:
-            pytest.fail(f"no {what} within {timeout:.0f} s\n" + "\n".join(w.tail() for w in workers))
-        time.sleep(0.02)
-
-
-def silt_status(env: dict[str, str]) -> list[dict]:
-    done = subprocess.run([sys.executable, "-m", "siltlake.cli", "status", "--json"], env=env,
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout)["tables"]
-
-
 # --- catalog and lake observations ----------------------------------------------------------------------
 
-def held_jobs(deployment: Deployment) -> list[sa.Row]:
-    j = s.merge_jobs
-    with deployment.catalog.engine.connect() as c:
-        return c.execute(sa.select(j.c.id, j.c.partition_id, j.c.owner).where(j.c.ongoing_mark > 0)).all()
-
-
-def owner_pid(owner: str | None) -> int | None:
-    """default_owner() is host:pid:random."""
-    parts = (owner or "").rsplit(":", 2)
-    return int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else None
-
-
-def jobs_held_by(deployment: Deployment, worker: Worker) -> list[int]:
+def jobs_held_by(deployment: Deployment, worker: SiltProcess) -> list[int]:
     return [row.id for row in held_jobs(deployment) if owner_pid(row.owner) == worker.pid]
-
-
-def successes(deployment: Deployment) -> int:
-    log = s.merge_job_log
-    with deployment.catalog.engine.connect() as c:
-        return c.execute(sa.select(sa.func.count()).where(log.c.outcome.in_(SUCCESS))).scalar_one()
 
 
 def lake_merged_files(root: Path) -> set[str]:
@@ -305,39 +197,39 @@ def test_killed_merge_workers_are_taken_over_and_lose_nothing(tmp_path: Path, ca
     first = dt.date(2026, 11, 1)
     plan = [(table, first + dt.timedelta(days=day), rng.randrange(3, 6)) for table in tables for day in range(4)]
     expected_rows = fill(deployment, plan, rng)
-    env = write_config(tmp_path, catalog_url, slots=4, job_timeout=JOB_TIMEOUT, heartbeat_interval=1,
-                       retry_backoff=1, poll_interval=1)
+    env = silt_env(tmp_path, catalog_url, merge=dict(slots=4, job_timeout=JOB_TIMEOUT, heartbeat_interval=1,
+                                                    retry_backoff=1, poll_interval=1))
     lake = tmp_path / "lake"
 
-    def before_claim(worker: Worker) -> str:
+    def before_claim(worker: SiltProcess) -> str:
         time.sleep(max(0.0, worker.started + rng.uniform(0.2, 1.0) - time.monotonic()))
         return "before claiming"
 
-    def after_claim(worker: Worker) -> str:
+    def after_claim(worker: SiltProcess) -> str:
         wait_until(lambda: jobs_held_by(deployment, worker), [worker], 120, "claim")
         time.sleep(rng.uniform(0.0, 2.5))
         return "with claimed jobs, Spark starting"
 
-    def in_stage(worker: Worker) -> str:
+    def in_stage(worker: SiltProcess) -> str:
         files, done = lake_merged_files(lake), successes(deployment)
         wait_until(lambda: lake_merged_files(lake) - files or successes(deployment) > done, [worker], 180,
                    "merged object written")
         time.sleep(rng.uniform(0.0, 0.05))
         return "in the Spark stage" if successes(deployment) == done else "in the Spark stage (just committed)"
 
-    def at_commit(worker: Worker) -> str:
+    def at_commit(worker: SiltProcess) -> str:
         done = successes(deployment)
         wait_until(lambda: successes(deployment) > done, [worker], 180, "commit")
         time.sleep(rng.uniform(0.0, 0.06))  # amid the commits of the stage's other jobs, or the next claim
         return "right after a commit"
 
-    workers: list[Worker] = []
+    workers: list[SiltProcess] = []
     kills: list[tuple[str, list[int]]] = []
     held_at_kill: collections.Counter[int] = collections.Counter()
     last_kill = time.monotonic()
     try:
         for number, point in enumerate((before_claim, after_claim, in_stage, at_commit), 1):
-            worker = Worker(tmp_path, f"killed{number}", env, "merge", "--once")
+            worker = SiltProcess(tmp_path, f"killed{number}", env, "merge", "--once")
             workers.append(worker)
             where = point(worker)
             assert worker.alive(), f"{worker.name} finished before its kill point ({where})\n{worker.tail()}"
@@ -351,7 +243,7 @@ def test_killed_merge_workers_are_taken_over_and_lose_nothing(tmp_path: Path, ca
         assert sum(held_at_kill.values()) > 0, kills
         # Past the timeout every job the last worker held is stale: the survivor takes them all over.
         time.sleep(max(0.0, last_kill + JOB_TIMEOUT + 0.5 - time.monotonic()))
-        survivor = Worker(tmp_path, "survivor", env, "merge", "--once", "--json")
+        survivor = SiltProcess(tmp_path, "survivor", env, "merge", "--once", "--json")
         workers.append(survivor)
         assert survivor.proc.wait(timeout=300) == 0, survivor.tail()
     finally:
@@ -386,13 +278,13 @@ REPORT = re.compile(r"merge: (?P<claimed>\d+) jobs in\s+(?P<stages>\d+) Spark\s+
                     r"\s+parked\),\s+(?P<taken_over>\d+)\s+taken\s+over")
 
 
-def last_report(daemon: Worker) -> dict[str, int] | None:
+def last_report(daemon: SiltProcess) -> dict[str, int] | None:
     """The counts of the daemon's latest merge report (printed whenever it idles after new claims)."""
     reports = list(REPORT.finditer(daemon.err.read_text()))
     return {key: int(value) for key, value in reports[-1].groupdict().items()} if reports else None
 
 
-def reports_add_up(daemons: list[Worker], done: dict[str, int]) -> bool:
+def reports_add_up(daemons: list[SiltProcess], done: dict[str, int]) -> bool:
     reports = [last_report(daemon) for daemon in daemons]
     return all(reports) and all(sum(r[outcome] for r in reports) == count for outcome, count in done.items())
 
@@ -412,12 +304,12 @@ def test_two_merge_daemons_on_one_postgres_catalog(tmp_path: Path, postgres_url:
     plan = [(table, first + dt.timedelta(days=day), rng.choice([1, 1, 2, 2, 3, 5, 7]))
             for table in tables for day in range(18)]
     expected_rows = fill(deployment, plan, rng)
-    env = write_config(tmp_path, postgres_url, slots=2, poll_interval=1, job_timeout=10, heartbeat_interval=2,
-                       retry_backoff=1)
-    daemons: list[Worker] = []
+    env = silt_env(tmp_path, postgres_url, merge=dict(slots=2, poll_interval=1, job_timeout=10, heartbeat_interval=2,
+                                                     retry_backoff=1))
+    daemons: list[SiltProcess] = []
     owners: set[int | None] = set()
     try:
-        daemons = [Worker(tmp_path, f"daemon{n}", env, "merge") for n in (1, 2)]
+        daemons = [SiltProcess(tmp_path, f"daemon{n}", env, "merge") for n in (1, 2)]
         deadline = time.monotonic() + 300
         while True:
             owners.update(owner_pid(row.owner) for row in held_jobs(deployment))
