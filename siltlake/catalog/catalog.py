@@ -387,6 +387,25 @@ class Catalog(MergeQueue, Publishing, ExternalSync, Reaping):
                 ))
         return added
 
+    def note_redeliveries(self, puts: Sequence[tuple[str, dt.datetime]]) -> int:
+        """Count registered staging objects put again (a newer mtime than their send_time), each put once.
+
+        The send_time moves to the newest put under a compare-and-set, so of several processes listing
+        the same re-put only one counts it, and a later listing of the same put counts nothing."""
+        so = s.staging_objects
+        newer: list[tuple[str, dt.datetime]] = []
+        with self._tx() as c:
+            for start in range(0, len(puts), 500):
+                chunk = dict(puts[start:start + 500])
+                for uri, send_time in c.execute(sa.select(so.c.uri, so.c.send_time).where(so.c.uri.in_(list(chunk)))):
+                    if send_time is not None and chunk[uri] > send_time:
+                        newer.append((uri, chunk[uri]))
+            counted = 0
+            for uri, put_time in newer:
+                counted += c.execute(so.update().where(so.c.uri == uri, so.c.send_time < put_time)
+                                     .values(send_time=put_time)).rowcount
+        return counted
+
     def record_unknown(self, uri: str, reason: str, *, size: int | None = None,
                        table_id: int | None = None) -> bool:
         with self._tx() as c:

@@ -246,6 +246,8 @@ def print_stream_report(report: StreamReport, staging_root: str, verbose: bool =
     )
     if report.skipped_duplicates:
         console.print(f"  {report.skipped_duplicates} objects were already committed by another process")
+    if report.redelivered:
+        console.print(f"  {report.redelivered} staging objects put again after they were registered: ignored")
     if not verbose:
         return
     for uri, reason in report.unknown:

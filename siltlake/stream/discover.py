@@ -51,6 +51,7 @@ class Discovery:
     listed: int = 0
     registered: int = 0
     unknown: int = 0
+    redelivered: int = 0  # registered objects put again since: ignored (a key is processed once)
 
 
 def discover(deployment: Deployment) -> Discovery:
@@ -64,6 +65,9 @@ def discover(deployment: Deployment) -> Discovery:
         return report
     known = catalog.known_uris([staging.uri(info.key) for info in listed])
     fresh = [info for info in listed if staging.uri(info.key) not in known]
+    report.redelivered = catalog.note_redeliveries([
+        (staging.uri(info.key), to_naive_utc(info.mtime)) for info in listed
+        if info.mtime is not None and staging.uri(info.key) in known])
     if not fresh:
         return report
     tables = catalog.tables_by_key_names()

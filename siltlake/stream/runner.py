@@ -32,7 +32,8 @@ class StreamReport:
     live_objects: int = 0
     delayed_objects: int = 0
     bytes_written: int = 0
-    skipped_duplicates: int = 0
+    skipped_duplicates: int = 0  # decoded here but committed first by another process: dropped
+    redelivered: int = 0  # staging objects put again after they were registered: ignored
     unknown: list[tuple[str, str]] = field(default_factory=list)
     failed: list[tuple[str, str]] = field(default_factory=list)
     bad_samples: list[tuple[str, str]] = field(default_factory=list)
@@ -157,7 +158,7 @@ def stream_once(deployment: Deployment, progress: Progress | None = None,
     progress = progress or Progress()
     deployment.catalog.check_ready()
     found = discover(deployment)
-    report = StreamReport(listed=found.listed, registered=found.registered)
+    report = StreamReport(listed=found.listed, registered=found.registered, redelivered=found.redelivered)
     settings = deployment.config.stream
     pending = deployment.catalog.pending_staging_objects(settings.max_objects_per_run)
     progress.start(len(pending))

@@ -1,0 +1,329 @@
+"""Every staging object delivered three times, some concurrently: every record is stored exactly once.
+
+What a delivery is and what siltlake deduplicates: docs/design.md, "Deliveries and duplicates".
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import gzip
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from siltlake.catalog import PendingStagingObject
+from siltlake.deployment import Deployment
+from siltlake.merge import merge_once
+from siltlake.publish import publish_once
+from siltlake.read import table as read_table
+from siltlake.stream import stream_once
+from siltlake.stream.runner import Progress, StreamReport, _commit, _task
+from siltlake.stream.task import process_staging_object
+from siltlake.tabledef import TableDef
+
+from .conftest import ACCESS_TABLE, make_config
+
+pytestmark = pytest.mark.spark
+DAY = dt.date(2026, 11, 20)
+TOKYO = dt.timedelta(hours=9)
+
+
+def records_of(number: int, count: int) -> list[dict]:
+    """An object's records: user ids number * 1000 + i, times on two Tokyo dates (DAY and the day after)."""
+    start = dt.datetime.combine(DAY, dt.time(20)) - TOKYO
+    return [{"time": (start + dt.timedelta(hours=6 * (i % 2), minutes=i + number)).isoformat() + "Z",
+             "user_id": number * 1000 + i, "action": "view"} for i in range(count)]
+
+
+def body_of(number: int, count: int) -> bytes:
+    return gzip.compress("".join(json.dumps(r) + "\n" for r in records_of(number, count)).encode(), mtime=0)
+
+
+def key_of(number: int) -> str:
+    return f"fluentd01.web.access/2026/11/20/{number:03d}.jsonl.gz"
+
+
+def deliver(staging_root: Path, key: str, data: bytes, mtime: float | None = None) -> None:
+    """Put an object as a shipper does: upload under an in-flight name, then rename into place (atomic)."""
+    target = staging_root / key
+    target.parent.mkdir(parents=True, exist_ok=True)
+    uploading = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    uploading.write_bytes(data)
+    if mtime is not None:
+        os.utime(uploading, (mtime, mtime))
+    os.replace(uploading, target)
+
+
+def user_counts(deployment: Deployment, spark) -> Counter:  # noqa: ANN001 - a SparkSession
+    return Counter(row.user_id for row in read_table(spark, "web.access", deployment).select("user_id").collect())
+
+
+def expected_users(numbers: range | list[int], count: int) -> Counter:
+    return Counter(r["user_id"] for n in numbers for r in records_of(n, count))
+
+
+def tokyo(date: dt.date, hour: int) -> dt.datetime:
+    return dt.datetime.combine(date, dt.time(hour)) - TOKYO
+
+
+class PutsWhileInFlight(Progress):
+    """Delivers objects again after the run registered and planned its objects, before it commits them."""
+
+    def __init__(self, puts: list[tuple[int, float]], staging_root: Path, per_object: int,
+                 deployment: Deployment | None = None) -> None:
+        self.puts, self.staging_root, self.per_object = puts, staging_root, per_object
+        self.deployment = deployment
+
+    def start(self, total: int) -> None:
+        for number, mtime in self.puts:
+            deliver(self.staging_root, key_of(number), body_of(number, self.per_object), mtime)
+
+
+def test_sequential_redeliveries_are_counted_and_stored_once(deployment: Deployment, spark) -> None:
+    """Each of 6 objects is put three times with the same bytes and newer mtimes: before a run, while a run
+    is in flight, and after its day was closed and switched to merged objects. Every record id is in the
+    table exactly once after each stream run, after merge and after the switch; the reports count each
+    re-put once."""
+    deployment.catalog.create_table(TableDef.from_mapping({**ACCESS_TABLE, "merge_interval": 0}))
+    staging_root = Path(deployment.staging.path(""))
+    per_object, objects = 12, range(6)
+    expected = expected_users(objects, per_object)
+    t1 = time.time() - 3600
+    t2, t3 = t1 + 60, t1 + 120
+
+    for number in objects:
+        deliver(staging_root, key_of(number), body_of(number, per_object), t1)
+    first = stream_once(deployment, PutsWhileInFlight([(0, t2), (1, t2)], staging_root, per_object))
+    assert (first.registered, first.processed, first.redelivered) == (6, 6, 0)
+    assert first.records_loaded == sum(expected.values())
+    assert user_counts(deployment, spark) == expected
+
+    for number in objects[2:]:
+        deliver(staging_root, key_of(number), body_of(number, per_object), t2)
+    second = stream_once(deployment, PutsWhileInFlight([(n, t3) for n in (0, 1, 2)], staging_root, per_object))
+    assert (second.registered, second.processed, second.records_loaded) == (0, 0, 0)
+    assert second.redelivered == 6, "objects 0, 1 (put during the first run) and 2-5 (put before this one)"
+    assert user_counts(deployment, spark) == expected
+
+    merge_once(deployment)
+    assert user_counts(deployment, spark) == expected
+    publish_once(deployment, now=tokyo(DAY + dt.timedelta(days=2), 1))  # closes both days
+    switched = publish_once(deployment, now=tokyo(DAY + dt.timedelta(days=2), 2))
+    assert len(switched.switched) == 2
+    assert user_counts(deployment, spark) == expected
+
+    # Re-puts after the days closed: a second processing would add delayed objects; none is made.
+    for number in objects[3:]:
+        deliver(staging_root, key_of(number), body_of(number, per_object), t3)
+    third = stream_once(deployment)
+    assert (third.processed, third.delayed_objects, third.redelivered) == (0, 0, 6)
+    assert stream_once(deployment).redelivered == 0, "a put is counted once, not at every listing"
+    table = deployment.catalog.get_table("web.access")
+    assert deployment.catalog.small_objects(table.id, delayed=True) == []
+    objects_per_staging = Counter(o.partition_date for o in deployment.catalog.small_objects(table.id))
+    assert objects_per_staging == {DAY: 6, DAY + dt.timedelta(days=1): 6}
+    assert user_counts(deployment, spark) == expected
+
+
+# --- three stream daemons on PostgreSQL, a shipper putting every object three times ---------------------------
+
+
+def _config_file(tmp_path: Path, postgres_url: str) -> Path:
+    path = tmp_path / "siltlake.toml"
+    path.write_text(
+        f'instance_key = "test0001"\n[catalog]\nurl = "{postgres_url}"\n'
+        f'[storage]\nroot = "{tmp_path / "lake"}"\nstaging_root = "{tmp_path / "staging"}"\n'
+        '[spark]\nmaster = "local[1]"\nconf = { "spark.ui.enabled" = "false" }\n[stream]\nobjects_per_wave = 6\n')
+    return path
+
+
+def _stop(processes: list[subprocess.Popen], logs: list[Path], timeout: float) -> list[str]:
+    """Interrupt the daemons (each stops after its current round), kill any that hang; their outputs."""
+    for process in processes:
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+    for process in processes:
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    return [log.read_text(errors="replace") for log in logs]
+
+
+def _reported(outputs: list[str], phrase: str) -> int:
+    """The sum of the numbers the daemons printed before `phrase` ("3 objects were already committed...")."""
+    total = 0
+    for output in outputs:
+        for line in output.splitlines():
+            if phrase in line:
+                total += int(line.split()[0])
+    return total
+
+
+@pytest.mark.postgres
+def test_three_stream_daemons_and_a_shipper_putting_everything_three_times(tmp_path: Path, postgres_url: str,
+                                                                           spark) -> None:
+    """Three `silt stream` daemons poll one staging root on one PostgreSQL catalog while a shipper puts
+    each of 18 objects three times in random order (the later puts land while the daemons decode and
+    commit). Each record is stored once, each (staging object, date) has one small object, and the lake
+    holds no data file no catalog row names once `silt reap` has run."""
+    deployment = Deployment(make_config(tmp_path, postgres_url))
+    deployment.init()
+    deployment.use_spark(spark)
+    deployment.catalog.create_table(TableDef.from_mapping(ACCESS_TABLE))
+    staging_root = Path(deployment.staging.path(""))
+    per_object, objects = 20, range(18)
+    puts = [n for n in objects for _ in range(3)]
+    random.Random(7).shuffle(puts)
+    env = {**os.environ, "SILTLAKE_CONFIG": str(_config_file(tmp_path, postgres_url))}
+    command = [sys.executable, "-m", "siltlake.cli", "stream", "--interval", "0.2"]
+    logs = [tmp_path / f"stream-{n}.log" for n in range(3)]
+    daemons = [subprocess.Popen(command, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT) for log in logs]
+    outputs: list[str] = []
+    try:
+        catalog = deployment.catalog
+        # A third of the puts before the daemons' first round, the rest once they are committing.
+        for number in puts[:18]:
+            deliver(staging_root, key_of(number), body_of(number, per_object))
+        deadline = time.monotonic() + 120
+        while not catalog.small_objects(1) and time.monotonic() < deadline:
+            assert all(d.poll() is None for d in daemons), "a stream daemon exited"
+            time.sleep(0.1)
+        for number in puts[18:]:
+            deliver(staging_root, key_of(number), body_of(number, per_object))
+            time.sleep(0.05)
+        while (len(catalog.known_uris([deployment.staging.uri(key_of(n)) for n in objects])) < len(objects)
+               or catalog.pending_staging_objects(1)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(0.5)  # a round or two that lists the last puts again
+    finally:
+        outputs = _stop(daemons, logs, timeout=60)
+    assert not catalog.pending_staging_objects(1), outputs
+
+    record = catalog.get_table("web.access")
+    small = catalog.small_objects(record.id)
+    assert sum(o.row_count for o in small) == len(objects) * per_object
+    assert len(small) == 2 * len(objects), "one small object per (staging object, date)"
+    assert user_counts(deployment, spark) == expected_users(objects, per_object)
+    redelivered = _reported(outputs, "staging objects put again")
+    skipped = _reported(outputs, "already committed by another process")
+    # 36 re-puts; two puts of an object between listings count once, so at most 36 and at least one per object
+    # whose later puts were seen apart is all that timing allows to say.
+    assert redelivered <= 2 * len(objects), outputs
+
+    layout = record.layout(deployment.instance_key)
+    referenced = {layout.small_object(o.partition_date, o.id, o.delayed) for o in small}
+    data_files = {info.key for info in deployment.lake.list(f"{deployment.instance_key}/") if
+                  info.key.endswith(".parquet")}
+    orphans = data_files - referenced
+    assert referenced <= data_files
+    reaped = subprocess.run(
+        [sys.executable, "-m", "siltlake.cli", "reap", "--json", "--now",
+         (dt.datetime.now(dt.UTC) + dt.timedelta(days=4)).isoformat()],
+        env=env, capture_output=True, timeout=120)
+    assert reaped.returncode == 0, reaped.stderr.decode()[-2000:]
+    remaining = {info.key for info in deployment.lake.list(f"{deployment.instance_key}/") if
+                 info.key.endswith(".parquet")}
+    assert remaining == referenced, "reap removes the losers' and interrupted writers' files, nothing else"
+    assert user_counts(deployment, spark) == expected_users(objects, per_object)
+    print(f"3 daemons, {len(puts)} puts of {len(objects)} objects: {skipped} decoded copies dropped at commit, "
+          f"{redelivered} re-puts counted, {len(orphans)} orphan files reaped")
+    deployment.close()
+
+
+# --- the property: any interleaving of deliveries, runs and a second process racing them --------------------------
+
+
+def _other_process_decodes(deployment: Deployment) -> list[tuple[dict, PendingStagingObject]]:
+    """What a second stream process holds after decoding every pending object (not yet committed)."""
+    return [(process_staging_object(_task(deployment, pending, f"other-{uuid.uuid4().hex[:8]}")), pending)
+            for pending in deployment.catalog.pending_staging_objects(100)]
+
+
+def _other_process_commits(deployment: Deployment, copies: list[tuple[dict, PendingStagingObject]]) -> StreamReport:
+    report = StreamReport()
+    _commit(deployment, [copy for copy, _ in copies], {p.id: p for _, p in copies}, report,
+            deployment.catalog.version_mark())
+    return report
+
+
+class BeatenWhileInFlight(PutsWhileInFlight):
+    """Also lets a second process decode and commit this run's objects before this run commits them."""
+
+    def start(self, total: int) -> None:
+        super().start(total)
+        self.other = _other_process_commits(self.deployment, _other_process_decodes(self.deployment))
+
+
+STEPS = st.lists(st.tuples(st.sampled_from(["put", "put_in_flight", "stream", "stream_beaten", "stream_then_late"]),
+                           st.integers(0, 3)), min_size=2, max_size=8)
+
+
+@settings(max_examples=5, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=STEPS)
+def test_any_interleaving_of_deliveries_runs_and_a_racing_process_stores_each_record_once(spark, steps) -> None:  # noqa: ANN001
+    """Puts (between runs, or while a run is in flight), stream runs, and runs raced by a second process
+    (it commits first while the run is in flight, or it decoded before the run and commits after it), in
+    any order: whoever commits second adds nothing and says so, and after every step each delivered
+    object's records are stored exactly once (or not yet, if no run has seen it)."""
+    per_object = 5
+    with tempfile.TemporaryDirectory() as directory:
+        root = Path(directory)
+        deployment = Deployment(make_config(root, f"sqlite:///{root / 'catalog.db'}"))
+        deployment.init()
+        deployment.use_spark(spark)
+        record = deployment.catalog.create_table(TableDef.from_mapping(ACCESS_TABLE))
+        staging_root = Path(deployment.staging.path(""))
+        delivered: set[int] = set()
+        in_flight: list[tuple[int, float]] = []
+        clock = time.time() - 3600
+
+        def processed() -> int:
+            uris = [deployment.staging.uri(key_of(n)) for n in range(4)]
+            return len(deployment.catalog.known_uris(uris)) - len(deployment.catalog.pending_staging_objects(100))
+
+        try:
+            for action, number in [*steps, ("stream", 0), ("stream", 0)]:
+                clock += 10
+                if action == "put":
+                    deliver(staging_root, key_of(number), body_of(number, per_object), clock)
+                    delivered.add(number)
+                    continue
+                if action == "put_in_flight":
+                    in_flight.append((number, clock))
+                    continue
+                pending = len(deployment.catalog.pending_staging_objects(100))
+                copies = _other_process_decodes(deployment) if action == "stream_then_late" else []
+                progress_type = BeatenWhileInFlight if action == "stream_beaten" else PutsWhileInFlight
+                progress = progress_type(in_flight, staging_root, per_object, deployment)
+                report = stream_once(deployment, progress)
+                delivered.update(n for n, _ in in_flight)
+                in_flight = []
+                if action == "stream_beaten":
+                    assert report.skipped_duplicates == pending + report.registered
+                    assert report.processed == 0 and progress.other.skipped_duplicates == 0
+                if copies:
+                    late = _other_process_commits(deployment, copies)
+                    assert (late.skipped_duplicates, late.records_loaded) == (len(copies), 0)
+                # Each object's records fall on two dates: two small objects per processed object, never more.
+                small = deployment.catalog.small_objects(record.id)
+                assert (len(small), sum(o.row_count for o in small)) == (2 * processed(), per_object * processed())
+                assert not [info.key for info in deployment.lake.list() if "/_tmp/" in info.key]
+            assert processed() == len(delivered)
+            assert user_counts(deployment, spark) == expected_users(sorted(delivered), per_object)
+        finally:
+            deployment.close()
