@@ -1,0 +1,340 @@
+"""Chaos harness (tests/test_chaos.py in CI, `make chaos` for hundreds of kills).
+
+A shipper writes staging objects for two tables over three UTC days (yesterday and the day before are
+closed by the first publish run, so their later records become delayed objects and the days switch),
+while `silt stream`, two `silt merge` and `silt publish` daemons run and `silt reap` runs over and over.
+A killer SIGKILLs a randomly chosen process (its whole session: driver, JVM, Python workers) after a
+random delay or once it reaches a phase seen in the catalog or its log, and restarts it. Then everything
+drains (stream, merge and publish until idle, one reap) and the invariants are checked.
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime as dt
+import random
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from siltlake.clock import utcnow
+from siltlake.config import load_config
+from siltlake.deployment import Deployment
+from siltlake.merge import merge_once
+from siltlake.publish import publish_once
+from siltlake.publish.manifests import read_manifest
+from siltlake.read import table as read_table
+from siltlake.reap import reap_once
+from siltlake.reap.runner import symlink_key
+from siltlake.stream import stream_once
+from siltlake.tabledef import TableDef
+
+from .processes import (
+    SHIPPED_TABLE,
+    Shipper,
+    SiltProcess,
+    held_jobs,
+    kill_session,
+    owner_pid,
+    pid_alive,
+    session_members,
+    silt_env,
+    successes,
+)
+from .test_reap_property import published_rows, rows_of, version_objects
+
+TABLES = ("chaos.events_a", "chaos.events_b")
+JOB_TIMEOUT = 4
+# Reap runs for real (no --now in the future: that would call a writer's object in flight an orphan).
+# Retention of seconds expires superseded versions during the run; the grace must exceed the longest
+# write-to-commit time of a stream wave or merge stage on a loaded machine, or reap deletes an object
+# its writer is about to commit (the same rule as the 3-day default, scaled down).
+REAP_ARGS = ("reap", "--retention", "3s", "--grace", "90s", "--force")
+STREAM_REPORT = re.compile(r"live \+ (\d+) delayed small objects")
+KINDS = {"stream": 2, "merge": 3, "publish": 3, "reap": 2}  # how often each kind is picked
+
+
+@dataclass
+class Kill:
+    kind: str
+    name: str
+    phase: str
+    alive_seconds: float
+    held_jobs: int = 0
+
+
+@dataclass
+class ChaosReport:
+    seed: int
+    kills: list[Kill] = field(default_factory=list)
+    restarts: int = 0
+    reap_runs: int = 0
+    objects: int = 0
+    records: int = 0
+    orphan_claims: int = 0  # jobs still claimed by killed workers when the chaos stopped
+    seconds: float = 0.0
+    drain_rounds: int = 0
+    drain_seconds: float = 0.0
+    delayed_objects: int = 0  # made by the stream, counted from its reports (reap deletes merged ones)
+
+    def counts(self) -> str:
+        by_kind = collections.Counter(k.kind for k in self.kills)
+        by_phase = collections.Counter(f"{k.kind}: {k.phase}" for k in self.kills)
+        lines = [f"seed {self.seed}: {len(self.kills)} kills in {self.seconds:.0f} s, {self.restarts} restarts, "
+                 f"{self.reap_runs} reap runs finished, {self.objects} staging objects, {self.records} records, "
+                 f"{self.delayed_objects} delayed small objects, {self.orphan_claims} claims of dead workers left "
+                 f"for the drain, {self.drain_rounds} drain rounds "
+                 f"({self.drain_seconds:.0f} s)",
+                 "kills per kind: " + ", ".join(f"{kind} {count}" for kind, count in sorted(by_kind.items()))]
+        lines += [f"  {count:4d}  {phase}" for phase, count in sorted(by_phase.items())]
+        return "\n".join(lines)
+
+
+def chaos_env(tmp_path: Path, url: str) -> dict[str, str]:
+    return silt_env(
+        tmp_path, url,
+        stream={"poll_interval": 1},
+        # Kills are not the job's fault: a high attempt limit keeps killed jobs from parking.
+        merge={"slots": 2, "poll_interval": 1, "job_timeout": JOB_TIMEOUT, "heartbeat_interval": 1,
+               "retry_backoff": 1, "max_attempts": 1000},
+        spark={"conf": {"spark.driver.memory": "512m", "spark.sql.shuffle.partitions": "1"}},
+    )
+
+
+def create_tables(deployment: Deployment) -> None:
+    # Small batches and objects: jobs continue and ranges roll over within a short run.
+    for name in TABLES:
+        deployment.catalog.create_table(TableDef.from_mapping(
+            {**SHIPPED_TABLE, "name": name.split(".")[1], "merge_batch_size": 6, "merged_object_size": 40_000}))
+
+
+class Chaos:
+    """The daemons, the shipper and the killer of one run."""
+
+    def __init__(self, tmp_path: Path, url: str, seed: int, log: Callable[[str], None] = print) -> None:
+        self.tmp_path = tmp_path
+        self.logs = tmp_path / "logs"
+        self.logs.mkdir(exist_ok=True)
+        self.env = chaos_env(tmp_path, url)
+        self.deployment = Deployment(load_config(environ=self.env))
+        self.deployment.init()
+        create_tables(self.deployment)
+        self.rng = random.Random(seed)
+        self.report = ChaosReport(seed)
+        self.log = log
+        today = utcnow().date()
+        self.shipper = Shipper(tmp_path / "staging", TABLES, [today - dt.timedelta(days=d) for d in (2, 1, 0)],
+                               rate=4.0, records=(5, 30), seed=seed)
+        self.processes: dict[str, SiltProcess] = {}
+        self.everything: list[SiltProcess] = []
+        self.started = time.monotonic()
+        self.reap_due = 0.0
+        self.killed: set[SiltProcess] = set()
+
+    # --- processes ---
+
+    def start(self, name: str) -> SiltProcess:
+        args = {"stream": ("stream",), "merge1": ("merge",), "merge2": ("merge",),
+                "publish": ("publish", "--interval", "0.2"), "reap": REAP_ARGS}[name]
+        process = SiltProcess(self.logs, f"{name}-{len(self.everything):04d}", self.env, *args)
+        self.processes[name] = process
+        self.everything.append(process)
+        return process
+
+    def tend(self) -> None:
+        """Fail on a daemon that exited by itself; start the next reap a moment after the last one ended."""
+        for name, process in self.processes.items():
+            if process.alive() or process in self.killed:
+                continue
+            if name != "reap" or process.proc.returncode != 0:
+                raise AssertionError(f"{process.name} exited with {process.proc.returncode}\n{process.tail()}")
+        reap = self.processes.get("reap")
+        if reap is None or reap.alive():
+            return
+        if self.reap_due == 0.0:
+            self.report.reap_runs += reap not in self.killed
+            self.reap_due = time.monotonic() + self.rng.uniform(0.5, 3.0)
+        elif time.monotonic() >= self.reap_due:
+            self.reap_due = 0.0
+            self.start("reap")
+
+    def sleep(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            self.tend()
+            time.sleep(min(0.05, max(0.0, end - time.monotonic())))
+
+    def wait_for(self, condition: Callable[[], object], timeout: float) -> bool:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if condition():
+                return True
+            self.tend()
+            time.sleep(0.05)
+        return False
+
+    def stop_all(self) -> None:
+        for process in self.everything:
+            kill_session(process.pid)
+            process.proc.wait(timeout=30)
+
+    # --- the killer ---
+
+    def has_jvm(self, process: SiltProcess) -> bool:
+        return any(Path(f"/proc/{pid}/comm").read_text().strip() == "java"
+                   for pid in session_members(process.pid) if Path(f"/proc/{pid}/comm").exists())
+
+    def phases(self, kind: str, process: SiltProcess) -> dict[str, Callable[[], bool]]:
+        """Phase name -> wait for it (True once reached); the kill follows a short random delay."""
+        catalog = self.deployment.catalog
+        if kind == "stream":
+            top = catalog.max_small_object_id()
+            return {
+                "in a wave (Spark running, objects pending)": lambda: self.wait_for(
+                    lambda: self.has_jvm(process) and catalog.pending_staging_objects(1), 10),
+                "right after a commit": lambda: self.wait_for(lambda: catalog.max_small_object_id() > top, 10),
+            }
+        if kind == "merge":
+            done = successes(self.deployment)
+            return {
+                "holding claimed jobs": lambda: self.wait_for(
+                    lambda: any(owner_pid(r.owner) == process.pid for r in held_jobs(self.deployment)), 10),
+                "right after a commit": lambda: self.wait_for(lambda: successes(self.deployment) > done, 10),
+            }
+        if kind == "publish":
+            runs = process.log().count("publish:")
+            return {"after a run (next run)": lambda: self.wait_for(
+                lambda: process.log().count("publish:") > runs, 10)}
+        return {"catalog read or deleting": lambda: self.wait_for(lambda: time.monotonic() - process.started > 1.0, 5)}
+
+    def kill_one(self) -> None:
+        kind = self.rng.choices(list(KINDS), weights=list(KINDS.values()))[0]
+        name = {"merge": self.rng.choice(["merge1", "merge2"])}.get(kind, kind)
+        process = self.processes.get(name)
+        if process is None or not process.alive():
+            process = self.start(name)
+        options = self.phases(kind, process)
+        if self.rng.random() < 0.3:
+            phase = "random moment"
+            self.sleep(self.rng.uniform(0.2, 3.0))
+        else:
+            phase = self.rng.choice(list(options))
+            if not options[phase]():
+                phase += " (not reached: timed out)"
+            self.sleep(self.rng.uniform(0.0, 0.3 if "commit" not in phase else 0.05))
+        if not process.alive():  # a reap that finished meanwhile: nothing to kill
+            self.tend()
+            return
+        held = sum(owner_pid(r.owner) == process.pid for r in held_jobs(self.deployment)) if kind == "merge" else 0
+        self.killed.add(process)
+        process.kill()
+        self.report.kills.append(Kill(kind, process.name, phase, time.monotonic() - process.started, held))
+        if kind != "reap":
+            self.start(name)
+            self.report.restarts += 1
+        self.log(f"[{time.monotonic() - self.started:6.1f}s] killed {process.name} ({phase}) after "
+                 f"{self.report.kills[-1].alive_seconds:.1f}s" + (f", holding {held} jobs" if held else ""))
+
+    def run(self, kills: int) -> ChaosReport:
+        try:
+            for name in ("stream", "merge1", "merge2", "publish", "reap"):
+                self.start(name)
+            self.shipper.start()
+            while len(self.report.kills) < kills:
+                self.sleep(self.rng.uniform(0.0, 0.5))
+                self.kill_one()
+            self.shipper.stop()
+            held = held_jobs(self.deployment)
+            self.report.orphan_claims = sum(not pid_alive(owner_pid(r.owner)) for r in held)
+        finally:
+            self.shipper.stop()
+            self.stop_all()
+        self.report.seconds = time.monotonic() - self.started
+        self.report.objects = self.shipper.objects
+        self.report.records = self.shipper.total()
+        self.report.delayed_objects = sum(int(m.group(1)) for p in self.everything if p.name.startswith("stream")
+                                          for m in STREAM_REPORT.finditer(p.log()))
+        return self.report
+
+    # --- drain and check ---
+
+    def drain(self, spark) -> None:  # noqa: ANN001 - a SparkSession
+        """Every daemon is dead: finish the work in this process (the same functions the daemons run) until
+        nothing changes, past the job timeout so dead workers' claims are taken over; then one reap."""
+        deployment = self.deployment
+        deployment.use_spark(spark)
+        started = time.monotonic()
+        time.sleep(JOB_TIMEOUT + 0.5)
+        for round_ in range(1, 30):
+            streamed = stream_once(deployment)
+            self.report.delayed_objects += streamed.delayed_objects
+            merged = merge_once(deployment)
+            published = publish_once(deployment)
+            assert not streamed.failed and not merged.failed, (streamed.failed, merged.errors)
+            busy = (streamed.processed or merged.claimed or published.switched or published.closed
+                    or published.live_versions or published.merged_versions or published.skipped_merged)
+            if not busy and not deployment.catalog.pending_staging_objects(1) and not held_jobs(deployment):
+                self.report.drain_rounds = round_
+                break
+            time.sleep(1.0 if merged.claimed == 0 else 0.0)  # retry_backoff of jobs failed by a kill
+        else:
+            raise AssertionError("the drain did not become idle in 30 rounds")
+        report = reap_once(deployment, retention=3, grace=90, force=True)
+        assert not report.failed and not report.warnings, report
+        self.report.drain_seconds = time.monotonic() - started
+
+    def check(self, spark) -> dict[str, int]:  # noqa: ANN001 - a SparkSession
+        """The four invariants; returns what was checked."""
+        deployment = self.deployment
+        catalog, lake = deployment.catalog, deployment.lake
+        checked = collections.Counter()
+        # 4. No claim is left (every claim of a killed worker was taken over and its job done).
+        assert held_jobs(deployment) == []
+        for table in catalog.list_tables():
+            layout = table.layout(deployment.instance_key)
+            objects = catalog.small_objects(table.id)
+            small = {o.id: (o.partition_date, o.delayed) for o in objects}
+            # 1. Every catalog row's object exists.
+            missing = [key for key in (layout.small_object(o.partition_date, o.id, o.delayed) for o in objects)
+                       if not lake.exists(key)]
+            checked["small objects"] += len(objects)
+            partitions = catalog.partitions(table.id)
+            for partition in partitions:
+                for merged in catalog.merge_ranges(partition.id):
+                    if merged.lower is not None:
+                        checked["merge ranges"] += 1
+                        key = merged.key(layout, partition.partition_date)
+                        missing += [] if lake.exists(key) else [key]
+            assert missing == [], f"{table.qualified_name}: catalog rows without their object: {missing[:20]}"
+            # 2. Every published version is whole and holds its row count.
+            dates = {p.id: p.partition_date for p in partitions}
+            for version in catalog.partition_versions(list(dates)):
+                keys = version_objects(deployment, layout, version, dates[version.partition_id], small)
+                if version.manifest_key:
+                    assert lake.exists(version.manifest_key) and lake.exists(symlink_key(version.manifest_key))
+                    assert read_manifest(lake, version.manifest_key)
+                gone = [key for key in keys if not lake.exists(key)]
+                assert gone == [], f"version {version} lost {gone}"
+                assert sum(rows_of(deployment, keys).values()) == version.row_count, version
+                checked["versions"] += 1
+            # 3. Each shipped record exactly once in the current state, through the reader (Spark) and the
+            # reader's snapshot read with pyarrow.
+            shipped = collections.Counter(self.shipper.shipped[table.qualified_name])
+            frame = read_table(spark, table.qualified_name, deployment)
+            seen = collections.Counter(row.record_id for row in frame.select("record_id").collect())
+            duplicates = {rid: n for rid, n in seen.items() if n > 1}
+            lost = sorted(set(shipped) - set(seen))
+            assert not duplicates and not lost and seen == shipped, (
+                f"{table.qualified_name}: {len(duplicates)} records seen twice or more (e.g. "
+                f"{list(duplicates.items())[:5]}), {len(lost)} lost (e.g. {lost[:5]}), "
+                f"{len(set(seen) - set(shipped))} never shipped")
+            assert sum(published_rows(deployment, table).values()) == len(shipped)
+            checked["records"] += len(shipped)
+            checked["partitions switched"] += sum(p.switched for p in partitions)
+        return dict(checked)
+
+    def close(self) -> None:
+        self.stop_all()
+        self.deployment.close()
