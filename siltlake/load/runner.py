@@ -12,6 +12,8 @@ import re
 import time
 import uuid
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -367,9 +369,32 @@ def _create_from_sql(deployment: Deployment, name: str, job: JobConfig, reports:
     return deployment.catalog.create_table(_create_definition(job, columns))
 
 
+@contextmanager
+def _one_run_per_state(path: Path | None) -> Iterator[None]:
+    """Hold an exclusive lock on `<state>.lock` while a run reads, runs and commits its resume state.
+
+    Two runs of the same state at once would each start a new run id and both commit: the second waits
+    instead, then finds the state committed (or resumes what the first left)."""
+    if path is None:
+        yield
+        return
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.with_name(path.name + ".lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def load(deployment: Deployment, config: LoadConfig, *, state_path: str | None = None, commit: bool = True,
          progress: LoadProgress | None = None) -> LoadReport:
     """Run (or resume) a load; commit everything in one transaction once every task succeeded."""
+    with _one_run_per_state(Path(state_path) if state_path else None):
+        return _load(deployment, config, state_path=state_path, commit=commit, progress=progress)
+
+
+def _load(deployment: Deployment, config: LoadConfig, *, state_path: str | None, commit: bool,
+          progress: LoadProgress | None) -> LoadReport:
     deployment.catalog.check_ready()
     path = Path(state_path) if state_path else None
     state = _read_state(path) if path else None
@@ -580,7 +605,11 @@ def _discard(deployment: Deployment, state: dict) -> list[str]:
 
 def cleanup(deployment: Deployment, config: LoadConfig, state_path: str) -> list[str]:
     """Remove what an abandoned (never committed) run wrote, and its resume state."""
-    path = Path(state_path)
+    with _one_run_per_state(Path(state_path)):
+        return _cleanup(deployment, config, Path(state_path))
+
+
+def _cleanup(deployment: Deployment, config: LoadConfig, path: Path) -> list[str]:
     state = _read_state(path)
     if state is None:
         raise ConfigError(f"{path} does not exist: there is nothing to clean up")
