@@ -17,6 +17,10 @@ class CatalogError(SiltError):
     """The catalog refused an operation (missing table, conflict, not initialised)."""
 
 
+class CatalogUnreachable(CatalogError):
+    """The catalog's server cannot be reached (down, restarting, network): a daemon retries, a command stops."""
+
+
 class NotFoundError(CatalogError):
     """A named object does not exist in the catalog."""
 

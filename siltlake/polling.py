@@ -6,7 +6,7 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
-from siltlake.errors import SiltError
+from siltlake.errors import CatalogUnreachable, SiltError
 
 R = TypeVar("R")
 
@@ -23,15 +23,15 @@ def poll_forever(round_: Callable[[], R], stop: threading.Event, interval: float
     """Run round_ and report its result every interval until stop is set.
 
     A round that raises (catalog or storage unreachable, a lost executor) is reported and retried
-    with backoff(); SiltError (not initialised, bad settings) needs the user and propagates.
+    with backoff(); any other SiltError (not initialised, bad settings) needs the user and propagates.
     """
     failures = 0
     while not stop.is_set():
         try:
             result = round_()
-        except SiltError:
-            raise
         except Exception as exc:  # transient: a dropped connection, a full disk, a lost executor
+            if isinstance(exc, SiltError) and not isinstance(exc, CatalogUnreachable):
+                raise
             failures += 1
             wait = backoff(interval, failures)
             if on_error is not None:

@@ -62,7 +62,8 @@ def postgres_url():
     """A fresh PostgreSQL database, dropped afterwards."""
     require_postgres()
     name = f"silt_test_{uuid.uuid4().hex[:12]}"
-    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    # pre-ping: a test may restart the server, and the drop must not fail on a dead pooled connection
+    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
     with admin.connect() as connection:
         connection.exec_driver_sql(f'CREATE DATABASE "{name}"')
     url = PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"

@@ -18,7 +18,7 @@ from siltlake.catalog.merge_queue import MergeQueue
 from siltlake.catalog.publishing import Publishing
 from siltlake.catalog.reaping import Reaping
 from siltlake.clock import utcnow
-from siltlake.errors import CatalogError, NotFoundError
+from siltlake.errors import CatalogError, CatalogUnreachable, NotFoundError
 from siltlake.storage import TableLayout
 from siltlake.tabledef import Column, TableDef, check_identifier
 
@@ -196,7 +196,7 @@ class Catalog(MergeQueue, Publishing, ExternalSync, Reaping):
         try:
             current = self.revision()
         except OperationalError as exc:
-            raise CatalogError(f"cannot open the catalog {self!r}: {exc.orig}") from None
+            raise CatalogUnreachable(f"cannot open the catalog {self!r}: {exc.orig}") from None
         if current is None:
             raise CatalogError(f"the catalog at {self!r} is not initialised; run `silt init` first")
         if current != self.head_revision():
