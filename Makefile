@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: demo test bench lint prereqs clean
+.PHONY: demo test bench lint prereqs clean fuzz
 
 prereqs:
 	@test -n "$(PYTHON)" && $(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
@@ -48,6 +48,12 @@ bench: prereqs $(VENV)/.installed-dev
 	$(BIN)/python bench/publish_bench.py
 	$(BIN)/python bench/reap_bench.py
 	$(BIN)/python bench/load_bench.py
+
+# The hostile-input properties with many more generated cases than CI's; prints the counts per property.
+FUZZ_EXAMPLES ?= 2000
+fuzz: prereqs $(VENV)/.installed-dev
+	SILTLAKE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest tests/test_fuzz_parsers.py \
+	  -p no:cacheprovider --hypothesis-show-statistics -m "not spark" $(PYTEST_ARGS)
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check siltlake tests bench

@@ -154,9 +154,10 @@ class _PyArrowRaw(io.RawIOBase):
 def text_lines(source: io.BufferedIOBase, job: JobConfig, at_start: bool = True) -> Iterator[tuple[int, str]]:
     """(physical line number, line with its end) after skip_header_lines and the line filter."""
     rules = [(re.compile(rule.regex), rule) for rule in job.decoder.line_filter]
-    text = io.TextIOWrapper(source, encoding="utf-8-sig", errors="strict", newline="")
+    # Undecodable bytes become lone surrogates, which _decoded finds with their line number.
+    text = io.TextIOWrapper(source, encoding="utf-8-sig", errors="surrogateescape", newline="")
     skip = job.parser.skip_header_lines if job.parser.type == "csv" and at_start else 0
-    for number, line in enumerate(text, 1):
+    for number, line in _decoded(text):
         if number <= skip:
             continue
         for pattern, rule in rules:
@@ -169,6 +170,17 @@ def text_lines(source: io.BufferedIOBase, job: JobConfig, at_start: bool = True)
             line = pattern.sub(rule.replace, line[: len(line) - len(end)]) + end
         if line is not None:
             yield number, line
+
+
+def _decoded(text: io.TextIOWrapper) -> Iterator[tuple[int, str]]:
+    """(line number, line); a line that is not UTF-8 fails the task, naming the line (the split's, when split)."""
+    for number, line in enumerate(text, 1):
+        if not line.isascii():
+            try:
+                line.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise ValueError(f"invalid UTF-8 at line {number}, character {exc.start + 1}") from None
+        yield number, line
 
 
 class _Numbered:
@@ -197,17 +209,30 @@ def records(source: io.BufferedIOBase, job: JobConfig,
     """(line, record or None, raw text, reason) for every input record; lines count from the split's start."""
     parser = job.parser
     if parser.type == "msgpack":
-        from siltlake.stream.records import _msgpack_entries, _new_unpacker
+        import msgpack
+
+        from siltlake.stream.records import _MSGPACK_ERRORS, _msgpack_entries, _new_unpacker, _render_json
 
         unpacker = _new_unpacker()
-        number = 0
+        number = fed = complete = 0
         while chunk := source.read(1 << 20):
             unpacker.feed(chunk)
-            for item in unpacker:
+            fed += len(chunk)
+            while True:
+                try:
+                    item = unpacker.unpack()
+                except msgpack.OutOfData:
+                    break
+                except _MSGPACK_ERRORS as exc:
+                    # Past a malformed item nothing can be trusted: the task fails, naming where.
+                    raise ValueError(f"not valid MessagePack at byte {complete}: {str(exc) or type(exc).__name__}") \
+                        from None
+                complete = unpacker.tell()
                 for entry in _msgpack_entries(item):
                     number += 1
-                    raw = json.dumps(entry.raw, default=repr, ensure_ascii=False)
-                    yield number, entry.record, raw, entry.problem
+                    yield number, entry.record, _render_json(entry.raw), entry.problem
+        if complete < fed:
+            raise ValueError(f"truncated MessagePack: the item at byte {complete} is incomplete")
         return
     lines = text_lines(source, job, at_start)
     if parser.type == "jsonl":
@@ -219,6 +244,9 @@ def records(source: io.BufferedIOBase, job: JobConfig,
                 value = json.loads(body)
             except json.JSONDecodeError as exc:
                 yield number, None, body, f"not JSON: {exc.msg} at column {exc.colno}"
+                continue
+            except RecursionError:
+                yield number, None, body, "not JSON: nested too deeply"
                 continue
             if isinstance(value, dict):
                 yield number, value, body, None

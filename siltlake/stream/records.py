@@ -45,6 +45,9 @@ READ_SIZE = 1 << 20
 MAX_INFLATE_CHUNK = 4 << 20
 SNIFF_BYTES = 4096
 MAX_LINE_BYTES = 64 << 20
+# csv's default field limit (128 KiB) would make one long field (a user agent, a stack trace) fail the
+# whole object; a CSV field may be as long as a JSON line. The limit is process-wide: only ever raised.
+csv.field_size_limit(max(csv.field_size_limit(), MAX_LINE_BYTES))
 MIN_BLOCK_BYTES = 64 << 10
 MAX_BLOCK_BYTES = 32 << 20
 FIRST_BLOCK_BYTES = 4 << 20
@@ -321,15 +324,51 @@ def _key_text(key: object) -> str:
 
 def _render_json(value: object) -> str:
     """Lossless-enough text of a value for BadRecord.raw and messages."""
-    jsonable = _jsonable(value)
     try:
-        text = json.dumps(jsonable, ensure_ascii=False, separators=(",", ":"))
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        text = json.dumps(jsonable, separators=(",", ":"))
+        jsonable = _jsonable(value)
+        try:
+            text = json.dumps(jsonable, ensure_ascii=False, separators=(",", ":"))
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            text = json.dumps(jsonable, separators=(",", ":"))
+    except RecursionError:
+        return _render_deep_json(value)
     except (TypeError, ValueError):
         text = repr(value)
     return text
+
+
+class _Literal(str):
+    """Text already rendered, waiting on the work stack of _render_deep_json."""
+
+
+def _render_deep_json(value: object) -> str:
+    """_render_json with an explicit stack: a MessagePack item may nest deeper than Python's recursion limit."""
+    parts: list[str] = []
+    stack: list[object] = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, _Literal):
+            parts.append(item)
+        elif isinstance(item, dict):
+            pending: list[object] = [_Literal("{")]
+            for index, (key, member) in enumerate(item.items()):
+                try:
+                    key_text = _key_text(key)
+                except RecursionError:
+                    key_text = "(a key nested too deeply to show)"
+                separator = "," if index else ""
+                pending += [_Literal(separator + json.dumps(key_text, ensure_ascii=False) + ":"), member]
+            stack.extend(reversed([*pending, _Literal("}")]))
+        elif type(item) in (list, tuple):  # not ExtType and kin, which are named tuples
+            pending = [_Literal("[")]
+            for index, member in enumerate(item):
+                pending += [_Literal(",")] if index else []
+                pending.append(member)
+            stack.extend(reversed([*pending, _Literal("]")]))
+        else:
+            parts.append(_render_json(item))
+    return "".join(parts)
 
 
 def _to_string(value: object) -> str:
@@ -570,6 +609,8 @@ class _RecordConverter:
             row = self._row(record, entry_time)
         except _Reject as exc:
             return str(exc)
+        except RecursionError:
+            return "a value is nested too deeply to convert"
         for values, value in zip(self.columns, row, strict=True):
             values.append(value)
         return None
@@ -938,7 +979,7 @@ class _JsonFastPath:
             end = len(block) if end < 0 else end
             try:
                 record = json.loads(block[start:end])
-            except ValueError:
+            except (ValueError, RecursionError):
                 record = None
             start = end + 1
             if not isinstance(record, dict):

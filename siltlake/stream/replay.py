@@ -33,9 +33,19 @@ def error_files(deployment: Deployment, qualified: str) -> list[tuple[str, int]]
 def _as_object(raw: str) -> dict | None:
     try:
         value = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     return value if isinstance(value, dict) else None
+
+
+def _json_line(value: object) -> str:
+    """One JSON line; escaped where the value holds lone surrogates (a raw record's \\udcxx), which UTF-8 cannot."""
+    text = json.dumps(value, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(value)
+    return text + "\n"
 
 
 def replay_errors(deployment: Deployment, qualified: str) -> ReplayResult:
@@ -57,7 +67,7 @@ def replay_errors(deployment: Deployment, qualified: str) -> ReplayResult:
                 replayable.append(value)
         kept += len(remaining)
         if remaining:
-            body = "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in remaining)
+            body = "".join(_json_line(line) for line in remaining)
             deployment.lake.write_bytes(key, body.encode())
         else:
             finished.append(key)
@@ -66,7 +76,7 @@ def replay_errors(deployment: Deployment, qualified: str) -> ReplayResult:
     now = utcnow()
     d = record.definition
     key = f"replay.{d.schema_name}.{d.name}/{now:%Y/%m/%d}/replay-{now:%H%M%S}-{uuid.uuid4().hex[:8]}.jsonl"
-    body = "".join(json.dumps(value, ensure_ascii=False) + "\n" for value in replayable)
+    body = "".join(_json_line(value) for value in replayable)
     deployment.staging.write_bytes(key, body.encode())
     info = deployment.staging.info(key)
     uri = deployment.staging.uri(key)
