@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: demo test bench lint prereqs clean fuzz
+.PHONY: demo test bench lint prereqs clean chaos soak fuzz
 
 prereqs:
 	@test -n "$(PYTHON)" && $(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
@@ -54,6 +54,17 @@ FUZZ_EXAMPLES ?= 2000
 fuzz: prereqs $(VENV)/.installed-dev
 	SILTLAKE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest tests/test_fuzz_parsers.py \
 	  -p no:cacheprovider --hypothesis-show-statistics -m "not spark" $(PYTEST_ARGS)
+
+# Hundreds of SIGKILLs of stream, merge, publish and reap processes (tests/chaos.py); CHAOS_SEED repeats a run.
+CHAOS_KILLS ?= 300
+chaos: prereqs $(VENV)/.installed-dev
+	CHAOS_KILLS=$(CHAOS_KILLS) $(BIN)/python -m pytest tests/test_chaos.py -s -p no:cacheprovider -o timeout=7200
+
+# Ten minutes of steady load on the daemons (tests/soak.py); samples and summary in bench/results/soak.*.
+SOAK_SECONDS ?= 600
+soak: prereqs $(VENV)/.installed-dev
+	SOAK_SECONDS=$(SOAK_SECONDS) SOAK_SUMMARY=bench/results/soak.json \
+	  $(BIN)/python -m pytest tests/test_soak.py -s -p no:cacheprovider -o timeout=3600
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check siltlake tests bench

@@ -15,7 +15,7 @@ from siltlake.tabledef import describe_validation_error, parse_duration
 
 CONFIG_FILE = "siltlake.toml"
 ENV_PREFIX = "SILTLAKE_"
-INSTANCE_KEY = re.compile(r"^[a-z0-9]{4,32}$")
+INSTANCE_KEY = re.compile(r"^[a-z0-9]{4,32}\Z")  # \Z: "$" would let a trailing newline through
 
 # Staging keys look like `<anything>.<schema>.<table>/YYYY/MM/DD/<name>[.gz]` (seed 000's layout).
 DEFAULT_KEY_PATTERN = (

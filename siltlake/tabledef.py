@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from siltlake.errors import DefinitionError
 
-IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}\Z")  # \Z: "$" would let a trailing newline through
 _DECIMAL = re.compile(r"^decimal\((\d{1,2}),\s*(\d{1,2})\)$")
 SIMPLE_TYPES = ("string", "int", "bigint", "float", "double", "boolean", "timestamp", "date", "json")
 # The type changes older objects can be read through (Parquet int32 as int64, float as double): nothing is rewritten.

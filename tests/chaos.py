@@ -105,11 +105,12 @@ def chaos_env(tmp_path: Path, url: str) -> dict[str, str]:
     )
 
 
-def create_tables(deployment: Deployment) -> None:
-    # Small batches and objects: jobs continue and ranges roll over within a short run.
+def create_tables(deployment: Deployment, **options: object) -> None:
+    """TABLES; by default with small batches and objects, so jobs continue and ranges roll over in a short run."""
     for name in TABLES:
         deployment.catalog.create_table(TableDef.from_mapping(
-            {**SHIPPED_TABLE, "name": name.split(".")[1], "merge_batch_size": 6, "merged_object_size": 40_000}))
+            {**SHIPPED_TABLE, "name": name.split(".")[1], "merge_batch_size": 6, "merged_object_size": 40_000,
+             **options}))
 
 
 def current_record_ids(deployment: Deployment, name: str) -> collections.Counter:

@@ -181,7 +181,8 @@ def prepare_delete(deployment: Deployment, name: str, partition_date: dt.date, w
     record, base = _record_and_base(deployment, name, partition_date)
     frame = _base_frame(deployment.spark(), deployment, record, base)
     try:
-        matching = F.expr(f"coalesce(({where}), false)")
+        # Parsed on its own: pasted into a larger expression, "a = 1) OR (true" would balance and match every row.
+        matching = F.coalesce(F.expr(where), F.lit(False))
         # One scan counts both; the rows are read again only if something is to be deleted.
         totals = frame.select(F.count(F.lit(1)).alias("rows"), F.count(F.when(matching, 1)).alias("matched"))
     except AnalysisException as exc:

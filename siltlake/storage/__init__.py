@@ -9,12 +9,20 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
+from urllib.parse import quote
 
 import pyarrow.fs as pafs
 
-from siltlake.errors import ConfigError
+from siltlake.errors import ConfigError, SiltError
 
-__all__ = ["ObjectInfo", "Storage", "TableLayout"]
+__all__ = ["ObjectInfo", "Storage", "TableLayout", "UnsafeKey"]
+
+# RFC 3986 path characters besides letters, digits and -._~: keys made of these appear in URIs unchanged.
+URI_SAFE = "/!$&'()*+,;=:@"
+
+
+class UnsafeKey(SiltError, ValueError):
+    """An object key that would reach outside its storage root."""
 
 
 @dataclass(frozen=True)
@@ -60,12 +68,20 @@ class Storage:
         return self._fs
 
     def path(self, key: str) -> str:
-        """Path of a key inside the file system (what pyarrow calls take)."""
-        return posixpath.join(self._base, key) if key else self._base
+        """Path of a key inside the file system (what pyarrow calls take); a key never leaves the root."""
+        if not key:
+            return self._base
+        if key.startswith("/") or "\0" in key or ".." in key.split("/"):
+            raise UnsafeKey(f"object key {key!r} is absolute, has a '..' segment or a NUL byte: refused, so that "
+                            f"nothing is read or written outside {self.root}")
+        return posixpath.join(self._base, key)
 
     def uri(self, key: str) -> str:
-        """The object's URI as pyarrow opens it (file:///..., s3://...): what the catalog stores."""
-        return f"{self.root}/{key}" if key else self.root
+        """The object's URI as pyarrow opens it (file:///..., s3://...): what the catalog stores.
+
+        The key is percent-encoded like the root: pyarrow decodes a URI when it opens it, so a key named
+        "%2e%2e%2f..." must stay that name (not become "../"), and keys with spaces or non-ASCII must open."""
+        return f"{self.root}/{quote(key, safe=URI_SAFE)}" if key else self.root
 
     def engine_uri(self, key: str) -> str:
         """The URI for Spark, whose Hadoop S3 connector reads s3a://, not s3://."""
@@ -111,6 +127,7 @@ class Storage:
 
     def write_bytes(self, key: str, data: bytes) -> None:
         """Write through a temporary key and move into place, so readers never see a partial object."""
+        self.path(key)  # an unsafe key is refused by its own name, not by its temporary one's
         temporary = f"{key}.{uuid.uuid4().hex}.tmp"
         with self.open_output(temporary) as out:
             out.write(data)

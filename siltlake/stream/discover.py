@@ -11,7 +11,9 @@ from siltlake.clock import to_naive_utc
 from siltlake.deployment import Deployment
 from siltlake.tabledef import IDENTIFIER
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f\\]")
+# Control characters, backslashes (a path separator elsewhere) and percent-escapes (which decode into
+# other characters, e.g. %2e%2e%2f into ../) are refused in staging keys.
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f\\]|%[0-9A-Fa-f]{2}")
 
 
 @dataclass(frozen=True)
@@ -29,9 +31,9 @@ def is_in_flight(key: str) -> bool:
 def map_key(key: str, pattern: re.Pattern[str], tables: dict[tuple[str, str], TableRecord]) -> KeyMapping:
     """The table a staging key belongs to, or why it belongs to none."""
     segments = key.split("/")
-    if key.startswith("/") or any(part in ("", ".", "..") for part in segments) or _CONTROL.search(key):
-        return KeyMapping(None, f"unsafe key {key!r}: empty, '.' or '..' segments and control characters "
-                                "are refused")
+    if key.startswith("/") or any(part in ("", ".", "..") for part in segments) or _UNSAFE.search(key):
+        return KeyMapping(None, f"unsafe key {key!r}: empty, '.' or '..' segments, control characters, "
+                                "backslashes and percent-escapes are refused")
     match = pattern.match(key)
     if match is None:
         return KeyMapping(None, "key does not match stream.key_pattern "

@@ -47,7 +47,12 @@ class StreamTask:
 
 
 def open_uri(uri: str):  # noqa: ANN201 - a pyarrow input stream
+    from siltlake.stream.records import UnreadableObject
+
     filesystem, path = pafs.FileSystem.from_uri(uri)
+    # pyarrow percent-decodes the URI: a stored URI (registered before keys were encoded) must not climb out.
+    if ".." in path.split("/"):
+        raise UnreadableObject(f"the URI {uri!r} decodes to a path with '..' segments; refused")
     return filesystem.open_input_stream(path, compression=None)
 
 
