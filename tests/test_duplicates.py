@@ -270,6 +270,48 @@ def test_the_same_load_three_times_two_at_once_commits_once(deployment: Deployme
         info for info in deployment.lake.list(f"{deployment.instance_key}/_tmp")]
 
 
+# --- silt errors replay: retried after a crash, and run twice at once ---------------------------------------------
+
+
+def test_errors_replay_retried_after_a_crash_and_run_twice_at_once_stages_each_record_once(
+        deployment: Deployment, spark, monkeypatch) -> None:  # noqa: ANN001 - pytest's monkeypatch
+    """Kept bad records, fixed by the user, are replayed by a run that dies before it clears the error
+    file, then by two runs at once, then once more: each fixed record is loaded exactly once."""
+    from siltlake.catalog.catalog import Catalog
+    from siltlake.stream.replay import replay_errors
+
+    deployment.catalog.create_table(TableDef.from_mapping({**ACCESS_TABLE, "error_policy": "file"}))
+    staging_root = Path(deployment.staging.path(""))
+    good = records_of(1, 4)
+    bad = [{**r, "user_id": f"u{r['user_id']}"} for r in records_of(2, 3)]  # wrong type: kept in the error file
+    deliver(staging_root, key_of(1), "".join(json.dumps(r) + "\n" for r in good + bad).encode())
+    (error_key,) = stream_once(deployment).error_files
+    kept = [json.loads(line) for line in deployment.lake.read_bytes(error_key).decode().splitlines()]
+    fixed = [{**line, "raw": json.dumps({**json.loads(line["raw"]), "user_id": 2000 + n})}
+             for n, line in enumerate(kept)]
+    deployment.lake.write_bytes(error_key, "".join(json.dumps(line) + "\n" for line in fixed).encode())
+
+    def crash(self, error_uri: str) -> None:  # noqa: ANN001
+        raise ConnectionError("catalog connection lost after the records were staged")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Catalog, "clear_error_uri", crash)
+        with pytest.raises(ConnectionError):
+            replay_errors(deployment, "web.access")
+    start = threading.Barrier(2)
+
+    def replay(_: int) -> int:
+        start.wait()
+        return replay_errors(deployment, "web.access").records
+
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(replay, range(2)))
+    assert replay_errors(deployment, "web.access").records == 0, "the error file is done"
+    stream_once(deployment)
+    expected = Counter(r["user_id"] for r in good) + Counter(2000 + n for n in range(len(bad)))
+    assert user_counts(deployment, spark) == expected
+
+
 # --- the property: any interleaving of deliveries, runs and a second process racing them --------------------------
 
 

@@ -475,6 +475,15 @@ class Catalog(MergeQueue, Publishing, ExternalSync, Reaping):
                 .order_by(so.c.id)
             ).scalars())
 
+    def error_uris_received(self, table_id: int) -> list[tuple[str, dt.datetime]]:
+        """(error file URI, when its staging object was registered) of a table, in staging id order."""
+        so = s.staging_objects
+        with self._tx() as c:
+            return [(r.error_uri, r.receive_time) for r in c.execute(
+                sa.select(so.c.error_uri, so.c.receive_time).where(so.c.table_id == table_id,
+                                                                   so.c.error_uri.is_not(None))
+                .order_by(so.c.id))]
+
     def clear_error_uri(self, error_uri: str) -> None:
         with self._tx() as c:
             c.execute(s.staging_objects.update().where(s.staging_objects.c.error_uri == error_uri)

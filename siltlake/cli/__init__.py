@@ -709,11 +709,11 @@ def errors_list(context: click.Context, name: str) -> None:
 @click.pass_context
 @friendly
 def errors_replay(context: click.Context, name: str) -> None:
-    """Stage the (edited) raw records of a table's error files again as one new staging object."""
+    """Stage the (edited) raw records of a table's error files again, one staging object per error file."""
     from siltlake.stream.replay import replay_errors
 
     result = replay_errors(deployment_of(context), name)
-    console.print(f"staged {result.records} records as {result.staging_uri}; "
+    console.print(f"staged {result.records} records as {len(result.staging_uris)} staging objects; "
                   f"{result.kept} records that are still not JSON objects stay in their error files. "
                   "Run `silt stream --once` to load them.")
 

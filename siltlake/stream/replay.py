@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import hashlib
 import json
-import uuid
 from dataclasses import dataclass
 
+from siltlake.catalog import TableRecord
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 
@@ -14,13 +16,14 @@ from siltlake.deployment import Deployment
 class ReplayResult:
     records: int
     kept: int
-    staging_uri: str | None
+    staging_uris: list[str]
 
 
 def _error_lines(deployment: Deployment, key: str) -> list[dict]:
-    if not deployment.lake.exists(key):
+    try:
+        text = deployment.lake.read_bytes(key).decode("utf-8")
+    except FileNotFoundError:  # replayed to the end, by this run earlier or by another one just now
         return []
-    text = deployment.lake.read_bytes(key).decode("utf-8")
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
@@ -48,17 +51,32 @@ def _json_line(value: object) -> str:
     return text + "\n"
 
 
-def replay_errors(deployment: Deployment, qualified: str) -> ReplayResult:
-    """Stage every kept raw record that is a JSON object as one JSON-lines staging object.
+def _stage(deployment: Deployment, record: TableRecord, error_key: str, received: dt.datetime,
+           values: list[dict]) -> str:
+    """Stage one error file's replayable records under a key derived from the file and the records, so a
+    retried or concurrent replay of the same records stages the same key, which is registered once."""
+    body = "".join(_json_line(value) for value in values).encode()
+    digest = hashlib.sha256(error_key.encode() + b"\0" + body).hexdigest()[:32]
+    d = record.definition
+    key = f"replay.{d.schema_name}.{d.name}/{received:%Y/%m/%d}/replay-{digest}.jsonl"
+    uri = deployment.staging.uri(key)
+    if not deployment.catalog.known_uris([uri]):
+        deployment.staging.write_bytes(key, body)
+        deployment.catalog.register_staging_objects([(uri, record.id, len(body), utcnow())])
+    return uri
 
-    Records still not JSON objects stay in their error file for the user to fix.
+
+def replay_errors(deployment: Deployment, qualified: str) -> ReplayResult:
+    """Stage the kept raw records that are JSON objects again, one JSON-lines staging object per error file.
+
+    Records still not JSON objects stay in their error file for the user to fix. An error file is
+    rewritten (or removed) only after its records are staged and registered, under a key derived from
+    them: a replay that dies in between, run again, or two replays at once, stage each record once.
     """
     record = deployment.catalog.get_table(qualified)
-    replayable: list[dict] = []
-    kept = 0
-    finished: list[str] = []
-    for key in deployment.catalog.error_uris(record.id):
-        remaining = []
+    staged, kept, uris = 0, 0, []
+    for key, received in deployment.catalog.error_uris_received(record.id):
+        replayable, remaining = [], []
         for line in _error_lines(deployment, key):
             value = _as_object(line["raw"])
             if value is None:
@@ -66,22 +84,12 @@ def replay_errors(deployment: Deployment, qualified: str) -> ReplayResult:
             else:
                 replayable.append(value)
         kept += len(remaining)
-        if remaining:
-            body = "".join(_json_line(line) for line in remaining)
-            deployment.lake.write_bytes(key, body.encode())
-        else:
-            finished.append(key)
-    if not replayable:
-        return ReplayResult(0, kept, None)
-    now = utcnow()
-    d = record.definition
-    key = f"replay.{d.schema_name}.{d.name}/{now:%Y/%m/%d}/replay-{now:%H%M%S}-{uuid.uuid4().hex[:8]}.jsonl"
-    body = "".join(_json_line(value) for value in replayable)
-    deployment.staging.write_bytes(key, body.encode())
-    info = deployment.staging.info(key)
-    uri = deployment.staging.uri(key)
-    deployment.catalog.register_staging_objects([(uri, record.id, info.size if info else len(body), now)])
-    for error_key in finished:
-        deployment.catalog.clear_error_uri(error_key)
-        deployment.lake.delete(error_key)
-    return ReplayResult(len(replayable), kept, uri)
+        if replayable:
+            uris.append(_stage(deployment, record, key, received, replayable))
+            staged += len(replayable)
+        if not remaining:
+            deployment.catalog.clear_error_uri(key)
+            deployment.lake.delete(key)
+        elif replayable:
+            deployment.lake.write_bytes(key, "".join(_json_line(line) for line in remaining).encode())
+    return ReplayResult(staged, kept, uris)
