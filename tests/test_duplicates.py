@@ -312,6 +312,28 @@ def test_errors_replay_retried_after_a_crash_and_run_twice_at_once_stages_each_r
     assert user_counts(deployment, spark) == expected
 
 
+def test_unknown_replay_run_three_times_streams_the_fixed_object_once(deployment: Deployment, spark,
+                                                                        monkeypatch) -> None:  # noqa: ANN001
+    """A corrupt object goes to unknown; the shipper puts it again fixed (same key); `silt unknown replay
+    --all` runs three times, with stream runs between: the object is loaded once."""
+    from .merge_helpers import silt_in_process
+
+    silt = silt_in_process(deployment, monkeypatch)
+    deployment.catalog.create_table(TableDef.from_mapping(ACCESS_TABLE))
+    staging_root = Path(deployment.staging.path(""))
+    fixed = body_of(3, 8)
+    deliver(staging_root, key_of(3), fixed[: len(fixed) // 2], time.time() - 120)  # truncated gzip
+    assert len(stream_once(deployment).unknown) == 1
+    deliver(staging_root, key_of(3), fixed, time.time() - 60)
+    assert stream_once(deployment).processed == 0, "an unknown object waits for a replay"
+    assert "1 objects will be streamed again" in silt("unknown", "replay", "--all")
+    assert "0 objects will be streamed again" in silt("unknown", "replay", "--all")
+    assert stream_once(deployment).records_loaded == 8
+    assert "0 objects will be streamed again" in silt("unknown", "replay", "--all")
+    assert stream_once(deployment).processed == 0
+    assert user_counts(deployment, spark) == expected_users([3], 8)
+
+
 # --- the property: any interleaving of deliveries, runs and a second process racing them --------------------------
 
 
