@@ -93,24 +93,27 @@ def error_line(output: str) -> str:
     return line
 
 
-@pytest.mark.parametrize("name", [
+HOSTILE_TABLE_NAMES = [
     "../../etc.passwd", "web.access/../../x", "/tmp.x", "web.%2e%2e", "web.access\n", "web.ａｃｃｅｓｓ",
     "web.access'; DROP TABLE tables; --", 'web."access"', "web.access;--", "web.a\\b", "web.\u0430ccess",
-])
-def test_table_commands_refuse_hostile_names_on_both_catalogs(silt, wide_console, tmp_path: Path,  # noqa: F811
-                                                              name: str) -> None:
+]
+
+
+def test_table_commands_refuse_hostile_names_on_both_catalogs(silt, wide_console, tmp_path: Path) -> None:  # noqa: F811
     silt("init")
     silt("table", "create", "access.toml")
     before = tree(tmp_path)
-    for command in (["table", "show", name], ["table", "drop", name, "--yes"], ["table", "rename", "web.access", name],
-                    ["table", "rename", name, "web.other"], ["table", "add-column", name, "c", "string"],
-                    ["errors", "list", name], ["history", name]):
-        line = error_line(silt(*command, code=2).output)
-        assert any(repr(part) in line for part in [name, *name.split(".")] if part), (command, line)
+    for name in HOSTILE_TABLE_NAMES:
+        for command in (["table", "show", name], ["table", "drop", name, "--yes"],
+                        ["table", "rename", "web.access", name], ["table", "rename", name, "web.other"],
+                        ["table", "add-column", name, "c", "string"], ["errors", "list", name], ["history", name]):
+            line = error_line(silt(*command, code=2).output)
+            # The whole argument, or the part of schema.table that is not an identifier, as repr shows it.
+            assert any(repr(part) in line for part in [name, *name.split(".")] if part), (command, line)
     # The catalog is intact (no statement ran the text), and nothing was written anywhere.
     listing = silt("table", "list").output
     assert "web.access" in listing and "web.other" not in listing
-    assert tree(tmp_path) - before <= {p for p in tree(tmp_path) if "lake" in p.relative_to(tmp_path).parts[:1]}
+    assert tree(tmp_path) == before
     assert not list(tmp_path.parent.glob("etc*")) and not Path("/tmp.x").exists()
 
 
@@ -229,6 +232,10 @@ def stream_task(deployment: Deployment, uri: str) -> StreamTask:
 ESCAPE = "%2e%2e%2f" * 5 + "secret.jsonl"  # decoded: five levels up, out of the staging root to the decoy
 
 
+sqlite_only = pytest.mark.parametrize("catalog_url", ["sqlite"], indirect=True)  # no catalog question here
+
+
+@sqlite_only
 @pytest.mark.parametrize("name", [ESCAPE, "a b#c?d.jsonl",
                                   "caf\u00e9 日本.jsonl", "100%.jsonl", "x%41.jsonl"])
 def test_object_uris_encode_their_keys_so_they_open_the_object_itself(lake: Deployment, tmp_path: Path,
@@ -245,6 +252,7 @@ def test_object_uris_encode_their_keys_so_they_open_the_object_itself(lake: Depl
     assert pq.read_table(lake.lake.path(part["tmp_key"])).column("user_id").to_pylist() == [7]  # not the decoy
 
 
+@sqlite_only
 def test_a_stored_uri_that_decodes_to_dot_dot_is_refused_not_read(lake: Deployment, tmp_path: Path) -> None:
     (tmp_path / "secret.jsonl").write_bytes(record(666))
     uri = lake.staging.uri("f.web.access/2026/11/20") + "/" + ESCAPE
@@ -286,7 +294,7 @@ def test_instance_keys_refuse_a_trailing_newline() -> None:
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("catalog_url", ["sqlite"], indirect=True)
+@sqlite_only
 def test_delete_where_is_parsed_alone_so_it_cannot_break_out(deployment: Deployment, monkeypatch,  # noqa: ANN001
                                                              wide_console) -> None:
     from .merge_helpers import add_small_objects, rows_for, silt_in_process
