@@ -222,6 +222,26 @@ def test_hostile_staging_objects_are_recorded_unknown_and_never_read(lake: Deplo
     assert not (tmp_path / "lake").exists() or not list((tmp_path / "lake").rglob("*.parquet"))
 
 
+def test_symbolic_links_out_of_the_staging_root_are_recorded_unknown(lake: Deployment, tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.jsonl").write_bytes(record(666))
+    day = Path(lake.staging.path("f.web.access/2026/11/20"))
+    day.mkdir(parents=True)
+    (day / "link.jsonl").symlink_to(outside / "secret.jsonl")
+    (day / "dir").symlink_to(outside, target_is_directory=True)
+    (day / "ok.jsonl").write_bytes(record(1))
+    (day / "inside.jsonl").symlink_to(day / "ok.jsonl")  # a link that stays inside is an ordinary object
+
+    found = discover(lake)
+
+    assert (found.registered, found.unknown) == (2, 2)
+    unknown = {u.uri.rsplit("/", 1)[-1]: u.reason for u in lake.catalog.list_unknown()}
+    assert set(unknown) == {"link.jsonl", "secret.jsonl"}
+    assert all("symbolic link that leads out of the staging root" in reason for reason in unknown.values())
+    assert "'f.web.access/2026/11/20/dir/secret.jsonl'" in unknown["secret.jsonl"]
+
+
 def stream_task(deployment: Deployment, uri: str) -> StreamTask:
     table = deployment.catalog.get_table("web.access")
     return StreamTask(staging_object_id=1, uri=uri, lake=deployment.lake,

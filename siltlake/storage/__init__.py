@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 import posixpath
 import uuid
 from collections.abc import Iterator
@@ -75,6 +76,14 @@ class Storage:
             raise UnsafeKey(f"object key {key!r} is absolute, has a '..' segment or a NUL byte: refused, so that "
                             f"nothing is read or written outside {self.root}")
         return posixpath.join(self._base, key)
+
+    def leaves_root(self, key: str) -> bool:
+        """Whether the key is, or lies under, a symbolic link that resolves outside the root (local roots only:
+        object stores have no links)."""
+        if not isinstance(self.filesystem, pafs.LocalFileSystem):
+            return False
+        base = os.path.realpath(self._base)
+        return os.path.commonpath([base, os.path.realpath(self.path(key))]) != base
 
     def uri(self, key: str) -> str:
         """The object's URI as pyarrow opens it (file:///..., s3://...): what the catalog stores.

@@ -77,6 +77,9 @@ def discover(deployment: Deployment) -> Discovery:
     for info in fresh:
         uri = staging.uri(info.key)
         mapping = map_key(info.key, pattern, tables)
+        if staging.leaves_root(info.key):
+            mapping = KeyMapping(None, f"key {info.key!r} is a symbolic link that leads out of the staging root; "
+                                       "refused")
         if mapping.table is None:
             report.unknown += catalog.record_unknown(uri, mapping.reason or "unmapped", size=info.size)
         else:
