@@ -220,6 +220,10 @@ class Chaos:
     def phases(self, kind: str, process: SiltProcess) -> dict[str, Callable[[], bool]]:
         """Phase name -> wait for it (True once reached); the kill follows a short random delay."""
         catalog = self.deployment.catalog
+        if kind in ("stream", "merge") and not self.has_jvm(process):
+            # Restarted a moment ago: its JVM is starting (a merge may already hold the jobs it claimed).
+            at = process.started + self.rng.uniform(0.5, 6.0)
+            return {"while Spark starts": lambda: self.wait_for(lambda: time.monotonic() > at, 7)}
         if kind == "stream":
             top = catalog.max_small_object_id()
             return {
@@ -228,12 +232,18 @@ class Chaos:
                 "right after a commit": lambda: self.wait_for(lambda: catalog.max_small_object_id() > top, 10),
             }
         if kind == "merge":
-            done = successes(self.deployment)
-            return {
-                "holding claimed jobs": lambda: self.wait_for(
-                    lambda: any(owner_pid(r.owner) == process.pid for r in held_jobs(self.deployment)), 10),
-                "right after a commit": lambda: self.wait_for(lambda: successes(self.deployment) > done, 10),
-            }
+            def holding() -> set[int]:
+                return {r.id for r in held_jobs(self.deployment) if owner_pid(r.owner) == process.pid}
+
+            def after_own_commit() -> bool:
+                """A job it held is gone from the queue and the log has a new commit: its own commit."""
+                claimed: set[int] = set()
+                done = successes(self.deployment)
+                return self.wait_for(lambda: claimed.update(holding()) or (
+                    claimed - holding() and successes(self.deployment) > done), 10)
+
+            return {"holding claimed jobs": lambda: self.wait_for(holding, 10),
+                    "right after its commit": after_own_commit}
         if kind == "publish":
             runs = process.log().count("publish:")
             return {"after a run (next run)": lambda: self.wait_for(

@@ -81,8 +81,8 @@ class SoakReport:
             values = [getattr(x, name) for x in self.samples]
             middle, last = thirds(values)
             result[f"{name}_max"] = max(values)
-            result[f"{name}_median_middle_third"] = statistics.median(middle)
-            result[f"{name}_median_last_third"] = statistics.median(last)
+            result[f"{name}_mean_middle_third"] = round(statistics.mean(middle), 1)
+            result[f"{name}_mean_last_third"] = round(statistics.mean(last), 1)
         for key in sorted(self.samples[0].rss):
             middle, last = thirds([x.rss[key] / MIB for x in self.samples])
             result[f"rss_mib {key} median_middle_third"] = round(statistics.median(middle))

@@ -13,7 +13,7 @@ from .soak import MIB, PUBLISH_INTERVAL, STREAM_INTERVAL, soak, thirds
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 
-SECONDS = float(os.environ.get("SOAK_SECONDS", "45"))
+SECONDS = float(os.environ.get("SOAK_SECONDS", "40"))
 RATE = float(os.environ.get("SOAK_RATE", "4"))
 # Backlog bound: a round of each daemon may wait out its interval and then take as long again on a loaded
 # machine; ten intervals' worth of objects is far above that and far below unbounded growth.
@@ -43,8 +43,9 @@ def test_backlog_stays_bounded_and_memory_flat(tmp_path: Path, postgres_url: str
         values = [getattr(x, name) for x in samples]
         assert max(values) <= BOUND_INTERVALS * per_interval, (name, values)
         middle, last = thirds(values)
-        # Not growing: the last third sits no more than two intervals' worth above the middle third.
-        assert statistics.median(last) <= statistics.median(middle) + 2 * per_interval, (name, values)
+        # Not growing: the last third's mean (rounds make a sawtooth, so a mean, not a median) sits no more
+        # than two intervals' worth above the middle third's.
+        assert statistics.mean(last) <= statistics.mean(middle) + 2 * per_interval, (name, values)
     for key in samples[0].rss:
         factor, slack = JVM_MARGIN if key.endswith("jvm") else DRIVER_MARGIN
         middle, last = thirds([x.rss[key] for x in samples])
