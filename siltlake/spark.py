@@ -54,9 +54,13 @@ def spark_session(config: SparkConfig, extra: dict[str, str] | None = None) -> S
     for key, value in settings.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
-    if not config.master.startswith("local"):
-        session.sparkContext.addPyFile(_package_zip())
+    context = session.sparkContext
+    context.setLogLevel("ERROR")
+    # Once per context: a later session of the same process shares it, and Spark refuses a second
+    # file named siltlake.zip.
+    if not context.master.startswith("local") and not getattr(context, "_siltlake_shipped", False):
+        context.addPyFile(_package_zip())
+        context._siltlake_shipped = True
     return session
 
 

@@ -1,106 +1,84 @@
-"""`silt stream` on a Spark standalone master with a separate worker, not only local[*]."""
+"""The whole pipeline on a Spark standalone cluster (a master and two workers) with a PostgreSQL catalog.
+
+Stream, merge, publish, read and reap run with spark.master=spark://127.0.0.1:<port> in a driver process
+of their own, then on the test session's local SparkSession, on the same input: the results must be equal
+and match the sample. The cluster is started once per module (siltlake.standalone) and stopped after it.
+"""
 
 from __future__ import annotations
 
-import gzip
-import json
 import os
-import signal
-import socket
-import subprocess
-import sys
-import time
+import re
+import uuid
 from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.spark
+from siltlake.catalog.provision import create_postgres_database, drop_postgres_database
+from siltlake.demo.cluster import CLUSTER_CONF, PipelineProcess, run_pipeline
+from siltlake.standalone import ClusterStartError, standalone_cluster
+
+from .conftest import PG_ADMIN_URL, require_postgres
+
+pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def _wait_for(log: Path, text: str, process: subprocess.Popen, seconds: float = 90) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if log.exists() and text in log.read_text(errors="replace"):
-            return
-        if process.poll() is not None:
-            break
-        time.sleep(0.3)
-    pytest.fail(f"Spark daemon did not report {text!r}:\n{log.read_text(errors='replace')[-3000:]}")
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with standalone_cluster(tmp_path_factory.mktemp("standalone"), workers=2, cores=1, memory="1g") as started:
+        yield started
 
 
 @pytest.fixture
-def standalone_master(tmp_path: Path):
-    import pyspark
-
-    spark_home = os.path.dirname(pyspark.__file__)
-    env = {**os.environ, "SPARK_HOME": spark_home, "SPARK_LOCAL_IP": "127.0.0.1"}
-    spark_class = os.path.join(spark_home, "bin", "spark-class")
-    port = _free_port()
-    daemons = []
-
-    def start(name: str, *args: str) -> tuple[subprocess.Popen, Path]:
-        log = tmp_path / f"{name}.log"
-        process = subprocess.Popen([spark_class, *args], env=env, stdout=log.open("w"), stderr=subprocess.STDOUT,
-                                   start_new_session=True)
-        daemons.append(process)
-        return process, log
-
-    try:
-        master, master_log = start("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                                   "--port", str(port), "--webui-port", str(_free_port()))
-        _wait_for(master_log, "I have been elected leader", master)
-        worker, worker_log = start("worker", "org.apache.spark.deploy.worker.Worker", f"spark://127.0.0.1:{port}",
-                                   "--host", "127.0.0.1", "--cores", "2", "--memory", "1g",
-                                   "--webui-port", str(_free_port()), "--work-dir", str(tmp_path / "work"))
-        _wait_for(worker_log, "Successfully registered with master", worker)
-        yield f"spark://127.0.0.1:{port}", worker_log
-    finally:
-        for process in daemons:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-        for process in daemons:
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
+def second_postgres_url():
+    """Another fresh PostgreSQL database (postgres_url gives one per test), dropped afterwards."""
+    require_postgres()
+    name = f"silt_test_{uuid.uuid4().hex[:12]}"
+    yield create_postgres_database(PG_ADMIN_URL, name)
+    drop_postgres_database(PG_ADMIN_URL, name)
 
 
-def test_stream_runs_on_a_standalone_cluster(tmp_path: Path, standalone_master) -> None:
-    master_url, worker_log = standalone_master
-    work = tmp_path / "deployment"
-    staging = work / ".siltlake" / "staging" / "f.web.access" / "2026" / "11" / "20"
-    staging.mkdir(parents=True)
-    for n in range(6):
-        lines = [json.dumps({"time": f"2026-11-20T{h:02d}:00:00Z", "user_id": n * 100 + h, "action": "v"})
-                 for h in range(24)]
-        (staging / f"{n}.jsonl.gz").write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
-    (work / "siltlake.toml").write_text(
-        f'[spark]\nmaster = "{master_url}"\nconf = {{ "spark.executor.memory" = "512m", "spark.cores.max" = "2" }}\n'
-    )
-    (work / "access.toml").write_text(
-        'schema = "web"\nname = "access"\ntime_column = "t"\ntimezone = "Asia/Tokyo"\n'
-        '[[columns]]\nname = "t"\ntype = "timestamp"\nsource = "time"\n'
-        '[[columns]]\nname = "user_id"\ntype = "bigint"\n[[columns]]\nname = "action"\ntype = "string"\n'
-    )
-    env = {key: value for key, value in os.environ.items() if not key.startswith("SILTLAKE_")}
+def test_pipeline_on_a_standalone_cluster_equals_local(tmp_path, cluster, postgres_url, second_postgres_url, spark,
+                                                       monkeypatch) -> None:
+    for key in [key for key in os.environ if key.startswith("SILTLAKE_")]:
+        monkeypatch.delenv(key)
+    with PipelineProcess("cluster", tmp_path / "cluster", postgres_url, cluster.master_url, CLUSTER_CONF) as run:
+        # Meanwhile the same steps in this process, on the session's local[2] SparkSession (local[*] on 2 cores).
+        on_local = run_pipeline(tmp_path / "local", second_postgres_url, "local[*]", say=lambda line: None)
+        on_cluster = run.results()
 
-    def silt(*args: str) -> str:
-        done = subprocess.run([sys.executable, "-m", "siltlake.cli", *args], cwd=work, env=env,
-                              capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, done.stderr[-3000:]
-        return done.stdout
+    assert on_cluster == on_local
+    sample = on_cluster["sample"]
+    header, *rows = on_cluster["rows"]
+    assert header[-1] == "dt" and len(rows) == sample["good_records"]
+    assert on_cluster["counts"] == on_cluster["counts_after_reap"] == sample["records_by_date"]
+    assert sum(round_["bad_records"] for round_ in on_cluster["stream"]) == sample["bad_records"] > 0
+    assert on_cluster["unknown_objects"] == sample["malformed_objects"] > 0
+    # web03's late object arrived after day 1 was closed: delayed, then merged and published.
+    assert [round_["delayed_objects"] for round_ in on_cluster["stream"]] == [0, 1]
+    first_day, second_day = sorted(sample["records_by_date"])
+    ops = {date: [v["op"] for v in on_cluster["versions"] if v["date"] == date] for date in (first_day, second_day)}
+    assert ops == {first_day: ["append", "compaction", "compaction"], second_day: ["append", "compaction"]}
+    newest = {v["date"]: v["rows"] for v in on_cluster["versions"]}
+    assert newest == sample["records_by_date"]
+    reasons = on_cluster["reap"]["reasons"]
+    assert reasons["covered"]["objects"] == sum(round_["live_objects"] + round_["delayed_objects"]
+                                                for round_ in on_cluster["stream"])
+    assert reasons["superseded"]["objects"] >= 1 and reasons["expired"]["catalog_rows"] >= 1
 
-    silt("init")
-    silt("table", "create", "access.toml")
-    report = json.loads(silt("stream", "--once", "--json"))
-    assert (report["processed"], report["records_loaded"], report["bad_records"]) == (6, 144, 0)
-    counts = silt("sql", "SELECT dt, count(*) AS n FROM web.access GROUP BY dt ORDER BY dt", "--format", "csv")
-    # 00:00-14:00Z is the 20th in Tokyo (15 hours), 15:00-23:00Z the 21st (9 hours).
-    assert counts.splitlines() == ["dt,n", "2026-11-20,90", "2026-11-21,54"]
-    assert "Asked to launch executor" in worker_log.read_text()
+    # Both workers ran an executor, and each executor ran tasks.
+    assert cluster.executors_launched() == [1, 1]
+    for work_dir in cluster.work_dirs:
+        executor_logs = list(work_dir.glob("app-*/*/stderr"))
+        assert executor_logs and any("Finished task" in log.read_text(errors="replace") for log in executor_logs)
+
+
+def test_a_worker_that_cannot_start_is_reported_with_its_log_and_nothing_is_left_running(tmp_path) -> None:
+    with pytest.raises(ClusterStartError, match=r"(?s)worker 1 exited.*Memory") as failure, \
+            standalone_cluster(tmp_path, workers=1, memory="0m"):
+        pass
+    assert "worker-1.log" in str(failure.value)
+    master_log = (tmp_path / "master.log").read_text()
+    assert "elected leader" in master_log
+    master_pid = int(re.search(r"Started daemon with process name: (\d+)@", master_log).group(1))
+    assert not Path(f"/proc/{master_pid}").exists()
