@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: demo test bench lint prereqs clean chaos soak fuzz
+.PHONY: demo cluster-demo test bench lint prereqs clean chaos soak fuzz
 
 prereqs:
 	@test -n "$(PYTHON)" && $(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
@@ -36,6 +36,11 @@ $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 
 demo: prereqs $(VENV)/.installed
 	$(BIN)/python -m siltlake.demo
+
+# A Spark standalone master and two workers on 127.0.0.1 and PostgreSQL catalogs (CLUSTER_DEMO_PG: the
+# server's admin URL, default postgresql+psycopg://postgres@127.0.0.1:5432/postgres).
+cluster-demo: prereqs $(VENV)/.installed
+	$(BIN)/python -m siltlake.demo.cluster
 
 test: prereqs $(VENV)/.installed-dev
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
