@@ -249,6 +249,7 @@ class TableDef(_Strict):
     def with_column_type(self, name: str, type_name: str) -> TableDef:
         """The definition with column `name` widened to `type_name` (only the WIDENINGS are allowed)."""
         new_type = parse_type(type_name)
+        check_identifier(name, "column name")  # so that the error shows a hostile name as repr, on one line
         try:
             old_type = self.column(name).type
         except KeyError:

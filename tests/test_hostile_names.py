@@ -110,6 +110,13 @@ def test_table_commands_refuse_hostile_names_on_both_catalogs(silt, wide_console
             line = error_line(silt(*command, code=2).output)
             # The whole argument, or the part of schema.table that is not an identifier, as repr shows it.
             assert any(repr(part) in line for part in [name, *name.split(".")] if part), (command, line)
+    for column in HOSTILE_NAMES[:-6] + ["x'; DROP TABLE tables; --"]:
+        if "\0" in column:
+            continue  # an operating system argument cannot hold NUL
+        for command in (["table", "add-column", "web.access", column, "string"],
+                        ["table", "alter-column", "web.access", column, "bigint"]):
+            line = error_line(silt(*command, code=2).output)
+            assert repr(column) in line or f"no column {column}" in line, (command, line)
     # The catalog is intact (no statement ran the text), and nothing was written anywhere.
     listing = silt("table", "list").output
     assert "web.access" in listing and "web.other" not in listing
@@ -167,6 +174,7 @@ UNMAPPED_KEYS = {
     "f.web.access--/2026/11/20/a.jsonl": "not a valid table name",
     "f.web.Access/2026/11/20/a.jsonl": "not a valid table name",
     "a.jsonl": "does not match",
+    f"f.web.{'a' * 64}/2026/11/20/a.jsonl": "not a valid table name",
 }
 
 
