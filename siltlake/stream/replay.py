@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass
 
 from siltlake.catalog import TableRecord
-from siltlake.clock import utcnow
+from siltlake.clock import to_naive_utc, utcnow
 from siltlake.deployment import Deployment
 
 
@@ -61,8 +61,13 @@ def _stage(deployment: Deployment, record: TableRecord, error_key: str, received
     key = f"replay.{d.schema_name}.{d.name}/{received:%Y/%m/%d}/replay-{digest}.jsonl"
     uri = deployment.staging.uri(key)
     if not deployment.catalog.known_uris([uri]):
-        deployment.staging.write_bytes(key, body)
-        deployment.catalog.register_staging_objects([(uri, record.id, len(body), utcnow())])
+        info = deployment.staging.info(key)  # staged by a replay that died before registering it
+        if info is None:
+            deployment.staging.write_bytes(key, body)
+            info = deployment.staging.info(key)
+        # The put time as a listing sees it, so discovery does not take this put for a second one.
+        put_time = to_naive_utc(info.mtime) if info is not None and info.mtime is not None else utcnow()
+        deployment.catalog.register_staging_objects([(uri, record.id, len(body), put_time)])
     return uri
 
 
