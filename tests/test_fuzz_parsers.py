@@ -50,6 +50,9 @@ TABLE = TableDef.from_mapping({"schema": "logs", "name": "events", "time_column"
 ]})
 TIME = "2024-05-01T12:34:56Z"
 DEPTHS = st.sampled_from([1, 20, 400, 1000, 5000])
+# JSON's decoder gives up near Python's recursion limit, which counts the caller's frames too: depths near
+# 1000 may go either way, so the JSON cases stay clear of it.
+JSON_DEPTHS = st.sampled_from([1, 20, 400, 5000])
 
 
 def parse(data: bytes, key: str, batch_rows: int = 7, trickle: bool = False) -> tuple[pa.Table, list[BadRecord]]:
@@ -124,12 +127,12 @@ OBJECT_KINDS = {"good", "escaped-nul", "unicode", "crlf", "deep-field", "wrong-t
 
 
 def is_object_line(kind: str, depth: int) -> bool:
-    """Whether the line decodes to a JSON object (json's own nesting limit is near 1000)."""
+    """Whether the line decodes to a JSON object (json's own nesting limit is near 1000, see JSON_DEPTHS)."""
     return kind in OBJECT_KINDS and not (kind == "deep-field" and depth >= 1000)
 
 
 @fuzz
-@given(st.lists(st.tuples(st.sampled_from(sorted(JSON_LINES)), DEPTHS), max_size=40),
+@given(st.lists(st.tuples(st.sampled_from(sorted(JSON_LINES)), JSON_DEPTHS), max_size=40),
        st.sampled_from(["plain", "gzip", "gzip-members", "bom"]), st.integers(1, 16), st.booleans())
 def test_json_lines_every_record_is_good_or_a_named_bad_record(lines: list[tuple[str, int]], packing: str,
                                                                batch_rows: int, trickle: bool) -> None:
