@@ -365,7 +365,14 @@ def pipeline_command(root: Path, catalog_url: str, master: str, conf: tuple[str,
     def say(line: str) -> None:
         print(f"[{label} {time.monotonic() - started:5.1f}s] {line}", flush=True)
 
-    outcome = run_pipeline(root, catalog_url, master, settings, say=say)
+    try:
+        outcome = run_pipeline(root, catalog_url, master, settings, say=say)
+    except KeyboardInterrupt:
+        say("interrupted")
+        sys.exit(130)
+    except PipelineError as exc:
+        say(f"error: {exc}")
+        sys.exit(1)
     results.write_text(json.dumps(outcome))
 
 
