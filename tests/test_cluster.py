@@ -1,8 +1,9 @@
 """The whole pipeline on a Spark standalone cluster (a master and two workers) with a PostgreSQL catalog.
 
-Stream, merge, publish, read and reap run with spark.master=spark://127.0.0.1:<port> in a driver process
-of their own, then on the test session's local SparkSession, on the same input: the results must be equal
-and match the sample. The cluster is started once per module (siltlake.standalone) and stopped after it.
+Stream, merge, publish, read and reap run with spark.master=spark://127.0.0.1:<port> in a driver process of
+their own (every `silt` command in it opens the deployment's session again: siltlake.zip is shipped once),
+while the same steps run on the test session's local SparkSession: the results must be equal and match the
+sample. The cluster is started once per module (siltlake.standalone) and stopped after it.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from siltlake.standalone import ClusterStartError, standalone_cluster
 
 from .conftest import PG_ADMIN_URL, require_postgres
 
-pytestmark = [pytest.mark.spark, pytest.mark.postgres]
+pytestmark = pytest.mark.spark
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +39,7 @@ def second_postgres_url():
     drop_postgres_database(PG_ADMIN_URL, name)
 
 
+@pytest.mark.postgres
 def test_pipeline_on_a_standalone_cluster_equals_local(tmp_path, cluster, postgres_url, second_postgres_url, spark,
                                                        monkeypatch) -> None:
     for key in [key for key in os.environ if key.startswith("SILTLAKE_")]:
