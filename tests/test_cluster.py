@@ -69,7 +69,7 @@ def test_pipeline_on_a_standalone_cluster_equals_local(tmp_path, cluster, postgr
     assert reasons["superseded"]["objects"] >= 1 and reasons["expired"]["catalog_rows"] >= 1
 
     # Both workers ran an executor, and each executor ran tasks.
-    assert cluster.executors_launched() == [1, 1]
+    assert len(cluster.executors_launched()) == 2 and min(cluster.executors_launched()) >= 1
     for work_dir in cluster.work_dirs:
         executor_logs = list(work_dir.glob("app-*/*/stderr"))
         assert executor_logs and any("Finished task" in log.read_text(errors="replace") for log in executor_logs)
