@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from siltlake.catalog import PendingStagingObject
@@ -30,6 +30,7 @@ from siltlake.deployment import Deployment
 from siltlake.merge import merge_once
 from siltlake.publish import publish_once
 from siltlake.read import table as read_table
+from siltlake.reap import reap_once
 from siltlake.stream import stream_once
 from siltlake.stream.discover import discover
 from siltlake.stream.runner import Progress, StreamReport, _commit, _task
@@ -338,9 +339,11 @@ def test_unknown_replay_run_three_times_streams_the_fixed_object_once(deployment
 # --- the property: any interleaving of deliveries, runs and a second process racing them --------------------------
 
 
-def _other_process_decodes(deployment: Deployment) -> list[tuple[dict, PendingStagingObject]]:
-    """What a second stream process holds after decoding every pending object (not yet committed)."""
-    return [(process_staging_object(_task(deployment, pending, f"other-{uuid.uuid4().hex[:8]}")), pending)
+def _other_process_decodes(deployment: Deployment, run: str = "other") -> list[tuple[dict, PendingStagingObject]]:
+    """What a second stream process holds after listing the staging root and decoding every pending
+    object (not yet committed)."""
+    discover(deployment)
+    return [(process_staging_object(_task(deployment, pending, f"{run}-{uuid.uuid4().hex[:8]}")), pending)
             for pending in deployment.catalog.pending_staging_objects(100)]
 
 
@@ -351,6 +354,10 @@ def _other_process_commits(deployment: Deployment, copies: list[tuple[dict, Pend
     return report
 
 
+def _temporary(deployment: Deployment) -> list[str]:
+    return [info.key for info in deployment.lake.list(f"{deployment.instance_key}/_tmp")]
+
+
 class BeatenWhileInFlight(PutsWhileInFlight):
     """Also lets a second process decode and commit this run's objects before this run commits them."""
 
@@ -359,17 +366,20 @@ class BeatenWhileInFlight(PutsWhileInFlight):
         self.other = _other_process_commits(self.deployment, _other_process_decodes(self.deployment))
 
 
-STEPS = st.lists(st.tuples(st.sampled_from(["put", "put_in_flight", "stream", "stream_beaten", "stream_then_late"]),
-                           st.integers(0, 3)), min_size=2, max_size=8)
+ACTIONS = ["put", "put_in_flight", "stream", "stream_beaten", "stream_then_late", "other_dies_after_decoding"]
+STEPS = st.lists(st.tuples(st.sampled_from(ACTIONS), st.integers(0, 3)), min_size=2, max_size=8)
 
 
-@settings(max_examples=5, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=4, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=STEPS)
+@example(steps=[("put", 0), ("other_dies_after_decoding", 0), ("put", 1), ("stream_then_late", 0), ("put", 1),
+                ("put_in_flight", 2), ("stream_beaten", 0), ("put", 3), ("other_dies_after_decoding", 0)])
 def test_any_interleaving_of_deliveries_runs_and_a_racing_process_stores_each_record_once(spark, steps) -> None:  # noqa: ANN001
     """Puts (between runs, or while a run is in flight), stream runs, and runs raced by a second process
-    (it commits first while the run is in flight, or it decoded before the run and commits after it), in
-    any order: whoever commits second adds nothing and says so, and after every step each delivered
-    object's records are stored exactly once (or not yet, if no run has seen it)."""
+    (it commits first while the run is in flight, it decoded before the run and commits after it, or it
+    dies after decoding), in any order: whoever commits second adds nothing and says so, after every
+    step each delivered object's records are stored exactly once (or not yet, if no run has seen it),
+    and only the dead process's files are left over, which reap removes."""
     per_object = 5
     with tempfile.TemporaryDirectory() as directory:
         root = Path(directory)
@@ -396,6 +406,9 @@ def test_any_interleaving_of_deliveries_runs_and_a_racing_process_stores_each_re
                 if action == "put_in_flight":
                     in_flight.append((number, clock))
                     continue
+                if action == "other_dies_after_decoding":
+                    _other_process_decodes(deployment, "dead")
+                    continue
                 pending = len(deployment.catalog.pending_staging_objects(100))
                 copies = _other_process_decodes(deployment) if action == "stream_then_late" else []
                 progress_type = BeatenWhileInFlight if action == "stream_beaten" else PutsWhileInFlight
@@ -412,8 +425,10 @@ def test_any_interleaving_of_deliveries_runs_and_a_racing_process_stores_each_re
                 # Each object's records fall on two dates: two small objects per processed object, never more.
                 small = deployment.catalog.small_objects(record.id)
                 assert (len(small), sum(o.row_count for o in small)) == (2 * processed(), per_object * processed())
-                assert not [info.key for info in deployment.lake.list() if "/_tmp/" in info.key]
+                assert not [key for key in _temporary(deployment) if "/_tmp/dead-" not in key]
             assert processed() == len(delivered)
+            reap_once(deployment, dt.datetime.now(dt.UTC).replace(tzinfo=None) + dt.timedelta(days=4))
+            assert _temporary(deployment) == []
             assert user_counts(deployment, spark) == expected_users(sorted(delivered), per_object)
         finally:
             deployment.close()
