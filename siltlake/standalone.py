@@ -103,7 +103,9 @@ def standalone_cluster(work_dir: str | Path, *, workers: int = 2, cores: int = 1
     work_dir.mkdir(parents=True, exist_ok=True)
     home = spark_home()
     spark_class = os.path.join(home, "bin", "spark-class")
-    env = {**os.environ, "SPARK_HOME": home, "SPARK_LOCAL_IP": HOST, "SPARK_NO_DAEMONIZE": "1"}
+    if not os.access(spark_class, os.X_OK):
+        raise ClusterStartError(f"no executable {spark_class}: the installed PySpark cannot start a cluster")
+    env = {**os.environ, "SPARK_HOME": home, "SPARK_LOCAL_IP": HOST}
     processes: list[subprocess.Popen] = []
     deadline = time.monotonic() + timeout
 
