@@ -185,7 +185,7 @@ def test_three_stream_daemons_and_a_shipper_putting_everything_three_times(tmp_p
     per_object, objects = 20, range(18)
     puts = [n for n in objects for _ in range(3)]
     random.Random(7).shuffle(puts)
-    env = silt_env(tmp_path, postgres_url, stream={"objects_per_wave": 6},
+    env = silt_env(tmp_path, postgres_url, stream={"objects_per_wave": 6, "tasks_per_core": 1},
                    spark={"conf": {"spark.ui.enabled": "false"}})
     daemons = [SiltProcess(tmp_path, f"stream-{n}", env, "stream", "--interval", "0.2") for n in range(3)]
     catalog = deployment.catalog
