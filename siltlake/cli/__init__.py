@@ -44,9 +44,12 @@ def friendly(command: Callable) -> Callable:
 
 
 def deployment_of(context: click.Context) -> Deployment:
-    state = context.find_root().obj
+    root = context.find_root()
+    state = root.obj
     if "deployment" not in state:
         state["deployment"] = Deployment.open(load_config(state.get("config")))
+        # Commands run in-process (the demos) would otherwise keep catalog connections until a gc cycle.
+        root.call_on_close(state["deployment"].close)
     return state["deployment"]
 
 
