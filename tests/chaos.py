@@ -55,7 +55,11 @@ JOB_TIMEOUT = 4
 # its writer is about to commit (the same rule as the 3-day default, scaled down).
 REAP_ARGS = ("reap", "--retention", "3s", "--grace", "90s", "--force")
 STREAM_REPORT = re.compile(r"live \+ (\d+) delayed small objects")
-KINDS = {"stream": 2, "merge": 3, "publish": 3, "reap": 2}  # how often each kind is picked
+NAMES = {"stream": 2, "merge1": 1, "merge2": 1, "publish": 3, "reap": 3}  # cards per deck of kills
+# A restarted Spark daemon is spared (but for a few kills while its JVM starts) until it has committed
+# once or this long has passed: killed at every start it would never work, and the kills would land in
+# JVM start-up only.
+SPARE_SECONDS = 20
 
 
 @dataclass
@@ -97,7 +101,8 @@ class ChaosReport:
 def chaos_env(tmp_path: Path, url: str) -> dict[str, str]:
     return silt_env(
         tmp_path, url,
-        stream={"poll_interval": 1},
+        # Small waves: a stream commits every few objects, so kills fall between and inside many commits.
+        stream={"poll_interval": 1, "objects_per_wave": 16},
         # Kills are not the job's fault: a high attempt limit keeps killed jobs from parking.
         merge={"slots": 2, "poll_interval": 1, "job_timeout": JOB_TIMEOUT, "heartbeat_interval": 1,
                "retry_backoff": 1, "max_attempts": 1000},
@@ -157,12 +162,14 @@ class Chaos:
         self.log = log
         today = utcnow().date()
         self.shipper = Shipper(tmp_path / "staging", TABLES, [today - dt.timedelta(days=d) for d in (2, 1, 0)],
-                               rate=4.0, records=(5, 30), seed=seed)
+                               rate=3.0, records=(5, 30), seed=seed)
         self.processes: dict[str, SiltProcess] = {}
         self.everything: list[SiltProcess] = []
         self.started = time.monotonic()
         self.reap_due = 0.0
         self.killed: set[SiltProcess] = set()
+        self.marks: dict[SiltProcess, int] = {}
+        self.deck: list[tuple[str, bool]] = []
 
     # --- processes ---
 
@@ -172,7 +179,21 @@ class Chaos:
         process = SiltProcess(self.logs, f"{name}-{len(self.everything):04d}", self.env, *args)
         self.processes[name] = process
         self.everything.append(process)
+        self.marks[process] = self.progress(name)
         return process
+
+    def progress(self, name: str) -> int:
+        """What grows when the daemon works: small objects for the stream, merge commits for a merge."""
+        if name == "stream":
+            return self.deployment.catalog.max_small_object_id()
+        return successes(self.deployment) if name.startswith("merge") else 0
+
+    def spared(self, name: str) -> bool:
+        process = self.processes.get(name)
+        if process is None or not process.alive() or name not in ("stream", "merge1", "merge2"):
+            return False
+        young = time.monotonic() - process.started < SPARE_SECONDS
+        return young and self.progress(name) <= self.marks[process]
 
     def tend(self) -> None:
         """Fail on a daemon that exited by itself; start the next reap a moment after the last one ended."""
@@ -250,9 +271,22 @@ class Chaos:
                 lambda: process.log().count("publish:") > runs, 10)}
         return {"catalog read or deleting": lambda: self.wait_for(lambda: time.monotonic() - process.started > 1.0, 5)}
 
+    def next_victim(self) -> str:
+        """The next card of a shuffled deck (each process its share of the kills); a spared daemon's card
+        waits for a later turn, and when only spared ones are left the killer waits for one to work."""
+        while True:
+            if not self.deck:
+                # A few cards may kill a spared daemon anyway: kills during JVM start-up and the first round.
+                self.deck = [(name, self.rng.random() < 0.15) for name, cards in NAMES.items() for _ in range(cards)]
+                self.rng.shuffle(self.deck)
+            for index, (name, anyway) in enumerate(self.deck):
+                if anyway or not self.spared(name):
+                    return self.deck.pop(index)[0]
+            self.sleep(0.5)
+
     def kill_one(self) -> None:
-        kind = self.rng.choices(list(KINDS), weights=list(KINDS.values()))[0]
-        name = {"merge": self.rng.choice(["merge1", "merge2"])}.get(kind, kind)
+        name = self.next_victim()
+        kind = name.rstrip("12")
         process = self.processes.get(name)
         if process is None or not process.alive():
             process = self.start(name)
