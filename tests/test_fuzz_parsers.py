@@ -497,7 +497,7 @@ def load_file(tmp_path: Path, name: str, data: bytes, parser: str, exact: bool =
     report["errors"] = [json.loads(line) for line in errors.read_text().splitlines()] if errors.exists() else []
     if report["status"] == "ok":
         loaded = [pq.read_table(str(tmp_path / "lake" / part["tmp_key"])) for part in report["parts"]]
-        report["loaded_n"] = sorted(n for table in loaded for n in table.column("n").to_pylist())
+        report["loaded_n"] = [n for table in loaded for n in table.column("n").to_pylist()]  # a flip may null n
     return report
 
 
@@ -540,7 +540,7 @@ def test_load_tasks_account_for_every_record(tmp_path_factory: pytest.TempPathFa
                        gzip.compress(data) if compress else data, kind, exact=parser.endswith("-exact"))
     assert report["status"] == "ok", report.get("reason")
     assert report["records_in"] == len(rows) == report["loaded"] + report["bad_records"]
-    assert report["loaded_n"] == [n for n, v in verdicts.items() if v == "good"]
+    assert sorted(report["loaded_n"]) == [n for n, v in verdicts.items() if v == "good"]
     assert len(report["errors"]) == report["bad_records"]
     assert all(entry["line"] >= 1 and entry["reason"] and "raw" in entry for entry in report["errors"])
 
