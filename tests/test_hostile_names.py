@@ -32,11 +32,6 @@ HOSTILE_NAMES = [
     "caf\u00e9", "cafe\u0301", "a\u200bb", "x" * 64, "", "1abc", "a.b", "a-b", "a b",
     "x'; DROP TABLE tables; --", 'x"; DROP TABLE tables; --', "x;--", "x`y", "x) OR (1=1", "tables--",
 ]
-SHOWN = {name: repr(name) for name in HOSTILE_NAMES}
-
-
-def one_line(text: str) -> str:
-    return " ".join(text.split("\n"))
 
 
 @pytest.mark.parametrize("name", HOSTILE_NAMES)
@@ -44,7 +39,7 @@ def one_line(text: str) -> str:
 def test_identifiers_refuse_traversal_injection_and_look_alikes(name: str, what: str) -> None:
     with pytest.raises(DefinitionError) as caught:
         check_identifier(name, what)
-    assert str(caught.value).startswith(f"{what} {SHOWN[name]} is not a valid identifier")
+    assert str(caught.value).startswith(f"{what} {name!r} is not a valid identifier")
     assert "\n" not in str(caught.value)
 
 
@@ -77,7 +72,7 @@ def test_table_definition_files_with_hostile_names_are_refused(tmp_path: Path, f
 
 
 def tree(root: Path) -> set[Path]:
-    return {path for path in root.rglob("*")}
+    return set(root.rglob("*"))
 
 
 @pytest.fixture
@@ -110,13 +105,13 @@ def test_table_commands_refuse_hostile_names_on_both_catalogs(silt, wide_console
             line = error_line(silt(*command, code=2).output)
             # The whole argument, or the part of schema.table that is not an identifier, as repr shows it.
             assert any(repr(part) in line for part in [name, *name.split(".")] if part), (command, line)
-    for column in HOSTILE_NAMES[:-6] + ["x'; DROP TABLE tables; --"]:
+    for column in HOSTILE_NAMES:
         if "\0" in column:
             continue  # an operating system argument cannot hold NUL
         for command in (["table", "add-column", "web.access", column, "string"],
                         ["table", "alter-column", "web.access", column, "bigint"]):
             line = error_line(silt(*command, code=2).output)
-            assert repr(column) in line or f"no column {column}" in line, (command, line)
+            assert repr(column) in line, (command, line)
     # The catalog is intact (no statement ran the text), and nothing was written anywhere.
     listing = silt("table", "list").output
     assert "web.access" in listing and "web.other" not in listing
