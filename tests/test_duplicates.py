@@ -83,6 +83,30 @@ def tokyo(date: dt.date, hour: int) -> dt.datetime:
     return dt.datetime.combine(date, dt.time(hour)) - TOKYO
 
 
+def test_a_reput_with_new_bytes_is_reported_and_not_loaded(deployment: Deployment, spark, capsys) -> None:
+    """New bytes under a loaded key are not loaded (a key is loaded once), but the report names the key and
+    both sizes, once, so the operator can put the data under a new key."""
+    deployment.catalog.create_table(TableDef.from_mapping(ACCESS_TABLE))
+    staging_root = Path(deployment.staging.path(""))
+    t1 = time.time() - 3600
+    deliver(staging_root, key_of(0), body_of(0, 5), t1)
+    assert stream_once(deployment).records_loaded == 5
+    bigger = body_of(0, 9)
+    deliver(staging_root, key_of(0), bigger, t1 + 60)
+    report = stream_once(deployment)
+    uri = deployment.staging.uri(key_of(0))
+    assert (report.redelivered, report.records_loaded) == (1, 0)
+    assert report.changed_reputs == [(uri, len(body_of(0, 5)), len(bigger))]
+    assert stream_once(deployment).changed_reputs == [], "reported once"
+    assert user_counts(deployment, spark) == expected_users([0], 5)
+
+    from siltlake.cli import print_stream_report
+    print_stream_report(report, deployment.staging.root, verbose=False)
+    printed = " ".join(capsys.readouterr().err.split())
+    assert f"changed re-put {key_of(0)} is now {len(bigger):,} bytes" in printed
+    assert "NOT loaded" in printed
+
+
 class PutsWhileInFlight(Progress):
     """Delivers objects again after the run registered and planned its objects, before it commits them."""
 
@@ -134,6 +158,7 @@ def test_sequential_redeliveries_are_counted_and_stored_once(deployment: Deploym
         deliver(staging_root, key_of(number), body_of(number, per_object), t3)
     third = stream_once(deployment)
     assert (third.processed, third.delayed_objects, third.redelivered) == (0, 0, 6)
+    assert third.changed_reputs == [], "the same bytes again are not a change"
     assert stream_once(deployment).redelivered == 0, "a put is counted once, not at every listing"
     deliver(staging_root, key_of(0), body_of(0, per_object), t3 + 60)
     with ThreadPoolExecutor(3) as pool:  # three processes listing the same re-put at once: one counts it

@@ -50,6 +50,20 @@ class PendingStagingObject:
 
 
 @dataclass(frozen=True)
+class Redelivery:
+    """A registered staging key put again: its size when registered and now (different = new bytes, not loaded)."""
+
+    uri: str
+    put_time: dt.datetime
+    registered_size: int
+    size: int
+
+    @property
+    def changed(self) -> bool:
+        return self.size != self.registered_size
+
+
+@dataclass(frozen=True)
 class UnknownObject:
     uri: str
     reason: str
@@ -387,24 +401,24 @@ class Catalog(MergeQueue, Publishing, ExternalSync, Reaping):
                 ))
         return added
 
-    def note_redeliveries(self, puts: Sequence[tuple[str, dt.datetime]]) -> int:
-        """Count registered staging objects put again (a newer mtime than their send_time), each put once.
+    def note_redeliveries(self, puts: Sequence[tuple[str, dt.datetime, int]]) -> list[Redelivery]:
+        """Registered staging objects put again (a newer mtime than their send_time), each put returned once.
 
         The send_time moves to the newest put under a compare-and-set, so of several processes listing
-        the same re-put only one counts it, and a later listing of the same put counts nothing."""
+        the same re-put only one returns it, and a later listing of the same put returns nothing."""
         so = s.staging_objects
-        newer: list[tuple[str, dt.datetime]] = []
+        newer: list[Redelivery] = []
         with self._tx() as c:
             for start in range(0, len(puts), 500):
-                chunk = dict(puts[start:start + 500])
-                for uri, send_time in c.execute(sa.select(so.c.uri, so.c.send_time).where(so.c.uri.in_(list(chunk)))):
-                    if send_time is not None and chunk[uri] > send_time:
-                        newer.append((uri, chunk[uri]))
-            counted = 0
-            for uri, put_time in newer:
-                counted += c.execute(so.update().where(so.c.uri == uri, so.c.send_time < put_time)
-                                     .values(send_time=put_time)).rowcount
-        return counted
+                chunk = {uri: (put_time, size) for uri, put_time, size in puts[start:start + 500]}
+                for uri, send_time, size in c.execute(
+                        sa.select(so.c.uri, so.c.send_time, so.c.size).where(so.c.uri.in_(list(chunk)))):
+                    put_time, put_size = chunk[uri]
+                    if send_time is not None and put_time > send_time:
+                        newer.append(Redelivery(uri, put_time, size, put_size))
+            return [put for put in newer if c.execute(
+                so.update().where(so.c.uri == put.uri, so.c.send_time < put.put_time)
+                .values(send_time=put.put_time)).rowcount]
 
     def record_unknown(self, uri: str, reason: str, *, size: int | None = None,
                        table_id: int | None = None) -> bool:

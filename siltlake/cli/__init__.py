@@ -251,6 +251,10 @@ def print_stream_report(report: StreamReport, staging_root: str, verbose: bool =
         console.print(f"  {report.skipped_duplicates} objects were already committed by another process")
     if report.redelivered:
         console.print(f"  {report.redelivered} staging objects put again after they were registered: ignored")
+    for uri, loaded, size in report.changed_reputs:
+        console.print(f"  [yellow]changed re-put[/] {short(uri)} is now {size:,} bytes but was loaded at {loaded:,}: "
+                      "a key is loaded once, so the new bytes are NOT loaded; put new data under a new key",
+                      highlight=False)
     if not verbose:
         return
     for uri, reason in report.unknown:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import posixpath
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from siltlake.catalog import TableRecord
+from siltlake.catalog import Redelivery, TableRecord
 from siltlake.clock import to_naive_utc
 from siltlake.deployment import Deployment
 from siltlake.tabledef import IDENTIFIER
@@ -54,6 +54,7 @@ class Discovery:
     registered: int = 0
     unknown: int = 0
     redelivered: int = 0  # registered objects put again since: ignored (a key is processed once)
+    changed: list[Redelivery] = field(default_factory=list)  # of those, put again with another size
 
 
 def discover(deployment: Deployment) -> Discovery:
@@ -67,9 +68,11 @@ def discover(deployment: Deployment) -> Discovery:
         return report
     known = catalog.known_uris([staging.uri(info.key) for info in listed])
     fresh = [info for info in listed if staging.uri(info.key) not in known]
-    report.redelivered = catalog.note_redeliveries([
-        (staging.uri(info.key), to_naive_utc(info.mtime)) for info in listed
+    redelivered = catalog.note_redeliveries([
+        (staging.uri(info.key), to_naive_utc(info.mtime), info.size) for info in listed
         if info.mtime is not None and staging.uri(info.key) in known])
+    report.redelivered = len(redelivered)
+    report.changed = [put for put in redelivered if put.changed]
     if not fresh:
         return report
     tables = catalog.tables_by_key_names()

@@ -34,6 +34,7 @@ class StreamReport:
     bytes_written: int = 0
     skipped_duplicates: int = 0  # decoded here but committed first by another process: dropped
     redelivered: int = 0  # staging objects put again after they were registered: ignored
+    changed_reputs: list[tuple[str, int, int]] = field(default_factory=list)  # (uri, loaded size, new size)
     unknown: list[tuple[str, str]] = field(default_factory=list)
     failed: list[tuple[str, str]] = field(default_factory=list)
     bad_samples: list[tuple[str, str]] = field(default_factory=list)
@@ -158,7 +159,8 @@ def stream_once(deployment: Deployment, progress: Progress | None = None,
     progress = progress or Progress()
     deployment.catalog.check_ready()
     found = discover(deployment)
-    report = StreamReport(listed=found.listed, registered=found.registered, redelivered=found.redelivered)
+    report = StreamReport(listed=found.listed, registered=found.registered, redelivered=found.redelivered,
+                          changed_reputs=[(put.uri, put.registered_size, put.size) for put in found.changed])
     settings = deployment.config.stream
     pending = deployment.catalog.pending_staging_objects(settings.max_objects_per_run)
     progress.start(len(pending))
