@@ -322,7 +322,7 @@ def test_csv_every_record_is_good_or_a_named_bad_record(kinds: list[str], bom: b
 @pytest.mark.parametrize(("data", "message"), [
     (b"ts;n;user\n" + f"{TIME};1;u\n".encode(), "CSV has no header"),
     (b"ts,n,ts\n", "names 'ts' twice"),
-    (f"{CSV_HEADER}\n{TIME},1,\xe9\n".encode("latin-1"), "invalid UTF-8"),
+    (f"{CSV_HEADER}\n{TIME},1,u\n{TIME},2,\xe9\n".encode("latin-1"), "invalid UTF-8 in CSV at line 3"),
 ])
 def test_csv_unreadable_objects(data: bytes, message: str) -> None:
     with pytest.raises(UnreadableObject, match=message):

@@ -1381,8 +1381,10 @@ class _ChunkStream(io.RawIOBase):
 def _read_csv(chunks: Iterable[bytes], table: TableDef, batch_rows: int) -> Iterator[ParsedBatch]:
     converter = _RecordConverter(table, "csv")
     assembler = _BatchAssembler(converter.schema, batch_rows)
+    # Undecodable bytes become lone surrogates, found per record below, so the error can name the line.
     text = io.TextIOWrapper(
-        io.BufferedReader(_ChunkStream(chunks), READ_SIZE), encoding="utf-8-sig", errors="strict", newline=""
+        io.BufferedReader(_ChunkStream(chunks), READ_SIZE), encoding="utf-8-sig", errors="surrogateescape",
+        newline=""
     )
     reader = csv.reader(text)
     rendered = io.StringIO()
@@ -1394,9 +1396,6 @@ def _read_csv(chunks: Iterable[bytes], table: TableDef, batch_rows: int) -> Iter
     while True:
         try:
             row = next(reader, None)
-        except UnicodeDecodeError as exc:
-            line = reader.line_num
-            raise UnreadableObject(f"invalid UTF-8 in CSV after line {line}: {exc.reason}") from None
         except csv.Error as exc:
             raise UnreadableObject(f"CSV error at line {reader.line_num}: {exc}") from None
         if row is None:
@@ -1404,6 +1403,8 @@ def _read_csv(chunks: Iterable[bytes], table: TableDef, batch_rows: int) -> Iter
         start_line, previous_line = previous_line + 1, reader.line_num
         if not row:
             continue
+        if not all(field.isascii() for field in row):
+            _check_csv_utf8(row, start_line)
         if header is None:
             header = _csv_header(row, converter.sources)
             continue
@@ -1421,6 +1422,13 @@ def _read_csv(chunks: Iterable[bytes], table: TableDef, batch_rows: int) -> Iter
             bad = []
     yield from assembler.add(converter.take_table(), bad)
     yield from assembler.finish()
+
+
+def _check_csv_utf8(row: list[str], line: int) -> None:
+    try:
+        "".join(row).encode("utf-8")
+    except UnicodeEncodeError:
+        raise UnreadableObject(f"invalid UTF-8 in CSV at line {line}") from None
 
 
 def _csv_header(row: list[str], sources: frozenset[str]) -> list[str]:
