@@ -22,7 +22,7 @@ from siltlake.run import Loop, run_loops
 from siltlake.tabledef import TableDef
 
 from .conftest import ACCESS_TABLE, make_config
-from .test_merge_processes import Worker, kill_session, wait_until
+from .processes import SiltProcess, kill_session, wait_until
 
 # --- the supervisor, without Spark ------------------------------------------------------------------------
 
@@ -173,7 +173,7 @@ def test_silt_run_streams_merges_and_publishes_until_sigint(tmp_path: Path, requ
                 and FUTURE in newest and newest[FUTURE].live_watermark == last[FUTURE]
                 and (late_id is None or current[PAST[0]].current_manifest_version == late_id))
 
-    daemon = Worker(tmp_path, "run", env, "run")
+    daemon = SiltProcess(tmp_path, "run", env, "run")
     try:
         wait_until(published, [daemon], 90, "published merged versions of the past days")
         print(f"published {time.monotonic() - daemon.started:.1f} s after the start")
