@@ -59,7 +59,7 @@ NAMES = {"stream": 2, "merge1": 1, "merge2": 1, "publish": 3, "reap": 3}  # card
 # A restarted Spark daemon is spared (but for a few kills while its JVM starts) until it has committed
 # once or this long has passed: killed at every start it would never work, and the kills would land in
 # JVM start-up only.
-SPARE_SECONDS = 20
+SPARE_SECONDS = 120
 
 
 @dataclass
