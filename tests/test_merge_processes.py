@@ -184,10 +184,13 @@ def check_status(env: dict[str, str], tables: list[TableRecord]) -> None:
 JOB_TIMEOUT = 4
 
 
-def test_killed_merge_workers_are_taken_over_and_lose_nothing(tmp_path: Path, catalog_url: str,
+def test_killed_merge_workers_are_taken_over_and_lose_nothing(tmp_path: Path,
                                                               open_deployment: Callable[[str], Deployment]) -> None:
     """Four `silt merge --once` workers are SIGKILLed in turn (before claiming, with claimed jobs while Spark
-    starts, mid-stage, right after a commit), then a fifth runs after the job timeout and finishes."""
+    starts, mid-stage, right after a commit), then a fifth runs after the job timeout and finishes.
+
+    On SQLite: the chaos test (test_chaos.py) kills merge daemons at these phases on PostgreSQL."""
+    catalog_url = f"sqlite:///{tmp_path / 'catalog.db'}"
     rng = random.Random(20261121)
     deployment = open_deployment(catalog_url)
     tables = [
