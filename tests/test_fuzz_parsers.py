@@ -573,7 +573,7 @@ def test_load_msgpack_truncated_or_garbled_fails_naming_the_byte(tmp_path: Path)
     whole = b"".join(packed({"time": LOAD_TIME, "n": n}) for n in range(5))
     truncated = load_file(tmp_path, "t.msgpack", whole[:-3], "msgpack")
     assert truncated["status"] == "failed"
-    assert "truncated MessagePack: the item at byte" in truncated["reason"]
+    assert "truncated MessagePack stream: the item at byte" in truncated["reason"]
     garbled = load_file(tmp_path, "g.msgpack", whole + b"\xc1", "msgpack")
     assert garbled["status"] == "failed" and f"not valid MessagePack at byte {len(whole)}" in garbled["reason"]
 

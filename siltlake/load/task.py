@@ -209,30 +209,14 @@ def records(source: io.BufferedIOBase, job: JobConfig,
     """(line, record or None, raw text, reason) for every input record; lines count from the split's start."""
     parser = job.parser
     if parser.type == "msgpack":
-        import msgpack
+        from siltlake.stream.records import _msgpack_entries, _render_json, msgpack_items
 
-        from siltlake.stream.records import _MSGPACK_ERRORS, _msgpack_entries, _new_unpacker, _render_json
-
-        unpacker = _new_unpacker()
-        number = fed = complete = 0
-        while chunk := source.read(1 << 20):
-            unpacker.feed(chunk)
-            fed += len(chunk)
-            while True:
-                try:
-                    item = unpacker.unpack()
-                except msgpack.OutOfData:
-                    break
-                except _MSGPACK_ERRORS as exc:
-                    # Past a malformed item nothing can be trusted: the task fails, naming where.
-                    raise ValueError(f"not valid MessagePack at byte {complete}: {str(exc) or type(exc).__name__}") \
-                        from None
-                complete = unpacker.tell()
-                for entry in _msgpack_entries(item):
-                    number += 1
-                    yield number, entry.record, _render_json(entry.raw), entry.problem
-        if complete < fed:
-            raise ValueError(f"truncated MessagePack: the item at byte {complete} is incomplete")
+        # A malformed or cut-off item fails the task (UnreadableObject names the byte).
+        number = 0
+        for item in msgpack_items(iter(lambda: source.read(1 << 20), b"")):
+            for entry in _msgpack_entries(item):
+                number += 1
+                yield number, entry.record, _render_json(entry.raw), entry.problem
         return
     lines = text_lines(source, job, at_start)
     if parser.type == "jsonl":

@@ -1305,16 +1305,12 @@ def _msgpack_entries(item: object) -> Iterator[_Entry]:
     )
 
 
-def _read_msgpack(chunks: Iterable[bytes], table: TableDef, batch_rows: int) -> Iterator[ParsedBatch]:
-    converter = _RecordConverter(table, "msgpack")
-    assembler = _BatchAssembler(converter.schema, batch_rows)
+def msgpack_items(chunks: Iterable[bytes]) -> Iterator[Any]:
+    """The top-level MessagePack items of a byte stream; UnreadableObject names the byte where it breaks.
+
+    Past a malformed or cut-off item nothing can be trusted, so the whole stream is refused."""
     unpacker = _new_unpacker()
-    fed = 0
-    complete = 0
-    index = 0
-    items = 0
-    structured = 0
-    bad: list[BadRecord] = []
+    fed = complete = 0
     for chunk in chunks:
         try:
             unpacker.feed(chunk)
@@ -1332,20 +1328,31 @@ def _read_msgpack(chunks: Iterable[bytes], table: TableDef, batch_rows: int) -> 
                 detail = str(exc) or type(exc).__name__
                 raise UnreadableObject(f"not valid MessagePack at byte {complete}: {detail}") from None
             complete = unpacker.tell()
-            items += 1
-            structured += isinstance(item, (dict, list, tuple))
-            for entry in _msgpack_entries(item):
-                index += 1
-                reason = entry.problem
-                if entry.record is not None:
-                    reason = converter.add(entry.record, entry.entry_time)
-                if reason is not None:
-                    bad.append(BadRecord(index, reason, _render_json(entry.raw)))
-                if converter.row_count + len(bad) >= batch_rows:
-                    yield from assembler.add(converter.take_table(), bad)
-                    bad = []
+            yield item
     if complete < fed:
         raise UnreadableObject(f"truncated MessagePack stream: the item at byte {complete} is incomplete")
+
+
+def _read_msgpack(chunks: Iterable[bytes], table: TableDef, batch_rows: int) -> Iterator[ParsedBatch]:
+    converter = _RecordConverter(table, "msgpack")
+    assembler = _BatchAssembler(converter.schema, batch_rows)
+    index = 0
+    items = 0
+    structured = 0
+    bad: list[BadRecord] = []
+    for item in msgpack_items(chunks):
+        items += 1
+        structured += isinstance(item, (dict, list, tuple))
+        for entry in _msgpack_entries(item):
+            index += 1
+            reason = entry.problem
+            if entry.record is not None:
+                reason = converter.add(entry.record, entry.entry_time)
+            if reason is not None:
+                bad.append(BadRecord(index, reason, _render_json(entry.raw)))
+            if converter.row_count + len(bad) >= batch_rows:
+                yield from assembler.add(converter.take_table(), bad)
+                bad = []
     yield from assembler.add(converter.take_table(), bad)
     yield from assembler.finish()
     if items and not structured:
