@@ -45,6 +45,7 @@ SHIPPED_TABLE = {
     "columns": [
         {"name": "utc_event_time", "type": "timestamp", "nullable": False, "source": "time"},
         {"name": "record_id", "type": "bigint", "nullable": False},
+        {"name": "user_id", "type": "bigint"},
         {"name": "action", "type": "string"},
     ],
 }
@@ -263,7 +264,8 @@ class Shipper:
             noon = dt.datetime.combine(date, dt.time(12), tzinfo=dt.UTC)
             lines = [json.dumps({"time": (noon + dt.timedelta(seconds=self.rng.randint(-40000, 40000)))
                                  .isoformat().replace("+00:00", "Z"),
-                                 "record_id": record_id, "action": f"a{record_id % 7}"}) + "\n"
+                                 "record_id": record_id, "user_id": record_id % 1000,
+                                 "action": f"a{record_id % 7}"}) + "\n"
                      for record_id in ids]
             self.objects += 1
             name = f"{self.objects:08d}-{ids[0]}.jsonl.gz"
