@@ -46,6 +46,7 @@ import sqlalchemy as sa  # noqa: E402
 from stream_bench import machine, write_report  # noqa: E402
 
 from siltlake.catalog import schema as s  # noqa: E402
+from siltlake.catalog.provision import create_postgres_database, drop_postgres_database  # noqa: E402
 from siltlake.config import Config  # noqa: E402
 from siltlake.deployment import Deployment  # noqa: E402
 from siltlake.publish import publish_once  # noqa: E402
@@ -86,15 +87,11 @@ def catalog_url(kind: str, root: Path) -> Iterator[str]:
         yield f"sqlite:///{root / 'catalog.db'}"
         return
     name = f"silt_bench_{uuid.uuid4().hex[:10]}"
-    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as connection:
-        connection.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    url = create_postgres_database(PG_ADMIN_URL, name)
     try:
-        yield PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+        yield url
     finally:
-        with admin.connect() as connection:
-            connection.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.dispose()
+        drop_postgres_database(PG_ADMIN_URL, name)
 
 
 def deployment_at(root: Path, url: str) -> Deployment:

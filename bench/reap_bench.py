@@ -23,9 +23,8 @@ import time
 import uuid
 from pathlib import Path
 
-import sqlalchemy as sa
-
 from siltlake.catalog import schema as s
+from siltlake.catalog.provision import create_postgres_database, drop_postgres_database
 from siltlake.clock import utcnow
 from siltlake.config import Config
 from siltlake.deployment import Deployment
@@ -88,10 +87,7 @@ def run(kind: str, objects: int, partitions: int, workers: int, workdir: Path) -
         url = f"sqlite:///{root / 'catalog.db'}"
     else:
         database = f"silt_reap_bench_{uuid.uuid4().hex[:8]}"
-        admin = sa.create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
-        with admin.connect() as c:
-            c.exec_driver_sql(f'CREATE DATABASE "{database}"')
-        url = PG_ADMIN.rsplit("/", 1)[0] + f"/{database}"
+        url = create_postgres_database(PG_ADMIN, database)
     deployment = Deployment(Config.model_validate({
         "instance_key": "bench001", "catalog": {"url": url},
         "storage": {"root": str(root / "lake"), "staging_root": str(root / "staging")}}))
@@ -118,9 +114,7 @@ def run(kind: str, objects: int, partitions: int, workers: int, workdir: Path) -
         deployment.close()
         shutil.rmtree(root, ignore_errors=True)
         if database is not None:
-            with admin.connect() as c:
-                c.exec_driver_sql(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
-            admin.dispose()
+            drop_postgres_database(PG_ADMIN, database)
 
 
 def main() -> None:

@@ -10,6 +10,7 @@ import pytest
 import sqlalchemy as sa
 from hypothesis import settings
 
+from siltlake.catalog.provision import create_postgres_database, drop_postgres_database
 from siltlake.config import Config
 from siltlake.deployment import Deployment
 from siltlake.tabledef import TableDef
@@ -62,15 +63,9 @@ def postgres_url():
     """A fresh PostgreSQL database, dropped afterwards."""
     require_postgres()
     name = f"silt_test_{uuid.uuid4().hex[:12]}"
-    # pre-ping: a test may restart the server, and the drop must not fail on a dead pooled connection
-    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
-    with admin.connect() as connection:
-        connection.exec_driver_sql(f'CREATE DATABASE "{name}"')
-    url = PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+    url = create_postgres_database(PG_ADMIN_URL, name)
     yield url
-    with admin.connect() as connection:
-        connection.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    admin.dispose()
+    drop_postgres_database(PG_ADMIN_URL, name)  # a fresh connection: a test may have restarted the server
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
