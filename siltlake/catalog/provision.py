@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import re
-
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from siltlake.errors import CatalogError
-
-_DATABASE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+from siltlake.tabledef import IDENTIFIER
 
 
 def _database_url(admin_url: str, name: str) -> str:
-    if not _DATABASE_NAME.match(name):
+    if not IDENTIFIER.match(name):  # the same rule as siltlake's own names: safe to quote
         raise CatalogError(f"{name!r} is not a database name siltlake creates (a-z, 0-9, _; at most 63)")
     return make_url(admin_url).set(database=name).render_as_string(hide_password=False)
 
