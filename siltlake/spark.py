@@ -7,6 +7,7 @@ import sys
 import tempfile
 import threading
 import uuid
+import warnings
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +18,10 @@ from siltlake.config import SparkConfig
 if TYPE_CHECKING:
     from pyspark import RDD
     from pyspark.sql import SparkSession
+
+# siltlake moves data between Spark and Python as Arrow, never as pandas: PySpark's warning about the
+# installed pandas version (raised when its Arrow paths load) says nothing a user can act on.
+warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
 
 QUIET = {
     "spark.ui.enabled": "false",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import warnings
 
 import pyarrow as pa
 
@@ -52,10 +51,8 @@ def preview(deployment: Deployment, config: LoadConfig, limit: int) -> dict[str,
         rows = converter.take_table()
         if job.sql is not None:
             query = re.sub(r"(?i)\b(from|join)\s+`?in`?\b", lambda m: f"{m.group(1)} silt_load_preview", job.sql)
-            with warnings.catch_warnings():  # PySpark warns about the pandas version it does not use here
-                warnings.simplefilter("ignore", FutureWarning)
-                spark = deployment.spark()
-                spark.createDataFrame(rows).createOrReplaceTempView("silt_load_preview")
-                rows = spark.sql(query).limit(limit).toArrow()
+            spark = deployment.spark()
+            spark.createDataFrame(rows).createOrReplaceTempView("silt_load_preview")
+            rows = spark.sql(query).limit(limit).toArrow()
         shown[name] = rows
     return shown

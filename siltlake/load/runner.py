@@ -11,7 +11,6 @@ import json
 import re
 import time
 import uuid
-import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -324,9 +323,7 @@ def _sql_stage(deployment: Deployment, name: str, job: JobConfig, table: TableRe
                   "upload_start_time": dt.datetime.now(dt.UTC).replace(tzinfo=None).isoformat()}
         yield pa.RecordBatch.from_pylist([{"report": json.dumps(report)}])
 
-    with warnings.catch_warnings():  # PySpark warns about the installed pandas version it does not use here
-        warnings.simplefilter("ignore", FutureWarning)
-        results = frame.mapInArrow(write, "report string").collect()
+    results = frame.mapInArrow(write, "report string").collect()
     return sorted((json.loads(row.report) for row in results), key=lambda r: r["index"])
 
 
