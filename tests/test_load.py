@@ -108,14 +108,18 @@ def test_resume_runs_only_the_failed_task_then_commits_everything_once(deploymen
         load(deployment, changed, state_path=str(state))
 
 
-def test_no_commit_then_commit_and_committing_the_same_state_twice_adds_nothing(deployment: Deployment,
-                                                                                  tmp_path: Path) -> None:
+def two_file_load(tmp_path: Path):  # noqa: ANN201 - (LoadConfig, resume state path)
+    """A load of two CSV files (ids 0-19) and where its resume state goes."""
     inputs = tmp_path / "in"
     inputs.mkdir()
     csv_file(inputs / "a.csv", 0, 10)
     csv_file(inputs / "b.csv", 10, 10)
-    load_config = parse_load_config(config(inputs))
-    state = tmp_path / "resume.yml"
+    return parse_load_config(config(inputs)), tmp_path / "resume.yml"
+
+
+def test_no_commit_then_commit_and_committing_the_same_state_twice_adds_nothing(deployment: Deployment,
+                                                                                  tmp_path: Path) -> None:
+    load_config, state = two_file_load(tmp_path)
     kept = load(deployment, load_config, state_path=str(state), commit=False)
     assert not kept.committed and kept.jobs[0].ran == 2 and ids(deployment) == []
     uncommitted = tmp_path / "uncommitted.yml"
@@ -264,12 +268,7 @@ def test_a_large_file_is_split_into_tasks(deployment: Deployment, tmp_path: Path
 def test_a_commit_whose_output_is_gone_is_refused_whole(deployment: Deployment, tmp_path: Path) -> None:
     from siltlake.errors import CatalogError
 
-    inputs = tmp_path / "in"
-    inputs.mkdir()
-    csv_file(inputs / "a.csv", 0, 10)
-    csv_file(inputs / "b.csv", 10, 10)
-    load_config = parse_load_config(config(inputs))
-    state = tmp_path / "resume.yml"
+    load_config, state = two_file_load(tmp_path)
     load(deployment, load_config, state_path=str(state), commit=False)
     deployment.lake.delete(tmp_keys(deployment)[-1])  # as reap does to old _tmp/ leftovers
     with pytest.raises(CatalogError, match="is gone .*nothing was committed"):
