@@ -70,6 +70,11 @@ staging_objects = sa.Table(
     sa.Column("records_in", sa.BigInteger, nullable=True),
     sa.Column("bad_records", sa.BigInteger, nullable=True),
     sa.Column("error_uri", sa.Text, nullable=True),
+    # Failed processing attempts (an exception outside any one record): past stream.max_failures the object
+    # moves to unknown with last_failure as its reason.
+    sa.Column("failure_count", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("last_failure", sa.Text, nullable=True),
+    sa.Column("last_failure_time", sa.DateTime, nullable=True),
 )
 sa.Index(
     "ix_staging_objects_pending",
@@ -132,6 +137,9 @@ merge_jobs = sa.Table(
     # Who holds a running job: refreshed heartbeats and the final commit are guarded by it, so a
     # worker whose job was taken over can no longer touch it.
     sa.Column("owner", sa.String(64), nullable=True),
+    # The holder's host and pid: on the same host, a claim whose process is gone is stale at once.
+    sa.Column("owner_host", sa.String(255), nullable=True),
+    sa.Column("owner_pid", sa.Integer, nullable=True),
     sa.Column("last_error", sa.Text, nullable=True),
     sa.Column("continued_from", sa.Integer, nullable=True),  # the job whose leftovers this one takes
     # ongoing_mark: 0 waiting, the job's own id while running, minus its id once parked as failed.
