@@ -18,7 +18,7 @@ import zlib
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 from typing import Any, BinaryIO, NamedTuple
 
 import msgpack
@@ -230,6 +230,11 @@ class _ObjectBytes:
 
 class _Reject(Exception):
     """A record is bad; the message is the BadRecord reason."""
+
+
+def _unexpected(exc: Exception) -> str:
+    """The bad-record reason for an exception no coercion rule foresaw: one record never fails its object."""
+    return f"{type(exc).__name__}: {exc}"
 
 
 class JsonFloat(float):
@@ -484,7 +489,7 @@ def _decimal_coercer(precision: int, scale: int) -> Callable[[object], Decimal]:
         if isinstance(value, int):
             number = Decimal(value)
         elif isinstance(value, JsonFloat):
-            number = Decimal(value.text)  # exactly as written, not via a double
+            number = _exact_decimal(value.text, value, type_name)  # exactly as written, not via a double
         elif isinstance(value, float):
             if not math.isfinite(value):
                 raise _Reject(f"{value!r} is not a finite number")
@@ -492,7 +497,7 @@ def _decimal_coercer(precision: int, scale: int) -> Callable[[object], Decimal]:
         elif isinstance(value, str):
             if not _NUMBER.fullmatch(value):
                 raise _Reject(f"{_show(value)} is not a {type_name}")
-            number = Decimal(value.strip(" \t"))
+            number = _exact_decimal(value.strip(" \t"), value, type_name)
         else:
             raise _Reject(f"{_show(value)} is {_describe(value)}, not a {type_name}")
         if not number:
@@ -509,6 +514,13 @@ def _decimal_coercer(precision: int, scale: int) -> Callable[[object], Decimal]:
         return Decimal((sign, digits + (0,) * (exponent + scale), -scale))
 
     return coerce
+
+
+def _exact_decimal(text: str, value: object, type_name: str) -> Decimal:
+    try:
+        return Decimal(text)
+    except InvalidOperation:  # an exponent beyond what any decimal can hold, e.g. 1e9999999999999999999
+        raise _Reject(f"{_show(value)} has an exponent too large in magnitude for {type_name}") from None
 
 
 def _json_coercer(kind: str) -> Callable[[object], str]:
@@ -561,6 +573,36 @@ def _coercer(column: Column, epoch_unit: str, kind: str) -> Callable[[object], A
     return _decimal_coercer(*decimal_parts(type_name))
 
 
+def partition_dates(times: pa.ChunkedArray | pa.Array, timezone: str) -> pa.Array:
+    """The calendar date of each UTC time in the table's time zone (DST-correct via the tz database)."""
+    local = pc.local_timestamp(pc.cast(times, pa.timestamp("us", tz=timezone)))
+    return pc.cast(local, pa.date32())
+
+
+# A valid event time near 0001-01-01Z or 9999-12-31Z can fall on a date outside years 1..9999 in the table's
+# zone, which no partition (nor Python's date) can hold. The tz database's offsets stay well under a day (the
+# largest, Manila's 1844 calendar shift, is 15h56m), so only times this close to the ends are looked at.
+ZONE_EDGE_MICROS = 2 * 86400 * tv.MICROS_PER_SECOND
+_FIRST_DAY = tv.days_from_civil(1, 1, 1)
+_LAST_DAY = tv.days_from_civil(9999, 12, 31)
+
+
+def _check_partition_date(micros: int, timezone: str) -> None:
+    """_Reject unless the event time's date in the zone is within years 1..9999 (computed as the writer does)."""
+    if tv.MIN_MICROS + ZONE_EDGE_MICROS <= micros <= tv.MAX_MICROS - ZONE_EDGE_MICROS:
+        return
+    times = pa.array([micros], pa.timestamp("us", tz="UTC"))
+    day = pc.cast(partition_dates(times, timezone), pa.int32())[0].as_py()
+    if day < _FIRST_DAY:
+        where = "before 0001-01-01"
+    elif day > _LAST_DAY:
+        where = "after 9999-12-31"
+    else:
+        return
+    raise _Reject(f"{tv.format_micros(micros)} is {where} in the table's time zone {timezone}, "
+                  "so it has no partition date (partition dates are in years 1..9999)")
+
+
 @dataclass(frozen=True)
 class _ColumnPlan:
     column: Column
@@ -578,6 +620,7 @@ class _RecordConverter:
     def __init__(self, table: TableDef, kind: str) -> None:
         self.schema = table.arrow_schema()
         self.kind = kind
+        self.timezone = table.timezone
         self.reject_unknown = table.unknown_fields == "reject"
         self.sources = frozenset(column.source_field for column in table.columns)
         self.plans = []
@@ -604,13 +647,17 @@ class _RecordConverter:
         return len(self.columns[0])
 
     def add(self, record: dict[Any, Any], entry_time: object = None) -> str | None:
-        """Append the record's row; return the reason instead when the record is bad."""
+        """Append the record's row; return the reason instead when the record is bad.
+
+        The boundary of one record: whatever converting it raises makes it bad, never its object."""
         try:
             row = self._row(record, entry_time)
         except _Reject as exc:
             return str(exc)
         except RecursionError:
             return "a value is nested too deeply to convert"
+        except Exception as exc:  # noqa: BLE001 - see the docstring
+            return _unexpected(exc)
         for values, value in zip(self.columns, row, strict=True):
             values.append(value)
         return None
@@ -636,11 +683,18 @@ class _RecordConverter:
                     raise _Reject(f"missing non-null field {plan.source}")
                 row.append(None)
                 continue
+            prefix = f"event time {plan.source}" if plan.is_time else plan.label
             try:
-                row.append(plan.coerce(value))
+                coerced = plan.coerce(value)
+                if plan.is_time:
+                    _check_partition_date(coerced, self.timezone)
             except _Reject as exc:
-                prefix = f"event time {plan.source}" if plan.is_time else plan.label
                 raise _Reject(f"{prefix}: {exc}") from None
+            except RecursionError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - named with its column; the record is bad, see add()
+                raise _Reject(f"{prefix}: {_unexpected(exc)}") from None
+            row.append(coerced)
         return row
 
     def _time_with_entry(self, plan: _ColumnPlan, value: object, entry_time: object) -> int:
@@ -648,17 +702,28 @@ class _RecordConverter:
         # usually the more precise one (the entry time is often when the forwarder saw it).
         if value is not None:
             try:
-                return plan.coerce(value)
+                own = plan.coerce(value)
             except _Reject:
                 pass
+            else:
+                try:
+                    _check_partition_date(own, self.timezone)
+                except _Reject as exc:
+                    raise _Reject(f"event time {plan.source}: {exc}") from None
+                return own
         try:
-            return tv.parse_event_time(entry_time, "s")
+            entry = tv.parse_event_time(entry_time, "s")
         except ValueError as exc:
             if value is None:
                 reason = f"missing event time (field {plan.source})"
             else:
                 reason = f"event time {plan.source}: {_show(value)} is not a timestamp"
             raise _Reject(f"{reason}, and the entry time is unusable: {exc}") from None
+        try:
+            _check_partition_date(entry, self.timezone)
+        except _Reject as exc:
+            raise _Reject(f"entry time: {exc}") from None
+        return entry
 
     def take_table(self) -> pa.Table:
         arrays = [pa.array(values, type=field.type) for values, field in zip(self.columns, self.schema, strict=True)]
@@ -735,6 +800,9 @@ def _slow_json_block(block: bytes, first_line: int, converter: _RecordConverter)
             continue
         except ValueError as exc:
             bad.append(BadRecord(line_number, f"invalid JSON: {exc}", raw))
+            continue
+        except Exception as exc:  # noqa: BLE001 - one line never fails its object
+            bad.append(BadRecord(line_number, f"invalid JSON: {_unexpected(exc)}", raw))
             continue
         if not isinstance(value, dict):
             bad.append(BadRecord(line_number, f"not a JSON object but {_describe(value)}", raw))
@@ -940,6 +1008,12 @@ class _JsonFastPath:
         """The block's rows, or None if any line needs the per-record decoder."""
         if not self.enabled:
             return None
+        try:
+            return self._convert(block, layout)
+        except Exception:  # noqa: BLE001 - a shortcut only: the per-record decoder decides each line of the block
+            return None
+
+    def _convert(self, block: bytes, layout: _LineLayout | None) -> pa.Table | None:
         lines = (layout or _line_layout(block)).object_lines
         if not lines:
             return None
@@ -1022,7 +1096,9 @@ class _JsonFastPath:
                 micros = _strings_to_micros(values)
             else:
                 micros = _epochs_to_micros(values, self.epoch_unit)
-            if micros is None or not _within(micros, tv.MIN_MICROS, tv.MAX_MICROS):
+            # Near the ends of the range the per-record decoder decides (the partition date may not exist).
+            margin = ZONE_EDGE_MICROS if column.name == self.time_column else 0
+            if micros is None or not _within(micros, tv.MIN_MICROS + margin, tv.MAX_MICROS - margin):
                 return None
             return pc.cast(micros, _UTC_MICROS)
         if type_name == "date":
@@ -1343,7 +1419,11 @@ def _read_msgpack(chunks: Iterable[bytes], table: TableDef, batch_rows: int) -> 
     for item in msgpack_items(chunks):
         items += 1
         structured += isinstance(item, (dict, list, tuple))
-        for entry in _msgpack_entries(item):
+        try:
+            entries = list(_msgpack_entries(item))
+        except Exception as exc:  # noqa: BLE001 - one item never fails its object
+            entries = [_Entry(None, None, item, f"MessagePack item does not decode: {_unexpected(exc)}")]
+        for entry in entries:
             index += 1
             reason = entry.problem
             if entry.record is not None:

@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 
 from siltlake.clock import to_naive_utc
 from siltlake.storage import Storage, TableLayout
+from siltlake.stream.records import UnreadableObject, partition_dates, read_staging_object
 from siltlake.tabledef import TableDef
 
 BAD_SAMPLES = 3
@@ -47,19 +48,11 @@ class StreamTask:
 
 
 def open_uri(uri: str):  # noqa: ANN201 - a pyarrow input stream
-    from siltlake.stream.records import UnreadableObject
-
     filesystem, path = pafs.FileSystem.from_uri(uri)
     # pyarrow percent-decodes the URI: a stored URI (registered before keys were encoded) must not climb out.
     if ".." in path.split("/"):
         raise UnreadableObject(f"the URI {uri!r} decodes to a path with '..' segments; refused")
     return filesystem.open_input_stream(path, compression=None)
-
-
-def partition_dates(times: pa.ChunkedArray | pa.Array, timezone: str) -> pa.Array:
-    """The calendar date of each UTC time in the table's time zone (DST-correct via the tz database)."""
-    local = pc.local_timestamp(pc.cast(times, pa.timestamp("us", tz=timezone)))
-    return pc.cast(local, pa.date32())
 
 
 @dataclass
@@ -246,8 +239,6 @@ class _ErrorSink:
 
 def process_staging_object(task: StreamTask) -> dict:
     """Run in a Spark task. Returns a small, JSON-able report; never raises for bad input."""
-    from siltlake.stream.records import UnreadableObject, read_staging_object
-
     table = TableDef.from_json(task.table_json)
     started = time.time()
     report: dict[str, Any] = {"staging_object_id": task.staging_object_id, "uri": task.uri,
