@@ -61,6 +61,8 @@ class StreamConfig(_Section):
     tasks_per_core: AtLeastOne = 4
     batch_rows: AtLeastOne = 65536
     spill_bytes: AtLeastOne = 128 * 1024 * 1024
+    max_failures: AtLeastOne = Field(default=3, description="failed processing attempts of one staging object "
+                                     "before it moves to unknown objects (storage and catalog outages never count)")
 
     @field_validator("poll_interval", mode="before")
     @classmethod

@@ -10,7 +10,14 @@ from pathlib import Path
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
+from sqlalchemy.exc import (
+    DisconnectionError,
+    IntegrityError,
+    InterfaceError,
+    OperationalError,
+    ProgrammingError,
+)
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from siltlake.catalog import schema as s
 from siltlake.catalog.external_sync import ExternalSync
@@ -47,6 +54,17 @@ class PendingStagingObject:
     uri: str
     size: int
     table: TableRecord
+
+
+@dataclass(frozen=True)
+class FailingStagingObject:
+    """A pending staging object whose processing failed; at stream.max_failures it moves to unknown objects."""
+
+    uri: str
+    table_name: str
+    failure_count: int
+    last_failure: str
+    last_failure_time: dt.datetime
 
 
 @dataclass(frozen=True)
@@ -94,6 +112,12 @@ class SmallObjectRow:
     delayed: bool
     content_length: int
     row_count: int
+
+
+def catalog_unavailable(exc: BaseException) -> bool:
+    """Whether an exception says the catalog database could not be used (down, locked, connection lost):
+    a failure of the surroundings, never of the data being written."""
+    return isinstance(exc, (CatalogUnreachable, OperationalError, InterfaceError, DisconnectionError, PoolTimeout))
 
 
 def normalise_url(url: str) -> str:
@@ -452,6 +476,20 @@ class Catalog(MergeQueue, Publishing, ExternalSync, Reaping):
             } if table_ids else {}
         return [PendingStagingObject(r.id, r.uri, r.size, tables[r.table_id]) for r in rows]
 
+    def failing_staging_objects(self) -> list[FailingStagingObject]:
+        """Pending staging objects whose processing failed at least once, the most failed first."""
+        so, t = s.staging_objects, s.tables
+        with self._tx() as c:
+            rows = c.execute(
+                sa.select(so.c.uri, t.c.schema_name, t.c.table_name, so.c.failure_count, so.c.last_failure,
+                          so.c.last_failure_time)
+                .select_from(so.join(t, so.c.table_id == t.c.id))
+                .where(so.c.processed_time.is_(None), so.c.failure_count > 0)
+                .order_by(so.c.failure_count.desc(), so.c.id)
+            ).all()
+        return [FailingStagingObject(r.uri, f"{r.schema_name}.{r.table_name}", r.failure_count, r.last_failure,
+                                     r.last_failure_time) for r in rows]
+
     def list_unknown(self) -> list[UnknownObject]:
         u, t = s.unknown_staging_objects, s.tables
         with self._tx() as c:
@@ -697,6 +735,30 @@ class StreamCommit:
         )):
             return None
         return self._c.execute(sa.select(s.staging_objects.c.id).where(s.staging_objects.c.uri == uri)).scalar_one()
+
+    @contextmanager
+    def savepoint(self) -> Iterator[None]:
+        """A part of the commit that can fail alone: an exception undoes its writes and propagates."""
+        with self._c.begin_nested():
+            yield
+
+    def record_failure(self, staging_object_id: int, reason: str, *, max_failures: int,
+                       now: dt.datetime) -> tuple[int, str | None]:
+        """Count a failed processing attempt of a pending staging object: (its failures so far, and the unknown
+        object's reason once they reach max_failures, when it moves to unknown). (0, None) if no longer pending."""
+        so = s.staging_objects
+        row = self._c.execute(
+            so.update().where(so.c.id == staging_object_id, so.c.processed_time.is_(None))
+            .values(failure_count=so.c.failure_count + 1, last_failure=reason, last_failure_time=now)
+            .returning(so.c.failure_count, so.c.uri, so.c.size, so.c.table_id)
+        ).one_or_none()
+        if row is None:
+            return 0, None
+        if row.failure_count < max_failures:
+            return row.failure_count, None
+        unknown = f"failed {row.failure_count} times: {reason}"
+        self.mark_unknown(staging_object_id, row.uri, unknown, size=row.size, table_id=row.table_id, now=now)
+        return row.failure_count, unknown
 
     def mark_unknown(self, staging_object_id: int, uri: str, reason: str, *, size: int, table_id: int,
                      now: dt.datetime) -> None:

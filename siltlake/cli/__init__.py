@@ -411,14 +411,19 @@ def _age(seconds: float | None) -> str:
 @click.pass_context
 @friendly
 def status(context: click.Context, as_json: bool) -> None:
-    """Per table: partitions by state, unmerged small objects, merge jobs by state, parked failures."""
+    """Per table: partitions by state, unmerged small objects, merge jobs by state, parked failures; then
+    staging objects whose processing is failing."""
+    from dataclasses import asdict
+
     from siltlake.clock import utcnow
 
     deployment = deployment_of(context)
     deployment.catalog.check_ready()
     rows = deployment.catalog.merge_status(utcnow(), deployment.config.merge.job_timeout)
+    failing = deployment.catalog.failing_staging_objects()
     if as_json:
-        out.print_json(json.dumps({"tables": rows}, default=str))
+        out.print_json(json.dumps({"tables": rows, "failing_staging_objects": [asdict(f) for f in failing]},
+                                  default=str))
         return
     if not rows:
         out.print("no tables; create one with `silt table create`")
@@ -436,6 +441,14 @@ def status(context: click.Context, as_json: bool) -> None:
         for failed in row["failed_jobs"]:
             out.print(f"  [red]parked[/] {failed['date']} (job {failed['job_id']}, "
                       f"{failed['attempts']} attempts): {failed['error']}", highlight=False, soft_wrap=True)
+    if failing:
+        limit = deployment.config.stream.max_failures
+        out.print(f"[bold]failing staging objects[/] (at {limit} failures, stream.max_failures, an object moves "
+                  "to `silt unknown list`)", highlight=False)
+        for item in failing:
+            out.print(f"  [red]{item.failure_count} of {limit} failures[/] {item.uri} ({item.table_name}, last "
+                      f"{item.last_failure_time:%Y-%m-%d %H:%M:%S} UTC): {item.last_failure}",
+                      highlight=False, soft_wrap=True)
 
 
 # --- publish and history -----------------------------------------------------------------------------

@@ -10,13 +10,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from siltlake.catalog import PendingStagingObject, StreamCommit, TableRecord
+from siltlake.catalog.catalog import catalog_unavailable
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.polling import poll_forever
 from siltlake.spark import run_tasks
 from siltlake.storage import Storage, TableLayout
 from siltlake.stream.discover import discover
-from siltlake.stream.task import StreamTask, process_staging_object
+from siltlake.stream.task import StreamTask, process_staging_object, storage_failure
 
 COMMIT_CHUNK = 64
 
@@ -99,10 +100,63 @@ def commit_parts(tx: StreamCommit, lake: Storage, table: TableRecord, layout: Ta
     return delayed
 
 
+def _failed(tx: StreamCommit, pending: PendingStagingObject, reason: str, counts: bool, max_failures: int,
+            now: dt.datetime, report: StreamReport) -> None:
+    """Report a failed attempt; one that is the object's own counts, and the last allowed moves it to unknown."""
+    if not counts:
+        report.failed.append((pending.uri, reason))
+        return
+    failures, unknown = tx.record_failure(pending.id, reason, max_failures=max_failures, now=now)
+    if unknown is not None:
+        report.unknown.append((pending.uri, unknown))
+    elif failures:
+        report.failed.append((pending.uri, f"{reason} (failed {failures} of stream.max_failures={max_failures} "
+                                           "times; then it moves to unknown objects)"))
+
+
+def _commit_one(deployment: Deployment, tx: StreamCommit, pending: PendingStagingObject, result: dict,
+                mark: int, now: dt.datetime, report: StreamReport) -> bool:
+    """Commit one object's task result; False when another process committed it first."""
+    if tx.is_processed(pending.id):
+        return False
+    if result["status"] == "unknown":
+        tx.mark_unknown(pending.id, pending.uri, result["reason"], size=pending.size,
+                        table_id=pending.table.id, now=now)
+        report.unknown.append((pending.uri, result["reason"]))
+        return True
+    table = pending.table
+    parts = result["parts"]
+    conflict = _update_conflict(tx, table, parts, mark)
+    if conflict is not None:
+        report.failed.append((pending.uri, conflict))  # not the object's failure: it is not counted
+        return True
+    delayed = commit_parts(tx, deployment.lake, table, table.layout(deployment.instance_key), pending.id, parts,
+                           result["upload_start_time"], now)
+    tx.mark_processed(pending.id, records_in=result["records_in"],
+                      bad_records=result["bad_records"], error_uri=result["error_key"], now=now)
+    # The report changes last: a raise above leaves it as it was.
+    for is_delayed, part in zip(delayed, parts, strict=True):
+        report.delayed_objects += is_delayed
+        report.live_objects += not is_delayed
+        report.bytes_written += part["bytes"]
+        report.records_loaded += part["rows"]
+    report.processed += 1
+    report.records_in += result["records_in"]
+    report.bad_records += result["bad_records"]
+    report.bad_samples += [(pending.uri, sample) for sample in result["bad_samples"]]
+    if result["error_key"]:
+        report.error_files.append(result["error_key"])
+    report.peak_task_rss_bytes = max(report.peak_task_rss_bytes, result["peak_rss_bytes"])
+    return True
+
+
 def _commit(deployment: Deployment, results: list[dict], tables: dict[int, PendingStagingObject],
             report: StreamReport, mark: int) -> None:
-    """Commit task results: under the ordering lock, move each object to its id key, insert its row."""
-    lake = deployment.lake
+    """Commit task results: under the ordering lock, move each object to its id key, insert its row.
+
+    Each object commits in its own savepoint: one that raises is counted as that object's failure and the
+    others commit; an unusable catalog or storage fails the whole chunk, counted against no object."""
+    max_failures = deployment.config.stream.max_failures
     for start in range(0, len(results), COMMIT_CHUNK):
         chunk = results[start:start + COMMIT_CHUNK]
         duplicates: list[dict] = []
@@ -111,43 +165,23 @@ def _commit(deployment: Deployment, results: list[dict], tables: dict[int, Pendi
             for result in chunk:
                 pending = tables[result["staging_object_id"]]
                 if result["status"] == "failed":
-                    report.failed.append((pending.uri, result["reason"]))
+                    _failed(tx, pending, result["reason"], result.get("counts", True), max_failures, now, report)
                     continue
-                if tx.is_processed(pending.id):
+                try:
+                    with tx.savepoint():
+                        committed = _commit_one(deployment, tx, pending, result, mark, now, report)
+                except Exception as exc:
+                    if catalog_unavailable(exc) or storage_failure(exc):
+                        raise
+                    _failed(tx, pending, f"{type(exc).__name__}: {exc}", True, max_failures, now, report)
+                    continue
+                if not committed:
                     duplicates.append(result)
-                    continue
-                if result["status"] == "unknown":
-                    tx.mark_unknown(pending.id, pending.uri, result["reason"], size=pending.size,
-                                    table_id=pending.table.id, now=now)
-                    report.unknown.append((pending.uri, result["reason"]))
-                    continue
-                table = pending.table
-                layout = table.layout(deployment.instance_key)
-                parts = result["parts"]
-                conflict = _update_conflict(tx, table, parts, mark)
-                if conflict is not None:
-                    report.failed.append((pending.uri, conflict))
-                    continue
-                for delayed, part in zip(commit_parts(tx, lake, table, layout, pending.id, parts,
-                                                      result["upload_start_time"], now), parts, strict=True):
-                    report.delayed_objects += delayed
-                    report.live_objects += not delayed
-                    report.bytes_written += part["bytes"]
-                    report.records_loaded += part["rows"]
-                tx.mark_processed(pending.id, records_in=result["records_in"],
-                                  bad_records=result["bad_records"], error_uri=result["error_key"], now=now)
-                report.processed += 1
-                report.records_in += result["records_in"]
-                report.bad_records += result["bad_records"]
-                report.bad_samples += [(pending.uri, sample) for sample in result["bad_samples"]]
-                if result["error_key"]:
-                    report.error_files.append(result["error_key"])
-                report.peak_task_rss_bytes = max(report.peak_task_rss_bytes, result["peak_rss_bytes"])
         # Another stream process committed these first: our copies are not referenced by anything.
         for result in duplicates:
             report.skipped_duplicates += 1
             for part in result.get("parts", []):
-                lake.delete(part["tmp_key"])
+                deployment.lake.delete(part["tmp_key"])
 
 
 def stream_once(deployment: Deployment, progress: Progress | None = None,

@@ -47,6 +47,12 @@ class StreamTask:
     spill_bytes: int
 
 
+def storage_failure(exc: BaseException) -> bool:
+    """Whether a failure is the storage's (unreachable, full, refused: any I/O error), not the object's: it
+    never counts toward stream.max_failures, or an outage would move every pending object to unknown."""
+    return isinstance(exc, OSError)
+
+
 def open_uri(uri: str):  # noqa: ANN201 - a pyarrow input stream
     filesystem, path = pafs.FileSystem.from_uri(uri)
     # pyarrow percent-decodes the URI: a stored URI (registered before keys were encoded) must not climb out.
@@ -265,8 +271,8 @@ def process_staging_object(task: StreamTask) -> dict:
     except Exception as exc:  # an I/O failure or a bug: leave the object pending, report, retry next run
         writer.discard()
         errors.discard()
-        return {**report, "status": "failed",
-                "reason": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc(limit=5)}
+        return {**report, "status": "failed", "reason": f"{type(exc).__name__}: {exc}",
+                "counts": not storage_failure(exc), "traceback": traceback.format_exc(limit=5)}
     return {
         **report,
         "status": "ok",
