@@ -580,8 +580,8 @@ def partition_dates(times: pa.ChunkedArray | pa.Array, timezone: str) -> pa.Arra
 
 
 # A valid event time near 0001-01-01Z or 9999-12-31Z can fall on a date outside years 1..9999 in the table's
-# zone, which no partition (nor Python's date) can hold. The tz database's offsets stay well under a day (the
-# largest, Manila's 1844 calendar shift, is 15h56m), so only times this close to the ends are looked at.
+# zone, which no partition (nor Python's date) can hold. The tz database's offsets stay well under a day (among
+# the largest: Manila's local mean time before 1845, UTC-15:56), so only times this close to the ends are looked at.
 ZONE_EDGE_MICROS = 2 * 86400 * tv.MICROS_PER_SECOND
 _FIRST_DAY = tv.days_from_civil(1, 1, 1)
 _LAST_DAY = tv.days_from_civil(9999, 12, 31)
