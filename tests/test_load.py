@@ -324,3 +324,25 @@ def test_when_every_task_fails_no_state_is_kept_and_the_same_command_starts_over
     csv_file(inputs / "a.csv.gz", 0, 5, gz=True)
     (stats,) = load(deployment, load_config, state_path=str(state)).jobs
     assert stats.ran == 1 and ids(deployment) == list(range(5))
+
+
+@sqlite_only
+def test_a_csv_time_with_no_partition_date_is_a_bad_record_on_the_fast_path(deployment: Deployment,
+                                                                            tmp_path: Path) -> None:
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    # 03:00Z on 0001-01-01 is 0000-12-31 in New York: no partition can hold it (nor can Python's date).
+    (inputs / "edge.csv").write_text("id,time,name\n1,2026-11-20T10:00:00Z,a\n2,0001-01-01T03:00:00Z,b\n"
+                                     "3,2026-11-21T10:00:00Z,c\n")
+    parser = {"type": "csv", "columns": [
+        {"name": "id", "type": "long"}, {"name": "time", "type": "timestamp"}, {"name": "name", "type": "string"}]}
+    errors = tmp_path / "errors"
+    job = config(inputs, parser=parser, error={"type": "file", "path": str(errors)},
+                 out={"table": "web.edge", "create": True, "time_column": "event_time",
+                      "timezone": "America/New_York"})
+    report = load(deployment, parse_load_config(job))
+    (stats,) = report.jobs
+    assert (stats.records_in, stats.loaded, stats.bad) == (3, 2, 1)
+    assert ids(deployment, "web.edge") == [1, 3]
+    (kept,) = [json.loads(line) for path in errors.rglob("*.jsonl") for line in path.read_text().splitlines()]
+    assert "America/New_York" in kept["reason"] and kept["raw"].startswith("2,")

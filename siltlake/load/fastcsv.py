@@ -175,6 +175,8 @@ def read_fast(source: io.BufferedIOBase, job: JobConfig, columns: list[Column], 
                 values, needs = _convert(batch.column(source_name), column, parser_columns[source_name])
             if column.name == time_column or not column.nullable:
                 needs = pc.or_(needs, pc.is_null(values))
+            if column.name == time_column:
+                needs = pc.or_(needs, _near_the_ends(values))
             arrays.append(values)
             slow = pc.or_(slow, needs)
         if pc.any(slow).as_py():
@@ -187,6 +189,17 @@ def read_fast(source: io.BufferedIOBase, job: JobConfig, columns: list[Column], 
         row_number += size
         table = pa.Table.from_arrays(arrays, schema=schema)
         yield table, size
+
+
+def _near_the_ends(times: pa.Array) -> pa.Array:
+    """Times whose partition date may fall outside years 1..9999: the per-record path decides them."""
+    from siltlake import timevalues as tv
+    from siltlake.stream.records import ZONE_EDGE_MICROS
+
+    micros = pc.cast(times, pa.int64())
+    outside = pc.or_(pc.less(micros, tv.MIN_MICROS + ZONE_EDGE_MICROS),
+                     pc.greater(micros, tv.MAX_MICROS - ZONE_EDGE_MICROS))
+    return pc.fill_null(outside, False)
 
 
 def _render(values: list[str | None], delimiter: str) -> str:
