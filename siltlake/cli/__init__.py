@@ -14,8 +14,9 @@ import click
 from rich import box
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
-from siltlake.cli.output import Column, activity, console, emit, format_option, out, write_json
+from siltlake.cli.output import Column, activity, console, emit, format_option, grid, out, write_json
 from siltlake.config import load_config
 from siltlake.deployment import Deployment
 from siltlake.errors import SiltError
@@ -137,10 +138,6 @@ def table_show(context: click.Context, name: str, fmt: str) -> None:
 
     With --format json: one object, the definition as stored (durations in seconds) and the partitions;
     with --format csv: the partitions, a row each."""
-    from rich.text import Text
-
-    from siltlake.cli.output import grid
-
     deployment = deployment_of(context)
     record = deployment.catalog.get_table(name)
     d = record.definition
@@ -161,7 +158,7 @@ def table_show(context: click.Context, name: str, fmt: str) -> None:
     out.print(Text(d.qualified_name, style="bold"))
     out.print(Text("  ".join(f"{label}: {value}" for label, value in settings)))
     out.print(grid([Column("column"), Column("type"), Column("nullable"), Column("source field")],
-                     [(c.name, c.type, "yes" if c.nullable else "no", c.source_field) for c in d.columns]))
+                   [(c.name, c.type, "yes" if c.nullable else "no", c.source_field) for c in d.columns]))
     emit(fmt, PARTITION_COLUMNS, partitions, title="partitions", empty="no partitions yet")
 
 
@@ -642,14 +639,14 @@ def delete(context: click.Context, name: str, where: str, dates: tuple[str, ...]
             wanted = [dt.date.fromisoformat(text) for text in dates]
         except ValueError as exc:
             raise click.BadParameter(f"{exc}; write dates as 2026-11-20", param_hint="--date") from None
-    grid = Table("dt", "rows before", "deleted", "version", box=box.SIMPLE_HEAD)
+    outcome = Table("dt", "rows before", "deleted", "version", box=box.SIMPLE_HEAD)
     with activity(f"deleting from {name}…") as step:
         for done, date in enumerate(wanted):
             step(f"deleting from {name} dt={date} ({done + 1} of {len(wanted)} partitions)…")
             report = delete_rows(deployment, name, date, where, now=now)
-            grid.add_row(date.isoformat(), f"{report.rows_before:,}", f"{report.rows_before - report.rows_after:,}",
-                         str(report.version.version) if report.version else "unchanged")
-    out.print(grid)
+            outcome.add_row(date.isoformat(), f"{report.rows_before:,}", f"{report.rows_before - report.rows_after:,}",
+                            str(report.version.version) if report.version else "unchanged")
+    out.print(outcome)
 
 
 def _duration(value: str | None, option: str) -> int | None:
@@ -668,14 +665,14 @@ def print_reap_report(report) -> None:  # noqa: ANN001 - a ReapReport
     from siltlake.reap import REASONS
 
     title = "would delete (dry run)" if report.dry_run else "deleted"
-    grid = Table("reason", "objects", "size", "catalog rows", box=box.SIMPLE_HEAD,
-                 title=f"reap {report.instance_key} at {report.now:%Y-%m-%d %H:%M:%S} UTC: {title}")
+    by_reason = Table("reason", "objects", "size", "catalog rows", box=box.SIMPLE_HEAD,
+                      title=f"reap {report.instance_key} at {report.now:%Y-%m-%d %H:%M:%S} UTC: {title}")
     for name, label, rows_of in REASONS:
         totals = report.reasons[name]
-        grid.add_row(label, f"{totals.objects:,}", _size(totals.bytes),
-                     f"{totals.rows:,} {rows_of}" if rows_of else "")
-    grid.add_row("[bold]total[/]", f"[bold]{report.objects:,}[/]", f"[bold]{_size(report.bytes)}[/]", "")
-    out.print(grid)
+        by_reason.add_row(label, f"{totals.objects:,}", _size(totals.bytes),
+                          f"{totals.rows:,} {rows_of}" if rows_of else "")
+    by_reason.add_row("[bold]total[/]", f"[bold]{report.objects:,}[/]", f"[bold]{_size(report.bytes)}[/]", "")
+    out.print(by_reason)
     kept = [f"{count:,} {what}" for count, what in (
         (report.kept_young, "unreferenced objects inside the grace period"),
         (report.kept_running, "merged objects a running merge job may commit"),
@@ -818,8 +815,8 @@ def sql_command(context: click.Context, query: str, fmt: str, limit: int) -> Non
         rows = frame.limit(limit + 1).collect()  # one more than shown: whether the limit cut the result
     emit(fmt, [Column(name, show=_sql_value) for name in frame.columns], rows[:limit])
     if len(rows) > limit:
-        console.print(f"showing the first {limit:,} rows: the result has more (--limit sets how many)",
-                      highlight=False)
+        console.print(f"showing the first {limit:,} row{'' if limit == 1 else 's'}: the result has more "
+                      "(--limit sets how many)", highlight=False)
 
 
 from siltlake.cli import load as _load_commands  # noqa: E402,F401 - registers guess, load, cleanup
