@@ -231,3 +231,14 @@ def test_progress_shows_on_a_terminal_stderr_only(silt, monkeypatch) -> None:
         assert step in terminal.getvalue(), step
     monkeypatch.undo()
     assert "starting Spark" not in silt("sql", query).output, "stderr is not a terminal: no spinner"
+
+
+def test_json_escapes_what_stdout_cannot_encode(capsys) -> None:
+    from siltlake.cli.output import write_json
+
+    write_json([{"uri": "café"}])
+    assert json.loads(capsys.readouterr().out) == [{"uri": "café"}]
+    # An undecodable file name arrives as a lone surrogate: UTF-8 cannot write it, JSON can escape it.
+    write_json([{"uri": "x\udcff.jsonl"}])
+    written = capsys.readouterr().out
+    assert "\\udcff" in written and json.loads(written) == [{"uri": "x\udcff.jsonl"}]

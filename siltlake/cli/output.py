@@ -115,7 +115,12 @@ def grid(columns: Sequence[Column], rows: Iterable[Sequence[Any]] = (), title: s
 
 
 def write_json(document: Any) -> None:
-    sys.stdout.write(json.dumps(document, indent=2, ensure_ascii=False, default=str) + "\n")
+    text = json.dumps(document, indent=2, ensure_ascii=False, default=str)
+    try:
+        text.encode(sys.stdout.encoding or "utf-8")
+    except UnicodeEncodeError:  # a name with a lone surrogate, or a stdout that is not UTF-8: escape as \uXXXX
+        text = json.dumps(document, indent=2, default=str)
+    sys.stdout.write(text + "\n")
 
 
 def write_csv(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
