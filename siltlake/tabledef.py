@@ -47,6 +47,14 @@ def parse_duration(value: int | str, what: str = "duration") -> int:
     raise DefinitionError(f"{what} {value!r} is not a duration: use seconds or a number with s, m, h or d")
 
 
+def format_duration(seconds: int) -> str:
+    """A duration as a user writes it ('12h', '30m', '0s'): the largest unit parse_duration reads back exactly."""
+    for unit in ("d", "h", "m"):
+        if seconds and seconds % _DURATION_UNITS[unit] == 0:
+            return f"{seconds // _DURATION_UNITS[unit]}{unit}"
+    return f"{seconds}s"
+
+
 def parse_type(type_name: str) -> str:
     """Normalise a column type name; raise DefinitionError for unknown types."""
     normal = type_name.strip().lower() if isinstance(type_name, str) else ""

@@ -96,7 +96,7 @@ def test_stream_unknown_and_sql_output_formats(silt, tmp_path: Path, spark) -> N
     csv_out = silt("sql", "SELECT dt, count(*) AS n FROM web.access GROUP BY dt", "--format", "csv").stdout
     assert csv_out.splitlines() == ["dt,n", "2026-11-20,4"]
     json_out = silt("sql", "SELECT user_id FROM web.access ORDER BY user_id", "--format", "json").stdout
-    assert [json.loads(line)["user_id"] for line in json_out.splitlines()] == [0, 1, 2, 3]
+    assert [row["user_id"] for row in json.loads(json_out)] == [0, 1, 2, 3]
     assert "no table web.missing" in silt("sql", "SELECT * FROM web.missing", code=2).output
     assert "needs its schema" in silt("sql", "SELECT * FROM access", code=2).output
     assert "1 objects will be streamed again" in silt("unknown", "replay", "--all").output

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import signal
 import sys
@@ -14,19 +12,18 @@ from typing import Any
 
 import click
 from rich import box
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
+from siltlake.cli.output import Column, activity, console, emit, format_option, grid, out, write_json
 from siltlake.config import load_config
 from siltlake.deployment import Deployment
 from siltlake.errors import SiltError
 from siltlake.merge import MergeProgress, MergeReport
 from siltlake.stream import Progress as StreamProgress
 from siltlake.stream import StreamReport
-
-console = Console(stderr=True)
-out = Console()
+from siltlake.tabledef import format_duration
 
 
 def friendly(command: Callable) -> Callable:
@@ -43,11 +40,21 @@ def friendly(command: Callable) -> Callable:
     return wrapper
 
 
+class _CommandDeployment(Deployment):
+    """Says "starting Spark…" on stderr while its session starts: a JVM start takes tens of seconds."""
+
+    def spark(self):  # noqa: ANN201 - a SparkSession
+        if self._spark is not None:
+            return self._spark
+        with activity("starting Spark…"):
+            return super().spark()
+
+
 def deployment_of(context: click.Context) -> Deployment:
     root = context.find_root()
     state = root.obj
     if "deployment" not in state:
-        state["deployment"] = Deployment.open(load_config(state.get("config")))
+        state["deployment"] = _CommandDeployment.open(load_config(state.get("config")))
         # Commands run in-process (the demos) would otherwise keep catalog connections until a gc cycle.
         root.call_on_close(state["deployment"].close)
     return state["deployment"]
@@ -72,7 +79,9 @@ def init(context: click.Context, claim: bool) -> None:
     """Create or upgrade the catalog and storage roots; register this deployment's instance key."""
     deployment = deployment_of(context)
     key = deployment.init(claim=claim)
-    console.print(f"catalog   {deployment.catalog!r} at revision {deployment.catalog.revision()}")
+    # The URL as configured, its password masked: init output ends up in terminals' scrollback and in logs.
+    shown = deployment.catalog.engine.url.render_as_string(hide_password=True)
+    console.print(f"catalog   {shown} at revision {deployment.catalog.revision()}", highlight=False)
     console.print(f"lake      {deployment.lake.root}")
     console.print(f"staging   {deployment.staging.root}")
     console.print(f"instance  {key}   (config: {deployment.config.source})")
@@ -98,39 +107,59 @@ def table_create(context: click.Context, file: str) -> None:
                   f"(objects under {record.physical_schema_name}.{record.physical_table_name})")
 
 
+TABLE_COLUMNS = (
+    Column("table"), Column("time_column", "time column"), Column("timezone", "time zone"),
+    Column("merge_interval_seconds", "merge interval", format_duration), Column("columns", right=True),
+    Column("created_at", "created (UTC)"),
+)
+
+
 @table_group.command("list")
+@format_option()
 @click.pass_context
 @friendly
-def table_list(context: click.Context) -> None:
+def table_list(context: click.Context, fmt: str) -> None:
     """List tables."""
     records = deployment_of(context).catalog.list_tables()
-    grid = Table("table", "time column", "time zone", "merge interval", "columns", "created (UTC)")
-    for record in records:
-        d = record.definition
-        grid.add_row(d.qualified_name, d.time_column, d.timezone, f"{d.merge_interval}s",
-                     str(len(d.columns)), f"{record.create_time:%Y-%m-%d %H:%M:%S}")
-    out.print(grid if records else "no tables yet; create one with `silt table create FILE`")
+    emit(fmt, TABLE_COLUMNS, [
+        (record.definition.qualified_name, record.definition.time_column, record.definition.timezone,
+         record.definition.merge_interval, len(record.definition.columns),
+         record.create_time.isoformat(sep=" ", timespec="seconds"))
+        for record in records], empty="no tables yet; create one with `silt table create FILE`")
 
 
 @table_group.command("show")
 @click.argument("name")
+@format_option()
 @click.pass_context
 @friendly
-def table_show(context: click.Context, name: str) -> None:
-    """Show a table's definition and its partitions."""
+def table_show(context: click.Context, name: str, fmt: str) -> None:
+    """Show a table's definition and its partitions.
+
+    With --format json: one object, the definition as stored (durations in seconds) and the partitions;
+    with --format csv: the partitions, a row each."""
     deployment = deployment_of(context)
     record = deployment.catalog.get_table(name)
     d = record.definition
-    out.print(f"[bold]{d.qualified_name}[/]  physical {record.physical_schema_name}.{record.physical_table_name}"
-              f"  time column {d.time_column}  time zone {d.timezone}  merge interval {d.merge_interval}s")
-    out.print(f"format {d.format}  codec {d.codec}  error policy {d.error_policy}  "
-              f"unknown fields {d.unknown_fields}  epoch unit {d.epoch_unit}  ttl "
-              f"{d.ttl_days or '-'} days")
-    columns = Table("column", "type", "nullable", "source field")
-    for column in d.columns:
-        columns.add_row(column.name, column.type, "yes" if column.nullable else "no", column.source_field)
-    out.print(columns)
-    print_partitions(deployment, record.id)
+    partitions = partition_rows(deployment, record.id)
+    if fmt == "json":
+        write_json({"table": d.qualified_name,
+                    "physical": f"{record.physical_schema_name}.{record.physical_table_name}",
+                    "definition": d.model_dump(mode="json", by_alias=True), "partitions": partitions})
+        return
+    if fmt == "csv":
+        emit(fmt, PARTITION_COLUMNS, partitions)
+        return
+    settings = [("physical", f"{record.physical_schema_name}.{record.physical_table_name}"),
+                ("time column", d.time_column), ("time zone", d.timezone),
+                ("merge interval", format_duration(d.merge_interval)), ("format", d.format), ("codec", d.codec),
+                ("error policy", d.error_policy), ("unknown fields", d.unknown_fields), ("epoch unit", d.epoch_unit),
+                ("ttl", f"{d.ttl_days} days" if d.ttl_days else "none")]
+    out.print(Text(d.qualified_name, style="bold"))
+    out.print(Text("  ".join(f"{label}: {value}" for label, value in settings)))
+    out.print(grid([Column("column"), Column("type"), Column("nullable"), Column("source field")],
+                   [(c.name, c.type, "yes" if c.nullable else "no", c.source_field) for c in d.columns]))
+    emit(fmt, PARTITION_COLUMNS, partitions, title="partitions", empty="no partitions yet")
 
 
 def _size(count: int) -> str:
@@ -141,22 +170,28 @@ def _size(count: int) -> str:
     return ""
 
 
-def print_partitions(deployment: Deployment, table_id: int) -> None:
-    summary = deployment.catalog.partition_summary(table_id)
-    grid = Table(title="partitions", box=box.SIMPLE_HEAD, pad_edge=False)
-    grid.add_column("dt", no_wrap=True, min_width=10)
-    grid.add_column("state", no_wrap=True)
-    for header in ("live\nobjects", "live\nrows", "delayed\nobjects", "delayed\nrows", "size",
-                   "merged\nobjects", "merged\nrows"):
-        grid.add_column(header, justify="right", no_wrap=True)
-    for row in summary:
-        grid.add_row(row["date"].isoformat(), "closed" if row["closed"] else "open",
-                     f"{row['live_objects']:,}", f"{row['live_rows']:,}", f"{row['delayed_objects']:,}",
-                     f"{row['delayed_rows']:,}", _size(row["bytes"]), f"{row['merged_objects']:,}",
-                     f"{row['merged_rows']:,}")
-    # Wider than a default 80-column pipe: truncated counts would be worse than a long line.
-    wide = Console(width=max(out.width, 110), file=out.file, force_terminal=out.is_terminal)
-    wide.print(grid if summary else "no partitions yet")
+def _count(value: int) -> str:
+    return f"{value:,}"
+
+
+PARTITION_COLUMNS = (
+    Column("date", "dt"), Column("state"),
+    *(Column(key, header, _count, right=True) for key, header in (
+        ("live_objects", "live\nobjects"), ("live_rows", "live\nrows"), ("delayed_objects", "delayed\nobjects"),
+        ("delayed_rows", "delayed\nrows"))),
+    Column("bytes", "size", _size, right=True),
+    *(Column(key, header, _count, right=True) for key, header in (
+        ("merged_objects", "merged\nobjects"), ("merged_rows", "merged\nrows"))),
+)
+
+
+def partition_rows(deployment: Deployment, table_id: int) -> list[dict[str, Any]]:
+    """A table's partitions with their object and row counts, as `table show` lists them."""
+    rows = []
+    for row in deployment.catalog.partition_summary(table_id):
+        closed = row.pop("closed")
+        rows.append({"date": row.pop("date").isoformat(), "state": "closed" if closed else "open", **row})
+    return rows
 
 
 @table_group.command("add-column")
@@ -349,7 +384,7 @@ def print_merge_report(report: MergeReport) -> None:
 @friendly
 def merge(context: click.Context, once: bool, slots: int | None, table_name: str | None, retry_failed: bool,
           as_json: bool) -> None:
-    """Merge small objects into range objects (DESIGN §5): the job queue's worker."""
+    """Merge each day's small objects into a few large ones: the merge job queue's worker."""
     from siltlake.clock import utcnow
     from siltlake.merge import MergeWorker
 
@@ -406,13 +441,31 @@ def _age(seconds: float | None) -> str:
     return f"{seconds / 3600:.1f}h"
 
 
+_PARTITION_STATES = ("new", "live", "closed", "switched")
+_JOB_STATES = ("scheduled", "due", "running", "stale", "continuing", "failed")
+STATUS_COLUMNS = (
+    Column("table"), *(Column(f"partitions_{state}") for state in _PARTITION_STATES),
+    Column("unmerged_objects"), Column("unmerged_bytes"), Column("oldest_unmerged_age_seconds"),
+    *(Column(f"jobs_{state}") for state in _JOB_STATES),
+)
+
+
+def _status_row(row: dict[str, Any]) -> list[Any]:
+    """A status entry flattened to STATUS_COLUMNS (CSV has no nesting; the parked jobs' errors are in the JSON)."""
+    return [row["table"], *(row["partitions"][state] for state in _PARTITION_STATES), row["unmerged_objects"],
+            row["unmerged_bytes"], row["oldest_unmerged_age_seconds"], *(row["jobs"][state] for state in _JOB_STATES)]
+
+
 @main.command()
-@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON on stdout.")
+@format_option(json_flag=True)
 @click.pass_context
 @friendly
-def status(context: click.Context, as_json: bool) -> None:
+def status(context: click.Context, fmt: str) -> None:
     """Per table: partitions by state, unmerged small objects, merge jobs by state, parked failures; then
-    staging objects whose processing is failing."""
+    staging objects whose processing is failing.
+
+    With --format json: one object, {"tables": [...], "failing_staging_objects": [...]}; with --format csv: a
+    row per table (the parked jobs' errors and the failing staging objects only in JSON and the table)."""
     from dataclasses import asdict
 
     from siltlake.clock import utcnow
@@ -421,9 +474,11 @@ def status(context: click.Context, as_json: bool) -> None:
     deployment.catalog.check_ready()
     rows = deployment.catalog.merge_status(utcnow(), deployment.config.merge.job_timeout)
     failing = deployment.catalog.failing_staging_objects()
-    if as_json:
-        out.print_json(json.dumps({"tables": rows, "failing_staging_objects": [asdict(f) for f in failing]},
-                                  default=str))
+    if fmt == "json":
+        write_json({"tables": rows, "failing_staging_objects": [asdict(f) for f in failing]})
+        return
+    if fmt == "csv":
+        emit(fmt, STATUS_COLUMNS, [_status_row(row) for row in rows])
         return
     if not rows:
         out.print("no tables; create one with `silt table create`")
@@ -489,14 +544,16 @@ def print_publish_report(report) -> None:  # noqa: ANN001 - a PublishReport
 @click.pass_context
 @friendly
 def publish(context: click.Context, once: bool, now_text: str | None, interval: float | None) -> None:
-    """Switch merged days, close ended days, publish live and merged versions (DESIGN §4)."""
+    """Make new data visible to readers: switch merged days to their merged objects, close ended days,
+    publish new live and merged versions (and sync external catalogs)."""
     from siltlake.polling import poll_forever
     from siltlake.publish import publish_once
 
     deployment = deployment_of(context)
     now = parse_now(now_text)
     if once:
-        report = publish_once(deployment, now=now)
+        with activity("publishing: switching merged days, closing ended days, publishing versions…"):
+            report = publish_once(deployment, now=now)
         print_publish_report(report)
         if report.target_errors:
             sys.exit(1)
@@ -529,13 +586,20 @@ def run_command(context: click.Context) -> None:
     run_in_terminal(deployment_of(context), console)
 
 
+HISTORY_COLUMNS = (
+    Column("date", "dt"), Column("version", right=True), Column("op"), Column("shows"),
+    Column("created_at", "created (UTC)"), Column("rows", show=_count, right=True),
+    Column("bytes", "size", _size, right=True),
+)
+
+
 @main.command()
 @click.argument("name")
 @click.option("--date", "date_text", default=None, help="Only this partition (YYYY-MM-DD).")
-@click.option("--format", "output", type=click.Choice(["table", "json"]), default="table")
+@format_option()
 @click.pass_context
 @friendly
-def history(context: click.Context, name: str, date_text: str | None, output: str) -> None:
+def history(context: click.Context, name: str, date_text: str | None, fmt: str) -> None:
     """A table's or one partition's published versions."""
     import datetime as dt
 
@@ -556,17 +620,7 @@ def history(context: click.Context, name: str, date_text: str | None, output: st
              "shows": v.shows(),
              "created_at": v.created_at.isoformat(sep=" ", timespec="seconds"), "rows": v.row_count,
              "bytes": v.byte_count} for v in versions]
-    if output == "json":
-        out.print_json(json.dumps(rows))
-        return
-    if not rows:
-        out.print(f"{name} has no published versions yet; run `silt publish --once`")
-        return
-    grid = Table("dt", "version", "op", "shows", "created (UTC)", "rows", "size", box=box.SIMPLE_HEAD)
-    for row in rows:
-        grid.add_row(row["date"], str(row["version"]), row["op"], row["shows"], row["created_at"],
-                     f"{row['rows']:,}", _size(row["bytes"]))
-    out.print(grid)
+    emit(fmt, HISTORY_COLUMNS, rows, empty=f"{name} has no published versions yet; run `silt publish --once`")
 
 
 @main.command()
@@ -597,12 +651,14 @@ def delete(context: click.Context, name: str, where: str, dates: tuple[str, ...]
             wanted = [dt.date.fromisoformat(text) for text in dates]
         except ValueError as exc:
             raise click.BadParameter(f"{exc}; write dates as 2026-11-20", param_hint="--date") from None
-    grid = Table("dt", "rows before", "deleted", "version", box=box.SIMPLE_HEAD)
-    for date in wanted:
-        report = delete_rows(deployment, name, date, where, now=now)
-        grid.add_row(date.isoformat(), f"{report.rows_before:,}", f"{report.rows_before - report.rows_after:,}",
-                     str(report.version.version) if report.version else "unchanged")
-    out.print(grid)
+    outcome = Table("dt", "rows before", "deleted", "version", box=box.SIMPLE_HEAD)
+    with activity(f"deleting from {name}…") as step:
+        for done, date in enumerate(wanted):
+            step(f"deleting from {name} dt={date} ({done + 1} of {len(wanted)} partitions)…")
+            report = delete_rows(deployment, name, date, where, now=now)
+            outcome.add_row(date.isoformat(), f"{report.rows_before:,}", f"{report.rows_before - report.rows_after:,}",
+                            str(report.version.version) if report.version else "unchanged")
+    out.print(outcome)
 
 
 def _duration(value: str | None, option: str) -> int | None:
@@ -621,14 +677,14 @@ def print_reap_report(report) -> None:  # noqa: ANN001 - a ReapReport
     from siltlake.reap import REASONS
 
     title = "would delete (dry run)" if report.dry_run else "deleted"
-    grid = Table("reason", "objects", "size", "catalog rows", box=box.SIMPLE_HEAD,
-                 title=f"reap {report.instance_key} at {report.now:%Y-%m-%d %H:%M:%S} UTC: {title}")
+    by_reason = Table("reason", "objects", "size", "catalog rows", box=box.SIMPLE_HEAD,
+                      title=f"reap {report.instance_key} at {report.now:%Y-%m-%d %H:%M:%S} UTC: {title}")
     for name, label, rows_of in REASONS:
         totals = report.reasons[name]
-        grid.add_row(label, f"{totals.objects:,}", _size(totals.bytes),
-                     f"{totals.rows:,} {rows_of}" if rows_of else "")
-    grid.add_row("[bold]total[/]", f"[bold]{report.objects:,}[/]", f"[bold]{_size(report.bytes)}[/]", "")
-    out.print(grid)
+        by_reason.add_row(label, f"{totals.objects:,}", _size(totals.bytes),
+                          f"{totals.rows:,} {rows_of}" if rows_of else "")
+    by_reason.add_row("[bold]total[/]", f"[bold]{report.objects:,}[/]", f"[bold]{_size(report.bytes)}[/]", "")
+    out.print(by_reason)
     kept = [f"{count:,} {what}" for count, what in (
         (report.kept_young, "unreferenced objects inside the grace period"),
         (report.kept_running, "merged objects a running merge job may commit"),
@@ -656,12 +712,15 @@ def print_reap_report(report) -> None:  # noqa: ANN001 - a ReapReport
 def reap(context: click.Context, dry_run: bool, now_text: str | None, retention: str | None, grace: str | None,
          force: bool, as_json: bool) -> None:
     """Delete covered small objects, superseded merged objects, expired versions, orphans, partitions past
-    their TTL and dropped tables, under this deployment's instance key only (DESIGN §8)."""
+    their TTL and dropped tables: only objects under this deployment's instance key, never another
+    deployment's sharing the storage."""
     from siltlake.reap import reap_once
 
     deployment = deployment_of(context)
-    report = reap_once(deployment, parse_now(now_text), dry_run=dry_run,
-                       retention=_duration(retention, "--retention"), grace=_duration(grace, "--grace"), force=force)
+    with activity("reaping: reading the catalog, listing the lake, deleting what nothing needs…"):
+        report = reap_once(deployment, parse_now(now_text), dry_run=dry_run,
+                           retention=_duration(retention, "--retention"), grace=_duration(grace, "--grace"),
+                           force=force)
     if as_json:
         out.print_json(json.dumps(report.as_dict()))
     else:
@@ -677,17 +736,24 @@ def unknown_group() -> None:
     """Staging objects that map to no table or cannot be read."""
 
 
+UNKNOWN_COLUMNS = (
+    Column("uri"), Column("bytes", "size", _size, right=True), Column("table", show=lambda name: name or "-"),
+    Column("detected_at", "detected (UTC)"), Column("reason"),
+)
+
+
 @unknown_group.command("list")
+@format_option()
 @click.pass_context
 @friendly
-def unknown_list(context: click.Context) -> None:
+def unknown_list(context: click.Context, fmt: str) -> None:
     """List them with the reason (`silt unknown replay` streams them again)."""
     rows = deployment_of(context).catalog.list_unknown()
-    for row in rows:
-        out.print(f"[bold]{row.uri}[/]  ({row.size or 0:,} bytes, table {row.table_name or '-'}, "
-                  f"detected {row.detect_time:%Y-%m-%d %H:%M:%S} UTC)", highlight=False, soft_wrap=True)
-        out.print(f"    {row.reason}", highlight=False, soft_wrap=True)
-    out.print(f"{len(rows)} unknown staging objects" if rows else "no unknown staging objects")
+    emit(fmt, UNKNOWN_COLUMNS, [
+        (row.uri, row.size or 0, row.table_name, row.detect_time.isoformat(sep=" ", timespec="seconds"), row.reason)
+        for row in rows], empty="no unknown staging objects")
+    if rows and fmt == "table":
+        out.print(f"{len(rows)} unknown staging objects")
 
 
 @unknown_group.command("replay")
@@ -710,18 +776,17 @@ def errors_group() -> None:
 
 @errors_group.command("list")
 @click.argument("name")
+@format_option()
 @click.pass_context
 @friendly
-def errors_list(context: click.Context, name: str) -> None:
+def errors_list(context: click.Context, name: str, fmt: str) -> None:
     """List a table's error files and their bad record counts."""
     from siltlake.stream.replay import error_files
 
     deployment = deployment_of(context)
     files = error_files(deployment, name)
-    grid = Table("error file", "bad records")
-    for key, count in files:
-        grid.add_row(deployment.lake.uri(key), str(count))
-    out.print(grid if files else f"no kept bad records for {name}")
+    emit(fmt, (Column("error_file", "error file"), Column("bad_records", "bad records", _count, right=True)),
+         [(deployment.lake.uri(key), count) for key, count in files], empty=f"no kept bad records for {name}")
 
 
 @errors_group.command("replay")
@@ -740,10 +805,15 @@ def errors_replay(context: click.Context, name: str) -> None:
 
 # --- sql --------------------------------------------------------------------------------------------
 
+def _sql_value(value: Any) -> str:
+    return "NULL" if value is None else str(value)
+
+
 @main.command("sql")
 @click.argument("query")
-@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table")
-@click.option("--limit", type=int, default=1000, show_default=True, help="Rows to fetch at most.")
+@format_option()
+@click.option("--limit", type=click.IntRange(min=0), default=1000, show_default=True,
+              help="Rows to fetch at most; a note on stderr says when the result had more.")
 @click.pass_context
 @friendly
 def sql_command(context: click.Context, query: str, fmt: str, limit: int) -> None:
@@ -751,23 +821,14 @@ def sql_command(context: click.Context, query: str, fmt: str, limit: int) -> Non
     from siltlake.read import sql
 
     deployment = deployment_of(context)
-    frame = sql(deployment.spark(), query, deployment)
-    columns = frame.columns
-    rows = [list(row) for row in frame.limit(limit).collect()]
-    if fmt == "csv":
-        buffer = io.StringIO()
-        writer = csv.writer(buffer)
-        writer.writerow(columns)
-        writer.writerows(rows)
-        sys.stdout.write(buffer.getvalue())
-    elif fmt == "json":
-        for row in rows:
-            sys.stdout.write(json.dumps(dict(zip(columns, row, strict=True)), default=str) + "\n")
-    else:
-        grid = Table(*columns)
-        for row in rows:
-            grid.add_row(*("NULL" if value is None else str(value) for value in row))
-        out.print(grid)
+    spark = deployment.spark()
+    with activity("running the query…"):
+        frame = sql(spark, query, deployment)
+        rows = frame.limit(limit + 1).collect()  # one more than shown: whether the limit cut the result
+    emit(fmt, [Column(name, show=_sql_value) for name in frame.columns], rows[:limit])
+    if len(rows) > limit:
+        console.print(f"showing the first {limit:,} row{'' if limit == 1 else 's'}: the result has more "
+                      "(--limit sets how many)", highlight=False)
 
 
 from siltlake.cli import load as _load_commands  # noqa: E402,F401 - registers guess, load, cleanup

@@ -1,4 +1,4 @@
-"""`silt guess`, `silt load`, `silt cleanup` (DESIGN §9)."""
+"""`silt guess`, `silt load`, `silt cleanup`: bulk loads of existing files."""
 
 from __future__ import annotations
 
@@ -98,7 +98,8 @@ def load_command(context: click.Context, config_file: str, resume_state: str | N
 
 @main.command("cleanup")
 @click.argument("config_file", metavar="CONFIG", type=click.Path(exists=True, dir_okay=False))
-@click.option("--resume-state", required=True, type=click.Path(dir_okay=False))
+@click.option("--resume-state", required=True, type=click.Path(dir_okay=False),
+              help="The resume state the abandoned load kept (its --resume-state).")
 @click.pass_context
 @friendly
 def cleanup_command(context: click.Context, config_file: str, resume_state: str) -> None:

@@ -132,8 +132,7 @@ class Pipeline:
         self.say(f"publish at {now:%m-%d %H:%M} JST")
 
     def partition_counts(self) -> dict[str, int]:
-        lines = self.silt("sql", PARTITION_COUNTS, "--format", "json").splitlines()
-        return {row["dt"]: row["rows"] for row in map(json.loads, lines)}
+        return {row["dt"]: row["rows"] for row in self.silt_json("sql", PARTITION_COUNTS, "--format", "json")}
 
     def current_state(self) -> tuple[list[list[Any]], int]:
         """Every row of web.access as readers see it now, read through siltlake.read on this driver and

@@ -7,11 +7,12 @@ import os
 import signal
 import time
 
-from rich import box
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
+from siltlake.cli.output import Column, grid
 from siltlake.deployment import Deployment
 from siltlake.run import LoopStatus, SingleHost
 
@@ -26,24 +27,28 @@ def _ago(moment: float | None, now: float) -> str:
     return f"{seconds:.0f}s ago" if seconds < 120 else f"{seconds / 60:.0f}m ago"
 
 
-def _state(status: LoopStatus, now: float) -> str:
-    text = f"[{STATE_STYLE.get(status.state, '')}]{status.state}[/]"
+def _state(status: LoopStatus, now: float) -> Text:
+    text = Text(status.state, style=STATE_STYLE.get(status.state, ""))
     if status.next_at is not None:
-        text += f" {max(0.0, status.next_at - now):.0f}s"
-    return text + (f" [dim]{status.detail}[/]" if status.detail else "")
+        text.append(f" {max(0.0, status.next_at - now):.0f}s")
+    if status.detail:
+        text.append(f" {status.detail}", style="dim")
+    return text
+
+
+COLUMNS = tuple(Column(header) for header in ("loop", "state", "every", "last work", "since start", "errors"))
 
 
 def status_table(host: SingleHost) -> Table:
     """One row per loop: state, interval, what its last productive round did, totals, errors."""
     now = time.monotonic()
-    grid = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="silt run", title_justify="left")
-    for header in ("loop", "state", "every", "last work", "since start", "errors"):
-        grid.add_column(header, overflow="fold")
+    rows = []
     for status in host.status.values():
-        last = f"{status.last_work} [dim]{_ago(status.last_work_at, now)}[/]" if status.last_work else "-"
-        grid.add_row(status.name, _state(status, now), f"{status.interval:g}s", last, status.totals or "-",
-                     f"[red]{status.errors}[/]" if status.errors else "0")
-    return grid
+        last = (Text.assemble(status.last_work, " ", (_ago(status.last_work_at, now), "dim")) if status.last_work
+                else "-")
+        rows.append((status.name, _state(status, now), f"{status.interval:g}s", last, status.totals or "-",
+                     Text(str(status.errors), style="red") if status.errors else "0"))
+    return grid(COLUMNS, rows, title="silt run", title_justify="left", pad_edge=False)
 
 
 def run_in_terminal(deployment: Deployment, console: Console) -> None:

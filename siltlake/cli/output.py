@@ -1,0 +1,166 @@
+"""How `silt` writes: results on stdout as a table, JSON or CSV; messages, spinners and errors on stderr.
+
+Every listing command takes `--format` through `format_option` and writes through `emit`, so a pipe gets
+the same shapes everywhere: JSON is one document (a list of objects, one per row), CSV a header row and
+`\\n`-ended lines, and a table is never cut to 80 columns when stdout is not a terminal.
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import json
+import sys
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import click
+from rich import box
+from rich.console import Console, ConsoleDimensions
+from rich.live import Live
+from rich.spinner import Spinner
+from rich.table import Table
+from rich.text import Text
+
+# Wide enough for any line silt prints; a table only takes the width its cells need.
+_PIPE_WIDTH = 100_000
+
+
+class _Console(Console):
+    """A terminal's width in a terminal; else (a pipe, a file, a service log) lines as long as they are:
+    Rich would cut and wrap them at 80 columns, or at $COLUMNS."""
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        if self.is_terminal:
+            return super().size
+        return ConsoleDimensions(_PIPE_WIDTH, super().size.height)
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        Console.size.fset(self, new_size)
+
+
+console = _Console(stderr=True)  # messages, progress and errors
+out = _Console()  # results
+
+FORMATS = ("table", "json", "csv")
+FORMAT_HELP = ("table: aligned columns to read (full width when stdout is not a terminal); json: one JSON "
+               "document, a list with an object per row; csv: a header row, then a row per line, lines "
+               "ending in \\n.")
+
+
+def _text(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a listing: `key` names it in JSON and CSV (which carry `value` as it is); the table
+    shows `header` and the value as `show` writes it."""
+
+    key: str
+    header: str = ""
+    show: Callable[[Any], str] = _text
+    right: bool = False
+
+
+def format_option(json_flag: bool = False) -> Callable[[Callable], Callable]:
+    """The `--format table|json|csv` option, passed to the command as `fmt`.
+
+    json_flag: the command had a `--json` flag before `--format`; it stays, as another way to write
+    `--format json`."""
+
+    def decorate(command: Callable) -> Callable:
+        @functools.wraps(command)
+        def with_format(*args: Any, **kwargs: Any) -> Any:
+            if kwargs.pop("as_json", False):
+                if kwargs["fmt"] == "csv":
+                    raise click.UsageError("--json means --format json; give one of --json and --format csv")
+                kwargs["fmt"] = "json"
+            return command(*args, **kwargs)
+
+        # functools.wraps shared the wrapped function's option list; this command gets its own.
+        with_format.__click_params__ = list(getattr(command, "__click_params__", []))
+        if json_flag:
+            click.option("--json", "as_json", is_flag=True, help="The same as --format json.")(with_format)
+        return click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
+                            help=FORMAT_HELP)(with_format)
+
+    return decorate
+
+
+def machine_output() -> bool:
+    """Whether the running command writes JSON or CSV (`--format json|csv`, `--json`)."""
+    context = click.get_current_context(silent=True)
+    return context is not None and (context.params.get("fmt") in ("json", "csv")
+                                    or bool(context.params.get("as_json")))
+
+
+def grid(columns: Sequence[Column], rows: Iterable[Sequence[Any]] = (), title: str | None = None,
+         **options: Any) -> Table:
+    """A Rich table of rows (values in column order). A cell is plain text, never markup (a value holding
+    `[bold]` shows as written), unless the value is a styled rich Text already."""
+    options = {"box": box.SIMPLE_HEAD, "show_edge": False, **options}
+    table = Table(title=title, **options)
+    for column in columns:
+        # fold: in a narrow terminal a long value goes on over several lines rather than ending in "…".
+        table.add_column(column.header or column.key, justify="right" if column.right else "left", overflow="fold")
+    for row in rows:
+        table.add_row(*(value if isinstance(value, Text) else Text(column.show(value))
+                        for column, value in zip(columns, row, strict=True)))
+    return table
+
+
+def write_json(document: Any) -> None:
+    text = json.dumps(document, indent=2, ensure_ascii=False, default=str)
+    try:
+        text.encode(sys.stdout.encoding or "utf-8")
+    except UnicodeEncodeError:  # a name with a lone surrogate, or a stdout that is not UTF-8: escape as \uXXXX
+        text = json.dumps(document, indent=2, default=str)
+    sys.stdout.write(text + "\n")
+
+
+def write_csv(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    # Python's csv writes \r\n by default: `grep '^x$'` and `cut` on Unix would see a trailing \r.
+    writer = csv.writer(sys.stdout, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(rows)
+
+
+def _values(row: Mapping[str, Any] | Sequence[Any], columns: Sequence[Column]) -> list[Any]:
+    return [row[column.key] for column in columns] if isinstance(row, Mapping) else list(row)
+
+
+def emit(fmt: str, columns: Sequence[Column], rows: Iterable[Mapping[str, Any] | Sequence[Any]], *,
+         empty: str = "", title: str | None = None) -> None:
+    """Write a listing in `fmt`. Rows are mappings by column key or sequences in column order. An empty
+    listing is `[]` in JSON, the header alone in CSV, and the `empty` sentence as a table."""
+    values = [_values(row, columns) for row in rows]
+    if fmt == "json":
+        keys = [column.key for column in columns]
+        write_json([dict(zip(keys, row, strict=True)) for row in values])
+    elif fmt == "csv":
+        write_csv([column.key for column in columns], values)
+    elif values or not empty:
+        out.print(grid(columns, values, title))
+    else:
+        out.print(empty, highlight=False, soft_wrap=True)
+
+
+@contextmanager
+def activity(text: str) -> Iterator[Callable[[str], None]]:
+    """A spinner on stderr saying what runs now; yields a function that changes the text.
+
+    Nothing shows when stderr is not a terminal or the command writes JSON or CSV (a pipe or a script
+    reads the output). Inside another live display (a progress bar) the spinner shows under it."""
+    if not console.is_terminal or machine_output():
+        yield lambda _text: None
+        return
+    spinner = Spinner("dots", Text(text, style="cyan"))
+    # No redirection: stdout stays the results', untouched by the spinner.
+    with Live(spinner, console=console, transient=True, refresh_per_second=10, redirect_stdout=False,
+              redirect_stderr=False):
+        yield lambda new_text: spinner.update(text=Text(new_text, style="cyan"))
