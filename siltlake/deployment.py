@@ -29,9 +29,10 @@ class InstanceKeyRefused(SiltError):
 class KeyOwner:
     """Whose the instance key is, by its `_instance.json`, judged from this deployment's catalog.
 
-    state: "missing" (no marker), "ours", "other" (another catalog's id; or, for markers written before
-    catalog ids, another URL), "copy" (this catalog's id but another database: this catalog is a copy of
-    the one named), "unopenable" (this catalog's id under a URL that cannot be opened from here)."""
+    state: "missing" (no marker), "ours", "other" (another catalog's id; or, in a marker written before
+    catalog ids, another database's URL or one that cannot be opened), "copy" (this catalog's id but another
+    database: this catalog is a copy of the one named), "unopenable" (this catalog's id under a URL that
+    cannot be opened from here)."""
 
     state: str
     marker: str  # the marker's URI
@@ -138,8 +139,8 @@ class Deployment:
                 "objects; give this deployment another instance_key")
 
     def key_owner(self, key: str) -> KeyOwner:
-        """Whose the key is by its marker (one small read; opens the named catalog only when the marker has
-        this catalog's id under another URL)."""
+        """Whose the key is by its marker (one small read; opens the named catalog only when the marker names
+        another URL with this catalog's id, or with none)."""
         marker_key = f"{key}/{MARKER}"
         uri = self.lake.uri(marker_key)
         try:
@@ -151,24 +152,24 @@ class Deployment:
         if not isinstance(data, dict):
             return KeyOwner("other", uri)
         named, named_id = _named_url(data.get("catalog")), data.get("catalog_id")
-        if named_id is None:  # written before catalog ids: only the URL can tell
-            return KeyOwner("ours" if named == self.catalog.masked_url else "other", uri, named)
-        if named_id != self.catalog.catalog_id():
+        if named_id is not None and named_id != self.catalog.catalog_id():
             return KeyOwner("other", uri, named, named_id)
         if named == self.catalog.masked_url or named in self._same_database_as:
             return KeyOwner("ours", uri, named, named_id)
+        # This catalog's id (or, in a marker written before catalog ids, no id) under another URL: this very
+        # database reached another way, or another database (a copy, or another deployment's catalog).
         try:
             other = Catalog.look_at(named, like=self.catalog)
         except CatalogUnreachable as exc:
-            return KeyOwner("unopenable", uri, named, named_id, str(exc))
+            return KeyOwner("other" if named_id is None else "unopenable", uri, named, named_id, str(exc))
         try:
             same = self.catalog.same_database(other)
         except CatalogUnreachable as exc:
-            return KeyOwner("unopenable", uri, named, named_id, str(exc))
+            return KeyOwner("other" if named_id is None else "unopenable", uri, named, named_id, str(exc))
         finally:
             other.close()
         if not same:
-            return KeyOwner("copy", uri, named, named_id)
+            return KeyOwner("other" if named_id is None else "copy", uri, named, named_id)
         self._same_database_as.add(named)
         return KeyOwner("ours", uri, named, named_id)
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from siltlake.catalog import Catalog
 from siltlake.catalog.provision import create_postgres_database, drop_postgres_database
 from siltlake.clock import utcnow
 from siltlake.config import Config
@@ -250,3 +251,31 @@ def test_one_catalog_under_another_url_is_itself_and_a_copy_is_not(deployment: D
     with pytest.raises(InstanceKeyRefused, match="of which this catalog is a copy"):
         copy.check_instance("merge")
     copy.close()
+
+
+def test_markers_written_before_catalog_ids_are_judged_by_url_and_database(deployment: Deployment, catalog_url: str,
+                                                                           tmp_path: Path) -> None:
+    marker = f"{KEY}/_instance.json"
+
+    def write_old_marker(url: str) -> None:
+        deployment.lake.write_bytes(marker, json.dumps({"instance_key": KEY, "catalog": f"Catalog({url})"}).encode())
+
+    # Its own URL, as `repr(catalog)` wrote it: ours; `silt init` adds the catalog id.
+    write_old_marker(deployment.catalog.masked_url)
+    assert deployment.check_instance("stream") == KEY
+    deployment.init()
+    assert json.loads(deployment.lake.read_bytes(marker))["catalog_id"] == deployment.catalog.catalog_id()
+    if not catalog_url.startswith("sqlite"):
+        # The same database under another host name: ours too.
+        write_old_marker(deployment.catalog.masked_url.replace("@127.0.0.1:", "@localhost:"))
+        assert deployment.check_instance("publish") == KEY
+    # A catalog that is gone, or another database: not ours.
+    for other in (sqlite_url(tmp_path, "gone"), sqlite_url(tmp_path, "elsewhere")):
+        if other.endswith("elsewhere/catalog.db"):
+            elsewhere = Catalog(other)
+            elsewhere.upgrade()
+            elsewhere.close()
+        write_old_marker(other)
+        with pytest.raises(InstanceKeyRefused, match="belongs to another deployment's catalog.*silt init --claim"):
+            deployment.check_instance("merge")
+        assert not (tmp_path / "gone").exists(), "a gone SQLite catalog is not created by looking at it"
