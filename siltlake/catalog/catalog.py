@@ -290,12 +290,12 @@ class Catalog(MergeQueue, Publishing, ExternalSync, Reaping):
             return cls(masked_url)
         try:
             url = make_url(masked_url)
-        except SQLAlchemyError:
-            raise CatalogUnreachable(f"{masked_url!r} is not a catalog URL") from None
-        if url.password is not None:
-            own = like.engine.url
-            url = url.set(password=own.password if own.username == url.username else None)
-        return cls(url.render_as_string(hide_password=False), connect_timeout=10)
+            if url.password is not None:
+                own = like.engine.url
+                url = url.set(password=own.password if own.username == url.username else None)
+            return cls(url.render_as_string(hide_password=False), connect_timeout=10)
+        except (SQLAlchemyError, ImportError):
+            raise CatalogUnreachable(f"{masked_url!r} is not a catalog URL siltlake can open") from None
 
     def registered_self(self) -> tuple[str | None, str | None]:
         """(instance key, catalog id) this catalog registers as its own, (None, None) when it has none;
