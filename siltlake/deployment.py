@@ -11,11 +11,62 @@ from typing import TYPE_CHECKING
 from siltlake.catalog import Catalog
 from siltlake.clock import utcnow
 from siltlake.config import Config, load_config
-from siltlake.errors import CatalogError
+from siltlake.errors import CatalogError, CatalogUnreachable, SiltError
 from siltlake.storage import Storage
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+MARKER = "_instance.json"
+
+
+class InstanceKeyRefused(SiltError):
+    """Nothing may be written or deleted under the instance key: another catalog owns it, or nothing proves
+    that this deployment's catalog does."""
+
+
+@dataclass(frozen=True)
+class KeyOwner:
+    """Whose the instance key is, by its `_instance.json`, judged from this deployment's catalog.
+
+    state: "missing" (no marker), "ours", "other" (another catalog's id; or, in a marker written before
+    catalog ids, another database's URL or one that cannot be opened), "copy" (this catalog's id but another
+    database: this catalog is a copy of the one named), "unopenable" (this catalog's id under a URL that
+    cannot be opened from here)."""
+
+    state: str
+    marker: str  # the marker's URI
+    catalog: str = ""  # the catalog URL the marker names
+    catalog_id: str | None = None  # the catalog id it names (None: written before catalog ids)
+    detail: str = ""  # why the named catalog could not be opened
+
+    def refusal(self, action: str, key: str) -> str:
+        """The one-line refusal for `action` (e.g. "stream") under key, saying what to do next."""
+        named = self.catalog or "(unreadable marker)"
+        if self.state == "missing":
+            return (f"refusing to {action}: {self.marker} is missing, so nothing proves instance key {key!r} is "
+                    f"this deployment's; run `silt init` to write it, then {action} again")
+        if self.state == "copy":
+            return (f"refusing to {action}: instance key {key!r} belongs to another deployment's catalog {named} "
+                    f"({self.marker}), of which this catalog is a copy, and writing or reaping here would "
+                    "destroy that deployment's objects; give this deployment its own catalog and instance key "
+                    "(`silt init` a new one)")
+        if self.state == "unopenable":
+            return (f"refusing to {action}: instance key {key!r} is marked ({self.marker}) as the key of {named}, "
+                    f"which has this catalog's id but cannot be opened from here ({self.detail}); if this catalog "
+                    "was moved from there, run `silt init --claim`; if it is the same database under another "
+                    "URL, configure that URL")
+        return (f"refusing to {action}: instance key {key!r} belongs to another deployment's catalog {named} "
+                f"({self.marker}); give this deployment another instance_key, or, only after checking that the "
+                f"catalog at {named} is really gone, run `silt init --claim`")
+
+
+def _named_url(value: object) -> str:
+    """The catalog URL a marker names (markers written before catalog ids hold `Catalog(<url>)`)."""
+    text = str(value or "")
+    if text.startswith("Catalog(") and text.endswith(")"):
+        return text[len("Catalog("):-1]
+    return text
 
 
 @dataclass
@@ -25,6 +76,8 @@ class Deployment:
     lake: Storage = field(init=False)
     staging: Storage = field(init=False)
     _spark: SparkSession | None = field(default=None, init=False, repr=False)
+    # Other URLs of this catalog's own database, seen in markers: checked once per process.
+    _same_database_as: set[str] = field(default_factory=set, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.catalog = Catalog(self.config.catalog.url)
@@ -38,8 +91,9 @@ class Deployment:
     def init(self, claim: bool = False) -> str:
         """Create or upgrade the catalog, create the storage roots, register this instance key.
 
-        claim=True rewrites the key's `_instance.json` to name this catalog (after moving a catalog): reap
-        refuses to run while it names another one."""
+        A key whose `_instance.json` names another catalog is refused. claim=True takes it over (after
+        moving a catalog, or when its catalog is gone), except while that catalog can be opened and still
+        registers the key as its own."""
         self.catalog.upgrade()
         self.lake.ensure_root()
         self.staging.ensure_root()
@@ -49,15 +103,89 @@ class Deployment:
                 key = self.catalog.self_instance_key()
             except CatalogError:  # no key registered yet: this is the first init
                 key = secrets.token_hex(4)
+        owner = self.key_owner(key)
+        if owner.state not in ("missing", "ours"):
+            if not claim:
+                raise InstanceKeyRefused(owner.refusal("initialise", key))
+            self._check_claimable(key, owner)
         self.catalog.register_instance(key, self.lake.root, is_self=True)
-        marker = f"{key}/_instance.json"
-        if claim or not self.lake.exists(marker):
-            self.lake.write_bytes(marker, json.dumps({
+        catalog_id = self.catalog.ensure_catalog_id()
+        if claim or owner.state != "ours" or owner.catalog_id != catalog_id:
+            self.lake.write_bytes(f"{key}/{MARKER}", json.dumps({
                 "instance_key": key,
-                "catalog": repr(self.catalog),
+                "catalog": self.catalog.masked_url,
+                "catalog_id": catalog_id,
                 "created": utcnow().isoformat(),
             }).encode())
         self.__dict__.pop("instance_key", None)
+        return key
+
+    def _check_claimable(self, key: str, owner: KeyOwner) -> None:
+        """Refuse to take the key over while the catalog its marker names is reachable and registers it."""
+        try:
+            named = Catalog.look_at(owner.catalog, like=self.catalog)
+        except CatalogUnreachable:
+            return
+        try:
+            registered, _ = named.registered_self()
+        except CatalogUnreachable:
+            return
+        finally:
+            named.close()
+        if registered == key:
+            raise InstanceKeyRefused(
+                f"refusing to claim instance key {key!r}: its catalog {owner.catalog} is reachable and still "
+                "registers the key as its own, so that deployment is alive and reaping here would delete its "
+                "objects; give this deployment another instance_key")
+
+    def key_owner(self, key: str) -> KeyOwner:
+        """Whose the key is by its marker (one small read; opens the named catalog only when the marker names
+        another URL with this catalog's id, or with none)."""
+        marker_key = f"{key}/{MARKER}"
+        uri = self.lake.uri(marker_key)
+        try:
+            data = json.loads(self.lake.read_bytes(marker_key))
+        except FileNotFoundError:
+            return KeyOwner("missing", uri)
+        except ValueError:
+            data = None
+        if not isinstance(data, dict):
+            return KeyOwner("other", uri)
+        named, named_id = _named_url(data.get("catalog")), data.get("catalog_id")
+        if named_id is not None and named_id != self.catalog.catalog_id():
+            return KeyOwner("other", uri, named, named_id)
+        if named == self.catalog.masked_url or named in self._same_database_as:
+            return KeyOwner("ours", uri, named, named_id)
+        # This catalog's id (or, in a marker written before catalog ids, no id) under another URL: this very
+        # database reached another way, or another database (a copy, or another deployment's catalog).
+        try:
+            other = Catalog.look_at(named, like=self.catalog)
+        except CatalogUnreachable as exc:
+            return KeyOwner("other" if named_id is None else "unopenable", uri, named, named_id, str(exc))
+        try:
+            same = self.catalog.same_database(other)
+        except CatalogUnreachable as exc:
+            return KeyOwner("other" if named_id is None else "unopenable", uri, named, named_id, str(exc))
+        finally:
+            other.close()
+        if not same:
+            return KeyOwner("other" if named_id is None else "copy", uri, named, named_id)
+        self._same_database_as.add(named)
+        return KeyOwner("ours", uri, named, named_id)
+
+    def check_instance(self, action: str) -> str:
+        """Refuse (InstanceKeyRefused) unless the instance key provably belongs to this deployment's catalog:
+        the catalog registers it as its own and its `_instance.json` names this catalog. Reap calls it before
+        deleting anything, writers before the first write of a run. Returns the key."""
+        key = self.instance_key
+        own = self.catalog.self_instance_key()
+        if own != key:
+            raise InstanceKeyRefused(
+                f"refusing to {action}: the configured instance_key {key!r} is not this catalog's key {own!r}; "
+                "remove instance_key from the configuration or set it to the catalog's key")
+        owner = self.key_owner(key)
+        if owner.state != "ours":
+            raise InstanceKeyRefused(owner.refusal(action, key))
         return key
 
     @cached_property

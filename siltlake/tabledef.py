@@ -101,11 +101,27 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _exact_bool(value: Any, info: ValidationInfo) -> bool:
+    """A real boolean: pydantic would take "no", "off" or 0 for false."""
+    if not isinstance(value, bool):
+        raise DefinitionError(f"{info.field_name} {value!r} is not a boolean: write true or false")
+    return value
+
+
+def _exact_int(value: Any, info: ValidationInfo) -> Any:
+    """A real integer: pydantic would take true for 1 and "100" or 1.0 for a number."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise DefinitionError(f"{info.field_name} {value!r} is not a whole number")
+    return value
+
+
 class Column(_Strict):
     name: str
     type: str
     nullable: bool = True
     source: str | None = Field(default=None, description="input field name; defaults to the column name")
+
+    _nullable = field_validator("nullable", mode="before")(_exact_bool)
 
     @field_validator("name")
     @classmethod
@@ -177,6 +193,9 @@ class TableDef(_Strict):
     @classmethod
     def _interval(cls, value: Any) -> int:
         return parse_duration(value, "merge_interval")
+
+    _whole = field_validator("merged_object_size", "merge_batch_size", "row_group_bytes", "ttl_days",
+                             mode="before")(_exact_int)
 
     @field_validator("merged_object_size", "merge_batch_size", "row_group_bytes")
     @classmethod

@@ -17,7 +17,7 @@ import pytest
 from siltlake.catalog import schema as s
 from siltlake.clock import utcnow
 from siltlake.config import Config
-from siltlake.deployment import Deployment
+from siltlake.deployment import Deployment, InstanceKeyRefused
 from siltlake.merge import merge_once
 from siltlake.publish import UpdateConflict, delete_rows, publish_once
 from siltlake.publish.update import prepare_delete
@@ -352,8 +352,12 @@ def test_a_copy_of_another_deployments_catalog_refuses_to_reap_its_objects(tmp_p
     before = files(original, key)
     age(original, before, days=30)
 
-    copy = other_deployment(tmp_path, lake, spark, instance_key=None, catalog_path=tmp_path / "c" / "catalog.db")
+    copy = other_deployment(tmp_path, lake, spark, instance_key=None, catalog_path=tmp_path / "c" / "catalog.db",
+                            init=False)
     assert copy.instance_key == key, "resolved from the copied catalog"
+    for claim in (False, True):  # the original is alive: the copy may not take its key
+        with pytest.raises(InstanceKeyRefused, match="copy" if not claim else "still registers the key"):
+            copy.init(claim=claim)
     for dry_run in (True, False):
         with pytest.raises(ReapRefused, match="belongs to another deployment's catalog.*copy"):
             reap_once(copy, now=utcnow() + dt.timedelta(days=30), dry_run=dry_run)

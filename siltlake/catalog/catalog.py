@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
+import secrets
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import (
     DisconnectionError,
     IntegrityError,
     InterfaceError,
     OperationalError,
     ProgrammingError,
+    SQLAlchemyError,
 )
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
@@ -150,7 +153,7 @@ def _sqlite_setup(engine: Engine) -> None:
 class Catalog(MergeQueue, Publishing, ExternalSync, Reaping):
     """One deployment's catalog. Create with a URL; call upgrade() (silt init) before use."""
 
-    def __init__(self, url: str, *, echo: bool = False) -> None:
+    def __init__(self, url: str, *, echo: bool = False, connect_timeout: int | None = None) -> None:
         self.url = normalise_url(url)
         self.dialect = "postgresql" if self.url.startswith("postgresql") else "sqlite"
         if self.dialect == "sqlite" and self.url != "sqlite:///:memory:":
@@ -158,12 +161,19 @@ class Catalog(MergeQueue, Publishing, ExternalSync, Reaping):
         options: dict = {"echo": echo, "future": True}
         if self.dialect == "postgresql":
             options.update(pool_pre_ping=True, pool_size=4, max_overflow=4)
+            if connect_timeout is not None:
+                options["connect_args"] = {"connect_timeout": connect_timeout}
         self.engine = sa.create_engine(self.url, **options)
         if self.dialect == "sqlite":
             _sqlite_setup(self.engine)
 
     def __repr__(self) -> str:
-        return f"Catalog({self.engine.url.render_as_string(hide_password=True)})"
+        return f"Catalog({self.masked_url})"
+
+    @property
+    def masked_url(self) -> str:
+        """The URL without its password (SQLite: the file's absolute path): how markers and messages name it."""
+        return self.engine.url.render_as_string(hide_password=True)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -272,6 +282,78 @@ class Catalog(MergeQueue, Publishing, ExternalSync, Reaping):
         if key is None:
             raise CatalogError("this catalog has no instance key registered; run `silt init`")
         return key
+
+    # The is_self row's description holds the catalog id: random, given once by `silt init`, named by the
+    # instance key's _instance.json. It tells this catalog apart from others whatever URL reaches it.
+
+    def catalog_id(self) -> str | None:
+        """This catalog's id; None before `silt init` registered an instance key (or gave it an id)."""
+        with self._tx() as c:
+            found = c.execute(sa.select(s.instances.c.description).where(s.instances.c.is_self)).scalar()
+        return found or None
+
+    def ensure_catalog_id(self) -> str:
+        """Give this catalog its id unless it has one (catalogs initialised before ids had none); return it."""
+        i = s.instances
+        with self._tx() as c:
+            c.execute(i.update().where(i.c.is_self, i.c.description == "").values(description=secrets.token_hex(16)))
+            found = c.execute(sa.select(i.c.description).where(i.c.is_self)).scalar()
+        if not found:
+            raise CatalogError("this catalog has no instance key registered; run `silt init`")
+        return found
+
+    @classmethod
+    def look_at(cls, masked_url: str, like: Catalog) -> Catalog:
+        """Open the catalog a marker names, only to read who it is; CatalogUnreachable when it cannot be.
+
+        A SQLite file that is gone is not created again. Markers hold no passwords: a PostgreSQL URL with
+        `like`'s user is tried with `like`'s password."""
+        if masked_url.startswith("sqlite:///"):
+            path = masked_url[len("sqlite:///"):]
+            if not Path(path).is_file():
+                raise CatalogUnreachable(f"{path} does not exist")
+            return cls(masked_url)
+        try:
+            url = make_url(masked_url)
+            if url.password is not None:
+                own = like.engine.url
+                url = url.set(password=own.password if own.username == url.username else None)
+            return cls(url.render_as_string(hide_password=False), connect_timeout=10)
+        except (SQLAlchemyError, ImportError):
+            raise CatalogUnreachable(f"{masked_url!r} is not a catalog URL siltlake can open") from None
+
+    def registered_self(self) -> tuple[str | None, str | None]:
+        """(instance key, catalog id) this catalog registers as its own, (None, None) when it has none;
+        CatalogUnreachable when it cannot be read (down, gone, not a catalog)."""
+        try:
+            with self._tx() as c:
+                row = c.execute(sa.select(s.instances.c.instance_key, s.instances.c.description)
+                                .where(s.instances.c.is_self)).first()
+        except CatalogError as exc:  # not initialised: it registers nothing
+            if isinstance(exc, CatalogUnreachable):
+                raise
+            return None, None
+        except SQLAlchemyError as exc:
+            raise CatalogUnreachable(str(getattr(exc, "orig", exc)).strip().splitlines()[0]) from None
+        return (row.instance_key, row.description or None) if row is not None else (None, None)
+
+    def same_database(self, other: Catalog) -> bool:
+        """Whether two catalogs, opened under different URLs, are one database (not one and its copy);
+        CatalogUnreachable when either cannot be read."""
+        try:
+            return self._fingerprint() == other._fingerprint()
+        except (OSError, SQLAlchemyError) as exc:
+            raise CatalogUnreachable(str(getattr(exc, "orig", exc)).strip().splitlines()[0]) from None
+
+    def _fingerprint(self) -> tuple:
+        if self.dialect == "sqlite":
+            stat = os.stat(self.url[len("sqlite:///"):])
+            return stat.st_dev, stat.st_ino
+        # A copy lives in another database of the server, or on another server (started at another time).
+        with self._tx() as c:
+            return tuple(c.execute(sa.text(
+                "SELECT current_database(), pg_postmaster_start_time(), "
+                "(SELECT oid FROM pg_database WHERE datname = current_database())")).one())
 
     # --- tables ----------------------------------------------------------------------------------
 

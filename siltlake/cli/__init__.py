@@ -71,8 +71,9 @@ def main(context: click.Context, config: str | None) -> None:
 
 
 @main.command()
-@click.option("--claim", is_flag=True, help="Make the instance key's _instance.json name this catalog (after "
-              "moving the catalog; reap refuses while it names another).")
+@click.option("--claim", is_flag=True, help="Take the instance key over from the catalog its _instance.json names "
+              "(after moving the catalog, or once that catalog is gone); refused while it is reachable and still "
+              "registers the key.")
 @click.pass_context
 @friendly
 def init(context: click.Context, claim: bool) -> None:

@@ -393,6 +393,7 @@ def load(deployment: Deployment, config: LoadConfig, *, state_path: str | None =
 def _load(deployment: Deployment, config: LoadConfig, *, state_path: str | None, commit: bool,
           progress: LoadProgress | None) -> LoadReport:
     deployment.catalog.check_ready()
+    deployment.check_instance("load")
     path = Path(state_path) if state_path else None
     state = _read_state(path) if path else None
     if state is not None:

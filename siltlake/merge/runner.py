@@ -255,6 +255,7 @@ class MergeWorker:
         stop = stop or threading.Event()
         started = time.monotonic()
         self.catalog.check_ready()
+        self.deployment.check_instance("merge")
         beat_stop = threading.Event()
         beat = threading.Thread(target=self._heartbeat_loop, args=(beat_stop,), daemon=True, name="merge-heartbeat")
         beat.start()

@@ -51,6 +51,7 @@ def publish_once(deployment: Deployment, now: dt.datetime | None = None) -> Publ
     now = now or utcnow()
     catalog = deployment.catalog
     catalog.check_ready()
+    deployment.check_instance("publish")
     report = PublishReport()
     # 1. Switch first: a partition closed in this run switches at the earliest in the next one.
     report.switched = catalog.switch_partitions()

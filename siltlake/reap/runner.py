@@ -20,7 +20,7 @@ from zoneinfo import ZoneInfo
 
 from siltlake.catalog.reaping import ReapTable, ReapVersion, ReapView
 from siltlake.clock import to_naive_utc, utcnow
-from siltlake.deployment import Deployment
+from siltlake.deployment import MARKER, Deployment, InstanceKeyRefused
 from siltlake.errors import SiltError
 from siltlake.publish.manifests import read_manifest
 from siltlake.storage import ObjectInfo, TableLayout
@@ -140,30 +140,12 @@ def _local_date(now: dt.datetime, zone: str) -> dt.date:
     return now.replace(tzinfo=dt.UTC).astimezone(ZoneInfo(zone)).date()
 
 
-def check_instance(deployment: Deployment, key: str) -> None:
+def check_instance(deployment: Deployment) -> None:
     """Refuse unless the instance key provably belongs to this deployment's catalog (seed 002's enemy reaping)."""
-    catalog, lake = deployment.catalog, deployment.lake
-    own = catalog.self_instance_key()
-    if own != key:
-        raise ReapRefused(
-            f"refusing to reap: the configured instance_key {key!r} is not this catalog's key {own!r}; remove "
-            "instance_key from the configuration or set it to the catalog's key")
-    marker = f"{key}/_instance.json"
-    if not lake.exists(marker):
-        raise ReapRefused(
-            f"refusing to reap: {lake.uri(marker)} is missing, so nothing proves instance key {key!r} is this "
-            "deployment's; run `silt init` to write it, then reap again")
     try:
-        owner = json.loads(lake.read_bytes(marker)).get("catalog")
-    except (ValueError, AttributeError):
-        owner = None
-    if owner != repr(catalog):
-        raise ReapRefused(
-            f"refusing to reap: instance key {key!r} belongs to another deployment's catalog ({owner}), not to "
-            f"{catalog!r} ({lake.uri(marker)}); this catalog is probably a copy of that one, and reaping would "
-            "delete that deployment's objects. Give this deployment its own catalog and key (remove the copy, "
-            "`silt init` a new one); if the other catalog was moved here and no longer exists, run "
-            "`silt init --claim`")
+        deployment.check_instance("reap")
+    except InstanceKeyRefused as exc:
+        raise ReapRefused(str(exc)) from None
 
 
 def register_other_instances(deployment: Deployment, key: str) -> list[str]:
@@ -173,7 +155,7 @@ def register_other_instances(deployment: Deployment, key: str) -> list[str]:
     for name in lake.subdirectories():
         if name == key:
             continue
-        marker = f"{name}/_instance.json"
+        marker = f"{name}/{MARKER}"
         try:
             data = json.loads(lake.read_bytes(marker))
         except (FileNotFoundError, ValueError):
@@ -261,7 +243,7 @@ def _plan(deployment: Deployment, key: str, view: ReapView, listed: list[ObjectI
     referenced: set[str] = {k for objects in manifest_objects.values() for k in objects}
     referenced |= retained_manifests | {symlink_key(k) for k in retained_manifests}
     referenced |= view.error_keys
-    referenced.add(f"{key}/_instance.json")
+    referenced.add(f"{key}/{MARKER}")
     guarded_dirs = set()  # merged/dt=D of partitions whose retained manifest is unreadable: keep them whole
     for manifest in unreadable:
         guarded_dirs.add(manifest.replace("/manifests/", "/merged/", 1).rsplit("/", 1)[0])
@@ -454,7 +436,7 @@ def reap_once(deployment: Deployment, now: dt.datetime | None = None, *, dry_run
     report = ReapReport(instance_key=key, now=now, dry_run=dry_run)
 
     # 1. Whose key is this? Only ours, proven by the marker `silt init` wrote, and no other deployment's.
-    check_instance(deployment, key)
+    check_instance(deployment)
     report.other_instances = register_other_instances(deployment, key)
     foreign = catalog.foreign_instances()
     if key in foreign:

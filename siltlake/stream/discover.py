@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import posixpath
 import re
 from dataclasses import dataclass, field
@@ -38,6 +39,10 @@ def map_key(key: str, pattern: re.Pattern[str], tables: dict[tuple[str, str], Ta
     if match is None:
         return KeyMapping(None, "key does not match stream.key_pattern "
                                 "(expected <anything>.<schema>.<table>/YYYY/MM/DD/<name>)")
+    date = _key_date(match)
+    if date is not None:
+        return KeyMapping(None, f"key {key!r} has the impossible date {date}; a staging key's YYYY/MM/DD must "
+                                "be a calendar date")
     schema_name, table_name = match.group("schema"), match.group("table")
     if not IDENTIFIER.match(schema_name) or not IDENTIFIER.match(table_name):
         return KeyMapping(None, f"key names {schema_name!r}.{table_name!r}, which is not a valid table name")
@@ -46,6 +51,19 @@ def map_key(key: str, pattern: re.Pattern[str], tables: dict[tuple[str, str], Ta
         return KeyMapping(None, f"no table {schema_name}.{table_name}; create it with `silt table create`, "
                                 "then `silt unknown replay`")
     return KeyMapping(table, None)
+
+
+def _key_date(match: re.Match[str]) -> str | None:
+    """The key's year/month/day as written when they are no calendar date (2026/13/45, 2026/02/30); else None.
+    Patterns without the three groups carry no date."""
+    parts = [match.groupdict().get(name) for name in ("year", "month", "day")]
+    if None in parts:
+        return None
+    try:
+        dt.date(*(int(part) for part in parts))
+    except ValueError:
+        return "/".join(parts)
+    return None
 
 
 @dataclass

@@ -192,6 +192,7 @@ def stream_once(deployment: Deployment, progress: Progress | None = None,
     started = time.monotonic()
     progress = progress or Progress()
     deployment.catalog.check_ready()
+    deployment.check_instance("stream")
     found = discover(deployment)
     report = StreamReport(listed=found.listed, registered=found.registered, redelivered=found.redelivered,
                           changed_reputs=[(put.uri, put.registered_size, put.size) for put in found.changed])
