@@ -413,10 +413,11 @@ def _age(seconds: float | None) -> str:
 def status(context: click.Context, as_json: bool) -> None:
     """Per table: partitions by state, unmerged small objects, merge jobs by state, parked failures."""
     from siltlake.clock import utcnow
+    from siltlake.merge.runner import local_host
 
     deployment = deployment_of(context)
     deployment.catalog.check_ready()
-    rows = deployment.catalog.merge_status(utcnow(), deployment.config.merge.job_timeout)
+    rows = deployment.catalog.merge_status(utcnow(), deployment.config.merge.job_timeout, local_host())
     if as_json:
         out.print_json(json.dumps({"tables": rows}, default=str))
         return
