@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from siltlake.deployment import Deployment
+from siltlake.errors import SiltError
 from siltlake.publish import delete_rows
 from siltlake.read import sql
 from siltlake.read.sandbox import REFUSED_FUNCTIONS, RefusedSQL, check_expression, check_query
@@ -129,13 +130,14 @@ def test_the_gate_on_spark_text_the_rewrite_would_not_pass(spark, query: str, re
     assert str(error.value).startswith(f"silt sql refuses {refused}")
 
 
-def test_delete_where_refuses_subqueries_over_files_and_unparsable_text(spark) -> None:
+def test_delete_where_refuses_subqueries_over_files_and_leaves_syntax_errors_to_spark(spark, access) -> None:
     with pytest.raises(RefusedSQL, match=r"refuses `json`.`/etc`: it names a file path"):
         check_expression(spark, "user_id IN (SELECT user_id FROM json.`/etc`)")
     with pytest.raises(RefusedSQL, match=r"refuses IDENTIFIER\(\.\.\.\)"):
         check_expression(spark, "IDENTIFIER('java' || '_method')('a', 'b') IS NULL")
-    with pytest.raises(Exception, match=r"silt delete --where: cannot parse 'user_id = \(': \[PARSE_SYNTAX_ERROR\]"):
-        check_expression(spark, "user_id = (")
+    check_expression(spark, "user_id = (")  # Spark cannot run what it cannot parse, and tells why:
+    with pytest.raises(SiltError, match=r"cannot use --where 'user_id = \(' on web.access: \[PARSE_SYNTAX_ERROR\]"):
+        delete_rows(access, "web.access", DAY, "user_id = (")
 
 
 # --- ordinary SQL still runs ------------------------------------------------------------------------------

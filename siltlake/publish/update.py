@@ -184,8 +184,8 @@ def prepare_delete(deployment: Deployment, name: str, partition_date: dt.date, w
     frame = _base_frame(deployment.spark(), deployment, record, base)
     try:
         # Parsed on its own: pasted into a larger expression, "a = 1) OR (true" would balance and match every row.
+        check_expression(deployment.spark(), where)  # before Spark analyses or runs any of it
         matching = F.coalesce(F.expr(where), F.lit(False))
-        check_expression(deployment.spark(), where)  # nothing has run yet: F.expr only parsed it
         # One scan counts both; the rows are read again only if something is to be deleted.
         totals = frame.select(F.count(F.lit(1)).alias("rows"), F.count(F.when(matching, 1)).alias("matched"))
     except AnalysisException as exc:

@@ -91,21 +91,18 @@ class _Gate:
     def refuse(self, what: str, why: str) -> None:
         raise RefusedSQL(f"{self.user} refuses {what}: {why}")
 
-    def parse(self, method: str, text: str):  # noqa: ANN201 - a py4j proxy of the parsed tree
+    def parse(self, method: str, text: str):  # noqa: ANN201 - a py4j proxy of the parsed tree, or None
+        """None when Spark cannot parse the text: then Spark cannot run it either, and says why itself."""
         from py4j.protocol import Py4JJavaError
         from pyspark.errors import AnalysisException
 
         try:
             return getattr(self.parser, method)(text)
-        except AnalysisException as exc:  # PySpark's form of the parser's error
-            message = str(exc)
-        except Py4JJavaError as exc:
-            message = str(exc.java_exception.getMessage())
-        first = next((line.strip() for line in message.splitlines() if line.strip()), "a syntax error")
-        raise SiltError(f"{self.user}: cannot parse {text!r}: {first}")
+        except (AnalysisException, Py4JJavaError):  # PySpark's and py4j's forms of the parser's error
+            return None
 
     def walk(self, root) -> None:  # noqa: ANN001 - a py4j proxy
-        pending = [root]
+        pending = [root] if root is not None else []
         while pending:
             node = pending.pop()
             name = node.nodeName()
