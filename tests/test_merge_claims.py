@@ -157,3 +157,27 @@ def test_process_alive_sees_the_living_the_dead_and_zombies() -> None:
     assert not process_alive(child.pid)
     child.wait()
     assert not process_alive(child.pid)
+
+
+def waiting(deployment: Deployment, table_id: int) -> list[dict]:
+    return [job for partition in deployment.catalog.partitions(table_id)
+            for job in deployment.catalog.merge_jobs(partition.id)]
+
+
+def test_advance_and_count_scheduled_jobs_per_table(deployment: Deployment) -> None:
+    """What `silt merge --once --now` and its "next due" line ask the catalog."""
+    now = dt.datetime(2026, 11, 24, 10, 0)
+    later = make_table(deployment, name="later", merge_interval="12h")
+    soon = make_table(deployment, name="soon", merge_interval="1h")
+    for table in (later, soon):
+        for day in range(2):
+            date = DAY + dt.timedelta(days=day)
+            add_small_objects(deployment, table, date, [rows_for(date, 1, day)], now=now, write_files=False)
+    catalog = deployment.catalog
+    assert catalog.scheduled_merge_jobs(now) == (4, now + dt.timedelta(hours=1))
+    assert catalog.scheduled_merge_jobs(now, [later.id]) == (2, now + dt.timedelta(hours=12))
+    assert catalog.scheduled_merge_jobs(now + dt.timedelta(hours=1)) == (2, now + dt.timedelta(hours=12))
+    assert catalog.advance_merge_jobs(now, [soon.id]) == 2
+    assert catalog.scheduled_merge_jobs(now) == (2, now + dt.timedelta(hours=12))
+    assert {job["schedule_time"] for job in waiting(deployment, soon.id)} == {now}
+    assert catalog.advance_merge_jobs(now) == 2 and catalog.scheduled_merge_jobs(now) == (0, None)

@@ -382,6 +382,28 @@ class MergeQueue:
                     ongoing_mark=0, attempts=0, schedule_time=now, last_error=None))
         return len(parked)
 
+    def _waiting_later(self, now: dt.datetime, table_ids: Sequence[int] | None):  # noqa: ANN202 - a where clause
+        j, p = s.merge_jobs, s.partitions
+        where = sa.and_(j.c.ongoing_mark == 0, j.c.schedule_time > now)
+        if table_ids is not None:
+            where = sa.and_(where, j.c.partition_id.in_(sa.select(p.c.id).where(p.c.table_id.in_(list(table_ids)))))
+        return where
+
+    def advance_merge_jobs(self, now: dt.datetime, table_ids: Sequence[int] | None = None) -> int:
+        """Make every waiting job scheduled after `now` (merge interval, retry backoff) due at `now`."""
+        with self._tx() as c:
+            return c.execute(s.merge_jobs.update().where(self._waiting_later(now, table_ids))
+                             .values(schedule_time=now)).rowcount
+
+    def scheduled_merge_jobs(self, now: dt.datetime, table_ids: Sequence[int] | None = None
+                             ) -> tuple[int, dt.datetime | None]:
+        """Waiting jobs not due yet at `now`: how many, and when the first falls due."""
+        j = s.merge_jobs
+        with self._tx() as c:
+            count, first = c.execute(sa.select(sa.func.count(), sa.func.min(j.c.schedule_time))
+                                     .where(self._waiting_later(now, table_ids))).one()
+        return count, first
+
     # --- reporting ---------------------------------------------------------------------------------
 
     def merge_log(self, partition_id: int | None = None, limit: int | None = None) -> list[dict]:
