@@ -83,6 +83,8 @@ def test_the_listed_functions_are_spark_builtins_and_every_builtin_was_reviewed(
     f"SELECT user_id FROM web.access GROUP BY user_id HAVING count(reflect('{HOME}')) > 0",
     f"SELECT EXISTS(SELECT 1 FROM web.access WHERE reflect('{HOME}') IS NULL) AS e",
     f"SELECT user_id FROM web.access UNION ALL SELECT reflect('{HOME}') FROM web.access",
+    f"SELECT count(*) OVER w AS n FROM web.access WINDOW w AS (PARTITION BY reflect('{HOME}'))",
+    f"SELECT * FROM VALUES (reflect('{HOME}')) AS v(h)",
 ])
 def test_a_refused_function_is_found_wherever_it_stands(spark, access: Deployment, query: str) -> None:
     with pytest.raises(RefusedSQL, match=r"^silt sql refuses (reflect|java_method|try_reflect)\(\): it calls Java"):

@@ -82,6 +82,9 @@ class _Gate:
         self.command_class = jvm.java.lang.Class.forName("org.apache.spark.sql.catalyst.plans.logical.Command")
         self.subquery_class = jvm.java.lang.Class.forName(
             "org.apache.spark.sql.catalyst.expressions.SubqueryExpression")
+        self.tree_class = jvm.java.lang.Class.forName("org.apache.spark.sql.catalyst.trees.TreeNode")
+        self.iterable_class = jvm.java.lang.Class.forName("scala.collection.Iterable")
+        self.option_class = jvm.java.lang.Class.forName("scala.Option")
         analysis = jvm.org.apache.spark.sql.catalyst.analysis
         self.registries = {"function": analysis.FunctionRegistry.builtin(),
                            "table function": analysis.TableFunctionRegistry.builtin()}
@@ -108,14 +111,37 @@ class _Gate:
             name = node.nodeName()
             if self.plan_class.isInstance(node):
                 self.plan(node, name)
-                pending.extend(_items(node.expressions()))
+                # Every field, not expressions(): that skips maps and tuples (WINDOW w AS (...) definitions).
+                pending.extend(self.nested(node))
             else:
                 self.expression(node, name)
                 if self.subquery_class.isInstance(node):  # IN (SELECT ...), EXISTS, scalar subqueries
                     pending.append(node.plan())
-            pending.extend(_items(node.children()))
+                pending.extend(_items(node.children()))
             # A plan's subquery plans (again: cheap, and nothing depends on how Spark nests them), a WITH's CTEs.
             pending.extend(_items(node.innerChildren()))
+
+    def nested(self, node) -> list:  # noqa: ANN001 - a py4j proxy of a plan node
+        """The tree nodes among a plan node's fields, inside sequences, maps, options and tuples too."""
+        found, values = [], []
+        fields = node.productIterator()
+        while fields.hasNext():
+            values.append(fields.next())
+        while values:
+            value = values.pop()
+            if not hasattr(value, "getClass"):  # a string, number or boolean py4j converted
+                continue
+            if self.tree_class.isInstance(value):
+                found.append(value)
+            elif self.iterable_class.isInstance(value) or self.option_class.isInstance(value):
+                items = value.iterator()
+                while items.hasNext():
+                    values.append(items.next())
+            elif str(value.getClass().getName()).startswith("scala.Tuple"):
+                items = value.productIterator()
+                while items.hasNext():
+                    values.append(items.next())
+        return found
 
     def plan(self, node, name: str) -> None:  # noqa: ANN001
         if name == "ScriptTransformation":
