@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -27,6 +27,20 @@ class LostMergeJob(CatalogError):
 
 class MergeConflict(CatalogError):
     """The partition's ranges moved since the job planned; its output is not committed."""
+
+
+@dataclass(frozen=True)
+class LocalHost:
+    """The claiming process: its host (as siltlake.merge.runner.claim_host names it) and pid, recorded with each
+    claim, and whether a pid of this host still runs. A claim of this host whose process is gone is stale at
+    once; a claim of another host waits out merge.job_timeout (its pids mean nothing here)."""
+
+    name: str
+    pid: int
+    alive: Callable[[int], bool]
+
+    def holds_dead_claim(self, row) -> bool:  # noqa: ANN001 - a merge_jobs row with owner_host and owner_pid
+        return row.owner_host == self.name and row.owner_pid is not None and not self.alive(row.owner_pid)
 
 
 @dataclass(frozen=True)
@@ -108,8 +122,10 @@ class MergeQueue:
     # --- claiming --------------------------------------------------------------------------------
 
     def claim_merge_jobs(self, owner: str, *, limit: int, now: dt.datetime, timeout: float,
-                         per_table_limit: int, table_ids: Sequence[int] | None = None) -> list[ClaimedJob]:
-        """Claim up to `limit` due jobs (or jobs whose worker went silent for `timeout` seconds).
+                         per_table_limit: int, table_ids: Sequence[int] | None = None,
+                         local: LocalHost | None = None) -> list[ClaimedJob]:
+        """Claim up to `limit` due jobs (or jobs whose worker went silent for `timeout` seconds, or, with
+        `local`, whose process on this host is gone); claims record local's host and pid.
 
         Oldest schedule first, at most one running job per partition, at most `per_table_limit` running
         jobs per table, none for a partition with a parked job. Claims are serialised, and each claim is
@@ -120,20 +136,27 @@ class MergeQueue:
         with self._tx() as c:
             self._lock_claims(c)
             held = c.execute(
-                sa.select(p.c.table_id, j.c.partition_id, j.c.ongoing_mark, j.c.heartbeat_time)
+                sa.select(p.c.table_id, j.c.partition_id, j.c.ongoing_mark, j.c.heartbeat_time, j.c.owner,
+                          j.c.owner_host, j.c.owner_pid)
                 .select_from(j.join(p, j.c.partition_id == p.c.id))
                 .where(j.c.ongoing_mark != 0)
             ).all()
+            # Running jobs whose process exited on this host: stale now, whatever their heartbeat says.
+            gone = {row.ongoing_mark: row for row in held
+                    if row.ongoing_mark > 0 and local is not None and local.holds_dead_claim(row)}
             busy_partitions: set[int] = set()
             running_per_table: dict[int, int] = {}
             for row in held:
-                if row.ongoing_mark < 0 or row.heartbeat_time is None or row.heartbeat_time >= stale_before:
+                live = row.ongoing_mark not in gone and (row.heartbeat_time is None
+                                                         or row.heartbeat_time >= stale_before)
+                if row.ongoing_mark < 0 or live:
                     busy_partitions.add(row.partition_id)  # parked, or running with a live worker
-                if row.ongoing_mark > 0 and row.heartbeat_time is not None and row.heartbeat_time >= stale_before:
+                if row.ongoing_mark > 0 and live and row.heartbeat_time is not None:
                     running_per_table[row.table_id] = running_per_table.get(row.table_id, 0) + 1
             due = sa.or_(
                 sa.and_(j.c.ongoing_mark == 0, j.c.schedule_time <= now),
                 sa.and_(j.c.ongoing_mark > 0, j.c.heartbeat_time < stale_before),
+                *([j.c.id.in_(list(gone))] if gone else []),
             )
             rank = sa.func.row_number().over(partition_by=p.c.table_id, order_by=(j.c.schedule_time, j.c.id))
             ranked = (
@@ -164,7 +187,8 @@ class MergeQueue:
                     j.c.ongoing_mark == row.ongoing_mark, j.c.heartbeat_time == row.heartbeat_time)
                 updated = c.execute(
                     j.update().where(j.c.id == row.id, guard)
-                    .values(ongoing_mark=row.id, heartbeat_time=now, owner=owner, attempts=j.c.attempts + 1)
+                    .values(ongoing_mark=row.id, heartbeat_time=now, owner=owner, attempts=j.c.attempts + 1,
+                            owner_host=local.name if local else None, owner_pid=local.pid if local else None)
                 ).rowcount
                 if updated != 1:
                     continue
@@ -178,10 +202,13 @@ class MergeQueue:
                     table=tables[row.table_id], attempts=row.attempts + 1, taken_over=row.ongoing_mark != 0,
                 ))
                 if row.ongoing_mark != 0:
+                    dead = gone.get(row.id)
+                    why = (f"process {dead.owner_pid} ({dead.owner}) exited on this host, last heartbeat "
+                           if dead is not None else "no heartbeat since ")
                     c.execute(s.merge_job_log.insert().values(
                         job_id=row.id, partition_id=row.partition_id, mode=None, start_time=row.heartbeat_time,
                         end_time=now, outcome="failed",
-                        error=f"worker lost: no heartbeat since {row.heartbeat_time:%Y-%m-%d %H:%M:%S} UTC "
+                        error=f"worker lost: {why}{row.heartbeat_time:%Y-%m-%d %H:%M:%S} UTC "
                               f"(timeout {timeout:g} s); taken over by {owner}",
                     ))
         return claimed
@@ -317,13 +344,14 @@ class MergeQueue:
             self._log(c, job, "failed", result, now, error=error)
             if row.attempts >= max_attempts:
                 c.execute(j.update().where(j.c.id == job.id).values(
-                    ongoing_mark=-job.id, owner=None, heartbeat_time=None, last_error=error))
+                    ongoing_mark=-job.id, owner=None, owner_host=None, owner_pid=None, heartbeat_time=None,
+                    last_error=error))
                 return True
             # This job already covers every unmerged object: a waiting job added meanwhile is redundant.
             c.execute(j.delete().where(j.c.partition_id == job.partition_id, j.c.ongoing_mark == 0))
             delay = backoff * 2 ** (row.attempts - 1)
             c.execute(j.update().where(j.c.id == job.id).values(
-                ongoing_mark=0, owner=None, heartbeat_time=None, last_error=error,
+                ongoing_mark=0, owner=None, owner_host=None, owner_pid=None, heartbeat_time=None, last_error=error,
                 schedule_time=now + dt.timedelta(seconds=min(delay, 3600.0))))
             return False
 
@@ -337,7 +365,8 @@ class MergeQueue:
                 return
             c.execute(j.delete().where(j.c.partition_id == job.partition_id, j.c.ongoing_mark == 0))
             c.execute(j.update().where(j.c.id == job.id).values(
-                ongoing_mark=0, owner=None, heartbeat_time=None, attempts=j.c.attempts - 1, schedule_time=now))
+                ongoing_mark=0, owner=None, owner_host=None, owner_pid=None, heartbeat_time=None,
+                attempts=j.c.attempts - 1, schedule_time=now))
 
     def retry_parked_jobs(self, now: dt.datetime, table_id: int | None = None) -> int:
         """Put parked jobs back in the queue, due now, with their attempts reset."""
@@ -353,6 +382,28 @@ class MergeQueue:
                     ongoing_mark=0, attempts=0, schedule_time=now, last_error=None))
         return len(parked)
 
+    def _waiting_later(self, now: dt.datetime, table_ids: Sequence[int] | None):  # noqa: ANN202 - a where clause
+        j, p = s.merge_jobs, s.partitions
+        where = sa.and_(j.c.ongoing_mark == 0, j.c.schedule_time > now)
+        if table_ids is not None:
+            where = sa.and_(where, j.c.partition_id.in_(sa.select(p.c.id).where(p.c.table_id.in_(list(table_ids)))))
+        return where
+
+    def advance_merge_jobs(self, now: dt.datetime, table_ids: Sequence[int] | None = None) -> int:
+        """Make every waiting job scheduled after `now` (merge interval, retry backoff) due at `now`."""
+        with self._tx() as c:
+            return c.execute(s.merge_jobs.update().where(self._waiting_later(now, table_ids))
+                             .values(schedule_time=now)).rowcount
+
+    def scheduled_merge_jobs(self, now: dt.datetime, table_ids: Sequence[int] | None = None
+                             ) -> tuple[int, dt.datetime | None]:
+        """Waiting jobs not due yet at `now`: how many, and when the first falls due."""
+        j = s.merge_jobs
+        with self._tx() as c:
+            count, first = c.execute(sa.select(sa.func.count(), sa.func.min(j.c.schedule_time))
+                                     .where(self._waiting_later(now, table_ids))).one()
+        return count, first
+
     # --- reporting ---------------------------------------------------------------------------------
 
     def merge_log(self, partition_id: int | None = None, limit: int | None = None) -> list[dict]:
@@ -366,8 +417,11 @@ class MergeQueue:
             rows = [row._asdict() for row in c.execute(query)]
         return sorted(rows, key=lambda row: row["id"])
 
-    def merge_status(self, now: dt.datetime, timeout: float) -> list[dict]:
-        """Per live table: partitions by state, unmerged small objects, jobs by state, parked errors."""
+    def merge_status(self, now: dt.datetime, timeout: float, local: LocalHost | None = None) -> list[dict]:
+        """Per live table: partitions by state, unmerged small objects, jobs by state, parked errors.
+
+        A running job is stale once its heartbeat is older than `timeout`, or (with `local`) at once when
+        its process on this host is gone."""
         t, p, so, r, j = s.tables, s.partitions, s.small_objects, s.merge_ranges, s.merge_jobs
         stale_before = now - dt.timedelta(seconds=timeout)
         with self._tx() as c:
@@ -406,7 +460,8 @@ class MergeQueue:
                         entry["oldest_unmerged_age_seconds"] = max(0.0, (now - oldest).total_seconds())
             jobs = c.execute(
                 sa.select(p.c.table_id, p.c.partition_date, j.c.id, j.c.ongoing_mark, j.c.schedule_time,
-                          j.c.heartbeat_time, j.c.continued_from, j.c.attempts, j.c.last_error)
+                          j.c.heartbeat_time, j.c.continued_from, j.c.attempts, j.c.last_error, j.c.owner_host,
+                          j.c.owner_pid)
                 .select_from(j.join(p, j.c.partition_id == p.c.id)).order_by(j.c.id)
             ).all()
             for job in jobs:
@@ -418,7 +473,8 @@ class MergeQueue:
                     entry["failed_jobs"].append({"job_id": job.id, "date": job.partition_date.isoformat(),
                                                  "attempts": job.attempts, "error": job.last_error})
                 elif job.ongoing_mark > 0:
-                    kind = "running" if job.heartbeat_time and job.heartbeat_time >= stale_before else "stale"
+                    fresh = job.heartbeat_time and job.heartbeat_time >= stale_before
+                    kind = "running" if fresh and not (local and local.holds_dead_claim(job)) else "stale"
                 elif job.continued_from is not None:
                     kind = "continuing"
                 else:

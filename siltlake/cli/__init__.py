@@ -375,38 +375,64 @@ def print_merge_report(report: MergeReport) -> None:
                       highlight=False)
 
 
+def print_merge_schedule(scheduled: int, next_due, now) -> None:  # noqa: ANN001 - naive UTC datetimes
+    """After `merge --once`: the jobs left for later, so "0 jobs" right after a stream is not a riddle."""
+    if not scheduled:
+        console.print("no merge jobs scheduled for later", highlight=False)
+        return
+    console.print(f"{scheduled} jobs scheduled for later (merge_interval or retry backoff), next due "
+                  f"{next_due:%Y-%m-%d %H:%M:%S} UTC (in {_age((next_due - now).total_seconds())}); "
+                  "`silt merge --once --now` merges them now", highlight=False)
+
+
 @main.command()
 @click.option("--once", is_flag=True, help="Run every due job (and the jobs they continue into), then exit.")
+@click.option("--now", "now_text", is_flag=False, flag_value="", default=None, metavar="[TIME]",
+              help="With --once. Alone: first make every scheduled job due now (jobs wait merge_interval after a "
+                   "partition's first object, failed ones their retry backoff), so this run merges them. With an "
+                   "ISO-8601 TIME: run as if it were that time, as publish --now (e.g. 2018-08-24T02:00:00Z).")
 @click.option("--slots", type=int, default=None, help="Jobs run at once (default: merge.slots).")
 @click.option("--table", "table_name", default=None, help="Only this table's jobs (schema.table).")
 @click.option("--retry-failed", is_flag=True, help="First put parked (failed) jobs back in the queue.")
 @click.option("--json", "as_json", is_flag=True, help="With --once: print the report as JSON on stdout.")
 @click.pass_context
 @friendly
-def merge(context: click.Context, once: bool, slots: int | None, table_name: str | None, retry_failed: bool,
-          as_json: bool) -> None:
+def merge(context: click.Context, once: bool, now_text: str | None, slots: int | None, table_name: str | None,
+          retry_failed: bool, as_json: bool) -> None:
     """Merge each day's small objects into a few large ones: the merge job queue's worker."""
     from siltlake.clock import utcnow
     from siltlake.merge import MergeWorker
 
+    if now_text is not None and not once:
+        raise click.UsageError("--now works with --once")
+    now = parse_now(now_text) if now_text else None
+    clock = (lambda: now) if now is not None else utcnow
     deployment = deployment_of(context)
     deployment.catalog.check_ready()
     table_ids = [deployment.catalog.get_table(table_name).id] if table_name else None
     if retry_failed:
         count = 0
         for table_id in table_ids or [None]:
-            count += deployment.catalog.retry_parked_jobs(utcnow(), table_id)
+            count += deployment.catalog.retry_parked_jobs(clock(), table_id)
         console.print(f"{count} parked jobs queued again")
     if slots is not None and slots < 1:
         raise click.BadParameter("must be at least 1", param_hint="--slots")
     if once:
+        if now_text == "":
+            advanced = deployment.catalog.advance_merge_jobs(clock(), table_ids)
+            console.print(f"{advanced} scheduled jobs made due now", highlight=False)
         with progress_bar() as bar:
-            worker = MergeWorker(deployment, slots=slots, table_ids=table_ids, progress=_RichMergeProgress(bar))
+            worker = MergeWorker(deployment, slots=slots, table_ids=table_ids, progress=_RichMergeProgress(bar),
+                                 clock=clock)
             report = worker.run(once=True)
+        finished_at = clock()
+        scheduled, next_due = deployment.catalog.scheduled_merge_jobs(finished_at, table_ids)
         if as_json:
-            out.print_json(json.dumps(report.__dict__, default=str))
+            out.print_json(json.dumps({**report.__dict__, "scheduled": scheduled, "next_due": next_due},
+                                      default=str))
         else:
             print_merge_report(report)
+            print_merge_schedule(scheduled, next_due, finished_at)
         if report.failed:
             sys.exit(1)
         return
@@ -470,10 +496,11 @@ def status(context: click.Context, fmt: str) -> None:
     from dataclasses import asdict
 
     from siltlake.clock import utcnow
+    from siltlake.merge.runner import local_host
 
     deployment = deployment_of(context)
     deployment.catalog.check_ready()
-    rows = deployment.catalog.merge_status(utcnow(), deployment.config.merge.job_timeout)
+    rows = deployment.catalog.merge_status(utcnow(), deployment.config.merge.job_timeout, local_host())
     failing = deployment.catalog.failing_staging_objects()
     if fmt == "json":
         write_json({"tables": rows, "failing_staging_objects": [asdict(f) for f in failing]})

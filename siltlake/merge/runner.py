@@ -2,7 +2,8 @@
 
 A worker holds up to `slots` jobs at once. Each batch of claimed jobs runs as one Spark stage with one
 task per job plan, so hundreds of due partitions cost one stage, not hundreds of Spark jobs. A heartbeat
-thread keeps the claims fresh; a job whose worker dies is taken over by another after merge.job_timeout.
+thread keeps the claims fresh; a job whose worker dies is taken over by another after merge.job_timeout,
+or at once by a worker on the same host, which sees that the claim's process is gone.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from siltlake.catalog.merge_queue import ClaimedJob, JobOutcome, LostMergeJob, MergeConflict, RangeWrite
+from siltlake.catalog.merge_queue import ClaimedJob, JobOutcome, LocalHost, LostMergeJob, MergeConflict, RangeWrite
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.errors import SiltError
@@ -66,6 +68,45 @@ def default_owner() -> str:
     return f"{socket.gethostname()[:32]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
+def _proc_text(path: str) -> str:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return ""
+
+
+def claim_host() -> str:
+    """This host as merge claims record it: the host name, the boot and the pid namespace (where Linux shows
+    them). Two processes compare pids only when all three match: two machines may share a name, and
+    containers may share a machine and a name but not their process ids."""
+    boot = _proc_text("/proc/sys/kernel/random/boot_id")
+    try:
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        namespace = ""
+    return " ".join(part for part in (socket.gethostname()[:64], boot, namespace) if part)
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process `pid` of this host still runs (a zombie has exited). Unsure means yes: such claims
+    wait out merge.job_timeout as before."""
+    if pid <= 0:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # PermissionError: it runs, as another user
+        return True
+    state = _proc_text(f"/proc/{pid}/stat").rsplit(")", 1)[-1].split()
+    return not state or state[0] not in ("Z", "X")
+
+
+def local_host() -> LocalHost:
+    """This process as the catalog's claims and status see it."""
+    return LocalHost(claim_host(), os.getpid(), process_alive)
+
+
 class MergeWorker:
     """Runs merge jobs of one deployment. Thread-safe to stop from another thread (stop event)."""
 
@@ -76,6 +117,7 @@ class MergeWorker:
         self.catalog = deployment.catalog
         self.settings = deployment.config.merge
         self.owner = owner or default_owner()
+        self.local = local_host()
         self.slots = slots or self.settings.slots
         self.clock = clock
         self.progress = progress or MergeProgress()
@@ -236,7 +278,7 @@ class MergeWorker:
     def claim(self, limit: int) -> list[ClaimedJob]:
         claimed = self.catalog.claim_merge_jobs(
             self.owner, limit=limit, now=self.clock(), timeout=self.settings.job_timeout,
-            per_table_limit=self.settings.per_table_limit, table_ids=self.table_ids)
+            per_table_limit=self.settings.per_table_limit, table_ids=self.table_ids, local=self.local)
         with self._lock:
             for job in claimed:
                 self._held[job.id] = job

@@ -177,11 +177,14 @@ def prepare_delete(deployment: Deployment, name: str, partition_date: dt.date, w
     from pyspark.errors import AnalysisException
     from pyspark.sql import functions as F
 
+    from siltlake.read.sandbox import check_expression
+
     started = time.monotonic()
     record, base = _record_and_base(deployment, name, partition_date)
     frame = _base_frame(deployment.spark(), deployment, record, base)
     try:
         # Parsed on its own: pasted into a larger expression, "a = 1) OR (true" would balance and match every row.
+        check_expression(deployment.spark(), where)  # before Spark analyses or runs any of it
         matching = F.coalesce(F.expr(where), F.lit(False))
         # One scan counts both; the rows are read again only if something is to be deleted.
         totals = frame.select(F.count(F.lit(1)).alias("rows"), F.count(F.when(matching, 1)).alias("matched"))

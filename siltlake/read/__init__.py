@@ -12,6 +12,7 @@ from sqlglot import exp
 
 from siltlake.deployment import Deployment
 from siltlake.errors import NotFoundError, SiltError
+from siltlake.read.sandbox import check_query
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -113,4 +114,6 @@ def sql(spark: SparkSession, query: str, deployment: Deployment | None = None) -
         except NotFoundError:
             raise SiltError(f"no table {qualified}; `silt table list` shows the tables") from None
         node.replace(exp.to_table(_view_name(node.db, node.name)).as_(node.alias_or_name))
-    return spark.sql(tree.sql(dialect="spark"))
+    rendered = tree.sql(dialect="spark")
+    check_query(spark, rendered)  # the text Spark runs, parsed by Spark: it reads the tables and nothing else
+    return spark.sql(rendered)
