@@ -7,6 +7,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
@@ -129,17 +130,30 @@ class Catalog(MergeQueue, Publishing, ExternalSync, Reaping):
     def __init__(self, url: str, *, echo: bool = False) -> None:
         self.url = normalise_url(url)
         self.dialect = "postgresql" if self.url.startswith("postgresql") else "sqlite"
-        if self.dialect == "sqlite" and self.url != "sqlite:///:memory:":
-            Path(self.url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+        self.sqlite_file = (Path(self.url[len("sqlite:///"):])
+                            if self.dialect == "sqlite" and self.url != "sqlite:///:memory:" else None)
         options: dict = {"echo": echo, "future": True}
         if self.dialect == "postgresql":
             options.update(pool_pre_ping=True, pool_size=4, max_overflow=4)
-        self.engine = sa.create_engine(self.url, **options)
+        engine_url = self.url
+        if self.sqlite_file is not None:
+            # mode=rw: only upgrade() (silt init) creates the file; any other command on a deployment
+            # that has none fails instead of leaving an empty catalog.db (and its directory) behind.
+            engine_url = f"sqlite:///file:{quote(str(self.sqlite_file))}?mode=rw&uri=true"
+        self.engine = sa.create_engine(engine_url, **options)
         if self.dialect == "sqlite":
             _sqlite_setup(self.engine)
 
     def __repr__(self) -> str:
+        if self.sqlite_file is not None:
+            return f"Catalog(sqlite:///{self.sqlite_file})"
         return f"Catalog({self.engine.url.render_as_string(hide_password=True)})"
+
+    def _not_initialised(self) -> CatalogError:
+        if self.sqlite_file is not None and not self.sqlite_file.exists():
+            return CatalogError(f"there is no catalog at {self.sqlite_file} (not initialised): run `silt init` "
+                                "first (in the deployment's directory, or with its --config)")
+        return CatalogError(f"the catalog at {self!r} is not initialised; run `silt init` first")
 
     def close(self) -> None:
         self.engine.dispose()
@@ -158,6 +172,11 @@ class Catalog(MergeQueue, Publishing, ExternalSync, Reaping):
         """Create or upgrade the catalog schema through the Alembic migrations."""
         from alembic import command
 
+        if self.sqlite_file is not None and not self.sqlite_file.exists():
+            import sqlite3
+
+            self.sqlite_file.parent.mkdir(parents=True, exist_ok=True)
+            sqlite3.connect(self.sqlite_file).close()  # creates the file the engine opens with mode=rw
         with self.engine.begin() as connection:
             command.upgrade(self._alembic_config(connection), revision)
 
@@ -187,10 +206,9 @@ class Catalog(MergeQueue, Publishing, ExternalSync, Reaping):
             with self.engine.begin() as connection:
                 yield connection
         except (OperationalError, ProgrammingError) as exc:
-            if "no such table" in str(exc) or "does not exist" in str(exc):
-                raise CatalogError(
-                    f"the catalog at {self!r} is not initialised; run `silt init` first"
-                ) from None
+            if ("no such table" in str(exc) or "does not exist" in str(exc)
+                    or (self.sqlite_file is not None and not self.sqlite_file.exists())):
+                raise self._not_initialised() from None
             raise
 
     @contextmanager
@@ -210,9 +228,11 @@ class Catalog(MergeQueue, Publishing, ExternalSync, Reaping):
         try:
             current = self.revision()
         except OperationalError as exc:
+            if self.sqlite_file is not None and not self.sqlite_file.exists():
+                raise self._not_initialised() from None
             raise CatalogUnreachable(f"cannot open the catalog {self!r}: {exc.orig}") from None
         if current is None:
-            raise CatalogError(f"the catalog at {self!r} is not initialised; run `silt init` first")
+            raise self._not_initialised()
         if current != self.head_revision():
             raise CatalogError(
                 f"the catalog schema is at revision {current}, this siltlake needs {self.head_revision()}; "

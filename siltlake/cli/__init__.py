@@ -5,48 +5,71 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import signal
 import sys
 import threading
 from collections.abc import Callable
 from functools import wraps
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from siltlake.config import load_config
-from siltlake.deployment import Deployment
-from siltlake.errors import SiltError
-from siltlake.merge import MergeProgress, MergeReport
-from siltlake.stream import Progress as StreamProgress
-from siltlake.stream import StreamReport
+from siltlake.errors import DEBUG_VARIABLE
+
+# Only what `silt --help` needs is imported here; the commands import the rest (pandas, pyarrow, pyspark,
+# SQLAlchemy and Alembic cost about a second of CPU at start-up).
+if TYPE_CHECKING:
+    from siltlake.deployment import Deployment
+    from siltlake.merge import MergeReport
+    from siltlake.stream import StreamReport
 
 console = Console(stderr=True)
 out = Console()
 
 
 def friendly(command: Callable) -> Callable:
-    """Show SiltError messages without a traceback and exit with status 2."""
+    """End a command's failure in one line on stderr, exit 2 if the user can fix it and 1 if it is a bug;
+    with --debug (or SILTLAKE_DEBUG=1) the full trace comes first."""
 
     @wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return command(*args, **kwargs)
-        except SiltError as exc:
-            console.print(f"[bold red]error:[/] {exc}", highlight=False)
-            sys.exit(2)
+        except (click.ClickException, click.exceptions.Abort, click.exceptions.Exit):
+            raise  # usage errors and Ctrl-C at a prompt: click reports them
+        except Exception as exc:
+            fail(exc)
 
     return wrapper
+
+
+def fail(exc: Exception) -> None:
+    from siltlake.cli.failures import describe, print_trace
+    from siltlake.errors import debug_enabled
+
+    context = click.get_current_context(silent=True)
+    state = context.find_root().obj if context is not None else None
+    deployment = state.get("deployment") if isinstance(state, dict) else None
+    failure = describe(exc, repr(deployment.catalog) if deployment is not None else None)
+    if debug_enabled():
+        print_trace(exc)
+    console.print(f"[bold red]error:[/] {escape(failure.message)}", highlight=False, soft_wrap=True)
+    sys.exit(failure.status)
 
 
 def deployment_of(context: click.Context) -> Deployment:
     root = context.find_root()
     state = root.obj
     if "deployment" not in state:
+        from siltlake.config import load_config
+        from siltlake.deployment import Deployment
+
         state["deployment"] = Deployment.open(load_config(state.get("config")))
         # Commands run in-process (the demos) would otherwise keep catalog connections until a gc cycle.
         root.call_on_close(state["deployment"].close)
@@ -56,10 +79,14 @@ def deployment_of(context: click.Context) -> Deployment:
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--config", "-c", type=click.Path(dir_okay=False), default=None,
               help="Configuration file (default: $SILTLAKE_CONFIG or ./siltlake.toml, else built-in defaults).")
+@click.option("--debug", is_flag=True, help=f"On failure print the full trace (Python, and Java for Spark errors) "
+              f"and Spark's error log; ${DEBUG_VARIABLE}=1 does the same.")
 @click.version_option(package_name="siltlake")
 @click.pass_context
-def main(context: click.Context, config: str | None) -> None:
+def main(context: click.Context, config: str | None, debug: bool) -> None:
     """siltlake: small log batches in, date-partitioned Parquet tables out."""
+    if debug:
+        os.environ[DEBUG_VARIABLE] = "1"  # Spark sessions started later read it too
     context.obj = {"config": config}
 
 
@@ -214,7 +241,9 @@ def table_drop(context: click.Context, name: str, yes: bool) -> None:
 
 # --- stream -------------------------------------------------------------------------------------
 
-class _RichProgress(StreamProgress):
+class _RichProgress:
+    """A stream progress (siltlake.stream.Progress) on a rich bar."""
+
     def __init__(self, progress: Progress, label: str) -> None:
         self.progress = progress
         self.label = label
@@ -305,8 +334,9 @@ def stream(context: click.Context, once: bool, interval: float | None, as_json: 
 
 # --- merge and status ------------------------------------------------------------------------------
 
-class _RichMergeProgress(MergeProgress):
-    """A bar whose total grows as jobs are claimed (continuing jobs add to it)."""
+class _RichMergeProgress:
+    """A merge progress (siltlake.merge.MergeProgress) on a bar whose total grows as jobs are claimed
+    (continuing jobs add to it)."""
 
     def __init__(self, progress: Progress) -> None:
         self.progress = progress
