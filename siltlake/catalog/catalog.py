@@ -24,6 +24,9 @@ from siltlake.storage import TableLayout
 from siltlake.tabledef import Column, TableDef, check_identifier
 
 MIGRATIONS = Path(__file__).with_name("migrations")
+# The newest migration's revision (tests check it against Alembic's head): check_ready() compares it with
+# the catalog's without importing Alembic, which would double a read-only command's start-up time.
+HEAD_REVISION = "0005"
 
 
 @dataclass(frozen=True)
@@ -160,7 +163,7 @@ class Catalog(MergeQueue, Publishing, ExternalSync, Reaping):
 
     # --- schema management -------------------------------------------------------------------
 
-    def _alembic_config(self, connection: Connection):
+    def _alembic_config(self, connection: Connection | None):
         from alembic.config import Config as AlembicConfig
 
         config = AlembicConfig()
@@ -187,16 +190,16 @@ class Catalog(MergeQueue, Publishing, ExternalSync, Reaping):
             command.downgrade(self._alembic_config(connection), revision)
 
     def revision(self) -> str | None:
-        from alembic.runtime.migration import MigrationContext
-
+        """The catalog schema's revision (Alembic's version table), None before `silt init`."""
         with self.engine.connect() as connection:
-            return MigrationContext.configure(connection).get_current_revision()
+            if not sa.inspect(connection).has_table("alembic_version"):
+                return None
+            return connection.execute(sa.text("SELECT version_num FROM alembic_version")).scalar()
 
     def head_revision(self) -> str:
         from alembic.script import ScriptDirectory
 
-        with self.engine.connect() as connection:
-            head = ScriptDirectory.from_config(self._alembic_config(connection)).get_current_head()
+        head = ScriptDirectory.from_config(self._alembic_config(None)).get_current_head()  # no connection needed
         assert head is not None
         return head
 
@@ -233,9 +236,9 @@ class Catalog(MergeQueue, Publishing, ExternalSync, Reaping):
             raise CatalogUnreachable(f"cannot open the catalog {self!r}: {exc.orig}") from None
         if current is None:
             raise self._not_initialised()
-        if current != self.head_revision():
+        if current != HEAD_REVISION:
             raise CatalogError(
-                f"the catalog schema is at revision {current}, this siltlake needs {self.head_revision()}; "
+                f"the catalog schema is at revision {current}, this siltlake needs {HEAD_REVISION}; "
                 "run `silt init` to upgrade it"
             )
 

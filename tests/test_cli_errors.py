@@ -1,0 +1,130 @@
+"""A failing `silt` command ends in one line naming what failed and where: exit 2 when the user can fix it,
+1 for a bug; `--debug` (or SILTLAKE_DEBUG=1) adds the full trace. Real `silt` processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from siltlake.catalog import schema as s
+
+from .conftest import ACCESS_TABLE
+from .processes import run_silt, silt_env
+
+DAY_DIR = "2026/11/20"
+
+
+def error_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("error:")]
+
+
+def assert_one_line(result: subprocess.CompletedProcess[str], status: int) -> str:
+    """The command exited with `status`, its stderr has one `error:` line and no Python or Java trace."""
+    assert result.returncode == status, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    assert "at org.apache" not in result.stderr and "at java." not in result.stderr, result.stderr
+    (line,) = error_lines(result.stderr)
+    return line
+
+
+def deployment_with_table(tmp_path: Path, url: str | None = None) -> dict[str, str]:
+    env = silt_env(tmp_path, url or f"sqlite:///{tmp_path / 'catalog.db'}")
+    table_file = tmp_path / "access.yaml"
+    table_file.write_text(json.dumps(ACCESS_TABLE))  # YAML reads JSON
+    for args in (("init",), ("table", "create", str(table_file))):
+        result = run_silt(env, *args)
+        assert result.returncode == 0, result.stderr
+    return env
+
+
+def stage(tmp_path: Path, name: str, times: list[str]) -> Path:
+    path = tmp_path / "staging" / "fluentd01.web.access" / DAY_DIR / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps({"time": time, "user_id": 1, "action": "view"}) + "\n" for time in times))
+    return path
+
+
+@pytest.mark.spark
+def test_sql_over_a_small_object_deleted_behind_the_catalogs_back_fails_in_one_line(tmp_path: Path) -> None:
+    env = deployment_with_table(tmp_path)
+    stage(tmp_path, "batch-0001.json", ["2026-11-20T01:00:00Z", "2026-11-20T02:00:00Z"])
+    for args in (("stream", "--once"), ("publish", "--once")):
+        result = run_silt(env, *args)
+        assert result.returncode == 0, result.stderr
+    (small_object,) = (tmp_path / "lake").rglob("obj-*.parquet")
+    small_object.unlink()
+
+    result = run_silt(env, "sql", "select count(*) from web.access")
+    line = assert_one_line(result, 2)
+    assert len(result.stderr.strip().splitlines()) <= 3, result.stderr
+    assert small_object.name in line and "missing" in line and "restore it" in line, line
+
+    debug = run_silt(env, "--debug", "sql", "select count(*) from web.access")
+    assert debug.returncode == 2, debug.stderr
+    assert "Traceback (most recent call last)" in debug.stderr, debug.stderr
+    assert "at org.apache.spark" in debug.stderr, "the JVM's trace too"
+    assert error_lines(debug.stderr)[-1] == line
+
+
+@pytest.mark.spark
+def test_stream_once_into_an_unwritable_lake_fails_in_one_line(tmp_path: Path) -> None:
+    env = deployment_with_table(tmp_path)
+    stage(tmp_path, "batch-0001.json", ["2026-11-20T01:00:00Z"])
+    # Tests run as root, whom file permissions do not stop: the lake root becomes a regular file instead.
+    lake = tmp_path / "lake"
+    shutil.rmtree(lake)
+    lake.write_text("not a directory\n")
+
+    result = run_silt(env, "stream", "--once")
+    line = assert_one_line(result, 2)
+    assert str(lake) in line and "not a directory" in line, line
+    assert "staging objects" in result.stderr, "the progress so far is shown"
+
+
+def test_an_unexpected_error_exits_1_in_one_line_and_debug_shows_its_trace(tmp_path: Path) -> None:
+    """A table definition in the catalog that siltlake cannot parse (an edit by hand, a corrupted row)."""
+    env = deployment_with_table(tmp_path)
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'catalog.db'}")
+    with engine.begin() as connection:
+        connection.execute(s.tables.update().values(definition='{"schema": "web", "name": 42}'))
+    engine.dispose()
+
+    line = assert_one_line(run_silt(env, "table", "list"), 1)
+    assert line.startswith("error: unexpected ValidationError") and "rerun with --debug" in line, line
+
+    debug = run_silt({**env, "SILTLAKE_DEBUG": "1"}, "table", "list")
+    assert debug.returncode == 1
+    assert "Traceback (most recent call last)" in debug.stderr and "TableDef" in debug.stderr, debug.stderr
+
+
+def test_an_unreachable_catalog_fails_in_one_line(tmp_path: Path) -> None:
+    env = silt_env(tmp_path, "postgresql+psycopg://postgres@127.0.0.1:9/nowhere")  # port 9: nothing listens
+    line = assert_one_line(run_silt(env, "table", "list"), 2)
+    assert "127.0.0.1" in line and "catalog" in line, line
+
+
+def silt_in(directory: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`silt` run in a directory, with no configuration but the defaults (a catalog under ./.siltlake)."""
+    env = {name: value for name, value in os.environ.items() if not name.startswith("SILTLAKE_")}
+    return subprocess.run([sys.executable, "-m", "siltlake.cli", *args], cwd=directory, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("args", [("status",), ("table", "list"), ("history", "web.access"), ("unknown", "list")])
+def test_read_only_commands_in_an_empty_directory_create_nothing(tmp_path: Path, args: tuple[str, ...]) -> None:
+    result = silt_in(tmp_path, *args)
+    assert list(tmp_path.iterdir()) == [], "nothing is created"
+    line = assert_one_line(result, 2)
+    assert f"no catalog at {tmp_path / '.siltlake' / 'catalog.db'}" in line and "run `silt init`" in line, line
+
+    init = silt_in(tmp_path, "init")
+    assert init.returncode == 0, init.stderr
+    assert (tmp_path / ".siltlake" / "catalog.db").is_file()
+    assert silt_in(tmp_path, "status").returncode == 0
