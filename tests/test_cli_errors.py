@@ -106,8 +106,11 @@ def test_an_unexpected_error_exits_1_in_one_line_and_debug_shows_its_trace(tmp_p
 
 def test_an_unreachable_catalog_fails_in_one_line(tmp_path: Path) -> None:
     env = silt_env(tmp_path, "postgresql+psycopg://postgres@127.0.0.1:9/nowhere")  # port 9: nothing listens
-    line = assert_one_line(run_silt(env, "table", "list"), 2)
-    assert "127.0.0.1" in line and "catalog" in line, line
+    for args in (("status",), ("table", "list")):  # a SiltError from check_ready, SQLAlchemy's own error
+        result = run_silt(env, *args)
+        line = assert_one_line(result, 2)
+        assert "127.0.0.1" in line and "catalog" in line, line
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
 def silt_in(directory: Path, *args: str) -> subprocess.CompletedProcess[str]:
