@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from siltlake.catalog import schema as s
 
 from .conftest import ACCESS_TABLE
-from .processes import run_silt, silt_env
+from .processes import SiltProcess, run_silt, silt_env, wait_until
 
 DAY_DIR = "2026/11/20"
 
@@ -86,6 +86,26 @@ def test_stream_once_into_an_unwritable_lake_fails_in_one_line(tmp_path: Path) -
     line = assert_one_line(result, 2)
     assert str(lake) in line and "not a directory" in line, line
     assert "staging objects" in result.stderr, "the progress so far is shown"
+
+
+@pytest.mark.spark
+def test_the_stream_daemon_reports_each_failed_round_in_one_line_and_retries(tmp_path: Path) -> None:
+    env = deployment_with_table(tmp_path)
+    stage(tmp_path, "batch-0001.json", ["2026-11-20T01:00:00Z"])
+    lake = tmp_path / "lake"
+    shutil.rmtree(lake)
+    lake.write_text("not a directory\n")
+
+    daemon = SiltProcess(tmp_path, "stream", env, "stream", "--interval", "1")
+    try:
+        wait_until(lambda: daemon.err.read_text().count("stream round failed") >= 2, [daemon], 300,
+                   "two failed rounds")
+    finally:
+        daemon.kill()
+    stderr = daemon.err.read_text()
+    assert "Traceback" not in stderr and "at org.apache" not in stderr, stderr
+    failures = [line for line in stderr.splitlines() if "stream round failed" in line]
+    assert all(str(lake) in line and "retrying in" in line for line in failures), stderr
 
 
 def test_an_unexpected_error_exits_1_in_one_line_and_debug_shows_its_trace(tmp_path: Path) -> None:

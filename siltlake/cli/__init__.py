@@ -63,6 +63,21 @@ def fail(exc: Exception) -> None:
     sys.exit(failure.status)
 
 
+def retrying(what: str, to: Console = console) -> Callable[[Exception, float], None]:
+    """A daemon's on_error: each failed round in one line (the trace too with --debug); the loop retries."""
+
+    def on_error(exc: Exception, wait: float) -> None:
+        from siltlake.cli.failures import describe, print_trace
+        from siltlake.errors import debug_enabled
+
+        if debug_enabled():
+            print_trace(exc)
+        to.print(f"[red]{what}[/] ({escape(describe(exc).message)}); retrying in {wait:.0f}s", highlight=False,
+                 soft_wrap=True)
+
+    return on_error
+
+
 def deployment_of(context: click.Context) -> Deployment:
     root = context.find_root()
     state = root.obj
@@ -323,9 +338,7 @@ def stream(context: click.Context, once: bool, interval: float | None, as_json: 
     try:
         stream_forever(
             deployment, stop, lambda report: print_stream_report(report, deployment.staging.root), interval,
-            on_error=lambda exc, wait: console.print(
-                f"[red]stream round failed[/] ({type(exc).__name__}: {exc}); retrying in {wait:.0f}s",
-                highlight=False),
+            on_error=retrying("stream round failed"),
         )
     except KeyboardInterrupt:
         stop.set()
@@ -418,8 +431,7 @@ def merge(context: click.Context, once: bool, slots: int | None, table_name: str
             print_merge_report(report)
 
     try:
-        worker.run(stop, on_round=on_round, on_error=lambda exc, wait: console.print(
-            f"[red]catalog unreachable[/] ({type(exc).__name__}: {exc}); retrying in {wait:.0f}s", highlight=False))
+        worker.run(stop, on_round=on_round, on_error=retrying("catalog unreachable"))
     except KeyboardInterrupt:
         stop.set()
     on_round(worker.report)  # jobs finished since the last report
@@ -524,9 +536,7 @@ def publish(context: click.Context, once: bool, now_text: str | None, interval: 
     console.print(f"publishing every {wait:g}s; Ctrl-C stops")
     try:
         poll_forever(lambda: publish_once(deployment, now=now), stop, wait, print_publish_report,
-                     on_error=lambda exc, backoff: console.print(
-                         f"[red]publish run failed[/] ({type(exc).__name__}: {exc}); retrying in {backoff:.0f}s",
-                         highlight=False))
+                     on_error=retrying("publish run failed"))
     except KeyboardInterrupt:
         stop.set()
     console.print("stopped")
