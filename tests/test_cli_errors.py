@@ -34,8 +34,9 @@ def assert_one_line(result: subprocess.CompletedProcess[str], status: int) -> st
     return line
 
 
-def deployment_with_table(tmp_path: Path, url: str | None = None) -> dict[str, str]:
-    env = silt_env(tmp_path, url or f"sqlite:///{tmp_path / 'catalog.db'}")
+def deployment_with_table(tmp_path: Path) -> dict[str, str]:
+    env = silt_env(tmp_path, f"sqlite:///{tmp_path / 'catalog.db'}")
+    env.pop("SILTLAKE_DEBUG", None)  # the one-line output is what is tested
     table_file = tmp_path / "access.yaml"
     table_file.write_text(json.dumps(ACCESS_TABLE))  # YAML reads JSON
     for args in (("init",), ("table", "create", str(table_file))):
@@ -126,6 +127,7 @@ def test_an_unexpected_error_exits_1_in_one_line_and_debug_shows_its_trace(tmp_p
 
 def test_an_unreachable_catalog_fails_in_one_line(tmp_path: Path) -> None:
     env = silt_env(tmp_path, "postgresql+psycopg://postgres@127.0.0.1:9/nowhere")  # port 9: nothing listens
+    env.pop("SILTLAKE_DEBUG", None)
     for args in (("status",), ("table", "list")):  # a SiltError from check_ready, SQLAlchemy's own error
         result = run_silt(env, *args)
         line = assert_one_line(result, 2)

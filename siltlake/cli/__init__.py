@@ -49,16 +49,21 @@ def friendly(command: Callable) -> Callable:
     return wrapper
 
 
-def fail(exc: Exception) -> None:
+def described(exc: Exception, catalog: str | None = None):  # noqa: ANN201 - a cli.failures.Failure
+    """What to say about a failure; with --debug its full trace goes to stderr first."""
     from siltlake.cli.failures import describe, print_trace
     from siltlake.errors import debug_enabled
 
+    if debug_enabled():
+        print_trace(exc)
+    return describe(exc, catalog)
+
+
+def fail(exc: Exception) -> None:
     context = click.get_current_context(silent=True)
     state = context.find_root().obj if context is not None else None
     deployment = state.get("deployment") if isinstance(state, dict) else None
-    failure = describe(exc, repr(deployment.catalog) if deployment is not None else None)
-    if debug_enabled():
-        print_trace(exc)
+    failure = described(exc, repr(deployment.catalog) if deployment is not None else None)
     console.print(f"[bold red]error:[/] {escape(failure.message)}", highlight=False, soft_wrap=True)
     sys.exit(failure.status)
 
@@ -67,12 +72,7 @@ def retrying(what: str, to: Console = console) -> Callable[[Exception, float], N
     """A daemon's on_error: each failed round in one line (the trace too with --debug); the loop retries."""
 
     def on_error(exc: Exception, wait: float) -> None:
-        from siltlake.cli.failures import describe, print_trace
-        from siltlake.errors import debug_enabled
-
-        if debug_enabled():
-            print_trace(exc)
-        to.print(f"[red]{what}[/] ({escape(describe(exc).message)}); retrying in {wait:.0f}s", highlight=False,
+        to.print(f"[red]{what}[/] ({escape(described(exc).message)}); retrying in {wait:.0f}s", highlight=False,
                  soft_wrap=True)
 
     return on_error
