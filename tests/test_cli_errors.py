@@ -14,6 +14,7 @@ import pytest
 import sqlalchemy as sa
 
 from siltlake.catalog import schema as s
+from siltlake.storage import Storage
 
 from .conftest import ACCESS_TABLE
 from .processes import SiltProcess, run_silt, silt_env, wait_until
@@ -87,6 +88,32 @@ def test_stream_once_into_an_unwritable_lake_fails_in_one_line(tmp_path: Path) -
     line = assert_one_line(result, 2)
     assert str(lake) in line and "not a directory" in line, line
     assert "staging objects" in result.stderr, "the progress so far is shown"
+
+
+@pytest.mark.spark
+def test_stream_once_failing_in_a_later_wave_says_what_the_earlier_waves_committed(tmp_path: Path) -> None:
+    env = silt_env(tmp_path, f"sqlite:///{tmp_path / 'catalog.db'}", stream={"objects_per_wave": 1})
+    env.pop("SILTLAKE_DEBUG", None)
+    other = {**ACCESS_TABLE, "name": "other"}
+    for name, table in (("access", ACCESS_TABLE), ("other", other)):
+        (tmp_path / f"{name}.yaml").write_text(json.dumps(table))
+    for args in (("init",), ("table", "create", str(tmp_path / "access.yaml")),
+                 ("table", "create", str(tmp_path / "other.yaml"))):
+        assert run_silt(env, *args).returncode == 0
+    for table in ("access", "other"):
+        path = tmp_path / "staging" / f"fluentd01.web.{table}" / DAY_DIR / "batch.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps({"time": "2026-11-20T01:00:00Z"}) + "\n"
+                        + json.dumps({"time": "2026-11-20T02:00:00Z"}) + "\n")
+    # Objects are registered, so processed, in listing order: the second one's table is where the run fails.
+    first, second = (info.key.split("/")[0].split(".", 1)[1] for info in Storage(str(tmp_path / "staging")).list())
+    blocked = tmp_path / "lake" / "test0001" / second  # where wave 2's object would be moved to
+    blocked.write_text("not a directory\n")
+
+    line = assert_one_line(run_silt(env, "stream", "--once"), 2)
+    assert str(blocked) in line, line
+    assert line.endswith("this run had committed 1 staging objects (2 records) before it failed"), line
+    assert run_silt(env, "sql", f"select count(*) from {first}").stdout.count(" 2 ") == 1, "wave 1 stays"
 
 
 @pytest.mark.spark

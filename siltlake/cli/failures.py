@@ -123,8 +123,9 @@ def _worker_failure(text: str) -> Failure:
 def describe(exc: BaseException, catalog: str | None = None) -> Failure:
     """The one-line message and exit status for an exception a command did not handle."""
     failure = _describe(exc, catalog)
+    message = "; ".join([failure.message, *getattr(exc, "__notes__", ())])  # notes: what was done before it failed
     # Drivers' messages span lines (psycopg adds "Is the server running...?" on a line of its own).
-    return Failure(" ".join(line.strip() for line in failure.message.splitlines() if line.strip()), failure.status)
+    return Failure(" ".join(line.strip() for line in message.splitlines() if line.strip()), failure.status)
 
 
 def _describe(exc: BaseException, catalog: str | None) -> Failure:
