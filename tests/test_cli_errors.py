@@ -180,3 +180,22 @@ def test_read_only_commands_in_an_empty_directory_create_nothing(tmp_path: Path,
     assert init.returncode == 0, init.stderr
     assert (tmp_path / ".siltlake" / "catalog.db").is_file()
     assert silt_in(tmp_path, "status").returncode == 0
+
+
+def test_file_system_errors_from_python_and_pyarrow_name_the_path_and_what_to_do(tmp_path: Path) -> None:
+    import pyarrow.fs as pafs
+
+    from siltlake.cli.failures import describe
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    target = blocker / "below"
+    with pytest.raises(OSError) as python_error:
+        target.open("w")
+    with pytest.raises(OSError) as arrow_error:
+        pafs.LocalFileSystem().create_dir(str(target), recursive=True)
+    for exc in (python_error.value, arrow_error.value):
+        failure = describe(exc)
+        assert failure.status == 2, failure
+        assert f"({target})" in failure.message and "not a directory" in failure.message, failure
+        assert failure.message.endswith("move it away or point the configuration elsewhere"), failure

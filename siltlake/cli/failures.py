@@ -7,6 +7,7 @@ or Spark unreachable, a bad query); 1 means an unexpected error, a bug worth rep
 from __future__ import annotations
 
 import errno
+import importlib
 import os
 import re
 import sys
@@ -90,9 +91,9 @@ def _spark_failure(exc: BaseException) -> Failure:
     name = type(exc).__name__
     if name == "PythonException" or "An exception was thrown from the Python worker" in text:
         return _worker_failure(text)
-    if _MISSING_FILE.search(text):
-        uri = _URI.search(text)
-        where = uri.group(0).rstrip(".,;:)") if uri else "a data file"
+    uri = _URI.search(text)
+    if uri and _MISSING_FILE.search(text):
+        where = uri.group(0).rstrip(".,;:)")
         return Failure(f"a data file is missing ({where}): it was deleted or moved outside siltlake while the "
                        "catalog still lists it; restore it (from a backup or the storage's versioning), then "
                        "rerun", USER_ERROR)
@@ -105,6 +106,20 @@ def _spark_failure(exc: BaseException) -> Failure:
     return Failure(f"Spark failed ({name}): {line}; rerun with --debug for Spark's trace", USER_ERROR)
 
 
+def _is_silt_error(qualified_name: str) -> bool:
+    """Whether a worker's exception, named module.Class in its traceback, is one of siltlake's SiltErrors."""
+    from siltlake.errors import SiltError
+
+    module, _, name = qualified_name.rpartition(".")
+    if not module.startswith("siltlake"):
+        return False
+    try:
+        kind = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
+        return False
+    return isinstance(kind, type) and issubclass(kind, SiltError)
+
+
 def _worker_failure(text: str) -> Failure:
     """A Python exception in a Spark task: the first one raised (later ones come from clean-up)."""
     found = _WORKER_ERROR.search(text.split("Traceback (most recent call last):", 1)[-1])
@@ -114,7 +129,7 @@ def _worker_failure(text: str) -> Failure:
     if kind in _OS_ERRORS:
         number = re.match(r"\[Errno (\d+)\]", message)
         return _os_failure(kind, int(number.group(1)) if number else None, None, message)
-    if found["type"].startswith("siltlake."):
+    if _is_silt_error(found["type"]):
         return Failure(message, USER_ERROR)
     return Failure(f"unexpected {kind} in a Spark task: {message}; this is a bug: rerun with --debug and "
                    "report the trace", UNEXPECTED)
