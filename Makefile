@@ -53,6 +53,7 @@ bench: prereqs $(VENV)/.installed-dev
 	$(BIN)/python bench/publish_bench.py
 	$(BIN)/python bench/reap_bench.py
 	$(BIN)/python bench/load_bench.py
+	$(BIN)/python bench/cli_startup_bench.py
 
 # The hostile-input properties with many more generated cases than CI's; prints the counts per property.
 FUZZ_EXAMPLES ?= 2000

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from siltlake.errors import ConfigError
+from siltlake.errors import DEBUG_VARIABLE, ConfigError
 from siltlake.tabledef import describe_validation_error, parse_duration
 
 CONFIG_FILE = "siltlake.toml"
@@ -179,7 +179,7 @@ def _env_overrides(environ: dict[str, str]) -> dict[str, Any]:
     """SILTLAKE_CATALOG__URL=... sets catalog.url; SILTLAKE_INSTANCE_KEY sets instance_key."""
     nested: dict[str, Any] = {}
     for name, value in environ.items():
-        if not name.startswith(ENV_PREFIX) or name == ENV_PREFIX + "CONFIG":
+        if not name.startswith(ENV_PREFIX) or name in (ENV_PREFIX + "CONFIG", DEBUG_VARIABLE):
             continue
         path = name[len(ENV_PREFIX):].lower().split("__")
         target = nested

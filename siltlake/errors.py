@@ -1,4 +1,13 @@
-"""Exceptions that carry a message meant for the user."""
+"""Exceptions that carry a message meant for the user, and the switch for full traces."""
+
+import os
+
+DEBUG_VARIABLE = "SILTLAKE_DEBUG"
+
+
+def debug_enabled() -> bool:
+    """`silt --debug` or SILTLAKE_DEBUG=1: show full traces (Python, Java) and Spark's error log."""
+    return os.environ.get(DEBUG_VARIABLE, "").strip().lower() not in ("", "0", "false", "no")
 
 
 class SiltError(Exception):

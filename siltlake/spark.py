@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from siltlake.config import SparkConfig
+from siltlake.errors import debug_enabled
 
 if TYPE_CHECKING:
     from pyspark import RDD
@@ -42,6 +43,12 @@ def _package_zip() -> str:
     return str(target)
 
 
+def spark_log_level() -> str:
+    """Spark's console log level: errors (with their Java traces) only in debug mode, else nothing, as the
+    commands report a failure in one line of their own."""
+    return "ERROR" if debug_enabled() else "OFF"
+
+
 def spark_session(config: SparkConfig, extra: dict[str, str] | None = None) -> SparkSession:
     """Get or create the session for the configured master, with quiet logs and no UI."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -50,7 +57,9 @@ def spark_session(config: SparkConfig, extra: dict[str, str] | None = None) -> S
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.master(config.master).appName(config.app_name)
-    log_config = f"-Dlog4j2.configurationFile={Path(__file__).with_name('log4j2.properties').as_uri()}"
+    log_level = spark_log_level()
+    log_config = (f"-Dlog4j2.configurationFile={Path(__file__).with_name('log4j2.properties').as_uri()} "
+                  f"-Dsiltlake.spark.log.level={log_level}")
     settings = {**QUIET, **config.conf, **(extra or {})}
     # Java options add up: the log configuration stays whatever the user's conf or `extra` (Derby's) pass.
     java_options = "spark.driver.extraJavaOptions"
@@ -60,7 +69,7 @@ def spark_session(config: SparkConfig, extra: dict[str, str] | None = None) -> S
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     context = session.sparkContext
-    context.setLogLevel("ERROR")
+    context.setLogLevel(log_level)
     # Once per context: a later session of the same process shares it, and Spark refuses a second
     # file named siltlake.zip.
     if not context.master.startswith("local") and not getattr(context, "_siltlake_shipped", False):

@@ -5,13 +5,15 @@ from __future__ import annotations
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from siltlake.errors import DefinitionError
+
+if TYPE_CHECKING:  # pyarrow is imported where a schema is built: `silt status` and `--help` never load it
+    import pyarrow as pa
 
 IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}\Z")  # \Z: "$" would let a trailing newline through
 _DECIMAL = re.compile(r"^decimal\((\d{1,2}),\s*(\d{1,2})\)$")
@@ -80,6 +82,8 @@ def decimal_parts(type_name: str) -> tuple[int, int]:
 
 def arrow_type(type_name: str) -> pa.DataType:
     """The Arrow type a column of this siltlake type is stored as."""
+    import pyarrow as pa
+
     simple = {
         "string": pa.string(),
         "json": pa.string(),
@@ -138,6 +142,8 @@ class Column(_Strict):
         return self.source or self.name
 
     def arrow_field(self) -> pa.Field:
+        import pyarrow as pa
+
         return pa.field(self.name, arrow_type(self.type), nullable=self.nullable)
 
     @classmethod
@@ -244,6 +250,8 @@ class TableDef(_Strict):
 
     def arrow_schema(self) -> pa.Schema:
         """Schema of the Parquet objects: the columns in order, the time column never null."""
+        import pyarrow as pa
+
         fields = []
         for column in self.columns:
             field = column.arrow_field()

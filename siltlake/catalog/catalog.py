@@ -9,6 +9,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine, make_url
@@ -33,6 +34,9 @@ from siltlake.storage import TableLayout
 from siltlake.tabledef import Column, TableDef, check_identifier
 
 MIGRATIONS = Path(__file__).with_name("migrations")
+# The newest migration's revision (tests check it against Alembic's head): check_ready() compares it with
+# the catalog's without importing Alembic, which would double a read-only command's start-up time.
+HEAD_REVISION = "0005"
 
 
 @dataclass(frozen=True)
@@ -156,14 +160,19 @@ class Catalog(MergeQueue, Publishing, ExternalSync, Reaping):
     def __init__(self, url: str, *, echo: bool = False, connect_timeout: int | None = None) -> None:
         self.url = normalise_url(url)
         self.dialect = "postgresql" if self.url.startswith("postgresql") else "sqlite"
-        if self.dialect == "sqlite" and self.url != "sqlite:///:memory:":
-            Path(self.url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+        self.sqlite_file = (Path(self.url[len("sqlite:///"):])
+                            if self.dialect == "sqlite" and self.url != "sqlite:///:memory:" else None)
         options: dict = {"echo": echo, "future": True}
         if self.dialect == "postgresql":
             options.update(pool_pre_ping=True, pool_size=4, max_overflow=4)
             if connect_timeout is not None:
                 options["connect_args"] = {"connect_timeout": connect_timeout}
-        self.engine = sa.create_engine(self.url, **options)
+        engine_url = self.url
+        if self.sqlite_file is not None:
+            # mode=rw: only upgrade() (silt init) creates the file; any other command on a deployment
+            # that has none fails instead of leaving an empty catalog.db (and its directory) behind.
+            engine_url = f"sqlite:///file:{quote(str(self.sqlite_file))}?mode=rw&uri=true"
+        self.engine = sa.create_engine(engine_url, **options)
         if self.dialect == "sqlite":
             _sqlite_setup(self.engine)
 
@@ -172,15 +181,23 @@ class Catalog(MergeQueue, Publishing, ExternalSync, Reaping):
 
     @property
     def masked_url(self) -> str:
-        """The URL without its password (SQLite: the file's absolute path): how markers and messages name it."""
+        """The URL without its password (SQLite: the file's path): how markers and messages name it."""
+        if self.sqlite_file is not None:
+            return f"sqlite:///{self.sqlite_file}"
         return self.engine.url.render_as_string(hide_password=True)
+
+    def _not_initialised(self) -> CatalogError:
+        if self.sqlite_file is not None and not self.sqlite_file.exists():
+            return CatalogError(f"there is no catalog at {self.sqlite_file} (not initialised): run `silt init` "
+                                "first (in the deployment's directory, or with its --config)")
+        return CatalogError(f"the catalog at {self!r} is not initialised; run `silt init` first")
 
     def close(self) -> None:
         self.engine.dispose()
 
     # --- schema management -------------------------------------------------------------------
 
-    def _alembic_config(self, connection: Connection):
+    def _alembic_config(self, connection: Connection | None):
         from alembic.config import Config as AlembicConfig
 
         config = AlembicConfig()
@@ -192,6 +209,11 @@ class Catalog(MergeQueue, Publishing, ExternalSync, Reaping):
         """Create or upgrade the catalog schema through the Alembic migrations."""
         from alembic import command
 
+        if self.sqlite_file is not None and not self.sqlite_file.exists():
+            import sqlite3
+
+            self.sqlite_file.parent.mkdir(parents=True, exist_ok=True)
+            sqlite3.connect(self.sqlite_file).close()  # creates the file the engine opens with mode=rw
         with self.engine.begin() as connection:
             command.upgrade(self._alembic_config(connection), revision)
 
@@ -202,16 +224,16 @@ class Catalog(MergeQueue, Publishing, ExternalSync, Reaping):
             command.downgrade(self._alembic_config(connection), revision)
 
     def revision(self) -> str | None:
-        from alembic.runtime.migration import MigrationContext
-
+        """The catalog schema's revision (Alembic's version table), None before `silt init`."""
         with self.engine.connect() as connection:
-            return MigrationContext.configure(connection).get_current_revision()
+            if not sa.inspect(connection).has_table("alembic_version"):
+                return None
+            return connection.execute(sa.text("SELECT version_num FROM alembic_version")).scalar()
 
     def head_revision(self) -> str:
         from alembic.script import ScriptDirectory
 
-        with self.engine.connect() as connection:
-            head = ScriptDirectory.from_config(self._alembic_config(connection)).get_current_head()
+        head = ScriptDirectory.from_config(self._alembic_config(None)).get_current_head()  # no connection needed
         assert head is not None
         return head
 
@@ -221,10 +243,9 @@ class Catalog(MergeQueue, Publishing, ExternalSync, Reaping):
             with self.engine.begin() as connection:
                 yield connection
         except (OperationalError, ProgrammingError) as exc:
-            if "no such table" in str(exc) or "does not exist" in str(exc):
-                raise CatalogError(
-                    f"the catalog at {self!r} is not initialised; run `silt init` first"
-                ) from None
+            if ("no such table" in str(exc) or "does not exist" in str(exc)
+                    or (self.sqlite_file is not None and not self.sqlite_file.exists())):
+                raise self._not_initialised() from None
             raise
 
     @contextmanager
@@ -244,12 +265,14 @@ class Catalog(MergeQueue, Publishing, ExternalSync, Reaping):
         try:
             current = self.revision()
         except OperationalError as exc:
+            if self.sqlite_file is not None and not self.sqlite_file.exists():
+                raise self._not_initialised() from None
             raise CatalogUnreachable(f"cannot open the catalog {self!r}: {exc.orig}") from None
         if current is None:
-            raise CatalogError(f"the catalog at {self!r} is not initialised; run `silt init` first")
-        if current != self.head_revision():
+            raise self._not_initialised()
+        if current != HEAD_REVISION:
             raise CatalogError(
-                f"the catalog schema is at revision {current}, this siltlake needs {self.head_revision()}; "
+                f"the catalog schema is at revision {current}, this siltlake needs {HEAD_REVISION}; "
                 "run `silt init` to upgrade it"
             )
 

@@ -2,59 +2,123 @@
 
 from __future__ import annotations
 
+import functools
+import gc
 import json
+import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import wraps
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich import box
+from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
 from siltlake.cli.output import Column, activity, console, emit, format_option, grid, out, write_json
-from siltlake.config import load_config
-from siltlake.deployment import Deployment
-from siltlake.errors import SiltError
-from siltlake.merge import MergeProgress, MergeReport
-from siltlake.stream import Progress as StreamProgress
-from siltlake.stream import StreamReport
-from siltlake.tabledef import format_duration
+from siltlake.errors import DEBUG_VARIABLE
+
+# Only what `silt --help` needs is imported here; the commands import the rest (pandas, pyarrow, pyspark,
+# SQLAlchemy and Alembic cost about a second of CPU at start-up).
+if TYPE_CHECKING:
+    from siltlake.deployment import Deployment
+    from siltlake.merge import MergeReport
+    from siltlake.stream import StreamReport
 
 
 def friendly(command: Callable) -> Callable:
-    """Show SiltError messages without a traceback and exit with status 2."""
+    """End a command's failure in one line on stderr, exit 2 if the user can fix it and 1 if it is a bug;
+    with --debug (or SILTLAKE_DEBUG=1) the full trace comes first."""
 
     @wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return command(*args, **kwargs)
-        except SiltError as exc:
-            console.print(f"[bold red]error:[/] {exc}", highlight=False)
-            sys.exit(2)
+        except (click.ClickException, click.exceptions.Abort, click.exceptions.Exit):
+            raise  # usage errors and Ctrl-C at a prompt: click reports them
+        except Exception as exc:
+            fail(exc)
 
     return wrapper
 
 
-class _CommandDeployment(Deployment):
-    """Says "starting Spark…" on stderr while its session starts: a JVM start takes tens of seconds."""
+def described(exc: Exception, catalog: str | None = None):  # noqa: ANN201 - a cli.failures.Failure
+    """What to say about a failure; with --debug its full trace goes to stderr first."""
+    from siltlake.cli.failures import describe, print_trace
+    from siltlake.errors import debug_enabled
 
-    def spark(self):  # noqa: ANN201 - a SparkSession
-        if self._spark is not None:
-            return self._spark
-        with activity("starting Spark…"):
-            return super().spark()
+    if debug_enabled():
+        print_trace(exc)
+    return describe(exc, catalog)
+
+
+def fail(exc: Exception) -> None:
+    context = click.get_current_context(silent=True)
+    state = context.find_root().obj if context is not None else None
+    deployment = state.get("deployment") if isinstance(state, dict) else None
+    failure = described(exc, repr(deployment.catalog) if deployment is not None else None)
+    console.print(f"[bold red]error:[/] {escape(failure.message)}", highlight=False, soft_wrap=True)
+    sys.exit(failure.status)
+
+
+def retrying(what: str, to: Console = console) -> Callable[[Exception, float], None]:
+    """A daemon's on_error: each failed round in one line (the trace too with --debug); the loop retries."""
+
+    def on_error(exc: Exception, wait: float) -> None:
+        to.print(f"[red]{what}[/] ({escape(described(exc).message)}); retrying in {wait:.0f}s", highlight=False,
+                 soft_wrap=True)
+
+    return on_error
+
+
+@contextmanager
+def _importing() -> Iterator[None]:
+    """Import the catalog, configuration and SQLAlchemy without the cyclic GC: the first import allocates
+    hundreds of thousands of objects that live as long as the process, and the collections it triggers
+    (reclaiming nothing) cost a read-only command such as `silt status` about a fifth of its CPU time."""
+    if "siltlake.deployment" in sys.modules or not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()  # the modules just imported: later collections need not scan them again
+        gc.enable()
+
+
+@functools.cache
+def _command_deployment() -> type[Deployment]:
+    """Deployment that says "starting Spark…" on stderr while its session starts (a JVM start takes tens of
+    seconds). Built on first use: siltlake.deployment is not imported for `silt --help`."""
+    from siltlake.deployment import Deployment
+
+    class CommandDeployment(Deployment):
+        def spark(self):  # noqa: ANN201 - a SparkSession
+            if self._spark is not None:
+                return self._spark
+            with activity("starting Spark…"):
+                return super().spark()
+
+    return CommandDeployment
 
 
 def deployment_of(context: click.Context) -> Deployment:
     root = context.find_root()
     state = root.obj
     if "deployment" not in state:
-        state["deployment"] = _CommandDeployment.open(load_config(state.get("config")))
+        with _importing():
+            from siltlake.config import load_config
+
+            deployment_class = _command_deployment()
+        state["deployment"] = deployment_class.open(load_config(state.get("config")))
         # Commands run in-process (the demos) would otherwise keep catalog connections until a gc cycle.
         root.call_on_close(state["deployment"].close)
     return state["deployment"]
@@ -63,10 +127,14 @@ def deployment_of(context: click.Context) -> Deployment:
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--config", "-c", type=click.Path(dir_okay=False), default=None,
               help="Configuration file (default: $SILTLAKE_CONFIG or ./siltlake.toml, else built-in defaults).")
+@click.option("--debug", is_flag=True, help=f"On failure print the full trace (Python, and Java for Spark errors) "
+              f"and Spark's error log; ${DEBUG_VARIABLE}=1 does the same.")
 @click.version_option(package_name="siltlake")
 @click.pass_context
-def main(context: click.Context, config: str | None) -> None:
+def main(context: click.Context, config: str | None, debug: bool) -> None:
     """siltlake: small log batches in, date-partitioned Parquet tables out."""
+    if debug:
+        os.environ[DEBUG_VARIABLE] = "1"  # Spark sessions started later read it too
     context.obj = {"config": config}
 
 
@@ -80,9 +148,9 @@ def init(context: click.Context, claim: bool) -> None:
     """Create or upgrade the catalog and storage roots; register this deployment's instance key."""
     deployment = deployment_of(context)
     key = deployment.init(claim=claim)
-    # The URL as configured, its password masked: init output ends up in terminals' scrollback and in logs.
-    shown = deployment.catalog.engine.url.render_as_string(hide_password=True)
-    console.print(f"catalog   {shown} at revision {deployment.catalog.revision()}", highlight=False)
+    # Password masked: init output ends up in terminals' scrollback and in logs.
+    catalog = deployment.catalog
+    console.print(f"catalog   {catalog.masked_url} at revision {catalog.revision()}", highlight=False)
     console.print(f"lake      {deployment.lake.root}")
     console.print(f"staging   {deployment.staging.root}")
     console.print(f"instance  {key}   (config: {deployment.config.source})")
@@ -106,6 +174,12 @@ def table_create(context: click.Context, file: str) -> None:
     record = deployment_of(context).catalog.create_table(load_table_file(file))
     console.print(f"created table {record.qualified_name} "
                   f"(objects under {record.physical_schema_name}.{record.physical_table_name})")
+
+
+def format_duration(seconds: int) -> str:
+    from siltlake.tabledef import format_duration as as_written  # pydantic: not for `silt --help`
+
+    return as_written(seconds)
 
 
 TABLE_COLUMNS = (
@@ -250,7 +324,9 @@ def table_drop(context: click.Context, name: str, yes: bool) -> None:
 
 # --- stream -------------------------------------------------------------------------------------
 
-class _RichProgress(StreamProgress):
+class _RichProgress:
+    """A stream progress (siltlake.stream.Progress) on a rich bar."""
+
     def __init__(self, progress: Progress, label: str) -> None:
         self.progress = progress
         self.label = label
@@ -330,9 +406,7 @@ def stream(context: click.Context, once: bool, interval: float | None, as_json: 
     try:
         stream_forever(
             deployment, stop, lambda report: print_stream_report(report, deployment.staging.root), interval,
-            on_error=lambda exc, wait: console.print(
-                f"[red]stream round failed[/] ({type(exc).__name__}: {exc}); retrying in {wait:.0f}s",
-                highlight=False),
+            on_error=retrying("stream round failed"),
         )
     except KeyboardInterrupt:
         stop.set()
@@ -341,8 +415,9 @@ def stream(context: click.Context, once: bool, interval: float | None, as_json: 
 
 # --- merge and status ------------------------------------------------------------------------------
 
-class _RichMergeProgress(MergeProgress):
-    """A bar whose total grows as jobs are claimed (continuing jobs add to it)."""
+class _RichMergeProgress:
+    """A merge progress (siltlake.merge.MergeProgress) on a bar whose total grows as jobs are claimed
+    (continuing jobs add to it)."""
 
     def __init__(self, progress: Progress) -> None:
         self.progress = progress
@@ -450,8 +525,7 @@ def merge(context: click.Context, once: bool, now_text: str | None, slots: int |
             print_merge_report(report)
 
     try:
-        worker.run(stop, on_round=on_round, on_error=lambda exc, wait: console.print(
-            f"[red]catalog unreachable[/] ({type(exc).__name__}: {exc}); retrying in {wait:.0f}s", highlight=False))
+        worker.run(stop, on_round=on_round, on_error=retrying("catalog unreachable"))
     except KeyboardInterrupt:
         stop.set()
     on_round(worker.report)  # jobs finished since the last report
@@ -592,9 +666,7 @@ def publish(context: click.Context, once: bool, now_text: str | None, interval: 
     console.print(f"publishing every {wait:g}s; Ctrl-C stops")
     try:
         poll_forever(lambda: publish_once(deployment, now=now), stop, wait, print_publish_report,
-                     on_error=lambda exc, backoff: console.print(
-                         f"[red]publish run failed[/] ({type(exc).__name__}: {exc}); retrying in {backoff:.0f}s",
-                         highlight=False))
+                     on_error=retrying("publish run failed"))
     except KeyboardInterrupt:
         stop.set()
     console.print("stopped")

@@ -53,7 +53,13 @@ def status_table(host: SingleHost) -> Table:
 
 def run_in_terminal(deployment: Deployment, console: Console) -> None:
     """Run every loop until SIGINT or SIGTERM, then wait for their current work; a second signal quits now."""
-    from siltlake.cli import print_merge_report, print_publish_report, print_reap_report, print_stream_report
+    from siltlake.cli import (
+        print_merge_report,
+        print_publish_report,
+        print_reap_report,
+        print_stream_report,
+        retrying,
+    )
 
     printers = {
         "stream": lambda report: print_stream_report(report, deployment.staging.root),
@@ -62,9 +68,8 @@ def run_in_terminal(deployment: Deployment, console: Console) -> None:
         "reap": print_reap_report,
     }
 
-    def on_error(name: str, exc: BaseException, wait: float) -> None:
-        console.print(f"[red]{name} failed[/] ({type(exc).__name__}: {exc}); retrying in {wait:.0f}s",
-                      highlight=False, soft_wrap=True)
+    def on_error(name: str, exc: Exception, wait: float) -> None:
+        retrying(f"{name} failed", console)(exc, wait)
 
     host = SingleHost(deployment, on_report=lambda name, report: printers[name](report), on_error=on_error)
 

@@ -9,12 +9,13 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 from urllib.parse import quote
 
-import pyarrow.fs as pafs
-
 from siltlake.errors import ConfigError, SiltError
+
+if TYPE_CHECKING:  # pyarrow is imported on first use: commands that only read the catalog never load it
+    import pyarrow.fs as pafs
 
 __all__ = ["ObjectInfo", "Storage", "TableLayout", "UnsafeKey"]
 
@@ -33,16 +34,18 @@ class ObjectInfo:
     mtime: dt.datetime | None
 
 
-def _resolve(root: str) -> tuple[pafs.FileSystem, str, str]:
-    """(file system, base path inside it, canonical root URI)."""
+def _resolve(root: str) -> tuple[pafs.FileSystem | None, str, str]:
+    """(file system, base path inside it, canonical root URI); a local root's file system comes on first use."""
     if "://" in root:
+        import pyarrow.fs as pafs
+
         try:
             filesystem, base = pafs.FileSystem.from_uri(root)
         except Exception as exc:  # pyarrow raises several types for bad URIs and missing credentials
             raise ConfigError(f"storage root {root!r} cannot be opened: {exc}") from None
         return filesystem, base.rstrip("/"), root.rstrip("/")
     path = Path(root).expanduser().resolve()
-    return pafs.LocalFileSystem(), path.as_posix(), path.as_uri()
+    return None, path.as_posix(), path.as_uri()
 
 
 @dataclass
@@ -65,7 +68,10 @@ class Storage:
 
     @property
     def filesystem(self) -> pafs.FileSystem:
-        assert self._fs is not None
+        if self._fs is None:
+            import pyarrow.fs as pafs
+
+            self._fs = pafs.LocalFileSystem()
         return self._fs
 
     def path(self, key: str) -> str:
@@ -80,6 +86,8 @@ class Storage:
     def leaves_root(self, key: str) -> bool:
         """Whether the key is, or lies under, a symbolic link that resolves outside the root (local roots only:
         object stores have no links)."""
+        import pyarrow.fs as pafs
+
         if not isinstance(self.filesystem, pafs.LocalFileSystem):
             return False
         base = os.path.realpath(self._base)
@@ -104,6 +112,8 @@ class Storage:
 
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
         """Every file under a prefix, recursively; a missing prefix lists nothing."""
+        import pyarrow.fs as pafs
+
         selector = pafs.FileSelector(self.path(prefix), recursive=True, allow_not_found=True)
         for info in self.filesystem.get_file_info(selector):
             if info.type == pafs.FileType.File:
@@ -111,11 +121,15 @@ class Storage:
 
     def subdirectories(self, prefix: str = "") -> list[str]:
         """Names of the directories (key prefixes) directly under a prefix."""
+        import pyarrow.fs as pafs
+
         selector = pafs.FileSelector(self.path(prefix), recursive=False, allow_not_found=True)
         return sorted(posixpath.basename(info.path) for info in self.filesystem.get_file_info(selector)
                       if info.type == pafs.FileType.Directory)
 
     def info(self, key: str) -> ObjectInfo | None:
+        import pyarrow.fs as pafs
+
         found = self.filesystem.get_file_info(self.path(key))
         if found.type != pafs.FileType.File:
             return None
@@ -158,6 +172,8 @@ class Storage:
                 raise
 
     def delete_prefix(self, prefix: str) -> None:
+        import pyarrow.fs as pafs
+
         if self.filesystem.get_file_info(self.path(prefix)).type == pafs.FileType.Directory:
             self.filesystem.delete_dir(self.path(prefix))
 

@@ -216,6 +216,11 @@ def stream_once(deployment: Deployment, progress: Progress | None = None,
             results = run_tasks(spark, process_staging_object, tasks, weights=[item.size for item in wave],
                                 tasks_per_core=settings.tasks_per_core, on_progress=progress.advance)
             _commit(deployment, results, {item.id: item for item in wave}, report, mark)
+    except Exception as exc:
+        if report.processed:  # earlier waves are committed: the user is told, in the command's error line
+            exc.add_note(f"this run had committed {report.processed} staging objects "
+                         f"({report.records_loaded:,} records) before it failed")
+        raise
     finally:
         deployment.lake.delete_prefix(f"{deployment.instance_key}/_tmp/{run_id}")
     report.seconds = time.monotonic() - started
