@@ -79,15 +79,20 @@ def test_sql_over_a_small_object_deleted_behind_the_catalogs_back_fails_in_one_l
 def test_stream_once_into_an_unwritable_lake_fails_in_one_line(tmp_path: Path) -> None:
     env = deployment_with_table(tmp_path)
     stage(tmp_path, "batch-0001.json", ["2026-11-20T01:00:00Z"])
-    # Tests run as root, whom file permissions do not stop: the lake root becomes a regular file instead.
+    # Tests run as root, whom file permissions do not stop: a regular file stands where a directory must be.
+    table_dir = tmp_path / "lake" / "test0001" / "web.access"
+    table_dir.write_text("not a directory\n")
+    result = run_silt(env, "stream", "--once")
+    line = assert_one_line(result, 2)
+    assert str(table_dir) in line and "not a directory" in line, line
+    assert "staging objects" in result.stderr, "the progress so far is shown"
+
+    # The whole lake root: the instance-key check, before any write, names it.
     lake = tmp_path / "lake"
     shutil.rmtree(lake)
     lake.write_text("not a directory\n")
-
-    result = run_silt(env, "stream", "--once")
-    line = assert_one_line(result, 2)
+    line = assert_one_line(run_silt(env, "stream", "--once"), 2)
     assert str(lake) in line and "not a directory" in line, line
-    assert "staging objects" in result.stderr, "the progress so far is shown"
 
 
 @pytest.mark.spark

@@ -22,7 +22,7 @@ from siltlake.catalog import TableRecord
 from siltlake.catalog.merge_queue import LocalHost
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
-from siltlake.merge.runner import claim_host, local_host, process_alive
+from siltlake.hosts import claim_host, local_host, process_alive
 
 from .conftest import make_config
 from .merge_helpers import add_small_objects, rows_for, silt_in_process
@@ -35,7 +35,8 @@ TIMEOUT = 600
 CLAIMER = textwrap.dedent("""
     import datetime as dt, json, sys, time
     from siltlake.catalog import Catalog
-    from siltlake.merge.runner import default_owner, local_host
+    from siltlake.hosts import local_host
+    from siltlake.merge.runner import default_owner
     catalog = Catalog(sys.argv[1])
     jobs = catalog.claim_merge_jobs(default_owner(), limit=10, now=dt.datetime.fromisoformat(sys.argv[2]),
                                     timeout=600, per_table_limit=10, local=local_host())

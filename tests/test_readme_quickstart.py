@@ -43,7 +43,7 @@ def test_the_readme_quick_start_runs_as_written(tmp_path: Path) -> None:
     result = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=work, env=env, capture_output=True,
                             text=True, timeout=900)
     assert result.returncode == 0, f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
-    rows = re.findall(r"│\s*(\S+)\s*│\s*(\w+)\s*│\s*(\d+)\s*│", result.stdout)
+    rows = re.findall(r"^\s*(\d{4}-\d\d-\d\d)\s+(buy|view)\s+(\d+)\s*$", result.stdout, re.MULTILINE)
     assert rows == [("2026-11-20", "buy", "1"), ("2026-11-20", "view", "2")], result.stdout
     assert re.search(r"2026-11-20\s+1\s", result.stdout), f"history shows version 1 of the day:\n{result.stdout}"
     assert "Traceback" not in result.stderr and "error:" not in result.stderr, result.stderr

@@ -31,7 +31,7 @@ class MergeConflict(CatalogError):
 
 @dataclass(frozen=True)
 class LocalHost:
-    """The claiming process: its host (as siltlake.merge.runner.claim_host names it) and pid, recorded with each
+    """The claiming process: its host (as siltlake.hosts.claim_host names it) and pid, recorded with each
     claim, and whether a pid of this host still runs. A claim of this host whose process is gone is stale at
     once; a claim of another host waits out merge.job_timeout (its pids mean nothing here)."""
 

@@ -570,7 +570,7 @@ def status(context: click.Context, fmt: str) -> None:
     from dataclasses import asdict
 
     from siltlake.clock import utcnow
-    from siltlake.merge.runner import local_host
+    from siltlake.hosts import local_host
 
     deployment = deployment_of(context)
     deployment.catalog.check_ready()
