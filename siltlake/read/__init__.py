@@ -69,13 +69,15 @@ def objects_frame(spark: SparkSession, record: TableRecord, deployment: Deployme
     lake = deployment.lake
     with ThreadPoolExecutor(max(1, min(16, len(manifest_keys)))) as pool:
         listed = list(pool.map(lambda key: read_manifest(lake, key), manifest_keys))
-    scans = {layout.merged_prefix(): [for_engine(uri) for entries in listed for uri, _ in entries]}
-    for date, object_id, delayed in small_objects:
-        key = layout.small_object(date, object_id, delayed)
-        scans.setdefault(key.split("/dt=", 1)[0], []).append(lake.engine_uri(key))
-    # dt comes from the dt=YYYY-MM-DD directory of each object (partition discovery under basePath).
-    frames = [spark.read.schema(schema).option("basePath", lake.engine_uri(prefix)).parquet(*paths)
-              for prefix, paths in scans.items() if paths]
+    uris = [for_engine(uri) for entries in listed for uri, _ in entries]
+    uris += [lake.engine_uri(layout.small_object(date, object_id, delayed))
+             for date, object_id, delayed in small_objects]
+    # dt comes from the dt=YYYY-MM-DD directory of each object (partition discovery under basePath): one
+    # scan per area (merged, live, delayed) the objects are in.
+    scans: dict[str, list[str]] = {}
+    for uri in uris:
+        scans.setdefault(uri.rsplit("/dt=", 1)[0], []).append(uri)
+    frames = [spark.read.schema(schema).option("basePath", prefix).parquet(*paths) for prefix, paths in scans.items()]
     if not frames:
         return spark.createDataFrame([], schema)
     return functools.reduce(lambda left, right: left.unionByName(right), frames)
