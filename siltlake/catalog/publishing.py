@@ -263,12 +263,13 @@ class Publishing:
         with self._tx() as c:
             kept_live: list[tuple[LiveCandidate, str | None]] = []
             if live:
-                ids = [x.partition_id for x, _ in live]
+                ids = sorted(x.partition_id for x, _ in live)
                 newest: dict[int, int] = {}
                 switched: set[int] = set()
                 for start in range(0, len(ids), _IDS_PER_STATEMENT):
                     chunk = ids[start:start + _IDS_PER_STATEMENT]
-                    lock = sa.select(p.c.id, p.c.switched).where(p.c.id.in_(chunk))
+                    # In id order: two runs locking overlapping partitions never wait on each other crosswise.
+                    lock = sa.select(p.c.id, p.c.switched).where(p.c.id.in_(chunk)).order_by(p.c.id)
                     if self.dialect == "postgresql":
                         lock = lock.with_for_update()
                     switched |= {row.id for row in c.execute(lock) if row.switched}
