@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from siltlake.catalog import TableRecord
+    from siltlake.publish import UpdateReport
 
 __all__ = ["DataFile", "Lake", "NoSuchPartition", "Table", "parse_as_of"]
 
@@ -222,6 +223,33 @@ class Table:
 
         return read_table(spark, self.name, self.lake.deployment, as_of_version=as_of_version,
                           as_of=parse_as_of(as_of) if as_of is not None else None)
+
+    # --- writes -------------------------------------------------------------------------------------
+
+    def delete(self, where: str, dates: Any, now: dt.datetime | None = None) -> list[UpdateReport]:
+        """Delete the rows matching the Spark SQL predicate `where` from the partitions `dates` (a date, ISO
+        text, several, or "all"), each rewritten as one `update` version; runs on the deployment's Spark."""
+        from siltlake.publish import delete_rows
+
+        catalog = self.lake.deployment.catalog
+        if isinstance(dates, str) and dates == "all":
+            wanted = sorted(p.partition_date for p in catalog.partitions(self.record.id))
+        else:
+            wanted = sorted(_dates(dates) or ())
+            if not wanted:
+                raise SiltError(f"{self.name}.delete: give the partitions: a date, several, or dates='all'")
+        return [delete_rows(self.lake.deployment, self.name, date, where, now=now) for date in wanted]
+
+    def add_column(self, name: str, type_name: str, source: str | None = None) -> None:
+        """Add a nullable column; objects written before it read it as null."""
+        from siltlake.tabledef import Column
+
+        column = Column.from_mapping({"name": name, "type": type_name, "source": source})
+        self.record = self.lake.deployment.catalog.add_column(self.name, column)
+
+    def alter_column(self, name: str, type_name: str) -> None:
+        """Widen a column's type (int to bigint, float to double); older objects read as the new type."""
+        self.record = self.lake.deployment.catalog.alter_column_type(self.name, name, type_name)
 
     # --- history --------------------------------------------------------------------------------------
 

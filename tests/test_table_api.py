@@ -31,7 +31,6 @@ from siltlake.read import table as read_table
 from siltlake.reap import reap_once
 from siltlake.reap.runner import symlink_key
 from siltlake.stream import stream_once
-from siltlake.tabledef import Column
 
 from .merge_helpers import rows_for, silt_in_process
 from .test_merge import DAY, make_table
@@ -195,11 +194,12 @@ def test_every_engine_reads_the_same_exact_table_at_every_version(deployment: De
                                  "union_by_name = true)").fetchall()[0][0]
     assert scanned > sum((day + next_day).values()), "directories hold more than the table"
 
-    delete_rows(deployment, "web.access", DAY, "action = 'a1'", now=tokyo(NEXT_DAY, 4))
+    (deleted,) = lake.table("web.access").delete("action = 'a1'", dates=DAY, now=tokyo(NEXT_DAY, 4))
+    assert deleted.version.commit_op == "update" and deleted.rows_after < deleted.rows_before
     day = without(day, "a1")
     published(tokyo(NEXT_DAY, 4), 6, day + next_day)
 
-    deployment.catalog.add_column("web.access", Column(name="referrer", type="string"))
+    lake.table("web.access").add_column("referrer", "string")
     with_referrer = stream(deployment, NEXT_DAY, 6, referrer=True)
     next_day += with_referrer
     publish_once(deployment, now=tokyo(NEXT_DAY, 5))
@@ -283,6 +283,9 @@ def test_time_travel_outside_the_versions_is_an_error_naming_them(deployment: De
     # Before the first publish run the table was empty: a time then reads nothing (the state it had).
     assert table.to_arrow(as_of=tokyo(DAY, 11)).num_rows == 0
     assert table.to_arrow(as_of="2026-11-20T12:30:00+09:00").num_rows == 20
+
+    with pytest.raises(SiltError, match="give the partitions"):
+        table.delete("user_id = 1", dates=[])
 
     # Clauses the rewrite cannot honour are refused, never dropped.
     for query, message in [
