@@ -20,12 +20,14 @@ import pytest
 
 import siltlake
 from siltlake.catalog.publishing import VersionOutOfRange
+from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.errors import SiltError
 from siltlake.lake import Lake
 from siltlake.merge import merge_once
 from siltlake.publish import delete_rows, publish_once
 from siltlake.publish.manifests import read_manifest
+from siltlake.publish.runner import _write_live_manifests
 from siltlake.read import sql as read_sql
 from siltlake.read import table as read_table
 from siltlake.reap import reap_once
@@ -329,3 +331,48 @@ def test_a_lake_opens_from_a_configuration_and_import_siltlake_stays_cheap(deplo
             Lake(deployment).table("web.access").to_polars()
     with pytest.raises(SiltError, match="not initialised"):
         Lake.open(config, catalog_url=f"sqlite:///{tmp_path / 'empty.db'}")
+
+
+def test_an_append_version_read_before_an_update_commits_is_not_published_over_it(deployment: Deployment,
+                                                                                 spark) -> None:
+    """Publish reads its append candidates, writes their file lists, then commits: an update committed in
+    between wins, and the stale append version (which would resurrect the deleted rows) is left out."""
+    make_table(deployment)
+    lake = Lake(deployment)
+    day = stream(deployment, DAY, 0)
+    publish_once(deployment, now=tokyo(DAY, 12))
+    day += stream(deployment, DAY, 1)
+    (stale,) = deployment.catalog.live_versions_to_publish()
+    lake.table("web.access").delete("action = 'a1'", dates=DAY, now=tokyo(DAY, 13))
+    day = without(day, "a1")
+    appended, merged = deployment.catalog.commit_versions([(stale, "never-written.json")], [], tokyo(DAY, 14))
+    assert (appended, merged) == ([], [])
+    table = lake.table("web.access")
+    assert table.version == 2 and arrow_rows(table.to_arrow(as_of_version=2)) == day
+    assert [(r["version"], r["op"]) for r in table.history()] == [(1, "append"), (2, "update")]
+    # The update read every object of the day, so nothing is left for an append version.
+    assert publish_once(deployment, now=tokyo(DAY, 15)).live_versions == []
+    assert arrow_rows(table.to_arrow()) == day
+
+
+def test_a_file_list_whose_run_died_before_its_commit_is_an_orphan_for_reap(deployment: Deployment, spark) -> None:
+    make_table(deployment)
+    stream(deployment, DAY, 0)
+    (candidate,) = deployment.catalog.live_versions_to_publish()
+    tables = {t.id: t for t in deployment.catalog.list_tables()}
+    key = _write_live_manifests(deployment, tables, candidate)  # and the run dies here
+    assert deployment.lake.exists(key)
+    report = publish_once(deployment, now=tokyo(DAY, 12))
+    (version,) = report.live_versions
+    assert version.file_list_key == key, "the next run writes the same list under the same name and commits it"
+    assert Lake(deployment).table("web.access").files(as_of_version=1) == [
+        uri for uri, _ in read_manifest(deployment.lake, key)]
+
+    stream(deployment, DAY, 1)
+    (dead,) = deployment.catalog.live_versions_to_publish()
+    dead_key = _write_live_manifests(deployment, tables, dead)
+    reap_once(deployment, now=utcnow())
+    assert deployment.lake.exists(dead_key), "young: a run may be about to commit it"
+    reap_once(deployment, now=utcnow() + dt.timedelta(days=4))
+    assert not deployment.lake.exists(dead_key) and not deployment.lake.exists(symlink_key(dead_key))
+    assert deployment.lake.exists(key), "the committed version's list stays"
