@@ -376,3 +376,38 @@ def test_a_file_list_whose_run_died_before_its_commit_is_an_orphan_for_reap(depl
     reap_once(deployment, now=utcnow() + dt.timedelta(days=4))
     assert not deployment.lake.exists(dead_key) and not deployment.lake.exists(symlink_key(dead_key))
     assert deployment.lake.exists(key), "the committed version's list stays"
+
+
+def test_migration_0006_numbers_existing_versions_by_commit_and_their_reads_stay_the_same(
+        deployment: Deployment) -> None:
+    from .merge_helpers import add_small_objects
+
+    table = make_table(deployment)
+    lake = Lake(deployment)
+    add_small_objects(deployment, table, DAY, [rows_for(DAY, 10, 0)])
+    publish_once(deployment, now=tokyo(DAY, 12))
+    add_small_objects(deployment, table, DAY, [rows_for(DAY, 10, 1)])
+    add_small_objects(deployment, table, NEXT_DAY, [rows_for(NEXT_DAY, 10, 2)])
+    publish_once(deployment, now=tokyo(DAY, 13))
+    merge_once(deployment)
+    publish_once(deployment, now=tokyo(NEXT_DAY, 1))
+    publish_once(deployment, now=tokyo(NEXT_DAY, 2))  # DAY switches: a compaction version
+    handle = lake.table("web.access")
+    before = {v: arrow_rows(handle.to_arrow(as_of_version=v)) for v in range(1, handle.version + 1)}
+    history = [(r["date"], r["version"], r["table_version"], r["op"]) for r in handle.history()]
+    assert handle.version == 3 and history == [
+        ("2026-11-20", 1, 1, "append"), ("2026-11-20", 2, 2, "append"), ("2026-11-20", 3, 3, "compaction"),
+        ("2026-11-21", 1, 2, "append")]
+
+    deployment.catalog.downgrade("0005")  # versions as an older siltlake published them: no numbers, no lists
+    deployment.catalog.upgrade()
+    assert [(r["date"], r["version"], r["table_version"], r["op"]) for r in handle.history()] == history
+    assert handle.versions() == (1, 3)
+    versions = deployment.catalog.partition_versions([p.id for p in deployment.catalog.partitions(table.id)])
+    assert [(v.commit_op, v.file_list_key == v.manifest_key, v.file_list_key is None) for v in versions] == [
+        ("append", True, True), ("append", True, True), ("compaction", True, False), ("append", True, True)]
+    assert {v: arrow_rows(handle.to_arrow(as_of_version=v)) for v in range(1, 4)} == before, \
+        "live versions without lists are read from the catalog, as before"
+    add_small_objects(deployment, table, NEXT_DAY, [rows_for(NEXT_DAY, 10, 3)])
+    (appended,) = publish_once(deployment, now=tokyo(NEXT_DAY, 3)).live_versions
+    assert (appended.table_version, appended.file_list_key is not None) == (4, True), "numbering goes on"

@@ -46,8 +46,8 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("partition_versions") as batch:
-        batch.drop_column("file_list_key")
-        batch.drop_column("table_version")
-    with op.batch_alter_table("tables") as batch:
-        batch.drop_column("version")
+    # Plain ALTER TABLE ... DROP COLUMN (SQLite >= 3.35 has it): a batch rebuild of `tables` would drop a
+    # table other rows reference, which SQLite's foreign keys refuse once the catalog holds tables.
+    op.drop_column("partition_versions", "file_list_key")
+    op.drop_column("partition_versions", "table_version")
+    op.drop_column("tables", "version")
