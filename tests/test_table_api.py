@@ -411,3 +411,10 @@ def test_migration_0006_numbers_existing_versions_by_commit_and_their_reads_stay
     add_small_objects(deployment, table, NEXT_DAY, [rows_for(NEXT_DAY, 10, 3)])
     (appended,) = publish_once(deployment, now=tokyo(NEXT_DAY, 3)).live_versions
     assert (appended.table_version, appended.file_list_key is not None) == (4, True), "numbering goes on"
+    layout = table.layout(deployment.instance_key)
+    assert [uri for uri, _ in read_manifest(deployment.lake, appended.file_list_key)] == [
+        deployment.lake.uri(layout.small_object(NEXT_DAY, o.id, False))
+        for o in deployment.catalog.small_objects(table.id) if o.partition_date == NEXT_DAY], \
+        "its base has no list: the new one names every live object of the day"
+    assert arrow_rows(handle.to_arrow(as_of_version=4)) == before[3] + arrow_rows(
+        pa.Table.from_pylist(rows_for(NEXT_DAY, 10, 3), schema=table.definition.arrow_schema()))

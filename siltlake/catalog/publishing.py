@@ -57,7 +57,10 @@ class LiveCandidate:
     """A not-switched partition with live objects beyond its newest version: the append version to publish.
 
     It keeps what the newest version shows (an update's manifest, ids <= covered_upper) and shows the live
-    objects above it up to `watermark`; `objects` are those live objects, which its file list names."""
+    objects above it up to `watermark`. Its file list is the newest version's file list followed by
+    `objects`, the live objects above that version's watermark; when the newest version has no file list
+    (published before revision 0006), the newest version's manifest (if any) followed by `objects`, then
+    every live object above covered_upper."""
 
     partition_id: int
     table_id: int
@@ -70,6 +73,7 @@ class LiveCandidate:
     row_count: int
     byte_count: int
     objects: tuple[tuple[int, int], ...]  # (small object id, content length), in id order
+    base_file_list_key: str | None = None
 
     @property
     def version(self) -> int:
@@ -170,7 +174,7 @@ class Publishing:
 
     def live_versions_to_publish(self) -> list[LiveCandidate]:
         """Each not-switched partition with live objects beyond its newest version, and the live objects
-        its append version shows (read in one snapshot, two queries)."""
+        its append version adds to its newest version's file list (read in one snapshot, two queries)."""
         p, so = s.partitions, s.small_objects
         newest = self._newest_versions()
         beyond = (p.c.switched.is_(False), so.c.delayed.is_(False),
@@ -182,29 +186,30 @@ class Publishing:
                           sa.func.max(so.c.id).label("watermark"), sa.func.sum(so.c.row_count).label("rows"),
                           sa.func.sum(so.c.content_length).label("bytes"), newest.c.version,
                           newest.c.row_count.label("base_rows"), newest.c.byte_count.label("base_bytes"),
-                          newest.c.manifest_key, newest.c.covered_upper)
+                          newest.c.manifest_key, newest.c.covered_upper, newest.c.file_list_key)
                 .select_from(joined).where(*beyond)
                 .group_by(p.c.id, p.c.table_id, p.c.partition_date, p.c.current_manifest_version, newest.c.version,
-                          newest.c.row_count, newest.c.byte_count, newest.c.manifest_key, newest.c.covered_upper)
+                          newest.c.row_count, newest.c.byte_count, newest.c.manifest_key, newest.c.covered_upper,
+                          newest.c.file_list_key)
             ).all()
             objects: dict[int, list[tuple[int, int]]] = {}
             if rows:
-                # Every live object of those partitions (the same condition as a subquery: no id list);
-                # each partition's own bounds are applied below.
+                # The objects each list adds: above the newest version's watermark when it has a file list,
+                # else above what its manifest holds (the candidates' condition as a subquery: no id list).
+                lower = sa.case((newest.c.file_list_key.is_not(None), sa.func.coalesce(newest.c.live_watermark, 0)),
+                                (newest.c.manifest_key.is_not(None), sa.func.coalesce(newest.c.covered_upper, 0)),
+                                else_=0)
                 for pid, oid, size in c.execute(
-                        sa.select(so.c.partition_id, so.c.id, so.c.content_length)
-                        .where(so.c.partition_id.in_(sa.select(p.c.id).select_from(joined).where(*beyond)),
-                               so.c.delayed.is_(False)).order_by(so.c.id)):
+                        sa.select(so.c.partition_id, so.c.id, so.c.content_length).select_from(joined)
+                        .where(p.c.id.in_(sa.select(p.c.id).select_from(joined).where(*beyond).correlate(None)),
+                               p.c.switched.is_(False), so.c.delayed.is_(False), so.c.id > lower)
+                        .order_by(so.c.id)):
                     objects.setdefault(pid, []).append((oid, size))
-        candidates = []
-        for row in rows:
-            lower = (row.covered_upper or 0) if row.manifest_key else 0
-            candidates.append(LiveCandidate(
-                row.id, row.table_id, row.partition_date, row.current_manifest_version < 0, row.version,
-                row.manifest_key, row.covered_upper, row.watermark, int(row.rows) + (row.base_rows or 0),
-                int(row.bytes) + (row.base_bytes or 0),
-                tuple(o for o in objects.get(row.id, ()) if lower < o[0] <= row.watermark)))
-        return candidates
+        return [LiveCandidate(
+            row.id, row.table_id, row.partition_date, row.current_manifest_version < 0, row.version, row.manifest_key,
+            row.covered_upper, row.watermark, int(row.rows) + (row.base_rows or 0),
+            int(row.bytes) + (row.base_bytes or 0),
+            tuple(o for o in objects.get(row.id, ()) if o[0] <= row.watermark), row.file_list_key) for row in rows]
 
     def partitions_to_publish_merged(self) -> list[SwitchedPartition]:
         """Switched partitions whose desired merged version is ahead of the published one."""

@@ -43,11 +43,12 @@ def _write_merged_manifests(deployment: Deployment, tables: dict, partition: Swi
 
 
 def _write_live_manifests(deployment: Deployment, tables: dict, candidate: LiveCandidate) -> str:
-    """Write the file list of an append version: what its base version's manifest lists (an update's
-    object) and its live objects; returns the JSON manifest's key."""
+    """Write the file list of an append version: what its newest version's list names (older live objects,
+    an update's object) and its new live objects; returns the JSON manifest's key."""
     layout = tables[candidate.table_id].layout(deployment.instance_key)
     lake = deployment.lake
-    listed = read_manifest(lake, candidate.manifest_key) if candidate.manifest_key else []
+    base = candidate.base_file_list_key or candidate.manifest_key
+    listed = read_manifest(lake, base) if base else []
     objects = [(layout.small_object(candidate.partition_date, object_id, False), size)
                for object_id, size in candidate.objects]
     return write_manifests(lake, layout, candidate.partition_date, candidate.version, objects,
