@@ -144,7 +144,7 @@ class Table:
     def data_files(self, as_of_version: int | None = None, as_of: dt.datetime | str | None = None,
                    dates: Any = None) -> list[DataFile]:
         """The exact data files of the table version, from its partitions' manifests (plus, for the
-        current state, the live objects published since; those come from the catalog)."""
+        current state, the live objects streamed since each partition's newest version, from the catalog)."""
         deployment = self.lake.deployment
         views = deployment.catalog.reader_snapshot(
             self.record.id, as_of_version=as_of_version,
