@@ -418,3 +418,20 @@ def test_migration_0006_numbers_existing_versions_by_commit_and_their_reads_stay
         "its base has no list: the new one names every live object of the day"
     assert arrow_rows(handle.to_arrow(as_of_version=4)) == before[3] + arrow_rows(
         pa.Table.from_pylist(rows_for(NEXT_DAY, 10, 3), schema=table.definition.arrow_schema()))
+
+
+def test_the_readme_python_example_runs(deployment: Deployment, monkeypatch, capsys) -> None:
+    from .merge_helpers import add_small_objects, point_cli_at
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Read a table from Python", 1)[1]
+    example = section.split("```python\n", 1)[1].split("```", 1)[0]
+    table = make_table(deployment)
+    add_small_objects(deployment, table, DAY, [rows_for(DAY, 10, 0)])
+    publish_once(deployment, now=tokyo(DAY, 12))
+    add_small_objects(deployment, table, DAY, [rows_for(DAY, 10, 1)])
+    publish_once(deployment, now=tokyo(DAY, 13))
+    point_cli_at(deployment, monkeypatch)  # Lake.open() finds the deployment as `silt` would
+    exec(compile(example, "README.md", "exec"), {})  # noqa: S102 - the documented example, as a user runs it
+    printed = capsys.readouterr().out.splitlines()
+    assert "(1, 2)" in printed and "10" in printed, printed
