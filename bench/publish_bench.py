@@ -61,9 +61,9 @@ TABLE = {
                 {"name": "action", "type": "string"}],
 }
 # The catalog methods a publish run calls, timed and counted one by one (step numbers of DESIGN §4).
-STEPS = {"switch_partitions": "1 switch", "close_partitions": "2 close", "publish_live_versions": "4 live",
+STEPS = {"switch_partitions": "1 switch", "close_partitions": "2 close", "live_versions_to_publish": "4 live: read",
          "partitions_to_publish_merged": "5 merged: read", "publish_merged_version": "5 merged: CAS",
-         "publish_merged_versions": "5 merged: CAS"}
+         "publish_merged_versions": "5 merged: CAS", "commit_versions": "4+5 commit"}
 _staging_names = itertools.count()
 
 

@@ -23,6 +23,7 @@ from siltlake.publish import UpdateConflict, delete_rows, publish_once
 from siltlake.publish.update import prepare_delete
 from siltlake.read import table as read_table
 from siltlake.reap import ReapRefused, reap_once
+from siltlake.reap.runner import symlink_key
 
 from .merge_helpers import add_small_objects, rows_for, silt_in_process
 from .test_merge import DAY, make_table, only_partition
@@ -93,13 +94,19 @@ def test_a_switched_day_keeps_what_retained_versions_show_and_loses_the_rest_aft
 
     # A week later v1 and v2 expire: the small objects are only in the current manifest now.
     small_bytes = sum(o.content_length for o in deployment.catalog.small_objects(table.id))
+    live_lists = [v.file_list_key for v in deployment.catalog.partition_versions([only_partition(deployment,
+                                                                                                table).id])[:2]]
+    list_keys = {k for key in live_lists for k in (key, symlink_key(key))}
+    assert len(list_keys) == 4 and list_keys <= files(deployment), "each live version has its file list, both forms"
+    list_bytes = sum(deployment.lake.info(k).size for k in list_keys)
     dry = reap_once(deployment, now=tokyo(NEXT_DAY, 3) + WEEK, dry_run=True)
     assert files(deployment) == before - {first_range}, "a dry run deletes nothing"
     real = reap_once(deployment, now=tokyo(NEXT_DAY, 3) + WEEK)
     assert counts(dry) == counts(real)
     small_keys = {layout.small_object(DAY, i, False) for i in ids}
     assert counts(real)["covered"] == (5, small_bytes, 5)
-    assert counts(real)["expired"] == (0, 0, 2), "two live versions without manifests"
+    assert counts(real)["expired"] == (4, list_bytes, 2), "two live versions: their file lists go with them"
+    assert not (list_keys & files(deployment))
     assert not (small_keys & files(deployment))
     assert deployment.catalog.small_objects(table.id) == []
     versions = deployment.catalog.partition_versions([only_partition(deployment, table).id])
@@ -134,7 +141,8 @@ def test_an_update_leaves_the_objects_it_replaced_until_the_versions_that_list_t
     report = reap_once(deployment, now=utcnow() + WEEK)
     assert not ({merged, update.object_key} & files(deployment))
     assert counts(report)["superseded"][0] == 2 and counts(report)["expired"][2] == 4
-    assert counts(report)["expired"][0] == 4, "the manifests of versions 3 and 4, JSON and symlink forms"
+    assert counts(report)["expired"][0] == 8, \
+        "the manifests of versions 1 to 4 (two live versions' file lists, v3's and v4's), JSON and symlink forms"
     (newest,) = deployment.catalog.partition_versions([only_partition(deployment, table).id])
     assert newest.version == 5 and visible(spark, deployment) == kept
     assert counts(report)["covered"][0] == 5, "every small object is inside the current manifest now"

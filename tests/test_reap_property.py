@@ -103,6 +103,11 @@ def test_reap_keeps_every_retained_version_readable_and_removes_the_rest(spark, 
                 keys = version_objects(deployment, layout, v, partitions[v.partition_id], small)
                 missing = [k for k in keys if not deployment.lake.exists(k)]
                 assert not missing, f"version {v} lost {missing}"
+                if v.file_list_key:
+                    listed = [uri.removeprefix(deployment.lake.root + "/") for uri, _ in
+                              read_manifest(deployment.lake, v.file_list_key)]
+                    assert listed == keys, f"version {v}'s file list names other files than it shows"
+                    assert deployment.lake.exists(symlink_key(v.file_list_key)), v
                 assert sum(rows_of(deployment, keys).values()) == v.row_count, v
             for when, rows in reads:
                 if when >= now - retention:
@@ -168,6 +173,8 @@ def test_reap_keeps_every_retained_version_readable_and_removes_the_rest(spark, 
             wanted |= set(version_objects(deployment, layout, newest, partition.partition_date, small))
             if newest.manifest_key:
                 wanted |= {newest.manifest_key, symlink_key(newest.manifest_key)}
+            if newest.file_list_key:  # its exact file list (a live version's own; else the manifest above)
+                wanted |= {newest.file_list_key, symlink_key(newest.file_list_key)}
             wanted |= {r.key(layout, partition.partition_date) for r in deployment.catalog.merge_ranges(partition_id)
                        if r.lower is not None}
             wanted |= {layout.small_object(o.partition_date, o.id, o.delayed)

@@ -11,15 +11,22 @@ from sqlalchemy.engine import Connection
 
 from siltlake.catalog import schema as s
 from siltlake.catalog.merge_queue import RangeRow
-from siltlake.errors import CatalogError, NotFoundError
+from siltlake.errors import CatalogError, NotFoundError, SiltError
 
 # Merged versions published per transaction: bounds how long a publish run holds partition row locks
 # (PostgreSQL) or the write lock (SQLite), and the bound parameters of one statement (4 per partition).
 MERGED_CAS_BATCH = 500
 
 
+_IDS_PER_STATEMENT = 1000  # ids per IN (...) list
+
+
 class UpdateConflict(CatalogError):
     """A concurrent writer changed the partition since this update (or append) read it: run it again."""
+
+
+class VersionOutOfRange(SiltError):
+    """Time travel to a table version (or time) the table does not have."""
 
 
 @dataclass(frozen=True)
@@ -33,6 +40,8 @@ class PublishedVersion:
     row_count: int
     byte_count: int
     covered_upper: int | None = None  # the largest small object id the manifest holds
+    table_version: int = 0  # the table version it was published in
+    file_list_key: str | None = None  # the manifest listing exactly its data files
 
     def shows(self) -> str:
         """What the version shows, in words."""
@@ -41,6 +50,34 @@ class PublishedVersion:
         if self.live_watermark is None or self.live_watermark == self.covered_upper:
             return self.manifest_key
         return f"{self.manifest_key} + live objects in ({self.covered_upper}, {self.live_watermark}]"
+
+
+@dataclass(frozen=True)
+class LiveCandidate:
+    """A not-switched partition with live objects beyond its newest version: the append version to publish.
+
+    It keeps what the newest version shows (an update's manifest, ids <= covered_upper) and shows the live
+    objects above it up to `watermark`. Its file list is the newest version's file list followed by
+    `objects`, the live objects above that version's watermark; when the newest version has no file list
+    (published before revision 0006), the newest version's manifest (if any) followed by `objects`, then
+    every live object above covered_upper."""
+
+    partition_id: int
+    table_id: int
+    partition_date: dt.date
+    first: bool  # the partition's first version ever
+    base_version: int | None
+    manifest_key: str | None
+    covered_upper: int | None
+    watermark: int
+    row_count: int
+    byte_count: int
+    objects: tuple[tuple[int, int], ...]  # (small object id, content length), in id order
+    base_file_list_key: str | None = None
+
+    @property
+    def version(self) -> int:
+        return (self.base_version or 0) + 1
 
 
 @dataclass(frozen=True)
@@ -135,42 +172,44 @@ class Publishing:
         return sa.select(v).select_from(v.join(newest, sa.and_(
             newest.c.partition_id == v.c.partition_id, newest.c.version == v.c.version))).subquery()
 
-    def publish_live_versions(self, now: dt.datetime) -> list[PublishedVersion]:
-        """A new append version for each not-switched partition with live objects beyond its newest version.
-
-        The new version keeps what the newest one shows (an update's manifest) and extends its live
-        watermark; its counts are the newest's plus the new objects', so only new objects are summed.
-        """
-        p, so, v = s.partitions, s.small_objects, s.partition_versions
+    def live_versions_to_publish(self) -> list[LiveCandidate]:
+        """Each not-switched partition with live objects beyond its newest version, and the live objects
+        its append version adds to its newest version's file list (read in one snapshot, two queries)."""
+        p, so = s.partitions, s.small_objects
         newest = self._newest_versions()
-        published: list[PublishedVersion] = []
-        with self._tx() as c:
+        beyond = (p.c.switched.is_(False), so.c.delayed.is_(False),
+                  so.c.id > sa.func.coalesce(newest.c.live_watermark, 0))
+        joined = p.join(so, so.c.partition_id == p.c.id).outerjoin(newest, newest.c.partition_id == p.c.id)
+        with self._snapshot() as c:
             rows = c.execute(
-                sa.select(p.c.id, p.c.current_manifest_version, sa.func.max(so.c.id).label("watermark"),
-                          sa.func.sum(so.c.row_count).label("rows"), sa.func.sum(so.c.content_length).label("bytes"),
-                          newest.c.version, newest.c.row_count.label("base_rows"),
-                          newest.c.byte_count.label("base_bytes"), newest.c.manifest_key, newest.c.covered_upper)
-                .select_from(p.join(so, so.c.partition_id == p.c.id)
-                             .outerjoin(newest, newest.c.partition_id == p.c.id))
-                .where(p.c.switched.is_(False), so.c.delayed.is_(False),
-                       so.c.id > sa.func.coalesce(newest.c.live_watermark, 0))
-                .group_by(p.c.id, p.c.current_manifest_version, newest.c.version, newest.c.row_count,
-                          newest.c.byte_count, newest.c.manifest_key, newest.c.covered_upper)
+                sa.select(p.c.id, p.c.table_id, p.c.partition_date, p.c.current_manifest_version,
+                          sa.func.max(so.c.id).label("watermark"), sa.func.sum(so.c.row_count).label("rows"),
+                          sa.func.sum(so.c.content_length).label("bytes"), newest.c.version,
+                          newest.c.row_count.label("base_rows"), newest.c.byte_count.label("base_bytes"),
+                          newest.c.manifest_key, newest.c.covered_upper, newest.c.file_list_key)
+                .select_from(joined).where(*beyond)
+                .group_by(p.c.id, p.c.table_id, p.c.partition_date, p.c.current_manifest_version, newest.c.version,
+                          newest.c.row_count, newest.c.byte_count, newest.c.manifest_key, newest.c.covered_upper,
+                          newest.c.file_list_key)
             ).all()
-            for row in rows:
-                published.append(PublishedVersion(
-                    row.id, (row.version or 0) + 1, "append", row.watermark, row.manifest_key, now,
-                    int(row.rows) + (row.base_rows or 0), int(row.bytes) + (row.base_bytes or 0), row.covered_upper))
-            if published:
-                c.execute(v.insert(), [dict(partition_id=x.partition_id, version=x.version, commit_op=x.commit_op,
-                                            live_watermark=x.live_watermark, manifest_key=x.manifest_key,
-                                            covered_upper=x.covered_upper, created_at=now, row_count=x.row_count,
-                                            byte_count=x.byte_count) for x in published])
-                first = [row.id for row in rows if row.current_manifest_version < 0]
-                for chunk in range(0, len(first), 1000):
-                    c.execute(p.update().where(p.c.id.in_(first[chunk:chunk + 1000]), p.c.switched.is_(False))
-                              .values(current_manifest_version=0))
-        return published
+            objects: dict[int, list[tuple[int, int]]] = {}
+            if rows:
+                # The objects each list adds: above the newest version's watermark when it has a file list,
+                # else above what its manifest holds (the candidates' condition as a subquery: no id list).
+                lower = sa.case((newest.c.file_list_key.is_not(None), sa.func.coalesce(newest.c.live_watermark, 0)),
+                                (newest.c.manifest_key.is_not(None), sa.func.coalesce(newest.c.covered_upper, 0)),
+                                else_=0)
+                for pid, oid, size in c.execute(
+                        sa.select(so.c.partition_id, so.c.id, so.c.content_length).select_from(joined)
+                        .where(p.c.id.in_(sa.select(p.c.id).select_from(joined).where(*beyond).correlate(None)),
+                               p.c.switched.is_(False), so.c.delayed.is_(False), so.c.id > lower)
+                        .order_by(so.c.id)):
+                    objects.setdefault(pid, []).append((oid, size))
+        return [LiveCandidate(
+            row.id, row.table_id, row.partition_date, row.current_manifest_version < 0, row.version, row.manifest_key,
+            row.covered_upper, row.watermark, int(row.rows) + (row.base_rows or 0),
+            int(row.bytes) + (row.base_bytes or 0),
+            tuple(o for o in objects.get(row.id, ()) if o[0] <= row.watermark), row.file_list_key) for row in rows]
 
     def partitions_to_publish_merged(self) -> list[SwitchedPartition]:
         """Switched partitions whose desired merged version is ahead of the published one."""
@@ -204,44 +243,84 @@ class Publishing:
                                 now: dt.datetime) -> list[PublishedVersion]:
         """publish_merged_version for many partitions, in one transaction per MERGED_CAS_BATCH of them; a
         partition whose current or desired moved since it was read is left out (the next run publishes
-        it), the others are not.
-
-        Per partition this is the same compare-and-swap: current moves from the value read to desired
-        only where both are still as read. One UPDATE ... RETURNING tells which partitions moved; their
-        new version numbers are read after it, under its row locks, as the one-partition form did.
-        """
+        it), the others are not."""
         published: list[PublishedVersion] = []
         for start in range(0, len(items), MERGED_CAS_BATCH):
-            published += self._publish_merged_batch(items[start:start + MERGED_CAS_BATCH], now)
+            published += self.commit_versions([], items[start:start + MERGED_CAS_BATCH], now)[1]
         return published
 
-    def _publish_merged_batch(self, items: Sequence[tuple[SwitchedPartition, str]],
-                              now: dt.datetime) -> list[PublishedVersion]:
-        p, v = s.partitions, s.partition_versions
-        by_id = {partition.partition_id: (partition, key) for partition, key in items}
-        assert len(by_id) == len(items), "one item per partition"
-        published: list[PublishedVersion] = []
+    def commit_versions(self, live: Sequence[tuple[LiveCandidate, str | None]],
+                        merged: Sequence[tuple[SwitchedPartition, str]],
+                        now: dt.datetime) -> tuple[list[PublishedVersion], list[PublishedVersion]]:
+        """Publish append versions (each with its file list's key) and merged versions (each with its
+        manifest's key) in one transaction, which is one new table version of every table it changes.
+
+        Each is a compare-and-swap: an append version only if its partition is still not switched and its
+        newest version is still the one read (under the partition's row lock, which updates take too); a
+        merged version only where current and desired are both still as read (one UPDATE ... RETURNING
+        tells which partitions moved). The ones left out are published by the next run.
+        """
+        p, v, t = s.partitions, s.partition_versions, s.tables
+        by_id = {partition.partition_id: (partition, key) for partition, key in merged}
+        assert len(by_id) == len(merged), "one item per partition"
+        published_live: list[PublishedVersion] = []
+        published_merged: list[PublishedVersion] = []
         with self._tx() as c:
-            moved = set(c.execute(p.update().where(
-                p.c.id.in_(list(by_id)),
-                sa.tuple_(p.c.id, p.c.current_manifest_version, p.c.desired_manifest_version).in_(
-                    [(x.partition_id, x.current, x.desired) for x, _ in items]),
-            ).values(current_manifest_version=p.c.desired_manifest_version).returning(p.c.id)).scalars())
-            if not moved:
-                return []
-            newest = dict(c.execute(sa.select(v.c.partition_id, sa.func.max(v.c.version))
-                                    .where(v.c.partition_id.in_(list(moved))).group_by(v.c.partition_id)).all())
-            for partition, manifest_key in items:
-                if partition.partition_id not in moved:
-                    continue
-                published.append(PublishedVersion(
-                    partition.partition_id, newest.get(partition.partition_id, 0) + 1, "compaction", None,
-                    manifest_key, now, sum(x.row_count for x in partition.ranges),
-                    sum(x.content_length for x in partition.ranges), partition.desired))
+            kept_live: list[tuple[LiveCandidate, str | None]] = []
+            if live:
+                ids = sorted(x.partition_id for x, _ in live)
+                newest: dict[int, int] = {}
+                switched: set[int] = set()
+                for start in range(0, len(ids), _IDS_PER_STATEMENT):
+                    chunk = ids[start:start + _IDS_PER_STATEMENT]
+                    # In id order: two runs locking overlapping partitions never wait on each other crosswise.
+                    lock = sa.select(p.c.id, p.c.switched).where(p.c.id.in_(chunk)).order_by(p.c.id)
+                    if self.dialect == "postgresql":
+                        lock = lock.with_for_update()
+                    switched |= {row.id for row in c.execute(lock) if row.switched}
+                    newest.update(c.execute(sa.select(v.c.partition_id, sa.func.max(v.c.version))
+                                            .where(v.c.partition_id.in_(chunk)).group_by(v.c.partition_id)).all())
+                kept_live = [(x, key) for x, key in live
+                             if x.partition_id not in switched and newest.get(x.partition_id) == x.base_version]
+            moved: set[int] = set()
+            newest_merged: dict[int, int] = {}
+            if merged:
+                moved = set(c.execute(p.update().where(
+                    p.c.id.in_(list(by_id)),
+                    sa.tuple_(p.c.id, p.c.current_manifest_version, p.c.desired_manifest_version).in_(
+                        [(x.partition_id, x.current, x.desired) for x, _ in merged]),
+                ).values(current_manifest_version=p.c.desired_manifest_version).returning(p.c.id)).scalars())
+                if moved:
+                    newest_merged = dict(c.execute(
+                        sa.select(v.c.partition_id, sa.func.max(v.c.version))
+                        .where(v.c.partition_id.in_(list(moved))).group_by(v.c.partition_id)).all())
+            changed = sorted({x.table_id for x, _ in kept_live}
+                             | {x.table_id for x, _ in merged if x.partition_id in moved})
+            if not changed:
+                return [], []
+            table_versions = dict(c.execute(t.update().where(t.c.id.in_(changed)).values(version=t.c.version + 1)
+                                            .returning(t.c.id, t.c.version)).all())
+            for x, key in kept_live:
+                published_live.append(PublishedVersion(
+                    x.partition_id, x.version, "append", x.watermark, x.manifest_key, now, x.row_count, x.byte_count,
+                    x.covered_upper, table_versions[x.table_id], key))
+            for x, key in merged:
+                if x.partition_id in moved:
+                    published_merged.append(PublishedVersion(
+                        x.partition_id, newest_merged.get(x.partition_id, 0) + 1, "compaction", None, key, now,
+                        sum(r.row_count for r in x.ranges), sum(r.content_length for r in x.ranges), x.desired,
+                        table_versions[x.table_id], key))
             c.execute(v.insert(), [dict(partition_id=x.partition_id, version=x.version, commit_op=x.commit_op,
-                                        manifest_key=x.manifest_key, covered_upper=x.covered_upper, created_at=now,
-                                        row_count=x.row_count, byte_count=x.byte_count) for x in published])
-        return published
+                                        live_watermark=x.live_watermark, manifest_key=x.manifest_key,
+                                        covered_upper=x.covered_upper, created_at=now, row_count=x.row_count,
+                                        byte_count=x.byte_count, table_version=x.table_version,
+                                        file_list_key=x.file_list_key)
+                                   for x in published_live + published_merged])
+            first = [x.partition_id for x, _ in kept_live if x.first]
+            for start in range(0, len(first), _IDS_PER_STATEMENT):
+                c.execute(p.update().where(p.c.id.in_(first[start:start + _IDS_PER_STATEMENT]), p.c.switched.is_(False))
+                          .values(current_manifest_version=0))
+        return published_live, published_merged
 
     # --- updates (DESIGN §6) -----------------------------------------------------------------------
 
@@ -299,12 +378,17 @@ class Publishing:
             c.execute(p.update().where(p.c.id == base.partition_id).values(
                 desired_manifest_version=base.upper, current_manifest_version=base.upper if switched else 0))
             version = (since[-1].version if since else (base.version or 0)) + 1
+            t = s.tables
+            table_version = c.execute(t.update().where(t.c.id == sa.select(p.c.table_id).where(
+                p.c.id == base.partition_id).scalar_subquery()).values(version=t.c.version + 1)
+                .returning(t.c.version)).scalar_one()
             published = PublishedVersion(base.partition_id, version, "update", base.upper, manifest_key, now,
-                                         row_count, byte_count, base.upper)
+                                         row_count, byte_count, base.upper, table_version, manifest_key)
             c.execute(v.insert().values(partition_id=base.partition_id, version=version, commit_op="update",
                                         live_watermark=base.upper, manifest_key=manifest_key,
                                         covered_upper=base.upper, created_at=now, row_count=row_count,
-                                        byte_count=byte_count))
+                                        byte_count=byte_count, table_version=table_version,
+                                        file_list_key=manifest_key))
         return published
 
     def version_mark(self) -> int:
@@ -323,30 +407,55 @@ class Publishing:
                              .order_by(v.c.partition_id, v.c.version)).all()
         return [_version(r) for r in rows]
 
-    def reader_snapshot(self, table_id: int, *, as_of_version: int | None = None,
-                        as_of: dt.datetime | None = None) -> list[PartitionView]:
-        """Every partition's visible state, read in one snapshot with three queries, whatever the partitions.
+    def table_version_range(self, c: Connection, table_id: int) -> tuple[int, int, dt.datetime | None]:
+        """(oldest readable, newest) table version and the oldest one's time (None: no versions yet).
 
-        A version shows its manifest's objects (ids <= covered_upper) and the live objects above them up
+        A table version is readable while every partition still has the versions it showed then: the
+        oldest readable one is the newest of the first retained versions of partitions whose earlier
+        versions were reaped (a partition that never had earlier versions showed nothing before)."""
+        t, p, v = s.tables, s.partitions, s.partition_versions
+        newest = c.execute(sa.select(t.c.version).where(t.c.id == table_id)).scalar_one_or_none() or 0
+        firsts = (sa.select(sa.func.min(v.c.version).label("version"),
+                            sa.func.min(v.c.table_version).label("table_version"))
+                  .where(v.c.partition_id.in_(sa.select(p.c.id).where(p.c.table_id == table_id)))
+                  .group_by(v.c.partition_id).subquery())
+        reaped_below = c.execute(sa.select(sa.func.max(firsts.c.table_version)).where(firsts.c.version > 1)
+                                 ).scalar_one_or_none()
+        oldest = max(1, reaped_below or 1)
+        oldest_time = c.execute(sa.select(sa.func.min(v.c.created_at)).where(
+            v.c.partition_id.in_(sa.select(p.c.id).where(p.c.table_id == table_id)),
+            v.c.table_version == oldest)).scalar_one_or_none() if newest else None
+        return oldest, newest, oldest_time
+
+    def reader_snapshot(self, table_id: int, *, as_of_version: int | None = None,
+                        as_of: dt.datetime | None = None, table_name: str = "the table") -> list[PartitionView]:
+        """Every partition's visible state, read in one snapshot with a constant number of queries.
+
+        A version shows its file list (the manifest of exactly its files); a version published before
+        file lists shows its manifest's objects (ids <= covered_upper) and the live objects above them up
         to its live watermark. Current state: each partition's newest version, except that a partition
         not switched shows its live objects up to the largest small object id at the start of the read.
         A switched partition without a merged version yet (published later in the same run) stays live.
-        As of a version (each partition's newest version <= it) or a time (newest created at or before
-        it): that version exactly; partitions without such a version are left out.
+        As of a table version (each partition's newest version published in it or before) or a time
+        (newest created at or before it): that version exactly; partitions without one are left out.
+        A table version outside the readable range, or a time before the oldest readable version's,
+        raises VersionOutOfRange naming the range.
         """
         p, v, so = s.partitions, s.partition_versions, s.small_objects
         pinned = as_of_version is not None or as_of is not None
         where = [v.c.partition_id.in_(sa.select(p.c.id).where(p.c.table_id == table_id))]
         if as_of_version is not None:
-            where.append(v.c.version <= as_of_version)
+            where.append(v.c.table_version <= as_of_version)
         if as_of is not None:
             where.append(v.c.created_at <= as_of)
         newest = self._newest_versions(*where)
         with self._snapshot() as c:
+            if pinned:
+                self._check_in_range(c, table_id, table_name, as_of_version, as_of)
             watermark = c.execute(sa.select(sa.func.coalesce(sa.func.max(so.c.id), 0))).scalar_one()
             rows = c.execute(
                 sa.select(p.c.id, p.c.partition_date, p.c.switched, newest.c.version, newest.c.live_watermark,
-                          newest.c.manifest_key, newest.c.covered_upper)
+                          newest.c.manifest_key, newest.c.covered_upper, newest.c.file_list_key)
                 .select_from(p.outerjoin(newest, newest.c.partition_id == p.c.id))
                 .where(p.c.table_id == table_id).order_by(p.c.partition_date)
             ).all()
@@ -355,7 +464,7 @@ class Publishing:
             for row in rows:
                 lower = row.covered_upper or 0
                 if pinned:
-                    if row.version is not None and (row.live_watermark or 0) > lower:
+                    if row.version is not None and row.file_list_key is None and (row.live_watermark or 0) > lower:
                         live[row.id] = (lower, row.live_watermark)
                 elif not row.switched or row.manifest_key is None:
                     live[row.id] = (lower, watermark)
@@ -375,15 +484,41 @@ class Publishing:
                         objects.setdefault(pid, []).append(oid)
         views = []
         for row in rows:
-            if row.manifest_key is None and row.id not in live:
-                continue  # pinned before its first version, or switched without one
             if pinned and row.version is None:
                 continue
+            if pinned and row.file_list_key is not None:
+                views.append(PartitionView(row.partition_date, row.version, manifest_key=row.file_list_key))
+                continue
+            if row.manifest_key is None and row.id not in live:
+                continue  # switched without a version
             views.append(PartitionView(row.partition_date, row.version,
                                        live_object_ids=tuple(objects.get(row.id, ())),
                                        manifest_key=row.manifest_key))
         return views
 
+    def _check_in_range(self, c: Connection, table_id: int, table_name: str, as_of_version: int | None,
+                        as_of: dt.datetime | None) -> None:
+        oldest, newest, oldest_time = self.table_version_range(c, table_id)
+        if as_of_version is not None:
+            if newest == 0:
+                raise VersionOutOfRange(f"{table_name} has no published versions yet, so it has no version "
+                                        f"{as_of_version}; run `silt publish --once`, or read its current state")
+            if not oldest <= as_of_version <= newest:
+                raise VersionOutOfRange(
+                    f"{table_name} has no version {as_of_version}: its readable versions are {oldest} to {newest}"
+                    + (f" (versions before {oldest} were reaped)" if oldest > 1 else ""))
+        if as_of is not None and oldest > 1 and oldest_time is not None and as_of < oldest_time:
+            raise VersionOutOfRange(
+                f"{table_name} cannot be read as of {as_of.isoformat(sep=' ')} UTC: versions before {oldest} "
+                f"(published {oldest_time.isoformat(sep=' ')} UTC) were reaped; read as of a later time")
+
+    def table_version_bounds(self, table_id: int) -> tuple[int, int]:
+        """(oldest readable, newest) table version; (1, 0) for a table without versions."""
+        with self._snapshot() as c:
+            oldest, newest, _ = self.table_version_range(c, table_id)
+        return oldest, newest
+
 def _version(row) -> PublishedVersion:  # noqa: ANN001 - a partition_versions Row
     return PublishedVersion(row.partition_id, row.version, row.commit_op, row.live_watermark, row.manifest_key,
-                            row.created_at, row.row_count, row.byte_count, row.covered_upper)
+                            row.created_at, row.row_count, row.byte_count, row.covered_upper, row.table_version,
+                            row.file_list_key)

@@ -45,6 +45,7 @@ class ReapVersion:
     manifest_key: str | None
     covered_upper: int | None
     created_at: dt.datetime
+    file_list_key: str | None = None  # the manifest of exactly its files (== manifest_key when merged/updated)
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,7 @@ class Reaping:
                 sa.select(p.c.id, p.c.table_id, p.c.partition_date))]
             view.versions = [ReapVersion(*row) for row in c.execute(sa.select(
                 v.c.id, v.c.partition_id, v.c.version, v.c.commit_op, v.c.live_watermark, v.c.manifest_key,
-                v.c.covered_upper, v.c.created_at).order_by(v.c.partition_id, v.c.version))]
+                v.c.covered_upper, v.c.created_at, v.c.file_list_key).order_by(v.c.partition_id, v.c.version))]
             view.ranges = [ReapRange(*row) for row in c.execute(
                 sa.select(r.c.partition_id, r.c.lower_bound, r.c.upper_bound, r.c.object_key))]
             view.small_objects = [ReapSmallObject(*row) for row in c.execute(

@@ -46,6 +46,8 @@ tables = sa.Table(
     sa.Column("ttl_days", sa.Integer, nullable=True),
     sa.Column("definition", sa.Text, nullable=False),
     sa.Column("dropped_time", sa.DateTime, nullable=True),
+    # The table's newest table version: bumped by each catalog commit that publishes versions of its partitions.
+    sa.Column("version", sa.BigInteger, nullable=False, server_default="0"),
     sa.UniqueConstraint("physical_schema_name", "physical_table_name"),
     sa.CheckConstraint("merge_interval >= 0", name="merge_interval"),
 )
@@ -215,6 +217,11 @@ partition_versions = sa.Table(
     sa.Column("created_at", sa.DateTime, nullable=False),
     sa.Column("row_count", sa.BigInteger, nullable=False),
     sa.Column("byte_count", sa.BigInteger, nullable=False),
+    # The table version this partition version was published in (tables.version at its commit).
+    sa.Column("table_version", sa.BigInteger, nullable=False, server_default="0"),
+    # The manifest listing exactly this version's data files (merged, updated and small objects alike); null
+    # for live versions published before revision 0006, whose files readers compute from the catalog.
+    sa.Column("file_list_key", sa.Text, nullable=True),
     sa.UniqueConstraint("partition_id", "version"),
     sa.CheckConstraint("commit_op IN ('append', 'compaction', 'update', 'merge')", name="commit_op"),
     sa.CheckConstraint("live_watermark IS NOT NULL OR manifest_key IS NOT NULL", name="shows_something"),

@@ -687,7 +687,8 @@ def run_command(context: click.Context) -> None:
 
 
 HISTORY_COLUMNS = (
-    Column("date", "dt"), Column("version", right=True), Column("op"), Column("shows"),
+    Column("date", "dt"), Column("version", right=True), Column("table_version", "table version", right=True),
+    Column("op"), Column("shows"),
     Column("created_at", "created (UTC)"), Column("rows", show=_count, right=True),
     Column("bytes", "size", _size, right=True),
 )
@@ -703,23 +704,18 @@ def history(context: click.Context, name: str, date_text: str | None, fmt: str) 
     """A table's or one partition's published versions."""
     import datetime as dt
 
-    deployment = deployment_of(context)
-    record = deployment.catalog.get_table(name)
-    partitions = deployment.catalog.partitions(record.id)
+    from siltlake.lake import Lake, NoSuchPartition
+
+    wanted = None
     if date_text is not None:
         try:
             wanted = dt.date.fromisoformat(date_text)
         except ValueError:
             raise click.BadParameter(f"{date_text!r} is not a date such as 2026-11-20", param_hint="--date") from None
-        partitions = [p for p in partitions if p.partition_date == wanted]
-        if not partitions:
-            raise click.BadParameter(f"{name} has no partition {date_text}", param_hint="--date")
-    dates = {p.id: p.partition_date.isoformat() for p in partitions}
-    versions = deployment.catalog.partition_versions(list(dates))
-    rows = [{"date": dates[v.partition_id], "version": v.version, "op": v.commit_op,
-             "shows": v.shows(),
-             "created_at": v.created_at.isoformat(sep=" ", timespec="seconds"), "rows": v.row_count,
-             "bytes": v.byte_count} for v in versions]
+    try:
+        rows = Lake(deployment_of(context)).table(name).history(date=wanted)
+    except NoSuchPartition as exc:
+        raise click.BadParameter(str(exc), param_hint="--date") from None
     emit(fmt, HISTORY_COLUMNS, rows, empty=f"{name} has no published versions yet; run `silt publish --once`")
 
 

@@ -1,4 +1,5 @@
-"""Manifest files of a merged version: the JSON form Redshift Spectrum reads and a Hive symlink text form."""
+"""Manifest files: the exact data files of one partition version, in the JSON form Redshift Spectrum reads
+and a Hive symlink text form. Every version has one: merged, updated and live (small objects) alike."""
 
 from __future__ import annotations
 
@@ -20,13 +21,22 @@ def manifest_keys(layout: TableLayout, partition_date: dt.date, version: int,
     return f"{base}/manifest-{name}.json", f"{base}/symlink-{name}/manifest"
 
 
+def live_label(version: int, watermark: int) -> str:
+    """The manifest label of a live (append) version: its partition version and live watermark, which fix
+    its contents (the version before it and the live objects up to the watermark)."""
+    return f"live-{version:06d}-{watermark:019d}"
+
+
 def write_manifests(lake: Storage, layout: TableLayout, partition_date: dt.date, version: int,
-                    objects: Sequence[tuple[str, int]], label: str | None = None) -> tuple[str, str]:
-    """Write both forms listing `objects` (key, content length); returns their keys. Idempotent."""
+                    objects: Sequence[tuple[str, int]], label: str | None = None,
+                    listed: Sequence[tuple[str, int]] = ()) -> tuple[str, str]:
+    """Write both forms listing `listed` (URI, content length: entries of another manifest) and then
+    `objects` (key, content length); returns their keys. Idempotent."""
     json_key, symlink_key = manifest_keys(layout, partition_date, version, label)
-    entries = [{"url": lake.uri(key), "mandatory": True, "meta": {"content_length": size}} for key, size in objects]
+    uris = [*listed, *((lake.uri(key), size) for key, size in objects)]
+    entries = [{"url": uri, "mandatory": True, "meta": {"content_length": size}} for uri, size in uris]
     lake.write_bytes(json_key, json.dumps({"entries": entries}, indent=1).encode())
-    lake.write_bytes(symlink_key, "".join(lake.uri(key) + "\n" for key, _ in objects).encode())
+    lake.write_bytes(symlink_key, "".join(uri + "\n" for uri, _ in uris).encode())
     return json_key, symlink_key
 
 

@@ -7,11 +7,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from siltlake.catalog.publishing import MERGED_CAS_BATCH, PublishedVersion, SwitchedPartition
+from siltlake.catalog.publishing import MERGED_CAS_BATCH, LiveCandidate, PublishedVersion, SwitchedPartition
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.errors import ConfigError
-from siltlake.publish.manifests import write_manifests
+from siltlake.publish.manifests import live_label, read_manifest, write_manifests
 from siltlake.publish.targets import configured_targets
 
 # Manifest writes are small and mostly wait on storage (an object store's latency): a few threads.
@@ -42,8 +42,21 @@ def _write_merged_manifests(deployment: Deployment, tables: dict, partition: Swi
     return write_manifests(deployment.lake, layout, partition.partition_date, partition.desired, objects)[0]
 
 
+def _write_live_manifests(deployment: Deployment, tables: dict, candidate: LiveCandidate) -> str:
+    """Write the file list of an append version: what its newest version's list names (older live objects,
+    an update's object) and its new live objects; returns the JSON manifest's key."""
+    layout = tables[candidate.table_id].layout(deployment.instance_key)
+    lake = deployment.lake
+    base = candidate.base_file_list_key or candidate.manifest_key
+    listed = read_manifest(lake, base) if base else []
+    objects = [(layout.small_object(candidate.partition_date, object_id, False), size)
+               for object_id, size in candidate.objects]
+    return write_manifests(lake, layout, candidate.partition_date, candidate.version, objects,
+                           label=live_label(candidate.version, candidate.watermark), listed=listed)[0]
+
+
 def publish_once(deployment: Deployment, now: dt.datetime | None = None) -> PublishReport:
-    """Switch, close, (sync definitions: with external catalogs), publish live versions, publish merged ones.
+    """Switch, close, (sync definitions: with external catalogs), publish live and merged versions.
 
     `now` (naive UTC) replaces the clock, to drive the lifecycle in tests, the demo and scripts.
     """
@@ -70,16 +83,22 @@ def publish_once(deployment: Deployment, now: dt.datetime | None = None) -> Publ
             raise
         except Exception as exc:  # noqa: BLE001 - one line for the report; the catalog is unaffected
             report.target_errors.append(f"{target.name}: {exc}")
-    # 4. Live versions for partitions not switched.
-    report.live_versions = catalog.publish_live_versions(now)
-    # 5. Merged versions: the manifests first, then the version rows (compare-and-swap on desired, per
-    # partition), a batch at a time: manifests written on a thread pool, the batch's CAS in one transaction.
+    # 4, 5. Append versions for partitions not switched, merged versions for switched ones: every version's
+    # manifest (its exact file list) first, then its row, a compare-and-swap per partition. The first
+    # transaction holds the append versions and the first MERGED_CAS_BATCH merged ones, so a run is one
+    # table version of each table it changes unless it publishes more merged versions than that.
+    live = [x for x in catalog.live_versions_to_publish() if x.table_id in tables]
     pending = [p for p in catalog.partitions_to_publish_merged() if p.table_id in tables]  # dropped: reap
     with ThreadPoolExecutor(MANIFEST_WRITERS) as pool:
-        for start in range(0, len(pending), MERGED_CAS_BATCH):
+        live_keys = list(pool.map(lambda candidate: _write_live_manifests(deployment, tables, candidate), live))
+        for start in range(0, max(len(pending), 1), MERGED_CAS_BATCH):
             batch = pending[start:start + MERGED_CAS_BATCH]
             keys = list(pool.map(lambda partition: _write_merged_manifests(deployment, tables, partition), batch))
-            published = catalog.publish_merged_versions(list(zip(batch, keys, strict=True)), now)
+            appending = list(zip(live, live_keys, strict=True)) if start == 0 else []
+            if not appending and not batch:
+                break
+            appended, published = catalog.commit_versions(appending, list(zip(batch, keys, strict=True)), now)
+            report.live_versions += appended
             report.merged_versions += published
             report.skipped_merged += len(batch) - len(published)
     # Partition locations last, so a partition switched in this run points at the manifest of step 5.

@@ -43,16 +43,18 @@ def table(spark: SparkSession, name: str, deployment: Deployment | None = None, 
 
     Current state: switched partitions show their published merged version's objects; the others show
     their newest update's objects, if any, and the live objects above them up to the largest small
-    object id at the start of the read. as_of_version (each partition's newest version at or below it)
-    or as_of (naive UTC, or aware) reads an earlier published state. The catalog is asked a constant
-    number of queries, whatever the partitions.
+    object id at the start of the read. as_of_version (a table version: the state after that publish
+    commit; outside the readable versions it is an error naming them) or as_of (naive UTC, or aware)
+    reads an earlier published state, from each partition version's file list. The catalog is asked a
+    constant number of queries, whatever the partitions.
     """
     from siltlake.clock import to_naive_utc
 
     deployment = deployment or Deployment.open()
     record = deployment.catalog.get_table(name)
     views = deployment.catalog.reader_snapshot(
-        record.id, as_of_version=as_of_version, as_of=to_naive_utc(as_of) if as_of is not None else None)
+        record.id, as_of_version=as_of_version, as_of=to_naive_utc(as_of) if as_of is not None else None,
+        table_name=record.qualified_name)
     return objects_frame(spark, record, deployment, [view.manifest_key for view in views if view.manifest_key],
                          [(view.partition_date, object_id, False) for view in views
                           for object_id in view.live_object_ids])
@@ -70,27 +72,67 @@ def objects_frame(spark: SparkSession, record: TableRecord, deployment: Deployme
     lake = deployment.lake
     with ThreadPoolExecutor(max(1, min(16, len(manifest_keys)))) as pool:
         listed = list(pool.map(lambda key: read_manifest(lake, key), manifest_keys))
-    scans = {layout.merged_prefix(): [for_engine(uri) for entries in listed for uri, _ in entries]}
-    for date, object_id, delayed in small_objects:
-        key = layout.small_object(date, object_id, delayed)
-        scans.setdefault(key.split("/dt=", 1)[0], []).append(lake.engine_uri(key))
-    # dt comes from the dt=YYYY-MM-DD directory of each object (partition discovery under basePath).
-    frames = [spark.read.schema(schema).option("basePath", lake.engine_uri(prefix)).parquet(*paths)
-              for prefix, paths in scans.items() if paths]
+    uris = [for_engine(uri) for entries in listed for uri, _ in entries]
+    uris += [lake.engine_uri(layout.small_object(date, object_id, delayed))
+             for date, object_id, delayed in small_objects]
+    # dt comes from the dt=YYYY-MM-DD directory of each object (partition discovery under basePath): one
+    # scan per area (merged, live, delayed) the objects are in.
+    scans: dict[str, list[str]] = {}
+    for uri in uris:
+        scans.setdefault(uri.rsplit("/dt=", 1)[0], []).append(uri)
+    frames = [spark.read.schema(schema).option("basePath", prefix).parquet(*paths) for prefix, paths in scans.items()]
     if not frames:
         return spark.createDataFrame([], schema)
     return functools.reduce(lambda left, right: left.unionByName(right), frames)
 
 
-def _view_name(schema_name: str, table_name: str) -> str:
-    return f"__silt_{schema_name}__{table_name}"
+def _view_name(schema_name: str, table_name: str, pin: tuple[str, object] | None = None) -> str:
+    """The temp view of a table, one per (table, version or time) pair a query reads."""
+    name = f"__silt_{schema_name}__{table_name}"
+    if pin is None:
+        return name
+    kind, value = pin
+    if kind == "version":
+        return f"{name}__v{value}"
+    assert isinstance(value, dt.datetime)
+    return f"{name}__t{value:%Y%m%d%H%M%S%f}"
+
+
+# Parts of a table reference the rewrite keeps as they are: Spark applies them to the view just as to a table.
+_KEPT_TABLE_PARTS = {"this", "db", "alias", "sample", "hints", "pivots", "joins", "laterals", "version"}
+
+
+def _time_travel(node: exp.Table, qualified: str) -> tuple[str, object] | None:
+    """("version", n) or ("time", naive UTC) of `t VERSION AS OF n` / `t TIMESTAMP AS OF '...'`; anything
+    the reader cannot honour exactly is refused."""
+    from siltlake.lake import parse_as_of
+
+    clause = node.args.get("version")
+    if clause is None:
+        return None
+    kind = str(clause.this).upper()
+    text = clause.sql(dialect="spark")
+    value = clause.expression
+    if clause.args.get("kind") != "AS OF" or kind not in ("VERSION", "TIMESTAMP"):
+        raise SiltError(f"{qualified}: {text!r} is not supported; write VERSION AS OF <n> or "
+                        "TIMESTAMP AS OF '<time>'")
+    if kind == "VERSION":
+        if not (isinstance(value, exp.Literal) and not value.is_string and value.this.isdigit()):
+            raise SiltError(f"{qualified}: {text!r}: VERSION AS OF takes a table version number, such as "
+                            "VERSION AS OF 3 (`silt history` lists them)")
+        return "version", int(value.this)
+    if not (isinstance(value, exp.Literal) and value.is_string):
+        raise SiltError(f"{qualified}: {text!r}: TIMESTAMP AS OF takes a quoted time, such as "
+                        "TIMESTAMP AS OF '2026-11-20 10:00:00' (UTC unless it has an offset)")
+    return "time", parse_as_of(value.this)
 
 
 def sql(spark: SparkSession, query: str, deployment: Deployment | None = None) -> DataFrame:
-    """Run Spark SQL in which tables are named schema.table.
+    """Run Spark SQL in which tables are named schema.table (optionally VERSION AS OF n or TIMESTAMP AS OF '...').
 
     Spark temp views cannot be qualified, so the query is parsed (sqlglot, Spark dialect), each
-    qualified table name is replaced by a temp view of that table, and the query is re-rendered.
+    qualified table reference is replaced by a temp view of that table at that version, and the query is
+    re-rendered. A clause of a table reference the rewrite cannot carry over is refused, never dropped.
     """
     deployment = deployment or Deployment.open()
     try:
@@ -103,17 +145,39 @@ def sql(spark: SparkSession, query: str, deployment: Deployment | None = None) -
     if not isinstance(tree, exp.Query):
         raise SiltError("only queries (SELECT, WITH, set operations) are supported")
     cte_names = {cte.alias_or_name for cte in tree.find_all(exp.CTE)}
+    views: set[str] = set()
     for node in list(tree.find_all(exp.Table)):
+        qualified = f"{node.db}.{node.name}" if node.db else node.name
+        if node.catalog:
+            raise SiltError(f"{node.catalog}.{qualified}: siltlake tables are named schema.table, without a catalog "
+                            f"part; write {qualified}")
+        unsupported = sorted(key for key, value in node.args.items()
+                             if value not in (None, [], False) and key not in _KEPT_TABLE_PARTS)
+        if unsupported and (node.db or node.name in cte_names):
+            raise SiltError(f"{qualified}: the query's {', '.join(unsupported)} clause on a table cannot be "
+                            "honoured by siltlake's rewrite; leave it out")
         if not node.db:
             if node.name and node.name not in cte_names:
                 raise SiltError(f"table {node.name!r} needs its schema: write schema.table")
+            if node.args.get("version") is not None:
+                raise SiltError(f"{node.name}: VERSION/TIMESTAMP AS OF applies to siltlake tables (schema.table), "
+                                "not to a query's own names")
             continue
-        qualified = f"{node.db}.{node.name}"
-        try:
-            table(spark, qualified, deployment).createOrReplaceTempView(_view_name(node.db, node.name))
-        except NotFoundError:
-            raise SiltError(f"no table {qualified}; `silt table list` shows the tables") from None
-        node.replace(exp.to_table(_view_name(node.db, node.name)).as_(node.alias_or_name))
+        pin = _time_travel(node, qualified)
+        view = _view_name(node.db, node.name, pin)
+        if view not in views:
+            options = {} if pin is None else {"as_of_version": pin[1]} if pin[0] == "version" else {"as_of": pin[1]}
+            try:
+                table(spark, qualified, deployment, **options).createOrReplaceTempView(view)
+            except NotFoundError:
+                raise SiltError(f"no table {qualified}; `silt table list` shows the tables") from None
+            views.add(view)
+        alias = node.alias_or_name
+        node.set("version", None)
+        node.set("db", None)
+        node.set("this", exp.to_identifier(view))
+        if not node.alias:
+            node.set("alias", exp.TableAlias(this=exp.to_identifier(alias)))
     rendered = tree.sql(dialect="spark")
     check_query(spark, rendered)  # the text Spark runs, parsed by Spark: it reads the tables and nothing else
     return spark.sql(rendered)

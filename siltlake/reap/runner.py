@@ -222,6 +222,9 @@ def _plan(deployment: Deployment, key: str, view: ReapView, listed: list[ObjectI
         versions[v.partition_id].append(v)
     retained_manifests: set[str] = set()
     named_manifests: set[str] = {v.manifest_key for v in view.versions if v.manifest_key}
+    # A live version's file list names its manifest's objects and its live objects, both kept below by
+    # what the version shows: the list itself is kept, not read.
+    retained_file_lists: set[str] = set()
     live_windows: dict[int, list[tuple[int, int]]] = defaultdict(list)
     covered_upper: dict[int, int] = {}
     expired: list[ReapVersion] = []
@@ -235,13 +238,16 @@ def _plan(deployment: Deployment, key: str, view: ReapView, listed: list[ObjectI
         for v in kept:
             if v.manifest_key:
                 retained_manifests.add(v.manifest_key)
+            if v.file_list_key:
+                retained_file_lists.add(v.file_list_key)
             if v.live_watermark is not None and v.live_watermark > (v.covered_upper or 0):
                 live_windows[partition_id].append((v.covered_upper or 0, v.live_watermark))
     started = time.monotonic()
     manifest_objects, unreadable = _manifest_objects(deployment, sorted(retained_manifests), workers)
     report.catalog_seconds += time.monotonic() - started  # reading manifests is part of refreshing references
     referenced: set[str] = {k for objects in manifest_objects.values() for k in objects}
-    referenced |= retained_manifests | {symlink_key(k) for k in retained_manifests}
+    kept_manifests = retained_manifests | retained_file_lists
+    referenced |= kept_manifests | {symlink_key(k) for k in kept_manifests}
     referenced |= view.error_keys
     referenced.add(f"{key}/{MARKER}")
     guarded_dirs = set()  # merged/dt=D of partitions whose retained manifest is unreadable: keep them whole
@@ -250,7 +256,8 @@ def _plan(deployment: Deployment, key: str, view: ReapView, listed: list[ObjectI
         report.warnings.append(f"retained manifest {manifest} cannot be read; the merged objects of its "
                                "partition are kept")
     for v in expired:
-        keys = (v.manifest_key, symlink_key(v.manifest_key)) if v.manifest_key else ()
+        manifests = {k for k in (v.manifest_key, v.file_list_key) if k}
+        keys = sorted(manifests | {symlink_key(k) for k in manifests})
         plan.expired_versions[v.id] = tuple(k for k in keys if k not in referenced)
 
     # Merge ranges: their objects are read by future merges and publishes.

@@ -1,0 +1,288 @@
+"""The Python table API: a Lake (one deployment) and its Tables, read by any engine from exact file lists.
+
+A table's state is read in one catalog snapshot (a constant number of queries, whatever the partitions)
+and each partition's files come from its version's manifest: no directory is ever listed. Reading needs
+pyarrow only; DuckDB, Polars and Spark are used when asked for.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
+
+from siltlake.config import Config, load_config
+from siltlake.deployment import Deployment
+from siltlake.errors import NotFoundError, SiltError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+    from pyspark.sql import DataFrame, SparkSession
+
+    from siltlake.catalog import TableRecord
+    from siltlake.publish import UpdateReport
+
+__all__ = ["DataFile", "Lake", "NoSuchPartition", "Table", "parse_as_of"]
+
+_MANIFEST_READERS = 16
+
+
+class NoSuchPartition(NotFoundError):
+    """A table has no partition of the date asked for."""
+
+
+def parse_as_of(value: dt.datetime | dt.date | str) -> dt.datetime:
+    """A time-travel time as naive UTC: an aware time is converted, a naive one (or a date, at midnight)
+    is taken as UTC; text is ISO-8601 ("2026-11-20 10:00:00", "2026-11-20T10:00:00+09:00")."""
+    from siltlake.clock import to_naive_utc
+
+    if isinstance(value, str):
+        try:
+            value = dt.datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise SiltError(f"{value!r} is not a time such as '2026-11-20 10:00:00' or "
+                            "'2026-11-20T10:00:00+09:00' (naive times are UTC)") from None
+    elif isinstance(value, dt.date) and not isinstance(value, dt.datetime):
+        value = dt.datetime.combine(value, dt.time())
+    return to_naive_utc(value)
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """One data file of a table version: its URI (as the catalog and manifests store it), partition date
+    and size in bytes (None for a live object of the current state, not yet in any manifest)."""
+
+    uri: str
+    partition_date: dt.date
+    size: int | None
+
+
+class Lake:
+    """A deployment's tables. `Lake.open()` reads the configuration as `silt` does ($SILTLAKE_CONFIG or
+    ./siltlake.toml, then the environment); `Lake.open("path/to/siltlake.toml")` or `Lake.open(config)`
+    name one; `Lake(deployment)` wraps an open Deployment."""
+
+    def __init__(self, deployment: Deployment) -> None:
+        self.deployment = deployment
+
+    @classmethod
+    def open(cls, config: Config | str | Path | None = None, *, catalog_url: str | None = None,
+             storage_root: str | None = None) -> Lake:
+        """Open the lake of a configuration (a Config or a TOML file's path; None: as `silt` finds it);
+        catalog_url and storage_root override the configuration's."""
+        if not isinstance(config, Config):
+            config = load_config(config)
+        if catalog_url is not None or storage_root is not None:
+            config = config.model_copy(update={
+                "catalog": config.catalog.model_copy(update={"url": catalog_url or config.catalog.url}),
+                "storage": config.storage.model_copy(update={"root": storage_root or config.storage.root}),
+            })
+        deployment = Deployment.open(config)
+        deployment.catalog.check_ready()
+        return cls(deployment)
+
+    def table(self, name: str) -> Table:
+        """The table `schema.table` (a NotFoundError if there is none)."""
+        return Table(self, self.deployment.catalog.get_table(name))
+
+    def tables(self) -> list[str]:
+        """The names of the tables, schema.table."""
+        return sorted(record.qualified_name for record in self.deployment.catalog.list_tables())
+
+    def close(self) -> None:
+        self.deployment.close()
+
+    def __enter__(self) -> Lake:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Lake({self.deployment.lake.root})"
+
+
+class Table:
+    """One table. Reads take `as_of_version` (a table version: the state after that publish commit),
+    `as_of` (a time: the versions published at or before it) or neither (the current state, which also
+    shows live objects not yet published), and `dates` to read only some partitions."""
+
+    def __init__(self, lake: Lake, record: TableRecord) -> None:
+        self.lake = lake
+        self.record = record
+
+    @property
+    def name(self) -> str:
+        return self.record.qualified_name
+
+    def __repr__(self) -> str:
+        return f"Table({self.name})"
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The table's columns (added columns included, every one nullable as read) and the partition column dt."""
+        import pyarrow as pa
+
+        fields = [field.with_nullable(True) for field in self.record.definition.arrow_schema()]
+        return pa.schema([*fields, pa.field("dt", pa.date32(), nullable=False)])
+
+    @property
+    def version(self) -> int:
+        """The newest table version (0: nothing published yet)."""
+        return self.versions()[1]
+
+    def versions(self) -> tuple[int, int]:
+        """(oldest readable, newest) table version; older ones were reaped."""
+        return self.lake.deployment.catalog.table_version_bounds(self.record.id)
+
+    # --- files ----------------------------------------------------------------------------------------
+
+    def data_files(self, as_of_version: int | None = None, as_of: dt.datetime | str | None = None,
+                   dates: Any = None) -> list[DataFile]:
+        """The exact data files of the table version, from its partitions' manifests (plus, for the
+        current state, the live objects streamed since each partition's newest version, from the catalog)."""
+        deployment = self.lake.deployment
+        views = deployment.catalog.reader_snapshot(
+            self.record.id, as_of_version=as_of_version,
+            as_of=parse_as_of(as_of) if as_of is not None else None, table_name=self.name)
+        wanted = _dates(dates)
+        if wanted is not None:
+            views = [view for view in views if view.partition_date in wanted]
+        from siltlake.publish.manifests import read_manifest
+
+        lake = deployment.lake
+        keys = [view.manifest_key for view in views if view.manifest_key]
+        with ThreadPoolExecutor(max(1, min(_MANIFEST_READERS, len(keys)))) as pool:
+            listed = dict(zip(keys, pool.map(lambda key: read_manifest(lake, key), keys), strict=True))
+        layout = self.record.layout(deployment.instance_key)
+        files: list[DataFile] = []
+        for view in views:
+            if view.manifest_key:
+                files += [DataFile(uri, view.partition_date, size) for uri, size in listed[view.manifest_key]]
+            files += [DataFile(lake.uri(layout.small_object(view.partition_date, object_id, False)),
+                               view.partition_date, None) for object_id in view.live_object_ids]
+        return files
+
+    def files(self, as_of_version: int | None = None, as_of: dt.datetime | str | None = None,
+              dates: Any = None) -> list[str]:
+        """The URIs (file:///..., s3://...) of exactly the data files of the table version."""
+        return [f.uri for f in self.data_files(as_of_version, as_of, dates)]
+
+    # --- readers --------------------------------------------------------------------------------------
+
+    def to_pyarrow_dataset(self, as_of_version: int | None = None, as_of: dt.datetime | str | None = None,
+                           dates: Any = None) -> ds.Dataset:
+        """A pyarrow dataset over exactly the version's files, with the table's schema (dt from each
+        file's partition; columns added later read as null, widened ones as their new type)."""
+        import pyarrow.dataset as ds
+
+        lake = self.lake.deployment.lake
+        files = self.data_files(as_of_version, as_of, dates)
+        prefix = lake.root + "/"
+        paths = []
+        for f in files:
+            if not f.uri.startswith(prefix):
+                raise SiltError(f"{self.name}: data file {f.uri} is not under the lake's root {lake.root}; "
+                                "the manifest was written by another deployment")
+            paths.append(lake.path(unquote(f.uri[len(prefix):])))
+        return ds.FileSystemDataset.from_paths(
+            paths, schema=self.schema, format=ds.ParquetFileFormat(), filesystem=lake.filesystem,
+            partitions=[ds.field("dt") == f.partition_date for f in files])
+
+    def to_arrow(self, filter: Any = None, columns: list[str] | None = None,  # noqa: A002 - pyarrow's name
+                 as_of_version: int | None = None, as_of: dt.datetime | str | None = None,
+                 dates: Any = None) -> pa.Table:
+        """The table version as an Arrow table; `filter` is a pyarrow.compute expression (e.g.
+        pc.field("action") == "login"), `columns` the columns to read."""
+        return self.to_pyarrow_dataset(as_of_version, as_of, dates).to_table(filter=filter, columns=columns)
+
+    def to_duckdb(self, connection: Any, as_of_version: int | None = None, as_of: dt.datetime | str | None = None,
+                  dates: Any = None) -> Any:
+        """A DuckDB relation over the table version (DuckDB scans the pyarrow dataset, pushing down
+        projections and filters); `connection` is a duckdb connection."""
+        return connection.from_arrow(self.to_pyarrow_dataset(as_of_version, as_of, dates))
+
+    def to_polars(self, as_of_version: int | None = None, as_of: dt.datetime | str | None = None,
+                  dates: Any = None) -> Any:
+        """A Polars LazyFrame over the table version (needs polars installed)."""
+        try:
+            import polars
+        except ImportError:
+            raise SiltError("Table.to_polars needs the polars package, which is not installed: pip install polars; "
+                            "or read with to_arrow()") from None
+        return polars.scan_pyarrow_dataset(self.to_pyarrow_dataset(as_of_version, as_of, dates))
+
+    def to_spark(self, spark: SparkSession, as_of_version: int | None = None,
+                 as_of: dt.datetime | str | None = None) -> DataFrame:
+        """A Spark DataFrame of the table version (siltlake.read.table)."""
+        from siltlake.read import table as read_table
+
+        return read_table(spark, self.name, self.lake.deployment, as_of_version=as_of_version,
+                          as_of=parse_as_of(as_of) if as_of is not None else None)
+
+    # --- writes -------------------------------------------------------------------------------------
+
+    def delete(self, where: str, dates: Any, now: dt.datetime | None = None) -> list[UpdateReport]:
+        """Delete the rows matching the Spark SQL predicate `where` from the partitions `dates` (a date, ISO
+        text, several, or "all"), each rewritten as one `update` version; runs on the deployment's Spark."""
+        from siltlake.publish import delete_rows
+
+        catalog = self.lake.deployment.catalog
+        if isinstance(dates, str) and dates == "all":
+            wanted = sorted(p.partition_date for p in catalog.partitions(self.record.id))
+        else:
+            wanted = sorted(_dates(dates) or ())
+            if not wanted:
+                raise SiltError(f"{self.name}.delete: give the partitions: a date, several, or dates='all'")
+        return [delete_rows(self.lake.deployment, self.name, date, where, now=now) for date in wanted]
+
+    def add_column(self, name: str, type_name: str, source: str | None = None) -> None:
+        """Add a nullable column; objects written before it read it as null."""
+        from siltlake.tabledef import Column
+
+        column = Column.from_mapping({"name": name, "type": type_name, "source": source})
+        self.record = self.lake.deployment.catalog.add_column(self.name, column)
+
+    def alter_column(self, name: str, type_name: str) -> None:
+        """Widen a column's type (int to bigint, float to double); older objects read as the new type."""
+        self.record = self.lake.deployment.catalog.alter_column_type(self.name, name, type_name)
+
+    # --- history --------------------------------------------------------------------------------------
+
+    def history(self, date: dt.date | None = None) -> list[dict]:
+        """The published versions of every partition (or of one), oldest first per partition: date,
+        version (the partition's), table_version, op, shows, created_at (UTC), rows, bytes."""
+        catalog = self.lake.deployment.catalog
+        partitions = catalog.partitions(self.record.id)
+        if date is not None:
+            partitions = [p for p in partitions if p.partition_date == date]
+            if not partitions:
+                raise NoSuchPartition(f"{self.name} has no partition {date.isoformat()}")
+        dates = {p.id: p.partition_date.isoformat() for p in partitions}
+        return [{"date": dates[v.partition_id], "version": v.version, "op": v.commit_op, "shows": v.shows(),
+                 "created_at": v.created_at.isoformat(sep=" ", timespec="seconds"), "rows": v.row_count,
+                 "bytes": v.byte_count, "table_version": v.table_version}
+                for v in catalog.partition_versions(list(dates))]
+
+
+def _dates(dates: Any) -> set[dt.date] | None:
+    """None (every partition), or the set of dates given as one date/ISO text or an iterable of them."""
+    if dates is None:
+        return None
+    if isinstance(dates, (dt.date, str)):
+        dates = [dates]
+    wanted = set()
+    for value in dates:
+        if isinstance(value, dt.datetime):
+            value = value.date()
+        if isinstance(value, str):
+            try:
+                value = dt.date.fromisoformat(value)
+            except ValueError:
+                raise SiltError(f"dates: {value!r} is not a date such as 2026-11-20") from None
+        wanted.add(value)
+    return wanted
