@@ -96,8 +96,8 @@ def every_engine(deployment: Deployment, spark, silt, lake: Lake, **at: object) 
     elif "as_of" in at:
         clause = f" TIMESTAMP AS OF '{at['as_of']:%Y-%m-%d %H:%M:%S}'"
     query = f"SELECT unix_micros(utc_event_time) AS t, user_id, action FROM web.access{clause}"
-    by_cli = Counter((row["t"], row["user_id"], row["action"]) for row in map(
-        json.loads, silt("sql", query, "--format", "json", "--limit", "100000").splitlines()))
+    by_cli = Counter((row["t"], row["user_id"], row["action"])
+                     for row in json.loads(silt("sql", query, "--format", "json", "--limit", "100000")))
     with duckdb.connect() as connection:
         relation = table.to_duckdb(connection, **at)
         by_relation = Counter(relation.select("epoch_us(utc_event_time), user_id, action").fetchall())
