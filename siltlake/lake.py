@@ -216,7 +216,8 @@ class Table:
                  as_of_version: int | None = None, as_of: dt.datetime | str | None = None,
                  dates: Any = None) -> pa.Table:
         """The table version as an Arrow table; `filter` is a pyarrow.compute expression (e.g.
-        pc.field("action") == "login"), `columns` the columns to read."""
+        pc.field("action") == "login"; the days a condition on dt rules out are not even planned),
+        `columns` the columns to read."""
         return self._dataset(as_of_version, as_of, dates, filter).to_table(filter=filter, columns=columns)
 
     def to_duckdb(self, connection: Any, as_of_version: int | None = None, as_of: dt.datetime | str | None = None,
