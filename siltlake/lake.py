@@ -29,8 +29,6 @@ if TYPE_CHECKING:
 __all__ = ["DataFile", "Lake", "NoSuchPartition", "Table", "parse_as_of"]
 
 _MANIFEST_READERS = 16
-# Up to this many dates are matched in the catalog query; more (rare) are filtered after reading all.
-_DATES_IN_QUERY = 500
 
 
 class NoSuchPartition(NotFoundError):
@@ -154,16 +152,11 @@ class Table:
         """data_files, skipping the partitions whose dt the pyarrow expression `filter` rules out
         before their manifests are read."""
         deployment = self.lake.deployment
-        wanted = _dates(dates)
+        schema = self.schema
         views = deployment.catalog.reader_snapshot(
             self.record.id, as_of_version=as_of_version,
-            as_of=parse_as_of(as_of) if as_of is not None else None, table_name=self.name,
-            dates=wanted if wanted is not None and len(wanted) <= _DATES_IN_QUERY else None)
-        if wanted is not None:
-            views = [view for view in views if view.partition_date in wanted]
-        if filter is not None and views:
-            kept = _dates_passing(filter, {view.partition_date for view in views}, self.schema)
-            views = [view for view in views if view.partition_date in kept]
+            as_of=parse_as_of(as_of) if as_of is not None else None, table_name=self.name, dates=_dates(dates),
+            date_filter=None if filter is None else lambda present: _dates_passing(filter, present, schema))
         from siltlake.publish.manifests import read_manifest
 
         lake = deployment.lake
@@ -308,14 +301,16 @@ def _dates(dates: Any) -> set[dt.date] | None:
     return wanted
 
 
-def _dates_passing(filter: Any, dates: set[dt.date], schema: pa.Schema) -> set[dt.date]:  # noqa: A002
+def _dates_passing(filter: Any, dates: list[dt.date], schema: pa.Schema) -> set[dt.date]:  # noqa: A002
     """The dates whose partitions the pyarrow expression `filter` does not rule out by dt alone: pyarrow
     simplifies the filter against each partition's `dt == date` (no file is opened; the paths are
     placeholders), so a filter on other columns keeps every date."""
     import pyarrow.dataset as ds
     import pyarrow.fs as fs
 
-    ordered = sorted(dates)
+    ordered = sorted(set(dates))
+    if not ordered:
+        return set()
     probe = ds.FileSystemDataset.from_paths(
         [f"/{day.isoformat()}" for day in ordered], schema=schema, format=ds.ParquetFileFormat(),
         filesystem=fs.LocalFileSystem(), partitions=[ds.field("dt") == day for day in ordered])
