@@ -51,6 +51,7 @@ bench: prereqs $(VENV)/.installed-dev
 	$(BIN)/python bench/stream_bench.py --big-object-mb 500
 	$(BIN)/python bench/merge_bench.py all
 	$(BIN)/python bench/publish_bench.py
+	$(BIN)/python bench/read_bench.py
 	$(BIN)/python bench/reap_bench.py
 	$(BIN)/python bench/load_bench.py
 	$(BIN)/python bench/cli_startup_bench.py

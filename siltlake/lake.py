@@ -145,19 +145,27 @@ class Table:
                    dates: Any = None) -> list[DataFile]:
         """The exact data files of the table version, from its partitions' manifests (plus, for the
         current state, the live objects streamed since each partition's newest version, from the catalog)."""
+        return self._data_files(as_of_version, as_of, dates)
+
+    def _data_files(self, as_of_version: int | None, as_of: dt.datetime | str | None, dates: Any,
+                    filter: Any = None) -> list[DataFile]:  # noqa: A002 - pyarrow's name
+        """data_files, skipping the partitions whose dt the pyarrow expression `filter` rules out
+        before their manifests are read."""
         deployment = self.lake.deployment
+        schema = self.schema
         views = deployment.catalog.reader_snapshot(
             self.record.id, as_of_version=as_of_version,
-            as_of=parse_as_of(as_of) if as_of is not None else None, table_name=self.name)
-        wanted = _dates(dates)
-        if wanted is not None:
-            views = [view for view in views if view.partition_date in wanted]
+            as_of=parse_as_of(as_of) if as_of is not None else None, table_name=self.name, dates=_dates(dates),
+            date_filter=None if filter is None else lambda present: _dates_passing(filter, present, schema))
         from siltlake.publish.manifests import read_manifest
 
         lake = deployment.lake
         keys = [view.manifest_key for view in views if view.manifest_key]
-        with ThreadPoolExecutor(max(1, min(_MANIFEST_READERS, len(keys)))) as pool:
-            listed = dict(zip(keys, pool.map(lambda key: read_manifest(lake, key), keys), strict=True))
+        if len(keys) <= 1:  # a day's read: no thread pool to start
+            listed = {key: read_manifest(lake, key) for key in keys}
+        else:
+            with ThreadPoolExecutor(min(_MANIFEST_READERS, len(keys))) as pool:
+                listed = dict(zip(keys, pool.map(lambda key: read_manifest(lake, key), keys), strict=True))
         layout = self.record.layout(deployment.instance_key)
         files: list[DataFile] = []
         for view in views:
@@ -178,10 +186,14 @@ class Table:
                            dates: Any = None) -> ds.Dataset:
         """A pyarrow dataset over exactly the version's files, with the table's schema (dt from each
         file's partition; columns added later read as null, widened ones as their new type)."""
+        return self._dataset(as_of_version, as_of, dates)
+
+    def _dataset(self, as_of_version: int | None, as_of: dt.datetime | str | None, dates: Any,
+                 filter: Any = None) -> ds.Dataset:  # noqa: A002 - pyarrow's name
         import pyarrow.dataset as ds
 
         lake = self.lake.deployment.lake
-        files = self.data_files(as_of_version, as_of, dates)
+        files = self._data_files(as_of_version, as_of, dates, filter)
         prefix = lake.root + "/"
         paths = []
         for f in files:
@@ -197,8 +209,9 @@ class Table:
                  as_of_version: int | None = None, as_of: dt.datetime | str | None = None,
                  dates: Any = None) -> pa.Table:
         """The table version as an Arrow table; `filter` is a pyarrow.compute expression (e.g.
-        pc.field("action") == "login"), `columns` the columns to read."""
-        return self.to_pyarrow_dataset(as_of_version, as_of, dates).to_table(filter=filter, columns=columns)
+        pc.field("action") == "login"; the days a condition on dt rules out are not even planned),
+        `columns` the columns to read."""
+        return self._dataset(as_of_version, as_of, dates, filter).to_table(filter=filter, columns=columns)
 
     def to_duckdb(self, connection: Any, as_of_version: int | None = None, as_of: dt.datetime | str | None = None,
                   dates: Any = None) -> Any:
@@ -286,3 +299,19 @@ def _dates(dates: Any) -> set[dt.date] | None:
                 raise SiltError(f"dates: {value!r} is not a date such as 2026-11-20") from None
         wanted.add(value)
     return wanted
+
+
+def _dates_passing(filter: Any, dates: list[dt.date], schema: pa.Schema) -> set[dt.date]:  # noqa: A002
+    """The dates whose partitions the pyarrow expression `filter` does not rule out by dt alone: pyarrow
+    simplifies the filter against each partition's `dt == date` (no file is opened; the paths are
+    placeholders), so a filter on other columns keeps every date."""
+    import pyarrow.dataset as ds
+    import pyarrow.fs as fs
+
+    ordered = sorted(set(dates))
+    if not ordered:
+        return set()
+    probe = ds.FileSystemDataset.from_paths(
+        [f"/{day.isoformat()}" for day in ordered], schema=schema, format=ds.ParquetFileFormat(),
+        filesystem=fs.LocalFileSystem(), partitions=[ds.field("dt") == day for day in ordered])
+    return {dt.date.fromisoformat(fragment.path.lstrip("/")) for fragment in probe.get_fragments(filter=filter)}

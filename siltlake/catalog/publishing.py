@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 import sqlalchemy as sa
@@ -28,6 +28,9 @@ class UpdateConflict(CatalogError):
 class VersionOutOfRange(SiltError):
     """Time travel to a table version (or time) the table does not have."""
 
+
+# Up to this many dates are matched in the reader's queries; more (rare) are kept after reading all.
+_DATES_IN_QUERY = 500
 
 @dataclass(frozen=True)
 class PublishedVersion:
@@ -428,8 +431,13 @@ class Publishing:
         return oldest, newest, oldest_time
 
     def reader_snapshot(self, table_id: int, *, as_of_version: int | None = None,
-                        as_of: dt.datetime | None = None, table_name: str = "the table") -> list[PartitionView]:
-        """Every partition's visible state, read in one snapshot with a constant number of queries.
+                        as_of: dt.datetime | None = None, table_name: str = "the table",
+                        dates: Collection[dt.date] | None = None,
+                        date_filter: Callable[[list[dt.date]], Collection[dt.date]] | None = None,
+                        ) -> list[PartitionView]:
+        """Every partition's visible state, read in one snapshot with a constant number of queries; only
+        that of the partitions dated `dates`, and of those `date_filter` keeps of the table's partition
+        dates (given them all, read in the same snapshot, it returns the dates to read).
 
         A version shows its file list (the manifest of exactly its files); a version published before
         file lists shows its manifest's objects (ids <= covered_upper) and the live objects above them up
@@ -443,22 +451,34 @@ class Publishing:
         """
         p, v, so = s.partitions, s.partition_versions, s.small_objects
         pinned = as_of_version is not None or as_of is not None
-        where = [v.c.partition_id.in_(sa.select(p.c.id).where(p.c.table_id == table_id))]
+        pins = []
         if as_of_version is not None:
-            where.append(v.c.table_version <= as_of_version)
+            pins.append(v.c.table_version <= as_of_version)
         if as_of is not None:
-            where.append(v.c.created_at <= as_of)
-        newest = self._newest_versions(*where)
+            pins.append(v.c.created_at <= as_of)
         with self._snapshot() as c:
             if pinned:
                 self._check_in_range(c, table_id, table_name, as_of_version, as_of)
+            of_table = [p.c.table_id == table_id]
+            if date_filter is not None:
+                present = c.execute(sa.select(p.c.partition_date).where(*of_table)).scalars().all()
+                kept = set(date_filter(present))
+                dates = kept if dates is None else kept & set(dates)
+            if dates is not None:
+                dates = set(dates)
+                if len(dates) <= _DATES_IN_QUERY:
+                    # In the queries, so that reading a day of a long table touches that day's rows only.
+                    of_table.append(p.c.partition_date.in_(sorted(dates)))
+            newest = self._newest_versions(v.c.partition_id.in_(sa.select(p.c.id).where(*of_table)), *pins)
             watermark = c.execute(sa.select(sa.func.coalesce(sa.func.max(so.c.id), 0))).scalar_one()
             rows = c.execute(
                 sa.select(p.c.id, p.c.partition_date, p.c.switched, newest.c.version, newest.c.live_watermark,
                           newest.c.manifest_key, newest.c.covered_upper, newest.c.file_list_key)
                 .select_from(p.outerjoin(newest, newest.c.partition_id == p.c.id))
-                .where(p.c.table_id == table_id).order_by(p.c.partition_date)
+                .where(*of_table).order_by(p.c.partition_date)
             ).all()
+            if dates is not None:
+                rows = [row for row in rows if row.partition_date in dates]
             # (lower, upper]: the live object ids each partition shows beside its manifest.
             live: dict[int, tuple[int, int]] = {}
             for row in rows:
