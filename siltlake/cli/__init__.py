@@ -569,11 +569,11 @@ def status(context: click.Context, fmt: str) -> None:
     row per table (the parked jobs' errors and the failing staging objects only in JSON and the table)."""
     from dataclasses import asdict
 
+    deployment = deployment_of(context)  # first: it imports the catalog with the start-up GC pause
+    deployment.catalog.check_ready()
     from siltlake.clock import utcnow
     from siltlake.hosts import local_host
 
-    deployment = deployment_of(context)
-    deployment.catalog.check_ready()
     rows = deployment.catalog.merge_status(utcnow(), deployment.config.merge.job_timeout, local_host())
     failing = deployment.catalog.failing_staging_objects()
     if fmt == "json":
