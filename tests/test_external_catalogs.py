@@ -17,7 +17,7 @@ from siltlake.deployment import Deployment
 from siltlake.errors import ConfigError
 from siltlake.merge import merge_once
 from siltlake.publish import publish_once
-from siltlake.publish.hive import PARQUET_INPUT, PARQUET_SERDE, SYMLINK_INPUT, symlink_directory
+from siltlake.publish.hive import PARQUET_SERDE, SYMLINK_INPUT, symlink_directory
 from siltlake.publish.manifests import manifest_keys
 from siltlake.storage import TableLayout
 from siltlake.tabledef import Column
@@ -64,6 +64,13 @@ def same_location(found: str, expected_uri: str) -> bool:
     return found.replace("file:///", "file:/").rstrip("/") == expected_uri.replace("file:///", "file:/").rstrip("/")
 
 
+def manifest_lines(location: str) -> list[str]:
+    """The data files a symlink partition's location lists (its directory holds one manifest file)."""
+    directory = Path(location.replace("file:///", "file:/").removeprefix("file:"))
+    assert [p.name for p in directory.iterdir()] == ["manifest"]
+    return (directory / "manifest").read_text().splitlines()
+
+
 def test_hive_metastore_follows_tables_columns_and_partitions(hive_deployment: Deployment, spark) -> None:
     deployment, catalog = hive_deployment, hive_deployment.catalog
     prefix = deployment.config.publish.hive.database_prefix
@@ -79,25 +86,30 @@ def test_hive_metastore_follows_tables_columns_and_partitions(hive_deployment: D
         "hive: CREATE DATABASE IF NOT EXISTS", "hive: CREATE EXTERNAL TABLE", "hive: ALTER TABLE"]
     assert columns(spark, hive) == [("utc_event_time", "timestamp"), ("user_id", "bigint"), ("action", "string"),
                                     ("score", "int"), ("dt", "date")]
-    layout = table.layout(deployment.instance_key)
+    (live_version,) = first.live_versions
     live = partition_storage(spark, hive, DAY)
-    assert same_location(live["Location"], deployment.lake.engine_uri(f"{layout.live_prefix()}/dt={DAY}"))
-    assert live["InputFormat"] == PARQUET_INPUT and live["Serde Library"] == PARQUET_SERDE
-    # Live partitions read through the metastore table (older objects have no score: null).
-    assert spark.sql(f"SELECT count(*) AS n, count(score) AS s FROM {hive} WHERE dt = DATE'{DAY}'").first() == (120, 0)
+    assert same_location(live["Location"], deployment.lake.engine_uri(symlink_directory(live_version.file_list_key)))
+    assert "/symlink-live-" in live["Location"], "a live partition points at its version's file list, not live/"
+    assert live["InputFormat"] == SYMLINK_INPUT and live["Serde Library"] == PARQUET_SERDE
+    assert len(manifest_lines(live["Location"])) == 3, "the three live objects"
 
     assert publish_once(deployment, now=tokyo(DAY, 13)).external == [], "nothing new: no DDL"
     add_small_objects(deployment, table, DAY, [rows_for(DAY, 5, 7)])
     again = publish_once(deployment, now=tokyo(DAY, 14))
-    assert len(again.live_versions) == 1 and again.external == [], "a new live version keeps the location"
-    spark.catalog.refreshTable(hive)  # this session cached the partition's file list; other engines list anew
-    assert spark.sql(f"SELECT count(*) FROM {hive} WHERE dt = DATE'{DAY}'").first()[0] == 125
+    (newer,) = again.live_versions
+    assert len(again.external) == 1 and "SET LOCATION" in again.external[0], "a new live version moves it"
+    moved_live = partition_storage(spark, hive, DAY)
+    assert same_location(moved_live["Location"], deployment.lake.engine_uri(symlink_directory(newer.file_list_key)))
+    assert moved_live["InputFormat"] == SYMLINK_INPUT and len(manifest_lines(moved_live["Location"])) == 4
 
     # Close the day (a live partition of the next day arrives), then switch it to its merged version.
     merge_once(deployment)
     add_small_objects(deployment, table, NEXT, [rows_for(NEXT, 9, 8)])
     closing = publish_once(deployment, now=tokyo(NEXT, 1))
     assert closing.closed and [s for s in closing.external if "ADD IF NOT EXISTS PARTITION" in s]
+    next_live = partition_storage(spark, hive, NEXT)
+    assert "/symlink-live-" in next_live["Location"] and next_live["InputFormat"] == SYMLINK_INPUT, \
+        "a new partition takes the table's symlink storage"
     switching = publish_once(deployment, now=tokyo(NEXT, 2))
     (merged,) = switching.merged_versions
     assert switching.target_errors == [] and len(switching.external) == 1
@@ -105,10 +117,8 @@ def test_hive_metastore_follows_tables_columns_and_partitions(hive_deployment: D
     symlink_dir = deployment.lake.engine_uri(symlink_directory(merged.manifest_key))
     assert same_location(storage["Location"], symlink_dir), "points at the manifest published in this run"
     assert storage["InputFormat"] == SYMLINK_INPUT and storage["Serde Library"] == PARQUET_SERDE
-    manifest = Path(symlink_dir.removeprefix("file://")) / "manifest"
-    assert len(manifest.read_text().splitlines()) == 1, "one merged object listed"
+    assert len(manifest_lines(symlink_dir)) == 1, "one merged object listed"
     assert [r.partition for r in spark.sql(f"SHOW PARTITIONS {hive}").collect()] == [f"dt={DAY}", f"dt={NEXT}"]
-    assert spark.sql(f"SELECT count(*) FROM {hive} WHERE dt = DATE'{NEXT}'").first()[0] == 9
 
     # Rename, add a column and widen one: one run, DDL on the renamed table, partitions kept.
     catalog.rename_table("web.access", "web.hits")
@@ -122,7 +132,6 @@ def test_hive_metastore_follows_tables_columns_and_partitions(hive_deployment: D
     hits = f"{prefix}web.hits"
     assert not spark.catalog.tableExists(f"{prefix}web.access")
     assert columns(spark, hits)[3:] == [("score", "bigint"), ("referer", "string"), ("dt", "date")]
-    assert spark.sql(f"SELECT count(*), count(referer) FROM {hits} WHERE dt = DATE'{NEXT}'").first() == (9, 0)
     assert partition_storage(spark, hits, DAY)["InputFormat"] == SYMLINK_INPUT
 
     # Another schema: Spark renames within a database only, so the table is recreated with its partitions.
@@ -194,3 +203,69 @@ def test_a_locked_embedded_metastore_is_reported_in_one_line(tmp_path: Path, spa
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 1, result.stdout + result.stderr
     assert f"the embedded Hive metastore at {hive_metastore_dir} is in use by another process" in result.stderr
+
+
+def test_partitions_follow_every_version_and_an_earlier_siltlakes_table_is_taken_over(
+        hive_deployment: Deployment, spark) -> None:
+    """A table and partition left by a siltlake before file lists (Parquet table, live directory, a live
+    version without a file list): the partition keeps its directory until its next version, then every
+    version (live, merged, updated) moves it to that version's symlink manifest directory."""
+    import sqlalchemy as sa
+
+    from siltlake.catalog import schema as s
+    from siltlake.publish import delete_rows
+
+    deployment, catalog = hive_deployment, hive_deployment.catalog
+    prefix = deployment.config.publish.hive.database_prefix
+    hive, lake = f"{prefix}web.access", deployment.lake
+    table = make_table(deployment)
+    layout = table.layout(deployment.instance_key)
+    add_small_objects(deployment, table, DAY, [rows_for(DAY, 10, 1)])
+    deployment.config.publish.targets = []
+    publish_once(deployment, now=tokyo(DAY, 10))
+    with catalog.engine.begin() as c:  # published before migration 0006: no file list
+        c.execute(sa.update(s.partition_versions).values(file_list_key=None))
+    live_dir = lake.engine_uri(f"{layout.live_prefix()}/dt={DAY}")
+    spark.sql(f"CREATE DATABASE `{prefix}web`")
+    spark.sql(f"CREATE EXTERNAL TABLE {hive} (`utc_event_time` TIMESTAMP, `user_id` BIGINT, `action` STRING) "
+              f"PARTITIONED BY (`dt` DATE) STORED AS PARQUET LOCATION '{lake.engine_uri(layout.live_prefix())}'")
+    spark.sql(f"ALTER TABLE {hive} ADD PARTITION (`dt` = '{DAY}') LOCATION '{live_dir}'")
+    catalog.record_table_sync("hive", table.id, f"{prefix}web", "access", (
+        ("utc_event_time", "timestamp"), ("user_id", "bigint"), ("action", "string")))
+    (partition_id,) = [p.id for p in catalog.partitions(table.id)]
+    catalog.record_partition_sync("hive", [(partition_id, None, live_dir)])
+    deployment.config.publish.targets = ["hive"]
+
+    def points_at_file_list(date: dt.date, file_list_key: str) -> None:
+        storage = partition_storage(spark, hive, date)
+        assert same_location(storage["Location"], lake.engine_uri(symlink_directory(file_list_key))), storage
+        assert storage["InputFormat"] == SYMLINK_INPUT and storage["Serde Library"] == PARQUET_SERDE
+
+    add_small_objects(deployment, table, NEXT, [rows_for(NEXT, 4, 2)])
+    taken_over = publish_once(deployment, now=tokyo(DAY, 11))
+    assert taken_over.target_errors == []
+    assert any("SET SymlinkTextInputFormat" in x for x in taken_over.external), taken_over.external
+    (next_version,) = taken_over.live_versions
+    points_at_file_list(NEXT, next_version.file_list_key)
+    kept = partition_storage(spark, hive, DAY)
+    assert same_location(kept["Location"], live_dir), "no file list yet: keeps its directory until its next version"
+    assert kept["InputFormat"] == "org.apache.hadoop.hive.ql.io.parquet.MapredParquetInputFormat"
+
+    add_small_objects(deployment, table, DAY, [rows_for(DAY, 5, 3)])
+    (live_version,) = publish_once(deployment, now=tokyo(DAY, 12)).live_versions
+    points_at_file_list(DAY, live_version.file_list_key)
+    assert len(manifest_lines(partition_storage(spark, hive, DAY)["Location"])) == 2
+
+    merge_once(deployment)
+    publish_once(deployment, now=tokyo(NEXT, 1))  # closes DAY
+    (merged,) = publish_once(deployment, now=tokyo(NEXT, 2)).merged_versions
+    points_at_file_list(DAY, merged.file_list_key)
+
+    update = delete_rows(deployment, "web.access", DAY, "action = 'a1'", now=tokyo(NEXT, 3))
+    assert update.version is not None
+    report = publish_once(deployment, now=tokyo(NEXT, 4))
+    assert report.target_errors == [] and len(report.external) == 1
+    points_at_file_list(DAY, update.version.file_list_key)
+    assert "/symlink-update-" in partition_storage(spark, hive, DAY)["Location"]
+    for date in (DAY, NEXT):
+        assert "/live/" not in partition_storage(spark, hive, date)["Location"]

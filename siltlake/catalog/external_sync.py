@@ -32,7 +32,8 @@ class PartitionToSync:
     partition_id: int
     table_id: int
     partition_date: dt.date
-    manifest_key: str | None  # the newest version's JSON manifest; None: it shows the live objects
+    file_list_key: str | None  # the newest version's JSON manifest of exactly its files; None: a live
+    # version published before file lists (migration 0006), which only the live directory shows
     known: bool  # the target already has the partition (at another location)
 
 
@@ -77,29 +78,28 @@ class ExternalSync:
             sa.select(p.c.id).where(p.c.table_id == table_id))))
 
     def partitions_to_sync(self, target: str) -> list[PartitionToSync]:
-        """Partitions with a published version, of tables the target has, whose newest version's manifest
-        (or live objects) is not what the target points at. New live versions of a live partition keep
-        its location, so they need nothing."""
+        """Partitions with a published version, of tables the target has, whose newest version's file list
+        is not the one the target points at (every new version moves the partition, live ones included)."""
         p, v, x, e = s.partitions, s.partition_versions, s.external_partitions, s.external_tables
         newest = sa.select(v.c.partition_id, sa.func.max(v.c.version).label("version")).group_by(
             v.c.partition_id).subquery()
         with self._tx() as c:
             rows = c.execute(
-                sa.select(p.c.id, p.c.table_id, p.c.partition_date, v.c.manifest_key,
+                sa.select(p.c.id, p.c.table_id, p.c.partition_date, v.c.file_list_key,
                           x.c.partition_id.label("known"))
                 .select_from(
                     p.join(e, sa.and_(e.c.table_id == p.c.table_id, e.c.target == target))
                     .join(newest, newest.c.partition_id == p.c.id)
                     .join(v, sa.and_(v.c.partition_id == p.c.id, v.c.version == newest.c.version))
                     .outerjoin(x, sa.and_(x.c.partition_id == p.c.id, x.c.target == target)))
-                .where(sa.or_(x.c.partition_id.is_(None), x.c.manifest_key.is_distinct_from(v.c.manifest_key)))
+                .where(sa.or_(x.c.partition_id.is_(None), x.c.manifest_key.is_distinct_from(v.c.file_list_key)))
                 .order_by(p.c.table_id, p.c.partition_date)
             ).all()
-        return [PartitionToSync(r.id, r.table_id, r.partition_date, r.manifest_key, r.known is not None)
+        return [PartitionToSync(r.id, r.table_id, r.partition_date, r.file_list_key, r.known is not None)
                 for r in rows]
 
     def record_partition_sync(self, target: str, synced: Sequence[tuple[int, str | None, str]]) -> None:
-        """(partition_id, manifest key or None for live, location) rows the target now points at."""
+        """(partition_id, file list key or None for a live directory, location) rows the target now points at."""
         if not synced:
             return
         x = s.external_partitions

@@ -1,11 +1,13 @@
 """The Hive metastore publish target, through Spark SQL DDL on a Hive-enabled session.
 
-A siltlake table `schema.table` is the external Parquet table `<database_prefix><schema>.<table>`,
-partitioned by `dt DATE`. Live partitions point at `<lake>/<instance>/<physical>/live/dt=D` (Parquet);
-switched partitions at their version's symlink manifest directory, stored as SymlinkTextInputFormat
-with the Parquet SerDe. Spark SQL cannot set a partition's input format (SET FILEFORMAT is refused)
-nor change a column's type (CHANGE COLUMN refuses int -> bigint), so those two go through Spark's
-ExternalCatalog over py4j; everything else is DDL.
+A siltlake table `schema.table` is the external table `<database_prefix><schema>.<table>`, partitioned by
+`dt DATE`, stored as SymlinkTextInputFormat with the Parquet SerDe. Each partition points at the
+directory holding the symlink manifest of its newest version (live, merged or updated alike), never at a
+data directory, where old objects and a crashed writer's uncommitted ones sit. A live version published
+before file lists existed (migration 0006) has no manifest: its partition keeps the live directory, as
+Parquet, until its next version. Spark SQL cannot set a partition's input format (SET FILEFORMAT is
+refused) nor change a column's type (CHANGE COLUMN refuses int -> bigint), so those two go through
+Spark's ExternalCatalog over py4j; everything else is DDL.
 """
 
 from __future__ import annotations
@@ -204,8 +206,11 @@ class HiveTarget:
             self._sql(f"DROP TABLE `{database}`.`{table}`")
         self._sql(f"CREATE DATABASE IF NOT EXISTS `{database}`")
         columns = ", ".join(f"`{c.name}` {hive_type(c.type)}" for c in record.definition.columns)
+        # Partitions added later inherit this storage, so one pointing at a manifest directory is never
+        # read as Parquet, not even between two metastore calls.
         self._sql(f"CREATE EXTERNAL TABLE `{database}`.`{table}` ({columns}) PARTITIONED BY (`dt` DATE) "
-                  f"STORED AS PARQUET LOCATION {_literal(location)}")
+                  f"ROW FORMAT SERDE {_literal(PARQUET_SERDE)} STORED AS INPUTFORMAT {_literal(SYMLINK_INPUT)} "
+                  f"OUTPUTFORMAT {_literal(SYMLINK_OUTPUT)} LOCATION {_literal(location)}")
 
     def _alter_columns(self, database: str, table: str, old: tuple[tuple[str, str], ...],
                        new: tuple[tuple[str, str], ...]) -> None:
@@ -249,21 +254,40 @@ class HiveTarget:
         qualified = f"`{names.database_name}`.`{names.table_name}`"
 
         def location(p: PartitionToSync) -> str:
-            if p.manifest_key is None:
+            if p.file_list_key is None:
                 return lake.engine_uri(f"{layout.live_prefix()}/dt={p.partition_date.isoformat()}")
-            return lake.engine_uri(symlink_directory(p.manifest_key))
+            return lake.engine_uri(symlink_directory(p.file_list_key))
 
+        self._ensure_symlink_table(names)
         new = [p for p in partitions if not p.known]
         for start in range(0, len(new), _PARTITIONS_PER_STATEMENT):
             chunk = new[start:start + _PARTITIONS_PER_STATEMENT]
             self._sql(f"ALTER TABLE {qualified} ADD IF NOT EXISTS " + " ".join(
                 f"PARTITION (`dt` = '{p.partition_date.isoformat()}') LOCATION {_literal(location(p))}" for p in chunk))
-        # A partition's location and input format change together in one metastore call (Spark SQL can
-        # set neither the format nor both at once): a reader never sees a manifest directory read as Parquet.
-        moved = [p for p in partitions if p.known or p.manifest_key is not None]
+        # New partitions took the table's symlink storage. A known one changes location (and input
+        # format, should it have been a live directory) in one metastore call: Spark SQL can set
+        # neither the format nor both at once.
+        moved = [p for p in partitions if p.known or p.file_list_key is None]
         if moved:
             self._set_storage(names, [(p, location(p)) for p in moved])
-        self.catalog.record_partition_sync(TARGET, [(p.partition_id, p.manifest_key, location(p)) for p in partitions])
+        self.catalog.record_partition_sync(TARGET, [(p.partition_id, p.file_list_key, location(p)) for p in partitions])
+
+    def _ensure_symlink_table(self, names: SyncedTable) -> None:
+        """A table created as Parquet (by an earlier siltlake) takes the symlink storage its new partitions inherit."""
+        try:
+            external = self._external_catalog()
+            table = external.getTable(names.database_name, names.table_name)
+            storage = table.storage()
+            if storage.inputFormat().isDefined() and storage.inputFormat().get() == SYMLINK_INPUT:
+                return
+            some = self._spark().sparkContext._jvm.scala.Some
+            symlink = _copy(storage, storage.locationUri(), some(SYMLINK_INPUT), some(SYMLINK_OUTPUT),
+                            some(PARQUET_SERDE))
+            external.alterTable(_copy(table, table.identifier(), table.tableType(), symlink))
+        except Exception as exc:
+            raise self._failure(exc, f"setting the storage of {names.database_name}.{names.table_name}") from None
+        self.statements.append(f"ALTER TABLE `{names.database_name}`.`{names.table_name}` SET SymlinkTextInputFormat "
+                               "(by the metastore client)")
 
     def _set_storage(self, names: SyncedTable, moves: list[tuple[PartitionToSync, str]]) -> None:
         spark = self._spark()
@@ -276,7 +300,7 @@ class HiveTarget:
             for p, where in moves:
                 partition = external.getPartition(names.database_name, names.table_name,
                                                   utils.toScalaMap({"dt": p.partition_date.isoformat()}))
-                symlink = p.manifest_key is not None
+                symlink = p.file_list_key is not None
                 storage = _copy(partition.storage(), some(jvm.java.net.URI(where)),
                                 some(SYMLINK_INPUT if symlink else PARQUET_INPUT),
                                 some(SYMLINK_OUTPUT if symlink else PARQUET_OUTPUT), some(PARQUET_SERDE))
@@ -287,7 +311,7 @@ class HiveTarget:
         except Exception as exc:
             raise self._failure(exc, f"setting partitions of {names.database_name}.{names.table_name}") from None
         for p, where in moves:
-            fmt = "SymlinkTextInputFormat" if p.manifest_key is not None else "Parquet"
+            fmt = "SymlinkTextInputFormat" if p.file_list_key is not None else "Parquet"
             self.statements.append(
                 f"ALTER TABLE `{names.database_name}`.`{names.table_name}` PARTITION (`dt` = "
                 f"'{p.partition_date.isoformat()}') SET LOCATION {_literal(where)} ({fmt}, by the metastore client)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import uuid
 from collections.abc import Sequence
 
 from siltlake.storage import Storage, TableLayout
@@ -36,8 +37,19 @@ def write_manifests(lake: Storage, layout: TableLayout, partition_date: dt.date,
     uris = [*listed, *((lake.uri(key), size) for key, size in objects)]
     entries = [{"url": uri, "mandatory": True, "meta": {"content_length": size}} for uri, size in uris]
     lake.write_bytes(json_key, json.dumps({"entries": entries}, indent=1).encode())
-    lake.write_bytes(symlink_key, "".join(uri + "\n" for uri, _ in uris).encode())
+    _write_symlink(lake, symlink_key, "".join(uri + "\n" for uri, _ in uris).encode())
     return json_key, symlink_key
+
+
+def _write_symlink(lake: Storage, symlink_key: str, data: bytes) -> None:
+    """Write the symlink file through a temporary beside its directory, not in it: an engine reads every
+    file of a symlink partition's directory, so a writer that stops between the two steps must leave
+    nothing there but whole manifests of this one version."""
+    directory, _ = symlink_key.rsplit("/", 1)
+    temporary = f"{directory}.{uuid.uuid4().hex}.tmp"
+    with lake.open_output(temporary) as out:
+        out.write(data)
+    lake.move(temporary, symlink_key)
 
 
 def read_manifest(lake: Storage, json_key: str) -> list[tuple[str, int]]:
