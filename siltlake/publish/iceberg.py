@@ -328,13 +328,13 @@ class IcebergTarget:
                 footer, compute_statistics_plan(schema, table.properties), parquet_path_to_id_mapping(schema))
         except (ValueError, KeyError, TypeError):
             # A file written before a column was widened: its bounds are of the narrower type; counts only.
+            counts_only = {**table.properties, "write.metadata.metrics.default": "counts"}
             statistics = data_file_statistics_from_parquet_metadata(
-                footer, compute_statistics_plan(schema, {**table.properties, "write.metadata.metrics.default": "counts"}),
-                parquet_path_to_id_mapping(schema))
+                footer, compute_statistics_plan(schema, counts_only), parquet_path_to_id_mapping(schema))
         return DataFile.from_args(
             content=DataFileContent.DATA, file_path=path, file_format=FileFormat.PARQUET, partition=Record((date - EPOCH).days),
-            file_size_in_bytes=size, sort_order_id=None, spec_id=table.metadata.default_spec_id, equality_ids=None,
-            key_metadata=None, **statistics.to_serialized_dict())
+            file_size_in_bytes=size, sort_order_id=None, spec_id=table.metadata.default_spec_id,
+            equality_ids=None, key_metadata=None, **statistics.to_serialized_dict())
 
 
 def _date_of(data_file: Any) -> dt.date:  # noqa: ANN401 - a pyiceberg DataFile
