@@ -332,7 +332,8 @@ class IcebergTarget:
             statistics = data_file_statistics_from_parquet_metadata(
                 footer, compute_statistics_plan(schema, counts_only), parquet_path_to_id_mapping(schema))
         return DataFile.from_args(
-            content=DataFileContent.DATA, file_path=path, file_format=FileFormat.PARQUET, partition=Record((date - EPOCH).days),
+            content=DataFileContent.DATA, file_path=path, file_format=FileFormat.PARQUET,
+            partition=Record((date - EPOCH).days),
             file_size_in_bytes=size, sort_order_id=None, spec_id=table.metadata.default_spec_id,
             equality_ids=None, key_metadata=None, **statistics.to_serialized_dict())
 
