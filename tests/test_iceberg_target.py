@@ -37,6 +37,7 @@ from .merge_helpers import add_small_objects, rows_for
 from .test_merge import DAY, make_table
 from .test_publish import tokyo
 
+pytestmark = pytest.mark.spark  # the deployment fixture starts the test session's Spark
 NEXT_DAY = DAY + dt.timedelta(days=1)
 STATUS_COLUMNS = [
     {"name": "utc_event_time", "type": "timestamp", "nullable": False, "source": "time"},
@@ -241,4 +242,19 @@ def test_the_iceberg_catalog_sits_beside_siltlakes(deployment: Deployment) -> No
     deployment.catalog.check_ready()  # siltlake's catalog is unaffected by the iceberg_* tables
 
 
-pytestmark = pytest.mark.spark
+def test_the_readme_pyiceberg_example_runs(deployment: Deployment, monkeypatch, capsys) -> None:
+    from .merge_helpers import point_cli_at
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### Iceberg engines (Trino, Spark, DuckDB)", 1)[1]
+    example = section.split("```python\n", 1)[1].split("```", 1)[0]
+    with_iceberg(deployment)
+    record = make_table(deployment)
+    add_small_objects(deployment, record, DAY, [rows_for(DAY, 10, 0)])
+    published(deployment, tokyo(DAY, 12))
+    add_small_objects(deployment, record, DAY, [rows_for(DAY, 10, 1)])
+    published(deployment, tokyo(DAY, 13))
+    point_cli_at(deployment, monkeypatch)  # Lake.open() finds the deployment as `silt` would
+    exec(compile(example, "README.md", "exec"), {})  # noqa: S102 - the documented example, as a user runs it
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[:2] == ["20", "10"] and printed[2].endswith(".metadata.json"), printed
