@@ -168,6 +168,28 @@ def test_reap_expires_snapshots_before_deleting_the_files_they_list(deployment: 
     assert Path(manifest_lists[2].removeprefix("file://")).exists()
 
 
+def test_a_partition_reaped_past_its_ttl_leaves_the_current_snapshot_first(deployment: Deployment) -> None:
+    with_iceberg(deployment)
+    record = make_table(deployment, ttl_days=2)
+    later = DAY + dt.timedelta(days=4)
+    add_small_objects(deployment, record, DAY, [rows_for(DAY, 10, 0)])
+    add_small_objects(deployment, record, later, [rows_for(later, 10, 1)])
+    published(deployment, tokyo(DAY, 12))
+    iceberg = open_catalog(deployment).load_table(("web", "access"))
+    assert len(iceberg.scan().to_arrow()) == 20
+
+    report = reap_once(deployment, now=tokyo(later, 12))
+    assert report.reasons["ttl"].rows == 1, "the partition of DAY went whole"
+    iceberg = open_catalog(deployment).load_table(("web", "access"))
+    current = iceberg.current_snapshot()
+    assert "siltlake.reap" in current.summary and current.summary[VERSION_PROPERTY] == "1"
+    for snapshot in iceberg.snapshots():
+        for f in snapshot_files(iceberg, snapshot):
+            assert Path(f.file_path.removeprefix("file://")).exists(), f"a snapshot lists the deleted {f.file_path}"
+    assert users(iceberg.scan().to_arrow()) == Counter(range(1_000_000, 1_000_010))
+    assert_same_as_siltlake(deployment, "web.access", ("web", "access"))
+
+
 def test_a_run_that_died_after_its_iceberg_commit_converges_without_adding_twice(deployment: Deployment) -> None:
     with_iceberg(deployment)
     record = make_table(deployment)

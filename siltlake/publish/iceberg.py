@@ -344,10 +344,16 @@ def _date_of(data_file: Any) -> dt.date:  # noqa: ANN401 - a pyiceberg DataFile
 
 
 def _key_of(deployment: Deployment, path: str) -> str:
-    root = unquote(deployment.lake.root) + "/"
-    if not path.startswith(root):
+    key = _lake_key(deployment, path)
+    if key is None:
         raise SiltError(f"Iceberg data file {path} is not under the lake's root {deployment.lake.root}")
-    return path[len(root):]
+    return key
+
+
+def _lake_key(deployment: Deployment, path: str) -> str | None:
+    """The object key of an Iceberg path under the lake's root (None: elsewhere)."""
+    root = unquote(deployment.lake.root) + "/"
+    return path[len(root):] if path.startswith(root) else None
 
 
 # --- reap ------------------------------------------------------------------------------------------
@@ -360,7 +366,6 @@ class IcebergReap:
     expired: int = 0  # snapshots expired
     removed: int = 0  # files taken out of current snapshots (reaped partitions)
     retained: set[str] = field(default_factory=set)  # keys under the metadata area that stay
-    tables: set[str] = field(default_factory=set)  # metadata prefixes of tables the catalog has
 
 
 def reap_iceberg(deployment: Deployment, records: Iterable[TableRecord], doomed: set[str],
@@ -378,16 +383,12 @@ def reap_iceberg(deployment: Deployment, records: Iterable[TableRecord], doomed:
             deployment.catalog.forget_table_sync(TARGET, old.table_id)
     for record in records:
         table = target._load(identifier(deployment, record))
-        location_key = table_location_key(deployment, record)
-        result.tables.add(location_key)
         if table is None or not target._owned(table, record.id):
             continue
         cache: dict[str, list[Any]] = {}
         current = table.current_snapshot()
         if current is not None:
-            gone = [f for f in snapshot_files(table, current, cache)
-                    if f.file_path.startswith(unquote(deployment.lake.root) + "/")
-                    and _key_of(deployment, f.file_path) in doomed]
+            gone = [f for f in snapshot_files(table, current, cache) if _lake_key(deployment, f.file_path) in doomed]
             if gone:
                 IcebergTarget._commit(table, gone, [], {VERSION_PROPERTY: str(synced_version(table)),
                                                         REAP_PROPERTY: utcnow().isoformat() + "Z"})
@@ -399,7 +400,7 @@ def reap_iceberg(deployment: Deployment, records: Iterable[TableRecord], doomed:
             if current is not None and snapshot.snapshot_id == current.snapshot_id:
                 continue
             version = int((snapshot.summary or {}).get(VERSION_PROPERTY, "0"))
-            if version < oldest or any(_key_of(deployment, f.file_path) in doomed
+            if version < oldest or any(_lake_key(deployment, f.file_path) in doomed
                                        for f in snapshot_files(table, snapshot, cache)):
                 expire.append(snapshot.snapshot_id)
         if expire:
@@ -412,9 +413,8 @@ def reap_iceberg(deployment: Deployment, records: Iterable[TableRecord], doomed:
 def _metadata_keys(deployment: Deployment, table: IcebergTable) -> set[str]:
     """The metadata files the table needs: its metadata file and those its log names, and every manifest
     list and manifest of its snapshots."""
-    root = unquote(deployment.lake.root) + "/"
     paths = {table.metadata_location, *(entry.metadata_file for entry in table.metadata.metadata_log)}
     for snapshot in table.snapshots():
         paths.add(snapshot.manifest_list)
         paths |= {m.manifest_path for m in snapshot.manifests(table.io)}
-    return {path[len(root):] for path in paths if path.startswith(root)}
+    return {key for key in (_lake_key(deployment, path) for path in paths) if key is not None}
