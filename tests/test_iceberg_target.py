@@ -280,3 +280,25 @@ def test_the_readme_pyiceberg_example_runs(deployment: Deployment, monkeypatch, 
     exec(compile(example, "README.md", "exec"), {})  # noqa: S102 - the documented example, as a user runs it
     printed = capsys.readouterr().out.splitlines()
     assert printed[:2] == ["20", "10"] and printed[2].endswith(".metadata.json"), printed
+
+
+def test_iceberg_settings_are_checked_and_name_the_catalog(tmp_path: Path) -> None:
+    from siltlake.config import load_config
+    from siltlake.errors import ConfigError
+    from siltlake.publish.iceberg import catalog_uri
+
+    with pytest.raises(ConfigError, match=r"publish\.iceberg\.catalog_url.*'mysql://db/x' must be a sqlite:///, "
+                                          r"postgresql:// \(SQL catalog\) or http\(s\):// \(REST catalog\) URL"):
+        load_config(environ={"SILTLAKE_PUBLISH__ICEBERG__CATALOG_URL": "mysql://db/x"})
+    with pytest.raises(ConfigError, match=r"publish\.iceberg\.namespace_prefix"):
+        load_config(environ={"SILTLAKE_PUBLISH__ICEBERG__NAMESPACE_PREFIX": "Bad-Prefix"})
+
+    class Bare:  # what catalog_uri reads of a deployment
+        def __init__(self, **env: str) -> None:
+            self.config = load_config(environ=env)
+
+    assert catalog_uri(Bare(SILTLAKE_PUBLISH__ICEBERG__CATALOG_URL="https://rest.example/catalog")) == \
+        "https://rest.example/catalog"
+    assert catalog_uri(Bare(SILTLAKE_CATALOG__URL="postgres://u@db/silt")) == "postgresql+psycopg://u@db/silt"
+    assert catalog_uri(Bare(SILTLAKE_CATALOG__URL=f"sqlite:///{tmp_path}/c/catalog.db")) == \
+        f"sqlite:///{tmp_path}/c/iceberg.db"
