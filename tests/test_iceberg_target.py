@@ -262,18 +262,23 @@ def test_a_run_that_died_after_its_iceberg_commit_converges_without_adding_twice
     assert_same_as_siltlake(deployment, "shop.visits", ("shop", "visits"))
 
 
-def test_a_table_of_the_same_name_that_is_not_ours_is_refused(deployment: Deployment) -> None:
+@pytest.mark.parametrize("owner", ["nobody", "another deployment"])
+def test_a_table_of_the_same_name_that_is_not_ours_is_refused(deployment: Deployment, owner: str) -> None:
     with_iceberg(deployment)
     from pyiceberg.schema import Schema
     from pyiceberg.types import NestedField
 
-    open_catalog(deployment).create_namespace_if_not_exists("web")
-    open_catalog(deployment).create_table(("web", "access"), Schema(NestedField(1, "x", StringType())))
     record = make_table(deployment)
+    # Another deployment sharing the Iceberg catalog has its own table ids: the instance key tells them apart.
+    properties = {} if owner == "nobody" else {"siltlake.table-id": str(record.id), "siltlake.instance": "othr0001"}
+    open_catalog(deployment).create_namespace_if_not_exists("web")
+    open_catalog(deployment).create_table(("web", "access"), Schema(NestedField(1, "x", StringType())),
+                                          properties=properties)
     report = publish_once(deployment, now=tokyo(DAY, 12))
     assert report.target_errors == [
         f"iceberg: Iceberg table web.access already exists and is not siltlake's table web.access (table {record.id} "
         "of this deployment); drop it there, or set publish.iceberg.namespace_prefix"]
+    assert [f.name for f in open_catalog(deployment).load_table(("web", "access")).schema().fields] == ["x"]
 
 
 def test_the_iceberg_catalog_sits_beside_siltlakes(deployment: Deployment) -> None:

@@ -40,6 +40,7 @@ VERSION_PROPERTY = "siltlake.table-version"
 VERSION_TIME_PROPERTY = "siltlake.version-time"
 REAP_PROPERTY = "siltlake.reap"
 TABLE_ID_PROPERTY = "siltlake.table-id"
+INSTANCE_PROPERTY = "siltlake.instance"
 PARTITION_COLUMN = "dt"
 EPOCH = dt.date(1970, 1, 1)  # Iceberg stores a date as days since it
 _CATALOGS: dict[tuple[str, str, str], Any] = {}
@@ -177,8 +178,10 @@ class IcebergTarget:
         return self.statements
 
     def _owned(self, table: IcebergTable, table_id: int) -> bool:
+        """Whether the Iceberg table is this deployment's table `table_id` (two deployments may share an
+        Iceberg catalog, and a REST catalog may choose its own locations)."""
         return table.properties.get(TABLE_ID_PROPERTY) == str(table_id) and \
-            table.location().rstrip("/").startswith(iceberg_path(self.deployment, warehouse_key(self.deployment)))
+            table.properties.get(INSTANCE_PROPERTY) == self.deployment.instance_key
 
     def _load(self, ident: tuple[str, str]) -> IcebergTable | None:
         from pyiceberg.exceptions import NoSuchTableError
@@ -223,7 +226,8 @@ class IcebergTarget:
         location = iceberg_path(self.deployment, table_location_key(self.deployment, record))
         table = self.iceberg.create_table(
             ident, schema=schema, partition_spec=spec, location=location,
-            properties={TABLE_ID_PROPERTY: str(record.id), "format-version": "2",
+            properties={TABLE_ID_PROPERTY: str(record.id), INSTANCE_PROPERTY: self.deployment.instance_key,
+                        "format-version": "2",
                         # siltlake's Parquet files carry no field ids: columns are found by name.
                         "schema.name-mapping.default": create_mapping_from_schema(schema).model_dump_json()})
         self.statements.append(f"CREATE TABLE {'.'.join(ident)} PARTITIONED BY (dt) LOCATION {location}")
