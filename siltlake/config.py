@@ -128,10 +128,45 @@ class HiveTargetConfig(_Section):
         return value
 
 
+class IcebergTargetConfig(_Section):
+    """The Apache Iceberg publish target: a PyIceberg SQL catalog (SQLite or PostgreSQL) or a REST catalog.
+
+    catalog_url unset: next to siltlake's catalog (iceberg.db beside a SQLite catalog file; the same
+    PostgreSQL database, whose iceberg_* tables do not collide with siltlake's)."""
+
+    catalog_url: str | None = None
+    catalog_name: str = "siltlake"
+    namespace_prefix: str = ""
+
+    @field_validator("catalog_url")
+    @classmethod
+    def _catalog_url(cls, value: str | None) -> str | None:
+        if value and not value.startswith(("sqlite:", "postgresql:", "postgresql+psycopg:", "postgres:", "http://",
+                                           "https://")):
+            raise ValueError(f"{value!r} must be a sqlite:///, postgresql:// (SQL catalog) or http(s):// (REST "
+                             "catalog) URL")
+        return value or None
+
+    @field_validator("catalog_name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,63}", value):
+            raise ValueError(f"{value!r} must be 1 to 64 characters of A-Z, a-z, 0-9 and _")
+        return value
+
+    @field_validator("namespace_prefix")
+    @classmethod
+    def _prefix(cls, value: str) -> str:
+        if value and not re.fullmatch(r"[a-z_][a-z0-9_]{0,63}", value):
+            raise ValueError(f"{value!r} must be empty or up to 64 characters of a-z, 0-9 and _")
+        return value
+
+
 class PublishConfig(_Section):
     interval: int = Field(default=60, description="seconds between publish runs of `silt publish`")
-    targets: list[str] = Field(default_factory=list, description="external catalogs to sync, e.g. ['hive']")
+    targets: list[str] = Field(default_factory=list, description="external catalogs to sync: 'hive', 'iceberg'")
     hive: HiveTargetConfig = Field(default_factory=HiveTargetConfig)
+    iceberg: IcebergTargetConfig = Field(default_factory=IcebergTargetConfig)
 
     @field_validator("targets", mode="before")
     @classmethod

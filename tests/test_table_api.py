@@ -26,6 +26,7 @@ from siltlake.errors import SiltError
 from siltlake.lake import Lake
 from siltlake.merge import merge_once
 from siltlake.publish import delete_rows, publish_once
+from siltlake.publish.iceberg import RUN_PROPERTY, open_catalog, snapshot_of_version
 from siltlake.publish.manifests import read_manifest
 from siltlake.publish.runner import _write_live_manifests
 from siltlake.read import sql as read_sql
@@ -101,7 +102,7 @@ def every_engine(deployment: Deployment, spark, silt, lake: Lake, **at: object) 
     with duckdb.connect() as connection:
         relation = table.to_duckdb(connection, **at)
         by_relation = Counter(relation.select("epoch_us(utc_event_time), user_id, action").fetchall())
-    return {
+    found = {
         "spark reader": spark_rows(read_table(spark, "web.access", deployment, **at)),
         "siltlake.read.sql": Counter(tuple(r) for r in read_sql(spark, query, deployment).collect()),
         "silt sql": by_cli,
@@ -109,6 +110,25 @@ def every_engine(deployment: Deployment, spark, silt, lake: Lake, **at: object) 
         "duckdb over files()": duckdb_rows(local_paths(table.files(**at))),
         "to_duckdb": by_relation,
     }
+    if "iceberg" in deployment.config.publish.targets and "as_of" not in at:
+        found |= iceberg_rows(deployment, table, at.get("as_of_version", table.version))
+    return found
+
+
+def iceberg_rows(deployment: Deployment, table, version: int) -> dict[str, Counter]:  # noqa: ANN001 - a Table
+    """PyIceberg's scans of the snapshot that holds table version `version`: by its id and by its time.
+    The partition column dt, absent from the files, must read as each file's partition."""
+    iceberg = open_catalog(deployment).load_table(("web", "access"))
+    snapshot = snapshot_of_version(iceberg, version)
+    assert snapshot is not None, f"no Iceberg snapshot holds table version {version}"
+    assert snapshot.summary[RUN_PROPERTY], "the snapshot names the publish run that committed it"
+    by_time = iceberg.snapshot_as_of_timestamp(snapshot.timestamp_ms)
+    assert by_time is not None and by_time.snapshot_id == snapshot.snapshot_id
+    scanned = iceberg.scan(snapshot_id=snapshot.snapshot_id).to_arrow()
+    expected_dt = Counter(table.to_arrow(columns=["dt"], as_of_version=version).column("dt").to_pylist())
+    assert Counter(scanned.column("dt").to_pylist()) == expected_dt, "dt reads as the file's partition"
+    return {"iceberg snapshot": arrow_rows(scanned),
+            "iceberg by snapshot time": arrow_rows(iceberg.scan(snapshot_id=by_time.snapshot_id).to_arrow())}
 
 
 def assert_every_engine(deployment: Deployment, spark, silt, lake: Lake, expected: Counter,  # noqa: ANN001
@@ -148,6 +168,7 @@ def assert_file_lists_exact(deployment: Deployment, lake: Lake) -> None:
 
 def test_every_engine_reads_the_same_exact_table_at_every_version(deployment: Deployment, spark,
                                                                   monkeypatch) -> None:
+    deployment.config.publish.targets = ["iceberg"]  # PyIceberg reads every version's snapshot too
     make_table(deployment)
     silt = silt_in_process(deployment, monkeypatch)
     lake = Lake(deployment)
@@ -252,6 +273,9 @@ def test_every_engine_reads_the_same_exact_table_at_every_version(deployment: De
         assert not deployment.lake.exists(key) and not deployment.lake.exists(symlink_key(key))
     assert_file_lists_exact(deployment, lake)
     assert table.versions() == (9, 9)
+    iceberg = open_catalog(deployment).load_table(("web", "access"))
+    assert [s.summary["siltlake.table-version"] for s in iceberg.snapshots()] == ["9"], \
+        "the snapshots of reaped versions are expired with them"
     assert_every_engine(deployment, spark, silt, lake, expected[9], as_of_version=9)
     assert_every_engine(deployment, spark, silt, lake, expected[9])
     with pytest.raises(VersionOutOfRange, match="readable versions are 9 to 9 \\(versions before 9 were reaped\\)"):

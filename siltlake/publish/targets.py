@@ -2,10 +2,11 @@
 
 Always on, built in: siltlake's own catalog (partition versions, which `siltlake.read` reads) and the
 manifest files of merged versions (step 5). Optional, named in `publish.targets`: "hive" (a Hive
-metastore through Spark SQL DDL). A target hears about table definitions in step 3 and about partition
-states after step 5 of the same run, so a switched partition points at the manifest published just
-now. Each target keeps what it synced in the catalog (Catalog.synced_tables, partitions_to_sync) and
-issues statements only for what changed.
+metastore through Spark SQL DDL) and "iceberg" (Apache Iceberg tables through PyIceberg). A target
+hears about table definitions in step 3 and about partition states after step 5 of the same run, so
+a switched partition points at the manifest published just now. Each target keeps what it synced (the
+Hive target in the catalog: Catalog.synced_tables, partitions_to_sync; the Iceberg target in its
+snapshots' summaries) and issues statements only for what changed.
 """
 
 from __future__ import annotations
@@ -56,4 +57,11 @@ def _hive(deployment: Deployment) -> PublishTarget:
     return HiveTarget(deployment)
 
 
+def _iceberg(deployment: Deployment) -> PublishTarget:
+    from siltlake.publish.iceberg import IcebergTarget
+
+    return IcebergTarget(deployment)
+
+
 register_target("hive", _hive)
+register_target("iceberg", _iceberg)

@@ -479,6 +479,14 @@ def reap_once(deployment: Deployment, now: dt.datetime | None = None, *, dry_run
         report.seconds = time.monotonic() - started
         return report
 
+    # 3b. Iceberg: no snapshot may list an object about to go (expire those snapshots first).
+    iceberg = "iceberg" in deployment.config.publish.targets
+    if iceberg:
+        from siltlake.publish.iceberg import reap_iceberg
+
+        records = catalog.list_tables()
+        reap_iceberg(deployment, records, {info.key for infos in plan.keys.values() for info in infos}, {})
+
     # 4. Objects, in parallel batches.
     t0 = time.monotonic()
     everything = [info for infos in plan.keys.values() for info in infos]
@@ -518,5 +526,37 @@ def reap_once(deployment: Deployment, now: dt.datetime | None = None, *, dry_run
             guard(run + "/")
             deployment.lake.delete_prefix(run)
     report.catalog_seconds += time.monotonic() - t0
+    if iceberg:
+        _reap_iceberg_metadata(deployment, key, listed, plan, report, young_after, workers, guard)
     report.seconds = time.monotonic() - started
     return report
+
+
+def _reap_iceberg_metadata(deployment: Deployment, key: str, listed: Sequence[ObjectInfo], plan: _Plan,
+                           report: ReapReport, young_after: dt.datetime, workers: int,
+                           guard: Callable[[str], None]) -> None:
+    """Expire the Iceberg snapshots of table versions reaped above, then delete the Iceberg metadata no
+    remaining snapshot needs (older than the grace period: a publish run may be committing the newest)."""
+    from siltlake.publish.iceberg import METADATA_AREA, reap_iceberg
+
+    catalog = deployment.catalog
+    records = catalog.list_tables()
+    oldest = {record.id: catalog.table_version_bounds(record.id)[0] for record in records}
+    kept = reap_iceberg(deployment, records, set(), oldest)
+    area = f"{key}/{METADATA_AREA}/"
+    doomed = []
+    for info in listed:
+        if not info.key.startswith(area) or info.key in kept.retained:
+            continue
+        mtime = to_naive_utc(info.mtime) if info.mtime is not None else None
+        if mtime is None or mtime > young_after:
+            report.kept_young += 1
+            continue
+        doomed.append(info)
+    deleted, failed, skipped = _delete_all(deployment, key, doomed, {i.key for i in doomed}, young_after, workers,
+                                           guard)
+    report.failed += failed
+    report.kept_young += len(skipped)
+    gone = [i for i in doomed if i.key in deleted]
+    report.reasons["expired"].objects += len(gone)
+    report.reasons["expired"].bytes += sum(i.size for i in gone)

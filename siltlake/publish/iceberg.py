@@ -1,0 +1,424 @@
+"""The Apache Iceberg publish target, through PyIceberg (docs/design.md, "Iceberg target").
+
+A siltlake table `schema.table` is the Iceberg table `<namespace_prefix><schema>.<table>`, partitioned by
+identity on `dt`, whose data files are siltlake's own objects (registered, never copied or rewritten).
+Each table version becomes one Iceberg snapshot listing exactly the files `Table.files(as_of_version=N)`
+returns, with the version in its summary (`siltlake.table-version`): the current snapshot's summary says
+how far the Iceberg table is, so a run that died after an Iceberg commit is never committed twice.
+Metadata lives under `<instance>/_iceberg/<physical table>/metadata/`; reap keeps what a retained
+snapshot needs, expires snapshots before deleting any file they list, and deletes the rest.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import socket
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
+
+from siltlake.catalog.catalog import normalise_url
+from siltlake.clock import utcnow
+from siltlake.errors import SiltError
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog as IcebergCatalog
+    from pyiceberg.table import Table as IcebergTable
+
+    from siltlake.catalog import TableRecord
+    from siltlake.deployment import Deployment
+
+TARGET = "iceberg"
+METADATA_AREA = "_iceberg"
+RUN_PROPERTY = "siltlake.publish-run"
+VERSION_PROPERTY = "siltlake.table-version"
+VERSION_TIME_PROPERTY = "siltlake.version-time"
+REAP_PROPERTY = "siltlake.reap"
+TABLE_ID_PROPERTY = "siltlake.table-id"
+INSTANCE_PROPERTY = "siltlake.instance"
+PARTITION_COLUMN = "dt"
+EPOCH = dt.date(1970, 1, 1)  # Iceberg stores a date as days since it
+_CATALOGS: dict[tuple[str, str, str], Any] = {}
+
+
+def catalog_uri(deployment: Deployment) -> str:
+    """The Iceberg catalog's URL: publish.iceberg.catalog_url, else beside siltlake's own catalog."""
+    configured = deployment.config.publish.iceberg.catalog_url
+    if configured:
+        return configured if configured.startswith(("http://", "https://")) else normalise_url(configured)
+    url = normalise_url(deployment.config.catalog.url)
+    if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
+        return f"sqlite:///{Path(url[len('sqlite:///'):]).with_name('iceberg.db')}"
+    return url
+
+
+def warehouse_key(deployment: Deployment) -> str:
+    return f"{deployment.instance_key}/{METADATA_AREA}"
+
+
+def table_location_key(deployment: Deployment, record: TableRecord) -> str:
+    """Where the table's Iceberg metadata lives: by physical name, which renames keep."""
+    return f"{warehouse_key(deployment)}/{record.physical_schema_name}.{record.physical_table_name}"
+
+
+def iceberg_path(deployment: Deployment, key: str) -> str:
+    """The path Iceberg records for an object: its URI, not percent-encoded (Iceberg paths are plain text)."""
+    return unquote(deployment.lake.uri(key))
+
+
+def open_catalog(deployment: Deployment) -> IcebergCatalog:
+    """The deployment's Iceberg catalog (one per URL in a process: a SQL catalog holds an engine)."""
+    config = deployment.config.publish.iceberg
+    uri = catalog_uri(deployment)
+    warehouse = iceberg_path(deployment, warehouse_key(deployment))
+    cache_key = (uri, config.catalog_name, warehouse)
+    if cache_key not in _CATALOGS:
+        if uri.startswith(("http://", "https://")):
+            from pyiceberg.catalog.rest import RestCatalog
+
+            _CATALOGS[cache_key] = RestCatalog(config.catalog_name, uri=uri, warehouse=warehouse)
+        else:
+            from pyiceberg.catalog.sql import SqlCatalog
+
+            if uri.startswith("sqlite:///"):
+                Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+            _CATALOGS[cache_key] = SqlCatalog(config.catalog_name, uri=uri, warehouse=warehouse)
+    return _CATALOGS[cache_key]
+
+
+def identifier(deployment: Deployment, record: TableRecord) -> tuple[str, str]:
+    prefix = deployment.config.publish.iceberg.namespace_prefix
+    return prefix + record.definition.schema_name, record.definition.name
+
+
+def _iceberg_type(arrow_type: Any) -> Any:  # noqa: ANN401 - pyarrow type in, Iceberg type out
+    from pyiceberg.io.pyarrow import _ConvertToIcebergWithoutIDs, visit_pyarrow
+
+    return visit_pyarrow(arrow_type, _ConvertToIcebergWithoutIDs())
+
+
+def iceberg_schema(record: TableRecord) -> Any:  # noqa: ANN401 - a pyiceberg Schema
+    """The table's columns (all optional: older objects lack added ones) and dt, with ids from 1."""
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import DateType, NestedField
+
+    fields = [NestedField(i, f.name, _iceberg_type(f.type), required=False)
+              for i, f in enumerate(record.definition.arrow_schema(), start=1)]
+    fields.append(NestedField(len(fields) + 1, PARTITION_COLUMN, DateType(), required=False))
+    return Schema(*fields)
+
+
+def snapshot_of_version(table: IcebergTable, version: int) -> Any:  # noqa: ANN401 - a Snapshot or None
+    """The snapshot that holds siltlake table version `version` (None: not committed, or expired)."""
+    for snapshot in table.snapshots():
+        if snapshot.summary is not None and snapshot.summary.get(VERSION_PROPERTY) == str(version):
+            return snapshot
+    return None
+
+
+def synced_version(table: IcebergTable) -> int:
+    """The siltlake table version the current snapshot holds (0: none yet)."""
+    snapshot = table.current_snapshot()
+    if snapshot is None or snapshot.summary is None:
+        return 0
+    return int(snapshot.summary.get(VERSION_PROPERTY, "0"))
+
+
+def snapshot_files(table: IcebergTable, snapshot: Any, cache: dict[str, list[Any]] | None = None) -> list[Any]:  # noqa: ANN401
+    """The live data files (pyiceberg DataFile) a snapshot lists."""
+    cache = {} if cache is None else cache
+    files = []
+    for manifest in snapshot.manifests(table.io):
+        if manifest.manifest_path not in cache:
+            cache[manifest.manifest_path] = [e.data_file for e in manifest.fetch_manifest_entry(table.io)]
+        files += cache[manifest.manifest_path]
+    return files
+
+
+class IcebergTarget:
+    name = TARGET
+
+    def __init__(self, deployment: Deployment) -> None:
+        self.deployment = deployment
+        self.catalog = deployment.catalog
+        self.run = f"{utcnow().isoformat(timespec='milliseconds')}Z {socket.gethostname()}:{os.getpid()}"
+        self.statements: list[str] = []
+        self._tables: dict[int, IcebergTable] = {}
+
+    @property
+    def iceberg(self) -> IcebergCatalog:
+        return open_catalog(self.deployment)
+
+    # --- tables -------------------------------------------------------------------------------------
+
+    def sync_tables(self, tables: Sequence[TableRecord]) -> list[str]:
+        self.statements = []
+        synced = self.catalog.synced_tables(TARGET)
+        live_ids = {record.id for record in tables}
+        for old in synced.values():
+            if old.dropped or old.table_id not in live_ids:
+                self._drop((old.database_name, old.table_name), old.table_id)
+                self.catalog.forget_table_sync(TARGET, old.table_id)
+        for record in tables:
+            old = synced.get(record.id)
+            before = (old.database_name, old.table_name) if old is not None else None
+            table = self._table(record, before)
+            self._evolve(record, table)
+            self._tables[record.id] = table
+            namespace, name = identifier(self.deployment, record)
+            if old is None or (old.database_name, old.table_name) != (namespace, name) or \
+                    old.columns != tuple((c.name, c.type) for c in record.definition.columns):
+                self.catalog.record_table_sync(TARGET, record.id, namespace, name,
+                                               [(c.name, c.type) for c in record.definition.columns])
+        return self.statements
+
+    def _owned(self, table: IcebergTable, table_id: int) -> bool:
+        """Whether the Iceberg table is this deployment's table `table_id` (two deployments may share an
+        Iceberg catalog, and a REST catalog may choose its own locations)."""
+        return table.properties.get(TABLE_ID_PROPERTY) == str(table_id) and \
+            table.properties.get(INSTANCE_PROPERTY) == self.deployment.instance_key
+
+    def _load(self, ident: tuple[str, str]) -> IcebergTable | None:
+        from pyiceberg.exceptions import NoSuchTableError
+
+        try:
+            return self.iceberg.load_table(ident)
+        except NoSuchTableError:
+            return None
+
+    def _drop(self, ident: tuple[str, str], table_id: int) -> None:
+        table = self._load(ident)
+        if table is not None and self._owned(table, table_id):
+            # Not purged: the data files are siltlake's, and reap deletes the metadata with the table.
+            self.iceberg.drop_table(ident)
+            self.statements.append(f"DROP TABLE {'.'.join(ident)}")
+
+    def _table(self, record: TableRecord, before: tuple[str, str] | None) -> IcebergTable:
+        """Load the table under its name, rename it from its old one, or create it."""
+        ident = identifier(self.deployment, record)
+        table = self._load(ident)
+        if table is not None:
+            if not self._owned(table, record.id):
+                raise SiltError(f"Iceberg table {'.'.join(ident)} already exists and is not siltlake's table "
+                                f"{record.qualified_name} (table {record.id} of this deployment); drop it there, or "
+                                "set publish.iceberg.namespace_prefix")
+            return table
+        self.iceberg.create_namespace_if_not_exists(ident[0])
+        if before is not None and before != ident and (old := self._load(before)) is not None \
+                and self._owned(old, record.id):
+            self.statements.append(f"RENAME TABLE {'.'.join(before)} TO {'.'.join(ident)}")
+            return self.iceberg.rename_table(before, ident)
+        return self._create(record, ident)
+
+    def _create(self, record: TableRecord, ident: tuple[str, str]) -> IcebergTable:
+        from pyiceberg.partitioning import PartitionField, PartitionSpec
+        from pyiceberg.table.name_mapping import create_mapping_from_schema
+        from pyiceberg.transforms import IdentityTransform
+
+        schema = iceberg_schema(record)
+        spec = PartitionSpec(PartitionField(source_id=schema.find_field(PARTITION_COLUMN).field_id, field_id=1000,
+                                            transform=IdentityTransform(), name=PARTITION_COLUMN))
+        location = iceberg_path(self.deployment, table_location_key(self.deployment, record))
+        table = self.iceberg.create_table(
+            ident, schema=schema, partition_spec=spec, location=location,
+            properties={TABLE_ID_PROPERTY: str(record.id), INSTANCE_PROPERTY: self.deployment.instance_key,
+                        "format-version": "2",
+                        # siltlake's Parquet files carry no field ids: columns are found by name.
+                        "schema.name-mapping.default": create_mapping_from_schema(schema).model_dump_json()})
+        self.statements.append(f"CREATE TABLE {'.'.join(ident)} PARTITIONED BY (dt) LOCATION {location}")
+        return table
+
+    def _evolve(self, record: TableRecord, table: IcebergTable) -> None:
+        """Add the columns added in siltlake and widen the widened ones (the name mapping follows)."""
+        schema = table.schema()
+        changes = []
+        with table.update_schema() as update:
+            for arrow_field in record.definition.arrow_schema():
+                wanted = _iceberg_type(arrow_field.type)
+                existing = schema.find_field(arrow_field.name, case_sensitive=True) \
+                    if arrow_field.name in schema.column_names else None
+                if existing is None:
+                    update.add_column(arrow_field.name, wanted)
+                    changes.append(f"ADD COLUMN {arrow_field.name} {wanted}")
+                elif existing.field_type != wanted:
+                    update.update_column(arrow_field.name, field_type=wanted)
+                    changes.append(f"ALTER COLUMN {arrow_field.name} TYPE {wanted}")
+        self.statements += [f"ALTER TABLE {'.'.join(table.name())} {change}" for change in changes]
+
+    # --- snapshots ----------------------------------------------------------------------------------
+
+    def sync_partitions(self, tables: Mapping[int, TableRecord]) -> list[str]:
+        self.statements = []
+        for table_id, table in self._tables.items():
+            record = tables.get(table_id)
+            if record is not None:
+                self.sync_versions(record, table)
+        return self.statements
+
+    def sync_versions(self, record: TableRecord, table: IcebergTable) -> None:
+        """Commit one snapshot per siltlake table version the Iceberg table does not have yet."""
+        from siltlake.lake import Lake, Table
+
+        oldest, newest = self.catalog.table_version_bounds(record.id)
+        done = synced_version(table)
+        if newest == 0 or done >= newest:
+            return
+        partitions = {p.id: p.partition_date for p in self.catalog.partitions(record.id)}
+        changed: dict[int, set[dt.date]] = defaultdict(set)
+        times: dict[int, dt.datetime] = {}
+        for v in self.catalog.partition_versions(list(partitions)):
+            changed[v.table_version].add(partitions[v.partition_id])
+            times[v.table_version] = max(times.get(v.table_version, v.created_at), v.created_at)
+        reader = Table(Lake(self.deployment), record)
+        current = {f.file_path: f for f in snapshot_files(table, table.current_snapshot())} \
+            if table.current_snapshot() is not None else {}
+        start = max(done + 1, oldest)
+        for version in range(start, newest + 1):
+            # The first snapshot, or the first after versions reaped before they were synced: the whole table.
+            dates = None if version == start and (done == 0 or start > done + 1) else changed.get(version, set())
+            wanted = {unquote(f.uri): f for f in reader.data_files(as_of_version=version, dates=dates)}
+            scope = [path for path, f in current.items() if dates is None or _date_of(f) in dates]
+            removed = [current[path] for path in scope if path not in wanted]
+            added = [self._data_file(table, path, f.partition_date, f.size)
+                     for path, f in wanted.items() if path not in current]
+            self._commit(table, removed, added, {
+                RUN_PROPERTY: self.run, VERSION_PROPERTY: str(version),
+                VERSION_TIME_PROPERTY: times[version].isoformat() + "Z" if version in times else ""})
+            for f in removed:
+                del current[f.file_path]
+            current.update((f.file_path, f) for f in added)
+            self.statements.append(f"COMMIT {'.'.join(table.name())} SNAPSHOT {table.current_snapshot().snapshot_id} "
+                                   f"(table version {version}: +{len(added)} -{len(removed)} files)")
+
+    @staticmethod
+    def _commit(table: IcebergTable, removed: Sequence[Any], added: Sequence[Any], summary: dict[str, str]) -> None:
+        previous = table.current_snapshot()
+        if previous is not None:
+            # Snapshot times must differ: a by-time lookup finds the newest snapshot at or before a time.
+            while int(time.time() * 1000) <= previous.timestamp_ms:
+                time.sleep(0.001)
+        with table.transaction() as transaction:
+            update = transaction.update_snapshot(snapshot_properties=summary)
+            with (update.overwrite() if removed else update.fast_append()) as producer:
+                for data_file in removed:
+                    producer.delete_data_file(data_file)
+                for data_file in added:
+                    producer.append_data_file(data_file)
+
+    def _data_file(self, table: IcebergTable, path: str, date: dt.date, size: int | None) -> Any:  # noqa: ANN401
+        """A DataFile for one of siltlake's objects, its statistics from the Parquet footer; dt is its partition."""
+        import pyarrow.parquet as pq
+        from pyiceberg.io.pyarrow import (
+            compute_statistics_plan,
+            data_file_statistics_from_parquet_metadata,
+            parquet_path_to_id_mapping,
+        )
+        from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+        from pyiceberg.typedef import Record
+
+        lake = self.deployment.lake
+        key = _key_of(self.deployment, path)
+        with lake.filesystem.open_input_file(lake.path(key)) as stream:
+            footer = pq.read_metadata(stream)
+            size = size if size is not None else stream.size()
+        schema = table.schema()
+        try:
+            statistics = data_file_statistics_from_parquet_metadata(
+                footer, compute_statistics_plan(schema, table.properties), parquet_path_to_id_mapping(schema))
+        except (ValueError, KeyError, TypeError):
+            # A file written before a column was widened: its bounds are of the narrower type; counts only.
+            counts_only = {**table.properties, "write.metadata.metrics.default": "counts"}
+            statistics = data_file_statistics_from_parquet_metadata(
+                footer, compute_statistics_plan(schema, counts_only), parquet_path_to_id_mapping(schema))
+        return DataFile.from_args(
+            content=DataFileContent.DATA, file_path=path, file_format=FileFormat.PARQUET,
+            partition=Record((date - EPOCH).days),
+            file_size_in_bytes=size, sort_order_id=None, spec_id=table.metadata.default_spec_id,
+            equality_ids=None, key_metadata=None, **statistics.to_serialized_dict())
+
+
+def _date_of(data_file: Any) -> dt.date:  # noqa: ANN401 - a pyiceberg DataFile
+    value = data_file.partition[0]
+    return value if isinstance(value, dt.date) else EPOCH + dt.timedelta(days=value)
+
+
+def _key_of(deployment: Deployment, path: str) -> str:
+    key = _lake_key(deployment, path)
+    if key is None:
+        raise SiltError(f"Iceberg data file {path} is not under the lake's root {deployment.lake.root}")
+    return key
+
+
+def _lake_key(deployment: Deployment, path: str) -> str | None:
+    """The object key of an Iceberg path under the lake's root (None: elsewhere)."""
+    root = unquote(deployment.lake.root) + "/"
+    return path[len(root):] if path.startswith(root) else None
+
+
+# --- reap ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class IcebergReap:
+    """What reap did to the Iceberg tables, and the metadata files the remaining snapshots need."""
+
+    expired: int = 0  # snapshots expired
+    removed: int = 0  # files taken out of current snapshots (reaped partitions)
+    retained: set[str] = field(default_factory=set)  # keys under the metadata area that stay
+
+
+def reap_iceberg(deployment: Deployment, records: Iterable[TableRecord], doomed: set[str],
+                 oldest_versions: Mapping[int, int]) -> IcebergReap:
+    """Before reap deletes `doomed` object keys: take them out of current snapshots (a partition past its
+    TTL), expire every other snapshot that lists one, and the snapshots of table versions older than
+    `oldest_versions[table id]`; then name the metadata files the remaining snapshots need."""
+    result = IcebergReap()
+    target = IcebergTarget(deployment)
+    records = list(records)
+    live = {record.id for record in records}
+    for old in deployment.catalog.synced_tables(TARGET).values():
+        if old.dropped or old.table_id not in live:  # its files go now: no Iceberg table may list them
+            target._drop((old.database_name, old.table_name), old.table_id)
+            deployment.catalog.forget_table_sync(TARGET, old.table_id)
+    for record in records:
+        table = target._load(identifier(deployment, record))
+        if table is None or not target._owned(table, record.id):
+            continue
+        cache: dict[str, list[Any]] = {}
+        current = table.current_snapshot()
+        if current is not None:
+            gone = [f for f in snapshot_files(table, current, cache) if _lake_key(deployment, f.file_path) in doomed]
+            if gone:
+                IcebergTarget._commit(table, gone, [], {VERSION_PROPERTY: str(synced_version(table)),
+                                                        REAP_PROPERTY: utcnow().isoformat() + "Z"})
+                result.removed += len(gone)
+                current = table.current_snapshot()
+        expire = []
+        oldest = oldest_versions.get(record.id, 0)
+        for snapshot in table.snapshots():
+            if current is not None and snapshot.snapshot_id == current.snapshot_id:
+                continue
+            version = int((snapshot.summary or {}).get(VERSION_PROPERTY, "0"))
+            if version < oldest or any(_lake_key(deployment, f.file_path) in doomed
+                                       for f in snapshot_files(table, snapshot, cache)):
+                expire.append(snapshot.snapshot_id)
+        if expire:
+            table.maintenance.expire_snapshots().by_ids(expire).commit()
+            result.expired += len(expire)
+        result.retained |= _metadata_keys(deployment, table)
+    return result
+
+
+def _metadata_keys(deployment: Deployment, table: IcebergTable) -> set[str]:
+    """The metadata files the table needs: its metadata file and those its log names, and every manifest
+    list and manifest of its snapshots."""
+    paths = {table.metadata_location, *(entry.metadata_file for entry in table.metadata.metadata_log)}
+    for snapshot in table.snapshots():
+        paths.add(snapshot.manifest_list)
+        paths |= {m.manifest_path for m in snapshot.manifests(table.io)}
+    return {key for key in (_lake_key(deployment, path) for path in paths) if key is not None}
