@@ -22,12 +22,12 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from rich import box
-from rich.console import Console
 from rich.table import Table
 
+from siltlake.cli.output import out
 from siltlake.demo.sample import SampleSummary, generate_sample, write_table_definition
 
-console = Console()
+console = out  # the CLI's: piped into a log, its tables keep their width
 DEMO_DIR = Path("build/demo")
 START = dt.date(2026, 11, 19)
 TOKYO = ZoneInfo("Asia/Tokyo")
