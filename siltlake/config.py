@@ -106,6 +106,13 @@ class MergeConfig(_Section):
         return self
 
 
+def check_name_prefix(value: str) -> str:
+    """A prefix of external database or namespace names: empty, or a lower-case identifier."""
+    if value and not re.fullmatch(r"[a-z_][a-z0-9_]{0,63}", value):
+        raise ValueError(f"{value!r} must be empty or up to 64 characters of a-z, 0-9 and _")
+    return value
+
+
 class HiveTargetConfig(_Section):
     """The Hive metastore publish target: embedded (Derby under metastore_dir) unless metastore_uris is set."""
 
@@ -123,9 +130,7 @@ class HiveTargetConfig(_Section):
     @field_validator("database_prefix")
     @classmethod
     def _prefix(cls, value: str) -> str:
-        if value and not re.fullmatch(r"[a-z_][a-z0-9_]{0,63}", value):
-            raise ValueError(f"{value!r} must be empty or up to 64 characters of a-z, 0-9 and _")
-        return value
+        return check_name_prefix(value)
 
 
 class IcebergTargetConfig(_Section):
@@ -157,9 +162,7 @@ class IcebergTargetConfig(_Section):
     @field_validator("namespace_prefix")
     @classmethod
     def _prefix(cls, value: str) -> str:
-        if value and not re.fullmatch(r"[a-z_][a-z0-9_]{0,63}", value):
-            raise ValueError(f"{value!r} must be empty or up to 64 characters of a-z, 0-9 and _")
-        return value
+        return check_name_prefix(value)
 
 
 class PublishConfig(_Section):

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from siltlake.errors import ConfigError, SiltError
+from siltlake.publish.targets import drop_forgotten_tables
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -163,12 +164,9 @@ class HiveTarget:
 
     def sync_tables(self, tables: Sequence[TableRecord]) -> list[str]:
         self.statements = []
-        synced = self.catalog.synced_tables(TARGET)
-        live_ids = {record.id for record in tables}
-        for old in synced.values():
-            if old.dropped or old.table_id not in live_ids:
-                self._sql(f"DROP TABLE IF EXISTS `{old.database_name}`.`{old.table_name}`")
-                self.catalog.forget_table_sync(TARGET, old.table_id)
+        synced = drop_forgotten_tables(
+            self.catalog, TARGET, tables,
+            lambda old: self._sql(f"DROP TABLE IF EXISTS `{old.database_name}`.`{old.table_name}`"))
         for record in tables:
             old = synced.get(record.id)
             database, table = self._names(record)

@@ -25,6 +25,7 @@ from urllib.parse import unquote
 from siltlake.catalog.catalog import normalise_url
 from siltlake.clock import utcnow
 from siltlake.errors import SiltError
+from siltlake.publish.targets import drop_forgotten_tables
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog as IcebergCatalog
@@ -158,12 +159,8 @@ class IcebergTarget:
 
     def sync_tables(self, tables: Sequence[TableRecord]) -> list[str]:
         self.statements = []
-        synced = self.catalog.synced_tables(TARGET)
-        live_ids = {record.id for record in tables}
-        for old in synced.values():
-            if old.dropped or old.table_id not in live_ids:
-                self._drop((old.database_name, old.table_name), old.table_id)
-                self.catalog.forget_table_sync(TARGET, old.table_id)
+        synced = drop_forgotten_tables(self.catalog, TARGET, tables,
+                                       lambda old: self._drop((old.database_name, old.table_name), old.table_id))
         for record in tables:
             old = synced.get(record.id)
             before = (old.database_name, old.table_name) if old is not None else None

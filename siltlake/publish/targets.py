@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Protocol
 from siltlake.errors import ConfigError
 
 if TYPE_CHECKING:
-    from siltlake.catalog import TableRecord
+    from siltlake.catalog import Catalog, TableRecord
+    from siltlake.catalog.external_sync import SyncedTable
     from siltlake.deployment import Deployment
 
 
@@ -30,6 +31,19 @@ class PublishTarget(Protocol):
 
     def sync_partitions(self, tables: Mapping[int, TableRecord]) -> list[str]:
         """Add partitions and point them at what each shows now; returns the statements issued."""
+
+
+def drop_forgotten_tables(catalog: Catalog, target: str, tables: Sequence[TableRecord],
+                          drop: Callable[[SyncedTable], None]) -> dict[int, SyncedTable]:
+    """Drop (then forget) the target's tables whose siltlake table was dropped or is not among `tables`;
+    returns what the target was last told, by table id."""
+    synced = catalog.synced_tables(target)
+    live_ids = {record.id for record in tables}
+    for old in synced.values():
+        if old.dropped or old.table_id not in live_ids:
+            drop(old)
+            catalog.forget_table_sync(target, old.table_id)
+    return synced
 
 
 _FACTORIES: dict[str, Callable[[Deployment], PublishTarget]] = {}
