@@ -14,3 +14,18 @@ def to_naive_utc(value: dt.datetime) -> dt.datetime:
     if value.tzinfo is None:
         return value
     return value.astimezone(dt.UTC).replace(tzinfo=None)
+
+
+def parse_time(value: dt.datetime | dt.date | str) -> dt.datetime:
+    """A time given by a user as naive UTC: an aware time is converted, a naive one (or a date, at midnight)
+    is taken as UTC; text is ISO-8601 ("2026-11-20 10:00:00", "2026-11-20T10:00:00+09:00", "...Z").
+    ValueError names the text."""
+    if isinstance(value, str):
+        try:
+            value = dt.datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise ValueError(f"{value!r} is not a time such as '2026-11-20 10:00:00' or "
+                             "'2026-11-20T10:00:00+09:00' (naive times are UTC)") from None
+    elif isinstance(value, dt.date) and not isinstance(value, dt.datetime):
+        value = dt.datetime.combine(value, dt.time())
+    return to_naive_utc(value)

@@ -36,19 +36,13 @@ class NoSuchPartition(NotFoundError):
 
 
 def parse_as_of(value: dt.datetime | dt.date | str) -> dt.datetime:
-    """A time-travel time as naive UTC: an aware time is converted, a naive one (or a date, at midnight)
-    is taken as UTC; text is ISO-8601 ("2026-11-20 10:00:00", "2026-11-20T10:00:00+09:00")."""
-    from siltlake.clock import to_naive_utc
+    """A time-travel time as naive UTC (siltlake.clock.parse_time); SiltError names a text that is none."""
+    from siltlake.clock import parse_time
 
-    if isinstance(value, str):
-        try:
-            value = dt.datetime.fromisoformat(value.strip())
-        except ValueError:
-            raise SiltError(f"{value!r} is not a time such as '2026-11-20 10:00:00' or "
-                            "'2026-11-20T10:00:00+09:00' (naive times are UTC)") from None
-    elif isinstance(value, dt.date) and not isinstance(value, dt.datetime):
-        value = dt.datetime.combine(value, dt.time())
-    return to_naive_utc(value)
+    try:
+        return parse_time(value)
+    except ValueError as exc:
+        raise SiltError(str(exc)) from None
 
 
 @dataclass(frozen=True)

@@ -614,12 +614,10 @@ def parse_now(value: str | None):  # noqa: ANN201 - a naive UTC datetime or None
     """--now: an ISO-8601 time (Z or an offset; naive means UTC) as naive UTC."""
     if value is None:
         return None
-    import datetime as dt
-
-    from siltlake.clock import to_naive_utc
+    from siltlake.clock import parse_time
 
     try:
-        return to_naive_utc(dt.datetime.fromisoformat(value.replace("Z", "+00:00")))
+        return parse_time(value)
     except ValueError:
         raise click.BadParameter(f"{value!r} is not an ISO-8601 time such as 2018-08-24T02:00:00Z",
                                  param_hint="--now") from None
