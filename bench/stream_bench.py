@@ -387,7 +387,7 @@ def _deployment(workdir: Path, staging_root: Path):
     deployment = Deployment(config)
     deployment.init()
     deployment.use_spark(SparkSession.builder.getOrCreate())
-    deployment.catalog.create_table(load_table_file(workdir / "web_access.toml"))
+    deployment.catalog.tables.create(load_table_file(workdir / "web_access.toml"))
     return deployment
 
 

@@ -171,7 +171,7 @@ def table_create(context: click.Context, file: str) -> None:
     """Create a table from a definition file (TOML, or YAML)."""
     from siltlake.tabledef import load_table_file
 
-    record = deployment_of(context).catalog.create_table(load_table_file(file))
+    record = deployment_of(context).catalog.tables.create(load_table_file(file))
     console.print(f"created table {record.qualified_name} "
                   f"(objects under {record.physical_schema_name}.{record.physical_table_name})")
 
@@ -195,7 +195,7 @@ TABLE_COLUMNS = (
 @friendly
 def table_list(context: click.Context, fmt: str) -> None:
     """List tables."""
-    records = deployment_of(context).catalog.list_tables()
+    records = deployment_of(context).catalog.tables.list()
     emit(fmt, TABLE_COLUMNS, [
         (record.definition.qualified_name, record.definition.time_column, record.definition.timezone,
          record.definition.merge_interval, len(record.definition.columns),
@@ -214,7 +214,7 @@ def table_show(context: click.Context, name: str, fmt: str) -> None:
     With --format json: one object, the definition as stored (durations in seconds) and the partitions;
     with --format csv: the partitions, a row each."""
     deployment = deployment_of(context)
-    record = deployment.catalog.get_table(name)
+    record = deployment.catalog.tables.get(name)
     d = record.definition
     partitions = partition_rows(deployment, record.id)
     if fmt == "json":
@@ -263,7 +263,7 @@ PARTITION_COLUMNS = (
 def partition_rows(deployment: Deployment, table_id: int) -> list[dict[str, Any]]:
     """A table's partitions with their object and row counts, as `table show` lists them."""
     rows = []
-    for row in deployment.catalog.partition_summary(table_id):
+    for row in deployment.catalog.partitions.summary(table_id):
         closed = row.pop("closed")
         rows.append({"date": row.pop("date").isoformat(), "state": "closed" if closed else "open", **row})
     return rows
@@ -282,7 +282,7 @@ def table_add_column(context: click.Context, name: str, column: str, type_name: 
     from siltlake.tabledef import Column
 
     new_column = Column.from_mapping({"name": column, "type": type_name, "source": source})
-    deployment_of(context).catalog.add_column(name, new_column)
+    deployment_of(context).catalog.tables.add_column(name, new_column)
     console.print(f"added column {column} {new_column.type} to {name}")
 
 
@@ -294,7 +294,7 @@ def table_add_column(context: click.Context, name: str, column: str, type_name: 
 @friendly
 def table_alter_column(context: click.Context, name: str, column: str, type_name: str) -> None:
     """Widen a column's type: int to bigint, float to double (older objects read as the new type)."""
-    record = deployment_of(context).catalog.alter_column_type(name, column, type_name)
+    record = deployment_of(context).catalog.tables.alter_column_type(name, column, type_name)
     console.print(f"column {column} of {name} is now {record.definition.column(column).type}")
 
 
@@ -305,7 +305,7 @@ def table_alter_column(context: click.Context, name: str, column: str, type_name
 @friendly
 def table_rename(context: click.Context, name: str, new_name: str) -> None:
     """Rename a table (logical name only: objects stay under the physical name)."""
-    deployment_of(context).catalog.rename_table(name, new_name)
+    deployment_of(context).catalog.tables.rename(name, new_name)
     console.print(f"renamed {name} to {new_name}")
 
 
@@ -318,7 +318,7 @@ def table_drop(context: click.Context, name: str, yes: bool) -> None:
     """Drop a table; its objects are removed later by reap."""
     if not yes:
         click.confirm(f"drop table {name}?", abort=True)
-    deployment_of(context).catalog.drop_table(name)
+    deployment_of(context).catalog.tables.drop(name)
     console.print(f"dropped {name}")
 
 
@@ -484,24 +484,24 @@ def merge(context: click.Context, once: bool, now_text: str | None, slots: int |
     clock = (lambda: now) if now is not None else utcnow
     deployment = deployment_of(context)
     deployment.catalog.check_ready()
-    table_ids = [deployment.catalog.get_table(table_name).id] if table_name else None
+    table_ids = [deployment.catalog.tables.get(table_name).id] if table_name else None
     if retry_failed:
         count = 0
         for table_id in table_ids or [None]:
-            count += deployment.catalog.retry_parked_jobs(clock(), table_id)
+            count += deployment.catalog.merge_queue.retry_parked(clock(), table_id)
         console.print(f"{count} parked jobs queued again")
     if slots is not None and slots < 1:
         raise click.BadParameter("must be at least 1", param_hint="--slots")
     if once:
         if now_text == "":
-            advanced = deployment.catalog.advance_merge_jobs(clock(), table_ids)
+            advanced = deployment.catalog.merge_queue.advance(clock(), table_ids)
             console.print(f"{advanced} scheduled jobs made due now", highlight=False)
         with progress_bar() as bar:
             worker = MergeWorker(deployment, slots=slots, table_ids=table_ids, progress=_RichMergeProgress(bar),
                                  clock=clock)
             report = worker.run(once=True)
         finished_at = clock()
-        scheduled, next_due = deployment.catalog.scheduled_merge_jobs(finished_at, table_ids)
+        scheduled, next_due = deployment.catalog.merge_queue.scheduled(finished_at, table_ids)
         if as_json:
             out.print_json(json.dumps({**report.__dict__, "scheduled": scheduled, "next_due": next_due},
                                       default=str))
@@ -574,8 +574,8 @@ def status(context: click.Context, fmt: str) -> None:
     from siltlake.clock import utcnow
     from siltlake.hosts import local_host
 
-    rows = deployment.catalog.merge_status(utcnow(), deployment.config.merge.job_timeout, local_host())
-    failing = deployment.catalog.failing_staging_objects()
+    rows = deployment.catalog.merge_queue.status(utcnow(), deployment.config.merge.job_timeout, local_host())
+    failing = deployment.catalog.staging.failing()
     if fmt == "json":
         write_json({"tables": rows, "failing_staging_objects": [asdict(f) for f in failing]})
         return
@@ -737,9 +737,9 @@ def delete(context: click.Context, name: str, where: str, dates: tuple[str, ...]
         raise click.UsageError("give the partitions: --date YYYY-MM-DD (repeatable) or --all-dates")
     now = parse_now(now_text)
     deployment = deployment_of(context)
-    record = deployment.catalog.get_table(name)
+    record = deployment.catalog.tables.get(name)
     if all_dates:
-        wanted = [p.partition_date for p in deployment.catalog.partitions(record.id)]
+        wanted = [p.partition_date for p in deployment.catalog.partitions.list(record.id)]
     else:
         try:
             wanted = [dt.date.fromisoformat(text) for text in dates]
@@ -842,7 +842,7 @@ UNKNOWN_COLUMNS = (
 @friendly
 def unknown_list(context: click.Context, fmt: str) -> None:
     """List them with the reason (`silt unknown replay` streams them again)."""
-    rows = deployment_of(context).catalog.list_unknown()
+    rows = deployment_of(context).catalog.staging.unknown()
     emit(fmt, UNKNOWN_COLUMNS, [
         (row.uri, row.size or 0, row.table_name, row.detect_time.isoformat(sep=" ", timespec="seconds"), row.reason)
         for row in rows], empty="no unknown staging objects")
@@ -859,7 +859,7 @@ def unknown_replay(context: click.Context, uris: tuple[str, ...], replay_all: bo
     """Forget unknown objects so the next stream run looks at them again (after a fix or a new table)."""
     if not uris and not replay_all:
         raise click.UsageError("name the URIs to replay, or pass --all")
-    forgotten = deployment_of(context).catalog.forget_unknown(None if replay_all else list(uris))
+    forgotten = deployment_of(context).catalog.staging.forget_unknown(None if replay_all else list(uris))
     console.print(f"{len(forgotten)} objects will be streamed again by the next `silt stream` run")
 
 
