@@ -156,7 +156,7 @@ class StreamCommit:
             assert found is not None
         # advance=False: a job waiting out a failure's backoff keeps its later time.
         self._core.schedule_waiting(self._c, found.id, now + dt.timedelta(seconds=merge_interval),
-                                        advance=False)
+                                    advance=False)
         return found
 
     def updated_since(self, partition_id: int, mark: int) -> int | None:
