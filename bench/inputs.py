@@ -184,9 +184,9 @@ def commit_log_objects(deployment, table, date: dt.date, data: dict, objects: li
     now = utcnow()
     tag = f"{date.isoformat()}-{objects[0]['file']}"
     uris = [f"file:///bench-staging/{table.physical_table_name}/{tag}/{o['file']}.jsonl.gz" for o in objects]
-    catalog.register_staging_objects([(uri, table.id, o["bytes"], None) for uri, o in zip(uris, objects, strict=True)])
-    pending = {p.uri: p.id for p in catalog.pending_staging_objects(len(uris) + 1000)}
-    with catalog.stream_commit() as tx:
+    catalog.staging.register([(uri, table.id, o["bytes"], None) for uri, o in zip(uris, objects, strict=True)])
+    pending = {p.uri: p.id for p in catalog.staging.pending(len(uris) + 1000)}
+    with catalog.partitions.stream_commit() as tx:
         for uri, item, object_id in zip(uris, objects, tx.allocate_ids(len(objects)), strict=True):
             partition = tx.partition_for(table.id, date, table.definition.merge_interval, now)
             key = layout.small_object(date, object_id, partition.closed)

@@ -95,7 +95,7 @@ def run_siltlake(spark, paths: list[Path], workdir: Path) -> tuple[float, dict]:
     report = load(deployment, parse_load_config(config))
     seconds = time.perf_counter() - started
     (job,) = report.jobs
-    objects = deployment.catalog.small_objects(deployment.catalog.get_table("web.access").id)
+    objects = deployment.catalog.partitions.small_objects(deployment.catalog.tables.get("web.access").id)
     deployment.close()
     return seconds, {"records_in": job.records_in, "loaded": job.loaded, "bad": job.bad, "tasks": job.tasks,
                      "small_objects": len(objects), "parser": config["parser"]}

@@ -138,7 +138,7 @@ def full_deployment(root: Path, spark, mode: str):
     root.mkdir(parents=True)
     deployment = new_deployment("mbench01", root)
     deployment.use_spark(spark)
-    table = deployment.catalog.create_table(table_def(mode))
+    table = deployment.catalog.tables.create(table_def(mode))
     return deployment, table
 
 

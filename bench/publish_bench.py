@@ -9,7 +9,7 @@ Parts (``all`` runs both; the report goes to --out, default bench/results/publis
            version of every partition, and do nothing. Seconds, partitions/s, catalog statements and
            transactions, per step. Peer: a delta-rs commit adding one file to each of 10,000
            partitions.
-  reader   Catalog.reader_snapshot (and siltlake.read.table up to the DataFrame, unless --no-spark)
+  reader   Catalog.versions.reader_snapshot (and siltlake.read.table up to the DataFrame, unless --no-spark)
            for a table of 10, 100 and 1,000 partitions, half switched with merged versions, half live:
            planning time and catalog queries per size, current state and as of a version. Peer:
            loading a 1,000-partition Delta table's snapshot and file list (deltalake).
@@ -50,10 +50,10 @@ TABLE = {
     "columns": [{"name": "time", "type": "timestamp", "nullable": False}, {"name": "user_id", "type": "bigint"},
                 {"name": "action", "type": "string"}],
 }
-# The catalog methods a publish run calls, timed and counted one by one (step numbers of DESIGN §4).
-STEPS = {"switch_partitions": "1 switch", "close_partitions": "2 close", "live_versions_to_publish": "4 live: read",
-         "partitions_to_publish_merged": "5 merged: read", "publish_merged_version": "5 merged: CAS",
-         "publish_merged_versions": "5 merged: CAS", "commit_versions": "4+5 commit"}
+# The catalog.versions methods a publish run calls, timed and counted one by one (step numbers of DESIGN §4).
+STEPS = {"switch_partitions": "1 switch", "close_partitions": "2 close", "live_to_publish": "4 live: read",
+         "merged_to_publish": "5 merged: read", "publish_merged": "5 merged: CAS",
+         "publish_merged_many": "5 merged: CAS", "commit": "4+5 commit"}
 _staging_names = itertools.count()
 
 
@@ -67,15 +67,15 @@ def tokyo(date: dt.date, hour: int) -> dt.datetime:
 
 
 class StepTimer:
-    """Wraps the deployment's catalog methods that a publish run calls: seconds, calls, statements."""
+    """Wraps the deployment's catalog.versions methods that a publish run calls: seconds, calls, statements."""
 
-    def __init__(self, catalog, counter: StatementCounter) -> None:  # noqa: ANN001 - a Catalog
+    def __init__(self, versions, counter: StatementCounter) -> None:  # noqa: ANN001 - a catalog's Versions
         self.counter = counter
         self.steps: dict[str, dict] = {}
         self.first_start: dict[str, float] = {}
         for name in STEPS:
-            if hasattr(catalog, name):
-                setattr(catalog, name, self._wrap(name, getattr(catalog, name)))
+            if hasattr(versions, name):
+                setattr(versions, name, self._wrap(name, getattr(versions, name)))
 
     def _wrap(self, name: str, method: Callable) -> Callable:
         def timed(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
@@ -107,14 +107,14 @@ def add_objects(deployment: Deployment, partitions: list[tuple], now: dt.datetim
     (staging rows, partition and merge job, small object rows; delayed when the partition is closed).
 
     tests/merge_helpers.add_small_objects does the same for one date per commit; 10,000 dates need
-    one commit, or pending_staging_objects is read 10,000 times."""
+    one commit, or catalog.staging.pending is read 10,000 times."""
     catalog, lake = deployment.catalog, deployment.lake
     staged = [(f"file:///bench-staging/{table.physical_table_name}/{next(_staging_names)}.jsonl", table.id, 1, None)
               for table, _ in partitions]
-    catalog.register_staging_objects(staged)
-    pending = {p.uri: p.id for p in catalog.pending_staging_objects(len(staged) + 1000)}
+    catalog.staging.register(staged)
+    pending = {p.uri: p.id for p in catalog.staging.pending(len(staged) + 1000)}
     ids = []
-    with catalog.stream_commit() as tx:
+    with catalog.partitions.stream_commit() as tx:
         for (uri, *_), (table, date), object_id in zip(staged, partitions, tx.allocate_ids(len(staged)),
                                                        strict=True):
             partition = tx.partition_for(table.id, date, table.definition.merge_interval, now)
@@ -141,7 +141,7 @@ def add_objects_bulk(deployment: Deployment, partitions: list[tuple], now: dt.da
     commit: through StreamCommit it is about 9 statements an object, minutes for 10,000 on a loaded
     PostgreSQL, and the set-up is not what is measured."""
     st, p, so, j = s.staging_objects, s.partitions, s.small_objects, s.merge_jobs
-    with deployment.catalog.stream_commit() as tx:
+    with deployment.catalog.partitions.stream_commit() as tx:
         c = tx._c  # the commit's connection: ids, rows and the ordering lock in one transaction
         ids = tx.allocate_ids(len(partitions))
         staging = c.execute(st.insert().returning(st.c.id, sort_by_parameter_order=True), [
@@ -188,12 +188,12 @@ def object_rows(definition: TableDef, start: dt.datetime, rows: int, seed: int) 
 def merge_partitions(deployment: Deployment, partition_ids: list[int], now: dt.datetime, *,
                      write_files: bool = False) -> None:
     """Every unmerged small object of these partitions merged into their one range, recorded as
-    Catalog.commit_merge records a merge (sentinel, range created or extended, desired = its upper
+    Catalog.merge_queue.commit records a merge (sentinel, range created or extended, desired = its upper
     bound, the waiting job ended) but in one transaction; with write_files the merged object is
     written too (the small objects' rows concatenated, as a deep merge would hold them)."""
     p, so, r, j = s.partitions, s.small_objects, s.merge_ranges, s.merge_jobs
     catalog = deployment.catalog
-    table = catalog.list_tables()[0] if write_files else None  # before the transaction: SQLite has one writer
+    table = catalog.tables.list()[0] if write_files else None  # before the transaction: SQLite has one writer
     with catalog.engine.begin() as c:
         totals = c.execute(sa.select(so.c.partition_id, sa.func.max(so.c.id).label("upper"),
                                      sa.func.sum(so.c.row_count).label("rows"),
@@ -253,7 +253,7 @@ def timed_run(name: str, deployment: Deployment, counter: StatementCounter, step
     report = publish_once(deployment, now=now)
     seconds = time.perf_counter() - started
     # Step 5 as a whole (manifest writes included): from reading the switched partitions to the end.
-    merged_read = steps.first_start.get("partitions_to_publish_merged")
+    merged_read = steps.first_start.get("merged_to_publish")
     step_five = started + seconds - merged_read if merged_read else None
     record = {
         "run": name, "seconds": round(seconds, 3),
@@ -287,7 +287,7 @@ def publish_runs(deployment: Deployment, args, root: Path) -> dict:
     catalog = deployment.catalog
     tables = []
     for i in range(args.tables):
-        tables.append(catalog.create_table(TableDef.from_mapping({**TABLE, "name": f"t{i:03d}"})))
+        tables.append(catalog.tables.create(TableDef.from_mapping({**TABLE, "name": f"t{i:03d}"})))
     days = [FIRST_DAY + dt.timedelta(days=d) for d in range(args.days)]
     partitions = [(table, day) for table in tables for day in days]
     count = len(partitions)
@@ -302,12 +302,12 @@ def publish_runs(deployment: Deployment, args, root: Path) -> dict:
 
     step("first objects", lambda: add_objects_bulk(deployment, partitions, before_days))
     counter = StatementCounter(catalog.engine)
-    steps = StepTimer(catalog, counter)
+    steps = StepTimer(catalog.versions, counter)
     runs = [timed_run("first_live", deployment, counter, steps, before_days, count)]
     step("one new object each", lambda: add_objects_bulk(deployment, partitions, before_days))
     runs.append(timed_run("live", deployment, counter, steps, before_days, count))
     runs.append(timed_run("close", deployment, counter, steps, after_days, count))
-    ids = [row.id for table in tables for row in catalog.partitions(table.id)]
+    ids = [row.id for table in tables for row in catalog.partitions.list(table.id)]
     step("merge every partition", lambda: merge_partitions(deployment, ids, after_days))
     runs.append(timed_run("switch_and_merged", deployment, counter, steps, after_days, count))
     step("one delayed object each", lambda: add_objects_bulk(deployment, partitions, after_days))
@@ -338,14 +338,14 @@ def reader_table(deployment: Deployment, size: int) -> dict:
     published as merged versions; the second half live, published twice, with one more object each
     that no run has published yet. Two small objects of 20 rows per partition to start with."""
     catalog = deployment.catalog
-    table = catalog.create_table(TableDef.from_mapping(TABLE))
+    table = catalog.tables.create(TableDef.from_mapping(TABLE))
     days = [FIRST_DAY + dt.timedelta(days=d) for d in range(size)]
     middle = days[size // 2]
     first, later = tokyo(middle, 12), tokyo(middle, 13)
     for seed in range(2):
         add_objects(deployment, [(table, day) for day in days], first, write_files=True, seed=seed)
     publish_once(deployment, now=first)  # version 1 everywhere; closes the first half
-    closed = [row.id for row in catalog.partitions(table.id) if row.partition_date < middle]
+    closed = [row.id for row in catalog.partitions.list(table.id) if row.partition_date < middle]
     merge_partitions(deployment, closed, first, write_files=True)
     second = publish_once(deployment, now=later)  # switches the first half, merged versions
     open_days = [(table, day) for day in days if day >= middle]
@@ -377,12 +377,12 @@ def reader_part(kind: str, args, workdir: Path, spark) -> dict:
                          "as_of_version_2": {"as_of_version": 2}}
                 record = {"partitions": size, "setup_seconds": setup, **state, "load_avg_1m_before": load_avg_1m()}
                 for case, pin in cases.items():
-                    catalog.reader_snapshot(table.id, **pin)  # warm: connection pool, statement cache
+                    catalog.versions.reader_snapshot(table.id, **pin)  # warm: connection pool, statement cache
                     times, queries = [], set()
                     for _ in range(args.reader_repeats):
                         statements = counter.statements
                         started = time.perf_counter()
-                        views = catalog.reader_snapshot(table.id, **pin)
+                        views = catalog.versions.reader_snapshot(table.id, **pin)
                         times.append(time.perf_counter() - started)
                         queries.add(counter.statements - statements)
                     record[case] = {

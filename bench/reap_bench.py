@@ -42,7 +42,7 @@ FIRST_DAY = dt.date(2026, 1, 1)
 def build(deployment: Deployment, objects: int, partitions: int) -> None:
     """Catalog rows and files: `objects` covered small objects over `partitions` switched days."""
     catalog, lake = deployment.catalog, deployment.lake
-    table = catalog.create_table(TableDef.from_mapping(TABLE))
+    table = catalog.tables.create(TableDef.from_mapping(TABLE))
     layout = table.layout(deployment.instance_key)
     now = utcnow() - dt.timedelta(days=30)
     per_day = objects // partitions

@@ -189,7 +189,7 @@ def _deployment(workdir: Path, staging_root: Path):
 
     deployment = new_deployment("bench0001", workdir, staging_root=staging_root)
     deployment.use_spark(SparkSession.builder.getOrCreate())
-    deployment.catalog.create_table(load_table_file(workdir / "web_access.toml"))
+    deployment.catalog.tables.create(load_table_file(workdir / "web_access.toml"))
     return deployment
 
 

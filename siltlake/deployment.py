@@ -100,7 +100,7 @@ class Deployment:
         key = self.config.instance_key
         if key is None:
             try:
-                key = self.catalog.self_instance_key()
+                key = self.catalog.instances.self_key()
             except CatalogError:  # no key registered yet: this is the first init
                 key = secrets.token_hex(4)
         owner = self.key_owner(key)
@@ -108,8 +108,8 @@ class Deployment:
             if not claim:
                 raise InstanceKeyRefused(owner.refusal("initialise", key))
             self._check_claimable(key, owner)
-        self.catalog.register_instance(key, self.lake.root, is_self=True)
-        catalog_id = self.catalog.ensure_catalog_id()
+        self.catalog.instances.register(key, self.lake.root, is_self=True)
+        catalog_id = self.catalog.instances.ensure_catalog_id()
         if claim or owner.state != "ours" or owner.catalog_id != catalog_id:
             self.lake.write_bytes(f"{key}/{MARKER}", json.dumps({
                 "instance_key": key,
@@ -127,7 +127,7 @@ class Deployment:
         except CatalogUnreachable:
             return
         try:
-            registered, _ = named.registered_self()
+            registered, _ = named.instances.registered_self()
         except CatalogUnreachable:
             return
         finally:
@@ -152,7 +152,7 @@ class Deployment:
         if not isinstance(data, dict):
             return KeyOwner("other", uri)
         named, named_id = _named_url(data.get("catalog")), data.get("catalog_id")
-        if named_id is not None and named_id != self.catalog.catalog_id():
+        if named_id is not None and named_id != self.catalog.instances.catalog_id():
             return KeyOwner("other", uri, named, named_id)
         if named == self.catalog.masked_url or named in self._same_database_as:
             return KeyOwner("ours", uri, named, named_id)
@@ -178,7 +178,7 @@ class Deployment:
         the catalog registers it as its own and its `_instance.json` names this catalog. Reap calls it before
         deleting anything, writers before the first write of a run. Returns the key."""
         key = self.instance_key
-        own = self.catalog.self_instance_key()
+        own = self.catalog.instances.self_key()
         if own != key:
             raise InstanceKeyRefused(
                 f"refusing to {action}: the configured instance_key {key!r} is not this catalog's key {own!r}; "
@@ -192,7 +192,7 @@ class Deployment:
     def instance_key(self) -> str:
         if self.config.instance_key is not None:
             return self.config.instance_key
-        return self.catalog.self_instance_key()
+        return self.catalog.instances.self_key()
 
     def spark(self) -> SparkSession:
         if self._spark is None:

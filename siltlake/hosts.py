@@ -6,7 +6,7 @@ import os
 import socket
 from pathlib import Path
 
-from siltlake.catalog.merge_queue import LocalHost
+from siltlake.catalog import LocalHost
 
 
 def _proc_text(path: str) -> str:

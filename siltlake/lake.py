@@ -81,11 +81,11 @@ class Lake:
 
     def table(self, name: str) -> Table:
         """The table `schema.table` (a NotFoundError if there is none)."""
-        return Table(self, self.deployment.catalog.get_table(name))
+        return Table(self, self.deployment.catalog.tables.get(name))
 
     def tables(self) -> list[str]:
         """The names of the tables, schema.table."""
-        return sorted(record.qualified_name for record in self.deployment.catalog.list_tables())
+        return sorted(record.qualified_name for record in self.deployment.catalog.tables.list())
 
     def close(self) -> None:
         self.deployment.close()
@@ -131,7 +131,7 @@ class Table:
 
     def versions(self) -> tuple[int, int]:
         """(oldest readable, newest) table version; older ones were reaped."""
-        return self.lake.deployment.catalog.table_version_bounds(self.record.id)
+        return self.lake.deployment.catalog.versions.table_bounds(self.record.id)
 
     # --- files ----------------------------------------------------------------------------------------
 
@@ -147,7 +147,7 @@ class Table:
         before their manifests are read."""
         deployment = self.lake.deployment
         schema = self.schema
-        views = deployment.catalog.reader_snapshot(
+        views = deployment.catalog.versions.reader_snapshot(
             self.record.id, as_of_version=as_of_version,
             as_of=parse_as_of(as_of) if as_of is not None else None, table_name=self.name, dates=_dates(dates),
             date_filter=None if filter is None else lambda present: _dates_passing(filter, present, schema))
@@ -240,7 +240,7 @@ class Table:
 
         catalog = self.lake.deployment.catalog
         if isinstance(dates, str) and dates == "all":
-            wanted = sorted(p.partition_date for p in catalog.partitions(self.record.id))
+            wanted = sorted(p.partition_date for p in catalog.partitions.list(self.record.id))
         else:
             wanted = sorted(_dates(dates) or ())
             if not wanted:
@@ -252,11 +252,11 @@ class Table:
         from siltlake.tabledef import Column
 
         column = Column.from_mapping({"name": name, "type": type_name, "source": source})
-        self.record = self.lake.deployment.catalog.add_column(self.name, column)
+        self.record = self.lake.deployment.catalog.tables.add_column(self.name, column)
 
     def alter_column(self, name: str, type_name: str) -> None:
         """Widen a column's type (int to bigint, float to double); older objects read as the new type."""
-        self.record = self.lake.deployment.catalog.alter_column_type(self.name, name, type_name)
+        self.record = self.lake.deployment.catalog.tables.alter_column_type(self.name, name, type_name)
 
     # --- history --------------------------------------------------------------------------------------
 
@@ -264,7 +264,7 @@ class Table:
         """The published versions of every partition (or of one), oldest first per partition: date,
         version (the partition's), table_version, op, shows, created_at (UTC), rows, bytes."""
         catalog = self.lake.deployment.catalog
-        partitions = catalog.partitions(self.record.id)
+        partitions = catalog.partitions.list(self.record.id)
         if date is not None:
             partitions = [p for p in partitions if p.partition_date == date]
             if not partitions:
@@ -273,7 +273,7 @@ class Table:
         return [{"date": dates[v.partition_id], "version": v.version, "op": v.commit_op, "shows": v.shows(),
                  "created_at": v.created_at.isoformat(sep=" ", timespec="seconds"), "rows": v.row_count,
                  "bytes": v.byte_count, "table_version": v.table_version}
-                for v in catalog.partition_versions(list(dates))]
+                for v in catalog.versions.of_partitions(list(dates))]
 
 
 def _dates(dates: Any) -> set[dt.date] | None:

@@ -113,17 +113,17 @@ def chaos_env(tmp_path: Path, url: str) -> dict[str, str]:
 def create_tables(deployment: Deployment, **options: object) -> None:
     """TABLES; by default with small batches and objects, so jobs continue and ranges roll over in a short run."""
     for name in TABLES:
-        deployment.catalog.create_table(TableDef.from_mapping(
+        deployment.catalog.tables.create(TableDef.from_mapping(
             {**SHIPPED_TABLE, "name": name.split(".")[1], "merge_batch_size": 6, "merged_object_size": 40_000,
              **options}))
 
 
 def current_record_ids(deployment: Deployment, name: str) -> collections.Counter:
     """record_id of every row the table's current state shows (the reader's snapshot, read with pyarrow)."""
-    record = deployment.catalog.get_table(name)
+    record = deployment.catalog.tables.get(name)
     layout = record.layout(deployment.instance_key)
     keys = []
-    for view in deployment.catalog.reader_snapshot(record.id):
+    for view in deployment.catalog.versions.reader_snapshot(record.id):
         if view.manifest_key:
             keys += [uri.removeprefix(deployment.lake.root + "/")
                      for uri, _ in read_manifest(deployment.lake, view.manifest_key)]
@@ -185,7 +185,7 @@ class Chaos:
     def progress(self, name: str) -> int:
         """What grows when the daemon works: small objects for the stream, merge commits for a merge."""
         if name == "stream":
-            return self.deployment.catalog.max_small_object_id()
+            return self.deployment.catalog.partitions.max_small_object_id()
         return successes(self.deployment) if name.startswith("merge") else 0
 
     def spared(self, name: str) -> bool:
@@ -246,11 +246,12 @@ class Chaos:
             at = process.started + self.rng.uniform(0.5, 6.0)
             return {"while Spark starts": lambda: self.wait_for(lambda: time.monotonic() > at, 7)}
         if kind == "stream":
-            top = catalog.max_small_object_id()
+            top = catalog.partitions.max_small_object_id()
             return {
                 "in a wave (Spark running, objects pending)": lambda: self.wait_for(
-                    lambda: self.has_jvm(process) and catalog.pending_staging_objects(1), 10),
-                "right after a commit": lambda: self.wait_for(lambda: catalog.max_small_object_id() > top, 10),
+                    lambda: self.has_jvm(process) and catalog.staging.pending(1), 10),
+                "right after a commit": lambda: self.wait_for(
+                    lambda: catalog.partitions.max_small_object_id() > top, 10),
             }
         if kind == "merge":
             def holding() -> set[int]:
@@ -350,7 +351,7 @@ class Chaos:
             assert not streamed.failed and not merged.failed, (streamed.failed, merged.errors)
             busy = (streamed.processed or merged.claimed or published.switched or published.closed
                     or published.live_versions or published.merged_versions or published.skipped_merged)
-            if not busy and not deployment.catalog.pending_staging_objects(1) and not held_jobs(deployment):
+            if not busy and not deployment.catalog.staging.pending(1) and not held_jobs(deployment):
                 self.report.drain_rounds = round_
                 break
             time.sleep(1.0 if merged.claimed == 0 else 0.0)  # retry_backoff of jobs failed by a kill
@@ -367,17 +368,17 @@ class Chaos:
         checked = collections.Counter()
         # 4. No claim is left (every claim of a killed worker was taken over and its job done).
         assert held_jobs(deployment) == []
-        for table in catalog.list_tables():
+        for table in catalog.tables.list():
             layout = table.layout(deployment.instance_key)
-            objects = catalog.small_objects(table.id)
+            objects = catalog.partitions.small_objects(table.id)
             small = {o.id: (o.partition_date, o.delayed) for o in objects}
             # 1. Every catalog row's object exists.
             missing = [key for key in (layout.small_object(o.partition_date, o.id, o.delayed) for o in objects)
                        if not lake.exists(key)]
             checked["small objects"] += len(objects)
-            partitions = catalog.partitions(table.id)
+            partitions = catalog.partitions.list(table.id)
             for partition in partitions:
-                for merged in catalog.merge_ranges(partition.id):
+                for merged in catalog.merge_queue.ranges(partition.id):
                     if merged.lower is not None:
                         checked["merge ranges"] += 1
                         key = merged.key(layout, partition.partition_date)
@@ -385,7 +386,7 @@ class Chaos:
             assert missing == [], f"{table.qualified_name}: catalog rows without their object: {missing[:20]}"
             # 2. Every published version is whole and holds its row count.
             dates = {p.id: p.partition_date for p in partitions}
-            for version in catalog.partition_versions(list(dates)):
+            for version in catalog.versions.of_partitions(list(dates)):
                 keys = version_objects(deployment, layout, version, dates[version.partition_id], small)
                 if version.manifest_key:
                     assert lake.exists(version.manifest_key) and lake.exists(symlink_key(version.manifest_key))

@@ -117,4 +117,4 @@ def deployment(tmp_path: Path, catalog_url: str, spark) -> Deployment:
 
 @pytest.fixture
 def access_table(deployment: Deployment):
-    return deployment.catalog.create_table(TableDef.from_mapping(ACCESS_TABLE))
+    return deployment.catalog.tables.create(TableDef.from_mapping(ACCESS_TABLE))

@@ -42,9 +42,9 @@ def add_small_objects(deployment: Deployment, table: TableRecord, date: dt.date,
     for batch in batches:
         uri = f"file:///staging/{table.physical_table_name}/{next(_staging_names)}-{id(batch)}.jsonl"
         staged.append((uri, table.id, 1, None))
-    catalog.register_staging_objects(staged)
-    pending = {p.uri: p.id for p in catalog.pending_staging_objects(1_000_000)}
-    with catalog.stream_commit() as tx:
+    catalog.staging.register(staged)
+    pending = {p.uri: p.id for p in catalog.staging.pending(1_000_000)}
+    with catalog.partitions.stream_commit() as tx:
         for (uri, *_), batch, object_id in zip(staged, batches, tx.allocate_ids(len(batches)), strict=True):
             data = pa.Table.from_pylist(batch, schema=schema).sort_by(definition.time_column)
             partition = tx.partition_for(table.id, date, definition.merge_interval, now)
@@ -73,7 +73,7 @@ def merged_rows(deployment: Deployment, table: TableRecord, partition_id: int, d
     tables = [
         pq.read_table(deployment.lake.path(r.key(layout, date)),
                       filesystem=deployment.lake.filesystem)
-        for r in deployment.catalog.merge_ranges(partition_id) if r.lower is not None
+        for r in deployment.catalog.merge_queue.ranges(partition_id) if r.lower is not None
     ]
     return pa.concat_tables(tables) if tables else table.definition.arrow_schema().empty_table()
 
@@ -81,7 +81,8 @@ def merged_rows(deployment: Deployment, table: TableRecord, partition_id: int, d
 def small_rows(deployment: Deployment, table: TableRecord, partition_id: int, date: dt.date,
                up_to: int) -> pa.Table:
     layout = table.layout(deployment.instance_key)
-    objects = [o for o in deployment.catalog.small_objects(table.id, up_to_id=up_to) if o.partition_date == date]
+    objects = [o for o in deployment.catalog.partitions.small_objects(table.id, up_to_id=up_to)
+               if o.partition_date == date]
     tables = [pq.read_table(deployment.lake.path(layout.small_object(date, o.id, o.delayed)),
                             filesystem=deployment.lake.filesystem) for o in objects]
     return pa.concat_tables(tables) if tables else table.definition.arrow_schema().empty_table()

@@ -48,7 +48,7 @@ def backlog(deployment: Deployment, shipped: int) -> tuple[int, int, int, int]:
                      .where(v.c.partition_id == so.c.partition_id).scalar_subquery())
         unpublished = c.execute(sa.select(sa.func.count()).where(so.c.delayed.is_(False),
                                                                  so.c.id > watermark)).scalar_one()
-    status = deployment.catalog.merge_status(utcnow(), deployment.config.merge.job_timeout)
+    status = deployment.catalog.merge_queue.status(utcnow(), deployment.config.merge.job_timeout)
     unmerged = sum(t["unmerged_objects"] for t in status)
     jobs = sum(t["jobs"]["due"] + t["jobs"]["running"] + t["jobs"]["stale"] for t in status)
     return shipped - streamed, unmerged, jobs, unpublished

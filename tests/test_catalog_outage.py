@@ -71,7 +71,7 @@ def test_daemons_ride_out_a_postgres_restart(tmp_path: Path, controllable_postgr
         shipper.start()
         # Working first (objects streamed; every daemon polls the catalog each second), so the outage hits
         # pooled connections.
-        wait_until(lambda: catalog.max_small_object_id() > 0, daemons, 120, "a stream commit")
+        wait_until(lambda: catalog.partitions.max_small_object_id() > 0, daemons, 120, "a stream commit")
         before = {d.name: d.log().count(FAILURE_LINES[d.name]) for d in daemons}
         stopped = time.monotonic()
         try:
@@ -84,8 +84,9 @@ def test_daemons_ride_out_a_postgres_restart(tmp_path: Path, controllable_postgr
         # Every daemon saw the outage and goes on: it commits again after the restart.
         wait_until(lambda: all(d.log().count(FAILURE_LINES[d.name]) > before[d.name] for d in daemons), daemons,
                    60, "each daemon to log a failed round")
-        shipped_before, merged_before = catalog.max_small_object_id(), successes(deployment)
-        wait_until(lambda: catalog.max_small_object_id() > shipped_before and successes(deployment) > merged_before,
+        shipped_before, merged_before = catalog.partitions.max_small_object_id(), successes(deployment)
+        wait_until(lambda: (catalog.partitions.max_small_object_id() > shipped_before
+                            and successes(deployment) > merged_before),
                    daemons, 90, "stream and merge commits after the restart")
         runs = daemons[2].log().count("publish:")
         wait_until(lambda: daemons[2].log().count("publish:") > runs, daemons, 30, "a publish run after the restart")

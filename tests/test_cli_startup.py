@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from siltlake.catalog import Catalog
-from siltlake.catalog.catalog import HEAD_REVISION
+from siltlake.catalog.core import HEAD_REVISION
 
 HEAVY = ("pyspark", "pandas", "pyarrow", "fastparquet", "numpy", "alembic", "sqlglot")
 

@@ -86,7 +86,7 @@ def tokyo(date: dt.date, hour: int) -> dt.datetime:
 def test_a_reput_with_new_bytes_is_reported_and_not_loaded(deployment: Deployment, spark, capsys) -> None:
     """New bytes under a loaded key are not loaded (a key is loaded once), but the report names the key and
     both sizes, once, so the operator can put the data under a new key."""
-    deployment.catalog.create_table(TableDef.from_mapping(ACCESS_TABLE))
+    deployment.catalog.tables.create(TableDef.from_mapping(ACCESS_TABLE))
     staging_root = Path(deployment.staging.path(""))
     t1 = time.time() - 3600
     deliver(staging_root, key_of(0), body_of(0, 5), t1)
@@ -125,7 +125,7 @@ def test_sequential_redeliveries_are_counted_and_stored_once(deployment: Deploym
     is in flight, and after its day was closed and switched to merged objects. Every record id is in the
     table exactly once after each stream run, after merge and after the switch; the reports count each
     re-put once."""
-    deployment.catalog.create_table(TableDef.from_mapping({**ACCESS_TABLE, "merge_interval": 0}))
+    deployment.catalog.tables.create(TableDef.from_mapping({**ACCESS_TABLE, "merge_interval": 0}))
     staging_root = Path(deployment.staging.path(""))
     per_object, objects = 12, range(6)
     expected = expected_users(objects, per_object)
@@ -163,9 +163,9 @@ def test_sequential_redeliveries_are_counted_and_stored_once(deployment: Deploym
     deliver(staging_root, key_of(0), body_of(0, per_object), t3 + 60)
     with ThreadPoolExecutor(3) as pool:  # three processes listing the same re-put at once: one counts it
         assert sum(found.redelivered for found in pool.map(lambda _: discover(deployment), range(3))) == 1
-    table = deployment.catalog.get_table("web.access")
-    assert deployment.catalog.small_objects(table.id, delayed=True) == []
-    objects_per_staging = Counter(o.partition_date for o in deployment.catalog.small_objects(table.id))
+    table = deployment.catalog.tables.get("web.access")
+    assert deployment.catalog.partitions.small_objects(table.id, delayed=True) == []
+    objects_per_staging = Counter(o.partition_date for o in deployment.catalog.partitions.small_objects(table.id))
     assert objects_per_staging == {DAY: 6, DAY + dt.timedelta(days=1): 6}
     assert user_counts(deployment, spark) == expected
 
@@ -205,7 +205,7 @@ def test_three_stream_daemons_and_a_shipper_putting_everything_three_times(tmp_p
     deployment = Deployment(make_config(tmp_path, postgres_url))
     deployment.init()
     deployment.use_spark(spark)
-    deployment.catalog.create_table(TableDef.from_mapping(ACCESS_TABLE))
+    deployment.catalog.tables.create(TableDef.from_mapping(ACCESS_TABLE))
     staging_root = Path(deployment.staging.path(""))
     per_object, objects = 20, range(18)
     puts = [n for n in objects for _ in range(3)]
@@ -219,7 +219,7 @@ def test_three_stream_daemons_and_a_shipper_putting_everything_three_times(tmp_p
         # A third of the puts before the daemons' first round, the rest while they decode and commit.
         for number in puts[:18]:
             deliver(staging_root, key_of(number), body_of(number, per_object))
-        wait_until(lambda: catalog.small_objects(1), daemons, 120, "a first commit")
+        wait_until(lambda: catalog.partitions.small_objects(1), daemons, 120, "a first commit")
         for index, number in enumerate(puts[18:]):
             deliver(staging_root, key_of(number), body_of(number, per_object))
             time.sleep(0.05)
@@ -227,7 +227,7 @@ def test_three_stream_daemons_and_a_shipper_putting_everything_three_times(tmp_p
                 daemons[2].kill()
         killed, daemons = daemons[2], daemons[:2]
         rounds_after_last_put = [daemon.log().count("stream: ") + 2 for daemon in daemons]
-        wait_until(lambda: len(catalog.known_uris(uris)) == len(objects) and not catalog.pending_staging_objects(1),
+        wait_until(lambda: len(catalog.staging.known_uris(uris)) == len(objects) and not catalog.staging.pending(1),
                    daemons, 120, "every object processed")
         wait_until(lambda: all(d.log().count("stream: ") >= n for d, n in zip(daemons, rounds_after_last_put,
                                                                                strict=True)),
@@ -235,10 +235,10 @@ def test_three_stream_daemons_and_a_shipper_putting_everything_three_times(tmp_p
     finally:
         _interrupt(daemons, timeout=60)
     outputs = [daemon.log() for daemon in [*daemons, killed]]
-    assert not catalog.pending_staging_objects(1), outputs
+    assert not catalog.staging.pending(1), outputs
 
-    record = catalog.get_table("web.access")
-    small = catalog.small_objects(record.id)
+    record = catalog.tables.get("web.access")
+    small = catalog.partitions.small_objects(record.id)
     assert sum(o.row_count for o in small) == len(objects) * per_object
     assert len(small) == 2 * len(objects), "one small object per (staging object, date)"
     assert user_counts(deployment, spark) == expected_users(objects, per_object)
@@ -304,10 +304,10 @@ def test_errors_replay_retried_after_a_crash_and_run_twice_at_once_stages_each_r
         deployment: Deployment, spark, monkeypatch) -> None:  # noqa: ANN001 - pytest's monkeypatch
     """Kept bad records, fixed by the user, are replayed by a run that dies before it clears the error
     file, then by two runs at once, then once more: each fixed record is loaded exactly once."""
-    from siltlake.catalog.catalog import Catalog
+    from siltlake.catalog.staging import Staging
     from siltlake.stream.replay import replay_errors
 
-    deployment.catalog.create_table(TableDef.from_mapping({**ACCESS_TABLE, "error_policy": "file"}))
+    deployment.catalog.tables.create(TableDef.from_mapping({**ACCESS_TABLE, "error_policy": "file"}))
     staging_root = Path(deployment.staging.path(""))
     good = records_of(1, 4)
     bad = [{**r, "user_id": f"u{r['user_id']}"} for r in records_of(2, 3)]  # wrong type: kept in the error file
@@ -322,7 +322,7 @@ def test_errors_replay_retried_after_a_crash_and_run_twice_at_once_stages_each_r
         raise ConnectionError("catalog connection lost after the records were staged")
 
     with monkeypatch.context() as patch:
-        patch.setattr(Catalog, "clear_error_uri", crash)
+        patch.setattr(Staging, "clear_error_uri", crash)
         with pytest.raises(ConnectionError):
             replay_errors(deployment, "web.access")
     start = threading.Barrier(2)
@@ -346,7 +346,7 @@ def test_unknown_replay_run_three_times_streams_the_fixed_object_once(deployment
     from .merge_helpers import silt_in_process
 
     silt = silt_in_process(deployment, monkeypatch)
-    deployment.catalog.create_table(TableDef.from_mapping(ACCESS_TABLE))
+    deployment.catalog.tables.create(TableDef.from_mapping(ACCESS_TABLE))
     staging_root = Path(deployment.staging.path(""))
     fixed = body_of(3, 8)
     deliver(staging_root, key_of(3), fixed[: len(fixed) // 2], time.time() - 120)  # truncated gzip
@@ -369,13 +369,13 @@ def _other_process_decodes(deployment: Deployment, run: str = "other") -> list[t
     object (not yet committed)."""
     discover(deployment)
     return [(process_staging_object(_task(deployment, pending, f"{run}-{uuid.uuid4().hex[:8]}")), pending)
-            for pending in deployment.catalog.pending_staging_objects(100)]
+            for pending in deployment.catalog.staging.pending(100)]
 
 
 def _other_process_commits(deployment: Deployment, copies: list[tuple[dict, PendingStagingObject]]) -> StreamReport:
     report = StreamReport()
     _commit(deployment, [copy for copy, _ in copies], {p.id: p for _, p in copies}, report,
-            deployment.catalog.version_mark())
+            deployment.catalog.versions.mark())
     return report
 
 
@@ -411,7 +411,7 @@ def test_any_interleaving_of_deliveries_runs_and_a_racing_process_stores_each_re
         deployment = Deployment(make_config(root, f"sqlite:///{root / 'catalog.db'}"))
         deployment.init()
         deployment.use_spark(spark)
-        record = deployment.catalog.create_table(TableDef.from_mapping(ACCESS_TABLE))
+        record = deployment.catalog.tables.create(TableDef.from_mapping(ACCESS_TABLE))
         staging_root = Path(deployment.staging.path(""))
         delivered: set[int] = set()
         in_flight: list[tuple[int, float]] = []
@@ -419,7 +419,7 @@ def test_any_interleaving_of_deliveries_runs_and_a_racing_process_stores_each_re
 
         def processed() -> int:
             uris = [deployment.staging.uri(key_of(n)) for n in range(4)]
-            return len(deployment.catalog.known_uris(uris)) - len(deployment.catalog.pending_staging_objects(100))
+            return len(deployment.catalog.staging.known_uris(uris)) - len(deployment.catalog.staging.pending(100))
 
         try:
             for action, number in [*steps, ("stream", 0), ("stream", 0)]:
@@ -434,7 +434,7 @@ def test_any_interleaving_of_deliveries_runs_and_a_racing_process_stores_each_re
                 if action == "other_dies_after_decoding":
                     _other_process_decodes(deployment, "dead")
                     continue
-                pending = len(deployment.catalog.pending_staging_objects(100))
+                pending = len(deployment.catalog.staging.pending(100))
                 copies = _other_process_decodes(deployment) if action == "stream_then_late" else []
                 progress_type = BeatenWhileInFlight if action == "stream_beaten" else PutsWhileInFlight
                 progress = progress_type(in_flight, staging_root, per_object, deployment)
@@ -448,7 +448,7 @@ def test_any_interleaving_of_deliveries_runs_and_a_racing_process_stores_each_re
                     late = _other_process_commits(deployment, copies)
                     assert (late.skipped_duplicates, late.records_loaded) == (len(copies), 0)
                 # Each object's records fall on two dates: two small objects per processed object, never more.
-                small = deployment.catalog.small_objects(record.id)
+                small = deployment.catalog.partitions.small_objects(record.id)
                 assert (len(small), sum(o.row_count for o in small)) == (2 * processed(), per_object * processed())
                 assert not [key for key in _temporary(deployment) if "/_tmp/dead-" not in key]
             assert processed() == len(delivered)

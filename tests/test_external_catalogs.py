@@ -75,8 +75,8 @@ def test_hive_metastore_follows_tables_columns_and_partitions(hive_deployment: D
     deployment, catalog = hive_deployment, hive_deployment.catalog
     prefix = deployment.config.publish.hive.database_prefix
     table = make_table(deployment)
-    catalog.add_column("web.access", Column(name="score", type="int"))
-    table = catalog.get_table("web.access")
+    catalog.tables.add_column("web.access", Column(name="score", type="int"))
+    table = catalog.tables.get("web.access")
     add_small_objects(deployment, table, DAY, [rows_for(DAY, 40, s) for s in range(3)])
     hive = f"{prefix}web.access"
 
@@ -121,9 +121,9 @@ def test_hive_metastore_follows_tables_columns_and_partitions(hive_deployment: D
     assert [r.partition for r in spark.sql(f"SHOW PARTITIONS {hive}").collect()] == [f"dt={DAY}", f"dt={NEXT}"]
 
     # Rename, add a column and widen one: one run, DDL on the renamed table, partitions kept.
-    catalog.rename_table("web.access", "web.hits")
-    catalog.add_column("web.hits", Column(name="referer", type="string"))
-    catalog.alter_column_type("web.hits", "score", "bigint")
+    catalog.tables.rename("web.access", "web.hits")
+    catalog.tables.add_column("web.hits", Column(name="referer", type="string"))
+    catalog.tables.alter_column_type("web.hits", "score", "bigint")
     changed = publish_once(deployment, now=tokyo(NEXT, 3))
     assert changed.target_errors == []
     assert [s.split("`.`")[1].split("`")[0] for s in changed.external] == ["access", "hits", "hits"]
@@ -135,7 +135,7 @@ def test_hive_metastore_follows_tables_columns_and_partitions(hive_deployment: D
     assert partition_storage(spark, hits, DAY)["InputFormat"] == SYMLINK_INPUT
 
     # Another schema: Spark renames within a database only, so the table is recreated with its partitions.
-    catalog.rename_table("web.hits", "logs.hits")
+    catalog.tables.rename("web.hits", "logs.hits")
     moved = publish_once(deployment, now=tokyo(NEXT, 4))
     assert moved.target_errors == [] and not spark.catalog.tableExists(f"{prefix}web.hits")
     shown = [r.partition for r in spark.sql(f"SHOW PARTITIONS {prefix}logs.hits").collect()]
@@ -143,7 +143,7 @@ def test_hive_metastore_follows_tables_columns_and_partitions(hive_deployment: D
     assert same_location(partition_storage(spark, f"{prefix}logs.hits", DAY)["Location"], symlink_dir)
     assert publish_once(deployment, now=tokyo(NEXT, 5)).external == []
 
-    catalog.drop_table("logs.hits")
+    catalog.tables.drop("logs.hits")
     dropped = publish_once(deployment, now=tokyo(NEXT, 6))
     assert dropped.external == [f"hive: DROP TABLE IF EXISTS `{prefix}logs`.`hits`"]
     assert not spark.catalog.tableExists(f"{prefix}logs.hits")
@@ -230,10 +230,10 @@ def test_partitions_follow_every_version_and_an_earlier_siltlakes_table_is_taken
     spark.sql(f"CREATE EXTERNAL TABLE {hive} (`utc_event_time` TIMESTAMP, `user_id` BIGINT, `action` STRING) "
               f"PARTITIONED BY (`dt` DATE) STORED AS PARQUET LOCATION '{lake.engine_uri(layout.live_prefix())}'")
     spark.sql(f"ALTER TABLE {hive} ADD PARTITION (`dt` = '{DAY}') LOCATION '{live_dir}'")
-    catalog.record_table_sync("hive", table.id, f"{prefix}web", "access", (
+    catalog.external_sync.record_table("hive", table.id, f"{prefix}web", "access", (
         ("utc_event_time", "timestamp"), ("user_id", "bigint"), ("action", "string")))
-    (partition_id,) = [p.id for p in catalog.partitions(table.id)]
-    catalog.record_partition_sync("hive", [(partition_id, None, live_dir)])
+    (partition_id,) = [p.id for p in catalog.partitions.list(table.id)]
+    catalog.external_sync.record_partitions("hive", [(partition_id, None, live_dir)])
     deployment.config.publish.targets = ["hive"]
 
     def points_at_file_list(date: dt.date, file_list_key: str) -> None:

@@ -474,7 +474,7 @@ def test_hostile_objects_through_the_stream_driver(deployment, tmp_path: Path) -
     from siltlake.stream import stream_once
     from siltlake.stream.replay import _as_object, replay_errors
 
-    deployment.catalog.create_table(TableDef.from_mapping(
+    deployment.catalog.tables.create(TableDef.from_mapping(
         {**TABLE.model_dump(by_alias=True), "error_policy": "file", "timezone": "UTC"}))
     rng = random.Random(11)
     staged: dict[str, tuple[bytes, int | None]] = {}  # name -> (bytes, input records; None: unreadable)

@@ -85,7 +85,8 @@ PUBLISHER = textwrap.dedent('''
         partitions[str(date)] = [str(found.location()), found.storage().inputFormat().get(),
                                  found.storage().serde().get()]
     # Each partition's newest version and its file list (a pinned read shows exactly that).
-    newest = deployment.catalog.reader_snapshot(table.id, as_of_version=Lake(deployment).table("web.access").version)
+    newest = deployment.catalog.versions.reader_snapshot(table.id,
+                                                         as_of_version=Lake(deployment).table("web.access").version)
     print("RESULT " + json.dumps({
         "truth": truth, "partitions": partitions, "crashed": deployment.lake.uri(crashed),
         "file_lists": {str(v.partition_date): deployment.lake.engine_uri(symlink_directory(v.manifest_key))

@@ -174,7 +174,7 @@ UNMAPPED_KEYS = {
 
 
 def tables_by_name(deployment: Deployment) -> dict:
-    return deployment.catalog.tables_by_key_names()
+    return deployment.catalog.tables.by_key_names()
 
 
 @pytest.mark.parametrize("key", UNSAFE_KEYS)
@@ -190,7 +190,7 @@ def lake(tmp_path: Path, catalog_url: str) -> Deployment:
     """A deployment without Spark: discovery and object tasks need none."""
     deployment = Deployment(make_config(tmp_path, catalog_url))
     deployment.init()
-    deployment.catalog.create_table(TableDef.from_mapping(ACCESS_TABLE))
+    deployment.catalog.tables.create(TableDef.from_mapping(ACCESS_TABLE))
     yield deployment
     deployment.close()
 
@@ -215,12 +215,12 @@ def test_hostile_staging_objects_are_recorded_unknown_and_never_read(lake: Deplo
     found = discover(lake)
 
     assert (found.listed, found.registered, found.unknown) == (len(on_disk) + 1, 1, len(on_disk))
-    unknown = {u.uri: u.reason for u in lake.catalog.list_unknown()}
+    unknown = {u.uri: u.reason for u in lake.catalog.staging.unknown()}
     for key in on_disk:
         reason = unknown[lake.staging.uri(key)]
         expected = "unsafe key" if key in UNSAFE_KEYS else UNMAPPED_KEYS[key]
         assert expected in reason, (key, reason)
-    (pending,) = lake.catalog.pending_staging_objects(10)
+    (pending,) = lake.catalog.staging.pending(10)
     assert pending.uri == lake.staging.uri(safe)
     assert not (tmp_path / "lake").exists() or not list((tmp_path / "lake").rglob("*.parquet"))
 
@@ -239,14 +239,14 @@ def test_symbolic_links_out_of_the_staging_root_are_recorded_unknown(lake: Deplo
     found = discover(lake)
 
     assert (found.registered, found.unknown) == (2, 2)
-    unknown = {u.uri.rsplit("/", 1)[-1]: u.reason for u in lake.catalog.list_unknown()}
+    unknown = {u.uri.rsplit("/", 1)[-1]: u.reason for u in lake.catalog.staging.unknown()}
     assert set(unknown) == {"link.jsonl", "secret.jsonl"}
     assert all("symbolic link that leads out of the staging root" in reason for reason in unknown.values())
     assert "'f.web.access/2026/11/20/dir/secret.jsonl'" in unknown["secret.jsonl"]
 
 
 def stream_task(deployment: Deployment, uri: str) -> StreamTask:
-    table = deployment.catalog.get_table("web.access")
+    table = deployment.catalog.tables.get("web.access")
     return StreamTask(staging_object_id=1, uri=uri, lake=deployment.lake,
                       layout=table.layout(deployment.instance_key), table_json=table.definition.to_json(),
                       run_id="hostile", batch_rows=1000, spill_bytes=1 << 20)
@@ -326,10 +326,10 @@ def test_delete_where_is_parsed_alone_so_it_cannot_break_out(deployment: Deploym
     table = make_table(deployment)
     add_small_objects(deployment, table, DAY, [rows_for(DAY, 10, 0)])
     run = silt_in_process(deployment, monkeypatch)
-    partitions = deployment.catalog.partitions(table.id)
+    partitions = deployment.catalog.partitions.list(table.id)
     for where in ["user_id = 3) OR (true", "true), false) OR (true", "1=1; DROP TABLE tables; --",
                   "user_id = 3; DELETE FROM tables"]:
         line = error_line(run("delete", "web.access", "--where", where, "--date", DAY.isoformat(), code=2))
         assert line.startswith(f"error: cannot use --where {where!r} on web.access")
-    assert deployment.catalog.partitions(table.id) == partitions  # no update version, nothing deleted
+    assert deployment.catalog.partitions.list(table.id) == partitions  # no update version, nothing deleted
     assert "web.access" in run("table", "list")

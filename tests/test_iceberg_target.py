@@ -16,7 +16,7 @@ from urllib.parse import unquote
 import pytest
 from pyiceberg.types import LongType, StringType
 
-from siltlake.catalog.catalog import normalise_url
+from siltlake.catalog.core import normalise_url
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.lake import Lake
@@ -87,9 +87,9 @@ def test_renames_added_columns_widened_types_and_dropped_tables_follow(deploymen
     assert any(s.startswith("iceberg: CREATE TABLE web.access PARTITIONED BY (dt)") for s in external), external
     assert_same_as_siltlake(deployment, "web.access", ("web", "access"))
 
-    catalog.rename_table("web.access", "shop.visits")
-    record = catalog.add_column("shop.visits", _column("referrer", "string"))
-    record = catalog.alter_column_type("shop.visits", "status", "bigint")
+    catalog.tables.rename("web.access", "shop.visits")
+    record = catalog.tables.add_column("shop.visits", _column("referrer", "string"))
+    record = catalog.tables.alter_column_type("shop.visits", "status", "bigint")
     add_small_objects(deployment, record, DAY, [rows(DAY, 10, 1, referrer="r")])
     external = published(deployment, tokyo(DAY, 13))
     assert "iceberg: RENAME TABLE web.access TO shop.visits" in external, external
@@ -114,7 +114,7 @@ def test_renames_added_columns_widened_types_and_dropped_tables_follow(deploymen
 
     metadata = table_location_key(deployment, record)
     assert any(deployment.lake.list(metadata + "/"))
-    catalog.drop_table("shop.visits")
+    catalog.tables.drop("shop.visits")
     external = published(deployment, tokyo(DAY, 14))
     assert "iceberg: DROP TABLE shop.visits" in external
     assert not open_catalog(deployment).table_exists(("shop", "visits"))
@@ -227,7 +227,7 @@ def test_a_run_that_died_after_its_iceberg_commit_converges_without_adding_twice
     deployment.config.publish.targets = []
     publish_once(deployment, now=tokyo(DAY, 13))
     deployment.config.publish.targets = ["iceberg"]
-    tables = {t.id: t for t in deployment.catalog.list_tables()}
+    tables = {t.id: t for t in deployment.catalog.tables.list()}
     target = IcebergTarget(deployment)
     target.sync_tables(list(tables.values()))
     target.sync_partitions(tables)  # commits version 2 ... and the process dies here
@@ -257,7 +257,7 @@ def test_a_run_that_died_after_its_iceberg_commit_converges_without_adding_twice
     # A rename the Iceberg catalog took before the run died: the next run finds the table under its new name.
     open_catalog(deployment).create_namespace_if_not_exists("shop")
     open_catalog(deployment).rename_table(("web", "access"), ("shop", "visits"))
-    deployment.catalog.rename_table("web.access", "shop.visits")
+    deployment.catalog.tables.rename("web.access", "shop.visits")
     published(deployment, tokyo(DAY, 18))
     assert_same_as_siltlake(deployment, "shop.visits", ("shop", "visits"))
 

@@ -75,8 +75,8 @@ def objects(deployment: Deployment) -> dict[str, int]:
 def register_key_as_old_init_did(deployment: Deployment) -> None:
     """The state `silt init` used to leave: the key registered in the catalog, the other's marker kept."""
     deployment.catalog.upgrade()
-    deployment.catalog.register_instance(KEY, deployment.lake.root, is_self=True)
-    deployment.catalog.ensure_catalog_id()
+    deployment.catalog.instances.register(KEY, deployment.lake.root, is_self=True)
+    deployment.catalog.instances.ensure_catalog_id()
 
 
 def load_config(tmp_path: Path):  # noqa: ANN201 - a LoadConfig
@@ -142,7 +142,7 @@ def test_every_order_of_init_claim_reap_and_a_stream_by_the_second_deployment_de
         intruder.close()
         assert objects(owner) == before, f"after {order}"
     # The owner itself is untouched by all that: its catalog keeps its key, its reap keeps its objects.
-    assert owner.catalog.self_instance_key() == KEY
+    assert owner.catalog.instances.self_key() == KEY
     assert reap_once(owner, now=utcnow() + LATER).reasons["orphan"].objects == 0
     assert objects(owner) == before
 
@@ -152,7 +152,7 @@ def test_writers_refuse_a_key_whose_marker_names_another_catalog(owner: Deployme
     before = owned_objects(owner)
     intruder = deployment_at(tmp_path, owner.lake.root, sqlite_url(tmp_path, "b"), spark, "b")
     register_key_as_old_init_did(intruder)
-    intruder.catalog.create_table(TableDef.from_mapping(ACCESS_TABLE))
+    intruder.catalog.tables.create(TableDef.from_mapping(ACCESS_TABLE))
     intruder.staging.ensure_root()
     stage(intruder, "f1.web.access/2026/11/20/intruder.jsonl.gz",
           jsonl_gz([event(dt.datetime(2026, 11, 20, 4, tzinfo=dt.UTC), 99)]))
@@ -161,7 +161,7 @@ def test_writers_refuse_a_key_whose_marker_names_another_catalog(owner: Deployme
         with pytest.raises(InstanceKeyRefused, match=f"refusing to {action}: instance key '{KEY}' belongs to "
                                                      "another deployment's catalog"):
             tries[action]()
-    assert intruder.catalog.pending_staging_objects(10) == [], "the stream stopped before registering anything"
+    assert intruder.catalog.staging.pending(10) == [], "the stream stopped before registering anything"
     assert objects(owner) == before
     intruder.close()
     # The owner's own runs pass the same check.
@@ -192,7 +192,7 @@ def test_the_claim_succeeds_once_the_owners_catalog_is_really_gone(tmp_path: Pat
     owner = deployment_at(tmp_path, lake_root, owner_url, spark, "owner")
     try:
         owner.init()
-        owner.catalog.create_table(TableDef.from_mapping(ACCESS_TABLE))
+        owner.catalog.tables.create(TableDef.from_mapping(ACCESS_TABLE))
         stream_some(owner, "owner")
         theirs = owned_objects(owner)
         claimer = deployment_at(tmp_path, lake_root, sqlite_url(tmp_path, "claimer"), spark, "claimer")
@@ -212,7 +212,8 @@ def test_the_claim_succeeds_once_the_owners_catalog_is_really_gone(tmp_path: Pat
     assert objects(claimer) == theirs
     assert claimer.init(claim=True) == KEY
     marker = json.loads(claimer.lake.read_bytes(f"{KEY}/_instance.json"))
-    assert (marker["catalog"], marker["catalog_id"]) == (claimer.catalog.masked_url, claimer.catalog.catalog_id())
+    assert (marker["catalog"], marker["catalog_id"]) == (claimer.catalog.masked_url,
+                                                        claimer.catalog.instances.catalog_id())
     # Now the key is the claimer's: the gone deployment's objects are its orphans.
     report = reap_once(claimer, now=utcnow() + LATER)
     assert report.reasons["orphan"].objects == len(theirs) - 1, "all but the marker, now the claimer's"
@@ -244,10 +245,10 @@ def test_one_catalog_under_another_url_is_itself_and_a_copy_is_not(deployment: D
     copy_url = sqlite_url(tmp_path, "copy")
     copy = deployment_at(tmp_path, lake_root, copy_url, spark, "copy")
     copy.catalog.upgrade()
-    copy.catalog.register_instance(KEY, lake_root, is_self=True)
+    copy.catalog.instances.register(KEY, lake_root, is_self=True)
     with copy.catalog.engine.begin() as c:  # give it the original's id, as copying the database would
         c.exec_driver_sql("UPDATE instances SET description = ? WHERE is_self",
-                          (deployment.catalog.catalog_id(),))
+                          (deployment.catalog.instances.catalog_id(),))
     with pytest.raises(InstanceKeyRefused, match="of which this catalog is a copy"):
         copy.check_instance("merge")
     copy.close()
@@ -264,7 +265,7 @@ def test_markers_written_before_catalog_ids_are_judged_by_url_and_database(deplo
     write_old_marker(deployment.catalog.masked_url)
     assert deployment.check_instance("stream") == KEY
     deployment.init()
-    assert json.loads(deployment.lake.read_bytes(marker))["catalog_id"] == deployment.catalog.catalog_id()
+    assert json.loads(deployment.lake.read_bytes(marker))["catalog_id"] == deployment.catalog.instances.catalog_id()
     if not catalog_url.startswith("sqlite"):
         # The same database under another host name: ours too.
         write_old_marker(deployment.catalog.masked_url.replace("@127.0.0.1:", "@localhost:"))

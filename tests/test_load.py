@@ -96,8 +96,8 @@ def test_resume_runs_only_the_failed_task_then_commits_everything_once(deploymen
     rows = sql(deployment.spark(), "SELECT id, event_time, name, dt FROM web.people WHERE id = 1", deployment).collect()
     assert str(rows[0].event_time) == "2026-11-20 15:30:00" and str(rows[0].dt) == "2026-11-21"
     assert tmp_keys(deployment) == []
-    table = deployment.catalog.get_table("web.people")
-    objects = deployment.catalog.small_objects(table.id)
+    table = deployment.catalog.tables.get("web.people")
+    objects = deployment.catalog.partitions.small_objects(table.id)
     assert len(objects) == 6 and sum(o.row_count for o in objects) == 90  # one per (task, date)
 
     again = load(deployment, load_config, state_path=str(state))  # a finished state: nothing to do
@@ -208,7 +208,7 @@ def test_sql_filter_and_line_filter_over_json_lines(deployment: Deployment, tmp_
     report = load(deployment, load_config)
     (stats,) = report.jobs
     assert (stats.records_in, stats.loaded, stats.bad) == (30, 20, 0)
-    table = deployment.catalog.get_table("web.requests").definition
+    table = deployment.catalog.tables.get("web.requests").definition
     assert [(c.name, c.type) for c in table.columns] == [("end_time", "timestamp"), ("ip", "string"),
                                                          ("elapsed", "bigint")] or \
         [(c.name, c.type) for c in table.columns] == [("ip", "string"), ("end_time", "timestamp"),
@@ -305,9 +305,9 @@ def test_several_jobs_commit_together_and_resume_together(deployment: Deployment
                                                                           ("histories", 1, 2, 10)]
     assert ids(deployment, "app.users") == list(range(8))
     assert ids(deployment, "app.histories") == [*range(100, 106), *range(200, 204)]
-    columns = [c.name for c in deployment.catalog.get_table("app.histories").definition.columns]
+    columns = [c.name for c in deployment.catalog.tables.get("app.histories").definition.columns]
     assert columns == ["id", "event_time"]  # the default's drop filter applies to histories only
-    assert "name" in [c.name for c in deployment.catalog.get_table("app.users").definition.columns]
+    assert "name" in [c.name for c in deployment.catalog.tables.get("app.users").definition.columns]
 
 
 @sqlite_only

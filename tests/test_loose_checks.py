@@ -75,7 +75,7 @@ def test_the_stream_records_impossible_dates_as_unknown_objects_and_goes_on(tmp_
     deployment = Deployment(make_config(tmp_path, catalog_url))
     try:
         deployment.init()
-        deployment.catalog.create_table(TableDef.from_mapping(ACCESS_TABLE))
+        deployment.catalog.tables.create(TableDef.from_mapping(ACCESS_TABLE))
         keys = {}
         for date in ("2026/13/45", "2026/02/30"):
             key = f"f1.web.access/{date}/a.jsonl"
@@ -85,10 +85,10 @@ def test_the_stream_records_impossible_dates_as_unknown_objects_and_goes_on(tmp_
             keys[deployment.staging.uri(key)] = (key, date)
         report = stream_once(deployment)  # nothing is pending, so no Spark either
         assert (report.listed, report.registered, report.processed) == (2, 0, 0)
-        unknown = {u.uri: u.reason for u in deployment.catalog.list_unknown()}
+        unknown = {u.uri: u.reason for u in deployment.catalog.staging.unknown()}
         assert set(unknown) == set(keys)
         for uri, (key, date) in keys.items():
             assert unknown[uri].startswith(f"key {key!r} has the impossible date {date}")
-        assert deployment.catalog.pending_staging_objects(10) == []
+        assert deployment.catalog.staging.pending(10) == []
     finally:
         deployment.close()

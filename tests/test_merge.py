@@ -13,8 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from siltlake.catalog import TableRecord
-from siltlake.catalog.merge_queue import JobOutcome, LostMergeJob
+from siltlake.catalog import JobOutcome, LostMergeJob, TableRecord
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.merge import MergeWorker, merge_once
@@ -27,7 +26,7 @@ DAY = dt.date(2026, 11, 20)
 
 
 def make_table(deployment: Deployment, name: str = "access", **settings: object) -> TableRecord:
-    return deployment.catalog.create_table(
+    return deployment.catalog.tables.create(
         TableDef.from_mapping({**ACCESS_TABLE, "name": name, "merge_interval": 0, **settings}))
 
 
@@ -37,14 +36,14 @@ def row_multiset(table: pa.Table) -> Counter:
 
 
 def only_partition(deployment: Deployment, table: TableRecord):  # noqa: ANN201
-    (partition,) = deployment.catalog.partitions(table.id)
+    (partition,) = deployment.catalog.partitions.list(table.id)
     return partition
 
 
 def assert_exact(deployment: Deployment, table: TableRecord, partition_id: int, date: dt.date) -> None:
     """Merged objects hold exactly the small objects' rows up to desired_manifest_version; ranges chain."""
-    partition = next(p for p in deployment.catalog.partitions(table.id) if p.id == partition_id)
-    ranges = deployment.catalog.merge_ranges(partition_id)
+    partition = next(p for p in deployment.catalog.partitions.list(table.id) if p.id == partition_id)
+    ranges = deployment.catalog.merge_queue.ranges(partition_id)
     if ranges:
         assert ranges[0].lower is None and ranges[0].upper == 0, "the sentinel (null, 0) comes first"
         for previous, current in itertools.pairwise(ranges):
@@ -73,14 +72,14 @@ def test_modes_extend_the_open_range_and_every_reader_agrees(deployment: Deploym
     assert (second.claimed, second.finished, second.failed) == (1, 1, 0)
 
     partition = only_partition(deployment, table)
-    ranges = deployment.catalog.merge_ranges(partition.id)
+    ranges = deployment.catalog.merge_queue.ranges(partition.id)
     assert [(r.lower, r.upper) for r in ranges] == [(None, 0), (0, 9)]  # extended, not a second range
     assert ranges[1].row_count == 4 * 700 + 5 * 300
     assert partition.desired_manifest_version == 9
     assert_exact(deployment, table, partition.id, DAY)
-    assert deployment.catalog.merge_jobs(partition.id) == []
+    assert deployment.catalog.merge_queue.jobs(partition.id) == []
 
-    log = deployment.catalog.merge_log(partition.id)
+    log = deployment.catalog.merge_queue.log(partition.id)
     assert [entry["outcome"] for entry in log] == ["finished", "finished"]
     assert [entry["mode"] for entry in log] == {
         "deep": ["deep", "deep"], "shallow": ["shallow", "shallow"], "auto": ["deep", "auto"]}[mode]
@@ -109,13 +108,13 @@ def test_auto_falls_back_to_deep_when_the_columns_changed(deployment: Deployment
     table = make_table(deployment, row_group_bytes=8 * 1024)
     add_small_objects(deployment, table, DAY, [rows_for(DAY, 500, seed) for seed in range(3)])
     merge_once(deployment)
-    table = deployment.catalog.add_column("web.access", Column(name="referrer", type="string"))
+    table = deployment.catalog.tables.add_column("web.access", Column(name="referrer", type="string"))
     add_small_objects(deployment, table, DAY, [[{**row, "referrer": "https://example.com/"}
                                                 for row in rows_for(DAY, 100, 3)]])
     report = merge_once(deployment)
     assert report.failed == 0
     partition = only_partition(deployment, table)
-    last = deployment.catalog.merge_log(partition.id)[-1]
+    last = deployment.catalog.merge_queue.log(partition.id)[-1]
     assert last["mode"] == "deep" and "columns changed" in last["note"]
     merged = merged_rows(deployment, table, partition.id, DAY)
     referrers = Counter(merged.column("referrer").to_pylist())
@@ -128,15 +127,15 @@ def test_batch_limit_makes_continuing_jobs_and_size_limit_chains_ranges(deployme
     report = merge_once(deployment)
     assert (report.claimed, report.continuing, report.finished, report.failed) == (4, 3, 1, 0)
     partition = only_partition(deployment, table)
-    log = deployment.catalog.merge_log(partition.id)
+    log = deployment.catalog.merge_queue.log(partition.id)
     assert [entry["outcome"] for entry in log] == ["continuing"] * 3 + ["finished"]
     assert [entry["objects_in"] for entry in log] == [3, 3, 3, 1]
-    ranges = deployment.catalog.merge_ranges(partition.id)
+    ranges = deployment.catalog.merge_queue.ranges(partition.id)
     assert len(ranges) > 2, "merged_object_size must split the partition into several chained ranges"
     assert all(r.content_length <= 30_000 or r.upper - (r.lower or 0) == 1 for r in ranges[1:])
     assert ranges[-1].upper == max(ids)
     assert_exact(deployment, table, partition.id, DAY)
-    status = deployment.catalog.merge_status(utcnow(), 600)[0]
+    status = deployment.catalog.merge_queue.status(utcnow(), 600)[0]
     assert status["unmerged_objects"] == 0 and sum(status["jobs"].values()) == 0
 
 
@@ -155,8 +154,8 @@ def test_a_failing_job_backs_off_then_parks_while_other_jobs_finish(deployment: 
     first = MergeWorker(deployment, clock=lambda: start).run(once=True)
     assert (first.claimed, first.finished, first.failed, first.parked) == (2, 1, 1, 0)
     assert missing.rsplit("/", 1)[1] in first.errors[0][2]
-    partitions = {p.partition_date: p for p in deployment.catalog.partitions(table.id)}
-    (job,) = deployment.catalog.merge_jobs(partitions[broken_day].id)
+    partitions = {p.partition_date: p for p in deployment.catalog.partitions.list(table.id)}
+    (job,) = deployment.catalog.merge_queue.jobs(partitions[broken_day].id)
     assert job["ongoing_mark"] == 0 and job["schedule_time"] == start + dt.timedelta(seconds=60)
     assert "obj-" in job["last_error"]
 
@@ -164,19 +163,19 @@ def test_a_failing_job_backs_off_then_parks_while_other_jobs_finish(deployment: 
     assert early.claimed == 0, "the retry waits out its backoff"
     second = MergeWorker(deployment, clock=lambda: start + dt.timedelta(seconds=61)).run(once=True)
     assert (second.claimed, second.failed, second.parked) == (1, 1, 1)
-    status = deployment.catalog.merge_status(start + dt.timedelta(seconds=62), 600)[0]
+    status = deployment.catalog.merge_queue.status(start + dt.timedelta(seconds=62), 600)[0]
     assert status["jobs"]["failed"] == 1 and status["failed_jobs"][0]["attempts"] == 2
     assert status["failed_jobs"][0]["date"] == broken_day.isoformat()
     later = MergeWorker(deployment, clock=lambda: start + dt.timedelta(days=1)).run(once=True)
     assert later.claimed == 0, "a parked job stays parked"
 
     deployment.lake.move(missing + ".aside", missing)
-    assert deployment.catalog.retry_parked_jobs(start + dt.timedelta(days=1)) == 1
+    assert deployment.catalog.merge_queue.retry_parked(start + dt.timedelta(days=1)) == 1
     fixed = MergeWorker(deployment, clock=lambda: start + dt.timedelta(days=1)).run(once=True)
     assert (fixed.finished, fixed.failed) == (1, 0)
     assert_exact(deployment, table, partitions[broken_day].id, broken_day)
     assert_exact(deployment, table, partitions[good_day].id, good_day)
-    outcomes = [e["outcome"] for e in deployment.catalog.merge_log(partitions[broken_day].id)]
+    outcomes = [e["outcome"] for e in deployment.catalog.merge_queue.log(partitions[broken_day].id)]
     assert outcomes == ["failed", "failed", "finished"]
 
 
@@ -185,22 +184,22 @@ def test_a_job_whose_worker_went_silent_is_taken_over(deployment: Deployment) ->
     add_small_objects(deployment, table, DAY, [rows_for(DAY, 80, s) for s in range(3)])
     catalog = deployment.catalog
     claimed_at = utcnow() + dt.timedelta(seconds=1)
-    (job,) = catalog.claim_merge_jobs("dead-worker", limit=5, now=claimed_at, timeout=600, per_table_limit=4)
-    assert catalog.claim_merge_jobs("other", limit=5, now=claimed_at, timeout=600, per_table_limit=4) == []
+    (job,) = catalog.merge_queue.claim("dead-worker", limit=5, now=claimed_at, timeout=600, per_table_limit=4)
+    assert catalog.merge_queue.claim("other", limit=5, now=claimed_at, timeout=600, per_table_limit=4) == []
     assert MergeWorker(deployment, clock=lambda: claimed_at + dt.timedelta(seconds=599)).run(once=True).claimed == 0
 
     after_timeout = claimed_at + dt.timedelta(seconds=601)
     report = MergeWorker(deployment, owner="rescuer", clock=lambda: after_timeout).run(once=True)
     assert (report.taken_over, report.finished) == (1, 1)
     partition = only_partition(deployment, table)
-    log = catalog.merge_log(partition.id)
+    log = catalog.merge_queue.log(partition.id)
     assert log[0]["outcome"] == "failed" and "worker lost" in log[0]["error"] and "rescuer" in log[0]["error"]
     assert log[1]["outcome"] == "finished"
     assert_exact(deployment, table, partition.id, DAY)
     # The silent worker wakes up: it can neither beat nor commit.
-    assert catalog.heartbeat_merge_jobs([job.id], "dead-worker", after_timeout) == {job.id}
+    assert catalog.merge_queue.heartbeat([job.id], "dead-worker", after_timeout) == {job.id}
     with pytest.raises(LostMergeJob):
-        catalog.commit_merge(job, "dead-worker", base_upper=None, writes=[], continuing=False,
+        catalog.merge_queue.commit(job, "dead-worker", base_upper=None, writes=[], continuing=False,
                              result=JobOutcome(mode="deep"), now=after_timeout)
 
 
@@ -210,8 +209,8 @@ def add_catalog_backlog(deployment: Deployment, table: TableRecord, date: dt.dat
 
     from siltlake.catalog import schema as s
 
-    (partition,) = [p for p in deployment.catalog.partitions(table.id) if p.partition_date == date]
-    with deployment.catalog.stream_commit() as tx:
+    (partition,) = [p for p in deployment.catalog.partitions.list(table.id) if p.partition_date == date]
+    with deployment.catalog.partitions.stream_commit() as tx:
         connection = tx._c
         staging_ids = connection.execute(
             s.staging_objects.insert().returning(s.staging_objects.c.id, sort_by_parameter_order=True), [
@@ -239,11 +238,11 @@ def test_a_backlogged_table_does_not_delay_another_tables_job(deployment: Deploy
                       write_files=False)
     catalog = deployment.catalog
     later = start + dt.timedelta(seconds=10)
-    first_round = catalog.claim_merge_jobs("w1", limit=4, now=later, timeout=600, per_table_limit=2)
+    first_round = catalog.merge_queue.claim("w1", limit=4, now=later, timeout=600, per_table_limit=2)
     tables = Counter(job.table.physical_table_name for job in first_round)
     assert tables == {"busy": 2, "quiet": 1}, "the per-table limit leaves the quiet table a slot in round one"
     # Another worker in the same round gets nothing more of the busy table while its two jobs run.
-    assert catalog.claim_merge_jobs("w2", limit=4, now=later, timeout=600, per_table_limit=2) == []
+    assert catalog.merge_queue.claim("w2", limit=4, now=later, timeout=600, per_table_limit=2) == []
 
 
 def test_many_due_partitions_run_as_one_spark_stage(deployment: Deployment) -> None:
@@ -254,7 +253,7 @@ def test_many_due_partitions_run_as_one_spark_stage(deployment: Deployment) -> N
     deployment.config.merge.per_table_limit = 100
     report = MergeWorker(deployment, slots=100).run(once=True)
     assert (report.claimed, report.finished, report.stages) == (60, 60, 1)
-    for partition in deployment.catalog.partitions(table.id):
+    for partition in deployment.catalog.partitions.list(table.id):
         assert_exact(deployment, table, partition.id, partition.partition_date)
 
 

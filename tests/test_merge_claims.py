@@ -18,8 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from siltlake.catalog import TableRecord
-from siltlake.catalog.merge_queue import LocalHost
+from siltlake.catalog import LocalHost, TableRecord
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.hosts import claim_host, local_host, process_alive
@@ -38,7 +37,7 @@ CLAIMER = textwrap.dedent("""
     from siltlake.hosts import local_host
     from siltlake.merge.runner import default_owner
     catalog = Catalog(sys.argv[1])
-    jobs = catalog.claim_merge_jobs(default_owner(), limit=10, now=dt.datetime.fromisoformat(sys.argv[2]),
+    jobs = catalog.merge_queue.claim(default_owner(), limit=10, now=dt.datetime.fromisoformat(sys.argv[2]),
                                     timeout=600, per_table_limit=10, local=local_host())
     print(json.dumps([job.id for job in jobs]), flush=True)
     time.sleep(600)
@@ -90,7 +89,7 @@ def jobs(status: list[dict]) -> dict[str, int]:
 
 
 def claim(deployment: Deployment, now: dt.datetime, local: LocalHost | None = None) -> list:
-    return deployment.catalog.claim_merge_jobs("rescuer", limit=10, now=now, timeout=TIMEOUT, per_table_limit=10,
+    return deployment.catalog.merge_queue.claim("rescuer", limit=10, now=now, timeout=TIMEOUT, per_table_limit=10,
                                                local=local or local_host())
 
 
@@ -99,22 +98,23 @@ def test_a_killed_workers_claims_are_taken_over_at_once_and_show_stale(deploymen
     claimed_at = utcnow() + dt.timedelta(seconds=1)
     with Claimer(deployment, claimed_at) as worker:
         assert len(worker.jobs) == 2
-        (row,) = deployment.catalog.merge_jobs(deployment.catalog.partitions(table.id)[0].id)
+        (row,) = deployment.catalog.merge_queue.jobs(deployment.catalog.partitions.list(table.id)[0].id)
         assert (row["owner_host"], row["owner_pid"]) == (claim_host(), worker.proc.pid)
         soon = claimed_at + dt.timedelta(seconds=5)
-        assert jobs(deployment.catalog.merge_status(soon, TIMEOUT, local_host())) == {"running": 2}
+        assert jobs(deployment.catalog.merge_queue.status(soon, TIMEOUT, local_host())) == {"running": 2}
         worker.kill()
 
     assert not process_alive(worker.proc.pid)
-    assert jobs(deployment.catalog.merge_status(soon, TIMEOUT, local_host())) == {"stale": 2}
-    assert jobs(deployment.catalog.merge_status(soon, TIMEOUT)) == {"running": 2}, "without local: the timeout rule"
+    assert jobs(deployment.catalog.merge_queue.status(soon, TIMEOUT, local_host())) == {"stale": 2}
+    assert jobs(deployment.catalog.merge_queue.status(soon, TIMEOUT)) == {"running": 2}, \
+        "without local: the timeout rule"
     status = json.loads(silt_in_process(deployment, monkeypatch)("status", "--json"))
     assert jobs(status["tables"]) == {"stale": 2}
 
     taken = claim(deployment, soon)
     assert sorted(job.id for job in taken) == sorted(worker.jobs) and all(job.taken_over for job in taken)
-    assert jobs(deployment.catalog.merge_status(soon, TIMEOUT, local_host())) == {"running": 2}, "ours now, alive"
-    lost = [entry["error"] for entry in deployment.catalog.merge_log()]
+    assert jobs(deployment.catalog.merge_queue.status(soon, TIMEOUT, local_host())) == {"running": 2}, "ours now, alive"
+    lost = [entry["error"] for entry in deployment.catalog.merge_queue.log()]
     assert len(lost) == 2 and all(
         entry.startswith(f"worker lost: process {worker.proc.pid} (") and "exited on this host" in entry
         and entry.endswith(f"(timeout {TIMEOUT} s); taken over by rescuer") for entry in lost), lost
@@ -127,7 +127,7 @@ def test_a_live_workers_claims_are_not_taken_over(deployment: Deployment) -> Non
         assert len(worker.jobs) == 1
         soon = claimed_at + dt.timedelta(seconds=5)
         assert claim(deployment, soon) == []
-        assert jobs(deployment.catalog.merge_status(soon, TIMEOUT, local_host())) == {"running": 1}
+        assert jobs(deployment.catalog.merge_queue.status(soon, TIMEOUT, local_host())) == {"running": 1}
         # Its heartbeat (not beaten here) goes stale after the timeout: then it is taken over, as before.
         late = claimed_at + dt.timedelta(seconds=TIMEOUT + 1)
         assert [job.id for job in claim(deployment, late)] == worker.jobs
@@ -143,9 +143,9 @@ def test_a_claim_from_another_host_waits_out_the_timeout(deployment: Deployment)
     (job,) = claim(deployment, claimed_at, elsewhere)
     soon = claimed_at + dt.timedelta(seconds=5)
     assert claim(deployment, soon) == []
-    assert jobs(deployment.catalog.merge_status(soon, TIMEOUT, local_host())) == {"running": 1}
+    assert jobs(deployment.catalog.merge_queue.status(soon, TIMEOUT, local_host())) == {"running": 1}
     late = claimed_at + dt.timedelta(seconds=TIMEOUT + 1)
-    assert jobs(deployment.catalog.merge_status(late, TIMEOUT, local_host())) == {"stale": 1}
+    assert jobs(deployment.catalog.merge_queue.status(late, TIMEOUT, local_host())) == {"stale": 1}
     assert [j.id for j in claim(deployment, late)] == [job.id]
 
 
@@ -161,8 +161,8 @@ def test_process_alive_sees_the_living_the_dead_and_zombies() -> None:
 
 
 def waiting(deployment: Deployment, table_id: int) -> list[dict]:
-    return [job for partition in deployment.catalog.partitions(table_id)
-            for job in deployment.catalog.merge_jobs(partition.id)]
+    return [job for partition in deployment.catalog.partitions.list(table_id)
+            for job in deployment.catalog.merge_queue.jobs(partition.id)]
 
 
 def test_advance_and_count_scheduled_jobs_per_table(deployment: Deployment) -> None:
@@ -175,10 +175,10 @@ def test_advance_and_count_scheduled_jobs_per_table(deployment: Deployment) -> N
             date = DAY + dt.timedelta(days=day)
             add_small_objects(deployment, table, date, [rows_for(date, 1, day)], now=now, write_files=False)
     catalog = deployment.catalog
-    assert catalog.scheduled_merge_jobs(now) == (4, now + dt.timedelta(hours=1))
-    assert catalog.scheduled_merge_jobs(now, [later.id]) == (2, now + dt.timedelta(hours=12))
-    assert catalog.scheduled_merge_jobs(now + dt.timedelta(hours=1)) == (2, now + dt.timedelta(hours=12))
-    assert catalog.advance_merge_jobs(now, [soon.id]) == 2
-    assert catalog.scheduled_merge_jobs(now) == (2, now + dt.timedelta(hours=12))
+    assert catalog.merge_queue.scheduled(now) == (4, now + dt.timedelta(hours=1))
+    assert catalog.merge_queue.scheduled(now, [later.id]) == (2, now + dt.timedelta(hours=12))
+    assert catalog.merge_queue.scheduled(now + dt.timedelta(hours=1)) == (2, now + dt.timedelta(hours=12))
+    assert catalog.merge_queue.advance(now, [soon.id]) == 2
+    assert catalog.merge_queue.scheduled(now) == (2, now + dt.timedelta(hours=12))
     assert {job["schedule_time"] for job in waiting(deployment, soon.id)} == {now}
-    assert catalog.advance_merge_jobs(now) == 2 and catalog.scheduled_merge_jobs(now) == (0, None)
+    assert catalog.merge_queue.advance(now) == 2 and catalog.merge_queue.scheduled(now) == (0, None)

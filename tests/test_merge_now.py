@@ -22,8 +22,8 @@ def catalog_url(tmp_path) -> str:  # noqa: ANN001
 
 
 def waiting(deployment: Deployment, table_id: int) -> list[dict]:
-    return [job for partition in deployment.catalog.partitions(table_id)
-            for job in deployment.catalog.merge_jobs(partition.id)]
+    return [job for partition in deployment.catalog.partitions.list(table_id)
+            for job in deployment.catalog.merge_queue.jobs(partition.id)]
 
 
 def test_merge_once_names_the_next_due_job_and_now_merges_it(deployment: Deployment, monkeypatch) -> None:
@@ -45,8 +45,8 @@ def test_merge_once_names_the_next_due_job_and_now_merges_it(deployment: Deploym
     output = " ".join(silt("merge", "--once", "--now").split())
     assert "1 scheduled jobs made due now" in output and "merge: 1 jobs in 1 Spark stages: 1 finished" in output
     assert "no merge jobs scheduled for later" in output
-    (partition,) = deployment.catalog.partitions(table.id)
-    assert deployment.catalog.merge_ranges(partition.id)[-1].upper == partition.desired_manifest_version > 0
+    (partition,) = deployment.catalog.partitions.list(table.id)
+    assert deployment.catalog.merge_queue.ranges(partition.id)[-1].upper == partition.desired_manifest_version > 0
     assert waiting(deployment, table.id) == []
 
 
@@ -61,7 +61,7 @@ def test_merge_now_with_a_time_runs_as_of_that_time(deployment: Deployment, monk
     assert "merge: 0 jobs" in early and "(in 5m);" in early
     on_time = " ".join(silt("merge", "--once", "--now", due.isoformat().replace("+00:00", "Z")).split())
     assert "merge: 1 jobs in 1 Spark stages: 1 finished" in on_time
-    (entry,) = deployment.catalog.merge_log()
+    (entry,) = deployment.catalog.merge_queue.log()
     assert entry["end_time"] == job["schedule_time"], "stamped with the given time, as publish --now"
 
     assert "--now works with --once" in silt("merge", "--now", code=2)

@@ -25,8 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from siltlake.catalog import TableRecord
-from siltlake.catalog.catalog import PartitionRow
+from siltlake.catalog import PartitionRow, TableRecord
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.tabledef import TableDef
@@ -68,7 +67,7 @@ def open_deployment(tmp_path: Path) -> Iterator[Callable[[str], Deployment]]:
 
 def create_table(deployment: Deployment, name: str, **options: object) -> TableRecord:
     """An access-like table whose merge jobs are due as soon as a partition gets its first object."""
-    return deployment.catalog.create_table(
+    return deployment.catalog.tables.create(
         TableDef.from_mapping({**ACCESS_TABLE, "name": name, "merge_interval": 0, **options}))
 
 
@@ -112,9 +111,9 @@ def check_partition(deployment: Deployment, table: TableRecord, partition: Parti
     of the small objects its range names. Returns the partition's row count."""
     date = partition.partition_date
     layout = table.layout(deployment.instance_key)
-    objects = sorted((o for o in deployment.catalog.small_objects(table.id) if o.partition_date == date),
+    objects = sorted((o for o in deployment.catalog.partitions.small_objects(table.id) if o.partition_date == date),
                      key=lambda o: o.id)
-    ranges = deployment.catalog.merge_ranges(partition.id)
+    ranges = deployment.catalog.merge_queue.ranges(partition.id)
     where = f"{table.qualified_name} {date}"
     assert ranges and (ranges[0].lower, ranges[0].upper) == (None, 0), f"{where}: no sentinel first: {ranges}"
     for previous, current in itertools.pairwise(ranges):
@@ -139,7 +138,7 @@ def check_partition(deployment: Deployment, table: TableRecord, partition: Parti
 def check_merged(deployment: Deployment, tables: list[TableRecord], expected_rows: int) -> None:
     total = 0
     for table in tables:
-        partitions = deployment.catalog.partitions(table.id)
+        partitions = deployment.catalog.partitions.list(table.id)
         assert partitions
         for partition in partitions:
             total += check_partition(deployment, table, partition)
@@ -259,7 +258,7 @@ def test_killed_merge_workers_are_taken_over_and_lose_nothing(tmp_path: Path,
 
     check_status(env, tables)
     check_merged(deployment, tables, expected_rows)
-    log = deployment.catalog.merge_log()
+    log = deployment.catalog.merge_queue.log()
     check_log(log)
     # Each claim a worker held when it died was taken over once, by a later worker, and logged as such.
     lost_marker = f"(timeout {JOB_TIMEOUT} s); taken over by "
@@ -316,7 +315,7 @@ def test_two_merge_daemons_on_one_postgres_catalog(tmp_path: Path, postgres_url:
         deadline = time.monotonic() + 300
         while True:
             owners.update(owner_pid(row.owner) for row in held_jobs(deployment))
-            if idle(deployment.catalog.merge_status(utcnow(), 10)):
+            if idle(deployment.catalog.merge_queue.status(utcnow(), 10)):
                 break
             for daemon in daemons:
                 assert daemon.alive(), f"{daemon.name} exited with {daemon.proc.returncode}\n{daemon.tail()}"
@@ -324,7 +323,7 @@ def test_two_merge_daemons_on_one_postgres_catalog(tmp_path: Path, postgres_url:
                 "\n".join(d.tail() for d in daemons)
             time.sleep(0.05)
         # An idle daemon reports what it did; wait for both reports to add up to the log, then stop them.
-        log = deployment.catalog.merge_log()
+        log = deployment.catalog.merge_queue.log()
         done = {outcome: sum(e["outcome"] == outcome for e in log) for outcome in SUCCESS}
         wait_until(lambda: reports_add_up(daemons, done), daemons, 60, f"daemon reports adding up to {done}")
         # Ctrl-C for one, SIGTERM for the other, each sent to the driver process only.
@@ -352,7 +351,7 @@ def test_two_merge_daemons_on_one_postgres_catalog(tmp_path: Path, postgres_url:
         assert report["failed"] == report["taken_over"] == 0, daemon.tail()
     check_status(env, tables)
     check_merged(deployment, tables, expected_rows)
-    log = deployment.catalog.merge_log()
+    log = deployment.catalog.merge_queue.log()
     check_log(log)
     assert [e for e in log if e["outcome"] == "failed"] == []
     check_job_counts(log, plan)

@@ -47,18 +47,18 @@ def test_merged_objects_hold_each_small_object_row_once(spark, tmp_path_factory,
                     batches.append(rows_for(date, count, seed))
                 add_small_objects(deployment, table, date, batches)
             elif step[0] == "close":
-                if any(p.partition_date == DATES[step[1]] for p in deployment.catalog.partitions(table.id)):
-                    deployment.catalog.close_partition(table.id, DATES[step[1]])
+                if any(p.partition_date == DATES[step[1]] for p in deployment.catalog.partitions.list(table.id)):
+                    deployment.catalog.partitions.close(table.id, DATES[step[1]])
             else:
                 report = merge_once(deployment)
                 assert report.failed == 0, report.errors
-                for partition in deployment.catalog.partitions(table.id):
+                for partition in deployment.catalog.partitions.list(table.id):
                     assert_exact(deployment, table, partition.id, partition.partition_date)
         # After the final run every small object is merged (delayed ones too) and no job is left.
-        for partition in deployment.catalog.partitions(table.id):
-            objects = [o.id for o in deployment.catalog.small_objects(table.id)
+        for partition in deployment.catalog.partitions.list(table.id):
+            objects = [o.id for o in deployment.catalog.partitions.small_objects(table.id)
                        if o.partition_date == partition.partition_date]
             assert partition.desired_manifest_version == max(objects)
-            assert deployment.catalog.merge_jobs(partition.id) == []
+            assert deployment.catalog.merge_queue.jobs(partition.id) == []
     finally:
         deployment.close()

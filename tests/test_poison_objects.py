@@ -63,7 +63,7 @@ def user_ids(deployment: Deployment, name: str) -> list[int]:
 
 def test_records_without_a_partition_date_are_bad_records_and_their_objects_load(deployment: Deployment,
                                                                                 access_table) -> None:
-    deployment.catalog.create_table(TableDef.from_mapping(NEW_YORK_TABLE))
+    deployment.catalog.tables.create(TableDef.from_mapping(NEW_YORK_TABLE))
     edge_west = {"time": "0001-01-01T03:00:00Z", "user_id": -1, "action": "edge"}  # 0000-12-31 in New York
     edge_east = {"time": "9999-12-31T23:59:59.999999Z", "user_id": -2, "action": "edge"}  # 10000-01-01 in Tokyo
     ts96 = {"time": msgpack.Timestamp(-62_135_596_800), "user_id": -3, "action": "edge"}  # 0001-01-01T00:00Z
@@ -106,7 +106,7 @@ def poison(monkeypatch: pytest.MonkeyPatch, uri: str) -> None:
 
 def failing(deployment: Deployment) -> list[tuple[str, int, str]]:
     return [(item.uri, item.failure_count, item.last_failure)
-            for item in deployment.catalog.failing_staging_objects()]
+            for item in deployment.catalog.staging.failing()]
 
 
 def test_an_object_failing_every_time_moves_to_unknown_after_three_runs(deployment: Deployment, access_table,
@@ -134,7 +134,7 @@ def test_an_object_failing_every_time_moves_to_unknown_after_three_runs(deployme
     assert third.failed == [] and third.processed == 1
     assert third.unknown == [(bad, f"failed 3 times: {BATCH_ROWS_ZERO}")]
     assert failing(deployment) == [] and "failing staging objects" not in silt("status")
-    (unknown,) = deployment.catalog.list_unknown()
+    (unknown,) = deployment.catalog.staging.unknown()
     assert (unknown.uri, unknown.reason, unknown.table_name) == (bad, f"failed 3 times: {BATCH_ROWS_ZERO}",
                                                                  "web.access")
     assert bad in silt("unknown", "list")
@@ -150,7 +150,7 @@ def test_an_object_failing_every_time_moves_to_unknown_after_three_runs(deployme
     monkeypatch.setattr(runner, "process_staging_object", process_staging_object)  # the fix is deployed
     fixed = stream_once(deployment)
     assert (fixed.processed, fixed.failed, fixed.records_loaded) == (1, [], 5)
-    assert failing(deployment) == [] and deployment.catalog.list_unknown() == []
+    assert failing(deployment) == [] and deployment.catalog.staging.unknown() == []
     assert user_ids(deployment, "web.access") == [0, 1, 10, 11, 20, 21, 100, 101, 102, 103, 104]
 
 
@@ -160,7 +160,7 @@ def test_a_commit_that_raises_for_one_object_counts_against_it_alone(tmp_path: P
     deployment.init()
     deployment.use_spark(spark)
     try:
-        deployment.catalog.create_table(TableDef.from_mapping(ACCESS_TABLE))
+        deployment.catalog.tables.create(TableDef.from_mapping(ACCESS_TABLE))
         bad = stage(deployment, "f.web.access/2026/11/20/b-poison.jsonl", jsonl(events(3, 100)))
         for name in ("a", "c"):
             stage(deployment, f"f.web.access/2026/11/20/{name}.jsonl", jsonl(events(2, ord(name))))
@@ -178,7 +178,7 @@ def test_a_commit_that_raises_for_one_object_counts_against_it_alone(tmp_path: P
         assert first.failed == [(bad, "ArithmeticError: the poison's commit step (failed 1 of stream.max_failures=2 "
                                       "times; then it moves to unknown objects)")]
         assert failing(deployment) == [(bad, 1, "ArithmeticError: the poison's commit step")]
-        rows = deployment.catalog.small_objects(deployment.catalog.get_table("web.access").id)
+        rows = deployment.catalog.partitions.small_objects(deployment.catalog.tables.get("web.access").id)
         assert sum(row.row_count for row in rows) == 4  # the poison's rows were rolled back with its savepoint
         second = stream_once(deployment)
         assert second.unknown == [(bad, "failed 2 times: ArithmeticError: the poison's commit step")]
@@ -219,7 +219,7 @@ def test_outages_never_count_against_objects(deployment: Deployment, access_tabl
     for _ in range(4):
         with pytest.raises(ConnectionRefusedError):
             stream_once(deployment)
-    assert failing(deployment) == [] and deployment.catalog.list_unknown() == []
+    assert failing(deployment) == [] and deployment.catalog.staging.unknown() == []
     monkeypatch.setattr(runner, "run_tasks", real_run_tasks)
 
     report = stream_once(deployment)
@@ -238,9 +238,9 @@ def test_a_failure_reported_after_another_process_committed_the_object_counts_fo
         deployment: Deployment, access_table) -> None:
     uri = stage(deployment, "f.web.access/2026/11/20/a.jsonl", jsonl(events(1)))
     stream_once(deployment)
-    assert deployment.catalog.pending_staging_objects(10) == []
+    assert deployment.catalog.staging.pending(10) == []
     stale = PendingStagingObject(1, uri, 0, access_table)
     late = runner.StreamReport()
     runner._commit(deployment, [{"staging_object_id": 1, "status": "failed", "reason": "RuntimeError: late"}],
-                   {1: stale}, late, deployment.catalog.version_mark())
+                   {1: stale}, late, deployment.catalog.versions.mark())
     assert late.failed == [] and late.unknown == [] and failing(deployment) == []

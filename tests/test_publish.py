@@ -54,7 +54,7 @@ def test_a_day_lives_closes_switches_and_shows_delayed_objects_once_merged(deplo
     assert only_partition(deployment, table).last_live_object_id == max(first)
 
     late = add_small_objects(deployment, table, DAY, [rows_for(DAY, 7, 99)])
-    assert catalog.small_objects(table.id, delayed=True)[0].id == late[0]
+    assert catalog.partitions.small_objects(table.id, delayed=True)[0].id == late[0]
 
     second = publish_once(deployment, now=tokyo(DAY + dt.timedelta(days=1), 1))
     assert second.switched == [partition.id]
@@ -88,7 +88,7 @@ def test_a_day_lives_closes_switches_and_shows_delayed_objects_once_merged(deplo
     assert read_table(spark, "web.access", deployment, as_of=tokyo(DAY, 11)).count() == 0
     assert read_table(spark, "web.access", deployment, as_of=tokyo(DAY + dt.timedelta(days=1), 1)).count() == 120
 
-    versions = catalog.partition_versions([partition.id])
+    versions = catalog.versions.of_partitions([partition.id])
     assert [(v.version, v.commit_op) for v in versions] == [(1, "append"), (2, "compaction"), (3, "compaction")]
 
 
@@ -172,18 +172,18 @@ def test_merged_versions_publish_in_one_batch_and_skip_only_the_partition_that_m
         add_small_objects(deployment, table, day, [rows_for(day, 3, day.day)])
     next_day = DAY + dt.timedelta(days=1)
     ran = publish_once(deployment, now=tokyo(next_day, 1))
-    by_date = {p.partition_date: p.id for p in catalog.partitions(table.id)}
+    by_date = {p.partition_date: p.id for p in catalog.partitions.list(table.id)}
     assert ran.closed == sorted(by_date.values()) and len(ran.live_versions) == 3
     merge_once(deployment)
-    assert catalog.switch_partitions() == sorted(by_date.values())
-    pending = catalog.partitions_to_publish_merged()
+    assert catalog.versions.switch_partitions() == sorted(by_date.values())
+    pending = catalog.versions.merged_to_publish()
     keys = [write_manifests(deployment.lake, layout, p.partition_date, p.desired,
                             [(r.key(layout, p.partition_date), r.content_length) for r in p.ranges])[0]
             for p in pending]
     # A delayed object merged meanwhile moves one partition's desired: only that one is left for later.
     add_small_objects(deployment, table, days[0], [rows_for(days[0], 2, 77)])
     merge_once(deployment)
-    published = catalog.publish_merged_versions(list(zip(pending, keys, strict=True)), tokyo(next_day, 2))
+    published = catalog.versions.publish_merged_many(list(zip(pending, keys, strict=True)), tokyo(next_day, 2))
     assert sorted(v.partition_id for v in published) == sorted(by_date[d] for d in days[1:])
     assert {(v.version, v.commit_op, v.row_count) for v in published} == {(2, "compaction", 3)}
     again = publish_once(deployment, now=tokyo(next_day, 3))

@@ -36,7 +36,7 @@ def test_reads_during_publish_runs_always_see_every_row_once(deployment: Deploym
     catalog = deployment.catalog
 
     def switched() -> int:
-        return sum(p.switched and p.current_manifest_version > 0 for p in catalog.partitions(table.id))
+        return sum(p.switched and p.current_manifest_version > 0 for p in catalog.partitions.list(table.id))
 
     # Publish runs in order: live versions for every day, then each day closes in turn (the previous day
     # switches and publishes its merged version in the same run), then the last day switches.
@@ -102,7 +102,8 @@ def test_reads_during_publish_runs_always_see_every_row_once(deployment: Deploym
     assert not any(thread.is_alive() for thread in threads)
 
     # The runs did what the test is about: every day switched, each with a merged version, none skipped.
-    assert sorted(p for run in published for p in run.switched) == sorted(p.id for p in catalog.partitions(table.id))
+    assert sorted(p for run in published for p in run.switched) == sorted(
+        p.id for p in catalog.partitions.list(table.id))
     assert len([v for run in published for v in run.merged_versions]) == len(DAYS)
     assert sum(len(run.live_versions) for run in published) == len(DAYS)
     assert switched() == len(DAYS)

@@ -93,8 +93,8 @@ def test_a_switched_day_keeps_what_retained_versions_show_and_loses_the_rest_aft
     assert visible(spark, deployment, as_of=tokyo(DAY, 13)) == everything
 
     # A week later v1 and v2 expire: the small objects are only in the current manifest now.
-    small_bytes = sum(o.content_length for o in deployment.catalog.small_objects(table.id))
-    live_lists = [v.file_list_key for v in deployment.catalog.partition_versions([only_partition(deployment,
+    small_bytes = sum(o.content_length for o in deployment.catalog.partitions.small_objects(table.id))
+    live_lists = [v.file_list_key for v in deployment.catalog.versions.of_partitions([only_partition(deployment,
                                                                                                 table).id])[:2]]
     list_keys = {k for key in live_lists for k in (key, symlink_key(key))}
     assert len(list_keys) == 4 and list_keys <= files(deployment), "each live version has its file list, both forms"
@@ -108,8 +108,8 @@ def test_a_switched_day_keeps_what_retained_versions_show_and_loses_the_rest_aft
     assert counts(real)["expired"] == (4, list_bytes, 2), "two live versions: their file lists go with them"
     assert not (list_keys & files(deployment))
     assert not (small_keys & files(deployment))
-    assert deployment.catalog.small_objects(table.id) == []
-    versions = deployment.catalog.partition_versions([only_partition(deployment, table).id])
+    assert deployment.catalog.partitions.small_objects(table.id) == []
+    versions = deployment.catalog.versions.of_partitions([only_partition(deployment, table).id])
     assert [(v.version, v.commit_op) for v in versions] == [(3, "compaction")]
     assert visible(spark, deployment) == everything
     assert visible(spark, deployment, as_of_version=3) == everything
@@ -143,7 +143,7 @@ def test_an_update_leaves_the_objects_it_replaced_until_the_versions_that_list_t
     assert counts(report)["superseded"][0] == 2 and counts(report)["expired"][2] == 4
     assert counts(report)["expired"][0] == 8, \
         "the manifests of versions 1 to 4 (two live versions' file lists, v3's and v4's), JSON and symlink forms"
-    (newest,) = deployment.catalog.partition_versions([only_partition(deployment, table).id])
+    (newest,) = deployment.catalog.versions.of_partitions([only_partition(deployment, table).id])
     assert newest.version == 5 and visible(spark, deployment) == kept
     assert counts(report)["covered"][0] == 5, "every small object is inside the current manifest now"
 
@@ -170,7 +170,7 @@ def test_orphans_of_killed_writers_go_after_the_grace_period_unless_a_live_merge
     # A merge worker killed after writing the next range's object; its job is running again elsewhere.
     more = add_small_objects(deployment, table, DAY, [rows_for(DAY, 20, 2)])
     interrupted = write(layout.merged_object(DAY, ids[-1], more[-1]))
-    (job,) = deployment.catalog.claim_merge_jobs("elsewhere:1:x", limit=1, now=utcnow(), timeout=600,
+    (job,) = deployment.catalog.merge_queue.claim("elsewhere:1:x", limit=1, now=utcnow(), timeout=600,
                                                  per_table_limit=16)
     # An update whose commit failed: an append came first.
     prepared = prepare_delete(deployment, "web.access", DAY, "action = 'a1'")
@@ -212,7 +212,7 @@ def test_partitions_past_their_ttl_go_whole_with_their_catalog_rows(deployment: 
     report = reap_once(deployment, now=tokyo(later_day, 12))
     assert counts(report)["ttl"][0] == len(old) and counts(report)["ttl"][2] == 1
     assert not any(f"/dt={DAY}/" in k for k in files(deployment))
-    (partition,) = deployment.catalog.partitions(table.id)
+    (partition,) = deployment.catalog.partitions.list(table.id)
     assert partition.partition_date == later_day
     with deployment.catalog.engine.connect() as c:
         for t in (s.small_objects, s.merge_ranges, s.partition_versions, s.merge_jobs, s.merge_job_log):
@@ -226,7 +226,7 @@ def test_a_dropped_table_goes_after_the_grace_period_and_frees_its_physical_name
     add_small_objects(deployment, table, DAY, [rows_for(DAY, 20, seed) for seed in range(2)])
     merge_once(deployment)
     publish_once(deployment, now=tokyo(DAY, 12))
-    deployment.catalog.drop_table("web.access")
+    deployment.catalog.tables.drop("web.access")
     before = files(deployment)
     prefix = table.layout(deployment.instance_key).prefix
 
@@ -236,7 +236,7 @@ def test_a_dropped_table_goes_after_the_grace_period_and_frees_its_physical_name
     assert counts(report)["dropped"] == (len(before) - 1, counts(report)["dropped"][1], 1)
     assert files(deployment) == {f"{deployment.instance_key}/_instance.json"}
     assert not Path(deployment.lake.path(prefix)).exists()
-    assert deployment.catalog.partitions(table.id) == []
+    assert deployment.catalog.partitions.list(table.id) == []
     again = make_table(deployment)
     assert again.physical_table_name == "access", "the physical name is free again"
 
@@ -248,16 +248,16 @@ def test_an_interrupted_reap_is_finished_by_the_next_one(deployment: Deployment,
     def crash(*_args: object) -> int:
         raise RuntimeError("killed between deleting objects and deleting their rows")
 
-    monkeypatch.setattr(deployment.catalog, "delete_small_object_rows", crash)
+    monkeypatch.setattr(deployment.catalog.reaping, "delete_small_object_rows", crash)
     with pytest.raises(RuntimeError):
         reap_once(deployment, now=tokyo(NEXT_DAY, 3) + WEEK)
     assert not any(deployment.lake.exists(layout.small_object(DAY, i, False)) for i in ids)
-    assert len(deployment.catalog.small_objects(table.id)) == len(ids), "rows still there"
+    assert len(deployment.catalog.partitions.small_objects(table.id)) == len(ids), "rows still there"
     monkeypatch.undo()
 
     report = reap_once(deployment, now=tokyo(NEXT_DAY, 3) + WEEK)
     assert counts(report)["covered"] == (0, 0, len(ids)) and counts(report)["expired"][2] == 2
-    assert deployment.catalog.small_objects(table.id) == []
+    assert deployment.catalog.partitions.small_objects(table.id) == []
     assert visible(spark, deployment) == expected(*((seed, 30) for seed in range(5)))
 
 

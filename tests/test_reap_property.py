@@ -48,7 +48,7 @@ def published_rows(deployment: Deployment, table, **as_of: object) -> Counter:  
     """What siltlake.read shows, read with pyarrow from the reader's own snapshot (no Spark per step)."""
     layout = table.layout(deployment.instance_key)
     keys = []
-    for view in deployment.catalog.reader_snapshot(table.id, **as_of):
+    for view in deployment.catalog.versions.reader_snapshot(table.id, **as_of):
         if view.manifest_key:
             keys += [uri.removeprefix(deployment.lake.root + "/") for uri, _ in
                      read_manifest(deployment.lake, view.manifest_key)]
@@ -93,8 +93,9 @@ def test_reap_keeps_every_retained_version_readable_and_removes_the_rest(spark, 
         updated = False
 
         def check_after_reap(now: dt.datetime, retention: dt.timedelta, before: dict) -> None:
-            partitions = {p.id: p.partition_date for p in deployment.catalog.partitions(table.id)}
-            after = {(v.partition_id, v.version): v for v in deployment.catalog.partition_versions(list(partitions))}
+            partitions = {p.id: p.partition_date for p in deployment.catalog.partitions.list(table.id)}
+            after = {(v.partition_id, v.version): v
+                     for v in deployment.catalog.versions.of_partitions(list(partitions))}
             for partition_id, history in before.items():
                 kept, _ = retained_versions(history, now - retention)
                 for v in kept:
@@ -125,8 +126,8 @@ def test_reap_keeps_every_retained_version_readable_and_removes_the_rest(spark, 
                     batches.append(rows_for(date, count, seed))
                     held[date].update((r["user_id"], r["action"]) for r in batches[-1])
                 added = set(add_small_objects(deployment, table, date, batches))
-                small.update({row.id: (date, row.delayed) for row in deployment.catalog.small_objects(table.id)
-                              if row.id in added})
+                small.update({row.id: (date, row.delayed)
+                              for row in deployment.catalog.partitions.small_objects(table.id) if row.id in added})
             elif kind == "merge":
                 assert merge_once(deployment).failed == 0
             elif kind == "publish":
@@ -142,9 +143,9 @@ def test_reap_keeps_every_retained_version_readable_and_removes_the_rest(spark, 
                 held[date] = Counter({row: n for row, n in held[date].items() if row[0] % 3 != 0})
             elif kind == "reap":
                 retention = dt.timedelta(days=step_[1])
-                partitions = [p.id for p in deployment.catalog.partitions(table.id)]
+                partitions = [p.id for p in deployment.catalog.partitions.list(table.id)]
                 before: dict[int, list] = defaultdict(list)
-                for v in deployment.catalog.partition_versions(partitions):
+                for v in deployment.catalog.versions.of_partitions(partitions):
                     before[v.partition_id].append(v)
                 report = reap_once(deployment, now=clock[0], retention=int(retention.total_seconds()),
                                    grace=86400)
@@ -159,15 +160,15 @@ def test_reap_keeps_every_retained_version_readable_and_removes_the_rest(spark, 
 
         # Long after, with nothing new: only what the newest versions and the ranges name is left.
         later = max(clock[0], utcnow()) + dt.timedelta(days=12)
-        partitions = {p.id: p for p in deployment.catalog.partitions(table.id)}
+        partitions = {p.id: p for p in deployment.catalog.partitions.list(table.id)}
         before = defaultdict(list)
-        for v in deployment.catalog.partition_versions(list(partitions)):
+        for v in deployment.catalog.versions.of_partitions(list(partitions)):
             before[v.partition_id].append(v)
         reap_once(deployment, now=later)
         check_after_reap(later, dt.timedelta(days=7), before)
         wanted = {f"{deployment.instance_key}/_instance.json"}
         for partition_id, partition in partitions.items():
-            versions = deployment.catalog.partition_versions([partition_id])
+            versions = deployment.catalog.versions.of_partitions([partition_id])
             assert len(versions) == 1, "only the newest version is left"
             (newest,) = versions
             wanted |= set(version_objects(deployment, layout, newest, partition.partition_date, small))
@@ -175,10 +176,10 @@ def test_reap_keeps_every_retained_version_readable_and_removes_the_rest(spark, 
                 wanted |= {newest.manifest_key, symlink_key(newest.manifest_key)}
             if newest.file_list_key:  # its exact file list (a live version's own; else the manifest above)
                 wanted |= {newest.file_list_key, symlink_key(newest.file_list_key)}
-            wanted |= {r.key(layout, partition.partition_date) for r in deployment.catalog.merge_ranges(partition_id)
-                       if r.lower is not None}
+            wanted |= {r.key(layout, partition.partition_date)
+                       for r in deployment.catalog.merge_queue.ranges(partition_id) if r.lower is not None}
             wanted |= {layout.small_object(o.partition_date, o.id, o.delayed)
-                       for o in deployment.catalog.small_objects(table.id)
+                       for o in deployment.catalog.partitions.small_objects(table.id)
                        if o.partition_date == partition.partition_date and o.id > (newest.covered_upper or 0)}
         assert {info.key for info in deployment.lake.list(deployment.instance_key + "/")} == wanted
     finally:

@@ -141,7 +141,7 @@ def test_silt_run_streams_merges_and_publishes_until_sigint(tmp_path: Path, requ
     deployment = Deployment(make_config(tmp_path, f"sqlite:///{tmp_path / 'catalog.db'}"))
     deployment.init()
     catalog = deployment.catalog
-    table = catalog.create_table(TableDef.from_mapping({**ACCESS_TABLE, "merge_interval": "0s"}))
+    table = catalog.tables.create(TableDef.from_mapping({**ACCESS_TABLE, "merge_interval": "0s"}))
     staging = Path(deployment.config.storage.staging_root)
     env = write_run_config(tmp_path, deployment.config)
     expected: Counter = Counter()  # (dt, user_id) -> 1
@@ -153,17 +153,17 @@ def test_silt_run_streams_merges_and_publishes_until_sigint(tmp_path: Path, requ
         add(date, seed, 20 + seed)
 
     def partitions() -> dict[dt.date, object]:
-        return {p.partition_date: p for p in catalog.partitions(table.id)}
+        return {p.partition_date: p for p in catalog.partitions.list(table.id)}
 
     def newest_versions() -> dict[dt.date, object]:
-        by_id = {p.id: p.partition_date for p in catalog.partitions(table.id)}
-        return {by_id[v.partition_id]: v for v in catalog.partition_versions(list(by_id))}  # in version order
+        by_id = {p.id: p.partition_date for p in catalog.partitions.list(table.id)}
+        return {by_id[v.partition_id]: v for v in catalog.versions.of_partitions(list(by_id))}  # in version order
 
     def published(late_id: int | None = None) -> bool:
         """Every past day switched with a merged version of all its objects; the future day live to its last."""
-        if catalog.pending_staging_objects(1):
+        if catalog.staging.pending(1):
             return False
-        objects = catalog.small_objects(table.id)
+        objects = catalog.partitions.small_objects(table.id)
         last = {date: max(o.id for o in objects if o.partition_date == date) for date in [*PAST, FUTURE]
                 if any(o.partition_date == date for o in objects)}
         if set(last) != {*PAST, FUTURE}:
@@ -177,12 +177,13 @@ def test_silt_run_streams_merges_and_publishes_until_sigint(tmp_path: Path, requ
     try:
         wait_until(published, [daemon], 90, "published merged versions of the past days")
         print(f"published {time.monotonic() - daemon.started:.1f} s after the start")
-        assert not catalog.small_objects(table.id, delayed=True)
+        assert not catalog.partitions.small_objects(table.id, delayed=True)
         # A late object for a closed day is delayed, then merged and published with the next merged version.
         add(PAST[0], 50, 7)
         add(FUTURE, 51, 5)
-        wait_until(lambda: catalog.small_objects(table.id, delayed=True), [daemon], 60, "a delayed small object")
-        (late,) = catalog.small_objects(table.id, delayed=True)
+        wait_until(lambda: catalog.partitions.small_objects(table.id, delayed=True), [daemon], 60,
+                   "a delayed small object")
+        (late,) = catalog.partitions.small_objects(table.id, delayed=True)
         wait_until(lambda: published(late.id), [daemon], 60, "the delayed object merged and published")
         print(f"late object published {time.monotonic() - daemon.started:.1f} s after the start")
         daemon.proc.send_signal(signal.SIGINT)
@@ -206,7 +207,7 @@ def test_silt_run_streams_merges_and_publishes_until_sigint(tmp_path: Path, requ
     assert Counter((r.dt, r.user_id) for r in rows) == expected
     assert len(rows) == sum(expected.values()) == 20 * 6 + (1 + 2 + 3 + 4 + 5 + 6) + 12
     versions = newest_versions()
-    history = [v.commit_op for v in catalog.partition_versions([partitions()[PAST[0]].id])]
+    history = [v.commit_op for v in catalog.versions.of_partitions([partitions()[PAST[0]].id])]
     assert history[0] == "append" and history[-2:] == ["compaction", "compaction"], history
     assert versions[PAST[1]].commit_op == "compaction" and versions[FUTURE].commit_op == "append"
     deployment.close()

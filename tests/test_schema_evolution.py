@@ -60,17 +60,17 @@ def test_float_columns_are_coerced_to_float32_on_both_json_paths() -> None:
 def test_widened_and_added_columns_read_and_merge_over_older_objects(deployment: Deployment, spark) -> None:
     catalog = deployment.catalog
     table = make_table(deployment, merge_mode="shallow")
-    catalog.add_column("web.access", Column(name="score", type="int"))
-    catalog.add_column("web.access", Column(name="ratio", type="float"))
-    table = catalog.get_table("web.access")
+    catalog.tables.add_column("web.access", Column(name="score", type="int"))
+    catalog.tables.add_column("web.access", Column(name="ratio", type="float"))
+    table = catalog.tables.get("web.access")
 
     def rows(count: int, seed: int) -> list[dict]:
         return [{**row, "score": row["user_id"] % 1000, "ratio": 0.5} for row in rows_for(DAY, count, seed)]
 
     add_small_objects(deployment, table, DAY, [rows(20, 1), rows(20, 2)])  # int32 and float32 objects
-    table = catalog.alter_column_type("web.access", "score", "bigint")
-    table = catalog.alter_column_type("web.access", "ratio", "double")
-    table = catalog.add_column("web.access", Column(name="referer", type="string"))
+    table = catalog.tables.alter_column_type("web.access", "score", "bigint")
+    table = catalog.tables.alter_column_type("web.access", "ratio", "double")
+    table = catalog.tables.add_column("web.access", Column(name="referer", type="string"))
 
     read = read_table(spark, "web.access", deployment)
     assert dict(read.dtypes)["score"] == "bigint" and dict(read.dtypes)["ratio"] == "double"
@@ -81,11 +81,11 @@ def test_widened_and_added_columns_read_and_merge_over_older_objects(deployment:
     # Shallow copying would keep the older objects' int32 in the merged object: it falls back to deep.
     assert merge_once(deployment).failed == 0
     partition = only_partition(deployment, table)
-    (entry,) = catalog.merge_log(partition.id)
+    (entry,) = catalog.merge_queue.log(partition.id)
     assert entry["mode"] == "deep" and "columns changed since the objects were written" in entry["note"]
     merged = merged_rows(deployment, table, partition.id, DAY)
     assert merged.schema.equals(table.definition.arrow_schema())
-    upper = catalog.merge_ranges(partition.id)[-1].upper
+    upper = catalog.merge_queue.ranges(partition.id)[-1].upper
     key = table.layout(deployment.instance_key).merged_object(DAY, 0, upper)
     assert pq.read_schema(deployment.lake.path(key)).field("score").type == pa.int64()
 
@@ -93,7 +93,7 @@ def test_widened_and_added_columns_read_and_merge_over_older_objects(deployment:
     newer = [{**row, "score": 5_000_000_000, "referer": "r"} for row in rows(10, 3)]
     add_small_objects(deployment, table, DAY, [newer])
     assert merge_once(deployment).failed == 0
-    assert catalog.merge_log(partition.id)[-1]["mode"] == "shallow"
+    assert catalog.merge_queue.log(partition.id)[-1]["mode"] == "shallow"
     merged = merged_rows(deployment, table, partition.id, DAY)
     assert sorted(merged.column("score").to_pylist()) == sorted([s for _, s, *_ in old] + [5_000_000_000] * 10)
     assert merged.column("referer").null_count == 40
@@ -107,7 +107,7 @@ def test_alter_column_command(deployment: Deployment, monkeypatch) -> None:
     from .merge_helpers import point_cli_at
 
     make_table(deployment)
-    deployment.catalog.add_column("web.access", Column(name="score", type="int"))
+    deployment.catalog.tables.add_column("web.access", Column(name="score", type="int"))
     point_cli_at(deployment, monkeypatch)
     runner = CliRunner()
     ok = runner.invoke(main, ["table", "alter-column", "web.access", "score", "bigint"])

@@ -60,8 +60,8 @@ def test_silt_delete_where_refuses_each_listed_function(spark, access: Deploymen
     for spelled in spellings(name):
         with pytest.raises(RefusedSQL, match=rf"^silt delete --where refuses {name}\(\): "):
             delete_rows(access, "web.access", DAY, f"{spelled}('x', 'y', 'z') IS NOT NULL OR user_id = 1")
-    (partition,) = access.catalog.partitions(access.catalog.get_table("web.access").id)
-    assert access.catalog.partition_versions([partition.id]) == [], "nothing was deleted"
+    (partition,) = access.catalog.partitions.list(access.catalog.tables.get("web.access").id)
+    assert access.catalog.versions.of_partitions([partition.id]) == [], "nothing was deleted"
     assert sql(spark, "SELECT count(*) AS n FROM web.access", access).first().n == 30
 
 

@@ -71,12 +71,12 @@ def test_objects_become_sorted_small_objects_per_tokyo_date(deployment: Deployme
     assert day21.column("user_id").to_pylist() == [3, 0]
     assert day21.schema.field("utc_event_time").type == pa.timestamp("us", tz="UTC")
 
-    partitions = deployment.catalog.partitions(access_table.id)
+    partitions = deployment.catalog.partitions.list(access_table.id)
     assert [p.partition_date for p in partitions] == [dt.date(2026, 11, 20), dt.date(2026, 11, 21)]
     for partition in partitions:
-        (job,) = deployment.catalog.merge_jobs(partition.id)
+        (job,) = deployment.catalog.merge_queue.jobs(partition.id)
         assert job["ongoing_mark"] == 0
-    objects = deployment.catalog.small_objects(access_table.id)
+    objects = deployment.catalog.partitions.small_objects(access_table.id)
     assert [o.id for o in objects] == sorted(o.id for o in objects)
     assert sum(o.row_count for o in objects) == 5
 
@@ -101,7 +101,7 @@ def test_processing_the_same_object_again_adds_nothing(deployment: Deployment, a
     # A second process that computed the same object before the first committed: its copy is dropped.
     from siltlake.stream.runner import _commit, _task
 
-    pending = deployment.catalog.pending_staging_objects(10)
+    pending = deployment.catalog.staging.pending(10)
     assert pending == []
     from siltlake.catalog import PendingStagingObject
 
@@ -112,10 +112,10 @@ def test_processing_the_same_object_again_adds_nothing(deployment: Deployment, a
     from siltlake.stream.runner import StreamReport
 
     late = StreamReport()
-    _commit(deployment, [result], {1: stale}, late, deployment.catalog.version_mark())
+    _commit(deployment, [result], {1: stale}, late, deployment.catalog.versions.mark())
     assert late.skipped_duplicates == 1 and late.records_loaded == 0
     assert not deployment.lake.exists(result["parts"][0]["tmp_key"])
-    assert sum(o.row_count for o in deployment.catalog.small_objects(access_table.id)) == 10
+    assert sum(o.row_count for o in deployment.catalog.partitions.small_objects(access_table.id)) == 10
     assert table(deployment.spark(), "web.access", deployment).count() == 10
 
 
@@ -123,7 +123,7 @@ def test_delayed_objects_after_the_partition_is_closed(deployment: Deployment, a
     day = dt.datetime(2026, 11, 19, 2, tzinfo=UTC)  # 11:00 on the 19th in Tokyo
     stage(deployment, "f1.web.access/2026/11/19/a.jsonl.gz", jsonl_gz([event(day, 1), event(day, 2)]))
     stream_once(deployment)
-    closed = deployment.catalog.close_partition(access_table.id, dt.date(2026, 11, 19))
+    closed = deployment.catalog.partitions.close(access_table.id, dt.date(2026, 11, 19))
     assert closed.closed
 
     stage(deployment, "f1.web.access/2026/11/20/late.jsonl.gz",
@@ -133,7 +133,7 @@ def test_delayed_objects_after_the_partition_is_closed(deployment: Deployment, a
     assert (report.live_objects, report.delayed_objects) == (1, 1)
     delayed = lake_files(deployment, "delayed")
     assert len(delayed) == 1 and "/delayed/dt=2026-11-19/obj-" in delayed[0]
-    rows = deployment.catalog.small_objects(access_table.id, delayed=True)
+    rows = deployment.catalog.partitions.small_objects(access_table.id, delayed=True)
     assert len(rows) == 1 and rows[0].id > closed.last_live_object_id
     # Readers see live objects only until the delayed one is merged and published.
     users = sorted(r.user_id for r in table(deployment.spark(), "web.access", deployment).collect())
@@ -152,7 +152,7 @@ def test_delayed_objects_after_the_partition_is_closed(deployment: Deployment, a
 ])
 def test_partition_dates_follow_the_time_zone_across_dst(deployment: Deployment, zone, events,
                                                          expected) -> None:
-    deployment.catalog.create_table(TableDef.from_mapping({**ACCESS_TABLE, "timezone": zone}))
+    deployment.catalog.tables.create(TableDef.from_mapping({**ACCESS_TABLE, "timezone": zone}))
     stage(deployment, "f.web.access/2026/03/08/dst.jsonl",
           "".join(json.dumps({"time": t, "user_id": i, "action": "a"}) + "\n" for i, t in enumerate(events))
           .encode())
@@ -222,24 +222,24 @@ def test_malformed_objects_go_to_unknown_and_the_stream_goes_on(deployment: Depl
     assert report.records_loaded == 1 and report.failed == []
     reasons = {uri.rsplit("/", 1)[-1]: reason for uri, reason in report.unknown}
     assert set(reasons) == {"truncated.jsonl.gz", "random.jsonl.gz", "notjson.jsonl", "latin1.jsonl"}
-    unknown = {u.uri.rsplit("/", 1)[-1]: u for u in deployment.catalog.list_unknown()}
+    unknown = {u.uri.rsplit("/", 1)[-1]: u for u in deployment.catalog.staging.unknown()}
     assert set(unknown) == set(reasons) | {"x.jsonl.gz", "not-a-table-key.json"}
     assert "no table web.nosuch" in unknown["x.jsonl.gz"].reason
     assert "does not match" in unknown["not-a-table-key.json"].reason
     assert unknown["truncated.jsonl.gz"].table_name == "web.access"
     assert not [key for key in lake_files(deployment, "live") if "truncated" in key]
-    assert sum(o.row_count for o in deployment.catalog.small_objects(access_table.id)) == 1
+    assert sum(o.row_count for o in deployment.catalog.partitions.small_objects(access_table.id)) == 1
     assert not any("/_tmp/" in info.key for info in deployment.lake.list())
 
     # Once the missing table exists, a replay streams its object.
-    deployment.catalog.create_table(TableDef.from_mapping({**ACCESS_TABLE, "name": "nosuch"}))
-    deployment.catalog.forget_unknown([unknown["x.jsonl.gz"].uri])
+    deployment.catalog.tables.create(TableDef.from_mapping({**ACCESS_TABLE, "name": "nosuch"}))
+    deployment.catalog.staging.forget_unknown([unknown["x.jsonl.gz"].uri])
     replayed = stream_once(deployment)
     assert replayed.registered == 1 and replayed.records_loaded == 1
 
 
 def test_bad_records_are_counted_kept_with_their_source_and_replayable(deployment: Deployment) -> None:
-    deployment.catalog.create_table(TableDef.from_mapping({**ACCESS_TABLE, "error_policy": "file"}))
+    deployment.catalog.tables.create(TableDef.from_mapping({**ACCESS_TABLE, "error_policy": "file"}))
     lines = [
         json.dumps({"time": "2026-11-20T01:00:00Z", "user_id": 1, "action": "ok"}),
         "{not json",
@@ -314,7 +314,7 @@ def test_two_stream_processes_on_one_postgres_catalog(tmp_path: Path, postgres_u
     config = make_config(tmp_path, postgres_url)
     deployment = Deployment(config)
     deployment.init()
-    deployment.catalog.create_table(TableDef.from_mapping(ACCESS_TABLE))
+    deployment.catalog.tables.create(TableDef.from_mapping(ACCESS_TABLE))
     rng = random.Random(3)
     expected = 0
     for n in range(40):
@@ -339,8 +339,8 @@ def test_two_stream_processes_on_one_postgres_catalog(tmp_path: Path, postgres_u
     reports = [json.loads(stdout) for stdout, _ in outputs]
     assert sum(r["processed"] for r in reports) == 40
     assert sum(r["records_loaded"] for r in reports) == expected
-    record = deployment.catalog.get_table("web.access")
-    objects = deployment.catalog.small_objects(record.id)
+    record = deployment.catalog.tables.get("web.access")
+    objects = deployment.catalog.partitions.small_objects(record.id)
     assert sum(o.row_count for o in objects) == expected
     live = lake_files(deployment, "live")
     assert len(live) == len(objects)
@@ -389,7 +389,7 @@ def test_a_commit_that_dies_after_moving_objects_leaves_only_orphans(deployment:
                                                                      monkeypatch) -> None:
     """Objects are moved to their id keys inside the commit; if the commit then fails, no row points
     at them, the staging object stays pending, and the next run loads each record exactly once."""
-    from siltlake.catalog.catalog import StreamCommit
+    from siltlake.catalog import StreamCommit
 
     when = dt.datetime(2026, 11, 20, 1, tzinfo=UTC)
     stage(deployment, "f.web.access/2026/11/20/a.jsonl.gz",
@@ -408,15 +408,15 @@ def test_a_commit_that_dies_after_moving_objects_leaves_only_orphans(deployment:
         stream_once(deployment)
     orphans = lake_files(deployment, "live")
     assert len(orphans) == 2  # both moved before the failure
-    assert deployment.catalog.small_objects(access_table.id) == []
-    assert len(deployment.catalog.pending_staging_objects(10)) == 1
+    assert deployment.catalog.partitions.small_objects(access_table.id) == []
+    assert len(deployment.catalog.staging.pending(10)) == 1
     assert not any("/_tmp/" in info.key for info in deployment.lake.list())
 
     monkeypatch.setattr(StreamCommit, "add_small_object", real_add)
     report = stream_once(deployment)
 
     assert report.records_loaded == 6
-    objects = deployment.catalog.small_objects(access_table.id)
+    objects = deployment.catalog.partitions.small_objects(access_table.id)
     referenced = {f"obj-{o.id:019d}.parquet" for o in objects}
     if deployment.catalog.dialect == "postgresql":
         # The sequence never hands an aborted commit's ids out again: the orphans stay orphans for reap.
@@ -425,7 +425,7 @@ def test_a_commit_that_dies_after_moving_objects_leaves_only_orphans(deployment:
         # SQLite's counter rolls back with the commit; the retry rewrites those keys with what it commits.
         assert referenced == {key.rsplit("/", 1)[-1] for key in orphans}
     for o in objects:
-        assert deployment.lake.exists(deployment.catalog.get_table("web.access").layout("test0001")
+        assert deployment.lake.exists(deployment.catalog.tables.get("web.access").layout("test0001")
                                       .small_object(o.partition_date, o.id, o.delayed))
     users = sorted(r.user_id for r in table(deployment.spark(), "web.access", deployment).collect())
     assert users == [0, 1, 2, 3, 4, 5]

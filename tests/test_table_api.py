@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 import pytest
 
 import siltlake
-from siltlake.catalog.publishing import VersionOutOfRange
+from siltlake.catalog import VersionOutOfRange
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.errors import SiltError
@@ -144,9 +144,9 @@ def assert_file_lists_exact(deployment: Deployment, lake: Lake) -> None:
     catalog = deployment.catalog
     table = lake.table("web.access")
     layout = table.record.layout(deployment.instance_key)
-    partitions = {p.id: p.partition_date for p in catalog.partitions(table.record.id)}
-    objects = {o.id: o for o in catalog.small_objects(table.record.id)}
-    for version in catalog.partition_versions(list(partitions)):
+    partitions = {p.id: p.partition_date for p in catalog.partitions.list(table.record.id)}
+    objects = {o.id: o for o in catalog.partitions.small_objects(table.record.id)}
+    for version in catalog.versions.of_partitions(list(partitions)):
         assert version.file_list_key is not None, version
         entries = read_manifest(deployment.lake, version.file_list_key)
         uris = [uri for uri, _ in entries]
@@ -261,10 +261,11 @@ def test_every_engine_reads_the_same_exact_table_at_every_version(deployment: De
     for version in (1, 5, 9):
         assert_every_engine(deployment, spark, silt, lake, expected[version], as_of_version=version)
     # A week later only each partition's newest version stays: older table versions are gone with their lists.
-    lists_before = {v.file_list_key for v in deployment.catalog.partition_versions(
-        [p.id for p in deployment.catalog.partitions(table.record.id)])}
+    lists_before = {v.file_list_key for v in deployment.catalog.versions.of_partitions(
+        [p.id for p in deployment.catalog.partitions.list(table.record.id)])}
     reap_once(deployment, now=tokyo(NEXT_DAY, 8) + dt.timedelta(days=8))
-    kept = deployment.catalog.partition_versions([p.id for p in deployment.catalog.partitions(table.record.id)])
+    kept = deployment.catalog.versions.of_partitions(
+        [p.id for p in deployment.catalog.partitions.list(table.record.id)])
     assert [(v.version, v.table_version) for v in kept] == [(5, 6), (5, 9)]
     # (v5 of the live day still shows the update v4 wrote: that manifest stays.)
     still_named = {k for v in kept for k in (v.file_list_key, v.manifest_key)}
@@ -366,10 +367,10 @@ def test_an_append_version_read_before_an_update_commits_is_not_published_over_i
     day = stream(deployment, DAY, 0)
     publish_once(deployment, now=tokyo(DAY, 12))
     day += stream(deployment, DAY, 1)
-    (stale,) = deployment.catalog.live_versions_to_publish()
+    (stale,) = deployment.catalog.versions.live_to_publish()
     lake.table("web.access").delete("action = 'a1'", dates=DAY, now=tokyo(DAY, 13))
     day = without(day, "a1")
-    appended, merged = deployment.catalog.commit_versions([(stale, "never-written.json")], [], tokyo(DAY, 14))
+    appended, merged = deployment.catalog.versions.commit([(stale, "never-written.json")], [], tokyo(DAY, 14))
     assert (appended, merged) == ([], [])
     table = lake.table("web.access")
     assert table.version == 2 and arrow_rows(table.to_arrow(as_of_version=2)) == day
@@ -382,8 +383,8 @@ def test_an_append_version_read_before_an_update_commits_is_not_published_over_i
 def test_a_file_list_whose_run_died_before_its_commit_is_an_orphan_for_reap(deployment: Deployment, spark) -> None:
     make_table(deployment)
     stream(deployment, DAY, 0)
-    (candidate,) = deployment.catalog.live_versions_to_publish()
-    tables = {t.id: t for t in deployment.catalog.list_tables()}
+    (candidate,) = deployment.catalog.versions.live_to_publish()
+    tables = {t.id: t for t in deployment.catalog.tables.list()}
     key = _write_live_manifests(deployment, tables, candidate)  # and the run dies here
     assert deployment.lake.exists(key)
     report = publish_once(deployment, now=tokyo(DAY, 12))
@@ -393,7 +394,7 @@ def test_a_file_list_whose_run_died_before_its_commit_is_an_orphan_for_reap(depl
         uri for uri, _ in read_manifest(deployment.lake, key)]
 
     stream(deployment, DAY, 1)
-    (dead,) = deployment.catalog.live_versions_to_publish()
+    (dead,) = deployment.catalog.versions.live_to_publish()
     dead_key = _write_live_manifests(deployment, tables, dead)
     reap_once(deployment, now=utcnow())
     assert deployment.lake.exists(dead_key), "young: a run may be about to commit it"
@@ -427,7 +428,7 @@ def test_migration_0006_numbers_existing_versions_by_commit_and_their_reads_stay
     deployment.catalog.upgrade()
     assert [(r["date"], r["version"], r["table_version"], r["op"]) for r in handle.history()] == history
     assert handle.versions() == (1, 3)
-    versions = deployment.catalog.partition_versions([p.id for p in deployment.catalog.partitions(table.id)])
+    versions = deployment.catalog.versions.of_partitions([p.id for p in deployment.catalog.partitions.list(table.id)])
     assert [(v.commit_op, v.file_list_key == v.manifest_key, v.file_list_key is None) for v in versions] == [
         ("append", True, True), ("append", True, True), ("compaction", True, False), ("append", True, True)]
     assert {v: arrow_rows(handle.to_arrow(as_of_version=v)) for v in range(1, 4)} == before, \
@@ -438,7 +439,7 @@ def test_migration_0006_numbers_existing_versions_by_commit_and_their_reads_stay
     layout = table.layout(deployment.instance_key)
     assert [uri for uri, _ in read_manifest(deployment.lake, appended.file_list_key)] == [
         deployment.lake.uri(layout.small_object(NEXT_DAY, o.id, False))
-        for o in deployment.catalog.small_objects(table.id) if o.partition_date == NEXT_DAY], \
+        for o in deployment.catalog.partitions.small_objects(table.id) if o.partition_date == NEXT_DAY], \
         "its base has no list: the new one names every live object of the day"
     assert arrow_rows(handle.to_arrow(as_of_version=4)) == before[3] + arrow_rows(
         pa.Table.from_pylist(rows_for(NEXT_DAY, 10, 3), schema=table.definition.arrow_schema()))

@@ -80,21 +80,21 @@ def test_a_delete_on_a_live_day_is_one_version_and_later_appends_merges_and_the_
     # Merges extend the update's object; the day then switches to it as usual.
     merge_once(deployment)
     partition_id = only_partition(deployment, table).id
-    (merged_range,) = [r for r in deployment.catalog.merge_ranges(partition_id) if r.lower is not None]
+    (merged_range,) = [r for r in deployment.catalog.merge_queue.ranges(partition_id) if r.lower is not None]
     assert (merged_range.lower, merged_range.object_key) == (0, None), "extended: named by its bounds again"
     assert merged_range.row_count == sum(everything.values())
     publish_once(deployment, now=tokyo(NEXT_DAY, 1))
     (compaction,) = publish_once(deployment, now=tokyo(NEXT_DAY, 2)).merged_versions
     assert manifest_rows(deployment, compaction.manifest_key) == everything
     assert visible(spark, deployment) == everything
-    ops = [v.commit_op for v in deployment.catalog.partition_versions([only_partition(deployment, table).id])]
+    ops = [v.commit_op for v in deployment.catalog.versions.of_partitions([only_partition(deployment, table).id])]
     assert ops == ["append", "update", "append", "compaction"]
 
 
 def test_a_delete_on_a_switched_day_includes_its_merged_but_unpublished_delayed_objects(
         deployment: Deployment, spark) -> None:
     switched_partition(deployment)
-    table = deployment.catalog.get_table("web.access")
+    table = deployment.catalog.tables.get("web.access")
     add_small_objects(deployment, table, DAY, [rows_for(DAY, 10, 7)])  # delayed: the day is closed
     merge_once(deployment)  # merged, not yet published: invisible
     assert visible(spark, deployment) == expected_rows([(0, 40), (1, 40), (2, 40)])
@@ -129,7 +129,7 @@ def test_overwrite_replaces_a_partition_and_refuses_rows_that_do_not_fit(deploym
     with pytest.raises(Exception, match="cannot use --where 'no_such_column = 1' on web.access"):
         delete_rows(deployment, "web.access", DAY, "no_such_column = 1")
     assert visible(spark, deployment) == Counter((r["user_id"], None) for r in replacement), "refusals change nothing"
-    assert len(deployment.catalog.partition_versions([only_partition(deployment, table).id])) == 1
+    assert len(deployment.catalog.versions.of_partitions([only_partition(deployment, table).id])) == 1
 
 
 # --- the conflict matrix (seed 004, DESIGN §6) -------------------------------------------------------
@@ -217,7 +217,7 @@ def test_update_then_append_the_append_fails_and_streams_again_next_run(deployme
 
 def test_update_vs_compaction_the_update_wins_whichever_commits_first(deployment: Deployment, spark) -> None:
     switched_partition(deployment)
-    table = deployment.catalog.get_table("web.access")
+    table = deployment.catalog.tables.get("web.access")
     layout = table.layout(deployment.instance_key)
     add_small_objects(deployment, table, DAY, [rows_for(DAY, 10, 7)])  # delayed
     merge_once(deployment)
@@ -232,30 +232,30 @@ def test_update_vs_compaction_the_update_wins_whichever_commits_first(deployment
     # The update commits first, while a compaction is being published: the compaction is discarded.
     add_small_objects(deployment, table, DAY, [rows_for(DAY, 10, 8)])
     merge_once(deployment)
-    (compaction,) = deployment.catalog.partitions_to_publish_merged()
+    (compaction,) = deployment.catalog.versions.merged_to_publish()
     json_key, _ = write_manifests(deployment.lake, layout, DAY, compaction.desired,
                                   [(r.key(layout, DAY), r.content_length) for r in compaction.ranges])
     delete_rows(deployment, "web.access", DAY, "action = 'a3'")
-    assert deployment.catalog.publish_merged_version(compaction, json_key, tokyo(NEXT_DAY, 4)) is None
+    assert deployment.catalog.versions.publish_merged(compaction, json_key, tokyo(NEXT_DAY, 4)) is None
     assert visible(spark, deployment) == expected_rows(
         [(0, 40), (1, 40), (2, 40), (7, 10)], drop=lambda r: r["action"] in ("a0", "a3")) + expected_rows(
         [(8, 10)], drop=lambda r: r["action"] == "a3"), "seed 8 came after the first delete"
-    ops = [v.commit_op for v in deployment.catalog.partition_versions([only_partition(deployment, table).id])]
+    ops = [v.commit_op for v in deployment.catalog.versions.of_partitions([only_partition(deployment, table).id])]
     assert ops == ["append", "compaction", "compaction", "update", "update"]
 
 
 def test_append_vs_compaction_and_append_vs_append_never_conflict(deployment: Deployment, spark) -> None:
     switched_partition(deployment)
-    table = deployment.catalog.get_table("web.access")
+    table = deployment.catalog.tables.get("web.access")
     layout = table.layout(deployment.instance_key)
     add_small_objects(deployment, table, DAY, [rows_for(DAY, 10, 7)])
     merge_once(deployment)
-    (compaction,) = deployment.catalog.partitions_to_publish_merged()
+    (compaction,) = deployment.catalog.versions.merged_to_publish()
     json_key, _ = write_manifests(deployment.lake, layout, DAY, compaction.desired,
                                   [(r.key(layout, DAY), r.content_length) for r in compaction.ranges])
     add_small_objects(deployment, table, DAY, [rows_for(DAY, 10, 8)])  # an append between read and commit
     add_small_objects(deployment, table, DAY, [rows_for(DAY, 10, 9)])  # and another: appends chain
-    assert deployment.catalog.publish_merged_version(compaction, json_key, tokyo(NEXT_DAY, 3)) is not None
+    assert deployment.catalog.versions.publish_merged(compaction, json_key, tokyo(NEXT_DAY, 3)) is not None
     assert visible(spark, deployment) == expected_rows([(0, 40), (1, 40), (2, 40), (7, 10)])
     merge_once(deployment)
     publish_once(deployment, now=tokyo(NEXT_DAY, 4))
@@ -272,7 +272,8 @@ def test_a_merge_job_racing_an_update_is_retried_and_merges_only_what_came_after
     update.commit()
     add_small_objects(deployment, table, DAY, [rows_for(DAY, 5, 6)])
     merge_once(deployment)
-    ranges = [r for r in deployment.catalog.merge_ranges(only_partition(deployment, table).id) if r.lower is not None]
+    ranges = [r for r in deployment.catalog.merge_queue.ranges(only_partition(deployment, table).id)
+              if r.lower is not None]
     assert [(r.lower, r.row_count) for r in ranges] == [(0, 8)], "the update's object, extended by the new object"
     publish_once(deployment, now=tokyo(NEXT_DAY, 1))
     publish_once(deployment, now=tokyo(NEXT_DAY, 2))

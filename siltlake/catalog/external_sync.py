@@ -2,61 +2,38 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from siltlake.catalog import schema as s
+from siltlake.catalog.core import CatalogCore
+from siltlake.catalog.records import PartitionToSync, SyncedTable
 from siltlake.clock import utcnow
 
 
-@dataclass(frozen=True)
-class SyncedTable:
-    """A table as a target last saw it. dropped: the siltlake table is gone, the target still has it."""
-
-    table_id: int
-    database_name: str
-    table_name: str
-    columns: tuple[tuple[str, str], ...]
-    dropped: bool
-
-
-@dataclass(frozen=True)
-class PartitionToSync:
-    """A published partition whose newest version shows something other than what the target points at."""
-
-    partition_id: int
-    table_id: int
-    partition_date: dt.date
-    file_list_key: str | None  # the newest version's JSON manifest of exactly its files; None: a live
-    # version published before file lists (migration 0006), which only the live directory shows
-    known: bool  # the target already has the partition (at another location)
-
-
 class ExternalSync:
-    """External catalog bookkeeping of Catalog (mixed in; uses its _tx)."""
+    """Reached as catalog.external_sync."""
 
-    def _tx(self):  # noqa: ANN202 - provided by Catalog
-        raise NotImplementedError
+    def __init__(self, core: CatalogCore) -> None:
+        self._core = core
 
     def synced_tables(self, target: str) -> dict[int, SyncedTable]:
         e, t = s.external_tables, s.tables
-        with self._tx() as c:
+        with self._core.tx() as c:
             rows = c.execute(sa.select(e, t.c.dropped_time).select_from(e.join(t, t.c.id == e.c.table_id))
                              .where(e.c.target == target)).all()
         return {r.table_id: SyncedTable(r.table_id, r.database_name, r.table_name,
                                         tuple((name, kind) for name, kind in json.loads(r.columns)),
                                         r.dropped_time is not None) for r in rows}
 
-    def record_table_sync(self, target: str, table_id: int, database_name: str, table_name: str,
-                          columns: Sequence[tuple[str, str]], *, forget_partitions: bool = False) -> None:
+    def record_table(self, target: str, table_id: int, database_name: str, table_name: str,
+                     columns: Sequence[tuple[str, str]], *, forget_partitions: bool = False) -> None:
         """Remember what the target now has; forget_partitions: it has none of the table's partitions (recreated)."""
         e = s.external_tables
-        with self._tx() as c:
+        with self._core.tx() as c:
             c.execute(e.delete().where(e.c.target == target, e.c.table_id == table_id))
             c.execute(e.insert().values(target=target, table_id=table_id, database_name=database_name,
                                         table_name=table_name, columns=json.dumps([list(x) for x in columns]),
@@ -64,10 +41,10 @@ class ExternalSync:
             if forget_partitions:
                 self._forget_partitions(c, target, table_id)
 
-    def forget_table_sync(self, target: str, table_id: int) -> None:
+    def forget_table(self, target: str, table_id: int) -> None:
         """The target no longer has the table (dropped there)."""
         e = s.external_tables
-        with self._tx() as c:
+        with self._core.tx() as c:
             self._forget_partitions(c, target, table_id)
             c.execute(e.delete().where(e.c.target == target, e.c.table_id == table_id))
 
@@ -83,7 +60,7 @@ class ExternalSync:
         p, v, x, e = s.partitions, s.partition_versions, s.external_partitions, s.external_tables
         newest = sa.select(v.c.partition_id, sa.func.max(v.c.version).label("version")).group_by(
             v.c.partition_id).subquery()
-        with self._tx() as c:
+        with self._core.tx() as c:
             rows = c.execute(
                 sa.select(p.c.id, p.c.table_id, p.c.partition_date, v.c.file_list_key,
                           x.c.partition_id.label("known"))
@@ -98,13 +75,13 @@ class ExternalSync:
         return [PartitionToSync(r.id, r.table_id, r.partition_date, r.file_list_key, r.known is not None)
                 for r in rows]
 
-    def record_partition_sync(self, target: str, synced: Sequence[tuple[int, str | None, str]]) -> None:
+    def record_partitions(self, target: str, synced: Sequence[tuple[int, str | None, str]]) -> None:
         """(partition_id, file list key or None for a live directory, location) rows the target now points at."""
         if not synced:
             return
         x = s.external_partitions
         now = utcnow()
-        with self._tx() as c:
+        with self._core.tx() as c:
             c.execute(x.delete().where(x.c.target == target, x.c.partition_id.in_([pid for pid, _, _ in synced])))
             c.execute(x.insert(), [dict(target=target, partition_id=pid, manifest_key=key, location=location,
                                         sync_time=now) for pid, key, location in synced])

@@ -3,127 +3,43 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from siltlake.catalog import schema as s
-from siltlake.errors import CatalogError
-
-if TYPE_CHECKING:
-    from siltlake.catalog.catalog import TableRecord
-    from siltlake.storage import TableLayout
+from siltlake.catalog.core import CatalogCore, table_record
+from siltlake.catalog.records import (
+    ClaimedJob,
+    JobOutcome,
+    LocalHost,
+    LostMergeJob,
+    MergeConflict,
+    RangeRow,
+    RangeWrite,
+    UnmergedObject,
+)
 
 # Names the PostgreSQL advisory lock that serialises claims (SQLite's write lock does the same there).
 _MERGE_CLAIM_LOCK = 0x5117_3E26
 
 
-class LostMergeJob(CatalogError):
-    """The job is no longer ours: another worker took it over after our heartbeat went stale."""
-
-
-class MergeConflict(CatalogError):
-    """The partition's ranges moved since the job planned; its output is not committed."""
-
-
-@dataclass(frozen=True)
-class LocalHost:
-    """The claiming process: its host (as siltlake.hosts.claim_host names it) and pid, recorded with each
-    claim, and whether a pid of this host still runs. A claim of this host whose process is gone is stale at
-    once; a claim of another host waits out merge.job_timeout (its pids mean nothing here)."""
-
-    name: str
-    pid: int
-    alive: Callable[[int], bool]
-
-    def holds_dead_claim(self, row) -> bool:  # noqa: ANN001 - a merge_jobs row with owner_host and owner_pid
-        return row.owner_host == self.name and row.owner_pid is not None and not self.alive(row.owner_pid)
-
-
-@dataclass(frozen=True)
-class ClaimedJob:
-    id: int
-    partition_id: int
-    partition_date: dt.date
-    table: TableRecord
-    attempts: int
-    taken_over: bool  # the previous holder's heartbeat went stale
-
-
-@dataclass(frozen=True)
-class RangeRow:
-    lower: int | None
-    upper: int
-    content_length: int
-    row_count: int
-    object_key: str | None = None  # set when the object is not named by its bounds (an update's output)
-
-    def key(self, layout: TableLayout, partition_date: dt.date) -> str:
-        """The range's object."""
-        if self.object_key is not None:
-            return self.object_key
-        assert self.lower is not None, "the sentinel has no object"
-        return layout.merged_object(partition_date, self.lower, self.upper)
-
-
-@dataclass(frozen=True)
-class UnmergedObject:
-    id: int
-    delayed: bool
-    content_length: int
-    row_count: int
-
-
-@dataclass(frozen=True)
-class RangeWrite:
-    """One written merged object: a new range (lower, upper], or the open range extended from old_upper."""
-
-    lower: int
-    upper: int
-    old_upper: int | None
-    content_length: int
-    row_count: int
-
-
-@dataclass(frozen=True)
-class JobOutcome:
-    mode: str | None
-    objects_in: int = 0
-    bytes_in: int = 0
-    bytes_out: int = 0
-    rows_out: int = 0
-    bytes_decoded: int = 0
-    start_time: dt.datetime | None = None
-    note: str | None = None
-
-
 class MergeQueue:
-    """Merge queue operations of Catalog (mixed in; uses its _tx and dialect)."""
+    """Reached as catalog.merge_queue."""
 
-    dialect: str
-
-    def _tx(self):  # noqa: ANN202 - provided by Catalog
-        raise NotImplementedError
-
-    def _insert_once(self, c: Connection, table: sa.Table, key: str | tuple[str, ...], values: dict) -> int:
-        raise NotImplementedError  # provided by Catalog
-
-    @staticmethod
-    def _record(row) -> TableRecord:  # noqa: ANN001 - provided by Catalog
-        raise NotImplementedError
+    def __init__(self, core: CatalogCore) -> None:
+        self._core = core
 
     def _lock_claims(self, c: Connection) -> None:
-        if self.dialect == "postgresql":
+        if self._core.dialect == "postgresql":
             c.execute(sa.select(sa.func.pg_advisory_xact_lock(_MERGE_CLAIM_LOCK)))
 
     # --- claiming --------------------------------------------------------------------------------
 
-    def claim_merge_jobs(self, owner: str, *, limit: int, now: dt.datetime, timeout: float,
-                         per_table_limit: int, table_ids: Sequence[int] | None = None,
-                         local: LocalHost | None = None) -> list[ClaimedJob]:
+    def claim(self, owner: str, *, limit: int, now: dt.datetime, timeout: float,
+              per_table_limit: int, table_ids: Sequence[int] | None = None,
+              local: LocalHost | None = None) -> list[ClaimedJob]:
         """Claim up to `limit` due jobs (or jobs whose worker went silent for `timeout` seconds, or, with
         `local`, whose process on this host is gone); claims record local's host and pid.
 
@@ -133,7 +49,7 @@ class MergeQueue:
         """
         j, p = s.merge_jobs, s.partitions
         stale_before = now - dt.timedelta(seconds=timeout)
-        with self._tx() as c:
+        with self._core.tx() as c:
             self._lock_claims(c)
             held = c.execute(
                 sa.select(p.c.table_id, j.c.partition_id, j.c.ongoing_mark, j.c.heartbeat_time, j.c.owner,
@@ -193,7 +109,7 @@ class MergeQueue:
                 if updated != 1:
                     continue
                 if row.table_id not in tables:
-                    tables[row.table_id] = self._record(
+                    tables[row.table_id] = table_record(
                         c.execute(sa.select(s.tables).where(s.tables.c.id == row.table_id)).one())
                 busy_partitions.add(row.partition_id)
                 running_per_table[row.table_id] = running_per_table.get(row.table_id, 0) + 1
@@ -213,12 +129,12 @@ class MergeQueue:
                     ))
         return claimed
 
-    def heartbeat_merge_jobs(self, job_ids: Sequence[int], owner: str, now: dt.datetime) -> set[int]:
+    def heartbeat(self, job_ids: Sequence[int], owner: str, now: dt.datetime) -> set[int]:
         """Refresh the heartbeat of our running jobs; returns the ids that are no longer ours."""
         if not job_ids:
             return set()
         j = s.merge_jobs
-        with self._tx() as c:
+        with self._core.tx() as c:
             c.execute(j.update().where(j.c.id.in_(list(job_ids)), j.c.owner == owner, j.c.ongoing_mark == j.c.id)
                       .values(heartbeat_time=now))
             still = set(c.execute(sa.select(j.c.id).where(
@@ -227,20 +143,20 @@ class MergeQueue:
 
     # --- planning inputs ---------------------------------------------------------------------------
 
-    def merge_ranges(self, partition_id: int) -> list[RangeRow]:
+    def ranges(self, partition_id: int) -> list[RangeRow]:
         r = s.merge_ranges
-        with self._tx() as c:
+        with self._core.tx() as c:
             rows = c.execute(sa.select(r.c.lower_bound, r.c.upper_bound, r.c.content_length, r.c.row_count,
                                        r.c.object_key)
                              .where(r.c.partition_id == partition_id).order_by(r.c.upper_bound)).all()
         return [RangeRow(*row) for row in rows]
 
     def unmerged_objects(self, partition_id: int, limit: int
-                         ) -> tuple[RangeRow | None, int | None, list[UnmergedObject]]:
+                        ) -> tuple[RangeRow | None, int | None, list[UnmergedObject]]:
         """The partition's last range (None if none but the sentinel), the largest upper bound (None without
-        any range row: what commit_merge checks), and up to `limit` small objects after it."""
+        any range row: what commit checks), and up to `limit` small objects after it."""
         r, so = s.merge_ranges, s.small_objects
-        with self._tx() as c:
+        with self._core.tx() as c:
             last = c.execute(
                 sa.select(r.c.lower_bound, r.c.upper_bound, r.c.content_length, r.c.row_count, r.c.object_key)
                 .where(r.c.partition_id == partition_id).order_by(r.c.upper_bound.desc()).limit(1)
@@ -258,15 +174,15 @@ class MergeQueue:
     def _own_job(self, c: Connection, job: ClaimedJob, owner: str):  # noqa: ANN202 - a Row
         j = s.merge_jobs
         query = sa.select(j).where(j.c.id == job.id, j.c.ongoing_mark == job.id, j.c.owner == owner)
-        if self.dialect == "postgresql":
+        if self._core.dialect == "postgresql":
             query = query.with_for_update()
         row = c.execute(query).first()
         if row is None:
             raise LostMergeJob(f"merge job {job.id} is no longer held by {owner}; another worker took it over")
         return row
 
-    def _log(self, c: Connection, job: ClaimedJob, outcome: str, result: JobOutcome, now: dt.datetime,
-             error: str | None = None) -> None:
+    def _write_log(self, c: Connection, job: ClaimedJob, outcome: str, result: JobOutcome, now: dt.datetime,
+                   error: str | None = None) -> None:
         c.execute(s.merge_job_log.insert().values(
             job_id=job.id, partition_id=job.partition_id, mode=result.mode, objects_in=result.objects_in,
             bytes_in=result.bytes_in, bytes_out=result.bytes_out, rows_out=result.rows_out,
@@ -274,34 +190,19 @@ class MergeQueue:
             outcome=outcome, error=error, note=result.note,
         ))
 
-    def _schedule_waiting(self, c: Connection, partition_id: int, when: dt.datetime,
-                          continued_from: int | None = None, advance: bool = True) -> None:
-        """Make sure the partition has a waiting job (due no later than `when` if advance)."""
-        j = s.merge_jobs
-        waiting = c.execute(sa.select(j.c.id, j.c.schedule_time)
-                            .where(j.c.partition_id == partition_id, j.c.ongoing_mark == 0)).first()
-        if waiting is None:
-            # A stream commit and a merge commit may both find no waiting job: the second insert is a no-op.
-            self._insert_once(c, j, ("partition_id", "ongoing_mark"), dict(
-                partition_id=partition_id, schedule_time=when, ongoing_mark=0, continued_from=continued_from))
-        elif advance and (waiting.schedule_time > when or continued_from is not None):
-            values: dict = {"schedule_time": min(when, waiting.schedule_time)}
-            if continued_from is not None:
-                values["continued_from"] = continued_from
-            c.execute(j.update().where(j.c.id == waiting.id).values(**values))
 
-    def commit_merge(self, job: ClaimedJob, owner: str, *, base_upper: int | None, writes: Sequence[RangeWrite],
-                     continuing: bool, result: JobOutcome, now: dt.datetime) -> None:
+    def commit(self, job: ClaimedJob, owner: str, *, base_upper: int | None, writes: Sequence[RangeWrite],
+               continuing: bool, result: JobOutcome, now: dt.datetime) -> None:
         """Record written objects as ranges, raise desired_manifest_version, end the job: one transaction.
 
         base_upper is the last range's upper bound the job planned from (None: the partition had no
         ranges). If the ranges moved meanwhile, nothing is recorded and MergeConflict is raised.
         """
         r, p, j = s.merge_ranges, s.partitions, s.merge_jobs
-        with self._tx() as c:
+        with self._core.tx() as c:
             self._own_job(c, job, owner)
             lock = sa.select(p.c.id).where(p.c.id == job.partition_id)
-            c.execute(lock.with_for_update() if self.dialect == "postgresql" else lock)
+            c.execute(lock.with_for_update() if self._core.dialect == "postgresql" else lock)
             current = c.execute(sa.select(sa.func.max(r.c.upper_bound)).where(r.c.partition_id == job.partition_id)
                                 ).scalar_one()
             if current != base_upper:
@@ -331,17 +232,17 @@ class MergeQueue:
                 c.execute(p.update().where(p.c.id == job.partition_id)
                           .values(desired_manifest_version=writes[-1].upper))
             c.execute(j.delete().where(j.c.id == job.id))
-            self._log(c, job, "continuing" if continuing else "finished", result, now)
+            self._write_log(c, job, "continuing" if continuing else "finished", result, now)
             if continuing:
-                self._schedule_waiting(c, job.partition_id, now, continued_from=job.id)
+                self._core.schedule_waiting(c, job.partition_id, now, continued_from=job.id)
 
-    def fail_merge_job(self, job: ClaimedJob, owner: str, error: str, *, result: JobOutcome, now: dt.datetime,
-                       max_attempts: int, backoff: float) -> bool:
+    def fail(self, job: ClaimedJob, owner: str, error: str, *, result: JobOutcome, now: dt.datetime,
+             max_attempts: int, backoff: float) -> bool:
         """Log a failed attempt; retry later (backoff doubles per attempt) or park. True when parked."""
         j = s.merge_jobs
-        with self._tx() as c:
+        with self._core.tx() as c:
             row = self._own_job(c, job, owner)
-            self._log(c, job, "failed", result, now, error=error)
+            self._write_log(c, job, "failed", result, now, error=error)
             if row.attempts >= max_attempts:
                 c.execute(j.update().where(j.c.id == job.id).values(
                     ongoing_mark=-job.id, owner=None, owner_host=None, owner_pid=None, heartbeat_time=None,
@@ -355,10 +256,10 @@ class MergeQueue:
                 schedule_time=now + dt.timedelta(seconds=min(delay, 3600.0))))
             return False
 
-    def release_merge_job(self, job: ClaimedJob, owner: str, now: dt.datetime) -> None:
+    def release(self, job: ClaimedJob, owner: str, now: dt.datetime) -> None:
         """Give a claimed job back unrun (shutting down): waiting again, due now, attempt not counted."""
         j = s.merge_jobs
-        with self._tx() as c:
+        with self._core.tx() as c:
             try:
                 self._own_job(c, job, owner)
             except LostMergeJob:
@@ -368,10 +269,10 @@ class MergeQueue:
                 ongoing_mark=0, owner=None, owner_host=None, owner_pid=None, heartbeat_time=None,
                 attempts=j.c.attempts - 1, schedule_time=now))
 
-    def retry_parked_jobs(self, now: dt.datetime, table_id: int | None = None) -> int:
+    def retry_parked(self, now: dt.datetime, table_id: int | None = None) -> int:
         """Put parked jobs back in the queue, due now, with their attempts reset."""
         j, p = s.merge_jobs, s.partitions
-        with self._tx() as c:
+        with self._core.tx() as c:
             query = sa.select(j.c.id, j.c.partition_id).where(j.c.ongoing_mark < 0)
             if table_id is not None:
                 query = query.where(j.c.partition_id.in_(sa.select(p.c.id).where(p.c.table_id == table_id)))
@@ -389,42 +290,48 @@ class MergeQueue:
             where = sa.and_(where, j.c.partition_id.in_(sa.select(p.c.id).where(p.c.table_id.in_(list(table_ids)))))
         return where
 
-    def advance_merge_jobs(self, now: dt.datetime, table_ids: Sequence[int] | None = None) -> int:
+    def advance(self, now: dt.datetime, table_ids: Sequence[int] | None = None) -> int:
         """Make every waiting job scheduled after `now` (merge interval, retry backoff) due at `now`."""
-        with self._tx() as c:
+        with self._core.tx() as c:
             return c.execute(s.merge_jobs.update().where(self._waiting_later(now, table_ids))
                              .values(schedule_time=now)).rowcount
 
-    def scheduled_merge_jobs(self, now: dt.datetime, table_ids: Sequence[int] | None = None
-                             ) -> tuple[int, dt.datetime | None]:
+    def scheduled(self, now: dt.datetime, table_ids: Sequence[int] | None = None
+                 ) -> tuple[int, dt.datetime | None]:
         """Waiting jobs not due yet at `now`: how many, and when the first falls due."""
         j = s.merge_jobs
-        with self._tx() as c:
+        with self._core.tx() as c:
             count, first = c.execute(sa.select(sa.func.count(), sa.func.min(j.c.schedule_time))
                                      .where(self._waiting_later(now, table_ids))).one()
         return count, first
 
     # --- reporting ---------------------------------------------------------------------------------
 
-    def merge_log(self, partition_id: int | None = None, limit: int | None = None) -> list[dict]:
+    def jobs(self, partition_id: int) -> list[dict]:
+        with self._core.tx() as c:
+            return [r._asdict() for r in c.execute(
+                sa.select(s.merge_jobs).where(s.merge_jobs.c.partition_id == partition_id)
+            )]
+
+    def log(self, partition_id: int | None = None, limit: int | None = None) -> list[dict]:
         log = s.merge_job_log
         query = sa.select(log).order_by(log.c.id)
         if partition_id is not None:
             query = query.where(log.c.partition_id == partition_id)
         if limit is not None:
             query = query.order_by(None).order_by(log.c.id.desc()).limit(limit)
-        with self._tx() as c:
+        with self._core.tx() as c:
             rows = [row._asdict() for row in c.execute(query)]
         return sorted(rows, key=lambda row: row["id"])
 
-    def merge_status(self, now: dt.datetime, timeout: float, local: LocalHost | None = None) -> list[dict]:
+    def status(self, now: dt.datetime, timeout: float, local: LocalHost | None = None) -> list[dict]:
         """Per live table: partitions by state, unmerged small objects, jobs by state, parked errors.
 
         A running job is stale once its heartbeat is older than `timeout`, or (with `local`) at once when
         its process on this host is gone."""
         t, p, so, r, j = s.tables, s.partitions, s.small_objects, s.merge_ranges, s.merge_jobs
         stale_before = now - dt.timedelta(seconds=timeout)
-        with self._tx() as c:
+        with self._core.tx() as c:
             tables = c.execute(sa.select(t.c.id, t.c.schema_name, t.c.table_name)
                                .where(t.c.dropped_time.is_(None)).order_by(t.c.schema_name, t.c.table_name)).all()
             status = {row.id: {

@@ -4,78 +4,15 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from siltlake.catalog import schema as s
+from siltlake.catalog.core import CatalogCore
+from siltlake.catalog.records import ReapPartition, ReapRange, ReapSmallObject, ReapTable, ReapVersion, ReapView
 
 _CHUNK = 500  # ids per IN (...) list: well under SQLite's and PostgreSQL's parameter limits
-
-
-@dataclass(frozen=True)
-class ReapTable:
-    id: int
-    physical_schema_name: str
-    physical_table_name: str
-    timezone: str
-    ttl_days: int | None
-    dropped_time: dt.datetime | None
-
-    @property
-    def physical_name(self) -> str:
-        return f"{self.physical_schema_name}.{self.physical_table_name}"
-
-
-@dataclass(frozen=True)
-class ReapPartition:
-    id: int
-    table_id: int
-    partition_date: dt.date
-
-
-@dataclass(frozen=True)
-class ReapVersion:
-    id: int
-    partition_id: int
-    version: int
-    commit_op: str
-    live_watermark: int | None
-    manifest_key: str | None
-    covered_upper: int | None
-    created_at: dt.datetime
-    file_list_key: str | None = None  # the manifest of exactly its files (== manifest_key when merged/updated)
-
-
-@dataclass(frozen=True)
-class ReapRange:
-    partition_id: int
-    lower: int | None
-    upper: int
-    object_key: str | None
-
-
-@dataclass(frozen=True)
-class ReapSmallObject:
-    id: int
-    partition_id: int
-    delayed: bool
-    content_length: int
-
-
-@dataclass
-class ReapView:
-    """Everything that references an object, read in one snapshot."""
-
-    tables: list[ReapTable] = field(default_factory=list)
-    partitions: list[ReapPartition] = field(default_factory=list)
-    versions: list[ReapVersion] = field(default_factory=list)
-    ranges: list[ReapRange] = field(default_factory=list)
-    small_objects: list[ReapSmallObject] = field(default_factory=list)
-    running_jobs: list[tuple[int, dt.datetime | None]] = field(default_factory=list)  # (partition id, heartbeat)
-    error_keys: set[str] = field(default_factory=set)
-    instances: dict[str, bool] = field(default_factory=dict)  # instance key -> is_self
 
 
 def _chunks(values: Sequence[int]) -> Iterable[list[int]]:
@@ -84,25 +21,19 @@ def _chunks(values: Sequence[int]) -> Iterable[list[int]]:
 
 
 class Reaping:
-    """Reap operations of Catalog (mixed in; uses its _tx, _snapshot and _ordering_lock)."""
+    """Reached as catalog.reaping."""
 
-    def _tx(self):  # noqa: ANN202 - provided by Catalog
-        raise NotImplementedError
+    def __init__(self, core: CatalogCore) -> None:
+        self._core = core
 
-    def _snapshot(self):  # noqa: ANN202 - provided by Catalog
-        raise NotImplementedError
-
-    def _ordering_lock(self, c: Connection) -> None:
-        raise NotImplementedError  # provided by Publishing
-
-    def reap_view(self) -> ReapView:
+    def view(self) -> ReapView:
         """Tables (dropped too), partitions, versions, ranges, small objects, running merge jobs, error files
         and registered instances, all as of one moment: a reference seen here is never missed because
         another writer moved it between two of these queries."""
         t, p, v, r, so, j = (s.tables, s.partitions, s.partition_versions, s.merge_ranges, s.small_objects,
                              s.merge_jobs)
         view = ReapView()
-        with self._snapshot() as c:
+        with self._core.snapshot() as c:
             view.tables = [ReapTable(*row) for row in c.execute(sa.select(
                 t.c.id, t.c.physical_schema_name, t.c.physical_table_name, t.c.timezone, t.c.ttl_days,
                 t.c.dropped_time))]
@@ -125,23 +56,17 @@ class Reaping:
 
     def running_merge_partitions(self, fresh_after: dt.datetime) -> set[int]:
         """Partitions with a running merge job whose heartbeat is newer than `fresh_after` (read again right
-        before deleting: a job claimed after reap_view may be writing now)."""
+        before deleting: a job claimed after view() may be writing now)."""
         j = s.merge_jobs
-        with self._tx() as c:
+        with self._core.tx() as c:
             return set(c.execute(sa.select(j.c.partition_id).where(
                 j.c.ongoing_mark > 0, j.c.heartbeat_time >= fresh_after)).scalars())
-
-    def foreign_instances(self) -> set[str]:
-        """Instance keys registered to other deployments."""
-        i = s.instances
-        with self._tx() as c:
-            return set(c.execute(sa.select(i.c.instance_key).where(i.c.is_self.is_(False))).scalars())
 
     def delete_small_object_rows(self, ids: Sequence[int]) -> int:
         """Forget small objects whose files reap deleted (covered by their partition's newest manifest)."""
         so = s.small_objects
         deleted = 0
-        with self._tx() as c:
+        with self._core.tx() as c:
             for chunk in _chunks(sorted(ids)):
                 deleted += c.execute(so.delete().where(so.c.id.in_(chunk))).rowcount
         return deleted
@@ -152,7 +77,7 @@ class Reaping:
         v = s.partition_versions
         newer = sa.alias(v, "newer")
         deleted = 0
-        with self._tx() as c:
+        with self._core.tx() as c:
             for chunk in _chunks(sorted(ids)):
                 deleted += c.execute(v.delete().where(v.c.id.in_(chunk), sa.exists().where(
                     newer.c.partition_id == v.c.partition_id, newer.c.version > v.c.version))).rowcount
@@ -166,8 +91,8 @@ class Reaping:
         if not partition_ids:
             return 0
         deleted = 0
-        with self._tx() as c:
-            self._ordering_lock(c)
+        with self._core.tx() as c:
+            self._core.ordering_lock(c)
             deleted += self._delete_partition_rows(c, list(partition_ids))
         return deleted
 
@@ -188,8 +113,8 @@ class Reaping:
         those staging URIs were seen, so a new table of the same name never loads them again.
         """
         t, p = s.tables, s.partitions
-        with self._tx() as c:
-            self._ordering_lock(c)
+        with self._core.tx() as c:
+            self._core.ordering_lock(c)
             dropped = c.execute(sa.select(t.c.dropped_time).where(t.c.id == table_id)).scalar_one()
             if dropped is None:
                 return 0  # never: only dropped tables come here

@@ -26,7 +26,7 @@ instances = sa.Table(
     sa.Column("instance_key", sa.String(32), primary_key=True),
     sa.Column("is_self", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Column("storage_root", sa.Text, nullable=False),
-    # is_self row: this catalog's random id (Catalog.catalog_id); others: the catalog their marker names.
+    # is_self row: this catalog's random id (catalog.instances.catalog_id); others: the catalog their marker names.
     sa.Column("description", sa.Text, nullable=False, server_default=""),
     sa.Column("registered_time", sa.DateTime, nullable=False),
 )

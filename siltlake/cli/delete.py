@@ -33,8 +33,8 @@ def delete(context: click.Context, name: str, where: str, dates: tuple[dt.date, 
         raise click.UsageError("give the partitions: --date YYYY-MM-DD (repeatable) or --all-dates")
     now = parse_now(now_text)
     deployment = deployment_of(context)
-    record = deployment.catalog.get_table(name)
-    wanted = [p.partition_date for p in deployment.catalog.partitions(record.id)] if all_dates else list(dates)
+    record = deployment.catalog.tables.get(name)
+    wanted = [p.partition_date for p in deployment.catalog.partitions.list(record.id)] if all_dates else list(dates)
     outcome = []
     with activity(f"deleting from {name}…") as step:
         for done, date in enumerate(wanted):

@@ -62,24 +62,24 @@ def merge(context: click.Context, once: bool, now_text: str | None, slots: int |
     clock = (lambda: now) if now is not None else utcnow
     deployment = deployment_of(context)
     deployment.catalog.check_ready()
-    table_ids = [deployment.catalog.get_table(table_name).id] if table_name else None
+    table_ids = [deployment.catalog.tables.get(table_name).id] if table_name else None
     if retry_failed:
         count = 0
         for table_id in table_ids or [None]:
-            count += deployment.catalog.retry_parked_jobs(clock(), table_id)
+            count += deployment.catalog.merge_queue.retry_parked(clock(), table_id)
         console.print(f"{count} parked jobs queued again")
     if slots is not None and slots < 1:
         raise click.BadParameter("must be at least 1", param_hint="--slots")
     if once:
         if now_text == "":
-            advanced = deployment.catalog.advance_merge_jobs(clock(), table_ids)
+            advanced = deployment.catalog.merge_queue.advance(clock(), table_ids)
             console.print(f"{advanced} scheduled jobs made due now", highlight=False)
         with progress_bar() as bar:
             worker = MergeWorker(deployment, slots=slots, table_ids=table_ids, progress=_MergeProgressBar(bar),
                                  clock=clock)
             report = worker.run(once=True)
         finished_at = clock()
-        scheduled, next_due = deployment.catalog.scheduled_merge_jobs(finished_at, table_ids)
+        scheduled, next_due = deployment.catalog.merge_queue.scheduled(finished_at, table_ids)
         if as_json:
             write_json({**report.__dict__, "scheduled": scheduled, "next_due": next_due})
         else:

@@ -42,8 +42,8 @@ def status(context: click.Context, fmt: str) -> None:
     from siltlake.clock import utcnow
     from siltlake.hosts import local_host
 
-    rows = deployment.catalog.merge_status(utcnow(), deployment.config.merge.job_timeout, local_host())
-    failing = deployment.catalog.failing_staging_objects()
+    rows = deployment.catalog.merge_queue.status(utcnow(), deployment.config.merge.job_timeout, local_host())
+    failing = deployment.catalog.staging.failing()
     if fmt == "json":
         write_json({"tables": rows, "failing_staging_objects": [asdict(f) for f in failing]})
         return

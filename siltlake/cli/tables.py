@@ -28,7 +28,7 @@ def table_create(context: click.Context, file: str) -> None:
     """Create a table from a definition file (TOML, or YAML)."""
     from siltlake.tabledef import load_table_file
 
-    record = deployment_of(context).catalog.create_table(load_table_file(file))
+    record = deployment_of(context).catalog.tables.create(load_table_file(file))
     console.print(f"created table {record.qualified_name} "
                   f"(objects under {record.physical_schema_name}.{record.physical_table_name})")
 
@@ -52,7 +52,7 @@ TABLE_COLUMNS = (
 @friendly
 def table_list(context: click.Context, fmt: str) -> None:
     """List tables."""
-    records = deployment_of(context).catalog.list_tables()
+    records = deployment_of(context).catalog.tables.list()
     emit(fmt, TABLE_COLUMNS, [
         (record.definition.qualified_name, record.definition.time_column, record.definition.timezone,
          record.definition.merge_interval, len(record.definition.columns),
@@ -71,7 +71,7 @@ def table_show(context: click.Context, name: str, fmt: str) -> None:
     With --format json: one object, the definition as stored (durations in seconds) and the partitions;
     with --format csv: the partitions, a row each."""
     deployment = deployment_of(context)
-    record = deployment.catalog.get_table(name)
+    record = deployment.catalog.tables.get(name)
     d = record.definition
     partitions = partition_rows(deployment, record.id)
     if fmt == "json":
@@ -108,7 +108,7 @@ PARTITION_COLUMNS = (
 def partition_rows(deployment: Deployment, table_id: int) -> list[dict[str, Any]]:
     """A table's partitions with their object and row counts, as `table show` lists them."""
     rows = []
-    for row in deployment.catalog.partition_summary(table_id):
+    for row in deployment.catalog.partitions.summary(table_id):
         closed = row.pop("closed")
         rows.append({"date": row.pop("date").isoformat(), "state": "closed" if closed else "open", **row})
     return rows
@@ -127,7 +127,7 @@ def table_add_column(context: click.Context, name: str, column: str, type_name: 
     from siltlake.tabledef import Column
 
     new_column = Column.from_mapping({"name": column, "type": type_name, "source": source})
-    deployment_of(context).catalog.add_column(name, new_column)
+    deployment_of(context).catalog.tables.add_column(name, new_column)
     console.print(f"added column {column} {new_column.type} to {name}")
 
 
@@ -139,7 +139,7 @@ def table_add_column(context: click.Context, name: str, column: str, type_name: 
 @friendly
 def table_alter_column(context: click.Context, name: str, column: str, type_name: str) -> None:
     """Widen a column's type: int to bigint, float to double (older objects read as the new type)."""
-    record = deployment_of(context).catalog.alter_column_type(name, column, type_name)
+    record = deployment_of(context).catalog.tables.alter_column_type(name, column, type_name)
     console.print(f"column {column} of {name} is now {record.definition.column(column).type}")
 
 
@@ -150,7 +150,7 @@ def table_alter_column(context: click.Context, name: str, column: str, type_name
 @friendly
 def table_rename(context: click.Context, name: str, new_name: str) -> None:
     """Rename a table (logical name only: objects stay under the physical name)."""
-    deployment_of(context).catalog.rename_table(name, new_name)
+    deployment_of(context).catalog.tables.rename(name, new_name)
     console.print(f"renamed {name} to {new_name}")
 
 
@@ -163,5 +163,5 @@ def table_drop(context: click.Context, name: str, yes: bool) -> None:
     """Drop a table; its objects are removed later by reap."""
     if not yes:
         click.confirm(f"drop table {name}?", abort=True)
-    deployment_of(context).catalog.drop_table(name)
+    deployment_of(context).catalog.tables.drop(name)
     console.print(f"dropped {name}")

@@ -26,7 +26,7 @@ UNKNOWN_COLUMNS = (
 @friendly
 def unknown_list(context: click.Context, fmt: str) -> None:
     """List them with the reason (`silt unknown replay` streams them again)."""
-    rows = deployment_of(context).catalog.list_unknown()
+    rows = deployment_of(context).catalog.staging.unknown()
     emit(fmt, UNKNOWN_COLUMNS, [
         (row.uri, row.size or 0, row.table_name, row.detect_time.isoformat(sep=" ", timespec="seconds"), row.reason)
         for row in rows], empty="no unknown staging objects")
@@ -43,5 +43,5 @@ def unknown_replay(context: click.Context, uris: tuple[str, ...], replay_all: bo
     """Forget unknown objects so the next stream run looks at them again (after a fix or a new table)."""
     if not uris and not replay_all:
         raise click.UsageError("name the URIs to replay, or pass --all")
-    forgotten = deployment_of(context).catalog.forget_unknown(None if replay_all else list(uris))
+    forgotten = deployment_of(context).catalog.staging.forget_unknown(None if replay_all else list(uris))
     console.print(f"{len(forgotten)} objects will be streamed again by the next `silt stream` run")

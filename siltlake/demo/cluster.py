@@ -146,7 +146,7 @@ class Pipeline:
             frame = table(deployment.spark(), "web.access", deployment)
             rows = [[_jsonable(value) for value in row] for row in frame.collect()]
             # Objects of no table are listed when found, not in the stream report: ask the catalog.
-            return [frame.columns, *sorted(rows, key=json.dumps)], len(deployment.catalog.list_unknown())
+            return [frame.columns, *sorted(rows, key=json.dumps)], len(deployment.catalog.staging.unknown())
         finally:
             deployment.close()
 

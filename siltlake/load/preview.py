@@ -25,7 +25,7 @@ def preview(deployment: Deployment, config: LoadConfig, limit: int) -> dict[str,
             raise ConfigError(f"jobs.{name}.in.path: no files match {job.input.path}")
         produced = output_columns(job)
         try:
-            definition = deployment.catalog.get_table(job.out.table).definition
+            definition = deployment.catalog.tables.get(job.out.table).definition
         except NotFoundError:
             definition = None
         if job.sql is None and definition is not None:

@@ -169,7 +169,7 @@ def _create_definition(job: JobConfig, columns: list[tuple[str, str]]) -> TableD
 def _existing_target(deployment: Deployment, job: JobConfig) -> TableRecord | None:
     """The target table, or None when it does not exist yet and out.create asks to create it."""
     try:
-        return deployment.catalog.get_table(job.out.table)
+        return deployment.catalog.tables.get(job.out.table)
     except NotFoundError:
         if not job.out.create:
             raise ConfigError(f"out.table: no table {job.out.table}; create it (silt table create) or set "
@@ -183,7 +183,7 @@ def _target(deployment: Deployment, job: JobConfig, columns: list[tuple[str, str
         return table
     if columns is None:
         raise ConfigError("parser.columns: out.create needs the parser columns (silt guess writes them)")
-    return deployment.catalog.create_table(_create_definition(job, columns))
+    return deployment.catalog.tables.create(_create_definition(job, columns))
 
 
 # --------------------------------------------------------------------------------------------
@@ -242,7 +242,7 @@ def _new_state(deployment: Deployment, config: LoadConfig) -> dict:
         tasks = [task for uri, size in inputs for task in _splits(job, uri, size)]
         jobs[name] = {"table": job.out.table, "tasks": tasks, "reports": [None] * len(tasks), "sql_reports": None}
     return {"version": STATE_VERSION, "config_hash": config.digest(), "run_id": run_id,
-            "created": utcnow().isoformat(), "version_mark": deployment.catalog.version_mark(),
+            "created": utcnow().isoformat(), "version_mark": deployment.catalog.versions.mark(),
             "instance_key": deployment.instance_key, "committed": False, "jobs": jobs}
 
 
@@ -363,7 +363,7 @@ def _create_from_sql(deployment: Deployment, name: str, job: JobConfig, reports:
             raise ConfigError(f"jobs.{name}.filters (sql): column {item.name} has type "
                               f"{item.dataType.simpleString()}, which a table cannot store; cast it")
         columns.append((item.name, kind))
-    return deployment.catalog.create_table(_create_definition(job, columns))
+    return deployment.catalog.tables.create(_create_definition(job, columns))
 
 
 @contextmanager
@@ -551,7 +551,7 @@ def _commit(deployment: Deployment, config: LoadConfig, state: dict, tables: dic
     lake = deployment.lake
     run_id = state["run_id"]
     units = {name: _units(name, state) for name in config.jobs}
-    committed = deployment.catalog.known_uris([uri for job in units.values() for uri, *_ in job])
+    committed = deployment.catalog.staging.known_uris([uri for job in units.values() for uri, *_ in job])
     # Checked before the transaction: a move cannot be rolled back with it.
     for name, job_units in units.items():
         for uri, report, _, _ in job_units:
@@ -562,7 +562,7 @@ def _commit(deployment: Deployment, config: LoadConfig, state: dict, tables: dic
                     raise CatalogError(f"load {run_id}: the output {lake.uri(part['tmp_key'])} of job {name} is gone "
                                        "(reaped after reap.grace, or deleted); nothing was committed: `silt cleanup` "
                                        "this load and run it again")
-    with deployment.catalog.stream_commit() as tx:
+    with deployment.catalog.partitions.stream_commit() as tx:
         now = utcnow()
         for name, job_units in units.items():
             table = tables[name]

@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from siltlake.catalog.merge_queue import ClaimedJob, JobOutcome, LostMergeJob, MergeConflict, RangeWrite
+from siltlake.catalog import ClaimedJob, JobOutcome, LostMergeJob, MergeConflict, RangeWrite
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.errors import SiltError
@@ -95,7 +95,8 @@ class MergeWorker:
         definition = job.table.definition
         limits = MergeLimits(merged_object_size=definition.merged_object_size,
                              merge_batch_size=definition.merge_batch_size)
-        last, base_upper, pending = self.catalog.unmerged_objects(job.partition_id, limits.merge_batch_size + 1)
+        last, base_upper, pending = self.catalog.merge_queue.unmerged_objects(job.partition_id,
+                                                                              limits.merge_batch_size + 1)
         last_range = MergedRange(last.lower, last.upper, last.content_length, last.row_count) if last else None
         objects = [SmallObject(o.id, o.content_length, o.row_count, o.delayed) for o in pending]
         plan = plan_merge(objects, last_range, limits)
@@ -149,7 +150,7 @@ class MergeWorker:
                 bytes_decoded=sum(w["bytes_decoded"] for w in ranges), start_time=started,
                 note="; ".join(notes) or None,
             )
-            self.catalog.commit_merge(job, self.owner, base_upper=prepared.base_upper, writes=writes,
+            self.catalog.merge_queue.commit(job, self.owner, base_upper=prepared.base_upper, writes=writes,
                                       continuing=plan.continuing, result=outcome, now=now)
             with self._lock:
                 report.continuing += plan.continuing
@@ -168,7 +169,7 @@ class MergeWorker:
             with self._lock:
                 report.conflicts += 1
                 report.errors.append((job.table.qualified_name, job.partition_date.isoformat(), str(exc)))
-            self.catalog.release_merge_job(job, self.owner, now)
+            self.catalog.merge_queue.release(job, self.owner, now)
         except Exception as exc:  # the catalog went away mid-commit: the claim goes stale and is taken over
             with self._lock:
                 report.errors.append((job.table.qualified_name, job.partition_date.isoformat(),
@@ -180,7 +181,7 @@ class MergeWorker:
 
     def _fail(self, prepared: _Prepared, error: str, started, now) -> None:  # noqa: ANN001
         job = prepared.job
-        parked = self.catalog.fail_merge_job(
+        parked = self.catalog.merge_queue.fail(
             job, self.owner, error, result=JobOutcome(mode=None, objects_in=len(prepared.plan.objects),
                                                       start_time=started),
             now=now, max_attempts=self.settings.max_attempts, backoff=self.settings.retry_backoff)
@@ -232,12 +233,12 @@ class MergeWorker:
             with self._lock:
                 held = list(self._held)
             try:
-                self.catalog.heartbeat_merge_jobs(held, self.owner, self.clock())
+                self.catalog.merge_queue.heartbeat(held, self.owner, self.clock())
             except Exception:  # the catalog is briefly unreachable: try again next beat
                 continue
 
     def claim(self, limit: int) -> list[ClaimedJob]:
-        claimed = self.catalog.claim_merge_jobs(
+        claimed = self.catalog.merge_queue.claim(
             self.owner, limit=limit, now=self.clock(), timeout=self.settings.job_timeout,
             per_table_limit=self.settings.per_table_limit, table_ids=self.table_ids, local=self.local)
         with self._lock:

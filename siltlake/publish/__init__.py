@@ -1,7 +1,7 @@
 """Publish (DESIGN §4, §6): close days, switch partitions to merged objects, record versions, write
 manifests; updates rewrite a partition as one version."""
 
-from siltlake.catalog.publishing import UpdateConflict
+from siltlake.catalog import UpdateConflict
 from siltlake.publish.runner import PublishReport, publish_once
 from siltlake.publish.update import UpdateReport, delete_rows, overwrite_partition
 

@@ -25,8 +25,7 @@ from siltlake.publish.targets import drop_forgotten_tables
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from siltlake.catalog import TableRecord
-    from siltlake.catalog.external_sync import PartitionToSync, SyncedTable
+    from siltlake.catalog import PartitionToSync, SyncedTable, TableRecord
     from siltlake.config import HiveTargetConfig
     from siltlake.deployment import Deployment
 
@@ -179,12 +178,13 @@ class HiveTarget:
                 if old is not None:
                     self._sql(f"DROP TABLE IF EXISTS `{old.database_name}`.`{old.table_name}`")
                 self._create(record, database, table)
-                self.catalog.record_table_sync(TARGET, record.id, database, table, columns, forget_partitions=True)
+                self.catalog.external_sync.record_table(TARGET, record.id, database, table, columns,
+                                                        forget_partitions=True)
                 continue
             if old.table_name != table:
                 self._sql(f"ALTER TABLE `{database}`.`{old.table_name}` RENAME TO `{database}`.`{table}`")
             self._alter_columns(database, table, old.columns, columns)
-            self.catalog.record_table_sync(TARGET, record.id, database, table, columns)
+            self.catalog.external_sync.record_table(TARGET, record.id, database, table, columns)
         return self.statements
 
     @staticmethod
@@ -238,8 +238,8 @@ class HiveTarget:
 
     def sync_partitions(self, tables: Mapping[int, TableRecord]) -> list[str]:
         self.statements = []
-        synced = self.catalog.synced_tables(TARGET)
-        for table_id, group in groupby(self.catalog.partitions_to_sync(TARGET), key=lambda p: p.table_id):
+        synced = self.catalog.external_sync.synced_tables(TARGET)
+        for table_id, group in groupby(self.catalog.external_sync.partitions_to_sync(TARGET), key=lambda p: p.table_id):
             record, names = tables.get(table_id), synced.get(table_id)
             if record is None or names is None or names.dropped:
                 continue  # dropped meanwhile: the next step 3 drops it from the metastore
@@ -268,7 +268,8 @@ class HiveTarget:
         moved = [p for p in partitions if p.known or p.file_list_key is None]
         if moved:
             self._set_storage(names, [(p, location(p)) for p in moved])
-        self.catalog.record_partition_sync(TARGET, [(p.partition_id, p.file_list_key, location(p)) for p in partitions])
+        self.catalog.external_sync.record_partitions(TARGET, [(p.partition_id, p.file_list_key, location(p))
+                                                              for p in partitions])
 
     def _ensure_symlink_table(self, names: SyncedTable) -> None:
         """A table created as Parquet (by an earlier siltlake) takes the symlink storage its new partitions inherit."""

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
-from siltlake.catalog.catalog import normalise_url
+from siltlake.catalog.core import normalise_url
 from siltlake.clock import utcnow
 from siltlake.errors import SiltError
 from siltlake.publish.targets import drop_forgotten_tables
@@ -170,7 +170,7 @@ class IcebergTarget:
             namespace, name = identifier(self.deployment, record)
             if old is None or (old.database_name, old.table_name) != (namespace, name) or \
                     old.columns != tuple((c.name, c.type) for c in record.definition.columns):
-                self.catalog.record_table_sync(TARGET, record.id, namespace, name,
+                self.catalog.external_sync.record_table(TARGET, record.id, namespace, name,
                                                [(c.name, c.type) for c in record.definition.columns])
         return self.statements
 
@@ -261,14 +261,14 @@ class IcebergTarget:
         """Commit one snapshot per siltlake table version the Iceberg table does not have yet."""
         from siltlake.lake import Lake, Table
 
-        oldest, newest = self.catalog.table_version_bounds(record.id)
+        oldest, newest = self.catalog.versions.table_bounds(record.id)
         done = synced_version(table)
         if newest == 0 or done >= newest:
             return
-        partitions = {p.id: p.partition_date for p in self.catalog.partitions(record.id)}
+        partitions = {p.id: p.partition_date for p in self.catalog.partitions.list(record.id)}
         changed: dict[int, set[dt.date]] = defaultdict(set)
         times: dict[int, dt.datetime] = {}
-        for v in self.catalog.partition_versions(list(partitions)):
+        for v in self.catalog.versions.of_partitions(list(partitions)):
             changed[v.table_version].add(partitions[v.partition_id])
             times[v.table_version] = max(times.get(v.table_version, v.created_at), v.created_at)
         reader = Table(Lake(self.deployment), record)
@@ -378,10 +378,10 @@ def reap_iceberg(deployment: Deployment, records: Iterable[TableRecord], doomed:
     target = IcebergTarget(deployment)
     records = list(records)
     live = {record.id for record in records}
-    for old in deployment.catalog.synced_tables(TARGET).values():
+    for old in deployment.catalog.external_sync.synced_tables(TARGET).values():
         if old.dropped or old.table_id not in live:  # its files go now: no Iceberg table may list them
             target._drop((old.database_name, old.table_name), old.table_id)
-            deployment.catalog.forget_table_sync(TARGET, old.table_id)
+            deployment.catalog.external_sync.forget_table(TARGET, old.table_id)
     for record in records:
         table = target._load(identifier(deployment, record))
         if table is None or not target._owned(table, record.id):

@@ -7,7 +7,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from siltlake.catalog.publishing import MERGED_CAS_BATCH, LiveCandidate, PublishedVersion, SwitchedPartition
+from siltlake.catalog import LiveCandidate, PublishedVersion, SwitchedPartition
+from siltlake.catalog.versions import MERGED_CAS_BATCH
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.errors import ConfigError
@@ -67,10 +68,10 @@ def publish_once(deployment: Deployment, now: dt.datetime | None = None) -> Publ
     deployment.check_instance("publish")
     report = PublishReport()
     # 1. Switch first: a partition closed in this run switches at the earliest in the next one.
-    report.switched = catalog.switch_partitions()
+    report.switched = catalog.versions.switch_partitions()
     # 2. Close the days that ended in each table's time zone.
-    tables = {table.id: table for table in catalog.list_tables()}
-    report.closed = catalog.close_partitions(
+    tables = {table.id: table for table in catalog.tables.list()}
+    report.closed = catalog.versions.close_partitions(
         {table_id: local_date(now, table.definition.zone) for table_id, table in tables.items()})
     # 3. Table definitions (new, renamed, dropped tables; added and widened columns) to external catalogs.
     # A target that fails is reported and retried next run; versions are still published (4, 5).
@@ -87,8 +88,8 @@ def publish_once(deployment: Deployment, now: dt.datetime | None = None) -> Publ
     # manifest (its exact file list) first, then its row, a compare-and-swap per partition. The first
     # transaction holds the append versions and the first MERGED_CAS_BATCH merged ones, so a run is one
     # table version of each table it changes unless it publishes more merged versions than that.
-    live = [x for x in catalog.live_versions_to_publish() if x.table_id in tables]
-    pending = [p for p in catalog.partitions_to_publish_merged() if p.table_id in tables]  # dropped: reap
+    live = [x for x in catalog.versions.live_to_publish() if x.table_id in tables]
+    pending = [p for p in catalog.versions.merged_to_publish() if p.table_id in tables]  # dropped: reap
     with ThreadPoolExecutor(MANIFEST_WRITERS) as pool:
         live_keys = list(pool.map(lambda candidate: _write_live_manifests(deployment, tables, candidate), live))
         for start in range(0, max(len(pending), 1), MERGED_CAS_BATCH):
@@ -97,7 +98,7 @@ def publish_once(deployment: Deployment, now: dt.datetime | None = None) -> Publ
             appending = list(zip(live, live_keys, strict=True)) if start == 0 else []
             if not appending and not batch:
                 break
-            appended, published = catalog.commit_versions(appending, list(zip(batch, keys, strict=True)), now)
+            appended, published = catalog.versions.commit(appending, list(zip(batch, keys, strict=True)), now)
             report.live_versions += appended
             report.merged_versions += published
             report.skipped_merged += len(batch) - len(published)

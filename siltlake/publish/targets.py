@@ -5,7 +5,7 @@ manifest files of merged versions (step 5). Optional, named in `publish.targets`
 metastore through Spark SQL DDL) and "iceberg" (Apache Iceberg tables through PyIceberg). A target
 hears about table definitions in step 3 and about partition states after step 5 of the same run, so
 a switched partition points at the manifest published just now. Each target keeps what it synced (the
-Hive target in the catalog: Catalog.synced_tables, partitions_to_sync; the Iceberg target in its
+Hive target in the catalog: Catalog.external_sync.synced_tables, partitions_to_sync; the Iceberg target in its
 snapshots' summaries) and issues statements only for what changed.
 """
 
@@ -17,8 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 from siltlake.errors import ConfigError
 
 if TYPE_CHECKING:
-    from siltlake.catalog import Catalog, TableRecord
-    from siltlake.catalog.external_sync import SyncedTable
+    from siltlake.catalog import Catalog, SyncedTable, TableRecord
     from siltlake.deployment import Deployment
 
 
@@ -37,12 +36,12 @@ def drop_forgotten_tables(catalog: Catalog, target: str, tables: Sequence[TableR
                           drop: Callable[[SyncedTable], None]) -> dict[int, SyncedTable]:
     """Drop (then forget) the target's tables whose siltlake table was dropped or is not among `tables`;
     returns what the target was last told, by table id."""
-    synced = catalog.synced_tables(target)
+    synced = catalog.external_sync.synced_tables(target)
     live_ids = {record.id for record in tables}
     for old in synced.values():
         if old.dropped or old.table_id not in live_ids:
             drop(old)
-            catalog.forget_table_sync(target, old.table_id)
+            catalog.external_sync.forget_table(target, old.table_id)
     return synced
 
 

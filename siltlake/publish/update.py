@@ -19,8 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from siltlake.catalog import TableRecord
-from siltlake.catalog.publishing import PublishedVersion, UpdateBase
+from siltlake.catalog import PublishedVersion, TableRecord, UpdateBase
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.errors import SiltError
@@ -97,9 +96,9 @@ class _PartitionWriter:
 
 
 def _record_and_base(deployment: Deployment, name: str, partition_date: dt.date) -> tuple[TableRecord, UpdateBase]:
-    record = deployment.catalog.get_table(name)
+    record = deployment.catalog.tables.get(name)
     try:
-        return record, deployment.catalog.update_base(record.id, partition_date)
+        return record, deployment.catalog.versions.update_base(record.id, partition_date)
     except SiltError as exc:
         raise SiltError(f"{record.qualified_name}: {exc}") from None
 
@@ -162,7 +161,7 @@ class PreparedUpdate:
         version = None
         if self.object_key is not None:
             assert self.manifest_key is not None
-            version = self.deployment.catalog.commit_update(
+            version = self.deployment.catalog.versions.commit_update(
                 self.base, object_key=self.object_key, manifest_key=self.manifest_key, row_count=self.rows_after,
                 byte_count=self.bytes, now=self.now or utcnow())
         return UpdateReport(self.record.qualified_name, self.base.partition_date, self.rows_before, self.rows_after,

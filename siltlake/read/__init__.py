@@ -51,8 +51,8 @@ def table(spark: SparkSession, name: str, deployment: Deployment | None = None, 
     from siltlake.clock import to_naive_utc
 
     deployment = deployment or Deployment.open()
-    record = deployment.catalog.get_table(name)
-    views = deployment.catalog.reader_snapshot(
+    record = deployment.catalog.tables.get(name)
+    views = deployment.catalog.versions.reader_snapshot(
         record.id, as_of_version=as_of_version, as_of=to_naive_utc(as_of) if as_of is not None else None,
         table_name=record.qualified_name)
     return objects_frame(spark, record, deployment, [view.manifest_key for view in views if view.manifest_key],

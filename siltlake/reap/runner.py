@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from zoneinfo import ZoneInfo
 
-from siltlake.catalog.reaping import ReapTable, ReapVersion, ReapView
+from siltlake.catalog import ReapTable, ReapVersion, ReapView
 from siltlake.clock import to_naive_utc, utcnow
 from siltlake.deployment import MARKER, Deployment, InstanceKeyRefused
 from siltlake.errors import SiltError
@@ -162,7 +162,7 @@ def register_other_instances(deployment: Deployment, key: str) -> list[str]:
             continue
         if not isinstance(data, dict) or data.get("instance_key") != name:
             continue
-        catalog.register_instance(name, lake.root, is_self=False, description=str(data.get("catalog", "")))
+        catalog.instances.register(name, lake.root, is_self=False, description=str(data.get("catalog", "")))
         found.append(name)
     return found
 
@@ -445,7 +445,7 @@ def reap_once(deployment: Deployment, now: dt.datetime | None = None, *, dry_run
     # 1. Whose key is this? Only ours, proven by the marker `silt init` wrote, and no other deployment's.
     check_instance(deployment)
     report.other_instances = register_other_instances(deployment, key)
-    foreign = catalog.foreign_instances()
+    foreign = catalog.instances.foreign()
     if key in foreign:
         raise ReapRefused(f"refusing to reap: instance key {key!r} is registered to another deployment in this "
                           "catalog's instances registry; give this deployment its own key")
@@ -458,7 +458,7 @@ def reap_once(deployment: Deployment, now: dt.datetime | None = None, *, dry_run
 
     # 2. Refresh what is referenced, in one snapshot; 3. list and classify.
     t0 = time.monotonic()
-    view = catalog.reap_view()
+    view = catalog.reaping.view()
     report.catalog_seconds += time.monotonic() - t0
     t0 = time.monotonic()
     listed = list(deployment.lake.list(key + "/"))
@@ -484,7 +484,7 @@ def reap_once(deployment: Deployment, now: dt.datetime | None = None, *, dry_run
     if iceberg:
         from siltlake.publish.iceberg import reap_iceberg
 
-        records = catalog.list_tables()
+        records = catalog.tables.list()
         reap_iceberg(deployment, records, {info.key for infos in plan.keys.values() for info in infos}, {})
 
     # 4. Objects, in parallel batches.
@@ -505,19 +505,19 @@ def reap_once(deployment: Deployment, now: dt.datetime | None = None, *, dry_run
     t0 = time.monotonic()
     rows = [oid for oid, k in plan.covered_rows.items() if k in deleted or k not in listed_keys]
     if rows:
-        report.reasons["covered"].rows = catalog.delete_small_object_rows(rows)
+        report.reasons["covered"].rows = catalog.reaping.delete_small_object_rows(rows)
     versions = [vid for vid, keys in plan.expired_versions.items() if not any(k in failed for k in keys)]
     if versions:
-        report.reasons["expired"].rows = catalog.delete_version_rows(versions)
+        report.reasons["expired"].rows = catalog.reaping.delete_version_rows(versions)
     ttl = [pid for pid, (prefix, dated) in plan.ttl_partitions.items()
            if not any(k.startswith(prefix) and dated in k for k in failed)]
     if ttl:
-        catalog.delete_partitions(ttl)
+        catalog.reaping.delete_partitions(ttl)
         report.reasons["ttl"].rows = len(ttl)
     for table_id, prefix in plan.dropped_tables.items():
         if any(k.startswith(prefix + "/") for k in failed):
             continue
-        catalog.forget_dropped_table(table_id)
+        catalog.reaping.forget_dropped_table(table_id)
         report.reasons["dropped"].rows += 1
         guard(prefix + "/")
         deployment.lake.delete_prefix(prefix)  # the empty directories left behind (local file systems)
@@ -540,8 +540,8 @@ def _reap_iceberg_metadata(deployment: Deployment, key: str, listed: Sequence[Ob
     from siltlake.publish.iceberg import METADATA_AREA, reap_iceberg
 
     catalog = deployment.catalog
-    records = catalog.list_tables()
-    oldest = {record.id: catalog.table_version_bounds(record.id)[0] for record in records}
+    records = catalog.tables.list()
+    oldest = {record.id: catalog.versions.table_bounds(record.id)[0] for record in records}
     kept = reap_iceberg(deployment, records, set(), oldest)
     area = f"{key}/{METADATA_AREA}/"
     doomed = []

@@ -84,16 +84,16 @@ def discover(deployment: Deployment) -> Discovery:
     report = Discovery(listed=len(listed))
     if not listed:
         return report
-    known = catalog.known_uris([staging.uri(info.key) for info in listed])
+    known = catalog.staging.known_uris([staging.uri(info.key) for info in listed])
     fresh = [info for info in listed if staging.uri(info.key) not in known]
-    redelivered = catalog.note_redeliveries([
+    redelivered = catalog.staging.note_redeliveries([
         (staging.uri(info.key), to_naive_utc(info.mtime), info.size) for info in listed
         if info.mtime is not None and staging.uri(info.key) in known])
     report.redelivered = len(redelivered)
     report.changed = [put for put in redelivered if put.changed]
     if not fresh:
         return report
-    tables = catalog.tables_by_key_names()
+    tables = catalog.tables.by_key_names()
     rows = []
     for info in fresh:
         uri = staging.uri(info.key)
@@ -102,9 +102,9 @@ def discover(deployment: Deployment) -> Discovery:
             mapping = KeyMapping(None, f"key {info.key!r} is a symbolic link that leads out of the staging root; "
                                        "refused")
         if mapping.table is None:
-            report.unknown += catalog.record_unknown(uri, mapping.reason or "unmapped", size=info.size)
+            report.unknown += catalog.staging.record_unknown(uri, mapping.reason or "unmapped", size=info.size)
         else:
             send_time = to_naive_utc(info.mtime) if info.mtime else None
             rows.append((uri, mapping.table.id, info.size, send_time))
-    report.registered = catalog.register_staging_objects(rows)
+    report.registered = catalog.staging.register(rows)
     return report

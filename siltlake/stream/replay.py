@@ -29,8 +29,8 @@ def _error_lines(deployment: Deployment, key: str) -> list[dict]:
 
 def error_files(deployment: Deployment, qualified: str) -> list[tuple[str, int]]:
     """(error file key, bad records in it) for a table."""
-    record = deployment.catalog.get_table(qualified)
-    return [(key, len(_error_lines(deployment, key))) for key in deployment.catalog.error_uris(record.id)]
+    record = deployment.catalog.tables.get(qualified)
+    return [(key, len(_error_lines(deployment, key))) for key in deployment.catalog.staging.error_uris(record.id)]
 
 
 def _as_object(raw: str) -> dict | None:
@@ -60,14 +60,14 @@ def _stage(deployment: Deployment, record: TableRecord, error_key: str, received
     d = record.definition
     key = f"replay.{d.schema_name}.{d.name}/{received:%Y/%m/%d}/replay-{digest}.jsonl"
     uri = deployment.staging.uri(key)
-    if not deployment.catalog.known_uris([uri]):
+    if not deployment.catalog.staging.known_uris([uri]):
         info = deployment.staging.info(key)  # staged by a replay that died before registering it
         if info is None:
             deployment.staging.write_bytes(key, body)
             info = deployment.staging.info(key)
         # The put time as a listing sees it, so discovery does not take this put for a second one.
         put_time = to_naive_utc(info.mtime) if info is not None and info.mtime is not None else utcnow()
-        deployment.catalog.register_staging_objects([(uri, record.id, len(body), put_time)])
+        deployment.catalog.staging.register([(uri, record.id, len(body), put_time)])
     return uri
 
 
@@ -78,9 +78,9 @@ def replay_errors(deployment: Deployment, qualified: str) -> ReplayResult:
     rewritten (or removed) only after its records are staged and registered, under a key derived from
     them: a replay that dies in between, run again, or two replays at once, stage each record once.
     """
-    record = deployment.catalog.get_table(qualified)
+    record = deployment.catalog.tables.get(qualified)
     staged, kept, uris = 0, 0, []
-    for key, received in deployment.catalog.error_uris_received(record.id):
+    for key, received in deployment.catalog.staging.error_uris_received(record.id):
         replayable, remaining = [], []
         for line in _error_lines(deployment, key):
             value = _as_object(line["raw"])
@@ -93,7 +93,7 @@ def replay_errors(deployment: Deployment, qualified: str) -> ReplayResult:
             uris.append(_stage(deployment, record, key, received, replayable))
             staged += len(replayable)
         if not remaining:
-            deployment.catalog.clear_error_uri(key)
+            deployment.catalog.staging.clear_error_uri(key)
             deployment.lake.delete(key)
         elif replayable:
             deployment.lake.write_bytes(key, "".join(_json_line(line) for line in remaining).encode())

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from siltlake.catalog import PendingStagingObject, StreamCommit, TableRecord
-from siltlake.catalog.catalog import catalog_unavailable
+from siltlake.catalog.core import catalog_unavailable
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.polling import poll_forever
@@ -160,7 +160,7 @@ def _commit(deployment: Deployment, results: list[dict], tables: dict[int, Pendi
     for start in range(0, len(results), COMMIT_CHUNK):
         chunk = results[start:start + COMMIT_CHUNK]
         duplicates: list[dict] = []
-        with deployment.catalog.stream_commit() as tx:
+        with deployment.catalog.partitions.stream_commit() as tx:
             now = utcnow()
             for result in chunk:
                 pending = tables[result["staging_object_id"]]
@@ -197,7 +197,7 @@ def stream_once(deployment: Deployment, progress: Progress | None = None,
     report = StreamReport(listed=found.listed, registered=found.registered, redelivered=found.redelivered,
                           changed_reputs=[(put.uri, put.registered_size, put.size) for put in found.changed])
     settings = deployment.config.stream
-    pending = deployment.catalog.pending_staging_objects(settings.max_objects_per_run)
+    pending = deployment.catalog.staging.pending(settings.max_objects_per_run)
     progress.start(len(pending))
     if not pending:
         report.seconds = time.monotonic() - started
@@ -211,7 +211,7 @@ def stream_once(deployment: Deployment, progress: Progress | None = None,
             if stop is not None and stop.is_set():
                 break
             wave = pending[start:start + settings.objects_per_wave]
-            mark = deployment.catalog.version_mark()  # updates published after it fail this wave's appends
+            mark = deployment.catalog.versions.mark()  # updates published after it fail this wave's appends
             tasks = [_task(deployment, item, run_id) for item in wave]
             results = run_tasks(spark, process_staging_object, tasks, weights=[item.size for item in wave],
                                 tasks_per_core=settings.tasks_per_core, on_progress=progress.advance)

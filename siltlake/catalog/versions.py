@@ -1,146 +1,48 @@
-"""Publishing partition states (DESIGN §4): switch, close, live versions, merged versions."""
+"""Versions (DESIGN §4, §6): publishing partition states (switch, close, live and merged versions), updates,
+and what readers see of them (reader snapshots, table versions)."""
 
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from siltlake.catalog import schema as s
-from siltlake.catalog.merge_queue import RangeRow
-from siltlake.errors import CatalogError, NotFoundError, SiltError
+from siltlake.catalog.core import CatalogCore
+from siltlake.catalog.records import (
+    LiveCandidate,
+    PartitionView,
+    PublishedVersion,
+    RangeRow,
+    SwitchedPartition,
+    UpdateBase,
+    UpdateConflict,
+    VersionOutOfRange,
+)
+from siltlake.errors import NotFoundError
 
 # Merged versions published per transaction: bounds how long a publish run holds partition row locks
 # (PostgreSQL) or the write lock (SQLite), and the bound parameters of one statement (4 per partition).
 MERGED_CAS_BATCH = 500
 
-
 _IDS_PER_STATEMENT = 1000  # ids per IN (...) list
-
-
-class UpdateConflict(CatalogError):
-    """A concurrent writer changed the partition since this update (or append) read it: run it again."""
-
-
-class VersionOutOfRange(SiltError):
-    """Time travel to a table version (or time) the table does not have."""
-
 
 # Up to this many dates are matched in the reader's queries; more (rare) are kept after reading all.
 _DATES_IN_QUERY = 500
 
-@dataclass(frozen=True)
-class PublishedVersion:
-    partition_id: int
-    version: int
-    commit_op: str
-    live_watermark: int | None
-    manifest_key: str | None
-    created_at: dt.datetime
-    row_count: int
-    byte_count: int
-    covered_upper: int | None = None  # the largest small object id the manifest holds
-    table_version: int = 0  # the table version it was published in
-    file_list_key: str | None = None  # the manifest listing exactly its data files
 
-    def shows(self) -> str:
-        """What the version shows, in words."""
-        if self.manifest_key is None:
-            return f"live objects <= {self.live_watermark}"
-        if self.live_watermark is None or self.live_watermark == self.covered_upper:
-            return self.manifest_key
-        return f"{self.manifest_key} + live objects in ({self.covered_upper}, {self.live_watermark}]"
+class Versions:
+    """Reached as catalog.versions."""
 
-
-@dataclass(frozen=True)
-class LiveCandidate:
-    """A not-switched partition with live objects beyond its newest version: the append version to publish.
-
-    It keeps what the newest version shows (an update's manifest, ids <= covered_upper) and shows the live
-    objects above it up to `watermark`. Its file list is the newest version's file list followed by
-    `objects`, the live objects above that version's watermark; when the newest version has no file list
-    (published before revision 0006), the newest version's manifest (if any) followed by `objects`, then
-    every live object above covered_upper."""
-
-    partition_id: int
-    table_id: int
-    partition_date: dt.date
-    first: bool  # the partition's first version ever
-    base_version: int | None
-    manifest_key: str | None
-    covered_upper: int | None
-    watermark: int
-    row_count: int
-    byte_count: int
-    objects: tuple[tuple[int, int], ...]  # (small object id, content length), in id order
-    base_file_list_key: str | None = None
-
-    @property
-    def version(self) -> int:
-        return (self.base_version or 0) + 1
-
-
-@dataclass(frozen=True)
-class SwitchedPartition:
-    """A switched partition whose merged state is not published yet: the ranges it will show."""
-
-    partition_id: int
-    table_id: int
-    partition_date: dt.date
-    current: int
-    desired: int
-    ranges: tuple[RangeRow, ...]  # the ranges the merged version shows, sentinel left out
-
-
-@dataclass(frozen=True)
-class PartitionView:
-    """What a reader sees of one partition: a manifest's objects (merged or updated), live small objects
-    above the ids the manifest holds, or both (objects appended after an update)."""
-
-    partition_date: dt.date
-    version: int | None  # None: never published (a new partition read at the current state)
-    live_object_ids: tuple[int, ...] = ()
-    manifest_key: str | None = None
-
-
-@dataclass(frozen=True)
-class UpdateBase:
-    """What an update of one partition reads: its newest version's manifest (ids <= covered_upper) and
-    every small object above it, live or delayed, up to the partition's largest id `upper`. Together
-    they are everything the partition holds, shown or not yet shown."""
-
-    partition_id: int
-    partition_date: dt.date
-    version: int | None  # the newest version read (None: never published)
-    manifest_key: str | None
-    covered_upper: int
-    objects: tuple[tuple[int, bool], ...]  # (small object id, delayed)
-    upper: int
-
-
-class Publishing:
-    """Publish operations of Catalog (mixed in; uses its _tx and dialect)."""
-
-    dialect: str
-
-    def _tx(self):  # noqa: ANN202 - provided by Catalog
-        raise NotImplementedError
-
-    def _snapshot(self):  # noqa: ANN202 - provided by Catalog
-        raise NotImplementedError
-
-    def _ordering_lock(self, c: Connection) -> None:
-        """The lock stream commits hold while adding small objects (SQLite: its write lock is already held)."""
-        if self.dialect == "postgresql":
-            c.execute(sa.select(sa.func.pg_advisory_xact_lock(s.SMALL_OBJECT_LOCK)))
+    def __init__(self, core: CatalogCore) -> None:
+        self._core = core
 
     def switch_partitions(self) -> list[int]:
         """Switch closed partitions whose live objects are all merged (and that were merged at least once)."""
         p = s.partitions
-        with self._tx() as c:
+        with self._core.tx() as c:
             # One UPDATE ... RETURNING: no id list to send back (SQLite caps bound parameters).
             return sorted(c.execute(p.update().where(
                 p.c.switched.is_(False), p.c.last_live_object_id.is_not(None),
@@ -161,8 +63,8 @@ class Publishing:
                    .scalar_subquery())
         ended = sa.or_(*(sa.and_(p.c.table_id == table_id, p.c.partition_date < date)
                          for table_id, date in before.items()))
-        with self._tx() as c:
-            self._ordering_lock(c)  # the stream holds it while it decides live or delayed
+        with self._core.tx() as c:
+            self._core.ordering_lock(c)  # the stream holds it while it decides live or delayed
             return sorted(c.execute(p.update().where(p.c.last_live_object_id.is_(None), ended)
                                     .values(last_live_object_id=largest).returning(p.c.id)).scalars())
 
@@ -175,7 +77,7 @@ class Publishing:
         return sa.select(v).select_from(v.join(newest, sa.and_(
             newest.c.partition_id == v.c.partition_id, newest.c.version == v.c.version))).subquery()
 
-    def live_versions_to_publish(self) -> list[LiveCandidate]:
+    def live_to_publish(self) -> list[LiveCandidate]:
         """Each not-switched partition with live objects beyond its newest version, and the live objects
         its append version adds to its newest version's file list (read in one snapshot, two queries)."""
         p, so = s.partitions, s.small_objects
@@ -183,7 +85,7 @@ class Publishing:
         beyond = (p.c.switched.is_(False), so.c.delayed.is_(False),
                   so.c.id > sa.func.coalesce(newest.c.live_watermark, 0))
         joined = p.join(so, so.c.partition_id == p.c.id).outerjoin(newest, newest.c.partition_id == p.c.id)
-        with self._snapshot() as c:
+        with self._core.snapshot() as c:
             rows = c.execute(
                 sa.select(p.c.id, p.c.table_id, p.c.partition_date, p.c.current_manifest_version,
                           sa.func.max(so.c.id).label("watermark"), sa.func.sum(so.c.row_count).label("rows"),
@@ -214,11 +116,11 @@ class Publishing:
             int(row.bytes) + (row.base_bytes or 0),
             tuple(o for o in objects.get(row.id, ()) if o[0] <= row.watermark), row.file_list_key) for row in rows]
 
-    def partitions_to_publish_merged(self) -> list[SwitchedPartition]:
+    def merged_to_publish(self) -> list[SwitchedPartition]:
         """Switched partitions whose desired merged version is ahead of the published one."""
         p, r = s.partitions, s.merge_ranges
         behind = (p.c.switched.is_(True), p.c.current_manifest_version < p.c.desired_manifest_version)
-        with self._tx() as c:
+        with self._core.tx() as c:
             rows = c.execute(sa.select(p.c.id, p.c.table_id, p.c.partition_date, p.c.current_manifest_version,
                                        p.c.desired_manifest_version).where(*behind)).all()
             ranges: dict[int, list] = {}
@@ -236,25 +138,25 @@ class Publishing:
                                   tuple(x for x in ranges.get(row.id, []) if x.upper <= row.desired_manifest_version))
                 for row in rows]
 
-    def publish_merged_version(self, partition: SwitchedPartition, manifest_key: str,
-                               now: dt.datetime) -> PublishedVersion | None:
+    def publish_merged(self, partition: SwitchedPartition, manifest_key: str,
+                       now: dt.datetime) -> PublishedVersion | None:
         """Publish the manifest of `partition.desired`, unless a merge or another publisher moved it meanwhile."""
-        published = self.publish_merged_versions([(partition, manifest_key)], now)
+        published = self.publish_merged_many([(partition, manifest_key)], now)
         return published[0] if published else None
 
-    def publish_merged_versions(self, items: Sequence[tuple[SwitchedPartition, str]],
-                                now: dt.datetime) -> list[PublishedVersion]:
-        """publish_merged_version for many partitions, in one transaction per MERGED_CAS_BATCH of them; a
+    def publish_merged_many(self, items: Sequence[tuple[SwitchedPartition, str]],
+                            now: dt.datetime) -> list[PublishedVersion]:
+        """publish_merged for many partitions, in one transaction per MERGED_CAS_BATCH of them; a
         partition whose current or desired moved since it was read is left out (the next run publishes
         it), the others are not."""
         published: list[PublishedVersion] = []
         for start in range(0, len(items), MERGED_CAS_BATCH):
-            published += self.commit_versions([], items[start:start + MERGED_CAS_BATCH], now)[1]
+            published += self.commit([], items[start:start + MERGED_CAS_BATCH], now)[1]
         return published
 
-    def commit_versions(self, live: Sequence[tuple[LiveCandidate, str | None]],
-                        merged: Sequence[tuple[SwitchedPartition, str]],
-                        now: dt.datetime) -> tuple[list[PublishedVersion], list[PublishedVersion]]:
+    def commit(self, live: Sequence[tuple[LiveCandidate, str | None]],
+               merged: Sequence[tuple[SwitchedPartition, str]],
+               now: dt.datetime) -> tuple[list[PublishedVersion], list[PublishedVersion]]:
         """Publish append versions (each with its file list's key) and merged versions (each with its
         manifest's key) in one transaction, which is one new table version of every table it changes.
 
@@ -268,7 +170,7 @@ class Publishing:
         assert len(by_id) == len(merged), "one item per partition"
         published_live: list[PublishedVersion] = []
         published_merged: list[PublishedVersion] = []
-        with self._tx() as c:
+        with self._core.tx() as c:
             kept_live: list[tuple[LiveCandidate, str | None]] = []
             if live:
                 ids = sorted(x.partition_id for x, _ in live)
@@ -278,7 +180,7 @@ class Publishing:
                     chunk = ids[start:start + _IDS_PER_STATEMENT]
                     # In id order: two runs locking overlapping partitions never wait on each other crosswise.
                     lock = sa.select(p.c.id, p.c.switched).where(p.c.id.in_(chunk)).order_by(p.c.id)
-                    if self.dialect == "postgresql":
+                    if self._core.dialect == "postgresql":
                         lock = lock.with_for_update()
                     switched |= {row.id for row in c.execute(lock) if row.switched}
                     newest.update(c.execute(sa.select(v.c.partition_id, sa.func.max(v.c.version))
@@ -330,7 +232,7 @@ class Publishing:
     def update_base(self, table_id: int, partition_date: dt.date) -> UpdateBase:
         """Everything one partition holds, as an update reads it (one snapshot)."""
         p, so = s.partitions, s.small_objects
-        with self._snapshot() as c:
+        with self._core.snapshot() as c:
             partition = c.execute(sa.select(p.c.id).where(p.c.table_id == table_id,
                                                           p.c.partition_date == partition_date)).first()
             if partition is None:
@@ -353,10 +255,10 @@ class Publishing:
         it, and merges extend it like any range.
         """
         p, so, v, r = s.partitions, s.small_objects, s.partition_versions, s.merge_ranges
-        with self._tx() as c:
-            self._ordering_lock(c)  # no small object can be committed to the partition meanwhile
+        with self._core.tx() as c:
+            self._core.ordering_lock(c)  # no small object can be committed to the partition meanwhile
             lock = sa.select(p.c.switched).where(p.c.id == base.partition_id)
-            switched = c.execute(lock.with_for_update() if self.dialect == "postgresql" else lock).scalar_one()
+            switched = c.execute(lock.with_for_update() if self._core.dialect == "postgresql" else lock).scalar_one()
             since = c.execute(sa.select(v.c.version, v.c.commit_op).where(
                 v.c.partition_id == base.partition_id, v.c.version > (base.version or 0)).order_by(v.c.version)).all()
             blocking = [row for row in since if row.commit_op != "compaction"]
@@ -394,23 +296,23 @@ class Publishing:
                                         file_list_key=manifest_key))
         return published
 
-    def version_mark(self) -> int:
+    def mark(self) -> int:
         """A mark that every later update's version is above (read under the ordering lock an update
         commit holds): an append started at this mark checks it with StreamCommit.updated_since."""
-        with self._tx() as c:
-            self._ordering_lock(c)
+        with self._core.tx() as c:
+            self._core.ordering_lock(c)
             return c.execute(sa.select(sa.func.coalesce(sa.func.max(s.partition_versions.c.id), 0))).scalar_one()
 
-    def partition_versions(self, partition_ids: Sequence[int]) -> list[PublishedVersion]:
+    def of_partitions(self, partition_ids: Sequence[int]) -> list[PublishedVersion]:
         v = s.partition_versions
         if not partition_ids:
             return []
-        with self._tx() as c:
+        with self._core.tx() as c:
             rows = c.execute(sa.select(v).where(v.c.partition_id.in_(list(partition_ids)))
                              .order_by(v.c.partition_id, v.c.version)).all()
         return [_version(r) for r in rows]
 
-    def table_version_range(self, c: Connection, table_id: int) -> tuple[int, int, dt.datetime | None]:
+    def _table_range(self, c: Connection, table_id: int) -> tuple[int, int, dt.datetime | None]:
         """(oldest readable, newest) table version and the oldest one's time (None: no versions yet).
 
         A table version is readable while every partition still has the versions it showed then: the
@@ -434,7 +336,7 @@ class Publishing:
                         as_of: dt.datetime | None = None, table_name: str = "the table",
                         dates: Collection[dt.date] | None = None,
                         date_filter: Callable[[list[dt.date]], Collection[dt.date]] | None = None,
-                        ) -> list[PartitionView]:
+                       ) -> list[PartitionView]:
         """Every partition's visible state, read in one snapshot with a constant number of queries; only
         that of the partitions dated `dates`, and of those `date_filter` keeps of the table's partition
         dates (given them all, read in the same snapshot, it returns the dates to read).
@@ -456,7 +358,7 @@ class Publishing:
             pins.append(v.c.table_version <= as_of_version)
         if as_of is not None:
             pins.append(v.c.created_at <= as_of)
-        with self._snapshot() as c:
+        with self._core.snapshot() as c:
             if pinned:
                 self._check_in_range(c, table_id, table_name, as_of_version, as_of)
             of_table = [p.c.table_id == table_id]
@@ -518,7 +420,7 @@ class Publishing:
 
     def _check_in_range(self, c: Connection, table_id: int, table_name: str, as_of_version: int | None,
                         as_of: dt.datetime | None) -> None:
-        oldest, newest, oldest_time = self.table_version_range(c, table_id)
+        oldest, newest, oldest_time = self._table_range(c, table_id)
         if as_of_version is not None:
             if newest == 0:
                 raise VersionOutOfRange(f"{table_name} has no published versions yet, so it has no version "
@@ -532,11 +434,12 @@ class Publishing:
                 f"{table_name} cannot be read as of {as_of.isoformat(sep=' ')} UTC: versions before {oldest} "
                 f"(published {oldest_time.isoformat(sep=' ')} UTC) were reaped; read as of a later time")
 
-    def table_version_bounds(self, table_id: int) -> tuple[int, int]:
+    def table_bounds(self, table_id: int) -> tuple[int, int]:
         """(oldest readable, newest) table version; (1, 0) for a table without versions."""
-        with self._snapshot() as c:
-            oldest, newest, _ = self.table_version_range(c, table_id)
+        with self._core.snapshot() as c:
+            oldest, newest, _ = self._table_range(c, table_id)
         return oldest, newest
+
 
 def _version(row) -> PublishedVersion:  # noqa: ANN001 - a partition_versions Row
     return PublishedVersion(row.partition_id, row.version, row.commit_op, row.live_watermark, row.manifest_key,

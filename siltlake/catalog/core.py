@@ -1,0 +1,252 @@
+"""The catalog's core: its engine, transactions and migrations, and the SQL helpers its concerns share."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from urllib.parse import quote
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import (
+    DisconnectionError,
+    InterfaceError,
+    OperationalError,
+    ProgrammingError,
+    SQLAlchemyError,
+)
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+
+from siltlake.catalog import schema as s
+from siltlake.catalog.records import TableRecord
+from siltlake.errors import CatalogError, CatalogUnreachable
+from siltlake.tabledef import TableDef
+
+MIGRATIONS = Path(__file__).with_name("migrations")
+# The newest migration's revision (tests check it against Alembic's head): check_ready() compares it with
+# the catalog's without importing Alembic, which would double a read-only command's start-up time.
+HEAD_REVISION = "0006"
+
+
+def catalog_unavailable(exc: BaseException) -> bool:
+    """Whether an exception says the catalog database could not be used (down, locked, connection lost):
+    a failure of the surroundings, never of the data being written."""
+    return isinstance(exc, (CatalogUnreachable, OperationalError, InterfaceError, DisconnectionError, PoolTimeout))
+
+
+def normalise_url(url: str) -> str:
+    """Use psycopg 3 for PostgreSQL and an absolute path for SQLite files."""
+    if url.startswith(("postgresql://", "postgres://")):
+        return "postgresql+psycopg://" + url.split("://", 1)[1]
+    if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
+        path = Path(url[len("sqlite:///"):]).expanduser().resolve()
+        return f"sqlite:///{path}"
+    return url
+
+
+def _sqlite_setup(engine: Engine) -> None:
+    @sa.event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection, _record) -> None:  # noqa: ANN001 - DBAPI objects
+        # Let SQLAlchemy's begin() issue BEGIN IMMEDIATE: every transaction takes the write lock up
+        # front, so read-then-write transactions never fail on a lock upgrade.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA foreign_keys = ON")
+        cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.execute("PRAGMA busy_timeout = 60000")
+        cursor.close()
+
+    @sa.event.listens_for(engine, "begin")
+    def _on_begin(connection) -> None:  # noqa: ANN001
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def table_record(row) -> TableRecord:  # noqa: ANN001 - a SQLAlchemy Row of the tables table
+    return TableRecord(
+        id=row.id,
+        definition=TableDef.from_json(row.definition),
+        physical_schema_name=row.physical_schema_name,
+        physical_table_name=row.physical_table_name,
+        create_time=row.create_time,
+    )
+
+
+class CatalogCore:
+    """One catalog database: its engine, transactions and schema migrations. Catalog (catalog.py) is this
+    with its concerns; each concern speaks SQL through the transactions and helpers here."""
+
+    def __init__(self, url: str, *, echo: bool = False, connect_timeout: int | None = None) -> None:
+        self.url = normalise_url(url)
+        self.dialect = "postgresql" if self.url.startswith("postgresql") else "sqlite"
+        self.sqlite_file = (Path(self.url[len("sqlite:///"):])
+                            if self.dialect == "sqlite" and self.url != "sqlite:///:memory:" else None)
+        options: dict = {"echo": echo, "future": True}
+        if self.dialect == "postgresql":
+            options.update(pool_pre_ping=True, pool_size=4, max_overflow=4)
+            if connect_timeout is not None:
+                options["connect_args"] = {"connect_timeout": connect_timeout}
+        engine_url = self.url
+        if self.sqlite_file is not None:
+            # mode=rw: only upgrade() (silt init) creates the file; any other command on a deployment
+            # that has none fails instead of leaving an empty catalog.db (and its directory) behind.
+            engine_url = f"sqlite:///file:{quote(str(self.sqlite_file))}?mode=rw&uri=true"
+        self.engine = sa.create_engine(engine_url, **options)
+        if self.dialect == "sqlite":
+            _sqlite_setup(self.engine)
+
+    def __repr__(self) -> str:
+        return f"Catalog({self.masked_url})"
+
+    @property
+    def masked_url(self) -> str:
+        """The URL without its password (SQLite: the file's path): how markers and messages name it."""
+        if self.sqlite_file is not None:
+            return f"sqlite:///{self.sqlite_file}"
+        return self.engine.url.render_as_string(hide_password=True)
+
+    def _not_initialised(self) -> CatalogError:
+        if self.sqlite_file is not None and not self.sqlite_file.exists():
+            return CatalogError(f"there is no catalog at {self.sqlite_file} (not initialised): run `silt init` "
+                                "first (in the deployment's directory, or with its --config)")
+        return CatalogError(f"the catalog at {self!r} is not initialised; run `silt init` first")
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # --- schema management -------------------------------------------------------------------
+
+    def _alembic_config(self, connection: Connection | None):
+        from alembic.config import Config as AlembicConfig
+
+        config = AlembicConfig()
+        config.set_main_option("script_location", str(MIGRATIONS))
+        config.attributes["connection"] = connection
+        return config
+
+    def upgrade(self, revision: str = "head") -> None:
+        """Create or upgrade the catalog schema through the Alembic migrations."""
+        from alembic import command
+
+        if self.sqlite_file is not None and not self.sqlite_file.exists():
+            import sqlite3
+
+            self.sqlite_file.parent.mkdir(parents=True, exist_ok=True)
+            sqlite3.connect(self.sqlite_file).close()  # creates the file the engine opens with mode=rw
+        with self.engine.begin() as connection:
+            command.upgrade(self._alembic_config(connection), revision)
+
+    def downgrade(self, revision: str) -> None:
+        from alembic import command
+
+        with self.engine.begin() as connection:
+            command.downgrade(self._alembic_config(connection), revision)
+
+    def revision(self) -> str | None:
+        """The catalog schema's revision (Alembic's version table), None before `silt init`."""
+        with self.engine.connect() as connection:
+            if not sa.inspect(connection).has_table("alembic_version"):
+                return None
+            return connection.execute(sa.text("SELECT version_num FROM alembic_version")).scalar()
+
+    def head_revision(self) -> str:
+        from alembic.script import ScriptDirectory
+
+        head = ScriptDirectory.from_config(self._alembic_config(None)).get_current_head()  # no connection needed
+        assert head is not None
+        return head
+
+    @contextmanager
+    def tx(self) -> Iterator[Connection]:
+        try:
+            with self.engine.begin() as connection:
+                yield connection
+        except (OperationalError, ProgrammingError) as exc:
+            if ("no such table" in str(exc) or "does not exist" in str(exc)
+                    or (self.sqlite_file is not None and not self.sqlite_file.exists())):
+                raise self._not_initialised() from None
+            raise
+
+    @contextmanager
+    def snapshot(self) -> Iterator[Connection]:
+        """A read-only transaction whose queries all see one state (REPEATABLE READ on PostgreSQL;
+        SQLite's transaction already is one snapshot)."""
+        if self.dialect == "postgresql":
+            with (self.engine.connect().execution_options(isolation_level="REPEATABLE READ") as connection,
+                  connection.begin()):
+                yield connection
+            return
+        with self.tx() as connection:
+            yield connection
+
+    def check_ready(self) -> None:
+        """Raise a CatalogError telling the user what to run when the schema is missing or old."""
+        try:
+            current = self.revision()
+        except OperationalError as exc:
+            if self.sqlite_file is not None and not self.sqlite_file.exists():
+                raise self._not_initialised() from None
+            raise CatalogUnreachable(f"cannot open the catalog {self!r}: {exc.orig}") from None
+        if current is None:
+            raise self._not_initialised()
+        if current != HEAD_REVISION:
+            raise CatalogError(
+                f"the catalog schema is at revision {current}, this siltlake needs {HEAD_REVISION}; "
+                "run `silt init` to upgrade it"
+            )
+
+    def same_database(self, other: CatalogCore) -> bool:
+        """Whether two catalogs, opened under different URLs, are one database (not one and its copy);
+        CatalogUnreachable when either cannot be read."""
+        try:
+            return self._fingerprint() == other._fingerprint()
+        except (OSError, SQLAlchemyError) as exc:
+            raise CatalogUnreachable(str(getattr(exc, "orig", exc)).strip().splitlines()[0]) from None
+
+    def _fingerprint(self) -> tuple:
+        if self.dialect == "sqlite":
+            stat = os.stat(self.url[len("sqlite:///"):])
+            return stat.st_dev, stat.st_ino
+        # A copy lives in another database of the server, or on another server (started at another time).
+        with self.tx() as c:
+            return tuple(c.execute(sa.text(
+                "SELECT current_database(), pg_postmaster_start_time(), "
+                "(SELECT oid FROM pg_database WHERE datname = current_database())")).one())
+
+    # --- helpers the concerns share --------------------------------------------------------------
+
+    def insert_once(self, c: Connection, table: sa.Table, key: str | tuple[str, ...], values: dict) -> int:
+        """Insert unless a row with the same unique key (one column or several) exists; 1 if inserted."""
+        if self.dialect == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert
+        else:
+            from sqlalchemy.dialects.sqlite import insert
+        columns = [key] if isinstance(key, str) else list(key)
+        statement = insert(table).values(**values).on_conflict_do_nothing(index_elements=columns)
+        return len(c.execute(statement.returning(table.c[columns[0]])).all())
+
+    def ordering_lock(self, c: Connection) -> None:
+        """The lock stream commits hold while adding small objects (SQLite: its write lock is already held)."""
+        if self.dialect == "postgresql":
+            c.execute(sa.select(sa.func.pg_advisory_xact_lock(s.SMALL_OBJECT_LOCK)))
+
+    def schedule_waiting(self, c: Connection, partition_id: int, when: dt.datetime,
+                         continued_from: int | None = None, advance: bool = True) -> None:
+        """Make sure the partition has a waiting merge job (due no later than `when` if advance).
+
+        Here, not in the merge queue: a stream commit schedules its partition's merge in its own transaction."""
+        j = s.merge_jobs
+        waiting = c.execute(sa.select(j.c.id, j.c.schedule_time)
+                            .where(j.c.partition_id == partition_id, j.c.ongoing_mark == 0)).first()
+        if waiting is None:
+            # A stream commit and a merge commit may both find no waiting job: the second insert is a no-op.
+            self.insert_once(c, j, ("partition_id", "ongoing_mark"), dict(
+                partition_id=partition_id, schedule_time=when, ongoing_mark=0, continued_from=continued_from))
+        elif advance and (waiting.schedule_time > when or continued_from is not None):
+            values: dict = {"schedule_time": min(when, waiting.schedule_time)}
+            if continued_from is not None:
+                values["continued_from"] = continued_from
+            c.execute(j.update().where(j.c.id == waiting.id).values(**values))
+

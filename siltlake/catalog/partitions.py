@@ -1,0 +1,257 @@
+"""Partitions and their small objects: the stream's commit that adds them (StreamCommit), closing a
+partition, and reading them back."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
+
+from siltlake.catalog import schema as s
+from siltlake.catalog.core import CatalogCore
+from siltlake.catalog.records import PartitionRow, SmallObjectRow
+from siltlake.errors import CatalogError, NotFoundError
+
+
+class Partitions:
+    """Reached as catalog.partitions."""
+
+    def __init__(self, core: CatalogCore) -> None:
+        self._core = core
+
+    @contextmanager
+    def stream_commit(self) -> Iterator[StreamCommit]:
+        """A transaction that appends small objects, holding the lock that orders their ids.
+
+        Ids are handed out and committed under one lock, so once a reader sees id N every smaller id
+        is committed too: merge ranges can cover "ids <= upper bound" without missing a late commit.
+        """
+        with self._core.tx() as c:
+            if self._core.dialect == "postgresql":
+                c.execute(sa.select(sa.func.pg_advisory_xact_lock(s.SMALL_OBJECT_LOCK)))
+            yield StreamCommit(self._core, c)
+
+    def close(self, table_id: int, partition_date: dt.date) -> PartitionRow:
+        """Close a partition: later small objects of its date become delayed."""
+        with self.stream_commit() as tx:
+            partition = tx.partition(table_id, partition_date)
+            if partition is None:
+                raise NotFoundError(f"table id {table_id} has no partition {partition_date}")
+            return tx.close(partition)
+
+    def list(self, table_id: int) -> list[PartitionRow]:
+        with self._core.tx() as c:
+            rows = c.execute(sa.select(s.partitions).where(s.partitions.c.table_id == table_id)
+                             .order_by(s.partitions.c.partition_date)).all()
+        return [_partition(r) for r in rows]
+
+    def small_objects(self, table_id: int, *, delayed: bool | None = None,
+                      up_to_id: int | None = None) -> list[SmallObjectRow]:
+        """A table's small objects in id order, in one query."""
+        so, p = s.small_objects, s.partitions
+        query = (
+            sa.select(so.c.id, p.c.partition_date, so.c.delayed, so.c.content_length, so.c.row_count)
+            .select_from(so.join(p, so.c.partition_id == p.c.id))
+            .where(p.c.table_id == table_id)
+            .order_by(so.c.id)
+        )
+        if delayed is not None:
+            query = query.where(so.c.delayed == delayed)
+        if up_to_id is not None:
+            query = query.where(so.c.id <= up_to_id)
+        with self._core.tx() as c:
+            return [SmallObjectRow(*r) for r in c.execute(query)]
+
+    def max_small_object_id(self) -> int:
+        with self._core.tx() as c:
+            return c.execute(sa.select(sa.func.coalesce(sa.func.max(s.small_objects.c.id), 0))).scalar_one()
+
+
+    def summary(self, table_id: int) -> list[dict]:
+        """Per partition: state, object and row counts by live/delayed, merged objects and their rows."""
+        so, p = s.small_objects, s.partitions
+        with self._core.tx() as c:
+            rows = c.execute(
+                sa.select(
+                    p.c.partition_date, p.c.last_live_object_id, so.c.delayed,
+                    sa.func.count(so.c.id).label("objects"),
+                    sa.func.coalesce(sa.func.sum(so.c.row_count), 0).label("rows"),
+                    sa.func.coalesce(sa.func.sum(so.c.content_length), 0).label("bytes"),
+                )
+                .select_from(p.outerjoin(so, so.c.partition_id == p.c.id))
+                .where(p.c.table_id == table_id)
+                .group_by(p.c.partition_date, p.c.last_live_object_id, so.c.delayed)
+                .order_by(p.c.partition_date)
+            ).all()
+            r_ = s.merge_ranges
+            merged = {row.partition_date: row for row in c.execute(
+                sa.select(p.c.partition_date, sa.func.count(r_.c.id).label("objects"),
+                          sa.func.coalesce(sa.func.sum(r_.c.row_count), 0).label("rows"))
+                .select_from(p.join(r_, r_.c.partition_id == p.c.id))
+                .where(p.c.table_id == table_id, r_.c.lower_bound.is_not(None))
+                .group_by(p.c.partition_date)
+            )}
+        summary: dict[dt.date, dict] = {}
+        for r in rows:
+            entry = summary.setdefault(r.partition_date, {
+                "date": r.partition_date, "closed": r.last_live_object_id is not None,
+                "live_objects": 0, "live_rows": 0, "delayed_objects": 0, "delayed_rows": 0, "bytes": 0,
+                "merged_objects": merged[r.partition_date].objects if r.partition_date in merged else 0,
+                "merged_rows": int(merged[r.partition_date].rows) if r.partition_date in merged else 0,
+            })
+            if r.delayed is None:
+                continue
+            kind = "delayed" if r.delayed else "live"
+            entry[f"{kind}_objects"] += r.objects
+            entry[f"{kind}_rows"] += r.rows
+            entry["bytes"] += r.bytes
+        return list(summary.values())
+
+
+def _partition(row) -> PartitionRow:  # noqa: ANN001
+    return PartitionRow(
+        id=row.id, table_id=row.table_id, partition_date=row.partition_date,
+        current_manifest_version=row.current_manifest_version,
+        desired_manifest_version=row.desired_manifest_version,
+        last_live_object_id=row.last_live_object_id, switched=row.switched,
+    )
+
+
+class StreamCommit:
+    """Operations inside one small-object commit (see Partitions.stream_commit)."""
+
+    def __init__(self, core: CatalogCore, connection: Connection) -> None:
+        self._core = core
+        self._c = connection
+
+    def is_processed(self, staging_object_id: int) -> bool:
+        row = self._c.execute(
+            sa.select(s.staging_objects.c.processed_time).where(s.staging_objects.c.id == staging_object_id)
+        ).one_or_none()
+        return row is None or row.processed_time is not None
+
+    def partition(self, table_id: int, partition_date: dt.date) -> PartitionRow | None:
+        row = self._c.execute(sa.select(s.partitions).where(
+            s.partitions.c.table_id == table_id, s.partitions.c.partition_date == partition_date,
+        )).first()
+        return _partition(row) if row else None
+
+    def partition_for(self, table_id: int, partition_date: dt.date, merge_interval: int,
+                      now: dt.datetime) -> PartitionRow:
+        """The partition row (created with the first object), with a waiting merge job.
+
+        A partition always has a waiting job while it holds unmerged objects: the first object's
+        schedules the first merge merge_interval later; one arriving while no job waits (the last
+        one finished, or is running) schedules the next merge the same way.
+        """
+        found = self.partition(table_id, partition_date)
+        if found is None:
+            self._c.execute(s.partitions.insert().values(
+                table_id=table_id, partition_date=partition_date, create_time=now))
+            found = self.partition(table_id, partition_date)
+            assert found is not None
+        # advance=False: a job waiting out a failure's backoff keeps its later time.
+        self._core.schedule_waiting(self._c, found.id, now + dt.timedelta(seconds=merge_interval),
+                                    advance=False)
+        return found
+
+    def updated_since(self, partition_id: int, mark: int) -> int | None:
+        """The version number of an update published to the partition after `mark` (Versions.mark):
+        an append that started before it must not commit (seed 004: update vs append, the later fails)."""
+        v = s.partition_versions
+        return self._c.execute(sa.select(sa.func.min(v.c.version)).where(
+            v.c.partition_id == partition_id, v.c.id > mark, v.c.commit_op == "update")).scalar_one()
+
+    def allocate_ids(self, count: int) -> list[int]:
+        if count <= 0:
+            return []
+        if self._core.dialect == "postgresql":
+            return list(self._c.execute(sa.select(sa.func.nextval("small_object_id_seq")).select_from(
+                sa.func.generate_series(1, count))).scalars())
+        last = self._c.execute(
+            s.id_counters.update().where(s.id_counters.c.name == "small_objects")
+            .values(last_value=s.id_counters.c.last_value + count).returning(s.id_counters.c.last_value)
+        ).scalar_one()
+        return list(range(last - count + 1, last + 1))
+
+    def add_small_object(self, *, object_id: int, staging_object_id: int, partition_id: int, delayed: bool,
+                         content_length: int, row_count: int, min_event_time: dt.datetime,
+                         max_event_time: dt.datetime, upload_start_time: dt.datetime) -> None:
+        try:
+            with self._c.begin_nested():
+                self._c.execute(s.small_objects.insert().values(
+                    id=object_id, staging_object_id=staging_object_id, partition_id=partition_id,
+                    delayed=delayed, content_length=content_length, row_count=row_count,
+                    min_event_time=min_event_time, max_event_time=max_event_time,
+                    upload_start_time=upload_start_time,
+                ))
+        except IntegrityError:
+            raise CatalogError(
+                f"staging object {staging_object_id} already has a small object in partition {partition_id}"
+            ) from None
+
+    def mark_processed(self, staging_object_id: int, *, records_in: int, bad_records: int,
+                       error_uri: str | None, now: dt.datetime) -> None:
+        self._c.execute(s.staging_objects.update().where(s.staging_objects.c.id == staging_object_id).values(
+            processed_time=now, records_in=records_in, bad_records=bad_records, error_uri=error_uri,
+        ))
+
+    def register_loaded(self, uri: str, *, table_id: int, size: int, records_in: int, bad_records: int,
+                        error_uri: str | None, now: dt.datetime) -> int | None:
+        """Register one load task's output as a processed staging row (its small objects need one);
+        None when the URI is already registered: that task was committed before, so nothing is added."""
+        if not self._core.insert_once(self._c, s.staging_objects, "uri", dict(
+            uri=uri, table_id=table_id, size=size, receive_time=now, processed_time=now,
+            records_in=records_in, bad_records=bad_records, error_uri=error_uri,
+        )):
+            return None
+        return self._c.execute(sa.select(s.staging_objects.c.id).where(s.staging_objects.c.uri == uri)).scalar_one()
+
+    @contextmanager
+    def savepoint(self) -> Iterator[None]:
+        """A part of the commit that can fail alone: an exception undoes its writes and propagates."""
+        with self._c.begin_nested():
+            yield
+
+    def record_failure(self, staging_object_id: int, reason: str, *, max_failures: int,
+                       now: dt.datetime) -> tuple[int, str | None]:
+        """Count a failed processing attempt of a pending staging object: (its failures so far, and the unknown
+        object's reason once they reach max_failures, when it moves to unknown). (0, None) if no longer pending."""
+        so = s.staging_objects
+        row = self._c.execute(
+            so.update().where(so.c.id == staging_object_id, so.c.processed_time.is_(None))
+            .values(failure_count=so.c.failure_count + 1, last_failure=reason, last_failure_time=now)
+            .returning(so.c.failure_count, so.c.uri, so.c.size, so.c.table_id)
+        ).one_or_none()
+        if row is None:
+            return 0, None
+        if row.failure_count < max_failures:
+            return row.failure_count, None
+        unknown = f"failed {row.failure_count} times: {reason}"
+        self.mark_unknown(staging_object_id, row.uri, unknown, size=row.size, table_id=row.table_id, now=now)
+        return row.failure_count, unknown
+
+    def mark_unknown(self, staging_object_id: int, uri: str, reason: str, *, size: int, table_id: int,
+                     now: dt.datetime) -> None:
+        self._core.insert_once(self._c, s.unknown_staging_objects, "uri", dict(
+            uri=uri, reason=reason, size=size, table_id=table_id, detect_time=now,
+        ))
+        self._c.execute(s.staging_objects.update().where(s.staging_objects.c.id == staging_object_id)
+                        .values(processed_time=now, records_in=0, bad_records=0))
+
+    def close(self, partition: PartitionRow) -> PartitionRow:
+        if partition.closed:
+            return partition
+        largest = self._c.execute(
+            sa.select(sa.func.coalesce(sa.func.max(s.small_objects.c.id), 0))
+            .where(s.small_objects.c.partition_id == partition.id)
+        ).scalar_one()
+        self._c.execute(s.partitions.update().where(s.partitions.c.id == partition.id)
+                        .values(last_live_object_id=largest))
+        closed = self.partition(partition.table_id, partition.partition_date)
+        assert closed is not None
+        return closed

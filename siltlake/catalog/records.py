@@ -1,0 +1,373 @@
+"""The catalog's rows and records, and its exceptions: plain data that every concern of the catalog and
+every caller imports, with no SQL (see catalog.py for the operations that read and write them)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from siltlake.errors import CatalogError, SiltError
+from siltlake.storage import TableLayout
+from siltlake.tabledef import TableDef
+
+
+class LostMergeJob(CatalogError):
+    """The job is no longer ours: another worker took it over after our heartbeat went stale."""
+
+
+class MergeConflict(CatalogError):
+    """The partition's ranges moved since the job planned; its output is not committed."""
+
+
+class UpdateConflict(CatalogError):
+    """A concurrent writer changed the partition since this update (or append) read it: run it again."""
+
+
+class VersionOutOfRange(SiltError):
+    """Time travel to a table version (or time) the table does not have."""
+
+
+# --- tables, staging objects, partitions and small objects -------------------------------------------
+
+
+@dataclass(frozen=True)
+class TableRecord:
+    id: int
+    definition: TableDef
+    physical_schema_name: str
+    physical_table_name: str
+    create_time: dt.datetime
+
+    @property
+    def qualified_name(self) -> str:
+        return self.definition.qualified_name
+
+    def layout(self, instance_key: str) -> TableLayout:
+        return TableLayout(instance_key, self.physical_schema_name, self.physical_table_name)
+
+
+@dataclass(frozen=True)
+class PendingStagingObject:
+    id: int
+    uri: str
+    size: int
+    table: TableRecord
+
+
+@dataclass(frozen=True)
+class FailingStagingObject:
+    """A pending staging object whose processing failed; at stream.max_failures it moves to unknown objects."""
+
+    uri: str
+    table_name: str
+    failure_count: int
+    last_failure: str
+    last_failure_time: dt.datetime
+
+
+@dataclass(frozen=True)
+class Redelivery:
+    """A registered staging key put again: its size when registered and now (different = new bytes, not loaded)."""
+
+    uri: str
+    put_time: dt.datetime
+    registered_size: int
+    size: int
+
+    @property
+    def changed(self) -> bool:
+        return self.size != self.registered_size
+
+
+@dataclass(frozen=True)
+class UnknownObject:
+    uri: str
+    reason: str
+    size: int | None
+    detect_time: dt.datetime
+    table_name: str | None
+
+
+@dataclass(frozen=True)
+class PartitionRow:
+    id: int
+    table_id: int
+    partition_date: dt.date
+    current_manifest_version: int
+    desired_manifest_version: int
+    last_live_object_id: int | None
+    switched: bool
+
+    @property
+    def closed(self) -> bool:
+        return self.last_live_object_id is not None
+
+
+@dataclass(frozen=True)
+class SmallObjectRow:
+    id: int
+    partition_date: dt.date
+    delayed: bool
+    content_length: int
+    row_count: int
+
+
+# --- the merge queue ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LocalHost:
+    """The claiming process: its host (as siltlake.hosts.claim_host names it) and pid, recorded with each
+    claim, and whether a pid of this host still runs. A claim of this host whose process is gone is stale at
+    once; a claim of another host waits out merge.job_timeout (its pids mean nothing here)."""
+
+    name: str
+    pid: int
+    alive: Callable[[int], bool]
+
+    def holds_dead_claim(self, row) -> bool:  # noqa: ANN001 - a merge_jobs row with owner_host and owner_pid
+        return row.owner_host == self.name and row.owner_pid is not None and not self.alive(row.owner_pid)
+
+
+@dataclass(frozen=True)
+class ClaimedJob:
+    id: int
+    partition_id: int
+    partition_date: dt.date
+    table: TableRecord
+    attempts: int
+    taken_over: bool  # the previous holder's heartbeat went stale
+
+
+@dataclass(frozen=True)
+class RangeRow:
+    lower: int | None
+    upper: int
+    content_length: int
+    row_count: int
+    object_key: str | None = None  # set when the object is not named by its bounds (an update's output)
+
+    def key(self, layout: TableLayout, partition_date: dt.date) -> str:
+        """The range's object."""
+        if self.object_key is not None:
+            return self.object_key
+        assert self.lower is not None, "the sentinel has no object"
+        return layout.merged_object(partition_date, self.lower, self.upper)
+
+
+@dataclass(frozen=True)
+class UnmergedObject:
+    id: int
+    delayed: bool
+    content_length: int
+    row_count: int
+
+
+@dataclass(frozen=True)
+class RangeWrite:
+    """One written merged object: a new range (lower, upper], or the open range extended from old_upper."""
+
+    lower: int
+    upper: int
+    old_upper: int | None
+    content_length: int
+    row_count: int
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    mode: str | None
+    objects_in: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    rows_out: int = 0
+    bytes_decoded: int = 0
+    start_time: dt.datetime | None = None
+    note: str | None = None
+
+
+# --- versions and publishing ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PublishedVersion:
+    partition_id: int
+    version: int
+    commit_op: str
+    live_watermark: int | None
+    manifest_key: str | None
+    created_at: dt.datetime
+    row_count: int
+    byte_count: int
+    covered_upper: int | None = None  # the largest small object id the manifest holds
+    table_version: int = 0  # the table version it was published in
+    file_list_key: str | None = None  # the manifest listing exactly its data files
+
+    def shows(self) -> str:
+        """What the version shows, in words."""
+        if self.manifest_key is None:
+            return f"live objects <= {self.live_watermark}"
+        if self.live_watermark is None or self.live_watermark == self.covered_upper:
+            return self.manifest_key
+        return f"{self.manifest_key} + live objects in ({self.covered_upper}, {self.live_watermark}]"
+
+
+@dataclass(frozen=True)
+class LiveCandidate:
+    """A not-switched partition with live objects beyond its newest version: the append version to publish.
+
+    It keeps what the newest version shows (an update's manifest, ids <= covered_upper) and shows the live
+    objects above it up to `watermark`. Its file list is the newest version's file list followed by
+    `objects`, the live objects above that version's watermark; when the newest version has no file list
+    (published before revision 0006), the newest version's manifest (if any) followed by `objects`, then
+    every live object above covered_upper."""
+
+    partition_id: int
+    table_id: int
+    partition_date: dt.date
+    first: bool  # the partition's first version ever
+    base_version: int | None
+    manifest_key: str | None
+    covered_upper: int | None
+    watermark: int
+    row_count: int
+    byte_count: int
+    objects: tuple[tuple[int, int], ...]  # (small object id, content length), in id order
+    base_file_list_key: str | None = None
+
+    @property
+    def version(self) -> int:
+        return (self.base_version or 0) + 1
+
+
+@dataclass(frozen=True)
+class SwitchedPartition:
+    """A switched partition whose merged state is not published yet: the ranges it will show."""
+
+    partition_id: int
+    table_id: int
+    partition_date: dt.date
+    current: int
+    desired: int
+    ranges: tuple[RangeRow, ...]  # the ranges the merged version shows, sentinel left out
+
+
+@dataclass(frozen=True)
+class PartitionView:
+    """What a reader sees of one partition: a manifest's objects (merged or updated), live small objects
+    above the ids the manifest holds, or both (objects appended after an update)."""
+
+    partition_date: dt.date
+    version: int | None  # None: never published (a new partition read at the current state)
+    live_object_ids: tuple[int, ...] = ()
+    manifest_key: str | None = None
+
+
+@dataclass(frozen=True)
+class UpdateBase:
+    """What an update of one partition reads: its newest version's manifest (ids <= covered_upper) and
+    every small object above it, live or delayed, up to the partition's largest id `upper`. Together
+    they are everything the partition holds, shown or not yet shown."""
+
+    partition_id: int
+    partition_date: dt.date
+    version: int | None  # the newest version read (None: never published)
+    manifest_key: str | None
+    covered_upper: int
+    objects: tuple[tuple[int, bool], ...]  # (small object id, delayed)
+    upper: int
+
+
+# --- reaping ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReapTable:
+    id: int
+    physical_schema_name: str
+    physical_table_name: str
+    timezone: str
+    ttl_days: int | None
+    dropped_time: dt.datetime | None
+
+    @property
+    def physical_name(self) -> str:
+        return f"{self.physical_schema_name}.{self.physical_table_name}"
+
+
+@dataclass(frozen=True)
+class ReapPartition:
+    id: int
+    table_id: int
+    partition_date: dt.date
+
+
+@dataclass(frozen=True)
+class ReapVersion:
+    id: int
+    partition_id: int
+    version: int
+    commit_op: str
+    live_watermark: int | None
+    manifest_key: str | None
+    covered_upper: int | None
+    created_at: dt.datetime
+    file_list_key: str | None = None  # the manifest of exactly its files (== manifest_key when merged/updated)
+
+
+@dataclass(frozen=True)
+class ReapRange:
+    partition_id: int
+    lower: int | None
+    upper: int
+    object_key: str | None
+
+
+@dataclass(frozen=True)
+class ReapSmallObject:
+    id: int
+    partition_id: int
+    delayed: bool
+    content_length: int
+
+
+@dataclass
+class ReapView:
+    """Everything that references an object, read in one snapshot."""
+
+    tables: list[ReapTable] = field(default_factory=list)
+    partitions: list[ReapPartition] = field(default_factory=list)
+    versions: list[ReapVersion] = field(default_factory=list)
+    ranges: list[ReapRange] = field(default_factory=list)
+    small_objects: list[ReapSmallObject] = field(default_factory=list)
+    running_jobs: list[tuple[int, dt.datetime | None]] = field(default_factory=list)  # (partition id, heartbeat)
+    error_keys: set[str] = field(default_factory=set)
+    instances: dict[str, bool] = field(default_factory=dict)  # instance key -> is_self
+
+
+# --- external catalogs (publish targets) -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SyncedTable:
+    """A table as a target last saw it. dropped: the siltlake table is gone, the target still has it."""
+
+    table_id: int
+    database_name: str
+    table_name: str
+    columns: tuple[tuple[str, str], ...]
+    dropped: bool
+
+
+@dataclass(frozen=True)
+class PartitionToSync:
+    """A published partition whose newest version shows something other than what the target points at."""
+
+    partition_id: int
+    table_id: int
+    partition_date: dt.date
+    file_list_key: str | None  # the newest version's JSON manifest of exactly its files; None: a live
+    # version published before file lists (migration 0006), which only the live directory shows
+    known: bool  # the target already has the partition (at another location)
+

@@ -1,0 +1,149 @@
+"""Staging objects: registering them once, the pending, failing and unknown ones, redeliveries, error files.
+
+Their processing (small objects, processed and failed marks) commits through partitions.StreamCommit."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Sequence
+
+import sqlalchemy as sa
+
+from siltlake.catalog import schema as s
+from siltlake.catalog.core import CatalogCore, table_record
+from siltlake.catalog.records import FailingStagingObject, PendingStagingObject, Redelivery, UnknownObject
+from siltlake.clock import utcnow
+
+
+class Staging:
+    """Reached as catalog.staging."""
+
+    def __init__(self, core: CatalogCore) -> None:
+        self._core = core
+
+    def known_uris(self, uris: Sequence[str]) -> set[str]:
+        """Which of these URIs are already registered, as staging or unknown objects."""
+        known: set[str] = set()
+        with self._core.tx() as c:
+            for start in range(0, len(uris), 500):
+                chunk = list(uris[start:start + 500])
+                for table in (s.staging_objects, s.unknown_staging_objects):
+                    known.update(c.execute(sa.select(table.c.uri).where(table.c.uri.in_(chunk))).scalars())
+        return known
+
+    def register(self, objects: Iterable[tuple[str, int, int, dt.datetime | None]]) -> int:
+        """Register (uri, table_id, size, send_time) rows once each; returns how many were new."""
+        added = 0
+        now = utcnow()
+        with self._core.tx() as c:
+            for uri, table_id, size, send_time in objects:
+                added += self._core.insert_once(c, s.staging_objects, "uri", dict(
+                    uri=uri, table_id=table_id, size=size, send_time=send_time, receive_time=now,
+                ))
+        return added
+
+    def note_redeliveries(self, puts: Sequence[tuple[str, dt.datetime, int]]) -> list[Redelivery]:
+        """Registered staging objects put again (a newer mtime than their send_time), each put returned once.
+
+        The send_time moves to the newest put under a compare-and-set, so of several processes listing
+        the same re-put only one returns it, and a later listing of the same put returns nothing."""
+        so = s.staging_objects
+        newer: list[Redelivery] = []
+        with self._core.tx() as c:
+            for start in range(0, len(puts), 500):
+                chunk = {uri: (put_time, size) for uri, put_time, size in puts[start:start + 500]}
+                for uri, send_time, size in c.execute(
+                        sa.select(so.c.uri, so.c.send_time, so.c.size).where(so.c.uri.in_(list(chunk)))):
+                    put_time, put_size = chunk[uri]
+                    if send_time is not None and put_time > send_time:
+                        newer.append(Redelivery(uri, put_time, size, put_size))
+            return [put for put in newer if c.execute(
+                so.update().where(so.c.uri == put.uri, so.c.send_time < put.put_time)
+                .values(send_time=put.put_time)).rowcount]
+
+    def record_unknown(self, uri: str, reason: str, *, size: int | None = None,
+                       table_id: int | None = None) -> bool:
+        with self._core.tx() as c:
+            return bool(self._core.insert_once(c, s.unknown_staging_objects, "uri", dict(
+                uri=uri, reason=reason, size=size, table_id=table_id, detect_time=utcnow(),
+            )))
+
+    def pending(self, limit: int) -> list[PendingStagingObject]:
+        with self._core.tx() as c:
+            rows = c.execute(
+                sa.select(s.staging_objects.c.id, s.staging_objects.c.uri, s.staging_objects.c.size,
+                          s.staging_objects.c.table_id)
+                .where(s.staging_objects.c.processed_time.is_(None))
+                .order_by(s.staging_objects.c.id).limit(limit)
+            ).all()
+            table_ids = {r.table_id for r in rows}
+            tables = {
+                t.id: table_record(t)
+                for t in c.execute(sa.select(s.tables).where(s.tables.c.id.in_(table_ids)))
+            } if table_ids else {}
+        return [PendingStagingObject(r.id, r.uri, r.size, tables[r.table_id]) for r in rows]
+
+    def failing(self) -> list[FailingStagingObject]:
+        """Pending staging objects whose processing failed at least once, the most failed first."""
+        so, t = s.staging_objects, s.tables
+        with self._core.tx() as c:
+            rows = c.execute(
+                sa.select(so.c.uri, t.c.schema_name, t.c.table_name, so.c.failure_count, so.c.last_failure,
+                          so.c.last_failure_time)
+                .select_from(so.join(t, so.c.table_id == t.c.id))
+                .where(so.c.processed_time.is_(None), so.c.failure_count > 0)
+                .order_by(so.c.failure_count.desc(), so.c.id)
+            ).all()
+        return [FailingStagingObject(r.uri, f"{r.schema_name}.{r.table_name}", r.failure_count, r.last_failure,
+                                     r.last_failure_time) for r in rows]
+
+    def unknown(self) -> list[UnknownObject]:
+        u, t = s.unknown_staging_objects, s.tables
+        with self._core.tx() as c:
+            rows = c.execute(
+                sa.select(u.c.uri, u.c.reason, u.c.size, u.c.detect_time, t.c.schema_name, t.c.table_name)
+                .select_from(u.outerjoin(t, u.c.table_id == t.c.id)).order_by(u.c.id)
+            ).all()
+        return [
+            UnknownObject(r.uri, r.reason, r.size, r.detect_time,
+                          f"{r.schema_name}.{r.table_name}" if r.schema_name else None)
+            for r in rows
+        ]
+
+    def forget_unknown(self, uris: Sequence[str] | None = None) -> list[str]:
+        """Remove unknown rows (all, or the given URIs) and re-queue their staging rows for a replay."""
+        u = s.unknown_staging_objects
+        with self._core.tx() as c:
+            query = sa.select(u.c.uri)
+            if uris is not None:
+                query = query.where(u.c.uri.in_(list(uris)))
+            forgotten = list(c.execute(query).scalars())
+            if forgotten:
+                c.execute(u.delete().where(u.c.uri.in_(forgotten)))
+                c.execute(s.staging_objects.delete().where(
+                    s.staging_objects.c.uri.in_(forgotten),
+                    ~sa.exists().where(s.small_objects.c.staging_object_id == s.staging_objects.c.id),
+                ))
+        return forgotten
+
+    def error_uris(self, table_id: int) -> list[str]:
+        so = s.staging_objects
+        with self._core.tx() as c:
+            return list(c.execute(
+                sa.select(so.c.error_uri).where(so.c.table_id == table_id, so.c.error_uri.is_not(None))
+                .order_by(so.c.id)
+            ).scalars())
+
+    def error_uris_received(self, table_id: int) -> list[tuple[str, dt.datetime]]:
+        """(error file URI, when its staging object was registered) of a table, in staging id order."""
+        so = s.staging_objects
+        with self._core.tx() as c:
+            return [(r.error_uri, r.receive_time) for r in c.execute(
+                sa.select(so.c.error_uri, so.c.receive_time).where(so.c.table_id == table_id,
+                                                                   so.c.error_uri.is_not(None))
+                .order_by(so.c.id))]
+
+    def clear_error_uri(self, error_uri: str) -> None:
+        with self._core.tx() as c:
+            c.execute(s.staging_objects.update().where(s.staging_objects.c.error_uri == error_uri)
+                      .values(error_uri=None))

@@ -1,0 +1,137 @@
+"""The catalog's tables: create, find, list, change (columns, name) and drop them."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from siltlake.catalog import schema as s
+from siltlake.catalog.core import CatalogCore, table_record
+from siltlake.catalog.records import TableRecord
+from siltlake.clock import utcnow
+from siltlake.errors import CatalogError, NotFoundError
+from siltlake.tabledef import Column, TableDef, check_identifier
+
+
+class Tables:
+    """Reached as catalog.tables."""
+
+    def __init__(self, core: CatalogCore) -> None:
+        self._core = core
+
+    def create(self, definition: TableDef) -> TableRecord:
+        with self._core.tx() as c:
+            if self._find_table(c, definition.schema_name, definition.name) is not None:
+                raise CatalogError(f"table {definition.qualified_name} already exists")
+            taken = {
+                (r.physical_schema_name, r.physical_table_name)
+                for r in c.execute(sa.select(s.tables.c.physical_schema_name, s.tables.c.physical_table_name))
+            }
+            physical_table, suffix = definition.name, 1
+            # A dropped table keeps its physical name until reap removes its objects.
+            while (definition.schema_name, physical_table) in taken:
+                suffix += 1
+                physical_table = f"{definition.name}_{suffix}"
+            now = utcnow()
+            new_id = c.execute(s.tables.insert().values(
+                schema_name=definition.schema_name, table_name=definition.name,
+                physical_schema_name=definition.schema_name, physical_table_name=physical_table,
+                create_time=now, merge_interval=definition.merge_interval,
+                time_column=definition.time_column, timezone=definition.timezone,
+                ttl_days=definition.ttl_days, definition=definition.to_json(),
+            ).returning(s.tables.c.id)).scalar_one()
+            return table_record(c.execute(sa.select(s.tables).where(s.tables.c.id == new_id)).one())
+
+    @staticmethod
+    def _find_table(c: Connection, schema_name: str, table_name: str):  # noqa: ANN205
+        return c.execute(sa.select(s.tables).where(
+            s.tables.c.schema_name == schema_name,
+            s.tables.c.table_name == table_name,
+            s.tables.c.dropped_time.is_(None),
+        )).first()
+
+    @staticmethod
+    def split_name(qualified: str) -> tuple[str, str]:
+        parts = qualified.split(".")
+        if len(parts) != 2:
+            raise CatalogError(f"table name {qualified!r} must be written schema.table")
+        return check_identifier(parts[0], "schema name"), check_identifier(parts[1], "table name")
+
+    def get(self, qualified: str) -> TableRecord:
+        schema_name, table_name = self.split_name(qualified)
+        with self._core.tx() as c:
+            row = self._find_table(c, schema_name, table_name)
+        if row is None:
+            raise NotFoundError(f"no table {qualified}; `silt table list` shows the tables")
+        return table_record(row)
+
+    def list(self) -> list[TableRecord]:
+        with self._core.tx() as c:
+            rows = c.execute(
+                sa.select(s.tables).where(s.tables.c.dropped_time.is_(None))
+                .order_by(s.tables.c.schema_name, s.tables.c.table_name)
+            ).all()
+        return [table_record(r) for r in rows]
+
+    def by_key_names(self) -> dict[tuple[str, str], TableRecord]:
+        """Live tables by logical and by physical (schema, table): staging keys may use either."""
+        records = self.list()
+        found = {(r.physical_schema_name, r.physical_table_name): r for r in records}
+        found.update({(r.definition.schema_name, r.definition.name): r for r in records})
+        return found
+
+    def _update_definition(self, c: Connection, table_id: int, definition: TableDef) -> None:
+        c.execute(s.tables.update().where(s.tables.c.id == table_id).values(
+            schema_name=definition.schema_name, table_name=definition.name,
+            merge_interval=definition.merge_interval, time_column=definition.time_column,
+            timezone=definition.timezone, ttl_days=definition.ttl_days, definition=definition.to_json(),
+        ))
+
+    def add_column(self, qualified: str, column: Column) -> TableRecord:
+        if not column.nullable:
+            raise CatalogError(
+                f"new column {column.name} must be nullable: objects written before it have no values"
+            )
+        with self._core.tx() as c:
+            record = self._locked_table(c, qualified)
+            if column.name in {existing.name for existing in record.definition.columns}:
+                raise CatalogError(f"table {qualified} already has a column {column.name}")
+            self._update_definition(c, record.id, record.definition.with_column(column))
+        return self.get(qualified)
+
+    def alter_column_type(self, qualified: str, column: str, type_name: str) -> TableRecord:
+        """Widen a column (int -> bigint, float -> double); older objects read as the new type."""
+        with self._core.tx() as c:
+            record = self._locked_table(c, qualified)
+            self._update_definition(c, record.id, record.definition.with_column_type(column, type_name))
+        return self.get(qualified)
+
+    def rename(self, qualified: str, new_qualified: str) -> TableRecord:
+        new_schema, new_name = self.split_name(new_qualified)
+        with self._core.tx() as c:
+            record = self._locked_table(c, qualified)
+            if self._find_table(c, new_schema, new_name) is not None:
+                raise CatalogError(f"table {new_qualified} already exists")
+            self._update_definition(c, record.id, record.definition.renamed(new_schema, new_name))
+        return self.get(new_qualified)
+
+    def drop(self, qualified: str) -> TableRecord:
+        """Mark a table dropped; its objects stay until reap removes them."""
+        with self._core.tx() as c:
+            record = self._locked_table(c, qualified)
+            c.execute(s.tables.update().where(s.tables.c.id == record.id).values(dropped_time=utcnow()))
+        return record
+
+    def _locked_table(self, c: Connection, qualified: str) -> TableRecord:
+        schema_name, table_name = self.split_name(qualified)
+        query = sa.select(s.tables).where(
+            s.tables.c.schema_name == schema_name,
+            s.tables.c.table_name == table_name,
+            s.tables.c.dropped_time.is_(None),
+        )
+        if self._core.dialect == "postgresql":
+            query = query.with_for_update()
+        row = c.execute(query).first()
+        if row is None:
+            raise NotFoundError(f"no table {qualified}; `silt table list` shows the tables")
+        return table_record(row)
