@@ -45,7 +45,7 @@ import pyarrow.parquet as pq  # noqa: E402
 from stream_bench import MB, Measure, machine, write_report  # noqa: E402
 
 from siltlake.merge.task import MergeTask, RangeTask, run_merge_task  # noqa: E402
-from siltlake.storage import Storage  # noqa: E402
+from siltlake.storage.filesystem import Storage  # noqa: E402
 from siltlake.tabledef import TableDef  # noqa: E402
 
 GENERATOR_VERSION = 1  # bump when the generated data changes, to invalidate cached inputs

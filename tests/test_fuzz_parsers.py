@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 
 from siltlake.load.config import parse_load_config
 from siltlake.load.task import LoadTask, run_load_task
-from siltlake.storage import Storage
+from siltlake.storage.filesystem import Storage
 from siltlake.stream import records as R
 from siltlake.stream.records import BadRecord, UnreadableObject, read_staging_object
 from siltlake.tabledef import TableDef

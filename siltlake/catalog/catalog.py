@@ -30,7 +30,7 @@ from siltlake.catalog.publishing import Publishing
 from siltlake.catalog.reaping import Reaping
 from siltlake.clock import utcnow
 from siltlake.errors import CatalogError, CatalogUnreachable, NotFoundError
-from siltlake.storage import TableLayout
+from siltlake.storage.keys import TableLayout
 from siltlake.tabledef import Column, TableDef, check_identifier
 
 MIGRATIONS = Path(__file__).with_name("migrations")

@@ -15,7 +15,7 @@ from siltlake.errors import CatalogError
 
 if TYPE_CHECKING:
     from siltlake.catalog.catalog import TableRecord
-    from siltlake.storage import TableLayout
+    from siltlake.storage.keys import TableLayout
 
 # Names the PostgreSQL advisory lock that serialises claims (SQLite's write lock does the same there).
 _MERGE_CLAIM_LOCK = 0x5117_3E26

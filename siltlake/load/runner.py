@@ -25,6 +25,7 @@ from siltlake.errors import CatalogError, ConfigError, NotFoundError, SiltError
 from siltlake.load.config import JobConfig, LoadConfig
 from siltlake.load.task import LoadTask, output_columns, run_load_task
 from siltlake.spark import run_tasks
+from siltlake.storage.keys import load_error_file, load_sql_run, temporary_run
 from siltlake.tabledef import Column, TableDef
 
 STATE_VERSION = 1
@@ -252,7 +253,7 @@ def _error_uri(job: JobConfig, run_id: str, job_name: str, index: int) -> str | 
     base = job.error.path
     if "://" not in base:
         base = "file://" + str(Path(base).expanduser().absolute())
-    return f"{base.rstrip('/')}/{run_id}/{job_name}/task-{index:05d}.jsonl"
+    return load_error_file(base, run_id, job_name, index)
 
 
 # --------------------------------------------------------------------------------------------
@@ -264,7 +265,8 @@ def _sql_stage(deployment: Deployment, name: str, job: JobConfig, table: TableRe
     from pyspark import TaskContext
 
     from siltlake.load.task import row_table
-    from siltlake.storage import TableLayout, for_engine
+    from siltlake.storage.filesystem import for_engine
+    from siltlake.storage.keys import TableLayout
     from siltlake.stream.task import StreamTask, _ObjectWriter
 
     spark = deployment.spark()
@@ -292,8 +294,8 @@ def _sql_stage(deployment: Deployment, name: str, job: JobConfig, table: TableRe
     settings = deployment.config.stream
     instance_key, time_column, timezone, codec = (deployment.instance_key, definition.time_column,
                                                   definition.timezone, definition.codec)
-    staging_run = f"{run_id}/{name}/sql"
-    lake.delete_prefix(f"{instance_key}/_tmp/{staging_run}")  # a previous attempt of this stage
+    staging_run = load_sql_run(run_id, name)
+    lake.delete_prefix(temporary_run(instance_key, staging_run))  # a previous attempt of this stage
 
     def write(batches):  # noqa: ANN001, ANN202 - runs in Spark tasks
         import pyarrow as pa
@@ -345,7 +347,7 @@ def _plan_job(deployment: Deployment, name: str, job: JobConfig) -> tuple[TableR
 
 
 def _create_from_sql(deployment: Deployment, name: str, job: JobConfig, reports: list[dict]) -> TableRecord:
-    from siltlake.storage import for_engine
+    from siltlake.storage.filesystem import for_engine
 
     spark = deployment.spark()
     uris = [for_engine(deployment.lake.uri(report["in_key"])) for report in reports]
@@ -507,7 +509,7 @@ def _load(deployment: Deployment, config: LoadConfig, *, state_path: str | None,
     state["committed_time"] = utcnow().isoformat()
     if path is not None:
         _write_state(path, state)
-    deployment.lake.delete_prefix(f"{deployment.instance_key}/_tmp/{run_id}")
+    deployment.lake.delete_prefix(temporary_run(deployment.instance_key, run_id))
     return LoadReport(run_id, list(stats.values()), committed=True, state_path=str(path) if path else None)
 
 
@@ -585,7 +587,7 @@ def _commit(deployment: Deployment, config: LoadConfig, state: dict, tables: dic
 def _discard(deployment: Deployment, state: dict) -> list[str]:
     """Delete a run's temporary objects and error files; returns what was removed."""
     removed = []
-    prefix = f"{deployment.instance_key}/_tmp/{state['run_id']}"
+    prefix = temporary_run(deployment.instance_key, state["run_id"])
     keys = [info.key for info in deployment.lake.list(prefix)]
     deployment.lake.delete_prefix(prefix)
     removed += [deployment.lake.uri(key) for key in keys]
