@@ -45,7 +45,8 @@ import pyarrow.compute as pc  # noqa: E402
 import pyarrow.json as pj  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
-from siltlake.demo.sample import TABLE_TOML, write_big_object, write_jsonl_gz_objects  # noqa: E402
+from siltlake.demo.bench_inputs import write_big_object, write_jsonl_gz_objects  # noqa: E402
+from siltlake.demo.sample import TABLE_TOML  # noqa: E402
 from siltlake.tabledef import TableDef  # noqa: E402
 
 GENERATOR_VERSION = 1  # bump when the generated data changes, to invalidate cached inputs
