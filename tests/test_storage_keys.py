@@ -61,9 +61,9 @@ def test_manifest_keys_parse_back(version: int, label: str | None) -> None:
     assert keys.merged_directory_of(json_key) == keys.split_key("k1", LAYOUT.merged_object(DAY, 1, 2)).directory
 
 
-def test_a_key_that_is_no_manifest_has_no_merged_directory() -> None:
-    with pytest.raises(ValueError, match="not a manifest"):
-        keys.merged_directory_of(LAYOUT.merged_object(DAY, 1, 2))
+def test_a_key_without_a_manifests_area_reads_as_its_own_directory() -> None:
+    assert keys.merged_directory_of("k1/web.access/other/dt=2026-11-20/x.json") == "k1/web.access/other/dt=2026-11-20"
+    assert keys.merged_directory_of("manifests/x.json") == "manifests"  # the first segment is no area
 
 
 @pytest.mark.parametrize("delayed", [False, True])

@@ -129,12 +129,16 @@ def symlink_key(json_manifest_key: str) -> str:
 
 
 def merged_directory_of(json_manifest_key: str) -> str:
-    """The merged/dt=<date> directory of the partition a JSON manifest belongs to."""
-    directory, _ = json_manifest_key.rsplit("/", 1)
-    table_prefix, area, partition = directory.rsplit("/", 2)
-    if area != MANIFESTS:
-        raise ValueError(f"{json_manifest_key!r} is not a manifest's key")
-    return f"{table_prefix}/{MERGED}/{partition}"
+    """The merged/dt=<date> directory of the partition a JSON manifest belongs to: the manifest's directory
+    with its manifests area read as the merged one."""
+    segments = json_manifest_key.split("/")
+    if len(segments) == 1:
+        return json_manifest_key
+    for index in range(1, len(segments) - 1):
+        if segments[index] == MANIFESTS:
+            segments[index] = MERGED
+            break
+    return "/".join(segments[:-1])
 
 
 # --- a table's keys ------------------------------------------------------------------------------------
