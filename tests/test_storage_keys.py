@@ -129,3 +129,10 @@ def test_table_segments() -> None:
     assert keys.is_table_segment("web.access_2")
     for other in ("_tmp", "_iceberg", "Web.access", "web", "web.access.x", "1web.access"):
         assert not keys.is_table_segment(other), other
+
+
+def test_partition_bases_and_area_globs() -> None:
+    assert keys.partition_base(LAYOUT.small_object(DAY, 1, True)) == "k1/web.access/delayed"
+    assert keys.partition_base("s3a://b/p/" + LAYOUT.merged_object(DAY, 1, 2)) == "s3a://b/p/k1/web.access/merged"
+    assert keys.area_glob(keys.LIVE) == "*/*/live/dt=*/*.parquet"
+    assert keys.area_glob(keys.MANIFESTS) == "*/*/manifests/dt=*/manifest-*.json"

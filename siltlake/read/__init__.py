@@ -63,6 +63,7 @@ def objects_frame(spark: SparkSession, record: TableRecord, deployment: Deployme
     """A DataFrame (with the dt column) of the objects the manifests list and of small objects
     (date, id, delayed), read with the table's current schema (added columns read as null)."""
     from siltlake.storage.filesystem import for_engine
+    from siltlake.storage.keys import partition_base
     from siltlake.storage.manifests import read_manifest
 
     layout = record.layout(deployment.instance_key)
@@ -77,7 +78,7 @@ def objects_frame(spark: SparkSession, record: TableRecord, deployment: Deployme
     # scan per area (merged, live, delayed) the objects are in.
     scans: dict[str, list[str]] = {}
     for uri in uris:
-        scans.setdefault(uri.rsplit("/dt=", 1)[0], []).append(uri)
+        scans.setdefault(partition_base(uri), []).append(uri)
     frames = [spark.read.schema(schema).option("basePath", prefix).parquet(*paths) for prefix, paths in scans.items()]
     if not frames:
         return spark.createDataFrame([], schema)

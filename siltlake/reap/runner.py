@@ -156,7 +156,7 @@ def register_other_instances(deployment: Deployment, key: str) -> list[str]:
     return found
 
 
-def _manifest_objects(deployment: Deployment, keys: Sequence[str], workers: int
+def _manifest_objects(deployment: Deployment, manifest_keys: Sequence[str], workers: int
                       ) -> tuple[dict[str, list[str]], set[str]]:
     """The object keys each JSON manifest lists, and the manifests that could not be read."""
     lake = deployment.lake
@@ -170,8 +170,8 @@ def _manifest_objects(deployment: Deployment, keys: Sequence[str], workers: int
 
     listed: dict[str, list[str]] = {}
     unreadable: set[str] = set()
-    with ThreadPoolExecutor(max(1, min(workers, len(keys)))) as pool:
-        for key, objects in zip(keys, pool.map(one, keys), strict=True):
+    with ThreadPoolExecutor(max(1, min(workers, len(manifest_keys)))) as pool:
+        for key, objects in zip(manifest_keys, pool.map(one, manifest_keys), strict=True):
             if objects is None:
                 unreadable.add(key)
             else:
@@ -483,7 +483,7 @@ def reap_once(deployment: Deployment, now: dt.datetime | None = None, *, dry_run
     rows = [oid for oid, k in plan.covered_rows.items() if k in deleted or k not in listed_keys]
     if rows:
         report.reasons["covered"].rows = catalog.delete_small_object_rows(rows)
-    versions = [vid for vid, keys in plan.expired_versions.items() if not any(k in failed for k in keys)]
+    versions = [vid for vid, doomed in plan.expired_versions.items() if not any(k in failed for k in doomed)]
     if versions:
         report.reasons["expired"].rows = catalog.delete_version_rows(versions)
     ttl = [pid for pid, (prefix, dated) in plan.ttl_partitions.items()

@@ -141,6 +141,18 @@ def merged_directory_of(json_manifest_key: str) -> str:
     return "/".join(segments[:-1])
 
 
+def partition_base(key: str) -> str:
+    """The area above an object's dt=<date> directory (a key or a URI): the base path from which an engine's
+    partition discovery reads dt."""
+    return key.rsplit("/dt=", 1)[0]
+
+
+def area_glob(area: str) -> str:
+    """A glob, relative to the lake's root, of one area's objects in every table (manifests: the JSON ones)."""
+    name = "manifest-*.json" if area == MANIFESTS else "*.parquet"
+    return f"*/*/{area}/dt=*/{name}"
+
+
 # --- a table's keys ------------------------------------------------------------------------------------
 
 
