@@ -11,15 +11,15 @@ usage (os.wait4), so other processes on the machine do not count. The target is 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from common import brief_machine, save_json
 
 TARGET_CPU_SECONDS = 0.4
 COMMANDS = {"silt --help": ["--help"], "silt status": ["status"]}
@@ -87,12 +87,9 @@ def main() -> None:
               f"{row['cpu_seconds_median']:>7.3f} {row['cpu_seconds_max']:>6.3f} {row['wall_seconds_median']:>7.3f}  "
               f"< {TARGET_CPU_SECONDS} s CPU: {'met' if row['met'] else 'NOT met'}")
     print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f}")
-    report = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                          "python": platform.python_version()},
-              "load_average_1m": {"before": load_before[0], "after": load_after[0]},
+    report = {"machine": brief_machine(), "load_average_1m": {"before": load_before[0], "after": load_after[0]},
               "results": results}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+    save_json(Path(args.out), report, indent=1)
 
 
 if __name__ == "__main__":

@@ -24,22 +24,17 @@ import json
 import os
 import platform
 import shutil
-import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-import numpy as np  # noqa: E402
-import pyarrow as pa  # noqa: E402
-import pyarrow.compute as pc  # noqa: E402
-import pyarrow.csv as pacsv  # noqa: E402
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+from common import MB, ROOT, new_deployment, save_json, start_spark
 
 GENERATOR_VERSION = 1
-MB = 1_000_000
 ACTIONS = np.array(["view", "click", "purchase", "search", "logout"])
 
 
@@ -86,20 +81,12 @@ def run_naive(spark, paths: list[Path], out: Path) -> float:  # noqa: ANN001 - a
 
 
 def run_siltlake(spark, paths: list[Path], workdir: Path) -> tuple[float, dict]:  # noqa: ANN001
-    from siltlake.config import Config
-    from siltlake.deployment import Deployment
     from siltlake.load import load, parse_load_config
     from siltlake.load.guess import guess
 
     deployment_dir = workdir / "deployment"
     shutil.rmtree(deployment_dir, ignore_errors=True)
-    deployment = Deployment(Config.model_validate({
-        "instance_key": "bench001",
-        "catalog": {"url": f"sqlite:///{deployment_dir / 'catalog.db'}"},
-        "storage": {"root": str(deployment_dir / "lake"), "staging_root": str(deployment_dir / "staging")},
-        "spark": {"master": "local[2]"},
-    }))
-    deployment.init()
+    deployment = new_deployment("bench001", deployment_dir)
     deployment.use_spark(spark)
     seed = {"in": {"path": str(paths[0].parent / "access-*.csv")},
             "out": {"table": "web.access", "create": True, "timezone": "Asia/Tokyo"}}
@@ -127,10 +114,7 @@ def main() -> None:
     input_bytes = sum(p.stat().st_size for p in paths)
     print(f"input: {len(paths)} CSV files, {input_bytes / MB:,.0f} MB, {rows:,} rows", flush=True)
 
-    from siltlake.config import SparkConfig
-    from siltlake.spark import spark_session
-
-    spark = spark_session(SparkConfig(master="local[2]", app_name="load-bench"))
+    spark, _ = start_spark("load-bench")
     spark.range(10).count()  # start the executors before timing
     results: dict[str, dict] = {}
     for name in ("naive", "siltlake"):
@@ -155,8 +139,7 @@ def main() -> None:
         "input": {"files": len(paths), "bytes": input_bytes, "rows": rows},
         "results": results, "speedup": round(speedup, 2),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(record, indent=2) + "\n")
+    save_json(args.out, record)
     spark.stop()
 
 

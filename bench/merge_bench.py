@@ -22,152 +22,57 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
 import resource
 import shutil
-import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-for entry in (ROOT, ROOT / "bench"):
-    if str(entry) not in sys.path:
-        sys.path.insert(0, str(entry))
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from common import (
+    MB,
+    MIB,
+    RESULTS,
+    ROOT,
+    Measure,
+    args_record,
+    interleaved_runs,
+    link_or_copy,
+    machine,
+    new_deployment,
+    own_status_bytes,
+    start_spark,
+    timed_runs,
+    utc_stamp,
+    warm_page_cache,
+    write_report,
+)
+from inputs import (
+    CODEC,
+    LOG_SCHEMA,
+    LOG_TABLE,
+    PARTITION_DATE,
+    commit_log_objects,
+    input_summary,
+    object_paths,
+    prepare_log_objects,
+)
 
-import numpy as np  # noqa: E402
-import pyarrow as pa  # noqa: E402
-import pyarrow.compute as pc  # noqa: E402
-import pyarrow.parquet as pq  # noqa: E402
-from stream_bench import MB, Measure, machine, write_report  # noqa: E402
-
-from siltlake.merge.task import MergeTask, RangeTask, run_merge_task  # noqa: E402
-from siltlake.storage.filesystem import Storage  # noqa: E402
-from siltlake.tabledef import TableDef  # noqa: E402
-
-GENERATOR_VERSION = 1  # bump when the generated data changes, to invalidate cached inputs
-MIB = 1024 * 1024
-RESULTS = ROOT / "bench" / "results"
-PARTITION_DATE = dt.date(2026, 11, 20)  # a Tokyo day: 2026-11-19 15:00 UTC to 2026-11-20 15:00 UTC
-DAY_START_US = int(datetime(2026, 11, 19, 15, tzinfo=UTC).timestamp()) * 1_000_000
-DAY_US = 86_400 * 1_000_000
-CODEC = "zstd"  # every peer writes zstd at its library's default level (pinned to 1 for Spark, see below)
-TABLE = TableDef.from_mapping({
-    "schema": "bench", "name": "http_log", "time_column": "time", "timezone": "Asia/Tokyo",
-    "merge_interval": "12h", "codec": CODEC,
-    "columns": [
-        {"name": "time", "type": "timestamp", "nullable": False},
-        {"name": "host", "type": "string"},
-        {"name": "status", "type": "int"},
-        {"name": "path", "type": "string"},
-        {"name": "user_id", "type": "bigint"},
-        {"name": "latency_ms", "type": "double"},
-    ],
-})
-SCHEMA = TABLE.arrow_schema()
+from siltlake.merge.task import MergeTask, RangeTask, run_merge_task
+from siltlake.storage.filesystem import Storage
+from siltlake.tabledef import TableDef
 
 
 def table_def(mode: str, row_group_bytes: int | None = None) -> TableDef:
-    data = TABLE.model_dump(by_alias=True)
+    data = LOG_TABLE.model_dump(by_alias=True)
     data["merge_mode"] = mode
     if row_group_bytes is not None:
         data["row_group_bytes"] = row_group_bytes
     return TableDef.from_mapping(data)
-
-
-# --------------------------------------------------------------------------------------------------
-# inputs: small objects as the stream writes them (one time-sorted zstd Parquet file each)
-
-_HOSTS = np.array([f"web{i:02d}.tokyo.example.net" for i in range(64)])
-_PATHS = np.array([f"/api/v2/{area}/{i}" for area in ("items", "users", "orders", "search", "cart")
-                   for i in range(400)])
-_STATUSES = np.array([200] * 90 + [301, 302, 304, 400, 401, 403, 404, 404, 500, 503], dtype=np.int32)
-
-
-def log_rows(rng: np.random.Generator, rows: int, start_us: int, span_us: int) -> pa.Table:
-    """`rows` access-log rows with times in [start_us, start_us + span_us), sorted by time.
-
-    A session id in the path and full-precision latencies keep the rows from compressing better than
-    real logs: about 37 bytes a row in 500-row zstd objects, 30 once merged, 96 in Arrow memory.
-    """
-    times = np.sort(start_us + rng.integers(0, span_us, rows))
-    paths = pc.binary_join_element_wise(pa.array(_PATHS[rng.zipf(1.3, rows) % len(_PATHS)]),
-                                        pa.array(np.char.mod("%x", rng.integers(0, 2**63, rows))), "?sid=")
-    return pa.table({
-        "time": pa.array(times, pa.timestamp("us", tz="UTC")),
-        "host": _HOSTS[rng.integers(0, len(_HOSTS), rows)],
-        "status": _STATUSES[rng.integers(0, len(_STATUSES), rows)],
-        "path": paths,
-        "user_id": rng.integers(1, 2_000_000_000, rows),
-        "latency_ms": rng.lognormal(3.0, 1.0, rows),
-    }, schema=SCHEMA)
-
-
-def prepare_objects(workdir: Path, name: str, count: int, rows: int, seed: int, chronological: bool) -> dict:
-    """`count` small objects of `rows` rows, generated once. Each covers 30 minutes of the Tokyo day:
-    at random places (compact, memory) or in arrival order through the day (extend)."""
-    directory = workdir / "input" / f"{name}-{count}x{rows}-seed{seed}"
-    expected = {"version": GENERATOR_VERSION, "count": count, "rows": rows, "seed": seed,
-                "chronological": chronological}
-    manifest_path = directory / "_manifest.json"  # Spark and Delta skip names starting with _
-    if manifest_path.exists():
-        data = json.loads(manifest_path.read_text())
-        if all(data.get(k) == v for k, v in expected.items()):
-            print(f"input: reusing {count} objects in {directory}", flush=True)
-            return data
-    shutil.rmtree(directory, ignore_errors=True)
-    directory.mkdir(parents=True)
-    print(f"input: generating {count} objects of {rows} rows in {directory} ...", flush=True)
-    started = time.perf_counter()
-    rng = np.random.default_rng(seed)
-    window = 1800 * 1_000_000
-    objects = []
-    for i in range(count):
-        if chronological:
-            start = DAY_START_US + int((DAY_US - window) * i / max(1, count - 1))
-        else:
-            start = DAY_START_US + int(rng.integers(0, DAY_US - window))
-        table = log_rows(rng, rows, start, window)
-        path = directory / f"obj-{i + 1:05d}.parquet"
-        pq.write_table(table, path, compression=CODEC)
-        times = table.column("time")
-        objects.append({"file": path.name, "bytes": path.stat().st_size, "rows": rows,
-                        "min_us": pc.min(times).cast(pa.int64()).as_py(),
-                        "max_us": pc.max(times).cast(pa.int64()).as_py()})
-    manifest = {**expected, "generated_at": datetime.now(UTC).isoformat(), "directory": str(directory),
-                "objects": objects,
-                "total_rows": count * rows, "total_bytes": sum(o["bytes"] for o in objects),
-                "generate_seconds": round(time.perf_counter() - started, 2)}
-    manifest_path.write_text(json.dumps(manifest))
-    print(f"input: {manifest['total_rows']:,} rows, {manifest['total_bytes'] / MB:.1f} MB "
-          f"in {manifest['generate_seconds']} s", flush=True)
-    return manifest
-
-
-def object_paths(data: dict) -> list[Path]:
-    return [Path(data["directory"]) / o["file"] for o in data["objects"]]
-
-
-def summary(data: dict) -> dict:
-    return {k: v for k, v in data.items() if k != "objects"}
-
-
-def warm_page_cache(paths: list[Path]) -> None:
-    for path in paths:
-        with open(path, "rb") as handle:
-            while handle.read(8 << 20):
-                pass
-
-
-def link_or_copy(source: Path, target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copyfile(source, target)
 
 
 def parquet_stats(paths: list[Path]) -> dict:
@@ -187,79 +92,24 @@ def parquet_stats(paths: list[Path]) -> dict:
             "output_bytes": sum(p.stat().st_size for p in paths), "time_sorted_row_groups": in_order}
 
 
-def run_record(measured: Measure, details: dict | None) -> dict:
-    record = {"seconds": round(measured.seconds, 3), **measured.extra(), **(details or {})}
-    if measured.cpu_seconds < 0:  # a Spark Python worker exited mid-run and took its CPU time with it
-        record["cpu_seconds"] = record["cpu_per_wall"] = None
-    return record
-
-
-def median_cpu(records: list[dict]) -> float | None:
-    known = [r["cpu_seconds"] for r in records if r["cpu_seconds"] is not None]
-    return round(statistics.median(known), 2) if known else None
-
-
-def timed(label: str, repeats: int, prepare: Callable[[int], object] | None,
-          run: Callable[[object], dict]) -> dict:
-    """Run `run(prepare(i))` `repeats` times; prepare (untimed) gives each run a fresh start."""
-    runs = []
-    for attempt in range(repeats):
-        state = prepare(attempt) if prepare else None
-        with Measure() as measured:
-            details = run(state)
-        runs.append(run_record(measured, details))
-        print(f"  {label}: run {attempt + 1}/{repeats}: {measured.seconds:.2f} s "
-              f"(cpu {measured.cpu_seconds:.1f} s, load {measured.load_before})", flush=True)
-    seconds = [r["seconds"] for r in runs]
-    return {"peer": label, "status": "ok", "best_seconds": min(seconds),
-            "median_seconds": round(statistics.median(seconds), 3),
-            "median_cpu_seconds": median_cpu(runs), "runs": runs}
-
-
-def interleaved(peers: dict[str, tuple[Callable[[int], object] | None, Callable[[object], dict]]],
-                repeats: int) -> dict[str, dict]:
-    """Like timed(), but one run of every peer per round, so the peers share whatever load the
-    machine has (it is shared) instead of one peer getting a quiet minute and another a busy one."""
-    runs: dict[str, list[dict]] = {name: [] for name in peers}
-    for attempt in range(repeats):
-        for name, (prepare, run) in peers.items():
-            state = prepare(attempt) if prepare else None
-            with Measure() as measured:
-                details = run(state)
-            runs[name].append(run_record(measured, details))
-            print(f"  round {attempt + 1}/{repeats}: {name}: {measured.seconds:.2f} s "
-                  f"(cpu {measured.cpu_seconds:.1f} s, load {measured.load_before})", flush=True)
-    found = {}
-    for name, items in runs.items():
-        seconds = [r["seconds"] for r in items]
-        found[name] = {"peer": name, "status": "ok", "best_seconds": min(seconds),
-                       "median_seconds": round(statistics.median(seconds), 3),
-                       "median_cpu_seconds": median_cpu(items),
-                       "runs": items}
-    return found
-
-
 # --------------------------------------------------------------------------------------------------
 # Spark
 
 
-def start_spark(workdir: Path, driver_memory: str):
-    """siltlake's own session builder (quiet, worker Python = this interpreter), local[2]."""
-    from siltlake.config import SparkConfig
-    from siltlake.spark import spark_session
-
-    return spark_session(SparkConfig(master="local[2]", app_name="siltlake-merge-bench", conf={
+def spark_conf(workdir: Path, driver_memory: str) -> dict[str, str]:
+    """The run's one session (local[2]): the peers' codec at their level, temporary files in workdir."""
+    return {
         "spark.driver.memory": driver_memory,
         "spark.sql.parquet.compression.codec": CODEC,
         # parquet-java writes zstd at level 3 by default; pyarrow and delta-rs write level 1
         "spark.hadoop.parquet.compression.codec.zstd.level": "1",
         "spark.local.dir": str(workdir / "spark-tmp"),
-    }))
+    }
 
 
 def naive_spark_job(spark, files: list[Path], out: Path) -> None:
     frame = spark.read.parquet(*[str(f) for f in files])
-    frame.sort(TABLE.time_column).coalesce(1).write.mode("overwrite").parquet(str(out))
+    frame.sort(LOG_TABLE.time_column).coalesce(1).write.mode("overwrite").parquet(str(out))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -284,50 +134,12 @@ def run_bare(task: MergeTask) -> dict:
 
 def full_deployment(root: Path, spark, mode: str):
     """A fresh deployment (SQLite catalog, local lake) on the bench's SparkSession, with the table."""
-    from siltlake.config import Config
-    from siltlake.deployment import Deployment
-
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
-    config = Config.model_validate({
-        "instance_key": "mbench01",
-        "catalog": {"url": f"sqlite:///{root / 'catalog.db'}"},
-        "storage": {"root": str(root / "lake"), "staging_root": str(root / "staging")},
-        "spark": {"master": "local[2]"},
-    })
-    deployment = Deployment(config)
-    deployment.init()
+    deployment = new_deployment("mbench01", root)
     deployment.use_spark(spark)
     table = deployment.catalog.create_table(table_def(mode))
     return deployment, table
-
-
-def register_small_objects(deployment, table, date: dt.date, data: dict, objects: list[dict]) -> None:
-    """Put ready-made small objects into the lake under their id-derived keys and commit them the way
-    the stream does (staging rows, small-object rows, the partition's waiting merge job)."""
-    from siltlake.clock import utcnow
-
-    catalog = deployment.catalog
-    lake = deployment.lake
-    layout = table.layout(deployment.instance_key)
-    now = utcnow()
-    tag = f"{date.isoformat()}-{objects[0]['file']}"
-    uris = [f"file:///bench-staging/{table.physical_table_name}/{tag}/{o['file']}.jsonl.gz" for o in objects]
-    catalog.register_staging_objects([(uri, table.id, o["bytes"], None) for uri, o in zip(uris, objects, strict=True)])
-    pending = {p.uri: p.id for p in catalog.pending_staging_objects(len(uris) + 1000)}
-    with catalog.stream_commit() as tx:
-        for uri, item, object_id in zip(uris, objects, tx.allocate_ids(len(objects)), strict=True):
-            partition = tx.partition_for(table.id, date, table.definition.merge_interval, now)
-            key = layout.small_object(date, object_id, partition.closed)
-            link_or_copy(Path(data["directory"]) / item["file"], Path(lake.path(key)))
-            tx.add_small_object(
-                object_id=object_id, staging_object_id=pending[uri], partition_id=partition.id,
-                delayed=partition.closed, content_length=item["bytes"], row_count=item["rows"],
-                min_event_time=datetime.fromtimestamp(item["min_us"] / 1e6, UTC).replace(tzinfo=None),
-                max_event_time=datetime.fromtimestamp(item["max_us"] / 1e6, UTC).replace(tzinfo=None),
-                upload_start_time=now,
-            )
-            tx.mark_processed(pending[uri], records_in=item["rows"], bad_records=0, error_uri=None, now=now)
 
 
 def merge_all_due(deployment) -> dict:
@@ -348,7 +160,7 @@ def merge_all_due(deployment) -> dict:
 
 
 def run_compact(args, workdir: Path, spark) -> dict:
-    data = prepare_objects(workdir, "compact", args.objects, args.rows_per_object, args.seed, chronological=False)
+    data = prepare_log_objects(workdir, "compact", args.objects, args.rows_per_object, args.seed, chronological=False)
     files = object_paths(data)
     warm_page_cache(files)
     rows, small_bytes = data["total_rows"], data["total_bytes"]
@@ -380,14 +192,14 @@ def run_compact(args, workdir: Path, spark) -> dict:
         target = out / "floor.parquet"
 
         def floor(_state, target=target) -> None:
-            table = pq.read_table([str(f) for f in files]).sort_by(TABLE.time_column)
+            table = pq.read_table([str(f) for f in files]).sort_by(LOG_TABLE.time_column)
             pq.write_table(table, target, compression=CODEC)
 
         fast["floor"] = (None, floor)
         outputs["floor"] = [target]
     if fast:
         print(f"running {', '.join(fast)} in {args.repeats} interleaved rounds ...", flush=True)
-        for name, timing in interleaved(fast, args.repeats).items():
+        for name, timing in interleaved_runs(fast, args.repeats).items():
             if name == "delta":
                 import deltalake
                 from deltalake import DeltaTable
@@ -398,7 +210,7 @@ def run_compact(args, workdir: Path, spark) -> dict:
             results[name] = {**timing, **parquet_stats(outputs[name])}
 
     full: dict = {}  # the catalog-driven path, deep and auto in interleaved rounds
-    warmup = prepare_objects(workdir, "warmup", 20, 500, args.seed + 1, chronological=False)
+    warmup = prepare_log_objects(workdir, "warmup", 20, 500, args.seed + 1, chronological=False)
     for mode in ("deep", "auto"):
         name = f"siltlake_{mode}_full"
         if name not in peers:
@@ -410,10 +222,10 @@ def run_compact(args, workdir: Path, spark) -> dict:
             # untimed first: a stage merging two small partitions, so both Spark Python workers (local[2])
             # have imported pyarrow and siltlake before the timed stage, whichever worker gets its task
             for days in (1, 2):
-                register_small_objects(deployment, table, PARTITION_DATE - dt.timedelta(days=days), warmup,
+                commit_log_objects(deployment, table, PARTITION_DATE - dt.timedelta(days=days), warmup,
                                        warmup["objects"])
             merge_all_due(deployment)
-            register_small_objects(deployment, table, PARTITION_DATE, data, data["objects"])
+            commit_log_objects(deployment, table, PARTITION_DATE, data, data["objects"])
             return deployment
 
         def run_full(deployment) -> dict:
@@ -427,7 +239,7 @@ def run_compact(args, workdir: Path, spark) -> dict:
     if full:
         print(f"running {', '.join(full)} (merge_once, SQLite catalog, one Spark task) in {args.full_repeats} "
               "interleaved rounds ...", flush=True)
-        for name, timing in interleaved(full, args.full_repeats).items():
+        for name, timing in interleaved_runs(full, args.full_repeats).items():
             merged = sorted(outputs[name].rglob(f"merged/dt={PARTITION_DATE.isoformat()}/*.parquet"))
             results[name] = {**timing, **parquet_stats(merged)}
 
@@ -440,14 +252,15 @@ def run_compact(args, workdir: Path, spark) -> dict:
         def prepare_spark(_attempt) -> None:
             shutil.rmtree(target, ignore_errors=True)
 
-        timing = timed("spark", args.spark_repeats, prepare_spark, lambda _s: naive_spark_job(spark, files, target))
+        timing = timed_runs("spark", args.spark_repeats, prepare_spark,
+                            lambda _s: naive_spark_job(spark, files, target))
         results["spark"] = {**timing, **parquet_stats(sorted(target.glob("*.parquet")))}
 
     for name, result in results.items():
         if result["rows_written"] != rows:
             result["warning"] = f"{name} wrote {result['rows_written']:,} rows, the input has {rows:,}"
             print(f"WARNING: {result['warning']}")
-    return {"input": summary(data), "codec": CODEC, "results": results, "ratios": compact_ratios(results)}
+    return {"input": input_summary(data), "codec": CODEC, "results": results, "ratios": compact_ratios(results)}
 
 
 def delta_peer(data: dict, workdir: Path) -> tuple[Callable[[int], object], Callable[[object], dict]]:
@@ -514,7 +327,7 @@ def compact_ratios(results: dict) -> dict:
 
 def run_extend(args, workdir: Path) -> dict:
     count = args.rounds * args.per_round
-    data = prepare_objects(workdir, "extend", count, args.extend_rows_per_object, args.seed + 2, chronological=True)
+    data = prepare_log_objects(workdir, "extend", count, args.extend_rows_per_object, args.seed + 2, chronological=True)
     files = object_paths(data)
     warm_page_cache(files)
     lake = Storage(str(workdir))
@@ -578,13 +391,13 @@ def run_extend(args, workdir: Path) -> dict:
         "auto decodes at most 10% of the bytes deep decodes": ratios["auto_bytes_decoded_over_deep"] <= 0.10,
         "auto at least 3x faster overall": ratios["deep_seconds_over_auto"] >= 3,
     }
-    return {"input": summary(data), "codec": CODEC, "rounds": args.rounds, "objects_per_round": args.per_round,
+    return {"input": input_summary(data), "codec": CODEC, "rounds": args.rounds, "objects_per_round": args.per_round,
             "row_group_bytes": row_group_bytes, "final_objects_hold_the_same_rows": same,
             "results": results, "ratios": ratios}
 
 
 def same_rows(left: Path, right: Path) -> bool:
-    keys = [(name, "ascending") for name in SCHEMA.names]
+    keys = [(name, "ascending") for name in LOG_SCHEMA.names]
     return pq.read_table(left).sort_by(keys).equals(pq.read_table(right).sort_by(keys))
 
 
@@ -595,7 +408,7 @@ def same_rows(left: Path, right: Path) -> bool:
 def run_query(args, workdir: Path, spark) -> dict:
     from pyspark.sql import functions as F
 
-    data = prepare_objects(workdir, "compact", args.objects, args.rows_per_object, args.seed, chronological=False)
+    data = prepare_log_objects(workdir, "compact", args.objects, args.rows_per_object, args.seed, chronological=False)
     files = object_paths(data)
     warm_page_cache(files)
     merged = workdir / "out" / "query" / "merged.parquet"
@@ -613,23 +426,16 @@ def run_query(args, workdir: Path, spark) -> dict:
 
         print(f"running the aggregate over {label} ...", flush=True)
         aggregate(None)  # untimed warm-up
-        results[label] = {**timed(label, args.query_repeats, None, aggregate),
+        results[label] = {**timed_runs(label, args.query_repeats, None, aggregate),
                           "files": len(files) if label == "small_objects" else 1}
     query = ("spark.read.parquet(dir).groupBy('status').agg(count(1), sum('latency_ms')).collect()")
     ratios = {stat: round(results["small_objects"][stat] / results["merged_object"][stat], 2)
               for stat in ("best_seconds", "median_seconds")}
-    return {"input": summary(data), "query": query, "results": results, "small_over_merged": ratios}
+    return {"input": input_summary(data), "query": query, "results": results, "small_over_merged": ratios}
 
 
 # --------------------------------------------------------------------------------------------------
 # 4. memory
-
-
-def proc_status(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(f"{field}:"):
-            return int(line.split()[1]) * 1024
-    return 0
 
 
 def memory_child(spec: str) -> None:
@@ -642,12 +448,12 @@ def memory_child(spec: str) -> None:
     # child of a big parent starts with a high-water mark it never reached. VmHWM is this process's own
     # peak; writing 5 to clear_refs resets it to the current RSS, the baseline after imports.
     Path("/proc/self/clear_refs").write_text("5")
-    baseline_rss = proc_status("VmRSS")
+    baseline_rss = own_status_bytes("VmRSS")
     baseline_maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     started = time.perf_counter()
     outcome = run_bare(task)["ranges"][0]
     seconds = time.perf_counter() - started
-    peak = proc_status("VmHWM")
+    peak = own_status_bytes("VmHWM")
     print(json.dumps({"baseline_rss": baseline_rss, "peak_rss": peak, "task_peak_bytes": peak - baseline_rss,
                       "ru_maxrss_before": baseline_maxrss,
                       "ru_maxrss_after": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
@@ -657,9 +463,9 @@ def memory_child(spec: str) -> None:
 
 
 def run_memory(args, workdir: Path) -> dict:
-    data = prepare_objects(workdir, "memory", args.memory_objects, args.memory_rows_per_object, args.seed + 3,
+    data = prepare_log_objects(workdir, "memory", args.memory_objects, args.memory_rows_per_object, args.seed + 3,
                            chronological=False)
-    extra = prepare_objects(workdir, "memory-extra", 10, args.memory_rows_per_object, args.seed + 4,
+    extra = prepare_log_objects(workdir, "memory-extra", 10, args.memory_rows_per_object, args.seed + 4,
                             chronological=False)
     files = object_paths(data)
     warm_page_cache(files + object_paths(extra))
@@ -703,7 +509,7 @@ def run_memory(args, workdir: Path) -> dict:
         })
         print(f"  peak +{measured['task_peak_bytes'] / MB:.0f} MB over {arrow_bytes / MB:.0f} MB of merged rows "
               f"({results[-1]['task_peak_over_arrow']}x)", flush=True)
-    return {"input": summary(data), "codec": CODEC, "results": results}
+    return {"input": input_summary(data), "codec": CODEC, "results": results}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -760,18 +566,15 @@ def main(argv: list[str] | None = None) -> int:
     workdir = args.workdir.resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     commands = ["compact", "query", "extend", "memory"] if args.command == "all" else [args.command]
-    common = {"machine": machine(), "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()
-                                             if k != "spec"}}
+    shared = {"machine": machine(), "args": args_record(args, leave_out=("spec",))}
     spark = None
     spark_start = None
     if {"compact", "query"} & set(commands):
         print("starting spark ...", flush=True)
-        started = time.perf_counter()
-        spark = start_spark(workdir, args.spark_driver_memory)
-        spark_start = round(time.perf_counter() - started, 2)
+        spark, spark_start = start_spark("siltlake-merge-bench", spark_conf(workdir, args.spark_driver_memory))
     try:
         for command in commands:
-            report = {"started_at": datetime.now(UTC).isoformat(timespec="seconds"), **common}
+            report = {"started_at": utc_stamp(), **shared}
             if command == "compact":
                 report.update(run_compact(args, workdir, spark), spark_session_start_seconds=spark_start)
                 print_compact(report)
@@ -783,7 +586,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(json.dumps(report["ratios"], indent=1))
             else:
                 report.update(run_memory(args, workdir))
-            report["finished_at"] = datetime.now(UTC).isoformat(timespec="seconds")
+            report["finished_at"] = utc_stamp()
             save(command, args, report)
     finally:
         if spark is not None:

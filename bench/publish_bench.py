@@ -25,34 +25,24 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import itertools
-import os
 import shutil
 import statistics
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-for entry in (ROOT, ROOT / "bench"):
-    if str(entry) not in sys.path:
-        sys.path.insert(0, str(entry))
+import pyarrow as pa
+import pyarrow.parquet as pq
+import sqlalchemy as sa
+from common import ROOT, StatementCounter, catalog_url, load_avg_1m, machine, new_deployment, start_spark, write_report
 
-import pyarrow as pa  # noqa: E402
-import pyarrow.parquet as pq  # noqa: E402
-import sqlalchemy as sa  # noqa: E402
-from stream_bench import machine, write_report  # noqa: E402
+from siltlake.catalog import schema as s
+from siltlake.deployment import Deployment
+from siltlake.publish import publish_once
+from siltlake.tabledef import TableDef
 
-from siltlake.catalog import schema as s  # noqa: E402
-from siltlake.catalog.provision import create_postgres_database, drop_postgres_database  # noqa: E402
-from siltlake.config import Config  # noqa: E402
-from siltlake.deployment import Deployment  # noqa: E402
-from siltlake.publish import publish_once  # noqa: E402
-from siltlake.tabledef import TableDef  # noqa: E402
-
-PG_ADMIN_URL = os.environ.get("SILTLAKE_BENCH_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 TOKYO = dt.timedelta(hours=9)
 FIRST_DAY = dt.date(2024, 1, 1)
 TABLE = {
@@ -72,64 +62,14 @@ def tokyo(date: dt.date, hour: int) -> dt.datetime:
     return dt.datetime.combine(date, dt.time(hour)) - TOKYO
 
 
-def load() -> float:
-    return round(os.getloadavg()[0], 2)
-
-
 # --------------------------------------------------------------------------------------------------
-# catalogs and deployments
-
-
-@contextmanager
-def catalog_url(kind: str, root: Path) -> Iterator[str]:
-    """A fresh SQLite file or a PostgreSQL database of its own, dropped afterwards."""
-    if kind == "sqlite":
-        yield f"sqlite:///{root / 'catalog.db'}"
-        return
-    name = f"silt_bench_{uuid.uuid4().hex[:10]}"
-    url = create_postgres_database(PG_ADMIN_URL, name)
-    try:
-        yield url
-    finally:
-        drop_postgres_database(PG_ADMIN_URL, name)
-
-
-def deployment_at(root: Path, url: str) -> Deployment:
-    config = Config.model_validate({
-        "instance_key": "pbench01", "catalog": {"url": url},
-        "storage": {"root": str(root / "lake"), "staging_root": str(root / "staging")},
-        "spark": {"master": "local[2]"},
-    })
-    deployment = Deployment(config)
-    deployment.init()
-    return deployment
-
-
-class Counter:
-    """Catalog statements and transactions issued through an engine (SQLite's BEGIN IMMEDIATE is a
-    transaction, not a statement; PostgreSQL's BEGIN is implicit in the driver)."""
-
-    def __init__(self, engine: sa.Engine) -> None:
-        self.statements = 0
-        self.transactions = 0
-        sa.event.listen(engine, "before_cursor_execute", self._statement)
-        sa.event.listen(engine, "begin", self._begin)
-
-    def _statement(self, _conn, _cursor, statement: str, *_args) -> None:  # noqa: ANN001
-        if not statement.startswith("BEGIN"):
-            self.statements += 1
-
-    def _begin(self, _conn) -> None:  # noqa: ANN001
-        self.transactions += 1
-
-    def mark(self) -> tuple[int, int]:
-        return self.statements, self.transactions
+# the steps of a publish run
 
 
 class StepTimer:
     """Wraps the deployment's catalog methods that a publish run calls: seconds, calls, statements."""
 
-    def __init__(self, catalog, counter: Counter) -> None:  # noqa: ANN001 - a Catalog
+    def __init__(self, catalog, counter: StatementCounter) -> None:  # noqa: ANN001 - a Catalog
         self.counter = counter
         self.steps: dict[str, dict] = {}
         self.first_start: dict[str, float] = {}
@@ -304,11 +244,11 @@ def merge_partitions(deployment: Deployment, partition_ids: list[int], now: dt.d
 # publish part
 
 
-def timed_run(name: str, deployment: Deployment, counter: Counter, steps: StepTimer, now: dt.datetime,
+def timed_run(name: str, deployment: Deployment, counter: StatementCounter, steps: StepTimer, now: dt.datetime,
               partitions: int) -> dict:
     steps.reset()
     statements, transactions = counter.mark()
-    before = load()
+    before = load_avg_1m()
     started = time.perf_counter()
     report = publish_once(deployment, now=now)
     seconds = time.perf_counter() - started
@@ -323,7 +263,7 @@ def timed_run(name: str, deployment: Deployment, counter: Counter, steps: StepTi
         "statements": counter.statements - statements, "transactions": counter.transactions - transactions,
         "steps": {k: {**v, "seconds": round(v["seconds"], 3)} for k, v in sorted(steps.steps.items())},
         "step5_total_seconds": round(step_five, 3) if step_five is not None else None,
-        "load_avg_1m_before": before, "load_avg_1m_after": load(),
+        "load_avg_1m_before": before, "load_avg_1m_after": load_avg_1m(),
     }
     print(f"  {name:>16}: {seconds:7.2f} s  switched {record['switched']:>5} closed {record['closed']:>5} "
           f"live {record['live_versions']:>5} merged {record['merged_versions']:>5}  "
@@ -336,7 +276,7 @@ def publish_part(kind: str, args, workdir: Path) -> dict:
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
     with catalog_url(kind, root) as url:
-        deployment = deployment_at(root, url)
+        deployment = new_deployment("pbench01", root, catalog_url=url)
         try:
             return publish_runs(deployment, args, root)
         finally:
@@ -361,7 +301,7 @@ def publish_runs(deployment: Deployment, args, root: Path) -> dict:
         setup[label] = round(time.perf_counter() - started, 2)
 
     step("first objects", lambda: add_objects_bulk(deployment, partitions, before_days))
-    counter = Counter(catalog.engine)
+    counter = StatementCounter(catalog.engine)
     steps = StepTimer(catalog, counter)
     runs = [timed_run("first_live", deployment, counter, steps, before_days, count)]
     step("one new object each", lambda: add_objects_bulk(deployment, partitions, before_days))
@@ -425,17 +365,17 @@ def reader_part(kind: str, args, workdir: Path, spark) -> dict:
         shutil.rmtree(root, ignore_errors=True)
         root.mkdir(parents=True)
         with catalog_url(kind, root) as url:
-            deployment = deployment_at(root, url)
+            deployment = new_deployment("pbench01", root, catalog_url=url)
             try:
                 started = time.perf_counter()
                 state = reader_table(deployment, size)
                 setup = round(time.perf_counter() - started, 2)
                 table = state.pop("table")
                 catalog = deployment.catalog
-                counter = Counter(catalog.engine)
+                counter = StatementCounter(catalog.engine)
                 cases = {"current": {}, "as_of_version_1": {"as_of_version": 1},
                          "as_of_version_2": {"as_of_version": 2}}
-                record = {"partitions": size, "setup_seconds": setup, **state, "load_avg_1m_before": load()}
+                record = {"partitions": size, "setup_seconds": setup, **state, "load_avg_1m_before": load_avg_1m()}
                 for case, pin in cases.items():
                     catalog.reader_snapshot(table.id, **pin)  # warm: connection pool, statement cache
                     times, queries = [], set()
@@ -463,7 +403,7 @@ def reader_part(kind: str, args, workdir: Path, spark) -> dict:
                         record[case]["read_table_best_s"] = round(min(frame_times), 3)
                         record[case]["read_table_median_s"] = round(statistics.median(frame_times), 3)
                         record[case]["read_table_queries"] = counter.statements - statements
-                record["load_avg_1m_after"] = load()
+                record["load_avg_1m_after"] = load_avg_1m()
                 results.append(record)
                 print(f"  [{kind}] {size:>5} partitions: " + "  ".join(
                     f"{case} {record[case]['snapshot_median_ms']:.1f} ms ({record[case]['queries']} queries"
@@ -503,7 +443,7 @@ def delta_commit_peer(workdir: Path, count: int) -> dict:
         actions.append(AddAction(path=relative, size=len(body), partition_values={"dt": day},
                                  modification_time=int(time.time() * 1000), data_change=True,
                                  stats='{"numRecords":1}'))
-    before = load()
+    before = load_avg_1m()
     started = time.perf_counter()
     table.create_write_transaction(actions, mode="append", schema=table.schema(), partition_by=["dt"])
     seconds = time.perf_counter() - started
@@ -511,7 +451,7 @@ def delta_commit_peer(workdir: Path, count: int) -> dict:
     if files != count + 1:
         raise RuntimeError(f"delta commit: {files} files, expected {count + 1}")
     return {"partitions": count, "seconds": round(seconds, 3), "partitions_per_s": round(count / seconds),
-            "load_avg_1m_before": before, "load_avg_1m_after": load()}
+            "load_avg_1m_before": before, "load_avg_1m_after": load_avg_1m()}
 
 
 def delta_reader_peer(workdir: Path, size: int, repeats: int) -> dict:
@@ -540,7 +480,8 @@ def delta_reader_peer(workdir: Path, size: int, repeats: int) -> dict:
     write_deltalake(str(root), rows(days[size // 2:], 2), partition_by=["dt"], mode="append")
     write_deltalake(str(root), rows(days[size // 2:], 3), partition_by=["dt"], mode="append")
     cases = {"current": None, "as_of_version_1": 1}
-    record: dict = {"partitions": size, "versions": DeltaTable(str(root)).version(), "load_avg_1m_before": load()}
+    record: dict = {"partitions": size, "versions": DeltaTable(str(root)).version(),
+                    "load_avg_1m_before": load_avg_1m()}
     for case, version in cases.items():
         DeltaTable(str(root), version=version).file_uris()  # warm
         times = []
@@ -550,21 +491,11 @@ def delta_reader_peer(workdir: Path, size: int, repeats: int) -> dict:
             times.append(time.perf_counter() - started)
         record[case] = {"best_ms": round(min(times) * 1000, 2), "median_ms": round(statistics.median(times) * 1000, 2),
                         "files": len(files)}
-    record["load_avg_1m_after"] = load()
+    record["load_avg_1m_after"] = load_avg_1m()
     return record
 
 
 # --------------------------------------------------------------------------------------------------
-
-
-def start_spark(workdir: Path):
-    from siltlake.config import SparkConfig
-    from siltlake.spark import spark_session
-
-    started = time.perf_counter()
-    session = spark_session(SparkConfig(master="local[2]", app_name="siltlake-publish-bench", conf={
-        "spark.local.dir": str(workdir / "spark-tmp")}))
-    return session, round(time.perf_counter() - started, 2)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -585,7 +516,7 @@ def main(argv: list[str] | None = None) -> int:
     args.workdir.mkdir(parents=True, exist_ok=True)
     report: dict = {"benchmark": "publish", "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
                     "args": {k: str(v) for k, v in vars(args).items()}, "machine": machine(),
-                    "load_avg_1m_start": load()}
+                    "load_avg_1m_start": load_avg_1m()}
     try:
         import deltalake
 
@@ -602,7 +533,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.part in ("all", "reader"):
         spark = None
         if not args.no_spark:
-            spark, report["spark_session_start_seconds"] = start_spark(args.workdir)
+            spark, report["spark_session_start_seconds"] = start_spark(
+                "siltlake-publish-bench", {"spark.local.dir": str(args.workdir / "spark-tmp")})
         report["reader"] = {kind: reader_part(kind, args, args.workdir, spark) for kind in kinds}
         if not args.no_peers:
             report["reader"]["delta"] = [delta_reader_peer(args.workdir, size, args.reader_repeats)
@@ -613,7 +545,7 @@ def main(argv: list[str] | None = None) -> int:
         if spark is not None:
             spark.stop()
     report["seconds"] = round(time.perf_counter() - started, 1)
-    report["load_avg_1m_end"] = load()
+    report["load_avg_1m_end"] = load_avg_1m()
     write_report(args.out, report)
     return 0
 

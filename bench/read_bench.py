@@ -41,17 +41,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-for entry in (ROOT, ROOT / "bench"):
-    if str(entry) not in sys.path:
-        sys.path.insert(0, str(entry))
+import pyarrow as pa
+import pyarrow.compute as pc
+from common import ROOT, StatementCounter, catalog_url, load_avg_1m, machine, new_deployment, write_report
+from publish_bench import FIRST_DAY, reader_table
 
-import pyarrow as pa  # noqa: E402
-import pyarrow.compute as pc  # noqa: E402
-from publish_bench import FIRST_DAY, Counter, catalog_url, deployment_at, load, reader_table  # noqa: E402
-from stream_bench import machine, write_report  # noqa: E402
-
-from siltlake.lake import Lake, Table  # noqa: E402
+from siltlake.lake import Lake, Table
 
 
 def timed(action: Callable[[], object]) -> tuple[float, object]:
@@ -81,7 +76,7 @@ def siltlake_cases(table: Table, day: dt.date) -> dict[str, Callable[[], object]
     }
 
 
-def statements_per_read(table: Table, counter: Counter, day: dt.date) -> dict[str, int]:
+def statements_per_read(table: Table, counter: StatementCounter, day: dt.date) -> dict[str, int]:
     """Catalog statements each siltlake read issues (the table handle already open)."""
     counts = {}
     for case, action in siltlake_cases(table, day).items():
@@ -211,12 +206,12 @@ def run_size(kind: str, size: int, args, with_peers: bool) -> dict:
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
     with catalog_url(kind, root) as url:
-        deployment = deployment_at(root, url)
+        deployment = new_deployment("pbench01", root, catalog_url=url)
         try:
             seconds, state = timed(lambda: reader_table(deployment, size))
             del state["table"]
             lake = Lake(deployment)
-            counter = Counter(deployment.catalog.engine)
+            counter = StatementCounter(deployment.catalog.engine)
             before = counter.statements
             table = lake.table("bench.t")
             record: dict = {"partitions": size, "setup_seconds": round(seconds, 1), **state,
@@ -236,12 +231,12 @@ def run_size(kind: str, size: int, args, with_peers: bool) -> dict:
             for label, day in days.items():
                 readers = {"siltlake": siltlake_cases(table, day), "delta_rs": delta_cases(delta_root, day),
                            "pyiceberg": iceberg_cases(load_iceberg, table, day)}
-                record[label]["load_avg_1m_before"] = load()
+                record[label]["load_avg_1m_before"] = load_avg_1m()
                 figures = measure(readers, args.repeats)
                 rows = {name: figures[name]["read"]["result"] for name in figures}
                 if len(set(rows.values())) != 1:
                     raise RuntimeError(f"{label} {day}: readers disagree on the day's rows: {rows}")
-                record[label].update(figures=figures, ratios=ratios(figures), load_avg_1m_after=load())
+                record[label].update(figures=figures, ratios=ratios(figures), load_avg_1m_after=load_avg_1m())
             return record
         finally:
             deployment.close()
@@ -281,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     report: dict = {"benchmark": "read", "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
                     "args": {k: str(v) for k, v in vars(args).items()},
                     "machine": {**machine(), "deltalake": deltalake.__version__, "pyiceberg": pyiceberg.__version__},
-                    "load_avg_1m_start": load()}
+                    "load_avg_1m_start": load_avg_1m()}
     started = time.perf_counter()
     statements = {}
     for size in args.statement_sizes:
@@ -297,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     print_table(record)
     print(f"\ncatalog statements per read independent of the partitions: {report['constant_statements']}")
     report["seconds"] = round(time.perf_counter() - started, 1)
-    report["load_avg_1m_end"] = load()
+    report["load_avg_1m_end"] = load_avg_1m()
     write_report(args.out, report)
     return 0
 

@@ -16,12 +16,13 @@ import argparse
 import datetime as dt
 import json
 import os
-import platform
 import shutil
 import tempfile
 import time
 import uuid
 from pathlib import Path
+
+from common import brief_machine, save_json
 
 from siltlake.catalog import schema as s
 from siltlake.catalog.provision import create_postgres_database, drop_postgres_database
@@ -132,11 +133,8 @@ def main() -> None:
         result = run(kind.strip(), args.objects, args.partitions, args.workers, workdir)
         print(json.dumps(result))
         results.append(result)
-    report = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                          "python": platform.python_version()},
-              "date": utcnow().isoformat(timespec="seconds"), "results": results}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+    report = {"machine": brief_machine(), "date": utcnow().isoformat(timespec="seconds"), "results": results}
+    save_json(Path(args.out), report, indent=1)
 
 
 if __name__ == "__main__":

@@ -21,137 +21,41 @@ Run from the repository root:  .venv/bin/python bench/stream_bench.py
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 import os
-import platform
 import resource
 import shutil
-import subprocess
 import sys
-import threading
 import time
 import tomllib
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pj
+import pyarrow.parquet as pq
+from common import (
+    MB,
+    RESULTS,
+    ROOT,
+    Measure,
+    args_record,
+    machine,
+    new_deployment,
+    start_spark,
+    utc_stamp,
+    warm_page_cache,
+    write_report,
+)
+from inputs import input_files, prepare_big_object, prepare_jsonl_objects
 
-import pyarrow as pa  # noqa: E402
-import pyarrow.compute as pc  # noqa: E402
-import pyarrow.json as pj  # noqa: E402
-import pyarrow.parquet as pq  # noqa: E402
+from siltlake.demo.sample import TABLE_TOML
+from siltlake.tabledef import TableDef
 
-from siltlake.demo.bench_inputs import write_big_object, write_jsonl_gz_objects  # noqa: E402
-from siltlake.demo.sample import TABLE_TOML  # noqa: E402
-from siltlake.tabledef import TableDef  # noqa: E402
-
-GENERATOR_VERSION = 1  # bump when the generated data changes, to invalidate cached inputs
-MB = 1_000_000
 TABLE = TableDef.from_mapping(tomllib.loads(TABLE_TOML), source="demo table")
 SPARK_TYPES = {"timestamp": "TIMESTAMP", "string": "STRING", "bigint": "BIGINT", "int": "INT",
                "double": "DOUBLE", "boolean": "BOOLEAN", "date": "DATE", "json": "STRING"}
-
-
-# --------------------------------------------------------------------------------------------------
-# machine and inputs
-
-
-def machine() -> dict:
-    info: dict = {
-        "nproc": os.cpu_count(),
-        "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "pyarrow": pa.__version__,
-    }
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                info["cpu_model"] = line.split(":", 1)[1].strip()
-                break
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                info["ram_gb"] = round(int(line.split()[1]) * 1024 / 2**30, 1)
-                break
-    except OSError:
-        pass
-    try:
-        import pyspark
-
-        info["pyspark"] = pyspark.__version__
-    except ImportError:
-        info["pyspark"] = None
-    try:
-        java = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=30)
-        info["java"] = (java.stderr or java.stdout).splitlines()[0]
-    except (OSError, subprocess.SubprocessError, IndexError):
-        info["java"] = None
-    return info
-
-
-def _manifest_ok(directory: Path, expected: dict) -> dict | None:
-    manifest = directory / "manifest.json"
-    if not manifest.exists():
-        return None
-    data = json.loads(manifest.read_text())
-    return data if all(data.get(k) == v for k, v in expected.items()) else None
-
-
-def prepare_objects(workdir: Path, objects: int, object_bytes: int, seed: int, level: int) -> dict:
-    """Generate the input objects once; later runs with the same parameters reuse them."""
-    directory = workdir / "input" / f"objects-{objects}x{object_bytes}-seed{seed}-level{level}"
-    expected = {"version": GENERATOR_VERSION, "objects": objects, "object_bytes": object_bytes,
-                "seed": seed, "compresslevel": level}
-    cached = _manifest_ok(directory, expected)
-    if cached:
-        print(f"input: reusing {cached['objects']} objects in {directory}", flush=True)
-        return {**cached, "generated_now": False}
-    shutil.rmtree(directory, ignore_errors=True)
-    print(f"input: generating {objects} objects of ~{object_bytes / MB:g} MB in {directory} ...", flush=True)
-    started = time.perf_counter()
-    records, size = write_jsonl_gz_objects(directory / "staging", objects, object_bytes, seed,
-                                           compresslevel=level)
-    manifest = {**expected, "records": records, "bytes": size, "staging_root": str(directory / "staging"),
-                "generate_seconds": round(time.perf_counter() - started, 2)}
-    (directory / "manifest.json").write_text(json.dumps(manifest, indent=2))
-    print(f"input: {records:,} records, {size / MB:,.1f} MB in {manifest['generate_seconds']} s", flush=True)
-    return {**manifest, "generated_now": True}
-
-
-def prepare_big_object(workdir: Path, megabytes: int, seed: int, level: int) -> dict:
-    directory = workdir / "input" / f"big-{megabytes}mb-seed{seed}-level{level}"
-    expected = {"version": GENERATOR_VERSION, "megabytes": megabytes, "seed": seed, "compresslevel": level}
-    cached = _manifest_ok(directory, expected)
-    if cached:
-        print(f"input: reusing {cached['path']}", flush=True)
-        return {**cached, "generated_now": False}
-    shutil.rmtree(directory, ignore_errors=True)
-    path = directory / "staging" / "fluentd01.web.access" / "2026" / "11" / "20" / "web01-000001.jsonl.gz"
-    print(f"input: streaming one ~{megabytes} MB object to {path} ...", flush=True)
-    started = time.perf_counter()
-    records, size = write_big_object(path, megabytes * MB, seed, compresslevel=level)
-    manifest = {**expected, "records": records, "bytes": size, "path": str(path),
-                "staging_root": str(directory / "staging"),
-                "generate_seconds": round(time.perf_counter() - started, 2)}
-    (directory / "manifest.json").write_text(json.dumps(manifest, indent=2))
-    print(f"input: {records:,} records, {size / MB:,.1f} MB in {manifest['generate_seconds']} s", flush=True)
-    return {**manifest, "generated_now": True}
-
-
-def input_files(staging_root: str | Path) -> list[Path]:
-    return sorted(Path(staging_root).rglob("*.jsonl.gz"))
-
-
-def warm_page_cache(files: list[Path]) -> None:
-    """Read every input once so no peer pays for cold reads that another one does not."""
-    for path in files:
-        with open(path, "rb") as handle:
-            while handle.read(8 << 20):
-                pass
 
 
 def output_stats(directory: Path) -> dict:
@@ -173,97 +77,6 @@ def null_times(directory: Path) -> int:
             statistics = metadata.row_group(group).column(index).statistics
             nulls += statistics.null_count if statistics is not None and statistics.has_null_count else 0
     return nulls
-
-
-def _descendants(pid: int) -> list[int]:
-    parents: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        parent = int(stat[stat.rindex(")") + 2:].split()[1])
-        parents.setdefault(parent, []).append(int(entry.name))
-    found, queue = [], [pid]
-    while queue:
-        children = parents.get(queue.pop(), [])
-        found.extend(children)
-        queue.extend(children)
-    return found
-
-
-def tree_cpu_seconds() -> float:
-    """CPU seconds used so far by this process, its reaped children and its live descendants (such
-    as a Spark JVM), so a peer's CPU cost shows even when other work shares the machine."""
-    own = resource.getrusage(resource.RUSAGE_SELF)
-    reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
-    total = own.ru_utime + own.ru_stime + reaped.ru_utime + reaped.ru_stime
-    if not Path("/proc/self/stat").exists():
-        return total
-    tick = os.sysconf("SC_CLK_TCK")
-    for pid in _descendants(os.getpid()):
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            continue
-        rest = fields[fields.rindex(")") + 2:].split()
-        total += (int(rest[11]) + int(rest[12])) / tick
-    return total
-
-
-def tree_rss_bytes() -> int:
-    """Resident memory of this process and its live descendants (a Spark JVM included)."""
-    total = 0
-    for pid in [os.getpid(), *_descendants(os.getpid())]:
-        try:
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1]) * 1024
-                    break
-        except OSError:
-            continue
-    return total
-
-
-class Measure:
-    """Wall seconds, CPU seconds and peak resident memory of the process tree, and the machine's
-    load, around a peer's run."""
-
-    def __init__(self, sample_seconds: float = 0.25):
-        self.sample_seconds = sample_seconds
-        self.peak_rss = 0
-        self._stop = threading.Event()
-        self._sampler = threading.Thread(target=self._sample, daemon=True)
-
-    def _sample(self) -> None:
-        while True:
-            self.peak_rss = max(self.peak_rss, tree_rss_bytes())
-            if self._stop.wait(self.sample_seconds):
-                return
-
-    def __enter__(self) -> Measure:
-        self.load_before = round(os.getloadavg()[0], 2)
-        self.cpu_before = tree_cpu_seconds()
-        if Path("/proc/self/status").exists():
-            self._sampler.start()
-        self.started = time.perf_counter()
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self.seconds = time.perf_counter() - self.started
-        self.cpu_seconds = tree_cpu_seconds() - self.cpu_before
-        self.load_after = round(os.getloadavg()[0], 2)
-        self._stop.set()
-        if self._sampler.is_alive():
-            self._sampler.join()
-
-    def extra(self) -> dict:
-        return {"cpu_seconds": round(self.cpu_seconds, 2),
-                "cpu_per_wall": round(self.cpu_seconds / self.seconds, 2) if self.seconds else None,
-                "peak_tree_rss_mb": round(self.peak_rss / MB, 1) if self.peak_rss else None,
-                "load_avg_1m_before": self.load_before, "load_avg_1m_after": self.load_after}
 
 
 def figures(name: str, measured: Measure, records: int, input_bytes: int, **extra) -> dict:
@@ -321,17 +134,14 @@ def run_floor(files: list[Path], out: Path, input_bytes: int, workers: int = 2) 
 # (b) naive Spark
 
 
-def spark_session(workdir: Path, driver_memory: str):
-    """siltlake's own session builder (quiet logs, worker Python = this interpreter), local[2]."""
-    from siltlake.config import SparkConfig
-    from siltlake.spark import spark_session as silt_session
-
-    return silt_session(SparkConfig(master="local[2]", app_name="siltlake-stream-bench", conf={
+def spark_conf(workdir: Path, driver_memory: str) -> dict[str, str]:
+    """The run's one session (local[2]): zstd Parquet like the other peers, temporary files in workdir."""
+    return {
         "spark.driver.memory": driver_memory,
         "spark.sql.parquet.compression.codec": "zstd",
         "spark.sql.sources.partitionOverwriteMode": "static",
         "spark.local.dir": str(workdir / "spark-tmp"),
-    }))
+    }
 
 
 def spark_ddl() -> str:
@@ -375,18 +185,9 @@ def _deployment(workdir: Path, staging_root: Path):
     """A fresh siltlake deployment in workdir (SQLite catalog, local lake) on the bench's SparkSession."""
     from pyspark.sql import SparkSession
 
-    from siltlake.config import Config
-    from siltlake.deployment import Deployment
     from siltlake.tabledef import load_table_file
 
-    config = Config.model_validate({
-        "instance_key": "bench0001",
-        "catalog": {"url": f"sqlite:///{workdir / 'catalog.db'}"},
-        "storage": {"root": str(workdir / "lake"), "staging_root": str(staging_root)},
-        "spark": {"master": "local[2]"},
-    })
-    deployment = Deployment(config)
-    deployment.init()
+    deployment = new_deployment("bench0001", workdir, staging_root=staging_root)
     deployment.use_spark(SparkSession.builder.getOrCreate())
     deployment.catalog.create_table(load_table_file(workdir / "web_access.toml"))
     return deployment
@@ -524,11 +325,6 @@ def print_table(results: dict, found: dict) -> None:
     print()
 
 
-def write_report(path: Path, report: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2, default=str) + "\n")
-    print(f"wrote {path}")
-
 
 def run_big_mode(peers: set[str], workdir: Path, data: dict, results: dict) -> None:
     warm_page_cache([Path(data["path"])])
@@ -591,17 +387,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown peers: {', '.join(sorted(unknown))}")
     workdir = args.workdir.resolve()
     workdir.mkdir(parents=True, exist_ok=True)
-    report: dict = {"started_at": datetime.now(UTC).isoformat(timespec="seconds"), "machine": machine(),
-                    "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}}
+    report: dict = {"started_at": utc_stamp(), "machine": machine(), "args": args_record(args)}
     results: dict = {}
 
     if args.big_object_mb:
-        out = args.out or ROOT / "bench" / "results" / "big_object.json"
+        out = args.out or RESULTS / "big_object.json"
         data = prepare_big_object(workdir, args.big_object_mb, args.seed, args.compresslevel)
         wants_spark = "siltlake" in peers
     else:
-        out = args.out or ROOT / "bench" / "results" / "stream.json"
-        data = prepare_objects(workdir, args.objects, args.object_bytes, args.seed, args.compresslevel)
+        out = args.out or RESULTS / "stream.json"
+        data = prepare_jsonl_objects(workdir, args.objects, args.object_bytes, args.seed, args.compresslevel)
         wants_spark = bool(peers & {"spark", "siltlake"})
     report["input"] = data
     spark = None
@@ -609,9 +404,8 @@ def main(argv: list[str] | None = None) -> int:
         # one session for the whole run: the naive job uses it, and siltlake finds it with
         # SparkSession.getActiveSession() / builder.getOrCreate() instead of paying for a JVM start
         print("starting spark ...", flush=True)
-        started = time.perf_counter()
-        spark = spark_session(workdir, args.spark_driver_memory)
-        report["spark_session_start_seconds"] = round(time.perf_counter() - started, 2)
+        spark, report["spark_session_start_seconds"] = start_spark(
+            "siltlake-stream-bench", spark_conf(workdir, args.spark_driver_memory))
     try:
         if args.big_object_mb:
             run_big_mode(peers, workdir, data, results)
@@ -623,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
 
     report["results"] = results
     report["ratios"] = ratios(results)
-    report["finished_at"] = datetime.now(UTC).isoformat(timespec="seconds")
+    report["finished_at"] = utc_stamp()
     print_table(results, report["ratios"])
     write_report(out, report)
     return 0

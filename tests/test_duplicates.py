@@ -100,7 +100,7 @@ def test_a_reput_with_new_bytes_is_reported_and_not_loaded(deployment: Deploymen
     assert stream_once(deployment).changed_reputs == [], "reported once"
     assert user_counts(deployment, spark) == expected_users([0], 5)
 
-    from siltlake.cli import print_stream_report
+    from siltlake.cli.reports import print_stream_report
     print_stream_report(report, deployment.staging.root, verbose=False)
     printed = " ".join(capsys.readouterr().err.split())
     assert f"changed re-put {key_of(0)} is now {len(bigger):,} bytes" in printed

@@ -78,9 +78,9 @@ def tree(root: Path) -> set[Path]:
 @pytest.fixture
 def wide_console(monkeypatch) -> None:  # noqa: ANN001 - pytest's monkeypatch
     """Rich wraps at 80 columns under the test runner; an error must read as one line."""
-    from siltlake import cli
+    from siltlake.cli import output
 
-    monkeypatch.setattr(cli.console, "width", 1000)
+    monkeypatch.setattr(output.console, "width", 1000)
 
 
 def error_line(output: str) -> str:

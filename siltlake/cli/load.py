@@ -5,10 +5,10 @@ from __future__ import annotations
 import sys
 
 import click
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn, TransferSpeedColumn
-from rich.table import Table
 
-from siltlake.cli import console, deployment_of, friendly, main
+from siltlake.cli.context import deployment_of, friendly
+from siltlake.cli.options import dry_run_option, resume_state_option
+from siltlake.cli.output import Column, console, format_value, grid, out, transfer_bar
 
 
 class _BarProgress:
@@ -32,7 +32,7 @@ class _BarProgress:
         return f"load tasks {self.done}/{self.tasks}, {self.records:,} records"
 
 
-@main.command("guess")
+@click.command("guess")
 @click.argument("seed", type=click.Path(exists=True, dir_okay=False))
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Where to write the config.")
 @friendly
@@ -50,18 +50,19 @@ def guess_command(seed: str, output: str) -> None:
     console.print(f"wrote {output}: review the parser columns and out.time_column before loading", highlight=False)
 
 
-@main.command("load")
+@click.command("load")
 @click.argument("config_file", metavar="CONFIG", type=click.Path(exists=True, dir_okay=False))
-@click.option("--resume-state", default=None, type=click.Path(dir_okay=False),
-              help="Keep succeeded tasks here when some fail; the same command then runs only the failed ones.")
-@click.option("--dry-run", is_flag=True, help="Print the first rows as they would be loaded; write nothing.")
+@resume_state_option()
+@dry_run_option
 @click.option("--no-commit", is_flag=True, help="Run every task and keep the resume state, but commit nothing.")
 @click.option("--rows", default=10, show_default=True, help="Rows --dry-run prints per job.")
 @click.pass_context
 @friendly
 def load_command(context: click.Context, config_file: str, resume_state: str | None, dry_run: bool,
                  no_commit: bool, rows: int) -> None:
-    """Bulk-load files into tables: one Spark stage, one commit."""
+    """Bulk-load files into tables: one Spark stage, one commit.
+
+    --dry-run prints the first rows of each job as they would be loaded and writes nothing."""
     from siltlake.load import LoadFailed, load, load_config_file
     from siltlake.load.preview import preview
 
@@ -69,15 +70,12 @@ def load_command(context: click.Context, config_file: str, resume_state: str | N
     deployment = deployment_of(context)
     if dry_run:
         for name, table in preview(deployment, config, rows).items():
-            console.print(f"[bold]{name}[/] (first {table.num_rows} rows as they would be loaded):")
-            grid = Table(*table.column_names)
-            for row in table.to_pylist():
-                grid.add_row(*("NULL" if value is None else str(value) for value in row.values()))
-            console.print(grid)
+            out.print(f"[bold]{name}[/] (first {table.num_rows} rows as they would be loaded):")
+            out.print(grid([Column(column, show=format_value) for column in table.column_names],
+                           [list(row.values()) for row in table.to_pylist()]))
         return
     try:
-        with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                      TimeElapsedColumn(), console=console, transient=False) as bar:
+        with transfer_bar() as bar:
             report = load(deployment, config, state_path=resume_state, commit=not no_commit,
                           progress=_BarProgress(bar))
     except LoadFailed as exc:
@@ -96,10 +94,9 @@ def load_command(context: click.Context, config_file: str, resume_state: str | N
                       f"{report.state_path}", highlight=False)
 
 
-@main.command("cleanup")
+@click.command("cleanup")
 @click.argument("config_file", metavar="CONFIG", type=click.Path(exists=True, dir_okay=False))
-@click.option("--resume-state", required=True, type=click.Path(dir_okay=False),
-              help="The resume state the abandoned load kept (its --resume-state).")
+@resume_state_option(required=True)
 @click.pass_context
 @friendly
 def cleanup_command(context: click.Context, config_file: str, resume_state: str) -> None:

@@ -1,14 +1,14 @@
-"""How `silt` writes: results on stdout as a table, JSON or CSV; messages, spinners and errors on stderr.
+"""How `silt` writes: results on stdout as a table, JSON or CSV; messages, spinners, progress bars and
+errors on stderr.
 
-Every listing command takes `--format` through `format_option` and writes through `emit`, so a pipe gets
-the same shapes everywhere: JSON is one document (a list of objects, one per row), CSV a header row and
+Every listing command takes `--format` (siltlake.cli.options.format_option) and writes through `emit`, so a
+pipe gets the same shapes everywhere: JSON is one document (a list of objects, one per row), CSV a header row and
 `\\n`-ended lines, and a table is never cut to 80 columns when stdout is not a terminal.
 """
 
 from __future__ import annotations
 
 import csv
-import functools
 import json
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -20,6 +20,15 @@ import click
 from rich import box
 from rich.console import Console, ConsoleDimensions
 from rich.live import Live
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TransferSpeedColumn,
+)
 from rich.spinner import Spinner
 from rich.table import Table
 from rich.text import Text
@@ -47,9 +56,6 @@ console = _Console(stderr=True)  # messages, progress and errors
 out = _Console()  # results
 
 FORMATS = ("table", "json", "csv")
-FORMAT_HELP = ("table: aligned columns to read (full width when stdout is not a terminal); json: one JSON "
-               "document, a list with an object per row; csv: a header row, then a row per line, lines "
-               "ending in \\n.")
 
 
 def _text(value: Any) -> str:
@@ -67,29 +73,33 @@ class Column:
     right: bool = False
 
 
-def format_option(json_flag: bool = False) -> Callable[[Callable], Callable]:
-    """The `--format table|json|csv` option, passed to the command as `fmt`.
+def format_size(count: float) -> str:
+    """Bytes as people read them: 999 B, 1.2 KB, 3.4 GB."""
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if count < 1000 or unit == "TB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1000
+    return ""
 
-    json_flag: the command had a `--json` flag before `--format`; it stays, as another way to write
-    `--format json`."""
 
-    def decorate(command: Callable) -> Callable:
-        @functools.wraps(command)
-        def with_format(*args: Any, **kwargs: Any) -> Any:
-            if kwargs.pop("as_json", False):
-                if kwargs["fmt"] == "csv":
-                    raise click.UsageError("--json means --format json; give one of --json and --format csv")
-                kwargs["fmt"] = "json"
-            return command(*args, **kwargs)
+def format_count(value: int) -> str:
+    return f"{value:,}"
 
-        # functools.wraps shared the wrapped function's option list; this command gets its own.
-        with_format.__click_params__ = list(getattr(command, "__click_params__", []))
-        if json_flag:
-            click.option("--json", "as_json", is_flag=True, help="The same as --format json.")(with_format)
-        return click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
-                            help=FORMAT_HELP)(with_format)
 
-    return decorate
+def format_value(value: Any) -> str:
+    """A query result's cell: SQL's NULL for a null."""
+    return "NULL" if value is None else str(value)
+
+
+def format_age(seconds: float | None) -> str:
+    """A duration in the unit that reads best: 42s, 17m, 3.5h."""
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"
 
 
 def machine_output() -> bool:
@@ -164,3 +174,15 @@ def activity(text: str) -> Iterator[Callable[[str], None]]:
     with Live(spinner, console=console, transient=True, refresh_per_second=10, redirect_stdout=False,
               redirect_stderr=False):
         yield lambda new_text: spinner.update(text=Text(new_text, style="cyan"))
+
+
+def progress_bar() -> Progress:
+    """A bar on stderr counting done of total (staging objects, merge jobs), with the elapsed time."""
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=console, transient=False)
+
+
+def transfer_bar() -> Progress:
+    """A bar on stderr over bytes read, with the speed and the elapsed time."""
+    return Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                    TimeElapsedColumn(), console=console, transient=False)

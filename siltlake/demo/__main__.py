@@ -106,7 +106,7 @@ class Demo:
     # --- Spark work in this process -----------------------------------------------------------------
 
     def stream(self) -> Any:
-        from siltlake.cli import print_stream_report
+        from siltlake.cli.reports import print_stream_report
         from siltlake.stream import stream_once
 
         report = self.python("stream_once(deployment)", lambda: stream_once(self.deployment))
@@ -116,7 +116,7 @@ class Demo:
         return report
 
     def merge(self) -> None:
-        from siltlake.cli import print_merge_report
+        from siltlake.cli.reports import print_merge_report
         from siltlake.merge import merge_once
 
         report = self.python("merge_once(deployment)", lambda: merge_once(self.deployment))

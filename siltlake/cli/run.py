@@ -1,20 +1,27 @@
-"""`silt run` in a terminal: a live status table of the loops, a log line per round that did something,
-and a clean stop on Ctrl-C or SIGTERM."""
+"""`silt run` in a terminal: the single-host loops (siltlake.run) with a live status table of the loops, a
+log line per round that did something, and a clean stop on Ctrl-C or SIGTERM."""
 
 from __future__ import annotations
 
 import os
 import signal
 import time
+from typing import TYPE_CHECKING
 
+import click
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from siltlake.cli.output import Column, grid
-from siltlake.deployment import Deployment
-from siltlake.run import LoopStatus, SingleHost
+from siltlake.cli.context import deployment_of, friendly, retrying
+from siltlake.cli.output import Column, console, grid
+from siltlake.cli.reports import print_merge_report, print_publish_report, print_reap_report, print_stream_report
+
+# siltlake.run imports the components (and SQLAlchemy, pyarrow): only `silt run` itself loads it.
+if TYPE_CHECKING:
+    from siltlake.deployment import Deployment
+    from siltlake.run import LoopStatus, SingleHost
 
 STATE_STYLE = {"working": "bold green", "waiting": "dim", "retrying": "bold red", "stopping": "yellow",
                "stopped": "dim", "starting": "cyan"}
@@ -53,13 +60,7 @@ def status_table(host: SingleHost) -> Table:
 
 def run_in_terminal(deployment: Deployment, console: Console) -> None:
     """Run every loop until SIGINT or SIGTERM, then wait for their current work; a second signal quits now."""
-    from siltlake.cli import (
-        print_merge_report,
-        print_publish_report,
-        print_reap_report,
-        print_stream_report,
-        retrying,
-    )
+    from siltlake.run import SingleHost
 
     printers = {
         "stream": lambda report: print_stream_report(report, deployment.staging.root),
@@ -101,3 +102,15 @@ def run_in_terminal(deployment: Deployment, console: Console) -> None:
     if not console.is_terminal:
         console.line()  # a file (a service log) gets the final table without its last line break
     console.print("stopped")
+
+
+@click.command("run")
+@click.pass_context
+@friendly
+def run_command(context: click.Context) -> None:
+    """Single host: stream, merge and publish in one process on one SparkSession, with a live status.
+
+    Intervals come from stream.poll_interval, merge.poll_interval and publish.interval. Ctrl-C or
+    SIGTERM stops after the current stream wave and the running merge jobs; a second Ctrl-C quits now.
+    """
+    run_in_terminal(deployment_of(context), console)

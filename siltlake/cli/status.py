@@ -1,0 +1,76 @@
+"""`silt status`: partitions, unmerged objects and merge jobs per table; failing staging objects."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from siltlake.cli.context import deployment_of, friendly
+from siltlake.cli.options import format_option
+from siltlake.cli.output import Column, emit, format_age, format_size, out, write_json
+
+_PARTITION_STATES = ("new", "live", "closed", "switched")
+_JOB_STATES = ("scheduled", "due", "running", "stale", "continuing", "failed")
+STATUS_COLUMNS = (
+    Column("table"), *(Column(f"partitions_{state}") for state in _PARTITION_STATES),
+    Column("unmerged_objects"), Column("unmerged_bytes"), Column("oldest_unmerged_age_seconds"),
+    *(Column(f"jobs_{state}") for state in _JOB_STATES),
+)
+
+
+def _status_row(row: dict[str, Any]) -> list[Any]:
+    """A status entry flattened to STATUS_COLUMNS (CSV has no nesting; the parked jobs' errors are in the JSON)."""
+    return [row["table"], *(row["partitions"][state] for state in _PARTITION_STATES), row["unmerged_objects"],
+            row["unmerged_bytes"], row["oldest_unmerged_age_seconds"], *(row["jobs"][state] for state in _JOB_STATES)]
+
+
+@click.command()
+@format_option
+@click.pass_context
+@friendly
+def status(context: click.Context, fmt: str) -> None:
+    """Per table: partitions by state, unmerged small objects, merge jobs by state, parked failures; then
+    staging objects whose processing is failing.
+
+    With --format json: one object, {"tables": [...], "failing_staging_objects": [...]}; with --format csv: a
+    row per table (the parked jobs' errors and the failing staging objects only in JSON and the table)."""
+    from dataclasses import asdict
+
+    deployment = deployment_of(context)  # first: it imports the catalog with the start-up GC pause
+    deployment.catalog.check_ready()
+    from siltlake.clock import utcnow
+    from siltlake.hosts import local_host
+
+    rows = deployment.catalog.merge_status(utcnow(), deployment.config.merge.job_timeout, local_host())
+    failing = deployment.catalog.failing_staging_objects()
+    if fmt == "json":
+        write_json({"tables": rows, "failing_staging_objects": [asdict(f) for f in failing]})
+        return
+    if fmt == "csv":
+        emit(fmt, STATUS_COLUMNS, [_status_row(row) for row in rows])
+        return
+    if not rows:
+        out.print("no tables; create one with `silt table create`")
+        return
+    for row in rows:
+        parts, jobs = row["partitions"], row["jobs"]
+        failed = f"[red]{jobs['failed']} failed[/]" if jobs["failed"] else "0 failed"
+        out.print(f"[bold]{row['table']}[/]", highlight=False)
+        out.print(f"  partitions  {parts['new']} new, {parts['live']} live, {parts['closed']} closed, "
+                  f"{parts['switched']} switched", highlight=False)
+        out.print(f"  unmerged    {row['unmerged_objects']:,} small objects ({format_size(row['unmerged_bytes'])}), "
+                  f"oldest {format_age(row['oldest_unmerged_age_seconds'])}", highlight=False)
+        out.print(f"  merge jobs  {jobs['scheduled']} scheduled, {jobs['due']} due, {jobs['running']} running, "
+                  f"{jobs['stale']} stale, {jobs['continuing']} continuing, {failed}", highlight=False)
+        for failed in row["failed_jobs"]:
+            out.print(f"  [red]parked[/] {failed['date']} (job {failed['job_id']}, "
+                      f"{failed['attempts']} attempts): {failed['error']}", highlight=False, soft_wrap=True)
+    if failing:
+        limit = deployment.config.stream.max_failures
+        out.print(f"[bold]failing staging objects[/] (at {limit} failures, stream.max_failures, an object moves "
+                  "to `silt unknown list`)", highlight=False)
+        for item in failing:
+            out.print(f"  [red]{item.failure_count} of {limit} failures[/] {item.uri} ({item.table_name}, last "
+                      f"{item.last_failure_time:%Y-%m-%d %H:%M:%S} UTC): {item.last_failure}",
+                      highlight=False, soft_wrap=True)

@@ -1,0 +1,66 @@
+"""`silt stream`: staging objects into live and delayed small objects, once or as a daemon."""
+
+from __future__ import annotations
+
+import sys
+import threading
+
+import click
+from rich.progress import Progress
+
+from siltlake.cli.context import deployment_of, friendly, retrying
+from siltlake.cli.options import interval_option, json_option, once_option
+from siltlake.cli.output import console, progress_bar, write_json
+from siltlake.cli.reports import print_stream_report
+
+
+class _StreamProgressBar:
+    """A stream progress (siltlake.stream.Progress) on a rich bar."""
+
+    def __init__(self, progress: Progress, label: str) -> None:
+        self.progress = progress
+        self.label = label
+        self.task_id = None
+
+    def start(self, total: int) -> None:
+        self.task_id = self.progress.add_task(self.label, total=total)
+
+    def advance(self, count: int) -> None:
+        if self.task_id is not None:
+            self.progress.advance(self.task_id, count)
+
+
+@click.command()
+@once_option
+@interval_option("stream.poll_interval")
+@json_option
+@click.pass_context
+@friendly
+def stream(context: click.Context, once: bool, interval: float | None, as_json: bool) -> None:
+    """Turn staging objects into live and delayed small objects.
+
+    A round registers new staging objects and processes every pending one; --once shows a progress bar and
+    exits 1 if some objects failed (they stay pending and are retried). --json applies to --once's report."""
+    from siltlake.stream import stream_forever, stream_once
+
+    deployment = deployment_of(context)
+    if once:
+        with progress_bar() as bar:
+            report = stream_once(deployment, _StreamProgressBar(bar, "staging objects"))
+        if as_json:
+            write_json(report.__dict__)
+        else:
+            print_stream_report(report, deployment.staging.root)
+        if report.failed:
+            sys.exit(1)
+        return
+    stop = threading.Event()
+    console.print("streaming; Ctrl-C stops after the current round")
+    try:
+        stream_forever(
+            deployment, stop, lambda report: print_stream_report(report, deployment.staging.root), interval,
+            on_error=retrying("stream round failed"),
+        )
+    except KeyboardInterrupt:
+        stop.set()
+        console.print("stopped")

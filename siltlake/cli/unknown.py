@@ -1,0 +1,47 @@
+"""`silt unknown ...`: staging objects that map to no table or cannot be read."""
+
+from __future__ import annotations
+
+import click
+
+from siltlake.cli.context import deployment_of, friendly
+from siltlake.cli.options import format_option
+from siltlake.cli.output import Column, console, emit, format_size, out
+
+
+@click.group("unknown")
+def unknown_group() -> None:
+    """Staging objects that map to no table or cannot be read."""
+
+
+UNKNOWN_COLUMNS = (
+    Column("uri"), Column("bytes", "size", format_size, right=True), Column("table", show=lambda name: name or "-"),
+    Column("detected_at", "detected (UTC)"), Column("reason"),
+)
+
+
+@unknown_group.command("list")
+@format_option
+@click.pass_context
+@friendly
+def unknown_list(context: click.Context, fmt: str) -> None:
+    """List them with the reason (`silt unknown replay` streams them again)."""
+    rows = deployment_of(context).catalog.list_unknown()
+    emit(fmt, UNKNOWN_COLUMNS, [
+        (row.uri, row.size or 0, row.table_name, row.detect_time.isoformat(sep=" ", timespec="seconds"), row.reason)
+        for row in rows], empty="no unknown staging objects")
+    if rows and fmt == "table":
+        out.print(f"{len(rows)} unknown staging objects")
+
+
+@unknown_group.command("replay")
+@click.argument("uris", nargs=-1)
+@click.option("--all", "replay_all", is_flag=True, help="Replay every unknown object.")
+@click.pass_context
+@friendly
+def unknown_replay(context: click.Context, uris: tuple[str, ...], replay_all: bool) -> None:
+    """Forget unknown objects so the next stream run looks at them again (after a fix or a new table)."""
+    if not uris and not replay_all:
+        raise click.UsageError("name the URIs to replay, or pass --all")
+    forgotten = deployment_of(context).catalog.forget_unknown(None if replay_all else list(uris))
+    console.print(f"{len(forgotten)} objects will be streamed again by the next `silt stream` run")
