@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from common import MB, cached_manifest, link_or_copy
 
-from siltlake.demo.sample import write_big_object, write_jsonl_gz_objects
+from siltlake.demo.bench_inputs import write_big_object, write_jsonl_gz_objects
 from siltlake.tabledef import TableDef
 
 JSONL_GENERATOR_VERSION = 1  # bump when the generated data changes, to invalidate cached inputs

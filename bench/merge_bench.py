@@ -63,7 +63,7 @@ from inputs import (
 )
 
 from siltlake.merge.task import MergeTask, RangeTask, run_merge_task
-from siltlake.storage import Storage
+from siltlake.storage.filesystem import Storage
 from siltlake.tabledef import TableDef
 
 

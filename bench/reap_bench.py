@@ -29,8 +29,8 @@ from siltlake.catalog.provision import create_postgres_database, drop_postgres_d
 from siltlake.clock import utcnow
 from siltlake.config import Config
 from siltlake.deployment import Deployment
-from siltlake.publish.manifests import write_manifests
 from siltlake.reap import reap_once
+from siltlake.storage.manifests import write_manifests
 from siltlake.tabledef import TableDef
 
 PG_ADMIN = os.environ.get("SILTLAKE_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")

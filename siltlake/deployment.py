@@ -12,13 +12,11 @@ from siltlake.catalog import Catalog
 from siltlake.clock import utcnow
 from siltlake.config import Config, load_config
 from siltlake.errors import CatalogError, CatalogUnreachable, SiltError
-from siltlake.storage import Storage
+from siltlake.storage.filesystem import Storage
+from siltlake.storage.keys import instance_marker
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-MARKER = "_instance.json"
-
 
 class InstanceKeyRefused(SiltError):
     """Nothing may be written or deleted under the instance key: another catalog owns it, or nothing proves
@@ -111,7 +109,7 @@ class Deployment:
         self.catalog.instances.register(key, self.lake.root, is_self=True)
         catalog_id = self.catalog.instances.ensure_catalog_id()
         if claim or owner.state != "ours" or owner.catalog_id != catalog_id:
-            self.lake.write_bytes(f"{key}/{MARKER}", json.dumps({
+            self.lake.write_bytes(instance_marker(key), json.dumps({
                 "instance_key": key,
                 "catalog": self.catalog.masked_url,
                 "catalog_id": catalog_id,
@@ -141,7 +139,7 @@ class Deployment:
     def key_owner(self, key: str) -> KeyOwner:
         """Whose the key is by its marker (one small read; opens the named catalog only when the marker names
         another URL with this catalog's id, or with none)."""
-        marker_key = f"{key}/{MARKER}"
+        marker_key = instance_marker(key)
         uri = self.lake.uri(marker_key)
         try:
             data = json.loads(self.lake.read_bytes(marker_key))
@@ -196,12 +194,10 @@ class Deployment:
 
     def spark(self) -> SparkSession:
         if self._spark is None:
-            from siltlake.spark import spark_session
+            from siltlake.spark import hive_session_conf, spark_session
 
             extra = None
             if "hive" in self.config.publish.targets:  # Hive support is fixed when the session starts
-                from siltlake.publish.hive import hive_session_conf
-
                 extra = hive_session_conf(self.config.publish.hive)
             self._spark = spark_session(self.config.spark, extra)
         return self._spark

@@ -8,8 +8,6 @@ pyarrow only; DuckDB, Polars and Spark are used when asked for.
 from __future__ import annotations
 
 import datetime as dt
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
@@ -17,6 +15,7 @@ from urllib.parse import unquote
 from siltlake.config import Config, load_config
 from siltlake.deployment import Deployment
 from siltlake.errors import NotFoundError, SiltError
+from siltlake.read.versions import parse_as_of, version_files
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -25,34 +24,13 @@ if TYPE_CHECKING:
 
     from siltlake.catalog import TableRecord
     from siltlake.publish import UpdateReport
+    from siltlake.read.versions import DataFile
 
-__all__ = ["DataFile", "Lake", "NoSuchPartition", "Table", "parse_as_of"]
-
-_MANIFEST_READERS = 16
+__all__ = ["Lake", "NoSuchPartition", "Table"]
 
 
 class NoSuchPartition(NotFoundError):
     """A table has no partition of the date asked for."""
-
-
-def parse_as_of(value: dt.datetime | dt.date | str) -> dt.datetime:
-    """A time-travel time as naive UTC (siltlake.clock.parse_time); SiltError names a text that is none."""
-    from siltlake.clock import parse_time
-
-    try:
-        return parse_time(value)
-    except ValueError as exc:
-        raise SiltError(str(exc)) from None
-
-
-@dataclass(frozen=True)
-class DataFile:
-    """One data file of a table version: its URI (as the catalog and manifests store it), partition date
-    and size in bytes (None for a live object of the current state, not yet in any manifest)."""
-
-    uri: str
-    partition_date: dt.date
-    size: int | None
 
 
 class Lake:
@@ -145,29 +123,11 @@ class Table:
                     filter: Any = None) -> list[DataFile]:  # noqa: A002 - pyarrow's name
         """data_files, skipping the partitions whose dt the pyarrow expression `filter` rules out
         before their manifests are read."""
-        deployment = self.lake.deployment
         schema = self.schema
-        views = deployment.catalog.versions.reader_snapshot(
-            self.record.id, as_of_version=as_of_version,
-            as_of=parse_as_of(as_of) if as_of is not None else None, table_name=self.name, dates=_dates(dates),
+        return version_files(
+            self.lake.deployment, self.record, as_of_version=as_of_version,
+            as_of=parse_as_of(as_of) if as_of is not None else None, dates=_dates(dates),
             date_filter=None if filter is None else lambda present: _dates_passing(filter, present, schema))
-        from siltlake.publish.manifests import read_manifest
-
-        lake = deployment.lake
-        keys = [view.manifest_key for view in views if view.manifest_key]
-        if len(keys) <= 1:  # a day's read: no thread pool to start
-            listed = {key: read_manifest(lake, key) for key in keys}
-        else:
-            with ThreadPoolExecutor(min(_MANIFEST_READERS, len(keys))) as pool:
-                listed = dict(zip(keys, pool.map(lambda key: read_manifest(lake, key), keys), strict=True))
-        layout = self.record.layout(deployment.instance_key)
-        files: list[DataFile] = []
-        for view in views:
-            if view.manifest_key:
-                files += [DataFile(uri, view.partition_date, size) for uri, size in listed[view.manifest_key]]
-            files += [DataFile(lake.uri(layout.small_object(view.partition_date, object_id, False)),
-                               view.partition_date, None) for object_id in view.live_object_ids]
-        return files
 
     def files(self, as_of_version: int | None = None, as_of: dt.datetime | str | None = None,
               dates: Any = None) -> list[str]:

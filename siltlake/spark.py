@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from siltlake.config import SparkConfig
+from siltlake.config import HiveTargetConfig, SparkConfig
 from siltlake.errors import debug_enabled
 
 if TYPE_CHECKING:
@@ -47,6 +47,23 @@ def spark_log_level() -> str:
     """Spark's console log level: errors (with their Java traces) only in debug mode, else nothing, as the
     commands report a failure in one line of their own."""
     return "ERROR" if debug_enabled() else "OFF"
+
+
+def hive_session_conf(config: HiveTargetConfig) -> dict[str, str]:
+    """Spark settings of a Hive-enabled session: an external metastore, else embedded Derby under metastore_dir."""
+    conf = {"spark.sql.catalogImplementation": "hive"}
+    if config.metastore_uris:
+        conf["spark.hadoop.hive.metastore.uris"] = config.metastore_uris
+        return conf
+    home = Path(config.metastore_dir).expanduser().resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    conf.update({
+        "spark.hadoop.javax.jdo.option.ConnectionURL": f"jdbc:derby:;databaseName={home / 'metastore_db'};create=true",
+        "spark.sql.warehouse.dir": (home / "warehouse").as_uri(),
+        # derby.log next to the database instead of in whatever directory silt runs in.
+        "spark.driver.extraJavaOptions": f"-Dderby.system.home={home} -Dderby.stream.error.file={home / 'derby.log'}",
+    })
+    return conf
 
 
 def spark_session(config: SparkConfig, extra: dict[str, str] | None = None) -> SparkSession:

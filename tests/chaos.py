@@ -26,10 +26,10 @@ from siltlake.config import load_config
 from siltlake.deployment import Deployment
 from siltlake.merge import merge_once
 from siltlake.publish import publish_once
-from siltlake.publish.manifests import read_manifest
 from siltlake.read import table as read_table
 from siltlake.reap import reap_once
-from siltlake.reap.runner import symlink_key
+from siltlake.storage.keys import symlink_key
+from siltlake.storage.manifests import read_manifest
 from siltlake.stream import stream_once
 from siltlake.tabledef import TableDef
 

@@ -84,8 +84,7 @@ def hive_metastore_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def spark(hive_metastore_dir: Path):
     from siltlake.config import HiveTargetConfig, SparkConfig
-    from siltlake.publish.hive import hive_session_conf
-    from siltlake.spark import spark_session
+    from siltlake.spark import hive_session_conf, spark_session
 
     # Hive-enabled so the hive publish target can be tested in-process (one JVM, one metastore); tests
     # that never touch the metastore pay nothing for it.

@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 
 from siltlake.catalog import schema as s
-from siltlake.storage import Storage
+from siltlake.storage.filesystem import Storage
 
 from .conftest import ACCESS_TABLE
 from .processes import SiltProcess, run_silt, silt_env, wait_until

@@ -150,7 +150,7 @@ def test_staging_key_mapping() -> None:
 
 
 def test_storage_uris_for_pyarrow_and_for_spark(tmp_path: Path) -> None:
-    from siltlake.storage import Storage
+    from siltlake.storage.filesystem import Storage
 
     local = Storage(str(tmp_path / "lake"))
     assert local.uri("a/b.parquet") == (tmp_path / "lake" / "a" / "b.parquet").as_uri()

@@ -17,9 +17,8 @@ from siltlake.deployment import Deployment
 from siltlake.errors import ConfigError
 from siltlake.merge import merge_once
 from siltlake.publish import publish_once
-from siltlake.publish.hive import PARQUET_SERDE, SYMLINK_INPUT, symlink_directory
-from siltlake.publish.manifests import manifest_keys
-from siltlake.storage import TableLayout
+from siltlake.publish.hive import PARQUET_SERDE, SYMLINK_INPUT
+from siltlake.storage.keys import TableLayout, symlink_directory
 from siltlake.tabledef import Column
 
 from .conftest import make_config
@@ -165,7 +164,7 @@ def test_a_table_of_the_same_name_that_is_not_ours_is_left_alone(hive_deployment
 def test_symlink_directory_matches_the_manifest_writer() -> None:
     layout = TableLayout("k1", "web", "access")
     for version, label in ((42, None), (7, "update-3")):
-        json_key, symlink_key = manifest_keys(layout, DAY, version, label)
+        json_key, symlink_key = layout.manifest_keys(DAY, version, label)
         assert symlink_directory(json_key) + "/manifest" == symlink_key
 
 
@@ -173,7 +172,7 @@ def test_target_configuration() -> None:
     config = load_config(environ={"SILTLAKE_PUBLISH__TARGETS": "hive",
                                   "SILTLAKE_PUBLISH__HIVE__METASTORE_URIS": "thrift://meta:9083"})
     assert config.publish.targets == ["hive"] and config.publish.hive.metastore_uris == "thrift://meta:9083"
-    from siltlake.publish.hive import hive_session_conf
+    from siltlake.spark import hive_session_conf
 
     assert hive_session_conf(config.publish.hive) == {"spark.sql.catalogImplementation": "hive",
                                                       "spark.hadoop.hive.metastore.uris": "thrift://meta:9083"}

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from siltlake.load.config import parse_load_config
 from siltlake.load.task import LoadTask, run_load_task
-from siltlake.storage import Storage
+from siltlake.storage.filesystem import Storage
 
 from .test_fuzz_parsers import EXAMPLES, MUTATIONS, deep_json, fuzz, mutate, packed
 

@@ -21,8 +21,8 @@ import pytest
 
 from siltlake.deployment import Deployment
 from siltlake.publish.hive import PARQUET_SERDE, SYMLINK_INPUT
-from siltlake.publish.manifests import write_manifests
-from siltlake.storage import TableLayout
+from siltlake.storage.keys import TableLayout
+from siltlake.storage.manifests import write_manifests
 
 from .conftest import make_config
 from .test_merge import DAY
@@ -39,7 +39,7 @@ PUBLISHER = textwrap.dedent('''
     from siltlake.lake import Lake
     from siltlake.merge import merge_once
     from siltlake.publish import delete_rows, publish_once
-    from siltlake.publish.hive import symlink_directory
+    from siltlake.storage.keys import symlink_directory
     from tests.merge_helpers import add_small_objects, rows_for
     from tests.test_merge import DAY, make_table
     from tests.test_publish import tokyo
@@ -144,7 +144,7 @@ def published(tmp_path_factory) -> dict:
                                                         "database_prefix": "e_"}}
     result = _run(PUBLISHER, json.dumps(config))
     from siltlake.config import HiveTargetConfig
-    from siltlake.publish.hive import hive_session_conf
+    from siltlake.spark import hive_session_conf
 
     result["read"] = _run(READER, json.dumps(hive_session_conf(HiveTargetConfig(metastore_dir=str(
         tmp_path / "metastore")))), "e_web.access")

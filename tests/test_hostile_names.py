@@ -16,7 +16,7 @@ from siltlake.config import Config
 from siltlake.deployment import Deployment
 from siltlake.errors import ConfigError, DefinitionError
 from siltlake.load.config import parse_load_config
-from siltlake.storage import Storage, UnsafeKey
+from siltlake.storage.filesystem import Storage, UnsafeKey
 from siltlake.stream.discover import discover, map_key
 from siltlake.stream.task import StreamTask, process_staging_object
 from siltlake.tabledef import TableDef, check_identifier, load_table_file

@@ -29,7 +29,6 @@ from siltlake.publish.iceberg import (
     open_catalog,
     snapshot_files,
     snapshot_of_version,
-    table_location_key,
 )
 from siltlake.reap import reap_once
 
@@ -112,7 +111,7 @@ def test_renames_added_columns_widened_types_and_dropped_tables_follow(deploymen
     first = snapshot_of_version(iceberg, 1)
     assert users(iceberg.scan(snapshot_id=first.snapshot_id).to_arrow()) == Counter(range(10))
 
-    metadata = table_location_key(deployment, record)
+    metadata = record.layout(deployment.instance_key).iceberg_location()
     assert any(deployment.lake.list(metadata + "/"))
     catalog.tables.drop("shop.visits")
     external = published(deployment, tokyo(DAY, 14))

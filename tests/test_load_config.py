@@ -209,7 +209,7 @@ def test_the_vectorised_csv_path_agrees_with_the_per_record_path(tmp_path: Path)
     import pyarrow.parquet as pq
 
     from siltlake.load.task import LoadTask, run_load_task
-    from siltlake.storage import Storage
+    from siltlake.storage.filesystem import Storage
 
     rows = [
         "id,time,n,f,ok,name,small",
@@ -269,7 +269,7 @@ def test_msgpack_zstd_and_bzip2_json_lines_tasks(tmp_path: Path) -> None:
     import pyarrow.parquet as pq
 
     from siltlake.load.task import LoadTask, run_load_task
-    from siltlake.storage import Storage
+    from siltlake.storage.filesystem import Storage
 
     records = [{"time": f"2026-11-20T0{i}:00:00Z", "n": i} for i in range(5)] + [{"n": 9}]
     packed = b"".join(msgpack.packb(r) for r in records)

@@ -12,8 +12,8 @@ import pyarrow.parquet as pq
 from siltlake.deployment import Deployment
 from siltlake.merge import merge_once
 from siltlake.publish import publish_once
-from siltlake.publish.manifests import read_manifest
 from siltlake.read import table as read_table
+from siltlake.storage.manifests import read_manifest
 
 from .merge_helpers import add_small_objects, rows_for, silt_in_process
 from .test_merge import DAY, make_table, only_partition
@@ -162,7 +162,7 @@ def test_a_reader_plans_with_the_same_number_of_catalog_queries_for_any_number_o
 
 
 def test_merged_versions_publish_in_one_batch_and_skip_only_the_partition_that_moved(deployment: Deployment) -> None:
-    from siltlake.publish.manifests import write_manifests
+    from siltlake.storage.manifests import write_manifests
 
     table = make_table(deployment)
     catalog = deployment.catalog

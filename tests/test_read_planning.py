@@ -93,7 +93,7 @@ def test_catalog_statements_per_read_do_not_grow_with_the_partitions(tmp_path: P
 
 def test_a_days_read_opens_that_days_manifest_only(tmp_path: Path, catalog_url: str, monkeypatch) -> None:
     """Reading one day of a long table, by dates= or by a filter on dt, reads one manifest, not one a day."""
-    import siltlake.publish.manifests as manifests
+    import siltlake.storage.manifests as manifests
 
     deployment = Deployment(make_config(tmp_path, catalog_url))
     deployment.init()

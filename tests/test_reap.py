@@ -23,7 +23,7 @@ from siltlake.publish import UpdateConflict, delete_rows, publish_once
 from siltlake.publish.update import prepare_delete
 from siltlake.read import table as read_table
 from siltlake.reap import ReapRefused, reap_once
-from siltlake.reap.runner import symlink_key
+from siltlake.storage.keys import symlink_key
 
 from .merge_helpers import add_small_objects, rows_for, silt_in_process
 from .test_merge import DAY, make_table, only_partition

@@ -17,10 +17,11 @@ from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.merge import merge_once
 from siltlake.publish import delete_rows, publish_once
-from siltlake.publish.manifests import read_manifest
 from siltlake.read import table as read_table
 from siltlake.reap import reap_once
-from siltlake.reap.runner import retained_versions, symlink_key
+from siltlake.reap.runner import retained_versions
+from siltlake.storage.keys import symlink_key
+from siltlake.storage.manifests import read_manifest
 
 from .conftest import make_config
 from .merge_helpers import add_small_objects, rows_for

@@ -15,14 +15,8 @@ from zoneinfo import ZoneInfo
 import msgpack
 import pytest
 
-from siltlake.demo.sample import (
-    SampleSummary,
-    event_time_ext,
-    generate_sample,
-    write_big_object,
-    write_jsonl_gz_objects,
-    write_table_definition,
-)
+from siltlake.demo.bench_inputs import write_big_object, write_jsonl_gz_objects
+from siltlake.demo.sample import SampleSummary, event_time_ext, generate_sample, write_table_definition
 from siltlake.tabledef import load_table_file
 
 TOKYO = ZoneInfo("Asia/Tokyo")

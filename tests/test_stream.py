@@ -18,7 +18,7 @@ import pytest
 
 from siltlake.deployment import Deployment
 from siltlake.read import sql, table
-from siltlake.storage import Storage
+from siltlake.storage.filesystem import Storage
 from siltlake.stream import stream_once
 from siltlake.stream.task import StreamTask, process_staging_object
 from siltlake.tabledef import TableDef
@@ -290,7 +290,7 @@ def test_huge_objects_spill_sorted_runs_and_merge_them(tmp_path: Path, spill_byt
     staging.write_bytes(jsonl_gz(records))
     lake = Storage(str(tmp_path / "lake"))
     definition = TableDef.from_mapping(ACCESS_TABLE)
-    from siltlake.storage import TableLayout
+    from siltlake.storage.keys import TableLayout
 
     task = StreamTask(staging_object_id=1, uri=staging.as_uri(), lake=lake,
                       layout=TableLayout("k1k1", "web", "access"), table_json=definition.to_json(),

@@ -27,12 +27,12 @@ from siltlake.lake import Lake
 from siltlake.merge import merge_once
 from siltlake.publish import delete_rows, publish_once
 from siltlake.publish.iceberg import RUN_PROPERTY, open_catalog, snapshot_of_version
-from siltlake.publish.manifests import read_manifest
 from siltlake.publish.runner import _write_live_manifests
 from siltlake.read import sql as read_sql
 from siltlake.read import table as read_table
 from siltlake.reap import reap_once
-from siltlake.reap.runner import symlink_key
+from siltlake.storage.keys import symlink_key
+from siltlake.storage.manifests import read_manifest
 from siltlake.stream import stream_once
 
 from .merge_helpers import rows_for, silt_in_process

@@ -15,9 +15,9 @@ import pytest
 from siltlake.deployment import Deployment
 from siltlake.merge import merge_once
 from siltlake.publish import UpdateConflict, delete_rows, overwrite_partition, publish_once
-from siltlake.publish.manifests import write_manifests
 from siltlake.publish.update import prepare_delete, prepare_overwrite
 from siltlake.read import table as read_table
+from siltlake.storage.manifests import write_manifests
 from siltlake.stream import Progress, stream_once
 
 from .merge_helpers import add_small_objects, rows_for, silt_in_process

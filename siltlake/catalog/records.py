@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from siltlake.errors import CatalogError, SiltError
-from siltlake.storage import TableLayout
+from siltlake.storage.keys import TableLayout
 from siltlake.tabledef import TableDef
 
 

@@ -26,6 +26,7 @@ from rich.table import Table
 
 from siltlake.cli.output import out
 from siltlake.demo.sample import SampleSummary, generate_sample, write_table_definition
+from siltlake.storage import keys
 
 console = out  # the CLI's: piped into a log, its tables keep their width
 DEMO_DIR = Path("build/demo")
@@ -154,10 +155,8 @@ def file_counts() -> dict[str, int]:
     lake = Path(".siltlake/lake")
     return {
         "staging": sum(1 for path in Path(".siltlake/staging").rglob("*") if path.is_file()),
-        "live": len(list(lake.glob("*/*/live/dt=*/*.parquet"))),
-        "delayed": len(list(lake.glob("*/*/delayed/dt=*/*.parquet"))),
-        "merged": len(list(lake.glob("*/*/merged/dt=*/*.parquet"))),
-        "manifests": len(list(lake.glob("*/*/manifests/dt=*/manifest-*.json"))),
+        **{area: len(list(lake.glob(keys.area_glob(area))))
+           for area in (keys.LIVE, keys.DELAYED, keys.MERGED, keys.MANIFESTS)},
     }
 
 

@@ -1,7 +1,8 @@
 """Bulk loads (DESIGN §9): config, guess, tasks on Spark, resume state, one commit, cleanup."""
 
 from siltlake.load.config import LoadConfig, load_config_file, parse_load_config
-from siltlake.load.runner import LoadFailed, LoadReport, cleanup, list_inputs, load
+from siltlake.load.inputs import list_inputs
+from siltlake.load.runner import LoadFailed, LoadReport, cleanup, load
 
 __all__ = ["LoadConfig", "LoadFailed", "LoadReport", "cleanup", "list_inputs", "load", "load_config_file",
            "parse_load_config"]

@@ -232,7 +232,7 @@ def _records_columns(records: list[dict], timezone: str) -> list[dict[str, Any]]
 
 def guess_job(job: dict[str, Any]) -> dict[str, Any]:
     """The seed job with decoder and parser filled in and out.time_column chosen."""
-    from siltlake.load.runner import list_inputs
+    from siltlake.load.inputs import list_inputs
 
     path = (job.get("in") or {}).get("path")
     if not path:

@@ -9,7 +9,7 @@ import pyarrow as pa
 from siltlake.deployment import Deployment
 from siltlake.errors import ConfigError, NotFoundError
 from siltlake.load.config import LoadConfig
-from siltlake.load.runner import list_inputs
+from siltlake.load.inputs import list_inputs
 from siltlake.load.task import apply_filters, open_source, output_columns, records, row_table
 from siltlake.tabledef import Column
 

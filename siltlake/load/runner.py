@@ -11,8 +11,6 @@ import json
 import re
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,12 +21,12 @@ from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.errors import CatalogError, ConfigError, NotFoundError, SiltError
 from siltlake.load.config import JobConfig, LoadConfig
+from siltlake.load.state import new_state, one_run_per_state, read_state, write_state
 from siltlake.load.task import LoadTask, output_columns, run_load_task
 from siltlake.spark import run_tasks
+from siltlake.storage.keys import load_error_file, load_sql_run, temporary_run
 from siltlake.tabledef import Column, TableDef
 
-STATE_VERSION = 1
-DEFAULT_SPLIT_BYTES = 256 << 20
 # A Spark SQL type name (DataType.simpleString) -> the siltlake column type an `out.create` table gets.
 SPARK_TYPES = {"bigint": "bigint", "int": "int", "smallint": "int", "tinyint": "int", "double": "double",
                "float": "float", "boolean": "boolean", "timestamp": "timestamp", "string": "string",
@@ -76,65 +74,6 @@ class LoadProgress:
     def start(self, tasks: int, total_bytes: int) -> None: ...
 
     def advance(self, tasks: int, input_bytes: int, records: int) -> None: ...
-
-
-# --------------------------------------------------------------------------------------------
-# Inputs
-
-
-def _filesystem(path: str) -> tuple[pafs.FileSystem, str, str]:
-    """(file system, path in it, URI prefix to rebuild URIs) for a local path or a URI."""
-    if "://" in path:
-        filesystem, inner = pafs.FileSystem.from_uri(path.split("*", 1)[0].split("?", 1)[0] or path)
-        scheme = path.split("://", 1)[0]
-        rest = path.split("://", 1)[1]
-        if scheme == "file":
-            return pafs.LocalFileSystem(), rest, "file://"
-        bucket_prefix = f"{scheme}://"
-        return filesystem, rest, bucket_prefix
-    return pafs.LocalFileSystem(), str(Path(path).expanduser().absolute()), "file://"
-
-
-def _glob_regex(pattern: str) -> re.Pattern[str]:
-    out = []
-    index = 0
-    while index < len(pattern):
-        if pattern.startswith("**", index):
-            out.append(".*")
-            index += 2
-        elif pattern[index] == "*":
-            out.append("[^/]*")
-            index += 1
-        elif pattern[index] == "?":
-            out.append("[^/]")
-            index += 1
-        else:
-            out.append(re.escape(pattern[index]))
-            index += 1
-    return re.compile("".join(out) + r"\Z")
-
-
-def list_inputs(path: str) -> list[tuple[str, int]]:
-    """(URI, size) of the files a path, directory or glob names, sorted; hidden and _ names skipped."""
-    filesystem, inner, prefix = _filesystem(path)
-    wild = any(char in inner for char in "*?[")
-    if not wild:
-        info = filesystem.get_file_info(inner)
-        if info.type == pafs.FileType.File:
-            return [(prefix + inner, info.size)]
-        if info.type != pafs.FileType.Directory:
-            raise ConfigError(f"in.path: {path} does not exist")
-        base, regex = inner, None
-    else:
-        base = inner[: min(inner.find(c) for c in "*?[" if c in inner)].rsplit("/", 1)[0] or "/"
-        regex = _glob_regex(inner)
-    found = []
-    for info in filesystem.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True)):
-        if info.type != pafs.FileType.File or info.base_name.startswith((".", "_")):
-            continue
-        if regex is None or regex.match(info.path):
-            found.append((prefix + info.path, info.size))
-    return sorted(found)
 
 
 # --------------------------------------------------------------------------------------------
@@ -186,73 +125,13 @@ def _target(deployment: Deployment, job: JobConfig, columns: list[tuple[str, str
     return deployment.catalog.tables.create(_create_definition(job, columns))
 
 
-# --------------------------------------------------------------------------------------------
-# Resume state (seed 003's resume.yml: the tasks, and each one's report or null if it failed)
-
-
-def _read_state(path: Path) -> dict | None:
-    import yaml
-
-    if not path.exists():
-        return None
-    try:
-        state = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path} is not a resume state: {str(exc).splitlines()[0]}") from None
-    if not isinstance(state, dict) or state.get("version") != STATE_VERSION or "jobs" not in state:
-        raise ConfigError(f"{path} is not a siltlake resume state; give another --resume-state path")
-    return state
-
-
-def _write_state(path: Path, state: dict) -> None:
-    import yaml
-
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(yaml.safe_dump(state, sort_keys=False, allow_unicode=True))
-    temporary.replace(path)
-
-
-def _splits(job: JobConfig, uri: str, size: int) -> list[dict]:
-    """One task per file, or one per split of a large uncompressed line-oriented file."""
-    from siltlake.load.task import MAGIC
-
-    split = job.input.split_bytes
-    if split is None and job.parser.type == "jsonl":
-        split = DEFAULT_SPLIT_BYTES
-    if split is None or job.parser.type == "msgpack" or size <= split or job.decoder.compression not in (
-            "auto", "none"):
-        return [{"uri": uri, "size": size}]
-    if job.decoder.compression == "auto":
-        filesystem, path = pafs.FileSystem.from_uri(uri)
-        with filesystem.open_input_stream(path) as stream:
-            head = stream.read(4)
-        if any(head.startswith(magic) for magic in MAGIC):
-            return [{"uri": uri, "size": size}]
-    return [{"uri": uri, "size": min(split, size - offset), "offset": offset, "length": min(split, size - offset)}
-            for offset in range(0, size, split)]
-
-
-def _new_state(deployment: Deployment, config: LoadConfig) -> dict:
-    run_id = f"load-{utcnow():%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
-    jobs = {}
-    for name, job in config.jobs.items():
-        inputs = list_inputs(job.input.path)
-        if not inputs:
-            raise ConfigError(f"jobs.{name}.in.path: no files match {job.input.path}")
-        tasks = [task for uri, size in inputs for task in _splits(job, uri, size)]
-        jobs[name] = {"table": job.out.table, "tasks": tasks, "reports": [None] * len(tasks), "sql_reports": None}
-    return {"version": STATE_VERSION, "config_hash": config.digest(), "run_id": run_id,
-            "created": utcnow().isoformat(), "version_mark": deployment.catalog.versions.mark(),
-            "instance_key": deployment.instance_key, "committed": False, "jobs": jobs}
-
-
 def _error_uri(job: JobConfig, run_id: str, job_name: str, index: int) -> str | None:
     if job.error.type != "file":
         return None
     base = job.error.path
     if "://" not in base:
         base = "file://" + str(Path(base).expanduser().absolute())
-    return f"{base.rstrip('/')}/{run_id}/{job_name}/task-{index:05d}.jsonl"
+    return load_error_file(base, run_id, job_name, index)
 
 
 # --------------------------------------------------------------------------------------------
@@ -264,7 +143,8 @@ def _sql_stage(deployment: Deployment, name: str, job: JobConfig, table: TableRe
     from pyspark import TaskContext
 
     from siltlake.load.task import row_table
-    from siltlake.storage import TableLayout, for_engine
+    from siltlake.storage.filesystem import for_engine
+    from siltlake.storage.keys import TableLayout
     from siltlake.stream.task import StreamTask, _ObjectWriter
 
     spark = deployment.spark()
@@ -292,8 +172,8 @@ def _sql_stage(deployment: Deployment, name: str, job: JobConfig, table: TableRe
     settings = deployment.config.stream
     instance_key, time_column, timezone, codec = (deployment.instance_key, definition.time_column,
                                                   definition.timezone, definition.codec)
-    staging_run = f"{run_id}/{name}/sql"
-    lake.delete_prefix(f"{instance_key}/_tmp/{staging_run}")  # a previous attempt of this stage
+    staging_run = load_sql_run(run_id, name)
+    lake.delete_prefix(temporary_run(instance_key, staging_run))  # a previous attempt of this stage
 
     def write(batches):  # noqa: ANN001, ANN202 - runs in Spark tasks
         import pyarrow as pa
@@ -345,7 +225,7 @@ def _plan_job(deployment: Deployment, name: str, job: JobConfig) -> tuple[TableR
 
 
 def _create_from_sql(deployment: Deployment, name: str, job: JobConfig, reports: list[dict]) -> TableRecord:
-    from siltlake.storage import for_engine
+    from siltlake.storage.filesystem import for_engine
 
     spark = deployment.spark()
     uris = [for_engine(deployment.lake.uri(report["in_key"])) for report in reports]
@@ -366,27 +246,10 @@ def _create_from_sql(deployment: Deployment, name: str, job: JobConfig, reports:
     return deployment.catalog.tables.create(_create_definition(job, columns))
 
 
-@contextmanager
-def _one_run_per_state(path: Path | None) -> Iterator[None]:
-    """Hold an exclusive lock on `<state>.lock` while a run reads, runs and commits its resume state.
-
-    Two runs of the same state at once would each start a new run id and both commit: the second waits
-    instead, then finds the state committed (or resumes what the first left)."""
-    if path is None:
-        yield
-        return
-    import fcntl
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.with_name(path.name + ".lock").open("a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
-
-
 def load(deployment: Deployment, config: LoadConfig, *, state_path: str | None = None, commit: bool = True,
          progress: LoadProgress | None = None) -> LoadReport:
     """Run (or resume) a load; commit everything in one transaction once every task succeeded."""
-    with _one_run_per_state(Path(state_path) if state_path else None):
+    with one_run_per_state(Path(state_path) if state_path else None):
         return _load(deployment, config, state_path=state_path, commit=commit, progress=progress)
 
 
@@ -395,7 +258,7 @@ def _load(deployment: Deployment, config: LoadConfig, *, state_path: str | None,
     deployment.catalog.check_ready()
     deployment.check_instance("load")
     path = Path(state_path) if state_path else None
-    state = _read_state(path) if path else None
+    state = read_state(path) if path else None
     if state is not None:
         if state["config_hash"] != config.digest():
             raise ConfigError(f"{path} was written for a different config (the config changed since); run "
@@ -404,7 +267,7 @@ def _load(deployment: Deployment, config: LoadConfig, *, state_path: str | None,
         if state["instance_key"] != deployment.instance_key:
             raise ConfigError(f"{path} belongs to another deployment (instance key {state['instance_key']})")
     else:
-        state = _new_state(deployment, config)
+        state = new_state(deployment, config)
     if not commit and path is None:
         raise ConfigError("--no-commit keeps the tasks' output for a later commit: give --resume-state FILE")
     run_id = state["run_id"]
@@ -490,7 +353,7 @@ def _load(deployment: Deployment, config: LoadConfig, *, state_path: str | None,
     if failed:
         succeeded = sum(r is not None for j in state["jobs"].values() for r in j["reports"])
         if path is not None and succeeded:
-            _write_state(path, state)
+            write_state(path, state)
             raise LoadFailed(f"{len(failed)} task(s) failed, e.g. {failed[0][0]}: {failed[0][1]}; the other tasks' "
                              f"output is kept in {path}: fix the cause and run the same command again (only the "
                              "failed tasks run), or `silt cleanup` it")
@@ -500,14 +363,14 @@ def _load(deployment: Deployment, config: LoadConfig, *, state_path: str | None,
         raise LoadFailed(f"{len(failed)} task(s) failed, e.g. {failed[0][0]}: {failed[0][1]}; nothing was kept: "
                          f"{hint}")
     if not commit:
-        _write_state(path, state)
+        write_state(path, state)
         return LoadReport(run_id, list(stats.values()), committed=False, state_path=str(path))
     _commit(deployment, config, state, {name: plan[0] for name, plan in plans.items()})
     state["committed"] = True
     state["committed_time"] = utcnow().isoformat()
     if path is not None:
-        _write_state(path, state)
-    deployment.lake.delete_prefix(f"{deployment.instance_key}/_tmp/{run_id}")
+        write_state(path, state)
+    deployment.lake.delete_prefix(temporary_run(deployment.instance_key, run_id))
     return LoadReport(run_id, list(stats.values()), committed=True, state_path=str(path) if path else None)
 
 
@@ -585,7 +448,7 @@ def _commit(deployment: Deployment, config: LoadConfig, state: dict, tables: dic
 def _discard(deployment: Deployment, state: dict) -> list[str]:
     """Delete a run's temporary objects and error files; returns what was removed."""
     removed = []
-    prefix = f"{deployment.instance_key}/_tmp/{state['run_id']}"
+    prefix = temporary_run(deployment.instance_key, state["run_id"])
     keys = [info.key for info in deployment.lake.list(prefix)]
     deployment.lake.delete_prefix(prefix)
     removed += [deployment.lake.uri(key) for key in keys]
@@ -603,12 +466,12 @@ def _discard(deployment: Deployment, state: dict) -> list[str]:
 
 def cleanup(deployment: Deployment, config: LoadConfig, state_path: str) -> list[str]:
     """Remove what an abandoned (never committed) run wrote, and its resume state."""
-    with _one_run_per_state(Path(state_path)):
+    with one_run_per_state(Path(state_path)):
         return _cleanup(deployment, config, Path(state_path))
 
 
 def _cleanup(deployment: Deployment, config: LoadConfig, path: Path) -> list[str]:
-    state = _read_state(path)
+    state = read_state(path)
     if state is None:
         raise ConfigError(f"{path} does not exist: there is nothing to clean up")
     if state["config_hash"] != config.digest():

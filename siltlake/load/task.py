@@ -26,7 +26,8 @@ import pyarrow.parquet as pq
 
 from siltlake.load import fastcsv
 from siltlake.load.config import PARSER_TYPES, AddFilter, DropFilter, JobConfig, ParserColumn, RenameFilter
-from siltlake.storage import Storage, TableLayout
+from siltlake.storage.filesystem import Storage
+from siltlake.storage.keys import TableLayout
 from siltlake.tabledef import Column, TableDef
 
 BAD_SAMPLES = 3

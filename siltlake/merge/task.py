@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from siltlake.merge.parquet_concat import ShallowMergeRefused, concatenate, shallow_merge_refusal
-from siltlake.storage import Storage
+from siltlake.storage.filesystem import Storage
 from siltlake.tabledef import TableDef
 
 # A row group this much smaller than the target is re-encoded by auto rather than kept.

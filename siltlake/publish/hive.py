@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING
 
 from siltlake.errors import ConfigError, SiltError
 from siltlake.publish.targets import drop_forgotten_tables
+from siltlake.storage.keys import symlink_directory
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from siltlake.catalog import PartitionToSync, SyncedTable, TableRecord
-    from siltlake.config import HiveTargetConfig
     from siltlake.deployment import Deployment
 
 TARGET = "hive"
@@ -40,31 +40,8 @@ _HIVE_TYPES = {"string": "STRING", "json": "STRING", "int": "INT", "bigint": "BI
 _PARTITIONS_PER_STATEMENT = 100
 
 
-def hive_session_conf(config: HiveTargetConfig) -> dict[str, str]:
-    """Spark settings of a Hive-enabled session: an external metastore, else embedded Derby under metastore_dir."""
-    conf = {"spark.sql.catalogImplementation": "hive"}
-    if config.metastore_uris:
-        conf["spark.hadoop.hive.metastore.uris"] = config.metastore_uris
-        return conf
-    home = Path(config.metastore_dir).expanduser().resolve()
-    home.mkdir(parents=True, exist_ok=True)
-    conf.update({
-        "spark.hadoop.javax.jdo.option.ConnectionURL": f"jdbc:derby:;databaseName={home / 'metastore_db'};create=true",
-        "spark.sql.warehouse.dir": (home / "warehouse").as_uri(),
-        # derby.log next to the database instead of in whatever directory silt runs in.
-        "spark.driver.extraJavaOptions": f"-Dderby.system.home={home} -Dderby.stream.error.file={home / 'derby.log'}",
-    })
-    return conf
-
-
 def hive_type(type_name: str) -> str:
     return _HIVE_TYPES.get(type_name) or type_name.upper()  # decimal(p,s)
-
-
-def symlink_directory(json_manifest_key: str) -> str:
-    """The symlink manifest's directory of a JSON manifest (both named alike by manifests.manifest_keys)."""
-    directory, name = json_manifest_key.rsplit("/", 1)
-    return f"{directory}/symlink-{name.removeprefix('manifest-').removesuffix('.json')}"
 
 
 def _literal(text: str) -> str:
@@ -253,7 +230,7 @@ class HiveTarget:
 
         def location(p: PartitionToSync) -> str:
             if p.file_list_key is None:
-                return lake.engine_uri(f"{layout.live_prefix()}/dt={p.partition_date.isoformat()}")
+                return lake.engine_uri(layout.live_partition(p.partition_date))
             return lake.engine_uri(symlink_directory(p.file_list_key))
 
         self._ensure_symlink_table(names)
@@ -268,8 +245,8 @@ class HiveTarget:
         moved = [p for p in partitions if p.known or p.file_list_key is None]
         if moved:
             self._set_storage(names, [(p, location(p)) for p in moved])
-        self.catalog.external_sync.record_partitions(TARGET, [(p.partition_id, p.file_list_key, location(p))
-                                                              for p in partitions])
+        self.catalog.external_sync.record_partitions(
+            TARGET, [(p.partition_id, p.file_list_key, location(p)) for p in partitions])
 
     def _ensure_symlink_table(self, names: SyncedTable) -> None:
         """A table created as Parquet (by an earlier siltlake) takes the symlink storage its new partitions inherit."""

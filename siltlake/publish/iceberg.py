@@ -26,6 +26,8 @@ from siltlake.catalog.core import normalise_url
 from siltlake.clock import utcnow
 from siltlake.errors import SiltError
 from siltlake.publish.targets import drop_forgotten_tables
+from siltlake.read.versions import version_files
+from siltlake.storage.keys import iceberg_warehouse
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog as IcebergCatalog
@@ -35,7 +37,6 @@ if TYPE_CHECKING:
     from siltlake.deployment import Deployment
 
 TARGET = "iceberg"
-METADATA_AREA = "_iceberg"
 RUN_PROPERTY = "siltlake.publish-run"
 VERSION_PROPERTY = "siltlake.table-version"
 VERSION_TIME_PROPERTY = "siltlake.version-time"
@@ -58,15 +59,6 @@ def catalog_uri(deployment: Deployment) -> str:
     return url
 
 
-def warehouse_key(deployment: Deployment) -> str:
-    return f"{deployment.instance_key}/{METADATA_AREA}"
-
-
-def table_location_key(deployment: Deployment, record: TableRecord) -> str:
-    """Where the table's Iceberg metadata lives: by physical name, which renames keep."""
-    return f"{warehouse_key(deployment)}/{record.physical_schema_name}.{record.physical_table_name}"
-
-
 def iceberg_path(deployment: Deployment, key: str) -> str:
     """The path Iceberg records for an object: its URI, not percent-encoded (Iceberg paths are plain text)."""
     return unquote(deployment.lake.uri(key))
@@ -76,7 +68,7 @@ def open_catalog(deployment: Deployment) -> IcebergCatalog:
     """The deployment's Iceberg catalog (one per URL in a process: a SQL catalog holds an engine)."""
     config = deployment.config.publish.iceberg
     uri = catalog_uri(deployment)
-    warehouse = iceberg_path(deployment, warehouse_key(deployment))
+    warehouse = iceberg_path(deployment, iceberg_warehouse(deployment.instance_key))
     cache_key = (uri, config.catalog_name, warehouse)
     if cache_key not in _CATALOGS:
         if uri.startswith(("http://", "https://")):
@@ -220,7 +212,7 @@ class IcebergTarget:
         schema = iceberg_schema(record)
         spec = PartitionSpec(PartitionField(source_id=schema.find_field(PARTITION_COLUMN).field_id, field_id=1000,
                                             transform=IdentityTransform(), name=PARTITION_COLUMN))
-        location = iceberg_path(self.deployment, table_location_key(self.deployment, record))
+        location = iceberg_path(self.deployment, record.layout(self.deployment.instance_key).iceberg_location())
         table = self.iceberg.create_table(
             ident, schema=schema, partition_spec=spec, location=location,
             properties={TABLE_ID_PROPERTY: str(record.id), INSTANCE_PROPERTY: self.deployment.instance_key,
@@ -259,8 +251,6 @@ class IcebergTarget:
 
     def sync_versions(self, record: TableRecord, table: IcebergTable) -> None:
         """Commit one snapshot per siltlake table version the Iceberg table does not have yet."""
-        from siltlake.lake import Lake, Table
-
         oldest, newest = self.catalog.versions.table_bounds(record.id)
         done = synced_version(table)
         if newest == 0 or done >= newest:
@@ -271,14 +261,14 @@ class IcebergTarget:
         for v in self.catalog.versions.of_partitions(list(partitions)):
             changed[v.table_version].add(partitions[v.partition_id])
             times[v.table_version] = max(times.get(v.table_version, v.created_at), v.created_at)
-        reader = Table(Lake(self.deployment), record)
         current = {f.file_path: f for f in snapshot_files(table, table.current_snapshot())} \
             if table.current_snapshot() is not None else {}
         start = max(done + 1, oldest)
         for version in range(start, newest + 1):
             # The first snapshot, or the first after versions reaped before they were synced: the whole table.
             dates = None if version == start and (done == 0 or start > done + 1) else changed.get(version, set())
-            wanted = {unquote(f.uri): f for f in reader.data_files(as_of_version=version, dates=dates)}
+            wanted = {unquote(f.uri): f for f in version_files(self.deployment, record, as_of_version=version,
+                                                               dates=dates)}
             scope = [path for path, f in current.items() if dates is None or _date_of(f) in dates]
             removed = [current[path] for path in scope if path not in wanted]
             added = [self._data_file(table, path, f.partition_date, f.size)

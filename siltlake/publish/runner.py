@@ -12,8 +12,9 @@ from siltlake.catalog.versions import MERGED_CAS_BATCH
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.errors import ConfigError
-from siltlake.publish.manifests import live_label, read_manifest, write_manifests
-from siltlake.publish.targets import configured_targets
+from siltlake.publish.registry import configured_targets
+from siltlake.storage.keys import live_label
+from siltlake.storage.manifests import read_manifest, write_manifests
 
 # Manifest writes are small and mostly wait on storage (an object store's latency): a few threads.
 MANIFEST_WRITERS = 8

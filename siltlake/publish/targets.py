@@ -14,11 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from siltlake.errors import ConfigError
-
 if TYPE_CHECKING:
     from siltlake.catalog import Catalog, SyncedTable, TableRecord
-    from siltlake.deployment import Deployment
 
 
 class PublishTarget(Protocol):
@@ -43,38 +40,3 @@ def drop_forgotten_tables(catalog: Catalog, target: str, tables: Sequence[TableR
             drop(old)
             catalog.external_sync.forget_table(target, old.table_id)
     return synced
-
-
-_FACTORIES: dict[str, Callable[[Deployment], PublishTarget]] = {}
-
-
-def register_target(name: str, factory: Callable[[Deployment], PublishTarget]) -> None:
-    """Make `name` usable in publish.targets (a plug-in calls this when imported)."""
-    _FACTORIES[name] = factory
-
-
-def configured_targets(deployment: Deployment) -> list[PublishTarget]:
-    targets = []
-    for name in deployment.config.publish.targets:
-        factory = _FACTORIES.get(name)
-        if factory is None:
-            raise ConfigError(
-                f"publish.targets: unknown target {name!r}; known targets: {', '.join(sorted(_FACTORIES))}")
-        targets.append(factory(deployment))
-    return targets
-
-
-def _hive(deployment: Deployment) -> PublishTarget:
-    from siltlake.publish.hive import HiveTarget
-
-    return HiveTarget(deployment)
-
-
-def _iceberg(deployment: Deployment) -> PublishTarget:
-    from siltlake.publish.iceberg import IcebergTarget
-
-    return IcebergTarget(deployment)
-
-
-register_target("hive", _hive)
-register_target("iceberg", _iceberg)

@@ -24,8 +24,9 @@ from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.errors import SiltError
 from siltlake.merge.task import conform
-from siltlake.publish.manifests import write_manifests
-from siltlake.storage import Storage
+from siltlake.storage.filesystem import Storage
+from siltlake.storage.keys import update_label
+from siltlake.storage.manifests import write_manifests
 from siltlake.stream.task import partition_dates
 from siltlake.tabledef import TableDef
 
@@ -133,8 +134,8 @@ class PreparedUpdate:
         """Write the partition's new rows (the table's columns) as one object and its manifests."""
         definition = self.record.definition
         layout = self.record.layout(self.deployment.instance_key)
-        label = f"update-{utcnow():%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:12]}"
-        key = f"{layout.merged_prefix()}/dt={self.base.partition_date.isoformat()}/{label}.parquet"
+        label = update_label(utcnow(), uuid.uuid4().hex[:12])
+        key = layout.update_object(self.base.partition_date, label)
         writer = _PartitionWriter(self.deployment.lake, key, definition.to_json(), self.base.partition_date,
                                   definition.row_group_bytes)
         # One task receives every row in event-time order (Spark sorts, spilling to disk as needed).

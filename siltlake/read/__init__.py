@@ -7,9 +7,6 @@ import functools
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
-import sqlglot
-from sqlglot import exp
-
 from siltlake.deployment import Deployment
 from siltlake.errors import NotFoundError, SiltError
 from siltlake.read.sandbox import check_query
@@ -17,6 +14,7 @@ from siltlake.read.sandbox import check_query
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
+    from sqlglot import exp
 
     from siltlake.catalog import TableRecord
 
@@ -64,8 +62,9 @@ def objects_frame(spark: SparkSession, record: TableRecord, deployment: Deployme
                   small_objects: list[tuple[dt.date, int, bool]]) -> DataFrame:
     """A DataFrame (with the dt column) of the objects the manifests list and of small objects
     (date, id, delayed), read with the table's current schema (added columns read as null)."""
-    from siltlake.publish.manifests import read_manifest
-    from siltlake.storage import for_engine
+    from siltlake.storage.filesystem import for_engine
+    from siltlake.storage.keys import partition_base
+    from siltlake.storage.manifests import read_manifest
 
     layout = record.layout(deployment.instance_key)
     schema = spark_schema(record)
@@ -79,7 +78,7 @@ def objects_frame(spark: SparkSession, record: TableRecord, deployment: Deployme
     # scan per area (merged, live, delayed) the objects are in.
     scans: dict[str, list[str]] = {}
     for uri in uris:
-        scans.setdefault(uri.rsplit("/dt=", 1)[0], []).append(uri)
+        scans.setdefault(partition_base(uri), []).append(uri)
     frames = [spark.read.schema(schema).option("basePath", prefix).parquet(*paths) for prefix, paths in scans.items()]
     if not frames:
         return spark.createDataFrame([], schema)
@@ -105,7 +104,9 @@ _KEPT_TABLE_PARTS = {"this", "db", "alias", "sample", "hints", "pivots", "joins"
 def _time_travel(node: exp.Table, qualified: str) -> tuple[str, object] | None:
     """("version", n) or ("time", naive UTC) of `t VERSION AS OF n` / `t TIMESTAMP AS OF '...'`; anything
     the reader cannot honour exactly is refused."""
-    from siltlake.lake import parse_as_of
+    from sqlglot import exp
+
+    from siltlake.read.versions import parse_as_of
 
     clause = node.args.get("version")
     if clause is None:
@@ -134,6 +135,9 @@ def sql(spark: SparkSession, query: str, deployment: Deployment | None = None) -
     qualified table reference is replaced by a temp view of that table at that version, and the query is
     re-rendered. A clause of a table reference the rewrite cannot carry over is refused, never dropped.
     """
+    import sqlglot
+    from sqlglot import exp
+
     deployment = deployment or Deployment.open()
     try:
         statements = sqlglot.parse(query, read="spark")

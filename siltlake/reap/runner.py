@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import re
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -20,10 +19,12 @@ from zoneinfo import ZoneInfo
 
 from siltlake.catalog import ReapTable, ReapVersion, ReapView
 from siltlake.clock import to_naive_utc, utcnow
-from siltlake.deployment import MARKER, Deployment, InstanceKeyRefused
+from siltlake.deployment import Deployment, InstanceKeyRefused
 from siltlake.errors import SiltError
-from siltlake.publish.manifests import read_manifest
-from siltlake.storage import ObjectInfo, TableLayout
+from siltlake.storage import keys
+from siltlake.storage.filesystem import ObjectInfo
+from siltlake.storage.keys import TableLayout
+from siltlake.storage.manifests import read_manifest
 
 DAY = 86400
 MIN_RETENTION = DAY
@@ -38,12 +39,6 @@ REASONS = (
     ("ttl", "partitions past their TTL", "partitions"),
     ("dropped", "dropped tables", "tables"),
 )
-
-_SMALL = re.compile(r"^obj-(\d{19})\.parquet$")
-_PART = re.compile(r"^part-(\d{19})-(\d{19})\.parquet$")
-_UPDATE = re.compile(r"^(update-[A-Za-z0-9-]+)\.parquet$")
-_PHYSICAL = re.compile(r"^[a-z_][a-z0-9_]*\.[a-z_][a-z0-9_]*$")
-
 
 class ReapRefused(SiltError):
     """Reap will not run: the instance key is not provably this deployment's, or a setting is unsafe."""
@@ -109,12 +104,6 @@ class _Plan:
     tmp_runs: set[str] = field(default_factory=set)  # _tmp/<run> prefixes whose every file goes
 
 
-def symlink_key(json_manifest_key: str) -> str:
-    """The symlink manifest that manifests.manifest_keys pairs with a JSON manifest."""
-    directory, name = json_manifest_key.rsplit("/", 1)
-    return f"{directory}/symlink-{name.removeprefix('manifest-').removesuffix('.json')}/manifest"
-
-
 def retained_versions(versions: Sequence[ReapVersion], cutoff: dt.datetime) -> tuple[list[ReapVersion],
                                                                                      list[ReapVersion]]:
     """(retained, expired) versions of one partition, ordered by version.
@@ -155,7 +144,7 @@ def register_other_instances(deployment: Deployment, key: str) -> list[str]:
     for name in lake.subdirectories():
         if name == key:
             continue
-        marker = f"{name}/{MARKER}"
+        marker = keys.instance_marker(name)
         try:
             data = json.loads(lake.read_bytes(marker))
         except (FileNotFoundError, ValueError):
@@ -167,7 +156,7 @@ def register_other_instances(deployment: Deployment, key: str) -> list[str]:
     return found
 
 
-def _manifest_objects(deployment: Deployment, keys: Sequence[str], workers: int
+def _manifest_objects(deployment: Deployment, manifest_keys: Sequence[str], workers: int
                       ) -> tuple[dict[str, list[str]], set[str]]:
     """The object keys each JSON manifest lists, and the manifests that could not be read."""
     lake = deployment.lake
@@ -181,8 +170,8 @@ def _manifest_objects(deployment: Deployment, keys: Sequence[str], workers: int
 
     listed: dict[str, list[str]] = {}
     unreadable: set[str] = set()
-    with ThreadPoolExecutor(max(1, min(workers, len(keys)))) as pool:
-        for key, objects in zip(keys, pool.map(one, keys), strict=True):
+    with ThreadPoolExecutor(max(1, min(workers, len(manifest_keys)))) as pool:
+        for key, objects in zip(manifest_keys, pool.map(one, manifest_keys), strict=True):
             if objects is None:
                 unreadable.add(key)
             else:
@@ -198,22 +187,22 @@ def _plan(deployment: Deployment, key: str, view: ReapView, listed: list[ObjectI
     job_fresh_after = now - dt.timedelta(seconds=deployment.config.merge.job_timeout)
 
     # A reaped dropped table's name starts with '#' (forget_dropped_table): its prefix is no table's now.
-    tables: dict[str, ReapTable] = {t.physical_name: t for t in view.tables
-                                    if not t.physical_table_name.startswith("#")}
+    tables: dict[str, ReapTable] = {keys.table_segment(t.physical_schema_name, t.physical_table_name): t
+                                    for t in view.tables if not t.physical_table_name.startswith("#")}
+    layouts = {t.id: TableLayout(key, t.physical_schema_name, t.physical_table_name) for t in tables.values()}
     by_id = {t.id: t for t in tables.values()}
     partitions = {(p.table_id, p.partition_date): p for p in view.partitions}
     partition_table = {p.id: p.table_id for p in view.partitions}
     gone_tables = {t.id for t in tables.values()
                    if t.dropped_time is not None and t.dropped_time <= young_after}
     for table_id in gone_tables:
-        plan.dropped_tables[table_id] = TableLayout(key, by_id[table_id].physical_schema_name,
-                                                    by_id[table_id].physical_table_name).prefix
+        plan.dropped_tables[table_id] = layouts[table_id].prefix
     for p in view.partitions:
         table = by_id.get(p.table_id)
         if table is None or table.id in gone_tables or table.ttl_days is None:
             continue
         if p.partition_date < _local_date(now, table.timezone) - dt.timedelta(days=table.ttl_days):
-            plan.ttl_partitions[p.id] = f"{key}/{table.physical_name}/", f"/dt={p.partition_date.isoformat()}/"
+            plan.ttl_partitions[p.id] = layouts[table.id].prefix + "/", f"/{keys.partition_segment(p.partition_date)}/"
     settled = set(plan.ttl_partitions) | {pid for pid, tid in partition_table.items() if tid in gone_tables}
 
     # Versions: retained or expired; what the retained ones show.
@@ -247,22 +236,21 @@ def _plan(deployment: Deployment, key: str, view: ReapView, listed: list[ObjectI
     report.catalog_seconds += time.monotonic() - started  # reading manifests is part of refreshing references
     referenced: set[str] = {k for objects in manifest_objects.values() for k in objects}
     kept_manifests = retained_manifests | retained_file_lists
-    referenced |= kept_manifests | {symlink_key(k) for k in kept_manifests}
+    referenced |= kept_manifests | {keys.symlink_key(k) for k in kept_manifests}
     referenced |= view.error_keys
-    referenced.add(f"{key}/{MARKER}")
+    referenced.add(keys.instance_marker(key))
     guarded_dirs = set()  # merged/dt=D of partitions whose retained manifest is unreadable: keep them whole
     for manifest in unreadable:
-        guarded_dirs.add(manifest.replace("/manifests/", "/merged/", 1).rsplit("/", 1)[0])
+        guarded_dirs.add(keys.merged_directory_of(manifest))
         report.warnings.append(f"retained manifest {manifest} cannot be read; the merged objects of its "
                                "partition are kept")
     for v in expired:
         manifests = {k for k in (v.manifest_key, v.file_list_key) if k}
-        keys = sorted(manifests | {symlink_key(k) for k in manifests})
-        plan.expired_versions[v.id] = tuple(k for k in keys if k not in referenced)
+        doomed = sorted(manifests | {keys.symlink_key(k) for k in manifests})
+        plan.expired_versions[v.id] = tuple(k for k in doomed if k not in referenced)
 
     # Merge ranges: their objects are read by future merges and publishes.
     max_upper: dict[int, int] = defaultdict(int)
-    layouts = {t.id: TableLayout(key, t.physical_schema_name, t.physical_table_name) for t in tables.values()}
     dates = {p.id: p.partition_date for p in view.partitions}
     for r in view.ranges:
         max_upper[r.partition_id] = max(max_upper[r.partition_id], r.upper)
@@ -286,20 +274,19 @@ def _plan(deployment: Deployment, key: str, view: ReapView, listed: list[ObjectI
         if table_id in layouts:
             plan.covered_rows[o.id] = layouts[table_id].small_object(dates[o.partition_id], o.id, o.delayed)
     covered_keys = {k: oid for oid, k in plan.covered_rows.items()}
-    expired_keys = {k for keys in plan.expired_versions.values() for k in keys}
+    expired_keys = {k for doomed in plan.expired_versions.values() for k in doomed}
 
     tmp_files: dict[str, list[bool]] = defaultdict(list)
-    own_prefix = key + "/"
     for info in listed:
-        if not info.key.startswith(own_prefix):
+        parts = keys.split_key(key, info.key)
+        if parts is None:
             continue  # never: listed under our key only
-        parts = info.key[len(own_prefix):].split("/")
         reason: str | None = None
         orphan_candidate = False
         job_partition: int | None = None
-        table = tables.get(parts[0]) if len(parts) > 1 else None
-        area = parts[1] if len(parts) > 1 else ""
-        date = _date_of(parts[2]) if len(parts) > 3 else None
+        table = tables.get(parts.owner) if parts.owner is not None else None
+        area = parts.area
+        date = parts.partition_date
         partition = partitions.get((table.id, date)) if table is not None and date is not None else None
         # Whole tables and partitions first: nothing in them is kept, referenced or not.
         if table is not None and table.id in gone_tables:
@@ -311,52 +298,51 @@ def _plan(deployment: Deployment, key: str, view: ReapView, listed: list[ObjectI
             continue
         elif info.key in referenced:
             continue
-        elif parts[0] == "_tmp" and len(parts) > 1:
+        elif parts.is_temporary:
             orphan_candidate = True
         elif table is not None:
-            name = parts[-1]
-            if area in ("live", "delayed") and len(parts) == 4:
+            name = parts.name
+            if area in (keys.LIVE, keys.DELAYED) and parts.depth == 4:
                 if info.key in covered_keys:
                     reason = "covered"
                 else:
-                    match = _SMALL.match(name)
-                    row = small.get(int(match.group(1))) if match else None
+                    object_id = keys.small_object_id(name)
+                    row = small.get(object_id) if object_id is not None else None
                     if row is not None and partition is not None and row.partition_id == partition.id \
-                            and row.delayed == (area == "delayed"):
+                            and row.delayed == (area == keys.DELAYED):
                         continue  # referenced: not covered yet, or shown by a retained version
                     orphan_candidate = True
-            elif area == "merged" and len(parts) == 4:
-                if info.key.rsplit("/", 1)[0] in guarded_dirs:
+            elif area == keys.MERGED and parts.depth == 4:
+                if parts.directory in guarded_dirs:
                     report.kept_unreadable += 1
                     continue
-                part, update = _PART.match(name), _UPDATE.match(name)
-                if part and partition is not None and int(part.group(2)) <= max_upper[partition.id]:
+                part, update = keys.merge_range_of(name), keys.update_label_of(name)
+                if part and partition is not None and part[1] <= max_upper[partition.id]:
                     # No merge can still commit it: a job commits only above the largest upper bound.
                     reason = "superseded"
-                elif update and f"{key}/{table.physical_name}/manifests/{parts[2]}/manifest-" \
-                        f"{update.group(1)}.json" in named_manifests:
+                elif update and parts.update_manifest_key(update) in named_manifests:
                     reason = "superseded"  # a committed update's object, replaced since
                 else:
                     orphan_candidate = True
                     job_partition = partition.id if partition is not None and part else None
-            elif area == "manifests" and len(parts) >= 4:
+            elif area == keys.MANIFESTS and parts.depth >= 4:
                 if info.key in expired_keys:
                     reason = "expired"
                 else:
                     orphan_candidate = True
-            elif area == "errors" and len(parts) == 3:
+            elif area == keys.ERRORS and parts.depth == 3:
                 orphan_candidate = True
             else:
                 continue  # not a key siltlake writes: leave it alone
-        elif _PHYSICAL.match(parts[0]) and len(parts) > 1:
+        elif parts.owner is not None and keys.is_table_segment(parts.owner):
             orphan_candidate = True  # a table prefix no table owns any more (written after its reap)
         else:
             continue  # not a key siltlake writes: leave it alone
         if orphan_candidate:
             mtime = to_naive_utc(info.mtime) if info.mtime is not None else None
             young = mtime is None or mtime > young_after
-            if parts[0] == "_tmp" and len(parts) > 2:
-                tmp_files[f"{key}/_tmp/{parts[1]}"].append(not young)
+            if parts.temporary_run is not None:
+                tmp_files[parts.temporary_run].append(not young)
             if young:
                 report.kept_young += 1
                 continue
@@ -369,15 +355,6 @@ def _plan(deployment: Deployment, key: str, view: ReapView, listed: list[ObjectI
         plan.keys[reason].append(info)
     plan.tmp_runs = {run for run, old in tmp_files.items() if all(old)}
     return plan
-
-
-def _date_of(segment: str) -> dt.date | None:
-    if not segment.startswith("dt="):
-        return None
-    try:
-        return dt.date.fromisoformat(segment[3:])
-    except ValueError:
-        return None
 
 
 def _delete_all(deployment: Deployment, key: str, infos: Sequence[ObjectInfo], recheck: set[str],
@@ -452,7 +429,7 @@ def reap_once(deployment: Deployment, now: dt.datetime | None = None, *, dry_run
 
     def guard(object_key: str) -> None:
         # Every delete re-checks the key's instance against the registry (seed 002's reg_key check).
-        owner = object_key.split("/", 1)[0]
+        owner = keys.instance_of(object_key)
         if owner != key or owner in foreign:
             raise ReapRefused(f"refusing to delete {object_key}: it is not under this deployment's key {key!r}")
 
@@ -461,7 +438,7 @@ def reap_once(deployment: Deployment, now: dt.datetime | None = None, *, dry_run
     view = catalog.reaping.view()
     report.catalog_seconds += time.monotonic() - t0
     t0 = time.monotonic()
-    listed = list(deployment.lake.list(key + "/"))
+    listed = list(deployment.lake.list(keys.instance_prefix(key)))
     report.listed = len(listed)
     report.list_seconds = time.monotonic() - t0
     plan = _plan(deployment, key, view, listed, report, now=now, retention=retention, grace=grace,
@@ -506,7 +483,7 @@ def reap_once(deployment: Deployment, now: dt.datetime | None = None, *, dry_run
     rows = [oid for oid, k in plan.covered_rows.items() if k in deleted or k not in listed_keys]
     if rows:
         report.reasons["covered"].rows = catalog.reaping.delete_small_object_rows(rows)
-    versions = [vid for vid, keys in plan.expired_versions.items() if not any(k in failed for k in keys)]
+    versions = [vid for vid, doomed in plan.expired_versions.items() if not any(k in failed for k in doomed)]
     if versions:
         report.reasons["expired"].rows = catalog.reaping.delete_version_rows(versions)
     ttl = [pid for pid, (prefix, dated) in plan.ttl_partitions.items()
@@ -537,13 +514,13 @@ def _reap_iceberg_metadata(deployment: Deployment, key: str, listed: Sequence[Ob
                            guard: Callable[[str], None]) -> None:
     """Expire the Iceberg snapshots of table versions reaped above, then delete the Iceberg metadata no
     remaining snapshot needs (older than the grace period: a publish run may be committing the newest)."""
-    from siltlake.publish.iceberg import METADATA_AREA, reap_iceberg
+    from siltlake.publish.iceberg import reap_iceberg
 
     catalog = deployment.catalog
     records = catalog.tables.list()
     oldest = {record.id: catalog.versions.table_bounds(record.id)[0] for record in records}
     kept = reap_iceberg(deployment, records, set(), oldest)
-    area = f"{key}/{METADATA_AREA}/"
+    area = keys.iceberg_warehouse(key) + "/"
     doomed = []
     for info in listed:
         if not info.key.startswith(area) or info.key in kept.retained:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from siltlake.catalog import TableRecord
 from siltlake.clock import to_naive_utc, utcnow
 from siltlake.deployment import Deployment
+from siltlake.storage.keys import replay_staging_key
 
 
 @dataclass
@@ -58,7 +59,7 @@ def _stage(deployment: Deployment, record: TableRecord, error_key: str, received
     body = "".join(_json_line(value) for value in values).encode()
     digest = hashlib.sha256(error_key.encode() + b"\0" + body).hexdigest()[:32]
     d = record.definition
-    key = f"replay.{d.schema_name}.{d.name}/{received:%Y/%m/%d}/replay-{digest}.jsonl"
+    key = replay_staging_key(d.schema_name, d.name, received, digest)
     uri = deployment.staging.uri(key)
     if not deployment.catalog.staging.known_uris([uri]):
         info = deployment.staging.info(key)  # staged by a replay that died before registering it

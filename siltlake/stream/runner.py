@@ -15,7 +15,8 @@ from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.polling import poll_forever
 from siltlake.spark import run_tasks
-from siltlake.storage import Storage, TableLayout
+from siltlake.storage.filesystem import Storage
+from siltlake.storage.keys import TableLayout, temporary_run
 from siltlake.stream.discover import discover
 from siltlake.stream.task import StreamTask, process_staging_object, storage_failure
 
@@ -222,7 +223,7 @@ def stream_once(deployment: Deployment, progress: Progress | None = None,
                          f"({report.records_loaded:,} records) before it failed")
         raise
     finally:
-        deployment.lake.delete_prefix(f"{deployment.instance_key}/_tmp/{run_id}")
+        deployment.lake.delete_prefix(temporary_run(deployment.instance_key, run_id))
     report.seconds = time.monotonic() - started
     return report
 

@@ -22,7 +22,8 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from siltlake.clock import to_naive_utc
-from siltlake.storage import Storage, TableLayout
+from siltlake.storage.filesystem import Storage
+from siltlake.storage.keys import TableLayout
 from siltlake.stream.records import UnreadableObject, partition_dates, read_staging_object
 from siltlake.tabledef import TableDef
 

@@ -8,24 +8,8 @@ import json
 import uuid
 from collections.abc import Sequence
 
-from siltlake.storage import Storage, TableLayout
-
-
-def manifest_keys(layout: TableLayout, partition_date: dt.date, version: int,
-                  label: str | None = None) -> tuple[str, str]:
-    """The JSON manifest's key and the symlink manifest's key (inside a directory of its own, which a
-    Hive SymlinkTextInputFormat partition can point at). A merged version's manifests are named by the
-    upper bound they show; an update's by its own label, so they never replace a manifest an older
-    version lists."""
-    base = f"{layout.prefix}/manifests/dt={partition_date.isoformat()}"
-    name = label or f"{version:019d}"
-    return f"{base}/manifest-{name}.json", f"{base}/symlink-{name}/manifest"
-
-
-def live_label(version: int, watermark: int) -> str:
-    """The manifest label of a live (append) version: its partition version and live watermark, which fix
-    its contents (the version before it and the live objects up to the watermark)."""
-    return f"live-{version:06d}-{watermark:019d}"
+from siltlake.storage.filesystem import Storage
+from siltlake.storage.keys import TableLayout
 
 
 def write_manifests(lake: Storage, layout: TableLayout, partition_date: dt.date, version: int,
@@ -33,7 +17,7 @@ def write_manifests(lake: Storage, layout: TableLayout, partition_date: dt.date,
                     listed: Sequence[tuple[str, int]] = ()) -> tuple[str, str]:
     """Write both forms listing `listed` (URI, content length: entries of another manifest) and then
     `objects` (key, content length); returns their keys. Idempotent."""
-    json_key, symlink_key = manifest_keys(layout, partition_date, version, label)
+    json_key, symlink_key = layout.manifest_keys(partition_date, version, label)
     uris = [*listed, *((lake.uri(key), size) for key, size in objects)]
     entries = [{"url": uri, "mandatory": True, "meta": {"content_length": size}} for uri, size in uris]
     lake.write_bytes(json_key, json.dumps({"entries": entries}, indent=1).encode())

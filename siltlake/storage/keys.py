@@ -1,0 +1,304 @@
+"""Every object key siltlake writes (DESIGN §7), built here and parsed back here, nowhere else.
+
+Under the lake's root, a deployment writes only below its instance key:
+
+    <instance>/_instance.json                                          the marker: which catalog owns the key
+    <instance>/<schema>.<table>/live/dt=<date>/obj-<id>.parquet        a small object (delayed/: a closed day's)
+    <instance>/<schema>.<table>/merged/dt=<date>/part-<lower>-<upper>.parquet   merge range (lower, upper]
+    <instance>/<schema>.<table>/merged/dt=<date>/update-<time>-<token>.parquet  an update's object
+    <instance>/<schema>.<table>/manifests/dt=<date>/manifest-<name>.json       a version's JSON manifest
+    <instance>/<schema>.<table>/manifests/dt=<date>/symlink-<name>/manifest    ... and its Hive symlink form
+    <instance>/<schema>.<table>/errors/staging-<id>.jsonl             a staging object's rejected records
+    <instance>/_tmp/<run>/...                                         a run's temporary objects
+    <instance>/_iceberg/<schema>.<table>/...                          the Iceberg target's metadata
+
+Keys are derived from ids (zero-padded to 19 digits, so they sort as numbers), so a retried write lands on
+the same key. Outside the lake: the staging keys replays write, and a load's error files.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from dataclasses import dataclass
+
+INSTANCE_MARKER = "_instance.json"
+TEMPORARY_AREA = "_tmp"
+ICEBERG_AREA = "_iceberg"
+# The areas of a table's prefix.
+LIVE, DELAYED, MERGED, MANIFESTS, ERRORS = "live", "delayed", "merged", "manifests", "errors"
+
+_SMALL = re.compile(r"^obj-(\d{19})\.parquet$")
+_PART = re.compile(r"^part-(\d{19})-(\d{19})\.parquet$")
+_UPDATE = re.compile(r"^(update-[A-Za-z0-9-]+)\.parquet$")
+_TABLE_SEGMENT = re.compile(r"^[a-z_][a-z0-9_]*\.[a-z_][a-z0-9_]*$")
+
+
+# --- an instance key's own keys ------------------------------------------------------------------------
+
+
+def instance_prefix(instance_key: str) -> str:
+    """The prefix every key of the instance starts with (the listing prefix of reap)."""
+    return f"{instance_key}/"
+
+
+def instance_of(key: str) -> str:
+    """The instance key a key lies under (its first segment)."""
+    return key.split("/", 1)[0]
+
+
+def instance_marker(instance_key: str) -> str:
+    """The `_instance.json` that says which catalog owns the instance key."""
+    return f"{instance_key}/{INSTANCE_MARKER}"
+
+
+def temporary_run(instance_key: str, run_id: str) -> str:
+    """The prefix of one run's temporary objects (deleted when the run ends; reap takes what a dead run left)."""
+    return f"{instance_key}/{TEMPORARY_AREA}/{run_id}"
+
+
+def temporary(instance_key: str, run_id: str, name: str) -> str:
+    return f"{temporary_run(instance_key, run_id)}/{name}"
+
+
+def load_sql_run(run_id: str, job: str) -> str:
+    """The run id of a load job's sql stage, whose temporary objects lie under temporary_run(key, it)."""
+    return f"{run_id}/{job}/sql"
+
+
+def iceberg_warehouse(instance_key: str) -> str:
+    """The Iceberg target's warehouse: every Iceberg table's metadata lies under it."""
+    return f"{instance_key}/{ICEBERG_AREA}"
+
+
+def iceberg_table_location(instance_key: str, physical_schema: str, physical_table: str) -> str:
+    """Where a table's Iceberg metadata lives: by physical name, which renames keep."""
+    return f"{iceberg_warehouse(instance_key)}/{table_segment(physical_schema, physical_table)}"
+
+
+def table_segment(physical_schema: str, physical_table: str) -> str:
+    """The segment naming a table under the instance key: its physical `schema.table`."""
+    return f"{physical_schema}.{physical_table}"
+
+
+def partition_segment(partition_date: dt.date) -> str:
+    return f"dt={partition_date.isoformat()}"
+
+
+def partition_date_of(segment: str) -> dt.date | None:
+    """The date of a `dt=YYYY-MM-DD` segment (None: another segment)."""
+    if not segment.startswith("dt="):
+        return None
+    try:
+        return dt.date.fromisoformat(segment[3:])
+    except ValueError:
+        return None
+
+
+# --- labels and manifests ------------------------------------------------------------------------------
+
+
+def live_label(version: int, watermark: int) -> str:
+    """The manifest label of a live (append) version: its partition version and live watermark, which fix
+    its contents (the version before it and the live objects up to the watermark)."""
+    return f"live-{version:06d}-{watermark:019d}"
+
+
+def update_label(started: dt.datetime, token: str) -> str:
+    """The label of one update: names its object and its manifests (the token makes it unique)."""
+    return f"update-{started:%Y%m%dT%H%M%S}-{token}"
+
+
+def _manifest_directory(table_prefix: str, partition: str) -> str:
+    return f"{table_prefix}/{MANIFESTS}/{partition}"
+
+
+def _manifest_pair(directory: str, name: str) -> tuple[str, str]:
+    return f"{directory}/manifest-{name}.json", f"{directory}/symlink-{name}/manifest"
+
+
+def symlink_directory(json_manifest_key: str) -> str:
+    """The directory of the symlink manifest paired with a JSON manifest (what a Hive partition points at)."""
+    directory, name = json_manifest_key.rsplit("/", 1)
+    return f"{directory}/symlink-{name.removeprefix('manifest-').removesuffix('.json')}"
+
+
+def symlink_key(json_manifest_key: str) -> str:
+    """The symlink manifest paired with a JSON manifest."""
+    return f"{symlink_directory(json_manifest_key)}/manifest"
+
+
+def merged_directory_of(json_manifest_key: str) -> str:
+    """The merged/dt=<date> directory of the partition a JSON manifest belongs to: the manifest's directory
+    with its manifests area read as the merged one."""
+    segments = json_manifest_key.split("/")
+    if len(segments) == 1:
+        return json_manifest_key
+    for index in range(1, len(segments) - 1):
+        if segments[index] == MANIFESTS:
+            segments[index] = MERGED
+            break
+    return "/".join(segments[:-1])
+
+
+def partition_base(key: str) -> str:
+    """The area above an object's dt=<date> directory (a key or a URI): the base path from which an engine's
+    partition discovery reads dt."""
+    return key.rsplit("/dt=", 1)[0]
+
+
+def area_glob(area: str) -> str:
+    """A glob, relative to the lake's root, of one area's objects in every table (manifests: the JSON ones)."""
+    name = "manifest-*.json" if area == MANIFESTS else "*.parquet"
+    return f"*/*/{area}/dt=*/{name}"
+
+
+# --- a table's keys ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TableLayout:
+    """Keys of one table's objects, all under its prefix `<instance>/<schema>.<table>`."""
+
+    instance_key: str
+    physical_schema: str
+    physical_table: str
+
+    @property
+    def prefix(self) -> str:
+        return f"{self.instance_key}/{table_segment(self.physical_schema, self.physical_table)}"
+
+    def small_object(self, partition_date: dt.date, object_id: int, delayed: bool) -> str:
+        area = DELAYED if delayed else LIVE
+        return f"{self.prefix}/{area}/{partition_segment(partition_date)}/obj-{object_id:019d}.parquet"
+
+    def merged_object(self, partition_date: dt.date, lower: int, upper: int) -> str:
+        """The object of merge range (lower, upper]: the partition's small objects with lower < id <= upper."""
+        return f"{self.prefix}/{MERGED}/{partition_segment(partition_date)}/part-{lower:019d}-{upper:019d}.parquet"
+
+    def update_object(self, partition_date: dt.date, label: str) -> str:
+        """The object an update (update_label) writes: the partition's whole new contents."""
+        return f"{self.prefix}/{MERGED}/{partition_segment(partition_date)}/{label}.parquet"
+
+    def manifest_keys(self, partition_date: dt.date, version: int, label: str | None = None) -> tuple[str, str]:
+        """The JSON manifest's key and the symlink manifest's key (inside a directory of its own, which a
+        Hive SymlinkTextInputFormat partition can point at). A merged version's manifests are named by the
+        upper bound they show; an update's or a live version's by its own label, so they never replace a
+        manifest an older version lists."""
+        directory = _manifest_directory(self.prefix, partition_segment(partition_date))
+        return _manifest_pair(directory, label or f"{version:019d}")
+
+    def live_prefix(self) -> str:
+        return f"{self.prefix}/{LIVE}"
+
+    def live_partition(self, partition_date: dt.date) -> str:
+        """The directory of a partition's live small objects."""
+        return f"{self.live_prefix()}/{partition_segment(partition_date)}"
+
+    def errors(self, staging_object_id: int) -> str:
+        return f"{self.prefix}/{ERRORS}/staging-{staging_object_id:019d}.jsonl"
+
+    def temporary(self, run_id: str, name: str) -> str:
+        return temporary(self.instance_key, run_id, name)
+
+    def iceberg_location(self) -> str:
+        return iceberg_table_location(self.instance_key, self.physical_schema, self.physical_table)
+
+
+# --- parsing keys back ---------------------------------------------------------------------------------
+
+
+def small_object_id(name: str) -> int | None:
+    """The id of a small object's file name `obj-<id>.parquet` (None: another name)."""
+    match = _SMALL.match(name)
+    return int(match.group(1)) if match else None
+
+
+def merge_range_of(name: str) -> tuple[int, int] | None:
+    """(lower, upper) of a merged object's file name `part-<lower>-<upper>.parquet` (None: another name)."""
+    match = _PART.match(name)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def update_label_of(name: str) -> str | None:
+    """The update label of an update's object file name `<label>.parquet` (None: another name)."""
+    match = _UPDATE.match(name)
+    return match.group(1) if match else None
+
+
+def is_table_segment(segment: str) -> bool:
+    """Whether a segment under the instance key has the form of a table's `schema.table`."""
+    return _TABLE_SEGMENT.match(segment) is not None
+
+
+@dataclass(frozen=True)
+class KeyParts:
+    """A key under an instance key, split along the layout: `<owner>/<area>/<partition>/<name>`, the owner
+    being a table's `schema.table`, _tmp (then the area is a run id) or _iceberg."""
+
+    instance_key: str
+    segments: tuple[str, ...]  # the key's segments after the instance key
+
+    @property
+    def owner(self) -> str | None:
+        """The first segment, when something lies under it (a key right under the instance key has none)."""
+        return self.segments[0] if len(self.segments) > 1 else None
+
+    @property
+    def area(self) -> str:
+        return self.segments[1] if len(self.segments) > 1 else ""
+
+    @property
+    def depth(self) -> int:
+        return len(self.segments)
+
+    @property
+    def name(self) -> str:
+        return self.segments[-1]
+
+    @property
+    def partition_date(self) -> dt.date | None:
+        """The date of a partition's object (`<table>/<area>/dt=<date>/<name>` and deeper)."""
+        return partition_date_of(self.segments[2]) if len(self.segments) > 3 else None
+
+    @property
+    def directory(self) -> str:
+        """The key without its last segment."""
+        return "/".join((self.instance_key, *self.segments[:-1]))
+
+    @property
+    def is_temporary(self) -> bool:
+        return self.segments[0] == TEMPORARY_AREA and len(self.segments) > 1
+
+    @property
+    def temporary_run(self) -> str | None:
+        """The temporary_run prefix of a run's temporary object (None: no run's)."""
+        if self.segments[0] == TEMPORARY_AREA and len(self.segments) > 2:
+            return temporary_run(self.instance_key, self.segments[1])
+        return None
+
+    def update_manifest_key(self, label: str) -> str:
+        """The JSON manifest the update `label` wrote beside this object of its partition's merged area."""
+        table_prefix = f"{self.instance_key}/{self.segments[0]}"
+        return _manifest_pair(_manifest_directory(table_prefix, self.segments[2]), label)[0]
+
+
+def split_key(instance_key: str, key: str) -> KeyParts | None:
+    """The parts of a key under the instance key (None: the key lies elsewhere)."""
+    prefix = instance_prefix(instance_key)
+    if not key.startswith(prefix):
+        return None
+    return KeyParts(instance_key, tuple(key[len(prefix):].split("/")))
+
+
+# --- outside the lake ----------------------------------------------------------------------------------
+
+
+def replay_staging_key(schema_name: str, table_name: str, received: dt.datetime, digest: str) -> str:
+    """The staging key a replay stages an error file's records under (a shipper `replay` for the table)."""
+    return f"replay.{schema_name}.{table_name}/{received:%Y/%m/%d}/replay-{digest}.jsonl"
+
+
+def load_error_file(base_uri: str, run_id: str, job: str, index: int) -> str:
+    """The file a load task writes its bad records to, under the job's error.path (a URI)."""
+    return f"{base_uri.rstrip('/')}/{run_id}/{job}/task-{index:05d}.jsonl"
