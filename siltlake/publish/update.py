@@ -26,8 +26,8 @@ from siltlake.deployment import Deployment
 from siltlake.errors import SiltError
 from siltlake.merge.task import conform
 from siltlake.publish.manifests import write_manifests
+from siltlake.records.coerce import partition_dates
 from siltlake.storage import Storage
-from siltlake.stream.task import partition_dates
 from siltlake.tabledef import TableDef
 
 if TYPE_CHECKING:
