@@ -1,8 +1,8 @@
 """Event times: ISO-8601 / RFC 3339 strings, epoch numbers and MessagePack time extensions.
 
 Every event time becomes an integer count of microseconds since 1970-01-01T00:00:00Z.
-The rules are written out in docs/coercion.md; the JSON fast path in siltlake.stream.records
-implements the same rules with Arrow kernels and is tested against this module.
+The rules are written out in docs/coercion.md; the vectorised conversions in siltlake.records.vectorised
+implement the same rules with Arrow kernels and are tested against this module.
 """
 
 from __future__ import annotations

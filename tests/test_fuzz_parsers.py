@@ -27,11 +27,10 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from siltlake.stream import records as R
-from siltlake.stream.records import BadRecord, UnreadableObject, read_staging_object
+from siltlake.records import BadRecord, UnreadableObject, coerce, framing, read_staging_object
 from siltlake.tabledef import TableDef
 
-from .test_records import OneWayStream, TrickleStream
+from .records_helpers import OneWayStream, TrickleStream
 
 EXAMPLES = int(os.environ.get("SILTLAKE_FUZZ_EXAMPLES", "40"))
 fuzz = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow,
@@ -140,7 +139,7 @@ def test_json_lines_every_record_is_good_or_a_named_bad_record(lines: list[tuple
         if verdict is not None:
             verdicts[number] = verdict
     body = "\n".join(texts).encode()
-    data = {"plain": body, "bom": R.UTF8_BOM + body, "gzip": gzip.compress(body),
+    data = {"plain": body, "bom": framing.UTF8_BOM + body, "gzip": gzip.compress(body),
             "gzip-members": b"".join(gzip.compress(line.encode() + b"\n") for line in texts)}[packing]
     trickle = trickle and "huge" not in {kind for kind, _ in lines}  # 7-byte reads of megabytes: just slow
     if verdicts and not any(is_object_line(kind, depth) for kind, depth in lines):
@@ -165,7 +164,7 @@ def test_json_lines_invalid_utf8_and_overlong_lines_make_the_object_unreadable()
     with pytest.raises(UnreadableObject, match="invalid UTF-8 at line 2"):
         parse(good + b'{"ts":"' + TIME.encode() + b'","user":"\xc3\x28"}\n', "x.jsonl")
     # A line without an end is bounded (MAX_LINE_BYTES), however it arrives.
-    endless = gzip.compress(b'{"user":"' + b"a" * (R.MAX_LINE_BYTES + 10), compresslevel=1)
+    endless = gzip.compress(b'{"user":"' + b"a" * (framing.MAX_LINE_BYTES + 10), compresslevel=1)
     with pytest.raises(UnreadableObject, match="longer than"):
         parse(endless, "x.jsonl.gz")
 
@@ -246,11 +245,11 @@ def test_msgpack_deeper_than_the_unpacker_allows_is_unreadable_not_a_crash() -> 
 
 def test_deep_values_render_like_json_dumps() -> None:
     value = {"a": [1, {"b": "é\u0000"}, [], {}], "c": msgpack.ExtType(3, b"x"), 5: b"\xff"}
-    assert R._render_deep_json(value) == R._render_json(value)
+    assert coerce._render_deep_json(value) == coerce.render_json(value)
     deep: list = []
     for _ in range(3000):
         deep = [deep]
-    assert R._render_json(deep) == deep_json(3001)
+    assert coerce.render_json(deep) == deep_json(3001)
 
 
 @fuzz
@@ -307,7 +306,7 @@ def test_csv_every_record_is_good_or_a_named_bad_record(kinds: list[str], bom: b
         lines.append(f'{TIME},"{len(kinds) + 1},never closed')
         expected[line + 1] = (len(kinds) + 1, "bad")
     body = newline.join(lines).encode() + (b"" if unbalanced_last else newline.encode())
-    data = (R.UTF8_BOM if bom else b"") + body
+    data = (framing.UTF8_BOM if bom else b"") + body
     table, bad = parse(gzip.compress(data) if compress else data, "x.csv", batch_rows)
     good = table.column("n").to_pylist()
     assert sorted(good) == [n for n, verdict in expected.values() if verdict == "good"]
@@ -342,8 +341,8 @@ MUTATIONS = st.one_of(
     st.tuples(st.just("truncate"), st.floats(0, 1)),
     st.tuples(st.just("flip"), st.floats(0, 1), st.integers(1, 255)),
     st.tuples(st.just("insert"), st.floats(0, 1),
-              st.sampled_from([b"\0", b"\0" * 100, b"\xff\xfe", b"\xc3", R.UTF8_BOM, R.GZIP_MAGIC, b"\n", b'"',
-                               b"\xdd\xff\xff\xff\xff", b"\xc1"])),
+              st.sampled_from([b"\0", b"\0" * 100, b"\xff\xfe", b"\xc3", framing.UTF8_BOM, framing.GZIP_MAGIC,
+                               b"\n", b'"', b"\xdd\xff\xff\xff\xff", b"\xc1"])),
     st.tuples(st.just("trailer"), st.binary(min_size=1, max_size=40)),
     st.tuples(st.just("overwrite"), st.floats(0, 1), st.binary(min_size=1, max_size=64)),
 )
@@ -386,7 +385,7 @@ def gzip_jsonl(count: int) -> bytes:
 @given(st.integers(1, 2000), st.data())
 def test_gzip_truncated_anywhere_is_unreadable_naming_the_compressed_bytes(count: int, data: st.DataObject) -> None:
     whole = gzip_jsonl(count)
-    cut = data.draw(st.integers(len(R.GZIP_MAGIC), len(whole) - 1))  # one byte is not yet gzip
+    cut = data.draw(st.integers(len(framing.GZIP_MAGIC), len(whole) - 1))  # one byte is not yet gzip
     with pytest.raises(UnreadableObject, match=r"(truncated|corrupt) gzip stream .*\d+ compressed bytes"):
         parse(whole[:cut], "x.jsonl.gz", batch_rows=64)
 
@@ -420,7 +419,7 @@ def test_gzip_members_padding_and_empty_members_read_whole() -> None:
 
 @pytest.mark.parametrize(("tail", "message"), [
     (b"garbage after the member", "corrupt gzip stream within the first"),
-    (R.GZIP_MAGIC, "truncated gzip stream after"),
+    (framing.GZIP_MAGIC, "truncated gzip stream after"),
     (b"\0\0\0x", "gzip stream"),
 ])
 def test_gzip_trailing_garbage_is_unreadable(tail: bytes, message: str) -> None:
@@ -486,7 +485,7 @@ def test_hostile_objects_through_the_stream_driver(deployment, tmp_path: Path) -
     staged["mixed.msgpack"] = (b"".join(items), 40)
     csv_rows = [CSV_ROWS[kind](n)[0] for n, kind in
                 enumerate(rng.choices(sorted(set(CSV_ROWS) - {"blank", "huge-field"}), k=40), start=1)]
-    staged["mixed.csv"] = (R.UTF8_BOM + (CSV_HEADER + "\r\n" + "\r\n".join(csv_rows) + "\r\n").encode(), 40)
+    staged["mixed.csv"] = (framing.UTF8_BOM + (CSV_HEADER + "\r\n" + "\r\n".join(csv_rows) + "\r\n").encode(), 40)
     staged["truncated.jsonl.gz"] = (gzip_jsonl(3000)[:-100], None)
     corrupt = bytearray(gzip_jsonl(3000))
     corrupt[200:240] = b"\x55" * 40

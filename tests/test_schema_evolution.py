@@ -14,7 +14,7 @@ from siltlake.deployment import Deployment
 from siltlake.errors import DefinitionError
 from siltlake.merge import merge_once
 from siltlake.read import table as read_table
-from siltlake.stream.records import read_staging_object
+from siltlake.records import read_staging_object
 from siltlake.tabledef import Column, TableDef
 
 from .conftest import ACCESS_TABLE

@@ -19,13 +19,14 @@ import pyarrow.csv as pacsv
 
 from siltlake import timevalues as tv
 from siltlake.load.config import DropFilter, JobConfig, RenameFilter
+from siltlake.records.coerce import FLOAT32_MAX, INT32_RANGE, ZONE_EDGE_MICROS
+from siltlake.records.csv_format import render_csv
+from siltlake.records.vectorised import strings_to_micros
 from siltlake.tabledef import Column, arrow_type
 
 FAST_TYPES = {"string", "int", "bigint", "double", "float", "boolean", "timestamp"}
 _INTEGER = "^" + tv.INTEGER_PATTERN + "$"
 _NUMBER = "^" + tv.NUMBER_PATTERN + "$"
-_INT32 = (-(1 << 31), (1 << 31) - 1)
-_FLOAT32_MAX = 3.4028234663852886e38
 # strptime formats with a strict pattern whose matches rewrite to ISO-8601 (then the stream's vectorised
 # ISO parser): Python's strptime gives the same instant for every value the pattern matches.
 _FORMATS = {
@@ -81,12 +82,12 @@ def _typed(values: pa.Array, kind: str, parser_column: Any) -> pa.Array:
                               pc.less_equal(pc.utf8_length(pc.utf8_trim(values, " \t")), 18))
         result = pc.cast(pc.if_else(plain, signless, None), pa.int64())
         if kind == "int":
-            inside = pc.and_(pc.greater_equal(result, _INT32[0]), pc.less_equal(result, _INT32[1]))
+            inside = pc.and_(pc.greater_equal(result, INT32_RANGE[0]), pc.less_equal(result, INT32_RANGE[1]))
             result = pc.cast(pc.if_else(inside, result, None), pa.int32())
     elif kind in ("double", "float"):
         plain = pc.match_substring_regex(values, _NUMBER)
         result = pc.cast(pc.if_else(plain, signless, None), pa.float64())
-        limit = _FLOAT32_MAX if kind == "float" else float("inf")
+        limit = FLOAT32_MAX if kind == "float" else float("inf")
         result = pc.if_else(pc.less(pc.abs(result), limit), pc.add(result, 0.0), None)
         if kind == "float":
             result = pc.cast(result, pa.float32())
@@ -111,9 +112,7 @@ def _timestamps(values: pa.Array, parser_column: Any) -> pa.Array:
         iso = pc.if_else(matched, pc.replace_substring_regex(values, pattern, replacement), None)
     else:
         return pa.nulls(len(values), timestamp)
-    from siltlake.stream.records import _strings_to_micros
-
-    micros = _strings_to_micros(pa.chunked_array([iso]))
+    micros = strings_to_micros(pa.chunked_array([iso]))
     if micros is None:
         return pa.nulls(len(values), timestamp)
     micros = micros.combine_chunks()
@@ -193,9 +192,6 @@ def read_fast(source: io.BufferedIOBase, job: JobConfig, columns: list[Column], 
 
 def _near_the_ends(times: pa.Array) -> pa.Array:
     """Times whose partition date may fall outside years 1..9999: the per-record path decides them."""
-    from siltlake import timevalues as tv
-    from siltlake.stream.records import ZONE_EDGE_MICROS
-
     micros = pc.cast(times, pa.int64())
     outside = pc.or_(pc.less(micros, tv.MIN_MICROS + ZONE_EDGE_MICROS),
                      pc.greater(micros, tv.MAX_MICROS - ZONE_EDGE_MICROS))
@@ -203,12 +199,8 @@ def _near_the_ends(times: pa.Array) -> pa.Array:
 
 
 def _render(values: list[str | None], delimiter: str) -> str:
-    from siltlake.load.task import _render_csv
-
-    return _render_csv(["" if v is None else v for v in values], delimiter)
+    return render_csv(["" if v is None else v for v in values], delimiter)
 
 
 def _arrow(column: Column) -> pa.DataType:
-    from siltlake.tabledef import arrow_type
-
     return arrow_type(column.type)

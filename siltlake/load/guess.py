@@ -18,6 +18,7 @@ from typing import Any
 from siltlake.errors import ConfigError
 from siltlake.load.config import _merge
 from siltlake.load.task import MAGIC, open_source
+from siltlake.records.msgpack_format import msgpack_entries, new_unpacker
 
 SAMPLE_BYTES = 256 << 10
 DELIMITERS = (",", "\t", ";", "|")
@@ -264,14 +265,12 @@ def guess_job(job: dict[str, Any]) -> dict[str, Any]:
                 records.append(value)
         guessed = {"type": "jsonl", "columns": _records_columns(records, timezone)}
     else:
-        from siltlake.stream.records import _msgpack_entries, _new_unpacker
-
-        unpacker = _new_unpacker()
+        unpacker = new_unpacker()
         unpacker.feed(sample)
         records = []
         try:
             for item in unpacker:
-                records += [entry.record for entry in _msgpack_entries(item) if entry.record is not None]
+                records += [entry.record for entry in msgpack_entries(item) if entry.record is not None]
         except ValueError:
             pass
         guessed = {"type": "msgpack", "columns": _records_columns(records, timezone)}

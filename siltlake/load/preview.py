@@ -11,13 +11,12 @@ from siltlake.errors import ConfigError, NotFoundError
 from siltlake.load.config import LoadConfig
 from siltlake.load.inputs import list_inputs
 from siltlake.load.task import apply_filters, open_source, output_columns, records, row_table
+from siltlake.records.coerce import RecordConverter
 from siltlake.tabledef import Column
 
 
 def preview(deployment: Deployment, config: LoadConfig, limit: int) -> dict[str, pa.Table]:
     """Parse locally (no Spark) up to `limit` good rows per job; the sql filter runs on them in Spark."""
-    from siltlake.stream.records import _RecordConverter
-
     shown = {}
     for name, job in config.jobs.items():
         inputs = list_inputs(job.input.path)
@@ -36,7 +35,7 @@ def preview(deployment: Deployment, config: LoadConfig, limit: int) -> dict[str,
             time_column = ""
         else:
             raise ConfigError(f"jobs.{name}.parser.columns: name the columns to preview a new table")
-        converter = _RecordConverter(row_table(columns, time_column, job.out.timezone, "zstd"), job.parser.type)
+        converter = RecordConverter(row_table(columns, time_column, job.out.timezone, "zstd"), job.parser.type)
         timestamps = [c for c in job.parser.columns if c.type == "timestamp"]
         with open_source(inputs[0][0], job.decoder.compression) as source:
             for _, record, _, reason in records(source, job):

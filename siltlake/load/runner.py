@@ -143,9 +143,9 @@ def _sql_stage(deployment: Deployment, name: str, job: JobConfig, table: TableRe
     from pyspark import TaskContext
 
     from siltlake.load.task import row_table
+    from siltlake.records.writer import ObjectWriter
     from siltlake.storage.filesystem import for_engine
     from siltlake.storage.keys import TableLayout
-    from siltlake.stream.task import StreamTask, _ObjectWriter
 
     spark = deployment.spark()
     lake = deployment.lake
@@ -182,9 +182,8 @@ def _sql_stage(deployment: Deployment, name: str, job: JobConfig, table: TableRe
         target = row_table([Column.model_validate(c) for c in json.loads(table_json)], time_column, timezone, codec)
         schema = target.arrow_schema()
         index = TaskContext.get().partitionId()
-        task = StreamTask(staging_object_id=index, uri="", lake=lake, layout=TableLayout(instance_key, "load", "rows"),
-                          table_json="", run_id=staging_run, batch_rows=0, spill_bytes=settings.spill_bytes)
-        writer = _ObjectWriter(task, target)
+        writer = ObjectWriter(target, lake, TableLayout(instance_key, "load", "rows"), staging_run, index,
+                              settings.spill_bytes)
         rows_in = bad = 0
         for batch in batches:
             rows_in += batch.num_rows

@@ -1,8 +1,9 @@
 """One load task (a Spark task): read a file, decode, filter lines, parse, apply record filters, coerce.
 
-Coercion is the stream's (`_RecordConverter`, docs/coercion.md); rows are written per partition date,
-sorted by event time, by the stream's object writer, to temporary keys derived from the run id, the job
-and the task index, so a re-run task overwrites its own earlier output and nothing else.
+Coercion is the stream's (siltlake.records.coerce.RecordConverter, docs/coercion.md); rows are written per
+partition date, sorted by event time, by the stream's object writer (siltlake.records.writer), to temporary
+keys derived from the run id, the job and the task index, so a re-run task overwrites its own earlier output
+and nothing else.
 """
 
 from __future__ import annotations
@@ -26,6 +27,10 @@ import pyarrow.parquet as pq
 
 from siltlake.load import fastcsv
 from siltlake.load.config import PARSER_TYPES, AddFilter, DropFilter, JobConfig, ParserColumn, RenameFilter
+from siltlake.records.coerce import RecordConverter, render_json
+from siltlake.records.csv_format import render_csv
+from siltlake.records.msgpack_format import msgpack_entries, msgpack_items
+from siltlake.records.writer import ObjectWriter
 from siltlake.storage.filesystem import Storage
 from siltlake.storage.keys import TableLayout
 from siltlake.tabledef import Column, TableDef
@@ -199,25 +204,17 @@ class _Numbered:
         return text
 
 
-def _render_csv(row: list[str], delimiter: str) -> str:
-    out = io.StringIO()
-    csv.writer(out, delimiter=delimiter, lineterminator="").writerow(row)
-    return out.getvalue()
-
-
 def records(source: io.BufferedIOBase, job: JobConfig,
             at_start: bool = True) -> Iterator[tuple[int, dict | None, str, str | None]]:
     """(line, record or None, raw text, reason) for every input record; lines count from the split's start."""
     parser = job.parser
     if parser.type == "msgpack":
-        from siltlake.stream.records import _msgpack_entries, _render_json, msgpack_items
-
         # A malformed or cut-off item fails the task (UnreadableObject names the byte).
         number = 0
         for item in msgpack_items(iter(lambda: source.read(1 << 20), b"")):
-            for entry in _msgpack_entries(item):
+            for entry in msgpack_entries(item):
                 number += 1
-                yield number, entry.record, _render_json(entry.raw), entry.problem
+                yield number, entry.record, render_json(entry.raw), entry.problem
         return
     lines = text_lines(source, job, at_start)
     if parser.type == "jsonl":
@@ -259,7 +256,7 @@ def records(source: io.BufferedIOBase, job: JobConfig,
         if header_pending:
             header_pending = False
             continue
-        raw = _render_csv(row, parser.delimiter)
+        raw = render_csv(row, parser.delimiter)
         if len(row) != len(names):
             yield first, None, raw, f"row has {len(row)} fields, the parser has {len(names)} columns"
             continue
@@ -356,23 +353,19 @@ class _Errors:
 
 def run_load_task(task: LoadTask) -> dict:
     """Run in a Spark task; returns a JSON-able report (status ok, failed or aborted), never raises."""
-    from siltlake.stream.records import _RecordConverter
-    from siltlake.stream.task import StreamTask, _ObjectWriter
-
     started = time.time()
     job = JobConfig.model_validate_json(task.job_json)
     columns = [Column.model_validate(c) for c in json.loads(task.columns_json)]
     table = row_table(columns, task.time_column, task.timezone, task.codec)
     kind = "csv" if job.parser.type == "csv" else job.parser.type
-    converter = _RecordConverter(table, kind)
+    converter = RecordConverter(table, kind)
     timestamps = [c for c in job.parser.columns if c.type == "timestamp"]
     base = {"job": task.job, "index": task.index, "uri": task.uri,
             "upload_start_time": dt.datetime.now(dt.UTC).replace(tzinfo=None).isoformat()}
-    stream_task = StreamTask(staging_object_id=task.index, uri=task.uri, lake=task.lake,
-                             layout=TableLayout(task.instance_key, "load", "rows"), table_json="",
-                             run_id=task.staging_run, batch_rows=task.batch_rows, spill_bytes=task.spill_bytes)
-    writer = _ObjectWriter(stream_task, table) if task.time_column else None
-    in_key = stream_task.layout.temporary(task.staging_run, f"{task.index:019d}/in.parquet")
+    layout = TableLayout(task.instance_key, "load", "rows")
+    writer = (ObjectWriter(table, task.lake, layout, task.staging_run, task.index, task.spill_bytes)
+              if task.time_column else None)
+    in_key = layout.temporary(task.staging_run, f"{task.index:019d}/in.parquet")
     in_writer = None
     errors = _Errors(task, job.error.type)
     records_in = bytes_in = 0

@@ -24,10 +24,10 @@ from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.errors import SiltError
 from siltlake.merge.task import conform
+from siltlake.records.coerce import partition_dates
 from siltlake.storage.filesystem import Storage
 from siltlake.storage.keys import update_label
 from siltlake.storage.manifests import write_manifests
-from siltlake.stream.task import partition_dates
 from siltlake.tabledef import TableDef
 
 if TYPE_CHECKING:

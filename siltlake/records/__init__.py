@@ -1,0 +1,41 @@
+"""Decoding staging objects (JSON lines, MessagePack, CSV; plain or gzip) into typed Arrow batches.
+
+One module per input format (jsonl, msgpack_format, csv_format) over the shared per-record coercion
+(coerce, docs/coercion.md) and its vectorised twin (vectorised); framing finds gzip and the format;
+writer writes typed rows as time-sorted Parquet per partition date. The stream and the load both use them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import BinaryIO
+
+from siltlake.records.batches import BadRecord, ParsedBatch, UnreadableObject
+from siltlake.records.csv_format import read_csv
+from siltlake.records.framing import SNIFF_BYTES, ObjectBytes, detect_format
+from siltlake.records.jsonl import JsonLinesReader
+from siltlake.records.msgpack_format import read_msgpack
+from siltlake.tabledef import TableDef
+
+__all__ = [
+    "BadRecord",
+    "ParsedBatch",
+    "UnreadableObject",
+    "detect_format",
+    "read_staging_object",
+]
+
+
+def read_staging_object(stream: BinaryIO, key: str, table: TableDef, batch_rows: int = 65536) -> Iterator[ParsedBatch]:
+    """Decode a staging object (raw bytes as stored; gzip detected by magic bytes 1f 8b, never by name alone) into batches of typed rows. Memory must stay bounded by the batch size, whatever the object size (a 500 MB gzip object must stream: never read it whole). Raises UnreadableObject (possibly after some batches were already yielded — the caller discards them)."""  # noqa: E501
+    if batch_rows < 1:
+        raise ValueError("batch_rows must be at least 1")
+    source = ObjectBytes(stream)
+    object_format = detect_format(key, source.head(SNIFF_BYTES), table.format)
+    if object_format == "jsonl":
+        yield from JsonLinesReader(table, batch_rows).read(source.chunks())
+    elif object_format == "msgpack":
+        yield from read_msgpack(source.chunks(), table, batch_rows)
+    else:
+        yield from read_csv(source.chunks(), table, batch_rows)
+

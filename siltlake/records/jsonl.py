@@ -1,0 +1,413 @@
+"""JSON lines into typed batches.
+
+Two decoders that must agree: a vectorised one built on pyarrow.json (used for a block of lines when
+every line in it converts cleanly) and an exact per-record one that also names the bad records.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, NamedTuple
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pa_json
+
+from siltlake import timevalues as tv
+from siltlake.records.batches import BadRecord, BatchAssembler, ParsedBatch, UnreadableObject
+from siltlake.records.coerce import (
+    FLOAT32_MAX,
+    INT32_RANGE,
+    JSON_DECODER,
+    ZONE_EDGE_MICROS,
+    RecordConverter,
+    describe,
+    unexpected_reason,
+)
+from siltlake.records.framing import MAX_LINE_BYTES, UTF8_BOM
+from siltlake.records.vectorised import all_true, dates_to_days, epochs_to_micros, strings_to_micros, within
+from siltlake.tabledef import Column, TableDef, arrow_type, decimal_parts
+
+MIN_BLOCK_BYTES = 64 << 10
+MAX_BLOCK_BYTES = 32 << 20
+FIRST_BLOCK_BYTES = 4 << 20
+# Below this size a failing JSON block goes straight to the per-record decoder.
+MIN_SPLIT_BYTES = 64 << 10
+SPLIT_FANOUT = 8
+
+_TIME_KINDS = {"string": pa.string(), "int64": pa.int64(), "float64": pa.float64()}
+_UTC_MICROS = pa.timestamp("us", tz="UTC")
+
+
+@dataclass
+class _Piece:
+    table: pa.Table | None
+    bad: list[BadRecord]
+    objects: int
+    lines: int
+
+
+def _slow_json_block(block: bytes, first_line: int, converter: RecordConverter) -> _Piece:
+    """The exact per-record decoder for a block of whole lines (already known to be UTF-8)."""
+    bad = []
+    objects = 0
+    lines = 0
+    for offset, line in enumerate(block.decode("utf-8").split("\n")):
+        if not line.strip(" \t\r"):
+            continue
+        lines += 1
+        line_number = first_line + offset
+        raw = line[:-1] if line.endswith("\r") else line
+        try:
+            value = JSON_DECODER.decode(line)
+        except RecursionError:
+            bad.append(BadRecord(line_number, "invalid JSON: nested too deeply", raw))
+            continue
+        except ValueError as exc:
+            bad.append(BadRecord(line_number, f"invalid JSON: {exc}", raw))
+            continue
+        except Exception as exc:  # noqa: BLE001 - one line never fails its object
+            bad.append(BadRecord(line_number, f"invalid JSON: {unexpected_reason(exc)}", raw))
+            continue
+        if not isinstance(value, dict):
+            bad.append(BadRecord(line_number, f"not a JSON object but {describe(value)}", raw))
+            continue
+        objects += 1
+        reason = converter.add(value)
+        if reason is not None:
+            bad.append(BadRecord(line_number, reason, raw))
+    return _Piece(converter.take_table(), bad, objects, lines)
+
+
+
+def _fast_read_type(column: Column) -> pa.DataType | None:
+    simple = {
+        "string": pa.string(),
+        "int": pa.int64(),
+        "bigint": pa.int64(),
+        "float": pa.float64(),
+        "double": pa.float64(),
+        "boolean": pa.bool_(),
+        "date": pa.string(),
+    }
+    if column.type in simple:
+        return simple[column.type]
+    if column.type.startswith("decimal"):
+        return arrow_type(column.type)
+    return None
+
+
+class _JsonFastPath:
+    """Whole-block conversion with pyarrow.json; returns None whenever it cannot be sure."""
+
+    def __init__(self, table: TableDef) -> None:
+        self.schema = table.arrow_schema()
+        self.columns = table.columns
+        self.time_column = table.time_column
+        self.epoch_unit = table.epoch_unit
+        self.unexpected = "error" if table.unknown_fields == "reject" else "ignore"
+        self.static_types: dict[str, pa.DataType] = {}
+        self.timestamp_sources: list[str] = []
+        self.last_kinds: dict[str, str] = {}
+        self.enabled = True
+        for column in table.columns:
+            if column.type == "timestamp":
+                if column.source_field not in self.timestamp_sources:
+                    self.timestamp_sources.append(column.source_field)
+                continue
+            read_type = _fast_read_type(column)
+            previous = self.static_types.setdefault(column.source_field, read_type)
+            if read_type is None or previous != read_type:
+                self.enabled = False
+        if set(self.timestamp_sources) & set(self.static_types):
+            self.enabled = False
+        # Stream tasks already run one per core, so Arrow's own threads would only contend.
+        self.read_options = pa_json.ReadOptions(use_threads=False, block_size=4 << 20)
+
+    def convert(self, block: bytes, layout: _LineLayout | None = None) -> pa.Table | None:
+        """The block's rows, or None if any line needs the per-record decoder."""
+        if not self.enabled:
+            return None
+        try:
+            return self._convert(block, layout)
+        except Exception:  # noqa: BLE001 - a shortcut only: the per-record decoder decides each line of the block
+            return None
+
+    def _convert(self, block: bytes, layout: _LineLayout | None) -> pa.Table | None:
+        lines = (layout or _line_layout(block)).object_lines
+        if not lines:
+            return None
+        kinds = self._guess_time_kinds(block)
+        if kinds is None:
+            return None
+        read_schema = pa.schema(
+            [(source, read_type) for source, read_type in self.static_types.items()]
+            + [(source, _TIME_KINDS[kind]) for source, kind in kinds.items()]
+        )
+        options = pa_json.ParseOptions(
+            explicit_schema=read_schema, unexpected_field_behavior=self.unexpected, newlines_in_values=False
+        )
+        try:
+            parsed = pa_json.read_json(pa.BufferReader(block), read_options=self.read_options, parse_options=options)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, UnicodeDecodeError):
+            return None
+        if parsed.num_rows != lines:
+            return None
+        arrays = []
+        for column in self.columns:
+            values = self._column(column, parsed.column(column.source_field), kinds)
+            if values is None:
+                return None
+            arrays.append(values)
+        self.last_kinds.update(kinds)
+        return pa.Table.from_arrays(arrays, schema=self.schema)
+
+    def _guess_time_kinds(self, block: bytes) -> dict[str, str] | None:
+        """How to read each timestamp field, judged by its first non-null values in the block."""
+        kinds: dict[str, str] = {}
+        start = 0
+        for _ in range(32):
+            if start >= len(block) or len(kinds) == len(self.timestamp_sources):
+                break
+            end = block.find(b"\n", start)
+            end = len(block) if end < 0 else end
+            try:
+                record = json.loads(block[start:end])
+            except (ValueError, RecursionError):
+                record = None
+            start = end + 1
+            if not isinstance(record, dict):
+                continue
+            for source in self.timestamp_sources:
+                value = record.get(source)
+                if source in kinds or value is None:
+                    continue
+                if isinstance(value, bool):
+                    return None
+                if isinstance(value, int):
+                    kinds[source] = "int64"
+                elif isinstance(value, float):
+                    if self.epoch_unit == "ns":
+                        return None
+                    kinds[source] = "float64"
+                else:
+                    kinds[source] = "string"
+        for source in self.timestamp_sources:
+            kinds.setdefault(source, self.last_kinds.get(source, "string"))
+        return kinds
+
+    def _column(self, column: Column, values: pa.ChunkedArray, kinds: dict[str, str]) -> Any:
+        required = not column.nullable or column.name == self.time_column
+        if required and values.null_count:
+            return None
+        type_name = column.type
+        if type_name == "int":
+            return pc.cast(values, pa.int32()) if within(values, *INT32_RANGE) else None
+        if type_name == "double":
+            if not all_true(pc.is_finite(values)):
+                return None
+            return pc.add(values, 0.0)
+        if type_name == "float":
+            if not all_true(pc.is_finite(values)) or not within(values, -FLOAT32_MAX, FLOAT32_MAX):
+                return None
+            return pc.cast(pc.add(values, 0.0), pa.float32())
+        if type_name == "timestamp":
+            if kinds[column.source_field] == "string":
+                micros = strings_to_micros(values)
+            else:
+                micros = epochs_to_micros(values, self.epoch_unit)
+            # Near the ends of the range the per-record decoder decides (the partition date may not exist).
+            margin = ZONE_EDGE_MICROS if column.name == self.time_column else 0
+            if micros is None or not within(micros, tv.MIN_MICROS + margin, tv.MAX_MICROS - margin):
+                return None
+            return pc.cast(micros, _UTC_MICROS)
+        if type_name == "date":
+            return dates_to_days(values)
+        if type_name.startswith("decimal"):
+            # pyarrow.json rescales a number like 1e3 without checking it fits the precision.
+            precision, scale = decimal_parts(type_name)
+            largest = Decimal((0, (9,) * precision, -scale))  # built exactly: no context rounding
+            return values if within(values, -largest, largest) else None
+        return values
+
+
+class _LineLayout(NamedTuple):
+    newlines: int
+    object_lines: int | None  # non-blank lines when each holds exactly one {...}, else None
+
+
+def _line_layout(block: bytes) -> _LineLayout:
+    """Newline count, and whether every non-blank line is a single {...}.
+
+    A line that starts with '{' and ends with '}' cannot continue onto the next line (a
+    string cannot span lines, and '{' never follows a complete value inside a container),
+    so pyarrow yields at least one row per such line: equal counts then mean exactly one.
+    """
+    if not block:
+        return _LineLayout(0, 0)
+    # Arrow's kernels split and test ~10 MB of lines several times faster than bytes.count.
+    lines = pc.list_flatten(pc.split_pattern(_as_binary_array(block), b"\n"))
+    newlines = len(lines) - 1
+    if block.endswith(b"\n"):
+        lines = lines.slice(0, newlines)
+    if all_true(pc.starts_with(lines, b"{")) and (
+        all_true(pc.ends_with(lines, b"}"))
+        or all_true(pc.or_(pc.ends_with(lines, b"}"), pc.ends_with(lines, b"}\r")))
+    ):
+        return _LineLayout(newlines, len(lines))
+    count = 0
+    for line in block.split(b"\n"):
+        stripped = line.strip(b" \t\r")
+        if not stripped:
+            continue
+        if stripped[:1] != b"{" or stripped[-1:] != b"}":
+            return _LineLayout(newlines, None)
+        count += 1
+    return _LineLayout(newlines, count)
+
+
+def _as_binary_array(block: bytes) -> pa.Array:
+    """The block as a one-element binary array, without copying it."""
+    offsets = pa.array([0, len(block)], pa.int32()).buffers()[1]
+    return pa.Array.from_buffers(pa.binary(), 1, [None, offsets, pa.py_buffer(block)])
+
+
+def _split_block(block: bytes, first_line: int, parts: int) -> list[tuple[bytes, int, _LineLayout]]:
+    """About `parts` runs of whole lines: (bytes, first line number, layout)."""
+    pieces = []
+    start = 0
+    line = first_line
+    step = max(len(block) // parts, 1)
+    while start < len(block):
+        cut = block.find(b"\n", start + step - 1) + 1 if start + step < len(block) else len(block)
+        if cut <= 0:
+            cut = len(block)
+        part = block[start:cut]
+        layout = _line_layout(part)
+        pieces.append((part, line, layout))
+        line += layout.newlines
+        start = cut
+    return pieces
+
+
+def _without_bom(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """The chunks with a UTF-8 byte order mark at the very start of the object dropped."""
+    iterator = iter(chunks)
+    head = b""
+    for chunk in iterator:
+        head += chunk
+        if len(head) >= len(UTF8_BOM):
+            break
+    head = head[len(UTF8_BOM) :] if head.startswith(UTF8_BOM) else head
+    if head:
+        yield head
+    yield from iterator
+
+
+def _check_utf8(block: bytes, first_line: int) -> None:
+    """UnreadableObject unless the block is UTF-8; Arrow validates without building a str."""
+    if block.isascii():
+        return
+    try:
+        _as_binary_array(block).cast(pa.string())
+        return
+    except pa.ArrowInvalid:
+        pass
+    try:
+        block.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = first_line + block.count(b"\n", 0, exc.start)
+        raise UnreadableObject(f"invalid UTF-8 at line {line}: {exc.reason}") from None
+
+
+class JsonLinesReader:
+    """JSON lines in blocks of whole lines, each through the fast path where it can be."""
+
+    def __init__(self, table: TableDef, batch_rows: int) -> None:
+        self.batch_rows = batch_rows
+        self.converter = RecordConverter(table, "json")
+        self.fast = _JsonFastPath(table)
+        self.assembler = BatchAssembler(self.converter.schema, batch_rows)
+        self.target = max(MIN_BLOCK_BYTES, min(FIRST_BLOCK_BYTES, batch_rows * 256))
+        self.objects = 0
+        self.lines = 0
+        # After blocks where nothing could take the fast path, skip trying for a while.
+        self.penalty = 0
+        self.skip = 0
+
+    def read(self, chunks: Iterable[bytes]) -> Iterator[ParsedBatch]:
+        line_number = 1
+        for block in self._line_blocks(_without_bom(chunks)):
+            layout = _line_layout(block)
+            yield from self._block(block, line_number, layout)
+            line_number += layout.newlines
+        yield from self.assembler.finish()
+        if self.lines and not self.objects:
+            raise UnreadableObject(f"not JSON lines: none of {self.lines} lines is a JSON object")
+
+    def _line_blocks(self, chunks: Iterable[bytes]) -> Iterator[bytes]:
+        """Runs of whole lines of at least self.target bytes (the last one: whatever is left)."""
+        pending: list[bytes | memoryview] = []
+        size = 0
+        unterminated = 0  # bytes since the last newline seen
+        for chunk in chunks:
+            pending.append(chunk)
+            size += len(chunk)
+            cut = chunk.rfind(b"\n") + 1
+            unterminated = unterminated + len(chunk) if not cut else len(chunk) - cut
+            if unterminated > MAX_LINE_BYTES:
+                raise UnreadableObject(f"a line is longer than {MAX_LINE_BYTES >> 20} MiB")
+            if size < self.target or not cut:
+                continue
+            if len(pending) == 1 and cut == len(chunk):
+                block = chunk
+            else:
+                block = b"".join([*pending[:-1], memoryview(chunk)[:cut]])
+            pending = [memoryview(chunk)[cut:]] if cut < len(chunk) else []
+            size = len(chunk) - cut
+            yield block
+        if size:
+            yield b"".join(pending)
+
+    def _block(self, block: bytes, first_line: int, layout: _LineLayout) -> Iterator[ParsedBatch]:
+        _check_utf8(block, first_line)
+        # Aim the next block at batch_rows lines, judging line length by this block.
+        wanted = len(block) * self.batch_rows // (layout.newlines or 1)
+        self.target = max(MIN_BLOCK_BYTES, min(MAX_BLOCK_BYTES, wanted))
+        for piece in self._pieces(block, first_line, layout, top=True):
+            self.objects += piece.objects
+            self.lines += piece.lines
+            yield from self.assembler.add(piece.table, piece.bad)
+
+    def _pieces(
+        self, block: bytes, first_line: int, layout: _LineLayout, top: bool = False, tried: bool = False
+    ) -> list[_Piece]:
+        """Fast path where it succeeds; failing stretches are split to find the few bad lines."""
+        if top and self.skip:
+            self.skip -= 1
+            return [_slow_json_block(block, first_line, self.converter)]
+        if not tried:
+            table = self.fast.convert(block, layout)
+            if table is not None:
+                if top:
+                    self.penalty = 0
+                return [_Piece(table, [], table.num_rows, table.num_rows)]
+        if not self.fast.enabled or len(block) < 2 * MIN_SPLIT_BYTES:
+            return [_slow_json_block(block, first_line, self.converter)]
+        parts = _split_block(block, first_line, min(SPLIT_FANOUT, len(block) // MIN_SPLIT_BYTES))
+        tables = [self.fast.convert(part, part_layout) for part, _, part_layout in parts]
+        if all(table is None for table in tables):
+            if top:
+                self.penalty = min(max(1, self.penalty * 2), 16)
+                self.skip = self.penalty
+            return [_slow_json_block(part, line, self.converter) for part, line, _ in parts]
+        pieces = []
+        for (part, line, part_layout), table in zip(parts, tables, strict=True):
+            if table is not None:
+                pieces.append(_Piece(table, [], table.num_rows, table.num_rows))
+            else:
+                pieces.extend(self._pieces(part, line, part_layout, tried=True))
+        return pieces

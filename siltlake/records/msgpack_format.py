@@ -1,0 +1,162 @@
+"""MessagePack into typed batches: a stream of maps, or of Fluentd forward-protocol messages."""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+
+from siltlake import timevalues as tv
+from siltlake.records.batches import BadRecord, BatchAssembler, ParsedBatch, UnreadableObject
+from siltlake.records.coerce import RecordConverter, describe, render_json, unexpected_reason
+from siltlake.tabledef import TableDef
+
+MAX_MSGPACK_ITEM = 128 << 20
+
+
+def new_unpacker() -> msgpack.Unpacker:
+    # timestamp=0 keeps ext -1 as msgpack.Timestamp (the C unpacker decodes it before ext_hook);
+    # surrogateescape turns invalid UTF-8 in a str into a bad value instead of a failed stream.
+    return msgpack.Unpacker(
+        raw=False,
+        timestamp=0,
+        strict_map_key=False,
+        unicode_errors="surrogateescape",
+        ext_hook=tv.msgpack_ext_hook,
+        max_buffer_size=MAX_MSGPACK_ITEM,
+    )
+
+
+_MSGPACK_ERRORS = (ValueError, TypeError, msgpack.UnpackException, msgpack.ExtraData, msgpack.FormatError)
+_TIME_LIKE = (int, float, tv.EventTime, msgpack.Timestamp, msgpack.ExtType, tv.RawExt)
+
+
+def _is_time_like(value: object) -> bool:
+    return isinstance(value, _TIME_LIKE) and not isinstance(value, bool)
+
+
+@dataclass
+class Entry:
+    record: dict[Any, Any] | None
+    entry_time: object
+    raw: object
+    problem: str | None = None
+
+
+def _packed_entries(data: bytes, option: object) -> list[object]:
+    """The [time, record] entries of a PackedForward message (gzip members when compressed)."""
+    if isinstance(option, dict) and option.get("compressed") == "gzip":
+        members = []
+        while data:
+            inflater = zlib.decompressobj(wbits=31)
+            members.append(inflater.decompress(data, MAX_MSGPACK_ITEM))
+            if inflater.unconsumed_tail or not inflater.eof:
+                raise ValueError("compressed entries are truncated or too large")
+            data = inflater.unused_data
+        data = b"".join(members)
+    unpacker = new_unpacker()
+    unpacker.feed(data)
+    entries = list(unpacker)
+    if unpacker.tell() != len(data):
+        raise ValueError("entries end in the middle of an item")
+    return entries
+
+
+def msgpack_entries(item: object) -> Iterator[Entry]:
+    """The records of one stream item: a map, or one of Fluentd's forward protocol shapes."""
+    if isinstance(item, dict):
+        yield Entry(item, None, item)
+        return
+    if isinstance(item, list) and 2 <= len(item) <= 4:
+        head = item[0]
+        option = item[2] if len(item) == 3 else None
+        if isinstance(head, str) and len(item) <= 3 and isinstance(item[1], (list, bytes)):
+            # Forward / PackedForward mode: [tag, entries(, option)]
+            entries = item[1]
+            if isinstance(entries, bytes):
+                try:
+                    entries = _packed_entries(entries, option)
+                except (*_MSGPACK_ERRORS, zlib.error) as exc:
+                    yield Entry(None, None, item, f"Fluentd packed entries do not decode: {exc}")
+                    return
+            for entry in entries:
+                # The entry time is checked with the record, which may carry a usable time itself.
+                if isinstance(entry, list) and len(entry) == 2 and isinstance(entry[1], dict):
+                    yield Entry(entry[1], entry[0], entry)
+                else:
+                    yield Entry(None, None, entry, "Fluentd forward entry is not [time, record]")
+            return
+        if isinstance(head, str) and len(item) >= 3 and isinstance(item[2], dict):
+            yield Entry(item[2], item[1], item)  # Message mode: [tag, time, record(, option)]
+            return
+        if len(item) == 2 and _is_time_like(head) and isinstance(item[1], dict):
+            yield Entry(item[1], head, item)  # [time, record]
+            return
+    yield Entry(
+        None,
+        None,
+        item,
+        f"MessagePack item of the wrong shape ({describe(item)}): expected a map, [time, record], "
+        "[tag, time, record] or [tag, [[time, record], ...]]",
+    )
+
+
+def msgpack_items(chunks: Iterable[bytes]) -> Iterator[Any]:
+    """The top-level MessagePack items of a byte stream; UnreadableObject names the byte where it breaks.
+
+    Past a malformed or cut-off item nothing can be trusted, so the whole stream is refused."""
+    unpacker = new_unpacker()
+    fed = complete = 0
+    for chunk in chunks:
+        try:
+            unpacker.feed(chunk)
+        except msgpack.BufferFull:
+            raise UnreadableObject(
+                f"MessagePack item at byte {complete} is larger than {MAX_MSGPACK_ITEM >> 20} MiB"
+            ) from None
+        fed += len(chunk)
+        while True:
+            try:
+                item = unpacker.unpack()
+            except msgpack.OutOfData:
+                break
+            except _MSGPACK_ERRORS as exc:
+                detail = str(exc) or type(exc).__name__
+                raise UnreadableObject(f"not valid MessagePack at byte {complete}: {detail}") from None
+            complete = unpacker.tell()
+            yield item
+    if complete < fed:
+        raise UnreadableObject(f"truncated MessagePack stream: the item at byte {complete} is incomplete")
+
+
+def read_msgpack(chunks: Iterable[bytes], table: TableDef, batch_rows: int) -> Iterator[ParsedBatch]:
+    converter = RecordConverter(table, "msgpack")
+    assembler = BatchAssembler(converter.schema, batch_rows)
+    index = 0
+    items = 0
+    structured = 0
+    bad: list[BadRecord] = []
+    for item in msgpack_items(chunks):
+        items += 1
+        structured += isinstance(item, (dict, list, tuple))
+        try:
+            entries = list(msgpack_entries(item))
+        except Exception as exc:  # noqa: BLE001 - one item never fails its object
+            entries = [Entry(None, None, item, f"MessagePack item does not decode: {unexpected_reason(exc)}")]
+        for entry in entries:
+            index += 1
+            reason = entry.problem
+            if entry.record is not None:
+                reason = converter.add(entry.record, entry.entry_time)
+            if reason is not None:
+                bad.append(BadRecord(index, reason, render_json(entry.raw)))
+            if converter.row_count + len(bad) >= batch_rows:
+                yield from assembler.add(converter.take_table(), bad)
+                bad = []
+    yield from assembler.add(converter.take_table(), bad)
+    yield from assembler.finish()
+    if items and not structured:
+        raise UnreadableObject(f"not MessagePack records: none of {items} items is a map or an array")

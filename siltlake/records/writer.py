@@ -1,0 +1,180 @@
+"""Typed rows to time-sorted Parquet objects, one per partition date: the stream's and the load's writer.
+
+Memory stays bounded: rows are buffered up to spill_bytes, then written as sorted runs that a k-way merge
+streams into the final object.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from siltlake.clock import to_naive_utc
+from siltlake.records.coerce import partition_dates
+from siltlake.storage import Storage, TableLayout
+from siltlake.tabledef import TableDef
+
+# Bounds the rows the k-way merge gathers before writing a row group of the final object.
+MAX_ROW_GROUP_ROWS = 262_144
+# The merge holds one decoded row group per run: small run row groups and a bounded fan-in keep its
+# memory constant however many runs a huge object spills.
+RUN_ROW_GROUP_ROWS = 16_384
+MAX_MERGE_FAN_IN = 16
+
+
+@dataclass
+class _DateBuffer:
+    tables: list[pa.Table] = field(default_factory=list)
+    runs: list[str] = field(default_factory=list)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.nbytes for t in self.tables)
+
+
+class ObjectWriter:
+    """Collects typed rows per partition date and writes one time-sorted Parquet object per date.
+
+    Everything it writes goes to temporary keys of the layout, under run_id and object_id: the caller moves
+    the finished objects (or discards them)."""
+
+    def __init__(self, table: TableDef, lake: Storage, layout: TableLayout, run_id: str, object_id: int,
+                 spill_bytes: int) -> None:
+        self.table = table
+        self.lake = lake
+        self.layout = layout
+        self.run_id = run_id
+        self.object_id = object_id
+        self.spill_bytes = spill_bytes
+        self.schema = table.arrow_schema()
+        self.buffers: dict[dt.date, _DateBuffer] = {}
+        self.written: list[str] = []
+
+    def _key(self, name: str) -> str:
+        return self.layout.temporary(self.run_id, f"{self.object_id:019d}/{name}")
+
+    def add(self, rows: pa.Table) -> None:
+        if rows.num_rows == 0:
+            return
+        dates = partition_dates(rows.column(self.table.time_column), self.table.timezone)
+        for date in pc.unique(dates).to_pylist():
+            part = rows.filter(pc.equal(dates, pa.scalar(date, pa.date32())))
+            self.buffers.setdefault(date, _DateBuffer()).tables.append(part)
+        if sum(b.nbytes for b in self.buffers.values()) > self.spill_bytes:
+            for date, buffer in self.buffers.items():
+                self._spill(date, buffer)
+
+    def _sorted(self, tables: list[pa.Table]) -> pa.Table:
+        return pa.concat_tables(tables).sort_by(self.table.time_column)
+
+    def _write(self, key: str, tables: Iterable[pa.Table], row_group_rows: int = MAX_ROW_GROUP_ROWS) -> None:
+        """Write tables in order, gathered into row groups of at most row_group_rows."""
+        self.written.append(key)
+        with self.lake.open_output(key) as sink, pq.ParquetWriter(
+            sink, self.schema, compression=self.table.codec, write_statistics=True
+        ) as writer:
+            pending: list[pa.Table] = []
+            pending_rows = 0
+            for table in tables:
+                pending.append(table)
+                pending_rows += table.num_rows
+                if pending_rows >= row_group_rows:
+                    writer.write_table(pa.concat_tables(pending), row_group_size=row_group_rows)
+                    pending, pending_rows = [], 0
+            if pending:
+                writer.write_table(pa.concat_tables(pending), row_group_size=row_group_rows)
+
+    def _spill(self, date: dt.date, buffer: _DateBuffer) -> None:
+        if not buffer.tables:
+            return
+        key = self._key(f"{date.isoformat()}.run-{len(buffer.runs):04d}.parquet")
+        self._write(key, [self._sorted(buffer.tables)], row_group_rows=RUN_ROW_GROUP_ROWS)
+        buffer.runs.append(key)
+        buffer.tables = []
+
+    def finish(self) -> list[dict]:
+        parts = []
+        for date in sorted(self.buffers):
+            buffer = self.buffers[date]
+            key = self._key(f"{date.isoformat()}.parquet")
+            if buffer.runs:
+                self._spill(date, buffer)
+                runs, passes = list(buffer.runs), 0
+                while len(runs) > MAX_MERGE_FAN_IN:
+                    passes += 1
+                    merged = self._key(f"{date.isoformat()}.merged-{passes:04d}.parquet")
+                    self._write(merged, self._merge_runs(runs[:MAX_MERGE_FAN_IN]), RUN_ROW_GROUP_ROWS)
+                    for run in runs[:MAX_MERGE_FAN_IN]:
+                        self.lake.delete(run)
+                    runs = runs[MAX_MERGE_FAN_IN:] + [merged]
+                self._write(key, self._merge_runs(runs))
+                for run in runs:
+                    self.lake.delete(run)
+            else:
+                self._write(key, [self._sorted(buffer.tables)])
+            parts.append(self._describe(date, key))
+        return parts
+
+    def _merge_runs(self, runs: list[str]):  # noqa: ANN202 - generator of tables
+        """K-way merge of time-sorted runs, one batch per run in memory at a time."""
+        column = self.table.time_column
+        readers = [
+            pq.ParquetFile(self.lake.open_input_file(run)).iter_batches(batch_size=RUN_ROW_GROUP_ROWS)
+            for run in runs
+        ]
+        heads: list[pa.Table | None] = [None] * len(readers)
+
+        def refill(index: int) -> None:
+            while heads[index] is None or heads[index].num_rows == 0:
+                batch = next(readers[index], None)
+                if batch is None:
+                    heads[index] = None
+                    return
+                heads[index] = pa.Table.from_batches([batch], schema=self.schema)
+
+        for index in range(len(readers)):
+            refill(index)
+        while any(head is not None for head in heads):
+            # Every row at or before the smallest "last time" among the heads can be emitted now.
+            bound = pa.scalar(
+                min(head.column(column)[-1].as_py() for head in heads if head is not None),
+                self.schema.field(column).type,
+            )
+            taken = []
+            for index, head in enumerate(heads):
+                if head is None:
+                    continue
+                count = pc.sum(pc.less_equal(head.column(column), bound)).as_py() or 0
+                if count:
+                    taken.append(head.slice(0, count))
+                    heads[index] = head.slice(count)
+                    refill(index)
+            yield self._sorted(taken)
+
+    def _describe(self, date: dt.date, key: str) -> dict:
+        with self.lake.open_input_file(key) as source:
+            metadata = pq.read_metadata(source)
+        time_index = self.schema.get_field_index(self.table.time_column)
+        lows, highs = [], []
+        for group in range(metadata.num_row_groups):
+            stats = metadata.row_group(group).column(time_index).statistics
+            lows.append(stats.min)
+            highs.append(stats.max)
+        size = self.lake.info(key).size
+        return {
+            "date": date.isoformat(),
+            "tmp_key": key,
+            "rows": metadata.num_rows,
+            "bytes": size,
+            "min_time": to_naive_utc(min(lows)).isoformat(),
+            "max_time": to_naive_utc(max(highs)).isoformat(),
+        }
+
+    def discard(self) -> None:
+        for key in self.written:
+            self.lake.delete(key)

@@ -1,0 +1,175 @@
+"""siltlake.records.framing and read_staging_object: gzip, format detection, streaming in bounded chunks."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import random
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pytest
+
+from siltlake.records import UnreadableObject, detect_format, framing, read_staging_object
+
+from .records_helpers import (
+    BASIC,
+    BASIC_COLUMNS,
+    OneWayStream,
+    TrickleStream,
+    event_record,
+    jsonl,
+    make_table,
+    pack,
+    read_all,
+)
+
+# --- gzip ------------------------------------------------------------------------------------
+
+
+def test_gzip_is_detected_by_magic_bytes_not_name() -> None:
+    data = jsonl(*(event_record(i) for i in range(10)))
+    plain, _ = read_all(data)
+    zipped, _ = read_all(gzip.compress(data), key="in/obj.jsonl")
+    named, _ = read_all(gzip.compress(data), key="in/obj.jsonl.gz")
+    assert plain.equals(zipped) and plain.equals(named)
+
+
+def test_multi_member_gzip_and_zero_padding() -> None:
+    first, second = jsonl(event_record(1)), jsonl(event_record(2))
+    table, bad = read_all(gzip.compress(first) + gzip.compress(second) + b"\0" * 10, key="x.jsonl.gz")
+    assert bad == [] and table.column("n").to_pylist() == [1, 2]
+
+
+def test_truncated_gzip_is_unreadable() -> None:
+    data = gzip.compress(jsonl(*(event_record(i) for i in range(2000))))
+    with pytest.raises(UnreadableObject, match="truncated gzip") as caught:
+        read_all(data[: len(data) // 2], key="x.jsonl.gz")
+    assert "truncated" in caught.value.reason
+
+
+def test_corrupt_gzip_is_unreadable() -> None:
+    data = bytearray(gzip.compress(jsonl(*(event_record(i) for i in range(2000)))))
+    data[len(data) // 2 : len(data) // 2 + 40] = b"\x55" * 40
+    with pytest.raises(UnreadableObject, match="gzip"):
+        read_all(bytes(data), key="x.jsonl.gz")
+
+
+def test_garbage_after_a_gzip_member_is_unreadable() -> None:
+    with pytest.raises(UnreadableObject, match="gzip"):
+        read_all(gzip.compress(jsonl(event_record(1))) + b"trailing junk", key="x.jsonl.gz")
+
+
+def test_random_bytes_with_gz_name_are_unreadable() -> None:
+    noise = random.Random(7).randbytes(100_000)
+    assert not noise.startswith(framing.GZIP_MAGIC)
+    with pytest.raises(UnreadableObject):
+        read_all(noise, key="in/obj.jsonl.gz")
+
+
+# --- formats -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("key", "head", "configured", "expected"),
+    [
+        ("a/b.json", b"", "auto", "jsonl"),
+        ("a/b.ndjson.gz", b"\x81", "auto", "jsonl"),
+        ("a/b.log.gzip", b"", "auto", "jsonl"),
+        ("a/b.JSONL", b"", "auto", "jsonl"),
+        ("a/b.mpk", b"{", "auto", "msgpack"),
+        ("a/b.mp.gz", b"", "auto", "msgpack"),
+        ("a/b.msgpack", b"", "auto", "msgpack"),
+        ("a/b.csv.gz", b"{", "auto", "csv"),
+        ("a/b", b'\xef\xbb\xbf  {"a":1}', "auto", "jsonl"),
+        ("a/b.gz", b"\x93\xa3tag", "auto", "msgpack"),
+        ("a/b.dat", b"\xde\x00\x01", "auto", "msgpack"),
+        ("a/b", b"ts,action\n1,2\n", "auto", "csv"),
+        ("a/b", b"just text\n", "auto", "jsonl"),
+        ("a/b", b"\x00\x01\xff\xfe binary", "auto", "msgpack"),
+        ("a/b.json", b"", "csv", "csv"),
+        ("a/b.csv", b"", "msgpack", "msgpack"),
+    ],
+)
+def test_detect_format(key: str, head: bytes, configured: str, expected: str) -> None:
+    assert detect_format(key, head, configured) == expected
+
+
+def test_configured_format_overrides_the_name() -> None:
+    table_def = make_table(BASIC_COLUMNS, format="msgpack")
+    table, _ = read_all(pack(event_record(1)), table_def, key="x.json")
+    assert table.num_rows == 1
+
+
+# --- streaming ---------------------------------------------------------------------------------
+
+
+def test_pyarrow_filesystem_streams(tmp_path: Path) -> None:
+    path = tmp_path / "obj.jsonl.gz"
+    path.write_bytes(gzip.compress(jsonl(*(event_record(i) for i in range(100)))))
+    with pafs.LocalFileSystem().open_input_stream(str(path)) as stream:
+        batches = list(read_staging_object(stream, "obj.jsonl.gz", BASIC, batch_rows=30))
+    assert [batch.records_in for batch in batches] == [30, 30, 30, 10]
+    with open(path, "rb") as stream:
+        assert sum(b.table.num_rows for b in read_staging_object(stream, "obj.jsonl.gz", BASIC)) == 100
+
+
+def test_big_gzip_object_streams_in_bounded_batches(tmp_path: Path) -> None:
+    path = tmp_path / "big.jsonl.gz"
+    records = 0
+    with gzip.open(path, "wb", compresslevel=1) as out:
+        for chunk in range(30):
+            lines = [
+                f'{{"ts":"2024-05-01T12:{i % 60:02d}:{(i * 7) % 60:02d}.{i % 999_983:06d}Z",'
+                f'"user":"user-{i * 7919}","n":{i},"action":"{("login", "logout", "view")[i % 3]}",'
+                f'"path":"/api/items/{i * 31 % 100_003}",'
+                f'"agent":"Mozilla/5.0 (X11; Linux x86_64) build {i * 13}"}}\n'
+                for i in range(chunk * 10_000, (chunk + 1) * 10_000)
+            ]
+            out.write("".join(lines).encode())
+            records += len(lines)
+    assert path.stat().st_size > 5_000_000
+    stream = OneWayStream(path.read_bytes())
+    total = 0
+    expected_n = 0
+    peak = 0
+    first_batch_position = None
+    for batch in read_staging_object(stream, "big.jsonl.gz", BASIC, batch_rows=20_000):
+        assert batch.bad == []
+        assert 0 < batch.records_in <= 20_000
+        ns = batch.table.column("n").to_pylist()
+        assert ns == list(range(expected_n, expected_n + len(ns)))
+        expected_n += len(ns)
+        total += batch.records_in
+        peak = max(peak, pa.total_allocated_bytes())
+        if first_batch_position is None:
+            first_batch_position = stream.position
+    assert total == records == 300_000
+    # decompressed this is ~50 MB; never more than a few blocks of it are held
+    assert first_batch_position is not None and first_batch_position < stream.position / 4
+    assert peak < 100 * 2**20
+
+
+def test_zlib_bomb_is_inflated_in_bounded_chunks() -> None:
+    data = gzip.compress(b" " * (48 << 20), compresslevel=9)  # 48 MiB of spaces in ~50 KB
+    source = framing.ObjectBytes(io.BytesIO(data))
+    assert max(len(chunk) for chunk in source.chunks()) <= framing.MAX_INFLATE_CHUNK
+
+
+@pytest.mark.parametrize(
+    ("key", "data"),
+    [
+        ("x.jsonl", b"\xef\xbb\xbf" + jsonl(*(event_record(i) for i in range(50)))),
+        ("x.jsonl.gz", gzip.compress(jsonl(*(event_record(i) for i in range(50))))),
+        ("x.msgpack", pack(*(event_record(i) for i in range(50)))),
+        (
+            "x.csv",
+            ("ts,user,n,action\n" + "".join(f"2024-05-01T12:34:56Z,u,{i},a\n" for i in range(50))).encode(),
+        ),
+    ],
+)
+def test_tiny_reads(key: str, data: bytes) -> None:
+    batches = list(read_staging_object(TrickleStream(data), key, BASIC, batch_rows=16))
+    assert [batch.records_in for batch in batches] == [16, 16, 16, 2]
+    assert pa.concat_tables(batch.table for batch in batches).column("n").to_pylist() == list(range(50))
