@@ -75,6 +75,7 @@ soak: prereqs $(VENV)/.installed-dev
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check siltlake tests bench
+	$(BIN)/lint-imports
 
 clean:
 	rm -rf $(VENV) build .siltlake .pytest_cache .hypothesis

@@ -152,12 +152,13 @@ def _describe(exc: BaseException, catalog: str | None) -> Failure:
         return _os_failure(type(exc).__name__, exc.errno, exc.filename, str(exc))
     if _is_spark(exc):
         return _spark_failure(exc)
-    if "sqlalchemy" in sys.modules:
-        from sqlalchemy.exc import InterfaceError, OperationalError
+    if "sqlalchemy" in sys.modules:  # else no catalog was opened: the exception cannot be the catalog's
+        from siltlake.catalog.core import catalog_unavailable
 
-        if isinstance(exc, OperationalError | InterfaceError):
+        if catalog_unavailable(exc):
             where = f" ({catalog})" if catalog else ""
-            return Failure(f"the catalog failed{where}: {_first_line(str(exc.orig or exc))}; check that its "
+            cause = getattr(exc, "orig", None) or exc
+            return Failure(f"the catalog failed{where}: {_first_line(str(cause))}; check that its "
                            "server is up and catalog.url is right, then rerun", USER_ERROR)
     detail = _first_line(str(exc))
     return Failure(f"unexpected {type(exc).__name__}{': ' + detail if detail else ''}; this is a bug: rerun with "

@@ -16,7 +16,8 @@ import pyarrow.parquet as pq
 
 from siltlake.clock import to_naive_utc
 from siltlake.records.coerce import partition_dates
-from siltlake.storage import Storage, TableLayout
+from siltlake.storage.filesystem import Storage
+from siltlake.storage.keys import TableLayout
 from siltlake.tabledef import TableDef
 
 # Bounds the rows the k-way merge gathers before writing a row group of the final object.
