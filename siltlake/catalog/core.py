@@ -217,14 +217,17 @@ class CatalogCore:
 
     # --- helpers the concerns share --------------------------------------------------------------
 
-    def insert_once(self, c: Connection, table: sa.Table, key: str | tuple[str, ...], values: dict) -> int:
-        """Insert unless a row with the same unique key (one column or several) exists; 1 if inserted."""
+    def insert_once(self, c: Connection, table: sa.Table, key: str | tuple[str, ...], values: dict | list[dict]) -> int:
+        """Insert a row (or rows, in one statement) unless a row with the same unique key (one column or
+        several) exists; how many were inserted."""
+        if not values:
+            return 0
         if self.dialect == "postgresql":
             from sqlalchemy.dialects.postgresql import insert
         else:
             from sqlalchemy.dialects.sqlite import insert
         columns = [key] if isinstance(key, str) else list(key)
-        statement = insert(table).values(**values).on_conflict_do_nothing(index_elements=columns)
+        statement = insert(table).values(values).on_conflict_do_nothing(index_elements=columns)
         return len(c.execute(statement.returning(table.c[columns[0]])).all())
 
     def ordering_lock(self, c: Connection) -> None:

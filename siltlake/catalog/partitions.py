@@ -4,8 +4,10 @@ partition, and reading them back."""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -121,20 +123,112 @@ def _partition(row) -> PartitionRow:  # noqa: ANN001
     )
 
 
+@dataclass
+class _Batch:
+    """What a batched commit read up front (StreamCommit.prepare) and the writes it holds until flush()."""
+
+    mark: int
+    staging_ids: set[int]
+    pending: set[int]
+    keys: set[tuple[int, dt.date]]
+    partitions: dict[tuple[int, dt.date], PartitionRow]
+    waiting: set[int]  # partitions with a waiting merge job
+    updated: dict[int, int]  # partition id -> the first update version after mark
+    ids: deque[int]
+    small_objects: list[dict] = field(default_factory=list)
+    processed: list[dict] = field(default_factory=list)
+
+
 class StreamCommit:
-    """Operations inside one small-object commit (see Partitions.stream_commit)."""
+    """Operations inside one small-object commit (see Partitions.stream_commit).
+
+    Each call reads or writes at once, unless prepare() started a batch: then the reads the per-object
+    calls make come from a few set-based queries made up front, and their writes wait for flush(), which
+    makes them in two statements. Whatever one object does, the catalog statements of a chunk of objects
+    stay a handful (issue 17: a per-object round trip was most of the stream's commit time)."""
 
     def __init__(self, core: CatalogCore, connection: Connection) -> None:
         self._core = core
         self._c = connection
+        self._batch: _Batch | None = None
+
+    @contextmanager
+    def batch(self, staging_object_ids: Collection[int], keys: Collection[tuple[int, dt.date]], id_count: int,
+              mark: int) -> Iterator[None]:
+        """A batched part of the commit for these staging objects, the (table id, date) partitions they add
+        to and the small-object ids they need (`mark`: the version mark updated_since is asked about).
+
+        The per-object calls inside read from a few queries made up front and hold their writes, made at
+        the end in two statements. An exception undoes the whole part (one savepoint) and propagates."""
+        with self._c.begin_nested():
+            self._prepare(staging_object_ids, keys, id_count, mark)
+            try:
+                yield
+                self.flush()
+            finally:
+                self._batch = None
+
+    def _prepare(self, staging_object_ids: Collection[int], keys: Collection[tuple[int, dt.date]], id_count: int,
+                 mark: int) -> None:
+        so, p, j, v = s.staging_objects, s.partitions, s.merge_jobs, s.partition_versions
+        ids = sorted(staging_object_ids)
+        pending = set(self._c.execute(
+            sa.select(so.c.id).where(so.c.id.in_(ids), so.c.processed_time.is_(None))).scalars()) if ids else set()
+        keys = set(keys)
+        partitions: dict[tuple[int, dt.date], PartitionRow] = {}
+        if keys:
+            rows = self._c.execute(sa.select(p).where(
+                p.c.table_id.in_(sorted({table_id for table_id, _ in keys})),
+                p.c.partition_date.in_(sorted({date for _, date in keys}))))
+            partitions = {key: row for row in map(_partition, rows)
+                          if (key := (row.table_id, row.partition_date)) in keys}
+        partition_ids = sorted(row.id for row in partitions.values())
+        waiting, updated = set(), {}
+        if partition_ids:
+            waiting = set(self._c.execute(sa.select(j.c.partition_id).where(
+                j.c.partition_id.in_(partition_ids), j.c.ongoing_mark == 0)).scalars())
+            updated = dict(self._c.execute(
+                sa.select(v.c.partition_id, sa.func.min(v.c.version))
+                .where(v.c.partition_id.in_(partition_ids), v.c.id > mark, v.c.commit_op == "update")
+                .group_by(v.c.partition_id)).all())
+        self._batch = _Batch(mark=mark, staging_ids=set(ids), pending=pending, keys=keys, partitions=partitions,
+                             waiting=waiting, updated=updated, ids=deque(self.allocate_ids(id_count)))
+
+    def flush(self) -> None:
+        """Make the writes a batch holds (two statements) and end it."""
+        batch, self._batch = self._batch, None
+        if batch is None or not (batch.small_objects or batch.processed):
+            return
+        so = s.staging_objects
+        if batch.small_objects:
+            try:
+                with self._c.begin_nested():
+                    self._c.execute(s.small_objects.insert().values(batch.small_objects))
+            except IntegrityError:
+                raise CatalogError("a staging object of this commit already has a small object in a partition "
+                                   "it adds to") from None
+        if batch.processed:
+            def by_id(column: str, target: str) -> sa.Cast:
+                mapping = {row["id"]: row[column] for row in batch.processed}
+                return sa.cast(sa.case(mapping, value=so.c.id), so.c[target].type)
+
+            self._c.execute(so.update().where(so.c.id.in_([row["id"] for row in batch.processed])).values(
+                processed_time=by_id("now", "processed_time"), records_in=by_id("records_in", "records_in"),
+                bad_records=by_id("bad_records", "bad_records"), error_uri=by_id("error_uri", "error_uri")))
 
     def is_processed(self, staging_object_id: int) -> bool:
+        batch = self._batch
+        if batch is not None and staging_object_id in batch.staging_ids:
+            return staging_object_id not in batch.pending
         row = self._c.execute(
             sa.select(s.staging_objects.c.processed_time).where(s.staging_objects.c.id == staging_object_id)
         ).one_or_none()
         return row is None or row.processed_time is not None
 
     def partition(self, table_id: int, partition_date: dt.date) -> PartitionRow | None:
+        batch = self._batch
+        if batch is not None and (table_id, partition_date) in batch.keys:
+            return batch.partitions.get((table_id, partition_date))
         row = self._c.execute(sa.select(s.partitions).where(
             s.partitions.c.table_id == table_id, s.partitions.c.partition_date == partition_date,
         )).first()
@@ -148,20 +242,33 @@ class StreamCommit:
         schedules the first merge merge_interval later; one arriving while no job waits (the last
         one finished, or is running) schedules the next merge the same way.
         """
+        batch = self._batch
         found = self.partition(table_id, partition_date)
         if found is None:
             self._c.execute(s.partitions.insert().values(
                 table_id=table_id, partition_date=partition_date, create_time=now))
+            self._batch = None  # read it back from the database
             found = self.partition(table_id, partition_date)
+            self._batch = batch
             assert found is not None
+            if batch is not None:
+                batch.keys.add((table_id, partition_date))
+                batch.partitions[(table_id, partition_date)] = found
+        if batch is not None and found.id in batch.waiting:
+            return found
         # advance=False: a job waiting out a failure's backoff keeps its later time.
         self._core.schedule_waiting(self._c, found.id, now + dt.timedelta(seconds=merge_interval),
                                     advance=False)
+        if batch is not None:
+            batch.waiting.add(found.id)
         return found
 
     def updated_since(self, partition_id: int, mark: int) -> int | None:
         """The version number of an update published to the partition after `mark` (Versions.mark):
         an append that started before it must not commit (seed 004: update vs append, the later fails)."""
+        batch = self._batch
+        if batch is not None and mark == batch.mark and any(p.id == partition_id for p in batch.partitions.values()):
+            return batch.updated.get(partition_id)
         v = s.partition_versions
         return self._c.execute(sa.select(sa.func.min(v.c.version)).where(
             v.c.partition_id == partition_id, v.c.id > mark, v.c.commit_op == "update")).scalar_one()
@@ -169,6 +276,9 @@ class StreamCommit:
     def allocate_ids(self, count: int) -> list[int]:
         if count <= 0:
             return []
+        batch = self._batch
+        if batch is not None and len(batch.ids) >= count:
+            return [batch.ids.popleft() for _ in range(count)]
         if self._core.dialect == "postgresql":
             return list(self._c.execute(sa.select(sa.func.nextval("small_object_id_seq")).select_from(
                 sa.func.generate_series(1, count))).scalars())
@@ -181,6 +291,12 @@ class StreamCommit:
     def add_small_object(self, *, object_id: int, staging_object_id: int, partition_id: int, delayed: bool,
                          content_length: int, row_count: int, min_event_time: dt.datetime,
                          max_event_time: dt.datetime, upload_start_time: dt.datetime) -> None:
+        if self._batch is not None:
+            self._batch.small_objects.append(dict(
+                id=object_id, staging_object_id=staging_object_id, partition_id=partition_id, delayed=delayed,
+                content_length=content_length, row_count=row_count, min_event_time=min_event_time,
+                max_event_time=max_event_time, upload_start_time=upload_start_time))
+            return
         try:
             with self._c.begin_nested():
                 self._c.execute(s.small_objects.insert().values(
@@ -196,6 +312,12 @@ class StreamCommit:
 
     def mark_processed(self, staging_object_id: int, *, records_in: int, bad_records: int,
                        error_uri: str | None, now: dt.datetime) -> None:
+        batch = self._batch
+        if batch is not None and staging_object_id in batch.staging_ids:
+            batch.processed.append(dict(id=staging_object_id, records_in=records_in, bad_records=bad_records,
+                                        error_uri=error_uri, now=now))
+            batch.pending.discard(staging_object_id)
+            return
         self._c.execute(s.staging_objects.update().where(s.staging_objects.c.id == staging_object_id).values(
             processed_time=now, records_in=records_in, bad_records=bad_records, error_uri=error_uri,
         ))
@@ -213,9 +335,24 @@ class StreamCommit:
 
     @contextmanager
     def savepoint(self) -> Iterator[None]:
-        """A part of the commit that can fail alone: an exception undoes its writes and propagates."""
-        with self._c.begin_nested():
+        """A part of the commit that can fail alone: an exception undoes its writes and propagates.
+
+        In a batch it drops the writes the batch holds from this part (partitions and merge jobs it created
+        stay: they are valid without objects); no statement is made."""
+        batch = self._batch
+        if batch is None:
+            with self._c.begin_nested():
+                yield
+            return
+        held = len(batch.small_objects), len(batch.processed)
+        try:
             yield
+        except BaseException:
+            del batch.small_objects[held[0]:]
+            for row in batch.processed[held[1]:]:
+                batch.pending.add(row["id"])
+            del batch.processed[held[1]:]
+            raise
 
     def record_failure(self, staging_object_id: int, reason: str, *, max_failures: int,
                        now: dt.datetime) -> tuple[int, str | None]:
@@ -242,6 +379,8 @@ class StreamCommit:
         ))
         self._c.execute(s.staging_objects.update().where(s.staging_objects.c.id == staging_object_id)
                         .values(processed_time=now, records_in=0, bad_records=0))
+        if self._batch is not None:
+            self._batch.pending.discard(staging_object_id)
 
     def close(self, partition: PartitionRow) -> PartitionRow:
         if partition.closed:

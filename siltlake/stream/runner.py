@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import threading
 import time
 import uuid
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 from siltlake.catalog import PendingStagingObject, StreamCommit, TableRecord
@@ -81,15 +83,20 @@ def _update_conflict(tx: StreamCommit, table: TableRecord, parts: list[dict], ma
 
 
 def commit_parts(tx: StreamCommit, lake: Storage, table: TableRecord, layout: TableLayout, staging_object_id: int,
-                 parts: list[dict], upload_start_time: str, now: dt.datetime) -> list[bool]:
+                 parts: list[dict], upload_start_time: str, now: dt.datetime,
+                 moves: list[tuple[str, str]] | None = None) -> list[bool]:
     """Give each written object (a task report's part) an id, move it to its id key, insert its row.
 
-    Runs inside the ordered commit; returns whether each object went to delayed/. Shared with load."""
+    Runs inside the ordered commit; returns whether each object went to delayed/. Shared with load.
+    `moves` collects (temporary key, id key) of each move, for undoing them."""
     delayed = []
     for part, object_id in zip(parts, tx.allocate_ids(len(parts)), strict=True):
         date = dt.date.fromisoformat(part["date"])
         partition = tx.partition_for(table.id, date, table.definition.merge_interval, now)
-        lake.move(part["tmp_key"], layout.small_object(date, object_id, partition.closed))
+        key = layout.small_object(date, object_id, partition.closed)
+        lake.move(part["tmp_key"], key)
+        if moves is not None:
+            moves.append((part["tmp_key"], key))
         tx.add_small_object(
             object_id=object_id, staging_object_id=staging_object_id, partition_id=partition.id,
             delayed=partition.closed, content_length=part["bytes"], row_count=part["rows"],
@@ -116,7 +123,7 @@ def _failed(tx: StreamCommit, pending: PendingStagingObject, reason: str, counts
 
 
 def _commit_one(deployment: Deployment, tx: StreamCommit, pending: PendingStagingObject, result: dict,
-                mark: int, now: dt.datetime, report: StreamReport) -> bool:
+                mark: int, now: dt.datetime, report: StreamReport, moves: list[tuple[str, str]] | None = None) -> bool:
     """Commit one object's task result; False when another process committed it first."""
     if tx.is_processed(pending.id):
         return False
@@ -132,7 +139,7 @@ def _commit_one(deployment: Deployment, tx: StreamCommit, pending: PendingStagin
         report.failed.append((pending.uri, conflict))  # not the object's failure: it is not counted
         return True
     delayed = commit_parts(tx, deployment.lake, table, table.layout(deployment.instance_key), pending.id, parts,
-                           result["upload_start_time"], now)
+                           result["upload_start_time"], now, moves)
     tx.mark_processed(pending.id, records_in=result["records_in"],
                       bad_records=result["bad_records"], error_uri=result["error_key"], now=now)
     # The report changes last: a raise above leaves it as it was.
@@ -151,33 +158,66 @@ def _commit_one(deployment: Deployment, tx: StreamCommit, pending: PendingStagin
     return True
 
 
+def _commit_chunk(deployment: Deployment, tx: StreamCommit, chunk: list[dict],
+                  tables: dict[int, PendingStagingObject], report: StreamReport, mark: int, now: dt.datetime,
+                  moves: list[tuple[str, str]] | None) -> list[dict]:
+    """Commit a chunk's results object by object, each in its own savepoint; returns the duplicates.
+
+    One that raises is counted as that object's failure and the others commit; an unusable catalog or
+    storage fails the whole chunk, counted against no object."""
+    max_failures = deployment.config.stream.max_failures
+    duplicates: list[dict] = []
+    for result in chunk:
+        pending = tables[result["staging_object_id"]]
+        if result["status"] == "failed":
+            _failed(tx, pending, result["reason"], result.get("counts", True), max_failures, now, report)
+            continue
+        try:
+            with tx.savepoint():
+                committed = _commit_one(deployment, tx, pending, result, mark, now, report, moves)
+        except Exception as exc:
+            if catalog_unavailable(exc) or storage_failure(exc):
+                raise
+            _failed(tx, pending, f"{type(exc).__name__}: {exc}", True, max_failures, now, report)
+            continue
+        if not committed:
+            duplicates.append(result)
+    return duplicates
+
+
+def _batch(tx: StreamCommit, chunk: list[dict], tables: dict[int, PendingStagingObject],
+           mark: int) -> AbstractContextManager[None]:
+    """The chunk's catalog work as one batch: what its objects read is fetched up front, what they write held."""
+    committing = [result for result in chunk if result["status"] != "failed"]
+    parts = [(tables[result["staging_object_id"]].table.id, part["date"])
+             for result in committing for part in result.get("parts", [])]
+    return tx.batch([result["staging_object_id"] for result in committing],
+                    {(table_id, dt.date.fromisoformat(date)) for table_id, date in parts}, len(parts), mark)
+
+
 def _commit(deployment: Deployment, results: list[dict], tables: dict[int, PendingStagingObject],
             report: StreamReport, mark: int) -> None:
     """Commit task results: under the ordering lock, move each object to its id key, insert its row.
 
-    Each object commits in its own savepoint: one that raises is counted as that object's failure and the
-    others commit; an unusable catalog or storage fails the whole chunk, counted against no object."""
-    max_failures = deployment.config.stream.max_failures
+    A chunk commits as one batch (a few statements whatever its size). Should the batch's writes fail
+    for a reason that is not an outage, its moves are undone and the chunk commits again object by object,
+    so that the failure is counted against the object that causes it."""
     for start in range(0, len(results), COMMIT_CHUNK):
         chunk = results[start:start + COMMIT_CHUNK]
-        duplicates: list[dict] = []
         with deployment.catalog.partitions.stream_commit() as tx:
             now = utcnow()
-            for result in chunk:
-                pending = tables[result["staging_object_id"]]
-                if result["status"] == "failed":
-                    _failed(tx, pending, result["reason"], result.get("counts", True), max_failures, now, report)
-                    continue
-                try:
-                    with tx.savepoint():
-                        committed = _commit_one(deployment, tx, pending, result, mark, now, report)
-                except Exception as exc:
-                    if catalog_unavailable(exc) or storage_failure(exc):
-                        raise
-                    _failed(tx, pending, f"{type(exc).__name__}: {exc}", True, max_failures, now, report)
-                    continue
-                if not committed:
-                    duplicates.append(result)
+            before = copy.deepcopy(report)
+            moves: list[tuple[str, str]] = []
+            try:
+                with _batch(tx, chunk, tables, mark):
+                    duplicates = _commit_chunk(deployment, tx, chunk, tables, report, mark, now, moves)
+            except Exception as exc:
+                if catalog_unavailable(exc) or storage_failure(exc):
+                    raise
+                for tmp_key, key in reversed(moves):
+                    deployment.lake.move(key, tmp_key)
+                vars(report).update(vars(before))
+                duplicates = _commit_chunk(deployment, tx, chunk, tables, report, mark, now, None)
         # Another stream process committed these first: our copies are not referenced by anything.
         for result in duplicates:
             report.skipped_duplicates += 1
