@@ -59,6 +59,9 @@ class StreamConfig(_Section):
     max_objects_per_run: AtLeastOne = 100_000
     objects_per_wave: AtLeastOne = 512
     tasks_per_core: AtLeastOne = 4
+    task_bytes: AtLeastOne = Field(default=16 * 1024 * 1024, description="staging bytes a Spark task is given "
+                                   "at least, when a wave holds more objects than cores: small objects share "
+                                   "tasks, so that a task's fixed cost does not dominate")
     batch_rows: AtLeastOne = 65536
     spill_bytes: AtLeastOne = 128 * 1024 * 1024
     max_failures: AtLeastOne = Field(default=3, description="failed processing attempts of one staging object "

@@ -107,12 +107,23 @@ def balanced_groups(items: list[Any], weights: list[int], groups: int) -> list[l
     return [bucket for bucket in buckets if bucket]
 
 
+def task_count(weights: list[int], cores: int, tasks_per_core: int, task_weight: int | None = None) -> int:
+    """How many tasks a stage packs its items into: tasks_per_core per core to balance uneven items, but
+    only as many rounds per core as there is work for (`task_weight` at least per task), and never fewer
+    tasks than cores while there are items for them."""
+    rounds = tasks_per_core
+    if task_weight:
+        rounds = max(1, min(tasks_per_core, -(-sum(weights) // (cores * task_weight))))
+    return cores * rounds
+
+
 def run_tasks(spark: SparkSession, function: Callable[[Any], Any], items: list[Any],
               weights: list[int] | None = None, tasks_per_core: int = 4,
-              on_progress: Callable[[int], None] | None = None, tasks: int | None = None) -> list[Any]:
+              on_progress: Callable[[int], None] | None = None, tasks: int | None = None,
+              task_weight: int | None = None) -> list[Any]:
     """Run function over items as one Spark stage and return the results in item order.
 
-    Items are packed into a few size-balanced tasks per core: a Spark task costs tens of
+    Items are packed into a few size-balanced tasks per core (task_count): a Spark task costs tens of
     milliseconds however little it does, which would dominate many small staging objects.
     `tasks` overrides the count (merge runs one task per job plan).
     """
@@ -120,7 +131,9 @@ def run_tasks(spark: SparkSession, function: Callable[[Any], Any], items: list[A
         return []
     context = spark.sparkContext
     indexed = list(enumerate(items))
-    groups = balanced_groups(indexed, weights or [1] * len(items), tasks or context.defaultParallelism * tasks_per_core)
+    weights = weights or [1] * len(items)
+    groups = balanced_groups(indexed, weights, tasks or task_count(weights, context.defaultParallelism,
+                                                                   tasks_per_core, task_weight))
     rdd: RDD = context.parallelize(groups, len(groups)).flatMap(
         lambda group: [(index, function(item)) for index, item in group]
     )

@@ -98,3 +98,42 @@ def test_an_object_failing_in_a_batch_counts_against_it_alone(deployment: Deploy
         "ArithmeticError: object 7's commit step (failed 1 of stream.max_failures=3 times; then it moves to "
         "unknown objects)"]
     assert [pending.id for pending in deployment.catalog.staging.pending(100)] == [7]
+
+
+def test_waves_commit_in_order_while_the_next_one_runs(deployment: Deployment, access_table) -> None:
+    deployment.config.stream.objects_per_wave = 16  # 70 objects: five waves, four of them overlapping a commit
+    stage_objects(deployment, 70)
+    report = stream_once(deployment)
+    assert (report.processed, report.records_loaded, report.failed) == (70, 210, [])
+    rows = deployment.catalog.partitions.small_objects(access_table.id)
+    with deployment.catalog.engine.connect() as c:
+        staging_of = dict(c.execute(sa.text("SELECT id, staging_object_id FROM small_objects")).all())
+    # Ids follow commit order, and commits follow wave (staging id) order.
+    assert [staging_of[row.id] for row in rows] == sorted(staging_of.values())
+
+
+def test_a_failing_wave_commit_ends_the_round_and_the_next_round_loses_nothing(
+        deployment: Deployment, access_table, monkeypatch: pytest.MonkeyPatch) -> None:
+    from siltlake.errors import CatalogUnreachable
+
+    deployment.config.stream.objects_per_wave = 16
+    stage_objects(deployment, 70)
+    real_commit = runner._commit
+    calls = {"n": 0}
+
+    def second_commit_fails(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise CatalogUnreachable("the catalog server restarts")
+        return real_commit(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "_commit", second_commit_fails)
+    with pytest.raises(CatalogUnreachable):
+        stream_once(deployment)
+    assert len(deployment.catalog.staging.pending(100)) == 70 - 16
+    assert not any("/_tmp/" in info.key for info in deployment.lake.list())  # the third wave's output too
+    monkeypatch.setattr(runner, "_commit", real_commit)
+    report = stream_once(deployment)
+    assert (report.processed, report.records_loaded) == (54, 162)
+    rows = deployment.catalog.partitions.small_objects(access_table.id)
+    assert len(rows) == 70 and sum(row.row_count for row in rows) == 210

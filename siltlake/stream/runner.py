@@ -8,6 +8,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
@@ -247,22 +248,40 @@ def stream_once(deployment: Deployment, progress: Progress | None = None,
     spark = deployment.spark()
     report.spark_start_seconds = time.monotonic() - spark_started
     run_id = f"stream-{utcnow():%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+    waves = [pending[start:start + settings.objects_per_wave]
+             for start in range(0, len(pending), settings.objects_per_wave)]
+
+    # Wave N commits (the driver's and the catalog's work) while wave N+1 runs on the executors; commits
+    # stay in wave order, each waiting for the one before. Stages run in this thread: Ctrl-C cancels them.
+    committer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="siltlake-commit")
+    committing: Future | None = None
     try:
-        for start in range(0, len(pending), settings.objects_per_wave):
+        mark = deployment.catalog.versions.mark()  # updates published after it fail the wave's appends
+        for index, wave in enumerate(waves):
             if stop is not None and stop.is_set():
                 break
-            wave = pending[start:start + settings.objects_per_wave]
-            mark = deployment.catalog.versions.mark()  # updates published after it fail this wave's appends
             tasks = [_task(deployment, item, run_id) for item in wave]
             results = run_tasks(spark, process_staging_object, tasks, weights=[item.size for item in wave],
-                                tasks_per_core=settings.tasks_per_core, on_progress=progress.advance)
-            _commit(deployment, results, {item.id: item for item in wave}, report, mark)
-    except Exception as exc:
-        if report.processed:  # earlier waves are committed: the user is told, in the command's error line
+                                tasks_per_core=settings.tasks_per_core, task_weight=settings.task_bytes,
+                                on_progress=progress.advance)
+            if committing is not None:
+                committing.result()  # the previous wave's commit, and its failure
+            # The next wave's mark, taken before its stage starts and while no commit of ours holds the catalog.
+            next_mark = deployment.catalog.versions.mark() if index + 1 < len(waves) else mark
+            committing = committer.submit(_commit, deployment, results, {item.id: item for item in wave}, report,
+                                          mark)
+            mark = next_mark
+        if committing is not None:
+            committing.result()
+    except BaseException as exc:
+        if committing is not None:
+            wait([committing])  # a commit under way ends as it would have (it is one transaction)
+        if isinstance(exc, Exception) and report.processed:  # the user is told, in the command's error line
             exc.add_note(f"this run had committed {report.processed} staging objects "
                          f"({report.records_loaded:,} records) before it failed")
         raise
     finally:
+        committer.shutdown(wait=True)
         deployment.lake.delete_prefix(temporary_run(deployment.instance_key, run_id))
     report.seconds = time.monotonic() - started
     return report
