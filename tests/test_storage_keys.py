@@ -30,8 +30,11 @@ def test_table_keys_are_the_layout_existing_lakes_hold() -> None:
     assert LAYOUT.live_prefix() == "k1/web.access/live"
     assert LAYOUT.live_partition(DAY) == "k1/web.access/live/dt=2026-11-20"
     assert LAYOUT.errors(5) == "k1/web.access/errors/staging-0000000000000000005.jsonl"
-    assert LAYOUT.temporary("run-1", "0000000000000000005/errors.jsonl") == \
-        "k1/_tmp/run-1/0000000000000000005/errors.jsonl"
+    assert LAYOUT.task_temporary("run-1", 5, keys.TASK_ERRORS) == "k1/_tmp/run-1/0000000000000000005/errors.jsonl"
+    assert LAYOUT.task_temporary("run-1", 5, keys.TASK_INPUT) == "k1/_tmp/run-1/0000000000000000005/in.parquet"
+    assert [keys.date_part(DAY), keys.spilled_run(DAY, 3), keys.merge_pass(DAY, 12)] == [
+        "2026-11-20.parquet", "2026-11-20.run-0003.parquet", "2026-11-20.merged-0012.parquet"]
+    assert keys.load_job_run("run-1", "access") == "run-1/access"
     assert LAYOUT.iceberg_location() == "k1/_iceberg/web.access"
 
 
@@ -96,7 +99,7 @@ def test_errors_temporaries_and_the_marker_parse_back() -> None:
     errors = keys.split_key("k1", LAYOUT.errors(5))
     assert (errors.owner, errors.area, errors.depth, errors.partition_date) == ("web.access", keys.ERRORS, 3, None)
 
-    temporary = keys.split_key("k1", LAYOUT.temporary("run-1", "0000000000000000005/x.parquet"))
+    temporary = keys.split_key("k1", LAYOUT.task_temporary("run-1", 5, "x.parquet"))
     assert temporary.is_temporary and temporary.temporary_run == keys.temporary_run("k1", "run-1")
     loose = keys.split_key("k1", "k1/_tmp/stray")  # directly under _tmp: temporary, but of no run
     assert loose.is_temporary and loose.temporary_run is None

@@ -29,10 +29,11 @@ from siltlake.load import fastcsv
 from siltlake.load.config import PARSER_TYPES, AddFilter, DropFilter, JobConfig, ParserColumn, RenameFilter
 from siltlake.records.coerce import RecordConverter, render_json
 from siltlake.records.csv_format import render_csv
+from siltlake.records.jsonl import decode_json_line
 from siltlake.records.msgpack_format import msgpack_entries, msgpack_items
 from siltlake.records.writer import ObjectWriter
 from siltlake.storage.filesystem import Storage
-from siltlake.storage.keys import TableLayout
+from siltlake.storage.keys import TASK_INPUT, TableLayout, load_job_run
 from siltlake.tabledef import Column, TableDef
 
 BAD_SAMPLES = 3
@@ -64,7 +65,7 @@ class LoadTask:
 
     @property
     def staging_run(self) -> str:
-        return f"{self.run_id}/{self.job}"
+        return load_job_run(self.run_id, self.job)
 
 
 def row_table(columns: list[Column], time_column: str, timezone: str, codec: str) -> TableDef:
@@ -222,18 +223,8 @@ def records(source: io.BufferedIOBase, job: JobConfig,
             body = line.strip()
             if not body:
                 continue
-            try:
-                value = json.loads(body)
-            except json.JSONDecodeError as exc:
-                yield number, None, body, f"not JSON: {exc.msg} at column {exc.colno}"
-                continue
-            except RecursionError:
-                yield number, None, body, "not JSON: nested too deeply"
-                continue
-            if isinstance(value, dict):
-                yield number, value, body, None
-            else:
-                yield number, None, body, f"a JSON {type(value).__name__}, not an object"
+            record, problem = decode_json_line(body)
+            yield number, record, body, problem
         return
     names = [column.name for column in parser.columns]
     numbered = _Numbered(lines)
@@ -365,7 +356,7 @@ def run_load_task(task: LoadTask) -> dict:
     layout = TableLayout(task.instance_key, "load", "rows")
     writer = (ObjectWriter(table, task.lake, layout, task.staging_run, task.index, task.spill_bytes)
               if task.time_column else None)
-    in_key = layout.temporary(task.staging_run, f"{task.index:019d}/in.parquet")
+    in_key = layout.task_temporary(task.staging_run, task.index, TASK_INPUT)
     in_writer = None
     errors = _Errors(task, job.error.type)
     records_in = bytes_in = 0

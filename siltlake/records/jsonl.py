@@ -50,6 +50,22 @@ class _Piece:
     lines: int
 
 
+def decode_json_line(line: str) -> tuple[dict | None, str | None]:
+    """One line of JSON lines: (the record, None), or (None, why it is a bad record). Stream and load both
+    decode lines here, with the decoder that keeps each number's text (coerce.JSON_DECODER)."""
+    try:
+        value = JSON_DECODER.decode(line)
+    except RecursionError:
+        return None, "invalid JSON: nested too deeply"
+    except ValueError as exc:
+        return None, f"invalid JSON: {exc}"
+    except Exception as exc:  # noqa: BLE001 - one line never fails its object
+        return None, f"invalid JSON: {unexpected_reason(exc)}"
+    if not isinstance(value, dict):
+        return None, f"not a JSON object but {describe(value)}"
+    return value, None
+
+
 def _slow_json_block(block: bytes, first_line: int, converter: RecordConverter) -> _Piece:
     """The exact per-record decoder for a block of whole lines (already known to be UTF-8)."""
     bad = []
@@ -61,19 +77,9 @@ def _slow_json_block(block: bytes, first_line: int, converter: RecordConverter) 
         lines += 1
         line_number = first_line + offset
         raw = line[:-1] if line.endswith("\r") else line
-        try:
-            value = JSON_DECODER.decode(line)
-        except RecursionError:
-            bad.append(BadRecord(line_number, "invalid JSON: nested too deeply", raw))
-            continue
-        except ValueError as exc:
-            bad.append(BadRecord(line_number, f"invalid JSON: {exc}", raw))
-            continue
-        except Exception as exc:  # noqa: BLE001 - one line never fails its object
-            bad.append(BadRecord(line_number, f"invalid JSON: {unexpected_reason(exc)}", raw))
-            continue
-        if not isinstance(value, dict):
-            bad.append(BadRecord(line_number, f"not a JSON object but {describe(value)}", raw))
+        value, problem = decode_json_line(line)
+        if value is None:
+            bad.append(BadRecord(line_number, problem, raw))
             continue
         objects += 1
         reason = converter.add(value)

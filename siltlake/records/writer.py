@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 
 from siltlake.clock import to_naive_utc
 from siltlake.records.coerce import partition_dates
+from siltlake.storage import keys
 from siltlake.storage.filesystem import Storage
 from siltlake.storage.keys import TableLayout
 from siltlake.tabledef import TableDef
@@ -57,7 +58,7 @@ class ObjectWriter:
         self.written: list[str] = []
 
     def _key(self, name: str) -> str:
-        return self.layout.temporary(self.run_id, f"{self.object_id:019d}/{name}")
+        return self.layout.task_temporary(self.run_id, self.object_id, name)
 
     def add(self, rows: pa.Table) -> None:
         if rows.num_rows == 0:
@@ -93,7 +94,7 @@ class ObjectWriter:
     def _spill(self, date: dt.date, buffer: _DateBuffer) -> None:
         if not buffer.tables:
             return
-        key = self._key(f"{date.isoformat()}.run-{len(buffer.runs):04d}.parquet")
+        key = self._key(keys.spilled_run(date, len(buffer.runs)))
         self._write(key, [self._sorted(buffer.tables)], row_group_rows=RUN_ROW_GROUP_ROWS)
         buffer.runs.append(key)
         buffer.tables = []
@@ -102,13 +103,13 @@ class ObjectWriter:
         parts = []
         for date in sorted(self.buffers):
             buffer = self.buffers[date]
-            key = self._key(f"{date.isoformat()}.parquet")
+            key = self._key(keys.date_part(date))
             if buffer.runs:
                 self._spill(date, buffer)
                 runs, passes = list(buffer.runs), 0
                 while len(runs) > MAX_MERGE_FAN_IN:
                     passes += 1
-                    merged = self._key(f"{date.isoformat()}.merged-{passes:04d}.parquet")
+                    merged = self._key(keys.merge_pass(date, passes))
                     self._write(merged, self._merge_runs(runs[:MAX_MERGE_FAN_IN]), RUN_ROW_GROUP_ROWS)
                     for run in runs[:MAX_MERGE_FAN_IN]:
                         self.lake.delete(run)

@@ -61,6 +61,30 @@ def temporary(instance_key: str, run_id: str, name: str) -> str:
     return f"{temporary_run(instance_key, run_id)}/{name}"
 
 
+def load_job_run(run_id: str, job: str) -> str:
+    """The run id of a load job's tasks, whose temporary objects lie under temporary_run(key, it)."""
+    return f"{run_id}/{job}"
+
+
+def date_part(date: dt.date) -> str:
+    """A task's output for one partition date (TableLayout.task_temporary names it)."""
+    return f"{date.isoformat()}.parquet"
+
+
+def spilled_run(date: dt.date, number: int) -> str:
+    """A sorted run a task spilled for one date."""
+    return f"{date.isoformat()}.run-{number:04d}.parquet"
+
+
+def merge_pass(date: dt.date, number: int) -> str:
+    """Sorted runs of one date merged into one, when there are too many to merge at once."""
+    return f"{date.isoformat()}.merged-{number:04d}.parquet"
+
+
+TASK_ERRORS = "errors.jsonl"  # a task's bad records, before they move to the table's error area
+TASK_INPUT = "in.parquet"  # a load sql stage's input rows
+
+
 def load_sql_run(run_id: str, job: str) -> str:
     """The run id of a load job's sql stage, whose temporary objects lie under temporary_run(key, it)."""
     return f"{run_id}/{job}/sql"
@@ -198,8 +222,9 @@ class TableLayout:
     def errors(self, staging_object_id: int) -> str:
         return f"{self.prefix}/{ERRORS}/staging-{staging_object_id:019d}.jsonl"
 
-    def temporary(self, run_id: str, name: str) -> str:
-        return temporary(self.instance_key, run_id, name)
+    def task_temporary(self, run_id: str, task_id: int, name: str) -> str:
+        """A task's temporary object: <instance>/_tmp/<run>/<task id>/<name> (date_part, spilled_run, ...)."""
+        return temporary(self.instance_key, run_id, f"{task_id:019d}/{name}")
 
     def iceberg_location(self) -> str:
         return iceberg_table_location(self.instance_key, self.physical_schema, self.physical_table)

@@ -19,7 +19,7 @@ import pyarrow.fs as pafs
 from siltlake.records import UnreadableObject, read_staging_object
 from siltlake.records.writer import ObjectWriter
 from siltlake.storage.filesystem import Storage
-from siltlake.storage.keys import TableLayout
+from siltlake.storage.keys import TASK_ERRORS, TableLayout
 from siltlake.tabledef import TableDef
 
 BAD_SAMPLES = 3
@@ -59,7 +59,7 @@ class _ErrorSink:
         self.keep = keep
         self.count = 0
         self.samples: list[str] = []
-        self._temporary = task.layout.temporary(task.run_id, f"{task.staging_object_id:019d}/errors.jsonl")
+        self._temporary = task.layout.task_temporary(task.run_id, task.staging_object_id, TASK_ERRORS)
         self._stream = None
 
     def add(self, bad: list) -> None:  # list of records.BadRecord
