@@ -242,3 +242,13 @@ def test_json_escapes_what_stdout_cannot_encode(capsys) -> None:
     write_json([{"uri": "x\udcff.jsonl"}])
     written = capsys.readouterr().out
     assert "\\udcff" in written and json.loads(written) == [{"uri": "x\udcff.jsonl"}]
+
+
+def test_a_rule_is_100_columns_where_lines_have_no_width() -> None:
+    """Piped output has no width (lines are as long as they are), so a rule would be 100,000 columns."""
+    from siltlake.cli.output import _Console
+
+    target = io.StringIO()
+    _Console(file=target).rule("step 1")
+    (line,) = target.getvalue().splitlines()
+    assert len(line) == 100 and " step 1 " in line

@@ -29,6 +29,7 @@ from rich.progress import (
     TimeElapsedColumn,
     TransferSpeedColumn,
 )
+from rich.rule import Rule
 from rich.spinner import Spinner
 from rich.table import Table
 from rich.text import Text
@@ -50,6 +51,13 @@ class _Console(Console):
     @size.setter
     def size(self, new_size: tuple[int, int]) -> None:
         Console.size.fset(self, new_size)
+
+    def rule(self, *args: Any, **kwargs: Any) -> None:
+        """A rule spans a terminal, or 100 columns where lines have no width (a rule has no length of its own)."""
+        if self.is_terminal:
+            super().rule(*args, **kwargs)
+            return
+        self.print(Rule(*args, **kwargs), width=100)
 
 
 console = _Console(stderr=True)  # messages, progress and errors
