@@ -24,6 +24,7 @@ Run from the repository root:  .venv/bin/python bench/small_objects_bench.py [--
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import time
@@ -224,6 +225,7 @@ def run_size(args, size: Size, spark, catalogs: tuple[str, ...], workdir: Path) 
     files = input_files(source_root)
     if len(files) != size.objects:
         raise SystemExit(f"expected {size.objects} input objects, found {len(files)}: delete {source_root.parent}")
+    os.sync()  # inputs written just now must not be flushed to disk while a peer is timed
     warm_page_cache(files)
     out = workdir / "out" / size.label.replace(" ", "-")
     peers = set(args.peers) if size.all_peers or args.all_peers else set(args.peers) & {"floor", "siltlake"}
