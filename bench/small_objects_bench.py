@@ -96,6 +96,8 @@ def sizes(cases: list[str], scale: float) -> list[Size]:
 def per_object(result: dict, objects: int) -> dict:
     """The figures a backlog is judged by: wall milliseconds per object."""
     if result.get("status") == "ok":
+        if (result.get("cpu_seconds") or 0) < 0:  # an idle Spark Python worker exited and took its CPU time
+            result["cpu_seconds"] = result["cpu_per_wall"] = None
         result["objects"] = objects
         result["ms_per_object"] = round(result["seconds"] * 1000 / objects, 3)
     return result
