@@ -101,14 +101,19 @@ def partition_dates(times: pa.ChunkedArray | pa.Array) -> pa.Array:
     return local.cast(pa.date32())
 
 
-def floor_one(path: Path, index: int, out: Path, schema: pa.Schema, use_threads: bool) -> int:
+def read_object(path: Path, schema: pa.Schema, use_threads: bool) -> pa.Table:
+    """One gzip JSON-lines object with the table's explicit schema, columns under the table's names."""
     with pa.input_stream(str(path), compression="gzip") as stream:
         table = pj.read_json(
             stream,
             read_options=pj.ReadOptions(use_threads=use_threads, block_size=4 << 20),
             parse_options=pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"),
         )
-    table = table.rename_columns([c.name for c in TABLE.columns])
+    return table.rename_columns([c.name for c in TABLE.columns])
+
+
+def floor_one(path: Path, index: int, out: Path, schema: pa.Schema, use_threads: bool) -> int:
+    table = read_object(path, schema, use_threads)
     dates = partition_dates(table[TABLE.time_column])
     distinct = pc.unique(dates).to_pylist()
     for day in distinct:
