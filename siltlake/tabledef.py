@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import tomllib
 from pathlib import Path
@@ -250,6 +251,10 @@ class TableDef(_Strict):
 
     def arrow_schema(self) -> pa.Schema:
         """Schema of the Parquet objects: the columns in order, the time column never null."""
+        return self._arrow_schema
+
+    @functools.cached_property
+    def _arrow_schema(self) -> pa.Schema:  # once per definition: a stream task asks for it for every object
         import pyarrow as pa
 
         fields = []
@@ -265,7 +270,7 @@ class TableDef(_Strict):
 
     @classmethod
     def from_json(cls, text: str) -> TableDef:
-        return cls.model_validate_json(text)
+        return _from_json(cls, text)
 
     @classmethod
     def from_mapping(cls, data: dict[str, Any], source: str = "table definition") -> TableDef:
@@ -336,3 +341,9 @@ def load_table_file(path: str | Path) -> TableDef:
     if not isinstance(data, dict):
         raise DefinitionError(f"{path}: expected a mapping at the top level")
     return TableDef.from_mapping(data, source=str(path))
+
+
+@functools.lru_cache(maxsize=64)
+def _from_json(cls: type[TableDef], text: str) -> TableDef:
+    """Definitions are frozen: a Spark worker decoding the same table's JSON for every task shares one."""
+    return cls.model_validate_json(text)

@@ -74,22 +74,25 @@ class ObjectWriter:
     def _sorted(self, tables: list[pa.Table]) -> pa.Table:
         return pa.concat_tables(tables).sort_by(self.table.time_column)
 
-    def _write(self, key: str, tables: Iterable[pa.Table], row_group_rows: int = MAX_ROW_GROUP_ROWS) -> None:
-        """Write tables in order, gathered into row groups of at most row_group_rows."""
+    def _write(self, key: str, tables: Iterable[pa.Table],
+               row_group_rows: int = MAX_ROW_GROUP_ROWS) -> tuple[pq.FileMetaData, int]:
+        """Write tables in order, gathered into row groups of at most row_group_rows; the file's footer and
+        size, so that describing it needs no second read."""
         self.written.append(key)
-        with self.lake.open_output(key) as sink, pq.ParquetWriter(
-            sink, self.schema, compression=self.table.codec, write_statistics=True
-        ) as writer:
-            pending: list[pa.Table] = []
-            pending_rows = 0
-            for table in tables:
-                pending.append(table)
-                pending_rows += table.num_rows
-                if pending_rows >= row_group_rows:
+        with self.lake.open_output(key) as sink:
+            with pq.ParquetWriter(sink, self.schema, compression=self.table.codec, write_statistics=True) as writer:
+                pending: list[pa.Table] = []
+                pending_rows = 0
+                for table in tables:
+                    pending.append(table)
+                    pending_rows += table.num_rows
+                    if pending_rows >= row_group_rows:
+                        writer.write_table(pa.concat_tables(pending), row_group_size=row_group_rows)
+                        pending, pending_rows = [], 0
+                if pending:
                     writer.write_table(pa.concat_tables(pending), row_group_size=row_group_rows)
-                    pending, pending_rows = [], 0
-            if pending:
-                writer.write_table(pa.concat_tables(pending), row_group_size=row_group_rows)
+            size = sink.tell()
+        return writer.writer.metadata, size
 
     def _spill(self, date: dt.date, buffer: _DateBuffer) -> None:
         if not buffer.tables:
@@ -114,12 +117,12 @@ class ObjectWriter:
                     for run in runs[:MAX_MERGE_FAN_IN]:
                         self.lake.delete(run)
                     runs = runs[MAX_MERGE_FAN_IN:] + [merged]
-                self._write(key, self._merge_runs(runs))
+                metadata, size = self._write(key, self._merge_runs(runs))
                 for run in runs:
                     self.lake.delete(run)
             else:
-                self._write(key, [self._sorted(buffer.tables)])
-            parts.append(self._describe(date, key))
+                metadata, size = self._write(key, [self._sorted(buffer.tables)])
+            parts.append(self._describe(date, key, metadata, size))
         return parts
 
     def _merge_runs(self, runs: list[str]):  # noqa: ANN202 - generator of tables
@@ -158,16 +161,13 @@ class ObjectWriter:
                     refill(index)
             yield self._sorted(taken)
 
-    def _describe(self, date: dt.date, key: str) -> dict:
-        with self.lake.open_input_file(key) as source:
-            metadata = pq.read_metadata(source)
+    def _describe(self, date: dt.date, key: str, metadata: pq.FileMetaData, size: int) -> dict:
         time_index = self.schema.get_field_index(self.table.time_column)
         lows, highs = [], []
         for group in range(metadata.num_row_groups):
             stats = metadata.row_group(group).column(time_index).statistics
             lows.append(stats.min)
             highs.append(stats.max)
-        size = self.lake.info(key).size
         return {
             "date": date.isoformat(),
             "tmp_key": key,
