@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -19,14 +20,17 @@ def backoff(interval: float, failures: int) -> float:
 
 def poll_forever(round_: Callable[[], R], stop: threading.Event, interval: float,
                  on_report: Callable[[R], None],
-                 on_error: Callable[[Exception, float], None] | None = None) -> None:
-    """Run round_ and report its result every interval until stop is set.
+                 on_error: Callable[[Exception, float], None] | None = None,
+                 wake: threading.Event | None = None) -> None:
+    """Run round_ and report its result every interval (start to start) until stop is set.
 
     A round that raises (catalog or storage unreachable, a lost executor) is reported and retried
     with backoff(); any other SiltError (not initialised, bad settings) needs the user and propagates.
+    Setting `wake` starts the next round at once (after a successful round; a backoff is waited out).
     """
     failures = 0
     while not stop.is_set():
+        started = time.monotonic()
         try:
             result = round_()
         except Exception as exc:  # transient: a dropped connection, a full disk, a lost executor
@@ -38,6 +42,21 @@ def poll_forever(round_: Callable[[], R], stop: threading.Event, interval: float
                 on_error(exc, wait)
         else:
             failures = 0
-            wait = interval
             on_report(result)
+            # Rounds start every interval (a long round's next starts at once): an object put just after a
+            # poll waits one interval for the next, not an interval plus the round.
+            wait = max(0.0, interval - (time.monotonic() - started))
+            if wake is not None:
+                _wait_for(wake, stop, wait)
+                continue
         stop.wait(wait)
+
+
+def _wait_for(wake: threading.Event, stop: threading.Event, seconds: float) -> None:
+    """Wait until wake or stop is set, or seconds pass (stop is looked at every second)."""
+    deadline = time.monotonic() + seconds
+    while not stop.is_set():
+        left = deadline - time.monotonic()
+        if left <= 0 or wake.wait(min(left, 1.0)):
+            break
+    wake.clear()

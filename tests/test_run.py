@@ -211,3 +211,34 @@ def test_silt_run_streams_merges_and_publishes_until_sigint(tmp_path: Path, requ
     assert history[0] == "append" and history[-2:] == ["compaction", "compaction"], history
     assert versions[PAST[1]].commit_op == "compaction" and versions[FUTURE].commit_op == "append"
     deployment.close()
+
+
+@pytest.mark.spark
+def test_a_stream_round_that_commits_wakes_publish(deployment: Deployment, access_table, tmp_path: Path) -> None:
+    """Under `silt run`, objects are visible to readers one stream round after their put, not a publish.interval
+    later: the round that commits them starts a publish run."""
+    from siltlake.run import SingleHost
+
+    deployment.config.stream.poll_interval = 1
+    deployment.config.publish.interval = 3600
+    deployment.config.reap.interval = 3600
+    host = SingleHost(deployment)
+    host.start()
+    try:
+        time.sleep(2)  # the first publish run is over: the next would come an hour later
+        put = time.monotonic()
+        stage(Path(deployment.config.storage.staging_root), FUTURE, 1, 5)
+
+        def visible() -> bool:
+            partitions = deployment.catalog.partitions.list(access_table.id)
+            versions = deployment.catalog.versions.of_partitions([p.id for p in partitions])
+            return any(v.live_watermark for v in versions)
+
+        deadline = put + 60
+        while not visible():
+            assert time.monotonic() < deadline, "the object was not published within 60 s"
+            time.sleep(0.2)
+        print(f"visible {time.monotonic() - put:.1f} s after the put")
+    finally:
+        host.stop()
+        assert host.join(60)

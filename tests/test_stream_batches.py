@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from siltlake.catalog import StreamCommit
+from siltlake.catalog import StreamCommit, schema
 from siltlake.deployment import Deployment
 from siltlake.stream import runner, stream_once
 
@@ -56,6 +56,19 @@ def test_a_round_costs_at_most_three_statements_per_object(deployment: Deploymen
     rows = deployment.catalog.partitions.small_objects(access_table.id)
     assert len(rows) == OBJECTS and sum(row.row_count for row in rows) == OBJECTS * 3
     assert [row.id for row in rows] == sorted(row.id for row in rows)
+    # The batch's processed marks are the values the object-by-object commit wrote, typed as it typed them.
+    staging = deployment.catalog.engine
+    with staging.connect() as c:
+        marks = c.execute(sa.select(schema.staging_objects.c.processed_time, schema.staging_objects.c.records_in,
+                                    schema.staging_objects.c.bad_records, schema.staging_objects.c.error_uri)).all()
+    assert len(marks) == OBJECTS
+    now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+    for processed_time, records_in, bad_records, error_uri in marks:
+        assert isinstance(processed_time, dt.datetime) and abs(now - processed_time) < dt.timedelta(minutes=5)
+        assert (records_in, bad_records, error_uri) == (3, 0, None)
+    with staging.connect() as c:  # stored as the catalog stores times (SQLite: text that sorts), not cast
+        stored = c.execute(sa.text("SELECT processed_time FROM staging_objects LIMIT 1")).scalar_one()
+    assert not isinstance(stored, int | float), stored
 
 
 def test_a_failing_batch_commits_again_object_by_object(deployment: Deployment, access_table,

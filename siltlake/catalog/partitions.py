@@ -207,14 +207,17 @@ class StreamCommit:
             except IntegrityError:
                 raise CatalogError("a staging object of this commit already has a small object in a partition "
                                    "it adds to") from None
-        if batch.processed:
-            def by_id(column: str, target: str) -> sa.Cast:
-                mapping = {row["id"]: row[column] for row in batch.processed}
-                return sa.cast(sa.case(mapping, value=so.c.id), so.c[target].type)
+        for now in sorted({row["now"] for row in batch.processed}):  # one time in practice: the chunk's
+            rows = [row for row in batch.processed if row["now"] == now]
 
-            self._c.execute(so.update().where(so.c.id.in_([row["id"] for row in batch.processed])).values(
-                processed_time=by_id("now", "processed_time"), records_in=by_id("records_in", "records_in"),
-                bad_records=by_id("bad_records", "bad_records"), error_uri=by_id("error_uri", "error_uri")))
+            def by_id(column: str, rows: list[dict] = rows) -> sa.ColumnElement:
+                # type_coerce, not CAST: SQLite's CAST to a date type would make a number of the text
+                return sa.type_coerce(sa.case({row["id"]: row[column] for row in rows}, value=so.c.id),
+                                      so.c[column].type)
+
+            self._c.execute(so.update().where(so.c.id.in_([row["id"] for row in rows])).values(
+                processed_time=now, records_in=by_id("records_in"), bad_records=by_id("bad_records"),
+                error_uri=by_id("error_uri")))
 
     def is_processed(self, staging_object_id: int) -> bool:
         batch = self._batch

@@ -182,6 +182,8 @@ class SingleHost:
         ]
         self.status = {loop.name: loop.status for loop in self.loops}
         self.stop_event = threading.Event()
+        # Set by a stream round that committed objects: publish shows them at once, not a publish.interval later.
+        self.publish_wake = threading.Event()
         self.threads: list[threading.Thread] = []
         # One worker for the whole run: its report adds up over restarts after errors.
         self.worker = MergeWorker(deployment, progress=_MergeStatus(self.status["merge"]))
@@ -213,6 +215,7 @@ class SingleHost:
     def stop(self) -> None:
         """Ask every loop to stop after its current work (safe to call from a signal handler)."""
         self.stop_event.set()
+        self.publish_wake.set()  # a publish loop waiting for work ends now
         for status in self.status.values():
             if status.state != "stopped":
                 status.state, status.next_at = "stopping", None
@@ -238,6 +241,8 @@ class SingleHost:
             status.round_done(stream_work(round_), f"{totals.processed:,} objects, {totals.records_loaded:,} records"
                               + (f", {totals.bad_records:,} bad" if totals.bad_records else "")
                               + (f", {len(totals.unknown):,} unknown" if totals.unknown else ""))
+            if round_.processed:
+                self.publish_wake.set()
             if stream_work(round_):
                 self.on_report("stream", round_)
 
@@ -280,7 +285,8 @@ class SingleHost:
             if publish_work(run):
                 self.on_report("publish", run)
 
-        poll_forever(one_run, stop, status.interval, report, on_error=lambda exc, wait: self._failed(status, exc, wait))
+        poll_forever(one_run, stop, status.interval, report, on_error=lambda exc, wait: self._failed(status, exc, wait),
+                     wake=self.publish_wake)
 
     def _reap(self, stop: threading.Event) -> None:
         status = self.status["reap"]
