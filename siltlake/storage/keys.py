@@ -87,7 +87,7 @@ TASK_INPUT = "in.parquet"  # a load sql stage's input rows
 
 def load_sql_run(run_id: str, job: str) -> str:
     """The run id of a load job's sql stage, whose temporary objects lie under temporary_run(key, it)."""
-    return f"{run_id}/{job}/sql"
+    return f"{load_job_run(run_id, job)}/sql"
 
 
 def iceberg_warehouse(instance_key: str) -> str:
