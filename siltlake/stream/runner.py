@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import datetime as dt
 import threading
 import time
@@ -47,6 +46,19 @@ class StreamReport:
     peak_task_rss_bytes: int = 0
     seconds: float = 0.0
     spark_start_seconds: float = 0.0
+
+    def checkpoint(self) -> tuple[dict, dict[str, int]]:
+        """What restore() needs to undo later changes: the counts, and the length of each list (lists only grow)."""
+        values = dict(vars(self))
+        return values, {name: len(value) for name, value in values.items() if isinstance(value, list)}
+
+    def restore(self, checkpoint: tuple[dict, dict[str, int]]) -> None:
+        values, lengths = checkpoint
+        for name, value in values.items():
+            if name in lengths:
+                del getattr(self, name)[lengths[name]:]
+            else:
+                setattr(self, name, value)
 
 
 class Progress:
@@ -207,7 +219,7 @@ def _commit(deployment: Deployment, results: list[dict], tables: dict[int, Pendi
         chunk = results[start:start + COMMIT_CHUNK]
         with deployment.catalog.partitions.stream_commit() as tx:
             now = utcnow()
-            before = copy.deepcopy(report)
+            before = report.checkpoint()
             moves: list[tuple[str, str]] = []
             try:
                 with _batch(tx, chunk, tables, mark):
@@ -217,7 +229,7 @@ def _commit(deployment: Deployment, results: list[dict], tables: dict[int, Pendi
                     raise
                 for tmp_key, key in reversed(moves):
                     deployment.lake.move(key, tmp_key)
-                vars(report).update(vars(before))
+                report.restore(before)
                 duplicates = _commit_chunk(deployment, tx, chunk, tables, report, mark, now, None)
         # Another stream process committed these first: our copies are not referenced by anything.
         for result in duplicates:
