@@ -125,7 +125,7 @@ def _partition(row) -> PartitionRow:  # noqa: ANN001
 
 @dataclass
 class _Batch:
-    """What a batched commit read up front (StreamCommit.prepare) and the writes it holds until flush()."""
+    """What a batched commit read up front (StreamCommit.batch) and the writes it holds until flush()."""
 
     mark: int
     staging_ids: set[int]
@@ -142,7 +142,7 @@ class _Batch:
 class StreamCommit:
     """Operations inside one small-object commit (see Partitions.stream_commit).
 
-    Each call reads or writes at once, unless prepare() started a batch: then the reads the per-object
+    Each call reads or writes at once, unless batch() started a batch: then the reads the per-object
     calls make come from a few set-based queries made up front, and their writes wait for flush(), which
     makes them in two statements. Whatever one object does, the catalog statements of a chunk of objects
     stay a handful (issue 17: a per-object round trip was most of the stream's commit time)."""
