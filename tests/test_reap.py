@@ -166,7 +166,7 @@ def test_orphans_of_killed_writers_go_after_the_grace_period_unless_a_live_merge
     no_row = write(layout.small_object(DAY, 9_999_999, False))
     fresh_no_row = write(layout.small_object(DAY, 9_999_998, False))
     # A stream run killed mid-wave: its temporary objects.
-    tmp = write(layout.temporary("deadrun", "0000000000000000007/2026-11-20.parquet"))
+    tmp = write(layout.task_temporary("deadrun", 7, "2026-11-20.parquet"))
     # A merge worker killed after writing the next range's object; its job is running again elsewhere.
     more = add_small_objects(deployment, table, DAY, [rows_for(DAY, 20, 2)])
     interrupted = write(layout.merged_object(DAY, ids[-1], more[-1]))
