@@ -72,7 +72,6 @@ class Partitions:
         with self._core.tx() as c:
             return c.execute(sa.select(sa.func.coalesce(sa.func.max(s.small_objects.c.id), 0))).scalar_one()
 
-
     def summary(self, table_id: int) -> list[dict]:
         """Per partition: state, object and row counts by live/delayed, merged objects and their rows."""
         so, p = s.small_objects, s.partitions
@@ -232,6 +231,9 @@ class StreamCommit:
         batch = self._batch
         if batch is not None and (table_id, partition_date) in batch.keys:
             return batch.partitions.get((table_id, partition_date))
+        return self._read_partition(table_id, partition_date)
+
+    def _read_partition(self, table_id: int, partition_date: dt.date) -> PartitionRow | None:
         row = self._c.execute(sa.select(s.partitions).where(
             s.partitions.c.table_id == table_id, s.partitions.c.partition_date == partition_date,
         )).first()
@@ -250,9 +252,7 @@ class StreamCommit:
         if found is None:
             self._c.execute(s.partitions.insert().values(
                 table_id=table_id, partition_date=partition_date, create_time=now))
-            self._batch = None  # read it back from the database
-            found = self.partition(table_id, partition_date)
-            self._batch = batch
+            found = self._read_partition(table_id, partition_date)
             assert found is not None
             if batch is not None:
                 batch.keys.add((table_id, partition_date))
