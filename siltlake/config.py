@@ -95,6 +95,9 @@ class MergeConfig(_Section):
     heartbeat_interval: AtLeastOne = 30
     max_attempts: AtLeastOne = Field(default=5, description="failed attempts before a job parks as failed")
     retry_backoff: int = Field(default=30, description="seconds before the first retry; doubles per attempt")
+    in_driver_bytes: int = Field(default=32 * 1024 * 1024, ge=0,
+                                 description="a batch of jobs whose small objects total at most this many bytes "
+                                             "runs in the worker's own process, without a Spark stage; 0: never")
 
     @field_validator("poll_interval", "job_timeout", "heartbeat_interval", "retry_backoff", mode="before")
     @classmethod

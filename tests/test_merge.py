@@ -61,12 +61,17 @@ def assert_sorted_row_groups(path: str, filesystem) -> None:  # noqa: ANN001
         assert times == sorted(times), f"row group {index} of {path} is not sorted by event time"
 
 
+@pytest.mark.parametrize("where", ["in-process", "spark"])
 @pytest.mark.parametrize("mode", ["deep", "shallow", "auto"])
-def test_modes_extend_the_open_range_and_every_reader_agrees(deployment: Deployment, spark, mode: str) -> None:
+def test_modes_extend_the_open_range_and_every_reader_agrees(deployment: Deployment, spark, mode: str,
+                                                             where: str) -> None:
+    if where == "spark":
+        deployment.config.merge.in_driver_bytes = 0
     table = make_table(deployment, merge_mode=mode, row_group_bytes=16 * 1024)
     add_small_objects(deployment, table, DAY, [rows_for(DAY, 700, seed) for seed in range(4)])
     first = merge_once(deployment)
     assert (first.claimed, first.finished, first.failed) == (1, 1, 0)
+    assert (first.stages, first.in_driver) == ((1, 0) if where == "spark" else (0, 1))
     add_small_objects(deployment, table, DAY, [rows_for(DAY, 300, seed) for seed in range(4, 9)])
     second = merge_once(deployment)
     assert (second.claimed, second.finished, second.failed) == (1, 1, 0)
@@ -251,8 +256,42 @@ def test_many_due_partitions_run_as_one_spark_stage(deployment: Deployment) -> N
         day = DAY - dt.timedelta(days=offset)
         add_small_objects(deployment, table, day, [rows_for(day, 20, offset)])
     deployment.config.merge.per_table_limit = 100
+    deployment.config.merge.in_driver_bytes = 0
     report = MergeWorker(deployment, slots=100).run(once=True)
-    assert (report.claimed, report.finished, report.stages) == (60, 60, 1)
+    assert (report.claimed, report.finished, report.stages, report.in_driver) == (60, 60, 1, 0)
+    for partition in deployment.catalog.partitions.list(table.id):
+        assert_exact(deployment, table, partition.id, partition.partition_date)
+
+
+def test_a_batch_up_to_in_driver_bytes_runs_in_process_and_a_larger_one_on_spark(deployment: Deployment,
+                                                                                 monkeypatch) -> None:
+    table = make_table(deployment)
+    days = [DAY - dt.timedelta(days=offset) for offset in range(3)]
+    for day in days:
+        add_small_objects(deployment, table, day, [rows_for(day, 200, seed) for seed in range(3)])
+    def batch_bytes() -> int:
+        """What the due jobs read: their new small objects and the open objects they extend."""
+        total = 0
+        for partition in deployment.catalog.partitions.list(table.id):
+            last, _, pending = deployment.catalog.merge_queue.unmerged_objects(partition.id, 100)
+            total += sum(o.content_length for o in pending) + (last.content_length if last else 0)
+        return total
+
+    started = []
+    session = deployment.spark()
+    monkeypatch.setattr(deployment, "spark", lambda: started.append(1) or session)
+
+    deployment.config.merge.in_driver_bytes = batch_bytes()  # the three jobs read exactly this: in-process
+    report = merge_once(deployment)
+    assert (report.finished, report.stages, report.in_driver, started) == (3, 0, 1, [])
+    for partition in deployment.catalog.partitions.list(table.id):
+        assert_exact(deployment, table, partition.id, partition.partition_date)
+
+    for day in days:
+        add_small_objects(deployment, table, day, [rows_for(day, 200, seed) for seed in range(3, 6)])
+    deployment.config.merge.in_driver_bytes = batch_bytes() - 1  # one byte short of the next batch: Spark
+    report = merge_once(deployment)
+    assert (report.finished, report.stages, report.in_driver) == (3, 1, 0) and started
     for partition in deployment.catalog.partitions.list(table.id):
         assert_exact(deployment, table, partition.id, partition.partition_date)
 

@@ -199,8 +199,9 @@ def test_killed_merge_workers_are_taken_over_and_lose_nothing(tmp_path: Path,
     first = dt.date(2026, 11, 1)
     plan = [(table, first + dt.timedelta(days=day), rng.randrange(3, 6)) for table in tables for day in range(4)]
     expected_rows = fill(deployment, plan, rng)
+    # in_driver_bytes=0: these jobs are small enough to merge in-process, and the kills aim at the Spark stage
     env = silt_env(tmp_path, catalog_url, merge=dict(slots=4, job_timeout=JOB_TIMEOUT, heartbeat_interval=1,
-                                                    retry_backoff=1, poll_interval=1))
+                                                    retry_backoff=1, poll_interval=1, in_driver_bytes=0))
     lake = tmp_path / "lake"
 
     def before_claim(worker: SiltProcess) -> str:

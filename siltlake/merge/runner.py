@@ -1,7 +1,8 @@
 """The merge driver: claim due jobs, plan them, run their plans as Spark stages, commit or retry.
 
 A worker holds up to `slots` jobs at once. Each batch of claimed jobs runs as one Spark stage with one
-task per job plan, so hundreds of due partitions cost one stage, not hundreds of Spark jobs. A heartbeat
+task per job plan, so hundreds of due partitions cost one stage, not hundreds of Spark jobs; a batch whose
+inputs total at most merge.in_driver_bytes skips Spark and runs on the worker's own threads. A heartbeat
 thread keeps the claims fresh; a job whose worker dies is taken over by another after merge.job_timeout,
 or at once by a worker on the same host, which sees that the claim's process is gone.
 """
@@ -14,6 +15,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from siltlake.catalog import ClaimedJob, JobOutcome, LostMergeJob, MergeConflict, RangeWrite
@@ -37,6 +39,7 @@ class MergeReport:
     lost: int = 0
     conflicts: int = 0
     stages: int = 0
+    in_driver: int = 0  # batches small enough to run in the worker's process (merge.in_driver_bytes)
     objects_in: int = 0
     bytes_in: int = 0
     bytes_out: int = 0
@@ -64,6 +67,18 @@ class _Prepared:
     task: MergeTask | None
 
 
+def run_in_driver(tasks: list[MergeTask]) -> list[dict]:
+    """Run small jobs on the worker's own threads: a Spark stage costs more than merging a few MB.
+
+    The trade is isolation: a job that ran out of memory here would take the worker down with it (its
+    claims go stale and are taken over), which merge.in_driver_bytes bounds.
+    """
+    if len(tasks) == 1:
+        return [run_merge_task(tasks[0])]
+    with ThreadPoolExecutor(min(len(tasks), os.cpu_count() or 1), thread_name_prefix="siltlake-merge") as pool:
+        return list(pool.map(run_merge_task, tasks))
+
+
 def default_owner() -> str:
     return f"{socket.gethostname()[:32]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
@@ -88,6 +103,7 @@ class MergeWorker:
         self._lock = threading.Lock()
         self._spark_lock = threading.Lock()
         self._wake = threading.Event()
+        self._stages_done = 0
 
     # --- planning ------------------------------------------------------------------------------------
 
@@ -111,6 +127,7 @@ class MergeWorker:
                 small_keys=tuple(layout.small_object(date, o.id, o.delayed) for o in planned.objects),
                 small_bytes=planned.new_bytes,
                 existing_key=last.key(layout, date) if planned.extends and last else None,
+                existing_bytes=planned.extends.content_length if planned.extends else 0,
             )
             for planned in plan.ranges
         )
@@ -205,15 +222,20 @@ class MergeWorker:
                     self._held.pop(job.id, None)
                 self.progress.done(1)
         runnable = [p for p in prepared if p.task is not None]
+        tasks = [p.task for p in runnable]
         results: list[dict] = []
-        if runnable:
+        if tasks and sum(task.input_bytes for task in tasks) <= self.settings.in_driver_bytes:
+            results = run_in_driver(tasks)
+            with self._lock:
+                self.report.in_driver += 1
+        elif tasks:
             spark = self._spark()
             try:
-                results = run_tasks(spark, run_merge_task, [p.task for p in runnable],
-                                    weights=[p.task.weight for p in runnable], tasks=len(runnable))
+                results = run_tasks(spark, run_merge_task, tasks, weights=[task.weight for task in tasks],
+                                    tasks=len(tasks))
             except Exception as exc:  # the stage itself failed (lost executors): every job retries
                 results = [{"status": "failed", "error": f"Spark stage failed: {type(exc).__name__}: {exc}"}
-                           for _ in runnable]
+                           for _ in tasks]
             with self._lock:
                 self.report.stages += 1
         by_job = {p.job.id: r for p, r in zip(runnable, results, strict=True)}
@@ -265,14 +287,19 @@ class MergeWorker:
         beat.start()
         stages: list[threading.Thread] = []
         failures = 0
+        # A claim that came back short found no more due jobs: claim again only once a stage has finished
+        # since (its commits may have made jobs due) or the poll interval has passed.
+        drained_at: int | None = None  # self._stages_done before the last short claim
         try:
             while True:
                 stages = [t for t in stages if t.is_alive()]
                 claimed: list[ClaimedJob] = []
                 free = self.slots - len(self._held)
-                if free > 0 and not stop.is_set():
+                if free > 0 and drained_at != self._stages_done and not stop.is_set():
                     try:
+                        before = self._stages_done
                         claimed = self.claim(free)
+                        drained_at = before if len(claimed) < free else None
                         failures = 0
                     except SiltError:
                         raise
@@ -290,13 +317,14 @@ class MergeWorker:
                     stage.start()
                     stages.append(stage)
                     continue
-                if not stages and (once or stop.is_set()):
+                if not stages and (stop.is_set() or (once and drained_at == self._stages_done)):
                     break
                 self.report.seconds = time.monotonic() - started
                 if on_round is not None and not stages:
                     on_round(self.report)
                 # Wake when a stage finishes (slots freed) or the poll interval passes.
-                self._wake.wait(0.5 if once or stages else self.settings.poll_interval)
+                if not self._wake.wait(0.5 if once or stages else self.settings.poll_interval):
+                    drained_at = None
                 self._wake.clear()
         finally:
             for stage in stages:
@@ -310,6 +338,8 @@ class MergeWorker:
         try:
             self._run_batch(jobs)
         finally:
+            with self._lock:
+                self._stages_done += 1
             self._wake.set()
 
 

@@ -54,6 +54,7 @@ class RangeTask:
     small_keys: tuple[str, ...]
     small_bytes: int
     existing_key: str | None = None  # the open range's current object, when extending it
+    existing_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,11 @@ class MergeTask:
     @property
     def weight(self) -> int:
         return sum(r.small_bytes for r in self.ranges)
+
+    @property
+    def input_bytes(self) -> int:
+        """Every byte the job reads, the open object it extends included."""
+        return sum(r.small_bytes + r.existing_bytes for r in self.ranges)
 
 
 @dataclass(frozen=True)
