@@ -200,6 +200,18 @@ class ReapConfig(_Section):
         return parse_duration(value, f"reap.{info.field_name}")
 
 
+class DerivedConfig(_Section):
+    interval: int = Field(default=60, description="seconds between checks of derived tables' triggers in `silt run`")
+    build_timeout: AtLeastOne = Field(default=600, description="seconds without a heartbeat before a running "
+                                                               "build counts as lost")
+    heartbeat_interval: AtLeastOne = 30
+
+    @field_validator("interval", "build_timeout", "heartbeat_interval", mode="before")
+    @classmethod
+    def _durations(cls, value: Any, info: ValidationInfo) -> int:
+        return parse_duration(value, f"derived.{info.field_name}")
+
+
 class Config(_Section):
     instance_key: str | None = None
     catalog: CatalogConfig = Field(default_factory=CatalogConfig)
@@ -209,6 +221,7 @@ class Config(_Section):
     merge: MergeConfig = Field(default_factory=MergeConfig)
     publish: PublishConfig = Field(default_factory=PublishConfig)
     reap: ReapConfig = Field(default_factory=ReapConfig)
+    derived: DerivedConfig = Field(default_factory=DerivedConfig)
     source: str = Field(default="embedded defaults", exclude=True)
 
     @field_validator("instance_key")

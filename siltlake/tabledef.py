@@ -160,7 +160,7 @@ class TableDef(_Strict):
 
     schema_name: str = Field(alias="schema")
     name: str
-    time_column: str
+    time_column: str = ""  # required of log tables; a derived table may have none
     timezone: str = "UTC"
     merge_interval: int = 43200
     columns: tuple[Column, ...]
@@ -174,6 +174,8 @@ class TableDef(_Strict):
     merge_batch_size: int = 2000
     row_group_bytes: int = 32 * 1024 * 1024  # target decoded size of a merged object's row groups
     ttl_days: int | None = None
+    # "derived": built from a query by siltlake.derived (siltlake.tabledef.DerivedDef), never streamed into.
+    kind: Literal["log", "derived"] = "log"
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -228,6 +230,10 @@ class TableDef(_Strict):
             raise DefinitionError(f"duplicate column names: {', '.join(duplicates)}")
         if "dt" in names:
             raise DefinitionError("column name 'dt' is reserved for the partition date")
+        if not self.time_column:
+            if self.kind == "derived":
+                return self
+            raise DefinitionError("time_column: required: name the timestamp column that dates each record")
         time_columns = [c for c in self.columns if c.name == self.time_column]
         if not time_columns:
             raise DefinitionError(f"time_column {self.time_column!r} is not one of the columns")
@@ -260,7 +266,7 @@ class TableDef(_Strict):
         fields = []
         for column in self.columns:
             field = column.arrow_field()
-            if column.name == self.time_column:
+            if self.time_column and column.name == self.time_column:
                 field = field.with_nullable(False)
             fields.append(field)
         return pa.schema(fields)
@@ -322,13 +328,96 @@ def describe_validation_error(exc: ValidationError) -> str:
     return "; ".join(lines)
 
 
-def load_table_file(path: str | Path) -> TableDef:
-    """Read a table definition from a .toml (or .yaml/.yml) file."""
-    path = Path(path)
+class DerivedDef(_Strict):
+    """A derived table (DESIGN §12): a Spark SQL query over tables, and when to rebuild it.
+
+    One rule keeps it fresh: persist_for (rebuild when the build is older), trigger = "sources" (when a
+    source table's published version changes; the default) or trigger_sql (when the query's value
+    changes, as Looker's sql_trigger_value). incremental: the query keeps each source dt's rows in that
+    dt, so a build recomputes only the dates whose source partitions changed.
+    """
+
+    name: str
+    query: str
+    incremental: bool = False
+    persist_for: int | None = None
+    trigger: Literal["sources"] | None = None
+    trigger_sql: str | None = None
+    codec: Literal["zstd", "snappy", "gzip", "none"] = "zstd"
+
+    _incremental = field_validator("incremental", mode="before")(_exact_bool)
+
+    @field_validator("name")
+    @classmethod
+    def _qualified(cls, value: str) -> str:
+        parts = value.split(".") if isinstance(value, str) else []
+        if len(parts) != 2:
+            raise DefinitionError(f"name {value!r} must be schema.table")
+        check_identifier(parts[0], "schema name")
+        check_identifier(parts[1], "table name")
+        return value
+
+    @field_validator("persist_for", mode="before")
+    @classmethod
+    def _persist(cls, value: Any) -> int | None:
+        if value is None:
+            return None
+        seconds = parse_duration(value, "persist_for")
+        if seconds < 1:
+            raise DefinitionError("persist_for must be at least 1s")
+        return seconds
+
+    @field_validator("query", "trigger_sql")
+    @classmethod
+    def _text(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None and not value.strip():
+            raise DefinitionError(f"{info.field_name} is empty")
+        return value.strip().rstrip(";").strip() if value is not None else None
+
+    @model_validator(mode="after")
+    def _one_rule(self) -> DerivedDef:
+        rules = [key for key in ("persist_for", "trigger", "trigger_sql") if getattr(self, key) is not None]
+        if len(rules) > 1:
+            raise DefinitionError(f"give one of persist_for, trigger and trigger_sql, not {' and '.join(rules)}")
+        return self
+
+    @property
+    def schema_name(self) -> str:
+        return self.name.split(".")[0]
+
+    @property
+    def table_name(self) -> str:
+        return self.name.split(".")[1]
+
+    @property
+    def rule(self) -> str:
+        """How the table is kept: "persist_for", "sql" or "sources"."""
+        if self.persist_for is not None:
+            return "persist_for"
+        return "sql" if self.trigger_sql is not None else "sources"
+
+    def to_json(self) -> str:
+        return self.model_dump_json()
+
+    @classmethod
+    def from_json(cls, text: str) -> DerivedDef:
+        return cls.model_validate_json(text)
+
+    @classmethod
+    def from_mapping(cls, data: dict[str, Any], source: str = "derived table definition") -> DerivedDef:
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise DefinitionError(f"{source}: {describe_validation_error(exc)}") from None
+        except DefinitionError as exc:
+            raise DefinitionError(f"{source}: {exc}") from None
+
+
+def _definition_file(path: Path, what: str) -> dict[str, Any]:
     try:
         raw = path.read_bytes()
     except OSError as exc:
-        raise DefinitionError(f"cannot read table definition {path}: {exc.strerror}") from None
+        raise DefinitionError(f"cannot read {what} {path}: {exc.strerror}") from None
     try:
         if path.suffix in (".yaml", ".yml"):
             import yaml
@@ -340,7 +429,19 @@ def load_table_file(path: str | Path) -> TableDef:
         raise DefinitionError(f"{path} is not valid {path.suffix.lstrip('.') or 'toml'}: {exc}") from None
     if not isinstance(data, dict):
         raise DefinitionError(f"{path}: expected a mapping at the top level")
-    return TableDef.from_mapping(data, source=str(path))
+    return data
+
+
+def load_derived_file(path: str | Path) -> DerivedDef:
+    """Read a derived table definition from a .toml (or .yaml/.yml) file."""
+    path = Path(path)
+    return DerivedDef.from_mapping(_definition_file(path, "derived table definition"), source=str(path))
+
+
+def load_table_file(path: str | Path) -> TableDef:
+    """Read a table definition from a .toml (or .yaml/.yml) file."""
+    path = Path(path)
+    return TableDef.from_mapping(_definition_file(path, "table definition"), source=str(path))
 
 
 @functools.lru_cache(maxsize=64)

@@ -5,7 +5,12 @@ Catalog and the records and exceptions its callers use; StreamCommit is the stre
 from siltlake.catalog.catalog import Catalog
 from siltlake.catalog.partitions import StreamCommit
 from siltlake.catalog.records import (
+    BuildInProgress,
+    BuildPartition,
+    BuildRecord,
     ClaimedJob,
+    DerivedReapView,
+    DerivedRecord,
     JobOutcome,
     LiveCandidate,
     LocalHost,
@@ -31,8 +36,13 @@ from siltlake.catalog.records import (
 )
 
 __all__ = [
+    "BuildInProgress",
+    "BuildPartition",
+    "BuildRecord",
     "Catalog",
     "ClaimedJob",
+    "DerivedReapView",
+    "DerivedRecord",
     "JobOutcome",
     "LiveCandidate",
     "LocalHost",

@@ -8,6 +8,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
 from siltlake.catalog.core import CatalogCore
+from siltlake.catalog.derived import Derived
 from siltlake.catalog.external_sync import ExternalSync
 from siltlake.catalog.instances import Instances
 from siltlake.catalog.merge_queue import MergeQueue
@@ -23,7 +24,8 @@ class Catalog(CatalogCore):
     """One deployment's catalog. Create with a URL; call upgrade() (silt init) before use.
 
     Its operations are grouped by concern: catalog.tables, .staging, .partitions (and the stream's commit),
-    .merge_queue, .versions (publishing and reading), .reaping, .external_sync and .instances."""
+    .merge_queue, .versions (publishing and reading), .reaping, .external_sync, .instances and .derived
+    (derived tables)."""
 
     def __init__(self, url: str, *, echo: bool = False, connect_timeout: int | None = None) -> None:
         super().__init__(url, echo=echo, connect_timeout=connect_timeout)
@@ -35,6 +37,7 @@ class Catalog(CatalogCore):
         self.reaping = Reaping(self)
         self.external_sync = ExternalSync(self)
         self.instances = Instances(self)
+        self.derived = Derived(self)
 
     @classmethod
     def look_at(cls, masked_url: str, like: Catalog) -> Catalog:

@@ -28,7 +28,7 @@ from siltlake.tabledef import TableDef
 MIGRATIONS = Path(__file__).with_name("migrations")
 # The newest migration's revision (tests check it against Alembic's head): check_ready() compares it with
 # the catalog's without importing Alembic, which would double a read-only command's start-up time.
-HEAD_REVISION = "0006"
+HEAD_REVISION = "0007"
 
 
 def catalog_unavailable(exc: BaseException) -> bool:
@@ -72,6 +72,30 @@ def table_record(row) -> TableRecord:  # noqa: ANN001 - a SQLAlchemy Row of the 
         physical_table_name=row.physical_table_name,
         create_time=row.create_time,
     )
+
+
+def insert_table(c: Connection, definition: TableDef, now: dt.datetime) -> TableRecord:
+    """Add a table in transaction c, under a physical name no table (dropped ones included) holds."""
+    t = s.tables
+    found = c.execute(sa.select(t.c.id).where(t.c.schema_name == definition.schema_name,
+                                              t.c.table_name == definition.name, t.c.dropped_time.is_(None))).first()
+    if found is not None:
+        raise CatalogError(f"table {definition.qualified_name} already exists")
+    taken = {(r.physical_schema_name, r.physical_table_name)
+             for r in c.execute(sa.select(t.c.physical_schema_name, t.c.physical_table_name))}
+    physical_table, suffix = definition.name, 1
+    # A dropped table keeps its physical name until reap removes its objects.
+    while (definition.schema_name, physical_table) in taken:
+        suffix += 1
+        physical_table = f"{definition.name}_{suffix}"
+    new_id = c.execute(t.insert().values(
+        schema_name=definition.schema_name, table_name=definition.name,
+        physical_schema_name=definition.schema_name, physical_table_name=physical_table,
+        create_time=now, merge_interval=definition.merge_interval,
+        time_column=definition.time_column, timezone=definition.timezone,
+        ttl_days=definition.ttl_days, definition=definition.to_json(),
+    ).returning(t.c.id)).scalar_one()
+    return table_record(c.execute(sa.select(t).where(t.c.id == new_id)).one())
 
 
 class CatalogCore:

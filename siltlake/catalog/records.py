@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from siltlake.errors import CatalogError, SiltError
 from siltlake.storage.keys import TableLayout
-from siltlake.tabledef import TableDef
+from siltlake.tabledef import DerivedDef, TableDef
 
 
 class LostMergeJob(CatalogError):
@@ -371,3 +371,66 @@ class PartitionToSync:
     # version published before file lists (migration 0006), which only the live directory shows
     known: bool  # the target already has the partition (at another location)
 
+
+
+# --- derived tables ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DerivedRecord:
+    id: int
+    table: TableRecord  # what readers read: a table of kind "derived"
+    definition: DerivedDef
+    definition_hash: str
+    source_ids: tuple[int, ...]
+    create_time: dt.datetime
+
+    @property
+    def qualified_name(self) -> str:
+        return self.table.qualified_name
+
+
+@dataclass(frozen=True)
+class BuildRecord:
+    id: int
+    derived_id: int
+    name: str  # <reg_key>-<hash>: its objects lie under storage.keys.build_prefix(name)
+    reg_key: str
+    status: str  # building, published, failed
+    kind: str  # full, incremental
+    owner_host: str
+    owner_pid: int
+    start_time: dt.datetime
+    heartbeat_time: dt.datetime
+    end_time: dt.datetime | None
+    source_state: dict | None
+    trigger_value: str | None
+    dates_written: int
+    rows_written: int
+    bytes_written: int
+    error: str | None
+
+
+@dataclass(frozen=True)
+class BuildPartition:
+    """One date a build publishes: the manifest listing its files (none: the date is now empty)."""
+
+    partition_date: dt.date
+    manifest_key: str
+    row_count: int
+    byte_count: int
+
+
+@dataclass(frozen=True)
+class DerivedReapView:
+    """What the derived reaper reads in one snapshot."""
+
+    builds: dict[str, BuildRecord]  # every build row, by name
+    active: dict[int, dt.datetime | None]  # active build id -> expire time
+    referenced: set[int]  # builds a retained partition version was published by
+    current: set[int]  # builds the newest version of some live derived table's partition was published by
+    live_derived: set[int]  # derived table ids whose table is not dropped
+
+
+class BuildInProgress(CatalogError):
+    """Another build of the derived table is running."""

@@ -222,6 +222,9 @@ partition_versions = sa.Table(
     # The manifest listing exactly this version's data files (merged, updated and small objects alike); null
     # for live versions published before revision 0006, whose files readers compute from the catalog.
     sa.Column("file_list_key", sa.Text, nullable=True),
+    # The derived table build that published this version (null for other tables): what the derived
+    # reaper checks before deleting a build (derived_builds.id).
+    sa.Column("build_id", sa.Integer, nullable=True),
     sa.UniqueConstraint("partition_id", "version"),
     sa.CheckConstraint("commit_op IN ('append', 'compaction', 'update', 'merge')", name="commit_op"),
     sa.CheckConstraint("live_watermark IS NOT NULL OR manifest_key IS NOT NULL", name="shows_something"),
@@ -257,4 +260,63 @@ external_partitions = sa.Table(
     sa.Column("manifest_key", sa.Text, nullable=True),  # the shown version's manifest; null: live objects
     sa.Column("location", sa.Text, nullable=False),
     sa.Column("sync_time", sa.DateTime, nullable=False),
+)
+
+# Derived tables (DESIGN §12): a table (tables row, kind "derived") whose partitions are built from a query.
+derived_tables = sa.Table(
+    "derived_tables",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("table_id", sa.Integer, sa.ForeignKey("tables.id"), nullable=False, unique=True),
+    sa.Column("definition", sa.Text, nullable=False),  # DerivedDef JSON
+    sa.Column("definition_hash", sa.String(64), nullable=False),
+    sa.Column("sources", sa.Text, nullable=False),  # JSON list of source table ids, in query order
+    sa.Column("create_time", sa.DateTime, nullable=False),
+)
+
+# One row per build; a build writes under _derived/<name>/ of the lake (name: <reg_key>-<hash>).
+derived_builds = sa.Table(
+    "derived_builds",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("derived_id", sa.Integer, sa.ForeignKey("derived_tables.id"), nullable=False),
+    sa.Column("name", sa.String(96), nullable=False, unique=True),
+    sa.Column("reg_key", sa.String(32), nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("kind", sa.String(16), nullable=False),
+    sa.Column("owner_host", sa.String(255), nullable=False),
+    sa.Column("owner_pid", sa.Integer, nullable=False),
+    sa.Column("start_time", sa.DateTime, nullable=False),
+    sa.Column("heartbeat_time", sa.DateTime, nullable=False),
+    sa.Column("end_time", sa.DateTime, nullable=True),
+    # JSON {source table id: {"version": table version, "dates": {date: partition version}}}: what it read
+    # (for an incremental build, merged with what earlier builds read of the dates it did not rebuild).
+    sa.Column("source_state", sa.Text, nullable=True),
+    sa.Column("trigger_value", sa.Text, nullable=True),
+    sa.Column("dates_written", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("rows_written", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("bytes_written", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("error", sa.Text, nullable=True),
+    sa.CheckConstraint("status IN ('building', 'published', 'failed')", name="status"),
+    sa.CheckConstraint("kind IN ('full', 'incremental')", name="kind"),
+    sqlite_autoincrement=True,
+)
+# At most one build of a derived table runs at a time.
+sa.Index(
+    "uq_derived_builds_building",
+    derived_builds.c.derived_id,
+    unique=True,
+    sqlite_where=derived_builds.c.status == "building",
+    postgresql_where=derived_builds.c.status == "building",
+)
+
+# Looker's active_derived_tables: the builds that are current. The reaper refreshes it, then deletes this
+# deployment's builds that are in neither it nor a retained version.
+active_derived_builds = sa.Table(
+    "active_derived_builds",
+    metadata,
+    sa.Column("build_id", sa.Integer, sa.ForeignKey("derived_builds.id"), primary_key=True),
+    sa.Column("derived_id", sa.Integer, sa.ForeignKey("derived_tables.id"), nullable=False),
+    sa.Column("expire_time", sa.DateTime, nullable=True),  # persist_for: when it stops being active
+    sa.Column("activate_time", sa.DateTime, nullable=False),
 )

@@ -6,7 +6,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from siltlake.catalog import schema as s
-from siltlake.catalog.core import CatalogCore, table_record
+from siltlake.catalog.core import CatalogCore, insert_table, table_record
 from siltlake.catalog.records import TableRecord
 from siltlake.clock import utcnow
 from siltlake.errors import CatalogError, NotFoundError
@@ -21,26 +21,7 @@ class Tables:
 
     def create(self, definition: TableDef) -> TableRecord:
         with self._core.tx() as c:
-            if self._find_table(c, definition.schema_name, definition.name) is not None:
-                raise CatalogError(f"table {definition.qualified_name} already exists")
-            taken = {
-                (r.physical_schema_name, r.physical_table_name)
-                for r in c.execute(sa.select(s.tables.c.physical_schema_name, s.tables.c.physical_table_name))
-            }
-            physical_table, suffix = definition.name, 1
-            # A dropped table keeps its physical name until reap removes its objects.
-            while (definition.schema_name, physical_table) in taken:
-                suffix += 1
-                physical_table = f"{definition.name}_{suffix}"
-            now = utcnow()
-            new_id = c.execute(s.tables.insert().values(
-                schema_name=definition.schema_name, table_name=definition.name,
-                physical_schema_name=definition.schema_name, physical_table_name=physical_table,
-                create_time=now, merge_interval=definition.merge_interval,
-                time_column=definition.time_column, timezone=definition.timezone,
-                ttl_days=definition.ttl_days, definition=definition.to_json(),
-            ).returning(s.tables.c.id)).scalar_one()
-            return table_record(c.execute(sa.select(s.tables).where(s.tables.c.id == new_id)).one())
+            return insert_table(c, definition, utcnow())
 
     @staticmethod
     def _find_table(c: Connection, schema_name: str, table_name: str):  # noqa: ANN205

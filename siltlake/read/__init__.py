@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import hashlib
+from collections.abc import Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from siltlake.deployment import Deployment
 from siltlake.errors import NotFoundError, SiltError
@@ -18,7 +20,7 @@ if TYPE_CHECKING:
 
     from siltlake.catalog import TableRecord
 
-__all__ = ["objects_frame", "spark_schema", "sql", "table"]
+__all__ = ["objects_frame", "query_tables", "spark_schema", "sql", "table"]
 
 
 def spark_schema(record: TableRecord) -> StructType:
@@ -36,15 +38,16 @@ def spark_schema(record: TableRecord) -> StructType:
 
 
 def table(spark: SparkSession, name: str, deployment: Deployment | None = None, *,
-          as_of_version: int | None = None, as_of: dt.datetime | None = None) -> DataFrame:
+          as_of_version: int | None = None, as_of: dt.datetime | None = None,
+          dates: Collection[dt.date] | None = None) -> DataFrame:
     """A DataFrame of what the table shows (with its dt column), pinned when the read starts.
 
     Current state: switched partitions show their published merged version's objects; the others show
     their newest update's objects, if any, and the live objects above them up to the largest small
     object id at the start of the read. as_of_version (a table version: the state after that publish
     commit; outside the readable versions it is an error naming them) or as_of (naive UTC, or aware)
-    reads an earlier published state, from each partition version's file list. The catalog is asked a
-    constant number of queries, whatever the partitions.
+    reads an earlier published state, from each partition version's file list. `dates` reads only the
+    partitions of those dates. The catalog is asked a constant number of queries, whatever the partitions.
     """
     from siltlake.clock import to_naive_utc
 
@@ -52,7 +55,7 @@ def table(spark: SparkSession, name: str, deployment: Deployment | None = None, 
     record = deployment.catalog.tables.get(name)
     views = deployment.catalog.versions.reader_snapshot(
         record.id, as_of_version=as_of_version, as_of=to_naive_utc(as_of) if as_of is not None else None,
-        table_name=record.qualified_name)
+        table_name=record.qualified_name, dates=dates)
     return objects_frame(spark, record, deployment, [view.manifest_key for view in views if view.manifest_key],
                          [(view.partition_date, object_id, False) for view in views
                           for object_id in view.live_object_ids])
@@ -128,17 +131,11 @@ def _time_travel(node: exp.Table, qualified: str) -> tuple[str, object] | None:
     return "time", parse_as_of(value.this)
 
 
-def sql(spark: SparkSession, query: str, deployment: Deployment | None = None) -> DataFrame:
-    """Run Spark SQL in which tables are named schema.table (optionally VERSION AS OF n or TIMESTAMP AS OF '...').
-
-    Spark temp views cannot be qualified, so the query is parsed (sqlglot, Spark dialect), each
-    qualified table reference is replaced by a temp view of that table at that version, and the query is
-    re-rendered. A clause of a table reference the rewrite cannot carry over is refused, never dropped.
-    """
+def _parse(query: str) -> exp.Query:
+    """The query's sqlglot tree (Spark dialect): exactly one query statement."""
     import sqlglot
     from sqlglot import exp
 
-    deployment = deployment or Deployment.open()
     try:
         statements = sqlglot.parse(query, read="spark")
     except sqlglot.errors.ParseError as exc:
@@ -148,6 +145,36 @@ def sql(spark: SparkSession, query: str, deployment: Deployment | None = None) -
     tree = statements[0]
     if not isinstance(tree, exp.Query):
         raise SiltError("only queries (SELECT, WITH, set operations) are supported")
+    return tree
+
+
+def query_tables(query: str) -> list[tuple[str, bool]]:
+    """The siltlake tables (schema.table) a query reads, in order of first use, each with whether some
+    reference pins a version (VERSION/TIMESTAMP AS OF)."""
+    from sqlglot import exp
+
+    found: dict[str, bool] = {}
+    for node in _parse(query).find_all(exp.Table):
+        if node.db:
+            qualified = f"{node.db}.{node.name}"
+            found[qualified] = found.get(qualified, False) or node.args.get("version") is not None
+    return list(found.items())
+
+
+def sql(spark: SparkSession, query: str, deployment: Deployment | None = None, *,
+        reads: Mapping[str, Mapping[str, Any]] | None = None) -> DataFrame:
+    """Run Spark SQL in which tables are named schema.table (optionally VERSION AS OF n or TIMESTAMP AS OF '...').
+
+    Spark temp views cannot be qualified, so the query is parsed (sqlglot, Spark dialect), each
+    qualified table reference is replaced by a temp view of that table at that version, and the query is
+    re-rendered. A clause of a table reference the rewrite cannot carry over is refused, never dropped.
+    `reads` gives, per schema.table, how a reference without its own pin reads it (table()'s keyword
+    arguments: as_of_version, dates): derived table builds pin their sources so.
+    """
+    from sqlglot import exp
+
+    deployment = deployment or Deployment.open()
+    tree = _parse(query)
     cte_names = {cte.alias_or_name for cte in tree.find_all(exp.CTE)}
     views: set[str] = set()
     for node in list(tree.find_all(exp.Table)):
@@ -169,8 +196,12 @@ def sql(spark: SparkSession, query: str, deployment: Deployment | None = None) -
             continue
         pin = _time_travel(node, qualified)
         view = _view_name(node.db, node.name, pin)
+        options = {} if pin is None else {"as_of_version": pin[1]} if pin[0] == "version" else {"as_of": pin[1]}
+        if pin is None and reads is not None and reads.get(qualified):
+            options = dict(reads[qualified])
+            # A view of its own: another query of the session may read the table unpinned meanwhile.
+            view = f"{view}__r{hashlib.sha256(repr(sorted(options.items())).encode()).hexdigest()[:12]}"
         if view not in views:
-            options = {} if pin is None else {"as_of_version": pin[1]} if pin[0] == "version" else {"as_of": pin[1]}
             try:
                 table(spark, qualified, deployment, **options).createOrReplaceTempView(view)
             except NotFoundError:

@@ -12,6 +12,11 @@ Under the lake's root, a deployment writes only below its instance key:
     <instance>/_tmp/<run>/...                                         a run's temporary objects
     <instance>/_iceberg/<schema>.<table>/...                          the Iceberg target's metadata
 
+Derived table builds (DESIGN §12) share one area of the lake, as Looker's builds share a scratch schema;
+each build's name starts with the reg_key (instance key) of the deployment that wrote it:
+
+    _derived/<reg_key>-<hash>/dt=<date>/part-<n>.parquet                 one build's objects of a date
+
 Keys are derived from ids (zero-padded to 19 digits, so they sort as numbers), so a retried write lands on
 the same key. Outside the lake: the staging keys replays write, and a load's error files.
 """
@@ -32,6 +37,34 @@ _SMALL = re.compile(r"^obj-(\d{19})\.parquet$")
 _PART = re.compile(r"^part-(\d{19})-(\d{19})\.parquet$")
 _UPDATE = re.compile(r"^(update-[A-Za-z0-9-]+)\.parquet$")
 _TABLE_SEGMENT = re.compile(r"^[a-z_][a-z0-9_]*\.[a-z_][a-z0-9_]*$")
+
+
+DERIVED_AREA = "_derived"
+_BUILD_NAME = re.compile(r"^([a-z0-9]{4,32})-([0-9a-f]{16})$")
+
+
+# --- derived table builds ------------------------------------------------------------------------------
+
+
+def build_prefix(name: str) -> str:
+    """Where one build's objects lie (reap lists and deletes under it)."""
+    return f"{DERIVED_AREA}/{name}"
+
+
+def build_object(name: str, partition_date: dt.date, part: int) -> str:
+    return f"{build_prefix(name)}/{partition_segment(partition_date)}/part-{part:05d}.parquet"
+
+
+def build_reg_key(name: str) -> str | None:
+    """The reg_key a build name starts with (None: not a build name)."""
+    match = _BUILD_NAME.match(name)
+    return match.group(1) if match else None
+
+
+def build_of(key: str) -> str | None:
+    """The build name of an object under the derived area (None: another key)."""
+    area, _, rest = key.partition("/")
+    return rest.split("/", 1)[0] or None if area == DERIVED_AREA else None
 
 
 # --- an instance key's own keys ------------------------------------------------------------------------

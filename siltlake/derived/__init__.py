@@ -1,0 +1,6 @@
+"""derived: tables defined by Spark SQL over other tables, built, kept fresh and reaped (DESIGN §12)."""
+
+from siltlake.derived.build import BuildReport, build_derived
+from siltlake.derived.define import create_derived
+
+__all__ = ["BuildReport", "build_derived", "create_derived"]

@@ -1,0 +1,120 @@
+"""Creating a derived table: its sources, its columns (from the query's result), and the cycle check."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import TYPE_CHECKING
+
+from siltlake.catalog import DerivedRecord
+from siltlake.clock import utcnow
+from siltlake.deployment import Deployment
+from siltlake.errors import DefinitionError, NotFoundError
+from siltlake.tabledef import Column, DerivedDef, TableDef
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import DataType, StructType
+
+ALLOWED_TYPES = "string, int, bigint, float, double, boolean, timestamp, date or decimal(p,s)"
+
+
+def siltlake_type(data_type: DataType) -> str | None:
+    """The siltlake column type a Spark result type is stored as (None: it cannot be)."""
+    from pyspark.sql import types as T
+
+    simple = [(T.StringType, "string"), (T.ByteType, "int"), (T.ShortType, "int"), (T.IntegerType, "int"),
+              (T.LongType, "bigint"), (T.FloatType, "float"), (T.DoubleType, "double"),
+              (T.BooleanType, "boolean"), (T.TimestampType, "timestamp"), (T.TimestampNTZType, "timestamp"),
+              (T.DateType, "date")]
+    for spark_type, name in simple:
+        if isinstance(data_type, spark_type):
+            return name
+    if isinstance(data_type, T.DecimalType):
+        return f"decimal({data_type.precision},{data_type.scale})"
+    return None
+
+
+def table_of(definition: DerivedDef, result: StructType) -> TableDef:
+    """The table a query's result is stored as: its columns but dt, which names the partition."""
+    from pyspark.sql.types import DateType
+
+    fields = {field.name: field for field in result.fields}
+    if "dt" not in fields:
+        raise DefinitionError(f"{definition.name}: the query must return a dt column (the partition date, type date); "
+                              "for a rollup by day, SELECT dt, ... GROUP BY dt, ...")
+    if not isinstance(fields["dt"].dataType, DateType):
+        raise DefinitionError(f"{definition.name}: the query's dt column is {fields['dt'].dataType.simpleString()}, "
+                              "not date; CAST it AS date")
+    names = [field.name for field in result.fields]
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise DefinitionError(f"{definition.name}: the query returns several columns named {', '.join(duplicates)}; "
+                              "give each its own alias")
+    columns = []
+    for field in result.fields:
+        if field.name == "dt":
+            continue
+        type_name = siltlake_type(field.dataType)
+        if type_name is None:
+            raise DefinitionError(f"{definition.name}: column {field.name!r} is {field.dataType.simpleString()}, "
+                                  f"which a derived table cannot store; CAST it to {ALLOWED_TYPES}")
+        columns.append(Column(name=field.name, type=type_name))
+    if not columns:
+        raise DefinitionError(f"{definition.name}: the query returns no column besides dt")
+    return TableDef.from_mapping({"schema": definition.schema_name, "name": definition.table_name, "kind": "derived",
+                                  "columns": [c.model_dump() for c in columns], "codec": definition.codec},
+                                 source=definition.name)
+
+
+def check_cycles(definition: DerivedDef, source_ids: list[int], existing: list[DerivedRecord],
+                 names: dict[int, str]) -> None:
+    """Refuse a definition whose sources lead back to it through other derived tables."""
+    reads = {record.table.id: record.source_ids for record in existing}
+    path: list[int] = []
+
+    def walk(table_id: int) -> None:
+        if names.get(table_id) == definition.name:
+            chain = " -> ".join([definition.name, *(names[t] for t in path)])
+            raise DefinitionError(f"{definition.name}: its sources lead back to it ({chain}); a derived table "
+                                  "cannot read itself")
+        for source in reads.get(table_id, ()):
+            path.append(source)
+            walk(source)
+            path.pop()
+
+    for source in source_ids:
+        path.append(source)
+        walk(source)
+        path.pop()
+
+
+def create_derived(deployment: Deployment, definition: DerivedDef, now: dt.datetime | None = None) -> DerivedRecord:
+    """Register a derived table: the tables its query reads, its columns (Spark analyses the query over
+    empty sources), and how it is kept. Nothing is built yet (`build_derived`)."""
+    from siltlake.read import query_tables, sql
+
+    catalog = deployment.catalog
+    referenced = query_tables(definition.query)
+    if not referenced:
+        raise DefinitionError(f"{definition.name}: the query reads no siltlake table (write schema.table)")
+    pinned = [name for name, pins in referenced if pins]
+    if pinned:
+        raise DefinitionError(f"{definition.name}: leave out VERSION/TIMESTAMP AS OF ({', '.join(pinned)}): a "
+                              "derived table reads its sources' newest published versions, and records which")
+    sources = []
+    for name, _ in referenced:
+        if name == definition.name:
+            raise DefinitionError(f"{definition.name}: the query reads the table itself; a derived table cannot "
+                                  "read itself")
+        try:
+            sources.append(catalog.tables.get(name))
+        except NotFoundError:
+            raise DefinitionError(f"{definition.name}: the query reads {name}, which is not a table; `silt table "
+                                  "list` shows them") from None
+    names = {record.id: record.qualified_name for record in catalog.tables.list()}
+    check_cycles(definition, [s.id for s in sources], catalog.derived.list(), names)
+    spark = deployment.spark()
+    nothing = {name: {"dates": []} for name, _ in referenced}
+    table = table_of(definition, sql(spark, definition.query, deployment, reads=nothing).schema)
+    if definition.trigger_sql is not None:
+        sql(spark, definition.trigger_sql, deployment).schema  # noqa: B018 - analysed now: a wrong name fails here
+    return catalog.derived.create(definition, table, [s.id for s in sources], now or utcnow())

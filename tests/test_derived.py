@@ -1,0 +1,136 @@
+"""Derived tables (issue 18): a rollup of web.access kept equal to its query, incremental builds, triggers."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter
+
+import pytest
+
+from siltlake.catalog import BuildInProgress
+from siltlake.clock import utcnow
+from siltlake.deployment import Deployment
+from siltlake.derived import build_derived, create_derived
+from siltlake.errors import DefinitionError
+from siltlake.merge import merge_once
+from siltlake.publish.runner import publish_once
+from siltlake.publish.update import delete_rows
+from siltlake.read import sql
+from siltlake.storage.keys import build_of
+from siltlake.tabledef import DerivedDef, TableDef
+
+from .conftest import ACCESS_TABLE
+from .merge_helpers import add_small_objects, rows_for
+
+pytestmark = pytest.mark.spark
+
+ROLLUP = "SELECT dt, action, count(*) AS hits, count(DISTINCT user_id) AS users FROM web.access GROUP BY dt, action"
+FIRST = dt.date(2026, 11, 1)
+
+
+def make_source(deployment: Deployment, days: int = 3, objects: int = 2):  # noqa: ANN201 - a TableRecord
+    table = deployment.catalog.tables.create(TableDef.from_mapping({**ACCESS_TABLE, "merge_interval": 0}))
+    for day in range(days):
+        date = FIRST + dt.timedelta(days=day)
+        add_small_objects(deployment, table, date, [rows_for(date, 40, day * 10 + n) for n in range(objects)])
+    publish_once(deployment)
+    return table
+
+
+def merge_and_publish(deployment: Deployment) -> None:
+    later = utcnow() + dt.timedelta(days=1)
+    merge_once(deployment, clock=lambda: later)
+    publish_once(deployment, now=later)
+    publish_once(deployment, now=later)  # switched in the first run, its merged version in the second
+
+
+def rollup(deployment: Deployment, spark, **settings: object):  # noqa: ANN001, ANN201 - a DerivedRecord
+    return create_derived(deployment, DerivedDef.from_mapping({"name": "web.daily_actions", "query": ROLLUP,
+                                                               **settings}))
+
+
+def rows_of(spark, deployment: Deployment, query: str) -> Counter:  # noqa: ANN001
+    return Counter(tuple(row) for row in sql(spark, query, deployment).collect())
+
+
+def assert_fresh(spark, deployment: Deployment) -> None:  # noqa: ANN001
+    """The derived table holds exactly what its query returns over the sources' published state now."""
+    built = rows_of(spark, deployment, "SELECT dt, action, hits, users FROM web.daily_actions")
+    fresh = rows_of(spark, deployment, ROLLUP)
+    assert built == fresh and built
+
+
+def written_dates(deployment: Deployment, build: str) -> set[dt.date]:
+    root = f"_derived/{build}/"
+    return {dt.date.fromisoformat(info.key[len(root):].split("/")[0][3:])
+            for info in deployment.lake.list(root) if build_of(info.key) == build}
+
+
+def test_a_rollup_stays_equal_to_its_query_and_incremental_builds_touch_only_changed_dates(
+        deployment: Deployment, spark) -> None:
+    source = make_source(deployment)
+    record = rollup(deployment, spark, incremental=True)
+    assert [c.name for c in record.table.definition.columns] == ["action", "hits", "users"]
+
+    first = build_derived(deployment, "web.daily_actions")
+    assert first.kind == "full" and first.dates == [FIRST + dt.timedelta(days=d) for d in range(3)]
+    assert written_dates(deployment, first.build) == set(first.dates)
+    assert_fresh(spark, deployment)
+
+    # The closed days merged: every date has a new (compaction) version with the same rows.
+    merge_and_publish(deployment)
+    second = build_derived(deployment, "web.daily_actions")
+    assert second.kind == "incremental" and len(second.dates) == 3
+    assert_fresh(spark, deployment)
+
+    # A late object for day 2, merged and published: the next build rewrites that date and nothing else.
+    late = FIRST + dt.timedelta(days=1)
+    add_small_objects(deployment, source, late, [rows_for(late, 25, 99)])
+    merge_and_publish(deployment)
+    third = build_derived(deployment, "web.daily_actions")
+    assert third.kind == "incremental" and third.dates == [late]
+    assert written_dates(deployment, third.build) == {late}
+    assert_fresh(spark, deployment)
+
+    # delete-where on the first day.
+    delete_rows(deployment, "web.access", FIRST, "action = 'a1'")
+    fourth = build_derived(deployment, "web.daily_actions")
+    assert fourth.dates == [FIRST] and written_dates(deployment, fourth.build) == {FIRST}
+    assert_fresh(spark, deployment)
+
+    # Time travel on the derived table: the version before the late object shows the old day 2.
+    history = rows_of(spark, deployment, f"SELECT dt, hits FROM web.daily_actions VERSION AS OF {first.table_version}"
+                                         f" WHERE dt = DATE'{late}'")
+    assert sum(hits * n for (_, hits), n in history.items()) == 80
+    now = rows_of(spark, deployment, f"SELECT dt, hits FROM web.daily_actions WHERE dt = DATE'{late}'")
+    assert sum(hits * n for (_, hits), n in now.items()) == 105
+
+
+def test_definitions_are_checked_at_create_time(deployment: Deployment, spark) -> None:
+    make_source(deployment, days=1)
+    with pytest.raises(DefinitionError, match="must return a dt column"):
+        create_derived(deployment, DerivedDef.from_mapping(
+            {"name": "web.totals", "query": "SELECT action, count(*) AS n FROM web.access GROUP BY action"}))
+    with pytest.raises(DefinitionError, match="is not a table"):
+        create_derived(deployment, DerivedDef.from_mapping(
+            {"name": "web.x", "query": "SELECT dt, count(*) AS n FROM web.nothing GROUP BY dt"}))
+    with pytest.raises(DefinitionError, match="leave out VERSION"):
+        create_derived(deployment, DerivedDef.from_mapping(
+            {"name": "web.x", "query": "SELECT dt, count(*) AS n FROM web.access VERSION AS OF 1 GROUP BY dt"}))
+    create_derived(deployment, DerivedDef.from_mapping(
+        {"name": "web.level1", "query": "SELECT dt, action, count(*) AS n FROM web.access GROUP BY dt, action"}))
+    create_derived(deployment, DerivedDef.from_mapping(
+        {"name": "web.level2", "query": "SELECT dt, sum(n) AS n FROM web.level1 GROUP BY dt"}))
+    with pytest.raises(Exception, match="is read by derived table web.level2"):
+        deployment.catalog.derived.drop("web.level1", utcnow())
+
+
+def test_a_second_build_waits_for_the_running_one(deployment: Deployment, spark) -> None:
+    make_source(deployment, days=1)
+    record = rollup(deployment, spark)
+    build = deployment.catalog.derived.start_build(record, reg_key="test0001", catalog_id="x", kind="full",
+                                                   host="elsewhere", pid=1, now=utcnow(), dead=lambda _: False)
+    with pytest.raises(BuildInProgress, match="is being built"):
+        build_derived(deployment, "web.daily_actions")
+    deployment.catalog.derived.fail_build(build.id, "test", utcnow())
+    assert build_derived(deployment, "web.daily_actions").dates == [FIRST]
