@@ -2,5 +2,7 @@
 
 from siltlake.derived.build import BuildReport, build_derived
 from siltlake.derived.define import create_derived
+from siltlake.derived.regenerate import RegenerateReport, Staleness, regenerate, staleness
 
-__all__ = ["BuildReport", "build_derived", "create_derived"]
+__all__ = ["BuildReport", "RegenerateReport", "Staleness", "build_derived", "create_derived", "regenerate",
+           "staleness"]

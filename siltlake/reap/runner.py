@@ -20,6 +20,7 @@ from zoneinfo import ZoneInfo
 from siltlake.catalog import ReapTable, ReapVersion, ReapView
 from siltlake.clock import to_naive_utc, utcnow
 from siltlake.deployment import Deployment, InstanceKeyRefused
+from siltlake.derived.reap import DerivedReapReport, reap_derived
 from siltlake.errors import SiltError
 from siltlake.storage import keys
 from siltlake.storage.filesystem import ObjectInfo
@@ -63,6 +64,7 @@ class ReapReport:
     failed: list[tuple[str, str]] = field(default_factory=list)  # (key, error): retried by the next run
     warnings: list[str] = field(default_factory=list)
     other_instances: list[str] = field(default_factory=list)
+    derived: DerivedReapReport = field(default_factory=DerivedReapReport)  # derived table builds (seed 002)
     listed: int = 0
     catalog_seconds: float = 0.0
     list_seconds: float = 0.0
@@ -85,7 +87,7 @@ class ReapReport:
             "objects": self.objects, "bytes": self.bytes, "kept_young": self.kept_young,
             "kept_running": self.kept_running, "kept_unreadable": self.kept_unreadable,
             "failed": [{"key": k, "error": e} for k, e in self.failed], "warnings": self.warnings,
-            "other_instances": self.other_instances, "listed": self.listed,
+            "other_instances": self.other_instances, "derived": self.derived.as_dict(), "listed": self.listed,
             "catalog_seconds": round(self.catalog_seconds, 3), "list_seconds": round(self.list_seconds, 3),
             "delete_seconds": round(self.delete_seconds, 3), "seconds": round(self.seconds, 3),
         }
@@ -453,6 +455,7 @@ def reap_once(deployment: Deployment, now: dt.datetime | None = None, *, dry_run
         report.reasons["expired"].rows = len(plan.expired_versions)
         report.reasons["ttl"].rows = len(plan.ttl_partitions)
         report.reasons["dropped"].rows = len(plan.dropped_tables)
+        report.derived = reap_derived(deployment, now, grace=grace, dry_run=True)
         report.seconds = time.monotonic() - started
         return report
 
@@ -505,6 +508,8 @@ def reap_once(deployment: Deployment, now: dt.datetime | None = None, *, dry_run
     report.catalog_seconds += time.monotonic() - t0
     if iceberg:
         _reap_iceberg_metadata(deployment, key, listed, plan, report, young_after, workers, guard)
+    # Derived builds last: the versions that expired above no longer protect the builds they showed.
+    report.derived = reap_derived(deployment, now, grace=grace)
     report.seconds = time.monotonic() - started
     return report
 
