@@ -23,6 +23,7 @@ from .conftest import ACCESS_TABLE
 from .merge_helpers import add_small_objects, rows_for
 
 pytestmark = pytest.mark.spark
+sqlite_only = pytest.mark.parametrize("catalog_url", ["sqlite"], indirect=True)  # the catalog SQL is covered above
 
 ROLLUP = "SELECT dt, action, count(*) AS hits, count(DISTINCT user_id) AS users FROM web.access GROUP BY dt, action"
 FIRST = dt.date(2026, 11, 1)
@@ -106,6 +107,7 @@ def test_a_rollup_stays_equal_to_its_query_and_incremental_builds_touch_only_cha
     assert sum(hits * n for (_, hits), n in now.items()) == 105
 
 
+@sqlite_only
 def test_definitions_are_checked_at_create_time(deployment: Deployment, spark) -> None:
     make_source(deployment, days=1)
     with pytest.raises(DefinitionError, match="must return a dt column"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -96,6 +97,14 @@ def insert_table(c: Connection, definition: TableDef, now: dt.datetime) -> Table
         ttl_days=definition.ttl_days, definition=definition.to_json(),
     ).returning(t.c.id)).scalar_one()
     return table_record(c.execute(sa.select(t).where(t.c.id == new_id)).one())
+
+
+def derived_readers(c: Connection, table_id: int) -> list[str]:
+    """The live derived tables whose query reads the table (schema.table names)."""
+    d, t = s.derived_tables, s.tables
+    rows = c.execute(sa.select(t.c.schema_name, t.c.table_name, d.c.sources)
+                     .select_from(d.join(t, t.c.id == d.c.table_id)).where(t.c.dropped_time.is_(None))).all()
+    return [f"{r.schema_name}.{r.table_name}" for r in rows if table_id in json.loads(r.sources)]
 
 
 class CatalogCore:

@@ -13,7 +13,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 from siltlake.catalog import schema as s
-from siltlake.catalog.core import CatalogCore, insert_table, table_record
+from siltlake.catalog.core import CatalogCore, derived_readers, insert_table, table_record
 from siltlake.catalog.records import (
     BuildInProgress,
     BuildPartition,
@@ -83,17 +83,13 @@ class Derived:
             raise NotFoundError(f"no derived table {qualified}; `silt derived list` shows them")
         return found[0]
 
-    def readers_of(self, table_id: int) -> list[DerivedRecord]:
-        """The live derived tables whose query reads the table."""
-        return [record for record in self.list() if table_id in record.source_ids]
-
     def drop(self, qualified: str, now: dt.datetime) -> DerivedRecord:
         """Drop the derived table (its table is marked dropped; reap removes its builds)."""
         record = self.get(qualified)
-        readers = [r.qualified_name for r in self.readers_of(record.table.id)]
-        if readers:
-            raise CatalogError(f"{qualified} is read by derived table {', '.join(readers)}; drop that first")
         with self._core.tx() as c:
+            readers = derived_readers(c, record.table.id)
+            if readers:
+                raise CatalogError(f"{qualified} is read by derived table {', '.join(readers)}; drop that first")
             c.execute(s.tables.update().where(s.tables.c.id == record.table.id, s.tables.c.dropped_time.is_(None))
                       .values(dropped_time=now))
             c.execute(s.active_derived_builds.delete().where(s.active_derived_builds.c.derived_id == record.id))

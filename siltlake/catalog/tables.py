@@ -6,7 +6,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from siltlake.catalog import schema as s
-from siltlake.catalog.core import CatalogCore, insert_table, table_record
+from siltlake.catalog.core import CatalogCore, derived_readers, insert_table, table_record
 from siltlake.catalog.records import TableRecord
 from siltlake.clock import utcnow
 from siltlake.errors import CatalogError, NotFoundError
@@ -74,7 +74,7 @@ class Tables:
                 f"new column {column.name} must be nullable: objects written before it have no values"
             )
         with self._core.tx() as c:
-            record = self._locked_table(c, qualified)
+            record = self._changeable(c, qualified, "adding a column")
             if column.name in {existing.name for existing in record.definition.columns}:
                 raise CatalogError(f"table {qualified} already has a column {column.name}")
             self._update_definition(c, record.id, record.definition.with_column(column))
@@ -83,14 +83,14 @@ class Tables:
     def alter_column_type(self, qualified: str, column: str, type_name: str) -> TableRecord:
         """Widen a column (int -> bigint, float -> double); older objects read as the new type."""
         with self._core.tx() as c:
-            record = self._locked_table(c, qualified)
+            record = self._changeable(c, qualified, "changing a column")
             self._update_definition(c, record.id, record.definition.with_column_type(column, type_name))
         return self.get(qualified)
 
     def rename(self, qualified: str, new_qualified: str) -> TableRecord:
         new_schema, new_name = self.split_name(new_qualified)
         with self._core.tx() as c:
-            record = self._locked_table(c, qualified)
+            record = self._changeable(c, qualified, "renaming it")
             if self._find_table(c, new_schema, new_name) is not None:
                 raise CatalogError(f"table {new_qualified} already exists")
             self._update_definition(c, record.id, record.definition.renamed(new_schema, new_name))
@@ -99,8 +99,19 @@ class Tables:
     def drop(self, qualified: str) -> TableRecord:
         """Mark a table dropped; its objects stay until reap removes them."""
         with self._core.tx() as c:
-            record = self._locked_table(c, qualified)
+            record = self._changeable(c, qualified, "dropping it")
             c.execute(s.tables.update().where(s.tables.c.id == record.id).values(dropped_time=utcnow()))
+        return record
+
+    def _changeable(self, c: Connection, qualified: str, change: str) -> TableRecord:
+        """The table, locked, if it is not derived (a derived table's columns and name come from its
+        definition) and, for a drop, no derived table reads it."""
+        record = self._locked_table(c, qualified)
+        if record.definition.kind == "derived":
+            raise CatalogError(f"{qualified} is a derived table: its columns and name come from its query; "
+                               f"`silt derived drop` it and create it again instead of {change}")
+        if change == "dropping it" and (readers := derived_readers(c, record.id)):
+            raise CatalogError(f"{qualified} is read by derived table {', '.join(readers)}; drop that first")
         return record
 
     def _locked_table(self, c: Connection, qualified: str) -> TableRecord:

@@ -172,9 +172,11 @@ def build_derived(deployment: Deployment, name: str, *, full: bool = False, trig
     try:
         partitions = _write(deployment, record, build, state, sources, dates)
         expire = now + dt.timedelta(seconds=definition.persist_for) if definition.persist_for else None
+        # Stamped on the caller's clock (`now` plus the time the build took), as publish's `now`.
+        finished = now + dt.timedelta(seconds=time.monotonic() - started)
         report.table_version = catalog.derived.publish_build(record, build, partitions, source_state=state,
                                                              trigger_value=trigger_value, expire_time=expire,
-                                                             now=utcnow())
+                                                             now=finished)
     except BaseException as exc:
         catalog.derived.fail_build(build.id, f"{type(exc).__name__}: {exc}", utcnow())
         deployment.lake.delete_prefix(build_prefix(build.name))

@@ -108,12 +108,16 @@ def _create_definition(job: JobConfig, columns: list[tuple[str, str]]) -> TableD
 def _existing_target(deployment: Deployment, job: JobConfig) -> TableRecord | None:
     """The target table, or None when it does not exist yet and out.create asks to create it."""
     try:
-        return deployment.catalog.tables.get(job.out.table)
+        table = deployment.catalog.tables.get(job.out.table)
     except NotFoundError:
         if not job.out.create:
             raise ConfigError(f"out.table: no table {job.out.table}; create it (silt table create) or set "
                               "out.create: true") from None
         return None
+    if table.definition.kind == "derived":
+        raise ConfigError(f"out.table: {job.out.table} is a derived table, built from its query "
+                          "(`silt derived build`); load into the table it reads instead")
+    return table
 
 
 def _target(deployment: Deployment, job: JobConfig, columns: list[tuple[str, str]] | None) -> TableRecord:

@@ -98,6 +98,9 @@ class _PartitionWriter:
 
 def _record_and_base(deployment: Deployment, name: str, partition_date: dt.date) -> tuple[TableRecord, UpdateBase]:
     record = deployment.catalog.tables.get(name)
+    if record.definition.kind == "derived":
+        raise SiltError(f"{record.qualified_name} is a derived table: its rows come from its query; change the "
+                        "tables it reads and build it again (`silt derived build`)")
     try:
         return record, deployment.catalog.versions.update_base(record.id, partition_date)
     except SiltError as exc:

@@ -98,6 +98,9 @@ def discover(deployment: Deployment) -> Discovery:
     for info in fresh:
         uri = staging.uri(info.key)
         mapping = map_key(info.key, pattern, tables)
+        if mapping.table is not None and mapping.table.definition.kind == "derived":
+            mapping = KeyMapping(None, f"{mapping.table.qualified_name} is a derived table, built from its query: "
+                                       "it takes no staging objects")
         if staging.leaves_root(info.key):
             mapping = KeyMapping(None, f"key {info.key!r} is a symbolic link that leads out of the staging root; "
                                        "refused")
