@@ -16,6 +16,7 @@ from siltlake.merge import merge_once
 from siltlake.publish.runner import publish_once
 from siltlake.publish.update import delete_rows
 from siltlake.read import sql
+from siltlake.reap import reap_once
 from siltlake.storage.keys import build_of
 from siltlake.tabledef import DerivedDef, TableDef
 
@@ -106,6 +107,15 @@ def test_a_rollup_stays_equal_to_its_query_and_incremental_builds_touch_only_cha
     now = rows_of(spark, deployment, f"SELECT dt, hits FROM web.daily_actions WHERE dt = DATE'{late}'")
     assert sum(hits * n for (_, hits), n in now.items()) == 105
 
+    # The source's old versions reaped past retention: the derived table keeps its rows, and the builds no
+    # retained version needs any more are gone, the current ones kept.
+    reaped = reap_once(deployment, utcnow() + dt.timedelta(days=8))
+    assert reaped.reasons["expired"].rows > 0 and first.build in [name for name, _ in reaped.derived.deleted]
+    assert {second.build, third.build, fourth.build} - {name for name, _ in reaped.derived.deleted} != set()
+    assert_fresh(spark, deployment)
+    build_derived(deployment, "web.daily_actions")
+    assert_fresh(spark, deployment)
+
 
 @sqlite_only
 def test_definitions_are_checked_at_create_time(deployment: Deployment, spark) -> None:
@@ -136,3 +146,52 @@ def test_a_second_build_waits_for_the_running_one(deployment: Deployment, spark)
         build_derived(deployment, "web.daily_actions")
     deployment.catalog.derived.fail_build(build.id, "test", utcnow())
     assert build_derived(deployment, "web.daily_actions").dates == [FIRST]
+
+
+@sqlite_only
+def test_a_derived_table_reaches_every_reader_and_external_catalog(tmp_path, catalog_url, spark,
+                                                                    hive_metastore_dir) -> None:
+    """The table API (pyarrow, DuckDB), Spark SQL, the Iceberg target and the Hive metastore read the build."""
+    import uuid
+
+    import duckdb
+
+    from siltlake.config import Config
+    from siltlake.lake import Lake
+    from siltlake.publish.iceberg import open_catalog
+
+    from .conftest import make_config
+    from .test_external_catalogs import manifest_lines, partition_storage
+
+    config = make_config(tmp_path, catalog_url).model_dump()
+    config["publish"] = {"targets": ["hive", "iceberg"], "hive": {
+        "metastore_dir": str(hive_metastore_dir), "database_prefix": f"t{uuid.uuid4().hex[:8]}_"}}
+    deployment = Deployment(Config.model_validate(config))
+    deployment.init()
+    deployment.use_spark(spark)
+    try:
+        make_source(deployment, days=2)
+        rollup(deployment, spark, incremental=True)
+        build = build_derived(deployment, "web.daily_actions")
+        report = publish_once(deployment)
+        assert not report.target_errors, report.target_errors
+        expected = rows_of(spark, deployment, "SELECT dt, action, hits, users FROM web.daily_actions")
+
+        table = Lake(deployment).table("web.daily_actions")
+        arrow = table.to_arrow()
+        assert Counter(zip(*(arrow.column(c).to_pylist() for c in ("dt", "action", "hits", "users")),
+                           strict=True)) == expected
+        with duckdb.connect() as connection:
+            assert Counter(table.to_duckdb(connection).fetchall()) == Counter(
+                (a, h, u, d) for d, a, h, u in expected)
+        assert all(f"_derived/{build.build}/" in uri for uri in table.files())
+
+        iceberg = open_catalog(deployment).load_table(("web", "daily_actions"))
+        scanned = iceberg.scan().to_arrow()
+        assert sorted(scanned.column("hits").to_pylist()) == sorted(h for (_, _, h, _), n in expected.items()
+                                                                     for _ in range(n))
+        prefix = deployment.config.publish.hive.database_prefix
+        location = partition_storage(spark, f"{prefix}web.daily_actions", FIRST)["Location"]
+        assert all(f"_derived/{build.build}/dt={FIRST}/" in line for line in manifest_lines(location))
+    finally:
+        deployment.close()
