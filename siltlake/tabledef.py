@@ -6,7 +6,7 @@ import functools
 import re
 import tomllib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
@@ -104,6 +104,9 @@ def arrow_type(type_name: str) -> pa.DataType:
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+_Model = TypeVar("_Model", bound=BaseModel)
 
 
 def _exact_bool(value: Any, info: ValidationInfo) -> bool:
@@ -280,12 +283,7 @@ class TableDef(_Strict):
 
     @classmethod
     def from_mapping(cls, data: dict[str, Any], source: str = "table definition") -> TableDef:
-        try:
-            return cls.model_validate(data)
-        except ValidationError as exc:
-            raise DefinitionError(f"{source}: {describe_validation_error(exc)}") from None
-        except DefinitionError as exc:
-            raise DefinitionError(f"{source}: {exc}") from None
+        return _validated(cls, data, source)
 
     def with_column(self, column: Column) -> TableDef:
         data = self.model_dump(by_alias=True)
@@ -312,6 +310,16 @@ class TableDef(_Strict):
         data = self.model_dump(by_alias=True)
         data.update(schema=schema_name, name=name)
         return TableDef.from_mapping(data)
+
+
+def _validated(model: type[_Model], data: dict[str, Any], source: str) -> _Model:
+    """The model of `data`; a DefinitionError naming `source` and each problem's key path otherwise."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise DefinitionError(f"{source}: {describe_validation_error(exc)}") from None
+    except DefinitionError as exc:
+        raise DefinitionError(f"{source}: {exc}") from None
 
 
 def describe_validation_error(exc: ValidationError) -> str:
@@ -405,12 +413,7 @@ class DerivedDef(_Strict):
 
     @classmethod
     def from_mapping(cls, data: dict[str, Any], source: str = "derived table definition") -> DerivedDef:
-        try:
-            return cls.model_validate(data)
-        except ValidationError as exc:
-            raise DefinitionError(f"{source}: {describe_validation_error(exc)}") from None
-        except DefinitionError as exc:
-            raise DefinitionError(f"{source}: {exc}") from None
+        return _validated(cls, data, source)
 
 
 def _definition_file(path: Path, what: str) -> dict[str, Any]:
