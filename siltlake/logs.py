@@ -84,7 +84,21 @@ class JsonFormatter(logging.Formatter):
 
 
 class _Handler(logging.StreamHandler):
-    """The handler configure() installs (found again and replaced by the next call)."""
+    """The handler configure() installs (found again and replaced by the next call). Without a stream of its
+    own it writes to whatever sys.stderr is at the time, so a live terminal display that redirects stderr
+    (rich's, in `silt run`) prints log lines above itself."""
+
+    def __init__(self, stream: TextIO | None) -> None:
+        super().__init__(stream)
+        self._own = stream
+
+    @property
+    def stream(self) -> TextIO:  # type: ignore[override]
+        return self._own if self._own is not None else sys.stderr
+
+    @stream.setter
+    def stream(self, value: TextIO) -> None:
+        self._own = value
 
 
 def configure(fmt: str = "text", level: str = "warning", stream: TextIO | None = None) -> None:
@@ -94,7 +108,7 @@ def configure(fmt: str = "text", level: str = "warning", stream: TextIO | None =
     root = logging.getLogger("siltlake")
     for handler in [h for h in root.handlers if isinstance(h, _Handler)]:
         root.removeHandler(handler)
-    handler = _Handler(stream if stream is not None else sys.stderr)
+    handler = _Handler(stream)
     handler.setFormatter(JsonFormatter() if fmt == "json" else KeyValueFormatter())
     root.addHandler(handler)
     root.setLevel(getattr(logging, level.upper()))

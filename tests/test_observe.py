@@ -1,0 +1,140 @@
+"""Metrics, metric history and logging after a known pipeline run (stream on Spark, merge, publish), on
+SQLite and PostgreSQL: every metric checked against the catalog rows it is derived from."""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+import logging
+import urllib.error
+import urllib.request
+
+import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from siltlake import logs
+from siltlake.clock import utcnow
+from siltlake.deployment import Deployment
+from siltlake.merge import MergeWorker
+from siltlake.observe import history
+from siltlake.observe.dashboard import ObserveServer, is_loopback
+from siltlake.observe.metrics import registry_for
+from siltlake.publish import publish_once
+from siltlake.reap import reap_once
+from siltlake.stream import stream_once
+
+from .test_stream import event, jsonl_gz, stage
+
+pytestmark = pytest.mark.spark
+
+
+def scrape(deployment: Deployment) -> dict[tuple[str, tuple], float]:
+    """Every sample of a scrape, by (name, sorted labels)."""
+    text = generate_latest(registry_for(deployment)).decode()
+    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(text) for sample in family.samples}
+
+
+def value(samples: dict, name: str, **labels: str) -> float:
+    return samples[(name, tuple(sorted(labels.items())))]
+
+
+def test_metrics_and_history_match_the_catalog_after_a_pipeline_run(deployment: Deployment, access_table) -> None:
+    now = utcnow().replace(tzinfo=dt.UTC)
+    day = f"{now:%Y/%m/%d}"
+    stage(deployment, f"f1.web.access/{day}/a.jsonl.gz", jsonl_gz([event(now - dt.timedelta(minutes=i), i)
+                                                                    for i in range(6)]))
+    stage(deployment, f"f1.web.access/{day}/b.jsonl.gz", jsonl_gz([event(now, 100), {"time": "x", "user_id": 1}]))
+    stage(deployment, f"f1.web.nosuchtable/{day}/c.jsonl.gz", jsonl_gz([event(now, 7)]))
+    before = scrape(deployment)
+    assert value(before, "siltlake_catalog_up") == 1
+    assert value(before, "siltlake_records_loaded_total", table="web.access") == 0
+
+    report = stream_once(deployment)
+    assert (report.records_loaded, report.bad_records) == (7, 1)
+    samples = scrape(deployment)
+    assert value(samples, "siltlake_records_loaded_total", table="web.access") == 7
+    assert value(samples, "siltlake_bad_records_total", table="web.access") == 1
+    assert value(samples, "siltlake_staging_objects_pending", table="web.access") == 0
+    assert value(samples, "siltlake_staging_objects_registered", table="web.access") == 2
+    assert value(samples, "siltlake_unknown_objects") == len(deployment.catalog.staging.unknown()) == 1
+    objects = deployment.catalog.partitions.small_objects(access_table.id)
+    by_date: dict[str, int] = {}
+    for item in objects:
+        by_date[item.partition_date.isoformat()] = by_date.get(item.partition_date.isoformat(), 0) + 1
+    for date, count in by_date.items():
+        assert value(samples, "siltlake_small_file_debt_objects", table="web.access", date=date) == count
+    assert value(samples, "siltlake_unmerged_objects", table="web.access") == len(objects)
+    assert value(samples, "siltlake_merge_jobs", table="web.access", state="scheduled") == len(by_date)
+    assert value(samples, "siltlake_freshness_seconds_count", table="web.access") == 0  # nothing visible yet
+
+    published = publish_once(deployment)
+    assert published.live_versions
+    samples = scrape(deployment)
+    assert value(samples, "siltlake_freshness_seconds_count", table="web.access") == len(objects)
+    assert value(samples, "siltlake_freshness_seconds_bucket", table="web.access", le="+Inf") == len(objects)
+    assert value(samples, "siltlake_partitions", table="web.access", state="live") == len(by_date)
+
+    # The hour slot ending after now (sampled as its end passes): what was loaded and made visible in it.
+    later = utcnow() + dt.timedelta(hours=1)
+    stored = history.record(deployment, now=later, interval=3600)
+    assert stored == 1 and history.record(deployment, now=later, interval=3600) == 0  # one row per slot
+    (row,) = deployment.catalog.observations.history(utcnow() - dt.timedelta(hours=2))["web.access"]
+    assert row["unmerged_objects"] == len(objects) and row["pending_objects"] == 0
+    assert row["records_loaded"] == 7 and row["bad_records"] == 1
+    assert row["freshness_p99_seconds"] is not None and row["freshness_p99_seconds"] >= 0
+
+    deployment.catalog.merge_queue.advance(utcnow())
+    merged = MergeWorker(deployment).run(once=True)
+    assert merged.finished == len(by_date)
+    samples = scrape(deployment)
+    log = deployment.catalog.merge_queue.log()
+    modes = {entry["mode"] for entry in log}
+    assert sum(value(samples, "siltlake_merged_objects_total", table="web.access", mode=mode) for mode in modes) \
+        == sum(entry["objects_in"] for entry in log) == len(objects)
+    assert sum(value(samples, "siltlake_merge_job_duration_seconds_count", mode=mode, outcome="finished")
+               for mode in modes) == len(log)
+    assert value(samples, "siltlake_unmerged_objects", table="web.access") == 0
+    assert value(samples, "siltlake_merge_jobs", table="web.access", state="running") == 0
+    assert ("siltlake_small_file_debt_objects", (("date", next(iter(by_date))), ("table", "web.access"))) \
+        not in samples
+
+    # Reap prunes history past observe.history_retention.
+    deployment.config.observe.history_retention = 0
+    reap_once(deployment, now=utcnow() + dt.timedelta(hours=2))
+    assert deployment.catalog.observations.history(utcnow() - dt.timedelta(days=1)) == {}
+
+
+def test_the_server_serves_metrics_and_the_page_and_refuses_writes(deployment: Deployment, access_table) -> None:
+    server = ObserveServer(deployment, "127.0.0.1", 0, dashboard=True).start()
+    try:
+        metrics = urllib.request.urlopen(server.url + "metrics", timeout=30).read().decode()
+        assert 'siltlake_staging_objects_pending{table="web.access"} 0.0' in metrics
+        page = urllib.request.urlopen(server.url, timeout=30)
+        assert "default-src 'none'" in page.headers["Content-Security-Policy"]
+        assert 'data-chart="backlog" data-table="web.access"' in page.read().decode()
+        with pytest.raises(urllib.error.HTTPError, match="405"):
+            urllib.request.urlopen(urllib.request.Request(server.url, data=b"x", method="POST"), timeout=30)
+    finally:
+        server.close()
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and not is_loopback("0.0.0.0")
+
+
+def test_log_lines_are_key_value_or_json_with_the_daemons_identity() -> None:
+    sink = io.StringIO()
+    logs.configure("text", "info", stream=sink)
+    logs.identify(role="merge", owner="host:1")
+    logger = logging.getLogger("siltlake.test")
+    logs.event(logger, "merge.job", job=3, reason="bad row=2")
+    logs.event(logger, "merge.detail", logging.DEBUG, job=3)
+    line = sink.getvalue().strip()
+    assert " INFO event=merge.job role=merge owner=host:1 pid=" in line and line.endswith('job=3 reason="bad row=2"')
+    sink = io.StringIO()
+    logs.configure("json", "debug", stream=sink)
+    logs.event(logger, "merge.detail", logging.DEBUG, job=3)
+    document = json.loads(sink.getvalue())
+    assert (document["event"], document["role"], document["job"], document["level"]) == ("merge.detail", "merge",
+                                                                                        3, "DEBUG")
+    logs.configure()
