@@ -65,7 +65,7 @@ def line_chart(chart: str, table: str, title: str, series: Sequence[Series], *, 
     parts.append(f'<text x="{LEFT}" y="{HEIGHT - 8}" class="axis">{start:%m-%d %H:%M}</text>')
     parts.append(f'<text x="{LEFT + plot_w}" y="{HEIGHT - 8}" class="axis" text-anchor="end">{end:%m-%d %H:%M} UTC'
                  '</text>')
-    legend_x = LEFT + 150
+    legend_x = float(WIDTH - RIGHT - 7 * sum(len(one.label) + 2 for one in series))  # right-aligned legend
     for index, one in enumerate(series):
         colour = COLOURS[index % len(COLOURS)]
         points = [(x(moment), y(value)) for moment, value in one.points if value is not None]
@@ -75,7 +75,7 @@ def line_chart(chart: str, table: str, title: str, series: Sequence[Series], *, 
         if len(points) == 1:
             parts.append(f'<circle cx="{points[0][0]:.1f}" cy="{points[0][1]:.1f}" r="2.5" fill="{colour}"/>')
         parts.append(f'<text x="{legend_x}" y="16" class="legend" fill="{colour}">{escape(one.label)}</text>')
-        legend_x += 10 + 7 * len(one.label)
+        legend_x += 7 * (len(one.label) + 2)
     if not values:
         parts.append(f'<text x="{LEFT + plot_w / 2}" y="{TOP + plot_h / 2}" class="empty" text-anchor="middle">'
                      'no samples in this period</text>')
