@@ -20,7 +20,7 @@ from siltlake.deployment import Deployment
 from siltlake.merge import MergeWorker
 from siltlake.observe import history
 from siltlake.observe.dashboard import ObserveServer, is_loopback
-from siltlake.observe.metrics import registry_for
+from siltlake.observe.metrics import observe_report, registry_for, summary_line
 from siltlake.publish import publish_once
 from siltlake.reap import reap_once
 from siltlake.stream import stream_once
@@ -69,6 +69,7 @@ def test_metrics_and_history_match_the_catalog_after_a_pipeline_run(deployment: 
     assert value(samples, "siltlake_unmerged_objects", table="web.access") == len(objects)
     assert value(samples, "siltlake_merge_jobs", table="web.access", state="scheduled") == len(by_date)
     assert value(samples, "siltlake_freshness_seconds_count", table="web.access") == 0  # nothing visible yet
+    assert summary_line(deployment).startswith("7 records loaded (1 bad), 0 staging objects pending, 1 unknown, ")
 
     published = publish_once(deployment)
     assert published.live_versions
@@ -87,9 +88,13 @@ def test_metrics_and_history_match_the_catalog_after_a_pipeline_run(deployment: 
     assert row["freshness_p99_seconds"] is not None and row["freshness_p99_seconds"] >= 0
 
     deployment.catalog.merge_queue.advance(utcnow())
+    batches = scrape(deployment).get(("siltlake_merge_batches_total", (("where", "driver"),)), 0)  # process-wide
     merged = MergeWorker(deployment).run(once=True)
-    assert merged.finished == len(by_date)
+    assert merged.finished == len(by_date) and merged.in_driver >= 1
+    observe_report("merge", merged)
+    observe_report("merge", merged)  # a worker's report adds up: counted once
     samples = scrape(deployment)
+    assert value(samples, "siltlake_merge_batches_total", where="driver") == batches + merged.in_driver
     log = deployment.catalog.merge_queue.log()
     modes = {entry["mode"] for entry in log}
     assert sum(value(samples, "siltlake_merged_objects_total", table="web.access", mode=mode) for mode in modes) \

@@ -105,6 +105,8 @@ def merge(context: click.Context, once: bool, now_text: str | None, slots: int |
     # SIGTERM (a service manager stopping us) finishes the running jobs like Ctrl-C, rather than leaving
     # claims to go stale until another worker takes them over.
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    from siltlake.observe.metrics import observe_report
+
     worker = MergeWorker(deployment, slots=slots, table_ids=table_ids)
     daemon_logging(context, "merge", owner=worker.owner)
     observing = Observing(deployment, metrics_port, bind)
@@ -112,6 +114,7 @@ def merge(context: click.Context, once: bool, now_text: str | None, slots: int |
     last = {"claimed": 0}
 
     def on_round(report: MergeReport) -> None:
+        observe_report("merge", report)
         if report.claimed != last["claimed"]:
             last["claimed"] = report.claimed
             print_merge_report(report)

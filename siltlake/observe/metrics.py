@@ -42,15 +42,26 @@ REAP_DELETED_OBJECTS = Counter("siltlake_reap_deleted_objects", "Objects this pr
                                ["reason"], registry=None)
 REAP_DELETED_BYTES = Counter("siltlake_reap_deleted_bytes", "Bytes this process's reap runs deleted", ["reason"],
                              registry=None)
+MERGE_BATCHES = Counter("siltlake_merge_batches", "Batches of merge jobs this process ran, by where: 'driver' (on "
+                        "the worker's own threads, at most merge.in_driver_bytes) or 'spark' (a Spark stage)",
+                        ["where"], registry=None)
 ROUND_ERRORS = Counter("siltlake_round_errors", "Rounds of this process's loops that failed (and were retried)",
                        ["loop"], registry=None)
 PROCESS_METRICS = (STREAM_ROUND, STREAM_RECORDS, PUBLISH_RUN, REAP_RUN, REAP_DELETED_OBJECTS, REAP_DELETED_BYTES,
-                   ROUND_ERRORS)
+                   MERGE_BATCHES, ROUND_ERRORS)
+# A merge worker's report adds up over its run: what was counted of each, by id.
+_merge_seen: dict[int, tuple[int, int]] = {}
 
 
 def observe_report(loop: str, report: Any) -> None:
-    """Count a finished round of a loop ("stream", "publish", "reap"; merges are counted from the catalog)."""
-    if loop == "stream" and (report.processed or report.registered):
+    """Count a finished round of a loop: "stream", "publish", "reap", or "merge" (a worker's report, which adds
+    up over its run; the merge jobs themselves are counted from the catalog)."""
+    if loop == "merge":
+        driver, spark = _merge_seen.get(id(report), (0, 0))
+        MERGE_BATCHES.labels("driver").inc(report.in_driver - driver)
+        MERGE_BATCHES.labels("spark").inc(report.stages - spark)
+        _merge_seen[id(report)] = (report.in_driver, report.stages)
+    elif loop == "stream" and (report.processed or report.registered):
         STREAM_ROUND.observe(report.seconds)
         STREAM_RECORDS.inc(report.records_loaded)
     elif loop == "publish":
@@ -211,3 +222,30 @@ def registry_for(deployment: Deployment) -> CollectorRegistry:
     for metric in PROCESS_METRICS:
         registry.register(metric)
     return registry
+
+
+def summary_line(deployment: Deployment) -> str:
+    """One line of what a scrape of /metrics says now, summed over the tables."""
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    totals: dict[str, float] = {}
+    jobs: dict[str, float] = {}
+    text = generate_latest(registry_for(deployment)).decode()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "siltlake_merge_jobs":
+                jobs[sample.labels["state"]] = jobs.get(sample.labels["state"], 0) + sample.value
+            elif not sample.name.endswith(("_bucket", "_created")):
+                totals[sample.name] = totals.get(sample.name, 0) + sample.value
+
+    def total(name: str) -> int:
+        return int(totals.get(name, 0))
+
+    merged = total("siltlake_merged_objects_total")
+    return (f"{total('siltlake_records_loaded_total'):,} records loaded ({total('siltlake_bad_records_total'):,} bad), "
+            f"{total('siltlake_staging_objects_pending'):,} staging objects pending, "
+            f"{total('siltlake_unknown_objects'):,} unknown, {total('siltlake_unmerged_objects'):,} small objects not "
+            f"merged, {merged:,} merged in {total('siltlake_merge_job_duration_seconds_count'):,} merge attempts; "
+            f"merge jobs {int(jobs.get('running', 0))} running, {int(jobs.get('stale', 0))} stale, "
+            f"{int(jobs.get('failed', 0))} failed")

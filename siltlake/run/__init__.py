@@ -266,6 +266,7 @@ class SingleHost:
                 work = (f"{now['jobs'] - before['jobs']} jobs, {now['objects'] - before['objects']:,} small objects, "
                         f"{now['rows'] - before['rows']:,} rows")
             before.update(now)
+            observe_report("merge", report)
             status.round_done(work, merge_totals(report))
             if work:
                 self.on_report("merge", report)
