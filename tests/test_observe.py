@@ -24,10 +24,20 @@ from siltlake.observe.metrics import observe_report, registry_for, summary_line
 from siltlake.publish import publish_once
 from siltlake.reap import reap_once
 from siltlake.stream import stream_once
+from siltlake.tabledef import TableDef
 
+from .conftest import ACCESS_TABLE, make_config
 from .test_stream import event, jsonl_gz, stage
 
-pytestmark = pytest.mark.spark
+
+@pytest.fixture
+def plain_deployment(tmp_path, catalog_url: str) -> Deployment:
+    """A deployment without Spark, with the access table."""
+    deployment = Deployment(make_config(tmp_path, catalog_url))
+    deployment.init()
+    deployment.catalog.tables.create(TableDef.from_mapping(ACCESS_TABLE))
+    yield deployment
+    deployment.close()
 
 
 def scrape(deployment: Deployment) -> dict[tuple[str, tuple], float]:
@@ -41,6 +51,7 @@ def value(samples: dict, name: str, **labels: str) -> float:
     return samples[(name, tuple(sorted(labels.items())))]
 
 
+@pytest.mark.spark
 def test_metrics_and_history_match_the_catalog_after_a_pipeline_run(deployment: Deployment, access_table) -> None:
     now = utcnow().replace(tzinfo=dt.UTC)
     day = f"{now:%Y/%m/%d}"
@@ -112,8 +123,8 @@ def test_metrics_and_history_match_the_catalog_after_a_pipeline_run(deployment: 
     assert deployment.catalog.observations.history(utcnow() - dt.timedelta(days=1)) == {}
 
 
-def test_the_server_serves_metrics_and_the_page_and_refuses_writes(deployment: Deployment, access_table) -> None:
-    server = ObserveServer(deployment, "127.0.0.1", 0, dashboard=True).start()
+def test_the_server_serves_metrics_and_the_page_and_refuses_writes(plain_deployment: Deployment) -> None:
+    server = ObserveServer(plain_deployment, "127.0.0.1", 0, dashboard=True).start()
     try:
         metrics = urllib.request.urlopen(server.url + "metrics", timeout=30).read().decode()
         assert 'siltlake_staging_objects_pending{table="web.access"} 0.0' in metrics
@@ -143,3 +154,39 @@ def test_log_lines_are_key_value_or_json_with_the_daemons_identity() -> None:
     assert (document["event"], document["role"], document["job"], document["level"]) == ("merge.detail", "merge",
                                                                                         3, "DEBUG")
     logs.configure()
+
+
+def test_a_daemon_serves_metrics_logs_key_value_lines_and_samples_history(tmp_path) -> None:
+    """`silt publish --metrics-port 0` (no Spark): /metrics answers from the catalog, its log lines carry
+    its role and pid, and it stores history samples; off loopback it warns."""
+    import re
+    import signal
+
+    from siltlake.catalog import Catalog
+
+    from .processes import SiltProcess, run_silt, silt_env, wait_until
+
+    url = f"sqlite:///{tmp_path / 'catalog.db'}"
+    env = silt_env(tmp_path, url, observe={"history_interval": 1})
+    assert run_silt(env, "init").returncode == 0
+    catalog = Catalog(url)
+    catalog.tables.create(TableDef.from_mapping(ACCESS_TABLE))
+    daemon = SiltProcess(tmp_path, "publish", env, "publish", "--interval", "1", "--metrics-port", "0",
+                         "--bind", "0.0.0.0")
+    try:
+        wait_until(lambda: "metrics on http" in daemon.log(), [daemon], 60, "the metrics server")
+        port = re.search(r"metrics on http://0\.0\.0\.0:(\d+)/metrics", daemon.log()).group(1)
+        assert "warning: listening on 0.0.0.0, not loopback" in daemon.log()
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30).read().decode()
+        assert "siltlake_catalog_up 1.0" in metrics and "siltlake_unknown_objects 0.0" in metrics
+        with pytest.raises(urllib.error.HTTPError, match="404"):  # the daemons serve no dashboard
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30)
+        wait_until(lambda: "web.access" in catalog.observations.history(utcnow() - dt.timedelta(minutes=1)),
+                   [daemon], 60, "a history sample")
+        line = next(line for line in daemon.log().splitlines() if "event=http.listening" in line)
+        assert f" INFO event=http.listening role=publish pid={daemon.pid} " in line
+    finally:
+        catalog.close()
+        daemon.proc.send_signal(signal.SIGTERM)
+        daemon.proc.wait(timeout=60)
+    assert daemon.proc.returncode == 0, daemon.tail()
