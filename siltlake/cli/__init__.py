@@ -47,10 +47,11 @@ def main(context: click.Context, config: str | None, debug: bool, log_format: st
     """siltlake: small log batches in, date-partitioned Parquet tables out."""
     if debug:
         os.environ[DEBUG_VARIABLE] = "1"  # Spark sessions started later read it too
+    log_level = log_level or ("debug" if debug else None)
     context.obj = {"config": config, "log_format": log_format, "log_level": log_level}
     from siltlake.logs import configure
 
-    configure(log_format, log_level or ("debug" if debug else "warning"))
+    configure(log_format, log_level or "warning")
 
 
 COMMANDS = (
