@@ -190,3 +190,25 @@ def test_a_daemon_serves_metrics_logs_key_value_lines_and_samples_history(tmp_pa
         daemon.proc.send_signal(signal.SIGTERM)
         daemon.proc.wait(timeout=60)
     assert daemon.proc.returncode == 0, daemon.tail()
+
+
+def test_silt_dashboard_serves_the_page_on_loopback(tmp_path) -> None:
+    import re
+    import signal
+
+    from .processes import SiltProcess, run_silt, silt_env, wait_until
+
+    env = silt_env(tmp_path, f"sqlite:///{tmp_path / 'catalog.db'}")
+    assert run_silt(env, "init").returncode == 0
+    server = SiltProcess(tmp_path, "dashboard", env, "dashboard", "--port", "0")
+    try:
+        wait_until(lambda: "serving the dashboard" in server.log(), [server], 60, "the dashboard")
+        url = re.search(r"the dashboard on (http://127\.0\.0\.1:\d+/)", server.log()).group(1)
+        assert "not loopback" not in server.log()
+        page = urllib.request.urlopen(url, timeout=30).read().decode()
+        assert "no tables; create one with" in page and "<script" not in page
+        assert urllib.request.urlopen(url + "healthz", timeout=30).read() == b"ok\n"
+    finally:
+        server.proc.send_signal(signal.SIGINT)
+        server.proc.wait(timeout=60)
+    assert server.proc.returncode == 0, server.tail()
