@@ -20,7 +20,7 @@ from siltlake.deployment import Deployment
 from siltlake.merge import MergeWorker
 from siltlake.observe import history
 from siltlake.observe.dashboard import ObserveServer, is_loopback
-from siltlake.observe.metrics import observe_report, registry_for, summary_line
+from siltlake.observe.metrics import DURATION_BUCKETS, observe_report, registry_for, summary_line
 from siltlake.publish import publish_once
 from siltlake.reap import reap_once
 from siltlake.stream import stream_once
@@ -112,6 +112,15 @@ def test_metrics_and_history_match_the_catalog_after_a_pipeline_run(deployment: 
         == sum(entry["objects_in"] for entry in log) == len(objects)
     assert sum(value(samples, "siltlake_merge_job_duration_seconds_count", mode=mode, outcome="finished")
                for mode in modes) == len(log)
+    took = sum((entry["end_time"] - entry["start_time"]).total_seconds() for entry in log)
+    assert sum(value(samples, "siltlake_merge_job_duration_seconds_sum", mode=mode, outcome="finished")
+               for mode in modes) == pytest.approx(took, abs=0.01)
+    slowest = max((entry["end_time"] - entry["start_time"]).total_seconds() for entry in log)
+    for mode in modes:  # every attempt is within the bucket of the slowest
+        bound = next(b for b in DURATION_BUCKETS if b >= slowest)
+        assert value(samples, "siltlake_merge_job_duration_seconds_bucket", mode=mode, outcome="finished",
+                     le=f"{bound:g}" if bound != int(bound) else f"{float(bound)}") == value(
+            samples, "siltlake_merge_job_duration_seconds_count", mode=mode, outcome="finished")
     assert value(samples, "siltlake_unmerged_objects", table="web.access") == 0
     assert value(samples, "siltlake_merge_jobs", table="web.access", state="running") == 0
     assert ("siltlake_small_file_debt_objects", (("date", next(iter(by_date))), ("table", "web.access"))) \

@@ -8,6 +8,7 @@ histograms and counters kept in the process beside it.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -91,12 +92,25 @@ def freshness_buckets(values: list[float], bounds: tuple[float, ...] = FRESHNESS
 
 
 class CatalogCollector(Collector):
-    """The deployment's state as Prometheus metrics, read from its catalog at each scrape."""
+    """The deployment's state as Prometheus metrics, read from its catalog at each scrape.
 
-    def __init__(self, deployment: Deployment) -> None:
+    Scrapes less than `reuse_seconds` apart (several Prometheus servers, a dashboard reload) share one
+    reading of the catalog."""
+
+    def __init__(self, deployment: Deployment, reuse_seconds: float = 5.0) -> None:
         self.deployment = deployment
+        self.reuse_seconds = reuse_seconds
+        self._last: tuple[float, list[Metric]] | None = None
+        self._lock = threading.Lock()
 
     def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            if self._last is None or time.monotonic() - self._last[0] >= self.reuse_seconds:
+                self._last = (time.monotonic(), self._read())
+            families = self._last[1]
+        yield from families
+
+    def _read(self) -> list[Metric]:
         started = time.monotonic()
         up = GaugeMetricFamily("siltlake_catalog_up", "1 when the last scrape could read the catalog, else 0")
         try:
@@ -104,15 +118,12 @@ class CatalogCollector(Collector):
         except Exception as exc:  # a scrape must answer even when the catalog is down
             event(log, "metrics.scrape_failed", logging.WARNING, reason=f"{type(exc).__name__}: {exc}")
             up.add_metric([], 0)
-            yield up
-            return
+            return [up]
         up.add_metric([], 1)
-        yield up
-        yield from families
         seconds = GaugeMetricFamily("siltlake_catalog_scrape_seconds",
                                     "Seconds the catalog queries of this scrape took")
         seconds.add_metric([], time.monotonic() - started)
-        yield seconds
+        return [up, *families, seconds]
 
     def _families(self) -> Iterator[Metric]:
         catalog, config = self.deployment.catalog, self.deployment.config
@@ -215,10 +226,10 @@ class CatalogCollector(Collector):
         yield freshness
 
 
-def registry_for(deployment: Deployment) -> CollectorRegistry:
+def registry_for(deployment: Deployment, reuse_seconds: float = 5.0) -> CollectorRegistry:
     """A registry of the catalog's metrics and this process's own."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(CatalogCollector(deployment))
+    registry.register(CatalogCollector(deployment, reuse_seconds))
     for metric in PROCESS_METRICS:
         registry.register(metric)
     return registry
