@@ -21,6 +21,7 @@ from typing import Any, TextIO
 FORMATS = ("text", "json")
 LEVELS = ("debug", "info", "warning", "error")
 _FIELDS = "silt_fields"
+_EVENT = "silt_event"
 _identity: dict[str, Any] = {}
 
 
@@ -30,9 +31,11 @@ def identify(**fields: Any) -> None:
 
 
 def event(log: logging.Logger, name: str, level: int = logging.INFO, /, **fields: Any) -> None:
-    """Log the event `name` with its fields (numbers, strings, None)."""
+    """Log the event `name` with its fields (numbers, strings, None). The record's message is the event and its
+    fields as key=value, so a program using siltlake as a library and its own logging setup reads them too."""
     if log.isEnabledFor(level):
-        log.log(level, name, extra={_FIELDS: fields}, stacklevel=2)
+        message = " ".join([name, *(f"{key}={_quote(value)}" for key, value in fields.items())])
+        log.log(level, "%s", message, extra={_FIELDS: fields, _EVENT: name}, stacklevel=2)
 
 
 def _quote(value: Any) -> str:
@@ -58,7 +61,7 @@ def record_fields(record: logging.LogRecord) -> tuple[str, dict[str, Any]]:
     fields = getattr(record, _FIELDS, None)
     if fields is None:
         return "log", {"message": record.getMessage()}
-    return record.getMessage(), dict(fields)
+    return getattr(record, _EVENT), dict(fields)
 
 
 class KeyValueFormatter(logging.Formatter):
