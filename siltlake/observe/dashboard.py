@@ -67,6 +67,8 @@ def render_page(deployment: Deployment, hours: float = DEFAULT_HOURS, now: dt.da
     failures = catalog.observations.recent_failures()
     unknown = catalog.staging.unknown()
     interval = config.observe.history_interval
+    sampling = (f"samples every {interval}s" if interval else
+                "no new samples: observe.history_interval is 0")
     sections = []
     for row in status:
         table = row["table"]
@@ -108,11 +110,12 @@ def render_page(deployment: Deployment, hours: float = DEFAULT_HOURS, now: dt.da
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f'<meta http-equiv="refresh" content="{max(interval, 30)}">'
         f"<title>siltlake: {escape(deployment.instance_key)}</title><style>{STYLE}</style></head><body>"
         f"<h1>siltlake</h1><p class=\"meta\">instance {escape(deployment.instance_key)}, catalog "
-        f"{escape(catalog.masked_url)}; at {now:%Y-%m-%d %H:%M:%S} UTC, the last {hours:g} hours (samples every "
-        f"{interval}s; <a href=\"?hours=1\">1h</a> <a href=\"?hours=24\">24h</a> <a href=\"?hours=168\">7d</a>); "
-        '<a href="/metrics">/metrics</a>; a read-only page: reload for new samples</p>'
+        f"{escape(catalog.masked_url)}; at {now:%Y-%m-%d %H:%M:%S} UTC, the last {hours:g} hours ({sampling}; "
+        '<a href="?hours=1">1h</a> <a href="?hours=24">24h</a> <a href="?hours=168">7d</a>); '
+        f'<a href="/metrics">/metrics</a>; a read-only page, reloaded every {max(interval, 30)}s</p>'
         + "".join(sections)
         + "<h2>Recent failures</h2>"
         + _table(["time (UTC)", "kind", "table", "what", "reason"], failure_rows, "failures bad",
