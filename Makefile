@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: demo cluster-demo test bench lint prereqs clean chaos soak fuzz
+.PHONY: demo cluster-demo test bench lint prereqs clean chaos soak fuzz browser
 
 prereqs:
 	@test -n "$(PYTHON)" && $(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
@@ -42,8 +42,17 @@ demo: prereqs $(VENV)/.installed
 cluster-demo: prereqs $(VENV)/.installed
 	$(BIN)/python -m siltlake.demo.cluster
 
-test: prereqs $(VENV)/.installed-dev
+test: prereqs $(VENV)/.installed-dev browser
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The dashboard's browser test (tests/test_dashboard_browser.py) drives the system's Chromium through Playwright
+# (the dev extra): installed with apt-get when missing and running as root; otherwise that test is skipped.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing chromium (apt-get) for the dashboard's browser test"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else echo "no chromium on PATH: the dashboard's browser test will be skipped (apt-get install chromium)"; fi; }
 
 bench: prereqs $(VENV)/.installed-dev
 	$(BIN)/python bench/stream_bench.py

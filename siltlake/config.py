@@ -212,6 +212,19 @@ class DerivedConfig(_Section):
         return parse_duration(value, f"derived.{info.field_name}")
 
 
+class ObserveConfig(_Section):
+    history_interval: int = Field(default=60, ge=0, description="seconds between the metric history samples the "
+                                  "daemons take for `silt dashboard` (0: none)")
+    history_retention: int = Field(default=14 * 86400, description="seconds reap keeps metric history samples")
+    freshness_window: int = Field(default=900, gt=0, description="seconds of newly visible objects the freshness "
+                                  "histogram of /metrics covers")
+
+    @field_validator("history_interval", "history_retention", "freshness_window", mode="before")
+    @classmethod
+    def _durations(cls, value: Any, info: ValidationInfo) -> int:
+        return parse_duration(value, f"observe.{info.field_name}")
+
+
 class Config(_Section):
     instance_key: str | None = None
     catalog: CatalogConfig = Field(default_factory=CatalogConfig)
@@ -222,6 +235,7 @@ class Config(_Section):
     publish: PublishConfig = Field(default_factory=PublishConfig)
     reap: ReapConfig = Field(default_factory=ReapConfig)
     derived: DerivedConfig = Field(default_factory=DerivedConfig)
+    observe: ObserveConfig = Field(default_factory=ObserveConfig)
     source: str = Field(default="embedded defaults", exclude=True)
 
     @field_validator("instance_key")

@@ -6,10 +6,12 @@ from __future__ import annotations
 import datetime as dt
 import gzip
 import json
+import re
 import signal
 import subprocess
 import threading
 import time
+import urllib.request
 from collections import Counter
 from pathlib import Path
 
@@ -173,10 +175,17 @@ def test_silt_run_streams_merges_and_publishes_until_sigint(tmp_path: Path, requ
                 and FUTURE in newest and newest[FUTURE].live_watermark == last[FUTURE]
                 and (late_id is None or current[PAST[0]].current_manifest_version == late_id))
 
-    daemon = SiltProcess(tmp_path, "run", env, "run")
+    daemon = SiltProcess(tmp_path, "run", env, "run", "--metrics-port", "0")
     try:
         wait_until(published, [daemon], 90, "published merged versions of the past days")
         print(f"published {time.monotonic() - daemon.started:.1f} s after the start")
+        # The same port serves /metrics (from the catalog) and the dashboard.
+        served = re.search(r"the dashboard on (http://127\.0\.0\.1:\d+/)", daemon.log())
+        assert served, daemon.tail()
+        metrics = urllib.request.urlopen(served.group(1) + "metrics", timeout=30).read().decode()
+        assert f'siltlake_records_loaded_total{{table="web.access"}} {float(sum(expected.values()))}' in metrics
+        page = urllib.request.urlopen(served.group(1), timeout=30).read().decode()
+        assert 'data-chart="freshness" data-table="web.access"' in page
         assert not catalog.partitions.small_objects(table.id, delayed=True)
         # A late object for a closed day is delayed, then merged and published with the next merged version.
         add(PAST[0], 50, 7)

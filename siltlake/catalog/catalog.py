@@ -12,6 +12,7 @@ from siltlake.catalog.derived import Derived
 from siltlake.catalog.external_sync import ExternalSync
 from siltlake.catalog.instances import Instances
 from siltlake.catalog.merge_queue import MergeQueue
+from siltlake.catalog.observations import Observations
 from siltlake.catalog.partitions import Partitions
 from siltlake.catalog.reaping import Reaping
 from siltlake.catalog.staging import Staging
@@ -24,8 +25,8 @@ class Catalog(CatalogCore):
     """One deployment's catalog. Create with a URL; call upgrade() (silt init) before use.
 
     Its operations are grouped by concern: catalog.tables, .staging, .partitions (and the stream's commit),
-    .merge_queue, .versions (publishing and reading), .reaping, .external_sync, .instances and .derived
-    (derived tables)."""
+    .merge_queue, .versions (publishing and reading), .reaping, .external_sync, .instances, .derived
+    (derived tables) and .observations (what metrics and the dashboard show)."""
 
     def __init__(self, url: str, *, echo: bool = False, connect_timeout: int | None = None) -> None:
         super().__init__(url, echo=echo, connect_timeout=connect_timeout)
@@ -38,6 +39,7 @@ class Catalog(CatalogCore):
         self.external_sync = ExternalSync(self)
         self.instances = Instances(self)
         self.derived = Derived(self)
+        self.observations = Observations(self)
 
     @classmethod
     def look_at(cls, masked_url: str, like: Catalog) -> Catalog:

@@ -320,3 +320,29 @@ active_derived_builds = sa.Table(
     sa.Column("expire_time", sa.DateTime, nullable=True),  # persist_for: when it stops being active
     sa.Column("activate_time", sa.DateTime, nullable=False),
 )
+
+# Samples of what the dashboard charts (siltlake.observe.history): one row per table and sample slot, written by
+# whichever daemon samples that slot first, pruned by reap after observe.history_retention.
+metric_history = sa.Table(
+    "metric_history",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("sample_time", sa.DateTime, nullable=False),
+    sa.Column("table_name", sa.String(127), nullable=False),
+    sa.Column("pending_objects", sa.BigInteger, nullable=True),
+    sa.Column("pending_bytes", sa.BigInteger, nullable=True),
+    sa.Column("unmerged_objects", sa.BigInteger, nullable=True),
+    sa.Column("unmerged_bytes", sa.BigInteger, nullable=True),
+    sa.Column("merged_objects", sa.BigInteger, nullable=True),  # merged in the slot (merge_job_log)
+    sa.Column("merged_bytes", sa.BigInteger, nullable=True),
+    sa.Column("records_loaded", sa.BigInteger, nullable=True),  # loaded in the slot
+    sa.Column("bad_records", sa.BigInteger, nullable=True),
+    sa.Column("freshness_p50_seconds", sa.Float, nullable=True),  # of the objects first shown in the slot
+    sa.Column("freshness_p99_seconds", sa.Float, nullable=True),
+    sa.Column("freshness_max_seconds", sa.Float, nullable=True),
+    sa.Column("jobs_waiting", sa.Integer, nullable=True),
+    sa.Column("jobs_running", sa.Integer, nullable=True),
+    sa.Column("jobs_failed", sa.Integer, nullable=True),
+    sa.UniqueConstraint("sample_time", "table_name"),
+)
+sa.Index("ix_metric_history_sample_time", metric_history.c.sample_time)

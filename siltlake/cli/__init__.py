@@ -19,6 +19,7 @@ from siltlake.cli import (
     init,
     load,
     merge,
+    observing,
     publish,
     reap,
     run,
@@ -36,19 +37,27 @@ from siltlake.errors import DEBUG_VARIABLE
               help="Configuration file (default: $SILTLAKE_CONFIG or ./siltlake.toml, else built-in defaults).")
 @click.option("--debug", is_flag=True, help=f"On failure print the full trace (Python, and Java for Spark errors) "
               f"and Spark's error log; ${DEBUG_VARIABLE}=1 does the same.")
+@click.option("--log-format", type=click.Choice(("text", "json")), default="text", show_default=True,
+              help="Log lines on stderr: text (key=value fields) or json (one object per line).")
+@click.option("--log-level", type=click.Choice(("debug", "info", "warning", "error")), default=None,
+              help="The least severe log lines shown (default: info for the daemons, warning otherwise).")
 @click.version_option(package_name="siltlake")
 @click.pass_context
-def main(context: click.Context, config: str | None, debug: bool) -> None:
+def main(context: click.Context, config: str | None, debug: bool, log_format: str, log_level: str | None) -> None:
     """siltlake: small log batches in, date-partitioned Parquet tables out."""
     if debug:
         os.environ[DEBUG_VARIABLE] = "1"  # Spark sessions started later read it too
-    context.obj = {"config": config}
+    log_level = log_level or ("debug" if debug else None)
+    context.obj = {"config": config, "log_format": log_format, "log_level": log_level}
+    from siltlake.logs import configure
+
+    configure(log_format, log_level or "warning")
 
 
 COMMANDS = (
     init.init, tables.table_group, stream.stream, merge.merge, status.status, publish.publish, run.run_command,
     history.history, delete.delete, reap.reap, unknown.unknown_group, errors.errors_group, sql.sql_command,
-    load.guess_command, load.load_command, load.cleanup_command,
+    load.guess_command, load.load_command, load.cleanup_command, observing.dashboard_command,
 )
 for command in COMMANDS:
     main.add_command(command)

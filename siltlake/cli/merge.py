@@ -11,7 +11,16 @@ import click
 from rich.progress import Progress
 
 from siltlake.cli.context import deployment_of, friendly, retrying
-from siltlake.cli.options import json_option, now_option, once_option, parse_now, table_option
+from siltlake.cli.observing import Observing, daemon_logging
+from siltlake.cli.options import (
+    bind_option,
+    json_option,
+    metrics_port_option,
+    now_option,
+    once_option,
+    parse_now,
+    table_option,
+)
 from siltlake.cli.output import console, progress_bar, write_json
 from siltlake.cli.reports import print_merge_report, print_merge_schedule
 
@@ -43,10 +52,12 @@ class _MergeProgressBar:
 @table_option
 @click.option("--retry-failed", is_flag=True, help="First put parked (failed) jobs back in the queue.")
 @json_option
+@metrics_port_option
+@bind_option
 @click.pass_context
 @friendly
 def merge(context: click.Context, once: bool, now_text: str | None, slots: int | None, table_name: str | None,
-          retry_failed: bool, as_json: bool) -> None:
+          retry_failed: bool, as_json: bool, metrics_port: int | None, bind: str) -> None:
     """Merge each day's small objects into a few large ones: the merge job queue's worker.
 
     A round runs every due job (and the jobs they continue into); --once shows a progress bar, says when the
@@ -58,6 +69,8 @@ def merge(context: click.Context, once: bool, now_text: str | None, slots: int |
 
     if now_text is not None and not once:
         raise click.UsageError("--now works with --once")
+    if once and metrics_port is not None:
+        raise click.UsageError("--metrics-port serves a daemon's metrics: give it without --once")
     now = parse_now(now_text)
     clock = (lambda: now) if now is not None else utcnow
     deployment = deployment_of(context)
@@ -92,11 +105,16 @@ def merge(context: click.Context, once: bool, now_text: str | None, slots: int |
     # SIGTERM (a service manager stopping us) finishes the running jobs like Ctrl-C, rather than leaving
     # claims to go stale until another worker takes them over.
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    from siltlake.observe.metrics import observe_report
+
     worker = MergeWorker(deployment, slots=slots, table_ids=table_ids)
+    daemon_logging(context, "merge", owner=worker.owner)
+    observing = Observing(deployment, metrics_port, bind)
     console.print(f"merging as {worker.owner} with {worker.slots} slots; Ctrl-C stops after the running jobs")
     last = {"claimed": 0}
 
     def on_round(report: MergeReport) -> None:
+        observe_report("merge", report)
         if report.claimed != last["claimed"]:
             last["claimed"] = report.claimed
             print_merge_report(report)
@@ -105,5 +123,7 @@ def merge(context: click.Context, once: bool, now_text: str | None, slots: int |
         worker.run(stop, on_round=on_round, on_error=retrying("catalog unreachable"))
     except KeyboardInterrupt:
         stop.set()
+    finally:
+        observing.close()
     on_round(worker.report)  # jobs finished since the last report
     console.print("stopped")

@@ -110,3 +110,12 @@ def date_option(multiple: bool = False) -> Decorator:
 def resume_state_option(required: bool = False) -> Decorator:
     return click.option("--resume-state", required=required, default=None, type=click.Path(dir_okay=False),
                         help=RESUME_STATE_HELP)
+
+
+METRICS_PORT_HELP = ("Serve Prometheus metrics on http://BIND:PORT/metrics (and, for `silt run`, the dashboard on /); "
+                     "off by default. 0 picks a free port. See docs/operations.md.")
+BIND_HELP = "The address --metrics-port (or the dashboard) listens on; anything but loopback is said so on start."
+
+metrics_port_option = click.option("--metrics-port", type=click.IntRange(0, 65535), default=None, metavar="PORT",
+                                   help=METRICS_PORT_HELP)
+bind_option = click.option("--bind", "bind", default="127.0.0.1", show_default=True, metavar="HOST", help=BIND_HELP)

@@ -9,7 +9,15 @@ import threading
 import click
 
 from siltlake.cli.context import deployment_of, friendly, retrying
-from siltlake.cli.options import interval_option, now_option, once_option, parse_now
+from siltlake.cli.observing import Observing, daemon_logging
+from siltlake.cli.options import (
+    bind_option,
+    interval_option,
+    metrics_port_option,
+    now_option,
+    once_option,
+    parse_now,
+)
 from siltlake.cli.output import activity, console
 from siltlake.cli.reports import print_publish_report
 
@@ -18,9 +26,12 @@ from siltlake.cli.reports import print_publish_report
 @once_option
 @now_option
 @interval_option("publish.interval")
+@metrics_port_option
+@bind_option
 @click.pass_context
 @friendly
-def publish(context: click.Context, once: bool, now_text: str | None, interval: float | None) -> None:
+def publish(context: click.Context, once: bool, now_text: str | None, interval: float | None,
+            metrics_port: int | None, bind: str) -> None:
     """Make new data visible to readers: switch merged days to their merged objects, close ended days,
     publish new live and merged versions (and sync external catalogs).
 
@@ -30,6 +41,8 @@ def publish(context: click.Context, once: bool, now_text: str | None, interval: 
 
     deployment = deployment_of(context)
     now = parse_now(now_text)
+    if once and metrics_port is not None:
+        raise click.UsageError("--metrics-port serves a daemon's metrics: give it without --once")
     if once:
         with activity("publishing: switching merged days, closing ended days, publishing versions…"):
             report = publish_once(deployment, now=now)
@@ -37,13 +50,28 @@ def publish(context: click.Context, once: bool, now_text: str | None, interval: 
         if report.target_errors:
             sys.exit(1)
         return
+    from siltlake.observe.metrics import observe_error, observe_report
+
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     wait = deployment.config.publish.interval if interval is None else interval
+    daemon_logging(context, "publish")
+    observing = Observing(deployment, metrics_port, bind)
     console.print(f"publishing every {wait:g}s; Ctrl-C stops")
+    failed = retrying("publish run failed")
+
+    def on_report(report) -> None:  # noqa: ANN001 - a PublishReport
+        observe_report("publish", report)
+        print_publish_report(report)
+
+    def on_error(exc: Exception, seconds: float) -> None:
+        observe_error("publish")
+        failed(exc, seconds)
+
     try:
-        poll_forever(lambda: publish_once(deployment, now=now), stop, wait, print_publish_report,
-                     on_error=retrying("publish run failed"))
+        poll_forever(lambda: publish_once(deployment, now=now), stop, wait, on_report, on_error=on_error)
     except KeyboardInterrupt:
         stop.set()
+    finally:
+        observing.close()
     console.print("stopped")

@@ -15,6 +15,8 @@ from rich.table import Table
 from rich.text import Text
 
 from siltlake.cli.context import deployment_of, friendly, retrying
+from siltlake.cli.observing import daemon_logging, serve
+from siltlake.cli.options import bind_option, metrics_port_option
 from siltlake.cli.output import Column, console, grid
 from siltlake.cli.reports import print_merge_report, print_publish_report, print_reap_report, print_stream_report
 
@@ -58,8 +60,10 @@ def status_table(host: SingleHost) -> Table:
     return grid(COLUMNS, rows, title="silt run", title_justify="left", pad_edge=False)
 
 
-def run_in_terminal(deployment: Deployment, console: Console) -> None:
-    """Run every loop until SIGINT or SIGTERM, then wait for their current work; a second signal quits now."""
+def run_in_terminal(deployment: Deployment, console: Console, metrics_port: int | None = None,
+                    bind: str = "127.0.0.1") -> None:
+    """Run every loop until SIGINT or SIGTERM, then wait for their current work; a second signal quits now.
+    With metrics_port, serve /metrics and the dashboard (/) there meanwhile."""
     from siltlake.run import SingleHost
 
     printers = {
@@ -85,6 +89,7 @@ def run_in_terminal(deployment: Deployment, console: Console) -> None:
         host.stop()
 
     deployment.catalog.check_ready()  # not initialised: one error line, before the live display starts
+    server = serve(deployment, bind, metrics_port, dashboard=True) if metrics_port is not None else None
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     console.print(f"single host: stream every {host.status['stream'].interval:g}s, merge every "
@@ -101,16 +106,22 @@ def run_in_terminal(deployment: Deployment, console: Console) -> None:
             pass
     if not console.is_terminal:
         console.line()  # a file (a service log) gets the final table without its last line break
+    if server is not None:
+        server.close()
     console.print("stopped")
 
 
 @click.command("run")
+@metrics_port_option
+@bind_option
 @click.pass_context
 @friendly
-def run_command(context: click.Context) -> None:
+def run_command(context: click.Context, metrics_port: int | None, bind: str) -> None:
     """Single host: stream, merge and publish in one process on one SparkSession, with a live status.
 
     Intervals come from stream.poll_interval, merge.poll_interval and publish.interval. Ctrl-C or
     SIGTERM stops after the current stream wave and the running merge jobs; a second Ctrl-C quits now.
+    --metrics-port serves /metrics and the dashboard (/, as `silt dashboard`) on that port.
     """
-    run_in_terminal(deployment_of(context), console)
+    daemon_logging(context, "run")
+    run_in_terminal(deployment_of(context), console, metrics_port, bind)

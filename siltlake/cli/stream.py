@@ -9,7 +9,8 @@ import click
 from rich.progress import Progress
 
 from siltlake.cli.context import deployment_of, friendly, retrying
-from siltlake.cli.options import interval_option, json_option, once_option
+from siltlake.cli.observing import Observing, daemon_logging
+from siltlake.cli.options import bind_option, interval_option, json_option, metrics_port_option, once_option
 from siltlake.cli.output import console, progress_bar, write_json
 from siltlake.cli.reports import print_stream_report
 
@@ -34,9 +35,12 @@ class _StreamProgressBar:
 @once_option
 @interval_option("stream.poll_interval")
 @json_option
+@metrics_port_option
+@bind_option
 @click.pass_context
 @friendly
-def stream(context: click.Context, once: bool, interval: float | None, as_json: bool) -> None:
+def stream(context: click.Context, once: bool, interval: float | None, as_json: bool, metrics_port: int | None,
+           bind: str) -> None:
     """Turn staging objects into live and delayed small objects.
 
     A round registers new staging objects and processes every pending one; --once shows a progress bar and
@@ -44,6 +48,8 @@ def stream(context: click.Context, once: bool, interval: float | None, as_json: 
     from siltlake.stream import stream_forever, stream_once
 
     deployment = deployment_of(context)
+    if once and metrics_port is not None:
+        raise click.UsageError("--metrics-port serves a daemon's metrics: give it without --once")
     if once:
         with progress_bar() as bar:
             report = stream_once(deployment, _StreamProgressBar(bar, "staging objects"))
@@ -54,13 +60,26 @@ def stream(context: click.Context, once: bool, interval: float | None, as_json: 
         if report.failed:
             sys.exit(1)
         return
+    from siltlake.observe.metrics import observe_error, observe_report
+
     stop = threading.Event()
+    daemon_logging(context, "stream")
+    observing = Observing(deployment, metrics_port, bind)
     console.print("streaming; Ctrl-C stops after the current round")
+    failed = retrying("stream round failed")
+
+    def on_report(report) -> None:  # noqa: ANN001 - a StreamReport
+        observe_report("stream", report)
+        print_stream_report(report, deployment.staging.root)
+
+    def on_error(exc: Exception, wait: float) -> None:
+        observe_error("stream")
+        failed(exc, wait)
+
     try:
-        stream_forever(
-            deployment, stop, lambda report: print_stream_report(report, deployment.staging.root), interval,
-            on_error=retrying("stream round failed"),
-        )
+        stream_forever(deployment, stop, on_report, interval, on_error=on_error)
     except KeyboardInterrupt:
         stop.set()
         console.print("stopped")
+    finally:
+        observing.close()

@@ -338,6 +338,17 @@ def main() -> None:
     if len(set(counts.values())) != 1 or sum(sample.records_by_date.values()) not in counts.values():
         fail(f"the engines count different rows: {line} (the sample has {sum(sample.records_by_date.values()):,})")
     console.print(f"[bold green]same count through Spark, DuckDB and Iceberg[/]: {line} rows", highlight=False)
+    show_operations(demo)
+
+
+def show_operations(demo: Demo) -> None:
+    """Where the dashboard would be served, and what /metrics says now, in one line."""
+    from siltlake.observe.metrics import summary_line
+
+    console.print(f"Dashboard: cd {DEMO_DIR} && ../../.venv/bin/silt dashboard serves it on http://127.0.0.1:8787/ "
+                  "(`silt run --metrics-port 9108` serves it and /metrics beside the loops; docs/operations.md)",
+                  highlight=False, soft_wrap=True)
+    console.print(f"[bold]metrics[/]: {summary_line(demo.deployment)}", highlight=False, soft_wrap=True)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import re
 import time
 import uuid
@@ -23,9 +24,12 @@ from siltlake.errors import CatalogError, ConfigError, NotFoundError, SiltError
 from siltlake.load.config import JobConfig, LoadConfig
 from siltlake.load.state import new_state, one_run_per_state, read_state, write_state
 from siltlake.load.task import LoadTask, output_columns, run_load_task
+from siltlake.logs import event
 from siltlake.spark import run_tasks
 from siltlake.storage.keys import load_error_file, load_sql_run, temporary_run
 from siltlake.tabledef import Column, TableDef
+
+log = logging.getLogger(__name__)
 
 # A Spark SQL type name (DataType.simpleString) -> the siltlake column type an `out.create` table gets.
 SPARK_TYPES = {"bigint": "bigint", "int": "int", "smallint": "int", "tinyint": "int", "double": "double",
@@ -354,6 +358,7 @@ def _load(deployment: Deployment, config: LoadConfig, *, state_path: str | None,
     _fill_stats(state, stats)
 
     if failed:
+        event(log, "load.tasks_failed", logging.WARNING, run_id=run_id, failed_tasks=len(failed), reason=failed[0][1])
         succeeded = sum(r is not None for j in state["jobs"].values() for r in j["reports"])
         if path is not None and succeeded:
             write_state(path, state)
@@ -367,6 +372,7 @@ def _load(deployment: Deployment, config: LoadConfig, *, state_path: str | None,
                          f"{hint}")
     if not commit:
         write_state(path, state)
+        event(log, "load.prepared", run_id=run_id, jobs=len(stats), state=str(path))
         return LoadReport(run_id, list(stats.values()), committed=False, state_path=str(path))
     _commit(deployment, config, state, {name: plan[0] for name, plan in plans.items()})
     state["committed"] = True
@@ -374,6 +380,7 @@ def _load(deployment: Deployment, config: LoadConfig, *, state_path: str | None,
     if path is not None:
         write_state(path, state)
     deployment.lake.delete_prefix(temporary_run(deployment.instance_key, run_id))
+    event(log, "load.committed", run_id=run_id, jobs=len(stats))
     return LoadReport(run_id, list(stats.values()), committed=True, state_path=str(path) if path else None)
 
 

@@ -9,6 +9,7 @@ or at once by a worker on the same host, which sees that the claim's process is 
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import threading
@@ -23,9 +24,12 @@ from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.errors import SiltError
 from siltlake.hosts import local_host
+from siltlake.logs import event
 from siltlake.merge.planner import MergedRange, MergeLimits, MergePlan, SmallObject, plan_merge
 from siltlake.merge.task import MergeTask, RangeTask, run_merge_task
 from siltlake.spark import run_tasks
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -179,6 +183,10 @@ class MergeWorker:
                 report.bytes_decoded += outcome.bytes_decoded
                 for mode in modes:
                     report.modes[mode] = report.modes.get(mode, 0) + 1
+            event(log, "merge.job", job=job.id, table=job.table.qualified_name, date=job.partition_date,
+                  mode=outcome.mode, continuing=plan.continuing, objects_in=outcome.objects_in,
+                  bytes_in=outcome.bytes_in, bytes_out=outcome.bytes_out, rows_out=outcome.rows_out,
+                  seconds=(now - started).total_seconds())
         except LostMergeJob:
             with self._lock:
                 report.lost += 1  # its output is the new holder's to write again; reap removes strays
@@ -202,6 +210,8 @@ class MergeWorker:
             job, self.owner, error, result=JobOutcome(mode=None, objects_in=len(prepared.plan.objects),
                                                       start_time=started),
             now=now, max_attempts=self.settings.max_attempts, backoff=self.settings.retry_backoff)
+        event(log, "merge.job_failed", logging.WARNING, job=job.id, table=job.table.qualified_name,
+              date=job.partition_date, parked=bool(parked), reason=error)
         with self._lock:
             self.report.failed += 1
             self.report.parked += parked

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -12,6 +13,7 @@ from siltlake.catalog.versions import MERGED_CAS_BATCH
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.errors import ConfigError
+from siltlake.logs import event
 from siltlake.publish.registry import configured_targets
 from siltlake.storage.keys import live_label
 from siltlake.storage.manifests import read_manifest, write_manifests
@@ -112,4 +114,13 @@ def publish_once(deployment: Deployment, now: dt.datetime | None = None) -> Publ
         except Exception as exc:  # noqa: BLE001
             report.target_errors.append(f"{target.name}: {exc}")
     report.seconds = time.monotonic() - started
+    if report.switched or report.closed or report.live_versions or report.merged_versions:
+        event(log, "publish.run", switched=len(report.switched), closed=len(report.closed),
+              live_versions=len(report.live_versions), merged_versions=len(report.merged_versions),
+              skipped_merged=report.skipped_merged, seconds=report.seconds)
+    for error in report.target_errors:
+        event(log, "publish.target_failed", logging.WARNING, reason=error)
     return report
+
+
+log = logging.getLogger(__name__)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -22,6 +23,7 @@ from siltlake.clock import to_naive_utc, utcnow
 from siltlake.deployment import Deployment, InstanceKeyRefused
 from siltlake.derived.reap import DerivedReapReport, reap_derived
 from siltlake.errors import SiltError
+from siltlake.logs import event
 from siltlake.storage import keys
 from siltlake.storage.filesystem import ObjectInfo
 from siltlake.storage.keys import TableLayout
@@ -510,8 +512,17 @@ def reap_once(deployment: Deployment, now: dt.datetime | None = None, *, dry_run
         _reap_iceberg_metadata(deployment, key, listed, plan, report, young_after, workers, guard)
     # Derived builds last: the versions that expired above no longer protect the builds they showed.
     report.derived = reap_derived(deployment, now, grace=grace)
+    pruned = catalog.observations.prune_history(now - dt.timedelta(seconds=deployment.config.observe.history_retention))
     report.seconds = time.monotonic() - started
+    event(log, "reap.run", listed=report.listed, objects=sum(r.objects for r in report.reasons.values()),
+          bytes=sum(r.bytes for r in report.reasons.values()), failed=len(report.failed), history_pruned=pruned,
+          seconds=report.seconds)
+    for object_key, error in report.failed:
+        event(log, "reap.delete_failed", logging.WARNING, key=object_key, reason=error)
     return report
+
+
+log = logging.getLogger(__name__)
 
 
 def _reap_iceberg_metadata(deployment: Deployment, key: str, listed: Sequence[ObjectInfo], plan: _Plan,

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 
 from siltlake.deployment import Deployment
 from siltlake.merge import MergeProgress, MergeReport, MergeWorker
+from siltlake.observe.history import HistorySampler
+from siltlake.observe.metrics import observe_error, observe_report
 from siltlake.polling import backoff, poll_forever
 from siltlake.publish import PublishReport, publish_once
 from siltlake.reap import ReapReport, reap_once
@@ -211,6 +213,7 @@ class SingleHost:
         """Start the loops (and Spark first, if start_spark was not called)."""
         self.start_spark()
         self.threads = run_loops(self.loops, self.stop_event, self.on_error)
+        HistorySampler(self.deployment, self.stop_event).start()  # the dashboard's history, every interval
 
     def stop(self) -> None:
         """Ask every loop to stop after its current work (safe to call from a signal handler)."""
@@ -238,6 +241,7 @@ class SingleHost:
             totals.records_loaded += round_.records_loaded
             totals.bad_records += round_.bad_records
             totals.unknown += round_.unknown
+            observe_report("stream", round_)
             status.round_done(stream_work(round_), f"{totals.processed:,} objects, {totals.records_loaded:,} records"
                               + (f", {totals.bad_records:,} bad" if totals.bad_records else "")
                               + (f", {len(totals.unknown):,} unknown" if totals.unknown else ""))
@@ -262,6 +266,7 @@ class SingleHost:
                 work = (f"{now['jobs'] - before['jobs']} jobs, {now['objects'] - before['objects']:,} small objects, "
                         f"{now['rows'] - before['rows']:,} rows")
             before.update(now)
+            observe_report("merge", report)
             status.round_done(work, merge_totals(report))
             if work:
                 self.on_report("merge", report)
@@ -277,6 +282,7 @@ class SingleHost:
             return publish_once(self.deployment)
 
         def report(run: PublishReport) -> None:
+            observe_report("publish", run)
             for index, count in enumerate((len(run.switched), len(run.closed), len(run.live_versions),
                                            len(run.merged_versions))):
                 totals[index] += count
@@ -297,6 +303,7 @@ class SingleHost:
             return reap_once(self.deployment)
 
         def report(run: ReapReport) -> None:
+            observe_report("reap", run)
             totals[0] += run.objects
             totals[1] += run.bytes
             work = f"{run.objects:,} objects, {run.bytes:,} bytes" if run.objects else None
@@ -307,5 +314,6 @@ class SingleHost:
         poll_forever(one_run, stop, status.interval, report, on_error=lambda exc, wait: self._failed(status, exc, wait))
 
     def _failed(self, status: LoopStatus, exc: Exception, wait: float) -> None:
+        observe_error(status.name)
         status.failed(exc, wait)
         self.on_error(status.name, exc, wait)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import threading
 import time
 import uuid
@@ -15,6 +16,7 @@ from siltlake.catalog import PendingStagingObject, StreamCommit, TableRecord
 from siltlake.catalog.core import catalog_unavailable
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
+from siltlake.logs import event
 from siltlake.polling import poll_forever
 from siltlake.spark import run_tasks
 from siltlake.storage.filesystem import Storage
@@ -296,7 +298,24 @@ def stream_once(deployment: Deployment, progress: Progress | None = None,
         committer.shutdown(wait=True)
         deployment.lake.delete_prefix(temporary_run(deployment.instance_key, run_id))
     report.seconds = time.monotonic() - started
+    _log_round(report)
     return report
+
+
+log = logging.getLogger(__name__)
+
+
+def _log_round(report: StreamReport) -> None:
+    """One line per round that found work; a warning per object that failed or went to unknown."""
+    if report.processed or report.registered or report.failed:
+        event(log, "stream.round", registered=report.registered, processed=report.processed,
+              records_loaded=report.records_loaded, bad_records=report.bad_records, live_objects=report.live_objects,
+              delayed_objects=report.delayed_objects, bytes_written=report.bytes_written,
+              seconds=report.seconds)
+    for uri, reason in report.failed:
+        event(log, "stream.object_failed", logging.WARNING, uri=uri, reason=reason)
+    for uri, reason in report.unknown:
+        event(log, "stream.object_unknown", logging.WARNING, uri=uri, reason=reason)
 
 
 def stream_forever(deployment: Deployment, stop: threading.Event,

@@ -1,0 +1,211 @@
+"""The dashboard page and the HTTP server behind `silt dashboard`, `silt run --metrics-port` and the daemons'
+`--metrics-port`: GET / (the page), /metrics (Prometheus), /healthz. Read-only: every other method is
+refused; whatever changes state stays in the CLI.
+
+The page is one self-contained HTML document: inline CSS and server-drawn SVG, no script, and a
+Content-Security-Policy that forbids the browser any fetch.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+import logging
+import threading
+from html import escape
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from siltlake.clock import utcnow
+from siltlake.deployment import Deployment
+from siltlake.hosts import local_host
+from siltlake.logs import event
+from siltlake.observe.charts import Series, line_chart
+from siltlake.observe.metrics import registry_for
+
+log = logging.getLogger(__name__)
+
+DEFAULT_HOURS = 24
+CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
+STYLE = """
+body{font:14px/1.4 system-ui,sans-serif;margin:16px 24px;color:#222;background:#fafafa}
+h1{font-size:20px;margin:0 0 4px} h2{font-size:16px;margin:24px 0 8px;border-bottom:1px solid #ccc}
+.meta{color:#666;font-size:12px} .charts{display:flex;flex-wrap:wrap;gap:8px}
+.chart{background:#fff;border:1px solid #ddd} .chart .title{font-size:12px;font-weight:600;fill:#222}
+.chart .axis{font-size:10px;fill:#666} .chart .legend{font-size:11px} .chart .frame{fill:none;stroke:#ccc}
+.chart .grid{stroke:#eee} .chart .empty{font-size:12px;fill:#999}
+table{border-collapse:collapse;background:#fff;font-size:13px} td,th{border:1px solid #ddd;padding:3px 8px;
+text-align:left;vertical-align:top} td.n{text-align:right} .bad{color:#b00} .reason{max-width:70ch;
+overflow-wrap:anywhere}
+"""
+
+
+def _points(samples: list[dict], column: str) -> list[tuple[dt.datetime, float | None]]:
+    return [(row["sample_time"], None if row[column] is None else float(row[column])) for row in samples]
+
+
+def _table(headers: list[str], rows: list[list[object]], cls: str, empty: str) -> str:
+    if not rows:
+        return f'<p class="{cls} none">{escape(empty)}</p>'
+    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(
+        f'<td class="n">{value:,}</td>' if isinstance(value, int) else f"<td>{escape(str(value))}</td>"
+        for value in row) + "</tr>" for row in rows)
+    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def render_page(deployment: Deployment, hours: float = DEFAULT_HOURS, now: dt.datetime | None = None) -> str:
+    """The dashboard as one HTML document."""
+    catalog, config = deployment.catalog, deployment.config
+    now = now or utcnow()
+    start = now - dt.timedelta(hours=hours)
+    history = catalog.observations.history(start)
+    status = catalog.merge_queue.status(now, config.merge.job_timeout, local_host())
+    staging = {row["table"]: row for row in catalog.observations.staging()}
+    failures = catalog.observations.recent_failures()
+    unknown = catalog.staging.unknown()
+    interval = config.observe.history_interval
+    sampling = (f"samples every {interval}s" if interval else
+                "no new samples: observe.history_interval is 0")
+    sections = []
+    for row in status:
+        table = row["table"]
+        samples = history.get(table, [])
+        charts = [
+            line_chart("backlog", table, "Backlog: pending staging objects",
+                       [Series("pending_objects", "pending", _points(samples, "pending_objects"))],
+                       start=start, end=now),
+            line_chart("freshness", table, "Freshness: put to visible",
+                       [Series("freshness_p50_seconds", "p50", _points(samples, "freshness_p50_seconds")),
+                        Series("freshness_p99_seconds", "p99", _points(samples, "freshness_p99_seconds"))],
+                       unit="s", start=start, end=now),
+            line_chart("debt", table, "Small-file debt: unmerged objects",
+                       [Series("unmerged_objects", "unmerged", _points(samples, "unmerged_objects"))],
+                       start=start, end=now),
+            line_chart("throughput", table, f"Merge throughput: objects per {interval}s",
+                       [Series("merged_objects", "merged", _points(samples, "merged_objects"))],
+                       start=start, end=now),
+        ]
+        parts, jobs = row["partitions"], row["jobs"]
+        current = staging.get(table, {})
+        state_rows = [["partitions", *(parts[s] for s in ("new", "live", "closed", "switched"))]]
+        summary = (f'{current.get("pending", 0):,} pending staging objects, {row["unmerged_objects"]:,} unmerged '
+                   f'small objects, merge jobs: {jobs["scheduled"] + jobs["due"]} waiting, {jobs["running"]} running, '
+                   f'{jobs["stale"]} stale, {jobs["failed"]} failed; {current.get("records_loaded", 0):,} records '
+                   f'loaded, {current.get("bad_records", 0):,} bad')
+        sections.append(
+            f'<section class="table" data-table="{escape(table)}"><h2>{escape(table)}</h2>'
+            f'<p class="summary">{escape(summary)}</p><div class="charts">{"".join(charts)}</div>'
+            f'<h3>Partitions by state</h3>'
+            + _table(["", "new", "live", "closed", "switched"], state_rows, "partitions", "")
+            + "</section>")
+    if not status:
+        sections.append('<p class="none">no tables; create one with <code>silt table create</code></p>')
+    failure_rows = [[f"{f['time']:%Y-%m-%d %H:%M:%S}", f["kind"], f["table"], f["what"], f["reason"]]
+                    for f in failures]
+    unknown_rows = [[f"{u.detect_time:%Y-%m-%d %H:%M:%S}", u.uri, u.table_name or "-", u.reason] for u in unknown[:50]]
+    return (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f'<meta http-equiv="refresh" content="{max(interval, 30)}">'
+        f"<title>siltlake: {escape(deployment.instance_key)}</title><style>{STYLE}</style></head><body>"
+        f"<h1>siltlake</h1><p class=\"meta\">instance {escape(deployment.instance_key)}, catalog "
+        f"{escape(catalog.masked_url)}; at {now:%Y-%m-%d %H:%M:%S} UTC, the last {hours:g} hours ({sampling}; "
+        '<a href="?hours=1">1h</a> <a href="?hours=24">24h</a> <a href="?hours=168">7d</a>); '
+        f'<a href="/metrics">/metrics</a>; a read-only page, reloaded every {max(interval, 30)}s</p>'
+        + "".join(sections)
+        + "<h2>Recent failures</h2>"
+        + _table(["time (UTC)", "kind", "table", "what", "reason"], failure_rows, "failures bad",
+                 "no failed merge attempts or failing staging objects")
+        + f"<h2>Unknown objects ({len(unknown):,})</h2>"
+        + _table(["detected (UTC)", "object", "table", "reason"], unknown_rows, "unknown",
+                 "no unknown objects")
+        + "</body></html>")
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: ObserveServer
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
+        event(log, "http.request", logging.DEBUG, client=self.client_address[0], request=format % args)
+
+    def _send(self, code: int, body: bytes, content_type: str) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        if content_type.startswith("text/html"):
+            self.send_header("Content-Security-Policy", CSP)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        url = urlsplit(self.path)
+        try:
+            if url.path == "/metrics" and self.server.metrics:
+                self._send(200, generate_latest(self.server.registry), CONTENT_TYPE_LATEST)
+            elif url.path == "/" and self.server.dashboard:
+                hours = parse_qs(url.query).get("hours", [str(DEFAULT_HOURS)])[0]
+                try:
+                    span = min(max(float(hours), 0.1), 24 * 90)
+                except ValueError:
+                    span = DEFAULT_HOURS
+                page = render_page(self.server.deployment, span)
+                self._send(200, page.encode(), "text/html; charset=utf-8")
+            elif url.path == "/healthz":
+                self._send(200, b"ok\n", "text/plain; charset=utf-8")
+            else:
+                self._send(404, b"not found\n", "text/plain; charset=utf-8")
+        except Exception as exc:  # noqa: BLE001 - one failed page must not end the server
+            event(log, "http.failed", logging.WARNING, path=url.path, reason=f"{type(exc).__name__}: {exc}")
+            self._send(503, f"siltlake could not read its catalog: {type(exc).__name__}: {exc}\n".encode(),
+                       "text/plain; charset=utf-8")
+
+    do_HEAD = do_GET
+
+    def _read_only(self) -> None:
+        self._send(405, b"read-only: change things with the silt command\n", "text/plain; charset=utf-8")
+
+    do_POST = do_PUT = do_DELETE = do_PATCH = _read_only
+
+
+class ObserveServer(ThreadingHTTPServer):
+    """The HTTP server on its own daemon thread; close() stops it."""
+
+    daemon_threads = True
+
+    def __init__(self, deployment: Deployment, host: str, port: int, *, dashboard: bool, metrics: bool = True) -> None:
+        self.deployment = deployment
+        self.dashboard = dashboard
+        self.metrics = metrics
+        self.registry = registry_for(deployment)
+        super().__init__((host, port), _Handler)
+        self.thread = threading.Thread(target=self.serve_forever, name="silt-http", daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self.server_address[:2]
+        shown = f"[{host}]" if ":" in str(host) else host
+        return f"http://{shown}:{port}/"
+
+    def start(self) -> ObserveServer:
+        self.thread.start()
+        event(log, "http.listening", url=self.url, dashboard=self.dashboard, metrics=self.metrics)
+        return self
+
+    def close(self) -> None:
+        self.shutdown()
+        self.server_close()
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
