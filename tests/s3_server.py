@@ -192,12 +192,12 @@ def s3_proxy(moto_s3: MotoS3):
     proxy.close()
 
 
-def s3_config(bucket: str, endpoint: str, catalog_url: str, **sections: object) -> Config:
+def s3_config(bucket: str, endpoint: str, catalog_url: str, max_attempts: int = 10, **sections: object) -> Config:
     return Config.model_validate({
         "instance_key": "s3test01",
         "catalog": {"url": catalog_url},
         "storage": {"root": f"s3://{bucket}/lake", "staging_root": f"s3://{bucket}/staging",
-                    "s3": {"endpoint_override": endpoint, "scheme": "http", "max_attempts": 10}},
+                    "s3": {"endpoint_override": endpoint, "scheme": "http", "max_attempts": max_attempts}},
         "spark": {"master": "local[2]"},
         **sections,
     })
