@@ -53,23 +53,33 @@ def events(day: int, count: int, seed: int) -> list[dict]:
 
 def test_stream_writes_small_objects_on_s3_and_counts_requests(s3_deployment: Deployment,
                                                                s3_proxy: CountingProxy) -> None:
+    """Requests per staging object, the figure an operator's bill grows with: two rounds of 4 and 12 objects;
+    the difference over 8 is what one more object costs (a round's own requests cancel out)."""
     deployment = s3_deployment
     deployment.catalog.tables.create(TableDef.from_mapping(ACCESS_TABLE))
-    for n in range(6):
-        stage(deployment, f"f1.web.access/2026/11/20/obj-{n}.jsonl.gz", jsonl_gz(events(20, 50, n)))
-    s3_proxy.reset()
-    report = stream_once(deployment)
-    counts = s3_proxy.reset()
-    assert (report.registered, report.processed, report.records_loaded) == (6, 6, 300)
+    rounds = []
+    for first, count in ((0, 4), (4, 12)):
+        for n in range(first, first + count):
+            stage(deployment, f"f1.web.access/2026/11/20/obj-{n}.jsonl.gz", jsonl_gz(events(20, 50, n)))
+        s3_proxy.reset()
+        report = stream_once(deployment)
+        rounds.append(s3_proxy.reset())
+        assert (report.processed, report.records_loaded, report.failed) == (count, count * 50, [])
+    per_object = {kind: (rounds[1][kind] - rounds[0][kind]) / 8 for kind in sorted(set(rounds[0]) | set(rounds[1]))}
+    per_round = rounds[0]["total"] - 4 * per_object["total"]
+    print(f"S3 requests per staging object: {per_object}; per round besides: {per_round:.0f}")
+    # Read it (HEAD + GET), write its Parquet object once (one PUT), copy it to its id key (one PUT):
+    # the temporaries go in one batch per round, not one by one.
+    assert per_object["total"] <= 4.5 and per_object.get("DELETE", 0) == 0, per_object
+
     live = sorted(info.key for info in deployment.lake.list() if "/live/" in info.key)
-    assert len(live) == 6 and all(key.startswith("s3test01/web.access/live/dt=2026-11-20/obj-") for key in live)
+    assert len(live) == 16 and all(key.startswith("s3test01/web.access/live/dt=2026-11-20/obj-") for key in live)
+    assert not [info.key for info in deployment.lake.list("s3test01/_tmp/")], "each round deletes its temporaries"
     rows = Counter()
     for key in live:
         with deployment.lake.open_input_file(key) as handle:
             rows.update(pq.read_table(handle).column("user_id").to_pylist())
-    assert sum(rows.values()) == 300 and len(rows) == 300
-    print("requests per staging object:", {k: v / 6 for k, v in sorted(counts.items())})
-
+    assert len(rows) == 16 * 50 and set(rows.values()) == {1}
 
 
 @pytest.mark.parametrize("mode", ["shallow", "auto"])
@@ -151,3 +161,24 @@ def test_bad_records_land_on_s3_and_replay(s3_deployment: Deployment) -> None:
     assert not deployment.lake.exists(errors[0]), "a replayed error file is removed"
     again = stream_once(deployment)  # the replayed record is still bad: it lands in an error file again
     assert (again.processed, again.bad_records) == (1, 1)
+
+
+def test_the_iceberg_target_writes_its_metadata_on_s3_and_pyiceberg_reads_it(s3_deployment: Deployment) -> None:
+    from siltlake.publish.iceberg import identifier, open_catalog
+
+    deployment = s3_deployment
+    deployment.config.publish.targets = ["iceberg"]
+    table = make_table(deployment)
+    add_small_objects(deployment, table, DAY, [rows_for(DAY, 100, seed) for seed in range(3)])
+    report = publish_once(deployment, now=tokyo(DAY, 23))
+    assert not report.target_errors, report.target_errors
+    merge_once(deployment)
+    publish_once(deployment, now=tokyo(DAY + dt.timedelta(days=1), 1))
+    report = publish_once(deployment, now=tokyo(DAY + dt.timedelta(days=1), 2))
+    assert not report.target_errors, report.target_errors
+    iceberg = open_catalog(deployment).load_table(identifier(deployment, table))
+    assert iceberg.metadata_location.startswith(deployment.lake.root + "/s3test01/_iceberg/")
+    assert iceberg.scan().to_arrow().num_rows == 300
+    with Lake(deployment) as lake:
+        assert sorted(f.file_path for f in iceberg.scan().plan_files() for f in [f.file]) == sorted(
+            lake.table("web.access").files())

@@ -1,0 +1,44 @@
+"""A bulk load into a lake on the local S3 endpoint: a failed task, resume, one commit; `silt sql`'s reader
+(Spark over pyarrow tasks, without S3A) sees every row once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from siltlake.deployment import Deployment
+from siltlake.load import LoadFailed, load, parse_load_config
+from siltlake.read import sql
+
+from .test_load import config, csv_file
+
+pytestmark = pytest.mark.spark
+
+
+def test_a_load_into_s3_resumes_and_commits_once(s3_deployment: Deployment, tmp_path: Path) -> None:
+    deployment = s3_deployment
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    expected = csv_file(inputs / "a.csv", 0, 40) + csv_file(inputs / "b.csv.gz", 100, 30, gz=True)
+    broken = csv_file(inputs / "c.csv.gz", 200, 20, gz=True)
+    good_bytes = (inputs / "c.csv.gz").read_bytes()
+    (inputs / "c.csv.gz").write_bytes(good_bytes[: len(good_bytes) // 2])  # truncated gzip: the task fails
+    load_config = parse_load_config(config(inputs))
+    state = tmp_path / "resume.yml"
+    with pytest.raises(LoadFailed, match="only the failed tasks run"):
+        load(deployment, load_config, state_path=str(state))
+    assert [r is None for r in yaml.safe_load(state.read_text())["jobs"]["main"]["reports"]] == [False, False, True]
+    waiting = [info.key for info in deployment.lake.list(f"{deployment.instance_key}/_tmp")]
+    assert waiting and all(key.endswith(".parquet") for key in waiting), "the finished tasks' output waits on S3"
+
+    (inputs / "c.csv.gz").write_bytes(good_bytes)
+    report = load(deployment, load_config, state_path=str(state))
+    (stats,) = report.jobs
+    assert report.committed and stats.ran == 1 and (stats.records_in, stats.loaded) == (90, 90)
+    ids = [row[0] for row in sql(deployment.spark(), "SELECT id FROM web.people ORDER BY id", deployment).collect()]
+    assert ids == sorted(row[0] for row in expected + broken)
+    assert not list(deployment.lake.list(f"{deployment.instance_key}/_tmp")), "the run's temporaries are gone"
+    again = load(deployment, load_config, state_path=str(state))
+    assert again.already_committed
