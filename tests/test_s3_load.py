@@ -12,6 +12,7 @@ from siltlake.deployment import Deployment
 from siltlake.load import LoadFailed, load, parse_load_config
 from siltlake.read import sql
 
+from . import test_load
 from .test_load import config, csv_file
 
 pytestmark = pytest.mark.spark
@@ -42,3 +43,8 @@ def test_a_load_into_s3_resumes_and_commits_once(s3_deployment: Deployment, tmp_
     assert not list(deployment.lake.list(f"{deployment.instance_key}/_tmp")), "the run's temporaries are gone"
     again = load(deployment, load_config, state_path=str(state))
     assert again.already_committed
+
+
+def test_a_load_with_a_sql_filter_reads_its_stage_input_from_s3(s3_deployment: Deployment, tmp_path: Path) -> None:
+    # The sql stage reads the tasks' output (on S3) with Spark: through pyarrow tasks here, which lack S3A.
+    test_load.test_sql_filter_and_line_filter_over_json_lines(s3_deployment, tmp_path)

@@ -143,15 +143,14 @@ def _sql_stage(deployment: Deployment, name: str, job: JobConfig, table: TableRe
     from pyspark import TaskContext
 
     from siltlake.load.task import row_table
+    from siltlake.read.objects import parquet_frame
     from siltlake.records.writer import ObjectWriter
-    from siltlake.storage.filesystem import for_engine
     from siltlake.storage.keys import TableLayout
 
     spark = deployment.spark()
     lake = deployment.lake
-    uris = [for_engine(lake.uri(report["in_key"])) for report in reports]
     view = f"silt_load_in_{uuid.uuid4().hex[:8]}"
-    spark.read.parquet(*uris).createOrReplaceTempView(view)
+    parquet_frame(spark, lake, [report["in_key"] for report in reports]).createOrReplaceTempView(view)
     # The view is `in` in the user's query; Spark temp views are session-wide, so ours gets a unique name.
     query = re.sub(r"(?i)\b(from|join)\s+`?in`?\b", lambda m: f"{m.group(1)} {view}", job.sql)
     try:
@@ -224,12 +223,11 @@ def _plan_job(deployment: Deployment, name: str, job: JobConfig) -> tuple[TableR
 
 
 def _create_from_sql(deployment: Deployment, name: str, job: JobConfig, reports: list[dict]) -> TableRecord:
-    from siltlake.storage.filesystem import for_engine
+    from siltlake.read.objects import parquet_frame
 
     spark = deployment.spark()
-    uris = [for_engine(deployment.lake.uri(report["in_key"])) for report in reports]
     view = f"silt_load_in_{uuid.uuid4().hex[:8]}"
-    spark.read.parquet(*uris).createOrReplaceTempView(view)
+    parquet_frame(spark, deployment.lake, [report["in_key"] for report in reports]).createOrReplaceTempView(view)
     query = re.sub(r"(?i)\b(from|join)\s+`?in`?\b", lambda m: f"{m.group(1)} {view}", job.sql)
     try:
         schema = spark.sql(query).schema

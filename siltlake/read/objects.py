@@ -45,7 +45,8 @@ class _ReadObjects:
         import pyarrow.parquet as pq
 
         for batch in batches:
-            for key, day in zip(batch.column("key").to_pylist(), batch.column("day").to_pylist(), strict=True):
+            days = batch.column("day").to_pylist() if "day" in batch.schema.names else [None] * batch.num_rows
+            for key, day in zip(batch.column("key").to_pylist(), days, strict=True):
                 with self.lake.open_input_file(key) as handle:
                     table = pq.read_table(handle)
                 columns = []
@@ -78,3 +79,18 @@ def arrow_objects_frame(spark: SparkSession, lake: Storage, schema: StructType,
     slices = max(1, min(spark.sparkContext.defaultParallelism * 4, -(-len(rows) // OBJECTS_PER_TASK)))
     keys = spark.createDataFrame(spark.sparkContext.parallelize(rows, slices), "key string, day date")
     return keys.mapInArrow(_ReadObjects(lake, arrow_schema), schema)
+
+
+def parquet_frame(spark: SparkSession, lake: Storage, keys: list[str]) -> DataFrame:
+    """spark.read.parquet of lake objects (all of one schema); without a connector for the lake's object store,
+    pyarrow reads them in Spark's tasks, in the schema of the first object's footer."""
+    if spark_reads(spark, lake):
+        return spark.read.parquet(*(lake.engine_uri(key) for key in keys))
+    import pyarrow.parquet as pq
+    from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+
+    with lake.open_input_file(keys[0]) as handle:
+        schema = from_arrow_schema(pq.read_schema(handle))
+    slices = max(1, min(spark.sparkContext.defaultParallelism * 4, -(-len(keys) // OBJECTS_PER_TASK)))
+    frame = spark.createDataFrame(spark.sparkContext.parallelize([(key,) for key in keys], slices), "key string")
+    return frame.mapInArrow(_ReadObjects(lake, to_arrow_schema(schema, timezone="UTC")), schema)
