@@ -62,6 +62,15 @@ class MotoS3:
                           allow_bucket_creation=True).create_dir(name)
         return name
 
+    def put_objects(self, bucket: str, keys: list[str], body: bytes = b"x") -> None:
+        """Put objects straight into the server's in-process state (fast set-up of large listings)."""
+        from moto.core import DEFAULT_ACCOUNT_ID
+        from moto.s3.models import s3_backends
+
+        backend = s3_backends[DEFAULT_ACCOUNT_ID]["global"]
+        for key in keys:
+            backend.put_object(bucket, key, body)
+
 
 class _ProxyHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"

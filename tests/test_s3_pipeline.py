@@ -182,3 +182,16 @@ def test_the_iceberg_target_writes_its_metadata_on_s3_and_pyiceberg_reads_it(s3_
     with Lake(deployment) as lake:
         assert sorted(f.file_path for f in iceberg.scan().plan_files() for f in [f.file]) == sorted(
             lake.table("web.access").files())
+
+
+def test_spark_reads_s3_itself_only_with_the_s3a_jars(s3_deployment: Deployment, spark, tmp_path) -> None:  # noqa: ANN001
+    """This machine has no hadoop-aws jars (PySpark ships none, and nothing can be downloaded here): Spark's
+    own reader fails on s3a://, so siltlake's readers go through pyarrow tasks, as tested above."""
+    from siltlake.read.objects import spark_reads
+    from siltlake.storage.filesystem import Storage
+
+    assert spark_reads(spark, Storage(str(tmp_path)))
+    if spark_reads(spark, s3_deployment.lake):
+        pytest.skip("the S3A connector is on this Spark's classpath")
+    with pytest.raises(Exception, match="S3AFileSystem|s3a"):
+        spark.read.parquet(s3_deployment.lake.engine_uri("nothing.parquet")).count()

@@ -264,10 +264,12 @@ class Storage:
             return
         try:
             self.filesystem.copy_file(self.path(source), self.path(target))
-        except FileNotFoundError:
-            if self.info(target) is None:
+        except OSError:  # pyarrow reports a missing source as a plain OSError (NoSuchKey)
+            if self.info(source) is not None:
                 raise
-            return
+            if self.info(target) is None:
+                raise FileNotFoundError(f"cannot move {self.uri(source)}: it does not exist") from None
+            return  # a retried move whose copy and delete were done
         self.delete(source)
 
     def place(self, temporary: str, target: str) -> None:
