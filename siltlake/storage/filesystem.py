@@ -237,9 +237,20 @@ class Storage:
         self._parent(key)
         return self.filesystem.open_output_stream(self.path(key), compression=None)
 
+    @property
+    def writes_are_atomic(self) -> bool:
+        """Whether an object appears whole or not at all (an object store's PUT, or the completion of its
+        multipart upload): then writing at the final key needs no temporary key and move."""
+        return self.is_object_store
+
     def write_bytes(self, key: str, data: bytes) -> None:
-        """Write through a temporary key and move into place, so readers never see a partial object."""
+        """Write through a temporary key and move into place, so readers never see a partial object (an
+        object store writes in place: one request instead of five)."""
         self.path(key)  # an unsafe key is refused by its own name, not by its temporary one's
+        if self.writes_are_atomic:
+            with self.open_output(key) as out:
+                out.write(data)
+            return
         temporary = f"{key}.{uuid.uuid4().hex}.tmp"
         with self.open_output(temporary) as out:
             out.write(data)
