@@ -82,11 +82,9 @@ def test_stream_writes_small_objects_on_s3_and_counts_requests(s3_deployment: De
     assert len(rows) == 16 * 50 and set(rows.values()) == {1}
 
 
-@pytest.mark.parametrize("mode", ["shallow", "auto"])
-def test_merge_publish_read_update_and_reap_on_s3(s3_deployment: Deployment, s3_proxy: CountingProxy, spark,
-                                                  mode: str) -> None:
+def test_merge_publish_read_update_and_reap_on_s3(s3_deployment: Deployment, s3_proxy: CountingProxy, spark) -> None:
     deployment = s3_deployment
-    table = make_table(deployment, merge_mode=mode, row_group_bytes=16 * 1024)
+    table = make_table(deployment, merge_mode="auto", row_group_bytes=16 * 1024)
     add_small_objects(deployment, table, DAY, [rows_for(DAY, 300, seed) for seed in range(3)])
     first = merge_once(deployment)  # small: on the worker's own threads
     assert (first.finished, first.in_driver, first.stages) == (1, 1, 0)
@@ -97,7 +95,7 @@ def test_merge_publish_read_update_and_reap_on_s3(s3_deployment: Deployment, s3_
     partition = only_partition(deployment, table)
     assert_exact(deployment, table, partition.id, DAY)
     log = deployment.catalog.merge_queue.log(partition.id)
-    assert [entry["mode"] for entry in log] == {"shallow": ["shallow", "shallow"], "auto": ["deep", "auto"]}[mode]
+    assert [entry["mode"] for entry in log] == ["deep", "auto"]
 
     # Publish: a live version, then the day closes and switches to its merged objects; manifests on S3.
     publish_once(deployment, now=tokyo(DAY, 23))
@@ -142,6 +140,23 @@ def test_merge_publish_read_update_and_reap_on_s3(s3_deployment: Deployment, s3_
     assert requests["LIST"] >= 1
     with Lake(deployment) as lake:
         assert lake.table("web.access").to_arrow().num_rows == total - 100, "reap keeps what readers see"
+
+
+def test_shallow_merges_in_process_and_on_spark_on_s3(s3_deployment: Deployment) -> None:
+    deployment = s3_deployment
+    table = make_table(deployment, merge_mode="shallow", row_group_bytes=16 * 1024)
+    add_small_objects(deployment, table, DAY, [rows_for(DAY, 300, seed) for seed in range(3)])
+    assert (merge_once(deployment).in_driver, only_partition(deployment, table).desired_manifest_version) == (1, 3)
+    add_small_objects(deployment, table, DAY, [rows_for(DAY, 200, seed) for seed in range(3, 5)])
+    deployment.config.merge.in_driver_bytes = 0
+    assert merge_once(deployment).stages == 1
+    partition = only_partition(deployment, table)
+    assert_exact(deployment, table, partition.id, DAY)
+    assert [entry["mode"] for entry in deployment.catalog.merge_queue.log(partition.id)] == ["shallow", "shallow"]
+    assert [(r.lower, r.upper) for r in deployment.catalog.merge_queue.ranges(partition.id)] == [(None, 0), (0, 5)]
+    merged = [info.key for info in deployment.lake.list() if "/merged/" in info.key]
+    assert table.layout(deployment.instance_key).merged_object(DAY, 0, 5) in merged
+    assert not [key for key in merged if key.endswith(".tmp")], "written in place: no temporaries"
 
 
 def test_bad_records_land_on_s3_and_replay(s3_deployment: Deployment) -> None:
