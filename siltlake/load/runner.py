@@ -14,8 +14,6 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pyarrow.fs as pafs
-
 from siltlake.catalog import TableRecord
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
@@ -24,6 +22,7 @@ from siltlake.load.config import JobConfig, LoadConfig
 from siltlake.load.state import new_state, one_run_per_state, read_state, write_state
 from siltlake.load.task import LoadTask, output_columns, run_load_task
 from siltlake.spark import run_tasks
+from siltlake.storage.filesystem import open_filesystem
 from siltlake.storage.keys import load_error_file, load_sql_run, temporary_run
 from siltlake.tabledef import Column, TableDef
 
@@ -452,7 +451,7 @@ def _discard(deployment: Deployment, state: dict) -> list[str]:
     for job_state in state["jobs"].values():
         for report in job_state["reports"]:
             if report and report.get("error_file"):
-                filesystem, inner = pafs.FileSystem.from_uri(report["error_file"])
+                filesystem, inner = open_filesystem(report["error_file"])
                 try:
                     filesystem.delete_file(inner)
                     removed.append(report["error_file"])

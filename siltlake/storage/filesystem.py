@@ -81,11 +81,17 @@ def _s3_filesystem(options: S3Options, bucket: str) -> pafs.FileSystem:
                              allow_delayed_open=True, **extra)
 
 
+# The S3 settings of the last Storage made (or unpickled in a Spark task) with settings: what s3:// URIs that
+# come without a Storage (a load's input files and error files) are opened with. One deployment per process.
+_process_s3: S3Options | None = None
+
+
 def open_filesystem(uri: str, s3: S3Options | None = None) -> tuple[pafs.FileSystem, str]:
-    """(file system, path) of any URI; s3:// through the configured S3 options, others through pyarrow."""
+    """(file system, path) of any URI; s3:// through the given S3 settings (else this process's deployment's),
+    others through pyarrow."""
     if uri.startswith("s3://"):
         bucket, path = _s3_split(uri)
-        return _s3_filesystem(s3 or S3Options(), bucket), path
+        return _s3_filesystem(s3 or _process_s3 or S3Options(), bucket), path
     import pyarrow.fs as pafs
 
     return pafs.FileSystem.from_uri(uri)
@@ -124,6 +130,12 @@ class Storage:
 
     def __post_init__(self) -> None:
         self._fs, self._base, self.root = _resolve(self.root, self.s3)
+        self._remember_s3()
+
+    def _remember_s3(self) -> None:
+        global _process_s3
+        if self.s3 is not None:
+            _process_s3 = self.s3
 
     def __getstate__(self) -> dict:
         return {"root": self.root, "s3": self.s3}
@@ -132,6 +144,7 @@ class Storage:
         self.root = state["root"]
         self.s3 = state.get("s3")
         self._fs, self._base, _ = _resolve(self.root, self.s3)
+        self._remember_s3()
 
     @property
     def is_object_store(self) -> bool:
