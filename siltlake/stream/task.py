@@ -77,7 +77,7 @@ class _ErrorSink:
             return None
         self._stream.close()
         final = self.task.layout.errors(self.task.staging_object_id)
-        self.task.lake.move(self._temporary, final)
+        self.task.lake.place(self._temporary, final)  # the temporary goes with its run's prefix
         return final
 
     def discard(self) -> None:
