@@ -26,7 +26,7 @@ from siltlake.stream.replay import replay_errors
 from siltlake.tabledef import TableDef
 
 from .conftest import ACCESS_TABLE
-from .merge_helpers import add_small_objects, rows_for
+from .merge_helpers import add_small_objects, rows_for, silt_in_process
 from .s3_server import CountingProxy
 from .test_merge import DAY, assert_exact, make_table, only_partition
 from .test_publish import tokyo
@@ -210,3 +210,18 @@ def test_spark_reads_s3_itself_only_with_the_s3a_jars(s3_deployment: Deployment,
         pytest.skip("the S3A connector is on this Spark's classpath")
     with pytest.raises(Exception, match="S3AFileSystem|s3a"):
         spark.read.parquet(s3_deployment.lake.engine_uri("nothing.parquet")).count()
+
+
+def test_the_commands_on_s3(s3_deployment: Deployment, monkeypatch) -> None:  # noqa: ANN001 - pytest's monkeypatch
+    deployment = s3_deployment
+    deployment.catalog.tables.create(TableDef.from_mapping(ACCESS_TABLE))
+    stage(deployment, "f1.web.access/2026/11/20/a.jsonl.gz", jsonl_gz(events(20, 30, 1)))
+    silt = silt_in_process(deployment, monkeypatch)
+    silt("stream", "--once")
+    assert not deployment.catalog.staging.pending(10)
+    output = silt("sql", "SELECT count(*) AS n, count(DISTINCT user_id) AS users FROM web.access", "--format", "csv")
+    assert output.strip().splitlines()[-1] == "30,30", output
+    assert "1 small objects" in silt("status")
+    silt("delete", "web.access", "--date", "2026-11-20", "--where", "user_id < 1010")
+    output = silt("sql", "SELECT count(*) AS n FROM web.access", "--format", "csv")
+    assert output.strip().splitlines()[-1] == "20", output
