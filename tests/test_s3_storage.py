@@ -78,3 +78,13 @@ def test_the_s3_settings_come_from_the_storage_s3_section() -> None:
     with pytest.raises(ValueError, match="scheme"):
         Config.model_validate({"storage": {"s3": {"scheme": "ftp"}}})
     assert Config.model_validate({}).storage.s3.max_attempts == 10
+
+
+def test_without_storage_s3_the_endpoint_comes_from_the_aws_environment(moto_s3: MotoS3, monkeypatch) -> None:
+    """AWS_ENDPOINT_URL_S3, the AWS SDKs' setting (which pyarrow's S3FileSystem constructor ignores)."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", f"http://{moto_s3.endpoint}")
+    bucket = moto_s3.create_bucket()
+    lake = Storage(f"s3://{bucket}/lake")
+    lake.ensure_root()
+    lake.write_bytes("k.bin", b"through the environment")
+    assert lake.read_bytes("k.bin") == b"through the environment" and [i.key for i in lake.list()] == ["k.bin"]

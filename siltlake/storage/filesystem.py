@@ -63,7 +63,11 @@ def _s3_filesystem(options: S3Options, bucket: str) -> pafs.FileSystem:
     import pyarrow.fs as pafs
 
     region = options.region
-    endpoint = options.endpoint_override or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    endpoint, scheme = options.endpoint_override, options.scheme
+    environment = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint is None and environment:  # the AWS SDKs' setting, which pyarrow's constructor does not read
+        parts = urlsplit(environment if "://" in environment else f"https://{environment}")
+        endpoint, scheme = parts.netloc, parts.scheme
     if region is None and endpoint:
         region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
     if region is None:
@@ -74,8 +78,8 @@ def _s3_filesystem(options: S3Options, bucket: str) -> pafs.FileSystem:
                 from None
     extra = {name: value for name, value in (("request_timeout", options.request_timeout),
                                              ("connect_timeout", options.connect_timeout)) if value is not None}
-    if options.endpoint_override:
-        extra.update(endpoint_override=options.endpoint_override, scheme=options.scheme)
+    if endpoint:
+        extra.update(endpoint_override=endpoint, scheme=scheme)
     # allow_delayed_open: an object smaller than one part is one PutObject, not a three-request multipart upload.
     return pafs.S3FileSystem(region=region, retry_strategy=pafs.AwsStandardS3RetryStrategy(options.max_attempts),
                              allow_delayed_open=True, **extra)
@@ -101,7 +105,7 @@ def _resolve(root: str, s3: S3Options | None) -> tuple[pafs.FileSystem | None, s
     """(file system, base path inside it, canonical root URI); a local root's file system comes on first use."""
     if root.startswith("s3://") and "?" not in root:
         try:
-            filesystem, base = open_filesystem(root, s3)
+            filesystem, base = open_filesystem(root, s3 or S3Options())  # a root never takes the process's
         except ConfigError:
             raise
         except Exception as exc:  # pyarrow raises several types for bad options and missing credentials
