@@ -42,9 +42,26 @@ class CatalogConfig(_Section):
         return value
 
 
+class S3Config(_Section):
+    """How s3:// roots are reached (README "Storage on S3"). Credentials never live here: pyarrow takes them
+    from the usual AWS settings (environment, ~/.aws, instance or pod roles)."""
+
+    endpoint_override: str | None = Field(default=None, description="host:port of an S3-compatible endpoint "
+                                          "(MinIO, a local test server); unset: AWS, or AWS_ENDPOINT_URL_S3")
+    scheme: str = Field(default="https", pattern="^https?$")
+    region: str | None = Field(default=None, description="unset: the bucket's own region, asked once (AWS), "
+                               "or AWS_DEFAULT_REGION / us-east-1 with an endpoint_override")
+    max_attempts: AtLeastOne = Field(default=10, description="attempts of one request (AWS standard retry "
+                                     "strategy: exponential backoff with jitter on 5xx, throttling and "
+                                     "network errors)")
+    request_timeout: float | None = Field(default=None, gt=0, description="seconds; unset: the SDK's")
+    connect_timeout: float | None = Field(default=None, gt=0, description="seconds; unset: the SDK's")
+
+
 class StorageConfig(_Section):
     root: str = ".siltlake/lake"
     staging_root: str = ".siltlake/staging"
+    s3: S3Config = Field(default_factory=S3Config)
 
 
 class SparkConfig(_Section):

@@ -12,7 +12,7 @@ from siltlake.catalog import Catalog
 from siltlake.clock import utcnow
 from siltlake.config import Config, load_config
 from siltlake.errors import CatalogError, CatalogUnreachable, SiltError
-from siltlake.storage.filesystem import Storage
+from siltlake.storage.filesystem import S3Options, Storage
 from siltlake.storage.keys import instance_marker
 
 if TYPE_CHECKING:
@@ -79,8 +79,9 @@ class Deployment:
 
     def __post_init__(self) -> None:
         self.catalog = Catalog(self.config.catalog.url)
-        self.lake = Storage(self.config.storage.root)
-        self.staging = Storage(self.config.storage.staging_root)
+        s3 = S3Options(**self.config.storage.s3.model_dump())
+        self.lake = Storage(self.config.storage.root, s3)
+        self.staging = Storage(self.config.storage.staging_root, s3)
 
     @classmethod
     def open(cls, config: Config | None = None) -> Deployment:

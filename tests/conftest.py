@@ -15,6 +15,17 @@ from siltlake.config import Config
 from siltlake.deployment import Deployment
 from siltlake.tabledef import TableDef
 
+# The S3 suite's fixtures (tests/s3_server.py). Its AWS settings are set here, before Spark starts, so that
+# Spark's Python workers inherit them as on a user's host; tests never reach AWS (no instance metadata either).
+pytest_plugins = ["tests.s3_server"]
+os.environ.update({
+    "AWS_ACCESS_KEY_ID": "siltlake-tests",
+    "AWS_SECRET_ACCESS_KEY": "siltlake-tests",
+    "AWS_REGION": "us-east-1",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_EC2_METADATA_DISABLED": "true",
+})
+
 # CI replays the same examples every run (a failure there is reproducible); local runs keep exploring.
 # No deadlines: the 2-core machine is shared with Spark, and timing is the benchmarks' job.
 settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)

@@ -96,6 +96,9 @@ def point_cli_at(deployment: Deployment, monkeypatch) -> None:  # noqa: ANN001 -
     monkeypatch.setenv("SILTLAKE_STORAGE__STAGING_ROOT", config.storage.staging_root)
     monkeypatch.setenv("SILTLAKE_INSTANCE_KEY", config.instance_key)
     monkeypatch.setenv("SILTLAKE_SPARK__MASTER", "local[2]")
+    if config.storage.s3.endpoint_override:  # the S3 suite's local endpoint
+        monkeypatch.setenv("SILTLAKE_STORAGE__S3__ENDPOINT_OVERRIDE", config.storage.s3.endpoint_override)
+        monkeypatch.setenv("SILTLAKE_STORAGE__S3__SCHEME", config.storage.s3.scheme)
 
 
 def silt_in_process(deployment: Deployment, monkeypatch):  # noqa: ANN001, ANN201 - pytest's monkeypatch; a function

@@ -33,6 +33,7 @@ DEMO_DIR = Path("build/demo")
 START = dt.date(2026, 11, 19)
 TOKYO = ZoneInfo("Asia/Tokyo")
 LATE_SERVER = "web03"  # its shipper is down from 23:00 on day 1 until 02:00 on day 2
+S3 = os.environ.get("SILTLAKE_DEMO_S3", "") not in ("", "0")  # make demo S3=1: the roots in a local S3 bucket
 QUERY = ("SELECT dt, count(*) AS records, count(DISTINCT host) AS hosts, count(DISTINCT user_id) AS users, "
          "sum(bytes) AS bytes FROM web.access GROUP BY dt ORDER BY dt")
 
@@ -88,9 +89,14 @@ class Demo:
         for key, shipped in sorted(self.sample.shipped.items(), key=lambda item: item[1]):
             if key in self.delivered or shipped >= until or hold(key, shipped):
                 continue
-            target = staging / key
-            target.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(self.incoming / key, target)
+            if S3:  # a shipper's PUT into the staging bucket
+                with self.deployment.staging.open_output(key) as out:
+                    out.write((self.incoming / key).read_bytes())
+                (self.incoming / key).unlink()
+            else:
+                target = staging / key
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(self.incoming / key, target)
             self.delivered.add(key)
             count += 1
         console.print(f"[dim]{count} staging objects arrived (shipped before {until:%m-%d %H:%M} JST); "
@@ -135,7 +141,8 @@ class Demo:
         for date, values in result.items():
             grid.add_row(date, *(f"{value:,}" for value in values))
         console.print(grid)
-        self.timeline.append((label, file_counts(), {date: values[0] for date, values in result.items()}))
+        self.timeline.append((label, file_counts(self.deployment),
+                              {date: values[0] for date, values in result.items()}))
         return result
 
     def read_as_of(self, when: dt.datetime) -> dict[str, int]:
@@ -151,7 +158,14 @@ class Demo:
         return found
 
 
-def file_counts() -> dict[str, int]:
+def file_counts(deployment: Any) -> dict[str, int]:  # noqa: ANN401 - a Deployment
+    if S3:  # one listing of each root (a few LIST requests: a thousand keys each)
+        from fnmatch import fnmatchcase
+
+        listed = [info.key for info in deployment.lake.list()]
+        return {"staging": sum(1 for _ in deployment.staging.list()),
+                **{area: sum(1 for key in listed if fnmatchcase(key, keys.area_glob(area)))
+                   for area in (keys.LIVE, keys.DELAYED, keys.MERGED, keys.MANIFESTS)}}
     lake = Path(".siltlake/lake")
     return {
         "staging": sum(1 for path in Path(".siltlake/staging").rglob("*") if path.is_file()),
@@ -170,12 +184,15 @@ def engine_counts(deployment: Any) -> dict[str, int]:  # noqa: ANN401 - a Deploy
     from siltlake.read import table
 
     handle = Lake(deployment).table("web.access")
+    iceberg = open_catalog(deployment).load_table(("web", "access"))
+    counts = {"Spark": table(deployment.spark(), "web.access", deployment).count(),
+              "Iceberg": iceberg.scan(selected_fields=("user_id",)).to_arrow().num_rows}
+    if S3:  # DuckDB would need its httpfs extension (a download): pyarrow reads the bucket instead
+        return {**counts, "pyarrow": handle.to_arrow(columns=["user_id"]).num_rows}
     paths = [uri.removeprefix("file://") for uri in handle.files(as_of_version=handle.version)]
     with duckdb.connect() as connection:
         by_duckdb = connection.sql(f"SELECT count(*) FROM read_parquet({paths!r}, union_by_name = true)").fetchall()
-    iceberg = open_catalog(deployment).load_table(("web", "access"))
-    return {"Spark": table(deployment.spark(), "web.access", deployment).count(), "DuckDB": by_duckdb[0][0],
-            "Iceberg": iceberg.scan(selected_fields=("user_id",)).to_arrow().num_rows}
+    return {**counts, "DuckDB": by_duckdb[0][0]}
 
 
 def records(result: dict[str, tuple]) -> dict[str, int]:
@@ -211,6 +228,12 @@ def main() -> None:
     for key in [key for key in os.environ if key.startswith("SILTLAKE_")]:
         del os.environ[key]  # the demo runs on the defaults, whatever this shell configures
     os.environ["SILTLAKE_PUBLISH__TARGETS"] = "iceberg"  # and publishes Iceberg tables beside its own catalog
+    if S3:
+        from siltlake.demo.s3 import start_local_s3
+
+        endpoint = start_local_s3()
+        console.print(f"S3=1: the staging and lake roots are s3://siltlake-demo/staging and s3://siltlake-demo/lake "
+                      f"on a local S3 endpoint (moto) at {endpoint}", highlight=False)
     console.rule("[bold]siltlake demo: two simulated days of web access logs")
     sample = generate_sample("incoming", START, days=2)
     day1, day2 = (START + dt.timedelta(days=n) for n in (0, 1))
@@ -337,7 +360,7 @@ def main() -> None:
     line = ", ".join(f"{engine} {count:,}" for engine, count in counts.items())
     if len(set(counts.values())) != 1 or sum(sample.records_by_date.values()) not in counts.values():
         fail(f"the engines count different rows: {line} (the sample has {sum(sample.records_by_date.values()):,})")
-    console.print(f"[bold green]same count through Spark, DuckDB and Iceberg[/]: {line} rows", highlight=False)
+    console.print(f"[bold green]same count through {', '.join(counts)}[/]: {line} rows", highlight=False)
     show_operations(demo)
 
 

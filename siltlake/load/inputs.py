@@ -9,6 +9,7 @@ import pyarrow.fs as pafs
 
 from siltlake.errors import ConfigError
 from siltlake.load.config import JobConfig
+from siltlake.storage.filesystem import open_filesystem
 
 DEFAULT_SPLIT_BYTES = 256 << 20
 
@@ -16,7 +17,7 @@ DEFAULT_SPLIT_BYTES = 256 << 20
 def _filesystem(path: str) -> tuple[pafs.FileSystem, str, str]:
     """(file system, path in it, URI prefix to rebuild URIs) for a local path or a URI."""
     if "://" in path:
-        filesystem, inner = pafs.FileSystem.from_uri(path.split("*", 1)[0].split("?", 1)[0] or path)
+        filesystem, inner = open_filesystem(path.split("*", 1)[0].split("?", 1)[0] or path)
         scheme = path.split("://", 1)[0]
         rest = path.split("://", 1)[1]
         if scheme == "file":
@@ -79,7 +80,7 @@ def splits(job: JobConfig, uri: str, size: int) -> list[dict]:
             "auto", "none"):
         return [{"uri": uri, "size": size}]
     if job.decoder.compression == "auto":
-        filesystem, path = pafs.FileSystem.from_uri(uri)
+        filesystem, path = open_filesystem(uri)
         with filesystem.open_input_stream(path) as stream:
             head = stream.read(4)
         if any(head.startswith(magic) for magic in MAGIC):

@@ -15,8 +15,6 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pyarrow.fs as pafs
-
 from siltlake.catalog import TableRecord
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
@@ -26,6 +24,7 @@ from siltlake.load.state import new_state, one_run_per_state, read_state, write_
 from siltlake.load.task import LoadTask, output_columns, run_load_task
 from siltlake.logs import event
 from siltlake.spark import run_tasks
+from siltlake.storage.filesystem import open_filesystem
 from siltlake.storage.keys import load_error_file, load_sql_run, temporary_run
 from siltlake.tabledef import Column, TableDef
 
@@ -151,15 +150,14 @@ def _sql_stage(deployment: Deployment, name: str, job: JobConfig, table: TableRe
     from pyspark import TaskContext
 
     from siltlake.load.task import row_table
+    from siltlake.read.objects import parquet_frame
     from siltlake.records.writer import ObjectWriter
-    from siltlake.storage.filesystem import for_engine
     from siltlake.storage.keys import TableLayout
 
     spark = deployment.spark()
     lake = deployment.lake
-    uris = [for_engine(lake.uri(report["in_key"])) for report in reports]
     view = f"silt_load_in_{uuid.uuid4().hex[:8]}"
-    spark.read.parquet(*uris).createOrReplaceTempView(view)
+    parquet_frame(spark, lake, [report["in_key"] for report in reports]).createOrReplaceTempView(view)
     # The view is `in` in the user's query; Spark temp views are session-wide, so ours gets a unique name.
     query = re.sub(r"(?i)\b(from|join)\s+`?in`?\b", lambda m: f"{m.group(1)} {view}", job.sql)
     try:
@@ -232,12 +230,11 @@ def _plan_job(deployment: Deployment, name: str, job: JobConfig) -> tuple[TableR
 
 
 def _create_from_sql(deployment: Deployment, name: str, job: JobConfig, reports: list[dict]) -> TableRecord:
-    from siltlake.storage.filesystem import for_engine
+    from siltlake.read.objects import parquet_frame
 
     spark = deployment.spark()
-    uris = [for_engine(deployment.lake.uri(report["in_key"])) for report in reports]
     view = f"silt_load_in_{uuid.uuid4().hex[:8]}"
-    spark.read.parquet(*uris).createOrReplaceTempView(view)
+    parquet_frame(spark, deployment.lake, [report["in_key"] for report in reports]).createOrReplaceTempView(view)
     query = re.sub(r"(?i)\b(from|join)\s+`?in`?\b", lambda m: f"{m.group(1)} {view}", job.sql)
     try:
         schema = spark.sql(query).schema
@@ -465,7 +462,7 @@ def _discard(deployment: Deployment, state: dict) -> list[str]:
     for job_state in state["jobs"].values():
         for report in job_state["reports"]:
             if report and report.get("error_file"):
-                filesystem, inner = pafs.FileSystem.from_uri(report["error_file"])
+                filesystem, inner = open_filesystem(report["error_file"])
                 try:
                     filesystem.delete_file(inner)
                     removed.append(report["error_file"])

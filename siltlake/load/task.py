@@ -22,7 +22,6 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pyarrow as pa
-import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from siltlake.load import fastcsv
@@ -32,7 +31,7 @@ from siltlake.records.csv_format import render_csv
 from siltlake.records.jsonl import decode_json_line
 from siltlake.records.msgpack_format import msgpack_entries, msgpack_items
 from siltlake.records.writer import ObjectWriter
-from siltlake.storage.filesystem import Storage
+from siltlake.storage.filesystem import Storage, open_filesystem
 from siltlake.storage.keys import TASK_INPUT, TableLayout, load_job_run
 from siltlake.tabledef import Column, TableDef
 
@@ -76,7 +75,7 @@ def row_table(columns: list[Column], time_column: str, timezone: str, codec: str
 
 def open_source(uri: str, compression: str, offset: int = 0, length: int | None = None) -> io.BufferedIOBase:
     """The file's bytes, decompressed by magic bytes (auto) or as configured; or one split's lines."""
-    filesystem, path = pafs.FileSystem.from_uri(uri)
+    filesystem, path = open_filesystem(uri)
     if length is not None:
         return io.BufferedReader(_Split(filesystem.open_input_file(path), offset, offset + length), 1 << 20)
     raw = filesystem.open_input_stream(path, compression=None)
@@ -324,7 +323,7 @@ class _Errors:
             raise LoadAborted(f"bad record at {self.task.uri} {self._where(line)}: {reason}")
         if self.policy == "file":
             if self._sink is None:
-                filesystem, path = pafs.FileSystem.from_uri(self.task.error_uri)
+                filesystem, path = open_filesystem(self.task.error_uri)
                 filesystem.create_dir(path.rsplit("/", 1)[0], recursive=True)
                 self._sink = filesystem.open_output_stream(path)
             entry = {"source": self.task.uri, "line": line, "reason": reason, "raw": raw}
@@ -374,7 +373,7 @@ def run_load_task(task: LoadTask) -> dict:
         add_rows(converter.take_table())
 
     try:
-        filesystem, path = pafs.FileSystem.from_uri(task.uri)
+        filesystem, path = open_filesystem(task.uri)
         bytes_in = filesystem.get_file_info(path).size or 0
         if task.length is not None:
             bytes_in = task.length

@@ -184,15 +184,17 @@ class _Merger:
     # --- output -------------------------------------------------------------------------------------
 
     def _write(self, key: str, fill: Callable[[Any], Any]) -> tuple[Any, int]:
-        """Write through a temporary key moved into place: readers and retries never see a partial object."""
-        temporary = f"{key}.{uuid.uuid4().hex}.tmp"
+        """Write through a temporary key moved into place: readers and retries never see a partial object.
+        An object store's upload is atomic already: written in place there."""
+        temporary = key if self.lake.writes_are_atomic else f"{key}.{uuid.uuid4().hex}.tmp"
         try:
             with self.lake.open_output(temporary) as sink:
                 filled = fill(sink)
         except BaseException:
             self.lake.delete(temporary)
             raise
-        self.lake.move(temporary, key)
+        if temporary != key:
+            self.lake.move(temporary, key)
         return filled, self.lake.info(key).size
 
     # --- modes --------------------------------------------------------------------------------------

@@ -69,19 +69,36 @@ def open_catalog(deployment: Deployment) -> IcebergCatalog:
     config = deployment.config.publish.iceberg
     uri = catalog_uri(deployment)
     warehouse = iceberg_path(deployment, iceberg_warehouse(deployment.instance_key))
-    cache_key = (uri, config.catalog_name, warehouse)
+    io = file_io_properties(deployment)
+    cache_key = (uri, config.catalog_name, warehouse, tuple(sorted(io.items())))
     if cache_key not in _CATALOGS:
         if uri.startswith(("http://", "https://")):
             from pyiceberg.catalog.rest import RestCatalog
 
-            _CATALOGS[cache_key] = RestCatalog(config.catalog_name, uri=uri, warehouse=warehouse)
+            _CATALOGS[cache_key] = RestCatalog(config.catalog_name, uri=uri, warehouse=warehouse, **io)
         else:
             from pyiceberg.catalog.sql import SqlCatalog
 
             if uri.startswith("sqlite:///"):
                 Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
-            _CATALOGS[cache_key] = SqlCatalog(config.catalog_name, uri=uri, warehouse=warehouse)
+            _CATALOGS[cache_key] = SqlCatalog(config.catalog_name, uri=uri, warehouse=warehouse, **io)
     return _CATALOGS[cache_key]
+
+
+def file_io_properties(deployment: Deployment) -> dict[str, str]:
+    """PyIceberg's FileIO settings for the lake: on S3, pyarrow's S3 file system at storage.s3's endpoint and
+    region (credentials from the usual AWS settings, as for siltlake's own reads and writes)."""
+    if not deployment.lake.is_object_store:
+        return {}
+    s3 = deployment.config.storage.s3
+    properties = {"py-io-impl": "pyiceberg.io.pyarrow.PyArrowFileIO"}
+    if s3.endpoint_override:
+        properties["s3.endpoint"] = f"{s3.scheme}://{s3.endpoint_override}"
+    region = s3.region or (os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+                           if s3.endpoint_override else None)
+    if region:
+        properties["s3.region"] = region
+    return properties
 
 
 def identifier(deployment: Deployment, record: TableRecord) -> tuple[str, str]:

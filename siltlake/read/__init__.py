@@ -66,7 +66,7 @@ def objects_frame(spark: SparkSession, record: TableRecord, deployment: Deployme
     """A DataFrame (with the dt column) of the objects the manifests list and of small objects
     (date, id, delayed), read with the table's current schema (added columns read as null)."""
     from siltlake.storage.filesystem import for_engine
-    from siltlake.storage.keys import partition_base
+    from siltlake.storage.keys import partition_base, partition_date_of
     from siltlake.storage.manifests import read_manifest
 
     layout = record.layout(deployment.instance_key)
@@ -74,6 +74,16 @@ def objects_frame(spark: SparkSession, record: TableRecord, deployment: Deployme
     lake = deployment.lake
     with ThreadPoolExecutor(max(1, min(16, len(manifest_keys)))) as pool:
         listed = list(pool.map(lambda key: read_manifest(lake, key), manifest_keys))
+    from siltlake.read.objects import arrow_objects_frame, spark_reads
+
+    if not spark_reads(spark, lake):
+        # No Hadoop connector for the lake's object store: pyarrow reads the objects inside Spark's tasks.
+        objects = [(uri, partition_date_of(partition_base_segment(uri))) for entries in listed for uri, _ in entries]
+        objects += [(lake.uri(layout.small_object(date, object_id, delayed)), date)
+                    for date, object_id, delayed in small_objects]
+        if not objects:
+            return spark.createDataFrame([], schema)
+        return arrow_objects_frame(spark, lake, schema, objects)
     uris = [for_engine(uri) for entries in listed for uri, _ in entries]
     uris += [lake.engine_uri(layout.small_object(date, object_id, delayed))
              for date, object_id, delayed in small_objects]
@@ -86,6 +96,13 @@ def objects_frame(spark: SparkSession, record: TableRecord, deployment: Deployme
     if not frames:
         return spark.createDataFrame([], schema)
     return functools.reduce(lambda left, right: left.unionByName(right), frames)
+
+
+def partition_base_segment(uri: str) -> str:
+    """The dt=<date> segment of an object's URI (its parent directory)."""
+    from urllib.parse import unquote
+
+    return unquote(uri.rsplit("/", 2)[-2])
 
 
 def _view_name(schema_name: str, table_name: str, pin: tuple[str, object] | None = None) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import os
 import posixpath
 import uuid
@@ -10,14 +11,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
-from urllib.parse import quote
+from urllib.parse import quote, unquote, urlsplit
 
 from siltlake.errors import ConfigError, SiltError
 
 if TYPE_CHECKING:  # pyarrow is imported on first use: commands that only read the catalog never load it
     import pyarrow.fs as pafs
 
-__all__ = ["ObjectInfo", "Storage", "UnsafeKey", "for_engine"]
+__all__ = ["ObjectInfo", "S3Options", "Storage", "UnsafeKey", "for_engine"]
 
 # RFC 3986 path characters besides letters, digits and -._~: keys made of these appear in URIs unchanged.
 URI_SAFE = "/!$&'()*+,;=:@"
@@ -34,8 +35,82 @@ class ObjectInfo:
     mtime: dt.datetime | None
 
 
-def _resolve(root: str) -> tuple[pafs.FileSystem | None, str, str]:
+@dataclass(frozen=True)
+class S3Options:
+    """How s3:// URIs are reached (config's storage.s3): one S3FileSystem per options and bucket per process.
+    Credentials are not here: the AWS SDK takes them from its usual settings."""
+
+    endpoint_override: str | None = None
+    scheme: str = "https"
+    region: str | None = None
+    max_attempts: int = 10
+    request_timeout: float | None = None
+    connect_timeout: float | None = None
+
+
+def _s3_split(uri: str) -> tuple[str, str]:
+    """(bucket, path inside the file system: bucket/key) of an s3:// URI, percent-decoded as pyarrow does."""
+    parts = urlsplit(uri)
+    if not parts.netloc:
+        raise ConfigError(f"{uri!r} names no bucket (write s3://bucket/prefix)")
+    return parts.netloc, (parts.netloc + unquote(parts.path)).rstrip("/")
+
+
+@functools.lru_cache(maxsize=64)
+def _s3_filesystem(options: S3Options, bucket: str) -> pafs.FileSystem:
+    """The S3 file system of a bucket (cached: a task rebuilding a Storage must not make a client, and on AWS
+    ask the bucket's region, per object)."""
+    import pyarrow.fs as pafs
+
+    region = options.region
+    endpoint, scheme = options.endpoint_override, options.scheme
+    environment = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint is None and environment:  # the AWS SDKs' setting, which pyarrow's constructor does not read
+        parts = urlsplit(environment if "://" in environment else f"https://{environment}")
+        endpoint, scheme = parts.netloc, parts.scheme
+    if region is None and endpoint:
+        region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+    if region is None:
+        try:
+            region = pafs.resolve_s3_region(bucket)
+        except Exception as exc:  # pyarrow raises OSError and others for unknown buckets and no network
+            raise ConfigError(f"the region of bucket {bucket!r} cannot be found ({exc}); set storage.s3.region") \
+                from None
+    extra = {name: value for name, value in (("request_timeout", options.request_timeout),
+                                             ("connect_timeout", options.connect_timeout)) if value is not None}
+    if endpoint:
+        extra.update(endpoint_override=endpoint, scheme=scheme)
+    # allow_delayed_open: an object smaller than one part is one PutObject, not a three-request multipart upload.
+    return pafs.S3FileSystem(region=region, retry_strategy=pafs.AwsStandardS3RetryStrategy(options.max_attempts),
+                             allow_delayed_open=True, **extra)
+
+
+# The S3 settings of the last Storage made (or unpickled in a Spark task) with settings: what s3:// URIs that
+# come without a Storage (a load's input files and error files) are opened with. One deployment per process.
+_process_s3: S3Options | None = None
+
+
+def open_filesystem(uri: str, s3: S3Options | None = None) -> tuple[pafs.FileSystem, str]:
+    """(file system, path) of any URI; s3:// through the given S3 settings (else this process's deployment's),
+    others through pyarrow."""
+    if uri.startswith("s3://"):
+        bucket, path = _s3_split(uri)
+        return _s3_filesystem(s3 or _process_s3 or S3Options(), bucket), path
+    import pyarrow.fs as pafs
+
+    return pafs.FileSystem.from_uri(uri)
+
+
+def _resolve(root: str, s3: S3Options | None) -> tuple[pafs.FileSystem | None, str, str]:
     """(file system, base path inside it, canonical root URI); a local root's file system comes on first use."""
+    if root.startswith("s3://") and "?" not in root:
+        try:
+            filesystem, base = open_filesystem(root, s3 or S3Options())  # a root never takes the process's
+        except ConfigError:
+            raise
+        except Exception as exc:  # pyarrow raises several types for bad options and missing credentials
+            raise ConfigError(f"storage root {root!r} cannot be opened: {exc}") from None
+        return filesystem, base, root.rstrip("/")
     if "://" in root:
         import pyarrow.fs as pafs
 
@@ -53,18 +128,40 @@ class Storage:
     """Objects under one root URI. Picklable: Spark tasks rebuild the file system from the URI."""
 
     root: str
+    s3: S3Options | None = field(default=None, repr=False, compare=False)
     _fs: pafs.FileSystem | None = field(default=None, init=False, repr=False, compare=False)
     _base: str = field(default="", init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        self._fs, self._base, self.root = _resolve(self.root)
+        self._fs, self._base, self.root = _resolve(self.root, self.s3)
+        self._remember_s3()
+
+    def _remember_s3(self) -> None:
+        global _process_s3
+        if self.s3 is not None:
+            _process_s3 = self.s3
 
     def __getstate__(self) -> dict:
-        return {"root": self.root}
+        return {"root": self.root, "s3": self.s3}
 
     def __setstate__(self, state: dict) -> None:
         self.root = state["root"]
-        self._fs, self._base, _ = _resolve(self.root)
+        self.s3 = state.get("s3")
+        self._fs, self._base, _ = _resolve(self.root, self.s3)
+        self._remember_s3()
+
+    @property
+    def is_object_store(self) -> bool:
+        """Whether the root is an object store (no directories, no rename: a move is a copy and a delete)."""
+        return self.root.startswith("s3://")
+
+    def open_uri(self, uri: str):  # noqa: ANN201 - a pyarrow input stream
+        """Open any URI for reading (a staging object's), s3:// ones with this storage's S3 options."""
+        filesystem, path = open_filesystem(uri, self.s3)
+        # pyarrow percent-decodes the URI: a stored URI (registered before keys were encoded) must not climb out.
+        if ".." in path.split("/"):
+            raise UnsafeKey(f"the URI {uri!r} decodes to a path with '..' segments; refused")
+        return filesystem.open_input_stream(path, compression=None)
 
     @property
     def filesystem(self) -> pafs.FileSystem:
@@ -108,7 +205,16 @@ class Storage:
         return posixpath.relpath(path, self._base)
 
     def ensure_root(self) -> None:
-        self.filesystem.create_dir(self._base, recursive=True)
+        """Create a file system root; an object store's bucket must exist (siltlake never creates buckets)."""
+        if not self.is_object_store:
+            self.filesystem.create_dir(self._base, recursive=True)
+            return
+        import pyarrow.fs as pafs
+
+        bucket = self._base.split("/", 1)[0]
+        if self.filesystem.get_file_info(bucket).type != pafs.FileType.Directory:
+            raise ConfigError(f"bucket {bucket!r} of storage root {self.root} does not exist (or these credentials "
+                              "cannot see it): create it first; siltlake never creates buckets")
 
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
         """Every file under a prefix, recursively; a missing prefix lists nothing."""
@@ -145,12 +251,23 @@ class Storage:
         return self.filesystem.open_input_file(self.path(key))
 
     def open_output(self, key: str) -> BinaryIO:
-        self.filesystem.create_dir(posixpath.dirname(self.path(key)), recursive=True)
+        self._parent(key)
         return self.filesystem.open_output_stream(self.path(key), compression=None)
 
+    @property
+    def writes_are_atomic(self) -> bool:
+        """Whether an object appears whole or not at all (an object store's PUT, or the completion of its
+        multipart upload): then writing at the final key needs no temporary key and move."""
+        return self.is_object_store
+
     def write_bytes(self, key: str, data: bytes) -> None:
-        """Write through a temporary key and move into place, so readers never see a partial object."""
+        """Write through a temporary key and move into place, so readers never see a partial object (an
+        object store writes in place: one request instead of five)."""
         self.path(key)  # an unsafe key is refused by its own name, not by its temporary one's
+        if self.writes_are_atomic:
+            with self.open_output(key) as out:
+                out.write(data)
+            return
         temporary = f"{key}.{uuid.uuid4().hex}.tmp"
         with self.open_output(temporary) as out:
             out.write(data)
@@ -160,9 +277,38 @@ class Storage:
         with self.open_input(key) as stream:
             return stream.read()
 
+    def _parent(self, key: str) -> None:
+        """Create a key's directory on a file system; object stores have none (nothing to ask or write)."""
+        if not self.is_object_store:
+            self.filesystem.create_dir(posixpath.dirname(self.path(key)), recursive=True)
+
     def move(self, source: str, target: str) -> None:
-        self.filesystem.create_dir(posixpath.dirname(self.path(target)), recursive=True)
-        self.filesystem.move(self.path(source), self.path(target))
+        """Rename on a file system; on an object store a server-side copy, then a delete of the source. The
+        copy is idempotent (the same bytes at the same key), so a move retried after a failure in between
+        only finds the source gone: that is taken as done when the target exists."""
+        self._parent(target)
+        if not self.is_object_store:
+            self.filesystem.move(self.path(source), self.path(target))
+            return
+        try:
+            self.filesystem.copy_file(self.path(source), self.path(target))
+        except OSError:  # pyarrow reports a missing source as a plain OSError (NoSuchKey)
+            if self.info(source) is not None:
+                raise
+            if self.info(target) is None:
+                raise FileNotFoundError(f"cannot move {self.uri(source)}: it does not exist") from None
+            return  # a retried move whose copy and delete were done
+        self.delete(source)
+
+    def place(self, temporary: str, target: str) -> None:
+        """Put a run's temporary object at its final key. A file system renames it. An object store copies it
+        server-side and leaves the temporary where it is: the run deletes its whole temporary prefix at its end
+        in batches of a thousand keys (reap takes a dead run's), instead of three requests per object (pyarrow's
+        delete asks the key's type first and rewrites the parent "directory" marker after)."""
+        if not self.is_object_store:
+            self.move(temporary, target)
+            return
+        self.filesystem.copy_file(self.path(temporary), self.path(target))
 
     def delete(self, key: str, missing_ok: bool = True) -> None:
         try:

@@ -29,6 +29,10 @@ def _write_symlink(lake: Storage, symlink_key: str, data: bytes) -> None:
     """Write the symlink file through a temporary beside its directory, not in it: an engine reads every
     file of a symlink partition's directory, so a writer that stops between the two steps must leave
     nothing there but whole manifests of this one version."""
+    if lake.writes_are_atomic:  # nothing partial is ever listed: write in place
+        with lake.open_output(symlink_key) as out:
+            out.write(data)
+        return
     directory, _ = symlink_key.rsplit("/", 1)
     temporary = f"{directory}.{uuid.uuid4().hex}.tmp"
     with lake.open_output(temporary) as out:

@@ -109,7 +109,7 @@ def commit_parts(tx: StreamCommit, lake: Storage, table: TableRecord, layout: Ta
         date = dt.date.fromisoformat(part["date"])
         partition = tx.partition_for(table.id, date, table.definition.merge_interval, now)
         key = layout.small_object(date, object_id, partition.closed)
-        lake.move(part["tmp_key"], key)
+        lake.place(part["tmp_key"], key)
         if moves is not None:
             moves.append((part["tmp_key"], key))
         tx.add_small_object(

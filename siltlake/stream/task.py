@@ -14,11 +14,9 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
-import pyarrow.fs as pafs
-
 from siltlake.records import UnreadableObject, read_staging_object
 from siltlake.records.writer import ObjectWriter
-from siltlake.storage.filesystem import Storage
+from siltlake.storage.filesystem import Storage, UnsafeKey
 from siltlake.storage.keys import TASK_ERRORS, TableLayout
 from siltlake.tabledef import TableDef
 
@@ -43,12 +41,12 @@ def storage_failure(exc: BaseException) -> bool:
     return isinstance(exc, OSError)
 
 
-def open_uri(uri: str):  # noqa: ANN201 - a pyarrow input stream
-    filesystem, path = pafs.FileSystem.from_uri(uri)
-    # pyarrow percent-decodes the URI: a stored URI (registered before keys were encoded) must not climb out.
-    if ".." in path.split("/"):
-        raise UnreadableObject(f"the URI {uri!r} decodes to a path with '..' segments; refused")
-    return filesystem.open_input_stream(path, compression=None)
+def open_uri(uri: str, lake: Storage):  # noqa: ANN201 - a pyarrow input stream
+    """Open a staging object's URI (s3:// through the deployment's S3 options, which the lake carries)."""
+    try:
+        return lake.open_uri(uri)
+    except UnsafeKey as exc:
+        raise UnreadableObject(str(exc)) from None
 
 
 class _ErrorSink:
@@ -79,7 +77,7 @@ class _ErrorSink:
             return None
         self._stream.close()
         final = self.task.layout.errors(self.task.staging_object_id)
-        self.task.lake.move(self._temporary, final)
+        self.task.lake.place(self._temporary, final)  # the temporary goes with its run's prefix
         return final
 
     def discard(self) -> None:
@@ -98,7 +96,7 @@ def process_staging_object(task: StreamTask) -> dict:
     errors = _ErrorSink(task, keep=table.error_policy == "file")
     records_in = 0
     try:
-        with open_uri(task.uri) as stream:
+        with open_uri(task.uri, task.lake) as stream:
             for batch in read_staging_object(stream, task.uri, table, batch_rows=task.batch_rows):
                 records_in += batch.records_in
                 writer.add(batch.table)

@@ -1,0 +1,96 @@
+"""Lake objects as a Spark DataFrame read by pyarrow inside Spark's Python tasks: for object stores Spark's
+own reader cannot reach (s3:// without Hadoop's S3A jars on the classpath)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
+
+from siltlake.errors import SiltError
+from siltlake.storage.filesystem import Storage
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+S3A_CLASS = "org.apache.hadoop.fs.s3a.S3AFileSystem"
+OBJECTS_PER_TASK = 8
+
+
+def spark_reads(spark: SparkSession, lake: Storage) -> bool:
+    """Whether Spark reads the lake's objects itself: a file system root, or an object store whose Hadoop
+    connector (S3A: hadoop-aws and the AWS SDK bundle) is on Spark's classpath."""
+    if not lake.is_object_store:
+        return True
+    try:
+        spark._jvm.org.apache.spark.util.Utils.classForName(S3A_CLASS, True, False)
+    except Exception:  # py4j raises its own error types for a missing class
+        return False
+    return True
+
+
+class _ReadObjects:
+    """Runs in a Spark Python task: reads each (key, dt) row's object with pyarrow, in the table's schema."""
+
+    def __init__(self, lake: Storage, schema: pa.Schema) -> None:
+        self.lake = lake
+        self.schema = schema
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        for batch in batches:
+            days = batch.column("day").to_pylist() if "day" in batch.schema.names else [None] * batch.num_rows
+            for key, day in zip(batch.column("key").to_pylist(), days, strict=True):
+                with self.lake.open_input_file(key) as handle:
+                    table = pq.read_table(handle)
+                columns = []
+                for target in self.schema:
+                    if target.name == "dt":
+                        columns.append(pa.array([day] * table.num_rows, target.type))
+                        continue
+                    index = table.schema.get_field_index(target.name)
+                    if index < 0:  # a column added after the object was written
+                        columns.append(pa.nulls(table.num_rows, target.type))
+                        continue
+                    column = table.column(index)
+                    columns.append(column if column.type.equals(target.type) else column.cast(target.type))
+                yield from pa.Table.from_arrays(columns, schema=self.schema).to_batches()
+
+
+def arrow_objects_frame(spark: SparkSession, lake: Storage, schema: StructType,
+                        objects: list[tuple[str, dt.date]]) -> DataFrame:
+    """A DataFrame of the objects (URI, partition date), each read by pyarrow in a Spark task."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    prefix = lake.root + "/"
+    rows: list[tuple[Any, ...]] = []
+    for uri, day in objects:
+        if not uri.startswith(prefix):
+            raise SiltError(f"data file {uri} is not under the lake's root {lake.root}; the manifest was written by "
+                            "another deployment")
+        rows.append((unquote(uri[len(prefix):]), day))
+    arrow_schema = to_arrow_schema(schema, timezone="UTC")
+    slices = max(1, min(spark.sparkContext.defaultParallelism * 4, -(-len(rows) // OBJECTS_PER_TASK)))
+    keys = spark.createDataFrame(spark.sparkContext.parallelize(rows, slices), "key string, day date")
+    return keys.mapInArrow(_ReadObjects(lake, arrow_schema), schema)
+
+
+def parquet_frame(spark: SparkSession, lake: Storage, keys: list[str]) -> DataFrame:
+    """spark.read.parquet of lake objects (all of one schema); without a connector for the lake's object store,
+    pyarrow reads them in Spark's tasks, in the schema of the first object's footer."""
+    if spark_reads(spark, lake):
+        return spark.read.parquet(*(lake.engine_uri(key) for key in keys))
+    import pyarrow.parquet as pq
+    from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+
+    with lake.open_input_file(keys[0]) as handle:
+        schema = from_arrow_schema(pq.read_schema(handle))
+    slices = max(1, min(spark.sparkContext.defaultParallelism * 4, -(-len(keys) // OBJECTS_PER_TASK)))
+    frame = spark.createDataFrame(spark.sparkContext.parallelize([(key,) for key in keys], slices), "key string")
+    return frame.mapInArrow(_ReadObjects(lake, to_arrow_schema(schema, timezone="UTC")), schema)
