@@ -139,3 +139,14 @@ def test_partition_bases_and_area_globs() -> None:
     assert keys.partition_base("s3a://b/p/" + LAYOUT.merged_object(DAY, 1, 2)) == "s3a://b/p/k1/web.access/merged"
     assert keys.area_glob(keys.LIVE) == "*/*/live/dt=*/*.parquet"
     assert keys.area_glob(keys.MANIFESTS) == "*/*/manifests/dt=*/manifest-*.json"
+
+
+def test_derived_build_keys_carry_their_reg_key() -> None:
+    name = "test0001-0123456789abcdef"
+    key = keys.build_object(name, dt.date(2026, 11, 20), 3)
+    assert key == "_derived/test0001-0123456789abcdef/dt=2026-11-20/part-00003.parquet"
+    assert keys.build_prefix(name) == "_derived/test0001-0123456789abcdef"
+    assert keys.build_of(key) == name and keys.build_reg_key(name) == "test0001"
+    assert keys.build_of("test0001/web.access/live/dt=2026-11-20/obj.parquet") is None
+    for not_a_build in ("pending-" + "0" * 32, "TEST0001-0123456789abcdef", "test0001-0123", "x-0123456789abcdef"):
+        assert keys.build_reg_key(not_a_build) is None
