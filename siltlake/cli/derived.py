@@ -235,7 +235,7 @@ def derived_build(context: click.Context, names: tuple[str, ...], due: bool, ful
 
     Named tables build whether stale or not, each after the named ones it reads; --dry-run says which
     (of the named ones, or of all) are stale and why, building nothing. Exits 1 if a build failed."""
-    from siltlake.derived import BuildReport, RegenerateReport, build_derived, regenerate
+    from siltlake.derived import RegenerateReport, build_derived, regenerate
     from siltlake.derived.regenerate import in_dependency_order
 
     if not names and not due and not dry_run:
@@ -263,7 +263,7 @@ def derived_build(context: click.Context, names: tuple[str, ...], due: bool, ful
             report.checked += 1
             try:
                 with activity(f"building {record.qualified_name}…"):
-                    built: BuildReport = build_derived(deployment, record.qualified_name, full=full)
+                    built = build_derived(deployment, record.qualified_name, full=full)
                 report.built.append(built)
             except Exception as exc:  # one table's failure leaves the others to build
                 if len(names) == 1:

@@ -10,9 +10,9 @@ from rich.text import Text
 from siltlake.cli.output import Column, console, format_age, format_count, format_size, grid, out
 
 if TYPE_CHECKING:
+    from siltlake.derived.reap import DerivedReapReport
     from siltlake.merge import MergeReport
     from siltlake.publish import PublishReport
-    from siltlake.derived.reap import DerivedReapReport
     from siltlake.reap import ReapReport
     from siltlake.stream import StreamReport
 
