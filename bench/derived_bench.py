@@ -73,7 +73,7 @@ def fill(deployment: Deployment, days: int, objects: int, rows: int) -> int:
     catalog.staging.register(staged)
     pending = {p.uri: p.id for p in catalog.staging.pending(len(staged) + 10)}
     with catalog.partitions.stream_commit() as tx:
-        for (uri, *_), (date, n), object_id in zip(staged, plan, tx.allocate_ids(len(plan)), strict=True):
+        for (uri, *_), (date, _), object_id in zip(staged, plan, tx.allocate_ids(len(plan)), strict=True):
             data = object_rows(date, rows, object_id).cast(schema)
             partition = tx.partition_for(table.id, date, table.definition.merge_interval, now)
             key = layout.small_object(date, object_id, partition.closed)

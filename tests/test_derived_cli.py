@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -12,7 +13,9 @@ import pytest
 import sqlalchemy as sa
 
 from siltlake.deployment import Deployment
+from siltlake.derived import create_derived
 from siltlake.read import sql
+from siltlake.tabledef import DerivedDef
 
 from .merge_helpers import add_small_objects, rows_for, silt_in_process
 from .processes import SiltProcess, silt_env, wait_until
@@ -169,3 +172,33 @@ def test_a_killed_build_leaves_readers_on_the_previous_build_and_reap_cleans_it(
     assert rollup_rows(spark, deployment) == before
     statuses = [b.status for b in deployment.catalog.derived.builds(record.id)]
     assert statuses == ["published", "failed", "published"]
+
+
+def test_silt_run_has_a_derived_loop_that_builds_what_is_stale(deployment: Deployment, spark) -> None:
+    import threading
+
+    from siltlake.run import SingleHost, run_loops
+
+    make_source(deployment, days=2)
+    create_derived(deployment, DerivedDef.from_mapping({"name": "web.daily_actions", "query": ROLLUP}))
+    reports: list[tuple[str, object]] = []
+    host = SingleHost(deployment, on_report=lambda name, report: reports.append((name, report)))
+    (loop,) = [loop for loop in host.loops if loop.name == "derived"]
+    assert loop.interval == deployment.config.derived.interval
+    loop.interval = loop.status.interval = 0.2
+    stop = threading.Event()
+    threads = run_loops([loop], stop, lambda name, exc, wait: reports.append((name, exc)))
+    try:
+        deadline = time.monotonic() + 120
+        while not reports and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1)  # a few more rounds: the table is fresh, nothing more is built
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(60)
+    (name, report), = reports
+    assert name == "derived" and [(b.table, b.kind, len(b.dates)) for b in report.built] == [
+        ("web.daily_actions", "full", 2)], report
+    assert loop.status.rounds > 1 and loop.status.last_work == "web.daily_actions full 2 dates"
+    assert loop.status.totals == "1 builds, 2 dates" and loop.status.state == "stopped"

@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from siltlake.cli.context import deployment_of, friendly, retrying
+from siltlake.cli.derived import print_regenerate_report
 from siltlake.cli.output import Column, console, grid
 from siltlake.cli.reports import print_merge_report, print_publish_report, print_reap_report, print_stream_report
 
@@ -67,6 +68,7 @@ def run_in_terminal(deployment: Deployment, console: Console) -> None:
         "merge": print_merge_report,
         "publish": print_publish_report,
         "reap": print_reap_report,
+        "derived": print_regenerate_report,
     }
 
     def on_error(name: str, exc: Exception, wait: float) -> None:
@@ -89,7 +91,8 @@ def run_in_terminal(deployment: Deployment, console: Console) -> None:
     signal.signal(signal.SIGTERM, on_signal)
     console.print(f"single host: stream every {host.status['stream'].interval:g}s, merge every "
                   f"{host.status['merge'].interval:g}s (slots {host.worker.slots}), publish every "
-                  f"{host.status['publish'].interval:g}s; Ctrl-C stops", highlight=False)
+                  f"{host.status['publish'].interval:g}s, derived tables checked every "
+                  f"{host.status['derived'].interval:g}s; Ctrl-C stops", highlight=False)
     with Live(console=console, get_renderable=lambda: status_table(host), refresh_per_second=2, transient=False):
         host.start_spark()
         # PySpark replaced the SIGINT handler while starting (it cancels jobs and raises KeyboardInterrupt).
@@ -110,7 +113,8 @@ def run_in_terminal(deployment: Deployment, console: Console) -> None:
 def run_command(context: click.Context) -> None:
     """Single host: stream, merge and publish in one process on one SparkSession, with a live status.
 
-    Intervals come from stream.poll_interval, merge.poll_interval and publish.interval. Ctrl-C or
+    Intervals come from stream.poll_interval, merge.poll_interval, publish.interval, reap.interval and
+    derived.interval (the derived loop builds every stale derived table, as `silt derived build --due`). Ctrl-C or
     SIGTERM stops after the current stream wave and the running merge jobs; a second Ctrl-C quits now.
     """
     run_in_terminal(deployment_of(context), console)
