@@ -31,6 +31,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from common import RESULTS, load_avg_1m, machine, new_deployment, start_spark, utc_stamp, write_report
 
+import siltlake.derived.build as build_module
+import siltlake.read as read_module
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.derived import build_derived, create_derived
@@ -89,11 +91,47 @@ def fill(deployment: Deployment, days: int, objects: int, rows: int) -> int:
     return len(plan) * rows
 
 
-def build(deployment: Deployment, full: bool) -> dict:
+class Phases:
+    """Where a build's time goes: the core's steps, timed by wrapping them (siltlake.derived.build is not
+    changed): pinning the sources, planning the query (catalog reads, the DataFrame), writing the file
+    lists, the publishing transaction; the Spark job (query, shuffle, writers, collect) is the rest of
+    the write step."""
+
+    STEPS = (("source_state", build_module, "source_state"), ("plan_query", read_module, "sql"),
+             ("write_step", build_module, "_write"), ("manifests", build_module, "write_manifests"))
+
+    def __init__(self, deployment: Deployment) -> None:
+        self.seconds: dict[str, float] = {}
+        for name, module, attribute in self.STEPS:
+            setattr(module, attribute, self._timed(name, getattr(module, attribute)))
+        derived = deployment.catalog.derived
+        derived.publish_build = self._timed("publish", derived.publish_build)
+
+    def _timed(self, name: str, function):  # noqa: ANN001, ANN202 - any callable, wrapped
+        def timed(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+            started = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - started
+        return timed
+
+    def take(self) -> dict[str, float]:
+        found, self.seconds = self.seconds, {}
+        write = found.pop("write_step", 0.0)
+        found["spark_job"] = write - found.get("plan_query", 0.0) - found.get("manifests", 0.0)
+        return {name: round(value, 3) for name, value in found.items()}
+
+
+def build(deployment: Deployment, full: bool, phases: Phases) -> dict:
+    phases.take()
     started = time.perf_counter()
     report = build_derived(deployment, "web.daily_actions", full=full)
-    return {"seconds": round(time.perf_counter() - started, 3), "kind": report.kind, "dates": len(report.dates),
-            "rows": report.rows, "bytes": report.bytes}
+    seconds = time.perf_counter() - started
+    steps = phases.take()
+    steps["other"] = round(seconds - sum(steps.values()), 3)
+    return {"seconds": round(seconds, 3), "kind": report.kind, "dates": len(report.dates),
+            "rows": report.rows, "bytes": report.bytes, "phases": steps}
 
 
 def check_fresh(deployment: Deployment, spark) -> None:  # noqa: ANN001 - a SparkSession
@@ -127,16 +165,17 @@ def main(argv: list[str] | None = None) -> int:
               f"({time.perf_counter() - started:.1f} s)", flush=True)
         create_derived(deployment, DerivedDef.from_mapping({"name": "web.daily_actions", "query": QUERY,
                                                             "incremental": True}))
-        first = build(deployment, full=True)
+        phases = Phases(deployment)
+        first = build(deployment, full=True, phases=phases)
         print(f"first build: {first}", flush=True)
         runs: dict[str, list[dict]] = {"incremental": [], "full": []}
         for round_ in range(args.repeats + 1):  # round 0 warms up both paths
             day = FIRST + dt.timedelta(days=args.days // 2 + round_ - args.repeats // 2)
             delete_rows(deployment, "web.access", day, f"user_id % 50 = {round_}")
             load = load_avg_1m()
-            incremental = build(deployment, full=False)
+            incremental = build(deployment, full=False, phases=phases)
             assert incremental["kind"] == "incremental" and incremental["dates"] == 1, incremental
-            full = build(deployment, full=True)
+            full = build(deployment, full=True, phases=phases)
             assert full["kind"] == "full" and full["dates"] == args.days, full
             label = "warm-up" if round_ == 0 else f"round {round_}/{args.repeats}"
             print(f"  {label}: changed {day}; incremental {incremental['seconds']:.2f} s, full {full['seconds']:.2f} s "
@@ -148,18 +187,23 @@ def main(argv: list[str] | None = None) -> int:
         medians = {name: statistics.median(r["seconds"] for r in items) for name, items in runs.items()}
         ratios = [f["seconds"] / i["seconds"] for i, f in zip(runs["incremental"], runs["full"], strict=True)]
         ratio = round(medians["full"] / medians["incremental"], 2)
+        steps = {name: {step: round(statistics.median(r["phases"].get(step, 0.0) for r in items), 3)
+                        for step in items[0]["phases"]} for name, items in runs.items()}
         report = {
             "benchmark": "derived", "issue": 18, "time": utc_stamp(), "machine": machine(),
             "load_avg_1m": load_avg_1m(), "command": "python " + " ".join(["bench/derived_bench.py", *sys.argv[1:]]),
             "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
             "source_rows": rows, "query": QUERY, "spark_start_seconds": spark_seconds, "first_build": first,
             "median_seconds": {k: round(v, 3) for k, v in medians.items()},
-            "full_over_incremental": ratio, "ratio_per_round": [round(r, 2) for r in ratios],
+            "median_phase_seconds": steps, "full_over_incremental": ratio,
+            "ratio_per_round": [round(r, 2) for r in ratios],
             "target": 10, "met": ratio >= 10, "runs": runs,
         }
         deployment.close()
         print(f"incremental {medians['incremental']:.2f} s, full {medians['full']:.2f} s (medians): "
               f"{ratio}x (target 10x: {'met' if ratio >= 10 else 'NOT met'})")
+        for name, values in steps.items():
+            print(f"  {name} phases (medians, s): " + ", ".join(f"{k} {v:.2f}" for k, v in values.items()))
         write_report(args.out, report)
     finally:
         spark.stop()
