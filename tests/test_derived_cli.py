@@ -138,6 +138,15 @@ def test_derived_commands_create_list_build_show_drop(deployment: Deployment, sp
     full = document(silt("derived", "build", "web.daily_actions", "--full", "--json"))
     assert full["built"][0]["kind"] == "full" and len(full["built"][0]["dates"]) == 3
 
+    # A YAML definition kept by persist_for.
+    kept = tmp_path / "kept.yaml"
+    kept.write_text('name: web.kept\nquery: "SELECT dt, count(*) AS n FROM web.access GROUP BY dt"\npersist_for: 2h\n')
+    assert "columns: dt date, n bigint" in " ".join(silt("derived", "create", str(kept)).split())
+    listed = {row["table"]: row for row in document(silt("derived", "list", "--json"))}
+    assert (listed["web.kept"]["rule"], listed["web.kept"]["state"]) == ("persist_for 2h", "never built")
+    assert listed["web.daily_actions"]["state"] == "fresh"
+    silt("derived", "drop", "web.kept", "--yes")
+
     # Errors: one line, exit 2 for what the user can fix.
     assert "no derived table web.nothing" in silt("derived", "build", "web.nothing", code=2)
     assert "give --due" in silt("derived", "build", code=2)
