@@ -68,6 +68,7 @@ bench: prereqs $(VENV)/.installed-dev
 	$(BIN)/python bench/load_bench.py
 	$(BIN)/python bench/cli_startup_bench.py
 	$(BIN)/python bench/freshness_bench.py
+	$(BIN)/python bench/derived_bench.py
 
 # The hostile-input properties with many more generated cases than CI's; prints the counts per property.
 FUZZ_EXAMPLES ?= 2000

@@ -14,6 +14,7 @@ import click
 
 from siltlake.cli import (
     delete,
+    derived,
     errors,
     history,
     init,
@@ -58,6 +59,7 @@ COMMANDS = (
     init.init, tables.table_group, stream.stream, merge.merge, status.status, publish.publish, run.run_command,
     history.history, delete.delete, reap.reap, unknown.unknown_group, errors.errors_group, sql.sql_command,
     load.guess_command, load.load_command, load.cleanup_command, observing.dashboard_command,
+    derived.derived_group,
 )
 for command in COMMANDS:
     main.add_command(command)

@@ -10,6 +10,7 @@ from rich.text import Text
 from siltlake.cli.output import Column, console, format_age, format_count, format_size, grid, out
 
 if TYPE_CHECKING:
+    from siltlake.derived.reap import DerivedReapReport
     from siltlake.merge import MergeReport
     from siltlake.publish import PublishReport
     from siltlake.reap import ReapReport
@@ -117,8 +118,32 @@ def print_reap_report(report: ReapReport) -> None:
     console.print(f"listed {report.listed:,} objects; kept {', '.join(kept) or 'nothing unreferenced'}; catalog "
                   f"{report.catalog_seconds:.2f}s, listing {report.list_seconds:.2f}s, deleting "
                   f"{report.delete_seconds:.2f}s", highlight=False)
+    print_derived_reap(report.derived, report.dry_run)
     for warning in report.warnings:
         console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
     for key, error in report.failed[:20]:
         console.print(f"[bold red]not deleted:[/] {key}: {error} (the next reap retries it)", highlight=False,
                       soft_wrap=True)
+
+
+def print_derived_reap(derived: DerivedReapReport, dry_run: bool = False) -> None:
+    """The derived reaper's decisions: a line per build it took off the active list or deleted, with the
+    reason, and the builds it kept counted by reason."""
+    from collections import Counter
+
+    for build, why in derived.deactivated:
+        console.print(f"derived build {build} {'would leave' if dry_run else 'left'} the active list: {why}",
+                      highlight=False, soft_wrap=True)
+    for build in derived.lost:
+        console.print(f"derived build {build}: its builder is gone; {'would be ' if dry_run else ''}marked failed",
+                      highlight=False, soft_wrap=True)
+    for build, why in derived.deleted:
+        console.print(f"derived build {build} {'would be deleted' if dry_run else 'deleted'}: {why}",
+                      highlight=False, soft_wrap=True)
+    if derived.deleted:
+        console.print(f"derived builds: {len(derived.deleted)} {'to delete' if dry_run else 'deleted'}, "
+                      f"{derived.objects:,} objects, {format_size(derived.bytes)}", highlight=False)
+    kept = Counter(why for _, why in derived.kept)
+    if kept:
+        console.print("derived builds kept: " + "; ".join(f"{count} {why}" for why, count in sorted(kept.items())),
+                      highlight=False, soft_wrap=True)

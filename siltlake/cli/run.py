@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from siltlake.cli.context import deployment_of, friendly, retrying
+from siltlake.cli.derived import print_regenerate_report
 from siltlake.cli.observing import daemon_logging, serve
 from siltlake.cli.options import bind_option, metrics_port_option
 from siltlake.cli.output import Column, console, grid
@@ -71,6 +72,7 @@ def run_in_terminal(deployment: Deployment, console: Console, metrics_port: int 
         "merge": print_merge_report,
         "publish": print_publish_report,
         "reap": print_reap_report,
+        "derived": print_regenerate_report,
     }
 
     def on_error(name: str, exc: Exception, wait: float) -> None:
@@ -94,7 +96,8 @@ def run_in_terminal(deployment: Deployment, console: Console, metrics_port: int 
     signal.signal(signal.SIGTERM, on_signal)
     console.print(f"single host: stream every {host.status['stream'].interval:g}s, merge every "
                   f"{host.status['merge'].interval:g}s (slots {host.worker.slots}), publish every "
-                  f"{host.status['publish'].interval:g}s; Ctrl-C stops", highlight=False)
+                  f"{host.status['publish'].interval:g}s, derived tables checked every "
+                  f"{host.status['derived'].interval:g}s; Ctrl-C stops", highlight=False)
     with Live(console=console, get_renderable=lambda: status_table(host), refresh_per_second=2, transient=False):
         host.start_spark()
         # PySpark replaced the SIGINT handler while starting (it cancels jobs and raises KeyboardInterrupt).
@@ -119,7 +122,8 @@ def run_in_terminal(deployment: Deployment, console: Console, metrics_port: int 
 def run_command(context: click.Context, metrics_port: int | None, bind: str) -> None:
     """Single host: stream, merge and publish in one process on one SparkSession, with a live status.
 
-    Intervals come from stream.poll_interval, merge.poll_interval and publish.interval. Ctrl-C or
+    Intervals come from stream.poll_interval, merge.poll_interval, publish.interval, reap.interval and
+    derived.interval (the derived loop builds every stale derived table, as `silt derived build --due`). Ctrl-C or
     SIGTERM stops after the current stream wave and the running merge jobs; a second Ctrl-C quits now.
     --metrics-port serves /metrics and the dashboard (/, as `silt dashboard`) on that port.
     """

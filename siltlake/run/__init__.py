@@ -1,10 +1,11 @@
-"""Single-host mode (`silt run`): the stream, merge, publish and reap loops in one process, on one SparkSession.
+"""Single-host mode (`silt run`): the stream, merge, publish, reap and derived-table loops in one process, on
+one SparkSession.
 
 Each loop is its daemon's own loop (`stream_forever`, `MergeWorker.run`, `poll_forever` over
 `publish_once`) in a thread of its own, under a supervisor: an exception that escapes a loop is
 reported and the loop starts again after a backoff, while the other loops go on. Setting the stop
 event ends each loop the way its daemon ends: the stream after its current wave (later waves stay
-pending), merge after its running jobs, publish after its current run.
+pending), merge after its running jobs, publish after its current run, derived after its current build.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from siltlake.deployment import Deployment
+from siltlake.derived import RegenerateReport, regenerate
 from siltlake.merge import MergeProgress, MergeReport, MergeWorker
 from siltlake.observe.history import HistorySampler
 from siltlake.observe.metrics import observe_error, observe_report
@@ -164,8 +166,16 @@ def publish_work(report: PublishReport) -> str | None:
     return ", ".join(parts) or None
 
 
+def derived_work(report: RegenerateReport) -> str | None:
+    if not (report.built or report.failed):
+        return None
+    parts = [f"{b.table} {b.kind} {len(b.dates)} dates" for b in report.built]
+    parts += [f"{table} failed" for table, _ in report.failed]
+    return ", ".join(parts)
+
+
 class SingleHost:
-    """The stream, merge and publish loops of one deployment, sharing its SparkSession.
+    """The stream, merge, publish, reap and derived-table loops of one deployment, sharing its SparkSession.
 
     on_report(name, report) hears each round that did something; on_error(name, exc, wait) each failure.
     """
@@ -181,6 +191,7 @@ class SingleHost:
             Loop("merge", config.merge.poll_interval, self._merge),
             Loop("publish", config.publish.interval, self._publish),
             Loop("reap", config.reap.interval, self._reap),
+            Loop("derived", config.derived.interval, self._derived),
         ]
         self.status = {loop.name: loop.status for loop in self.loops}
         self.stop_event = threading.Event()
@@ -192,6 +203,7 @@ class SingleHost:
         self._stream_totals = StreamReport()
         self._publish_totals = [0, 0, 0, 0]  # switched, closed, live versions, merged versions
         self._reap_totals = [0, 0]  # objects, bytes
+        self._derived_totals = [0, 0, 0]  # builds, dates, failed builds
         self._merge_seen = dict.fromkeys(("claimed", "jobs", "objects", "rows"), 0)
 
     # --- control ------------------------------------------------------------------------------------
@@ -310,6 +322,25 @@ class SingleHost:
             status.round_done(work, f"{totals[0]:,} objects, {totals[1]:,} bytes freed")
             if work:
                 self.on_report("reap", run)
+
+        poll_forever(one_run, stop, status.interval, report, on_error=lambda exc, wait: self._failed(status, exc, wait))
+
+    def _derived(self, stop: threading.Event) -> None:
+        status = self.status["derived"]
+        totals = self._derived_totals
+
+        def one_run() -> RegenerateReport:
+            status.working("checking triggers")
+            return regenerate(self.deployment)
+
+        def report(run: RegenerateReport) -> None:
+            totals[0] += len(run.built)
+            totals[1] += sum(len(b.dates) for b in run.built)
+            totals[2] += len(run.failed)
+            status.round_done(derived_work(run), f"{totals[0]} builds, {totals[1]} dates"
+                              + (f", {totals[2]} failed" if totals[2] else ""))
+            if derived_work(run):
+                self.on_report("derived", run)
 
         poll_forever(one_run, stop, status.interval, report, on_error=lambda exc, wait: self._failed(status, exc, wait))
 
