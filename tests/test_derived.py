@@ -125,7 +125,10 @@ def test_a_rollup_stays_equal_to_its_query_and_incremental_builds_touch_only_cha
 
     # The source's old versions reaped past retention: the derived table keeps its rows, and the builds no
     # retained version needs any more are gone, the current ones kept.
-    reaped = reap_once(deployment, utcnow() + dt.timedelta(days=8))
+    week_later = utcnow() + dt.timedelta(days=8)
+    dry = reap_once(deployment, week_later, dry_run=True)
+    reaped = reap_once(deployment, week_later)
+    assert dry.derived.deleted == reaped.derived.deleted, "the dry run names what the run deletes"
     assert reaped.reasons["expired"].rows > 0 and first.build in [name for name, _ in reaped.derived.deleted]
     assert {second.build, third.build, fourth.build} - {name for name, _ in reaped.derived.deleted} != set()
     assert_fresh(spark, deployment)

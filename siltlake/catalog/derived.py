@@ -6,7 +6,7 @@ import datetime as dt
 import hashlib
 import json
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -217,12 +217,15 @@ class Derived:
 
     # --- the reaper ------------------------------------------------------------------------------------
 
-    def reap_view(self) -> DerivedReapView:
+    def reap_view(self, expiring: Collection[int] = ()) -> DerivedReapView:
+        """What the derived reaper reads, in one snapshot; `expiring` (version row ids a dry run of reap would
+        delete first) reference nothing."""
         b, a, v, d, t = s.derived_builds, s.active_derived_builds, s.partition_versions, s.derived_tables, s.tables
         with self._core.snapshot() as c:
             builds = {row.name: _build(row) for row in c.execute(sa.select(b))}
             active = dict(c.execute(sa.select(a.c.build_id, a.c.expire_time)).all())
-            referenced = set(c.execute(sa.select(v.c.build_id).distinct().where(v.c.build_id.is_not(None))).scalars())
+            referenced = {build_id for version_id, build_id in c.execute(
+                sa.select(v.c.id, v.c.build_id).where(v.c.build_id.is_not(None))) if version_id not in expiring}
             live = dict(c.execute(sa.select(d.c.id, d.c.table_id).select_from(d.join(t, t.c.id == d.c.table_id))
                                   .where(t.c.dropped_time.is_(None))).all())
             current = self._current_builds(c, list(live.values()))

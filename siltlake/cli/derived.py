@@ -236,7 +236,7 @@ def derived_build(context: click.Context, names: tuple[str, ...], due: bool, ful
     Named tables build whether stale or not, each after the named ones it reads; --dry-run says which
     (of the named ones, or of all) are stale and why, building nothing. Exits 1 if a build failed."""
     from siltlake.derived import RegenerateReport, build_derived, regenerate
-    from siltlake.derived.regenerate import in_dependency_order
+    from siltlake.derived.regenerator import in_dependency_order
 
     if not names and not due and not dry_run:
         raise click.UsageError("name the derived tables to build, or give --due")

@@ -6,26 +6,20 @@ from __future__ import annotations
 import datetime as dt
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from siltlake.catalog import BuildPartition, BuildRecord, DerivedRecord, TableRecord
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
+from siltlake.derived.writer import WRITTEN, BuildWriter
 from siltlake.errors import SiltError
 from siltlake.hosts import local_host
-from siltlake.merge.task import conform
-from siltlake.storage.filesystem import Storage
-from siltlake.storage.keys import build_object, build_prefix
+from siltlake.storage.keys import build_prefix
 from siltlake.storage.manifests import write_manifests
-from siltlake.tabledef import TableDef
 
-# What each writing task reports, one row per date it wrote (key null: it wrote nothing).
-_WRITTEN = "dt string, key string, rows long, bytes long, outside string, null_dates long"
+# An incremental build whose result has at most this many rows writes it from the driver: a Spark stage
+# (a shuffle by dt and a Python writer stage) costs more than the few dates it rewrites.
+DRIVER_ROWS = 1_000_000
 
 
 @dataclass
@@ -73,57 +67,6 @@ def sources_of(deployment: Deployment, record: DerivedRecord) -> list[TableRecor
         raise SiltError(f"{record.qualified_name} reads a table that was dropped; drop the derived table "
                         "(`silt derived drop`) or create that table again")
     return [live[table_id] for table_id in record.source_ids]
-
-
-@dataclass(frozen=True)
-class _BuildWriter:
-    """Runs in each Spark task: writes the task's rows of each date as one object of the build."""
-
-    lake: Storage
-    build: str
-    table_json: str
-    allowed: frozenset[str] | None  # the dates an incremental build may write (None: any)
-
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext
-
-        part = TaskContext.get().partitionId()
-        schema = TableDef.from_json(self.table_json).arrow_schema()
-        writers: dict[dt.date, tuple] = {}
-        rows: dict[dt.date, int] = {}
-        outside: str | None = None
-        null_dates = 0
-        try:
-            for batch in batches:
-                table = pa.Table.from_batches([batch])
-                dates = table.column("dt")
-                null_dates += dates.null_count
-                for date in pc.unique(dates.drop_null()).to_pylist():
-                    if self.allowed is not None and date.isoformat() not in self.allowed:
-                        outside = outside or date.isoformat()
-                        continue
-                    piece = table.filter(pc.equal(dates, pa.scalar(date, pa.date32())))
-                    if date not in writers:
-                        sink = self.lake.open_output(build_object(self.build, date, part))
-                        writers[date] = (sink, pq.ParquetWriter(sink, schema, compression="zstd"))
-                    writers[date][1].write_table(conform(piece.drop_columns(["dt"]), schema))
-                    rows[date] = rows.get(date, 0) + piece.num_rows
-        finally:
-            for sink, writer in writers.values():
-                writer.close()
-                sink.close()
-        report = {"dt": [], "key": [], "rows": [], "bytes": [], "outside": [], "null_dates": []}
-        for date in sorted(writers) or [None]:
-            key = build_object(self.build, date, part) if date is not None else None
-            report["dt"].append(date.isoformat() if date is not None else None)
-            report["key"].append(key)
-            report["rows"].append(rows.get(date, 0) if date is not None else 0)
-            report["bytes"].append(self.lake.info(key).size if key is not None else 0)
-            report["outside"].append(outside)
-            report["null_dates"].append(null_dates)
-        yield pa.RecordBatch.from_pydict(report, schema=pa.schema([
-            ("dt", pa.string()), ("key", pa.string()), ("rows", pa.int64()), ("bytes", pa.int64()),
-            ("outside", pa.string()), ("null_dates", pa.int64())]))
 
 
 def _heartbeat(deployment: Deployment, build: BuildRecord, stop: threading.Event) -> None:
@@ -214,9 +157,13 @@ def _write(deployment: Deployment, record: DerivedRecord, build: BuildRecord, st
                         f"not the table's {', '.join(f'{n} {t}' for n, t in expected)} (a source's columns changed?); "
                         "drop the derived table and create it again")
     allowed = frozenset(d.isoformat() for d in dates) if dates is not None else None
-    writer = _BuildWriter(deployment.lake, build.name, record.table.definition.to_json(), allowed)
-    tasks = max(1, min(spark.sparkContext.defaultParallelism, len(dates) if dates is not None else 1 << 30))
-    written = [row.asDict() for row in frame.repartition(tasks, "dt").mapInArrow(writer, _WRITTEN).collect()]
+    writer = BuildWriter(deployment.lake, build.name, record.table.definition.to_json(), allowed)
+    collected = frame.limit(DRIVER_ROWS + 1).toArrow() if dates is not None else None
+    if collected is not None and collected.num_rows <= DRIVER_ROWS:
+        written = [row for batch in writer(iter(collected.to_batches()), part=0) for row in batch.to_pylist()]
+    else:
+        tasks = max(1, min(spark.sparkContext.defaultParallelism, len(dates) if dates is not None else 1 << 30))
+        written = [row.asDict() for row in frame.repartition(tasks, "dt").mapInArrow(writer, WRITTEN).collect()]
     outside = next((row["outside"] for row in written if row["outside"]), None)
     if outside is not None:
         raise SiltError(f"{record.qualified_name}: the query put rows of dt={outside} into a build of the dates whose "

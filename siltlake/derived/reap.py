@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import defaultdict
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from siltlake.clock import to_naive_utc
@@ -30,16 +31,18 @@ class DerivedReapReport:
                 "objects": self.objects, "bytes": self.bytes}
 
 
-def reap_derived(deployment: Deployment, now: dt.datetime, *, grace: int, dry_run: bool = False) -> DerivedReapReport:
+def reap_derived(deployment: Deployment, now: dt.datetime, *, grace: int, dry_run: bool = False,
+                 expiring: Collection[int] = ()) -> DerivedReapReport:
     """Phase 1 drops from the active list the builds whose derived table is gone, whose objects are gone,
     whose persist_for expired, or that no partition shows any more; phase 2 deletes each build of the
     derived area that carries this deployment's reg_key and is not active, not running and not referenced
     by a retained version. A build of another registered deployment is kept, and so is one whose reg_key
-    nobody registered (Looker drops those; siltlake will not delete what it cannot prove is its own)."""
+    nobody registered (Looker drops those; siltlake will not delete what it cannot prove is its own).
+    `expiring`: version row ids the same reap run deletes first (a dry run has not deleted them)."""
     catalog = deployment.catalog
     own = deployment.instance_key
     report = DerivedReapReport()
-    view = catalog.derived.reap_view()
+    view = catalog.derived.reap_view(expiring)
     by_id = {build.id: build for build in view.builds.values()}
     objects: dict[str, list[ObjectInfo]] = defaultdict(list)
     for info in deployment.lake.list(f"{DERIVED_AREA}/"):

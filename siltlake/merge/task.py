@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from siltlake.merge.parquet_concat import ShallowMergeRefused, concatenate, shallow_merge_refusal
+from siltlake.records.writer import conform
 from siltlake.storage.filesystem import Storage
 from siltlake.tabledef import TableDef
 
@@ -31,19 +32,6 @@ WELL_SIZED_FRACTION = 0.5
 # Objects up to this size are fetched in one read and decoded on one thread; larger ones are read with
 # Arrow's own (pre-buffered, column-parallel) reader.
 WHOLE_READ_BYTES = 16 * 1024 * 1024
-
-
-def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
-    """The table's columns in the schema's order and types; columns it lacks (added later) read as null."""
-    columns = []
-    for target in schema:
-        index = table.schema.get_field_index(target.name)
-        if index < 0:
-            columns.append(pa.nulls(table.num_rows, target.type))
-            continue
-        column = table.column(index)
-        columns.append(column if column.type.equals(target.type) else column.cast(target.type))
-    return pa.Table.from_arrays(columns, schema=schema)
 
 
 @dataclass(frozen=True)

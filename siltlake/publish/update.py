@@ -23,8 +23,8 @@ from siltlake.catalog import PublishedVersion, TableRecord, UpdateBase
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.errors import SiltError
-from siltlake.merge.task import conform
 from siltlake.records.coerce import partition_dates
+from siltlake.records.writer import conform
 from siltlake.storage.filesystem import Storage
 from siltlake.storage.keys import update_label
 from siltlake.storage.manifests import write_manifests

@@ -457,7 +457,7 @@ def reap_once(deployment: Deployment, now: dt.datetime | None = None, *, dry_run
         report.reasons["expired"].rows = len(plan.expired_versions)
         report.reasons["ttl"].rows = len(plan.ttl_partitions)
         report.reasons["dropped"].rows = len(plan.dropped_tables)
-        report.derived = reap_derived(deployment, now, grace=grace, dry_run=True)
+        report.derived = reap_derived(deployment, now, grace=grace, dry_run=True, expiring=set(plan.expired_versions))
         report.seconds = time.monotonic() - started
         return report
 

@@ -21,6 +21,19 @@ from siltlake.storage.filesystem import Storage
 from siltlake.storage.keys import TableLayout
 from siltlake.tabledef import TableDef
 
+
+def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """The table's columns in the schema's order and types; columns it lacks (added later) read as null."""
+    columns = []
+    for target in schema:
+        index = table.schema.get_field_index(target.name)
+        if index < 0:
+            columns.append(pa.nulls(table.num_rows, target.type))
+            continue
+        column = table.column(index)
+        columns.append(column if column.type.equals(target.type) else column.cast(target.type))
+    return pa.Table.from_arrays(columns, schema=schema)
+
 # Bounds the rows the k-way merge gathers before writing a row group of the final object.
 MAX_ROW_GROUP_ROWS = 262_144
 # The merge holds one decoded row group per run: small run row groups and a bounded fan-in keep its
