@@ -57,14 +57,21 @@ def tmp_keys(deployment: Deployment) -> list[str]:
     return [info.key for info in deployment.lake.list(f"{deployment.instance_key}/_tmp")]
 
 
-def test_resume_runs_only_the_failed_task_then_commits_everything_once(deployment: Deployment,
-                                                                      tmp_path: Path) -> None:
+def inputs_with_a_broken_file(tmp_path: Path) -> tuple[Path, list[tuple], bytes]:
+    """Three CSV inputs (90 rows), the third a truncated gzip whose task fails: (directory, every row the
+    inputs hold once fixed, the third file's good bytes)."""
     inputs = tmp_path / "in"
     inputs.mkdir()
     expected = csv_file(inputs / "a.csv", 0, 40) + csv_file(inputs / "b.csv.gz", 100, 30, gz=True)
-    broken = csv_file(inputs / "c.csv.gz", 200, 20, gz=True)
+    expected += csv_file(inputs / "c.csv.gz", 200, 20, gz=True)
     good_bytes = (inputs / "c.csv.gz").read_bytes()
     (inputs / "c.csv.gz").write_bytes(good_bytes[: len(good_bytes) // 2])  # truncated gzip: the task fails
+    return inputs, expected, good_bytes
+
+
+def test_resume_runs_only_the_failed_task_then_commits_everything_once(deployment: Deployment,
+                                                                      tmp_path: Path) -> None:
+    inputs, expected, good_bytes = inputs_with_a_broken_file(tmp_path)
     load_config = parse_load_config(config(inputs))
     state = tmp_path / "resume.yml"
 
@@ -92,7 +99,7 @@ def test_resume_runs_only_the_failed_task_then_commits_everything_once(deploymen
     (stats,) = report.jobs
     assert report.committed and stats.ran == 1 and stats.tasks == 3
     assert (stats.records_in, stats.loaded, stats.bad) == (90, 90, 0)
-    assert ids(deployment) == sorted(row[0] for row in expected + broken)
+    assert ids(deployment) == sorted(row[0] for row in expected)
     rows = sql(deployment.spark(), "SELECT id, event_time, name, dt FROM web.people WHERE id = 1", deployment).collect()
     assert str(rows[0].event_time) == "2026-11-20 15:30:00" and str(rows[0].dt) == "2026-11-21"
     assert tmp_keys(deployment) == []

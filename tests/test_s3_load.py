@@ -20,12 +20,7 @@ pytestmark = pytest.mark.spark
 
 def test_a_load_into_s3_resumes_and_commits_once(s3_deployment: Deployment, tmp_path: Path) -> None:
     deployment = s3_deployment
-    inputs = tmp_path / "in"
-    inputs.mkdir()
-    expected = csv_file(inputs / "a.csv", 0, 40) + csv_file(inputs / "b.csv.gz", 100, 30, gz=True)
-    broken = csv_file(inputs / "c.csv.gz", 200, 20, gz=True)
-    good_bytes = (inputs / "c.csv.gz").read_bytes()
-    (inputs / "c.csv.gz").write_bytes(good_bytes[: len(good_bytes) // 2])  # truncated gzip: the task fails
+    inputs, expected, good_bytes = test_load.inputs_with_a_broken_file(tmp_path)
     load_config = parse_load_config(config(inputs))
     state = tmp_path / "resume.yml"
     with pytest.raises(LoadFailed, match="only the failed tasks run"):
@@ -39,7 +34,7 @@ def test_a_load_into_s3_resumes_and_commits_once(s3_deployment: Deployment, tmp_
     (stats,) = report.jobs
     assert report.committed and stats.ran == 1 and (stats.records_in, stats.loaded) == (90, 90)
     ids = [row[0] for row in sql(deployment.spark(), "SELECT id FROM web.people ORDER BY id", deployment).collect()]
-    assert ids == sorted(row[0] for row in expected + broken)
+    assert ids == sorted(row[0] for row in expected)
     assert not list(deployment.lake.list(f"{deployment.instance_key}/_tmp")), "the run's temporaries are gone"
     again = load(deployment, load_config, state_path=str(state))
     assert again.already_committed
