@@ -194,7 +194,8 @@ def print_build_report(report: BuildReport) -> None:
              else f"{dates[0]} .. {dates[-1]}")
     version = (f"table version {report.table_version}" if report.table_version is not None
                else "no date changed, no new version")
-    console.print(f"[bold]built[/] {report.table} ({report.kind}, build {report.build}): {len(dates)} dates"
+    console.print(f"[bold]built[/] {report.table} ({report.kind}, build {report.build}): {len(dates)} "
+                  f"date{'' if len(dates) == 1 else 's'}"
                   f"{' (' + shown + ')' if dates else ''}, {report.rows:,} rows, {format_size(report.bytes)}; "
                   f"{version}; {report.seconds:.1f}s", highlight=False, soft_wrap=True)
 

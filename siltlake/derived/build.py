@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from siltlake.catalog import BuildPartition, BuildRecord, DerivedRecord, TableRecord
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
+from siltlake.derived.define import siltlake_type
 from siltlake.derived.writer import WRITTEN, BuildWriter
 from siltlake.errors import SiltError
 from siltlake.hosts import local_host
@@ -149,8 +150,6 @@ def _write(deployment: Deployment, record: DerivedRecord, build: BuildRecord, st
             reads[source.qualified_name]["dates"] = sorted(dates) if newest else []
     frame = sql(spark, record.definition.query, deployment, reads=reads)
     expected = [("dt", "date"), *((c.name, c.type) for c in record.table.definition.columns)]
-    from siltlake.derived.define import siltlake_type
-
     got = sorted((f.name, siltlake_type(f.dataType)) for f in frame.schema.fields)
     if got != sorted(expected):
         raise SiltError(f"{record.qualified_name}: the query now returns {', '.join(f'{n} {t}' for n, t in got)}, "

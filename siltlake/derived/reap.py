@@ -108,7 +108,5 @@ def reap_derived(deployment: Deployment, now: dt.datetime, *, grace: int, dry_ru
         report.objects += len(infos)
         report.bytes += sum(info.size for info in infos)
         if not dry_run:
-            for info in infos:
-                deployment.lake.delete(info.key)
             deployment.lake.delete_prefix(build_prefix(name))
     return report
