@@ -102,6 +102,11 @@ def arrow_type(type_name: str) -> pa.DataType:
     return pa.decimal128(precision, scale)
 
 
+# Types a primary key column may have, and a sequence column (decimal(p,s) is allowed for both).
+KEY_TYPES = ("string", "int", "bigint", "date", "timestamp", "boolean")
+SEQUENCE_TYPES = ("int", "bigint", "double", "float", "date", "timestamp")
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -179,6 +184,10 @@ class TableDef(_Strict):
     ttl_days: int | None = None
     # "derived": built from a query by siltlake.derived (siltlake.tabledef.DerivedDef), never streamed into.
     kind: Literal["log", "derived"] = "log"
+    # Keyed tables (docs/design.md "Keyed tables"): readers see one row per (dt, primary key), the one committed
+    # last unless sequence_column orders them; merges keep only those rows.
+    primary_key: tuple[str, ...] = ()
+    sequence_column: str = ""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -233,6 +242,7 @@ class TableDef(_Strict):
             raise DefinitionError(f"duplicate column names: {', '.join(duplicates)}")
         if "dt" in names:
             raise DefinitionError("column name 'dt' is reserved for the partition date")
+        self._check_key()
         if not self.time_column:
             if self.kind == "derived":
                 return self
@@ -243,6 +253,40 @@ class TableDef(_Strict):
         if time_columns[0].type != "timestamp":
             raise DefinitionError(f"time_column {self.time_column!r} must have type timestamp")
         return self
+
+    def _check_key(self) -> None:
+        by_name = {c.name: c for c in self.columns}
+        if len(set(self.primary_key)) != len(self.primary_key):
+            raise DefinitionError(f"primary_key {list(self.primary_key)} names a column twice")
+        for name in self.primary_key:
+            column = by_name.get(name)
+            if column is None:
+                raise DefinitionError(f"primary_key column {name!r} is not one of the columns")
+            if column.nullable:
+                raise DefinitionError(f"primary_key column {name!r} must be declared nullable = false: a key "
+                                      "must be present in every record")
+            if column.type not in KEY_TYPES and not column.type.startswith("decimal"):
+                raise DefinitionError(f"primary_key column {name!r} has type {column.type}, which cannot be a key; "
+                                      f"use one of {', '.join(KEY_TYPES)}")
+        if self.primary_key and self.kind == "derived":
+            raise DefinitionError("a derived table cannot have a primary_key: its query decides its rows")
+        if not self.sequence_column:
+            return
+        if not self.primary_key:
+            raise DefinitionError("sequence_column orders the rows of one key: it needs a primary_key")
+        column = by_name.get(self.sequence_column)
+        if column is None:
+            raise DefinitionError(f"sequence_column {self.sequence_column!r} is not one of the columns")
+        if column.type not in SEQUENCE_TYPES and not column.type.startswith("decimal"):
+            raise DefinitionError(f"sequence_column {self.sequence_column!r} has type {column.type}; it must be "
+                                  f"one of {', '.join(SEQUENCE_TYPES)}")
+        if self.sequence_column in self.primary_key:
+            raise DefinitionError(f"sequence_column {self.sequence_column!r} is part of the primary_key")
+
+    @property
+    def keyed(self) -> bool:
+        """Whether readers see one row per (dt, primary key) (merge-on-read until merged)."""
+        return bool(self.primary_key)
 
     @property
     def qualified_name(self) -> str:
