@@ -32,6 +32,10 @@ class MergeLimits:
     merged_object_size: int = 128 * 1024 * 1024
     merge_batch_size: int = 2000
     max_rows: int | None = None
+    # Keyed tables keep one range per partition, (0, U]: a later range could not remove a key an earlier
+    # range's object holds, so only one object per partition lets a merged keyed partition be read
+    # without merge-on-read. The open range is always extended; size and rows never start a new one.
+    single_range: bool = False
 
     def __post_init__(self) -> None:
         if self.merged_object_size < 1 or self.merge_batch_size < 1:
@@ -65,6 +69,8 @@ class PlannedRange:
     def fits(self, candidate: SmallObject, limits: MergeLimits) -> bool:
         if not self.objects and self.extends is None:
             return True  # a new range always takes its first object, however large
+        if limits.single_range:
+            return True
         if self.content_length + candidate.content_length > limits.merged_object_size:
             return False
         return limits.max_rows is None or self.row_count + candidate.row_count <= limits.max_rows
@@ -91,7 +97,8 @@ def plan_merge(pending: Sequence[SmallObject], last_range: MergedRange | None, l
 
     Objects are taken in id order, at most merge_batch_size of them. The open (last) range is
     extended while its object stays within the limits; then new ranges start, each one's lower
-    bound the previous upper bound. Leftovers make the job continuing.
+    bound the previous upper bound (never with limits.single_range: keyed tables). Leftovers make the job
+    continuing.
     """
     ordered = sorted(pending, key=lambda o: o.id)
     if last_range is not None and ordered and ordered[0].id <= last_range.upper:

@@ -114,7 +114,7 @@ class MergeWorker:
     def _prepare(self, job: ClaimedJob) -> _Prepared:
         definition = job.table.definition
         limits = MergeLimits(merged_object_size=definition.merged_object_size,
-                             merge_batch_size=definition.merge_batch_size)
+                             merge_batch_size=definition.merge_batch_size, single_range=definition.keyed)
         last, base_upper, pending = self.catalog.merge_queue.unmerged_objects(job.partition_id,
                                                                               limits.merge_batch_size + 1)
         last_range = MergedRange(last.lower, last.upper, last.content_length, last.row_count) if last else None
@@ -151,8 +151,11 @@ class MergeWorker:
                 self._fail(prepared, result["error"], started, now)
                 return
             ranges = result["ranges"] if result else []
+            # A keyed table's merge drops the rows that lost to a later row of their key (and deleted keys):
+            # its object may hold fewer rows than its inputs, never more.
+            keyed = job.table.definition.keyed
             for planned, written in zip(plan.ranges, ranges, strict=True):
-                if written["rows"] != planned.row_count:
+                if written["rows"] > planned.row_count or (written["rows"] < planned.row_count and not keyed):
                     self._fail(prepared, f"range ({planned.lower}, {planned.upper}] holds {written['rows']} rows, "
                                          f"its inputs {planned.row_count}; not committed", started, now)
                     return

@@ -6,6 +6,8 @@ Modes (seed 001):
 - auto: extend the open range's object by copying its well-sized row groups as they are, and deep-merge
   only its undersized tail row groups with the new small objects. Falls back to deep when a shallow copy
   is not possible (schema or codec changed); a new range is deep-merged.
+A keyed table's merge is always deep, whatever its mode: it keeps one row per key (records/keyed.py), which
+copying row groups cannot do.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from siltlake.merge.parquet_concat import ShallowMergeRefused, concatenate, shallow_merge_refusal
+from siltlake.records.keyed import DELETE_MARKER, latest_rows
 from siltlake.records.writer import conform
 from siltlake.storage.filesystem import Storage
 from siltlake.tabledef import TableDef
@@ -91,24 +94,25 @@ class _Merger:
         self.lake = task.lake
         self.table = TableDef.from_json(task.table_json)
         self.schema = self.table.arrow_schema()
+        # What a keyed merge decodes: the columns and an upsert's delete marker (null where an object has none).
+        self.marked_schema = self.schema.append(pa.field(DELETE_MARKER, pa.bool_()))
 
     # --- decoding ----------------------------------------------------------------------------------
 
-    def _read_one(self, key: str) -> pa.Table:
-        """One whole object as the table's current schema. A small object is fetched in one read and
-        decoded on this thread; a large one (an open range's object) is decoded with Arrow's threads."""
+    def _read_one(self, key: str, schema: pa.Schema | None = None) -> pa.Table:
+        """One whole object as `schema` (the table's current one by default). A small object is fetched in
+        one read and decoded on this thread; a large one (an open range's object) is decoded with Arrow's
+        threads."""
         with self.lake.open_input_file(key) as handle:
             if handle.size() <= WHOLE_READ_BYTES:
                 table = pq.ParquetFile(pa.BufferReader(handle.read_buffer())).read(use_threads=False)
             else:
                 table = pq.ParquetFile(handle, pre_buffer=True).read(use_threads=True)
-        return self._conformed(table)
+        return conform(table, schema or self.schema)
 
-    def _conformed(self, table: pa.Table) -> pa.Table:
-        return conform(table, self.schema)
-
-    def _decode(self, keys: list[str]) -> pa.Table:
-        """Read whole objects as the table's current schema (added columns read as null), in key order.
+    def _decode(self, keys: list[str], schema: pa.Schema | None = None) -> pa.Table:
+        """Read whole objects as `schema` (the table's current one by default; columns an object lacks read
+        as null, columns it has beyond the schema are dropped), in key order.
 
         Objects are read and decoded on a thread pool (Parquet decoding releases the GIL), one object per
         thread: a merge reads thousands of small objects, each too small to split. The pieces are then
@@ -116,16 +120,17 @@ class _Merger:
         at most one extra column: sorting and taking from contiguous columns is 2-3x faster than from
         thousands of chunks.
         """
+        schema = schema or self.schema
         if not keys:
-            return self.schema.empty_table()
+            return schema.empty_table()
         if len(keys) == 1:
-            return self._read_one(keys[0])
+            return self._read_one(keys[0], schema)
         with ThreadPoolExecutor(min(len(keys), max(2, pa.io_thread_count()))) as pool:
-            pieces = list(pool.map(self._read_one, keys))
-        pending = [[chunk for piece in pieces for chunk in piece.column(i).chunks] for i in range(len(self.schema))]
+            pieces = list(pool.map(lambda key: self._read_one(key, schema), keys))
+        pending = [[chunk for piece in pieces for chunk in piece.column(i).chunks] for i in range(len(schema))]
         del pieces
         columns: list[pa.Array | pa.ChunkedArray] = []
-        for i, target in enumerate(self.schema):
+        for i, target in enumerate(schema):
             chunks, pending[i] = pending[i], []
             try:
                 columns.append(pa.concat_arrays(chunks) if chunks else pa.array([], target.type))
@@ -136,7 +141,15 @@ class _Merger:
             # would otherwise keep them resident while the next columns are joined (peak RSS 2.7x -> 2.1x
             # of the merged rows on the memory bench).
             pa.default_memory_pool().release_unused()
-        return pa.Table.from_arrays(columns, schema=self.schema)
+        return pa.Table.from_arrays(columns, schema=schema)
+
+    def _latest(self, keys: list[str]) -> pa.Table:
+        """A keyed table's rows of `keys` (in commit order: the open object, then small objects by id) that
+        readers see: one row per key, deleted keys gone, no marker column (records/keyed.py)."""
+        table = self._decode(keys, self.marked_schema)
+        if not pc.any(table.column(DELETE_MARKER)).as_py():
+            table = table.drop_columns([DELETE_MARKER])  # nothing deleted: spare the rule its filter
+        return latest_rows(table, self.table.primary_key, self.table.sequence_column)
 
     def _sorted(self, table: pa.Table) -> _SortedRows:
         # sort_indices is stable: rows with equal times keep the small objects' id order. The rows are
@@ -189,7 +202,7 @@ class _Merger:
 
     def deep(self, planned: RangeTask, result: RangeResult) -> None:
         keys = ([planned.existing_key] if planned.existing_key else []) + list(planned.small_keys)
-        table = self._sorted(self._decode(keys))
+        table = self._sorted(self._latest(keys) if self.table.keyed else self._decode(keys))
         result.bytes_decoded += planned.small_bytes + (self.lake.info(planned.existing_key).size
                                                        if planned.existing_key else 0)
         _, result.bytes_out = self._write(planned.output_key, lambda sink: self._encode(table, sink))
@@ -245,6 +258,14 @@ class _Merger:
     def run(self, planned: RangeTask) -> RangeResult:
         mode = self.table.merge_mode
         result = RangeResult(upper=planned.upper, mode=mode)
+        if self.table.keyed:
+            # Dropping the rows that lost to a later row of their key needs every row decoded.
+            if mode != "deep":
+                result.notes.append(f"range ({planned.lower}, {planned.upper}]: keyed table: deep merge keeps "
+                                    "one row per key")
+                result.mode = "deep"
+            self.deep(planned, result)
+            return result
         if mode == "deep":
             self.deep(planned, result)
             return result
