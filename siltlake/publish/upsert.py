@@ -166,15 +166,16 @@ class PreparedUpsert:
                 if partition is None:
                     continue  # created by this commit: nothing there to conflict with
                 tx.lock_partition(partition.id)
-                appended = tx.largest_object_id(partition.id)
-                if appended > self.start_ids.get(date, 0):
-                    raise UpdateConflict(f"{name} dt={date} changed while the upsert ran: small object {appended} "
-                                         "was appended after the upsert started; run the upsert again")
+                # An upsert's own object would also read as appended: name the version first.
                 rewritten = tx.rewritten_since(partition.id, self.mark)
                 if rewritten is not None:
                     raise UpdateConflict(f"{name} dt={date} changed while the upsert ran: version {rewritten[0]} "
                                          f"({rewritten[1]}) was published after the upsert started; run the "
                                          "upsert again")
+                appended = tx.largest_object_id(partition.id)
+                if appended > self.start_ids.get(date, 0):
+                    raise UpdateConflict(f"{name} dt={date} changed while the upsert ran: small object {appended} "
+                                         "was appended after the upsert started; run the upsert again")
             placed: list[tuple[dict, str, bool]] = []
             for part in self.parts:
                 staging_id = tx.register_loaded(
