@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
     from siltlake.catalog import TableRecord
     from siltlake.publish import UpdateReport
+    from siltlake.publish.upsert import UpsertReport
     from siltlake.read.versions import DataFile
 
 __all__ = ["Lake", "NoSuchPartition", "Table"]
@@ -206,6 +207,20 @@ class Table:
             if not wanted:
                 raise SiltError(f"{self.name}.delete: give the partitions: a date, several, or dates='all'")
         return [delete_rows(self.lake.deployment, self.name, date, where, now=now) for date in wanted]
+
+    def upsert(self, rows: Any, delete_column: str | None = None, now: dt.datetime | None = None) -> UpsertReport:
+        """Replace the rows of the same (dt, primary key) with `rows` (a pyarrow Table, or a Spark DataFrame),
+        as one `merge` version per date they fall on; rows whose `delete_column` is true delete their key."""
+        import pyarrow
+
+        from siltlake.publish.upsert import upsert
+
+        if not isinstance(rows, pyarrow.Table) and hasattr(rows, "toArrow"):
+            rows = rows.toArrow()  # a Spark DataFrame: the rows are small enough to pass through the driver
+        if not isinstance(rows, pyarrow.Table):
+            raise SiltError(f"{self.name}.upsert: give the rows as a pyarrow Table or a Spark DataFrame, "
+                            f"not {type(rows).__name__}")
+        return upsert(self.lake.deployment, self.name, rows, delete_column, now)
 
     def add_column(self, name: str, type_name: str, source: str | None = None) -> None:
         """Add a nullable column; objects written before it read it as null."""

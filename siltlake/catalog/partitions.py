@@ -15,8 +15,11 @@ from sqlalchemy.exc import IntegrityError
 
 from siltlake.catalog import schema as s
 from siltlake.catalog.core import CatalogCore
-from siltlake.catalog.records import PartitionRow, SmallObjectRow
+from siltlake.catalog.records import MergeBase, PartitionRow, PublishedVersion, SmallObjectRow
 from siltlake.errors import CatalogError, NotFoundError
+
+# The ops that replace or supersede rows an append read nothing of: an append started before one fails.
+REWRITES = ("update", "merge")
 
 
 class Partitions:
@@ -67,6 +70,17 @@ class Partitions:
             query = query.where(so.c.id <= up_to_id)
         with self._core.tx() as c:
             return [SmallObjectRow(*r) for r in c.execute(query)]
+
+    def largest_ids(self, table_id: int, dates: Collection[dt.date]) -> dict[dt.date, int]:
+        """The largest small object id of each of the table's partitions dated `dates` that has one."""
+        so, p = s.small_objects, s.partitions
+        if not dates:
+            return {}
+        with self._core.tx() as c:
+            return dict(c.execute(sa.select(p.c.partition_date, sa.func.max(so.c.id))
+                                  .select_from(so.join(p, so.c.partition_id == p.c.id))
+                                  .where(p.c.table_id == table_id, p.c.partition_date.in_(sorted(dates)))
+                                  .group_by(p.c.partition_date)).all())
 
     def max_small_object_id(self) -> int:
         with self._core.tx() as c:
@@ -188,7 +202,7 @@ class StreamCommit:
                 j.c.partition_id.in_(partition_ids), j.c.ongoing_mark == 0)).scalars())
             updated = dict(self._c.execute(
                 sa.select(v.c.partition_id, sa.func.min(v.c.version))
-                .where(v.c.partition_id.in_(partition_ids), v.c.id > mark, v.c.commit_op == "update")
+                .where(v.c.partition_id.in_(partition_ids), v.c.id > mark, v.c.commit_op.in_(REWRITES))
                 .group_by(v.c.partition_id)).all())
         self._batch = _Batch(mark=mark, staging_ids=set(ids), pending=pending, keys=keys, partitions=partitions,
                              waiting=waiting, updated=updated, ids=deque(self.allocate_ids(id_count)))
@@ -267,14 +281,15 @@ class StreamCommit:
         return found
 
     def updated_since(self, partition_id: int, mark: int) -> int | None:
-        """The version number of an update published to the partition after `mark` (Versions.mark):
-        an append that started before it must not commit (seed 004: update vs append, the later fails)."""
+        """The version number of an update or upsert (`merge`) published to the partition after `mark`
+        (Versions.mark): an append that started before it must not commit (seed 004: update or merge vs
+        append, the later fails)."""
         batch = self._batch
         if batch is not None and mark == batch.mark and any(p.id == partition_id for p in batch.partitions.values()):
             return batch.updated.get(partition_id)
         v = s.partition_versions
         return self._c.execute(sa.select(sa.func.min(v.c.version)).where(
-            v.c.partition_id == partition_id, v.c.id > mark, v.c.commit_op == "update")).scalar_one()
+            v.c.partition_id == partition_id, v.c.id > mark, v.c.commit_op.in_(REWRITES))).scalar_one()
 
     def allocate_ids(self, count: int) -> list[int]:
         if count <= 0:
@@ -397,3 +412,63 @@ class StreamCommit:
         closed = self.partition(partition.table_id, partition.partition_date)
         assert closed is not None
         return closed
+
+    # --- upserts (`merge` commits; docs/design.md "Keyed tables") ------------------------------------
+
+    def lock_partition(self, partition_id: int) -> None:
+        """Hold the partition row's lock to the end of the commit (PostgreSQL; SQLite's write lock already
+        does): a compaction publishing this partition waits, then sees the merge version (Versions.commit)."""
+        if self._core.dialect == "postgresql":
+            self._c.execute(sa.select(s.partitions.c.id).where(s.partitions.c.id == partition_id).with_for_update())
+
+    def rewritten_since(self, partition_id: int, mark: int) -> tuple[int, str] | None:
+        """(version, op) of the first update or merge version of the partition above `mark` (Versions.mark)."""
+        v = s.partition_versions
+        row = self._c.execute(sa.select(v.c.version, v.c.commit_op).where(
+            v.c.partition_id == partition_id, v.c.id > mark, v.c.commit_op.in_(REWRITES))
+            .order_by(v.c.version).limit(1)).first()
+        return (row.version, row.commit_op) if row is not None else None
+
+    def largest_object_id(self, partition_id: int) -> int:
+        """The partition's largest small object id (0: none)."""
+        so = s.small_objects
+        return self._c.execute(sa.select(sa.func.coalesce(sa.func.max(so.c.id), 0))
+                               .where(so.c.partition_id == partition_id)).scalar_one()
+
+    def merge_base(self, partition_id: int, upper: int) -> MergeBase:
+        """Everything the partition holds up to id `upper`, as a `merge` version lists it: the newest
+        version's manifest and every small object above what it holds, live or delayed (like an update's base)."""
+        v, so = s.partition_versions, s.small_objects
+        newest = self._c.execute(sa.select(v).where(v.c.partition_id == partition_id)
+                                 .order_by(v.c.version.desc()).limit(1)).first()
+        covered = (newest.covered_upper or 0) if newest is not None and newest.manifest_key else 0
+        objects = tuple((row.id, row.delayed, row.content_length, row.row_count) for row in self._c.execute(
+            sa.select(so.c.id, so.c.delayed, so.c.content_length, so.c.row_count).where(
+                so.c.partition_id == partition_id, so.c.id > covered, so.c.id <= upper).order_by(so.c.id)))
+        # The newest version's counts hold what it shows: its manifest and, for a live version, live objects
+        # up to its watermark (a delayed object is above every live watermark).
+        counted = covered if newest is None or newest.live_watermark is None else max(covered, newest.live_watermark)
+        added = [o for o in objects if o[0] > counted]
+        return MergeBase(partition_id, newest.version if newest is not None else None,
+                         newest.manifest_key if newest is not None else None, covered,
+                         newest.row_count if newest is not None else 0, newest.byte_count if newest is not None else 0,
+                         objects, sum(o[3] for o in added), sum(o[2] for o in added))
+
+    def add_merge_versions(self, table_id: int, versions: Collection[tuple[MergeBase, int, str]],
+                           now: dt.datetime) -> list[PublishedVersion]:
+        """Publish `merge` versions, (base, upper, manifest key) each, as one new table version: each shows its
+        manifest, which lists everything the partition holds up to `upper` (manifest_key = file_list_key)."""
+        t, v = s.tables, s.partition_versions
+        if not versions:
+            return []
+        table_version = self._c.execute(t.update().where(t.c.id == table_id).values(version=t.c.version + 1)
+                                        .returning(t.c.version)).scalar_one()
+        published = [PublishedVersion(
+            base.partition_id, (base.version or 0) + 1, "merge", upper, key, now, base.row_count + base.added_rows,
+            base.byte_count + base.added_bytes, upper, table_version, key) for base, upper, key in versions]
+        self._c.execute(v.insert(), [dict(
+            partition_id=x.partition_id, version=x.version, commit_op=x.commit_op, live_watermark=x.live_watermark,
+            manifest_key=x.manifest_key, covered_upper=x.covered_upper, created_at=now, row_count=x.row_count,
+            byte_count=x.byte_count, table_version=x.table_version, file_list_key=x.file_list_key)
+            for x in published])
+        return published

@@ -251,6 +251,14 @@ class SwitchedPartition:
     current: int
     desired: int
     ranges: tuple[RangeRow, ...]  # the ranges the merged version shows, sentinel left out
+    # Small objects (id, delayed, bytes, rows) above desired that the newest version already shows (an upsert's
+    # `merge` version published after the merge job planned): listed after the ranges, so nothing is hidden.
+    beyond: tuple[tuple[int, bool, int, int], ...] = ()
+
+    @property
+    def upper(self) -> int:
+        """The largest small object id the merged version holds (its covered_upper)."""
+        return self.beyond[-1][0] if self.beyond else self.desired
 
 
 @dataclass(frozen=True)
@@ -277,6 +285,22 @@ class UpdateBase:
     covered_upper: int
     objects: tuple[tuple[int, bool], ...]  # (small object id, delayed)
     upper: int
+
+
+@dataclass(frozen=True)
+class MergeBase:
+    """What an upsert's `merge` version lists before its own object, read inside its commit: the newest
+    version's manifest (ids <= covered_upper) and the partition's small objects above it, live or delayed."""
+
+    partition_id: int
+    version: int | None  # the newest version (None: never published)
+    manifest_key: str | None
+    covered_upper: int
+    row_count: int  # the newest version's
+    byte_count: int
+    objects: tuple[tuple[int, bool, int, int], ...]  # (id, delayed, bytes, rows) above covered_upper, in id order
+    added_rows: int  # rows and bytes of the objects the newest version's counts leave out
+    added_bytes: int
 
 
 # --- reaping ---------------------------------------------------------------------------------------

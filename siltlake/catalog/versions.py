@@ -133,9 +133,24 @@ class Versions:
                                     .order_by(r.c.partition_id, r.c.upper_bound)):
                     ranges.setdefault(rr.partition_id, []).append(
                         RangeRow(rr.lower_bound, rr.upper_bound, rr.content_length, rr.row_count, rr.object_key))
+            # An upsert's merge version published after the merge job planned holds ids above desired: the
+            # compaction lists those small objects after its ranges ("reorder as compaction + merge", seed 004).
+            beyond: dict[int, list[tuple[int, bool, int, int]]] = {}
+            if rows:
+                so, newest = s.small_objects, self._newest_versions(
+                    s.partition_versions.c.partition_id.in_(sa.select(p.c.id).where(*behind)))
+                for pid, oid, delayed, size, count in c.execute(
+                        sa.select(so.c.partition_id, so.c.id, so.c.delayed, so.c.content_length, so.c.row_count)
+                        .select_from(so.join(p, p.c.id == so.c.partition_id)
+                                     .join(newest, newest.c.partition_id == so.c.partition_id))
+                        .where(*behind, newest.c.manifest_key.is_not(None),
+                               so.c.id > p.c.desired_manifest_version, so.c.id <= newest.c.covered_upper)
+                        .order_by(so.c.id)):
+                    beyond.setdefault(pid, []).append((oid, delayed, size, count))
         return [SwitchedPartition(row.id, row.table_id, row.partition_date, row.current_manifest_version,
                                   row.desired_manifest_version,
-                                  tuple(x for x in ranges.get(row.id, []) if x.upper <= row.desired_manifest_version))
+                                  tuple(x for x in ranges.get(row.id, []) if x.upper <= row.desired_manifest_version),
+                                  tuple(beyond.get(row.id, ())))
                 for row in rows]
 
     def publish_merged(self, partition: SwitchedPartition, manifest_key: str,
@@ -190,11 +205,21 @@ class Versions:
             moved: set[int] = set()
             newest_merged: dict[int, int] = {}
             if merged:
+                # An upsert committed since the read (its merge version holds ids above what this version would):
+                # left out, the next run lists its objects. Under the row locks upserts take, in id order.
+                lock = sa.select(p.c.id).where(p.c.id.in_(sorted(by_id))).order_by(p.c.id)
+                if self._core.dialect == "postgresql":
+                    c.execute(lock.with_for_update())
+                ahead = {pid for pid, covered in c.execute(
+                    sa.select(v.c.partition_id, sa.func.max(v.c.covered_upper))
+                    .where(v.c.partition_id.in_(sorted(by_id)), v.c.commit_op == "merge")
+                    .group_by(v.c.partition_id)) if covered is not None and covered > by_id[pid][0].upper}
+                cas = [(x.partition_id, x.current, x.desired) for x, _ in merged if x.partition_id not in ahead]
                 moved = set(c.execute(p.update().where(
-                    p.c.id.in_(list(by_id)),
-                    sa.tuple_(p.c.id, p.c.current_manifest_version, p.c.desired_manifest_version).in_(
-                        [(x.partition_id, x.current, x.desired) for x, _ in merged]),
-                ).values(current_manifest_version=p.c.desired_manifest_version).returning(p.c.id)).scalars())
+                    p.c.id.in_([pid for pid, _, _ in cas]),
+                    sa.tuple_(p.c.id, p.c.current_manifest_version, p.c.desired_manifest_version).in_(cas),
+                ).values(current_manifest_version=p.c.desired_manifest_version).returning(p.c.id)).scalars()) \
+                    if cas else set()
                 if moved:
                     newest_merged = dict(c.execute(
                         sa.select(v.c.partition_id, sa.func.max(v.c.version))
@@ -213,7 +238,8 @@ class Versions:
                 if x.partition_id in moved:
                     published_merged.append(PublishedVersion(
                         x.partition_id, newest_merged.get(x.partition_id, 0) + 1, "compaction", None, key, now,
-                        sum(r.row_count for r in x.ranges), sum(r.content_length for r in x.ranges), x.desired,
+                        sum(r.row_count for r in x.ranges) + sum(o[3] for o in x.beyond),
+                        sum(r.content_length for r in x.ranges) + sum(o[2] for o in x.beyond), x.upper,
                         table_versions[x.table_id], key))
             c.execute(v.insert(), [dict(partition_id=x.partition_id, version=x.version, commit_op=x.commit_op,
                                         live_watermark=x.live_watermark, manifest_key=x.manifest_key,

@@ -29,6 +29,7 @@ from siltlake.cli import (
     stream,
     tables,
     unknown,
+    upsert,
 )
 from siltlake.errors import DEBUG_VARIABLE
 
@@ -57,8 +58,8 @@ def main(context: click.Context, config: str | None, debug: bool, log_format: st
 
 COMMANDS = (
     init.init, tables.table_group, stream.stream, merge.merge, status.status, publish.publish, run.run_command,
-    history.history, delete.delete, reap.reap, unknown.unknown_group, errors.errors_group, sql.sql_command,
-    load.guess_command, load.load_command, load.cleanup_command, observing.dashboard_command,
+    history.history, delete.delete, upsert.upsert_command, reap.reap, unknown.unknown_group, errors.errors_group,
+    sql.sql_command, load.guess_command, load.load_command, load.cleanup_command, observing.dashboard_command,
     derived.derived_group,
 )
 for command in COMMANDS:

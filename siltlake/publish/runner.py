@@ -15,7 +15,7 @@ from siltlake.deployment import Deployment
 from siltlake.errors import ConfigError
 from siltlake.logs import event
 from siltlake.publish.registry import configured_targets
-from siltlake.storage.keys import live_label
+from siltlake.storage.keys import beyond_label, live_label
 from siltlake.storage.manifests import read_manifest, write_manifests
 
 # Manifest writes are small and mostly wait on storage (an object store's latency): a few threads.
@@ -43,7 +43,12 @@ def _write_merged_manifests(deployment: Deployment, tables: dict, partition: Swi
     """Write the manifests of the partition's desired merged version; returns the JSON manifest's key."""
     layout = tables[partition.table_id].layout(deployment.instance_key)
     objects = [(r.key(layout, partition.partition_date), r.content_length) for r in partition.ranges]
-    return write_manifests(deployment.lake, layout, partition.partition_date, partition.desired, objects)[0]
+    # Small objects an upsert's merge version already shows beyond the ranges: listed after them, in id order.
+    objects += [(layout.small_object(partition.partition_date, object_id, delayed), size)
+                for object_id, delayed, size, _ in partition.beyond]
+    label = beyond_label(partition.desired, partition.upper) if partition.beyond else None
+    return write_manifests(deployment.lake, layout, partition.partition_date, partition.desired, objects,
+                           label=label)[0]
 
 
 def _write_live_manifests(deployment: Deployment, tables: dict, candidate: LiveCandidate) -> str:

@@ -59,14 +59,15 @@ class ObjectWriter:
     the finished objects (or discards them)."""
 
     def __init__(self, table: TableDef, lake: Storage, layout: TableLayout, run_id: str, object_id: int,
-                 spill_bytes: int) -> None:
+                 spill_bytes: int, schema: pa.Schema | None = None) -> None:
         self.table = table
         self.lake = lake
         self.layout = layout
         self.run_id = run_id
         self.object_id = object_id
         self.spill_bytes = spill_bytes
-        self.schema = table.arrow_schema()
+        # The objects' schema: the table's, or (an upsert's delete markers) the table's plus columns of its own.
+        self.schema = schema or table.arrow_schema()
         self.buffers: dict[dt.date, _DateBuffer] = {}
         self.written: list[str] = []
 

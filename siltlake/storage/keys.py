@@ -166,6 +166,18 @@ def update_label(started: dt.datetime, token: str) -> str:
     return f"update-{started:%Y%m%dT%H%M%S}-{token}"
 
 
+def merge_label(version: int, upper: int) -> str:
+    """The manifest label of an upsert's `merge` version: its partition version and the largest small object
+    id it lists (its own object's), which fix its contents."""
+    return f"merge-{version:06d}-{upper:019d}"
+
+
+def beyond_label(desired: int, upper: int) -> str:
+    """The manifest label of a merged version that lists, after the ranges up to `desired`, an upsert's small
+    objects up to `upper`: a name of its own, never the plain merged manifest of `desired`."""
+    return f"{desired:019d}-{upper:019d}"
+
+
 def _manifest_directory(table_prefix: str, partition: str) -> str:
     return f"{table_prefix}/{MANIFESTS}/{partition}"
 

@@ -1,0 +1,87 @@
+"""`silt upsert`: replace rows of a keyed table by key, one `merge` version per partition date."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from siltlake.cli.context import deployment_of, friendly
+from siltlake.cli.options import now_option, parse_now
+from siltlake.cli.output import Column, activity, format_count, grid, out
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from siltlake.tabledef import TableDef
+
+OUTCOME_COLUMNS = (Column("dt"), Column("rows upserted", show=format_count, right=True),
+                   Column("deleted keys", show=format_count, right=True), Column("version", right=True))
+
+
+def read_rows(path: Path, definition: TableDef) -> pa.Table:
+    """A file's rows: Parquet, JSON lines (.jsonl, .ndjson, .json) or CSV (.csv), read with pyarrow; JSON
+    and CSV values are read as the table's column types (event times: ISO 8601, with an offset or in UTC)."""
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+    import pyarrow.json as pjson
+    import pyarrow.parquet as pq
+
+    from siltlake.errors import SiltError
+
+    suffix = path.suffix.lower()
+    if not path.is_file():
+        raise SiltError(f"{path} is not a file")
+    types = {f.name: f.type for f in definition.arrow_schema()}
+    try:
+        if suffix == ".parquet":
+            return pq.read_table(path)
+        if suffix in (".jsonl", ".ndjson", ".json"):
+            present = set(pjson.read_json(path).column_names)  # the explicit schema names only these
+            schema = pa.schema([(name, kind) for name, kind in types.items() if name in present])
+            return pjson.read_json(path, parse_options=pjson.ParseOptions(explicit_schema=schema))
+        if suffix == ".csv":
+            # Times stay as read (text or naive UTC) and are cast with the rest: CSV's own parser wants one form.
+            return pcsv.read_csv(path, convert_options=pcsv.ConvertOptions(column_types={
+                name: kind for name, kind in types.items() if not pa.types.is_timestamp(kind)}))
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise SiltError(f"cannot read {path}: {str(exc).splitlines()[0]}") from None
+    raise SiltError(f"cannot read {path}: give a .parquet, .jsonl (.ndjson, .json) or .csv file")
+
+
+@click.command("upsert")
+@click.argument("name")
+@click.argument("file", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--sql", "query", default=None, help="Spark SQL whose result is the rows to upsert, e.g. "
+              "\"SELECT * FROM staging.users WHERE changed\".")
+@click.option("--delete-column", default=None, help="A boolean column of the rows: where it is true, the row's "
+              "key is deleted instead of replaced.")
+@now_option
+@click.pass_context
+@friendly
+def upsert_command(context: click.Context, name: str, file: Path | None, query: str | None,
+                   delete_column: str | None, now_text: str | None) -> None:
+    """Replace the rows of NAME (a table with a primary_key) that have the same date and key as the rows of
+    FILE (or of --sql's result); one `merge` version per partition date, stamped with --now's time."""
+    from siltlake.publish.upsert import upsert
+
+    if (file is None) == (query is None):
+        raise click.UsageError("give the rows: a FILE (.parquet, .jsonl, .csv) or --sql QUERY")
+    now = parse_now(now_text)
+    deployment = deployment_of(context)
+    record = deployment.catalog.tables.get(name)
+    with activity(f"upserting into {name}…") as step:
+        if query is not None:
+            from siltlake.read import sql
+
+            step("running the query…")
+            rows = sql(deployment.spark(), query, deployment).toArrow()
+        else:
+            assert file is not None
+            rows = read_rows(file, record.definition)
+        step(f"upserting {rows.num_rows:,} rows into {name}…")
+        report = upsert(deployment, name, rows, delete_column, now=now)
+    outcome = [(p.partition_date.isoformat(), p.rows - p.deleted_keys, p.deleted_keys, str(p.version.version))
+               for p in report.partitions]
+    out.print(grid(OUTCOME_COLUMNS, outcome))

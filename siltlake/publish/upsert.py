@@ -1,0 +1,247 @@
+"""Upserts (seed 004's `merge` op) of keyed tables: rows that replace the rows of the same (dt, key).
+
+An upsert is an append of small objects, one per partition date it touches, plus one `merge` version per
+touched partition listing everything the partition holds up to the upsert's object, all in one catalog
+transaction under the stream's ordering lock. Readers take, of the rows of one key, the last in file order
+(siltlake.records.keyed), so the upsert's objects, the newest ids, win: a merge-on-read delta, no rewrite.
+Rows whose delete column is true write a delete marker (DELETE_MARKER), which removes their key.
+
+Conflicts (docs/design.md "Upserts"): an append or an update/merge committed to a touched partition while the
+upsert ran makes it fail with UpdateConflict; a compaction does not.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+import uuid
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from siltlake.catalog import PublishedVersion, TableRecord, UpdateConflict
+from siltlake.clock import utcnow
+from siltlake.deployment import Deployment
+from siltlake.errors import SiltError
+from siltlake.records.coerce import partition_dates
+from siltlake.records.keyed import DELETE_MARKER
+from siltlake.records.writer import ObjectWriter
+from siltlake.storage.keys import merge_label, small_object_id, temporary_run
+from siltlake.storage.manifests import read_manifest, write_manifests
+
+_DATE = "__silt_date"
+_POSITION = "__silt_position"
+
+
+@dataclass(frozen=True)
+class UpsertedPartition:
+    partition_date: dt.date
+    rows: int  # rows written, delete markers included
+    deleted_keys: int  # rows whose delete column was true
+    version: PublishedVersion
+    delayed: bool  # the partition was closed: the object went to delayed/ (shown by the merge version at once)
+
+
+@dataclass(frozen=True)
+class UpsertReport:
+    table: str
+    partitions: tuple[UpsertedPartition, ...]
+    seconds: float
+
+    @property
+    def rows(self) -> int:
+        return sum(p.rows for p in self.partitions)
+
+
+def _record(deployment: Deployment, name: str) -> TableRecord:
+    record = deployment.catalog.tables.get(name)
+    if record.definition.kind == "derived":
+        raise SiltError(f"{record.qualified_name} is a derived table: its rows come from its query; change the "
+                        "tables it reads and build it again (`silt derived build`)")
+    if not record.definition.keyed:
+        raise SiltError(f"cannot upsert into {record.qualified_name}: it has no primary_key (an upsert replaces "
+                        "the rows of a key); use `silt delete` or an overwrite for tables without a key")
+    return record
+
+
+def _shaped(record: TableRecord, rows: pa.Table, delete_column: str | None) -> pa.Table:
+    """The rows as the table's columns (cast to its types; missing nullable ones null), plus DELETE_MARKER
+    when deletes were asked for; raises SiltError, naming what is wrong, for rows that cannot be upserted."""
+    definition = record.definition
+    where = f"cannot upsert into {definition.qualified_name}"
+    names = {c.name for c in definition.columns}
+    extra = sorted(set(rows.column_names) - names - {delete_column})
+    missing = [c.name for c in definition.columns if c.name not in rows.column_names and not c.nullable]
+    if extra or missing:
+        problems = ([f"columns not in the table: {', '.join(extra)}"] if extra else []) + (
+            [f"required columns missing: {', '.join(missing)}"] if missing else [])
+        raise SiltError(f"{where}: {'; '.join(problems)}; nothing was changed")
+    if delete_column is not None:
+        if delete_column not in rows.column_names:
+            raise SiltError(f"{where}: the delete column {delete_column!r} is not among the rows' columns; "
+                            "nothing was changed")
+        if not pa.types.is_boolean(rows.schema.field(delete_column).type):
+            raise SiltError(f"{where}: the delete column {delete_column!r} has type "
+                            f"{rows.schema.field(delete_column).type}; it must be boolean; nothing was changed")
+    columns, fields = [], []
+    for field in definition.arrow_schema():
+        if field.name not in rows.column_names:
+            columns.append(pa.nulls(rows.num_rows, field.type))
+        else:
+            column = rows.column(field.name)
+            try:
+                columns.append(column if column.type.equals(field.type) else column.cast(field.type))
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                raise SiltError(f"{where}: column {field.name!r} ({column.type}) cannot be read as "
+                                f"{field.type}: {exc}; nothing was changed") from None
+        fields.append(field)
+        if not field.nullable and columns[-1].null_count:
+            raise SiltError(f"{where}: column {field.name!r} holds {columns[-1].null_count} nulls, and it is "
+                            f"{'a primary_key column' if field.name in definition.primary_key else 'not nullable'}"
+                            "; nothing was changed")
+    if delete_column is not None:
+        columns.append(pc.fill_null(rows.column(delete_column), False))  # null: not a delete
+        fields.append(pa.field(DELETE_MARKER, pa.bool_(), nullable=False))
+    return pa.Table.from_arrays(columns, schema=pa.schema(fields))
+
+
+def _check_unique(record: TableRecord, shaped: pa.Table, dates: pa.Array) -> None:
+    """Refuse two rows of one (dt, key): which of them should win is the caller's to say."""
+    keys = list(record.definition.primary_key)
+    grouped = (shaped.select(keys).append_column(_DATE, dates)
+               .append_column(_POSITION, pa.array(range(shaped.num_rows), pa.int64()))
+               .group_by([_DATE, *keys], use_threads=False)
+               .aggregate([(_POSITION, "count"), (_POSITION, "min")]))
+    repeated = grouped.filter(pc.greater(grouped.column(f"{_POSITION}_count"), 1))
+    if repeated.num_rows:
+        first = repeated.sort_by(f"{_POSITION}_min").slice(0, 1).to_pylist()[0]
+        key = ", ".join(f"{name}={first[name]!r}" for name in keys)
+        raise SiltError(f"cannot upsert into {record.qualified_name}: the key {key} appears "
+                        f"{first[f'{_POSITION}_count']} times on dt={first[_DATE]} (first at row "
+                        f"{first[f'{_POSITION}_min'] + 1}; {repeated.num_rows} keys repeat); give each key once a "
+                        "date; nothing was changed")
+
+
+class PreparedUpsert:
+    """An upsert whose objects are written under temporary keys and whose start state is read; commit()
+    publishes it (or raises UpdateConflict). Split in two so that tests can interleave other writers."""
+
+    def __init__(self, deployment: Deployment, record: TableRecord, run_id: str, parts: list[dict],
+                 deleted: dict[str, int], mark: int, start_ids: dict[dt.date, int], started: float,
+                 now: dt.datetime | None) -> None:
+        self.deployment = deployment
+        self.record = record
+        self.run_id = run_id
+        self.parts = parts  # the writer's, one per date: date, tmp_key, rows, bytes, min_time, max_time
+        self.deleted = deleted  # date (ISO) -> rows with the delete column true
+        self.mark = mark
+        self.start_ids = start_ids  # date -> the partition's largest small object id when the upsert started
+        self.started = started
+        self.now = now
+        self.prepared_at = utcnow()
+
+    def discard(self) -> None:
+        """Delete the temporary objects (a committed upsert's were moved already)."""
+        self.deployment.lake.delete_prefix(temporary_run(self.deployment.instance_key, self.run_id))
+
+    def commit(self) -> UpsertReport:
+        from siltlake.stream.runner import commit_parts
+
+        try:
+            outcome = self._commit(commit_parts)
+        finally:
+            self.discard()  # moved, or never to be committed: an upsert that failed is run again whole
+        return UpsertReport(self.record.qualified_name, outcome, time.monotonic() - self.started)
+
+    def _commit(self, commit_parts) -> tuple[UpsertedPartition, ...]:  # noqa: ANN001 - stream.runner's
+        deployment, record = self.deployment, self.record
+        lake, layout = deployment.lake, record.layout(deployment.instance_key)
+        name = record.qualified_name
+        with deployment.catalog.partitions.stream_commit() as tx:
+            now = self.now or utcnow()
+            for part in self.parts:
+                date = dt.date.fromisoformat(part["date"])
+                partition = tx.partition(record.id, date)
+                if partition is None:
+                    continue  # created by this commit: nothing there to conflict with
+                tx.lock_partition(partition.id)
+                # An upsert's own object would also read as appended: name the version first.
+                rewritten = tx.rewritten_since(partition.id, self.mark)
+                if rewritten is not None:
+                    raise UpdateConflict(f"{name} dt={date} changed while the upsert ran: version {rewritten[0]} "
+                                         f"({rewritten[1]}) was published after the upsert started; run the "
+                                         "upsert again")
+                appended = tx.largest_object_id(partition.id)
+                if appended > self.start_ids.get(date, 0):
+                    raise UpdateConflict(f"{name} dt={date} changed while the upsert ran: small object {appended} "
+                                         "was appended after the upsert started; run the upsert again")
+            placed: list[tuple[dict, str, bool]] = []
+            for part in self.parts:
+                staging_id = tx.register_loaded(
+                    f"upsert:{self.run_id}/{part['date']}", table_id=record.id, size=part["bytes"],
+                    records_in=part["rows"], bad_records=0, error_uri=None, now=now)
+                if staging_id is None:
+                    raise SiltError(f"this upsert into {name} was committed already")
+                moves: list[tuple[str, str]] = []
+                (delayed,) = commit_parts(tx, lake, record, layout, staging_id, [part],
+                                          self.prepared_at.isoformat(), now, moves)
+                placed.append((part, moves[0][1], delayed))
+            versions = []
+            for part, key, _ in placed:
+                date = dt.date.fromisoformat(part["date"])
+                partition = tx.partition(record.id, date)
+                assert partition is not None
+                upper = small_object_id(key.rsplit("/", 1)[-1])
+                assert upper is not None
+                base = tx.merge_base(partition.id, upper)
+                # Written inside the transaction: if it aborts, the manifest is garbage no version names (reap).
+                listed = read_manifest(lake, base.manifest_key) if base.manifest_key else []
+                objects = [(layout.small_object(date, object_id, is_delayed), size)
+                           for object_id, is_delayed, size, _ in base.objects]
+                manifest, _ = write_manifests(lake, layout, date, upper, objects,
+                                              label=merge_label((base.version or 0) + 1, upper), listed=listed)
+                versions.append((base, upper, manifest))
+            published = tx.add_merge_versions(record.id, versions, now)
+        return tuple(UpsertedPartition(dt.date.fromisoformat(part["date"]), part["rows"],
+                                       self.deleted.get(part["date"], 0), version, delayed)
+                     for (part, _, delayed), version in zip(placed, published, strict=True))
+
+
+def prepare_upsert(deployment: Deployment, name: str, rows: pa.Table, delete_column: str | None = None,
+                   now: dt.datetime | None = None) -> PreparedUpsert:
+    """Check `rows` (the table's columns; nullable ones may be missing; `delete_column`, when given, a boolean
+    column whose true rows delete their key), read the start state and write one object per date under
+    temporary keys. `now` (naive UTC) stamps the versions, as publish's does."""
+    started = time.monotonic()
+    record = _record(deployment, name)
+    definition = record.definition
+    shaped = _shaped(record, rows, delete_column)
+    dates = partition_dates(shaped.column(definition.time_column), definition.timezone)
+    _check_unique(record, shaped, dates)
+    catalog = deployment.catalog
+    # Read before writing: an append or update committed from here on is one the upsert conflicts with.
+    mark = catalog.versions.mark()
+    wanted = set(pc.unique(dates).to_pylist())
+    start_ids = catalog.partitions.largest_ids(record.id, wanted)
+    deleted: dict[str, int] = {}
+    if delete_column is not None:
+        counted = pa.table({"d": dates, "m": shaped.column(DELETE_MARKER)}).group_by("d").aggregate([("m", "sum")])
+        deleted = {d.isoformat(): int(m or 0) for d, m in zip(counted.column("d").to_pylist(),
+                                                               counted.column("m_sum").to_pylist(), strict=True)}
+    run_id = f"upsert-{uuid.uuid4().hex}"
+    writer = ObjectWriter(definition, deployment.lake, record.layout(deployment.instance_key), run_id, 0,
+                          deployment.config.stream.spill_bytes, schema=shaped.schema)
+    try:
+        writer.add(shaped)
+        parts = writer.finish()
+    except BaseException:
+        writer.discard()
+        raise
+    return PreparedUpsert(deployment, record, run_id, parts, deleted, mark, start_ids, started, now)
+
+
+def upsert(deployment: Deployment, name: str, rows: pa.Table, delete_column: str | None = None,
+           now: dt.datetime | None = None) -> UpsertReport:
+    """Upsert `rows` into the keyed table `name`: one `merge` version per partition date they fall on."""
+    return prepare_upsert(deployment, name, rows, delete_column, now).commit()
