@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from siltlake.records.keyed import DELETE_MARKER, latest_rows, needs_merge_on_read
@@ -14,10 +13,6 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from siltlake.storage.filesystem import Storage
-
-# Objects of a dirty partition read at once: pyarrow releases the GIL while it reads and decodes.
-_READERS = 8
-
 
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """The object's rows as `schema`'s columns (dt left out): a column added after the object was written reads
@@ -53,28 +48,23 @@ def dirty_dates(files: Sequence[tuple[dt.date, str]]) -> set[dt.date]:
 
 def read_partitions(lake: Storage, partitions: Sequence[tuple[dt.date, Sequence[str]]], schema: pa.Schema,
                     primary_key: Sequence[str], sequence_column: str) -> list[pa.Table]:
-    """What readers see of each partition (date, its object keys in commit order), with the dt column: every
-    object read as `schema` (threads over all the objects at once), then one row per key."""
+    """What readers see of each partition (date, its object keys in commit order), with the dt column: the
+    objects read as `schema` by pyarrow's scanner (its threads; the table keeps the objects' order, rows in
+    file order), then one row per key."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
+    import pyarrow.dataset as ds
 
-    def read(key: str) -> pa.Table:
-        with lake.open_input_file(key) as handle:
-            return conform(pq.read_table(handle), schema)
-
-    keys = [key for _, keys in partitions for key in keys]
-    if len(keys) <= 1:
-        tables = [read(key) for key in keys]
-    else:
-        with ThreadPoolExecutor(min(_READERS, len(keys))) as pool:
-            tables = list(pool.map(read, keys))
-    out, start = [], 0
-    dt_type = schema.field("dt").type
-    for date, objects in partitions:
-        parts, start = tables[start:start + len(objects)], start + len(objects)
-        # An upsert's objects carry the marker, the others do not: those read it as null (not a delete).
-        rows = latest_rows(pa.concat_tables(parts, promote_options="default") if len(parts) > 1 else parts[0],
-                           primary_key, sequence_column)
-        out.append(rows.append_column(pa.field("dt", dt_type, nullable=schema.field("dt").nullable),
-                                      pa.repeat(pa.scalar(date, dt_type), rows.num_rows)))
+    dt_field = schema.field("dt")
+    # The marker column too: only an upsert's objects have it; the others read it as null (not a delete).
+    fields = [field for field in schema if field.name != "dt" and field.name != DELETE_MARKER]
+    read_schema = pa.schema([*fields, pa.field(DELETE_MARKER, pa.bool_())])
+    out = []
+    for date, keys in partitions:
+        rows = ds.FileSystemDataset.from_paths(
+            [lake.path(key) for key in keys], schema=read_schema, format=ds.ParquetFileFormat(),
+            filesystem=lake.filesystem).to_table()
+        if rows.column(DELETE_MARKER).null_count == rows.num_rows:
+            rows = rows.drop_columns([DELETE_MARKER])
+        rows = latest_rows(rows, primary_key, sequence_column)
+        out.append(rows.append_column(dt_field, pa.repeat(pa.scalar(date, dt_field.type), rows.num_rows)))
     return out
