@@ -117,8 +117,27 @@ class Table:
     def data_files(self, as_of_version: int | None = None, as_of: dt.datetime | str | None = None,
                    dates: Any = None) -> list[DataFile]:
         """The exact data files of the table version, from its partitions' manifests (plus, for the
-        current state, the live objects streamed since each partition's newest version, from the catalog)."""
-        return self._data_files(as_of_version, as_of, dates)
+        current state, the live objects streamed since each partition's newest version, from the catalog).
+        A keyed table's partitions that need a merge on read have no plain file list: SiltError names them."""
+        files = self._data_files(as_of_version, as_of, dates)
+        dirty = self._dirty_dates(files)
+        if dirty:
+            listed = ", ".join(day.isoformat() for day in sorted(dirty))
+            raise SiltError(
+                f"{self.name} is keyed (primary key {', '.join(self.record.definition.primary_key)}) and its "
+                f"partitions {listed} hold several rows of some keys until merged, so their files alone are not "
+                "the table: read it with to_arrow(), to_duckdb() or to_spark(), which merge on read; or, once "
+                "the day has closed, run `silt merge --once --now` and `silt publish --once` (or wait for them), "
+                "after which each partition is one merged object")
+        return files
+
+    def _dirty_dates(self, files: list[DataFile]) -> set[dt.date]:
+        """The dates whose files need a merge on read (none for a table without a primary key)."""
+        if not self.record.definition.keyed:
+            return set()
+        from siltlake.read.keyed import dirty_dates
+
+        return dirty_dates([(f.partition_date, f.uri) for f in files])
 
     def _data_files(self, as_of_version: int | None, as_of: dt.datetime | str | None, dates: Any,
                     filter: Any = None) -> list[DataFile]:  # noqa: A002 - pyarrow's name
@@ -140,7 +159,8 @@ class Table:
     def to_pyarrow_dataset(self, as_of_version: int | None = None, as_of: dt.datetime | str | None = None,
                            dates: Any = None) -> ds.Dataset:
         """A pyarrow dataset over exactly the version's files, with the table's schema (dt from each
-        file's partition; columns added later read as null, widened ones as their new type)."""
+        file's partition; columns added later read as null, widened ones as their new type). A keyed
+        table's partitions that need a merge on read are read and merged now, held in memory."""
         return self._dataset(as_of_version, as_of, dates)
 
     def _dataset(self, as_of_version: int | None, as_of: dt.datetime | str | None, dates: Any,
@@ -149,16 +169,37 @@ class Table:
 
         lake = self.lake.deployment.lake
         files = self._data_files(as_of_version, as_of, dates, filter)
+        schema = self.schema
         prefix = lake.root + "/"
-        paths = []
+        keys = []
         for f in files:
             if not f.uri.startswith(prefix):
                 raise SiltError(f"{self.name}: data file {f.uri} is not under the lake's root {lake.root}; "
                                 "the manifest was written by another deployment")
-            paths.append(lake.path(unquote(f.uri[len(prefix):])))
-        return ds.FileSystemDataset.from_paths(
-            paths, schema=self.schema, format=ds.ParquetFileFormat(), filesystem=lake.filesystem,
-            partitions=[ds.field("dt") == f.partition_date for f in files])
+            keys.append(unquote(f.uri[len(prefix):]))
+        dirty = self._dirty_dates(files)
+        plain = ds.FileSystemDataset.from_paths(
+            [lake.path(key) for key, f in zip(keys, files, strict=True) if f.partition_date not in dirty],
+            schema=schema, format=ds.ParquetFileFormat(), filesystem=lake.filesystem,
+            partitions=[ds.field("dt") == f.partition_date for f in files if f.partition_date not in dirty])
+        if not dirty:
+            return plain
+        # A keyed table's partitions holding several rows of a key are merged on read here, in memory; the
+        # others stay files, so filters and projections still skip their row groups. A filter applies to the
+        # merged rows: a key's older row matching it never shows.
+        import pyarrow as pa
+
+        from siltlake.read.keyed import read_partitions
+
+        grouped: dict[dt.date, list[str]] = {}
+        for key, f in zip(keys, files, strict=True):
+            if f.partition_date in dirty:
+                grouped.setdefault(f.partition_date, []).append(key)
+        definition = self.record.definition
+        merged = read_partitions(lake, sorted(grouped.items()), schema, definition.primary_key,
+                                 definition.sequence_column)
+        rows = pa.concat_tables(merged) if len(merged) > 1 else merged[0]
+        return ds.UnionDataset(schema, [plain, ds.InMemoryDataset(rows.cast(schema))])
 
     def to_arrow(self, filter: Any = None, columns: list[str] | None = None,  # noqa: A002 - pyarrow's name
                  as_of_version: int | None = None, as_of: dt.datetime | str | None = None,

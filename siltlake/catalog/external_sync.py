@@ -75,6 +75,17 @@ class ExternalSync:
         return [PartitionToSync(r.id, r.table_id, r.partition_date, r.file_list_key, r.known is not None)
                 for r in rows]
 
+    def partition_manifests(self, target: str, partition_ids: Sequence[int]) -> dict[int, str | None]:
+        """The file list key (None: a live directory) the target points each of these partitions at, for
+        those it has."""
+        x = s.external_partitions
+        if not partition_ids:
+            return {}
+        with self._core.tx() as c:
+            rows = c.execute(sa.select(x.c.partition_id, x.c.manifest_key).where(
+                x.c.target == target, x.c.partition_id.in_(list(partition_ids)))).all()
+        return {r.partition_id: r.manifest_key for r in rows}
+
     def record_partitions(self, target: str, synced: Sequence[tuple[int, str | None, str]]) -> None:
         """(partition_id, file list key or None for a live directory, location) rows the target now points at."""
         if not synced:

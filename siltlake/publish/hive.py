@@ -7,7 +7,8 @@ data directory, where old objects and a crashed writer's uncommitted ones sit. A
 before file lists existed (migration 0006) has no manifest: its partition keeps the live directory, as
 Parquet, until its next version. Spark SQL cannot set a partition's input format (SET FILEFORMAT is
 refused) nor change a column's type (CHANGE COLUMN refuses int -> bigint), so those two go through
-Spark's ExternalCatalog over py4j; everything else is DDL.
+Spark's ExternalCatalog over py4j; everything else is DDL. A keyed table's partition points at its newest
+version that needs no merge on read (one merged object), and is left out until it has one.
 """
 
 from __future__ import annotations
@@ -15,18 +16,21 @@ from __future__ import annotations
 import fcntl
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from itertools import groupby
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from siltlake.errors import ConfigError, SiltError
 from siltlake.publish.targets import drop_forgotten_tables
+from siltlake.records.keyed import needs_merge_on_read
 from siltlake.storage.keys import symlink_directory
+from siltlake.storage.manifests import read_manifest
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from siltlake.catalog import PartitionToSync, SyncedTable, TableRecord
+    from siltlake.catalog import PartitionToSync, PublishedVersion, SyncedTable, TableRecord
     from siltlake.deployment import Deployment
 
 TARGET = "hive"
@@ -233,6 +237,10 @@ class HiveTarget:
                 return lake.engine_uri(layout.live_partition(p.partition_date))
             return lake.engine_uri(symlink_directory(p.file_list_key))
 
+        if record.definition.keyed:
+            partitions = self.keyed_partitions(partitions)
+            if not partitions:
+                return
         self._ensure_symlink_table(names)
         new = [p for p in partitions if not p.known]
         for start in range(0, len(new), _PARTITIONS_PER_STATEMENT):
@@ -247,6 +255,33 @@ class HiveTarget:
             self._set_storage(names, [(p, location(p)) for p in moved])
         self.catalog.external_sync.record_partitions(
             TARGET, [(p.partition_id, p.file_list_key, location(p)) for p in partitions])
+
+    def keyed_partitions(self, partitions: list[PartitionToSync]) -> list[PartitionToSync]:
+        """A keyed table's partitions as the metastore may show them: each at its newest version that needs no
+        merge on read (a compaction's or an update's one object), left out while it has none, and not moved
+        when the metastore already shows that version. Hive's readers cannot apply siltlake's row rule."""
+        lake = self.deployment.lake
+
+        def plain(file_list_key: str | None) -> bool:
+            return file_list_key is not None and not needs_merge_on_read(
+                [uri for uri, _ in read_manifest(lake, file_list_key)])
+
+        dirty = [p for p in partitions if not plain(p.file_list_key)]
+        if not dirty:
+            return partitions
+        versions: dict[int, list[PublishedVersion]] = {}
+        for version in self.catalog.versions.of_partitions([p.partition_id for p in dirty]):
+            versions.setdefault(version.partition_id, []).append(version)
+        shown = self.catalog.external_sync.partition_manifests(TARGET, [p.partition_id for p in dirty])
+        kept = [p for p in partitions if p not in dirty]
+        for p in dirty:
+            # Newest first; appends and upserts list small objects, so only these can be one merged object.
+            key = next((v.file_list_key for v in reversed(versions.get(p.partition_id, []))
+                        if v.commit_op in ("compaction", "update") and v.file_list_key != p.file_list_key
+                        and plain(v.file_list_key)), None)
+            if key is not None and shown.get(p.partition_id, "") != key:
+                kept.append(replace(p, file_list_key=key))
+        return sorted(kept, key=lambda p: p.partition_date)
 
     def _ensure_symlink_table(self, names: SyncedTable) -> None:
         """A table created as Parquet (by an earlier siltlake) takes the symlink storage its new partitions inherit."""

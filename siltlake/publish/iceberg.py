@@ -5,6 +5,8 @@ identity on `dt`, whose data files are siltlake's own objects (registered, never
 Each table version becomes one Iceberg snapshot listing exactly the files `Table.files(as_of_version=N)`
 returns, with the version in its summary (`siltlake.table-version`): the current snapshot's summary says
 how far the Iceberg table is, so a run that died after an Iceberg commit is never committed twice.
+A keyed table's partition shows its newest version that needs no merge on read (one merged object), or
+is left out: Iceberg readers cannot apply siltlake's row rule.
 Metadata lives under `<instance>/_iceberg/<physical table>/metadata/`; reap keeps what a retained
 snapshot needs, expires snapshots before deleting any file they list, and deletes the rest.
 """
@@ -26,6 +28,7 @@ from siltlake.catalog.core import normalise_url
 from siltlake.clock import utcnow
 from siltlake.errors import SiltError
 from siltlake.publish.targets import drop_forgotten_tables
+from siltlake.read.keyed import dirty_dates
 from siltlake.read.versions import version_files
 from siltlake.storage.keys import iceberg_warehouse
 
@@ -284,9 +287,13 @@ class IcebergTarget:
         for version in range(start, newest + 1):
             # The first snapshot, or the first after versions reaped before they were synced: the whole table.
             dates = None if version == start and (done == 0 or start > done + 1) else changed.get(version, set())
-            wanted = {unquote(f.uri): f for f in version_files(self.deployment, record, as_of_version=version,
-                                                               dates=dates)}
-            scope = [path for path, f in current.items() if dates is None or _date_of(f) in dates]
+            files = version_files(self.deployment, record, as_of_version=version, dates=dates)
+            # A keyed partition whose version needs a merge on read keeps what the Iceberg table shows of it:
+            # its newest version that needs none (synced before), or nothing.
+            dirty = dirty_dates([(f.partition_date, f.uri) for f in files]) if record.definition.keyed else set()
+            wanted = {unquote(f.uri): f for f in files if f.partition_date not in dirty}
+            scope = [path for path, f in current.items()
+                     if (dates is None or _date_of(f) in dates) and _date_of(f) not in dirty]
             removed = [current[path] for path in scope if path not in wanted]
             added = [self._data_file(table, path, f.partition_date, f.size)
                      for path, f in wanted.items() if path not in current]

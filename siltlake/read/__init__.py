@@ -64,7 +64,10 @@ def table(spark: SparkSession, name: str, deployment: Deployment | None = None, 
 def objects_frame(spark: SparkSession, record: TableRecord, deployment: Deployment, manifest_keys: list[str],
                   small_objects: list[tuple[dt.date, int, bool]]) -> DataFrame:
     """A DataFrame (with the dt column) of the objects the manifests list and of small objects
-    (date, id, delayed), read with the table's current schema (added columns read as null)."""
+    (date, id, delayed), read with the table's current schema (added columns read as null).
+
+    A keyed table's partitions that need a merge on read are read by one Spark task each, in commit order
+    (the manifest's objects, then the small objects by id), and reduced to one row per key there."""
     from siltlake.storage.filesystem import for_engine
     from siltlake.storage.keys import partition_base, partition_date_of
     from siltlake.storage.manifests import read_manifest
@@ -74,25 +77,36 @@ def objects_frame(spark: SparkSession, record: TableRecord, deployment: Deployme
     lake = deployment.lake
     with ThreadPoolExecutor(max(1, min(16, len(manifest_keys)))) as pool:
         listed = list(pool.map(lambda key: read_manifest(lake, key), manifest_keys))
-    from siltlake.read.objects import arrow_objects_frame, spark_reads
+    from siltlake.read.keyed import dirty_dates
+    from siltlake.read.objects import arrow_objects_frame, arrow_partitions_frame, spark_reads
 
+    # Every object as (URI, date), each partition's in commit order.
+    objects = [(uri, partition_date_of(partition_base_segment(uri))) for entries in listed for uri, _ in entries]
+    objects += [(lake.uri(layout.small_object(date, object_id, delayed)), date)
+                for date, object_id, delayed in sorted(small_objects, key=lambda o: o[1])]
+    definition = record.definition
+    dirty = dirty_dates([(date, uri) for uri, date in objects]) if definition.keyed else set()
+    frames = []
+    if dirty:
+        partitions: dict[dt.date, list[str]] = {}
+        for uri, date in objects:
+            if date in dirty:
+                partitions.setdefault(date, []).append(uri)
+        frames.append(arrow_partitions_frame(spark, lake, schema, sorted(partitions.items()),
+                                             definition.primary_key, definition.sequence_column))
+        objects = [(uri, date) for uri, date in objects if date not in dirty]
     if not spark_reads(spark, lake):
         # No Hadoop connector for the lake's object store: pyarrow reads the objects inside Spark's tasks.
-        objects = [(uri, partition_date_of(partition_base_segment(uri))) for entries in listed for uri, _ in entries]
-        objects += [(lake.uri(layout.small_object(date, object_id, delayed)), date)
-                    for date, object_id, delayed in small_objects]
-        if not objects:
-            return spark.createDataFrame([], schema)
-        return arrow_objects_frame(spark, lake, schema, objects)
-    uris = [for_engine(uri) for entries in listed for uri, _ in entries]
-    uris += [lake.engine_uri(layout.small_object(date, object_id, delayed))
-             for date, object_id, delayed in small_objects]
-    # dt comes from the dt=YYYY-MM-DD directory of each object (partition discovery under basePath): one
-    # scan per area (merged, live, delayed) the objects are in.
-    scans: dict[str, list[str]] = {}
-    for uri in uris:
-        scans.setdefault(partition_base(uri), []).append(uri)
-    frames = [spark.read.schema(schema).option("basePath", prefix).parquet(*paths) for prefix, paths in scans.items()]
+        if objects:
+            frames.append(arrow_objects_frame(spark, lake, schema, objects))
+    else:
+        # dt comes from the dt=YYYY-MM-DD directory of each object (partition discovery under basePath): one
+        # scan per area (merged, live, delayed) the objects are in.
+        scans: dict[str, list[str]] = {}
+        for uri, _ in objects:
+            scans.setdefault(partition_base(for_engine(uri)), []).append(for_engine(uri))
+        frames += [spark.read.schema(schema).option("basePath", prefix).parquet(*paths)
+                   for prefix, paths in scans.items()]
     if not frames:
         return spark.createDataFrame([], schema)
     return functools.reduce(lambda left, right: left.unionByName(right), frames)

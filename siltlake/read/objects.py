@@ -11,7 +11,7 @@ from siltlake.errors import SiltError
 from siltlake.storage.filesystem import Storage
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Sequence
 
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
@@ -34,33 +34,46 @@ def spark_reads(spark: SparkSession, lake: Storage) -> bool:
 
 
 class _ReadObjects:
-    """Runs in a Spark Python task: reads each (key, dt) row's object with pyarrow, in the table's schema."""
+    """Runs in a Spark Python task: reads each (key, dt) row's object with pyarrow, in the table's schema; or,
+    for a keyed table (primary_key given), each (keys, dt) row's partition objects in commit order, merged on
+    read to one row per key (siltlake.read.keyed)."""
 
-    def __init__(self, lake: Storage, schema: pa.Schema) -> None:
+    def __init__(self, lake: Storage, schema: pa.Schema, primary_key: Sequence[str] = (),
+                 sequence_column: str = "") -> None:
         self.lake = lake
         self.schema = schema
+        self.primary_key = tuple(primary_key)
+        self.sequence_column = sequence_column
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
+        from siltlake.read.keyed import conform, read_partitions
+
         for batch in batches:
             days = batch.column("day").to_pylist() if "day" in batch.schema.names else [None] * batch.num_rows
+            if self.primary_key:
+                partitions = list(zip(days, batch.column("keys").to_pylist(), strict=True))
+                for table in read_partitions(self.lake, partitions, self.schema, self.primary_key,
+                                             self.sequence_column):
+                    yield from table.to_batches()
+                continue
             for key, day in zip(batch.column("key").to_pylist(), days, strict=True):
                 with self.lake.open_input_file(key) as handle:
-                    table = pq.read_table(handle)
-                columns = []
-                for target in self.schema:
-                    if target.name == "dt":
-                        columns.append(pa.array([day] * table.num_rows, target.type))
-                        continue
-                    index = table.schema.get_field_index(target.name)
-                    if index < 0:  # a column added after the object was written
-                        columns.append(pa.nulls(table.num_rows, target.type))
-                        continue
-                    column = table.column(index)
-                    columns.append(column if column.type.equals(target.type) else column.cast(target.type))
-                yield from pa.Table.from_arrays(columns, schema=self.schema).to_batches()
+                    table = conform(pq.read_table(handle), self.schema)
+                if "dt" in self.schema.names:
+                    table = table.append_column(self.schema.field("dt"),
+                                                pa.repeat(pa.scalar(day, self.schema.field("dt").type), table.num_rows))
+                yield from table.to_batches()
+
+
+def _lake_key(lake: Storage, uri: str) -> str:
+    prefix = lake.root + "/"
+    if not uri.startswith(prefix):
+        raise SiltError(f"data file {uri} is not under the lake's root {lake.root}; the manifest was written by "
+                        "another deployment")
+    return unquote(uri[len(prefix):])
 
 
 def arrow_objects_frame(spark: SparkSession, lake: Storage, schema: StructType,
@@ -68,17 +81,25 @@ def arrow_objects_frame(spark: SparkSession, lake: Storage, schema: StructType,
     """A DataFrame of the objects (URI, partition date), each read by pyarrow in a Spark task."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    prefix = lake.root + "/"
-    rows: list[tuple[Any, ...]] = []
-    for uri, day in objects:
-        if not uri.startswith(prefix):
-            raise SiltError(f"data file {uri} is not under the lake's root {lake.root}; the manifest was written by "
-                            "another deployment")
-        rows.append((unquote(uri[len(prefix):]), day))
+    rows: list[tuple[Any, ...]] = [(_lake_key(lake, uri), day) for uri, day in objects]
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
     slices = max(1, min(spark.sparkContext.defaultParallelism * 4, -(-len(rows) // OBJECTS_PER_TASK)))
     keys = spark.createDataFrame(spark.sparkContext.parallelize(rows, slices), "key string, day date")
     return keys.mapInArrow(_ReadObjects(lake, arrow_schema), schema)
+
+
+def arrow_partitions_frame(spark: SparkSession, lake: Storage, schema: StructType,
+                           partitions: list[tuple[dt.date, list[str]]], primary_key: Sequence[str],
+                           sequence_column: str) -> DataFrame:
+    """A DataFrame of a keyed table's partitions (date, object URIs in commit order) that need a merge on read:
+    one Spark task per partition reads its objects with pyarrow and keeps one row per key."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    rows = [([_lake_key(lake, uri) for uri in uris], day) for day, uris in partitions]
+    keys = spark.createDataFrame(spark.sparkContext.parallelize(rows, max(1, len(rows))),
+                                 "keys array<string>, day date")
+    return keys.mapInArrow(_ReadObjects(lake, to_arrow_schema(schema, timezone="UTC"), primary_key, sequence_column),
+                           schema)
 
 
 def parquet_frame(spark: SparkSession, lake: Storage, keys: list[str]) -> DataFrame:
