@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from siltlake.errors import DefinitionError
 from siltlake.records.keyed import DELETE_MARKER, latest_rows, needs_merge_on_read
@@ -77,3 +79,24 @@ def test_primary_key_definitions_are_checked():
                                {"name": "event_id", "type": "json", "nullable": False}])
     with pytest.raises(DefinitionError, match="cannot be a key"):
         TableDef.from_mapping(json_key)
+
+
+@given(st.lists(st.tuples(st.integers(0, 5), st.sampled_from(["a", "b"]), st.one_of(st.none(), st.integers(0, 3)),
+                          st.one_of(st.none(), st.booleans())), max_size=40),
+       st.booleans())
+def test_latest_rows_matches_a_row_by_row_reading_of_the_rule(rows, with_sequence) -> None:
+    """Against the rule read literally: walk the rows in commit order, a row replaces its key's row when its
+    (sequence, position) is not smaller; then drop keys whose winner is a delete marker."""
+    best: dict[tuple, tuple] = {}
+    for position, (a, b, sequence, _deleted) in enumerate(rows):
+        rank = ((-1 if sequence is None else sequence) if with_sequence else 0, position)
+        if (a, b) not in best or rank >= best[(a, b)][0]:
+            best[(a, b)] = (rank, position)
+    expected = sorted(position for _, position in best.values() if not rows[position][3])
+    table = pa.table({"a": [r[0] for r in rows], "b": [r[1] for r in rows], "s": [r[2] for r in rows],
+                      "position": list(range(len(rows))), DELETE_MARKER: pa.array([r[3] for r in rows], pa.bool_())},
+                     schema=pa.schema([("a", pa.int64()), ("b", pa.string()), ("s", pa.int64()),
+                                       ("position", pa.int64()), (DELETE_MARKER, pa.bool_())]))
+    kept = latest_rows(table, ["a", "b"], "s" if with_sequence else "")
+    assert kept.column("position").to_pylist() == expected
+    assert DELETE_MARKER not in kept.column_names
