@@ -69,6 +69,8 @@ bench: prereqs $(VENV)/.installed-dev
 	$(BIN)/python bench/cli_startup_bench.py
 	$(BIN)/python bench/freshness_bench.py
 	$(BIN)/python bench/derived_bench.py
+	$(BIN)/python bench/keyed_bench.py read
+	$(BIN)/python bench/keyed_bench.py upsert
 
 # The hostile-input properties with many more generated cases than CI's; prints the counts per property.
 FUZZ_EXAMPLES ?= 2000
