@@ -262,6 +262,28 @@ def test_append_vs_compaction_and_append_vs_append_never_conflict(deployment: De
     assert visible(spark, deployment) == expected_rows([(0, 40), (1, 40), (2, 40), (7, 10), (8, 10), (9, 10)])
 
 
+def test_compaction_vs_compaction_the_later_is_discarded(deployment: Deployment, spark) -> None:
+    """Two publishers read the same merged state and write its manifests; the first commits the compaction
+    version, the second's compare-and-swap finds current already moved and publishes nothing."""
+    switched_partition(deployment)
+    table = deployment.catalog.tables.get("web.access")
+    layout = table.layout(deployment.instance_key)
+    add_small_objects(deployment, table, DAY, [rows_for(DAY, 10, 7)])
+    merge_once(deployment)
+    prepared = []
+    for _ in range(2):
+        (compaction,) = deployment.catalog.versions.merged_to_publish()
+        json_key, _ = write_manifests(deployment.lake, layout, DAY, compaction.desired,
+                                      [(r.key(layout, DAY), r.content_length) for r in compaction.ranges])
+        prepared.append((compaction, json_key))
+    first = deployment.catalog.versions.publish_merged(*prepared[0], tokyo(NEXT_DAY, 3))
+    assert first is not None and first.commit_op == "compaction"
+    assert deployment.catalog.versions.publish_merged(*prepared[1], tokyo(NEXT_DAY, 3)) is None
+    ops = [v.commit_op for v in deployment.catalog.versions.of_partitions([only_partition(deployment, table).id])]
+    assert ops == ["append", "compaction", "compaction"], "one version for the two publishers"
+    assert visible(spark, deployment) == expected_rows([(0, 40), (1, 40), (2, 40), (7, 10)])
+
+
 def test_a_merge_job_racing_an_update_is_retried_and_merges_only_what_came_after(deployment: Deployment, spark) -> None:
     table = make_table(deployment)
     add_small_objects(deployment, table, DAY, [rows_for(DAY, 20, s) for s in range(2)])
