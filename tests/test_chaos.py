@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import random
+import time
 from pathlib import Path
 
 import pytest
@@ -26,16 +27,18 @@ def test_killed_daemons_lose_nothing_and_duplicate_nothing(tmp_path: Path, postg
     try:
         try:
             report = chaos.run(KILLS)
+            started = time.monotonic()
             before = chaos.check_before_merge(spark)
-            print(f"before the drain's merges: {before}")
+            print(f"before the drain's merges ({time.monotonic() - started:.0f} s): {before}")
             chaos.drain(spark)
             print(report.counts())
+            started = time.monotonic()
             checked = chaos.check(spark)
         except BaseException:
             print(f"chaos seed {SEED} (rerun with CHAOS_SEED={SEED}); logs in {chaos.logs}")
             print(chaos.report.counts())
             raise
-        print(f"checked: {checked}")
+        print(f"checked ({time.monotonic() - started:.0f} s): {checked}")
         assert len(report.kills) >= KILLS
         kinds = {kill.kind for kill in report.kills}
         assert kinds == {"stream", "merge", "publish", "reap"} or KILLS < 20, report.counts()
