@@ -170,6 +170,33 @@ def delayed_record_ids(deployment: Deployment, name: str) -> set[int]:
     return ids
 
 
+def explain_lost(deployment: Deployment, name: str, lost: set[int]) -> str:
+    """Where records the readers do not show lie: each partition's state, ranges, versions and small
+    objects, marking those that hold lost ids (for a failure's message)."""
+    import sqlalchemy as sa
+
+    from siltlake.catalog import schema as s
+
+    catalog, lake = deployment.catalog, deployment.lake
+    record = catalog.tables.get(name)
+    layout = record.layout(deployment.instance_key)
+    lines = []
+    with catalog.engine.connect() as c:
+        jobs = c.execute(sa.select(s.merge_jobs)).all()
+    for partition in catalog.partitions.list(record.id):
+        lines.append(f"{partition}")
+        lines += [f"  range {r}" for r in catalog.merge_queue.ranges(partition.id)]
+        lines += [f"  version {v}" for v in catalog.versions.of_partitions([partition.id])]
+        lines += [f"  job {j}" for j in jobs if j.partition_id == partition.id]
+    for small in catalog.partitions.small_objects(record.id):
+        key = layout.small_object(small.partition_date, small.id, small.delayed)
+        ids = set(pq.read_table(lake.path(key), filesystem=lake.filesystem, columns=["record_id"])
+                  .column("record_id").to_pylist()) if lake.exists(key) else set()
+        if ids & lost:
+            lines.append(f"small object {small} holds {len(ids & lost)} lost ids")
+    return "\n".join(lines)
+
+
 def reader_record_ids(spark, deployment: Deployment, name: str) -> dict[str, collections.Counter]:  # noqa: ANN001
     """record_id of every row each reader shows of the table's current state (each applies the keyed rule)."""
     table = Lake(deployment).table(name)
@@ -412,7 +439,8 @@ class Chaos:
             shown = [rid for rid in shipped if rid not in hidden]
             for reader, seen in reader_record_ids(spark, deployment, name).items():
                 problem = exactly_once(shown, seen)
-                assert problem is None, f"{name} through {reader} before the drain's merges: {problem}"
+                assert problem is None, (f"{name} through {reader} before the drain's merges: {problem}\n"
+                                         + explain_lost(deployment, name, set(shown) - set(seen)))
             checked["rows"] += physical.total()
             checked["records"] += len(shipped)
             checked["records shown"] += len(shown)
@@ -487,7 +515,8 @@ class Chaos:
             shipped = self.shipper.shipped[table.qualified_name]
             for reader, seen in reader_record_ids(spark, deployment, table.qualified_name).items():
                 problem = exactly_once(shipped, seen)
-                assert problem is None, f"{table.qualified_name} through {reader}: {problem}"
+                assert problem is None, (f"{table.qualified_name} through {reader}: {problem}\n"
+                                         + explain_lost(deployment, table.qualified_name, set(shipped) - set(seen)))
             switched = {p.partition_date for p in partitions if p.switched}
             physical = collections.Counter()
             for date, (keys, ids) in current_objects(deployment, table.qualified_name).items():
