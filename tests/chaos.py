@@ -1,11 +1,13 @@
 """Chaos harness (tests/test_chaos.py in CI, `make chaos` for hundreds of kills).
 
 A shipper writes staging objects for two tables over three UTC days (yesterday and the day before are
-closed by the first publish run, so their later records become delayed objects and the days switch),
+closed by the first publish run, so their later records become delayed objects and the days switch) and
+re-sends a tenth of them under new names; the tables are keyed on record_id, so each record shows once,
 while `silt stream`, two `silt merge` and `silt publish` daemons run and `silt reap` runs over and over.
 A killer SIGKILLs a randomly chosen process (its whole session: driver, JVM, Python workers) after a
 random delay or once it reaches a phase seen in the catalog or its log, and restarts it. Then everything
-drains (stream, merge and publish until idle, one reap) and the invariants are checked.
+drains (stream, merge and publish until idle, one reap) and the invariants are checked: exactly-once
+through every reader before the drain's merges (merge-on-read of re-sent rows) and after them.
 """
 
 from __future__ import annotations
@@ -19,13 +21,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import duckdb
 import pyarrow.parquet as pq
 
 from siltlake.clock import utcnow
 from siltlake.config import load_config
 from siltlake.deployment import Deployment
+from siltlake.lake import Lake
 from siltlake.merge import merge_once
 from siltlake.publish import publish_once
+from siltlake.read import sql as read_sql
 from siltlake.read import table as read_table
 from siltlake.reap import reap_once
 from siltlake.storage.keys import symlink_key
@@ -60,6 +65,7 @@ NAMES = {"stream": 2, "merge1": 1, "merge2": 1, "publish": 3, "reap": 3}  # card
 # once or this long has passed: killed at every start it would never work, and the kills would land in
 # JVM start-up only.
 SPARE_SECONDS = 120
+RESEND = 0.10  # share of the shipper's chunks sent again under a new name (a quarter of those twice)
 
 
 @dataclass
@@ -84,12 +90,14 @@ class ChaosReport:
     drain_rounds: int = 0
     drain_seconds: float = 0.0
     delayed_objects: int = 0  # made by the stream, counted from its reports (reap deletes merged ones)
+    resent_objects: int = 0  # staging objects the shipper wrote again under a new name
 
     def counts(self) -> str:
         by_kind = collections.Counter(k.kind for k in self.kills)
         by_phase = collections.Counter(f"{k.kind}: {k.phase}" for k in self.kills)
         lines = [f"seed {self.seed}: {len(self.kills)} kills in {self.seconds:.0f} s, {self.restarts} restarts, "
-                 f"{self.reap_runs} reap runs finished, {self.objects} staging objects, {self.records} records, "
+                 f"{self.reap_runs} reap runs finished, {self.objects} staging objects (and {self.resent_objects} "
+                 f"re-sent), {self.records} records, "
                  f"{self.delayed_objects} delayed small objects, {self.orphan_claims} claims of dead workers left "
                  f"for the drain, {self.drain_rounds} drain rounds "
                  f"({self.drain_seconds:.0f} s)",
@@ -111,28 +119,97 @@ def chaos_env(tmp_path: Path, url: str) -> dict[str, str]:
 
 
 def create_tables(deployment: Deployment, **options: object) -> None:
-    """TABLES; by default with small batches and objects, so jobs continue and ranges roll over in a short run."""
+    """TABLES; by default with small batches and objects, so jobs continue and ranges roll over in a short run
+    (the chaos run keys them on record_id: a keyed partition keeps one range)."""
     for name in TABLES:
         deployment.catalog.tables.create(TableDef.from_mapping(
             {**SHIPPED_TABLE, "name": name.split(".")[1], "merge_batch_size": 6, "merged_object_size": 40_000,
              **options}))
 
 
-def current_record_ids(deployment: Deployment, name: str) -> collections.Counter:
-    """record_id of every row the table's current state shows (the reader's snapshot, read with pyarrow)."""
+def current_objects(deployment: Deployment, name: str) -> dict[dt.date, tuple[list[str], collections.Counter]]:
+    """Per partition date, the objects the table's current state shows (the reader's snapshot) and the
+    record_id of every physical row in them, read with pyarrow: re-sent rows not merged yet count twice."""
     record = deployment.catalog.tables.get(name)
     layout = record.layout(deployment.instance_key)
-    keys = []
+    shown = {}
     for view in deployment.catalog.versions.reader_snapshot(record.id):
+        keys = []
         if view.manifest_key:
             keys += [uri.removeprefix(deployment.lake.root + "/")
                      for uri, _ in read_manifest(deployment.lake, view.manifest_key)]
         keys += [layout.small_object(view.partition_date, oid, False) for oid in view.live_object_ids]
+        ids: collections.Counter = collections.Counter()
+        for key in keys:
+            ids.update(pq.read_table(deployment.lake.path(key), filesystem=deployment.lake.filesystem,
+                                     columns=["record_id"]).column("record_id").to_pylist())
+        shown[view.partition_date] = (keys, ids)
+    return shown
+
+
+def current_record_ids(deployment: Deployment, name: str) -> collections.Counter:
+    """record_id of every physical row the table's current state shows (the reader's snapshot, read with
+    pyarrow; of an unkeyed table, what its readers show)."""
     ids: collections.Counter = collections.Counter()
-    for key in keys:
-        ids.update(pq.read_table(deployment.lake.path(key), filesystem=deployment.lake.filesystem,
-                                 columns=["record_id"]).column("record_id").to_pylist())
+    for _, partition_ids in current_objects(deployment, name).values():
+        ids.update(partition_ids)
     return ids
+
+
+def delayed_record_ids(deployment: Deployment, name: str) -> set[int]:
+    """record_id of the rows of the table's delayed small objects (shown once merged and published); those a
+    killed reap deleted but left in the catalog (merged, so shown) are skipped."""
+    record = deployment.catalog.tables.get(name)
+    layout = record.layout(deployment.instance_key)
+    ids: set[int] = set()
+    for small in deployment.catalog.partitions.small_objects(record.id):
+        key = layout.small_object(small.partition_date, small.id, True)
+        if small.delayed and deployment.lake.exists(key):
+            ids.update(pq.read_table(deployment.lake.path(key), filesystem=deployment.lake.filesystem,
+                                     columns=["record_id"]).column("record_id").to_pylist())
+    return ids
+
+
+def explain_lost(deployment: Deployment, name: str, lost: set[int]) -> str:
+    """Where records the readers do not show lie: each partition's state, ranges, versions and small
+    objects, marking those that hold lost ids (for a failure's message)."""
+    import sqlalchemy as sa
+
+    from siltlake.catalog import schema as s
+
+    catalog, lake = deployment.catalog, deployment.lake
+    record = catalog.tables.get(name)
+    layout = record.layout(deployment.instance_key)
+    lines = []
+    with catalog.engine.connect() as c:
+        jobs = c.execute(sa.select(s.merge_jobs)).all()
+    for partition in catalog.partitions.list(record.id):
+        lines.append(f"{partition}")
+        lines += [f"  range {r}" for r in catalog.merge_queue.ranges(partition.id)]
+        lines += [f"  version {v}" for v in catalog.versions.of_partitions([partition.id])]
+        lines += [f"  job {j}" for j in jobs if j.partition_id == partition.id]
+    for small in catalog.partitions.small_objects(record.id):
+        key = layout.small_object(small.partition_date, small.id, small.delayed)
+        ids = set(pq.read_table(lake.path(key), filesystem=lake.filesystem, columns=["record_id"])
+                  .column("record_id").to_pylist()) if lake.exists(key) else set()
+        if ids & lost:
+            lines.append(f"small object {small} holds {len(ids & lost)} lost ids")
+    return "\n".join(lines)
+
+
+def reader_record_ids(spark, deployment: Deployment, name: str) -> dict[str, collections.Counter]:  # noqa: ANN001
+    """record_id of every row each reader shows of the table's current state (each applies the keyed rule)."""
+    table = Lake(deployment).table(name)
+    with duckdb.connect() as connection:
+        ducked = table.to_duckdb(connection).project("record_id").fetchall()
+    return {
+        "read.table": collections.Counter(row.record_id for row in read_table(spark, name, deployment)
+                                          .select("record_id").collect()),
+        "read.sql": collections.Counter(row.record_id for row in read_sql(
+            spark, f"SELECT record_id FROM {name}", deployment).collect()),
+        "Table.to_arrow": collections.Counter(table.to_arrow(columns=["record_id"]).column("record_id").to_pylist()),
+        "Table.to_duckdb": collections.Counter(record_id for (record_id,) in ducked),
+    }
 
 
 def exactly_once(shipped: list[int], seen: collections.Counter) -> str | None:
@@ -156,13 +233,13 @@ class Chaos:
         self.env = chaos_env(tmp_path, url)
         self.deployment = Deployment(load_config(environ=self.env))
         self.deployment.init()
-        create_tables(self.deployment)
+        create_tables(self.deployment, primary_key=["record_id"])  # re-sent chunks show once
         self.rng = random.Random(seed)
         self.report = ChaosReport(seed)
         self.log = log
         today = utcnow().date()
         self.shipper = Shipper(tmp_path / "staging", TABLES, [today - dt.timedelta(days=d) for d in (2, 1, 0)],
-                               rate=3.0, records=(5, 30), seed=seed)
+                               rate=3.0, records=(5, 30), seed=seed, resend=RESEND)
         self.processes: dict[str, SiltProcess] = {}
         self.everything: list[SiltProcess] = []
         self.started = time.monotonic()
@@ -329,12 +406,48 @@ class Chaos:
             self.stop_all()
         self.report.seconds = time.monotonic() - self.started
         self.report.objects = self.shipper.objects
+        self.report.resent_objects = self.shipper.resent
         self.report.records = self.shipper.total()
         self.report.delayed_objects = sum(int(m.group(1)) for p in self.everything if p.name.startswith("stream")
                                           for m in STREAM_REPORT.finditer(p.log()))
         return self.report
 
     # --- drain and check ---
+
+    def check_before_merge(self, spark) -> dict[str, int]:  # noqa: ANN001 - a SparkSession
+        """Every daemon is dead: stream every staging object in and publish, but merge nothing; then every
+        reader shows exactly the records the current state's objects hold, each once, although re-sent rows
+        still lie in them twice or three times (merge-on-read). Records of delayed objects not merged yet
+        are not shown (by design: a switched partition shows its merged version); they must be in one."""
+        deployment = self.deployment
+        deployment.use_spark(spark)
+        while True:
+            streamed = stream_once(deployment)
+            assert not streamed.failed, streamed.failed
+            self.report.delayed_objects += streamed.delayed_objects
+            if not deployment.catalog.staging.pending(1):
+                break
+        publish_once(deployment)
+        checked = collections.Counter()
+        for name in TABLES:
+            shipped = self.shipper.shipped[name]
+            physical = current_record_ids(deployment, name)
+            hidden = set(shipped) - set(physical)
+            in_delayed = delayed_record_ids(deployment, name)
+            lost = sorted(hidden - in_delayed)
+            assert not lost, f"{name}: {len(lost)} records in no object shown nor delayed (e.g. {lost[:5]})"
+            shown = [rid for rid in shipped if rid not in hidden]
+            for reader, seen in reader_record_ids(spark, deployment, name).items():
+                problem = exactly_once(shown, seen)
+                assert problem is None, (f"{name} through {reader} before the drain's merges: {problem}\n"
+                                         + explain_lost(deployment, name, set(shown) - set(seen)))
+            checked["rows"] += physical.total()
+            checked["records"] += len(shipped)
+            checked["records shown"] += len(shown)
+            checked["duplicated records"] += sum(n > 1 for n in physical.values())
+        # The re-sent copies must still be there physically, or this checked no merge-on-read.
+        assert checked["rows"] > checked["records shown"] and checked["duplicated records"] > 0, checked
+        return dict(checked)
 
     def drain(self, spark) -> None:  # noqa: ANN001 - a SparkSession
         """Every daemon is dead: finish the work in this process (the same functions the daemons run) until
@@ -362,7 +475,7 @@ class Chaos:
         self.report.drain_seconds = time.monotonic() - started
 
     def check(self, spark) -> dict[str, int]:  # noqa: ANN001 - a SparkSession
-        """The four invariants; returns what was checked."""
+        """The four invariants after the drain; returns what was checked."""
         deployment = self.deployment
         catalog, lake = deployment.catalog, deployment.lake
         checked = collections.Counter()
@@ -395,14 +508,23 @@ class Chaos:
                 assert gone == [], f"version {version} lost {gone}"
                 assert sum(rows_of(deployment, keys).values()) == version.row_count, version
                 checked["versions"] += 1
-            # 3. Each shipped record exactly once in the current state, through the reader (Spark) and the
-            # reader's snapshot read with pyarrow.
+            # 3. Each shipped record exactly once in the current state, through every reader (Spark's
+            # read.table and read.sql, the table API's Arrow and DuckDB readers). The objects the reader's
+            # snapshot shows hold every shipped id; a switched partition's are one merged object with each
+            # id once (the keyed merge kept one row per key); a live one may still hold re-sent copies.
             shipped = self.shipper.shipped[table.qualified_name]
-            frame = read_table(spark, table.qualified_name, deployment)
-            seen = collections.Counter(row.record_id for row in frame.select("record_id").collect())
-            problem = exactly_once(shipped, seen)
-            assert problem is None, f"{table.qualified_name} through the reader: {problem}"
-            assert seen == current_record_ids(deployment, table.qualified_name)
+            for reader, seen in reader_record_ids(spark, deployment, table.qualified_name).items():
+                problem = exactly_once(shipped, seen)
+                assert problem is None, (f"{table.qualified_name} through {reader}: {problem}\n"
+                                         + explain_lost(deployment, table.qualified_name, set(shipped) - set(seen)))
+            switched = {p.partition_date for p in partitions if p.switched}
+            physical = collections.Counter()
+            for date, (keys, ids) in current_objects(deployment, table.qualified_name).items():
+                physical.update(ids)
+                if date in switched:
+                    assert len(keys) == 1 and max(ids.values(), default=1) == 1, (table.qualified_name, date, keys)
+                    checked["merged objects with each id once"] += 1
+            assert set(physical) == set(shipped), table.qualified_name
             checked["records"] += len(shipped)
             checked["partitions switched"] += sum(p.switched for p in partitions)
         return dict(checked)

@@ -10,6 +10,7 @@ API (other test modules import it; keep names stable):
 - silt_status(env): `silt status --json` tables
 - held_jobs, owner_pid, successes, pid_alive: merge claims and commits seen in the catalog
 - Shipper: gzip JSON-lines staging objects at a steady rate, every record with a unique record_id
+  (resend: a share of the objects written again under new names)
 """
 
 from __future__ import annotations
@@ -236,10 +237,16 @@ class Shipper:
 
     Every record has a record_id unique across the run, so exactly-once can be checked per table; the
     event time falls on a date drawn from `dates` (UTC noon +- a few hours), so a test can aim records at
-    days publish has closed (they become delayed objects)."""
+    days publish has closed (they become delayed objects).
+
+    `resend` (a fraction) re-sends chunks as a shipper retrying after a failover does: that share of the
+    objects is written again, the same bytes under a new staging name, a few objects later, and a quarter of
+    those a third time. Only a keyed table (primary key record_id) shows such records once; `shipped` holds
+    each id once, `resent` counts the extra objects."""
 
     def __init__(self, staging_root: Path, tables: Sequence[str], dates: Sequence[dt.date], *,
-                 rate: float = 2.0, records: tuple[int, int] = (5, 40), seed: int = 0) -> None:
+                 rate: float = 2.0, records: tuple[int, int] = (5, 40), seed: int = 0,
+                 resend: float = 0.0) -> None:
         self.root = Path(staging_root)
         self.tables = list(tables)
         self.dates = list(dates)
@@ -248,6 +255,10 @@ class Shipper:
         self.rng = random.Random(seed)
         self.shipped: dict[str, list[int]] = {name: [] for name in self.tables}
         self.objects = 0
+        self.resend = resend
+        self.resent = 0
+        # Copies still to write: (the object count after which it is due, folder, name, bytes).
+        self._resends: list[tuple[int, Path, str, bytes]] = []
         self._next_id = 1
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -271,11 +282,32 @@ class Shipper:
             name = f"{self.objects:08d}-{ids[0]}.jsonl.gz"
             folder = self.root / f"ship.{table}" / f"{dt.date.today():%Y/%m/%d}"
             folder.mkdir(parents=True, exist_ok=True)
-            hidden = folder / f".{name}.tmp"
-            hidden.write_bytes(gzip.compress("".join(lines).encode(), compresslevel=1))
-            os.replace(hidden, folder / name)
+            data = gzip.compress("".join(lines).encode(), compresslevel=1)
+            self._put(folder, name, data)
             self.shipped[table].extend(ids)
+            # Decided only when re-sending, so that a seed draws the same objects as before without it.
+            if self.resend and self.rng.random() < self.resend:
+                copies = 2 if self.rng.random() < 0.25 else 1
+                for copy in range(1, copies + 1):
+                    due = self.objects + self.rng.randint(0, 8) * copy
+                    self._resends.append((due, folder, f"{name.removesuffix('.jsonl.gz')}-resent{copy}.jsonl.gz",
+                                          data))
+            self._flush_resends(self.objects)
             return folder / name
+
+    def _put(self, folder: Path, name: str, data: bytes) -> None:
+        """Write under a hidden name, then rename: the stream never lists a partial object."""
+        hidden = folder / f".{name}.tmp"
+        hidden.write_bytes(data)
+        os.replace(hidden, folder / name)
+
+    def _flush_resends(self, upto: float) -> None:
+        """Write the re-sent copies due by object count `upto` (the lock held)."""
+        due = [item for item in self._resends if item[0] <= upto]
+        self._resends = [item for item in self._resends if item[0] > upto]
+        for _, folder, name, data in due:
+            self._put(folder, name, data)
+            self.resent += 1
 
     def start(self) -> Shipper:
         self._thread = threading.Thread(target=self._run, daemon=True, name="shipper")
@@ -291,9 +323,12 @@ class Shipper:
             self._stop.wait(max(0.0, due - time.monotonic()))  # a steady rate, not rate after each write
 
     def stop(self) -> None:
+        """Stop shipping; copies still due to be re-sent are written now."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
+        with self._lock:
+            self._flush_resends(float("inf"))
 
     def total(self) -> int:
         return sum(len(ids) for ids in self.shipped.values())
