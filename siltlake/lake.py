@@ -167,6 +167,17 @@ class Table:
                  filter: Any = None) -> ds.Dataset:  # noqa: A002 - pyarrow's name
         import pyarrow.dataset as ds
 
+        plain, merged = self._parts(as_of_version, as_of, dates, filter)
+        if merged is None:
+            return plain
+        return ds.UnionDataset(self.schema, [plain, ds.InMemoryDataset(merged)])
+
+    def _parts(self, as_of_version: int | None, as_of: dt.datetime | str | None, dates: Any,
+               filter: Any = None) -> tuple[ds.FileSystemDataset, pa.Table | None]:  # noqa: A002 - pyarrow's name
+        """The version's partitions that are plain files, as a dataset, and (a keyed table's) those merged on
+        read, as one table (None: no partition needs it)."""
+        import pyarrow.dataset as ds
+
         lake = self.lake.deployment.lake
         files = self._data_files(as_of_version, as_of, dates, filter)
         schema = self.schema
@@ -183,7 +194,7 @@ class Table:
             schema=schema, format=ds.ParquetFileFormat(), filesystem=lake.filesystem,
             partitions=[ds.field("dt") == f.partition_date for f in files if f.partition_date not in dirty])
         if not dirty:
-            return plain
+            return plain, None
         # A keyed table's partitions holding several rows of a key are merged on read here, in memory; the
         # others stay files, so filters and projections still skip their row groups. A filter applies to the
         # merged rows: a key's older row matching it never shows.
@@ -198,8 +209,7 @@ class Table:
         definition = self.record.definition
         merged = read_partitions(lake, sorted(grouped.items()), schema, definition.primary_key,
                                  definition.sequence_column)
-        rows = pa.concat_tables(merged) if len(merged) > 1 else merged[0]
-        return ds.UnionDataset(schema, [plain, ds.InMemoryDataset(rows.cast(schema))])
+        return plain, (pa.concat_tables(merged) if len(merged) > 1 else merged[0]).cast(schema)
 
     def to_arrow(self, filter: Any = None, columns: list[str] | None = None,  # noqa: A002 - pyarrow's name
                  as_of_version: int | None = None, as_of: dt.datetime | str | None = None,
@@ -207,7 +217,18 @@ class Table:
         """The table version as an Arrow table; `filter` is a pyarrow.compute expression (e.g.
         pc.field("action") == "login"; the days a condition on dt rules out are not even planned),
         `columns` the columns to read."""
-        return self._dataset(as_of_version, as_of, dates, filter).to_table(filter=filter, columns=columns)
+        import pyarrow as pa
+
+        plain, merged = self._parts(as_of_version, as_of, dates, filter)
+        table = plain.to_table(filter=filter, columns=columns)
+        if merged is None:
+            return table
+        # Merged rows are already in memory: filtered and projected here, not scanned again as a dataset.
+        if filter is not None:
+            merged = merged.filter(filter)
+        if columns is not None:
+            merged = merged.select(columns)
+        return pa.concat_tables([table, merged]) if table.num_rows else merged
 
     def to_duckdb(self, connection: Any, as_of_version: int | None = None, as_of: dt.datetime | str | None = None,
                   dates: Any = None) -> Any:
