@@ -349,6 +349,7 @@ def test_upsert_command_with_a_file_and_with_sql(lite: Deployment, tmp_path: Pat
     assert seen(deployment) == expected
     history = json.loads(silt("history", "web.access", "--format", "json"))
     assert [v["op"] for v in history] == ["merge"] * 3
+    assert "primary key: user_id" in silt("table", "show", "web.access")
     assert "give the rows" in silt("upsert", "web.access", code=2)
     make_table(deployment, "plain")
     assert "has no primary_key" in silt("upsert", "web.plain", str(csv), code=2)

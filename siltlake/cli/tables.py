@@ -87,6 +87,10 @@ def table_show(context: click.Context, name: str, fmt: str) -> None:
                 ("merge interval", format_duration(d.merge_interval)), ("format", d.format), ("codec", d.codec),
                 ("error policy", d.error_policy), ("unknown fields", d.unknown_fields), ("epoch unit", d.epoch_unit),
                 ("ttl", f"{d.ttl_days} days" if d.ttl_days else "none")]
+    if d.keyed:
+        settings.append(("primary key", ", ".join(d.primary_key)))
+        if d.sequence_column:
+            settings.append(("sequence column", d.sequence_column))
     out.print(Text(d.qualified_name, style="bold"))
     out.print(Text("  ".join(f"{label}: {value}" for label, value in settings)))
     out.print(grid([Column("column"), Column("type"), Column("nullable"), Column("source field")],
