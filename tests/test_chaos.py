@@ -16,7 +16,7 @@ from .chaos import Chaos
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 
-KILLS = int(os.environ.get("CHAOS_KILLS", "30"))
+KILLS = int(os.environ.get("CHAOS_KILLS", "20"))
 SEED = int(os.environ.get("CHAOS_SEED", random.randrange(1_000_000)))
 
 

@@ -14,7 +14,13 @@ import pytest
 import sqlalchemy as sa
 
 from siltlake.catalog import schema as s
+from siltlake.config import load_config
+from siltlake.deployment import Deployment
+from siltlake.publish import publish_once
+from siltlake.read import sql
 from siltlake.storage.filesystem import Storage
+from siltlake.stream import stream_once
+from siltlake.tabledef import TableDef
 
 from .conftest import ACCESS_TABLE
 from .processes import SiltProcess, run_silt, silt_env, wait_until
@@ -35,15 +41,27 @@ def assert_one_line(result: subprocess.CompletedProcess[str], status: int) -> st
     return line
 
 
-def deployment_with_table(tmp_path: Path) -> dict[str, str]:
-    env = silt_env(tmp_path, f"sqlite:///{tmp_path / 'catalog.db'}")
+def deployment_with_table(tmp_path: Path, **settings: dict) -> dict[str, str]:
+    """The environment of a deployment with the tables web.access (and any other ACCESS_TABLE copies named in
+    `tables`), set up in this process: what the tests run as `silt` processes is the failing command."""
+    tables = settings.pop("tables", ["access"])
+    env = silt_env(tmp_path, f"sqlite:///{tmp_path / 'catalog.db'}", **settings)
     env.pop("SILTLAKE_DEBUG", None)  # the one-line output is what is tested
-    table_file = tmp_path / "access.yaml"
-    table_file.write_text(json.dumps(ACCESS_TABLE))  # YAML reads JSON
-    for args in (("init",), ("table", "create", str(table_file))):
-        result = run_silt(env, *args)
-        assert result.returncode == 0, result.stderr
+    deployment = Deployment(load_config(environ=env))
+    try:
+        deployment.init()
+        for name in tables:
+            deployment.catalog.tables.create(TableDef.from_mapping({**ACCESS_TABLE, "name": name}))
+    finally:
+        deployment.close()
     return env
+
+
+def in_process(env: dict[str, str], spark) -> Deployment:  # noqa: ANN001 - the session's SparkSession
+    """The deployment of `env`, on the test session's Spark, for steps that set a test up."""
+    deployment = Deployment(load_config(environ=env))
+    deployment.use_spark(spark)
+    return deployment
 
 
 def stage(tmp_path: Path, name: str, times: list[str]) -> Path:
@@ -54,12 +72,15 @@ def stage(tmp_path: Path, name: str, times: list[str]) -> Path:
 
 
 @pytest.mark.spark
-def test_sql_over_a_small_object_deleted_behind_the_catalogs_back_fails_in_one_line(tmp_path: Path) -> None:
+def test_sql_over_a_small_object_deleted_behind_the_catalogs_back_fails_in_one_line(tmp_path: Path, spark) -> None:
     env = deployment_with_table(tmp_path)
     stage(tmp_path, "batch-0001.json", ["2026-11-20T01:00:00Z", "2026-11-20T02:00:00Z"])
-    for args in (("stream", "--once"), ("publish", "--once")):
-        result = run_silt(env, *args)
-        assert result.returncode == 0, result.stderr
+    deployment = in_process(env, spark)
+    try:
+        assert stream_once(deployment).processed == 1
+        publish_once(deployment)
+    finally:
+        deployment.close()
     (small_object,) = (tmp_path / "lake").rglob("obj-*.parquet")
     small_object.unlink()
 
@@ -96,15 +117,8 @@ def test_stream_once_into_an_unwritable_lake_fails_in_one_line(tmp_path: Path) -
 
 
 @pytest.mark.spark
-def test_stream_once_failing_in_a_later_wave_says_what_the_earlier_waves_committed(tmp_path: Path) -> None:
-    env = silt_env(tmp_path, f"sqlite:///{tmp_path / 'catalog.db'}", stream={"objects_per_wave": 1})
-    env.pop("SILTLAKE_DEBUG", None)
-    other = {**ACCESS_TABLE, "name": "other"}
-    for name, table in (("access", ACCESS_TABLE), ("other", other)):
-        (tmp_path / f"{name}.yaml").write_text(json.dumps(table))
-    for args in (("init",), ("table", "create", str(tmp_path / "access.yaml")),
-                 ("table", "create", str(tmp_path / "other.yaml"))):
-        assert run_silt(env, *args).returncode == 0
+def test_stream_once_failing_in_a_later_wave_says_what_the_earlier_waves_committed(tmp_path: Path, spark) -> None:
+    env = deployment_with_table(tmp_path, stream={"objects_per_wave": 1}, tables=["access", "other"])
     for table in ("access", "other"):
         path = tmp_path / "staging" / f"fluentd01.web.{table}" / DAY_DIR / "batch.json"
         path.parent.mkdir(parents=True)
@@ -118,7 +132,11 @@ def test_stream_once_failing_in_a_later_wave_says_what_the_earlier_waves_committ
     line = assert_one_line(run_silt(env, "stream", "--once"), 2)
     assert str(blocked) in line, line
     assert line.endswith("this run had committed 1 staging objects (2 records) before it failed"), line
-    assert run_silt(env, "sql", f"select count(*) from {first}").stdout.count(" 2 ") == 1, "wave 1 stays"
+    deployment = in_process(env, spark)
+    try:
+        assert sql(spark, f"select count(*) AS n from {first}", deployment).first()["n"] == 2, "wave 1 stays"
+    finally:
+        deployment.close()
 
 
 @pytest.mark.spark
