@@ -19,23 +19,12 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     as null, a widened one as its new type; an upsert's delete-marker column is kept (last)."""
     import pyarrow as pa
 
-    columns, fields = [], []
-    for target in schema:
-        if target.name == "dt":
-            continue
-        index = table.schema.get_field_index(target.name)
-        if index < 0:
-            column = pa.nulls(table.num_rows, target.type)
-        else:
-            column = table.column(index)
-            if not column.type.equals(target.type):
-                column = column.cast(target.type)
-        columns.append(column)
-        fields.append(target)
+    from siltlake.records.writer import conform as as_columns
+
+    shaped = as_columns(table, pa.schema([field for field in schema if field.name != "dt"]))
     if DELETE_MARKER in table.column_names and DELETE_MARKER not in schema.names:
-        columns.append(table.column(DELETE_MARKER))
-        fields.append(pa.field(DELETE_MARKER, pa.bool_()))
-    return pa.Table.from_arrays(columns, schema=pa.schema(fields))
+        shaped = shaped.append_column(pa.field(DELETE_MARKER, pa.bool_()), table.column(DELETE_MARKER))
+    return shaped
 
 
 def dirty_dates(files: Sequence[tuple[dt.date, str]]) -> set[dt.date]:
