@@ -93,7 +93,7 @@ def test_injected_500_and_503_answers_are_retried_and_change_nothing(tmp_path: P
 
 def test_the_s3_server_stops_mid_stream_and_the_daemon_resumes(tmp_path: Path, spark, moto_s3: MotoS3,
                                                                s3_proxy: CountingProxy) -> None:
-    # Few attempts per request, so that the outage fails the round (the loop's retry is what is tested).
+    # Few attempts per request, so that the outage fails a round or its objects (the retries are what is tested).
     deployment = open_deployment(tmp_path, spark, moto_s3, s3_proxy, max_attempts=2, stream={"objects_per_wave": 3})
     try:
         deployment.catalog.tables.create(TableDef.from_mapping(ACCESS_TABLE))
@@ -112,10 +112,13 @@ def test_the_s3_server_stops_mid_stream_and_the_daemon_resumes(tmp_path: Path, s
         finally:
             stop.set()
             daemon.join(120)
-        assert errors, "the outage failed a round, which the loop retried"
+        # Where the outage lands decides how it shows: a listing or commit it breaks fails the round (the loop
+        # retries it), a task's reads it breaks fail those objects in a round that goes on (the next retries them).
+        failed_objects = [reason for report in reports for _, reason in report.failed]
+        assert errors or failed_objects, "the outage failed a round or some objects, which were retried"
         ids = user_ids(deployment)
         assert len(ids) == 12 * 20 and set(ids.values()) == {1}, "nothing lost, nothing doubled"
-        print(f"stream rounds: {len(reports)} reported, {len(errors)} failed ({errors[0][:120]})")
+        print(f"stream rounds: {len(reports)} reported, {len(errors)} failed, {len(failed_objects)} object failures")
     finally:
         deployment.close()
 

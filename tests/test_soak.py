@@ -13,7 +13,7 @@ from .soak import MIB, PUBLISH_INTERVAL, STREAM_INTERVAL, soak, thirds
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 
-SECONDS = float(os.environ.get("SOAK_SECONDS", "40"))
+SECONDS = float(os.environ.get("SOAK_SECONDS", "30"))
 RATE = float(os.environ.get("SOAK_RATE", "4"))
 # Backlog bound: a round of each daemon may wait out its interval and then take as long again on a loaded
 # machine; ten intervals' worth of objects is far above that and far below unbounded growth.
