@@ -7,6 +7,7 @@ Importing this module puts the repository root on sys.path, so that the scripts 
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import platform
@@ -357,3 +358,37 @@ class StatementCounter:
 
     def mark(self) -> tuple[int, int]:
         return self.statements, self.transactions
+
+
+_staged_names = itertools.count()
+
+
+def commit_small_objects(deployment, name: str, objects: list) -> None:  # noqa: ANN001 - a Deployment
+    """(date, Arrow table) pairs as small objects of the table `name`, committed in one stream commit as the
+    stream does (a benchmark's setup, not timed)."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from siltlake.clock import utcnow
+
+    catalog, lake = deployment.catalog, deployment.lake
+    table = catalog.tables.get(name)
+    layout = table.layout(deployment.instance_key)
+    schema = table.definition.arrow_schema()
+    now = utcnow()
+    staged = [(f"file:///bench-staging/{next(_staged_names)}.parquet", table.id, 1, None) for _ in objects]
+    catalog.staging.register(staged)
+    pending = {p.uri: p.id for p in catalog.staging.pending(len(staged) + 10)}
+    with catalog.partitions.stream_commit() as tx:
+        for (uri, *_), (date, data), object_id in zip(staged, objects, tx.allocate_ids(len(objects)), strict=True):
+            data = data.cast(schema)
+            partition = tx.partition_for(table.id, date, table.definition.merge_interval, now)
+            key = layout.small_object(date, object_id, partition.closed)
+            with lake.open_output(key) as sink:
+                pq.write_table(data, sink, compression="zstd")
+            times = data.column("utc_event_time")
+            tx.add_small_object(object_id=object_id, staging_object_id=pending[uri], partition_id=partition.id,
+                                delayed=partition.closed, content_length=lake.info(key).size,
+                                row_count=data.num_rows, min_event_time=pc.min(times).as_py(),
+                                max_event_time=pc.max(times).as_py(), upload_start_time=now)
+            tx.mark_processed(pending[uri], records_in=data.num_rows, bad_records=0, error_uri=None, now=now)

@@ -28,12 +28,19 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
-from common import RESULTS, load_avg_1m, machine, new_deployment, start_spark, utc_stamp, write_report
+from common import (
+    RESULTS,
+    commit_small_objects,
+    load_avg_1m,
+    machine,
+    new_deployment,
+    start_spark,
+    utc_stamp,
+    write_report,
+)
 
 import siltlake.derived.build as build_module
 import siltlake.read as read_module
-from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.derived import build_derived, create_derived
 from siltlake.publish import publish_once
@@ -65,28 +72,10 @@ def object_rows(date: dt.date, rows: int, seed: int) -> pa.Table:
 
 def fill(deployment: Deployment, days: int, objects: int, rows: int) -> int:
     """The source table's small objects, committed in one stream commit as the stream does, then published."""
-    catalog, lake = deployment.catalog, deployment.lake
-    table = catalog.tables.create(TableDef.from_mapping(TABLE))
-    layout = table.layout(deployment.instance_key)
-    schema = table.definition.arrow_schema()
-    now = utcnow()
-    plan = [(FIRST + dt.timedelta(days=day), n) for day in range(days) for n in range(objects)]
-    staged = [(f"file:///bench-staging/{next(_names)}.parquet", table.id, 1, None) for _ in plan]
-    catalog.staging.register(staged)
-    pending = {p.uri: p.id for p in catalog.staging.pending(len(staged) + 10)}
-    with catalog.partitions.stream_commit() as tx:
-        for (uri, *_), (date, _), object_id in zip(staged, plan, tx.allocate_ids(len(plan)), strict=True):
-            data = object_rows(date, rows, object_id).cast(schema)
-            partition = tx.partition_for(table.id, date, table.definition.merge_interval, now)
-            key = layout.small_object(date, object_id, partition.closed)
-            with lake.open_output(key) as sink:
-                pq.write_table(data, sink, compression="zstd")
-            times = data.column("utc_event_time")
-            tx.add_small_object(object_id=object_id, staging_object_id=pending[uri], partition_id=partition.id,
-                                delayed=partition.closed, content_length=lake.info(key).size, row_count=rows,
-                                min_event_time=pa.compute.min(times).as_py(),
-                                max_event_time=pa.compute.max(times).as_py(), upload_start_time=now)
-            tx.mark_processed(pending[uri], records_in=rows, bad_records=0, error_uri=None, now=now)
+    deployment.catalog.tables.create(TableDef.from_mapping(TABLE))
+    plan = [FIRST + dt.timedelta(days=day) for day in range(days) for _ in range(objects)]
+    commit_small_objects(deployment, "web.access", [(date, object_rows(date, rows, seed))
+                                                    for seed, date in enumerate(plan, start=1)])
     publish_once(deployment)
     return len(plan) * rows
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import itertools
 import shutil
 import sys
 import tempfile
@@ -31,10 +30,18 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
-from common import RESULTS, args_record, interleaved_runs, machine, new_deployment, start_spark, utc_stamp, write_report
+from common import (
+    RESULTS,
+    args_record,
+    commit_small_objects,
+    interleaved_runs,
+    machine,
+    new_deployment,
+    start_spark,
+    utc_stamp,
+    write_report,
+)
 
-from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.lake import Lake
 from siltlake.merge.runner import merge_once
@@ -47,7 +54,6 @@ COLUMNS = [{"name": "utc_event_time", "type": "timestamp", "nullable": False},
            {"name": "event_id", "type": "bigint", "nullable": False},
            {"name": "user_id", "type": "bigint"}, {"name": "action", "type": "string"},
            {"name": "path", "type": "string"}, {"name": "status", "type": "int"}, {"name": "bytes", "type": "bigint"}]
-_names = itertools.count()
 
 
 def table_def(name: str, keyed: bool) -> TableDef:
@@ -72,31 +78,6 @@ def rows_of(date: dt.date, first_id: int, count: int, seed: int) -> pa.Table:
         "bytes": pa.array(rng.integers(100, 50_000, count), pa.int64())})
 
 
-def commit_objects(deployment: Deployment, name: str, objects: list[tuple[dt.date, pa.Table]]) -> None:
-    """Small objects committed in one stream commit, as the stream does (not timed)."""
-    catalog, lake = deployment.catalog, deployment.lake
-    table = catalog.tables.get(name)
-    layout = table.layout(deployment.instance_key)
-    schema = table.definition.arrow_schema()
-    now = utcnow()
-    staged = [(f"file:///bench-staging/{next(_names)}.parquet", table.id, 1, None) for _ in objects]
-    catalog.staging.register(staged)
-    pending = {p.uri: p.id for p in catalog.staging.pending(len(staged) + 10)}
-    with catalog.partitions.stream_commit() as tx:
-        for (uri, *_), (date, data), object_id in zip(staged, objects, tx.allocate_ids(len(objects)), strict=True):
-            data = data.cast(schema)
-            partition = tx.partition_for(table.id, date, table.definition.merge_interval, now)
-            key = layout.small_object(date, object_id, partition.closed)
-            with lake.open_output(key) as sink:
-                pq.write_table(data, sink, compression="zstd")
-            times = data.column("utc_event_time")
-            tx.add_small_object(object_id=object_id, staging_object_id=pending[uri], partition_id=partition.id,
-                                delayed=partition.closed, content_length=lake.info(key).size,
-                                row_count=data.num_rows, min_event_time=pc.min(times).as_py(),
-                                max_event_time=pc.max(times).as_py(), upload_start_time=now)
-            tx.mark_processed(pending[uri], records_in=data.num_rows, bad_records=0, error_uri=None, now=now)
-
-
 def settle(deployment: Deployment) -> None:
     """Close, merge, switch and publish every past day (as the daemons would, after midnight)."""
     for _ in range(6):
@@ -117,7 +98,7 @@ def read_bench(args: argparse.Namespace, root: Path) -> dict:
     resent = [chunks[int(i)] for i in rng.choice(args.objects, int(args.objects * args.resend), replace=True)]
     objects = [(FIRST, chunk) for chunk in chunks + resent]
     for name in ("web.keyed", "web.plain"):
-        commit_objects(deployment, name, objects)
+        commit_small_objects(deployment, name, objects)
     lake = Lake(deployment)
     keyed, plain = lake.table("web.keyed"), lake.table("web.plain")
     unique = args.objects * args.rows
@@ -173,7 +154,7 @@ def upsert_bench(args: argparse.Namespace, root: Path) -> dict:
     for number, date in enumerate(days):
         day = [rows_of(date, (number * args.objects_per_day + n) * per_object, per_object, number * 100 + n)
                for n in range(args.objects_per_day)]
-        commit_objects(deployment, "web.events", [(date, chunk) for chunk in day])
+        commit_small_objects(deployment, "web.events", [(date, chunk) for chunk in day])
         whole = pa.concat_tables(day)
         write_deltalake(str(delta_path), whole.append_column("dt", pa.array([date] * whole.num_rows, pa.date32())),
                         partition_by=["dt"], mode="append")
