@@ -204,8 +204,10 @@ class Deployment:
         return self._spark
 
     def use_spark(self, session: SparkSession) -> None:
-        """Run on a session the caller owns (tests, notebooks)."""
-        self._spark = session
+        """Run on a session the caller owns (tests, notebooks); it gets siltlake's locked settings."""
+        from siltlake.spark import lock_session
+
+        self._spark = lock_session(session)
 
     def close(self) -> None:
         self.catalog.close()

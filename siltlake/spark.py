@@ -30,6 +30,10 @@ QUIET = {
     "spark.sql.session.timeZone": "UTC",
     "spark.python.worker.reuse": "true",
 }
+# Settings no user conf overrides. Variable substitution would replace ${env:VAR}, ${system:prop},
+# ${sparkconf:key} and ${spark:key} in SQL text with the host's values before parsing: user SQL would
+# read secrets outside the tables (docs/design.md, "What user SQL may reach").
+LOCKED = {"spark.sql.variable.substitute": "false"}
 
 
 def _package_zip() -> str:
@@ -77,14 +81,14 @@ def spark_session(config: SparkConfig, extra: dict[str, str] | None = None) -> S
     log_level = spark_log_level()
     log_config = (f"-Dlog4j2.configurationFile={Path(__file__).with_name('log4j2.properties').as_uri()} "
                   f"-Dsiltlake.spark.log.level={log_level}")
-    settings = {**QUIET, **config.conf, **(extra or {})}
+    settings = {**QUIET, **config.conf, **(extra or {}), **LOCKED}
     # Java options add up: the log configuration stays whatever the user's conf or `extra` (Derby's) pass.
     java_options = "spark.driver.extraJavaOptions"
     settings[java_options] = " ".join(
         option for option in (log_config, config.conf.get(java_options), (extra or {}).get(java_options)) if option)
     for key, value in settings.items():
         builder = builder.config(key, value)
-    session = builder.getOrCreate()
+    session = lock_session(builder.getOrCreate())
     context = session.sparkContext
     context.setLogLevel(log_level)
     # Once per context: a later session of the same process shares it, and Spark refuses a second
@@ -92,6 +96,13 @@ def spark_session(config: SparkConfig, extra: dict[str, str] | None = None) -> S
     if not context.master.startswith("local") and not getattr(context, "_siltlake_shipped", False):
         context.addPyFile(_package_zip())
         context._siltlake_shipped = True
+    return session
+
+
+def lock_session(session: SparkSession) -> SparkSession:
+    """Apply LOCKED to a session (runtime settings: a session made elsewhere and handed over gets them too)."""
+    for key, value in LOCKED.items():
+        session.conf.set(key, value)
     return session
 
 

@@ -167,8 +167,14 @@ class SqlFilter(_Strict):
     @field_validator("query")
     @classmethod
     def _query(cls, value: str) -> str:
+        from siltlake.read.sandbox import RefusedSQL, refuse_substitution
+
         if not value.strip():
             raise ValueError("the sql filter needs a query over the view `in`")
+        try:
+            refuse_substitution(value, "the sql filter")
+        except RefusedSQL as exc:  # pydantic reports a ValueError with the key's path
+            raise ValueError(str(exc)) from None
         return value
 
 

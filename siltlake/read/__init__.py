@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from siltlake.deployment import Deployment
 from siltlake.errors import NotFoundError, SiltError
-from siltlake.read.sandbox import check_query
+from siltlake.read.sandbox import check_query, refuse_substitution
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -167,6 +167,7 @@ def _parse(query: str) -> exp.Query:
     import sqlglot
     from sqlglot import exp
 
+    refuse_substitution(query)  # before sqlglot, which may fail on it with a less useful message
     try:
         statements = sqlglot.parse(query, read="spark")
     except sqlglot.errors.ParseError as exc:

@@ -10,7 +10,8 @@ Spark accepts cannot slip past: names arrive unquoted, in any case, with any qua
 - IDENTIFIER(...): the name it builds is known only when Spark analyses the query;
 - relations named by more than one part: `parquet.`/path`` reads files, `catalog.db.table` another catalog
   (the `sql` rewrite leaves one-part temp view and CTE names only);
-- TRANSFORM ... USING (runs a program), and commands or writes of any kind.
+- TRANSFORM ... USING (runs a program), and commands or writes of any kind;
+- `${` anywhere in the text (refuse_substitution), checked before any parsing.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from siltlake.errors import SiltError
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["REFUSED_FUNCTIONS", "RefusedSQL", "check_expression", "check_query"]
+__all__ = ["REFUSED_FUNCTIONS", "RefusedSQL", "check_expression", "check_query", "refuse_substitution"]
 
 _JVM_CODE = "it calls Java methods in the Spark JVM (e.g. System.getenv), outside the table data"
 _AVRO = "its options can load an Avro schema from a file or URL (avroSchemaUrl), outside the table data"
@@ -54,15 +55,28 @@ class RefusedSQL(SiltError):
     """User SQL that would reach outside the tables' data."""
 
 
+def refuse_substitution(text: str, user: str = "silt sql") -> None:
+    """Raise RefusedSQL if the text holds `${`, wherever it stands (a literal, a comment).
+
+    Sessions siltlake builds or is handed have substitution off; this also covers a session switched back on
+    (`siltlake.read.sql` on the caller's own session), and a literal that never says `${` cannot surprise."""
+    if "${" in text:
+        raise RefusedSQL(f"{user} refuses ${{...}}: Spark would replace it with a value of the host (an "
+                         "environment variable, a system property, a setting); write concat('$', '{...}') "
+                         "for the characters")
+
+
 def check_query(spark: SparkSession, query: str, user: str = "silt sql") -> None:
     """Raise RefusedSQL if the query (the exact text to run) reaches outside the data; `user` names the
     command in the message."""
+    refuse_substitution(query, user)
     gate = _Gate(spark, user)
     gate.walk(gate.parse("parsePlan", query))
 
 
 def check_expression(spark: SparkSession, expression: str, user: str = "silt delete --where") -> None:
     """Raise RefusedSQL if the SQL expression (a predicate) reaches outside the data."""
+    refuse_substitution(expression, user)
     gate = _Gate(spark, user)
     gate.walk(gate.parse("parseExpression", expression))
 
