@@ -333,6 +333,36 @@ def test_time_travel_outside_the_versions_is_an_error_naming_them(deployment: De
     assert tuple(counts) == (20, 40, 40), "each (table, version) pair reads its own view; the sample is kept"
 
 
+@pytest.mark.parametrize("catalog_url", ["sqlite"], indirect=True)
+def test_table_reference_syntax_the_rewrite_cannot_carry_is_refused(deployment: Deployment, spark,
+                                                                    monkeypatch) -> None:
+    """`web.access@v1` parsed as an alias and read the current state (issue 27): refused, naming it."""
+    make_table(deployment)
+    silt = silt_in_process(deployment, monkeypatch)
+    stream(deployment, DAY, 0)
+    publish_once(deployment, now=tokyo(DAY, 12))
+    stream(deployment, DAY, 1)
+    publish_once(deployment, now=tokyo(DAY, 13))
+    for written, named in [("web.access@v1", "@v1"), ("web.access @ 1", "@1"), ("web.access@@v1", "@@v1"),
+                           ("web.access :v1", ":v1"), ("web.access ?", "?"), ("web.access $v1", "@v1")]:
+        query = f"SELECT count(*) AS n FROM {written}"
+        with pytest.raises(SiltError) as refused:
+            read_sql(spark, query, deployment)
+        assert str(refused.value).startswith(f"web.access: {named!r} after the table is not an alias"), (
+            written, str(refused.value))
+    output = " ".join(silt("sql", "SELECT count(*) FROM web.access@v1", code=2).split())
+    assert output.startswith("error: web.access: '@v1' after the table is not an alias") and "VERSION AS OF" in output
+    # The forms time travel has read the version asked for.
+    between = tokyo(DAY, 12) + dt.timedelta(minutes=30)  # naive UTC, as TIMESTAMP AS OF reads it
+    for clause in ("VERSION AS OF 1", "FOR VERSION AS OF 1", f"TIMESTAMP AS OF '{between:%Y-%m-%d %H:%M:%S}'",
+                   "VERSION AS OF 1 AS a", "VERSION AS OF 1 a"):
+        assert read_sql(spark, f"SELECT count(*) AS n FROM web.access {clause}", deployment).first().n == 20, clause
+    # Aliases, with or without column names, are carried to the view.
+    assert read_sql(spark, "SELECT count(*) AS n FROM web.access AS a", deployment).first().n == 40
+    assert read_sql(spark, "SELECT count(a.`@u`) AS n FROM web.access VERSION AS OF 1 a(t, `@u`, w, d)",
+                    deployment).first().n == 20
+
+
 def test_a_lake_opens_from_a_configuration_and_import_siltlake_stays_cheap(deployment: Deployment,
                                                                           tmp_path: Path) -> None:
     import subprocess

@@ -162,6 +162,20 @@ def _time_travel(node: exp.Table, qualified: str) -> tuple[str, object] | None:
     return "time", parse_as_of(value.this)
 
 
+def _check_alias(node: exp.Table, qualified: str) -> None:
+    """Refuse what sqlglot takes for an alias but is not a name (`t@v1`, `t :v1`, `t ?`): the rewrite would
+    replace it by the table's name, and the query would read the current state without a word."""
+    from sqlglot import exp
+
+    alias = node.args.get("alias")
+    if alias is None:
+        return
+    odd = [part for part in (alias.this, *alias.columns) if part is not None and not isinstance(part, exp.Identifier)]
+    if odd:
+        raise SiltError(f"{qualified}: {odd[0].sql()!r} after the table is not an alias siltlake's rewrite can carry; "
+                        "to read an earlier state write VERSION AS OF <n> or TIMESTAMP AS OF '<time>'")
+
+
 def _parse(query: str) -> exp.Query:
     """The query's sqlglot tree (Spark dialect): exactly one query statement."""
     import sqlglot
@@ -216,6 +230,7 @@ def sql(spark: SparkSession, query: str, deployment: Deployment | None = None, *
                             f"part; write {qualified}")
         unsupported = sorted(key for key, value in node.args.items()
                              if value not in (None, [], False) and key not in _KEPT_TABLE_PARTS)
+        _check_alias(node, qualified)
         if unsupported and (node.db or node.name in cte_names):
             raise SiltError(f"{qualified}: the query's {', '.join(unsupported)} clause on a table cannot be "
                             "honoured by siltlake's rewrite; leave it out")
