@@ -10,7 +10,7 @@ from rich.text import Text
 
 from siltlake.cli.context import deployment_of, friendly
 from siltlake.cli.options import dry_run_option, format_option, json_option, yes_option
-from siltlake.cli.output import Column, activity, console, emit, format_count, format_size, grid, out, write_json
+from siltlake.cli.output import Column, activity, console, emit, format_count, format_size, grid, out, shown, write_json
 
 if TYPE_CHECKING:
     from siltlake.catalog import BuildRecord, DerivedRecord
@@ -190,13 +190,13 @@ def derived_drop(context: click.Context, name: str, yes: bool) -> None:
 
 def print_build_report(report: BuildReport) -> None:
     dates = report.dates
-    shown = (", ".join(d.isoformat() for d in dates) if len(dates) <= 6
-             else f"{dates[0]} .. {dates[-1]}")
+    listed = (", ".join(d.isoformat() for d in dates) if len(dates) <= 6
+              else f"{dates[0]} .. {dates[-1]}")
     version = (f"table version {report.table_version}" if report.table_version is not None
                else "no date changed, no new version")
     console.print(f"[bold]built[/] {report.table} ({report.kind}, build {report.build}): {len(dates)} "
                   f"date{'' if len(dates) == 1 else 's'}"
-                  f"{' (' + shown + ')' if dates else ''}, {report.rows:,} rows, {format_size(report.bytes)}; "
+                  f"{' (' + listed + ')' if dates else ''}, {report.rows:,} rows, {format_size(report.bytes)}; "
                   f"{version}; {report.seconds:.1f}s", highlight=False, soft_wrap=True)
 
 
@@ -205,9 +205,9 @@ def print_regenerate_report(report: RegenerateReport, dry_run: bool = False) -> 
         print_build_report(built)
     for table, why in report.waiting:
         label = "stale" if dry_run else "waiting"
-        console.print(f"  [yellow]{label}[/] {table}: {why}", highlight=False, soft_wrap=True)
+        console.print(f"  [yellow]{label}[/] {table}: {shown(why)}", highlight=False, soft_wrap=True)
     for table, error in report.failed:
-        console.print(f"  [red]failed[/] {table}: {error}", highlight=False, soft_wrap=True)
+        console.print(f"  [red]failed[/] {table}: {shown(error)}", highlight=False, soft_wrap=True)
     fresh = report.checked - len(report.built) - len(report.waiting) - len(report.failed)
     verb = "would build" if dry_run else "built"
     count = len(report.waiting) if dry_run else len(report.built)

@@ -8,7 +8,7 @@ import click
 
 from siltlake.cli.context import deployment_of, friendly
 from siltlake.cli.options import dry_run_option, resume_state_option
-from siltlake.cli.output import Column, console, format_value, grid, out, transfer_bar
+from siltlake.cli.output import Column, console, format_value, grid, out, shown, transfer_bar
 
 
 class _BarProgress:
@@ -79,16 +79,16 @@ def load_command(context: click.Context, config_file: str, resume_state: str | N
             report = load(deployment, config, state_path=resume_state, commit=not no_commit,
                           progress=_BarProgress(bar))
     except LoadFailed as exc:
-        console.print(f"[red]load failed[/]: {exc}", highlight=False)
+        console.print(f"[red]load failed[/]: {shown(exc)}", highlight=False)
         sys.exit(1)
     if report.already_committed:
         console.print(f"load {report.run_id} was already committed ({resume_state}); nothing to do", highlight=False)
     for job in report.jobs:
-        console.print(job.line(), highlight=False)
+        console.print(shown(job.line()), highlight=False)
         for sample in job.bad_samples[:3]:
-            console.print(f"  bad: {sample}", highlight=False)
+            console.print(f"  bad: {shown(sample)}", highlight=False)
         for path in job.error_files:
-            console.print(f"  bad records kept in {path}", highlight=False)
+            console.print(f"  bad records kept in {shown(path)}", highlight=False)
     if not report.committed:
         console.print(f"not committed (--no-commit): run the same command without it to commit; the state is in "
                       f"{report.state_path}", highlight=False)

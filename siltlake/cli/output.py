@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -20,6 +21,7 @@ import click
 from rich import box
 from rich.console import Console, ConsoleDimensions
 from rich.live import Live
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     DownloadColumn,
@@ -30,12 +32,29 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 from rich.rule import Rule
+from rich.segment import Segment
 from rich.spinner import Spinner
 from rich.table import Table
 from rich.text import Text
 
 # Wide enough for any line silt prints; a table only takes the width its cells need.
 _PIPE_WIDTH = 100_000
+
+
+# What a terminal acts on instead of showing: C0 controls (ESC starts a sequence that can retitle the window,
+# recolour, move the cursor or write a hyperlink; BEL ends one; CR overwrites a line), DEL, C1 controls (0x9b
+# is CSI to some terminals) and the bidirectional overrides and isolates that reorder what a line shows.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def visible(text: str, keep: str = "") -> str:
+    """The text with each control character but those in `keep` written as its escape (`\\x1b`, `\\n`)."""
+    return _CONTROL.sub(lambda found: found[0] if found[0] in keep else repr(found[0])[1:-1], text)
+
+
+def shown(value: Any) -> str:
+    """A data value to put in a message written with Rich markup: one line, its markup shown as written."""
+    return escape(visible(str(value)))
 
 
 class _Console(Console):
@@ -51,6 +70,16 @@ class _Console(Console):
     @size.setter
     def size(self, new_size: tuple[int, int]) -> None:
         Console.size.fset(self, new_size)
+
+    def render(self, renderable: Any, options: Any = None) -> Iterator[Segment]:
+        """Rich's segments with control characters in their text shown as escapes (line breaks kept): the net
+        under everything silt writes for people, whatever a message or a cell holds. Rich's own styles and
+        cursor moves are added after this, or are control segments."""
+        for segment in super().render(renderable, options):
+            if segment.control or not _CONTROL.search(segment.text):
+                yield segment
+            else:
+                yield Segment(visible(segment.text, keep="\n"), segment.style, segment.control)
 
     def rule(self, *args: Any, **kwargs: Any) -> None:
         """A rule spans a terminal, or 100 columns where lines have no width (a rule has no length of its own)."""
@@ -120,14 +149,15 @@ def machine_output() -> bool:
 def grid(columns: Sequence[Column], rows: Iterable[Sequence[Any]] = (), title: str | None = None,
          **options: Any) -> Table:
     """A Rich table of rows (values in column order). A cell is plain text, never markup (a value holding
-    `[bold]` shows as written), unless the value is a styled rich Text already."""
+    `[bold]` shows as written), with its control characters (line breaks too) as escapes, unless the value is
+    a styled rich Text already."""
     options = {"box": box.SIMPLE_HEAD, "show_edge": False, **options}
     table = Table(title=title, **options)
     for column in columns:
         # fold: in a narrow terminal a long value goes on over several lines rather than ending in "…".
         table.add_column(column.header or column.key, justify="right" if column.right else "left", overflow="fold")
     for row in rows:
-        table.add_row(*(value if isinstance(value, Text) else Text(column.show(value))
+        table.add_row(*(value if isinstance(value, Text) else Text(visible(column.show(value)))
                         for column, value in zip(columns, row, strict=True)))
     return table
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from rich.text import Text
 
-from siltlake.cli.output import Column, console, format_age, format_count, format_size, grid, out
+from siltlake.cli.output import Column, console, format_age, format_count, format_size, grid, out, shown
 
 if TYPE_CHECKING:
     from siltlake.derived.reap import DerivedReapReport
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 def print_stream_report(report: StreamReport, staging_root: str, verbose: bool = True) -> None:
     def short(uri: str) -> str:
-        return uri[len(staging_root) + 1:] if uri.startswith(staging_root + "/") else uri
+        return shown(uri[len(staging_root) + 1:] if uri.startswith(staging_root + "/") else uri)
 
     working = report.seconds - report.spark_start_seconds
     rate = report.records_loaded / working if working > 0 else 0.0
@@ -42,14 +42,14 @@ def print_stream_report(report: StreamReport, staging_root: str, verbose: bool =
     if not verbose:
         return
     for uri, reason in report.unknown:
-        console.print(f"  [yellow]unknown[/] {short(uri)}: {reason}", highlight=False)
+        console.print(f"  [yellow]unknown[/] {short(uri)}: {shown(reason)}", highlight=False)
     for uri, sample in report.bad_samples[:5]:
-        console.print(f"  [yellow]bad record[/] {short(uri)} {sample}", highlight=False)
+        console.print(f"  [yellow]bad record[/] {short(uri)} {shown(sample)}", highlight=False)
     if len(report.bad_samples) > 5:
         console.print(f"  ... {report.bad_records - 5} more bad records; with error_policy = \"file\" a "
                       "table keeps them all (`silt errors list`)", highlight=False)
     for uri, reason in report.failed:
-        console.print(f"  [red]failed, will retry[/] {short(uri)}: {reason}", highlight=False)
+        console.print(f"  [red]failed, will retry[/] {short(uri)}: {shown(reason)}", highlight=False)
 
 
 def print_merge_report(report: MergeReport) -> None:
@@ -65,7 +65,7 @@ def print_merge_report(report: MergeReport) -> None:
         highlight=False,
     )
     for table, date, error in report.errors:
-        console.print(f"  [red]failed[/] {table} {date}: {error}", highlight=False, soft_wrap=True)
+        console.print(f"  [red]failed[/] {table} {date}: {shown(error)}", highlight=False, soft_wrap=True)
     if report.parked:
         console.print("  parked jobs stay in `silt status`; fix the cause, then `silt merge --retry-failed`",
                       highlight=False)
@@ -92,7 +92,7 @@ def print_publish_report(report: PublishReport) -> None:
         highlight=False,
     )
     for error in report.target_errors:  # retried by the next run
-        console.print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True)
+        console.print(f"[bold red]error:[/] {shown(error)}", highlight=False, soft_wrap=True)
 
 
 REAP_COLUMNS = (Column("reason"), Column("objects", show=format_count, right=True),
@@ -120,10 +120,10 @@ def print_reap_report(report: ReapReport) -> None:
                   f"{report.delete_seconds:.2f}s", highlight=False)
     print_derived_reap(report.derived, report.dry_run)
     for warning in report.warnings:
-        console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
+        console.print(f"[yellow]warning:[/] {shown(warning)}", highlight=False, soft_wrap=True)
     for key, error in report.failed[:20]:
-        console.print(f"[bold red]not deleted:[/] {key}: {error} (the next reap retries it)", highlight=False,
-                      soft_wrap=True)
+        console.print(f"[bold red]not deleted:[/] {shown(key)}: {shown(error)} (the next reap retries it)",
+                      highlight=False, soft_wrap=True)
 
 
 def print_derived_reap(derived: DerivedReapReport, dry_run: bool = False) -> None:

@@ -8,7 +8,7 @@ import click
 
 from siltlake.cli.context import deployment_of, friendly
 from siltlake.cli.options import format_option
-from siltlake.cli.output import Column, emit, format_age, format_size, out, write_json
+from siltlake.cli.output import Column, emit, format_age, format_size, out, shown, write_json
 
 _PARTITION_STATES = ("new", "live", "closed", "switched")
 _JOB_STATES = ("scheduled", "due", "running", "stale", "continuing", "failed")
@@ -65,12 +65,12 @@ def status(context: click.Context, fmt: str) -> None:
                   f"{jobs['stale']} stale, {jobs['continuing']} continuing, {failed}", highlight=False)
         for failed in row["failed_jobs"]:
             out.print(f"  [red]parked[/] {failed['date']} (job {failed['job_id']}, "
-                      f"{failed['attempts']} attempts): {failed['error']}", highlight=False, soft_wrap=True)
+                      f"{failed['attempts']} attempts): {shown(failed['error'])}", highlight=False, soft_wrap=True)
     if failing:
         limit = deployment.config.stream.max_failures
         out.print(f"[bold]failing staging objects[/] (at {limit} failures, stream.max_failures, an object moves "
                   "to `silt unknown list`)", highlight=False)
         for item in failing:
-            out.print(f"  [red]{item.failure_count} of {limit} failures[/] {item.uri} ({item.table_name}, last "
-                      f"{item.last_failure_time:%Y-%m-%d %H:%M:%S} UTC): {item.last_failure}",
+            out.print(f"  [red]{item.failure_count} of {limit} failures[/] {shown(item.uri)} ({item.table_name}, last "
+                      f"{item.last_failure_time:%Y-%m-%d %H:%M:%S} UTC): {shown(item.last_failure)}",
                       highlight=False, soft_wrap=True)
