@@ -11,7 +11,7 @@ from siltlake.catalog import BuildInProgress
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.derived import build_derived, create_derived
-from siltlake.errors import DefinitionError
+from siltlake.errors import CatalogError, DefinitionError
 from siltlake.merge import merge_once
 from siltlake.publish.runner import publish_once
 from siltlake.publish.update import delete_rows
@@ -157,6 +157,19 @@ def test_definitions_are_checked_at_create_time(deployment: Deployment, spark) -
         {"name": "web.level2", "query": "SELECT dt, sum(n) AS n FROM web.level1 GROUP BY dt"}))
     with pytest.raises(Exception, match="is read by derived table web.level2"):
         deployment.catalog.derived.drop("web.level1", utcnow())
+
+
+def test_a_table_a_derived_table_reads_cannot_be_renamed(deployment: Deployment, spark) -> None:
+    """Its query names the table: renamed, the next build failed "no table web.access" (issue 27)."""
+    make_source(deployment, days=1)
+    rollup(deployment, spark)
+    with pytest.raises(CatalogError, match=r"^web.access is read by derived table web.daily_actions, whose query "
+                                           r"names it; .*silt derived drop.*create it again"):
+        deployment.catalog.tables.rename("web.access", "web.hits")
+    assert deployment.catalog.tables.get("web.access").definition.qualified_name == "web.access"
+    assert build_derived(deployment, "web.daily_actions").dates == [FIRST]
+    deployment.catalog.derived.drop("web.daily_actions", utcnow())
+    assert deployment.catalog.tables.rename("web.access", "web.hits").definition.qualified_name == "web.hits"
 
 
 def test_a_second_build_waits_for_the_running_one(deployment: Deployment, spark) -> None:

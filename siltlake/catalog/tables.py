@@ -105,13 +105,19 @@ class Tables:
 
     def _changeable(self, c: Connection, qualified: str, change: str) -> TableRecord:
         """The table, locked, if it is not derived (a derived table's columns and name come from its
-        definition) and, for a drop, no derived table reads it."""
+        definition) and, for a drop or a rename, no derived table reads it."""
         record = self._locked_table(c, qualified)
         if record.definition.kind == "derived":
             raise CatalogError(f"{qualified} is a derived table: its columns and name come from its query; "
                                f"`silt derived drop` it and create it again instead of {change}")
-        if change == "dropping it" and (readers := derived_readers(c, record.id)):
+        readers = derived_readers(c, record.id) if change in ("dropping it", "renaming it") else []
+        if readers and change == "dropping it":
             raise CatalogError(f"{qualified} is read by derived table {', '.join(readers)}; drop that first")
+        if readers:
+            # Refused rather than followed: a rewritten query would be a new definition (a full rebuild) whose
+            # text the user never wrote; the user rewrites it, knowing the new name.
+            raise CatalogError(f"{qualified} is read by derived table {', '.join(readers)}, whose query names it; "
+                               "`silt derived drop` it, rename, then create it again with the new name in its query")
         return record
 
     def _locked_table(self, c: Connection, qualified: str) -> TableRecord:
