@@ -292,7 +292,7 @@ def test_huge_objects_spill_sorted_runs_and_merge_them(tmp_path: Path, spill_byt
     definition = TableDef.from_mapping(ACCESS_TABLE)
     from siltlake.storage.keys import TableLayout
 
-    task = StreamTask(staging_object_id=1, uri=staging.as_uri(), lake=lake,
+    task = StreamTask(staging_object_id=1, uri=staging.as_uri(), staging=Storage(str(tmp_path)), lake=lake,
                       layout=TableLayout("k1k1", "web", "access"), table_json=definition.to_json(),
                       run_id="r", batch_rows=batch_rows, spill_bytes=spill_bytes)
     result = process_staging_object(task)

@@ -76,6 +76,7 @@ def _task(deployment: Deployment, pending: PendingStagingObject, run_id: str) ->
     return StreamTask(
         staging_object_id=pending.id,
         uri=pending.uri,
+        staging=deployment.staging,
         lake=deployment.lake,
         layout=pending.table.layout(deployment.instance_key),
         table_json=pending.table.definition.to_json(),

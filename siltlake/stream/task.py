@@ -27,6 +27,7 @@ BAD_SAMPLES = 3
 class StreamTask:
     staging_object_id: int
     uri: str
+    staging: Storage  # the staging root the object lies under: opening the URI checks the object against it
     lake: Storage
     layout: TableLayout
     table_json: str
@@ -41,10 +42,10 @@ def storage_failure(exc: BaseException) -> bool:
     return isinstance(exc, OSError)
 
 
-def open_uri(uri: str, lake: Storage):  # noqa: ANN201 - a pyarrow input stream
-    """Open a staging object's URI (s3:// through the deployment's S3 options, which the lake carries)."""
+def open_uri(uri: str, staging: Storage):  # noqa: ANN201 - a binary stream
+    """Open a staging object's URI: a key that is no longer a regular file under the root is unknown."""
     try:
-        return lake.open_uri(uri)
+        return staging.open_uri(uri)
     except UnsafeKey as exc:
         raise UnreadableObject(str(exc)) from None
 
@@ -96,7 +97,7 @@ def process_staging_object(task: StreamTask) -> dict:
     errors = _ErrorSink(task, keep=table.error_policy == "file")
     records_in = 0
     try:
-        with open_uri(task.uri, task.lake) as stream:
+        with open_uri(task.uri, task.staging) as stream:
             for batch in read_staging_object(stream, task.uri, table, batch_rows=task.batch_rows):
                 records_in += batch.records_in
                 writer.add(batch.table)
