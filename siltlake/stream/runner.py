@@ -14,10 +14,12 @@ from dataclasses import dataclass, field
 
 from siltlake.catalog import PendingStagingObject, StreamCommit, TableRecord
 from siltlake.catalog.core import catalog_unavailable
+from siltlake.config import StreamConfig
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.logs import event
 from siltlake.polling import poll_forever
+from siltlake.records import ObjectLimits
 from siltlake.spark import run_tasks
 from siltlake.storage.filesystem import Storage
 from siltlake.storage.keys import TableLayout, temporary_run
@@ -83,7 +85,12 @@ def _task(deployment: Deployment, pending: PendingStagingObject, run_id: str) ->
         run_id=run_id,
         batch_rows=settings.batch_rows,
         spill_bytes=settings.spill_bytes,
+        limits=_limits(settings),
     )
+
+
+def _limits(settings: StreamConfig) -> ObjectLimits:
+    return ObjectLimits(max_bytes=settings.max_object_bytes, max_ratio=settings.max_compression_ratio)
 
 
 def _update_conflict(tx: StreamCommit, table: TableRecord, parts: list[dict], mark: int) -> str | None:

@@ -14,7 +14,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
-from siltlake.records import UnreadableObject, read_staging_object
+from siltlake.records import ObjectLimits, UnreadableObject, read_staging_object
 from siltlake.records.writer import ObjectWriter
 from siltlake.storage.filesystem import Storage, UnsafeKey
 from siltlake.storage.keys import TASK_ERRORS, TableLayout
@@ -34,6 +34,7 @@ class StreamTask:
     run_id: str
     batch_rows: int
     spill_bytes: int
+    limits: ObjectLimits = ObjectLimits()  # the stream's settings; unbounded when a test leaves them out
 
 
 def storage_failure(exc: BaseException) -> bool:
@@ -98,7 +99,8 @@ def process_staging_object(task: StreamTask) -> dict:
     records_in = 0
     try:
         with open_uri(task.uri, task.staging) as stream:
-            for batch in read_staging_object(stream, task.uri, table, batch_rows=task.batch_rows):
+            for batch in read_staging_object(stream, task.uri, table, batch_rows=task.batch_rows,
+                                             limits=task.limits):
                 records_in += batch.records_in
                 writer.add(batch.table)
                 errors.add(batch.bad)
