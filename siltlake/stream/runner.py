@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 from siltlake.catalog import PendingStagingObject, StreamCommit, TableRecord
 from siltlake.catalog.core import catalog_unavailable
-from siltlake.config import StreamConfig
 from siltlake.clock import utcnow
+from siltlake.config import StreamConfig
 from siltlake.deployment import Deployment
 from siltlake.logs import event
 from siltlake.polling import poll_forever
