@@ -218,6 +218,17 @@ def _batch(tx: StreamCommit, chunk: list[dict], tables: dict[int, PendingStaging
                     {(table_id, dt.date.fromisoformat(date)) for table_id, date in parts}, len(parts), mark)
 
 
+def _undo(lake: Storage, moves: list[tuple[str, str]], best_effort: bool = False) -> None:
+    """Move objects back to their temporary keys (deleted with the run's prefix), latest first."""
+    while moves:
+        tmp_key, key = moves.pop()
+        try:
+            lake.move(key, tmp_key)
+        except OSError:
+            if not best_effort:  # after a failed round the lake may be the failure: reap takes what is left
+                raise
+
+
 def _commit(deployment: Deployment, results: list[dict], tables: dict[int, PendingStagingObject],
             report: StreamReport, mark: int) -> None:
     """Commit task results: under the ordering lock, move each object to its id key, insert its row.
@@ -227,20 +238,25 @@ def _commit(deployment: Deployment, results: list[dict], tables: dict[int, Pendi
     so that the failure is counted against the object that causes it."""
     for start in range(0, len(results), COMMIT_CHUNK):
         chunk = results[start:start + COMMIT_CHUNK]
-        with deployment.catalog.partitions.stream_commit() as tx:
-            now = utcnow()
-            before = report.checkpoint()
-            moves: list[tuple[str, str]] = []
-            try:
-                with _batch(tx, chunk, tables, mark):
+        before = report.checkpoint()
+        moves: list[tuple[str, str]] = []
+        try:
+            with deployment.catalog.partitions.stream_commit() as tx:
+                now = utcnow()
+                try:
+                    with _batch(tx, chunk, tables, mark):
+                        duplicates = _commit_chunk(deployment, tx, chunk, tables, report, mark, now, moves)
+                except Exception as exc:
+                    if catalog_unavailable(exc) or storage_failure(exc):
+                        raise
+                    _undo(deployment.lake, moves)
+                    report.restore(before)
                     duplicates = _commit_chunk(deployment, tx, chunk, tables, report, mark, now, moves)
-            except Exception as exc:
-                if catalog_unavailable(exc) or storage_failure(exc):
-                    raise
-                for tmp_key, key in reversed(moves):
-                    deployment.lake.move(key, tmp_key)
-                report.restore(before)
-                duplicates = _commit_chunk(deployment, tx, chunk, tables, report, mark, now, None)
+        except BaseException:
+            # The transaction rolled back: the report holds only what committed, the lake no moved objects.
+            report.restore(before)
+            _undo(deployment.lake, moves, best_effort=True)
+            raise
         # Another stream process committed these first: our copies are not referenced by anything.
         for result in duplicates:
             report.skipped_duplicates += 1
