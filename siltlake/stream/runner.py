@@ -229,6 +229,23 @@ def _undo(lake: Storage, moves: list[tuple[str, str]], best_effort: bool = False
                 raise
 
 
+def _commit_batch(deployment: Deployment, tx: StreamCommit, chunk: list[dict],
+                  tables: dict[int, PendingStagingObject], report: StreamReport, mark: int,
+                  before: tuple[dict, dict[str, int]], moves: list[tuple[str, str]]) -> list[dict]:
+    """Commit a chunk as one batch; should its writes fail for a reason that is not an outage, undo its
+    moves and commit it again object by object. Returns the duplicates."""
+    now = utcnow()
+    try:
+        with _batch(tx, chunk, tables, mark):
+            return _commit_chunk(deployment, tx, chunk, tables, report, mark, now, moves)
+    except Exception as exc:
+        if catalog_unavailable(exc) or storage_failure(exc):
+            raise
+        _undo(deployment.lake, moves)
+        report.restore(before)
+        return _commit_chunk(deployment, tx, chunk, tables, report, mark, now, moves)
+
+
 def _commit(deployment: Deployment, results: list[dict], tables: dict[int, PendingStagingObject],
             report: StreamReport, mark: int) -> None:
     """Commit task results: under the ordering lock, move each object to its id key, insert its row.
@@ -242,20 +259,17 @@ def _commit(deployment: Deployment, results: list[dict], tables: dict[int, Pendi
         moves: list[tuple[str, str]] = []
         try:
             with deployment.catalog.partitions.stream_commit() as tx:
-                now = utcnow()
                 try:
-                    with _batch(tx, chunk, tables, mark):
-                        duplicates = _commit_chunk(deployment, tx, chunk, tables, report, mark, now, moves)
-                except Exception as exc:
-                    if catalog_unavailable(exc) or storage_failure(exc):
-                        raise
-                    _undo(deployment.lake, moves)
-                    report.restore(before)
-                    duplicates = _commit_chunk(deployment, tx, chunk, tables, report, mark, now, moves)
+                    duplicates = _commit_batch(deployment, tx, chunk, tables, report, mark, before, moves)
+                except BaseException:
+                    # Undone while this transaction still holds the ordering lock: on SQLite the ids roll back,
+                    # and the next commit may put its own objects at these keys once the lock is released.
+                    _undo(deployment.lake, moves, best_effort=True)
+                    raise
         except BaseException:
-            # The transaction rolled back: the report holds only what committed, the lake no moved objects.
+            # Nothing of the chunk committed, so the report drops it. (A failing COMMIT itself leaves its
+            # moved objects where they are: orphans, which reap deletes.)
             report.restore(before)
-            _undo(deployment.lake, moves, best_effort=True)
             raise
         # Another stream process committed these first: our copies are not referenced by anything.
         for result in duplicates:
