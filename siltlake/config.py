@@ -83,6 +83,11 @@ class StreamConfig(_Section):
     spill_bytes: AtLeastOne = 128 * 1024 * 1024
     max_failures: AtLeastOne = Field(default=3, description="failed processing attempts of one staging object "
                                      "before it moves to unknown objects (storage and catalog outages never count)")
+    max_object_bytes: AtLeastOne = Field(default=16 << 30, description="bytes one staging object may "
+                                         "decompress to; past it the object is unknown")
+    max_compression_ratio: float = Field(default=200, gt=1, description="decompressed bytes per compressed "
+                                         "byte a gzip object may reach past its first 64 MiB; past it the "
+                                         "object is unknown (gzip's best is about 1,000)")
 
     @field_validator("poll_interval", mode="before")
     @classmethod

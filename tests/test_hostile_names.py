@@ -247,7 +247,7 @@ def test_symbolic_links_out_of_the_staging_root_are_recorded_unknown(lake: Deplo
 
 def stream_task(deployment: Deployment, uri: str) -> StreamTask:
     table = deployment.catalog.tables.get("web.access")
-    return StreamTask(staging_object_id=1, uri=uri, lake=deployment.lake,
+    return StreamTask(staging_object_id=1, uri=uri, staging=deployment.staging, lake=deployment.lake,
                       layout=table.layout(deployment.instance_key), table_json=table.definition.to_json(),
                       run_id="hostile", batch_rows=1000, spill_bytes=1 << 20)
 

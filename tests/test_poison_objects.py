@@ -18,6 +18,7 @@ from siltlake.config import load_config
 from siltlake.deployment import Deployment
 from siltlake.errors import CatalogUnreachable, ConfigError
 from siltlake.read import table
+from siltlake.storage.filesystem import Storage
 from siltlake.stream import runner, stream_once
 from siltlake.stream.replay import error_files
 from siltlake.stream.task import process_staging_object
@@ -191,11 +192,12 @@ def test_outages_never_count_against_objects(deployment: Deployment, access_tabl
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     uri = stage(deployment, "f.web.access/2026/11/20/a.jsonl", jsonl(events(3)))
     real_task, real_commit, real_run_tasks = process_staging_object, runner.commit_parts, runner.run_tasks
-    unreadable = (tmp_path / "a-directory").as_uri()  # an I/O error: the storage's failure, not the object's
-    (tmp_path / "a-directory").mkdir()
+    # An I/O error: the storage's failure, not the object's (its root cannot be opened as a directory).
+    (tmp_path / "not-a-root").write_bytes(b"")
+    broken = Storage(str(tmp_path / "not-a-root"))
 
     def storage_down(task):  # noqa: ANN001, ANN202
-        return real_task(dataclasses.replace(task, uri=unreadable))
+        return real_task(dataclasses.replace(task, staging=broken, uri=broken.uri("f.web.access/2026/11/20/a.jsonl")))
 
     def catalog_down(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
         raise CatalogUnreachable("the catalog server restarts")
@@ -207,7 +209,7 @@ def test_outages_never_count_against_objects(deployment: Deployment, access_tabl
     for _ in range(4):  # more than stream.max_failures
         report = stream_once(deployment)
         ((failed_uri, reason),) = report.failed
-        assert failed_uri == uri and reason.startswith("OSError: ") and "is a directory" in reason
+        assert failed_uri == uri and reason.startswith("NotADirectoryError: ") and "Not a directory" in reason
         assert report.unknown == []
     monkeypatch.setattr(runner, "process_staging_object", real_task)
     monkeypatch.setattr(runner, "commit_parts", catalog_down)

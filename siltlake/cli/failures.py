@@ -25,6 +25,10 @@ _URI = re.compile(r"\b(?:file|s3a?|s3n|hdfs|gs|abfss?|wasbs?):/[^\s'\"`\]]+")
 # pyarrow's file system errors: "Cannot create directory '/x/y'. Detail: [errno 20] Not a directory".
 _ARROW_IO = re.compile(r"^(?:\[Errno \d+\] )?(?P<what>.+?) '(?P<where>[^']+)'\.? Detail: \[errno \d+\] (?P<why>.+)$")
 _WORKER_ERROR = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Refusal|Key)): (?P<message>.*)$", re.M)
+# SQLite's SQLITE_FULL and PostgreSQL's disk_full (53100) and "could not extend file" say the disk is full.
+_DISK_FULL = re.compile(r"database or disk is full|No space left on device|could not extend file", re.I)
+# pyarrow names the errno in its text only ("... Detail: [errno 28] No space left on device").
+_ERRNO_IN_TEXT = re.compile(r"\[errno (\d+)\]", re.I)
 _HINTS = {
     errno.EACCES: "check the permissions of this path (the storage roots and the catalog come from the "
                   "configuration)",
@@ -61,6 +65,8 @@ def _os_failure(kind: str, error_number: int | None, filename: str | None, text:
         message = f"{found['what'].lower()} ({found['where']}): {found['why'].lower()}"
     else:
         message = text or kind
+    if error_number is None and (number := _ERRNO_IN_TEXT.search(text)):
+        error_number = int(number.group(1))
     hint = _HINTS.get(error_number) if error_number else None
     return Failure(f"{message}; {hint}" if hint else message, USER_ERROR)
 
@@ -158,6 +164,9 @@ def _describe(exc: BaseException, catalog: str | None) -> Failure:
         if catalog_unavailable(exc):
             where = f" ({catalog})" if catalog else ""
             cause = getattr(exc, "orig", None) or exc
+            if _DISK_FULL.search(str(cause)):
+                return Failure(f"the catalog's disk is full{where}: {_first_line(str(cause))}; free some space "
+                               "where the catalog database keeps its files, then rerun", USER_ERROR)
             return Failure(f"the catalog failed{where}: {_first_line(str(cause))}; check that its "
                            "server is up and catalog.url is right, then rerun", USER_ERROR)
     detail = _first_line(str(exc))

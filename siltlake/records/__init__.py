@@ -12,13 +12,14 @@ from typing import BinaryIO
 
 from siltlake.records.batches import BadRecord, ParsedBatch, UnreadableObject
 from siltlake.records.csv_format import read_csv
-from siltlake.records.framing import SNIFF_BYTES, ObjectBytes, detect_format
+from siltlake.records.framing import SNIFF_BYTES, ObjectBytes, ObjectLimits, detect_format
 from siltlake.records.jsonl import JsonLinesReader
 from siltlake.records.msgpack_format import read_msgpack
 from siltlake.tabledef import TableDef
 
 __all__ = [
     "BadRecord",
+    "ObjectLimits",
     "ParsedBatch",
     "UnreadableObject",
     "detect_format",
@@ -26,11 +27,12 @@ __all__ = [
 ]
 
 
-def read_staging_object(stream: BinaryIO, key: str, table: TableDef, batch_rows: int = 65536) -> Iterator[ParsedBatch]:
+def read_staging_object(stream: BinaryIO, key: str, table: TableDef, batch_rows: int = 65536,
+                        limits: ObjectLimits | None = None) -> Iterator[ParsedBatch]:
     """Decode a staging object (raw bytes as stored; gzip detected by magic bytes 1f 8b, never by name alone) into batches of typed rows. Memory must stay bounded by the batch size, whatever the object size (a 500 MB gzip object must stream: never read it whole). Raises UnreadableObject (possibly after some batches were already yielded — the caller discards them)."""  # noqa: E501
     if batch_rows < 1:
         raise ValueError("batch_rows must be at least 1")
-    source = ObjectBytes(stream)
+    source = ObjectBytes(stream, limits)
     object_format = detect_format(key, source.head(SNIFF_BYTES), table.format)
     if object_format == "jsonl":
         yield from JsonLinesReader(table, batch_rows).read(source.chunks())

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import BinaryIO
 
 from siltlake.records.batches import UnreadableObject
@@ -16,6 +17,9 @@ READ_SIZE = 1 << 20
 MAX_INFLATE_CHUNK = 4 << 20
 SNIFF_BYTES = 4096
 MAX_LINE_BYTES = 64 << 20
+# Below this many decompressed bytes an object may compress as well as it likes (a small file of repeated
+# lines is no threat); past it, stream.max_compression_ratio applies.
+RATIO_FLOOR = 64 << 20
 
 JSONL_EXTENSIONS = ("json", "jsonl", "ndjson", "log")
 MSGPACK_EXTENSIONS = ("msgpack", "mpk", "mp")
@@ -66,18 +70,33 @@ def _sniff_format(head: bytes) -> str:
 
 
 
-class ObjectBytes:
-    """The object's content as decompressed chunks, with its first bytes available for sniffing."""
+@dataclass(frozen=True)
+class ObjectLimits:
+    """What one object may decompress to (stream.max_object_bytes, stream.max_compression_ratio); None: no
+    bound. A few MB of gzip can inflate to gigabytes, each byte of which costs decoding time."""
 
-    def __init__(self, stream: BinaryIO) -> None:
+    max_bytes: int | None = None
+    max_ratio: float | None = None
+    ratio_floor: int = RATIO_FLOOR
+
+
+class ObjectBytes:
+    """The object's content as decompressed chunks, with its first bytes available for sniffing; past its
+    limits, UnreadableObject."""
+
+    def __init__(self, stream: BinaryIO, limits: ObjectLimits | None = None) -> None:
         self._stream = stream
+        self._limits = limits or ObjectLimits()
+        self._out = 0  # decompressed bytes so far
+        self._in = 0  # compressed bytes those came from (0 for a plain object)
         first = b""
         while len(first) < len(GZIP_MAGIC):
             more = stream.read(READ_SIZE)
             if not more:
                 break
             first += bytes(more)
-        self._rest = self._gunzip(first) if first.startswith(GZIP_MAGIC) else self._plain(first)
+        rest = self._gunzip(first) if first.startswith(GZIP_MAGIC) else self._plain(first)
+        self._rest = self._limited(rest)
         self._peeked: list[bytes] = []
 
     def head(self, size: int) -> bytes:
@@ -94,6 +113,20 @@ class ObjectBytes:
         while self._peeked:
             yield self._peeked.pop(0)
         yield from self._rest
+
+    def _limited(self, chunks: Iterator[bytes]) -> Iterator[bytes]:
+        limits = self._limits
+        for chunk in chunks:
+            self._out += len(chunk)
+            if limits.max_bytes is not None and self._out > limits.max_bytes:
+                raise UnreadableObject(f"the object decompresses to more than {limits.max_bytes:,} bytes "
+                                       "(stream.max_object_bytes)")
+            if (limits.max_ratio is not None and self._in and self._out > limits.ratio_floor
+                    and self._out > limits.max_ratio * self._in):
+                raise UnreadableObject(f"the object decompresses to more than {limits.max_ratio:g} times its "
+                                       f"compressed size ({self._out:,} bytes from the first {self._in:,}; "
+                                       "stream.max_compression_ratio)")
+            yield chunk
 
     def _read(self) -> bytes:
         return bytes(self._stream.read(READ_SIZE))
@@ -117,13 +150,13 @@ class ObjectBytes:
                     raise UnreadableObject(
                         f"corrupt gzip stream within the first {compressed} compressed bytes: {exc}"
                     ) from None
+                data = inflater.unused_data if inflater.eof else inflater.unconsumed_tail
+                self._in = compressed - len(data)  # what this output came from, not what was read ahead
                 if out:
                     yield out
                 if inflater.eof:
-                    data = inflater.unused_data
                     in_member = False
                     continue
-                data = inflater.unconsumed_tail
                 if data or len(out) == MAX_INFLATE_CHUNK:
                     continue
             else:

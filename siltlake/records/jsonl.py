@@ -7,6 +7,7 @@ every line in it converts cleanly) and an exact per-record one that also names t
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from decimal import Decimal
@@ -38,6 +39,10 @@ FIRST_BLOCK_BYTES = 4 << 20
 MIN_SPLIT_BYTES = 64 << 10
 SPLIT_FANOUT = 8
 
+# A line holding something besides JSON's blanks; `^` and `$` match at line ends (re.M), `.` never crosses one.
+_NON_BLANK_LINE = re.compile(r"^[ \t\r]*[^ \t\r\n].*$", re.M)
+_NON_BLANK = re.compile(rb"[^ \t\r\n]")
+BLANKS = b" \t\r\n"
 _TIME_KINDS = {"string": pa.string(), "int64": pa.int64(), "float64": pa.float64()}
 _UTC_MICROS = pa.timestamp("us", tz="UTC")
 
@@ -67,15 +72,18 @@ def decode_json_line(line: str) -> tuple[dict | None, str | None]:
 
 
 def _slow_json_block(block: bytes, first_line: int, converter: RecordConverter) -> _Piece:
-    """The exact per-record decoder for a block of whole lines (already known to be UTF-8)."""
+    """The exact per-record decoder for a block of whole lines (already known to be UTF-8). Only non-blank
+    lines are visited: runs of blank lines are skipped by the regular expression, not line by line."""
     bad = []
     objects = 0
     lines = 0
-    for offset, line in enumerate(block.decode("utf-8").split("\n")):
-        if not line.strip(" \t\r"):
-            continue
+    text = block.decode("utf-8")
+    line_number, counted = first_line, 0
+    for found in _NON_BLANK_LINE.finditer(text):
+        line_number += text.count("\n", counted, found.start())
+        counted = found.start()
+        line = found.group()
         lines += 1
-        line_number = first_line + offset
         raw = line[:-1] if line.endswith("\r") else line
         value, problem = decode_json_line(line)
         if value is None:
@@ -86,7 +94,6 @@ def _slow_json_block(block: bytes, first_line: int, converter: RecordConverter) 
         if reason is not None:
             bad.append(BadRecord(line_number, reason, raw))
     return _Piece(converter.take_table(), bad, objects, lines)
-
 
 
 def _fast_read_type(column: Column) -> pa.DataType | None:
@@ -178,6 +185,10 @@ class _JsonFastPath:
         for _ in range(32):
             if start >= len(block) or len(kinds) == len(self.timestamp_sources):
                 break
+            found = _NON_BLANK.search(block, start)  # blank lines are skipped in one step, not counted
+            if found is None:
+                break
+            start = found.start()
             end = block.find(b"\n", start)
             end = len(block) if end < 0 else end
             try:
@@ -251,28 +262,41 @@ def _line_layout(block: bytes) -> _LineLayout:
     A line that starts with '{' and ends with '}' cannot continue onto the next line (a
     string cannot span lines, and '{' never follows a complete value inside a container),
     so pyarrow yields at least one row per such line: equal counts then mean exactly one.
+    Blank lines are dropped by Arrow, so a block padded with them needs no loop over its lines.
     """
     if not block:
         return _LineLayout(0, 0)
     # Arrow's kernels split and test ~10 MB of lines several times faster than bytes.count.
-    lines = pc.list_flatten(pc.split_pattern(_as_binary_array(block), b"\n"))
-    newlines = len(lines) - 1
-    if block.endswith(b"\n"):
-        lines = lines.slice(0, newlines)
+    lines = None
+    if b"\n\n" not in block:
+        lines = pc.list_flatten(pc.split_pattern(_as_binary_array(block), b"\n"))
+        newlines = len(lines) - 1
+        if block.endswith(b"\n"):
+            lines = lines.slice(0, newlines)
+    if lines is None or not all_true(pc.starts_with(lines, b"{")):
+        # Blank lines hold no record: a split at each newline and the blanks after it skips runs of them
+        # whole (a line's leading blanks go too, which JSON ignores); the newlines are counted apart.
+        newlines = block.count(b"\n")
+        lines = pc.list_flatten(pc.split_pattern_regex(_as_binary_array(block), r"\n[ \t\r\n]*"))
+        lines = lines.filter(pc.match_substring_regex(lines, "[^ \t\r]"))
     if all_true(pc.starts_with(lines, b"{")) and (
         all_true(pc.ends_with(lines, b"}"))
         or all_true(pc.or_(pc.ends_with(lines, b"}"), pc.ends_with(lines, b"}\r")))
     ):
         return _LineLayout(newlines, len(lines))
+    return _LineLayout(newlines, _layout_line_by_line(lines))
+
+
+def _layout_line_by_line(lines: pa.Array) -> int | None:
+    """How many of these non-blank lines hold a {...} once their blanks are stripped (None if one holds
+    anything else): the exact test, for the blocks Arrow's could not decide."""
     count = 0
-    for line in block.split(b"\n"):
-        stripped = line.strip(b" \t\r")
-        if not stripped:
-            continue
+    for value in lines.to_pylist():
+        stripped = value.strip(b" \t\r")
         if stripped[:1] != b"{" or stripped[-1:] != b"}":
-            return _LineLayout(newlines, None)
+            return None
         count += 1
-    return _LineLayout(newlines, count)
+    return count
 
 
 def _as_binary_array(block: bytes) -> pa.Array:
@@ -347,6 +371,9 @@ class JsonLinesReader:
     def read(self, chunks: Iterable[bytes]) -> Iterator[ParsedBatch]:
         line_number = 1
         for block in self._line_blocks(_without_bom(chunks)):
+            if block.isspace() and not block.strip(BLANKS):  # isspace: stops at the first other byte
+                line_number += block.count(b"\n")
+                continue
             layout = _line_layout(block)
             yield from self._block(block, line_number, layout)
             line_number += layout.newlines
@@ -380,8 +407,9 @@ class JsonLinesReader:
 
     def _block(self, block: bytes, first_line: int, layout: _LineLayout) -> Iterator[ParsedBatch]:
         _check_utf8(block, first_line)
-        # Aim the next block at batch_rows lines, judging line length by this block.
-        wanted = len(block) * self.batch_rows // (layout.newlines or 1)
+        # Aim the next block at batch_rows records, judging their length by this block (blank lines between
+        # records count for their bytes only, so padding does not shrink blocks to many tiny ones).
+        wanted = len(block) * self.batch_rows // (layout.object_lines or layout.newlines or 1)
         self.target = max(MIN_BLOCK_BYTES, min(MAX_BLOCK_BYTES, wanted))
         for piece in self._pieces(block, first_line, layout, top=True):
             self.objects += piece.objects

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 from urllib.parse import quote, unquote, urlsplit
 
-from siltlake.errors import ConfigError, SiltError
+from siltlake.errors import ConfigError
+from siltlake.storage.confined import UnsafeKey, open_regular_file
 
 if TYPE_CHECKING:  # pyarrow is imported on first use: commands that only read the catalog never load it
     import pyarrow.fs as pafs
@@ -22,10 +23,6 @@ __all__ = ["ObjectInfo", "S3Options", "Storage", "UnsafeKey", "for_engine"]
 
 # RFC 3986 path characters besides letters, digits and -._~: keys made of these appear in URIs unchanged.
 URI_SAFE = "/!$&'()*+,;=:@"
-
-
-class UnsafeKey(SiltError, ValueError):
-    """An object key that would reach outside its storage root."""
 
 
 @dataclass(frozen=True)
@@ -155,13 +152,28 @@ class Storage:
         """Whether the root is an object store (no directories, no rename: a move is a copy and a delete)."""
         return self.root.startswith("s3://")
 
-    def open_uri(self, uri: str):  # noqa: ANN201 - a pyarrow input stream
-        """Open any URI for reading (a staging object's), s3:// ones with this storage's S3 options."""
+    def open_uri(self, uri: str):  # noqa: ANN201 - a binary file object or pyarrow input stream
+        """Open one of this storage's objects (a staging object's) by its URI, for reading. On a local root the
+        open itself checks the object (confined.open_regular_file): a key swapped after it was listed is
+        refused (UnsafeKey), whatever it was swapped for. An S3 URI opens with this storage's S3 options."""
         filesystem, path = open_filesystem(uri, self.s3)
         # pyarrow percent-decodes the URI: a stored URI (registered before keys were encoded) must not climb out.
         if ".." in path.split("/"):
             raise UnsafeKey(f"the URI {uri!r} decodes to a path with '..' segments; refused")
+        if uri.startswith(self.root + "/") and self.is_local:
+            key = unquote(uri[len(self.root) + 1:])
+            self.path(key)  # refuses an unsafe key by its own name
+            return open_regular_file(self._base, key)
+        if self.is_local:
+            raise UnsafeKey(f"the URI {uri!r} lies outside the root {self.root}; refused")
         return filesystem.open_input_stream(path, compression=None)
+
+    @property
+    def is_local(self) -> bool:
+        """Whether the root is a local directory (where links, FIFOs and devices can stand in for objects)."""
+        import pyarrow.fs as pafs
+
+        return isinstance(self.filesystem, pafs.LocalFileSystem)
 
     @property
     def filesystem(self) -> pafs.FileSystem:
@@ -183,9 +195,7 @@ class Storage:
     def leaves_root(self, key: str) -> bool:
         """Whether the key is, or lies under, a symbolic link that resolves outside the root (local roots only:
         object stores have no links)."""
-        import pyarrow.fs as pafs
-
-        if not isinstance(self.filesystem, pafs.LocalFileSystem):
+        if not self.is_local:
             return False
         base = os.path.realpath(self._base)
         return os.path.commonpath([base, os.path.realpath(self.path(key))]) != base

@@ -15,9 +15,11 @@ from dataclasses import dataclass, field
 from siltlake.catalog import PendingStagingObject, StreamCommit, TableRecord
 from siltlake.catalog.core import catalog_unavailable
 from siltlake.clock import utcnow
+from siltlake.config import StreamConfig
 from siltlake.deployment import Deployment
 from siltlake.logs import event
 from siltlake.polling import poll_forever
+from siltlake.records import ObjectLimits
 from siltlake.spark import run_tasks
 from siltlake.storage.filesystem import Storage
 from siltlake.storage.keys import TableLayout, temporary_run
@@ -76,13 +78,19 @@ def _task(deployment: Deployment, pending: PendingStagingObject, run_id: str) ->
     return StreamTask(
         staging_object_id=pending.id,
         uri=pending.uri,
+        staging=deployment.staging,
         lake=deployment.lake,
         layout=pending.table.layout(deployment.instance_key),
         table_json=pending.table.definition.to_json(),
         run_id=run_id,
         batch_rows=settings.batch_rows,
         spill_bytes=settings.spill_bytes,
+        limits=_limits(settings),
     )
+
+
+def _limits(settings: StreamConfig) -> ObjectLimits:
+    return ObjectLimits(max_bytes=settings.max_object_bytes, max_ratio=settings.max_compression_ratio)
 
 
 def _update_conflict(tx: StreamCommit, table: TableRecord, parts: list[dict], mark: int) -> str | None:
@@ -210,6 +218,34 @@ def _batch(tx: StreamCommit, chunk: list[dict], tables: dict[int, PendingStaging
                     {(table_id, dt.date.fromisoformat(date)) for table_id, date in parts}, len(parts), mark)
 
 
+def _undo(lake: Storage, moves: list[tuple[str, str]], best_effort: bool = False) -> None:
+    """Move objects back to their temporary keys (deleted with the run's prefix), latest first."""
+    while moves:
+        tmp_key, key = moves.pop()
+        try:
+            lake.move(key, tmp_key)
+        except OSError:
+            if not best_effort:  # after a failed round the lake may be the failure: reap takes what is left
+                raise
+
+
+def _commit_batch(deployment: Deployment, tx: StreamCommit, chunk: list[dict],
+                  tables: dict[int, PendingStagingObject], report: StreamReport, mark: int,
+                  before: tuple[dict, dict[str, int]], moves: list[tuple[str, str]]) -> list[dict]:
+    """Commit a chunk as one batch; should its writes fail for a reason that is not an outage, undo its
+    moves and commit it again object by object. Returns the duplicates."""
+    now = utcnow()
+    try:
+        with _batch(tx, chunk, tables, mark):
+            return _commit_chunk(deployment, tx, chunk, tables, report, mark, now, moves)
+    except Exception as exc:
+        if catalog_unavailable(exc) or storage_failure(exc):
+            raise
+        _undo(deployment.lake, moves)
+        report.restore(before)
+        return _commit_chunk(deployment, tx, chunk, tables, report, mark, now, moves)
+
+
 def _commit(deployment: Deployment, results: list[dict], tables: dict[int, PendingStagingObject],
             report: StreamReport, mark: int) -> None:
     """Commit task results: under the ordering lock, move each object to its id key, insert its row.
@@ -219,20 +255,22 @@ def _commit(deployment: Deployment, results: list[dict], tables: dict[int, Pendi
     so that the failure is counted against the object that causes it."""
     for start in range(0, len(results), COMMIT_CHUNK):
         chunk = results[start:start + COMMIT_CHUNK]
-        with deployment.catalog.partitions.stream_commit() as tx:
-            now = utcnow()
-            before = report.checkpoint()
-            moves: list[tuple[str, str]] = []
-            try:
-                with _batch(tx, chunk, tables, mark):
-                    duplicates = _commit_chunk(deployment, tx, chunk, tables, report, mark, now, moves)
-            except Exception as exc:
-                if catalog_unavailable(exc) or storage_failure(exc):
+        before = report.checkpoint()
+        moves: list[tuple[str, str]] = []
+        try:
+            with deployment.catalog.partitions.stream_commit() as tx:
+                try:
+                    duplicates = _commit_batch(deployment, tx, chunk, tables, report, mark, before, moves)
+                except BaseException:
+                    # Undone while this transaction still holds the ordering lock: on SQLite the ids roll back,
+                    # and the next commit may put its own objects at these keys once the lock is released.
+                    _undo(deployment.lake, moves, best_effort=True)
                     raise
-                for tmp_key, key in reversed(moves):
-                    deployment.lake.move(key, tmp_key)
-                report.restore(before)
-                duplicates = _commit_chunk(deployment, tx, chunk, tables, report, mark, now, None)
+        except BaseException:
+            # Nothing of the chunk committed, so the report drops it. (A failing COMMIT itself leaves its
+            # moved objects where they are: orphans, which reap deletes.)
+            report.restore(before)
+            raise
         # Another stream process committed these first: our copies are not referenced by anything.
         for result in duplicates:
             report.skipped_duplicates += 1

@@ -14,7 +14,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
-from siltlake.records import UnreadableObject, read_staging_object
+from siltlake.records import ObjectLimits, UnreadableObject, read_staging_object
 from siltlake.records.writer import ObjectWriter
 from siltlake.storage.filesystem import Storage, UnsafeKey
 from siltlake.storage.keys import TASK_ERRORS, TableLayout
@@ -27,12 +27,14 @@ BAD_SAMPLES = 3
 class StreamTask:
     staging_object_id: int
     uri: str
+    staging: Storage  # the staging root the object lies under: opening the URI checks the object against it
     lake: Storage
     layout: TableLayout
     table_json: str
     run_id: str
     batch_rows: int
     spill_bytes: int
+    limits: ObjectLimits = ObjectLimits()  # the stream's settings; unbounded when a test leaves them out
 
 
 def storage_failure(exc: BaseException) -> bool:
@@ -41,10 +43,10 @@ def storage_failure(exc: BaseException) -> bool:
     return isinstance(exc, OSError)
 
 
-def open_uri(uri: str, lake: Storage):  # noqa: ANN201 - a pyarrow input stream
-    """Open a staging object's URI (s3:// through the deployment's S3 options, which the lake carries)."""
+def open_uri(uri: str, staging: Storage):  # noqa: ANN201 - a binary stream
+    """Open a staging object's URI: a key that is no longer a regular file under the root is unknown."""
     try:
-        return lake.open_uri(uri)
+        return staging.open_uri(uri)
     except UnsafeKey as exc:
         raise UnreadableObject(str(exc)) from None
 
@@ -96,8 +98,9 @@ def process_staging_object(task: StreamTask) -> dict:
     errors = _ErrorSink(task, keep=table.error_policy == "file")
     records_in = 0
     try:
-        with open_uri(task.uri, task.lake) as stream:
-            for batch in read_staging_object(stream, task.uri, table, batch_rows=task.batch_rows):
+        with open_uri(task.uri, task.staging) as stream:
+            for batch in read_staging_object(stream, task.uri, table, batch_rows=task.batch_rows,
+                                             limits=task.limits):
                 records_in += batch.records_in
                 writer.add(batch.table)
                 errors.add(batch.bad)
