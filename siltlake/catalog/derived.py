@@ -159,7 +159,11 @@ class Derived:
         p, v, b, a, t = s.partitions, s.partition_versions, s.derived_builds, s.active_derived_builds, s.tables
         table_id = record.table.id
         with self._core.tx() as c:
-            state = c.execute(sa.select(b.c.status).where(b.c.id == build.id)).scalar_one()
+            # The row lock orders this against the reaper's mark_lost on PostgreSQL: either the reaper marks the
+            # build failed first (and it is not published), or it finds it published and leaves it (SQLite's
+            # BEGIN IMMEDIATE serialises the two already).
+            status = sa.select(b.c.status).where(b.c.id == build.id)
+            state = c.execute(status.with_for_update() if self._core.dialect == "postgresql" else status).scalar_one()
             if state != "building":
                 raise CatalogError(f"build {build.name} of {record.qualified_name} is {state}, not running: "
                                    "another process took it over; not published")
@@ -238,10 +242,14 @@ class Derived:
         with self._core.tx() as c:
             return c.execute(a.delete().where(a.c.build_id.in_(list(build_ids)))).rowcount
 
-    def mark_lost(self, build_ids: Sequence[int], now: dt.datetime) -> None:
+    def mark_lost(self, build_ids: Sequence[int], now: dt.datetime) -> set[int]:
+        """Mark these running builds failed; return those it moved (a build that published or failed since
+        it was read is left as it is, and must not be deleted)."""
         b = s.derived_builds
-        if build_ids:
-            with self._core.tx() as c:
-                c.execute(b.update().where(b.c.id.in_(list(build_ids)), b.c.status == "building").values(
-                    status="failed", end_time=now, error="builder lost: its process is gone or silent"))
+        if not build_ids:
+            return set()
+        with self._core.tx() as c:
+            return set(c.execute(b.update().where(b.c.id.in_(list(build_ids)), b.c.status == "building").values(
+                status="failed", end_time=now, error="builder lost: its process is gone or silent")
+                .returning(b.c.id)).scalars())
 
