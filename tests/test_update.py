@@ -59,13 +59,14 @@ def test_a_delete_on_a_live_day_is_one_version_and_later_appends_merges_and_the_
     publish_once(deployment, now=tokyo(DAY, 12))
     merge_once(deployment)  # merged ranges exist before the update: it replaces them
 
-    report = delete_rows(deployment, "web.access", DAY, "action = 'a1'")
+    # Stamped on the test's clock: a version time cannot go back to tokyo(DAY, 13) after the real clock's.
+    report = delete_rows(deployment, "web.access", DAY, "action = 'a1'", now=tokyo(DAY, 12))
     without_a1 = expected_rows([(0, 40), (1, 40), (2, 40)], drop=lambda r: r["action"] == "a1")
     assert report.rows_before == 120 and report.rows_after == sum(without_a1.values()) < 120
     assert (report.version.version, report.version.commit_op) == (2, "update")
     assert visible(spark, deployment) == without_a1
     assert manifest_rows(deployment, report.version.manifest_key) == without_a1, "other engines read the manifest"
-    again = delete_rows(deployment, "web.access", DAY, "action = 'a1'")
+    again = delete_rows(deployment, "web.access", DAY, "action = 'a1'", now=tokyo(DAY, 12))
     assert again.version is None and again.rows_after == again.rows_before, "nothing matched: no new version"
 
     # Appended after the update: readers see the update plus the new live object at once.
@@ -289,7 +290,7 @@ def test_a_merge_job_racing_an_update_is_retried_and_merges_only_what_came_after
     add_small_objects(deployment, table, DAY, [rows_for(DAY, 20, s) for s in range(2)])
     update = prepare_overwrite(deployment, "web.access", DAY, spark.createDataFrame(
         [(r["utc_event_time"], r["user_id"], "x") for r in rows_for(DAY, 3, 4)],
-        "utc_event_time timestamp, user_id bigint, action string"))
+        "utc_event_time timestamp, user_id bigint, action string"), now=tokyo(DAY, 12))
     merge_once(deployment)  # merges the two objects the update replaces
     update.commit()
     add_small_objects(deployment, table, DAY, [rows_for(DAY, 5, 6)])

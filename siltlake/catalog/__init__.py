@@ -34,6 +34,7 @@ from siltlake.catalog.records import (
     UpdateBase,
     UpdateConflict,
     VersionOutOfRange,
+    VersionTimeBehind,
 )
 
 __all__ = [
@@ -68,4 +69,5 @@ __all__ = [
     "UpdateBase",
     "UpdateConflict",
     "VersionOutOfRange",
+    "VersionTimeBehind",
 ]

@@ -28,6 +28,10 @@ class VersionOutOfRange(SiltError):
     """Time travel to a table version (or time) the table does not have."""
 
 
+class VersionTimeBehind(CatalogError):
+    """A user-given time is earlier than the table's newest version: version times only go forward."""
+
+
 # --- tables, staging objects, partitions and small objects -------------------------------------------
 
 

@@ -160,27 +160,28 @@ class Versions:
         return published[0] if published else None
 
     def publish_merged_many(self, items: Sequence[tuple[SwitchedPartition, str]],
-                            now: dt.datetime) -> list[PublishedVersion]:
+                            now: dt.datetime, *, given: bool = False) -> list[PublishedVersion]:
         """publish_merged for many partitions, in one transaction per MERGED_CAS_BATCH of them; a
         partition whose current or desired moved since it was read is left out (the next run publishes
         it), the others are not."""
         published: list[PublishedVersion] = []
         for start in range(0, len(items), MERGED_CAS_BATCH):
-            published += self.commit([], items[start:start + MERGED_CAS_BATCH], now)[1]
+            published += self.commit([], items[start:start + MERGED_CAS_BATCH], now, given=given)[1]
         return published
 
     def commit(self, live: Sequence[tuple[LiveCandidate, str | None]],
                merged: Sequence[tuple[SwitchedPartition, str]],
-               now: dt.datetime) -> tuple[list[PublishedVersion], list[PublishedVersion]]:
+               now: dt.datetime, *, given: bool = False) -> tuple[list[PublishedVersion], list[PublishedVersion]]:
         """Publish append versions (each with its file list's key) and merged versions (each with its
-        manifest's key) in one transaction, which is one new table version of every table it changes.
+        manifest's key) in one transaction, which is one new table version of every table it changes,
+        stamped `now` (CatalogCore.new_table_versions: `given` says the user gave it).
 
         Each is a compare-and-swap: an append version only if its partition is still not switched and its
         newest version is still the one read (under the partition's row lock, which updates take too); a
         merged version only where current and desired are both still as read (one UPDATE ... RETURNING
         tells which partitions moved). The ones left out are published by the next run.
         """
-        p, v, t = s.partitions, s.partition_versions, s.tables
+        p, v = s.partitions, s.partition_versions
         by_id = {partition.partition_id: (partition, key) for partition, key in merged}
         assert len(by_id) == len(merged), "one item per partition"
         published_live: list[PublishedVersion] = []
@@ -228,22 +229,23 @@ class Versions:
                              | {x.table_id for x, _ in merged if x.partition_id in moved})
             if not changed:
                 return [], []
-            table_versions = dict(c.execute(t.update().where(t.c.id.in_(changed)).values(version=t.c.version + 1)
-                                            .returning(t.c.id, t.c.version)).all())
+            table_versions = self._core.new_table_versions(c, changed, now, given=given)
             for x, key in kept_live:
+                number, stamp = table_versions[x.table_id]
                 published_live.append(PublishedVersion(
-                    x.partition_id, x.version, "append", x.watermark, x.manifest_key, now, x.row_count, x.byte_count,
-                    x.covered_upper, table_versions[x.table_id], key))
+                    x.partition_id, x.version, "append", x.watermark, x.manifest_key, stamp, x.row_count,
+                    x.byte_count, x.covered_upper, number, key))
             for x, key in merged:
                 if x.partition_id in moved:
+                    number, stamp = table_versions[x.table_id]
                     published_merged.append(PublishedVersion(
-                        x.partition_id, newest_merged.get(x.partition_id, 0) + 1, "compaction", None, key, now,
+                        x.partition_id, newest_merged.get(x.partition_id, 0) + 1, "compaction", None, key, stamp,
                         sum(r.row_count for r in x.ranges) + sum(o[3] for o in x.beyond),
                         sum(r.content_length for r in x.ranges) + sum(o[2] for o in x.beyond), x.upper,
-                        table_versions[x.table_id], key))
+                        number, key))
             c.execute(v.insert(), [dict(partition_id=x.partition_id, version=x.version, commit_op=x.commit_op,
                                         live_watermark=x.live_watermark, manifest_key=x.manifest_key,
-                                        covered_upper=x.covered_upper, created_at=now, row_count=x.row_count,
+                                        covered_upper=x.covered_upper, created_at=x.created_at, row_count=x.row_count,
                                         byte_count=x.byte_count, table_version=x.table_version,
                                         file_list_key=x.file_list_key)
                                    for x in published_live + published_merged])
@@ -273,7 +275,7 @@ class Versions:
                           tuple((row.id, row.delayed) for row in objects), objects[-1].id if objects else covered)
 
     def commit_update(self, base: UpdateBase, *, object_key: str, manifest_key: str, row_count: int,
-                      byte_count: int, now: dt.datetime) -> PublishedVersion:
+                      byte_count: int, now: dt.datetime, given: bool = False) -> PublishedVersion:
         """Publish an update's object as the partition's whole content, if nothing but compactions
         happened since `base` was read (a compaction loses: its output becomes garbage for reap).
 
@@ -283,8 +285,8 @@ class Versions:
         p, so, v, r = s.partitions, s.small_objects, s.partition_versions, s.merge_ranges
         with self._core.tx() as c:
             self._core.ordering_lock(c)  # no small object can be committed to the partition meanwhile
-            lock = sa.select(p.c.switched).where(p.c.id == base.partition_id)
-            switched = c.execute(lock.with_for_update() if self._core.dialect == "postgresql" else lock).scalar_one()
+            lock = sa.select(p.c.switched, p.c.table_id).where(p.c.id == base.partition_id)
+            switched, table_id = c.execute(lock.with_for_update() if self._core.dialect == "postgresql" else lock).one()
             since = c.execute(sa.select(v.c.version, v.c.commit_op).where(
                 v.c.partition_id == base.partition_id, v.c.version > (base.version or 0)).order_by(v.c.version)).all()
             blocking = [row for row in since if row.commit_op != "compaction"]
@@ -309,15 +311,12 @@ class Versions:
             c.execute(p.update().where(p.c.id == base.partition_id).values(
                 desired_manifest_version=base.upper, current_manifest_version=base.upper if switched else 0))
             version = (since[-1].version if since else (base.version or 0)) + 1
-            t = s.tables
-            table_version = c.execute(t.update().where(t.c.id == sa.select(p.c.table_id).where(
-                p.c.id == base.partition_id).scalar_subquery()).values(version=t.c.version + 1)
-                .returning(t.c.version)).scalar_one()
-            published = PublishedVersion(base.partition_id, version, "update", base.upper, manifest_key, now,
+            table_version, stamp = self._core.new_table_versions(c, [table_id], now, given=given)[table_id]
+            published = PublishedVersion(base.partition_id, version, "update", base.upper, manifest_key, stamp,
                                          row_count, byte_count, base.upper, table_version, manifest_key)
             c.execute(v.insert().values(partition_id=base.partition_id, version=version, commit_op="update",
                                         live_watermark=base.upper, manifest_key=manifest_key,
-                                        covered_upper=base.upper, created_at=now, row_count=row_count,
+                                        covered_upper=base.upper, created_at=stamp, row_count=row_count,
                                         byte_count=byte_count, table_version=table_version,
                                         file_list_key=manifest_key))
         return published

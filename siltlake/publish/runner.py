@@ -70,6 +70,7 @@ def publish_once(deployment: Deployment, now: dt.datetime | None = None) -> Publ
     `now` (naive UTC) replaces the clock, to drive the lifecycle in tests, the demo and scripts.
     """
     started = time.monotonic()
+    given = now is not None  # a time the caller gave is refused if the newest version is later, not moved past it
     now = now or utcnow()
     catalog = deployment.catalog
     catalog.check_ready()
@@ -106,7 +107,8 @@ def publish_once(deployment: Deployment, now: dt.datetime | None = None) -> Publ
             appending = list(zip(live, live_keys, strict=True)) if start == 0 else []
             if not appending and not batch:
                 break
-            appended, published = catalog.versions.commit(appending, list(zip(batch, keys, strict=True)), now)
+            appended, published = catalog.versions.commit(appending, list(zip(batch, keys, strict=True)), now,
+                                                          given=given)
             report.live_versions += appended
             report.merged_versions += published
             report.skipped_merged += len(batch) - len(published)

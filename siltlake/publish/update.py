@@ -167,7 +167,7 @@ class PreparedUpdate:
             assert self.manifest_key is not None
             version = self.deployment.catalog.versions.commit_update(
                 self.base, object_key=self.object_key, manifest_key=self.manifest_key, row_count=self.rows_after,
-                byte_count=self.bytes, now=self.now or utcnow())
+                byte_count=self.bytes, now=self.now or utcnow(), given=self.now is not None)
         return UpdateReport(self.record.qualified_name, self.base.partition_date, self.rows_before, self.rows_after,
                             version, self.object_key, time.monotonic() - self.started)
 
