@@ -33,6 +33,7 @@ from siltlake.catalog.records import (
     UnknownObject,
     UpdateBase,
     UpdateConflict,
+    UpdateWrite,
     VersionOutOfRange,
     VersionTimeBehind,
 )
@@ -68,6 +69,7 @@ __all__ = [
     "UnknownObject",
     "UpdateBase",
     "UpdateConflict",
+    "UpdateWrite",
     "VersionOutOfRange",
     "VersionTimeBehind",
 ]

@@ -277,6 +277,17 @@ class PartitionView:
 
 
 @dataclass(frozen=True)
+class UpdateWrite:
+    """An update's written object of one partition, read from `base`: what commit_updates publishes."""
+
+    base: UpdateBase
+    object_key: str
+    manifest_key: str
+    row_count: int
+    byte_count: int
+
+
+@dataclass(frozen=True)
 class UpdateBase:
     """What an update of one partition reads: its newest version's manifest (ids <= covered_upper) and
     every small object above it, live or delayed, up to the partition's largest id `upper`. Together

@@ -19,6 +19,7 @@ from siltlake.catalog.records import (
     SwitchedPartition,
     UpdateBase,
     UpdateConflict,
+    UpdateWrite,
     VersionOutOfRange,
 )
 from siltlake.errors import NotFoundError
@@ -274,51 +275,66 @@ class Versions:
                           newest.manifest_key if newest is not None else None, covered,
                           tuple((row.id, row.delayed) for row in objects), objects[-1].id if objects else covered)
 
-    def commit_update(self, base: UpdateBase, *, object_key: str, manifest_key: str, row_count: int,
-                      byte_count: int, now: dt.datetime, given: bool = False) -> PublishedVersion:
-        """Publish an update's object as the partition's whole content, if nothing but compactions
-        happened since `base` was read (a compaction loses: its output becomes garbage for reap).
+    def commit_updates(self, writes: Sequence[UpdateWrite], now: dt.datetime, *,
+                       given: bool = False) -> list[PublishedVersion]:
+        """Publish updates of partitions of one table as one table version, in one transaction: all of them
+        or, if any partition had anything but compactions since its base was read, none (UpdateConflict; a
+        compaction loses: its output becomes garbage for reap).
 
-        The object becomes the partition's one merged range (0, upper]: later small objects chain after
+        Each object becomes its partition's one merged range (0, upper]: later small objects chain after
         it, and merges extend it like any range.
         """
         p, so, v, r = s.partitions, s.small_objects, s.partition_versions, s.merge_ranges
+        if not writes:
+            return []
+        published = []
         with self._core.tx() as c:
-            self._core.ordering_lock(c)  # no small object can be committed to the partition meanwhile
-            lock = sa.select(p.c.switched, p.c.table_id).where(p.c.id == base.partition_id)
-            switched, table_id = c.execute(lock.with_for_update() if self._core.dialect == "postgresql" else lock).one()
-            since = c.execute(sa.select(v.c.version, v.c.commit_op).where(
-                v.c.partition_id == base.partition_id, v.c.version > (base.version or 0)).order_by(v.c.version)).all()
-            blocking = [row for row in since if row.commit_op != "compaction"]
-            if blocking:
-                raise UpdateConflict(
-                    f"partition {base.partition_date} changed while the update ran: version {blocking[0].version} "
-                    f"({blocking[0].commit_op}) was published after version {base.version or 0}, which the update "
-                    "read; run the update again")
-            appended = c.execute(sa.select(sa.func.min(so.c.id)).where(
-                so.c.partition_id == base.partition_id, so.c.id > base.upper)).scalar_one()
-            if appended is not None:
-                raise UpdateConflict(
-                    f"partition {base.partition_date} changed while the update ran: small object {appended} was "
-                    "appended after the update read it; run the update again")
-            c.execute(r.delete().where(r.c.partition_id == base.partition_id, r.c.lower_bound.is_not(None)))
-            if c.execute(sa.select(r.c.id).where(r.c.partition_id == base.partition_id)).first() is None:
-                c.execute(r.insert().values(partition_id=base.partition_id, lower_bound=None, upper_bound=0,
-                                            content_length=0, row_count=0, create_time=now, update_time=now))
-            c.execute(r.insert().values(partition_id=base.partition_id, lower_bound=0, upper_bound=base.upper,
-                                        content_length=byte_count, row_count=row_count, object_key=object_key,
-                                        create_time=now, update_time=now))
-            c.execute(p.update().where(p.c.id == base.partition_id).values(
-                desired_manifest_version=base.upper, current_manifest_version=base.upper if switched else 0))
-            version = (since[-1].version if since else (base.version or 0)) + 1
+            self._core.ordering_lock(c)  # no small object can be committed to the partitions meanwhile
+            # In id order: two writers locking overlapping partitions never wait on each other crosswise.
+            lock = (sa.select(p.c.id, p.c.switched, p.c.table_id)
+                    .where(p.c.id.in_(sorted(w.base.partition_id for w in writes))).order_by(p.c.id))
+            rows = {row.id: row for row in c.execute(lock.with_for_update() if self._core.dialect == "postgresql"
+                                                     else lock)}
+            (table_id,) = {row.table_id for row in rows.values()}
+            next_versions = {}
+            for base in (w.base for w in writes):
+                since = c.execute(sa.select(v.c.version, v.c.commit_op).where(
+                    v.c.partition_id == base.partition_id, v.c.version > (base.version or 0))
+                    .order_by(v.c.version)).all()
+                blocking = [row for row in since if row.commit_op != "compaction"]
+                if blocking:
+                    raise UpdateConflict(
+                        f"partition {base.partition_date} changed while the update ran: version "
+                        f"{blocking[0].version} ({blocking[0].commit_op}) was published after version "
+                        f"{base.version or 0}, which the update read; run the update again")
+                appended = c.execute(sa.select(sa.func.min(so.c.id)).where(
+                    so.c.partition_id == base.partition_id, so.c.id > base.upper)).scalar_one()
+                if appended is not None:
+                    raise UpdateConflict(
+                        f"partition {base.partition_date} changed while the update ran: small object {appended} "
+                        "was appended after the update read it; run the update again")
+                next_versions[base.partition_id] = (since[-1].version if since else (base.version or 0)) + 1
             table_version, stamp = self._core.new_table_versions(c, [table_id], now, given=given)[table_id]
-            published = PublishedVersion(base.partition_id, version, "update", base.upper, manifest_key, stamp,
-                                         row_count, byte_count, base.upper, table_version, manifest_key)
-            c.execute(v.insert().values(partition_id=base.partition_id, version=version, commit_op="update",
-                                        live_watermark=base.upper, manifest_key=manifest_key,
-                                        covered_upper=base.upper, created_at=stamp, row_count=row_count,
-                                        byte_count=byte_count, table_version=table_version,
-                                        file_list_key=manifest_key))
+            for w in writes:
+                base = w.base
+                c.execute(r.delete().where(r.c.partition_id == base.partition_id, r.c.lower_bound.is_not(None)))
+                if c.execute(sa.select(r.c.id).where(r.c.partition_id == base.partition_id)).first() is None:
+                    c.execute(r.insert().values(partition_id=base.partition_id, lower_bound=None, upper_bound=0,
+                                                content_length=0, row_count=0, create_time=now, update_time=now))
+                c.execute(r.insert().values(partition_id=base.partition_id, lower_bound=0, upper_bound=base.upper,
+                                            content_length=w.byte_count, row_count=w.row_count,
+                                            object_key=w.object_key, create_time=now, update_time=now))
+                c.execute(p.update().where(p.c.id == base.partition_id).values(
+                    desired_manifest_version=base.upper,
+                    current_manifest_version=base.upper if rows[base.partition_id].switched else 0))
+                published.append(PublishedVersion(
+                    base.partition_id, next_versions[base.partition_id], "update", base.upper, w.manifest_key, stamp,
+                    w.row_count, w.byte_count, base.upper, table_version, w.manifest_key))
+            c.execute(v.insert(), [dict(partition_id=x.partition_id, version=x.version, commit_op="update",
+                                        live_watermark=x.live_watermark, manifest_key=x.manifest_key,
+                                        covered_upper=x.covered_upper, created_at=stamp, row_count=x.row_count,
+                                        byte_count=x.byte_count, table_version=table_version,
+                                        file_list_key=x.file_list_key) for x in published])
         return published
 
     def mark(self) -> int:
