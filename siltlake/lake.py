@@ -258,8 +258,9 @@ class Table:
 
     def delete(self, where: str, dates: Any, now: dt.datetime | None = None) -> list[UpdateReport]:
         """Delete the rows matching the Spark SQL predicate `where` from the partitions `dates` (a date, ISO
-        text, several, or "all"), each rewritten as one `update` version; runs on the deployment's Spark."""
-        from siltlake.publish import delete_rows
+        text, several, or "all") as one table version, all of them or none (a missing date is refused first);
+        runs on the deployment's Spark."""
+        from siltlake.publish import delete_where
 
         catalog = self.lake.deployment.catalog
         if isinstance(dates, str) and dates == "all":
@@ -268,7 +269,7 @@ class Table:
             wanted = sorted(_dates(dates) or ())
             if not wanted:
                 raise SiltError(f"{self.name}.delete: give the partitions: a date, several, or dates='all'")
-        return [delete_rows(self.lake.deployment, self.name, date, where, now=now) for date in wanted]
+        return delete_where(self.lake.deployment, self.name, wanted, where, now=now)
 
     def upsert(self, rows: Any, delete_column: str | None = None, now: dt.datetime | None = None) -> UpsertReport:
         """Replace the rows of the same (dt, primary key) with `rows` (a pyarrow Table, or a Spark DataFrame),

@@ -220,3 +220,92 @@ def test_two_deployments_sharing_a_lake_never_reap_each_others_builds(tmp_path_f
     finally:
         for deployment in deployments:
             deployment.close()
+
+
+# --- a build that publishes while the reaper runs (issue 27) -----------------------------------------------
+
+@pytest.fixture
+def sparkless(tmp_path: Path, catalog_url: str) -> Deployment:
+    """A deployment without Spark holding web.access and the derived web.rollup (builds made by hand)."""
+    from .conftest import make_config
+
+    deployment = Deployment(make_config(tmp_path, catalog_url))
+    deployment.init()
+    source = deployment.catalog.tables.create(TableDef.from_mapping(ACCESS_TABLE))
+    table = TableDef.from_mapping({"schema": "web", "name": "rollup", "kind": "derived",
+                                   "columns": [{"name": "hits", "type": "bigint"}]})
+    deployment.catalog.derived.create(DerivedDef.from_mapping({"name": "web.rollup", "query": ROLLUP}), table,
+                                      [source.id], utcnow())
+    yield deployment
+    deployment.close()
+
+
+def silent_build(deployment: Deployment, dates: list[dt.date]):  # noqa: ANN201 - (BuildRecord, publish it)
+    """A build whose builder looks lost (a dead pid on this host) with its objects written, and a function
+    that publishes it."""
+    record = deployment.catalog.derived.get("web.rollup")
+    build = deployment.catalog.derived.start_build(
+        record, reg_key=deployment.instance_key, catalog_id="c", kind="full", host=_host(), pid=dead_pid(),
+        now=utcnow(), dead=lambda _: True)
+    parts = []
+    for date in dates:
+        key, size = write_part(deployment, record, build.name, date)
+        manifest, _ = write_manifests(deployment.lake, record.table.layout(deployment.instance_key), date, 0,
+                                      [(key, size)], label=f"build-{build.id:010d}")
+        parts.append(BuildPartition(date, manifest, 1, size))
+    return build, lambda: deployment.catalog.derived.publish_build(
+        record, build, parts, source_state={}, trigger_value=None, expire_time=None, now=utcnow())
+
+
+def test_a_build_that_publishes_between_the_reapers_snapshot_and_mark_lost_is_kept(
+        sparkless: Deployment, monkeypatch) -> None:
+    from siltlake.derived.reap import reap_derived
+    from siltlake.lake import Lake
+
+    deployment = sparkless
+    build, publish = silent_build(deployment, [FIRST, FIRST + DAY])
+    mark_lost = deployment.catalog.derived.mark_lost
+
+    def publish_first(build_ids, now):  # noqa: ANN001, ANN202 - the builder wins the race
+        publish()
+        return mark_lost(build_ids, now)
+
+    monkeypatch.setattr(deployment.catalog.derived, "mark_lost", publish_first)
+    report = reap_derived(deployment, utcnow(), grace=0)
+    assert build.name not in [name for name, _ in report.deleted]
+    assert build_names(deployment) == {build.name}
+    assert [b.status for b in deployment.catalog.derived.builds(build.derived_id)] == ["published"]
+    assert Lake(deployment).table("web.rollup").to_arrow().num_rows == 2
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("catalog_url", ["postgresql"], indirect=True)
+def test_publishing_a_build_waits_for_the_reaper_marking_it_lost(sparkless: Deployment, catalog_url: str) -> None:
+    """On PostgreSQL publish_build locks the build's row: a reaper's mark_lost in flight wins, and the build is
+    refused instead of published over its failed status (whose files the reaper then deletes)."""
+    import concurrent.futures
+    import time
+
+    import sqlalchemy as sa
+
+    from siltlake.errors import CatalogError
+
+    from .test_derived_cli import waiting_on_a_lock
+
+    deployment = sparkless
+    build, publish = silent_build(deployment, [FIRST])
+    engine = sa.create_engine(catalog_url)
+    try:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            with engine.connect() as reaper, reaper.begin():
+                reaper.exec_driver_sql("UPDATE derived_builds SET status = 'failed' WHERE id = %s AND "
+                                       "status = 'building'", (build.id,))
+                publishing = pool.submit(publish)
+                deadline = dt.datetime.now() + dt.timedelta(seconds=30)
+                while not waiting_on_a_lock(reaper) and not publishing.done() and dt.datetime.now() < deadline:
+                    time.sleep(0.05)
+            with pytest.raises(CatalogError, match="is failed, not running"):
+                publishing.result(60)
+    finally:
+        engine.dispose()
+    assert [b.status for b in deployment.catalog.derived.builds(build.derived_id)] == ["failed"]

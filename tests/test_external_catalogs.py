@@ -268,3 +268,25 @@ def test_partitions_follow_every_version_and_an_earlier_siltlakes_table_is_taken
     assert "/symlink-update-" in partition_storage(spark, hive, DAY)["Location"]
     for date in (DAY, NEXT):
         assert "/live/" not in partition_storage(spark, hive, date)["Location"]
+
+
+def test_partitions_reaped_past_their_ttl_leave_the_metastore(hive_deployment: Deployment, spark) -> None:
+    from siltlake.reap import reap_once
+
+    deployment = hive_deployment
+    prefix = deployment.config.publish.hive.database_prefix
+    table = make_table(deployment, ttl_days=1)
+    for day in (DAY, NEXT):
+        add_small_objects(deployment, table, day, [rows_for(day, 5, day.day)])
+    assert publish_once(deployment, now=tokyo(NEXT, 12)).target_errors == []
+    hive = f"{prefix}web.access"
+    assert [r.partition for r in spark.sql(f"SHOW PARTITIONS {hive}").collect()] == [f"dt={DAY}", f"dt={NEXT}"]
+
+    later = tokyo(NEXT + dt.timedelta(days=1), 12)
+    assert reap_once(deployment, now=later, force=True).reasons["ttl"].rows == 1
+    report = publish_once(deployment, now=later)
+    assert report.target_errors == []
+    assert f"hive: ALTER TABLE `{prefix}web`.`access` DROP IF EXISTS PARTITION (`dt` = '{DAY}')" in report.external
+    assert [r.partition for r in spark.sql(f"SHOW PARTITIONS {hive}").collect()] == [f"dt={NEXT}"]
+    assert "/dt=2026-11-21/symlink-live-" in partition_storage(spark, hive, NEXT)["Location"]
+    assert publish_once(deployment, now=later + dt.timedelta(hours=1)).external == [], "nothing more to drop"

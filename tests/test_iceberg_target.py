@@ -14,14 +14,14 @@ from pathlib import Path
 from urllib.parse import unquote
 
 import pytest
-from pyiceberg.types import LongType, StringType
+from pyiceberg.types import LongType, NestedField, StringType
 
 from siltlake.catalog.core import normalise_url
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.lake import Lake
 from siltlake.merge import merge_once
-from siltlake.publish import publish_once
+from siltlake.publish import delete_rows, publish_once
 from siltlake.publish.iceberg import (
     RUN_PROPERTY,
     VERSION_PROPERTY,
@@ -242,11 +242,13 @@ def test_a_run_that_died_after_its_iceberg_commit_converges_without_adding_twice
     for hour, seed in ((15, 2), (16, 3)):
         add_small_objects(deployment, record, DAY, [rows_for(DAY, 10, seed)])
         publish_once(deployment, now=tokyo(DAY, hour))
+    # An update removes the files versions 3 and 4 added: one run adds and then removes them (issue 27).
+    delete_rows(deployment, "web.access", DAY, "user_id % 2 = 0", now=tokyo(DAY, 16) + dt.timedelta(minutes=30))
     deployment.config.publish.targets = ["iceberg"]
     published(deployment, tokyo(DAY, 17))
     iceberg = open_catalog(deployment).load_table(("web", "access"))
-    assert [s.summary[VERSION_PROPERTY] for s in iceberg.snapshots()] == ["1", "2", "3", "4"]
-    for version in (3, 4):
+    assert [s.summary[VERSION_PROPERTY] for s in iceberg.snapshots()] == ["1", "2", "3", "4", "5"]
+    for version in (3, 4, 5):
         snapshot = snapshot_of_version(iceberg, version)
         assert snapshot.summary[RUN_PROPERTY] == iceberg.current_snapshot().summary[RUN_PROPERTY]
         assert users(iceberg.scan(snapshot_id=snapshot.snapshot_id).to_arrow()) == users(
@@ -265,7 +267,6 @@ def test_a_run_that_died_after_its_iceberg_commit_converges_without_adding_twice
 def test_a_table_of_the_same_name_that_is_not_ours_is_refused(deployment: Deployment, owner: str) -> None:
     with_iceberg(deployment)
     from pyiceberg.schema import Schema
-    from pyiceberg.types import NestedField
 
     record = make_table(deployment)
     # Another deployment sharing the Iceberg catalog has its own table ids: the instance key tells them apart.
@@ -275,9 +276,25 @@ def test_a_table_of_the_same_name_that_is_not_ours_is_refused(deployment: Deploy
                                           properties=properties)
     report = publish_once(deployment, now=tokyo(DAY, 12))
     assert report.target_errors == [
-        f"iceberg: Iceberg table web.access already exists and is not siltlake's table web.access (table {record.id} "
-        "of this deployment); drop it there, or set publish.iceberg.namespace_prefix"]
+        f"iceberg: web.access: Iceberg table web.access already exists and is not siltlake's table web.access "
+        f"(table {record.id} of this deployment); drop it there, or set publish.iceberg.namespace_prefix"]
     assert [f.name for f in open_catalog(deployment).load_table(("web", "access")).schema().fields] == ["x"]
+
+
+def test_a_table_that_fails_is_reported_and_the_others_are_synced(deployment: Deployment) -> None:
+    with_iceberg(deployment)
+    from pyiceberg.schema import Schema
+
+    refused = make_table(deployment)
+    other = make_table(deployment, "visits")
+    open_catalog(deployment).create_namespace_if_not_exists("web")
+    open_catalog(deployment).create_table(("web", "access"), Schema(NestedField(1, "x", StringType())))
+    add_small_objects(deployment, other, DAY, [rows_for(DAY, 10, 0)])
+    report = publish_once(deployment, now=tokyo(DAY, 12))
+    assert len(report.target_errors) == 1 and "web.access already exists" in report.target_errors[0]
+    assert f"table {refused.id}" in report.target_errors[0]
+    assert any("CREATE TABLE web.visits" in s for s in report.external), report.external
+    assert_same_as_siltlake(deployment, "web.visits", ("web", "visits"))
 
 
 def test_the_iceberg_catalog_sits_beside_siltlakes(deployment: Deployment) -> None:

@@ -190,3 +190,39 @@ def test_merged_versions_publish_in_one_batch_and_skip_only_the_partition_that_m
     (late,) = again.merged_versions
     assert (late.partition_id, late.version, late.row_count) == (by_date[days[0]], 2, 5)
     assert publish_once(deployment, now=tokyo(next_day, 4)).merged_versions == []
+
+
+def test_version_times_only_go_forward(deployment: Deployment, monkeypatch) -> None:
+    """A --now earlier than the table's newest version is refused; a clock behind it is moved past it, so
+    TIMESTAMP AS OF never shows a state that did not exist."""
+    import pytest
+
+    from siltlake.catalog import VersionTimeBehind
+    from siltlake.lake import Lake
+    from siltlake.publish import delete_rows
+
+    table = make_table(deployment)
+    add_small_objects(deployment, table, DAY, [rows_for(DAY, 40, 0)])
+    noon = tokyo(DAY, 12)
+    publish_once(deployment, now=noon)
+    add_small_objects(deployment, table, DAY, [rows_for(DAY, 10, 1)])
+    with pytest.raises(VersionTimeBehind, match=r"web\.access.*2026-11-\d\d 03:00:00 UTC"):
+        publish_once(deployment, now=noon - dt.timedelta(minutes=1))
+    silt = silt_in_process(deployment, monkeypatch)
+    refused = silt("publish", "--once", "--now", "2026-11-01T00:00:00Z", code=2)
+    assert "before it" in refused, refused
+    assert Lake(deployment).table("web.access").version == 1, "nothing was published"
+
+    # A host whose clock is behind: the version is stamped just after the newest one.
+    monkeypatch.setattr("siltlake.publish.runner.utcnow", lambda: noon - dt.timedelta(hours=1))
+    (appended,) = publish_once(deployment).live_versions
+    assert appended.created_at == noon + dt.timedelta(microseconds=1)
+    access = Lake(deployment).table("web.access")
+    assert access.to_arrow(as_of=noon).num_rows == 40
+    assert access.to_arrow(as_of=appended.created_at).num_rows == 50
+    monkeypatch.setattr("siltlake.publish.update.utcnow", lambda: noon - dt.timedelta(hours=2))
+    deleted = delete_rows(deployment, "web.access", DAY, "user_id < 5")
+    assert deleted.version is not None
+    assert deleted.version.created_at == noon + dt.timedelta(microseconds=2)
+    assert access.to_arrow(as_of=appended.created_at).num_rows == 50
+    assert access.to_arrow().num_rows == 45

@@ -59,13 +59,14 @@ def test_a_delete_on_a_live_day_is_one_version_and_later_appends_merges_and_the_
     publish_once(deployment, now=tokyo(DAY, 12))
     merge_once(deployment)  # merged ranges exist before the update: it replaces them
 
-    report = delete_rows(deployment, "web.access", DAY, "action = 'a1'")
+    # Stamped on the test's clock: a version time cannot go back to tokyo(DAY, 13) after the real clock's.
+    report = delete_rows(deployment, "web.access", DAY, "action = 'a1'", now=tokyo(DAY, 12))
     without_a1 = expected_rows([(0, 40), (1, 40), (2, 40)], drop=lambda r: r["action"] == "a1")
     assert report.rows_before == 120 and report.rows_after == sum(without_a1.values()) < 120
     assert (report.version.version, report.version.commit_op) == (2, "update")
     assert visible(spark, deployment) == without_a1
     assert manifest_rows(deployment, report.version.manifest_key) == without_a1, "other engines read the manifest"
-    again = delete_rows(deployment, "web.access", DAY, "action = 'a1'")
+    again = delete_rows(deployment, "web.access", DAY, "action = 'a1'", now=tokyo(DAY, 12))
     assert again.version is None and again.rows_after == again.rows_before, "nothing matched: no new version"
 
     # Appended after the update: readers see the update plus the new live object at once.
@@ -289,7 +290,7 @@ def test_a_merge_job_racing_an_update_is_retried_and_merges_only_what_came_after
     add_small_objects(deployment, table, DAY, [rows_for(DAY, 20, s) for s in range(2)])
     update = prepare_overwrite(deployment, "web.access", DAY, spark.createDataFrame(
         [(r["utc_event_time"], r["user_id"], "x") for r in rows_for(DAY, 3, 4)],
-        "utc_event_time timestamp, user_id bigint, action string"))
+        "utc_event_time timestamp, user_id bigint, action string"), now=tokyo(DAY, 12))
     merge_once(deployment)  # merges the two objects the update replaces
     update.commit()
     add_small_objects(deployment, table, DAY, [rows_for(DAY, 5, 6)])
@@ -316,3 +317,48 @@ def test_delete_command(deployment: Deployment, monkeypatch) -> None:
     assert "cannot use --where" in silt("delete", "web.access", "--where", "nope(", "--date", "2026-11-20", code=2)
     history = json.loads(silt("history", "web.access", "--format", "json"))
     assert [(v["op"], v["rows"], v["created_at"]) for v in history] == [("update", 9, "2026-11-20 05:00:00")]
+
+
+def update_objects(deployment: Deployment) -> list[str]:
+    """Keys of the update objects and update manifests under the lake."""
+    return sorted(info.key for info in deployment.lake.list(f"{deployment.instance_key}/")
+                  if "update-" in info.key.rsplit("/", 2)[-2] + info.key.rsplit("/", 1)[-1])
+
+
+def test_a_delete_over_several_dates_is_one_table_version_all_or_nothing(deployment: Deployment, spark,
+                                                                         monkeypatch) -> None:
+    from siltlake.lake import Lake
+    from siltlake.publish.update import prepare_deletes
+
+    table = make_table(deployment)
+    add_small_objects(deployment, table, DAY, [rows_for(DAY, 40, 0)])
+    add_small_objects(deployment, table, NEXT_DAY, [rows_for(NEXT_DAY, 40, 1)])
+    publish_once(deployment, now=tokyo(NEXT_DAY, 12))
+    access = Lake(deployment).table("web.access")
+    before = access.to_arrow().num_rows
+    silt = silt_in_process(deployment, monkeypatch)
+
+    # A missing date is refused, naming it, before any partition is rewritten.
+    refused = silt("delete", "web.access", "--where", "user_id % 2 = 0", "--date", str(DAY), "--date",
+                   "2026-11-25", code=2)
+    assert "2026-11-25" in refused and str(DAY) not in refused.split("2026-11-25")[0].split("no partition")[-1]
+    assert access.to_arrow().num_rows == before and update_objects(deployment) == []
+
+    # A conflict on one partition (an append committed meanwhile) fails all of it; its objects are deleted.
+    prepared = prepare_deletes(deployment, "web.access", [DAY, NEXT_DAY], "user_id % 2 = 0")
+    assert update_objects(deployment), "both partitions' objects are written"
+    add_small_objects(deployment, table, NEXT_DAY, [rows_for(NEXT_DAY, 5, 2)])
+    with pytest.raises(UpdateConflict, match=str(NEXT_DAY)):
+        prepared.commit()
+    assert update_objects(deployment) == [] and access.version == 1
+    assert access.to_arrow().num_rows == before + 5
+
+    # Several dates: one table version holding a version of each partition.
+    output = silt("delete", "web.access", "--where", "user_id % 2 = 0", "--date", str(DAY), "--date", str(NEXT_DAY))
+    assert str(DAY) in output and str(NEXT_DAY) in output
+    assert access.version == 2 and access.to_arrow().num_rows == 20 + 20 + 2, "odd user ids"
+    silt("delete", "web.access", "--where", "user_id % 3 = 1", "--all-dates")
+    assert access.version == 3
+    versions = deployment.catalog.versions.of_partitions([p.id for p in deployment.catalog.partitions.list(table.id)])
+    assert sorted((v.table_version, v.commit_op) for v in versions if v.commit_op == "update") == [
+        (2, "update"), (2, "update"), (3, "update"), (3, "update")]

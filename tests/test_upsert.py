@@ -152,7 +152,7 @@ def test_upserts_replace_and_delete_keys_at_their_versions_and_merges_keep_them(
     assert ops == ["append", "merge", "append"]
 
     # Reap keeps what versions list and deletes what an aborted upsert left (its manifest, its moved object).
-    def fail(*args: object) -> None:
+    def fail(*args: object, **kwargs: object) -> None:
         raise RuntimeError("the catalog went away")
 
     original_add = StreamCommit.add_merge_versions
@@ -308,14 +308,15 @@ def test_merge_then_compaction_keeps_the_upsert_at_every_table_version(pg: Deplo
     pending = pg.catalog.versions.merged_to_publish()
     tables = {table.id: table}
     key = _write_merged_manifests(pg, tables, pending[0])
-    (first,) = upsert(pg, "web.access", upsert_rows([0, 2_000_001], "new")).partitions  # committed between them
+    (first,) = upsert(pg, "web.access", upsert_rows([0, 2_000_001], "new"),  # committed between them
+                      now=tokyo(NEXT_DAY, 3)).partitions
     assert pg.catalog.versions.publish_merged(pending[0], key, tokyo(NEXT_DAY, 3)) is None, "left for the next run"
     (compaction,) = publish_once(pg, now=tokyo(NEXT_DAY, 4)).merged_versions
     assert compaction.covered_upper == first.version.covered_upper > only_partition(pg, table).desired_manifest_version
     expected = {**original(), **original(range(2, 3), 4), (DAY, 0): "new", (DAY, 2_000_001): "new"}
     assert seen(pg) == expected
     # A second upsert, then a merge that covers both upserts' objects: every version keeps what it showed.
-    (second,) = upsert(pg, "web.access", upsert_rows([1], "newer")).partitions
+    (second,) = upsert(pg, "web.access", upsert_rows([1], "newer"), now=tokyo(NEXT_DAY, 4)).partitions
     merge_once(pg)
     (last,) = publish_once(pg, now=tokyo(NEXT_DAY, 5)).merged_versions
     assert last.covered_upper == second.version.covered_upper

@@ -33,7 +33,9 @@ from siltlake.catalog.records import (
     UnknownObject,
     UpdateBase,
     UpdateConflict,
+    UpdateWrite,
     VersionOutOfRange,
+    VersionTimeBehind,
 )
 
 __all__ = [
@@ -67,5 +69,7 @@ __all__ = [
     "UnknownObject",
     "UpdateBase",
     "UpdateConflict",
+    "UpdateWrite",
     "VersionOutOfRange",
+    "VersionTimeBehind",
 ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote
@@ -22,7 +22,7 @@ from sqlalchemy.exc import (
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from siltlake.catalog import schema as s
-from siltlake.catalog.records import TableRecord
+from siltlake.catalog.records import TableRecord, VersionTimeBehind
 from siltlake.errors import CatalogError, CatalogUnreachable
 from siltlake.tabledef import TableDef
 
@@ -30,6 +30,8 @@ MIGRATIONS = Path(__file__).with_name("migrations")
 # The newest migration's revision (tests check it against Alembic's head): check_ready() compares it with
 # the catalog's without importing Alembic, which would double a read-only command's start-up time.
 HEAD_REVISION = "0008"
+
+_TICK = dt.timedelta(microseconds=1)  # how far a version stamped on a clock behind goes past the newest
 
 
 def catalog_unavailable(exc: BaseException) -> bool:
@@ -262,6 +264,35 @@ class CatalogCore:
         columns = [key] if isinstance(key, str) else list(key)
         statement = insert(table).values(values).on_conflict_do_nothing(index_elements=columns)
         return len(c.execute(statement.returning(table.c[columns[0]])).all())
+
+    def new_table_versions(self, c: Connection, table_ids: Collection[int], now: dt.datetime, *,
+                           given: bool) -> dict[int, tuple[int, dt.datetime]]:
+        """Add a version to each table: {table id: (its number, its time)}. A table's version times strictly
+        increase, else TIMESTAMP AS OF would show states that never existed: `now` earlier than the newest
+        version is refused when the user `given` it, and a clock behind (another host's) or a time equal to
+        it stamps the newest time plus a microsecond."""
+        t, p, v = s.tables, s.partitions, s.partition_versions
+        ids = sorted(set(table_ids))
+        if not ids:
+            return {}
+        # The table rows' locks (SQLite: the write lock) order commits to a table, so the newest time read
+        # after them is final until this transaction ends.
+        numbers = {row.id: row for row in c.execute(t.update().where(t.c.id.in_(ids)).values(
+            version=t.c.version + 1).returning(t.c.id, t.c.version, t.c.schema_name, t.c.table_name))}
+        newest = dict(c.execute(sa.select(p.c.table_id, sa.func.max(v.c.created_at))
+                                .select_from(v.join(p, p.c.id == v.c.partition_id))
+                                .where(p.c.table_id.in_(ids)).group_by(p.c.table_id)).all())
+        stamped = {}
+        for table_id, row in numbers.items():
+            last = newest.get(table_id)
+            if last is not None and given and now < last:
+                raise VersionTimeBehind(
+                    f"{row.schema_name}.{row.table_name}'s newest version was published at "
+                    f"{last.isoformat(sep=' ')} UTC; a new version cannot be stamped {now.isoformat(sep=' ')} UTC, "
+                    "before it (TIMESTAMP AS OF would show a state that never existed): give a later time (--now), or "
+                    "none for the current time; nothing was published")
+            stamped[table_id] = (row.version, now if last is None or now > last else last + _TICK)
+        return stamped
 
     def ordering_lock(self, c: Connection) -> None:
         """The lock stream commits hold while adding small objects (SQLite: its write lock is already held)."""

@@ -150,16 +150,20 @@ class Derived:
 
     def publish_build(self, record: DerivedRecord, build: BuildRecord, partitions: Sequence[BuildPartition], *,
                       source_state: dict, trigger_value: str | None, expire_time: dt.datetime | None,
-                      now: dt.datetime) -> int | None:
+                      now: dt.datetime, given: bool = False) -> int | None:
         """Publish the build's dates as new versions of the derived table's partitions, in one transaction
         (readers see all of them or none), make it active, and return the table version it published (None:
         no date changed).
 
         Builds published earlier that no partition's newest version comes from any more leave the active list."""
-        p, v, b, a, t = s.partitions, s.partition_versions, s.derived_builds, s.active_derived_builds, s.tables
+        p, v, b, a = s.partitions, s.partition_versions, s.derived_builds, s.active_derived_builds
         table_id = record.table.id
         with self._core.tx() as c:
-            state = c.execute(sa.select(b.c.status).where(b.c.id == build.id)).scalar_one()
+            # The row lock orders this against the reaper's mark_lost on PostgreSQL: either the reaper marks the
+            # build failed first (and it is not published), or it finds it published and leaves it (SQLite's
+            # BEGIN IMMEDIATE serialises the two already).
+            status = sa.select(b.c.status).where(b.c.id == build.id)
+            state = c.execute(status.with_for_update() if self._core.dialect == "postgresql" else status).scalar_one()
             if state != "building":
                 raise CatalogError(f"build {build.name} of {record.qualified_name} is {state}, not running: "
                                    "another process took it over; not published")
@@ -175,12 +179,11 @@ class Derived:
                                     .where(v.c.partition_id.in_(ids)).group_by(v.c.partition_id)).all())
             table_version = None  # nothing changed: no new table version
             if partitions:
-                table_version = c.execute(t.update().where(t.c.id == table_id).values(version=t.c.version + 1)
-                                          .returning(t.c.version)).scalar_one()
+                table_version, stamp = self._core.new_table_versions(c, [table_id], now, given=given)[table_id]
                 c.execute(v.insert(), [dict(
                     partition_id=known[item.partition_date], version=newest.get(known[item.partition_date], 0) + 1,
                     commit_op="update", live_watermark=0, manifest_key=item.manifest_key, covered_upper=0,
-                    created_at=now, row_count=item.row_count, byte_count=item.byte_count, table_version=table_version,
+                    created_at=stamp, row_count=item.row_count, byte_count=item.byte_count, table_version=table_version,
                     file_list_key=item.manifest_key, build_id=build.id) for item in partitions])
             c.execute(b.update().where(b.c.id == build.id).values(
                 status="published", end_time=now, heartbeat_time=now, source_state=json.dumps(source_state),
@@ -238,10 +241,14 @@ class Derived:
         with self._core.tx() as c:
             return c.execute(a.delete().where(a.c.build_id.in_(list(build_ids)))).rowcount
 
-    def mark_lost(self, build_ids: Sequence[int], now: dt.datetime) -> None:
+    def mark_lost(self, build_ids: Sequence[int], now: dt.datetime) -> set[int]:
+        """Mark these running builds failed; return those it moved (a build that published or failed since
+        it was read is left as it is, and must not be deleted)."""
         b = s.derived_builds
-        if build_ids:
-            with self._core.tx() as c:
-                c.execute(b.update().where(b.c.id.in_(list(build_ids)), b.c.status == "building").values(
-                    status="failed", end_time=now, error="builder lost: its process is gone or silent"))
+        if not build_ids:
+            return set()
+        with self._core.tx() as c:
+            return set(c.execute(b.update().where(b.c.id.in_(list(build_ids)), b.c.status == "building").values(
+                status="failed", end_time=now, error="builder lost: its process is gone or silent")
+                .returning(b.c.id)).scalars())
 

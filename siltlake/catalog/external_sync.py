@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from collections.abc import Sequence
 
@@ -74,6 +75,20 @@ class ExternalSync:
             ).all()
         return [PartitionToSync(r.id, r.table_id, r.partition_date, r.file_list_key, r.known is not None)
                 for r in rows]
+
+    def published_dates(self, target: str) -> dict[int, set[dt.date]]:
+        """The dates of the partitions with a published version, of each table the target has: what it may
+        show (a partition reap removed past its TTL, or recreated by a late object and not yet published, is
+        not among them)."""
+        p, v, e = s.partitions, s.partition_versions, s.external_tables
+        dates: dict[int, set[dt.date]] = {}
+        with self._core.tx() as c:
+            for table_id, date in c.execute(
+                    sa.select(p.c.table_id, p.c.partition_date)
+                    .select_from(p.join(e, sa.and_(e.c.table_id == p.c.table_id, e.c.target == target)))
+                    .where(sa.exists().where(v.c.partition_id == p.c.id))):
+                dates.setdefault(table_id, set()).add(date)
+        return dates
 
     def partition_manifests(self, target: str, partition_ids: Sequence[int]) -> dict[int, str | None]:
         """The file list key (None: a live directory) the target points each of these partitions at, for

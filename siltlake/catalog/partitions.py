@@ -455,20 +455,19 @@ class StreamCommit:
                          objects, sum(o[3] for o in added), sum(o[2] for o in added))
 
     def add_merge_versions(self, table_id: int, versions: Collection[tuple[MergeBase, int, str]],
-                           now: dt.datetime) -> list[PublishedVersion]:
+                           now: dt.datetime, given: bool = False) -> list[PublishedVersion]:
         """Publish `merge` versions, (base, upper, manifest key) each, as one new table version: each shows its
         manifest, which lists everything the partition holds up to `upper` (manifest_key = file_list_key)."""
-        t, v = s.tables, s.partition_versions
+        v = s.partition_versions
         if not versions:
             return []
-        table_version = self._c.execute(t.update().where(t.c.id == table_id).values(version=t.c.version + 1)
-                                        .returning(t.c.version)).scalar_one()
+        table_version, stamp = self._core.new_table_versions(self._c, [table_id], now, given=given)[table_id]
         published = [PublishedVersion(
-            base.partition_id, (base.version or 0) + 1, "merge", upper, key, now, base.row_count + base.added_rows,
+            base.partition_id, (base.version or 0) + 1, "merge", upper, key, stamp, base.row_count + base.added_rows,
             base.byte_count + base.added_bytes, upper, table_version, key) for base, upper, key in versions]
         self._c.execute(v.insert(), [dict(
             partition_id=x.partition_id, version=x.version, commit_op=x.commit_op, live_watermark=x.live_watermark,
-            manifest_key=x.manifest_key, covered_upper=x.covered_upper, created_at=now, row_count=x.row_count,
+            manifest_key=x.manifest_key, covered_upper=x.covered_upper, created_at=x.created_at, row_count=x.row_count,
             byte_count=x.byte_count, table_version=x.table_version, file_list_key=x.file_list_key)
             for x in published])
         return published

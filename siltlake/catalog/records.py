@@ -28,6 +28,10 @@ class VersionOutOfRange(SiltError):
     """Time travel to a table version (or time) the table does not have."""
 
 
+class VersionTimeBehind(CatalogError):
+    """A user-given time is earlier than the table's newest version: version times only go forward."""
+
+
 # --- tables, staging objects, partitions and small objects -------------------------------------------
 
 
@@ -270,6 +274,17 @@ class PartitionView:
     version: int | None  # None: never published (a new partition read at the current state)
     live_object_ids: tuple[int, ...] = ()
     manifest_key: str | None = None
+
+
+@dataclass(frozen=True)
+class UpdateWrite:
+    """An update's written object of one partition, read from `base`: what commit_updates publishes."""
+
+    base: UpdateBase
+    object_key: str
+    manifest_key: str
+    row_count: int
+    byte_count: int
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from siltlake.catalog.records import (
     SwitchedPartition,
     UpdateBase,
     UpdateConflict,
+    UpdateWrite,
     VersionOutOfRange,
 )
 from siltlake.errors import NotFoundError
@@ -160,27 +161,28 @@ class Versions:
         return published[0] if published else None
 
     def publish_merged_many(self, items: Sequence[tuple[SwitchedPartition, str]],
-                            now: dt.datetime) -> list[PublishedVersion]:
+                            now: dt.datetime, *, given: bool = False) -> list[PublishedVersion]:
         """publish_merged for many partitions, in one transaction per MERGED_CAS_BATCH of them; a
         partition whose current or desired moved since it was read is left out (the next run publishes
         it), the others are not."""
         published: list[PublishedVersion] = []
         for start in range(0, len(items), MERGED_CAS_BATCH):
-            published += self.commit([], items[start:start + MERGED_CAS_BATCH], now)[1]
+            published += self.commit([], items[start:start + MERGED_CAS_BATCH], now, given=given)[1]
         return published
 
     def commit(self, live: Sequence[tuple[LiveCandidate, str | None]],
                merged: Sequence[tuple[SwitchedPartition, str]],
-               now: dt.datetime) -> tuple[list[PublishedVersion], list[PublishedVersion]]:
+               now: dt.datetime, *, given: bool = False) -> tuple[list[PublishedVersion], list[PublishedVersion]]:
         """Publish append versions (each with its file list's key) and merged versions (each with its
-        manifest's key) in one transaction, which is one new table version of every table it changes.
+        manifest's key) in one transaction, which is one new table version of every table it changes,
+        stamped `now` (CatalogCore.new_table_versions: `given` says the user gave it).
 
         Each is a compare-and-swap: an append version only if its partition is still not switched and its
         newest version is still the one read (under the partition's row lock, which updates take too); a
         merged version only where current and desired are both still as read (one UPDATE ... RETURNING
         tells which partitions moved). The ones left out are published by the next run.
         """
-        p, v, t = s.partitions, s.partition_versions, s.tables
+        p, v = s.partitions, s.partition_versions
         by_id = {partition.partition_id: (partition, key) for partition, key in merged}
         assert len(by_id) == len(merged), "one item per partition"
         published_live: list[PublishedVersion] = []
@@ -228,22 +230,23 @@ class Versions:
                              | {x.table_id for x, _ in merged if x.partition_id in moved})
             if not changed:
                 return [], []
-            table_versions = dict(c.execute(t.update().where(t.c.id.in_(changed)).values(version=t.c.version + 1)
-                                            .returning(t.c.id, t.c.version)).all())
+            table_versions = self._core.new_table_versions(c, changed, now, given=given)
             for x, key in kept_live:
+                number, stamp = table_versions[x.table_id]
                 published_live.append(PublishedVersion(
-                    x.partition_id, x.version, "append", x.watermark, x.manifest_key, now, x.row_count, x.byte_count,
-                    x.covered_upper, table_versions[x.table_id], key))
+                    x.partition_id, x.version, "append", x.watermark, x.manifest_key, stamp, x.row_count,
+                    x.byte_count, x.covered_upper, number, key))
             for x, key in merged:
                 if x.partition_id in moved:
+                    number, stamp = table_versions[x.table_id]
                     published_merged.append(PublishedVersion(
-                        x.partition_id, newest_merged.get(x.partition_id, 0) + 1, "compaction", None, key, now,
+                        x.partition_id, newest_merged.get(x.partition_id, 0) + 1, "compaction", None, key, stamp,
                         sum(r.row_count for r in x.ranges) + sum(o[3] for o in x.beyond),
                         sum(r.content_length for r in x.ranges) + sum(o[2] for o in x.beyond), x.upper,
-                        table_versions[x.table_id], key))
+                        number, key))
             c.execute(v.insert(), [dict(partition_id=x.partition_id, version=x.version, commit_op=x.commit_op,
                                         live_watermark=x.live_watermark, manifest_key=x.manifest_key,
-                                        covered_upper=x.covered_upper, created_at=now, row_count=x.row_count,
+                                        covered_upper=x.covered_upper, created_at=x.created_at, row_count=x.row_count,
                                         byte_count=x.byte_count, table_version=x.table_version,
                                         file_list_key=x.file_list_key)
                                    for x in published_live + published_merged])
@@ -272,54 +275,66 @@ class Versions:
                           newest.manifest_key if newest is not None else None, covered,
                           tuple((row.id, row.delayed) for row in objects), objects[-1].id if objects else covered)
 
-    def commit_update(self, base: UpdateBase, *, object_key: str, manifest_key: str, row_count: int,
-                      byte_count: int, now: dt.datetime) -> PublishedVersion:
-        """Publish an update's object as the partition's whole content, if nothing but compactions
-        happened since `base` was read (a compaction loses: its output becomes garbage for reap).
+    def commit_updates(self, writes: Sequence[UpdateWrite], now: dt.datetime, *,
+                       given: bool = False) -> list[PublishedVersion]:
+        """Publish updates of partitions of one table as one table version, in one transaction: all of them
+        or, if any partition had anything but compactions since its base was read, none (UpdateConflict; a
+        compaction loses: its output becomes garbage for reap).
 
-        The object becomes the partition's one merged range (0, upper]: later small objects chain after
+        Each object becomes its partition's one merged range (0, upper]: later small objects chain after
         it, and merges extend it like any range.
         """
         p, so, v, r = s.partitions, s.small_objects, s.partition_versions, s.merge_ranges
+        if not writes:
+            return []
+        published = []
         with self._core.tx() as c:
-            self._core.ordering_lock(c)  # no small object can be committed to the partition meanwhile
-            lock = sa.select(p.c.switched).where(p.c.id == base.partition_id)
-            switched = c.execute(lock.with_for_update() if self._core.dialect == "postgresql" else lock).scalar_one()
-            since = c.execute(sa.select(v.c.version, v.c.commit_op).where(
-                v.c.partition_id == base.partition_id, v.c.version > (base.version or 0)).order_by(v.c.version)).all()
-            blocking = [row for row in since if row.commit_op != "compaction"]
-            if blocking:
-                raise UpdateConflict(
-                    f"partition {base.partition_date} changed while the update ran: version {blocking[0].version} "
-                    f"({blocking[0].commit_op}) was published after version {base.version or 0}, which the update "
-                    "read; run the update again")
-            appended = c.execute(sa.select(sa.func.min(so.c.id)).where(
-                so.c.partition_id == base.partition_id, so.c.id > base.upper)).scalar_one()
-            if appended is not None:
-                raise UpdateConflict(
-                    f"partition {base.partition_date} changed while the update ran: small object {appended} was "
-                    "appended after the update read it; run the update again")
-            c.execute(r.delete().where(r.c.partition_id == base.partition_id, r.c.lower_bound.is_not(None)))
-            if c.execute(sa.select(r.c.id).where(r.c.partition_id == base.partition_id)).first() is None:
-                c.execute(r.insert().values(partition_id=base.partition_id, lower_bound=None, upper_bound=0,
-                                            content_length=0, row_count=0, create_time=now, update_time=now))
-            c.execute(r.insert().values(partition_id=base.partition_id, lower_bound=0, upper_bound=base.upper,
-                                        content_length=byte_count, row_count=row_count, object_key=object_key,
-                                        create_time=now, update_time=now))
-            c.execute(p.update().where(p.c.id == base.partition_id).values(
-                desired_manifest_version=base.upper, current_manifest_version=base.upper if switched else 0))
-            version = (since[-1].version if since else (base.version or 0)) + 1
-            t = s.tables
-            table_version = c.execute(t.update().where(t.c.id == sa.select(p.c.table_id).where(
-                p.c.id == base.partition_id).scalar_subquery()).values(version=t.c.version + 1)
-                .returning(t.c.version)).scalar_one()
-            published = PublishedVersion(base.partition_id, version, "update", base.upper, manifest_key, now,
-                                         row_count, byte_count, base.upper, table_version, manifest_key)
-            c.execute(v.insert().values(partition_id=base.partition_id, version=version, commit_op="update",
-                                        live_watermark=base.upper, manifest_key=manifest_key,
-                                        covered_upper=base.upper, created_at=now, row_count=row_count,
-                                        byte_count=byte_count, table_version=table_version,
-                                        file_list_key=manifest_key))
+            self._core.ordering_lock(c)  # no small object can be committed to the partitions meanwhile
+            # In id order: two writers locking overlapping partitions never wait on each other crosswise.
+            lock = (sa.select(p.c.id, p.c.switched, p.c.table_id)
+                    .where(p.c.id.in_(sorted(w.base.partition_id for w in writes))).order_by(p.c.id))
+            rows = {row.id: row for row in c.execute(lock.with_for_update() if self._core.dialect == "postgresql"
+                                                     else lock)}
+            (table_id,) = {row.table_id for row in rows.values()}
+            next_versions = {}
+            for base in (w.base for w in writes):
+                since = c.execute(sa.select(v.c.version, v.c.commit_op).where(
+                    v.c.partition_id == base.partition_id, v.c.version > (base.version or 0))
+                    .order_by(v.c.version)).all()
+                blocking = [row for row in since if row.commit_op != "compaction"]
+                if blocking:
+                    raise UpdateConflict(
+                        f"partition {base.partition_date} changed while the update ran: version "
+                        f"{blocking[0].version} ({blocking[0].commit_op}) was published after version "
+                        f"{base.version or 0}, which the update read; run the update again")
+                appended = c.execute(sa.select(sa.func.min(so.c.id)).where(
+                    so.c.partition_id == base.partition_id, so.c.id > base.upper)).scalar_one()
+                if appended is not None:
+                    raise UpdateConflict(
+                        f"partition {base.partition_date} changed while the update ran: small object {appended} "
+                        "was appended after the update read it; run the update again")
+                next_versions[base.partition_id] = (since[-1].version if since else (base.version or 0)) + 1
+            table_version, stamp = self._core.new_table_versions(c, [table_id], now, given=given)[table_id]
+            for w in writes:
+                base = w.base
+                c.execute(r.delete().where(r.c.partition_id == base.partition_id, r.c.lower_bound.is_not(None)))
+                if c.execute(sa.select(r.c.id).where(r.c.partition_id == base.partition_id)).first() is None:
+                    c.execute(r.insert().values(partition_id=base.partition_id, lower_bound=None, upper_bound=0,
+                                                content_length=0, row_count=0, create_time=now, update_time=now))
+                c.execute(r.insert().values(partition_id=base.partition_id, lower_bound=0, upper_bound=base.upper,
+                                            content_length=w.byte_count, row_count=w.row_count,
+                                            object_key=w.object_key, create_time=now, update_time=now))
+                c.execute(p.update().where(p.c.id == base.partition_id).values(
+                    desired_manifest_version=base.upper,
+                    current_manifest_version=base.upper if rows[base.partition_id].switched else 0))
+                published.append(PublishedVersion(
+                    base.partition_id, next_versions[base.partition_id], "update", base.upper, w.manifest_key, stamp,
+                    w.row_count, w.byte_count, base.upper, table_version, w.manifest_key))
+            c.execute(v.insert(), [dict(partition_id=x.partition_id, version=x.version, commit_op="update",
+                                        live_watermark=x.live_watermark, manifest_key=x.manifest_key,
+                                        covered_upper=x.covered_upper, created_at=stamp, row_count=x.row_count,
+                                        byte_count=x.byte_count, table_version=table_version,
+                                        file_list_key=x.file_list_key) for x in published])
         return published
 
     def mark(self) -> int:

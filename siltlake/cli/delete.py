@@ -1,4 +1,4 @@
-"""`silt delete`: delete the rows matching a predicate, one `update` version per partition."""
+"""`silt delete`: delete the rows matching a predicate from some partitions, as one table version."""
 
 from __future__ import annotations
 
@@ -25,9 +25,10 @@ OUTCOME_COLUMNS = (Column("dt"), Column("rows before", show=format_count, right=
 @friendly
 def delete(context: click.Context, name: str, where: str, dates: tuple[dt.date, ...], all_dates: bool,
            now_text: str | None) -> None:
-    """Delete the rows matching --where (e.g. an erasure request): one `update` version per partition,
-    stamped with --now's time."""
-    from siltlake.publish import delete_rows
+    """Delete the rows matching --where (e.g. an erasure request) from every partition given, as one table
+    version stamped with --now's time: readers see all of it or none. A date the table lacks is refused
+    before anything is rewritten."""
+    from siltlake.publish import delete_where
 
     if bool(dates) == all_dates:
         raise click.UsageError("give the partitions: --date YYYY-MM-DD (repeatable) or --all-dates")
@@ -35,11 +36,9 @@ def delete(context: click.Context, name: str, where: str, dates: tuple[dt.date, 
     deployment = deployment_of(context)
     record = deployment.catalog.tables.get(name)
     wanted = [p.partition_date for p in deployment.catalog.partitions.list(record.id)] if all_dates else list(dates)
-    outcome = []
     with activity(f"deleting from {name}…") as step:
-        for done, date in enumerate(wanted):
-            step(f"deleting from {name} dt={date} ({done + 1} of {len(wanted)} partitions)…")
-            report = delete_rows(deployment, name, date, where, now=now)
-            outcome.append((date.isoformat(), report.rows_before, report.rows_before - report.rows_after,
-                            str(report.version.version) if report.version else "unchanged"))
-    out.print(grid(OUTCOME_COLUMNS, outcome))
+        reports = delete_where(deployment, name, wanted, where, now=now, progress=lambda done, date: step(
+            f"deleting from {name} dt={date} ({done + 1} of {len(wanted)} partitions)…"))
+    out.print(grid(OUTCOME_COLUMNS, [
+        (report.partition_date.isoformat(), report.rows_before, report.rows_before - report.rows_after,
+         str(report.version.version) if report.version else "unchanged") for report in reports]))

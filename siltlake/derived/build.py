@@ -104,6 +104,7 @@ def build_derived(deployment: Deployment, name: str, *, full: bool = False, trig
                          source_versions={s.qualified_name: state[str(s.id)]["version"] for s in sources})
     if definition.rule == "sql" and trigger_value is None:
         trigger_value = trigger_value_of(deployment, record)
+    given = now is not None
     now = now or utcnow()
     build = catalog.derived.start_build(record, reg_key=deployment.instance_key,
                                         catalog_id=catalog.instances.ensure_catalog_id(), kind=report.kind,
@@ -120,7 +121,7 @@ def build_derived(deployment: Deployment, name: str, *, full: bool = False, trig
         finished = now + dt.timedelta(seconds=time.monotonic() - started)
         report.table_version = catalog.derived.publish_build(record, build, partitions, source_state=state,
                                                              trigger_value=trigger_value, expire_time=expire,
-                                                             now=finished)
+                                                             now=finished, given=given)
     except BaseException as exc:
         catalog.derived.fail_build(build.id, f"{type(exc).__name__}: {exc}", utcnow())
         deployment.lake.delete_prefix(build_prefix(build.name))

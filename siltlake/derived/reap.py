@@ -72,7 +72,10 @@ def reap_derived(deployment: Deployment, now: dt.datetime, *, grace: int, dry_ru
     report.lost = [by_id[b].name for b in lost]
     if not dry_run:
         catalog.derived.deactivate(leaving)
-        catalog.derived.mark_lost(lost, now)
+        # Only what the catalog moved to failed: a build that published since the snapshot is left alone.
+        moved = catalog.derived.mark_lost(lost, now)
+        lost = [b for b in lost if b in moved]
+        report.lost = [by_id[b].name for b in lost]
 
     # Phase 2: what goes.
     foreign = catalog.instances.foreign()
@@ -96,7 +99,7 @@ def reap_derived(deployment: Deployment, now: dt.datetime, *, grace: int, dry_ru
         elif build.id in active:
             continue
         elif build.status == "building" and build.id not in lost:
-            report.kept.append((name, "being built"))
+            report.kept.append((name, "being built (or it finished while reap ran)"))
             continue
         elif build.id in view.referenced:
             report.kept.append((name, "a retained version of its table references it"))

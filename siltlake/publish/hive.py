@@ -13,6 +13,7 @@ version that needs no merge on read (one merged object), and is left out until i
 
 from __future__ import annotations
 
+import datetime as dt
 import fcntl
 import os
 from collections.abc import Mapping, Sequence
@@ -220,15 +221,37 @@ class HiveTarget:
     def sync_partitions(self, tables: Mapping[int, TableRecord]) -> list[str]:
         self.statements = []
         synced = self.catalog.external_sync.synced_tables(TARGET)
-        for table_id, group in groupby(self.catalog.external_sync.partitions_to_sync(TARGET), key=lambda p: p.table_id):
-            record, names = tables.get(table_id), synced.get(table_id)
-            if record is None or names is None or names.dropped:
+        to_sync = {table_id: list(group) for table_id, group in groupby(
+            self.catalog.external_sync.partitions_to_sync(TARGET), key=lambda p: p.table_id)}
+        published = self.catalog.external_sync.published_dates(TARGET)
+        for table_id, names in synced.items():
+            record = tables.get(table_id)
+            if record is None or names.dropped:
                 continue  # dropped meanwhile: the next step 3 drops it from the metastore
-            self._sync_table_partitions(record, names, list(group))
+            shown = self._drop_gone_partitions(names, published.get(table_id, set()))
+            if table_id in to_sync:
+                self._sync_table_partitions(record, names, to_sync[table_id], shown)
         return self.statements
 
-    def _sync_table_partitions(self, record: TableRecord, names: SyncedTable,
-                               partitions: list[PartitionToSync]) -> None:
+    def _drop_gone_partitions(self, names: SyncedTable, published: set[dt.date]) -> set[dt.date]:
+        """Drop the metastore's partitions whose date has no published partition (reaped past its TTL, or
+        recreated by a late object since): they point at manifests reap deleted. The catalog forgot them
+        with their partitions, so the metastore is asked. Returns the dates it still shows."""
+        qualified = f"`{names.database_name}`.`{names.table_name}`"
+        try:
+            shown = {dt.date.fromisoformat(row[0].removeprefix("dt="))
+                     for row in self._spark().sql(f"SHOW PARTITIONS {qualified}").collect()}
+        except Exception as exc:  # AnalysisException, Py4JJavaError: the metastore's own errors
+            raise self._failure(exc, f"listing the partitions of {names.database_name}.{names.table_name}") from None
+        gone = sorted(shown - published)
+        for start in range(0, len(gone), _PARTITIONS_PER_STATEMENT):
+            self._sql(f"ALTER TABLE {qualified} DROP IF EXISTS " + ", ".join(
+                f"PARTITION (`dt` = '{date.isoformat()}')" for date in gone[start:start + _PARTITIONS_PER_STATEMENT]))
+        return shown - set(gone)
+
+    def _sync_table_partitions(self, record: TableRecord, names: SyncedTable, partitions: list[PartitionToSync],
+                               shown: set[dt.date]) -> None:
+        """Add the partitions the metastore does not show; move the others (`shown`: the dates it shows)."""
         lake, layout = self.deployment.lake, record.layout(self.deployment.instance_key)
         qualified = f"`{names.database_name}`.`{names.table_name}`"
 
@@ -242,7 +265,9 @@ class HiveTarget:
             if not partitions:
                 return
         self._ensure_symlink_table(names)
-        new = [p for p in partitions if not p.known]
+        # By what the metastore shows, not by what the catalog recorded: a partition recreated after reap
+        # (or added by a run that died before recording it) is moved rather than added.
+        new = [p for p in partitions if p.partition_date not in shown]
         for start in range(0, len(new), _PARTITIONS_PER_STATEMENT):
             chunk = new[start:start + _PARTITIONS_PER_STATEMENT]
             self._sql(f"ALTER TABLE {qualified} ADD IF NOT EXISTS " + " ".join(
@@ -250,7 +275,7 @@ class HiveTarget:
         # New partitions took the table's symlink storage. A known one changes location (and input
         # format, should it have been a live directory) in one metastore call: Spark SQL can set
         # neither the format nor both at once.
-        moved = [p for p in partitions if p.known or p.file_list_key is None]
+        moved = [p for p in partitions if p.partition_date in shown or p.file_list_key is None]
         if moved:
             self._set_storage(names, [(p, location(p)) for p in moved])
         self.catalog.external_sync.record_partitions(

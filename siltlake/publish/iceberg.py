@@ -26,8 +26,8 @@ from urllib.parse import unquote
 
 from siltlake.catalog.core import normalise_url
 from siltlake.clock import utcnow
-from siltlake.errors import SiltError
-from siltlake.publish.targets import drop_forgotten_tables
+from siltlake.errors import ConfigError, SiltError
+from siltlake.publish.targets import SomeTablesFailed, drop_forgotten_tables
 from siltlake.read.keyed import dirty_dates
 from siltlake.read.versions import version_files
 from siltlake.storage.keys import iceberg_warehouse
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog as IcebergCatalog
     from pyiceberg.table import Table as IcebergTable
 
-    from siltlake.catalog import TableRecord
+    from siltlake.catalog import SyncedTable, TableRecord
     from siltlake.deployment import Deployment
 
 TARGET = "iceberg"
@@ -170,21 +170,31 @@ class IcebergTarget:
     # --- tables -------------------------------------------------------------------------------------
 
     def sync_tables(self, tables: Sequence[TableRecord]) -> list[str]:
+        """Each table on its own: one that fails is named in the error raised after all the others."""
         self.statements = []
         synced = drop_forgotten_tables(self.catalog, TARGET, tables,
                                        lambda old: self._drop((old.database_name, old.table_name), old.table_id))
+        failures = []
         for record in tables:
-            old = synced.get(record.id)
-            before = (old.database_name, old.table_name) if old is not None else None
-            table = self._table(record, before)
-            self._evolve(record, table)
-            self._tables[record.id] = table
-            namespace, name = identifier(self.deployment, record)
-            if old is None or (old.database_name, old.table_name) != (namespace, name) or \
-                    old.columns != tuple((c.name, c.type) for c in record.definition.columns):
-                self.catalog.external_sync.record_table(TARGET, record.id, namespace, name,
-                                               [(c.name, c.type) for c in record.definition.columns])
+            try:
+                self._sync_table(record, synced.get(record.id))
+            except ConfigError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - reported with the table's name below
+                failures.append(f"{record.qualified_name}: {exc}")
+        _raise_failures(failures)
         return self.statements
+
+    def _sync_table(self, record: TableRecord, old: SyncedTable | None) -> None:
+        before = (old.database_name, old.table_name) if old is not None else None
+        table = self._table(record, before)
+        self._evolve(record, table)
+        self._tables[record.id] = table
+        namespace, name = identifier(self.deployment, record)
+        if old is None or (old.database_name, old.table_name) != (namespace, name) or \
+                old.columns != tuple((c.name, c.type) for c in record.definition.columns):
+            self.catalog.external_sync.record_table(TARGET, record.id, namespace, name,
+                                                    [(c.name, c.type) for c in record.definition.columns])
 
     def _owned(self, table: IcebergTable, table_id: int) -> bool:
         """Whether the Iceberg table is this deployment's table `table_id` (two deployments may share an
@@ -262,11 +272,20 @@ class IcebergTarget:
     # --- snapshots ----------------------------------------------------------------------------------
 
     def sync_partitions(self, tables: Mapping[int, TableRecord]) -> list[str]:
+        """Each table on its own, as sync_tables."""
         self.statements = []
+        failures = []
         for table_id, table in self._tables.items():
             record = tables.get(table_id)
-            if record is not None:
+            if record is None:
+                continue
+            try:
                 self.sync_versions(record, table)
+            except ConfigError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - reported with the table's name below
+                failures.append(f"{record.qualified_name}: {exc}")
+        _raise_failures(failures)
         return self.statements
 
     def sync_versions(self, record: TableRecord, table: IcebergTable) -> None:
@@ -346,11 +365,20 @@ class IcebergTarget:
             counts_only = {**table.properties, "write.metadata.metrics.default": "counts"}
             statistics = data_file_statistics_from_parquet_metadata(
                 footer, compute_statistics_plan(schema, counts_only), parquet_path_to_id_mapping(schema))
-        return DataFile.from_args(
+        data_file = DataFile.from_args(
             content=DataFileContent.DATA, file_path=path, file_format=FileFormat.PARQUET,
-            partition=Record((date - EPOCH).days),
-            file_size_in_bytes=size, sort_order_id=None, spec_id=table.metadata.default_spec_id,
+            partition=Record((date - EPOCH).days), file_size_in_bytes=size, sort_order_id=None,
             equality_ids=None, key_metadata=None, **statistics.to_serialized_dict())
+        # from_args drops spec_id (PyIceberg 0.12): set it, or removing this file later in the same run (a
+        # catch-up over several versions) fails on the missing attribute.
+        data_file.spec_id = table.metadata.default_spec_id
+        return data_file
+
+
+def _raise_failures(failures: Sequence[str]) -> None:
+    """One error naming every table that failed (the others were synced): the run reports it, the next retries."""
+    if failures:
+        raise SomeTablesFailed("; ".join(failures))
 
 
 def _date_of(data_file: Any) -> dt.date:  # noqa: ANN401 - a pyiceberg DataFile

@@ -15,6 +15,7 @@ from siltlake.deployment import Deployment
 from siltlake.errors import ConfigError
 from siltlake.logs import event
 from siltlake.publish.registry import configured_targets
+from siltlake.publish.targets import SomeTablesFailed
 from siltlake.storage.keys import beyond_label, live_label
 from siltlake.storage.manifests import read_manifest, write_manifests
 
@@ -70,6 +71,7 @@ def publish_once(deployment: Deployment, now: dt.datetime | None = None) -> Publ
     `now` (naive UTC) replaces the clock, to drive the lifecycle in tests, the demo and scripts.
     """
     started = time.monotonic()
+    given = now is not None  # a time the caller gave is refused if the newest version is later, not moved past it
     now = now or utcnow()
     catalog = deployment.catalog
     catalog.check_ready()
@@ -91,7 +93,10 @@ def publish_once(deployment: Deployment, now: dt.datetime | None = None) -> Publ
         except ConfigError:
             raise
         except Exception as exc:  # noqa: BLE001 - one line for the report; the catalog is unaffected
+            report.external += [f"{target.name}: {s}" for s in target.statements]  # issued before it failed
             report.target_errors.append(f"{target.name}: {exc}")
+            if isinstance(exc, SomeTablesFailed):  # the other tables were synced: their partitions follow
+                targets.append(target)
     # 4, 5. Append versions for partitions not switched, merged versions for switched ones: every version's
     # manifest (its exact file list) first, then its row, a compare-and-swap per partition. The first
     # transaction holds the append versions and the first MERGED_CAS_BATCH merged ones, so a run is one
@@ -106,7 +111,8 @@ def publish_once(deployment: Deployment, now: dt.datetime | None = None) -> Publ
             appending = list(zip(live, live_keys, strict=True)) if start == 0 else []
             if not appending and not batch:
                 break
-            appended, published = catalog.versions.commit(appending, list(zip(batch, keys, strict=True)), now)
+            appended, published = catalog.versions.commit(appending, list(zip(batch, keys, strict=True)), now,
+                                                          given=given)
             report.live_versions += appended
             report.merged_versions += published
             report.skipped_merged += len(batch) - len(published)
@@ -117,6 +123,7 @@ def publish_once(deployment: Deployment, now: dt.datetime | None = None) -> Publ
         except ConfigError:
             raise
         except Exception as exc:  # noqa: BLE001
+            report.external += [f"{target.name}: {s}" for s in target.statements]
             report.target_errors.append(f"{target.name}: {exc}")
     report.seconds = time.monotonic() - started
     if report.switched or report.closed or report.live_versions or report.merged_versions:

@@ -14,12 +14,20 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
+from siltlake.errors import SiltError
+
 if TYPE_CHECKING:
     from siltlake.catalog import Catalog, SyncedTable, TableRecord
 
 
+class SomeTablesFailed(SiltError):
+    """A target synced its other tables and names the ones that failed: their partitions wait for the next
+    run, the others' follow in this one."""
+
+
 class PublishTarget(Protocol):
     name: str
+    statements: list[str]  # those issued by the current call, also when it fails part way
 
     def sync_tables(self, tables: Sequence[TableRecord]) -> list[str]:
         """Create, rename, extend (and drop) the target's tables to match these live tables; returns the

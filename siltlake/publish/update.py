@@ -1,9 +1,10 @@
-"""Updates (DESIGN §6, seed 004's `update` op): rewrite one partition, publish it as one version.
+"""Updates (DESIGN §6, seed 004's `update` op): rewrite partitions, publish them as one table version.
 
-An update reads everything the partition holds (its newest version's manifest and every small object
+An update reads everything a partition holds (its newest version's manifest and every small object
 above it, live or delayed), computes the new rows with Spark, writes them as one object sorted by event
 time under a key of its own, and commits in one catalog transaction guarded by what it read: a
 concurrent compaction loses, a concurrent append or update makes this one fail with UpdateConflict.
+A delete over several dates writes every partition first and commits them all in one transaction.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -19,10 +20,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from siltlake.catalog import PublishedVersion, TableRecord, UpdateBase
+from siltlake.catalog import (
+    PublishedVersion,
+    TableRecord,
+    UpdateBase,
+    UpdateConflict,
+    UpdateWrite,
+    VersionTimeBehind,
+)
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
-from siltlake.errors import SiltError
+from siltlake.errors import NotFoundError, SiltError
 from siltlake.records.coerce import partition_dates
 from siltlake.records.writer import conform
 from siltlake.storage.filesystem import Storage
@@ -96,11 +104,16 @@ class _PartitionWriter:
         })
 
 
-def _record_and_base(deployment: Deployment, name: str, partition_date: dt.date) -> tuple[TableRecord, UpdateBase]:
+def _updatable(deployment: Deployment, name: str) -> TableRecord:
     record = deployment.catalog.tables.get(name)
     if record.definition.kind == "derived":
         raise SiltError(f"{record.qualified_name} is a derived table: its rows come from its query; change the "
                         "tables it reads and build it again (`silt derived build`)")
+    return record
+
+
+def _record_and_base(deployment: Deployment, name: str, partition_date: dt.date) -> tuple[TableRecord, UpdateBase]:
+    record = _updatable(deployment, name)
     try:
         return record, deployment.catalog.versions.update_base(record.id, partition_date)
     except SiltError as exc:
@@ -130,6 +143,7 @@ class PreparedUpdate:
         self.now = now
         self.object_key: str | None = None
         self.manifest_key: str | None = None
+        self.symlink_key: str | None = None
         self.rows_after = rows_before
         self.bytes = 0
 
@@ -158,18 +172,52 @@ class PreparedUpdate:
                 f"{definition.timezone} (first event time: {report['first_outside']}); an update replaces one "
                 "partition: filter the rows to that date; nothing was changed")
         self.object_key, self.rows_after, self.bytes = key, report["rows"], report["bytes"]
-        self.manifest_key, _ = write_manifests(self.deployment.lake, layout, self.base.partition_date,
-                                               self.base.upper, [(key, report["bytes"])], label=label)
+        self.manifest_key, self.symlink_key = write_manifests(
+            self.deployment.lake, layout, self.base.partition_date, self.base.upper, [(key, report["bytes"])],
+            label=label)
 
-    def commit(self) -> UpdateReport:
-        version = None
-        if self.object_key is not None:
-            assert self.manifest_key is not None
-            version = self.deployment.catalog.versions.commit_update(
-                self.base, object_key=self.object_key, manifest_key=self.manifest_key, row_count=self.rows_after,
-                byte_count=self.bytes, now=self.now or utcnow())
+    def discard(self) -> None:
+        """Delete what write() wrote (the update will not be committed)."""
+        for key in (self.object_key, self.manifest_key, self.symlink_key):
+            if key is not None:
+                self.deployment.lake.delete(key)
+
+    def report(self, version: PublishedVersion | None) -> UpdateReport:
         return UpdateReport(self.record.qualified_name, self.base.partition_date, self.rows_before, self.rows_after,
                             version, self.object_key, time.monotonic() - self.started)
+
+    def commit(self) -> UpdateReport:
+        return PreparedUpdates([self], self.now).commit()[0]
+
+
+class PreparedUpdates:
+    """Updates of partitions of one table whose objects are written; commit() publishes them all as one table
+    version, or none of them."""
+
+    def __init__(self, updates: list[PreparedUpdate], now: dt.datetime | None) -> None:
+        self.updates = updates
+        self.now = now
+
+    def discard(self) -> None:
+        for update in self.updates:
+            update.discard()
+
+    def commit(self) -> list[UpdateReport]:
+        written = [u for u in self.updates if u.object_key is not None]
+        if not written:
+            return [u.report(None) for u in self.updates]
+        writes = [UpdateWrite(u.base, u.object_key, u.manifest_key, u.rows_after, u.bytes)  # type: ignore[arg-type]
+                  for u in written]
+        try:
+            versions = written[0].deployment.catalog.versions.commit_updates(
+                writes, self.now or utcnow(), given=self.now is not None)
+        except (UpdateConflict, VersionTimeBehind):
+            # Refused inside the transaction, so nothing was committed: nothing will ever list these objects.
+            # (Any other failure may have come after the commit; reap deletes what no version names.)
+            self.discard()
+            raise
+        published = {v.partition_id: v for v in versions}
+        return [u.report(published.get(u.base.partition_id)) for u in self.updates]
 
 
 def prepare_delete(deployment: Deployment, name: str, partition_date: dt.date, where: str,
@@ -227,10 +275,42 @@ def prepare_overwrite(deployment: Deployment, name: str, partition_date: dt.date
     return prepared
 
 
+def prepare_deletes(deployment: Deployment, name: str, dates: Iterable[dt.date], where: str,
+                    now: dt.datetime | None = None,
+                    progress: Callable[[int, dt.date], None] | None = None) -> PreparedUpdates:
+    """prepare_delete for each of `dates`, all checked to exist before any is written (a missing one is
+    refused, named); what was written is deleted if one fails. progress(done, date) before each."""
+    record = _updatable(deployment, name)
+    wanted = sorted(set(dates))
+    present = {p.partition_date for p in deployment.catalog.partitions.list(record.id)}
+    missing = [date.isoformat() for date in wanted if date not in present]
+    if missing:
+        raise NotFoundError(f"{record.qualified_name} has no partition {', '.join(missing)}; nothing was deleted")
+    prepared = PreparedUpdates([], now)
+    try:
+        for done, date in enumerate(wanted):
+            if progress is not None:
+                progress(done, date)
+            prepared.updates.append(prepare_delete(deployment, name, date, where, now))
+    except BaseException:
+        prepared.discard()
+        raise
+    return prepared
+
+
+def delete_where(deployment: Deployment, name: str, dates: Iterable[dt.date], where: str,
+                 now: dt.datetime | None = None,
+                 progress: Callable[[int, dt.date], None] | None = None) -> list[UpdateReport]:
+    """Delete the rows matching `where` (e.g. an erasure request) from the partitions `dates` as one table
+    version (an `update` version of each partition that changed): all of them or none."""
+    return prepare_deletes(deployment, name, dates, where, now, progress).commit()
+
+
 def delete_rows(deployment: Deployment, name: str, partition_date: dt.date, where: str,
                 now: dt.datetime | None = None) -> UpdateReport:
-    """Delete the rows of one partition matching `where` (e.g. an erasure request) as one `update` version."""
-    return prepare_delete(deployment, name, partition_date, where, now).commit()
+    """Delete the rows of one partition matching `where` as one `update` version."""
+    (report,) = delete_where(deployment, name, [partition_date], where, now)
+    return report
 
 
 def overwrite_partition(deployment: Deployment, name: str, partition_date: dt.date, rows: DataFrame,

@@ -202,7 +202,7 @@ class PreparedUpsert:
                 manifest, _ = write_manifests(lake, layout, date, upper, objects,
                                               label=merge_label((base.version or 0) + 1, upper), listed=listed)
                 versions.append((base, upper, manifest))
-            published = tx.add_merge_versions(record.id, versions, now)
+            published = tx.add_merge_versions(record.id, versions, now, given=self.now is not None)
         return tuple(UpsertedPartition(dt.date.fromisoformat(part["date"]), part["rows"],
                                        self.deleted.get(part["date"], 0), version, delayed)
                      for (part, _, delayed), version in zip(placed, published, strict=True))
