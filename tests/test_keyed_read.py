@@ -132,6 +132,6 @@ def test_every_reader_merges_a_keyed_partition_on_read_and_filters_after(deploym
     partitions = deployment.catalog.partitions.list(events.record.id)
     newest = {v.partition_id: v for v in deployment.catalog.versions.of_partitions([p.id for p in partitions])}
     shown = HiveTarget(deployment).keyed_partitions(
-        [PartitionToSync(p.id, p.table_id, p.partition_date, newest[p.id].file_list_key, False) for p in partitions])
+        [PartitionToSync(p.id, p.table_id, p.partition_date, newest[p.id].file_list_key) for p in partitions])
     assert [(p.partition_date, newest[p.partition_id].commit_op, p.file_list_key) for p in shown] == \
         [(DAY, "compaction", next(v.file_list_key for v in newest.values() if v.commit_op == "compaction"))]

@@ -63,8 +63,7 @@ class ExternalSync:
             v.c.partition_id).subquery()
         with self._core.tx() as c:
             rows = c.execute(
-                sa.select(p.c.id, p.c.table_id, p.c.partition_date, v.c.file_list_key,
-                          x.c.partition_id.label("known"))
+                sa.select(p.c.id, p.c.table_id, p.c.partition_date, v.c.file_list_key)
                 .select_from(
                     p.join(e, sa.and_(e.c.table_id == p.c.table_id, e.c.target == target))
                     .join(newest, newest.c.partition_id == p.c.id)
@@ -73,8 +72,7 @@ class ExternalSync:
                 .where(sa.or_(x.c.partition_id.is_(None), x.c.manifest_key.is_distinct_from(v.c.file_list_key)))
                 .order_by(p.c.table_id, p.c.partition_date)
             ).all()
-        return [PartitionToSync(r.id, r.table_id, r.partition_date, r.file_list_key, r.known is not None)
-                for r in rows]
+        return [PartitionToSync(r.id, r.table_id, r.partition_date, r.file_list_key) for r in rows]
 
     def published_dates(self, target: str) -> dict[int, set[dt.date]]:
         """The dates of the partitions with a published version, of each table the target has: what it may

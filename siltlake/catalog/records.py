@@ -408,7 +408,6 @@ class PartitionToSync:
     partition_date: dt.date
     file_list_key: str | None  # the newest version's JSON manifest of exactly its files; None: a live
     # version published before file lists (migration 0006), which only the live directory shows
-    known: bool  # the target already has the partition (at another location)
 
 
 
