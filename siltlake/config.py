@@ -128,10 +128,15 @@ class MergeConfig(_Section):
 
     @model_validator(mode="after")
     def _heartbeat_within_timeout(self) -> MergeConfig:
-        if self.heartbeat_interval * 2 > self.job_timeout:
-            raise ValueError(f"merge.heartbeat_interval ({self.heartbeat_interval} s) must be at most half of "
-                             f"merge.job_timeout ({self.job_timeout} s), or live jobs get taken over")
+        check_heartbeat("merge", self.heartbeat_interval, "job_timeout", self.job_timeout, "live jobs get taken over")
         return self
+
+
+def check_heartbeat(section: str, interval: int, timeout_name: str, timeout: int, otherwise: str) -> None:
+    """A heartbeat at most half its timeout: one late beat must not make a live holder look dead."""
+    if interval * 2 > timeout:
+        raise ValueError(f"{section}.heartbeat_interval ({interval} s) must be at most half of "
+                         f"{section}.{timeout_name} ({timeout} s), or {otherwise}")
 
 
 def check_name_prefix(value: str) -> str:
@@ -232,6 +237,12 @@ class DerivedConfig(_Section):
     @classmethod
     def _durations(cls, value: Any, info: ValidationInfo) -> int:
         return parse_duration(value, f"derived.{info.field_name}")
+
+    @model_validator(mode="after")
+    def _heartbeat_within_timeout(self) -> DerivedConfig:
+        check_heartbeat("derived", self.heartbeat_interval, "build_timeout", self.build_timeout,
+                        "running builds count as lost")
+        return self
 
 
 class ObserveConfig(_Section):

@@ -5,6 +5,12 @@ import os
 DEBUG_VARIABLE = "SILTLAKE_DEBUG"
 
 
+def storage_failure(exc: BaseException) -> bool:
+    """Whether a failure is the storage's (unreachable, full, read-only, refused: any I/O error), not its data's:
+    an outage, which the stream and merge retry without counting it against an object or a job."""
+    return isinstance(exc, OSError)
+
+
 def debug_enabled() -> bool:
     """`silt --debug` or SILTLAKE_DEBUG=1: show full traces (Python, Java) and Spark's error log."""
     return os.environ.get(DEBUG_VARIABLE, "").strip().lower() not in ("", "0", "false", "no")

@@ -62,6 +62,8 @@ def test_file_then_environment_overrides(tmp_path: Path) -> None:
     ("[catalog\n", "not valid TOML"),
     ('[merge]\nslots = 0\n', "merge.slots"),
     ('[merge]\njob_timeout = "20s"\nheartbeat_interval = "15s"\n', "at most half of merge.job_timeout"),
+    ('[derived]\nbuild_timeout = "20s"\nheartbeat_interval = "15s"\n', "at most half of derived.build_timeout"),
+    ('[derived]\nheartbeat_interval = "1h"\n', "derived.heartbeat_interval (3600 s) must be at most half"),
     ('[merge]\nretry_backoff = "later"\n', "merge.retry_backoff"),
 ])
 def test_invalid_configuration_names_the_key(tmp_path: Path, content: str, message: str) -> None:

@@ -182,7 +182,7 @@ def test_a_killed_build_leaves_readers_on_the_previous_build_and_reap_cleans_it(
     lake = tmp_path / "lake" / "_derived"
     existing = {p.name for p in lake.iterdir()}
 
-    env = silt_env(tmp_path, catalog_url, derived={"heartbeat_interval": 3600})
+    env = silt_env(tmp_path, catalog_url, derived={"heartbeat_interval": 3600, "build_timeout": 7200})
     # Hold a lock on the build rows that lets readers by: the builder reads its sources, writes its objects
     # and then waits in its publishing transaction, where it is killed: mid-build, deterministically.
     engine = sa.create_engine(catalog_url)

@@ -22,7 +22,7 @@ from sqlalchemy.exc import (
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from siltlake.catalog import schema as s
-from siltlake.catalog.records import TableRecord, VersionTimeBehind
+from siltlake.catalog.records import CatalogReplaced, TableRecord, VersionTimeBehind
 from siltlake.errors import CatalogError, CatalogUnreachable
 from siltlake.tabledef import TableDef
 
@@ -129,6 +129,7 @@ class CatalogCore:
             # that has none fails instead of leaving an empty catalog.db (and its directory) behind.
             engine_url = f"sqlite:///file:{quote(str(self.sqlite_file))}?mode=rw&uri=true"
         self.engine = sa.create_engine(engine_url, **options)
+        self._file_identity: tuple[int, int] | None = None  # SQLite: (device, inode) of the file first used
         if self.dialect == "sqlite":
             _sqlite_setup(self.engine)
 
@@ -193,8 +194,29 @@ class CatalogCore:
         assert head is not None
         return head
 
+    def _check_file(self) -> None:
+        """SQLite: raise CatalogReplaced once the catalog file is not the one this process first used.
+
+        Open connections keep writing to a deleted (unlinked) file that no other process will ever read, and
+        a file put in its place is another catalog: either way, stop. One stat per transaction."""
+        if self.sqlite_file is None:
+            return
+        try:
+            stat = os.stat(self.sqlite_file)
+            identity = (stat.st_dev, stat.st_ino)
+        except FileNotFoundError:
+            identity = None
+        if self._file_identity is None:
+            self._file_identity = identity  # None until `silt init` creates the file
+        elif identity != self._file_identity:
+            raise CatalogReplaced(
+                f"the catalog file {self.sqlite_file} was deleted or replaced while this process ran; it stops "
+                "rather than write where no other process reads: restore the catalog (or `silt init` a new "
+                "one) and restart it")
+
     @contextmanager
     def tx(self) -> Iterator[Connection]:
+        self._check_file()
         try:
             with self.engine.begin() as connection:
                 yield connection
@@ -218,6 +240,7 @@ class CatalogCore:
 
     def check_ready(self) -> None:
         """Raise a CatalogError telling the user what to run when the schema is missing or old."""
+        self._check_file()
         try:
             current = self.revision()
         except OperationalError as exc:

@@ -256,18 +256,26 @@ class MergeQueue:
                 schedule_time=now + dt.timedelta(seconds=min(delay, 3600.0))))
             return False
 
-    def release(self, job: ClaimedJob, owner: str, now: dt.datetime) -> None:
-        """Give a claimed job back unrun (shutting down): waiting again, due now, attempt not counted."""
+    def release(self, job: ClaimedJob, owner: str, now: dt.datetime, *, due: dt.datetime | None = None,
+                error: str | None = None, result: JobOutcome | None = None) -> None:
+        """Give a claimed job back without counting the attempt: waiting again, due at `due` (default now).
+
+        For a job that did not run through no fault of its own (a conflict, a storage outage); with `error`,
+        the attempt is logged as failed and the error kept as the job's last."""
         j = s.merge_jobs
         with self._core.tx() as c:
             try:
                 self._own_job(c, job, owner)
             except LostMergeJob:
                 return
+            values = {}
+            if error is not None:
+                self._write_log(c, job, "failed", result or JobOutcome(mode=None), now, error=error)
+                values["last_error"] = error
             c.execute(j.delete().where(j.c.partition_id == job.partition_id, j.c.ongoing_mark == 0))
             c.execute(j.update().where(j.c.id == job.id).values(
                 ongoing_mark=0, owner=None, owner_host=None, owner_pid=None, heartbeat_time=None,
-                attempts=j.c.attempts - 1, schedule_time=now))
+                attempts=j.c.attempts - 1, schedule_time=due or now, **values))
 
     def retry_parked(self, now: dt.datetime, table_id: int | None = None) -> int:
         """Put parked jobs back in the queue, due now, with their attempts reset."""

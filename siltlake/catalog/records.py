@@ -12,6 +12,10 @@ from siltlake.storage.keys import TableLayout
 from siltlake.tabledef import DerivedDef, TableDef
 
 
+class CatalogReplaced(CatalogError):
+    """The SQLite catalog file was deleted or replaced under this process: every daemon stops (never retried)."""
+
+
 class LostMergeJob(CatalogError):
     """The job is no longer ours: another worker took it over after our heartbeat went stale."""
 

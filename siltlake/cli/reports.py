@@ -56,9 +56,10 @@ def print_merge_report(report: MergeReport) -> None:
     modes = ", ".join(f"{mode} {count}" for mode, count in sorted(report.modes.items())) or "none"
     startup = f", of which Spark start-up {report.spark_start_seconds:.1f}s" if report.spark_start_seconds > 1 else ""
     in_driver = f"; {report.in_driver} small batches ran in-process, without Spark" if report.in_driver else ""
+    outages = f", {report.outages} stopped by a storage outage (retried, not counted)" if report.outages else ""
     console.print(
         f"[bold]merge[/]: {report.claimed} jobs in {report.stages} Spark stages: {report.finished} finished, "
-        f"{report.continuing} continuing, {report.failed} failed ({report.parked} parked), "
+        f"{report.continuing} continuing, {report.failed} failed ({report.parked} parked){outages}, "
         f"{report.taken_over} taken over from dead workers; {report.objects_in:,} small objects "
         f"({format_size(report.bytes_in)}) into {format_size(report.bytes_out)}, {report.rows_out:,} rows; "
         f"modes: {modes}{in_driver}; {report.seconds:.1f}s{startup}",

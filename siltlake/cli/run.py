@@ -111,6 +111,8 @@ def run_in_terminal(deployment: Deployment, console: Console, metrics_port: int 
         console.line()  # a file (a service log) gets the final table without its last line break
     if server is not None:
         server.close()
+    if host.fatal is not None:
+        raise host.fatal  # one error line and a failing exit code, as for any command
     console.print("stopped")
 
 

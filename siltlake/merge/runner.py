@@ -9,6 +9,7 @@ or at once by a worker on the same host, which sees that the claim's process is 
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import os
 import socket
@@ -42,6 +43,7 @@ class MergeReport:
     parked: int = 0
     lost: int = 0
     conflicts: int = 0
+    outages: int = 0  # attempts a storage outage stopped: retried after retry_backoff, never counted
     stages: int = 0
     in_driver: int = 0  # batches small enough to run in the worker's process (merge.in_driver_bytes)
     objects_in: int = 0
@@ -148,7 +150,10 @@ class MergeWorker:
         plan = prepared.plan
         try:
             if result is not None and result["status"] != "ok":
-                self._fail(prepared, result["error"], started, now)
+                if result.get("outage"):
+                    self._outage(prepared, result["error"], started, now)
+                else:
+                    self._fail(prepared, result["error"], started, now)
                 return
             ranges = result["ranges"] if result else []
             # A keyed table's merge drops the rows that lost to a later row of their key (and deleted keys):
@@ -219,6 +224,20 @@ class MergeWorker:
             self.report.failed += 1
             self.report.parked += parked
             self.report.errors.append((job.table.qualified_name, job.partition_date.isoformat(), error))
+
+    def _outage(self, prepared: _Prepared, error: str, started, now) -> None:  # noqa: ANN001
+        """A storage outage (full, read-only, unreachable) stopped the job: the surroundings' failure, as in the
+        stream, so the attempt is not counted. It waits merge.retry_backoff, not doubled: no attempt grew."""
+        job = prepared.job
+        retry = now + dt.timedelta(seconds=self.settings.retry_backoff)
+        reason = f"storage outage, not counted as an attempt: {error}"
+        self.catalog.merge_queue.release(job, self.owner, now, due=retry, error=reason, result=JobOutcome(
+            mode=None, objects_in=len(prepared.plan.objects), start_time=started))
+        event(log, "merge.job_outage", logging.WARNING, job=job.id, table=job.table.qualified_name,
+              date=job.partition_date, retry=retry, reason=error)
+        with self._lock:
+            self.report.outages += 1
+            self.report.errors.append((job.table.qualified_name, job.partition_date.isoformat(), reason))
 
     # --- running -------------------------------------------------------------------------------------
 

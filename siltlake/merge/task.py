@@ -12,6 +12,7 @@ copying row groups cannot do.
 
 from __future__ import annotations
 
+import logging
 import time
 import traceback
 import uuid
@@ -24,11 +25,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from siltlake.errors import storage_failure
+from siltlake.logs import event
 from siltlake.merge.parquet_concat import ShallowMergeRefused, concatenate, shallow_merge_refusal
 from siltlake.records.keyed import DELETE_MARKER, latest_rows
 from siltlake.records.writer import conform
 from siltlake.storage.filesystem import Storage
 from siltlake.tabledef import TableDef
+
+log = logging.getLogger(__name__)
 
 # A row group this much smaller than the target is re-encoded by auto rather than kept.
 WELL_SIZED_FRACTION = 0.5
@@ -191,8 +196,13 @@ class _Merger:
         try:
             with self.lake.open_output(temporary) as sink:
                 filled = fill(sink)
-        except BaseException:
-            self.lake.delete(temporary)
+        except BaseException as failure:
+            try:
+                self.lake.delete(temporary)
+            except Exception as cleanup:  # noqa: BLE001 - the write's error is the one to report; reap removes strays
+                event(log, "merge.cleanup_failed", logging.WARNING, key=temporary,
+                      reason=f"{type(cleanup).__name__}: {cleanup}")
+                failure.add_note(f"its temporary {temporary} was left behind: {type(cleanup).__name__}: {cleanup}")
             raise
         if temporary != key:
             self.lake.move(temporary, key)
@@ -293,7 +303,10 @@ def run_merge_task(task: MergeTask) -> dict:
             ranges.append({"upper": outcome.upper, "mode": outcome.mode, "bytes_out": outcome.bytes_out,
                            "rows": outcome.rows, "bytes_decoded": outcome.bytes_decoded, "notes": outcome.notes})
     except Exception as exc:  # reported to the driver, which retries with backoff and parks after N attempts
-        return {"job_id": task.job_id, "status": "failed", "ranges": ranges,
-                "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc(limit=6),
-                "seconds": time.monotonic() - started}
+        # A storage outage is retried without counting an attempt; a missing input is this job's own failure
+        # (an outage does not make one object vanish), so it counts and eventually parks the job.
+        outage = storage_failure(exc) and not isinstance(exc, FileNotFoundError)
+        return {"job_id": task.job_id, "status": "failed", "ranges": ranges, "outage": outage,
+                "error": "; ".join([f"{type(exc).__name__}: {exc}", *getattr(exc, "__notes__", [])]),
+                "trace": traceback.format_exc(limit=6), "seconds": time.monotonic() - started}
     return {"job_id": task.job_id, "status": "ok", "ranges": ranges, "seconds": time.monotonic() - started}

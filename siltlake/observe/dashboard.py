@@ -11,6 +11,9 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import logging
+import math
+import socket
+import sys
 import threading
 from html import escape
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -28,6 +31,14 @@ from siltlake.observe.metrics import registry_for
 log = logging.getLogger(__name__)
 
 DEFAULT_HOURS = 24
+MAX_HOURS = 24 * 90
+# Each connection holds a thread while it is read and answered: beyond MAX_CONNECTIONS at once a connection is
+# refused (503), and one that sends nothing for IDLE_TIMEOUT seconds is closed, so clients that never finish
+# their request cannot pile up threads.
+MAX_CONNECTIONS = 32
+IDLE_TIMEOUT = 10.0
+BUSY = (b"HTTP/1.0 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Type: text/plain; charset=utf-8\r\n"
+        b"Content-Length: 32\r\nConnection: close\r\n\r\nbusy: too many open connections\n")
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
 STYLE = """
 body{font:14px/1.4 system-ui,sans-serif;margin:16px 24px;color:#222;background:#fafafa}
@@ -126,22 +137,47 @@ def render_page(deployment: Deployment, hours: float = DEFAULT_HOURS, now: dt.da
         + "</body></html>")
 
 
+class BadParameter(ValueError):
+    """A query parameter the page cannot use: answered 400 with this message."""
+
+
+def hours_parameter(query: str) -> float:
+    """The `hours` of a query string: a finite number from 0.1 to MAX_HOURS, else BadParameter."""
+    given = parse_qs(query).get("hours", [str(DEFAULT_HOURS)])[0]
+    try:
+        hours = float(given)
+    except ValueError:
+        hours = math.nan
+    if not 0.1 <= hours <= MAX_HOURS:  # nan and infinities fail this too
+        raise BadParameter(f"hours must be a number from 0.1 to {MAX_HOURS}, not {given[:40]!r}")
+    return hours
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: ObserveServer
+
+    @property
+    def timeout(self) -> float:  # read by StreamRequestHandler.setup(): the socket's timeout per read
+        return self.server.idle_timeout
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
         event(log, "http.request", logging.DEBUG, client=self.client_address[0], request=format % args)
 
     def _send(self, code: int, body: bytes, content_type: str) -> None:
-        self.send_response(code)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("Cache-Control", "no-store")
-        if content_type.startswith("text/html"):
-            self.send_header("Content-Security-Policy", CSP)
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
+        try:
+            self.send_response(code)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Cache-Control", "no-store")
+            if content_type.startswith("text/html"):
+                self.send_header("Content-Security-Policy", CSP)
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+        except OSError as exc:  # the client left (reset, broken pipe, timed out): nobody to answer
+            self.close_connection = True
+            event(log, "http.client_gone", logging.DEBUG, client=self.client_address[0], code=code,
+                  reason=f"client gone: {type(exc).__name__}: {exc}")
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         url = urlsplit(self.path)
@@ -149,17 +185,14 @@ class _Handler(BaseHTTPRequestHandler):
             if url.path == "/metrics" and self.server.metrics:
                 self._send(200, generate_latest(self.server.registry), CONTENT_TYPE_LATEST)
             elif url.path == "/" and self.server.dashboard:
-                hours = parse_qs(url.query).get("hours", [str(DEFAULT_HOURS)])[0]
-                try:
-                    span = min(max(float(hours), 0.1), 24 * 90)
-                except ValueError:
-                    span = DEFAULT_HOURS
-                page = render_page(self.server.deployment, span)
+                page = render_page(self.server.deployment, hours_parameter(url.query))
                 self._send(200, page.encode(), "text/html; charset=utf-8")
             elif url.path == "/healthz":
                 self._send(200, b"ok\n", "text/plain; charset=utf-8")
             else:
                 self._send(404, b"not found\n", "text/plain; charset=utf-8")
+        except BadParameter as exc:
+            self._send(400, f"{exc}\n".encode(), "text/plain; charset=utf-8")
         except Exception as exc:  # noqa: BLE001 - one failed page must not end the server
             event(log, "http.failed", logging.WARNING, path=url.path, reason=f"{type(exc).__name__}: {exc}")
             self._send(503, f"siltlake could not read its catalog: {type(exc).__name__}: {exc}\n".encode(),
@@ -174,17 +207,56 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class ObserveServer(ThreadingHTTPServer):
-    """The HTTP server on its own daemon thread; close() stops it."""
+    """The HTTP server on its own daemon thread; close() stops it.
+
+    At most max_connections connections are served at once (a thread each); more are refused with a 503 at
+    once. A connection idle for idle_timeout seconds (per read) is closed."""
 
     daemon_threads = True
+    request_queue_size = 128  # a burst of connections is accepted and refused, not left unanswered
 
-    def __init__(self, deployment: Deployment, host: str, port: int, *, dashboard: bool, metrics: bool = True) -> None:
+    def __init__(self, deployment: Deployment, host: str, port: int, *, dashboard: bool, metrics: bool = True,
+                 max_connections: int = MAX_CONNECTIONS, idle_timeout: float = IDLE_TIMEOUT) -> None:
         self.deployment = deployment
         self.dashboard = dashboard
         self.metrics = metrics
+        self.idle_timeout = idle_timeout
+        self._slots = threading.BoundedSemaphore(max_connections)
         self.registry = registry_for(deployment)
         super().__init__((host, port), _Handler)
         self.thread = threading.Thread(target=self.serve_forever, name="silt-http", daemon=True)
+
+    def process_request(self, request: socket.socket, client_address: tuple) -> None:
+        if not self._slots.acquire(blocking=False):
+            self._refuse(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: socket.socket, client_address: tuple) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def _refuse(self, request: socket.socket) -> None:
+        # Never blocks the accepting thread: the answer fits any socket buffer, and a client that cannot
+        # take it is simply disconnected.
+        try:
+            request.setblocking(False)
+            request.send(BUSY)
+        except OSError:
+            pass
+        self.shutdown_request(request)
+
+    def handle_error(self, request: socket.socket, client_address: tuple) -> None:
+        """What escaped a handler: a log line, not a traceback on stderr."""
+        exc = sys.exc_info()[1]
+        level = logging.DEBUG if isinstance(exc, OSError) else logging.WARNING  # OSError: the client left
+        event(log, "http.failed", level, client=client_address[0], reason=f"{type(exc).__name__}: {exc}")
 
     @property
     def url(self) -> str:

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from siltlake.catalog import CatalogReplaced
 from siltlake.deployment import Deployment
 from siltlake.derived import RegenerateReport, regenerate
 from siltlake.merge import MergeProgress, MergeReport, MergeWorker
@@ -79,13 +80,21 @@ class Loop:
 ErrorHandler = Callable[[str, BaseException, float], None]
 
 
-def supervise(loop: Loop, stop: threading.Event, on_error: ErrorHandler) -> None:
-    """Run the loop until stop is set; whatever escapes it is reported and retried after a backoff."""
+def supervise(loop: Loop, stop: threading.Event, on_error: ErrorHandler,
+              on_fatal: Callable[[BaseException], None] | None = None) -> None:
+    """Run the loop until stop is set; whatever escapes it is reported and retried after a backoff, except a
+    catalog file deleted or replaced under the process: no retry mends that, so it stops every loop."""
     failures = 0
     while not stop.is_set():
         rounds = loop.status.rounds
         try:
             loop.body(stop)
+        except CatalogReplaced as exc:
+            loop.status.failed(exc, 0.0)
+            stop.set()
+            if on_fatal is not None:
+                on_fatal(exc)
+            break
         except Exception as exc:  # one loop's failure (even a SiltError) must not end the others
             # Count failures in a row: a loop that completed rounds since its last failure starts over.
             failures = 1 if loop.status.rounds > rounds else failures + 1
@@ -98,9 +107,10 @@ def supervise(loop: Loop, stop: threading.Event, on_error: ErrorHandler) -> None
     loop.status.state, loop.status.next_at = "stopped", None
 
 
-def run_loops(loops: list[Loop], stop: threading.Event, on_error: ErrorHandler) -> list[threading.Thread]:
+def run_loops(loops: list[Loop], stop: threading.Event, on_error: ErrorHandler,
+              on_fatal: Callable[[BaseException], None] | None = None) -> list[threading.Thread]:
     """Start a supervised thread per loop; they end once stop is set and their current work is done."""
-    threads = [threading.Thread(target=supervise, args=(loop, stop, on_error), name=f"silt-{loop.name}",
+    threads = [threading.Thread(target=supervise, args=(loop, stop, on_error, on_fatal), name=f"silt-{loop.name}",
                                 daemon=True) for loop in loops]
     for thread in threads:
         thread.start()
@@ -198,6 +208,7 @@ class SingleHost:
         # Set by a stream round that committed objects: publish shows them at once, not a publish.interval later.
         self.publish_wake = threading.Event()
         self.threads: list[threading.Thread] = []
+        self.fatal: BaseException | None = None  # what stopped every loop (the catalog file replaced), if anything
         # One worker for the whole run: its report adds up over restarts after errors.
         self.worker = MergeWorker(deployment, progress=_MergeStatus(self.status["merge"]))
         self._stream_totals = StreamReport()
@@ -224,7 +235,7 @@ class SingleHost:
     def start(self) -> None:
         """Start the loops (and Spark first, if start_spark was not called)."""
         self.start_spark()
-        self.threads = run_loops(self.loops, self.stop_event, self.on_error)
+        self.threads = run_loops(self.loops, self.stop_event, self.on_error, self._fatal)
         HistorySampler(self.deployment, self.stop_event).start()  # the dashboard's history, every interval
 
     def stop(self) -> None:
@@ -234,6 +245,10 @@ class SingleHost:
         for status in self.status.values():
             if status.state != "stopped":
                 status.state, status.next_at = "stopping", None
+
+    def _fatal(self, exc: BaseException) -> None:
+        self.fatal = self.fatal or exc
+        self.stop()
 
     def join(self, timeout: float | None = None) -> bool:
         """Wait up to timeout for every loop to end; True once all have."""

@@ -17,6 +17,7 @@ from siltlake.catalog.core import catalog_unavailable
 from siltlake.clock import utcnow
 from siltlake.config import StreamConfig
 from siltlake.deployment import Deployment
+from siltlake.errors import storage_failure
 from siltlake.logs import event
 from siltlake.polling import poll_forever
 from siltlake.records import ObjectLimits
@@ -24,7 +25,7 @@ from siltlake.spark import run_tasks
 from siltlake.storage.filesystem import Storage
 from siltlake.storage.keys import TableLayout, temporary_run
 from siltlake.stream.discover import discover
-from siltlake.stream.task import StreamTask, process_staging_object, storage_failure
+from siltlake.stream.task import StreamTask, process_staging_object
 
 COMMIT_CHUNK = 64
 

@@ -14,6 +14,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
+from siltlake.errors import storage_failure
 from siltlake.records import ObjectLimits, UnreadableObject, read_staging_object
 from siltlake.records.writer import ObjectWriter
 from siltlake.storage.filesystem import Storage, UnsafeKey
@@ -35,12 +36,6 @@ class StreamTask:
     batch_rows: int
     spill_bytes: int
     limits: ObjectLimits = ObjectLimits()  # the stream's settings; unbounded when a test leaves them out
-
-
-def storage_failure(exc: BaseException) -> bool:
-    """Whether a failure is the storage's (unreachable, full, refused: any I/O error), not the object's: it
-    never counts toward stream.max_failures, or an outage would move every pending object to unknown."""
-    return isinstance(exc, OSError)
 
 
 def open_uri(uri: str, staging: Storage):  # noqa: ANN201 - a binary stream

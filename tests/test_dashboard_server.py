@@ -1,0 +1,113 @@
+"""The dashboard's HTTP server under hostile clients, with real sockets on 127.0.0.1: idle connections are
+timed out and bounded, a client gone before its answer costs no traceback, a bad parameter is a 400."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import struct
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from siltlake.deployment import Deployment
+from siltlake.observe import dashboard
+from siltlake.observe.dashboard import ObserveServer
+from siltlake.tabledef import TableDef
+
+from .conftest import ACCESS_TABLE, make_config
+
+
+@pytest.fixture
+def sqlite_deployment(tmp_path) -> Deployment:
+    deployment = Deployment(make_config(tmp_path, f"sqlite:///{tmp_path / 'catalog.db'}"))
+    deployment.init()
+    deployment.catalog.tables.create(TableDef.from_mapping(ACCESS_TABLE))
+    yield deployment
+    deployment.close()
+
+
+def closed_by_server(client: socket.socket, deadline: float) -> bool:
+    """Whether the server ends the connection before the deadline (whatever it says first)."""
+    client.settimeout(max(0.01, deadline - time.monotonic()))
+    try:
+        while client.recv(4096):
+            pass
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        pass
+    return True
+
+
+def test_idle_connections_are_timed_out_and_never_hold_more_than_the_bound(sqlite_deployment: Deployment) -> None:
+    before = threading.active_count()
+    server = ObserveServer(sqlite_deployment, "127.0.0.1", 0, dashboard=True, max_connections=8,
+                           idle_timeout=1.0).start()
+    host, port = server.server_address[:2]
+    clients = []
+    try:
+        # Connections that start a request and never finish its headers (a slow-loris client).
+        for _ in range(200):
+            client = socket.create_connection((host, port), timeout=5)
+            client.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")
+            clients.append(client)
+        time.sleep(0.3)
+        assert threading.active_count() <= before + 1 + 8, "one thread per connection, past the bound"
+        # Past the bound they are refused at once; the rest are closed once idle for idle_timeout.
+        deadline = time.monotonic() + 10
+        assert all(closed_by_server(client, deadline) for client in clients)
+        assert threading.active_count() <= before + 1 + 8
+        with urllib.request.urlopen(server.url + "healthz", timeout=10) as answer:
+            assert answer.read() == b"ok\n"
+    finally:
+        for client in clients:
+            client.close()
+        server.close()
+
+
+def test_a_bad_parameter_is_a_400(sqlite_deployment: Deployment) -> None:
+    server = ObserveServer(sqlite_deployment, "127.0.0.1", 0, dashboard=True).start()
+    try:
+        for hours in ("nan", "inf", "-1", "soon", "1e9"):
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(f"{server.url}?hours={hours}", timeout=30)
+            assert refused.value.code == 400, hours
+            assert b"hours must be" in refused.value.read()
+        with urllib.request.urlopen(f"{server.url}?hours=1", timeout=30) as page:
+            assert "the last 1 hours" in page.read().decode()
+    finally:
+        server.close()
+
+
+def test_a_client_gone_before_its_answer_costs_no_503_and_no_traceback(sqlite_deployment: Deployment, monkeypatch,
+                                                                       capsys, caplog) -> None:
+    gone = threading.Event()
+    render = dashboard.render_page
+
+    def render_after_the_client_left(*args: object, **kwargs: object) -> str:
+        gone.wait(10)
+        return render(*args, **kwargs)
+
+    monkeypatch.setattr(dashboard, "render_page", render_after_the_client_left)
+    server = ObserveServer(sqlite_deployment, "127.0.0.1", 0, dashboard=True).start()
+    try:
+        client = socket.create_connection(server.server_address[:2], timeout=5)
+        client.sendall(b"GET / HTTP/1.0\r\n\r\n")
+        time.sleep(0.3)
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close with a reset
+        client.close()
+        time.sleep(0.1)
+        with caplog.at_level(logging.DEBUG, logger="siltlake.observe.dashboard"):
+            gone.set()
+            time.sleep(0.5)
+            with urllib.request.urlopen(server.url + "healthz", timeout=10) as answer:
+                assert answer.read() == b"ok\n"
+    finally:
+        server.close()
+    assert "Traceback" not in capsys.readouterr().err
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], "a client that left is no failure"
+    assert any("client gone" in r.getMessage() for r in caplog.records)
