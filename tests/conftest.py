@@ -126,5 +126,15 @@ def deployment(tmp_path: Path, catalog_url: str, spark) -> Deployment:
 
 
 @pytest.fixture
+def plain_deployment(tmp_path, catalog_url: str) -> Deployment:
+    """A deployment without Spark, with the access table."""
+    deployment = Deployment(make_config(tmp_path, catalog_url))
+    deployment.init()
+    deployment.catalog.tables.create(TableDef.from_mapping(ACCESS_TABLE))
+    yield deployment
+    deployment.close()
+
+
+@pytest.fixture
 def access_table(deployment: Deployment):
     return deployment.catalog.tables.create(TableDef.from_mapping(ACCESS_TABLE))

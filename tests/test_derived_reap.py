@@ -151,15 +151,19 @@ def shared_deployments(tmp_path: Path) -> list[Deployment]:
         config = Config.model_validate({
             "instance_key": key, "catalog": {"url": f"sqlite:///{tmp_path / f'{key}.db'}"},
             "storage": {"root": str(tmp_path / "lake"), "staging_root": str(tmp_path / f"staging-{key}")}})
-        deployment = Deployment(config)
-        deployment.init()
-        source = deployment.catalog.tables.create(TableDef.from_mapping(ACCESS_TABLE))
-        table = TableDef.from_mapping({"schema": "web", "name": "rollup", "kind": "derived",
-                                       "columns": [{"name": "hits", "type": "bigint"}]})
-        deployment.catalog.derived.create(DerivedDef.from_mapping({"name": "web.rollup", "query": ROLLUP}), table,
-                                          [source.id], utcnow())
-        deployments.append(deployment)
+        deployments.append(with_rollup(Deployment(config)))
     return deployments
+
+
+def with_rollup(deployment: Deployment) -> Deployment:
+    """The deployment initialised, holding web.access and the derived web.rollup over it."""
+    deployment.init()
+    source = deployment.catalog.tables.create(TableDef.from_mapping(ACCESS_TABLE))
+    table = TableDef.from_mapping({"schema": "web", "name": "rollup", "kind": "derived",
+                                   "columns": [{"name": "hits", "type": "bigint"}]})
+    deployment.catalog.derived.create(DerivedDef.from_mapping({"name": "web.rollup", "query": ROLLUP}), table,
+                                      [source.id], utcnow())
+    return deployment
 
 
 def publish_build(deployment: Deployment, dates: list[dt.date], now: dt.datetime, *, crash: bool) -> str:
@@ -229,13 +233,7 @@ def sparkless(tmp_path: Path, catalog_url: str) -> Deployment:
     """A deployment without Spark holding web.access and the derived web.rollup (builds made by hand)."""
     from .conftest import make_config
 
-    deployment = Deployment(make_config(tmp_path, catalog_url))
-    deployment.init()
-    source = deployment.catalog.tables.create(TableDef.from_mapping(ACCESS_TABLE))
-    table = TableDef.from_mapping({"schema": "web", "name": "rollup", "kind": "derived",
-                                   "columns": [{"name": "hits", "type": "bigint"}]})
-    deployment.catalog.derived.create(DerivedDef.from_mapping({"name": "web.rollup", "query": ROLLUP}), table,
-                                      [source.id], utcnow())
+    deployment = with_rollup(Deployment(make_config(tmp_path, catalog_url)))
     yield deployment
     deployment.close()
 

@@ -8,27 +8,13 @@ import datetime as dt
 import errno
 import logging
 
-import pytest
-
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.merge import MergeWorker
 from siltlake.storage.filesystem import Storage
-from siltlake.tabledef import TableDef
 
-from .conftest import ACCESS_TABLE, make_config
 from .merge_helpers import add_small_objects, rows_for
 from .test_merge import DAY, assert_exact, make_table
-
-
-@pytest.fixture
-def plain_deployment(tmp_path, catalog_url: str) -> Deployment:
-    """A deployment that never starts Spark: these merges are small enough to run in the worker."""
-    deployment = Deployment(make_config(tmp_path, catalog_url))
-    deployment.init()
-    deployment.catalog.tables.create(TableDef.from_mapping(ACCESS_TABLE))
-    yield deployment
-    deployment.close()
 
 
 def no_space(self: Storage, key: str):  # noqa: ANN201, ARG001 - Storage.open_output's signature

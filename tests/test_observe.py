@@ -26,18 +26,8 @@ from siltlake.reap import reap_once
 from siltlake.stream import stream_once
 from siltlake.tabledef import TableDef
 
-from .conftest import ACCESS_TABLE, make_config
+from .conftest import ACCESS_TABLE
 from .test_stream import event, jsonl_gz, stage
-
-
-@pytest.fixture
-def plain_deployment(tmp_path, catalog_url: str) -> Deployment:
-    """A deployment without Spark, with the access table."""
-    deployment = Deployment(make_config(tmp_path, catalog_url))
-    deployment.init()
-    deployment.catalog.tables.create(TableDef.from_mapping(ACCESS_TABLE))
-    yield deployment
-    deployment.close()
 
 
 def scrape(deployment: Deployment) -> dict[tuple[str, tuple], float]:
