@@ -212,7 +212,7 @@ class Storage:
         return for_engine(self.uri(key))
 
     def key_of(self, path: str) -> str:
-        return posixpath.relpath(path, self._base)
+        return _key_under(path, self._base, self._base.rstrip("/") + "/")
 
     def ensure_root(self) -> None:
         """Create a file system root; an object store's bucket must exist (siltlake never creates buckets)."""
@@ -231,9 +231,11 @@ class Storage:
         import pyarrow.fs as pafs
 
         selector = pafs.FileSelector(self.path(prefix), recursive=True, allow_not_found=True)
+        base, under = self._base, self._base.rstrip("/") + "/"
+        file = pafs.FileType.File
         for info in self.filesystem.get_file_info(selector):
-            if info.type == pafs.FileType.File:
-                yield ObjectInfo(self.key_of(info.path), info.size or 0, info.mtime)
+            if info.type == file:
+                yield ObjectInfo(_key_under(info.path, base, under), info.size or 0, info.mtime)
 
     def subdirectories(self, prefix: str = "") -> list[str]:
         """Names of the directories (key prefixes) directly under a prefix."""
@@ -332,6 +334,18 @@ class Storage:
 
         if self.filesystem.get_file_info(self.path(prefix)).type == pafs.FileType.Directory:
             self.filesystem.delete_dir(self.path(prefix))
+
+
+def _key_under(path: str, base: str, under: str) -> str:
+    """posixpath.relpath(path, base), where under is base with one trailing '/'. A listing's paths start with
+    under: their key is the rest of the path, sliced off without relpath's cost (more than the listing's own per
+    path). Paths it would normalise (empty, '.' or '..' segments, which an object store's keys can have) and
+    paths elsewhere take relpath itself, so that every key comes out as before."""
+    if path.startswith(under):
+        key = path[len(under):]
+        if key and "//" not in key and "/." not in key and not key.startswith(("/", ".")) and not key.endswith("/"):
+            return key
+    return posixpath.relpath(path, base)
 
 
 def for_engine(uri: str) -> str:

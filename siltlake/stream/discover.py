@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import posixpath
 import re
 from dataclasses import dataclass, field
 
@@ -25,7 +24,7 @@ class KeyMapping:
 
 def is_in_flight(key: str) -> bool:
     """Shippers upload under hidden or temporary names first; those are not staging objects yet."""
-    name = posixpath.basename(key)
+    name = key.rpartition("/")[2]  # posixpath.basename, without its per-call overhead on every listed key
     return name.startswith((".", "_")) or name.endswith((".tmp", "._COPYING_", ".part"))
 
 
@@ -84,19 +83,19 @@ def discover(deployment: Deployment) -> Discovery:
     report = Discovery(listed=len(listed))
     if not listed:
         return report
-    known = catalog.staging.known_uris([staging.uri(info.key) for info in listed])
-    fresh = [info for info in listed if staging.uri(info.key) not in known]
-    redelivered = catalog.staging.note_redeliveries([
-        (staging.uri(info.key), to_naive_utc(info.mtime), info.size) for info in listed
-        if info.mtime is not None and staging.uri(info.key) in known])
+    # Each URI is built (quoted) once: an idle round over a long history lists every object ever put.
+    uris = [staging.uri(info.key) for info in listed]
+    known, redelivered = catalog.staging.sort_listed([
+        (uri, to_naive_utc(info.mtime) if info.mtime is not None else None, info.size)
+        for uri, info in zip(uris, listed, strict=True)])
+    fresh = [(uri, info) for uri, info in zip(uris, listed, strict=True) if uri not in known]
     report.redelivered = len(redelivered)
     report.changed = [put for put in redelivered if put.changed]
     if not fresh:
         return report
     tables = catalog.tables.by_key_names()
     rows = []
-    for info in fresh:
-        uri = staging.uri(info.key)
+    for uri, info in fresh:
         mapping = map_key(info.key, pattern, tables)
         if mapping.table is not None and mapping.table.definition.kind == "derived":
             mapping = KeyMapping(None, f"{mapping.table.qualified_name} is a derived table, built from its query: "

@@ -1,0 +1,149 @@
+"""History benchmark (issue 28): what an idle `stream_once` round costs when the staging root holds N objects
+that were all processed before.
+
+Setup (not timed): a fresh deployment (SQLite catalog unless --catalog postgresql) with the table web.access,
+and a staging root of N hard links to 20-byte files (one original per directory) under keys spread like a
+shipper's, 20 hosts x 7 days (`hostNN.web.access/2026/01/DD/obj-<i>.jsonl`). Hard links make a million objects
+cheap to create, and each keeps the mtime it is registered with as its send_time, so no idle round sees a re-put.
+The objects are registered by siltlake's own discovery (`siltlake.stream.discover.discover`, the path a real
+round takes), then marked processed in one UPDATE: a real round would run each through Spark, which only sets
+processed_time (and writes the small objects an idle round never reads).
+
+Timed: `--rounds` idle `stream_once` rounds (each lists the root, finds nothing new, no redelivery and nothing
+pending): the median wall seconds, catalog statements and transactions per round (an engine event listener),
+then one more round under tracemalloc for the Python memory it allocates at its peak (not timed: tracemalloc
+slows Python code down severalfold).
+
+    .venv/bin/python bench/history_bench.py                               # N = 0, 10,000, 100,000
+    .venv/bin/python bench/history_bench.py --sizes 0,10000,100000 --million
+    .venv/bin/python bench/history_bench.py --sizes 100000 --profile 25   # cProfile of one idle round
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import os
+import pstats
+import shutil
+import statistics
+import tempfile
+import time
+import tracemalloc
+from pathlib import Path
+
+from common import StatementCounter, brief_machine, catalog_url, load_avg_1m, new_deployment, save_json, utc_stamp
+
+from siltlake.catalog import schema as s
+from siltlake.clock import utcnow
+from siltlake.stream import stream_once
+from siltlake.stream.discover import discover
+from siltlake.tabledef import TableDef
+
+TABLE = {"schema": "web", "name": "access", "time_column": "t", "timezone": "UTC",
+         "columns": [{"name": "t", "type": "timestamp", "nullable": False}]}
+HOSTS, DAYS = 20, 7
+
+
+def build_staging(root: Path, objects: int) -> None:
+    """N hard links to tiny files, spread over HOSTS x DAYS directories: one original file per directory, outside
+    the root, since a file takes at most 65,000 links on ext4."""
+    root.mkdir(parents=True)
+    targets = []
+    for host in range(HOSTS):
+        for day in range(1, DAYS + 1):
+            directory = root / f"host{host:02d}.web.access/2026/01/{day:02d}"
+            directory.mkdir(parents=True)
+            original = root.parent / f"original-{host:02d}-{day:02d}.jsonl"
+            original.write_bytes(b'{"t":"2026-01-01"}\n\n')
+            targets.append((original, directory))
+    for i in range(objects):
+        original, directory = targets[i % len(targets)]
+        os.link(original, directory / f"obj-{i:08d}.jsonl")
+
+
+def register_processed(deployment, objects: int) -> float:  # noqa: ANN001 - a Deployment
+    """Register every staging object through discovery and mark them all processed; returns the seconds."""
+    started = time.perf_counter()
+    found = discover(deployment)
+    assert found.registered == objects and not found.unknown, found
+    with deployment.catalog.engine.begin() as c:
+        c.execute(s.staging_objects.update().values(processed_time=utcnow()))
+    return time.perf_counter() - started
+
+
+def idle_round(deployment, counter: StatementCounter) -> dict:  # noqa: ANN001 - a Deployment
+    statements, transactions = counter.mark()
+    started = time.perf_counter()
+    report = stream_once(deployment)
+    seconds = time.perf_counter() - started
+    assert report.registered == 0 and report.processed == 0 and report.redelivered == 0, report
+    return {"seconds": seconds, "listed": report.listed, "statements": counter.statements - statements,
+            "transactions": counter.transactions - transactions}
+
+
+def run(kind: str, objects: int, rounds: int, workdir: Path, profile: int) -> dict:
+    root = Path(tempfile.mkdtemp(prefix=f"history-{kind}-{objects}-", dir=workdir))
+    try:
+        build_started = time.perf_counter()
+        build_staging(root / "staging", objects)
+        build_seconds = time.perf_counter() - build_started
+        with catalog_url(kind, root) as url:
+            deployment = new_deployment("bench001", root, catalog_url=url, staging_root=root / "staging")
+            try:
+                deployment.catalog.tables.create(TableDef.from_mapping(TABLE))
+                register_seconds = register_processed(deployment, objects)
+                counter = StatementCounter(deployment.catalog.engine)
+                idle_round(deployment, counter)  # warm: caches, the page cache of the catalog and the directories
+                measured = [idle_round(deployment, counter) for _ in range(rounds)]
+                assert all(m["listed"] == objects for m in measured), measured
+                tracemalloc.start()
+                idle_round(deployment, counter)
+                _, peak = tracemalloc.get_traced_memory()
+                tracemalloc.stop()
+                if profile:
+                    profiler = cProfile.Profile()
+                    profiler.runcall(stream_once, deployment)
+                    pstats.Stats(profiler).sort_stats("cumulative").print_stats(profile)
+            finally:
+                deployment.close()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    seconds = [m["seconds"] for m in measured]
+    return {
+        "catalog": kind, "objects": objects, "rounds": rounds,
+        "build_seconds": round(build_seconds, 2), "register_seconds": round(register_seconds, 2),
+        "idle_round_seconds_median": round(statistics.median(seconds), 4),
+        "idle_round_seconds_all": [round(value, 4) for value in seconds],
+        "statements_per_round": measured[-1]["statements"], "transactions_per_round": measured[-1]["transactions"],
+        "python_peak_bytes": peak, "load_avg_1m": load_avg_1m(),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="0,10000,100000", help="comma-separated N (already-processed objects)")
+    parser.add_argument("--million", action="store_true", help="add N = 1,000,000 (a minute or more of setup)")
+    parser.add_argument("--rounds", type=int, default=5, help="timed idle rounds per N (the median is reported)")
+    parser.add_argument("--catalog", choices=("sqlite", "postgresql"), default="sqlite")
+    parser.add_argument("--profile", type=int, default=0, help="print the top K functions of one more round")
+    parser.add_argument("--workdir", default=None, help="where the staging roots go (default: the temp dir)")
+    parser.add_argument("--out", default="bench/results/history.json")
+    args = parser.parse_args()
+    sizes = [int(size) for size in args.sizes.split(",") if size.strip()] + ([1_000_000] if args.million else [])
+    workdir = Path(args.workdir or tempfile.gettempdir())
+    results = []
+    print(f"{'N':>9} {'idle s (median)':>16} {'statements':>11} {'tx':>4} {'peak MiB':>9} {'register s':>11}")
+    for objects in sizes:
+        result = run(args.catalog, objects, args.rounds, workdir, args.profile)
+        results.append(result)
+        print(f"{objects:>9,} {result['idle_round_seconds_median']:>16.4f} {result['statements_per_round']:>11} "
+              f"{result['transactions_per_round']:>4} {result['python_peak_bytes'] / 2**20:>9.1f} "
+              f"{result['register_seconds']:>11.1f}", flush=True)
+    save_json(Path(args.out), {"machine": brief_machine(), "date": utc_stamp(), "args": vars(args),
+                               "results": results}, indent=1)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
