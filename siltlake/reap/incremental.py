@@ -37,8 +37,8 @@ def ttl_cutoff(now: dt.datetime):  # noqa: ANN201 - a ReapScope.ttl_cutoff
 
 
 def scope_of(deployment: Deployment, now: dt.datetime, *, retention: int, full: bool | None) -> ReapScope | None:
-    """The scope of an incremental run, or None for a full sweep: forced (`full`), no run recorded yet, or no
-    full sweep completed within reap.full_sweep_interval.
+    """The scope of an incremental run, or None for a full sweep: forced (`full`), no run recorded yet, no
+    full sweep completed within reap.full_sweep_interval, or `now` before the last run.
 
     Changes are looked for from the last run's moment minus reap.change_slack: a commit the last run's view
     missed carries a time after that unless its writer recorded a time more than the slack before committing
@@ -48,9 +48,10 @@ def scope_of(deployment: Deployment, now: dt.datetime, *, retention: int, full: 
     config = deployment.config.reap
     interval = dt.timedelta(seconds=config.full_sweep_interval)
     last, full_recently = deployment.catalog.reaping.last_runs(now - interval)
-    if full is True or last is None or not full_recently:
+    if full is True or last is None or not full_recently or now < last.run_time:
+        # A `now` before the last run (a clock set back, a replayed --now) could not tell what changed since.
         return None
-    base = min(last.run_time, now)  # a clock that went back must not skip changes
+    base = last.run_time
     slack = dt.timedelta(seconds=config.change_slack)
     # A version created in [last cutoff, this cutoff) has just made its predecessor expire; the last run's own
     # retention counts too, so a shorter --retention today skips no version.
