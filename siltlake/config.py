@@ -220,8 +220,14 @@ class ReapConfig(_Section):
     retention: int = Field(default=7 * 86400, description="seconds a superseded version stays readable (time travel)")
     grace: int = Field(default=3 * 86400, description="seconds before an object no catalog row names is an orphan")
     interval: int = Field(default=3600, description="seconds between reap runs in `silt run`")
+    full_sweep_interval: int = Field(default=86400, description="seconds between full sweeps: a run lists the "
+                                     "whole instance key when no full sweep completed within this; other runs "
+                                     "list only what changed since the last run (DESIGN §8)")
+    change_slack: int = Field(default=3600, description="seconds an incremental reap looks back before the last "
+                              "run for changes: covers clock skew between hosts and a writer that commits "
+                              "a while after the time it records")
 
-    @field_validator("retention", "grace", "interval", mode="before")
+    @field_validator("retention", "grace", "interval", "full_sweep_interval", "change_slack", mode="before")
     @classmethod
     def _durations(cls, value: Any, info: ValidationInfo) -> int:
         return parse_duration(value, f"reap.{info.field_name}")

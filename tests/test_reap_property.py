@@ -33,7 +33,7 @@ HOUR = dt.timedelta(hours=1)
 append = st.tuples(st.just("append"), st.integers(0, 2), st.lists(st.integers(1, 15), min_size=1, max_size=3))
 publish = st.tuples(st.just("publish"), st.sampled_from([1, 7, 13, 26]))
 step = st.one_of(append, append, publish, publish, st.just(("merge",)), st.just(("read",)),
-                 st.tuples(st.just("reap"), st.sampled_from([1, 2])), st.just(("update",)))
+                 st.tuples(st.just("reap"), st.sampled_from([1, 2]), st.booleans()), st.just(("update",)))
 
 
 def rows_of(deployment: Deployment, keys: list[str]) -> Counter:
@@ -148,8 +148,10 @@ def test_reap_keeps_every_retained_version_readable_and_removes_the_rest(spark, 
                 before: dict[int, list] = defaultdict(list)
                 for v in deployment.catalog.versions.of_partitions(partitions):
                     before[v.partition_id].append(v)
+                # Full sweeps and incremental runs (the default within reap.full_sweep_interval) alike.
+                full = step_[2] if len(step_) > 2 else None
                 report = reap_once(deployment, now=clock[0], retention=int(retention.total_seconds()),
-                                   grace=86400)
+                                   grace=86400, full=full or None)
                 assert not report.failed and not report.warnings
                 check_after_reap(clock[0], retention, before)
 

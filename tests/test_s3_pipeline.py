@@ -140,6 +140,11 @@ def test_merge_publish_read_update_and_reap_on_s3(s3_deployment: Deployment, s3_
     assert requests["LIST"] >= 1
     with Lake(deployment) as lake:
         assert lake.table("web.access").to_arrow().num_rows == total - 100, "reap keeps what readers see"
+    # The next run is incremental: nothing changed, so it lists the temporaries' prefix only.
+    again = reap_once(deployment, now=utcnow() + dt.timedelta(days=3, hours=2), retention=86_400, grace=3600)
+    requests = s3_proxy.reset()
+    assert not again.full_sweep and again.prefixes_listed == 1 and not again.failed and again.objects == 0
+    assert requests["LIST"] >= 1
 
 
 def test_shallow_merges_in_process_and_on_spark_on_s3(s3_deployment: Deployment) -> None:

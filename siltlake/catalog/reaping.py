@@ -10,7 +10,16 @@ from sqlalchemy.engine import Connection
 
 from siltlake.catalog import schema as s
 from siltlake.catalog.core import CatalogCore
-from siltlake.catalog.records import ReapPartition, ReapRange, ReapSmallObject, ReapTable, ReapVersion, ReapView
+from siltlake.catalog.records import (
+    ReapPartition,
+    ReapRange,
+    ReapRun,
+    ReapScope,
+    ReapSmallObject,
+    ReapTable,
+    ReapVersion,
+    ReapView,
+)
 
 _CHUNK = 500  # ids per IN (...) list: well under SQLite's and PostgreSQL's parameter limits
 
@@ -26,10 +35,13 @@ class Reaping:
     def __init__(self, core: CatalogCore) -> None:
         self._core = core
 
-    def view(self) -> ReapView:
+    def view(self, scope: ReapScope | None = None) -> ReapView:
         """Tables (dropped too), partitions, versions, ranges, small objects, running merge jobs, error files
         and registered instances, all as of one moment: a reference seen here is never missed because
-        another writer moved it between two of these queries."""
+        another writer moved it between two of these queries.
+
+        With a scope (an incremental run), only the partitions it selects and their rows, and no error
+        files (an incremental run does not list the errors areas)."""
         t, p, v, r, so, j = (s.tables, s.partitions, s.partition_versions, s.merge_ranges, s.small_objects,
                              s.merge_jobs)
         view = ReapView()
@@ -37,22 +49,79 @@ class Reaping:
             view.tables = [ReapTable(*row) for row in c.execute(sa.select(
                 t.c.id, t.c.physical_schema_name, t.c.physical_table_name, t.c.timezone, t.c.ttl_days,
                 t.c.dropped_time))]
-            view.partitions = [ReapPartition(*row) for row in c.execute(
-                sa.select(p.c.id, p.c.table_id, p.c.partition_date))]
-            view.versions = [ReapVersion(*row) for row in c.execute(sa.select(
+            view.max_small_object_id = c.execute(sa.select(sa.func.max(so.c.id))).scalar() or 0
+            if scope is not None:
+                view.scope = self._changed_partitions(c, scope)
+            selected = sorted(view.scope) if view.scope is not None else None
+
+            def rows(query: sa.Select, column: sa.ColumnElement) -> list:
+                if selected is None:
+                    return list(c.execute(query))
+                return [row for chunk in _chunks(selected) for row in c.execute(query.where(column.in_(chunk)))]
+
+            view.partitions = [ReapPartition(*row) for row in rows(
+                sa.select(p.c.id, p.c.table_id, p.c.partition_date), p.c.id)]
+            view.versions = sorted((ReapVersion(*row) for row in rows(sa.select(
                 v.c.id, v.c.partition_id, v.c.version, v.c.commit_op, v.c.live_watermark, v.c.manifest_key,
-                v.c.covered_upper, v.c.created_at, v.c.file_list_key).order_by(v.c.partition_id, v.c.version))]
-            view.ranges = [ReapRange(*row) for row in c.execute(
-                sa.select(r.c.partition_id, r.c.lower_bound, r.c.upper_bound, r.c.object_key))]
-            view.small_objects = [ReapSmallObject(*row) for row in c.execute(
-                sa.select(so.c.id, so.c.partition_id, so.c.delayed, so.c.content_length))]
+                v.c.covered_upper, v.c.created_at, v.c.file_list_key), v.c.partition_id)),
+                key=lambda x: (x.partition_id, x.version))
+            view.ranges = [ReapRange(*row) for row in rows(
+                sa.select(r.c.partition_id, r.c.lower_bound, r.c.upper_bound, r.c.object_key), r.c.partition_id)]
+            view.small_objects = [ReapSmallObject(*row) for row in rows(
+                sa.select(so.c.id, so.c.partition_id, so.c.delayed, so.c.content_length), so.c.partition_id)]
             view.running_jobs = [(row.partition_id, row.heartbeat_time) for row in c.execute(
                 sa.select(j.c.partition_id, j.c.heartbeat_time).where(j.c.ongoing_mark > 0))]
-            view.error_keys = set(c.execute(sa.select(s.staging_objects.c.error_uri).where(
-                s.staging_objects.c.error_uri.is_not(None))).scalars())
+            if scope is None:
+                view.error_keys = set(c.execute(sa.select(s.staging_objects.c.error_uri).where(
+                    s.staging_objects.c.error_uri.is_not(None))).scalars())
             view.instances = {row.instance_key: row.is_self for row in c.execute(
                 sa.select(s.instances.c.instance_key, s.instances.c.is_self))}
         return view
+
+    @staticmethod
+    def _changed_partitions(c: Connection, scope: ReapScope) -> set[int]:
+        """The partitions an incremental run reads and lists (ReapScope), each by an indexed range."""
+        p, v, r, so, log = s.partitions, s.partition_versions, s.merge_ranges, s.small_objects, s.merge_job_log
+        low, high = scope.crossing
+        queries = [
+            sa.select(v.c.partition_id).where(v.c.created_at >= scope.since),
+            sa.select(v.c.partition_id).where(v.c.created_at >= low, v.c.created_at < high),
+            sa.select(r.c.partition_id).where(r.c.update_time >= scope.since),
+            sa.select(log.c.partition_id).where(log.c.end_time >= scope.since),
+            sa.select(p.c.id).where(p.c.create_time >= scope.since),
+            sa.select(so.c.partition_id).where(so.c.id > scope.small_above),
+            sa.select(s.merge_jobs.c.partition_id),  # the queue: its partitions may hold a dead attempt's part
+        ]
+        tables = [ReapTable(*row) for row in c.execute(sa.select(
+            s.tables.c.id, s.tables.c.physical_schema_name, s.tables.c.physical_table_name, s.tables.c.timezone,
+            s.tables.c.ttl_days, s.tables.c.dropped_time).where(s.tables.c.ttl_days.is_not(None)))]
+        for table in tables:
+            before = scope.ttl_cutoff(table)
+            if before is not None:
+                queries.append(sa.select(p.c.id).where(p.c.table_id == table.id, p.c.partition_date < before))
+        return {pid for query in queries for pid in c.execute(query.distinct()).scalars()}
+
+    def last_runs(self, full_since: dt.datetime) -> tuple[ReapRun | None, bool]:
+        """The newest completed reap run, and whether a full sweep completed at or after `full_since`."""
+        runs = s.reap_runs
+        with self._core.tx() as c:
+            row = c.execute(sa.select(runs.c.run_time, runs.c.full_sweep, runs.c.retention,
+                                      runs.c.max_small_object_id).order_by(runs.c.run_time.desc(),
+                                                                            runs.c.id.desc()).limit(1)).first()
+            full = c.execute(sa.select(runs.c.id).where(runs.c.full_sweep.is_(True),
+                                                        runs.c.run_time >= full_since).limit(1)).first()
+        return (ReapRun(*row) if row is not None else None), full is not None
+
+    def record_run(self, run: ReapRun, finished: dt.datetime, keep_after: dt.datetime) -> None:
+        """Record a completed run; forget runs older than `keep_after` except the newest full sweep (what the
+        next runs are measured from)."""
+        runs = s.reap_runs
+        with self._core.tx() as c:
+            c.execute(runs.insert().values(run_time=run.run_time, full_sweep=run.full_sweep,
+                                           retention=run.retention, max_small_object_id=run.max_small_object_id,
+                                           finished_time=finished))
+            newest_full = sa.select(sa.func.max(runs.c.id)).where(runs.c.full_sweep.is_(True)).scalar_subquery()
+            c.execute(runs.delete().where(runs.c.run_time < keep_after, runs.c.id != sa.func.coalesce(newest_full, 0)))
 
     def running_merge_partitions(self, fresh_after: dt.datetime) -> set[int]:
         """Partitions with a running merge job whose heartbeat is newer than `fresh_after` (read again right

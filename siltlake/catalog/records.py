@@ -387,6 +387,29 @@ class ReapView:
     running_jobs: list[tuple[int, dt.datetime | None]] = field(default_factory=list)  # (partition id, heartbeat)
     error_keys: set[str] = field(default_factory=set)
     instances: dict[str, bool] = field(default_factory=dict)  # instance key -> is_self
+    scope: set[int] | None = None  # an incremental view: the partitions it holds (None: every partition)
+    max_small_object_id: int = 0
+
+
+@dataclass(frozen=True)
+class ReapScope:
+    """What an incremental reap reads: partitions changed at or after `since` (versions, merge ranges, merge
+    job ends, new partitions), small object ids above `small_above`, partitions with a version created in
+    `crossing` (its predecessor left the retention window since the last run), partitions dated before
+    their table's TTL cutoff, and every partition with a merge job row."""
+
+    since: dt.datetime
+    crossing: tuple[dt.datetime, dt.datetime]
+    small_above: int
+    ttl_cutoff: Callable[[ReapTable], dt.date | None]  # partitions dated before it are past the table's TTL
+
+
+@dataclass(frozen=True)
+class ReapRun:
+    run_time: dt.datetime
+    full_sweep: bool
+    retention: int
+    max_small_object_id: int
 
 
 # --- external catalogs (publish targets) -------------------------------------------------------------

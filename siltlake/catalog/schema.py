@@ -127,6 +127,8 @@ small_objects = sa.Table(
     sa.UniqueConstraint("staging_object_id", "partition_id"),
 )
 sa.Index("ix_small_objects_partition_id_id", small_objects.c.partition_id, small_objects.c.id)
+# Incremental reap finds the partitions that changed since its last run by these times (catalog.reaping).
+sa.Index("ix_partitions_create_time", partitions.c.create_time)
 
 merge_jobs = sa.Table(
     "merge_jobs",
@@ -175,6 +177,7 @@ merge_job_log = sa.Table(
     sa.Column("note", sa.Text, nullable=True),
     sa.CheckConstraint("outcome IN ('finished', 'continuing', 'failed')", name="outcome"),
 )
+sa.Index("ix_merge_job_log_end_time", merge_job_log.c.end_time)
 
 merge_ranges = sa.Table(
     "merge_ranges",
@@ -201,6 +204,7 @@ merge_ranges = sa.Table(
     sa.CheckConstraint("upper_bound > lower_bound", name="bounds_increase"),
     sa.CheckConstraint("lower_bound IS NOT NULL OR upper_bound = 0", name="sentinel"),
 )
+sa.Index("ix_merge_ranges_update_time", merge_ranges.c.update_time)
 
 partition_versions = sa.Table(
     "partition_versions",
@@ -229,6 +233,7 @@ partition_versions = sa.Table(
     sa.CheckConstraint("commit_op IN ('append', 'compaction', 'update', 'merge')", name="commit_op"),
     sa.CheckConstraint("live_watermark IS NOT NULL OR manifest_key IS NOT NULL", name="shows_something"),
 )
+sa.Index("ix_partition_versions_created_at", partition_versions.c.created_at)
 
 # SQLite has no sequences; this row plays the role of small_object_id_seq there.
 id_counters = sa.Table(
@@ -346,3 +351,17 @@ metric_history = sa.Table(
     sa.UniqueConstraint("sample_time", "table_name"),
 )
 sa.Index("ix_metric_history_sample_time", metric_history.c.sample_time)
+
+# Completed reap runs (DESIGN §8, "Incremental runs"): the next run lists only what changed since the newest
+# one, and a full sweep runs when none of them within reap.full_sweep_interval was full.
+reap_runs = sa.Table(
+    "reap_runs",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("run_time", sa.DateTime, nullable=False),  # the run's `now`: its catalog view's moment
+    sa.Column("full_sweep", sa.Boolean, nullable=False),
+    sa.Column("retention", sa.Integer, nullable=False),  # seconds: the next run finds versions crossing it
+    sa.Column("max_small_object_id", sa.BigInteger, nullable=False),
+    sa.Column("finished_time", sa.DateTime, nullable=False),
+)
+sa.Index("ix_reap_runs_run_time", reap_runs.c.run_time)

@@ -116,8 +116,9 @@ def print_reap_report(report: ReapReport) -> None:
         (report.kept_young, "unreferenced objects inside the grace period"),
         (report.kept_running, "merged objects a running merge job may commit"),
         (report.kept_unreadable, "merged objects of a partition whose retained manifest is unreadable")) if count]
-    console.print(f"listed {report.listed:,} objects; kept {', '.join(kept) or 'nothing unreferenced'}; catalog "
-                  f"{report.catalog_seconds:.2f}s, listing {report.list_seconds:.2f}s, deleting "
+    sweep = "full sweep" if report.full_sweep else f"changed since the last run, {report.prefixes_listed:,} prefixes"
+    console.print(f"listed {report.listed:,} objects ({sweep}); kept {', '.join(kept) or 'nothing unreferenced'}; "
+                  f"catalog {report.catalog_seconds:.2f}s, listing {report.list_seconds:.2f}s, deleting "
                   f"{report.delete_seconds:.2f}s", highlight=False)
     print_derived_reap(report.derived, report.dry_run)
     for warning in report.warnings:

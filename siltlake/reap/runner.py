@@ -16,14 +16,14 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from zoneinfo import ZoneInfo
 
-from siltlake.catalog import ReapTable, ReapVersion, ReapView
+from siltlake.catalog import ReapRun, ReapTable, ReapVersion, ReapView
 from siltlake.clock import to_naive_utc, utcnow
 from siltlake.deployment import Deployment, InstanceKeyRefused
 from siltlake.derived.reap import DerivedReapReport, reap_derived
 from siltlake.errors import SiltError
 from siltlake.logs import event
+from siltlake.reap.incremental import RUN_HISTORY, list_scope, scope_of, ttl_cutoff
 from siltlake.storage import keys
 from siltlake.storage.filesystem import ObjectInfo
 from siltlake.storage.keys import TableLayout
@@ -68,6 +68,8 @@ class ReapReport:
     other_instances: list[str] = field(default_factory=list)
     derived: DerivedReapReport = field(default_factory=DerivedReapReport)  # derived table builds (seed 002)
     listed: int = 0
+    full_sweep: bool = True  # False: listed only what changed since the last run (DESIGN §8)
+    prefixes_listed: int = 1
     catalog_seconds: float = 0.0
     list_seconds: float = 0.0
     delete_seconds: float = 0.0
@@ -90,6 +92,7 @@ class ReapReport:
             "kept_running": self.kept_running, "kept_unreadable": self.kept_unreadable,
             "failed": [{"key": k, "error": e} for k, e in self.failed], "warnings": self.warnings,
             "other_instances": self.other_instances, "derived": self.derived.as_dict(), "listed": self.listed,
+            "full_sweep": self.full_sweep, "prefixes_listed": self.prefixes_listed,
             "catalog_seconds": round(self.catalog_seconds, 3), "list_seconds": round(self.list_seconds, 3),
             "delete_seconds": round(self.delete_seconds, 3), "seconds": round(self.seconds, 3),
         }
@@ -127,10 +130,6 @@ def retained_versions(versions: Sequence[ReapVersion], cutoff: dt.datetime) -> t
             expired.append(version)
         latest_after = version.created_at if latest_after is None else max(latest_after, version.created_at)
     return retained[::-1], expired[::-1]
-
-
-def _local_date(now: dt.datetime, zone: str) -> dt.date:
-    return now.replace(tzinfo=dt.UTC).astimezone(ZoneInfo(zone)).date()
 
 
 def check_instance(deployment: Deployment) -> None:
@@ -201,11 +200,12 @@ def _plan(deployment: Deployment, key: str, view: ReapView, listed: list[ObjectI
                    if t.dropped_time is not None and t.dropped_time <= young_after}
     for table_id in gone_tables:
         plan.dropped_tables[table_id] = layouts[table_id].prefix
+    past_ttl = ttl_cutoff(now)
     for p in view.partitions:
         table = by_id.get(p.table_id)
         if table is None or table.id in gone_tables or table.ttl_days is None:
             continue
-        if p.partition_date < _local_date(now, table.timezone) - dt.timedelta(days=table.ttl_days):
+        if p.partition_date < past_ttl(table):
             plan.ttl_partitions[p.id] = layouts[table.id].prefix + "/", f"/{keys.partition_segment(p.partition_date)}/"
     settled = set(plan.ttl_partitions) | {pid for pid, tid in partition_table.items() if tid in gone_tables}
 
@@ -401,11 +401,12 @@ def _delete_all(deployment: Deployment, key: str, infos: Sequence[ObjectInfo], r
 
 def reap_once(deployment: Deployment, now: dt.datetime | None = None, *, dry_run: bool = False,
               retention: int | None = None, grace: int | None = None, force: bool = False,
-              workers: int = 16) -> ReapReport:
+              workers: int = 16, full: bool | None = None) -> ReapReport:
     """Delete what no retained version, merge range or writer in flight needs, under this deployment's key.
 
     `now` (naive UTC) replaces the clock as in publish; retention and grace are seconds (defaults from
-    `[reap]`); below one day of retention or one hour of grace it refuses unless `force`.
+    `[reap]`); below one day of retention or one hour of grace it refuses unless `force`. `full` forces a full
+    sweep; otherwise one runs only when none completed within reap.full_sweep_interval (reap.incremental).
     """
     started = time.monotonic()
     config = deployment.config.reap
@@ -439,10 +440,15 @@ def reap_once(deployment: Deployment, now: dt.datetime | None = None, *, dry_run
 
     # 2. Refresh what is referenced, in one snapshot; 3. list and classify.
     t0 = time.monotonic()
-    view = catalog.reaping.view()
+    scope = scope_of(deployment, now, retention=retention, full=full)
+    view = catalog.reaping.view(scope)
     report.catalog_seconds += time.monotonic() - t0
     t0 = time.monotonic()
-    listed = list(deployment.lake.list(keys.instance_prefix(key)))
+    if scope is None:
+        listed = list(deployment.lake.list(keys.instance_prefix(key)))
+    else:
+        listed, report.prefixes_listed = list_scope(deployment, key, view, workers)
+        report.full_sweep = False
     report.listed = len(listed)
     report.list_seconds = time.monotonic() - t0
     plan = _plan(deployment, key, view, listed, report, now=now, retention=retention, grace=grace,
@@ -513,8 +519,14 @@ def reap_once(deployment: Deployment, now: dt.datetime | None = None, *, dry_run
     # Derived builds last: the versions that expired above no longer protect the builds they showed.
     report.derived = reap_derived(deployment, now, grace=grace)
     pruned = catalog.observations.prune_history(now - dt.timedelta(seconds=deployment.config.observe.history_retention))
+    if not report.failed:
+        # Only a run that deleted all it planned is one the next incremental run may start from: an object
+        # whose delete failed lies in a partition that may never change again.
+        catalog.reaping.record_run(ReapRun(now, report.full_sweep, retention, view.max_small_object_id),
+                                   utcnow(), keep_after=now - RUN_HISTORY)
     report.seconds = time.monotonic() - started
-    event(log, "reap.run", listed=report.listed, objects=sum(r.objects for r in report.reasons.values()),
+    event(log, "reap.run", full_sweep=report.full_sweep, prefixes=report.prefixes_listed,
+          listed=report.listed, objects=sum(r.objects for r in report.reasons.values()),
           bytes=sum(r.bytes for r in report.reasons.values()), failed=len(report.failed), history_pruned=pruned,
           seconds=report.seconds)
     for object_key, error in report.failed:

@@ -85,6 +85,11 @@ def instance_marker(instance_key: str) -> str:
     return f"{instance_key}/{INSTANCE_MARKER}"
 
 
+def temporary_area(instance_key: str) -> str:
+    """The prefix of every run's temporary objects (an incremental reap lists it whole)."""
+    return f"{instance_key}/{TEMPORARY_AREA}/"
+
+
 def temporary_run(instance_key: str, run_id: str) -> str:
     """The prefix of one run's temporary objects (deleted when the run ends; reap takes what a dead run left)."""
     return f"{instance_key}/{TEMPORARY_AREA}/{run_id}"
@@ -256,6 +261,11 @@ class TableLayout:
         manifest an older version lists."""
         directory = _manifest_directory(self.prefix, partition_segment(partition_date))
         return _manifest_pair(directory, label or f"{version:019d}")
+
+    def partition_directories(self, partition_date: dt.date) -> tuple[str, ...]:
+        """The directories (with their trailing slash) of one partition's objects in every dated area."""
+        segment = partition_segment(partition_date)
+        return tuple(f"{self.prefix}/{area}/{segment}/" for area in (LIVE, DELAYED, MERGED, MANIFESTS))
 
     def live_prefix(self) -> str:
         return f"{self.prefix}/{LIVE}"
