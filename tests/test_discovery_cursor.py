@@ -92,12 +92,15 @@ def test_late_objects_under_old_dates_with_old_times_are_found_once(lake: Deploy
     os.utime(day / "obj.jsonl", (OLD, OLD))
     os.utime(day, (OLD, OLD))
     os.rename(day, lake.staging.path("host00.web.access/2026/01/03"))
+    # A new link (inside the root: an ordinary object) to an old file: the link's own ctime is new.
+    os.symlink("obj-0.jsonl", lake.staging.path("host02.web.access/2026/01/01/link.jsonl"))
     found = discover(lake)
-    assert not found.full_listing and found.registered == 3 and found.unknown == 0
+    assert not found.full_listing and found.registered == 4 and found.unknown == 0
     assert discover(lake).registered == 0
     uris = {lake.staging.uri(key) for key in ("host01.web.access/2026/01/01/late.jsonl",
                                               "host02.web.access/2026/01/02/moved.jsonl",
-                                              "host00.web.access/2026/01/03/obj.jsonl")}
+                                              "host00.web.access/2026/01/03/obj.jsonl",
+                                              "host02.web.access/2026/01/01/link.jsonl")}
     assert uris <= lake.catalog.staging.known_uris(sorted(uris))
 
 

@@ -289,18 +289,21 @@ class Storage:
                     if not is_dir and not (changed and entry.is_file()):
                         continue
                     entry_stat = entry.stat()
+                    newest = max(entry_stat.st_mtime_ns, entry_stat.st_ctime_ns)
+                    if entry.is_symlink():  # a new link to an old file or directory is new: its own times count
+                        link = entry.stat(follow_symlinks=False)
+                        newest = max(newest, link.st_mtime_ns, link.st_ctime_ns)
                 except OSError:  # removed during the walk, or a dangling link
                     continue
                 key = prefix + entry.name
                 if is_dir:
                     identity = (entry_stat.st_dev, entry_stat.st_ino)
                     if identity not in above:
-                        pending.append((entry.path, key + "/", entry_stat, fresh or (
-                            changed and max(entry_stat.st_mtime_ns, entry_stat.st_ctime_ns) >= since_ns),
-                            above | {identity}))
+                        pending.append((entry.path, key + "/", entry_stat, fresh or (changed and newest >= since_ns),
+                                        above | {identity}))
                     continue
                 result.entries += 1
-                if fresh or max(entry_stat.st_mtime_ns, entry_stat.st_ctime_ns) >= since_ns:
+                if fresh or newest >= since_ns:
                     # Microseconds, truncated, as pyarrow's listing gives them: a send_time stored from one
                     # compares equal with the other's (no spurious re-put).
                     mtime = _EPOCH + dt.timedelta(microseconds=entry_stat.st_mtime_ns // 1000)
