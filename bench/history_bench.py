@@ -9,10 +9,15 @@ The objects are registered by siltlake's own discovery (`siltlake.stream.discove
 round takes), then marked processed in one UPDATE: a real round would run each through Spark, which only sets
 processed_time (and writes the small objects an idle round never reads).
 
-Timed: `--rounds` idle `stream_once` rounds (each lists the root, finds nothing new, no redelivery and nothing
-pending): the median wall seconds, catalog statements and transactions per round (an engine event listener),
-then one more round under tracemalloc for the Python memory it allocates at its peak (not timed: tracemalloc
-slows Python code down severalfold).
+Before registering, the benchmark waits until the newest write is stream.listing_margin old, as a history's
+objects are: the registration (the root's first round, a full listing) then leaves its discovery cursor past them.
+
+Timed: `--rounds` idle `stream_once` rounds (each finds nothing new, no redelivery and nothing pending; on a
+local root they read only what changed since the cursor, here nothing): the median wall seconds, catalog
+statements and transactions per round (an engine event listener), then one more round under tracemalloc for the
+Python memory it allocates at its peak (not timed: tracemalloc slows Python code down severalfold). Then one
+round that is a full listing (due every stream.full_listing_interval; the clock discovery reads is moved past
+it), timed alone.
 
     .venv/bin/python bench/history_bench.py                               # N = 0, 10,000, 100,000
     .venv/bin/python bench/history_bench.py --sizes 0,10000,100000 --million
@@ -23,6 +28,8 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import datetime as dt
+import importlib
 import os
 import pstats
 import shutil
@@ -40,6 +47,8 @@ from siltlake.stream import stream_once
 from siltlake.stream.discover import discover
 from siltlake.tabledef import TableDef
 
+# The module (siltlake.stream exports its function under the same name), whose clock a full-listing round moves.
+discover_module = importlib.import_module("siltlake.stream.discover")
 TABLE = {"schema": "web", "name": "access", "time_column": "t", "timezone": "UTC",
          "columns": [{"name": "t", "type": "timestamp", "nullable": False}]}
 HOSTS, DAYS = 20, 7
@@ -82,25 +91,40 @@ def idle_round(deployment, counter: StatementCounter) -> dict:  # noqa: ANN001 -
             "transactions": counter.transactions - transactions}
 
 
+def full_listing_round(deployment, counter: StatementCounter) -> dict:  # noqa: ANN001 - a Deployment
+    """One idle round that lists the whole root: the clock discovery compares with the last full listing's time
+    reads an interval later (the cursor it stores comes from the file system's clock, not this one)."""
+    later = utcnow() + dt.timedelta(seconds=deployment.config.stream.full_listing_interval)
+    original, discover_module.utcnow = discover_module.utcnow, lambda: later
+    try:
+        return idle_round(deployment, counter)
+    finally:
+        discover_module.utcnow = original
+
+
 def run(kind: str, objects: int, rounds: int, workdir: Path, profile: int) -> dict:
     root = Path(tempfile.mkdtemp(prefix=f"history-{kind}-{objects}-", dir=workdir))
     try:
         build_started = time.perf_counter()
         build_staging(root / "staging", objects)
-        build_seconds = time.perf_counter() - build_started
+        built = time.perf_counter()
+        build_seconds = built - build_started
         with catalog_url(kind, root) as url:
             deployment = new_deployment("bench001", root, catalog_url=url, staging_root=root / "staging")
             try:
                 deployment.catalog.tables.create(TableDef.from_mapping(TABLE))
+                time.sleep(max(0.0, built + deployment.config.stream.listing_margin + 0.5 - time.perf_counter()))
                 register_seconds = register_processed(deployment, objects)
                 counter = StatementCounter(deployment.catalog.engine)
                 idle_round(deployment, counter)  # warm: caches, the page cache of the catalog and the directories
                 measured = [idle_round(deployment, counter) for _ in range(rounds)]
-                assert all(m["listed"] == objects for m in measured), measured
+                assert all(m["listed"] == 0 for m in measured), measured  # no file entry of an unchanged directory
                 tracemalloc.start()
                 idle_round(deployment, counter)
                 _, peak = tracemalloc.get_traced_memory()
                 tracemalloc.stop()
+                full = full_listing_round(deployment, counter)
+                assert full["listed"] == objects, full
                 if profile:
                     profiler = cProfile.Profile()
                     profiler.runcall(stream_once, deployment)
@@ -116,7 +140,8 @@ def run(kind: str, objects: int, rounds: int, workdir: Path, profile: int) -> di
         "idle_round_seconds_median": round(statistics.median(seconds), 4),
         "idle_round_seconds_all": [round(value, 4) for value in seconds],
         "statements_per_round": measured[-1]["statements"], "transactions_per_round": measured[-1]["transactions"],
-        "python_peak_bytes": peak, "load_avg_1m": load_avg_1m(),
+        "python_peak_bytes": peak, "full_listing_round_seconds": round(full["seconds"], 4),
+        "full_listing_statements": full["statements"], "load_avg_1m": load_avg_1m(),
     }
 
 
@@ -133,13 +158,14 @@ def main() -> None:
     sizes = [int(size) for size in args.sizes.split(",") if size.strip()] + ([1_000_000] if args.million else [])
     workdir = Path(args.workdir or tempfile.gettempdir())
     results = []
-    print(f"{'N':>9} {'idle s (median)':>16} {'statements':>11} {'tx':>4} {'peak MiB':>9} {'register s':>11}")
+    print(f"{'N':>9} {'idle s (median)':>16} {'statements':>11} {'tx':>4} {'peak MiB':>9} {'register s':>11} "
+          f"{'full listing s':>15}")
     for objects in sizes:
         result = run(args.catalog, objects, args.rounds, workdir, args.profile)
         results.append(result)
         print(f"{objects:>9,} {result['idle_round_seconds_median']:>16.4f} {result['statements_per_round']:>11} "
               f"{result['transactions_per_round']:>4} {result['python_peak_bytes'] / 2**20:>9.1f} "
-              f"{result['register_seconds']:>11.1f}", flush=True)
+              f"{result['register_seconds']:>11.1f} {result['full_listing_round_seconds']:>15.4f}", flush=True)
     save_json(Path(args.out), {"machine": brief_machine(), "date": utc_stamp(), "args": vars(args),
                                "results": results}, indent=1)
     print(f"wrote {args.out}")

@@ -89,10 +89,17 @@ class StreamConfig(_Section):
                                          "byte a gzip object may reach past its first 64 MiB; past it the "
                                          "object is unknown (gzip's best is about 1,000)")
 
-    @field_validator("poll_interval", mode="before")
+    listing_margin: int = Field(default=5, description="seconds a round's discovery cursor stays behind the "
+                                "start of its listing (stream/discover.py): timestamp granularity, writes racing "
+                                "the walk, and on a network file system its clock's skew from this host's")
+    full_listing_interval: int = Field(default=3600, description="seconds between full listings of a local "
+                                       "staging root (rounds in between read only what changed); in-place "
+                                       "rewrites are noticed by full listings only")
+
+    @field_validator("poll_interval", "listing_margin", "full_listing_interval", mode="before")
     @classmethod
-    def _interval(cls, value: Any) -> int:
-        return parse_duration(value, "stream.poll_interval")
+    def _interval(cls, value: Any, info: ValidationInfo) -> int:
+        return parse_duration(value, f"stream.{info.field_name}")
 
     @field_validator("key_pattern")
     @classmethod

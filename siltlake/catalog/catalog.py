@@ -9,6 +9,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from siltlake.catalog.core import CatalogCore
 from siltlake.catalog.derived import Derived
+from siltlake.catalog.discovery import DiscoveryCursors
 from siltlake.catalog.external_sync import ExternalSync
 from siltlake.catalog.instances import Instances
 from siltlake.catalog.merge_queue import MergeQueue
@@ -26,12 +27,14 @@ class Catalog(CatalogCore):
 
     Its operations are grouped by concern: catalog.tables, .staging, .partitions (and the stream's commit),
     .merge_queue, .versions (publishing and reading), .reaping, .external_sync, .instances, .derived
-    (derived tables) and .observations (what metrics and the dashboard show)."""
+    (derived tables), .observations (what metrics and the dashboard show) and .discovery (where each
+    staging root's discovery stands)."""
 
     def __init__(self, url: str, *, echo: bool = False, connect_timeout: int | None = None) -> None:
         super().__init__(url, echo=echo, connect_timeout=connect_timeout)
         self.tables = Tables(self)
         self.staging = Staging(self)
+        self.discovery = DiscoveryCursors(self)
         self.partitions = Partitions(self)
         self.merge_queue = MergeQueue(self)
         self.versions = Versions(self)

@@ -89,6 +89,14 @@ class Redelivery:
 
 
 @dataclass(frozen=True)
+class DiscoveryCursor:
+    """Where a staging root's discovery stands (catalog.discovery; docs/design.md, "Staging objects")."""
+
+    cursor_time: dt.datetime        # objects changed before it were seen by a completed listing
+    full_listing_time: dt.datetime  # when the last completed full listing started
+
+
+@dataclass(frozen=True)
 class UnknownObject:
     uri: str
     reason: str

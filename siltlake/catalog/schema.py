@@ -365,3 +365,14 @@ reap_runs = sa.Table(
     sa.Column("finished_time", sa.DateTime, nullable=False),
 )
 sa.Index("ix_reap_runs_run_time", reap_runs.c.run_time)
+
+# Where discovery of each staging root stands (stream/discover.py): every object whose ctime (or mtime) is
+# before cursor_time was seen by a completed listing; full_listing_time is when the last full listing started.
+discovery_cursors = sa.Table(
+    "discovery_cursors",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("staging_root", sa.Text, nullable=False, unique=True),
+    sa.Column("cursor_time", sa.DateTime, nullable=False),
+    sa.Column("full_listing_time", sa.DateTime, nullable=False),
+)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+import time
 from dataclasses import dataclass, field
 
 from siltlake.catalog import Redelivery, TableRecord
-from siltlake.clock import to_naive_utc
+from siltlake.clock import to_naive_utc, utcnow
 from siltlake.deployment import Deployment
+from siltlake.storage.filesystem import ObjectInfo
 from siltlake.tabledef import IDENTIFIER
 
 # Control characters, backslashes (a path separator elsewhere) and percent-escapes (which decode into
@@ -67,20 +69,63 @@ def _key_date(match: re.Match[str]) -> str | None:
 
 @dataclass
 class Discovery:
-    listed: int = 0
+    listed: int = 0  # file entries listed: all of the root's on a full listing, those of changed directories else
     registered: int = 0
     unknown: int = 0
     redelivered: int = 0  # registered objects put again since: ignored (a key is processed once)
     changed: list[Redelivery] = field(default_factory=list)  # of those, put again with another size
+    looked_up: int = 0  # listed URIs asked of the catalog (those that may be new)
+    full_listing: bool = True  # whether the whole root was listed (else only what changed since the cursor)
 
 
 def discover(deployment: Deployment) -> Discovery:
-    """List the staging root and register objects not seen before (each URI once, ever)."""
+    """Register the staging objects not seen before (each URI once, ever).
+
+    A local root is listed whole on its first round and every stream.full_listing_interval; the rounds in
+    between read only the directories and files that changed since the root's cursor (docs/design.md, "Staging
+    objects"). An object store's root is listed whole every round."""
+    staging = deployment.staging
+    catalog = deployment.catalog
+    if not staging.is_local:
+        return _register(deployment, [info for info in staging.list() if not is_in_flight(info.key)])
+    config = deployment.config.stream
+    # The file system's clock, read before the walk: what is put after this moment has a ctime past it.
+    started = time.time_ns()
+    cursor = catalog.discovery.get(staging.root)
+    full = cursor is None or (utcnow() - cursor.full_listing_time
+                              >= dt.timedelta(seconds=config.full_listing_interval))
+    if full:
+        report = _register(deployment, [info for info in staging.list() if not is_in_flight(info.key)])
+    else:
+        assert cursor is not None
+        changed = staging.list_changed(_nanoseconds(cursor.cursor_time))
+        report = _register(deployment, [info for info in changed.objects if not is_in_flight(info.key)])
+        report.listed, report.full_listing = changed.entries, False
+    # Only once every object found is registered (or recorded unknown): a round that fails before leaves the
+    # cursor where it was, and the next round looks again.
+    catalog.discovery.advance(staging.root, _naive(started - config.listing_margin * 1_000_000_000),
+                              _naive(started) if full else None)
+    return report
+
+
+_EPOCH = dt.datetime(1970, 1, 1)
+
+
+def _naive(nanoseconds: int) -> dt.datetime:
+    """Naive UTC of a file system time, truncated to the microsecond (what the catalog stores)."""
+    return _EPOCH + dt.timedelta(microseconds=nanoseconds // 1000)
+
+
+def _nanoseconds(naive: dt.datetime) -> int:
+    return (naive - _EPOCH) // dt.timedelta(microseconds=1) * 1000
+
+
+def _register(deployment: Deployment, listed: list[ObjectInfo]) -> Discovery:
+    """Register, of these listed objects, those the catalog does not know; count the known ones put again."""
     pattern = re.compile(deployment.config.stream.key_pattern)
     staging = deployment.staging
     catalog = deployment.catalog
-    listed = [info for info in staging.list() if not is_in_flight(info.key)]
-    report = Discovery(listed=len(listed))
+    report = Discovery(listed=len(listed), looked_up=len(listed))
     if not listed:
         return report
     # Each URI is built (quoted) once: an idle round over a long history lists every object ever put.
