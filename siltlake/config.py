@@ -88,11 +88,21 @@ class StreamConfig(_Section):
     max_compression_ratio: float = Field(default=200, gt=1, description="decompressed bytes per compressed "
                                          "byte a gzip object may reach past its first 64 MiB; past it the "
                                          "object is unknown (gzip's best is about 1,000)")
+    claim_timeout: AtLeastOne = Field(default=300, description="seconds without a heartbeat before the staging "
+                                      "objects a stream daemon claimed are taken over by another (a daemon gone "
+                                      "on the same host: at once)")
+    heartbeat_interval: AtLeastOne = 30
 
-    @field_validator("poll_interval", mode="before")
+    @field_validator("poll_interval", "claim_timeout", "heartbeat_interval", mode="before")
     @classmethod
-    def _interval(cls, value: Any) -> int:
-        return parse_duration(value, "stream.poll_interval")
+    def _interval(cls, value: Any, info: ValidationInfo) -> int:
+        return parse_duration(value, f"stream.{info.field_name}")
+
+    @model_validator(mode="after")
+    def _heartbeat_within_timeout(self) -> StreamConfig:
+        check_heartbeat("stream", self.heartbeat_interval, "claim_timeout", self.claim_timeout,
+                        "live daemons' objects get decoded twice")
+        return self
 
     @field_validator("key_pattern")
     @classmethod
