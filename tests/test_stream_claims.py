@@ -119,6 +119,31 @@ def test_a_round_leaves_what_another_daemon_holds_and_takes_it_once_that_daemon_
     assert process_owner() not in owners
 
 
+@pytest.mark.spark
+def test_claims_a_failed_round_could_not_give_back_are_given_back_by_the_next(
+        deployment: Deployment, access_table, monkeypatch: pytest.MonkeyPatch) -> None:
+    from siltlake.catalog.staging import Staging
+    from siltlake.errors import CatalogUnreachable
+    from siltlake.stream import runner
+
+    when = dt.datetime(2026, 11, 20, 3, tzinfo=UTC)
+    for n in range(2):
+        stage(deployment, f"f.web.access/2026/11/20/{n}.jsonl.gz", jsonl_gz([event(when, n)]))
+
+    def outage(*_args, **_kwargs) -> None:  # noqa: ANN002, ANN003
+        raise CatalogUnreachable("the catalog server restarts")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(runner, "_commit", outage)
+        patch.setattr(Staging, "release", outage)
+        with pytest.raises(CatalogUnreachable):
+            stream_once(deployment)
+    staging = deployment.catalog.staging
+    assert staging.pending(10, timeout=deployment.config.stream.claim_timeout) == [], "still claimed, fresh"
+    report = stream_once(deployment)
+    assert (report.processed, report.records_loaded) == (2, 2)
+
+
 # Runs `silt` with its driver writing the id of every staging object it hands to a Spark task (a decode) to
 # $DECODE_LOG; with $DECODE_SLEEP, it waits that long after writing a wave's ids (a daemon busy decoding).
 _COUNTING_SILT = """

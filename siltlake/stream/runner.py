@@ -301,6 +301,9 @@ class _Claims:
         self._beat: threading.Thread | None = None
 
     def take(self, limit: int) -> list[PendingStagingObject]:
+        if self._owner in _unreleased:  # an earlier round's claims, which its end could not give back
+            self._staging.release(self._owner)
+            _unreleased.discard(self._owner)
         wave = self._staging.claim(self._owner, limit=limit, now=utcnow(), timeout=self._settings.claim_timeout,
                                    local=self._local)
         with self._lock:
@@ -374,6 +377,7 @@ def stream_once(deployment: Deployment, progress: Progress | None = None,
     committer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="siltlake-commit")
     committing: Future | None = None
     run_id = f"stream-{utcnow():%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+    staged = False  # whether a stage may have written under the run's temporary prefix
     try:
         # The first wave is claimed before the progress display starts, as the whole list was read before.
         budget = settings.max_objects_per_run
@@ -382,6 +386,7 @@ def stream_once(deployment: Deployment, progress: Progress | None = None,
         if not wave:
             report.seconds = time.monotonic() - started
             return report
+        staged = True
         spark_started = time.monotonic()
         spark = deployment.spark()
         report.spark_start_seconds = time.monotonic() - spark_started
@@ -414,7 +419,8 @@ def stream_once(deployment: Deployment, progress: Progress | None = None,
     finally:
         committer.shutdown(wait=True)
         claims.close()
-        deployment.lake.delete_prefix(temporary_run(deployment.instance_key, run_id))
+        if staged:  # an idle round costs no listing of the lake
+            deployment.lake.delete_prefix(temporary_run(deployment.instance_key, run_id))
     report.seconds = time.monotonic() - started
     _log_round(report)
     return report
