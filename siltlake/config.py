@@ -88,7 +88,10 @@ class StreamConfig(_Section):
     max_compression_ratio: float = Field(default=200, gt=1, description="decompressed bytes per compressed "
                                          "byte a gzip object may reach past its first 64 MiB; past it the "
                                          "object is unknown (gzip's best is about 1,000)")
-
+    claim_timeout: AtLeastOne = Field(default=300, description="seconds without a heartbeat before the staging "
+                                      "objects a stream daemon claimed are taken over by another (a daemon gone "
+                                      "on the same host: at once)")
+    heartbeat_interval: AtLeastOne = 30
     listing_margin: int = Field(default=5, description="seconds a round's discovery cursor stays behind the "
                                 "start of its listing (stream/discover.py): timestamp granularity, writes racing "
                                 "the walk, and on a network file system its clock's skew from this host's")
@@ -96,10 +99,17 @@ class StreamConfig(_Section):
                                        "staging root (rounds in between read only what changed); in-place "
                                        "rewrites are noticed by full listings only")
 
-    @field_validator("poll_interval", "listing_margin", "full_listing_interval", mode="before")
+    @field_validator("poll_interval", "listing_margin", "full_listing_interval", "claim_timeout",
+                     "heartbeat_interval", mode="before")
     @classmethod
     def _interval(cls, value: Any, info: ValidationInfo) -> int:
         return parse_duration(value, f"stream.{info.field_name}")
+
+    @model_validator(mode="after")
+    def _heartbeat_within_timeout(self) -> StreamConfig:
+        check_heartbeat("stream", self.heartbeat_interval, "claim_timeout", self.claim_timeout,
+                        "live daemons' objects get decoded twice")
+        return self
 
     @field_validator("key_pattern")
     @classmethod

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import uuid
 from pathlib import Path
 
 from siltlake.catalog import LocalHost
@@ -26,6 +27,12 @@ def claim_host() -> str:
     except OSError:
         namespace = ""
     return " ".join(part for part in (socket.gethostname()[:64], boot, namespace) if part)
+
+
+def default_owner() -> str:
+    """A claimer's identity in the catalog (merge jobs, stream claims): host, pid and a random part, so that
+    a pid the host reuses is never taken for the claimer that held it."""
+    return f"{socket.gethostname()[:32]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 def process_alive(pid: int) -> bool:

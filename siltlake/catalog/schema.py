@@ -78,6 +78,13 @@ staging_objects = sa.Table(
     sa.Column("failure_count", sa.Integer, nullable=False, server_default="0"),
     sa.Column("last_failure", sa.Text, nullable=True),
     sa.Column("last_failure_time", sa.DateTime, nullable=True),
+    # The stream daemon decoding it (claim_owner, its host and pid) and its last heartbeat: other daemons
+    # leave it alone while the claim is fresh, so each object is decoded once; the processed mark, not the
+    # claim, keeps a commit exactly-once.
+    sa.Column("claim_owner", sa.String(64), nullable=True),
+    sa.Column("claim_host", sa.String(255), nullable=True),
+    sa.Column("claim_pid", sa.Integer, nullable=True),
+    sa.Column("claim_time", sa.DateTime, nullable=True),
 )
 sa.Index(
     "ix_staging_objects_pending",

@@ -5,14 +5,20 @@ Their processing (small objects, processed and failed marks) commits through par
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from siltlake.catalog import schema as s
 from siltlake.catalog.core import CatalogCore, table_record
-from siltlake.catalog.records import FailingStagingObject, PendingStagingObject, Redelivery, UnknownObject
+from siltlake.catalog.records import (
+    FailingStagingObject,
+    LocalHost,
+    PendingStagingObject,
+    Redelivery,
+    UnknownObject,
+)
 from siltlake.clock import utcnow
 
 # URIs looked up per statement: an idle round over a long staging history reads them all, and each statement
@@ -83,20 +89,95 @@ class Staging:
                 uri=uri, reason=reason, size=size, table_id=table_id, detect_time=utcnow(),
             )))
 
-    def pending(self, limit: int) -> list[PendingStagingObject]:
+    def pending(self, limit: int, *, now: dt.datetime | None = None, timeout: float | None = None,
+                local: LocalHost | None = None) -> list[PendingStagingObject]:
+        """Unprocessed staging objects in id order; with `timeout`, only those no stream daemon holds (see
+        claim): what a round may still take."""
+        so = s.staging_objects
         with self._core.tx() as c:
-            rows = c.execute(
-                sa.select(s.staging_objects.c.id, s.staging_objects.c.uri, s.staging_objects.c.size,
-                          s.staging_objects.c.table_id)
-                .where(s.staging_objects.c.processed_time.is_(None))
-                .order_by(s.staging_objects.c.id).limit(limit)
-            ).all()
-            table_ids = {r.table_id for r in rows}
-            tables = {
-                t.id: table_record(t)
-                for t in c.execute(sa.select(s.tables).where(s.tables.c.id.in_(table_ids)))
-            } if table_ids else {}
+            query = sa.select(so.c.id, so.c.uri, so.c.size, so.c.table_id).where(so.c.processed_time.is_(None))
+            if timeout is not None:
+                query = query.where(self._claimable(c, now or utcnow(), timeout, local))
+            rows = c.execute(query.order_by(so.c.id).limit(limit)).all()
+            return self._with_tables(c, rows)
+
+    def _with_tables(self, c: Connection, rows: Sequence[sa.Row]) -> list[PendingStagingObject]:
+        table_ids = {r.table_id for r in rows}
+        tables = {
+            t.id: table_record(t)
+            for t in c.execute(sa.select(s.tables).where(s.tables.c.id.in_(table_ids)))
+        } if table_ids else {}
         return [PendingStagingObject(r.id, r.uri, r.size, tables[r.table_id]) for r in rows]
+
+    # --- stream claims: the merge queue's owner/heartbeat pattern, per staging object -----------------------
+
+    def _claimable(self, c: Connection, now: dt.datetime, timeout: float,
+                   local: LocalHost | None) -> sa.ColumnElement[bool]:
+        """Unclaimed, or claimed by a daemon silent for `timeout` seconds, or (with `local`) by a process of this
+        host that is gone: a SIGKILLed daemon's share is taken over at once on its own host, after the timeout
+        on the others (another host's pids mean nothing here)."""
+        so = s.staging_objects
+        stale_before = now - dt.timedelta(seconds=timeout)
+        gone: list[int] = []
+        if local is not None:
+            # Only pending objects with a fresh claim: a few waves' worth, however long the backlog.
+            held = c.execute(sa.select(so.c.id, so.c.claim_host.label("owner_host"), so.c.claim_pid.label("owner_pid"))
+                             .where(so.c.processed_time.is_(None), so.c.claim_owner.is_not(None),
+                                    so.c.claim_time >= stale_before)).all()
+            gone = [row.id for row in held if local.holds_dead_claim(row)]
+        return sa.or_(so.c.claim_owner.is_(None), so.c.claim_time < stale_before,
+                      *([so.c.id.in_(gone)] if gone else []))
+
+    def claim(self, owner: str, *, limit: int, now: dt.datetime, timeout: float,
+              local: LocalHost | None = None) -> list[PendingStagingObject]:
+        """Claim up to `limit` pending objects no live daemon holds, oldest first; they are this owner's to
+        decode until it releases them or goes silent for `timeout` seconds.
+
+        On PostgreSQL FOR UPDATE SKIP LOCKED gives daemons claiming at once disjoint sets (a row another claim
+        holds is skipped, and once that claim commits it is fresh); on SQLite every transaction takes the
+        write lock up front, which serialises claims."""
+        so = s.staging_objects
+        with self._core.tx() as c:
+            query = (sa.select(so.c.id).where(so.c.processed_time.is_(None),
+                                              self._claimable(c, now, timeout, local))
+                     .order_by(so.c.id).limit(limit))
+            if self._core.dialect == "postgresql":
+                query = query.with_for_update(skip_locked=True)
+            ids = list(c.execute(query).scalars())
+            if not ids:
+                return []
+            c.execute(so.update().where(so.c.id.in_(ids)).values(
+                claim_owner=owner, claim_time=now, claim_host=local.name if local else None,
+                claim_pid=local.pid if local else None))
+            rows = c.execute(sa.select(so.c.id, so.c.uri, so.c.size, so.c.table_id)
+                             .where(so.c.id.in_(ids)).order_by(so.c.id)).all()
+            return self._with_tables(c, rows)
+
+    def heartbeat(self, owner: str, ids: Collection[int], now: dt.datetime) -> int:
+        """Refresh this owner's claims of these objects (those still pending); how many it still holds."""
+        so = s.staging_objects
+        ordered, held = sorted(ids), 0
+        with self._core.tx() as c:
+            for start in range(0, len(ordered), _URIS_PER_STATEMENT):
+                held += c.execute(so.update().where(
+                    so.c.id.in_(ordered[start:start + _URIS_PER_STATEMENT]), so.c.claim_owner == owner,
+                    so.c.processed_time.is_(None)).values(claim_time=now)).rowcount
+        return held
+
+    def release(self, owner: str, ids: Collection[int] | None = None) -> int:
+        """Give back this owner's claims (of these objects, or all its pending ones): they are anyone's to
+        take at once, not after the timeout. Processed objects keep theirs: nothing takes a processed one."""
+        so = s.staging_objects
+        where = [so.c.claim_owner == owner, so.c.processed_time.is_(None)]
+        clear = dict(claim_owner=None, claim_host=None, claim_pid=None, claim_time=None)
+        with self._core.tx() as c:
+            if ids is None:
+                return c.execute(so.update().where(*where).values(**clear)).rowcount
+            ordered, released = sorted(ids), 0
+            for start in range(0, len(ordered), _URIS_PER_STATEMENT):
+                released += c.execute(so.update().where(
+                    so.c.id.in_(ordered[start:start + _URIS_PER_STATEMENT]), *where).values(**clear)).rowcount
+            return released
 
     def failing(self) -> list[FailingStagingObject]:
         """Pending staging objects whose processing failed at least once, the most failed first."""

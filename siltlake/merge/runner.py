@@ -12,10 +12,8 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import os
-import socket
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -24,7 +22,7 @@ from siltlake.catalog import ClaimedJob, JobOutcome, LostMergeJob, MergeConflict
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.errors import SiltError
-from siltlake.hosts import local_host
+from siltlake.hosts import default_owner, local_host
 from siltlake.logs import event
 from siltlake.merge.planner import MergedRange, MergeLimits, MergePlan, SmallObject, plan_merge
 from siltlake.merge.task import MergeTask, RangeTask, run_merge_task
@@ -83,10 +81,6 @@ def run_in_driver(tasks: list[MergeTask]) -> list[dict]:
         return [run_merge_task(tasks[0])]
     with ThreadPoolExecutor(min(len(tasks), os.cpu_count() or 1), thread_name_prefix="siltlake-merge") as pool:
         return list(pool.map(run_merge_task, tasks))
-
-
-def default_owner() -> str:
-    return f"{socket.gethostname()[:32]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 class MergeWorker:

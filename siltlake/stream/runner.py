@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from siltlake.clock import utcnow
 from siltlake.config import StreamConfig
 from siltlake.deployment import Deployment
 from siltlake.errors import storage_failure
+from siltlake.hosts import default_owner, local_host
 from siltlake.logs import event
 from siltlake.polling import poll_forever
 from siltlake.records import ObjectLimits
@@ -279,9 +281,88 @@ def _commit(deployment: Deployment, results: list[dict], tables: dict[int, Pendi
                 deployment.lake.delete(part["tmp_key"])
 
 
+class _Claims:
+    """The staging objects this round claimed and has not committed yet: taken wave by wave, their claims
+    refreshed every stream.heartbeat_interval while the round runs, given back when it ends.
+
+    A claim only keeps other daemons from decoding the object again; exactly-once is the commit's (the
+    processed mark, read under the ordering lock), so a claim taken over from a daemon that merely stalled
+    costs a decode, never a doubled row."""
+
+    def __init__(self, deployment: Deployment, owner: str) -> None:
+        self._staging = deployment.catalog.staging
+        self._settings = deployment.config.stream
+        self._owner = owner
+        self._local = local_host()
+        self._held: set[int] = set()  # claimed and not committed yet: what the heartbeat refreshes
+        self._taken = False
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._beat: threading.Thread | None = None
+
+    def take(self, limit: int) -> list[PendingStagingObject]:
+        if self._owner in _unreleased:  # an earlier round's claims, which its end could not give back
+            self._staging.release(self._owner)
+            _unreleased.discard(self._owner)
+        wave = self._staging.claim(self._owner, limit=limit, now=utcnow(), timeout=self._settings.claim_timeout,
+                                   local=self._local)
+        with self._lock:
+            self._held.update(item.id for item in wave)
+            self._taken = self._taken or bool(wave)
+        if wave and self._beat is None:
+            self._beat = threading.Thread(target=self._heartbeat, daemon=True, name="siltlake-stream-claims")
+            self._beat.start()
+        return wave
+
+    def claimable(self, limit: int) -> int:
+        """How many more pending objects no daemon holds (what a progress display expects)."""
+        return len(self._staging.pending(limit, timeout=self._settings.claim_timeout, local=self._local))
+
+    def committed(self, ids: Iterable[int]) -> None:
+        with self._lock:
+            self._held.difference_update(ids)
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(self._settings.heartbeat_interval):
+            with self._lock:
+                held = list(self._held)
+            try:
+                self._staging.heartbeat(self._owner, held, utcnow())
+            except Exception:  # the catalog is briefly unreachable: the next beat tries again
+                continue
+
+    def close(self) -> None:
+        """Stop the heartbeat and give back what was not committed (failed objects, a stopped or failed
+        round's later waves) so that any daemon takes it now; should the catalog refuse, the next round of
+        this process gives it back first (other daemons wait out stream.claim_timeout)."""
+        self._stop.set()
+        if self._beat is not None:
+            self._beat.join()
+        if not self._taken and self._owner not in _unreleased:
+            return
+        try:
+            self._staging.release(self._owner)  # one statement, whatever the round's size
+            _unreleased.discard(self._owner)
+        except Exception as exc:
+            _unreleased.add(self._owner)
+            if not catalog_unavailable(exc):
+                raise
+
+
+# Owners whose claims a failed round could not give back: the next round gives them back first.
+_unreleased: set[str] = set()
+
+
+@functools.cache
+def process_owner() -> str:
+    """This process's claim owner: one per process, so a later round knows its own leftover claims."""
+    return default_owner()
+
+
 def stream_once(deployment: Deployment, progress: Progress | None = None,
-                stop: threading.Event | None = None) -> StreamReport:
-    """Register new staging objects and process every pending one; returns what happened.
+                stop: threading.Event | None = None, owner: str | None = None) -> StreamReport:
+    """Register new staging objects and process every pending one no other stream daemon holds (see
+    _Claims); returns what happened. `owner` names the claims (default: this process's).
 
     Once stop is set no new wave starts: the objects of later waves stay pending for the next run."""
     started = time.monotonic()
@@ -292,27 +373,28 @@ def stream_once(deployment: Deployment, progress: Progress | None = None,
     report = StreamReport(listed=found.listed, registered=found.registered, redelivered=found.redelivered,
                           changed_reputs=[(put.uri, put.registered_size, put.size) for put in found.changed])
     settings = deployment.config.stream
-    pending = deployment.catalog.staging.pending(settings.max_objects_per_run)
-    progress.start(len(pending))
-    if not pending:
-        report.seconds = time.monotonic() - started
-        return report
-    spark_started = time.monotonic()
-    spark = deployment.spark()
-    report.spark_start_seconds = time.monotonic() - spark_started
-    run_id = f"stream-{utcnow():%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
-    waves = [pending[start:start + settings.objects_per_wave]
-             for start in range(0, len(pending), settings.objects_per_wave)]
-
-    # Wave N commits (the driver's and the catalog's work) while wave N+1 runs on the executors; commits
-    # stay in wave order, each waiting for the one before. Stages run in this thread: Ctrl-C cancels them.
+    claims = _Claims(deployment, owner or process_owner())
     committer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="siltlake-commit")
     committing: Future | None = None
+    run_id = f"stream-{utcnow():%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+    staged = False  # whether a stage may have written under the run's temporary prefix
     try:
+        # The first wave is claimed before the progress display starts, as the whole list was read before.
+        budget = settings.max_objects_per_run
+        wave = [] if stop is not None and stop.is_set() else claims.take(min(settings.objects_per_wave, budget))
+        progress.start(len(wave) + (claims.claimable(budget - len(wave)) if wave else 0))
+        if not wave:
+            report.seconds = time.monotonic() - started
+            return report
+        staged = True
+        spark_started = time.monotonic()
+        spark = deployment.spark()
+        report.spark_start_seconds = time.monotonic() - spark_started
+        # Wave N commits (the driver's and the catalog's work) while wave N+1 runs on the executors; commits
+        # stay in wave order, each waiting for the one before. Stages run in this thread: Ctrl-C cancels them.
         mark = deployment.catalog.versions.mark()  # updates published after it fail the wave's appends
-        for index, wave in enumerate(waves):
-            if stop is not None and stop.is_set():
-                break
+        while wave:
+            budget -= len(wave)
             tasks = [_task(deployment, item, run_id) for item in wave]
             results = run_tasks(spark, process_staging_object, tasks, weights=[item.size for item in wave],
                                 tasks_per_core=settings.tasks_per_core, task_weight=settings.task_bytes,
@@ -320,10 +402,11 @@ def stream_once(deployment: Deployment, progress: Progress | None = None,
             if committing is not None:
                 committing.result()  # the previous wave's commit, and its failure
             # The next wave's mark, taken before its stage starts and while no commit of ours holds the catalog.
-            next_mark = deployment.catalog.versions.mark() if index + 1 < len(waves) else mark
-            committing = committer.submit(_commit, deployment, results, {item.id: item for item in wave}, report,
-                                          mark)
+            next_mark = deployment.catalog.versions.mark()
+            committing = committer.submit(_commit_wave, deployment, results, wave, report, mark, claims)
             mark = next_mark
+            stopping = (stop is not None and stop.is_set()) or budget <= 0
+            wave = [] if stopping else claims.take(min(settings.objects_per_wave, budget))
         if committing is not None:
             committing.result()
     except BaseException as exc:
@@ -335,10 +418,18 @@ def stream_once(deployment: Deployment, progress: Progress | None = None,
         raise
     finally:
         committer.shutdown(wait=True)
-        deployment.lake.delete_prefix(temporary_run(deployment.instance_key, run_id))
+        claims.close()
+        if staged:  # an idle round costs no listing of the lake
+            deployment.lake.delete_prefix(temporary_run(deployment.instance_key, run_id))
     report.seconds = time.monotonic() - started
     _log_round(report)
     return report
+
+
+def _commit_wave(deployment: Deployment, results: list[dict], wave: list[PendingStagingObject],
+                 report: StreamReport, mark: int, claims: _Claims) -> None:
+    _commit(deployment, results, {item.id: item for item in wave}, report, mark)
+    claims.committed(item.id for item in wave)  # a failed one stays claimed until the round gives all back
 
 
 log = logging.getLogger(__name__)
