@@ -14,17 +14,18 @@ branch_labels = None
 depends_on = None
 
 
+# Plain ALTER TABLE on both databases (SQLite 3.35+ drops columns in place): a batch operation would copy
+# staging_objects into a new table, which SQLite's foreign keys from small_objects refuse.
+_COLUMNS = ("claim_owner", "claim_host", "claim_pid", "claim_time")
+
+
 def upgrade() -> None:
-    with op.batch_alter_table("staging_objects") as batch:
-        batch.add_column(sa.Column("claim_owner", sa.String(64), nullable=True))
-        batch.add_column(sa.Column("claim_host", sa.String(255), nullable=True))
-        batch.add_column(sa.Column("claim_pid", sa.Integer, nullable=True))
-        batch.add_column(sa.Column("claim_time", sa.DateTime, nullable=True))
+    op.add_column("staging_objects", sa.Column("claim_owner", sa.String(64), nullable=True))
+    op.add_column("staging_objects", sa.Column("claim_host", sa.String(255), nullable=True))
+    op.add_column("staging_objects", sa.Column("claim_pid", sa.Integer, nullable=True))
+    op.add_column("staging_objects", sa.Column("claim_time", sa.DateTime, nullable=True))
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("staging_objects") as batch:
-        batch.drop_column("claim_time")
-        batch.drop_column("claim_pid")
-        batch.drop_column("claim_host")
-        batch.drop_column("claim_owner")
+    for column in reversed(_COLUMNS):
+        op.drop_column("staging_objects", column)
