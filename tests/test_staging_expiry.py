@@ -15,6 +15,7 @@ from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.reap import reap_once
 from siltlake.reap.staging_rows import prune_staging_rows
+from siltlake.stream import stream_once
 from siltlake.stream.discover import discover
 from siltlake.tabledef import TableDef
 
@@ -125,6 +126,14 @@ def test_a_pruned_key_still_in_the_root_is_not_loaded_again_and_a_new_one_is(lak
     settle()
     found = discover(lake)
     assert (found.expired, found.registered) == (5, 2)
+
+
+def test_the_stream_report_counts_expired_objects(lake: Deployment) -> None:
+    _, now = expire(lake)
+    process(lake, {"pending": None, "failing": None})  # nothing left to decode: this round needs no Spark
+    assert prune_staging_rows(lake, now + SETTLED) == 4
+    report = stream_once(lake)
+    assert (report.expired, report.registered, report.processed) == (5, 0, 0)
 
 
 def test_a_root_never_listed_records_no_watermark_and_prunes_nothing(lake: Deployment) -> None:
