@@ -16,7 +16,7 @@ from siltlake.deployment import Deployment
 from siltlake.reap import reap_once
 from siltlake.reap.staging_rows import prune_staging_rows
 from siltlake.stream import stream_once
-from siltlake.stream.discover import discover
+from siltlake.stream.discover import discover, readmit
 from siltlake.tabledef import TableDef
 
 from .conftest import ACCESS_TABLE, make_config
@@ -134,6 +134,23 @@ def test_the_stream_report_counts_expired_objects(lake: Deployment) -> None:
     assert prune_staging_rows(lake, now + SETTLED) == 4
     report = stream_once(lake)
     assert (report.expired, report.registered, report.processed) == (5, 0, 0)
+
+
+def test_an_unknown_object_older_than_the_watermark_is_registered_by_its_replay(lake: Deployment) -> None:
+    key = "host00.web.later/2026/01/02/early.jsonl"
+    path = Path(lake.staging.path(key))
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b'{"t":"2026-01-02"}\n')
+    _, now = expire(lake)  # lists the object as unknown: no table web.later yet
+    assert [row.uri for row in lake.catalog.staging.unknown()] == [lake.staging.uri(key)]
+    assert prune_staging_rows(lake, now + SETTLED) == 2
+    later = dict(ACCESS_TABLE, name="later")
+    lake.catalog.tables.create(TableDef.from_mapping(later))
+    forgotten = lake.catalog.staging.forget_unknown()
+    assert discover(lake).registered == 0  # a full listing skips it: it arrived before the watermark
+    assert readmit(lake, forgotten) == 1
+    assert lake.staging.uri(key) in {p.uri for p in lake.catalog.staging.pending(100)}
+    assert readmit(lake, forgotten) == 0
 
 
 def test_a_root_never_listed_records_no_watermark_and_prunes_nothing(lake: Deployment) -> None:

@@ -6,6 +6,7 @@ import datetime as dt
 import re
 import time
 from dataclasses import dataclass, field
+from urllib.parse import unquote
 
 from siltlake.catalog import Redelivery, TableRecord
 from siltlake.clock import to_naive_utc, utcnow
@@ -132,6 +133,21 @@ def _unexpired(deployment: Deployment, listed: list[ObjectInfo],
             if arrival is None or _naive(arrival) >= expired_before:
                 fresh.append(info)
     return fresh
+
+
+def readmit(deployment: Deployment, uris: list[str]) -> int:
+    """Register now the forgotten unknown objects (`silt unknown replay`) that arrived before the staging root's
+    expiry watermark: full listings skip those, so the next round would never look at them again. The rest are
+    left to the next full listing, as before. Returns how many were registered (others may be unknown again)."""
+    staging = deployment.staging
+    cursor = deployment.catalog.discovery.get(staging.root)
+    if cursor is None or cursor.expired_before is None:
+        return 0
+    prefix = staging.root + "/"
+    found = [staging.info(unquote(uri[len(prefix):])) for uri in uris if uri.startswith(prefix)]
+    listed = [info for info in found if info is not None and not is_in_flight(info.key)]
+    fresh = {info.key for info in _unexpired(deployment, listed, cursor.expired_before)}
+    return _register(deployment, [info for info in listed if info.key not in fresh]).registered
 
 
 _EPOCH = dt.datetime(1970, 1, 1)
