@@ -41,17 +41,19 @@ class DiscoveryCursors:
                                            d.c.full_listing_time < full_listing_time)
                           .values(full_listing_time=full_listing_time))
 
-    def record_expiry(self, staging_root: str, expired_before: dt.datetime, now: dt.datetime) -> dt.datetime | None:
+    def record_expiry(self, staging_root: str, expired_before: dt.datetime, now: dt.datetime,
+                      margin: dt.timedelta) -> dt.datetime | None:
         """Move the root's expiry watermark forward to expired_before, never past the start of its last completed
-        full listing (an object that arrived after it may not be registered yet: it must not be skipped). Returns
-        the watermark now recorded; None when the root was never listed."""
+        full listing less `margin` (an object that arrived after it, by a storage clock up to the margin behind
+        this host's, may not be registered yet: it must not be skipped). Returns the watermark now recorded; None
+        when the root was never listed."""
         d = s.discovery_cursors
         with self._core.tx() as c:
             row = c.execute(sa.select(d.c.full_listing_time, d.c.expired_before)
                             .where(d.c.staging_root == staging_root)).first()
             if row is None:
                 return None
-            watermark = min(expired_before, row.full_listing_time)
+            watermark = min(expired_before, row.full_listing_time - margin)
             if row.expired_before is not None and row.expired_before >= watermark:
                 return row.expired_before
             c.execute(d.update().where(d.c.staging_root == staging_root)

@@ -17,8 +17,9 @@ def prune_staging_rows(deployment: Deployment, now: dt.datetime) -> int:
 
     Rows are pruned one run behind the watermark, and only once it has been recorded for reap.change_slack: a
     listing that read the catalog before the watermark existed, still looking URIs up, must not find a pruned
-    row missing and register its key again. The rows' arrival must also be stream.listing_margin before it (the
-    same allowance the discovery cursor makes for a storage clock ahead of this host's)."""
+    row missing and register its key again. The rows' arrival must also be stream.listing_margin before it, and the
+    watermark that much before the last full listing's start (the allowance the discovery cursor makes for a
+    storage clock ahead of, or behind, this host's)."""
     config = deployment.config
     catalog = deployment.catalog
     root = deployment.staging.root
@@ -26,8 +27,9 @@ def prune_staging_rows(deployment: Deployment, now: dt.datetime) -> int:
     if cursor is None:  # never listed: nothing guards a key but its row
         return 0
     pruned = 0
+    margin = dt.timedelta(seconds=config.stream.listing_margin)
     settled = now - dt.timedelta(seconds=config.reap.change_slack)
     if cursor.expired_before is not None and cursor.expired_recorded is not None and cursor.expired_recorded <= settled:
-        pruned = catalog.staging.prune(cursor.expired_before - dt.timedelta(seconds=config.stream.listing_margin))
-    catalog.discovery.record_expiry(root, now - dt.timedelta(seconds=config.stream.staging_retention), now)
+        pruned = catalog.staging.prune(cursor.expired_before - margin)
+    catalog.discovery.record_expiry(root, now - dt.timedelta(seconds=config.stream.staging_retention), now, margin)
     return pruned

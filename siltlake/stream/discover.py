@@ -144,8 +144,16 @@ def readmit(deployment: Deployment, uris: list[str]) -> int:
     if cursor is None or cursor.expired_before is None:
         return 0
     prefix = staging.root + "/"
-    found = [staging.info(unquote(uri[len(prefix):])) for uri in uris if uri.startswith(prefix)]
-    listed = [info for info in found if info is not None and not is_in_flight(info.key)]
+    listed = []
+    for uri in uris:
+        if not uri.startswith(prefix):
+            continue
+        try:
+            info = staging.info(unquote(uri[len(prefix):]))
+        except (OSError, ValueError):  # an unsafe key (refused by Storage.path) or one no longer readable
+            continue
+        if info is not None and not is_in_flight(info.key):
+            listed.append(info)
     fresh = {info.key for info in _unexpired(deployment, listed, cursor.expired_before)}
     return _register(deployment, [info for info in listed if info.key not in fresh]).registered
 
