@@ -112,6 +112,16 @@ def test_processed_rows_past_retention_are_pruned_and_the_rest_kept(lake: Deploy
     assert prune_staging_rows(lake, now + 2 * SETTLED) == 0
 
 
+def test_pruning_in_batches_passes_the_rows_it_keeps(lake: Deployment) -> None:
+    table = lake.catalog.tables.get("web.access")
+    add_small_objects(lake, table, dt.date(2026, 1, 2), [rows_for(dt.date(2026, 1, 2), 3, 1)], write_files=False)
+    expire(lake)
+    # One row per batch: the kept rows (the small object's, the error file's, pending ones) never end the loop.
+    assert lake.catalog.staging.prune(utcnow() + dt.timedelta(days=1), batch=1) == 2
+    assert registered(lake) == {uri(lake, name) for name in ("pending", "failing", "errors")}
+    assert lake.catalog.staging.prune(utcnow() + dt.timedelta(days=1), batch=1) == 0
+
+
 def test_a_pruned_key_still_in_the_root_is_not_loaded_again_and_a_new_one_is(lake: Deployment) -> None:
     _, now = expire(lake)
     assert prune_staging_rows(lake, now + SETTLED) == 2

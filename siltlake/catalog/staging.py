@@ -255,17 +255,24 @@ class Staging:
         table's pruned_staging_totals in the same transaction, so totals of processed objects stay whole."""
         so, sm, totals = s.staging_objects, s.small_objects, s.pruned_staging_totals
         referenced = sa.exists().where(sm.c.staging_object_id == so.c.id)
-        doomed = (sa.select(so.c.id)
+        doomed = (sa.select(so.c.id, so.c.receive_time)
                   .where(so.c.receive_time < before, so.c.processed_time.is_not(None),
                          sa.or_(so.c.send_time.is_(None), so.c.send_time < before),
                          sa.or_(so.c.claim_time.is_(None), so.c.claim_time < before),
                          so.c.error_uri.is_(None), ~referenced)
-                  .order_by(so.c.receive_time).limit(batch))
+                  .order_by(so.c.receive_time, so.c.id).limit(batch))
         pruned = 0
+        after: tuple[dt.datetime, int] | None = None
         while True:
-            # One transaction per batch: a long history is pruned without one huge transaction holding locks.
+            # One transaction per batch: a long history is pruned without one huge transaction holding locks. Each
+            # batch starts past the last one's rows, so the rows kept (still referenced) are not read again.
+            query = doomed if after is None else doomed.where(sa.or_(
+                so.c.receive_time > after[0], sa.and_(so.c.receive_time == after[0], so.c.id > after[1])))
             with self._core.tx() as c:
-                ids = list(c.execute(doomed).scalars())
+                selected = c.execute(query).all()
+                ids = [row.id for row in selected]
+                if selected:
+                    after = (selected[-1].receive_time, selected[-1].id)
                 # Counted from what this statement deleted: of two reap runs pruning at once, each row counts once.
                 gone = c.execute(so.delete().where(so.c.id.in_(ids))
                                  .returning(so.c.table_id, so.c.records_in, so.c.bad_records)).all() if ids else []
@@ -283,10 +290,3 @@ class Staging:
                 pruned += len(gone)
             if len(ids) < batch:
                 return pruned
-
-    def pruned_totals(self) -> dict[int, tuple[int, int, int]]:
-        """Per table id: (objects, records_in, bad_records) of its pruned staging rows."""
-        t = s.pruned_staging_totals
-        with self._core.tx() as c:
-            return {row.table_id: (row.objects, row.records_in, row.bad_records) for row in c.execute(
-                sa.select(t.c.table_id, t.c.objects, t.c.records_in, t.c.bad_records))}
