@@ -98,9 +98,13 @@ class StreamConfig(_Section):
     full_listing_interval: int = Field(default=3600, description="seconds between full listings of a local "
                                        "staging root (rounds in between read only what changed); in-place "
                                        "rewrites are noticed by full listings only")
+    staging_retention: AtLeastOne = Field(default=7 * 86400, description="staging objects whose arrival (put "
+                                          "or move into the root) is older than this are never loaded again: "
+                                          "reap prunes their catalog rows and listings skip them, so shippers "
+                                          "and lifecycle rules must delete staging objects within it")
 
     @field_validator("poll_interval", "listing_margin", "full_listing_interval", "claim_timeout",
-                     "heartbeat_interval", mode="before")
+                     "heartbeat_interval", "staging_retention", mode="before")
     @classmethod
     def _interval(cls, value: Any, info: ValidationInfo) -> int:
         return parse_duration(value, f"stream.{info.field_name}")

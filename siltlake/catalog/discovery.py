@@ -20,9 +20,9 @@ class DiscoveryCursors:
     def get(self, staging_root: str) -> DiscoveryCursor | None:
         d = s.discovery_cursors
         with self._core.tx() as c:
-            row = c.execute(sa.select(d.c.cursor_time, d.c.full_listing_time)
-                            .where(d.c.staging_root == staging_root)).first()
-        return DiscoveryCursor(row.cursor_time, row.full_listing_time) if row is not None else None
+            row = c.execute(sa.select(d.c.cursor_time, d.c.full_listing_time, d.c.expired_before,
+                                      d.c.expired_recorded).where(d.c.staging_root == staging_root)).first()
+        return DiscoveryCursor(*row) if row is not None else None
 
     def advance(self, staging_root: str, cursor_time: dt.datetime, full_listing_time: dt.datetime | None) -> None:
         """Record a completed listing. Both times only move forward: of several processes listing the same root,
@@ -40,3 +40,22 @@ class DiscoveryCursors:
                 c.execute(d.update().where(d.c.staging_root == staging_root,
                                            d.c.full_listing_time < full_listing_time)
                           .values(full_listing_time=full_listing_time))
+
+    def record_expiry(self, staging_root: str, expired_before: dt.datetime, now: dt.datetime,
+                      margin: dt.timedelta) -> dt.datetime | None:
+        """Move the root's expiry watermark forward to expired_before, never past the start of its last completed
+        full listing less `margin` (an object that arrived after it, by a storage clock up to the margin behind
+        this host's, may not be registered yet: it must not be skipped). Returns the watermark now recorded; None
+        when the root was never listed."""
+        d = s.discovery_cursors
+        with self._core.tx() as c:
+            row = c.execute(sa.select(d.c.full_listing_time, d.c.expired_before)
+                            .where(d.c.staging_root == staging_root)).first()
+            if row is None:
+                return None
+            watermark = min(expired_before, row.full_listing_time - margin)
+            if row.expired_before is not None and row.expired_before >= watermark:
+                return row.expired_before
+            c.execute(d.update().where(d.c.staging_root == staging_root)
+                      .values(expired_before=watermark, expired_recorded=now))
+            return watermark

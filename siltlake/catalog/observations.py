@@ -10,7 +10,7 @@ import datetime as dt
 from collections.abc import Sequence
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Row
 
 from siltlake.catalog import schema as s
 from siltlake.catalog.core import CatalogCore
@@ -53,34 +53,58 @@ class Observations:
 
     def staging(self) -> list[dict]:
         """Per live table: staging objects pending and processed, pending bytes, failing ones, records
-        loaded and bad records (of every processed object the catalog still holds)."""
-        so = s.staging_objects
-        pending = so.c.processed_time.is_(None)
+        loaded and bad records (of every processed object, those whose rows reap pruned included)."""
+        so, pruned = s.staging_objects, s.pruned_staging_totals
         with self._core.tx() as c:
             names = self._table_names(c)
+            waiting = self._backlog(c)
             rows = c.execute(sa.select(
                 so.c.table_id,
                 sa.func.count(so.c.id).label("registered"),
-                sa.func.coalesce(sa.func.sum(sa.case((pending, 1), else_=0)), 0).label("pending"),
-                sa.func.coalesce(sa.func.sum(sa.case((pending, so.c.size), else_=0)), 0).label("pending_bytes"),
-                sa.func.coalesce(sa.func.sum(sa.case((sa.and_(pending, so.c.failure_count > 0), 1), else_=0)),
-                                 0).label("failing"),
                 sa.func.coalesce(sa.func.sum(so.c.records_in), 0).label("records_in"),
                 sa.func.coalesce(sa.func.sum(so.c.bad_records), 0).label("bad_records"),
             ).group_by(so.c.table_id)).all()
+            gone = {row.table_id: row for row in c.execute(
+                sa.select(pruned.c.table_id, pruned.c.objects, pruned.c.records_in, pruned.c.bad_records))}
         by_id = {row.table_id: row for row in rows}
         result = []
         for table_id, name in sorted(names.items(), key=lambda item: item[1]):
-            row = by_id.get(table_id)
-            registered, pending_count = (int(row.registered), int(row.pending)) if row else (0, 0)
+            row, wait, old = by_id.get(table_id), waiting.get(table_id), gone.get(table_id)
+            registered = (int(row.registered) if row else 0) + (int(old.objects) if old else 0)
+            records_in = (int(row.records_in) if row else 0) + (int(old.records_in) if old else 0)
+            bad_records = (int(row.bad_records) if row else 0) + (int(old.bad_records) if old else 0)
+            pending_count = int(wait.pending) if wait else 0
             result.append({
                 "table": name, "registered": registered, "pending": pending_count,
-                "processed": registered - pending_count, "pending_bytes": int(row.pending_bytes) if row else 0,
-                "failing": int(row.failing) if row else 0,
-                "records_loaded": int(row.records_in - row.bad_records) if row else 0,
-                "bad_records": int(row.bad_records) if row else 0,
+                "processed": registered - pending_count, "pending_bytes": int(wait.pending_bytes) if wait else 0,
+                "failing": int(wait.failing) if wait else 0,
+                "records_loaded": records_in - bad_records, "bad_records": bad_records,
             })
         return result
+
+    def backlog(self) -> dict[str, dict]:
+        """Per live table: its pending staging objects, their bytes, and how many of them failed at least once.
+        Reads the pending rows only (what the history sample needs every slot)."""
+        with self._core.tx() as c:
+            names = self._table_names(c)
+            waiting = self._backlog(c)
+        result = {}
+        for table_id, name in sorted(names.items(), key=lambda item: item[1]):
+            row = waiting.get(table_id)
+            result[name] = {"pending": int(row.pending) if row else 0,
+                            "pending_bytes": int(row.pending_bytes) if row else 0,
+                            "failing": int(row.failing) if row else 0}
+        return result
+
+    def _backlog(self, c: Connection) -> dict[int, Row]:
+        # Pending rows are few and the partial index ix_staging_objects_pending finds them; processed ones,
+        # nearly all of the table, are not read.
+        so = s.staging_objects
+        return {row.table_id: row for row in c.execute(sa.select(
+            so.c.table_id, sa.func.count(so.c.id).label("pending"),
+            sa.func.coalesce(sa.func.sum(so.c.size), 0).label("pending_bytes"),
+            sa.func.coalesce(sa.func.sum(sa.case((so.c.failure_count > 0, 1), else_=0)), 0).label("failing"),
+        ).where(so.c.processed_time.is_(None)).group_by(so.c.table_id))}
 
     def unknown_count(self) -> int:
         with self._core.tx() as c:

@@ -94,6 +94,9 @@ class DiscoveryCursor:
 
     cursor_time: dt.datetime        # objects changed before it were seen by a completed listing
     full_listing_time: dt.datetime  # when the last completed full listing started
+    # Rows of objects that arrived before it may have been pruned: a full listing skips such objects.
+    expired_before: dt.datetime | None = None
+    expired_recorded: dt.datetime | None = None  # the reap run's `now` that recorded expired_before
 
 
 @dataclass(frozen=True)

@@ -92,6 +92,20 @@ sa.Index(
     sqlite_where=staging_objects.c.processed_time.is_(None),
     postgresql_where=staging_objects.c.processed_time.is_(None),
 )
+# Reap prunes processed rows by their arrival (catalog.staging.prune), reading only the expired range; the
+# metric history sums what was processed in each slot (catalog.observations.activity) by processed_time.
+sa.Index("ix_staging_objects_receive_time", staging_objects.c.receive_time)
+sa.Index("ix_staging_objects_processed_time", staging_objects.c.processed_time)
+
+# What pruned staging rows had counted, per table: totals of processed objects stay whole after their rows go.
+pruned_staging_totals = sa.Table(
+    "pruned_staging_totals",
+    metadata,
+    sa.Column("table_id", sa.Integer, sa.ForeignKey("tables.id"), primary_key=True, autoincrement=False),
+    sa.Column("objects", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("records_in", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("bad_records", sa.BigInteger, nullable=False, server_default="0"),
+)
 
 unknown_staging_objects = sa.Table(
     "unknown_staging_objects",
@@ -382,4 +396,8 @@ discovery_cursors = sa.Table(
     sa.Column("staging_root", sa.Text, nullable=False, unique=True),
     sa.Column("cursor_time", sa.DateTime, nullable=False),
     sa.Column("full_listing_time", sa.DateTime, nullable=False),
+    # Staging rows of this root that arrived before expired_before may be pruned (catalog.staging.prune), so a
+    # full listing skips objects older than it; expired_recorded is the reap run's `now` that set it.
+    sa.Column("expired_before", sa.DateTime, nullable=True),
+    sa.Column("expired_recorded", sa.DateTime, nullable=True),
 )

@@ -243,3 +243,50 @@ class Staging:
         with self._core.tx() as c:
             c.execute(s.staging_objects.update().where(s.staging_objects.c.error_uri == error_uri)
                       .values(error_uri=None))
+
+    def prune(self, before: dt.datetime, *, batch: int = 5000) -> int:
+        """Delete the processed staging rows that arrived before `before` (registered, and last put, before it)
+        and that nothing still needs; how many. The caller makes sure listings skip those URIs first (their
+        root's expiry watermark, catalog.discovery), else they would be registered and loaded again.
+
+        Kept: pending rows (failing ones are pending too), rows claimed since, rows with an error file (reap
+        deletes an error file no staging row names) and rows a small object still names (its foreign key; the
+        small object goes once merges cover it, then the row). What the pruned rows counted is added to their
+        table's pruned_staging_totals in the same transaction, so totals of processed objects stay whole."""
+        so, sm, totals = s.staging_objects, s.small_objects, s.pruned_staging_totals
+        referenced = sa.exists().where(sm.c.staging_object_id == so.c.id)
+        doomed = (sa.select(so.c.id, so.c.receive_time)
+                  .where(so.c.receive_time < before, so.c.processed_time.is_not(None),
+                         sa.or_(so.c.send_time.is_(None), so.c.send_time < before),
+                         sa.or_(so.c.claim_time.is_(None), so.c.claim_time < before),
+                         so.c.error_uri.is_(None), ~referenced)
+                  .order_by(so.c.receive_time, so.c.id).limit(batch))
+        pruned = 0
+        after: tuple[dt.datetime, int] | None = None
+        while True:
+            # One transaction per batch: a long history is pruned without one huge transaction holding locks. Each
+            # batch starts past the last one's rows, so the rows kept (still referenced) are not read again.
+            query = doomed if after is None else doomed.where(sa.or_(
+                so.c.receive_time > after[0], sa.and_(so.c.receive_time == after[0], so.c.id > after[1])))
+            with self._core.tx() as c:
+                selected = c.execute(query).all()
+                ids = [row.id for row in selected]
+                if selected:
+                    after = (selected[-1].receive_time, selected[-1].id)
+                # Counted from what this statement deleted: of two reap runs pruning at once, each row counts once.
+                gone = c.execute(so.delete().where(so.c.id.in_(ids))
+                                 .returning(so.c.table_id, so.c.records_in, so.c.bad_records)).all() if ids else []
+                counted: dict[int, list[int]] = {}
+                for row in gone:
+                    sums = counted.setdefault(row.table_id, [0, 0, 0])
+                    sums[0] += 1
+                    sums[1] += row.records_in or 0
+                    sums[2] += row.bad_records or 0
+                self._core.insert_once(c, totals, "table_id", [dict(table_id=table_id) for table_id in counted])
+                for table_id, (objects, records_in, bad_records) in counted.items():
+                    c.execute(totals.update().where(totals.c.table_id == table_id).values(
+                        objects=totals.c.objects + objects, records_in=totals.c.records_in + records_in,
+                        bad_records=totals.c.bad_records + bad_records))
+                pruned += len(gone)
+            if len(ids) < batch:
+                return pruned

@@ -35,6 +35,9 @@ def print_stream_report(report: StreamReport, staging_root: str, verbose: bool =
         console.print(f"  {report.skipped_duplicates} objects were already committed by another process")
     if report.redelivered:
         console.print(f"  {report.redelivered} staging objects put again after they were registered: ignored")
+    if report.expired:
+        console.print(f"  {report.expired} staging objects arrived longer ago than stream.staging_retention: "
+                      "skipped, never loaded (delete them from the staging root)")
     for uri, loaded, size in report.changed_reputs:
         console.print(f"  [yellow]changed re-put[/] {short(uri)} is now {size:,} bytes but was loaded at {loaded:,}: "
                       "a key is loaded once, so the new bytes are NOT loaded; put new data under a new key",

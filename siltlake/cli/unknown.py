@@ -43,5 +43,10 @@ def unknown_replay(context: click.Context, uris: tuple[str, ...], replay_all: bo
     """Forget unknown objects so the next stream run looks at them again (after a fix or a new table)."""
     if not uris and not replay_all:
         raise click.UsageError("name the URIs to replay, or pass --all")
-    forgotten = deployment_of(context).catalog.staging.forget_unknown(None if replay_all else list(uris))
+    from siltlake.stream.discover import readmit
+
+    deployment = deployment_of(context)
+    forgotten = deployment.catalog.staging.forget_unknown(None if replay_all else list(uris))
+    # Objects older than stream.staging_retention are skipped by listings: they are registered here instead.
+    readmit(deployment, forgotten)
     console.print(f"{len(forgotten)} objects will be streamed again by the next `silt stream` run")

@@ -36,8 +36,8 @@ def sample(deployment: Deployment, now: dt.datetime | None = None, interval: int
     since = until - dt.timedelta(seconds=interval)
     observations = catalog.observations
     rows: dict[str, dict] = {}
-    for row in observations.staging():
-        rows[row["table"]] = {"pending_objects": row["pending"], "pending_bytes": row["pending_bytes"]}
+    for table, backlog in observations.backlog().items():
+        rows[table] = {"pending_objects": backlog["pending"], "pending_bytes": backlog["pending_bytes"]}
     for row in catalog.merge_queue.status(until, config.merge.job_timeout, local_host()):
         jobs = row["jobs"]
         rows.setdefault(row["table"], {}).update(

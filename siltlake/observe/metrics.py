@@ -136,8 +136,8 @@ class CatalogCollector(Collector):
                                          "processed yet (the backlog)", labels=["table"]),
             "pending_bytes": GaugeMetricFamily("siltlake_staging_pending_bytes", "Bytes of the pending staging "
                                                "objects", labels=["table"]),
-            "registered": GaugeMetricFamily("siltlake_staging_objects_registered", "Staging objects the catalog "
-                                            "holds, processed or not", labels=["table"]),
+            "registered": GaugeMetricFamily("siltlake_staging_objects_registered", "Staging objects registered, "
+                                            "processed or not (rows reap pruned included)", labels=["table"]),
             "failing": GaugeMetricFamily("siltlake_staging_objects_failing", "Pending staging objects whose "
                                          "processing failed at least once", labels=["table"]),
         }

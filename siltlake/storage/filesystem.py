@@ -310,6 +310,17 @@ class Storage:
                     result.objects.append(ObjectInfo(key, entry_stat.st_size, mtime))
         return result
 
+    def arrival_ns(self, key: str) -> int | None:
+        """When a local file arrived in the root, as list_changed judges it: max(mtime, ctime) in nanoseconds,
+        a symbolic link's own times included (a new link to an old file is a new object); None once gone."""
+        try:
+            path = self.path(key)
+            found = os.stat(path)
+            own = os.lstat(path)
+        except (OSError, UnsafeKey):
+            return None
+        return max(found.st_mtime_ns, found.st_ctime_ns, own.st_mtime_ns, own.st_ctime_ns)
+
     def subdirectories(self, prefix: str = "") -> list[str]:
         """Names of the directories (key prefixes) directly under a prefix."""
         import pyarrow.fs as pafs

@@ -6,6 +6,7 @@ import datetime as dt
 import re
 import time
 from dataclasses import dataclass, field
+from urllib.parse import unquote
 
 from siltlake.catalog import Redelivery, TableRecord
 from siltlake.clock import to_naive_utc, utcnow
@@ -76,6 +77,9 @@ class Discovery:
     changed: list[Redelivery] = field(default_factory=list)  # of those, put again with another size
     looked_up: int = 0  # listed URIs asked of the catalog (those that may be new)
     full_listing: bool = True  # whether the whole root was listed (else only what changed since the cursor)
+    # Listed objects that arrived before the root's expiry watermark: their rows may be pruned, so they are
+    # skipped unasked (never registered, never loaded again).
+    expired: int = 0
 
 
 def discover(deployment: Deployment) -> Discovery:
@@ -86,26 +90,72 @@ def discover(deployment: Deployment) -> Discovery:
     objects"). An object store's root is listed whole every round."""
     staging = deployment.staging
     catalog = deployment.catalog
-    if not staging.is_local:
-        return _register(deployment, [info for info in staging.list() if not is_in_flight(info.key)])
     config = deployment.config.stream
     # The file system's clock, read before the walk: what is put after this moment has a ctime past it.
     started = time.time_ns()
     cursor = catalog.discovery.get(staging.root)
-    full = cursor is None or (utcnow() - cursor.full_listing_time
-                              >= dt.timedelta(seconds=config.full_listing_interval))
+    full = not staging.is_local or cursor is None or (
+        utcnow() - cursor.full_listing_time >= dt.timedelta(seconds=config.full_listing_interval))
     if full:
-        report = _register(deployment, [info for info in staging.list() if not is_in_flight(info.key)])
+        listed = [info for info in staging.list() if not is_in_flight(info.key)]
+        fresh = _unexpired(deployment, listed, cursor.expired_before if cursor is not None else None)
+        report = _register(deployment, fresh)
+        report.listed, report.expired = len(listed), len(listed) - len(fresh)
     else:
         assert cursor is not None
         changed = staging.list_changed(_nanoseconds(cursor.cursor_time))
         report = _register(deployment, [info for info in changed.objects if not is_in_flight(info.key)])
         report.listed, report.full_listing = changed.entries, False
     # Only once every object found is registered (or recorded unknown): a round that fails before leaves the
-    # cursor where it was, and the next round looks again.
+    # cursor where it was, and the next round looks again. An object store's cursor is not read (it is listed
+    # whole every round), but its full listing time bounds the expiry watermark (reap.staging_rows).
     catalog.discovery.advance(staging.root, _naive(started - config.listing_margin * 1_000_000_000),
                               _naive(started) if full else None)
     return report
+
+
+def _unexpired(deployment: Deployment, listed: list[ObjectInfo],
+               expired_before: dt.datetime | None) -> list[ObjectInfo]:
+    """The listed objects that arrived at or after the expiry watermark. Reap may have pruned the rows of older
+    ones, so they are not asked of the catalog: a pruned key still lying in the root is not loaded again. The
+    arrival is an object store's LastModified (the mtime listed), a local file's max(mtime, ctime): a file moved
+    in keeps an old mtime, but its ctime is the move's, so it is new."""
+    if expired_before is None:
+        return listed
+    staging = deployment.staging
+    fresh = []
+    for info in listed:
+        if info.mtime is None or to_naive_utc(info.mtime) >= expired_before:  # the arrival is at least the mtime
+            fresh.append(info)
+            continue
+        if staging.is_local:
+            arrival = staging.arrival_ns(info.key)
+            if arrival is None or _naive(arrival) >= expired_before:
+                fresh.append(info)
+    return fresh
+
+
+def readmit(deployment: Deployment, uris: list[str]) -> int:
+    """Register now the forgotten unknown objects (`silt unknown replay`) that arrived before the staging root's
+    expiry watermark: full listings skip those, so the next round would never look at them again. The rest are
+    left to the next full listing, as before. Returns how many were registered (others may be unknown again)."""
+    staging = deployment.staging
+    cursor = deployment.catalog.discovery.get(staging.root)
+    if cursor is None or cursor.expired_before is None:
+        return 0
+    prefix = staging.root + "/"
+    listed = []
+    for uri in uris:
+        if not uri.startswith(prefix):
+            continue
+        try:
+            info = staging.info(unquote(uri[len(prefix):]))
+        except (OSError, ValueError):  # an unsafe key (refused by Storage.path) or one no longer readable
+            continue
+        if info is not None and not is_in_flight(info.key):
+            listed.append(info)
+    fresh = {info.key for info in _unexpired(deployment, listed, cursor.expired_before)}
+    return _register(deployment, [info for info in listed if info.key not in fresh]).registered
 
 
 _EPOCH = dt.datetime(1970, 1, 1)

@@ -45,6 +45,7 @@ class StreamReport:
     bytes_written: int = 0
     skipped_duplicates: int = 0  # decoded here but committed first by another process: dropped
     redelivered: int = 0  # staging objects put again after they were registered: ignored
+    expired: int = 0  # listed objects that arrived before the expiry watermark: skipped (stream.staging_retention)
     changed_reputs: list[tuple[str, int, int]] = field(default_factory=list)  # (uri, loaded size, new size)
     unknown: list[tuple[str, str]] = field(default_factory=list)
     failed: list[tuple[str, str]] = field(default_factory=list)
@@ -371,6 +372,7 @@ def stream_once(deployment: Deployment, progress: Progress | None = None,
     deployment.check_instance("stream")
     found = discover(deployment)
     report = StreamReport(listed=found.listed, registered=found.registered, redelivered=found.redelivered,
+                          expired=found.expired,
                           changed_reputs=[(put.uri, put.registered_size, put.size) for put in found.changed])
     settings = deployment.config.stream
     claims = _Claims(deployment, owner or process_owner())
