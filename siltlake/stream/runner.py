@@ -403,12 +403,13 @@ def stream_once(deployment: Deployment, progress: Progress | None = None,
                                 on_progress=progress.advance)
             if committing is not None:
                 committing.result()  # the previous wave's commit, and its failure
-            # The next wave's mark, taken before its stage starts and while no commit of ours holds the catalog.
+            # The next wave's mark and claim, taken before its stage starts and while no commit of ours holds the
+            # catalog: on SQLite a claim made during the commit would wait for its write lock, ending the overlap.
             next_mark = deployment.catalog.versions.mark()
-            committing = committer.submit(_commit_wave, deployment, results, wave, report, mark, claims)
-            mark = next_mark
             stopping = (stop is not None and stop.is_set()) or budget <= 0
-            wave = [] if stopping else claims.take(min(settings.objects_per_wave, budget))
+            next_wave = [] if stopping else claims.take(min(settings.objects_per_wave, budget))
+            committing = committer.submit(_commit_wave, deployment, results, wave, report, mark, claims)
+            mark, wave = next_mark, next_wave
         if committing is not None:
             committing.result()
     except BaseException as exc:
