@@ -166,19 +166,26 @@ def with_rollup(deployment: Deployment) -> Deployment:
     return deployment
 
 
-def publish_build(deployment: Deployment, dates: list[dt.date], now: dt.datetime, *, crash: bool) -> str:
-    """A build made of real objects, manifests and catalog commits, without Spark (what the reaper sees is
-    the same); crash: the builder dies after writing, before publishing."""
+def written_build(deployment: Deployment, dates: list[dt.date], now: dt.datetime, *, pid: int):  # noqa: ANN201
+    """A started build of web.rollup by `pid` on this host with an object and manifests per date written, not
+    published: (derived record, build, its partitions)."""
     record = deployment.catalog.derived.get("web.rollup")
     build = deployment.catalog.derived.start_build(
-        record, reg_key=deployment.instance_key, catalog_id="c", kind="full", host=_host(),
-        pid=dead_pid() if crash else 1, now=now, dead=lambda running: True)
+        record, reg_key=deployment.instance_key, catalog_id="c", kind="full", host=_host(), pid=pid, now=now,
+        dead=lambda _: True)
     parts = []
     for date in dates:
         key, size = write_part(deployment, record, build.name, date)
         manifest, _ = write_manifests(deployment.lake, record.table.layout(deployment.instance_key), date, 0,
                                       [(key, size)], label=f"build-{build.id:010d}")
         parts.append(BuildPartition(date, manifest, 1, size))
+    return record, build, parts
+
+
+def publish_build(deployment: Deployment, dates: list[dt.date], now: dt.datetime, *, crash: bool) -> str:
+    """A build made of real objects, manifests and catalog commits, without Spark (what the reaper sees is
+    the same); crash: the builder dies after writing, before publishing."""
+    record, build, parts = written_build(deployment, dates, now, pid=dead_pid() if crash else 1)
     if not crash:
         deployment.catalog.derived.publish_build(record, build, parts, source_state={}, trigger_value=None,
                                                  expire_time=None, now=now)
@@ -241,16 +248,7 @@ def sparkless(tmp_path: Path, catalog_url: str) -> Deployment:
 def silent_build(deployment: Deployment, dates: list[dt.date]):  # noqa: ANN201 - (BuildRecord, publish it)
     """A build whose builder looks lost (a dead pid on this host) with its objects written, and a function
     that publishes it."""
-    record = deployment.catalog.derived.get("web.rollup")
-    build = deployment.catalog.derived.start_build(
-        record, reg_key=deployment.instance_key, catalog_id="c", kind="full", host=_host(), pid=dead_pid(),
-        now=utcnow(), dead=lambda _: True)
-    parts = []
-    for date in dates:
-        key, size = write_part(deployment, record, build.name, date)
-        manifest, _ = write_manifests(deployment.lake, record.table.layout(deployment.instance_key), date, 0,
-                                      [(key, size)], label=f"build-{build.id:010d}")
-        parts.append(BuildPartition(date, manifest, 1, size))
+    record, build, parts = written_build(deployment, dates, utcnow(), pid=dead_pid())
     return build, lambda: deployment.catalog.derived.publish_build(
         record, build, parts, source_state={}, trigger_value=None, expire_time=None, now=utcnow())
 

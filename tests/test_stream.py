@@ -48,6 +48,17 @@ def lake_files(deployment: Deployment, area: str) -> list[str]:
     return sorted(info.key for info in deployment.lake.list() if f"/{area}/" in info.key)
 
 
+def assert_rows_once(deployment: Deployment, expected: int) -> None:
+    """web.access holds `expected` rows, each user id once, in as many live files as small objects."""
+    record = deployment.catalog.tables.get("web.access")
+    objects = deployment.catalog.partitions.small_objects(record.id)
+    assert sum(o.row_count for o in objects) == expected
+    live = lake_files(deployment, "live")
+    assert len(live) == len(objects)
+    users = [u for key in live for u in pq.read_table(deployment.lake.path(key)).column("user_id").to_pylist()]
+    assert len(users) == len(set(users)) == expected
+
+
 def test_objects_become_sorted_small_objects_per_tokyo_date(deployment: Deployment, access_table) -> None:
     # 14:59:59Z is 23:59:59 in Tokyo on the 20th; 15:00Z is already the 21st there.
     times = [dt.datetime(2026, 11, 20, 15, 0, 1, tzinfo=UTC), dt.datetime(2026, 11, 20, 14, 59, 59, tzinfo=UTC),
@@ -339,13 +350,7 @@ def test_two_stream_processes_on_one_postgres_catalog(tmp_path: Path, postgres_u
     reports = [json.loads(stdout) for stdout, _ in outputs]
     assert sum(r["processed"] for r in reports) == 40
     assert sum(r["records_loaded"] for r in reports) == expected
-    record = deployment.catalog.tables.get("web.access")
-    objects = deployment.catalog.partitions.small_objects(record.id)
-    assert sum(o.row_count for o in objects) == expected
-    live = lake_files(deployment, "live")
-    assert len(live) == len(objects)
-    users = [u for key in live for u in pq.read_table(deployment.lake.path(key)).column("user_id").to_pylist()]
-    assert len(users) == len(set(users)) == expected
+    assert_rows_once(deployment, expected)
     deployment.close()
 
 

@@ -13,7 +13,6 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 import sqlalchemy as sa
 
@@ -28,7 +27,7 @@ from siltlake.tabledef import TableDef
 
 from .conftest import ACCESS_TABLE, make_config
 from .processes import SiltProcess, kill_session, silt_env, wait_until
-from .test_stream import event, jsonl_gz, lake_files, stage
+from .test_stream import assert_rows_once, event, jsonl_gz, stage
 
 UTC = dt.UTC
 T0 = dt.datetime(2026, 11, 26, 12, 0)
@@ -192,14 +191,12 @@ def _stage_many(deployment: Deployment, count: int) -> int:
     return expected
 
 
-def _all_rows_once(deployment: Deployment, expected: int) -> None:
-    record = deployment.catalog.tables.get("web.access")
-    objects = deployment.catalog.partitions.small_objects(record.id)
-    assert sum(o.row_count for o in objects) == expected
-    live = lake_files(deployment, "live")
-    assert len(live) == len(objects)
-    users = [u for key in live for u in pq.read_table(deployment.lake.path(key)).column("user_id").to_pylist()]
-    assert len(users) == len(set(users)) == expected
+def _staged_deployment(tmp_path: Path, url: str, count: int) -> tuple[Deployment, int]:
+    """A deployment with web.access and `count` staged objects, and how many rows they hold."""
+    deployment = Deployment(make_config(tmp_path, url))
+    deployment.init()
+    deployment.catalog.tables.create(TableDef.from_mapping(ACCESS_TABLE))
+    return deployment, _stage_many(deployment, count)
 
 
 def _processed(deployment: Deployment) -> int:
@@ -212,10 +209,7 @@ def _processed(deployment: Deployment) -> int:
 @pytest.mark.postgres
 def test_two_stream_daemons_on_one_postgres_catalog_decode_each_object_once(tmp_path: Path,
                                                                             postgres_url: str) -> None:
-    deployment = Deployment(make_config(tmp_path, postgres_url))
-    deployment.init()
-    deployment.catalog.tables.create(TableDef.from_mapping(ACCESS_TABLE))
-    expected = _stage_many(deployment, 40)
+    deployment, expected = _staged_deployment(tmp_path, postgres_url, 40)
     env = silt_env(tmp_path, postgres_url, stream={"objects_per_wave": 4})
     daemons = [CountingSilt(tmp_path, f"stream-{n}", env, "stream", "--once", "--json") for n in range(2)]
     try:
@@ -224,7 +218,7 @@ def test_two_stream_daemons_on_one_postgres_catalog_decode_each_object_once(tmp_
             assert daemon.proc.returncode == 0, daemon.tail()
         decoded = Counter(i for daemon in daemons for i in daemon.decoded())
         assert len(decoded) == 40 and set(decoded.values()) == {1}, decoded
-        _all_rows_once(deployment, expected)
+        assert_rows_once(deployment, expected)
     finally:
         for daemon in daemons:
             kill_session(daemon.pid)
@@ -235,10 +229,7 @@ def test_two_stream_daemons_on_one_postgres_catalog_decode_each_object_once(tmp_
 @pytest.mark.postgres
 def test_a_sigkilled_stream_daemons_share_is_taken_over_losing_and_doubling_nothing(tmp_path: Path,
                                                                                     postgres_url: str) -> None:
-    deployment = Deployment(make_config(tmp_path, postgres_url))
-    deployment.init()
-    deployment.catalog.tables.create(TableDef.from_mapping(ACCESS_TABLE))
-    expected = _stage_many(deployment, 24)
+    deployment, expected = _staged_deployment(tmp_path, postgres_url, 24)
     env = silt_env(tmp_path, postgres_url, stream={"objects_per_wave": 4, "claim_timeout": 4,
                                                    "heartbeat_interval": 1})
     doomed = CountingSilt(tmp_path, "doomed", env, "stream", "--interval", "0.2", sleep=600)
@@ -258,7 +249,7 @@ def test_a_sigkilled_stream_daemons_share_is_taken_over_losing_and_doubling_noth
         with deployment.catalog.engine.connect() as c:
             every = set(c.execute(sa.select(s.staging_objects.c.id)).scalars())
         assert set(decoded.values()) == {1} and set(decoded) | set(held) == every and len(every) == 24
-        _all_rows_once(deployment, expected)
+        assert_rows_once(deployment, expected)
     finally:
         for daemon in (doomed, survivor):
             if daemon is not None:
