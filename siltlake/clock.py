@@ -16,6 +16,20 @@ def to_naive_utc(value: dt.datetime) -> dt.datetime:
     return value.astimezone(dt.UTC).replace(tzinfo=None)
 
 
+_EPOCH = dt.datetime(1970, 1, 1)
+
+
+def from_nanoseconds(nanoseconds: int) -> dt.datetime:
+    """Naive UTC of a file system time in nanoseconds since the epoch, truncated to the microsecond (what the
+    catalog stores, and what pyarrow's listing gives)."""
+    return _EPOCH + dt.timedelta(microseconds=nanoseconds // 1000)
+
+
+def to_nanoseconds(naive: dt.datetime) -> int:
+    """Nanoseconds since the epoch of a naive UTC time."""
+    return (naive - _EPOCH) // dt.timedelta(microseconds=1) * 1000
+
+
 def parse_time(value: dt.datetime | dt.date | str) -> dt.datetime:
     """A time given by a user as naive UTC: an aware time is converted, a naive one (or a date, at midnight)
     is taken as UTC; text is ISO-8601 ("2026-11-20 10:00:00", "2026-11-20T10:00:00+09:00", "...Z").

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 from urllib.parse import quote, unquote, urlsplit
 
+from siltlake.clock import from_nanoseconds
 from siltlake.errors import ConfigError
 from siltlake.storage.confined import UnsafeKey, open_regular_file
 
@@ -30,9 +31,6 @@ class ObjectInfo:
     key: str          # relative to the storage root, '/'-separated
     size: int
     mtime: dt.datetime | None
-
-
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 @dataclass
@@ -306,7 +304,7 @@ class Storage:
                 if fresh or newest >= since_ns:
                     # Microseconds, truncated, as pyarrow's listing gives them: a send_time stored from one
                     # compares equal with the other's (no spurious re-put).
-                    mtime = _EPOCH + dt.timedelta(microseconds=entry_stat.st_mtime_ns // 1000)
+                    mtime = from_nanoseconds(entry_stat.st_mtime_ns).replace(tzinfo=dt.UTC)
                     result.objects.append(ObjectInfo(key, entry_stat.st_size, mtime))
         return result
 

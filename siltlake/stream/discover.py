@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from urllib.parse import unquote
 
 from siltlake.catalog import Redelivery, TableRecord
-from siltlake.clock import to_naive_utc, utcnow
+from siltlake.clock import from_nanoseconds, to_naive_utc, to_nanoseconds, utcnow
 from siltlake.deployment import Deployment
 from siltlake.storage.filesystem import ObjectInfo
 from siltlake.tabledef import IDENTIFIER
@@ -103,14 +103,14 @@ def discover(deployment: Deployment) -> Discovery:
         report.listed, report.expired = len(listed), len(listed) - len(fresh)
     else:
         assert cursor is not None
-        changed = staging.list_changed(_nanoseconds(cursor.cursor_time))
+        changed = staging.list_changed(to_nanoseconds(cursor.cursor_time))
         report = _register(deployment, [info for info in changed.objects if not is_in_flight(info.key)])
         report.listed, report.full_listing = changed.entries, False
     # Only once every object found is registered (or recorded unknown): a round that fails before leaves the
     # cursor where it was, and the next round looks again. An object store's cursor is not read (it is listed
     # whole every round), but its full listing time bounds the expiry watermark (reap.staging_rows).
-    catalog.discovery.advance(staging.root, _naive(started - config.listing_margin * 1_000_000_000),
-                              _naive(started) if full else None)
+    catalog.discovery.advance(staging.root, from_nanoseconds(started - config.listing_margin * 1_000_000_000),
+                              from_nanoseconds(started) if full else None)
     return report
 
 
@@ -130,7 +130,7 @@ def _unexpired(deployment: Deployment, listed: list[ObjectInfo],
             continue
         if staging.is_local:
             arrival = staging.arrival_ns(info.key)
-            if arrival is None or _naive(arrival) >= expired_before:
+            if arrival is None or from_nanoseconds(arrival) >= expired_before:
                 fresh.append(info)
     return fresh
 
@@ -158,18 +158,6 @@ def readmit(deployment: Deployment, uris: list[str]) -> int:
     return _register(deployment, [info for info in listed if info.key not in fresh]).registered
 
 
-_EPOCH = dt.datetime(1970, 1, 1)
-
-
-def _naive(nanoseconds: int) -> dt.datetime:
-    """Naive UTC of a file system time, truncated to the microsecond (what the catalog stores)."""
-    return _EPOCH + dt.timedelta(microseconds=nanoseconds // 1000)
-
-
-def _nanoseconds(naive: dt.datetime) -> int:
-    return (naive - _EPOCH) // dt.timedelta(microseconds=1) * 1000
-
-
 def _register(deployment: Deployment, listed: list[ObjectInfo]) -> Discovery:
     """Register, of these listed objects, those the catalog does not know; count the known ones put again."""
     pattern = re.compile(deployment.config.stream.key_pattern)
@@ -180,17 +168,18 @@ def _register(deployment: Deployment, listed: list[ObjectInfo]) -> Discovery:
         return report
     # Each URI is built (quoted) once: an idle round over a long history lists every object ever put.
     uris = [staging.uri(info.key) for info in listed]
-    known, redelivered = catalog.staging.sort_listed([
-        (uri, to_naive_utc(info.mtime) if info.mtime is not None else None, info.size)
-        for uri, info in zip(uris, listed, strict=True)])
-    fresh = [(uri, info) for uri, info in zip(uris, listed, strict=True) if uri not in known]
+    send_times = [to_naive_utc(info.mtime) if info.mtime is not None else None for info in listed]
+    known, redelivered = catalog.staging.sort_listed(list(zip(uris, send_times, (info.size for info in listed),
+                                                              strict=True)))
+    fresh = [(uri, info, send_time) for uri, info, send_time in zip(uris, listed, send_times, strict=True)
+             if uri not in known]
     report.redelivered = len(redelivered)
     report.changed = [put for put in redelivered if put.changed]
     if not fresh:
         return report
     tables = catalog.tables.by_key_names()
     rows = []
-    for uri, info in fresh:
+    for uri, info, send_time in fresh:
         mapping = map_key(info.key, pattern, tables)
         if mapping.table is not None and mapping.table.definition.kind == "derived":
             mapping = KeyMapping(None, f"{mapping.table.qualified_name} is a derived table, built from its query: "
@@ -201,7 +190,6 @@ def _register(deployment: Deployment, listed: list[ObjectInfo]) -> Discovery:
         if mapping.table is None:
             report.unknown += catalog.staging.record_unknown(uri, mapping.reason or "unmapped", size=info.size)
         else:
-            send_time = to_naive_utc(info.mtime) if info.mtime else None
             rows.append((uri, mapping.table.id, info.size, send_time))
     report.registered = catalog.staging.register(rows)
     return report
