@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import re
 import tomllib
 from pathlib import Path
@@ -21,6 +22,8 @@ _DECIMAL = re.compile(r"^decimal\((\d{1,2}),\s*(\d{1,2})\)$")
 SIMPLE_TYPES = ("string", "int", "bigint", "float", "double", "boolean", "timestamp", "date", "json")
 # The type changes older objects can be read through (Parquet int32 as int64, float as double): nothing is rewritten.
 WIDENINGS = {("int", "bigint"), ("float", "double")}
+# What a log table stored before naive_timezone existed reads naive time strings in.
+LEGACY_NAIVE_TIMEZONE = "UTC"
 _DURATION = re.compile(r"^(\d+)\s*(s|m|h|d)?$")
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
 
@@ -170,9 +173,11 @@ class TableDef(_Strict):
     name: str
     time_column: str = ""  # required of log tables; a derived table may have none
     timezone: str = "UTC"
+    # The zone of time strings written without an offset ("2024-05-01 12:00:00"); None: the table's timezone.
+    naive_timezone: str | None = None
     merge_interval: int = 43200
     columns: tuple[Column, ...]
-    format: Literal["auto", "jsonl", "msgpack", "csv"] = "auto"
+    format: Literal["auto", "jsonl", "msgpack", "csv", "fluentd_line", "ltsv"] = "auto"
     epoch_unit: Literal["s", "ms", "us", "ns"] = "s"
     unknown_fields: Literal["ignore", "reject"] = "ignore"
     error_policy: Literal["skip", "file"] = "skip"
@@ -201,13 +206,16 @@ class TableDef(_Strict):
     def _table(cls, value: str) -> str:
         return check_identifier(value, "table name")
 
-    @field_validator("timezone")
+    @field_validator("timezone", "naive_timezone")
     @classmethod
-    def _timezone(cls, value: str) -> str:
+    def _timezone(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None and info.field_name == "naive_timezone":
+            return None
         try:
-            ZoneInfo(value)
-        except (ZoneInfoNotFoundError, ValueError):
-            raise DefinitionError(f"timezone {value!r} is not an IANA time zone name such as Asia/Tokyo") from None
+            ZoneInfo(value)  # type: ignore[arg-type]
+        except (ZoneInfoNotFoundError, ValueError, TypeError):
+            raise DefinitionError(f"{info.field_name} {value!r} is not an IANA time zone name such as "
+                                  "Asia/Tokyo") from None
         return value
 
     @field_validator("merge_interval", mode="before")
@@ -296,6 +304,11 @@ class TableDef(_Strict):
     def zone(self) -> ZoneInfo:
         return ZoneInfo(self.timezone)
 
+    @property
+    def naive_zone(self) -> str:
+        """The zone naive time strings are read in: naive_timezone, else the table's timezone."""
+        return self.naive_timezone or self.timezone
+
     def column(self, name: str) -> Column:
         for column in self.columns:
             if column.name == name:
@@ -319,7 +332,11 @@ class TableDef(_Strict):
         return pa.schema(fields)
 
     def to_json(self) -> str:
-        return self.model_dump_json(by_alias=True)
+        # A log table's JSON always names naive_timezone (null: the table's zone), so that a definition stored
+        # before the key existed is told apart (from_json); a derived table's has no time strings to read, and
+        # its JSON stays as it was (it is part of the derived definition's hash).
+        exclude = {"naive_timezone"} if self.kind == "derived" else None
+        return self.model_dump_json(by_alias=True, exclude=exclude)
 
     @classmethod
     def from_json(cls, text: str) -> TableDef:
@@ -493,5 +510,10 @@ def load_table_file(path: str | Path) -> TableDef:
 
 @functools.lru_cache(maxsize=64)
 def _from_json(cls: type[TableDef], text: str) -> TableDef:
-    """Definitions are frozen: a Spark worker decoding the same table's JSON for every task shares one."""
-    return cls.model_validate_json(text)
+    """Definitions are frozen: a Spark worker decoding the same table's JSON for every task shares one.
+
+    A log table stored before naive_timezone existed read naive time strings as UTC, and keeps doing so."""
+    data = json.loads(text)
+    if isinstance(data, dict) and data.get("kind", "log") == "log":
+        data.setdefault("naive_timezone", LEGACY_NAIVE_TIMEZONE)
+    return cls.model_validate(data)

@@ -12,6 +12,7 @@ import re
 import struct
 from datetime import UTC, date, datetime
 from typing import NamedTuple
+from zoneinfo import ZoneInfo
 
 import msgpack
 
@@ -38,6 +39,15 @@ ISO_PATTERN = (
     r"[ \t]*"
 )
 _ISO = re.compile(ISO_PATTERN)
+# The Common Log Format's time, as Apache and nginx ($time_local) write it, in its brackets or not:
+# 10/Oct/2000:13:55:36 -0700.
+_CLF = re.compile(
+    r"[ \t]*(?P<open>\[)?(?P<day>[0-9]{2})/(?P<month_name>[A-Za-z]{3})/(?P<year>[0-9]{4})"
+    r":(?P<hour>[0-9]{2}):(?P<minute>[0-9]{2}):(?P<second>[0-9]{2})"
+    r"(?: (?P<sign>[+-])(?P<offset_hour>[0-9]{2})(?P<offset_minute>[0-9]{2}))?(?(open)\])[ \t]*"
+)
+_MONTHS = {name: number for number, name in enumerate(
+    ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"), start=1)}
 DATE_PATTERN = r"[ \t]*(?P<year>[0-9]{4})-(?P<month>[0-9]{2})-(?P<day>[0-9]{2})[ \t]*"
 _DATE = re.compile(DATE_PATTERN)
 INTEGER_PATTERN = r"[ \t]*[+-]?[0-9]+[ \t]*"
@@ -91,17 +101,22 @@ def parse_date(value: str) -> int:
     return days_from_civil(year, month, day)
 
 
-def parse_iso_timestamp(value: str) -> int:
-    """UTC microseconds of an ISO-8601 / RFC 3339 string; no offset means UTC."""
+def parse_iso_timestamp(value: str, naive_zone: str = "UTC") -> int:
+    """UTC microseconds of an ISO-8601 / RFC 3339 string; no offset means a wall time in naive_zone."""
     match = _ISO.fullmatch(value)
     if not match:
         expected = "ISO-8601 such as 2024-05-01T12:34:56.789Z or an epoch number"
         raise ValueError(f"{_show(value)} is not a timestamp: expected {expected}")
-    return _iso_match_micros(match, value)
+    return _iso_match_micros(match, value, naive_zone)
 
 
-def _iso_match_micros(match: re.Match[str], value: str) -> int:
-    year, month, day = int(match["year"]), int(match["month"]), int(match["day"])
+def _iso_match_micros(match: re.Match[str], value: str, naive_zone: str = "UTC") -> int:
+    year = int(match["year"])
+    if "month_name" in match.re.groupindex:
+        month = _MONTHS.get(match["month_name"].lower(), 0)
+    else:
+        month = int(match["month"])
+    day = int(match["day"])
     if not 1 <= month <= 12 or not 1 <= day <= days_in_month(year, month):
         raise ValueError(f"{_show(value)} is not a valid calendar date")
     hour = int(match["hour"] or 0)
@@ -110,7 +125,7 @@ def _iso_match_micros(match: re.Match[str], value: str) -> int:
     # A leap second (:60) is refused rather than folded into the next minute.
     if hour > 23 or minute > 59 or second > 59:
         raise ValueError(f"{_show(value)} has an invalid time of day")
-    fraction = match["fraction"] or ""
+    fraction = match.groupdict().get("fraction") or ""
     # Digits beyond the sixth are dropped, which rounds toward the past because the
     # fraction is always a positive offset from the (whole-minute-offset) second.
     micros = int(fraction[:6].ljust(6, "0"))
@@ -121,8 +136,24 @@ def _iso_match_micros(match: re.Match[str], value: str) -> int:
         if offset_hour > 23 or offset_minute > 59:
             raise ValueError(f"{_show(value)} has an invalid UTC offset")
         offset = (offset_hour * 3600 + offset_minute * 60) * (-1 if match["sign"] == "-" else 1)
+    elif naive_zone != "UTC" and not match.groupdict().get("utc"):
+        offset = _wall_offset(year, month, day, hour, minute, second, naive_zone, value)
     seconds = days_from_civil(year, month, day) * 86400 + hour * 3600 + minute * 60 + second - offset
     return _checked(seconds * MICROS_PER_SECOND + micros, value)
+
+
+def _wall_offset(year: int, month: int, day: int, hour: int, minute: int, second: int, zone: str,
+                 original: object) -> int:
+    """Seconds east of UTC of a wall time in `zone`: the earlier instant of one a clock change repeats (as
+    Python's fold=0); a wall time a clock change skips is no time at all."""
+    if year < 1:
+        raise ValueError(f"{_show(original)} is outside 0001-01-01T00:00:00Z..9999-12-31T23:59:59.999999Z")
+    wall = datetime(year, month, day, hour, minute, second, tzinfo=ZoneInfo(zone))
+    before, after = wall.utcoffset(), wall.replace(fold=1).utcoffset()
+    assert before is not None and after is not None
+    if before < after:  # in a gap, fold=0 takes the offset from before the change and fold=1 the one after
+        raise ValueError(f"{_show(original)} does not exist in the time zone {zone} (a clock change skips it)")
+    return int(before.total_seconds())
 
 
 def epoch_int_to_micros(value: int, epoch_unit: str) -> int:
@@ -151,12 +182,12 @@ def split_seconds_nanos_to_micros(seconds: int, nanoseconds: int) -> int:
     return seconds * MICROS_PER_SECOND + nanoseconds // 1000
 
 
-def parse_event_time(value: object, epoch_unit: str = "s") -> int:
+def parse_event_time(value: object, epoch_unit: str = "s", naive_zone: str = "UTC") -> int:
     """UTC epoch microseconds of an event time value; ValueError says why it is not one.
 
-    Accepts ISO-8601 strings, epoch numbers (int/float, or strings of them) in epoch_unit,
-    Fluentd EventTime, msgpack.Timestamp, ext types -1/0 left undecoded (ExtType/RawExt), and
-    datetimes (naive ones are UTC).
+    Accepts ISO-8601 strings and Common Log Format times, epoch numbers (int/float, or strings of
+    them) in epoch_unit, Fluentd EventTime, msgpack.Timestamp, ext types -1/0 left undecoded
+    (ExtType/RawExt), and datetimes. A string or datetime without an offset is a wall time in naive_zone.
     """
     if epoch_unit not in EPOCH_UNITS:
         raise ValueError(f"epoch unit {epoch_unit!r} is not one of {', '.join(EPOCH_UNITS)}")
@@ -169,11 +200,14 @@ def parse_event_time(value: object, epoch_unit: str = "s") -> int:
     if isinstance(value, str):
         match = _ISO.fullmatch(value)
         if match:
-            return _iso_match_micros(match, value)
+            return _iso_match_micros(match, value, naive_zone)
         if _INTEGER.fullmatch(value):
             return _checked(epoch_int_to_micros(int(value), epoch_unit), value)
         if _NUMBER.fullmatch(value):
             return _checked(epoch_float_to_micros(float(value), epoch_unit), value)
+        match = _CLF.fullmatch(value)
+        if match:
+            return _iso_match_micros(match, value, naive_zone)
         return parse_iso_timestamp(value)  # raises with the ISO explanation
     if isinstance(value, EventTime):
         return _checked(split_seconds_nanos_to_micros(value.seconds, value.nanoseconds), value)
@@ -186,10 +220,15 @@ def parse_event_time(value: object, epoch_unit: str = "s") -> int:
             return _checked(split_seconds_nanos_to_micros(*decode_fluentd_event_time(value.data)), value)
         raise ValueError(f"MessagePack ext type {value.code} is not a timestamp")
     if isinstance(value, datetime):
+        offset = 0
         if value.tzinfo is None:
+            if naive_zone != "UTC":
+                offset = _wall_offset(value.year, value.month, value.day, value.hour, value.minute, value.second,
+                                      naive_zone, value)
             value = value.replace(tzinfo=UTC)
         delta = value - datetime(1970, 1, 1, tzinfo=UTC)
-        return _checked((delta.days * 86400 + delta.seconds) * MICROS_PER_SECOND + delta.microseconds, value)
+        seconds = delta.days * 86400 + delta.seconds - offset
+        return _checked(seconds * MICROS_PER_SECOND + delta.microseconds, value)
     if isinstance(value, date):
         days = days_from_civil(value.year, value.month, value.day)
         return _checked(days * 86400 * MICROS_PER_SECOND, value)

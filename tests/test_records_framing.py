@@ -75,13 +75,26 @@ def test_random_bytes_with_gz_name_are_unreadable() -> None:
     ("key", "head", "configured", "expected"),
     [
         ("a/b.json", b"", "auto", "jsonl"),
-        ("a/b.ndjson.gz", b"\x81", "auto", "jsonl"),
+        # The content decides when it shows its format beyond doubt, whatever the name says.
+        ("a/b.ndjson.gz", b"\x81", "auto", "msgpack"),
         ("a/b.log.gzip", b"", "auto", "jsonl"),
         ("a/b.JSONL", b"", "auto", "jsonl"),
-        ("a/b.mpk", b"{", "auto", "msgpack"),
+        ("a/b.mpk", b"{", "auto", "jsonl"),
         ("a/b.mp.gz", b"", "auto", "msgpack"),
         ("a/b.msgpack", b"", "auto", "msgpack"),
-        ("a/b.csv.gz", b"{", "auto", "csv"),
+        ("a/b.csv.gz", b"{", "auto", "jsonl"),
+        ("a/b.log", b"\x82\xa4time\xce\x66\x31\xf9\x80", "auto", "msgpack"),
+        ("a/b.log", b"\x92\xce\x66\x31\xf9\x80\x81\xa1a\x01", "auto", "msgpack"),
+        ("a/b.log", b"\xdc\x00\x02\xce", "auto", "msgpack"),
+        ("a/b.csv", b"\xdc\xa9ber,x\n", "auto", "csv"),  # U+0729 then text: UTF-8, not an array16
+        ("a/b.log", b'2024-05-01T12:34:56+09:00\tweb.access\t{"a":1}\n', "auto", "fluentd_line"),
+        ("a/b.json", b'1714567890\t{"a":1}\n', "auto", "fluentd_line"),
+        ("a/b.log", b'web.access\tx\t{"a":1}\n', "auto", "jsonl"),  # no time first: not out_file's line
+        ("a/b.log", b"time:2024-05-01T12:34:56Z\thost:h1\tstatus:200\n", "auto", "ltsv"),
+        ("a/b.ltsv", b"", "auto", "ltsv"),
+        ("a/b", b"ERROR: something broke\n", "auto", "jsonl"),  # one field: not taken for LTSV
+        ("a/b.csv", b"time:x\thost\n", "auto", "csv"),  # a field without a label: not LTSV
+        ("a/b.csv", b"\n\n  \n{}", "auto", "jsonl"),
         ("a/b", b'\xef\xbb\xbf  {"a":1}', "auto", "jsonl"),
         ("a/b.gz", b"\x93\xa3tag", "auto", "msgpack"),
         ("a/b.dat", b"\xde\x00\x01", "auto", "msgpack"),
@@ -90,10 +103,29 @@ def test_random_bytes_with_gz_name_are_unreadable() -> None:
         ("a/b", b"\x00\x01\xff\xfe binary", "auto", "msgpack"),
         ("a/b.json", b"", "csv", "csv"),
         ("a/b.csv", b"", "msgpack", "msgpack"),
+        ("a/b.log", b"{", "ltsv", "ltsv"),
+        ("a/b.log", b"\x81", "fluentd_line", "fluentd_line"),
     ],
 )
 def test_detect_format(key: str, head: bytes, configured: str, expected: str) -> None:
     assert detect_format(key, head, configured) == expected
+
+
+def test_ltsv_sniff_ignores_a_field_cut_by_the_sniff_window() -> None:
+    line = b"time:2024-05-01T00:00:00Z\thost:h1\t" + b"x" * (framing.SNIFF_BYTES - 30)
+    head = line[:framing.SNIFF_BYTES]
+    assert detect_format("a/b", head, "auto") == "ltsv"
+
+
+@pytest.mark.parametrize(("magic", "name"), [
+    (b"\x28\xb5\x2f\xfd\x00", "zstd"), (b"\xfd7zXZ\x00\x00", "xz"), (b"BZh91AY&SY\x00", "bzip2"),
+    (b"\x04\x22\x4d\x18", "LZ4"), (b"PK\x03\x04", "zip"),
+])
+def test_other_compressions_are_named(magic: bytes, name: str) -> None:
+    with pytest.raises(UnreadableObject, match=f"{name}-compressed.*gzip"):
+        detect_format("a/b.log.zst", magic + b"rest", "auto")
+    with pytest.raises(UnreadableObject, match=f"{name}-compressed"):
+        detect_format("a/b.log", magic + b"rest", "jsonl")
 
 
 def test_configured_format_overrides_the_name() -> None:

@@ -8,6 +8,7 @@ import json
 import math
 import re
 import struct
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
@@ -321,7 +322,7 @@ def _exact_decimal(text: str, value: object, type_name: str) -> Decimal:
 
 
 def _json_coercer(kind: str) -> Callable[[object], str]:
-    if kind == "csv":
+    if kind in TEXT_KINDS:
 
         def from_text(value: object) -> str:
             assert isinstance(value, str)
@@ -337,17 +338,17 @@ def _json_coercer(kind: str) -> Callable[[object], str]:
     return _compact_json
 
 
-def _timestamp_coercer(epoch_unit: str) -> Callable[[object], int]:
+def _timestamp_coercer(epoch_unit: str, naive_zone: str) -> Callable[[object], int]:
     def coerce(value: object) -> int:
         try:
-            return tv.parse_event_time(value, epoch_unit)
+            return tv.parse_event_time(value, epoch_unit, naive_zone)
         except ValueError as exc:
             raise _Reject(str(exc)) from None
 
     return coerce
 
 
-def _coercer(column: Column, epoch_unit: str, kind: str) -> Callable[[object], Any]:
+def _coercer(column: Column, epoch_unit: str, kind: str, naive_zone: str) -> Callable[[object], Any]:
     type_name = column.type
     if type_name == "string":
         return _to_string
@@ -362,7 +363,7 @@ def _coercer(column: Column, epoch_unit: str, kind: str) -> Callable[[object], A
     if type_name == "boolean":
         return _to_boolean
     if type_name == "timestamp":
-        return _timestamp_coercer(epoch_unit)
+        return _timestamp_coercer(epoch_unit, naive_zone)
     if type_name == "date":
         return _to_date
     if type_name == "json":
@@ -400,6 +401,12 @@ def _check_partition_date(micros: int, timezone: str) -> None:
                   "so it has no partition date (partition dates are in years 1..9999)")
 
 
+# Formats whose values are all text: a json column's value is JSON text, and in a column of another type
+# than string these texts are null (what a CSV writer leaves empty, what an access log writes for "none").
+TEXT_KINDS = ("csv", "ltsv")
+NULL_TEXTS = {"csv": frozenset({""}), "ltsv": frozenset({"", "-"})}
+
+
 @dataclass(frozen=True)
 class _ColumnPlan:
     column: Column
@@ -412,14 +419,19 @@ class _ColumnPlan:
 
 
 class RecordConverter:
-    """Turns records (dicts of input fields) into column values, or says why it cannot."""
+    """Turns records (dicts of input fields) into column values, or says why it cannot.
 
-    def __init__(self, table: TableDef, kind: str) -> None:
+    With `dropped`, the values of fields that are no column (unknown_fields = "ignore") are counted there
+    by field name, for the rows made."""
+
+    def __init__(self, table: TableDef, kind: str, dropped: Counter[str] | None = None) -> None:
         self.schema = table.arrow_schema()
         self.kind = kind
         self.timezone = table.timezone
         self.reject_unknown = table.unknown_fields == "reject"
         self.sources = frozenset(column.source_field for column in table.columns)
+        self.dropped = dropped
+        self.null_texts = NULL_TEXTS.get(kind, frozenset())
         self.plans = []
         for column in table.columns:
             is_time = column.name == table.time_column
@@ -430,14 +442,15 @@ class RecordConverter:
                 _ColumnPlan(
                     column=column,
                     source=column.source_field,
-                    coerce=_coercer(column, table.epoch_unit, kind),
+                    coerce=_coercer(column, table.epoch_unit, kind, table.naive_zone),
                     required=is_time or not column.nullable,
                     is_time=is_time,
-                    empty_is_null=kind == "csv" and column.type != "string",
+                    empty_is_null=kind in TEXT_KINDS and column.type != "string",
                     label=label,
                 )
             )
         self.columns: list[list[Any]] = [[] for _ in self.plans]
+        self.naive_zone = table.naive_zone
 
     @property
     def row_count(self) -> int:
@@ -457,18 +470,30 @@ class RecordConverter:
             return unexpected_reason(exc)
         for values, value in zip(self.columns, row, strict=True):
             values.append(value)
+        if self.dropped is not None and not self.reject_unknown:
+            self._count_dropped(record)
         return None
+
+    def _count_dropped(self, record: dict[Any, Any]) -> None:
+        unknown = record.keys() - self.sources
+        if unknown:
+            absent = None if self.kind not in TEXT_KINDS else ""
+            dropped = self.dropped
+            assert dropped is not None
+            for key in unknown:
+                if record[key] != absent:
+                    dropped[_key_text(key)] += 1
 
     def _row(self, record: dict[Any, Any], entry_time: object) -> list[Any]:
         if self.reject_unknown:
-            absent = "" if self.kind == "csv" else None
+            absent = "" if self.kind in TEXT_KINDS else None
             unknown = [_key_text(key) for key, value in record.items() if key not in self.sources and value != absent]
             if unknown:
                 raise _Reject(f"unknown field{'s' if len(unknown) > 1 else ''} {', '.join(sorted(unknown))}")
         row = []
         for plan in self.plans:
             value = record.get(plan.source)
-            if plan.empty_is_null and value == "":
+            if plan.empty_is_null and value in self.null_texts:
                 value = None
             if plan.is_time and entry_time is not None:
                 row.append(self._time_with_entry(plan, value, entry_time))
@@ -509,7 +534,7 @@ class RecordConverter:
                     raise _Reject(f"event time {plan.source}: {exc}") from None
                 return own
         try:
-            entry = tv.parse_event_time(entry_time, "s")
+            entry = tv.parse_event_time(entry_time, "s", self.naive_zone)
         except ValueError as exc:
             if value is None:
                 reason = f"missing event time (field {plan.source})"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -39,8 +40,9 @@ class _ChunkStream(io.RawIOBase):
         return size
 
 
-def read_csv(chunks: Iterable[bytes], table: TableDef, batch_rows: int) -> Iterator[ParsedBatch]:
-    converter = RecordConverter(table, "csv")
+def read_csv(chunks: Iterable[bytes], table: TableDef, batch_rows: int,
+             dropped: Counter[str] | None = None) -> Iterator[ParsedBatch]:
+    converter = RecordConverter(table, "csv", dropped)
     assembler = BatchAssembler(converter.schema, batch_rows)
     # Undecodable bytes become lone surrogates, found per record below, so the error can name the line.
     text = io.TextIOWrapper(

@@ -1,14 +1,16 @@
 """The bytes of a staging object, plain or gzip (found by magic bytes), streamed in bounded chunks; and its
-format, by configuration, the key's extension or the first bytes."""
+format, by configuration, the first bytes or the key's extension."""
 
 from __future__ import annotations
 
+import re
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
 from siltlake.records.batches import UnreadableObject
+from siltlake.timevalues import parse_event_time
 
 GZIP_MAGIC = b"\x1f\x8b"
 UTF8_BOM = b"\xef\xbb\xbf"
@@ -24,50 +26,110 @@ RATIO_FLOOR = 64 << 20
 JSONL_EXTENSIONS = ("json", "jsonl", "ndjson", "log")
 MSGPACK_EXTENSIONS = ("msgpack", "mpk", "mp")
 CSV_EXTENSIONS = ("csv",)
-FORMATS = ("jsonl", "msgpack", "csv")
+LTSV_EXTENSIONS = ("ltsv",)
+FORMATS = ("jsonl", "msgpack", "csv", "fluentd_line", "ltsv")
+
+# Compressions siltlake does not decode, by their magic bytes: named, so that such an object is unknown for
+# what it is rather than as MessagePack that does not decode.
+_OTHER_COMPRESSIONS = (
+    (b"\x28\xb5\x2f\xfd", "zstd"),
+    (b"\xfd7zXZ\x00", "xz"),
+    (b"\x04\x22\x4d\x18", "LZ4"),
+    (b"\x89LZO\x00\r\n\x1a\n", "LZO (lzop)"),
+    (b"\xff\x06\x00\x00sNaPpY", "Snappy"),
+    (b"PK\x03\x04", "zip"),
+)
+_BZIP2 = re.compile(rb"BZh[1-9]1AY&SY")
+# LTSV (http://ltsv.org): a label is 1 or more of these; the value runs to the next TAB.
+LTSV_LABEL = re.compile(r"[0-9A-Za-z_.\-]+")
+_LTSV_FIELD = re.compile(rb"[0-9A-Za-z_.\-]+:")
+# Fluentd out_file's line: time TAB tag TAB {json} (or time TAB {json} when output_tag is off).
+_FLUENTD_LINE = re.compile(rb"(?P<time>[^\t{]+)\t(?:[^\t{]+\t)?\{")
 
 
 def detect_format(key: str, head: bytes, configured: str) -> str:
-    """'jsonl' | 'msgpack' | 'csv'. configured is TableDef.format; 'auto' means: by the key's extension after stripping .gz/.gzip (.json/.jsonl/.ndjson/.log -> jsonl, .msgpack/.mpk/.mp -> msgpack, .csv -> csv), else sniff the first decompressed bytes."""  # noqa: E501
+    """One of FORMATS. configured is TableDef.format; 'auto' means: what the first decompressed bytes show when
+    they show it (docs/coercion.md, "Which format"), else by the key's extension after stripping .gz/.gzip
+    (.json/.jsonl/.ndjson/.log -> jsonl, .msgpack/.mpk/.mp -> msgpack, .csv -> csv, .ltsv -> ltsv), else a
+    last guess from the bytes. Content wins over the name: Fluentd writes MessagePack under .log."""
+    _refuse_other_compressions(head)
     if configured in FORMATS:
         return configured
     if configured != "auto":
         raise ValueError(f"format {configured!r} is not one of auto, {', '.join(FORMATS)}")
+    return sniff_content(head) or _format_by_name(key) or _guess_format(head)
+
+
+def _refuse_other_compressions(head: bytes) -> None:
+    for magic, name in _OTHER_COMPRESSIONS:
+        if head.startswith(magic):
+            raise UnreadableObject(f"the object is {name}-compressed; siltlake reads plain and gzip objects only: "
+                                   "have the shipper compress with gzip (or not at all)")
+    if _BZIP2.match(head):
+        raise UnreadableObject("the object is bzip2-compressed; siltlake reads plain and gzip objects only: have "
+                               "the shipper compress with gzip (or not at all)")
+
+
+def _format_by_name(key: str) -> str | None:
     name = key.rsplit("/", 1)[-1].lower()
     for suffix in (".gz", ".gzip"):
         if name.endswith(suffix):
             name = name[: -len(suffix)]
             break
     extension = name.rsplit(".", 1)[-1] if "." in name else ""
-    if extension in JSONL_EXTENSIONS:
-        return "jsonl"
-    if extension in MSGPACK_EXTENSIONS:
-        return "msgpack"
-    if extension in CSV_EXTENSIONS:
-        return "csv"
-    return _sniff_format(head)
+    for extensions, found in ((JSONL_EXTENSIONS, "jsonl"), (MSGPACK_EXTENSIONS, "msgpack"), (CSV_EXTENSIONS, "csv"),
+                              (LTSV_EXTENSIONS, "ltsv")):
+        if extension in extensions:
+            return found
+    return None
 
 
-def _sniff_format(head: bytes) -> str:
-    text = head[len(UTF8_BOM) :] if head.startswith(UTF8_BOM) else head
+def sniff_content(head: bytes) -> str | None:
+    """The format the first bytes show beyond doubt, else None. Looks at the first byte, and at the first
+    line for the text formats: a JSON object ('{' or '['), MessagePack (a map or an array: 0x80-0x9f, or
+    0xdc-0xdf followed by a length byte, which no UTF-8 text starts with), a Fluentd out_file line (a time,
+    TAB, [a tag, TAB,] '{'), LTSV (at least two TAB-separated label:value fields)."""
+    text = head[len(UTF8_BOM):] if head.startswith(UTF8_BOM) else head
     text = text.lstrip(b" \t\r\n")
     if not text:
-        return "jsonl"
+        return None
     first = text[0]
     if first in b"{[":
         return "jsonl"
-    # fixmap, fixarray, array16/32, map16/32: what a stream of records or Fluentd entries starts with.
-    if 0x80 <= first <= 0x9F or 0xDC <= first <= 0xDF:
+    if 0x80 <= first <= 0x9F or (0xDC <= first <= 0xDF and (len(text) == 1 or text[1] < 0x80)):
         return "msgpack"
+    line, newline, _ = text.partition(b"\n")
+    line = line.rstrip(b"\r")
+    match = _FLUENTD_LINE.match(line)
+    if match and _is_time(match["time"]):
+        return "fluentd_line"
+    fields = [field for field in line.split(b"\t") if field]
+    if not newline and len(head) >= SNIFF_BYTES and fields:
+        fields.pop()  # the sniff window cut the line: its last field may be cut before its colon
+    if len(fields) >= 2 and all(_LTSV_FIELD.match(field) for field in fields):
+        return "ltsv"
+    return None
+
+
+def _is_time(text: bytes) -> bool:
+    try:
+        parse_event_time(text.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        return False
+    return True
+
+
+def _guess_format(head: bytes) -> str:
+    """No name and no sure sign: binary is MessagePack, a first line with a comma CSV, the rest JSON lines."""
+    text = head[len(UTF8_BOM):] if head.startswith(UTF8_BOM) else head
     try:
         head.decode("utf-8")
     except UnicodeDecodeError as exc:
         if exc.start < len(head) - 3:  # not merely a character cut by the sniff window
             return "msgpack"
-    if b"," in text.split(b"\n", 1)[0]:
+    if b"," in text.lstrip(b" \t\r\n").split(b"\n", 1)[0]:
         return "csv"
     return "jsonl"
-
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from decimal import Decimal
@@ -116,12 +117,15 @@ def _fast_read_type(column: Column) -> pa.DataType | None:
 class _JsonFastPath:
     """Whole-block conversion with pyarrow.json; returns None whenever it cannot be sure."""
 
-    def __init__(self, table: TableDef) -> None:
+    def __init__(self, table: TableDef, dropped: Counter[str] | None = None) -> None:
         self.schema = table.arrow_schema()
         self.columns = table.columns
         self.time_column = table.time_column
         self.epoch_unit = table.epoch_unit
-        self.unexpected = "error" if table.unknown_fields == "reject" else "ignore"
+        self.naive_zone = table.naive_zone
+        self.dropped = dropped if table.unknown_fields == "ignore" else None
+        # Fields that are no column are read too when they are counted (their non-null values are the count).
+        self.unexpected = "error" if table.unknown_fields == "reject" else "infer" if dropped is not None else "ignore"
         self.static_types: dict[str, pa.DataType] = {}
         self.timestamp_sources: list[str] = []
         self.last_kinds: dict[str, str] = {}
@@ -160,13 +164,23 @@ class _JsonFastPath:
             [(source, read_type) for source, read_type in self.static_types.items()]
             + [(source, _TIME_KINDS[kind]) for source, kind in kinds.items()]
         )
-        options = pa_json.ParseOptions(
-            explicit_schema=read_schema, unexpected_field_behavior=self.unexpected, newlines_in_values=False
-        )
-        try:
-            parsed = pa_json.read_json(pa.BufferReader(block), read_options=self.read_options, parse_options=options)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, UnicodeDecodeError):
+        parsed = self._read(block, read_schema, self.unexpected)
+        dropped: Counter[str] | None = None
+        if parsed is None:
             return None
+        if isinstance(parsed, str):
+            # Fields that are no column change type from line to line, so Arrow cannot infer them: read the
+            # columns alone, and count the dropped fields line by line.
+            parsed = self._read(block, read_schema, "ignore")
+            if not isinstance(parsed, pa.Table):
+                return None
+            dropped = _unknown_fields(block, set(read_schema.names))
+        elif self.dropped is not None:
+            dropped = Counter()
+            for name in set(parsed.column_names) - set(read_schema.names):
+                count = parsed.num_rows - parsed.column(name).null_count
+                if count:
+                    dropped[name] += count
         if parsed.num_rows != lines:
             return None
         arrays = []
@@ -176,7 +190,21 @@ class _JsonFastPath:
                 return None
             arrays.append(values)
         self.last_kinds.update(kinds)
+        if dropped and self.dropped is not None:
+            self.dropped.update(dropped)
         return pa.Table.from_arrays(arrays, schema=self.schema)
+
+    def _read(self, block: bytes, read_schema: pa.Schema, unexpected: str) -> pa.Table | str | None:
+        """The block as Arrow reads it; "retry" when only the inference of fields that are no column failed."""
+        options = pa_json.ParseOptions(
+            explicit_schema=read_schema, unexpected_field_behavior=unexpected, newlines_in_values=False
+        )
+        try:
+            return pa_json.read_json(pa.BufferReader(block), read_options=self.read_options, parse_options=options)
+        except pa.ArrowInvalid as exc:
+            return "retry" if unexpected == "infer" and "changed from" in str(exc) else None
+        except (pa.ArrowNotImplementedError, UnicodeDecodeError):
+            return None
 
     def _guess_time_kinds(self, block: bytes) -> dict[str, str] | None:
         """How to read each timestamp field, judged by its first non-null values in the block."""
@@ -233,7 +261,7 @@ class _JsonFastPath:
             return pc.cast(pc.add(values, 0.0), pa.float32())
         if type_name == "timestamp":
             if kinds[column.source_field] == "string":
-                micros = strings_to_micros(values)
+                micros = strings_to_micros(values, self.naive_zone)
             else:
                 micros = epochs_to_micros(values, self.epoch_unit)
             # Near the ends of the range the per-record decoder decides (the partition date may not exist).
@@ -249,6 +277,18 @@ class _JsonFastPath:
             largest = Decimal((0, (9,) * precision, -scale))  # built exactly: no context rounding
             return values if within(values, -largest, largest) else None
         return values
+
+
+def _unknown_fields(block: bytes, sources: set[str]) -> Counter[str]:
+    """The non-null values of fields that are no column, by name, in a block of JSON objects, one per line."""
+    counts: Counter[str] = Counter()
+    for line in block.splitlines():
+        if line.strip(BLANKS):
+            record = json.loads(line)
+            for name in record.keys() - sources:
+                if record[name] is not None:
+                    counts[name] += 1
+    return counts
 
 
 class _LineLayout(NamedTuple):
@@ -356,10 +396,10 @@ def _check_utf8(block: bytes, first_line: int) -> None:
 class JsonLinesReader:
     """JSON lines in blocks of whole lines, each through the fast path where it can be."""
 
-    def __init__(self, table: TableDef, batch_rows: int) -> None:
+    def __init__(self, table: TableDef, batch_rows: int, dropped: Counter[str] | None = None) -> None:
         self.batch_rows = batch_rows
-        self.converter = RecordConverter(table, "json")
-        self.fast = _JsonFastPath(table)
+        self.converter = RecordConverter(table, "json", dropped)
+        self.fast = _JsonFastPath(table, dropped)
         self.assembler = BatchAssembler(self.converter.schema, batch_rows)
         self.target = max(MIN_BLOCK_BYTES, min(FIRST_BLOCK_BYTES, batch_rows * 256))
         self.objects = 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import zlib
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -132,8 +133,9 @@ def msgpack_items(chunks: Iterable[bytes]) -> Iterator[Any]:
         raise UnreadableObject(f"truncated MessagePack stream: the item at byte {complete} is incomplete")
 
 
-def read_msgpack(chunks: Iterable[bytes], table: TableDef, batch_rows: int) -> Iterator[ParsedBatch]:
-    converter = RecordConverter(table, "msgpack")
+def read_msgpack(chunks: Iterable[bytes], table: TableDef, batch_rows: int,
+                 dropped: Counter[str] | None = None) -> Iterator[ParsedBatch]:
+    converter = RecordConverter(table, "msgpack", dropped)
     assembler = BatchAssembler(converter.schema, batch_rows)
     index = 0
     items = 0

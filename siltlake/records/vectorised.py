@@ -53,11 +53,16 @@ def _digits(parts: Any, name: str, width: int) -> Any:
     return pc.cast(pc.utf8_lpad(pc.struct_field(parts, name), width=width, padding="0"), pa.int64())
 
 
-def _iso_general(values: pa.ChunkedArray) -> pa.ChunkedArray | None:
-    """Vectorised tv.parse_iso_timestamp for every spelling it accepts."""
+def _iso_general(values: pa.ChunkedArray, naive_is_utc: bool = True) -> pa.ChunkedArray | None:
+    """Vectorised tv.parse_iso_timestamp for every spelling it accepts (with naive texts only when they are
+    UTC: else None)."""
     parts = pc.extract_regex(values, _ISO_RE2)
     if parts.null_count != values.null_count:
         return None
+    if not naive_is_utc:
+        zoned = pc.or_(pc.not_equal(pc.struct_field(parts, "utc"), ""), pc.not_equal(pc.struct_field(parts, "sign"), ""))
+        if not all_true(zoned):
+            return None
     year, month, day = _digits(parts, "year", 1), _digits(parts, "month", 1), _digits(parts, "day", 1)
     hour, minute, second = _digits(parts, "hour", 1), _digits(parts, "minute", 1), _digits(parts, "second", 1)
     offset_hour, offset_minute = _digits(parts, "offset_hour", 1), _digits(parts, "offset_minute", 1)
@@ -116,7 +121,8 @@ def _iso_canonical(values: pa.ChunkedArray, zoned: bool) -> pa.ChunkedArray | No
     return _floor_divide(nanos, 1000)
 
 
-def strings_to_micros(values: pa.ChunkedArray) -> pa.ChunkedArray | None:
+def strings_to_micros(values: pa.ChunkedArray, naive_zone: str = "UTC") -> pa.ChunkedArray | None:
+    """Microseconds of ISO-8601 texts; those without an offset are wall times in naive_zone."""
     first = _first_valid(values)
     if first is None:
         return pc.cast(values, pa.int64())
@@ -125,7 +131,22 @@ def strings_to_micros(values: pa.ChunkedArray) -> pa.ChunkedArray | None:
         micros = _iso_canonical(values, zoned=True)
     elif _CANONICAL_NAIVE.fullmatch(first):
         micros = _iso_canonical(values, zoned=False)
-    return micros if micros is not None else _iso_general(values)
+        if micros is not None and naive_zone != "UTC":
+            return _wall_times(micros, naive_zone)
+    if micros is not None:
+        return micros
+    return _iso_general(values, naive_zone == "UTC")
+
+
+def _wall_times(micros: pa.ChunkedArray, zone: str) -> pa.ChunkedArray | None:
+    """Wall times in `zone` as UTC microseconds: the earlier instant of a repeated one (as Python's fold=0);
+    None when one falls in a gap, which the per-record rules refuse."""
+    try:
+        local = pc.assume_timezone(pc.cast(micros, pa.timestamp("us")), zone, ambiguous="earliest",
+                                   nonexistent="raise")
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    return pc.cast(local, pa.int64())
 
 
 def epochs_to_micros(values: pa.ChunkedArray, epoch_unit: str) -> pa.ChunkedArray | None:
