@@ -112,10 +112,8 @@ def parse_iso_timestamp(value: str, naive_zone: str = "UTC") -> int:
 
 def _iso_match_micros(match: re.Match[str], value: str, naive_zone: str = "UTC") -> int:
     year = int(match["year"])
-    if "month_name" in match.re.groupindex:
-        month = _MONTHS.get(match["month_name"].lower(), 0)
-    else:
-        month = int(match["month"])
+    names = match.groupdict()
+    month = _MONTHS.get(names["month_name"].lower(), 0) if "month_name" in names else int(match["month"])
     day = int(match["day"])
     if not 1 <= month <= 12 or not 1 <= day <= days_in_month(year, month):
         raise ValueError(f"{_show(value)} is not a valid calendar date")

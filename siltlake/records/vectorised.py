@@ -60,7 +60,8 @@ def _iso_general(values: pa.ChunkedArray, naive_is_utc: bool = True) -> pa.Chunk
     if parts.null_count != values.null_count:
         return None
     if not naive_is_utc:
-        zoned = pc.or_(pc.not_equal(pc.struct_field(parts, "utc"), ""), pc.not_equal(pc.struct_field(parts, "sign"), ""))
+        zoned = pc.or_(pc.not_equal(pc.struct_field(parts, "utc"), ""),
+                       pc.not_equal(pc.struct_field(parts, "sign"), ""))
         if not all_true(zoned):
             return None
     year, month, day = _digits(parts, "year", 1), _digits(parts, "month", 1), _digits(parts, "day", 1)
