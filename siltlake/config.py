@@ -18,10 +18,40 @@ ENV_PREFIX = "SILTLAKE_"
 INSTANCE_KEY = re.compile(r"^[a-z0-9]{4,32}\Z")  # \Z: "$" would let a trailing newline through
 
 # Staging keys look like `<anything>.<schema>.<table>/YYYY/MM/DD/<name>[.gz]` (seed 000's layout).
-DEFAULT_KEY_PATTERN = (
-    r"^(?:.*/)?(?:[^/]*\.)?(?P<schema>[^/.]+)\.(?P<table>[^/.]+)/"
-    r"(?P<year>\d{4})/(?P<month>\d{2})/(?P<day>\d{2})/(?P<name>[^/]+)$"
-)
+_TABLE_DIRECTORY = r"^(?:.*/)?(?:[^/]*\.)?(?P<schema>[^/.]+)\.(?P<table>[^/.]+)/"
+_DATE_DIRECTORIES = r"(?P<year>\d{4})/(?P<month>\d{2})/(?P<day>\d{2})/"
+DEFAULT_KEY_PATTERN = _TABLE_DIRECTORY + _DATE_DIRECTORIES + r"(?P<name>[^/]+)$"
+
+# stream.key_pattern may name one of these layouts instead of giving a regular expression (README "Shippers").
+# Each names its table by a directory <schema>.<table> (a prefix before it allowed, and <anything>. before the
+# schema: the last two dotted parts count), the layouts' own parts after it.
+KEY_LAYOUTS = {
+    # .../<schema>.<table>/YYYY/MM/DD/<name>
+    "siltlake": (DEFAULT_KEY_PATTERN, "<anything>/<schema>.<table>/YYYY/MM/DD/<name>"),
+    # .../<schema>.<table>/YYYY/MM/DD/HH/<name>
+    "hourly": (_TABLE_DIRECTORY + _DATE_DIRECTORIES + r"(?P<hour>\d{2})/(?P<name>[^/]+)$",
+               "<anything>/<schema>.<table>/YYYY/MM/DD/HH/<name>"),
+    # Fluentd out_s3: s3_object_key_format %{path}%{time_slice}_%{index}.%{file_extension}, path ending in
+    # <schema>.<table>/, time_slice_format %Y%m%d%H (its default), %Y%m%d or %Y%m%d-%H.
+    "fluentd_out_s3": (_TABLE_DIRECTORY + r"(?P<year>\d{4})(?P<month>\d{2})(?P<day>\d{2})(?:-?(?P<hour>\d{2}))?"
+                       r"_(?P<name>[^/]+)$",
+                       "<path: anything/<schema>.<table>/>YYYYMMDD[HH]_<index>.<extension>"),
+    # Fluent Bit s3: s3_key_format /<prefix>/$TAG/%Y/%m/%d/<anything>, the tag (or $TAG[n].$TAG[m]) being
+    # <schema>.<table>; its default /fluent-bit-logs/$TAG/%Y/%m/%d/%H/%M/%S matches.
+    "fluentbit_s3": (_TABLE_DIRECTORY + _DATE_DIRECTORIES + r"(?P<name>(?:[^/]+/)*[^/]+)$",
+                     "<anything>/<schema>.<table>/YYYY/MM/DD/<anything>"),
+    # Vector aws_s3: key_prefix "<schema>.<table>/date=%F/" (the default date=%F/ with the table before it).
+    "vector_aws_s3": (_TABLE_DIRECTORY + r"date=(?P<year>\d{4})-(?P<month>\d{2})-(?P<day>\d{2})/?(?P<name>[^/]+)$",
+                      "<anything>/<schema>.<table>/date=YYYY-MM-DD/<name>"),
+}
+
+
+def key_pattern_shape(pattern: str) -> str:
+    """What keys of stream.key_pattern look like, for messages: a named layout's shape, else the expression."""
+    for name, (regex, shape) in KEY_LAYOUTS.items():
+        if pattern == regex:
+            return f"{name}: {shape}"
+    return pattern
 
 
 AtLeastOne = Annotated[int, Field(ge=1)]
@@ -118,6 +148,8 @@ class StreamConfig(_Section):
     @field_validator("key_pattern")
     @classmethod
     def _pattern(cls, value: str) -> str:
+        if value in KEY_LAYOUTS:
+            return KEY_LAYOUTS[value][0]
         try:
             compiled = re.compile(value)
         except re.error as exc:
@@ -125,7 +157,8 @@ class StreamConfig(_Section):
         missing = {"schema", "table"} - set(compiled.groupindex)
         if missing:
             raise ValueError(
-                f"pattern needs named groups (?P<schema>...) and (?P<table>...); missing {sorted(missing)}"
+                f"pattern needs named groups (?P<schema>...) and (?P<table>...); missing {sorted(missing)} (or "
+                f"name a layout: {', '.join(KEY_LAYOUTS)})"
             )
         return value
 

@@ -31,6 +31,10 @@ def print_stream_report(report: StreamReport, staging_root: str, verbose: bool =
         f"small objects, {report.seconds:.1f}s{startup} ({rate:,.0f} records/s)",
         highlight=False,
     )
+    if report.dropped_fields:
+        console.print(f"  {report.dropped_fields:,} values of fields that are no column were dropped, from "
+                      f"{len(report.dropped_by_object)} objects (unknown_fields = \"ignore\"; add a column to keep "
+                      "them, `silt table add-column`)", highlight=False)
     if report.skipped_duplicates:
         console.print(f"  {report.skipped_duplicates} objects were already committed by another process")
     if report.redelivered:
@@ -46,6 +50,10 @@ def print_stream_report(report: StreamReport, staging_root: str, verbose: bool =
         return
     for uri, reason in report.unknown:
         console.print(f"  [yellow]unknown[/] {short(uri)}: {shown(reason)}", highlight=False)
+    for dropped in report.dropped_by_object[:5]:
+        more = f" and {dropped.fields - len(dropped.names)} more" if dropped.fields > len(dropped.names) else ""
+        console.print(f"  [yellow]dropped fields[/] {short(dropped.uri)}: {dropped.values:,} values of "
+                      f"{shown(', '.join(dropped.names))}{more} (not columns of {dropped.table})", highlight=False)
     for uri, sample in report.bad_samples[:5]:
         console.print(f"  [yellow]bad record[/] {short(uri)} {shown(sample)}", highlight=False)
     if len(report.bad_samples) > 5:

@@ -54,7 +54,7 @@ def stream(context: click.Context, once: bool, interval: float | None, as_json: 
         with progress_bar() as bar:
             report = stream_once(deployment, _StreamProgressBar(bar, "staging objects"))
         if as_json:
-            write_json(report.__dict__)
+            write_json({**report.__dict__, "dropped_by_object": [vars(item) for item in report.dropped_by_object]})
         else:
             print_stream_report(report, deployment.staging.root)
         if report.failed:

@@ -35,6 +35,9 @@ STREAM_ROUND = Histogram("siltlake_stream_round_seconds", "Seconds of this proce
                          "work (discovery, the Spark stage, the commit)", buckets=DURATION_BUCKETS, registry=None)
 STREAM_RECORDS = Counter("siltlake_stream_records", "Records this process's stream rounds loaded",
                          registry=None)
+STREAM_DROPPED_FIELDS = Counter("siltlake_stream_dropped_fields", "Values of fields that are no column of their "
+                                "table, dropped from the rows this process's stream rounds loaded (unknown_fields = "
+                                "\"ignore\")", ["table"], registry=None)
 PUBLISH_RUN = Histogram("siltlake_publish_run_seconds", "Seconds of this process's publish runs",
                         buckets=DURATION_BUCKETS, registry=None)
 REAP_RUN = Histogram("siltlake_reap_run_seconds", "Seconds of this process's reap runs", buckets=DURATION_BUCKETS,
@@ -48,7 +51,8 @@ MERGE_BATCHES = Counter("siltlake_merge_batches", "Batches of merge jobs this pr
                         ["where"], registry=None)
 ROUND_ERRORS = Counter("siltlake_round_errors", "Rounds of this process's loops that failed (and were retried)",
                        ["loop"], registry=None)
-PROCESS_METRICS = (STREAM_ROUND, STREAM_RECORDS, PUBLISH_RUN, REAP_RUN, REAP_DELETED_OBJECTS, REAP_DELETED_BYTES,
+PROCESS_METRICS = (STREAM_ROUND, STREAM_RECORDS, STREAM_DROPPED_FIELDS, PUBLISH_RUN, REAP_RUN, REAP_DELETED_OBJECTS,
+                   REAP_DELETED_BYTES,
                    MERGE_BATCHES, ROUND_ERRORS)
 # A merge worker's report adds up over its run: what was counted of each, by id.
 _merge_seen: dict[int, tuple[int, int]] = {}
@@ -65,6 +69,8 @@ def observe_report(loop: str, report: Any) -> None:
     elif loop == "stream" and (report.processed or report.registered):
         STREAM_ROUND.observe(report.seconds)
         STREAM_RECORDS.inc(report.records_loaded)
+        for dropped in report.dropped_by_object:
+            STREAM_DROPPED_FIELDS.labels(dropped.table).inc(dropped.values)
     elif loop == "publish":
         PUBLISH_RUN.observe(report.seconds)
     elif loop == "reap":

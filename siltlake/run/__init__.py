@@ -156,6 +156,7 @@ def stream_work(report: StreamReport) -> str | None:
         return None
     parts = [f"{report.processed:,} objects", f"{report.records_loaded:,} records"]
     parts += [f"{count:,} {what}" for count, what in ((report.bad_records, "bad records"),
+                                                      (report.dropped_fields, "dropped field values"),
                                                       (len(report.unknown), "unknown"),
                                                       (len(report.failed), "failed"),
                                                       (report.delayed_objects, "delayed")) if count]

@@ -10,6 +10,7 @@ from urllib.parse import unquote
 
 from siltlake.catalog import Redelivery, TableRecord
 from siltlake.clock import from_nanoseconds, to_naive_utc, to_nanoseconds, utcnow
+from siltlake.config import key_pattern_shape
 from siltlake.deployment import Deployment
 from siltlake.storage.filesystem import ObjectInfo
 from siltlake.tabledef import IDENTIFIER
@@ -39,8 +40,8 @@ def map_key(key: str, pattern: re.Pattern[str], tables: dict[tuple[str, str], Ta
                                 "backslashes and percent-escapes are refused")
     match = pattern.match(key)
     if match is None:
-        return KeyMapping(None, "key does not match stream.key_pattern "
-                                "(expected <anything>.<schema>.<table>/YYYY/MM/DD/<name>)")
+        shape = key_pattern_shape(pattern.pattern)
+        return KeyMapping(None, f"key does not match stream.key_pattern (expected {shape})")
     date = _key_date(match)
     if date is not None:
         return KeyMapping(None, f"key {key!r} has the impossible date {date}; a staging key's YYYY/MM/DD must "

@@ -32,6 +32,17 @@ from siltlake.stream.task import StreamTask, process_staging_object
 COMMIT_CHUNK = 64
 
 
+@dataclass(frozen=True)
+class DroppedFields:
+    """What one staging object's rows dropped: values of fields that are no column of its table."""
+
+    uri: str
+    table: str
+    values: int  # field values dropped, over all its rows
+    fields: int  # distinct field names
+    names: tuple[str, ...]  # the most dropped, a few
+
+
 @dataclass
 class StreamReport:
     listed: int = 0
@@ -51,6 +62,9 @@ class StreamReport:
     failed: list[tuple[str, str]] = field(default_factory=list)
     bad_samples: list[tuple[str, str]] = field(default_factory=list)
     error_files: list[str] = field(default_factory=list)
+    # Values of fields that are no column of their table, dropped from loaded rows (unknown_fields = "ignore").
+    dropped_fields: int = 0
+    dropped_by_object: list[DroppedFields] = field(default_factory=list)
     peak_task_rss_bytes: int = 0
     seconds: float = 0.0
     spark_start_seconds: float = 0.0
@@ -179,6 +193,11 @@ def _commit_one(deployment: Deployment, tx: StreamCommit, pending: PendingStagin
     report.records_in += result["records_in"]
     report.bad_records += result["bad_records"]
     report.bad_samples += [(pending.uri, sample) for sample in result["bad_samples"]]
+    if result.get("dropped_fields"):
+        report.dropped_fields += result["dropped_fields"]
+        report.dropped_by_object.append(DroppedFields(pending.uri, table.qualified_name, result["dropped_fields"],
+                                                      result["dropped_field_kinds"],
+                                                      tuple(result["dropped_field_names"])))
     if result["error_key"]:
         report.error_files.append(result["error_key"])
     report.peak_task_rss_bytes = max(report.peak_task_rss_bytes, result["peak_rss_bytes"])
@@ -442,7 +461,8 @@ def _log_round(report: StreamReport) -> None:
     """One line per round that found work; a warning per object that failed or went to unknown."""
     if report.processed or report.registered or report.failed:
         event(log, "stream.round", registered=report.registered, processed=report.processed,
-              records_loaded=report.records_loaded, bad_records=report.bad_records, live_objects=report.live_objects,
+              records_loaded=report.records_loaded, bad_records=report.bad_records,
+              dropped_fields=report.dropped_fields, live_objects=report.live_objects,
               delayed_objects=report.delayed_objects, bytes_written=report.bytes_written,
               seconds=report.seconds)
     for uri, reason in report.failed:

@@ -11,6 +11,7 @@ import json
 import resource
 import time
 import traceback
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +23,7 @@ from siltlake.storage.keys import TASK_ERRORS, TableLayout
 from siltlake.tabledef import TableDef
 
 BAD_SAMPLES = 3
+DROPPED_NAMES = 5  # the fields named in a task's report, most dropped first
 
 
 @dataclass(frozen=True)
@@ -92,10 +94,11 @@ def process_staging_object(task: StreamTask) -> dict:
     writer = ObjectWriter(table, task.lake, task.layout, task.run_id, task.staging_object_id, task.spill_bytes)
     errors = _ErrorSink(task, keep=table.error_policy == "file")
     records_in = 0
+    dropped: Counter[str] = Counter()
     try:
         with open_uri(task.uri, task.staging) as stream:
             for batch in read_staging_object(stream, task.uri, table, batch_rows=task.batch_rows,
-                                             limits=task.limits):
+                                             limits=task.limits, dropped=dropped):
                 records_in += batch.records_in
                 writer.add(batch.table)
                 errors.add(batch.bad)
@@ -121,6 +124,10 @@ def process_staging_object(task: StreamTask) -> dict:
         "bad_records": errors.count,
         "bad_samples": errors.samples,
         "error_key": error_key,
+        # Values of fields that are no column, dropped from rows that loaded (unknown_fields = "ignore").
+        "dropped_fields": sum(dropped.values()),
+        "dropped_field_names": [name for name, _ in dropped.most_common(DROPPED_NAMES)],
+        "dropped_field_kinds": len(dropped),
         "parts": parts,
         "seconds": time.time() - started,
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
