@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from siltlake.config import KEY_LAYOUTS, DEFAULT_KEY_PATTERN, StreamConfig, load_config
+from siltlake.config import DEFAULT_KEY_PATTERN, KEY_LAYOUTS, StreamConfig, load_config
 from siltlake.stream.discover import map_key
 
 WHEN = datetime(2024, 5, 1, 13, 4, 5, tzinfo=UTC)

@@ -140,6 +140,7 @@ def read_msgpack(chunks: Iterable[bytes], table: TableDef, batch_rows: int,
     index = 0
     items = 0
     structured = 0
+    records = 0
     bad: list[BadRecord] = []
     for item in msgpack_items(chunks):
         items += 1
@@ -152,13 +153,17 @@ def read_msgpack(chunks: Iterable[bytes], table: TableDef, batch_rows: int,
             index += 1
             reason = entry.problem
             if entry.record is not None:
+                records += 1
                 reason = converter.add(entry.record, entry.entry_time)
             if reason is not None:
                 bad.append(BadRecord(index, reason, render_json(entry.raw)))
             if converter.row_count + len(bad) >= batch_rows:
                 yield from assembler.add(converter.take_table(), bad)
                 bad = []
-    yield from assembler.add(converter.take_table(), bad)
-    yield from assembler.finish()
     if items and not structured:
         raise UnreadableObject(f"not MessagePack records: none of {items} items is a map or an array")
+    if items and not records:  # what was taken for MessagePack by its first bytes may be something else
+        raise UnreadableObject(f"not MessagePack records: none of {items} items is a map or a Fluentd entry "
+                               "([time, record], [tag, time, record] or [tag, entries])")
+    yield from assembler.add(converter.take_table(), bad)
+    yield from assembler.finish()
