@@ -4,13 +4,16 @@ objects. No shipper can be installed here, so each key is formatted by hand from
 from __future__ import annotations
 
 import re
+import tomllib
 import uuid
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
 from siltlake.config import DEFAULT_KEY_PATTERN, KEY_LAYOUTS, StreamConfig, load_config
 from siltlake.stream.discover import map_key
+from siltlake.tabledef import TableDef
 
 WHEN = datetime(2024, 5, 1, 13, 4, 5, tzinfo=UTC)
 TABLES = {("web", "access"): "TABLE"}
@@ -107,3 +110,25 @@ def test_a_layout_is_named_in_the_config_file(tmp_path) -> None:  # noqa: ANN001
     (tmp_path / "siltlake.toml").write_text('[stream]\nkey_pattern = "fluentd_out_s3"\n')
     config = load_config(tmp_path / "siltlake.toml")
     assert config.stream.key_pattern == KEY_LAYOUTS["fluentd_out_s3"][0]
+
+
+def _readme_shippers() -> str:
+    text = (Path(__file__).parent.parent / "README.md").read_text()
+    return text.split("\n## Shippers\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_readme_shippers_configs_are_valid_and_map_their_example_keys() -> None:
+    blocks = re.findall(r"```toml\n(.*?)```", _readme_shippers(), re.S)
+    layouts_seen = set()
+    for block in blocks:
+        data = tomllib.loads(block)
+        if "stream" in data:
+            config = StreamConfig(**data["stream"])
+            example = re.search(r'key_pattern = "(\w+)" +# (\S+)', block)
+            assert example is not None, block
+            layouts_seen.add(example.group(1))
+            mapping = map_key(example.group(2), re.compile(config.key_pattern), TABLES)  # type: ignore[arg-type]
+            assert mapping.table == "TABLE", (example.group(2), mapping.reason)
+        elif "schema" in data:
+            assert TableDef.from_mapping(data).naive_zone == "Asia/Tokyo"
+    assert layouts_seen == {"siltlake", "fluentd_out_s3", "fluentbit_s3", "vector_aws_s3", "hourly"}

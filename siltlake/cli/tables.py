@@ -83,7 +83,7 @@ def table_show(context: click.Context, name: str, fmt: str) -> None:
         emit(fmt, PARTITION_COLUMNS, partitions)
         return
     settings = [("physical", f"{record.physical_schema_name}.{record.physical_table_name}"),
-                ("time column", d.time_column), ("time zone", d.timezone),
+                ("time column", d.time_column), ("time zone", d.timezone), ("naive times in", d.naive_zone),
                 ("merge interval", format_duration(d.merge_interval)), ("format", d.format), ("codec", d.codec),
                 ("error policy", d.error_policy), ("unknown fields", d.unknown_fields), ("epoch unit", d.epoch_unit),
                 ("ttl", f"{d.ttl_days} days" if d.ttl_days else "none")]
