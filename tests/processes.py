@@ -66,6 +66,8 @@ def silt_env(tmp_path: Path, url: str, **sections: dict[str, object]) -> dict[st
     """Write tmp_path/siltlake.toml (the layout of conftest.make_config, Spark on local[1]) with extra
     settings per section, e.g. merge={"slots": 2}, spark={"conf": {...}}; returns the environment."""
     spark = {"master": "local[1]", **sections.pop("spark", {})}
+    # Files written just before a `silt stream --once` are taken at once, unless a test settles them.
+    sections["stream"] = {"settle_time": 0, **sections.get("stream", {})}
     conf = spark.pop("conf", {})
     tables = {
         "catalog": {"url": url},
