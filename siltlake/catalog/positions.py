@@ -51,6 +51,8 @@ class PositionState:
     position: Position | None
     table_id: int | None
     processed: bool | None
+    size: int | None  # the size the first delivery was registered at
+    unknown: bool = False  # set aside as an unknown object: a replay reads it again whole
 
 
 @dataclass(frozen=True)
@@ -128,11 +130,14 @@ class Positions:
                 chunk = list(uris[start:start + _PER_STATEMENT])
                 positions = {row.uri: _position(row) for row in c.execute(sa.select(p).where(p.c.uri.in_(chunk)))}
                 plain = {row.uri: row for row in c.execute(
-                    sa.select(so.c.uri, so.c.table_id, so.c.processed_time).where(so.c.uri.in_(chunk)))}
+                    sa.select(so.c.uri, so.c.table_id, so.c.processed_time, so.c.size).where(so.c.uri.in_(chunk)))}
+                u = s.unknown_staging_objects
+                unknown = set(c.execute(sa.select(u.c.uri).where(u.c.uri.in_(chunk))).scalars())
                 for uri in chunk:
                     row = plain.get(uri)
                     found[uri] = PositionState(positions.get(uri), row.table_id if row else None,
-                                               (row.processed_time is not None) if row else None)
+                                               (row.processed_time is not None) if row else None,
+                                               row.size if row else None, uri in unknown)
         return found
 
     def register_tail(self, position: Position, delivery_uri: str, table_id: int, size: int,

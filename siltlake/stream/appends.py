@@ -40,9 +40,9 @@ def settle(deployment: Deployment, listed: list[ObjectInfo]) -> Settling:
     size. A file still changing after stream.settle_limit is let through: its delivery stops at its last whole
     record. Object stores write atomically: nothing waits."""
     staging = deployment.staging
+    config = deployment.config.stream
     if not staging.is_local:
         return Settling(listed)
-    config = deployment.config.stream
     positions = deployment.catalog.positions
     now = utcnow()
     waiting = {item.uri: item for item in positions.waiting(staging.root)}
@@ -73,7 +73,8 @@ def settle(deployment: Deployment, listed: list[ObjectInfo]) -> Settling:
         age = (now - changed).total_seconds()
         uri = staging.uri(info.key)
         first_seen = waiting[uri].first_seen if uri in waiting else now
-        if age >= config.settle_time or (now - first_seen).total_seconds() >= config.settle_limit:
+        if (not config.settle_time or age >= config.settle_time
+                or (now - first_seen).total_seconds() >= config.settle_limit):
             result.ready.append(info)
             if uri in waiting:
                 taken.append((uri, info.key))
@@ -148,9 +149,11 @@ def _judge(deployment: Deployment, uri: str, info: ObjectInfo, state: PositionSt
     if position is None or position.consumed_end is None:
         if (position is not None and position.state != "appending") or state.processed is not True:
             return None  # reported already, or its first delivery is not committed yet
-        return (f"grew to {info.size:,} bytes after it was loaded, but it cannot be appended to (it is "
-                "compressed, was unreadable, or was loaded before appends were followed); its new bytes are not "
-                "loaded: put them under a new key")
+        if state.unknown:
+            return None  # set aside as unknown: `silt unknown replay` reads the file again whole
+        return (f"is now {info.size:,} bytes but was loaded at {state.size or 0:,}, and it cannot be appended to "
+                "(it is compressed, was unreadable, or was loaded before appends were followed): its new bytes are "
+                "NOT loaded; put new data under a new key")
     if position.state != "appending":
         return None
     if position.pending_uri is not None:
