@@ -227,3 +227,18 @@ def test_silt_stream_once_exits_1_for_a_rewritten_file(tmp_path: Path, catalog_u
     assert "rewritten in place" in rewritten.stderr + rewritten.stdout
     status = subprocess.run([*silt, "status"], env=env, capture_output=True, text=True)
     assert "rewritten in place" in status.stdout, status.stdout
+
+
+def test_an_undated_file_per_tag_maps_to_its_table_by_a_pattern_without_dates(tmp_path: Path, catalog_url: str,
+                                                                               spark) -> None:  # noqa: ANN001
+    """Fluent Bit's out_file: one file per tag, appended to forever, no date in its path."""
+    deployment = deployment_with(tmp_path, catalog_url, spark, full_listing_interval=0,
+                                 key_pattern=r"^(?P<schema>[^/.]+)\.(?P<table>[^/.]+)/(?P<name>[^/]+)$")
+    path = Path(deployment.staging.path("web.access/fluentbit.log"))
+    append(path, lines(0, 3))
+    assert stream_once(deployment).records_loaded == 3
+    append(path, lines(3, 4))
+    report = stream_once(deployment)
+    assert (report.appended, report.records_loaded, report.unknown) == (1, 4, [])
+    assert_rows_once(deployment, 7)
+    deployment.close()

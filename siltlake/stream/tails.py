@@ -13,7 +13,7 @@ from typing import BinaryIO
 
 import msgpack
 
-from siltlake.records import detect_format
+from siltlake.records import UnreadableObject, detect_format
 from siltlake.records.framing import GZIP_MAGIC, SNIFF_BYTES
 from siltlake.tabledef import TableDef
 
@@ -66,8 +66,10 @@ def open_delivery(file: BinaryIO, key: str, table: TableDef, start: int, end: in
     head = os.pread(fd, SNIFF_BYTES, 0)
     if head.startswith(GZIP_MAGIC):
         return None
+    if stat.st_size < start:
+        raise UnreadableObject(f"the file shrank to {stat.st_size:,} bytes, below the offset {start:,} this "
+                               "delivery starts at: it was rewritten, not appended to")
     end = stat.st_size if end is None else min(end, stat.st_size)
-    start = min(start, end)
     object_format = detect_format(key, head, table.format)
     cut = _last_msgpack_item(fd, start, end) if object_format == "msgpack" else _last_newline(fd, start, end)
     if cut < end and stat.st_size == end and time.time() - stat.st_mtime >= settle_time:
