@@ -33,8 +33,10 @@ def status(context: click.Context, fmt: str) -> None:
     """Per table: partitions by state, unmerged small objects, merge jobs by state, parked failures; then
     staging objects whose processing is failing.
 
-    With --format json: one object, {"tables": [...], "failing_staging_objects": [...]}; with --format csv: a
-    row per table (the parked jobs' errors and the failing staging objects only in JSON and the table)."""
+    With --format json: one object, {"tables": [...], "failing_staging_objects": [...], "settling": [...],
+    "rewritten_staging_files": [...]} (local staging files waiting to settle, or rewritten in place); with
+    --format csv: a row per table (the parked jobs' errors and the failing staging objects only in JSON and the
+    table)."""
     from dataclasses import asdict
 
     deployment = deployment_of(context)  # first: it imports the catalog with the start-up GC pause
