@@ -128,13 +128,19 @@ class StreamConfig(_Section):
     full_listing_interval: int = Field(default=3600, description="seconds between full listings of a local "
                                        "staging root (rounds in between read only what changed); in-place "
                                        "rewrites are noticed by full listings only")
+    settle_time: int = Field(default=10, description="seconds a file of a local staging root must go unwritten "
+                             "(its mtime) before it is taken: a file being written in place is not read "
+                             "mid-flush; object stores (atomic PUTs) never wait")
+    settle_limit: int = Field(default=60, description="seconds a local file that never stops changing (a log "
+                              "appended to every second) waits at most: then it is taken up to its last whole "
+                              "record, and its growth after that as appends")
     staging_retention: AtLeastOne = Field(default=7 * 86400, description="staging objects whose arrival (put "
                                           "or move into the root) is older than this are never loaded again: "
                                           "reap prunes their catalog rows and listings skip them, so shippers "
                                           "and lifecycle rules must delete staging objects within it")
 
     @field_validator("poll_interval", "listing_margin", "full_listing_interval", "claim_timeout",
-                     "heartbeat_interval", "staging_retention", mode="before")
+                     "heartbeat_interval", "staging_retention", "settle_time", "settle_limit", mode="before")
     @classmethod
     def _interval(cls, value: Any, info: ValidationInfo) -> int:
         return parse_duration(value, f"stream.{info.field_name}")

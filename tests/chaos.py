@@ -2,7 +2,9 @@
 
 A shipper writes staging objects for two tables over three UTC days (yesterday and the day before are
 closed by the first publish run, so their later records become delayed objects and the days switch) and
-re-sends a tenth of them under new names; the tables are keyed on record_id, so each record shows once,
+re-sends a tenth of them under new names and appends some in place, split mid-line, to one long-lived file
+per table (each appended line must be read exactly once); the tables are keyed on record_id, so each record
+shows once,
 while `silt stream`, two `silt merge` and `silt publish` daemons run and `silt reap` runs over and over.
 A killer SIGKILLs a randomly chosen process (its whole session: driver, JVM, Python workers) after a
 random delay or once it reaches a phase seen in the catalog or its log, and restarts it. Then everything
@@ -42,6 +44,7 @@ from .processes import (
     SHIPPED_TABLE,
     Shipper,
     SiltProcess,
+    delivered_records,
     held_jobs,
     kill_session,
     owner_pid,
@@ -66,6 +69,7 @@ NAMES = {"stream": 2, "merge1": 1, "merge2": 1, "publish": 3, "reap": 3}  # card
 # JVM start-up only.
 SPARE_SECONDS = 120
 RESEND = 0.10  # share of the shipper's chunks sent again under a new name (a quarter of those twice)
+APPEND = 0.15  # share of the shipper's chunks appended in place to one file per table, split mid-line
 
 
 @dataclass
@@ -110,7 +114,8 @@ def chaos_env(tmp_path: Path, url: str) -> dict[str, str]:
     return silt_env(
         tmp_path, url,
         # Small waves: a stream commits every few objects, so kills fall between and inside many commits.
-        stream={"poll_interval": 1, "objects_per_wave": 16},
+        # Files appended in place settle for a second (the shipper finishes a split line within 50 ms).
+        stream={"poll_interval": 1, "objects_per_wave": 16, "settle_time": 1, "settle_limit": 3},
         # Kills are not the job's fault: a high attempt limit keeps killed jobs from parking.
         merge={"slots": 2, "poll_interval": 1, "job_timeout": JOB_TIMEOUT, "heartbeat_interval": 1,
                "retry_backoff": 1, "max_attempts": 1000},
@@ -239,7 +244,7 @@ class Chaos:
         self.log = log
         today = utcnow().date()
         self.shipper = Shipper(tmp_path / "staging", TABLES, [today - dt.timedelta(days=d) for d in (2, 1, 0)],
-                               rate=3.0, records=(5, 30), seed=seed, resend=RESEND)
+                               rate=3.0, records=(5, 30), seed=seed, resend=RESEND, append=APPEND)
         self.processes: dict[str, SiltProcess] = {}
         self.everything: list[SiltProcess] = []
         self.started = time.monotonic()
@@ -422,13 +427,18 @@ class Chaos:
         deployment = self.deployment
         deployment.use_spark(spark)
         while True:
-            streamed = stream_once(deployment)
-            assert not streamed.failed, streamed.failed
+            streamed = stream_once(deployment, settle_wait=True)
+            assert not streamed.failed and not streamed.rewritten, (streamed.failed, streamed.rewritten)
             self.report.delayed_objects += streamed.delayed_objects
             if not deployment.catalog.staging.pending(1):
                 break
         publish_once(deployment)
         checked = collections.Counter()
+        # Each line appended in place was read once: the deliveries of the appended files (split mid-line,
+        # caught half written) read exactly the lines written, none twice, none half.
+        appended = sum(len(ids) for ids in self.shipper.appended.values())
+        assert delivered_records(deployment, "/appending-") == (appended, 0), appended
+        checked["records appended in place"] = appended
         for name in TABLES:
             shipped = self.shipper.shipped[name]
             physical = current_record_ids(deployment, name)

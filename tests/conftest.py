@@ -112,7 +112,8 @@ def make_config(tmp_path: Path, catalog_url: str, **stream: object) -> Config:
         "catalog": {"url": catalog_url},
         "storage": {"root": str(tmp_path / "lake"), "staging_root": str(tmp_path / "staging")},
         "spark": {"master": "local[2]"},
-        "stream": dict(stream),
+        # Files written just before a round are taken at once (stream.settle_time: tests that settle set it).
+        "stream": {"settle_time": 0, **stream},
     })
 
 

@@ -66,6 +66,8 @@ def silt_env(tmp_path: Path, url: str, **sections: dict[str, object]) -> dict[st
     """Write tmp_path/siltlake.toml (the layout of conftest.make_config, Spark on local[1]) with extra
     settings per section, e.g. merge={"slots": 2}, spark={"conf": {...}}; returns the environment."""
     spark = {"master": "local[1]", **sections.pop("spark", {})}
+    # Files written just before a `silt stream --once` are taken at once, unless a test settles them.
+    sections["stream"] = {"settle_time": 0, **sections.get("stream", {})}
     conf = spark.pop("conf", {})
     tables = {
         "catalog": {"url": url},
@@ -224,6 +226,17 @@ def successes(deployment: Deployment) -> int:
         return c.execute(sa.select(sa.func.count()).where(log.c.outcome.in_(SUCCESS))).scalar_one()
 
 
+def delivered_records(deployment: Deployment, name_part: str) -> tuple[int, int]:
+    """(records read, bad records) of the processed staging deliveries whose URI holds `name_part`: a file
+    appended to is delivered in pieces, and each of its records must be read exactly once."""
+    so = s.staging_objects
+    with deployment.catalog.engine.connect() as c:
+        row = c.execute(sa.select(sa.func.coalesce(sa.func.sum(so.c.records_in), 0),
+                                  sa.func.coalesce(sa.func.sum(so.c.bad_records), 0))
+                        .where(so.c.uri.contains(name_part), so.c.processed_time.is_not(None))).one()
+    return int(row[0]), int(row[1])
+
+
 def pid_alive(pid: int | None) -> bool:
     fields = _stat(pid) if pid else None
     return fields is not None and fields[0] != "Z"
@@ -242,11 +255,16 @@ class Shipper:
     `resend` (a fraction) re-sends chunks as a shipper retrying after a failover does: that share of the
     objects is written again, the same bytes under a new staging name, a few objects later, and a quarter of
     those a third time. Only a keyed table (primary key record_id) shows such records once; `shipped` holds
-    each id once, `resent` counts the extra objects."""
+    each id once, `resent` counts the extra objects.
+
+    `append` (a fraction) writes that share of the chunks as plain JSON lines appended in place to one
+    long-lived file per table (`appending-<table>.log`, as Fluentd's and Fluent Bit's out_file do), in two
+    writes split at a random byte, mid-line: the stream must load each line once, never half of one.
+    `appended` holds those records' ids per table."""
 
     def __init__(self, staging_root: Path, tables: Sequence[str], dates: Sequence[dt.date], *,
                  rate: float = 2.0, records: tuple[int, int] = (5, 40), seed: int = 0,
-                 resend: float = 0.0) -> None:
+                 resend: float = 0.0, append: float = 0.0) -> None:
         self.root = Path(staging_root)
         self.tables = list(tables)
         self.dates = list(dates)
@@ -257,6 +275,8 @@ class Shipper:
         self.objects = 0
         self.resend = resend
         self.resent = 0
+        self.append = append
+        self.appended: dict[str, list[int]] = {name: [] for name in self.tables}
         # Copies still to write: (the object count after which it is due, folder, name, bytes).
         self._resends: list[tuple[int, Path, str, bytes]] = []
         self._next_id = 1
@@ -278,10 +298,17 @@ class Shipper:
                                  "record_id": record_id, "user_id": record_id % 1000,
                                  "action": f"a{record_id % 7}"}) + "\n"
                      for record_id in ids]
-            self.objects += 1
-            name = f"{self.objects:08d}-{ids[0]}.jsonl.gz"
             folder = self.root / f"ship.{table}" / f"{dt.date.today():%Y/%m/%d}"
             folder.mkdir(parents=True, exist_ok=True)
+            # Drawn only when appending, so that a seed draws the same objects as before without it.
+            if self.append and self.rng.random() < self.append:
+                path = folder / f"appending-{table.split('.')[-1]}.log"
+                self._append(path, "".join(lines).encode())
+                self.shipped[table].extend(ids)
+                self.appended[table].extend(ids)
+                return path
+            self.objects += 1
+            name = f"{self.objects:08d}-{ids[0]}.jsonl.gz"
             data = gzip.compress("".join(lines).encode(), compresslevel=1)
             self._put(folder, name, data)
             self.shipped[table].extend(ids)
@@ -294,6 +321,16 @@ class Shipper:
                                           data))
             self._flush_resends(self.objects)
             return folder / name
+
+    def _append(self, path: Path, data: bytes) -> None:
+        """Append in place in two writes, the first ending mid-line; the rest follows within 50 ms, as a
+        writer's next write() of the same flush would."""
+        cut = self.rng.randint(1, len(data) - 1)
+        with path.open("ab") as file:
+            file.write(data[:cut])
+            file.flush()
+            time.sleep(self.rng.uniform(0.0, 0.05))
+            file.write(data[cut:])
 
     def _put(self, folder: Path, name: str, data: bytes) -> None:
         """Write under a hidden name, then rename: the stream never lists a partial object."""

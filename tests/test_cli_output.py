@@ -120,7 +120,8 @@ def test_listings_show_what_the_scenario_holds(silt) -> None:
     assert table["table"] == TABLE
     # --json, kept for scripts, is --format json.
     alias = json.loads(silt("status", "--json").stdout)
-    assert list(alias) == ["tables", "failing_staging_objects"] and alias["tables"][0].keys() == table.keys()
+    assert list(alias) == ["tables", "failing_staging_objects", "settling",
+                           "rewritten_staging_files"] and alias["tables"][0].keys() == table.keys()
     assert "give one of --json and --format csv" in silt("status", "--json", "--format", "csv", code=2).output
 
 

@@ -84,8 +84,8 @@ def tokyo(date: dt.date, hour: int) -> dt.datetime:
 
 
 def test_a_reput_with_new_bytes_is_reported_and_not_loaded(deployment: Deployment, spark, capsys) -> None:
-    """New bytes under a loaded key are not loaded (a key is loaded once), but the report names the key and
-    both sizes, once, so the operator can put the data under a new key."""
+    """New bytes under a loaded key that are not an append (here a gzip object put again) are not loaded,
+    but the report names the key and both sizes, once, so the operator can put the data under a new key."""
     deployment.catalog.tables.create(TableDef.from_mapping(ACCESS_TABLE))
     staging_root = Path(deployment.staging.path(""))
     t1 = time.time() - 3600
@@ -95,15 +95,16 @@ def test_a_reput_with_new_bytes_is_reported_and_not_loaded(deployment: Deploymen
     deliver(staging_root, key_of(0), bigger, t1 + 60)
     report = stream_once(deployment)
     uri = deployment.staging.uri(key_of(0))
-    assert (report.redelivered, report.records_loaded) == (1, 0)
-    assert report.changed_reputs == [(uri, len(body_of(0, 5)), len(bigger))]
-    assert stream_once(deployment).changed_reputs == [], "reported once"
+    assert report.records_loaded == 0
+    assert [uri for uri, _ in report.rewritten] == [uri]
+    assert stream_once(deployment).rewritten == [], "reported once"
     assert user_counts(deployment, spark) == expected_users([0], 5)
 
     from siltlake.cli.reports import print_stream_report
     print_stream_report(report, deployment.staging.root, verbose=False)
     printed = " ".join(capsys.readouterr().err.split())
-    assert f"changed re-put {key_of(0)} is now {len(bigger):,} bytes" in printed
+    assert (f"rewritten in place {key_of(0)} is now {len(bigger):,} bytes but was loaded at "
+            f"{len(body_of(0, 5)):,}") in printed
     assert "NOT loaded" in printed
 
 
@@ -264,6 +265,55 @@ def test_three_stream_daemons_and_a_shipper_putting_everything_three_times(tmp_p
     assert user_counts(deployment, spark) == expected_users(objects, per_object)
     print(f"3 daemons (one killed), {len(puts)} puts of {len(objects)} objects: {skipped} decoded copies dropped at "
           f"commit, {redelivered} re-puts counted, {len(orphans)} orphan files reaped")
+    deployment.close()
+
+
+@pytest.mark.postgres
+def test_three_stream_daemons_and_a_writer_appending_in_place(tmp_path: Path, postgres_url: str, spark) -> None:
+    """Three `silt stream` daemons poll one staging root while a writer appends JSON lines in place to two
+    files, each flush split mid-line (as Fluentd's out_file appends); one daemon is killed midway. Every
+    line is loaded once: the tails are delivered one at a time from where the last delivery stopped."""
+    deployment = Deployment(make_config(tmp_path, postgres_url))
+    deployment.init()
+    deployment.use_spark(spark)
+    deployment.catalog.tables.create(TableDef.from_mapping(ACCESS_TABLE))
+    staging_root = Path(deployment.staging.path(""))
+    paths = [staging_root / f"fluentd01.web.access/2026/11/20/out_file_{n}.log" for n in range(2)]
+    paths[0].parent.mkdir(parents=True)
+    env = silt_env(tmp_path, postgres_url, stream={"settle_time": 1, "settle_limit": 2, "objects_per_wave": 4},
+                   spark={"conf": {"spark.ui.enabled": "false"}})
+    daemons = [SiltProcess(tmp_path, f"stream-{n}", env, "stream", "--interval", "0.2") for n in range(3)]
+    rng = random.Random(11)
+    flushes, per_flush = 40, 10
+    try:
+        wait_until(lambda: all("streaming" in d.log() for d in daemons), daemons, 120, "the daemons' start")
+        for flush in range(flushes):
+            data = b"".join(json.dumps(r).encode() + b"\n" for r in records_of(flush, per_flush))
+            cut = rng.randint(1, len(data) - 1)
+            with paths[flush % 2].open("ab") as file:
+                file.write(data[:cut])
+                file.flush()
+                time.sleep(rng.uniform(0.0, 0.05))
+                file.write(data[cut:])
+            time.sleep(rng.uniform(0.05, 0.4))
+            if flush == flushes // 2:
+                daemons[2].kill()
+        killed, daemons = daemons[2], daemons[:2]
+        total = flushes * per_flush
+
+        table_id = deployment.catalog.tables.get("web.access").id
+
+        def loaded() -> int:
+            return sum(o.row_count for o in deployment.catalog.partitions.small_objects(table_id))
+
+        wait_until(lambda: loaded() >= total and not deployment.catalog.staging.pending(1), daemons, 180,
+                   "every line loaded")
+    finally:
+        _interrupt(daemons, timeout=60)
+    outputs = [daemon.log() for daemon in [*daemons, killed]]
+    assert user_counts(deployment, spark) == expected_users(range(flushes), per_flush), outputs
+    assert "rewritten in place" not in "".join(outputs)
+    print(f"3 daemons (one killed), {flushes} flushes split mid-line into 2 files: every line once")
     deployment.close()
 
 

@@ -15,6 +15,7 @@ from siltlake.catalog.instances import Instances
 from siltlake.catalog.merge_queue import MergeQueue
 from siltlake.catalog.observations import Observations
 from siltlake.catalog.partitions import Partitions
+from siltlake.catalog.positions import Positions
 from siltlake.catalog.reaping import Reaping
 from siltlake.catalog.staging import Staging
 from siltlake.catalog.tables import Tables
@@ -27,14 +28,15 @@ class Catalog(CatalogCore):
 
     Its operations are grouped by concern: catalog.tables, .staging, .partitions (and the stream's commit),
     .merge_queue, .versions (publishing and reading), .reaping, .external_sync, .instances, .derived
-    (derived tables), .observations (what metrics and the dashboard show) and .discovery (where each
-    staging root's discovery stands)."""
+    (derived tables), .observations (what metrics and the dashboard show), .discovery (where each
+    staging root's discovery stands) and .positions (files written in place: waiting to settle, appended)."""
 
     def __init__(self, url: str, *, echo: bool = False, connect_timeout: int | None = None) -> None:
         super().__init__(url, echo=echo, connect_timeout=connect_timeout)
         self.tables = Tables(self)
         self.staging = Staging(self)
         self.discovery = DiscoveryCursors(self)
+        self.positions = Positions(self)
         self.partitions = Partitions(self)
         self.merge_queue = MergeQueue(self)
         self.versions = Versions(self)

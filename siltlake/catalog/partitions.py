@@ -15,6 +15,7 @@ from sqlalchemy.exc import IntegrityError
 
 from siltlake.catalog import schema as s
 from siltlake.catalog.core import CatalogCore
+from siltlake.catalog.positions import record_consumed
 from siltlake.catalog.records import MergeBase, PartitionRow, PublishedVersion, SmallObjectRow
 from siltlake.errors import CatalogError, NotFoundError
 
@@ -339,6 +340,10 @@ class StreamCommit:
         self._c.execute(s.staging_objects.update().where(s.staging_objects.c.id == staging_object_id).values(
             processed_time=now, records_in=records_in, bad_records=bad_records, error_uri=error_uri,
         ))
+
+    def record_consumed(self, **position: object) -> None:
+        """A delivery of an appendable staging file consumed it up to a byte offset (positions.record_consumed)."""
+        record_consumed(self._core, self._c, **position)  # type: ignore[arg-type]
 
     def register_loaded(self, uri: str, *, table_id: int, size: int, records_in: int, bad_records: int,
                         error_uri: str | None, now: dt.datetime) -> int | None:

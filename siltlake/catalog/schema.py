@@ -401,3 +401,45 @@ discovery_cursors = sa.Table(
     sa.Column("expired_before", sa.DateTime, nullable=True),
     sa.Column("expired_recorded", sa.DateTime, nullable=True),
 )
+
+# Files of a local staging root seen still being written (docs/design.md, "Files written in place and appended
+# to"): not registered until their content has not changed for stream.settle_time (or they waited
+# stream.settle_limit). Each round looks at them again by key, so the discovery cursor never waits for them.
+staging_waits = sa.Table(
+    "staging_waits",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("staging_root", sa.Text, nullable=False),
+    sa.Column("uri", sa.Text, nullable=False, unique=True),
+    sa.Column("key", sa.Text, nullable=False),
+    sa.Column("size", sa.BigInteger, nullable=False),
+    sa.Column("change_time", sa.DateTime, nullable=False),  # the file's mtime when last looked at
+    sa.Column("first_seen", sa.DateTime, nullable=False),
+)
+sa.Index("ix_staging_waits_staging_root", staging_waits.c.staging_root)
+
+# Per appendable staging file (a local, uncompressed one), the "position file": how far its deliveries consumed
+# it (whole records), the file's identity (device:inode) and a CRC-32 of the up to 4 KiB before consumed_end.
+# pending_uri names the delivery of its tail registered and not committed yet (one at a time); state is
+# "appending" or "rewritten" (changed other than by appending: reported once, never loaded again).
+staging_positions = sa.Table(
+    "staging_positions",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("staging_root", sa.Text, nullable=False),
+    sa.Column("uri", sa.Text, nullable=False, unique=True),
+    sa.Column("key", sa.Text, nullable=False),
+    sa.Column("table_id", sa.Integer, nullable=True),
+    sa.Column("consumed_end", sa.BigInteger, nullable=True),
+    sa.Column("read_end", sa.BigInteger, nullable=True),
+    sa.Column("file_identity", sa.String(64), nullable=True),
+    sa.Column("fingerprint", sa.BigInteger, nullable=True),
+    sa.Column("pending_uri", sa.Text, nullable=True),
+    sa.Column("state", sa.String(16), nullable=False, server_default="appending"),
+    sa.Column("reason", sa.Text, nullable=True),
+    sa.Column("watch", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("change_time", sa.DateTime, nullable=False),
+)
+sa.Index("ix_staging_positions_watch", staging_positions.c.staging_root, staging_positions.c.watch,
+         staging_positions.c.change_time)
+sa.Index("ix_staging_positions_change_time", staging_positions.c.change_time)

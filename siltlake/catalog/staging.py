@@ -61,9 +61,12 @@ class Staging:
             return sum(self._core.insert_once(c, s.staging_objects, "uri", rows[start:start + 500])
                        for start in range(0, len(rows), 500))
 
-    def sort_listed(self, listed: Sequence[tuple[str, dt.datetime | None, int]]) -> tuple[set[str], list[Redelivery]]:
+    def sort_listed(self, listed: Sequence[tuple[str, dt.datetime | None, int]],
+                    resized: dict[str, int] | None = None) -> tuple[set[str], list[Redelivery]]:
         """Of listed objects (uri, mtime, size): the URIs already registered (as staging or unknown objects), and
         the registered staging objects put again (an mtime newer than their send_time), each put returned once.
+        `resized` (when given) gets each registered staging object listed with another size than registered:
+        {uri: registered size}, every time (a file appended to; stream/appends.py).
 
         Both come from one read of each URI. The send_time moves to the newest put under a compare-and-set, so of
         several processes listing the same re-put only one returns it, and a later listing of the same put
@@ -76,6 +79,8 @@ class Staging:
             for uri, send_time, registered_size in self._registered(c, list(puts)):
                 known.add(uri)
                 put_time, put_size = puts[uri]
+                if resized is not None and registered_size is not None and registered_size != put_size:
+                    resized[uri] = registered_size
                 if send_time is not None and put_time is not None and put_time > send_time:
                     newer.append(Redelivery(uri, put_time, registered_size, put_size))
             return known, [put for put in newer if c.execute(

@@ -46,6 +46,13 @@ def print_stream_report(report: StreamReport, staging_root: str, verbose: bool =
         console.print(f"  [yellow]changed re-put[/] {short(uri)} is now {size:,} bytes but was loaded at {loaded:,}: "
                       "a key is loaded once, so the new bytes are NOT loaded; put new data under a new key",
                       highlight=False)
+    if report.appended:
+        console.print(f"  {report.appended} appended staging files: their new bytes registered as new deliveries")
+    for uri, reason in report.rewritten:
+        console.print(f"  [red]rewritten in place[/] {short(uri)} {shown(reason)}", highlight=False)
+    if report.unsettled:
+        console.print(f"  {report.unsettled} staging files still being written wait to settle (oldest for "
+                      f"{format_age(report.unsettled_seconds)}; stream.settle_time)", highlight=False)
     if not verbose:
         return
     for uri, reason in report.unknown:

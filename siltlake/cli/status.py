@@ -33,8 +33,10 @@ def status(context: click.Context, fmt: str) -> None:
     """Per table: partitions by state, unmerged small objects, merge jobs by state, parked failures; then
     staging objects whose processing is failing.
 
-    With --format json: one object, {"tables": [...], "failing_staging_objects": [...]}; with --format csv: a
-    row per table (the parked jobs' errors and the failing staging objects only in JSON and the table)."""
+    With --format json: one object, {"tables": [...], "failing_staging_objects": [...], "settling": [...],
+    "rewritten_staging_files": [...]} (local staging files waiting to settle, or rewritten in place); with
+    --format csv: a row per table (the parked jobs' errors and the failing staging objects only in JSON and the
+    table)."""
     from dataclasses import asdict
 
     deployment = deployment_of(context)  # first: it imports the catalog with the start-up GC pause
@@ -44,8 +46,16 @@ def status(context: click.Context, fmt: str) -> None:
 
     rows = deployment.catalog.merge_queue.status(utcnow(), deployment.config.merge.job_timeout, local_host())
     failing = deployment.catalog.staging.failing()
+    now = utcnow()
+    settling = deployment.catalog.positions.summary(now)
+    rewritten = deployment.catalog.positions.rewritten()
     if fmt == "json":
-        write_json({"tables": rows, "failing_staging_objects": [asdict(f) for f in failing]})
+        write_json({"tables": rows, "failing_staging_objects": [asdict(f) for f in failing],
+                    "settling": [{"staging_root": item.staging_root, "waiting": item.waiting,
+                                  "oldest_wait_seconds": _waited(item.oldest_first_seen, now),
+                                  "rewritten": item.rewritten} for item in settling],
+                    "rewritten_staging_files": [{"uri": p.uri, "reason": p.reason, "detected": p.change_time}
+                                                for p in rewritten]})
         return
     if fmt == "csv":
         emit(fmt, STATUS_COLUMNS, [_status_row(row) for row in rows])
@@ -66,6 +76,7 @@ def status(context: click.Context, fmt: str) -> None:
         for failed in row["failed_jobs"]:
             out.print(f"  [red]parked[/] {failed['date']} (job {failed['job_id']}, "
                       f"{failed['attempts']} attempts): {shown(failed['error'])}", highlight=False, soft_wrap=True)
+    _print_settling(settling, rewritten, now)
     if failing:
         limit = deployment.config.stream.max_failures
         out.print(f"[bold]failing staging objects[/] (at {limit} failures, stream.max_failures, an object moves "
@@ -74,3 +85,23 @@ def status(context: click.Context, fmt: str) -> None:
             out.print(f"  [red]{item.failure_count} of {limit} failures[/] {shown(item.uri)} ({item.table_name}, last "
                       f"{item.last_failure_time:%Y-%m-%d %H:%M:%S} UTC): {shown(item.last_failure)}",
                       highlight=False, soft_wrap=True)
+
+
+def _waited(first_seen, now) -> float | None:  # noqa: ANN001 - naive UTC datetimes
+    return (now - first_seen).total_seconds() if first_seen is not None else None
+
+
+def _print_settling(settling, rewritten, now) -> None:  # noqa: ANN001 - catalog.positions' summary and positions
+    """Local staging files still being written (not taken yet) and files rewritten in place (never loaded
+    again): docs/design.md, "Files written in place and appended to"."""
+    for item in settling:
+        if item.waiting:
+            out.print(f"[bold]staging files still being written[/] {item.waiting} under {shown(item.staging_root)} "
+                      f"wait to settle (the oldest for {format_age(_waited(item.oldest_first_seen, now))}; "
+                      "stream.settle_time, stream.settle_limit)", highlight=False)
+    if rewritten:
+        out.print("[bold]staging files rewritten in place[/] (changed other than by appending: their new bytes are "
+                  "not loaded; put new data under a new key)", highlight=False)
+        for position in rewritten:
+            out.print(f"  [red]rewritten in place[/] {shown(position.uri)} ({position.change_time:%Y-%m-%d %H:%M:%S}"
+                      f" UTC): {shown(position.reason or '')}", highlight=False, soft_wrap=True)

@@ -43,8 +43,10 @@ def stream(context: click.Context, once: bool, interval: float | None, as_json: 
            bind: str) -> None:
     """Turn staging objects into live and delayed small objects.
 
-    A round registers new staging objects and processes every pending one; --once shows a progress bar and
-    exits 1 if some objects failed (they stay pending and are retried). --json applies to --once's report."""
+    A round registers new staging objects and processes every pending one; --once waits up to
+    stream.settle_time for local files still being written, shows a progress bar and exits 1 if some objects
+    failed (they stay pending and are retried) or a staging file changed other than by appending (reported
+    once, not loaded: see `silt unknown list`). --json applies to --once's report."""
     from siltlake.stream import stream_forever, stream_once
 
     deployment = deployment_of(context)
@@ -52,12 +54,12 @@ def stream(context: click.Context, once: bool, interval: float | None, as_json: 
         raise click.UsageError("--metrics-port serves a daemon's metrics: give it without --once")
     if once:
         with progress_bar() as bar:
-            report = stream_once(deployment, _StreamProgressBar(bar, "staging objects"))
+            report = stream_once(deployment, _StreamProgressBar(bar, "staging objects"), settle_wait=True)
         if as_json:
             write_json({**report.__dict__, "dropped_by_object": [vars(item) for item in report.dropped_by_object]})
         else:
             print_stream_report(report, deployment.staging.root)
-        if report.failed:
+        if report.failed or report.rewritten or report.changed_reputs:
             sys.exit(1)
         return
     from siltlake.observe.metrics import observe_error, observe_report

@@ -51,9 +51,12 @@ MERGE_BATCHES = Counter("siltlake_merge_batches", "Batches of merge jobs this pr
                         ["where"], registry=None)
 ROUND_ERRORS = Counter("siltlake_round_errors", "Rounds of this process's loops that failed (and were retried)",
                        ["loop"], registry=None)
-PROCESS_METRICS = (STREAM_ROUND, STREAM_RECORDS, STREAM_DROPPED_FIELDS, PUBLISH_RUN, REAP_RUN, REAP_DELETED_OBJECTS,
-                   REAP_DELETED_BYTES,
-                   MERGE_BATCHES, ROUND_ERRORS)
+STREAM_APPENDED = Counter("siltlake_stream_appended_deliveries", "Tails of local staging files appended to that this "
+                          "process's stream rounds registered as new deliveries", registry=None)
+STREAM_REWRITTEN = Counter("siltlake_stream_rewritten_files", "Local staging files this process's stream rounds found "
+                           "changed other than by appending (reported once, not loaded)", registry=None)
+PROCESS_METRICS = (STREAM_ROUND, STREAM_RECORDS, STREAM_DROPPED_FIELDS, STREAM_APPENDED, STREAM_REWRITTEN, PUBLISH_RUN,
+                   REAP_RUN, REAP_DELETED_OBJECTS, REAP_DELETED_BYTES, MERGE_BATCHES, ROUND_ERRORS)
 # A merge worker's report adds up over its run: what was counted of each, by id.
 _merge_seen: dict[int, tuple[int, int]] = {}
 
@@ -66,11 +69,14 @@ def observe_report(loop: str, report: Any) -> None:
         MERGE_BATCHES.labels("driver").inc(report.in_driver - driver)
         MERGE_BATCHES.labels("spark").inc(report.stages - spark)
         _merge_seen[id(report)] = (report.in_driver, report.stages)
-    elif loop == "stream" and (report.processed or report.registered):
-        STREAM_ROUND.observe(report.seconds)
-        STREAM_RECORDS.inc(report.records_loaded)
-        for dropped in report.dropped_by_object:
-            STREAM_DROPPED_FIELDS.labels(dropped.table).inc(dropped.values)
+    elif loop == "stream":
+        STREAM_APPENDED.inc(report.appended)
+        STREAM_REWRITTEN.inc(len(report.rewritten))
+        if report.processed or report.registered:
+            STREAM_ROUND.observe(report.seconds)
+            STREAM_RECORDS.inc(report.records_loaded)
+            for dropped in report.dropped_by_object:
+                STREAM_DROPPED_FIELDS.labels(dropped.table).inc(dropped.values)
     elif loop == "publish":
         PUBLISH_RUN.observe(report.seconds)
     elif loop == "reap":
@@ -79,6 +85,22 @@ def observe_report(loop: str, report: Any) -> None:
             if totals.objects:
                 REAP_DELETED_OBJECTS.labels(reason).inc(totals.objects)
                 REAP_DELETED_BYTES.labels(reason).inc(totals.bytes)
+
+
+def _settling(summary: list, now) -> Iterator[Metric]:  # noqa: ANN001 - catalog.positions' SettleSummary rows
+    """Local staging files still being written, and files rewritten in place, per staging root."""
+    waiting = GaugeMetricFamily("siltlake_staging_unsettled_files", "Local staging files still being written, "
+                                "waiting to settle (stream.settle_time)", labels=["staging_root"])
+    oldest = GaugeMetricFamily("siltlake_staging_unsettled_oldest_seconds", "How long the longest-waiting of them "
+                               "has waited", labels=["staging_root"])
+    rewritten = GaugeMetricFamily("siltlake_staging_rewritten_files", "Local staging files changed other than by "
+                                  "appending: their new bytes are not loaded", labels=["staging_root"])
+    for row in summary:
+        waiting.add_metric([row.staging_root], row.waiting)
+        oldest.add_metric([row.staging_root], (now - row.oldest_first_seen).total_seconds()
+                          if row.oldest_first_seen is not None else 0.0)
+        rewritten.add_metric([row.staging_root], row.rewritten)
+    yield from (waiting, oldest, rewritten)
 
 
 def observe_error(loop: str) -> None:
@@ -164,6 +186,7 @@ class CatalogCollector(Collector):
                                     "list`)")
         unknown.add_metric([], observations.unknown_count())
         yield unknown
+        yield from _settling(catalog.positions.summary(now), now)
 
         status = catalog.merge_queue.status(now, config.merge.job_timeout, local_host())
         partitions = GaugeMetricFamily("siltlake_partitions", "Partitions by state (new, live, closed, switched)",

@@ -31,5 +31,9 @@ def prune_staging_rows(deployment: Deployment, now: dt.datetime) -> int:
     settled = now - dt.timedelta(seconds=config.reap.change_slack)
     if cursor.expired_before is not None and cursor.expired_recorded is not None and cursor.expired_recorded <= settled:
         pruned = catalog.staging.prune(cursor.expired_before - margin)
+        # Positions of files with no delivery since: such a file's arrival (its mtime) is older too, so listings
+        # skip it; a file still appended to has a recent position and keeps it (docs/design.md, "Files written
+        # in place and appended to").
+        catalog.positions.prune(cursor.expired_before - margin)
     catalog.discovery.record_expiry(root, now - dt.timedelta(seconds=config.stream.staging_retention), now, margin)
     return pruned

@@ -13,6 +13,7 @@ from siltlake.clock import from_nanoseconds, to_naive_utc, to_nanoseconds, utcno
 from siltlake.config import key_pattern_shape
 from siltlake.deployment import Deployment
 from siltlake.storage.filesystem import ObjectInfo
+from siltlake.stream.appends import settle, take_growth
 from siltlake.tabledef import IDENTIFIER
 
 # Control characters, backslashes (a path separator elsewhere) and percent-escapes (which decode into
@@ -81,6 +82,25 @@ class Discovery:
     # Listed objects that arrived before the root's expiry watermark: their rows may be pruned, so they are
     # skipped unasked (never registered, never loaded again).
     expired: int = 0
+    # Files written in place (stream/appends.py): tails registered as new deliveries, files changed other than
+    # by appending (reported once), local files still being written (waiting to settle) and how long the
+    # oldest has waited, and seconds until the next of them would settle.
+    appended: int = 0
+    rewritten: list[tuple[str, str]] = field(default_factory=list)
+    unsettled: int = 0
+    unsettled_seconds: float = 0.0
+    settles_in: float | None = None
+
+    def absorb(self, earlier: Discovery) -> None:
+        """Add what an earlier discovery of the same round did (`silt stream --once` waiting to settle)."""
+        self.registered += earlier.registered
+        self.unknown += earlier.unknown
+        self.redelivered += earlier.redelivered
+        self.changed = earlier.changed + self.changed
+        self.appended += earlier.appended
+        self.rewritten = earlier.rewritten + self.rewritten
+        self.expired = max(self.expired, earlier.expired)
+        self.listed = max(self.listed, earlier.listed)
 
 
 def discover(deployment: Deployment) -> Discovery:
@@ -164,16 +184,27 @@ def _register(deployment: Deployment, listed: list[ObjectInfo]) -> Discovery:
     pattern = re.compile(deployment.config.stream.key_pattern)
     staging = deployment.staging
     catalog = deployment.catalog
-    report = Discovery(listed=len(listed), looked_up=len(listed))
+    settling = settle(deployment, listed)  # a local file still being written waits (stream/appends.py)
+    listed = settling.ready
+    report = Discovery(listed=len(listed), looked_up=len(listed), unsettled=settling.waiting,
+                       unsettled_seconds=settling.oldest_seconds, settles_in=settling.settles_in)
     if not listed:
         return report
     # Each URI is built (quoted) once: an idle round over a long history lists every object ever put.
     uris = [staging.uri(info.key) for info in listed]
     send_times = [to_naive_utc(info.mtime) if info.mtime is not None else None for info in listed]
+    resized: dict[str, int] | None = {} if staging.is_local else None
     known, redelivered = catalog.staging.sort_listed(list(zip(uris, send_times, (info.size for info in listed),
-                                                              strict=True)))
+                                                              strict=True)), resized)
     fresh = [(uri, info, send_time) for uri, info, send_time in zip(uris, listed, send_times, strict=True)
              if uri not in known]
+    if resized is not None:
+        # A local file that changed size is appended to or rewritten: judged by its position, not a re-put.
+        by_uri = dict(zip(uris, listed, strict=True))
+        growth = take_growth(deployment, {uri: by_uri[uri] for uri in resized}, fresh)
+        report.appended, report.rewritten = growth.appended, growth.rewritten
+        redelivered = [put for put in redelivered if put.uri not in growth.handled]
+        fresh = [item for item in fresh if item[0] not in growth.handled]
     report.redelivered = len(redelivered)
     report.changed = [put for put in redelivered if put.changed]
     if not fresh:

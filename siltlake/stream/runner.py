@@ -26,7 +26,7 @@ from siltlake.records import ObjectLimits
 from siltlake.spark import run_tasks
 from siltlake.storage.filesystem import Storage
 from siltlake.storage.keys import TableLayout, temporary_run
-from siltlake.stream.discover import discover
+from siltlake.stream.discover import Discovery, discover
 from siltlake.stream.task import StreamTask, process_staging_object
 
 COMMIT_CHUNK = 64
@@ -58,6 +58,13 @@ class StreamReport:
     redelivered: int = 0  # staging objects put again after they were registered: ignored
     expired: int = 0  # listed objects that arrived before the expiry watermark: skipped (stream.staging_retention)
     changed_reputs: list[tuple[str, int, int]] = field(default_factory=list)  # (uri, loaded size, new size)
+    # Files written in place (stream/appends.py): tails of appended files registered as new deliveries, files
+    # found changed other than by appending (uri, why: reported once, not loaded), and local files still being
+    # written when the round ended (how many, how long the oldest has waited).
+    appended: int = 0
+    rewritten: list[tuple[str, str]] = field(default_factory=list)
+    unsettled: int = 0
+    unsettled_seconds: float = 0.0
     unknown: list[tuple[str, str]] = field(default_factory=list)
     failed: list[tuple[str, str]] = field(default_factory=list)
     bad_samples: list[tuple[str, str]] = field(default_factory=list)
@@ -104,6 +111,8 @@ def _task(deployment: Deployment, pending: PendingStagingObject, run_id: str) ->
         batch_rows=settings.batch_rows,
         spill_bytes=settings.spill_bytes,
         limits=_limits(settings),
+        end=pending.size,
+        settle_time=settings.settle_time,
     )
 
 
@@ -183,6 +192,8 @@ def _commit_one(deployment: Deployment, tx: StreamCommit, pending: PendingStagin
                            result["upload_start_time"], now, moves)
     tx.mark_processed(pending.id, records_in=result["records_in"],
                       bad_records=result["bad_records"], error_uri=result["error_key"], now=now)
+    if result.get("position"):
+        tx.record_consumed(**result["position"], delivery_uri=pending.uri, table_id=table.id, now=now)
     # The report changes last: a raise above leaves it as it was.
     for is_delayed, part in zip(delayed, parts, strict=True):
         report.delayed_objects += is_delayed
@@ -373,6 +384,22 @@ class _Claims:
 _unreleased: set[str] = set()
 
 
+def discover_settled(deployment: Deployment, stop: threading.Event | None = None) -> Discovery:
+    """Discover, then wait for the local files still being written to settle (at most stream.settle_time) and
+    discover again: what `silt stream --once` does, so that a file written just before it is taken."""
+    found = discover(deployment)
+    deadline = time.monotonic() + deployment.config.stream.settle_time
+    while found.unsettled and found.settles_in is not None and (stop is None or not stop.is_set()):
+        wait = max(found.settles_in, 0.0) + 0.05
+        if time.monotonic() + wait > deadline + 0.5:
+            break
+        time.sleep(wait)
+        again = discover(deployment)
+        again.absorb(found)
+        found = again
+    return found
+
+
 @functools.cache
 def process_owner() -> str:
     """This process's claim owner: one per process, so a later round knows its own leftover claims."""
@@ -380,19 +407,24 @@ def process_owner() -> str:
 
 
 def stream_once(deployment: Deployment, progress: Progress | None = None,
-                stop: threading.Event | None = None, owner: str | None = None) -> StreamReport:
+                stop: threading.Event | None = None, owner: str | None = None,
+                settle_wait: bool = False) -> StreamReport:
     """Register new staging objects and process every pending one no other stream daemon holds (see
     _Claims); returns what happened. `owner` names the claims (default: this process's).
 
+    With settle_wait (`silt stream --once`), discovery waits up to stream.settle_time for the local files still
+    being written to settle, so that a one-off run takes what was just written (a daemon's next round would).
     Once stop is set no new wave starts: the objects of later waves stay pending for the next run."""
     started = time.monotonic()
     progress = progress or Progress()
     deployment.catalog.check_ready()
     deployment.check_instance("stream")
-    found = discover(deployment)
+    found = discover_settled(deployment, stop) if settle_wait else discover(deployment)
     report = StreamReport(listed=found.listed, registered=found.registered, redelivered=found.redelivered,
                           expired=found.expired,
-                          changed_reputs=[(put.uri, put.registered_size, put.size) for put in found.changed])
+                          changed_reputs=[(put.uri, put.registered_size, put.size) for put in found.changed],
+                          appended=found.appended, rewritten=list(found.rewritten), unsettled=found.unsettled,
+                          unsettled_seconds=found.unsettled_seconds)
     settings = deployment.config.stream
     claims = _Claims(deployment, owner or process_owner())
     committer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="siltlake-commit")

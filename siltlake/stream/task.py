@@ -14,12 +14,14 @@ import traceback
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote
 
 from siltlake.errors import storage_failure
 from siltlake.records import ObjectLimits, UnreadableObject, read_staging_object
 from siltlake.records.writer import ObjectWriter
 from siltlake.storage.filesystem import Storage, UnsafeKey
 from siltlake.storage.keys import TASK_ERRORS, TableLayout
+from siltlake.stream.tails import open_delivery, split_delivery
 from siltlake.tabledef import TableDef
 
 BAD_SAMPLES = 3
@@ -38,6 +40,10 @@ class StreamTask:
     batch_rows: int
     spill_bytes: int
     limits: ObjectLimits = ObjectLimits()  # the stream's settings; unbounded when a test leaves them out
+    # The size the object was registered at: a local file is read up to it, whatever it has grown to since
+    # (None: to its end). settle_time: a local file unchanged this long has its trailing fragment taken too.
+    end: int | None = None
+    settle_time: float = 0.0
 
 
 def open_uri(uri: str, staging: Storage):  # noqa: ANN201 - a binary stream
@@ -95,9 +101,23 @@ def process_staging_object(task: StreamTask) -> dict:
     errors = _ErrorSink(task, keep=table.error_policy == "file")
     records_in = 0
     dropped: Counter[str] = Counter()
+    position = None
+    base, start = split_delivery(task.uri)
     try:
-        with open_uri(task.uri, task.staging) as stream:
-            for batch in read_staging_object(stream, task.uri, table, batch_rows=task.batch_rows,
+        with open_uri(base, task.staging) as stream:
+            source, reading = stream, table
+            if task.staging.is_local:
+                delivery = open_delivery(stream, base, table, start, task.end, task.settle_time)
+                if delivery is None and start:
+                    raise UnreadableObject("the file grew after it was loaded, but it is compressed: it cannot be "
+                                           "appended to")
+                if delivery is not None:
+                    source, reading = delivery.stream, delivery.table
+                    root = task.staging.root
+                    position = {"uri": base, "staging_root": root, "key": unquote(base[len(root) + 1:]),
+                                "consumed_end": delivery.consumed_end, "read_end": delivery.read_end,
+                                "file_identity": delivery.file_identity, "fingerprint": delivery.fingerprint}
+            for batch in read_staging_object(source, base, reading, batch_rows=task.batch_rows,
                                              limits=task.limits, dropped=dropped):
                 records_in += batch.records_in
                 writer.add(batch.table)
@@ -129,6 +149,7 @@ def process_staging_object(task: StreamTask) -> dict:
         "dropped_field_names": [name for name, _ in dropped.most_common(DROPPED_NAMES)],
         "dropped_field_kinds": len(dropped),
         "parts": parts,
+        "position": position,  # where a local file's delivery stopped (stream/tails.py); None: not appendable
         "seconds": time.time() - started,
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
     }

@@ -1,0 +1,244 @@
+"""Files written in place and appended to on a local staging root: settling, tails loaded exactly once, and
+files changed other than by appending reported (docs/design.md, "Files written in place and appended to")."""
+
+from __future__ import annotations
+
+import datetime as dt
+import gzip
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import msgpack
+import pytest
+
+from siltlake.deployment import Deployment
+from siltlake.stream import stream_once
+from siltlake.tabledef import TableDef
+
+from .conftest import ACCESS_TABLE, make_config
+from .processes import silt_env
+from .test_stream import assert_rows_once, event
+
+pytestmark = pytest.mark.spark
+UTC = dt.UTC
+T0 = dt.datetime(2026, 11, 20, 3, 0, tzinfo=UTC)
+KEY = "f1.web.access/2026/11/20/app.log"
+
+
+def lines(first: int, count: int) -> bytes:
+    return b"".join(json.dumps(event(T0 + dt.timedelta(seconds=n), n)).encode() + b"\n"
+                    for n in range(first, first + count))
+
+
+def append(path: Path, data: bytes, age: float | None = None) -> None:
+    """Append in place (one write, as a shipper's flush); `age`: seconds to set the mtime back by."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("ab") as file:
+        file.write(data)
+    if age is not None:
+        when = time.time() - age
+        os.utime(path, (when, when))
+
+
+def deployment_with(tmp_path: Path, catalog_url: str, spark, **stream: object) -> Deployment:  # noqa: ANN001
+    deployment = Deployment(make_config(tmp_path, catalog_url, **stream))
+    deployment.init()
+    deployment.use_spark(spark)
+    deployment.catalog.tables.create(TableDef.from_mapping(ACCESS_TABLE))
+    return deployment
+
+
+@pytest.fixture
+def appending(tmp_path: Path, catalog_url: str, spark) -> Deployment:  # noqa: ANN001
+    """Rounds that list the root whole (every growth seen at once) and take what is written at once."""
+    deployment = deployment_with(tmp_path, catalog_url, spark, full_listing_interval=0)
+    yield deployment
+    deployment.close()
+
+
+def test_a_file_appended_to_twenty_times_loads_every_line_once(appending: Deployment) -> None:
+    path = Path(appending.staging.path(KEY))
+    append(path, lines(0, 10))
+    first = stream_once(appending)
+    assert (first.registered, first.records_loaded) == (1, 10)
+    for n in range(20):
+        append(path, lines(10 + 5 * n, 5))
+        report = stream_once(appending)
+        assert (report.appended, report.registered, report.records_loaded, report.rewritten) == (1, 0, 5, []), n
+    assert stream_once(appending).records_loaded == 0
+    assert_rows_once(appending, 110)
+
+
+def test_a_partial_trailing_line_waits_for_its_newline(tmp_path: Path, catalog_url: str, spark) -> None:  # noqa: ANN001
+    deployment = deployment_with(tmp_path, catalog_url, spark, full_listing_interval=0, settle_time=3600,
+                                 settle_limit=0)
+    path = Path(deployment.staging.path(KEY))
+    whole = lines(0, 3)
+    append(path, whole + lines(3, 1)[:20])  # written now: unsettled, taken at once (settle_limit 0) whole lines
+    report = stream_once(deployment)
+    assert (report.records_loaded, report.bad_records) == (3, 0), "the half line is not read"
+    append(path, lines(3, 1)[20:] + lines(4, 2))
+    report = stream_once(deployment)
+    assert (report.appended, report.records_loaded, report.bad_records) == (1, 3, 0)
+    assert_rows_once(deployment, 6)
+    deployment.close()
+
+
+def test_a_file_still_being_written_waits_until_it_settles(tmp_path: Path, catalog_url: str, spark) -> None:  # noqa: ANN001
+    deployment = deployment_with(tmp_path, catalog_url, spark, settle_time=3600, settle_limit=7200)
+    path = Path(deployment.staging.path(KEY))
+    append(path, lines(0, 4) + b'{"time": "2026-11-20T03:')  # mid-flush
+    waiting = stream_once(deployment)
+    assert (waiting.registered, waiting.unsettled) == (0, 1)
+    summary = deployment.catalog.positions.summary(dt.datetime.now(UTC).replace(tzinfo=None))
+    assert [(s.waiting, s.rewritten) for s in summary] == [(1, 0)]
+    # Later rounds look at it by key, whatever the discovery cursor: once it has settled it is taken whole.
+    append(path, b'00:04Z", "user_id": 4, "action": "view"}\n', age=7200)
+    report = stream_once(deployment)
+    assert (report.registered, report.records_loaded, report.bad_records, report.unsettled) == (1, 5, 0, 0)
+    assert deployment.catalog.positions.summary(dt.datetime.now(UTC).replace(tzinfo=None)) == []
+    # Seen written in place, it is watched: its growth is found although its directory did not change.
+    append(path, lines(5, 2), age=7200)
+    report = stream_once(deployment)
+    assert (report.appended, report.records_loaded) == (1, 2)
+    assert_rows_once(deployment, 7)
+    deployment.close()
+
+
+def test_messagepack_items_appended_load_once(tmp_path: Path, catalog_url: str, spark) -> None:  # noqa: ANN001
+    deployment = deployment_with(tmp_path, catalog_url, spark, full_listing_interval=0, settle_time=3600,
+                                 settle_limit=0)
+    path = Path(deployment.staging.path("f1.web.access/2026/11/20/app.msgpack"))
+    items = [msgpack.packb(event(T0 + dt.timedelta(seconds=n), n)) for n in range(9)]
+    append(path, b"".join(items[:3]) + items[3][:7])  # a half-written item at the end
+    assert stream_once(deployment).records_loaded == 3
+    append(path, items[3][7:] + b"".join(items[4:]))
+    report = stream_once(deployment)
+    assert (report.appended, report.records_loaded, report.bad_records) == (1, 6, 0)
+    assert_rows_once(deployment, 9)
+    deployment.close()
+
+
+def test_csv_appended_keeps_its_header_from_the_start(appending: Deployment) -> None:
+    path = Path(appending.staging.path("f1.web.access/2026/11/20/app.csv"))
+
+    def rows(first: int, count: int) -> bytes:
+        return "".join(f"{(T0 + dt.timedelta(seconds=n)).isoformat()},{n},view\n"
+                       for n in range(first, first + count)).encode()
+
+    append(path, b"time,user_id,action\n" + rows(0, 4))
+    assert stream_once(appending).records_loaded == 4
+    append(path, rows(4, 3))
+    report = stream_once(appending)
+    assert (report.appended, report.records_loaded, report.bad_records) == (1, 3, 0)
+    assert_rows_once(appending, 7)
+
+
+def _reported(deployment: Deployment) -> list[str]:
+    return [row.reason for row in deployment.catalog.staging.unknown()]
+
+
+def test_a_file_that_shrank_is_reported_once_and_not_loaded_again(appending: Deployment) -> None:
+    path = Path(appending.staging.path(KEY))
+    append(path, lines(0, 6))
+    stream_once(appending)
+    path.write_bytes(lines(100, 2))  # truncated and written again
+    report = stream_once(appending)
+    assert report.records_loaded == 0 and [uri for uri, _ in report.rewritten] == [appending.staging.uri(KEY)]
+    assert "shrank" in report.rewritten[0][1]
+    append(path, lines(102, 10))
+    later = stream_once(appending)
+    assert (later.rewritten, later.records_loaded, later.registered) == ([], 0, 0), "reported once"
+    assert len(_reported(appending)) == 1
+    assert [p.key for p in appending.catalog.positions.rewritten()] == [KEY]
+    assert_rows_once(appending, 6)
+
+
+def test_bytes_changed_before_the_consumed_end_are_a_rewrite(appending: Deployment) -> None:
+    path = Path(appending.staging.path(KEY))
+    append(path, lines(0, 6))
+    stream_once(appending)
+    data = path.read_bytes()
+    with path.open("r+b") as file:  # same inode, longer, but the loaded bytes changed
+        file.write(data.replace(b'"view"', b'"edit"') + lines(6, 2))
+    report = stream_once(appending)
+    assert report.records_loaded == 0 and "changed before offset" in report.rewritten[0][1]
+    assert_rows_once(appending, 6)
+
+
+def test_a_growing_gzip_file_is_reported(appending: Deployment) -> None:
+    path = Path(appending.staging.path(KEY + ".gz"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(gzip.compress(lines(0, 3)))
+    assert stream_once(appending).records_loaded == 3
+    append(path, gzip.compress(lines(3, 3)))  # a second gzip member: the file grew, but is not appendable
+    report = stream_once(appending)
+    assert report.records_loaded == 0 and "cannot be appended to" in report.rewritten[0][1]
+    assert_rows_once(appending, 3)
+
+
+def test_a_file_written_in_several_flushes_while_rounds_run_lands_once(tmp_path: Path, catalog_url: str,
+                                                                       spark) -> None:  # noqa: ANN001
+    """A writer appends in flushes that end mid-line while stream rounds run; every line lands once."""
+    deployment = deployment_with(tmp_path, catalog_url, spark, settle_time=1, settle_limit=2)
+    path = Path(deployment.staging.path(KEY))
+    data = lines(0, 400)
+    done = threading.Event()
+
+    def writer() -> None:
+        cuts = sorted({0, len(data), *(len(data) * n // 23 + 7 for n in range(1, 23))})
+        for start, end in zip(cuts, cuts[1:], strict=False):
+            append(path, data[start:end])
+            time.sleep(0.15)
+        done.set()
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    rounds = 0
+    while not done.is_set() or rounds < 2:
+        stream_once(deployment)
+        rounds += 1
+        if done.is_set():
+            time.sleep(1.2)  # settle, then the last rounds take what is left
+    thread.join()
+    for _ in range(3):
+        stream_once(deployment)
+    assert_rows_once(deployment, 400)
+    deployment.close()
+
+
+def test_silt_stream_once_exits_1_for_a_rewritten_file(tmp_path: Path, catalog_url: str, spark) -> None:  # noqa: ANN001
+    deployment = deployment_with(tmp_path, catalog_url, spark)
+    deployment.close()
+    env = silt_env(tmp_path, catalog_url, stream={"full_listing_interval": 0})
+    path = Path(tmp_path / "staging" / KEY)
+    append(path, lines(0, 5))
+    silt = [sys.executable, "-m", "siltlake.cli"]
+    first = subprocess.run([*silt, "stream", "--once"], env=env, capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr
+    path.write_bytes(lines(0, 2))
+    rewritten = subprocess.run([*silt, "stream", "--once"], env=env, capture_output=True, text=True)
+    assert rewritten.returncode == 1, rewritten.stderr
+    assert "rewritten in place" in rewritten.stderr + rewritten.stdout
+    status = subprocess.run([*silt, "status"], env=env, capture_output=True, text=True)
+    assert "rewritten in place" in status.stdout, status.stdout
+
+
+def test_an_undated_file_per_tag_maps_to_its_table_by_a_pattern_without_dates(tmp_path: Path, catalog_url: str,
+                                                                               spark) -> None:  # noqa: ANN001
+    """Fluent Bit's out_file: one file per tag, appended to forever, no date in its path."""
+    deployment = deployment_with(tmp_path, catalog_url, spark, full_listing_interval=0,
+                                 key_pattern=r"^(?P<schema>[^/.]+)\.(?P<table>[^/.]+)/(?P<name>[^/]+)$")
+    path = Path(deployment.staging.path("web.access/fluentbit.log"))
+    append(path, lines(0, 3))
+    assert stream_once(deployment).records_loaded == 3
+    append(path, lines(3, 4))
+    report = stream_once(deployment)
+    assert (report.appended, report.records_loaded, report.unknown) == (1, 4, [])
+    assert_rows_once(deployment, 7)
+    deployment.close()
