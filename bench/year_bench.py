@@ -5,7 +5,7 @@ The clock: siltlake reads the time through `siltlake.clock.utcnow` (every module
 cursor through `time.time_ns` (the file system's clock). The benchmark replaces both with a simulated clock that
 runs at the real rate from a time it sets (day d starts at 00:00 of the d-th day after the start), as `--now`
 moves the clock of `silt merge --once`, `silt reap` and `publish`; and it writes the staging files with that
-clock's times (os.utime of each new file and of the directories it was put in, up to the root), so that the
+clock's times (os.utime of each new file or directory and of the directory it was put in), so that the
 staging root looks to discovery as a shipper writing at the simulated time would leave it. The simulated start
 is after the real time, so a file's real ctime (set by the kernel, not by utime) is always older than its
 simulated mtime and the arrival discovery computes, max(mtime, ctime), is the simulated one.
@@ -131,28 +131,34 @@ class Shipper:
         return [self.root / f"host{host:02d}.web.access/{date:%Y/%m/%d}" for host in range(HOSTS)]
 
     def _touch(self, paths: list[Path]) -> None:
-        """Give files and the directories above them, up to the root, the simulated time."""
+        """Give files and directories the simulated time, as writing them at that time would: each path and the
+        directory holding it (whose entries changed; the directories above keep their times)."""
         when = self.clock.ns()
-        touched = set()
-        for path in paths:
+        for path in {*paths, *(path.parent for path in paths)}:
             os.utime(path, ns=(when, when))
-            parent = path.parent if path.is_file() else path
-            while parent not in touched and parent != self.root.parent:
-                touched.add(parent)
-                os.utime(parent, ns=(when, when))
-                parent = parent.parent
+
+    def _make_directory(self, directory: Path) -> list[Path]:
+        """mkdir -p; the directories it made."""
+        made = []
+        while not directory.exists():
+            made.append(directory)
+            directory = directory.parent
+        for path in reversed(made):
+            path.mkdir()
+        return made
 
     def put_day(self, date: dt.date, objects: int) -> None:
         directories = self.directories(date)
-        originals = []
+        originals, made = [], []
         for host, directory in enumerate(directories):
-            directory.mkdir(parents=True)
+            made += self._make_directory(directory)
             original = self.originals / f"{date:%Y%m%d}-{host:02d}.jsonl"
             original.write_bytes(b'{"t":"2026-01-01T00:00:00"}\n')
             originals.append(original)
         for i in range(objects):
             os.link(originals[i % HOSTS], directories[i % HOSTS] / f"obj-{i:08d}.jsonl")
-        self._touch(originals + directories)  # a hard link's times are its original's
+        self._touch(originals + made)  # a hard link's times are its original's
+        self._touch(directories)
         self.days[date] = objects
 
     def put_new(self, date: dt.date, objects: int) -> None:
@@ -245,7 +251,7 @@ def simulate_day(deployment, shipper: Shipper, clock: SimulatedClock, day: int, 
         idle.append(seconds)
     shipper.put_new(date, args.new)
     fresh, new_seconds = timed(lambda: discover_module.discover(deployment))
-    assert not fresh.full_listing and fresh.registered == args.new, fresh
+    assert not fresh.full_listing and fresh.registered == fresh.looked_up == args.new, fresh
     mark_processed(deployment, day_start + dt.timedelta(minutes=20))
     clock.advance(config.stream.listing_margin + 1)
 
