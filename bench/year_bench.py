@@ -206,6 +206,14 @@ def mark_processed(deployment, day_start: dt.datetime) -> int:  # noqa: ANN001 -
     return count
 
 
+def vacuum(deployment) -> None:  # noqa: ANN001 - a Deployment
+    """What autovacuum does, on a PostgreSQL server that has it off: make the space of the day's pruned and updated
+    rows (the prune, the cursor's update each round) reusable, in every table of the catalog's database (VACUUM
+    cannot run inside a transaction block)."""
+    with deployment.catalog.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
+        c.execute(sa.text("VACUUM"))
+
+
 def catalog_sizes(deployment, kind: str, root: Path) -> dict:  # noqa: ANN001 - a Deployment
     so = s.staging_objects
     with deployment.catalog.engine.connect() as c:
@@ -241,6 +249,7 @@ def simulate_day(deployment, shipper: Shipper, clock: SimulatedClock, day: int, 
 
     clock.set(day_start + dt.timedelta(minutes=10))
     reaped, reap_seconds = timed(lambda: reap_once(deployment, now=clock.now()))
+    vacuum_seconds = timed(lambda: vacuum(deployment))[1] if args.vacuum else None
 
     clock.set(day_start + dt.timedelta(minutes=20))
     stream_once(deployment)  # warm
@@ -268,6 +277,7 @@ def simulate_day(deployment, shipper: Shipper, clock: SimulatedClock, day: int, 
         "full_listing_looked_up": found.looked_up, "full_listing_expired": found.expired,
         "mark_processed_seconds": round(mark_seconds, 2),
         "reap_seconds": round(reap_seconds, 3), "reap_full_sweep": reaped.full_sweep,
+        "vacuum_seconds": round(vacuum_seconds, 3) if vacuum_seconds is not None else None,
         "staging_rows_pruned": reaped.staging_rows,
         "idle_round_seconds": round(statistics.median(idle), 4), "idle_round_seconds_all": [round(v, 4) for v in idle],
         "new_round_seconds": round(new_seconds, 4), "new_round_listed": fresh.listed,
@@ -290,8 +300,9 @@ def table_line(row: dict) -> str:
 
 
 def flatness(days: list[dict], first: int) -> dict:
-    """Over the days from `first` on: each series' min, max, max/min and least-squares slope per day as a share
-    of its mean."""
+    """Over the days from `first` on: each series' min, max, max/min, least-squares slope per day as a share of
+    its mean, and the median of the later half of those days over that of the earlier half (which a few days of
+    a loaded machine move less than max/min)."""
     window = [row for row in days if row["day"] >= first]
     if len(window) < 2:
         return {}
@@ -304,8 +315,10 @@ def flatness(days: list[dict], first: int) -> dict:
         mean_y = statistics.fmean(ys)
         slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / sum(
             (x - mean_x) ** 2 for x in xs)
+        early, late = statistics.median(ys[:len(ys) // 2]), statistics.median(ys[len(ys) // 2:])
         result[key] = {"min": min(ys), "max": max(ys), "max_over_min": round(max(ys) / min(ys), 2) if min(ys) else None,
-                       "slope_per_day_of_mean": round(slope / mean_y, 4) if mean_y else None}
+                       "slope_per_day_of_mean": round(slope / mean_y, 4) if mean_y else None,
+                       "late_over_early_median": round(late / early, 2) if early else None}
     return result
 
 
@@ -354,9 +367,14 @@ def main() -> None:
     parser.add_argument("--new", type=int, default=100, help="new objects of the daily discovery round")
     parser.add_argument("--rounds", type=int, default=3, help="timed idle rounds a day (the median is reported)")
     parser.add_argument("--catalog", choices=("sqlite", "postgresql"), default="sqlite")
+    parser.add_argument("--vacuum", action="store_true",
+                        help="PostgreSQL: VACUUM the catalog's database after each day's reap (for a server whose "
+                             "autovacuum is off, as this machine's is)")
     parser.add_argument("--workdir", default=None, help="where the staging root goes (default: the temp dir)")
     parser.add_argument("--out", default="bench/results/year.json")
     args = parser.parse_args()
+    if args.vacuum and args.catalog != "postgresql":
+        parser.error("--vacuum is for --catalog postgresql")
     assert args.per_day // HOSTS < 65_000, "ext4 takes 65,000 links a file: at most 1,300,000 objects a day"
     root = Path(tempfile.mkdtemp(prefix="year-", dir=args.workdir))
     # Midnight two days after the real time: a real ctime is always before the simulated times.
