@@ -363,7 +363,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--days", type=int, default=30)
     parser.add_argument("--per-day", type=int, default=100_000,
-                        help="objects a simulated day (the issue's rate is 1,000,000: about 3 minutes a day here)")
+                        help="objects a simulated day (the issue's rate is 1,000,000: 3.5 minutes or more a day here)")
     parser.add_argument("--new", type=int, default=100, help="new objects of the daily discovery round")
     parser.add_argument("--rounds", type=int, default=3, help="timed idle rounds a day (the median is reported)")
     parser.add_argument("--catalog", choices=("sqlite", "postgresql"), default="sqlite")
