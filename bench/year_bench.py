@@ -18,10 +18,11 @@ Each simulated day d (timed steps marked *):
   00:00:06   * the registration round: siltlake's `discover` (a full listing: the last one was a day ago, more
                than stream.full_listing_interval), then the day's objects are marked processed with
                processed_time spread over the day (one UPDATE per minute of it), as a day of real rounds would
-               leave them; Spark's work itself is item "100 new objects" of bench/history_bench.py.
+               leave them (what Spark adds to a round is measured by bench/history_bench.py --new).
   00:10      * the day's maintenance: `reap_once(now=...)` (incremental reap of the lake, the history prune and
                the staging rows' expiry: reap/staging_rows.py), which prunes the rows of objects that arrived
-               before the expiry watermark recorded by the previous day's run.
+               before the expiry watermark recorded by the previous day's run; with --vacuum (PostgreSQL), a
+               VACUUM of the catalog's database after it, as autovacuum would.
   00:20      * an idle `stream_once` round (median of --rounds after one warm-up; it must list no file entry),
              * a discovery round that finds 100 new objects put in the day's directories (5 per host), which
                are then marked processed,
@@ -32,7 +33,7 @@ Each simulated day d (timed steps marked *):
 
     .venv/bin/python bench/year_bench.py                                  # 30 days of 100,000 objects
     .venv/bin/python bench/year_bench.py --per-day 1000000 --days 30      # the issue's full rate
-    .venv/bin/python bench/year_bench.py --days 10 --per-day 20000 --catalog postgresql
+    .venv/bin/python bench/year_bench.py --per-day 10000 --catalog postgresql --vacuum
 """
 
 from __future__ import annotations
