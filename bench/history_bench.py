@@ -19,9 +19,15 @@ Python memory it allocates at its peak (not timed: tracemalloc slows Python code
 round that is a full listing (due every stream.full_listing_interval; the clock discovery reads is moved past
 it), timed alone.
 
+With `--new K` (issue 28's "100 new objects at N = 1,000,000 within 1.5x of N = 0"): rounds that each find K new
+objects and process them through Spark (local[2]), K tiny JSON-lines files written beside the newest day's objects
+(K / 20 in each host's directory of day 7, the directories a shipper is writing to); one such round first starts
+Spark and warms it, then `--new-rounds` are timed (median, and the statements of the last).
+
     .venv/bin/python bench/history_bench.py                               # N = 0, 10,000, 100,000
     .venv/bin/python bench/history_bench.py --sizes 0,10000,100000 --million
     .venv/bin/python bench/history_bench.py --sizes 100000 --profile 25   # cProfile of one idle round
+    .venv/bin/python bench/history_bench.py --sizes 0,100000 --new 100    # and rounds of 100 new objects
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import argparse
 import cProfile
 import datetime as dt
 import importlib
+import itertools
 import os
 import pstats
 import shutil
@@ -91,6 +98,32 @@ def idle_round(deployment, counter: StatementCounter) -> dict:  # noqa: ANN001 -
             "transactions": counter.transactions - transactions}
 
 
+_new_names = itertools.count()
+
+
+def put_new(root: Path, objects: int) -> None:
+    """K tiny JSON-lines objects, spread over the hosts' directories of the newest day (as shippers put them)."""
+    for i in range(objects):
+        directory = root / f"host{i % HOSTS:02d}.web.access/2026/01/{DAYS:02d}"
+        (directory / f"new-{next(_new_names):08d}.jsonl").write_bytes(b'{"t":"2026-01-07T12:00:00"}\n')
+
+
+def new_objects_round(deployment, root: Path, objects: int, counter: StatementCounter,  # noqa: ANN001
+                      profile: int = 0) -> dict:
+    """One stream_once round that finds K new objects and loads them through Spark."""
+    put_new(root, objects)
+    statements, _ = counter.mark()
+    profiler = cProfile.Profile() if profile else None
+    started = time.perf_counter()
+    report = profiler.runcall(stream_once, deployment) if profiler else stream_once(deployment)
+    seconds = time.perf_counter() - started
+    assert report.registered == objects and report.processed == objects, report
+    if profiler:
+        pstats.Stats(profiler).sort_stats("cumulative").print_stats(profile)
+    return {"seconds": seconds, "listed": report.listed, "statements": counter.statements - statements,
+            "spark_start_seconds": report.spark_start_seconds}
+
+
 def full_listing_round(deployment, counter: StatementCounter) -> dict:  # noqa: ANN001 - a Deployment
     """One idle round that lists the whole root: the clock discovery compares with the last full listing's time
     reads an interval later (the cursor it stores comes from the file system's clock, not this one)."""
@@ -102,7 +135,8 @@ def full_listing_round(deployment, counter: StatementCounter) -> dict:  # noqa: 
         discover_module.utcnow = original
 
 
-def run(kind: str, objects: int, rounds: int, workdir: Path, profile: int) -> dict:
+def run(kind: str, objects: int, rounds: int, workdir: Path, profile: int, new: int = 0,
+        new_rounds: int = 3) -> dict:
     root = Path(tempfile.mkdtemp(prefix=f"history-{kind}-{objects}-", dir=workdir))
     try:
         build_started = time.perf_counter()
@@ -129,6 +163,13 @@ def run(kind: str, objects: int, rounds: int, workdir: Path, profile: int) -> di
                     profiler = cProfile.Profile()
                     profiler.runcall(stream_once, deployment)
                     pstats.Stats(profiler).sort_stats("cumulative").print_stats(profile)
+                fresh = []
+                if new:
+                    new_objects_round(deployment, root / "staging", new, counter)  # starts Spark, warms it
+                    fresh = [new_objects_round(deployment, root / "staging", new, counter)
+                             for _ in range(new_rounds)]
+                    if profile:
+                        new_objects_round(deployment, root / "staging", new, counter, profile)
             finally:
                 deployment.close()
     finally:
@@ -142,6 +183,10 @@ def run(kind: str, objects: int, rounds: int, workdir: Path, profile: int) -> di
         "statements_per_round": measured[-1]["statements"], "transactions_per_round": measured[-1]["transactions"],
         "python_peak_bytes": peak, "full_listing_round_seconds": round(full["seconds"], 4),
         "full_listing_statements": full["statements"], "load_avg_1m": load_avg_1m(),
+        **({"new_objects": new, "new_round_seconds_median": round(statistics.median(f["seconds"] for f in fresh), 3),
+            "new_round_seconds_all": [round(f["seconds"], 3) for f in fresh],
+            "new_round_listed": fresh[-1]["listed"], "new_round_statements": fresh[-1]["statements"]}
+           if fresh else {}),
     }
 
 
@@ -152,6 +197,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="timed idle rounds per N (the median is reported)")
     parser.add_argument("--catalog", choices=("sqlite", "postgresql"), default="sqlite")
     parser.add_argument("--profile", type=int, default=0, help="print the top K functions of one more round")
+    parser.add_argument("--new", type=int, default=0,
+                        help="also time rounds that each find this many new objects and load them through Spark")
+    parser.add_argument("--new-rounds", type=int, default=3, help="timed rounds of --new objects per N")
     parser.add_argument("--workdir", default=None, help="where the staging roots go (default: the temp dir)")
     parser.add_argument("--out", default="bench/results/history.json")
     args = parser.parse_args()
@@ -161,13 +209,19 @@ def main() -> None:
     print(f"{'N':>9} {'idle s (median)':>16} {'statements':>11} {'tx':>4} {'peak MiB':>9} {'register s':>11} "
           f"{'full listing s':>15}")
     for objects in sizes:
-        result = run(args.catalog, objects, args.rounds, workdir, args.profile)
+        result = run(args.catalog, objects, args.rounds, workdir, args.profile, args.new, args.new_rounds)
         results.append(result)
         print(f"{objects:>9,} {result['idle_round_seconds_median']:>16.4f} {result['statements_per_round']:>11} "
               f"{result['transactions_per_round']:>4} {result['python_peak_bytes'] / 2**20:>9.1f} "
-              f"{result['register_seconds']:>11.1f} {result['full_listing_round_seconds']:>15.4f}", flush=True)
-    save_json(Path(args.out), {"machine": brief_machine(), "date": utc_stamp(), "args": vars(args),
-                               "results": results}, indent=1)
+              f"{result['register_seconds']:>11.1f} {result['full_listing_round_seconds']:>15.4f}"
+              + (f"  {args.new} new: {result['new_round_seconds_median']:.3f} s" if args.new else ""), flush=True)
+    report = {"machine": brief_machine(), "date": utc_stamp(), "args": vars(args), "results": results}
+    if args.new and len(results) > 1 and results[0]["objects"] == 0:
+        base = results[0]["new_round_seconds_median"]
+        report["new_round_ratio_to_n0"] = {r["objects"]: round(r["new_round_seconds_median"] / base, 2)
+                                           for r in results[1:]}
+        print(f"{args.new} new objects, ratio to N = 0: {report['new_round_ratio_to_n0']}")
+    save_json(Path(args.out), report, indent=1)
     print(f"wrote {args.out}")
 
 
