@@ -137,11 +137,9 @@ def test_concurrent_writers_on_postgresql_lose_no_count(tmp_path, postgres_url: 
                 rows = [(uri, tables[(i + worker) % 2].id, 10, None) for i, uri in enumerate(uris)]
                 deployment.catalog.staging.register(rows)
                 claimed = deployment.catalog.staging.claim(f"worker-{worker}", limit=4, now=utcnow(), timeout=60)
-                with deployment.catalog.partitions.stream_commit() as tx:
-                    with tx.batch([p.id for p in claimed], [], 0, 0):
-                        for p in claimed:
-                            tx.mark_processed(p.id, records_in=3, bad_records=worker % 2, error_uri=None,
-                                              now=utcnow())
+                with deployment.catalog.partitions.stream_commit() as tx, tx.batch([p.id for p in claimed], [], 0, 0):
+                    for p in claimed:
+                        tx.mark_processed(p.id, records_in=3, bad_records=worker % 2, error_uri=None, now=utcnow())
         except BaseException as exc:  # noqa: BLE001 - reported by the test thread
             errors.append(exc)
 
