@@ -50,6 +50,8 @@ def insert_processed(deployment, table_id: int, rows: int, now: dt.datetime) -> 
                                   table_id=table_id, size=20, send_time=received, receive_time=received,
                                   processed_time=received + dt.timedelta(minutes=1), records_in=10, bad_records=0))
             c.execute(s.staging_objects.insert(), batch)
+        if hasattr(deployment.catalog, "add_staging_totals"):  # what registering and processing them counts
+            deployment.catalog.add_staging_totals(c, {table_id: (rows, 10 * rows, 0)})
 
 
 def median_ms(action, repeats: int) -> float:  # noqa: ANN001 - a callable
@@ -78,6 +80,9 @@ def run(kind: str, rows: int, repeats: int, workdir: Path) -> dict:
             insert_processed(deployment, table.id, rows, now)
             result = {"catalog": kind, "rows": rows, "setup_seconds": round(time.perf_counter() - started, 2),
                       **measure(deployment, repeats)}
+            shown = deployment.catalog.observations.staging()[0]
+            if (shown["registered"], shown["records_loaded"]) != (rows, 10 * rows):
+                raise RuntimeError(f"observations.staging() shows {shown}, expected {rows} objects")
             try:
                 from siltlake.reap.staging_rows import prune_staging_rows
             except ImportError:  # a siltlake before staging expiry

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote
@@ -278,15 +278,39 @@ class CatalogCore:
     def insert_once(self, c: Connection, table: sa.Table, key: str | tuple[str, ...], values: dict | list[dict]) -> int:
         """Insert a row (or rows, in one statement) unless a row with the same unique key (one column or
         several) exists; how many were inserted."""
+        columns = [key] if isinstance(key, str) else list(key)
+        return len(self.insert_new(c, table, key, values, columns[0]))
+
+    def insert_new(self, c: Connection, table: sa.Table, key: str | tuple[str, ...], values: dict | list[dict],
+                   *returning: str) -> list[sa.Row]:
+        """insert_once, returning these columns of the rows it inserted."""
         if not values:
-            return 0
+            return []
         if self.dialect == "postgresql":
             from sqlalchemy.dialects.postgresql import insert
         else:
             from sqlalchemy.dialects.sqlite import insert
         columns = [key] if isinstance(key, str) else list(key)
         statement = insert(table).values(values).on_conflict_do_nothing(index_elements=columns)
-        return len(c.execute(statement.returning(table.c[columns[0]])).all())
+        return c.execute(statement.returning(*(table.c[name] for name in returning))).all()
+
+    def add_staging_totals(self, c: Connection, deltas: Mapping[int, Sequence[int]]) -> None:
+        """Add (objects, records in, bad records) to each table's running staging totals (staging_totals), in
+        the transaction that wrote the staging rows they count. Each is one atomic `UPDATE ... SET n = n + k`,
+        so concurrent writers (stream daemons, discovery, loads on PostgreSQL) never lose one another's counts;
+        in table id order and as a transaction's last writes, so two never wait on each other crosswise."""
+        totals = s.staging_totals
+        changed = {table_id: delta for table_id, delta in sorted(deltas.items()) if any(delta)}
+
+        def add(table_id: int, objects: int, records_in: int, bad_records: int) -> bool:
+            return bool(c.execute(totals.update().where(totals.c.table_id == table_id).values(
+                objects=totals.c.objects + objects, records_in=totals.c.records_in + records_in,
+                bad_records=totals.c.bad_records + bad_records)).rowcount)
+
+        for table_id, delta in changed.items():
+            if not add(table_id, *delta):  # a table's first staging row: its totals row, then the same update
+                self.insert_once(c, totals, "table_id", dict(table_id=table_id))
+                add(table_id, *delta)
 
     def new_table_versions(self, c: Connection, table_ids: Collection[int], now: dt.datetime, *,
                            given: bool) -> dict[int, tuple[int, dt.datetime]]:
@@ -294,20 +318,19 @@ class CatalogCore:
         increase, else TIMESTAMP AS OF would show states that never existed: `now` earlier than the newest
         version is refused when the user `given` it, and a clock behind (another host's) or a time equal to
         it stamps the newest time plus a microsecond."""
-        t, p, v = s.tables, s.partitions, s.partition_versions
+        t = s.tables
         ids = sorted(set(table_ids))
         if not ids:
             return {}
         # The table rows' locks (SQLite: the write lock) order commits to a table, so the newest time read
-        # after them is final until this transaction ends.
+        # with them is final until this transaction ends. The time is the table row's, not the newest of its
+        # partitions' versions: reading those would cost what the table has ever published.
         numbers = {row.id: row for row in c.execute(t.update().where(t.c.id.in_(ids)).values(
-            version=t.c.version + 1).returning(t.c.id, t.c.version, t.c.schema_name, t.c.table_name))}
-        newest = dict(c.execute(sa.select(p.c.table_id, sa.func.max(v.c.created_at))
-                                .select_from(v.join(p, p.c.id == v.c.partition_id))
-                                .where(p.c.table_id.in_(ids)).group_by(p.c.table_id)).all())
+            version=t.c.version + 1).returning(t.c.id, t.c.version, t.c.version_time, t.c.schema_name,
+                                               t.c.table_name))}
         stamped = {}
-        for table_id, row in numbers.items():
-            last = newest.get(table_id)
+        for table_id, row in sorted(numbers.items()):
+            last = row.version_time
             if last is not None and given and now < last:
                 raise VersionTimeBehind(
                     f"{row.schema_name}.{row.table_name}'s newest version was published at "
@@ -315,6 +338,7 @@ class CatalogCore:
                     "before it (TIMESTAMP AS OF would show a state that never existed): give a later time (--now), or "
                     "none for the current time; nothing was published")
             stamped[table_id] = (row.version, now if last is None or now > last else last + _TICK)
+            c.execute(t.update().where(t.c.id == table_id).values(version_time=stamped[table_id][1]))
         return stamped
 
     def ordering_lock(self, c: Connection) -> None:

@@ -39,7 +39,9 @@ class Partitions:
         with self._core.tx() as c:
             if self._core.dialect == "postgresql":
                 c.execute(sa.select(sa.func.pg_advisory_xact_lock(s.SMALL_OBJECT_LOCK)))
-            yield StreamCommit(self._core, c)
+            commit = StreamCommit(self._core, c)
+            yield commit
+            self._core.add_staging_totals(c, commit.staging_totals())
 
     def close(self, table_id: int, partition_date: dt.date) -> PartitionRow:
         """Close a partition: later small objects of its date become delayed."""
@@ -144,6 +146,7 @@ class _Batch:
     mark: int
     staging_ids: set[int]
     pending: set[int]
+    counts: dict[int, sa.Row]  # staging id -> (id, table_id, records_in, bad_records, processed_time) as read
     keys: set[tuple[int, dt.date]]
     partitions: dict[tuple[int, dt.date], PartitionRow]
     waiting: set[int]  # partitions with a waiting merge job
@@ -165,6 +168,42 @@ class StreamCommit:
         self._core = core
         self._c = connection
         self._batch: _Batch | None = None
+        # (table id, objects, records in, bad records) this commit adds to the running staging totals, made at its
+        # end (Partitions.stream_commit); a part undone by a savepoint drops its own.
+        self._totals: list[tuple[int, int, int, int]] = []
+
+    def staging_totals(self) -> dict[int, tuple[int, int, int]]:
+        sums: dict[int, tuple[int, int, int]] = {}
+        for table_id, *delta in self._totals:
+            sums[table_id] = tuple(a + b for a, b in zip(sums.get(table_id, (0, 0, 0)), delta, strict=True))
+        return sums
+
+    def _set_processed(self, rows: list[dict], now: dt.datetime, old: dict[int, sa.Row] | None = None) -> None:
+        """Mark these staging objects processed (rows: id, records_in, bad_records and maybe error_uri) in one
+        statement, and count what that changes of their tables' totals from their rows as they were (`old`, by
+        id, else read here first: exact whatever a row held)."""
+        so = s.staging_objects
+        ids = [row["id"] for row in rows]
+        if old is None:
+            old = self._counts(ids)
+
+        def by_id(column: str) -> sa.ColumnElement:
+            # type_coerce, not CAST: SQLite's CAST to a date type would make a number of the text
+            return sa.type_coerce(sa.case({row["id"]: row[column] for row in rows}, value=so.c.id),
+                                  so.c[column].type)
+
+        values = dict(processed_time=now, records_in=by_id("records_in"), bad_records=by_id("bad_records"))
+        if all("error_uri" in row for row in rows):
+            values["error_uri"] = by_id("error_uri")
+        self._c.execute(so.update().where(so.c.id.in_(ids)).values(**values))
+        self._totals += [(old[row["id"]].table_id, 0, row["records_in"] - (old[row["id"]].records_in or 0),
+                          row["bad_records"] - (old[row["id"]].bad_records or 0)) for row in rows if row["id"] in old]
+
+    def _counts(self, ids: Collection[int]) -> dict[int, sa.Row]:
+        so = s.staging_objects
+        return {row.id: row for row in self._c.execute(
+            sa.select(so.c.id, so.c.table_id, so.c.records_in, so.c.bad_records, so.c.processed_time)
+            .where(so.c.id.in_(sorted(ids))))} if ids else {}
 
     @contextmanager
     def batch(self, staging_object_ids: Collection[int], keys: Collection[tuple[int, dt.date]], id_count: int,
@@ -174,20 +213,25 @@ class StreamCommit:
 
         The per-object calls inside read from a few queries made up front and hold their writes, made at
         the end in two statements. An exception undoes the whole part (one savepoint) and propagates."""
-        with self._c.begin_nested():
-            self._prepare(staging_object_ids, keys, id_count, mark)
-            try:
-                yield
-                self.flush()
-            finally:
-                self._batch = None
+        counted = len(self._totals)
+        try:
+            with self._c.begin_nested():
+                self._prepare(staging_object_ids, keys, id_count, mark)
+                try:
+                    yield
+                    self.flush()
+                finally:
+                    self._batch = None
+        except BaseException:
+            del self._totals[counted:]
+            raise
 
     def _prepare(self, staging_object_ids: Collection[int], keys: Collection[tuple[int, dt.date]], id_count: int,
                  mark: int) -> None:
-        so, p, j, v = s.staging_objects, s.partitions, s.merge_jobs, s.partition_versions
+        p, j, v = s.partitions, s.merge_jobs, s.partition_versions
         ids = sorted(staging_object_ids)
-        pending = set(self._c.execute(
-            sa.select(so.c.id).where(so.c.id.in_(ids), so.c.processed_time.is_(None))).scalars()) if ids else set()
+        counts = self._counts(ids)  # the rows' counts too: flush() adds to the totals what it changes of them
+        pending = {row.id for row in counts.values() if row.processed_time is None}
         keys = set(keys)
         partitions: dict[tuple[int, dt.date], PartitionRow] = {}
         if keys:
@@ -205,15 +249,15 @@ class StreamCommit:
                 sa.select(v.c.partition_id, sa.func.min(v.c.version))
                 .where(v.c.partition_id.in_(partition_ids), v.c.id > mark, v.c.commit_op.in_(REWRITES))
                 .group_by(v.c.partition_id)).all())
-        self._batch = _Batch(mark=mark, staging_ids=set(ids), pending=pending, keys=keys, partitions=partitions,
+        self._batch = _Batch(mark=mark, staging_ids=set(ids), pending=pending, counts=counts, keys=keys,
+                             partitions=partitions,
                              waiting=waiting, updated=updated, ids=deque(self.allocate_ids(id_count)))
 
     def flush(self) -> None:
-        """Make the writes a batch holds (two statements) and end it."""
+        """Make the writes a batch holds (two statements) and end it (the totals follow at the commit's end)."""
         batch, self._batch = self._batch, None
         if batch is None or not (batch.small_objects or batch.processed):
             return
-        so = s.staging_objects
         if batch.small_objects:
             try:
                 with self._c.begin_nested():
@@ -222,16 +266,7 @@ class StreamCommit:
                 raise CatalogError("a staging object of this commit already has a small object in a partition "
                                    "it adds to") from None
         for now in sorted({row["now"] for row in batch.processed}):  # one time in practice: the chunk's
-            rows = [row for row in batch.processed if row["now"] == now]
-
-            def by_id(column: str, rows: list[dict] = rows) -> sa.ColumnElement:
-                # type_coerce, not CAST: SQLite's CAST to a date type would make a number of the text
-                return sa.type_coerce(sa.case({row["id"]: row[column] for row in rows}, value=so.c.id),
-                                      so.c[column].type)
-
-            self._c.execute(so.update().where(so.c.id.in_([row["id"] for row in rows])).values(
-                processed_time=now, records_in=by_id("records_in"), bad_records=by_id("bad_records"),
-                error_uri=by_id("error_uri")))
+            self._set_processed([row for row in batch.processed if row["now"] == now], now, batch.counts)
 
     def is_processed(self, staging_object_id: int) -> bool:
         batch = self._batch
@@ -337,9 +372,8 @@ class StreamCommit:
                                         error_uri=error_uri, now=now))
             batch.pending.discard(staging_object_id)
             return
-        self._c.execute(s.staging_objects.update().where(s.staging_objects.c.id == staging_object_id).values(
-            processed_time=now, records_in=records_in, bad_records=bad_records, error_uri=error_uri,
-        ))
+        self._set_processed([dict(id=staging_object_id, records_in=records_in, bad_records=bad_records,
+                                  error_uri=error_uri)], now)
 
     def record_consumed(self, **position: object) -> None:
         """A delivery of an appendable staging file consumed it up to a byte offset (positions.record_consumed)."""
@@ -354,6 +388,7 @@ class StreamCommit:
             records_in=records_in, bad_records=bad_records, error_uri=error_uri,
         )):
             return None
+        self._totals.append((table_id, 1, records_in, bad_records))
         return self._c.execute(sa.select(s.staging_objects.c.id).where(s.staging_objects.c.uri == uri)).scalar_one()
 
     @contextmanager
@@ -363,14 +398,20 @@ class StreamCommit:
         In a batch it drops the writes the batch holds from this part (partitions and merge jobs it created
         stay: they are valid without objects); no statement is made."""
         batch = self._batch
+        counted = len(self._totals)
         if batch is None:
-            with self._c.begin_nested():
-                yield
+            try:
+                with self._c.begin_nested():
+                    yield
+            except BaseException:
+                del self._totals[counted:]
+                raise
             return
         held = len(batch.small_objects), len(batch.processed)
         try:
             yield
         except BaseException:
+            del self._totals[counted:]
             del batch.small_objects[held[0]:]
             for row in batch.processed[held[1]:]:
                 batch.pending.add(row["id"])
@@ -400,8 +441,7 @@ class StreamCommit:
         self._core.insert_once(self._c, s.unknown_staging_objects, "uri", dict(
             uri=uri, reason=reason, size=size, table_id=table_id, detect_time=now,
         ))
-        self._c.execute(s.staging_objects.update().where(s.staging_objects.c.id == staging_object_id)
-                        .values(processed_time=now, records_in=0, bad_records=0))
+        self._set_processed([dict(id=staging_object_id, records_in=0, bad_records=0)], now)
         if self._batch is not None:
             self._batch.pending.discard(staging_object_id)
 

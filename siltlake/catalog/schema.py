@@ -48,6 +48,8 @@ tables = sa.Table(
     sa.Column("dropped_time", sa.DateTime, nullable=True),
     # The table's newest table version: bumped by each catalog commit that publishes versions of its partitions.
     sa.Column("version", sa.BigInteger, nullable=False, server_default="0"),
+    # That version's time: the next one is stamped after it (CatalogCore.new_table_versions).
+    sa.Column("version_time", sa.DateTime, nullable=True),
     sa.UniqueConstraint("physical_schema_name", "physical_table_name"),
     sa.CheckConstraint("merge_interval >= 0", name="merge_interval"),
 )
@@ -97,9 +99,11 @@ sa.Index(
 sa.Index("ix_staging_objects_receive_time", staging_objects.c.receive_time)
 sa.Index("ix_staging_objects_processed_time", staging_objects.c.processed_time)
 
-# What pruned staging rows had counted, per table: totals of processed objects stay whole after their rows go.
-pruned_staging_totals = sa.Table(
-    "pruned_staging_totals",
+# Running totals per table of every staging row ever registered (objects) and what processing counted (records
+# in, bad records), pruned rows included: kept by each write of staging rows in its own transaction, so the
+# metrics and `silt status` read one row per table, not the staging rows.
+staging_totals = sa.Table(
+    "staging_totals",
     metadata,
     sa.Column("table_id", sa.Integer, sa.ForeignKey("tables.id"), primary_key=True, autoincrement=False),
     sa.Column("objects", sa.BigInteger, nullable=False, server_default="0"),
@@ -150,6 +154,17 @@ small_objects = sa.Table(
 sa.Index("ix_small_objects_partition_id_id", small_objects.c.partition_id, small_objects.c.id)
 # Incremental reap finds the partitions that changed since its last run by these times (catalog.reaping).
 sa.Index("ix_partitions_create_time", partitions.c.create_time)
+# The partitions a publish run can change, few whatever the table's length: open ones (close), not switched
+# ones (switch, live versions), and switched ones behind their desired merged version.
+sa.Index("ix_partitions_table_id_partition_date_open", partitions.c.table_id, partitions.c.partition_date,
+         sqlite_where=partitions.c.last_live_object_id.is_(None),
+         postgresql_where=partitions.c.last_live_object_id.is_(None))
+sa.Index("ix_partitions_id_not_switched", partitions.c.id, sqlite_where=partitions.c.switched.is_(False),
+         postgresql_where=partitions.c.switched.is_(False))
+_behind = partitions.c.current_manifest_version < partitions.c.desired_manifest_version
+sa.Index("ix_partitions_id_behind", partitions.c.id, sqlite_where=_behind, postgresql_where=_behind)
+# The history sample's freshness reads the small objects uploaded since a day before its slot.
+sa.Index("ix_small_objects_upload_start_time", small_objects.c.upload_start_time)
 
 merge_jobs = sa.Table(
     "merge_jobs",

@@ -5,6 +5,7 @@ Their processing (small objects, processed and failed marks) commits through par
 from __future__ import annotations
 
 import datetime as dt
+from collections import Counter
 from collections.abc import Collection, Iterable, Iterator, Sequence
 
 import sqlalchemy as sa
@@ -24,6 +25,18 @@ from siltlake.clock import utcnow
 # URIs looked up per statement: an idle round over a long staging history reads them all, and each statement
 # has its own cost. Within the bound parameters of both databases (SQLite 3.32+ takes 32,766, PostgreSQL 65,535).
 _URIS_PER_STATEMENT = 5000
+
+
+def staging_sums(rows: Iterable[sa.Row]) -> dict[int, tuple[int, int, int]]:
+    """Per table: how many of these staging rows (table_id, records_in, bad_records), their records, bad records."""
+    sums: dict[int, list[int]] = {}
+    for row in rows:
+        total = sums.setdefault(row.table_id, [0, 0, 0])
+        total[0] += 1
+        total[1] += row.records_in or 0
+        total[2] += row.bad_records or 0
+    return {table_id: (objects, records_in, bad_records) for table_id, (objects, records_in, bad_records)
+            in sums.items()}
 
 
 class Staging:
@@ -58,8 +71,10 @@ class Staging:
                 for uri, table_id, size, send_time in objects]
         with self._core.tx() as c:
             # One statement per 500 objects: a shipper's thousands of small objects register in a few.
-            return sum(self._core.insert_once(c, s.staging_objects, "uri", rows[start:start + 500])
-                       for start in range(0, len(rows), 500))
+            new = Counter(row.table_id for start in range(0, len(rows), 500) for row in self._core.insert_new(
+                c, s.staging_objects, "uri", rows[start:start + 500], "table_id"))
+            self._core.add_staging_totals(c, {table_id: (count, 0, 0) for table_id, count in new.items()})
+            return sum(new.values())
 
     def sort_listed(self, listed: Sequence[tuple[str, dt.datetime | None, int]],
                     resized: dict[str, int] | None = None) -> tuple[set[str], list[Redelivery]]:
@@ -221,10 +236,13 @@ class Staging:
             forgotten = list(c.execute(query).scalars())
             if forgotten:
                 c.execute(u.delete().where(u.c.uri.in_(forgotten)))
-                c.execute(s.staging_objects.delete().where(
-                    s.staging_objects.c.uri.in_(forgotten),
-                    ~sa.exists().where(s.small_objects.c.staging_object_id == s.staging_objects.c.id),
-                ))
+                so = s.staging_objects
+                gone = c.execute(so.delete().where(
+                    so.c.uri.in_(forgotten), ~sa.exists().where(s.small_objects.c.staging_object_id == so.c.id),
+                ).returning(so.c.table_id, so.c.records_in, so.c.bad_records)).all()
+                # Registered again by the replay, and counted again then.
+                self._core.add_staging_totals(c, {table_id: tuple(-n for n in sums)
+                                                  for table_id, sums in staging_sums(gone).items()})
         return forgotten
 
     def error_uris(self, table_id: int) -> list[str]:
@@ -256,9 +274,8 @@ class Staging:
 
         Kept: pending rows (failing ones are pending too), rows claimed since, rows with an error file (reap
         deletes an error file no staging row names) and rows a small object still names (its foreign key; the
-        small object goes once merges cover it, then the row). What the pruned rows counted is added to their
-        table's pruned_staging_totals in the same transaction, so totals of processed objects stay whole."""
-        so, sm, totals = s.staging_objects, s.small_objects, s.pruned_staging_totals
+        small object goes once merges cover it, then the row). What they counted stays in staging_totals."""
+        so, sm = s.staging_objects, s.small_objects
         referenced = sa.exists().where(sm.c.staging_object_id == so.c.id)
         doomed = (sa.select(so.c.id, so.c.receive_time)
                   .where(so.c.receive_time < before, so.c.processed_time.is_not(None),
@@ -278,20 +295,6 @@ class Staging:
                 ids = [row.id for row in selected]
                 if selected:
                     after = (selected[-1].receive_time, selected[-1].id)
-                # Counted from what this statement deleted: of two reap runs pruning at once, each row counts once.
-                gone = c.execute(so.delete().where(so.c.id.in_(ids))
-                                 .returning(so.c.table_id, so.c.records_in, so.c.bad_records)).all() if ids else []
-                counted: dict[int, list[int]] = {}
-                for row in gone:
-                    sums = counted.setdefault(row.table_id, [0, 0, 0])
-                    sums[0] += 1
-                    sums[1] += row.records_in or 0
-                    sums[2] += row.bad_records or 0
-                self._core.insert_once(c, totals, "table_id", [dict(table_id=table_id) for table_id in counted])
-                for table_id, (objects, records_in, bad_records) in counted.items():
-                    c.execute(totals.update().where(totals.c.table_id == table_id).values(
-                        objects=totals.c.objects + objects, records_in=totals.c.records_in + records_in,
-                        bad_records=totals.c.bad_records + bad_records))
-                pruned += len(gone)
+                pruned += c.execute(so.delete().where(so.c.id.in_(ids))).rowcount if ids else 0
             if len(ids) < batch:
                 return pruned

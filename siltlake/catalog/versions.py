@@ -82,7 +82,10 @@ class Versions:
         """Each not-switched partition with live objects beyond its newest version, and the live objects
         its append version adds to its newest version's file list (read in one snapshot, two queries)."""
         p, so = s.partitions, s.small_objects
-        newest = self._newest_versions()
+        # Only the newest versions of partitions not switched (a partial index finds them): a table's switched
+        # past days, nearly all of its partitions, are not read.
+        newest = self._newest_versions(
+            s.partition_versions.c.partition_id.in_(sa.select(p.c.id).where(p.c.switched.is_(False))))
         beyond = (p.c.switched.is_(False), so.c.delayed.is_(False),
                   so.c.id > sa.func.coalesce(newest.c.live_watermark, 0))
         joined = p.join(so, so.c.partition_id == p.c.id).outerjoin(newest, newest.c.partition_id == p.c.id)
@@ -92,25 +95,28 @@ class Versions:
                           sa.func.max(so.c.id).label("watermark"), sa.func.sum(so.c.row_count).label("rows"),
                           sa.func.sum(so.c.content_length).label("bytes"), newest.c.version,
                           newest.c.row_count.label("base_rows"), newest.c.byte_count.label("base_bytes"),
-                          newest.c.manifest_key, newest.c.covered_upper, newest.c.file_list_key)
+                          newest.c.manifest_key, newest.c.covered_upper, newest.c.file_list_key,
+                          newest.c.live_watermark.label("base_watermark"))
                 .select_from(joined).where(*beyond)
                 .group_by(p.c.id, p.c.table_id, p.c.partition_date, p.c.current_manifest_version, newest.c.version,
                           newest.c.row_count, newest.c.byte_count, newest.c.manifest_key, newest.c.covered_upper,
-                          newest.c.file_list_key)
+                          newest.c.file_list_key, newest.c.live_watermark)
             ).all()
+            # The objects each list adds: above the newest version's watermark when it has a file list, else
+            # above what its manifest holds; read by the candidates' ids (an id list, in chunks: a condition
+            # over the joined rows would make the plan read every small object).
+            lowers = {row.id: (row.base_watermark or 0) if row.file_list_key is not None else
+                      (row.covered_upper or 0) if row.manifest_key is not None else 0 for row in rows}
             objects: dict[int, list[tuple[int, int]]] = {}
-            if rows:
-                # The objects each list adds: above the newest version's watermark when it has a file list,
-                # else above what its manifest holds (the candidates' condition as a subquery: no id list).
-                lower = sa.case((newest.c.file_list_key.is_not(None), sa.func.coalesce(newest.c.live_watermark, 0)),
-                                (newest.c.manifest_key.is_not(None), sa.func.coalesce(newest.c.covered_upper, 0)),
-                                else_=0)
+            ordered = sorted(lowers)
+            for start in range(0, len(ordered), _IDS_PER_STATEMENT):
+                chunk = ordered[start:start + _IDS_PER_STATEMENT]
                 for pid, oid, size in c.execute(
-                        sa.select(so.c.partition_id, so.c.id, so.c.content_length).select_from(joined)
-                        .where(p.c.id.in_(sa.select(p.c.id).select_from(joined).where(*beyond).correlate(None)),
-                               p.c.switched.is_(False), so.c.delayed.is_(False), so.c.id > lower)
-                        .order_by(so.c.id)):
-                    objects.setdefault(pid, []).append((oid, size))
+                        sa.select(so.c.partition_id, so.c.id, so.c.content_length)
+                        .where(so.c.partition_id.in_(chunk), so.c.delayed.is_(False),
+                               so.c.id > min(lowers[pid] for pid in chunk)).order_by(so.c.id)):
+                    if oid > lowers[pid]:
+                        objects.setdefault(pid, []).append((oid, size))
         return [LiveCandidate(
             row.id, row.table_id, row.partition_date, row.current_manifest_version < 0, row.version, row.manifest_key,
             row.covered_upper, row.watermark, int(row.rows) + (row.base_rows or 0),

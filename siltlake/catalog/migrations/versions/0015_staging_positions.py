@@ -2,14 +2,14 @@
 settle) and, per appendable file, how far its deliveries have consumed it (its position).
 
 Revision ID: 0015
-Revises: 0012
+Revises: 0014
 """
 
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0015"
-down_revision = "0012"
+down_revision = "0014"
 branch_labels = None
 depends_on = None
 
