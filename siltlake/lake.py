@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote
 
 from siltlake.config import Config, load_config
 from siltlake.deployment import Deployment
@@ -133,11 +132,9 @@ class Table:
 
     def _dirty_dates(self, files: list[DataFile]) -> set[dt.date]:
         """The dates whose files need a merge on read (none for a table without a primary key)."""
-        if not self.record.definition.keyed:
-            return set()
-        from siltlake.read.keyed import dirty_dates
+        from siltlake.read.versions import dirty_dates_of
 
-        return dirty_dates([(f.partition_date, f.uri) for f in files])
+        return dirty_dates_of(self.record, files)
 
     def _data_files(self, as_of_version: int | None, as_of: dt.datetime | str | None, dates: Any,
                     filter: Any = None) -> list[DataFile]:  # noqa: A002 - pyarrow's name
@@ -176,40 +173,10 @@ class Table:
                filter: Any = None) -> tuple[ds.FileSystemDataset, pa.Table | None]:  # noqa: A002 - pyarrow's name
         """The version's partitions that are plain files, as a dataset, and (a keyed table's) those merged on
         read, as one table (None: no partition needs it)."""
-        import pyarrow.dataset as ds
+        from siltlake.read.versions import arrow_parts
 
-        lake = self.lake.deployment.lake
         files = self._data_files(as_of_version, as_of, dates, filter)
-        schema = self.schema
-        prefix = lake.root + "/"
-        keys = []
-        for f in files:
-            if not f.uri.startswith(prefix):
-                raise SiltError(f"{self.name}: data file {f.uri} is not under the lake's root {lake.root}; "
-                                "the manifest was written by another deployment")
-            keys.append(unquote(f.uri[len(prefix):]))
-        dirty = self._dirty_dates(files)
-        plain = ds.FileSystemDataset.from_paths(
-            [lake.path(key) for key, f in zip(keys, files, strict=True) if f.partition_date not in dirty],
-            schema=schema, format=ds.ParquetFileFormat(), filesystem=lake.filesystem,
-            partitions=[ds.field("dt") == f.partition_date for f in files if f.partition_date not in dirty])
-        if not dirty:
-            return plain, None
-        # A keyed table's partitions holding several rows of a key are merged on read here, in memory; the
-        # others stay files, so filters and projections still skip their row groups. A filter applies to the
-        # merged rows: a key's older row matching it never shows.
-        import pyarrow as pa
-
-        from siltlake.read.keyed import read_partitions
-
-        grouped: dict[dt.date, list[str]] = {}
-        for key, f in zip(keys, files, strict=True):
-            if f.partition_date in dirty:
-                grouped.setdefault(f.partition_date, []).append(key)
-        definition = self.record.definition
-        merged = read_partitions(lake, sorted(grouped.items()), schema, definition.primary_key,
-                                 definition.sequence_column)
-        return plain, (pa.concat_tables(merged) if len(merged) > 1 else merged[0]).cast(schema)
+        return arrow_parts(self.lake.deployment, self.record, files, self.schema)
 
     def to_arrow(self, filter: Any = None, columns: list[str] | None = None,  # noqa: A002 - pyarrow's name
                  as_of_version: int | None = None, as_of: dt.datetime | str | None = None,
