@@ -198,20 +198,34 @@ class Table:
         return pa.concat_tables([table, merged]) if table.num_rows else merged
 
     def to_duckdb(self, connection: Any, as_of_version: int | None = None, as_of: dt.datetime | str | None = None,
-                  dates: Any = None) -> Any:
-        """A DuckDB relation over the table version (DuckDB scans the pyarrow dataset, pushing down
-        projections and filters); `connection` is a duckdb connection."""
-        return connection.from_arrow(self.to_pyarrow_dataset(as_of_version, as_of, dates))
+                  dates: Any = None, filter: Any = None) -> Any:  # noqa: A002 - pyarrow's name
+        """A DuckDB relation over the table version; `connection` is a duckdb connection. DuckDB reads the exact
+        file list itself (read_parquet, dt from each file's partition); a keyed table's partitions that need a
+        merge on read are merged now and handed over as Arrow. `dates` and `filter` (a pyarrow.compute
+        expression, as to_arrow's: days it rules out by dt are not even planned) narrow what is read; with a
+        filter the rows are scanned through pyarrow's dataset, which applies it."""
+        if filter is not None:
+            return connection.from_arrow(self._dataset(as_of_version, as_of, dates, filter).filter(filter))
+        from siltlake.read.duck import table_sql
+
+        files = self._data_files(as_of_version, as_of, dates)
+        import uuid
+
+        view = f"__silt_table_{self.record.id}_{uuid.uuid4().hex[:12]}"  # a view of its own per call
+        table_sql(connection, view, self.lake.deployment, self.record, files)
+        return connection.view(view)
 
     def to_polars(self, as_of_version: int | None = None, as_of: dt.datetime | str | None = None,
-                  dates: Any = None) -> Any:
-        """A Polars LazyFrame over the table version (needs polars installed)."""
+                  dates: Any = None, filter: Any = None) -> Any:  # noqa: A002 - pyarrow's name
+        """A Polars LazyFrame over the table version (needs polars installed); `dates` and `filter` (a
+        pyarrow.compute expression) as to_arrow's: only the days they leave are planned."""
         try:
             import polars
         except ImportError:
             raise SiltError("Table.to_polars needs the polars package, which is not installed: pip install polars; "
                             "or read with to_arrow()") from None
-        return polars.scan_pyarrow_dataset(self.to_pyarrow_dataset(as_of_version, as_of, dates))
+        dataset = self._dataset(as_of_version, as_of, dates, filter)
+        return polars.scan_pyarrow_dataset(dataset if filter is None else dataset.filter(filter))
 
     def to_spark(self, spark: SparkSession, as_of_version: int | None = None,
                  as_of: dt.datetime | str | None = None) -> DataFrame:

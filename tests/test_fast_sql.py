@@ -200,3 +200,70 @@ def test_a_where_on_dt_plans_only_those_days(lake) -> None:
     plan = plan_query("SELECT count(*) FROM web.access WHERE dt = '2026-11-21' OR user_id > 1", deployment)
     (read,) = plan.reads.values()
     assert sorted(p.partition_date for p in read.partitions) == DAYS  # an OR bounds nothing
+
+
+def test_to_duckdb_and_to_polars_read_the_exact_files_and_plan_only_the_days_asked_for(lake) -> None:
+    import duckdb
+    import pyarrow.compute as pc
+
+    from siltlake.lake import Lake
+
+    deployment, _ = lake
+    for name in ("web.access", "web.keyed"):
+        table = Lake(deployment).table(name)
+        for options in ({}, *([{"as_of_version": 1}] if name == "web.access" else []), {"dates": [DAYS[1]]}, {"filter": pc.field("dt") == DAYS[2]},
+                        {"filter": pc.field("action" if name == "web.access" else "v") == "view"}):
+            expected = Counter(tuple(row.values()) for row in table.to_arrow(**options).to_pylist())
+            with duckdb.connect() as connection:
+                relation = table.to_duckdb(connection, **options)
+                assert relation.columns == table.schema.names
+                assert Counter(relation.fetchall()) == expected, (name, options)
+            frame = table.to_polars(**options).collect()
+            assert Counter(frame.rows()) == expected, (name, options)
+    table = Lake(deployment).table("web.access")
+    asked = []
+    original = table._data_files
+
+    def recording(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        files = original(*args, **kwargs)
+        asked.append({f.partition_date for f in files})
+        return files
+
+    table._data_files = recording
+    with duckdb.connect() as connection:
+        table.to_duckdb(connection, dates=[DAYS[2]]).fetchall()
+        table.to_duckdb(connection, filter=pc.field("dt") >= DAYS[1]).fetchall()
+    assert asked == [{DAYS[2]}, {DAYS[1], DAYS[2]}]
+
+
+def test_silt_sql_answers_without_importing_pyspark_and_spark_when_asked(lake, tmp_path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    deployment, _ = lake
+    config = deployment.config
+    (tmp_path / "siltlake.toml").write_text(
+        f'instance_key = "{config.instance_key}"\n[catalog]\nurl = "{config.catalog.url}"\n'
+        f'[storage]\nroot = "{config.storage.root}"\nstaging_root = "{config.storage.staging_root}"\n')
+
+    def silt(*args: str) -> tuple[subprocess.CompletedProcess, set[str]]:
+        script = ("import sys, json\nfrom siltlake.cli import main\ntry:\n    main(sys.argv[1:], prog_name='silt')\n"
+                  "except SystemExit as exc:\n    code = exc.code\nprint(json.dumps(sorted({m.split('.')[0] for m in "
+                  "sys.modules})), file=sys.stderr)\nsys.exit(code)")
+        result = subprocess.run([sys.executable, "-c", script, *args], cwd=tmp_path, capture_output=True, text=True,
+                                timeout=300)
+        return result, set(json.loads(result.stderr.strip().splitlines()[-1]))
+
+    result, loaded = silt("sql", "SELECT dt, count(*) AS n FROM web.access GROUP BY dt ORDER BY dt", "--format", "csv")
+    assert result.returncode == 0, result.stderr
+    from siltlake.lake import Lake
+
+    days = Counter(Lake(deployment).table("web.access").to_arrow(columns=["dt"]).column("dt").to_pylist())
+    assert result.stdout.splitlines() == ["dt,n", *(f"{day},{n}" for day, n in sorted(days.items()))]
+    assert "pyspark" not in loaded and "py4j" not in loaded and "pyarrow" not in loaded
+    for query, message in [("SELECT count(*) FROM web.nope", "no table web.nope"), ("SELEC 1", "cannot parse")]:
+        result, loaded = silt("sql", query)
+        assert result.returncode == 2 and message in result.stderr and "pyspark" not in loaded
+    result, loaded = silt("sql", "--engine", "duckdb", "SELECT sum(latency) AS s FROM web.access")
+    assert result.returncode == 2 and "--engine duckdb" in result.stderr and "pyspark" not in loaded
