@@ -16,12 +16,11 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from siltlake.read.translate import NotFaithful, Translation, translate
-
 if TYPE_CHECKING:
     from siltlake.catalog import TableRecord
     from siltlake.deployment import Deployment
     from siltlake.read.plan import QueryPlan
+    from siltlake.read.translate import Translation
     from siltlake.read.versions import DataFile
 
 __all__ = ["connect", "faithful", "run_plan", "session_zone", "table_sql"]
@@ -34,6 +33,8 @@ _GLOB = set("*?[]{}")
 def session_zone(deployment: Deployment) -> str:
     """The time zone of siltlake's Spark sessions (spark.sql.session.timeZone; UTC unless configured): Spark's
     hour(), to_date(), date_trunc() and time literals use it, so DuckDB's TimeZone is set to it."""
+    from siltlake.read.translate import NotFaithful
+
     zone = deployment.config.spark.conf.get("spark.sql.session.timeZone", "UTC")
     try:
         ZoneInfo(zone)
@@ -49,6 +50,8 @@ def columns_of(record: TableRecord) -> list[tuple[str, str]]:
 
 def faithful(plan: QueryPlan, deployment: Deployment) -> Translation:
     """The plan's DuckDB translation, or NotFaithful saying why the query goes to Spark."""
+    from siltlake.read.translate import NotFaithful, translate
+
     views = {}
     for view, read in plan.reads.items():
         columns = columns_of(read.record)

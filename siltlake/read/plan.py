@@ -110,7 +110,12 @@ def parse_query(query: str) -> exp.Query:
     try:
         statements = sqlglot.parse(query, read="spark")
     except sqlglot.errors.ParseError as exc:
-        raise SiltError(f"cannot parse the query: {exc}") from None
+        # The error's own text underlines with terminal escapes; its parts say the same plainly.
+        first = exc.errors[0] if exc.errors else {}
+        where = f" at line {first.get('line')}, column {first.get('col')}" if first.get("line") else ""
+        near = f" (near {first['highlight']!r})" if first.get("highlight") else ""
+        detail = f"{first.get('description')}{where}{near}" if first else str(exc)
+        raise SiltError(f"cannot parse the query: {detail}") from None
     if len(statements) != 1 or statements[0] is None:
         raise SiltError("give exactly one SQL statement")
     tree = statements[0]
