@@ -73,6 +73,7 @@ bench: prereqs $(VENV)/.installed-dev
 	$(BIN)/python bench/keyed_bench.py upsert
 	$(BIN)/python bench/history_bench.py --new 100
 	$(BIN)/python bench/year_bench.py
+	$(BIN)/python bench/interactive_bench.py
 
 # The hostile-input properties with many more generated cases than CI's; prints the counts per property.
 FUZZ_EXAMPLES ?= 2000

@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote
 
 from siltlake.config import Config, load_config
 from siltlake.deployment import Deployment
@@ -133,11 +132,9 @@ class Table:
 
     def _dirty_dates(self, files: list[DataFile]) -> set[dt.date]:
         """The dates whose files need a merge on read (none for a table without a primary key)."""
-        if not self.record.definition.keyed:
-            return set()
-        from siltlake.read.keyed import dirty_dates
+        from siltlake.read.versions import dirty_dates_of
 
-        return dirty_dates([(f.partition_date, f.uri) for f in files])
+        return dirty_dates_of(self.record, files)
 
     def _data_files(self, as_of_version: int | None, as_of: dt.datetime | str | None, dates: Any,
                     filter: Any = None) -> list[DataFile]:  # noqa: A002 - pyarrow's name
@@ -176,40 +173,10 @@ class Table:
                filter: Any = None) -> tuple[ds.FileSystemDataset, pa.Table | None]:  # noqa: A002 - pyarrow's name
         """The version's partitions that are plain files, as a dataset, and (a keyed table's) those merged on
         read, as one table (None: no partition needs it)."""
-        import pyarrow.dataset as ds
+        from siltlake.read.versions import arrow_parts
 
-        lake = self.lake.deployment.lake
         files = self._data_files(as_of_version, as_of, dates, filter)
-        schema = self.schema
-        prefix = lake.root + "/"
-        keys = []
-        for f in files:
-            if not f.uri.startswith(prefix):
-                raise SiltError(f"{self.name}: data file {f.uri} is not under the lake's root {lake.root}; "
-                                "the manifest was written by another deployment")
-            keys.append(unquote(f.uri[len(prefix):]))
-        dirty = self._dirty_dates(files)
-        plain = ds.FileSystemDataset.from_paths(
-            [lake.path(key) for key, f in zip(keys, files, strict=True) if f.partition_date not in dirty],
-            schema=schema, format=ds.ParquetFileFormat(), filesystem=lake.filesystem,
-            partitions=[ds.field("dt") == f.partition_date for f in files if f.partition_date not in dirty])
-        if not dirty:
-            return plain, None
-        # A keyed table's partitions holding several rows of a key are merged on read here, in memory; the
-        # others stay files, so filters and projections still skip their row groups. A filter applies to the
-        # merged rows: a key's older row matching it never shows.
-        import pyarrow as pa
-
-        from siltlake.read.keyed import read_partitions
-
-        grouped: dict[dt.date, list[str]] = {}
-        for key, f in zip(keys, files, strict=True):
-            if f.partition_date in dirty:
-                grouped.setdefault(f.partition_date, []).append(key)
-        definition = self.record.definition
-        merged = read_partitions(lake, sorted(grouped.items()), schema, definition.primary_key,
-                                 definition.sequence_column)
-        return plain, (pa.concat_tables(merged) if len(merged) > 1 else merged[0]).cast(schema)
+        return arrow_parts(self.lake.deployment, self.record, files, self.schema)
 
     def to_arrow(self, filter: Any = None, columns: list[str] | None = None,  # noqa: A002 - pyarrow's name
                  as_of_version: int | None = None, as_of: dt.datetime | str | None = None,
@@ -231,20 +198,34 @@ class Table:
         return pa.concat_tables([table, merged]) if table.num_rows else merged
 
     def to_duckdb(self, connection: Any, as_of_version: int | None = None, as_of: dt.datetime | str | None = None,
-                  dates: Any = None) -> Any:
-        """A DuckDB relation over the table version (DuckDB scans the pyarrow dataset, pushing down
-        projections and filters); `connection` is a duckdb connection."""
-        return connection.from_arrow(self.to_pyarrow_dataset(as_of_version, as_of, dates))
+                  dates: Any = None, filter: Any = None) -> Any:  # noqa: A002 - pyarrow's name
+        """A DuckDB relation over the table version; `connection` is a duckdb connection. DuckDB reads the exact
+        file list itself (read_parquet, dt from each file's partition); a keyed table's partitions that need a
+        merge on read are merged now and handed over as Arrow. `dates` and `filter` (a pyarrow.compute
+        expression, as to_arrow's: days it rules out by dt are not even planned) narrow what is read; with a
+        filter the rows are scanned through pyarrow's dataset, which applies it."""
+        if filter is not None:
+            return connection.from_arrow(self._dataset(as_of_version, as_of, dates, filter).filter(filter))
+        from siltlake.read.duck import table_sql
+
+        files = self._data_files(as_of_version, as_of, dates)
+        import uuid
+
+        view = f"__silt_table_{self.record.id}_{uuid.uuid4().hex[:12]}"  # a view of its own per call
+        table_sql(connection, view, self.lake.deployment, self.record, files)
+        return connection.view(view)
 
     def to_polars(self, as_of_version: int | None = None, as_of: dt.datetime | str | None = None,
-                  dates: Any = None) -> Any:
-        """A Polars LazyFrame over the table version (needs polars installed)."""
+                  dates: Any = None, filter: Any = None) -> Any:  # noqa: A002 - pyarrow's name
+        """A Polars LazyFrame over the table version (needs polars installed); `dates` and `filter` (a
+        pyarrow.compute expression) as to_arrow's: only the days they leave are planned."""
         try:
             import polars
         except ImportError:
             raise SiltError("Table.to_polars needs the polars package, which is not installed: pip install polars; "
                             "or read with to_arrow()") from None
-        return polars.scan_pyarrow_dataset(self.to_pyarrow_dataset(as_of_version, as_of, dates))
+        dataset = self._dataset(as_of_version, as_of, dates, filter)
+        return polars.scan_pyarrow_dataset(dataset if filter is None else dataset.filter(filter))
 
     def to_spark(self, spark: SparkSession, as_of_version: int | None = None,
                  as_of: dt.datetime | str | None = None) -> DataFrame:

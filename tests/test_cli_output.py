@@ -223,6 +223,8 @@ def test_progress_shows_on_a_terminal_stderr_only(silt, monkeypatch) -> None:
     assert silt("sql", query, "--format", "json").stderr == ""
     assert terminal.getvalue() == "", "json and csv are for scripts: no spinner"
     result = silt("sql", query)
+    assert "running the query on DuckDB…" in terminal.getvalue() and "starting Spark…" not in terminal.getvalue()
+    result = silt("sql", query, "--engine", "spark")
     assert "starting Spark…" in terminal.getvalue() and "running the query…" in terminal.getvalue()
     assert "starting" not in result.stdout and "running" not in result.stdout, "stdout holds the result alone"
     silt("publish", "--once")

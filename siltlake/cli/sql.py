@@ -1,4 +1,4 @@
-"""`silt sql`: Spark SQL over the tables."""
+"""`silt sql`: Spark SQL over the tables; small questions answered by DuckDB without starting Spark."""
 
 from __future__ import annotations
 
@@ -8,24 +8,53 @@ from siltlake.cli.context import deployment_of, friendly
 from siltlake.cli.options import format_option
 from siltlake.cli.output import Column, activity, console, emit, format_value
 
+ENGINE_HELP = ("auto: DuckDB over the exact file lists when the query translates faithfully (the same answer as "
+               "Spark's), else Spark; duckdb: DuckDB or an error saying why not; spark: always Spark.")
+
 
 @click.command("sql")
 @click.argument("query")
 @format_option
 @click.option("--limit", type=click.IntRange(min=0), default=1000, show_default=True,
               help="Rows to fetch at most; a note on stderr says when the result had more.")
+@click.option("--engine", type=click.Choice(["auto", "duckdb", "spark"]), default="auto", show_default=True,
+              help=ENGINE_HELP)
 @click.pass_context
 @friendly
-def sql_command(context: click.Context, query: str, fmt: str, limit: int) -> None:
+def sql_command(context: click.Context, query: str, fmt: str, limit: int, engine: str) -> None:
     """Run Spark SQL over the tables, named schema.table."""
-    from siltlake.read import sql
+    from siltlake.read.plan import plan_query
 
     deployment = deployment_of(context)
+    # Names, time travel and the sandbox's refusals are checked, and the reads pinned, before any engine starts.
+    plan = plan_query(query, deployment)
+    if engine != "spark":
+        from siltlake.errors import SiltError
+        from siltlake.read.duck import faithful, run_plan
+        from siltlake.read.translate import NotFaithful
+
+        try:
+            translation = faithful(plan, deployment)
+        except NotFaithful as exc:
+            if engine == "duckdb":
+                raise SiltError(f"--engine duckdb: this query may not give Spark's answer on DuckDB ({exc}); run "
+                                "it with --engine spark or auto") from None
+        else:
+            with activity("running the query on DuckDB…"):
+                rows = run_plan(plan, deployment, translation, limit + 1)
+            _show(fmt, translation.columns, rows, limit)
+            return
+    from siltlake.read import sql
+
     spark = deployment.spark()
     with activity("running the query…"):
-        frame = sql(spark, query, deployment)
+        frame = sql(spark, query, deployment, plan=plan)
         rows = frame.limit(limit + 1).collect()  # one more than shown: whether the limit cut the result
-    emit(fmt, [Column(name, show=format_value) for name in frame.columns], rows[:limit])
+    _show(fmt, frame.columns, rows, limit)
+
+
+def _show(fmt: str, names: list[str], rows: list, limit: int) -> None:
+    emit(fmt, [Column(name, show=format_value) for name in names], rows[:limit])
     if len(rows) > limit:
         console.print(f"showing the first {limit:,} row{'' if limit == 1 else 's'}: the result has more "
                       "(--limit sets how many)", highlight=False)

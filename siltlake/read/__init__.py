@@ -4,23 +4,21 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-import hashlib
 from collections.abc import Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from siltlake.deployment import Deployment
-from siltlake.errors import NotFoundError, SiltError
-from siltlake.read.sandbox import check_query, refuse_substitution
+from siltlake.read.plan import QueryPlan, parse_query, plan_query
+from siltlake.read.sandbox import check_query
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
-    from sqlglot import exp
 
     from siltlake.catalog import TableRecord
 
-__all__ = ["objects_frame", "query_tables", "spark_schema", "sql", "table"]
+__all__ = ["QueryPlan", "objects_frame", "plan_query", "query_tables", "spark_schema", "sql", "table"]
 
 
 def spark_schema(record: TableRecord) -> StructType:
@@ -119,88 +117,13 @@ def partition_base_segment(uri: str) -> str:
     return unquote(uri.rsplit("/", 2)[-2])
 
 
-def _view_name(schema_name: str, table_name: str, pin: tuple[str, object] | None = None) -> str:
-    """The temp view of a table, one per (table, version or time) pair a query reads."""
-    name = f"__silt_{schema_name}__{table_name}"
-    if pin is None:
-        return name
-    kind, value = pin
-    if kind == "version":
-        return f"{name}__v{value}"
-    assert isinstance(value, dt.datetime)
-    return f"{name}__t{value:%Y%m%d%H%M%S%f}"
-
-
-# Parts of a table reference the rewrite keeps as they are: Spark applies them to the view just as to a table.
-_KEPT_TABLE_PARTS = {"this", "db", "alias", "sample", "hints", "pivots", "joins", "laterals", "version"}
-
-
-def _time_travel(node: exp.Table, qualified: str) -> tuple[str, object] | None:
-    """("version", n) or ("time", naive UTC) of `t VERSION AS OF n` / `t TIMESTAMP AS OF '...'`; anything
-    the reader cannot honour exactly is refused."""
-    from sqlglot import exp
-
-    from siltlake.read.versions import parse_as_of
-
-    clause = node.args.get("version")
-    if clause is None:
-        return None
-    kind = str(clause.this).upper()
-    text = clause.sql(dialect="spark")
-    value = clause.expression
-    if clause.args.get("kind") != "AS OF" or kind not in ("VERSION", "TIMESTAMP"):
-        raise SiltError(f"{qualified}: {text!r} is not supported; write VERSION AS OF <n> or "
-                        "TIMESTAMP AS OF '<time>'")
-    if kind == "VERSION":
-        if not (isinstance(value, exp.Literal) and not value.is_string and value.this.isdigit()):
-            raise SiltError(f"{qualified}: {text!r}: VERSION AS OF takes a table version number, such as "
-                            "VERSION AS OF 3 (`silt history` lists them)")
-        return "version", int(value.this)
-    if not (isinstance(value, exp.Literal) and value.is_string):
-        raise SiltError(f"{qualified}: {text!r}: TIMESTAMP AS OF takes a quoted time, such as "
-                        "TIMESTAMP AS OF '2026-11-20 10:00:00' (UTC unless it has an offset)")
-    return "time", parse_as_of(value.this)
-
-
-def _check_alias(node: exp.Table, qualified: str) -> None:
-    """Refuse what sqlglot takes for an alias but is not a name (`t@v1`, `t :v1`, `t ?`): the rewrite would
-    replace it by the table's name, and the query would read the current state without a word."""
-    from sqlglot import exp
-
-    alias = node.args.get("alias")
-    if alias is None:
-        return
-    odd = [part for part in (alias.this, *alias.columns) if part is not None and not isinstance(part, exp.Identifier)]
-    if odd:
-        raise SiltError(f"{qualified}: {odd[0].sql()!r} after the table is not an alias siltlake's rewrite can carry; "
-                        "to read an earlier state write VERSION AS OF <n> or TIMESTAMP AS OF '<time>'")
-
-
-def _parse(query: str) -> exp.Query:
-    """The query's sqlglot tree (Spark dialect): exactly one query statement."""
-    import sqlglot
-    from sqlglot import exp
-
-    refuse_substitution(query)  # before sqlglot, which may fail on it with a less useful message
-    try:
-        statements = sqlglot.parse(query, read="spark")
-    except sqlglot.errors.ParseError as exc:
-        raise SiltError(f"cannot parse the query: {exc}") from None
-    if len(statements) != 1 or statements[0] is None:
-        raise SiltError("give exactly one SQL statement")
-    tree = statements[0]
-    if not isinstance(tree, exp.Query):
-        raise SiltError("only queries (SELECT, WITH, set operations) are supported")
-    return tree
-
-
 def query_tables(query: str) -> list[tuple[str, bool]]:
     """The siltlake tables (schema.table) a query reads, in order of first use, each with whether some
     reference pins a version (VERSION/TIMESTAMP AS OF)."""
     from sqlglot import exp
 
     found: dict[str, bool] = {}
-    for node in _parse(query).find_all(exp.Table):
+    for node in parse_query(query).find_all(exp.Table):
         if node.db:
             qualified = f"{node.db}.{node.name}"
             found[qualified] = found.get(qualified, False) or node.args.get("version") is not None
@@ -208,58 +131,23 @@ def query_tables(query: str) -> list[tuple[str, bool]]:
 
 
 def sql(spark: SparkSession, query: str, deployment: Deployment | None = None, *,
-        reads: Mapping[str, Mapping[str, Any]] | None = None) -> DataFrame:
+        reads: Mapping[str, Mapping[str, Any]] | None = None, plan: QueryPlan | None = None) -> DataFrame:
     """Run Spark SQL in which tables are named schema.table (optionally VERSION AS OF n or TIMESTAMP AS OF '...').
 
-    Spark temp views cannot be qualified, so the query is parsed (sqlglot, Spark dialect), each
-    qualified table reference is replaced by a temp view of that table at that version, and the query is
-    re-rendered. A clause of a table reference the rewrite cannot carry over is refused, never dropped.
-    `reads` gives, per schema.table, how a reference without its own pin reads it (table()'s keyword
-    arguments: as_of_version, dates): derived table builds pin their sources so.
+    Spark temp views cannot be qualified, so the query is planned (siltlake.read.plan: parsed with sqlglot,
+    checked, each read pinned), each qualified table reference is replaced by a temp view of that table at that
+    version, and the query is re-rendered. A clause of a table reference the rewrite cannot carry over is
+    refused, never dropped. `reads` gives, per schema.table, how a reference without its own pin reads it
+    (table()'s keyword arguments: as_of_version, dates): derived table builds pin their sources so. `plan`: one
+    plan_query already made (`silt sql` plans before it decides on an engine).
     """
-    from sqlglot import exp
-
     deployment = deployment or Deployment.open()
-    tree = _parse(query)
-    cte_names = {cte.alias_or_name for cte in tree.find_all(exp.CTE)}
-    views: set[str] = set()
-    for node in list(tree.find_all(exp.Table)):
-        qualified = f"{node.db}.{node.name}" if node.db else node.name
-        if node.catalog:
-            raise SiltError(f"{node.catalog}.{qualified}: siltlake tables are named schema.table, without a catalog "
-                            f"part; write {qualified}")
-        unsupported = sorted(key for key, value in node.args.items()
-                             if value not in (None, [], False) and key not in _KEPT_TABLE_PARTS)
-        _check_alias(node, qualified)
-        if unsupported and (node.db or node.name in cte_names):
-            raise SiltError(f"{qualified}: the query's {', '.join(unsupported)} clause on a table cannot be "
-                            "honoured by siltlake's rewrite; leave it out")
-        if not node.db:
-            if node.name and node.name not in cte_names:
-                raise SiltError(f"table {node.name!r} needs its schema: write schema.table")
-            if node.args.get("version") is not None:
-                raise SiltError(f"{node.name}: VERSION/TIMESTAMP AS OF applies to siltlake tables (schema.table), "
-                                "not to a query's own names")
-            continue
-        pin = _time_travel(node, qualified)
-        view = _view_name(node.db, node.name, pin)
-        options = {} if pin is None else {"as_of_version": pin[1]} if pin[0] == "version" else {"as_of": pin[1]}
-        if pin is None and reads is not None and reads.get(qualified):
-            options = dict(reads[qualified])
-            # A view of its own: another query of the session may read the table unpinned meanwhile.
-            view = f"{view}__r{hashlib.sha256(repr(sorted(options.items())).encode()).hexdigest()[:12]}"
-        if view not in views:
-            try:
-                table(spark, qualified, deployment, **options).createOrReplaceTempView(view)
-            except NotFoundError:
-                raise SiltError(f"no table {qualified}; `silt table list` shows the tables") from None
-            views.add(view)
-        alias = node.alias_or_name
-        node.set("version", None)
-        node.set("db", None)
-        node.set("this", exp.to_identifier(view))
-        if not node.alias:
-            node.set("alias", exp.TableAlias(this=exp.to_identifier(alias)))
-    rendered = tree.sql(dialect="spark")
+    plan = plan or plan_query(query, deployment, reads=reads)
+    for view, read in plan.reads.items():
+        partitions = read.partitions
+        objects_frame(spark, read.record, deployment, [p.manifest_key for p in partitions if p.manifest_key],
+                      [(p.partition_date, object_id, False) for p in partitions
+                       for object_id in p.live_object_ids]).createOrReplaceTempView(view)
+    rendered = plan.tree.sql(dialect="spark")
     check_query(spark, rendered)  # the text Spark runs, parsed by Spark: it reads the tables and nothing else
     return spark.sql(rendered)

@@ -17,7 +17,10 @@ from siltlake.errors import SiltError
 from siltlake.storage import manifests
 
 if TYPE_CHECKING:
-    from siltlake.catalog import TableRecord
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+
+    from siltlake.catalog import PartitionView, TableRecord
     from siltlake.deployment import Deployment
 
 _MANIFEST_READERS = 16
@@ -52,6 +55,11 @@ def version_files(deployment: Deployment, record: TableRecord, *, as_of_version:
     views = deployment.catalog.versions.reader_snapshot(
         record.id, as_of_version=as_of_version, as_of=as_of, table_name=record.qualified_name, dates=dates,
         date_filter=date_filter)
+    return partition_files(deployment, record, views)
+
+
+def partition_files(deployment: Deployment, record: TableRecord, views: list[PartitionView]) -> list[DataFile]:
+    """The exact data files of partitions as a reader snapshot shows them (their manifests are read here)."""
     lake = deployment.lake
     keys = [view.manifest_key for view in views if view.manifest_key]
     if len(keys) <= 1:  # a day's read: no thread pool to start
@@ -67,3 +75,59 @@ def version_files(deployment: Deployment, record: TableRecord, *, as_of_version:
         files += [DataFile(lake.uri(layout.small_object(view.partition_date, object_id, False)),
                            view.partition_date, None) for object_id in view.live_object_ids]
     return files
+
+
+def dirty_dates_of(record: TableRecord, files: list[DataFile]) -> set[dt.date]:
+    """The dates whose files need a merge on read (none for a table without a primary key)."""
+    if not record.definition.keyed:
+        return set()
+    from siltlake.read.keyed import dirty_dates
+
+    return dirty_dates([(f.partition_date, f.uri) for f in files])
+
+
+def lake_keys(deployment: Deployment, record: TableRecord, files: list[DataFile]) -> list[str]:
+    """The lake keys of a version's data files (a URI outside the lake's root is refused)."""
+    from urllib.parse import unquote
+
+    lake = deployment.lake
+    prefix = lake.root + "/"
+    keys = []
+    for f in files:
+        if not f.uri.startswith(prefix):
+            raise SiltError(f"{record.qualified_name}: data file {f.uri} is not under the lake's root {lake.root}; "
+                            "the manifest was written by another deployment")
+        keys.append(unquote(f.uri[len(prefix):]))
+    return keys
+
+
+def arrow_parts(deployment: Deployment, record: TableRecord, files: list[DataFile], schema: pa.Schema,
+                ) -> tuple[ds.FileSystemDataset, pa.Table | None]:
+    """The partitions of `files` that are plain files, as a pyarrow dataset of `schema` (dt from each file's
+    partition), and (a keyed table's) those merged on read, as one table (None: no partition needs it)."""
+    import pyarrow.dataset as ds
+
+    lake = deployment.lake
+    keys = lake_keys(deployment, record, files)
+    dirty = dirty_dates_of(record, files)
+    plain = ds.FileSystemDataset.from_paths(
+        [lake.path(key) for key, f in zip(keys, files, strict=True) if f.partition_date not in dirty],
+        schema=schema, format=ds.ParquetFileFormat(), filesystem=lake.filesystem,
+        partitions=[ds.field("dt") == f.partition_date for f in files if f.partition_date not in dirty])
+    if not dirty:
+        return plain, None
+    # A keyed table's partitions holding several rows of a key are merged on read here, in memory; the
+    # others stay files, so filters and projections still skip their row groups. A filter applies to the
+    # merged rows: a key's older row matching it never shows.
+    import pyarrow as pa
+
+    from siltlake.read.keyed import read_partitions
+
+    grouped: dict[dt.date, list[str]] = {}
+    for key, f in zip(keys, files, strict=True):
+        if f.partition_date in dirty:
+            grouped.setdefault(f.partition_date, []).append(key)
+    definition = record.definition
+    merged = read_partitions(lake, sorted(grouped.items()), schema, definition.primary_key,
+                             definition.sequence_column)
+    return plain, (pa.concat_tables(merged) if len(merged) > 1 else merged[0]).cast(schema)

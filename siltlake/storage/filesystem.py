@@ -399,6 +399,9 @@ class Storage:
         self.move(temporary, key)
 
     def read_bytes(self, key: str) -> bytes:
+        if self._fs is None:  # a local root not opened through pyarrow yet: a manifest read needs no pyarrow
+            with open(self.path(key), "rb") as local:
+                return local.read()
         with self.open_input(key) as stream:
             return stream.read()
 

@@ -1,0 +1,210 @@
+#!/usr/bin/env python
+"""Interactive speed (issue 32): `silt sql` answered by DuckDB without Spark, side by side in one run with
+`silt status`, `silt sql --engine spark`, an unknown table and a parse error; and Table.to_duckdb beside DuckDB's
+own read_parquet over the same files.
+
+Setup (not timed): a deployment in a temporary directory (SQLite catalog, local lake) with web.access,
+--rows rows (456,800 by default, the issue's table) over --days Tokyo days as small objects of 5,000 rows,
+published once. Timed, interleaved, medians of --repeats (Spark: --spark-repeats), each command a fresh
+`python -m siltlake.cli` process (wall time):
+
+  silt status | silt sql 'SELECT count(*) FROM web.access' | the same with --engine spark |
+  silt sql on web.nope (unknown table) | silt sql 'SELEC 1' (parse error) |
+  a fresh process: Lake.open().table('web.access').to_duckdb(connection) and its count.
+
+In process, one day: to_duckdb(connection, dates=[day]) (planning included) against DuckDB's read_parquet of
+Table.files(dates=[day]) with hive_partitioning (the file list made beforehand): a full-day scan (count,
+distinct users per action) and a one-hour top-N (users by requests in one hour).
+
+    .venv/bin/python bench/interactive_bench.py                  # --repeats 7 --spark-repeats 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pyarrow as pa
+from common import RESULTS, brief_machine, commit_small_objects, load_avg_1m, new_deployment, save_json
+
+TABLE = """schema = "web"
+name = "access"
+time_column = "utc_event_time"
+timezone = "Asia/Tokyo"
+merge_interval = "12h"
+
+[[columns]]
+name = "utc_event_time"
+type = "timestamp"
+nullable = false
+source = "time"
+
+[[columns]]
+name = "user_id"
+type = "bigint"
+
+[[columns]]
+name = "action"
+type = "string"
+
+[[columns]]
+name = "status"
+type = "int"
+"""
+FIRST_DAY = dt.date(2026, 11, 20)
+OBJECT_ROWS = 5_000
+COUNT = "SELECT count(*) FROM web.access"
+FULL_DAY = "SELECT action, count(*) AS n, count(DISTINCT user_id) AS users FROM {rel} GROUP BY action"
+TOP_N = ("SELECT user_id, count(*) AS n FROM {rel} WHERE utc_event_time >= TIMESTAMPTZ '{start}' AND "
+         "utc_event_time < TIMESTAMPTZ '{end}' GROUP BY user_id ORDER BY n DESC, user_id LIMIT 10")
+FRESH_LAKE = ("import duckdb\nfrom siltlake.lake import Lake\nconnection = duckdb.connect()\n"
+              "print(Lake.open().table('web.access').to_duckdb(connection).aggregate('count(*)').fetchall())")
+
+
+def build(directory: Path, rows: int, days: int) -> None:
+    (directory / "access.toml").write_text(TABLE)
+    deployment = new_deployment("bench032", directory / ".siltlake")
+    (directory / "siltlake.toml").write_text(
+        f'instance_key = "bench032"\n[catalog]\nurl = "{deployment.config.catalog.url}"\n'
+        f'[storage]\nroot = "{deployment.config.storage.root}"\n'
+        f'staging_root = "{deployment.config.storage.staging_root}"\n')
+    from siltlake.publish import publish_once
+    from siltlake.tabledef import load_table_file
+
+    deployment.catalog.tables.create(load_table_file(directory / "access.toml"))
+    per_day = rows // days
+    objects = []
+    for day_number in range(days):
+        day = FIRST_DAY + dt.timedelta(days=day_number)
+        start = dt.datetime.combine(day, dt.time(0), tzinfo=dt.UTC) - dt.timedelta(hours=9)
+        for first in range(0, per_day, OBJECT_ROWS):
+            count = min(OBJECT_ROWS, per_day - first)
+            index = range(first, first + count)
+            objects.append((day, pa.table({
+                "utc_event_time": pa.array([start + dt.timedelta(seconds=i * 86_399 // per_day) for i in index],
+                                           pa.timestamp("us", tz="UTC")),
+                "user_id": pa.array([(i * 7919) % 5_000 for i in index], pa.int64()),
+                "action": pa.array([("view", "login", "logout", "search", "buy")[i % 5] for i in index]),
+                "status": pa.array([(200, 200, 200, 404, 500)[i % 5] for i in index], pa.int32()),
+            })))
+    for chunk in range(0, len(objects), 32):
+        commit_small_objects(deployment, "web.access", objects[chunk:chunk + 32])
+    publish_once(deployment)
+    deployment.close()
+
+
+def silt_wall(directory: Path, *args: str, expect: int = 0) -> float:
+    started = time.perf_counter()
+    result = subprocess.run([sys.executable, "-m", "siltlake.cli", *args], cwd=directory, capture_output=True,
+                            text=True, timeout=600)
+    wall = time.perf_counter() - started
+    if result.returncode != expect:
+        raise SystemExit(f"silt {' '.join(args)} exited {result.returncode}: {result.stderr}")
+    return wall
+
+
+def python_wall(directory: Path, code: str) -> float:
+    started = time.perf_counter()
+    result = subprocess.run([sys.executable, "-c", code], cwd=directory, capture_output=True, text=True, timeout=600)
+    if result.returncode:
+        raise SystemExit(result.stderr)
+    return time.perf_counter() - started
+
+
+def median(samples: list[float]) -> float:
+    return round(statistics.median(samples), 3)
+
+
+def in_process(directory: Path, repeats: int) -> dict:
+    import duckdb
+
+    from siltlake.lake import Lake
+
+    os.chdir(directory)
+    day = FIRST_DAY + dt.timedelta(days=1)
+    start = dt.datetime.combine(day, dt.time(3), tzinfo=dt.UTC)
+    window = {"start": start.isoformat(), "end": (start + dt.timedelta(hours=1)).isoformat()}
+    results = {}
+    with Lake.open() as lake:
+        table = lake.table("web.access")
+        paths = [lake.deployment.lake.path(uri.split(lake.deployment.lake.root + "/", 1)[1])
+                 for uri in table.files(dates=[day])]
+        listed = ", ".join(f"'{path}'" for path in paths)
+        direct_relation = (f"read_parquet([{listed}], hive_partitioning = true, hive_types = {{'dt': DATE}})")
+        for label, query in (("full_day_scan", FULL_DAY), ("one_hour_top_n", TOP_N)):
+            samples: dict[str, list[float]] = {"to_duckdb": [], "read_parquet": []}
+            answers = {}
+            for _ in range(repeats):
+                for peer in samples:
+                    with duckdb.connect() as connection:
+                        connection.execute("SET TimeZone = 'UTC'")
+                        started = time.perf_counter()
+                        if peer == "to_duckdb":
+                            table.to_duckdb(connection, dates=[day]).create_view("day_rows")
+                            relation = "day_rows"
+                        else:
+                            relation = direct_relation
+                        answers[peer] = connection.execute(query.format(rel=relation, **window)).fetchall()
+                        samples[peer].append(time.perf_counter() - started)
+            assert sorted(answers["to_duckdb"]) == sorted(answers["read_parquet"]), label
+            results[label] = {peer: median(values) for peer, values in samples.items()}
+            results[label]["ratio"] = round(results[label]["to_duckdb"] / results[label]["read_parquet"], 2)
+            results[label]["files"] = len(paths)
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=456_800)
+    parser.add_argument("--days", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--spark-repeats", type=int, default=3)
+    parser.add_argument("--out", default=str(RESULTS / "interactive.json"))
+    args = parser.parse_args()
+    environment = {name: value for name, value in os.environ.items() if not name.startswith("SILTLAKE_")}
+    os.environ.clear()
+    os.environ.update(environment)
+    with tempfile.TemporaryDirectory(prefix="silt-interactive-") as name:
+        directory = Path(name)
+        build(directory, args.rows, args.days)
+        silt_wall(directory, "sql", COUNT)  # warm the page cache and the bytecode caches
+        load_before = os.getloadavg()
+        commands = {
+            "silt status": (["status"], 0),
+            "silt sql count (DuckDB)": (["sql", COUNT], 0),
+            "silt sql unknown table": (["sql", "SELECT count(*) FROM web.nope"], 2),
+            "silt sql parse error": (["sql", "SELEC 1"], 2),
+        }
+        fresh = "fresh process Lake.open + to_duckdb count"
+        walls: dict[str, list[float]] = {label: [] for label in [*commands, fresh]}
+        for _ in range(args.repeats):
+            for label, (command, code) in commands.items():
+                walls[label].append(silt_wall(directory, *command, expect=code))
+            walls[fresh].append(python_wall(directory, FRESH_LAKE))
+        spark = [silt_wall(directory, "sql", "--engine", "spark", COUNT) for _ in range(args.spark_repeats)]
+        walls["silt sql count --engine spark"] = spark
+        commands_result = {label: median(values) for label, values in walls.items()}
+        status = commands_result["silt status"]
+        report = {
+            "machine": brief_machine(), "load_avg_before": [round(x, 2) for x in load_before],
+            "rows": args.rows, "days": args.days, "repeats": args.repeats, "spark_repeats": args.spark_repeats,
+            "median_wall_seconds": commands_result,
+            "vs_status": {label: round(value / status, 2) for label, value in commands_result.items()},
+            "to_duckdb_vs_read_parquet": in_process(directory, args.repeats),
+            "load_avg_after": round(load_avg_1m(), 2),
+        }
+    save_json(Path(args.out), report)
+    import json
+
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,166 @@
+"""DuckDB over the exact file lists of table versions: `silt sql`'s engine for what translates faithfully
+(siltlake.read.translate) and Table.to_duckdb's reader (docs/design.md, "`silt sql` without Spark").
+
+Each table version is a view: `read_parquet([its files], union_by_name)` below a typed empty row set, so columns
+added after a file was written read as null and widened ones as their new type, with `dt` from each file's
+`dt=` directory (or, when the paths hold another `key=value` segment, from one scan per day). A keyed table's
+partitions that need a merge on read are merged by siltlake.read.keyed and handed over as Arrow. Objects on S3
+are scanned through pyarrow's S3 file system (DuckDB's own needs an extension that is not installed here).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+if TYPE_CHECKING:
+    from siltlake.catalog import TableRecord
+    from siltlake.deployment import Deployment
+    from siltlake.read.plan import QueryPlan
+    from siltlake.read.translate import Translation
+    from siltlake.read.versions import DataFile
+
+__all__ = ["connect", "faithful", "run_plan", "session_zone", "table_sql"]
+
+DUCKDB_TYPES = {"string": "VARCHAR", "json": "VARCHAR", "int": "INTEGER", "bigint": "BIGINT", "float": "FLOAT",
+                "double": "DOUBLE", "boolean": "BOOLEAN", "timestamp": "TIMESTAMPTZ", "date": "DATE"}
+_GLOB = set("*?[]{}")
+
+
+def session_zone(deployment: Deployment) -> str:
+    """The time zone of siltlake's Spark sessions (spark.sql.session.timeZone; UTC unless configured): Spark's
+    hour(), to_date(), date_trunc() and time literals use it, so DuckDB's TimeZone is set to it."""
+    from siltlake.read.translate import NotFaithful
+
+    zone = deployment.config.spark.conf.get("spark.sql.session.timeZone", "UTC")
+    try:
+        ZoneInfo(zone)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise NotFaithful(f"the session time zone {zone!r} is not an IANA zone name DuckDB knows") from None
+    return zone
+
+
+def columns_of(record: TableRecord) -> list[tuple[str, str]]:
+    """The table's (column, type) as readers see it, dt last."""
+    return [*((c.name, c.type) for c in record.definition.columns), ("dt", "date")]
+
+
+def faithful(plan: QueryPlan, deployment: Deployment) -> Translation:
+    """The plan's DuckDB translation, or NotFaithful saying why the query goes to Spark."""
+    from siltlake.read.translate import NotFaithful, translate
+
+    views = {}
+    for view, read in plan.reads.items():
+        columns = columns_of(read.record)
+        odd = [kind for _, kind in columns if kind not in DUCKDB_TYPES]
+        if odd:
+            raise NotFaithful(f"{read.record.qualified_name} has a column of type {odd[0]}")
+        views[view] = columns
+    session_zone(deployment)
+    return translate(plan.tree, views)
+
+
+def connect(zone: str = "UTC") -> Any:
+    """A DuckDB connection that never fetches an extension, in Spark's session zone."""
+    import duckdb
+
+    connection = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
+    connection.execute(f"SET TimeZone = {_quote(zone)}")
+    return connection
+
+
+def run_plan(plan: QueryPlan, deployment: Deployment, translation: Translation, limit: int) -> list[tuple]:
+    """Run a translated plan on DuckDB: at most `limit` rows, values as PySpark's collect() gives them
+    (timestamps naive, in this process's local zone)."""
+    from siltlake.read.versions import partition_files
+
+    connection = connect(session_zone(deployment))
+    try:
+        allowed: list[str] = []
+        for view, read in plan.reads.items():
+            files = partition_files(deployment, read.record, read.partitions)
+            allowed += table_sql(connection, view, deployment, read.record, files)
+        # The sandbox, again, on DuckDB's side: the files of the views and nothing else, settings locked.
+        if allowed:
+            connection.execute(f"SET allowed_paths = [{', '.join(_quote(path) for path in allowed)}]")
+        connection.execute("SET enable_external_access = false")
+        connection.execute("SET lock_configuration = true")
+        result = connection.execute(translation.sql)
+        rows = result.fetchmany(limit)
+    finally:
+        connection.close()
+    return [tuple(_as_spark(value) for value in row) for row in rows]
+
+
+def _as_spark(value: object) -> object:
+    # PySpark returns a timestamp as a naive datetime in the local zone (datetime.fromtimestamp).
+    if isinstance(value, dt.datetime) and value.tzinfo is not None:
+        return value.astimezone().replace(tzinfo=None)
+    return value
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def table_sql(connection: Any, view: str, deployment: Deployment, record: TableRecord,
+              files: Sequence[DataFile]) -> list[str]:
+    """Create the view `view` of a table version's files on the connection; returns the local paths DuckDB
+    reads (an object store's files are read through pyarrow, and none are returned)."""
+    from siltlake.read.versions import dirty_dates_of, lake_keys
+
+    lake = deployment.lake
+    columns = columns_of(record)
+    typed = ", ".join(f"CAST({_ident(name)} AS {DUCKDB_TYPES[kind]}) AS {_ident(name)}" for name, kind in columns)
+    empty = ", ".join(f"NULL::{DUCKDB_TYPES[kind]} AS {_ident(name)}" for name, kind in columns)
+    dirty = dirty_dates_of(record, list(files))
+    keys = lake_keys(deployment, record, list(files))
+    plain = [(key, f.partition_date) for key, f in zip(keys, files, strict=True) if f.partition_date not in dirty]
+    parts = [f"SELECT {empty} WHERE false"]
+    paths: list[str] = []
+    if lake.is_object_store or any(_GLOB & set(lake.path(key)) for key, _ in plain):
+        # pyarrow reads these (S3 through the lake's file system; a path DuckDB would take for a glob, as it is).
+        if plain:
+            parts.append(_arrow_part(connection, f"{view}__files", deployment, record,
+                                     [f for f in files if f.partition_date not in dirty]))
+    elif plain:
+        paths = [lake.path(key) for key, _ in plain]
+        segments = {segment for path in paths for segment in path.split("/")[:-1] if "=" in segment}
+        if all(segment.startswith("dt=") for segment in segments) and all(
+                sum("=" in segment for segment in path.split("/")[:-1]) == 1 for path in paths):
+            listed = ", ".join(_quote(path) for path in paths)
+            parts.append(f"SELECT * FROM read_parquet([{listed}], union_by_name = true, hive_partitioning = true, "
+                         "hive_types = {'dt': DATE})")
+        else:  # another key=value directory on the way: dt from the partition, one scan per day
+            for day, group in itertools.groupby(sorted(plain, key=lambda item: item[1]), key=lambda item: item[1]):
+                listed = ", ".join(_quote(lake.path(key)) for key, _ in group)
+                parts.append(f"SELECT *, DATE {_quote(day.isoformat())} AS dt FROM "
+                             f"read_parquet([{listed}], union_by_name = true, hive_partitioning = false)")
+    if dirty:
+        parts.append(_arrow_part(connection, f"{view}__merged", deployment, record,
+                                 [f for f in files if f.partition_date in dirty]))
+    union = " UNION ALL BY NAME ".join(parts)
+    connection.execute(f"CREATE TEMP VIEW {_ident(view)} AS SELECT {typed} FROM ({union})")
+    return paths
+
+
+def _arrow_part(connection: Any, name: str, deployment: Deployment, record: TableRecord,
+                files: list[DataFile]) -> str:
+    """Register files read by pyarrow (merged on read where a keyed partition needs it) as `name`."""
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+
+    from siltlake.read.versions import arrow_parts
+
+    fields = [field.with_nullable(True) for field in record.definition.arrow_schema()]
+    schema = pa.schema([*fields, pa.field("dt", pa.date32(), nullable=False)])
+    plain, merged = arrow_parts(deployment, record, files, schema)
+    connection.register(name, plain if merged is None else ds.UnionDataset(schema, [plain, ds.InMemoryDataset(merged)]))
+    return f"SELECT * FROM {_ident(name)}"

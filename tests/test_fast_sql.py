@@ -1,0 +1,270 @@
+"""`silt sql` without Spark: a corpus of log queries runs on DuckDB (over the exact file lists) and on Spark
+over the same tables, and the answers (column names and rows) must be equal; what may not translate
+faithfully goes to Spark; names, time travel and refusals are checked before any engine starts.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter
+
+import pytest
+
+from siltlake.deployment import Deployment
+from siltlake.errors import SiltError
+from siltlake.publish import publish_once
+from siltlake.read import sql as spark_sql
+from siltlake.read.duck import faithful, run_plan
+from siltlake.read.plan import plan_query
+from siltlake.read.sandbox import RefusedSQL
+from siltlake.read.translate import NotFaithful
+from siltlake.tabledef import Column, TableDef
+
+from .conftest import make_config
+from .merge_helpers import add_small_objects
+from .test_keyed_read import keyed_table
+from .test_merge import DAY, make_table
+from .test_publish import tokyo
+
+pytestmark = pytest.mark.spark
+
+DAYS = [DAY + dt.timedelta(days=n) for n in range(3)]
+ACTIONS = ["login", "logout", "view", "a_b%", "Émile"]
+_row_number = iter(range(1_000_000))
+
+
+def batch(date: dt.date, count: int, added: bool = False) -> list[dict]:
+    """Access rows on a Tokyo date: distinct times, some null user ids and actions; `added`: the later columns."""
+    rows = []
+    for _ in range(count):
+        i = next(_row_number)
+        row = {"utc_event_time": (tokyo(date, 0) + dt.timedelta(seconds=37 * i + 11)).replace(tzinfo=dt.UTC),
+               "user_id": None if i % 11 == 0 else i % 7, "action": None if i % 13 == 0 else ACTIONS[i % 5]}
+        if added:
+            row.update(status=[200, 404, 500, None][i % 4], latency=None if i % 6 == 0 else (i % 17) / 4)
+        rows.append(row)
+    return rows
+
+
+@pytest.fixture(scope="module")
+def lake(tmp_path_factory, spark):
+    """web.access at version 1 (two days), version 2 (two columns added, a third day) and live rows above it;
+    web.keyed with a partition holding several rows of some keys (merged on read)."""
+    root = tmp_path_factory.mktemp("fastsql")
+    deployment = Deployment(make_config(root, f"sqlite:///{root / 'catalog.db'}"))
+    deployment.init()
+    deployment.use_spark(spark)
+    table = make_table(deployment)
+    add_small_objects(deployment, table, DAYS[0], [batch(DAYS[0], 60), batch(DAYS[0], 40)])
+    add_small_objects(deployment, table, DAYS[1], [batch(DAYS[1], 50)])
+    publish_once(deployment)
+    first = deployment.catalog.versions.table_bounds(table.id)[1]
+    deployment.catalog.tables.add_column("web.access", Column(name="status", type="int"))
+    table = deployment.catalog.tables.add_column("web.access", Column(name="latency", type="double"))
+    add_small_objects(deployment, table, DAYS[0], [batch(DAYS[0], 30, added=True)])
+    add_small_objects(deployment, table, DAYS[2], [batch(DAYS[2], 45, added=True)])
+    publish_once(deployment)
+    add_small_objects(deployment, table, DAYS[1], [batch(DAYS[1], 25, added=True)])  # live, not published
+    keyed = deployment.catalog.tables.create(TableDef.from_mapping(keyed_table("keyed").model_dump(by_alias=True)))
+    noon = tokyo(DAYS[0], 12).replace(tzinfo=dt.UTC)
+    add_small_objects(deployment, keyed, DAYS[0], [
+        [{"utc_event_time": noon, "event_id": f"e{i}", "seq": 1, "v": f"old{i}"} for i in range(6)],
+        [{"utc_event_time": noon, "event_id": f"e{i}", "seq": 2, "v": f"new{i}"} for i in range(0, 6, 2)]])
+    yield deployment, first
+    deployment.close()
+
+
+def first_version_time(deployment: Deployment, version: int) -> str:
+    rows = [v for v in deployment.catalog.versions.of_partitions(
+        [p.id for p in deployment.catalog.partitions.list(deployment.catalog.tables.get("web.access").id)])
+        if v.table_version == version]
+    return rows[0].created_at.isoformat(sep=" ")
+
+
+CORPUS = [
+    "SELECT count(*) FROM web.access",
+    "SELECT count(*) AS n, count(user_id), count(DISTINCT user_id), count(DISTINCT action) AS actions "
+    "FROM web.access",
+    "SELECT dt, count(*) AS n FROM web.access GROUP BY dt ORDER BY dt",
+    "SELECT action, count(*) AS n FROM web.access GROUP BY action ORDER BY n DESC, action",
+    "SELECT action, min(utc_event_time) AS first, max(utc_event_time) AS last FROM web.access GROUP BY action",
+    "SELECT sum(user_id), avg(user_id), min(user_id), max(user_id) FROM web.access",
+    "SELECT hour(utc_event_time) AS h, count(*) AS n FROM web.access GROUP BY hour(utc_event_time) ORDER BY h",
+    "SELECT date_trunc('HOUR', utc_event_time), count(*) FROM web.access WHERE dt = '2026-11-21' GROUP BY 1 "
+    "ORDER BY 1",
+    "SELECT to_date(utc_event_time) AS day, dt, count(*) AS n FROM web.access GROUP BY to_date(utc_event_time), dt",
+    "SELECT * FROM web.access WHERE user_id = 3 AND action = 'login'",
+    "SELECT user_id, action FROM web.access WHERE action LIKE 'log%' ORDER BY user_id, action LIMIT 5",
+    "SELECT count(*) FROM web.access WHERE user_id IN (1, 2, 3) OR action IS NULL",
+    "SELECT count(*) AS n FROM web.access WHERE user_id BETWEEN 2 AND 4 AND NOT action IS NULL",
+    "SELECT count(*) FROM web.access WHERE utc_event_time >= '2026-11-20 18:00:00' "
+    "AND utc_event_time < '2026-11-21 01:30'",
+    "SELECT dt, count(*) FROM web.access WHERE dt BETWEEN '2026-11-20' AND '2026-11-21' GROUP BY dt",
+    "SELECT count(*) FROM web.access WHERE dt IN (DATE '2026-11-22') AND user_id <> 0",
+    "SELECT * FROM (SELECT action, utc_event_time, row_number() OVER (PARTITION BY action ORDER BY utc_event_time "
+    "DESC) AS rn FROM web.access) WHERE rn <= 2",
+    "SELECT action, user_id, rank() OVER (PARTITION BY action ORDER BY user_id) AS r, "
+    "dense_rank() OVER (ORDER BY user_id DESC) AS d FROM web.access",
+    "WITH c AS (SELECT action, user_id, count(*) AS n FROM web.access GROUP BY action, user_id) "
+    "SELECT action, user_id, n FROM (SELECT action, user_id, n, row_number() OVER (PARTITION BY action "
+    "ORDER BY n DESC, user_id) AS rn FROM c) ranked WHERE rn = 1",
+    "SELECT DISTINCT action FROM web.access",
+    "SELECT user_id, count(*) AS n FROM web.access GROUP BY user_id HAVING count(*) > 20 ORDER BY user_id",
+    "SELECT status, count(*) AS n, max(latency) AS slowest, min(latency) FROM web.access GROUP BY status",
+    "SELECT count(*) FROM web.access VERSION AS OF 1",
+    "SELECT dt, count(*) AS n, count(status) FROM web.access TIMESTAMP AS OF '{v1}' GROUP BY dt",
+    "SELECT minute(utc_event_time) AS m, second(utc_event_time) AS s, year(utc_event_time) AS y, "
+    "month(utc_event_time) AS mo, day(utc_event_time) AS d FROM web.access WHERE user_id = 5",
+    'SELECT `user_id` AS u, a.action FROM web.access a WHERE a.action = "view" ORDER BY u NULLS LAST, '
+    "a.utc_event_time",
+    "SELECT * FROM web.access ORDER BY utc_event_time DESC LIMIT 3",
+    "SELECT date_trunc('week', utc_event_time) AS w, date_trunc('day', utc_event_time) AS d, count(*) "
+    "FROM web.access GROUP BY 1, 2",
+    "SELECT event_id, v, seq FROM web.keyed",
+    "SELECT count(*), max(v) FROM web.keyed WHERE seq = 2",
+    "SELECT action FROM web.access WHERE latency > 2 AND status = 404 ORDER BY action NULLS FIRST LIMIT 4",
+]
+
+NOT_FAITHFUL = [
+    "SELECT sum(latency) FROM web.access",  # a floating sum depends on the order of the rows
+    "SELECT avg(latency) FROM web.access",
+    "SELECT count(*) FROM web.access a JOIN web.access b ON a.user_id = b.user_id",
+    "SELECT action FROM web.access UNION SELECT action FROM web.access VERSION AS OF 1",
+    "SELECT CASE WHEN user_id > 3 THEN 'hi' END AS c FROM web.access",
+    "SELECT user_id + 1 AS u FROM web.access",
+    "SELECT count(*) FROM web.access WHERE action LIKE 'a\\_b%'",
+    "SELECT count(*) OVER () AS n FROM web.access",
+    "SELECT rank() OVER (ORDER BY user_id) FROM web.access",
+    "SELECT count(*) FROM web.access WHERE user_id = '3'",
+    "SELECT date_format(utc_event_time, 'yyyy') AS y FROM web.access",
+    "SELECT count(*) FROM web.access WHERE utc_event_time > '2026-11-20T10:00:00Z'",
+    "SELECT user_id AS action FROM web.access ORDER BY action",
+    "SELECT action, count(*) AS n FROM web.access GROUP BY action HAVING n > 3",
+    "SELECT count(*) FROM web.access WHERE user_id IN (SELECT user_id FROM web.keyed)",
+]
+
+
+def both(deployment: Deployment, query: str) -> tuple[tuple, tuple]:
+    plan = plan_query(query, deployment)
+    translation = faithful(plan, deployment)
+    duck = (translation.columns, run_plan(plan, deployment, translation, 100_000))
+    frame = spark_sql(deployment.spark(), query, deployment)
+    return duck, (frame.columns, [tuple(row) for row in frame.collect()])
+
+
+def test_the_corpus_gives_spark_s_answers_on_duckdb(lake) -> None:
+    deployment, first = lake
+    assert first == 1
+    v1 = first_version_time(deployment, 1)
+    for query in CORPUS:
+        query = query.replace("{v1}", v1)
+        (duck_names, duck_rows), (spark_names, spark_rows) = both(deployment, query)
+        assert duck_names == spark_names, query
+        assert spark_rows, query  # every query of the corpus has an answer to compare
+        if "ORDER BY" in query.split("FROM")[-1]:
+            assert duck_rows == spark_rows, query
+        else:
+            assert Counter(duck_rows) == Counter(spark_rows), query
+
+
+def test_what_may_not_translate_faithfully_goes_to_spark(lake) -> None:
+    deployment, _ = lake
+    for query in NOT_FAITHFUL:
+        with pytest.raises(NotFaithful):
+            faithful(plan_query(query, deployment), deployment)
+
+
+def test_names_time_travel_and_refusals_are_checked_before_an_engine(lake) -> None:
+    deployment, _ = lake
+    for query, message in [
+        ("SELECT * FROM web.missing", "no table web.missing"),
+        ("SELECT * FROM access", "needs its schema"),
+        ("SELECT * FROM web.access@v1", "not an alias"),
+        ("SELECT * FROM web.access VERSION AS OF 99", "99"),
+        ("SELECT * FROM web.access VERSION AS OF 'x'", "VERSION AS OF takes"),
+        ("SELEC 1", "cannot parse"),
+        ("SELECT reflect('java.lang.System', 'getenv', 'HOME') FROM web.access", "refuses reflect()"),
+        ("SELECT '${env:HOME}' FROM web.access", "refuses ${"),
+    ]:
+        with pytest.raises(SiltError, match=message.replace("$", "\\$").replace("(", "\\(").replace(")", "\\)")):
+            plan_query(query, deployment)
+    with pytest.raises(RefusedSQL):
+        plan_query("SELECT java_method('java.lang.System', 'getenv', 'HOME') AS x FROM web.access", deployment)
+
+
+def test_a_where_on_dt_plans_only_those_days(lake) -> None:
+    deployment, _ = lake
+    plan = plan_query("SELECT count(*) FROM web.access WHERE dt >= '2026-11-21' AND user_id > 1", deployment)
+    (read,) = plan.reads.values()
+    assert sorted(p.partition_date for p in read.partitions) == DAYS[1:]
+    plan = plan_query("SELECT count(*) FROM web.access WHERE dt = '2026-11-21' OR user_id > 1", deployment)
+    (read,) = plan.reads.values()
+    assert sorted(p.partition_date for p in read.partitions) == DAYS  # an OR bounds nothing
+
+
+def test_to_duckdb_and_to_polars_read_the_exact_files_and_plan_only_the_days_asked_for(lake) -> None:
+    import duckdb
+    import pyarrow.compute as pc
+
+    from siltlake.lake import Lake
+
+    deployment, _ = lake
+    for name in ("web.access", "web.keyed"):
+        table = Lake(deployment).table(name)
+        pinned = [{"as_of_version": 1}] if name == "web.access" else []  # web.keyed has no published version
+        for options in ({}, *pinned, {"dates": [DAYS[1]]}, {"filter": pc.field("dt") == DAYS[2]},
+                        {"filter": pc.field("action" if name == "web.access" else "v") == "view"}):
+            expected = Counter(tuple(row.values()) for row in table.to_arrow(**options).to_pylist())
+            with duckdb.connect() as connection:
+                relation = table.to_duckdb(connection, **options)
+                assert relation.columns == table.schema.names
+                assert Counter(relation.fetchall()) == expected, (name, options)
+            frame = table.to_polars(**options).collect()
+            assert Counter(frame.rows()) == expected, (name, options)
+    table = Lake(deployment).table("web.access")
+    asked = []
+    original = table._data_files
+
+    def recording(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        files = original(*args, **kwargs)
+        asked.append({f.partition_date for f in files})
+        return files
+
+    table._data_files = recording
+    with duckdb.connect() as connection:
+        table.to_duckdb(connection, dates=[DAYS[2]]).fetchall()
+        table.to_duckdb(connection, filter=pc.field("dt") >= DAYS[1]).fetchall()
+    assert asked == [{DAYS[2]}, {DAYS[1], DAYS[2]}]
+
+
+def test_silt_sql_answers_without_importing_pyspark_and_spark_when_asked(lake, tmp_path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    deployment, _ = lake
+    config = deployment.config
+    (tmp_path / "siltlake.toml").write_text(
+        f'instance_key = "{config.instance_key}"\n[catalog]\nurl = "{config.catalog.url}"\n'
+        f'[storage]\nroot = "{config.storage.root}"\nstaging_root = "{config.storage.staging_root}"\n')
+
+    def silt(*args: str) -> tuple[subprocess.CompletedProcess, set[str]]:
+        script = ("import sys, json\nfrom siltlake.cli import main\ntry:\n    main(sys.argv[1:], prog_name='silt')\n"
+                  "except SystemExit as exc:\n    code = exc.code\nprint(json.dumps(sorted({m.split('.')[0] for m in "
+                  "sys.modules})), file=sys.stderr)\nsys.exit(code)")
+        result = subprocess.run([sys.executable, "-c", script, *args], cwd=tmp_path, capture_output=True, text=True,
+                                timeout=300)
+        return result, set(json.loads(result.stderr.strip().splitlines()[-1]))
+
+    result, loaded = silt("sql", "SELECT dt, count(*) AS n FROM web.access GROUP BY dt ORDER BY dt", "--format", "csv")
+    assert result.returncode == 0, result.stderr
+    from siltlake.lake import Lake
+
+    days = Counter(Lake(deployment).table("web.access").to_arrow(columns=["dt"]).column("dt").to_pylist())
+    assert result.stdout.splitlines() == ["dt,n", *(f"{day},{n}" for day, n in sorted(days.items()))]
+    assert "pyspark" not in loaded and "py4j" not in loaded and "pyarrow" not in loaded
+    for query, message in [("SELECT count(*) FROM web.nope", "no table web.nope"), ("SELEC 1", "cannot parse")]:
+        result, loaded = silt("sql", query)
+        assert result.returncode == 2 and message in result.stderr and "pyspark" not in loaded
+    result, loaded = silt("sql", "--engine", "duckdb", "SELECT sum(latency) AS s FROM web.access")
+    assert result.returncode == 2 and "--engine duckdb" in result.stderr and "pyspark" not in loaded
