@@ -128,9 +128,10 @@ class StreamConfig(_Section):
     full_listing_interval: int = Field(default=3600, description="seconds between full listings of a local "
                                        "staging root (rounds in between read only what changed); in-place "
                                        "rewrites are noticed by full listings only")
-    settle_time: int = Field(default=10, description="seconds a file of a local staging root must go unwritten "
+    settle_time: int = Field(default=2, description="seconds a file of a local staging root must go unwritten "
                              "(its mtime) before it is taken: a file being written in place is not read "
-                             "mid-flush; object stores (atomic PUTs) never wait")
+                             "mid-flush (short: what grows later loads as an append); object stores (atomic "
+                             "PUTs) never wait")
     settle_limit: int = Field(default=60, description="seconds a local file that never stops changing (a log "
                               "appended to every second) waits at most: then it is taken up to its last whole "
                               "record, and its growth after that as appends")
