@@ -278,3 +278,38 @@ def test_duckdb_iceberg_scan(deployment: Deployment) -> None:
     expected = rows_of(Lake(deployment).table("web.access").to_arrow(filter=pc.field("dt") == DAY,
                                                                      columns=["user_id", "dt"]), ("user_id", "dt"))
     assert found == expected
+
+
+def test_the_rest_catalog_serves_the_same_tables_and_snapshots_read_only(deployment: Deployment) -> None:
+    from pyiceberg.catalog.rest import RestCatalog
+    from pyiceberg.exceptions import ForbiddenError, NoSuchTableError, RESTError
+
+    from siltlake.publish.iceberg_rest import IcebergRestServer
+
+    deployment.config.publish.targets = ["iceberg"]
+    record = make_table(deployment)
+    add_small_objects(deployment, record, DAY, [rows_for(DAY, 10, 0)])
+    published(deployment, tokyo(DAY, 12))
+    add_small_objects(deployment, record, NEXT_DAY, [rows_for(NEXT_DAY, 10, 1)])
+    version = published(deployment, tokyo(NEXT_DAY, 12))
+    server = IcebergRestServer(deployment, "127.0.0.1", 0).start()
+    try:
+        rest = RestCatalog("siltlake", uri=server.url)
+        assert rest.list_namespaces() == [("web",)]
+        assert rest.list_tables("web") == [("web", "access")]
+        table = rest.load_table(IDENT)
+        assert table.metadata_location == open_catalog(deployment).load_table(IDENT).metadata_location
+        lake_table = Lake(deployment).table("web.access")
+        for at in (version - 1, version):
+            snapshot = snapshot_of_version(table, at)
+            assert rows_of(table.scan(row_filter=f"dt = '{DAY}'", selected_fields=("user_id",),
+                                      snapshot_id=snapshot.snapshot_id).to_arrow(), ("user_id",)) == \
+                rows_of(lake_table.to_arrow(filter=pc.field("dt") == DAY, columns=["user_id"], as_of_version=at),
+                        ("user_id",))
+        with pytest.raises(NoSuchTableError):
+            rest.load_table(("web", "nothing"))
+        with pytest.raises((ForbiddenError, RESTError, NotImplementedError)):
+            rest.create_namespace("other")
+        assert rest.list_namespaces() == [("web",)], "nothing was created"
+    finally:
+        server.close()
