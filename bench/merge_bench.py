@@ -122,7 +122,7 @@ def bare_task(lake: Storage, keys: list[str], small_bytes: int, output_key: str,
     planned = RangeTask(lower=0, upper=upper or len(keys), output_key=output_key, small_keys=tuple(keys),
                         small_bytes=small_bytes, existing_key=existing_key)
     return MergeTask(job_id=1, lake=lake, table_json=definition.to_json(), ranges=(planned,),
-                     row_group_bytes=definition.row_group_bytes)
+                     row_group_bytes=definition.row_group_bytes, partition_date=dt.date(2024, 1, 1))
 
 
 def run_bare(task: MergeTask) -> dict:

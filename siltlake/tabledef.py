@@ -26,6 +26,14 @@ WIDENINGS = {("int", "bigint"), ("float", "double")}
 LEGACY_NAIVE_TIMEZONE = "UTC"
 _DURATION = re.compile(r"^(\d+)\s*(s|m|h|d)?$")
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
+# The partition column: in every object (so that any Parquet or Iceberg reader filters on it), never a column name.
+PARTITION_COLUMN = "dt"
+# The Parquet schema metadata key of a column's Iceberg field id (pyarrow writes it as the Parquet field_id).
+FIELD_ID_KEY = b"PARQUET:field_id"
+
+
+def _absent(value: Any) -> bool:
+    return value is None
 
 
 def check_identifier(value: str, what: str) -> str:
@@ -136,6 +144,9 @@ class Column(_Strict):
     type: str
     nullable: bool = True
     source: str | None = Field(default=None, description="input field name; defaults to the column name")
+    # The column's Iceberg field id, written into every object as its Parquet field_id: assigned when the table
+    # is created or the column added, never reused. None only in definitions stored before ids existed.
+    field_id: int | None = Field(default=None, exclude_if=_absent)
 
     _nullable = field_validator("nullable", mode="before")(_exact_bool)
 
@@ -193,6 +204,8 @@ class TableDef(_Strict):
     # last unless sequence_column orders them; merges keep only those rows.
     primary_key: tuple[str, ...] = ()
     sequence_column: str = ""
+    # The Iceberg field id of the partition column dt (the columns carry their own; see Column.field_id).
+    dt_field_id: int | None = Field(default=None, exclude_if=_absent)
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -248,8 +261,9 @@ class TableDef(_Strict):
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise DefinitionError(f"duplicate column names: {', '.join(duplicates)}")
-        if "dt" in names:
+        if PARTITION_COLUMN in names:
             raise DefinitionError("column name 'dt' is reserved for the partition date")
+        self._check_field_ids()
         self._check_key()
         if not self.time_column:
             if self.kind == "derived":
@@ -261,6 +275,21 @@ class TableDef(_Strict):
         if time_columns[0].type != "timestamp":
             raise DefinitionError(f"time_column {self.time_column!r} must have type timestamp")
         return self
+
+    def _check_field_ids(self) -> None:
+        ids = [c.field_id for c in self.columns] + [self.dt_field_id]
+        given = [i for i in ids if i is not None]
+        if not given:
+            return
+        if len(given) != len(ids):
+            missing = [c.name for c in self.columns if c.field_id is None] + \
+                ([PARTITION_COLUMN] if self.dt_field_id is None else [])
+            raise DefinitionError(f"field ids: {', '.join(missing)} have none; give every column and dt_field_id "
+                                  "an id, or none (ids are then assigned)")
+        if any(isinstance(i, bool) or i < 1 for i in given):
+            raise DefinitionError(f"field ids must be positive whole numbers, got {sorted(given)}")
+        if len(set(given)) != len(given):
+            raise DefinitionError(f"field ids {sorted(i for i in set(given) if given.count(i) > 1)} are given twice")
 
     def _check_key(self) -> None:
         by_name = {c.name: c for c in self.columns}
@@ -331,6 +360,45 @@ class TableDef(_Strict):
             fields.append(field)
         return pa.schema(fields)
 
+    @property
+    def field_ids(self) -> dict[str, int] | None:
+        """Each column's Iceberg field id and dt's, by name (None: a definition stored before ids existed)."""
+        if self.dt_field_id is None:
+            return None
+        return {**{c.name: c.field_id for c in self.columns}, PARTITION_COLUMN: self.dt_field_id}  # type: ignore[misc]
+
+    def with_field_ids(self, ids: dict[str, int] | None = None) -> TableDef:
+        """The definition with field ids: `ids` (by name, dt included; an Iceberg table's) or, if None, the
+        columns numbered from 1 in order and dt after them. A definition that has ids keeps them."""
+        if self.dt_field_id is not None:
+            return self
+        if ids is None:
+            ids = {c.name: i for i, c in enumerate(self.columns, start=1)}
+            ids[PARTITION_COLUMN] = len(self.columns) + 1
+        missing = [c.name for c in self.columns if c.name not in ids] + \
+            ([PARTITION_COLUMN] if PARTITION_COLUMN not in ids else [])
+        if missing:
+            raise DefinitionError(f"table {self.qualified_name}: no field id for {', '.join(missing)}")
+        data = self.model_dump(by_alias=True)
+        data["columns"] = [{**c, "field_id": ids[c["name"]]} for c in data["columns"]]
+        data["dt_field_id"] = ids[PARTITION_COLUMN]
+        return TableDef.from_mapping(data)
+
+    def file_schema(self) -> pa.Schema:
+        """Schema of the Parquet objects every writer writes: the columns in order (the time column never null)
+        and then dt, each carrying its Iceberg field id (docs/design.md, "Iceberg target")."""
+        return self._file_schema
+
+    @functools.cached_property
+    def _file_schema(self) -> pa.Schema:
+        import pyarrow as pa
+
+        fields = [*self.arrow_schema(), pa.field(PARTITION_COLUMN, pa.date32(), nullable=False)]
+        ids = self.field_ids
+        if ids is None:
+            return pa.schema(fields)
+        return pa.schema([f.with_metadata({FIELD_ID_KEY: str(ids[f.name]).encode()}) for f in fields])
+
     def to_json(self) -> str:
         # A log table's JSON always names naive_timezone (null: the table's zone), so that a definition stored
         # before the key existed is told apart (from_json); a derived table's has no time strings to read, and
@@ -348,7 +416,10 @@ class TableDef(_Strict):
 
     def with_column(self, column: Column) -> TableDef:
         data = self.model_dump(by_alias=True)
-        data["columns"] = [*data["columns"], column.model_dump()]
+        added = column.model_dump()
+        if self.field_ids is not None:  # a new id, above every id the table ever had (columns are never dropped)
+            added["field_id"] = max(self.field_ids.values()) + 1
+        data["columns"] = [*data["columns"], added]
         return TableDef.from_mapping(data)
 
     def with_column_type(self, name: str, type_name: str) -> TableDef:

@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 from siltlake.catalog import TableRecord
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
+from siltlake.records.writer import object_rows, object_schema
 
 _staging_names = itertools.count()
 
@@ -27,10 +28,11 @@ def rows_for(date: dt.date, count: int, seed: int) -> list[dict]:
 
 def add_small_objects(deployment: Deployment, table: TableRecord, date: dt.date,
                       batches: list[list[dict]], now: dt.datetime | None = None,
-                      write_files: bool = True) -> list[int]:
+                      write_files: bool = True, legacy: bool = False) -> list[int]:
     """Write each batch as one time-sorted small object and commit it as the stream does; returns ids.
 
-    write_files=False commits catalog rows only (for scheduling tests that never read the objects)."""
+    write_files=False commits catalog rows only (for scheduling tests that never read the objects); legacy=True
+    writes objects as siltlake did before they held dt and Iceberg field ids."""
     definition = table.definition
     schema = definition.arrow_schema()
     layout = table.layout(deployment.instance_key)
@@ -52,7 +54,8 @@ def add_small_objects(deployment: Deployment, table: TableRecord, date: dt.date,
             size = 1000
             if write_files:
                 with lake.open_output(key) as sink:
-                    pq.write_table(data, sink, compression=definition.codec)
+                    pq.write_table(data if legacy else object_rows(data, object_schema(definition), date), sink,
+                                   compression=definition.codec)
                 size = lake.info(key).size
             times = data.column(definition.time_column)
             tx.add_small_object(
@@ -71,7 +74,7 @@ def merged_rows(deployment: Deployment, table: TableRecord, partition_id: int, d
     """Every row of the partition's merged objects, as the catalog's ranges name them."""
     layout = table.layout(deployment.instance_key)
     tables = [
-        pq.read_table(deployment.lake.path(r.key(layout, date)),
+        pq.read_table(deployment.lake.path(r.key(layout, date)), columns=table.definition.arrow_schema().names,
                       filesystem=deployment.lake.filesystem)
         for r in deployment.catalog.merge_queue.ranges(partition_id) if r.lower is not None
     ]
@@ -84,7 +87,8 @@ def small_rows(deployment: Deployment, table: TableRecord, partition_id: int, da
     objects = [o for o in deployment.catalog.partitions.small_objects(table.id, up_to_id=up_to)
                if o.partition_date == date]
     tables = [pq.read_table(deployment.lake.path(layout.small_object(date, o.id, o.delayed)),
-                            filesystem=deployment.lake.filesystem) for o in objects]
+                            columns=table.definition.arrow_schema().names, filesystem=deployment.lake.filesystem)
+              for o in objects]
     return pa.concat_tables(tables) if tables else table.definition.arrow_schema().empty_table()
 
 

@@ -162,3 +162,31 @@ def test_storage_uris_for_pyarrow_and_for_spark(tmp_path: Path) -> None:
     s3.root = "s3://bucket/lake"
     assert s3.uri("k/x.parquet") == "s3://bucket/lake/k/x.parquet"
     assert s3.engine_uri("k/x.parquet") == "s3a://bucket/lake/k/x.parquet"
+
+
+def test_field_ids_are_numbered_once_kept_and_never_reused() -> None:
+    from siltlake.errors import DefinitionError
+    from siltlake.tabledef import FIELD_ID_KEY, Column, TableDef
+
+    base = {"schema": "web", "name": "ids", "time_column": "t",
+            "columns": [{"name": "t", "type": "timestamp"}, {"name": "a", "type": "int"}]}
+    legacy = TableDef.from_mapping(base)
+    assert legacy.field_ids is None and "field_id" not in legacy.to_json(), "a definition without ids reads as before"
+    numbered = legacy.with_field_ids()
+    assert numbered.field_ids == {"t": 1, "a": 2, "dt": 3}
+    assert TableDef.from_json(numbered.to_json()) == numbered
+    assert numbered.with_field_ids({"t": 9, "a": 8, "dt": 7}) is numbered, "ids once given are kept"
+    added = numbered.with_column(Column(name="b", type="string")).with_column_type("a", "bigint")
+    assert added.field_ids == {"t": 1, "a": 2, "dt": 3, "b": 4}
+    assert [(f.name, f.metadata[FIELD_ID_KEY]) for f in added.file_schema()] == \
+        [("t", b"1"), ("a", b"2"), ("b", b"4"), ("dt", b"3")]
+    assert legacy.with_column(Column(name="b", type="string")).field_ids is None
+    assert legacy.with_field_ids({"t": 1, "a": 2, "dt": 4}).field_ids == {"t": 1, "a": 2, "dt": 4}
+    with pytest.raises(DefinitionError, match="no field id for a"):
+        legacy.with_field_ids({"t": 1, "dt": 2})
+    with pytest.raises(DefinitionError, match="a, dt have none"):
+        TableDef.from_mapping({**base, "columns": [{"name": "t", "type": "timestamp", "field_id": 1},
+                                                   {"name": "a", "type": "int"}]})
+    with pytest.raises(DefinitionError, match=r"field ids \[1\] are given twice"):
+        TableDef.from_mapping({**base, "dt_field_id": 1, "columns": [{"name": "t", "type": "timestamp", "field_id": 1},
+                                                                     {"name": "a", "type": "int", "field_id": 2}]})

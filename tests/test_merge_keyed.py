@@ -58,7 +58,7 @@ def merged_partition(deployment: Deployment, table: TableRecord) -> tuple[pa.Tab
     key = ranges[1].key(table.layout(deployment.instance_key), DAY)
     merged = pq.read_table(deployment.lake.path(key), filesystem=deployment.lake.filesystem)
     assert ranges[1].row_count == merged.num_rows
-    assert merged.schema.equals(table.definition.arrow_schema())  # no marker column
+    assert merged.schema.equals(table.definition.file_schema())  # no marker column
     times = merged.column("utc_event_time").to_pylist()
     assert times == sorted(times)
     return merged, ranges, deployment.catalog.merge_queue.log(partition.id)[-1]

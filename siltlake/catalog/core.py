@@ -78,7 +78,9 @@ def table_record(row) -> TableRecord:  # noqa: ANN001 - a SQLAlchemy Row of the 
 
 
 def insert_table(c: Connection, definition: TableDef, now: dt.datetime) -> TableRecord:
-    """Add a table in transaction c, under a physical name no table (dropped ones included) holds."""
+    """Add a table in transaction c, under a physical name no table (dropped ones included) holds, its columns
+    given Iceberg field ids (TableDef.with_field_ids) unless the definition names them."""
+    definition = definition.with_field_ids()
     t = s.tables
     found = c.execute(sa.select(t.c.id).where(t.c.schema_name == definition.schema_name,
                                               t.c.table_name == definition.name, t.c.dropped_time.is_(None))).first()

@@ -80,6 +80,19 @@ class Tables:
             self._update_definition(c, record.id, record.definition.with_column(column))
         return self.get(qualified)
 
+    def assign_field_ids(self, table_id: int, ids: dict[str, int] | None = None) -> TableRecord:
+        """Give a table stored before field ids existed its ids (`ids` by name, dt included: an Iceberg table's;
+        None: numbered in column order); a table that has ids keeps them. The table as stored after."""
+        with self._core.tx() as c:
+            query = sa.select(s.tables).where(s.tables.c.id == table_id)
+            if self._core.dialect == "postgresql":
+                query = query.with_for_update()
+            record = table_record(c.execute(query).one())
+            if record.definition.field_ids is None:
+                self._update_definition(c, table_id, record.definition.with_field_ids(ids))
+                record = table_record(c.execute(sa.select(s.tables).where(s.tables.c.id == table_id)).one())
+        return record
+
     def alter_column_type(self, qualified: str, column: str, type_name: str) -> TableRecord:
         """Widen a column (int -> bigint, float -> double); older objects read as the new type."""
         with self._core.tx() as c:

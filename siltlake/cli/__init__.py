@@ -17,6 +17,7 @@ from siltlake.cli import (
     derived,
     errors,
     history,
+    iceberg,
     init,
     load,
     merge,
@@ -60,7 +61,7 @@ COMMANDS = (
     init.init, tables.table_group, stream.stream, merge.merge, status.status, publish.publish, run.run_command,
     history.history, delete.delete, upsert.upsert_command, reap.reap, unknown.unknown_group, errors.errors_group,
     sql.sql_command, load.guess_command, load.load_command, load.cleanup_command, observing.dashboard_command,
-    derived.derived_group,
+    derived.derived_group, iceberg.iceberg_group,
 )
 for command in COMMANDS:
     main.add_command(command)

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from siltlake.records.writer import conform
+from siltlake.records.writer import object_rows, object_schema
 from siltlake.storage.filesystem import Storage
 from siltlake.storage.keys import build_object
 from siltlake.tabledef import TableDef
@@ -40,7 +40,7 @@ class BuildWriter:
 
             part = TaskContext.get().partitionId()
         definition = TableDef.from_json(self.table_json)
-        schema = definition.arrow_schema()
+        schema = object_schema(definition)
         writers: dict[dt.date, tuple] = {}
         rows: dict[dt.date, int] = {}
         outside: str | None = None
@@ -58,7 +58,7 @@ class BuildWriter:
                     if date not in writers:
                         sink = self.lake.open_output(build_object(self.build, date, part))
                         writers[date] = (sink, pq.ParquetWriter(sink, schema, compression=definition.codec))
-                    writers[date][1].write_table(conform(piece.drop_columns(["dt"]), schema))
+                    writers[date][1].write_table(object_rows(piece.drop_columns(["dt"]), schema, date))
                     rows[date] = rows.get(date, 0) + piece.num_rows
         finally:
             for sink, writer in writers.values():

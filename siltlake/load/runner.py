@@ -97,7 +97,7 @@ def _table_columns(job: JobConfig, table: TableDef) -> list[Column]:
         if missing:
             raise ConfigError(f"out.table: the input has no column {missing[0]}, which {table.qualified_name} "
                               "requires; rename an input column to it")
-    return [Column(name=c.name, type=c.type, nullable=c.nullable) for c in table.columns]
+    return [Column(name=c.name, type=c.type, nullable=c.nullable, field_id=c.field_id) for c in table.columns]
 
 
 def _create_definition(job: JobConfig, columns: list[tuple[str, str]]) -> TableDef:
@@ -173,8 +173,9 @@ def _sql_stage(deployment: Deployment, name: str, job: JobConfig, table: TableRe
     if definition.time_column not in frame.columns:
         raise ConfigError(f"jobs.{name}.filters (sql): the query must return the event-time column "
                           f"{definition.time_column}")
-    columns = [Column(name=c.name, type=c.type, nullable=c.nullable) for c in definition.columns]
+    columns = [Column(name=c.name, type=c.type, nullable=c.nullable, field_id=c.field_id) for c in definition.columns]
     table_json = json.dumps([c.model_dump() for c in columns])
+    dt_field_id = definition.dt_field_id
     settings = deployment.config.stream
     instance_key, time_column, timezone, codec = (deployment.instance_key, definition.time_column,
                                                   definition.timezone, definition.codec)
@@ -185,7 +186,8 @@ def _sql_stage(deployment: Deployment, name: str, job: JobConfig, table: TableRe
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        target = row_table([Column.model_validate(c) for c in json.loads(table_json)], time_column, timezone, codec)
+        target = row_table([Column.model_validate(c) for c in json.loads(table_json)], time_column, timezone, codec,
+                           dt_field_id)
         schema = target.arrow_schema()
         index = TaskContext.get().partitionId()
         writer = ObjectWriter(target, lake, TableLayout(instance_key, "load", "rows"), staging_run, index,
@@ -300,7 +302,8 @@ def _load(deployment: Deployment, config: LoadConfig, *, state_path: str | None,
                 codec=definition.codec if definition else "zstd", run_id=run_id, lake=deployment.lake,
                 instance_key=deployment.instance_key, error_uri=_error_uri(job, run_id, name, index),
                 batch_rows=settings.batch_rows, spill_bytes=settings.spill_bytes,
-                offset=item.get("offset", 0), length=item.get("length")))
+                offset=item.get("offset", 0), length=item.get("length"),
+                dt_field_id=definition.dt_field_id if definition and time_column else None))
             weights.append(item["size"])
     started = time.monotonic()
     progress = progress or LoadProgress()

@@ -61,16 +61,20 @@ class LoadTask:
     spill_bytes: int
     offset: int = 0  # a split of an uncompressed file: the lines starting in [offset, offset + length)
     length: int | None = None
+    dt_field_id: int | None = None  # the target table's (its columns carry theirs): objects hold Iceberg field ids
+
 
     @property
     def staging_run(self) -> str:
         return load_job_run(self.run_id, self.job)
 
 
-def row_table(columns: list[Column], time_column: str, timezone: str, codec: str) -> TableDef:
-    """The TableDef the stream's converter and writer take; no validation (the `in` view has no time column)."""
+def row_table(columns: list[Column], time_column: str, timezone: str, codec: str,
+              dt_field_id: int | None = None) -> TableDef:
+    """The TableDef the stream's converter and writer take; no validation (the `in` view has no time column).
+    The columns' field ids and dt_field_id are the target table's (None: objects without field ids)."""
     return TableDef.model_construct(schema_name="load", name="rows", time_column=time_column, timezone=timezone,
-                                    columns=tuple(columns), codec=codec)
+                                    columns=tuple(columns), codec=codec, dt_field_id=dt_field_id)
 
 
 def open_source(uri: str, compression: str, offset: int = 0, length: int | None = None) -> io.BufferedIOBase:
@@ -346,7 +350,7 @@ def run_load_task(task: LoadTask) -> dict:
     started = time.time()
     job = JobConfig.model_validate_json(task.job_json)
     columns = [Column.model_validate(c) for c in json.loads(task.columns_json)]
-    table = row_table(columns, task.time_column, task.timezone, task.codec)
+    table = row_table(columns, task.time_column, task.timezone, task.codec, task.dt_field_id)
     kind = "csv" if job.parser.type == "csv" else job.parser.type
     converter = RecordConverter(table, kind)
     timestamps = [c for c in job.parser.columns if c.type == "timestamp"]

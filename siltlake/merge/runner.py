@@ -131,7 +131,7 @@ class MergeWorker:
             )
             for planned in plan.ranges
         )
-        task = MergeTask(job_id=job.id, lake=self.deployment.lake, table_json=definition.to_json(),
+        task = MergeTask(job_id=job.id, lake=self.deployment.lake, table_json=definition.to_json(), partition_date=date,
                          ranges=ranges, row_group_bytes=definition.row_group_bytes)
         return _Prepared(job, plan, base_upper, task)
 

@@ -12,6 +12,7 @@ copying row groups cannot do.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import time
 import traceback
@@ -29,9 +30,9 @@ from siltlake.errors import storage_failure
 from siltlake.logs import event
 from siltlake.merge.parquet_concat import ShallowMergeRefused, concatenate, shallow_merge_refusal
 from siltlake.records.keyed import DELETE_MARKER, latest_rows
-from siltlake.records.writer import conform
+from siltlake.records.writer import conform, object_rows, object_schema
 from siltlake.storage.filesystem import Storage
-from siltlake.tabledef import TableDef
+from siltlake.tabledef import FIELD_ID_KEY, TableDef
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,7 @@ class MergeTask:
     table_json: str
     ranges: tuple[RangeTask, ...]
     row_group_bytes: int
+    partition_date: dt.date  # every range's: the merged objects hold it as their dt column
 
     @property
     def weight(self) -> int:
@@ -98,7 +100,9 @@ class _Merger:
         self.task = task
         self.lake = task.lake
         self.table = TableDef.from_json(task.table_json)
+        # What objects are decoded as (their dt, if any, is left out) and what merged objects are written as.
         self.schema = self.table.arrow_schema()
+        self.object_schema = object_schema(self.table)
         # What a keyed merge decodes: the columns and an upsert's delete marker (null where an object has none).
         self.marked_schema = self.schema.append(pa.field(DELETE_MARKER, pa.bool_()))
 
@@ -169,12 +173,13 @@ class _Merger:
 
     def _encode(self, rows: pa.Table | _SortedRows, sink) -> None:  # noqa: ANN001 - any writable stream
         table, order = (rows.table, rows.order) if isinstance(rows, _SortedRows) else (rows, None)
-        with pq.ParquetWriter(sink, self.schema, compression=self.table.codec, write_statistics=True) as writer:
+        schema, date = self.object_schema, self.task.partition_date
+        with pq.ParquetWriter(sink, schema, compression=self.table.codec, write_statistics=True) as writer:
             if not table.num_rows:
                 return
             per_group = self._rows_per_group(table)
             if order is None:
-                writer.write_table(table, row_group_size=per_group)
+                writer.write_table(object_rows(table, schema, date), row_group_size=per_group)
                 return
             # Take the next row group on a helper thread while this one is compressed and written:
             # both release the GIL, and at most two row groups of taken rows exist at once.
@@ -184,7 +189,7 @@ class _Merger:
                     group = following.result()
                     if start + per_group < table.num_rows:
                         following = helper.submit(table.take, order.slice(start + per_group, per_group))
-                    writer.write_table(group, row_group_size=per_group)
+                    writer.write_table(object_rows(group, schema, date), row_group_size=per_group)
                     del group
 
     # --- output -------------------------------------------------------------------------------------
@@ -222,9 +227,9 @@ class _Merger:
         keys = ([planned.existing_key] if planned.existing_key else []) + list(planned.small_keys)
         footers = [pq.read_metadata(self.lake.path(k), filesystem=self.lake.filesystem) for k in keys]
         reason = shallow_merge_refusal(footers)
-        if reason is None and not footers[0].schema.to_arrow_schema().equals(self.schema):
-            # Inputs alike but older than the table (a column added or widened): copying them would keep
-            # the old schema in the merged object.
+        if reason is None and not same_schema(footers[0].schema.to_arrow_schema(), self.object_schema):
+            # Inputs alike but older than the table (a column added or widened, or written before objects held
+            # dt and field ids): copying them would keep the old schema in the merged object.
             reason = "the table's columns changed since the objects were written"
         if reason is not None:
             raise ShallowMergeRefused(reason)
@@ -242,7 +247,7 @@ class _Merger:
             return
         with pq.ParquetFile(self.lake.open_input_file(planned.existing_key)) as existing:
             metadata = existing.metadata
-            if not existing.schema_arrow.equals(self.schema):
+            if not same_schema(existing.schema_arrow, self.object_schema):
                 raise ShallowMergeRefused("the table's columns changed since the open object was written")
             threshold = self.task.row_group_bytes * WELL_SIZED_FRACTION
             keep = metadata.num_row_groups
@@ -253,7 +258,8 @@ class _Merger:
             tail = list(range(keep, metadata.num_row_groups))
             fresh = self._decode(list(planned.small_keys))
             if tail:
-                fresh = pa.concat_tables([existing.read_row_groups(tail, use_threads=True), fresh])
+                fresh = pa.concat_tables([existing.read_row_groups(tail, columns=self.schema.names, use_threads=True)
+                                          .cast(self.schema), fresh])
                 result.bytes_decoded += sum(metadata.row_group(i).column(c).total_compressed_size
                                             for i in tail for c in range(metadata.num_columns))
         result.bytes_decoded += planned.small_bytes
@@ -290,6 +296,12 @@ class _Merger:
         if mode == "auto" and planned.existing_key is None:
             result.mode = "deep"  # a new range has nothing to append to
         return result
+
+
+def same_schema(found: pa.Schema, wanted: pa.Schema) -> bool:
+    """Whether an object's schema is `wanted`: the same columns, types and nullability, and field ids."""
+    return found.equals(wanted) and \
+        [(f.metadata or {}).get(FIELD_ID_KEY) for f in found] == [(f.metadata or {}).get(FIELD_ID_KEY) for f in wanted]
 
 
 def run_merge_task(task: MergeTask) -> dict:

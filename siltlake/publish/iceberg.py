@@ -31,6 +31,7 @@ from siltlake.publish.targets import SomeTablesFailed, drop_forgotten_tables
 from siltlake.read.keyed import dirty_dates
 from siltlake.read.versions import version_files
 from siltlake.storage.keys import iceberg_warehouse
+from siltlake.tabledef import PARTITION_COLUMN
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog as IcebergCatalog
@@ -46,7 +47,9 @@ VERSION_TIME_PROPERTY = "siltlake.version-time"
 REAP_PROPERTY = "siltlake.reap"
 TABLE_ID_PROPERTY = "siltlake.table-id"
 INSTANCE_PROPERTY = "siltlake.instance"
-PARTITION_COLUMN = "dt"
+VERSION_HINT = "version-hint.text"
+# Snapshot summaries list each changed partition's counts (`partitions.dt=...`) up to this many partitions.
+PARTITION_SUMMARY_LIMIT = "100"
 EPOCH = dt.date(1970, 1, 1)  # Iceberg stores a date as days since it
 _CATALOGS: dict[tuple[str, str, str], Any] = {}
 
@@ -116,14 +119,34 @@ def _iceberg_type(arrow_type: Any) -> Any:  # noqa: ANN401 - pyarrow type in, Ic
 
 
 def iceberg_schema(record: TableRecord) -> Any:  # noqa: ANN401 - a pyiceberg Schema
-    """The table's columns (all optional: older objects lack added ones) and dt, with ids from 1."""
+    """The table's columns (all optional: older objects lack added ones) and dt, with the definition's field ids
+    (the ids siltlake's objects carry)."""
     from pyiceberg.schema import Schema
     from pyiceberg.types import DateType, NestedField
 
-    fields = [NestedField(i, f.name, _iceberg_type(f.type), required=False)
-              for i, f in enumerate(record.definition.arrow_schema(), start=1)]
-    fields.append(NestedField(len(fields) + 1, PARTITION_COLUMN, DateType(), required=False))
+    ids = record.definition.field_ids
+    if ids is None:
+        raise SiltError(f"{record.qualified_name}: the table has no field ids yet (assign_field_ids first)")
+    fields = [NestedField(ids[f.name], f.name, _iceberg_type(f.type), required=False)
+              for f in record.definition.arrow_schema()]
+    fields.append(NestedField(ids[PARTITION_COLUMN], PARTITION_COLUMN, DateType(), required=False))
     return Schema(*fields)
+
+
+def version_hint_key(deployment: Deployment, table: IcebergTable) -> str | None:
+    """The key of the table's metadata/version-hint.text (None: the table's location is not in the lake)."""
+    return _lake_key(deployment, f"{table.location().rstrip('/')}/metadata/{VERSION_HINT}")
+
+
+def write_version_hint(deployment: Deployment, table: IcebergTable) -> None:
+    """Point metadata/version-hint.text at the current metadata file, for readers given only the table's
+    directory: it holds the file's name without `.metadata.json`, which DuckDB's iceberg_scan and PyIceberg's
+    StaticTable both resolve (Hadoop's integer hints need v<N>.metadata.json names, which catalogs do not write)."""
+    key = version_hint_key(deployment, table)
+    if key is None:
+        return
+    name = table.metadata_location.rsplit("/", 1)[-1].removesuffix(".metadata.json")
+    deployment.lake.write_bytes(key, name.encode())
 
 
 def snapshot_of_version(table: IcebergTable, version: int) -> Any:  # noqa: ANN401 - a Snapshot or None
@@ -189,6 +212,17 @@ class IcebergTarget:
         before = (old.database_name, old.table_name) if old is not None else None
         table = self._table(record, before)
         self._evolve(record, table)
+        if record.definition.field_ids is None:
+            # Stored before field ids existed, its Iceberg table made by an older siltlake: objects written from
+            # now on carry the ids that table gave its columns (older ones are read through the name mapping).
+            schema = table.schema()
+            record = self.catalog.tables.assign_field_ids(
+                record.id, {name: schema.find_field(name, case_sensitive=True).field_id
+                            for name in [*(c.name for c in record.definition.columns), PARTITION_COLUMN]})
+        if table.properties.get("write.summary.partition-limit") != PARTITION_SUMMARY_LIMIT:
+            with table.transaction() as transaction:
+                transaction.set_properties({"write.summary.partition-limit": PARTITION_SUMMARY_LIMIT})
+        write_version_hint(self.deployment, table)
         self._tables[record.id] = table
         namespace, name = identifier(self.deployment, record)
         if old is None or (old.database_name, old.table_name) != (namespace, name) or \
@@ -239,6 +273,8 @@ class IcebergTarget:
         from pyiceberg.table.name_mapping import create_mapping_from_schema
         from pyiceberg.transforms import IdentityTransform
 
+        if record.definition.field_ids is None:  # stored before field ids existed, and never in Iceberg yet
+            record = self.catalog.tables.assign_field_ids(record.id)
         schema = iceberg_schema(record)
         spec = PartitionSpec(PartitionField(source_id=schema.find_field(PARTITION_COLUMN).field_id, field_id=1000,
                                             transform=IdentityTransform(), name=PARTITION_COLUMN))
@@ -246,28 +282,51 @@ class IcebergTarget:
         table = self.iceberg.create_table(
             ident, schema=schema, partition_spec=spec, location=location,
             properties={TABLE_ID_PROPERTY: str(record.id), INSTANCE_PROPERTY: self.deployment.instance_key,
-                        "format-version": "2",
-                        # siltlake's Parquet files carry no field ids: columns are found by name.
+                        "format-version": "2", "write.summary.partition-limit": PARTITION_SUMMARY_LIMIT,
+                        # Objects written before siltlake wrote field ids into them are read by column name.
                         "schema.name-mapping.default": create_mapping_from_schema(schema).model_dump_json()})
         self.statements.append(f"CREATE TABLE {'.'.join(ident)} PARTITIONED BY (dt) LOCATION {location}")
         return table
 
     def _evolve(self, record: TableRecord, table: IcebergTable) -> None:
-        """Add the columns added in siltlake and widen the widened ones (the name mapping follows)."""
+        """Add the columns added in siltlake and widen the widened ones (the name mapping follows). The Iceberg
+        table's field ids must be the definition's: checked before anything changes."""
         schema = table.schema()
-        changes = []
+        ids = record.definition.field_ids
+        next_id = table.metadata.last_column_id
+        added, widened = [], []
+        for arrow_field in record.definition.arrow_schema():
+            wanted = _iceberg_type(arrow_field.type)
+            existing = schema.find_field(arrow_field.name, case_sensitive=True) \
+                if arrow_field.name in schema.column_names else None
+            if existing is None:
+                next_id += 1  # Iceberg gives an added column the id after the table's last one
+                found = next_id
+            else:
+                found = existing.field_id
+                if existing.field_type != wanted:
+                    widened.append((arrow_field.name, wanted))
+            if existing is None:
+                added.append((arrow_field.name, wanted))
+            if ids is not None and ids[arrow_field.name] != found:
+                raise SiltError(f"Iceberg table {'.'.join(table.name())}: column {arrow_field.name} has (or would get) "
+                                f"field id {found}, siltlake's objects carry {ids[arrow_field.name]}; the Iceberg "
+                                "table was changed outside siltlake: drop it there and publish again (it is made "
+                                "anew from siltlake's table versions)")
+        partition = schema.find_field(PARTITION_COLUMN, case_sensitive=True)
+        if ids is not None and partition.field_id != ids[PARTITION_COLUMN]:
+            raise SiltError(f"Iceberg table {'.'.join(table.name())}: dt has field id {partition.field_id}, siltlake's "
+                            f"objects carry {ids[PARTITION_COLUMN]}; drop the Iceberg table there and publish again")
+        if not added and not widened:
+            return
         with table.update_schema() as update:
-            for arrow_field in record.definition.arrow_schema():
-                wanted = _iceberg_type(arrow_field.type)
-                existing = schema.find_field(arrow_field.name, case_sensitive=True) \
-                    if arrow_field.name in schema.column_names else None
-                if existing is None:
-                    update.add_column(arrow_field.name, wanted)
-                    changes.append(f"ADD COLUMN {arrow_field.name} {wanted}")
-                elif existing.field_type != wanted:
-                    update.update_column(arrow_field.name, field_type=wanted)
-                    changes.append(f"ALTER COLUMN {arrow_field.name} TYPE {wanted}")
-        self.statements += [f"ALTER TABLE {'.'.join(table.name())} {change}" for change in changes]
+            for name, wanted in added:
+                update.add_column(name, wanted)
+            for name, wanted in widened:
+                update.update_column(name, field_type=wanted)
+        name_of = ".".join(table.name())
+        self.statements += [f"ALTER TABLE {name_of} ADD COLUMN {name} {wanted}" for name, wanted in added]
+        self.statements += [f"ALTER TABLE {name_of} ALTER COLUMN {name} TYPE {wanted}" for name, wanted in widened]
 
     # --- snapshots ----------------------------------------------------------------------------------
 
@@ -319,6 +378,7 @@ class IcebergTarget:
             self._commit(table, removed, added, {
                 RUN_PROPERTY: self.run, VERSION_PROPERTY: str(version),
                 VERSION_TIME_PROPERTY: times[version].isoformat() + "Z" if version in times else ""})
+            write_version_hint(self.deployment, table)
             for f in removed:
                 del current[f.file_path]
             current.update((f.file_path, f) for f in added)
@@ -449,6 +509,7 @@ def reap_iceberg(deployment: Deployment, records: Iterable[TableRecord], doomed:
         if expire:
             table.maintenance.expire_snapshots().by_ids(expire).commit()
             result.expired += len(expire)
+        write_version_hint(deployment, table)
         result.retained |= _metadata_keys(deployment, table)
     return result
 
@@ -460,4 +521,6 @@ def _metadata_keys(deployment: Deployment, table: IcebergTable) -> set[str]:
     for snapshot in table.snapshots():
         paths.add(snapshot.manifest_list)
         paths |= {m.manifest_path for m in snapshot.manifests(table.io)}
-    return {key for key in (_lake_key(deployment, path) for path in paths) if key is not None}
+    keys = {key for key in (_lake_key(deployment, path) for path in paths) if key is not None}
+    hint = version_hint_key(deployment, table)
+    return keys | ({hint} if hint is not None else set())

@@ -32,7 +32,7 @@ from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.errors import NotFoundError, SiltError
 from siltlake.records.coerce import partition_dates
-from siltlake.records.writer import conform
+from siltlake.records.writer import conform, object_rows, object_schema
 from siltlake.storage.filesystem import Storage
 from siltlake.storage.keys import update_label
 from siltlake.storage.manifests import write_manifests
@@ -70,6 +70,7 @@ class _PartitionWriter:
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         table = TableDef.from_json(self.table_json)
         schema = table.arrow_schema()
+        written = object_schema(table)
         required = [c.name for c in table.columns if not c.nullable]
         rows = outside = 0
         first_outside: str | None = None
@@ -77,7 +78,7 @@ class _PartitionWriter:
         pending: list[pa.Table] = []
         pending_bytes = 0
         with self.lake.open_output(self.key) as sink, \
-                pq.ParquetWriter(sink, schema, compression=table.codec, write_statistics=True) as writer:
+                pq.ParquetWriter(sink, written, compression=table.codec, write_statistics=True) as writer:
             for batch in batches:
                 piece = conform(pa.Table.from_batches([batch]), pa.schema([f.with_nullable(True) for f in schema]))
                 null_column = null_column or next((n for n in required if piece.column(n).null_count), None)
@@ -94,14 +95,18 @@ class _PartitionWriter:
                 pending.append(piece)
                 pending_bytes += piece.nbytes
                 if pending_bytes >= self.row_group_bytes:
-                    writer.write_table(pa.concat_tables(pending).cast(schema))
+                    writer.write_table(self._rows(pending, schema, written))
                     pending, pending_bytes = [], 0
             if pending and null_column is None and not outside:
-                writer.write_table(pa.concat_tables(pending).cast(schema))
+                writer.write_table(self._rows(pending, schema, written))
         yield pa.RecordBatch.from_pydict({
             "rows": [rows], "bytes": [self.lake.info(self.key).size], "outside": [outside],
             "first_outside": [first_outside], "null_column": [null_column],
         })
+
+
+    def _rows(self, pending: list[pa.Table], schema: pa.Schema, written: pa.Schema) -> pa.Table:
+        return object_rows(pa.concat_tables(pending).cast(schema), written, self.partition_date)
 
 
 def _updatable(deployment: Deployment, name: str) -> TableRecord:

@@ -19,7 +19,7 @@ from siltlake.records.coerce import partition_dates
 from siltlake.storage import keys
 from siltlake.storage.filesystem import Storage
 from siltlake.storage.keys import TableLayout
-from siltlake.tabledef import TableDef
+from siltlake.tabledef import PARTITION_COLUMN, TableDef
 
 
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -33,6 +33,23 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
         column = table.column(index)
         columns.append(column if column.type.equals(target.type) else column.cast(target.type))
     return pa.Table.from_arrays(columns, schema=schema)
+
+
+def object_schema(table: TableDef, extra: Iterable[pa.Field] = ()) -> pa.Schema:
+    """The schema of the table's objects (TableDef.file_schema: its columns and dt, with Iceberg field ids), and
+    after them `extra` columns of an object's own (an upsert's delete markers)."""
+    schema = table.file_schema()
+    for added in extra:
+        schema = schema.append(added)
+    return schema
+
+
+def object_rows(rows: pa.Table, schema: pa.Schema, date: dt.date) -> pa.Table:
+    """Rows of one partition date as an object's rows: conformed to `schema` (object_schema), dt = date."""
+    columns = conform(rows, pa.schema([f for f in schema if f.name != PARTITION_COLUMN]))
+    index = schema.get_field_index(PARTITION_COLUMN)
+    return columns.add_column(index, schema.field(index), pa.repeat(pa.scalar(date, pa.date32()), rows.num_rows))
+
 
 # Bounds the rows the k-way merge gathers before writing a row group of the final object.
 MAX_ROW_GROUP_ROWS = 262_144
@@ -66,8 +83,10 @@ class ObjectWriter:
         self.run_id = run_id
         self.object_id = object_id
         self.spill_bytes = spill_bytes
-        # The objects' schema: the table's, or (an upsert's delete markers) the table's plus columns of its own.
+        # The rows' schema: the table's, or (an upsert's delete markers) the table's plus columns of its own;
+        # the objects add dt and field ids (object_schema). Spilled runs are temporary: rows only.
         self.schema = schema or table.arrow_schema()
+        self.object_schema = object_schema(table, [f for f in self.schema if f.name not in table.arrow_schema().names])
         self.buffers: dict[dt.date, _DateBuffer] = {}
         self.written: list[str] = []
 
@@ -88,23 +107,30 @@ class ObjectWriter:
     def _sorted(self, tables: list[pa.Table]) -> pa.Table:
         return pa.concat_tables(tables).sort_by(self.table.time_column)
 
-    def _write(self, key: str, tables: Iterable[pa.Table],
-               row_group_rows: int = MAX_ROW_GROUP_ROWS) -> tuple[pq.FileMetaData, int]:
-        """Write tables in order, gathered into row groups of at most row_group_rows; the file's footer and
-        size, so that describing it needs no second read."""
+    def _write(self, key: str, tables: Iterable[pa.Table], row_group_rows: int = MAX_ROW_GROUP_ROWS,
+               date: dt.date | None = None) -> tuple[pq.FileMetaData, int]:
+        """Write tables in order, gathered into row groups of at most row_group_rows: the object of `date`
+        (with dt and field ids), or a spilled run (date None); the file's footer and size, so that describing it
+        needs no second read."""
         self.written.append(key)
+        schema = self.object_schema if date is not None else self.schema
+
+        def rows(pending: list[pa.Table]) -> pa.Table:
+            joined = pa.concat_tables(pending)
+            return object_rows(joined, schema, date) if date is not None else joined
+
         with self.lake.open_output(key) as sink:
-            with pq.ParquetWriter(sink, self.schema, compression=self.table.codec, write_statistics=True) as writer:
+            with pq.ParquetWriter(sink, schema, compression=self.table.codec, write_statistics=True) as writer:
                 pending: list[pa.Table] = []
                 pending_rows = 0
                 for table in tables:
                     pending.append(table)
                     pending_rows += table.num_rows
                     if pending_rows >= row_group_rows:
-                        writer.write_table(pa.concat_tables(pending), row_group_size=row_group_rows)
+                        writer.write_table(rows(pending), row_group_size=row_group_rows)
                         pending, pending_rows = [], 0
                 if pending:
-                    writer.write_table(pa.concat_tables(pending), row_group_size=row_group_rows)
+                    writer.write_table(rows(pending), row_group_size=row_group_rows)
             size = sink.tell()
         return writer.writer.metadata, size
 
@@ -131,11 +157,11 @@ class ObjectWriter:
                     for run in runs[:MAX_MERGE_FAN_IN]:
                         self.lake.delete(run)
                     runs = runs[MAX_MERGE_FAN_IN:] + [merged]
-                metadata, size = self._write(key, self._merge_runs(runs))
+                metadata, size = self._write(key, self._merge_runs(runs), date=date)
                 for run in runs:
                     self.lake.delete(run)
             else:
-                metadata, size = self._write(key, [self._sorted(buffer.tables)])
+                metadata, size = self._write(key, [self._sorted(buffer.tables)], date=date)
             parts.append(self._describe(date, key, metadata, size))
         return parts
 
@@ -176,7 +202,7 @@ class ObjectWriter:
             yield self._sorted(taken)
 
     def _describe(self, date: dt.date, key: str, metadata: pq.FileMetaData, size: int) -> dict:
-        time_index = self.schema.get_field_index(self.table.time_column)
+        time_index = self.object_schema.get_field_index(self.table.time_column)
         lows, highs = [], []
         for group in range(metadata.num_row_groups):
             stats = metadata.row_group(group).column(time_index).statistics
