@@ -1,0 +1,145 @@
+"""What an object store staging root holds that may be new, listed in proportion to what is new (docs/design.md,
+"Discovery on an object store"): each stream prefix from its cursor, each recently written directory from its
+own, and a bounded slice of a rolling sweep of the whole root. stream/discover.py registers what this lists;
+only then are the cursors recorded (ObjectStoreListing.advance)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from siltlake.catalog import Catalog, DiscoveryCursor, PrefixCursor
+from siltlake.clock import from_nanoseconds, to_naive_utc
+from siltlake.deployment import Deployment
+from siltlake.storage.filesystem import ObjectInfo
+from siltlake.storage.s3listing import KeyListing, list_after
+
+STREAM, RECENT = "stream", "recent"
+LISTERS = 16  # LIST requests in flight at once: a round's requests wait on the network, not on this process
+
+
+@dataclass
+class ObjectStoreListing:
+    """One round's listings: the objects they found (each key once) and the cursors to record once those are
+    registered."""
+
+    objects: list[ObjectInfo]
+    requests: int
+    full: bool  # every key of the root was listed (the root's first round): a completed full listing
+    swept: int  # keys the rolling sweep listed
+    started: dt.datetime  # the round's start, by this host's clock
+    cursors: list[PrefixCursor] = field(default_factory=list)  # only those that moved or are new
+    forget: list[str] = field(default_factory=list)
+    forget_before: dt.datetime | None = None
+    sweep: tuple[dt.datetime | None, str | None] | None = None  # (the pass's start, where it got to; None: end)
+
+    def advance(self, catalog: Catalog, root: str, margin: float) -> None:
+        """Record the round's cursors: its objects are registered. The root's own row first (a completed
+        full listing's time with it), so that prefix cursors never exist without it."""
+        catalog.discovery.advance(root, self.started - dt.timedelta(seconds=margin),
+                                  self.started if self.full else None)
+        if self.cursors or self.forget:
+            catalog.discovery.advance_prefixes(root, self.cursors, self.forget, self.forget_before or self.started)
+        if self.sweep is not None:
+            catalog.discovery.advance_sweep(root, self.sweep[0], self.sweep[1], self.started)
+
+
+def list_new(deployment: Deployment, cursor: DiscoveryCursor | None) -> ObjectStoreListing:
+    """List what the staging root may hold that is new; register nothing, record nothing."""
+    staging = deployment.staging
+    config = deployment.config.stream
+    started = from_nanoseconds(time.time_ns())
+    settled_before = started - dt.timedelta(seconds=config.reorder_window + config.listing_margin)
+    recent_since = started - dt.timedelta(seconds=config.late_window)
+    known = {known.prefix: known for known in deployment.catalog.discovery.prefixes(staging.root)}
+    full = not any(known.kind == STREAM for known in known.values())
+
+    top = list_after(staging, delimiter=True)
+    starts = {prefix: known[prefix].start_after if prefix in known else "" for prefix in top.prefixes}
+    for prefix, recent in known.items():
+        ahead = starts.get(_stream_of(prefix))
+        # A directory the stream's cursor has not passed is listed by the stream's own listing.
+        if recent.kind == RECENT and _is_recent(recent.newest_put, recent_since) and ahead is not None \
+                and ahead > prefix and not ahead.startswith(prefix):
+            starts[prefix] = recent.start_after
+    sweep_after = cursor.sweep_after if cursor is not None else None
+    with ThreadPoolExecutor(max(1, min(LISTERS, len(starts) + 1))) as pool:
+        sweeping = None if full else pool.submit(list_after, staging, "", sweep_after,
+                                                 max_keys=config.sweep_keys_per_round)
+        pending = {prefix: pool.submit(list_after, staging, prefix, start or None) for prefix, start in starts.items()}
+        listings = {prefix: future.result() for prefix, future in pending.items()}
+        sweep = sweeping.result() if sweeping is not None else None
+
+    found = ObjectStoreListing([], top.requests, full, 0, started)
+    seen: set[str] = set()
+    for listing in [top, *listings.values(), *([sweep] if sweep is not None else [])]:
+        found.requests += listing.requests if listing is not top else 0
+        for key, info in listing.objects:
+            if key not in seen:
+                seen.add(key)
+                found.objects.append(info)
+    for prefix, listing in listings.items():
+        found.cursors.extend(_moved(prefix, listing, known, starts[prefix], settled_before, recent_since))
+    found.forget = [prefix for prefix, known_cursor in known.items()
+                    if (known_cursor.kind == STREAM and prefix not in starts)
+                    or (known_cursor.kind == RECENT and not _is_recent(known_cursor.newest_put, recent_since))]
+    found.forget_before = recent_since
+    if sweep is not None:
+        found.swept = len(sweep.objects)
+        found.sweep = (cursor.sweep_started if cursor is not None else None,
+                       None if sweep.complete else sweep.last_key)
+    return found
+
+
+def _stream_of(prefix: str) -> str:
+    return prefix[:prefix.index("/") + 1]
+
+
+def _is_recent(put: dt.datetime | None, since: dt.datetime) -> bool:
+    return put is not None and put >= since
+
+
+def _moved(prefix: str, listing: KeyListing, known: dict[str, PrefixCursor], start: str,
+           settled_before: dt.datetime, recent_since: dt.datetime) -> list[PrefixCursor]:
+    """The cursors a listing of `prefix` (from `start`) moves or creates: its own, and those of the directories
+    under it that received a key within the late window.
+
+    A cursor moves to the greatest key listed whose LastModified is settled_before (stream.reorder_window, and
+    the clock margin, before the round): a key sorting before it that is not listable yet, an upload still
+    running, is found by the next listing if it started no later and takes less than the window."""
+    own = known.get(prefix)
+    kind = own.kind if own is not None else STREAM
+    settled: dict[str, str] = {}         # the prefix, and each directory under it -> its greatest settled key
+    newest: dict[str, dt.datetime] = {}  # directory -> its greatest LastModified listed, if within the window
+    for key, info in listing.objects:
+        put = to_naive_utc(info.mtime) if info.mtime is not None else None
+        directory = key[:key.rfind("/") + 1]
+        if put is None or put <= settled_before:
+            settled[prefix] = settled[directory] = key  # listed in key order: the last is the greatest
+        if put is not None and put >= recent_since and put > newest.get(directory, put - _TICK):
+            newest[directory] = put
+    moved = []
+    after = max(settled.get(prefix, ""), own.start_after if own is not None else "")
+    put = newest.get(prefix) if kind == RECENT else None
+    if own is None or after > own.start_after or _later(put, own.newest_put):
+        moved.append(PrefixCursor(prefix, kind, after, put))
+    if kind == RECENT:
+        return moved
+    for directory, put in newest.items():
+        if directory == prefix:
+            continue
+        before = known.get(directory)
+        # A directory new to the cursors: its keys up to the stream's start were listed by earlier rounds.
+        after = max(before.start_after if before is not None else max(start, directory), settled.get(directory, ""))
+        if before is None or after > before.start_after or _later(put, before.newest_put):
+            moved.append(PrefixCursor(directory, RECENT, after, put))
+    return moved
+
+
+_TICK = dt.timedelta(microseconds=1)
+
+
+def _later(put: dt.datetime | None, than: dt.datetime | None) -> bool:
+    return put is not None and (than is None or put > than)
