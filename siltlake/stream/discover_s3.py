@@ -72,10 +72,10 @@ def list_new(deployment: Deployment, cursor: DiscoveryCursor | None) -> ObjectSt
         listings = {prefix: future.result() for prefix, future in pending.items()}
         sweep = sweeping.result() if sweeping is not None else None
 
-    found = ObjectStoreListing([], top.requests, full, 0, started)
+    every = [top, *listings.values(), *([sweep] if sweep is not None else [])]
+    found = ObjectStoreListing([], sum(listing.requests for listing in every), full, 0, started)
     seen: set[str] = set()
-    for listing in [top, *listings.values(), *([sweep] if sweep is not None else [])]:
-        found.requests += listing.requests if listing is not top else 0
+    for listing in every:
         for key, info in listing.objects:
             if key not in seen:
                 seen.add(key)
