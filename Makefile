@@ -72,6 +72,7 @@ bench: prereqs $(VENV)/.installed-dev
 	$(BIN)/python bench/keyed_bench.py read
 	$(BIN)/python bench/keyed_bench.py upsert
 	$(BIN)/python bench/history_bench.py
+	$(BIN)/python bench/s3_history_bench.py
 
 # The hostile-input properties with many more generated cases than CI's; prints the counts per property.
 FUZZ_EXAMPLES ?= 2000

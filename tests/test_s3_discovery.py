@@ -7,6 +7,7 @@ object store"."""
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 
 import pytest
@@ -231,3 +232,22 @@ def test_only_the_root_prefix_is_listed_when_nothing_is_there(lake: Deployment, 
     first = discover(lake)
     assert first.full_listing and first.registered == 0
     assert idle_round(lake, s3_proxy)[0] == 1  # no prefix yet: the root's level only (a full listing again)
+
+
+def test_a_directory_is_listed_on_its_own_until_the_late_window_has_passed(lake: Deployment, moto_s3: MotoS3,
+                                                                          s3_proxy: CountingProxy) -> None:
+    yesterday = re.compile(r"^LIST .*[?&]prefix=[^&]*2026%2F01%2F01")
+    seed(lake, moto_s3, 5)
+    discover(lake)
+    kinds = {cursor.prefix: cursor.kind for cursor in lake.catalog.discovery.prefixes(lake.staging.root)}
+    assert kinds == {**{stream: "stream" for stream in STREAMS},
+                     **{stream + day: "recent" for stream in STREAMS for day in DAYS}}
+    s3_proxy.log = []
+    discover(lake)
+    assert any(yesterday.search(line) for line in s3_proxy.log), "yesterday's directories are listed on their own"
+    lake.config.stream.late_window = 0  # the window has passed since their newest put
+    discover(lake)
+    assert {cursor.prefix for cursor in lake.catalog.discovery.prefixes(lake.staging.root)} == set(STREAMS)
+    s3_proxy.log = []
+    discover(lake)
+    assert not any(yesterday.search(line) for line in s3_proxy.log)
