@@ -102,9 +102,10 @@ class StreamConfig(_Section):
                                 "root may take (from its LastModified until it is listable) and still be found "
                                 "by its prefix's next listing when a key sorting after it was listed first; "
                                 "later ones wait for the sweep")
-    late_window: int = Field(default=86400, ge=0, description="seconds an object store directory is listed on "
-                             "its own after it last received a key (new keys sorting after its others are found "
-                             "the next round, e.g. yesterday's last objects put late)")
+    late_window: int = Field(default=86400, ge=0, description="seconds an object store staging day (a key's "
+                             "prefix up to its day, by stream.key_pattern) is listed on its own after it last "
+                             "received a key: new keys sorting after its others are found the next round, e.g. "
+                             "yesterday's last objects put late")
     sweep_keys_per_round: AtLeastOne = Field(default=2000, description="keys of an object store staging root "
                                              "the rolling sweep lists per round: a pass over N keys takes "
                                              "N / this many rounds, the horizon of what cursors miss")

@@ -14,7 +14,6 @@ import pytest
 import sqlalchemy as sa
 
 from siltlake.catalog import PrefixCursor
-from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.stream.discover import discover
 from siltlake.tabledef import TableDef
@@ -168,9 +167,8 @@ def test_a_completed_sweep_pass_is_a_full_listing(lake: Deployment, moto_s3: Mot
 def test_cursors_only_move_forward(lake: Deployment) -> None:
     root = lake.staging.root
     discovery = lake.catalog.discovery
-    now = utcnow()
-    discovery.advance_prefixes(root, [PrefixCursor("a/", "stream", "a/2026/01/02/x", None)], [], now)
-    discovery.advance_prefixes(root, [PrefixCursor("a/", "stream", "a/2026/01/01/x", None)], [], now)
+    discovery.advance_prefixes(root, [PrefixCursor("a/", "stream", "a/2026/01/02/x", None)], {})
+    discovery.advance_prefixes(root, [PrefixCursor("a/", "stream", "a/2026/01/01/x", None)], {})
     assert discovery.prefixes(root) == [PrefixCursor("a/", "stream", "a/2026/01/02/x", None)]
 
 
@@ -241,7 +239,7 @@ def test_a_directory_is_listed_on_its_own_until_the_late_window_has_passed(lake:
     discover(lake)
     kinds = {cursor.prefix: cursor.kind for cursor in lake.catalog.discovery.prefixes(lake.staging.root)}
     assert kinds == {**{stream: "stream" for stream in STREAMS},
-                     **{stream + day: "recent" for stream in STREAMS for day in DAYS}}
+                     **{stream + day.rstrip("/"): "recent" for stream in STREAMS for day in DAYS}}
     s3_proxy.log = []
     discover(lake)
     assert any(yesterday.search(line) for line in s3_proxy.log), "yesterday's directories are listed on their own"
@@ -251,3 +249,40 @@ def test_a_directory_is_listed_on_its_own_until_the_late_window_has_passed(lake:
     s3_proxy.log = []
     discover(lake)
     assert not any(yesterday.search(line) for line in s3_proxy.log)
+
+
+FLUENT_BIT = (r"^(?:.*/)?(?P<schema>[^/.]+)\.(?P<table>[^/.]+)/(?P<year>\d{4})/(?P<month>\d{2})/(?P<day>\d{2})/"
+              r"(?P<name>(?:[^/]+/)*[^/]+)$")
+
+
+def test_streams_nested_below_one_prefix_have_cursors_of_their_own(moto_s3: MotoS3, s3_proxy: CountingProxy,
+                                                                   catalog_url: str) -> None:
+    """Fluent Bit's default layout: /fluent-bit-logs/<tag>/%Y/%m/%d/%H/%M/%S, every stream below one prefix and
+    a directory per minute. Cursors go by the key pattern: a stream's is what precedes the year, a day's what
+    ends with the day (not a directory per minute)."""
+    lake = open_lake(moto_s3, s3_proxy, catalog_url, key_pattern=FLUENT_BIT)
+    try:
+        lake.catalog.tables.create(TableDef.from_mapping({**ACCESS_TABLE, "name": "zlog"}))
+        keys = [f"fluent-bit-logs/web.{table}/2026/01/0{day}/10/{minute:02d}/{second:02d}"
+                for table in ("access", "zlog") for day in (1, 2) for minute in range(3) for second in (0, 30)]
+        put_many(moto_s3, lake, keys)
+        assert discover(lake).registered == len(keys)
+        prefixes = {cursor.prefix: cursor.kind for cursor in lake.catalog.discovery.prefixes(lake.staging.root)}
+        assert prefixes == {"fluent-bit-logs/": "stream", "fluent-bit-logs/web.access/": "stream",
+                            "fluent-bit-logs/web.zlog/": "stream",
+                            **{f"fluent-bit-logs/web.{table}/2026/01/0{day}": "recent"
+                               for table in ("access", "zlog") for day in (1, 2)}}
+        # web.access sorts before web.zlog, whose keys moved the first-level prefix's cursor past it
+        new = ["fluent-bit-logs/web.access/2026/01/02/11/00/00", "fluent-bit-logs/web.access/2026/01/03/00/00/00",
+               "fluent-bit-logs/web.access/2026/01/01/23/59/59"]
+        for key in new:
+            put(lake, key)
+        assert discover(lake).registered == len(new)
+        counts = registered(lake)
+        assert set(counts) == set(keys) | set(new) and set(counts.values()) == {1}
+        lists, _ = idle_round(lake, s3_proxy)
+        # the root's level, the first-level prefix, 2 streams, yesterday's day of each
+        # (and web.access's 01/02, passed by its new day), one page of the sweep
+        assert lists == 1 + 1 + 2 + 3 + 1
+    finally:
+        lake.close()

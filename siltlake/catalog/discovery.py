@@ -71,12 +71,12 @@ class DiscoveryCursors:
                              .where(p.c.staging_root == staging_root)).all()
         return [PrefixCursor(*row) for row in rows]
 
-    def advance_prefixes(self, staging_root: str, cursors: list[PrefixCursor], forget: list[str],
-                         forget_before: dt.datetime) -> None:
+    def advance_prefixes(self, staging_root: str, cursors: list[PrefixCursor],
+                         forget: dict[str, dt.datetime | None]) -> None:
         """Record listing cursors after the objects they pass are registered. A cursor's key and newest put
-        only move forward (a slower process listing the same prefix cannot take them back). Of `forget`,
-        stream prefixes (gone from the root) and recent directories whose newest put is before forget_before
-        lose their cursor."""
+        only move forward (a slower process listing the same prefix cannot take them back). The cursors of
+        `forget` go: each unless its newest put is at or after the time given with it (a put recorded meanwhile
+        by another process keeps it), or at all (None)."""
         p = s.prefix_cursors
         mine = p.c.staging_root == staging_root
         with self._core.tx() as c:
@@ -91,9 +91,11 @@ class DiscoveryCursors:
                     c.execute(p.update().where(row, sa.or_(p.c.newest_put.is_(None),
                                                            p.c.newest_put < cursor.newest_put))
                               .values(newest_put=cursor.newest_put))
-            if forget:
-                c.execute(p.delete().where(mine, p.c.prefix.in_(forget), sa.or_(
-                    p.c.kind == "stream", p.c.newest_put.is_(None), p.c.newest_put < forget_before)))
+            for prefix, before in forget.items():
+                row = sa.and_(mine, p.c.prefix == prefix)
+                if before is not None:
+                    row = sa.and_(row, sa.or_(p.c.newest_put.is_(None), p.c.newest_put < before))
+                c.execute(p.delete().where(row))
 
     def advance_sweep(self, staging_root: str, pass_started: dt.datetime | None, position: str | None,
                       now: dt.datetime) -> None:

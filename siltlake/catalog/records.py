@@ -108,10 +108,10 @@ class PrefixCursor:
     """An object store's listing cursor under one key prefix (catalog.discovery; docs/design.md, "Discovery on
     an object store"). Keys are raw, relative to the staging root."""
 
-    prefix: str                       # ends with "/"
-    kind: str                         # "stream": a first-level prefix; "recent": a directory with a recent put
+    prefix: str
+    kind: str                         # "stream": a first-level or a stream's prefix; "recent": a day's prefix
     start_after: str                  # the next listing of the prefix starts after this key ("": from its start)
-    newest_put: dt.datetime | None = None  # a recent directory's greatest LastModified seen
+    newest_put: dt.datetime | None = None  # the greatest LastModified seen under it (days, nested streams)
 
 
 @dataclass(frozen=True)

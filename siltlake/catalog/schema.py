@@ -407,8 +407,8 @@ discovery_cursors = sa.Table(
 )
 
 # An object store's listing cursors (stream/discover_s3.py): per key prefix of a staging root, the key after
-# which its next listing starts. kind 'stream' is a first-level prefix; 'recent' a directory that received a
-# key (newest_put: the greatest LastModified seen in it) within stream.late_window.
+# which its next listing starts. kind 'stream' is a first-level prefix or a stream's prefix below one; 'recent'
+# a day's prefix that received a key within stream.late_window (newest_put: the greatest LastModified seen).
 prefix_cursors = sa.Table(
     "prefix_cursors",
     metadata,
