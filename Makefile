@@ -63,6 +63,7 @@ bench: prereqs $(VENV)/.installed-dev
 	$(BIN)/python bench/small_objects_bench.py
 	$(BIN)/python bench/merge_bench.py all
 	$(BIN)/python bench/publish_bench.py
+	$(BIN)/python bench/publish_partitions_bench.py
 	$(BIN)/python bench/read_bench.py
 	$(BIN)/python bench/reap_bench.py
 	$(BIN)/python bench/load_bench.py
@@ -74,6 +75,7 @@ bench: prereqs $(VENV)/.installed-dev
 	$(BIN)/python bench/history_bench.py --new 100
 	$(BIN)/python bench/year_bench.py
 	$(BIN)/python bench/interactive_bench.py
+	$(BIN)/python bench/s3_history_bench.py
 
 # The hostile-input properties with many more generated cases than CI's; prints the counts per property.
 FUZZ_EXAMPLES ?= 2000

@@ -135,13 +135,25 @@ class StreamConfig(_Section):
     settle_limit: int = Field(default=60, description="seconds a local file that never stops changing (a log "
                               "appended to every second) waits at most: then it is taken up to its last whole "
                               "record, and its growth after that as appends")
+    reorder_window: int = Field(default=300, ge=0, description="seconds an upload to an object store staging "
+                                "root may take (from its LastModified until it is listable) and still be found "
+                                "by its prefix's next listing when a key sorting after it was listed first; "
+                                "later ones wait for the sweep")
+    late_window: int = Field(default=86400, ge=0, description="seconds an object store staging day (a key's "
+                             "prefix up to its day, by stream.key_pattern) is listed on its own after it last "
+                             "received a key: new keys sorting after its others are found the next round, e.g. "
+                             "yesterday's last objects put late")
+    sweep_keys_per_round: AtLeastOne = Field(default=2000, description="keys of an object store staging root "
+                                             "the rolling sweep lists per round: a pass over N keys takes "
+                                             "N / this many rounds, the horizon of what cursors miss")
     staging_retention: AtLeastOne = Field(default=7 * 86400, description="staging objects whose arrival (put "
                                           "or move into the root) is older than this are never loaded again: "
                                           "reap prunes their catalog rows and listings skip them, so shippers "
                                           "and lifecycle rules must delete staging objects within it")
 
     @field_validator("poll_interval", "listing_margin", "full_listing_interval", "claim_timeout",
-                     "heartbeat_interval", "staging_retention", "settle_time", "settle_limit", mode="before")
+                     "heartbeat_interval", "staging_retention", "settle_time", "settle_limit", "reorder_window",
+                     "late_window", mode="before")
     @classmethod
     def _interval(cls, value: Any, info: ValidationInfo) -> int:
         return parse_duration(value, f"stream.{info.field_name}")

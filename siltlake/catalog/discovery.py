@@ -8,7 +8,7 @@ import sqlalchemy as sa
 
 from siltlake.catalog import schema as s
 from siltlake.catalog.core import CatalogCore
-from siltlake.catalog.records import DiscoveryCursor
+from siltlake.catalog.records import DiscoveryCursor, PrefixCursor
 
 
 class DiscoveryCursors:
@@ -21,7 +21,8 @@ class DiscoveryCursors:
         d = s.discovery_cursors
         with self._core.tx() as c:
             row = c.execute(sa.select(d.c.cursor_time, d.c.full_listing_time, d.c.expired_before,
-                                      d.c.expired_recorded).where(d.c.staging_root == staging_root)).first()
+                                      d.c.expired_recorded, d.c.sweep_after, d.c.sweep_started)
+                            .where(d.c.staging_root == staging_root)).first()
         return DiscoveryCursor(*row) if row is not None else None
 
     def advance(self, staging_root: str, cursor_time: dt.datetime, full_listing_time: dt.datetime | None) -> None:
@@ -59,3 +60,59 @@ class DiscoveryCursors:
             c.execute(d.update().where(d.c.staging_root == staging_root)
                       .values(expired_before=watermark, expired_recorded=now))
             return watermark
+
+    # --- an object store's cursors (stream/discover_s3.py) ---------------------------------------------------
+
+    def prefixes(self, staging_root: str) -> list[PrefixCursor]:
+        """The root's listing cursors: its stream prefixes and recent directories."""
+        p = s.prefix_cursors
+        with self._core.tx() as c:
+            rows = c.execute(sa.select(p.c.prefix, p.c.kind, p.c.start_after, p.c.newest_put)
+                             .where(p.c.staging_root == staging_root)).all()
+        return [PrefixCursor(*row) for row in rows]
+
+    def advance_prefixes(self, staging_root: str, cursors: list[PrefixCursor],
+                         forget: dict[str, dt.datetime | None]) -> None:
+        """Record listing cursors after the objects they pass are registered. A cursor's key and newest put
+        only move forward (a slower process listing the same prefix cannot take them back). The cursors of
+        `forget` go: each unless its newest put is at or after the time given with it (a put recorded meanwhile
+        by another process keeps it), or at all (None)."""
+        p = s.prefix_cursors
+        mine = p.c.staging_root == staging_root
+        with self._core.tx() as c:
+            self._core.insert_once(c, p, ("staging_root", "prefix"), [dict(
+                staging_root=staging_root, prefix=cursor.prefix, kind=cursor.kind, start_after=cursor.start_after,
+                newest_put=cursor.newest_put) for cursor in cursors])
+            for cursor in cursors:
+                row = sa.and_(mine, p.c.prefix == cursor.prefix)
+                c.execute(p.update().where(row, p.c.start_after < cursor.start_after)
+                          .values(start_after=cursor.start_after))
+                if cursor.newest_put is not None:
+                    c.execute(p.update().where(row, sa.or_(p.c.newest_put.is_(None),
+                                                           p.c.newest_put < cursor.newest_put))
+                              .values(newest_put=cursor.newest_put))
+            for prefix, before in forget.items():
+                row = sa.and_(mine, p.c.prefix == prefix)
+                if before is not None:
+                    row = sa.and_(row, sa.or_(p.c.newest_put.is_(None), p.c.newest_put < before))
+                c.execute(p.delete().where(row))
+
+    def advance_sweep(self, staging_root: str, pass_started: dt.datetime | None, position: str | None,
+                      now: dt.datetime) -> None:
+        """Record how far the rolling sweep's pass that started at pass_started (None: none had) has listed:
+        up to `position`, or (None) to the end of the root. A completed pass is a completed full listing: the
+        root's full_listing_time moves (forward) to its start, and the next pass starts at `now`. Only the
+        pass still recorded moves: a process finishing a pass another has completed changes nothing."""
+        d = s.discovery_cursors
+        same_pass = d.c.sweep_started.is_(None) if pass_started is None else d.c.sweep_started == pass_started
+        row = sa.and_(d.c.staging_root == staging_root, same_pass)
+        with self._core.tx() as c:
+            if position is not None:
+                c.execute(d.update().where(row, sa.or_(d.c.sweep_after.is_(None), d.c.sweep_after < position))
+                          .values(sweep_after=position, sweep_started=pass_started or now))
+                return
+            completed = pass_started or now
+            if c.execute(d.update().where(row).values(sweep_after=None, sweep_started=now)).rowcount:
+                c.execute(d.update().where(d.c.staging_root == staging_root,
+                                           d.c.full_listing_time < completed)
+                          .values(full_listing_time=completed))

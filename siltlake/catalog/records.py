@@ -97,6 +97,21 @@ class DiscoveryCursor:
     # Rows of objects that arrived before it may have been pruned: a full listing skips such objects.
     expired_before: dt.datetime | None = None
     expired_recorded: dt.datetime | None = None  # the reap run's `now` that recorded expired_before
+    # An object store's rolling sweep: the pass started at sweep_started has listed every key up to sweep_after
+    # (None: from the start; sweep_started None: no pass begun yet).
+    sweep_after: str | None = None
+    sweep_started: dt.datetime | None = None
+
+
+@dataclass(frozen=True)
+class PrefixCursor:
+    """An object store's listing cursor under one key prefix (catalog.discovery; docs/design.md, "Discovery on
+    an object store"). Keys are raw, relative to the staging root."""
+
+    prefix: str
+    kind: str                         # "stream": a first-level or a stream's prefix; "recent": a day's prefix
+    start_after: str                  # the next listing of the prefix starts after this key ("": from its start)
+    newest_put: dt.datetime | None = None  # the greatest LastModified seen under it (days, nested streams)
 
 
 @dataclass(frozen=True)

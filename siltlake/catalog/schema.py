@@ -415,6 +415,25 @@ discovery_cursors = sa.Table(
     # full listing skips objects older than it; expired_recorded is the reap run's `now` that set it.
     sa.Column("expired_before", sa.DateTime, nullable=True),
     sa.Column("expired_recorded", sa.DateTime, nullable=True),
+    # An object store's rolling sweep (stream/discover_s3.py): the pass started at sweep_started has listed
+    # every key up to sweep_after (raw, relative to the root; NULL: from the start).
+    sa.Column("sweep_after", sa.Text, nullable=True),
+    sa.Column("sweep_started", sa.DateTime, nullable=True),
+)
+
+# An object store's listing cursors (stream/discover_s3.py): per key prefix of a staging root, the key after
+# which its next listing starts. kind 'stream' is a first-level prefix or a stream's prefix below one; 'recent'
+# a day's prefix that received a key within stream.late_window (newest_put: the greatest LastModified seen).
+prefix_cursors = sa.Table(
+    "prefix_cursors",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("staging_root", sa.Text, nullable=False),
+    sa.Column("prefix", sa.Text, nullable=False),
+    sa.Column("kind", sa.String(16), nullable=False),
+    sa.Column("start_after", sa.Text, nullable=False),
+    sa.Column("newest_put", sa.DateTime, nullable=True),
+    sa.UniqueConstraint("staging_root", "prefix"),
 )
 
 # Files of a local staging root seen still being written (docs/design.md, "Files written in place and appended

@@ -65,10 +65,10 @@ def _s3_split(uri: str) -> tuple[str, str]:
     return parts.netloc, (parts.netloc + unquote(parts.path)).rstrip("/")
 
 
-@functools.lru_cache(maxsize=64)
-def _s3_filesystem(options: S3Options, bucket: str) -> pafs.FileSystem:
-    """The S3 file system of a bucket (cached: a task rebuilding a Storage must not make a client, and on AWS
-    ask the bucket's region, per object)."""
+def s3_endpoint(options: S3Options, bucket: str) -> tuple[str | None, str, str]:
+    """(endpoint or None for AWS's own, scheme, region) of a bucket under these options: the endpoint from the
+    options, else from the AWS SDKs' environment (AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL); the region from the
+    options, else the environment's (with an endpoint), else asked of AWS."""
     import pyarrow.fs as pafs
 
     region = options.region
@@ -85,6 +85,16 @@ def _s3_filesystem(options: S3Options, bucket: str) -> pafs.FileSystem:
         except Exception as exc:  # pyarrow raises OSError and others for unknown buckets and no network
             raise ConfigError(f"the region of bucket {bucket!r} cannot be found ({exc}); set storage.s3.region") \
                 from None
+    return endpoint, scheme, region
+
+
+@functools.lru_cache(maxsize=64)
+def _s3_filesystem(options: S3Options, bucket: str) -> pafs.FileSystem:
+    """The S3 file system of a bucket (cached: a task rebuilding a Storage must not make a client, and on AWS
+    ask the bucket's region, per object)."""
+    import pyarrow.fs as pafs
+
+    endpoint, scheme, region = s3_endpoint(options, bucket)
     extra = {name: value for name, value in (("request_timeout", options.request_timeout),
                                              ("connect_timeout", options.connect_timeout)) if value is not None}
     if endpoint:

@@ -8,12 +8,13 @@ import time
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
-from siltlake.catalog import Redelivery, TableRecord
+from siltlake.catalog import DiscoveryCursor, Redelivery, TableRecord
 from siltlake.clock import from_nanoseconds, to_naive_utc, to_nanoseconds, utcnow
 from siltlake.config import key_pattern_shape
 from siltlake.deployment import Deployment
 from siltlake.storage.filesystem import ObjectInfo
 from siltlake.stream.appends import settle, take_growth
+from siltlake.stream.discover_s3 import list_new
 from siltlake.tabledef import IDENTIFIER
 
 # Control characters, backslashes (a path separator elsewhere) and percent-escapes (which decode into
@@ -101,6 +102,7 @@ class Discovery:
         self.rewritten = earlier.rewritten + self.rewritten
         self.expired = max(self.expired, earlier.expired)
         self.listed = max(self.listed, earlier.listed)
+    list_requests: int = 0  # an object store's LIST requests (the local walk counts none)
 
 
 def discover(deployment: Deployment) -> Discovery:
@@ -108,13 +110,16 @@ def discover(deployment: Deployment) -> Discovery:
 
     A local root is listed whole on its first round and every stream.full_listing_interval; the rounds in
     between read only the directories and files that changed since the root's cursor (docs/design.md, "Staging
-    objects"). An object store's root is listed whole every round."""
+    objects"). An object store's root is listed from per-prefix cursors plus a slice of a rolling sweep
+    (stream/discover_s3.py; docs/design.md, "Discovery on an object store")."""
     staging = deployment.staging
     catalog = deployment.catalog
     config = deployment.config.stream
     # The file system's clock, read before the walk: what is put after this moment has a ctime past it.
     started = time.time_ns()
     cursor = catalog.discovery.get(staging.root)
+    if staging.is_object_store:
+        return _discover_object_store(deployment, cursor)
     full = not staging.is_local or cursor is None or (
         utcnow() - cursor.full_listing_time >= dt.timedelta(seconds=config.full_listing_interval))
     if full:
@@ -128,10 +133,23 @@ def discover(deployment: Deployment) -> Discovery:
         report = _register(deployment, [info for info in changed.objects if not is_in_flight(info.key)])
         report.listed, report.full_listing = changed.entries, False
     # Only once every object found is registered (or recorded unknown): a round that fails before leaves the
-    # cursor where it was, and the next round looks again. An object store's cursor is not read (it is listed
-    # whole every round), but its full listing time bounds the expiry watermark (reap.staging_rows).
+    # cursor where it was, and the next round looks again. A remote root other than an object store is listed
+    # whole every round (its cursor is not read), but its full listing time bounds the expiry watermark.
     catalog.discovery.advance(staging.root, from_nanoseconds(started - config.listing_margin * 1_000_000_000),
                               from_nanoseconds(started) if full else None)
+    return report
+
+
+def _discover_object_store(deployment: Deployment, cursor: DiscoveryCursor | None) -> Discovery:
+    """Register what the object store's cursors and sweep list; then record the cursors (a round that fails
+    before leaves them where they were, and the next lists the same keys again)."""
+    found = list_new(deployment, cursor)
+    listed = [info for info in found.objects if not is_in_flight(info.key)]
+    fresh = _unexpired(deployment, listed, cursor.expired_before if cursor is not None else None)
+    report = _register(deployment, fresh)
+    report.listed, report.expired = len(listed), len(listed) - len(fresh)
+    report.full_listing, report.list_requests = found.full, found.requests
+    found.advance(deployment.catalog, deployment.staging.root, deployment.config.stream.listing_margin)
     return report
 
 

@@ -3,14 +3,14 @@ each table's newest version time, partial indexes for the partitions a publish r
 for the history sample's freshness query.
 
 Revision ID: 0014
-Revises: 0012 (re-chained to 0013 at merge)
+Revises: 0013
 """
 
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0014"
-down_revision = "0012"
+down_revision = "0013"
 branch_labels = None
 depends_on = None
 
