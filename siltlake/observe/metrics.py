@@ -48,8 +48,14 @@ MERGE_BATCHES = Counter("siltlake_merge_batches", "Batches of merge jobs this pr
                         ["where"], registry=None)
 ROUND_ERRORS = Counter("siltlake_round_errors", "Rounds of this process's loops that failed (and were retried)",
                        ["loop"], registry=None)
-PROCESS_METRICS = (STREAM_ROUND, STREAM_RECORDS, PUBLISH_RUN, REAP_RUN, REAP_DELETED_OBJECTS, REAP_DELETED_BYTES,
-                   MERGE_BATCHES, ROUND_ERRORS)
+STREAM_NOTIFICATIONS = Counter("siltlake_stream_notifications", "What this process's stream rounds read from the "
+                               "stream.notifications queue, by kind: 'object' (an object-created record under the "
+                               "staging root), 'foreign' (another bucket or prefix: ignored), 'ignored' (test "
+                               "events, other event types), 'malformed' (a message left for the queue's redrive "
+                               "policy), 'unavailable' (a round that could not read the queue and relied on its "
+                               "listing)", ["kind"], registry=None)
+PROCESS_METRICS = (STREAM_ROUND, STREAM_RECORDS, STREAM_NOTIFICATIONS, PUBLISH_RUN, REAP_RUN, REAP_DELETED_OBJECTS,
+                   REAP_DELETED_BYTES, MERGE_BATCHES, ROUND_ERRORS)
 # A merge worker's report adds up over its run: what was counted of each, by id.
 _merge_seen: dict[int, tuple[int, int]] = {}
 
@@ -62,9 +68,11 @@ def observe_report(loop: str, report: Any) -> None:
         MERGE_BATCHES.labels("driver").inc(report.in_driver - driver)
         MERGE_BATCHES.labels("spark").inc(report.stages - spark)
         _merge_seen[id(report)] = (report.in_driver, report.stages)
-    elif loop == "stream" and (report.processed or report.registered):
-        STREAM_ROUND.observe(report.seconds)
-        STREAM_RECORDS.inc(report.records_loaded)
+    elif loop == "stream":
+        _observe_notifications(report.notifications)
+        if report.processed or report.registered:
+            STREAM_ROUND.observe(report.seconds)
+            STREAM_RECORDS.inc(report.records_loaded)
     elif loop == "publish":
         PUBLISH_RUN.observe(report.seconds)
     elif loop == "reap":
@@ -73,6 +81,16 @@ def observe_report(loop: str, report: Any) -> None:
             if totals.objects:
                 REAP_DELETED_OBJECTS.labels(reason).inc(totals.objects)
                 REAP_DELETED_BYTES.labels(reason).inc(totals.bytes)
+
+
+def _observe_notifications(tally: Any) -> None:
+    """Count what a stream round read from its notification queue (a NotificationTally; None: no queue)."""
+    if tally is None:
+        return
+    for kind, count in (("object", tally.objects), ("foreign", tally.foreign), ("ignored", tally.ignored),
+                        ("malformed", tally.malformed), ("unavailable", int(tally.error is not None))):
+        if count:
+            STREAM_NOTIFICATIONS.labels(kind).inc(count)
 
 
 def observe_error(loop: str) -> None:

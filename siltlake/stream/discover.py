@@ -12,6 +12,7 @@ from siltlake.catalog import Redelivery, TableRecord
 from siltlake.clock import from_nanoseconds, to_naive_utc, to_nanoseconds, utcnow
 from siltlake.deployment import Deployment
 from siltlake.storage.filesystem import ObjectInfo
+from siltlake.stream.notifications import NotificationTally, take_notified
 from siltlake.tabledef import IDENTIFIER
 
 # Control characters, backslashes (a path separator elsewhere) and percent-escapes (which decode into
@@ -80,6 +81,20 @@ class Discovery:
     # Listed objects that arrived before the root's expiry watermark: their rows may be pruned, so they are
     # skipped unasked (never registered, never loaded again).
     expired: int = 0
+    # Objects under the root that S3 event notifications named and the catalog did not know (stream.notifications)
+    notified: int = 0
+    notifications: NotificationTally | None = None  # what the queue delivered; None without a queue
+
+    def absorb(self, other: Discovery) -> None:
+        """Add the registrations of another pass over other objects (the notified ones) to this report."""
+        self.registered += other.registered
+        self.unknown += other.unknown
+        self.redelivered += other.redelivered
+        self.changed += other.changed
+        self.looked_up += other.looked_up
+        self.expired += other.expired
+        self.notified += other.notified
+        self.notifications = other.notifications or self.notifications
 
 
 def discover(deployment: Deployment) -> Discovery:
@@ -94,6 +109,7 @@ def discover(deployment: Deployment) -> Discovery:
     # The file system's clock, read before the walk: what is put after this moment has a ctime past it.
     started = time.time_ns()
     cursor = catalog.discovery.get(staging.root)
+    notified = _register_notified(deployment, cursor.expired_before if cursor is not None else None)
     full = not staging.is_local or cursor is None or (
         utcnow() - cursor.full_listing_time >= dt.timedelta(seconds=config.full_listing_interval))
     if full:
@@ -111,6 +127,7 @@ def discover(deployment: Deployment) -> Discovery:
     # whole every round), but its full listing time bounds the expiry watermark (reap.staging_rows).
     catalog.discovery.advance(staging.root, from_nanoseconds(started - config.listing_margin * 1_000_000_000),
                               from_nanoseconds(started) if full else None)
+    report.absorb(notified)
     return report
 
 
@@ -193,3 +210,22 @@ def _register(deployment: Deployment, listed: list[ObjectInfo]) -> Discovery:
             rows.append((uri, mapping.table.id, info.size, send_time))
     report.registered = catalog.staging.register(rows)
     return report
+
+
+def _register_notified(deployment: Deployment, expired_before: dt.datetime | None) -> Discovery:
+    """Register the objects that S3 event notifications on the queue of stream.notifications named, as listed
+    ones are (docs/design.md, "Notifications from an SQS queue"); the listing still runs and catches any
+    notification lost or never sent."""
+    found = Discovery(full_listing=False)
+    if not deployment.config.stream.notifications:
+        return found
+
+    def register(objects: list[ObjectInfo]) -> None:
+        settled = [info for info in objects if not is_in_flight(info.key)]
+        fresh = _unexpired(deployment, settled, expired_before)
+        found.absorb(_register(deployment, fresh))
+        found.notified += len(objects)
+        found.expired += len(settled) - len(fresh)
+
+    found.notifications = take_notified(deployment, register)
+    return found
