@@ -15,11 +15,15 @@ from collections import Counter
 from pathlib import Path
 
 import boto3
+import pyarrow.parquet as pq
 import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from siltlake.config import Config
 from siltlake.deployment import Deployment
 from siltlake.errors import ConfigError
+from siltlake.observe.metrics import observe_report, registry_for
 from siltlake.stream.discover import discover
 from siltlake.stream.notifications import parse_message
 from siltlake.tabledef import TableDef
@@ -363,6 +367,13 @@ def jsonl_gz(first: int, count: int) -> bytes:
                                              "action": "view"}) + "\n" for i in range(count)).encode())
 
 
+def notification_counts(deployment: Deployment) -> Counter[str]:
+    """siltlake_stream_notifications_total by kind, as /metrics serves it."""
+    text = generate_latest(registry_for(deployment)).decode()
+    return Counter({sample.labels["kind"]: sample.value for family in text_string_to_metric_families(text)
+                    for sample in family.samples if sample.name == "siltlake_stream_notifications_total"})
+
+
 @pytest.mark.spark
 def test_stream_once_loads_notified_objects_exactly_once(bucket: Bucket, lake: Deployment, spark) -> None:
     from siltlake.stream import stream_once
@@ -372,8 +383,12 @@ def test_stream_once_loads_notified_objects_exactly_once(bucket: Bucket, lake: D
         bucket.put(f"staging/{DAY}/obj-{n}.jsonl.gz", jsonl_gz(n * 100, 20))
     bucket.send(aws_event(bucket.name, f"staging/{DAY}/obj-0.jsonl.gz"))  # a duplicate delivery
 
+    before = notification_counts(lake)
     report = stream_once(lake)
     assert (report.notified, report.registered, report.processed, report.records_loaded) == (3, 3, 3, 60)
+    observe_report("stream", report)
+    after = notification_counts(lake)
+    assert (after["object"] - before["object"], after["ignored"] - before["ignored"]) == (4, 1)  # + the test event
     bucket.send(aws_event(bucket.name, f"staging/{DAY}/obj-1.jsonl.gz"))  # redelivered after the commit
     again = stream_once(lake)
     assert (again.notified, again.registered, again.processed) == (0, 0, 0)
@@ -385,8 +400,6 @@ def test_stream_once_loads_notified_objects_exactly_once(bucket: Bucket, lake: D
     users: Counter[int] = Counter()
     for info in lake.lake.list():
         if "/live/" in info.key:
-            import pyarrow.parquet as pq
-
             with lake.lake.open_input_file(info.key) as handle:
                 users.update(pq.read_table(handle).column("user_id").to_pylist())
     assert len(users) == 60 and set(users.values()) == {1}
