@@ -143,15 +143,16 @@ def take_notified(deployment: Deployment, register: Callable[[list[ObjectInfo]],
                 if known is None or known.mtime is None or known.mtime < record.time:
                     objects[key] = ObjectInfo(key, record.size, record.time)
         register(_unknown(deployment, list(objects.values())))
+        error = None
         try:
             refused = queue.delete(handled)
         except QueueUnavailable as exc:  # registered already: a redelivery registers nothing
-            refused = [message.id for message in handled]
-            tally.error = str(exc)
+            refused, error = [message.id for message in handled], str(exc)
         if refused:
             tally.unacknowledged += len(refused)
             event(log, "stream.notifications_unacknowledged", logging.WARNING, queue=spec, messages=len(refused),
-                  note="delivered again after the visibility timeout; their objects are registered already")
+                  error=error, note="delivered again after the visibility timeout; their objects are registered "
+                                    "already, so they register nothing")
     return tally
 
 
