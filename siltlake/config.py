@@ -7,6 +7,7 @@ import re
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
@@ -16,6 +17,7 @@ from siltlake.tabledef import describe_validation_error, parse_duration
 CONFIG_FILE = "siltlake.toml"
 ENV_PREFIX = "SILTLAKE_"
 INSTANCE_KEY = re.compile(r"^[a-z0-9]{4,32}\Z")  # \Z: "$" would let a trailing newline through
+SQS_QUEUE_NAME = re.compile(r"[A-Za-z0-9_-]{1,80}(?:\.fifo)?\Z")
 
 # Staging keys look like `<anything>.<schema>.<table>/YYYY/MM/DD/<name>[.gz]` (seed 000's layout).
 _TABLE_DIRECTORY = r"^(?:.*/)?(?:[^/]*\.)?(?P<schema>[^/.]+)\.(?P<table>[^/.]+)/"
@@ -150,6 +152,30 @@ class StreamConfig(_Section):
                                           "or move into the root) is older than this are never loaded again: "
                                           "reap prunes their catalog rows and listings skip them, so shippers "
                                           "and lifecycle rules must delete staging objects within it")
+    notifications: str | None = Field(default=None, description="an SQS queue of the staging bucket's S3 event "
+                                      "notifications, read each round besides the listing: sqs://<queue-name> "
+                                      "(its URL asked of the SQS endpoint) or the queue's URL; unset: listing "
+                                      "only (docs/design.md, \"Notifications from an SQS queue\")")
+
+    @field_validator("notifications")
+    @classmethod
+    def _queue(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        value = value.strip()
+        if value.startswith("sqs://"):
+            if not SQS_QUEUE_NAME.match(value[len("sqs://"):].rstrip("/")):
+                raise ValueError(f"{value!r} does not name an SQS queue: write sqs://<queue-name> (1-80 letters, "
+                                 "digits, '-' and '_', optionally ending .fifo) or the queue's URL")
+            return value
+        parts = urlsplit(value)
+        segments = parts.path.strip("/").split("/")
+        if parts.scheme not in ("http", "https") or not parts.netloc or len(segments) != 2 \
+                or not SQS_QUEUE_NAME.match(segments[1]):
+            raise ValueError(f"{value!r} is no SQS queue: write sqs://<queue-name> (its URL is asked of the "
+                             "endpoint) or the queue's URL, e.g. "
+                             "https://sqs.eu-west-1.amazonaws.com/123456789012/staging-events")
+        return value
 
     @field_validator("poll_interval", "listing_margin", "full_listing_interval", "claim_timeout",
                      "heartbeat_interval", "staging_retention", "settle_time", "settle_limit", "reorder_window",
@@ -349,6 +375,14 @@ class Config(_Section):
     derived: DerivedConfig = Field(default_factory=DerivedConfig)
     observe: ObserveConfig = Field(default_factory=ObserveConfig)
     source: str = Field(default="embedded defaults", exclude=True)
+
+    @model_validator(mode="after")
+    def _notifications_need_an_object_store(self) -> Config:
+        if self.stream.notifications and not self.storage.staging_root.startswith("s3://"):
+            raise ValueError(f"stream.notifications reads S3 event notifications, but storage.staging_root "
+                             f"{self.storage.staging_root!r} is no s3:// root: unset stream.notifications "
+                             "(a local root is listed from its cursor) or stage on S3")
+        return self
 
     @field_validator("instance_key")
     @classmethod

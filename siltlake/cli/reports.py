@@ -42,6 +42,14 @@ def print_stream_report(report: StreamReport, staging_root: str, verbose: bool =
     if report.expired:
         console.print(f"  {report.expired} staging objects arrived longer ago than stream.staging_retention: "
                       "skipped, never loaded (delete them from the staging root)")
+    notices = report.notifications
+    if notices is not None and (notices.messages or notices.error):
+        console.print(f"  notifications: {notices.messages} messages, {notices.objects} objects under the staging "
+                      f"root ({report.notified} new), {notices.foreign} foreign, {notices.malformed} malformed "
+                      "(left in the queue)", highlight=False)
+        if notices.error:
+            console.print(f"  [yellow]notification queue unavailable[/]: {shown(notices.error)}; this round relied "
+                          "on the listing", highlight=False)
     for uri, loaded, size in report.changed_reputs:
         console.print(f"  [yellow]changed re-put[/] {short(uri)} is now {size:,} bytes but was loaded at {loaded:,}: "
                       "a key is loaded once, so the new bytes are NOT loaded; put new data under a new key",

@@ -55,8 +55,15 @@ STREAM_APPENDED = Counter("siltlake_stream_appended_deliveries", "Tails of local
                           "process's stream rounds registered as new deliveries", registry=None)
 STREAM_REWRITTEN = Counter("siltlake_stream_rewritten_files", "Local staging files this process's stream rounds found "
                            "changed other than by appending (reported once, not loaded)", registry=None)
-PROCESS_METRICS = (STREAM_ROUND, STREAM_RECORDS, STREAM_DROPPED_FIELDS, STREAM_APPENDED, STREAM_REWRITTEN, PUBLISH_RUN,
-                   REAP_RUN, REAP_DELETED_OBJECTS, REAP_DELETED_BYTES, MERGE_BATCHES, ROUND_ERRORS)
+STREAM_NOTIFICATIONS = Counter("siltlake_stream_notifications", "What this process's stream rounds read from the "
+                               "stream.notifications queue, by kind: 'object' (an object-created record under the "
+                               "staging root), 'foreign' (another bucket or prefix: ignored), 'ignored' (test "
+                               "events, other event types), 'malformed' (a message left for the queue's redrive "
+                               "policy), 'unavailable' (a round that could not read the queue and relied on its "
+                               "listing)", ["kind"], registry=None)
+PROCESS_METRICS = (STREAM_ROUND, STREAM_RECORDS, STREAM_DROPPED_FIELDS, STREAM_APPENDED, STREAM_REWRITTEN,
+                   STREAM_NOTIFICATIONS, PUBLISH_RUN, REAP_RUN, REAP_DELETED_OBJECTS, REAP_DELETED_BYTES,
+                   MERGE_BATCHES, ROUND_ERRORS)
 # A merge worker's report adds up over its run: what was counted of each, by id.
 _merge_seen: dict[int, tuple[int, int]] = {}
 
@@ -70,6 +77,7 @@ def observe_report(loop: str, report: Any) -> None:
         MERGE_BATCHES.labels("spark").inc(report.stages - spark)
         _merge_seen[id(report)] = (report.in_driver, report.stages)
     elif loop == "stream":
+        _observe_notifications(report.notifications)
         STREAM_APPENDED.inc(report.appended)
         STREAM_REWRITTEN.inc(len(report.rewritten))
         if report.processed or report.registered:
@@ -101,6 +109,16 @@ def _settling(summary: list, now) -> Iterator[Metric]:  # noqa: ANN001 - catalog
                           if row.oldest_first_seen is not None else 0.0)
         rewritten.add_metric([row.staging_root], row.rewritten)
     yield from (waiting, oldest, rewritten)
+
+
+def _observe_notifications(tally: Any) -> None:
+    """Count what a stream round read from its notification queue (a NotificationTally; None: no queue)."""
+    if tally is None:
+        return
+    for kind, count in (("object", tally.objects), ("foreign", tally.foreign), ("ignored", tally.ignored),
+                        ("malformed", tally.malformed), ("unavailable", int(tally.error is not None))):
+        if count:
+            STREAM_NOTIFICATIONS.labels(kind).inc(count)
 
 
 def observe_error(loop: str) -> None:

@@ -15,6 +15,7 @@ from siltlake.deployment import Deployment
 from siltlake.storage.filesystem import ObjectInfo
 from siltlake.stream.appends import settle, take_growth
 from siltlake.stream.discover_s3 import list_new
+from siltlake.stream.notifications import NotificationTally, take_notified
 from siltlake.tabledef import IDENTIFIER
 
 # Control characters, backslashes (a path separator elsewhere) and percent-escapes (which decode into
@@ -91,6 +92,10 @@ class Discovery:
     unsettled: int = 0
     unsettled_seconds: float = 0.0
     settles_in: float | None = None
+    list_requests: int = 0  # an object store's LIST requests (the local walk counts none)
+    # Objects under the root that S3 event notifications named and the catalog did not know (stream.notifications)
+    notified: int = 0
+    notifications: NotificationTally | None = None  # what the queue delivered; None without a queue
 
     def absorb(self, earlier: Discovery) -> None:
         """Add what an earlier discovery of the same round did (`silt stream --once` waiting to settle)."""
@@ -102,7 +107,18 @@ class Discovery:
         self.rewritten = earlier.rewritten + self.rewritten
         self.expired = max(self.expired, earlier.expired)
         self.listed = max(self.listed, earlier.listed)
-    list_requests: int = 0  # an object store's LIST requests (the local walk counts none)
+        self.notified += earlier.notified
+
+    def add(self, other: Discovery) -> None:
+        """Add the registrations of a pass over other objects (the notified ones) to this report."""
+        self.registered += other.registered
+        self.unknown += other.unknown
+        self.redelivered += other.redelivered
+        self.changed += other.changed
+        self.looked_up += other.looked_up
+        self.expired += other.expired
+        self.notified += other.notified
+        self.notifications = other.notifications or self.notifications
 
 
 def discover(deployment: Deployment) -> Discovery:
@@ -143,13 +159,16 @@ def discover(deployment: Deployment) -> Discovery:
 def _discover_object_store(deployment: Deployment, cursor: DiscoveryCursor | None) -> Discovery:
     """Register what the object store's cursors and sweep list; then record the cursors (a round that fails
     before leaves them where they were, and the next lists the same keys again)."""
+    expired_before = cursor.expired_before if cursor is not None else None
+    notified = _register_notified(deployment, expired_before)
     found = list_new(deployment, cursor)
     listed = [info for info in found.objects if not is_in_flight(info.key)]
-    fresh = _unexpired(deployment, listed, cursor.expired_before if cursor is not None else None)
+    fresh = _unexpired(deployment, listed, expired_before)
     report = _register(deployment, fresh)
     report.listed, report.expired = len(listed), len(listed) - len(fresh)
     report.full_listing, report.list_requests = found.full, found.requests
     found.advance(deployment.catalog, deployment.staging.root, deployment.config.stream.listing_margin)
+    report.add(notified)
     return report
 
 
@@ -243,3 +262,22 @@ def _register(deployment: Deployment, listed: list[ObjectInfo]) -> Discovery:
             rows.append((uri, mapping.table.id, info.size, send_time))
     report.registered = catalog.staging.register(rows)
     return report
+
+
+def _register_notified(deployment: Deployment, expired_before: dt.datetime | None) -> Discovery:
+    """Register the objects that S3 event notifications on the queue of stream.notifications named, as listed
+    ones are (docs/design.md, "Notifications from an SQS queue"); the listing still runs and catches any
+    notification lost or never sent."""
+    found = Discovery(full_listing=False)
+    if not deployment.config.stream.notifications:
+        return found
+
+    def register(objects: list[ObjectInfo]) -> None:
+        settled = [info for info in objects if not is_in_flight(info.key)]
+        fresh = _unexpired(deployment, settled, expired_before)
+        found.add(_register(deployment, fresh))
+        found.notified += len(objects)
+        found.expired += len(settled) - len(fresh)
+
+    found.notifications = take_notified(deployment, register)
+    return found

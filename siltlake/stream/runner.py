@@ -27,6 +27,7 @@ from siltlake.spark import run_tasks
 from siltlake.storage.filesystem import Storage
 from siltlake.storage.keys import TableLayout, temporary_run
 from siltlake.stream.discover import Discovery, discover
+from siltlake.stream.notifications import NotificationTally
 from siltlake.stream.task import StreamTask, process_staging_object
 
 COMMIT_CHUNK = 64
@@ -57,6 +58,8 @@ class StreamReport:
     skipped_duplicates: int = 0  # decoded here but committed first by another process: dropped
     redelivered: int = 0  # staging objects put again after they were registered: ignored
     expired: int = 0  # listed objects that arrived before the expiry watermark: skipped (stream.staging_retention)
+    notified: int = 0  # objects S3 event notifications named that the catalog did not know (stream.notifications)
+    notifications: NotificationTally | None = None  # what the notification queue delivered; None without one
     changed_reputs: list[tuple[str, int, int]] = field(default_factory=list)  # (uri, loaded size, new size)
     # Files written in place (stream/appends.py): tails of appended files registered as new deliveries, files
     # found changed other than by appending (uri, why: reported once, not loaded), and local files still being
@@ -421,7 +424,7 @@ def stream_once(deployment: Deployment, progress: Progress | None = None,
     deployment.check_instance("stream")
     found = discover_settled(deployment, stop) if settle_wait else discover(deployment)
     report = StreamReport(listed=found.listed, registered=found.registered, redelivered=found.redelivered,
-                          expired=found.expired,
+                          expired=found.expired, notified=found.notified, notifications=found.notifications,
                           changed_reputs=[(put.uri, put.registered_size, put.size) for put in found.changed],
                           appended=found.appended, rewritten=list(found.rewritten), unsettled=found.unsettled,
                           unsettled_seconds=found.unsettled_seconds)
@@ -492,7 +495,7 @@ log = logging.getLogger(__name__)
 def _log_round(report: StreamReport) -> None:
     """One line per round that found work; a warning per object that failed or went to unknown."""
     if report.processed or report.registered or report.failed:
-        event(log, "stream.round", registered=report.registered, processed=report.processed,
+        event(log, "stream.round", registered=report.registered, notified=report.notified, processed=report.processed,
               records_loaded=report.records_loaded, bad_records=report.bad_records,
               dropped_fields=report.dropped_fields, live_objects=report.live_objects,
               delayed_objects=report.delayed_objects, bytes_written=report.bytes_written,
