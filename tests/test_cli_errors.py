@@ -84,12 +84,13 @@ def test_sql_over_a_small_object_deleted_behind_the_catalogs_back_fails_in_one_l
     (small_object,) = (tmp_path / "lake").rglob("obj-*.parquet")
     small_object.unlink()
 
-    result = run_silt(env, "sql", "select count(*) from web.access")
-    line = assert_one_line(result, 2)
-    assert len(result.stderr.strip().splitlines()) <= 3, result.stderr
-    assert small_object.name in line and "missing" in line and "restore it" in line, line
+    for engine in ("duckdb", "spark"):
+        result = run_silt(env, "sql", "--engine", engine, "select count(*) from web.access")
+        line = assert_one_line(result, 2)
+        assert len(result.stderr.strip().splitlines()) <= 3, result.stderr
+        assert small_object.name in line and "missing" in line and "restore it" in line, line
 
-    debug = run_silt(env, "--debug", "sql", "select count(*) from web.access")
+    debug = run_silt(env, "--debug", "sql", "--engine", "spark", "select count(*) from web.access")
     assert debug.returncode == 2, debug.stderr
     assert "Traceback (most recent call last)" in debug.stderr, debug.stderr
     assert "at org.apache.spark" in debug.stderr, "the JVM's trace too"

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from siltlake.errors import SiltError
 
 if TYPE_CHECKING:
     from siltlake.catalog import TableRecord
@@ -28,6 +31,7 @@ __all__ = ["connect", "faithful", "run_plan", "session_zone", "table_sql"]
 DUCKDB_TYPES = {"string": "VARCHAR", "json": "VARCHAR", "int": "INTEGER", "bigint": "BIGINT", "float": "FLOAT",
                 "double": "DOUBLE", "boolean": "BOOLEAN", "timestamp": "TIMESTAMPTZ", "date": "DATE"}
 _GLOB = set("*?[]{}")
+_MISSING = re.compile(r'No files found that match the pattern "([^"]+)"')
 
 
 def session_zone(deployment: Deployment) -> str:
@@ -75,6 +79,8 @@ def connect(zone: str = "UTC") -> Any:
 def run_plan(plan: QueryPlan, deployment: Deployment, translation: Translation, limit: int) -> list[tuple]:
     """Run a translated plan on DuckDB: at most `limit` rows, values as PySpark's collect() gives them
     (timestamps naive, in this process's local zone)."""
+    import duckdb
+
     from siltlake.read.versions import partition_files
 
     connection = connect(session_zone(deployment))
@@ -88,8 +94,15 @@ def run_plan(plan: QueryPlan, deployment: Deployment, translation: Translation, 
             connection.execute(f"SET allowed_paths = [{', '.join(_quote(path) for path in allowed)}]")
         connection.execute("SET enable_external_access = false")
         connection.execute("SET lock_configuration = true")
-        result = connection.execute(translation.sql)
-        rows = result.fetchmany(limit)
+        rows = connection.execute(translation.sql).fetchmany(limit)
+    except duckdb.IOException as exc:
+        missing = _MISSING.search(str(exc))
+        if missing is None:
+            raise
+        # The same words as the Spark path's (cli/failures.py): a listed object deleted behind the catalog.
+        raise SiltError(f"a data file is missing ({missing.group(1)}): it was deleted or moved outside siltlake "
+                        "while the catalog still lists it; restore it (from a backup or the storage's "
+                        "versioning), then rerun") from exc
     finally:
         connection.close()
     return [tuple(_as_spark(value) for value in row) for row in rows]
