@@ -1,0 +1,72 @@
+"""The built wheel in a fresh venv, installed the way the image installs it (deploy/install.sh) with no extras:
+it reads a table with pyarrow, DuckDB and `silt sql`, and the pipeline's commands name the spark extra.
+
+Marked `install` (about two minutes and 600 MB of downloads with a warm pip cache): `make install-check`, not
+`make test`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from siltlake.deployment import Deployment
+from siltlake.publish import publish_once
+
+from .conftest import make_config
+from .merge_helpers import add_small_objects
+from .test_fast_sql import WITHOUT_SPARK, batch
+from .test_merge import DAY, make_table
+
+ROOT = Path(__file__).parent.parent
+pytestmark = pytest.mark.install
+
+
+def test_the_wheel_without_extras_reads_a_table_in_a_fresh_venv(tmp_path: Path) -> None:
+    deployment = Deployment(make_config(tmp_path / "lake", f"sqlite:///{tmp_path / 'catalog.db'}"))
+    deployment.init()
+    table = make_table(deployment)
+    add_small_objects(deployment, table, DAY, [batch(DAY, 30), batch(DAY, 20)])
+    publish_once(deployment)
+    config = deployment.config
+    deployment.close()
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "siltlake.toml").write_text(
+        f'instance_key = "{config.instance_key}"\n[catalog]\nurl = "{config.catalog.url}"\n'
+        f'[storage]\nroot = "{config.storage.root}"\nstaging_root = "{config.storage.staging_root}"\n')
+
+    dist = tmp_path / "dist"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "-q", "-w", str(dist)],
+                   check=True, capture_output=True, timeout=300)
+    [wheel] = dist.glob("siltlake-*.whl")
+    venv = tmp_path / "venv"
+    install = subprocess.run(["sh", str(ROOT / "deploy" / "install.sh"), str(venv), str(wheel), ""],
+                             capture_output=True, text=True, timeout=1200)
+    assert install.returncode == 0, install.stdout + install.stderr
+    python = venv / "bin" / "python"
+    absent = subprocess.run([python, "-c", "import importlib.util as u; print(u.find_spec('pyspark'))"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    assert absent == "None"
+
+    # WITHOUT_SPARK also blocks PySpark itself; here it is truly not installed, outside the checkout.
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([python, "-c", WITHOUT_SPARK, *args], cwd=work, capture_output=True, text=True,
+                              timeout=300)
+
+    result = run("read")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {"arrow": 50, "duckdb": 50}
+    result = run("cli", "sql", "SELECT count(*) AS n FROM web.access", "--format", "csv")
+    assert result.returncode == 0 and result.stdout.splitlines() == ["n", "50"], result.stderr
+    result = subprocess.run([venv / "bin" / "silt", "stream", "--once"], cwd=work, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 2
+    assert "pip install 'siltlake[spark]'" in " ".join(result.stderr.split()), result.stderr
+    import siltlake
+
+    version = subprocess.run([venv / "bin" / "silt", "--version"], capture_output=True, text=True, check=True)
+    assert version.stdout.split()[-1] == siltlake.__version__
