@@ -5,7 +5,7 @@
 set -eu
 prefix=$1
 wheel=$2
-extras=${3:-spark}
+extras=${3-spark}  # an empty third argument: no extras (the read-only install)
 python3 -m venv "$prefix"
 "$prefix/bin/pip" install --no-cache-dir --quiet --upgrade pip
 if [ -n "$extras" ]; then
