@@ -293,7 +293,7 @@ def write_report(path: Path, report: dict) -> None:
 
 
 def new_deployment(instance_key: str, root: Path, *, catalog_url: str | None = None,
-                   staging_root: Path | None = None):
+                   staging_root: Path | None = None, stream: dict | None = None):
     """A fresh, initialised deployment in root: the lake in root/lake, a SQLite catalog in
     root/catalog.db unless catalog_url names another, staging in root/staging unless staging_root."""
     from siltlake.config import Config
@@ -306,7 +306,7 @@ def new_deployment(instance_key: str, root: Path, *, catalog_url: str | None = N
         "spark": {"master": "local[2]"},
         # The benchmarks write each staging object whole just before a round: none is being written in place, so
         # none waits stream.settle_time (what that window adds to freshness is freshness_bench's to show).
-        "stream": {"settle_time": 0},
+        "stream": {"settle_time": 0, **(stream or {})},
     })
     deployment = Deployment(config)
     deployment.init()

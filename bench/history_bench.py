@@ -61,16 +61,23 @@ TABLE = {"schema": "web", "name": "access", "time_column": "t", "timezone": "UTC
 HOSTS, DAYS = 20, 7
 
 
+# The directories under a host's table directory: a day's (the default key layout) or an hour's
+# (stream.key_pattern = "hourly"); new objects go to the newest.
+LAYOUTS = {"daily": [f"2026/01/{day:02d}" for day in range(1, DAYS + 1)],
+           "hourly": [f"2026/01/{day:02d}/{hour:02d}" for day in range(1, DAYS + 1) for hour in range(24)]}
+layout = "daily"
+
+
 def build_staging(root: Path, objects: int) -> None:
-    """N hard links to tiny files, spread over HOSTS x DAYS directories: one original file per directory, outside
-    the root, since a file takes at most 65,000 links on ext4."""
+    """N hard links to tiny files, spread over HOSTS x the layout's directories: one original file per directory,
+    outside the root, since a file takes at most 65,000 links on ext4."""
     root.mkdir(parents=True)
     targets = []
     for host in range(HOSTS):
-        for day in range(1, DAYS + 1):
-            directory = root / f"host{host:02d}.web.access/2026/01/{day:02d}"
+        for part in LAYOUTS[layout]:
+            directory = root / f"host{host:02d}.web.access" / part
             directory.mkdir(parents=True)
-            original = root.parent / f"original-{host:02d}-{day:02d}.jsonl"
+            original = root.parent / f"original-{host:02d}-{part.replace('/', '-')}.jsonl"
             original.write_bytes(b'{"t":"2026-01-01"}\n\n')
             targets.append((original, directory))
     for i in range(objects):
@@ -104,7 +111,7 @@ _new_names = itertools.count()
 def put_new(root: Path, objects: int) -> None:
     """K tiny JSON-lines objects, spread over the hosts' directories of the newest day (as shippers put them)."""
     for i in range(objects):
-        directory = root / f"host{i % HOSTS:02d}.web.access/2026/01/{DAYS:02d}"
+        directory = root / f"host{i % HOSTS:02d}.web.access" / LAYOUTS[layout][-1]
         (directory / f"new-{next(_new_names):08d}.jsonl").write_bytes(b'{"t":"2026-01-07T12:00:00"}\n')
 
 
@@ -144,7 +151,8 @@ def run(kind: str, objects: int, rounds: int, workdir: Path, profile: int, new: 
         built = time.perf_counter()
         build_seconds = built - build_started
         with catalog_url(kind, root) as url:
-            deployment = new_deployment("bench001", root, catalog_url=url, staging_root=root / "staging")
+            deployment = new_deployment("bench001", root, catalog_url=url, staging_root=root / "staging",
+                                        stream={"key_pattern": "hourly"} if layout == "hourly" else None)
             try:
                 deployment.catalog.tables.create(TableDef.from_mapping(TABLE))
                 time.sleep(max(0.0, built + deployment.config.stream.listing_margin + 0.5 - time.perf_counter()))
@@ -201,8 +209,12 @@ def main() -> None:
                         help="also time rounds that each find this many new objects and load them through Spark")
     parser.add_argument("--new-rounds", type=int, default=3, help="timed rounds of --new objects per N")
     parser.add_argument("--workdir", default=None, help="where the staging roots go (default: the temp dir)")
+    parser.add_argument("--layout", choices=sorted(LAYOUTS), default="daily",
+                        help="directories per host: one per day (the default key layout) or per hour")
     parser.add_argument("--out", default="bench/results/history.json")
     args = parser.parse_args()
+    global layout
+    layout = args.layout
     sizes = [int(size) for size in args.sizes.split(",") if size.strip()] + ([1_000_000] if args.million else [])
     workdir = Path(args.workdir or tempfile.gettempdir())
     results = []

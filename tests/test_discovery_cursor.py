@@ -151,32 +151,3 @@ def test_the_cursor_never_moves_back(lake: Deployment) -> None:
     cursors.advance(root, dt.datetime(2026, 1, 3), None)
     cursor = cursors.get(root)
     assert (cursor.cursor_time, cursor.full_listing_time) == (dt.datetime(2026, 1, 3), dt.datetime(2026, 1, 2))
-
-
-def test_a_growing_directory_costs_its_new_names(lake: Deployment) -> None:
-    """A day's directory read again stats only the names this process has not seen older than the cursor; a name
-    replaced by a rename (another inode) and a hard link under a new name (the same inode) are still found."""
-    first_round(lake)  # a full listing: nothing remembered
-    day = "host00.web.access/2026/01/02"
-
-    def walk() -> object:
-        settle()
-        cursor = lake.catalog.discovery.get(lake.staging.root).cursor_time
-        walked = lake.staging.list_changed(discover_module.to_nanoseconds(cursor))
-        assert discover(lake).looked_up == len(walked.objects)  # the round's own walk finds the same
-        settle()
-        return walked
-
-    put(lake, f"{day}/new-1.jsonl")
-    assert walk().remembered == 0
-    assert discover(lake).registered == 0  # the directory unchanged since: not read, still remembered
-    settle()
-    put(lake, f"{day}/new-2.jsonl")
-    assert walk().remembered == 5  # obj-0..4; new-1 (past the cursor when last read) and new-2 stat'ed
-    put(lake, f"{day}/new-3.jsonl")
-    replaced = put(lake, f"{day}/replacement.tmp", b'{"t":"2026-01-02"}\n{"t":"2026-01-02"}\n')
-    os.replace(replaced, Path(lake.staging.path(f"{day}/obj-0.jsonl")))
-    os.link(lake.staging.path(f"{day}/obj-1.jsonl"), lake.staging.path(f"{day}/linked.jsonl"))
-    walked = walk()
-    assert walked.remembered == 5  # obj-1..4 and new-1; new-2, obj-0 (another inode), new-3 and linked stat'ed
-    assert {info.key.rpartition("/")[2] for info in walked.objects} == {"obj-0.jsonl", "new-3.jsonl", "linked.jsonl"}

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
@@ -177,3 +178,18 @@ def test_reap_prunes_staging_rows_and_a_dry_run_does_not(lake: Deployment) -> No
     report = reap_once(lake, now + SETTLED)
     assert report.staging_rows == 2 and report.as_dict()["staging_rows_pruned"] == 2
     assert uri(lake, "done-2") not in registered(lake)
+
+
+def test_a_prune_vacuums_where_no_autovacuum_will(lake: Deployment) -> None:
+    """PostgreSQL with autovacuum off (this test server's setting): the pruned table is vacuumed by the prune, so
+    its dead rows do not pile up in the indexes every round reads. Elsewhere nothing is vacuumed."""
+    core = lake.catalog.engine
+    expire(lake)
+    assert lake.catalog.staging.prune(utcnow() + dt.timedelta(days=1)) == 2
+    if core.dialect.name != "postgresql":
+        return
+    with core.connect() as c:
+        autovacuum = c.execute(sa.text("SELECT current_setting('autovacuum')")).scalar()
+        vacuumed = c.execute(sa.text("SELECT last_vacuum FROM pg_stat_user_tables WHERE relname = 'staging_objects' "
+                                     "AND schemaname = current_schema()")).scalar()
+    assert (vacuumed is not None) == (autovacuum == "off")

@@ -138,6 +138,20 @@ class CatalogCore:
     def __repr__(self) -> str:
         return f"Catalog({self.masked_url})"
 
+    def vacuum_unattended(self, table: sa.Table) -> bool:
+        """VACUUM (ANALYZE) a table that just lost many rows, on a PostgreSQL server whose autovacuum is off: else
+        its dead rows stay in the table and the indexes every round reads, and the catalog grows without bound
+        (docs/benchmarks.md, the simulated month). With autovacuum on (the server's default) nothing is done."""
+        if self.dialect != "postgresql":
+            return False
+        with self.engine.connect() as connection:
+            if connection.execute(sa.text("SELECT current_setting('autovacuum')")).scalar() != "off":
+                return False
+        name = self.engine.dialect.identifier_preparer.format_table(table)
+        with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
+            connection.execute(sa.text(f"VACUUM (ANALYZE) {name}"))  # no transaction: VACUUM runs outside one
+        return True
+
     @property
     def masked_url(self) -> str:
         """The URL without its password (SQLite: the file's path): how markers and messages name it."""

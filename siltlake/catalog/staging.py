@@ -297,4 +297,6 @@ class Staging:
                     after = (selected[-1].receive_time, selected[-1].id)
                 pruned += c.execute(so.delete().where(so.c.id.in_(ids))).rowcount if ids else 0
             if len(ids) < batch:
+                if pruned:
+                    self._core.vacuum_unattended(so)
                 return pruned

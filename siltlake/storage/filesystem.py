@@ -39,7 +39,6 @@ class ChangedListing:
 
     objects: list[ObjectInfo] = field(default_factory=list)
     entries: int = 0  # file entries examined (those of changed directories)
-    remembered: int = 0  # of those, entries this process had seen before the cursor: not stat'ed again
     read: int = 0     # directories whose entries were read
     skipped: int = 0  # directories not read: unchanged and without subdirectories
 
@@ -142,10 +141,6 @@ def _resolve(root: str, s3: S3Options | None) -> tuple[pafs.FileSystem | None, s
     return None, path.as_posix(), path.as_uri()
 
 
-# How long list_changed remembers the files of a directory that stopped changing (a finished day's).
-_REMEMBERED_NS = 3600 * 1_000_000_000
-
-
 @dataclass
 class Storage:
     """Objects under one root URI. Picklable: Spark tasks rebuild the file system from the URI."""
@@ -154,8 +149,6 @@ class Storage:
     s3: S3Options | None = field(default=None, repr=False, compare=False)
     _fs: pafs.FileSystem | None = field(default=None, init=False, repr=False, compare=False)
     _base: str = field(default="", init=False, repr=False, compare=False)
-    # list_changed's memory: per directory, the (name, inode) hashes of its files already older than the cursor.
-    _settled: dict[str, set[int]] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self._fs, self._base, self.root = _resolve(self.root, self.s3)
@@ -172,7 +165,6 @@ class Storage:
     def __setstate__(self, state: dict) -> None:
         self.root = state["root"]
         self.s3 = state.get("s3")
-        self._settled = {}
         self._fs, self._base, _ = _resolve(self.root, self.s3)
         self._remember_s3()
 
@@ -277,15 +269,8 @@ class Storage:
         unless its link count says it has none (2 on ext4, xfs and tmpfs; file systems that report 1, such as
         btrfs, are read). In a changed directory, a file is returned when max(mtime, ctime) >= since_ns: a
         rename or link updates the ctime, so an object moved in with an old mtime still counts. A
-        subdirectory that appeared since (moved in whole, its files' times all old) is returned entirely.
-
-        A process remembers, per directory it read, the (name, inode) of each file older than since_ns: the next
-        walk of that directory (a day's directory grows all day) stats only the entries it has not seen, so a
-        round costs the directory's new names, not all of them. A file is judged again when its name points
-        to another inode (replaced by a rename or a link); one written in place keeps its inode and is found
-        by the next full listing, as before. A directory unchanged for an hour is forgotten."""
+        subdirectory that appeared since (moved in whole, its files' times all old) is returned entirely."""
         result = ChangedListing()
-        settled, self._settled = self._settled, {}
         base = self._base
         try:
             top = os.stat(base)
@@ -297,10 +282,7 @@ class Storage:
             (base, "", top, False, frozenset([(top.st_dev, top.st_ino)]))]
         while pending:
             path, prefix, stat, fresh, above = pending.pop()
-            newest_entry = max(stat.st_mtime_ns, stat.st_ctime_ns)
-            changed = fresh or newest_entry >= since_ns
-            if not changed and path in settled and newest_entry >= since_ns - _REMEMBERED_NS:
-                self._settled[path] = settled[path]  # a day's directory between two arrivals
+            changed = fresh or max(stat.st_mtime_ns, stat.st_ctime_ns) >= since_ns
             if not changed and stat.st_nlink == 2:
                 result.skipped += 1  # no subdirectory, and no entry changed
                 continue
@@ -309,19 +291,10 @@ class Storage:
                 entries = list(os.scandir(path))
             except (FileNotFoundError, NotADirectoryError, PermissionError):
                 continue  # removed during the walk (or unreadable): list() would not show its files either
-            seen = settled.get(path, set()) if changed and not fresh else set()
-            older: set[int] = set()
             for entry in entries:
                 try:
                     is_dir = entry.is_dir()
                     if not is_dir and not (changed and entry.is_file()):
-                        continue
-                    # Symbolic links are always stat'ed: their targets' times count, and the inode is the link's.
-                    identity = None if is_dir or entry.is_symlink() else hash((entry.name, entry.inode()))
-                    if identity in seen:
-                        older.add(identity)
-                        result.entries += 1
-                        result.remembered += 1
                         continue
                     entry_stat = entry.stat()
                     newest = max(entry_stat.st_mtime_ns, entry_stat.st_ctime_ns)
@@ -338,15 +311,11 @@ class Storage:
                                         above | {identity}))
                     continue
                 result.entries += 1
-                if identity is not None and newest < since_ns:
-                    older.add(identity)
                 if fresh or newest >= since_ns:
                     # Microseconds, truncated, as pyarrow's listing gives them: a send_time stored from one
                     # compares equal with the other's (no spurious re-put).
                     mtime = from_nanoseconds(entry_stat.st_mtime_ns).replace(tzinfo=dt.UTC)
                     result.objects.append(ObjectInfo(key, entry_stat.st_size, mtime))
-            if changed and older:
-                self._settled[path] = older
         return result
 
     def arrival_ns(self, key: str) -> int | None:
