@@ -90,10 +90,11 @@ def render_page(deployment: Deployment, hours: float = DEFAULT_HOURS, now: dt.da
     sampling = (f"samples every {interval}s" if interval else
                 "no new samples: observe.history_interval is 0")
     sections = []
+    derived = {record.qualified_name for record in catalog.derived.list()}
     for row in status:
         table = row["table"]
         samples = history.get(table, [])
-        charts = [
+        charts = [] if table in derived else [
             line_chart("backlog", table, "Backlog: pending staging objects",
                        [Series("pending_objects", "pending", _points(samples, "pending_objects"))],
                        start=start, end=now),
@@ -115,6 +116,9 @@ def render_page(deployment: Deployment, hours: float = DEFAULT_HOURS, now: dt.da
                    f'small objects, merge jobs: {jobs["scheduled"] + jobs["due"]} waiting, {jobs["running"]} running, '
                    f'{jobs["stale"]} stale, {jobs["failed"]} failed; {current.get("records_loaded", 0):,} records '
                    f'loaded, {current.get("bad_records", 0):,} bad')
+        if table in derived:  # built from its sources by `silt derived build`: no staging, stream or merge
+            summary = (f"a derived table, rebuilt from its sources by `silt derived build` (`silt derived show "
+                       f"{table}`); the stream and merge charts do not apply")
         sections.append(
             f'<section class="table" data-table="{escape(table)}"><h2>{escape(table)}</h2>'
             f'<p class="summary">{escape(summary)}</p><div class="charts">{"".join(charts)}</div>'
