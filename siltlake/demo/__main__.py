@@ -426,7 +426,8 @@ def show_operations(demo: Demo) -> None:
     from siltlake.observe.metrics import summary_line
 
     console.print(f"Dashboard: cd {DEMO_DIR} && ../../.venv/bin/silt dashboard serves it on "
-                  "http://127.0.0.1:8787/?hours=0.25 (the demo's last 15 minutes; `silt run --metrics-port 9108` serves it and /metrics beside the loops; docs/operations.md)",
+                  "http://127.0.0.1:8787/?hours=0.25 (the demo's last 15 minutes; `silt run --metrics-port 9108` "
+                  "serves it and /metrics beside the loops; docs/operations.md)",
                   highlight=False, soft_wrap=True)
     console.print(f"[bold]metrics[/]: {summary_line(demo.deployment)}", highlight=False, soft_wrap=True)
 
