@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -237,16 +238,20 @@ def test_to_duckdb_and_to_polars_read_the_exact_files_and_plan_only_the_days_ask
     assert asked == [{DAYS[2]}, {DAYS[1], DAYS[2]}]
 
 
+def write_config_file(config, directory: Path) -> None:  # noqa: ANN001 - a siltlake Config
+    """The deployment's siltlake.toml in `directory`, for `silt` and Lake.open run there in another process."""
+    (directory / "siltlake.toml").write_text(
+        f'instance_key = "{config.instance_key}"\n[catalog]\nurl = "{config.catalog.url}"\n'
+        f'[storage]\nroot = "{config.storage.root}"\nstaging_root = "{config.storage.staging_root}"\n')
+
+
 def test_silt_sql_answers_without_importing_pyspark_and_spark_when_asked(lake, tmp_path) -> None:
     import json
     import subprocess
     import sys
 
     deployment, _ = lake
-    config = deployment.config
-    (tmp_path / "siltlake.toml").write_text(
-        f'instance_key = "{config.instance_key}"\n[catalog]\nurl = "{config.catalog.url}"\n'
-        f'[storage]\nroot = "{config.storage.root}"\nstaging_root = "{config.storage.staging_root}"\n')
+    write_config_file(deployment.config, tmp_path)
 
     def silt(*args: str) -> tuple[subprocess.CompletedProcess, set[str]]:
         script = ("import sys, json\nfrom siltlake.cli import main\ntry:\n    main(sys.argv[1:], prog_name='silt')\n"
@@ -296,10 +301,7 @@ def test_tables_read_and_commands_name_the_spark_extra_when_pyspark_is_not_insta
     import sys
 
     deployment, _ = lake
-    config = deployment.config
-    (tmp_path / "siltlake.toml").write_text(
-        f'instance_key = "{config.instance_key}"\n[catalog]\nurl = "{config.catalog.url}"\n'
-        f'[storage]\nroot = "{config.storage.root}"\nstaging_root = "{config.storage.staging_root}"\n')
+    write_config_file(deployment.config, tmp_path)
 
     def run(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-c", WITHOUT_SPARK, *args], cwd=tmp_path, capture_output=True,

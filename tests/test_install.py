@@ -19,7 +19,7 @@ from siltlake.publish import publish_once
 
 from .conftest import make_config
 from .merge_helpers import add_small_objects
-from .test_fast_sql import WITHOUT_SPARK, batch
+from .test_fast_sql import WITHOUT_SPARK, batch, write_config_file
 from .test_merge import DAY, make_table
 
 ROOT = Path(__file__).parent.parent
@@ -32,13 +32,10 @@ def test_the_wheel_without_extras_reads_a_table_in_a_fresh_venv(tmp_path: Path) 
     table = make_table(deployment)
     add_small_objects(deployment, table, DAY, [batch(DAY, 30), batch(DAY, 20)])
     publish_once(deployment)
-    config = deployment.config
     deployment.close()
     work = tmp_path / "work"
     work.mkdir()
-    (work / "siltlake.toml").write_text(
-        f'instance_key = "{config.instance_key}"\n[catalog]\nurl = "{config.catalog.url}"\n'
-        f'[storage]\nroot = "{config.storage.root}"\nstaging_root = "{config.storage.staging_root}"\n')
+    write_config_file(deployment.config, work)
 
     dist = tmp_path / "dist"
     subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "-q", "-w", str(dist)],
