@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: demo cluster-demo test bench lint prereqs clean chaos soak fuzz browser
+.PHONY: demo cluster-demo test bench lint prereqs clean chaos soak fuzz browser deploy-tools install-check wheel
 
 prereqs:
 	@test -n "$(PYTHON)" && $(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
@@ -26,12 +26,13 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
+# The demo runs the pipeline: the spark extra (a plain `pip install siltlake-*.whl` only reads tables).
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e .
+	$(BIN)/pip install --quiet -e ".[spark]"
 	@touch $@
 
 $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e ".[dev,bench]"
+	$(BIN)/pip install --quiet -e ".[spark,dev,bench]"
 	@touch $@ $(VENV)/.installed
 
 # S3=1: the demo's roots in a bucket of a local S3 endpoint (moto's server on 127.0.0.1, a dev dependency).
@@ -44,8 +45,29 @@ demo: prereqs $(VENV)/.installed $(if $(S3),$(VENV)/.installed-dev)
 cluster-demo: prereqs $(VENV)/.installed
 	$(BIN)/python -m siltlake.demo.cluster
 
-test: prereqs $(VENV)/.installed-dev browser
+test: prereqs $(VENV)/.installed-dev browser deploy-tools
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# deploy/'s checks (tests/test_deploy.py): systemd-analyze for the units and promtool for the alert rules, from
+# Debian's packages when missing and running as root; otherwise those two tests are skipped (failed under CI).
+deploy-tools:
+	@missing=""; command -v systemd-analyze >/dev/null 2>&1 || missing="$$missing systemd"; \
+	  command -v promtool >/dev/null 2>&1 || missing="$$missing prometheus"; \
+	  if [ -n "$$missing" ]; then \
+	    if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	      echo "installing$$missing (apt-get) for deploy/'s checks"; \
+	      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	    else echo "missing$$missing: deploy/'s unit or rules check will be skipped (apt-get install$$missing)"; fi; fi
+
+# The wheel in dist/ (README: installing from a built wheel).
+wheel: $(BIN)/python
+	rm -rf dist && $(BIN)/pip wheel --quiet --no-deps -w dist .
+
+# A fresh venv installs the built wheel without extras (deploy/install.sh, the image's install step) and reads a
+# table; `silt stream` there names the spark extra. Downloads the read-only dependencies (about 600 MB installed,
+# two minutes with a warm pip cache), so it is not part of `make test`.
+install-check: prereqs $(VENV)/.installed-dev
+	$(BIN)/python -m pytest tests/test_install.py -m install -p no:cacheprovider $(PYTEST_ARGS)
 
 # The dashboard's browser test (tests/test_dashboard_browser.py) drives the system's Chromium through Playwright
 # (the dev extra): installed with apt-get when missing and running as root; otherwise that test is skipped.

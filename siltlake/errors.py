@@ -46,3 +46,21 @@ class Refusal(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class MissingExtra(SiltError):
+    """A command needs a package of an optional extra that this install does not have."""
+
+
+# The extras of pyproject.toml by the module each one brings, for messages that say what to install.
+SPARK_EXTRA = "spark"
+
+
+def require_spark(what: str) -> None:
+    """Stop with an install line when PySpark is missing: reading tables installs without it (pyproject's extras)."""
+    from importlib.util import find_spec
+
+    if find_spec("pyspark") is None:
+        raise MissingExtra(
+            f"{what} runs Spark jobs, and PySpark is not installed here: install the {SPARK_EXTRA!r} extra, "
+            f"pip install 'siltlake[{SPARK_EXTRA}]' (reading tables, silt sql on DuckDB and silt status need no Spark)")

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from siltlake.config import HiveTargetConfig, SparkConfig
-from siltlake.errors import debug_enabled
+from siltlake.errors import debug_enabled, require_spark
 
 if TYPE_CHECKING:
     from pyspark import RDD
@@ -75,6 +75,7 @@ def spark_session(config: SparkConfig, extra: dict[str, str] | None = None) -> S
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    require_spark("this operation")
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.master(config.master).appName(config.app_name)

@@ -17,7 +17,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from siltlake.errors import SiltError
+from siltlake.errors import SiltError, require_spark
 
 HOST = "127.0.0.1"
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
@@ -46,6 +46,7 @@ class StandaloneCluster:
 
 
 def spark_home() -> str:
+    require_spark("a Spark standalone cluster")
     import pyspark
 
     return os.path.dirname(pyspark.__file__)

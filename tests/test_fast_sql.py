@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -237,16 +238,20 @@ def test_to_duckdb_and_to_polars_read_the_exact_files_and_plan_only_the_days_ask
     assert asked == [{DAYS[2]}, {DAYS[1], DAYS[2]}]
 
 
+def write_config_file(config, directory: Path) -> None:  # noqa: ANN001 - a siltlake Config
+    """The deployment's siltlake.toml in `directory`, for `silt` and Lake.open run there in another process."""
+    (directory / "siltlake.toml").write_text(
+        f'instance_key = "{config.instance_key}"\n[catalog]\nurl = "{config.catalog.url}"\n'
+        f'[storage]\nroot = "{config.storage.root}"\nstaging_root = "{config.storage.staging_root}"\n')
+
+
 def test_silt_sql_answers_without_importing_pyspark_and_spark_when_asked(lake, tmp_path) -> None:
     import json
     import subprocess
     import sys
 
     deployment, _ = lake
-    config = deployment.config
-    (tmp_path / "siltlake.toml").write_text(
-        f'instance_key = "{config.instance_key}"\n[catalog]\nurl = "{config.catalog.url}"\n'
-        f'[storage]\nroot = "{config.storage.root}"\nstaging_root = "{config.storage.staging_root}"\n')
+    write_config_file(deployment.config, tmp_path)
 
     def silt(*args: str) -> tuple[subprocess.CompletedProcess, set[str]]:
         script = ("import sys, json\nfrom siltlake.cli import main\ntry:\n    main(sys.argv[1:], prog_name='silt')\n"
@@ -268,3 +273,56 @@ def test_silt_sql_answers_without_importing_pyspark_and_spark_when_asked(lake, t
         assert result.returncode == 2 and message in result.stderr and "pyspark" not in loaded
     result, loaded = silt("sql", "--engine", "duckdb", "SELECT sum(latency) AS s FROM web.access")
     assert result.returncode == 2 and "--engine duckdb" in result.stderr and "pyspark" not in loaded
+
+
+# Run as `python -c` with PySpark made unimportable: what an install without the `spark` extra sees.
+WITHOUT_SPARK = """
+import json, sys
+sys.modules["pyspark"] = None
+sys.modules["py4j"] = None
+mode = sys.argv[1]
+if mode == "read":
+    from siltlake import Lake
+    with Lake.open("siltlake.toml") as lake:
+        table = lake.table("web.access")
+        arrow_rows = table.to_arrow(columns=["dt"]).num_rows
+        import duckdb
+        duck_rows = table.to_duckdb(duckdb.connect()).aggregate("count(*)").fetchall()[0][0]
+    print(json.dumps({"arrow": arrow_rows, "duckdb": duck_rows}))
+else:
+    from siltlake.cli import main
+    main(sys.argv[2:], prog_name="silt")
+"""
+
+
+def test_tables_read_and_commands_name_the_spark_extra_when_pyspark_is_not_installed(lake, tmp_path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    deployment, _ = lake
+    write_config_file(deployment.config, tmp_path)
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", WITHOUT_SPARK, *args], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=300)
+
+    from siltlake.lake import Lake
+
+    expected = Lake(deployment).table("web.access").to_arrow(columns=["dt"]).num_rows
+    result = run("read")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {"arrow": expected, "duckdb": expected}
+    result = run("cli", "sql", "SELECT count(*) AS n FROM web.access", "--format", "csv")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["n", str(expected)]
+    result = run("cli", "status")
+    assert result.returncode == 0, result.stderr
+    for command in (["stream", "--once"], ["merge", "--once"], ["run"]):
+        result = run("cli", *command)
+        assert result.returncode == 2, (command, result.stdout, result.stderr)
+        message = " ".join(result.stderr.split())
+        assert f"silt {command[0]} runs Spark jobs" in message and "pip install 'siltlake[spark]'" in message
+    # A query only Spark can answer says the same instead of failing on an import.
+    result = run("cli", "sql", "--engine", "spark", "SELECT count(*) FROM web.access")
+    assert result.returncode == 2 and "siltlake[spark]" in " ".join(result.stderr.split()), result.stderr

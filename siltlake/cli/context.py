@@ -39,6 +39,23 @@ def friendly(command: Callable) -> Callable:
     return wrapper
 
 
+def needs_spark(what: str) -> Callable[[Callable], Callable]:
+    """Stop a command that runs Spark jobs before it starts when the install has no PySpark, naming the extra;
+    under @friendly, which prints it in one line."""
+
+    def decorate(command: Callable) -> Callable:
+        @wraps(command)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            from siltlake.errors import require_spark
+
+            require_spark(what)
+            return command(*args, **kwargs)
+
+        return wrapper
+
+    return decorate
+
+
 def described(exc: Exception, catalog: str | None = None):  # noqa: ANN201 - a cli.failures.Failure
     """What to say about a failure; with --debug its full trace goes to stderr first."""
     from siltlake.cli.failures import describe, print_trace

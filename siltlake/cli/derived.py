@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import click
 from rich.text import Text
 
-from siltlake.cli.context import deployment_of, friendly
+from siltlake.cli.context import deployment_of, friendly, needs_spark
 from siltlake.cli.options import dry_run_option, format_option, json_option, yes_option
 from siltlake.cli.output import Column, activity, console, emit, format_count, format_size, grid, out, shown, write_json
 
@@ -230,6 +230,7 @@ def _report_dict(report: RegenerateReport) -> dict[str, Any]:
 @json_option
 @click.pass_context
 @friendly
+@needs_spark("silt derived build")
 def derived_build(context: click.Context, names: tuple[str, ...], due: bool, full: bool, dry_run: bool,
                   as_json: bool) -> None:
     """Build the named derived tables (each once, now), or with --due those that are stale.

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from siltlake.cli.context import deployment_of, friendly
+from siltlake.cli.context import deployment_of, friendly, needs_spark
 from siltlake.cli.options import dry_run_option, resume_state_option
 from siltlake.cli.output import Column, console, format_value, grid, out, shown, transfer_bar
 
@@ -58,6 +58,7 @@ def guess_command(seed: str, output: str) -> None:
 @click.option("--rows", default=10, show_default=True, help="Rows --dry-run prints per job.")
 @click.pass_context
 @friendly
+@needs_spark("silt load")
 def load_command(context: click.Context, config_file: str, resume_state: str | None, dry_run: bool,
                  no_commit: bool, rows: int) -> None:
     """Bulk-load files into tables: one Spark stage, one commit.

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import click
 from rich.progress import Progress
 
-from siltlake.cli.context import deployment_of, friendly, retrying
+from siltlake.cli.context import deployment_of, friendly, needs_spark, retrying
 from siltlake.cli.observing import Observing, daemon_logging
 from siltlake.cli.options import (
     bind_option,
@@ -56,6 +56,7 @@ class _MergeProgressBar:
 @bind_option
 @click.pass_context
 @friendly
+@needs_spark("silt merge")
 def merge(context: click.Context, once: bool, now_text: str | None, slots: int | None, table_name: str | None,
           retry_failed: bool, as_json: bool, metrics_port: int | None, bind: str) -> None:
     """Merge each day's small objects into a few large ones: the merge job queue's worker.

@@ -14,7 +14,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from siltlake.cli.context import deployment_of, friendly, retrying
+from siltlake.cli.context import deployment_of, friendly, needs_spark, retrying
 from siltlake.cli.derived import print_regenerate_report
 from siltlake.cli.observing import daemon_logging, serve
 from siltlake.cli.options import bind_option, metrics_port_option
@@ -121,6 +121,7 @@ def run_in_terminal(deployment: Deployment, console: Console, metrics_port: int 
 @bind_option
 @click.pass_context
 @friendly
+@needs_spark("silt run")
 def run_command(context: click.Context, metrics_port: int | None, bind: str) -> None:
     """Single host: stream, merge and publish in one process on one SparkSession, with a live status.
 

@@ -8,7 +8,7 @@ import threading
 import click
 from rich.progress import Progress
 
-from siltlake.cli.context import deployment_of, friendly, retrying
+from siltlake.cli.context import deployment_of, friendly, needs_spark, retrying
 from siltlake.cli.observing import Observing, daemon_logging
 from siltlake.cli.options import bind_option, interval_option, json_option, metrics_port_option, once_option
 from siltlake.cli.output import console, progress_bar, write_json
@@ -39,6 +39,7 @@ class _StreamProgressBar:
 @bind_option
 @click.pass_context
 @friendly
+@needs_spark("silt stream")
 def stream(context: click.Context, once: bool, interval: float | None, as_json: bool, metrics_port: int | None,
            bind: str) -> None:
     """Turn staging objects into live and delayed small objects.

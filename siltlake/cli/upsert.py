@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from siltlake.cli.context import deployment_of, friendly
+from siltlake.cli.context import deployment_of, friendly, needs_spark
 from siltlake.cli.options import now_option, parse_now
 from siltlake.cli.output import Column, activity, format_count, grid, out
 
@@ -60,6 +60,7 @@ def read_rows(path: Path, definition: TableDef) -> pa.Table:
 @now_option
 @click.pass_context
 @friendly
+@needs_spark("silt upsert")
 def upsert_command(context: click.Context, name: str, file: Path | None, query: str | None,
                    delete_column: str | None, now_text: str | None) -> None:
     """Replace the rows of NAME (a table with a primary_key) that have the same date and key as the rows of

@@ -30,6 +30,7 @@ from siltlake.storage import keys
 
 console = out  # the CLI's: piped into a log, its tables keep their width
 DEMO_DIR = Path("build/demo")
+DEMO_HISTORY_INTERVAL = 5
 START = dt.date(2026, 11, 19)
 TOKYO = ZoneInfo("Asia/Tokyo")
 LATE_SERVER = "web03"  # its shipper is down from 23:00 on day 1 until 02:00 on day 2
@@ -269,6 +270,10 @@ def main() -> None:
         f"root when they were shipped; {LATE_SERVER}'s shipper is down from 23:00 to 02:00 on the first night.",
         highlight=False)
     write_table_definition("web_access.toml")
+    # The dashboard's history, sampled every few seconds while the demo runs (minutes, not the days it
+    # simulates), so the page the demo points to at its end has data in every chart; `silt dashboard` run here
+    # later reads the same file.
+    Path("siltlake.toml").write_text(f'[observe]\nhistory_interval = "{DEMO_HISTORY_INTERVAL}s"\n')
     demo = Demo(sample)
 
     demo.step("Set up", "A catalog (SQLite), the storage roots, and the table web.access, partitioned by the "
@@ -276,6 +281,9 @@ def main() -> None:
     demo.silt("init")
     demo.silt("table", "create", "web_access.toml")
     demo.open_deployment()
+    from siltlake.observe.history import HistorySampler
+
+    sampler = HistorySampler(demo.deployment).start()
     console.print(f"\nThe query every step runs (Spark SQL over web.access):\n[bold]QUERY[/] = {QUERY!r}",
                   highlight=False)
 
@@ -396,6 +404,7 @@ def main() -> None:
               "too, see the README).")
     counts = demo.python("count through Spark, DuckDB and Iceberg", lambda: engine_counts(demo.deployment))
 
+    sampler.stop()
     console.rule()
     show_timeline(demo)
     console.print(
@@ -416,8 +425,9 @@ def show_operations(demo: Demo) -> None:
     """Where the dashboard would be served, and what /metrics says now, in one line."""
     from siltlake.observe.metrics import summary_line
 
-    console.print(f"Dashboard: cd {DEMO_DIR} && ../../.venv/bin/silt dashboard serves it on http://127.0.0.1:8787/ "
-                  "(`silt run --metrics-port 9108` serves it and /metrics beside the loops; docs/operations.md)",
+    console.print(f"Dashboard: cd {DEMO_DIR} && ../../.venv/bin/silt dashboard serves it on "
+                  "http://127.0.0.1:8787/?hours=0.25 (the demo's last 15 minutes; `silt run --metrics-port 9108` "
+                  "serves it and /metrics beside the loops; docs/operations.md)",
                   highlight=False, soft_wrap=True)
     console.print(f"[bold]metrics[/]: {summary_line(demo.deployment)}", highlight=False, soft_wrap=True)
 

@@ -31,6 +31,8 @@ from siltlake.observe.metrics import registry_for
 log = logging.getLogger(__name__)
 
 DEFAULT_HOURS = 24
+# The periods the page links to, from a quarter of an hour (a daemon's recent rounds) to a week.
+WINDOWS = ((0.25, "15m"), (1, "1h"), (6, "6h"), (24, "24h"), (168, "7d"))
 MAX_HOURS = 24 * 90
 # Each connection holds a thread while it is read and answered: beyond MAX_CONNECTIONS at once a connection is
 # refused (503), and one that sends nothing for IDLE_TIMEOUT seconds is closed, so clients that never finish
@@ -46,7 +48,7 @@ h1{font-size:20px;margin:0 0 4px} h2{font-size:16px;margin:24px 0 8px;border-bot
 .meta{color:#666;font-size:12px} .charts{display:flex;flex-wrap:wrap;gap:8px}
 .chart{background:#fff;border:1px solid #ddd} .chart .title{font-size:12px;font-weight:600;fill:#222}
 .chart .axis{font-size:10px;fill:#666} .chart .legend{font-size:11px} .chart .frame{fill:none;stroke:#ccc}
-.chart .grid{stroke:#eee} .chart .empty{font-size:12px;fill:#999}
+.chart .grid{stroke:#eee} .chart .empty{font-size:12px;fill:#999} .none{color:#666}
 table{border-collapse:collapse;background:#fff;font-size:13px} td,th{border:1px solid #ddd;padding:3px 8px;
 text-align:left;vertical-align:top} td.n{text-align:right} .bad{color:#b00} .reason{max-width:70ch;
 overflow-wrap:anywhere}
@@ -58,13 +60,20 @@ def _points(samples: list[dict], column: str) -> list[tuple[dt.datetime, float |
 
 
 def _table(headers: list[str], rows: list[list[object]], cls: str, empty: str) -> str:
-    if not rows:
-        return f'<p class="{cls} none">{escape(empty)}</p>'
+    if not rows:  # an empty state is news, not an alarm: none of the table's classes (.bad is red)
+        return f'<p class="none">{escape(empty)}</p>'
     head = "".join(f"<th>{escape(h)}</th>" for h in headers)
     body = "".join("<tr>" + "".join(
         f'<td class="n">{value:,}</td>' if isinstance(value, int) else f"<td>{escape(str(value))}</td>"
         for value in row) + "</tr>" for row in rows)
     return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def _period(hours: float) -> str:
+    minutes = round(hours * 60)
+    if minutes < 120:
+        return f"{minutes} minutes"
+    return f"{hours:g} hours" if hours < 48 else f"{hours / 24:g} days"
 
 
 def render_page(deployment: Deployment, hours: float = DEFAULT_HOURS, now: dt.datetime | None = None) -> str:
@@ -81,10 +90,11 @@ def render_page(deployment: Deployment, hours: float = DEFAULT_HOURS, now: dt.da
     sampling = (f"samples every {interval}s" if interval else
                 "no new samples: observe.history_interval is 0")
     sections = []
+    derived = {record.qualified_name for record in catalog.derived.list()}
     for row in status:
         table = row["table"]
         samples = history.get(table, [])
-        charts = [
+        charts = [] if table in derived else [
             line_chart("backlog", table, "Backlog: pending staging objects",
                        [Series("pending_objects", "pending", _points(samples, "pending_objects"))],
                        start=start, end=now),
@@ -106,6 +116,9 @@ def render_page(deployment: Deployment, hours: float = DEFAULT_HOURS, now: dt.da
                    f'small objects, merge jobs: {jobs["scheduled"] + jobs["due"]} waiting, {jobs["running"]} running, '
                    f'{jobs["stale"]} stale, {jobs["failed"]} failed; {current.get("records_loaded", 0):,} records '
                    f'loaded, {current.get("bad_records", 0):,} bad')
+        if table in derived:  # built from its sources by `silt derived build`: no staging, stream or merge
+            summary = (f"a derived table, rebuilt from its sources by `silt derived build` (`silt derived show "
+                       f"{table}`); the stream and merge charts do not apply")
         sections.append(
             f'<section class="table" data-table="{escape(table)}"><h2>{escape(table)}</h2>'
             f'<p class="summary">{escape(summary)}</p><div class="charts">{"".join(charts)}</div>'
@@ -124,9 +137,10 @@ def render_page(deployment: Deployment, hours: float = DEFAULT_HOURS, now: dt.da
         f'<meta http-equiv="refresh" content="{max(interval, 30)}">'
         f"<title>siltlake: {escape(deployment.instance_key)}</title><style>{STYLE}</style></head><body>"
         f"<h1>siltlake</h1><p class=\"meta\">instance {escape(deployment.instance_key)}, catalog "
-        f"{escape(catalog.masked_url)}; at {now:%Y-%m-%d %H:%M:%S} UTC, the last {hours:g} hours ({sampling}; "
-        '<a href="?hours=1">1h</a> <a href="?hours=24">24h</a> <a href="?hours=168">7d</a>); '
-        f'<a href="/metrics">/metrics</a>; a read-only page, reloaded every {max(interval, 30)}s</p>'
+        f"{escape(catalog.masked_url)}; at {now:%Y-%m-%d %H:%M:%S} UTC, the last {_period(hours)} ({sampling}; "
+        + " ".join(f'<a href="?hours={h:g}">{label}</a>' if h != hours else f"<b>{label}</b>"
+                   for h, label in WINDOWS) + "); "
+        + f'<a href="/metrics">/metrics</a>; a read-only page, reloaded every {max(interval, 30)}s</p>'
         + "".join(sections)
         + "<h2>Recent failures</h2>"
         + _table(["time (UTC)", "kind", "table", "what", "reason"], failure_rows, "failures bad",
