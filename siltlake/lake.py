@@ -235,6 +235,17 @@ class Table:
         return read_table(spark, self.name, self.lake.deployment, as_of_version=as_of_version,
                           as_of=parse_as_of(as_of) if as_of is not None else None)
 
+    def changes(self, start_version: int, end_version: int | None = None,
+                columns: list[str] | None = None) -> pa.Table:
+        """The change feed: the rows each table version in (start_version, end_version] (None: the newest)
+        inserted or deleted, with `_change_type` (insert, delete; for a keyed table's changed keys
+        update_preimage then update_postimage), `_commit_version` and `_commit_timestamp`, in version order.
+        A compaction changes no row; a delayed object appears in the version that first shows it. Versions
+        reaped away raise VersionOutOfRange."""
+        from siltlake.read.changes import table_changes
+
+        return table_changes(self.lake.deployment, self.record, self.schema, start_version, end_version, columns)
+
     # --- writes -------------------------------------------------------------------------------------
 
     def delete(self, where: str, dates: Any, now: dt.datetime | None = None) -> list[UpdateReport]:
