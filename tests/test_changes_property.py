@@ -91,7 +91,8 @@ def test_applying_the_changes_from_version_zero_reproduces_every_version(spark, 
         for step_ in [*steps, ("merge",), ("publish", 26), ("merge",), ("publish", 1)]:
             kind = step_[0]
             if kind == "append":
-                add_small_objects(deployment, record, dates[step_[1]], [rows(dates[step_[1]], zone, step_[2], step_[3])])
+                date = dates[step_[1]]
+                add_small_objects(deployment, record, date, [rows(date, zone, step_[2], step_[3])])
             elif kind == "merge":
                 assert merge_once(deployment).failed == 0
             elif kind == "publish":
