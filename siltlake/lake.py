@@ -97,10 +97,9 @@ class Table:
     @property
     def schema(self) -> pa.Schema:
         """The table's columns (added columns included, every one nullable as read) and the partition column dt."""
-        import pyarrow as pa
+        from siltlake.read.versions import table_schema
 
-        fields = [field.with_nullable(True) for field in self.record.definition.arrow_schema()]
-        return pa.schema([*fields, pa.field("dt", pa.date32(), nullable=False)])
+        return table_schema(self.record)
 
     @property
     def version(self) -> int:
