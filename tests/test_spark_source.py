@@ -86,3 +86,68 @@ def test_a_stopped_and_restarted_stream_reads_every_version_once(lake_config, sp
                        .trigger(availableNow=True).start())
     stream_from_two.awaitTermination(180)
     assert {r._commit_version for r in spark.sql("SELECT * FROM from_two").collect()} == {2, 3}
+
+
+CONSUMER = """
+import sys
+from pyspark.sql import SparkSession
+from siltlake.read.spark_source import register
+
+config, out, checkpoint = sys.argv[1:4]
+spark = (SparkSession.builder.master("local[1]").config("spark.sql.shuffle.partitions", "1")
+         .config("spark.ui.enabled", "false").getOrCreate())
+register(spark)
+query = (spark.readStream.format("siltlake").option("table", "web.access").option("config", config)
+         .option("maxVersionsPerTrigger", 1).load()
+         .writeStream.format("parquet").option("path", out).option("checkpointLocation", checkpoint)
+         .trigger(availableNow=True).start())
+query.awaitTermination()
+"""
+
+
+def test_a_stream_killed_at_random_points_writes_every_version_once(lake_config, spark, tmp_path: Path) -> None:  # noqa: ANN001
+    """SIGKILL (the consumer's whole process group: Python driver and JVM) at random points, then restart from
+    the checkpoint: each version's rows are in the Parquet output exactly once."""
+    import os
+    import random
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    deployment, config = lake_config
+    record = make_table(deployment)
+    expected: Counter = Counter()
+    for hour in range(1, 9):  # versions 1 to 8, one micro-batch each
+        batch = rows_for(DAY, 2, hour)
+        add_small_objects(deployment, record, DAY, [batch])
+        publish_once(deployment, now=tokyo(DAY, hour))
+        expected.update((r["user_id"], r["action"], "insert", hour) for r in batch)
+    out, checkpoint = str(tmp_path / "out"), str(tmp_path / "checkpoint")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent.parent),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    command = [sys.executable, "-c", CONSUMER, config, out, checkpoint]
+    chance = random.Random(34)
+    commits = Path(checkpoint, "commits")
+
+    def committed() -> int:
+        return len([p for p in commits.iterdir() if p.name.isdigit()]) if commits.exists() else 0
+
+    at_kills = []  # micro-batches committed when each kill came
+    for _ in range(2):
+        consumer = subprocess.Popen(command, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL)
+        # Kill at a random point once a random number of further batches committed: between batches or in one.
+        target = committed() + chance.randint(1, 3)
+        deadline = time.monotonic() + 240
+        while committed() < target and consumer.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(chance.uniform(0, 1.5))
+        if consumer.poll() is None:
+            os.killpg(consumer.pid, signal.SIGKILL)
+            at_kills.append(committed())
+        consumer.wait()
+    finished = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    assert at_kills and all(0 < n < 8 for n in at_kills), f"kills after {at_kills} of 8 batches: none mid-stream"
+    assert as_rows(spark.read.parquet(out)) == expected

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxFiles, SupportsTriggerAvailableNow
 
 from siltlake.errors import SiltError
 
@@ -142,18 +143,36 @@ class _Version(InputPartition):
         self.version = version
 
 
-class ChangeStreamReader(DataSourceStreamReader):
-    """Offsets are {"version": N}: everything up to table version N has been read."""
+class ChangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets are {"version": N}: everything up to table version N has been read. `maxVersionsPerTrigger`
+    bounds the versions of one micro-batch (Spark's limit counts them as files)."""
 
     def __init__(self, options: dict[str, str]) -> None:
         self.options = options
         self.table = _table_name(options)
+        self.available_now: int | None = None  # Trigger.AvailableNow: the newest version when the query started
+        per_trigger = options.get("maxversionspertrigger")
+        try:
+            self.per_trigger = int(per_trigger) if per_trigger is not None else None
+        except ValueError:
+            raise SiltError(f"maxVersionsPerTrigger {per_trigger!r}: give a number of versions") from None
+        if self.per_trigger is not None and self.per_trigger < 1:
+            raise SiltError(f"maxVersionsPerTrigger {self.per_trigger}: give at least 1")
 
     def initialOffset(self) -> dict:  # noqa: N802 - PySpark's name
         return {"version": _first_version(self.options, _newest(self.options)) - 1}
 
-    def latestOffset(self) -> dict:  # noqa: N802 - PySpark's name
-        return {"version": _newest(self.options)}
+    def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802 - PySpark's name
+        return ReadAllAvailable() if self.per_trigger is None else ReadMaxFiles(self.per_trigger)
+
+    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 - PySpark's name
+        self.available_now = _newest(self.options)
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:  # noqa: N802 - PySpark's name
+        newest = _newest(self.options) if self.available_now is None else self.available_now
+        if isinstance(limit, ReadMaxFiles):
+            newest = min(newest, int(start["version"]) + limit.max_files)
+        return {"version": max(newest, int(start["version"]))}
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         return [_Version(v) for v in range(int(start["version"]) + 1, int(end["version"]) + 1)]
