@@ -96,6 +96,8 @@ bench: prereqs $(VENV)/.installed-dev
 	$(BIN)/python bench/keyed_bench.py upsert
 	$(BIN)/python bench/history_bench.py --new 100
 	$(BIN)/python bench/year_bench.py
+	$(BIN)/python bench/changes_bench.py --days 30 --day-rows 100000 --append-rows 10000
+	$(BIN)/python bench/changes_bench.py --days 30 --day-rows 400000 --append-rows 10000 --tag _400k
 	$(BIN)/python bench/interactive_bench.py
 	$(BIN)/python bench/s3_history_bench.py
 

@@ -97,10 +97,9 @@ class Table:
     @property
     def schema(self) -> pa.Schema:
         """The table's columns (added columns included, every one nullable as read) and the partition column dt."""
-        import pyarrow as pa
+        from siltlake.read.versions import table_schema
 
-        fields = [field.with_nullable(True) for field in self.record.definition.arrow_schema()]
-        return pa.schema([*fields, pa.field("dt", pa.date32(), nullable=False)])
+        return table_schema(self.record)
 
     @property
     def version(self) -> int:
@@ -234,6 +233,17 @@ class Table:
 
         return read_table(spark, self.name, self.lake.deployment, as_of_version=as_of_version,
                           as_of=parse_as_of(as_of) if as_of is not None else None)
+
+    def changes(self, start_version: int, end_version: int | None = None,
+                columns: list[str] | None = None) -> pa.Table:
+        """The change feed: the rows each table version in (start_version, end_version] (None: the newest)
+        inserted or deleted, with `_change_type` (insert, delete; for a keyed table's changed keys
+        update_preimage then update_postimage), `_commit_version` and `_commit_timestamp`, in version order.
+        A compaction changes no row; a delayed object appears in the version that first shows it. Versions
+        reaped away raise VersionOutOfRange."""
+        from siltlake.read.changes import table_changes
+
+        return table_changes(self.lake.deployment, self.record, self.schema, start_version, end_version, columns)
 
     # --- writes -------------------------------------------------------------------------------------
 

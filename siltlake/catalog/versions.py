@@ -359,6 +359,25 @@ class Versions:
                              .order_by(v.c.partition_id, v.c.version)).all()
         return [_version(r) for r in rows]
 
+    def stamped(self, table_id: int, after: int, upto: int,
+                ) -> list[tuple[dt.date, PublishedVersion, PublishedVersion | None]]:
+        """The partition versions of table versions in (after, upto], each with its partition's date and the
+        partition's version before it (None: the partition's first), ordered by table version then date:
+        what each commit changed, for the change feed."""
+        p, v = s.partitions, s.partition_versions
+        with self._core.snapshot() as c:
+            rows = c.execute(
+                sa.select(p.c.partition_date, v).join(p, p.c.id == v.c.partition_id)
+                .where(p.c.table_id == table_id, v.c.table_version > after, v.c.table_version <= upto)
+                .order_by(v.c.table_version, p.c.partition_date)).all()
+            wanted = sorted({(r.partition_id, r.version - 1) for r in rows if r.version > 1})
+            before: dict[tuple[int, int], PublishedVersion] = {}
+            for start in range(0, len(wanted), _IDS_PER_STATEMENT):
+                chunk = wanted[start:start + _IDS_PER_STATEMENT]
+                for r in c.execute(sa.select(v).where(sa.tuple_(v.c.partition_id, v.c.version).in_(chunk))):
+                    before[(r.partition_id, r.version)] = _version(r)
+        return [(r.partition_date, _version(r), before.get((r.partition_id, r.version - 1))) for r in rows]
+
     def _table_range(self, c: Connection, table_id: int) -> tuple[int, int, dt.datetime | None]:
         """(oldest readable, newest) table version and the oldest one's time (None: no versions yet).
 

@@ -13,6 +13,7 @@ import os
 import click
 
 from siltlake.cli import (
+    changes,
     delete,
     derived,
     errors,
@@ -59,7 +60,8 @@ def main(context: click.Context, config: str | None, debug: bool, log_format: st
 
 COMMANDS = (
     init.init, tables.table_group, stream.stream, merge.merge, status.status, publish.publish, run.run_command,
-    history.history, delete.delete, upsert.upsert_command, reap.reap, unknown.unknown_group, errors.errors_group,
+    history.history, changes.changes, delete.delete, upsert.upsert_command, reap.reap, unknown.unknown_group,
+    errors.errors_group,
     sql.sql_command, load.guess_command, load.load_command, load.cleanup_command, observing.dashboard_command,
     derived.derived_group, iceberg.iceberg_group,
 )

@@ -46,6 +46,14 @@ class DataFile:
     size: int | None
 
 
+def table_schema(record: TableRecord) -> pa.Schema:
+    """The table's columns as read (added columns included, every one nullable), then the partition column dt."""
+    import pyarrow as pa
+
+    fields = [field.with_nullable(True) for field in record.definition.arrow_schema()]
+    return pa.schema([*fields, pa.field("dt", pa.date32(), nullable=False)])
+
+
 def version_files(deployment: Deployment, record: TableRecord, *, as_of_version: int | None = None,
                   as_of: dt.datetime | None = None, dates: set[dt.date] | None = None,
                   date_filter: Callable[[list[dt.date]], set[dt.date]] | None = None) -> list[DataFile]:
