@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from siltlake.catalog import schema as s
 from siltlake.catalog.core import CatalogCore, derived_readers, insert_table, table_record
 from siltlake.catalog.records import TableRecord
+from siltlake.catalog.table_changes import TableChange, changes_of, parse_assignments, record_change, with_properties
 from siltlake.clock import utcnow
 from siltlake.errors import CatalogError, NotFoundError
 from siltlake.tabledef import Column, TableDef, check_identifier
@@ -99,6 +102,27 @@ class Tables:
             record = self._changeable(c, qualified, "changing a column")
             self._update_definition(c, record.id, record.definition.with_column_type(column, type_name))
         return self.get(qualified)
+
+    def set_properties(self, qualified: str, assignments: Sequence[str]) -> tuple[TableRecord, TableChange | None]:
+        """Set properties from `key=value` texts (table_changes.SETTABLE); a change is a table version of its
+        own. The table as stored after, and the change (None if the values were the table's already)."""
+        values = parse_assignments(assignments)
+        now = utcnow()
+        with self._core.tx() as c:
+            record = self._locked_table(c, qualified)
+            if record.definition.kind == "derived":
+                raise CatalogError(f"{qualified} is a derived table: its properties come from its derived "
+                                   "definition; `silt derived drop` it and create it again with the new values")
+            definition, detail = with_properties(record.definition, values)
+            change = None
+            if detail:
+                self._update_definition(c, record.id, definition)
+                change = record_change(self._core, c, record.id, "set", detail, definition, now)
+        return self.get(qualified), change
+
+    def changes(self, table_id: int) -> list[TableChange]:
+        """The table's recorded definition changes (table versions that publish no data), oldest first."""
+        return changes_of(self._core, table_id)
 
     def rename(self, qualified: str, new_qualified: str) -> TableRecord:
         new_schema, new_name = self.split_name(new_qualified)

@@ -147,6 +147,22 @@ def table_alter_column(context: click.Context, name: str, column: str, type_name
     console.print(f"column {column} of {name} is now {record.definition.column(column).type}")
 
 
+@table_group.command("set")
+@click.argument("name")
+@click.argument("assignments", nargs=-1, metavar="KEY=VALUE...")
+@click.pass_context
+@friendly
+def table_set(context: click.Context, name: str, assignments: tuple[str, ...]) -> None:
+    """Change table properties: ttl_days (days or none), merge_mode, merge_interval, merged_object_size,
+    row_group_bytes, codec, error_policy, unknown_fields. Each daemon follows them from its next run; the change
+    is a table version of its own (`silt history`)."""
+    _, change = deployment_of(context).catalog.tables.set_properties(name, assignments)
+    if change is not None:
+        console.print(f"{name}: {change.detail} (table version {change.table_version})")
+    else:
+        console.print(f"{name}: nothing changed (the values are the table's already)")
+
+
 @table_group.command("rename")
 @click.argument("name")
 @click.argument("new_name")
