@@ -15,8 +15,9 @@ from sqlalchemy.engine import Connection
 
 from siltlake.catalog import schema as s
 from siltlake.catalog.core import CatalogCore
+from siltlake.clock import utcnow
 from siltlake.errors import DefinitionError
-from siltlake.tabledef import TableDef, format_duration, parse_duration
+from siltlake.tabledef import PARTITION_COLUMN, Column, TableDef, check_identifier, format_duration, parse_duration
 
 # What `silt table set` changes: each is read afresh by the daemon that uses it at its next run.
 SETTABLE = ("ttl_days", "merge_mode", "merge_interval", "merged_object_size", "row_group_bytes", "codec",
@@ -98,10 +99,10 @@ def with_properties(definition: TableDef, values: Mapping[str, str]) -> tuple[Ta
 
 
 def record_change(core: CatalogCore, c: Connection, table_id: int, op: str, detail: str, definition: TableDef,
-                  now: dt.datetime) -> TableChange:
+                  now: dt.datetime | None) -> TableChange:
     """Make the change a table version of its own, in the caller's transaction (which holds the table row's
-    lock)."""
-    version, stamp = core.new_table_versions(c, [table_id], now, given=False)[table_id]
+    lock), stamped `now` (None: the current time; a given time before the newest version's is refused)."""
+    version, stamp = core.new_table_versions(c, [table_id], now or utcnow(), given=now is not None)[table_id]
     c.execute(s.table_changes.insert().values(table_id=table_id, table_version=version, created_at=stamp, op=op,
                                               detail=detail, definition=definition.to_json()))
     return TableChange(version, stamp, op, detail, definition)
@@ -114,3 +115,56 @@ def changes_of(core: CatalogCore, table_id: int) -> list[TableChange]:
         rows = c.execute(sa.select(ch).where(ch.c.table_id == table_id).order_by(ch.c.table_version)).all()
     return [TableChange(r.table_version, r.created_at, r.op, r.detail, TableDef.from_json(r.definition))
             for r in rows]
+
+
+def _changed(definition: TableDef, **updates: Any) -> TableDef:
+    data = definition.model_dump(by_alias=True)
+    data.update(updates)
+    return TableDef.from_mapping(data, source=f"table {definition.qualified_name}")
+
+
+def _existing(definition: TableDef, name: str) -> Column:
+    check_identifier(name, "column name")
+    try:
+        return definition.column(name)
+    except KeyError:
+        raise DefinitionError(f"table {definition.qualified_name} has no column {name}; `silt table show "
+                              f"{definition.qualified_name}` lists its columns") from None
+
+
+def _key_role(definition: TableDef, name: str) -> str | None:
+    if name == definition.time_column:
+        return "the time column"
+    if name in definition.primary_key:
+        return "a primary_key column"
+    return "the sequence_column" if name == definition.sequence_column else None
+
+
+def with_column_renamed(definition: TableDef, old: str, new: str) -> TableDef:
+    """The definition with column `old` called `new`: same field id, same physical name (its objects are not
+    rewritten), same source field (staging records keep mapping to it)."""
+    column = _existing(definition, old)
+    check_identifier(new, "new column name")
+    if new == PARTITION_COLUMN or any(c.name == new for c in definition.columns):
+        raise DefinitionError(f"table {definition.qualified_name} already has a column {new}")
+    role = _key_role(definition, old)
+    if role is not None and role != "the time column":
+        raise DefinitionError(f"column {old} is {role} of {definition.qualified_name}: key columns keep their names")
+    renamed = column.model_copy(update={"name": new, "source": column.source_field,
+                                        "physical": column.physical_name})
+    columns = [renamed if c.name == old else c for c in definition.columns]
+    return _changed(definition, columns=[c.model_dump() for c in columns],
+                    time_column=new if role else definition.time_column)
+
+
+def without_column(definition: TableDef, name: str) -> TableDef:
+    """The definition without column `name`: kept among dropped_columns, so that neither its field id nor its
+    physical name is given again (a column added later under its name reads null in its objects)."""
+    column = _existing(definition, name)
+    role = _key_role(definition, name)
+    if role is not None:
+        raise DefinitionError(f"column {name} is {role} of {definition.qualified_name} and cannot be dropped")
+    if len(definition.columns) == 1:
+        raise DefinitionError(f"column {name} is the only column of {definition.qualified_name}")
+    return _changed(definition, columns=[c.model_dump() for c in definition.columns if c.name != name],
+                    dropped_columns=[c.model_dump() for c in (*definition.dropped_columns, column)])

@@ -147,6 +147,34 @@ def table_alter_column(context: click.Context, name: str, column: str, type_name
     console.print(f"column {column} of {name} is now {record.definition.column(column).type}")
 
 
+@table_group.command("rename-column")
+@click.argument("name")
+@click.argument("old")
+@click.argument("new")
+@click.pass_context
+@friendly
+def table_rename_column(context: click.Context, name: str, old: str, new: str) -> None:
+    """Rename a column. No object is rewritten: older objects' data shows under the new name; records keep
+    filling it from the same input field."""
+    deployment_of(context).catalog.tables.rename_column(name, old, new)
+    console.print(f"renamed column {old} of {name} to {new}")
+
+
+@table_group.command("drop-column")
+@click.argument("name")
+@click.argument("column")
+@yes_option
+@click.pass_context
+@friendly
+def table_drop_column(context: click.Context, name: str, column: str, yes: bool) -> None:
+    """Drop a column. No object is rewritten; its data never shows again, not even under a column added later
+    with the same name. The time column and key columns cannot be dropped."""
+    if not yes:
+        click.confirm(f"drop column {column} of {name}?", abort=True)
+    deployment_of(context).catalog.tables.drop_column(name, column)
+    console.print(f"dropped column {column} of {name}")
+
+
 @table_group.command("set")
 @click.argument("name")
 @click.argument("assignments", nargs=-1, metavar="KEY=VALUE...")
