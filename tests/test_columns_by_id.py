@@ -5,6 +5,7 @@ same name; every reader (Spark, Spark SQL, the table API, DuckDB, Iceberg) agree
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections import Counter
 
 import duckdb
@@ -166,3 +167,20 @@ def test_a_column_of_a_table_a_derived_table_reads_is_neither_renamed_nor_droppe
     definition = deployment.catalog.tables.get("web.access").definition
     assert [c.name for c in definition.columns] == ["utc_event_time", "user_id", "action"]
     assert deployment.catalog.tables.changes(deployment.catalog.tables.get("web.access").id) == []
+
+
+def test_silt_renames_and_drops_columns_and_history_lists_them(plain_deployment: Deployment, monkeypatch) -> None:
+    from .merge_helpers import silt_in_process
+
+    silt = silt_in_process(plain_deployment, monkeypatch)
+    assert "renamed column action of web.access to event" in silt("table", "rename-column", "web.access", "action",
+                                                                   "event")
+    assert "dropped column user_id of web.access" in silt("table", "drop-column", "web.access", "user_id", "--yes")
+    refused = silt("table", "drop-column", "web.access", "utc_event_time", "--yes", code=2)
+    assert "utc_event_time is the time column of web.access and cannot be dropped" in refused
+    assert "has no column nope" in silt("table", "rename-column", "web.access", "nope", "x", code=2)
+    history = json.loads(silt("history", "web.access", "--format", "json"))
+    assert [(row["table_version"], row["op"], row["shows"]) for row in history] == [
+        (1, "rename-column", "action -> event"), (2, "drop-column", "user_id")]
+    shown = silt("table", "show", "web.access")
+    assert "event" in shown and "user_id" not in shown
