@@ -151,6 +151,12 @@ def test_walk_through_rename_drop_add_merge_delete_and_time_travel(deployment: D
         if version < first + 1:
             assert reference == day(before)
     assert answers["table API"] == expected_now
+    iceberg = open_catalog(deployment).load_table(("web", "access"))
+    assert [(f.name, f.field_id) for f in iceberg.schema().fields] == [
+        ("utc_event_time", 1), ("event", 3), ("dt", 4), ("user_id", 5)]
+    mapping = json.loads(iceberg.properties["schema.name-mapping.default"])
+    assert {m["field-id"]: m["names"] for m in mapping} == {
+        1: ["utc_event_time"], 3: ["action"], 5: ["user_id_5"], 4: ["dt"]}, "objects without ids: by physical name"
 
 
 def test_a_column_of_a_table_a_derived_table_reads_is_neither_renamed_nor_dropped(deployment: Deployment,

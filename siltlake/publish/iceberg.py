@@ -335,15 +335,29 @@ class IcebergTarget:
                     update.rename_column(old, new)
             self.statements += [f"ALTER TABLE {name_of} DROP COLUMN {name}" for name in dropped]
             self.statements += [f"ALTER TABLE {name_of} RENAME COLUMN {old} TO {new}" for old, new in renamed]
-        if not added and not widened:
-            return
-        with table.update_schema() as update:
-            for name, wanted in added:
-                update.add_column(name, wanted)
-            for name, wanted in widened:
-                update.update_column(name, field_type=wanted)
-        self.statements += [f"ALTER TABLE {name_of} ADD COLUMN {name} {wanted}" for name, wanted in added]
-        self.statements += [f"ALTER TABLE {name_of} ALTER COLUMN {name} TYPE {wanted}" for name, wanted in widened]
+        if added or widened:
+            with table.update_schema() as update:
+                for name, wanted in added:
+                    update.add_column(name, wanted)
+                for name, wanted in widened:
+                    update.update_column(name, field_type=wanted)
+            self.statements += [f"ALTER TABLE {name_of} ADD COLUMN {name} {wanted}" for name, wanted in added]
+            self.statements += [f"ALTER TABLE {name_of} ALTER COLUMN {name} TYPE {wanted}" for name, wanted in widened]
+        if ids is not None and (renamed or dropped or added):
+            self._map_physical_names(record, table)
+
+    @staticmethod
+    def _map_physical_names(record: TableRecord, table: IcebergTable) -> None:
+        """Objects written before field ids are read through the name mapping: each id maps to the name those
+        objects hold it under (PyIceberg's own update would give a dropped column's name to a new column of
+        that name, whose older objects hold the dropped data)."""
+        from pyiceberg.table.name_mapping import MappedField, NameMapping
+
+        ids = record.definition.field_ids or {}
+        mapped = [MappedField(field_id=ids[c.name], names=[c.physical_name]) for c in record.definition.columns]
+        mapped.append(MappedField(field_id=ids[PARTITION_COLUMN], names=[PARTITION_COLUMN]))
+        with table.transaction() as transaction:
+            transaction.set_properties({"schema.name-mapping.default": NameMapping(mapped).model_dump_json()})
 
     # --- snapshots ----------------------------------------------------------------------------------
 
