@@ -287,11 +287,30 @@ class Table:
         """Widen a column's type (int to bigint, float to double); older objects read as the new type."""
         self.record = self.lake.deployment.catalog.tables.alter_column_type(self.name, name, type_name)
 
+    def rename_column(self, old: str, new: str, now: dt.datetime | None = None) -> None:
+        """Rename a column; no object is rewritten (objects keep it under the name they hold it by), its input
+        field stays the one it had."""
+        self.record = self.lake.deployment.catalog.tables.rename_column(self.name, old, new, now)
+
+    def drop_column(self, name: str, now: dt.datetime | None = None) -> None:
+        """Drop a column; no object is rewritten, and its data never shows again (a column added later under its
+        name reads null in older rows)."""
+        self.record = self.lake.deployment.catalog.tables.drop_column(self.name, name, now)
+
+    def set_properties(self, now: dt.datetime | None = None, **values: Any) -> str:
+        """Set table properties (ttl_days, merge_mode, merge_interval, merged_object_size, row_group_bytes,
+        codec, error_policy, unknown_fields; ttl_days=None: no TTL), each daemon following them from its next
+        run. The change is a table version of its own; what changed as `key=value ...` ("" if nothing did)."""
+        assignments = [f"{key}={'none' if value is None else value}" for key, value in values.items()]
+        self.record, change = self.lake.deployment.catalog.tables.set_properties(self.name, assignments, now)
+        return change.detail if change else ""
+
     # --- history --------------------------------------------------------------------------------------
 
     def history(self, date: dt.date | None = None) -> list[dict]:
         """The published versions of every partition (or of one), oldest first per partition: date,
-        version (the partition's), table_version, op, shows, created_at (UTC), rows, bytes."""
+        version (the partition's), table_version, op, shows, created_at (UTC), rows, bytes; then, for the whole
+        table, the versions that changed its definition (`set`: date, version, rows and bytes None)."""
         catalog = self.lake.deployment.catalog
         partitions = catalog.partitions.list(self.record.id)
         if date is not None:
@@ -302,7 +321,10 @@ class Table:
         return [{"date": dates[v.partition_id], "version": v.version, "op": v.commit_op, "shows": v.shows(),
                  "created_at": v.created_at.isoformat(sep=" ", timespec="seconds"), "rows": v.row_count,
                  "bytes": v.byte_count, "table_version": v.table_version}
-                for v in catalog.versions.of_partitions(list(dates))]
+                for v in catalog.versions.of_partitions(list(dates))] + ([] if date is not None else [
+            {"date": None, "version": None, "op": change.op, "shows": change.detail,
+             "created_at": change.created_at.isoformat(sep=" ", timespec="seconds"), "rows": None, "bytes": None,
+             "table_version": change.table_version} for change in catalog.tables.changes(self.record.id)])
 
 
 def _dates(dates: Any) -> set[dt.date] | None:

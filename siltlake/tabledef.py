@@ -147,6 +147,8 @@ class Column(_Strict):
     # The column's Iceberg field id, written into every object as its Parquet field_id: assigned when the table
     # is created or the column added, never reused. None only in definitions stored before ids existed.
     field_id: int | None = Field(default=None, exclude_if=_absent)
+    # The name objects store the column under, when not its name: kept by a rename, never reused (issue 31).
+    physical: str | None = Field(default=None, exclude_if=_absent)
 
     _nullable = field_validator("nullable", mode="before")(_exact_bool)
 
@@ -163,6 +165,10 @@ class Column(_Strict):
     @property
     def source_field(self) -> str:
         return self.source or self.name
+
+    @property
+    def physical_name(self) -> str:
+        return self.physical or self.name
 
     def arrow_field(self) -> pa.Field:
         import pyarrow as pa
@@ -206,18 +212,15 @@ class TableDef(_Strict):
     sequence_column: str = ""
     # The Iceberg field id of the partition column dt (the columns carry their own; see Column.field_id).
     dt_field_id: int | None = Field(default=None, exclude_if=_absent)
+    # Dropped columns (issue 31): their ids and physical names are never given to a column again.
+    dropped_columns: tuple[Column, ...] = Field(default=(), exclude_if=lambda value: not value)
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
-    @field_validator("schema_name")
+    @field_validator("schema_name", "name")
     @classmethod
-    def _schema(cls, value: str) -> str:
-        return check_identifier(value, "schema name")
-
-    @field_validator("name")
-    @classmethod
-    def _table(cls, value: str) -> str:
-        return check_identifier(value, "table name")
+    def _identifier(cls, value: str, info: ValidationInfo) -> str:
+        return check_identifier(value, "schema name" if info.field_name == "schema_name" else "table name")
 
     @field_validator("timezone", "naive_timezone")
     @classmethod
@@ -395,9 +398,11 @@ class TableDef(_Strict):
 
         fields = [*self.arrow_schema(), pa.field(PARTITION_COLUMN, pa.date32(), nullable=False)]
         ids = self.field_ids
+        names = [c.physical_name for c in self.columns] + [PARTITION_COLUMN]
         if ids is None:
-            return pa.schema(fields)
-        return pa.schema([f.with_metadata({FIELD_ID_KEY: str(ids[f.name]).encode()}) for f in fields])
+            return pa.schema([f.with_name(n) for f, n in zip(fields, names, strict=True)])
+        return pa.schema([f.with_name(n).with_metadata({FIELD_ID_KEY: str(ids[f.name]).encode()})
+                          for f, n in zip(fields, names, strict=True)])
 
     def to_json(self) -> str:
         # A log table's JSON always names naive_timezone (null: the table's zone), so that a definition stored
@@ -416,9 +421,14 @@ class TableDef(_Strict):
 
     def with_column(self, column: Column) -> TableDef:
         data = self.model_dump(by_alias=True)
-        added = column.model_dump()
-        if self.field_ids is not None:  # a new id, above every id the table ever had (columns are never dropped)
-            added["field_id"] = max(self.field_ids.values()) + 1
+        added = column.model_dump(exclude={"physical"})
+        ever = [*self.columns, *self.dropped_columns]
+        if self.field_ids is not None:  # a new id, above every id the table ever had (dropped columns' too)
+            added["field_id"] = max([*self.field_ids.values(), *(c.field_id or 0 for c in ever)]) + 1
+        taken, physical, suffix = {c.physical_name for c in ever}, column.name, added.get("field_id") or len(ever)
+        while physical in taken:  # a dropped or renamed column's objects hold this name: not this column's data
+            physical, suffix = f"{column.name}_{suffix}", suffix + 1
+        added["physical"] = physical if physical != column.name else None
         data["columns"] = [*data["columns"], added]
         return TableDef.from_mapping(data)
 

@@ -477,3 +477,18 @@ staging_positions = sa.Table(
 sa.Index("ix_staging_positions_watch", staging_positions.c.staging_root, staging_positions.c.watch,
          staging_positions.c.change_time)
 sa.Index("ix_staging_positions_change_time", staging_positions.c.change_time)
+
+# Changes to a table's definition that publish no data (`silt table set`): each is a table version of its own,
+# shown by `silt history` beside the partition versions (docs/design.md "Table properties that change").
+table_changes = sa.Table(
+    "table_changes",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("table_id", sa.Integer, sa.ForeignKey("tables.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("table_version", sa.BigInteger, nullable=False),
+    sa.Column("created_at", sa.DateTime, nullable=False),
+    sa.Column("op", sa.String(16), nullable=False),
+    sa.Column("detail", sa.Text, nullable=False),  # what changed, as the user would write it: ttl_days=30 ...
+    sa.Column("definition", sa.Text, nullable=False),  # the table definition from this version on
+    sa.UniqueConstraint("table_id", "table_version"),
+)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 
 import click
 
@@ -13,9 +14,14 @@ from siltlake.cli.output import Column, emit, format_count, format_size
 HISTORY_COLUMNS = (
     Column("date", "dt"), Column("version", right=True), Column("table_version", "table version", right=True),
     Column("op"), Column("shows"),
-    Column("created_at", "created (UTC)"), Column("rows", show=format_count, right=True),
-    Column("bytes", "size", format_size, right=True),
+    Column("created_at", "created (UTC)"), Column("rows", show=lambda n: _blank(n, format_count), right=True),
+    Column("bytes", "size", lambda n: _blank(n, format_size), right=True),
 )
+
+
+def _blank(value: int | None, show: Callable[[int], str]) -> str:
+    """A definition change's row has no rows or size."""
+    return "" if value is None else show(value)
 
 
 @click.command()

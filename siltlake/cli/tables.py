@@ -147,6 +147,50 @@ def table_alter_column(context: click.Context, name: str, column: str, type_name
     console.print(f"column {column} of {name} is now {record.definition.column(column).type}")
 
 
+@table_group.command("rename-column")
+@click.argument("name")
+@click.argument("old")
+@click.argument("new")
+@click.pass_context
+@friendly
+def table_rename_column(context: click.Context, name: str, old: str, new: str) -> None:
+    """Rename a column. No object is rewritten: older objects' data shows under the new name; records keep
+    filling it from the same input field."""
+    deployment_of(context).catalog.tables.rename_column(name, old, new)
+    console.print(f"renamed column {old} of {name} to {new}")
+
+
+@table_group.command("drop-column")
+@click.argument("name")
+@click.argument("column")
+@yes_option
+@click.pass_context
+@friendly
+def table_drop_column(context: click.Context, name: str, column: str, yes: bool) -> None:
+    """Drop a column. No object is rewritten; its data never shows again, not even under a column added later
+    with the same name. The time column and key columns cannot be dropped."""
+    if not yes:
+        click.confirm(f"drop column {column} of {name}?", abort=True)
+    deployment_of(context).catalog.tables.drop_column(name, column)
+    console.print(f"dropped column {column} of {name}")
+
+
+@table_group.command("set")
+@click.argument("name")
+@click.argument("assignments", nargs=-1, metavar="KEY=VALUE...")
+@click.pass_context
+@friendly
+def table_set(context: click.Context, name: str, assignments: tuple[str, ...]) -> None:
+    """Change table properties: ttl_days (days or none), merge_mode, merge_interval, merged_object_size,
+    row_group_bytes, codec, error_policy, unknown_fields. Each daemon follows them from its next run; the change
+    is a table version of its own (`silt history`)."""
+    _, change = deployment_of(context).catalog.tables.set_properties(name, assignments)
+    if change is not None:
+        console.print(f"{name}: {change.detail} (table version {change.table_version})")
+    else:
+        console.print(f"{name}: nothing changed (the values are the table's already)")
+
+
 @table_group.command("rename")
 @click.argument("name")
 @click.argument("new_name")

@@ -30,6 +30,7 @@ from siltlake.errors import storage_failure
 from siltlake.logs import event
 from siltlake.merge.parquet_concat import ShallowMergeRefused, concatenate, shallow_merge_refusal
 from siltlake.records.keyed import DELETE_MARKER, latest_rows
+from siltlake.records.physical import physical_definition
 from siltlake.records.writer import conform, object_rows, object_schema
 from siltlake.storage.filesystem import Storage
 from siltlake.tabledef import FIELD_ID_KEY, TableDef
@@ -99,7 +100,8 @@ class _Merger:
     def __init__(self, task: MergeTask) -> None:
         self.task = task
         self.lake = task.lake
-        self.table = TableDef.from_json(task.table_json)
+        # Merges read and write objects by the names the objects hold (a renamed column's old name).
+        self.table = physical_definition(TableDef.from_json(task.table_json))
         # What objects are decoded as (their dt, if any, is left out) and what merged objects are written as.
         self.schema = self.table.arrow_schema()
         self.object_schema = object_schema(self.table)

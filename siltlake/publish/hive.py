@@ -62,7 +62,9 @@ def _copy(case_object, *first):  # noqa: ANN001, ANN202 - py4j proxies of Scala 
 
 
 def _columns(record: TableRecord) -> tuple[tuple[str, str], ...]:
-    return tuple((c.name, c.type) for c in record.definition.columns)
+    """The columns as objects hold them: Hive reads Parquet columns by name, and a renamed column's objects hold
+    it under its physical name (a column added under a dropped one's name has a physical name of its own)."""
+    return tuple((c.physical_name, c.type) for c in record.definition.columns)
 
 
 def derby_locked(metastore_dir: str) -> bool:
@@ -185,7 +187,7 @@ class HiveTarget:
                     f"(its location is {existing}); drop it there, or set publish.hive.database_prefix")
             self._sql(f"DROP TABLE `{database}`.`{table}`")
         self._sql(f"CREATE DATABASE IF NOT EXISTS `{database}`")
-        columns = ", ".join(f"`{c.name}` {hive_type(c.type)}" for c in record.definition.columns)
+        columns = ", ".join(f"`{name}` {hive_type(kind)}" for name, kind in _columns(record))
         # Partitions added later inherit this storage, so one pointing at a manifest directory is never
         # read as Parquet, not even between two metastore calls.
         self._sql(f"CREATE EXTERNAL TABLE `{database}`.`{table}` ({columns}) PARTITIONED BY (`dt` DATE) "

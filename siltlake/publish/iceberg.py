@@ -289,25 +289,34 @@ class IcebergTarget:
         return table
 
     def _evolve(self, record: TableRecord, table: IcebergTable) -> None:
-        """Add the columns added in siltlake and widen the widened ones (the name mapping follows). The Iceberg
-        table's field ids must be the definition's: checked before anything changes."""
+        """Follow siltlake's columns by field id: rename and drop (`rename_column`, `delete_column`), then add
+        and widen (the name mapping follows). The Iceberg table's field ids must be the definition's: checked
+        before anything changes."""
         schema = table.schema()
         ids = record.definition.field_ids
+        by_id = {f.field_id: f for f in schema.fields if f.name != PARTITION_COLUMN}
+        renamed, dropped = [], []
+        if ids is not None:
+            wanted_ids = {ids[c.name]: c.name for c in record.definition.columns}
+            renamed = [(f.name, wanted_ids[i]) for i, f in by_id.items() if i in wanted_ids and f.name != wanted_ids[i]]
+            dropped = [f.name for i, f in by_id.items() if i not in wanted_ids]
+            # Columns by the names they will have once renames and drops are committed.
+            current = {wanted_ids[i]: f for i, f in by_id.items() if i in wanted_ids}
+        else:
+            current = {f.name: f for f in by_id.values()}
         next_id = table.metadata.last_column_id
         added, widened = [], []
         for arrow_field in record.definition.arrow_schema():
             wanted = _iceberg_type(arrow_field.type)
-            existing = schema.find_field(arrow_field.name, case_sensitive=True) \
-                if arrow_field.name in schema.column_names else None
+            existing = current.get(arrow_field.name)
             if existing is None:
                 next_id += 1  # Iceberg gives an added column the id after the table's last one
                 found = next_id
+                added.append((arrow_field.name, wanted))
             else:
                 found = existing.field_id
                 if existing.field_type != wanted:
                     widened.append((arrow_field.name, wanted))
-            if existing is None:
-                added.append((arrow_field.name, wanted))
             if ids is not None and ids[arrow_field.name] != found:
                 raise SiltError(f"Iceberg table {'.'.join(table.name())}: column {arrow_field.name} has (or would get) "
                                 f"field id {found}, siltlake's objects carry {ids[arrow_field.name]}; the Iceberg "
@@ -317,16 +326,38 @@ class IcebergTarget:
         if ids is not None and partition.field_id != ids[PARTITION_COLUMN]:
             raise SiltError(f"Iceberg table {'.'.join(table.name())}: dt has field id {partition.field_id}, siltlake's "
                             f"objects carry {ids[PARTITION_COLUMN]}; drop the Iceberg table there and publish again")
-        if not added and not widened:
-            return
-        with table.update_schema() as update:
-            for name, wanted in added:
-                update.add_column(name, wanted)
-            for name, wanted in widened:
-                update.update_column(name, field_type=wanted)
         name_of = ".".join(table.name())
-        self.statements += [f"ALTER TABLE {name_of} ADD COLUMN {name} {wanted}" for name, wanted in added]
-        self.statements += [f"ALTER TABLE {name_of} ALTER COLUMN {name} TYPE {wanted}" for name, wanted in widened]
+        if renamed or dropped:  # committed first: an added column may take a dropped or renamed column's name
+            with table.update_schema() as update:
+                for name in dropped:
+                    update.delete_column(name)
+                for old, new in renamed:
+                    update.rename_column(old, new)
+            self.statements += [f"ALTER TABLE {name_of} DROP COLUMN {name}" for name in dropped]
+            self.statements += [f"ALTER TABLE {name_of} RENAME COLUMN {old} TO {new}" for old, new in renamed]
+        if added or widened:
+            with table.update_schema() as update:
+                for name, wanted in added:
+                    update.add_column(name, wanted)
+                for name, wanted in widened:
+                    update.update_column(name, field_type=wanted)
+            self.statements += [f"ALTER TABLE {name_of} ADD COLUMN {name} {wanted}" for name, wanted in added]
+            self.statements += [f"ALTER TABLE {name_of} ALTER COLUMN {name} TYPE {wanted}" for name, wanted in widened]
+        if ids is not None and (renamed or dropped or added):
+            self._map_physical_names(record, table)
+
+    @staticmethod
+    def _map_physical_names(record: TableRecord, table: IcebergTable) -> None:
+        """Objects written before field ids are read through the name mapping: each id maps to the name those
+        objects hold it under (PyIceberg's own update would give a dropped column's name to a new column of
+        that name, whose older objects hold the dropped data)."""
+        from pyiceberg.table.name_mapping import MappedField, NameMapping
+
+        ids = record.definition.field_ids or {}
+        mapped = [MappedField(field_id=ids[c.name], names=[c.physical_name]) for c in record.definition.columns]
+        mapped.append(MappedField(field_id=ids[PARTITION_COLUMN], names=[PARTITION_COLUMN]))
+        with table.transaction() as transaction:
+            transaction.set_properties({"schema.name-mapping.default": NameMapping(mapped).model_dump_json()})
 
     # --- snapshots ----------------------------------------------------------------------------------
 
@@ -407,9 +438,8 @@ class IcebergTarget:
             compute_statistics_plan,
             data_file_statistics_from_parquet_metadata,
             parquet_path_to_id_mapping,
+            pyarrow_to_schema,
         )
-        from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
-        from pyiceberg.typedef import Record
 
         lake = self.deployment.lake
         key = _key_of(self.deployment, path)
@@ -417,6 +447,15 @@ class IcebergTarget:
             footer = pq.read_metadata(stream)
             size = size if size is not None else stream.size()
         schema = table.schema()
+        stored = footer.schema.to_arrow_schema()
+        if set(stored.names) - {*schema.column_names}:
+            # Columns under names the table no longer gives them (renamed, dropped): mapped by the file's own
+            # field ids; counts only, its bounds may be of a narrower type.
+            own = pyarrow_to_schema(stored)
+            statistics = data_file_statistics_from_parquet_metadata(
+                footer, compute_statistics_plan(own, {**table.properties, "write.metadata.metrics.default": "counts"}),
+                parquet_path_to_id_mapping(own))
+            return self._registered(table, path, date, size, statistics)
         try:
             statistics = data_file_statistics_from_parquet_metadata(
                 footer, compute_statistics_plan(schema, table.properties), parquet_path_to_id_mapping(schema))
@@ -425,6 +464,13 @@ class IcebergTarget:
             counts_only = {**table.properties, "write.metadata.metrics.default": "counts"}
             statistics = data_file_statistics_from_parquet_metadata(
                 footer, compute_statistics_plan(schema, counts_only), parquet_path_to_id_mapping(schema))
+        return self._registered(table, path, date, size, statistics)
+
+    @staticmethod
+    def _registered(table: IcebergTable, path: str, date: dt.date, size: int, statistics: Any) -> Any:  # noqa: ANN401
+        from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+        from pyiceberg.typedef import Record
+
         data_file = DataFile.from_args(
             content=DataFileContent.DATA, file_path=path, file_format=FileFormat.PARQUET,
             partition=Record((date - EPOCH).days), file_size_in_bytes=size, sort_order_id=None,

@@ -32,6 +32,7 @@ from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.errors import NotFoundError, SiltError
 from siltlake.records.coerce import partition_dates
+from siltlake.records.physical import physical_rows
 from siltlake.records.writer import conform, object_rows, object_schema
 from siltlake.storage.filesystem import Storage
 from siltlake.storage.keys import update_label
@@ -106,7 +107,8 @@ class _PartitionWriter:
 
 
     def _rows(self, pending: list[pa.Table], schema: pa.Schema, written: pa.Schema) -> pa.Table:
-        return object_rows(pa.concat_tables(pending).cast(schema), written, self.partition_date)
+        return object_rows(physical_rows(pa.concat_tables(pending).cast(schema), TableDef.from_json(self.table_json)),
+                           written, self.partition_date)
 
 
 def _updatable(deployment: Deployment, name: str) -> TableRecord:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from siltlake.deployment import Deployment
 from siltlake.read.plan import QueryPlan, parse_query, plan_query
 from siltlake.read.sandbox import check_query
+from siltlake.records.physical import logical_names, physical_definition, renamed
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -21,15 +22,15 @@ if TYPE_CHECKING:
 __all__ = ["QueryPlan", "objects_frame", "plan_query", "query_tables", "spark_schema", "sql", "table"]
 
 
-def spark_schema(record: TableRecord) -> StructType:
-    """The table's columns as Spark types, plus the partition column dt."""
+def spark_schema(record: TableRecord, physical: bool = False) -> StructType:
+    """The table's columns as Spark types, plus the partition column dt (physical: named as objects hold them)."""
     from pyspark.sql.types import DateType, StructField, StructType
     from pyspark.sql.types import _parse_datatype_string as parse
 
     spark_types = {"string": "string", "json": "string", "int": "int", "bigint": "bigint",
                    "double": "double", "boolean": "boolean", "timestamp": "timestamp", "date": "date"}
     fields = [
-        StructField(c.name, parse(spark_types.get(c.type, c.type)), nullable=True)
+        StructField(c.physical_name if physical else c.name, parse(spark_types.get(c.type, c.type)), nullable=True)
         for c in record.definition.columns
     ]
     return StructType([*fields, StructField("dt", DateType(), nullable=False)])
@@ -71,7 +72,9 @@ def objects_frame(spark: SparkSession, record: TableRecord, deployment: Deployme
     from siltlake.storage.manifests import read_manifest
 
     layout = record.layout(deployment.instance_key)
-    schema = spark_schema(record)
+    # Objects are read by the names they hold columns under (a renamed column's old name), then shown by the
+    # table's names: every object of a column, whatever it was called, shows under its name now.
+    schema = spark_schema(record, physical=True)
     lake = deployment.lake
     with ThreadPoolExecutor(max(1, min(16, len(manifest_keys)))) as pool:
         listed = list(pool.map(lambda key: read_manifest(lake, key), manifest_keys))
@@ -82,7 +85,7 @@ def objects_frame(spark: SparkSession, record: TableRecord, deployment: Deployme
     objects = [(uri, partition_date_of(partition_base_segment(uri))) for entries in listed for uri, _ in entries]
     objects += [(lake.uri(layout.small_object(date, object_id, delayed)), date)
                 for date, object_id, delayed in sorted(small_objects, key=lambda o: o[1])]
-    definition = record.definition
+    definition = physical_definition(record.definition)
     dirty = dirty_dates([(date, uri) for uri, date in objects]) if definition.keyed else set()
     frames = []
     if dirty:
@@ -105,9 +108,9 @@ def objects_frame(spark: SparkSession, record: TableRecord, deployment: Deployme
             scans.setdefault(partition_base(for_engine(uri)), []).append(for_engine(uri))
         frames += [spark.read.schema(schema).option("basePath", prefix).parquet(*paths)
                    for prefix, paths in scans.items()]
-    if not frames:
-        return spark.createDataFrame([], schema)
-    return functools.reduce(lambda left, right: left.unionByName(right), frames)
+    frame = functools.reduce(lambda left, right: left.unionByName(right), frames) if frames else \
+        spark.createDataFrame([], schema)
+    return frame.toDF(*logical_names(record.definition, schema.names)) if renamed(record.definition) else frame
 
 
 def partition_base_segment(uri: str) -> str:

@@ -131,8 +131,13 @@ def table_sql(connection: Any, view: str, deployment: Deployment, record: TableR
 
     lake = deployment.lake
     columns = columns_of(record)
-    typed = ", ".join(f"CAST({_ident(name)} AS {DUCKDB_TYPES[kind]}) AS {_ident(name)}" for name, kind in columns)
-    empty = ", ".join(f"NULL::{DUCKDB_TYPES[kind]} AS {_ident(name)}" for name, kind in columns)
+    # The parts hold columns as objects store them (a renamed column under its old name; a dropped column's
+    # data under a name no column has now, left out here); the view shows the table's names.
+    stored = [*(c.physical_name for c in record.definition.columns), "dt"]
+    typed = ", ".join(f"CAST({_ident(physical)} AS {DUCKDB_TYPES[kind]}) AS {_ident(name)}"
+                      for physical, (name, kind) in zip(stored, columns, strict=True))
+    empty = ", ".join(f"NULL::{DUCKDB_TYPES[kind]} AS {_ident(physical)}"
+                      for physical, (_, kind) in zip(stored, columns, strict=True))
     dirty = dirty_dates_of(record, list(files))
     keys = lake_keys(deployment, record, list(files))
     plain = [(key, f.partition_date) for key, f in zip(keys, files, strict=True) if f.partition_date not in dirty]
@@ -176,4 +181,6 @@ def _arrow_part(connection: Any, name: str, deployment: Deployment, record: Tabl
     schema = pa.schema([*fields, pa.field("dt", pa.date32(), nullable=False)])
     plain, merged = arrow_parts(deployment, record, files, schema)
     connection.register(name, plain if merged is None else ds.UnionDataset(schema, [plain, ds.InMemoryDataset(merged)]))
-    return f"SELECT * FROM {_ident(name)}"
+    stored = [*(c.physical_name for c in record.definition.columns), "dt"]
+    return f"SELECT {', '.join(f'{_ident(f.name)} AS {_ident(p)}' for f, p in zip(schema, stored, strict=True))} " \
+           f"FROM {_ident(name)}"

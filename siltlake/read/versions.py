@@ -113,29 +113,38 @@ def arrow_parts(deployment: Deployment, record: TableRecord, files: list[DataFil
                 ) -> tuple[ds.FileSystemDataset, pa.Table | None]:
     """The partitions of `files` that are plain files, as a pyarrow dataset of `schema` (dt from each file's
     partition), and (a keyed table's) those merged on read, as one table (None: no partition needs it)."""
+    import pyarrow as pa
     import pyarrow.dataset as ds
+
+    from siltlake.records.physical import physical_definition, renamed
 
     lake = deployment.lake
     keys = lake_keys(deployment, record, files)
     dirty = dirty_dates_of(record, files)
+    definition = physical_definition(record.definition)
+    # Objects hold a renamed column under its old name: read by those names, shown by the table's.
+    names = {c.name: c.physical_name for c in record.definition.columns}
+    stored = pa.schema([f.with_name(names.get(f.name, f.name)) for f in schema]) \
+        if renamed(record.definition) else schema
     plain = ds.FileSystemDataset.from_paths(
         [lake.path(key) for key, f in zip(keys, files, strict=True) if f.partition_date not in dirty],
-        schema=schema, format=ds.ParquetFileFormat(), filesystem=lake.filesystem,
+        schema=stored, format=ds.ParquetFileFormat(), filesystem=lake.filesystem,
         partitions=[ds.field("dt") == f.partition_date for f in files if f.partition_date not in dirty])
+    if stored is not schema:
+        # pyarrow datasets read columns by name only: the renamed rows are read here, held in memory.
+        plain = ds.InMemoryDataset(plain.to_table().rename_columns(schema.names))
     if not dirty:
         return plain, None
     # A keyed table's partitions holding several rows of a key are merged on read here, in memory; the
     # others stay files, so filters and projections still skip their row groups. A filter applies to the
     # merged rows: a key's older row matching it never shows.
-    import pyarrow as pa
-
     from siltlake.read.keyed import read_partitions
 
     grouped: dict[dt.date, list[str]] = {}
     for key, f in zip(keys, files, strict=True):
         if f.partition_date in dirty:
             grouped.setdefault(f.partition_date, []).append(key)
-    definition = record.definition
-    merged = read_partitions(lake, sorted(grouped.items()), schema, definition.primary_key,
+    merged = read_partitions(lake, sorted(grouped.items()), stored, definition.primary_key,
                              definition.sequence_column)
-    return plain, (pa.concat_tables(merged) if len(merged) > 1 else merged[0]).cast(schema)
+    return plain, (pa.concat_tables(merged) if len(merged) > 1 else merged[0]).rename_columns(
+        schema.names).cast(schema)

@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 
 from siltlake.clock import to_naive_utc
 from siltlake.records.coerce import partition_dates
+from siltlake.records.physical import physical_rows
 from siltlake.storage import keys
 from siltlake.storage.filesystem import Storage
 from siltlake.storage.keys import TableLayout
@@ -117,7 +118,7 @@ class ObjectWriter:
 
         def rows(pending: list[pa.Table]) -> pa.Table:
             joined = pa.concat_tables(pending)
-            return object_rows(joined, schema, date) if date is not None else joined
+            return object_rows(physical_rows(joined, self.table), schema, date) if date is not None else joined
 
         with self.lake.open_output(key) as sink:
             with pq.ParquetWriter(sink, schema, compression=self.table.codec, write_statistics=True) as writer:
@@ -202,7 +203,7 @@ class ObjectWriter:
             yield self._sorted(taken)
 
     def _describe(self, date: dt.date, key: str, metadata: pq.FileMetaData, size: int) -> dict:
-        time_index = self.object_schema.get_field_index(self.table.time_column)
+        time_index = self.object_schema.get_field_index(self.table.column(self.table.time_column).physical_name)
         lows, highs = [], []
         for group in range(metadata.num_row_groups):
             stats = metadata.row_group(group).column(time_index).statistics
