@@ -426,6 +426,10 @@ class Chaos:
         are not shown (by design: a switched partition shows its merged version); they must be in one."""
         deployment = self.deployment
         deployment.use_spark(spark)
+        # The drain lists the root whole each round, as the periodic full listing does within
+        # stream.full_listing_interval: a file appended to after a whole delivery, in a directory that got nothing
+        # new since, is seen growing by no cursor walk and no watch (docs/design.md, "Finding growth").
+        deployment.config.stream.full_listing_interval = 0
         while True:
             streamed = stream_once(deployment, settle_wait=True)
             assert not streamed.failed and not streamed.rewritten, (streamed.failed, streamed.rewritten)
