@@ -74,7 +74,7 @@ def _key_date(match: re.Match[str]) -> str | None:
 
 @dataclass
 class Discovery:
-    listed: int = 0  # file entries listed: all of the root's on a full listing, those of changed directories else
+    listed: int = 0  # file entries listed: the whole root on a full listing, else changed directories and the sweep
     registered: int = 0
     unknown: int = 0
     redelivered: int = 0  # registered objects put again since: ignored (a key is processed once)
