@@ -131,7 +131,7 @@ class StreamConfig(_Section):
                                        "every round (a mount whose directory times cannot be trusted); else it "
                                        "is swept (stream.sweep_files_per_round), and this is how long a local "
                                        "file seen written in place is watched for growth after its last delivery")
-    sweep_files_per_round: AtLeastOne = Field(default=20000, description="files of a local staging root the "
+    sweep_files_per_round: AtLeastOne = Field(default=10000, description="files of a local staging root the "
                                               "rolling sweep reads per round besides the cursor walk: a pass "
                                               "over N files takes N / this many rounds, the horizon of in-place "
                                               "rewrites and of what the walk cannot see")
