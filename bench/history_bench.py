@@ -13,11 +13,11 @@ Before registering, the benchmark waits until the newest write is stream.listing
 objects are: the registration (the root's first round, a full listing) then leaves its discovery cursor past them.
 
 Timed: `--rounds` idle `stream_once` rounds (each finds nothing new, no redelivery and nothing pending; on a
-local root they read only what changed since the cursor, here nothing): the median wall seconds, catalog
-statements and transactions per round (an engine event listener), then one more round under tracemalloc for the
-Python memory it allocates at its peak (not timed: tracemalloc slows Python code down severalfold). Then one
-round that is a full listing (due every stream.full_listing_interval; the clock discovery reads is moved past
-it), timed alone.
+local root they read what changed since the cursor, here nothing, and a slice of stream.sweep_files_per_round
+files of the rolling sweep): the median wall seconds, catalog statements and transactions per round (an engine
+event listener), then one more round under tracemalloc for the Python memory it allocates at its peak (not
+timed: tracemalloc slows Python code down severalfold). Then the rest of the sweep's pass, round by round until
+one completes it: the slowest of those rounds and the pass's length in rounds.
 
 With `--new K` (issue 28's "100 new objects at N = 1,000,000 within 1.5x of N = 0"): rounds that each find K new
 objects and process them through Spark (local[2]), K tiny JSON-lines files written beside the newest day's objects
@@ -34,8 +34,6 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import datetime as dt
-import importlib
 import itertools
 import os
 import pstats
@@ -54,8 +52,6 @@ from siltlake.stream import stream_once
 from siltlake.stream.discover import discover
 from siltlake.tabledef import TableDef
 
-# The module (siltlake.stream exports its function under the same name), whose clock a full-listing round moves.
-discover_module = importlib.import_module("siltlake.stream.discover")
 TABLE = {"schema": "web", "name": "access", "time_column": "t", "timezone": "UTC",
          "columns": [{"name": "t", "type": "timestamp", "nullable": False}]}
 HOSTS, DAYS = 20, 7
@@ -101,8 +97,8 @@ def idle_round(deployment, counter: StatementCounter) -> dict:  # noqa: ANN001 -
     report = stream_once(deployment)
     seconds = time.perf_counter() - started
     assert report.registered == 0 and report.processed == 0 and report.redelivered == 0, report
-    return {"seconds": seconds, "listed": report.listed, "statements": counter.statements - statements,
-            "transactions": counter.transactions - transactions}
+    return {"seconds": seconds, "listed": report.listed, "swept": report.swept,
+            "statements": counter.statements - statements, "transactions": counter.transactions - transactions}
 
 
 _new_names = itertools.count()
@@ -131,15 +127,18 @@ def new_objects_round(deployment, root: Path, objects: int, counter: StatementCo
             "spark_start_seconds": report.spark_start_seconds}
 
 
-def full_listing_round(deployment, counter: StatementCounter) -> dict:  # noqa: ANN001 - a Deployment
-    """One idle round that lists the whole root: the clock discovery compares with the last full listing's time
-    reads an interval later (the cursor it stores comes from the file system's clock, not this one)."""
-    later = utcnow() + dt.timedelta(seconds=deployment.config.stream.full_listing_interval)
-    original, discover_module.utcnow = discover_module.utcnow, lambda: later
-    try:
-        return idle_round(deployment, counter)
-    finally:
-        discover_module.utcnow = original
+def sweep_pass(deployment) -> dict:  # noqa: ANN001 - a Deployment
+    """One whole pass of the rolling sweep, after the rounds that end the pass under way: its slowest round and
+    its length in rounds (a completed pass is what a full listing was)."""
+    while not discover(deployment).sweep_completed:
+        pass
+    rounds, slowest, completed = 0, 0.0, False
+    while not completed:
+        started = time.perf_counter()
+        completed = discover(deployment).sweep_completed
+        slowest = max(slowest, time.perf_counter() - started)
+        rounds += 1
+    return {"seconds": slowest, "rounds": rounds}
 
 
 def run(kind: str, objects: int, rounds: int, workdir: Path, profile: int, new: int = 0,
@@ -160,13 +159,13 @@ def run(kind: str, objects: int, rounds: int, workdir: Path, profile: int, new: 
                 counter = StatementCounter(deployment.catalog.engine)
                 idle_round(deployment, counter)  # warm: caches, the page cache of the catalog and the directories
                 measured = [idle_round(deployment, counter) for _ in range(rounds)]
-                assert all(m["listed"] == 0 for m in measured), measured  # no file entry of an unchanged directory
+                # No file entry of an unchanged directory: only the sweep's slice.
+                assert all(m["listed"] == m["swept"] for m in measured), measured
                 tracemalloc.start()
                 idle_round(deployment, counter)
                 _, peak = tracemalloc.get_traced_memory()
                 tracemalloc.stop()
-                full = full_listing_round(deployment, counter)
-                assert full["listed"] == objects, full
+                sweep = sweep_pass(deployment)
                 if profile:
                     profiler = cProfile.Profile()
                     profiler.runcall(stream_once, deployment)
@@ -189,8 +188,9 @@ def run(kind: str, objects: int, rounds: int, workdir: Path, profile: int, new: 
         "idle_round_seconds_median": round(statistics.median(seconds), 4),
         "idle_round_seconds_all": [round(value, 4) for value in seconds],
         "statements_per_round": measured[-1]["statements"], "transactions_per_round": measured[-1]["transactions"],
-        "python_peak_bytes": peak, "full_listing_round_seconds": round(full["seconds"], 4),
-        "full_listing_statements": full["statements"], "load_avg_1m": load_avg_1m(),
+        "python_peak_bytes": peak, "sweep_files_per_round": deployment.config.stream.sweep_files_per_round,
+        "sweep_round_seconds_max": round(sweep["seconds"], 4), "sweep_pass_rounds": sweep["rounds"],
+        "load_avg_1m": load_avg_1m(),
         **({"new_objects": new, "new_round_seconds_median": round(statistics.median(f["seconds"] for f in fresh), 3),
             "new_round_seconds_all": [round(f["seconds"], 3) for f in fresh],
             "new_round_listed": fresh[-1]["listed"], "new_round_statements": fresh[-1]["statements"]}
@@ -219,13 +219,14 @@ def main() -> None:
     workdir = Path(args.workdir or tempfile.gettempdir())
     results = []
     print(f"{'N':>9} {'idle s (median)':>16} {'statements':>11} {'tx':>4} {'peak MiB':>9} {'register s':>11} "
-          f"{'full listing s':>15}")
+          f"{'sweep max s':>12} {'pass rounds':>12}")
     for objects in sizes:
         result = run(args.catalog, objects, args.rounds, workdir, args.profile, args.new, args.new_rounds)
         results.append(result)
         print(f"{objects:>9,} {result['idle_round_seconds_median']:>16.4f} {result['statements_per_round']:>11} "
               f"{result['transactions_per_round']:>4} {result['python_peak_bytes'] / 2**20:>9.1f} "
-              f"{result['register_seconds']:>11.1f} {result['full_listing_round_seconds']:>15.4f}"
+              f"{result['register_seconds']:>11.1f} {result['sweep_round_seconds_max']:>12.4f} "
+              f"{result['sweep_pass_rounds']:>12}"
               + (f"  {args.new} new: {result['new_round_seconds_median']:.3f} s" if args.new else ""), flush=True)
     report = {"machine": brief_machine(), "date": utc_stamp(), "args": vars(args), "results": results}
     if args.new and len(results) > 1 and results[0]["objects"] == 0:

@@ -127,9 +127,14 @@ class StreamConfig(_Section):
     listing_margin: int = Field(default=5, description="seconds a round's discovery cursor stays behind the "
                                 "start of its listing (stream/discover.py): timestamp granularity, writes racing "
                                 "the walk, and on a network file system its clock's skew from this host's")
-    full_listing_interval: int = Field(default=3600, description="seconds between full listings of a local "
-                                       "staging root (rounds in between read only what changed); in-place "
-                                       "rewrites are noticed by full listings only")
+    full_listing_interval: int = Field(default=3600, description="0: a local staging root is listed whole "
+                                       "every round (a mount whose directory times cannot be trusted); else it "
+                                       "is swept (stream.sweep_files_per_round), and this is how long a local "
+                                       "file seen written in place is watched for growth after its last delivery")
+    sweep_files_per_round: AtLeastOne = Field(default=10000, description="files of a local staging root the "
+                                              "rolling sweep reads per round besides the cursor walk: a pass "
+                                              "over N files takes N / this many rounds, the horizon of in-place "
+                                              "rewrites and of what the walk cannot see")
     settle_time: int = Field(default=2, description="seconds a file of a local staging root must go unwritten "
                              "(its mtime) before it is taken: a file being written in place is not read "
                              "mid-flush (short: what grows later loads as an append); object stores (atomic "

@@ -23,13 +23,15 @@ from .conftest import ACCESS_TABLE, make_config
 discover_module = importlib.import_module("siltlake.stream.discover")
 OLD = dt.datetime(2026, 1, 2, tzinfo=dt.UTC).timestamp()
 DAYS = [f"host{host:02d}.web.access/2026/01/{day:02d}" for host in range(3) for day in (1, 2)]
+SWEEP = 8
 
 
 @pytest.fixture
 def lake(tmp_path: Path, catalog_url: str) -> Deployment:
     """A deployment with the access table, whose cursor stays exactly at the start of a listing (margin 0: the
-    test's writes do not race its rounds), and a staging root of 6 day directories of 5 objects each."""
-    deployment = Deployment(make_config(tmp_path, catalog_url, listing_margin=0))
+    test's writes do not race its rounds), a staging root of 6 day directories of 5 objects each, and a rolling
+    sweep of SWEEP files a round (a pass: 4 rounds)."""
+    deployment = Deployment(make_config(tmp_path, catalog_url, listing_margin=0, sweep_files_per_round=SWEEP))
     deployment.init()
     deployment.catalog.tables.create(TableDef.from_mapping(ACCESS_TABLE))
     for directory in DAYS:
@@ -58,22 +60,24 @@ def first_round(deployment: Deployment) -> None:
     settle()
 
 
-def test_an_idle_round_after_the_first_lists_and_looks_up_nothing(lake: Deployment) -> None:
+def test_an_idle_round_after_the_first_lists_and_looks_up_only_its_sweep_slice(lake: Deployment) -> None:
     first_round(lake)
     for _ in range(2):
         idle = discover(lake)
         assert not idle.full_listing
-        assert (idle.listed, idle.looked_up, idle.registered, idle.redelivered) == (0, 0, 0, 0)
+        assert idle.listed == idle.swept == idle.looked_up == SWEEP  # the walk listed nothing
+        assert (idle.registered, idle.redelivered) == (0, 0)
     changed = lake.staging.list_changed(time.time_ns())
     assert changed.entries == 0 and changed.skipped == len(DAYS)  # the day directories were not even read
 
 
 def test_a_new_object_is_looked_up_alone(lake: Deployment) -> None:
     first_round(lake)
-    put(lake, "host00.web.access/2026/01/02/new.jsonl")
+    put(lake, "host02.web.access/2026/01/02/new.jsonl")  # past this round's sweep slice
     found = discover(lake)
     assert not found.full_listing
-    assert (found.listed, found.looked_up, found.registered) == (6, 1, 1)  # the changed directory's 6 entries
+    # The changed directory's 6 entries; of those, only the new one looked up (besides the sweep's slice).
+    assert (found.listed - found.swept, found.looked_up - found.swept, found.registered) == (6, 1, 1)
     assert discover(lake).registered == 0
 
 
@@ -122,24 +126,113 @@ def test_an_object_put_during_a_round_is_found_by_the_next(lake: Deployment, mon
     assert discover(lake).registered == 0
 
 
-def test_the_full_listing_runs_at_its_interval_and_sees_in_place_rewrites(lake: Deployment, monkeypatch) -> None:
-    first_round(lake)
-    # An in-place rewrite changes no directory: the rounds in between cannot see it, the full listing does.
-    path = Path(lake.staging.path("host00.web.access/2026/01/01/obj-0.jsonl"))
+def rewrite_in_place(deployment: Deployment, key: str) -> None:
+    """Rewrite a file in place, its size kept: no directory changes, so the cursor walk cannot see it."""
+    path = Path(deployment.staging.path(key))
     with open(path, "r+b") as rewrite:
         rewrite.write(b'{"t":"2026-01-05"}\n')
     later = dt.datetime.now(dt.UTC).timestamp() + 60
     os.utime(path, (later, later))
-    assert discover(lake).redelivered == 0
-    interval = dt.timedelta(seconds=lake.config.stream.full_listing_interval)
-    assert interval == dt.timedelta(hours=1)
-    now = discover_module.utcnow()
-    monkeypatch.setattr(discover_module, "utcnow", lambda: now + interval - dt.timedelta(seconds=1))
-    assert not discover(lake).full_listing
-    monkeypatch.setattr(discover_module, "utcnow", lambda: now + interval)
-    full = discover(lake)
-    assert full.full_listing and full.listed == 30 and full.redelivered == 1 and full.registered == 0
-    assert not discover(lake).full_listing  # the next full listing is an interval after this one
+
+
+def test_the_sweep_finds_an_in_place_rewrite_within_one_pass_and_completes_it(lake: Deployment) -> None:
+    first_round(lake)
+    cursors, root = lake.catalog.discovery, lake.staging.root
+    first_listing = cursors.get(root).full_listing_time
+    # Keys sort host00.../01, host00.../02, host01...: this one is the 23rd of 30, in the pass's third slice.
+    rewrite_in_place(lake, "host02.web.access/2026/01/01/obj-2.jsonl")
+    rounds = [discover(lake)]
+    pass_started = cursors.get(root).sweep_started  # the first slice's round began the pass
+    rounds += [discover(lake) for _ in range(3)]
+    assert [found.swept for found in rounds] == [8, 8, 8, 6]
+    assert [found.redelivered for found in rounds] == [0, 0, 1, 0]
+    assert [found.sweep_completed for found in rounds] == [False, False, False, True]
+    assert sum(found.registered for found in rounds) == 0
+    cursor = cursors.get(root)
+    assert first_listing < pass_started == cursor.full_listing_time  # a completed pass: a full listing
+    assert cursor.sweep_after is None and cursor.sweep_started > pass_started  # the next pass, from the start
+    following = [discover(lake) for _ in range(3)]  # the next pass, not completed yet
+    assert [found.swept for found in following] == [8, 8, 8]
+    assert sum(found.redelivered for found in following) == 0  # the rewrite was reported once
+    assert cursors.get(root).full_listing_time == pass_started
+
+
+def test_an_incomplete_pass_leaves_the_full_listing_time(lake: Deployment) -> None:
+    first_round(lake)
+    root = lake.staging.root
+    first_listing = lake.catalog.discovery.get(root).full_listing_time
+    discover(lake)
+    started = lake.catalog.discovery.get(root).sweep_started
+    for _ in range(2):
+        discover(lake)
+        cursor = lake.catalog.discovery.get(root)
+        assert cursor.full_listing_time == first_listing and cursor.sweep_started == started
+    assert discover(lake).sweep_completed
+    assert lake.catalog.discovery.get(root).full_listing_time == started
+
+
+def test_a_failed_round_leaves_the_sweep_where_it_was(lake: Deployment, monkeypatch) -> None:
+    first_round(lake)
+    root = lake.staging.root
+    discover(lake)
+    before = lake.catalog.discovery.get(root)
+    assert before.sweep_after == "host00.web.access/2026/01/02/obj-2.jsonl"  # the 8th key
+
+    def failing(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        raise RuntimeError("catalog lost")
+
+    monkeypatch.setattr(type(lake.catalog.staging), "sort_listed", failing)
+    with pytest.raises(RuntimeError):
+        discover(lake)
+    monkeypatch.undo()
+    after = lake.catalog.discovery.get(root)
+    assert (after.sweep_after, after.sweep_started) == (before.sweep_after, before.sweep_started)
+    discover(lake)
+    assert lake.catalog.discovery.get(root).sweep_after == "host01.web.access/2026/01/02/obj-0.jsonl"  # 16th
+
+
+def test_what_the_walk_and_the_sweep_both_find_is_registered_once(lake: Deployment) -> None:
+    first_round(lake)
+    new = ["host00.web.access/2026/01/01/a-new.jsonl", "host01.web.access/2026/01/01/z-new.jsonl",
+           "host02.web.access/2026/01/02/obj-9.jsonl"]
+    registered = 0
+    for key in new:  # each put ahead of the sweep, where the walk also finds it
+        put(lake, key)
+        settle()
+        registered += discover(lake).registered
+    for _ in range(6):  # the rest of the pass and the next: all known
+        registered += discover(lake).registered
+    assert registered == len(new)
+    uris = [lake.staging.uri(info.key) for info in lake.staging.list()]
+    assert len(uris) == 33 and set(uris) == lake.catalog.staging.known_uris(sorted(uris))
+
+
+def test_the_sweep_reads_the_root_in_key_order_as_list_does(tmp_path: Path) -> None:
+    from siltlake.storage.filesystem import Storage
+
+    staging = Storage(str(tmp_path / "root"))
+    for key in ("a/x", "a-b", "a0", "a/b/c", "b/1", "b/2/3", "c", "d/e/f/g", "d/e0"):
+        path = Path(staging.path(key))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(key.encode())
+    os.symlink(staging.path("b"), staging.path("linked"))  # a link to a directory is followed, as list() does
+    os.symlink("c", staging.path("c-link"))
+    os.mkfifo(staging.path("fifo"))  # no file: skipped, as list() does
+    listed = sorted(staging.list(), key=lambda info: info.key)
+    for limit in (1, 2, 3, 100):
+        swept, after = [], None
+        while True:
+            part = staging.sweep(after, limit)
+            assert len(part.objects) <= limit
+            swept.extend(part.objects)
+            if part.complete:
+                break
+            after = part.last_key
+        assert swept == listed
+    assert [info.key for info in staging.sweep("a/x", 3).objects] == ["a0", "b/1", "b/2/3"]
+    assert [info.key for info in staging.sweep("d/e0", 5).objects] == ["linked/1", "linked/2/3"]
+    end = staging.sweep("linked/2/3", 5)
+    assert end.complete and end.objects == [] and end.last_key is None
 
 
 def test_the_cursor_never_moves_back(lake: Deployment) -> None:

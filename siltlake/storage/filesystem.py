@@ -13,14 +13,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 from urllib.parse import quote, unquote, urlsplit
 
-from siltlake.clock import from_nanoseconds
 from siltlake.errors import ConfigError
 from siltlake.storage.confined import UnsafeKey, open_regular_file
 
 if TYPE_CHECKING:  # pyarrow is imported on first use: commands that only read the catalog never load it
     import pyarrow.fs as pafs
 
-__all__ = ["ChangedListing", "ObjectInfo", "S3Options", "Storage", "UnsafeKey", "for_engine"]
+__all__ = ["ChangedListing", "ObjectInfo", "S3Options", "Storage", "SweptListing", "UnsafeKey", "for_engine"]
 
 # RFC 3986 path characters besides letters, digits and -._~: keys made of these appear in URIs unchanged.
 URI_SAFE = "/!$&'()*+,;=:@"
@@ -41,6 +40,15 @@ class ChangedListing:
     entries: int = 0  # file entries examined (those of changed directories)
     read: int = 0     # directories whose entries were read
     skipped: int = 0  # directories not read: unchanged and without subdirectories
+
+
+@dataclass
+class SweptListing:
+    """What Storage.sweep read: up to its limit of files in key order, and where the next slice starts."""
+
+    objects: list[ObjectInfo] = field(default_factory=list)
+    last_key: str | None = None  # the greatest key read (None: none)
+    complete: bool = False       # the walk reached the end of the root
 
 
 @dataclass(frozen=True)
@@ -312,11 +320,65 @@ class Storage:
                     continue
                 result.entries += 1
                 if fresh or newest >= since_ns:
-                    # Microseconds, truncated, as pyarrow's listing gives them: a send_time stored from one
-                    # compares equal with the other's (no spurious re-put).
-                    mtime = from_nanoseconds(entry_stat.st_mtime_ns).replace(tzinfo=dt.UTC)
-                    result.objects.append(ObjectInfo(key, entry_stat.st_size, mtime))
+                    result.objects.append(ObjectInfo(key, entry_stat.st_size, listed_mtime(entry_stat.st_mtime_ns)))
         return result
+
+    def sweep(self, after: str | None, limit: int) -> SweptListing:
+        """Up to `limit` files of a local root whose keys sort after `after` (None: from the start), in key
+        order (code points, an object store's UTF-8 byte order), with list()'s keys, sizes, mtimes and choice of
+        entries (links to files and directories followed, a link back up the tree not). Directories whose keys
+        all sort at or before `after` are not read."""
+        result = SweptListing()
+        try:
+            top = os.stat(self._base)
+        except FileNotFoundError:
+            result.complete = True
+            return result
+        # A stack of sorted entry lists, last first: a directory sorts as its name and a '/', so that a walk in
+        # this order yields keys in key order ("a-b" before "a/x", "a/x" before "a0").
+        pending: list[tuple[str, str, bool, frozenset]] = []
+        self._push_sorted(pending, self._base, "", after, frozenset([(top.st_dev, top.st_ino)]))
+        while pending:
+            path, key, is_dir, above = pending.pop()
+            try:
+                found = os.stat(path)
+            except OSError:  # removed during the walk, or a dangling link
+                continue
+            if is_dir:
+                identity = (found.st_dev, found.st_ino)
+                if identity not in above:
+                    self._push_sorted(pending, path, key + "/", after, above | {identity})
+                continue
+            if len(result.objects) == limit:
+                return result
+            result.objects.append(ObjectInfo(key, found.st_size, listed_mtime(found.st_mtime_ns)))
+            result.last_key = key
+        result.complete = True
+        return result
+
+    @staticmethod
+    def _push_sorted(pending: list, path: str, prefix: str, after: str | None, above: frozenset) -> None:
+        """Push a directory's files and subdirectories that may hold keys after `after`, the first on top."""
+        try:
+            entries = list(os.scandir(path))
+        except (FileNotFoundError, NotADirectoryError, PermissionError):
+            return  # removed during the walk (or unreadable): list() would not show its files either
+        chosen = []
+        for entry in entries:
+            try:
+                is_dir = entry.is_dir()
+                if not is_dir and not entry.is_file():
+                    continue
+            except OSError:
+                continue
+            key = prefix + entry.name
+            order = key + "/" if is_dir else key
+            # A directory is skipped when all its keys sort at or before `after`: `after` passes its prefix.
+            if after is not None and order <= after and not (is_dir and after.startswith(order)):
+                continue
+            chosen.append((order, entry.path, key, is_dir))
+        chosen.sort(reverse=True)
+        pending.extend((entry_path, key, is_dir, above) for _, entry_path, key, is_dir in chosen)
 
     def arrival_ns(self, key: str) -> int | None:
         """When a local file arrived in the root, as list_changed judges it: max(mtime, ctime) in nanoseconds,
@@ -429,6 +491,12 @@ class Storage:
 
         if self.filesystem.get_file_info(self.path(prefix)).type == pafs.FileType.Directory:
             self.filesystem.delete_dir(self.path(prefix))
+
+
+def listed_mtime(nanoseconds: int) -> dt.datetime:
+    """A local file's mtime as pyarrow's listing gives it (seconds as a double, rounded to the microsecond; not
+    truncated): a send_time stored from one listing compares equal with another's (no spurious re-put)."""
+    return dt.datetime.fromtimestamp(nanoseconds / 1e9, dt.UTC)
 
 
 def _key_under(path: str, base: str, under: str) -> str:

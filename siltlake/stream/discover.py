@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from urllib.parse import unquote
 
 from siltlake.catalog import DiscoveryCursor, Redelivery, TableRecord
-from siltlake.clock import from_nanoseconds, to_naive_utc, to_nanoseconds, utcnow
+from siltlake.clock import from_nanoseconds, to_naive_utc, to_nanoseconds
 from siltlake.config import key_pattern_shape
 from siltlake.deployment import Deployment
 from siltlake.storage.filesystem import ObjectInfo
@@ -74,7 +74,7 @@ def _key_date(match: re.Match[str]) -> str | None:
 
 @dataclass
 class Discovery:
-    listed: int = 0  # file entries listed: all of the root's on a full listing, those of changed directories else
+    listed: int = 0  # file entries listed: the whole root on a full listing, else changed directories and the sweep
     registered: int = 0
     unknown: int = 0
     redelivered: int = 0  # registered objects put again since: ignored (a key is processed once)
@@ -93,6 +93,10 @@ class Discovery:
     unsettled_seconds: float = 0.0
     settles_in: float | None = None
     list_requests: int = 0  # an object store's LIST requests (the local walk counts none)
+    # A local root's rolling sweep (docs/design.md, "Discovery reads what is new"): files its slice read this
+    # round (counted in listed too), and whether the slice ended a pass (a completed full listing).
+    swept: int = 0
+    sweep_completed: bool = False
     # Objects under the root that S3 event notifications named and the catalog did not know (stream.notifications)
     notified: int = 0
     notifications: NotificationTally | None = None  # what the queue delivered; None without a queue
@@ -107,6 +111,8 @@ class Discovery:
         self.rewritten = earlier.rewritten + self.rewritten
         self.expired = max(self.expired, earlier.expired)
         self.listed = max(self.listed, earlier.listed)
+        self.swept += earlier.swept
+        self.sweep_completed = self.sweep_completed or earlier.sweep_completed
         self.notified += earlier.notified
 
     def add(self, other: Discovery) -> None:
@@ -124,10 +130,11 @@ class Discovery:
 def discover(deployment: Deployment) -> Discovery:
     """Register the staging objects not seen before (each URI once, ever).
 
-    A local root is listed whole on its first round and every stream.full_listing_interval; the rounds in
-    between read only the directories and files that changed since the root's cursor (docs/design.md, "Staging
-    objects"). An object store's root is listed from per-prefix cursors plus a slice of a rolling sweep
-    (stream/discover_s3.py; docs/design.md, "Discovery on an object store")."""
+    A local root is listed whole on its first round; later rounds read the directories and files that changed
+    since the root's cursor, plus a slice of stream.sweep_files_per_round files of a rolling sweep of the whole
+    root (docs/design.md, "Discovery reads what is new"). An object store's root is listed from per-prefix
+    cursors plus a slice of a rolling sweep (stream/discover_s3.py; docs/design.md, "Discovery on an object
+    store")."""
     staging = deployment.staging
     catalog = deployment.catalog
     config = deployment.config.stream
@@ -136,8 +143,8 @@ def discover(deployment: Deployment) -> Discovery:
     cursor = catalog.discovery.get(staging.root)
     if staging.is_object_store:
         return _discover_object_store(deployment, cursor)
-    full = not staging.is_local or cursor is None or (
-        utcnow() - cursor.full_listing_time >= dt.timedelta(seconds=config.full_listing_interval))
+    full = not staging.is_local or cursor is None or config.full_listing_interval == 0
+    swept = None
     if full:
         listed = [info for info in staging.list() if not is_in_flight(info.key)]
         fresh = _unexpired(deployment, listed, cursor.expired_before if cursor is not None else None)
@@ -146,13 +153,27 @@ def discover(deployment: Deployment) -> Discovery:
     else:
         assert cursor is not None
         changed = staging.list_changed(to_nanoseconds(cursor.cursor_time))
-        report = _register(deployment, [info for info in changed.objects if not is_in_flight(info.key)])
-        report.listed, report.full_listing = changed.entries, False
+        walked = [info for info in changed.objects if not is_in_flight(info.key)]
+        # The rolling sweep's slice: what the walk cannot see (an in-place rewrite or append in an unchanged
+        # directory) is found within one pass, as the whole listing every full_listing_interval found it.
+        swept = staging.sweep(cursor.sweep_after, config.sweep_files_per_round)
+        walked_keys = {info.key for info in walked}
+        sweeping = [info for info in swept.objects if not is_in_flight(info.key) and info.key not in walked_keys]
+        fresh = _unexpired(deployment, sweeping, cursor.expired_before)
+        report = _register(deployment, walked + fresh)
+        report.listed, report.full_listing = changed.entries + len(swept.objects), False
+        report.swept, report.expired = len(swept.objects), len(sweeping) - len(fresh)
+        report.sweep_completed = swept.complete
     # Only once every object found is registered (or recorded unknown): a round that fails before leaves the
-    # cursor where it was, and the next round looks again. A remote root other than an object store is listed
-    # whole every round (its cursor is not read), but its full listing time bounds the expiry watermark.
+    # cursor and the sweep's position where they were, and the next round looks again. A remote root other than
+    # an object store is listed whole every round (its cursor is not read), but its full listing time bounds the
+    # expiry watermark; a local root's completed sweep pass moves that time to the pass's start.
     catalog.discovery.advance(staging.root, from_nanoseconds(started - config.listing_margin * 1_000_000_000),
                               from_nanoseconds(started) if full else None)
+    if swept is not None:
+        assert cursor is not None
+        catalog.discovery.advance_sweep(staging.root, cursor.sweep_started,
+                                        None if swept.complete else swept.last_key, from_nanoseconds(started))
     return report
 
 

@@ -47,6 +47,7 @@ class DroppedFields:
 @dataclass
 class StreamReport:
     listed: int = 0
+    swept: int = 0  # of those, files a local root's rolling sweep read (docs/design.md, "Discovery reads what is new")
     registered: int = 0
     processed: int = 0
     records_in: int = 0
@@ -423,7 +424,8 @@ def stream_once(deployment: Deployment, progress: Progress | None = None,
     deployment.catalog.check_ready()
     deployment.check_instance("stream")
     found = discover_settled(deployment, stop) if settle_wait else discover(deployment)
-    report = StreamReport(listed=found.listed, registered=found.registered, redelivered=found.redelivered,
+    report = StreamReport(listed=found.listed, swept=found.swept, registered=found.registered,
+                          redelivered=found.redelivered,
                           expired=found.expired, notified=found.notified, notifications=found.notifications,
                           changed_reputs=[(put.uri, put.registered_size, put.size) for put in found.changed],
                           appended=found.appended, rewritten=list(found.rewritten), unsettled=found.unsettled,
