@@ -15,7 +15,7 @@ from sqlalchemy.exc import IntegrityError
 
 from siltlake.catalog import schema as s
 from siltlake.catalog.core import CatalogCore
-from siltlake.catalog.positions import record_consumed
+from siltlake.catalog.positions import record_all_consumed, record_consumed
 from siltlake.catalog.records import MergeBase, PartitionRow, PublishedVersion, SmallObjectRow
 from siltlake.errors import CatalogError, NotFoundError
 
@@ -154,6 +154,7 @@ class _Batch:
     ids: deque[int]
     small_objects: list[dict] = field(default_factory=list)
     processed: list[dict] = field(default_factory=list)
+    positions: list[dict] = field(default_factory=list)  # record_consumed's, written with the processed marks
 
 
 class StreamCommit:
@@ -267,6 +268,8 @@ class StreamCommit:
                                    "it adds to") from None
         for now in sorted({row["now"] for row in batch.processed}):  # one time in practice: the chunk's
             self._set_processed([row for row in batch.processed if row["now"] == now], now, batch.counts)
+        if batch.positions:
+            record_all_consumed(self._core, self._c, batch.positions)
 
     def is_processed(self, staging_object_id: int) -> bool:
         batch = self._batch
@@ -376,7 +379,11 @@ class StreamCommit:
                                   error_uri=error_uri)], now)
 
     def record_consumed(self, **position: object) -> None:
-        """A delivery of an appendable staging file consumed it up to a byte offset (positions.record_consumed)."""
+        """A delivery of an appendable staging file consumed it up to a byte offset (positions.record_consumed);
+        in a batch, written at its flush with the others (one statement for the files' first positions)."""
+        if self._batch is not None:
+            self._batch.positions.append(position)
+            return
         record_consumed(self._core, self._c, **position)  # type: ignore[arg-type]
 
     def register_loaded(self, uri: str, *, table_id: int, size: int, records_in: int, bad_records: int,
@@ -407,12 +414,13 @@ class StreamCommit:
                 del self._totals[counted:]
                 raise
             return
-        held = len(batch.small_objects), len(batch.processed)
+        held = len(batch.small_objects), len(batch.processed), len(batch.positions)
         try:
             yield
         except BaseException:
             del self._totals[counted:]
             del batch.small_objects[held[0]:]
+            del batch.positions[held[2]:]
             for row in batch.processed[held[1]:]:
                 batch.pending.add(row["id"])
             del batch.processed[held[1]:]

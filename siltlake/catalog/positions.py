@@ -206,16 +206,35 @@ def record_consumed(core: CatalogCore, c: Connection, *, staging_root: str, uri:
                     now: dt.datetime) -> None:
     """In a stream commit: a delivery of `uri` consumed it up to consumed_end. Only the delivery the position
     waits for (its first, or the pending tail) moves it; a rewritten file's position stays stopped."""
+    record_all_consumed(core, c, [dict(staging_root=staging_root, uri=uri, key=key, delivery_uri=delivery_uri,
+                                       table_id=table_id, consumed_end=consumed_end, read_end=read_end,
+                                       file_identity=file_identity, fingerprint=fingerprint, now=now)])
+
+
+def record_all_consumed(core: CatalogCore, c: Connection, deliveries: list[dict]) -> None:
+    """record_consumed of several deliveries (those of a batched commit): the files' first positions in one
+    statement, then one update per position that existed (files appended to: few)."""
     p = s.staging_positions
-    values = dict(table_id=table_id, consumed_end=consumed_end, read_end=read_end, file_identity=file_identity,
-                  fingerprint=fingerprint, pending_uri=None)
-    partial = consumed_end < read_end  # a record half written when read: the file is being written to
-    if core.insert_once(c, p, "uri", dict(staging_root=staging_root, uri=uri, key=key, change_time=now,
-                                          watch=partial, **values)):
-        return
-    c.execute(p.update().where(p.c.uri == uri, p.c.state == "appending", sa.or_(
-        p.c.pending_uri == delivery_uri, sa.and_(p.c.pending_uri.is_(None), p.c.consumed_end.is_(None)),
-    )).values(change_time=now, watch=sa.or_(p.c.watch, sa.literal(partial)), **values))
+
+    def values(delivery: dict) -> dict:
+        return dict(table_id=delivery["table_id"], consumed_end=delivery["consumed_end"],
+                    read_end=delivery["read_end"], file_identity=delivery["file_identity"],
+                    fingerprint=delivery["fingerprint"], pending_uri=None)
+
+    def partial(delivery: dict) -> bool:  # a record half written when read: the file is being written to
+        return delivery["consumed_end"] < delivery["read_end"]
+
+    inserted = {row.uri for row in core.insert_new(c, p, "uri", [
+        dict(staging_root=d["staging_root"], uri=d["uri"], key=d["key"], change_time=d["now"], watch=partial(d),
+             **values(d)) for d in deliveries], "uri")}
+    for delivery in deliveries:
+        if delivery["uri"] in inserted:
+            continue
+        c.execute(p.update().where(p.c.uri == delivery["uri"], p.c.state == "appending", sa.or_(
+            p.c.pending_uri == delivery["delivery_uri"],
+            sa.and_(p.c.pending_uri.is_(None), p.c.consumed_end.is_(None)),
+        )).values(change_time=delivery["now"], watch=sa.or_(p.c.watch, sa.literal(partial(delivery))),
+                  **values(delivery)))
 
 
 def _position(row: sa.Row) -> Position:
