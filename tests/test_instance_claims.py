@@ -40,6 +40,7 @@ def deployment_at(tmp_path: Path, lake_root: str, catalog_url: str, spark, name:
         "instance_key": KEY, "catalog": {"url": catalog_url},
         "storage": {"root": lake_root, "staging_root": str(tmp_path / f"staging-{name}")},
         "spark": {"master": "local[2]"},
+        "stream": {"settle_time": 0},  # objects are staged whole just before the round
     }))
     other.use_spark(spark)
     return other
