@@ -110,7 +110,8 @@ fuzz: prereqs $(VENV)/.installed-dev
 # Hundreds of SIGKILLs of stream, merge, publish and reap processes (tests/chaos.py); CHAOS_SEED repeats a run.
 CHAOS_KILLS ?= 300
 chaos: prereqs $(VENV)/.installed-dev
-	CHAOS_KILLS=$(CHAOS_KILLS) $(BIN)/python -m pytest tests/test_chaos.py -s -p no:cacheprovider -o timeout=7200
+	CHAOS_KILLS=$(CHAOS_KILLS) $(BIN)/python -m pytest tests/test_chaos.py tests/test_spark_source.py -s -p no:cacheprovider \
+	  -o timeout=7200
 
 # Ten minutes of steady load on the daemons (tests/soak.py); samples and summary in bench/results/soak.*.
 SOAK_SECONDS ?= 600
