@@ -242,3 +242,23 @@ def test_an_undated_file_per_tag_maps_to_its_table_by_a_pattern_without_dates(tm
     assert (report.appended, report.records_loaded, report.unknown) == (1, 4, [])
     assert_rows_once(deployment, 7)
     deployment.close()
+
+
+def test_a_tail_that_was_only_half_a_line_does_not_stop_the_file(tmp_path: Path, catalog_url: str, spark) -> None:  # noqa: ANN001
+    """A delivery that consumed nothing (its tail was half a line, the writer mid-flush) leaves the consumed end
+    where it was; the next tail starts there again and is a delivery of its own, not the finished one's."""
+    deployment = deployment_with(tmp_path, catalog_url, spark, full_listing_interval=0, settle_time=3600,
+                                 settle_limit=0)
+    path = Path(deployment.staging.path(KEY))
+    append(path, lines(0, 3))
+    assert stream_once(deployment).records_loaded == 3
+    half = lines(3, 1)
+    for piece in (half[:10], half[10:20]):  # two tails of half a line each: nothing to consume yet
+        append(path, piece)
+        report = stream_once(deployment)
+        assert (report.appended, report.records_loaded, report.bad_records) == (1, 0, 0)
+    append(path, half[20:] + lines(4, 2))
+    report = stream_once(deployment)
+    assert (report.appended, report.records_loaded, report.bad_records) == (1, 3, 0)
+    assert_rows_once(deployment, 6)
+    deployment.close()

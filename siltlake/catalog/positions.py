@@ -147,14 +147,18 @@ class Positions:
         same transaction, so one delivery at a time is in flight and each byte is delivered once."""
         p = s.staging_positions
         with self._core.tx() as c:
+            # The row first: a delivery URI registered before (it cannot be, each names its end) must never
+            # leave the position waiting for a delivery that will not come.
+            if not self._core.insert_once(c, s.staging_objects, "uri", dict(
+                    uri=delivery_uri, table_id=table_id, size=size, send_time=send_time, receive_time=now)):
+                return False
             taken = c.execute(p.update().where(
                 p.c.uri == position.uri, p.c.state == "appending", p.c.pending_uri.is_(None),
                 p.c.consumed_end == position.consumed_end,
             ).values(pending_uri=delivery_uri, watch=True, change_time=now)).rowcount
-            if not taken:
-                return False
-            return bool(self._core.insert_once(c, s.staging_objects, "uri", dict(
-                uri=delivery_uri, table_id=table_id, size=size, send_time=send_time, receive_time=now)))
+            if not taken:  # another process registered this growth first: the row goes with this transaction
+                c.execute(s.staging_objects.delete().where(s.staging_objects.c.uri == delivery_uri))
+            return bool(taken)
 
     def mark_rewritten(self, staging_root: str, uri: str, key: str, reason: str, *, unknown_uri: str,
                        size: int, table_id: int | None, now: dt.datetime) -> bool:

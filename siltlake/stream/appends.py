@@ -136,8 +136,8 @@ def take_growth(deployment: Deployment, resized: dict[str, ObjectInfo],
         if table_id is None:  # pragma: no cover - a position is recorded with its table
             continue
         send_time = to_naive_utc(info.mtime) if info.mtime is not None else None
-        growth.appended += catalog.positions.register_tail(position, delivery_uri(uri, position.consumed_end),
-                                                           table_id, info.size, send_time, now)
+        tail = delivery_uri(uri, position.consumed_end, info.size)
+        growth.appended += catalog.positions.register_tail(position, tail, table_id, info.size, send_time, now)
         growth.handled.add(uri)
     return growth
 

@@ -27,11 +27,13 @@ def split_delivery(uri: str) -> tuple[str, int]:
     """(the file's URI, the offset its delivery starts at). A stored URI never holds '#' of its own (keys are
     percent-encoded), so '#offset=' marks a later delivery of the same file."""
     base, mark, start = uri.partition(OFFSET_MARK)
-    return (base, int(start)) if mark else (uri, 0)
+    return (base, int(start.partition("-")[0])) if mark else (uri, 0)
 
 
-def delivery_uri(uri: str, start: int) -> str:
-    return f"{uri}{OFFSET_MARK}{start}"
+def delivery_uri(uri: str, start: int, end: int | None = None) -> str:
+    """A later delivery's URI: `<uri>#offset=<start>-<end>`. The end (the size it was registered at) keeps it
+    unique: a delivery that consumed nothing (half a line) leaves the next one starting at the same offset."""
+    return f"{uri}{OFFSET_MARK}{start}" + (f"-{end}" if end is not None else "")
 
 
 @dataclass(frozen=True)
