@@ -434,7 +434,9 @@ class Chaos:
             streamed = stream_once(deployment, settle_wait=True)
             assert not streamed.failed and not streamed.rewritten, (streamed.failed, streamed.rewritten)
             self.report.delayed_objects += streamed.delayed_objects
-            if not deployment.catalog.staging.pending(1):
+            # Nothing pending is not yet everything delivered: a tail ends at the size its file was seen with,
+            # and what grew after is the next round's to find. Done when a round finds nothing new either.
+            if not deployment.catalog.staging.pending(1) and not (streamed.registered or streamed.appended):
                 break
         publish_once(deployment)
         checked = collections.Counter()
