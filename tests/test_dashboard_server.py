@@ -78,7 +78,7 @@ def test_a_bad_parameter_is_a_400(sqlite_deployment: Deployment) -> None:
             assert refused.value.code == 400, hours
             assert b"hours must be" in refused.value.read()
         with urllib.request.urlopen(f"{server.url}?hours=1", timeout=30) as page:
-            assert "the last 1 hours" in page.read().decode()
+            assert "the last 60 minutes" in page.read().decode()
     finally:
         server.close()
 

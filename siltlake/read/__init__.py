@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 from siltlake.deployment import Deployment
 from siltlake.read.plan import QueryPlan, parse_query, plan_query
 from siltlake.read.sandbox import check_query
-from siltlake.records.physical import logical_names, physical_definition, renamed
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -80,6 +79,7 @@ def objects_frame(spark: SparkSession, record: TableRecord, deployment: Deployme
         listed = list(pool.map(lambda key: read_manifest(lake, key), manifest_keys))
     from siltlake.read.keyed import dirty_dates
     from siltlake.read.objects import arrow_objects_frame, arrow_partitions_frame, spark_reads
+    from siltlake.records.physical import logical_names, physical_definition, renamed  # loads pyarrow: not at the top
 
     # Every object as (URI, date), each partition's in commit order.
     objects = [(uri, partition_date_of(partition_base_segment(uri))) for entries in listed for uri, _ in entries]
