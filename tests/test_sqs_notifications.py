@@ -237,7 +237,8 @@ def test_a_malformed_message_is_kept_for_the_redrive_policy_and_reported(
     dead_letters = f"dead-{uuid.uuid4().hex[:10]}"
     sqs = boto3.client("sqs", endpoint_url=f"http://{moto_s3.endpoint}", region_name="us-east-1")
     dead_url = sqs.create_queue(QueueName=dead_letters)["QueueUrl"]
-    bucket = Bucket(moto_s3, visibility=1, redrive_to=dead_letters)
+    # Long enough that a loaded machine's round never sees a malformed message come back within it.
+    bucket = Bucket(moto_s3, visibility=5, redrive_to=dead_letters)
     deployment = notified_deployment(bucket, s3_proxy.endpoint, sqlite_url)
     try:
         bucket.send("this is no S3 event")
@@ -254,7 +255,7 @@ def test_a_malformed_message_is_kept_for_the_redrive_policy_and_reported(
         assert len(warnings) == 2 and all(bucket.queue_name in w and "message_id=" in w for w in warnings)
         assert "not JSON" in warnings[0] and "record 0" in warnings[1]
 
-        time.sleep(1.5)  # delivered again: past maxReceiveCount, SQS moves them to the dead-letter queue
+        time.sleep(5.5)  # delivered again: past maxReceiveCount, SQS moves them to the dead-letter queue
         discover(deployment)
         assert bucket.counts() == (0, 0) and sum(bucket.counts(dead_url)) == 2
     finally:
