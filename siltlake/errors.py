@@ -16,6 +16,12 @@ def debug_enabled() -> bool:
     return os.environ.get(DEBUG_VARIABLE, "").strip().lower() not in ("", "0", "false", "no")
 
 
+def missing_data_file(where: str) -> str:
+    """What to say of a data file the catalog lists and the storage no longer has, whichever engine read it."""
+    return (f"a data file is missing ({where}): it was deleted or moved outside siltlake while the catalog still "
+            "lists it; restore it (from a backup or the storage's versioning), then rerun")
+
+
 class SiltError(Exception):
     """Base of errors whose message says what was wrong and what to do next."""
 

@@ -14,6 +14,8 @@ import sys
 import traceback
 from dataclasses import dataclass
 
+from siltlake.errors import missing_data_file
+
 USER_ERROR = 2
 UNEXPECTED = 1
 
@@ -100,9 +102,7 @@ def _spark_failure(exc: BaseException) -> Failure:
     uri = _URI.search(text)
     if uri and _MISSING_FILE.search(text):
         where = uri.group(0).rstrip(".,;:)")
-        return Failure(f"a data file is missing ({where}): it was deleted or moved outside siltlake while the "
-                       "catalog still lists it; restore it (from a backup or the storage's versioning), then "
-                       "rerun", USER_ERROR)
+        return Failure(missing_data_file(where), USER_ERROR)
     line = _first_line(text)
     if name in ("AnalysisException", "ParseException"):
         return Failure(f"Spark SQL refused the query: {line}", USER_ERROR)

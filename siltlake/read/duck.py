@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from siltlake.errors import SiltError
+from siltlake.errors import SiltError, missing_data_file
 
 if TYPE_CHECKING:
     from siltlake.catalog import TableRecord
@@ -99,10 +99,7 @@ def run_plan(plan: QueryPlan, deployment: Deployment, translation: Translation, 
         missing = _MISSING.search(str(exc))
         if missing is None:
             raise
-        # The same words as the Spark path's (cli/failures.py): a listed object deleted behind the catalog.
-        raise SiltError(f"a data file is missing ({missing.group(1)}): it was deleted or moved outside siltlake "
-                        "while the catalog still lists it; restore it (from a backup or the storage's "
-                        "versioning), then rerun") from exc
+        raise SiltError(missing_data_file(missing.group(1))) from exc  # as the Spark path says it
     finally:
         connection.close()
     return [tuple(_as_spark(value) for value in row) for row in rows]
