@@ -1,6 +1,8 @@
 """Exceptions that carry a message meant for the user, and the switch for full traces."""
 
+import difflib
 import os
+from collections.abc import Iterable
 
 DEBUG_VARIABLE = "SILTLAKE_DEBUG"
 
@@ -70,3 +72,15 @@ def require_spark(what: str) -> None:
         raise MissingExtra(
             f"{what} runs Spark jobs, and PySpark is not installed here: install the {SPARK_EXTRA!r} extra, "
             f"pip install 'siltlake[{SPARK_EXTRA}]' (reading tables, silt sql on DuckDB and silt status need no Spark)")
+
+
+def did_you_mean(name: str, candidates: Iterable[str]) -> str:
+    """"; did you mean X?" naming the candidate closest to a mistyped name, or "" when none is close."""
+    close = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]}?" if close else ""
+
+
+def no_column(table: str, name: str, columns: Iterable[str]) -> DefinitionError:
+    """The error for a column name the table lacks, with the closest of its columns."""
+    return DefinitionError(f"table {table} has no column {name}{did_you_mean(name, columns)} (`silt table show "
+                           f"{table}` lists its columns)")

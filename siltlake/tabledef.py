@@ -12,7 +12,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from siltlake.errors import DefinitionError
+from siltlake.errors import DefinitionError, no_column
 
 if TYPE_CHECKING:  # pyarrow is imported where a schema is built: `silt status` and `--help` never load it
     import pyarrow as pa
@@ -439,7 +439,7 @@ class TableDef(_Strict):
         try:
             old_type = self.column(name).type
         except KeyError:
-            raise DefinitionError(f"table {self.qualified_name} has no column {name}") from None
+            raise no_column(self.qualified_name, name, (c.name for c in self.columns)) from None
         if (old_type, new_type) not in WIDENINGS:
             raise DefinitionError(
                 f"cannot change column {name} of {self.qualified_name} from {old_type} to {new_type}: only int -> "

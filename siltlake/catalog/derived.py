@@ -21,7 +21,7 @@ from siltlake.catalog.records import (
     DerivedReapView,
     DerivedRecord,
 )
-from siltlake.errors import CatalogError, NotFoundError
+from siltlake.errors import CatalogError, NotFoundError, did_you_mean
 from siltlake.tabledef import DerivedDef, TableDef
 
 
@@ -79,17 +79,22 @@ class Derived:
         schema_name, _, table_name = qualified.partition(".")
         with self._core.tx() as c:
             found = self._rows(c, s.tables.c.schema_name == schema_name, s.tables.c.table_name == table_name)
-        if not found:
-            raise NotFoundError(f"no derived table {qualified}; `silt derived list` shows them")
+            if not found:
+                names = [record.qualified_name for record in self._rows(c)]
+                raise NotFoundError(f"no derived table {qualified}{did_you_mean(qualified, names)}; `silt derived "
+                                    "list` shows them")
         return found[0]
 
-    def drop(self, qualified: str, now: dt.datetime) -> DerivedRecord:
-        """Drop the derived table (its table is marked dropped; reap removes its builds)."""
+    def drop(self, qualified: str, now: dt.datetime, dry_run: bool = False) -> DerivedRecord:
+        """Drop the derived table (its table is marked dropped; reap removes its builds); dry_run: only refuse
+        what a drop would refuse."""
         record = self.get(qualified)
         with self._core.tx() as c:
             readers = derived_readers(c, record.table.id)
             if readers:
                 raise CatalogError(f"{qualified} is read by derived table {', '.join(readers)}; drop that first")
+            if dry_run:
+                return record
             c.execute(s.tables.update().where(s.tables.c.id == record.table.id, s.tables.c.dropped_time.is_(None))
                       .values(dropped_time=now))
             c.execute(s.active_derived_builds.delete().where(s.active_derived_builds.c.derived_id == record.id))

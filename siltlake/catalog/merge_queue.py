@@ -344,15 +344,12 @@ class MergeQueue:
                                .where(t.c.dropped_time.is_(None)).order_by(t.c.schema_name, t.c.table_name)).all()
             status = {row.id: {
                 "table": f"{row.schema_name}.{row.table_name}",
-                "partitions": {"new": 0, "live": 0, "closed": 0, "switched": 0},
+                "partitions": dict.fromkeys(s.PARTITION_STATES, 0),
                 "unmerged_objects": 0, "unmerged_bytes": 0, "oldest_unmerged_age_seconds": None,
                 "jobs": {"scheduled": 0, "due": 0, "running": 0, "stale": 0, "continuing": 0, "failed": 0},
                 "failed_jobs": [],
             } for row in tables}
-            state = sa.case(
-                (p.c.switched, "switched"), (p.c.last_live_object_id.is_not(None), "closed"),
-                (p.c.current_manifest_version >= 0, "live"), else_="new",
-            )
+            state = s.partition_state
             for row in c.execute(sa.select(p.c.table_id, state.label("state"), sa.func.count())
                                  .group_by(p.c.table_id, state)):
                 if row.table_id in status:

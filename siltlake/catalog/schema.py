@@ -137,6 +137,15 @@ partitions = sa.Table(
     sa.CheckConstraint("current_manifest_version >= -1", name="current_version"),
 )
 
+# A partition's state, one name each wherever it shows (status, table show, metrics, dashboard): new (no
+# version yet), live (published, its day not closed), closed (its day ended: new objects are delayed), switched
+# (readers read its merged objects).
+PARTITION_STATES = ("new", "live", "closed", "switched")
+partition_state = sa.case(
+    (partitions.c.switched, "switched"), (partitions.c.last_live_object_id.is_not(None), "closed"),
+    (partitions.c.current_manifest_version >= 0, "live"), else_="new",
+)
+
 small_objects = sa.Table(
     "small_objects",
     metadata,

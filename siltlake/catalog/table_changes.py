@@ -16,7 +16,7 @@ from sqlalchemy.engine import Connection
 from siltlake.catalog import schema as s
 from siltlake.catalog.core import CatalogCore
 from siltlake.clock import utcnow
-from siltlake.errors import DefinitionError
+from siltlake.errors import DefinitionError, no_column
 from siltlake.tabledef import PARTITION_COLUMN, Column, TableDef, check_identifier, format_duration, parse_duration
 
 # What `silt table set` changes: each is read afresh by the daemon that uses it at its next run.
@@ -128,8 +128,7 @@ def _existing(definition: TableDef, name: str) -> Column:
     try:
         return definition.column(name)
     except KeyError:
-        raise DefinitionError(f"table {definition.qualified_name} has no column {name}; `silt table show "
-                              f"{definition.qualified_name}` lists its columns") from None
+        raise no_column(definition.qualified_name, name, (c.name for c in definition.columns)) from None
 
 
 def _key_role(definition: TableDef, name: str) -> str | None:

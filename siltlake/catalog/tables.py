@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -21,15 +22,34 @@ from siltlake.catalog.table_changes import (
     without_column,
 )
 from siltlake.clock import utcnow
-from siltlake.errors import CatalogError, NotFoundError
+from siltlake.errors import CatalogError, NotFoundError, did_you_mean
 from siltlake.tabledef import Column, TableDef, check_identifier
 
 
+class _DryRun(Exception):
+    """Raised at the end of a dry run's transaction: it rolls the change back."""
+
+
 class Tables:
-    """Reached as catalog.tables."""
+    """Reached as catalog.tables. A change given dry_run=True makes every check and write of the real one in a
+    transaction it then rolls back, and returns what the real one would have."""
 
     def __init__(self, core: CatalogCore) -> None:
         self._core = core
+
+    @contextmanager
+    def _change(self, dry_run: bool) -> Iterator[Connection]:
+        try:
+            with self._core.tx() as c:
+                yield c
+                if dry_run:
+                    raise _DryRun
+        except _DryRun:
+            pass
+
+    @staticmethod
+    def _stored(c: Connection, table_id: int) -> TableRecord:
+        return table_record(c.execute(sa.select(s.tables).where(s.tables.c.id == table_id)).one())
 
     def create(self, definition: TableDef) -> TableRecord:
         with self._core.tx() as c:
@@ -54,9 +74,17 @@ class Tables:
         schema_name, table_name = self.split_name(qualified)
         with self._core.tx() as c:
             row = self._find_table(c, schema_name, table_name)
-        if row is None:
-            raise NotFoundError(f"no table {qualified}; `silt table list` shows the tables")
+            if row is None:
+                raise self._not_found(c, qualified)
         return table_record(row)
+
+    @staticmethod
+    def _not_found(c: Connection, qualified: str) -> NotFoundError:
+        """The error for a table name no live table has, naming the closest live table's."""
+        names = [f"{row.schema_name}.{row.table_name}" for row in c.execute(
+            sa.select(s.tables.c.schema_name, s.tables.c.table_name).where(s.tables.c.dropped_time.is_(None)))]
+        return NotFoundError(f"no table {qualified}{did_you_mean(qualified, names)}; `silt table list` shows the "
+                             "tables")
 
     def list(self) -> list[TableRecord]:
         with self._core.tx() as c:
@@ -105,20 +133,21 @@ class Tables:
                 record = table_record(c.execute(sa.select(s.tables).where(s.tables.c.id == table_id)).one())
         return record
 
-    def alter_column_type(self, qualified: str, column: str, type_name: str) -> TableRecord:
+    def alter_column_type(self, qualified: str, column: str, type_name: str, dry_run: bool = False) -> TableRecord:
         """Widen a column (int -> bigint, float -> double); older objects read as the new type."""
-        with self._core.tx() as c:
+        with self._change(dry_run) as c:
             record = self._changeable(c, qualified, "changing a column")
             self._update_definition(c, record.id, record.definition.with_column_type(column, type_name))
-        return self.get(qualified)
+            record = self._stored(c, record.id)
+        return record
 
     def set_properties(self, qualified: str, assignments: Sequence[str], now: dt.datetime | None = None,
-                       ) -> tuple[TableRecord, TableChange | None]:
+                       dry_run: bool = False) -> tuple[TableRecord, TableChange | None]:
         """Set properties from `key=value` texts (table_changes.SETTABLE); a change is a table version of its
         own, stamped `now` (default: the current time). The table as stored after, and the change (None if the
         values were the table's already)."""
         values = parse_assignments(assignments)
-        with self._core.tx() as c:
+        with self._change(dry_run) as c:
             record = self._locked_table(c, qualified)
             if record.definition.kind == "derived":
                 raise CatalogError(f"{qualified} is a derived table: its properties come from its derived "
@@ -128,20 +157,24 @@ class Tables:
             if detail:
                 self._update_definition(c, record.id, definition)
                 change = record_change(self._core, c, record.id, "set", detail, definition, now)
-        return self.get(qualified), change
+            record = self._stored(c, record.id)
+        return record, change
 
-    def rename_column(self, qualified: str, old: str, new: str, now: dt.datetime | None = None) -> TableRecord:
+    def rename_column(self, qualified: str, old: str, new: str, now: dt.datetime | None = None,
+                      dry_run: bool = False) -> TableRecord:
         """Rename a column: its id and its objects stay (readers show their data under the new name)."""
         return self._change_column(qualified, "rename-column", f"{old} -> {new}",
-                                   lambda d: with_column_renamed(d, old, new), old, now)
+                                   lambda d: with_column_renamed(d, old, new), old, now, dry_run)
 
-    def drop_column(self, qualified: str, name: str, now: dt.datetime | None = None) -> TableRecord:
+    def drop_column(self, qualified: str, name: str, now: dt.datetime | None = None,
+                    dry_run: bool = False) -> TableRecord:
         """Drop a column: its objects stay (reap removes them with their partitions); readers never show it."""
-        return self._change_column(qualified, "drop-column", name, lambda d: without_column(d, name), name, now)
+        return self._change_column(qualified, "drop-column", name, lambda d: without_column(d, name), name, now,
+                                   dry_run)
 
     def _change_column(self, qualified: str, op: str, detail: str, change: Callable[[TableDef], TableDef],
-                       column: str, now: dt.datetime | None) -> TableRecord:
-        with self._core.tx() as c:
+                       column: str, now: dt.datetime | None, dry_run: bool) -> TableRecord:
+        with self._change(dry_run) as c:
             record = self._changeable(c, qualified, "changing a column")
             readers = derived_readers(c, record.id)
             if readers:
@@ -151,24 +184,26 @@ class Tables:
             definition = change(record.definition)
             self._update_definition(c, record.id, definition)
             record_change(self._core, c, record.id, op, detail, definition, now)
-        return self.get(qualified)
+            record = self._stored(c, record.id)
+        return record
 
     def changes(self, table_id: int) -> list[TableChange]:
         """The table's recorded definition changes (table versions that publish no data), oldest first."""
         return changes_of(self._core, table_id)
 
-    def rename(self, qualified: str, new_qualified: str) -> TableRecord:
+    def rename(self, qualified: str, new_qualified: str, dry_run: bool = False) -> TableRecord:
         new_schema, new_name = self.split_name(new_qualified)
-        with self._core.tx() as c:
+        with self._change(dry_run) as c:
             record = self._changeable(c, qualified, "renaming it")
             if self._find_table(c, new_schema, new_name) is not None:
                 raise CatalogError(f"table {new_qualified} already exists")
             self._update_definition(c, record.id, record.definition.renamed(new_schema, new_name))
-        return self.get(new_qualified)
+            record = self._stored(c, record.id)
+        return record
 
-    def drop(self, qualified: str) -> TableRecord:
+    def drop(self, qualified: str, dry_run: bool = False) -> TableRecord:
         """Mark a table dropped; its objects stay until reap removes them."""
-        with self._core.tx() as c:
+        with self._change(dry_run) as c:
             record = self._changeable(c, qualified, "dropping it")
             c.execute(s.tables.update().where(s.tables.c.id == record.id).values(dropped_time=utcnow()))
         return record
@@ -201,5 +236,5 @@ class Tables:
             query = query.with_for_update()
         row = c.execute(query).first()
         if row is None:
-            raise NotFoundError(f"no table {qualified}; `silt table list` shows the tables")
+            raise self._not_found(c, qualified)
         return table_record(row)

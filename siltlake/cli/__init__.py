@@ -33,10 +33,11 @@ from siltlake.cli import (
     unknown,
     upsert,
 )
+from siltlake.cli.context import SiltGroup
 from siltlake.errors import DEBUG_VARIABLE
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=SiltGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--config", "-c", type=click.Path(dir_okay=False), default=None,
               help="Configuration file (default: $SILTLAKE_CONFIG or ./siltlake.toml, else built-in defaults).")
 @click.option("--debug", is_flag=True, help=f"On failure print the full trace (Python, and Java for Spark errors) "

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import wraps
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 from rich.console import Console
@@ -21,6 +21,23 @@ from siltlake.cli.output import activity, console
 # SQLAlchemy and Alembic cost about a second of CPU at start-up).
 if TYPE_CHECKING:
     from siltlake.deployment import Deployment
+
+
+class SiltGroup(click.Group):
+    """The `silt` group: a prompt answered "no" (or Ctrl-C at it) ends with status 2, not click's "Aborted!" and
+    1 (README: 1 is a bug); with `--log-format json`, click's own errors (a bad option, a missing argument, a
+    command's usage error) are JSON lines too, with click's exit status."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.exceptions.Abort:
+            _declined()
+        except click.ClickException as exc:
+            if not isinstance(ctx.obj, dict) or ctx.obj.get("log_format") != "json":
+                raise
+            say_error(exc.format_message(), exc.exit_code)
+            raise click.exceptions.Exit(exc.exit_code) from None
 
 
 def friendly(command: Callable) -> Callable:
@@ -37,6 +54,31 @@ def friendly(command: Callable) -> Callable:
             fail(exc)
 
     return wrapper
+
+
+DECLINED = 2  # README, "CLI reference": a declined confirmation is the user's choice, not a bug (1)
+
+
+def confirm(question: str, yes: bool) -> None:
+    """Ask `question` on the terminal unless --yes was given; a "no" (or Ctrl-C) ends the command with status 2
+    and nothing changed. Without a terminal to ask on, the command stops at once asking for --yes, never waiting
+    on a prompt a script cannot answer."""
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        say_error(f"{question} needs a confirmation and there is no terminal to ask on: pass --yes", DECLINED)
+        sys.exit(DECLINED)
+    try:
+        answered = click.confirm(question, default=False, err=True)
+    except click.exceptions.Abort:
+        answered = False
+    if not answered:
+        _declined()
+
+
+def _declined() -> NoReturn:
+    console.print("declined: nothing changed", highlight=False)
+    sys.exit(DECLINED)
 
 
 def needs_spark(what: str) -> Callable[[Callable], Callable]:
@@ -71,8 +113,23 @@ def fail(exc: Exception) -> None:
     state = context.find_root().obj if context is not None else None
     deployment = state.get("deployment") if isinstance(state, dict) else None
     failure = described(exc, repr(deployment.catalog) if deployment is not None else None)
-    console.print(f"[bold red]error:[/] {escape(failure.message)}", highlight=False, soft_wrap=True)
+    say_error(failure.message, failure.status)
     sys.exit(failure.status)
+
+
+def say_error(message: str, status: int) -> None:
+    """A command's error line on stderr: `error: ...`, or with `--log-format json` a JSON line as the log's
+    (event "command.error", with the message and the exit status), so a log collector parses every line."""
+    context = click.get_current_context(silent=True)
+    state = context.find_root().obj if context is not None else None
+    if isinstance(state, dict) and state.get("log_format") == "json":
+        import logging
+
+        from siltlake.logs import event
+
+        event(logging.getLogger("siltlake.cli"), "command.error", logging.ERROR, message=message, status=status)
+        return
+    console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
 
 
 def retrying(what: str, to: Console = console) -> Callable[[Exception, float], None]:

@@ -8,9 +8,21 @@ from typing import TYPE_CHECKING, Any
 import click
 from rich.text import Text
 
-from siltlake.cli.context import deployment_of, friendly, needs_spark
+from siltlake.cli.context import confirm, deployment_of, friendly, needs_spark
 from siltlake.cli.options import dry_run_option, format_option, json_option, yes_option
-from siltlake.cli.output import Column, activity, console, emit, format_count, format_size, grid, out, shown, write_json
+from siltlake.cli.output import (
+    Column,
+    activity,
+    console,
+    emit,
+    format_count,
+    format_size,
+    grid,
+    out,
+    report,
+    shown,
+    write_json,
+)
 
 if TYPE_CHECKING:
     from siltlake.catalog import BuildRecord, DerivedRecord
@@ -57,9 +69,10 @@ def _table_rows(deployment: Deployment, record: DerivedRecord) -> int:
 
 @derived_group.command("create")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@json_option
 @click.pass_context
 @friendly
-def derived_create(context: click.Context, file: str) -> None:
+def derived_create(context: click.Context, file: str, as_json: bool) -> None:
     """Create a derived table from a definition file (TOML, or YAML); `silt derived build` builds it."""
     from siltlake.derived import create_derived
     from siltlake.tabledef import load_derived_file
@@ -69,10 +82,14 @@ def derived_create(context: click.Context, file: str) -> None:
     with activity(f"analysing the query of {definition.name}…"):
         record = create_derived(deployment, definition)
     columns = ", ".join(["dt date", *(f"{c.name} {c.type}" for c in record.table.definition.columns)])
-    console.print(f"created derived table {record.qualified_name} ({rule_of(record)}"
-                  f"{', incremental' if record.definition.incremental else ''}); columns: {columns}; "
-                  f"sources: {', '.join(_sources(deployment, record))}. Build it with "
-                  f"`silt derived build {record.qualified_name}`", highlight=False, soft_wrap=True)
+    sources = _sources(deployment, record)
+    report(as_json, {"action": "create", "table": record.qualified_name, "rule": rule_of(record),
+                     "incremental": record.definition.incremental, "sources": sources,
+                     "columns": [{"name": "dt", "type": "date"}, *({"name": c.name, "type": c.type}
+                                                                   for c in record.table.definition.columns)]},
+           f"created derived table {record.qualified_name} ({rule_of(record)}"
+           f"{', incremental' if record.definition.incremental else ''}); columns: {columns}; sources: "
+           f"{', '.join(sources)}. Build it with `silt derived build {record.qualified_name}`")
 
 
 LIST_COLUMNS = (
@@ -174,18 +191,22 @@ def derived_show(context: click.Context, name: str, limit: int, fmt: str) -> Non
 @derived_group.command("drop")
 @click.argument("name")
 @yes_option
+@dry_run_option
+@json_option
 @click.pass_context
 @friendly
-def derived_drop(context: click.Context, name: str, yes: bool) -> None:
+def derived_drop(context: click.Context, name: str, yes: bool, dry_run: bool, as_json: bool) -> None:
     """Drop a derived table; `silt reap` deletes its builds' objects."""
     from siltlake.clock import utcnow
 
-    deployment = deployment_of(context)
-    deployment.catalog.derived.get(name)  # an unknown name fails before the question
-    if not yes:
-        click.confirm(f"drop derived table {name}?", abort=True)
-    deployment.catalog.derived.drop(name, utcnow())
-    console.print(f"dropped derived table {name}; `silt reap` deletes its builds", highlight=False)
+    derived = deployment_of(context).catalog.derived
+    derived.drop(name, utcnow(), dry_run=True)  # an unknown name or a read table fails before the question
+    if not dry_run:
+        confirm(f"drop derived table {name}?", yes)
+    record = derived.drop(name, utcnow(), dry_run=dry_run)
+    report(as_json, {"action": "drop", "dry_run": dry_run, "table": record.qualified_name},
+           f"would drop derived table {name} (dry run: nothing changed)" if dry_run
+           else f"dropped derived table {name}; `silt reap` deletes its builds")
 
 
 def print_build_report(report: BuildReport) -> None:
@@ -255,11 +276,9 @@ def derived_build(context: click.Context, names: tuple[str, ...], due: bool, ful
             report = regenerate(deployment, names=list(names) or None, dry_run=dry_run)
     else:
         records = {r.qualified_name: r for r in deployment.catalog.derived.list()}
-        unknown = [name for name in names if name not in records]
-        if unknown:
-            from siltlake.errors import NotFoundError
-
-            raise NotFoundError(f"no derived table {', '.join(unknown)}; `silt derived list` shows them")
+        for name in names:
+            if name not in records:
+                deployment.catalog.derived.get(name)  # raises, naming the closest derived table
         report = RegenerateReport()
         for record in in_dependency_order([records[name] for name in dict.fromkeys(names)]):
             report.checked += 1

@@ -171,6 +171,15 @@ def write_json(document: Any) -> None:
     sys.stdout.write(text + "\n")
 
 
+def report(as_json: bool, document: Mapping[str, Any], sentence: str) -> None:
+    """What a command that changes something did (or, in a dry run, would do): the sentence on stderr for people,
+    or with --json the document on stdout, for scripts."""
+    if as_json:
+        write_json(document)
+    else:
+        console.print(sentence, highlight=False, soft_wrap=True, markup=False)
+
+
 def write_csv(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
     # Python's csv writes \r\n by default: `grep '^x$'` and `cut` on Unix would see a trailing \r.
     writer = csv.writer(sys.stdout, lineterminator="\n")

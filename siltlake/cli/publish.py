@@ -13,12 +13,13 @@ from siltlake.cli.observing import Observing, daemon_logging
 from siltlake.cli.options import (
     bind_option,
     interval_option,
+    json_option,
     metrics_port_option,
     now_option,
     once_option,
     parse_now,
 )
-from siltlake.cli.output import activity, console
+from siltlake.cli.output import activity, console, write_json
 from siltlake.cli.reports import print_publish_report
 
 
@@ -28,14 +29,15 @@ from siltlake.cli.reports import print_publish_report
 @interval_option("publish.interval")
 @metrics_port_option
 @bind_option
+@json_option
 @click.pass_context
 @friendly
 def publish(context: click.Context, once: bool, now_text: str | None, interval: float | None,
-            metrics_port: int | None, bind: str) -> None:
+            metrics_port: int | None, bind: str, as_json: bool) -> None:
     """Make new data visible to readers: switch merged days to their merged objects, close ended days,
     publish new live and merged versions (and sync external catalogs).
 
-    --once exits 1 if an external catalog failed (the next run retries it)."""
+    --once exits 1 if an external catalog failed (the next run retries it); --json applies to --once's report."""
     from siltlake.polling import poll_forever
     from siltlake.publish import publish_once
 
@@ -43,10 +45,17 @@ def publish(context: click.Context, once: bool, now_text: str | None, interval: 
     now = parse_now(now_text)
     if once and metrics_port is not None:
         raise click.UsageError("--metrics-port serves a daemon's metrics: give it without --once")
+    if as_json and not once:
+        raise click.UsageError("--json prints the report of one run: give it with --once")
     if once:
         with activity("publishing: switching merged days, closing ended days, publishing versions…"):
             report = publish_once(deployment, now=now)
-        print_publish_report(report)
+        if as_json:
+            from dataclasses import asdict
+
+            write_json(asdict(report))
+        else:
+            print_publish_report(report)
         if report.target_errors:
             sys.exit(1)
         return

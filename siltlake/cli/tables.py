@@ -7,11 +7,12 @@ from typing import TYPE_CHECKING, Any
 import click
 from rich.text import Text
 
-from siltlake.cli.context import deployment_of, friendly
-from siltlake.cli.options import format_option, yes_option
-from siltlake.cli.output import Column, console, emit, format_count, format_size, grid, out, write_json
+from siltlake.cli.context import confirm, deployment_of, friendly
+from siltlake.cli.options import dry_run_option, format_option, json_option, yes_option
+from siltlake.cli.output import Column, emit, format_count, format_size, grid, out, report, write_json
 
 if TYPE_CHECKING:
+    from siltlake.catalog import TableRecord
     from siltlake.deployment import Deployment
 
 
@@ -20,29 +21,44 @@ def table_group() -> None:
     """Create, inspect and change tables."""
 
 
+def _described(record: TableRecord) -> dict[str, Any]:
+    """A table as the --json reports of `silt table ...` give it: its name, physical name and definition."""
+    return {"table": record.qualified_name,
+            "physical": f"{record.physical_schema_name}.{record.physical_table_name}",
+            "definition": record.definition.model_dump(mode="json", by_alias=True)}
+
+
+def _would(dry_run: bool, done: str, planned: str) -> str:
+    return f"would {planned} (dry run: nothing changed)" if dry_run else done
+
+
 @table_group.command("create")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@json_option
 @click.pass_context
 @friendly
-def table_create(context: click.Context, file: str) -> None:
+def table_create(context: click.Context, file: str, as_json: bool) -> None:
     """Create a table from a definition file (TOML, or YAML)."""
     from siltlake.tabledef import load_table_file
 
     record = deployment_of(context).catalog.tables.create(load_table_file(file))
-    console.print(f"created table {record.qualified_name} "
-                  f"(objects under {record.physical_schema_name}.{record.physical_table_name})")
+    report(as_json, {"action": "create", **_described(record)},
+           f"created table {record.qualified_name} (objects under {record.physical_schema_name}."
+           f"{record.physical_table_name})")
 
 
-def format_duration(seconds: int) -> str:
+def format_duration(seconds: int | None) -> str:
+    if seconds is None:
+        return "-"
     from siltlake.tabledef import format_duration as as_written  # pydantic: not for `silt --help`
 
     return as_written(seconds)
 
 
 TABLE_COLUMNS = (
-    Column("table"), Column("time_column", "time column"), Column("timezone", "time zone"),
-    Column("merge_interval_seconds", "merge interval", format_duration), Column("columns", right=True),
-    Column("created_at", "created (UTC)"),
+    Column("table"), Column("kind"), Column("time_column", "time column", lambda v: v or "-"),
+    Column("timezone", "time zone"), Column("merge_interval_seconds", "merge interval", format_duration),
+    Column("columns", right=True), Column("created_at", "created (UTC)"),
 )
 
 
@@ -51,13 +67,16 @@ TABLE_COLUMNS = (
 @click.pass_context
 @friendly
 def table_list(context: click.Context, fmt: str) -> None:
-    """List tables."""
+    """List tables; a derived table (kind "derived", `silt derived list`) has no time column or merge interval."""
     records = deployment_of(context).catalog.tables.list()
-    emit(fmt, TABLE_COLUMNS, [
-        (record.definition.qualified_name, record.definition.time_column, record.definition.timezone,
-         record.definition.merge_interval, len(record.definition.columns),
-         record.create_time.isoformat(sep=" ", timespec="seconds"))
-        for record in records], empty="no tables yet; create one with `silt table create FILE`")
+    rows = []
+    for record in records:
+        d = record.definition
+        log = d.kind == "log"
+        rows.append((d.qualified_name, d.kind, d.time_column if log else None, d.timezone,
+                     d.merge_interval if log else None, len(d.columns),
+                     record.create_time.isoformat(sep=" ", timespec="seconds")))
+    emit(fmt, TABLE_COLUMNS, rows, empty="no tables yet; create one with `silt table create FILE`")
 
 
 @table_group.command("show")
@@ -75,9 +94,7 @@ def table_show(context: click.Context, name: str, fmt: str) -> None:
     d = record.definition
     partitions = partition_rows(deployment, record.id)
     if fmt == "json":
-        write_json({"table": d.qualified_name,
-                    "physical": f"{record.physical_schema_name}.{record.physical_table_name}",
-                    "definition": d.model_dump(mode="json", by_alias=True), "partitions": partitions})
+        write_json({**_described(record), "partitions": partitions})
         return
     if fmt == "csv":
         emit(fmt, PARTITION_COLUMNS, partitions)
@@ -111,11 +128,7 @@ PARTITION_COLUMNS = (
 
 def partition_rows(deployment: Deployment, table_id: int) -> list[dict[str, Any]]:
     """A table's partitions with their object and row counts, as `table show` lists them."""
-    rows = []
-    for row in deployment.catalog.partitions.summary(table_id):
-        closed = row.pop("closed")
-        rows.append({"date": row.pop("date").isoformat(), "state": "closed" if closed else "open", **row})
-    return rows
+    return [{**row, "date": row["date"].isoformat()} for row in deployment.catalog.partitions.summary(table_id)]
 
 
 @table_group.command("add-column")
@@ -123,93 +136,126 @@ def partition_rows(deployment: Deployment, table_id: int) -> list[dict[str, Any]
 @click.argument("column")
 @click.argument("type_name", metavar="TYPE")
 @click.option("--source", default=None, help="Input field name, if it differs from the column name.")
+@json_option
 @click.pass_context
 @friendly
-def table_add_column(context: click.Context, name: str, column: str, type_name: str,
-                     source: str | None) -> None:
+def table_add_column(context: click.Context, name: str, column: str, type_name: str, source: str | None,
+                     as_json: bool) -> None:
     """Add a nullable column (older objects read it as null)."""
     from siltlake.tabledef import Column
 
     new_column = Column.from_mapping({"name": column, "type": type_name, "source": source})
-    deployment_of(context).catalog.tables.add_column(name, new_column)
-    console.print(f"added column {column} {new_column.type} to {name}")
+    record = deployment_of(context).catalog.tables.add_column(name, new_column)
+    report(as_json, {"action": "add-column", "column": column, "type": new_column.type, **_described(record)},
+           f"added column {column} {new_column.type} to {name}")
 
 
 @table_group.command("alter-column")
 @click.argument("name")
 @click.argument("column")
 @click.argument("type_name", metavar="TYPE")
+@dry_run_option
+@json_option
 @click.pass_context
 @friendly
-def table_alter_column(context: click.Context, name: str, column: str, type_name: str) -> None:
+def table_alter_column(context: click.Context, name: str, column: str, type_name: str, dry_run: bool,
+                       as_json: bool) -> None:
     """Widen a column's type: int to bigint, float to double (older objects read as the new type)."""
-    record = deployment_of(context).catalog.tables.alter_column_type(name, column, type_name)
-    console.print(f"column {column} of {name} is now {record.definition.column(column).type}")
+    record = deployment_of(context).catalog.tables.alter_column_type(name, column, type_name, dry_run=dry_run)
+    new_type = record.definition.column(column).type
+    report(as_json, {"action": "alter-column", "dry_run": dry_run, "column": column, "type": new_type,
+                     **_described(record)},
+           _would(dry_run, f"column {column} of {name} is now {new_type}",
+                  f"make column {column} of {name} {new_type}"))
 
 
 @table_group.command("rename-column")
 @click.argument("name")
 @click.argument("old")
 @click.argument("new")
+@dry_run_option
+@json_option
 @click.pass_context
 @friendly
-def table_rename_column(context: click.Context, name: str, old: str, new: str) -> None:
+def table_rename_column(context: click.Context, name: str, old: str, new: str, dry_run: bool, as_json: bool) -> None:
     """Rename a column. No object is rewritten: older objects' data shows under the new name; records keep
     filling it from the same input field."""
-    deployment_of(context).catalog.tables.rename_column(name, old, new)
-    console.print(f"renamed column {old} of {name} to {new}")
+    record = deployment_of(context).catalog.tables.rename_column(name, old, new, dry_run=dry_run)
+    report(as_json, {"action": "rename-column", "dry_run": dry_run, "column": old, "new_name": new,
+                     **_described(record)},
+           _would(dry_run, f"renamed column {old} of {name} to {new}", f"rename column {old} of {name} to {new}"))
 
 
 @table_group.command("drop-column")
 @click.argument("name")
 @click.argument("column")
 @yes_option
+@dry_run_option
+@json_option
 @click.pass_context
 @friendly
-def table_drop_column(context: click.Context, name: str, column: str, yes: bool) -> None:
+def table_drop_column(context: click.Context, name: str, column: str, yes: bool, dry_run: bool,
+                      as_json: bool) -> None:
     """Drop a column. No object is rewritten; its data never shows again, not even under a column added later
     with the same name. The time column and key columns cannot be dropped."""
-    if not yes:
-        click.confirm(f"drop column {column} of {name}?", abort=True)
-    deployment_of(context).catalog.tables.drop_column(name, column)
-    console.print(f"dropped column {column} of {name}")
+    tables = deployment_of(context).catalog.tables
+    tables.drop_column(name, column, dry_run=True)  # refused (a key column, a derived reader) before the question
+    if not dry_run:
+        confirm(f"drop column {column} of {name}?", yes)
+    record = tables.drop_column(name, column, dry_run=dry_run)
+    report(as_json, {"action": "drop-column", "dry_run": dry_run, "column": column, **_described(record)},
+           _would(dry_run, f"dropped column {column} of {name}", f"drop column {column} of {name}"))
 
 
 @table_group.command("set")
 @click.argument("name")
 @click.argument("assignments", nargs=-1, metavar="KEY=VALUE...")
+@dry_run_option
+@json_option
 @click.pass_context
 @friendly
-def table_set(context: click.Context, name: str, assignments: tuple[str, ...]) -> None:
+def table_set(context: click.Context, name: str, assignments: tuple[str, ...], dry_run: bool, as_json: bool) -> None:
     """Change table properties: ttl_days (days or none), merge_mode, merge_interval, merged_object_size,
     row_group_bytes, codec, error_policy, unknown_fields. Each daemon follows them from its next run; the change
     is a table version of its own (`silt history`)."""
-    _, change = deployment_of(context).catalog.tables.set_properties(name, assignments)
-    if change is not None:
-        console.print(f"{name}: {change.detail} (table version {change.table_version})")
+    record, change = deployment_of(context).catalog.tables.set_properties(name, assignments, dry_run=dry_run)
+    document = {"action": "set", "dry_run": dry_run, "changed": change.detail if change else None,
+                "table_version": change.table_version if change and not dry_run else None, **_described(record)}
+    if change is None:
+        sentence = f"{name}: nothing changed (the values are the table's already)"
     else:
-        console.print(f"{name}: nothing changed (the values are the table's already)")
+        sentence = _would(dry_run, f"{name}: {change.detail} (table version {change.table_version})",
+                          f"set {change.detail} on {name}")
+    report(as_json, document, sentence)
 
 
 @table_group.command("rename")
 @click.argument("name")
 @click.argument("new_name")
+@dry_run_option
+@json_option
 @click.pass_context
 @friendly
-def table_rename(context: click.Context, name: str, new_name: str) -> None:
+def table_rename(context: click.Context, name: str, new_name: str, dry_run: bool, as_json: bool) -> None:
     """Rename a table (logical name only: objects stay under the physical name)."""
-    deployment_of(context).catalog.tables.rename(name, new_name)
-    console.print(f"renamed {name} to {new_name}")
+    record = deployment_of(context).catalog.tables.rename(name, new_name, dry_run=dry_run)
+    report(as_json, {"action": "rename", "dry_run": dry_run, "old_name": name, **_described(record)},
+           _would(dry_run, f"renamed {name} to {new_name}", f"rename {name} to {new_name}"))
 
 
 @table_group.command("drop")
 @click.argument("name")
 @yes_option
+@dry_run_option
+@json_option
 @click.pass_context
 @friendly
-def table_drop(context: click.Context, name: str, yes: bool) -> None:
+def table_drop(context: click.Context, name: str, yes: bool, dry_run: bool, as_json: bool) -> None:
     """Drop a table; its objects are removed later by reap."""
-    if not yes:
-        click.confirm(f"drop table {name}?", abort=True)
-    deployment_of(context).catalog.tables.drop(name)
-    console.print(f"dropped {name}")
+    tables = deployment_of(context).catalog.tables
+    tables.drop(name, dry_run=True)  # an unknown name, or one a derived table reads, is refused before the question
+    if not dry_run:
+        confirm(f"drop table {name}?", yes)
+    record = tables.drop(name, dry_run=dry_run)
+    report(as_json, {"action": "drop", "dry_run": dry_run, **_described(record)},
+           _would(dry_run, f"dropped {name}; `silt reap` deletes its objects", f"drop {name}"))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import click
 
 from siltlake.cli.context import deployment_of, friendly
-from siltlake.cli.options import format_option
-from siltlake.cli.output import Column, console, emit, format_size, out
+from siltlake.cli.options import dry_run_option, format_option, json_option
+from siltlake.cli.output import Column, emit, format_size, out, report
 
 
 @click.group("unknown")
@@ -37,16 +37,28 @@ def unknown_list(context: click.Context, fmt: str) -> None:
 @unknown_group.command("replay")
 @click.argument("uris", nargs=-1)
 @click.option("--all", "replay_all", is_flag=True, help="Replay every unknown object.")
+@dry_run_option
+@json_option
 @click.pass_context
 @friendly
-def unknown_replay(context: click.Context, uris: tuple[str, ...], replay_all: bool) -> None:
+def unknown_replay(context: click.Context, uris: tuple[str, ...], replay_all: bool, dry_run: bool,
+                   as_json: bool) -> None:
     """Forget unknown objects so the next stream run looks at them again (after a fix or a new table)."""
     if not uris and not replay_all:
         raise click.UsageError("name the URIs to replay, or pass --all")
-    from siltlake.stream.discover import readmit
-
     deployment = deployment_of(context)
-    forgotten = deployment.catalog.staging.forget_unknown(None if replay_all else list(uris))
-    # Objects older than stream.staging_retention are skipped by listings: they are registered here instead.
-    readmit(deployment, forgotten)
-    console.print(f"{len(forgotten)} objects will be streamed again by the next `silt stream` run")
+    if dry_run:
+        replayed = [row.uri for row in deployment.catalog.staging.unknown() if replay_all or row.uri in uris]
+    else:
+        from siltlake.stream.discover import readmit
+
+        replayed = deployment.catalog.staging.forget_unknown(None if replay_all else list(uris))
+        # Objects older than stream.staging_retention are skipped by listings: they are registered here instead.
+        readmit(deployment, replayed)
+    not_unknown = sorted(set(uris) - set(replayed))
+    sentence = (f"would stream {len(replayed)} objects again (dry run: nothing changed)" if dry_run
+                else f"{len(replayed)} objects will be streamed again by the next `silt stream` run")
+    if not_unknown:
+        sentence += f"; not unknown objects, left alone: {', '.join(not_unknown)}"
+    report(as_json, {"action": "replay", "dry_run": dry_run, "uris": replayed, "not_unknown": not_unknown},
+           sentence)

@@ -243,7 +243,19 @@ def show_timeline(demo: Demo) -> None:
     console.print(grid)
 
 
+def parse_arguments(argv: list[str] | None = None) -> None:
+    """`--help` says what the demo does and where, before anything runs (it wipes build/demo)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m siltlake.demo", description=__doc__.split("\n\n")[0],
+        epilog=f"It works in {DEMO_DIR} (wiped first). SILTLAKE_DEMO_S3=1 puts the storage roots in a local S3 "
+               "bucket (moto). `make demo` runs it.")
+    parser.parse_args(argv)
+
+
 def main() -> None:
+    parse_arguments()
     started = time.monotonic()
     root = DEMO_DIR.resolve()
     if root.exists():

@@ -176,8 +176,8 @@ def plan_query(query: str, deployment: Deployment, *, reads: Mapping[str, Mappin
         if qualified not in records:
             try:
                 records[qualified] = deployment.catalog.tables.get(qualified)
-            except NotFoundError:
-                raise SiltError(f"no table {qualified}; `silt table list` shows the tables") from None
+            except NotFoundError as exc:
+                raise SiltError(str(exc)) from None
         planned.setdefault(view, Read(view, records[qualified], options))
         uses.setdefault(view, []).append(node)
         alias = node.alias_or_name

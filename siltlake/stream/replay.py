@@ -72,8 +72,9 @@ def _stage(deployment: Deployment, record: TableRecord, error_key: str, received
     return uri
 
 
-def replay_errors(deployment: Deployment, qualified: str) -> ReplayResult:
-    """Stage the kept raw records that are JSON objects again, one JSON-lines staging object per error file.
+def replay_errors(deployment: Deployment, qualified: str, dry_run: bool = False) -> ReplayResult:
+    """Stage the kept raw records that are JSON objects again, one JSON-lines staging object per error file
+    (dry_run: count what would be staged and kept, changing nothing).
 
     Records still not JSON objects stay in their error file for the user to fix. An error file is
     rewritten (or removed) only after its records are staged and registered, under a key derived from
@@ -90,6 +91,9 @@ def replay_errors(deployment: Deployment, qualified: str) -> ReplayResult:
             else:
                 replayable.append(value)
         kept += len(remaining)
+        if dry_run:
+            staged += len(replayable)
+            continue
         if replayable:
             uris.append(_stage(deployment, record, key, received, replayable))
             staged += len(replayable)
