@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import gzip
 import json
+import os
 import re
 import signal
 import subprocess
@@ -251,3 +252,31 @@ def test_a_stream_round_that_commits_wakes_publish(deployment: Deployment, acces
     finally:
         host.stop()
         assert host.join(60)
+
+
+@pytest.mark.spark
+def test_silt_run_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+    """SIGTERM (a service manager's stop) takes Ctrl-C's path: the loops stop after their round, exit status 0,
+    no trace. The signal goes to the whole process group, as systemd's default KillMode sends it, so it reaches
+    Spark's JVM under the running round too."""
+    deployment = Deployment(make_config(tmp_path, f"sqlite:///{tmp_path / 'catalog.db'}"))
+    deployment.init()
+    deployment.catalog.tables.create(TableDef.from_mapping({**ACCESS_TABLE, "merge_interval": "0s"}))
+    stage(Path(deployment.config.storage.staging_root), PAST[0], 1, 50)
+    env = write_run_config(tmp_path, deployment.config)
+    deployment.close()
+    daemon = SiltProcess(tmp_path, "run", env, "run")
+    try:
+        wait_until(lambda: "event=reap.run" in daemon.log(), [daemon], 120, "silt run's loops running")
+        os.killpg(daemon.pid, signal.SIGTERM)
+        try:
+            returncode = daemon.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"silt run did not stop within 60 s of SIGTERM\n{daemon.tail()}")
+    finally:
+        kill_session(daemon.pid)
+        daemon.proc.wait(timeout=30)
+    log = daemon.err.read_text()
+    assert returncode == 0, daemon.tail()
+    assert "SIGTERM: stopping" in log and "stopped" in log, daemon.tail()
+    assert "Traceback" not in log and "\tat org.apache" not in log and " at org.apache" not in log, daemon.tail()

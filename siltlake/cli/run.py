@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from siltlake.cli.context import deployment_of, friendly, needs_spark, retrying
+from siltlake.cli.context import deployment_of, described, friendly, needs_spark, retrying
 from siltlake.cli.derived import print_regenerate_report
 from siltlake.cli.observing import daemon_logging, serve
 from siltlake.cli.options import bind_option, metrics_port_option
@@ -76,6 +78,12 @@ def run_in_terminal(deployment: Deployment, console: Console, metrics_port: int 
     }
 
     def on_error(name: str, exc: Exception, wait: float) -> None:
+        if host.stop_event.is_set():
+            # A stop signal sent to the whole process group (systemd's default KillMode, `kill -- -PGID`) stops
+            # Spark's JVM too, under the running round: not a failure to retry, and never a Java trace.
+            console.print(f"{name}: its round ended with the shutdown ({escape(described(exc).message)}); what it "
+                          "had not committed is taken up again by the next run", highlight=False, soft_wrap=True)
+            return
         retrying(f"{name} failed", console)(exc, wait)
 
     host = SingleHost(deployment, on_report=lambda name, report: printers[name](report), on_error=on_error)
@@ -99,7 +107,12 @@ def run_in_terminal(deployment: Deployment, console: Console, metrics_port: int 
                   f"{host.status['publish'].interval:g}s, derived tables checked every "
                   f"{host.status['derived'].interval:g}s; Ctrl-C stops", highlight=False)
     with Live(console=console, get_renderable=lambda: status_table(host), refresh_per_second=2, transient=False):
-        host.start_spark()
+        try:
+            host.start_spark()
+        except Exception:
+            if not host.stop_event.is_set():
+                raise
+            # Stopped while Spark started: the signal reached its launcher too. Nothing ran yet.
         # PySpark replaced the SIGINT handler while starting (it cancels jobs and raises KeyboardInterrupt).
         signal.signal(signal.SIGINT, on_signal)
         if not host.stop_event.is_set():
@@ -130,5 +143,8 @@ def run_command(context: click.Context, metrics_port: int | None, bind: str) -> 
     SIGTERM stops after the current stream wave and the running merge jobs; a second Ctrl-C quits now.
     --metrics-port serves /metrics and the dashboard (/, as `silt dashboard`) on that port.
     """
+    # Until run_in_terminal takes the signals over (after the imports and the catalog check), a SIGTERM ends
+    # the command at once, as cleanly: nothing has started yet.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     daemon_logging(context, "run")
     run_in_terminal(deployment_of(context), console, metrics_port, bind)

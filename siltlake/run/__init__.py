@@ -58,10 +58,14 @@ class LoopStatus:
             self.state, self.next_at = "waiting", time.monotonic() + self.interval
 
     def failed(self, exc: BaseException, wait: float) -> None:
+        if self.state in ("stopping", "stopped"):
+            # A stop signal that reached Spark's JVM too ends the running round: the stop, not an error.
+            self.detail = "its round ended with the shutdown"
+            return
         self.errors += 1
-        if self.state not in ("stopping", "stopped"):
-            self.state, self.next_at = "retrying", time.monotonic() + wait
-        self.detail = f"{type(exc).__name__}: {exc}"
+        self.state, self.next_at = "retrying", time.monotonic() + wait
+        # The first line: a Spark error's text goes on with the whole Java stack, not for a status table.
+        self.detail = f"{type(exc).__name__}: {next((line for line in str(exc).splitlines() if line.strip()), '')}"
 
 
 @dataclass
