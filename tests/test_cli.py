@@ -99,4 +99,8 @@ def test_stream_unknown_and_sql_output_formats(silt, tmp_path: Path, spark) -> N
     assert [row["user_id"] for row in json.loads(json_out)] == [0, 1, 2, 3]
     assert "no table web.missing" in silt("sql", "SELECT * FROM web.missing", code=2).output
     assert "needs its schema" in silt("sql", "SELECT * FROM access", code=2).output
+    unknown_uri = (other / "b.jsonl").as_uri()
+    rehearsed = json.loads(silt("unknown", "replay", "--all", "--dry-run", "--json").stdout)
+    assert rehearsed == {"action": "replay", "dry_run": True, "uris": [unknown_uri], "not_unknown": []}, rehearsed
+    assert "no table web.nosuch" in silt("unknown", "list").output  # the dry run left it unknown
     assert "1 objects will be streamed again" in silt("unknown", "replay", "--all").output

@@ -145,7 +145,16 @@ def test_derived_commands_create_list_build_show_drop(deployment: Deployment, sp
     listed = {row["table"]: row for row in document(silt("derived", "list", "--json"))}
     assert (listed["web.kept"]["rule"], listed["web.kept"]["state"]) == ("persist_for 2h", "never built")
     assert listed["web.daily_actions"]["state"] == "fresh"
-    silt("derived", "drop", "web.kept", "--yes")
+    # `silt table list` says which tables are derived, without the time column and merge interval they lack.
+    tables = {row["table"]: row for row in document(silt("table", "list", "--json"))}
+    assert tables["web.kept"]["kind"] == "derived" and tables["web.access"]["kind"] == "log"
+    assert tables["web.kept"]["time_column"] is None and tables["web.kept"]["merge_interval_seconds"] is None
+    assert tables["web.access"]["time_column"] == "utc_event_time"
+    assert document(silt("derived", "drop", "web.kept", "--dry-run", "--json")) == {
+        "action": "drop", "dry_run": True, "table": "web.kept"}
+    assert "web.kept" in {row["table"] for row in document(silt("derived", "list", "--json"))}
+    assert "did you mean web.kept?" in silt("derived", "drop", "web.kep", "--yes", code=2)
+    assert document(silt("derived", "drop", "web.kept", "--yes", "--json"))["dry_run"] is False
 
     # Errors: one line, exit 2 for what the user can fix.
     assert "no derived table web.nothing" in silt("derived", "build", "web.nothing", code=2)

@@ -20,7 +20,7 @@ from siltlake.errors import CatalogUnreachable, ConfigError
 from siltlake.read import table
 from siltlake.storage.filesystem import Storage
 from siltlake.stream import runner, stream_once
-from siltlake.stream.replay import error_files
+from siltlake.stream.replay import error_files, replay_errors
 from siltlake.stream.task import process_staging_object
 from siltlake.tabledef import TableDef
 
@@ -90,6 +90,11 @@ def test_records_without_a_partition_date_are_bad_records_and_their_objects_load
     # The table keeps its bad records (error_policy = "file"): visible in `silt errors list`, replayable.
     assert sorted(count for _, count in error_files(deployment, "web.east")) == [1, 1, 1]
     assert stream_once(deployment).processed == 0
+    # A dry run of the replay counts them and changes nothing.
+    rehearsed = replay_errors(deployment, "web.east", dry_run=True)
+    assert rehearsed.records + rehearsed.kept == 3 and rehearsed.staging_uris == [], rehearsed
+    assert sorted(count for _, count in error_files(deployment, "web.east")) == [1, 1, 1]
+    assert deployment.catalog.staging.pending(10) == []
 
 
 def poison(monkeypatch: pytest.MonkeyPatch, uri: str) -> None:
