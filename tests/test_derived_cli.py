@@ -150,6 +150,8 @@ def test_derived_commands_create_list_build_show_drop(deployment: Deployment, sp
     assert tables["web.kept"]["kind"] == "derived" and tables["web.access"]["kind"] == "log"
     assert tables["web.kept"]["time_column"] is None and tables["web.kept"]["merge_interval_seconds"] is None
     assert tables["web.access"]["time_column"] == "utc_event_time"
+    shown_derived = " ".join(silt("table", "show", "web.kept").split())
+    assert "kind: derived" in shown_derived and "merge interval" not in shown_derived, shown_derived
     assert document(silt("derived", "drop", "web.kept", "--dry-run", "--json")) == {
         "action": "drop", "dry_run": True, "table": "web.kept"}
     assert "web.kept" in {row["table"] for row in document(silt("derived", "list", "--json"))}

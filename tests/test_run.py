@@ -14,6 +14,7 @@ import threading
 import time
 import urllib.request
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -136,6 +137,15 @@ def write_run_config(tmp_path: Path, config: Config) -> dict[str, str]:
     return {**os.environ, "SILTLAKE_CONFIG": str(path), "PYTHONUNBUFFERED": "1", "COLUMNS": "300"}
 
 
+def stopped(daemon: SiltProcess, send: Callable[[], None], what: str) -> int:
+    """Send the daemon its stop signal and return its exit status once it ended (within 60 s)."""
+    send()
+    try:
+        return daemon.proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"silt run did not stop within 60 s of {what}\n{daemon.tail()}")
+
+
 @pytest.mark.spark
 def test_silt_run_streams_merges_and_publishes_until_sigint(tmp_path: Path, request) -> None:
     """Staged objects of two past days and a future one go through all three loops of one `silt run`:
@@ -196,11 +206,7 @@ def test_silt_run_streams_merges_and_publishes_until_sigint(tmp_path: Path, requ
         (late,) = catalog.partitions.small_objects(table.id, delayed=True)
         wait_until(lambda: published(late.id), [daemon], 60, "the delayed object merged and published")
         print(f"late object published {time.monotonic() - daemon.started:.1f} s after the start")
-        daemon.proc.send_signal(signal.SIGINT)
-        try:
-            returncode = daemon.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"silt run did not stop within 60 s of SIGINT\n{daemon.tail()}")
+        returncode = stopped(daemon, lambda: daemon.proc.send_signal(signal.SIGINT), "SIGINT")
     finally:
         kill_session(daemon.pid)
         daemon.proc.wait(timeout=30)
@@ -268,11 +274,7 @@ def test_silt_run_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
     daemon = SiltProcess(tmp_path, "run", env, "run")
     try:
         wait_until(lambda: "event=reap.run" in daemon.log(), [daemon], 120, "silt run's loops running")
-        os.killpg(daemon.pid, signal.SIGTERM)
-        try:
-            returncode = daemon.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"silt run did not stop within 60 s of SIGTERM\n{daemon.tail()}")
+        returncode = stopped(daemon, lambda: os.killpg(daemon.pid, signal.SIGTERM), "SIGTERM")
     finally:
         kill_session(daemon.pid)
         daemon.proc.wait(timeout=30)

@@ -73,7 +73,7 @@ def table_list(context: click.Context, fmt: str) -> None:
     for record in records:
         d = record.definition
         log = d.kind == "log"
-        rows.append((d.qualified_name, d.kind, d.time_column if log else None, d.timezone,
+        rows.append((d.qualified_name, d.kind, d.time_column if log else None, d.timezone if log else None,
                      d.merge_interval if log else None, len(d.columns),
                      record.create_time.isoformat(sep=" ", timespec="seconds")))
     emit(fmt, TABLE_COLUMNS, rows, empty="no tables yet; create one with `silt table create FILE`")
@@ -100,10 +100,14 @@ def table_show(context: click.Context, name: str, fmt: str) -> None:
         emit(fmt, PARTITION_COLUMNS, partitions)
         return
     settings = [("physical", f"{record.physical_schema_name}.{record.physical_table_name}"),
-                ("time column", d.time_column), ("time zone", d.timezone), ("naive times in", d.naive_zone),
-                ("merge interval", format_duration(d.merge_interval)), ("format", d.format), ("codec", d.codec),
-                ("error policy", d.error_policy), ("unknown fields", d.unknown_fields), ("epoch unit", d.epoch_unit),
-                ("ttl", f"{d.ttl_days} days" if d.ttl_days else "none")]
+                ("kind", d.kind)]
+    if d.kind == "derived":  # dt comes from its query; its rule and sources: `silt derived show`
+        settings += [("format", d.format), ("codec", d.codec), ("defined by", f"silt derived show {d.qualified_name}")]
+    else:
+        settings += [("time column", d.time_column), ("time zone", d.timezone), ("naive times in", d.naive_zone),
+                     ("merge interval", format_duration(d.merge_interval)), ("format", d.format), ("codec", d.codec),
+                     ("error policy", d.error_policy), ("unknown fields", d.unknown_fields),
+                     ("epoch unit", d.epoch_unit), ("ttl", f"{d.ttl_days} days" if d.ttl_days else "none")]
     if d.keyed:
         settings.append(("primary key", ", ".join(d.primary_key)))
         if d.sequence_column:
