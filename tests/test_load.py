@@ -156,7 +156,10 @@ def test_cleanup_removes_an_abandoned_runs_objects_error_files_and_state(deploym
     (error_file,) = [p for p in errors.rglob("*.jsonl")]
     assert written
 
+    rehearsed = cleanup(deployment, load_config, str(state), dry_run=True)
+    assert tmp_keys(deployment) == written and error_file.exists() and state.exists()
     removed = cleanup(deployment, load_config, str(state))
+    assert sorted(removed) == sorted(rehearsed)
     assert set(removed) >= {deployment.lake.uri(key) for key in written} | {error_file.as_uri(), str(state)}
     assert tmp_keys(deployment) == [] and not error_file.exists() and not state.exists()
     with pytest.raises(ConfigError, match="nothing to clean up"):

@@ -111,13 +111,17 @@ def load_command(context: click.Context, config_file: str, resume_state: str | N
 @click.command("cleanup")
 @click.argument("config_file", metavar="CONFIG", type=click.Path(exists=True, dir_okay=False))
 @resume_state_option(required=True)
+@dry_run_option
 @json_option
 @click.pass_context
 @friendly
-def cleanup_command(context: click.Context, config_file: str, resume_state: str, as_json: bool) -> None:
+def cleanup_command(context: click.Context, config_file: str, resume_state: str, dry_run: bool,
+                    as_json: bool) -> None:
     """Remove what an abandoned load wrote (temporary objects, error files) and its resume state."""
     from siltlake.load import cleanup, load_config_file
 
-    removed = cleanup(deployment_of(context), load_config_file(config_file), resume_state)
-    report(as_json, {"action": "cleanup", "removed": [str(item) for item in removed]},
-           "".join(f"removed {item}\n" for item in removed) + f"cleanup: {len(removed)} removed")
+    removed = cleanup(deployment_of(context), load_config_file(config_file), resume_state, dry_run=dry_run)
+    verb = "would remove" if dry_run else "removed"
+    report(as_json, {"action": "cleanup", "dry_run": dry_run, "removed": [str(item) for item in removed]},
+           "".join(f"{verb} {item}\n" for item in removed) + f"cleanup: {len(removed)} {verb}"
+           + (" (dry run: nothing changed)" if dry_run else ""))

@@ -455,17 +455,24 @@ def _commit(deployment: Deployment, config: LoadConfig, state: dict, tables: dic
                 commit_parts(tx, lake, table, layout, staging_id, parts, report["upload_start_time"], now)
 
 
-def _discard(deployment: Deployment, state: dict) -> list[str]:
-    """Delete a run's temporary objects and error files; returns what was removed."""
+def _discard(deployment: Deployment, state: dict, dry_run: bool = False) -> list[str]:
+    """Delete a run's temporary objects and error files; returns what was removed (dry_run: what would be)."""
     removed = []
     prefix = temporary_run(deployment.instance_key, state["run_id"])
     keys = [info.key for info in deployment.lake.list(prefix)]
-    deployment.lake.delete_prefix(prefix)
+    if not dry_run:
+        deployment.lake.delete_prefix(prefix)
     removed += [deployment.lake.uri(key) for key in keys]
     for job_state in state["jobs"].values():
         for report in job_state["reports"]:
             if report and report.get("error_file"):
                 filesystem, inner = open_filesystem(report["error_file"])
+                if dry_run:
+                    from pyarrow.fs import FileType
+
+                    if filesystem.get_file_info(inner).type != FileType.NotFound:
+                        removed.append(report["error_file"])
+                    continue
                 try:
                     filesystem.delete_file(inner)
                     removed.append(report["error_file"])
@@ -474,13 +481,14 @@ def _discard(deployment: Deployment, state: dict) -> list[str]:
     return removed
 
 
-def cleanup(deployment: Deployment, config: LoadConfig, state_path: str) -> list[str]:
-    """Remove what an abandoned (never committed) run wrote, and its resume state."""
+def cleanup(deployment: Deployment, config: LoadConfig, state_path: str, dry_run: bool = False) -> list[str]:
+    """Remove what an abandoned (never committed) run wrote, and its resume state; the list of what it removed
+    (dry_run: would remove, removing nothing)."""
     with one_run_per_state(Path(state_path)):
-        return _cleanup(deployment, config, Path(state_path))
+        return _cleanup(deployment, config, Path(state_path), dry_run)
 
 
-def _cleanup(deployment: Deployment, config: LoadConfig, path: Path) -> list[str]:
+def _cleanup(deployment: Deployment, config: LoadConfig, path: Path, dry_run: bool) -> list[str]:
     state = read_state(path)
     if state is None:
         raise ConfigError(f"{path} does not exist: there is nothing to clean up")
@@ -489,7 +497,8 @@ def _cleanup(deployment: Deployment, config: LoadConfig, path: Path) -> list[str
     if state["committed"]:
         raise ConfigError(f"{path} records a committed load ({state['run_id']}): its data is in the tables and "
                           "there is nothing to clean up")
-    removed = _discard(deployment, state)
-    path.unlink()
+    removed = _discard(deployment, state, dry_run)
+    if not dry_run:
+        path.unlink()
     removed.append(str(path))
     return removed
