@@ -1,6 +1,5 @@
 """Exceptions that carry a message meant for the user, and the switch for full traces."""
 
-import difflib
 import os
 from collections.abc import Iterable
 
@@ -76,6 +75,8 @@ def require_spark(what: str) -> None:
 
 def did_you_mean(name: str, candidates: Iterable[str]) -> str:
     """"; did you mean X?" naming the candidate closest to a mistyped name, or "" when none is close."""
+    import difflib  # only when a name is wrong: not for every command's start
+
     close = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
     return f"; did you mean {close[0]}?" if close else ""
 

@@ -80,14 +80,17 @@ def test_a_confirmation_without_a_terminal_asks_for_yes_and_changes_nothing(silt
     assert "cannot be dropped" in silt("table", "drop-column", "web.access", "utc_event_time", code=2).output
 
 
+def tested_env() -> dict[str, str]:
+    """The environment of a subprocess that imports the siltlake under test, whatever directory it runs in."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(siltlake.__file__).parents[1]),
+                                                         os.environ.get("PYTHONPATH", "")])}
+
+
 def _answer_on_a_terminal(args: list[str], answer: bytes, cwd: Path) -> tuple[int, str]:
     """Run `silt ARGS` with a terminal as stdin, answer its question, and return its status and output."""
     leader, follower = pty.openpty()
-    # The siltlake under test, whatever directory the command runs in.
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(siltlake.__file__).parents[1]),
-                                                        os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.Popen([sys.executable, "-m", "siltlake.cli", *args], stdin=follower, stdout=subprocess.PIPE,
-                            stderr=follower, cwd=cwd, env=env)
+                            stderr=follower, cwd=cwd, env=tested_env())
     os.close(follower)
     said = b""
     try:
@@ -162,3 +165,10 @@ def test_status_and_table_show_name_partition_states_alike(silt, tmp_path: Path)
     assert shown == {"closed": 2, "live": 1}
     assert {state: count for state, count in status["partitions"].items() if count} == shown
     assert "closed" in silt("table", "show", "web.access").stdout
+
+
+def test_the_demo_prints_its_help_without_running(tmp_path: Path) -> None:
+    helped = subprocess.run([sys.executable, "-m", "siltlake.demo", "--help"], cwd=tmp_path, env=tested_env(),
+                            capture_output=True, text=True, timeout=120)
+    assert helped.returncode == 0 and "usage: python -m siltlake.demo" in helped.stdout, helped.stderr
+    assert "build/demo" in helped.stdout and not (tmp_path / "build").exists()
