@@ -9,6 +9,7 @@ import json
 import os
 import pty
 import select
+import signal
 import subprocess
 import sys
 from collections import Counter
@@ -172,3 +173,20 @@ def test_the_demo_prints_its_help_without_running(tmp_path: Path) -> None:
                             capture_output=True, text=True, timeout=120)
     assert helped.returncode == 0 and "usage: python -m siltlake.demo" in helped.stdout, helped.stderr
     assert "build/demo" in helped.stdout and not (tmp_path / "build").exists()
+
+
+def test_the_stream_daemon_stops_after_its_round_on_sigterm(tmp_path: Path) -> None:
+    """As `silt merge` and `silt publish` do (and Ctrl-C does): a service manager's stop is a clean exit."""
+    from .processes import SiltProcess, kill_session, run_silt, silt_env, wait_until
+
+    env = silt_env(tmp_path, f"sqlite:///{tmp_path / 'catalog.db'}")
+    assert run_silt(env, "init").returncode == 0
+    daemon = SiltProcess(tmp_path, "stream", env, "stream", "--interval", "1")
+    try:
+        wait_until(lambda: "streaming; Ctrl-C stops" in daemon.log(), [daemon], 60, "the stream daemon")
+        daemon.proc.send_signal(signal.SIGTERM)
+        returncode = daemon.proc.wait(timeout=60)
+    finally:
+        kill_session(daemon.pid)
+        daemon.proc.wait(timeout=30)
+    assert returncode == 0 and "stopped" in daemon.log() and "Traceback" not in daemon.log(), daemon.tail()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 import threading
 
@@ -66,6 +67,8 @@ def stream(context: click.Context, once: bool, interval: float | None, as_json: 
     from siltlake.observe.metrics import observe_error, observe_report
 
     stop = threading.Event()
+    # SIGTERM (a service manager's stop) ends after the current round, as Ctrl-C does.
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
     daemon_logging(context, "stream")
     observing = Observing(deployment, metrics_port, bind)
     console.print("streaming; Ctrl-C stops after the current round")
@@ -83,6 +86,6 @@ def stream(context: click.Context, once: bool, interval: float | None, as_json: 
         stream_forever(deployment, stop, on_report, interval, on_error=on_error)
     except KeyboardInterrupt:
         stop.set()
-        console.print("stopped")
     finally:
         observing.close()
+    console.print("stopped")
