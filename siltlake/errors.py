@@ -74,14 +74,14 @@ def require_spark(what: str) -> None:
 
 
 def did_you_mean(name: str, candidates: Iterable[str]) -> str:
-    """"; did you mean X?" naming the candidate closest to a mistyped name, or "" when none is close."""
+    """" (did you mean X?)" naming the candidate closest to a mistyped name, or "" when none is close."""
     import difflib  # only when a name is wrong: not for every command's start
 
     close = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
-    return f"; did you mean {close[0]}?" if close else ""
+    return f" (did you mean {close[0]}?)" if close else ""
 
 
 def no_column(table: str, name: str, columns: Iterable[str]) -> DefinitionError:
     """The error for a column name the table lacks, with the closest of its columns."""
-    return DefinitionError(f"table {table} has no column {name}{did_you_mean(name, columns)} (`silt table show "
-                           f"{table}` lists its columns)")
+    return DefinitionError(f"table {table} has no column {name}{did_you_mean(name, columns)}; `silt table show "
+                           f"{table}` lists its columns")

@@ -125,13 +125,13 @@ def test_a_declined_question_exits_2_and_changes_nothing(silt, tmp_path: Path) -
 def test_wrong_table_and_column_names_get_a_did_you_mean(silt) -> None:  # noqa: F811
     silt("init")
     silt("table", "create", "access.toml")
-    assert "no table web.acess; did you mean web.access?" in silt("table", "show", "web.acess", code=2).output
+    assert "no table web.acess (did you mean web.access?)" in silt("table", "show", "web.acess", code=2).output
     assert "did you mean web.access?" in silt("table", "drop", "web.accesss", "--yes", code=2).output
     assert "did you mean web.access?" in silt("sql", "SELECT count(*) FROM web.acces", code=2).output
     far = silt("table", "show", "zzz.qqq", code=2).output
     assert "no table zzz.qqq" in far and "did you mean" not in far
     said = silt("table", "rename-column", "web.access", "usr_id", "uid", code=2).output
-    assert "has no column usr_id; did you mean user_id?" in said, said
+    assert "has no column usr_id (did you mean user_id?)" in said, said
     assert "did you mean user_id?" in silt("table", "alter-column", "web.access", "user_ids", "bigint",
                                            code=2).output
 
