@@ -81,7 +81,7 @@ def test_a_confirmation_without_a_terminal_asks_for_yes_and_changes_nothing(silt
     assert "cannot be dropped" in silt("table", "drop-column", "web.access", "utc_event_time", code=2).output
 
 
-def tested_env() -> dict[str, str]:
+def env_for_this_siltlake() -> dict[str, str]:
     """The environment of a subprocess that imports the siltlake under test, whatever directory it runs in."""
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(siltlake.__file__).parents[1]),
                                                          os.environ.get("PYTHONPATH", "")])}
@@ -91,7 +91,7 @@ def _answer_on_a_terminal(args: list[str], answer: bytes, cwd: Path) -> tuple[in
     """Run `silt ARGS` with a terminal as stdin, answer its question, and return its status and output."""
     leader, follower = pty.openpty()
     proc = subprocess.Popen([sys.executable, "-m", "siltlake.cli", *args], stdin=follower, stdout=subprocess.PIPE,
-                            stderr=follower, cwd=cwd, env=tested_env())
+                            stderr=follower, cwd=cwd, env=env_for_this_siltlake())
     os.close(follower)
     said = b""
     try:
@@ -169,7 +169,7 @@ def test_status_and_table_show_name_partition_states_alike(silt, tmp_path: Path)
 
 
 def test_the_demo_prints_its_help_without_running(tmp_path: Path) -> None:
-    helped = subprocess.run([sys.executable, "-m", "siltlake.demo", "--help"], cwd=tmp_path, env=tested_env(),
+    helped = subprocess.run([sys.executable, "-m", "siltlake.demo", "--help"], cwd=tmp_path, env=env_for_this_siltlake(),
                             capture_output=True, text=True, timeout=120)
     assert helped.returncode == 0 and "usage: python -m siltlake.demo" in helped.stdout, helped.stderr
     assert "build/demo" in helped.stdout and not (tmp_path / "build").exists()
