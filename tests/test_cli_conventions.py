@@ -169,8 +169,8 @@ def test_status_and_table_show_name_partition_states_alike(silt, tmp_path: Path)
 
 
 def test_the_demo_prints_its_help_without_running(tmp_path: Path) -> None:
-    helped = subprocess.run([sys.executable, "-m", "siltlake.demo", "--help"], cwd=tmp_path, env=env_for_this_siltlake(),
-                            capture_output=True, text=True, timeout=120)
+    helped = subprocess.run([sys.executable, "-m", "siltlake.demo", "--help"], cwd=tmp_path,
+                            env=env_for_this_siltlake(), capture_output=True, text=True, timeout=120)
     assert helped.returncode == 0 and "usage: python -m siltlake.demo" in helped.stdout, helped.stderr
     assert "build/demo" in helped.stdout and not (tmp_path / "build").exists()
 
