@@ -5,6 +5,7 @@ Catalog and the records and exceptions its callers use; StreamCommit is the stre
 from siltlake.catalog.catalog import Catalog
 from siltlake.catalog.partitions import StreamCommit
 from siltlake.catalog.records import (
+    PARTITION_STATES,
     BuildInProgress,
     BuildPartition,
     BuildRecord,
@@ -44,6 +45,7 @@ from siltlake.catalog.records import (
 )
 
 __all__ = [
+    "PARTITION_STATES",
     "BuildInProgress",
     "BuildPartition",
     "BuildRecord",

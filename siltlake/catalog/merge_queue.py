@@ -11,6 +11,7 @@ from sqlalchemy.engine import Connection
 from siltlake.catalog import schema as s
 from siltlake.catalog.core import CatalogCore, table_record
 from siltlake.catalog.records import (
+    PARTITION_STATES,
     ClaimedJob,
     JobOutcome,
     LocalHost,
@@ -39,9 +40,10 @@ class MergeQueue:
 
     def claim(self, owner: str, *, limit: int, now: dt.datetime, timeout: float,
               per_table_limit: int, table_ids: Sequence[int] | None = None,
-              local: LocalHost | None = None) -> list[ClaimedJob]:
+              local: LocalHost | None = None, partition_ids: Sequence[int] | None = None) -> list[ClaimedJob]:
         """Claim up to `limit` due jobs (or jobs whose worker went silent for `timeout` seconds, or, with
-        `local`, whose process on this host is gone); claims record local's host and pid.
+        `local`, whose process on this host is gone); claims record local's host and pid. table_ids and
+        partition_ids (None: any) narrow which jobs are claimed.
 
         Oldest schedule first, at most one running job per partition, at most `per_table_limit` running
         jobs per table, none for a partition with a parked job. Claims are serialised, and each claim is
@@ -83,6 +85,8 @@ class MergeQueue:
             )
             if table_ids is not None:
                 ranked = ranked.where(p.c.table_id.in_(list(table_ids)))
+            if partition_ids is not None:
+                ranked = ranked.where(j.c.partition_id.in_(list(partition_ids)))
             ranked = ranked.subquery()
             # Busy partitions may hide a table's first candidates: look a little deeper than the cap.
             depth = per_table_limit + len(busy_partitions) + 1
@@ -291,17 +295,22 @@ class MergeQueue:
                     ongoing_mark=0, attempts=0, schedule_time=now, last_error=None))
         return len(parked)
 
-    def _waiting_later(self, now: dt.datetime, table_ids: Sequence[int] | None):  # noqa: ANN202 - a where clause
+    def _waiting_later(self, now: dt.datetime, table_ids: Sequence[int] | None,  # noqa: ANN202 - a where clause
+                       partition_ids: Sequence[int] | None = None):
         j, p = s.merge_jobs, s.partitions
         where = sa.and_(j.c.ongoing_mark == 0, j.c.schedule_time > now)
         if table_ids is not None:
             where = sa.and_(where, j.c.partition_id.in_(sa.select(p.c.id).where(p.c.table_id.in_(list(table_ids)))))
+        if partition_ids is not None:
+            where = sa.and_(where, j.c.partition_id.in_(list(partition_ids)))
         return where
 
-    def advance(self, now: dt.datetime, table_ids: Sequence[int] | None = None) -> int:
-        """Make every waiting job scheduled after `now` (merge interval, retry backoff) due at `now`."""
+    def advance(self, now: dt.datetime, table_ids: Sequence[int] | None = None,
+                partition_ids: Sequence[int] | None = None) -> int:
+        """Make every waiting job scheduled after `now` (merge interval, retry backoff) due at `now`, of the
+        tables and partitions given (None: all)."""
         with self._core.tx() as c:
-            return c.execute(s.merge_jobs.update().where(self._waiting_later(now, table_ids))
+            return c.execute(s.merge_jobs.update().where(self._waiting_later(now, table_ids, partition_ids))
                              .values(schedule_time=now)).rowcount
 
     def scheduled(self, now: dt.datetime, table_ids: Sequence[int] | None = None
@@ -344,7 +353,7 @@ class MergeQueue:
                                .where(t.c.dropped_time.is_(None)).order_by(t.c.schema_name, t.c.table_name)).all()
             status = {row.id: {
                 "table": f"{row.schema_name}.{row.table_name}",
-                "partitions": {"new": 0, "live": 0, "closed": 0, "switched": 0},
+                "partitions": dict.fromkeys(PARTITION_STATES, 0),
                 "unmerged_objects": 0, "unmerged_bytes": 0, "oldest_unmerged_age_seconds": None,
                 "jobs": {"scheduled": 0, "due": 0, "running": 0, "stale": 0, "continuing": 0, "failed": 0},
                 "failed_jobs": [],
@@ -383,16 +392,40 @@ class MergeQueue:
                 if job.table_id not in status:
                     continue
                 entry = status[job.table_id]
-                if job.ongoing_mark < 0:
-                    kind = "failed"
+                kind = _job_state(job, now, stale_before, local)
+                if kind == "failed":
                     entry["failed_jobs"].append({"job_id": job.id, "date": job.partition_date.isoformat(),
                                                  "attempts": job.attempts, "error": job.last_error})
-                elif job.ongoing_mark > 0:
-                    fresh = job.heartbeat_time and job.heartbeat_time >= stale_before
-                    kind = "running" if fresh and not (local and local.holds_dead_claim(job)) else "stale"
-                elif job.continued_from is not None:
-                    kind = "continuing"
-                else:
-                    kind = "due" if job.schedule_time <= now else "scheduled"
                 entry["jobs"][kind] += 1
         return list(status.values())
+
+    def of_table(self, table_id: int, now: dt.datetime, timeout: float,
+                 local: LocalHost | None = None) -> list[dict]:
+        """A table's jobs in the queue, by id: job_id, date, state (as status counts them), schedule_time,
+        heartbeat_time, attempts, owner, continued_from, last_error."""
+        j, p = s.merge_jobs, s.partitions
+        stale_before = now - dt.timedelta(seconds=timeout)
+        with self._core.tx() as c:
+            jobs = c.execute(
+                sa.select(p.c.partition_date, j.c.id, j.c.ongoing_mark, j.c.schedule_time, j.c.heartbeat_time,
+                          j.c.continued_from, j.c.attempts, j.c.last_error, j.c.owner, j.c.owner_host, j.c.owner_pid)
+                .select_from(j.join(p, j.c.partition_id == p.c.id)).where(p.c.table_id == table_id).order_by(j.c.id)
+            ).all()
+        return [{"job_id": job.id, "date": job.partition_date, "state": _job_state(job, now, stale_before, local),
+                 "schedule_time": job.schedule_time, "heartbeat_time": job.heartbeat_time, "attempts": job.attempts,
+                 "owner": job.owner, "continued_from": job.continued_from, "last_error": job.last_error}
+                for job in jobs]
+
+
+def _job_state(job, now: dt.datetime, stale_before: dt.datetime,  # noqa: ANN001 - a merge_jobs row
+               local: LocalHost | None) -> str:
+    """A queued job's state: failed (parked), running or stale (its worker went silent or its process is
+    gone), continuing (takes a finished job's leftovers), due or scheduled (waiting)."""
+    if job.ongoing_mark < 0:
+        return "failed"
+    if job.ongoing_mark > 0:
+        fresh = job.heartbeat_time and job.heartbeat_time >= stale_before
+        return "running" if fresh and not (local and local.holds_dead_claim(job)) else "stale"
+    if job.continued_from is not None:
+        return "continuing"
+    return "due" if job.schedule_time <= now else "scheduled"

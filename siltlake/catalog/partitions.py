@@ -19,6 +19,8 @@ from siltlake.catalog.positions import record_all_consumed, record_consumed
 from siltlake.catalog.records import MergeBase, PartitionRow, PublishedVersion, SmallObjectRow
 from siltlake.errors import CatalogError, NotFoundError
 
+_IDS_PER_STATEMENT = 1000  # ids per IN (...) list
+
 # The ops that replace or supersede rows an append read nothing of: an append started before one fails.
 REWRITES = ("update", "merge")
 
@@ -73,6 +75,20 @@ class Partitions:
             query = query.where(so.c.id <= up_to_id)
         with self._core.tx() as c:
             return [SmallObjectRow(*r) for r in c.execute(query)]
+
+    def object_stats(self, object_ids: Collection[int]) -> dict[int, tuple[int, int, dt.datetime, dt.datetime]]:
+        """Of each small object (by id) the stream recorded at its commit: content length, row count and
+        min and max event time (naive UTC); ids without a row are left out."""
+        so = s.small_objects
+        ordered = sorted(set(object_ids))
+        stats: dict[int, tuple[int, int, dt.datetime, dt.datetime]] = {}
+        with self._core.snapshot() as c:
+            for start in range(0, len(ordered), _IDS_PER_STATEMENT):
+                for row in c.execute(sa.select(so.c.id, so.c.content_length, so.c.row_count, so.c.min_event_time,
+                                               so.c.max_event_time)
+                                     .where(so.c.id.in_(ordered[start:start + _IDS_PER_STATEMENT]))):
+                    stats[row.id] = (row.content_length, row.row_count, row.min_event_time, row.max_event_time)
+        return stats
 
     def largest_ids(self, table_id: int, dates: Collection[dt.date]) -> dict[dt.date, int]:
         """The largest small object id of each of the table's partitions dated `dates` that has one."""

@@ -123,6 +123,11 @@ class UnknownObject:
     table_name: str | None
 
 
+# A partition's lifecycle, in order (DESIGN §4): never published, published live, closed (later objects are
+# delayed), switched to its merged versions. Every listing names partition states by these words.
+PARTITION_STATES = ("new", "live", "closed", "switched")
+
+
 @dataclass(frozen=True)
 class PartitionRow:
     id: int
@@ -136,6 +141,15 @@ class PartitionRow:
     @property
     def closed(self) -> bool:
         return self.last_live_object_id is not None
+
+    @property
+    def state(self) -> str:
+        """Where the partition is in its lifecycle (DESIGN §4), one of PARTITION_STATES."""
+        if self.switched:
+            return "switched"
+        if self.closed:
+            return "closed"
+        return "live" if self.current_manifest_version >= 0 else "new"
 
 
 @dataclass(frozen=True)
