@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import Counter
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -19,7 +20,7 @@ from siltlake.errors import NoSuchPartition
 from siltlake.lake import Lake
 from siltlake.publish import publish_once
 
-from .merge_helpers import add_small_objects, rows_for
+from .merge_helpers import add_small_objects, point_cli_at, rows_for
 from .test_merge import DAY, make_table
 from .test_publish import tokyo
 
@@ -153,3 +154,18 @@ def test_to_pandas_compact_and_reap(deployment: Deployment) -> None:
     assert not done.dry_run and done.reasons["covered"].objects == 3 and not done.failed
     assert not any(deployment.lake.exists(uri.removeprefix(deployment.lake.root + "/")) for uri in kept)
     assert Counter(table.to_arrow().column("user_id").to_pylist()) == before
+
+
+def test_the_readme_maintenance_example_runs(deployment: Deployment, monkeypatch, capsys) -> None:
+    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    section = readme.split("From Python, the same work on one table or the lake", 1)[1]
+    example = section.split("```python\n", 1)[1].split("```", 1)[0]
+    table = make_table(deployment)
+    add_small_objects(deployment, table, DAY, [rows_for(DAY, 10, 0), rows_for(DAY, 10, 1)])
+    publish_once(deployment, now=tokyo(DAY, 12))
+    publish_once(deployment, now=tokyo(NEXT_DAY, 1))  # closes DAY: its compaction shows
+    point_cli_at(deployment, monkeypatch)  # Lake.open() finds the deployment as `silt` would
+    exec(compile(example, "README.md", "exec"), {})  # noqa: S102 - the documented example, as a user runs it
+    printed = capsys.readouterr().out
+    assert "\n1 1\n" in printed and "switched" in printed, printed
+    assert Lake(deployment).table("web.access").partitions().column("objects").to_pylist() == [1]
