@@ -16,7 +16,7 @@ from sqlalchemy.exc import IntegrityError
 from siltlake.catalog import schema as s
 from siltlake.catalog.core import CatalogCore
 from siltlake.catalog.positions import record_all_consumed, record_consumed
-from siltlake.catalog.records import MergeBase, PartitionRow, PublishedVersion, SmallObjectRow
+from siltlake.catalog.records import MergeBase, PartitionRow, PublishedVersion, SmallObjectRow, partition_state
 from siltlake.errors import CatalogError, NotFoundError
 
 _IDS_PER_STATEMENT = 1000  # ids per IN (...) list
@@ -106,19 +106,22 @@ class Partitions:
             return c.execute(sa.select(sa.func.coalesce(sa.func.max(s.small_objects.c.id), 0))).scalar_one()
 
     def summary(self, table_id: int) -> list[dict]:
-        """Per partition: state, object and row counts by live/delayed, merged objects and their rows."""
+        """Per partition: closed, state (one of PARTITION_STATES), object and row counts by live/delayed,
+        merged objects and their rows."""
         so, p = s.small_objects, s.partitions
         with self._core.tx() as c:
             rows = c.execute(
                 sa.select(
-                    p.c.partition_date, p.c.last_live_object_id, so.c.delayed,
+                    p.c.partition_date, p.c.last_live_object_id, p.c.switched, p.c.current_manifest_version,
+                    so.c.delayed,
                     sa.func.count(so.c.id).label("objects"),
                     sa.func.coalesce(sa.func.sum(so.c.row_count), 0).label("rows"),
                     sa.func.coalesce(sa.func.sum(so.c.content_length), 0).label("bytes"),
                 )
                 .select_from(p.outerjoin(so, so.c.partition_id == p.c.id))
                 .where(p.c.table_id == table_id)
-                .group_by(p.c.partition_date, p.c.last_live_object_id, so.c.delayed)
+                .group_by(p.c.partition_date, p.c.last_live_object_id, p.c.switched, p.c.current_manifest_version,
+                          so.c.delayed)
                 .order_by(p.c.partition_date)
             ).all()
             r_ = s.merge_ranges
@@ -133,6 +136,7 @@ class Partitions:
         for r in rows:
             entry = summary.setdefault(r.partition_date, {
                 "date": r.partition_date, "closed": r.last_live_object_id is not None,
+                "state": partition_state(r.switched, r.last_live_object_id is not None, r.current_manifest_version),
                 "live_objects": 0, "live_rows": 0, "delayed_objects": 0, "delayed_rows": 0, "bytes": 0,
                 "merged_objects": merged[r.partition_date].objects if r.partition_date in merged else 0,
                 "merged_rows": int(merged[r.partition_date].rows) if r.partition_date in merged else 0,

@@ -128,6 +128,15 @@ class UnknownObject:
 PARTITION_STATES = ("new", "live", "closed", "switched")
 
 
+def partition_state(switched: bool, closed: bool, current_manifest_version: int) -> str:
+    """The PARTITION_STATES name of a partition's switched and closed flags and current manifest version."""
+    if switched:
+        return "switched"
+    if closed:
+        return "closed"
+    return "live" if current_manifest_version >= 0 else "new"
+
+
 @dataclass(frozen=True)
 class PartitionRow:
     id: int
@@ -145,11 +154,7 @@ class PartitionRow:
     @property
     def state(self) -> str:
         """Where the partition is in its lifecycle (DESIGN §4), one of PARTITION_STATES."""
-        if self.switched:
-            return "switched"
-        if self.closed:
-            return "closed"
-        return "live" if self.current_manifest_version >= 0 else "new"
+        return partition_state(self.switched, self.closed, self.current_manifest_version)
 
 
 @dataclass(frozen=True)
