@@ -23,6 +23,7 @@ from siltlake.publish import publish_once
 from .merge_helpers import add_small_objects, point_cli_at, rows_for, silt_in_process
 from .test_merge import DAY, make_table
 from .test_publish import tokyo
+from .test_upsert import KEYED
 
 pytestmark = pytest.mark.spark
 
@@ -175,3 +176,21 @@ def test_the_readme_maintenance_example_runs(deployment: Deployment, monkeypatch
     printed = capsys.readouterr().out
     assert "\n1 1\n" in printed and "switched" in printed, printed
     assert Lake(deployment).table("web.access").partitions().column("objects").to_pylist() == [1]
+
+
+def test_a_keyed_tables_merged_object_has_its_own_statistics_from_its_footer(deployment: Deployment) -> None:
+    """A keyed merge keeps one row per key: the merged object's event times are not its small objects'."""
+    table = make_table(deployment, **KEYED)
+    first = rows_for(DAY, 10, 0)
+    earliest = min(first, key=lambda r: r["utc_event_time"])
+    middle = sorted(r["utc_event_time"] for r in first)[5]
+    add_small_objects(deployment, table, DAY, [first, [{**earliest, "utc_event_time": middle, "action": "again"}]])
+    publish_once(deployment, now=tokyo(NEXT_DAY, 1))  # closes DAY
+    lake = Lake(deployment)
+    report = lake.table("web.access").compact(now=tokyo(NEXT_DAY, 2))
+    assert report.merge.finished == 1 and report.publish.switched
+    (merged,) = lake.table("web.access").data_files()
+    held = read_file(deployment, merged.uri)
+    assert merged.rows == held.num_rows == 10
+    assert merged.min_event_time == naive(pc.min(held.column("utc_event_time")).as_py()) > naive(
+        earliest["utc_event_time"]), "the replaced row's time is not the object's"

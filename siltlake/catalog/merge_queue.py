@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -21,6 +21,8 @@ from siltlake.catalog.records import (
     RangeWrite,
     UnmergedObject,
 )
+
+_DATES_IN_QUERY = 500  # dates matched in a query; more are kept after reading the table's rows
 
 # Names the PostgreSQL advisory lock that serialises claims (SQLite's write lock does the same there).
 _MERGE_CLAIM_LOCK = 0x5117_3E26
@@ -154,6 +156,28 @@ class MergeQueue:
                                        r.c.object_key)
                              .where(r.c.partition_id == partition_id).order_by(r.c.upper_bound)).all()
         return [RangeRow(*row) for row in rows]
+
+    def range_stats(self, table_id: int, dates: Collection[dt.date] | None = None,
+                    ) -> dict[tuple[dt.date, int, int], tuple[int, int, dt.datetime, dt.datetime]]:
+        """Of each merge range of the table's partitions (those dated `dates`; None: all) whose object is named
+        by its bounds, by (date, lower, upper): content length, row count, and the min and max event time of
+        the small objects it merged (lower < id <= upper), in one query. The event times are the object's only
+        where a merge keeps every row: not for a keyed table's ranges."""
+        p, r, so = s.partitions, s.merge_ranges, s.small_objects
+        query = (
+            sa.select(p.c.partition_date, r.c.lower_bound, r.c.upper_bound, r.c.content_length, r.c.row_count,
+                      sa.func.min(so.c.min_event_time), sa.func.max(so.c.max_event_time))
+            .select_from(r.join(p, p.c.id == r.c.partition_id).join(so, sa.and_(
+                so.c.partition_id == r.c.partition_id, so.c.id > r.c.lower_bound, so.c.id <= r.c.upper_bound)))
+            .where(p.c.table_id == table_id, r.c.lower_bound.is_not(None), r.c.object_key.is_(None))
+            .group_by(r.c.id, p.c.partition_date, r.c.lower_bound, r.c.upper_bound, r.c.content_length,
+                      r.c.row_count))
+        if dates is not None and len(dates) <= _DATES_IN_QUERY:
+            query = query.where(p.c.partition_date.in_(sorted(dates)))
+        with self._core.snapshot() as c:
+            rows = c.execute(query).all()
+        return {(day, lower, upper): (size, count, low, high) for day, lower, upper, size, count, low, high in rows
+                if dates is None or day in dates}
 
     def unmerged_objects(self, partition_id: int, limit: int
                         ) -> tuple[RangeRow | None, int | None, list[UnmergedObject]]:

@@ -323,6 +323,7 @@ class PartitionView:
     version: int | None  # None: never published (a new partition read at the current state)
     live_object_ids: tuple[int, ...] = ()
     manifest_key: str | None = None
+    table_version: int | None = None  # the table version that published `version`
 
 
 @dataclass(frozen=True)

@@ -441,7 +441,8 @@ class Versions:
             watermark = c.execute(sa.select(sa.func.coalesce(sa.func.max(so.c.id), 0))).scalar_one()
             rows = c.execute(
                 sa.select(p.c.id, p.c.partition_date, p.c.switched, newest.c.version, newest.c.live_watermark,
-                          newest.c.manifest_key, newest.c.covered_upper, newest.c.file_list_key)
+                          newest.c.manifest_key, newest.c.covered_upper, newest.c.file_list_key,
+                          newest.c.table_version)
                 .select_from(p.outerjoin(newest, newest.c.partition_id == p.c.id))
                 .where(*of_table).order_by(p.c.partition_date)
             ).all()
@@ -475,13 +476,14 @@ class Versions:
             if pinned and row.version is None:
                 continue
             if pinned and row.file_list_key is not None:
-                views.append(PartitionView(row.partition_date, row.version, manifest_key=row.file_list_key))
+                views.append(PartitionView(row.partition_date, row.version, manifest_key=row.file_list_key,
+                                           table_version=row.table_version))
                 continue
             if row.manifest_key is None and row.id not in live:
                 continue  # switched without a version
             views.append(PartitionView(row.partition_date, row.version,
                                        live_object_ids=tuple(objects.get(row.id, ())),
-                                       manifest_key=row.manifest_key))
+                                       manifest_key=row.manifest_key, table_version=row.table_version))
         return views
 
     def _check_in_range(self, c: Connection, table_id: int, table_name: str, as_of_version: int | None,

@@ -2,20 +2,21 @@
 data files with their statistics, partitions and merge jobs, each as an Arrow table.
 
 File statistics come from the catalog where it records them (each small object's size, rows and event time
-range, written by the stream at its commit) and otherwise from the file's Parquet footer (merged and updated
-objects, a few per day: one small read each, in parallel). No directory is listed and no row is read.
+range, written by the stream at its commit; a merge range's size and rows, and, where the merge kept every row,
+its small objects' event times) and otherwise from the file's Parquet footer (update objects, a keyed table's
+merged objects, superseded ranges an older version lists: one small read each, in parallel). No directory is
+listed and no row is read.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from siltlake.errors import NoSuchPartition
 from siltlake.read.versions import DataFile, lake_keys, parse_as_of, parse_dates, partition_files
-from siltlake.storage.keys import small_object_id
+from siltlake.storage.keys import merge_range_of, small_object_id
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -70,10 +71,17 @@ def _footer_stats(deployment: Deployment, key: str, time_column: str | None,
 
 def with_stats(deployment: Deployment, record: TableRecord, files: list[DataFile]) -> list[DataFile]:
     """The files with their size, row count and event time range filled in: a small object's from the
-    catalog, any other file's from its Parquet footer."""
-    ids = {f.uri: small_object_id(f.uri.rsplit("/", 1)[-1]) for f in files}
-    recorded = deployment.catalog.partitions.object_stats([i for i in ids.values() if i is not None])
+    catalog; a merge range's object too, where the merge kept every row of its small objects (a table
+    without a primary key); any other file's from its Parquet footer."""
+    catalog = deployment.catalog
+    names = {f.uri: f.uri.rsplit("/", 1)[-1] for f in files}
+    ids = {uri: small_object_id(name) for uri, name in names.items()}
+    recorded = catalog.partitions.object_stats([i for i in ids.values() if i is not None])
     stats: dict[str, tuple] = {uri: recorded[i] for uri, i in ids.items() if i in recorded}
+    bounds = {f.uri: (f.partition_date, *found) for f in files if (found := merge_range_of(names[f.uri]))}
+    if bounds and not record.definition.keyed:
+        ranges = catalog.merge_queue.range_stats(record.id, {day for day, _, _ in bounds.values()})
+        stats.update({uri: ranges[key] for uri, key in bounds.items() if key in ranges})
     unrecorded = [f for f in files if f.uri not in stats]
     if unrecorded:
         keys = lake_keys(deployment, record, unrecorded)
@@ -81,8 +89,7 @@ def with_stats(deployment: Deployment, record: TableRecord, files: list[DataFile
         with ThreadPoolExecutor(min(_FOOTER_READERS, len(keys))) as pool:
             footers = pool.map(lambda key: _footer_stats(deployment, key, time_column), keys)
             stats.update(zip((f.uri for f in unrecorded), footers, strict=True))
-    return [dataclasses.replace(f, size=stats[f.uri][0], rows=stats[f.uri][1], min_event_time=stats[f.uri][2],
-                                max_event_time=stats[f.uri][3]) for f in files]
+    return [DataFile(f.uri, f.partition_date, *stats[f.uri]) for f in files]
 
 
 def _kind(uri: str) -> str:
@@ -134,10 +141,7 @@ class TableInspect:
 
         views = self._views(as_of_version, as_of, dates)
         files = with_stats(self.deployment, self.record, partition_files(self.deployment, self.record, views))
-        catalog = self.deployment.catalog
-        rows = {p.partition_date: p for p in catalog.partitions.list(self.record.id)}
-        published = {(v.partition_id, v.version): v.table_version
-                     for v in catalog.versions.of_partitions([rows[view.partition_date].id for view in views])}
+        states = {p.partition_date: p.state for p in self.deployment.catalog.partitions.list(self.record.id)}
         by_date: dict[dt.date, list[DataFile]] = {}
         for f in files:
             by_date.setdefault(f.partition_date, []).append(f)
@@ -146,10 +150,9 @@ class TableInspect:
         highs = [[f.max_event_time for f in by_date.get(day, []) if f.max_event_time is not None] for day in days]
         return pa.table({
             "dt": pa.array(days, pa.date32()),
-            "state": pa.array([rows[day].state for day in days], pa.string()),
+            "state": pa.array([states[day] for day in days], pa.string()),
             "version": pa.array([view.version for view in views], pa.int64()),
-            "table_version": pa.array([published.get((rows[view.partition_date].id, view.version))
-                                       for view in views], pa.int64()),
+            "table_version": pa.array([view.table_version for view in views], pa.int64()),
             "objects": pa.array([len(by_date.get(day, [])) for day in days], pa.int64()),
             "rows": pa.array([sum(f.rows or 0 for f in by_date.get(day, [])) for day in days], pa.int64()),
             "bytes": pa.array([sum(f.size or 0 for f in by_date.get(day, [])) for day in days], pa.int64()),
