@@ -399,6 +399,10 @@ class StreamCommit:
         self._totals.append((table_id, 1, records_in, bad_records))
         return self._c.execute(sa.select(s.staging_objects.c.id).where(s.staging_objects.c.uri == uri)).scalar_one()
 
+    def check_request(self, request: WriteRequest) -> None:
+        """RequestApplied if another commit recorded the write's request id (first thing in the commit)."""
+        applied_requests.check_not_applied(self._c, request)
+
     def record_request(self, request: WriteRequest, table_version: int | None, detail: str,
                        now: dt.datetime) -> None:
         """Record the write's request id in this commit (RequestApplied if another commit holds it)."""

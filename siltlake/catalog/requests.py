@@ -26,6 +26,16 @@ def record_applied(core: CatalogCore, c: Connection, request: WriteRequest, tabl
                              "while this one ran; this one changed nothing")
 
 
+def check_not_applied(c: Connection, request: WriteRequest) -> None:
+    """RequestApplied if the request's id is recorded already: run first in a commit holding the ordering lock, so
+    that a second attempt of one request is told so rather than failing on the first's changes as a conflict."""
+    r = s.applied_requests
+    if c.execute(sa.select(r.c.id).where(r.c.table_id == request.table_id,
+                                         r.c.request_id == request.request_id)).first() is not None:
+        raise RequestApplied(f"request id {request.request_id!r} was committed by another {request.operation} "
+                             "while this one ran; this one changed nothing")
+
+
 class Requests:
     """Reached as catalog.requests."""
 

@@ -299,6 +299,8 @@ class Versions:
         published = []
         with self._core.tx() as c:
             self._core.ordering_lock(c)  # no small object can be committed to the partitions meanwhile
+            if request is not None:
+                applied_requests.check_not_applied(c, request[0])
             # In id order: two writers locking overlapping partitions never wait on each other crosswise.
             lock = (sa.select(p.c.id, p.c.switched, p.c.table_id)
                     .where(p.c.id.in_(sorted(w.base.partition_id for w in writes))).order_by(p.c.id))

@@ -114,6 +114,8 @@ def append(deployment: Deployment, name: str, rows: pa.Table | pa.RecordBatch | 
         with catalog.partitions.stream_commit() as tx:
             try:
                 stamp = now or utcnow()
+                if request is not None:
+                    tx.check_request(request)
                 conflict = _update_conflict(tx, record, parts, mark)
                 if conflict is not None:
                     raise UpdateConflict(f"{conflict.split(';')[0]}; nothing was appended: run the append again")

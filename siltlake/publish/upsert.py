@@ -177,6 +177,8 @@ class PreparedUpsert:
         name = record.qualified_name
         with deployment.catalog.partitions.stream_commit() as tx:
             now = self.now or utcnow()
+            if self.request is not None:
+                tx.check_request(self.request)
             for part in self.parts:
                 date = dt.date.fromisoformat(part["date"])
                 partition = tx.partition(record.id, date)
