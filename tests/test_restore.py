@@ -63,7 +63,8 @@ def test_restore_then_every_reader_reads_what_the_old_version_showed(deployment:
     as_of = "2026-11-20T17:30:00Z"  # Tokyo 02:30 on NEXT_DAY: after the delete (version 3), before the append
     planned = json.loads(silt("restore", "web.access", "--as-of", as_of, "--dry-run", "--json"))
     assert planned["restored_version"] == 3 and planned["dry_run"] and table.version == newest
-    assert [p["dt"] for p in planned["partitions"]] == ["2026-11-20"]
+    # Both days differ from what they showed then: the delete's day by its rows, the next by its version.
+    assert [p["dt"] for p in planned["partitions"]] == ["2026-11-20", "2026-11-21"]
     assert "--yes" in silt("restore", "web.access", "--as-of", as_of, code=2)
     done = json.loads(silt("restore", "web.access", "--as-of", as_of, "--yes", "--json", "--request-id", "r3"))
     assert done["table_version"] == newest + 1

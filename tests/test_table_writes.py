@@ -228,8 +228,8 @@ def test_delete_and_upsert_commands_take_request_ids_json_and_dry_run(deployment
     assert keyed_actions(lake) == {2: "a", 3: "a"}
 
     rows = tmp_path / "rows.jsonl"
-    rows.write_text("".join(json.dumps({"utc_event_time": late(DAY).isoformat(), "user_id": u, "action": "b"}) + "\n"
-                            for u in (2, 4)))
+    when = f"{late(DAY):%Y-%m-%dT%H:%M:%SZ}"
+    rows.write_text("".join(json.dumps({"utc_event_time": when, "user_id": u, "action": "b"}) + "\n" for u in (2, 4)))
     planned = json.loads(silt("upsert", "web.access", str(rows), "--dry-run", "--json"))
     assert planned["dry_run"] and planned["partitions"] == [{"dt": "2026-11-20", "rows": 2, "deleted_keys": 0,
                                                             "version": None, "delayed": None}]
