@@ -57,7 +57,7 @@ def test_restore_then_every_reader_reads_what_the_old_version_showed(deployment:
     retried = table.restore(version=2, request_id="undo-delete")
     assert retried.applied_before is not None and retried.applied_before.table_version == 5
     newest = table.version
-    assert len(table.restore(version=2)) == 0 and table.version == newest, "nothing differs: no version"
+    assert len(table.restore(version=newest)) == 0 and table.version == newest, "nothing differs: no version"
 
     # The CLI: by time, dry run first; without a terminal a restore needs --yes.
     as_of = "2026-11-20T17:30:00Z"  # Tokyo 02:30 on NEXT_DAY: after the delete (version 3), before the append
