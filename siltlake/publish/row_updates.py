@@ -153,7 +153,3 @@ def update_rows(deployment: Deployment, name: str, assignments: Mapping[str, Any
     report = commit_updates(deployment, record, prepared, request, detail)
     return report if report.applied_before is not None else replace(report, rows_changed=tuple(matched))
 
-
-def all_dates(deployment: Deployment, record: TableRecord) -> list[dt.date]:
-    """Every partition date of the table (dates="all")."""
-    return [p.partition_date for p in deployment.catalog.partitions.list(record.id)]
