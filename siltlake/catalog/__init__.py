@@ -6,6 +6,7 @@ from siltlake.catalog.catalog import Catalog
 from siltlake.catalog.partitions import StreamCommit
 from siltlake.catalog.records import (
     PARTITION_STATES,
+    AppliedRequest,
     BuildInProgress,
     BuildPartition,
     BuildRecord,
@@ -32,6 +33,7 @@ from siltlake.catalog.records import (
     ReapVersion,
     ReapView,
     Redelivery,
+    RequestApplied,
     SmallObjectRow,
     SwitchedPartition,
     SyncedTable,
@@ -42,10 +44,12 @@ from siltlake.catalog.records import (
     UpdateWrite,
     VersionOutOfRange,
     VersionTimeBehind,
+    WriteRequest,
 )
 
 __all__ = [
     "PARTITION_STATES",
+    "AppliedRequest",
     "BuildInProgress",
     "BuildPartition",
     "BuildRecord",
@@ -73,6 +77,7 @@ __all__ = [
     "ReapVersion",
     "ReapView",
     "Redelivery",
+    "RequestApplied",
     "SmallObjectRow",
     "StreamCommit",
     "SwitchedPartition",
@@ -84,4 +89,5 @@ __all__ = [
     "UpdateWrite",
     "VersionOutOfRange",
     "VersionTimeBehind",
+    "WriteRequest",
 ]

@@ -13,10 +13,18 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
+from siltlake.catalog import requests as applied_requests
 from siltlake.catalog import schema as s
 from siltlake.catalog.core import CatalogCore
 from siltlake.catalog.positions import record_all_consumed, record_consumed
-from siltlake.catalog.records import MergeBase, PartitionRow, PublishedVersion, SmallObjectRow, partition_state
+from siltlake.catalog.records import (
+    MergeBase,
+    PartitionRow,
+    PublishedVersion,
+    SmallObjectRow,
+    WriteRequest,
+    partition_state,
+)
 from siltlake.errors import CatalogError, NotFoundError
 
 _IDS_PER_STATEMENT = 1000  # ids per IN (...) list
@@ -417,6 +425,15 @@ class StreamCommit:
             return None
         self._totals.append((table_id, 1, records_in, bad_records))
         return self._c.execute(sa.select(s.staging_objects.c.id).where(s.staging_objects.c.uri == uri)).scalar_one()
+
+    def check_request(self, request: WriteRequest) -> None:
+        """RequestApplied if another commit recorded the write's request id (first thing in the commit)."""
+        applied_requests.check_not_applied(self._c, request)
+
+    def record_request(self, request: WriteRequest, table_version: int | None, detail: str,
+                       now: dt.datetime) -> None:
+        """Record the write's request id in this commit (RequestApplied if another commit holds it)."""
+        applied_requests.record_applied(self._core, self._c, request, table_version, detail, now)
 
     @contextmanager
     def savepoint(self) -> Iterator[None]:
