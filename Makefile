@@ -87,6 +87,7 @@ bench: prereqs $(VENV)/.installed-dev
 	$(BIN)/python bench/publish_bench.py
 	$(BIN)/python bench/publish_partitions_bench.py
 	$(BIN)/python bench/read_bench.py
+	$(BIN)/python bench/inspect_bench.py
 	$(BIN)/python bench/reap_bench.py
 	$(BIN)/python bench/load_bench.py
 	$(BIN)/python bench/cli_startup_bench.py

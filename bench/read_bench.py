@@ -90,9 +90,12 @@ def statements_per_read(table: Table, counter: StatementCounter, day: dt.date) -
 # delta-rs over the same files
 
 
-def delta_table_over(table: Table, root: Path) -> str:
+def delta_table_over(table: Table, root: Path, stats: bool = False) -> str:
     """A Delta table at the siltlake table's directory whose one commit adds exactly the current
-    state's data files by relative path (no copy); `dt` from each add's partition values."""
+    state's data files by relative path (no copy); `dt` from each add's partition values; with `stats`,
+    each add carries the file's row count and event time range as Delta statistics."""
+    import json
+
     from deltalake import DeltaTable
     from deltalake.transaction import AddAction
 
@@ -101,6 +104,7 @@ def delta_table_over(table: Table, root: Path) -> str:
     DeltaTable.create(str(root), schema=schema, partition_by=["dt"])
     prefix = root.as_uri() + "/"
     actions = []
+    column = table.record.definition.time_column
     for f in table.data_files():
         if not f.uri.startswith(prefix):
             raise RuntimeError(f"{f.uri} is not under {prefix}")
@@ -108,7 +112,10 @@ def delta_table_over(table: Table, root: Path) -> str:
         actions.append(AddAction(path=f.uri[len(prefix):], size=path.stat().st_size,
                                  partition_values={"dt": f.partition_date.isoformat()},
                                  modification_time=int(path.stat().st_mtime * 1000), data_change=True,
-                                 stats=None))
+                                 stats=json.dumps({"numRecords": f.rows,
+                                                   "minValues": {column: f"{f.min_event_time.isoformat()}Z"},
+                                                   "maxValues": {column: f"{f.max_event_time.isoformat()}Z"},
+                                                   "nullCount": {column: 0}}) if stats else None))
     DeltaTable(str(root)).create_write_transaction(actions, mode="append", schema=schema, partition_by=["dt"])
     return str(root)
 

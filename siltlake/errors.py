@@ -47,6 +47,10 @@ class NotFoundError(CatalogError):
     """A named object does not exist in the catalog."""
 
 
+class NoSuchPartition(NotFoundError):
+    """A table has no partition of the date asked for."""
+
+
 class Refusal(Exception):
     """An input siltlake will not take as it is; `reason` says why, for reports and catalog rows."""
 

@@ -7,30 +7,33 @@ pyarrow only; DuckDB, Polars and Spark are used when asked for.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from siltlake.config import Config, load_config
 from siltlake.deployment import Deployment
-from siltlake.errors import NotFoundError, SiltError
-from siltlake.read.versions import parse_as_of, version_files
+from siltlake.errors import NoSuchPartition, SiltError
+from siltlake.read.versions import parse_as_of, parse_dates, version_files
 
 if TYPE_CHECKING:
+    import pandas as pd
     import pyarrow as pa
     import pyarrow.dataset as ds
     from pyspark.sql import DataFrame, SparkSession
 
     from siltlake.catalog import TableRecord
-    from siltlake.publish import UpdateReport
+    from siltlake.merge import MergeReport
+    from siltlake.publish import PublishReport
+    from siltlake.publish.append import AppendReport
+    from siltlake.publish.requests import UpdatesReport
     from siltlake.publish.upsert import UpsertReport
+    from siltlake.read.inspect import TableInspect
     from siltlake.read.versions import DataFile
+    from siltlake.reap import ReapReport
 
-__all__ = ["Lake", "NoSuchPartition", "Table"]
-
-
-class NoSuchPartition(NotFoundError):
-    """A table has no partition of the date asked for."""
+__all__ = ["CompactReport", "Lake", "NoSuchPartition", "Table"]
 
 
 class Lake:
@@ -64,6 +67,13 @@ class Lake:
     def tables(self) -> list[str]:
         """The names of the tables, schema.table."""
         return sorted(record.qualified_name for record in self.deployment.catalog.tables.list())
+
+    def reap(self, dry_run: bool = False, now: dt.datetime | None = None, **options: Any) -> ReapReport:
+        """Delete what no retained table version, merge range or writer in flight needs, as `silt reap` does
+        (siltlake.reap.reap_once: retention=, grace= seconds, force=, full=); dry_run lists without deleting."""
+        from siltlake.reap import reap_once
+
+        return reap_once(self.deployment, now, dry_run=dry_run, **options)
 
     def close(self) -> None:
         self.deployment.close()
@@ -115,8 +125,15 @@ class Table:
     def data_files(self, as_of_version: int | None = None, as_of: dt.datetime | str | None = None,
                    dates: Any = None) -> list[DataFile]:
         """The exact data files of the table version, from its partitions' manifests (plus, for the
-        current state, the live objects streamed since each partition's newest version, from the catalog).
+        current state, the live objects streamed since each partition's newest version, from the catalog),
+        each with its size, row count and event time range (siltlake.read.inspect.with_stats).
         A keyed table's partitions that need a merge on read have no plain file list: SiltError names them."""
+        from siltlake.read.inspect import with_stats
+
+        return with_stats(self.lake.deployment, self.record, self._plain_files(as_of_version, as_of, dates))
+
+    def _plain_files(self, as_of_version: int | None, as_of: dt.datetime | str | None, dates: Any) -> list[DataFile]:
+        """data_files without their statistics."""
         files = self._data_files(as_of_version, as_of, dates)
         dirty = self._dirty_dates(files)
         if dirty:
@@ -142,13 +159,13 @@ class Table:
         schema = self.schema
         return version_files(
             self.lake.deployment, self.record, as_of_version=as_of_version,
-            as_of=parse_as_of(as_of) if as_of is not None else None, dates=_dates(dates),
+            as_of=parse_as_of(as_of) if as_of is not None else None, dates=parse_dates(dates),
             date_filter=None if filter is None else lambda present: _dates_passing(filter, present, schema))
 
     def files(self, as_of_version: int | None = None, as_of: dt.datetime | str | None = None,
               dates: Any = None) -> list[str]:
         """The URIs (file:///..., s3://...) of exactly the data files of the table version."""
-        return [f.uri for f in self.data_files(as_of_version, as_of, dates)]
+        return [f.uri for f in self._plain_files(as_of_version, as_of, dates)]
 
     # --- readers --------------------------------------------------------------------------------------
 
@@ -247,24 +264,22 @@ class Table:
 
     # --- writes -------------------------------------------------------------------------------------
 
-    def delete(self, where: str, dates: Any, now: dt.datetime | None = None) -> list[UpdateReport]:
+    def delete(self, where: str, dates: Any, now: dt.datetime | None = None, request_id: str | None = None,
+               dry_run: bool = False) -> UpdatesReport:
         """Delete the rows matching the Spark SQL predicate `where` from the partitions `dates` (a date, ISO
         text, several, or "all") as one table version, all of them or none (a missing date is refused first);
-        runs on the deployment's Spark."""
-        from siltlake.publish import delete_where
+        runs on the deployment's Spark. Once per `request_id`: a retry with an id applied already changes nothing
+        (the report's applied_before says what the first did). The report is a sequence of the partitions'."""
+        from siltlake.publish.row_updates import delete_rows_where
 
-        catalog = self.lake.deployment.catalog
-        if isinstance(dates, str) and dates == "all":
-            wanted = sorted(p.partition_date for p in catalog.partitions.list(self.record.id))
-        else:
-            wanted = sorted(_dates(dates) or ())
-            if not wanted:
-                raise SiltError(f"{self.name}.delete: give the partitions: a date, several, or dates='all'")
-        return delete_where(self.lake.deployment, self.name, wanted, where, now=now)
+        return delete_rows_where(self.lake.deployment, self.name, self._write_dates(dates, "delete"), where,
+                                 request_id=request_id, now=now, dry_run=dry_run)
 
-    def upsert(self, rows: Any, delete_column: str | None = None, now: dt.datetime | None = None) -> UpsertReport:
+    def upsert(self, rows: Any, delete_column: str | None = None, now: dt.datetime | None = None,
+               request_id: str | None = None) -> UpsertReport:
         """Replace the rows of the same (dt, primary key) with `rows` (a pyarrow Table, or a Spark DataFrame),
-        as one `merge` version per date they fall on; rows whose `delete_column` is true delete their key."""
+        as one `merge` version per date they fall on; rows whose `delete_column` is true delete their key. Once
+        per `request_id`, as delete's."""
         import pyarrow
 
         from siltlake.publish.upsert import upsert
@@ -274,7 +289,7 @@ class Table:
         if not isinstance(rows, pyarrow.Table):
             raise SiltError(f"{self.name}.upsert: give the rows as a pyarrow Table or a Spark DataFrame, "
                             f"not {type(rows).__name__}")
-        return upsert(self.lake.deployment, self.name, rows, delete_column, now)
+        return upsert(self.lake.deployment, self.name, rows, delete_column, now, request_id)
 
     def add_column(self, name: str, type_name: str, source: str | None = None) -> None:
         """Add a nullable column; objects written before it read it as null."""
@@ -305,45 +320,109 @@ class Table:
         self.record, change = self.lake.deployment.catalog.tables.set_properties(self.name, assignments, now)
         return change.detail if change else ""
 
-    # --- history --------------------------------------------------------------------------------------
+    # --- inspection and maintenance ------------------------------------------------------------------
+
+    def to_pandas(self, filter: Any = None, columns: list[str] | None = None,  # noqa: A002 - pyarrow's name
+                  as_of_version: int | None = None, as_of: dt.datetime | str | None = None,
+                  dates: Any = None) -> pd.DataFrame:
+        """The table version as a pandas DataFrame: to_arrow's rows, with its arguments."""
+        return self.to_arrow(filter, columns, as_of_version, as_of, dates).to_pandas()
+
+    @property
+    def inspect(self) -> TableInspect:
+        """The table's metadata tables as Arrow tables: history(), versions(), files(), partitions(),
+        merge_jobs() (siltlake.read.inspect)."""
+        from siltlake.read.inspect import TableInspect
+
+        return TableInspect(self.lake.deployment, self.record)
+
+    def partitions(self, as_of_version: int | None = None, as_of: dt.datetime | str | None = None,
+                   dates: Any = None) -> pa.Table:
+        """The partitions of the table version, one row each: dt, state (new, live, closed, switched),
+        version, table_version, objects, rows, bytes, min_event_time, max_event_time (inspect.partitions)."""
+        return self.inspect.partitions(as_of_version, as_of, dates)
 
     def history(self, date: dt.date | None = None) -> list[dict]:
         """The published versions of every partition (or of one), oldest first per partition: date,
         version (the partition's), table_version, op, shows, created_at (UTC), rows, bytes; then, for the whole
         table, the versions that changed its definition (`set`: date, version, rows and bytes None)."""
-        catalog = self.lake.deployment.catalog
-        partitions = catalog.partitions.list(self.record.id)
-        if date is not None:
-            partitions = [p for p in partitions if p.partition_date == date]
-            if not partitions:
-                raise NoSuchPartition(f"{self.name} has no partition {date.isoformat()}")
-        dates = {p.id: p.partition_date.isoformat() for p in partitions}
-        return [{"date": dates[v.partition_id], "version": v.version, "op": v.commit_op, "shows": v.shows(),
-                 "created_at": v.created_at.isoformat(sep=" ", timespec="seconds"), "rows": v.row_count,
-                 "bytes": v.byte_count, "table_version": v.table_version}
-                for v in catalog.versions.of_partitions(list(dates))] + ([] if date is not None else [
-            {"date": None, "version": None, "op": change.op, "shows": change.detail,
-             "created_at": change.created_at.isoformat(sep=" ", timespec="seconds"), "rows": None, "bytes": None,
-             "table_version": change.table_version} for change in catalog.tables.changes(self.record.id)])
+        from siltlake.read.inspect import history_rows
+
+        return history_rows(self.lake.deployment, self.record, date)
+
+    def compact(self, dates: Any = None, now: dt.datetime | None = None, publish: bool = True) -> CompactReport:
+        """Merge the table's small objects now (of the partitions `dates`; None: all), as `silt merge --once
+        --now` does for it, then (publish) run a publish, which shows closed days' merged objects as a
+        `compaction` version; a day still open keeps showing its live objects until it closes. `now` (naive
+        UTC) replaces the clock. Runs on the deployment's Spark (small jobs run in process)."""
+        from siltlake.clock import utcnow
+        from siltlake.merge import MergeWorker
+        from siltlake.publish import publish_once
+
+        deployment = self.lake.deployment
+        partition_ids = None
+        if dates is not None:
+            wanted = parse_dates(dates) or set()
+            present = {p.partition_date: p.id for p in deployment.catalog.partitions.list(self.record.id)}
+            missing = sorted(wanted - set(present))
+            if missing:
+                raise NoSuchPartition(f"{self.name} has no partition {', '.join(d.isoformat() for d in missing)}")
+            partition_ids = [present[day] for day in sorted(wanted)]
+        clock = (lambda: now) if now is not None else utcnow
+        deployment.catalog.merge_queue.advance(clock(), [self.record.id], partition_ids)
+        merged = MergeWorker(deployment, table_ids=[self.record.id], partition_ids=partition_ids,
+                             clock=clock).run(once=True)
+        return CompactReport(merged, publish_once(deployment, now) if publish else None)
+
+    # --- writes with request ids: append, update, restore (docs/design.md "Request ids and restore") ---------
+
+    def _write_dates(self, dates: Any, operation: str) -> list[dt.date]:
+        """The partitions a delete or update names: a date, ISO text, several, or "all"."""
+        if isinstance(dates, str) and dates == "all":
+            return sorted(p.partition_date for p in self.lake.deployment.catalog.partitions.list(self.record.id))
+        wanted = sorted(parse_dates(dates) or ())
+        if not wanted:
+            raise SiltError(f"{self.name}.{operation}: give the partitions: a date, several, or dates='all'")
+        return wanted
+
+    def append(self, rows: Any, request_id: str | None = None, now: dt.datetime | None = None) -> AppendReport:
+        """Append rows (a pyarrow Table, RecordBatch, or an iterable of batches such as a RecordBatchReader; the
+        table's columns, nullable ones may be missing) in one commit, as the stream appends a staging object: small
+        objects, live or delayed, merge jobs scheduled; readers of the current state see them at once, time travel
+        from the next publish. Once per `request_id`: a retry with an id applied already appends nothing and the
+        report's applied_before says so."""
+        from siltlake.publish.append import append
+
+        return append(self.lake.deployment, self.name, rows, request_id, now)
+
+    def update(self, set: dict[str, Any], where: str | None = None, dates: Any = None,  # noqa: A002 - SQL's word
+               request_id: str | None = None, now: dt.datetime | None = None, dry_run: bool = False) -> UpdatesReport:
+        """SET columns (column -> a Spark SQL expression over the row, e.g. "upper(action)" or "'login'" for a
+        text, or a Python value) in the rows matching the Spark SQL predicate `where` (None: every row) of the
+        partitions `dates` (as delete's), as one `update` table version: all of them or none, once per
+        `request_id`. Primary key columns are not set."""
+        from siltlake.publish.row_updates import update_rows
+
+        return update_rows(self.lake.deployment, self.name, set, where, self._write_dates(dates, "update"),
+                           request_id=request_id, now=now, dry_run=dry_run)
+
+    def restore(self, version: int | None = None, as_of: dt.datetime | str | None = None,
+                request_id: str | None = None, now: dt.datetime | None = None, dry_run: bool = False) -> UpdatesReport:
+        """Publish a new table version that shows what `version` (or the newest version at the time `as_of`)
+        showed, partition by partition (those that differ are rewritten; one commit, refused as an update is
+        on a conflict). A version reap has removed is refused, naming reap.retention. Once per `request_id`."""
+        from siltlake.publish.restore import restore
+
+        return restore(self.lake.deployment, self.name, version, parse_as_of(as_of) if as_of is not None else None,
+                       request_id=request_id, now=now, dry_run=dry_run)
 
 
-def _dates(dates: Any) -> set[dt.date] | None:
-    """None (every partition), or the set of dates given as one date/ISO text or an iterable of them."""
-    if dates is None:
-        return None
-    if isinstance(dates, (dt.date, str)):
-        dates = [dates]
-    wanted = set()
-    for value in dates:
-        if isinstance(value, dt.datetime):
-            value = value.date()
-        if isinstance(value, str):
-            try:
-                value = dt.date.fromisoformat(value)
-            except ValueError:
-                raise SiltError(f"dates: {value!r} is not a date such as 2026-11-20") from None
-        wanted.add(value)
-    return wanted
+@dataclasses.dataclass(frozen=True)
+class CompactReport:
+    """What Table.compact did: the merge run's report and the publish run's (None: not asked for)."""
+
+    merge: MergeReport
+    publish: PublishReport | None
 
 
 def _dates_passing(filter: Any, dates: list[dt.date], schema: pa.Schema) -> set[dt.date]:  # noqa: A002

@@ -5,6 +5,8 @@ Catalog and the records and exceptions its callers use; StreamCommit is the stre
 from siltlake.catalog.catalog import Catalog
 from siltlake.catalog.partitions import StreamCommit
 from siltlake.catalog.records import (
+    PARTITION_STATES,
+    AppliedRequest,
     BuildInProgress,
     BuildPartition,
     BuildRecord,
@@ -31,6 +33,7 @@ from siltlake.catalog.records import (
     ReapVersion,
     ReapView,
     Redelivery,
+    RequestApplied,
     SmallObjectRow,
     SwitchedPartition,
     SyncedTable,
@@ -41,9 +44,12 @@ from siltlake.catalog.records import (
     UpdateWrite,
     VersionOutOfRange,
     VersionTimeBehind,
+    WriteRequest,
 )
 
 __all__ = [
+    "PARTITION_STATES",
+    "AppliedRequest",
     "BuildInProgress",
     "BuildPartition",
     "BuildRecord",
@@ -71,6 +77,7 @@ __all__ = [
     "ReapVersion",
     "ReapView",
     "Redelivery",
+    "RequestApplied",
     "SmallObjectRow",
     "StreamCommit",
     "SwitchedPartition",
@@ -82,4 +89,5 @@ __all__ = [
     "UpdateWrite",
     "VersionOutOfRange",
     "VersionTimeBehind",
+    "WriteRequest",
 ]

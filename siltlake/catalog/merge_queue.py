@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -11,6 +11,7 @@ from sqlalchemy.engine import Connection
 from siltlake.catalog import schema as s
 from siltlake.catalog.core import CatalogCore, table_record
 from siltlake.catalog.records import (
+    PARTITION_STATES,
     ClaimedJob,
     JobOutcome,
     LocalHost,
@@ -20,6 +21,8 @@ from siltlake.catalog.records import (
     RangeWrite,
     UnmergedObject,
 )
+
+_DATES_IN_QUERY = 500  # dates matched in a query; more are kept after reading the table's rows
 
 # Names the PostgreSQL advisory lock that serialises claims (SQLite's write lock does the same there).
 _MERGE_CLAIM_LOCK = 0x5117_3E26
@@ -39,9 +42,10 @@ class MergeQueue:
 
     def claim(self, owner: str, *, limit: int, now: dt.datetime, timeout: float,
               per_table_limit: int, table_ids: Sequence[int] | None = None,
-              local: LocalHost | None = None) -> list[ClaimedJob]:
+              local: LocalHost | None = None, partition_ids: Sequence[int] | None = None) -> list[ClaimedJob]:
         """Claim up to `limit` due jobs (or jobs whose worker went silent for `timeout` seconds, or, with
-        `local`, whose process on this host is gone); claims record local's host and pid.
+        `local`, whose process on this host is gone); claims record local's host and pid. table_ids and
+        partition_ids (None: any) narrow which jobs are claimed.
 
         Oldest schedule first, at most one running job per partition, at most `per_table_limit` running
         jobs per table, none for a partition with a parked job. Claims are serialised, and each claim is
@@ -83,6 +87,8 @@ class MergeQueue:
             )
             if table_ids is not None:
                 ranked = ranked.where(p.c.table_id.in_(list(table_ids)))
+            if partition_ids is not None:
+                ranked = ranked.where(j.c.partition_id.in_(list(partition_ids)))
             ranked = ranked.subquery()
             # Busy partitions may hide a table's first candidates: look a little deeper than the cap.
             depth = per_table_limit + len(busy_partitions) + 1
@@ -150,6 +156,28 @@ class MergeQueue:
                                        r.c.object_key)
                              .where(r.c.partition_id == partition_id).order_by(r.c.upper_bound)).all()
         return [RangeRow(*row) for row in rows]
+
+    def range_stats(self, table_id: int, dates: Collection[dt.date] | None = None,
+                    ) -> dict[tuple[dt.date, int, int], tuple[int, int, dt.datetime, dt.datetime]]:
+        """Of each merge range of the table's partitions (those dated `dates`; None: all) whose object is named
+        by its bounds, by (date, lower, upper): content length, row count, and the min and max event time of
+        the small objects it merged (lower < id <= upper), in one query. The event times are the object's only
+        where a merge keeps every row: not for a keyed table's ranges."""
+        p, r, so = s.partitions, s.merge_ranges, s.small_objects
+        query = (
+            sa.select(p.c.partition_date, r.c.lower_bound, r.c.upper_bound, r.c.content_length, r.c.row_count,
+                      sa.func.min(so.c.min_event_time), sa.func.max(so.c.max_event_time))
+            .select_from(r.join(p, p.c.id == r.c.partition_id).join(so, sa.and_(
+                so.c.partition_id == r.c.partition_id, so.c.id > r.c.lower_bound, so.c.id <= r.c.upper_bound)))
+            .where(p.c.table_id == table_id, r.c.lower_bound.is_not(None), r.c.object_key.is_(None))
+            .group_by(r.c.id, p.c.partition_date, r.c.lower_bound, r.c.upper_bound, r.c.content_length,
+                      r.c.row_count))
+        if dates is not None and len(dates) <= _DATES_IN_QUERY:
+            query = query.where(p.c.partition_date.in_(sorted(dates)))
+        with self._core.snapshot() as c:
+            rows = c.execute(query).all()
+        return {(day, lower, upper): (size, count, low, high) for day, lower, upper, size, count, low, high in rows
+                if dates is None or day in dates}
 
     def unmerged_objects(self, partition_id: int, limit: int
                         ) -> tuple[RangeRow | None, int | None, list[UnmergedObject]]:
@@ -291,17 +319,22 @@ class MergeQueue:
                     ongoing_mark=0, attempts=0, schedule_time=now, last_error=None))
         return len(parked)
 
-    def _waiting_later(self, now: dt.datetime, table_ids: Sequence[int] | None):  # noqa: ANN202 - a where clause
+    def _waiting_later(self, now: dt.datetime, table_ids: Sequence[int] | None,  # noqa: ANN202 - a where clause
+                       partition_ids: Sequence[int] | None = None):
         j, p = s.merge_jobs, s.partitions
         where = sa.and_(j.c.ongoing_mark == 0, j.c.schedule_time > now)
         if table_ids is not None:
             where = sa.and_(where, j.c.partition_id.in_(sa.select(p.c.id).where(p.c.table_id.in_(list(table_ids)))))
+        if partition_ids is not None:
+            where = sa.and_(where, j.c.partition_id.in_(list(partition_ids)))
         return where
 
-    def advance(self, now: dt.datetime, table_ids: Sequence[int] | None = None) -> int:
-        """Make every waiting job scheduled after `now` (merge interval, retry backoff) due at `now`."""
+    def advance(self, now: dt.datetime, table_ids: Sequence[int] | None = None,
+                partition_ids: Sequence[int] | None = None) -> int:
+        """Make every waiting job scheduled after `now` (merge interval, retry backoff) due at `now`, of the
+        tables and partitions given (None: all)."""
         with self._core.tx() as c:
-            return c.execute(s.merge_jobs.update().where(self._waiting_later(now, table_ids))
+            return c.execute(s.merge_jobs.update().where(self._waiting_later(now, table_ids, partition_ids))
                              .values(schedule_time=now)).rowcount
 
     def scheduled(self, now: dt.datetime, table_ids: Sequence[int] | None = None
@@ -344,12 +377,15 @@ class MergeQueue:
                                .where(t.c.dropped_time.is_(None)).order_by(t.c.schema_name, t.c.table_name)).all()
             status = {row.id: {
                 "table": f"{row.schema_name}.{row.table_name}",
-                "partitions": dict.fromkeys(s.PARTITION_STATES, 0),
+                "partitions": dict.fromkeys(PARTITION_STATES, 0),
                 "unmerged_objects": 0, "unmerged_bytes": 0, "oldest_unmerged_age_seconds": None,
                 "jobs": {"scheduled": 0, "due": 0, "running": 0, "stale": 0, "continuing": 0, "failed": 0},
                 "failed_jobs": [],
             } for row in tables}
-            state = s.partition_state
+            state = sa.case(
+                (p.c.switched, "switched"), (p.c.last_live_object_id.is_not(None), "closed"),
+                (p.c.current_manifest_version >= 0, "live"), else_="new",
+            )
             for row in c.execute(sa.select(p.c.table_id, state.label("state"), sa.func.count())
                                  .group_by(p.c.table_id, state)):
                 if row.table_id in status:
@@ -380,16 +416,40 @@ class MergeQueue:
                 if job.table_id not in status:
                     continue
                 entry = status[job.table_id]
-                if job.ongoing_mark < 0:
-                    kind = "failed"
+                kind = _job_state(job, now, stale_before, local)
+                if kind == "failed":
                     entry["failed_jobs"].append({"job_id": job.id, "date": job.partition_date.isoformat(),
                                                  "attempts": job.attempts, "error": job.last_error})
-                elif job.ongoing_mark > 0:
-                    fresh = job.heartbeat_time and job.heartbeat_time >= stale_before
-                    kind = "running" if fresh and not (local and local.holds_dead_claim(job)) else "stale"
-                elif job.continued_from is not None:
-                    kind = "continuing"
-                else:
-                    kind = "due" if job.schedule_time <= now else "scheduled"
                 entry["jobs"][kind] += 1
         return list(status.values())
+
+    def of_table(self, table_id: int, now: dt.datetime, timeout: float,
+                 local: LocalHost | None = None) -> list[dict]:
+        """A table's jobs in the queue, by id: job_id, date, state (as status counts them), schedule_time,
+        heartbeat_time, attempts, owner, continued_from, last_error."""
+        j, p = s.merge_jobs, s.partitions
+        stale_before = now - dt.timedelta(seconds=timeout)
+        with self._core.tx() as c:
+            jobs = c.execute(
+                sa.select(p.c.partition_date, j.c.id, j.c.ongoing_mark, j.c.schedule_time, j.c.heartbeat_time,
+                          j.c.continued_from, j.c.attempts, j.c.last_error, j.c.owner, j.c.owner_host, j.c.owner_pid)
+                .select_from(j.join(p, j.c.partition_id == p.c.id)).where(p.c.table_id == table_id).order_by(j.c.id)
+            ).all()
+        return [{"job_id": job.id, "date": job.partition_date, "state": _job_state(job, now, stale_before, local),
+                 "schedule_time": job.schedule_time, "heartbeat_time": job.heartbeat_time, "attempts": job.attempts,
+                 "owner": job.owner, "continued_from": job.continued_from, "last_error": job.last_error}
+                for job in jobs]
+
+
+def _job_state(job, now: dt.datetime, stale_before: dt.datetime,  # noqa: ANN001 - a merge_jobs row
+               local: LocalHost | None) -> str:
+    """A queued job's state: failed (parked), running or stale (its worker went silent or its process is
+    gone), continuing (takes a finished job's leftovers), due or scheduled (waiting)."""
+    if job.ongoing_mark < 0:
+        return "failed"
+    if job.ongoing_mark > 0:
+        fresh = job.heartbeat_time and job.heartbeat_time >= stale_before
+        return "running" if fresh and not (local and local.holds_dead_claim(job)) else "stale"
+    if job.continued_from is not None:
+        return "continuing"
+    return "due" if job.schedule_time <= now else "scheduled"

@@ -13,11 +13,21 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
+from siltlake.catalog import requests as applied_requests
 from siltlake.catalog import schema as s
 from siltlake.catalog.core import CatalogCore
 from siltlake.catalog.positions import record_all_consumed, record_consumed
-from siltlake.catalog.records import MergeBase, PartitionRow, PublishedVersion, SmallObjectRow
+from siltlake.catalog.records import (
+    MergeBase,
+    PartitionRow,
+    PublishedVersion,
+    SmallObjectRow,
+    WriteRequest,
+    partition_state,
+)
 from siltlake.errors import CatalogError, NotFoundError
+
+_IDS_PER_STATEMENT = 1000  # ids per IN (...) list
 
 # The ops that replace or supersede rows an append read nothing of: an append started before one fails.
 REWRITES = ("update", "merge")
@@ -74,6 +84,20 @@ class Partitions:
         with self._core.tx() as c:
             return [SmallObjectRow(*r) for r in c.execute(query)]
 
+    def object_stats(self, object_ids: Collection[int]) -> dict[int, tuple[int, int, dt.datetime, dt.datetime]]:
+        """Of each small object (by id) the stream recorded at its commit: content length, row count and
+        min and max event time (naive UTC); ids without a row are left out."""
+        so = s.small_objects
+        ordered = sorted(set(object_ids))
+        stats: dict[int, tuple[int, int, dt.datetime, dt.datetime]] = {}
+        with self._core.snapshot() as c:
+            for start in range(0, len(ordered), _IDS_PER_STATEMENT):
+                for row in c.execute(sa.select(so.c.id, so.c.content_length, so.c.row_count, so.c.min_event_time,
+                                               so.c.max_event_time)
+                                     .where(so.c.id.in_(ordered[start:start + _IDS_PER_STATEMENT]))):
+                    stats[row.id] = (row.content_length, row.row_count, row.min_event_time, row.max_event_time)
+        return stats
+
     def largest_ids(self, table_id: int, dates: Collection[dt.date]) -> dict[dt.date, int]:
         """The largest small object id of each of the table's partitions dated `dates` that has one."""
         so, p = s.small_objects, s.partitions
@@ -90,20 +114,22 @@ class Partitions:
             return c.execute(sa.select(sa.func.coalesce(sa.func.max(s.small_objects.c.id), 0))).scalar_one()
 
     def summary(self, table_id: int) -> list[dict]:
-        """Per partition: state (schema.PARTITION_STATES), object and row counts by live/delayed, merged objects
-        and their rows."""
+        """Per partition: closed, state (one of PARTITION_STATES), object and row counts by live/delayed,
+        merged objects and their rows."""
         so, p = s.small_objects, s.partitions
         with self._core.tx() as c:
             rows = c.execute(
                 sa.select(
-                    p.c.partition_date, s.partition_state.label("state"), so.c.delayed,
+                    p.c.partition_date, p.c.last_live_object_id, p.c.switched, p.c.current_manifest_version,
+                    so.c.delayed,
                     sa.func.count(so.c.id).label("objects"),
                     sa.func.coalesce(sa.func.sum(so.c.row_count), 0).label("rows"),
                     sa.func.coalesce(sa.func.sum(so.c.content_length), 0).label("bytes"),
                 )
                 .select_from(p.outerjoin(so, so.c.partition_id == p.c.id))
                 .where(p.c.table_id == table_id)
-                .group_by(p.c.partition_date, s.partition_state, so.c.delayed)
+                .group_by(p.c.partition_date, p.c.last_live_object_id, p.c.switched, p.c.current_manifest_version,
+                          so.c.delayed)
                 .order_by(p.c.partition_date)
             ).all()
             r_ = s.merge_ranges
@@ -117,7 +143,8 @@ class Partitions:
         summary: dict[dt.date, dict] = {}
         for r in rows:
             entry = summary.setdefault(r.partition_date, {
-                "date": r.partition_date, "state": r.state,
+                "date": r.partition_date, "closed": r.last_live_object_id is not None,
+                "state": partition_state(r.switched, r.last_live_object_id is not None, r.current_manifest_version),
                 "live_objects": 0, "live_rows": 0, "delayed_objects": 0, "delayed_rows": 0, "bytes": 0,
                 "merged_objects": merged[r.partition_date].objects if r.partition_date in merged else 0,
                 "merged_rows": int(merged[r.partition_date].rows) if r.partition_date in merged else 0,
@@ -398,6 +425,15 @@ class StreamCommit:
             return None
         self._totals.append((table_id, 1, records_in, bad_records))
         return self._c.execute(sa.select(s.staging_objects.c.id).where(s.staging_objects.c.uri == uri)).scalar_one()
+
+    def check_request(self, request: WriteRequest) -> None:
+        """RequestApplied if another commit recorded the write's request id (first thing in the commit)."""
+        applied_requests.check_not_applied(self._c, request)
+
+    def record_request(self, request: WriteRequest, table_version: int | None, detail: str,
+                       now: dt.datetime) -> None:
+        """Record the write's request id in this commit (RequestApplied if another commit holds it)."""
+        applied_requests.record_applied(self._core, self._c, request, table_version, detail, now)
 
     @contextmanager
     def savepoint(self) -> Iterator[None]:

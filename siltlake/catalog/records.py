@@ -36,6 +36,31 @@ class VersionTimeBehind(CatalogError):
     """A user-given time is earlier than the table's newest version: version times only go forward."""
 
 
+class RequestApplied(CatalogError):
+    """A write's request id was recorded by another commit while this one ran: this one must not commit."""
+
+
+@dataclass(frozen=True)
+class WriteRequest:
+    """A write's request id, recorded in the transaction that commits the write (catalog.requests)."""
+
+    table_id: int
+    request_id: str
+    operation: str  # append, upsert, delete, update, restore
+
+
+@dataclass(frozen=True)
+class AppliedRequest:
+    """A request id whose write was committed: what it did and when (one row of applied_requests)."""
+
+    table_id: int
+    request_id: str
+    operation: str
+    table_version: int | None  # the table version it published (None: none, e.g. an append, or nothing matched)
+    detail: str  # what it did, in words
+    created_at: dt.datetime
+
+
 # --- tables, staging objects, partitions and small objects -------------------------------------------
 
 
@@ -123,6 +148,20 @@ class UnknownObject:
     table_name: str | None
 
 
+# A partition's lifecycle, in order (DESIGN §4): never published, published live, closed (later objects are
+# delayed), switched to its merged versions. Every listing names partition states by these words.
+PARTITION_STATES = ("new", "live", "closed", "switched")
+
+
+def partition_state(switched: bool, closed: bool, current_manifest_version: int) -> str:
+    """The PARTITION_STATES name of a partition's switched and closed flags and current manifest version."""
+    if switched:
+        return "switched"
+    if closed:
+        return "closed"
+    return "live" if current_manifest_version >= 0 else "new"
+
+
 @dataclass(frozen=True)
 class PartitionRow:
     id: int
@@ -136,6 +175,11 @@ class PartitionRow:
     @property
     def closed(self) -> bool:
         return self.last_live_object_id is not None
+
+    @property
+    def state(self) -> str:
+        """Where the partition is in its lifecycle (DESIGN §4), one of PARTITION_STATES."""
+        return partition_state(self.switched, self.closed, self.current_manifest_version)
 
 
 @dataclass(frozen=True)
@@ -304,6 +348,7 @@ class PartitionView:
     version: int | None  # None: never published (a new partition read at the current state)
     live_object_ids: tuple[int, ...] = ()
     manifest_key: str | None = None
+    table_version: int | None = None  # the table version that published `version`
 
 
 @dataclass(frozen=True)

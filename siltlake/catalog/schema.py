@@ -137,15 +137,6 @@ partitions = sa.Table(
     sa.CheckConstraint("current_manifest_version >= -1", name="current_version"),
 )
 
-# A partition's state, one name each wherever it shows (status, table show, metrics, dashboard): new (no
-# version yet), live (published, its day not closed), closed (its day ended: new objects are delayed), switched
-# (readers read its merged objects).
-PARTITION_STATES = ("new", "live", "closed", "switched")
-partition_state = sa.case(
-    (partitions.c.switched, "switched"), (partitions.c.last_live_object_id.is_not(None), "closed"),
-    (partitions.c.current_manifest_version >= 0, "live"), else_="new",
-)
-
 small_objects = sa.Table(
     "small_objects",
     metadata,
@@ -501,3 +492,20 @@ table_changes = sa.Table(
     sa.Column("definition", sa.Text, nullable=False),  # the table definition from this version on
     sa.UniqueConstraint("table_id", "table_version"),
 )
+
+# Request ids of writes (Table.append/upsert/delete/update/restore, `--request-id`) whose commits are done, written in
+# the commit's own transaction: a retry finds its id and changes nothing (docs/design.md "Request ids and restore").
+# Reap prunes rows older than reap.request_id_retention.
+applied_requests = sa.Table(
+    "applied_requests",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("table_id", sa.Integer, sa.ForeignKey("tables.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("request_id", sa.String(200), nullable=False),
+    sa.Column("operation", sa.String(16), nullable=False),
+    sa.Column("table_version", sa.BigInteger, nullable=True),
+    sa.Column("detail", sa.Text, nullable=False),
+    sa.Column("created_at", sa.DateTime, nullable=False),
+    sa.UniqueConstraint("table_id", "request_id"),
+)
+sa.Index("ix_applied_requests_created_at", applied_requests.c.created_at)

@@ -132,7 +132,11 @@ PARTITION_COLUMNS = (
 
 def partition_rows(deployment: Deployment, table_id: int) -> list[dict[str, Any]]:
     """A table's partitions with their object and row counts, as `table show` lists them."""
-    return [{**row, "date": row["date"].isoformat()} for row in deployment.catalog.partitions.summary(table_id)]
+    rows = []
+    for row in deployment.catalog.partitions.summary(table_id):
+        del row["closed"]  # the state says it: catalog.PARTITION_STATES, as `silt status` counts them
+        rows.append({**row, "date": row["date"].isoformat()})
+    return rows
 
 
 @table_group.command("add-column")

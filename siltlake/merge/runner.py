@@ -88,7 +88,7 @@ class MergeWorker:
 
     def __init__(self, deployment: Deployment, *, owner: str | None = None, slots: int | None = None,
                  clock: Callable[[], object] = utcnow, progress: MergeProgress | None = None,
-                 table_ids: list[int] | None = None) -> None:
+                 table_ids: list[int] | None = None, partition_ids: list[int] | None = None) -> None:
         self.deployment = deployment
         self.catalog = deployment.catalog
         self.settings = deployment.config.merge
@@ -98,6 +98,7 @@ class MergeWorker:
         self.clock = clock
         self.progress = progress or MergeProgress()
         self.table_ids = table_ids
+        self.partition_ids = partition_ids  # None: any partition of the tables
         self.report = MergeReport()
         self._held: dict[int, ClaimedJob] = {}
         self._lock = threading.Lock()
@@ -288,7 +289,8 @@ class MergeWorker:
     def claim(self, limit: int) -> list[ClaimedJob]:
         claimed = self.catalog.merge_queue.claim(
             self.owner, limit=limit, now=self.clock(), timeout=self.settings.job_timeout,
-            per_table_limit=self.settings.per_table_limit, table_ids=self.table_ids, local=self.local)
+            per_table_limit=self.settings.per_table_limit, table_ids=self.table_ids, local=self.local,
+            partition_ids=self.partition_ids)
         with self._lock:
             for job in claimed:
                 self._held[job.id] = job

@@ -21,6 +21,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from siltlake.catalog import PARTITION_STATES
 from siltlake.clock import parse_time, utcnow
 from siltlake.deployment import Deployment
 from siltlake.hosts import local_host
@@ -112,7 +113,7 @@ def render_page(deployment: Deployment, hours: float = DEFAULT_HOURS, now: dt.da
         ]
         parts, jobs = row["partitions"], row["jobs"]
         current = staging.get(table, {})
-        state_rows = [["partitions", *(parts[s] for s in ("new", "live", "closed", "switched"))]]
+        state_rows = [["partitions", *(parts[s] for s in PARTITION_STATES)]]
         summary = (f'{current.get("pending", 0):,} pending staging objects, {row["unmerged_objects"]:,} unmerged '
                    f'small objects, merge jobs: {jobs["scheduled"] + jobs["due"]} waiting, {jobs["running"]} running, '
                    f'{jobs["stale"]} stale, {jobs["failed"]} failed; {current.get("records_loaded", 0):,} records '
@@ -124,7 +125,7 @@ def render_page(deployment: Deployment, hours: float = DEFAULT_HOURS, now: dt.da
             f'<section class="table" data-table="{escape(table)}"><h2>{escape(table)}</h2>'
             f'<p class="summary">{escape(summary)}</p><div class="charts">{"".join(charts)}</div>'
             f'<h3>Partitions by state</h3>'
-            + _table(["", "new", "live", "closed", "switched"], state_rows, "partitions", "")
+            + _table(["", *PARTITION_STATES], state_rows, "partitions", "")
             + "</section>")
     if not status:
         sections.append('<p class="none">no tables; create one with <code>silt table create</code></p>')

@@ -22,11 +22,13 @@ import pyarrow.parquet as pq
 
 from siltlake.catalog import (
     PublishedVersion,
+    RequestApplied,
     TableRecord,
     UpdateBase,
     UpdateConflict,
     UpdateWrite,
     VersionTimeBehind,
+    WriteRequest,
 )
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
@@ -209,7 +211,8 @@ class PreparedUpdates:
         for update in self.updates:
             update.discard()
 
-    def commit(self) -> list[UpdateReport]:
+    def commit(self, request: tuple[WriteRequest, str] | None = None) -> list[UpdateReport]:
+        """Publish; `request` (a request id and what the write did) is recorded in the same transaction."""
         written = [u for u in self.updates if u.object_key is not None]
         if not written:
             return [u.report(None) for u in self.updates]
@@ -217,8 +220,8 @@ class PreparedUpdates:
                   for u in written]
         try:
             versions = written[0].deployment.catalog.versions.commit_updates(
-                writes, self.now or utcnow(), given=self.now is not None)
-        except (UpdateConflict, VersionTimeBehind):
+                writes, self.now or utcnow(), given=self.now is not None, request=request)
+        except (UpdateConflict, VersionTimeBehind, RequestApplied):
             # Refused inside the transaction, so nothing was committed: nothing will ever list these objects.
             # (Any other failure may have come after the commit; reap deletes what no version names.)
             self.discard()
@@ -228,8 +231,9 @@ class PreparedUpdates:
 
 
 def prepare_delete(deployment: Deployment, name: str, partition_date: dt.date, where: str,
-                   now: dt.datetime | None = None) -> PreparedUpdate:
-    """Write the partition without the rows matching the Spark SQL predicate `where` (null counts as no match).
+                   now: dt.datetime | None = None, write: bool = True) -> PreparedUpdate:
+    """Write the partition without the rows matching the Spark SQL predicate `where` (null counts as no match);
+    without `write` (a dry run) only count them: rows_after is what would remain.
 
     `now` (naive UTC) stamps the version, as publish's does, to drive a simulated clock."""
     from pyspark.errors import AnalysisException
@@ -251,8 +255,10 @@ def prepare_delete(deployment: Deployment, name: str, partition_date: dt.date, w
         raise SiltError(f"cannot use --where {where!r} on {record.qualified_name}: {first}") from None
     counted = totals.first()
     prepared = PreparedUpdate(deployment, record, base, counted["rows"], started, now)
-    if counted["matched"]:
+    if counted["matched"] and write:
         prepared.write(frame.where(~matching))
+    elif not write:
+        prepared.rows_after = counted["rows"] - counted["matched"]
     return prepared
 
 
@@ -284,7 +290,7 @@ def prepare_overwrite(deployment: Deployment, name: str, partition_date: dt.date
 
 def prepare_deletes(deployment: Deployment, name: str, dates: Iterable[dt.date], where: str,
                     now: dt.datetime | None = None,
-                    progress: Callable[[int, dt.date], None] | None = None) -> PreparedUpdates:
+                    progress: Callable[[int, dt.date], None] | None = None, write: bool = True) -> PreparedUpdates:
     """prepare_delete for each of `dates`, all checked to exist before any is written (a missing one is
     refused, named); what was written is deleted if one fails. progress(done, date) before each."""
     record = _updatable(deployment, name)
@@ -298,7 +304,7 @@ def prepare_deletes(deployment: Deployment, name: str, dates: Iterable[dt.date],
         for done, date in enumerate(wanted):
             if progress is not None:
                 progress(done, date)
-            prepared.updates.append(prepare_delete(deployment, name, date, where, now))
+            prepared.updates.append(prepare_delete(deployment, name, date, where, now, write))
     except BaseException:
         prepared.discard()
         raise

@@ -11,7 +11,7 @@ import datetime as dt
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from siltlake.errors import SiltError
 from siltlake.storage import manifests
@@ -36,14 +36,38 @@ def parse_as_of(value: dt.datetime | dt.date | str) -> dt.datetime:
         raise SiltError(str(exc)) from None
 
 
+def parse_dates(dates: Any) -> set[dt.date] | None:
+    """None (every partition), or the set of dates given as one date/ISO text or an iterable of them."""
+    if dates is None:
+        return None
+    if isinstance(dates, (dt.date, str)):
+        dates = [dates]
+    wanted = set()
+    for value in dates:
+        if isinstance(value, dt.datetime):
+            value = value.date()
+        if isinstance(value, str):
+            try:
+                value = dt.date.fromisoformat(value)
+            except ValueError:
+                raise SiltError(f"dates: {value!r} is not a date such as 2026-11-20") from None
+        wanted.add(value)
+    return wanted
+
+
 @dataclass(frozen=True)
 class DataFile:
     """One data file of a table version: its URI (as the catalog and manifests store it), partition date
-    and size in bytes (None for a live object of the current state, not yet in any manifest)."""
+    and size in bytes (None for a live object of the current state, not yet in any manifest); and, once
+    siltlake.read.inspect.with_stats has filled them in, its row count and event time range (naive UTC;
+    None where the file has no statistics of the time column)."""
 
     uri: str
     partition_date: dt.date
     size: int | None
+    rows: int | None = None
+    min_event_time: dt.datetime | None = None
+    max_event_time: dt.datetime | None = None
 
 
 def table_schema(record: TableRecord) -> pa.Schema:
