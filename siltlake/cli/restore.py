@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import click
 
-from siltlake.cli.context import deployment_of, friendly, needs_spark
+from siltlake.cli.context import confirm, deployment_of, friendly, needs_spark
 from siltlake.cli.options import dry_run_option, json_option, now_option, parse_now, yes_option
 from siltlake.cli.output import Column, activity, format_count, grid, out, write_json
-from siltlake.cli.writes import confirm, request_id_option
+from siltlake.cli.writes import request_id_option
 
 OUTCOME_COLUMNS = (Column("dt"), Column("rows now", show=format_count, right=True),
                    Column("rows restored", show=format_count, right=True), Column("version", right=True))

@@ -1,9 +1,8 @@
-"""What the commands that write rows (delete, update, upsert, restore) share: --request-id, the report of a
-partition rewrite, and asking before a restore."""
+"""What the commands that write rows (delete, update, upsert, restore) share: --request-id and the report of a
+partition rewrite (asking before a change: cli.context.confirm)."""
 
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING
 
 import click
@@ -37,14 +36,3 @@ def print_updates(report: UpdatesReport, *, as_json: bool, dry_run: bool, change
         for p, count in zip(report.partitions, report.changed(), strict=True)]))
     if report.table_version is not None:
         out.print(f"{report.table} is now at table version {report.table_version}", highlight=False)
-
-
-def confirm(question: str, yes: bool) -> None:
-    """Ask before a change readers will see; without a terminal --yes is required. A declined prompt exits 2."""
-    if yes:
-        return
-    if not sys.stdin.isatty():
-        raise click.UsageError(f"{question} There is no terminal to ask at: give --yes to go ahead")
-    if not click.confirm(question, default=False):
-        click.echo("nothing was changed", err=True)
-        sys.exit(2)
