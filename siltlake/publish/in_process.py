@@ -92,7 +92,7 @@ def _matching_sql(deployment: Deployment, record: TableRecord, where: str) -> st
         raise NotFaithful("the predicate does not parse as Spark SQL here") from None
     if isinstance(predicate, exp.Query) or predicate.find(exp.Query) is not None:
         raise NotFaithful("a predicate with a query in it")
-    refuse_functions(predicate, "silt delete")
+    refuse_functions(predicate, "silt delete --where")
     columns = columns_of(record)[:-1]  # without dt: Spark's delete evaluates the predicate over the table's columns
     odd = [kind for _, kind in columns if kind not in DUCKDB_TYPES]
     if odd:
