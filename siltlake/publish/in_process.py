@@ -92,6 +92,8 @@ def _matching_sql(deployment: Deployment, record: TableRecord, where: str) -> st
         raise NotFaithful("the predicate does not parse as Spark SQL here") from None
     if isinstance(predicate, exp.Query) or predicate.find(exp.Query) is not None:
         raise NotFaithful("a predicate with a query in it")
+    for node in predicate.walk():
+        node.comments = None  # nothing of the user's text reaches DuckDB but the checked tree
     refuse_functions(predicate, "silt delete --where")
     columns = columns_of(record)[:-1]  # without dt: Spark's delete evaluates the predicate over the table's columns
     odd = [kind for _, kind in columns if kind not in DUCKDB_TYPES]
