@@ -147,6 +147,9 @@ def test_overwrite_with_pyarrow_rows_runs_in_process_and_refuses_what_spark_refu
     with pytest.raises(SiltError, match="not nullable"):
         overwrite_partition(deployment, "web.access", DAY, pa.table({
             "utc_event_time": pa.array([None], pa.timestamp("us", "UTC"))}))
+    with pytest.raises(SiltError, match="cannot be read as its type"):
+        overwrite_partition(deployment, "web.access", DAY, pa.table({
+            "utc_event_time": pa.array([tokyo(DAY, 5)], pa.timestamp("us", "UTC")), "user_id": pa.array(["x"])}))
     with pytest.raises(SiltError, match="columns not in the table: nope"):
         overwrite_partition(deployment, "web.access", DAY, rows.append_column("nope", pa.array([1] * 5)))
     assert Lake(deployment).table("web.access").version == 1, "nothing else was committed"

@@ -156,20 +156,13 @@ def base_rows_count(deployment: Deployment, record: TableRecord, base: UpdateBas
 
 
 def overwrite_rows(record: TableRecord, partition_date: dt.date, rows: pa.Table) -> pa.Table:
-    """`rows` (the table's columns; nullable ones may be missing) as the table's columns and types; SiltError,
-    naming the column, for one that cannot be read as its type."""
-    columns, fields = [], []
-    for field in record.definition.arrow_schema():
-        field = field.with_nullable(True)  # the writer says which required column holds nulls
-        if field.name not in rows.column_names:
-            columns.append(pa.nulls(rows.num_rows, field.type))
-        else:
-            column = rows.column(field.name)
-            try:
-                columns.append(column if column.type.equals(field.type) else column.cast(field.type))
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-                raise SiltError(f"cannot overwrite {record.qualified_name} dt={partition_date}: column "
-                                f"{field.name!r} ({column.type}) cannot be read as {field.type}: {exc}; nothing "
-                                "was changed") from None
-        fields.append(field)
-    return pa.Table.from_arrays(columns, schema=pa.schema(fields))
+    """`rows` (the table's columns; nullable ones may be missing) as the table's columns and types (the writer
+    says which required column holds nulls); SiltError for a column that cannot be read as its type."""
+    from siltlake.records.writer import conform
+
+    schema = pa.schema([field.with_nullable(True) for field in record.definition.arrow_schema()])
+    try:
+        return conform(rows, schema)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise SiltError(f"cannot overwrite {record.qualified_name} dt={partition_date}: a column cannot be read as "
+                        f"its type ({exc}); nothing was changed") from None
