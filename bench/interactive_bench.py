@@ -9,12 +9,22 @@ published once. Timed, interleaved, medians of --repeats (Spark: --spark-repeats
 `python -m siltlake.cli` process (wall time):
 
   silt status | silt sql 'SELECT count(*) FROM web.access' | the same with --engine spark |
-  silt sql on web.nope (unknown table) | silt sql 'SELEC 1' (parse error) |
-  a fresh process: Lake.open().table('web.access').to_duckdb(connection) and its count.
+  silt sql on web.nope (unknown table) | silt sql 'SELEC 1' (parse error) | the same parse error with a table
+  name in it | a fresh process: Lake.open().table('web.access').to_duckdb(connection) and its count |
+  silt delete --where 'user_id = <n>' of one day (a different user each run, so each run rewrites the day:
+  in-process, publish.in_process_rewrite_bytes' default) | the same on Spark (the bound set to 0).
 
-In process, one day: to_duckdb(connection, dates=[day]) (planning included) against DuckDB's read_parquet of
-Table.files(dates=[day]) with hive_partitioning (the file list made beforehand): a full-day scan (count,
-distinct users per action) and a one-hour top-N (users by requests in one hour).
+Each command runs as an installed siltlake would: with bytecode caches (PYTHONDONTWRITEBYTECODE, which a
+development shell may set, is dropped; PYTHONPYCACHEPREFIX puts the caches in the temporary directory).
+
+In process, one day, each sample on a fresh DuckDB connection, wall time:
+  to_duckdb = planning (to_duckdb(connection, dates=[day]): the catalog snapshot, manifests, the view, whose
+  creation reads the files' footers) + query (the SQL over that view: union_by_name, each column cast to its
+  type, dt from the partition);
+  read_parquet = the same SQL over DuckDB's read_parquet([Table.files(dates=[day])], hive_partitioning), the
+  file list made beforehand (no planning, no union_by_name, no casts); read_parquet_union = the same with
+  union_by_name = true (what a reader of files whose schemas differ needs: the like-for-like peer of the query).
+Queries: a full-day scan (count, distinct users per action) and a one-hour top-N (users by requests in one hour).
 
     .venv/bin/python bench/interactive_bench.py                  # --repeats 7 --spark-repeats 3
 """
@@ -100,10 +110,16 @@ def build(directory: Path, rows: int, days: int) -> None:
     deployment.close()
 
 
-def silt_wall(directory: Path, *args: str, expect: int = 0) -> float:
+def child_environment(directory: Path, **extra: str) -> dict[str, str]:
+    """This environment as an installed siltlake's commands see it: bytecode caches on (kept in `directory`)."""
+    environment = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
+    return {**environment, "PYTHONPYCACHEPREFIX": str(directory / "pycache"), **extra}
+
+
+def silt_wall(directory: Path, *args: str, expect: int = 0, **extra: str) -> float:
     started = time.perf_counter()
     result = subprocess.run([sys.executable, "-m", "siltlake.cli", *args], cwd=directory, capture_output=True,
-                            text=True, timeout=600)
+                            text=True, timeout=600, env=child_environment(directory, **extra))
     wall = time.perf_counter() - started
     if result.returncode != expect:
         raise SystemExit(f"silt {' '.join(args)} exited {result.returncode}: {result.stderr}")
@@ -112,10 +128,17 @@ def silt_wall(directory: Path, *args: str, expect: int = 0) -> float:
 
 def python_wall(directory: Path, code: str) -> float:
     started = time.perf_counter()
-    result = subprocess.run([sys.executable, "-c", code], cwd=directory, capture_output=True, text=True, timeout=600)
+    result = subprocess.run([sys.executable, "-c", code], cwd=directory, capture_output=True, text=True, timeout=600,
+                            env=child_environment(directory))
     if result.returncode:
         raise SystemExit(result.stderr)
     return time.perf_counter() - started
+
+
+def delete_command(run: int) -> list[str]:
+    """`silt delete` of one user's rows from the third day: another user each run, so each run rewrites it."""
+    return ["delete", "web.access", "--where", f"user_id = {run + 1}", "--date",
+            (FIRST_DAY + dt.timedelta(days=2)).isoformat()]
 
 
 def median(samples: list[float]) -> float:
@@ -137,26 +160,39 @@ def in_process(directory: Path, repeats: int) -> dict:
         paths = [lake.deployment.lake.path(uri.split(lake.deployment.lake.root + "/", 1)[1])
                  for uri in table.files(dates=[day])]
         listed = ", ".join(f"'{path}'" for path in paths)
-        direct_relation = (f"read_parquet([{listed}], hive_partitioning = true, hive_types = {{'dt': DATE}})")
+        direct = {
+            "read_parquet": f"read_parquet([{listed}], hive_partitioning = true, hive_types = {{'dt': DATE}})",
+            "read_parquet_union": f"read_parquet([{listed}], union_by_name = true, hive_partitioning = true, "
+                                  "hive_types = {'dt': DATE})",
+        }
         for label, query in (("full_day_scan", FULL_DAY), ("one_hour_top_n", TOP_N)):
-            samples: dict[str, list[float]] = {"to_duckdb": [], "read_parquet": []}
+            samples: dict[str, list[float]] = {"to_duckdb_planning": [], "to_duckdb_query": [], "to_duckdb": [],
+                                               "read_parquet": [], "read_parquet_union": []}
             answers = {}
             for _ in range(repeats):
-                for peer in samples:
+                for peer in ("to_duckdb", *direct):
                     with duckdb.connect() as connection:
                         connection.execute("SET TimeZone = 'UTC'")
                         started = time.perf_counter()
                         if peer == "to_duckdb":
                             table.to_duckdb(connection, dates=[day]).create_view("day_rows")
+                            planned = time.perf_counter()
+                            samples["to_duckdb_planning"].append(planned - started)
                             relation = "day_rows"
                         else:
-                            relation = direct_relation
+                            planned, relation = started, direct[peer]
                         answers[peer] = connection.execute(query.format(rel=relation, **window)).fetchall()
                         samples[peer].append(time.perf_counter() - started)
-            assert sorted(answers["to_duckdb"]) == sorted(answers["read_parquet"]), label
-            results[label] = {peer: median(values) for peer, values in samples.items()}
-            results[label]["ratio"] = round(results[label]["to_duckdb"] / results[label]["read_parquet"], 2)
-            results[label]["files"] = len(paths)
+                        if peer == "to_duckdb":
+                            samples["to_duckdb_query"].append(time.perf_counter() - planned)
+            assert sorted(answers["to_duckdb"]) == sorted(answers["read_parquet"]) == sorted(
+                answers["read_parquet_union"]), label
+            got = {peer: median(values) for peer, values in samples.items()}
+            got["ratio"] = round(got["to_duckdb"] / got["read_parquet"], 2)
+            got["query_ratio_like_for_like"] = round(got["to_duckdb_query"] / got["read_parquet_union"], 2)
+            got["files"] = len(paths)
+            got["day_bytes"] = sum(os.path.getsize(path) for path in paths)
+            results[label] = got
     return results
 
 
@@ -181,16 +217,24 @@ def main() -> None:
             "silt sql count (DuckDB)": (["sql", COUNT], 0),
             "silt sql unknown table": (["sql", "SELECT count(*) FROM web.nope"], 2),
             "silt sql parse error": (["sql", "SELEC 1"], 2),
+            "silt sql parse error naming a table": (["sql", "SELECT count(*) FROM web.access WHER 1"], 2),
         }
         fresh = "fresh process Lake.open + to_duckdb count"
         walls: dict[str, list[float]] = {label: [] for label in [*commands, fresh]}
-        for _ in range(args.repeats):
+        small_delete = "silt delete of one day (in-process)"
+        walls[small_delete] = []
+        for run in range(args.repeats):
             for label, (command, code) in commands.items():
                 walls[label].append(silt_wall(directory, *command, expect=code))
             walls[fresh].append(python_wall(directory, FRESH_LAKE))
-        spark = [silt_wall(directory, "sql", "--engine", "spark", COUNT) for _ in range(args.spark_repeats)]
-        walls["silt sql count --engine spark"] = spark
-        commands_result = {label: median(values) for label, values in walls.items()}
+            walls[small_delete].append(silt_wall(directory, *delete_command(run)))
+        walls["silt sql count --engine spark"] = []
+        walls["silt delete of one day (Spark)"] = []
+        for run in range(args.spark_repeats):
+            walls["silt sql count --engine spark"].append(silt_wall(directory, "sql", "--engine", "spark", COUNT))
+            walls["silt delete of one day (Spark)"].append(silt_wall(
+                directory, *delete_command(args.repeats + run), SILTLAKE_PUBLISH__IN_PROCESS_REWRITE_BYTES="0"))
+        commands_result = {label: median(values) for label, values in walls.items() if values}
         status = commands_result["silt status"]
         report = {
             "machine": brief_machine(), "load_avg_before": [round(x, 2) for x in load_before],

@@ -307,6 +307,10 @@ class PublishConfig(_Section):
     targets: list[str] = Field(default_factory=list, description="external catalogs to sync: 'hive', 'iceberg'")
     hive: HiveTargetConfig = Field(default_factory=HiveTargetConfig)
     iceberg: IcebergTargetConfig = Field(default_factory=IcebergTargetConfig)
+    in_process_rewrite_bytes: int = Field(
+        default=32 * 1024 * 1024, ge=0, description="a delete or overwrite of a partition whose files total at most "
+        "this many bytes runs in the command's own process (pyarrow; a delete's predicate on DuckDB when it "
+        "translates faithfully), without Spark; 0: always Spark")
 
     @field_validator("targets", mode="before")
     @classmethod

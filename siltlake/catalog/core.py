@@ -122,6 +122,7 @@ class CatalogCore:
                             if self.dialect == "sqlite" and self.url != "sqlite:///:memory:" else None)
         options: dict = {"echo": echo, "future": True}
         if self.dialect == "postgresql":
+            s.postgresql_index_options()
             options.update(pool_pre_ping=True, pool_size=4, max_overflow=4)
             if connect_timeout is not None:
                 options["connect_args"] = {"connect_timeout": connect_timeout}

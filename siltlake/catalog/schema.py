@@ -14,6 +14,25 @@ metadata = sa.MetaData(
     }
 )
 
+# Partial indexes and their conditions. The condition is given to the PostgreSQL dialect only when a catalog on
+# PostgreSQL opens (postgresql_index_options): naming it at import would load that dialect (about 0.1 s of
+# start-up) into every command, SQLite catalogs' included.
+_POSTGRESQL_WHERE: dict[sa.Index, sa.ColumnElement] = {}
+
+
+def partial_index(name: str, *columns: sa.Column, where: sa.ColumnElement, unique: bool = False) -> sa.Index:
+    """An index of the rows where `where` holds (SQLite and PostgreSQL)."""
+    index = sa.Index(name, *columns, unique=unique, sqlite_where=where)
+    _POSTGRESQL_WHERE[index] = where
+    return index
+
+
+def postgresql_index_options() -> None:
+    """Give the partial indexes their PostgreSQL condition (migrations and schema comparisons render it)."""
+    for index, where in _POSTGRESQL_WHERE.items():
+        index.dialect_options["postgresql"]["where"] = where
+
+
 # Names the PostgreSQL advisory lock that orders small object commits (and partition closes).
 SMALL_OBJECT_LOCK = 0x5117_1A4E
 
@@ -53,14 +72,8 @@ tables = sa.Table(
     sa.UniqueConstraint("physical_schema_name", "physical_table_name"),
     sa.CheckConstraint("merge_interval >= 0", name="merge_interval"),
 )
-sa.Index(
-    "uq_tables_live_name",
-    tables.c.schema_name,
-    tables.c.table_name,
-    unique=True,
-    sqlite_where=tables.c.dropped_time.is_(None),
-    postgresql_where=tables.c.dropped_time.is_(None),
-)
+partial_index("uq_tables_live_name", tables.c.schema_name, tables.c.table_name, unique=True,
+              where=tables.c.dropped_time.is_(None))
 
 staging_objects = sa.Table(
     "staging_objects",
@@ -88,12 +101,7 @@ staging_objects = sa.Table(
     sa.Column("claim_pid", sa.Integer, nullable=True),
     sa.Column("claim_time", sa.DateTime, nullable=True),
 )
-sa.Index(
-    "ix_staging_objects_pending",
-    staging_objects.c.id,
-    sqlite_where=staging_objects.c.processed_time.is_(None),
-    postgresql_where=staging_objects.c.processed_time.is_(None),
-)
+partial_index("ix_staging_objects_pending", staging_objects.c.id, where=staging_objects.c.processed_time.is_(None))
 # Reap prunes processed rows by their arrival (catalog.staging.prune), reading only the expired range; the
 # metric history sums what was processed in each slot (catalog.observations.activity) by processed_time.
 sa.Index("ix_staging_objects_receive_time", staging_objects.c.receive_time)
@@ -156,13 +164,11 @@ sa.Index("ix_small_objects_partition_id_id", small_objects.c.partition_id, small
 sa.Index("ix_partitions_create_time", partitions.c.create_time)
 # The partitions a publish run can change, few whatever the table's length: open ones (close), not switched
 # ones (switch, live versions), and switched ones behind their desired merged version.
-sa.Index("ix_partitions_table_id_partition_date_open", partitions.c.table_id, partitions.c.partition_date,
-         sqlite_where=partitions.c.last_live_object_id.is_(None),
-         postgresql_where=partitions.c.last_live_object_id.is_(None))
-sa.Index("ix_partitions_id_not_switched", partitions.c.id, sqlite_where=partitions.c.switched.is_(False),
-         postgresql_where=partitions.c.switched.is_(False))
-_behind = partitions.c.current_manifest_version < partitions.c.desired_manifest_version
-sa.Index("ix_partitions_id_behind", partitions.c.id, sqlite_where=_behind, postgresql_where=_behind)
+partial_index("ix_partitions_table_id_partition_date_open", partitions.c.table_id, partitions.c.partition_date,
+              where=partitions.c.last_live_object_id.is_(None))
+partial_index("ix_partitions_id_not_switched", partitions.c.id, where=partitions.c.switched.is_(False))
+partial_index("ix_partitions_id_behind", partitions.c.id,
+              where=partitions.c.current_manifest_version < partitions.c.desired_manifest_version)
 # The history sample's freshness reads the small objects uploaded since a day before its slot.
 sa.Index("ix_small_objects_upload_start_time", small_objects.c.upload_start_time)
 
@@ -187,12 +193,7 @@ merge_jobs = sa.Table(
     sa.UniqueConstraint("partition_id", "ongoing_mark"),
     sqlite_autoincrement=True,
 )
-sa.Index(
-    "ix_merge_jobs_waiting",
-    merge_jobs.c.schedule_time,
-    sqlite_where=merge_jobs.c.ongoing_mark == 0,
-    postgresql_where=merge_jobs.c.ongoing_mark == 0,
-)
+partial_index("ix_merge_jobs_waiting", merge_jobs.c.schedule_time, where=merge_jobs.c.ongoing_mark == 0)
 
 merge_job_log = sa.Table(
     "merge_job_log",
@@ -343,13 +344,8 @@ derived_builds = sa.Table(
     sqlite_autoincrement=True,
 )
 # At most one build of a derived table runs at a time.
-sa.Index(
-    "uq_derived_builds_building",
-    derived_builds.c.derived_id,
-    unique=True,
-    sqlite_where=derived_builds.c.status == "building",
-    postgresql_where=derived_builds.c.status == "building",
-)
+partial_index("uq_derived_builds_building", derived_builds.c.derived_id, unique=True,
+              where=derived_builds.c.status == "building")
 
 # Looker's active_derived_tables: the builds that are current. The reaper refreshes it, then deletes this
 # deployment's builds that are in neither it nor a retained version.

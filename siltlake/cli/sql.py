@@ -23,11 +23,13 @@ ENGINE_HELP = ("auto: DuckDB over the exact file lists when the query translates
 @friendly
 def sql_command(context: click.Context, query: str, fmt: str, limit: int, engine: str) -> None:
     """Run Spark SQL over the tables, named schema.table."""
-    from siltlake.read.plan import plan_query
+    from siltlake.read.plan import checked_query, plan_query
 
+    # The parse and the sandbox's refusals need no catalog: said before the deployment opens. Then names and
+    # time travel are checked, and the reads pinned, before any engine starts.
+    tree = checked_query(query)
     deployment = deployment_of(context)
-    # Names, time travel and the sandbox's refusals are checked, and the reads pinned, before any engine starts.
-    plan = plan_query(query, deployment)
+    plan = plan_query(tree, deployment)
     if engine != "spark":
         from siltlake.errors import SiltError
         from siltlake.read.duck import faithful, run_plan

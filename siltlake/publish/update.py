@@ -33,6 +33,7 @@ from siltlake.catalog import (
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.errors import NotFoundError, SiltError
+from siltlake.publish import in_process
 from siltlake.records.coerce import partition_dates
 from siltlake.records.physical import physical_rows
 from siltlake.records.writer import conform, object_rows, object_schema
@@ -156,21 +157,23 @@ class PreparedUpdate:
         self.rows_after = rows_before
         self.bytes = 0
 
-    def write(self, frame: DataFrame) -> None:
-        """Write the partition's new rows (the table's columns) as one object and its manifests."""
+    def write(self, frame: DataFrame | pa.Table) -> None:
+        """Write the partition's new rows (the table's columns; a pyarrow table: in this process, see
+        publish.in_process) as one object and its manifests."""
         definition = self.record.definition
         layout = self.record.layout(self.deployment.instance_key)
         label = update_label(utcnow(), uuid.uuid4().hex[:12])
         key = layout.update_object(self.base.partition_date, label)
         writer = _PartitionWriter(self.deployment.lake, key, definition.to_json(), self.base.partition_date,
                                   definition.row_group_bytes)
+        if isinstance(frame, pa.Table):  # the writer called here, in event-time order
+            report = next(writer(iter(frame.sort_by(definition.time_column).to_batches()))).to_pylist()[0]
         # One task receives every row in event-time order (Spark sorts, spilling to disk as needed).
-        written = frame.coalesce(1).sortWithinPartitions(definition.time_column).mapInArrow(writer, _WRITTEN).collect()
-        if not written:  # a frame without partitions never reached the task: the partition is now empty
-            written = list(writer(iter([])))
-            report = written[0].to_pylist()[0]
-        else:
+        elif written := frame.coalesce(1).sortWithinPartitions(definition.time_column).mapInArrow(
+                writer, _WRITTEN).collect():
             report = written[0].asDict()
+        else:  # a frame without partitions never reached the task: the partition is now empty
+            report = next(writer(iter([]))).to_pylist()[0]
         if report["null_column"] or report["outside"]:
             self.deployment.lake.delete(key)
             if report["null_column"]:
@@ -243,6 +246,12 @@ def prepare_delete(deployment: Deployment, name: str, partition_date: dt.date, w
 
     started = time.monotonic()
     record, base = _record_and_base(deployment, name, partition_date)
+    small = in_process.delete_in_process(deployment, record, base, where)  # None: Spark's to do
+    if small is not None:
+        prepared = PreparedUpdate(deployment, record, base, small.rows_before, started, now)
+        if small.kept.num_rows < small.rows_before:
+            prepared.write(small.kept)
+        return prepared
     frame = _base_frame(deployment.spark(), deployment, record, base)
     try:
         # Parsed on its own: pasted into a larger expression, "a = 1) OR (true" would balance and match every row.
@@ -262,9 +271,10 @@ def prepare_delete(deployment: Deployment, name: str, partition_date: dt.date, w
     return prepared
 
 
-def prepare_overwrite(deployment: Deployment, name: str, partition_date: dt.date, rows: DataFrame,
+def prepare_overwrite(deployment: Deployment, name: str, partition_date: dt.date, rows: DataFrame | pa.Table,
                       now: dt.datetime | None = None) -> PreparedUpdate:
-    """Write `rows` (a DataFrame with the table's columns; nullable ones may be missing) as the partition."""
+    """Write `rows` (a DataFrame with the table's columns; nullable ones may be missing) as the partition; a
+    pyarrow table is written in this process, without Spark (publish.in_process)."""
     from pyspark.sql import functions as F
 
     from siltlake.read import spark_schema
@@ -272,12 +282,18 @@ def prepare_overwrite(deployment: Deployment, name: str, partition_date: dt.date
     started = time.monotonic()
     record, base = _record_and_base(deployment, name, partition_date)
     definition = record.definition
-    extra = sorted(set(rows.columns) - {c.name for c in definition.columns} - {"dt"})
-    missing = [c.name for c in definition.columns if c.name not in rows.columns and not c.nullable]
+    given = rows.column_names if isinstance(rows, pa.Table) else rows.columns
+    extra = sorted(set(given) - {c.name for c in definition.columns} - {"dt"})
+    missing = [c.name for c in definition.columns if c.name not in given and not c.nullable]
     if extra or missing:
         problems = ([f"columns not in the table: {', '.join(extra)}"] if extra else []) + (
             [f"required columns missing: {', '.join(missing)}"] if missing else [])
         raise SiltError(f"cannot overwrite {definition.qualified_name} dt={partition_date}: {'; '.join(problems)}")
+    if isinstance(rows, pa.Table):
+        prepared = PreparedUpdate(deployment, record, base, in_process.base_rows_count(deployment, record, base),
+                                  started, now)
+        prepared.write(in_process.overwrite_rows(record, partition_date, rows))
+        return prepared
     types = {field.name: field.dataType for field in spark_schema(record).fields}
     shaped = rows.select(*[
         (F.col(c.name) if c.name in rows.columns else F.lit(None)).cast(types[c.name]).alias(c.name)
@@ -326,7 +342,7 @@ def delete_rows(deployment: Deployment, name: str, partition_date: dt.date, wher
     return report
 
 
-def overwrite_partition(deployment: Deployment, name: str, partition_date: dt.date, rows: DataFrame,
+def overwrite_partition(deployment: Deployment, name: str, partition_date: dt.date, rows: DataFrame | pa.Table,
                         now: dt.datetime | None = None) -> UpdateReport:
     """Replace one partition's rows with `rows` as one `update` version."""
     return prepare_overwrite(deployment, name, partition_date, rows, now).commit()

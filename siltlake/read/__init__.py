@@ -8,7 +8,6 @@ from collections.abc import Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from siltlake.deployment import Deployment
 from siltlake.read.plan import QueryPlan, parse_query, plan_query
 from siltlake.read.sandbox import check_query
 
@@ -17,6 +16,7 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
     from siltlake.catalog import TableRecord
+    from siltlake.deployment import Deployment
 
 __all__ = ["QueryPlan", "objects_frame", "plan_query", "query_tables", "spark_schema", "sql", "table"]
 
@@ -48,6 +48,7 @@ def table(spark: SparkSession, name: str, deployment: Deployment | None = None, 
     partitions of those dates. The catalog is asked a constant number of queries, whatever the partitions.
     """
     from siltlake.clock import to_naive_utc
+    from siltlake.deployment import Deployment
 
     deployment = deployment or Deployment.open()
     record = deployment.catalog.tables.get(name)
@@ -144,6 +145,8 @@ def sql(spark: SparkSession, query: str, deployment: Deployment | None = None, *
     (table()'s keyword arguments: as_of_version, dates): derived table builds pin their sources so. `plan`: one
     plan_query already made (`silt sql` plans before it decides on an engine).
     """
+    from siltlake.deployment import Deployment
+
     deployment = deployment or Deployment.open()
     plan = plan or plan_query(query, deployment, reads=reads)
     for view, read in plan.reads.items():

@@ -14,7 +14,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from siltlake.deployment import Deployment
 from siltlake.errors import NotFoundError, SiltError
 from siltlake.read.sandbox import REFUSED_FUNCTIONS, RefusedSQL, refuse_substitution
 
@@ -22,8 +21,9 @@ if TYPE_CHECKING:
     from sqlglot import exp
 
     from siltlake.catalog import PartitionView, TableRecord
+    from siltlake.deployment import Deployment
 
-__all__ = ["QueryPlan", "Read", "parse_query", "plan_query"]
+__all__ = ["QueryPlan", "Read", "checked_query", "parse_query", "plan_query"]
 
 # Parts of a table reference the rewrite keeps as they are: Spark applies them to the view just as to a table.
 _KEPT_TABLE_PARTS = {"this", "db", "alias", "sample", "hints", "pivots", "joins", "laterals", "version"}
@@ -135,14 +135,22 @@ def refuse_functions(tree: exp.Expression, user: str = "silt sql") -> None:
             raise RefusedSQL(f"{user} refuses {name}(): {REFUSED_FUNCTIONS[name]}")
 
 
-def plan_query(query: str, deployment: Deployment, *, reads: Mapping[str, Mapping[str, Any]] | None = None,
-               user: str = "silt sql") -> QueryPlan:
-    """Parse and check the query and pin what it reads (see the module's docstring). `reads` gives, per
-    schema.table, how a reference without its own pin reads it (as_of_version, dates)."""
-    from sqlglot import exp
-
+def checked_query(query: str, user: str = "silt sql") -> exp.Query:
+    """The query parsed, with the functions the sandbox refuses refused: what can be said about it without
+    the catalog (`silt sql` says it before it opens the deployment, so a typo costs no catalog start-up)."""
     tree = parse_query(query)
     refuse_functions(tree, user)
+    return tree
+
+
+def plan_query(query: str | exp.Query, deployment: Deployment, *,
+               reads: Mapping[str, Mapping[str, Any]] | None = None, user: str = "silt sql") -> QueryPlan:
+    """Parse and check the query (or take checked_query's tree, which this changes) and pin what it reads (see
+    the module's docstring). `reads` gives, per schema.table, how a reference without its own pin reads it
+    (as_of_version, dates)."""
+    from sqlglot import exp
+
+    tree = checked_query(query, user) if isinstance(query, str) else query
     cte_names = {cte.alias_or_name for cte in tree.find_all(exp.CTE)}
     planned: dict[str, Read] = {}
     uses: dict[str, list[exp.Table]] = {}
