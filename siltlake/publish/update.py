@@ -249,7 +249,9 @@ def prepare_delete(deployment: Deployment, name: str, partition_date: dt.date, w
     small = in_process.delete_in_process(deployment, record, base, where)  # None: Spark's to do
     if small is not None:
         prepared = PreparedUpdate(deployment, record, base, small.rows_before, started, now)
-        if small.kept.num_rows < small.rows_before:
+        if not write:
+            prepared.rows_after = small.kept.num_rows
+        elif small.kept.num_rows < small.rows_before:
             prepared.write(small.kept)
         return prepared
     frame = _base_frame(deployment.spark(), deployment, record, base)
