@@ -6,8 +6,9 @@ once by each layout, untimed:
 
   delta           delta-rs optimize.compact() of a Delta table holding the same files (one file, its defaults);
   silt_<n>MiB     siltlake's merge task (run_merge_task, deep) with the table's row_group_bytes = n MiB;
-  dict_all_<n>MiB the same sorted rows written by pyarrow with a dictionary for every column (the merge's
-                  writer before it chose dictionary columns), row groups as silt_<n>MiB's.
+  <variant>_<n>MiB silt_<n>MiB's rows and row groups rewritten by pyarrow: dict_all, a dictionary for every
+                  column (the merge's writer before it chose dictionary columns); page_index, with the page
+                  index; bloom_host, with a bloom filter on host (--variant-sizes picks the sizes).
 
 Timed, in interleaved rounds (one run of every layout and query per round; medians), DuckDB (in process, its
 default threads) over read_parquet of each layout's files:
@@ -40,7 +41,8 @@ from siltlake.storage.filesystem import Storage
 HOUR_START = dt.datetime.fromtimestamp(DAY_START_US / 1e6, dt.UTC) + dt.timedelta(hours=11, minutes=17)
 HOST = "web07.tokyo.example.net"
 QUERIES = {
-    "day_host": f"SELECT status, count(*), round(avg(latency_ms), 3) FROM {{files}} WHERE host = '{HOST}' GROUP BY status",
+    "day_host": f"SELECT status, count(*), round(avg(latency_ms), 3) FROM {{files}} WHERE host = '{HOST}' "
+                "GROUP BY status",
     "day_path": "SELECT count(*), count(DISTINCT user_id) FROM {files} WHERE path LIKE '/api/v2/orders/1%'",
     "hour": "SELECT status, count(*), round(avg(latency_ms), 3) FROM {files} "
             "WHERE time >= TIMESTAMPTZ '{start}' AND time < TIMESTAMPTZ '{end}' GROUP BY status",
@@ -79,13 +81,20 @@ def make_layouts(args, workdir: Path) -> dict[str, list[Path]]:
         key = f"out/layout/silt-{size}mib.parquet"
         run_bare(bare_task(lake, keys, data["total_bytes"], key, "deep", row_group_bytes=int(size * MIB)))
         layouts[f"silt_{size:g}MiB"] = [workdir / key]
-        if size in args.dict_all_sizes:
-            merged = pq.ParquetFile(workdir / key)
-            target = out / f"dict-all-{size}mib.parquet"
-            with pq.ParquetWriter(target, merged.schema_arrow, compression=CODEC, use_dictionary=True) as writer:
+        if size not in args.variant_sizes:
+            continue
+        merged = pq.ParquetFile(workdir / key)
+        dictionary = [c.path_in_schema for c in map(merged.metadata.row_group(0).column, range(merged.num_columns))
+                      if c.has_dictionary_page]
+        variants = {"dict_all": {"use_dictionary": True},
+                    "page_index": {"use_dictionary": dictionary, "write_page_index": True},
+                    "bloom_host": {"use_dictionary": dictionary, "bloom_filter_options": {"host": {"ndv": 64}}}}
+        for variant, options in variants.items():
+            target = out / f"{variant}-{size:g}mib.parquet"
+            with pq.ParquetWriter(target, merged.schema_arrow, compression=CODEC, **options) as writer:
                 for index in range(merged.metadata.num_row_groups):
                     writer.write_table(merged.read_row_group(index))
-            layouts[f"dict_all_{size:g}MiB"] = [target]
+            layouts[f"{variant}_{size:g}MiB"] = [target]
     return layouts
 
 
@@ -118,8 +127,9 @@ def run_queries(layouts: dict[str, list[Path]], repeats: int, threads: int | Non
                for (layout, name), values in seconds.items()}
     ratios = {f"{layout}/{name}": round(medians[f"{layout}/{name}"] / medians[f"delta/{name}"], 3)
               for (layout, name) in seconds if layout != "delta"}
-    return {"median_ms": medians, "over_delta": ratios, "load_1m": loads,
-            "duckdb": duckdb.__version__, "threads": connection.execute("SELECT current_setting('threads')").fetchone()[0]}
+    threads_used = connection.execute("SELECT current_setting('threads')").fetchone()[0]
+    return {"median_ms": medians, "over_delta": ratios, "load_1m": loads, "duckdb": duckdb.__version__,
+            "threads": threads_used}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -130,12 +140,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows-per-object", type=int, default=500)
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--sizes", default="4,8,16,32", help="row_group_bytes values to merge with, in MiB")
-    parser.add_argument("--dict-all-sizes", default="", help="sizes also written with a dictionary on every column")
+    parser.add_argument("--variant-sizes", default="", help="sizes also rewritten as the pyarrow variants")
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--threads", type=int, default=None, help="DuckDB threads (its default: the cores)")
     args = parser.parse_args(argv)
     args.sizes = [float(s) for s in args.sizes.split(",") if s]
-    args.dict_all_sizes = [float(s) for s in args.dict_all_sizes.split(",") if s]
+    args.variant_sizes = [float(s) for s in args.variant_sizes.split(",") if s]
     workdir = args.workdir.resolve()
     report = {"started_at": utc_stamp(), "machine": machine(), "args": args_record(args)}
     layouts = make_layouts(args, workdir)
