@@ -150,7 +150,10 @@ class _Merger:
             return schema.empty_table()
         if len(keys) == 1:
             return self._read_one(keys[0], schema)
-        with ThreadPoolExecutor(min(len(keys), max(2, pa.io_thread_count()))) as pool:
+        # An object store's reads wait on the network: Arrow's I/O thread count. A local disk's reads are decoding
+        # only: one thread a core, since more only take the GIL from each other.
+        threads = pa.io_thread_count() if self.lake.is_object_store else pa.cpu_count()
+        with ThreadPoolExecutor(min(len(keys), max(2, threads))) as pool:
             pieces = list(pool.map(lambda key: self._read_one(key, schema), keys))
         pending = [[chunk for piece in pieces for chunk in piece.column(i).chunks] for i in range(len(schema))]
         del pieces
