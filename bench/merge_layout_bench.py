@@ -84,8 +84,9 @@ def make_layouts(args, workdir: Path) -> dict[str, list[Path]]:
         if size not in args.variant_sizes:
             continue
         merged = pq.ParquetFile(workdir / key)
-        dictionary = [c.path_in_schema for c in map(merged.metadata.row_group(0).column, range(merged.num_columns))
-                      if c.has_dictionary_page]
+        first = merged.metadata.row_group(0)
+        dictionary = [first.column(i).path_in_schema for i in range(first.num_columns)
+                      if first.column(i).has_dictionary_page]
         variants = {"dict_all": {"use_dictionary": True},
                     "page_index": {"use_dictionary": dictionary, "write_page_index": True},
                     "bloom_host": {"use_dictionary": dictionary, "bloom_filter_options": {"host": {"ndv": 64}}}}
