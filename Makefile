@@ -84,6 +84,7 @@ bench: prereqs $(VENV)/.installed-dev
 	$(BIN)/python bench/stream_bench.py --big-object-mb 500
 	$(BIN)/python bench/small_objects_bench.py
 	$(BIN)/python bench/merge_bench.py all
+	$(BIN)/python bench/merge_layout_bench.py
 	$(BIN)/python bench/publish_bench.py
 	$(BIN)/python bench/publish_partitions_bench.py
 	$(BIN)/python bench/read_bench.py

@@ -221,7 +221,7 @@ class MergeConfig(_Section):
     heartbeat_interval: AtLeastOne = 30
     max_attempts: AtLeastOne = Field(default=5, description="failed attempts before a job parks as failed")
     retry_backoff: int = Field(default=30, description="seconds before the first retry; doubles per attempt")
-    in_driver_bytes: int = Field(default=32 * 1024 * 1024, ge=0,
+    in_driver_bytes: int = Field(default=64 * 1024 * 1024, ge=0,
                                  description="a batch of jobs whose small objects total at most this many bytes "
                                              "runs in the worker's own process, without a Spark stage; 0: never")
 

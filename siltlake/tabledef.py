@@ -202,7 +202,7 @@ class TableDef(_Strict):
     merge_mode: Literal["auto", "deep", "shallow"] = "auto"
     merged_object_size: int = 128 * 1024 * 1024
     merge_batch_size: int = 2000
-    row_group_bytes: int = 32 * 1024 * 1024  # target decoded size of a merged object's row groups
+    row_group_bytes: int = 8 * 1024 * 1024  # target decoded size of a merged object's row groups (issue 36)
     ttl_days: int | None = None
     # "derived": built from a query by siltlake.derived (siltlake.tabledef.DerivedDef), never streamed into.
     kind: Literal["log", "derived"] = "log"

@@ -24,7 +24,7 @@ from fastparquet import cencoding
 
 from siltlake.errors import Refusal
 
-__all__ = ["ConcatResult", "ShallowMergeRefused", "concatenate", "shallow_merge_refusal"]
+__all__ = ["ConcatResult", "RowGroupAppender", "ShallowMergeRefused", "concatenate", "shallow_merge_refusal"]
 
 MAGIC = b"PAR1"
 MAGIC_ENCRYPTED = b"PARE"
@@ -375,3 +375,52 @@ def concatenate(sources: list[pa.NativeFile], sink: pa.NativeFile | BinaryIO,
     sink.write(tail)
     written += len(raw) + len(tail)
     return ConcatResult(rows=total_rows, row_groups=len(new_row_groups), bytes_written=written)
+
+
+class RowGroupAppender:
+    """One Parquet file written from whole Parquet files handed over one at a time, in order: each one's row groups
+    are copied byte for byte as it arrives (so only the file in hand is held), the footer by close().
+
+    Meant for pieces of one writer (the same schema and codecs), such as row groups encoded on several threads. A
+    piece unlike the first is refused with ShallowMergeRefused after earlier pieces were written: the caller
+    discards the sink then (concatenate() is the one that refuses before writing)."""
+
+    def __init__(self, sink: pa.NativeFile | BinaryIO) -> None:
+        self.sink = sink
+        self.first: _Source | None = None
+        self.row_groups: list[dict] = []
+        self.rows = 0
+        self.position = 0
+        self.pieces = 0
+
+    def add(self, piece: pa.NativeFile) -> None:
+        source = _open(piece, self.pieces)
+        if self.first is None:
+            self.first = source
+            self.sink.write(MAGIC)
+            self.position = len(MAGIC)
+        else:
+            reason = shallow_merge_refusal([self.first.arrow_md, source.arrow_md])
+            if reason is not None:
+                raise ShallowMergeRefused(f"piece {self.pieces}: {reason}")
+        size = _size(piece)
+        for index, group in enumerate(source.footer.get(FMD_ROW_GROUPS) or []):
+            start, end = _row_group_span(group, self.pieces, size)
+            _relocate(group, self.position - start)
+            _copy(piece, start, end, self.sink)
+            self.position += end - start
+            self.row_groups.append(group)
+            self.rows += source.arrow_md.row_group(index).num_rows
+        self.pieces += 1
+
+    def close(self) -> ConcatResult:
+        if self.first is None:
+            raise ShallowMergeRefused("no pieces were added")
+        footer = dict(self.first.footer)
+        footer[FMD_ROW_GROUPS] = self.row_groups
+        footer[FMD_NUM_ROWS] = self.rows
+        raw = encode_footer(footer)
+        self.sink.write(raw)
+        self.sink.write(struct.pack("<I", len(raw)) + MAGIC)
+        written = self.position + len(raw) + 8
+        return ConcatResult(rows=self.rows, row_groups=len(self.row_groups), bytes_written=written)

@@ -17,6 +17,7 @@ import logging
 import time
 import traceback
 import uuid
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -28,7 +29,12 @@ import pyarrow.parquet as pq
 
 from siltlake.errors import storage_failure
 from siltlake.logs import event
-from siltlake.merge.parquet_concat import ShallowMergeRefused, concatenate, shallow_merge_refusal
+from siltlake.merge.parquet_concat import (
+    RowGroupAppender,
+    ShallowMergeRefused,
+    concatenate,
+    shallow_merge_refusal,
+)
 from siltlake.records.keyed import DELETE_MARKER, latest_rows
 from siltlake.records.physical import physical_definition
 from siltlake.records.writer import conform, object_rows, object_schema
@@ -42,6 +48,14 @@ WELL_SIZED_FRACTION = 0.5
 # Objects up to this size are fetched in one read and decoded on one thread; larger ones are read with
 # Arrow's own (pre-buffered, column-parallel) reader.
 WHOLE_READ_BYTES = 16 * 1024 * 1024
+# A column is dictionary-encoded when at most this fraction of a sample of its values is distinct. A
+# dictionary of mostly unique values (times, ids, measurements) is built and then abandoned by the writer,
+# which cost half of encoding's CPU on the merge bench; repeating values (hosts, statuses, dt) keep theirs,
+# which readers filter on without decoding every string.
+DICTIONARY_MAX_DISTINCT = 0.5
+DICTIONARY_SAMPLE_ROWS = 4096
+# Row groups encoded at once: Parquet encoding and compression release the GIL, and one writer uses one core.
+ENCODE_THREADS = max(1, min(4, pa.cpu_count()))
 
 
 @dataclass(frozen=True)
@@ -136,7 +150,10 @@ class _Merger:
             return schema.empty_table()
         if len(keys) == 1:
             return self._read_one(keys[0], schema)
-        with ThreadPoolExecutor(min(len(keys), max(2, pa.io_thread_count()))) as pool:
+        # An object store's reads wait on the network: Arrow's I/O thread count. A local disk's reads are decoding
+        # only: one thread a core, since more only take the GIL from each other.
+        threads = pa.io_thread_count() if self.lake.is_object_store else pa.cpu_count()
+        with ThreadPoolExecutor(min(len(keys), max(2, threads))) as pool:
             pieces = list(pool.map(lambda key: self._read_one(key, schema), keys))
         pending = [[chunk for piece in pieces for chunk in piece.column(i).chunks] for i in range(len(schema))]
         del pieces
@@ -174,25 +191,42 @@ class _Merger:
         return max(1024, self.task.row_group_bytes // per_row)
 
     def _encode(self, rows: pa.Table | _SortedRows, sink) -> None:  # noqa: ANN001 - any writable stream
+        """Write rows as row groups of the table's target size. With more than one row group, each is taken (in
+        sort order) and encoded on one of ENCODE_THREADS threads as a Parquet file of its own, and the pieces' row
+        groups are copied into sink in order under one footer: at most ENCODE_THREADS + 1 pieces exist at once."""
         table, order = (rows.table, rows.order) if isinstance(rows, _SortedRows) else (rows, None)
         schema, date = self.object_schema, self.task.partition_date
-        with pq.ParquetWriter(sink, schema, compression=self.table.codec, write_statistics=True) as writer:
-            if not table.num_rows:
-                return
-            per_group = self._rows_per_group(table)
-            if order is None:
-                writer.write_table(object_rows(table, schema, date), row_group_size=per_group)
-                return
-            # Take the next row group on a helper thread while this one is compressed and written:
-            # both release the GIL, and at most two row groups of taken rows exist at once.
-            with ThreadPoolExecutor(1) as helper:
-                following = helper.submit(table.take, order.slice(0, per_group))
-                for start in range(0, table.num_rows, per_group):
-                    group = following.result()
-                    if start + per_group < table.num_rows:
-                        following = helper.submit(table.take, order.slice(start + per_group, per_group))
-                    writer.write_table(object_rows(group, schema, date), row_group_size=per_group)
-                    del group
+        options = {"compression": self.table.codec, "write_statistics": True,
+                   "use_dictionary": dictionary_columns(table, schema)}
+        per_group = self._rows_per_group(table)
+        starts = range(0, table.num_rows, per_group)
+
+        def group(start: int) -> pa.Table:
+            taken = table.slice(start, per_group) if order is None else table.take(order.slice(start, per_group))
+            return object_rows(taken, schema, date)
+
+        if len(starts) <= 1:
+            with pq.ParquetWriter(sink, schema, **options) as writer:
+                if table.num_rows:
+                    writer.write_table(group(0), row_group_size=per_group)
+            return
+
+        def piece(start: int) -> pa.Buffer:
+            encoded = pa.BufferOutputStream()
+            with pq.ParquetWriter(encoded, schema, **options) as writer:
+                writer.write_table(group(start), row_group_size=per_group)
+            return encoded.getvalue()
+
+        appender = RowGroupAppender(sink)
+        with ThreadPoolExecutor(ENCODE_THREADS) as pool:
+            pending: deque = deque()
+            for start in starts:
+                pending.append(pool.submit(piece, start))
+                if len(pending) > ENCODE_THREADS:
+                    appender.add(pa.BufferReader(pending.popleft().result()))
+            while pending:
+                appender.add(pa.BufferReader(pending.popleft().result()))
+        appender.close()
 
     # --- output -------------------------------------------------------------------------------------
 
@@ -298,6 +332,22 @@ class _Merger:
         if mode == "auto" and planned.existing_key is None:
             result.mode = "deep"  # a new range has nothing to append to
         return result
+
+
+def dictionary_columns(table: pa.Table, schema: pa.Schema) -> list[str]:
+    """The columns of `schema` worth a dictionary: those whose values repeat in an evenly spread sample of
+    `table`'s rows, and the columns `table` lacks (dt, one value per object; a column added since: nulls)."""
+    step = max(1, table.num_rows // DICTIONARY_SAMPLE_ROWS)
+    sample = table.take(pa.array(range(0, table.num_rows, step), pa.int64())) if step > 1 else table
+    chosen = []
+    for target in schema:
+        if target.name not in sample.column_names:
+            chosen.append(target.name)
+            continue
+        column = sample.column(target.name)
+        if pc.count_distinct(column, mode="all").as_py() <= DICTIONARY_MAX_DISTINCT * max(1, len(column)):
+            chosen.append(target.name)
+    return chosen
 
 
 def same_schema(found: pa.Schema, wanted: pa.Schema) -> bool:
