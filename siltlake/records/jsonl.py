@@ -11,6 +11,7 @@ import re
 import threading
 from collections import Counter
 from collections.abc import Iterable, Iterator
+from contextlib import closing
 from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any, NamedTuple
@@ -468,8 +469,10 @@ class JsonLinesReader:
                 readers.append(reader)
             return reader._decode(block)
 
+        ahead = prefetched(blocks, depth=2)
         try:
-            yield from ordered_map(decode, prefetched(blocks, depth=2), workers)
+            with closing(ahead):  # the read-ahead thread stops here, however the reading ends
+                yield from ordered_map(decode, ahead, workers)
         finally:
             for reader in readers:
                 if self.dropped is not None and reader.dropped:

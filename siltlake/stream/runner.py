@@ -110,6 +110,13 @@ def decode_threads(sizes: list[int], cores: int, threshold: int) -> list[int]:
     return [max(1, min(cores, round(cores * size / total))) if size >= threshold else 1 for size in sizes]
 
 
+def _task_cores(spark) -> int:  # noqa: ANN001 - a SparkSession
+    """The cores one task may use: the stage's (local mode), or one executor's when they are set."""
+    context = spark.sparkContext
+    executor = context.getConf().get("spark.executor.cores")
+    return min(context.defaultParallelism, int(executor)) if executor else context.defaultParallelism
+
+
 def _task(deployment: Deployment, pending: PendingStagingObject, run_id: str, threads: int = 1) -> StreamTask:
     settings = deployment.config.stream
     return StreamTask(
@@ -462,7 +469,7 @@ def stream_once(deployment: Deployment, progress: Progress | None = None,
         mark = deployment.catalog.versions.mark()  # updates published after it fail the wave's appends
         while wave:
             budget -= len(wave)
-            threads = decode_threads([item.size or 0 for item in wave], spark.sparkContext.defaultParallelism,
+            threads = decode_threads([item.size or 0 for item in wave], _task_cores(spark),
                                      settings.parallel_decode_bytes)
             tasks = [_task(deployment, item, run_id, count) for item, count in zip(wave, threads, strict=True)]
             results = run_tasks(spark, process_staging_object, tasks, weights=[item.size for item in wave],
