@@ -92,10 +92,13 @@ def access_rows(definition: TableDef, times: list[dt.datetime], first_id: int) -
                      "action": ["view"] * len(times)}, schema=definition.arrow_schema())
 
 
-@pytest.mark.parametrize("late", [False, True])
-def test_a_date_in_time_order_is_written_as_it_comes_and_late_rows_take_the_runs_path(tmp_path: Path,
-                                                                                        late: bool) -> None:
-    definition = TableDef.from_mapping(ACCESS_TABLE)
+@pytest.mark.parametrize("late, user_id", [(False, "user_id"), (True, "user_id"), (True, "uid_v1")])
+def test_a_date_in_time_order_is_written_as_it_comes_and_late_rows_take_the_runs_path(tmp_path: Path, late: bool,
+                                                                                        user_id: str) -> None:
+    # user_id: the name its objects hold the column under (a renamed column keeps its old one)
+    columns = [{**c, "physical": user_id} if c["name"] == "user_id" and user_id != "user_id" else c
+               for c in ACCESS_TABLE["columns"]]
+    definition = TableDef.from_mapping({**ACCESS_TABLE, "columns": columns})
     lake = Storage(str(tmp_path / "lake"))
     writer = ObjectWriter(definition, lake, TableLayout("k1k1", "web", "access"), "r", 1, spill_bytes=32 << 10)
     date = dt.date(2026, 11, 20)
@@ -111,7 +114,7 @@ def test_a_date_in_time_order_is_written_as_it_comes_and_late_rows_take_the_runs
     written = pq.read_table(lake.path(part["tmp_key"]))
     times = written.column("utc_event_time").to_pylist()
     assert times == sorted(times)
-    assert sorted(written.column("user_id").to_pylist()) == list(range(21000 if late else 20000))
+    assert sorted(written.column(user_id).to_pylist()) == list(range(21000 if late else 20000))
     assert part["rows"] == written.num_rows and part["date"] == "2026-11-20"
     assert bool(writer.object_runs) == late
     assert not [info.key for info in lake.list() if ".run-" in info.key]
