@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import sys
 import time
 from dataclasses import dataclass
@@ -218,6 +219,34 @@ def run_siltlake(spark, kind: str, root: Path, files: list[Path], source_root: P
 # a size: every peer over the same objects
 
 
+def interleaved(args, peers: set[str], files: list[Path], out: Path, data: dict, source_root: Path, warmup: dict,
+                catalogs: tuple[str, ...]) -> dict:
+    """The floor and siltlake --repeat times each, alternating which goes first; each peer's median run, with every
+    run's seconds and load beside it."""
+    runs: dict[str, list[dict]] = {}
+    names = [name for name in ("floor", "siltlake") if name in peers]
+    for rep in range(args.repeat):
+        for name in names if rep % 2 == 0 else names[::-1]:
+            print(f"running {name} ({rep + 1}/{args.repeat}) ...", flush=True)
+            if name == "floor":
+                runs.setdefault("floor", []).append(run_floor(files, out / "floor", data["bytes"]))
+                continue
+            for kind in catalogs:
+                key = "siltlake" if kind == "sqlite" else "siltlake_pg"
+                runs.setdefault(key, []).append(run_siltlake(args.spark, kind, out / f"siltlake-{kind}", files,
+                                                             source_root, warmup, data["bytes"]))
+    medians = {}
+    for key, found in runs.items():
+        ok = sorted((run for run in found if run.get("status") == "ok"), key=lambda run: run["seconds"])
+        if not ok:
+            medians[key] = found[-1]
+            continue
+        medians[key] = {**ok[(len(ok) - 1) // 2], "seconds": statistics.median(run["seconds"] for run in ok),
+                        "all_seconds": [run["seconds"] for run in found if run.get("status") == "ok"],
+                        "all_loads": [run.get("load_avg_1m_before") for run in found if run.get("status") == "ok"]}
+    return medians
+
+
 def run_size(args, size: Size, spark, catalogs: tuple[str, ...], workdir: Path) -> dict:
     print(f"\n== {size.label}", flush=True)
     data = prepare_jsonl_objects(workdir, size.objects, size.object_bytes, args.seed, args.compresslevel)
@@ -232,6 +261,9 @@ def run_size(args, size: Size, spark, catalogs: tuple[str, ...], workdir: Path) 
     out = workdir / "out" / size.label.replace(" ", "-")
     peers = set(args.peers) if size.all_peers or args.all_peers else set(args.peers) & {"floor", "siltlake"}
     results: dict = {}
+    if args.repeat > 1:
+        results.update(interleaved(args, peers, files, out, data, source_root, warmup, catalogs))
+        peers -= {"floor", "siltlake"}
     if "floor" in peers:
         print("running floor ...", flush=True)
         results["floor"] = run_floor(files, out / "floor", data["bytes"])
@@ -316,6 +348,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=ROOT / "bench" / "data",
                         help="cached inputs and outputs (default bench/data)")
     parser.add_argument("--out", type=Path, default=RESULTS / "small_objects.json")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="runs of the floor and siltlake per case, interleaved; the report gives medians")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--compresslevel", type=int, default=6, help="gzip level of the inputs (6, as shippers)")
     parser.add_argument("--spark-driver-memory", default="2g")
@@ -337,6 +371,7 @@ def main(argv: list[str] | None = None) -> int:
         print("starting spark ...", flush=True)
         spark, report["spark_session_start_seconds"] = start_spark(
             "siltlake-small-objects-bench", spark_conf(workdir, args.spark_driver_memory))
+    args.spark = spark
     try:
         report["sizes"] = [run_size(args, size, spark, CATALOGS[args.catalog], workdir)
                            for size in sizes(cases, args.scale)]

@@ -25,6 +25,7 @@ import multiprocessing
 import os
 import resource
 import shutil
+import statistics
 import sys
 import time
 import tomllib
@@ -331,15 +332,33 @@ def print_table(results: dict, found: dict) -> None:
 
 
 
-def run_big_mode(peers: set[str], workdir: Path, data: dict, results: dict) -> None:
+def run_big_mode(peers: set[str], workdir: Path, data: dict, results: dict, repeat: int = 1) -> None:
+    """The floor and siltlake over the one big object, `repeat` times each, interleaved (the order alternates from
+    one repetition to the next, so that a change in the machine's load falls on both); medians."""
     warm_page_cache([Path(data["path"])])
-    if "floor" in peers:
-        print("running floor (streaming, child process) ...", flush=True)
-        results["floor"] = run_big_floor(data["path"], workdir / "out" / "big-floor", data["bytes"])
-    if "siltlake" in peers:
-        print("running siltlake ...", flush=True)
-        results["siltlake"] = run_siltlake(bench_big_object, data["path"], workdir / "siltlake-big",
-                                           data["bytes"], data["records"])
+    runs: dict[str, list[dict]] = {peer: [] for peer in ("floor", "siltlake") if peer in peers}
+    for rep in range(repeat):
+        order = list(runs) if rep % 2 == 0 else list(reversed(runs))
+        for peer in order:
+            print(f"running {peer} ({rep + 1}/{repeat}) ...", flush=True)
+            if peer == "floor":
+                runs[peer].append(run_big_floor(data["path"], workdir / "out" / "big-floor", data["bytes"]))
+            else:
+                runs[peer].append(run_siltlake(bench_big_object, data["path"], workdir / "siltlake-big",
+                                               data["bytes"], data["records"]))
+            print(f"  {peer}: {runs[peer][-1]}", flush=True)
+    for peer, found in runs.items():
+        ok = [run for run in found if run.get("status") == "ok"]
+        if not ok:
+            results[peer] = found[-1]
+            continue
+        middle = sorted(ok, key=lambda run: run["seconds"])[(len(ok) - 1) // 2]
+        results[peer] = {**middle, "median_seconds": statistics.median(run["seconds"] for run in ok),
+                         "all_seconds": [run["seconds"] for run in ok],
+                         "all_loads": [(run.get("load_avg_1m_before"), run.get("load_avg_1m_after")) for run in ok],
+                         "all_peak_mb": [run.get("peak_rss_mb") or round(
+                             run.get("details", {}).get("peak_task_memory_bytes", 0) / MB, 1) for run in ok]}
+        results[peer]["seconds"] = results[peer]["median_seconds"]
 
 
 def run_stream_mode(args, peers: set[str], workdir: Path, data: dict, results: dict, spark) -> None:
@@ -378,6 +397,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="big-object mode: one object of about this many MB compressed")
     parser.add_argument("--peers", default="floor,spark,siltlake",
                         help="comma-separated subset of floor,spark,siltlake (default all)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="big-object mode: runs of each peer, interleaved; the report gives medians")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--compresslevel", type=int, default=6,
                         help="gzip level of the generated inputs (6 = what Fluentd and most shippers use)")
@@ -413,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
             "siltlake-stream-bench", spark_conf(workdir, args.spark_driver_memory))
     try:
         if args.big_object_mb:
-            run_big_mode(peers, workdir, data, results)
+            run_big_mode(peers, workdir, data, results, args.repeat)
         else:
             run_stream_mode(args, peers, workdir, data, results, spark)
     finally:

@@ -113,6 +113,9 @@ class StreamConfig(_Section):
                                    "tasks, so that a task's fixed cost does not dominate")
     batch_rows: AtLeastOne = 65536
     spill_bytes: AtLeastOne = 128 * 1024 * 1024
+    parallel_decode_bytes: AtLeastOne = Field(default=32 << 20, description="staging bytes from which one object "
+                                              "decodes on several threads of its task (its share of the wave's "
+                                              "cores): decompression in one, blocks of lines in the others")
     max_failures: AtLeastOne = Field(default=3, description="failed processing attempts of one staging object "
                                      "before it moves to unknown objects (storage and catalog outages never count)")
     max_object_bytes: AtLeastOne = Field(default=16 << 30, description="bytes one staging object may "

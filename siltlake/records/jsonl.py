@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from contextlib import closing
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any, NamedTuple
 
@@ -30,6 +32,7 @@ from siltlake.records.coerce import (
     unexpected_reason,
 )
 from siltlake.records.framing import MAX_LINE_BYTES, UTF8_BOM
+from siltlake.records.pipeline import ordered_map, prefetched
 from siltlake.records.vectorised import all_true, dates_to_days, epochs_to_micros, strings_to_micros, within
 from siltlake.tabledef import Column, TableDef, arrow_type, decimal_parts
 
@@ -306,6 +309,13 @@ def _line_layout(block: bytes) -> _LineLayout:
     """
     if not block:
         return _LineLayout(0, 0)
+    # What shippers write: one {...} per line and no blank line. Then every newline but a final one sits between
+    # "}" and "{", which two counts confirm without splitting the block into lines.
+    end = len(block) - 1 if block.endswith(b"\n") else len(block)
+    if block.startswith(b"{") and block.endswith(b"}", 0, end):
+        inner = block.count(b"\n", 0, end)
+        if block.count(b"}\n{", 0, end) == inner:
+            return _LineLayout(inner + (end < len(block)), inner + 1)
     # Arrow's kernels split and test ~10 MB of lines several times faster than bytes.count.
     lines = None
     if b"\n\n" not in block:
@@ -377,27 +387,38 @@ def _without_bom(chunks: Iterable[bytes]) -> Iterator[bytes]:
     yield from iterator
 
 
-def _check_utf8(block: bytes, first_line: int) -> None:
-    """UnreadableObject unless the block is UTF-8; Arrow validates without building a str."""
+def _invalid_utf8(block: bytes, first_line: int) -> str | None:
+    """Why the block is not UTF-8 (naming the line), or None; Arrow validates without building a str."""
     if block.isascii():
-        return
+        return None
     try:
         _as_binary_array(block).cast(pa.string())
-        return
+        return None
     except pa.ArrowInvalid:
         pass
     try:
         block.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = first_line + block.count(b"\n", 0, exc.start)
-        raise UnreadableObject(f"invalid UTF-8 at line {line}: {exc.reason}") from None
+        return f"invalid UTF-8 at line {line}: {exc.reason}"
+    return None
+
+
+class _NotUtf8(Exception):
+    """A block that is not UTF-8: the reader, which knows where the block starts, names the line."""
+
+    def __init__(self, block: bytes) -> None:
+        super().__init__("invalid UTF-8")
+        self.block = block
 
 
 class JsonLinesReader:
     """JSON lines in blocks of whole lines, each through the fast path where it can be."""
 
     def __init__(self, table: TableDef, batch_rows: int, dropped: Counter[str] | None = None) -> None:
+        self.table = table
         self.batch_rows = batch_rows
+        self.dropped = dropped
         self.converter = RecordConverter(table, "json", dropped)
         self.fast = _JsonFastPath(table, dropped)
         self.assembler = BatchAssembler(self.converter.schema, batch_rows)
@@ -408,18 +429,67 @@ class JsonLinesReader:
         self.penalty = 0
         self.skip = 0
 
-    def read(self, chunks: Iterable[bytes]) -> Iterator[ParsedBatch]:
+    def read(self, chunks: Iterable[bytes], workers: int = 1) -> Iterator[ParsedBatch]:
+        """Batches of the lines in chunks; with workers > 1, blocks after the first decode on that many threads
+        while a thread of its own decompresses and cuts the chunks (records.pipeline): the same batches."""
+        blocks = self._line_blocks(_without_bom(chunks))
+        decoded = self._decoded_in_parallel(blocks, workers) if workers > 1 else map(self._decode, blocks)
         line_number = 1
-        for block in self._line_blocks(_without_bom(chunks)):
-            if block.isspace() and not block.strip(BLANKS):  # isspace: stops at the first other byte
-                line_number += block.count(b"\n")
-                continue
-            layout = _line_layout(block)
-            yield from self._block(block, line_number, layout)
-            line_number += layout.newlines
+        try:
+            for pieces, newlines in decoded:
+                for piece in pieces:
+                    self.objects += piece.objects
+                    self.lines += piece.lines
+                    bad = piece.bad
+                    if bad and line_number > 1:  # decoded counting from line 1 of its block
+                        bad = [replace(record, line=record.line + line_number - 1) for record in bad]
+                    yield from self.assembler.add(piece.table, bad)
+                line_number += newlines
+        except _NotUtf8 as exc:
+            raise UnreadableObject(_invalid_utf8(exc.block, line_number)) from None
         yield from self.assembler.finish()
         if self.lines and not self.objects:
             raise UnreadableObject(f"not JSON lines: none of {self.lines} lines is a JSON object")
+
+    def _decoded_in_parallel(self, blocks: Iterator[bytes], workers: int) -> Iterator[tuple[list[_Piece], int]]:
+        """The first block decoded here (it sets the block size for the rest, which then stays: the blocks are cut
+        the same whatever the threads do), the others on `workers` threads, each with decoders of its own."""
+        first = next(blocks, None)
+        if first is None:
+            return
+        yield self._decode(first)
+        local = threading.local()
+        readers: list[JsonLinesReader] = []
+
+        def decode(block: bytes) -> tuple[list[_Piece], int]:
+            reader = getattr(local, "reader", None)
+            if reader is None:
+                reader = local.reader = JsonLinesReader(self.table, self.batch_rows,
+                                                        Counter() if self.dropped is not None else None)
+                readers.append(reader)
+            return reader._decode(block)
+
+        ahead = prefetched(blocks, depth=2)
+        try:
+            with closing(ahead):  # the read-ahead thread stops here, however the reading ends
+                yield from ordered_map(decode, ahead, workers)
+        finally:
+            for reader in readers:
+                if self.dropped is not None and reader.dropped:
+                    self.dropped.update(reader.dropped)
+
+    def _decode(self, block: bytes) -> tuple[list[_Piece], int]:
+        """A block's pieces, their bad records numbered from the block's first line as line 1, and its newlines."""
+        if block.isspace() and not block.strip(BLANKS):  # isspace: stops at the first other byte
+            return [], block.count(b"\n")
+        if _invalid_utf8(block, 1) is not None:
+            raise _NotUtf8(block)
+        layout = _line_layout(block)
+        # Aim the next block at batch_rows records, judging their length by this block (blank lines between
+        # records count for their bytes only, so padding does not shrink blocks to many tiny ones).
+        wanted = len(block) * self.batch_rows // (layout.object_lines or layout.newlines or 1)
+        self.target = max(MIN_BLOCK_BYTES, min(MAX_BLOCK_BYTES, wanted))
+        return self._pieces(block, 1, layout, top=True), layout.newlines
 
     def _line_blocks(self, chunks: Iterable[bytes]) -> Iterator[bytes]:
         """Runs of whole lines of at least self.target bytes (the last one: whatever is left)."""
@@ -444,17 +514,6 @@ class JsonLinesReader:
             yield block
         if size:
             yield b"".join(pending)
-
-    def _block(self, block: bytes, first_line: int, layout: _LineLayout) -> Iterator[ParsedBatch]:
-        _check_utf8(block, first_line)
-        # Aim the next block at batch_rows records, judging their length by this block (blank lines between
-        # records count for their bytes only, so padding does not shrink blocks to many tiny ones).
-        wanted = len(block) * self.batch_rows // (layout.object_lines or layout.newlines or 1)
-        self.target = max(MIN_BLOCK_BYTES, min(MAX_BLOCK_BYTES, wanted))
-        for piece in self._pieces(block, first_line, layout, top=True):
-            self.objects += piece.objects
-            self.lines += piece.lines
-            yield from self.assembler.add(piece.table, piece.bad)
 
     def _pieces(
         self, block: bytes, first_line: int, layout: _LineLayout, top: bool = False, tried: bool = False

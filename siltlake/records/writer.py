@@ -1,7 +1,8 @@
 """Typed rows to time-sorted Parquet objects, one per partition date: the stream's and the load's writer.
 
-Memory stays bounded: rows are buffered up to spill_bytes, then written as sorted runs that a k-way merge
-streams into the final object.
+Memory stays bounded: a date whose rows arrive in time order is written as they come, a row group at a time;
+other rows are buffered up to spill_bytes, then written as sorted runs that a k-way merge streams into the
+final object.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import BinaryIO
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -16,7 +18,8 @@ import pyarrow.parquet as pq
 
 from siltlake.clock import to_naive_utc
 from siltlake.records.coerce import partition_dates
-from siltlake.records.physical import physical_rows
+from siltlake.records.physical import logical_names, physical_rows
+from siltlake.records.vectorised import all_true
 from siltlake.storage import keys
 from siltlake.storage.filesystem import Storage
 from siltlake.storage.keys import TableLayout
@@ -60,14 +63,37 @@ RUN_ROW_GROUP_ROWS = 16_384
 MAX_MERGE_FAN_IN = 16
 
 
+# A date's rows nearly always arrive in time order (a shipper writes events as they happen): such a date's object
+# is written as they come, a row group at a time, with no run to spill and merge. Its latest rows (this many)
+# wait in memory for the next ones, so that rows arriving a little late still land in order.
+HOLD_BACK_ROWS = 65_536
+# Dates written as they come at one time (each holds an object open); any other takes the runs' path.
+MAX_ORDERED_DATES = 8
+
+
+@dataclass
+class _OrderedObject:
+    """A date's object being written in time order: where, its writer, and the latest time written."""
+
+    key: str
+    sink: BinaryIO
+    writer: pq.ParquetWriter
+    last_time: dt.datetime | None = None
+
+
 @dataclass
 class _DateBuffer:
     tables: list[pa.Table] = field(default_factory=list)
     runs: list[str] = field(default_factory=list)
+    rows: int = 0
+    nbytes: int = 0
+    ordered: _OrderedObject | None = None
+    in_order: bool = True  # False once rows came before rows already written: the date takes the runs' path
 
-    @property
-    def nbytes(self) -> int:
-        return sum(t.nbytes for t in self.tables)
+    def hold(self, tables: list[pa.Table]) -> None:
+        self.tables = [table for table in tables if table.num_rows]
+        self.rows = sum(table.num_rows for table in self.tables)
+        self.nbytes = sum(table.nbytes for table in self.tables)
 
 
 class ObjectWriter:
@@ -90,6 +116,7 @@ class ObjectWriter:
         self.object_schema = object_schema(table, [f for f in self.schema if f.name not in table.arrow_schema().names])
         self.buffers: dict[dt.date, _DateBuffer] = {}
         self.written: list[str] = []
+        self.object_runs: set[str] = set()  # runs that were ordered objects (dt, physical names): _run_rows
 
     def _key(self, name: str) -> str:
         return self.layout.task_temporary(self.run_id, self.object_id, name)
@@ -98,15 +125,82 @@ class ObjectWriter:
         if rows.num_rows == 0:
             return
         dates = partition_dates(rows.column(self.table.time_column), self.table.timezone)
-        for date in pc.unique(dates).to_pylist():
-            part = rows.filter(pc.equal(dates, pa.scalar(date, pa.date32())))
-            self.buffers.setdefault(date, _DateBuffer()).tables.append(part)
+        distinct = pc.unique(dates).to_pylist()
+        for date in distinct:
+            part = rows if len(distinct) == 1 else rows.filter(pc.equal(dates, pa.scalar(date, pa.date32())))
+            buffer = self.buffers.setdefault(date, _DateBuffer())
+            buffer.tables.append(part)
+            buffer.rows += part.num_rows
+            buffer.nbytes += part.nbytes
+            if buffer.in_order and buffer.rows >= MAX_ROW_GROUP_ROWS + HOLD_BACK_ROWS:
+                self._write_in_order(date, buffer, HOLD_BACK_ROWS)
         if sum(b.nbytes for b in self.buffers.values()) > self.spill_bytes:
             for date, buffer in self.buffers.items():
-                self._spill(date, buffer)
+                if buffer.in_order:
+                    self._write_in_order(date, buffer, 0)
+                if not buffer.in_order:
+                    self._spill(date, buffer)
 
     def _sorted(self, tables: list[pa.Table]) -> pa.Table:
-        return pa.concat_tables(tables).sort_by(self.table.time_column)
+        """The rows by time (a stable sort); rows already in order, as they mostly are, are not moved."""
+        joined = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+        times = joined.column(self.table.time_column)
+        if joined.num_rows < 2 or all_true(pc.less_equal(times.slice(0, joined.num_rows - 1), times.slice(1))):
+            return joined
+        return joined.sort_by(self.table.time_column)
+
+    def _write_in_order(self, date: dt.date, buffer: _DateBuffer, keep: int) -> None:
+        """Append the date's buffered rows to its ordered object, all but its latest `keep` (whole row groups
+        while more may come); rows earlier than ones written, or too many dates open, send the date down
+        the runs' path instead."""
+        if not buffer.rows:
+            return
+        rows = self._sorted(buffer.tables)
+        count = rows.num_rows - keep
+        if keep:
+            count -= count % MAX_ROW_GROUP_ROWS
+        buffer.hold([rows])
+        if count <= 0:
+            return
+        ordered = buffer.ordered
+        times = rows.column(self.table.time_column)
+        if ordered is None and sum(b.ordered is not None for b in self.buffers.values()) >= MAX_ORDERED_DATES:
+            buffer.in_order = False
+            return
+        if ordered is not None and times[0].as_py() < ordered.last_time:
+            self._out_of_order(date, buffer)
+            return
+        if ordered is None:
+            key = self._key(keys.date_part(date))
+            self.written.append(key)
+            sink = self.lake.open_output(key)
+            writer = pq.ParquetWriter(sink, self.object_schema, compression=self.table.codec, write_statistics=True)
+            ordered = buffer.ordered = _OrderedObject(key, sink, writer)
+        head = rows.slice(0, count)
+        ordered.writer.write_table(object_rows(physical_rows(head, self.table), self.object_schema, date),
+                                   row_group_size=MAX_ROW_GROUP_ROWS)
+        ordered.last_time = times[count - 1].as_py()
+        buffer.hold([rows.slice(count)])
+
+    def _out_of_order(self, date: dt.date, buffer: _DateBuffer) -> None:
+        """The date's ordered object so far becomes its first sorted run; the rest of it takes the runs' path."""
+        buffer.in_order = False
+        ordered, buffer.ordered = buffer.ordered, None
+        if ordered is None:
+            return
+        ordered.writer.close()
+        ordered.sink.close()
+        run = self._key(keys.spilled_run(date, len(buffer.runs)))
+        self.lake.move(ordered.key, run)
+        self.written.append(run)
+        self.object_runs.add(run)
+        buffer.runs.append(run)
+
+    def _close_ordered(self, ordered: _OrderedObject) -> tuple[pq.FileMetaData, int]:
+        ordered.writer.close()
+        size = ordered.sink.tell()
+        ordered.sink.close()
+        return ordered.writer.writer.metadata, size
 
     def _write(self, key: str, tables: Iterable[pa.Table], row_group_rows: int = MAX_ROW_GROUP_ROWS,
                date: dt.date | None = None) -> tuple[pq.FileMetaData, int]:
@@ -141,14 +235,19 @@ class ObjectWriter:
         key = self._key(keys.spilled_run(date, len(buffer.runs)))
         self._write(key, [self._sorted(buffer.tables)], row_group_rows=RUN_ROW_GROUP_ROWS)
         buffer.runs.append(key)
-        buffer.tables = []
+        buffer.hold([])
 
     def finish(self) -> list[dict]:
         parts = []
         for date in sorted(self.buffers):
             buffer = self.buffers[date]
             key = self._key(keys.date_part(date))
-            if buffer.runs:
+            if buffer.ordered is not None:
+                self._write_in_order(date, buffer, 0)
+            if buffer.ordered is not None:
+                metadata, size = self._close_ordered(buffer.ordered)
+                buffer.ordered = None
+            elif buffer.runs:
                 self._spill(date, buffer)
                 runs, passes = list(buffer.runs), 0
                 while len(runs) > MAX_MERGE_FAN_IN:
@@ -181,7 +280,7 @@ class ObjectWriter:
                 if batch is None:
                     heads[index] = None
                     return
-                heads[index] = pa.Table.from_batches([batch], schema=self.schema)
+                heads[index] = self._run_rows(batch, runs[index] in self.object_runs)
 
         for index in range(len(readers)):
             refill(index)
@@ -202,6 +301,13 @@ class ObjectWriter:
                     refill(index)
             yield self._sorted(taken)
 
+    def _run_rows(self, batch: pa.RecordBatch, object_run: bool) -> pa.Table:
+        """A run's batch as rows; a run that was an ordered object holds dt and physical names besides."""
+        if not object_run:
+            return pa.Table.from_batches([batch], schema=self.schema)
+        rows = pa.Table.from_batches([batch])
+        return conform(rows.rename_columns(logical_names(self.table, rows.column_names)), self.schema)
+
     def _describe(self, date: dt.date, key: str, metadata: pq.FileMetaData, size: int) -> dict:
         time_index = self.object_schema.get_field_index(self.table.column(self.table.time_column).physical_name)
         lows, highs = [], []
@@ -219,5 +325,10 @@ class ObjectWriter:
         }
 
     def discard(self) -> None:
+        for buffer in self.buffers.values():
+            if buffer.ordered is not None:
+                buffer.ordered.writer.close()
+                buffer.ordered.sink.close()
+                buffer.ordered = None
         for key in self.written:
             self.lake.delete(key)

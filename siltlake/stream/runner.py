@@ -102,7 +102,22 @@ class Progress:
     def advance(self, count: int) -> None: ...
 
 
-def _task(deployment: Deployment, pending: PendingStagingObject, run_id: str) -> StreamTask:
+def decode_threads(sizes: list[int], cores: int, threshold: int) -> list[int]:
+    """Threads each object of a wave decodes on: one of at least `threshold` bytes gets its share of the cores by
+    size (one large object alone in its wave: all of them), any other one. Only speed depends on it: an object
+    decodes to the same rows on any number of threads (records.pipeline)."""
+    total = sum(sizes) or 1
+    return [max(1, min(cores, round(cores * size / total))) if size >= threshold else 1 for size in sizes]
+
+
+def _task_cores(spark) -> int:  # noqa: ANN001 - a SparkSession
+    """The cores one task may use: the stage's (local mode), or one executor's when they are set."""
+    context = spark.sparkContext
+    executor = context.getConf().get("spark.executor.cores")
+    return min(context.defaultParallelism, int(executor)) if executor else context.defaultParallelism
+
+
+def _task(deployment: Deployment, pending: PendingStagingObject, run_id: str, threads: int = 1) -> StreamTask:
     settings = deployment.config.stream
     return StreamTask(
         staging_object_id=pending.id,
@@ -117,6 +132,7 @@ def _task(deployment: Deployment, pending: PendingStagingObject, run_id: str) ->
         limits=_limits(settings),
         end=pending.size,
         settle_time=settings.settle_time,
+        decode_threads=threads,
     )
 
 
@@ -453,7 +469,9 @@ def stream_once(deployment: Deployment, progress: Progress | None = None,
         mark = deployment.catalog.versions.mark()  # updates published after it fail the wave's appends
         while wave:
             budget -= len(wave)
-            tasks = [_task(deployment, item, run_id) for item in wave]
+            threads = decode_threads([item.size or 0 for item in wave], _task_cores(spark),
+                                     settings.parallel_decode_bytes)
+            tasks = [_task(deployment, item, run_id, count) for item, count in zip(wave, threads, strict=True)]
             results = run_tasks(spark, process_staging_object, tasks, weights=[item.size for item in wave],
                                 tasks_per_core=settings.tasks_per_core, task_weight=settings.task_bytes,
                                 on_progress=progress.advance)

@@ -12,6 +12,7 @@ import resource
 import time
 import traceback
 from collections import Counter
+from contextlib import closing
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
@@ -44,6 +45,9 @@ class StreamTask:
     # (None: to its end). settle_time: a local file unchanged this long has its trailing fragment taken too.
     end: int | None = None
     settle_time: float = 0.0
+    # Threads the object decodes on (records.read_staging_object's workers): more than one for a large object
+    # (stream.parallel_decode_bytes) that has cores of the wave to itself.
+    decode_threads: int = 1
 
 
 def open_uri(uri: str, staging: Storage):  # noqa: ANN201 - a binary stream
@@ -117,11 +121,13 @@ def process_staging_object(task: StreamTask) -> dict:
                     position = {"uri": base, "staging_root": root, "key": unquote(base[len(root) + 1:]),
                                 "consumed_end": delivery.consumed_end, "read_end": delivery.read_end,
                                 "file_identity": delivery.file_identity, "fingerprint": delivery.fingerprint}
-            for batch in read_staging_object(source, base, reading, batch_rows=task.batch_rows,
-                                             limits=task.limits, dropped=dropped):
-                records_in += batch.records_in
-                writer.add(batch.table)
-                errors.add(batch.bad)
+            batches = read_staging_object(source, base, reading, batch_rows=task.batch_rows, limits=task.limits,
+                                          dropped=dropped, workers=task.decode_threads)
+            with closing(batches):  # its decoding threads stop before the stream closes
+                for batch in batches:
+                    records_in += batch.records_in
+                    writer.add(batch.table)
+                    errors.add(batch.bad)
         parts = writer.finish()
         error_key = errors.finish()
     except UnreadableObject as exc:
