@@ -79,6 +79,28 @@ class DerivedDef(StrictModel):
             return "persist_for"
         return "sql" if self.trigger_sql is not None else "sources"
 
+    def may_read_column(self, column: str) -> bool:
+        """Whether the query may read a column named `column` of a table it reads: it names the column anywhere
+        (under any qualifier, or as any identifier: a false match only refuses a change) or selects *, or
+        sqlglot cannot parse it (then every column counts as read)."""
+        import sqlglot
+        from sqlglot import expressions as exp
+
+        try:
+            statements = sqlglot.parse(self.query, read="spark")
+        except (sqlglot.errors.ParseError, sqlglot.errors.TokenError):
+            return True
+        wanted = column.lower()
+        for statement in statements:
+            if statement is None:
+                return True
+            for node in statement.walk():
+                if isinstance(node, exp.Star) and not isinstance(node.parent, exp.Count):  # count(*) reads none
+                    return True
+                if isinstance(node, exp.Identifier) and node.name.lower() == wanted:
+                    return True
+        return False
+
     def to_json(self) -> str:
         return self.model_dump_json()
 

@@ -338,30 +338,49 @@ class TableDef(StrictModel):
     def with_column(self, column: Column) -> TableDef:
         data = self.model_dump(by_alias=True)
         added = column.model_dump(exclude={"physical"})
-        ever = [*self.columns, *self.dropped_columns]
-        if self.field_ids is not None:  # a new id, above every id the table ever had (dropped columns' too)
-            added["field_id"] = max([*self.field_ids.values(), *(c.field_id or 0 for c in ever)]) + 1
-        taken, physical, suffix = {c.physical_name for c in ever}, column.name, added.get("field_id") or len(ever)
-        while physical in taken:  # a dropped or renamed column's objects hold this name: not this column's data
-            physical, suffix = f"{column.name}_{suffix}", suffix + 1
-        added["physical"] = physical if physical != column.name else None
+        added["field_id"], added["physical"] = self._new_identity(column.name)
         data["columns"] = [*data["columns"], added]
         return TableDef.from_mapping(data)
 
-    def with_column_type(self, name: str, type_name: str) -> TableDef:
-        """The definition with column `name` widened to `type_name` (only the WIDENINGS are allowed)."""
+    def _new_identity(self, name: str) -> tuple[int | None, str | None]:
+        """A new column's field id (above every id the table ever had, dropped columns' too; None without ids)
+        and physical name (None: its name), never one a column of the table ever had."""
+        ever = [*self.columns, *self.dropped_columns]
+        field_id = None
+        if self.field_ids is not None:
+            field_id = max([*self.field_ids.values(), *(c.field_id or 0 for c in ever)]) + 1
+        taken, physical, suffix = {c.physical_name for c in ever}, name, field_id or len(ever)
+        while physical in taken:  # a dropped or renamed column's objects hold this name: not this column's data
+            physical, suffix = f"{name}_{suffix}", suffix + 1
+        return field_id, (physical if physical != name else None)
+
+    def with_column_type(self, name: str, type_name: str, rewrite: bool = False) -> TableDef:
+        """The definition with column `name` of type `type_name`: a widening (WIDENINGS) keeps the column, whose
+        older objects read as the new type; any other change needs `rewrite` and makes the column anew (a new
+        field id and physical name; the old ones stay reserved among dropped_columns): the caller rewrites the
+        values into it (publish.retype), and objects not rewritten read it as null, never as the old type."""
         new_type = parse_type(type_name)
         check_identifier(name, "column name")  # so that the error shows a hostile name as repr, on one line
         try:
-            old_type = self.column(name).type
+            old = self.column(name)
         except KeyError:
             raise DefinitionError(f"table {self.qualified_name} has no column {name}") from None
-        if (old_type, new_type) not in WIDENINGS:
-            raise DefinitionError(
-                f"cannot change column {name} of {self.qualified_name} from {old_type} to {new_type}: only int -> "
-                "bigint and float -> double widen (older objects stay readable); add a new column instead")
+        if old.type == new_type:
+            raise DefinitionError(f"column {name} of {self.qualified_name} is {new_type} already")
         data = self.model_dump(by_alias=True)
-        data["columns"] = [{**c, "type": new_type} if c["name"] == name else c for c in data["columns"]]
+        if not needs_rewrite(old.type, new_type):
+            data["columns"] = [{**c, "type": new_type} if c["name"] == name else c for c in data["columns"]]
+            return TableDef.from_mapping(data)
+        if not rewrite:
+            raise DefinitionError(
+                f"changing column {name} of {self.qualified_name} from {old.type} to {new_type} converts its stored "
+                "values: run it with --rewrite (rewrite=True), which rewrites every partition holding a value in it "
+                "as an update version and moves rows whose value does not convert to an error file (`silt errors`); "
+                "only int -> bigint and float -> double need no rewrite")
+        field_id, physical = self._new_identity(name)
+        data["columns"] = [{**c, "type": new_type, "field_id": field_id, "physical": physical}
+                           if c["name"] == name else c for c in data["columns"]]
+        data["dropped_columns"] = [*(c.model_dump() for c in self.dropped_columns), old.model_dump()]
         return TableDef.from_mapping(data)
 
     def renamed(self, schema_name: str, name: str) -> TableDef:

@@ -168,3 +168,13 @@ def without_column(definition: TableDef, name: str) -> TableDef:
         raise DefinitionError(f"column {name} is the only column of {definition.qualified_name}")
     return _changed(definition, columns=[c.model_dump() for c in definition.columns if c.name != name],
                     dropped_columns=[c.model_dump() for c in (*definition.dropped_columns, column)])
+
+
+def with_column_type(definition: TableDef, name: str, type_name: str, rewrite: bool = False) -> TableDef:
+    """TableDef.with_column_type, refused for key and sequence columns (their values order and identify rows) and
+    for the time column (always a timestamp)."""
+    _existing(definition, name)
+    role = _key_role(definition, name)
+    if role is not None:
+        raise DefinitionError(f"column {name} is {role} of {definition.qualified_name}: its type cannot change")
+    return definition.with_column_type(name, type_name, rewrite)

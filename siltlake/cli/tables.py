@@ -139,12 +139,23 @@ def table_add_column(context: click.Context, name: str, column: str, type_name: 
 @click.argument("name")
 @click.argument("column")
 @click.argument("type_name", metavar="TYPE")
+@click.option("--rewrite", is_flag=True,
+              help="Convert the stored values: needed by every change but int to bigint and float to double.")
 @click.pass_context
 @friendly
-def table_alter_column(context: click.Context, name: str, column: str, type_name: str) -> None:
-    """Widen a column's type: int to bigint, float to double (older objects read as the new type)."""
-    record = deployment_of(context).catalog.tables.alter_column_type(name, column, type_name)
-    console.print(f"column {column} of {name} is now {record.definition.column(column).type}")
+def table_alter_column(context: click.Context, name: str, column: str, type_name: str, rewrite: bool) -> None:
+    """Change a column's type. int to bigint and float to double rewrite nothing (older objects read as the new
+    type); any other change needs --rewrite: every partition holding a value in the column is rewritten as an
+    update version, and rows whose value does not convert move to an error file (`silt errors list | replay`)."""
+    from siltlake.publish.retype import alter_column
+
+    report = alter_column(deployment_of(context), name, column, type_name, rewrite=rewrite)
+    console.print(f"column {column} of {name} is now {report.new_type} (table version {report.table_version})")
+    if report.partitions:
+        console.print(f"rewrote {report.partitions} partitions ({report.rows} rows) in {report.seconds:.1f}s")
+    if report.bad_rows:
+        console.print(f"{report.bad_rows} rows did not convert to {report.new_type} and left the table; they are "
+                      f"kept in {report.error_file}: fix them and `silt errors replay {name}`")
 
 
 @table_group.command("rename-column")

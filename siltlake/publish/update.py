@@ -127,7 +127,7 @@ def _record_and_base(deployment: Deployment, name: str, partition_date: dt.date)
         raise SiltError(f"{record.qualified_name}: {exc}") from None
 
 
-def _base_frame(spark: SparkSession, deployment: Deployment, record: TableRecord, base: UpdateBase) -> DataFrame:
+def base_frame(spark: SparkSession, deployment: Deployment, record: TableRecord, base: UpdateBase) -> DataFrame:
     from siltlake.read import objects_frame
 
     frame = objects_frame(spark, record, deployment, [base.manifest_key] if base.manifest_key else [],
@@ -209,14 +209,17 @@ class PreparedUpdates:
         for update in self.updates:
             update.discard()
 
+    def writes(self) -> list[UpdateWrite]:
+        """What commit publishes: the updates that wrote an object."""
+        return [UpdateWrite(u.base, u.object_key, u.manifest_key, u.rows_after, u.bytes)  # type: ignore[arg-type]
+                for u in self.updates if u.object_key is not None]
+
     def commit(self) -> list[UpdateReport]:
-        written = [u for u in self.updates if u.object_key is not None]
-        if not written:
+        writes = self.writes()
+        if not writes:
             return [u.report(None) for u in self.updates]
-        writes = [UpdateWrite(u.base, u.object_key, u.manifest_key, u.rows_after, u.bytes)  # type: ignore[arg-type]
-                  for u in written]
         try:
-            versions = written[0].deployment.catalog.versions.commit_updates(
+            versions = self.updates[0].deployment.catalog.versions.commit_updates(
                 writes, self.now or utcnow(), given=self.now is not None)
         except (UpdateConflict, VersionTimeBehind):
             # Refused inside the transaction, so nothing was committed: nothing will ever list these objects.
@@ -239,7 +242,7 @@ def prepare_delete(deployment: Deployment, name: str, partition_date: dt.date, w
 
     started = time.monotonic()
     record, base = _record_and_base(deployment, name, partition_date)
-    frame = _base_frame(deployment.spark(), deployment, record, base)
+    frame = base_frame(deployment.spark(), deployment, record, base)
     try:
         # Parsed on its own: pasted into a larger expression, "a = 1) OR (true" would balance and match every row.
         check_expression(deployment.spark(), where)  # before Spark analyses or runs any of it
@@ -276,7 +279,7 @@ def prepare_overwrite(deployment: Deployment, name: str, partition_date: dt.date
     shaped = rows.select(*[
         (F.col(c.name) if c.name in rows.columns else F.lit(None)).cast(types[c.name]).alias(c.name)
         for c in definition.columns])
-    prepared = PreparedUpdate(deployment, record, base, _base_frame(deployment.spark(), deployment, record,
+    prepared = PreparedUpdate(deployment, record, base, base_frame(deployment.spark(), deployment, record,
                                                                     base).count(), started, now)
     prepared.write(shaped)
     return prepared
