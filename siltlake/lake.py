@@ -277,12 +277,12 @@ class Table:
                             f"not {type(rows).__name__}")
         return upsert(self.lake.deployment, self.name, rows, delete_column, now)
 
-    def add_column(self, name: str, type_name: str, source: str | None = None) -> None:
-        """Add a nullable column; objects written before it read it as null."""
+    def add_column(self, name: str, type_name: str, source: str | None = None, now: dt.datetime | None = None) -> None:
+        """Add a nullable column; objects written before it read it as null. A table version of its own."""
         from siltlake.tabledef import Column
 
         column = Column.from_mapping({"name": name, "type": type_name, "source": source})
-        self.record = self.lake.deployment.catalog.tables.add_column(self.name, column)
+        self.record = self.lake.deployment.catalog.tables.add_column(self.name, column, now)
 
     def alter_column(self, name: str, type_name: str, rewrite: bool = False,
                      now: dt.datetime | None = None) -> RetypeReport:
