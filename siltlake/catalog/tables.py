@@ -134,7 +134,8 @@ class Tables:
         stamp = now or utcnow()
         with self._core.tx() as c:
             if writes:  # first: the update commit's ordering lock comes before the table row's, as elsewhere
-                commit_updates_in(self._core, c, writes, stamp, given=now is not None)
+                published = commit_updates_in(self._core, c, writes, stamp, given=now is not None)
+                now = now and published[0].created_at  # the time given, or just after the newest version's
             current = self._changeable(c, record.qualified_name, "changing a column")
             if current.definition != record.definition:
                 raise CatalogError(f"{record.qualified_name} changed while its column was rewritten; nothing was "
