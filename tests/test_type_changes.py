@@ -155,9 +155,11 @@ def test_refusals_name_the_rewrite_and_the_columns_that_cannot_change(plain_depl
     refused = silt("table", "alter-column", "web.access", "utc_event_time", "date", "--rewrite", code=2)
     assert "utc_event_time is the time column of web.access: its type cannot change" in " ".join(refused.split())
     assert "added column referrer string" in silt("table", "add-column", "web.access", "referrer", "string")
+    done = " ".join(silt("table", "alter-column", "web.access", "action", "bigint", "--rewrite").split())
+    assert done == "column action of web.access is now bigint (table version 2)", "no partition: nothing rewritten"
     history = json.loads(silt("history", "web.access", "--format", "json"))
-    assert [(row["table_version"], row["op"], row["shows"]) for row in history] == [(1, "add-column",
-                                                                                      "referrer string")]
+    assert [(row["table_version"], row["op"], row["shows"]) for row in history] == [
+        (1, "add-column", "referrer string"), (2, "alter-column", "action bigint (rewrite)")]
 
 
 def test_add_column_and_a_widening_are_table_versions(plain_deployment: Deployment) -> None:

@@ -84,10 +84,7 @@ def _rewrite(deployment: Deployment, before: TableRecord, after: TableDef, colum
 
     from siltlake.read import spark_schema
 
-    spark = deployment.spark()
     converted_record = dataclasses.replace(before, definition=after)
-    schema = StructType([f for f in spark_schema(converted_record).fields if f.name != "dt"]
-                        + [StructField(REASON, StringType()), StructField(RECORD, StringType())])
     converter = ColumnConverter(before.definition.to_json(), after.to_json(), column)
     error_key = before.layout(deployment.instance_key).rewrite_errors(update_label(utcnow(), uuid.uuid4().hex[:12]))
     source = f"rewrite of {before.qualified_name} column {column} to {after.column(column).type}"
@@ -99,9 +96,11 @@ def _rewrite(deployment: Deployment, before: TableRecord, after: TableDef, colum
                 if progress is not None:
                     progress(done, partition.partition_date)
                 base = deployment.catalog.versions.update_base(before.id, partition.partition_date)
-                frame = base_frame(spark, deployment, before, base)
+                frame = base_frame(deployment.spark(), deployment, before, base)  # Spark only for a partition
                 if not frame.where(F.col(column).isNotNull()).limit(1).count():
                     continue  # nothing to convert: the objects read the new column as null, as they should
+                schema = StructType([f for f in spark_schema(converted_record).fields if f.name != "dt"]
+                                    + [StructField(REASON, StringType()), StructField(RECORD, StringType())])
                 converted = frame.mapInArrow(converter, schema).persist()
                 held = converted.count()
                 for bad in converted.where(F.col(REASON).isNotNull()).select(REASON, RECORD).toLocalIterator():
