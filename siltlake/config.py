@@ -330,8 +330,12 @@ class ReapConfig(_Section):
     change_slack: int = Field(default=3600, description="seconds an incremental reap looks back before the last "
                               "run for changes: covers clock skew between hosts and a writer that commits "
                               "a while after the time it records")
+    request_id_retention: int = Field(default=7 * 86400, description="seconds reap keeps the request ids of "
+                                      "committed writes: a retry with the same id within it changes nothing, "
+                                      "one after it is applied again")
 
-    @field_validator("retention", "grace", "interval", "full_sweep_interval", "change_slack", mode="before")
+    @field_validator("retention", "grace", "interval", "full_sweep_interval", "change_slack", "request_id_retention",
+                     mode="before")
     @classmethod
     def _durations(cls, value: Any, info: ValidationInfo) -> int:
         return parse_duration(value, f"reap.{info.field_name}")

@@ -22,7 +22,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from siltlake.catalog import TableRecord
-    from siltlake.publish import UpdateReport
+    from siltlake.publish.append import AppendReport
+    from siltlake.publish.requests import UpdatesReport
     from siltlake.publish.retype import RetypeReport
     from siltlake.publish.upsert import UpsertReport
     from siltlake.read.versions import DataFile
@@ -248,24 +249,22 @@ class Table:
 
     # --- writes -------------------------------------------------------------------------------------
 
-    def delete(self, where: str, dates: Any, now: dt.datetime | None = None) -> list[UpdateReport]:
+    def delete(self, where: str, dates: Any, now: dt.datetime | None = None, request_id: str | None = None,
+               dry_run: bool = False) -> UpdatesReport:
         """Delete the rows matching the Spark SQL predicate `where` from the partitions `dates` (a date, ISO
         text, several, or "all") as one table version, all of them or none (a missing date is refused first);
-        runs on the deployment's Spark."""
-        from siltlake.publish import delete_where
+        runs on the deployment's Spark. Once per `request_id`: a retry with an id applied already changes nothing
+        (the report's applied_before says what the first did). The report is a sequence of the partitions'."""
+        from siltlake.publish.row_updates import delete_rows_where
 
-        catalog = self.lake.deployment.catalog
-        if isinstance(dates, str) and dates == "all":
-            wanted = sorted(p.partition_date for p in catalog.partitions.list(self.record.id))
-        else:
-            wanted = sorted(_dates(dates) or ())
-            if not wanted:
-                raise SiltError(f"{self.name}.delete: give the partitions: a date, several, or dates='all'")
-        return delete_where(self.lake.deployment, self.name, wanted, where, now=now)
+        return delete_rows_where(self.lake.deployment, self.name, self._write_dates(dates, "delete"), where,
+                                 request_id=request_id, now=now, dry_run=dry_run)
 
-    def upsert(self, rows: Any, delete_column: str | None = None, now: dt.datetime | None = None) -> UpsertReport:
+    def upsert(self, rows: Any, delete_column: str | None = None, now: dt.datetime | None = None,
+               request_id: str | None = None) -> UpsertReport:
         """Replace the rows of the same (dt, primary key) with `rows` (a pyarrow Table, or a Spark DataFrame),
-        as one `merge` version per date they fall on; rows whose `delete_column` is true delete their key."""
+        as one `merge` version per date they fall on; rows whose `delete_column` is true delete their key. Once
+        per `request_id`, as delete's."""
         import pyarrow
 
         from siltlake.publish.upsert import upsert
@@ -275,7 +274,7 @@ class Table:
         if not isinstance(rows, pyarrow.Table):
             raise SiltError(f"{self.name}.upsert: give the rows as a pyarrow Table or a Spark DataFrame, "
                             f"not {type(rows).__name__}")
-        return upsert(self.lake.deployment, self.name, rows, delete_column, now)
+        return upsert(self.lake.deployment, self.name, rows, delete_column, now, request_id)
 
     def add_column(self, name: str, type_name: str, source: str | None = None, now: dt.datetime | None = None) -> None:
         """Add a nullable column; objects written before it read it as null. A table version of its own."""
@@ -334,6 +333,48 @@ class Table:
             {"date": None, "version": None, "op": change.op, "shows": change.detail,
              "created_at": change.created_at.isoformat(sep=" ", timespec="seconds"), "rows": None, "bytes": None,
              "table_version": change.table_version} for change in catalog.tables.changes(self.record.id)])
+
+    # --- writes with request ids: append, update, restore (docs/design.md "Request ids and restore") ---------
+
+    def _write_dates(self, dates: Any, operation: str) -> list[dt.date]:
+        """The partitions a delete or update names: a date, ISO text, several, or "all"."""
+        if isinstance(dates, str) and dates == "all":
+            return sorted(p.partition_date for p in self.lake.deployment.catalog.partitions.list(self.record.id))
+        wanted = sorted(_dates(dates) or ())
+        if not wanted:
+            raise SiltError(f"{self.name}.{operation}: give the partitions: a date, several, or dates='all'")
+        return wanted
+
+    def append(self, rows: Any, request_id: str | None = None, now: dt.datetime | None = None) -> AppendReport:
+        """Append rows (a pyarrow Table, RecordBatch, or an iterable of batches such as a RecordBatchReader; the
+        table's columns, nullable ones may be missing) in one commit, as the stream appends a staging object: small
+        objects, live or delayed, merge jobs scheduled; readers of the current state see them at once, time travel
+        from the next publish. Once per `request_id`: a retry with an id applied already appends nothing and the
+        report's applied_before says so."""
+        from siltlake.publish.append import append
+
+        return append(self.lake.deployment, self.name, rows, request_id, now)
+
+    def update(self, set: dict[str, Any], where: str | None = None, dates: Any = None,  # noqa: A002 - SQL's word
+               request_id: str | None = None, now: dt.datetime | None = None, dry_run: bool = False) -> UpdatesReport:
+        """SET columns (column -> a Spark SQL expression over the row, e.g. "upper(action)" or "'login'" for a
+        text, or a Python value) in the rows matching the Spark SQL predicate `where` (None: every row) of the
+        partitions `dates` (as delete's), as one `update` table version: all of them or none, once per
+        `request_id`. Primary key columns are not set."""
+        from siltlake.publish.row_updates import update_rows
+
+        return update_rows(self.lake.deployment, self.name, set, where, self._write_dates(dates, "update"),
+                           request_id=request_id, now=now, dry_run=dry_run)
+
+    def restore(self, version: int | None = None, as_of: dt.datetime | str | None = None,
+                request_id: str | None = None, now: dt.datetime | None = None, dry_run: bool = False) -> UpdatesReport:
+        """Publish a new table version that shows what `version` (or the newest version at the time `as_of`)
+        showed, partition by partition (those that differ are rewritten; one commit, refused as an update is
+        on a conflict). A version reap has removed is refused, naming reap.retention. Once per `request_id`."""
+        from siltlake.publish.restore import restore
+
+        return restore(self.lake.deployment, self.name, version, parse_as_of(as_of) if as_of is not None else None,
+                       request_id=request_id, now=now, dry_run=dry_run)
 
 
 def _dates(dates: Any) -> set[dt.date] | None:

@@ -83,6 +83,30 @@ def test_a_bad_parameter_is_a_400(sqlite_deployment: Deployment) -> None:
         server.close()
 
 
+def test_at_shows_a_past_period_and_a_bad_one_is_a_400(sqlite_deployment: Deployment) -> None:
+    """A sample taken in the past (the demo's simulated days) is on the page `?at=` points to, not on now's."""
+    import datetime as dt
+
+    past = dt.datetime(2026, 11, 19, 12, 0)
+    sqlite_deployment.catalog.observations.record_sample(past, {"web.access": {"pending_objects": 7}})
+    server = ObserveServer(sqlite_deployment, "127.0.0.1", 0, dashboard=True).start()
+    try:
+        with urllib.request.urlopen(f"{server.url}?hours=2&at=2026-11-19T13:00Z", timeout=30) as page:
+            then = page.read().decode()
+        with urllib.request.urlopen(f"{server.url}?hours=2", timeout=30) as page:
+            today = page.read().decode()
+        assert "at 2026-11-19 13:00:00 UTC" in then and 'href="?hours=1&at=2026-11-19T13:00:00Z"' in then
+        backlog = then.split('data-chart="backlog"')[1].split("</svg>")[0]
+        assert "no samples yet" not in backlog
+        assert "no samples yet" in today.split('data-chart="backlog"')[1].split("</svg>")[0]
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"{server.url}?at=yesterday", timeout=30)
+        assert refused.value.code == 400
+        assert b"at: 'yesterday' is not a time" in refused.value.read()
+    finally:
+        server.close()
+
+
 def test_a_client_gone_before_its_answer_costs_no_503_and_no_traceback(sqlite_deployment: Deployment, monkeypatch,
                                                                        capsys, caplog) -> None:
     gone = threading.Event()

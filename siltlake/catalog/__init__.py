@@ -5,6 +5,7 @@ Catalog and the records and exceptions its callers use; StreamCommit is the stre
 from siltlake.catalog.catalog import Catalog
 from siltlake.catalog.partitions import StreamCommit
 from siltlake.catalog.records import (
+    AppliedRequest,
     BuildInProgress,
     BuildPartition,
     BuildRecord,
@@ -31,6 +32,7 @@ from siltlake.catalog.records import (
     ReapVersion,
     ReapView,
     Redelivery,
+    RequestApplied,
     SmallObjectRow,
     SwitchedPartition,
     SyncedTable,
@@ -41,9 +43,11 @@ from siltlake.catalog.records import (
     UpdateWrite,
     VersionOutOfRange,
     VersionTimeBehind,
+    WriteRequest,
 )
 
 __all__ = [
+    "AppliedRequest",
     "BuildInProgress",
     "BuildPartition",
     "BuildRecord",
@@ -71,6 +75,7 @@ __all__ = [
     "ReapVersion",
     "ReapView",
     "Redelivery",
+    "RequestApplied",
     "SmallObjectRow",
     "StreamCommit",
     "SwitchedPartition",
@@ -82,4 +87,5 @@ __all__ = [
     "UpdateWrite",
     "VersionOutOfRange",
     "VersionTimeBehind",
+    "WriteRequest",
 ]

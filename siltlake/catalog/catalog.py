@@ -17,6 +17,7 @@ from siltlake.catalog.observations import Observations
 from siltlake.catalog.partitions import Partitions
 from siltlake.catalog.positions import Positions
 from siltlake.catalog.reaping import Reaping
+from siltlake.catalog.requests import Requests
 from siltlake.catalog.staging import Staging
 from siltlake.catalog.tables import Tables
 from siltlake.catalog.versions import Versions
@@ -29,7 +30,8 @@ class Catalog(CatalogCore):
     Its operations are grouped by concern: catalog.tables, .staging, .partitions (and the stream's commit),
     .merge_queue, .versions (publishing and reading), .reaping, .external_sync, .instances, .derived
     (derived tables), .observations (what metrics and the dashboard show), .discovery (where each
-    staging root's discovery stands) and .positions (files written in place: waiting to settle, appended)."""
+    staging root's discovery stands), .positions (files written in place: waiting to settle, appended) and
+    .requests (request ids of committed writes)."""
 
     def __init__(self, url: str, *, echo: bool = False, connect_timeout: int | None = None) -> None:
         super().__init__(url, echo=echo, connect_timeout=connect_timeout)
@@ -45,6 +47,7 @@ class Catalog(CatalogCore):
         self.instances = Instances(self)
         self.derived = Derived(self)
         self.observations = Observations(self)
+        self.requests = Requests(self)
 
     @classmethod
     def look_at(cls, masked_url: str, like: Catalog) -> Catalog:

@@ -13,10 +13,11 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
+from siltlake.catalog import requests as applied_requests
 from siltlake.catalog import schema as s
 from siltlake.catalog.core import CatalogCore
 from siltlake.catalog.positions import record_all_consumed, record_consumed
-from siltlake.catalog.records import MergeBase, PartitionRow, PublishedVersion, SmallObjectRow
+from siltlake.catalog.records import MergeBase, PartitionRow, PublishedVersion, SmallObjectRow, WriteRequest
 from siltlake.errors import CatalogError, NotFoundError
 
 # The ops that replace or supersede rows an append read nothing of: an append started before one fails.
@@ -397,6 +398,15 @@ class StreamCommit:
             return None
         self._totals.append((table_id, 1, records_in, bad_records))
         return self._c.execute(sa.select(s.staging_objects.c.id).where(s.staging_objects.c.uri == uri)).scalar_one()
+
+    def check_request(self, request: WriteRequest) -> None:
+        """RequestApplied if another commit recorded the write's request id (first thing in the commit)."""
+        applied_requests.check_not_applied(self._c, request)
+
+    def record_request(self, request: WriteRequest, table_version: int | None, detail: str,
+                       now: dt.datetime) -> None:
+        """Record the write's request id in this commit (RequestApplied if another commit holds it)."""
+        applied_requests.record_applied(self._core, self._c, request, table_version, detail, now)
 
     @contextmanager
     def savepoint(self) -> Iterator[None]:

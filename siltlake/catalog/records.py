@@ -36,6 +36,31 @@ class VersionTimeBehind(CatalogError):
     """A user-given time is earlier than the table's newest version: version times only go forward."""
 
 
+class RequestApplied(CatalogError):
+    """A write's request id was recorded by another commit while this one ran: this one must not commit."""
+
+
+@dataclass(frozen=True)
+class WriteRequest:
+    """A write's request id, recorded in the transaction that commits the write (catalog.requests)."""
+
+    table_id: int
+    request_id: str
+    operation: str  # append, upsert, delete, update, restore
+
+
+@dataclass(frozen=True)
+class AppliedRequest:
+    """A request id whose write was committed: what it did and when (one row of applied_requests)."""
+
+    table_id: int
+    request_id: str
+    operation: str
+    table_version: int | None  # the table version it published (None: none, e.g. an append, or nothing matched)
+    detail: str  # what it did, in words
+    created_at: dt.datetime
+
+
 # --- tables, staging objects, partitions and small objects -------------------------------------------
 
 

@@ -492,3 +492,20 @@ table_changes = sa.Table(
     sa.Column("definition", sa.Text, nullable=False),  # the table definition from this version on
     sa.UniqueConstraint("table_id", "table_version"),
 )
+
+# Request ids of writes (Table.append/upsert/delete/update/restore, `--request-id`) whose commits are done, written in
+# the commit's own transaction: a retry finds its id and changes nothing (docs/design.md "Request ids and restore").
+# Reap prunes rows older than reap.request_id_retention.
+applied_requests = sa.Table(
+    "applied_requests",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("table_id", sa.Integer, sa.ForeignKey("tables.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("request_id", sa.String(200), nullable=False),
+    sa.Column("operation", sa.String(16), nullable=False),
+    sa.Column("table_version", sa.BigInteger, nullable=True),
+    sa.Column("detail", sa.Text, nullable=False),
+    sa.Column("created_at", sa.DateTime, nullable=False),
+    sa.UniqueConstraint("table_id", "request_id"),
+)
+sa.Index("ix_applied_requests_created_at", applied_requests.c.created_at)

@@ -9,6 +9,7 @@ from collections.abc import Callable, Collection, Sequence
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from siltlake.catalog import requests as applied_requests
 from siltlake.catalog import schema as s
 from siltlake.catalog.core import CatalogCore
 from siltlake.catalog.records import (
@@ -21,6 +22,7 @@ from siltlake.catalog.records import (
     UpdateConflict,
     UpdateWrite,
     VersionOutOfRange,
+    WriteRequest,
 )
 from siltlake.errors import NotFoundError
 
@@ -281,11 +283,12 @@ class Versions:
                           newest.manifest_key if newest is not None else None, covered,
                           tuple((row.id, row.delayed) for row in objects), objects[-1].id if objects else covered)
 
-    def commit_updates(self, writes: Sequence[UpdateWrite], now: dt.datetime, *,
-                       given: bool = False) -> list[PublishedVersion]:
+    def commit_updates(self, writes: Sequence[UpdateWrite], now: dt.datetime, *, given: bool = False,
+                       request: tuple[WriteRequest, str] | None = None) -> list[PublishedVersion]:
         """Publish updates of partitions of one table as one table version, in one transaction: all of them
         or, if any partition had anything but compactions since its base was read, none (UpdateConflict; a
-        compaction loses: its output becomes garbage for reap).
+        compaction loses: its output becomes garbage for reap). `request` (the write's request id and what it
+        did, in words) is recorded in the same transaction (catalog.requests).
 
         Each object becomes its partition's one merged range (0, upper]: later small objects chain after
         it, and merges extend it like any range.
@@ -293,7 +296,7 @@ class Versions:
         if not writes:
             return []
         with self._core.tx() as c:
-            return commit_updates_in(self._core, c, writes, now, given=given)
+            return commit_updates_in(self._core, c, writes, now, given=given, request=request)
 
     def mark(self) -> int:
         """A mark that every later update's version is above (read under the ordering lock an update
@@ -452,6 +455,18 @@ class Versions:
                 f"{table_name} cannot be read as of {as_of.isoformat(sep=' ')} UTC: versions before {oldest} "
                 f"(published {oldest_time.isoformat(sep=' ')} UTC) were reaped; read as of a later time")
 
+    def version_at(self, table_id: int, as_of: dt.datetime) -> int | None:
+        """The newest table version published at or before `as_of` (data or definition; None: none was)."""
+        p, v, tc = s.partitions, s.partition_versions, s.table_changes
+        with self._core.snapshot() as c:
+            data = c.execute(sa.select(sa.func.max(v.c.table_version)).where(
+                v.c.partition_id.in_(sa.select(p.c.id).where(p.c.table_id == table_id)),
+                v.c.created_at <= as_of)).scalar_one_or_none()
+            definition = c.execute(sa.select(sa.func.max(tc.c.table_version)).where(
+                tc.c.table_id == table_id, tc.c.created_at <= as_of)).scalar_one_or_none()
+        found = [n for n in (data, definition) if n is not None]
+        return max(found) if found else None
+
     def table_bounds(self, table_id: int) -> tuple[int, int]:
         """(oldest readable, newest) table version; (1, 0) for a table without versions."""
         with self._core.snapshot() as c:
@@ -466,11 +481,13 @@ def _version(row) -> PublishedVersion:  # noqa: ANN001 - a partition_versions Ro
 
 
 def commit_updates_in(core: CatalogCore, c: Connection, writes: Sequence[UpdateWrite], now: dt.datetime, *,
-                      given: bool) -> list[PublishedVersion]:
+                      given: bool, request: tuple[WriteRequest, str] | None = None) -> list[PublishedVersion]:
     """Versions.commit_updates in the caller's transaction (a column's rewrite commits its definition with it)."""
     p, so, v, r = s.partitions, s.small_objects, s.partition_versions, s.merge_ranges
     published: list[PublishedVersion] = []
     core.ordering_lock(c)  # no small object can be committed to the partitions meanwhile
+    if request is not None:
+        applied_requests.check_not_applied(c, request[0])
     # In id order: two writers locking overlapping partitions never wait on each other crosswise.
     lock = (sa.select(p.c.id, p.c.switched, p.c.table_id)
             .where(p.c.id.in_(sorted(w.base.partition_id for w in writes))).order_by(p.c.id))
@@ -516,4 +533,6 @@ def commit_updates_in(core: CatalogCore, c: Connection, writes: Sequence[UpdateW
                                 covered_upper=x.covered_upper, created_at=stamp, row_count=x.row_count,
                                 byte_count=x.byte_count, table_version=table_version,
                                 file_list_key=x.file_list_key) for x in published])
+    if request is not None:
+        applied_requests.record_applied(core, c, request[0], table_version, request[1], stamp)
     return published

@@ -25,12 +25,14 @@ from siltlake.cli import (
     observing,
     publish,
     reap,
+    restore,
     run,
     sql,
     status,
     stream,
     tables,
     unknown,
+    update,
     upsert,
 )
 from siltlake.errors import DEBUG_VARIABLE
@@ -60,7 +62,8 @@ def main(context: click.Context, config: str | None, debug: bool, log_format: st
 
 COMMANDS = (
     init.init, tables.table_group, stream.stream, merge.merge, status.status, publish.publish, run.run_command,
-    history.history, changes.changes, delete.delete, upsert.upsert_command, reap.reap, unknown.unknown_group,
+    history.history, changes.changes, delete.delete, upsert.upsert_command, update.update_command,
+    restore.restore_command, reap.reap, unknown.unknown_group,
     errors.errors_group,
     sql.sql_command, load.guess_command, load.load_command, load.cleanup_command, observing.dashboard_command,
     derived.derived_group, iceberg.iceberg_group,

@@ -7,11 +7,9 @@ import datetime as dt
 import click
 
 from siltlake.cli.context import deployment_of, friendly
-from siltlake.cli.options import date_option, now_option, parse_now
-from siltlake.cli.output import Column, activity, format_count, grid, out
-
-OUTCOME_COLUMNS = (Column("dt"), Column("rows before", show=format_count, right=True),
-                   Column("deleted", show=format_count, right=True), Column("version", right=True))
+from siltlake.cli.options import date_option, dry_run_option, json_option, now_option, parse_now
+from siltlake.cli.output import activity
+from siltlake.cli.writes import print_updates, request_id_option
 
 
 @click.command()
@@ -21,14 +19,17 @@ OUTCOME_COLUMNS = (Column("dt"), Column("rows before", show=format_count, right=
 @date_option(multiple=True)
 @click.option("--all-dates", is_flag=True, help="Every partition of the table.")
 @now_option
+@request_id_option
+@dry_run_option
+@json_option
 @click.pass_context
 @friendly
 def delete(context: click.Context, name: str, where: str, dates: tuple[dt.date, ...], all_dates: bool,
-           now_text: str | None) -> None:
+           now_text: str | None, request_id: str | None, dry_run: bool, as_json: bool) -> None:
     """Delete the rows matching --where (e.g. an erasure request) from every partition given, as one table
     version stamped with --now's time: readers see all of it or none. A date the table lacks is refused
-    before anything is rewritten."""
-    from siltlake.publish import delete_where
+    before anything is rewritten. With --dry-run the matching rows are counted and nothing is written."""
+    from siltlake.publish.row_updates import delete_rows_where
 
     if bool(dates) == all_dates:
         raise click.UsageError("give the partitions: --date YYYY-MM-DD (repeatable) or --all-dates")
@@ -37,8 +38,8 @@ def delete(context: click.Context, name: str, where: str, dates: tuple[dt.date, 
     record = deployment.catalog.tables.get(name)
     wanted = [p.partition_date for p in deployment.catalog.partitions.list(record.id)] if all_dates else list(dates)
     with activity(f"deleting from {name}…") as step:
-        reports = delete_where(deployment, name, wanted, where, now=now, progress=lambda done, date: step(
-            f"deleting from {name} dt={date} ({done + 1} of {len(wanted)} partitions)…"))
-    out.print(grid(OUTCOME_COLUMNS, [
-        (report.partition_date.isoformat(), report.rows_before, report.rows_before - report.rows_after,
-         str(report.version.version) if report.version else "unchanged") for report in reports]))
+        report = delete_rows_where(
+            deployment, name, wanted, where, request_id=request_id, now=now, dry_run=dry_run,
+            progress=lambda done, date: step(f"deleting from {name} dt={date} ({done + 1} of {len(wanted)} "
+                                             "partitions)…"))
+    print_updates(report, as_json=as_json, dry_run=dry_run, changed="deleted")

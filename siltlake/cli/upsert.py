@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING
 import click
 
 from siltlake.cli.context import deployment_of, friendly, needs_spark
-from siltlake.cli.options import now_option, parse_now
-from siltlake.cli.output import Column, activity, format_count, grid, out
+from siltlake.cli.options import dry_run_option, json_option, now_option, parse_now
+from siltlake.cli.output import Column, activity, format_count, grid, out, write_json
+from siltlake.cli.writes import request_id_option
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -58,14 +59,19 @@ def read_rows(path: Path, definition: TableDef) -> pa.Table:
 @click.option("--delete-column", default=None, help="A boolean column of the rows: where it is true, the row's "
               "key is deleted instead of replaced.")
 @now_option
+@request_id_option
+@dry_run_option
+@json_option
 @click.pass_context
 @friendly
 @needs_spark("silt upsert")
 def upsert_command(context: click.Context, name: str, file: Path | None, query: str | None,
-                   delete_column: str | None, now_text: str | None) -> None:
+                   delete_column: str | None, now_text: str | None, request_id: str | None, dry_run: bool,
+                   as_json: bool) -> None:
     """Replace the rows of NAME (a table with a primary_key) that have the same date and key as the rows of
-    FILE (or of --sql's result); one `merge` version per partition date, stamped with --now's time."""
-    from siltlake.publish.upsert import upsert
+    FILE (or of --sql's result); one `merge` version per partition date, stamped with --now's time. With
+    --dry-run the rows are checked and counted per date, and nothing is written."""
+    from siltlake.publish.upsert import plan_upsert, upsert
 
     if (file is None) == (query is None):
         raise click.UsageError("give the rows: a FILE (.parquet, .jsonl, .csv) or --sql QUERY")
@@ -82,7 +88,25 @@ def upsert_command(context: click.Context, name: str, file: Path | None, query: 
             assert file is not None
             rows = read_rows(file, record.definition)
         step(f"upserting {rows.num_rows:,} rows into {name}…")
-        report = upsert(deployment, name, rows, delete_column, now=now)
-    outcome = [(p.partition_date.isoformat(), p.rows - p.deleted_keys, p.deleted_keys, str(p.version.version))
-               for p in report.partitions]
-    out.print(grid(OUTCOME_COLUMNS, outcome))
+        if dry_run:
+            planned = [(day, count, deleted, None, None) for day, count, deleted in
+                       plan_upsert(deployment, name, rows, delete_column)]
+            report = None
+        else:
+            report = upsert(deployment, name, rows, delete_column, now=now, request_id=request_id)
+            planned = [(p.partition_date, p.rows, p.deleted_keys, p.version.version, p.delayed)
+                       for p in report.partitions]
+    if as_json:
+        write_json({"table": record.qualified_name, "dry_run": dry_run, "request_id": request_id,
+                    "applied_before": report.message if report is not None else None,
+                    "table_version": report.partitions[0].version.table_version if report and report.partitions
+                    else None,
+                    "partitions": [{"dt": day.isoformat(), "rows": count, "deleted_keys": deleted,
+                                    "version": version, "delayed": delayed}
+                                   for day, count, deleted, version, delayed in planned]})
+    elif report is not None and report.applied_before is not None:
+        out.print(report.message, highlight=False, soft_wrap=True)
+    else:
+        out.print(grid(OUTCOME_COLUMNS, [(day.isoformat(), count - deleted, deleted,
+                                          "dry run" if dry_run else str(version))
+                                         for day, count, deleted, version, _ in planned]))

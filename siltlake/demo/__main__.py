@@ -30,7 +30,7 @@ from siltlake.storage import keys
 
 console = out  # the CLI's: piped into a log, its tables keep their width
 DEMO_DIR = Path("build/demo")
-DEMO_HISTORY_INTERVAL = 5
+DEMO_HISTORY_INTERVAL = 1800  # one dashboard sample per half hour of the simulated days
 START = dt.date(2026, 11, 19)
 TOKYO = ZoneInfo("Asia/Tokyo")
 LATE_SERVER = "web03"  # its shipper is down from 23:00 on day 1 until 02:00 on day 2
@@ -61,6 +61,7 @@ class Demo:
         self.delivered: set[str] = set()
         self.deployment = None
         self.timeline: list[tuple[str, dict[str, int], dict[str, int]]] = []
+        self.sampled_until: dt.datetime | None = None
 
     # --- showing steps ------------------------------------------------------------------------------
 
@@ -103,6 +104,10 @@ class Demo:
                 target = staging / key
                 target.parent.mkdir(parents=True, exist_ok=True)
                 os.replace(self.incoming / key, target)
+                # The put time a shipper's write gives the file, on the simulated clock: freshness (put to
+                # visible) is then measured on one clock with the publish runs'.
+                stamp = int(shipped.timestamp() * 1_000_000) * 1000
+                os.utime(target, ns=(stamp, stamp))
             self.delivered.add(key)
             count += 1
         console.print(f"[dim]{count} staging objects arrived (shipped before {until:%m-%d %H:%M} JST); "
@@ -114,6 +119,16 @@ class Demo:
         from siltlake.deployment import Deployment
 
         self.deployment = Deployment.open(load_config())
+
+    def publish(self, at: dt.datetime) -> None:
+        """`silt publish --once --now AT`, then the dashboard's sample of the half hour ending at AT (what a
+        daemon's sampler would have recorded had the simulated day been lived through)."""
+        from siltlake.clock import to_naive_utc
+        from siltlake.observe.history import record
+
+        self.silt("publish", "--once", "--now", at.isoformat())
+        record(self.deployment, now=to_naive_utc(at), interval=DEMO_HISTORY_INTERVAL)
+        self.sampled_until = at
 
     # --- Spark work in this process -----------------------------------------------------------------
 
@@ -127,11 +142,16 @@ class Demo:
             fail(f"{len(report.failed)} staging objects failed: {report.failed[:3]}")
         return report
 
-    def merge(self) -> None:
+    def merge(self, at: dt.datetime) -> None:
+        """Merge on the simulated clock: the jobs the stream scheduled (merge_interval 0s) are due at `at`."""
         from siltlake.cli.reports import print_merge_report
+        from siltlake.clock import to_naive_utc
         from siltlake.merge import merge_once
 
-        report = self.python("merge_once(deployment)", lambda: merge_once(self.deployment))
+        now = to_naive_utc(at)
+        self.deployment.catalog.merge_queue.advance(now)
+        report = self.python(f"merge_once(deployment, clock=lambda: {now!r})",
+                             lambda: merge_once(self.deployment, clock=lambda: now))
         print_merge_report(report)
         if report.failed:
             fail(f"{report.failed} merge jobs failed: {report.errors[:3]}")
@@ -270,10 +290,13 @@ def main() -> None:
         f"root when they were shipped; {LATE_SERVER}'s shipper is down from 23:00 to 02:00 on the first night.",
         highlight=False)
     write_table_definition("web_access.toml")
-    # The dashboard's history, sampled every few seconds while the demo runs (minutes, not the days it
-    # simulates), so the page the demo points to at its end has data in every chart; `silt dashboard` run here
-    # later reads the same file.
-    Path("siltlake.toml").write_text(f'[observe]\nhistory_interval = "{DEMO_HISTORY_INTERVAL}s"\n')
+    # The dashboard's history is sampled on the simulated clock, a half-hour slot at each publish run (see
+    # Demo.publish), so the page the demo points to at its end shows the two days it simulates; `silt dashboard`
+    # run here later reads the same file, and its labels name the same interval.
+    # Its samples sit on fixed dates in the past, so the retention is long enough that the reap "a week later"
+    # (a clock ahead of the real one) keeps them.
+    Path("siltlake.toml").write_text(f'[observe]\nhistory_interval = "{DEMO_HISTORY_INTERVAL}s"\n'
+                                     'history_retention = "3650d"\n')
     demo = Demo(sample)
 
     demo.step("Set up", "A catalog (SQLite), the storage roots, and the table web.access, partitioned by the "
@@ -281,9 +304,6 @@ def main() -> None:
     demo.silt("init")
     demo.silt("table", "create", "web_access.toml")
     demo.open_deployment()
-    from siltlake.observe.history import HistorySampler
-
-    sampler = HistorySampler(demo.deployment).start()
     console.print(f"\nThe query every step runs (Spark SQL over web.access):\n[bold]QUERY[/] = {QUERY!r}",
                   highlight=False)
 
@@ -293,8 +313,8 @@ def main() -> None:
               "readers see its live small objects. Spark starts once, in this process.")
     demo.deliver(jst(1, 21))
     demo.stream()
-    demo.merge()
-    demo.silt("publish", "--once", "--now", jst(1, 21).isoformat())
+    demo.merge(jst(1, 21))
+    demo.publish(jst(1, 21))
     demo.silt("unknown", "list")
     evening = demo.query("day 1, 21:00")
     if set(evening) != {str(day1)}:
@@ -316,14 +336,14 @@ def main() -> None:
               "that still arrive for it will be delayed.")
     demo.deliver(jst(2, 0, 30), hold=late)
     demo.stream()
-    demo.merge()
-    demo.silt("publish", "--once", "--now", jst(2, 0, 30).isoformat())
+    demo.merge(jst(2, 0, 30))
+    demo.publish(jst(2, 0, 30))
     before = demo.query("day 2, 00:30: day 1 closed, still live")
 
     demo.step("Day 2, 01:30 JST", "The next publish run switches day 1 to its merged objects (every live object "
               "is merged) and publishes a merged version: a manifest naming the merged objects. Readers "
               "now read a few large objects instead of many small ones, and see the same rows.")
-    demo.silt("publish", "--once", "--now", jst(2, 1, 30).isoformat())
+    demo.publish(jst(2, 1, 30))
     after = demo.query("day 2, 01:30: day 1 switched to merged")
     if after.get(str(day1)) != before.get(str(day1)):
         fail(f"day 1 reads {after.get(str(day1))} after the switch but {before.get(str(day1))} before it")
@@ -342,8 +362,8 @@ def main() -> None:
     hidden = demo.query("day 2, 02:00: late objects delayed")
     if hidden.get(str(day1)) != after.get(str(day1)):
         fail(f"delayed objects must stay invisible: day 1 reads {hidden.get(str(day1))}, was {after.get(str(day1))}")
-    demo.merge()
-    demo.silt("publish", "--once", "--now", jst(2, 2, 30).isoformat())
+    demo.merge(jst(2, 2, 30))
+    demo.publish(jst(2, 2, 30))
     caught_up = demo.query("day 2, 02:30: delayed objects merged")
     if records(caught_up).get(str(day1)) != sample.records_by_date[str(day1)]:
         fail(f"day 1 shows {records(caught_up).get(str(day1))} rows, the sample has "
@@ -369,9 +389,9 @@ def main() -> None:
     demo.step("Day 3, 00:30 and 01:30 JST", "The rest of day 2 arrives; two publish runs close and switch it.")
     demo.deliver(jst(3, 0, 30))
     demo.stream()
-    demo.merge()
-    demo.silt("publish", "--once", "--now", jst(3, 0, 30).isoformat())
-    demo.silt("publish", "--once", "--now", jst(3, 1, 30).isoformat())
+    demo.merge(jst(3, 0, 30))
+    demo.publish(jst(3, 0, 30))
+    demo.publish(jst(3, 1, 30))
     final = demo.query("day 3, 01:30: both days merged")
     if records(final) != sample.records_by_date:
         fail(f"the table shows {records(final)}, the sample has {sample.records_by_date}")
@@ -404,7 +424,6 @@ def main() -> None:
               "too, see the README).")
     counts = demo.python("count through Spark, DuckDB and Iceberg", lambda: engine_counts(demo.deployment))
 
-    sampler.stop()
     console.rule()
     show_timeline(demo)
     console.print(
@@ -421,13 +440,22 @@ def main() -> None:
     show_operations(demo)
 
 
+def dashboard_query(demo: Demo) -> str:
+    """The dashboard's query string for the simulated days: from day 1's first sample to half an hour past the
+    last (`at` is the period's end, in UTC)."""
+    end = (demo.sampled_until or jst(3, 1, 30)).astimezone(dt.UTC) + dt.timedelta(minutes=30)
+    hours = (end - jst(1, 20).astimezone(dt.UTC)).total_seconds() / 3600
+    return f"?hours={hours:g}&at={end:%Y-%m-%dT%H:%MZ}"
+
+
 def show_operations(demo: Demo) -> None:
     """Where the dashboard would be served, and what /metrics says now, in one line."""
     from siltlake.observe.metrics import summary_line
 
     console.print(f"Dashboard: cd {DEMO_DIR} && ../../.venv/bin/silt dashboard serves it on "
-                  "http://127.0.0.1:8787/?hours=0.25 (the demo's last 15 minutes; `silt run --metrics-port 9108` "
-                  "serves it and /metrics beside the loops; docs/operations.md)",
+                  f"http://127.0.0.1:8787/{dashboard_query(demo)} (the simulated days; without ?at= the page "
+                  "shows the last hours of the real clock; `silt run --metrics-port 9108` serves it and /metrics "
+                  "beside the loops; docs/operations.md)",
                   highlight=False, soft_wrap=True)
     console.print(f"[bold]metrics[/]: {summary_line(demo.deployment)}", highlight=False, soft_wrap=True)
 

@@ -21,7 +21,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from siltlake.clock import utcnow
+from siltlake.clock import parse_time, utcnow
 from siltlake.deployment import Deployment
 from siltlake.hosts import local_host
 from siltlake.logs import event
@@ -79,6 +79,7 @@ def _period(hours: float) -> str:
 def render_page(deployment: Deployment, hours: float = DEFAULT_HOURS, now: dt.datetime | None = None) -> str:
     """The dashboard as one HTML document."""
     catalog, config = deployment.catalog, deployment.config
+    pinned = "" if now is None else f"&at={now:%Y-%m-%dT%H:%M:%S}Z"  # the period links keep a given end
     now = now or utcnow()
     start = now - dt.timedelta(hours=hours)
     history = catalog.observations.history(start)
@@ -138,7 +139,7 @@ def render_page(deployment: Deployment, hours: float = DEFAULT_HOURS, now: dt.da
         f"<title>siltlake: {escape(deployment.instance_key)}</title><style>{STYLE}</style></head><body>"
         f"<h1>siltlake</h1><p class=\"meta\">instance {escape(deployment.instance_key)}, catalog "
         f"{escape(catalog.masked_url)}; at {now:%Y-%m-%d %H:%M:%S} UTC, the last {_period(hours)} ({sampling}; "
-        + " ".join(f'<a href="?hours={h:g}">{label}</a>' if h != hours else f"<b>{label}</b>"
+        + " ".join(f'<a href="?hours={h:g}{pinned}">{label}</a>' if h != hours else f"<b>{label}</b>"
                    for h, label in WINDOWS) + "); "
         + f'<a href="/metrics">/metrics</a>; a read-only page, reloaded every {max(interval, 30)}s</p>'
         + "".join(sections)
@@ -165,6 +166,17 @@ def hours_parameter(query: str) -> float:
     if not 0.1 <= hours <= MAX_HOURS:  # nan and infinities fail this too
         raise BadParameter(f"hours must be a number from 0.1 to {MAX_HOURS}, not {given[:40]!r}")
     return hours
+
+
+def at_parameter(query: str) -> dt.datetime | None:
+    """The `at` of a query string (the end of the period shown, ISO-8601; default now), else BadParameter."""
+    given = parse_qs(query).get("at", [""])[0]
+    if not given:
+        return None
+    try:
+        return parse_time(given)
+    except ValueError as exc:
+        raise BadParameter(f"at: {exc}") from None
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -199,7 +211,7 @@ class _Handler(BaseHTTPRequestHandler):
             if url.path == "/metrics" and self.server.metrics:
                 self._send(200, generate_latest(self.server.registry), CONTENT_TYPE_LATEST)
             elif url.path == "/" and self.server.dashboard:
-                page = render_page(self.server.deployment, hours_parameter(url.query))
+                page = render_page(self.server.deployment, hours_parameter(url.query), at_parameter(url.query))
                 self._send(200, page.encode(), "text/html; charset=utf-8")
             elif url.path == "/healthz":
                 self._send(200, b"ok\n", "text/plain; charset=utf-8")

@@ -22,11 +22,13 @@ import pyarrow.parquet as pq
 
 from siltlake.catalog import (
     PublishedVersion,
+    RequestApplied,
     TableRecord,
     UpdateBase,
     UpdateConflict,
     UpdateWrite,
     VersionTimeBehind,
+    WriteRequest,
 )
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
@@ -127,7 +129,7 @@ def _record_and_base(deployment: Deployment, name: str, partition_date: dt.date)
         raise SiltError(f"{record.qualified_name}: {exc}") from None
 
 
-def base_frame(spark: SparkSession, deployment: Deployment, record: TableRecord, base: UpdateBase) -> DataFrame:
+def _base_frame(spark: SparkSession, deployment: Deployment, record: TableRecord, base: UpdateBase) -> DataFrame:
     from siltlake.read import objects_frame
 
     frame = objects_frame(spark, record, deployment, [base.manifest_key] if base.manifest_key else [],
@@ -214,14 +216,15 @@ class PreparedUpdates:
         return [UpdateWrite(u.base, u.object_key, u.manifest_key, u.rows_after, u.bytes)  # type: ignore[arg-type]
                 for u in self.updates if u.object_key is not None]
 
-    def commit(self) -> list[UpdateReport]:
+    def commit(self, request: tuple[WriteRequest, str] | None = None) -> list[UpdateReport]:
+        """Publish; `request` (a request id and what the write did) is recorded in the same transaction."""
         writes = self.writes()
         if not writes:
             return [u.report(None) for u in self.updates]
         try:
             versions = self.updates[0].deployment.catalog.versions.commit_updates(
-                writes, self.now or utcnow(), given=self.now is not None)
-        except (UpdateConflict, VersionTimeBehind):
+                writes, self.now or utcnow(), given=self.now is not None, request=request)
+        except (UpdateConflict, VersionTimeBehind, RequestApplied):
             # Refused inside the transaction, so nothing was committed: nothing will ever list these objects.
             # (Any other failure may have come after the commit; reap deletes what no version names.)
             self.discard()
@@ -231,8 +234,9 @@ class PreparedUpdates:
 
 
 def prepare_delete(deployment: Deployment, name: str, partition_date: dt.date, where: str,
-                   now: dt.datetime | None = None) -> PreparedUpdate:
-    """Write the partition without the rows matching the Spark SQL predicate `where` (null counts as no match).
+                   now: dt.datetime | None = None, write: bool = True) -> PreparedUpdate:
+    """Write the partition without the rows matching the Spark SQL predicate `where` (null counts as no match);
+    without `write` (a dry run) only count them: rows_after is what would remain.
 
     `now` (naive UTC) stamps the version, as publish's does, to drive a simulated clock."""
     from pyspark.errors import AnalysisException
@@ -242,7 +246,7 @@ def prepare_delete(deployment: Deployment, name: str, partition_date: dt.date, w
 
     started = time.monotonic()
     record, base = _record_and_base(deployment, name, partition_date)
-    frame = base_frame(deployment.spark(), deployment, record, base)
+    frame = _base_frame(deployment.spark(), deployment, record, base)
     try:
         # Parsed on its own: pasted into a larger expression, "a = 1) OR (true" would balance and match every row.
         check_expression(deployment.spark(), where)  # before Spark analyses or runs any of it
@@ -254,8 +258,10 @@ def prepare_delete(deployment: Deployment, name: str, partition_date: dt.date, w
         raise SiltError(f"cannot use --where {where!r} on {record.qualified_name}: {first}") from None
     counted = totals.first()
     prepared = PreparedUpdate(deployment, record, base, counted["rows"], started, now)
-    if counted["matched"]:
+    if counted["matched"] and write:
         prepared.write(frame.where(~matching))
+    elif not write:
+        prepared.rows_after = counted["rows"] - counted["matched"]
     return prepared
 
 
@@ -279,7 +285,7 @@ def prepare_overwrite(deployment: Deployment, name: str, partition_date: dt.date
     shaped = rows.select(*[
         (F.col(c.name) if c.name in rows.columns else F.lit(None)).cast(types[c.name]).alias(c.name)
         for c in definition.columns])
-    prepared = PreparedUpdate(deployment, record, base, base_frame(deployment.spark(), deployment, record,
+    prepared = PreparedUpdate(deployment, record, base, _base_frame(deployment.spark(), deployment, record,
                                                                     base).count(), started, now)
     prepared.write(shaped)
     return prepared
@@ -287,7 +293,7 @@ def prepare_overwrite(deployment: Deployment, name: str, partition_date: dt.date
 
 def prepare_deletes(deployment: Deployment, name: str, dates: Iterable[dt.date], where: str,
                     now: dt.datetime | None = None,
-                    progress: Callable[[int, dt.date], None] | None = None) -> PreparedUpdates:
+                    progress: Callable[[int, dt.date], None] | None = None, write: bool = True) -> PreparedUpdates:
     """prepare_delete for each of `dates`, all checked to exist before any is written (a missing one is
     refused, named); what was written is deleted if one fails. progress(done, date) before each."""
     record = _updatable(deployment, name)
@@ -301,7 +307,7 @@ def prepare_deletes(deployment: Deployment, name: str, dates: Iterable[dt.date],
         for done, date in enumerate(wanted):
             if progress is not None:
                 progress(done, date)
-            prepared.updates.append(prepare_delete(deployment, name, date, where, now))
+            prepared.updates.append(prepare_delete(deployment, name, date, where, now, write))
     except BaseException:
         prepared.discard()
         raise

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from siltlake.catalog import PublishedVersion, TableRecord, UpdateConflict
+from siltlake.catalog import AppliedRequest, PublishedVersion, RequestApplied, TableRecord, UpdateConflict, WriteRequest
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.errors import SiltError
@@ -48,10 +48,19 @@ class UpsertReport:
     table: str
     partitions: tuple[UpsertedPartition, ...]
     seconds: float
+    request_id: str | None = None
+    applied_before: AppliedRequest | None = None  # a retry whose id was committed already: nothing was upserted
 
     @property
     def rows(self) -> int:
         return sum(p.rows for p in self.partitions)
+
+    @property
+    def message(self) -> str | None:
+        """What a retry was told, None for an upsert that ran."""
+        from siltlake.publish.requests import already_applied
+
+        return already_applied(self.applied_before) if self.applied_before is not None else None
 
 
 def _record(deployment: Deployment, name: str) -> TableRecord:
@@ -65,11 +74,12 @@ def _record(deployment: Deployment, name: str) -> TableRecord:
     return record
 
 
-def _shaped(record: TableRecord, rows: pa.Table, delete_column: str | None) -> pa.Table:
+def shaped_rows(record: TableRecord, rows: pa.Table, delete_column: str | None, action: str = "upsert") -> pa.Table:
     """The rows as the table's columns (cast to its types; missing nullable ones null), plus DELETE_MARKER
-    when deletes were asked for; raises SiltError, naming what is wrong, for rows that cannot be upserted."""
+    when deletes were asked for; raises SiltError, naming what is wrong, for rows that cannot be written
+    (`action`: the write, as the message names it)."""
     definition = record.definition
-    where = f"cannot upsert into {definition.qualified_name}"
+    where = f"cannot {action} into {definition.qualified_name}"
     names = {c.name for c in definition.columns}
     extra = sorted(set(rows.column_names) - names - {delete_column})
     missing = [c.name for c in definition.columns if c.name not in rows.column_names and not c.nullable]
@@ -140,19 +150,26 @@ class PreparedUpsert:
         self.started = started
         self.now = now
         self.prepared_at = utcnow()
+        self.request: WriteRequest | None = None  # recorded in the commit (catalog.requests)
 
     def discard(self) -> None:
         """Delete the temporary objects (a committed upsert's were moved already)."""
         self.deployment.lake.delete_prefix(temporary_run(self.deployment.instance_key, self.run_id))
 
     def commit(self) -> UpsertReport:
+        """Publish; a concurrent attempt with the same request id that committed first makes this one a no-op."""
+        from siltlake.publish.requests import applied_before
         from siltlake.stream.runner import commit_parts
 
+        request_id = self.request.request_id if self.request is not None else None
         try:
             outcome = self._commit(commit_parts)
+        except RequestApplied:
+            return UpsertReport(self.record.qualified_name, (), time.monotonic() - self.started, request_id,
+                                applied_before(self.deployment, self.request))
         finally:
             self.discard()  # moved, or never to be committed: an upsert that failed is run again whole
-        return UpsertReport(self.record.qualified_name, outcome, time.monotonic() - self.started)
+        return UpsertReport(self.record.qualified_name, outcome, time.monotonic() - self.started, request_id)
 
     def _commit(self, commit_parts) -> tuple[UpsertedPartition, ...]:  # noqa: ANN001 - stream.runner's
         deployment, record = self.deployment, self.record
@@ -160,6 +177,8 @@ class PreparedUpsert:
         name = record.qualified_name
         with deployment.catalog.partitions.stream_commit() as tx:
             now = self.now or utcnow()
+            if self.request is not None:
+                tx.check_request(self.request)
             for part in self.parts:
                 date = dt.date.fromisoformat(part["date"])
                 partition = tx.partition(record.id, date)
@@ -203,6 +222,10 @@ class PreparedUpsert:
                                               label=merge_label((base.version or 0) + 1, upper), listed=listed)
                 versions.append((base, upper, manifest))
             published = tx.add_merge_versions(record.id, versions, now, given=self.now is not None)
+            if self.request is not None:
+                tx.record_request(self.request, published[0].table_version, f"upserted "
+                                  f"{sum(p['rows'] for p in self.parts)} rows into "
+                                  f"{', '.join(p['date'] for p in self.parts)}", published[0].created_at)
         return tuple(UpsertedPartition(dt.date.fromisoformat(part["date"]), part["rows"],
                                        self.deleted.get(part["date"], 0), version, delayed)
                      for (part, _, delayed), version in zip(placed, published, strict=True))
@@ -214,21 +237,13 @@ def prepare_upsert(deployment: Deployment, name: str, rows: pa.Table, delete_col
     column whose true rows delete their key), read the start state and write one object per date under
     temporary keys. `now` (naive UTC) stamps the versions, as publish's does."""
     started = time.monotonic()
-    record = _record(deployment, name)
+    record, shaped, dates, deleted = _checked(deployment, name, rows, delete_column)
     definition = record.definition
-    shaped = _shaped(record, rows, delete_column)
-    dates = partition_dates(shaped.column(definition.time_column), definition.timezone)
-    _check_unique(record, shaped, dates)
     catalog = deployment.catalog
     # Read before writing: an append or update committed from here on is one the upsert conflicts with.
     mark = catalog.versions.mark()
     wanted = set(pc.unique(dates).to_pylist())
     start_ids = catalog.partitions.largest_ids(record.id, wanted)
-    deleted: dict[str, int] = {}
-    if delete_column is not None:
-        counted = pa.table({"d": dates, "m": shaped.column(DELETE_MARKER)}).group_by("d").aggregate([("m", "sum")])
-        deleted = {d.isoformat(): int(m or 0) for d, m in zip(counted.column("d").to_pylist(),
-                                                               counted.column("m_sum").to_pylist(), strict=True)}
     run_id = f"upsert-{uuid.uuid4().hex}"
     writer = ObjectWriter(definition, deployment.lake, record.layout(deployment.instance_key), run_id, 0,
                           deployment.config.stream.spill_bytes, schema=shaped.schema)
@@ -241,7 +256,46 @@ def prepare_upsert(deployment: Deployment, name: str, rows: pa.Table, delete_col
     return PreparedUpsert(deployment, record, run_id, parts, deleted, mark, start_ids, started, now)
 
 
+def _checked(deployment: Deployment, name: str, rows: pa.Table, delete_column: str | None,
+             ) -> tuple[TableRecord, pa.Table, pa.Array, dict[str, int]]:
+    """The table, the rows shaped as its columns (SiltError for rows it cannot take), each row's partition date
+    and the rows with the delete column true per date (ISO)."""
+    record = _record(deployment, name)
+    definition = record.definition
+    shaped = shaped_rows(record, rows, delete_column)
+    dates = partition_dates(shaped.column(definition.time_column), definition.timezone)
+    _check_unique(record, shaped, dates)
+    deleted: dict[str, int] = {}
+    if delete_column is not None:
+        counted = pa.table({"d": dates, "m": shaped.column(DELETE_MARKER)}).group_by("d").aggregate([("m", "sum")])
+        deleted = {d.isoformat(): int(m or 0) for d, m in zip(counted.column("d").to_pylist(),
+                                                               counted.column("m_sum").to_pylist(), strict=True)}
+    return record, shaped, dates, deleted
+
+
+def plan_upsert(deployment: Deployment, name: str, rows: pa.Table,
+                delete_column: str | None = None) -> list[tuple[dt.date, int, int]]:
+    """What an upsert of `rows` would do (a dry run: the rows are checked, nothing is written): (date, rows,
+    of them deleting their key) per partition date."""
+    _, _, dates, deleted = _checked(deployment, name, rows, delete_column)
+    counted = pa.table({"d": dates}).group_by("d").aggregate([("d", "count")])
+    return sorted((day, int(count), deleted.get(day.isoformat(), 0))
+                  for day, count in zip(counted.column("d").to_pylist(), counted.column("d_count").to_pylist(),
+                                        strict=True))
+
+
 def upsert(deployment: Deployment, name: str, rows: pa.Table, delete_column: str | None = None,
-           now: dt.datetime | None = None) -> UpsertReport:
-    """Upsert `rows` into the keyed table `name`: one `merge` version per partition date they fall on."""
-    return prepare_upsert(deployment, name, rows, delete_column, now).commit()
+           now: dt.datetime | None = None, request_id: str | None = None) -> UpsertReport:
+    """Upsert `rows` into the keyed table `name`: one `merge` version per partition date they fall on; once per
+    `request_id` (a retry with an id committed already changes nothing and its report says so)."""
+    from siltlake.publish.requests import applied_before, write_request
+
+    started = time.monotonic()
+    request = write_request(_record(deployment, name), request_id, "upsert")
+    applied = applied_before(deployment, request)
+    if applied is not None:
+        return UpsertReport(deployment.catalog.tables.get(name).qualified_name, (), time.monotonic() - started,
+                            request_id, applied)
+    prepared = prepare_upsert(deployment, name, rows, delete_column, now)
+    prepared.request = request
+    return prepared.commit()

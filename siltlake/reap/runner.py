@@ -70,6 +70,7 @@ class ReapReport:
     derived: DerivedReapReport = field(default_factory=DerivedReapReport)  # derived table builds (seed 002)
     listed: int = 0
     staging_rows: int = 0  # processed staging rows pruned past stream.staging_retention (reap.staging_rows)
+    request_ids: int = 0  # request ids of committed writes pruned past reap.request_id_retention
     full_sweep: bool = True  # False: listed only what changed since the last run (DESIGN §8)
     prefixes_listed: int = 1
     catalog_seconds: float = 0.0
@@ -94,7 +95,8 @@ class ReapReport:
             "kept_running": self.kept_running, "kept_unreadable": self.kept_unreadable,
             "failed": [{"key": k, "error": e} for k, e in self.failed], "warnings": self.warnings,
             "other_instances": self.other_instances, "derived": self.derived.as_dict(), "listed": self.listed,
-            "staging_rows_pruned": self.staging_rows, "full_sweep": self.full_sweep,
+            "staging_rows_pruned": self.staging_rows, "request_ids_pruned": self.request_ids,
+            "full_sweep": self.full_sweep,
             "prefixes_listed": self.prefixes_listed,
             "catalog_seconds": round(self.catalog_seconds, 3), "list_seconds": round(self.list_seconds, 3),
             "delete_seconds": round(self.delete_seconds, 3), "seconds": round(self.seconds, 3),
@@ -523,6 +525,7 @@ def reap_once(deployment: Deployment, now: dt.datetime | None = None, *, dry_run
     report.derived = reap_derived(deployment, now, grace=grace)
     pruned = catalog.observations.prune_history(now - dt.timedelta(seconds=deployment.config.observe.history_retention))
     report.staging_rows = prune_staging_rows(deployment, now)
+    report.request_ids = catalog.requests.prune(now - dt.timedelta(seconds=deployment.config.reap.request_id_retention))
     if not report.failed:
         # Only a run that deleted all it planned is one the next incremental run may start from: an object
         # whose delete failed lies in a partition that may never change again.
@@ -532,7 +535,7 @@ def reap_once(deployment: Deployment, now: dt.datetime | None = None, *, dry_run
     event(log, "reap.run", full_sweep=report.full_sweep, prefixes=report.prefixes_listed,
           listed=report.listed, objects=sum(r.objects for r in report.reasons.values()),
           bytes=sum(r.bytes for r in report.reasons.values()), failed=len(report.failed), history_pruned=pruned,
-          staging_rows_pruned=report.staging_rows,
+          staging_rows_pruned=report.staging_rows, request_ids_pruned=report.request_ids,
           seconds=report.seconds)
     for object_key, error in report.failed:
         event(log, "reap.delete_failed", logging.WARNING, key=object_key, reason=error)

@@ -101,29 +101,18 @@ class Discovery:
     notified: int = 0
     notifications: NotificationTally | None = None  # what the queue delivered; None without a queue
 
-    def absorb(self, earlier: Discovery) -> None:
-        """Add what an earlier discovery of the same round did (`silt stream --once` waiting to settle)."""
-        self.registered += earlier.registered
-        self.unknown += earlier.unknown
-        self.redelivered += earlier.redelivered
-        self.changed = earlier.changed + self.changed
-        self.appended += earlier.appended
-        self.rewritten = earlier.rewritten + self.rewritten
-        self.expired = max(self.expired, earlier.expired)
-        self.listed = max(self.listed, earlier.listed)
-        self.swept += earlier.swept
-        self.sweep_completed = self.sweep_completed or earlier.sweep_completed
-        self.notified += earlier.notified
-
-    def add(self, other: Discovery) -> None:
-        """Add the registrations of a pass over other objects (the notified ones) to this report."""
-        self.registered += other.registered
-        self.unknown += other.unknown
-        self.redelivered += other.redelivered
-        self.changed += other.changed
-        self.looked_up += other.looked_up
-        self.expired += other.expired
-        self.notified += other.notified
+    def fold(self, other: Discovery, *, same_listing: bool = False) -> None:
+        """Count another pass's report into this one. Work done (registrations, redeliveries, tails, lookups,
+        the sweep) adds up; what was seen adds up too, unless the other pass repeated this one's listing
+        (`silt stream --once` waiting to settle lists the same objects again): then the larger count stands."""
+        for name in ("registered", "unknown", "redelivered", "looked_up", "appended", "swept", "notified"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.changed = other.changed + self.changed
+        self.rewritten = other.rewritten + self.rewritten
+        seen = max if same_listing else (lambda mine, theirs: mine + theirs)
+        self.listed = seen(self.listed, other.listed)
+        self.expired = seen(self.expired, other.expired)
+        self.sweep_completed = self.sweep_completed or other.sweep_completed
         self.notifications = other.notifications or self.notifications
 
 
@@ -189,7 +178,7 @@ def _discover_object_store(deployment: Deployment, cursor: DiscoveryCursor | Non
     report.listed, report.expired = len(listed), len(listed) - len(fresh)
     report.full_listing, report.list_requests = found.full, found.requests
     found.advance(deployment.catalog, deployment.staging.root, deployment.config.stream.listing_margin)
-    report.add(notified)
+    report.fold(notified)
     return report
 
 
@@ -296,7 +285,7 @@ def _register_notified(deployment: Deployment, expired_before: dt.datetime | Non
     def register(objects: list[ObjectInfo]) -> None:
         settled = [info for info in objects if not is_in_flight(info.key)]
         fresh = _unexpired(deployment, settled, expired_before)
-        found.add(_register(deployment, fresh))
+        found.fold(_register(deployment, fresh))
         found.notified += len(objects)
         found.expired += len(settled) - len(fresh)
 

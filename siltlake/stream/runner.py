@@ -399,7 +399,7 @@ def discover_settled(deployment: Deployment, stop: threading.Event | None = None
             break
         time.sleep(wait)
         again = discover(deployment)
-        again.absorb(found)
+        again.fold(found, same_listing=True)
         found = again
     return found
 

@@ -1,0 +1,64 @@
+"""`silt update`: set columns of the rows matching a predicate, as one table version."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import click
+
+from siltlake.cli.context import deployment_of, friendly, needs_spark
+from siltlake.cli.options import date_option, dry_run_option, json_option, now_option, parse_now
+from siltlake.cli.output import activity
+from siltlake.cli.writes import print_updates, request_id_option
+
+
+def _assignments(values: tuple[str, ...]) -> dict[str, str]:
+    """--set COLUMN=EXPRESSION options as {column: Spark SQL expression}."""
+    assignments: dict[str, str] = {}
+    for value in values:
+        column, equals, expression = value.partition("=")
+        if not equals or not column.strip() or not expression.strip():
+            raise click.BadParameter(f"{value!r} is not COLUMN=EXPRESSION, e.g. action='login' or "
+                                     "action=upper(action)", param_hint="--set")
+        if column.strip() in assignments:
+            raise click.BadParameter(f"{column.strip()} is set twice", param_hint="--set")
+        assignments[column.strip()] = expression.strip()
+    return assignments
+
+
+@click.command("update")
+@click.argument("name")
+@click.option("--set", "assignments", multiple=True, required=True, metavar="COLUMN=EXPRESSION",
+              help="A column and its new value, a Spark SQL expression over the row (a text in quotes: "
+              "action='login'); repeat the option for several columns.")
+@click.option("--where", "where", default=None, help="Spark SQL predicate over the table's columns; the rows "
+              "where it is true are updated (default: every row of the partitions given).")
+@date_option(multiple=True)
+@click.option("--all-dates", is_flag=True, help="Every partition of the table.")
+@now_option
+@request_id_option
+@dry_run_option
+@json_option
+@click.pass_context
+@friendly
+@needs_spark("silt update")
+def update_command(context: click.Context, name: str, assignments: tuple[str, ...], where: str | None,
+                   dates: tuple[dt.date, ...], all_dates: bool, now_text: str | None, request_id: str | None,
+                   dry_run: bool, as_json: bool) -> None:
+    """Set columns of the rows of NAME matching --where in every partition given, as one table version
+    stamped with --now's time (an `update` of each partition with a matching row): readers see all of it or
+    none. Primary key columns are not set. With --dry-run the matching rows are counted, nothing is written."""
+    from siltlake.publish.row_updates import update_rows
+
+    if bool(dates) == all_dates:
+        raise click.UsageError("give the partitions: --date YYYY-MM-DD (repeatable) or --all-dates")
+    values = _assignments(assignments)
+    now = parse_now(now_text)
+    deployment = deployment_of(context)
+    record = deployment.catalog.tables.get(name)
+    wanted = [p.partition_date for p in deployment.catalog.partitions.list(record.id)] if all_dates else list(dates)
+    with activity(f"updating {name}…") as step:
+        report = update_rows(
+            deployment, name, values, where, wanted, request_id=request_id, now=now, dry_run=dry_run,
+            progress=lambda done, date: step(f"updating {name} dt={date} ({done + 1} of {len(wanted)} partitions)…"))
+    print_updates(report, as_json=as_json, dry_run=dry_run, changed="set")

@@ -1,0 +1,50 @@
+"""What the commands that write rows (delete, update, upsert, restore) share: --request-id, the report of a
+partition rewrite, and asking before a restore."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING
+
+import click
+
+from siltlake.cli.output import Column, format_count, grid, out, write_json
+
+if TYPE_CHECKING:
+    from siltlake.publish.requests import UpdatesReport
+
+REQUEST_ID_HELP = ("An id of this write (e.g. a UUID) that makes it exactly-once: run again with the same id, it "
+                   "changes nothing and says so. Ids are kept for reap.request_id_retention (default 7d).")
+
+request_id_option = click.option("--request-id", default=None, metavar="ID", help=REQUEST_ID_HELP)
+
+
+def print_updates(report: UpdatesReport, *, as_json: bool, dry_run: bool, changed: str) -> None:
+    """A delete's, update's or restore's report: per partition rows before, rows `changed` (deleted, set,
+    after) and the version; for a retried request id, what its first commit did."""
+    if as_json:
+        write_json({**report.as_dict(), "dry_run": dry_run})
+        return
+    if report.applied_before is not None:
+        out.print(report.message, highlight=False, soft_wrap=True)
+        return
+    columns = (Column("dt"), Column("rows before", show=format_count, right=True),
+               Column(f"{'would be ' if dry_run else ''}{changed}", show=format_count, right=True),
+               Column("version", right=True))
+    out.print(grid(columns, [
+        (p.partition_date.isoformat(), p.rows_before, count,
+         "dry run" if dry_run else str(p.version.version) if p.version else "unchanged")
+        for p, count in zip(report.partitions, report.changed(), strict=True)]))
+    if report.table_version is not None:
+        out.print(f"{report.table} is now at table version {report.table_version}", highlight=False)
+
+
+def confirm(question: str, yes: bool) -> None:
+    """Ask before a change readers will see; without a terminal --yes is required. A declined prompt exits 2."""
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise click.UsageError(f"{question} There is no terminal to ask at: give --yes to go ahead")
+    if not click.confirm(question, default=False):
+        click.echo("nothing was changed", err=True)
+        sys.exit(2)
