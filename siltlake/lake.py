@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from siltlake.publish import PublishReport
     from siltlake.publish.append import AppendReport
     from siltlake.publish.requests import UpdatesReport
+    from siltlake.publish.retype import RetypeReport
     from siltlake.publish.upsert import UpsertReport
     from siltlake.read.inspect import TableInspect
     from siltlake.read.versions import DataFile
@@ -291,16 +292,24 @@ class Table:
                             f"not {type(rows).__name__}")
         return upsert(self.lake.deployment, self.name, rows, delete_column, now, request_id)
 
-    def add_column(self, name: str, type_name: str, source: str | None = None) -> None:
-        """Add a nullable column; objects written before it read it as null."""
+    def add_column(self, name: str, type_name: str, source: str | None = None, now: dt.datetime | None = None) -> None:
+        """Add a nullable column; objects written before it read it as null. A table version of its own."""
         from siltlake.tabledef import Column
 
         column = Column.from_mapping({"name": name, "type": type_name, "source": source})
-        self.record = self.lake.deployment.catalog.tables.add_column(self.name, column)
+        self.record = self.lake.deployment.catalog.tables.add_column(self.name, column, now)
 
-    def alter_column(self, name: str, type_name: str) -> None:
-        """Widen a column's type (int to bigint, float to double); older objects read as the new type."""
-        self.record = self.lake.deployment.catalog.tables.alter_column_type(self.name, name, type_name)
+    def alter_column(self, name: str, type_name: str, rewrite: bool = False,
+                     now: dt.datetime | None = None) -> RetypeReport:
+        """Change a column's type. A widening (int to bigint, float to double) rewrites nothing: older objects read
+        as the new type. Any other change needs rewrite=True: the partitions holding values in the column are
+        rewritten as update versions, and rows whose value does not convert move to an error file (the report
+        counts them and names it; `silt errors replay` stages them again once fixed)."""
+        from siltlake.publish.retype import alter_column
+
+        report = alter_column(self.lake.deployment, self.name, name, type_name, rewrite=rewrite, now=now)
+        self.record = self.lake.deployment.catalog.tables.get(self.name)
+        return report
 
     def rename_column(self, old: str, new: str, now: dt.datetime | None = None) -> None:
         """Rename a column; no object is rewritten (objects keep it under the name they hold it by), its input

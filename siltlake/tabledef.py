@@ -1,156 +1,72 @@
-"""Table definitions: columns, types, time settings, and their Arrow schema."""
+"""Table definitions: columns, time settings, keys, and their Arrow schema.
+
+Column types are in siltlake.coltypes, identifiers, durations and definition files in siltlake.defbase, derived
+table definitions in siltlake.derivedef; their names are importable from here as before."""
 
 from __future__ import annotations
 
 import functools
 import json
-import re
-import tomllib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from siltlake.coltypes import (
+    FIELD_ID_KEY,
+    KEY_TYPES,
+    PARTITION_COLUMN,
+    SEQUENCE_TYPES,
+    SIMPLE_TYPES,
+    WIDENINGS,
+    arrow_type,
+    decimal_parts,
+    needs_rewrite,
+    parse_type,
+)
+from siltlake.defbase import (
+    IDENTIFIER,
+    StrictModel,
+    absent,
+    check_identifier,
+    definition_file,
+    describe_validation_error,
+    exact_bool,
+    exact_int,
+    format_duration,
+    parse_duration,
+    validated,
+)
+from siltlake.derivedef import DerivedDef, load_derived_file
 from siltlake.errors import DefinitionError, no_column
 
 if TYPE_CHECKING:  # pyarrow is imported where a schema is built: `silt status` and `--help` never load it
     import pyarrow as pa
 
-IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}\Z")  # \Z: "$" would let a trailing newline through
-_DECIMAL = re.compile(r"^decimal\((\d{1,2}),\s*(\d{1,2})\)$")
-SIMPLE_TYPES = ("string", "int", "bigint", "float", "double", "boolean", "timestamp", "date", "json")
-# The type changes older objects can be read through (Parquet int32 as int64, float as double): nothing is rewritten.
-WIDENINGS = {("int", "bigint"), ("float", "double")}
+__all__ = [
+    "FIELD_ID_KEY", "IDENTIFIER", "KEY_TYPES", "LEGACY_NAIVE_TIMEZONE", "PARTITION_COLUMN", "SEQUENCE_TYPES",
+    "SIMPLE_TYPES", "WIDENINGS", "Column", "DerivedDef", "TableDef", "arrow_type", "check_identifier",
+    "decimal_parts", "describe_validation_error", "format_duration", "load_derived_file", "load_table_file",
+    "needs_rewrite", "parse_duration", "parse_type",
+]
+
 # What a log table stored before naive_timezone existed reads naive time strings in.
 LEGACY_NAIVE_TIMEZONE = "UTC"
-_DURATION = re.compile(r"^(\d+)\s*(s|m|h|d)?$")
-_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
-# The partition column: in every object (so that any Parquet or Iceberg reader filters on it), never a column name.
-PARTITION_COLUMN = "dt"
-# The Parquet schema metadata key of a column's Iceberg field id (pyarrow writes it as the Parquet field_id).
-FIELD_ID_KEY = b"PARQUET:field_id"
 
 
-def _absent(value: Any) -> bool:
-    return value is None
-
-
-def check_identifier(value: str, what: str) -> str:
-    """Return value if it is a safe lower-case identifier, else raise DefinitionError."""
-    if not isinstance(value, str) or not IDENTIFIER.match(value):
-        raise DefinitionError(
-            f"{what} {value!r} is not a valid identifier: use 1-63 characters of a-z, 0-9 and _, "
-            "starting with a letter or _"
-        )
-    return value
-
-
-def parse_duration(value: int | str, what: str = "duration") -> int:
-    """Seconds from an integer or a string such as '12h', '30m', '0s', '45'."""
-    if isinstance(value, bool):
-        raise DefinitionError(f"{what} {value!r} is not a duration")
-    if isinstance(value, int):
-        if value < 0:
-            raise DefinitionError(f"{what} must not be negative, got {value}")
-        return value
-    if isinstance(value, str):
-        match = _DURATION.match(value.strip())
-        if match:
-            return int(match.group(1)) * _DURATION_UNITS[match.group(2)]
-    raise DefinitionError(f"{what} {value!r} is not a duration: use seconds or a number with s, m, h or d")
-
-
-def format_duration(seconds: int) -> str:
-    """A duration as a user writes it ('12h', '30m', '0s'): the largest unit parse_duration reads back exactly."""
-    for unit in ("d", "h", "m"):
-        if seconds and seconds % _DURATION_UNITS[unit] == 0:
-            return f"{seconds // _DURATION_UNITS[unit]}{unit}"
-    return f"{seconds}s"
-
-
-def parse_type(type_name: str) -> str:
-    """Normalise a column type name; raise DefinitionError for unknown types."""
-    normal = type_name.strip().lower() if isinstance(type_name, str) else ""
-    if normal in SIMPLE_TYPES:
-        return normal
-    match = _DECIMAL.match(normal)
-    if match:
-        precision, scale = int(match.group(1)), int(match.group(2))
-        if not 1 <= precision <= 38 or scale > precision:
-            raise DefinitionError(f"decimal({precision},{scale}) needs 1 <= precision <= 38 and scale <= precision")
-        return f"decimal({precision},{scale})"
-    raise DefinitionError(
-        f"unknown column type {type_name!r}: use one of {', '.join(SIMPLE_TYPES)} or decimal(p,s)"
-    )
-
-
-def decimal_parts(type_name: str) -> tuple[int, int]:
-    match = _DECIMAL.match(type_name)
-    if not match:
-        raise ValueError(f"{type_name!r} is not a decimal type")
-    return int(match.group(1)), int(match.group(2))
-
-
-def arrow_type(type_name: str) -> pa.DataType:
-    """The Arrow type a column of this siltlake type is stored as."""
-    import pyarrow as pa
-
-    simple = {
-        "string": pa.string(),
-        "json": pa.string(),
-        "int": pa.int32(),
-        "bigint": pa.int64(),
-        "float": pa.float32(),
-        "double": pa.float64(),
-        "boolean": pa.bool_(),
-        "timestamp": pa.timestamp("us", tz="UTC"),
-        "date": pa.date32(),
-    }
-    if type_name in simple:
-        return simple[type_name]
-    precision, scale = decimal_parts(type_name)
-    return pa.decimal128(precision, scale)
-
-
-# Types a primary key column may have, and a sequence column (decimal(p,s) is allowed for both).
-KEY_TYPES = ("string", "int", "bigint", "date", "timestamp", "boolean")
-SEQUENCE_TYPES = ("int", "bigint", "double", "float", "date", "timestamp")
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-_Model = TypeVar("_Model", bound=BaseModel)
-
-
-def _exact_bool(value: Any, info: ValidationInfo) -> bool:
-    """A real boolean: pydantic would take "no", "off" or 0 for false."""
-    if not isinstance(value, bool):
-        raise DefinitionError(f"{info.field_name} {value!r} is not a boolean: write true or false")
-    return value
-
-
-def _exact_int(value: Any, info: ValidationInfo) -> Any:
-    """A real integer: pydantic would take true for 1 and "100" or 1.0 for a number."""
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-        raise DefinitionError(f"{info.field_name} {value!r} is not a whole number")
-    return value
-
-
-class Column(_Strict):
+class Column(StrictModel):
     name: str
     type: str
     nullable: bool = True
     source: str | None = Field(default=None, description="input field name; defaults to the column name")
     # The column's Iceberg field id, written into every object as its Parquet field_id: assigned when the table
     # is created or the column added, never reused. None only in definitions stored before ids existed.
-    field_id: int | None = Field(default=None, exclude_if=_absent)
+    field_id: int | None = Field(default=None, exclude_if=absent)
     # The name objects store the column under, when not its name: kept by a rename, never reused (issue 31).
-    physical: str | None = Field(default=None, exclude_if=_absent)
+    physical: str | None = Field(default=None, exclude_if=absent)
 
-    _nullable = field_validator("nullable", mode="before")(_exact_bool)
+    _nullable = field_validator("nullable", mode="before")(exact_bool)
 
     @field_validator("name")
     @classmethod
@@ -183,7 +99,7 @@ class Column(_Strict):
             raise DefinitionError(f"column: {describe_validation_error(exc)}") from None
 
 
-class TableDef(_Strict):
+class TableDef(StrictModel):
     """A table definition as written by users (TOML) and stored in the catalog."""
 
     schema_name: str = Field(alias="schema")
@@ -204,14 +120,14 @@ class TableDef(_Strict):
     merge_batch_size: int = 2000
     row_group_bytes: int = 8 * 1024 * 1024  # target decoded size of a merged object's row groups (issue 36)
     ttl_days: int | None = None
-    # "derived": built from a query by siltlake.derived (siltlake.tabledef.DerivedDef), never streamed into.
+    # "derived": built from a query by siltlake.derived (siltlake.derivedef.DerivedDef), never streamed into.
     kind: Literal["log", "derived"] = "log"
     # Keyed tables (docs/design.md "Keyed tables"): readers see one row per (dt, primary key), the one committed
     # last unless sequence_column orders them; merges keep only those rows.
     primary_key: tuple[str, ...] = ()
     sequence_column: str = ""
     # The Iceberg field id of the partition column dt (the columns carry their own; see Column.field_id).
-    dt_field_id: int | None = Field(default=None, exclude_if=_absent)
+    dt_field_id: int | None = Field(default=None, exclude_if=absent)
     # Dropped columns (issue 31): their ids and physical names are never given to a column again.
     dropped_columns: tuple[Column, ...] = Field(default=(), exclude_if=lambda value: not value)
 
@@ -240,7 +156,7 @@ class TableDef(_Strict):
         return parse_duration(value, "merge_interval")
 
     _whole = field_validator("merged_object_size", "merge_batch_size", "row_group_bytes", "ttl_days",
-                             mode="before")(_exact_int)
+                             mode="before")(exact_int)
 
     @field_validator("merged_object_size", "merge_batch_size", "row_group_bytes")
     @classmethod
@@ -417,35 +333,54 @@ class TableDef(_Strict):
 
     @classmethod
     def from_mapping(cls, data: dict[str, Any], source: str = "table definition") -> TableDef:
-        return _validated(cls, data, source)
+        return validated(cls, data, source)
 
     def with_column(self, column: Column) -> TableDef:
         data = self.model_dump(by_alias=True)
         added = column.model_dump(exclude={"physical"})
-        ever = [*self.columns, *self.dropped_columns]
-        if self.field_ids is not None:  # a new id, above every id the table ever had (dropped columns' too)
-            added["field_id"] = max([*self.field_ids.values(), *(c.field_id or 0 for c in ever)]) + 1
-        taken, physical, suffix = {c.physical_name for c in ever}, column.name, added.get("field_id") or len(ever)
-        while physical in taken:  # a dropped or renamed column's objects hold this name: not this column's data
-            physical, suffix = f"{column.name}_{suffix}", suffix + 1
-        added["physical"] = physical if physical != column.name else None
+        added["field_id"], added["physical"] = self._new_identity(column.name)
         data["columns"] = [*data["columns"], added]
         return TableDef.from_mapping(data)
 
-    def with_column_type(self, name: str, type_name: str) -> TableDef:
-        """The definition with column `name` widened to `type_name` (only the WIDENINGS are allowed)."""
+    def _new_identity(self, name: str) -> tuple[int | None, str | None]:
+        """A new column's field id (above every id the table ever had, dropped columns' too; None without ids)
+        and physical name (None: its name), never one a column of the table ever had."""
+        ever = [*self.columns, *self.dropped_columns]
+        field_id = None
+        if self.field_ids is not None:
+            field_id = max([*self.field_ids.values(), *(c.field_id or 0 for c in ever)]) + 1
+        taken, physical, suffix = {c.physical_name for c in ever}, name, field_id or len(ever)
+        while physical in taken:  # a dropped or renamed column's objects hold this name: not this column's data
+            physical, suffix = f"{name}_{suffix}", suffix + 1
+        return field_id, (physical if physical != name else None)
+
+    def with_column_type(self, name: str, type_name: str, rewrite: bool = False) -> TableDef:
+        """The definition with column `name` of type `type_name`: a widening (WIDENINGS) keeps the column, whose
+        older objects read as the new type; any other change needs `rewrite` and makes the column anew (a new
+        field id and physical name; the old ones stay reserved among dropped_columns): the caller rewrites the
+        values into it (publish.retype), and objects not rewritten read it as null, never as the old type."""
         new_type = parse_type(type_name)
         check_identifier(name, "column name")  # so that the error shows a hostile name as repr, on one line
         try:
-            old_type = self.column(name).type
+            old = self.column(name)
         except KeyError:
             raise no_column(self.qualified_name, name, (c.name for c in self.columns)) from None
-        if (old_type, new_type) not in WIDENINGS:
-            raise DefinitionError(
-                f"cannot change column {name} of {self.qualified_name} from {old_type} to {new_type}: only int -> "
-                "bigint and float -> double widen (older objects stay readable); add a new column instead")
+        if old.type == new_type:
+            raise DefinitionError(f"column {name} of {self.qualified_name} is {new_type} already")
         data = self.model_dump(by_alias=True)
-        data["columns"] = [{**c, "type": new_type} if c["name"] == name else c for c in data["columns"]]
+        if not needs_rewrite(old.type, new_type):
+            data["columns"] = [{**c, "type": new_type} if c["name"] == name else c for c in data["columns"]]
+            return TableDef.from_mapping(data)
+        if not rewrite:
+            raise DefinitionError(
+                f"changing column {name} of {self.qualified_name} from {old.type} to {new_type} converts its stored "
+                "values: run it with --rewrite (rewrite=True), which rewrites every partition holding a value in it "
+                "as an update version and moves rows whose value does not convert to an error file (`silt errors`); "
+                "only int -> bigint and float -> double need no rewrite")
+        field_id, physical = self._new_identity(name)
+        data["columns"] = [{**c, "type": new_type, "field_id": field_id, "physical": physical}
+                           if c["name"] == name else c for c in data["columns"]]
+        data["dropped_columns"] = [*(c.model_dump() for c in self.dropped_columns), old.model_dump()]
         return TableDef.from_mapping(data)
 
     def renamed(self, schema_name: str, name: str) -> TableDef:
@@ -454,139 +389,11 @@ class TableDef(_Strict):
         return TableDef.from_mapping(data)
 
 
-def _validated(model: type[_Model], data: dict[str, Any], source: str) -> _Model:
-    """The model of `data`; a DefinitionError naming `source` and each problem's key path otherwise."""
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        raise DefinitionError(f"{source}: {describe_validation_error(exc)}") from None
-    except DefinitionError as exc:
-        raise DefinitionError(f"{source}: {exc}") from None
-
-
-def describe_validation_error(exc: ValidationError) -> str:
-    """One line per problem, each naming the key path."""
-    lines = []
-    for error in exc.errors():
-        path = ".".join(str(part) for part in error["loc"]) or "(top level)"
-        message = error["msg"]
-        if message.startswith("Value error, "):
-            message = message[len("Value error, "):]
-        if error["type"] == "extra_forbidden":
-            message = "unknown key"
-        lines.append(f"{path}: {message}")
-    return "; ".join(lines)
-
-
-class DerivedDef(_Strict):
-    """A derived table (DESIGN §12): a Spark SQL query over tables, and when to rebuild it.
-
-    One rule keeps it fresh: persist_for (rebuild when the build is older), trigger = "sources" (when a
-    source table's published version changes; the default) or trigger_sql (when the query's value
-    changes, as Looker's sql_trigger_value). incremental: the query keeps each source dt's rows in that
-    dt, so a build recomputes only the dates whose source partitions changed.
-    """
-
-    name: str
-    query: str
-    incremental: bool = False
-    persist_for: int | None = None
-    trigger: Literal["sources"] | None = None
-    trigger_sql: str | None = None
-    codec: Literal["zstd", "snappy", "gzip", "none"] = "zstd"
-
-    _incremental = field_validator("incremental", mode="before")(_exact_bool)
-
-    @field_validator("name")
-    @classmethod
-    def _qualified(cls, value: str) -> str:
-        parts = value.split(".") if isinstance(value, str) else []
-        if len(parts) != 2:
-            raise DefinitionError(f"name {value!r} must be schema.table")
-        check_identifier(parts[0], "schema name")
-        check_identifier(parts[1], "table name")
-        return value
-
-    @field_validator("persist_for", mode="before")
-    @classmethod
-    def _persist(cls, value: Any) -> int | None:
-        if value is None:
-            return None
-        seconds = parse_duration(value, "persist_for")
-        if seconds < 1:
-            raise DefinitionError("persist_for must be at least 1s")
-        return seconds
-
-    @field_validator("query", "trigger_sql")
-    @classmethod
-    def _text(cls, value: str | None, info: ValidationInfo) -> str | None:
-        if value is not None and not value.strip():
-            raise DefinitionError(f"{info.field_name} is empty")
-        return value.strip().rstrip(";").strip() if value is not None else None
-
-    @model_validator(mode="after")
-    def _one_rule(self) -> DerivedDef:
-        rules = [key for key in ("persist_for", "trigger", "trigger_sql") if getattr(self, key) is not None]
-        if len(rules) > 1:
-            raise DefinitionError(f"give one of persist_for, trigger and trigger_sql, not {' and '.join(rules)}")
-        return self
-
-    @property
-    def schema_name(self) -> str:
-        return self.name.split(".")[0]
-
-    @property
-    def table_name(self) -> str:
-        return self.name.split(".")[1]
-
-    @property
-    def rule(self) -> str:
-        """How the table is kept: "persist_for", "sql" or "sources"."""
-        if self.persist_for is not None:
-            return "persist_for"
-        return "sql" if self.trigger_sql is not None else "sources"
-
-    def to_json(self) -> str:
-        return self.model_dump_json()
-
-    @classmethod
-    def from_json(cls, text: str) -> DerivedDef:
-        return cls.model_validate_json(text)
-
-    @classmethod
-    def from_mapping(cls, data: dict[str, Any], source: str = "derived table definition") -> DerivedDef:
-        return _validated(cls, data, source)
-
-
-def _definition_file(path: Path, what: str) -> dict[str, Any]:
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise DefinitionError(f"cannot read {what} {path}: {exc.strerror}") from None
-    try:
-        if path.suffix in (".yaml", ".yml"):
-            import yaml
-
-            data = yaml.safe_load(raw)
-        else:
-            data = tomllib.loads(raw.decode("utf-8"))
-    except Exception as exc:  # the parsers raise several unrelated exception types
-        raise DefinitionError(f"{path} is not valid {path.suffix.lstrip('.') or 'toml'}: {exc}") from None
-    if not isinstance(data, dict):
-        raise DefinitionError(f"{path}: expected a mapping at the top level")
-    return data
-
-
-def load_derived_file(path: str | Path) -> DerivedDef:
-    """Read a derived table definition from a .toml (or .yaml/.yml) file."""
-    path = Path(path)
-    return DerivedDef.from_mapping(_definition_file(path, "derived table definition"), source=str(path))
-
 
 def load_table_file(path: str | Path) -> TableDef:
     """Read a table definition from a .toml (or .yaml/.yml) file."""
     path = Path(path)
-    return TableDef.from_mapping(_definition_file(path, "table definition"), source=str(path))
+    return TableDef.from_mapping(definition_file(path, "table definition"), source=str(path))
 
 
 @functools.lru_cache(maxsize=64)

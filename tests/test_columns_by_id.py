@@ -124,11 +124,12 @@ def test_walk_through_rename_drop_add_merge_delete_and_time_travel(deployment: D
     table = lake.table("web.access")
     table.rename_column("action", "event", now=tokyo(DAY, 13))
     table.drop_column("user_id", now=tokyo(DAY, 14))
-    table.add_column("user_id", "bigint")
+    table.add_column("user_id", "bigint", now=tokyo(DAY, 15))
     assert files(deployment) == objects, "a rename or a drop rewrites no object"
     changes = [(c.op, c.detail) for c in deployment.catalog.tables.changes(table.record.id)]
-    assert changes == [("rename-column", "action -> event"), ("drop-column", "user_id")]
-    assert table.version == first + 2
+    assert changes == [("rename-column", "action -> event"), ("drop-column", "user_id"),
+                       ("add-column", "user_id bigint")]
+    assert table.version == first + 3
 
     after = stream(deployment, DAY, 2) + stream(deployment, NEXT_DAY, 3)
     new_rows = Counter({(t, a, u, DAY if u < 3_000_000 else NEXT_DAY): n for (t, u, a), n in after.items()})
@@ -168,7 +169,8 @@ def test_a_column_of_a_table_a_derived_table_reads_is_neither_renamed_nor_droppe
     for change in (lambda: deployment.catalog.tables.rename_column("web.access", "action", "event"),
                    lambda: deployment.catalog.tables.drop_column("web.access", "user_id")):
         with pytest.raises(CatalogError, match=r"^web.access is read by derived table web.daily_actions, whose query "
-                                               r"may name column (action|user_id); `silt derived drop` it"):
+                                               r"names column (action|user_id), selects \* or cannot be analysed; "
+                                               r"`silt derived drop` it"):
             change()
     definition = deployment.catalog.tables.get("web.access").definition
     assert [c.name for c in definition.columns] == ["utc_event_time", "user_id", "action"]

@@ -74,7 +74,7 @@ def test_hive_metastore_follows_tables_columns_and_partitions(hive_deployment: D
     deployment, catalog = hive_deployment, hive_deployment.catalog
     prefix = deployment.config.publish.hive.database_prefix
     table = make_table(deployment)
-    catalog.tables.add_column("web.access", Column(name="score", type="int"))
+    catalog.tables.add_column("web.access", Column(name="score", type="int"), now=tokyo(DAY, 11))
     table = catalog.tables.get("web.access")
     add_small_objects(deployment, table, DAY, [rows_for(DAY, 40, s) for s in range(3)])
     hive = f"{prefix}web.access"
@@ -121,8 +121,9 @@ def test_hive_metastore_follows_tables_columns_and_partitions(hive_deployment: D
 
     # Rename, add a column and widen one: one run, DDL on the renamed table, partitions kept.
     catalog.tables.rename("web.access", "web.hits")
-    catalog.tables.add_column("web.hits", Column(name="referer", type="string"))
-    catalog.tables.alter_column_type("web.hits", "score", "bigint")
+    catalog.tables.add_column("web.hits", Column(name="referer", type="string"),
+                              now=tokyo(NEXT, 2) + dt.timedelta(minutes=1))
+    catalog.tables.alter_column_type("web.hits", "score", "bigint", now=tokyo(NEXT, 2) + dt.timedelta(minutes=2))
     changed = publish_once(deployment, now=tokyo(NEXT, 3))
     assert changed.target_errors == []
     assert [s.split("`.`")[1].split("`")[0] for s in changed.external] == ["access", "hits", "hits"]

@@ -169,7 +169,7 @@ def test_every_reader_answers_every_query_shape_as_siltlake_at_every_version(dep
     versions.append(published(deployment, tokyo(NEXT_DAY, 3)))  # merges the delayed object in
     Lake(deployment).table("web.access").delete("action = 'a1'", dates=DAY, now=tokyo(NEXT_DAY, 4))
     versions.append(Lake(deployment).table("web.access").version)
-    Lake(deployment).table("web.access").add_column("referrer", "string")
+    Lake(deployment).table("web.access").add_column("referrer", "string", now=tokyo(NEXT_DAY, 4))
     stream(deployment, NEXT_DAY, 6, referrer=True)
     versions.append(published(deployment, tokyo(NEXT_DAY, 5)))
     delete_rows(deployment, "web.access", NEXT_DAY, "action = 'a2'", now=tokyo(NEXT_DAY, 6))
@@ -204,7 +204,8 @@ def test_objects_written_before_field_ids_keep_reading_and_a_merge_rewrites_them
                              [rows_for(DAY, 10, 0)], legacy=True)]
     published(deployment, tokyo(DAY, 12))
     forget_field_ids(deployment, record.id)  # as the older siltlake that made the Iceberg table left it
-    record = deployment.catalog.tables.add_column("web.access", Column(name="referrer", type="string"))
+    record = deployment.catalog.tables.add_column("web.access", Column(name="referrer", type="string"),
+                                                  now=tokyo(DAY, 12))
     assert record.definition.field_ids is None
     rows = [{**row, "referrer": "r"} for row in rows_for(DAY, 10, 1)]
     old.append(add_small_objects(deployment, record, DAY, [rows], legacy=True))

@@ -87,8 +87,10 @@ def test_renames_added_columns_widened_types_and_dropped_tables_follow(deploymen
     assert_same_as_siltlake(deployment, "web.access", ("web", "access"))
 
     catalog.tables.rename("web.access", "shop.visits")
-    record = catalog.tables.add_column("shop.visits", _column("referrer", "string"))
-    record = catalog.tables.alter_column_type("shop.visits", "status", "bigint")
+    record = catalog.tables.add_column("shop.visits", _column("referrer", "string"),
+                                     now=tokyo(DAY, 12) + dt.timedelta(minutes=1))
+    record = catalog.tables.alter_column_type("shop.visits", "status", "bigint",
+                                              now=tokyo(DAY, 12) + dt.timedelta(minutes=2))
     add_small_objects(deployment, record, DAY, [rows(DAY, 10, 1, referrer="r")])
     external = published(deployment, tokyo(DAY, 13))
     assert "iceberg: RENAME TABLE web.access TO shop.visits" in external, external

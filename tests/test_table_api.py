@@ -225,26 +225,26 @@ def test_every_engine_reads_the_same_exact_table_at_every_version(deployment: De
     day = without(day, "a1")
     published(tokyo(NEXT_DAY, 4), 6, day + next_day)
 
-    lake.table("web.access").add_column("referrer", "string")
+    lake.table("web.access").add_column("referrer", "string", now=tokyo(NEXT_DAY, 4))  # version 7
     with_referrer = stream(deployment, NEXT_DAY, 6, referrer=True)
     next_day += with_referrer
     publish_once(deployment, now=tokyo(NEXT_DAY, 5))
-    published(tokyo(NEXT_DAY, 5), 7, day + next_day)
+    published(tokyo(NEXT_DAY, 5), 8, day + next_day)
 
     delete_rows(deployment, "web.access", NEXT_DAY, "action = 'a2'", now=tokyo(NEXT_DAY, 6))
     next_day = without(next_day, "a2")
-    published(tokyo(NEXT_DAY, 6), 8, day + next_day)
+    published(tokyo(NEXT_DAY, 6), 9, day + next_day)
 
     appended = stream(deployment, NEXT_DAY, 7, referrer=True)  # after the update of a live day
     next_day += appended
     publish_once(deployment, now=tokyo(NEXT_DAY, 7))
-    published(tokyo(NEXT_DAY, 7), 9, day + next_day)
+    published(tokyo(NEXT_DAY, 7), 10, day + next_day)
 
     assert_file_lists_exact(deployment, lake)
     for version, rows in expected.items():
         assert_every_engine(deployment, spark, silt, lake, rows, as_of_version=version)
-    assert_every_engine(deployment, spark, silt, lake, expected[9])
-    for version in (3, 6, 9):
+    assert_every_engine(deployment, spark, silt, lake, expected[10])
+    for version in (3, 6, 10):
         assert_every_engine(deployment, spark, silt, lake, expected[version], as_of=times[version])
 
     # The added column: null in the objects written before it, read from the ones after.
@@ -261,7 +261,7 @@ def test_every_engine_reads_the_same_exact_table_at_every_version(deployment: De
     # Reap right away keeps every version (all inside the retention) with its file list.
     reap_once(deployment, now=tokyo(NEXT_DAY, 8))
     assert_file_lists_exact(deployment, lake)
-    for version in (1, 5, 9):
+    for version in (1, 5, 10):
         assert_every_engine(deployment, spark, silt, lake, expected[version], as_of_version=version)
     # A week later only each partition's newest version stays: older table versions are gone with their lists.
     lists_before = {v.file_list_key for v in deployment.catalog.versions.of_partitions(
@@ -269,23 +269,23 @@ def test_every_engine_reads_the_same_exact_table_at_every_version(deployment: De
     reap_once(deployment, now=tokyo(NEXT_DAY, 8) + dt.timedelta(days=8))
     kept = deployment.catalog.versions.of_partitions(
         [p.id for p in deployment.catalog.partitions.list(table.record.id)])
-    assert [(v.version, v.table_version) for v in kept] == [(5, 6), (5, 9)]
+    assert [(v.version, v.table_version) for v in kept] == [(5, 6), (5, 10)]
     # (v5 of the live day still shows the update v4 wrote: that manifest stays.)
     still_named = {k for v in kept for k in (v.file_list_key, v.manifest_key)}
     assert lists_before - still_named
     for key in lists_before - still_named:
         assert not deployment.lake.exists(key) and not deployment.lake.exists(symlink_key(key))
     assert_file_lists_exact(deployment, lake)
-    assert table.versions() == (9, 9)
+    assert table.versions() == (10, 10)
     iceberg = open_catalog(deployment).load_table(("web", "access"))
-    assert [s.summary["siltlake.table-version"] for s in iceberg.snapshots()] == ["9"], \
+    assert [s.summary["siltlake.table-version"] for s in iceberg.snapshots()] == ["10"], \
         "the snapshots of reaped versions are expired with them"
-    assert_every_engine(deployment, spark, silt, lake, expected[9], as_of_version=9)
-    assert_every_engine(deployment, spark, silt, lake, expected[9])
-    with pytest.raises(VersionOutOfRange, match="readable versions are 9 to 9 \\(versions before 9 were reaped\\)"):
-        table.files(as_of_version=8)
-    with pytest.raises(VersionOutOfRange, match="versions before 9 .* were reaped"):
-        table.files(as_of=times[8])
+    assert_every_engine(deployment, spark, silt, lake, expected[10], as_of_version=10)
+    assert_every_engine(deployment, spark, silt, lake, expected[10])
+    with pytest.raises(VersionOutOfRange, match="readable versions are 10 to 10 \\(versions before 10 were reaped\\)"):
+        table.files(as_of_version=9)
+    with pytest.raises(VersionOutOfRange, match="versions before 10 .* were reaped"):
+        table.files(as_of=times[9])
 
 
 def test_time_travel_outside_the_versions_is_an_error_naming_them(deployment: Deployment, spark,

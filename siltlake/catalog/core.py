@@ -24,7 +24,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from siltlake.catalog import schema as s
 from siltlake.catalog.records import CatalogReplaced, TableRecord, VersionTimeBehind
 from siltlake.errors import CatalogError, CatalogUnreachable
-from siltlake.tabledef import TableDef
+from siltlake.tabledef import DerivedDef, TableDef
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 # The newest migration's revision (tests check it against Alembic's head): check_ready() compares it with
@@ -109,6 +109,16 @@ def derived_readers(c: Connection, table_id: int) -> list[str]:
     rows = c.execute(sa.select(t.c.schema_name, t.c.table_name, d.c.sources)
                      .select_from(d.join(t, t.c.id == d.c.table_id)).where(t.c.dropped_time.is_(None))).all()
     return [f"{r.schema_name}.{r.table_name}" for r in rows if table_id in json.loads(r.sources)]
+
+
+def derived_column_readers(c: Connection, table_id: int, column: str) -> list[str]:
+    """The live derived tables whose query reads the table and may read its column `column`: those whose query
+    names it or selects *, and those whose query cannot be analysed (DerivedDef.may_read_column)."""
+    d, t = s.derived_tables, s.tables
+    rows = c.execute(sa.select(t.c.schema_name, t.c.table_name, d.c.sources, d.c.definition)
+                     .select_from(d.join(t, t.c.id == d.c.table_id)).where(t.c.dropped_time.is_(None))).all()
+    return [f"{r.schema_name}.{r.table_name}" for r in rows
+            if table_id in json.loads(r.sources) and DerivedDef.from_json(r.definition).may_read_column(column)]
 
 
 class CatalogCore:

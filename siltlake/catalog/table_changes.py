@@ -17,7 +17,16 @@ from siltlake.catalog import schema as s
 from siltlake.catalog.core import CatalogCore
 from siltlake.clock import utcnow
 from siltlake.errors import DefinitionError, no_column
-from siltlake.tabledef import PARTITION_COLUMN, Column, TableDef, check_identifier, format_duration, parse_duration
+from siltlake.tabledef import (
+    PARTITION_COLUMN,
+    Column,
+    TableDef,
+    check_identifier,
+    format_duration,
+    needs_rewrite,
+    parse_duration,
+    parse_type,
+)
 
 # What `silt table set` changes: each is read afresh by the daemon that uses it at its next run.
 SETTABLE = ("ttl_days", "merge_mode", "merge_interval", "merged_object_size", "row_group_bytes", "codec",
@@ -167,3 +176,13 @@ def without_column(definition: TableDef, name: str) -> TableDef:
         raise DefinitionError(f"column {name} is the only column of {definition.qualified_name}")
     return _changed(definition, columns=[c.model_dump() for c in definition.columns if c.name != name],
                     dropped_columns=[c.model_dump() for c in (*definition.dropped_columns, column)])
+
+
+def with_column_type(definition: TableDef, name: str, type_name: str, rewrite: bool = False) -> TableDef:
+    """TableDef.with_column_type; a change that converts values is refused for key and sequence columns (their
+    values identify and order rows) and the time column (always a timestamp). Widenings are not."""
+    column = _existing(definition, name)
+    role = _key_role(definition, name)
+    if role is not None and needs_rewrite(column.type, parse_type(type_name)):
+        raise DefinitionError(f"column {name} is {role} of {definition.qualified_name}: its type cannot change")
+    return definition.with_column_type(name, type_name, rewrite)

@@ -10,17 +10,19 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from siltlake.catalog import schema as s
-from siltlake.catalog.core import CatalogCore, derived_readers, insert_table, table_record
-from siltlake.catalog.records import TableRecord
+from siltlake.catalog.core import CatalogCore, derived_column_readers, derived_readers, insert_table, table_record
+from siltlake.catalog.records import TableRecord, UpdateWrite
 from siltlake.catalog.table_changes import (
     TableChange,
     changes_of,
     parse_assignments,
     record_change,
     with_column_renamed,
+    with_column_type,
     with_properties,
     without_column,
 )
+from siltlake.catalog.versions import commit_updates_in
 from siltlake.clock import utcnow
 from siltlake.errors import CatalogError, NotFoundError, did_you_mean
 from siltlake.tabledef import Column, TableDef, check_identifier
@@ -108,7 +110,8 @@ class Tables:
             timezone=definition.timezone, ttl_days=definition.ttl_days, definition=definition.to_json(),
         ))
 
-    def add_column(self, qualified: str, column: Column) -> TableRecord:
+    def add_column(self, qualified: str, column: Column, now: dt.datetime | None = None) -> TableRecord:
+        """Add a nullable column (older objects read it as null); a table version of its own."""
         if not column.nullable:
             raise CatalogError(
                 f"new column {column.name} must be nullable: objects written before it have no values"
@@ -117,7 +120,9 @@ class Tables:
             record = self._changeable(c, qualified, "adding a column")
             if column.name in {existing.name for existing in record.definition.columns}:
                 raise CatalogError(f"table {qualified} already has a column {column.name}")
-            self._update_definition(c, record.id, record.definition.with_column(column))
+            definition = record.definition.with_column(column)
+            self._update_definition(c, record.id, definition)
+            record_change(self._core, c, record.id, "add-column", f"{column.name} {column.type}", definition, now)
         return self.get(qualified)
 
     def assign_field_ids(self, table_id: int, ids: dict[str, int] | None = None) -> TableRecord:
@@ -133,13 +138,45 @@ class Tables:
                 record = table_record(c.execute(sa.select(s.tables).where(s.tables.c.id == table_id)).one())
         return record
 
-    def alter_column_type(self, qualified: str, column: str, type_name: str, dry_run: bool = False) -> TableRecord:
-        """Widen a column (int -> bigint, float -> double); older objects read as the new type."""
-        with self._change(dry_run) as c:
+    def alter_column_type(self, qualified: str, column: str, type_name: str,
+                          now: dt.datetime | None = None, dry_run: bool = False) -> TableRecord:
+        """Widen a column (int -> bigint, float -> double; older objects read as the new type), a table version of
+        its own. Other changes convert stored values: refused here, naming --rewrite (publish.retype does them)."""
+        return self._change_column(qualified, "alter-column", f"{column} {type_name.strip().lower()}",
+                                   lambda d: with_column_type(d, column, type_name), column, now, dry_run)
+
+    def retype_plan(self, qualified: str, column: str, type_name: str) -> tuple[TableRecord, TableDef]:
+        """The table and its definition after a type change that rewrites the column (checked as the change will
+        be at commit_retype; nothing is changed)."""
+        with self._core.tx() as c:
             record = self._changeable(c, qualified, "changing a column")
-            self._update_definition(c, record.id, record.definition.with_column_type(column, type_name))
-            record = self._stored(c, record.id)
-        return record
+            self._check_derived(c, record, column)
+            return record, with_column_type(record.definition, column, type_name, rewrite=True)
+
+    def commit_retype(self, record: TableRecord, definition: TableDef, writes: Sequence[UpdateWrite], detail: str,
+                      errors: tuple[str, int, int] | None, now: dt.datetime | None = None) -> TableChange:
+        """Commit a rewritten column in one transaction: the partitions' update versions (UpdateConflict if one
+        changed meanwhile), then the new definition as a table version of its own, refused if the table's
+        definition is no longer `record`'s; `errors` (error file key, its bytes, rows in it) is registered as a
+        processed staging row, so that `silt errors` lists and replays it and reap keeps it."""
+        stamp = now or utcnow()
+        with self._core.tx() as c:
+            if writes:  # first: the update commit's ordering lock comes before the table row's, as elsewhere
+                published = commit_updates_in(self._core, c, writes, stamp, given=now is not None)
+                now = now and published[0].created_at  # the time given, or just after the newest version's
+            current = self._changeable(c, record.qualified_name, "changing a column")
+            if current.definition != record.definition:
+                raise CatalogError(f"{record.qualified_name} changed while its column was rewritten; nothing was "
+                                   "changed: run it again")
+            self._update_definition(c, record.id, definition)
+            change = record_change(self._core, c, record.id, "alter-column", detail, definition, now)
+            if errors is not None:
+                key, size, rows = errors
+                self._core.insert_once(c, s.staging_objects, "uri", dict(
+                    uri=key, table_id=record.id, size=size, receive_time=stamp, processed_time=stamp,
+                    records_in=rows, bad_records=rows, error_uri=key))
+                self._core.add_staging_totals(c, {record.id: (1, rows, rows)})
+        return change
 
     def set_properties(self, qualified: str, assignments: Sequence[str], now: dt.datetime | None = None,
                        dry_run: bool = False) -> tuple[TableRecord, TableChange | None]:
@@ -176,16 +213,23 @@ class Tables:
                        column: str, now: dt.datetime | None, dry_run: bool) -> TableRecord:
         with self._change(dry_run) as c:
             record = self._changeable(c, qualified, "changing a column")
-            readers = derived_readers(c, record.id)
-            if readers:
-                # Refused rather than followed: the derived query names columns in text siltlake does not rewrite.
-                raise CatalogError(f"{qualified} is read by derived table {', '.join(readers)}, whose query may name "
-                                   f"column {column}; `silt derived drop` it, change the column, then create it again")
+            self._check_derived(c, record, column)
             definition = change(record.definition)
             self._update_definition(c, record.id, definition)
             record_change(self._core, c, record.id, op, detail, definition, now)
             record = self._stored(c, record.id)
         return record
+
+    @staticmethod
+    def _check_derived(c: Connection, record: TableRecord, column: str) -> None:
+        """Refuse a change of `column` that a derived table's query may read (a query siltlake cannot analyse
+        counts as reading every column)."""
+        readers = derived_column_readers(c, record.id, column)
+        if readers:
+            # Refused rather than followed: the derived query names columns in text siltlake does not rewrite.
+            raise CatalogError(f"{record.qualified_name} is read by derived table {', '.join(readers)}, whose query "
+                               f"names column {column}, selects * or cannot be analysed; `silt derived drop` it, "
+                               "change the column, then create it again")
 
     def changes(self, table_id: int) -> list[TableChange]:
         """The table's recorded definition changes (table versions that publish no data), oldest first."""

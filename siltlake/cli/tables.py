@@ -162,19 +162,33 @@ def table_add_column(context: click.Context, name: str, column: str, type_name: 
 @click.argument("name")
 @click.argument("column")
 @click.argument("type_name", metavar="TYPE")
+@click.option("--rewrite", is_flag=True,
+              help="Convert the stored values: needed by every change but int to bigint and float to double.")
 @dry_run_option
 @json_option
 @click.pass_context
 @friendly
-def table_alter_column(context: click.Context, name: str, column: str, type_name: str, dry_run: bool,
-                       as_json: bool) -> None:
-    """Widen a column's type: int to bigint, float to double (older objects read as the new type)."""
-    record = deployment_of(context).catalog.tables.alter_column_type(name, column, type_name, dry_run=dry_run)
-    new_type = record.definition.column(column).type
-    report(as_json, {"action": "alter-column", "dry_run": dry_run, "column": column, "type": new_type,
-                     **_described(record)},
-           _would(dry_run, f"column {column} of {name} is now {new_type}",
-                  f"make column {column} of {name} {new_type}"))
+def table_alter_column(context: click.Context, name: str, column: str, type_name: str, rewrite: bool,
+                       dry_run: bool, as_json: bool) -> None:
+    """Change a column's type. int to bigint and float to double rewrite nothing (older objects read as the new
+    type); any other change needs --rewrite: every partition holding a value in the column is rewritten as an
+    update version, and rows whose value does not convert move to an error file (`silt errors list | replay`)."""
+    from siltlake.publish.retype import alter_column
+
+    done = alter_column(deployment_of(context), name, column, type_name, rewrite=rewrite, dry_run=dry_run)
+    planned = (f"convert column {column} of {name} to {done.new_type}, rewriting the partitions that hold a value "
+               "in it" if rewrite else f"make column {column} of {name} {done.new_type}")
+    sentence = _would(dry_run, f"column {column} of {name} is now {done.new_type} (table version "
+                               f"{done.table_version})", planned)
+    if done.partitions:
+        sentence += f"; rewrote {done.partitions} partitions ({done.rows} rows) in {done.seconds:.1f}s"
+    if done.bad_rows:
+        sentence += (f"; {done.bad_rows} rows did not convert to {done.new_type} and left the table: they are kept "
+                     f"in {done.error_file}: fix them and `silt errors replay {name}`")
+    report(as_json, {"action": "alter-column", "dry_run": dry_run, "column": column, "type": done.new_type,
+                     "old_type": done.old_type, "table_version": done.table_version, "rewritten_partitions":
+                     done.partitions, "rows": done.rows, "bad_rows": done.bad_rows, "error_file": done.error_file},
+           sentence)
 
 
 @table_group.command("rename-column")

@@ -214,15 +214,18 @@ class PreparedUpdates:
         for update in self.updates:
             update.discard()
 
+    def writes(self) -> list[UpdateWrite]:
+        """What commit publishes: the updates that wrote an object."""
+        return [UpdateWrite(u.base, u.object_key, u.manifest_key, u.rows_after, u.bytes)  # type: ignore[arg-type]
+                for u in self.updates if u.object_key is not None]
+
     def commit(self, request: tuple[WriteRequest, str] | None = None) -> list[UpdateReport]:
         """Publish; `request` (a request id and what the write did) is recorded in the same transaction."""
-        written = [u for u in self.updates if u.object_key is not None]
-        if not written:
+        writes = self.writes()
+        if not writes:
             return [u.report(None) for u in self.updates]
-        writes = [UpdateWrite(u.base, u.object_key, u.manifest_key, u.rows_after, u.bytes)  # type: ignore[arg-type]
-                  for u in written]
         try:
-            versions = written[0].deployment.catalog.versions.commit_updates(
+            versions = self.updates[0].deployment.catalog.versions.commit_updates(
                 writes, self.now or utcnow(), given=self.now is not None, request=request)
         except (UpdateConflict, VersionTimeBehind, RequestApplied):
             # Refused inside the transaction, so nothing was committed: nothing will ever list these objects.

@@ -371,6 +371,20 @@ def _coercer(column: Column, epoch_unit: str, kind: str, naive_zone: str) -> Cal
     return _decimal_coercer(*decimal_parts(type_name))
 
 
+def value_coercer(column: Column, table: TableDef) -> Callable[[object], Any]:
+    """Coerces one value, as a JSON-lines record would hold it, to the column's type by the rules above (a
+    column's rewrite to a new type converts its values as the stream would have); ValueError gives the reason."""
+    coerce = _coercer(column, table.epoch_unit, "jsonl", table.naive_zone)
+
+    def checked(value: object) -> Any:
+        try:
+            return coerce(value)
+        except _Reject as exc:
+            raise ValueError(str(exc)) from None
+
+    return checked
+
+
 def partition_dates(times: pa.ChunkedArray | pa.Array, timezone: str) -> pa.Array:
     """The calendar date of each UTC time in the table's time zone (DST-correct via the tz database)."""
     local = pc.local_timestamp(pc.cast(times, pa.timestamp("us", tz=timezone)))

@@ -9,6 +9,7 @@ Under the lake's root, a deployment writes only below its instance key:
     <instance>/<schema>.<table>/manifests/dt=<date>/manifest-<name>.json       a version's JSON manifest
     <instance>/<schema>.<table>/manifests/dt=<date>/symlink-<name>/manifest    ... and its Hive symlink form
     <instance>/<schema>.<table>/errors/staging-<id>.jsonl             a staging object's rejected records
+    <instance>/<schema>.<table>/errors/<update label>.jsonl           rows a column's rewrite could not convert
     <instance>/_tmp/<run>/...                                         a run's temporary objects
     <instance>/_iceberg/<schema>.<table>/...                          the Iceberg target's metadata
 
@@ -276,6 +277,10 @@ class TableLayout:
 
     def errors(self, staging_object_id: int) -> str:
         return f"{self.prefix}/{ERRORS}/staging-{staging_object_id:019d}.jsonl"
+
+    def rewrite_errors(self, label: str) -> str:
+        """The error file of a column's rewrite (update_label): the rows whose value did not convert."""
+        return f"{self.prefix}/{ERRORS}/{label}.jsonl"
 
     def task_temporary(self, run_id: str, task_id: int, name: str) -> str:
         """A task's temporary object: <instance>/_tmp/<run>/<task id>/<name> (date_part, spilled_run, ...)."""
