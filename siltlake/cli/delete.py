@@ -9,7 +9,7 @@ import click
 from siltlake.cli.context import deployment_of, friendly
 from siltlake.cli.options import date_option, dry_run_option, json_option, now_option, parse_now
 from siltlake.cli.output import activity
-from siltlake.cli.writes import print_updates, request_id_option
+from siltlake.cli.writes import chosen_partitions, print_updates, request_id_option
 
 
 @click.command()
@@ -31,12 +31,9 @@ def delete(context: click.Context, name: str, where: str, dates: tuple[dt.date, 
     before anything is rewritten. With --dry-run the matching rows are counted and nothing is written."""
     from siltlake.publish.row_updates import delete_rows_where
 
-    if bool(dates) == all_dates:
-        raise click.UsageError("give the partitions: --date YYYY-MM-DD (repeatable) or --all-dates")
     now = parse_now(now_text)
     deployment = deployment_of(context)
-    record = deployment.catalog.tables.get(name)
-    wanted = [p.partition_date for p in deployment.catalog.partitions.list(record.id)] if all_dates else list(dates)
+    wanted = chosen_partitions(deployment, name, dates, all_dates)
     with activity(f"deleting from {name}…") as step:
         report = delete_rows_where(
             deployment, name, wanted, where, request_id=request_id, now=now, dry_run=dry_run,

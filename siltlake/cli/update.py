@@ -9,7 +9,7 @@ import click
 from siltlake.cli.context import deployment_of, friendly, needs_spark
 from siltlake.cli.options import date_option, dry_run_option, json_option, now_option, parse_now
 from siltlake.cli.output import activity
-from siltlake.cli.writes import print_updates, request_id_option
+from siltlake.cli.writes import chosen_partitions, print_updates, request_id_option
 
 
 def _assignments(values: tuple[str, ...]) -> dict[str, str]:
@@ -50,13 +50,10 @@ def update_command(context: click.Context, name: str, assignments: tuple[str, ..
     none. Primary key columns are not set. With --dry-run the matching rows are counted, nothing is written."""
     from siltlake.publish.row_updates import update_rows
 
-    if bool(dates) == all_dates:
-        raise click.UsageError("give the partitions: --date YYYY-MM-DD (repeatable) or --all-dates")
     values = _assignments(assignments)
     now = parse_now(now_text)
     deployment = deployment_of(context)
-    record = deployment.catalog.tables.get(name)
-    wanted = [p.partition_date for p in deployment.catalog.partitions.list(record.id)] if all_dates else list(dates)
+    wanted = chosen_partitions(deployment, name, dates, all_dates)
     with activity(f"updating {name}…") as step:
         report = update_rows(
             deployment, name, values, where, wanted, request_id=request_id, now=now, dry_run=dry_run,

@@ -3,6 +3,7 @@ partition rewrite (asking before a change: cli.context.confirm)."""
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import TYPE_CHECKING
 
 import click
@@ -10,12 +11,23 @@ import click
 from siltlake.cli.output import Column, format_count, grid, out, write_json
 
 if TYPE_CHECKING:
+    from siltlake.deployment import Deployment
     from siltlake.publish.requests import UpdatesReport
 
 REQUEST_ID_HELP = ("An id of this write (e.g. a UUID) that makes it exactly-once: run again with the same id, it "
                    "changes nothing and says so. Ids are kept for reap.request_id_retention (default 7d).")
 
 request_id_option = click.option("--request-id", default=None, metavar="ID", help=REQUEST_ID_HELP)
+
+
+def chosen_partitions(deployment: Deployment, name: str, dates: tuple[dt.date, ...], all_dates: bool
+                      ) -> list[dt.date]:
+    """The partitions `--date` (repeatable) or `--all-dates` names: exactly one of them must be given. An unknown
+    table is refused here, before any work."""
+    if bool(dates) == all_dates:
+        raise click.UsageError("give the partitions: --date YYYY-MM-DD (repeatable) or --all-dates")
+    record = deployment.catalog.tables.get(name)
+    return [p.partition_date for p in deployment.catalog.partitions.list(record.id)] if all_dates else list(dates)
 
 
 def print_updates(report: UpdatesReport, *, as_json: bool, dry_run: bool, changed: str) -> None:
