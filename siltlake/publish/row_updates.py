@@ -10,7 +10,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from siltlake.deployment import Deployment
-from siltlake.errors import NotFoundError, SiltError
+from siltlake.errors import SiltError
 from siltlake.publish.requests import UpdatesReport, applied_before, commit_updates, write_request
 from siltlake.publish.update import (
     PreparedUpdate,
@@ -19,6 +19,7 @@ from siltlake.publish.update import (
     _record_and_base,
     _updatable,
     prepare_deletes,
+    present_dates,
 )
 
 if TYPE_CHECKING:
@@ -127,11 +128,7 @@ def update_rows(deployment: Deployment, name: str, assignments: Mapping[str, Any
     applied = applied_before(deployment, request)
     if applied is not None:
         return UpdatesReport(record.qualified_name, (), request_id, applied)
-    wanted = sorted(set(dates))
-    present = {p.partition_date for p in deployment.catalog.partitions.list(record.id)}
-    missing = [date.isoformat() for date in wanted if date not in present]
-    if missing:
-        raise NotFoundError(f"{record.qualified_name} has no partition {', '.join(missing)}; nothing was updated")
+    wanted = present_dates(deployment, record, dates, "updated")
     prepared = PreparedUpdates([], now)
     matched: list[int] = []
     try:

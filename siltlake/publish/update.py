@@ -309,17 +309,24 @@ def prepare_overwrite(deployment: Deployment, name: str, partition_date: dt.date
     return prepared
 
 
+def present_dates(deployment: Deployment, record: TableRecord, dates: Iterable[dt.date], verb: str
+                  ) -> list[dt.date]:
+    """`dates` in order, once each; NotFoundError naming those the table has no partition for (nothing was
+    `verb`), before anything is written."""
+    wanted = sorted(set(dates))
+    present = {p.partition_date for p in deployment.catalog.partitions.list(record.id)}
+    missing = [date.isoformat() for date in wanted if date not in present]
+    if missing:
+        raise NotFoundError(f"{record.qualified_name} has no partition {', '.join(missing)}; nothing was {verb}")
+    return wanted
+
+
 def prepare_deletes(deployment: Deployment, name: str, dates: Iterable[dt.date], where: str,
                     now: dt.datetime | None = None,
                     progress: Callable[[int, dt.date], None] | None = None, write: bool = True) -> PreparedUpdates:
     """prepare_delete for each of `dates`, all checked to exist before any is written (a missing one is
     refused, named); what was written is deleted if one fails. progress(done, date) before each."""
-    record = _updatable(deployment, name)
-    wanted = sorted(set(dates))
-    present = {p.partition_date for p in deployment.catalog.partitions.list(record.id)}
-    missing = [date.isoformat() for date in wanted if date not in present]
-    if missing:
-        raise NotFoundError(f"{record.qualified_name} has no partition {', '.join(missing)}; nothing was deleted")
+    wanted = present_dates(deployment, _updatable(deployment, name), dates, "deleted")
     prepared = PreparedUpdates([], now)
     try:
         for done, date in enumerate(wanted):
