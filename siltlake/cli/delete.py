@@ -7,21 +7,17 @@ import datetime as dt
 import click
 
 from siltlake.cli.context import deployment_of, friendly
-from siltlake.cli.options import date_option, dry_run_option, json_option, now_option, parse_now
+from siltlake.cli.options import parse_now
 from siltlake.cli.output import activity
-from siltlake.cli.writes import chosen_partitions, print_updates, request_id_option
+from siltlake.cli.writes import chosen_partitions, partition_options, print_updates, write_options
 
 
 @click.command()
 @click.argument("name")
 @click.option("--where", "where", required=True, help="Spark SQL predicate over the table's columns, e.g. "
               "\"user_id = 42\"; rows where it is true are deleted.")
-@date_option(multiple=True)
-@click.option("--all-dates", is_flag=True, help="Every partition of the table.")
-@now_option
-@request_id_option
-@dry_run_option
-@json_option
+@partition_options
+@write_options
 @click.pass_context
 @friendly
 def delete(context: click.Context, name: str, where: str, dates: tuple[dt.date, ...], all_dates: bool,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import click
 
 from siltlake.cli.context import confirm, deployment_of, friendly, needs_spark
-from siltlake.cli.options import dry_run_option, json_option, now_option, parse_now, yes_option
+from siltlake.cli.options import parse_now, yes_option
 from siltlake.cli.output import Column, activity, format_count, grid, out, write_json
-from siltlake.cli.writes import request_id_option
+from siltlake.cli.writes import write_options
 
 OUTCOME_COLUMNS = (Column("dt"), Column("rows now", show=format_count, right=True),
                    Column("rows restored", show=format_count, right=True), Column("version", right=True))
@@ -20,10 +20,7 @@ OUTCOME_COLUMNS = (Column("dt"), Column("rows now", show=format_count, right=Tru
 @click.option("--as-of", "as_of_text", default=None, metavar="TIME",
               help="Restore the newest version published at or before this time: ISO-8601, e.g. "
               "2026-11-20T05:00:00Z (no offset means UTC).")
-@now_option
-@request_id_option
-@dry_run_option
-@json_option
+@write_options
 @yes_option
 @click.pass_context
 @friendly

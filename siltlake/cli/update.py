@@ -7,9 +7,9 @@ import datetime as dt
 import click
 
 from siltlake.cli.context import deployment_of, friendly, needs_spark
-from siltlake.cli.options import date_option, dry_run_option, json_option, now_option, parse_now
+from siltlake.cli.options import parse_now
 from siltlake.cli.output import activity
-from siltlake.cli.writes import chosen_partitions, print_updates, request_id_option
+from siltlake.cli.writes import chosen_partitions, partition_options, print_updates, write_options
 
 
 def _assignments(values: tuple[str, ...]) -> dict[str, str]:
@@ -33,12 +33,8 @@ def _assignments(values: tuple[str, ...]) -> dict[str, str]:
               "action='login'); repeat the option for several columns.")
 @click.option("--where", "where", default=None, help="Spark SQL predicate over the table's columns; the rows "
               "where it is true are updated (default: every row of the partitions given).")
-@date_option(multiple=True)
-@click.option("--all-dates", is_flag=True, help="Every partition of the table.")
-@now_option
-@request_id_option
-@dry_run_option
-@json_option
+@partition_options
+@write_options
 @click.pass_context
 @friendly
 @needs_spark("silt update")

@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING
 import click
 
 from siltlake.cli.context import deployment_of, friendly, needs_spark
-from siltlake.cli.options import dry_run_option, json_option, now_option, parse_now
+from siltlake.cli.options import parse_now
 from siltlake.cli.output import Column, activity, format_count, grid, out, write_json
-from siltlake.cli.writes import request_id_option
+from siltlake.cli.writes import write_options
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -58,10 +58,7 @@ def read_rows(path: Path, definition: TableDef) -> pa.Table:
               "\"SELECT * FROM staging.users WHERE changed\".")
 @click.option("--delete-column", default=None, help="A boolean column of the rows: where it is true, the row's "
               "key is deleted instead of replaced.")
-@now_option
-@request_id_option
-@dry_run_option
-@json_option
+@write_options
 @click.pass_context
 @friendly
 @needs_spark("silt upsert")

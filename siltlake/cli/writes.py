@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from siltlake.cli.options import date_option, dry_run_option, json_option, now_option
 from siltlake.cli.output import Column, format_count, grid, out, write_json
 
 if TYPE_CHECKING:
@@ -18,6 +19,19 @@ REQUEST_ID_HELP = ("An id of this write (e.g. a UUID) that makes it exactly-once
                    "changes nothing and says so. Ids are kept for reap.request_id_retention (default 7d).")
 
 request_id_option = click.option("--request-id", default=None, metavar="ID", help=REQUEST_ID_HELP)
+
+
+def write_options(command):  # noqa: ANN001, ANN201 - a click decorator
+    """The options every row-writing command takes: --now, --request-id, --dry-run, --json."""
+    for option in (json_option, dry_run_option, request_id_option, now_option):
+        command = option(command)
+    return command
+
+
+def partition_options(command):  # noqa: ANN001, ANN201 - a click decorator
+    """--date (repeatable) and --all-dates: the partitions a command rewrites (read by chosen_partitions)."""
+    command = click.option("--all-dates", is_flag=True, help="Every partition of the table.")(command)
+    return date_option(multiple=True)(command)
 
 
 def chosen_partitions(deployment: Deployment, name: str, dates: tuple[dt.date, ...], all_dates: bool
