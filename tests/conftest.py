@@ -25,6 +25,11 @@ os.environ.update({
     "AWS_DEFAULT_REGION": "us-east-1",
     "AWS_EC2_METADATA_DISABLED": "true",
 })
+# Every JVM the suite starts (the session's, and each `silt` process's, which inherit the environment) lives
+# seconds to minutes over tiny data: C2's compile threads and the parallel collector only compete for the two
+# cores then. The client compiler alone and the serial collector halve a Spark start on a busy 2-core machine.
+# SPARK_SUBMIT_OPTS reaches the driver JVM without touching spark.driver.extraJavaOptions, which tests inspect.
+os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 
 # CI replays the same examples every run (a failure there is reproducible); local runs keep exploring.
 # No deadlines: the 2-core machine is shared with Spark, and timing is the benchmarks' job.
