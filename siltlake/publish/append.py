@@ -23,7 +23,7 @@ from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.errors import SiltError
 from siltlake.publish.requests import already_applied, applied_before, record_unchanged, write_request
-from siltlake.publish.update import _updatable
+from siltlake.publish.update import updatable_table
 from siltlake.publish.upsert import shaped_rows
 from siltlake.records.writer import ObjectWriter
 from siltlake.storage.keys import small_object_id, temporary_run
@@ -89,7 +89,7 @@ def append(deployment: Deployment, name: str, rows: pa.Table | pa.RecordBatch | 
     from siltlake.stream.runner import _undo, _update_conflict, commit_parts
 
     started = time.monotonic()
-    record = _updatable(deployment, name)
+    record = updatable_table(deployment, name)
     name = record.qualified_name
     request = write_request(record, request_id, "append")
     applied = applied_before(deployment, request)

@@ -19,7 +19,7 @@ from siltlake.clock import to_naive_utc
 from siltlake.deployment import Deployment
 from siltlake.errors import SiltError
 from siltlake.publish.requests import UpdatesReport, applied_before, commit_updates, write_request
-from siltlake.publish.update import PreparedUpdate, PreparedUpdates, _updatable
+from siltlake.publish.update import PreparedUpdate, PreparedUpdates, updatable_table
 from siltlake.tabledef import format_duration
 
 
@@ -75,7 +75,7 @@ def restore(deployment: Deployment, name: str, version: int | None = None, as_of
     from siltlake.read import objects_frame, spark_schema
 
     started = time.monotonic()
-    record = _updatable(deployment, name)
+    record = updatable_table(deployment, name)
     name = record.qualified_name
     target = restore_version(deployment, record, version, as_of)
     request = write_request(record, request_id, "restore")

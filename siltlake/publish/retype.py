@@ -17,7 +17,7 @@ from siltlake.catalog import TableRecord
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.errors import CatalogError
-from siltlake.publish.update import PreparedUpdate, PreparedUpdates, _base_frame
+from siltlake.publish.update import PreparedUpdate, PreparedUpdates, base_frame
 from siltlake.records.retype import REASON, RECORD, ColumnConverter
 from siltlake.storage.keys import update_label
 from siltlake.tabledef import TableDef, needs_rewrite, parse_type
@@ -102,7 +102,7 @@ def _rewrite(deployment: Deployment, before: TableRecord, after: TableDef, colum
                 if progress is not None:
                     progress(done, partition.partition_date)
                 base = deployment.catalog.versions.update_base(before.id, partition.partition_date)
-                frame = _base_frame(deployment.spark(), deployment, before, base)  # Spark only for a partition
+                frame = base_frame(deployment.spark(), deployment, before, base)  # Spark only for a partition
                 if not frame.where(F.col(column).isNotNull()).limit(1).count():
                     continue  # nothing to convert: the objects read the new column as null, as they should
                 schema = StructType([f for f in spark_schema(converted_record).fields if f.name != "dt"]

@@ -15,11 +15,11 @@ from siltlake.publish.requests import UpdatesReport, applied_before, commit_upda
 from siltlake.publish.update import (
     PreparedUpdate,
     PreparedUpdates,
-    _base_frame,
-    _record_and_base,
-    _updatable,
+    base_frame,
     prepare_deletes,
     present_dates,
+    record_and_base,
+    updatable_table,
 )
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ def delete_rows_where(deployment: Deployment, name: str, dates: Iterable[dt.date
                       progress: Progress | None = None, dry_run: bool = False) -> UpdatesReport:
     """Delete the rows matching the Spark SQL predicate `where` from the partitions `dates` as one table version
     (publish.update.delete_where), once per request id; a dry run counts them and writes nothing."""
-    record = _updatable(deployment, name)
+    record = updatable_table(deployment, name)
     request = write_request(record, request_id, "delete")
     applied = applied_before(deployment, request)
     if applied is not None:
@@ -91,10 +91,10 @@ def prepare_update(deployment: Deployment, name: str, partition_date: dt.date, a
     from siltlake.read.sandbox import check_expression
 
     started = time.monotonic()
-    record, base = _record_and_base(deployment, name, partition_date)
+    record, base = record_and_base(deployment, name, partition_date)
     assignments = _assignments(record, assignments)
     spark = deployment.spark()
-    frame = _base_frame(spark, deployment, record, base)
+    frame = base_frame(spark, deployment, record, base)
     types = {field.name: field.dataType for field in spark_schema(record).fields}
     try:
         if where is not None:
@@ -122,7 +122,7 @@ def update_rows(deployment: Deployment, name: str, assignments: Mapping[str, Any
     """SET `assignments` (column -> Spark SQL expression, or a literal value) in the rows matching `where` (None:
     every row) of the partitions `dates`, as one `update` table version: all of them or none, once per request
     id. A missing date is refused before anything is written."""
-    record = _updatable(deployment, name)
+    record = updatable_table(deployment, name)
     _assignments(record, assignments)
     request = write_request(record, request_id, "update")
     applied = applied_before(deployment, request)

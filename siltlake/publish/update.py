@@ -114,7 +114,8 @@ class _PartitionWriter:
                            written, self.partition_date)
 
 
-def _updatable(deployment: Deployment, name: str) -> TableRecord:
+def updatable_table(deployment: Deployment, name: str) -> TableRecord:
+    """The table's record, refused for derived tables (their rows come from their query)."""
     record = deployment.catalog.tables.get(name)
     if record.definition.kind == "derived":
         raise SiltError(f"{record.qualified_name} is a derived table: its rows come from its query; change the "
@@ -122,15 +123,17 @@ def _updatable(deployment: Deployment, name: str) -> TableRecord:
     return record
 
 
-def _record_and_base(deployment: Deployment, name: str, partition_date: dt.date) -> tuple[TableRecord, UpdateBase]:
-    record = _updatable(deployment, name)
+def record_and_base(deployment: Deployment, name: str, partition_date: dt.date) -> tuple[TableRecord, UpdateBase]:
+    """The table's record and what a rewrite of one partition starts from (its current version's objects)."""
+    record = updatable_table(deployment, name)
     try:
         return record, deployment.catalog.versions.update_base(record.id, partition_date)
     except SiltError as exc:
         raise SiltError(f"{record.qualified_name}: {exc}") from None
 
 
-def _base_frame(spark: SparkSession, deployment: Deployment, record: TableRecord, base: UpdateBase) -> DataFrame:
+def base_frame(spark: SparkSession, deployment: Deployment, record: TableRecord, base: UpdateBase) -> DataFrame:
+    """The partition's current rows as a Spark frame, without the `dt` column."""
     from siltlake.read import objects_frame
 
     frame = objects_frame(spark, record, deployment, [base.manifest_key] if base.manifest_key else [],
@@ -248,7 +251,7 @@ def prepare_delete(deployment: Deployment, name: str, partition_date: dt.date, w
     from siltlake.read.sandbox import check_expression
 
     started = time.monotonic()
-    record, base = _record_and_base(deployment, name, partition_date)
+    record, base = record_and_base(deployment, name, partition_date)
     small = in_process.delete_in_process(deployment, record, base, where)  # None: Spark's to do
     if small is not None:
         prepared = PreparedUpdate(deployment, record, base, small.rows_before, started, now)
@@ -257,7 +260,7 @@ def prepare_delete(deployment: Deployment, name: str, partition_date: dt.date, w
         elif small.kept.num_rows < small.rows_before:
             prepared.write(small.kept)
         return prepared
-    frame = _base_frame(deployment.spark(), deployment, record, base)
+    frame = base_frame(deployment.spark(), deployment, record, base)
     try:
         # Parsed on its own: pasted into a larger expression, "a = 1) OR (true" would balance and match every row.
         check_expression(deployment.spark(), where)  # before Spark analyses or runs any of it
@@ -285,7 +288,7 @@ def prepare_overwrite(deployment: Deployment, name: str, partition_date: dt.date
     from siltlake.read import spark_schema
 
     started = time.monotonic()
-    record, base = _record_and_base(deployment, name, partition_date)
+    record, base = record_and_base(deployment, name, partition_date)
     definition = record.definition
     given = rows.column_names if isinstance(rows, pa.Table) else rows.columns
     extra = sorted(set(given) - {c.name for c in definition.columns} - {"dt"})
@@ -303,7 +306,7 @@ def prepare_overwrite(deployment: Deployment, name: str, partition_date: dt.date
     shaped = rows.select(*[
         (F.col(c.name) if c.name in rows.columns else F.lit(None)).cast(types[c.name]).alias(c.name)
         for c in definition.columns])
-    prepared = PreparedUpdate(deployment, record, base, _base_frame(deployment.spark(), deployment, record,
+    prepared = PreparedUpdate(deployment, record, base, base_frame(deployment.spark(), deployment, record,
                                                                     base).count(), started, now)
     prepared.write(shaped)
     return prepared
@@ -326,7 +329,7 @@ def prepare_deletes(deployment: Deployment, name: str, dates: Iterable[dt.date],
                     progress: Callable[[int, dt.date], None] | None = None, write: bool = True) -> PreparedUpdates:
     """prepare_delete for each of `dates`, all checked to exist before any is written (a missing one is
     refused, named); what was written is deleted if one fails. progress(done, date) before each."""
-    wanted = present_dates(deployment, _updatable(deployment, name), dates, "deleted")
+    wanted = present_dates(deployment, updatable_table(deployment, name), dates, "deleted")
     prepared = PreparedUpdates([], now)
     try:
         for done, date in enumerate(wanted):
