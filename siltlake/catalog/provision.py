@@ -19,18 +19,20 @@ def _admin(admin_url: str) -> sa.Engine:
     return sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
 
 
-def create_postgres_database(admin_url: str, name: str, *, replace: bool = False) -> str:
-    """Create database `name` on the server of admin_url (dropping it first if replace); returns its URL.
+def create_postgres_database(admin_url: str, name: str, *, replace: bool = False, template: str | None = None) -> str:
+    """Create database `name` on the server of admin_url (dropping it first if replace; a copy of database
+    `template` if given, which must have no open connections); returns its URL.
 
     Raises CatalogError naming the server when it cannot be reached or refuses.
     """
     url = _database_url(admin_url, name)
+    copied = f' TEMPLATE "{make_url(_database_url(admin_url, template)).database}"' if template else ""
     engine = _admin(admin_url)
     try:
         with engine.connect() as connection:
             if replace:
                 connection.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            connection.exec_driver_sql(f'CREATE DATABASE "{name}"')
+            connection.exec_driver_sql(f'CREATE DATABASE "{name}"{copied}')
     except sa.exc.SQLAlchemyError as exc:
         shown = make_url(admin_url).render_as_string(hide_password=True)
         raise CatalogError(f"cannot create database {name} through {shown}: "
