@@ -16,18 +16,16 @@ The answers of the two Spark paths are compared. `silt run` is stopped (SIGTERM)
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from common import RESULTS, brief_machine, load_avg_1m, save_json
-from interactive_bench import COUNT, build, child_environment, median, silt_wall
+from common import brief_machine, load_avg_1m, save_json
+from interactive_bench import COUNT, built_deployment, child_environment, median, silt_wall, table_arguments
 
 
 def free_port() -> int:
@@ -63,18 +61,8 @@ def wait_for_server(directory: Path, address: str, server: subprocess.Popen, tim
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rows", type=int, default=456_800)
-    parser.add_argument("--days", type=int, default=4)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--out", default=str(RESULTS / "connect.json"))
-    args = parser.parse_args()
-    environment = {name: value for name, value in os.environ.items() if not name.startswith("SILTLAKE_")}
-    os.environ.clear()
-    os.environ.update(environment)
-    with tempfile.TemporaryDirectory(prefix="silt-connect-") as name:
-        directory = Path(name)
-        build(directory, args.rows, args.days)
+    args = table_arguments(__doc__, 5, "connect.json").parse_args()
+    with built_deployment(args, "silt-connect-") as directory:
         address = f"127.0.0.1:{free_port()}"
         server = subprocess.Popen([sys.executable, "-m", "siltlake.cli", "run"], cwd=directory,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
