@@ -3,6 +3,7 @@ answers through it without starting a JVM of its own; with no server there it sa
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import socket
 import subprocess
@@ -15,11 +16,14 @@ from siltlake.config import Config, ConfigError, SparkConfig, load_config
 from siltlake.deployment import Deployment
 from siltlake.publish import publish_once
 from siltlake.spark import connect_url, start_connect_server, stop_connect_server
+from siltlake.tabledef import TableDef
 
 from .conftest import make_config
 from .merge_helpers import add_small_objects
 from .test_fast_sql import DAYS, batch, write_config_file
+from .test_keyed_read import keyed_table
 from .test_merge import make_table
+from .test_publish import tokyo
 
 pytestmark = pytest.mark.spark
 
@@ -52,6 +56,12 @@ def test_silt_sql_on_spark_answers_through_the_connect_server(tmp_path: Path, sp
     add_small_objects(deployment, table, DAYS[0], [batch(DAYS[0], 30), batch(DAYS[0], 20)])
     publish_once(deployment)
     add_small_objects(deployment, table, DAYS[1], [batch(DAYS[1], 15)])  # live rows, above the published version
+    # A keyed partition with two rows of some keys: merged on read by pyarrow in the server's Python workers.
+    keyed = deployment.catalog.tables.create(TableDef.from_mapping(keyed_table("keyed").model_dump(by_alias=True)))
+    noon = tokyo(DAYS[0], 12).replace(tzinfo=dt.UTC)
+    add_small_objects(deployment, keyed, DAYS[0], [
+        [{"utc_event_time": noon, "event_id": f"e{i}", "seq": 1, "v": f"old{i}"} for i in range(6)],
+        [{"utc_event_time": noon, "event_id": f"e{i}", "seq": 2, "v": f"new{i}"} for i in range(0, 6, 2)]])
     expected = 30 + 20 + 15
     write_config_file(deployment.config, tmp_path)
     port = free_port()
@@ -68,9 +78,10 @@ def test_silt_sql_on_spark_answers_through_the_connect_server(tmp_path: Path, sp
 
     start_connect_server(spark, Config.model_validate({"spark": {"connect": f"127.0.0.1:{port}"}}).spark)
     try:
-        result = silt_sql("SELECT count(*) AS n, count(DISTINCT dt) AS days FROM web.access")
+        result = silt_sql("SELECT * FROM (SELECT count(*) AS n, count(DISTINCT dt) AS days FROM web.access) "
+                          "CROSS JOIN (SELECT count(*) AS keys, count_if(v LIKE 'new%') AS new FROM web.keyed)")
         assert result.returncode == 0, result.stderr
-        assert result.stdout.splitlines() == ["n,days", f"{expected},2"]
+        assert result.stdout.splitlines() == ["n,days,keys,new", f"{expected},2,6,3"]
         assert "starting Spark here" not in result.stderr
         # The sandbox holds over Connect: a function that is not one of the server's built-ins is refused.
         result = silt_sql("SELECT nosuch_function(action) FROM web.access")
