@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -20,18 +19,13 @@ from siltlake.tabledef import TableDef
 
 from .conftest import make_config
 from .merge_helpers import add_small_objects
+from .processes import free_port
 from .test_fast_sql import DAYS, batch, write_config_file
 from .test_keyed_read import keyed_table
 from .test_merge import make_table
 from .test_publish import tokyo
 
 pytestmark = pytest.mark.spark
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def test_spark_connect_binds_loopback_unless_told_otherwise(tmp_path: Path) -> None:
