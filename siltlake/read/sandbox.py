@@ -12,6 +12,9 @@ Spark accepts cannot slip past: names arrive unquoted, in any case, with any qua
   (the `sql` rewrite leaves one-part temp view and CTE names only);
 - TRANSFORM ... USING (runs a program), and commands or writes of any kind;
 - `${` anywhere in the text (refuse_substitution), checked before any parsing.
+
+A Spark Connect session has no JVM in this process: there the text is checked on sqlglot's parse against the
+server's own list of built-ins instead (_check_remote).
 """
 
 from __future__ import annotations
