@@ -4,6 +4,7 @@ answers through it without starting a JVM of its own; with no server there it sa
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import subprocess
 import sys
@@ -81,6 +82,27 @@ def test_silt_sql_on_spark_answers_through_the_connect_server(tmp_path: Path, sp
         result = silt_sql("SELECT nosuch_function(action) FROM web.access")
         assert result.returncode != 0
         assert "nosuch_function() it is not a Spark built-in" in " ".join(result.stderr.replace(":", "").split())
+        # The gate itself, as a notebook's siltlake.read.sql would meet it with text of its own.
+        script = ("import json, sys\nfrom pyspark.sql import SparkSession\n"
+                  "from siltlake.read.sandbox import RefusedSQL, check_query\n"
+                  "spark = SparkSession.builder.remote(sys.argv[1]).getOrCreate()\nverdicts = []\n"
+                  "for query in json.loads(sys.argv[2]):\n"
+                  "    try:\n        check_query(spark, query)\n        verdicts.append('ok')\n"
+                  "    except RefusedSQL as exc:\n        verdicts.append(str(exc))\n"
+                  "print(json.dumps(verdicts))\n")
+        queries = ["SELECT upper(action), count(*) FROM v GROUP BY 1", "SELECT * FROM parquet.`/etc`",
+                   "SELECT TRANSFORM(action) USING 'cat' FROM v", "SELECT db.f(action) FROM v",
+                   "SELECT java_method('java.lang.System', 'getenv', 'HOME')", "DROP TABLE v",
+                   "SELECT x FROM v; SELECT y FROM v"]
+        result = subprocess.run([sys.executable, "-c", script, connect_url("127.0.0.1", port), json.dumps(queries)],
+                                env=env, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr
+        verdicts = json.loads(result.stdout.splitlines()[-1])
+        assert verdicts[0] == "ok"
+        for verdict, expected_words in zip(verdicts[1:], ["names a file path", "TRANSFORM", "not a Spark built-in",
+                                                           "java_method()", "only one query", "only one query"],
+                                           strict=True):
+            assert expected_words in verdict, verdict
     finally:
         stop_connect_server(spark)
         deployment.close()
