@@ -32,6 +32,7 @@ Queries: a full-day scan (count, distinct users per action) and a one-hour top-N
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import os
 import statistics
@@ -39,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -108,6 +110,28 @@ def build(directory: Path, rows: int, days: int) -> None:
         commit_small_objects(deployment, "web.access", objects[chunk:chunk + 32])
     publish_once(deployment)
     deployment.close()
+
+
+def table_arguments(description: str, repeats: int, results: str) -> argparse.ArgumentParser:
+    """A benchmark's parser: the table's size (--rows, --days), --repeats, and --out (bench/results/<results>)."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=456_800)
+    parser.add_argument("--days", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=repeats)
+    parser.add_argument("--out", default=str(RESULTS / results))
+    return parser
+
+
+@contextlib.contextmanager
+def built_deployment(args: argparse.Namespace, prefix: str) -> Iterator[Path]:
+    """A temporary directory holding the built deployment (build), its commands blind to this shell's
+    SILTLAKE_* settings: they read its siltlake.toml only."""
+    environment = {name: value for name, value in os.environ.items() if not name.startswith("SILTLAKE_")}
+    os.environ.clear()
+    os.environ.update(environment)
+    with tempfile.TemporaryDirectory(prefix=prefix) as name:
+        build(Path(name), args.rows, args.days)
+        yield Path(name)
 
 
 def child_environment(directory: Path, **extra: str) -> dict[str, str]:
@@ -197,19 +221,10 @@ def in_process(directory: Path, repeats: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rows", type=int, default=456_800)
-    parser.add_argument("--days", type=int, default=4)
-    parser.add_argument("--repeats", type=int, default=7)
+    parser = table_arguments(__doc__, 7, "interactive.json")
     parser.add_argument("--spark-repeats", type=int, default=3)
-    parser.add_argument("--out", default=str(RESULTS / "interactive.json"))
     args = parser.parse_args()
-    environment = {name: value for name, value in os.environ.items() if not name.startswith("SILTLAKE_")}
-    os.environ.clear()
-    os.environ.update(environment)
-    with tempfile.TemporaryDirectory(prefix="silt-interactive-") as name:
-        directory = Path(name)
-        build(directory, args.rows, args.days)
+    with built_deployment(args, "silt-interactive-") as directory:
         silt_wall(directory, "sql", COUNT)  # warm the page cache and the bytecode caches
         load_before = os.getloadavg()
         commands = {

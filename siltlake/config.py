@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import tomllib
@@ -100,6 +101,46 @@ class SparkConfig(_Section):
     master: str = "local[*]"
     app_name: str = "siltlake"
     conf: dict[str, str] = Field(default_factory=dict)
+    connect: str | None = Field(default=None, description="host:port of the Spark Connect server `silt run` "
+                                "holds in its session, which `silt sql --engine spark` and notebooks use while it "
+                                "runs; unset: none. Loopback only unless connect_remote (Spark Connect runs any "
+                                "code a client sends, as the server's user)")
+    connect_remote: bool = Field(default=False, description="let spark.connect bind an address other than loopback")
+
+    @field_validator("connect")
+    @classmethod
+    def _connect(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        host, _, port = value.strip().rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"{value!r} is not host:port (e.g. 127.0.0.1:15002)")
+        return value.strip()
+
+    @model_validator(mode="after")
+    def _loopback_unless_remote(self) -> SparkConfig:
+        if self.connect and not self.connect_remote and not is_loopback(self.connect_address[0]):
+            raise ValueError(f"spark.connect {self.connect!r} is not a loopback address: anyone who reaches it runs "
+                             "code as the server's user; set spark.connect_remote = true to bind it anyway "
+                             "(docs/operations.md, \"A warm Spark session\")")
+        return self
+
+    @property
+    def connect_address(self) -> tuple[str, int]:
+        """spark.connect as (host, port); the host without the brackets of an IPv6 address."""
+        assert self.connect is not None
+        host, _, port = self.connect.rpartition(":")
+        return host.strip("[]"), int(port)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether the address reaches this host only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class StreamConfig(_Section):

@@ -188,3 +188,64 @@ def run_tasks(spark: SparkSession, function: Callable[[Any], Any], items: list[A
     if on_progress is not None and len(items) > reported:
         on_progress(len(items) - reported)
     return [result for _, result in sorted(outcome["results"], key=lambda pair: pair[0])]
+
+
+# --- Spark Connect: a warm session for `silt sql --engine spark` and notebooks -----------------------------
+
+def is_remote(spark: SparkSession) -> bool:
+    """Whether the session is a Spark Connect client's: no JVM in this process, no SparkContext, no py4j."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def start_connect_server(spark: SparkSession, config: SparkConfig) -> str:
+    """Serve Spark Connect from this session's JVM at spark.connect; returns the address clients use.
+
+    Each client gets a session of its own (temp views, settings) over this SparkContext, so its queries run
+    on executors already up. The service reads its address from the context's configuration as it starts."""
+    from py4j.protocol import Py4JJavaError
+
+    from siltlake.errors import SiltError
+
+    host, port = config.connect_address
+    context = spark.sparkContext
+    context._conf.set("spark.connect.grpc.binding.address", host)  # the JVM context's own SparkConf, not a copy
+    context._conf.set("spark.connect.grpc.binding.port", str(port))
+    try:
+        spark._jvm.org.apache.spark.sql.connect.service.SparkConnectService.start(context._jsc.sc())
+    except Py4JJavaError as exc:
+        cause = str(exc.java_exception.toString())
+        raise SiltError(f"cannot serve Spark Connect at {config.connect} (spark.connect): {cause}") from None
+    return connect_url(host, port)
+
+
+def stop_connect_server(spark: SparkSession) -> None:
+    """Stop the Spark Connect service start_connect_server started (its clients' sessions end)."""
+    jvm = spark._jvm
+    nothing = jvm.scala.Option.apply(None)
+    jvm.org.apache.spark.sql.connect.service.SparkConnectService.stop(nothing, nothing)
+
+
+def connect_url(host: str, port: int) -> str:
+    """The sc:// URL of a server. A loopback server is named localhost: the client then sends a token
+    ($SPARK_CONNECT_AUTHENTICATE_TOKEN) over the loopback connection without TLS, which it does for no other name."""
+    from siltlake.config import is_loopback
+
+    shown = "localhost" if is_loopback(host) else f"[{host}]" if ":" in host else host
+    return f"sc://{shown}:{port}"
+
+
+def connect_session(config: SparkConfig) -> SparkSession | None:
+    """A session of the Spark Connect server at spark.connect, with LOCKED applied; None when nothing listens
+    there (or this Python lacks Spark Connect's client packages)."""
+    import socket
+
+    host, port = config.connect_address
+    try:
+        socket.create_connection((host, port), timeout=1).close()
+        import pyspark.sql.connect.session  # noqa: F401 - raises ImportError without grpcio & co.
+        from pyspark.sql import SparkSession
+    except (OSError, ImportError):
+        return None
+    # PySpark's own builder (not the Connect module's): it also switches the module-level helpers (type
+    # parsing) to the remote session.
+    return lock_session(SparkSession.builder.remote(connect_url(host, port)).getOrCreate())

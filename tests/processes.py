@@ -22,6 +22,7 @@ import json
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -369,3 +370,10 @@ class Shipper:
 
     def total(self) -> int:
         return sum(len(ids) for ids in self.shipped.values())
+
+
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 nothing listens on now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]

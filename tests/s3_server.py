@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import http.client
 import logging
-import socket
 import threading
 import uuid
 from collections import Counter
@@ -21,13 +20,9 @@ import pytest
 from siltlake.config import Config
 from siltlake.deployment import Deployment
 
+from .processes import free_port
+
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "te", "trailer", "upgrade"}
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 class MotoS3:
@@ -35,7 +30,7 @@ class MotoS3:
 
     def __init__(self) -> None:
         logging.getLogger("werkzeug").setLevel(logging.ERROR)
-        self.port = _free_port()
+        self.port = free_port()
         self._server = None
 
     @property

@@ -159,6 +159,44 @@ def test_definitions_are_checked_at_create_time(deployment: Deployment, spark) -
         deployment.catalog.derived.drop("web.level1", utcnow())
 
 
+# Derived queries whose DuckDB translation types their columns (no JVM at create time), each checked against
+# Spark's own analysis: names and stored types must be the same.
+TRANSLATED = [
+    ROLLUP,
+    "SELECT dt, hour(utc_event_time) AS hour, min(action) AS first, max(user_id) AS top, avg(user_id) AS mean, "
+    "sum(user_id) AS total FROM web.access GROUP BY dt, hour(utc_event_time)",
+    "SELECT dt, to_date(utc_event_time) AS day, date_trunc('HOUR', utc_event_time) AS hour, user_id IS NULL AS "
+    "anonymous, row_number() OVER (PARTITION BY action ORDER BY utc_event_time) AS n FROM web.access",
+    "SELECT dt, count(*) FROM web.access WHERE action = 'login' GROUP BY dt",
+]
+
+
+def test_columns_of_a_translated_query_are_spark_s(deployment: Deployment, spark) -> None:
+    from siltlake.derived.define import spark_columns, translated_columns
+
+    deployment.catalog.tables.create(TableDef.from_mapping(ACCESS_TABLE))
+    nothing = {"web.access": {"dates": []}}
+    for query in TRANSLATED:
+        translated = translated_columns(deployment, query, nothing)
+        assert translated is not None, query
+        on_spark = spark_columns(sql(spark, query, deployment, reads=nothing).schema)
+        assert [column[:2] for column in translated] == [column[:2] for column in on_spark], query
+    # What does not translate (a function outside the allow-list) is typed by Spark.
+    assert translated_columns(deployment, "SELECT dt, upper(action) AS a FROM web.access", nothing) is None
+
+
+def test_a_derived_table_of_a_translated_query_is_created_without_spark(plain_deployment: Deployment) -> None:
+    create_derived(plain_deployment, DerivedDef.from_mapping({
+        "name": "web.daily_actions", "query": ROLLUP, "trigger_sql": "SELECT max(dt) FROM web.access"}))
+    assert plain_deployment._spark is None  # no JVM started
+    columns = plain_deployment.catalog.tables.get("web.daily_actions").definition.columns
+    assert [(c.name, c.type) for c in columns] == [("action", "string"), ("hits", "bigint"), ("users", "bigint")]
+    with pytest.raises(DefinitionError, match="must return a dt column"):
+        create_derived(plain_deployment, DerivedDef.from_mapping(
+            {"name": "web.x", "query": "SELECT action, count(*) AS n FROM web.access GROUP BY action"}))
+    assert plain_deployment._spark is None
+
+
 def test_a_table_a_derived_table_reads_cannot_be_renamed(deployment: Deployment, spark) -> None:
     """Its query names the table: renamed, the next build failed "no table web.access" (issue 27)."""
     make_source(deployment, days=1)

@@ -16,10 +16,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from siltlake import logs
 from siltlake.clock import utcnow
+from siltlake.config import is_loopback
 from siltlake.deployment import Deployment
 from siltlake.merge import MergeWorker
 from siltlake.observe import history
-from siltlake.observe.dashboard import ObserveServer, is_loopback
+from siltlake.observe.dashboard import ObserveServer
 from siltlake.observe.metrics import DURATION_BUCKETS, observe_report, registry_for, summary_line
 from siltlake.publish import publish_once
 from siltlake.reap import reap_once

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -26,7 +27,7 @@ from siltlake.run import Loop, run_loops
 from siltlake.tabledef import TableDef
 
 from .conftest import ACCESS_TABLE, make_config
-from .processes import SiltProcess, kill_session, wait_until
+from .processes import SiltProcess, free_port, kill_session, wait_until
 
 # --- the supervisor, without Spark ------------------------------------------------------------------------
 
@@ -157,6 +158,8 @@ def test_silt_run_streams_merges_and_publishes_until_sigint(tmp_path: Path, requ
     table = catalog.tables.create(TableDef.from_mapping({**ACCESS_TABLE, "merge_interval": "0s"}))
     staging = Path(deployment.config.storage.staging_root)
     env = write_run_config(tmp_path, deployment.config)
+    connect_port = free_port()
+    env["SILTLAKE_SPARK__CONNECT"] = f"127.0.0.1:{connect_port}"  # the session also serves Spark Connect
     expected: Counter = Counter()  # (dt, user_id) -> 1
 
     def add(date: dt.date, seed: int, count: int) -> None:
@@ -197,6 +200,8 @@ def test_silt_run_streams_merges_and_publishes_until_sigint(tmp_path: Path, requ
         assert f'siltlake_records_loaded_total{{table="web.access"}} {float(sum(expected.values()))}' in metrics
         page = urllib.request.urlopen(served.group(1), timeout=30).read().decode()
         assert 'data-chart="freshness" data-table="web.access"' in page
+        assert f"Spark Connect: sc://localhost:{connect_port}" in daemon.log(), daemon.tail()
+        socket.create_connection(("127.0.0.1", connect_port), timeout=10).close()
         assert not catalog.partitions.small_objects(table.id, delayed=True)
         # A late object for a closed day is delayed, then merged and published with the next merged version.
         add(PAST[0], 50, 7)

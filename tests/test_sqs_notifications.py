@@ -29,7 +29,8 @@ from siltlake.stream.notifications import parse_message
 from siltlake.tabledef import TableDef
 
 from .conftest import ACCESS_TABLE
-from .s3_server import CountingProxy, MotoS3, _free_port, s3_config
+from .processes import free_port
+from .s3_server import CountingProxy, MotoS3, s3_config
 
 ACCOUNT = "123456789012"  # moto's default account
 DAY = "f1.web.access/2026/11/20"
@@ -315,7 +316,7 @@ def test_moto_encodes_keys_as_aws_does_and_they_register_once(bucket: Bucket, la
 
 def test_an_unreachable_queue_leaves_the_round_to_its_listing(bucket: Bucket, s3_proxy: CountingProxy,
                                                               sqlite_url: str) -> None:
-    closed = f"http://127.0.0.1:{_free_port()}/{ACCOUNT}/{bucket.queue_name}"
+    closed = f"http://127.0.0.1:{free_port()}/{ACCOUNT}/{bucket.queue_name}"
     deployment = notified_deployment(bucket, s3_proxy.endpoint, sqlite_url, queue=closed, max_attempts=1)
     try:
         bucket.put(f"staging/{DAY}/a.jsonl")

@@ -29,7 +29,8 @@ def daemon_logging(context: click.Context, role: str, **identity: object) -> Non
 
 def serve(deployment: Deployment, bind: str, port: int, *, dashboard: bool, metrics: bool = True) -> ObserveServer:
     """Start the HTTP server of --metrics-port or `silt dashboard`; say where, and warn off loopback."""
-    from siltlake.observe.dashboard import ObserveServer, is_loopback
+    from siltlake.config import is_loopback
+    from siltlake.observe.dashboard import ObserveServer
 
     try:
         server = ObserveServer(deployment, bind, port, dashboard=dashboard, metrics=metrics).start()

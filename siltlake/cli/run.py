@@ -115,6 +115,9 @@ def run_in_terminal(deployment: Deployment, console: Console, metrics_port: int 
             # Stopped while Spark started: the signal reached its launcher too. Nothing ran yet.
         # PySpark replaced the SIGINT handler while starting (it cancels jobs and raises KeyboardInterrupt).
         signal.signal(signal.SIGINT, on_signal)
+        if host.connect_url:
+            console.print(f"Spark Connect: {host.connect_url} (`silt sql --engine spark` and notebooks: "
+                          f"SparkSession.builder.remote({host.connect_url!r}))", highlight=False)
         if not host.stop_event.is_set():
             host.start()
         # Short joins keep the main thread free to run the signal handler.

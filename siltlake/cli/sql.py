@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from siltlake.cli.context import deployment_of, friendly
 from siltlake.cli.options import format_option
 from siltlake.cli.output import Column, activity, console, emit, format_value
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from siltlake.deployment import Deployment
 
 ENGINE_HELP = ("auto: DuckDB over the exact file lists when the query translates faithfully (the same answer as "
                "Spark's), else Spark; duckdb: DuckDB or an error saying why not; spark: always Spark.")
@@ -47,12 +54,33 @@ def sql_command(context: click.Context, query: str, fmt: str, limit: int, engine
             _show(fmt, translation.columns, rows, limit)
             return
     from siltlake.read import sql
+    from siltlake.spark import is_remote
 
-    spark = deployment.spark()
-    with activity("running the query…"):
-        frame = sql(spark, query, deployment, plan=plan)
-        rows = frame.limit(limit + 1).collect()  # one more than shown: whether the limit cut the result
-    _show(fmt, frame.columns, rows, limit)
+    spark = _spark_session(deployment)
+    try:
+        with activity("running the query…"):
+            frame = sql(spark, query, deployment, plan=plan)
+            rows = frame.limit(limit + 1).collect()  # one more than shown: whether the limit cut the result
+        columns = frame.columns
+    finally:
+        if is_remote(spark):
+            spark.stop()  # ends this client's session on the server (its temp views), not the server
+    _show(fmt, columns, rows, limit)
+
+
+def _spark_session(deployment: Deployment) -> SparkSession:
+    """A session of the Spark Connect server spark.connect names when one answers there (warm: no JVM starts
+    here), else this process's own, said on stderr."""
+    config = deployment.config.spark
+    if config.connect:
+        from siltlake.spark import connect_session
+
+        session = connect_session(config)
+        if session is not None:
+            return session
+        console.print(f"no Spark Connect server answers at {config.connect} (spark.connect): starting Spark here",
+                      highlight=False)
+    return deployment.spark()
 
 
 def _show(fmt: str, names: list[str], rows: list, limit: int) -> None:

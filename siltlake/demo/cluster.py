@@ -7,6 +7,10 @@ Each run is a driver process of its own that runs the `silt` commands in-process
 (`python -m siltlake.demo.cluster pipeline ...`, which tests/test_cluster.py uses too). The demo then
 prints the results and exits with status 1 unless both runs agree and both workers ran executors.
 Everything it started is stopped at the end, on Ctrl-C and on SIGTERM too.
+
+A warm Spark session on such a cluster is Spark's own Connect server run against the master from the siltlake
+installation (`spark-submit --class org.apache.spark.sql.connect.service.SparkConnectServer --master <url>`),
+with `spark.connect` pointing `silt sql` at it: docs/operations.md, "A warm Spark session (Spark Connect)".
 """
 
 from __future__ import annotations

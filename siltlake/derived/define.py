@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from siltlake.catalog import DerivedRecord
 from siltlake.clock import utcnow
@@ -33,31 +33,62 @@ def siltlake_type(data_type: DataType) -> str | None:
     return None
 
 
-def table_of(definition: DerivedDef, result: StructType) -> TableDef:
-    """The table a query's result is stored as: its columns but dt, which names the partition."""
-    from pyspark.sql.types import DateType
+# Result types the DuckDB translation infers (siltlake.read.translate), as the siltlake types Spark's result
+# would be stored as; a result of any other ("null", a decimal of unknown precision) is typed by Spark.
+TRANSLATED_TYPES = {"int": "int", "bigint": "bigint", "float": "float", "double": "double", "string": "string",
+                    "json": "string", "boolean": "boolean", "timestamp": "timestamp", "date": "date"}
 
-    fields = {field.name: field for field in result.fields}
-    if "dt" not in fields:
+# A query's result column: its name, the siltlake type it is stored as (None: none can hold it), and its type
+# as the engine names it, for messages.
+ResultColumn = tuple[str, str | None, str]
+
+
+def spark_columns(result: StructType) -> list[ResultColumn]:
+    """A Spark result's columns."""
+    return [(field.name, siltlake_type(field.dataType), field.dataType.simpleString()) for field in result.fields]
+
+
+def translated_columns(deployment: Deployment, query: str,
+                       reads: dict[str, dict[str, Any]] | None = None) -> list[ResultColumn] | None:
+    """The query's result columns without a JVM, from its DuckDB translation, which infers the types Spark gives
+    (tests/test_fast_sql.py compares both engines' answers); None when the query does not translate faithfully
+    or a type is not known exactly: Spark then analyses it."""
+    from siltlake.read.duck import faithful
+    from siltlake.read.plan import plan_query
+    from siltlake.read.translate import NotFaithful
+
+    try:
+        translation = faithful(plan_query(query, deployment, reads=reads), deployment)
+    except NotFaithful:
+        return None
+    if not all(kind in TRANSLATED_TYPES for kind in translation.types):
+        return None
+    return [(name, TRANSLATED_TYPES[kind], kind) for name, kind in zip(translation.columns, translation.types,
+                                                                         strict=True)]
+
+
+def table_of(definition: DerivedDef, result: list[ResultColumn]) -> TableDef:
+    """The table a query's result is stored as: its columns but dt, which names the partition."""
+    kinds = {name: (type_name, shown) for name, type_name, shown in result}
+    if "dt" not in kinds:
         raise DefinitionError(f"{definition.name}: the query must return a dt column (the partition date, type date); "
                               "for a rollup by day, SELECT dt, ... GROUP BY dt, ...")
-    if not isinstance(fields["dt"].dataType, DateType):
-        raise DefinitionError(f"{definition.name}: the query's dt column is {fields['dt'].dataType.simpleString()}, "
-                              "not date; CAST it AS date")
-    names = [field.name for field in result.fields]
+    if kinds["dt"][0] != "date":
+        raise DefinitionError(f"{definition.name}: the query's dt column is {kinds['dt'][1]}, not date; CAST it AS "
+                              "date")
+    names = [name for name, _, _ in result]
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
         raise DefinitionError(f"{definition.name}: the query returns several columns named {', '.join(duplicates)}; "
                               "give each its own alias")
     columns = []
-    for field in result.fields:
-        if field.name == "dt":
+    for name, type_name, shown in result:
+        if name == "dt":
             continue
-        type_name = siltlake_type(field.dataType)
         if type_name is None:
-            raise DefinitionError(f"{definition.name}: column {field.name!r} is {field.dataType.simpleString()}, "
-                                  f"which a derived table cannot store; CAST it to {ALLOWED_TYPES}")
-        columns.append(Column(name=field.name, type=type_name))
+            raise DefinitionError(f"{definition.name}: column {name!r} is {shown}, which a derived table cannot "
+                                  f"store; CAST it to {ALLOWED_TYPES}")
+        columns.append(Column(name=name, type=type_name))
     if not columns:
         raise DefinitionError(f"{definition.name}: the query returns no column besides dt")
     return TableDef.from_mapping({"schema": definition.schema_name, "name": definition.table_name, "kind": "derived",
@@ -88,8 +119,9 @@ def check_cycles(definition: DerivedDef, source_ids: list[int], existing: list[D
 
 
 def create_derived(deployment: Deployment, definition: DerivedDef, now: dt.datetime | None = None) -> DerivedRecord:
-    """Register a derived table: the tables its query reads, its columns (Spark analyses the query over
-    empty sources), and how it is kept. Nothing is built yet (`build_derived`)."""
+    """Register a derived table: the tables its query reads, its columns (from the query's DuckDB translation
+    when it has one, else Spark analyses the query over empty sources), and how it is kept. Nothing is built yet
+    (`build_derived`)."""
     from siltlake.read import query_tables, sql
 
     catalog = deployment.catalog
@@ -112,9 +144,12 @@ def create_derived(deployment: Deployment, definition: DerivedDef, now: dt.datet
                                   "list` shows them") from None
     names = {record.id: record.qualified_name for record in catalog.tables.list()}
     check_cycles(definition, [s.id for s in sources], catalog.derived.list(), names)
-    spark = deployment.spark()
-    nothing = {name: {"dates": []} for name, _ in referenced}
-    table = table_of(definition, sql(spark, definition.query, deployment, reads=nothing).schema)
-    if definition.trigger_sql is not None:
-        sql(spark, definition.trigger_sql, deployment).schema  # noqa: B018 - analysed now: a wrong name fails here
+    nothing: dict[str, dict[str, Any]] = {name: {"dates": []} for name, _ in referenced}
+    result = translated_columns(deployment, definition.query, nothing)
+    if result is None:
+        result = spark_columns(sql(deployment.spark(), definition.query, deployment, reads=nothing).schema)
+    table = table_of(definition, result)
+    # The trigger checked now: a wrong name fails here (translated, its names were resolved against the tables).
+    if definition.trigger_sql is not None and translated_columns(deployment, definition.trigger_sql) is None:
+        sql(deployment.spark(), definition.trigger_sql, deployment).schema  # noqa: B018 - analysed, not run
     return catalog.derived.create(definition, table, [s.id for s in sources], now or utcnow())

@@ -9,7 +9,6 @@ Content-Security-Policy that forbids the browser any fetch.
 from __future__ import annotations
 
 import datetime as dt
-import ipaddress
 import logging
 import math
 import socket
@@ -301,10 +300,3 @@ class ObserveServer(ThreadingHTTPServer):
         self.server_close()
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from siltlake.errors import SiltError
+from siltlake.spark import is_remote
 from siltlake.storage.filesystem import Storage
 
 if TYPE_CHECKING:
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
 
 S3A_CLASS = "org.apache.hadoop.fs.s3a.S3AFileSystem"
 OBJECTS_PER_TASK = 8
+REMOTE_CORES = 8
 
 
 def spark_reads(spark: SparkSession, lake: Storage) -> bool:
@@ -83,8 +85,7 @@ def arrow_objects_frame(spark: SparkSession, lake: Storage, schema: StructType,
 
     rows: list[tuple[Any, ...]] = [(_lake_key(lake, uri), day) for uri, day in objects]
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
-    slices = max(1, min(spark.sparkContext.defaultParallelism * 4, -(-len(rows) // OBJECTS_PER_TASK)))
-    keys = spark.createDataFrame(spark.sparkContext.parallelize(rows, slices), "key string, day date")
+    keys = _tasks_frame(spark, rows, "key string, day date", _slices(spark, len(rows)))
     return keys.mapInArrow(_ReadObjects(lake, arrow_schema), schema)
 
 
@@ -96,8 +97,7 @@ def arrow_partitions_frame(spark: SparkSession, lake: Storage, schema: StructTyp
     from pyspark.sql.pandas.types import to_arrow_schema
 
     rows = [([_lake_key(lake, uri) for uri in uris], day) for day, uris in partitions]
-    keys = spark.createDataFrame(spark.sparkContext.parallelize(rows, max(1, len(rows))),
-                                 "keys array<string>, day date")
+    keys = _tasks_frame(spark, rows, "keys array<string>, day date", max(1, len(rows)))
     return keys.mapInArrow(_ReadObjects(lake, to_arrow_schema(schema, timezone="UTC"), primary_key, sequence_column),
                            schema)
 
@@ -112,6 +112,19 @@ def parquet_frame(spark: SparkSession, lake: Storage, keys: list[str]) -> DataFr
 
     with lake.open_input_file(keys[0]) as handle:
         schema = from_arrow_schema(pq.read_schema(handle))
-    slices = max(1, min(spark.sparkContext.defaultParallelism * 4, -(-len(keys) // OBJECTS_PER_TASK)))
-    frame = spark.createDataFrame(spark.sparkContext.parallelize([(key,) for key in keys], slices), "key string")
+    frame = _tasks_frame(spark, [(key,) for key in keys], "key string", _slices(spark, len(keys)))
     return frame.mapInArrow(_ReadObjects(lake, to_arrow_schema(schema, timezone="UTC")), schema)
+
+
+def _slices(spark: SparkSession, objects: int) -> int:
+    """Tasks for reading `objects` objects: OBJECTS_PER_TASK each, up to four per core (a Spark Connect client
+    cannot see the server's cores: REMOTE_CORES)."""
+    cores = REMOTE_CORES if is_remote(spark) else spark.sparkContext.defaultParallelism
+    return max(1, min(cores * 4, -(-objects // OBJECTS_PER_TASK)))
+
+
+def _tasks_frame(spark: SparkSession, rows: list[tuple[Any, ...]], ddl: str, slices: int) -> DataFrame:
+    """The rows as a DataFrame of `slices` partitions, each read by a task of its own."""
+    if is_remote(spark):  # no SparkContext on a Spark Connect client: the rows travel in the plan
+        return spark.createDataFrame(rows, ddl).repartition(slices)
+    return spark.createDataFrame(spark.sparkContext.parallelize(rows, slices), ddl)

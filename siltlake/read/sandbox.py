@@ -12,6 +12,9 @@ Spark accepts cannot slip past: names arrive unquoted, in any case, with any qua
   (the `sql` rewrite leaves one-part temp view and CTE names only);
 - TRANSFORM ... USING (runs a program), and commands or writes of any kind;
 - `${` anywhere in the text (refuse_substitution), checked before any parsing.
+
+A Spark Connect session has no JVM in this process: there the text is checked on sqlglot's parse against the
+server's own list of built-ins instead (_check_remote).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from siltlake.errors import SiltError
+from siltlake.spark import is_remote
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -70,8 +74,43 @@ def check_query(spark: SparkSession, query: str, user: str = "silt sql") -> None
     """Raise RefusedSQL if the query (the exact text to run) reaches outside the data; `user` names the
     command in the message."""
     refuse_substitution(query, user)
+    if is_remote(spark):
+        _check_remote(spark, query, user)
+        return
     gate = _Gate(spark, user)
     gate.walk(gate.parse("parsePlan", query))
+
+
+def _check_remote(spark: SparkSession, query: str, user: str) -> None:
+    """The gate for a Spark Connect session, whose JVM is the server's: Spark's parser cannot be walked from
+    here, so the text (sqlglot's rendering of a tree plan_query checked) is parsed again by sqlglot and must be
+    one query over one-part names, without TRANSFORM, calling only the server's own built-in functions
+    (SHOW SYSTEM FUNCTIONS), none of them refused (docs/design.md, "Issue 32: a warm Spark session")."""
+    import sqlglot
+    from sqlglot import exp
+
+    try:
+        statements = sqlglot.parse(query, read="spark")
+    except sqlglot.errors.ParseError as exc:
+        raise RefusedSQL(f"{user} refuses a query it cannot check: {exc}") from None
+    if len(statements) != 1 or not isinstance(statements[0], exp.Query):
+        raise RefusedSQL(f"{user} refuses it: only one query (SELECT, WITH, set operations) runs here")
+    tree = statements[0]
+    builtins = {row[0].lower() for row in spark.sql("SHOW SYSTEM FUNCTIONS").collect()}
+    for node in tree.walk():
+        if isinstance(node, exp.QueryTransform):
+            raise RefusedSQL(f"{user} refuses TRANSFORM ... USING: it runs a program on the host")
+        if isinstance(node, exp.Table) and (node.db or node.catalog):
+            raise RefusedSQL(f"{user} refuses {node.sql(dialect='spark')}: it names a file path or another "
+                             "catalog, not a table; name tables as schema.table")
+        if isinstance(node, exp.Dot) and isinstance(node.expression, exp.Func):
+            raise RefusedSQL(f"{user} refuses {node.sql(dialect='spark')}: it is not a Spark built-in function")
+        if isinstance(node, exp.Func):
+            name = (node.name if isinstance(node, exp.Anonymous) else node.sql_name()).lower()
+            if name in REFUSED_FUNCTIONS:
+                raise RefusedSQL(f"{user} refuses {name}(): {REFUSED_FUNCTIONS[name]}")
+            if isinstance(node, exp.Anonymous) and name not in builtins:
+                raise RefusedSQL(f"{user} refuses {name}(): it is not a Spark built-in function")
 
 
 def check_expression(spark: SparkSession, expression: str, user: str = "silt delete --where") -> None:

@@ -214,6 +214,7 @@ class SingleHost:
         self.publish_wake = threading.Event()
         self.threads: list[threading.Thread] = []
         self.fatal: BaseException | None = None  # what stopped every loop (the catalog file replaced), if anything
+        self.connect_url: str | None = None  # the Spark Connect server held in the session (spark.connect), if any
         # One worker for the whole run: its report adds up over restarts after errors.
         self.worker = MergeWorker(deployment, progress=_MergeStatus(self.status["merge"]))
         self._stream_totals = StreamReport()
@@ -229,11 +230,16 @@ class SingleHost:
 
         Started here, once: the stream and merge threads would otherwise race to create it. PySpark
         installs its own SIGINT handler as it starts; a caller handling signals installs its own after.
+        With spark.connect, the session also serves Spark Connect there (connect_url).
         """
         self.deployment.catalog.check_ready()  # not initialised: a SiltError for the user, before anything runs
         for status in self.status.values():
             status.detail = "starting Spark"
-        self.deployment.spark()
+        spark = self.deployment.spark()
+        if self.deployment.config.spark.connect and self.connect_url is None:
+            from siltlake.spark import start_connect_server
+
+            self.connect_url = start_connect_server(spark, self.deployment.config.spark)
         for status in self.status.values():
             status.detail = ""
 
