@@ -223,14 +223,14 @@ class Table:
         filter the rows are scanned through pyarrow's dataset, which applies it."""
         if filter is not None:
             return connection.from_arrow(self._dataset(as_of_version, as_of, dates, filter).filter(filter))
-        from siltlake.read.duck import table_sql
-
-        files = self._data_files(as_of_version, as_of, dates)
         import uuid
 
-        view = f"__silt_table_{self.record.id}_{uuid.uuid4().hex[:12]}"  # a view of its own per call
-        table_sql(connection, view, self.lake.deployment, self.record, files)
-        return connection.view(view)
+        from siltlake.read.duck import table_relation
+
+        files = self._data_files(as_of_version, as_of, dates)
+        # Arrow parts (S3, merged on read) are registered under a name of their own per call.
+        name = f"__silt_table_{self.record.id}_{uuid.uuid4().hex[:12]}"
+        return table_relation(connection, name, self.lake.deployment, self.record, files)[0]
 
     def to_polars(self, as_of_version: int | None = None, as_of: dt.datetime | str | None = None,
                   dates: Any = None, filter: Any = None) -> Any:  # noqa: A002 - pyarrow's name
