@@ -1,18 +1,17 @@
 """DuckDB over the exact file lists of table versions: `silt sql`'s engine for what translates faithfully
 (siltlake.read.translate) and Table.to_duckdb's reader (docs/design.md, "`silt sql` without Spark").
 
-Each table version is a relation (a view for `silt sql`): `read_parquet([its files], union_by_name)`, bound
-once, each column cast to its type (a column no file holds, added after they were written, a typed null), with
-`dt` from each file's `dt=` directory (or, when the paths hold another `key=value` segment, from one scan per
-day). A keyed table's partitions that need a merge on read are merged by siltlake.read.keyed and handed over as
-Arrow. Objects on S3 are scanned through pyarrow's S3 file system (DuckDB's own needs an extension that is not
-installed here).
+Each table version is a SELECT (a view for `silt sql`, a relation for Table.to_duckdb, bound once either way):
+`read_parquet([its files], union_by_name)` below a typed empty row set, so columns
+added after a file was written read as null and widened ones as their new type, with `dt` from each file's
+`dt=` directory (or, when the paths hold another `key=value` segment, from one scan per day). A keyed table's
+partitions that need a merge on read are merged by siltlake.read.keyed and handed over as Arrow. Objects on S3
+are scanned through pyarrow's S3 file system (DuckDB's own needs an extension that is not installed here).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import itertools
 import re
 from collections.abc import Sequence
@@ -28,7 +27,7 @@ if TYPE_CHECKING:
     from siltlake.read.translate import Translation
     from siltlake.read.versions import DataFile
 
-__all__ = ["connect", "faithful", "run_plan", "session_zone", "table_relation", "table_sql"]
+__all__ = ["connect", "faithful", "run_plan", "session_zone", "table_select", "table_sql"]
 
 DUCKDB_TYPES = {"string": "VARCHAR", "json": "VARCHAR", "int": "INTEGER", "bigint": "BIGINT", "float": "FLOAT",
                 "double": "DOUBLE", "boolean": "BOOLEAN", "timestamp": "TIMESTAMPTZ", "date": "DATE"}
@@ -126,71 +125,60 @@ def table_sql(connection: Any, view: str, deployment: Deployment, record: TableR
               files: Sequence[DataFile]) -> list[str]:
     """Create the view `view` of a table version's files on the connection; returns the local paths DuckDB
     reads (an object store's files are read through pyarrow, and none are returned)."""
-    relation, paths = table_relation(connection, view, deployment, record, files)
-    relation.create_view(view, replace=False)
+    select, paths = table_select(connection, view, deployment, record, files)
+    connection.execute(f"CREATE TEMP VIEW {_ident(view)} AS {select}")
     return paths
 
 
-def table_relation(connection: Any, name: str, deployment: Deployment, record: TableRecord,
-                   files: Sequence[DataFile]) -> tuple[Any, list[str]]:
-    """A DuckDB relation of a table version's files, with the table's column names and types (dt last), and
-    the local paths DuckDB reads. Each scan is bound once: which columns its files hold comes from that bind
-    (a column none of them holds reads as a typed null). Arrow parts are registered as `name` + a suffix."""
+def table_select(connection: Any, name: str, deployment: Deployment, record: TableRecord,
+                 files: Sequence[DataFile]) -> tuple[str, list[str]]:
+    """The SELECT of a table version's files, with the table's column names and types (dt last), and the local
+    paths it reads. Nothing is bound here: the caller's view or relation binds it once. Files read through
+    pyarrow are registered on the connection as `name` and a suffix."""
     from siltlake.read.versions import dirty_dates_of, lake_keys
 
     lake = deployment.lake
+    columns = columns_of(record)
+    # The parts hold columns as objects store them (a renamed column under its old name; a dropped column's
+    # data under a name no column has now, left out here); the view shows the table's names.
+    stored = [*(c.physical_name for c in record.definition.columns), "dt"]
+    typed = ", ".join(f"CAST({_ident(physical)} AS {DUCKDB_TYPES[kind]}) AS {_ident(name)}"
+                      for physical, (name, kind) in zip(stored, columns, strict=True))
+    empty = ", ".join(f"NULL::{DUCKDB_TYPES[kind]} AS {_ident(physical)}"
+                      for physical, (_, kind) in zip(stored, columns, strict=True))
     dirty = dirty_dates_of(record, list(files))
     keys = lake_keys(deployment, record, list(files))
     plain = [(key, f.partition_date) for key, f in zip(keys, files, strict=True) if f.partition_date not in dirty]
-    scans: list[Any] = []
+    parts = [f"SELECT {empty} WHERE false"]
     paths: list[str] = []
     if lake.is_object_store or any(_GLOB & set(lake.path(key)) for key, _ in plain):
         # pyarrow reads these (S3 through the lake's file system; a path DuckDB would take for a glob, as it is).
         if plain:
-            scans.append(_arrow_part(connection, f"{name}__files", deployment, record,
+            parts.append(_arrow_part(connection, f"{name}__files", deployment, record,
                                      [f for f in files if f.partition_date not in dirty]))
     elif plain:
         paths = [lake.path(key) for key, _ in plain]
-        if all(_dt_is_the_only_key(path) for path in paths):
-            scans.append(connection.sql(f"SELECT * FROM read_parquet([{_listed(paths)}], union_by_name = true, "
-                                        "hive_partitioning = true, hive_types = {'dt': DATE})"))
+        segments = {segment for path in paths for segment in path.split("/")[:-1] if "=" in segment}
+        if all(segment.startswith("dt=") for segment in segments) and all(
+                sum("=" in segment for segment in path.split("/")[:-1]) == 1 for path in paths):
+            listed = ", ".join(_quote(path) for path in paths)
+            parts.append(f"SELECT * FROM read_parquet([{listed}], union_by_name = true, hive_partitioning = true, "
+                         "hive_types = {'dt': DATE})")
         else:  # another key=value directory on the way: dt from the partition, one scan per day
             for day, group in itertools.groupby(sorted(plain, key=lambda item: item[1]), key=lambda item: item[1]):
-                listed = _listed([lake.path(key) for key, _ in group])
-                scans.append(connection.sql(f"SELECT *, DATE {_quote(day.isoformat())} AS dt FROM read_parquet("
-                                            f"[{listed}], union_by_name = true, hive_partitioning = false)"))
+                listed = ", ".join(_quote(lake.path(key)) for key, _ in group)
+                parts.append(f"SELECT *, DATE {_quote(day.isoformat())} AS dt FROM "
+                             f"read_parquet([{listed}], union_by_name = true, hive_partitioning = false)")
     if dirty:
-        scans.append(_arrow_part(connection, f"{name}__merged", deployment, record,
+        parts.append(_arrow_part(connection, f"{name}__merged", deployment, record,
                                  [f for f in files if f.partition_date in dirty]))
-    if not scans:
-        return connection.sql(f"SELECT {_typed(record, set())} WHERE false"), paths
-    typed = [scan.project(_typed(record, {column.lower() for column in scan.columns})) for scan in scans]
-    return functools.reduce(lambda left, right: left.union(right), typed), paths
-
-
-def _dt_is_the_only_key(path: str) -> bool:
-    keyed = [segment for segment in path.split("/")[:-1] if "=" in segment]
-    return len(keyed) == 1 and keyed[0].startswith("dt=")
-
-
-def _listed(paths: list[str]) -> str:
-    return ", ".join(_quote(path) for path in paths)
-
-
-def _typed(record: TableRecord, present: set[str]) -> str:
-    """The table's columns out of a scan holding the (lower-cased) stored names `present`, each cast to its type
-    under the table's name: the parts hold a renamed column under its old name, and a dropped column's data
-    under a name no column has now (left out); a column the scan lacks reads as null."""
-    stored = [*(c.physical_name for c in record.definition.columns), "dt"]
-    return ", ".join(
-        f"CAST({_ident(physical) if physical.lower() in present else 'NULL'} AS {DUCKDB_TYPES[kind]}) AS {_ident(name)}"
-        for physical, (name, kind) in zip(stored, columns_of(record), strict=True))
+    union = " UNION ALL BY NAME ".join(parts)
+    return f"SELECT {typed} FROM ({union})", paths
 
 
 def _arrow_part(connection: Any, name: str, deployment: Deployment, record: TableRecord,
-                files: list[DataFile]) -> Any:
-    """Files read by pyarrow (merged on read where a keyed partition needs it), registered as `name`; returned
-    as a relation under the stored column names."""
+                files: list[DataFile]) -> str:
+    """Register files read by pyarrow (merged on read where a keyed partition needs it) as `name`."""
     import pyarrow.dataset as ds
 
     from siltlake.read.versions import arrow_parts, table_schema
@@ -199,5 +187,5 @@ def _arrow_part(connection: Any, name: str, deployment: Deployment, record: Tabl
     plain, merged = arrow_parts(deployment, record, files, schema)
     connection.register(name, plain if merged is None else ds.UnionDataset(schema, [plain, ds.InMemoryDataset(merged)]))
     stored = [*(c.physical_name for c in record.definition.columns), "dt"]
-    renamed = ", ".join(f"{_ident(f.name)} AS {_ident(p)}" for f, p in zip(schema, stored, strict=True))
-    return connection.sql(f"SELECT {renamed} FROM {_ident(name)}")
+    return f"SELECT {', '.join(f'{_ident(f.name)} AS {_ident(p)}' for f, p in zip(schema, stored, strict=True))} " \
+           f"FROM {_ident(name)}"
