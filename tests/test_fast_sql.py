@@ -335,6 +335,19 @@ def test_silt_sql_answers_without_importing_pyspark_and_spark_when_asked(lake, t
         assert result.returncode == 2 and message in result.stderr and "pyspark" not in loaded
     result, loaded = silt("sql", "--engine", "duckdb", "SELECT sum(latency) AS s FROM web.access")
     assert result.returncode == 2 and "--engine duckdb" in result.stderr and "pyspark" not in loaded
+    # Table.to_duckdb on a local lake, in a fresh process: DuckDB reads the files; pyarrow is never imported.
+    reader = ("import sys, duckdb\nfrom siltlake import Lake\nwith Lake.open('siltlake.toml') as lake:\n"
+              "    print(lake.table('web.access').to_duckdb(duckdb.connect(), dates=['2026-11-21'])"
+              ".aggregate('count(*)').fetchall()[0][0])\nprint('pyarrow' in sys.modules)")
+    import os
+
+    import siltlake
+
+    tree = str(Path(siltlake.__file__).parents[1])  # this checkout's siltlake, whatever the working directory
+    result = subprocess.run([sys.executable, "-c", reader], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "PYTHONPATH": tree})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [str(days[DAYS[1]]), "False"]
 
 
 # Run as `python -c` with PySpark made unimportable: what an install without the `spark` extra sees.
