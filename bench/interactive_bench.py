@@ -23,7 +23,10 @@ In process, one day, each sample on a fresh DuckDB connection, wall time:
   type, dt from the partition);
   read_parquet = the same SQL over DuckDB's read_parquet([Table.files(dates=[day])], hive_partitioning), the
   file list made beforehand (no planning, no union_by_name, no casts); read_parquet_union = the same with
-  union_by_name = true (what a reader of files whose schemas differ needs: the like-for-like peer of the query).
+  union_by_name = true (what a reader of files whose schemas differ needs: the like-for-like peer of the query);
+  listed_read_parquet = read_parquet with its file list asked of Table.files(dates=[day]) inside the clock (the
+  direct peer paying for knowing its files, as a caller without siltlake's reader would).
+Each peer's wall and CPU (this process's user + system time, DuckDB's threads included) are recorded.
 Queries: a full-day scan (count, distinct users per action) and a one-hour top-N (users by requests in one hour).
 
     .venv/bin/python bench/interactive_bench.py                  # --repeats 7 --spark-repeats 3
@@ -169,6 +172,17 @@ def median(samples: list[float]) -> float:
     return round(statistics.median(samples), 3)
 
 
+def local_paths(lake, uris: list[str]) -> list[str]:  # noqa: ANN001 - a siltlake Lake
+    return [lake.deployment.lake.path(uri.split(lake.deployment.lake.root + "/", 1)[1]) for uri in uris]
+
+
+def read_parquet_of(paths: list[str], union: bool = False) -> str:
+    """DuckDB's own reader of exactly these files, dt from their directories."""
+    listed = ", ".join(f"'{path}'" for path in paths)
+    return (f"read_parquet([{listed}], {'union_by_name = true, ' if union else ''}hive_partitioning = true, "
+            "hive_types = {'dt': DATE})")
+
+
 def in_process(directory: Path, repeats: int) -> dict:
     import duckdb
 
@@ -181,38 +195,38 @@ def in_process(directory: Path, repeats: int) -> dict:
     results = {}
     with Lake.open() as lake:
         table = lake.table("web.access")
-        paths = [lake.deployment.lake.path(uri.split(lake.deployment.lake.root + "/", 1)[1])
-                 for uri in table.files(dates=[day])]
-        listed = ", ".join(f"'{path}'" for path in paths)
-        direct = {
-            "read_parquet": f"read_parquet([{listed}], hive_partitioning = true, hive_types = {{'dt': DATE}})",
-            "read_parquet_union": f"read_parquet([{listed}], union_by_name = true, hive_partitioning = true, "
-                                  "hive_types = {'dt': DATE})",
-        }
+        paths = local_paths(lake, table.files(dates=[day]))
+        direct = {"read_parquet": read_parquet_of(paths), "read_parquet_union": read_parquet_of(paths, union=True)}
         for label, query in (("full_day_scan", FULL_DAY), ("one_hour_top_n", TOP_N)):
-            samples: dict[str, list[float]] = {"to_duckdb_planning": [], "to_duckdb_query": [], "to_duckdb": [],
-                                               "read_parquet": [], "read_parquet_union": []}
+            peers = ("to_duckdb", *direct, "listed_read_parquet")
+            samples: dict[str, list[float]] = {name: [] for name in (
+                "to_duckdb_planning", "to_duckdb_query", *peers, *(f"cpu_{peer}" for peer in peers))}
             answers = {}
             for _ in range(repeats):
-                for peer in ("to_duckdb", *direct):
+                for peer in peers:
                     with duckdb.connect() as connection:
                         connection.execute("SET TimeZone = 'UTC'")
-                        started = time.perf_counter()
+                        cpu, started = time.process_time(), time.perf_counter()
                         if peer == "to_duckdb":
                             table.to_duckdb(connection, dates=[day]).create_view("day_rows")
                             planned = time.perf_counter()
                             samples["to_duckdb_planning"].append(planned - started)
                             relation = "day_rows"
+                        elif peer == "listed_read_parquet":
+                            relation = read_parquet_of(local_paths(lake, table.files(dates=[day])))
                         else:
-                            planned, relation = started, direct[peer]
+                            relation = direct[peer]
                         answers[peer] = connection.execute(query.format(rel=relation, **window)).fetchall()
                         samples[peer].append(time.perf_counter() - started)
+                        samples[f"cpu_{peer}"].append(time.process_time() - cpu)
                         if peer == "to_duckdb":
                             samples["to_duckdb_query"].append(time.perf_counter() - planned)
-            assert sorted(answers["to_duckdb"]) == sorted(answers["read_parquet"]) == sorted(
-                answers["read_parquet_union"]), label
+            assert len({tuple(sorted(rows)) for rows in answers.values()}) == 1, label
             got = {peer: median(values) for peer, values in samples.items()}
             got["ratio"] = round(got["to_duckdb"] / got["read_parquet"], 2)
+            got["ratio_vs_listed"] = round(got["to_duckdb"] / got["listed_read_parquet"], 2)
+            got["cpu_ratio"] = round(got["cpu_to_duckdb"] / got["cpu_read_parquet"], 2)
+            got["cpu_ratio_vs_listed"] = round(got["cpu_to_duckdb"] / got["cpu_listed_read_parquet"], 2)
             got["query_ratio_like_for_like"] = round(got["to_duckdb_query"] / got["read_parquet_union"], 2)
             got["files"] = len(paths)
             got["day_bytes"] = sum(os.path.getsize(path) for path in paths)

@@ -157,11 +157,10 @@ class Table:
                     filter: Any = None) -> list[DataFile]:  # noqa: A002 - pyarrow's name
         """data_files, skipping the partitions whose dt the pyarrow expression `filter` rules out
         before their manifests are read."""
-        schema = self.schema
         return version_files(
             self.lake.deployment, self.record, as_of_version=as_of_version,
             as_of=parse_as_of(as_of) if as_of is not None else None, dates=parse_dates(dates),
-            date_filter=None if filter is None else lambda present: _dates_passing(filter, present, schema))
+            date_filter=None if filter is None else lambda present: _dates_passing(filter, present, self.schema))
 
     def files(self, as_of_version: int | None = None, as_of: dt.datetime | str | None = None,
               dates: Any = None) -> list[str]:
@@ -223,14 +222,15 @@ class Table:
         filter the rows are scanned through pyarrow's dataset, which applies it."""
         if filter is not None:
             return connection.from_arrow(self._dataset(as_of_version, as_of, dates, filter).filter(filter))
-        from siltlake.read.duck import table_sql
-
-        files = self._data_files(as_of_version, as_of, dates)
         import uuid
 
-        view = f"__silt_table_{self.record.id}_{uuid.uuid4().hex[:12]}"  # a view of its own per call
-        table_sql(connection, view, self.lake.deployment, self.record, files)
-        return connection.view(view)
+        from siltlake.read.duck import table_select
+
+        files = self._data_files(as_of_version, as_of, dates)
+        # Arrow parts (S3, merged on read) are registered under a name of their own per call. The relation is
+        # the SELECT itself, not a view of it: DuckDB binds it (reads the files' footers) once, here.
+        name = f"__silt_table_{self.record.id}_{uuid.uuid4().hex[:12]}"
+        return connection.sql(table_select(connection, name, self.lake.deployment, self.record, files)[0])
 
     def to_polars(self, as_of_version: int | None = None, as_of: dt.datetime | str | None = None,
                   dates: Any = None, filter: Any = None) -> Any:  # noqa: A002 - pyarrow's name

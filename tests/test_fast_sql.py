@@ -5,7 +5,9 @@ faithfully goes to Spark; names, time travel and refusals are checked before any
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from siltlake.read.duck import faithful, run_plan
 from siltlake.read.plan import plan_query
 from siltlake.read.sandbox import RefusedSQL
 from siltlake.read.translate import NotFaithful
+from siltlake.records.physical import physical_definition
 from siltlake.tabledef import Column, TableDef
 
 from .conftest import make_config
@@ -238,6 +241,65 @@ def test_to_duckdb_and_to_polars_read_the_exact_files_and_plan_only_the_days_ask
     assert asked == [{DAYS[2]}, {DAYS[1], DAYS[2]}]
 
 
+def local_paths(deployment: Deployment, uris: list[str]) -> set[str]:
+    return {deployment.lake.path(uri.removeprefix(deployment.lake.root + "/")) for uri in uris}
+
+
+def test_to_duckdb_hands_duckdb_the_exact_file_list_unless_a_partition_is_merged_on_read(lake) -> None:
+    import duckdb
+
+    from siltlake.lake import Lake
+
+    deployment, first = lake
+    table = Lake(deployment).table("web.access")
+    with duckdb.connect() as connection:
+        for options, days in (({"dates": [DAYS[0]]}, [DAYS[0]]), ({"as_of_version": first}, DAYS[:2]), ({}, DAYS)):
+            relation = table.to_duckdb(connection, **options)
+            assert "READ_PARQUET" in relation.explain() and "ARROW" not in relation.explain().upper(), options
+            listed = set(re.findall(r"'([^']+\.parquet)'", relation.sql_query()))
+            assert listed == local_paths(deployment, table.files(**options)), options
+            assert sorted({row[0] for row in relation.select("dt").fetchall()}) == days, options
+        keyed = Lake(deployment).table("web.keyed").to_duckdb(connection)
+        assert "READ_PARQUET" not in keyed.explain(), "a partition holding several rows of a key is merged first"
+        assert sorted(keyed.select("v").fetchall()) == [("new0",), ("new2",), ("new4",), ("old1",), ("old3",),
+                                                        ("old5",)]
+
+
+def test_to_duckdb_reads_renamed_and_added_columns_of_the_days_asked_for(tmp_path, spark) -> None:
+    import duckdb
+
+    from siltlake.lake import Lake
+
+    deployment = Deployment(make_config(tmp_path, f"sqlite:///{tmp_path / 'catalog.db'}"))
+    deployment.init()
+    deployment.use_spark(spark)
+    record = make_table(deployment)
+    old = batch(DAYS[0], 20)
+    add_small_objects(deployment, record, DAYS[0], [old])
+    day_two = batch(DAYS[1], 10)
+    add_small_objects(deployment, record, DAYS[1], [day_two])
+    publish_once(deployment)
+    first = deployment.catalog.versions.table_bounds(record.id)[1]
+    deployment.catalog.tables.rename_column("web.access", "action", "event")
+    record = deployment.catalog.tables.add_column("web.access", Column(name="status", type="int"))
+    new = [{**row, "status": 200 + n} for n, row in enumerate(batch(DAYS[2], 5))]
+    # Written as the stream writes them: the renamed column under the name its objects hold it by ("action").
+    add_small_objects(deployment, dataclasses.replace(record, definition=physical_definition(record.definition)),
+                      DAYS[2], [new])
+    publish_once(deployment)
+    table = Lake(deployment).table("web.access")
+    expected = Counter([*((r["utc_event_time"], r["user_id"], r["action"], None, DAYS[0]) for r in old),
+                        *((r["utc_event_time"], r["user_id"], r["action"], r["status"], DAYS[2]) for r in new)])
+    with duckdb.connect() as connection:
+        relation = table.to_duckdb(connection, dates=[DAYS[0], DAYS[2]])  # old files and new, one scan
+        assert relation.columns == ["utc_event_time", "user_id", "event", "status", "dt"]
+        assert "READ_PARQUET" in relation.explain()
+        assert Counter(relation.fetchall()) == expected
+        before = table.to_duckdb(connection, as_of_version=first, dates=DAYS[1].isoformat())
+        assert before.aggregate("count(*), count(event), count(status), min(dt), max(dt)").fetchall() == [
+            (10, sum(r["action"] is not None for r in day_two), 0, DAYS[1], DAYS[1])]
+
+
 def write_config_file(config, directory: Path) -> None:  # noqa: ANN001 - a siltlake Config
     """The deployment's siltlake.toml in `directory`, for `silt` and Lake.open run there in another process."""
     (directory / "siltlake.toml").write_text(
@@ -273,6 +335,19 @@ def test_silt_sql_answers_without_importing_pyspark_and_spark_when_asked(lake, t
         assert result.returncode == 2 and message in result.stderr and "pyspark" not in loaded
     result, loaded = silt("sql", "--engine", "duckdb", "SELECT sum(latency) AS s FROM web.access")
     assert result.returncode == 2 and "--engine duckdb" in result.stderr and "pyspark" not in loaded
+    # Table.to_duckdb on a local lake, in a fresh process: DuckDB reads the files; pyarrow is never imported.
+    reader = ("import sys, duckdb\nfrom siltlake import Lake\nwith Lake.open('siltlake.toml') as lake:\n"
+              "    print(lake.table('web.access').to_duckdb(duckdb.connect(), dates=['2026-11-21'])"
+              ".aggregate('count(*)').fetchall()[0][0])\nprint('pyarrow' in sys.modules)")
+    import os
+
+    import siltlake
+
+    tree = str(Path(siltlake.__file__).parents[1])  # this checkout's siltlake, whatever the working directory
+    result = subprocess.run([sys.executable, "-c", reader], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "PYTHONPATH": tree})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [str(days[DAYS[1]]), "False"]
 
 
 # Run as `python -c` with PySpark made unimportable: what an install without the `spark` extra sees.

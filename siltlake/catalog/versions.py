@@ -4,6 +4,7 @@ and what readers see of them (reader snapshots, table versions)."""
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Callable, Collection, Sequence
 
 import sqlalchemy as sa
@@ -372,35 +373,24 @@ class Versions:
         A table version outside the readable range, or a time before the oldest readable version's,
         raises VersionOutOfRange naming the range.
         """
-        p, v, so = s.partitions, s.partition_versions, s.small_objects
+        p = s.partitions
         pinned = as_of_version is not None or as_of is not None
-        pins = []
-        if as_of_version is not None:
-            pins.append(v.c.table_version <= as_of_version)
-        if as_of is not None:
-            pins.append(v.c.created_at <= as_of)
+        values: dict[str, object] = {"table_id": table_id, "as_of_version": as_of_version, "as_of": as_of}
         with self._core.snapshot() as c:
             if pinned:
                 self._check_in_range(c, table_id, table_name, as_of_version, as_of)
-            of_table = [p.c.table_id == table_id]
             if date_filter is not None:
-                present = c.execute(sa.select(p.c.partition_date).where(*of_table)).scalars().all()
+                present = c.execute(sa.select(p.c.partition_date).where(p.c.table_id == table_id)).scalars().all()
                 kept = set(date_filter(present))
                 dates = kept if dates is None else kept & set(dates)
             if dates is not None:
                 dates = set(dates)
-                if len(dates) <= _DATES_IN_QUERY:
-                    # In the queries, so that reading a day of a long table touches that day's rows only.
-                    of_table.append(p.c.partition_date.in_(sorted(dates)))
-            newest = self._newest_versions(v.c.partition_id.in_(sa.select(p.c.id).where(*of_table)), *pins)
-            watermark = c.execute(sa.select(sa.func.coalesce(sa.func.max(so.c.id), 0))).scalar_one()
-            rows = c.execute(
-                sa.select(p.c.id, p.c.partition_date, p.c.switched, newest.c.version, newest.c.live_watermark,
-                          newest.c.manifest_key, newest.c.covered_upper, newest.c.file_list_key,
-                          newest.c.table_version)
-                .select_from(p.outerjoin(newest, newest.c.partition_id == p.c.id))
-                .where(*of_table).order_by(p.c.partition_date)
-            ).all()
+                # In the queries, so that reading a day of a long table touches that day's rows only.
+                values["dates"] = sorted(dates) if len(dates) <= _DATES_IN_QUERY else None
+            watermark_query, rows_query = _reader_queries(as_of_version is not None, as_of is not None,
+                                                          values.get("dates") is not None)
+            watermark = c.execute(watermark_query).scalar_one()
+            rows = c.execute(rows_query, values).all()
             if dates is not None:
                 rows = [row for row in rows if row.partition_date in dates]
             # (lower, upper]: the live object ids each partition shows beside its manifest.
@@ -418,11 +408,8 @@ class Versions:
                 # branch per partition costs more to build than the rows it saves).
                 lowest = min(lower for lower, _ in live.values())
                 highest = max(upper for _, upper in live.values())
-                for pid, oid in c.execute(
-                        sa.select(so.c.partition_id, so.c.id).where(
-                            so.c.partition_id.in_(list(live)), so.c.delayed.is_(False),
-                            so.c.id > lowest, so.c.id <= highest)
-                        .order_by(so.c.id)):
+                for pid, oid in c.execute(_live_objects_query(), {"partition_ids": list(live), "lowest": lowest,
+                                                                 "highest": highest}):
                     lower, upper = live[pid]
                     if lower < oid <= upper:
                         objects.setdefault(pid, []).append(oid)
@@ -538,3 +525,35 @@ def commit_updates_in(core: CatalogCore, c: Connection, writes: Sequence[UpdateW
     if request is not None:
         applied_requests.record_applied(core, c, request[0], table_version, request[1], stamp)
     return published
+
+
+@functools.cache
+def _reader_queries(version_pinned: bool, time_pinned: bool, dated: bool) -> tuple[sa.Select, sa.Select]:
+    """reader_snapshot's statements (the catalog's largest small object id; each partition of a table with its
+    newest version), built once per shape: building them costs more than running them on a day's read.
+    Parameters: table_id, and as_of_version, as_of, dates (a list) as the shape has them."""
+    p, v, so = s.partitions, s.partition_versions, s.small_objects
+    of_table = [p.c.table_id == sa.bindparam("table_id")]
+    if dated:
+        of_table.append(p.c.partition_date.in_(sa.bindparam("dates", expanding=True)))
+    pins = []
+    if version_pinned:
+        pins.append(v.c.table_version <= sa.bindparam("as_of_version"))
+    if time_pinned:
+        pins.append(v.c.created_at <= sa.bindparam("as_of"))
+    newest = Versions._newest_versions(v.c.partition_id.in_(sa.select(p.c.id).where(*of_table)), *pins)
+    rows = (sa.select(p.c.id, p.c.partition_date, p.c.switched, newest.c.version, newest.c.live_watermark,
+                      newest.c.manifest_key, newest.c.covered_upper, newest.c.file_list_key, newest.c.table_version)
+            .select_from(p.outerjoin(newest, newest.c.partition_id == p.c.id))
+            .where(*of_table).order_by(p.c.partition_date))
+    return sa.select(sa.func.coalesce(sa.func.max(so.c.id), 0)), rows
+
+
+@functools.cache
+def _live_objects_query() -> sa.Select:
+    """The live (not delayed) small objects of partitions `partition_ids` with ids in (lowest, highest]."""
+    so = s.small_objects
+    return (sa.select(so.c.partition_id, so.c.id)
+            .where(so.c.partition_id.in_(sa.bindparam("partition_ids", expanding=True)), so.c.delayed.is_(False),
+                   so.c.id > sa.bindparam("lowest"), so.c.id <= sa.bindparam("highest"))
+            .order_by(so.c.id))

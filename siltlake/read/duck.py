@@ -1,7 +1,8 @@
 """DuckDB over the exact file lists of table versions: `silt sql`'s engine for what translates faithfully
 (siltlake.read.translate) and Table.to_duckdb's reader (docs/design.md, "`silt sql` without Spark").
 
-Each table version is a view: `read_parquet([its files], union_by_name)` below a typed empty row set, so columns
+Each table version is a SELECT (a view for `silt sql`, a relation for Table.to_duckdb, bound once either way):
+`read_parquet([its files], union_by_name)` below a typed empty row set, so columns
 added after a file was written read as null and widened ones as their new type, with `dt` from each file's
 `dt=` directory (or, when the paths hold another `key=value` segment, from one scan per day). A keyed table's
 partitions that need a merge on read are merged by siltlake.read.keyed and handed over as Arrow. Objects on S3
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from siltlake.read.translate import Translation
     from siltlake.read.versions import DataFile
 
-__all__ = ["connect", "faithful", "run_plan", "session_zone", "table_sql"]
+__all__ = ["connect", "faithful", "run_plan", "session_zone", "table_select", "table_sql"]
 
 DUCKDB_TYPES = {"string": "VARCHAR", "json": "VARCHAR", "int": "INTEGER", "bigint": "BIGINT", "float": "FLOAT",
                 "double": "DOUBLE", "boolean": "BOOLEAN", "timestamp": "TIMESTAMPTZ", "date": "DATE"}
@@ -124,6 +125,16 @@ def table_sql(connection: Any, view: str, deployment: Deployment, record: TableR
               files: Sequence[DataFile]) -> list[str]:
     """Create the view `view` of a table version's files on the connection; returns the local paths DuckDB
     reads (an object store's files are read through pyarrow, and none are returned)."""
+    select, paths = table_select(connection, view, deployment, record, files)
+    connection.execute(f"CREATE TEMP VIEW {_ident(view)} AS {select}")
+    return paths
+
+
+def table_select(connection: Any, name: str, deployment: Deployment, record: TableRecord,
+                 files: Sequence[DataFile]) -> tuple[str, list[str]]:
+    """The SELECT of a table version's files, with the table's column names and types (dt last), and the local
+    paths it reads. Nothing is bound here: the caller's view or relation binds it once. Files read through
+    pyarrow are registered on the connection as `name` and a suffix."""
     from siltlake.read.versions import dirty_dates_of, lake_keys
 
     lake = deployment.lake
@@ -143,7 +154,7 @@ def table_sql(connection: Any, view: str, deployment: Deployment, record: TableR
     if lake.is_object_store or any(_GLOB & set(lake.path(key)) for key, _ in plain):
         # pyarrow reads these (S3 through the lake's file system; a path DuckDB would take for a glob, as it is).
         if plain:
-            parts.append(_arrow_part(connection, f"{view}__files", deployment, record,
+            parts.append(_arrow_part(connection, f"{name}__files", deployment, record,
                                      [f for f in files if f.partition_date not in dirty]))
     elif plain:
         paths = [lake.path(key) for key, _ in plain]
@@ -159,23 +170,20 @@ def table_sql(connection: Any, view: str, deployment: Deployment, record: TableR
                 parts.append(f"SELECT *, DATE {_quote(day.isoformat())} AS dt FROM "
                              f"read_parquet([{listed}], union_by_name = true, hive_partitioning = false)")
     if dirty:
-        parts.append(_arrow_part(connection, f"{view}__merged", deployment, record,
+        parts.append(_arrow_part(connection, f"{name}__merged", deployment, record,
                                  [f for f in files if f.partition_date in dirty]))
     union = " UNION ALL BY NAME ".join(parts)
-    connection.execute(f"CREATE TEMP VIEW {_ident(view)} AS SELECT {typed} FROM ({union})")
-    return paths
+    return f"SELECT {typed} FROM ({union})", paths
 
 
 def _arrow_part(connection: Any, name: str, deployment: Deployment, record: TableRecord,
                 files: list[DataFile]) -> str:
     """Register files read by pyarrow (merged on read where a keyed partition needs it) as `name`."""
-    import pyarrow as pa
     import pyarrow.dataset as ds
 
-    from siltlake.read.versions import arrow_parts
+    from siltlake.read.versions import arrow_parts, table_schema
 
-    fields = [field.with_nullable(True) for field in record.definition.arrow_schema()]
-    schema = pa.schema([*fields, pa.field("dt", pa.date32(), nullable=False)])
+    schema = table_schema(record)
     plain, merged = arrow_parts(deployment, record, files, schema)
     connection.register(name, plain if merged is None else ds.UnionDataset(schema, [plain, ds.InMemoryDataset(merged)]))
     stored = [*(c.physical_name for c in record.definition.columns), "dt"]
