@@ -320,6 +320,8 @@ def test_the_record_holds_what_the_walk_listed_and_forgets_what_went_or_aged(tmp
     shutil.rmtree(staging.path("b"))
     assert walk() == ["a/4", "a/linked/1"]
     assert (accounted.directories, accounted.names) == (4, 6)  # the root (no files), a (1-4), c, c under the link
+    Path(staging.path("a/3")).unlink()
+    assert walk() == [] and accounted.names == 5  # a name gone from its directory leaves the record
     # A directory that gained a subdirectory (its link count changed) is read whole, not by the record.
     Path(staging.path("c/sub")).mkdir()
     Path(staging.path("c/sub/x")).write_bytes(b"x")

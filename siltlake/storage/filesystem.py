@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, BinaryIO
 from urllib.parse import quote, unquote, urlsplit
 
 from siltlake.errors import ConfigError
-from siltlake.storage.accounted import AccountedNames, DirectoryNames, directory_identity
+from siltlake.storage.accounted import SEPARATOR, AccountedNames, DirectoryNames, directory_identity
 from siltlake.storage.confined import UnsafeKey, open_regular_file
 
 if TYPE_CHECKING:  # pyarrow is imported on first use: commands that only read the catalog never load it
@@ -493,14 +493,14 @@ def listed_mtime(nanoseconds: int) -> dt.datetime:
 
 
 def _read_entries(path: str, prefix: str, since_ns: int, changed: bool, fresh: bool, above: frozenset,
-                  pending: list, result: ChangedListing, collect: bool) -> set[str] | None:
+                  pending: list, result: ChangedListing, collect: bool) -> str | None:
     """Read a directory's entries (list_changed): queue its subdirectories, and in a changed one `stat` each file
     and return those that may be new. With collect, the names of the files it examined (for the record)."""
     try:
         entries = list(os.scandir(path))
     except (FileNotFoundError, NotADirectoryError, PermissionError):
         return None  # removed during the walk (or unreadable): list() would not show its files either
-    files: set[str] | None = set() if collect else None
+    files: list[str] | None = [] if collect else None
     for entry in entries:
         try:
             is_dir = entry.is_dir()
@@ -519,14 +519,14 @@ def _read_entries(path: str, prefix: str, since_ns: int, changed: bool, fresh: b
             continue
         result.entries += 1
         if files is not None:
-            files.add(entry.name)
+            files.append(entry.name)
         if fresh or newest >= since_ns:
             result.objects.append(ObjectInfo(key, found.st_size, listed_mtime(found.st_mtime_ns)))
-    return files
+    return None if files is None else SEPARATOR.join(files)
 
 
-def _read_by_name(path: str, prefix: str, since_ns: int, fresh: bool, known: set[str], above: frozenset,
-                  pending: list, result: ChangedListing) -> set[str] | None:
+def _read_by_name(path: str, prefix: str, since_ns: int, fresh: bool, known: str, above: frozenset,
+                  pending: list, result: ChangedListing) -> str | None:
     """Read a changed directory of which the record holds names (list_changed): its names alone (no entry
     objects, no `stat`), then `stat` only the names not in the record; in a fresh one (its parent and it
     changed: moved in, or a live directory whose sibling appeared) each of those is returned. Returns the names
@@ -535,31 +535,34 @@ def _read_by_name(path: str, prefix: str, since_ns: int, fresh: bool, known: set
         names = set(os.listdir(path))
     except (FileNotFoundError, NotADirectoryError, PermissionError):
         return None
-    unseen = names - known
-    result.remembered += len(names) - len(unseen)
-    result.entries += len(names) - len(unseen)
+    recorded = known.split(SEPARATOR) if known else []
+    unseen = names.difference(recorded)
+    kept = len(names) - len(unseen)
+    result.remembered += kept
+    result.entries += kept
+    new_files = []
     for name in unseen:
         entry_path = os.path.join(path, name)
         try:
             own = os.lstat(entry_path)
             found = os.stat(entry_path) if stat.S_ISLNK(own.st_mode) else own
         except OSError:  # removed since the listing, or a dangling link: looked at again next round
-            names.discard(name)
             continue
         # A link's own times count too: a new link to an old file or directory is new.
         newest = max(found.st_mtime_ns, found.st_ctime_ns, own.st_mtime_ns, own.st_ctime_ns)
         key = prefix + name
         if stat.S_ISDIR(found.st_mode):
-            names.discard(name)
             _descend(pending, entry_path, key, found, fresh or newest >= since_ns, above)
             continue
         if not stat.S_ISREG(found.st_mode):
-            names.discard(name)
             continue
         result.entries += 1
+        new_files.append(name)
         if fresh or newest >= since_ns:
             result.objects.append(ObjectInfo(key, found.st_size, listed_mtime(found.st_mtime_ns)))
-    return names
+    if kept == len(recorded):  # no recorded name went: the record grows by the new files
+        return SEPARATOR.join([known, *new_files] if known else new_files)
+    return SEPARATOR.join([*names.difference(unseen), *new_files])
 
 
 def _descend(pending: list, path: str, key: str, found: os.stat_result, fresh: bool, above: frozenset) -> None:
