@@ -337,3 +337,25 @@ def test_the_record_holds_what_the_walk_listed_and_forgets_what_went_or_aged(tmp
     # A directory that has not changed for the window is forgotten.
     walk(now_ns=time.time_ns() + 2 * hour)
     assert (accounted.directories, accounted.names) == (0, 0)
+
+
+def test_a_failed_round_leaves_the_record_as_it_was(lake: Deployment, monkeypatch) -> None:
+    first_round(lake)
+    day = "host00.web.access/2026/01/01"
+    accounted = AccountedNames()
+    put(lake, f"{day}/a-new.jsonl")
+    assert discover(lake, accounted).registered == 1
+    settle()
+    put(lake, f"{day}/b-new.jsonl")
+
+    def failing(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        raise RuntimeError("catalog lost")
+
+    monkeypatch.setattr(type(lake.catalog.staging), "sort_listed", failing)
+    with pytest.raises(RuntimeError):
+        discover(lake, accounted)
+    monkeypatch.undo()
+    assert accounted.names == 6  # not b-new: the round that listed it registered nothing
+    found = discover(lake, accounted)
+    assert (found.registered, found.remembered) == (1, 6)
+    assert accounted.names == 7
