@@ -22,7 +22,10 @@ one completes it: the slowest of those rounds and the pass's length in rounds.
 With `--new K` (issue 28's "100 new objects at N = 1,000,000 within 1.5x of N = 0"): rounds that each find K new
 objects and process them through Spark (local[2]), K tiny JSON-lines files written beside the newest day's objects
 (K / 20 in each host's directory of day 7, the directories a shipper is writing to); one such round first starts
-Spark and warms it, then `--new-rounds` are timed (median, and the statements of the last).
+Spark and warms it, then `--new-rounds` pairs of rounds are timed, each pair a round as `silt stream --once`
+walks (every entry of a changed directory `stat`ed) and one as a `silt stream` daemon's (stream_forever's record
+of the names its earlier rounds listed: only names not in it are `stat`ed); the medians of each, the statements
+of the last, and the record's names and bytes at the end.
 
     .venv/bin/python bench/history_bench.py                               # N = 0, 10,000, 100,000
     .venv/bin/python bench/history_bench.py --sizes 0,10000,100000 --million
@@ -48,6 +51,7 @@ from common import StatementCounter, brief_machine, catalog_url, load_avg_1m, ne
 
 from siltlake.catalog import schema as s
 from siltlake.clock import utcnow
+from siltlake.storage.accounted import AccountedNames
 from siltlake.stream import stream_once
 from siltlake.stream.discover import discover
 from siltlake.tabledef import TableDef
@@ -112,19 +116,21 @@ def put_new(root: Path, objects: int) -> None:
 
 
 def new_objects_round(deployment, root: Path, objects: int, counter: StatementCounter,  # noqa: ANN001
-                      profile: int = 0) -> dict:
-    """One stream_once round that finds K new objects and loads them through Spark."""
+                      profile: int = 0, accounted: AccountedNames | None = None) -> dict:
+    """One stream_once round that finds K new objects and loads them through Spark (with a daemon's record of
+    names, if given)."""
     put_new(root, objects)
     statements, _ = counter.mark()
     profiler = cProfile.Profile() if profile else None
     started = time.perf_counter()
-    report = profiler.runcall(stream_once, deployment) if profiler else stream_once(deployment)
+    report = (profiler.runcall(stream_once, deployment, accounted=accounted) if profiler
+              else stream_once(deployment, accounted=accounted))
     seconds = time.perf_counter() - started
     assert report.registered == objects and report.processed == objects, report
     if profiler:
         pstats.Stats(profiler).sort_stats("cumulative").print_stats(profile)
-    return {"seconds": seconds, "listed": report.listed, "statements": counter.statements - statements,
-            "spark_start_seconds": report.spark_start_seconds}
+    return {"seconds": seconds, "listed": report.listed, "remembered": report.remembered,
+            "statements": counter.statements - statements, "spark_start_seconds": report.spark_start_seconds}
 
 
 def sweep_pass(deployment) -> dict:  # noqa: ANN001 - a Deployment
@@ -170,13 +176,16 @@ def run(kind: str, objects: int, rounds: int, workdir: Path, profile: int, new: 
                     profiler = cProfile.Profile()
                     profiler.runcall(stream_once, deployment)
                     pstats.Stats(profiler).sort_stats("cumulative").print_stats(profile)
-                fresh = []
+                fresh, recorded, accounted = [], [], AccountedNames()
                 if new:
-                    new_objects_round(deployment, root / "staging", new, counter)  # starts Spark, warms it
-                    fresh = [new_objects_round(deployment, root / "staging", new, counter)
-                             for _ in range(new_rounds)]
+                    # Starts Spark and warms it; the daemon's record starts from this round's walk.
+                    new_objects_round(deployment, root / "staging", new, counter, accounted=accounted)
+                    for _ in range(new_rounds):
+                        fresh.append(new_objects_round(deployment, root / "staging", new, counter))
+                        recorded.append(new_objects_round(deployment, root / "staging", new, counter,
+                                                          accounted=accounted))
                     if profile:
-                        new_objects_round(deployment, root / "staging", new, counter, profile)
+                        new_objects_round(deployment, root / "staging", new, counter, profile, accounted)
             finally:
                 deployment.close()
     finally:
@@ -193,7 +202,13 @@ def run(kind: str, objects: int, rounds: int, workdir: Path, profile: int, new: 
         "load_avg_1m": load_avg_1m(),
         **({"new_objects": new, "new_round_seconds_median": round(statistics.median(f["seconds"] for f in fresh), 3),
             "new_round_seconds_all": [round(f["seconds"], 3) for f in fresh],
-            "new_round_listed": fresh[-1]["listed"], "new_round_statements": fresh[-1]["statements"]}
+            "new_round_listed": fresh[-1]["listed"], "new_round_statements": fresh[-1]["statements"],
+            "recorded_round_seconds_median": round(statistics.median(r["seconds"] for r in recorded), 3),
+            "recorded_round_seconds_all": [round(r["seconds"], 3) for r in recorded],
+            "recorded_round_listed": recorded[-1]["listed"], "recorded_round_remembered": recorded[-1]["remembered"],
+            "recorded_round_statements": recorded[-1]["statements"],
+            "record_directories": accounted.directories, "record_names": accounted.names,
+            "record_bytes": accounted.footprint()}
            if fresh else {}),
     }
 
@@ -227,13 +242,18 @@ def main() -> None:
               f"{result['transactions_per_round']:>4} {result['python_peak_bytes'] / 2**20:>9.1f} "
               f"{result['register_seconds']:>11.1f} {result['sweep_round_seconds_max']:>12.4f} "
               f"{result['sweep_pass_rounds']:>12}"
-              + (f"  {args.new} new: {result['new_round_seconds_median']:.3f} s" if args.new else ""), flush=True)
+              + (f"  {args.new} new: {result['new_round_seconds_median']:.3f} s, with a daemon's record "
+                 f"{result['recorded_round_seconds_median']:.3f} s" if args.new else ""), flush=True)
     report = {"machine": brief_machine(), "date": utc_stamp(), "args": vars(args), "results": results}
     if args.new and len(results) > 1 and results[0]["objects"] == 0:
         base = results[0]["new_round_seconds_median"]
         report["new_round_ratio_to_n0"] = {r["objects"]: round(r["new_round_seconds_median"] / base, 2)
                                            for r in results[1:]}
-        print(f"{args.new} new objects, ratio to N = 0: {report['new_round_ratio_to_n0']}")
+        recorded_base = results[0]["recorded_round_seconds_median"]
+        report["recorded_round_ratio_to_n0"] = {
+            r["objects"]: round(r["recorded_round_seconds_median"] / recorded_base, 2) for r in results[1:]}
+        print(f"{args.new} new objects, ratio to N = 0: {report['new_round_ratio_to_n0']}; with a daemon's "
+              f"record: {report['recorded_round_ratio_to_n0']}")
     save_json(Path(args.out), report, indent=1)
     print(f"wrote {args.out}")
 

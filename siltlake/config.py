@@ -193,7 +193,9 @@ class StreamConfig(_Section):
     late_window: int = Field(default=86400, ge=0, description="seconds an object store staging day (a key's "
                              "prefix up to its day, by stream.key_pattern) is listed on its own after it last "
                              "received a key: new keys sorting after its others are found the next round, e.g. "
-                             "yesterday's last objects put late")
+                             "yesterday's last objects put late; on a local staging root, how long a stream "
+                             "daemon remembers the file names of a directory after it last changed (only names "
+                             "it has not seen there are stat'ed)")
     sweep_keys_per_round: AtLeastOne = Field(default=2000, description="keys of an object store staging root "
                                              "the rolling sweep lists per round: a pass over N keys takes "
                                              "N / this many rounds, the horizon of what cursors miss")

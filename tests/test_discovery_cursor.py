@@ -8,12 +8,14 @@ from __future__ import annotations
 import datetime as dt
 import importlib
 import os
+import shutil
 import time
 from pathlib import Path
 
 import pytest
 
 from siltlake.deployment import Deployment
+from siltlake.storage.accounted import AccountedNames
 from siltlake.stream.discover import discover
 from siltlake.tabledef import TableDef
 
@@ -112,9 +114,9 @@ def test_an_object_put_during_a_round_is_found_by_the_next(lake: Deployment, mon
     first_round(lake)
     original = type(lake.staging).list_changed
 
-    def racing(storage, since_ns):  # noqa: ANN001, ANN202
+    def racing(storage, since_ns, *record):  # noqa: ANN001, ANN002, ANN202
         put(lake, "host00.web.access/2026/01/01/before-walk.jsonl")
-        listing = original(storage, since_ns)
+        listing = original(storage, since_ns, *record)
         put(lake, "host01.web.access/2026/01/01/after-walk.jsonl")
         return listing
 
@@ -244,3 +246,116 @@ def test_the_cursor_never_moves_back(lake: Deployment) -> None:
     cursors.advance(root, dt.datetime(2026, 1, 3), None)
     cursor = cursors.get(root)
     assert (cursor.cursor_time, cursor.full_listing_time) == (dt.datetime(2026, 1, 3), dt.datetime(2026, 1, 2))
+
+
+def reput(deployment: Deployment, key: str, tmp_path: Path) -> None:
+    """Put a key again by moving a file of the same size over it (a shipper's atomic re-put): its directory
+    changes, and its ctime and mtime are new."""
+    path = Path(deployment.staging.path(key))
+    replacement = tmp_path / "replacement"
+    replacement.write_bytes(b'{"t":"2026-01-09"}\n')
+    assert replacement.stat().st_size == path.stat().st_size
+    os.replace(replacement, path)
+
+
+def test_a_daemon_round_stats_only_the_names_its_record_has_not_seen(lake: Deployment, tmp_path: Path) -> None:
+    first_round(lake)
+    day = "host02.web.access/2026/01/02"
+    accounted = AccountedNames()
+    put(lake, f"{day}/a-new.jsonl")
+    found = discover(lake, accounted)  # no record yet: the changed directory is read whole
+    assert (found.registered, found.remembered, found.listed - found.swept) == (1, 0, 6)
+    assert (accounted.directories, accounted.names) == (1, 6)
+    settle()
+    # Another new object, a new link to an old file, and a re-put over a name the record holds, all in it.
+    put(lake, f"{day}/b-new.jsonl")
+    os.symlink("obj-0.jsonl", lake.staging.path(f"{day}/c-link.jsonl"))
+    reput(lake, f"{day}/obj-1.jsonl", tmp_path)
+    found = discover(lake, accounted)
+    assert (found.registered, found.remembered, found.listed - found.swept) == (2, 6, 8)
+    assert found.redelivered == 0  # obj-1 was not `stat`ed: a record round leaves a re-put to the sweep
+    assert accounted.names == 8
+    # The rest of the sweep's pass (33 files, 8 a round: host02.../02/obj-1 is the 29th key) reports it.
+    rest = [discover(lake, accounted) for _ in range(3)]
+    assert [part.sweep_completed for part in rest] == [False, False, True]
+    assert [part.redelivered for part in rest] == [0, 1, 0] and sum(part.registered for part in rest) == 0
+
+
+def test_without_a_record_a_round_stats_every_name_of_a_changed_directory(lake: Deployment, tmp_path: Path) -> None:
+    first_round(lake)
+    day = "host02.web.access/2026/01/02"
+    put(lake, f"{day}/b-new.jsonl")
+    reput(lake, f"{day}/obj-1.jsonl", tmp_path)
+    found = discover(lake)  # `silt stream --once`'s walk, as before the record
+    assert (found.registered, found.redelivered, found.remembered) == (1, 1, 0)
+
+
+def test_the_record_holds_what_the_walk_listed_and_forgets_what_went_or_aged(tmp_path: Path) -> None:
+    from siltlake.storage.filesystem import Storage
+
+    staging = Storage(str(tmp_path / "root"))
+    for key in ("a/1", "a/2", "a/3", "b/1", "b/2", "c/1"):
+        path = Path(staging.path(key))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(key.encode())
+    accounted, hour = AccountedNames(), 3600 * 10**9
+
+    def walk(since_ns: int = 0, now_ns: int | None = None) -> list[str]:
+        listing = staging.list_changed(since_ns, accounted)
+        accounted.keep(listing.directories, time.time_ns() if now_ns is None else now_ns, hour)
+        return sorted(info.key for info in listing.objects)
+
+    assert walk() == ["a/1", "a/2", "a/3", "b/1", "b/2", "c/1"]
+    assert accounted.names == 6
+    # Every directory counts as changed (since 0), but only names the record has not seen are stat'ed, and a
+    # recorded name is not stat'ed at all: one now a dangling link still counts as remembered.
+    Path(staging.path("a/2")).unlink()
+    os.symlink("nowhere", staging.path("a/2"))
+    listing = staging.list_changed(0, accounted)
+    assert (listing.objects, listing.remembered, listing.entries) == ([], 6, 6)
+    # A new file, a new link to a directory (followed), and b removed: the record keeps a and c only.
+    put_file = Path(staging.path("a/4"))
+    put_file.write_bytes(b"4")
+    os.symlink(staging.path("c"), staging.path("a/linked"))
+    shutil.rmtree(staging.path("b"))
+    assert walk() == ["a/4", "a/linked/1"]
+    assert (accounted.directories, accounted.names) == (4, 6)  # the root (no files), a (1-4), c, c under the link
+    Path(staging.path("a/3")).unlink()
+    assert walk() == [] and accounted.names == 5  # a name gone from its directory leaves the record
+    # A directory that gained a subdirectory (its link count changed) is read whole, not by the record.
+    Path(staging.path("c/sub")).mkdir()
+    Path(staging.path("c/sub/x")).write_bytes(b"x")
+    listing = staging.list_changed(0, accounted)
+    assert {info.key for info in listing.objects} >= {"c/1", "c/sub/x"}
+    # Another directory under a recorded path (the old one moved aside, so its inode is not reused) starts from
+    # nothing; so does the old one under its new path.
+    os.rename(staging.path("a"), staging.path("a-old"))
+    Path(staging.path("a")).mkdir()
+    Path(staging.path("a/1")).write_bytes(b"new")
+    assert {"a/1", "a-old/1", "a-old/4"} <= set(walk())
+    shutil.rmtree(staging.path("a-old"))
+    # A directory that has not changed for the window is forgotten.
+    walk(now_ns=time.time_ns() + 2 * hour)
+    assert (accounted.directories, accounted.names) == (0, 0)
+
+
+def test_a_failed_round_leaves_the_record_as_it_was(lake: Deployment, monkeypatch) -> None:
+    first_round(lake)
+    day = "host00.web.access/2026/01/01"
+    accounted = AccountedNames()
+    put(lake, f"{day}/a-new.jsonl")
+    assert discover(lake, accounted).registered == 1
+    settle()
+    put(lake, f"{day}/b-new.jsonl")
+
+    def failing(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        raise RuntimeError("catalog lost")
+
+    monkeypatch.setattr(type(lake.catalog.staging), "sort_listed", failing)
+    with pytest.raises(RuntimeError):
+        discover(lake, accounted)
+    monkeypatch.undo()
+    assert accounted.names == 6  # not b-new: the round that listed it registered nothing
+    found = discover(lake, accounted)
+    assert (found.registered, found.remembered) == (1, 6)
+    assert accounted.names == 7

@@ -6,6 +6,7 @@ import datetime as dt
 import functools
 import os
 import posixpath
+import stat
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, BinaryIO
 from urllib.parse import quote, unquote, urlsplit
 
 from siltlake.errors import ConfigError
+from siltlake.storage.accounted import SEPARATOR, AccountedNames, DirectoryNames, directory_identity
 from siltlake.storage.confined import UnsafeKey, open_regular_file
 
 if TYPE_CHECKING:  # pyarrow is imported on first use: commands that only read the catalog never load it
@@ -40,6 +42,8 @@ class ChangedListing:
     entries: int = 0  # file entries examined (those of changed directories)
     read: int = 0     # directories whose entries were read
     skipped: int = 0  # directories not read: unchanged and without subdirectories
+    remembered: int = 0  # of the entries, names not `stat`ed: the record of earlier rounds accounted for them
+    directories: dict[str, DirectoryNames] = field(default_factory=dict)  # every directory walked, by path
 
 
 @dataclass
@@ -266,7 +270,7 @@ class Storage:
             if info.type == file:
                 yield ObjectInfo(_key_under(info.path, base, under), info.size or 0, info.mtime)
 
-    def list_changed(self, since_ns: int) -> ChangedListing:
+    def list_changed(self, since_ns: int, accounted: AccountedNames | None = None) -> ChangedListing:
         """The files of a local root that may have appeared since since_ns (nanoseconds of the file system's
         clock): a superset of the files added, moved in or replaced since then, found without listing the
         entries of directories that did not change. Keys and the files chosen match list()'s (symbolic links
@@ -277,7 +281,12 @@ class Storage:
         unless its link count says it has none (2 on ext4, xfs and tmpfs; file systems that report 1, such as
         btrfs, are read). In a changed directory, a file is returned when max(mtime, ctime) >= since_ns: a
         rename or link updates the ctime, so an object moved in with an old mtime still counts. A
-        subdirectory that appeared since (moved in whole, its files' times all old) is returned entirely."""
+        subdirectory that appeared since (moved in whole, its files' times all old) is returned entirely.
+
+        With `accounted` (a stream daemon's record of its earlier rounds), a changed directory it holds names
+        of is read by name alone, and only the names not in the record are `stat`ed and may be returned: a
+        file under a recorded name is left to the rolling sweep (docs/design.md, "Issue 28: a round costs what
+        is new in a changed directory"). The listing's `directories` are what the record keeps of this walk."""
         result = ChangedListing()
         base = self._base
         try:
@@ -289,38 +298,22 @@ class Storage:
         pending: list[tuple[str, str, os.stat_result, bool, frozenset]] = [
             (base, "", top, False, frozenset([(top.st_dev, top.st_ino)]))]
         while pending:
-            path, prefix, stat, fresh, above = pending.pop()
-            changed = fresh or max(stat.st_mtime_ns, stat.st_ctime_ns) >= since_ns
-            if not changed and stat.st_nlink == 2:
+            path, prefix, found, fresh, above = pending.pop()
+            newest = max(found.st_mtime_ns, found.st_ctime_ns)
+            changed = fresh or newest >= since_ns
+            result.directories[path] = DirectoryNames(directory_identity(found), newest)
+            if not changed and found.st_nlink == 2:
                 result.skipped += 1  # no subdirectory, and no entry changed
                 continue
             result.read += 1
-            try:
-                entries = list(os.scandir(path))
-            except (FileNotFoundError, NotADirectoryError, PermissionError):
-                continue  # removed during the walk (or unreadable): list() would not show its files either
-            for entry in entries:
-                try:
-                    is_dir = entry.is_dir()
-                    if not is_dir and not (changed and entry.is_file()):
-                        continue
-                    entry_stat = entry.stat()
-                    newest = max(entry_stat.st_mtime_ns, entry_stat.st_ctime_ns)
-                    if entry.is_symlink():  # a new link to an old file or directory is new: its own times count
-                        link = entry.stat(follow_symlinks=False)
-                        newest = max(newest, link.st_mtime_ns, link.st_ctime_ns)
-                except OSError:  # removed during the walk, or a dangling link
-                    continue
-                key = prefix + entry.name
-                if is_dir:
-                    identity = (entry_stat.st_dev, entry_stat.st_ino)
-                    if identity not in above:
-                        pending.append((entry.path, key + "/", entry_stat, fresh or (changed and newest >= since_ns),
-                                        above | {identity}))
-                    continue
-                result.entries += 1
-                if fresh or newest >= since_ns:
-                    result.objects.append(ObjectInfo(key, entry_stat.st_size, listed_mtime(entry_stat.st_mtime_ns)))
+            known = accounted.files(path, found) if accounted is not None and changed else None
+            if known is not None:
+                files = _read_by_name(path, prefix, since_ns, fresh, known, above, pending, result)
+            else:
+                files = _read_entries(path, prefix, since_ns, changed, fresh, above, pending, result,
+                                      collect=accounted is not None and changed)
+            if files is not None:
+                result.directories[path] = DirectoryNames(directory_identity(found), newest, files)
         return result
 
     def sweep(self, after: str | None, limit: int) -> SweptListing:
@@ -497,6 +490,86 @@ def listed_mtime(nanoseconds: int) -> dt.datetime:
     """A local file's mtime as pyarrow's listing gives it (seconds as a double, rounded to the microsecond; not
     truncated): a send_time stored from one listing compares equal with another's (no spurious re-put)."""
     return dt.datetime.fromtimestamp(nanoseconds / 1e9, dt.UTC)
+
+
+def _read_entries(path: str, prefix: str, since_ns: int, changed: bool, fresh: bool, above: frozenset,
+                  pending: list, result: ChangedListing, collect: bool) -> str | None:
+    """Read a directory's entries (list_changed): queue its subdirectories, and in a changed one `stat` each file
+    and return those that may be new. With collect, the names of the files it examined (for the record)."""
+    try:
+        entries = list(os.scandir(path))
+    except (FileNotFoundError, NotADirectoryError, PermissionError):
+        return None  # removed during the walk (or unreadable): list() would not show its files either
+    files: list[str] | None = [] if collect else None
+    for entry in entries:
+        try:
+            is_dir = entry.is_dir()
+            if not is_dir and not (changed and entry.is_file()):
+                continue
+            found = entry.stat()
+            newest = max(found.st_mtime_ns, found.st_ctime_ns)
+            if entry.is_symlink():  # a new link to an old file or directory is new: its own times count
+                link = entry.stat(follow_symlinks=False)
+                newest = max(newest, link.st_mtime_ns, link.st_ctime_ns)
+        except OSError:  # removed during the walk, or a dangling link
+            continue
+        key = prefix + entry.name
+        if is_dir:
+            _descend(pending, entry.path, key, found, fresh or (changed and newest >= since_ns), above)
+            continue
+        result.entries += 1
+        if files is not None:
+            files.append(entry.name)
+        if fresh or newest >= since_ns:
+            result.objects.append(ObjectInfo(key, found.st_size, listed_mtime(found.st_mtime_ns)))
+    return None if files is None else SEPARATOR.join(files)
+
+
+def _read_by_name(path: str, prefix: str, since_ns: int, fresh: bool, known: str, above: frozenset,
+                  pending: list, result: ChangedListing) -> str | None:
+    """Read a changed directory of which the record holds names (list_changed): its names alone (no entry
+    objects, no `stat`), then `stat` only the names not in the record; in a fresh one (its parent and it
+    changed: moved in, or a live directory whose sibling appeared) each of those is returned. Returns the names
+    to record: those listed, less the subdirectories and what is no file."""
+    try:
+        names = set(os.listdir(path))
+    except (FileNotFoundError, NotADirectoryError, PermissionError):
+        return None
+    recorded = known.split(SEPARATOR) if known else []
+    unseen = names.difference(recorded)
+    kept = len(names) - len(unseen)
+    result.remembered += kept
+    result.entries += kept
+    new_files = []
+    for name in unseen:
+        entry_path = os.path.join(path, name)
+        try:
+            own = os.lstat(entry_path)
+            found = os.stat(entry_path) if stat.S_ISLNK(own.st_mode) else own
+        except OSError:  # removed since the listing, or a dangling link: looked at again next round
+            continue
+        # A link's own times count too: a new link to an old file or directory is new.
+        newest = max(found.st_mtime_ns, found.st_ctime_ns, own.st_mtime_ns, own.st_ctime_ns)
+        key = prefix + name
+        if stat.S_ISDIR(found.st_mode):
+            _descend(pending, entry_path, key, found, fresh or newest >= since_ns, above)
+            continue
+        if not stat.S_ISREG(found.st_mode):
+            continue
+        result.entries += 1
+        new_files.append(name)
+        if fresh or newest >= since_ns:
+            result.objects.append(ObjectInfo(key, found.st_size, listed_mtime(found.st_mtime_ns)))
+    if kept == len(recorded):  # no recorded name went: the record grows by the new files
+        return SEPARATOR.join([known, *new_files] if known else new_files)
+    return SEPARATOR.join([*names.difference(unseen), *new_files])
+
+
+def _descend(pending: list, path: str, key: str, found: os.stat_result, fresh: bool, above: frozenset) -> None:
+    """Queue a subdirectory for list_changed's walk, unless it is one of the directories above (a link back up)."""
+    identity = (found.st_dev, found.st_ino)
+    if identity not in above:
+        pending.append((path, key + "/", found, fresh, above | {identity}))
 
 
 def _key_under(path: str, base: str, under: str) -> str:

@@ -12,6 +12,7 @@ from siltlake.catalog import DiscoveryCursor, Redelivery, TableRecord
 from siltlake.clock import from_nanoseconds, to_naive_utc, to_nanoseconds
 from siltlake.config import key_pattern_shape
 from siltlake.deployment import Deployment
+from siltlake.storage.accounted import AccountedNames
 from siltlake.storage.filesystem import ObjectInfo
 from siltlake.stream.appends import settle, take_growth
 from siltlake.stream.discover_s3 import list_new
@@ -97,6 +98,9 @@ class Discovery:
     # round (counted in listed too), and whether the slice ended a pass (a completed full listing).
     swept: int = 0
     sweep_completed: bool = False
+    # Of the walk's entries, names a daemon's record of its earlier rounds accounted for: not `stat`ed
+    # (docs/design.md, "Issue 28: a round costs what is new in a changed directory").
+    remembered: int = 0
     # Objects under the root that S3 event notifications named and the catalog did not know (stream.notifications)
     notified: int = 0
     notifications: NotificationTally | None = None  # what the queue delivered; None without a queue
@@ -105,7 +109,8 @@ class Discovery:
         """Count another pass's report into this one. Work done (registrations, redeliveries, tails, lookups,
         the sweep) adds up; what was seen adds up too, unless the other pass repeated this one's listing
         (`silt stream --once` waiting to settle lists the same objects again): then the larger count stands."""
-        for name in ("registered", "unknown", "redelivered", "looked_up", "appended", "swept", "notified"):
+        for name in ("registered", "unknown", "redelivered", "looked_up", "appended", "swept", "notified",
+                     "remembered"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.changed = other.changed + self.changed
         self.rewritten = other.rewritten + self.rewritten
@@ -116,14 +121,15 @@ class Discovery:
         self.notifications = other.notifications or self.notifications
 
 
-def discover(deployment: Deployment) -> Discovery:
+def discover(deployment: Deployment, accounted: AccountedNames | None = None) -> Discovery:
     """Register the staging objects not seen before (each URI once, ever).
 
     A local root is listed whole on its first round; later rounds read the directories and files that changed
     since the root's cursor, plus a slice of stream.sweep_files_per_round files of a rolling sweep of the whole
     root (docs/design.md, "Discovery reads what is new"). An object store's root is listed from per-prefix
     cursors plus a slice of a rolling sweep (stream/discover_s3.py; docs/design.md, "Discovery on an object
-    store")."""
+    store"). `accounted` is a daemon's record of the names its completed rounds listed in a local root's
+    directories: only names not in it are `stat`ed, and a completed round updates it."""
     staging = deployment.staging
     catalog = deployment.catalog
     config = deployment.config.stream
@@ -141,7 +147,7 @@ def discover(deployment: Deployment) -> Discovery:
         report.listed, report.expired = len(listed), len(listed) - len(fresh)
     else:
         assert cursor is not None
-        changed = staging.list_changed(to_nanoseconds(cursor.cursor_time))
+        changed = staging.list_changed(to_nanoseconds(cursor.cursor_time), accounted)
         walked = [info for info in changed.objects if not is_in_flight(info.key)]
         # The rolling sweep's slice: what the walk cannot see (an in-place rewrite or append in an unchanged
         # directory) is found within one pass, as the whole listing every full_listing_interval found it.
@@ -153,6 +159,7 @@ def discover(deployment: Deployment) -> Discovery:
         report.listed, report.full_listing = changed.entries + len(swept.objects), False
         report.swept, report.expired = len(swept.objects), len(sweeping) - len(fresh)
         report.sweep_completed = swept.complete
+        report.remembered = changed.remembered
     # Only once every object found is registered (or recorded unknown): a round that fails before leaves the
     # cursor and the sweep's position where they were, and the next round looks again. A remote root other than
     # an object store is listed whole every round (its cursor is not read), but its full listing time bounds the
@@ -163,6 +170,8 @@ def discover(deployment: Deployment) -> Discovery:
         assert cursor is not None
         catalog.discovery.advance_sweep(staging.root, cursor.sweep_started,
                                         None if swept.complete else swept.last_key, from_nanoseconds(started))
+        if accounted is not None:  # every name the walk listed is accounted for now
+            accounted.keep(changed.directories, started, config.late_window * 1_000_000_000)
     return report
 
 

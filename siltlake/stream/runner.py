@@ -24,6 +24,7 @@ from siltlake.logs import event
 from siltlake.polling import poll_forever
 from siltlake.records import ObjectLimits
 from siltlake.spark import run_tasks
+from siltlake.storage.accounted import AccountedNames
 from siltlake.storage.filesystem import Storage
 from siltlake.storage.keys import TableLayout, temporary_run
 from siltlake.stream.discover import Discovery, discover
@@ -48,6 +49,7 @@ class DroppedFields:
 class StreamReport:
     listed: int = 0
     swept: int = 0  # of those, files a local root's rolling sweep read (docs/design.md, "Discovery reads what is new")
+    remembered: int = 0  # of those, names in changed directories a daemon's record accounted for: not `stat`ed
     registered: int = 0
     processed: int = 0
     records_in: int = 0
@@ -406,7 +408,8 @@ _unreleased: set[str] = set()
 
 def discover_settled(deployment: Deployment, stop: threading.Event | None = None) -> Discovery:
     """Discover, then wait for the local files still being written to settle (at most stream.settle_time) and
-    discover again: what `silt stream --once` does, so that a file written just before it is taken."""
+    discover again: what `silt stream --once` does, so that a file written just before it is taken. A one-off
+    run keeps no record of names between rounds: its walk `stat`s every entry of a changed directory."""
     found = discover(deployment)
     deadline = time.monotonic() + deployment.config.stream.settle_time
     while found.unsettled and found.settles_in is not None and (stop is None or not stop.is_set()):
@@ -428,20 +431,21 @@ def process_owner() -> str:
 
 def stream_once(deployment: Deployment, progress: Progress | None = None,
                 stop: threading.Event | None = None, owner: str | None = None,
-                settle_wait: bool = False) -> StreamReport:
+                settle_wait: bool = False, accounted: AccountedNames | None = None) -> StreamReport:
     """Register new staging objects and process every pending one no other stream daemon holds (see
     _Claims); returns what happened. `owner` names the claims (default: this process's).
 
     With settle_wait (`silt stream --once`), discovery waits up to stream.settle_time for the local files still
     being written to settle, so that a one-off run takes what was just written (a daemon's next round would).
-    Once stop is set no new wave starts: the objects of later waves stay pending for the next run."""
+    Once stop is set no new wave starts: the objects of later waves stay pending for the next run. `accounted`:
+    a daemon's record of the names its earlier rounds listed in a local root (stream_forever keeps one)."""
     started = time.monotonic()
     progress = progress or Progress()
     deployment.catalog.check_ready()
     deployment.check_instance("stream")
-    found = discover_settled(deployment, stop) if settle_wait else discover(deployment)
-    report = StreamReport(listed=found.listed, swept=found.swept, registered=found.registered,
-                          redelivered=found.redelivered,
+    found = discover_settled(deployment, stop) if settle_wait else discover(deployment, accounted)
+    report = StreamReport(listed=found.listed, swept=found.swept, remembered=found.remembered,
+                          registered=found.registered, redelivered=found.redelivered,
                           expired=found.expired, notified=found.notified, notifications=found.notifications,
                           changed_reputs=[(put.uri, put.registered_size, put.size) for put in found.changed],
                           appended=found.appended, rewritten=list(found.rewritten), unsettled=found.unsettled,
@@ -531,6 +535,9 @@ def stream_forever(deployment: Deployment, stop: threading.Event,
                    on_error: Callable[[Exception, float], None] | None = None,
                    progress: Progress | None = None) -> None:
     """Poll until stop is set; a round stops between waves once stop is set. A failing round (catalog
-    or storage unreachable) is reported and retried with backoff; bad input never fails a round."""
+    or storage unreachable) is reported and retried with backoff; bad input never fails a round. The rounds
+    share a record of the names they listed in a local staging root's directories (storage/accounted.py)."""
     interval = deployment.config.stream.poll_interval if interval is None else interval
-    poll_forever(lambda: stream_once(deployment, progress, stop=stop), stop, interval, on_report, on_error)
+    accounted = AccountedNames()
+    poll_forever(lambda: stream_once(deployment, progress, stop=stop, accounted=accounted), stop, interval,
+                 on_report, on_error)
