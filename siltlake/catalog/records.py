@@ -495,6 +495,16 @@ class SyncedTable:
     table_name: str
     columns: tuple[tuple[str, str], ...]
     dropped: bool
+    synced_version: int = 0  # the table version whose partitions the target points at
+
+
+@dataclass(frozen=True)
+class Removals:
+    """Partitions reap removed from a table the target pointed at: the dates to drop (those published again
+    since are left to the partition sync) and the rows to delete once dropped."""
+
+    ids: tuple[int, ...]
+    dates: tuple[dt.date, ...]
 
 
 @dataclass(frozen=True)
