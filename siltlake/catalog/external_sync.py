@@ -27,19 +27,21 @@ class ExternalSync:
                              .where(e.c.target == target)).all()
         return {r.table_id: SyncedTable(r.table_id, r.database_name, r.table_name,
                                         tuple((name, kind) for name, kind in json.loads(r.columns)),
-                                        r.dropped_time is not None, r.synced_version) for r in rows}
+                                        r.dropped_time is not None, r.synced_version, r.syncing_version)
+                for r in rows}
 
     def record_table(self, target: str, table_id: int, database_name: str, table_name: str,
                      columns: Sequence[tuple[str, str]], *, forget_partitions: bool = False) -> None:
         """Remember what the target now has; forget_partitions: it has none of the table's partitions (recreated)."""
         e = s.external_tables
         with self._core.tx() as c:
-            synced_version = 0 if forget_partitions else c.execute(sa.select(e.c.synced_version).where(
-                e.c.target == target, e.c.table_id == table_id)).scalar_one_or_none() or 0
+            kept = None if forget_partitions else c.execute(sa.select(e.c.synced_version, e.c.syncing_version).where(
+                e.c.target == target, e.c.table_id == table_id)).first()
             c.execute(e.delete().where(e.c.target == target, e.c.table_id == table_id))
             c.execute(e.insert().values(target=target, table_id=table_id, database_name=database_name,
                                         table_name=table_name, columns=json.dumps([list(x) for x in columns]),
-                                        sync_time=utcnow(), synced_version=synced_version))
+                                        sync_time=utcnow(), synced_version=kept[0] if kept else 0,
+                                        syncing_version=kept[1] if kept else 0))
             if forget_partitions:
                 self._forget_partitions(c, target, table_id)
 
@@ -88,22 +90,23 @@ class ExternalSync:
 
     def removals(self, target: str) -> dict[int, Removals]:
         """Per table, the partitions reap removed since the target last dropped what it was told."""
-        r, p, v = s.external_removals, s.partitions, s.partition_versions
+        r = s.external_removals
         with self._core.tx() as c:
             rows = c.execute(sa.select(r.c.id, r.c.table_id, r.c.partition_date).where(r.c.target == target)
                              .order_by(r.c.id)).all()
-            published = set()
-            for table_id in sorted({row.table_id for row in rows}):
-                dates = sorted({row.partition_date for row in rows if row.table_id == table_id})
-                published |= {(table_id, date) for date in c.execute(
-                    sa.select(p.c.partition_date).where(p.c.table_id == table_id, p.c.partition_date.in_(dates),
-                                                        sa.exists().where(v.c.partition_id == p.c.id))).scalars()}
         found: dict[int, Removals] = {}
         for table_id in sorted({row.table_id for row in rows}):
             mine = [row for row in rows if row.table_id == table_id]
-            found[table_id] = Removals(tuple(row.id for row in mine), tuple(sorted(
-                {row.partition_date for row in mine} - {d for t_id, d in published if t_id == table_id})))
+            found[table_id] = Removals(tuple(row.id for row in mine),
+                                       tuple(sorted({row.partition_date for row in mine})))
         return found
+
+    def start_sync(self, target: str, table_id: int, upto: int) -> None:
+        """A run is about to tell the target about the table's versions up to `upto` (record_partitions says
+        when it has)."""
+        e = s.external_tables
+        with self._core.tx() as c:
+            c.execute(e.update().where(e.c.target == target, e.c.table_id == table_id).values(syncing_version=upto))
 
     def forget_removals(self, ids: Sequence[int]) -> None:
         """The target dropped these removed partitions."""

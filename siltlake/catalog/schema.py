@@ -301,6 +301,9 @@ external_tables = sa.Table(
     sa.Column("sync_time", sa.DateTime, nullable=False),
     # The table version whose partitions the target points at (0018): a run reads only newer versions.
     sa.Column("synced_version", sa.BigInteger, nullable=False, server_default="0"),
+    # The table version a run set out to sync: above synced_version, that run died part way (its target
+    # calls may or may not have happened), and the next asks the target what it has.
+    sa.Column("syncing_version", sa.BigInteger, nullable=False, server_default="0"),
 )
 
 external_partitions = sa.Table(

@@ -13,6 +13,7 @@ version that needs no merge on read (one merged object), and is left out until i
 
 from __future__ import annotations
 
+import datetime as dt
 import fcntl
 import os
 from collections.abc import Mapping, Sequence
@@ -238,9 +239,9 @@ class HiveTarget:
         return self.statements
 
     def _drop_removed_partitions(self, names: SyncedTable, removals: Removals) -> None:
-        """Drop the metastore's partitions reap removed (they point at manifests it deleted), unless published
-        again since (the partition sync moves those). IF EXISTS: a run that died before forgetting the removals
-        drops them again."""
+        """Drop the metastore's partitions reap removed: they point at manifests it deleted (a date published
+        again since is added back by the partition sync that follows). IF EXISTS: a run that died before
+        forgetting the removals drops them again."""
         qualified = f"`{names.database_name}`.`{names.table_name}`"
         gone = list(removals.dates)
         for start in range(0, len(gone), _PARTITIONS_PER_STATEMENT):
@@ -248,10 +249,20 @@ class HiveTarget:
                 f"PARTITION (`dt` = '{date.isoformat()}')" for date in gone[start:start + _PARTITIONS_PER_STATEMENT]))
         self.catalog.external_sync.forget_removals(removals.ids)
 
+    def _shown_dates(self, names: SyncedTable) -> set[dt.date]:
+        """The dates of the partitions the metastore has of the table."""
+        qualified = f"`{names.database_name}`.`{names.table_name}`"
+        try:
+            return {dt.date.fromisoformat(row[0].removeprefix("dt="))
+                    for row in self._spark().sql(f"SHOW PARTITIONS {qualified}").collect()}
+        except Exception as exc:  # AnalysisException, Py4JJavaError: the metastore's own errors
+            raise self._failure(exc, f"listing the partitions of {names.database_name}.{names.table_name}") from None
+
     def _sync_table_partitions(self, record: TableRecord, names: SyncedTable, partitions: list[PartitionToSync],
                                upto: int) -> None:
-        """Add the partitions the catalog has not recorded in the metastore and point every one at what it shows
-        now; then record them with table version `upto` as synced, in one transaction."""
+        """Add the partitions the metastore does not have and move the others; then record them, and table version
+        `upto` as synced, in one transaction. What the metastore has is what the catalog recorded, unless a run
+        died between its metastore calls and that record: then the metastore is asked (docs/design.md, issue 28)."""
         lake, layout = self.deployment.lake, record.layout(self.deployment.instance_key)
         qualified = f"`{names.database_name}`.`{names.table_name}`"
 
@@ -263,19 +274,26 @@ class HiveTarget:
         if record.definition.keyed:
             partitions = self.keyed_partitions(partitions)
         if partitions:
+            if names.syncing_version > names.synced_version:
+                shown = self._shown_dates(names)
+            else:
+                recorded = self.catalog.external_sync.partition_manifests(
+                    TARGET, [p.partition_id for p in partitions])
+                shown = {p.partition_date for p in partitions if p.partition_id in recorded}
+            self.catalog.external_sync.start_sync(TARGET, record.id, upto)
             self._ensure_symlink_table(names)
-            recorded = self.catalog.external_sync.partition_manifests(TARGET, [p.partition_id for p in partitions])
-            new = [p for p in partitions if p.partition_id not in recorded]
+            new = [p for p in partitions if p.partition_date not in shown]
             for start in range(0, len(new), _PARTITIONS_PER_STATEMENT):
                 chunk = new[start:start + _PARTITIONS_PER_STATEMENT]
                 self._sql(f"ALTER TABLE {qualified} ADD IF NOT EXISTS " + " ".join(
                     f"PARTITION (`dt` = '{p.partition_date.isoformat()}') LOCATION {_literal(location(p))}"
                     for p in chunk))
-            # New partitions took the table's symlink storage. Each then gets its location (and input format,
-            # should it be a live directory) in one metastore call (Spark SQL can set neither the format nor
-            # both at once); the new ones too: one a run added before dying unrecorded, or a date reap removed
-            # and a late object recreated, is already there and ADD IF NOT EXISTS left it where it was.
-            self._set_storage(names, [(p, location(p)) for p in partitions])
+            # New partitions took the table's symlink storage. A known one changes location (and input
+            # format, should it have been a live directory) in one metastore call: Spark SQL can set
+            # neither the format nor both at once.
+            moved = [p for p in partitions if p.partition_date in shown or p.file_list_key is None]
+            if moved:
+                self._set_storage(names, [(p, location(p)) for p in moved])
         self.catalog.external_sync.record_partitions(
             TARGET, [(p.partition_id, p.file_list_key, location(p)) for p in partitions], upto=(record.id, upto))
 

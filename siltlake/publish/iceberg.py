@@ -190,8 +190,8 @@ def _may_hold(manifest: Any, days: set[int]) -> bool:  # noqa: ANN401 - a pyiceb
     from pyiceberg.conversions import from_bytes
     from pyiceberg.types import DateType
 
-    lower, upper = from_bytes(DateType(), summary.lower_bound), from_bytes(DateType(), summary.upper_bound)
-    return any(lower <= day <= upper for day in days)
+    return any(from_bytes(DateType(), summary.lower_bound) <= day <= from_bytes(DateType(), summary.upper_bound)
+               for day in days)
 
 
 class IcebergTarget:
@@ -397,9 +397,8 @@ class IcebergTarget:
         return self.statements
 
     def sync_versions(self, record: TableRecord, table: IcebergTable) -> None:
-        """Commit one snapshot per siltlake table version the Iceberg table does not have yet, reading the
-        partition versions of those table versions only, and of the current snapshot the files of the dates
-        they change (docs/design.md, issue 28)."""
+        """Commit one snapshot per siltlake table version the Iceberg table does not have yet, reading only the
+        partition versions of those and the current files of the dates they change (docs/design.md, issue 28)."""
         newest = self.catalog.versions.newest(record.id)
         done = synced_version(table)  # the current snapshot's summary: what is synced, committed with it
         if newest == 0 or done >= newest:

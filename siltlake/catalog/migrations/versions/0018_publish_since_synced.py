@@ -27,6 +27,8 @@ def upgrade() -> None:
                     ["table_id", "table_version"])
     op.add_column("external_tables", sa.Column("synced_version", sa.BigInteger, nullable=False,
                                                server_default="0"))
+    op.add_column("external_tables", sa.Column("syncing_version", sa.BigInteger, nullable=False,
+                                               server_default="0"))
     op.create_table(
         "external_removals",
         sa.Column("id", sa.Integer, nullable=False),
@@ -49,6 +51,7 @@ def downgrade() -> None:
     op.drop_column("tables", "switched_partitions")
     op.drop_index("ix_external_removals_target_table_id", table_name="external_removals")
     op.drop_table("external_removals")
+    op.drop_column("external_tables", "syncing_version")
     op.drop_column("external_tables", "synced_version")
     op.drop_index("ix_partition_versions_table_id_table_version", table_name="partition_versions")
     with op.batch_alter_table("partition_versions") as batch:
