@@ -66,41 +66,34 @@ def long_table(deployment: Deployment):  # noqa: ANN201 - a TableRecord
     return table
 
 
-def one_more_version(deployment: Deployment, table, hour: int) -> None:  # noqa: ANN001
-    """One new object today, published by siltlake's catalog alone (the targets are run by the test)."""
+def sync_one_change(deployment: Deployment, target):  # noqa: ANN001, ANN201 - a PublishTarget; a TableRecord
+    """A long table synced to the target, then one new object today published by siltlake's catalog alone and
+    synced by the target under rows_read; asserts the rows read and returns the table and the statements."""
+    table = long_table(deployment)
     targets = deployment.config.publish.targets
     deployment.config.publish.targets = []
-    add_small_objects(deployment, table, DAY, [rows_for(DAY, 3, 100 + hour)])
-    assert len(publish_once(deployment, now=tokyo(DAY, hour)).live_versions) == 1
+    add_small_objects(deployment, table, DAY, [rows_for(DAY, 3, 100)])
+    assert len(publish_once(deployment, now=tokyo(DAY, 13)).live_versions) == 1
     deployment.config.publish.targets = targets
-
-
-def test_an_iceberg_run_after_one_changed_partition_reads_what_changed(deployment: Deployment) -> None:
-    with_iceberg(deployment)
-    table = long_table(deployment)
-    one_more_version(deployment, table, 13)
-    target = IcebergTarget(deployment)
     tables = {record.id: record for record in deployment.catalog.tables.list()}
     with rows_read(deployment) as counted:
         target.sync_tables(list(tables.values()))
         statements = target.sync_partitions(tables)
-    assert len(statements) == 1 and "+1 -0 files" in statements[0], statements
     assert sum(counted) < DAYS // 4, counted  # the whole table: DAYS partitions and DAYS + 1 versions
+    return table, statements
+
+
+def test_an_iceberg_run_after_one_changed_partition_reads_what_changed(deployment: Deployment) -> None:
+    table, statements = sync_one_change(with_iceberg(deployment), IcebergTarget(deployment))
+    assert len(statements) == 1 and "+1 -0 files" in statements[0], statements
     assert_same_as_siltlake(deployment, "web.access", identifier(deployment, table))
 
 
 def test_a_hive_run_after_one_changed_partition_reads_what_changed(hive_deployment: Deployment,  # noqa: F811
                                                                     spark) -> None:
     deployment = hive_deployment
-    table = long_table(deployment)
-    one_more_version(deployment, table, 13)
-    target = HiveTarget(deployment)
-    tables = {record.id: record for record in deployment.catalog.tables.list()}
-    with rows_read(deployment) as counted:
-        target.sync_tables(list(tables.values()))
-        statements = target.sync_partitions(tables)
+    table, statements = sync_one_change(deployment, HiveTarget(deployment))
     assert len(statements) == 1 and "SET LOCATION" in statements[0] and str(DAY) in statements[0], statements
-    assert sum(counted) < DAYS // 4, counted  # the whole table: DAYS partitions and DAYS + 1 versions
     (today,) = [p.id for p in deployment.catalog.partitions.list(table.id) if p.partition_date == DAY]
     newest = deployment.catalog.versions.of_partitions([today])[-1]
     hive = f"{deployment.config.publish.hive.database_prefix}web.access"
