@@ -391,10 +391,10 @@ class MergeQueue:
             # commit schedules one with each object, and a merge leaves one behind while objects remain).
             for row in tables:
                 status[row.id]["partitions"]["switched"] = row.switched_partitions
-            for row in c.execute(sa.select(p.c.table_id, state.label("state"), sa.func.count())
-                                 .where(p.c.switched.is_(False)).group_by(p.c.table_id, state)):
+            # Counted here, not by GROUP BY: grouped, SQLite scans every partition by the table's index.
+            for row in c.execute(sa.select(p.c.table_id, state.label("state")).where(p.c.switched.is_(False))):
                 if row.table_id in status:
-                    status[row.table_id]["partitions"][row.state] = row[2]
+                    status[row.table_id]["partitions"][row.state] += 1
             merged_upto = (sa.select(sa.func.coalesce(sa.func.max(r.c.upper_bound), 0))
                            .where(r.c.partition_id == p.c.id).scalar_subquery())
             pending = sa.union(sa.select(p.c.id).where(p.c.switched.is_(False)), sa.select(j.c.partition_id))
