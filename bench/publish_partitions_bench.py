@@ -12,7 +12,8 @@ manifest; the last day is today and stays live. Timed, each the median of --repe
 
 With --iceberg the Iceberg target is on (PyIceberg's SQL catalog beside the catalog): the objects are real
 tiny Parquet files, and every run also commits one Iceberg snapshot. --profile FILE writes cProfile
-statistics of the `live` runs at the largest size.
+statistics of the `live` runs at the largest size. Also timed at each size: `merge_queue.status` (the
+dashboard's history sample runs it every minute), median of --repeats calls.
 
 Run from the repository root:  .venv/bin/python bench/publish_partitions_bench.py --sizes 10,1000,10000
 """
@@ -81,6 +82,15 @@ def timed(deployment, counter: StatementCounter, prepare, profile: cProfile.Prof
             "statements": sorted(set(statements))}
 
 
+def timed_status(deployment, repeats: int) -> dict:  # noqa: ANN001 - a Deployment
+    seconds = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        deployment.catalog.merge_queue.status(utcnow(), 600)
+        seconds.append(time.perf_counter() - started)
+    return {"median_s": round(statistics.median(seconds), 5), "best_s": round(min(seconds), 5)}
+
+
 def run(kind: str, size: int, args, workdir: Path) -> dict:  # noqa: ANN001
     root = workdir / f"{kind}-{size}"
     shutil.rmtree(root, ignore_errors=True)
@@ -122,12 +132,14 @@ def run(kind: str, size: int, args, workdir: Path) -> dict:  # noqa: ANN001
                                      expect("merged_versions", 1))
             record["idle"] = timed(deployment, counter, lambda _: None, None, args.repeats,
                                    expect("live_versions", 0))
+            record["merge_status"] = timed_status(deployment, args.repeats)
             record["load_avg_1m_after"] = load_avg_1m()
             if profile is not None:
                 profile.dump_stats(args.profile)
             print(f"  [{kind}] {size:>6} partitions: live {record['live']['median_s']:.3f} s "
                   f"({record['live']['statements']} statements), merged {record['merged']['median_s']:.3f} s, "
-                  f"idle {record['idle']['median_s']:.3f} s  (setup {record['setup_s']} s, load "
+                  f"idle {record['idle']['median_s']:.3f} s, merge status "
+                  f"{record['merge_status']['median_s'] * 1000:.1f} ms  (setup {record['setup_s']} s, load "
                   f"{record['load_avg_1m_before']})", flush=True)
             return record
         finally:

@@ -76,8 +76,8 @@ def build(deployment: Deployment, objects: int, partitions: int) -> None:
                      create_time=now, update_time=now)])
             manifest, _ = write_manifests(lake, layout, date, upper, [(merged, 1000)])
             c.execute(s.partition_versions.insert().values(
-                partition_id=pid, version=1, commit_op="compaction", manifest_key=manifest, covered_upper=upper,
-                created_at=now, row_count=per_day, byte_count=1000))
+                partition_id=pid, table_id=table.id, version=1, commit_op="compaction", manifest_key=manifest,
+                covered_upper=upper, created_at=now, row_count=per_day, byte_count=1000))
     # The small objects' files: tiny, but real files the reaper lists and deletes one by one.
     for day in range(partitions):
         date = FIRST_DAY + dt.timedelta(days=day)
@@ -133,8 +133,8 @@ def cover(deployment: Deployment, days: list[tuple[int, int]], per_day: int, whe
                      row_count=per_day, create_time=when, update_time=when)])
             manifest, _ = write_manifests(lake, layout, date, upper, [(merged, 1000)])
             c.execute(s.partition_versions.insert().values(
-                partition_id=pid, version=1, commit_op="compaction", manifest_key=manifest, covered_upper=upper,
-                created_at=when, row_count=per_day, byte_count=1000))
+                partition_id=pid, table_id=table.id, version=1, commit_op="compaction", manifest_key=manifest,
+                covered_upper=upper, created_at=when, row_count=per_day, byte_count=1000))
 
 
 def run_incremental(deployment: Deployment, objects: int, partitions: int, changed: int, workers: int) -> dict:

@@ -186,7 +186,8 @@ class Derived:
             if partitions:
                 table_version, stamp = self._core.new_table_versions(c, [table_id], now, given=given)[table_id]
                 c.execute(v.insert(), [dict(
-                    partition_id=known[item.partition_date], version=newest.get(known[item.partition_date], 0) + 1,
+                    partition_id=known[item.partition_date], table_id=table_id,
+                    version=newest.get(known[item.partition_date], 0) + 1,
                     commit_op="update", live_watermark=0, manifest_key=item.manifest_key, covered_upper=0,
                     created_at=stamp, row_count=item.row_count, byte_count=item.byte_count, table_version=table_version,
                     file_list_key=item.manifest_key, build_id=build.id) for item in partitions])

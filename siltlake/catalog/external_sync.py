@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 from collections.abc import Sequence
 
@@ -11,7 +10,7 @@ from sqlalchemy.engine import Connection
 
 from siltlake.catalog import schema as s
 from siltlake.catalog.core import CatalogCore
-from siltlake.catalog.records import PartitionToSync, SyncedTable
+from siltlake.catalog.records import PartitionToSync, Removals, SyncedTable
 from siltlake.clock import utcnow
 
 
@@ -28,17 +27,21 @@ class ExternalSync:
                              .where(e.c.target == target)).all()
         return {r.table_id: SyncedTable(r.table_id, r.database_name, r.table_name,
                                         tuple((name, kind) for name, kind in json.loads(r.columns)),
-                                        r.dropped_time is not None) for r in rows}
+                                        r.dropped_time is not None, r.synced_version, r.syncing_version)
+                for r in rows}
 
     def record_table(self, target: str, table_id: int, database_name: str, table_name: str,
                      columns: Sequence[tuple[str, str]], *, forget_partitions: bool = False) -> None:
         """Remember what the target now has; forget_partitions: it has none of the table's partitions (recreated)."""
         e = s.external_tables
         with self._core.tx() as c:
+            kept = None if forget_partitions else c.execute(sa.select(e.c.synced_version, e.c.syncing_version).where(
+                e.c.target == target, e.c.table_id == table_id)).first()
             c.execute(e.delete().where(e.c.target == target, e.c.table_id == table_id))
             c.execute(e.insert().values(target=target, table_id=table_id, database_name=database_name,
                                         table_name=table_name, columns=json.dumps([list(x) for x in columns]),
-                                        sync_time=utcnow()))
+                                        sync_time=utcnow(), synced_version=kept[0] if kept else 0,
+                                        syncing_version=kept[1] if kept else 0))
             if forget_partitions:
                 self._forget_partitions(c, target, table_id)
 
@@ -51,61 +54,103 @@ class ExternalSync:
 
     @staticmethod
     def _forget_partitions(c: Connection, target: str, table_id: int) -> None:
-        x, p = s.external_partitions, s.partitions
+        x, p, r = s.external_partitions, s.partitions, s.external_removals
         c.execute(x.delete().where(x.c.target == target, x.c.partition_id.in_(
             sa.select(p.c.id).where(p.c.table_id == table_id))))
+        c.execute(r.delete().where(r.c.target == target, r.c.table_id == table_id))
 
-    def partitions_to_sync(self, target: str) -> list[PartitionToSync]:
-        """Partitions with a published version, of tables the target has, whose newest version's file list
-        is not the one the target points at (every new version moves the partition, live ones included)."""
-        p, v, x, e = s.partitions, s.partition_versions, s.external_partitions, s.external_tables
-        newest = sa.select(v.c.partition_id, sa.func.max(v.c.version).label("version")).group_by(
-            v.c.partition_id).subquery()
-        with self._core.tx() as c:
-            rows = c.execute(
-                sa.select(p.c.id, p.c.table_id, p.c.partition_date, v.c.file_list_key)
-                .select_from(
-                    p.join(e, sa.and_(e.c.table_id == p.c.table_id, e.c.target == target))
-                    .join(newest, newest.c.partition_id == p.c.id)
-                    .join(v, sa.and_(v.c.partition_id == p.c.id, v.c.version == newest.c.version))
-                    .outerjoin(x, sa.and_(x.c.partition_id == p.c.id, x.c.target == target)))
-                .where(sa.or_(x.c.partition_id.is_(None), x.c.manifest_key.is_distinct_from(v.c.file_list_key)))
-                .order_by(p.c.table_id, p.c.partition_date)
-            ).all()
-        return [PartitionToSync(r.id, r.table_id, r.partition_date, r.file_list_key) for r in rows]
+    def partitions_to_sync(self, target: str) -> tuple[list[PartitionToSync], dict[int, int]]:
+        """The partitions of tables the target has whose newest version, of the table versions published since
+        the target's synced version, shows another file list than the one the target points at (every new
+        version moves the partition, live ones included); and the table version read of each table behind
+        (record_partitions records it). Reads the versions since the synced one only (by table version)."""
+        e, t, v, p = s.external_tables, s.tables, s.partition_versions, s.partitions
+        found: list[PartitionToSync] = []
+        upto: dict[int, int] = {}
+        with self._core.snapshot() as c:
+            behind = c.execute(sa.select(e.c.table_id, e.c.synced_version, t.c.version)
+                               .select_from(e.join(t, t.c.id == e.c.table_id))
+                               .where(e.c.target == target, e.c.synced_version < t.c.version,
+                                      t.c.dropped_time.is_(None))
+                               .order_by(e.c.table_id)).all()
+            for table_id, synced, newest in behind:
+                upto[table_id] = newest
+                rows = c.execute(
+                    sa.select(v.c.partition_id, p.c.partition_date, v.c.file_list_key)
+                    .select_from(v.join(p, p.c.id == v.c.partition_id))
+                    .where(v.c.table_id == table_id, v.c.table_version > synced, v.c.table_version <= newest)
+                    .order_by(v.c.partition_id, v.c.version)).all()
+                newest_of = {r.partition_id: r for r in rows}  # the last row of each partition: its newest
+                shown = self._manifests(c, target, sorted(newest_of))
+                found += sorted((PartitionToSync(r.partition_id, table_id, r.partition_date, r.file_list_key)
+                                 for r in newest_of.values()
+                                 if r.partition_id not in shown or shown[r.partition_id] != r.file_list_key),
+                                key=lambda x: x.partition_date)
+        return found, upto
 
-    def published_dates(self, target: str) -> dict[int, set[dt.date]]:
-        """The dates of the partitions with a published version, of each table the target has: what it may
-        show (a partition reap removed past its TTL, or recreated by a late object and not yet published, is
-        not among them)."""
-        p, v, e = s.partitions, s.partition_versions, s.external_tables
-        dates: dict[int, set[dt.date]] = {}
+    def removals(self, target: str) -> dict[int, Removals]:
+        """Per table, the partitions reap removed since the target last dropped what it was told."""
+        r = s.external_removals
         with self._core.tx() as c:
-            for table_id, date in c.execute(
-                    sa.select(p.c.table_id, p.c.partition_date)
-                    .select_from(p.join(e, sa.and_(e.c.table_id == p.c.table_id, e.c.target == target)))
-                    .where(sa.exists().where(v.c.partition_id == p.c.id))):
-                dates.setdefault(table_id, set()).add(date)
-        return dates
+            rows = c.execute(sa.select(r.c.id, r.c.table_id, r.c.partition_date).where(r.c.target == target)
+                             .order_by(r.c.id)).all()
+        found: dict[int, Removals] = {}
+        for table_id in sorted({row.table_id for row in rows}):
+            mine = [row for row in rows if row.table_id == table_id]
+            found[table_id] = Removals(tuple(row.id for row in mine),
+                                       tuple(sorted({row.partition_date for row in mine})))
+        return found
+
+    def start_sync(self, target: str, table_id: int, upto: int) -> None:
+        """A run is about to tell the target about the table's versions up to `upto` (record_partitions says
+        when it has)."""
+        e = s.external_tables
+        with self._core.tx() as c:
+            c.execute(e.update().where(e.c.target == target, e.c.table_id == table_id).values(syncing_version=upto))
+
+    def forget_removals(self, ids: Sequence[int]) -> None:
+        """The target dropped these removed partitions."""
+        r = s.external_removals
+        if ids:
+            with self._core.tx() as c:
+                c.execute(r.delete().where(r.c.id.in_(list(ids))))
 
     def partition_manifests(self, target: str, partition_ids: Sequence[int]) -> dict[int, str | None]:
         """The file list key (None: a live directory) the target points each of these partitions at, for
         those it has."""
+        with self._core.tx() as c:
+            return self._manifests(c, target, partition_ids)
+
+    @staticmethod
+    def _manifests(c: Connection, target: str, partition_ids: Sequence[int]) -> dict[int, str | None]:
         x = s.external_partitions
         if not partition_ids:
             return {}
-        with self._core.tx() as c:
-            rows = c.execute(sa.select(x.c.partition_id, x.c.manifest_key).where(
-                x.c.target == target, x.c.partition_id.in_(list(partition_ids)))).all()
-        return {r.partition_id: r.manifest_key for r in rows}
+        return dict(c.execute(sa.select(x.c.partition_id, x.c.manifest_key).where(
+            x.c.target == target, x.c.partition_id.in_(list(partition_ids)))).all())
 
-    def record_partitions(self, target: str, synced: Sequence[tuple[int, str | None, str]]) -> None:
-        """(partition_id, file list key or None for a live directory, location) rows the target now points at."""
-        if not synced:
-            return
-        x = s.external_partitions
+    def record_partitions(self, target: str, synced: Sequence[tuple[int, str | None, str]],
+                          upto: tuple[int, int] | None = None) -> None:
+        """(partition_id, file list key or None for a live directory, location) rows the target now points at;
+        with `upto` (table id, table version), the table version the target is now synced up to, in the same
+        transaction."""
+        x, e = s.external_partitions, s.external_tables
         now = utcnow()
         with self._core.tx() as c:
-            c.execute(x.delete().where(x.c.target == target, x.c.partition_id.in_([pid for pid, _, _ in synced])))
-            c.execute(x.insert(), [dict(target=target, partition_id=pid, manifest_key=key, location=location,
-                                        sync_time=now) for pid, key, location in synced])
+            if synced:
+                c.execute(x.delete().where(x.c.target == target,
+                                           x.c.partition_id.in_([pid for pid, _, _ in synced])))
+                c.execute(x.insert(), [dict(target=target, partition_id=pid, manifest_key=key, location=location,
+                                            sync_time=now) for pid, key, location in synced])
+            if upto is not None:
+                c.execute(e.update().where(e.c.target == target, e.c.table_id == upto[0],
+                                           e.c.synced_version < upto[1]).values(synced_version=upto[1]))
+
+
+def record_removals(c: Connection, partition_ids: Sequence[int]) -> None:
+    """Before reap deletes these partitions: each target that points at one is told to drop it."""
+    x, p, r = s.external_partitions, s.partitions, s.external_removals
+    c.execute(r.insert().from_select(
+        ["target", "table_id", "partition_date"],
+        sa.select(x.c.target, p.c.table_id, p.c.partition_date)
+        .select_from(x.join(p, p.c.id == x.c.partition_id)).where(x.c.partition_id.in_(list(partition_ids)))))

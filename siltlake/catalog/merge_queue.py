@@ -373,7 +373,7 @@ class MergeQueue:
         t, p, so, r, j = s.tables, s.partitions, s.small_objects, s.merge_ranges, s.merge_jobs
         stale_before = now - dt.timedelta(seconds=timeout)
         with self._core.tx() as c:
-            tables = c.execute(sa.select(t.c.id, t.c.schema_name, t.c.table_name)
+            tables = c.execute(sa.select(t.c.id, t.c.schema_name, t.c.table_name, t.c.switched_partitions)
                                .where(t.c.dropped_time.is_(None)).order_by(t.c.schema_name, t.c.table_name)).all()
             status = {row.id: {
                 "table": f"{row.schema_name}.{row.table_name}",
@@ -386,18 +386,23 @@ class MergeQueue:
                 (p.c.switched, "switched"), (p.c.last_live_object_id.is_not(None), "closed"),
                 (p.c.current_manifest_version >= 0, "live"), else_="new",
             )
-            for row in c.execute(sa.select(p.c.table_id, state.label("state"), sa.func.count())
-                                 .group_by(p.c.table_id, state)):
+            # What is pending only: the switched partitions are a running count per table, the others a
+            # partial index; unmerged objects are in those others or in a partition with a merge job (a stream
+            # commit schedules one with each object, and a merge leaves one behind while objects remain).
+            for row in tables:
+                status[row.id]["partitions"]["switched"] = row.switched_partitions
+            # Counted here, not by GROUP BY: grouped, SQLite scans every partition by the table's index.
+            for row in c.execute(sa.select(p.c.table_id, state.label("state")).where(p.c.switched.is_(False))):
                 if row.table_id in status:
-                    status[row.table_id]["partitions"][row.state] = row[2]
-            merged_upto = (sa.select(r.c.partition_id, sa.func.max(r.c.upper_bound).label("upper"))
-                           .group_by(r.c.partition_id).subquery())
+                    status[row.table_id]["partitions"][row.state] += 1
+            merged_upto = (sa.select(sa.func.coalesce(sa.func.max(r.c.upper_bound), 0))
+                           .where(r.c.partition_id == p.c.id).scalar_subquery())
+            pending = sa.union(sa.select(p.c.id).where(p.c.switched.is_(False)), sa.select(j.c.partition_id))
             unmerged = c.execute(
                 sa.select(p.c.table_id, sa.func.count(so.c.id), sa.func.coalesce(sa.func.sum(so.c.content_length), 0),
                           sa.func.min(so.c.upload_start_time))
-                .select_from(so.join(p, so.c.partition_id == p.c.id)
-                             .outerjoin(merged_upto, merged_upto.c.partition_id == p.c.id))
-                .where(so.c.id > sa.func.coalesce(merged_upto.c.upper, 0))
+                .select_from(so.join(p, so.c.partition_id == p.c.id))
+                .where(p.c.id.in_(pending), so.c.id > merged_upto)
                 .group_by(p.c.table_id)
             ).all()
             for table_id, objects, size, oldest in unmerged:

@@ -556,7 +556,8 @@ class StreamCommit:
             base.partition_id, (base.version or 0) + 1, "merge", upper, key, stamp, base.row_count + base.added_rows,
             base.byte_count + base.added_bytes, upper, table_version, key) for base, upper, key in versions]
         self._c.execute(v.insert(), [dict(
-            partition_id=x.partition_id, version=x.version, commit_op=x.commit_op, live_watermark=x.live_watermark,
+            partition_id=x.partition_id, table_id=table_id, version=x.version, commit_op=x.commit_op,
+            live_watermark=x.live_watermark,
             manifest_key=x.manifest_key, covered_upper=x.covered_upper, created_at=x.created_at, row_count=x.row_count,
             byte_count=x.byte_count, table_version=x.table_version, file_list_key=x.file_list_key)
             for x in published])

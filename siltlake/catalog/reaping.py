@@ -10,6 +10,7 @@ from sqlalchemy.engine import Connection
 
 from siltlake.catalog import schema as s
 from siltlake.catalog.core import CatalogCore
+from siltlake.catalog.external_sync import record_removals
 from siltlake.catalog.records import (
     ReapPartition,
     ReapRange,
@@ -162,13 +163,21 @@ class Reaping:
         deleted = 0
         with self._core.tx() as c:
             self._core.ordering_lock(c)
+            for chunk in _chunks(sorted(partition_ids)):
+                record_removals(c, chunk)
             deleted += self._delete_partition_rows(c, list(partition_ids))
         return deleted
 
     @staticmethod
     def _delete_partition_rows(c: Connection, partition_ids: list[int]) -> int:
+        p, t = s.partitions, s.tables
         deleted = 0
         for chunk in _chunks(sorted(partition_ids)):
+            switched = c.execute(sa.select(p.c.table_id, sa.func.count()).where(p.c.id.in_(chunk), p.c.switched)
+                                 .group_by(p.c.table_id).order_by(p.c.table_id)).all()
+            for table_id, count in switched:
+                c.execute(t.update().where(t.c.id == table_id)
+                          .values(switched_partitions=t.c.switched_partitions - count))
             # Ranges go in one statement per chunk: their chain foreign key is checked at its end.
             for table in (s.small_objects, s.merge_ranges, s.partition_versions, s.merge_jobs, s.merge_job_log):
                 deleted += c.execute(table.delete().where(table.c.partition_id.in_(chunk))).rowcount

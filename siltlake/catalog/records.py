@@ -495,6 +495,17 @@ class SyncedTable:
     table_name: str
     columns: tuple[tuple[str, str], ...]
     dropped: bool
+    synced_version: int = 0  # the table version whose partitions the target points at
+    syncing_version: int = 0  # above synced_version: a run set out to sync up to it and died part way
+
+
+@dataclass(frozen=True)
+class Removals:
+    """Partitions reap removed from a table the target pointed at: the dates to drop and the rows to delete
+    once dropped."""
+
+    ids: tuple[int, ...]
+    dates: tuple[dt.date, ...]
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,8 @@ tables = sa.Table(
     sa.Column("version", sa.BigInteger, nullable=False, server_default="0"),
     # That version's time: the next one is stamped after it (CatalogCore.new_table_versions).
     sa.Column("version_time", sa.DateTime, nullable=True),
+    # Its switched partitions (0018), kept by the switch and by reap: merge status counts the others only.
+    sa.Column("switched_partitions", sa.BigInteger, nullable=False, server_default="0"),
     sa.UniqueConstraint("physical_schema_name", "physical_table_name"),
     sa.CheckConstraint("merge_interval >= 0", name="merge_interval"),
 )
@@ -248,6 +250,9 @@ partition_versions = sa.Table(
     metadata,
     sa.Column("id", sa.Integer, primary_key=True),
     sa.Column("partition_id", sa.Integer, sa.ForeignKey("partitions.id"), nullable=False),
+    # The partition's table (revision 0018): a table's versions by table version, for publish targets that
+    # read what is new since they last synced.
+    sa.Column("table_id", sa.Integer, sa.ForeignKey("tables.id"), nullable=False),
     sa.Column("version", sa.BigInteger, nullable=False),
     sa.Column("commit_op", sa.String(16), nullable=False),
     sa.Column("live_watermark", sa.BigInteger, nullable=True),
@@ -271,6 +276,8 @@ partition_versions = sa.Table(
     sa.CheckConstraint("live_watermark IS NOT NULL OR manifest_key IS NOT NULL", name="shows_something"),
 )
 sa.Index("ix_partition_versions_created_at", partition_versions.c.created_at)
+sa.Index("ix_partition_versions_table_id_table_version", partition_versions.c.table_id,
+         partition_versions.c.table_version)
 
 # SQLite has no sequences; this row plays the role of small_object_id_seq there.
 id_counters = sa.Table(
@@ -292,6 +299,11 @@ external_tables = sa.Table(
     sa.Column("table_name", sa.String(128), nullable=False),
     sa.Column("columns", sa.Text, nullable=False),  # JSON [[name, type], ...] in table order
     sa.Column("sync_time", sa.DateTime, nullable=False),
+    # The table version whose partitions the target points at (0018): a run reads only newer versions.
+    sa.Column("synced_version", sa.BigInteger, nullable=False, server_default="0"),
+    # The table version a run set out to sync: above synced_version, that run died part way (its target
+    # calls may or may not have happened), and the next asks the target what it has.
+    sa.Column("syncing_version", sa.BigInteger, nullable=False, server_default="0"),
 )
 
 external_partitions = sa.Table(
@@ -303,6 +315,18 @@ external_partitions = sa.Table(
     sa.Column("location", sa.Text, nullable=False),
     sa.Column("sync_time", sa.DateTime, nullable=False),
 )
+
+# Partitions reap removed that a target pointed at (0018): the target drops them and deletes the row, so a run
+# reads what was removed since the last one, not the target's whole list.
+external_removals = sa.Table(
+    "external_removals",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("target", sa.String(32), nullable=False),
+    sa.Column("table_id", sa.Integer, sa.ForeignKey("tables.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("partition_date", sa.Date, nullable=False),
+)
+sa.Index("ix_external_removals_target_table_id", external_removals.c.target, external_removals.c.table_id)
 
 # Derived tables (DESIGN §12): a table (tables row, kind "derived") whose partitions are built from a query.
 derived_tables = sa.Table(

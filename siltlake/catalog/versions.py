@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+from collections import Counter
 from collections.abc import Callable, Collection, Sequence
 
 import sqlalchemy as sa
@@ -45,13 +46,18 @@ class Versions:
 
     def switch_partitions(self) -> list[int]:
         """Switch closed partitions whose live objects are all merged (and that were merged at least once)."""
-        p = s.partitions
+        p, t = s.partitions, s.tables
         with self._core.tx() as c:
             # One UPDATE ... RETURNING: no id list to send back (SQLite caps bound parameters).
-            return sorted(c.execute(p.update().where(
+            switched = c.execute(p.update().where(
                 p.c.switched.is_(False), p.c.last_live_object_id.is_not(None),
                 p.c.desired_manifest_version > 0, p.c.desired_manifest_version >= p.c.last_live_object_id,
-            ).values(switched=True).returning(p.c.id)).scalars())
+            ).values(switched=True).returning(p.c.id, p.c.table_id)).all()
+            per_table = Counter(row.table_id for row in switched)
+            for table_id in sorted(per_table):  # in id order, as every writer of tables rows
+                c.execute(t.update().where(t.c.id == table_id)
+                          .values(switched_partitions=t.c.switched_partitions + per_table[table_id]))
+        return sorted(row.id for row in switched)
 
     def close_partitions(self, before: dict[int, dt.date]) -> list[int]:
         """Close open partitions dated before before[table_id]: later objects of those dates are delayed.
@@ -253,7 +259,9 @@ class Versions:
                         sum(r.row_count for r in x.ranges) + sum(o[3] for o in x.beyond),
                         sum(r.content_length for r in x.ranges) + sum(o[2] for o in x.beyond), x.upper,
                         number, key))
-            c.execute(v.insert(), [dict(partition_id=x.partition_id, version=x.version, commit_op=x.commit_op,
+            table_of = {x.partition_id: x.table_id for x, _ in [*kept_live, *merged]}
+            c.execute(v.insert(), [dict(partition_id=x.partition_id, table_id=table_of[x.partition_id],
+                                        version=x.version, commit_op=x.commit_op,
                                         live_watermark=x.live_watermark, manifest_key=x.manifest_key,
                                         covered_upper=x.covered_upper, created_at=x.created_at, row_count=x.row_count,
                                         byte_count=x.byte_count, table_version=x.table_version,
@@ -324,7 +332,7 @@ class Versions:
         with self._core.snapshot() as c:
             rows = c.execute(
                 sa.select(p.c.partition_date, v).join(p, p.c.id == v.c.partition_id)
-                .where(p.c.table_id == table_id, v.c.table_version > after, v.c.table_version <= upto)
+                .where(v.c.table_id == table_id, v.c.table_version > after, v.c.table_version <= upto)
                 .order_by(v.c.table_version, p.c.partition_date)).all()
             wanted = sorted({(r.partition_id, r.version - 1) for r in rows if r.version > 1})
             before: dict[tuple[int, int], PublishedVersion] = {}
@@ -456,6 +464,12 @@ class Versions:
         found = [n for n in (data, definition) if n is not None]
         return max(found) if found else None
 
+    def newest(self, table_id: int) -> int:
+        """The table's newest table version (0: none yet)."""
+        t = s.tables
+        with self._core.tx() as c:
+            return c.execute(sa.select(t.c.version).where(t.c.id == table_id)).scalar_one_or_none() or 0
+
     def table_bounds(self, table_id: int) -> tuple[int, int]:
         """(oldest readable, newest) table version; (1, 0) for a table without versions."""
         with self._core.snapshot() as c:
@@ -517,7 +531,7 @@ def commit_updates_in(core: CatalogCore, c: Connection, writes: Sequence[UpdateW
         published.append(PublishedVersion(
             base.partition_id, next_versions[base.partition_id], "update", base.upper, w.manifest_key, stamp,
             w.row_count, w.byte_count, base.upper, table_version, w.manifest_key))
-    c.execute(v.insert(), [dict(partition_id=x.partition_id, version=x.version, commit_op="update",
+    c.execute(v.insert(), [dict(partition_id=x.partition_id, table_id=table_id, version=x.version, commit_op="update",
                                 live_watermark=x.live_watermark, manifest_key=x.manifest_key,
                                 covered_upper=x.covered_upper, created_at=stamp, row_count=x.row_count,
                                 byte_count=x.byte_count, table_version=table_version,

@@ -31,7 +31,7 @@ from siltlake.storage.manifests import read_manifest
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from siltlake.catalog import PartitionToSync, PublishedVersion, SyncedTable, TableRecord
+    from siltlake.catalog import PartitionToSync, PublishedVersion, Removals, SyncedTable, TableRecord
     from siltlake.deployment import Deployment
 
 TARGET = "hive"
@@ -221,39 +221,48 @@ class HiveTarget:
     # --- partitions ---------------------------------------------------------------------------------
 
     def sync_partitions(self, tables: Mapping[int, TableRecord]) -> list[str]:
+        """Drop what reap removed since the last run, then sync the partitions of the table versions published
+        since each table's synced version: what is new, never the whole table (docs/design.md, issue 28)."""
         self.statements = []
         synced = self.catalog.external_sync.synced_tables(TARGET)
-        to_sync = {table_id: list(group) for table_id, group in groupby(
-            self.catalog.external_sync.partitions_to_sync(TARGET), key=lambda p: p.table_id)}
-        published = self.catalog.external_sync.published_dates(TARGET)
+        partitions, upto = self.catalog.external_sync.partitions_to_sync(TARGET)
+        to_sync = {table_id: list(group) for table_id, group in groupby(partitions, key=lambda p: p.table_id)}
+        removals = self.catalog.external_sync.removals(TARGET)
         for table_id, names in synced.items():
             record = tables.get(table_id)
             if record is None or names.dropped:
                 continue  # dropped meanwhile: the next step 3 drops it from the metastore
-            shown = self._drop_gone_partitions(names, published.get(table_id, set()))
-            if table_id in to_sync:
-                self._sync_table_partitions(record, names, to_sync[table_id], shown)
+            if table_id in removals:
+                self._drop_removed_partitions(names, removals[table_id])
+            if table_id in upto:
+                self._sync_table_partitions(record, names, to_sync.get(table_id, []), upto[table_id])
         return self.statements
 
-    def _drop_gone_partitions(self, names: SyncedTable, published: set[dt.date]) -> set[dt.date]:
-        """Drop the metastore's partitions whose date has no published partition (reaped past its TTL, or
-        recreated by a late object since): they point at manifests reap deleted. The catalog forgot them
-        with their partitions, so the metastore is asked. Returns the dates it still shows."""
+    def _drop_removed_partitions(self, names: SyncedTable, removals: Removals) -> None:
+        """Drop the metastore's partitions reap removed: they point at manifests it deleted (a date published
+        again since is added back by the partition sync that follows). IF EXISTS: a run that died before
+        forgetting the removals drops them again."""
         qualified = f"`{names.database_name}`.`{names.table_name}`"
-        try:
-            shown = {dt.date.fromisoformat(row[0].removeprefix("dt="))
-                     for row in self._spark().sql(f"SHOW PARTITIONS {qualified}").collect()}
-        except Exception as exc:  # AnalysisException, Py4JJavaError: the metastore's own errors
-            raise self._failure(exc, f"listing the partitions of {names.database_name}.{names.table_name}") from None
-        gone = sorted(shown - published)
+        gone = list(removals.dates)
         for start in range(0, len(gone), _PARTITIONS_PER_STATEMENT):
             self._sql(f"ALTER TABLE {qualified} DROP IF EXISTS " + ", ".join(
                 f"PARTITION (`dt` = '{date.isoformat()}')" for date in gone[start:start + _PARTITIONS_PER_STATEMENT]))
-        return shown - set(gone)
+        self.catalog.external_sync.forget_removals(removals.ids)
+
+    def _shown_dates(self, names: SyncedTable) -> set[dt.date]:
+        """The dates of the partitions the metastore has of the table."""
+        qualified = f"`{names.database_name}`.`{names.table_name}`"
+        try:
+            return {dt.date.fromisoformat(row[0].removeprefix("dt="))
+                    for row in self._spark().sql(f"SHOW PARTITIONS {qualified}").collect()}
+        except Exception as exc:  # AnalysisException, Py4JJavaError: the metastore's own errors
+            raise self._failure(exc, f"listing the partitions of {names.database_name}.{names.table_name}") from None
 
     def _sync_table_partitions(self, record: TableRecord, names: SyncedTable, partitions: list[PartitionToSync],
-                               shown: set[dt.date]) -> None:
-        """Add the partitions the metastore does not show; move the others (`shown`: the dates it shows)."""
+                               upto: int) -> None:
+        """Add the partitions the metastore does not have and move the others; then record them, and table version
+        `upto` as synced, in one transaction. What the metastore has is what the catalog recorded, unless a run
+        died between its metastore calls and that record: then the metastore is asked (docs/design.md, issue 28)."""
         lake, layout = self.deployment.lake, record.layout(self.deployment.instance_key)
         qualified = f"`{names.database_name}`.`{names.table_name}`"
 
@@ -264,24 +273,29 @@ class HiveTarget:
 
         if record.definition.keyed:
             partitions = self.keyed_partitions(partitions)
-            if not partitions:
-                return
-        self._ensure_symlink_table(names)
-        # By what the metastore shows, not by what the catalog recorded: a partition recreated after reap
-        # (or added by a run that died before recording it) is moved rather than added.
-        new = [p for p in partitions if p.partition_date not in shown]
-        for start in range(0, len(new), _PARTITIONS_PER_STATEMENT):
-            chunk = new[start:start + _PARTITIONS_PER_STATEMENT]
-            self._sql(f"ALTER TABLE {qualified} ADD IF NOT EXISTS " + " ".join(
-                f"PARTITION (`dt` = '{p.partition_date.isoformat()}') LOCATION {_literal(location(p))}" for p in chunk))
-        # New partitions took the table's symlink storage. A known one changes location (and input
-        # format, should it have been a live directory) in one metastore call: Spark SQL can set
-        # neither the format nor both at once.
-        moved = [p for p in partitions if p.partition_date in shown or p.file_list_key is None]
-        if moved:
-            self._set_storage(names, [(p, location(p)) for p in moved])
+        if partitions:
+            if names.syncing_version > names.synced_version:
+                shown = self._shown_dates(names)
+            else:
+                recorded = self.catalog.external_sync.partition_manifests(
+                    TARGET, [p.partition_id for p in partitions])
+                shown = {p.partition_date for p in partitions if p.partition_id in recorded}
+            self.catalog.external_sync.start_sync(TARGET, record.id, upto)
+            self._ensure_symlink_table(names)
+            new = [p for p in partitions if p.partition_date not in shown]
+            for start in range(0, len(new), _PARTITIONS_PER_STATEMENT):
+                chunk = new[start:start + _PARTITIONS_PER_STATEMENT]
+                self._sql(f"ALTER TABLE {qualified} ADD IF NOT EXISTS " + " ".join(
+                    f"PARTITION (`dt` = '{p.partition_date.isoformat()}') LOCATION {_literal(location(p))}"
+                    for p in chunk))
+            # New partitions took the table's symlink storage. A known one changes location (and input
+            # format, should it have been a live directory) in one metastore call: Spark SQL can set
+            # neither the format nor both at once.
+            moved = [p for p in partitions if p.partition_date in shown or p.file_list_key is None]
+            if moved:
+                self._set_storage(names, [(p, location(p)) for p in moved])
         self.catalog.external_sync.record_partitions(
-            TARGET, [(p.partition_id, p.file_list_key, location(p)) for p in partitions])
+            TARGET, [(p.partition_id, p.file_list_key, location(p)) for p in partitions], upto=(record.id, upto))
 
     def keyed_partitions(self, partitions: list[PartitionToSync]) -> list[PartitionToSync]:
         """A keyed table's partitions as the metastore may show them: each at its newest version that needs no

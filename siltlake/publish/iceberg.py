@@ -18,7 +18,7 @@ import os
 import socket
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -165,15 +165,33 @@ def synced_version(table: IcebergTable) -> int:
     return int(snapshot.summary.get(VERSION_PROPERTY, "0"))
 
 
-def snapshot_files(table: IcebergTable, snapshot: Any, cache: dict[str, list[Any]] | None = None) -> list[Any]:  # noqa: ANN401
-    """The live data files (pyiceberg DataFile) a snapshot lists."""
+def snapshot_files(table: IcebergTable, snapshot: Any, cache: dict[str, list[Any]] | None = None,  # noqa: ANN401
+                   dates: Collection[dt.date] | None = None) -> list[Any]:
+    """The live data files (pyiceberg DataFile) a snapshot lists; with `dates`, those of these dates only,
+    reading only the manifests whose partition bounds may hold one of them."""
     cache = {} if cache is None else cache
+    days = None if dates is None else {(date - EPOCH).days for date in dates}
     files = []
     for manifest in snapshot.manifests(table.io):
+        if days is not None and not _may_hold(manifest, days):
+            continue
         if manifest.manifest_path not in cache:
             cache[manifest.manifest_path] = [e.data_file for e in manifest.fetch_manifest_entry(table.io)]
-        files += cache[manifest.manifest_path]
+        files += cache[manifest.manifest_path] if dates is None else \
+            [f for f in cache[manifest.manifest_path] if _date_of(f) in dates]
     return files
+
+
+def _may_hold(manifest: Any, days: set[int]) -> bool:  # noqa: ANN401 - a pyiceberg ManifestFile
+    """Whether a manifest's dt bounds (its manifest list entry's partition summary) may hold one of `days`."""
+    summary = (manifest.partitions or [None])[0]
+    if summary is None or summary.lower_bound is None or summary.upper_bound is None:
+        return True
+    from pyiceberg.conversions import from_bytes
+    from pyiceberg.types import DateType
+
+    return any(from_bytes(DateType(), summary.lower_bound) <= day <= from_bytes(DateType(), summary.upper_bound)
+               for day in days)
 
 
 class IcebergTarget:
@@ -379,20 +397,30 @@ class IcebergTarget:
         return self.statements
 
     def sync_versions(self, record: TableRecord, table: IcebergTable) -> None:
-        """Commit one snapshot per siltlake table version the Iceberg table does not have yet."""
-        oldest, newest = self.catalog.versions.table_bounds(record.id)
-        done = synced_version(table)
+        """Commit one snapshot per siltlake table version the Iceberg table does not have yet, reading only the
+        partition versions of those and the current files of the dates they change (docs/design.md, issue 28)."""
+        newest = self.catalog.versions.newest(record.id)
+        done = synced_version(table)  # the current snapshot's summary: what is synced, committed with it
         if newest == 0 or done >= newest:
             return
-        partitions = {p.id: p.partition_date for p in self.catalog.partitions.list(record.id)}
+        if done == 0:
+            start = self.catalog.versions.table_bounds(record.id)[0]
+            stamped = self.catalog.versions.stamped(record.id, start - 1, newest)
+        else:
+            stamped = self.catalog.versions.stamped(record.id, done, newest)
+            # A partition whose version before one of these was reaped: the table versions before its first
+            # retained one cannot be read, and the catch-up starts there (as from table_bounds' oldest).
+            reaped = [v.table_version for _, v, before in stamped if v.version > 1 and before is None]
+            start = max([done + 1, *reaped])
         changed: dict[int, set[dt.date]] = defaultdict(set)
         times: dict[int, dt.datetime] = {}
-        for v in self.catalog.versions.of_partitions(list(partitions)):
-            changed[v.table_version].add(partitions[v.partition_id])
+        for date, v, _ in stamped:
+            changed[v.table_version].add(date)
             times[v.table_version] = max(times.get(v.table_version, v.created_at), v.created_at)
-        current = {f.file_path: f for f in snapshot_files(table, table.current_snapshot())} \
-            if table.current_snapshot() is not None else {}
-        start = max(done + 1, oldest)
+        whole = done == 0 or start > done + 1
+        snapshot = table.current_snapshot()
+        current = {} if snapshot is None else {f.file_path: f for f in snapshot_files(
+            table, snapshot, dates=None if whole else set().union(*changed.values()))}
         for version in range(start, newest + 1):
             # The first snapshot, or the first after versions reaped before they were synced: the whole table.
             dates = None if version == start and (done == 0 or start > done + 1) else changed.get(version, set())

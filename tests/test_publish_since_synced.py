@@ -1,0 +1,179 @@
+"""Publish targets cost what changed (issue 28): a run after one partition changed reads the versions published
+since the target's synced one, not the table; a run that died between its target calls and its record is made
+whole by the next; merge status counts what is pending and still counts it right."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+import sqlalchemy as sa
+
+from siltlake.catalog import schema as s
+from siltlake.deployment import Deployment
+from siltlake.publish import publish_once
+from siltlake.publish.hive import HiveTarget
+from siltlake.publish.iceberg import IcebergTarget, identifier
+from siltlake.storage.keys import symlink_directory
+
+from .merge_helpers import add_small_objects, rows_for
+from .test_external_catalogs import hive_deployment, partition_storage, same_location  # noqa: F401 - a fixture
+from .test_iceberg_target import assert_same_as_siltlake, with_iceberg
+from .test_merge import DAY, make_table
+from .test_publish import tokyo
+
+pytestmark = pytest.mark.spark
+DAYS = 40  # the table's length; a run of one changed partition must read far fewer rows
+
+
+@contextmanager
+def rows_read(deployment: Deployment) -> Iterator[list[int]]:
+    """The rows the catalog's SELECTs returned while open: each is replayed on its own connection at the end
+    (same statement, same parameters) and its rows counted."""
+    engine, seen = deployment.catalog.engine, []
+
+    def collect(conn, cursor, statement, parameters, context, executemany) -> None:  # noqa: ANN001, ARG001
+        if statement.lstrip().upper().startswith(("SELECT", "WITH")) and "pg_advisory" not in statement:
+            seen.append((statement, parameters))
+
+    counted: list[int] = []
+    sa.event.listen(engine, "before_cursor_execute", collect)
+    try:
+        yield counted
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", collect)
+    raw = engine.raw_connection()
+    try:
+        cursor = raw.cursor()
+        for statement, parameters in seen:
+            cursor.execute(statement, parameters)
+            counted.append(len(cursor.fetchall()))
+        raw.rollback()
+    finally:
+        raw.close()
+
+
+def long_table(deployment: Deployment):  # noqa: ANN201 - a TableRecord
+    """A table of DAYS days, each with one small object, published (to the deployment's targets) at DAY noon."""
+    table = make_table(deployment)
+    for back in range(DAYS):
+        day = DAY - dt.timedelta(days=back)
+        add_small_objects(deployment, table, day, [rows_for(day, 2, back)])
+    report = publish_once(deployment, now=tokyo(DAY, 12))
+    assert report.target_errors == [] and len(report.live_versions) == DAYS
+    return table
+
+
+def sync_one_change(deployment: Deployment, target):  # noqa: ANN001, ANN201 - a PublishTarget; a TableRecord
+    """A long table synced to the target, then one new object today published by siltlake's catalog alone and
+    synced by the target under rows_read; asserts the rows read and returns the table and the statements."""
+    table = long_table(deployment)
+    targets = deployment.config.publish.targets
+    deployment.config.publish.targets = []
+    add_small_objects(deployment, table, DAY, [rows_for(DAY, 3, 100)])
+    assert len(publish_once(deployment, now=tokyo(DAY, 13)).live_versions) == 1
+    deployment.config.publish.targets = targets
+    tables = {record.id: record for record in deployment.catalog.tables.list()}
+    with rows_read(deployment) as counted:
+        target.sync_tables(list(tables.values()))
+        statements = target.sync_partitions(tables)
+    assert sum(counted) < DAYS // 4, counted  # the whole table: DAYS partitions and DAYS + 1 versions
+    return table, statements
+
+
+def test_an_iceberg_run_after_one_changed_partition_reads_what_changed(deployment: Deployment) -> None:
+    table, statements = sync_one_change(with_iceberg(deployment), IcebergTarget(deployment))
+    assert len(statements) == 1 and "+1 -0 files" in statements[0], statements
+    assert_same_as_siltlake(deployment, "web.access", identifier(deployment, table))
+
+
+def test_a_hive_run_after_one_changed_partition_reads_what_changed(hive_deployment: Deployment,  # noqa: F811
+                                                                    spark) -> None:
+    deployment = hive_deployment
+    table, statements = sync_one_change(deployment, HiveTarget(deployment))
+    assert len(statements) == 1 and "SET LOCATION" in statements[0] and str(DAY) in statements[0], statements
+    (today,) = [p.id for p in deployment.catalog.partitions.list(table.id) if p.partition_date == DAY]
+    newest = deployment.catalog.versions.of_partitions([today])[-1]
+    hive = f"{deployment.config.publish.hive.database_prefix}web.access"
+    location = partition_storage(spark, hive, DAY)["Location"]
+    assert same_location(location, deployment.lake.engine_uri(symlink_directory(newest.file_list_key))), location
+
+
+def test_a_hive_run_that_died_before_its_record_is_made_whole(hive_deployment: Deployment, spark) -> None:  # noqa: F811
+    """The state such a run leaves: the metastore has the partition at its new location, the catalog neither
+    recorded it nor moved the synced version (the syncing version is ahead). The next run asks the metastore
+    and moves the partition to its newest version rather than leave it where ADD IF NOT EXISTS finds it."""
+    deployment, catalog = hive_deployment, hive_deployment.catalog
+    lake = deployment.lake
+    table = make_table(deployment)
+    add_small_objects(deployment, table, DAY, [rows_for(DAY, 4, 1)])
+    assert publish_once(deployment, now=tokyo(DAY, 12)).target_errors == []
+    (synced,) = catalog.external_sync.synced_tables("hive").values()
+    with catalog.engine.begin() as c:  # what a run that died after its ALTER TABLE ... ADD left behind
+        c.execute(sa.delete(s.external_partitions))
+        c.execute(sa.update(s.external_tables).values(synced_version=0, syncing_version=synced.synced_version))
+    add_small_objects(deployment, table, DAY, [rows_for(DAY, 4, 2)])
+    report = publish_once(deployment, now=tokyo(DAY, 13))
+    assert report.target_errors == []
+    (newest,) = report.live_versions
+    hive = f"{deployment.config.publish.hive.database_prefix}web.access"
+    assert any("SHOW PARTITIONS" in x or "SET LOCATION" in x for x in report.external), report.external
+    location = partition_storage(spark, hive, DAY)["Location"]
+    assert same_location(location, lake.engine_uri(symlink_directory(newest.file_list_key))), location
+    (after,) = catalog.external_sync.synced_tables("hive").values()
+    assert after.synced_version == after.syncing_version == newest.table_version
+    assert publish_once(deployment, now=tokyo(DAY, 14)).external == [], "synced: nothing more to do"
+
+
+def recount(deployment: Deployment) -> dict[str, dict]:
+    """Merge status's partition and unmerged-object counts, over every row (what status read before 0018)."""
+    p, so, r, t = s.partitions, s.small_objects, s.merge_ranges, s.tables
+    state = sa.case((p.c.switched, "switched"), (p.c.last_live_object_id.is_not(None), "closed"),
+                    (p.c.current_manifest_version >= 0, "live"), else_="new")
+    upper = sa.select(sa.func.coalesce(sa.func.max(r.c.upper_bound), 0)).where(
+        r.c.partition_id == so.c.partition_id).scalar_subquery()
+    found: dict[str, dict] = {}
+    with deployment.catalog.engine.connect() as c:
+        names = dict(c.execute(sa.select(t.c.id, t.c.schema_name + "." + t.c.table_name)).all())
+        for table_id, kind, count in c.execute(sa.select(p.c.table_id, state, sa.func.count())
+                                               .group_by(p.c.table_id, state)):
+            found.setdefault(names[table_id], {"partitions": {}, "unmerged": 0})["partitions"][kind] = count
+        for table_id, count in c.execute(sa.select(p.c.table_id, sa.func.count()).select_from(
+                so.join(p, p.c.id == so.c.partition_id)).where(so.c.id > upper).group_by(p.c.table_id)):
+            found[names[table_id]]["unmerged"] = count
+    return found
+
+
+def test_merge_status_counts_what_is_pending_as_a_full_recount_does(plain_deployment: Deployment) -> None:
+    deployment, catalog = plain_deployment, plain_deployment.catalog
+    table = make_table(deployment, "status")
+    days = [DAY - dt.timedelta(days=back) for back in range(4)]
+    for day in days:
+        add_small_objects(deployment, table, day, [rows_for(day, 3, day.day)], write_files=False)
+    publish_once(deployment, now=tokyo(DAY, 12))  # the three past days close
+    p, so, r, j = s.partitions, s.small_objects, s.merge_ranges, s.merge_jobs
+    with catalog.engine.begin() as c:  # two past days merged and switched, as a merge and a publish leave them
+        for day in days[2:]:
+            pid, upper = c.execute(sa.select(p.c.id, sa.func.max(so.c.id)).join(so, so.c.partition_id == p.c.id)
+                                   .where(p.c.partition_date == day).group_by(p.c.id)).one()
+            c.execute(r.insert(), [dict(partition_id=pid, lower_bound=None, upper_bound=0, content_length=0,
+                                        create_time=DAY, update_time=DAY),
+                                   dict(partition_id=pid, lower_bound=0, upper_bound=upper, content_length=1,
+                                        create_time=DAY, update_time=DAY)])
+            c.execute(p.update().where(p.c.id == pid).values(switched=True, current_manifest_version=upper,
+                                                             desired_manifest_version=upper))
+            c.execute(j.delete().where(j.c.partition_id == pid))
+        c.execute(sa.update(s.tables).where(s.tables.c.id == table.id).values(switched_partitions=2))
+    add_small_objects(deployment, table, days[3], [rows_for(days[3], 2, 9)], write_files=False)  # delayed
+    add_small_objects(deployment, table, DAY, [rows_for(DAY, 2, 8)], write_files=False)
+
+    def counts() -> dict[str, dict]:
+        return {entry["table"]: {"partitions": {k: n for k, n in entry["partitions"].items() if n},
+                                 "unmerged": entry["unmerged_objects"]}
+                for entry in catalog.merge_queue.status(tokyo(DAY, 13), 60)}
+
+    assert counts()["web.status"] == recount(deployment)["web.status"]
+    assert counts()["web.status"]["partitions"] == {"switched": 2, "closed": 1, "live": 1}
+    assert counts()["web.status"]["unmerged"] == 4  # today's two, the closed day's one, the delayed one
