@@ -12,15 +12,19 @@ import pytest
 import sqlalchemy as sa
 
 from siltlake.catalog import schema as s
+from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
+from siltlake.lake import Lake
+from siltlake.merge import merge_once
 from siltlake.publish import publish_once
 from siltlake.publish.hive import HiveTarget
-from siltlake.publish.iceberg import IcebergTarget, identifier
+from siltlake.publish.iceberg import VERSION_PROPERTY, IcebergTarget, identifier, open_catalog
+from siltlake.reap import reap_once
 from siltlake.storage.keys import symlink_directory
 
 from .merge_helpers import add_small_objects, rows_for
 from .test_external_catalogs import hive_deployment, partition_storage, same_location  # noqa: F401 - a fixture
-from .test_iceberg_target import assert_same_as_siltlake, with_iceberg
+from .test_iceberg_target import NEXT_DAY, assert_same_as_siltlake, with_iceberg
 from .test_merge import DAY, make_table
 from .test_publish import tokyo
 
@@ -87,6 +91,33 @@ def test_an_iceberg_run_after_one_changed_partition_reads_what_changed(deploymen
     table, statements = sync_one_change(with_iceberg(deployment), IcebergTarget(deployment))
     assert len(statements) == 1 and "+1 -0 files" in statements[0], statements
     assert_same_as_siltlake(deployment, "web.access", identifier(deployment, table))
+
+
+def test_an_iceberg_run_after_versions_reaped_unsynced_starts_from_the_oldest_readable_one(
+        deployment: Deployment) -> None:
+    """Versions published while the target was off, the earlier of them reaped before any run synced them: the
+    catch-up cannot replay them, so it writes the whole table at the oldest readable version, then each later
+    one, and the current snapshot is exactly siltlake's."""
+    table = make_table(with_iceberg(deployment))
+    add_small_objects(deployment, table, DAY, [rows_for(DAY, 4, 0)])
+    assert publish_once(deployment, now=tokyo(DAY, 12)).target_errors == []  # table version 1, synced
+    deployment.config.publish.targets = []
+    for hour in (13, 14):  # two append versions of DAY (2, 3), not synced
+        add_small_objects(deployment, table, DAY, [rows_for(DAY, 3, hour)])
+        publish_once(deployment, now=tokyo(DAY, hour))
+    merge_once(deployment)
+    publish_once(deployment, now=tokyo(NEXT_DAY, 1))  # closes DAY
+    publish_once(deployment, now=tokyo(NEXT_DAY, 2))  # switches it: a compaction version over the merged object
+    reap_once(deployment, now=utcnow() + dt.timedelta(days=8))  # past the retention: only the newest version
+    oldest, newest = Lake(deployment).table("web.access").versions()
+    assert oldest == newest > 3, (oldest, newest)
+
+    deployment.config.publish.targets = ["iceberg"]
+    assert publish_once(deployment, now=tokyo(NEXT_DAY, 3)).target_errors == []
+    assert_same_as_siltlake(deployment, "web.access", identifier(deployment, table))
+    iceberg = open_catalog(deployment).load_table(identifier(deployment, table))
+    # No snapshot claims a version that could no longer be read when the run came (2 .. newest - 1).
+    assert [x.summary[VERSION_PROPERTY] for x in iceberg.snapshots()] == ["1", str(newest)]
 
 
 def test_a_hive_run_after_one_changed_partition_reads_what_changed(hive_deployment: Deployment,  # noqa: F811
