@@ -348,18 +348,17 @@ class Versions:
         A table version is readable while every partition still has the versions it showed then: the
         oldest readable one is the newest of the first retained versions of partitions whose earlier
         versions were reaped (a partition that never had earlier versions showed nothing before)."""
-        t, p, v = s.tables, s.partitions, s.partition_versions
-        newest = c.execute(sa.select(t.c.version).where(t.c.id == table_id)).scalar_one_or_none() or 0
+        v = s.partition_versions
+        newest = _newest(c, table_id)
         firsts = (sa.select(sa.func.min(v.c.version).label("version"),
                             sa.func.min(v.c.table_version).label("table_version"))
-                  .where(v.c.partition_id.in_(sa.select(p.c.id).where(p.c.table_id == table_id)))
+                  .where(v.c.table_id == table_id)
                   .group_by(v.c.partition_id).subquery())
         reaped_below = c.execute(sa.select(sa.func.max(firsts.c.table_version)).where(firsts.c.version > 1)
                                  ).scalar_one_or_none()
         oldest = max(1, reaped_below or 1)
         oldest_time = c.execute(sa.select(sa.func.min(v.c.created_at)).where(
-            v.c.partition_id.in_(sa.select(p.c.id).where(p.c.table_id == table_id)),
-            v.c.table_version == oldest)).scalar_one_or_none() if newest else None
+            v.c.table_id == table_id, v.c.table_version == oldest)).scalar_one_or_none() if newest else None
         return oldest, newest, oldest_time
 
     def reader_snapshot(self, table_id: int, *, as_of_version: int | None = None,
@@ -466,9 +465,8 @@ class Versions:
 
     def newest(self, table_id: int) -> int:
         """The table's newest table version (0: none yet)."""
-        t = s.tables
         with self._core.tx() as c:
-            return c.execute(sa.select(t.c.version).where(t.c.id == table_id)).scalar_one_or_none() or 0
+            return _newest(c, table_id)
 
     def table_bounds(self, table_id: int) -> tuple[int, int]:
         """(oldest readable, newest) table version; (1, 0) for a table without versions."""
@@ -539,6 +537,11 @@ def commit_updates_in(core: CatalogCore, c: Connection, writes: Sequence[UpdateW
     if request is not None:
         applied_requests.record_applied(core, c, request[0], table_version, request[1], stamp)
     return published
+
+
+def _newest(c: Connection, table_id: int) -> int:
+    t = s.tables
+    return c.execute(sa.select(t.c.version).where(t.c.id == table_id)).scalar_one_or_none() or 0
 
 
 @functools.cache
