@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+from collections.abc import Callable
+from contextlib import nullcontext
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -28,11 +30,13 @@ def rows_for(date: dt.date, count: int, seed: int) -> list[dict]:
 
 def add_small_objects(deployment: Deployment, table: TableRecord, date: dt.date,
                       batches: list[list[dict]], now: dt.datetime | None = None,
-                      write_files: bool = True, legacy: bool = False) -> list[int]:
+                      write_files: bool = True, legacy: bool = False, batched: bool = False,
+                      before_commit: Callable[[], None] | None = None) -> list[int]:
     """Write each batch as one time-sorted small object and commit it as the stream does; returns ids.
 
     write_files=False commits catalog rows only (for scheduling tests that never read the objects); legacy=True
-    writes objects as siltlake did before they held dt and Iceberg field ids."""
+    writes objects as siltlake did before they held dt and Iceberg field ids; batched=True commits through a
+    batch as a stream round's chunk does; before_commit runs inside the open transaction, after the writes."""
     definition = table.definition
     schema = definition.arrow_schema()
     layout = table.layout(deployment.instance_key)
@@ -46,7 +50,9 @@ def add_small_objects(deployment: Deployment, table: TableRecord, date: dt.date,
         staged.append((uri, table.id, 1, None))
     catalog.staging.register(staged)
     pending = {p.uri: p.id for p in catalog.staging.pending(1_000_000)}
-    with catalog.partitions.stream_commit() as tx:
+    with catalog.partitions.stream_commit() as tx, (
+            tx.batch([pending[uri] for uri, *_ in staged], {(table.id, date)}, len(batches), 0) if batched
+            else nullcontext()):
         for (uri, *_), batch, object_id in zip(staged, batches, tx.allocate_ids(len(batches)), strict=True):
             data = pa.Table.from_pylist(batch, schema=schema).sort_by(definition.time_column)
             partition = tx.partition_for(table.id, date, definition.merge_interval, now)
@@ -67,6 +73,9 @@ def add_small_objects(deployment: Deployment, table: TableRecord, date: dt.date,
             )
             tx.mark_processed(pending[uri], records_in=len(batch), bad_records=0, error_uri=None, now=now)
             ids.append(object_id)
+        if before_commit is not None:
+            tx.flush()
+            before_commit()
     return ids
 
 

@@ -4,6 +4,7 @@ catalog and are SIGKILLed; another worker takes their jobs over well before merg
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import datetime as dt
 import json
@@ -182,3 +183,28 @@ def test_advance_and_count_scheduled_jobs_per_table(deployment: Deployment) -> N
     assert catalog.merge_queue.scheduled(now) == (2, now + dt.timedelta(hours=12))
     assert {job["schedule_time"] for job in waiting(deployment, soon.id)} == {now}
     assert catalog.merge_queue.advance(now) == 2 and catalog.merge_queue.scheduled(now) == (0, None)
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["one-object", "stream-batch"])
+def test_a_claim_never_takes_the_job_a_commit_adding_objects_relies_on(deployment: Deployment, batched: bool) -> None:
+    """The chaos suite lost delayed objects this way: a stream commit found the partition's waiting job, a worker
+    claimed that job and planned before the commit's objects were visible, finished, and the objects were left
+    with no job. While the commit is open the claim passes the job by (it never waits for it); after it, the
+    claim takes the job and sees the objects."""
+    if deployment.catalog.dialect != "postgresql":
+        pytest.skip("SQLite's write lock serialises a commit and a claim: no interleaving to test")
+    table = due_table(deployment)
+    (partition,) = deployment.catalog.partitions.list(table.id)
+    later = utcnow() + dt.timedelta(hours=1)
+    during: dict[str, object] = {}
+
+    def claim_while_open() -> None:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            during["claimed"] = pool.submit(claim, deployment, later).result(timeout=30)
+
+    (added,) = add_small_objects(deployment, table, DAY, [rows_for(DAY, 3, 7)], write_files=False,
+                                 batched=batched, before_commit=claim_while_open)
+    assert during["claimed"] == []
+    (job,) = claim(deployment, later)
+    _, _, unmerged = deployment.catalog.merge_queue.unmerged_objects(job.partition_id, 100)
+    assert job.partition_id == partition.id and added in [o.id for o in unmerged]

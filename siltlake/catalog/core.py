@@ -373,19 +373,38 @@ class CatalogCore:
         if self.dialect == "postgresql":
             c.execute(sa.select(sa.func.pg_advisory_xact_lock(s.SMALL_OBJECT_LOCK)))
 
+    def lock_waiting_jobs(self, c: Connection, partition_ids: Sequence[int]) -> list[sa.Row]:
+        """The waiting merge jobs (id, partition_id, schedule_time) of these partitions, share-locked to the end
+        of the transaction on PostgreSQL.
+
+        A transaction that adds small objects relies on such a job to merge them; the lock keeps a merge
+        worker from claiming it (MergeQueue.claim skips locked jobs) and planning before those objects are
+        committed, which would leave them with no job at all. SQLite's write lock already serialises the two."""
+        j = s.merge_jobs
+        query = (sa.select(j.c.id, j.c.partition_id, j.c.schedule_time)
+                 .where(j.c.partition_id.in_(sorted(partition_ids)), j.c.ongoing_mark == 0).order_by(j.c.id))
+        if self.dialect == "postgresql":
+            query = query.with_for_update(read=True)
+        return c.execute(query).all()
+
     def schedule_waiting(self, c: Connection, partition_id: int, when: dt.datetime,
                          continued_from: int | None = None, advance: bool = True) -> None:
         """Make sure the partition has a waiting merge job (due no later than `when` if advance).
 
         Here, not in the merge queue: a stream commit schedules its partition's merge in its own transaction."""
         j = s.merge_jobs
-        waiting = c.execute(sa.select(j.c.id, j.c.schedule_time)
-                            .where(j.c.partition_id == partition_id, j.c.ongoing_mark == 0)).first()
-        if waiting is None:
-            # A stream commit and a merge commit may both find no waiting job: the second insert is a no-op.
-            self.insert_once(c, j, ("partition_id", "ongoing_mark"), dict(
-                partition_id=partition_id, schedule_time=when, ongoing_mark=0, continued_from=continued_from))
-        elif advance and (waiting.schedule_time > when or continued_from is not None):
+        waiting = self.lock_waiting_jobs(c, [partition_id])
+        if not waiting:
+            # A stream commit and a merge commit may both find no waiting job: the second insert is a no-op
+            # (on PostgreSQL it waits for the first to commit), and reads the row again to hold its lock.
+            if self.insert_once(c, j, ("partition_id", "ongoing_mark"), dict(
+                    partition_id=partition_id, schedule_time=when, ongoing_mark=0, continued_from=continued_from)):
+                return  # ours, unseen by others until we commit
+            waiting = self.lock_waiting_jobs(c, [partition_id])
+            if not waiting:  # the other's job was claimed between the two: ours is the partition's next one
+                return self.schedule_waiting(c, partition_id, when, continued_from, advance)
+        (waiting,) = waiting
+        if advance and (waiting.schedule_time > when or continued_from is not None):
             values: dict = {"schedule_time": min(when, waiting.schedule_time)}
             if continued_from is not None:
                 values["continued_from"] = continued_from

@@ -105,6 +105,10 @@ class MergeQueue:
                     continue
                 if running_per_table.get(row.table_id, 0) >= per_table_limit:
                     continue
+                if row.ongoing_mark == 0 and self._core.dialect == "postgresql" and c.execute(
+                        sa.select(j.c.id).where(j.c.id == row.id, j.c.ongoing_mark == 0)
+                        .with_for_update(skip_locked=True)).first() is None:
+                    continue  # a commit adding objects for it holds it (CatalogCore.lock_waiting_jobs): not yet
                 guard = (j.c.ongoing_mark == 0) if row.ongoing_mark == 0 else sa.and_(
                     j.c.ongoing_mark == row.ongoing_mark, j.c.heartbeat_time == row.heartbeat_time)
                 updated = c.execute(

@@ -257,7 +257,7 @@ class StreamCommit:
 
     def _prepare(self, staging_object_ids: Collection[int], keys: Collection[tuple[int, dt.date]], id_count: int,
                  mark: int) -> None:
-        p, j, v = s.partitions, s.merge_jobs, s.partition_versions
+        p, v = s.partitions, s.partition_versions
         ids = sorted(staging_object_ids)
         counts = self._counts(ids)  # the rows' counts too: flush() adds to the totals what it changes of them
         pending = {row.id for row in counts.values() if row.processed_time is None}
@@ -272,8 +272,7 @@ class StreamCommit:
         partition_ids = sorted(row.id for row in partitions.values())
         waiting, updated = set(), {}
         if partition_ids:
-            waiting = set(self._c.execute(sa.select(j.c.partition_id).where(
-                j.c.partition_id.in_(partition_ids), j.c.ongoing_mark == 0)).scalars())
+            waiting = {row.partition_id for row in self._core.lock_waiting_jobs(self._c, partition_ids)}
             updated = dict(self._c.execute(
                 sa.select(v.c.partition_id, sa.func.min(v.c.version))
                 .where(v.c.partition_id.in_(partition_ids), v.c.id > mark, v.c.commit_op.in_(REWRITES))
