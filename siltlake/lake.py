@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 
 __all__ = ["CompactReport", "Lake", "NoSuchPartition", "Table"]
 
+_PLANS_HELD = 32  # current-state file lists a Table keeps (by the dates read)
+
 
 class Lake:
     """A deployment's tables. `Lake.open()` reads the configuration as `silt` does ($SILTLAKE_CONFIG or
@@ -97,6 +99,9 @@ class Table:
     def __init__(self, lake: Lake, record: TableRecord) -> None:
         self.lake = lake
         self.record = record
+        # The current state's file lists by the dates read, with the catalog state they were planned at
+        # (Versions.current_state): asking again costs one statement while nothing changed.
+        self._current: dict[frozenset[dt.date] | None, tuple[tuple[int, int], list[DataFile]]] = {}
 
     @property
     def name(self) -> str:
@@ -157,10 +162,24 @@ class Table:
                     filter: Any = None) -> list[DataFile]:  # noqa: A002 - pyarrow's name
         """data_files, skipping the partitions whose dt the pyarrow expression `filter` rules out
         before their manifests are read."""
+        if as_of_version is None and as_of is None and filter is None:
+            return self._current_files(parse_dates(dates))
         return version_files(
             self.lake.deployment, self.record, as_of_version=as_of_version,
             as_of=parse_as_of(as_of) if as_of is not None else None, dates=parse_dates(dates),
             date_filter=None if filter is None else lambda present: _dates_passing(filter, present, self.schema))
+
+    def _current_files(self, dates: set[dt.date] | None) -> list[DataFile]:
+        key = None if dates is None else frozenset(dates)
+        state = self.lake.deployment.catalog.versions.current_state(self.record.id, dates)
+        planned = self._current.get(key)
+        if planned is None or planned[0] != state:
+            files = version_files(self.lake.deployment, self.record, dates=dates)
+            if len(self._current) >= _PLANS_HELD:
+                self._current.clear()
+            # Planned after reading the state: a change in between only makes the next call plan again.
+            planned = self._current[key] = (state, files)
+        return list(planned[1])
 
     def files(self, as_of_version: int | None = None, as_of: dt.datetime | str | None = None,
               dates: Any = None) -> list[str]:

@@ -21,6 +21,7 @@ from siltlake.read.duck import faithful, run_plan
 from siltlake.read.plan import plan_query
 from siltlake.read.sandbox import RefusedSQL
 from siltlake.read.translate import NotFaithful
+from siltlake.read.versions import version_files
 from siltlake.records.physical import physical_definition
 from siltlake.tabledef import Column, TableDef
 
@@ -298,6 +299,53 @@ def test_to_duckdb_reads_renamed_and_added_columns_of_the_days_asked_for(tmp_pat
         before = table.to_duckdb(connection, as_of_version=first, dates=DAYS[1].isoformat())
         assert before.aggregate("count(*), count(event), count(status), min(dt), max(dt)").fetchall() == [
             (10, sum(r["action"] is not None for r in day_two), 0, DAYS[1], DAYS[1])]
+
+
+def test_to_duckdb_plans_again_only_when_the_days_read_change_and_unions_by_name_only_mixed_files(
+        tmp_path, monkeypatch) -> None:
+    """A Table keeps the current state's file list of the days it read while the catalog says they are unchanged
+    (a live object, a version); DuckDB reads files of one schema without union_by_name, mixed ones with it."""
+    import duckdb
+
+    import siltlake.lake
+    from siltlake.lake import Lake
+
+    from zoneinfo import ZoneInfo
+
+    today = dt.datetime.now(ZoneInfo("Asia/Tokyo")).date()  # open days: publish closes none of them
+    days = [today, today + dt.timedelta(days=1)]
+    deployment = Deployment(make_config(tmp_path, f"sqlite:///{tmp_path / 'catalog.db'}"))
+    deployment.init()
+    record = make_table(deployment)
+    add_small_objects(deployment, record, days[0], [batch(days[0], 20), batch(days[0], 10)])
+    publish_once(deployment)
+    planned = []
+    monkeypatch.setattr(siltlake.lake, "version_files", lambda *a, **k: planned.append(k["dates"]) or
+                        version_files(*a, **k))
+    table = Lake(deployment).table("web.access")
+
+    def day_one() -> tuple[int, str]:
+        with duckdb.connect() as connection:
+            relation = table.to_duckdb(connection, dates=[days[0]])
+            return relation.aggregate("count(*)").fetchall()[0][0], relation.sql_query().lower()
+
+    assert day_one()[0] == day_one()[0] == 30 and len(planned) == 1
+    assert "union_by_name" not in day_one()[1]
+    add_small_objects(deployment, record, days[0], [batch(days[0], 5)])  # live, not published
+    assert day_one()[0] == 35 and len(planned) == 2
+    add_small_objects(deployment, record, days[1], [batch(days[1], 7)])  # another day: the plan stands
+    assert day_one()[0] == 35 and len(planned) == 2
+    publish_once(deployment)
+    assert day_one()[0] == 35 and len(planned) == 3
+    record = deployment.catalog.tables.add_column("web.access", Column(name="status", type="int"))
+    added = batch(days[0], 4, added=True)
+    add_small_objects(deployment, record, days[0], [added])
+    table = Lake(deployment).table("web.access")
+    count, query = day_one()
+    assert count == 39 and "union_by_name" in query
+    with duckdb.connect() as connection:
+        assert table.to_duckdb(connection, dates=[days[0]]).aggregate("count(status)").fetchall() == [
+            (sum(row["status"] is not None for row in added),)]
 
 
 def write_config_file(config, directory: Path) -> None:  # noqa: ANN001 - a siltlake Config

@@ -468,6 +468,15 @@ class Versions:
         with self._core.tx() as c:
             return _newest(c, table_id)
 
+    def current_state(self, table_id: int, dates: Collection[dt.date] | None = None) -> tuple[int, int]:
+        """What the current state of the table (of its partitions `dates`) depends on, in one statement: its newest
+        table version and the largest small object id of its partitions not switched. Equal pairs, equal
+        reader_snapshot (new live objects raise the id; anything else publishes a version)."""
+        dated = dates is not None and len(dates) <= _DATES_IN_QUERY
+        values = {"table_id": table_id, **({"dates": sorted(dates)} if dated else {})}
+        with self._core.snapshot() as c:
+            return tuple(c.execute(_state_query(dated), values).one())
+
     def table_bounds(self, table_id: int) -> tuple[int, int]:
         """(oldest readable, newest) table version; (1, 0) for a table without versions."""
         with self._core.snapshot() as c:
@@ -564,6 +573,18 @@ def _reader_queries(version_pinned: bool, time_pinned: bool, dated: bool) -> tup
             .select_from(p.outerjoin(newest, newest.c.partition_id == p.c.id))
             .where(*of_table).order_by(p.c.partition_date))
     return sa.select(sa.func.coalesce(sa.func.max(so.c.id), 0)), rows
+
+
+@functools.cache
+def _state_query(dated: bool) -> sa.Select:
+    p, so, t = s.partitions, s.small_objects, s.tables
+    live = [p.c.table_id == sa.bindparam("table_id"), p.c.switched.is_(False)]
+    if dated:
+        live.append(p.c.partition_date.in_(sa.bindparam("dates", expanding=True)))
+    largest = sa.select(sa.func.coalesce(sa.func.max(so.c.id), 0)).where(so.c.partition_id.in_(
+        sa.select(p.c.id).where(*live)))
+    version = sa.select(sa.func.coalesce(t.c.version, 0)).where(t.c.id == sa.bindparam("table_id"))
+    return sa.select(version.scalar_subquery(), largest.scalar_subquery())
 
 
 @functools.cache

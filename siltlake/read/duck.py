@@ -150,6 +150,7 @@ def table_select(connection: Any, name: str, deployment: Deployment, record: Tab
     keys = lake_keys(deployment, record, list(files))
     plain = [(key, f.partition_date) for key, f in zip(keys, files, strict=True) if f.partition_date not in dirty]
     parts = [f"SELECT {empty} WHERE false"]
+    complete = False  # the parts hold every stored column: no typed empty row set needed under them
     paths: list[str] = []
     if lake.is_object_store or any(_GLOB & set(lake.path(key)) for key, _ in plain):
         # pyarrow reads these (S3 through the lake's file system; a path DuckDB would take for a glob, as it is).
@@ -159,21 +160,57 @@ def table_select(connection: Any, name: str, deployment: Deployment, record: Tab
     elif plain:
         paths = [lake.path(key) for key, _ in plain]
         segments = {segment for path in paths for segment in path.split("/")[:-1] if "=" in segment}
+        shared = shared_file_columns(connection, paths)
+        union = "" if shared is not None else "union_by_name = true, "
+        complete = shared is not None and set(stored[:-1]) <= shared
         if all(segment.startswith("dt=") for segment in segments) and all(
                 sum("=" in segment for segment in path.split("/")[:-1]) == 1 for path in paths):
             listed = ", ".join(_quote(path) for path in paths)
-            parts.append(f"SELECT * FROM read_parquet([{listed}], union_by_name = true, hive_partitioning = true, "
+            parts.append(f"SELECT * FROM read_parquet([{listed}], {union}hive_partitioning = true, "
                          "hive_types = {'dt': DATE})")
         else:  # another key=value directory on the way: dt from the partition, one scan per day
             for day, group in itertools.groupby(sorted(plain, key=lambda item: item[1]), key=lambda item: item[1]):
                 listed = ", ".join(_quote(lake.path(key)) for key, _ in group)
                 parts.append(f"SELECT *, DATE {_quote(day.isoformat())} AS dt FROM "
-                             f"read_parquet([{listed}], union_by_name = true, hive_partitioning = false)")
+                             f"read_parquet([{listed}], {union}hive_partitioning = false)")
     if dirty:
         parts.append(_arrow_part(connection, f"{name}__merged", deployment, record,
                                  [f for f in files if f.partition_date in dirty]))
+    if complete and len(parts) == 2:
+        parts = parts[1:]
     union = " UNION ALL BY NAME ".join(parts)
     return f"SELECT {typed} FROM ({union})", paths
+
+
+# Local data file -> its Parquet schema as DuckDB describes it. Data files are written once under keys never reused
+# (object ids, range bounds), so what a footer said stays true; bounded, as a long-lived reader's process would grow.
+_FILE_SCHEMAS: dict[str, tuple] = {}
+_FILE_SCHEMAS_HELD = 200_000
+
+
+def shared_file_columns(connection: Any, paths: Sequence[str]) -> set[str] | None:
+    """The column names of these local Parquet files if they all have one schema (so DuckDB can read them without
+    union_by_name, which reads every footer at each bind), else None. Footers are read once per process
+    (parquet_schema), only those not seen."""
+    unseen = [path for path in paths if path not in _FILE_SCHEMAS]
+    if unseen:
+        described: dict[str, list[tuple]] = {path: [] for path in unseen}
+        listed = ", ".join(_quote(path) for path in unseen)
+        for file_name, *element in connection.execute(
+                "SELECT file_name, name, type, type_length, repetition_type, num_children, converted_type, scale, "
+                f"precision, field_id, logical_type, duckdb_type FROM parquet_schema([{listed}])").fetchall():
+            described.setdefault(file_name, []).append(tuple(element))
+        if len(_FILE_SCHEMAS) + len(described) > _FILE_SCHEMAS_HELD:
+            _FILE_SCHEMAS.clear()
+        shared: dict[tuple, tuple] = {}
+        for path, elements in described.items():
+            schema = tuple(elements)
+            _FILE_SCHEMAS[path] = shared.setdefault(schema, schema)
+    schemas = {_FILE_SCHEMAS.get(path) for path in paths}
+    if len(schemas) != 1 or None in schemas:
+        return None
+    (schema,) = schemas
+    return {element[0] for element in schema[1:]}  # below the root element; the tables' columns are flat
 
 
 def _arrow_part(connection: Any, name: str, deployment: Deployment, record: TableRecord,
