@@ -208,3 +208,24 @@ def test_a_claim_never_takes_the_job_a_commit_adding_objects_relies_on(deploymen
     (job,) = claim(deployment, later)
     _, _, unmerged = deployment.catalog.merge_queue.unmerged_objects(job.partition_id, 100)
     assert job.partition_id == partition.id and added in [o.id for o in unmerged]
+
+
+def test_a_merge_worker_gives_a_job_to_objects_left_without_one(deployment: Deployment, caplog) -> None:
+    """A catalog an older siltlake or a hand edit left with unmerged objects and no job: the worker's check
+    schedules one (and says so); partitions that have a job, or whose objects are merged, are left alone."""
+    import sqlalchemy as sa
+
+    from siltlake.catalog import schema
+    from siltlake.merge.runner import MergeWorker
+
+    table = due_table(deployment, days=2)
+    orphan, kept = deployment.catalog.partitions.list(table.id)
+    with deployment.catalog.engine.begin() as connection:
+        connection.execute(sa.delete(schema.merge_jobs).where(schema.merge_jobs.c.partition_id == orphan.id))
+    assert deployment.catalog.merge_queue.jobs(orphan.id) == []
+    worker = MergeWorker(deployment, clock=lambda: utcnow() - dt.timedelta(hours=1))  # the kept job is not due
+    with caplog.at_level("WARNING", logger="siltlake.merge.runner"):
+        claimed = worker.claim(10)
+    assert [job.partition_id for job in claimed] == [orphan.id] and worker.report.unqueued == 1
+    assert "merge.unqueued" in caplog.text
+    assert deployment.catalog.merge_queue.schedule_unqueued(utcnow()) == []  # each has a job now

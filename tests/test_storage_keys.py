@@ -150,3 +150,33 @@ def test_derived_build_keys_carry_their_reg_key() -> None:
     assert keys.build_of("test0001/web.access/live/dt=2026-11-20/obj.parquet") is None
     for not_a_build in ("pending-" + "0" * 32, "TEST0001-0123456789abcdef", "test0001-0123", "x-0123456789abcdef"):
         assert keys.build_reg_key(not_a_build) is None
+
+
+def test_a_write_makes_its_directory_once_and_again_after_it_was_removed(tmp_path) -> None:
+    import shutil
+
+    from siltlake.storage.filesystem import Storage
+
+    lake = Storage(str(tmp_path))
+    made = []
+
+    class Counting:  # pyarrow's file system type cannot be patched: a stand-in that counts create_dir
+        def __init__(self, inner) -> None:  # noqa: ANN001
+            self.inner = inner
+
+        def __getattr__(self, name: str):  # noqa: ANN204
+            return getattr(self.inner, name)
+
+        def create_dir(self, path: str, **options: object) -> None:
+            made.append(path)
+            self.inner.create_dir(path, **options)
+
+    lake._fs = Counting(lake.filesystem)
+    for n in range(3):
+        with lake.open_output(f"run/tmp/obj-{n}") as out:
+            out.write(b"x")
+    assert len(made) == 1
+    shutil.rmtree(tmp_path / "run")  # a run's temporary prefix deleted by another process
+    with lake.open_output("run/tmp/obj-9") as out:
+        out.write(b"y")
+    assert lake.read_bytes("run/tmp/obj-9") == b"y" and len(made) == 2

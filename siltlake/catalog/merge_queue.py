@@ -309,6 +309,27 @@ class MergeQueue:
                 ongoing_mark=0, owner=None, owner_host=None, owner_pid=None, heartbeat_time=None,
                 attempts=j.c.attempts - 1, schedule_time=due or now, **values))
 
+    def schedule_unqueued(self, now: dt.datetime, table_ids: Sequence[int] | None = None) -> list[int]:
+        """Give a waiting job, due now, to each partition of a live table that holds small objects above its
+        merged ranges but has no job at all (waiting, running or parked); their ids. siltlake itself leaves no
+        such partition (CatalogCore.lock_waiting_jobs): this is the merge worker's periodic check that it stays
+        so, and mends a catalog that an older siltlake or a hand edit left so (one query, an index seek a
+        partition)."""
+        p, so, r, j, t = s.partitions, s.small_objects, s.merge_ranges, s.merge_jobs, s.tables
+        largest = sa.select(sa.func.max(so.c.id)).where(so.c.partition_id == p.c.id).scalar_subquery()
+        merged = sa.select(sa.func.coalesce(sa.func.max(r.c.upper_bound), 0)).where(
+            r.c.partition_id == p.c.id).scalar_subquery()
+        query = (sa.select(p.c.id).select_from(p.join(t, t.c.id == p.c.table_id))
+                 .where(t.c.dropped_time.is_(None), ~sa.exists().where(j.c.partition_id == p.c.id), largest > merged)
+                 .order_by(p.c.id))
+        if table_ids is not None:
+            query = query.where(p.c.table_id.in_(list(table_ids)))
+        with self._core.tx() as c:
+            found = list(c.execute(query).scalars())
+            for partition_id in found:
+                self._core.schedule_waiting(c, partition_id, now)
+        return found
+
     def retry_parked(self, now: dt.datetime, table_id: int | None = None) -> int:
         """Put parked jobs back in the queue, due now, with their attempts reset."""
         j, p = s.merge_jobs, s.partitions

@@ -30,6 +30,8 @@ from siltlake.spark import run_tasks
 
 log = logging.getLogger(__name__)
 
+UNQUEUED_CHECK_SECONDS = 600.0  # how often a merge worker looks for unmerged objects left without a job
+
 
 @dataclass
 class MergeReport:
@@ -44,6 +46,7 @@ class MergeReport:
     outages: int = 0  # attempts a storage outage stopped: retried after retry_backoff, never counted
     stages: int = 0
     in_driver: int = 0  # batches small enough to run in the worker's process (merge.in_driver_bytes)
+    unqueued: int = 0  # partitions found with unmerged objects and no job, given one (MergeQueue.schedule_unqueued)
     objects_in: int = 0
     bytes_in: int = 0
     bytes_out: int = 0
@@ -105,6 +108,7 @@ class MergeWorker:
         self._spark_lock = threading.Lock()
         self._wake = threading.Event()
         self._stages_done = 0
+        self._next_unqueued_check = 0.0
 
     # --- planning ------------------------------------------------------------------------------------
 
@@ -287,6 +291,8 @@ class MergeWorker:
                 continue
 
     def claim(self, limit: int) -> list[ClaimedJob]:
+        if time.monotonic() >= self._next_unqueued_check:
+            self._schedule_unqueued()
         claimed = self.catalog.merge_queue.claim(
             self.owner, limit=limit, now=self.clock(), timeout=self.settings.job_timeout,
             per_table_limit=self.settings.per_table_limit, table_ids=self.table_ids, local=self.local,
@@ -297,6 +303,17 @@ class MergeWorker:
             self.report.claimed += len(claimed)
             self.report.taken_over += sum(job.taken_over for job in claimed)
         return claimed
+
+    def _schedule_unqueued(self) -> None:
+        """At the worker's first claim and every UNQUEUED_CHECK_SECONDS: no partition's objects wait without a job."""
+        found = self.catalog.merge_queue.schedule_unqueued(self.clock(), self.table_ids)
+        self._next_unqueued_check = time.monotonic() + UNQUEUED_CHECK_SECONDS
+        if found:
+            with self._lock:
+                self.report.unqueued += len(found)
+            event(log, "merge.unqueued", logging.WARNING, partitions=len(found),
+                  ids=",".join(map(str, found[:20])),
+                  note="small objects were waiting with no merge job; each partition has one now")
 
     def run(self, stop: threading.Event | None = None, *, once: bool = False,
             on_round: Callable[[MergeReport], None] | None = None,

@@ -161,6 +161,8 @@ class Storage:
     s3: S3Options | None = field(default=None, repr=False, compare=False)
     _fs: pafs.FileSystem | None = field(default=None, init=False, repr=False, compare=False)
     _base: str = field(default="", init=False, repr=False, compare=False)
+    # Directories made for writes here: a task writing many objects into one asks the file system once.
+    _made: set[str] = field(default_factory=set, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self._fs, self._base, self.root = _resolve(self.root, self.s3)
@@ -177,6 +179,7 @@ class Storage:
     def __setstate__(self, state: dict) -> None:
         self.root = state["root"]
         self.s3 = state.get("s3")
+        self._made = set()
         self._fs, self._base, _ = _resolve(self.root, self.s3)
         self._remember_s3()
 
@@ -410,8 +413,15 @@ class Storage:
         return self.filesystem.open_input_file(self.path(key))
 
     def open_output(self, key: str) -> BinaryIO:
-        self._parent(key)
-        return self.filesystem.open_output_stream(self.path(key), compression=None)
+        path = self.path(key)
+        if not self.is_object_store and posixpath.dirname(path) not in self._made:
+            self._parent(key)
+        try:
+            return self.filesystem.open_output_stream(path, compression=None)
+        except FileNotFoundError:  # a directory made earlier went (a run's temporary prefix deleted): again
+            self._made.clear()
+            self._parent(key)
+            return self.filesystem.open_output_stream(path, compression=None)
 
     @property
     def writes_are_atomic(self) -> bool:
@@ -442,7 +452,10 @@ class Storage:
     def _parent(self, key: str) -> None:
         """Create a key's directory on a file system; object stores have none (nothing to ask or write)."""
         if not self.is_object_store:
-            self.filesystem.create_dir(posixpath.dirname(self.path(key)), recursive=True)
+            directory = posixpath.dirname(self.path(key))
+            self.filesystem.create_dir(directory, recursive=True)
+            self._made = self._made if len(self._made) < 10_000 else set()  # a daemon's runs each have one
+            self._made.add(directory)
 
     def move(self, source: str, target: str) -> None:
         """Rename on a file system; on an object store a server-side copy, then a delete of the source. The
@@ -573,10 +586,8 @@ def _descend(pending: list, path: str, key: str, found: os.stat_result, fresh: b
 
 
 def _key_under(path: str, base: str, under: str) -> str:
-    """posixpath.relpath(path, base), where under is base with one trailing '/'. A listing's paths start with
-    under: their key is the rest of the path, sliced off without relpath's cost (more than the listing's own per
-    path). Paths it would normalise (empty, '.' or '..' segments, which an object store's keys can have) and
-    paths elsewhere take relpath itself, so that every key comes out as before."""
+    """posixpath.relpath(path, base) (under: base and a '/'), sliced off without relpath's cost where that is the
+    same; paths relpath would normalise ('.', '..', empty segments) and paths elsewhere take relpath itself."""
     if path.startswith(under):
         key = path[len(under):]
         if key and "//" not in key and "/." not in key and not key.startswith(("/", ".")) and not key.endswith("/"):
