@@ -158,6 +158,31 @@ def test_a_hive_run_that_died_before_its_record_is_made_whole(hive_deployment: D
     assert publish_once(deployment, now=tokyo(DAY, 14)).external == [], "synced: nothing more to do"
 
 
+def test_the_first_hive_run_after_0018_drops_what_an_older_reap_removed(hive_deployment: Deployment,  # noqa: F811
+                                                                         spark) -> None:
+    """Before revision 0018 reap removed partitions without a removal row, and a run synced every partition: a
+    catalog upgraded then has recorded partitions, no synced version, and may have a date the metastore still
+    shows. Its first run asks the metastore once and drops that date; later runs do not ask."""
+    deployment, catalog = hive_deployment, hive_deployment.catalog
+    table = make_table(deployment)
+    for day in (DAY, NEXT_DAY):
+        add_small_objects(deployment, table, day, [rows_for(day, 3, day.day)])
+    assert publish_once(deployment, now=tokyo(NEXT_DAY, 12)).target_errors == []
+    hive = f"{deployment.config.publish.hive.database_prefix}web.access"
+    assert [r.partition for r in spark.sql(f"SHOW PARTITIONS {hive}").collect()] == [f"dt={DAY}", f"dt={NEXT_DAY}"]
+    (old,) = [p.id for p in catalog.partitions.list(table.id) if p.partition_date == DAY]
+    catalog.reaping.delete_partitions([old])
+    with catalog.engine.begin() as c:  # as the older reap and the upgrade left it
+        c.execute(sa.delete(s.external_removals))
+        c.execute(sa.update(s.external_tables).values(synced_version=0, syncing_version=0))
+    add_small_objects(deployment, table, NEXT_DAY, [rows_for(NEXT_DAY, 2, 99)])
+    report = publish_once(deployment, now=tokyo(NEXT_DAY, 13))
+    assert report.target_errors == []
+    assert [r.partition for r in spark.sql(f"SHOW PARTITIONS {hive}").collect()] == [f"dt={NEXT_DAY}"]
+    (after,) = catalog.external_sync.synced_tables("hive").values()
+    assert after.synced_version > 0, "synced now: the next run reads what is new only"
+
+
 def recount(deployment: Deployment) -> dict[str, dict]:
     """Merge status's partition and unmerged-object counts, over every row (what status read before 0018)."""
     p, so, r, t = s.partitions, s.small_objects, s.merge_ranges, s.tables

@@ -234,6 +234,8 @@ class HiveTarget:
                 continue  # dropped meanwhile: the next step 3 drops it from the metastore
             if table_id in removals:
                 self._drop_removed_partitions(names, removals[table_id])
+            if names.synced_version == names.syncing_version == 0 and table_id in upto:
+                self._drop_partitions_reaped_before_0018(record, names)
             if table_id in upto:
                 self._sync_table_partitions(record, names, to_sync.get(table_id, []), upto[table_id])
         return self.statements
@@ -242,12 +244,23 @@ class HiveTarget:
         """Drop the metastore's partitions reap removed: they point at manifests it deleted (a date published
         again since is added back by the partition sync that follows). IF EXISTS: a run that died before
         forgetting the removals drops them again."""
+        self._drop_dates(names, list(removals.dates))
+        self.catalog.external_sync.forget_removals(removals.ids)
+
+    def _drop_dates(self, names: SyncedTable, gone: list[dt.date]) -> None:
         qualified = f"`{names.database_name}`.`{names.table_name}`"
-        gone = list(removals.dates)
         for start in range(0, len(gone), _PARTITIONS_PER_STATEMENT):
             self._sql(f"ALTER TABLE {qualified} DROP IF EXISTS " + ", ".join(
                 f"PARTITION (`dt` = '{date.isoformat()}')" for date in gone[start:start + _PARTITIONS_PER_STATEMENT]))
-        self.catalog.external_sync.forget_removals(removals.ids)
+
+    def _drop_partitions_reaped_before_0018(self, record: TableRecord, names: SyncedTable) -> None:
+        """The first run over a table synced before revision 0018 (it has recorded partitions, but no synced
+        version yet): reap removed partitions then without a removal row, so the metastore is asked once which
+        dates it shows and those the catalog no longer has are dropped (docs/design.md, issue 28)."""
+        dates = {p.id: p.partition_date for p in self.catalog.partitions.list(record.id)}
+        if not self.catalog.external_sync.partition_manifests(TARGET, list(dates)):
+            return  # a table new to the target: nothing it shows can be stale
+        self._drop_dates(names, sorted(self._shown_dates(names) - set(dates.values())))
 
     def _shown_dates(self, names: SyncedTable) -> set[dt.date]:
         """The dates of the partitions the metastore has of the table."""
