@@ -393,17 +393,14 @@ class CatalogCore:
 
         Here, not in the merge queue: a stream commit schedules its partition's merge in its own transaction."""
         j = s.merge_jobs
-        waiting = self.lock_waiting_jobs(c, [partition_id])
-        if not waiting:
-            # A stream commit and a merge commit may both find no waiting job: the second insert is a no-op
-            # (on PostgreSQL it waits for the first to commit), and reads the row again to hold its lock.
+        # A stream commit and a merge commit may both find no waiting job: the second insert is a no-op (on
+        # PostgreSQL it waits for the first to commit), and reads the row again to hold its lock; should that job
+        # have been claimed in between, it inserts the partition's next one.
+        while not (found := self.lock_waiting_jobs(c, [partition_id])):
             if self.insert_once(c, j, ("partition_id", "ongoing_mark"), dict(
                     partition_id=partition_id, schedule_time=when, ongoing_mark=0, continued_from=continued_from)):
                 return  # ours, unseen by others until we commit
-            waiting = self.lock_waiting_jobs(c, [partition_id])
-            if not waiting:  # the other's job was claimed between the two: ours is the partition's next one
-                return self.schedule_waiting(c, partition_id, when, continued_from, advance)
-        (waiting,) = waiting
+        (waiting,) = found
         if advance and (waiting.schedule_time > when or continued_from is not None):
             values: dict = {"schedule_time": min(when, waiting.schedule_time)}
             if continued_from is not None:

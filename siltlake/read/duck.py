@@ -204,8 +204,9 @@ def shared_file_columns(connection: Any, paths: Sequence[str]) -> set[str] | Non
             _FILE_SCHEMAS.clear()
         shared: dict[tuple, tuple] = {}
         for path, elements in described.items():
-            schema = tuple(elements)
-            _FILE_SCHEMAS[path] = shared.setdefault(schema, schema)
+            if elements:  # a path DuckDB named otherwise stays unknown: read with union_by_name
+                schema = tuple(elements)
+                _FILE_SCHEMAS[path] = shared.setdefault(schema, schema)
     schemas = {_FILE_SCHEMAS.get(path) for path in paths}
     if len(schemas) != 1 or None in schemas:
         return None
