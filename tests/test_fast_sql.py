@@ -305,12 +305,12 @@ def test_to_duckdb_plans_again_only_when_the_days_read_change_and_unions_by_name
         tmp_path, monkeypatch) -> None:
     """A Table keeps the current state's file list of the days it read while the catalog says they are unchanged
     (a live object, a version); DuckDB reads files of one schema without union_by_name, mixed ones with it."""
+    from zoneinfo import ZoneInfo
+
     import duckdb
 
     import siltlake.lake
     from siltlake.lake import Lake
-
-    from zoneinfo import ZoneInfo
 
     today = dt.datetime.now(ZoneInfo("Asia/Tokyo")).date()  # open days: publish closes none of them
     days = [today, today + dt.timedelta(days=1)]

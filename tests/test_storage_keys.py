@@ -152,7 +152,7 @@ def test_derived_build_keys_carry_their_reg_key() -> None:
         assert keys.build_reg_key(not_a_build) is None
 
 
-def test_a_write_makes_its_directory_once_and_again_after_it_was_removed(tmp_path) -> None:
+def test_writes_and_moves_make_their_directory_once_and_again_after_it_was_removed(tmp_path) -> None:
     import shutil
 
     from siltlake.storage.filesystem import Storage
@@ -180,3 +180,8 @@ def test_a_write_makes_its_directory_once_and_again_after_it_was_removed(tmp_pat
     with lake.open_output("run/tmp/obj-9") as out:
         out.write(b"y")
     assert lake.read_bytes("run/tmp/obj-9") == b"y" and len(made) == 2
+    for n in range(2):  # a commit moving a task's objects to their keys: one directory, made once
+        with lake.open_output(f"run/tmp/move-{n}") as out:
+            out.write(b"z")
+        lake.move(f"run/tmp/move-{n}", f"live/dt=2026-11-20/obj-{n}")
+    assert lake.read_bytes("live/dt=2026-11-20/obj-1") == b"z" and len(made) == 3

@@ -8,10 +8,10 @@ import os
 import posixpath
 import stat
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 from urllib.parse import quote, unquote, urlsplit
 
 from siltlake.errors import ConfigError
@@ -161,7 +161,6 @@ class Storage:
     s3: S3Options | None = field(default=None, repr=False, compare=False)
     _fs: pafs.FileSystem | None = field(default=None, init=False, repr=False, compare=False)
     _base: str = field(default="", init=False, repr=False, compare=False)
-    # Directories made for writes here: a task writing many objects into one asks the file system once.
     _made: set[str] = field(default_factory=set, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -414,14 +413,7 @@ class Storage:
 
     def open_output(self, key: str) -> BinaryIO:
         path = self.path(key)
-        if not self.is_object_store and posixpath.dirname(path) not in self._made:
-            self._parent(key)
-        try:
-            return self.filesystem.open_output_stream(path, compression=None)
-        except FileNotFoundError:  # a directory made earlier went (a run's temporary prefix deleted): again
-            self._made.clear()
-            self._parent(key)
-            return self.filesystem.open_output_stream(path, compression=None)
+        return self._in_directory(path, lambda: self.filesystem.open_output_stream(path, compression=None))
 
     @property
     def writes_are_atomic(self) -> bool:
@@ -449,21 +441,29 @@ class Storage:
         with self.open_input(key) as stream:
             return stream.read()
 
-    def _parent(self, key: str) -> None:
-        """Create a key's directory on a file system; object stores have none (nothing to ask or write)."""
-        if not self.is_object_store:
-            directory = posixpath.dirname(self.path(key))
-            self.filesystem.create_dir(directory, recursive=True)
-            self._made = self._made if len(self._made) < 10_000 else set()  # a daemon's runs each have one
-            self._made.add(directory)
+    def _in_directory(self, path: str, write: Callable[[], Any]) -> Any:
+        """Run `write`, which needs the directory of `path`: made first on a file system unless made here before
+        (a task writes many objects into one), and again if it went meanwhile (a run's temporary prefix deleted)."""
+        if self.is_object_store:  # no directories: nothing to ask or write
+            return write()
+        directory = posixpath.dirname(path)
+        for known in (directory in self._made, False):
+            if not known:
+                self.filesystem.create_dir(directory, recursive=True)
+                self._made = self._made if len(self._made) < 10_000 else set()  # a daemon's runs each have one
+                self._made.add(directory)
+            try:
+                return write()
+            except FileNotFoundError:
+                if not known:  # the second pass always makes the directory first: this ends the loop
+                    raise
 
     def move(self, source: str, target: str) -> None:
         """Rename on a file system; on an object store a server-side copy, then a delete of the source. The
         copy is idempotent (the same bytes at the same key), so a move retried after a failure in between
         only finds the source gone: that is taken as done when the target exists."""
-        self._parent(target)
         if not self.is_object_store:
-            self.filesystem.move(self.path(source), self.path(target))
+            self._in_directory(self.path(target), lambda: self.filesystem.move(self.path(source), self.path(target)))
             return
         try:
             self.filesystem.copy_file(self.path(source), self.path(target))
