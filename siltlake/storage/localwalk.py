@@ -1,0 +1,243 @@
+"""Walks of a local staging root (Storage.list_changed and Storage.sweep): the directories that changed since a
+time, and the rolling sweep's slices in key order (docs/design.md, "Discovery reads what is new")."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import stat
+from dataclasses import dataclass, field
+
+from siltlake.storage.accounted import SEPARATOR, AccountedNames, DirectoryNames, directory_identity
+
+__all__ = ["ChangedListing", "ObjectInfo", "SweptListing", "listed_mtime", "sweep_slice", "walk_changed"]
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    key: str          # relative to the storage root, '/'-separated
+    size: int
+    mtime: dt.datetime | None
+
+
+@dataclass
+class ChangedListing:
+    """What Storage.list_changed found: the files that may be new, and what it took to find them."""
+
+    objects: list[ObjectInfo] = field(default_factory=list)
+    entries: int = 0  # file entries examined (those of changed directories)
+    read: int = 0     # directories whose entries were read
+    skipped: int = 0  # directories not read: unchanged and without subdirectories
+    remembered: int = 0  # of the entries, names not `stat`ed: the record of earlier rounds accounted for them
+    directories: dict[str, DirectoryNames] = field(default_factory=dict)  # every directory walked, by path
+
+
+@dataclass
+class SweptListing:
+    """What Storage.sweep read: up to its limit of files in key order, and where the next slice starts."""
+
+    objects: list[ObjectInfo] = field(default_factory=list)
+    last_key: str | None = None  # the greatest key read (None: none)
+    complete: bool = False       # the walk reached the end of the root
+    unchanged: int = 0           # files read but not returned: unchanged since a listing looked them all up
+
+
+def walk_changed(base: str, since_ns: int, accounted: AccountedNames | None = None) -> ChangedListing:
+    """The files of a local root that may have appeared since since_ns (nanoseconds of the file system's
+    clock): a superset of the files added, moved in or replaced since then, found without listing the
+    entries of directories that did not change. Keys and the files chosen match list()'s (symbolic links
+    to files and directories are followed, as pyarrow does; other entries are skipped).
+
+    A directory whose own mtime and ctime are before since_ns had no entry added, removed or renamed
+    since: its files are not listed. Its subdirectories are still visited (their mtimes are their own),
+    unless its link count says it has none (2 on ext4, xfs and tmpfs; file systems that report 1, such as
+    btrfs, are read). In a changed directory, a file is returned when max(mtime, ctime) >= since_ns: a
+    rename or link updates the ctime, so an object moved in with an old mtime still counts. A
+    subdirectory that appeared since (moved in whole, its files' times all old) is returned entirely.
+
+    With `accounted` (a stream daemon's record of its earlier rounds), a changed directory it holds names
+    of is read by name alone, and only the names not in the record are `stat`ed and may be returned: a
+    file under a recorded name is left to the rolling sweep (docs/design.md, "Issue 28: a round costs what
+    is new in a changed directory"). The listing's `directories` are what the record keeps of this walk."""
+    result = ChangedListing()
+    try:
+        top = os.stat(base)
+    except FileNotFoundError:  # a missing root lists nothing, as list() does
+        return result
+    # Each directory carries the identities of the directories above it: a link back up the tree is not
+    # followed forever. Two paths to one directory are both walked (their keys differ, as in list()).
+    pending: list[tuple[str, str, os.stat_result, bool, frozenset]] = [
+        (base, "", top, False, frozenset([(top.st_dev, top.st_ino)]))]
+    while pending:
+        path, prefix, found, fresh, above = pending.pop()
+        newest = max(found.st_mtime_ns, found.st_ctime_ns)
+        changed = fresh or newest >= since_ns
+        result.directories[path] = DirectoryNames(directory_identity(found), newest)
+        if not changed and found.st_nlink == 2:
+            result.skipped += 1  # no subdirectory, and no entry changed
+            continue
+        result.read += 1
+        known = accounted.files(path, found) if accounted is not None and changed else None
+        if known is not None:
+            files = _read_by_name(path, prefix, since_ns, fresh, known, above, pending, result)
+        else:
+            files = _read_entries(path, prefix, since_ns, changed, fresh, above, pending, result,
+                                  collect=accounted is not None and changed)
+        if files is not None:
+            result.directories[path] = DirectoryNames(directory_identity(found), newest, files)
+    return result
+
+
+
+def sweep_slice(base: str, after: str | None, limit: int, unchanged_before_ns: int | None = None) -> SweptListing:
+    """Up to `limit` files of a local root whose keys sort after `after` (None: from the start), in key order
+    (code points, an object store's UTF-8 byte order), with list()'s keys, sizes, mtimes and choice of entries
+    (links to files and directories followed, a link back up the tree not). Directories whose keys all sort at
+    or before `after` are not read. A file whose arrival (max(mtime, ctime), a link's own times included) is
+    before unchanged_before_ns is counted in `unchanged`, not returned: it was there, as it is, when a completed
+    listing looked every file up (stream/discover.py)."""
+    result = SweptListing()
+    try:
+        top = os.stat(base)
+    except FileNotFoundError:
+        result.complete = True
+        return result
+    # A stack of sorted entry lists, last first: a directory sorts as its name and a '/', so that a walk in this
+    # order yields keys in key order ("a-b" before "a/x", "a/x" before "a0").
+    pending: list[tuple[str, str, bool, bool, frozenset]] = []
+    _push_sorted(pending, base, "", after, frozenset([(top.st_dev, top.st_ino)]))
+    while pending:
+        path, key, is_dir, is_link, above = pending.pop()
+        try:
+            found = os.stat(path)
+            own = os.lstat(path) if is_link and not is_dir else found
+        except OSError:  # removed during the walk, or a dangling link
+            continue
+        if is_dir:
+            identity = (found.st_dev, found.st_ino)
+            if identity not in above:
+                _push_sorted(pending, path, key + "/", after, above | {identity})
+            continue
+        if len(result.objects) + result.unchanged == limit:
+            return result
+        result.last_key = key
+        if unchanged_before_ns is not None and max(found.st_mtime_ns, found.st_ctime_ns, own.st_mtime_ns,
+                                                   own.st_ctime_ns) < unchanged_before_ns:
+            result.unchanged += 1
+            continue
+        result.objects.append(ObjectInfo(key, found.st_size, listed_mtime(found.st_mtime_ns)))
+    result.complete = True
+    return result
+
+
+def _push_sorted(pending: list, path: str, prefix: str, after: str | None, above: frozenset) -> None:
+    """Push a directory's files and subdirectories that may hold keys after `after`, the first on top."""
+    try:
+        entries = list(os.scandir(path))
+    except (FileNotFoundError, NotADirectoryError, PermissionError):
+        return  # removed during the walk (or unreadable): list() would not show its files either
+    chosen = []
+    for entry in entries:
+        try:
+            is_dir = entry.is_dir()
+            if not is_dir and not entry.is_file():
+                continue
+            is_link = entry.is_symlink()
+        except OSError:
+            continue
+        key = prefix + entry.name
+        order = key + "/" if is_dir else key
+        # A directory is skipped when all its keys sort at or before `after`: `after` passes its prefix.
+        if after is not None and order <= after and not (is_dir and after.startswith(order)):
+            continue
+        chosen.append((order, entry.path, key, is_dir, is_link))
+    chosen.sort(reverse=True)
+    pending.extend((entry_path, key, is_dir, is_link, above) for _, entry_path, key, is_dir, is_link in chosen)
+
+
+def listed_mtime(nanoseconds: int) -> dt.datetime:
+    """A local file's mtime as pyarrow's listing gives it (seconds as a double, rounded to the microsecond; not
+    truncated): a send_time stored from one listing compares equal with another's (no spurious re-put)."""
+    return dt.datetime.fromtimestamp(nanoseconds / 1e9, dt.UTC)
+
+
+def _read_entries(path: str, prefix: str, since_ns: int, changed: bool, fresh: bool, above: frozenset,
+                  pending: list, result: ChangedListing, collect: bool) -> str | None:
+    """Read a directory's entries (list_changed): queue its subdirectories, and in a changed one `stat` each file
+    and return those that may be new. With collect, the names of the files it examined (for the record)."""
+    try:
+        entries = list(os.scandir(path))
+    except (FileNotFoundError, NotADirectoryError, PermissionError):
+        return None  # removed during the walk (or unreadable): list() would not show its files either
+    files: list[str] | None = [] if collect else None
+    for entry in entries:
+        try:
+            is_dir = entry.is_dir()
+            if not is_dir and not (changed and entry.is_file()):
+                continue
+            found = entry.stat()
+            newest = max(found.st_mtime_ns, found.st_ctime_ns)
+            if entry.is_symlink():  # a new link to an old file or directory is new: its own times count
+                link = entry.stat(follow_symlinks=False)
+                newest = max(newest, link.st_mtime_ns, link.st_ctime_ns)
+        except OSError:  # removed during the walk, or a dangling link
+            continue
+        key = prefix + entry.name
+        if is_dir:
+            _descend(pending, entry.path, key, found, fresh or (changed and newest >= since_ns), above)
+            continue
+        result.entries += 1
+        if files is not None:
+            files.append(entry.name)
+        if fresh or newest >= since_ns:
+            result.objects.append(ObjectInfo(key, found.st_size, listed_mtime(found.st_mtime_ns)))
+    return None if files is None else SEPARATOR.join(files)
+
+
+def _read_by_name(path: str, prefix: str, since_ns: int, fresh: bool, known: str, above: frozenset,
+                  pending: list, result: ChangedListing) -> str | None:
+    """Read a changed directory of which the record holds names (list_changed): its names alone (no entry
+    objects, no `stat`), then `stat` only the names not in the record; in a fresh one (its parent and it
+    changed: moved in, or a live directory whose sibling appeared) each of those is returned. Returns the names
+    to record: those listed, less the subdirectories and what is no file."""
+    try:
+        names = set(os.listdir(path))
+    except (FileNotFoundError, NotADirectoryError, PermissionError):
+        return None
+    recorded = known.split(SEPARATOR) if known else []
+    unseen = names.difference(recorded)
+    kept = len(names) - len(unseen)
+    result.remembered += kept
+    result.entries += kept
+    new_files = []
+    for name in unseen:
+        entry_path = os.path.join(path, name)
+        try:
+            own = os.lstat(entry_path)
+            found = os.stat(entry_path) if stat.S_ISLNK(own.st_mode) else own
+        except OSError:  # removed since the listing, or a dangling link: looked at again next round
+            continue
+        # A link's own times count too: a new link to an old file or directory is new.
+        newest = max(found.st_mtime_ns, found.st_ctime_ns, own.st_mtime_ns, own.st_ctime_ns)
+        key = prefix + name
+        if stat.S_ISDIR(found.st_mode):
+            _descend(pending, entry_path, key, found, fresh or newest >= since_ns, above)
+            continue
+        if not stat.S_ISREG(found.st_mode):
+            continue
+        result.entries += 1
+        new_files.append(name)
+        if fresh or newest >= since_ns:
+            result.objects.append(ObjectInfo(key, found.st_size, listed_mtime(found.st_mtime_ns)))
+    if kept == len(recorded):  # no recorded name went: the record grows by the new files
+        return SEPARATOR.join([known, *new_files] if known else new_files)
+    return SEPARATOR.join([*names.difference(unseen), *new_files])
+
+
+def _descend(pending: list, path: str, key: str, found: os.stat_result, fresh: bool, above: frozenset) -> None:
+    """Queue a subdirectory for list_changed's walk, unless it is one of the directories above (a link back up)."""
+    identity = (found.st_dev, found.st_ino)
+    if identity not in above:
+        pending.append((path, key + "/", found, fresh, above | {identity}))
+
+
