@@ -179,6 +179,11 @@ class StreamConfig(_Section):
                                               "rolling sweep reads per round besides the cursor walk: a pass "
                                               "over N files takes N / this many rounds, the horizon of in-place "
                                               "rewrites and of what the walk cannot see")
+    sweep_check_interval: int = Field(default=86400, ge=0, description="seconds between the sweep passes that look "
+                                      "every file of a local staging root up in the catalog; the passes between "
+                                      "look up only files whose mtime or ctime is past the last completed pass's "
+                                      "start (0: every pass looks every file up, for a file system that does not set "
+                                      "a file's ctime when it is renamed or linked)")
     settle_time: int = Field(default=2, description="seconds a file of a local staging root must go unwritten "
                              "(its mtime) before it is taken: a file being written in place is not read "
                              "mid-flush (short: what grows later loads as an append); object stores (atomic "
@@ -230,7 +235,7 @@ class StreamConfig(_Section):
 
     @field_validator("poll_interval", "listing_margin", "full_listing_interval", "claim_timeout",
                      "heartbeat_interval", "staging_retention", "settle_time", "settle_limit", "reorder_window",
-                     "late_window", mode="before")
+                     "late_window", "sweep_check_interval", mode="before")
     @classmethod
     def _interval(cls, value: Any, info: ValidationInfo) -> int:
         return parse_duration(value, f"stream.{info.field_name}")

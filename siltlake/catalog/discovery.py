@@ -21,7 +21,8 @@ class DiscoveryCursors:
         d = s.discovery_cursors
         with self._core.tx() as c:
             row = c.execute(sa.select(d.c.cursor_time, d.c.full_listing_time, d.c.expired_before,
-                                      d.c.expired_recorded, d.c.sweep_after, d.c.sweep_started)
+                                      d.c.expired_recorded, d.c.sweep_after, d.c.sweep_started,
+                                      d.c.checked_time)
                             .where(d.c.staging_root == staging_root)).first()
         return DiscoveryCursor(*row) if row is not None else None
 
@@ -32,7 +33,7 @@ class DiscoveryCursors:
         with self._core.tx() as c:
             inserted = self._core.insert_once(c, d, "staging_root", dict(
                 staging_root=staging_root, cursor_time=cursor_time,
-                full_listing_time=full_listing_time or cursor_time))
+                full_listing_time=full_listing_time or cursor_time, checked_time=full_listing_time))
             if inserted:
                 return
             c.execute(d.update().where(d.c.staging_root == staging_root, d.c.cursor_time < cursor_time)
@@ -41,6 +42,7 @@ class DiscoveryCursors:
                 c.execute(d.update().where(d.c.staging_root == staging_root,
                                            d.c.full_listing_time < full_listing_time)
                           .values(full_listing_time=full_listing_time))
+                self._checked(c, staging_root, full_listing_time)
 
     def record_expiry(self, staging_root: str, expired_before: dt.datetime, now: dt.datetime,
                       margin: dt.timedelta) -> dt.datetime | None:
@@ -98,11 +100,12 @@ class DiscoveryCursors:
                 c.execute(p.delete().where(row))
 
     def advance_sweep(self, staging_root: str, pass_started: dt.datetime | None, position: str | None,
-                      now: dt.datetime) -> None:
+                      now: dt.datetime, checked: bool = True) -> None:
         """Record how far the rolling sweep's pass that started at pass_started (None: none had) has listed:
         up to `position`, or (None) to the end of the root. A completed pass is a completed full listing: the
-        root's full_listing_time moves (forward) to its start, and the next pass starts at `now`. Only the
-        pass still recorded moves: a process finishing a pass another has completed changes nothing."""
+        root's full_listing_time moves (forward) to its start, and the next pass starts at `now`; a pass that
+        looked every file up (`checked`) moves checked_time too. Only the pass still recorded moves: a process
+        finishing a pass another has completed changes nothing."""
         d = s.discovery_cursors
         same_pass = d.c.sweep_started.is_(None) if pass_started is None else d.c.sweep_started == pass_started
         row = sa.and_(d.c.staging_root == staging_root, same_pass)
@@ -116,3 +119,13 @@ class DiscoveryCursors:
                 c.execute(d.update().where(d.c.staging_root == staging_root,
                                            d.c.full_listing_time < completed)
                           .values(full_listing_time=completed))
+                if checked:
+                    self._checked(c, staging_root, completed)
+
+    @staticmethod
+    def _checked(c: sa.Connection, staging_root: str, listing_started: dt.datetime) -> None:
+        """A listing that looked every object up completed: checked_time moves (forward) to its start."""
+        d = s.discovery_cursors
+        c.execute(d.update().where(d.c.staging_root == staging_root,
+                                   sa.or_(d.c.checked_time.is_(None), d.c.checked_time < listing_started))
+                  .values(checked_time=listing_started))

@@ -126,6 +126,7 @@ class DiscoveryCursor:
     # (None: from the start; sweep_started None: no pass begun yet).
     sweep_after: str | None = None
     sweep_started: dt.datetime | None = None
+    checked_time: dt.datetime | None = None  # the start of the last completed listing that looked everything up
 
 
 @dataclass(frozen=True)

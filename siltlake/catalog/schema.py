@@ -439,6 +439,9 @@ discovery_cursors = sa.Table(
     # every key up to sweep_after (raw, relative to the root; NULL: from the start).
     sa.Column("sweep_after", sa.Text, nullable=True),
     sa.Column("sweep_started", sa.DateTime, nullable=True),
+    # The start of the last completed listing that looked every listed object up (0019): a local root's sweep
+    # pass looks up only files changed since full_listing_time until stream.sweep_check_interval has passed.
+    sa.Column("checked_time", sa.DateTime, nullable=True),
 )
 
 # An object store's listing cursors (stream/discover_s3.py): per key prefix of a staging root, the key after

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from urllib.parse import unquote
 
 from siltlake.catalog import DiscoveryCursor, Redelivery, TableRecord
-from siltlake.clock import from_nanoseconds, to_naive_utc, to_nanoseconds
+from siltlake.clock import from_nanoseconds, to_naive_utc, to_nanoseconds, utcnow
 from siltlake.config import key_pattern_shape
 from siltlake.deployment import Deployment
 from siltlake.storage.accounted import AccountedNames
@@ -97,6 +97,7 @@ class Discovery:
     # A local root's rolling sweep (docs/design.md, "Discovery reads what is new"): files its slice read this
     # round (counted in listed too), and whether the slice ended a pass (a completed full listing).
     swept: int = 0
+    sweep_unchanged: int = 0  # of those, files not looked up: unchanged since the last completed full listing
     sweep_completed: bool = False
     # Of the walk's entries, names a daemon's record of its earlier rounds accounted for: not `stat`ed
     # (docs/design.md, "Issue 28: a round costs what is new in a changed directory").
@@ -109,8 +110,8 @@ class Discovery:
         """Count another pass's report into this one. Work done (registrations, redeliveries, tails, lookups,
         the sweep) adds up; what was seen adds up too, unless the other pass repeated this one's listing
         (`silt stream --once` waiting to settle lists the same objects again): then the larger count stands."""
-        for name in ("registered", "unknown", "redelivered", "looked_up", "appended", "swept", "notified",
-                     "remembered"):
+        for name in ("registered", "unknown", "redelivered", "looked_up", "appended", "swept", "sweep_unchanged",
+                     "notified", "remembered"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.changed = other.changed + self.changed
         self.rewritten = other.rewritten + self.rewritten
@@ -151,13 +152,17 @@ def discover(deployment: Deployment, accounted: AccountedNames | None = None) ->
         walked = [info for info in changed.objects if not is_in_flight(info.key)]
         # The rolling sweep's slice: what the walk cannot see (an in-place rewrite or append in an unchanged
         # directory) is found within one pass, as the whole listing every full_listing_interval found it.
-        swept = staging.sweep(cursor.sweep_after, config.sweep_files_per_round)
+        checking = _sweep_checks_every_file(cursor, config.sweep_check_interval)
+        unchanged_before = None if checking else (to_nanoseconds(cursor.full_listing_time)
+                                                  - config.listing_margin * 1_000_000_000)
+        swept = staging.sweep(cursor.sweep_after, config.sweep_files_per_round, unchanged_before)
         walked_keys = {info.key for info in walked}
         sweeping = [info for info in swept.objects if not is_in_flight(info.key) and info.key not in walked_keys]
         fresh = _unexpired(deployment, sweeping, cursor.expired_before)
         report = _register(deployment, walked + fresh)
-        report.listed, report.full_listing = changed.entries + len(swept.objects), False
-        report.swept, report.expired = len(swept.objects), len(sweeping) - len(fresh)
+        report.listed, report.full_listing = changed.entries + len(swept.objects) + swept.unchanged, False
+        report.swept, report.expired = len(swept.objects) + swept.unchanged, len(sweeping) - len(fresh)
+        report.sweep_unchanged = swept.unchanged
         report.sweep_completed = swept.complete
         report.remembered = changed.remembered
     # Only once every object found is registered (or recorded unknown): a round that fails before leaves the
@@ -169,10 +174,22 @@ def discover(deployment: Deployment, accounted: AccountedNames | None = None) ->
     if swept is not None:
         assert cursor is not None
         catalog.discovery.advance_sweep(staging.root, cursor.sweep_started,
-                                        None if swept.complete else swept.last_key, from_nanoseconds(started))
+                                        None if swept.complete else swept.last_key, from_nanoseconds(started),
+                                        checked=checking)
         if accounted is not None:  # every name the walk listed is accounted for now
             accounted.keep(changed.directories, started, config.late_window * 1_000_000_000)
     return report
+
+
+def _sweep_checks_every_file(cursor: DiscoveryCursor, interval: int) -> bool:
+    """Whether the sweep's current pass looks every file up, or only those changed since the last completed
+    full listing (docs/design.md, "Discovery reads what is new"): every file once stream.sweep_check_interval
+    has passed since the start of the last listing that did, so a file moved in without a new ctime (the walk
+    misses it on a file system that does not set one) is still found."""
+    if cursor.checked_time is None or interval == 0:
+        return True
+    pass_started = cursor.sweep_started or utcnow()
+    return (pass_started - cursor.checked_time).total_seconds() >= interval
 
 
 def _discover_object_store(deployment: Deployment, cursor: DiscoveryCursor | None) -> Discovery:
