@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from collections import Counter
 
 import pytest
@@ -146,6 +147,19 @@ def test_a_key_sorting_before_the_cursors_is_found_by_the_sweep_within_one_pass(
         discover(lake)
         rounds += 1
     assert set(registered(lake).values()) == {1}
+
+
+def test_the_sweep_looks_up_no_key_put_before_the_last_completed_listing(lake: Deployment, moto_s3: MotoS3) -> None:
+    keys = seed(lake, moto_s3, 5)
+    time.sleep(1.1)  # S3's LastModified is whole seconds: the first listing starts a second after the puts
+    assert discover(lake).registered == len(keys)
+    idle = discover(lake)
+    assert idle.swept == len(keys) and idle.sweep_unchanged == len(keys), "the sweep's page lists every key"
+    assert idle.looked_up == 0, "keys the first listing looked up are asked of the catalog again"
+    late = "host01.web.access/2026/01/01/obj-00000-late.jsonl"  # behind the cursors: only the sweep lists it
+    put(lake, late)
+    found = discover(lake)
+    assert (found.sweep_unchanged, found.looked_up, found.registered) == (len(keys), 1, 1)
 
 
 def test_a_completed_sweep_pass_is_a_full_listing(lake: Deployment, moto_s3: MotoS3) -> None:

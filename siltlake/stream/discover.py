@@ -152,10 +152,9 @@ def discover(deployment: Deployment, accounted: AccountedNames | None = None) ->
         walked = [info for info in changed.objects if not is_in_flight(info.key)]
         # The rolling sweep's slice: what the walk cannot see (an in-place rewrite or append in an unchanged
         # directory) is found within one pass, as the whole listing every full_listing_interval found it.
-        checking = _sweep_checks_every_file(cursor, config.sweep_check_interval)
-        unchanged_before = None if checking else (to_nanoseconds(cursor.full_listing_time)
-                                                  - config.listing_margin * 1_000_000_000)
-        swept = staging.sweep(cursor.sweep_after, config.sweep_files_per_round, unchanged_before)
+        unchanged_before = _unchanged_before(cursor, deployment)
+        swept = staging.sweep(cursor.sweep_after, config.sweep_files_per_round,
+                              None if unchanged_before is None else to_nanoseconds(unchanged_before))
         walked_keys = {info.key for info in walked}
         sweeping = [info for info in swept.objects if not is_in_flight(info.key) and info.key not in walked_keys]
         fresh = _unexpired(deployment, sweeping, cursor.expired_before)
@@ -175,21 +174,28 @@ def discover(deployment: Deployment, accounted: AccountedNames | None = None) ->
         assert cursor is not None
         catalog.discovery.advance_sweep(staging.root, cursor.sweep_started,
                                         None if swept.complete else swept.last_key, from_nanoseconds(started),
-                                        checked=checking)
+                                        checked=unchanged_before is None)
         if accounted is not None:  # every name the walk listed is accounted for now
             accounted.keep(changed.directories, started, config.late_window * 1_000_000_000)
     return report
 
 
-def _sweep_checks_every_file(cursor: DiscoveryCursor, interval: int) -> bool:
-    """Whether the sweep's current pass looks every file up, or only those changed since the last completed
-    full listing (docs/design.md, "Discovery reads what is new"): every file once stream.sweep_check_interval
-    has passed since the start of the last listing that did, so a file moved in without a new ctime (the walk
-    misses it on a file system that does not set one) is still found."""
-    if cursor.checked_time is None or interval == 0:
-        return True
+def _unchanged_before(cursor: DiscoveryCursor | None, deployment: Deployment) -> dt.datetime | None:
+    """The time before which what the sweep's current pass lists arrived unchanged since a completed listing
+    looked it up, so is not looked up again: the last completed full listing's start less the listing margin,
+    and on an object store a second more (S3's LastModified is whole seconds; docs/design.md, "Discovery reads
+    what is new"). None, every object looked up, on a root's first passes and
+    once stream.sweep_check_interval has passed since the start of the last listing that looked every object
+    up: a local file moved in without a new ctime (the walk misses it on a file system that sets none) is
+    still found."""
+    config = deployment.config.stream
+    if cursor is None or cursor.checked_time is None or config.sweep_check_interval == 0:
+        return None
     pass_started = cursor.sweep_started or utcnow()
-    return (pass_started - cursor.checked_time).total_seconds() >= interval
+    if (pass_started - cursor.checked_time).total_seconds() >= config.sweep_check_interval:
+        return None
+    return cursor.full_listing_time - dt.timedelta(seconds=config.listing_margin
+                                                   + (1 if deployment.staging.is_object_store else 0))
 
 
 def _discover_object_store(deployment: Deployment, cursor: DiscoveryCursor | None) -> Discovery:
@@ -197,12 +203,14 @@ def _discover_object_store(deployment: Deployment, cursor: DiscoveryCursor | Non
     before leaves them where they were, and the next lists the same keys again)."""
     expired_before = cursor.expired_before if cursor is not None else None
     notified = _register_notified(deployment, expired_before)
-    found = list_new(deployment, cursor)
+    found = list_new(deployment, cursor, _unchanged_before(cursor, deployment))
     listed = [info for info in found.objects if not is_in_flight(info.key)]
     fresh = _unexpired(deployment, listed, expired_before)
     report = _register(deployment, fresh)
     report.listed, report.expired = len(listed), len(listed) - len(fresh)
     report.full_listing, report.list_requests = found.full, found.requests
+    report.swept, report.sweep_unchanged = found.swept, found.sweep_unchanged
+    report.listed += found.sweep_unchanged
     found.advance(deployment.catalog, deployment.staging.root, deployment.config.stream.listing_margin)
     report.fold(notified)
     return report

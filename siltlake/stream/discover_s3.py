@@ -31,9 +31,11 @@ class ObjectStoreListing:
     full: bool  # every key of the root was listed (the root's first round): a completed full listing
     swept: int  # keys the rolling sweep listed
     started: dt.datetime  # the round's start, by this host's clock
+    sweep_unchanged: int = 0  # of the swept keys, those not returned: put before the last completed pass started
     cursors: list[PrefixCursor] = field(default_factory=list)  # only those that moved or are new
     forget: dict[str, dt.datetime | None] = field(default_factory=dict)  # prefix -> unless a put since (None: at all)
-    sweep: tuple[dt.datetime | None, str | None] | None = None  # (the pass's start, where it got to; None: end)
+    # (the pass's start, where it got to (None: the end), whether the pass returns every key it lists)
+    sweep: tuple[dt.datetime | None, str | None, bool] | None = None
 
     def advance(self, catalog: Catalog, root: str, margin: float) -> None:
         """Record the round's cursors: its objects are registered. The root's own row first (a completed
@@ -43,11 +45,14 @@ class ObjectStoreListing:
         if self.cursors or self.forget:
             catalog.discovery.advance_prefixes(root, self.cursors, self.forget)
         if self.sweep is not None:
-            catalog.discovery.advance_sweep(root, self.sweep[0], self.sweep[1], self.started)
+            catalog.discovery.advance_sweep(root, self.sweep[0], self.sweep[1], self.started, checked=self.sweep[2])
 
 
-def list_new(deployment: Deployment, cursor: DiscoveryCursor | None) -> ObjectStoreListing:
-    """List what the staging root may hold that is new; register nothing, record nothing."""
+def list_new(deployment: Deployment, cursor: DiscoveryCursor | None,
+             unchanged_before: dt.datetime | None = None) -> ObjectStoreListing:
+    """List what the staging root may hold that is new; register nothing, record nothing. Keys the rolling sweep
+    lists that were put before unchanged_before (None: none) are counted, not returned: a completed listing
+    that started after their put returned them."""
     staging = deployment.staging
     config = deployment.config.stream
     started = from_nanoseconds(time.time_ns())
@@ -81,8 +86,13 @@ def list_new(deployment: Deployment, cursor: DiscoveryCursor | None) -> ObjectSt
     seen: set[str] = set()
     for listing in every:
         for key, info in listing.objects:
-            if key not in seen:
-                seen.add(key)
+            if key in seen:
+                continue
+            seen.add(key)
+            if listing is sweep and unchanged_before is not None and info.mtime is not None \
+                    and to_naive_utc(info.mtime) < unchanged_before:
+                found.sweep_unchanged += 1
+            else:
                 found.objects.append(info)
     for prefix, listing in listings.items():
         found.cursors.extend(_moved(prefix, listing, known, starts[prefix], window))
@@ -97,7 +107,7 @@ def list_new(deployment: Deployment, cursor: DiscoveryCursor | None) -> ObjectSt
     if sweep is not None:
         found.swept = len(sweep.objects)
         found.sweep = (cursor.sweep_started if cursor is not None else None,
-                       None if sweep.complete else sweep.last_key)
+                       None if sweep.complete else sweep.last_key, unchanged_before is None)
     return found
 
 
