@@ -81,9 +81,9 @@ def serve(port: int) -> None:
 
 class Endpoint:
     def __init__(self) -> None:
-        from tests.s3_server import _free_port
+        from tests.processes import free_port
 
-        self.port = _free_port()
+        self.port = free_port()
         self.process = subprocess.Popen([sys.executable, __file__, "--serve", str(self.port)], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, text=True)
         assert self.process.stdout.readline().strip() == "ready"

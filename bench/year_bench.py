@@ -241,8 +241,7 @@ def sweep_pass(deployment):  # noqa: ANN001, ANN201 - a Deployment; its Discover
     found = discover_module.discover(deployment)
     while not (found.full_listing or found.sweep_completed):
         more = discover_module.discover(deployment)
-        more.absorb(found)
-        more.looked_up += found.looked_up
+        more.fold(found)
         found = more
     return found
 
