@@ -262,3 +262,40 @@ def test_a_tail_that_was_only_half_a_line_does_not_stop_the_file(tmp_path: Path,
     assert (report.appended, report.records_loaded, report.bad_records) == (1, 3, 0)
     assert_rows_once(deployment, 6)
     deployment.close()
+
+
+def test_growth_judged_while_the_first_delivery_is_in_flight_is_loaded_when_the_sweep_no_longer_looks(
+        tmp_path: Path, catalog_url: str, spark) -> None:  # noqa: ANN001
+    """A file grows after its first delivery's task read it and before that delivery commits; other rounds
+    (another daemon's) look at it meanwhile and cannot judge it yet. By the time the delivery commits, the
+    sweep's passes have moved past the file's times and no longer look it up (docs/design.md, "What a pass
+    looks up"): the growth is loaded because a file judged later is watched (three stream daemons lost lines
+    of a file appended in place in a CI run before it was)."""
+    from siltlake.stream.discover import discover
+    from siltlake.stream.runner import Progress
+
+    deployment = deployment_with(tmp_path, catalog_url, spark, listing_margin=0)
+    path = Path(deployment.staging.path(KEY))
+
+    class OtherDaemons(Progress):
+        """After the task has read the file: it grows, and two other rounds run before the commit."""
+
+        def advance(self, count: int) -> None:
+            append(path, lines(2, 1))
+            for _ in range(2):
+                time.sleep(0.02)
+                assert discover(deployment).appended == 0  # the first delivery is not committed yet
+            time.sleep(0.02)
+
+    try:
+        append(path, lines(0, 2))
+        time.sleep(0.02)
+        assert discover(deployment).registered == 1  # the root's first listing
+        time.sleep(0.02)
+        assert stream_once(deployment, OtherDaemons()).records_loaded == 2
+        for _ in range(3):
+            time.sleep(0.02)
+            stream_once(deployment)
+        assert_rows_once(deployment, 3)
+    finally:
+        deployment.close()

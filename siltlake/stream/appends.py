@@ -16,6 +16,11 @@ from siltlake.deployment import Deployment
 from siltlake.storage.filesystem import ObjectInfo, UnsafeKey
 from siltlake.stream.tails import FINGERPRINT_BYTES, delivery_uri, file_identity
 
+# _judge's answer for a file to judge again later (a delivery of it in flight, or it could not be read now): it
+# is watched, so each round looks at it by key; the rolling sweep passes over a file whose times have not changed
+# since its last completed pass (docs/design.md, "What a pass looks up"), so it would not bring it back.
+LOOK_AGAIN = "look again"
+
 
 @dataclass
 class Settling:
@@ -113,12 +118,15 @@ def take_growth(deployment: Deployment, resized: dict[str, ObjectInfo],
         return growth
     catalog = deployment.catalog
     now = utcnow()
+    later: list[tuple[str, str]] = []
     for uri, state in catalog.positions.states(list(candidates)).items():
         if uri not in resized and (state.position is None or state.position.consumed_end is None):
             continue  # a new file (maybe watched since it waited to settle): registered as usual
         info = candidates[uri]
         verdict = _judge(deployment, uri, info, state)
-        if verdict is None:
+        if verdict is None or verdict is LOOK_AGAIN:
+            if verdict is LOOK_AGAIN:
+                later.append((uri, info.key))
             growth.handled.add(uri)
             continue
         position = state.position
@@ -139,25 +147,30 @@ def take_growth(deployment: Deployment, resized: dict[str, ObjectInfo],
         tail = delivery_uri(uri, position.consumed_end, info.size)
         growth.appended += catalog.positions.register_tail(position, tail, table_id, info.size, send_time, now)
         growth.handled.add(uri)
+    if later:
+        catalog.positions.watch(deployment.staging.root, later, now)
     return growth
 
 
 def _judge(deployment: Deployment, uri: str, info: ObjectInfo, state: PositionState) -> str | bool | None:
-    """True: the file grew by appending, its tail is due; a string: why it changed other than by appending;
-    None: nothing to do now (a delivery of it is pending, or nothing was added past what was read)."""
+    """True: the file grew by appending, its tail is due; a string: why it changed other than by appending
+    (LOOK_AGAIN: a delivery of it is in flight, or it cannot be read now); None: nothing to do (reported
+    already, set aside, or nothing was added past what was read)."""
     position = state.position
     if position is None or position.consumed_end is None:
-        if (position is not None and position.state != "appending") or state.processed is not True:
-            return None  # reported already, or its first delivery is not committed yet
+        if position is not None and position.state != "appending":
+            return None  # reported already
         if state.unknown:
             return None  # set aside as unknown: `silt unknown replay` reads the file again whole
+        if state.processed is not True:
+            return LOOK_AGAIN  # its first delivery is not committed yet
         return (f"is now {info.size:,} bytes but was loaded at {state.size or 0:,}, and it cannot be appended to "
                 "(it is compressed, was unreadable, or was loaded before appends were followed): its new bytes are "
                 "NOT loaded; put new data under a new key")
     if position.state != "appending":
         return None
     if position.pending_uri is not None:
-        return None
+        return LOOK_AGAIN
     assert position.read_end is not None
     if info.size == position.read_end:
         return None
@@ -167,7 +180,7 @@ def _judge(deployment: Deployment, uri: str, info: ObjectInfo, state: PositionSt
                 "a new key")
     found = _identity_and_fingerprint(deployment, info.key, position.consumed_end)
     if found is None:
-        return None  # gone or unreadable now: the next listing looks again
+        return LOOK_AGAIN  # gone or unreadable now
     identity, fingerprint = found
     if position.file_identity is not None and identity != position.file_identity:
         return (f"was replaced by another file (device:inode {position.file_identity} is now {identity}) after "
