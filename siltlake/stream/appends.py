@@ -16,10 +16,15 @@ from siltlake.deployment import Deployment
 from siltlake.storage.filesystem import ObjectInfo, UnsafeKey
 from siltlake.stream.tails import FINGERPRINT_BYTES, delivery_uri, file_identity
 
-# _judge's answer for a file to judge again later (a delivery of it in flight, or it could not be read now): it
-# is watched, so each round looks at it by key; the rolling sweep passes over a file whose times have not changed
-# since its last completed pass (docs/design.md, "What a pass looks up"), so it would not bring it back.
-LOOK_AGAIN = "look again"
+
+class LookAgain:
+    """_judge's answer for a file to judge again later (a delivery of it in flight, or it could not be read now):
+    it is watched, so each round looks at it by key; the rolling sweep passes over a file whose times have not
+    changed since its last completed pass (docs/design.md, "What a pass looks up"), so it would not bring it back.
+    Not a string: a string answer is a reason the file changed other than by appending."""
+
+
+LOOK_AGAIN = LookAgain()
 
 
 @dataclass
@@ -124,9 +129,9 @@ def take_growth(deployment: Deployment, resized: dict[str, ObjectInfo],
             continue  # a new file (maybe watched since it waited to settle): registered as usual
         info = candidates[uri]
         verdict = _judge(deployment, uri, info, state)
+        if verdict is LOOK_AGAIN:
+            later.append((uri, info.key))
         if verdict is None or verdict is LOOK_AGAIN:
-            if verdict is LOOK_AGAIN:
-                later.append((uri, info.key))
             growth.handled.add(uri)
             continue
         position = state.position
@@ -152,7 +157,8 @@ def take_growth(deployment: Deployment, resized: dict[str, ObjectInfo],
     return growth
 
 
-def _judge(deployment: Deployment, uri: str, info: ObjectInfo, state: PositionState) -> str | bool | None:
+def _judge(deployment: Deployment, uri: str, info: ObjectInfo,
+           state: PositionState) -> str | bool | LookAgain | None:
     """True: the file grew by appending, its tail is due; a string: why it changed other than by appending
     (LOOK_AGAIN: a delivery of it is in flight, or it cannot be read now); None: nothing to do (reported
     already, set aside, or nothing was added past what was read)."""
