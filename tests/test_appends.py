@@ -299,3 +299,38 @@ def test_growth_judged_while_the_first_delivery_is_in_flight_is_loaded_when_the_
         assert_rows_once(deployment, 3)
     finally:
         deployment.close()
+
+
+def test_a_round_reads_its_sweep_slice_beside_its_stage_and_the_next_round_loads_what_it_found(
+        tmp_path: Path, catalog_url: str, spark, monkeypatch) -> None:  # noqa: ANN001
+    """An append in an unchanged directory is the sweep's to find (the walk does not read that directory): a round
+    with new objects reads its slice on the commit thread while its stage runs; what the slice registers is loaded
+    by that round if it was registered before the round's claim, else by the next round, and once."""
+    from siltlake.stream import runner
+
+    deployment = deployment_with(tmp_path, catalog_url, spark, listing_margin=0)
+    path = Path(deployment.staging.path(KEY))
+    append(path, lines(0, 10))
+    assert stream_once(deployment).records_loaded == 10  # the root's first round: a full listing
+    time.sleep(0.02)  # the next round's cursor is past every write so far
+    assert stream_once(deployment).records_loaded == 0
+    threads = []
+
+    def recording_sweep(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        threads.append(threading.current_thread().name)
+        return sweep_slice(*args, **kwargs)
+
+    sweep_slice = runner.sweep_slice
+    monkeypatch.setattr(runner, "sweep_slice", recording_sweep)
+    append(path, lines(10, 5))
+    Path(deployment.staging.path("f1.web.access/2026/11/21/new.log")).parent.mkdir(parents=True)
+    Path(deployment.staging.path("f1.web.access/2026/11/21/new.log")).write_bytes(lines(100, 3))
+    second = stream_once(deployment)
+    assert threads and threads[0].startswith("siltlake-commit")
+    assert (second.registered, second.appended, second.swept) == (1, 1, 2)
+    assert second.records_loaded in (3, 8)
+    third = stream_once(deployment)
+    assert (third.records_loaded, third.appended) == (8 - second.records_loaded, 0)
+    assert stream_once(deployment).records_loaded == 0
+    assert_rows_once(deployment, 18)
+    deployment.close()

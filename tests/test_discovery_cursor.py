@@ -259,6 +259,27 @@ def test_what_the_walk_and_the_sweep_both_find_is_registered_once(lake: Deployme
     assert len(uris) == 33 and set(uris) == lake.catalog.staging.known_uris(sorted(uris))
 
 
+def test_a_round_can_leave_its_sweep_slice_for_later_and_the_slice_skips_what_the_walk_found(lake: Deployment) -> None:
+    first_round(lake)
+    root = lake.staging.root
+    before = lake.catalog.discovery.get(root)
+    rewrite_in_place(lake, "host00.web.access/2026/01/01/obj-1.jsonl")  # in the first slice
+    new = "host00.web.access/2026/01/02/obj-0a.jsonl"  # the walk's (its directory changed), in the first slice too
+    put(lake, new)
+    walked = discover(lake, sweep=False)
+    assert (walked.listed, walked.registered, walked.redelivered, walked.swept) == (6, 1, 0, 0)
+    assert walked.sweep_pending is not None and walked.sweep_pending.walked == {new}
+    cursor = lake.catalog.discovery.get(root)
+    assert cursor.cursor_time > before.cursor_time  # the walk's cursor moved; the sweep's position did not
+    assert (cursor.sweep_after, cursor.sweep_started) == (before.sweep_after, before.sweep_started)
+    swept = discover_module.sweep_slice(lake, walked.sweep_pending)
+    assert (swept.swept, swept.registered, swept.redelivered) == (SWEEP, 0, 1)  # the rewrite; the new key not asked
+    assert swept.looked_up == 1  # the rewritten file alone: the new one was the walk's, the rest are unchanged
+    walked.add_sweep(swept)
+    assert (walked.listed, walked.swept, walked.registered, walked.redelivered) == (6 + SWEEP, SWEEP, 1, 1)
+    assert lake.catalog.discovery.get(root).sweep_after == "host00.web.access/2026/01/02/obj-1.jsonl"
+
+
 def test_the_sweep_reads_the_root_in_key_order_as_list_does(tmp_path: Path) -> None:
     from siltlake.storage.filesystem import Storage
 

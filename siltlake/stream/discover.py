@@ -73,6 +73,16 @@ def _key_date(match: re.Match[str]) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class SweepSlice:
+    """A local round's slice of the rolling sweep, left for later (discover(sweep=False)): the root's cursor as the
+    round read it, the file system's clock before its walk, and the keys the walk found (not looked up again)."""
+
+    cursor: DiscoveryCursor
+    started_ns: int
+    walked: frozenset[str]
+
+
 @dataclass
 class Discovery:
     listed: int = 0  # file entries listed: the whole root on a full listing, else changed directories and the sweep
@@ -99,12 +109,21 @@ class Discovery:
     swept: int = 0
     sweep_unchanged: int = 0  # of those, files not looked up: unchanged since the last completed full listing
     sweep_completed: bool = False
+    sweep_pending: SweepSlice | None = None  # a slice left for sweep_slice() (discover(sweep=False))
     # Of the walk's entries, names a daemon's record of its earlier rounds accounted for: not `stat`ed
     # (docs/design.md, "Issue 28: a round costs what is new in a changed directory").
     remembered: int = 0
     # Objects under the root that S3 event notifications named and the catalog did not know (stream.notifications)
     notified: int = 0
     notifications: NotificationTally | None = None  # what the queue delivered; None without a queue
+
+    def add_sweep(self, swept: Discovery) -> None:
+        """Count in the round's sweep slice (sweep_slice()): its files were not listed by the walk."""
+        self.fold(swept)
+        self.unsettled += swept.unsettled
+        self.unsettled_seconds = max(self.unsettled_seconds, swept.unsettled_seconds)
+        if swept.settles_in is not None:
+            self.settles_in = swept.settles_in if self.settles_in is None else min(self.settles_in, swept.settles_in)
 
     def fold(self, other: Discovery, *, same_listing: bool = False) -> None:
         """Count another pass's report into this one. Work done (registrations, redeliveries, tails, lookups,
@@ -122,7 +141,7 @@ class Discovery:
         self.notifications = other.notifications or self.notifications
 
 
-def discover(deployment: Deployment, accounted: AccountedNames | None = None) -> Discovery:
+def discover(deployment: Deployment, accounted: AccountedNames | None = None, *, sweep: bool = True) -> Discovery:
     """Register the staging objects not seen before (each URI once, ever).
 
     A local root is listed whole on its first round; later rounds read the directories and files that changed
@@ -130,7 +149,9 @@ def discover(deployment: Deployment, accounted: AccountedNames | None = None) ->
     root (docs/design.md, "Discovery reads what is new"). An object store's root is listed from per-prefix
     cursors plus a slice of a rolling sweep (stream/discover_s3.py; docs/design.md, "Discovery on an object
     store"). `accounted` is a daemon's record of the names its completed rounds listed in a local root's
-    directories: only names not in it are `stat`ed, and a completed round updates it."""
+    directories: only names not in it are `stat`ed, and a completed round updates it. With sweep=False a local
+    round's sweep slice is not read: it is the report's `sweep_pending`, for sweep_slice() (a stream round reads
+    it while its first stage runs)."""
     staging = deployment.staging
     catalog = deployment.catalog
     config = deployment.config.stream
@@ -140,7 +161,6 @@ def discover(deployment: Deployment, accounted: AccountedNames | None = None) ->
     if staging.is_object_store:
         return _discover_object_store(deployment, cursor)
     full = not staging.is_local or cursor is None or config.full_listing_interval == 0
-    swept = None
     if full:
         listed = [info for info in staging.list() if not is_in_flight(info.key)]
         fresh = _unexpired(deployment, listed, cursor.expired_before if cursor is not None else None)
@@ -150,33 +170,45 @@ def discover(deployment: Deployment, accounted: AccountedNames | None = None) ->
         assert cursor is not None
         changed = staging.list_changed(to_nanoseconds(cursor.cursor_time), accounted)
         walked = [info for info in changed.objects if not is_in_flight(info.key)]
-        # The rolling sweep's slice: what the walk cannot see (an in-place rewrite or append in an unchanged
-        # directory) is found within one pass, as the whole listing every full_listing_interval found it.
-        unchanged_before = _unchanged_before(cursor, deployment)
-        swept = staging.sweep(cursor.sweep_after, config.sweep_files_per_round,
-                              None if unchanged_before is None else to_nanoseconds(unchanged_before))
-        walked_keys = {info.key for info in walked}
-        sweeping = [info for info in swept.objects if not is_in_flight(info.key) and info.key not in walked_keys]
-        fresh = _unexpired(deployment, sweeping, cursor.expired_before)
-        report = _register(deployment, walked + fresh)
-        report.listed, report.full_listing = changed.entries + len(swept.objects) + swept.unchanged, False
-        report.swept, report.expired = len(swept.objects) + swept.unchanged, len(sweeping) - len(fresh)
-        report.sweep_unchanged = swept.unchanged
-        report.sweep_completed = swept.complete
-        report.remembered = changed.remembered
+        report = _register(deployment, walked)
+        report.listed, report.full_listing, report.remembered = changed.entries, False, changed.remembered
     # Only once every object found is registered (or recorded unknown): a round that fails before leaves the
-    # cursor and the sweep's position where they were, and the next round looks again. A remote root other than
-    # an object store is listed whole every round (its cursor is not read), but its full listing time bounds the
-    # expiry watermark; a local root's completed sweep pass moves that time to the pass's start.
+    # cursor where it was, and the next round looks again. A remote root other than an object store is listed
+    # whole every round (its cursor is not read), but its full listing time bounds the expiry watermark; a local
+    # root's completed sweep pass moves that time to the pass's start.
     catalog.discovery.advance(staging.root, from_nanoseconds(started - config.listing_margin * 1_000_000_000),
                               from_nanoseconds(started) if full else None)
-    if swept is not None:
-        assert cursor is not None
-        catalog.discovery.advance_sweep(staging.root, cursor.sweep_started,
-                                        None if swept.complete else swept.last_key, from_nanoseconds(started),
-                                        checked=unchanged_before is None)
+    if not full:
         if accounted is not None:  # every name the walk listed is accounted for now
             accounted.keep(changed.directories, started, config.late_window * 1_000_000_000)
+        pending = SweepSlice(cursor, started, frozenset(info.key for info in walked))
+        if sweep:
+            report.add_sweep(sweep_slice(deployment, pending))
+        else:
+            report.sweep_pending = pending
+    return report
+
+
+def sweep_slice(deployment: Deployment, pending: SweepSlice) -> Discovery:
+    """Read and register a local round's slice of the rolling sweep: what the walk cannot see (an in-place rewrite
+    or append in an unchanged directory) is found within one pass, as a whole listing every
+    full_listing_interval found it. The sweep's position moves only once what the slice found is registered."""
+    config = deployment.config.stream
+    cursor = pending.cursor
+    unchanged_before = _unchanged_before(cursor, deployment)
+    swept = deployment.staging.sweep(cursor.sweep_after, config.sweep_files_per_round,
+                                     None if unchanged_before is None else to_nanoseconds(unchanged_before))
+    sweeping = [info for info in swept.objects if not is_in_flight(info.key) and info.key not in pending.walked]
+    fresh = _unexpired(deployment, sweeping, cursor.expired_before)
+    report = _register(deployment, fresh)
+    report.full_listing = False
+    report.listed = report.swept = len(swept.objects) + swept.unchanged
+    report.expired, report.sweep_unchanged = len(sweeping) - len(fresh), swept.unchanged
+    report.sweep_completed = swept.complete
+    deployment.catalog.discovery.advance_sweep(deployment.staging.root, cursor.sweep_started,
+                                               None if swept.complete else swept.last_key,
+                                               from_nanoseconds(pending.started_ns),
+                                               checked=unchanged_before is None)
     return report
 
 

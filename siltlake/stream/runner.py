@@ -27,7 +27,7 @@ from siltlake.spark import run_tasks
 from siltlake.storage.accounted import AccountedNames
 from siltlake.storage.filesystem import Storage
 from siltlake.storage.keys import TableLayout, temporary_run
-from siltlake.stream.discover import Discovery, discover
+from siltlake.stream.discover import Discovery, discover, sweep_slice
 from siltlake.stream.notifications import NotificationTally
 from siltlake.stream.task import StreamTask, process_staging_object
 
@@ -443,16 +443,15 @@ def stream_once(deployment: Deployment, progress: Progress | None = None,
     progress = progress or Progress()
     deployment.catalog.check_ready()
     deployment.check_instance("stream")
-    found = discover_settled(deployment, stop) if settle_wait else discover(deployment, accounted)
-    report = StreamReport(listed=found.listed, swept=found.swept, remembered=found.remembered,
-                          registered=found.registered, redelivered=found.redelivered,
-                          expired=found.expired, notified=found.notified, notifications=found.notifications,
-                          changed_reputs=[(put.uri, put.registered_size, put.size) for put in found.changed],
-                          appended=found.appended, rewritten=list(found.rewritten), unsettled=found.unsettled,
-                          unsettled_seconds=found.unsettled_seconds)
+    found = discover_settled(deployment, stop) if settle_wait else discover(deployment, accounted, sweep=False)
+    report = StreamReport()
+    _discovered(report, found)
     settings = deployment.config.stream
     claims = _Claims(deployment, owner or process_owner())
     committer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="siltlake-commit")
+    # The committer reads the rolling sweep's slice while the first stage runs, before the first commit (what the
+    # slice registers is taken by the next round).
+    sweeping = committer.submit(sweep_slice, deployment, found.sweep_pending) if found.sweep_pending else None
     committing: Future | None = None
     run_id = f"stream-{utcnow():%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
     staged = False  # whether a stage may have written under the run's temporary prefix
@@ -462,6 +461,7 @@ def stream_once(deployment: Deployment, progress: Progress | None = None,
         wave = [] if stop is not None and stop.is_set() else claims.take(min(settings.objects_per_wave, budget))
         progress.start(len(wave) + (claims.claimable(budget - len(wave)) if wave else 0))
         if not wave:
+            _add_sweep(report, found, sweeping)
             report.seconds = time.monotonic() - started
             return report
         staged = True
@@ -490,6 +490,7 @@ def stream_once(deployment: Deployment, progress: Progress | None = None,
             mark, wave = next_mark, next_wave
         if committing is not None:
             committing.result()
+        _add_sweep(report, found, sweeping)
     except BaseException as exc:
         if committing is not None:
             wait([committing])  # a commit under way ends as it would have (it is one transaction)
@@ -505,6 +506,24 @@ def stream_once(deployment: Deployment, progress: Progress | None = None,
     report.seconds = time.monotonic() - started
     _log_round(report)
     return report
+
+
+def _discovered(report: StreamReport, found: Discovery) -> None:
+    """Set what a round's discovery found on its report."""
+    report.listed, report.swept, report.remembered = found.listed, found.swept, found.remembered
+    report.registered, report.redelivered, report.expired = found.registered, found.redelivered, found.expired
+    report.notified, report.notifications = found.notified, found.notifications
+    report.changed_reputs = [(put.uri, put.registered_size, put.size) for put in found.changed]
+    report.appended, report.rewritten = found.appended, list(found.rewritten)
+    report.unsettled, report.unsettled_seconds = found.unsettled, found.unsettled_seconds
+
+
+def _add_sweep(report: StreamReport, found: Discovery, sweeping: Future | None) -> None:
+    """Count the round's sweep slice, read beside the round's first stage, into its report (and fail the round
+    as the slice failed)."""
+    if sweeping is not None:
+        found.add_sweep(sweeping.result())
+        _discovered(report, found)
 
 
 def _commit_wave(deployment: Deployment, results: list[dict], wave: list[PendingStagingObject],
