@@ -17,6 +17,7 @@ import pytest
 from siltlake.deployment import Deployment
 from siltlake.storage.accounted import AccountedNames
 from siltlake.stream.discover import discover
+from siltlake.stream.names import StoredNames
 from siltlake.tabledef import TableDef
 
 from .conftest import ACCESS_TABLE, make_config
@@ -352,12 +353,54 @@ def test_a_daemon_round_stats_only_the_names_its_record_has_not_seen(lake: Deplo
     assert [part.redelivered for part in rest] == [0, 1, 0] and sum(part.registered for part in rest) == 0
 
 
+def test_a_one_off_runs_record_is_stored_in_the_catalog_and_spares_the_next_run_its_stats(
+        lake: Deployment, tmp_path: Path, catalog_url: str) -> None:
+    first_round(lake)
+    day = "host02.web.access/2026/01/02"
+    directory = lake.staging.path(day)
+    idle = StoredNames(lake)
+    discover(lake, idle)
+    idle.store()
+    assert idle.recorded() == {} and lake.catalog.discovery.recorded_names(lake.staging.root) == {}  # nothing read
+    put(lake, f"{day}/a-new.jsonl")
+    record = StoredNames(lake)
+    found = discover(lake, record)  # nothing stored yet: the changed directory is read whole
+    record.store()
+    assert (found.registered, found.remembered, found.listed - found.swept) == (1, 0, 6)
+    stored = lake.catalog.discovery.recorded_names(lake.staging.root)
+    assert list(stored) == [directory]
+    assert sorted(stored[directory].files.split("/")) == ["a-new.jsonl"] + [f"obj-{i}.jsonl" for i in range(5)]
+    settle()
+    put(lake, f"{day}/b-new.jsonl")
+    reput(lake, f"{day}/obj-1.jsonl", tmp_path)
+    other = Deployment(make_config(tmp_path, catalog_url, listing_margin=0, sweep_files_per_round=SWEEP))
+    try:  # the next run: another process, another deployment object
+        record = StoredNames(other)
+        found = discover(other, record)
+        record.store()
+    finally:
+        other.close()
+    # Only b-new `stat`ed: the re-put under a stored name is the sweep's, as with a daemon's record.
+    assert (found.registered, found.remembered, found.redelivered) == (1, 6, 0)
+    assert len(lake.catalog.discovery.recorded_names(lake.staging.root)[directory].files.split("/")) == 7
+    shutil.rmtree(directory)
+    settle()
+    put(lake, "host01.web.access/2026/01/01/c-new.jsonl")  # a round that reads a directory forgets the removed one
+    record = StoredNames(lake)
+    assert discover(lake, record).registered == 1
+    record.store()
+    stored = lake.catalog.discovery.recorded_names(lake.staging.root)
+    assert directory not in stored  # gone; the directories read (the new file's, the removed one's parent) stay
+    assert set(stored) == {lake.staging.path("host01.web.access/2026/01/01"),
+                           lake.staging.path("host02.web.access/2026/01")}
+
+
 def test_without_a_record_a_round_stats_every_name_of_a_changed_directory(lake: Deployment, tmp_path: Path) -> None:
     first_round(lake)
     day = "host02.web.access/2026/01/02"
     put(lake, f"{day}/b-new.jsonl")
     reput(lake, f"{day}/obj-1.jsonl", tmp_path)
-    found = discover(lake)  # `silt stream --once`'s walk, as before the record
+    found = discover(lake)  # a walk with no record of names
     assert (found.registered, found.redelivered, found.remembered) == (1, 1, 0)
 
 

@@ -29,7 +29,7 @@ from siltlake.tabledef import DerivedDef, TableDef
 MIGRATIONS = Path(__file__).with_name("migrations")
 # The newest migration's revision (tests check it against Alembic's head): check_ready() compares it with
 # the catalog's without importing Alembic, which would double a read-only command's start-up time.
-HEAD_REVISION = "0019"
+HEAD_REVISION = "0020"
 
 _TICK = dt.timedelta(microseconds=1)  # how far a version stamped on a clock behind goes past the newest
 
@@ -320,6 +320,17 @@ class CatalogCore:
         columns = [key] if isinstance(key, str) else list(key)
         statement = insert(table).values(values).on_conflict_do_nothing(index_elements=columns)
         return c.execute(statement.returning(*(table.c[name] for name in returning))).all()
+
+    def upsert(self, c: Connection, table: sa.Table, key: tuple[str, ...], values: list[dict],
+               updated: tuple[str, ...]) -> None:
+        """Insert rows, or set these columns of the rows with the same unique key (one statement)."""
+        if self.dialect == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert
+        else:
+            from sqlalchemy.dialects.sqlite import insert
+        statement = insert(table).values(values)
+        c.execute(statement.on_conflict_do_update(index_elements=list(key),
+                                                  set_={name: statement.excluded[name] for name in updated}))
 
     def add_staging_totals(self, c: Connection, deltas: Mapping[int, Sequence[int]]) -> None:
         """Add (objects, records in, bad records) to each table's running staging totals (staging_totals), in

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import datetime as dt
+import zlib
+from collections.abc import Iterable, Mapping
 
 import sqlalchemy as sa
 
 from siltlake.catalog import schema as s
 from siltlake.catalog.core import CatalogCore
 from siltlake.catalog.records import DiscoveryCursor, PrefixCursor
+from siltlake.storage.accounted import DirectoryNames
 
 
 class DiscoveryCursors:
@@ -129,3 +132,27 @@ class DiscoveryCursors:
         c.execute(d.update().where(d.c.staging_root == staging_root,
                                    sa.or_(d.c.checked_time.is_(None), d.c.checked_time < listing_started))
                   .values(checked_time=listing_started))
+
+    def recorded_names(self, staging_root: str) -> dict[str, DirectoryNames]:
+        """The record of names a one-off run stored for the root's directories, by path (empty: none)."""
+        n = s.discovery_names
+        with self._core.tx() as c:
+            rows = c.execute(sa.select(n.c.directory, n.c.identity, n.c.newest_ns, n.c.names)
+                             .where(n.c.staging_root == staging_root)).all()
+        return {row.directory: DirectoryNames(tuple(int(part) for part in row.identity.split(":")), row.newest_ns,
+                                              zlib.decompress(row.names).decode())
+                for row in rows}
+
+    def record_names(self, staging_root: str, changed: Mapping[str, DirectoryNames], forgotten: Iterable[str]) -> None:
+        """Store the directories whose record changed (each replaced whole) and drop the forgotten ones. Of two
+        runs storing at once the later stands: each stores only what its completed round accounted for."""
+        n = s.discovery_names
+        rows = [dict(staging_root=staging_root, directory=path, identity=":".join(map(str, known.identity)),
+                     newest_ns=known.newest_ns, names=zlib.compress((known.files or "").encode(), 1))
+                for path, known in changed.items()]
+        gone = list(forgotten)
+        with self._core.tx() as c:
+            if gone:
+                c.execute(n.delete().where(n.c.staging_root == staging_root, n.c.directory.in_(gone)))
+            if rows:
+                self._core.upsert(c, n, ("staging_root", "directory"), rows, ("identity", "newest_ns", "names"))

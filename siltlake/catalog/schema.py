@@ -444,6 +444,22 @@ discovery_cursors = sa.Table(
     sa.Column("checked_time", sa.DateTime, nullable=True),
 )
 
+# The record of names a local staging root's walk keeps between runs that are not one process (`silt stream
+# --once`; a daemon keeps its own in memory): per directory whose names a completed round accounted for, its
+# identity ("device:inode:links"), its newest time (ns) and the names, zlib-compressed and joined by '/' (0020;
+# storage/accounted.py, docs/design.md "A one-off run's record of names").
+discovery_names = sa.Table(
+    "discovery_names",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("staging_root", sa.Text, nullable=False),
+    sa.Column("directory", sa.Text, nullable=False),
+    sa.Column("identity", sa.String(80), nullable=False),
+    sa.Column("newest_ns", sa.BigInteger, nullable=False),
+    sa.Column("names", sa.LargeBinary, nullable=False),
+    sa.UniqueConstraint("staging_root", "directory"),
+)
+
 # An object store's listing cursors (stream/discover_s3.py): per key prefix of a staging root, the key after
 # which its next listing starts. kind 'stream' is a first-level prefix or a stream's prefix below one; 'recent'
 # a day's prefix that received a key within stream.late_window (newest_put: the greatest LastModified seen).

@@ -53,7 +53,7 @@ def unknown_replay(context: click.Context, uris: tuple[str, ...], replay_all: bo
         from siltlake.stream.discover import readmit
 
         replayed = deployment.catalog.staging.forget_unknown(None if replay_all else list(uris))
-        # Objects older than stream.staging_retention are skipped by listings: they are registered here instead.
+        # Registered here rather than left to a listing, which may not look at them again (stream/discover.py).
         readmit(deployment, replayed)
     not_unknown = sorted(set(uris) - set(replayed))
     sentence = (f"would stream {len(replayed)} objects again (dry run: nothing changed)" if dry_run

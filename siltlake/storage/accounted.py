@@ -40,10 +40,15 @@ class AccountedNames:
     (or recorded unknown, held to settle, or judged as a tail) or was older than the cursor the round read from,
     which an earlier completed listing stored. A name in it is accounted for whatever happens to its file later:
     a re-put or append under it is left to the rolling sweep and the watched files, as in an unchanged directory.
-    Kept by one process (a stream daemon) in memory; nothing of it is stored."""
+    A stream daemon keeps it in memory; a one-off run reads it from the catalog and stores it back
+    (stream/names.py)."""
 
-    def __init__(self) -> None:
-        self._directories: dict[str, DirectoryNames] = {}
+    def __init__(self, directories: dict[str, DirectoryNames] | None = None) -> None:
+        self._directories: dict[str, DirectoryNames] = dict(directories or {})
+
+    def recorded(self) -> dict[str, DirectoryNames]:
+        """The record by directory path (a copy)."""
+        return dict(self._directories)
 
     def files(self, path: str, found: os.stat_result) -> str | None:
         """The accounted file names of the directory at path, joined by SEPARATOR, if the record is of this very

@@ -270,13 +270,11 @@ def _unexpired(deployment: Deployment, listed: list[ObjectInfo],
 
 
 def readmit(deployment: Deployment, uris: list[str]) -> int:
-    """Register now the forgotten unknown objects (`silt unknown replay`) that arrived before the staging root's
-    expiry watermark: full listings skip those, so the next round would never look at them again. The rest are
-    left to the next full listing, as before. Returns how many were registered (others may be unknown again)."""
+    """Register now the forgotten unknown objects (`silt unknown replay`) still in the staging root, so that the
+    next round streams them: a listing would not (a full one skips those that arrived before the expiry
+    watermark; a walk does not look at an unchanged file whose name a record of names holds, which only the
+    rolling sweep reaches, within a pass). Returns how many were registered (others may be unknown again)."""
     staging = deployment.staging
-    cursor = deployment.catalog.discovery.get(staging.root)
-    if cursor is None or cursor.expired_before is None:
-        return 0
     prefix = staging.root + "/"
     listed = []
     for uri in uris:
@@ -288,8 +286,7 @@ def readmit(deployment: Deployment, uris: list[str]) -> int:
             continue
         if info is not None and not is_in_flight(info.key):
             listed.append(info)
-    fresh = {info.key for info in _unexpired(deployment, listed, cursor.expired_before)}
-    return _register(deployment, [info for info in listed if info.key not in fresh]).registered
+    return _register(deployment, listed).registered
 
 
 def _register(deployment: Deployment, listed: list[ObjectInfo]) -> Discovery:

@@ -28,6 +28,7 @@ from siltlake.storage.accounted import AccountedNames
 from siltlake.storage.filesystem import Storage
 from siltlake.storage.keys import TableLayout, temporary_run
 from siltlake.stream.discover import Discovery, discover, sweep_slice
+from siltlake.stream.names import StoredNames, stored_names
 from siltlake.stream.notifications import NotificationTally
 from siltlake.stream.task import StreamTask, process_staging_object
 
@@ -406,18 +407,18 @@ class _Claims:
 _unreleased: set[str] = set()
 
 
-def discover_settled(deployment: Deployment, stop: threading.Event | None = None) -> Discovery:
+def discover_settled(deployment: Deployment, stop: threading.Event | None = None,
+                     accounted: AccountedNames | None = None) -> Discovery:
     """Discover, then wait for the local files still being written to settle (at most stream.settle_time) and
-    discover again: what `silt stream --once` does, so that a file written just before it is taken. A one-off
-    run keeps no record of names between rounds: its walk `stat`s every entry of a changed directory."""
-    found = discover(deployment)
+    discover again: what `silt stream --once` does, so that a file written just before it is taken."""
+    found = discover(deployment, accounted)
     deadline = time.monotonic() + deployment.config.stream.settle_time
     while found.unsettled and found.settles_in is not None and (stop is None or not stop.is_set()):
         wait = max(found.settles_in, 0.0) + 0.05
         if time.monotonic() + wait > deadline + 0.5:
             break
         time.sleep(wait)
-        again = discover(deployment)
+        again = discover(deployment, accounted)
         again.fold(found, same_listing=True)
         found = again
     return found
@@ -438,12 +439,16 @@ def stream_once(deployment: Deployment, progress: Progress | None = None,
     With settle_wait (`silt stream --once`), discovery waits up to stream.settle_time for the local files still
     being written to settle, so that a one-off run takes what was just written (a daemon's next round would).
     Once stop is set no new wave starts: the objects of later waves stay pending for the next run. `accounted`:
-    a daemon's record of the names its earlier rounds listed in a local root (stream_forever keeps one)."""
+    a daemon's record of the names its earlier rounds listed in a local root (stream_forever keeps one); without
+    it a round reads the record the catalog stores for one-off runs and stores it back (stream/names.py)."""
     started = time.monotonic()
     progress = progress or Progress()
     deployment.catalog.check_ready()
     deployment.check_instance("stream")
-    found = discover_settled(deployment, stop) if settle_wait else discover(deployment, accounted, sweep=False)
+    record = accounted if accounted is not None else stored_names(deployment)
+    found = discover_settled(deployment, stop, record) if settle_wait else discover(deployment, record, sweep=False)
+    if isinstance(record, StoredNames):
+        record.store()
     report = StreamReport()
     _discovered(report, found)
     settings = deployment.config.stream
