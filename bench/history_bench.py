@@ -23,9 +23,10 @@ With `--new K` (issue 28's "100 new objects at N = 1,000,000 within 1.5x of N = 
 objects and process them through Spark (local[2]), K tiny JSON-lines files written beside the newest day's objects
 (K / 20 in each host's directory of day 7, the directories a shipper is writing to); one such round first starts
 Spark and warms it, then `--new-rounds` pairs of rounds are timed, each pair a round as `silt stream --once`
-walks (every entry of a changed directory `stat`ed) and one as a `silt stream` daemon's (stream_forever's record
-of the names its earlier rounds listed: only names not in it are `stat`ed); the medians of each, the statements
-of the last, and the record's names and bytes at the end.
+walks (the record of names the catalog stores for one-off runs, read before the walk and stored back after:
+table discovery_names) and one as a `silt stream` daemon's (stream_forever's record in memory of the names its
+earlier rounds listed); in both only names not in the record are `stat`ed. The medians of each, the statements
+of the last, the daemon record's names and bytes and the stored record's compressed bytes at the end.
 
     .venv/bin/python bench/history_bench.py                               # N = 0, 10,000, 100,000
     .venv/bin/python bench/history_bench.py --sizes 0,10000,100000 --million
@@ -47,6 +48,7 @@ import time
 import tracemalloc
 from pathlib import Path
 
+import sqlalchemy as sa
 from common import StatementCounter, brief_machine, catalog_url, load_avg_1m, new_deployment, save_json, utc_stamp
 
 from siltlake.catalog import schema as s
@@ -186,6 +188,9 @@ def run(kind: str, objects: int, rounds: int, workdir: Path, profile: int, new: 
                                                           accounted=accounted))
                     if profile:
                         new_objects_round(deployment, root / "staging", new, counter, profile, accounted)
+                    with deployment.catalog.engine.connect() as c:
+                        stored_bytes = c.execute(sa.select(sa.func.sum(sa.func.length(s.discovery_names.c.names)))
+                                                 ).scalar() or 0
             finally:
                 deployment.close()
     finally:
@@ -208,7 +213,7 @@ def run(kind: str, objects: int, rounds: int, workdir: Path, profile: int, new: 
             "recorded_round_listed": recorded[-1]["listed"], "recorded_round_remembered": recorded[-1]["remembered"],
             "recorded_round_statements": recorded[-1]["statements"],
             "record_directories": accounted.directories, "record_names": accounted.names,
-            "record_bytes": accounted.footprint()}
+            "record_bytes": accounted.footprint(), "stored_record_bytes": stored_bytes}
            if fresh else {}),
     }
 

@@ -334,3 +334,20 @@ def test_a_round_reads_its_sweep_slice_beside_its_stage_and_the_next_round_loads
     assert stream_once(deployment).records_loaded == 0
     assert_rows_once(deployment, 18)
     deployment.close()
+
+
+def test_a_file_waiting_to_settle_is_counted_once_when_both_the_walk_and_the_sweep_see_it(
+        tmp_path: Path, catalog_url: str, spark) -> None:  # noqa: ANN001
+    deployment = deployment_with(tmp_path, catalog_url, spark, listing_margin=0, settle_time=3600, settle_limit=7200)
+    path = Path(deployment.staging.path(KEY))
+    append(path, lines(0, 4), age=7200)
+    assert stream_once(deployment).records_loaded == 4  # the root's first round: a full listing
+    time.sleep(0.02)
+    append(path, lines(4, 2))  # in place: its directory does not change, so the sweep's slice finds it
+    rounds = [stream_once(deployment) for _ in range(2)]
+    # The second round's walk looks at the waiting file by key, and its slice leaves it out.
+    assert [(report.unsettled, report.records_loaded) for report in rounds] == [(1, 0), (1, 0)]
+    os.utime(path, (time.time() - 7200, time.time() - 7200))
+    assert stream_once(deployment).records_loaded == 2
+    assert_rows_once(deployment, 6)
+    deployment.close()

@@ -35,6 +35,7 @@ class Settling:
     waiting: int = 0
     oldest_seconds: float = 0.0  # how long the longest-waiting file has waited
     settles_in: float | None = None  # seconds until the next waiting file would settle, if it is not written again
+    looked: set[str] = field(default_factory=set)  # keys of waiting and watched files looked at by key
 
 
 @dataclass
@@ -44,19 +45,21 @@ class Growth:
     handled: set[str] = field(default_factory=set)  # URIs judged here (not plain re-puts)
 
 
-def settle(deployment: Deployment, listed: list[ObjectInfo]) -> Settling:
+def settle(deployment: Deployment, listed: list[ObjectInfo], watched: bool = True) -> Settling:
     """Hold back the listed files of a local root written less than stream.settle_time ago, and add the files
     waiting from earlier rounds that settled since, and the watched files (seen written in place) that changed
     size. A file still changing after stream.settle_limit is let through: its delivery stops at its last whole
-    record. Object stores write atomically: nothing waits."""
+    record. Object stores write atomically: nothing waits. With watched=False the waiting and watched files are
+    not looked at (a round's sweep slice: the round's walk did, and the slice leaves out their keys)."""
     staging = deployment.staging
     config = deployment.config.stream
     if not staging.is_local:
         return Settling(listed)
     positions = deployment.catalog.positions
     now = utcnow()
-    waiting = {item.uri: item for item in positions.waiting(staging.root)}
+    waiting = {item.uri: item for item in positions.waiting(staging.root)} if watched else {}
     listed_keys = {info.key for info in listed}
+    first_listed = set(listed_keys)
     candidates = list(listed)
     gone: list[str] = []
     for item in waiting.values():
@@ -68,14 +71,14 @@ def settle(deployment: Deployment, listed: list[ObjectInfo]) -> Settling:
                 candidates.append(info)
                 listed_keys.add(item.key)
     since = now - dt.timedelta(seconds=config.full_listing_interval)
-    for position in positions.watched(staging.root, since):
+    for position in positions.watched(staging.root, since) if watched else []:
         if position.key in listed_keys:
             continue
         info = _look(deployment, position.key)
         if info is not None and info.size != position.read_end:
             candidates.append(info)
             listed_keys.add(position.key)
-    result = Settling([])
+    result = Settling([], looked=listed_keys - first_listed)
     hold: list[tuple[str, str, int, dt.datetime]] = []
     taken: list[tuple[str, str]] = []
     for info in candidates:

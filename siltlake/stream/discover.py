@@ -76,7 +76,8 @@ def _key_date(match: re.Match[str]) -> str | None:
 @dataclass(frozen=True)
 class SweepSlice:
     """A local round's slice of the rolling sweep, left for later (discover(sweep=False)): the root's cursor as the
-    round read it, the file system's clock before its walk, and the keys the walk found (not looked up again)."""
+    round read it, the file system's clock before its walk, and the keys the walk found or looked at by key (the
+    slice leaves them out: each is looked up once a round)."""
 
     cursor: DiscoveryCursor
     started_ns: int
@@ -110,6 +111,7 @@ class Discovery:
     sweep_unchanged: int = 0  # of those, files not looked up: unchanged since the last completed full listing
     sweep_completed: bool = False
     sweep_pending: SweepSlice | None = None  # a slice left for sweep_slice() (discover(sweep=False))
+    looked_by_key: set[str] = field(default_factory=set)  # keys of waiting and watched files looked at by key
     # Of the walk's entries, names a daemon's record of its earlier rounds accounted for: not `stat`ed
     # (docs/design.md, "Issue 28: a round costs what is new in a changed directory").
     remembered: int = 0
@@ -181,7 +183,7 @@ def discover(deployment: Deployment, accounted: AccountedNames | None = None, *,
     if not full:
         if accounted is not None:  # every name the walk listed is accounted for now
             accounted.keep(changed.directories, started, config.late_window * 1_000_000_000)
-        pending = SweepSlice(cursor, started, frozenset(info.key for info in walked))
+        pending = SweepSlice(cursor, started, frozenset(info.key for info in walked) | report.looked_by_key)
         if sweep:
             report.add_sweep(sweep_slice(deployment, pending))
         else:
@@ -200,7 +202,7 @@ def sweep_slice(deployment: Deployment, pending: SweepSlice) -> Discovery:
                                      None if unchanged_before is None else to_nanoseconds(unchanged_before))
     sweeping = [info for info in swept.objects if not is_in_flight(info.key) and info.key not in pending.walked]
     fresh = _unexpired(deployment, sweeping, cursor.expired_before)
-    report = _register(deployment, fresh)
+    report = _register(deployment, fresh, watched=False)  # the round's walk looked at the watched files
     report.full_listing = False
     report.listed = report.swept = len(swept.objects) + swept.unchanged
     report.expired, report.sweep_unchanged = len(sweeping) - len(fresh), swept.unchanged
@@ -289,15 +291,17 @@ def readmit(deployment: Deployment, uris: list[str]) -> int:
     return _register(deployment, listed).registered
 
 
-def _register(deployment: Deployment, listed: list[ObjectInfo]) -> Discovery:
-    """Register, of these listed objects, those the catalog does not know; count the known ones put again."""
+def _register(deployment: Deployment, listed: list[ObjectInfo], watched: bool = True) -> Discovery:
+    """Register, of these listed objects, those the catalog does not know; count the known ones put again. With
+    watched, the local files waiting to settle and those watched for growth are looked at too (once a round)."""
     pattern = re.compile(deployment.config.stream.key_pattern)
     staging = deployment.staging
     catalog = deployment.catalog
-    settling = settle(deployment, listed)  # a local file still being written waits (stream/appends.py)
+    settling = settle(deployment, listed, watched)  # a local file still being written waits (stream/appends.py)
     listed = settling.ready
     report = Discovery(listed=len(listed), looked_up=len(listed), unsettled=settling.waiting,
-                       unsettled_seconds=settling.oldest_seconds, settles_in=settling.settles_in)
+                       unsettled_seconds=settling.oldest_seconds, settles_in=settling.settles_in,
+                       looked_by_key=settling.looked)
     if not listed:
         return report
     # Each URI is built (quoted) once: an idle round over a long history lists every object ever put.

@@ -454,9 +454,7 @@ def stream_once(deployment: Deployment, progress: Progress | None = None,
     settings = deployment.config.stream
     claims = _Claims(deployment, owner or process_owner())
     committer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="siltlake-commit")
-    # The committer reads the rolling sweep's slice while the first stage runs, before the first commit (what the
-    # slice registers is taken by the next round).
-    sweeping = committer.submit(sweep_slice, deployment, found.sweep_pending) if found.sweep_pending else None
+    sweeping: Future | None = None
     committing: Future | None = None
     run_id = f"stream-{utcnow():%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
     staged = False  # whether a stage may have written under the run's temporary prefix
@@ -466,9 +464,13 @@ def stream_once(deployment: Deployment, progress: Progress | None = None,
         wave = [] if stop is not None and stop.is_set() else claims.take(min(settings.objects_per_wave, budget))
         progress.start(len(wave) + (claims.claimable(budget - len(wave)) if wave else 0))
         if not wave:
-            _add_sweep(report, found, sweeping)
+            _add_sweep(report, found, sweep_slice(deployment, found.sweep_pending) if found.sweep_pending else None)
             report.seconds = time.monotonic() - started
             return report
+        # The committer reads the rolling sweep's slice while the first stage runs, before the first commit (what
+        # the slice registers after this claim is taken by the next round).
+        if found.sweep_pending is not None:
+            sweeping = committer.submit(sweep_slice, deployment, found.sweep_pending)
         staged = True
         spark_started = time.monotonic()
         spark = deployment.spark()
@@ -495,7 +497,7 @@ def stream_once(deployment: Deployment, progress: Progress | None = None,
             mark, wave = next_mark, next_wave
         if committing is not None:
             committing.result()
-        _add_sweep(report, found, sweeping)
+        _add_sweep(report, found, sweeping.result() if sweeping is not None else None)
     except BaseException as exc:
         if committing is not None:
             wait([committing])  # a commit under way ends as it would have (it is one transaction)
@@ -523,11 +525,10 @@ def _discovered(report: StreamReport, found: Discovery) -> None:
     report.unsettled, report.unsettled_seconds = found.unsettled, found.unsettled_seconds
 
 
-def _add_sweep(report: StreamReport, found: Discovery, sweeping: Future | None) -> None:
-    """Count the round's sweep slice, read beside the round's first stage, into its report (and fail the round
-    as the slice failed)."""
-    if sweeping is not None:
-        found.add_sweep(sweeping.result())
+def _add_sweep(report: StreamReport, found: Discovery, swept: Discovery | None) -> None:
+    """Count the round's sweep slice into its report."""
+    if swept is not None:
+        found.add_sweep(swept)
         _discovered(report, found)
 
 
