@@ -15,7 +15,7 @@ from urllib.parse import quote, unquote, urlsplit
 from siltlake.errors import ConfigError
 from siltlake.storage.accounted import AccountedNames
 from siltlake.storage.confined import UnsafeKey, open_regular_file
-from siltlake.storage.localwalk import ChangedListing, ObjectInfo, SweptListing, sweep_slice, walk_changed
+from siltlake.storage.localwalk import ChangedListing, ObjectInfo, SweptListing, arrival_ns, sweep_slice, walk_changed
 
 if TYPE_CHECKING:  # pyarrow is imported on first use: commands that only read the catalog never load it
     import pyarrow.fs as pafs
@@ -260,7 +260,7 @@ class Storage:
             own = os.lstat(path)
         except (OSError, UnsafeKey):
             return None
-        return max(found.st_mtime_ns, found.st_ctime_ns, own.st_mtime_ns, own.st_ctime_ns)
+        return arrival_ns(found, own)
 
     def subdirectories(self, prefix: str = "") -> list[str]:
         """Names of the directories (key prefixes) directly under a prefix."""

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from siltlake.storage.accounted import SEPARATOR, AccountedNames, DirectoryNames, directory_identity
 
-__all__ = ["ChangedListing", "ObjectInfo", "SweptListing", "listed_mtime", "sweep_slice", "walk_changed"]
+__all__ = ["ChangedListing", "ObjectInfo", "SweptListing", "arrival_ns", "listed_mtime", "sweep_slice", "walk_changed"]
 
 
 @dataclass(frozen=True)
@@ -127,8 +127,7 @@ def sweep_slice(base: str, after: str | None, limit: int, unchanged_before_ns: i
         if len(result.objects) + result.unchanged == limit:
             return result
         result.last_key = key
-        if unchanged_before_ns is not None and max(found.st_mtime_ns, found.st_ctime_ns, own.st_mtime_ns,
-                                                   own.st_ctime_ns) < unchanged_before_ns:
+        if unchanged_before_ns is not None and arrival_ns(found, own) < unchanged_before_ns:
             result.unchanged += 1
             continue
         result.objects.append(ObjectInfo(key, found.st_size, listed_mtime(found.st_mtime_ns)))
@@ -168,6 +167,12 @@ def _order(chosen: tuple[str, bool, bool, os.DirEntry]) -> str:
     return chosen[0]
 
 
+def arrival_ns(found: os.stat_result, own: os.stat_result) -> int:
+    """When a local file arrived in the root: max(mtime, ctime) of the file (`found`, through any link) and of the
+    entry itself (`own`, its lstat: a new link to an old file or directory is new; a rename sets the ctime)."""
+    return max(found.st_mtime_ns, found.st_ctime_ns, own.st_mtime_ns, own.st_ctime_ns)
+
+
 def listed_mtime(nanoseconds: int) -> dt.datetime:
     """A local file's mtime as pyarrow's listing gives it (seconds as a double, rounded to the microsecond; not
     truncated): a send_time stored from one listing compares equal with another's (no spurious re-put)."""
@@ -189,10 +194,7 @@ def _read_entries(path: str, prefix: str, since_ns: int, changed: bool, fresh: b
             if not is_dir and not (changed and entry.is_file()):
                 continue
             found = entry.stat()
-            newest = max(found.st_mtime_ns, found.st_ctime_ns)
-            if entry.is_symlink():  # a new link to an old file or directory is new: its own times count
-                link = entry.stat(follow_symlinks=False)
-                newest = max(newest, link.st_mtime_ns, link.st_ctime_ns)
+            newest = arrival_ns(found, entry.stat(follow_symlinks=False) if entry.is_symlink() else found)
         except OSError:  # removed during the walk, or a dangling link
             continue
         key = prefix + entry.name
@@ -230,8 +232,7 @@ def _read_by_name(path: str, prefix: str, since_ns: int, fresh: bool, known: str
             found = os.stat(entry_path) if stat.S_ISLNK(own.st_mode) else own
         except OSError:  # removed since the listing, or a dangling link: looked at again next round
             continue
-        # A link's own times count too: a new link to an old file or directory is new.
-        newest = max(found.st_mtime_ns, found.st_ctime_ns, own.st_mtime_ns, own.st_ctime_ns)
+        newest = arrival_ns(found, own)
         key = prefix + name
         if stat.S_ISDIR(found.st_mode):
             _descend(pending, entry_path, key, found, fresh or newest >= since_ns, above)
