@@ -362,6 +362,7 @@ def test_a_one_off_runs_record_is_stored_in_the_catalog_and_spares_the_next_run_
     discover(lake, idle)
     idle.store()
     assert idle.recorded() == {} and lake.catalog.discovery.recorded_names(lake.staging.root) == {}  # nothing read
+    settle()
     put(lake, f"{day}/a-new.jsonl")
     record = StoredNames(lake)
     found = discover(lake, record)  # nothing stored yet: the changed directory is read whole
