@@ -3,7 +3,6 @@ time, and the rolling sweep's slices in key order (docs/design.md, "Discovery re
 
 from __future__ import annotations
 
-import bisect
 import datetime as dt
 import os
 import stat
@@ -103,26 +102,21 @@ def sweep_slice(base: str, after: str | None, limit: int, unchanged_before_ns: i
     except FileNotFoundError:
         result.complete = True
         return result
-    # A stack of directories being read, each its entries in key order and where the walk is in them; a
-    # directory sorts as its name and a '/', so that keys come out in key order ("a-b" before "a/x" before "a0").
-    stack = [(iter(_sorted_entries(base, "", after)), "", frozenset([(top.st_dev, top.st_ino)]))]
-    while stack:
-        entries, prefix, above = stack[-1]
-        chosen = next(entries, None)
-        if chosen is None:
-            stack.pop()
-            continue
-        _, is_dir, is_link, entry = chosen
+    # A stack of sorted entry lists, last first: a directory sorts as its name and a '/', so that a walk in this
+    # order yields keys in key order ("a-b" before "a/x", "a/x" before "a0").
+    pending: list[tuple[str, str, bool, bool, frozenset]] = []
+    _push_sorted(pending, base, "", after, frozenset([(top.st_dev, top.st_ino)]))
+    while pending:
+        path, key, is_dir, is_link, above = pending.pop()
         try:
-            found = entry.stat()  # through a link, as list() reads it
-            own = entry.stat(follow_symlinks=False) if is_link and not is_dir else found
+            found = os.stat(path)
+            own = os.lstat(path) if is_link and not is_dir else found
         except OSError:  # removed during the walk, or a dangling link
             continue
-        key = prefix + entry.name
         if is_dir:
             identity = (found.st_dev, found.st_ino)
             if identity not in above:
-                stack.append((iter(_sorted_entries(entry.path, key + "/", after)), key + "/", above | {identity}))
+                _push_sorted(pending, path, key + "/", after, above | {identity})
             continue
         if len(result.objects) + result.unchanged == limit:
             return result
@@ -135,14 +129,12 @@ def sweep_slice(base: str, after: str | None, limit: int, unchanged_before_ns: i
     return result
 
 
-def _sorted_entries(path: str, prefix: str, after: str | None) -> list[tuple[str, bool, bool, os.DirEntry]]:
-    """A directory's files and subdirectories that may hold keys after `after`, in key order, each as (its name,
-    with a '/' if a directory; whether a directory; whether a link; the entry). `prefix` is the directory's key
-    and a '/'; `after` either starts with it or sorts before it (the walk enters no directory it passed)."""
+def _push_sorted(pending: list, path: str, prefix: str, after: str | None, above: frozenset) -> None:
+    """Push a directory's files and subdirectories that may hold keys after `after`, the first on top."""
     try:
         entries = list(os.scandir(path))
     except (FileNotFoundError, NotADirectoryError, PermissionError):
-        return []  # removed during the walk (or unreadable): list() would not show its files either
+        return  # removed during the walk (or unreadable): list() would not show its files either
     chosen = []
     for entry in entries:
         try:
@@ -152,19 +144,14 @@ def _sorted_entries(path: str, prefix: str, after: str | None) -> list[tuple[str
             is_link = entry.is_symlink()
         except OSError:
             continue
-        chosen.append((entry.name + "/" if is_dir else entry.name, is_dir, is_link, entry))
-    chosen.sort(key=_order)  # names are unique in a directory: the order alone decides
-    if after is None or not after.startswith(prefix):
-        return chosen
-    passed = after[len(prefix):]
-    start = bisect.bisect_right(chosen, passed, key=_order)  # the first entry sorting after `after`
-    if start and chosen[start - 1][1] and passed.startswith(chosen[start - 1][0]):
-        start -= 1  # the directory `after` lies in: the rest of it is still to come
-    return chosen[start:]
-
-
-def _order(chosen: tuple[str, bool, bool, os.DirEntry]) -> str:
-    return chosen[0]
+        key = prefix + entry.name
+        order = key + "/" if is_dir else key
+        # A directory is skipped when all its keys sort at or before `after`: `after` passes its prefix.
+        if after is not None and order <= after and not (is_dir and after.startswith(order)):
+            continue
+        chosen.append((order, entry.path, key, is_dir, is_link))
+    chosen.sort(reverse=True)
+    pending.extend((entry_path, key, is_dir, is_link, above) for _, entry_path, key, is_dir, is_link in chosen)
 
 
 def arrival_ns(found: os.stat_result, own: os.stat_result) -> int:
