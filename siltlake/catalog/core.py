@@ -313,22 +313,22 @@ class CatalogCore:
         """insert_once, returning these columns of the rows it inserted."""
         if not values:
             return []
+        columns = [key] if isinstance(key, str) else list(key)
+        statement = self._insert(table).values(values).on_conflict_do_nothing(index_elements=columns)
+        return c.execute(statement.returning(*(table.c[name] for name in returning))).all()
+
+    def _insert(self, table: sa.Table):
+        """An INSERT of the catalog's dialect (imported on first use: naming it at import loads the dialect)."""
         if self.dialect == "postgresql":
             from sqlalchemy.dialects.postgresql import insert
         else:
             from sqlalchemy.dialects.sqlite import insert
-        columns = [key] if isinstance(key, str) else list(key)
-        statement = insert(table).values(values).on_conflict_do_nothing(index_elements=columns)
-        return c.execute(statement.returning(*(table.c[name] for name in returning))).all()
+        return insert(table)
 
     def upsert(self, c: Connection, table: sa.Table, key: tuple[str, ...], values: list[dict],
                updated: tuple[str, ...]) -> None:
         """Insert rows, or set these columns of the rows with the same unique key (one statement)."""
-        if self.dialect == "postgresql":
-            from sqlalchemy.dialects.postgresql import insert
-        else:
-            from sqlalchemy.dialects.sqlite import insert
-        statement = insert(table).values(values)
+        statement = self._insert(table).values(values)
         c.execute(statement.on_conflict_do_update(index_elements=list(key),
                                                   set_={name: statement.excluded[name] for name in updated}))
 
