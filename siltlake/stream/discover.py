@@ -288,7 +288,8 @@ def readmit(deployment: Deployment, uris: list[str]) -> int:
             continue
         if info is not None and not is_in_flight(info.key):
             listed.append(info)
-    return _register(deployment, listed).registered
+    # Only what the replay names: the waiting and watched files are a stream round's to look at.
+    return _register(deployment, listed, watched=False).registered if listed else 0
 
 
 def _register(deployment: Deployment, listed: list[ObjectInfo], watched: bool = True) -> Discovery:
