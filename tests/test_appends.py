@@ -314,6 +314,7 @@ def test_a_round_reads_its_sweep_slice_beside_its_stage_and_the_next_round_loads
     assert stream_once(deployment).records_loaded == 10  # the root's first round: a full listing
     time.sleep(0.02)  # the next round's cursor is past every write so far
     assert stream_once(deployment).records_loaded == 0
+    time.sleep(0.02)  # and past that round's start: the file system's clock is coarser than time.time_ns()
     threads = []
 
     def recording_sweep(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
