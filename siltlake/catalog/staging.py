@@ -70,9 +70,7 @@ class Staging:
         rows = [dict(uri=uri, table_id=table_id, size=size, send_time=send_time, receive_time=now)
                 for uri, table_id, size, send_time in objects]
         with self._core.tx() as c:
-            # One statement per 500 objects: a shipper's thousands of small objects register in a few.
-            new = Counter(row.table_id for start in range(0, len(rows), 500) for row in self._core.insert_new(
-                c, s.staging_objects, "uri", rows[start:start + 500], "table_id"))
+            new = Counter(row.table_id for row in self._core.insert_new(c, s.staging_objects, "uri", rows, "table_id"))
             self._core.add_staging_totals(c, {table_id: (count, 0, 0) for table_id, count in new.items()})
             return sum(new.values())
 

@@ -326,12 +326,13 @@ def _register(deployment: Deployment, listed: list[ObjectInfo], watched: bool = 
         return report
     tables = catalog.tables.by_key_names()
     rows = []
+    leaving = staging.leaving_root(info.key for _, info, _ in fresh)
     for uri, info, send_time in fresh:
         mapping = map_key(info.key, pattern, tables)
         if mapping.table is not None and mapping.table.definition.kind == "derived":
             mapping = KeyMapping(None, f"{mapping.table.qualified_name} is a derived table, built from its query: "
                                        "it takes no staging objects")
-        if staging.leaves_root(info.key):
+        if info.key in leaving:
             mapping = KeyMapping(None, f"key {info.key!r} is a symbolic link that leads out of the staging root; "
                                        "refused")
         if mapping.table is None:
