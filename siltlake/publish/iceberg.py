@@ -27,6 +27,7 @@ from urllib.parse import unquote
 from siltlake.catalog.core import normalise_url
 from siltlake.clock import utcnow
 from siltlake.errors import ConfigError, SiltError
+from siltlake.publish.iceberg_manifests import commit_files, day_bounds
 from siltlake.publish.targets import SomeTablesFailed, drop_forgotten_tables
 from siltlake.read.keyed import dirty_dates
 from siltlake.read.versions import version_files
@@ -184,14 +185,8 @@ def snapshot_files(table: IcebergTable, snapshot: Any, cache: dict[str, list[Any
 
 def _may_hold(manifest: Any, days: set[int]) -> bool:  # noqa: ANN401 - a pyiceberg ManifestFile
     """Whether a manifest's dt bounds (its manifest list entry's partition summary) may hold one of `days`."""
-    summary = (manifest.partitions or [None])[0]
-    if summary is None or summary.lower_bound is None or summary.upper_bound is None:
-        return True
-    from pyiceberg.conversions import from_bytes
-    from pyiceberg.types import DateType
-
-    return any(from_bytes(DateType(), summary.lower_bound) <= day <= from_bytes(DateType(), summary.upper_bound)
-               for day in days)
+    bounds = day_bounds(manifest)
+    return bounds is None or any(bounds[0] <= day <= bounds[1] for day in days)
 
 
 class IcebergTarget:
@@ -451,13 +446,7 @@ class IcebergTarget:
             # Snapshot times must differ: a by-time lookup finds the newest snapshot at or before a time.
             while int(time.time() * 1000) <= previous.timestamp_ms:
                 time.sleep(0.001)
-        with table.transaction() as transaction:
-            update = transaction.update_snapshot(snapshot_properties=summary)
-            with (update.overwrite() if removed else update.fast_append()) as producer:
-                for data_file in removed:
-                    producer.delete_data_file(data_file)
-                for data_file in added:
-                    producer.append_data_file(data_file)
+        commit_files(table, removed, added, summary)
 
     def _data_file(self, table: IcebergTable, path: str, date: dt.date, size: int | None) -> Any:  # noqa: ANN401
         """A DataFile for one of siltlake's objects, its statistics from the Parquet footer; dt is its partition."""

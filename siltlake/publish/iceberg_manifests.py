@@ -1,0 +1,139 @@
+"""Iceberg snapshots whose data manifests each hold one month of `dt` (docs/design.md, "Iceberg manifests by month").
+
+PyIceberg writes a commit's added files into one manifest and keeps every manifest of the snapshot before. A table
+synced whole in one commit (its first snapshot, or a catch-up after reaped versions) then has one manifest holding
+every date, and each later overwrite of one date (a merge) reads and rewrites that whole manifest: a merged publish
+cost what the table holds. Here a commit's own manifests are split by month, and a month's manifests are merged into
+one once a commit leaves more than `MONTH_MANIFESTS` of them, so an overwrite reads and rewrites one month's files
+and the manifest list grows with the table's months, not its versions. Manifests holding only entries deleted by
+an earlier snapshot are dropped (PyIceberg's overwrite carries them forward).
+
+The producers below are PyIceberg's own (pinned to 0.12 in pyproject.toml) with one step added: the hook PyIceberg
+gives a producer to post-process its manifests, which its merge-append uses the same way.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table as IcebergTable
+
+# A month's manifests are merged into one when a commit would leave more than this many: a live table's minute-by-
+# minute appends add one manifest each, and a month's merge reads that month's entries once every few commits.
+MONTH_MANIFESTS = 8
+
+
+def day_bounds(manifest: Any) -> tuple[int, int] | None:  # noqa: ANN401 - a pyiceberg ManifestFile
+    """The first and last `dt` (days since 1970-01-01) a manifest may hold, from its manifest list entry; None
+    when it does not say."""
+    summary = (manifest.partitions or [None])[0]
+    if summary is None or summary.lower_bound is None or summary.upper_bound is None:
+        return None
+    from pyiceberg.conversions import from_bytes
+    from pyiceberg.types import DateType
+
+    return from_bytes(DateType(), summary.lower_bound), from_bytes(DateType(), summary.upper_bound)
+
+
+def _month(day: int | None) -> int | None:
+    """A month's number (year * 12 + month - 1) of a day since 1970-01-01."""
+    if day is None:
+        return None
+    date = dt.date(1970, 1, 1) + dt.timedelta(days=day)
+    return date.year * 12 + date.month - 1
+
+
+def _entry_month(entry: Any) -> int | None:  # noqa: ANN401 - a pyiceberg ManifestEntry
+    partition = entry.data_file.partition
+    value = partition[0] if partition is not None and len(partition) else None
+    if isinstance(value, dt.date):
+        value = (value - dt.date(1970, 1, 1)).days
+    return _month(value)
+
+
+def _months(manifest: Any) -> tuple[int | None, int | None]:  # noqa: ANN401 - a pyiceberg ManifestFile
+    bounds = day_bounds(manifest)
+    return (None, None) if bounds is None else (_month(bounds[0]), _month(bounds[1]))
+
+
+def by_month(producer: Any, manifests: list[Any]) -> list[Any]:  # noqa: ANN401 - a pyiceberg snapshot producer
+    """The manifests a commit's snapshot lists, its data manifests regrouped as the module says."""
+    from pyiceberg.manifest import ManifestContent, ManifestEntryStatus
+
+    this = producer.snapshot_id
+    others = [m for m in manifests if m.content != ManifestContent.DATA]
+    data = [m for m in manifests if m.content == ManifestContent.DATA and
+            (m.added_snapshot_id == this or m.has_added_files() or m.has_existing_files())]
+    spans = {m.manifest_path: _months(m) for m in data}
+    rewrite = {m.manifest_path for m in data if m.added_snapshot_id == this and
+               (spans[m.manifest_path][0] != spans[m.manifest_path][1] or spans[m.manifest_path][0] is None)}
+    touched = {spans[m.manifest_path][0] for m in data if m.added_snapshot_id == this} - {None}
+    in_month: dict[tuple[int, int], list[Any]] = defaultdict(list)
+    for m in data:
+        first, last = spans[m.manifest_path]
+        if first is not None and first == last and m.manifest_path not in rewrite:
+            in_month[(m.partition_spec_id, first)].append(m)
+    for (_, month), group in in_month.items():
+        if month in touched and len(group) > MONTH_MANIFESTS:
+            rewrite.update(m.manifest_path for m in group)
+    if not rewrite:
+        return manifests
+    entries: dict[tuple[int, int | None], list[tuple[str, Any]]] = defaultdict(list)
+    for m in data:
+        if m.manifest_path not in rewrite:
+            continue
+        for entry in producer.fetch_manifest_entry(manifest=m, discard_deleted=False):
+            if entry.snapshot_id == this and entry.status == ManifestEntryStatus.ADDED:
+                kind = "add"
+            elif entry.snapshot_id == this and entry.status == ManifestEntryStatus.DELETED:
+                kind = "delete"
+            elif entry.status != ManifestEntryStatus.DELETED:
+                kind = "existing"
+            else:
+                continue  # deleted by an earlier snapshot: that snapshot's manifests keep it
+            entries[(m.partition_spec_id, _entry_month(entry))].append((kind, entry))
+    written = []
+    for (spec_id, _), group in sorted(entries.items(), key=lambda item: (item[0][0], item[0][1] or -1)):
+        with producer.new_manifest_writer(spec=producer.spec(spec_id)) as writer:
+            for kind, entry in group:
+                getattr(writer, kind)(entry)
+        written.append(writer.to_manifest_file())
+    return [*written, *(m for m in data if m.manifest_path not in rewrite), *others]
+
+
+def commit_files(table: IcebergTable, removed: Sequence[Any], added: Sequence[Any],  # noqa: ANN401
+                 summary: dict[str, str]) -> None:
+    """One snapshot removing and adding these data files, its manifests by month."""
+    from pyiceberg.table.snapshots import Operation
+
+    append, overwrite = _producers()
+    with table.transaction() as transaction:
+        producer_class, operation = (overwrite, Operation.OVERWRITE) if removed else (append, Operation.APPEND)
+        with producer_class(operation=operation, transaction=transaction, io=table.io,
+                            snapshot_properties=summary) as producer:
+            for data_file in removed:
+                producer.delete_data_file(data_file)
+            for data_file in added:
+                producer.append_data_file(data_file)
+
+
+@functools.cache
+def _producers() -> tuple[type, type]:
+    """PyIceberg's fast append and overwrite, their manifests by month (made on first use: PyIceberg is imported
+    only by a deployment that publishes to Iceberg)."""
+    from pyiceberg.table.update.snapshot import _FastAppendFiles, _OverwriteFiles
+
+    class MonthlyAppend(_FastAppendFiles):
+        def _process_manifests(self, manifests: list[Any]) -> list[Any]:
+            return by_month(self, super()._process_manifests(manifests))
+
+    class MonthlyOverwrite(_OverwriteFiles):
+        def _process_manifests(self, manifests: list[Any]) -> list[Any]:
+            return by_month(self, super()._process_manifests(manifests))
+
+    return MonthlyAppend, MonthlyOverwrite

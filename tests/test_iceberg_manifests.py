@@ -1,0 +1,78 @@
+"""The Iceberg target's manifests hold one month of `dt` each, so a commit costs the months it changes
+(siltlake/publish/iceberg_manifests.py)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter
+
+import pytest
+
+from siltlake.deployment import Deployment
+from siltlake.publish import delete_rows, iceberg_manifests
+from siltlake.publish.iceberg import open_catalog
+from siltlake.publish.iceberg_manifests import day_bounds
+
+from .merge_helpers import add_small_objects, rows_for
+from .test_iceberg_target import assert_same_as_siltlake, published, with_iceberg
+from .test_merge import DAY, make_table
+from .test_publish import tokyo
+
+pytestmark = pytest.mark.spark  # the deployment fixture starts the test session's Spark
+EPOCH = dt.date(1970, 1, 1)
+DECEMBER, JANUARY = dt.date(2026, 12, 5), dt.date(2027, 1, 9)
+
+
+def manifests_by_month(deployment: Deployment) -> dict[tuple[int, int], list[str]]:
+    """The current snapshot's data manifests, by the one month each holds (a manifest spanning two fails)."""
+    table = open_catalog(deployment).load_table(("web", "access"))
+    months: dict[tuple[int, int], list[str]] = {}
+    for manifest in table.current_snapshot().manifests(table.io):
+        first, last = (EPOCH + dt.timedelta(days=day) for day in day_bounds(manifest))
+        assert (first.year, first.month) == (last.year, last.month), f"{manifest.manifest_path}: {first} to {last}"
+        months.setdefault((first.year, first.month), []).append(manifest.manifest_path)
+    return months
+
+
+def test_a_whole_table_commit_is_split_by_month_and_an_overwrite_rewrites_only_its_month(
+        deployment: Deployment) -> None:
+    with_iceberg(deployment)
+    record = make_table(deployment)
+    for seed, date in enumerate((DAY, DAY, DAY + dt.timedelta(days=1), DECEMBER, JANUARY)):
+        add_small_objects(deployment, record, date, [rows_for(date, 10, seed)])
+    published(deployment, tokyo(JANUARY, 12))  # the first snapshot: the whole table in one commit
+    before = manifests_by_month(deployment)
+    assert {month: len(paths) for month, paths in before.items()} == {(2026, 11): 1, (2026, 12): 1, (2027, 1): 1}
+    assert_same_as_siltlake(deployment, "web.access", ("web", "access"))
+
+    delete_rows(deployment, "web.access", DAY, "user_id % 2 = 0", now=tokyo(JANUARY, 13))
+    published(deployment, tokyo(JANUARY, 14))  # an overwrite of one November date
+    after = manifests_by_month(deployment)
+    assert after[(2026, 12)] == before[(2026, 12)] and after[(2027, 1)] == before[(2027, 1)], \
+        "the months the overwrite did not change keep their manifests, unread and unwritten"
+    assert after[(2026, 11)] != before[(2026, 11)]
+    assert_same_as_siltlake(deployment, "web.access", ("web", "access"))
+
+    add_small_objects(deployment, record, DECEMBER, [rows_for(DECEMBER, 10, 9)])
+    published(deployment, tokyo(JANUARY, 15))
+    table = open_catalog(deployment).load_table(("web", "access"))
+    kept = table.current_snapshot().manifests(table.io)
+    assert all(m.has_added_files() or m.has_existing_files() for m in kept), \
+        "a manifest of only the files an earlier snapshot deleted is not carried forward"
+    assert_same_as_siltlake(deployment, "web.access", ("web", "access"))
+
+
+def test_a_months_manifests_are_merged_once_commits_leave_too_many(deployment: Deployment, monkeypatch) -> None:
+    monkeypatch.setattr(iceberg_manifests, "MONTH_MANIFESTS", 3)
+    with_iceberg(deployment)
+    record = make_table(deployment)
+    counts = []
+    for seed in range(7):  # a live table: one small object a version, each published on its own
+        add_small_objects(deployment, record, DAY, [rows_for(DAY, 5, seed)])
+        published(deployment, tokyo(DAY, 8 + seed))
+        counts.append(len(manifests_by_month(deployment)[(2026, 11)]))
+    assert counts == [1, 2, 3, 1, 2, 3, 1], counts
+    table = open_catalog(deployment).load_table(("web", "access"))
+    assert Counter(len(table.scan(snapshot_id=s.snapshot_id).to_arrow()) for s in table.snapshots()) == \
+        Counter(5 * (n + 1) for n in range(7)), "every snapshot still reads its own version's rows"
+    assert_same_as_siltlake(deployment, "web.access", ("web", "access"))
