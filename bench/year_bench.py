@@ -26,7 +26,8 @@ Each simulated day d (timed steps marked *):
                VACUUM of the catalog's database after it, as autovacuum would.
   00:20      * an idle `stream_once` round (median of --rounds after one warm-up; it must list no file entry),
              * a discovery round that finds 100 new objects put in the day's directories (5 per host), which
-               are then marked processed,
+               are then marked processed; it and the registration rounds read and store the catalog's record
+               of listed names, as `silt stream --once` does (so only the new names are `stat`ed),
              * the history sample (`siltlake.observe.history.sample` for the minute ending at 12:00 of the day,
                which holds a minute of the day's processed objects; median of 5 after one warm call),
                the catalog's size on disk (SQLite: the file and its WAL; PostgreSQL: the database and
@@ -59,6 +60,7 @@ from siltlake.catalog import schema as s
 from siltlake.observe.history import sample
 from siltlake.reap import reap_once
 from siltlake.stream import stream_once
+from siltlake.stream.names import stored_names
 from siltlake.tabledef import TableDef
 
 discover_module = importlib.import_module("siltlake.stream.discover")
@@ -237,12 +239,21 @@ def timed(action):  # noqa: ANN001, ANN201 - a callable and what it returns
 
 def sweep_pass(deployment):  # noqa: ANN001, ANN201 - a Deployment; its Discovery
     """The rounds that complete the local root's rolling sweep pass under way (the root's first round is a full
-    listing): what replaced the hourly full listing, so the expiry watermark can move. Their reports, summed."""
-    found = discover_module.discover(deployment)
+    listing): what replaced the hourly full listing, so the expiry watermark can move. Their reports, summed.
+    Each keeps the catalog's record of listed names, as `silt stream --once` does (stream/names.py)."""
+    found = once_discover(deployment, sweep=True)
     while not (found.full_listing or found.sweep_completed):
-        more = discover_module.discover(deployment)
+        more = once_discover(deployment, sweep=True)
         more.fold(found)
         found = more
+    return found
+
+
+def once_discover(deployment, sweep: bool = False):  # noqa: ANN001, ANN201 - a Deployment; its Discovery
+    """What `silt stream --once` discovers with: the stored record of names read, kept and stored back."""
+    record = stored_names(deployment)
+    found = discover_module.discover(deployment, record, sweep=sweep)
+    record.store()
     return found
 
 
@@ -272,7 +283,7 @@ def simulate_day(deployment, shipper: Shipper, clock: SimulatedClock, day: int, 
         assert report.listed == report.swept and report.registered == 0 and report.processed == 0, report
         idle.append(seconds)
     shipper.put_new(date, args.new)
-    fresh, new_seconds = timed(lambda: discover_module.discover(deployment))
+    fresh, new_seconds = timed(lambda: once_discover(deployment))
     assert not fresh.full_listing and fresh.registered == args.new, fresh
     mark_processed(deployment, day_start + dt.timedelta(minutes=20))
     clock.advance(config.stream.listing_margin + 1)
@@ -294,7 +305,7 @@ def simulate_day(deployment, shipper: Shipper, clock: SimulatedClock, day: int, 
         "staging_rows_pruned": reaped.staging_rows,
         "idle_round_seconds": round(statistics.median(idle), 4), "idle_round_seconds_all": [round(v, 4) for v in idle],
         "new_round_seconds": round(new_seconds, 4), "new_round_listed": fresh.listed,
-        "new_round_looked_up": fresh.looked_up,
+        "new_round_looked_up": fresh.looked_up, "new_round_remembered": fresh.remembered,
         "history_sample_ms": round(statistics.median(samples) * 1000, 2),
         **catalog_sizes(deployment, args.catalog, root), "load_avg_1m": load_avg_1m(),
     }
