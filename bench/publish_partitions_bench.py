@@ -109,6 +109,7 @@ def run(kind: str, size: int, args, workdir: Path) -> dict:  # noqa: ANN001
             catalog = deployment.catalog
             by_date = {p.partition_date: p.id for p in catalog.partitions.list(table.id)}
             profile = cProfile.Profile() if args.profile and size == max(args.sizes) else None
+            merged_profile = cProfile.Profile() if args.profile_merged and size == max(args.sizes) else None
 
             def one_live(_: int) -> None:
                 add_objects(deployment, [(table, days[-1])], now, write_files=args.iceberg, seed=size)
@@ -128,7 +129,7 @@ def run(kind: str, size: int, args, workdir: Path) -> dict:  # noqa: ANN001
             publish_once(deployment)  # warm: connection pool, statement cache
             record["live"] = timed(deployment, counter, one_live, profile, args.repeats,
                                    expect("live_versions", 1))
-            record["merged"] = timed(deployment, counter, one_merged, None, args.repeats,
+            record["merged"] = timed(deployment, counter, one_merged, merged_profile, args.repeats,
                                      expect("merged_versions", 1))
             record["idle"] = timed(deployment, counter, lambda _: None, None, args.repeats,
                                    expect("live_versions", 0))
@@ -136,6 +137,8 @@ def run(kind: str, size: int, args, workdir: Path) -> dict:  # noqa: ANN001
             record["load_avg_1m_after"] = load_avg_1m()
             if profile is not None:
                 profile.dump_stats(args.profile)
+            if merged_profile is not None:
+                merged_profile.dump_stats(args.profile_merged)
             print(f"  [{kind}] {size:>6} partitions: live {record['live']['median_s']:.3f} s "
                   f"({record['live']['statements']} statements), merged {record['merged']['median_s']:.3f} s, "
                   f"idle {record['idle']['median_s']:.3f} s, merge status "
@@ -153,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--iceberg", action="store_true", help="with the Iceberg target on")
     parser.add_argument("--profile", type=Path, help="cProfile statistics of the live runs at the largest size")
+    parser.add_argument("--profile-merged", type=Path, help="the same of the merged runs")
     parser.add_argument("--workdir", type=Path, default=ROOT / "bench" / "data" / "publish_partitions")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "publish_partitions.json")
     args = parser.parse_args(argv)

@@ -5,8 +5,8 @@ synced whole in one commit (its first snapshot, or a catch-up after reaped versi
 every date, and each later overwrite of one date (a merge) reads and rewrites that whole manifest: a merged publish
 cost what the table holds. Here a commit's own manifests are split by month, and a month's manifests are merged into
 one once a commit leaves more than `MONTH_MANIFESTS` of them, so an overwrite reads and rewrites one month's files
-and the manifest list grows with the table's months, not its versions. Manifests holding only entries deleted by
-an earlier snapshot are dropped (PyIceberg's overwrite carries them forward).
+and the manifest list grows with the table's months, not its versions. A commit's manifest of the files it deletes
+is left whole and dropped by the next commit (PyIceberg's overwrite would carry it forward).
 
 The producers below are PyIceberg's own (pinned to 0.12 in pyproject.toml) with one step added: the hook PyIceberg
 gives a producer to post-process its manifests, which its merge-append uses the same way.
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import threading
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -70,7 +71,10 @@ def by_month(producer: Any, manifests: list[Any]) -> list[Any]:  # noqa: ANN401 
     data = [m for m in manifests if m.content == ManifestContent.DATA and
             (m.added_snapshot_id == this or m.has_added_files() or m.has_existing_files())]
     spans = {m.manifest_path: _months(m) for m in data}
+    # This commit's manifests of live files are split by month; one of only the files it deletes is not (the
+    # next commit drops it).
     rewrite = {m.manifest_path for m in data if m.added_snapshot_id == this and
+               (m.has_added_files() or m.has_existing_files()) and
                (spans[m.manifest_path][0] != spans[m.manifest_path][1] or spans[m.manifest_path][0] is None)}
     touched = {spans[m.manifest_path][0] for m in data if m.added_snapshot_id == this} - {None}
     in_month: dict[tuple[int, int], list[Any]] = defaultdict(list)
@@ -135,5 +139,19 @@ def _producers() -> tuple[type, type]:
     class MonthlyOverwrite(_OverwriteFiles):
         def _process_manifests(self, manifests: list[Any]) -> list[Any]:
             return by_month(self, super()._process_manifests(manifests))
+
+        def _build_manifest_evaluator(self, spec_id: int) -> Any:  # noqa: ANN401 - a callable
+            # PyIceberg 0.12's manifest evaluator keeps the manifest it is judging in its own state, and the
+            # overwrite's search for the removed files runs it on a thread pool: with many manifests one judged
+            # another's bounds, skipped a manifest holding a removed file and failed the commit ("Missing required
+            # files to delete"). One judgement at a time.
+            evaluate = super()._build_manifest_evaluator(spec_id)
+            lock = threading.Lock()
+
+            def one_at_a_time(manifest: Any) -> bool:  # noqa: ANN401 - a pyiceberg ManifestFile
+                with lock:
+                    return evaluate(manifest)
+
+            return one_at_a_time
 
     return MonthlyAppend, MonthlyOverwrite
