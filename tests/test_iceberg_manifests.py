@@ -1,4 +1,4 @@
-"""The Iceberg target's manifests hold one month of `dt` each, so a commit costs the months it changes
+"""The Iceberg target's manifests hold one year of `dt` each, so a commit costs the years it changes
 (siltlake/publish/iceberg_manifests.py)."""
 
 from __future__ import annotations
@@ -20,41 +20,41 @@ from .test_publish import tokyo
 
 pytestmark = pytest.mark.spark  # the deployment fixture starts the test session's Spark
 EPOCH = dt.date(1970, 1, 1)
-DECEMBER, JANUARY = dt.date(2026, 12, 5), dt.date(2027, 1, 9)
+LAST_YEAR, NEXT_YEAR = dt.date(2025, 6, 5), dt.date(2027, 1, 9)
 
 
-def manifests_by_month(deployment: Deployment) -> dict[tuple[int, int], list[str]]:
-    """The current snapshot's data manifests, by the one month each holds (a manifest spanning two fails)."""
+def manifests_by_year(deployment: Deployment) -> dict[int, list[str]]:
+    """The current snapshot's data manifests, by the one year each holds (a manifest spanning two fails)."""
     table = open_catalog(deployment).load_table(("web", "access"))
-    months: dict[tuple[int, int], list[str]] = {}
+    years: dict[int, list[str]] = {}
     for manifest in table.current_snapshot().manifests(table.io):
         first, last = (EPOCH + dt.timedelta(days=day) for day in day_bounds(manifest))
-        assert (first.year, first.month) == (last.year, last.month), f"{manifest.manifest_path}: {first} to {last}"
-        months.setdefault((first.year, first.month), []).append(manifest.manifest_path)
-    return months
+        assert first.year == last.year, f"{manifest.manifest_path}: {first} to {last}"
+        years.setdefault(first.year, []).append(manifest.manifest_path)
+    return years
 
 
-def test_a_whole_table_commit_is_split_by_month_and_an_overwrite_rewrites_only_its_month(
+def test_a_whole_table_commit_is_split_by_year_and_an_overwrite_rewrites_only_its_year(
         deployment: Deployment) -> None:
     with_iceberg(deployment)
     record = make_table(deployment)
-    for seed, date in enumerate((DAY, DAY, DAY + dt.timedelta(days=1), DECEMBER, JANUARY)):
+    for seed, date in enumerate((DAY, DAY, DAY + dt.timedelta(days=1), LAST_YEAR, NEXT_YEAR)):
         add_small_objects(deployment, record, date, [rows_for(date, 10, seed)])
-    published(deployment, tokyo(JANUARY, 12))  # the first snapshot: the whole table in one commit
-    before = manifests_by_month(deployment)
-    assert {month: len(paths) for month, paths in before.items()} == {(2026, 11): 1, (2026, 12): 1, (2027, 1): 1}
+    published(deployment, tokyo(NEXT_YEAR, 12))  # the first snapshot: the whole table in one commit
+    before = manifests_by_year(deployment)
+    assert {year: len(paths) for year, paths in before.items()} == {2025: 1, 2026: 1, 2027: 1}
     assert_same_as_siltlake(deployment, "web.access", ("web", "access"))
 
-    delete_rows(deployment, "web.access", DAY, "user_id % 2 = 0", now=tokyo(JANUARY, 13))
-    published(deployment, tokyo(JANUARY, 14))  # an overwrite of one November date
-    after = manifests_by_month(deployment)
-    assert after[(2026, 12)] == before[(2026, 12)] and after[(2027, 1)] == before[(2027, 1)], \
-        "the months the overwrite did not change keep their manifests, unread and unwritten"
-    assert after[(2026, 11)] != before[(2026, 11)]
+    delete_rows(deployment, "web.access", DAY, "user_id % 2 = 0", now=tokyo(NEXT_YEAR, 13))
+    published(deployment, tokyo(NEXT_YEAR, 14))  # an overwrite of one date of 2026
+    after = manifests_by_year(deployment)
+    assert after[2025] == before[2025] and after[2027] == before[2027], \
+        "the years the overwrite did not change keep their manifests, unread and unwritten"
+    assert after[2026] != before[2026]
     assert_same_as_siltlake(deployment, "web.access", ("web", "access"))
 
-    add_small_objects(deployment, record, DECEMBER, [rows_for(DECEMBER, 10, 9)])
-    published(deployment, tokyo(JANUARY, 15))
+    add_small_objects(deployment, record, LAST_YEAR, [rows_for(LAST_YEAR, 10, 9)])
+    published(deployment, tokyo(NEXT_YEAR, 15))
     table = open_catalog(deployment).load_table(("web", "access"))
     kept = table.current_snapshot().manifests(table.io)
     assert all(m.has_added_files() or m.has_existing_files() for m in kept), \
@@ -62,15 +62,15 @@ def test_a_whole_table_commit_is_split_by_month_and_an_overwrite_rewrites_only_i
     assert_same_as_siltlake(deployment, "web.access", ("web", "access"))
 
 
-def test_a_months_manifests_are_merged_once_commits_leave_too_many(deployment: Deployment, monkeypatch) -> None:
-    monkeypatch.setattr(iceberg_manifests, "MONTH_MANIFESTS", 3)
+def test_a_years_manifests_are_merged_once_commits_leave_too_many(deployment: Deployment, monkeypatch) -> None:
+    monkeypatch.setattr(iceberg_manifests, "YEAR_MANIFESTS", 3)
     with_iceberg(deployment)
     record = make_table(deployment)
     counts = []
     for seed in range(7):  # a live table: one small object a version, each published on its own
         add_small_objects(deployment, record, DAY, [rows_for(DAY, 5, seed)])
         published(deployment, tokyo(DAY, 8 + seed))
-        counts.append(len(manifests_by_month(deployment)[(2026, 11)]))
+        counts.append(len(manifests_by_year(deployment)[2026]))
     assert counts == [1, 2, 3, 1, 2, 3, 1], counts
     table = open_catalog(deployment).load_table(("web", "access"))
     assert Counter(len(table.scan(snapshot_id=s.snapshot_id).to_arrow()) for s in table.snapshots()) == \
@@ -78,9 +78,9 @@ def test_a_months_manifests_are_merged_once_commits_leave_too_many(deployment: D
     assert_same_as_siltlake(deployment, "web.access", ("web", "access"))
 
 
-def test_an_overwrite_across_hundreds_of_month_manifests_finds_every_removed_file(tmp_path) -> None:
+def test_an_overwrite_across_hundreds_of_year_manifests_finds_every_removed_file(tmp_path) -> None:
     """PyIceberg's overwrite looks for the removed files on a thread pool with a manifest evaluator that is not
-    thread-safe; with a manifest per month there are hundreds to judge (iceberg_manifests.MonthlyOverwrite)."""
+    thread-safe; with a manifest a year, a table of centuries has hundreds to judge (YearlyOverwrite)."""
     from pyiceberg.catalog.sql import SqlCatalog
     from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
     from pyiceberg.partitioning import PartitionField, PartitionSpec
@@ -94,7 +94,7 @@ def test_an_overwrite_across_hundreds_of_month_manifests_finds_every_removed_fil
     table = catalog.create_table(
         ("web", "wide"), Schema(NestedField(1, "n", LongType()), NestedField(2, "dt", DateType())),
         partition_spec=PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "dt")))
-    days = [(dt.date(1990 + month // 12, month % 12 + 1, 1) - EPOCH).days for month in range(400)]
+    days = [(dt.date(1700 + year, 1, 1) - EPOCH).days for year in range(400)]
 
     def files(kind: str) -> list:
         made = []
@@ -113,5 +113,5 @@ def test_an_overwrite_across_hundreds_of_month_manifests_finds_every_removed_fil
     iceberg_manifests.commit_files(table, live, merged, {})
     assert sorted(f.file.file_path for f in table.scan().plan_files()) == sorted(f.file_path for f in merged)
     manifests = table.current_snapshot().manifests(table.io)
-    assert sum(m.has_added_files() or m.has_existing_files() for m in manifests) == 400, "a month each"
+    assert sum(m.has_added_files() or m.has_existing_files() for m in manifests) == 400, "a year each"
     assert len(manifests) == 401, "and the commit's deletions in one manifest, left whole"

@@ -1,11 +1,11 @@
-"""Iceberg snapshots whose data manifests each hold one month of `dt` (docs/design.md, "Iceberg manifests by month").
+"""Iceberg snapshots whose data manifests each hold one year of `dt` (docs/design.md, "Iceberg manifests by year").
 
 PyIceberg writes a commit's added files into one manifest and keeps every manifest of the snapshot before. A table
 synced whole in one commit (its first snapshot, or a catch-up after reaped versions) then has one manifest holding
 every date, and each later overwrite of one date (a merge) reads and rewrites that whole manifest: a merged publish
-cost what the table holds. Here a commit's own manifests are split by month, and a month's manifests are merged into
-one once a commit leaves more than `MONTH_MANIFESTS` of them, so an overwrite reads and rewrites one month's files
-and the manifest list grows with the table's months, not its versions. A commit's manifest of the files it deletes
+cost what the table holds. Here a commit's own manifests are split by year, and a year's manifests are merged into
+one once a commit leaves more than `YEAR_MANIFESTS` of them, so an overwrite reads and rewrites one year's files
+and the manifest list grows with the table's years, not its versions. A commit's manifest of the files it deletes
 is left whole and dropped by the next commit (PyIceberg's overwrite would carry it forward).
 
 The producers below are PyIceberg's own (pinned to 0.12 in pyproject.toml) with one step added: the hook PyIceberg
@@ -21,12 +21,14 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+EPOCH = dt.date(1970, 1, 1)  # Iceberg stores a date as days since it
+
 if TYPE_CHECKING:
     from pyiceberg.table import Table as IcebergTable
 
-# A month's manifests are merged into one when a commit would leave more than this many: a live table's minute-by-
-# minute appends add one manifest each, and a month's merge reads that month's entries once every few commits.
-MONTH_MANIFESTS = 8
+# A year's manifests are merged into one when a commit would leave more than this many: a live table's minute-by-
+# minute appends add one manifest each, and the year's merge reads that year's entries once every few commits.
+YEAR_MANIFESTS = 8
 
 
 def day_bounds(manifest: Any) -> tuple[int, int] | None:  # noqa: ANN401 - a pyiceberg ManifestFile
@@ -35,34 +37,28 @@ def day_bounds(manifest: Any) -> tuple[int, int] | None:  # noqa: ANN401 - a pyi
     summary = (manifest.partitions or [None])[0]
     if summary is None or summary.lower_bound is None or summary.upper_bound is None:
         return None
-    from pyiceberg.conversions import from_bytes
-    from pyiceberg.types import DateType
-
-    return from_bytes(DateType(), summary.lower_bound), from_bytes(DateType(), summary.upper_bound)
-
-
-def _month(day: int | None) -> int | None:
-    """A month's number (year * 12 + month - 1) of a day since 1970-01-01."""
-    if day is None:
-        return None
-    date = dt.date(1970, 1, 1) + dt.timedelta(days=day)
-    return date.year * 12 + date.month - 1
+    # Iceberg's single-value form of a date: days as a 4-byte little-endian int (read here without PyIceberg's
+    # generic conversion, which cost more than the rest of a commit's look at a few hundred manifests).
+    return (int.from_bytes(summary.lower_bound, "little", signed=True),
+            int.from_bytes(summary.upper_bound, "little", signed=True))
 
 
-def _entry_month(entry: Any) -> int | None:  # noqa: ANN401 - a pyiceberg ManifestEntry
+def _year(day: int | None) -> int | None:
+    return None if day is None else (EPOCH + dt.timedelta(days=day)).year
+
+
+def _entry_year(entry: Any) -> int | None:  # noqa: ANN401 - a pyiceberg ManifestEntry
     partition = entry.data_file.partition
     value = partition[0] if partition is not None and len(partition) else None
-    if isinstance(value, dt.date):
-        value = (value - dt.date(1970, 1, 1)).days
-    return _month(value)
+    return value.year if isinstance(value, dt.date) else _year(value)
 
 
-def _months(manifest: Any) -> tuple[int | None, int | None]:  # noqa: ANN401 - a pyiceberg ManifestFile
+def _years(manifest: Any) -> tuple[int | None, int | None]:  # noqa: ANN401 - a pyiceberg ManifestFile
     bounds = day_bounds(manifest)
-    return (None, None) if bounds is None else (_month(bounds[0]), _month(bounds[1]))
+    return (None, None) if bounds is None else (_year(bounds[0]), _year(bounds[1]))
 
 
-def by_month(producer: Any, manifests: list[Any]) -> list[Any]:  # noqa: ANN401 - a pyiceberg snapshot producer
+def by_year(producer: Any, manifests: list[Any]) -> list[Any]:  # noqa: ANN401 - a pyiceberg snapshot producer
     """The manifests a commit's snapshot lists, its data manifests regrouped as the module says."""
     from pyiceberg.manifest import ManifestContent, ManifestEntryStatus
 
@@ -70,20 +66,20 @@ def by_month(producer: Any, manifests: list[Any]) -> list[Any]:  # noqa: ANN401 
     others = [m for m in manifests if m.content != ManifestContent.DATA]
     data = [m for m in manifests if m.content == ManifestContent.DATA and
             (m.added_snapshot_id == this or m.has_added_files() or m.has_existing_files())]
-    spans = {m.manifest_path: _months(m) for m in data}
-    # This commit's manifests of live files are split by month; one of only the files it deletes is not (the
+    spans = {m.manifest_path: _years(m) for m in data}
+    # This commit's manifests of live files are split by year; one of only the files it deletes is not (the
     # next commit drops it).
     rewrite = {m.manifest_path for m in data if m.added_snapshot_id == this and
                (m.has_added_files() or m.has_existing_files()) and
                (spans[m.manifest_path][0] != spans[m.manifest_path][1] or spans[m.manifest_path][0] is None)}
     touched = {spans[m.manifest_path][0] for m in data if m.added_snapshot_id == this} - {None}
-    in_month: dict[tuple[int, int], list[Any]] = defaultdict(list)
+    in_year: dict[tuple[int, int], list[Any]] = defaultdict(list)
     for m in data:
         first, last = spans[m.manifest_path]
         if first is not None and first == last and m.manifest_path not in rewrite:
-            in_month[(m.partition_spec_id, first)].append(m)
-    for (_, month), group in in_month.items():
-        if month in touched and len(group) > MONTH_MANIFESTS:
+            in_year[(m.partition_spec_id, first)].append(m)
+    for (_, year), group in in_year.items():
+        if year in touched and len(group) > YEAR_MANIFESTS:
             rewrite.update(m.manifest_path for m in group)
     if not rewrite:
         return manifests
@@ -100,7 +96,7 @@ def by_month(producer: Any, manifests: list[Any]) -> list[Any]:  # noqa: ANN401 
                 kind = "existing"
             else:
                 continue  # deleted by an earlier snapshot: that snapshot's manifests keep it
-            entries[(m.partition_spec_id, _entry_month(entry))].append((kind, entry))
+            entries[(m.partition_spec_id, _entry_year(entry))].append((kind, entry))
     written = []
     for (spec_id, _), group in sorted(entries.items(), key=lambda item: (item[0][0], item[0][1] or -1)):
         with producer.new_manifest_writer(spec=producer.spec(spec_id)) as writer:
@@ -112,7 +108,7 @@ def by_month(producer: Any, manifests: list[Any]) -> list[Any]:  # noqa: ANN401 
 
 def commit_files(table: IcebergTable, removed: Sequence[Any], added: Sequence[Any],  # noqa: ANN401
                  summary: dict[str, str]) -> None:
-    """One snapshot removing and adding these data files, its manifests by month."""
+    """One snapshot removing and adding these data files, its manifests by year."""
     from pyiceberg.table.snapshots import Operation
 
     append, overwrite = _producers()
@@ -128,17 +124,17 @@ def commit_files(table: IcebergTable, removed: Sequence[Any], added: Sequence[An
 
 @functools.cache
 def _producers() -> tuple[type, type]:
-    """PyIceberg's fast append and overwrite, their manifests by month (made on first use: PyIceberg is imported
+    """PyIceberg's fast append and overwrite, their manifests by year (made on first use: PyIceberg is imported
     only by a deployment that publishes to Iceberg)."""
     from pyiceberg.table.update.snapshot import _FastAppendFiles, _OverwriteFiles
 
-    class MonthlyAppend(_FastAppendFiles):
+    class YearlyAppend(_FastAppendFiles):
         def _process_manifests(self, manifests: list[Any]) -> list[Any]:
-            return by_month(self, super()._process_manifests(manifests))
+            return by_year(self, super()._process_manifests(manifests))
 
-    class MonthlyOverwrite(_OverwriteFiles):
+    class YearlyOverwrite(_OverwriteFiles):
         def _process_manifests(self, manifests: list[Any]) -> list[Any]:
-            return by_month(self, super()._process_manifests(manifests))
+            return by_year(self, super()._process_manifests(manifests))
 
         def _build_manifest_evaluator(self, spec_id: int) -> Any:  # noqa: ANN401 - a callable
             # PyIceberg 0.12's manifest evaluator keeps the manifest it is judging in its own state, and the
@@ -154,4 +150,4 @@ def _producers() -> tuple[type, type]:
 
             return one_at_a_time
 
-    return MonthlyAppend, MonthlyOverwrite
+    return YearlyAppend, YearlyOverwrite
