@@ -27,7 +27,7 @@ from urllib.parse import unquote
 from siltlake.catalog.core import normalise_url
 from siltlake.clock import utcnow
 from siltlake.errors import ConfigError, SiltError
-from siltlake.publish.iceberg_manifests import commit_files, day_bounds
+from siltlake.publish.iceberg_manifests import EPOCH, commit_files, day_bounds
 from siltlake.publish.targets import SomeTablesFailed, drop_forgotten_tables
 from siltlake.read.keyed import dirty_dates
 from siltlake.read.versions import version_files
@@ -51,7 +51,6 @@ INSTANCE_PROPERTY = "siltlake.instance"
 VERSION_HINT = "version-hint.text"
 # Snapshot summaries list each changed partition's counts (`partitions.dt=...`) up to this many partitions.
 PARTITION_SUMMARY_LIMIT = "100"
-EPOCH = dt.date(1970, 1, 1)  # Iceberg stores a date as days since it
 _CATALOGS: dict[tuple[str, str, str], Any] = {}
 
 

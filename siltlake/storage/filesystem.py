@@ -200,9 +200,9 @@ class Storage:
 
     def leaving_root(self, keys: Iterable[str]) -> set[str]:
         """Of these keys, those that are, or lie under, a symbolic link resolving outside the root (local roots
-        only: object stores have no links). Each directory is resolved once, each file only lstat'ed unless it is
-        a link: a round registering a million files resolved every path component of each, twice. Reads open
-        through storage/confined.py, which holds against a link swapped in after this check."""
+        only: object stores have no links). Each directory is resolved once and each file only lstat'ed unless it is
+        a link, not every path component of every file. Reads open through storage/confined.py, which holds
+        against a link swapped in after this check."""
         if not self.is_local:
             return set()
         base = os.path.realpath(self._base)
