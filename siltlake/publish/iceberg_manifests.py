@@ -111,8 +111,8 @@ def commit_files(table: IcebergTable, removed: Sequence[Any], added: Sequence[An
     """One snapshot removing and adding these data files, its manifests by year."""
     from pyiceberg.table.snapshots import Operation
 
-    append, overwrite = _producers()
-    with table.transaction() as transaction:
+    append, overwrite, transaction_class = _producers()
+    with transaction_class(table) as transaction:
         producer_class, operation = (overwrite, Operation.OVERWRITE) if removed else (append, Operation.APPEND)
         with producer_class(operation=operation, transaction=transaction, io=table.io,
                             snapshot_properties=summary) as producer:
@@ -123,10 +123,24 @@ def commit_files(table: IcebergTable, removed: Sequence[Any], added: Sequence[An
 
 
 @functools.cache
-def _producers() -> tuple[type, type]:
+def _producers() -> tuple[type, type, type]:
     """PyIceberg's fast append and overwrite, their manifests by year (made on first use: PyIceberg is imported
     only by a deployment that publishes to Iceberg)."""
+    from pyiceberg.table import Transaction
     from pyiceberg.table.update.snapshot import _FastAppendFiles, _OverwriteFiles
+
+    class OneCopyTransaction(Transaction):
+        """PyIceberg's transaction, its metadata with the updates applied made once per state of the updates:
+        PyIceberg's copies it whole on every read (about 14 a commit), a cost that grows with the snapshots."""
+
+        _applied: tuple | None = None
+
+        @property
+        def table_metadata(self) -> Any:  # noqa: ANN401 - a pyiceberg TableMetadata
+            applied = self._applied
+            if applied is None or applied[0] is not self._table.metadata or applied[1] is not self._updates:
+                applied = self._applied = (self._table.metadata, self._updates, super().table_metadata)
+            return applied[2]
 
     class YearlyAppend(_FastAppendFiles):
         def _process_manifests(self, manifests: list[Any]) -> list[Any]:
@@ -150,4 +164,4 @@ def _producers() -> tuple[type, type]:
 
             return one_at_a_time
 
-    return YearlyAppend, YearlyOverwrite
+    return YearlyAppend, YearlyOverwrite, OneCopyTransaction
