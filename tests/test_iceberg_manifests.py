@@ -78,35 +78,42 @@ def test_a_years_manifests_are_merged_once_commits_leave_too_many(deployment: De
     assert_same_as_siltlake(deployment, "web.access", ("web", "access"))
 
 
-def test_an_overwrite_across_hundreds_of_year_manifests_finds_every_removed_file(tmp_path) -> None:
-    """PyIceberg's overwrite looks for the removed files on a thread pool with a manifest evaluator that is not
-    thread-safe; with a manifest a year, a table of centuries has hundreds to judge (YearlyOverwrite)."""
+def pyiceberg_table(tmp_path):  # noqa: ANN001, ANN201 - a path; a pyiceberg Table
+    """A table partitioned by identity(dt) on a PyIceberg SQL catalog of its own (no siltlake deployment)."""
     from pyiceberg.catalog.sql import SqlCatalog
-    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
     from pyiceberg.partitioning import PartitionField, PartitionSpec
     from pyiceberg.schema import Schema
     from pyiceberg.transforms import IdentityTransform
-    from pyiceberg.typedef import Record
     from pyiceberg.types import DateType, LongType, NestedField
 
     catalog = SqlCatalog("t", uri=f"sqlite:///{tmp_path / 'iceberg.db'}", warehouse=f"file://{tmp_path}")
     catalog.create_namespace("web")
-    table = catalog.create_table(
+    return catalog.create_table(
         ("web", "wide"), Schema(NestedField(1, "n", LongType()), NestedField(2, "dt", DateType())),
         partition_spec=PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "dt")))
+
+
+def data_files(table, kind: str, days: list[int]) -> list:  # noqa: ANN001 - a pyiceberg Table
+    """One registered (never written) data file a day."""
+    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+    from pyiceberg.typedef import Record
+
+    made = []
+    for i, day in enumerate(days):
+        data_file = DataFile.from_args(content=DataFileContent.DATA, file_path=f"file:///{kind}/{i}.parquet",
+                                       file_format=FileFormat.PARQUET, partition=Record(day), record_count=1,
+                                       file_size_in_bytes=100)
+        data_file.spec_id = table.metadata.default_spec_id
+        made.append(data_file)
+    return made
+
+
+def test_an_overwrite_across_hundreds_of_year_manifests_finds_every_removed_file(tmp_path) -> None:
+    """PyIceberg's overwrite looks for the removed files on a thread pool with a manifest evaluator that is not
+    thread-safe; with a manifest a year, a table of centuries has hundreds to judge (YearlyOverwrite)."""
+    table = pyiceberg_table(tmp_path)
     days = [(dt.date(1700 + year, 1, 1) - EPOCH).days for year in range(400)]
-
-    def files(kind: str) -> list:
-        made = []
-        for i, day in enumerate(days):
-            data_file = DataFile.from_args(content=DataFileContent.DATA, file_path=f"file:///{kind}/{i}.parquet",
-                                           file_format=FileFormat.PARQUET, partition=Record(day), record_count=1,
-                                           file_size_in_bytes=100)
-            data_file.spec_id = table.metadata.default_spec_id
-            made.append(data_file)
-        return made
-
-    live, merged = files("live"), files("merged")
+    live, merged = data_files(table, "live", days), data_files(table, "merged", days)
     iceberg_manifests.commit_files(table, [], live, {})
     assert len(table.current_snapshot().manifests(table.io)) == 400
     # Without the evaluator's lock this commit failed three times in three ("Missing required files to delete").
@@ -115,3 +122,28 @@ def test_an_overwrite_across_hundreds_of_year_manifests_finds_every_removed_file
     manifests = table.current_snapshot().manifests(table.io)
     assert sum(m.has_added_files() or m.has_existing_files() for m in manifests) == 400, "a year each"
     assert len(manifests) == 401, "and the commit's deletions in one manifest, left whole"
+
+
+def test_a_commit_copies_the_table_metadata_once_per_state_of_its_updates(tmp_path, monkeypatch) -> None:
+    """PyIceberg's transaction applies its updates to a whole copy of the table's metadata (every snapshot) on
+    each read of it; siltlake's commits read one copy per state of the updates (OneCopyTransaction)."""
+    import pyiceberg.table
+
+    copies = []
+    apply_updates = pyiceberg.table.update_table_metadata
+
+    def counted(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202 - update_table_metadata's own
+        copies.append(1)
+        return apply_updates(*args, **kwargs)
+
+    monkeypatch.setattr(pyiceberg.table, "update_table_metadata", counted)
+    table = pyiceberg_table(tmp_path)
+    day = (dt.date(2026, 11, 28) - EPOCH).days
+    first, second = data_files(table, "a", [day]), data_files(table, "b", [day])
+    with table.transaction() as transaction, transaction.update_snapshot().fast_append() as producer:
+        producer.append_data_file(first[0])
+    pyiceberg_copies, copies[:] = len(copies), []
+    iceberg_manifests.commit_files(table, [], second, {})
+    assert pyiceberg_copies >= 8 and len(copies) <= 3, (pyiceberg_copies, len(copies))
+    assert sorted(f.file.file_path for f in table.scan().plan_files()) == ["file:///a/0.parquet",
+                                                                         "file:///b/0.parquet"]
