@@ -27,7 +27,7 @@ from urllib.parse import unquote
 from siltlake.catalog.core import normalise_url
 from siltlake.clock import utcnow
 from siltlake.errors import ConfigError, SiltError
-from siltlake.publish.iceberg_manifests import EPOCH, commit_files, day_bounds
+from siltlake.publish.iceberg_manifests import EPOCH, commit_files, day_bounds, partition_date
 from siltlake.publish.targets import SomeTablesFailed, drop_forgotten_tables
 from siltlake.read.keyed import dirty_dates
 from siltlake.read.versions import version_files
@@ -178,7 +178,7 @@ def snapshot_files(table: IcebergTable, snapshot: Any, cache: dict[str, list[Any
         if manifest.manifest_path not in cache:
             cache[manifest.manifest_path] = [e.data_file for e in manifest.fetch_manifest_entry(table.io)]
         files += cache[manifest.manifest_path] if dates is None else \
-            [f for f in cache[manifest.manifest_path] if _date_of(f) in dates]
+            [f for f in cache[manifest.manifest_path] if partition_date(f) in dates]
     return files
 
 
@@ -424,7 +424,7 @@ class IcebergTarget:
             dirty = dirty_dates([(f.partition_date, f.uri) for f in files]) if record.definition.keyed else set()
             wanted = {unquote(f.uri): f for f in files if f.partition_date not in dirty}
             scope = [path for path, f in current.items()
-                     if (dates is None or _date_of(f) in dates) and _date_of(f) not in dirty]
+                     if (dates is None or partition_date(f) in dates) and partition_date(f) not in dirty]
             removed = [current[path] for path in scope if path not in wanted]
             added = [self._data_file(table, path, f.partition_date, f.size)
                      for path, f in wanted.items() if path not in current]
@@ -501,11 +501,6 @@ def _raise_failures(failures: Sequence[str]) -> None:
     """One error naming every table that failed (the others were synced): the run reports it, the next retries."""
     if failures:
         raise SomeTablesFailed("; ".join(failures))
-
-
-def _date_of(data_file: Any) -> dt.date:  # noqa: ANN401 - a pyiceberg DataFile
-    value = data_file.partition[0]
-    return value if isinstance(value, dt.date) else EPOCH + dt.timedelta(days=value)
 
 
 def _key_of(deployment: Deployment, path: str) -> str:

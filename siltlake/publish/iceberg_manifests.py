@@ -47,10 +47,16 @@ def _year(day: int | None) -> int | None:
     return None if day is None else (EPOCH + dt.timedelta(days=day)).year
 
 
-def _entry_year(entry: Any) -> int | None:  # noqa: ANN401 - a pyiceberg ManifestEntry
-    partition = entry.data_file.partition
+def partition_date(data_file: Any) -> dt.date | None:  # noqa: ANN401 - a pyiceberg DataFile
+    """A data file's `dt` (PyIceberg gives a date, or days since 1970-01-01, by how the file was read)."""
+    partition = data_file.partition
     value = partition[0] if partition is not None and len(partition) else None
-    return value.year if isinstance(value, dt.date) else _year(value)
+    return value if value is None or isinstance(value, dt.date) else EPOCH + dt.timedelta(days=value)
+
+
+def _entry_year(entry: Any) -> int | None:  # noqa: ANN401 - a pyiceberg ManifestEntry
+    date = partition_date(entry.data_file)
+    return None if date is None else date.year
 
 
 def _years(manifest: Any) -> tuple[int | None, int | None]:  # noqa: ANN401 - a pyiceberg ManifestFile
