@@ -5,8 +5,10 @@ manifests by year (siltlake/publish/iceberg_manifests.py), side by side on one P
 A table of `--days` daily partitions (one file each, its first snapshot in one commit), then `--appends` fast
 appends of one file to today's date (a live table publishing a version a minute), then `--overwrites` overwrites
 each replacing one past day's file (a merge). Timed: each commit; reported: the median of the last 20 appends and
-of the overwrites, and the manifests the current snapshot lists. Files are registered, not written (no data is
-read: the cost is the metadata's).
+of the overwrites, the manifests the current snapshot lists and the snapshots the table keeps. Files are registered,
+not written (no data is read: the cost is the metadata's). A third peer is siltlake's commit with a snapshot
+retention of `--retention` seconds (publish.iceberg.snapshot_retention): snapshots older are expired with each
+commit, as a live table's are in production (a day of minute-by-minute versions there, a few seconds here).
 
     .venv/bin/python bench/iceberg_manifests_bench.py --days 3650 --appends 400 --overwrites 20
 """
@@ -64,8 +66,14 @@ def run(peer: str, args: argparse.Namespace, workdir: Path) -> dict:
     table = catalog.create_table(
         ("web", "t"), Schema(NestedField(1, "n", LongType()), NestedField(2, "dt", DateType())),
         partition_spec=PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "dt")))
-    commit = iceberg_manifests.commit_files if peer == "siltlake" else \
-        (lambda t, removed, added, _: pyiceberg_commit(t, removed, added))
+    if peer == "pyiceberg":
+        def commit(t, removed, added, _) -> None:  # noqa: ANN001
+            pyiceberg_commit(t, removed, added)
+    else:
+        retention = args.retention if peer == "siltlake_retention" else None
+
+        def commit(t, removed, added, summary) -> None:  # noqa: ANN001
+            iceberg_manifests.commit_files(t, removed, added, summary, retention)
     today = dt.date(2026, 11, 28)
     days = [today - dt.timedelta(days=d) for d in range(args.days)]
     current = {day: data_file(table, f"file:///lake/{day}/merged-0.parquet", day) for day in days}
@@ -90,7 +98,8 @@ def run(peer: str, args: argparse.Namespace, workdir: Path) -> dict:
     return {"peer": peer, "append_last20_median_ms": round(statistics.median(appends[-20:]) * 1000, 2),
             "append_first20_median_ms": round(statistics.median(appends[:20]) * 1000, 2),
             "overwrite_median_ms": round(statistics.median(overwrites) * 1000, 2) if overwrites else None,
-            "manifests": len(manifests), "files": len(listed)}
+            "manifests": len(manifests), "files": len(listed), "snapshots": len(table.snapshots()),
+            "metadata_file_bytes": Path(table.metadata_location.removeprefix("file://")).stat().st_size}
 
 
 def main() -> int:
@@ -98,20 +107,23 @@ def main() -> int:
     parser.add_argument("--days", type=int, default=3650)
     parser.add_argument("--appends", type=int, default=400)
     parser.add_argument("--overwrites", type=int, default=20)
+    parser.add_argument("--retention", type=float, default=3.0,
+                        help="seconds of snapshots the third peer keeps")
     parser.add_argument("--out", type=Path,
                         default=Path(__file__).resolve().parent / "results" / "iceberg_manifests.json")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="iceberg-manifests-"))
     results = []
     try:
-        for peer in ("pyiceberg", "siltlake"):
+        for peer in ("pyiceberg", "siltlake", "siltlake_retention"):
             load = load_avg_1m()
             result = run(peer, args, workdir)
             result["load_avg_1m_before"] = load
             results.append(result)
-            print(f"  {peer:>9}: appends {result['append_first20_median_ms']:.1f} ms (first 20) -> "
+            print(f"  {peer:>18}: appends {result['append_first20_median_ms']:.1f} ms (first 20) -> "
                   f"{result['append_last20_median_ms']:.1f} ms (last 20), overwrite "
-                  f"{result['overwrite_median_ms']} ms, {result['manifests']} manifests, load {load}", flush=True)
+                  f"{result['overwrite_median_ms']} ms, {result['manifests']} manifests, {result['snapshots']} "
+                  f"snapshots, metadata {result['metadata_file_bytes']:,} B, load {load}", flush=True)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     save_json(args.out, {"machine": brief_machine(), "date": utc_stamp(), "args": vars(args), "results": results})

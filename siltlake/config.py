@@ -330,6 +330,15 @@ class IcebergTargetConfig(_Section):
     catalog_url: str | None = None
     catalog_name: str = "siltlake"
     namespace_prefix: str = ""
+    snapshot_retention: int = Field(
+        default=86400, description="seconds an Iceberg snapshot other than the current one is kept (Iceberg time "
+        "travel); every commit rewrites the metadata of all kept snapshots, so this bounds its cost; siltlake's "
+        "own time travel (reap.retention) is not shortened; 0: only the current snapshot")
+
+    @field_validator("snapshot_retention", mode="before")
+    @classmethod
+    def _retention(cls, value: Any) -> int:
+        return parse_duration(value, "publish.iceberg.snapshot_retention")
 
     @field_validator("catalog_url")
     @classmethod

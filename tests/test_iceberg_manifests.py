@@ -8,10 +8,13 @@ from collections import Counter
 
 import pytest
 
+from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
+from siltlake.lake import Lake
 from siltlake.publish import delete_rows, iceberg_manifests
 from siltlake.publish.iceberg import open_catalog
 from siltlake.publish.iceberg_manifests import day_bounds
+from siltlake.reap import reap_once
 
 from .merge_helpers import add_small_objects, rows_for
 from .test_iceberg_target import assert_same_as_siltlake, published, with_iceberg
@@ -76,6 +79,46 @@ def test_a_years_manifests_are_merged_once_commits_leave_too_many(deployment: De
     assert Counter(len(table.scan(snapshot_id=s.snapshot_id).to_arrow()) for s in table.snapshots()) == \
         Counter(5 * (n + 1) for n in range(7)), "every snapshot still reads its own version's rows"
     assert_same_as_siltlake(deployment, "web.access", ("web", "access"))
+
+
+
+def test_snapshots_past_the_iceberg_retention_go_with_the_next_commit_and_reap_deletes_their_metadata(
+        deployment: Deployment) -> None:
+    with_iceberg(deployment).config.publish.iceberg.snapshot_retention = 0  # only the current snapshot
+    record = make_table(deployment)
+    statements = []
+    for seed in range(3):
+        add_small_objects(deployment, record, DAY, [rows_for(DAY, 5, seed)])
+        statements += published(deployment, tokyo(DAY, 8 + seed))
+    table = open_catalog(deployment).load_table(("web", "access"))
+    assert [s.summary["siltlake.table-version"] for s in table.snapshots()] == ["3"]
+    assert [len(table.metadata.snapshot_log), table.current_snapshot().parent_snapshot_id] == [1, None]
+    assert sum("1 older snapshots expired" in line for line in statements) == 2, statements
+    assert table.properties["gc.enabled"] == "false", "engines' own snapshot expiry must not delete files"
+    assert_same_as_siltlake(deployment, "web.access", ("web", "access"))
+    assert Lake(deployment).table("web.access").to_arrow(as_of_version=1).num_rows == 5, \
+        "siltlake's own time travel keeps reap.retention"
+
+    metadata = record.layout(deployment.instance_key).iceberg_location()
+    manifest_lists = [info.key for info in deployment.lake.list(metadata + "/") if "/snap-" in info.key]
+    assert len(manifest_lists) == 3
+    reap_once(deployment, now=utcnow() + dt.timedelta(days=4))  # past the grace for unnamed metadata files
+    table = open_catalog(deployment).load_table(("web", "access"))
+    kept = [info.key for info in deployment.lake.list(metadata + "/") if "/snap-" in info.key]
+    assert len(kept) == 1 and table.current_snapshot().manifest_list.endswith(kept[0].rsplit("/", 1)[1]), \
+        "the expired snapshots' manifest lists are deleted, the current one's stays"
+    assert len(table.scan().to_arrow()) == 15
+
+
+def test_snapshots_inside_the_iceberg_retention_stay(deployment: Deployment) -> None:
+    with_iceberg(deployment).config.publish.iceberg.snapshot_retention = 3600
+    record = make_table(deployment)
+    for seed in range(3):
+        add_small_objects(deployment, record, DAY, [rows_for(DAY, 5, seed)])
+        published(deployment, tokyo(DAY, 8 + seed))
+    table = open_catalog(deployment).load_table(("web", "access"))
+    assert [s.summary["siltlake.table-version"] for s in table.snapshots()] == ["1", "2", "3"]
+    assert [len(table.scan(snapshot_id=s.snapshot_id).to_arrow()) for s in table.snapshots()] == [5, 10, 15]
 
 
 def pyiceberg_table(tmp_path):  # noqa: ANN001, ANN201 - a path; a pyiceberg Table

@@ -5,6 +5,7 @@ identity on `dt`, whose data files are siltlake's own objects (registered, never
 Each table version becomes one Iceberg snapshot listing exactly the files `Table.files(as_of_version=N)`
 returns, with the version in its summary (`siltlake.table-version`): the current snapshot's summary says
 how far the Iceberg table is, so a run that died after an Iceberg commit is never committed twice.
+Each commit expires the snapshots older than publish.iceberg.snapshot_retention with it.
 A keyed table's partition shows its newest version that needs no merge on read (one merged object), or
 is left out: Iceberg readers cannot apply siltlake's row rule.
 Metadata lives under `<instance>/_iceberg/<physical table>/metadata/`; reap keeps what a retained
@@ -49,8 +50,13 @@ REAP_PROPERTY = "siltlake.reap"
 TABLE_ID_PROPERTY = "siltlake.table-id"
 INSTANCE_PROPERTY = "siltlake.instance"
 VERSION_HINT = "version-hint.text"
-# Snapshot summaries list each changed partition's counts (`partitions.dt=...`) up to this many partitions.
-PARTITION_SUMMARY_LIMIT = "100"
+MANAGED_PROPERTIES = {
+    # Snapshot summaries list each changed partition's counts (`partitions.dt=...`) up to this many partitions.
+    "write.summary.partition-limit": "100",
+    # siltlake's reap deletes data files (siltlake's time travel may still need files no Iceberg snapshot lists):
+    # an engine's expire_snapshots or remove_orphan_files must not.
+    "gc.enabled": "false",
+}
 _CATALOGS: dict[tuple[str, str, str], Any] = {}
 
 
@@ -231,9 +237,9 @@ class IcebergTarget:
             record = self.catalog.tables.assign_field_ids(
                 record.id, {name: schema.find_field(name, case_sensitive=True).field_id
                             for name in [*(c.name for c in record.definition.columns), PARTITION_COLUMN]})
-        if table.properties.get("write.summary.partition-limit") != PARTITION_SUMMARY_LIMIT:
+        if any(table.properties.get(name) != value for name, value in MANAGED_PROPERTIES.items()):
             with table.transaction() as transaction:
-                transaction.set_properties({"write.summary.partition-limit": PARTITION_SUMMARY_LIMIT})
+                transaction.set_properties(MANAGED_PROPERTIES)
         write_version_hint(self.deployment, table)
         self._tables[record.id] = table
         namespace, name = identifier(self.deployment, record)
@@ -294,7 +300,7 @@ class IcebergTarget:
         table = self.iceberg.create_table(
             ident, schema=schema, partition_spec=spec, location=location,
             properties={TABLE_ID_PROPERTY: str(record.id), INSTANCE_PROPERTY: self.deployment.instance_key,
-                        "format-version": "2", "write.summary.partition-limit": PARTITION_SUMMARY_LIMIT,
+                        "format-version": "2", **MANAGED_PROPERTIES,
                         # Objects written before siltlake wrote field ids into them are read by column name.
                         "schema.name-mapping.default": create_mapping_from_schema(schema).model_dump_json()})
         self.statements.append(f"CREATE TABLE {'.'.join(ident)} PARTITIONED BY (dt) LOCATION {location}")
@@ -428,24 +434,27 @@ class IcebergTarget:
             removed = [current[path] for path in scope if path not in wanted]
             added = [self._data_file(table, path, f.partition_date, f.size)
                      for path, f in wanted.items() if path not in current]
-            self._commit(table, removed, added, {
+            expired = self._commit(table, removed, added, {
                 RUN_PROPERTY: self.run, VERSION_PROPERTY: str(version),
-                VERSION_TIME_PROPERTY: times[version].isoformat() + "Z" if version in times else ""})
+                VERSION_TIME_PROPERTY: times[version].isoformat() + "Z" if version in times else ""},
+                retention=self.deployment.config.publish.iceberg.snapshot_retention)
             write_version_hint(self.deployment, table)
             for f in removed:
                 del current[f.file_path]
             current.update((f.file_path, f) for f in added)
             self.statements.append(f"COMMIT {'.'.join(table.name())} SNAPSHOT {table.current_snapshot().snapshot_id} "
-                                   f"(table version {version}: +{len(added)} -{len(removed)} files)")
+                                   f"(table version {version}: +{len(added)} -{len(removed)} files"
+                                   f"{f'; {expired} older snapshots expired' if expired else ''})")
 
     @staticmethod
-    def _commit(table: IcebergTable, removed: Sequence[Any], added: Sequence[Any], summary: dict[str, str]) -> None:
+    def _commit(table: IcebergTable, removed: Sequence[Any], added: Sequence[Any], summary: dict[str, str],
+                retention: int | None = None) -> int:
         previous = table.current_snapshot()
         if previous is not None:
             # Snapshot times must differ: a by-time lookup finds the newest snapshot at or before a time.
             while int(time.time() * 1000) <= previous.timestamp_ms:
                 time.sleep(0.001)
-        commit_files(table, removed, added, summary)
+        return commit_files(table, removed, added, summary, retention)
 
     def _data_file(self, table: IcebergTable, path: str, date: dt.date, size: int | None) -> Any:  # noqa: ANN401
         """A DataFile for one of siltlake's objects, its statistics from the Parquet footer; dt is its partition."""

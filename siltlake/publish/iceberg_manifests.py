@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -113,11 +114,15 @@ def by_year(producer: Any, manifests: list[Any]) -> list[Any]:  # noqa: ANN401 -
 
 
 def commit_files(table: IcebergTable, removed: Sequence[Any], added: Sequence[Any],  # noqa: ANN401
-                 summary: dict[str, str]) -> None:
-    """One snapshot removing and adding these data files, its manifests by year."""
+                 summary: dict[str, str], retention: int | None = None) -> int:
+    """One snapshot removing and adding these data files, its manifests by year; with `retention` (seconds), the
+    snapshots committed longer ago than that, the new one's parent included, are expired in the same commit.
+    Returns how many were expired."""
     from pyiceberg.table.snapshots import Operation
+    from pyiceberg.table.update.snapshot import ExpireSnapshots
 
     append, overwrite, transaction_class = _producers()
+    cutoff = None if retention is None else int((time.time() - retention) * 1000)
     with transaction_class(table) as transaction:
         producer_class, operation = (overwrite, Operation.OVERWRITE) if removed else (append, Operation.APPEND)
         with producer_class(operation=operation, transaction=transaction, io=table.io,
@@ -126,6 +131,16 @@ def commit_files(table: IcebergTable, removed: Sequence[Any], added: Sequence[An
                 producer.delete_data_file(data_file)
             for data_file in added:
                 producer.append_data_file(data_file)
+        if cutoff is None:
+            return 0
+        metadata = transaction.table_metadata
+        # Expired with the commit, not after it: the metadata file is written once, and it never holds more
+        # than the retention's snapshots (each commit rewrites all it holds).
+        expired = [snapshot.snapshot_id for snapshot in metadata.snapshots
+                   if snapshot.timestamp_ms < cutoff and snapshot.snapshot_id != metadata.current_snapshot_id]
+        if expired:
+            ExpireSnapshots(transaction).by_ids(expired).commit()
+        return len(expired)
 
 
 @functools.cache
