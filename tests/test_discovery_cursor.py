@@ -309,6 +309,38 @@ def test_the_sweep_reads_the_root_in_key_order_as_list_does(tmp_path: Path) -> N
     assert end.complete and end.objects == [] and end.last_key is None
 
 
+
+def test_a_slice_resumes_in_a_large_directory_without_reading_it_again_and_sees_what_changed_there(
+        tmp_path: Path, monkeypatch) -> None:
+    from siltlake.storage import localwalk
+    from siltlake.storage.filesystem import Storage
+
+    monkeypatch.setattr(localwalk, "_KEPT_FROM", 4)  # a "large" directory: 4 entries or more
+    monkeypatch.setattr(localwalk, "_SETTLED_NS", 0)  # kept even though it changed a moment ago
+    monkeypatch.setattr(localwalk, "_SORTED", localwalk.OrderedDict())
+    staging = Storage(str(tmp_path / "root"))
+    day = Path(staging.path("host/2026/01/02"))
+    day.mkdir(parents=True)
+    for number in range(10):
+        (day / f"obj-{number}").write_bytes(b"x")
+    time.sleep(0.01)  # the directory's times before the first read
+    reads = []
+    scandir = os.scandir
+    monkeypatch.setattr(os, "scandir", lambda path: reads.append(path) or scandir(path))
+    first = staging.sweep(None, 4)
+    assert [info.key.rsplit("/", 1)[1] for info in first.objects] == ["obj-0", "obj-1", "obj-2", "obj-3"]
+    reads.clear()
+    second = staging.sweep(first.last_key, 4)
+    assert [info.key.rsplit("/", 1)[1] for info in second.objects] == ["obj-4", "obj-5", "obj-6", "obj-7"]
+    assert str(day) not in reads, "the day's sorted entries were kept from the slice before"
+
+    (day / "obj-0").unlink()  # the directory changes: read again, and the file put after the cursor is found
+    (day / "obj-75").write_bytes(b"x")
+    third = staging.sweep(second.last_key, 4)
+    assert [info.key.rsplit("/", 1)[1] for info in third.objects] == ["obj-75", "obj-8", "obj-9"]
+    assert str(day) in reads and third.complete
+
+
 def test_the_cursor_never_moves_back(lake: Deployment) -> None:
     cursors = lake.catalog.discovery
     root = lake.staging.root

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import time
 from collections import Counter
 
 import pytest
@@ -190,3 +191,10 @@ def test_a_commit_copies_the_table_metadata_once_per_state_of_its_updates(tmp_pa
     assert pyiceberg_copies >= 8 and len(copies) <= 3, (pyiceberg_copies, len(copies))
     assert sorted(f.file.file_path for f in table.scan().plan_files()) == ["file:///a/0.parquet",
                                                                          "file:///b/0.parquet"]
+    without_expiry, copies[:] = len(copies), []
+    third = data_files(table, "c", [day])
+    time.sleep(0.002)  # the snapshot before is a millisecond old at least
+    assert iceberg_manifests.commit_files(table, [], third, {}, retention=0) == 2, "both older snapshots"
+    assert len(copies) == without_expiry, "the expiry reads no further copy of the metadata"
+    assert [s.snapshot_id for s in table.snapshots()] == [table.current_snapshot().snapshot_id]
+    assert len(list(table.scan().plan_files())) == 3

@@ -114,15 +114,21 @@ def by_year(producer: Any, manifests: list[Any]) -> list[Any]:  # noqa: ANN401 -
 
 
 def commit_files(table: IcebergTable, removed: Sequence[Any], added: Sequence[Any],  # noqa: ANN401
-                 summary: dict[str, str], retention: int | None = None) -> int:
+                 summary: dict[str, str], retention: float | None = None) -> int:
     """One snapshot removing and adding these data files, its manifests by year; with `retention` (seconds), the
-    snapshots committed longer ago than that, the new one's parent included, are expired in the same commit.
-    Returns how many were expired."""
+    snapshots committed longer ago than that, the new one's parent included, are expired in the same commit (one
+    metadata file written, never holding more than the retention's snapshots). Returns how many were expired."""
+    from pyiceberg.table.refs import MAIN_BRANCH
     from pyiceberg.table.snapshots import Operation
-    from pyiceberg.table.update.snapshot import ExpireSnapshots
 
-    append, overwrite, transaction_class = _producers()
-    cutoff = None if retention is None else int((time.time() - retention) * 1000)
+    append, overwrite, transaction_class, expire_known = _producers()
+    expired = []
+    if retention is not None:
+        cutoff = int((time.time() - retention) * 1000)
+        base = table.metadata
+        # Other branches' and tags' heads stay (an engine's user may have made them); main moves to the new one.
+        kept = {ref.snapshot_id for name, ref in base.refs.items() if name != MAIN_BRANCH}
+        expired = [s.snapshot_id for s in base.snapshots if s.timestamp_ms < cutoff and s.snapshot_id not in kept]
     with transaction_class(table) as transaction:
         producer_class, operation = (overwrite, Operation.OVERWRITE) if removed else (append, Operation.APPEND)
         with producer_class(operation=operation, transaction=transaction, io=table.io,
@@ -131,24 +137,18 @@ def commit_files(table: IcebergTable, removed: Sequence[Any], added: Sequence[An
                 producer.delete_data_file(data_file)
             for data_file in added:
                 producer.append_data_file(data_file)
-        if cutoff is None:
-            return 0
-        metadata = transaction.table_metadata
-        # Expired with the commit, not after it: the metadata file is written once, and it never holds more
-        # than the retention's snapshots (each commit rewrites all it holds).
-        expired = [snapshot.snapshot_id for snapshot in metadata.snapshots
-                   if snapshot.timestamp_ms < cutoff and snapshot.snapshot_id != metadata.current_snapshot_id]
         if expired:
-            ExpireSnapshots(transaction).by_ids(expired).commit()
-        return len(expired)
+            expire_known(transaction, expired).commit()
+    return len(expired)
 
 
 @functools.cache
-def _producers() -> tuple[type, type, type]:
-    """PyIceberg's fast append and overwrite, their manifests by year (made on first use: PyIceberg is imported
-    only by a deployment that publishes to Iceberg)."""
+def _producers() -> tuple[type, type, type, type]:
+    """PyIceberg's fast append and overwrite, their manifests by year, the transaction they run in and the expiry of
+    snapshots chosen from its base (made on first use: PyIceberg is imported only by a deployment that publishes to
+    Iceberg)."""
     from pyiceberg.table import Transaction
-    from pyiceberg.table.update.snapshot import _FastAppendFiles, _OverwriteFiles
+    from pyiceberg.table.update.snapshot import ExpireSnapshots, _FastAppendFiles, _OverwriteFiles
 
     class OneCopyTransaction(Transaction):
         """PyIceberg's transaction, its metadata with the updates applied made once per state of the updates:
@@ -185,4 +185,15 @@ def _producers() -> tuple[type, type, type]:
 
             return one_at_a_time
 
-    return YearlyAppend, YearlyOverwrite, OneCopyTransaction
+    class ExpireKnown(ExpireSnapshots):
+        """PyIceberg's expiry of snapshots that exist and head no branch or tag (commit_files chose them from the
+        base): its own checks read the transaction's metadata once more, one more copy of all of it."""
+
+        def __init__(self, transaction: Transaction, snapshot_ids: Sequence[int]) -> None:
+            super().__init__(transaction)
+            self._snapshot_ids_to_expire = set(snapshot_ids)
+
+        def _get_protected_snapshot_ids(self) -> set[int]:
+            return set()
+
+    return YearlyAppend, YearlyOverwrite, OneCopyTransaction, ExpireKnown

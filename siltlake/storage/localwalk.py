@@ -3,9 +3,12 @@ time, and the rolling sweep's slices in key order (docs/design.md, "Discovery re
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 import os
 import stat
+import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from siltlake.storage.accounted import SEPARATOR, AccountedNames, DirectoryNames, directory_identity
@@ -95,19 +98,26 @@ def sweep_slice(base: str, after: str | None, limit: int, unchanged_before_ns: i
     (links to files and directories followed, a link back up the tree not). Directories whose keys all sort at
     or before `after` are not read. A file whose arrival (max(mtime, ctime), a link's own times included) is
     before unchanged_before_ns is counted in `unchanged`, not returned: it was there, as it is, when a completed
-    listing looked every file up (stream/discover.py)."""
+    listing looked every file up (stream/discover.py). A slice costs its `limit` files, not the size of the
+    directory it resumes in: a large directory's sorted entries are kept while it is unchanged (_sorted_entries)."""
     result = SweptListing()
     try:
         top = os.stat(base)
     except FileNotFoundError:
         result.complete = True
         return result
-    # A stack of sorted entry lists, last first: a directory sorts as its name and a '/', so that a walk in this
-    # order yields keys in key order ("a-b" before "a/x", "a/x" before "a0").
-    pending: list[tuple[str, str, bool, bool, frozenset]] = []
-    _push_sorted(pending, base, "", after, frozenset([(top.st_dev, top.st_ino)]))
-    while pending:
-        path, key, is_dir, is_link, above = pending.pop()
+    # A stack of directories being walked, the innermost last: each its entries in key order (a directory sorts
+    # as its name and a '/', so that the walk yields keys in key order: "a-b" before "a/x", "a/x" before "a0"),
+    # the position of the next one, and the identities of the directories above it.
+    frames: list[list] = [[*_entries_after(base, "", top, after), frozenset([(top.st_dev, top.st_ino)])]]
+    while frames:
+        frame = frames[-1]
+        entries, position, above = frame
+        if position == len(entries):
+            frames.pop()
+            continue
+        frame[1] = position + 1
+        _, path, key, is_dir, is_link = entries[position]
         try:
             found = os.stat(path)
             own = os.lstat(path) if is_link and not is_dir else found
@@ -116,7 +126,9 @@ def sweep_slice(base: str, after: str | None, limit: int, unchanged_before_ns: i
         if is_dir:
             identity = (found.st_dev, found.st_ino)
             if identity not in above:
-                _push_sorted(pending, path, key + "/", after, above | {identity})
+                frames.append([*_entries_after(path, key + "/", found, after), above | {identity}])
+            continue
+        if not stat.S_ISREG(found.st_mode):  # a kept entry's link now leads elsewhere: list() would not show it
             continue
         if len(result.objects) + result.unchanged == limit:
             return result
@@ -129,14 +141,41 @@ def sweep_slice(base: str, after: str | None, limit: int, unchanged_before_ns: i
     return result
 
 
-def _push_sorted(pending: list, path: str, prefix: str, after: str | None, above: frozenset) -> None:
-    """Push a directory's files and subdirectories that may hold keys after `after`, the first on top."""
+def _entries_after(path: str, prefix: str, found: os.stat_result, after: str | None) -> tuple[list, int]:
+    """A directory's sorted entries and the position of the first that may hold keys after `after`."""
+    entries, orders = _sorted_entries(path, prefix, found)
+    if after is None:
+        return entries, 0
+    start = bisect.bisect_right(orders, after)
+    # Of the entries sorting at or before `after`, the last may be the directory that holds it: walked too.
+    if start and entries[start - 1][3] and after.startswith(orders[start - 1]):
+        start -= 1
+    return entries, start
+
+
+# A rolling sweep's slice ends inside a large directory (a host's day of objects) and the next slice resumes there:
+# the directory's sorted entries are kept for it while the directory stays as it was (same inode, mtime and ctime:
+# no entry added, removed or renamed), for directories of at least _KEPT_FROM entries, the newest few.
+_SORTED: OrderedDict[tuple[str, str], tuple[tuple, list, list]] = OrderedDict()
+_KEPT_DIRECTORIES = 4
+_KEPT_FROM = 1024
+_SETTLED_NS = 1_000_000_000  # a directory changed within this before its read may change again in the same tick
+
+
+def _sorted_entries(path: str, prefix: str, found: os.stat_result) -> tuple[list, list]:
+    """A directory's files and subdirectories as (order, path, key, is_dir, is_link) in key order, and the orders."""
+    stamp = (found.st_dev, found.st_ino, found.st_mtime_ns, found.st_ctime_ns)
+    kept = _SORTED.get((path, prefix))
+    if kept is not None and kept[0] == stamp:
+        _SORTED.move_to_end((path, prefix))
+        return kept[1], kept[2]
+    read_at = time.time_ns()
     try:
-        entries = list(os.scandir(path))
+        listed = list(os.scandir(path))
     except (FileNotFoundError, NotADirectoryError, PermissionError):
-        return  # removed during the walk (or unreadable): list() would not show its files either
-    chosen = []
-    for entry in entries:
+        return [], []  # removed during the walk (or unreadable): list() would not show its files either
+    entries = []
+    for entry in listed:
         try:
             is_dir = entry.is_dir()
             if not is_dir and not entry.is_file():
@@ -145,13 +184,14 @@ def _push_sorted(pending: list, path: str, prefix: str, after: str | None, above
         except OSError:
             continue
         key = prefix + entry.name
-        order = key + "/" if is_dir else key
-        # A directory is skipped when all its keys sort at or before `after`: `after` passes its prefix.
-        if after is not None and order <= after and not (is_dir and after.startswith(order)):
-            continue
-        chosen.append((order, entry.path, key, is_dir, is_link))
-    chosen.sort(reverse=True)
-    pending.extend((entry_path, key, is_dir, is_link, above) for _, entry_path, key, is_dir, is_link in chosen)
+        entries.append((key + "/" if is_dir else key, entry.path, key, is_dir, is_link))
+    entries.sort()
+    orders = [entry[0] for entry in entries]
+    if len(entries) >= _KEPT_FROM and max(found.st_mtime_ns, found.st_ctime_ns) < read_at - _SETTLED_NS:
+        _SORTED[(path, prefix)] = (stamp, entries, orders)
+        while len(_SORTED) > _KEPT_DIRECTORIES:
+            _SORTED.popitem(last=False)
+    return entries, orders
 
 
 def arrival_ns(found: os.stat_result, own: os.stat_result) -> int:
