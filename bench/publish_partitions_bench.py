@@ -11,9 +11,10 @@ manifest; the last day is today and stays live. Timed, each the median of --repe
   idle    nothing changed
 
 With --iceberg the Iceberg target is on (PyIceberg's SQL catalog beside the catalog): the objects are real
-tiny Parquet files, and every run also commits one Iceberg snapshot. --profile FILE writes cProfile
-statistics of the `live` runs at the largest size. Also timed at each size: `merge_queue.status` (the
-dashboard's history sample runs it every minute), median of --repeats calls.
+tiny Parquet files, and every run also commits one Iceberg snapshot; --snapshot-retention 0 keeps only the current
+one (a setup of more versions leaves more snapshots otherwise, and a commit costs the snapshots it keeps).
+--profile FILE writes cProfile statistics of the `live` runs at the largest size. Also timed at each size:
+`merge_queue.status` (the dashboard's history sample runs it every minute), median of --repeats calls.
 
 Run from the repository root:  .venv/bin/python bench/publish_partitions_bench.py --sizes 10,1000,10000
 """
@@ -99,6 +100,8 @@ def run(kind: str, size: int, args, workdir: Path) -> dict:  # noqa: ANN001
         deployment = new_deployment("ppbench1", root, catalog_url=url)
         if args.iceberg:
             deployment.config.publish.targets = ["iceberg"]
+            if args.snapshot_retention is not None:
+                deployment.config.publish.iceberg.snapshot_retention = args.snapshot_retention
         try:
             started = time.perf_counter()
             table, days = build(deployment, size, args.iceberg)
@@ -135,6 +138,11 @@ def run(kind: str, size: int, args, workdir: Path) -> dict:  # noqa: ANN001
                                    expect("live_versions", 0))
             record["merge_status"] = timed_status(deployment, args.repeats)
             record["load_avg_1m_after"] = load_avg_1m()
+            if args.iceberg:
+                from siltlake.publish.iceberg import IcebergTarget, identifier
+
+                kept = IcebergTarget(deployment)._load(identifier(deployment, table))
+                record["iceberg_snapshots"] = len(kept.snapshots())
             if profile is not None:
                 profile.dump_stats(args.profile)
             if merged_profile is not None:
@@ -155,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--catalog", choices=["sqlite", "postgresql", "both"], default="both")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--iceberg", action="store_true", help="with the Iceberg target on")
+    parser.add_argument("--snapshot-retention", type=int, default=None,
+                        help="publish.iceberg.snapshot_retention in seconds (default: the configuration's, a day)")
     parser.add_argument("--profile", type=Path, help="cProfile statistics of the live runs at the largest size")
     parser.add_argument("--profile-merged", type=Path, help="the same of the merged runs")
     parser.add_argument("--workdir", type=Path, default=ROOT / "bench" / "data" / "publish_partitions")
