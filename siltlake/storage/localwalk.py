@@ -7,6 +7,7 @@ import bisect
 import datetime as dt
 import os
 import stat
+import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -159,6 +160,7 @@ def _entries_after(path: str, prefix: str, found: os.stat_result, after: str | N
 # no entry added, removed or renamed), for directories of at least _KEPT_FROM entries, the newest two (about 13 MB
 # for 50,000 entries).
 _SORTED: OrderedDict[tuple[str, str], tuple[tuple, list, list]] = OrderedDict()
+_SORTED_LOCK = threading.Lock()  # a round's slice runs on its commit thread; several deployments may share a process
 _KEPT_DIRECTORIES = 2
 _KEPT_FROM = 1024
 _SETTLED_NS = 1_000_000_000  # a directory changed within this before its read may change again in the same tick
@@ -167,10 +169,11 @@ _SETTLED_NS = 1_000_000_000  # a directory changed within this before its read m
 def _sorted_entries(path: str, prefix: str, found: os.stat_result) -> tuple[list, list]:
     """A directory's files and subdirectories as (order, name, is_dir, is_link) in key order, and the orders."""
     stamp = (found.st_dev, found.st_ino, found.st_mtime_ns, found.st_ctime_ns)
-    kept = _SORTED.get((path, prefix))
-    if kept is not None and kept[0] == stamp:
-        _SORTED.move_to_end((path, prefix))
-        return kept[1], kept[2]
+    with _SORTED_LOCK:
+        kept = _SORTED.get((path, prefix))
+        if kept is not None and kept[0] == stamp:
+            _SORTED.move_to_end((path, prefix))
+            return kept[1], kept[2]
     read_at = time.time_ns()
     try:
         listed = list(os.scandir(path))
@@ -190,9 +193,10 @@ def _sorted_entries(path: str, prefix: str, found: os.stat_result) -> tuple[list
     entries.sort()
     orders = [entry[0] for entry in entries]
     if len(entries) >= _KEPT_FROM and max(found.st_mtime_ns, found.st_ctime_ns) < read_at - _SETTLED_NS:
-        _SORTED[(path, prefix)] = (stamp, entries, orders)
-        while len(_SORTED) > _KEPT_DIRECTORIES:
-            _SORTED.popitem(last=False)
+        with _SORTED_LOCK:
+            _SORTED[(path, prefix)] = (stamp, entries, orders)
+            while len(_SORTED) > _KEPT_DIRECTORIES:
+                _SORTED.popitem(last=False)
     return entries, orders
 
 
