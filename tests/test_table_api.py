@@ -277,6 +277,9 @@ def test_every_engine_reads_the_same_exact_table_at_every_version(deployment: De
         assert not deployment.lake.exists(key) and not deployment.lake.exists(symlink_key(key))
     assert_file_lists_exact(deployment, lake)
     assert table.versions() == (10, 10)
+    deployment.catalog.downgrade("0020")  # reaped before the table row kept the range: 0021 computes it
+    deployment.catalog.upgrade()
+    assert table.versions() == (10, 10)
     iceberg = open_catalog(deployment).load_table(("web", "access"))
     assert [s.summary["siltlake.table-version"] for s in iceberg.snapshots()] == ["10"], \
         "the snapshots of reaped versions are expired with them"

@@ -143,15 +143,34 @@ class Reaping:
 
     def delete_version_rows(self, ids: Sequence[int]) -> int:
         """Delete expired version rows; a partition's newest version is never deleted, whatever the caller
-        computed (checked in the statement itself)."""
+        computed (checked in the statement itself). Their tables' readable range moves past them."""
         v = s.partition_versions
         newer = sa.alias(v, "newer")
         deleted = 0
+        touched: set[int] = set()
         with self._core.tx() as c:
             for chunk in _chunks(sorted(ids)):
+                touched.update(c.execute(sa.select(v.c.partition_id).where(v.c.id.in_(chunk))).scalars())
                 deleted += c.execute(v.delete().where(v.c.id.in_(chunk), sa.exists().where(
                     newer.c.partition_id == v.c.partition_id, newer.c.version > v.c.version))).rowcount
+            self._move_readable_from(c, touched)
         return deleted
+
+    @staticmethod
+    def _move_readable_from(c: Connection, partition_ids: set[int]) -> None:
+        """A table version is readable while every partition still has the versions it showed then: each table's
+        `readable_from` becomes the newest first retained table version of these partitions whose version 1 is
+        gone, if newer (Versions._table_range reads it; it never moves back)."""
+        v, t = s.partition_versions, s.tables
+        for chunk in _chunks(sorted(partition_ids)):
+            firsts = (sa.select(v.c.table_id, sa.func.min(v.c.version).label("version"),
+                                sa.func.min(v.c.table_version).label("table_version"))
+                      .where(v.c.partition_id.in_(chunk)).group_by(v.c.table_id, v.c.partition_id).subquery())
+            for table_id, readable_from in c.execute(
+                    sa.select(firsts.c.table_id, sa.func.max(firsts.c.table_version))
+                    .where(firsts.c.version > 1).group_by(firsts.c.table_id)).all():
+                c.execute(t.update().where(t.c.id == table_id, t.c.readable_from < readable_from)
+                          .values(readable_from=readable_from))
 
     def delete_partitions(self, partition_ids: Sequence[int]) -> int:
         """Delete partitions and every row that references them; returns the rows deleted.

@@ -71,6 +71,8 @@ tables = sa.Table(
     sa.Column("version_time", sa.DateTime, nullable=True),
     # Its switched partitions (0018), kept by the switch and by reap: merge status counts the others only.
     sa.Column("switched_partitions", sa.BigInteger, nullable=False, server_default="0"),
+    # The oldest table version every partition can still show (0021): moved forward by reap as it deletes versions.
+    sa.Column("readable_from", sa.BigInteger, nullable=False, server_default="1"),
     sa.UniqueConstraint("physical_schema_name", "physical_table_name"),
     sa.CheckConstraint("merge_interval >= 0", name="merge_interval"),
 )

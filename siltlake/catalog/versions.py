@@ -350,13 +350,10 @@ class Versions:
         versions were reaped (a partition that never had earlier versions showed nothing before)."""
         v = s.partition_versions
         newest = _newest(c, table_id)
-        firsts = (sa.select(sa.func.min(v.c.version).label("version"),
-                            sa.func.min(v.c.table_version).label("table_version"))
-                  .where(v.c.table_id == table_id)
-                  .group_by(v.c.partition_id).subquery())
-        reaped_below = c.execute(sa.select(sa.func.max(firsts.c.table_version)).where(firsts.c.version > 1)
-                                 ).scalar_one_or_none()
-        oldest = max(1, reaped_below or 1)
+        # Kept on the table row by reap as it deletes versions (Reaping.delete_version_rows): not a scan of every
+        # partition's versions at each read of an older version.
+        oldest = max(1, c.execute(sa.select(s.tables.c.readable_from).where(s.tables.c.id == table_id))
+                     .scalar_one_or_none() or 1)
         oldest_time = c.execute(sa.select(sa.func.min(v.c.created_at)).where(
             v.c.table_id == table_id, v.c.table_version == oldest)).scalar_one_or_none() if newest else None
         return oldest, newest, oldest_time
