@@ -309,7 +309,6 @@ def test_the_sweep_reads_the_root_in_key_order_as_list_does(tmp_path: Path) -> N
     assert end.complete and end.objects == [] and end.last_key is None
 
 
-
 def test_a_slice_resumes_in_a_large_directory_without_reading_it_again_and_sees_what_changed_there(
         tmp_path: Path, monkeypatch) -> None:
     from siltlake.storage import localwalk
