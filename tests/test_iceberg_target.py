@@ -171,6 +171,29 @@ def test_reap_expires_snapshots_before_deleting_the_files_they_list(deployment: 
     assert Path(manifest_lists[2].removeprefix("file://")).exists()
 
 
+
+def test_reap_expires_a_snapshot_an_engine_tagged_and_the_tag_with_it(deployment: Deployment) -> None:
+    """A tag made in an engine (CREATE TAG) on a snapshot whose version reap expires: reap must not stop on it (its
+    files are deleted with the version), and the tag goes with the snapshot."""
+    with_iceberg(deployment)
+    record = make_table(deployment)
+    add_small_objects(deployment, record, DAY, [rows_for(DAY, 10, 0)])
+    published(deployment, tokyo(DAY, 12))
+    add_small_objects(deployment, record, DAY, [rows_for(DAY, 10, 1)])
+    published(deployment, tokyo(DAY, 13))
+    merge_once(deployment)
+    published(deployment, tokyo(NEXT_DAY, 1))
+    published(deployment, tokyo(NEXT_DAY, 2))
+    iceberg = open_catalog(deployment).load_table(("web", "access"))
+    iceberg.manage_snapshots().create_tag(snapshot_of_version(iceberg, 1).snapshot_id, "before_merge").commit()
+
+    reap_once(deployment, now=utcnow() + dt.timedelta(days=8))
+    iceberg = open_catalog(deployment).load_table(("web", "access"))
+    assert [s.summary[VERSION_PROPERTY] for s in iceberg.snapshots()] == ["3"]
+    assert set(iceberg.metadata.refs) == {"main"}, "the tag of the expired snapshot is gone with it"
+    assert users(iceberg.scan().to_arrow()) == Counter(range(10)) + Counter(range(1_000_000, 1_000_010))
+
+
 def test_filters_on_dt_and_on_column_bounds_select_the_same_rows_as_siltlake(deployment: Deployment) -> None:
     """Engines prune files by partition and by the column bounds registered from the Parquet footers: wrong
     bounds or partition values would drop rows silently."""

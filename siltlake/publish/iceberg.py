@@ -28,7 +28,7 @@ from urllib.parse import unquote
 from siltlake.catalog.core import normalise_url
 from siltlake.clock import utcnow
 from siltlake.errors import ConfigError, SiltError
-from siltlake.publish.iceberg_manifests import EPOCH, commit_files, day_bounds, partition_date
+from siltlake.publish.iceberg_manifests import EPOCH, commit_files, day_bounds, expire_snapshots, partition_date
 from siltlake.publish.targets import SomeTablesFailed, drop_forgotten_tables
 from siltlake.read.keyed import dirty_dates
 from siltlake.read.versions import version_files
@@ -573,7 +573,7 @@ def reap_iceberg(deployment: Deployment, records: Iterable[TableRecord], doomed:
                                        for f in snapshot_files(table, snapshot, cache)):
                 expire.append(snapshot.snapshot_id)
         if expire:
-            table.maintenance.expire_snapshots().by_ids(expire).commit()
+            expire_snapshots(table, expire)
             result.expired += len(expire)
         write_version_hint(deployment, table)
         result.retained |= _metadata_keys(deployment, table)

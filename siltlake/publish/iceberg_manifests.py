@@ -142,6 +142,14 @@ def commit_files(table: IcebergTable, removed: Sequence[Any], added: Sequence[An
     return len(expired)
 
 
+def expire_snapshots(table: IcebergTable, snapshot_ids: Sequence[int]) -> None:
+    """Expire these snapshots in one commit, and any tag or branch that heads one of them (reap: their files are
+    being deleted; PyIceberg's own expiry refuses a tagged snapshot)."""
+    _, _, transaction_class, expire_known = _producers()
+    with transaction_class(table) as transaction:
+        expire_known(transaction, snapshot_ids).commit()
+
+
 @functools.cache
 def _producers() -> tuple[type, type, type, type]:
     """PyIceberg's fast append and overwrite, their manifests by year, the transaction they run in and the expiry of
@@ -186,8 +194,10 @@ def _producers() -> tuple[type, type, type, type]:
             return one_at_a_time
 
     class ExpireKnown(ExpireSnapshots):
-        """PyIceberg's expiry of snapshots that exist and head no branch or tag (commit_files chose them from the
-        base): its own checks read the transaction's metadata once more, one more copy of all of it."""
+        """PyIceberg's expiry of snapshots the caller found in the table, without its checks: they read the
+        transaction's metadata once more (one more copy of all of it), and refuse a snapshot a tag or branch heads,
+        where applying the update removes that ref with it (commit_files keeps such snapshots out; reap expires
+        them with their files)."""
 
         def __init__(self, transaction: Transaction, snapshot_ids: Sequence[int]) -> None:
             super().__init__(transaction)
