@@ -198,3 +198,16 @@ def test_a_commit_copies_the_table_metadata_once_per_state_of_its_updates(tmp_pa
     assert len(copies) == without_expiry, "the expiry reads no further copy of the metadata"
     assert [s.snapshot_id for s in table.snapshots()] == [table.current_snapshot().snapshot_id]
     assert len(list(table.scan().plan_files())) == 3
+
+
+def test_the_retention_expiry_keeps_a_tagged_snapshot(tmp_path) -> None:
+    table = pyiceberg_table(tmp_path)
+    day = (dt.date(2026, 11, 28) - EPOCH).days
+    iceberg_manifests.commit_files(table, [], data_files(table, "a", [day]), {})
+    tagged = table.current_snapshot().snapshot_id
+    table.manage_snapshots().create_tag(tagged, "kept").commit()
+    iceberg_manifests.commit_files(table, [], data_files(table, "b", [day]), {})
+    time.sleep(0.002)
+    assert iceberg_manifests.commit_files(table, [], data_files(table, "c", [day]), {}, retention=0) == 1
+    assert {s.snapshot_id for s in table.snapshots()} == {tagged, table.current_snapshot().snapshot_id}
+    assert set(table.metadata.refs) == {"main", "kept"}
