@@ -129,17 +129,22 @@ def _column(name: str, kind: str):  # noqa: ANN202 - a Column
     return Column.from_mapping({"name": name, "type": kind})
 
 
-def test_reap_expires_snapshots_before_deleting_the_files_they_list(deployment: Deployment) -> None:
+def merged_after_two_versions(deployment: Deployment) -> None:
+    """Two published versions of DAY (10 rows each), then DAY merged and switched: version 3 over one merged
+    object."""
     with_iceberg(deployment)
     record = make_table(deployment)
-    lake = deployment.lake
-    add_small_objects(deployment, record, DAY, [rows_for(DAY, 10, 0)])
-    published(deployment, tokyo(DAY, 12))
-    add_small_objects(deployment, record, DAY, [rows_for(DAY, 10, 1)])
-    published(deployment, tokyo(DAY, 13))
+    for seed, hour in ((0, 12), (1, 13)):
+        add_small_objects(deployment, record, DAY, [rows_for(DAY, 10, seed)])
+        published(deployment, tokyo(DAY, hour))
     merge_once(deployment)
     published(deployment, tokyo(NEXT_DAY, 1))  # closes DAY
     published(deployment, tokyo(NEXT_DAY, 2))  # switches it: a compaction version over one merged object
+
+
+def test_reap_expires_snapshots_before_deleting_the_files_they_list(deployment: Deployment) -> None:
+    lake = deployment.lake
+    merged_after_two_versions(deployment)
     iceberg = open_catalog(deployment).load_table(("web", "access"))
     assert [s.summary[VERSION_PROPERTY] for s in iceberg.snapshots()] == ["1", "2", "3"]
     small = {f.file_path for f in snapshot_files(iceberg, snapshot_of_version(iceberg, 2))}
@@ -175,15 +180,7 @@ def test_reap_expires_snapshots_before_deleting_the_files_they_list(deployment: 
 def test_reap_expires_a_snapshot_an_engine_tagged_and_the_tag_with_it(deployment: Deployment) -> None:
     """A tag made in an engine (CREATE TAG) on a snapshot whose version reap expires: reap must not stop on it (its
     files are deleted with the version), and the tag goes with the snapshot."""
-    with_iceberg(deployment)
-    record = make_table(deployment)
-    add_small_objects(deployment, record, DAY, [rows_for(DAY, 10, 0)])
-    published(deployment, tokyo(DAY, 12))
-    add_small_objects(deployment, record, DAY, [rows_for(DAY, 10, 1)])
-    published(deployment, tokyo(DAY, 13))
-    merge_once(deployment)
-    published(deployment, tokyo(NEXT_DAY, 1))
-    published(deployment, tokyo(NEXT_DAY, 2))
+    merged_after_two_versions(deployment)
     iceberg = open_catalog(deployment).load_table(("web", "access"))
     iceberg.manage_snapshots().create_tag(snapshot_of_version(iceberg, 1).snapshot_id, "before_merge").commit()
 
