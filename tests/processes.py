@@ -285,8 +285,9 @@ class Shipper:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
-    def ship_one(self, table: str | None = None, date: dt.date | None = None) -> Path:
-        """Write one staging object now; returns its path."""
+    def ship_one(self, table: str | None = None, date: dt.date | None = None, *, resent_now: bool = False) -> Path:
+        """Write one staging object now; returns its path. `resent_now` writes it as an object (never appended
+        in place) and its re-sent copy at once."""
         with self._lock:
             table = table or self.rng.choice(self.tables)
             date = date or self.rng.choice(self.dates)
@@ -302,7 +303,7 @@ class Shipper:
             folder = self.root / f"ship.{table}" / f"{dt.date.today():%Y/%m/%d}"
             folder.mkdir(parents=True, exist_ok=True)
             # Drawn only when appending, so that a seed draws the same objects as before without it.
-            if self.append and self.rng.random() < self.append:
+            if self.append and not resent_now and self.rng.random() < self.append:
                 path = folder / f"appending-{table.split('.')[-1]}.log"
                 self._append(path, "".join(lines).encode())
                 self.shipped[table].extend(ids)
@@ -313,6 +314,9 @@ class Shipper:
             data = gzip.compress("".join(lines).encode(), compresslevel=1)
             self._put(folder, name, data)
             self.shipped[table].extend(ids)
+            if resent_now:
+                self._put(folder, f"{name.removesuffix('.jsonl.gz')}-resent0.jsonl.gz", data)
+                self.resent += 1
             # Decided only when re-sending, so that a seed draws the same objects as before without it.
             if self.resend and self.rng.random() < self.resend:
                 copies = 2 if self.rng.random() < 0.25 else 1
