@@ -39,6 +39,24 @@ def staging_sums(rows: Iterable[sa.Row]) -> dict[int, tuple[int, int, int]]:
             in sums.items()}
 
 
+def prunable(before: dt.datetime, batch: int, after: tuple[dt.datetime, int] | None = None) -> sa.Select:
+    """The next `batch` staging rows Staging.prune may delete, in (receive_time, id) order, past `after`'s row.
+
+    The bound on `after` is one range of the receive_time index, then the tie: written as an OR of the two ranges,
+    SQLite read and sorted every row left for each batch (a day of a million rows took 73 s to prune, not 9)."""
+    so, sm = s.staging_objects, s.small_objects
+    referenced = sa.exists().where(sm.c.staging_object_id == so.c.id)
+    query = (sa.select(so.c.id, so.c.receive_time)
+             .where(so.c.receive_time < before, so.c.processed_time.is_not(None),
+                    sa.or_(so.c.send_time.is_(None), so.c.send_time < before),
+                    sa.or_(so.c.claim_time.is_(None), so.c.claim_time < before),
+                    so.c.error_uri.is_(None), ~referenced)
+             .order_by(so.c.receive_time, so.c.id).limit(batch))
+    if after is None:
+        return query
+    return query.where(so.c.receive_time >= after[0], sa.or_(so.c.receive_time > after[0], so.c.id > after[1]))
+
+
 class Staging:
     """Reached as catalog.staging."""
 
@@ -273,21 +291,13 @@ class Staging:
         Kept: pending rows (failing ones are pending too), rows claimed since, rows with an error file (reap
         deletes an error file no staging row names) and rows a small object still names (its foreign key; the
         small object goes once merges cover it, then the row). What they counted stays in staging_totals."""
-        so, sm = s.staging_objects, s.small_objects
-        referenced = sa.exists().where(sm.c.staging_object_id == so.c.id)
-        doomed = (sa.select(so.c.id, so.c.receive_time)
-                  .where(so.c.receive_time < before, so.c.processed_time.is_not(None),
-                         sa.or_(so.c.send_time.is_(None), so.c.send_time < before),
-                         sa.or_(so.c.claim_time.is_(None), so.c.claim_time < before),
-                         so.c.error_uri.is_(None), ~referenced)
-                  .order_by(so.c.receive_time, so.c.id).limit(batch))
+        so = s.staging_objects
         pruned = 0
         after: tuple[dt.datetime, int] | None = None
         while True:
             # One transaction per batch: a long history is pruned without one huge transaction holding locks. Each
             # batch starts past the last one's rows, so the rows kept (still referenced) are not read again.
-            query = doomed if after is None else doomed.where(sa.or_(
-                so.c.receive_time > after[0], sa.and_(so.c.receive_time == after[0], so.c.id > after[1])))
+            query = prunable(before, batch, after)
             with self._core.tx() as c:
                 selected = c.execute(query).all()
                 ids = [row.id for row in selected]
