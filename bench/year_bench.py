@@ -35,6 +35,7 @@ Each simulated day d (timed steps marked *):
 
     .venv/bin/python bench/year_bench.py                                  # 30 days of 100,000 objects
     .venv/bin/python bench/year_bench.py --per-day 1000000 --days 30      # the issue's full rate
+    .venv/bin/python bench/year_bench.py --per-day 1000000 --days 30 --sweep-check-interval 604800  # weekly check pass
     .venv/bin/python bench/year_bench.py --per-day 10000 --catalog postgresql --vacuum
 """
 
@@ -394,6 +395,9 @@ def main() -> None:
     parser.add_argument("--vacuum", action="store_true",
                         help="PostgreSQL: VACUUM the catalog's database after each day's reap (for a server whose "
                              "autovacuum is off, as this machine's is)")
+    parser.add_argument("--sweep-check-interval", type=int, default=None,
+                        help="stream.sweep_check_interval in seconds (default: siltlake's, one day): how often a "
+                             "sweep pass looks every file up again, not only those changed since the last pass")
     parser.add_argument("--workdir", default=None, help="where the staging root goes (default: the temp dir)")
     parser.add_argument("--out", default="bench/results/year.json")
     args = parser.parse_args()
@@ -408,7 +412,8 @@ def main() -> None:
     out = Path(args.out)
     try:
         with catalog_url(args.catalog, root) as url:
-            deployment = new_deployment("bench001", root, catalog_url=url, staging_root=root / "staging")
+            check = {} if args.sweep_check_interval is None else {"sweep_check_interval": args.sweep_check_interval}
+            deployment = new_deployment("bench001", root, catalog_url=url, staging_root=root / "staging", stream=check)
             try:
                 deployment.catalog.tables.create(TableDef.from_mapping(TABLE))
                 shipper = Shipper(root / "staging", root / "originals", clock)
