@@ -3,7 +3,9 @@ holds N processed staging rows, and what pruning them costs.
 
 Setup (not timed): a fresh deployment (SQLite catalog unless --catalog postgresql) with the table web.access, and
 N processed staging rows inserted directly (a real history is registered by discovery and processed by Spark;
-these queries read only the rows), registered over the 30 days before now, one every 30 days / N.
+these queries read only the rows), registered evenly over the --history-days (30) before now: a prune deletes
+those older than 7 days (23 days' worth of 30; with --history-days 8, one day's of eight, as each day of a lake
+at a steady rate and the default retention does).
 
 Timed (median of --repeats): the history sample (`siltlake.observe.history.sample`, what each daemon runs every
 observe.history_interval), and `catalog.observations.staging()` (behind the metrics endpoint and `silt status`).
@@ -35,17 +37,18 @@ from siltlake.tabledef import TableDef
 
 TABLE = {"schema": "web", "name": "access", "time_column": "t", "timezone": "UTC",
          "columns": [{"name": "t", "type": "timestamp", "nullable": False}]}
-HISTORY = dt.timedelta(days=30)
+HISTORY_DAYS = 30
 
 
-def insert_processed(deployment, table_id: int, rows: int, now: dt.datetime) -> None:  # noqa: ANN001
-    """N processed rows registered over the HISTORY before now, oldest first."""
-    step = HISTORY / max(rows, 1)
+def insert_processed(deployment, table_id: int, rows: int, now: dt.datetime,  # noqa: ANN001
+                     history: dt.timedelta) -> None:
+    """N processed rows registered over the `history` before now, oldest first."""
+    step = history / max(rows, 1)
     with deployment.catalog.engine.begin() as c:
         for start in range(0, rows, 5000):
             batch = []
             for i in range(start, min(rows, start + 5000)):
-                received = now - HISTORY + step * i
+                received = now - history + step * i
                 batch.append(dict(uri=f"file:///staging/host{i % 20:02d}.web.access/obj-{i:08d}.jsonl",
                                   table_id=table_id, size=20, send_time=received, receive_time=received,
                                   processed_time=received + dt.timedelta(minutes=1), records_in=10, bad_records=0))
@@ -69,7 +72,7 @@ def measure(deployment, repeats: int) -> dict:  # noqa: ANN001 - a Deployment
             "observations_staging_ms": median_ms(deployment.catalog.observations.staging, repeats)}
 
 
-def run(kind: str, rows: int, repeats: int, workdir: Path) -> dict:
+def run(kind: str, rows: int, repeats: int, workdir: Path, history_days: int = HISTORY_DAYS) -> dict:
     root = Path(tempfile.mkdtemp(prefix=f"staging-rows-{kind}-{rows}-", dir=workdir))
     with catalog_url(kind, root) as url:
         deployment = new_deployment("bench001", root, catalog_url=url)
@@ -77,7 +80,7 @@ def run(kind: str, rows: int, repeats: int, workdir: Path) -> dict:
             table = deployment.catalog.tables.create(TableDef.from_mapping(TABLE))
             now = utcnow()
             started = time.perf_counter()
-            insert_processed(deployment, table.id, rows, now)
+            insert_processed(deployment, table.id, rows, now, dt.timedelta(days=history_days))
             result = {"catalog": kind, "rows": rows, "setup_seconds": round(time.perf_counter() - started, 2),
                       **measure(deployment, repeats)}
             shown = deployment.catalog.observations.staging()[0]
@@ -106,12 +109,14 @@ def main() -> None:
     parser.add_argument("--sizes", default="0,100000")
     parser.add_argument("--catalog", default="sqlite", choices=["sqlite", "postgresql"])
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--history-days", type=int, default=HISTORY_DAYS,
+                        help="days the rows were registered over (those older than 7 days are pruned)")
     parser.add_argument("--out", default="bench/results/staging_rows.json")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="silt-staging-rows-"))
     results = []
     for rows in (int(size) for size in args.sizes.split(",")):
-        result = run(args.catalog, rows, args.repeats, workdir)
+        result = run(args.catalog, rows, args.repeats, workdir, args.history_days)
         print(result, flush=True)
         results.append(result)
     save_json(Path(args.out), {"when": utc_stamp(), "machine": brief_machine(), "load_avg_1m": load_avg_1m(),
