@@ -1,6 +1,7 @@
 """What one slice of a local staging root's rolling sweep costs per file (docs/design.md, "Discovery reads what is
 new"): `Storage.sweep` (reading directories, `stat` of each file) and `_register` (settle, the catalog lookups),
-in this process's CPU, on history_bench.py's root of N processed objects; then whole `discover` rounds.
+in this process's CPU, on history_bench.py's root of N processed objects; then whole `discover` rounds. Each slice
+looks every file up, as a daily check pass does, past an expiry watermark a week back (as reap leaves it).
 
     .venv/bin/python bench/sweep_slice_bench.py --catalog sqlite --objects 100000 --slice 20000
 """
@@ -8,6 +9,7 @@ in this process's CPU, on history_bench.py's root of N processed objects; then w
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import shutil
 import statistics
 import tempfile
@@ -17,6 +19,7 @@ from pathlib import Path
 import history_bench
 from common import catalog_url, load_avg_1m, new_deployment
 
+from siltlake.clock import utcnow
 from siltlake.stream.discover import _register, _unexpired, discover
 from siltlake.tabledef import TableDef
 
@@ -39,11 +42,12 @@ def main() -> None:
                 time.sleep(deployment.config.stream.listing_margin + 1)
                 history_bench.register_processed(deployment, args.objects)
                 reading, registering, after = [], [], None
+                watermark = utcnow() - dt.timedelta(days=7)
                 for _ in range(args.slices):
                     started = time.process_time()
                     part = deployment.staging.sweep(after, args.slice)
                     read = time.process_time()
-                    _register(deployment, _unexpired(deployment, part.objects, None))
+                    _register(deployment, _unexpired(deployment, part.objects, watermark), watched=False)
                     reading.append(read - started)
                     registering.append(time.process_time() - read)
                     after = None if part.complete else part.last_key
