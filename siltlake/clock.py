@@ -13,7 +13,23 @@ def to_naive_utc(value: dt.datetime) -> dt.datetime:
     """Naive UTC from an aware time (converted) or a naive one (taken as UTC)."""
     if value.tzinfo is None:
         return value
+    if value.tzinfo is dt.UTC:  # every listing's times: no conversion to make
+        return value.replace(tzinfo=None)
     return value.astimezone(dt.UTC).replace(tzinfo=None)
+
+
+class UtcBound:
+    """A naive UTC time to compare listed times with, aware or naive, without converting each (a daily check pass
+    compares every file of the staging root): `value >= bound.like(value)`."""
+
+    __slots__ = ("aware", "naive")
+
+    def __init__(self, naive: dt.datetime) -> None:
+        self.naive = naive
+        self.aware = naive.replace(tzinfo=dt.UTC)
+
+    def like(self, value: dt.datetime) -> dt.datetime:
+        return self.naive if value.tzinfo is None else self.aware
 
 
 _EPOCH = dt.datetime(1970, 1, 1)

@@ -11,7 +11,7 @@ import zlib
 from dataclasses import dataclass, field
 
 from siltlake.catalog.positions import PositionState
-from siltlake.clock import to_naive_utc, utcnow
+from siltlake.clock import UtcBound, to_naive_utc, utcnow
 from siltlake.deployment import Deployment
 from siltlake.storage.filesystem import ObjectInfo, UnsafeKey
 from siltlake.stream.tails import FINGERPRINT_BYTES, delivery_uri, file_identity
@@ -81,7 +81,16 @@ def settle(deployment: Deployment, listed: list[ObjectInfo], watched: bool = Tru
     result = Settling([], looked=listed_keys - first_listed)
     hold: list[tuple[str, str, int, dt.datetime]] = []
     taken: list[tuple[str, str]] = []
+    # A file no earlier round held back and last written before this is ready as it is: a daily check pass brings
+    # every file of the root here, and most of a listing is such files.
+    settled_before = UtcBound(now - dt.timedelta(seconds=config.settle_time))
+    held_keys = {item.key for item in waiting.values()}
     for info in candidates:
+        mtime = info.mtime
+        if info.key not in held_keys and (not config.settle_time or mtime is not None
+                                          and mtime <= settled_before.like(mtime)):
+            result.ready.append(info)
+            continue
         changed = to_naive_utc(info.mtime) if info.mtime is not None else now
         age = (now - changed).total_seconds()
         uri = staging.uri(info.key)

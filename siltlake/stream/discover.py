@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from urllib.parse import unquote
 
 from siltlake.catalog import DiscoveryCursor, Redelivery, TableRecord
-from siltlake.clock import from_nanoseconds, to_naive_utc, to_nanoseconds, utcnow
+from siltlake.clock import UtcBound, from_nanoseconds, to_naive_utc, to_nanoseconds, utcnow
 from siltlake.config import key_pattern_shape
 from siltlake.deployment import Deployment
 from siltlake.storage.accounted import AccountedNames
@@ -260,9 +260,11 @@ def _unexpired(deployment: Deployment, listed: list[ObjectInfo],
         return listed
     staging = deployment.staging
     fresh = []
+    bound = UtcBound(expired_before)
     for info in listed:
-        if info.mtime is None or to_naive_utc(info.mtime) >= expired_before:  # the arrival is at least the mtime
-            fresh.append(info)
+        mtime = info.mtime
+        if mtime is None or mtime >= bound.like(mtime):
+            fresh.append(info)  # the arrival is at least the mtime
             continue
         if staging.is_local:
             arrival = staging.arrival_ns(info.key)
