@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any, NamedTuple
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pa_json
@@ -47,6 +48,7 @@ SPLIT_FANOUT = 8
 _NON_BLANK_LINE = re.compile(r"^[ \t\r]*[^ \t\r\n].*$", re.M)
 _NON_BLANK = re.compile(rb"[^ \t\r\n]")
 BLANKS = b" \t\r\n"
+_NEWLINE, _OPEN, _CLOSE = b"\n{}"
 _TIME_KINDS = {"string": pa.string(), "int64": pa.int64(), "float64": pa.float64()}
 _UTC_MICROS = pa.timestamp("us", tz="UTC")
 
@@ -313,8 +315,8 @@ def _line_layout(block: bytes) -> _LineLayout:
     # "}" and "{", which two counts confirm without splitting the block into lines.
     end = len(block) - 1 if block.endswith(b"\n") else len(block)
     if block.startswith(b"{") and block.endswith(b"}", 0, end):
-        inner = block.count(b"\n", 0, end)
-        if block.count(b"}\n{", 0, end) == inner:
+        inner = _framed_newlines(block, end)
+        if inner is not None:
             return _LineLayout(inner + (end < len(block)), inner + 1)
     # Arrow's kernels split and test ~10 MB of lines several times faster than bytes.count.
     lines = None
@@ -335,6 +337,17 @@ def _line_layout(block: bytes) -> _LineLayout:
     ):
         return _LineLayout(newlines, len(lines))
     return _LineLayout(newlines, _layout_line_by_line(lines))
+
+
+def _framed_newlines(block: bytes, end: int) -> int | None:
+    """The newlines in block[:end] when each has "}" before it and "{" after it, else None. The block starts with
+    "{" and block[end - 1] is "}", so no newline is first or last: one vectorised pass over the bytes (a third
+    of the time of counting "\n" and "}\n{" with bytes.count)."""
+    data = np.frombuffer(block, np.uint8, end)
+    newlines = np.flatnonzero(data == _NEWLINE)
+    if (data[newlines - 1] == _CLOSE).all() and (data[newlines + 1] == _OPEN).all():
+        return len(newlines)
+    return None
 
 
 def _layout_line_by_line(lines: pa.Array) -> int | None:
