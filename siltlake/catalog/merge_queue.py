@@ -62,8 +62,8 @@ class MergeQueue:
                 .where(j.c.ongoing_mark != 0)
             ).all()
             # Running jobs whose process exited on this host: stale now, whatever their heartbeat says.
-            gone = {row.ongoing_mark: row for row in held
-                    if row.ongoing_mark > 0 and local is not None and local.holds_dead_claim(row)}
+            gone = {row.ongoing_mark: row for row in (local.dead_claims(held) if local is not None else [])
+                    if row.ongoing_mark > 0}
             busy_partitions: set[int] = set()
             running_per_table: dict[int, int] = {}
             for row in held:

@@ -215,16 +215,14 @@ class StreamCommit:
         ids = [row["id"] for row in rows]
         if old is None:
             old = self._counts(ids)
-
-        def by_id(column: str) -> sa.ColumnElement:
-            # type_coerce, not CAST: SQLite's CAST to a date type would make a number of the text
-            return sa.type_coerce(sa.case({row["id"]: row[column] for row in rows}, value=so.c.id),
-                                  so.c[column].type)
-
-        values = dict(processed_time=now, records_in=by_id("records_in"), bad_records=by_id("bad_records"))
-        if all("error_uri" in row for row in rows):
-            values["error_uri"] = by_id("error_uri")
-        self._c.execute(so.update().where(so.c.id.in_(ids)).values(**values))
+        # One executemany of a statement compiled once (SQLAlchemy caches it): a statement holding every row's
+        # values in CASE lists was compiled afresh for each batch, a third of a commit's CPU.
+        columns = ["records_in", "bad_records", *(["error_uri"] if all("error_uri" in row for row in rows) else [])]
+        statement = so.update().where(so.c.id == sa.bindparam("row_id")).values(
+            processed_time=sa.bindparam("row_now", type_=so.c.processed_time.type),
+            **{column: sa.bindparam(f"row_{column}", type_=so.c[column].type) for column in columns})
+        self._c.execute(statement, [{"row_id": row["id"], "row_now": now,
+                                     **{f"row_{column}": row[column] for column in columns}} for row in rows])
         self._totals += [(old[row["id"]].table_id, 0, row["records_in"] - (old[row["id"]].records_in or 0),
                           row["bad_records"] - (old[row["id"]].bad_records or 0)) for row in rows if row["id"] in old]
 
@@ -289,7 +287,7 @@ class StreamCommit:
         if batch.small_objects:
             try:
                 with self._c.begin_nested():
-                    self._c.execute(s.small_objects.insert().values(batch.small_objects))
+                    self._c.execute(s.small_objects.insert(), batch.small_objects)
             except IntegrityError:
                 raise CatalogError("a staging object of this commit already has a small object in a partition "
                                    "it adds to") from None

@@ -4,7 +4,7 @@ every caller imports, with no SQL (see catalog.py for the operations that read a
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from siltlake.errors import CatalogError, SiltError
@@ -206,7 +206,21 @@ class LocalHost:
     alive: Callable[[int], bool]
 
     def holds_dead_claim(self, row) -> bool:  # noqa: ANN001 - a merge_jobs row with owner_host and owner_pid
-        return row.owner_host == self.name and row.owner_pid is not None and not self.alive(row.owner_pid)
+        return bool(self.dead_claims([row]))
+
+    def dead_claims(self, rows: Iterable) -> list:
+        """The rows (with owner_host and owner_pid) whose claim a gone process of this host holds. Each pid is
+        asked once: a daemon's wave holds hundreds of claims, and each answer reads /proc."""
+        gone: dict[int, bool] = {}
+        found = []
+        for row in rows:
+            if row.owner_host != self.name or row.owner_pid is None:
+                continue
+            if row.owner_pid not in gone:
+                gone[row.owner_pid] = not self.alive(row.owner_pid)
+            if gone[row.owner_pid]:
+                found.append(row)
+        return found
 
 
 @dataclass(frozen=True)

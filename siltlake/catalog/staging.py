@@ -160,7 +160,7 @@ class Staging:
             held = c.execute(sa.select(so.c.id, so.c.claim_host.label("owner_host"), so.c.claim_pid.label("owner_pid"))
                              .where(so.c.processed_time.is_(None), so.c.claim_owner.is_not(None),
                                     so.c.claim_time >= stale_before)).all()
-            gone = [row.id for row in held if local.holds_dead_claim(row)]
+            gone = [row.id for row in local.dead_claims(held)]
         return sa.or_(so.c.claim_owner.is_(None), so.c.claim_time < stale_before,
                       *([so.c.id.in_(gone)] if gone else []))
 

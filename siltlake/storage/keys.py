@@ -283,8 +283,8 @@ class TableLayout:
         return f"{self.prefix}/{ERRORS}/{label}.jsonl"
 
     def task_temporary(self, run_id: str, task_id: int, name: str) -> str:
-        """A task's temporary object: <instance>/_tmp/<run>/<task id>.<name> (date_part, spilled_run, ...). All of a
-        run's tasks write into its one directory: a directory per task cost a mkdir per small object (5% of its task)."""
+        """A task's temporary object: <instance>/_tmp/<run>/<task id>.<name> (date_part, spilled_run, ...). All of
+        a run's tasks write into its one directory: a directory per task cost a mkdir per small object (5% of it)."""
         return temporary(self.instance_key, run_id, f"{task_id:019d}.{name}")
 
     def iceberg_location(self) -> str:
