@@ -116,11 +116,16 @@ def decode_threads(sizes: list[int], cores: int, threshold: int) -> list[int]:
 def _task_cores(spark) -> int:  # noqa: ANN001 - a SparkSession
     """The cores one task may use: the stage's (local mode), or one executor's when they are set."""
     context = spark.sparkContext
-    executor = context.getConf().get("spark.executor.cores")
-    return min(context.defaultParallelism, int(executor)) if executor else context.defaultParallelism
+    cores = getattr(context, "_siltlake_task_cores", None)
+    if cores is None:  # fixed for the context's life; getConf copies the whole configuration over py4j (30 ms)
+        executor = context.getConf().get("spark.executor.cores")
+        cores = min(context.defaultParallelism, int(executor)) if executor else context.defaultParallelism
+        context._siltlake_task_cores = cores
+    return cores
 
 
-def _task(deployment: Deployment, pending: PendingStagingObject, run_id: str, threads: int = 1) -> StreamTask:
+def _task(deployment: Deployment, pending: PendingStagingObject, run_id: str, threads: int,
+          table_json: str) -> StreamTask:
     settings = deployment.config.stream
     return StreamTask(
         staging_object_id=pending.id,
@@ -128,7 +133,7 @@ def _task(deployment: Deployment, pending: PendingStagingObject, run_id: str, th
         staging=deployment.staging,
         lake=deployment.lake,
         layout=pending.table.layout(deployment.instance_key),
-        table_json=pending.table.definition.to_json(),
+        table_json=table_json,
         run_id=run_id,
         batch_rows=settings.batch_rows,
         spill_bytes=settings.spill_bytes,
@@ -482,7 +487,10 @@ def stream_once(deployment: Deployment, progress: Progress | None = None,
             budget -= len(wave)
             threads = decode_threads([item.size or 0 for item in wave], _task_cores(spark),
                                      settings.parallel_decode_bytes)
-            tasks = [_task(deployment, item, run_id, count) for item, count in zip(wave, threads, strict=True)]
+            tables = {item.table.id: item.table for item in wave}
+            table_json = {table_id: table.definition.to_json() for table_id, table in tables.items()}
+            tasks = [_task(deployment, item, run_id, count, table_json[item.table.id])
+                     for item, count in zip(wave, threads, strict=True)]
             results = run_tasks(spark, process_staging_object, tasks, weights=[item.size for item in wave],
                                 tasks_per_core=settings.tasks_per_core, task_weight=settings.task_bytes,
                                 on_progress=progress.advance)
