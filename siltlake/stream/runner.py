@@ -124,8 +124,9 @@ def _task_cores(spark) -> int:  # noqa: ANN001 - a SparkSession
     return cores
 
 
-def _task(deployment: Deployment, pending: PendingStagingObject, run_id: str, threads: int,
-          table_json: str) -> StreamTask:
+def _task(deployment: Deployment, pending: PendingStagingObject, run_id: str, threads: int = 1,
+          table_json: str | None = None) -> StreamTask:
+    """The task of one object; `table_json` its table's definition when the caller made it for the wave."""
     settings = deployment.config.stream
     return StreamTask(
         staging_object_id=pending.id,
@@ -133,7 +134,7 @@ def _task(deployment: Deployment, pending: PendingStagingObject, run_id: str, th
         staging=deployment.staging,
         lake=deployment.lake,
         layout=pending.table.layout(deployment.instance_key),
-        table_json=table_json,
+        table_json=table_json or pending.table.definition.to_json(),
         run_id=run_id,
         batch_rows=settings.batch_rows,
         spill_bytes=settings.spill_bytes,
