@@ -124,7 +124,9 @@ def tree_cpu_seconds() -> float:
         except OSError:
             continue
         rest = fields[fields.rindex(")") + 2:].split()
-        total += (int(rest[11]) + int(rest[12])) / tick
+        # utime, stime and the times of the children it reaped: a Spark Python worker that exits (reaped by the
+        # JVM or PySpark's daemon) keeps counting, where the live sum alone dropped it (a negative peer's CPU).
+        total += sum(int(value) for value in rest[11:15]) / tick
     return total
 
 
