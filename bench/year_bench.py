@@ -36,6 +36,9 @@ Each simulated day d (timed steps marked *):
     .venv/bin/python bench/year_bench.py                                  # 30 days of 100,000 objects
     .venv/bin/python bench/year_bench.py --per-day 1000000 --days 30      # the issue's full rate
     .venv/bin/python bench/year_bench.py --per-day 1000000 --days 30 --sweep-check-interval 604800  # weekly check pass
+    .venv/bin/python bench/year_bench.py --per-day 1000000 --state /var/tmp/year-1m --out $PWD/bench/results/y.json
+    .venv/bin/python bench/year_bench.py --per-day 1000000 --state /var/tmp/year-1m --out $PWD/bench/results/y.json \
+        --resume     # a later session carries the same run on from the day after the report's last (SQLite)
     .venv/bin/python bench/year_bench.py --per-day 10000 --catalog postgresql --vacuum
 """
 
@@ -44,6 +47,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import importlib
+import json
 import os
 import re
 import shutil
@@ -125,12 +129,18 @@ class SimulatedTime:
 class Shipper:
     """Writes the staging root at the simulated clock's times and deletes what the lifecycle rule expires."""
 
-    def __init__(self, root: Path, originals: Path, clock: SimulatedClock) -> None:
+    def __init__(self, root: Path, originals: Path, clock: SimulatedClock, state: dict | None = None) -> None:
         self.root, self.originals, self.clock = root, originals, clock
         root.mkdir(parents=True, exist_ok=True)  # the deployment's init may have made it
-        originals.mkdir(parents=True)
-        self.days: dict[dt.date, int] = {}  # objects in the root per key date
-        self.new_names = 0
+        originals.mkdir(parents=True, exist_ok=state is not None)
+        # Objects in the root per key date, and the names put_new has used: a resumed run's from its report.
+        self.days: dict[dt.date, int] = {dt.date.fromisoformat(day): count
+                                         for day, count in (state or {}).get("days", {}).items()}
+        self.new_names: int = (state or {}).get("new_names", 0)
+
+    def state(self) -> dict:
+        """What a resumed run needs to carry on writing this root (the report keeps it)."""
+        return {"days": {day.isoformat(): count for day, count in self.days.items()}, "new_names": self.new_names}
 
     def directories(self, date: dt.date) -> list[Path]:
         return [self.root / f"host{host:02d}.web.access/{date:%Y/%m/%d}" for host in range(HOSTS)]
@@ -384,6 +394,33 @@ def svg_plot(days: list[dict], path: Path, title: str) -> None:
     path.write_text("\n".join(out) + "\n")
 
 
+def report_of(args: argparse.Namespace, start: dt.datetime, days: list[dict], root: Path, shipper: Shipper) -> dict:
+    return {"machine": brief_machine(), "date": utc_stamp(), "args": vars(args), "simulated_start": start.isoformat(),
+            "days": days, "flat_from_day_8": flatness(days, 8),
+            **({"state": str(root), "shipper": shipper.state()} if args.state else {})}
+
+
+# The settings a resumed run must share with the days it carries on.
+RESUMED_SETTINGS = ("per_day", "new", "rounds", "catalog", "sweep_check_interval")
+
+
+def resumed_report(parser: argparse.ArgumentParser, args: argparse.Namespace, out: Path) -> dict:
+    """The report of the run --resume carries on, checked against this invocation."""
+    if not out.exists():
+        parser.error(f"--resume: no report at {out} (--out names the run's report)")
+    previous = json.loads(out.read_text())
+    if previous.get("state") != str(Path(args.state)):
+        parser.error(f"--resume: the report at {out} is of the state {previous.get('state')}, not {args.state}")
+    if previous.get("unfinished_day"):
+        parser.error(f"--resume: day {previous['unfinished_day']} of the run was cut short and left part of itself in "
+                     f"{args.state}; it cannot be carried on: start a new run (--until ends a session between days)")
+    differing = [name for name in RESUMED_SETTINGS if previous["args"].get(name) != getattr(args, name)]
+    if differing:
+        parser.error("--resume: the run was made with other " + ", ".join(
+            f"--{name.replace('_', '-')} ({previous['args'].get(name)})" for name in differing))
+    return previous
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--days", type=int, default=30)
@@ -399,44 +436,79 @@ def main() -> None:
                         help="stream.sweep_check_interval in seconds (default: siltlake's, one day): how often a "
                              "sweep pass looks every file up again, not only those changed since the last pass")
     parser.add_argument("--workdir", default=None, help="where the staging root goes (default: the temp dir)")
+    parser.add_argument("--state", default=None,
+                        help="keep the run's deployment and staging root in this new directory (SQLite), so that "
+                             "--resume can carry the run on in a later session")
+    parser.add_argument("--resume", action="store_true",
+                        help="carry on the run whose report is --out and whose state is --state from the day after "
+                             "its last, with the same settings")
+    parser.add_argument("--until", default=None,
+                        help="with --state: start no simulated day after this UTC time (ISO, e.g. 2026-11-29T09:20), "
+                             "so that a session that must end leaves the state between two days for --resume")
     parser.add_argument("--out", default="bench/results/year.json")
     args = parser.parse_args()
     if args.vacuum and args.catalog != "postgresql":
         parser.error("--vacuum is for --catalog postgresql")
+    if args.state and args.catalog != "sqlite":
+        parser.error("--state keeps a SQLite catalog in its directory: use --catalog sqlite")
+    if args.resume and not args.state:
+        parser.error("--resume needs the --state directory of the run it carries on")
+    until = dt.datetime.fromisoformat(args.until).replace(tzinfo=None) if args.until else None
     assert args.per_day // HOSTS < 65_000, "ext4 takes 65,000 links a file: at most 1,300,000 objects a day"
-    root = Path(tempfile.mkdtemp(prefix="year-", dir=args.workdir))
-    # Midnight two days after the real time: a real ctime is always before the simulated times.
-    start = dt.datetime.combine(REAL_UTCNOW().date() + dt.timedelta(days=2), dt.time())
-    clock = SimulatedClock(start)
-    days: list[dict] = []
     out = Path(args.out)
+    session_start = utc_stamp()  # each day's row names the invocation that ran it (a resumed run has several)
+    previous = resumed_report(parser, args, out) if args.resume else None
+    if args.state:
+        root = Path(args.state)
+        if not args.resume and root.exists() and any(root.iterdir()):
+            parser.error(f"--state {root} is not empty: --resume carries its run on, or name a new directory")
+        root.mkdir(parents=True, exist_ok=True)
+    else:
+        root = Path(tempfile.mkdtemp(prefix="year-", dir=args.workdir))
+    # Midnight two days after the real time (a resumed run's, its first session's): a real ctime is always before
+    # the simulated times.
+    start = (dt.datetime.fromisoformat(previous["simulated_start"]) if previous
+             else dt.datetime.combine(REAL_UTCNOW().date() + dt.timedelta(days=2), dt.time()))
+    clock = SimulatedClock(start)
+    days: list[dict] = previous["days"] if previous else []
     try:
         with catalog_url(args.catalog, root) as url:
             check = {} if args.sweep_check_interval is None else {"sweep_check_interval": args.sweep_check_interval}
             deployment = new_deployment("bench001", root, catalog_url=url, staging_root=root / "staging", stream=check)
             try:
-                deployment.catalog.tables.create(TableDef.from_mapping(TABLE))
-                shipper = Shipper(root / "staging", root / "originals", clock)
+                if previous is None:
+                    deployment.catalog.tables.create(TableDef.from_mapping(TABLE))
+                shipper = Shipper(root / "staging", root / "originals", clock,
+                                  previous["shipper"] if previous else None)
                 print(" ".join(header.rjust(int(re.search(r">(\d+)", form)[1])) for header, _, form in COLUMNS),
                       flush=True)
-                for day in range(1, args.days + 1):
+                for row in days:
+                    print(table_line(row), flush=True)
+                for day in range(len(days) + 1, args.days + 1):
+                    if until is not None and REAL_UTCNOW() >= until:
+                        print(f"--until {args.until}: stopping before day {day}; --resume carries the run on")
+                        break
+                    if args.state:  # a day cut short leaves part of itself in the state: --resume refuses it
+                        save_json(out, {**report_of(args, start, days, root, shipper), "unfinished_day": day}, indent=1)
                     row = simulate_day(deployment, shipper, clock, day, start, args, root)
                     row["catalog_mb"] = round((row["catalog_bytes"] + row.get("wal_bytes", 0)) / 1e6, 1)
+                    row["session_start"] = session_start
                     days.append(row)
                     print(table_line(row), flush=True)
-                    report = {"machine": brief_machine(), "date": utc_stamp(), "args": vars(args),
-                              "simulated_start": start.isoformat(), "days": days, "flat_from_day_8": flatness(days, 8)}
-                    save_json(out, report, indent=1)
+                    save_json(out, report_of(args, start, days, root, shipper), indent=1)
             finally:
                 deployment.close()
     finally:
         clock.restore()
-        shutil.rmtree(root, ignore_errors=True)
+        if not args.state:
+            shutil.rmtree(root, ignore_errors=True)
+    if not days:
+        return
     svg_plot(days, out.with_suffix(".svg"),
              f"siltlake, {args.per_day:,} staging objects a simulated day, {args.catalog} catalog "
              "(dashed: day 8)")
-    for key, numbers in report["flat_from_day_8"].items():
-        print(f"days 8-{args.days} {key}: {numbers}")
+    for key, numbers in flatness(days, 8).items():
+        print(f"days 8-{len(days)} {key}: {numbers}")
     print(f"wrote {out} and {out.with_suffix('.svg')}")
 
 
