@@ -453,7 +453,7 @@ def main() -> None:
         parser.error("--state keeps a SQLite catalog in its directory: use --catalog sqlite")
     if args.resume and not args.state:
         parser.error("--resume needs the --state directory of the run it carries on")
-    until = dt.datetime.fromisoformat(args.until).replace(tzinfo=None) if args.until else None
+    until = clock_module.to_naive_utc(dt.datetime.fromisoformat(args.until)) if args.until else None
     assert args.per_day // HOSTS < 65_000, "ext4 takes 65,000 links a file: at most 1,300,000 objects a day"
     out = Path(args.out)
     session_start = utc_stamp()  # each day's row names the invocation that ran it (a resumed run has several)
