@@ -6,6 +6,8 @@ import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from siltlake.config import DEFAULT_KEY_PATTERN, load_config
 from siltlake.errors import ConfigError, DefinitionError
@@ -162,6 +164,20 @@ def test_storage_uris_for_pyarrow_and_for_spark(tmp_path: Path) -> None:
     s3.root = "s3://bucket/lake"
     assert s3.uri("k/x.parquet") == "s3://bucket/lake/k/x.parquet"
     assert s3.engine_uri("k/x.parquet") == "s3a://bucket/lake/k/x.parquet"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from([*"aZ09_.~-/!$&'()*+,;=:@ %#?[]\"<>^`{|}", "\u00e9", "\u65e5", "\x7f"]),
+               min_size=1, max_size=12))
+def test_a_uri_quotes_exactly_what_quote_would(key: str) -> None:
+    """Storage.uri skips quote() for keys it would leave as they are: the URIs stored in the catalog stay the same."""
+    from urllib.parse import quote
+
+    from siltlake.storage.filesystem import URI_SAFE, Storage
+
+    storage = Storage.__new__(Storage)
+    storage.root = "file:///lake/staging"
+    assert storage.uri(key) == f"file:///lake/staging/{quote(key, safe=URI_SAFE)}"
 
 
 def test_field_ids_are_numbered_once_kept_and_never_reused() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import os
 import posixpath
+import re
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -24,6 +25,9 @@ __all__ = ["ChangedListing", "ObjectInfo", "S3Options", "Storage", "SweptListing
 
 # RFC 3986 path characters besides letters, digits and -._~: keys made of these appear in URIs unchanged.
 URI_SAFE = "/!$&'()*+,;=:@"
+# Keys of only these characters (quote's always-safe ones and URI_SAFE) are their own quoted form: a listing of
+# millions of keys skips quote()'s encoding and per-call work for each.
+_UNQUOTED = re.compile(r"[A-Za-z0-9_.~/!$&'()*+,;=:@-]*")
 
 
 @dataclass(frozen=True)
@@ -226,7 +230,9 @@ class Storage:
 
         The key is percent-encoded like the root: pyarrow decodes a URI when it opens it, so a key named
         "%2e%2e%2f..." must stay that name (not become "../"), and keys with spaces or non-ASCII must open."""
-        return f"{self.root}/{quote(key, safe=URI_SAFE)}" if key else self.root
+        if not key:
+            return self.root
+        return f"{self.root}/{key if _UNQUOTED.fullmatch(key) else quote(key, safe=URI_SAFE)}"
 
     def engine_uri(self, key: str) -> str:
         """The URI for Spark, whose Hadoop S3 connector reads s3a://, not s3://."""

@@ -110,7 +110,10 @@ def sweep_slice(base: str, after: str | None, limit: int, unchanged_before_ns: i
     # A stack of directories being walked, the innermost last: each its entries in key order (a directory sorts
     # as its name and a '/', so that the walk yields keys in key order: "a-b" before "a/x", "a/x" before "a0"),
     # the position of the next one, and the identities of the directories above it.
-    frames: list[list] = [[*_entries_after(base, "", top, after), frozenset([(top.st_dev, top.st_ino)]), base, ""]]
+    # Paths are joined by hand ("/" after a directory path without its trailing one): os.path.join per file was a
+    # tenth of a check pass's walk over millions of files.
+    frames: list[list] = [[*_entries_after(base, "", top, after), frozenset([(top.st_dev, top.st_ino)]),
+                           base.rstrip("/"), ""]]
     while frames:
         frame = frames[-1]
         entries, position, above, directory, prefix = frame
@@ -119,7 +122,7 @@ def sweep_slice(base: str, after: str | None, limit: int, unchanged_before_ns: i
             continue
         frame[1] = position + 1
         _, name, is_dir, is_link = entries[position]
-        path, key = os.path.join(directory, name), prefix + name
+        path, key = f"{directory}/{name}", prefix + name
         try:
             found = os.stat(path)
             own = os.lstat(path) if is_link and not is_dir else found

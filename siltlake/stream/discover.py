@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import re
 import time
 from dataclasses import dataclass, field
@@ -39,7 +40,7 @@ def is_in_flight(key: str) -> bool:
 def map_key(key: str, pattern: re.Pattern[str], tables: dict[tuple[str, str], TableRecord]) -> KeyMapping:
     """The table a staging key belongs to, or why it belongs to none."""
     segments = key.split("/")
-    if key.startswith("/") or any(part in ("", ".", "..") for part in segments) or _UNSAFE.search(key):
+    if key.startswith("/") or "" in segments or "." in segments or ".." in segments or _UNSAFE.search(key):
         return KeyMapping(None, f"unsafe key {key!r}: empty, '.' or '..' segments, control characters, "
                                 "backslashes and percent-escapes are refused")
     match = pattern.match(key)
@@ -63,14 +64,25 @@ def map_key(key: str, pattern: re.Pattern[str], tables: dict[tuple[str, str], Ta
 def _key_date(match: re.Match[str]) -> str | None:
     """The key's year/month/day as written when they are no calendar date (2026/13/45, 2026/02/30); else None.
     Patterns without the three groups carry no date."""
-    parts = [match.groupdict().get(name) for name in ("year", "month", "day")]
-    if None in parts:
+    if not _DATE_GROUPS.issubset(match.re.groupindex):
         return None
+    parts = match.group("year", "month", "day")
+    if None in parts or _is_calendar_date(*parts):
+        return None
+    return "/".join(parts)
+
+
+_DATE_GROUPS = frozenset(("year", "month", "day"))
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_calendar_date(year: str, month: str, day: str) -> bool:
+    """Memoised: a listing's keys share a few days, and a check pass maps millions of them."""
     try:
-        dt.date(*(int(part) for part in parts))
+        dt.date(int(year), int(month), int(day))
     except ValueError:
-        return "/".join(parts)
-    return None
+        return False
+    return True
 
 
 @dataclass(frozen=True)
