@@ -26,7 +26,7 @@ from siltlake.clock import utcnow
 # has its own cost. Within the bound parameters of both databases (SQLite 3.32+ takes 32,766, PostgreSQL 65,535).
 _URIS_PER_STATEMENT = 5000
 # The two lookups, built once with one expanding parameter: building `uri IN (...)` from a list made a bound
-# parameter object per URI, a third of a check pass's catalog time over millions of files.
+# parameter object per URI (its coercion and the statement's cache key each time): a tenth of a lookup's time.
 _REGISTERED = (sa.select(s.staging_objects.c.uri, s.staging_objects.c.send_time, s.staging_objects.c.size)
                .where(s.staging_objects.c.uri.in_(sa.bindparam("uris", expanding=True))))
 _REGISTERED_UNKNOWN = (sa.select(s.unknown_staging_objects.c.uri)

@@ -111,7 +111,7 @@ def sweep_slice(base: str, after: str | None, limit: int, unchanged_before_ns: i
     # as its name and a '/', so that the walk yields keys in key order: "a-b" before "a/x", "a/x" before "a0"),
     # the position of the next one, and the identities of the directories above it.
     # Paths are joined by hand ("/" after a directory path without its trailing one): os.path.join per file was a
-    # tenth of a check pass's walk over millions of files.
+    # sixth of a slice's walk under a profiler, and a check pass walks millions of files.
     frames: list[list] = [[*_entries_after(base, "", top, after), frozenset([(top.st_dev, top.st_ino)]),
                            base.rstrip("/"), ""]]
     while frames:
