@@ -17,7 +17,10 @@ round (a full listing), then marked processed in one UPDATE.
 Timed: `--rounds` idle rounds of each path (median wall seconds and this process's CPU seconds, catalog
 statements of the last), after a warm round: `before` is the discovery of 741b266 for an object store (the whole
 root listed by pyarrow, every key asked of the catalog); `after` is `siltlake.stream.discover.discover`; and
-one idle `stream_once` round (after) as the daemons run it.
+one idle `stream_once` round (after) as the daemons run it. Then `notified` and `notified_stream_once`: the same
+rounds with `stream.notifications` naming an empty SQS queue on the same moto server (its
+`notified_listing_interval` 600 s): the warm round lists, the timed ones fall between listings and read the
+queue only; their LIST and SQS requests are counted through the proxy too.
 
     .venv/bin/python bench/s3_history_bench.py                        # N = 0, 10,000, 100,000
     .venv/bin/python bench/s3_history_bench.py --sizes 100000 --million
@@ -58,6 +61,7 @@ def serve(port: int) -> None:
     from moto.core import DEFAULT_ACCOUNT_ID
     from moto.s3.models import s3_backends
     from moto.server import ThreadedMotoServer
+    from moto.sqs.models import sqs_backends
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
@@ -69,6 +73,8 @@ def serve(port: int) -> None:
         started = time.perf_counter()
         if command["op"] == "bucket":
             backend.create_bucket(command["bucket"], "us-east-1")
+        elif command["op"] == "queue":
+            sqs_backends[DEFAULT_ACCOUNT_ID]["us-east-1"].create_queue(command["queue"])
         elif command["op"] == "populate":
             now = dt.datetime.fromisoformat(command["now"])
             for i in range(command["objects"]):
@@ -134,14 +140,18 @@ def stream_round(deployment) -> object:  # noqa: ANN001 - a Deployment
     return stream_once(deployment)
 
 
-def deployment_for(bucket: str, endpoint: str, catalog: str):  # noqa: ANN201 - a Deployment
+def deployment_for(bucket: str, endpoint: str, catalog: str, queue: str | None = None):  # noqa: ANN201 - a Deployment
+    """A deployment on the bucket; with `queue`, its stream reads that SQS queue's S3 event notifications."""
     from siltlake.config import Config
     from siltlake.deployment import Deployment
 
+    # The listing between notifications: longer than the default 60 s, which moto's own listing of a million keys
+    # (23 requests, each sorting the bucket) can outlast, so that the timed rounds after the warm one fall within it.
+    stream = {"notifications": f"sqs://{queue}", "notified_listing_interval": 600} if queue else {}
     config = Config.model_validate({
         "instance_key": "bench001", "catalog": {"url": catalog}, "spark": {"master": "local[2]"},
         "storage": {"root": f"s3://{bucket}/lake", "staging_root": f"s3://{bucket}/staging",
-                    "s3": {"endpoint_override": endpoint, "scheme": "http"}}})
+                    "s3": {"endpoint_override": endpoint, "scheme": "http"}}, "stream": stream})
     deployment = Deployment(config)
     deployment.init()
     return deployment
@@ -196,6 +206,25 @@ def run(objects: int, rounds: int, endpoint: Endpoint, proxy, workdir: Path) -> 
             proxy.reset()
             path(counted)
             result[name]["list_requests"] = proxy.reset()["LIST"]
+        # The same idle rounds with stream.notifications: the warm round lists (the last listing was long ago),
+        # the timed ones read the empty queue only.
+        queue = f"staging-{uuid.uuid4().hex[:10]}"
+        endpoint.command(op="queue", queue=queue)
+        notified = deployment_for(bucket, endpoint.endpoint, catalog, queue)
+        notified_counted = deployment_for(bucket, proxy.endpoint, catalog, queue)
+        try:
+            notified_counter = StatementCounter(notified.catalog.engine)
+            for name, path in (("notified", after_round), ("notified_stream_once", stream_round)):
+                result[name] = timed(path, notified, notified_counter, rounds)
+                path(notified_counted)  # its process's first SQS call asks the queue's URL: not an idle round's
+                proxy.reset()
+                report = path(notified_counted)
+                requests = proxy.reset()
+                result[name].update(list_requests=requests["LIST"], sqs_requests=requests["POST"],
+                                    listing_waits=round(report.listing_waits or 0, 1))
+        finally:
+            notified.close()
+            notified_counted.close()
         result["load_avg_1m"] = load_avg_1m()
         return result
     finally:
@@ -238,6 +267,11 @@ def main() -> None:
                   f"{after['cpu_median']:>7.4f} {after['list_requests']:>5} {after['statements']:>6} | "
                   f"{stream['wall_median']:>13.4f} {result['populate_seconds']:>10.1f} "
                   f"{result['moto_seconds_per_list']:>10.4f}", flush=True)
+            notified, notified_stream = result["notified"], result["notified_stream_once"]
+            print(f"{'':>9}   with notifications: idle round {notified['wall_median']:.4f} s wall, "
+                  f"{notified['cpu_median']:.4f} s CPU, {notified['list_requests']} LIST, {notified['sqs_requests']} "
+                  f"SQS, {notified['statements']} statements; stream_once {notified_stream['wall_median']:.4f} s",
+                  flush=True)
     save_json(Path(args.out), {"machine": brief_machine(), "date": utc_stamp(), "args": vars(args),
                                "results": results}, indent=1)
     print(f"wrote {args.out}")

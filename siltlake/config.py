@@ -212,6 +212,11 @@ class StreamConfig(_Section):
                                       "notifications, read each round besides the listing: sqs://<queue-name> "
                                       "(its URL asked of the SQS endpoint) or the queue's URL; unset: listing "
                                       "only (docs/design.md, \"Notifications from an SQS queue\")")
+    notified_listing_interval: int = Field(default=60, ge=0, description="with stream.notifications set: "
+                                           "seconds between the listings that find what no notification named "
+                                           "(a lost or late one); the rounds between read the queue only, and a "
+                                           "listing round's sweep slice grows by the rounds it waited. 0: list "
+                                           "every round. A queue that cannot be read makes the round list")
 
     @field_validator("notifications")
     @classmethod
@@ -235,7 +240,8 @@ class StreamConfig(_Section):
 
     @field_validator("poll_interval", "listing_margin", "full_listing_interval", "claim_timeout",
                      "heartbeat_interval", "staging_retention", "settle_time", "settle_limit", "reorder_window",
-                     "late_window", "sweep_check_interval", mode="before")
+                     "late_window", "sweep_check_interval", "notified_listing_interval",
+                     mode="before")
     @classmethod
     def _interval(cls, value: Any, info: ValidationInfo) -> int:
         return parse_duration(value, f"stream.{info.field_name}")

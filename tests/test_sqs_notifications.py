@@ -6,6 +6,7 @@ The rule: docs/design.md, "Notifications from an SQS queue"."""
 
 from __future__ import annotations
 
+import datetime as dt
 import gzip
 import json
 import logging
@@ -20,12 +21,14 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from siltlake.catalog import DiscoveryCursor
+from siltlake.clock import utcnow
 from siltlake.config import Config
 from siltlake.deployment import Deployment
 from siltlake.errors import ConfigError
 from siltlake.observe.metrics import observe_report, registry_for
 from siltlake.stream.discover import discover
-from siltlake.stream.notifications import parse_message
+from siltlake.stream.notifications import ListingTurn, NotificationTally, listing_turn, parse_message
 from siltlake.tabledef import TableDef
 
 from .conftest import ACCESS_TABLE
@@ -97,11 +100,11 @@ def aws_event(bucket: str, encoded_key: str, size: int = 10, time_text: str = "2
 
 
 def notified_deployment(bucket: Bucket, endpoint: str, catalog_url: str, queue: str | None = None,
-                        max_attempts: int = 10) -> Deployment:
+                        max_attempts: int = 10, **stream: object) -> Deployment:
     """A deployment whose stream reads the bucket's queue (created with the access table unless the catalog has
-    it already)."""
+    it already); `stream` sets other stream settings."""
     config = s3_config(bucket.name, endpoint, catalog_url, max_attempts=max_attempts,
-                       stream={"notifications": queue or f"sqs://{bucket.queue_name}"})
+                       stream={"notifications": queue or f"sqs://{bucket.queue_name}", **stream})
     deployment = Deployment(config)
     deployment.init()
     if not [table for table in deployment.catalog.tables.list() if table.qualified_name == "web.access"]:
@@ -157,7 +160,9 @@ def test_an_object_put_is_registered_from_its_notification_and_acknowledged(buck
         assert bucket.counts() == (0, 0)
         s3_proxy.reset()
         idle = discover(deployment)
-        assert idle.notifications.messages == 0 and s3_proxy.reset()["POST"] == 1, "an idle round: one ReceiveMessage"
+        requests = s3_proxy.reset()
+        assert idle.notifications.messages == 0 and requests["POST"] == 1, "an idle round: one ReceiveMessage"
+        assert requests["LIST"] == 0 and 0 < idle.listing_waits <= 60, "the listing waits its interval"
     finally:
         deployment.close()
 
@@ -200,7 +205,7 @@ def test_the_listing_registers_what_no_notification_named_and_a_late_notice_is_n
     assert discover(listing_only).registered == 1
     listing_only.close()
 
-    deployment = notified_deployment(bucket, s3_proxy.endpoint, sqlite_url)
+    deployment = notified_deployment(bucket, s3_proxy.endpoint, sqlite_url, notified_listing_interval=0)
     try:
         report = discover(deployment)
         assert (report.notified, report.registered, report.redelivered, report.changed) == (0, 0, 0, [])
@@ -212,6 +217,64 @@ def test_the_listing_registers_what_no_notification_named_and_a_late_notice_is_n
         assert (report.notified, report.registered) == (0, 1)
     finally:
         deployment.close()
+
+
+def test_between_listings_a_round_reads_the_queue_only_and_the_next_listing_finds_what_it_missed(
+        bucket: Bucket, s3_proxy: CountingProxy, sqlite_url: str) -> None:
+    """With notifications the listing runs every stream.notified_listing_interval; its sweep slice covers the
+    rounds that did not list (here three slices of one key)."""
+    deployment = notified_deployment(bucket, s3_proxy.endpoint, sqlite_url, notified_listing_interval=3,
+                                     poll_interval=1, sweep_keys_per_round=1)
+    try:
+        for n in range(4):
+            bucket.put(f"staging/{DAY}/notified-{n}.jsonl")
+        first = discover(deployment)
+        assert (first.registered, first.full_listing, first.listing_waits) == (4, True, None), "a first round lists"
+        bucket.s3.put_bucket_notification_configuration(Bucket=bucket.name, NotificationConfiguration={})
+        bucket.put(f"staging/{DAY}/never-notified.jsonl")  # a lost notification
+        s3_proxy.reset()
+
+        waiting = discover(deployment)
+
+        assert (waiting.registered, waiting.listed, s3_proxy.reset()["LIST"]) == (0, 0, 0)
+        assert 0 < waiting.listing_waits <= 3
+        time.sleep(waiting.listing_waits + 0.2)
+
+        caught = discover(deployment)
+
+        assert (caught.registered, caught.listing_waits, caught.swept) == (1, None, 3)
+        assert deployment.staging.uri(f"{DAY}/never-notified.jsonl") in registered(deployment)
+    finally:
+        deployment.close()
+
+
+def test_when_the_listing_is_due() -> None:
+    """listing_turn: due without a queue, with one that failed, on the first round, with the interval 0, and
+    once the interval has passed (the sweep's share then the rounds waited, at most the interval's); not due
+    between."""
+    config = s3_config("bucket", "127.0.0.1:1", "sqlite://", stream={"notifications": "sqs://q"})
+    deployment = Deployment(config)  # poll_interval 10, notified_listing_interval 60, listing_margin 5
+    listed = utcnow() - dt.timedelta(seconds=5)  # a listing that started just now
+
+    def cursor(seconds_ago: float) -> DiscoveryCursor:
+        return DiscoveryCursor(listed - dt.timedelta(seconds=seconds_ago), listed)
+
+    read = NotificationTally()
+    assert listing_turn(deployment, cursor(0), None) == ListingTurn(due=True)
+    assert listing_turn(deployment, cursor(0), NotificationTally(error="throttled")) == ListingTurn(due=True)
+    assert listing_turn(deployment, None, read) == ListingTurn(due=True)
+    waiting = listing_turn(deployment, cursor(20), read)
+    assert not waiting.due and 39 < waiting.waits <= 40
+    assert listing_turn(deployment, cursor(-30), read) == ListingTurn(due=True), "another host's clock ahead"
+    assert listing_turn(deployment, cursor(62), read) == ListingTurn(due=True, sweep_rounds=6)
+    assert listing_turn(deployment, cursor(86_400), read) == ListingTurn(due=True, sweep_rounds=6)
+    late = Deployment(s3_config("bucket", "127.0.0.1:1", "sqlite://",
+                                stream={"notifications": "sqs://q", "notified_listing_interval": 300}))
+    assert listing_turn(late, cursor(122), read) == ListingTurn(due=False, waits=pytest.approx(178, abs=1))
+    assert listing_turn(late, cursor(310), read).sweep_rounds == 30
+    every = Deployment(s3_config("bucket", "127.0.0.1:1", "sqlite://",
+                                 stream={"notifications": "sqs://q", "notified_listing_interval": 0}))
+    assert listing_turn(every, cursor(1), read) == ListingTurn(due=True)
 
 
 def test_sns_wrapped_events_register_their_objects(moto_s3: MotoS3, s3_proxy: CountingProxy, sqlite_url: str) -> None:
@@ -323,6 +386,9 @@ def test_an_unreachable_queue_leaves_the_round_to_its_listing(bucket: Bucket, s3
         report = discover(deployment)
         assert "receive_message on the SQS queue" in (report.notifications.error or "")
         assert (report.notified, report.registered) == (0, 1), "the listing found it"
+        bucket.put(f"staging/{DAY}/b.jsonl")
+        again = discover(deployment)
+        assert (again.registered, again.listing_waits) == (1, None), "within the interval, but the queue failed: listed"
     finally:
         deployment.close()
 
@@ -405,3 +471,14 @@ def test_stream_once_loads_notified_objects_exactly_once(bucket: Bucket, lake: D
             with lake.lake.open_input_file(info.key) as handle:
                 users.update(pq.read_table(handle).column("user_id").to_pylist())
     assert len(users) == 60 and set(users.values()) == {1}
+
+
+def test_a_round_that_did_not_list_says_when_the_listing_is_due(capsys: pytest.CaptureFixture[str]) -> None:
+    from siltlake.cli.reports import print_stream_report
+    from siltlake.stream import StreamReport
+
+    print_stream_report(StreamReport(listing_waits=42.4), "s3://bucket/staging")
+    printed = " ".join(capsys.readouterr().err.split())
+    assert "the staging root was not listed" in printed and "due in 42s (stream.notified_listing_interval)" in printed
+    print_stream_report(StreamReport(), "s3://bucket/staging")
+    assert "not listed" not in capsys.readouterr().err

@@ -50,6 +50,10 @@ def print_stream_report(report: StreamReport, staging_root: str, verbose: bool =
         if notices.error:
             console.print(f"  [yellow]notification queue unavailable[/]: {shown(notices.error)}; this round relied "
                           "on the listing", highlight=False)
+    if verbose and report.listing_waits is not None:
+        console.print(f"  the staging root was not listed: the queue names new objects, and the listing that finds "
+                      f"what it missed is due in {report.listing_waits:.0f}s (stream.notified_listing_interval)",
+                      highlight=False)
     for uri, loaded, size in report.changed_reputs:
         console.print(f"  [yellow]changed re-put[/] {short(uri)} is now {size:,} bytes but was loaded at {loaded:,}: "
                       "a key is loaded once, so the new bytes are NOT loaded; put new data under a new key",

@@ -17,7 +17,7 @@ from siltlake.storage.accounted import AccountedNames
 from siltlake.storage.filesystem import ObjectInfo
 from siltlake.stream.appends import settle, take_growth
 from siltlake.stream.discover_s3 import list_new
-from siltlake.stream.notifications import NotificationTally, take_notified
+from siltlake.stream.notifications import NotificationTally, listing_turn, take_notified
 from siltlake.tabledef import IDENTIFIER
 
 # Control characters, backslashes (a path separator elsewhere) and percent-escapes (which decode into
@@ -130,6 +130,8 @@ class Discovery:
     # Objects under the root that S3 event notifications named and the catalog did not know (stream.notifications)
     notified: int = 0
     notifications: NotificationTally | None = None  # what the queue delivered; None without a queue
+    # An object store round that did not list (its queue named what is new): seconds until its listing is due
+    listing_waits: float | None = None
 
     def add_sweep(self, swept: Discovery) -> None:
         """Count in the round's sweep slice (sweep_slice()): its files were not listed by the walk."""
@@ -245,11 +247,16 @@ def _unchanged_before(cursor: DiscoveryCursor | None, deployment: Deployment) ->
 
 
 def _discover_object_store(deployment: Deployment, cursor: DiscoveryCursor | None) -> Discovery:
-    """Register what the object store's cursors and sweep list; then record the cursors (a round that fails
+    """Register what the queue of stream.notifications names, then, when the listing is due (every round without
+    a queue), what the object store's cursors and sweep list; then record the cursors (a round that fails
     before leaves them where they were, and the next lists the same keys again)."""
     expired_before = cursor.expired_before if cursor is not None else None
     notified = _register_notified(deployment, expired_before)
-    found = list_new(deployment, cursor, _unchanged_before(cursor, deployment))
+    turn = listing_turn(deployment, cursor, notified.notifications)
+    if not turn.due:  # the queue named what is new; the listing that finds what it missed waits its interval
+        notified.listing_waits = turn.waits
+        return notified
+    found = list_new(deployment, cursor, _unchanged_before(cursor, deployment), turn.sweep_rounds)
     listed = [info for info in found.objects if not is_in_flight(info.key)]
     fresh = _unexpired(deployment, listed, expired_before)
     report = _register(deployment, fresh)

@@ -49,10 +49,11 @@ class ObjectStoreListing:
 
 
 def list_new(deployment: Deployment, cursor: DiscoveryCursor | None,
-             unchanged_before: dt.datetime | None = None) -> ObjectStoreListing:
+             unchanged_before: dt.datetime | None = None, sweep_rounds: int = 1) -> ObjectStoreListing:
     """List what the staging root may hold that is new; register nothing, record nothing. Keys the rolling sweep
     lists that were put before unchanged_before (None: none) are counted, not returned: a completed listing
-    that started after their put returned them."""
+    that started after their put returned them. The sweep lists sweep_rounds slices of
+    stream.sweep_keys_per_round (the rounds between listings, when notifications name new objects)."""
     staging = deployment.staging
     config = deployment.config.stream
     started = from_nanoseconds(time.time_ns())
@@ -76,7 +77,7 @@ def list_new(deployment: Deployment, cursor: DiscoveryCursor | None,
     sweep_after = cursor.sweep_after if cursor is not None else None
     with ThreadPoolExecutor(max(1, min(LISTERS, len(starts) + 1))) as pool:
         sweeping = None if full else pool.submit(list_after, staging, "", sweep_after,
-                                                 max_keys=config.sweep_keys_per_round)
+                                                 max_keys=config.sweep_keys_per_round * sweep_rounds)
         pending = {prefix: pool.submit(list_after, staging, prefix, start or None) for prefix, start in starts.items()}
         listings = {prefix: future.result() for prefix, future in pending.items()}
         sweep = sweeping.result() if sweeping is not None else None

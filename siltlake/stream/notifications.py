@@ -9,10 +9,13 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import unquote, unquote_plus, urlsplit
 
+from siltlake.catalog import DiscoveryCursor
+from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.logs import event
 from siltlake.storage.filesystem import ObjectInfo, S3Options
@@ -154,6 +157,34 @@ def take_notified(deployment: Deployment, register: Callable[[list[ObjectInfo]],
                   error=error, note="delivered again after the visibility timeout; their objects are registered "
                                     "already, so they register nothing")
     return tally
+
+
+@dataclass(frozen=True)
+class ListingTurn:
+    """Whether an object store round lists, when notifications name new objects between listings (docs/design.md,
+    "Notifications from an SQS queue")."""
+
+    due: bool
+    waits: float = 0.0  # seconds until the next listing is due (when not due now)
+    sweep_rounds: int = 1  # the listing's sweep slice, in stream.sweep_keys_per_round: the rounds it waited, and one
+
+
+def listing_turn(deployment: Deployment, cursor: DiscoveryCursor | None,
+                 tally: NotificationTally | None) -> ListingTurn:
+    """A round whose queue read succeeded lists only once stream.notified_listing_interval has passed since the
+    last listing started; so that a sweep pass takes as long as when every round lists, a listing round's slice
+    covers the rounds that did not list (at most the interval's worth). Without a queue, with a queue that could
+    not be read, on a root's first round and with the interval 0, every round lists."""
+    config = deployment.config.stream
+    interval = config.notified_listing_interval
+    if tally is None or tally.error is not None or cursor is None or interval == 0:
+        return ListingTurn(due=True)
+    # The cursor stays listing_margin behind its listing's start (discover_s3.ObjectStoreListing.advance).
+    since = (utcnow() - cursor.cursor_time).total_seconds() - config.listing_margin
+    period = max(1, config.poll_interval)
+    if 0 <= since < interval:  # a cursor ahead of this host's clock (another host's) lists now
+        return ListingTurn(due=False, waits=interval - since)
+    return ListingTurn(due=True, sweep_rounds=max(1, min(round(since / period), math.ceil(interval / period))))
 
 
 def _receive(queue: Queue, limit: int) -> list[Message]:

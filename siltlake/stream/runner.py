@@ -64,6 +64,7 @@ class StreamReport:
     expired: int = 0  # listed objects that arrived before the expiry watermark: skipped (stream.staging_retention)
     notified: int = 0  # objects S3 event notifications named that the catalog did not know (stream.notifications)
     notifications: NotificationTally | None = None  # what the notification queue delivered; None without one
+    listing_waits: float | None = None  # a round that read only its queue: seconds until its listing is due
     changed_reputs: list[tuple[str, int, int]] = field(default_factory=list)  # (uri, loaded size, new size)
     # Files written in place (stream/appends.py): tails of appended files registered as new deliveries, files
     # found changed other than by appending (uri, why: reported once, not loaded), and local files still being
@@ -529,6 +530,7 @@ def _discovered(report: StreamReport, found: Discovery) -> None:
     report.listed, report.swept, report.remembered = found.listed, found.swept, found.remembered
     report.registered, report.redelivered, report.expired = found.registered, found.redelivered, found.expired
     report.notified, report.notifications = found.notified, found.notifications
+    report.listing_waits = found.listing_waits
     report.changed_reputs = [(put.uri, put.registered_size, put.size) for put in found.changed]
     report.appended, report.rewritten = found.appended, list(found.rewritten)
     report.unsettled, report.unsettled_seconds = found.unsettled, found.unsettled_seconds
