@@ -152,13 +152,14 @@ def table_select(connection: Any, name: str, deployment: Deployment, record: Tab
     parts = [f"SELECT {empty} WHERE false"]
     complete = False  # the parts hold every stored column: no typed empty row set needed under them
     paths: list[str] = []
-    if lake.is_object_store or any(_GLOB & set(lake.path(key)) for key, _ in plain):
+    local = [] if lake.is_object_store else [lake.path(key) for key, _ in plain]
+    if lake.is_object_store or any(not _GLOB.isdisjoint(path) for path in local):
         # pyarrow reads these (S3 through the lake's file system; a path DuckDB would take for a glob, as it is).
         if plain:
             parts.append(_arrow_part(connection, f"{name}__files", deployment, record,
                                      [f for f in files if f.partition_date not in dirty]))
     elif plain:
-        paths = [lake.path(key) for key, _ in plain]
+        paths = local
         segments = {segment for path in paths for segment in path.split("/")[:-1] if "=" in segment}
         shared = shared_file_columns(connection, paths)
         union = "" if shared is not None else "union_by_name = true, "
@@ -169,8 +170,9 @@ def table_select(connection: Any, name: str, deployment: Deployment, record: Tab
             parts.append(f"SELECT * FROM read_parquet([{listed}], {union}hive_partitioning = true, "
                          "hive_types = {'dt': DATE})")
         else:  # another key=value directory on the way: dt from the partition, one scan per day
-            for day, group in itertools.groupby(sorted(plain, key=lambda item: item[1]), key=lambda item: item[1]):
-                listed = ", ".join(_quote(lake.path(key)) for key, _ in group)
+            by_day = sorted(zip(paths, (day for _, day in plain), strict=True), key=lambda item: item[1])
+            for day, group in itertools.groupby(by_day, key=lambda item: item[1]):
+                listed = ", ".join(_quote(path) for path, _ in group)
                 parts.append(f"SELECT *, DATE {_quote(day.isoformat())} AS dt FROM "
                              f"read_parquet([{listed}], {union}hive_partitioning = false)")
     if dirty:
