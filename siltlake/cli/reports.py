@@ -28,7 +28,10 @@ def print_stream_report(report: StreamReport, staging_root: str, verbose: bool =
         f"[bold]stream[/]: {report.registered} new staging objects, {report.processed} processed, "
         f"{report.records_loaded:,} records loaded, {report.bad_records:,} bad records, "
         f"{len(report.unknown)} unknown objects, {report.live_objects} live + {report.delayed_objects} delayed "
-        f"small objects, {report.seconds:.1f}s{startup} ({rate:,.0f} records/s)",
+        f"small objects, {report.seconds:.1f}s{startup} ({rate:,.0f} records/s)"
+        # A round between the listings that catch missed notifications (stream.notified_listing_interval)
+        + (f"; the queue only, the listing is due in {report.listing_waits:.0f}s"
+           if report.listing_waits is not None else ""),
         highlight=False,
     )
     if report.dropped_fields:
@@ -50,10 +53,6 @@ def print_stream_report(report: StreamReport, staging_root: str, verbose: bool =
         if notices.error:
             console.print(f"  [yellow]notification queue unavailable[/]: {shown(notices.error)}; this round relied "
                           "on the listing", highlight=False)
-    if verbose and report.listing_waits is not None:
-        console.print(f"  the staging root was not listed: the queue names new objects, and the listing that finds "
-                      f"what it missed is due in {report.listing_waits:.0f}s (stream.notified_listing_interval)",
-                      highlight=False)
     for uri, loaded, size in report.changed_reputs:
         console.print(f"  [yellow]changed re-put[/] {short(uri)} is now {size:,} bytes but was loaded at {loaded:,}: "
                       "a key is loaded once, so the new bytes are NOT loaded; put new data under a new key",
