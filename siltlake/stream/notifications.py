@@ -166,7 +166,9 @@ class ListingTurn:
 
     due: bool
     waits: float = 0.0  # seconds until the next listing is due (when not due now)
-    sweep_rounds: int = 1  # the listing's sweep slice, in stream.sweep_keys_per_round: the rounds it waited, and one
+    # The listing's sweep slice, in stream.sweep_keys_per_round: the rounds it stands for (itself and those that
+    # did not list)
+    sweep_rounds: int = 1
 
 
 def listing_turn(deployment: Deployment, cursor: DiscoveryCursor | None,
