@@ -45,8 +45,12 @@ demo: prereqs $(VENV)/.installed $(if $(S3),$(VENV)/.installed-dev)
 cluster-demo: prereqs $(VENV)/.installed
 	$(BIN)/python -m siltlake.demo.cluster
 
+# Two pytest workers (pytest-xdist): most of the suite's wall time is spent waiting on daemons, subprocesses and
+# JVM start-ups, so two test processes keep both cores busy. A module's tests stay on one worker (its module
+# fixtures are made once); each worker has its own SparkSession. TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
 test: prereqs $(VENV)/.installed-dev browser deploy-tools
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadscope) $(PYTEST_ARGS)
 
 # deploy/'s checks (tests/test_deploy.py): systemd-analyze for the units and promtool for the alert rules, from
 # Debian's packages when missing and running as root; otherwise those two tests are skipped (failed under CI).

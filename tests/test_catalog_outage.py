@@ -3,10 +3,12 @@ daemons: each logs the failure, backs off, reconnects and goes on; every record 
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import shutil
 import subprocess
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -22,17 +24,45 @@ from siltlake.errors import CatalogError, CatalogUnreachable
 from siltlake.polling import poll_forever
 
 from .chaos import TABLES, chaos_env, create_tables, current_record_ids, exactly_once
-from .processes import Shipper, SiltProcess, kill_session, successes, wait_until
+from .processes import Shipper, SiltProcess, free_port, kill_session, successes, wait_until
 
 # What each daemon prints when a round fails (and then retries with backoff).
 FAILURE_LINES = {"stream": "stream round failed", "merge": "catalog unreachable", "publish": "publish run failed"}
-OUTAGE_SECONDS = 3  # other tests share the server: keep it short
+OUTAGE_SECONDS = 3
 
 
-def pg_ctl(action: str) -> None:
-    version = sorted(os.listdir("/etc/postgresql"))[0]
-    subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", action], check=True,
-                   capture_output=True, timeout=60)
+class PrivateServer:
+    """A PostgreSQL server of this test's own (initdb in a temporary directory, a free port on 127.0.0.1): stopping
+    it takes no connection of any other test, nor of a test running beside this one."""
+
+    def __init__(self, bindir: Path, port: int) -> None:
+        self.bindir, self.port = bindir, port
+        self.directory = Path(tempfile.mkdtemp(prefix="silt_pg_"))
+        self.data, self.log = self.directory / "data", self.directory / "server.log"
+        # The server refuses to run as root: as root, it runs as the postgres user, which owns its directory.
+        self._as = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        if self._as:
+            shutil.chown(self.directory, "postgres", "postgres")
+        self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8")
+        with (self.data / "postgresql.conf").open("a") as conf:
+            conf.write(f"port = {port}\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '{self.directory}'\n"
+                       "fsync = off\nmax_connections = 60\n")
+
+    def _run(self, program: str, *args: str) -> None:
+        subprocess.run([*self._as, str(self.bindir / program), *args], check=True, capture_output=True, timeout=60)
+
+    def start(self) -> None:
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "start")
+
+    def stop(self) -> None:
+        self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
+
+    @property
+    def url(self) -> str:
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
+
+    def remove(self) -> None:
+        shutil.rmtree(self.directory, ignore_errors=True)
 
 
 def server_up(url: str) -> bool:
@@ -47,16 +77,28 @@ def server_up(url: str) -> bool:
 
 
 @pytest.fixture
-def controllable_postgres(postgres_url: str) -> str:
-    if os.geteuid() != 0 or shutil.which("pg_ctlcluster") is None or not glob.glob("/etc/postgresql/*/main"):
-        pytest.skip("needs root and a local pg_ctlcluster-managed PostgreSQL cluster")
-    return postgres_url
+def private_postgres():
+    """A server this test may stop and start: the PostgreSQL 15+ binaries of this machine, run from a directory of
+    the test's own."""
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+    if not found or (os.geteuid() == 0 and shutil.which("runuser") is None):
+        if os.environ.get("CI") == "true":
+            pytest.fail("no PostgreSQL server binaries (initdb) under /usr/lib/postgresql (CI=true: this test runs)")
+        pytest.skip("needs PostgreSQL's server binaries (initdb, pg_ctl) under /usr/lib/postgresql")
+    server = PrivateServer(Path(found[-1]).parent, free_port())
+    try:
+        server.start()
+        yield server
+    finally:
+        with contextlib.suppress(subprocess.CalledProcessError):  # already stopped
+            server.stop()
+        server.remove()
 
 
 @pytest.mark.spark
 @pytest.mark.postgres
-def test_daemons_ride_out_a_postgres_restart(tmp_path: Path, controllable_postgres: str) -> None:
-    url = controllable_postgres
+def test_daemons_ride_out_a_postgres_restart(tmp_path: Path, private_postgres: PrivateServer) -> None:
+    url = private_postgres.url
     env = chaos_env(tmp_path, url)
     deployment = Deployment(load_config(environ=env))
     deployment.init()
@@ -75,10 +117,10 @@ def test_daemons_ride_out_a_postgres_restart(tmp_path: Path, controllable_postgr
         before = {d.name: d.log().count(FAILURE_LINES[d.name]) for d in daemons}
         stopped = time.monotonic()
         try:
-            pg_ctl("stop")
+            private_postgres.stop()
             time.sleep(OUTAGE_SECONDS)
         finally:
-            pg_ctl("start")
+            private_postgres.start()
         print(f"PostgreSQL was down {time.monotonic() - stopped:.1f} s")
         wait_until(lambda: server_up(url), [], 60, "PostgreSQL back")
         # Every daemon saw the outage and goes on: it commits again after the restart.
