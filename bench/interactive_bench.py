@@ -18,9 +18,10 @@ Each command runs as an installed siltlake would: with bytecode caches (PYTHONDO
 development shell may set, is dropped; PYTHONPYCACHEPREFIX puts the caches in the temporary directory).
 
 In process, one day, each sample on a fresh DuckDB connection, wall time:
-  to_duckdb = planning (to_duckdb(connection, dates=[day]): the catalog snapshot, manifests, the view, whose
-  creation reads the files' footers) + query (the SQL over that view: union_by_name, each column cast to its
-  type, dt from the partition);
+  to_duckdb = planning (to_duckdb(connection, dates=[day]).create_view(...): the catalog snapshot, manifests,
+  the relation and the view made of it, each bind reading the files' footers) + query (the SQL over that view:
+  each column cast to its type, dt from the partition); to_duckdb_view = the same with the view made by
+  to_duckdb(connection, dates=[day], view=...) (one bind before the query's own);
   read_parquet = the same SQL over DuckDB's read_parquet([Table.files(dates=[day])], hive_partitioning), the
   file list made beforehand (no planning, no union_by_name, no casts); read_parquet_union = the same with
   union_by_name = true (what a reader of files whose schemas differ needs: the like-for-like peer of the query);
@@ -198,7 +199,7 @@ def in_process(directory: Path, repeats: int) -> dict:
         paths = local_paths(lake, table.files(dates=[day]))
         direct = {"read_parquet": read_parquet_of(paths), "read_parquet_union": read_parquet_of(paths, union=True)}
         for label, query in (("full_day_scan", FULL_DAY), ("one_hour_top_n", TOP_N)):
-            peers = ("to_duckdb", *direct, "listed_read_parquet")
+            peers = ("to_duckdb", "to_duckdb_view", *direct, "listed_read_parquet")
             samples: dict[str, list[float]] = {name: [] for name in (
                 "to_duckdb_planning", "to_duckdb_query", *peers, *(f"cpu_{peer}" for peer in peers))}
             answers = {}
@@ -212,6 +213,9 @@ def in_process(directory: Path, repeats: int) -> dict:
                             planned = time.perf_counter()
                             samples["to_duckdb_planning"].append(planned - started)
                             relation = "day_rows"
+                        elif peer == "to_duckdb_view":
+                            table.to_duckdb(connection, dates=[day], view="day_rows")
+                            relation = "day_rows"
                         elif peer == "listed_read_parquet":
                             relation = read_parquet_of(local_paths(lake, table.files(dates=[day])))
                         else:
@@ -224,6 +228,8 @@ def in_process(directory: Path, repeats: int) -> dict:
             assert len({tuple(sorted(rows)) for rows in answers.values()}) == 1, label
             got = {peer: median(values) for peer, values in samples.items()}
             got["ratio"] = round(got["to_duckdb"] / got["read_parquet"], 2)
+            got["ratio_view"] = round(got["to_duckdb_view"] / got["read_parquet"], 2)
+            got["cpu_ratio_view"] = round(got["cpu_to_duckdb_view"] / got["cpu_read_parquet"], 2)
             got["ratio_vs_listed"] = round(got["to_duckdb"] / got["listed_read_parquet"], 2)
             got["cpu_ratio"] = round(got["cpu_to_duckdb"] / got["cpu_read_parquet"], 2)
             got["cpu_ratio_vs_listed"] = round(got["cpu_to_duckdb"] / got["cpu_listed_read_parquet"], 2)

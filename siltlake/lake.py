@@ -233,23 +233,36 @@ class Table:
         return pa.concat_tables([table, merged]) if table.num_rows else merged
 
     def to_duckdb(self, connection: Any, as_of_version: int | None = None, as_of: dt.datetime | str | None = None,
-                  dates: Any = None, filter: Any = None) -> Any:  # noqa: A002 - pyarrow's name
+                  dates: Any = None, filter: Any = None, view: str | None = None) -> Any:  # noqa: A002
         """A DuckDB relation over the table version; `connection` is a duckdb connection. DuckDB reads the exact
         file list itself (read_parquet, dt from each file's partition); a keyed table's partitions that need a
         merge on read are merged now and handed over as Arrow. `dates` and `filter` (a pyarrow.compute
         expression, as to_arrow's: days it rules out by dt are not even planned) narrow what is read; with a
-        filter the rows are scanned through pyarrow's dataset, which applies it."""
-        if filter is not None:
-            return connection.from_arrow(self._dataset(as_of_version, as_of, dates, filter).filter(filter))
+        filter the rows are scanned through pyarrow's dataset, which applies it. With `view`, the version is
+        made a temporary view of that name on the connection (replacing one of that name) and the connection is
+        returned, as PyIceberg's `to_duckdb(table_name, connection)` does: a query of the view binds the files
+        once, where a view made of the relation would bind them again."""
         import uuid
 
-        from siltlake.read.duck import table_select
+        from siltlake.read.duck import create_view, table_select
 
-        files = self._data_files(as_of_version, as_of, dates)
-        # Arrow parts (S3, merged on read) are registered under a name of their own per call. The relation is
-        # the SELECT itself, not a view of it: DuckDB binds it (reads the files' footers) once, here.
+        # Arrow parts (S3, merged on read, a filter's scan) are registered under a name of their own per call.
         name = f"__silt_table_{self.record.id}_{uuid.uuid4().hex[:12]}"
-        return connection.sql(table_select(connection, name, self.lake.deployment, self.record, files)[0])
+        if filter is not None:
+            dataset = self._dataset(as_of_version, as_of, dates, filter).filter(filter)
+            if view is None:
+                return connection.from_arrow(dataset)
+            connection.register(name, dataset)
+            select = f'SELECT * FROM "{name}"'
+        else:
+            # The relation is the SELECT itself: DuckDB binds it (reads the files' footers) once, here or in the
+            # view's creation.
+            select = table_select(connection, name, self.lake.deployment, self.record,
+                                  self._data_files(as_of_version, as_of, dates))[0]
+            if view is None:
+                return connection.sql(select)
+        create_view(connection, view, select, replace=True)
+        return connection
 
     def to_polars(self, as_of_version: int | None = None, as_of: dt.datetime | str | None = None,
                   dates: Any = None, filter: Any = None) -> Any:  # noqa: A002 - pyarrow's name

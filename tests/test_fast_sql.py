@@ -266,6 +266,25 @@ def test_to_duckdb_hands_duckdb_the_exact_file_list_unless_a_partition_is_merged
                                                         ("old5",)]
 
 
+def test_to_duckdb_with_a_view_name_makes_that_view_of_the_version_on_the_connection(lake) -> None:
+    import duckdb
+    import pyarrow.compute as pc
+
+    from siltlake.lake import Lake
+
+    deployment, first = lake
+    table = Lake(deployment).table("web.access")
+    with duckdb.connect() as connection:
+        for options in ({}, {"as_of_version": first}, {"dates": [DAYS[1]]}, {"filter": pc.field("dt") == DAYS[2]}):
+            assert table.to_duckdb(connection, view="access", **options) is connection  # again: replaced
+            expected = Counter(table.to_duckdb(connection, **options).fetchall())
+            assert Counter(connection.sql("SELECT * FROM access").fetchall()) == expected, options
+            assert connection.sql("SELECT * FROM access").columns == table.schema.names
+        table.to_duckdb(connection, view="access", dates=[DAYS[0]])
+        assert "READ_PARQUET" in connection.sql("SELECT count(*) FROM access").explain()
+        assert connection.sql("SELECT DISTINCT dt FROM access").fetchall() == [(DAYS[0],)]
+
+
 def test_to_duckdb_reads_renamed_and_added_columns_of_the_days_asked_for(tmp_path, spark) -> None:
     import duckdb
 

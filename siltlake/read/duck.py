@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from siltlake.read.translate import Translation
     from siltlake.read.versions import DataFile
 
-__all__ = ["connect", "faithful", "run_plan", "session_zone", "table_select", "table_sql"]
+__all__ = ["connect", "create_view", "faithful", "run_plan", "session_zone", "table_select", "table_sql"]
 
 DUCKDB_TYPES = {"string": "VARCHAR", "json": "VARCHAR", "int": "INTEGER", "bigint": "BIGINT", "float": "FLOAT",
                 "double": "DOUBLE", "boolean": "BOOLEAN", "timestamp": "TIMESTAMPTZ", "date": "DATE"}
@@ -126,8 +126,13 @@ def table_sql(connection: Any, view: str, deployment: Deployment, record: TableR
     """Create the view `view` of a table version's files on the connection; returns the local paths DuckDB
     reads (an object store's files are read through pyarrow, and none are returned)."""
     select, paths = table_select(connection, view, deployment, record, files)
-    connection.execute(f"CREATE TEMP VIEW {_ident(view)} AS {select}")
+    create_view(connection, view, select)
     return paths
+
+
+def create_view(connection: Any, view: str, select: str, replace: bool = False) -> None:
+    """A temporary view `view` of `select` on the connection (DuckDB binds it here, once)."""
+    connection.execute(f"CREATE {'OR REPLACE ' if replace else ''}TEMP VIEW {_ident(view)} AS {select}")
 
 
 def table_select(connection: Any, name: str, deployment: Deployment, record: TableRecord,
