@@ -9,7 +9,9 @@ a moment taken as the cursor, so every directory is changed and no file is new.
 Timed (median of `--repeats` after one warm run; wall and this process's CPU): over all directories,
 `os.scandir` with `is_file()` (entries, no stat), `os.scandir` with `stat()` of each, `os.listdir`, `os.listdir`
 with the set difference against a full record; then `Storage.list_changed` without a record (today's
-`silt stream --once` walk) and with one (a daemon's). Memory: the record's sets and names
+`silt stream --once` walk) and with one (a daemon's); a one-off run's stored record of those directories in a
+SQLite catalog, stored whole and read back (`record_names`, `recorded_names`: zstd frames), beside zlib at level 1
+(the form before) and zstd on the same names, the codec alone. Memory: the record's sets and names
 (`AccountedNames.footprint`) and tracemalloc's count of what keeping them holds, per million names.
 
     .venv/bin/python bench/dir_listing_bench.py --out bench/results/dir_listing.json
@@ -24,11 +26,13 @@ import statistics
 import tempfile
 import time
 import tracemalloc
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
 from common import brief_machine, load_avg_1m, save_json, utc_stamp
 
+from siltlake.catalog import Catalog
 from siltlake.storage.accounted import AccountedNames
 from siltlake.storage.filesystem import Storage
 
@@ -109,11 +113,41 @@ def main() -> None:
             listing = staging.list_changed(cursor, accounted)
             assert listing.remembered == entries and not listing.objects, listing.remembered
 
+        catalog = Catalog(f"sqlite:///{workdir / 'catalog.db'}")
+        catalog.upgrade()
+        stored = accounted.recorded()
+
+        def store_record() -> None:
+            catalog.discovery.record_names(str(root), stored, [])
+
+        def read_record() -> None:
+            assert len(catalog.discovery.recorded_names(str(root))) == len(stored)
+
+        texts = [known.files.encode() for known in stored.values()]
+        zlibbed = [zlib.compress(text, 1) for text in texts]
+
+        def zlib_both() -> None:
+            for text, packed in zip(texts, zlibbed, strict=True):
+                zlib.compress(text, 1)
+                zlib.decompress(packed)
+
+        import pyarrow as pa
+
+        zstds = [pa.compress(text, codec="zstd", asbytes=True) for text in texts]
+
+        def zstd_both() -> None:
+            for text, packed in zip(texts, zstds, strict=True):
+                pa.compress(text, codec="zstd", asbytes=True)
+                pa.decompress(packed, decompressed_size=len(text), codec="zstd", asbytes=True)
+
         load_before = load_avg_1m()
         results = {name: timed(action, args.repeats) for name, action in (
             ("scandir_is_file", scandir_is_file), ("scandir_stat", scandir_stat), ("listdir", listdir),
             ("listdir_set_difference", listdir_difference), ("list_changed_without_record", walk_without_record),
-            ("list_changed_with_record", walk_with_record))}
+            ("list_changed_with_record", walk_with_record), ("stored_record_store", store_record),
+            ("stored_record_read", read_record), ("zlib_level1_compress_and_decompress", zlib_both),
+            ("zstd_compress_and_decompress", zstd_both))}
+        catalog.close()
         load_after = load_avg_1m()
         tracemalloc.start()
         kept = AccountedNames()

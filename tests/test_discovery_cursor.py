@@ -10,12 +10,13 @@ import importlib
 import os
 import shutil
 import time
+import zlib
 from pathlib import Path
 
 import pytest
 
 from siltlake.deployment import Deployment
-from siltlake.storage.accounted import AccountedNames
+from siltlake.storage.accounted import AccountedNames, DirectoryNames
 from siltlake.stream.discover import discover
 from siltlake.stream.names import StoredNames
 from siltlake.tabledef import TableDef
@@ -425,6 +426,29 @@ def test_a_one_off_runs_record_is_stored_in_the_catalog_and_spares_the_next_run_
     assert directory not in stored  # gone; the directories read (the new file's, the removed one's parent) stay
     assert set(stored) == {lake.staging.path("host01.web.access/2026/01/01"),
                            lake.staging.path("host02.web.access/2026/01")}
+
+
+def test_a_record_of_names_stored_by_an_earlier_version_is_read_and_stored_anew(lake: Deployment) -> None:
+    """Records are zstd frames now; one an earlier version stored (a zlib stream) still reads, and is written
+    back in the new form once its directory changes."""
+    import sqlalchemy as sa
+
+    from siltlake.catalog import schema as s
+
+    discovery, root = lake.catalog.discovery, lake.staging.root
+    names = "/".join(f"obj-{i}.jsonl" for i in range(2000)) + "/é-ß.jsonl"
+    written = {"/old": DirectoryNames((1, 2, 2), 10, names), "/empty": DirectoryNames((1, 3, 2), 11, "")}
+    discovery.record_names(root, written, [])
+    assert discovery.recorded_names(root) == written
+    n = s.discovery_names
+    with lake.catalog.engine.begin() as c:
+        blob = c.execute(sa.select(n.c.names).where(n.c.directory == "/old")).scalar_one()
+        assert not blob.startswith(b"\x78") and len(blob) < len(zlib.compress(names.encode(), 1))
+        c.execute(n.update().where(n.c.directory == "/old").values(names=zlib.compress(names.encode(), 1)))
+    assert discovery.recorded_names(root) == written
+    grown = DirectoryNames((1, 2, 2), 12, names + "/new.jsonl")
+    discovery.record_names(root, {"/old": grown}, ["/empty"])
+    assert discovery.recorded_names(root) == {"/old": grown}
 
 
 def test_without_a_record_a_round_stats_every_name_of_a_changed_directory(lake: Deployment, tmp_path: Path) -> None:
