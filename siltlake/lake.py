@@ -240,8 +240,8 @@ class Table:
         expression, as to_arrow's: days it rules out by dt are not even planned) narrow what is read; with a
         filter the rows are scanned through pyarrow's dataset, which applies it. With `view`, the version is
         made a temporary view of that name on the connection (replacing one of that name) and the connection is
-        returned, as PyIceberg's `to_duckdb(table_name, connection)` does: a query of the view binds the files
-        once, where a view made of the relation would bind them again."""
+        returned, as PyIceberg's `to_duckdb(table_name, connection)` does: one bind of the files fewer than a
+        view made with the relation's create_view()."""
         import uuid
 
         from siltlake.read.duck import create_view, table_select
