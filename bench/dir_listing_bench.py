@@ -11,7 +11,7 @@ Timed (median of `--repeats` after one warm run; wall and this process's CPU): o
 with the set difference against a full record; then `Storage.list_changed` without a record (today's
 `silt stream --once` walk) and with one (a daemon's); a one-off run's stored record of those directories in a
 SQLite catalog, stored whole and read back (`record_names`, `recorded_names`: zstd frames), beside zlib at level 1
-(the form before) and zstd on the same names, the codec alone. Memory: the record's sets and names
+(the form before) and the stored zstd form on the same names, the codec alone. Memory: the record's sets and names
 (`AccountedNames.footprint`) and tracemalloc's count of what keeping them holds, per million names.
 
     .venv/bin/python bench/dir_listing_bench.py --out bench/results/dir_listing.json
@@ -123,22 +123,22 @@ def main() -> None:
         def read_record() -> None:
             assert len(catalog.discovery.recorded_names(str(root))) == len(stored)
 
-        texts = [known.files.encode() for known in stored.values()]
-        zlibbed = [zlib.compress(text, 1) for text in texts]
+        names = [known.files for known in stored.values()]
+        zlibbed = [zlib.compress(text.encode(), 1) for text in names]
 
-        def zlib_both() -> None:
-            for text, packed in zip(texts, zlibbed, strict=True):
-                zlib.compress(text, 1)
-                zlib.decompress(packed)
+        def zlib_both() -> None:  # the stored form before: the names' UTF-8, zlib at level 1
+            for text, packed in zip(names, zlibbed, strict=True):
+                zlib.compress(text.encode(), 1)
+                zlib.decompress(packed).decode()
 
-        import pyarrow as pa
+        from siltlake.catalog.discovery import _packed, _unpacked  # the stored form now: marker, length, zstd frame
 
-        zstds = [pa.compress(text, codec="zstd", asbytes=True) for text in texts]
+        zstds = [_packed(text) for text in names]
 
         def zstd_both() -> None:
-            for text, packed in zip(texts, zstds, strict=True):
-                pa.compress(text, codec="zstd", asbytes=True)
-                pa.decompress(packed, decompressed_size=len(text), codec="zstd", asbytes=True)
+            for text, packed in zip(names, zstds, strict=True):
+                _packed(text)
+                _unpacked(packed)
 
         load_before = load_avg_1m()
         results = {name: timed(action, args.repeats) for name, action in (
