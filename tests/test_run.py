@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import gzip
 import json
+import logging
 import os
 import re
 import signal
@@ -263,6 +264,20 @@ def test_a_stream_round_that_commits_wakes_publish(deployment: Deployment, acces
     finally:
         host.stop()
         assert host.join(60)
+
+
+def test_after_a_stop_signal_py4js_own_trace_of_the_gone_jvm_is_not_printed() -> None:
+    """py4j logs a failed call with `logging.exception` on the root logger, which prints its trace; once `silt run`
+    stops, the loop's on_error already says in one line that the round ended with the shutdown."""
+    import py4j.java_gateway
+
+    from siltlake.cli.run import _py4j_records
+
+    def record(pathname: str) -> logging.LogRecord:
+        return logging.LogRecord("root", logging.ERROR, pathname, 1060, "Exception while sending command.", (), None)
+
+    assert not _py4j_records(record(py4j.java_gateway.__file__))
+    assert _py4j_records(record(__file__)) and _py4j_records(record("/opt/app/not_py4j/x.py"))
 
 
 @pytest.mark.spark
