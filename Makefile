@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: demo cluster-demo test bench lint prereqs clean chaos soak fuzz browser deploy-tools install-check wheel
+.PHONY: demo cluster-demo test bench lint prereqs clean chaos soak fuzz browser deploy-tools install-check wheel dashboard-screenshot
 
 prereqs:
 	@test -n "$(PYTHON)" && $(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
@@ -81,6 +81,11 @@ browser:
 	    echo "installing chromium (apt-get) for the dashboard's browser test"; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	  else echo "no chromium on PATH: the dashboard's browser test will be skipped (apt-get install chromium)"; fi; }
+
+# The picture of the dashboard in docs/operations.md, taken by its browser test.
+dashboard-screenshot: prereqs $(VENV)/.installed-dev browser
+	SILTLAKE_DASHBOARD_SCREENSHOT=$(CURDIR)/bench/results/dashboard.png $(BIN)/python -m pytest -q \
+	  tests/test_dashboard_browser.py
 
 bench: prereqs $(VENV)/.installed-dev
 	$(BIN)/python bench/stream_bench.py

@@ -1,6 +1,7 @@
 """The dashboard in a real headless browser: Chromium from the system packages (apt: chromium), driven by
 Playwright. The page must load without console errors or any request besides itself, and its charts must
-hold the series of the stored history; a screenshot goes to bench/results/dashboard.png (docs/operations.md).
+hold the series of the stored history. The screenshot goes to the test's temporary directory, or to the path in
+SILTLAKE_DASHBOARD_SCREENSHOT (`make dashboard-screenshot` refreshes docs/operations.md's picture).
 
 Without a browser the test is skipped with the reason; under CI=true it fails instead (`make test` installs
 what it needs)."""
@@ -23,7 +24,6 @@ from siltlake.tabledef import TableDef
 from .conftest import ACCESS_TABLE, make_config
 from .merge_helpers import add_small_objects, rows_for
 
-SCREENSHOT = Path(__file__).resolve().parent.parent / "bench" / "results" / "dashboard.png"
 CHROMIUM = os.environ.get("SILTLAKE_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 SLOTS = 24
 CHARTS = {"backlog": ["pending_objects"], "freshness": ["freshness_p50_seconds", "freshness_p99_seconds"],
@@ -76,7 +76,9 @@ def dashboard_deployment(tmp_path: Path) -> Deployment:
     deployment.close()
 
 
-def test_dashboard_renders_charts_without_errors_in_chromium(dashboard_deployment: Deployment) -> None:
+def test_dashboard_renders_charts_without_errors_in_chromium(dashboard_deployment: Deployment, tmp_path: Path) -> None:
+    # A run of the suite leaves the checkout as it was: the documented picture is refreshed only when asked for.
+    screenshot = Path(os.environ.get("SILTLAKE_DASHBOARD_SCREENSHOT") or tmp_path / "dashboard.png")
     sync_playwright = _browser_or_skip()
     server = ObserveServer(dashboard_deployment, "127.0.0.1", 0, dashboard=True).start()
     try:
@@ -110,10 +112,10 @@ def test_dashboard_renders_charts_without_errors_in_chromium(dashboard_deploymen
                 failures = page.locator("table.failures").inner_text()
                 assert "the object could not be read" in failures and "broken.jsonl.gz" in failures
                 assert "no table web.nosuch" in page.locator("table.unknown").inner_text()
-                SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-                page.screenshot(path=str(SCREENSHOT), full_page=True)
+                screenshot.parent.mkdir(parents=True, exist_ok=True)
+                page.screenshot(path=str(screenshot), full_page=True)
             finally:
                 browser.close()
     finally:
         server.close()
-    assert SCREENSHOT.stat().st_size > 10_000
+    assert screenshot.stat().st_size > 10_000
