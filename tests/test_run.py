@@ -267,17 +267,35 @@ def test_a_stream_round_that_commits_wakes_publish(deployment: Deployment, acces
 
 
 def test_after_a_stop_signal_py4js_own_trace_of_the_gone_jvm_is_not_printed() -> None:
-    """py4j logs a failed call with `logging.exception` on the root logger, which prints its trace; once `silt run`
-    stops, the loop's on_error already says in one line that the round ended with the shutdown."""
+    """py4j logs a failed call with `logging.exception` on the root logger, which prints its trace; once a daemon
+    stops, its own error handler already says in one line what the shutdown cut short."""
     import py4j.java_gateway
 
-    from siltlake.cli.run import _py4j_records
+    from siltlake.cli.observing import not_py4j
 
     def record(pathname: str) -> logging.LogRecord:
         return logging.LogRecord("root", logging.ERROR, pathname, 1060, "Exception while sending command.", (), None)
 
-    assert not _py4j_records(record(py4j.java_gateway.__file__))
-    assert _py4j_records(record(__file__)) and _py4j_records(record("/opt/app/not_py4j/x.py"))
+    assert not not_py4j(record(py4j.java_gateway.__file__))
+    assert not_py4j(record(__file__)) and not_py4j(record("/opt/app/not_py4j/x.py"))
+
+
+def test_the_daemons_sigterm_sets_their_stop_and_quiets_py4j_from_then_on() -> None:
+    """`silt stream`, `silt merge` and `silt publish` stop on SIGTERM as on Ctrl-C; a group's SIGTERM ends the JVM
+    too, so py4j's trace is dropped from the signal on, and not before it."""
+    from siltlake.cli.observing import not_py4j, stop_on_sigterm
+
+    root = logging.getLogger()
+    before = signal.getsignal(signal.SIGTERM)
+    stop = threading.Event()
+    try:
+        stop_on_sigterm(stop)
+        assert not stop.is_set() and not_py4j not in root.filters
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert stop.wait(5) and not_py4j in root.filters
+    finally:
+        signal.signal(signal.SIGTERM, before)
+        root.removeFilter(not_py4j)
 
 
 @pytest.mark.spark

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 import sys
 import threading
 from typing import TYPE_CHECKING
@@ -11,7 +10,7 @@ import click
 from rich.progress import Progress
 
 from siltlake.cli.context import deployment_of, friendly, needs_spark, retrying
-from siltlake.cli.observing import Observing, daemon_logging
+from siltlake.cli.observing import Observing, daemon_logging, stop_on_sigterm
 from siltlake.cli.options import (
     bind_option,
     json_option,
@@ -105,7 +104,7 @@ def merge(context: click.Context, once: bool, now_text: str | None, slots: int |
     stop = threading.Event()
     # SIGTERM (a service manager stopping us) finishes the running jobs like Ctrl-C, rather than leaving
     # claims to go stale until another worker takes them over.
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    stop_on_sigterm(stop)
     from siltlake.observe.metrics import observe_report
 
     worker = MergeWorker(deployment, slots=slots, table_ids=table_ids)

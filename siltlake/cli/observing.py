@@ -3,7 +3,10 @@ of --metrics-port (siltlake.observe); and `silt dashboard`."""
 
 from __future__ import annotations
 
+import logging
+import signal
 import threading
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -25,6 +28,28 @@ def daemon_logging(context: click.Context, role: str, **identity: object) -> Non
     logs.identify(role=role, **identity)
     if settings.get("log_level") is None:
         logs.configure(settings.get("log_format", "text"), "info")
+
+
+def not_py4j(record: logging.LogRecord) -> bool:
+    """False for a record py4j logs on the root logger (`logging.exception`, with its trace): after a stop signal
+    the JVM under a running call is gone, which the daemon's own error handler reports in one line."""
+    return "py4j" not in Path(record.pathname).parts
+
+
+def quiet_py4j() -> None:
+    """From now on, py4j's records on the root logger are dropped (a stop signal has arrived)."""
+    logging.getLogger().addFilter(not_py4j)
+
+
+def stop_on_sigterm(stop: threading.Event) -> None:
+    """SIGTERM (a service manager's stop) sets `stop`, as Ctrl-C ends the loop. Sent to the whole process group,
+    as systemd's default KillMode does, it ends Spark's JVM too, under a running call: py4j's trace of that is
+    dropped from then on (quiet_py4j)."""
+    def on_term(_signum: int, _frame: object) -> None:
+        quiet_py4j()
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_term)
 
 
 def serve(deployment: Deployment, bind: str, port: int, *, dashboard: bool, metrics: bool = True) -> ObserveServer:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import signal
 import sys
 import threading
 
 import click
 
 from siltlake.cli.context import deployment_of, friendly, retrying
-from siltlake.cli.observing import Observing, daemon_logging
+from siltlake.cli.observing import Observing, daemon_logging, stop_on_sigterm
 from siltlake.cli.options import (
     bind_option,
     interval_option,
@@ -62,7 +61,7 @@ def publish(context: click.Context, once: bool, now_text: str | None, interval: 
     from siltlake.observe.metrics import observe_error, observe_report
 
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    stop_on_sigterm(stop)
     wait = deployment.config.publish.interval if interval is None else interval
     daemon_logging(context, "publish")
     observing = Observing(deployment, metrics_port, bind)

@@ -3,12 +3,10 @@ log line per round that did something, and a clean stop on Ctrl-C or SIGTERM."""
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 import sys
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -20,7 +18,7 @@ from rich.text import Text
 
 from siltlake.cli.context import deployment_of, described, friendly, needs_spark, retrying
 from siltlake.cli.derived import print_regenerate_report
-from siltlake.cli.observing import daemon_logging, serve
+from siltlake.cli.observing import daemon_logging, quiet_py4j, serve
 from siltlake.cli.options import bind_option, metrics_port_option
 from siltlake.cli.output import Column, console, grid
 from siltlake.cli.reports import print_merge_report, print_publish_report, print_reap_report, print_stream_report
@@ -65,12 +63,6 @@ def status_table(host: SingleHost) -> Table:
     return grid(COLUMNS, rows, title="silt run", title_justify="left", pad_edge=False)
 
 
-def _py4j_records(record: logging.LogRecord) -> bool:
-    """False for a record py4j logs on the root logger (`logging.exception`, with its trace): after a stop signal
-    the JVM under a running call is gone, which the loop's on_error reports in one line."""
-    return "py4j" not in Path(record.pathname).parts
-
-
 def run_in_terminal(deployment: Deployment, console: Console, metrics_port: int | None = None,
                     bind: str = "127.0.0.1") -> None:
     """Run every loop until SIGINT or SIGTERM, then wait for their current work; a second signal quits now.
@@ -104,7 +96,7 @@ def run_in_terminal(deployment: Deployment, console: Console, metrics_port: int 
             os._exit(130)
         console.print(f"{signal.Signals(signum).name}: stopping after the current stream wave and the running "
                       "merge jobs (Ctrl-C again quits now)", highlight=False)
-        logging.getLogger().addFilter(_py4j_records)  # the JVM may go with the signal: on_error says so, once
+        quiet_py4j()  # the JVM may go with the signal: on_error says so, once
         host.stop()
 
     deployment.catalog.check_ready()  # not initialised: one error line, before the live display starts

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 import sys
 import threading
 
@@ -10,7 +9,7 @@ import click
 from rich.progress import Progress
 
 from siltlake.cli.context import deployment_of, friendly, needs_spark, retrying
-from siltlake.cli.observing import Observing, daemon_logging
+from siltlake.cli.observing import Observing, daemon_logging, stop_on_sigterm
 from siltlake.cli.options import bind_option, interval_option, json_option, metrics_port_option, once_option
 from siltlake.cli.output import console, progress_bar, write_json
 from siltlake.cli.reports import print_stream_report
@@ -68,7 +67,7 @@ def stream(context: click.Context, once: bool, interval: float | None, as_json: 
 
     stop = threading.Event()
     # SIGTERM (a service manager's stop) ends after the current round, as Ctrl-C does.
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    stop_on_sigterm(stop)
     daemon_logging(context, "stream")
     observing = Observing(deployment, metrics_port, bind)
     console.print("streaming; Ctrl-C stops after the current round")
