@@ -25,7 +25,9 @@ objects and process them through Spark (local[2]), K tiny JSON-lines files writt
 Spark and warms it, then `--new-rounds` pairs of rounds are timed, each pair a round as `silt stream --once`
 walks (the record of names the catalog stores for one-off runs, read before the walk and stored back after:
 table discovery_names) and one as a `silt stream` daemon's (stream_forever's record in memory of the names its
-earlier rounds listed); in both only names not in the record are `stat`ed. The medians of each, the statements
+earlier rounds listed, kept current by inotify where stream.watch_directories allows: a watched directory is not
+listed again, its new names come from the kernel's notifications); in both only names not in the record are
+`stat`ed. The medians of each, the statements
 of the last, the daemon record's names and bytes and the stored record's compressed bytes at the end.
 
     .venv/bin/python bench/history_bench.py                               # N = 0, 10,000, 100,000
@@ -56,6 +58,7 @@ from siltlake.clock import utcnow
 from siltlake.storage.accounted import AccountedNames
 from siltlake.stream import stream_once
 from siltlake.stream.discover import discover
+from siltlake.stream.names import daemon_names
 from siltlake.tabledef import TableDef
 
 TABLE = {"schema": "web", "name": "access", "time_column": "t", "timezone": "UTC",
@@ -178,7 +181,7 @@ def run(kind: str, objects: int, rounds: int, workdir: Path, profile: int, new: 
                     profiler = cProfile.Profile()
                     profiler.runcall(stream_once, deployment)
                     pstats.Stats(profiler).sort_stats("cumulative").print_stats(profile)
-                fresh, recorded, accounted = [], [], AccountedNames()
+                fresh, recorded, accounted = [], [], daemon_names(deployment)
                 if new:
                     # Starts Spark and warms it; the daemon's record starts from this round's walk.
                     new_objects_round(deployment, root / "staging", new, counter, accounted=accounted)
@@ -213,6 +216,7 @@ def run(kind: str, objects: int, rounds: int, workdir: Path, profile: int, new: 
             "recorded_round_listed": recorded[-1]["listed"], "recorded_round_remembered": recorded[-1]["remembered"],
             "recorded_round_statements": recorded[-1]["statements"],
             "record_directories": accounted.directories, "record_names": accounted.names,
+            "record_watched_directories": getattr(accounted, "watching", 0),
             "record_bytes": accounted.footprint(), "stored_record_bytes": stored_bytes}
            if fresh else {}),
     }

@@ -179,6 +179,11 @@ class StreamConfig(_Section):
                                               "rolling sweep reads per round besides the cursor walk: a pass "
                                               "over N files takes N / this many rounds, the horizon of in-place "
                                               "rewrites and of what the walk cannot see")
+    watch_directories: bool = Field(default=True, description="a stream daemon on a local staging root learns the "
+                                    "names that arrive in the directories it has read from Linux's inotify and lists "
+                                    "such a directory again only when a notification may have been missed (false: "
+                                    "every changed directory is listed, as on a file system whose changes inotify "
+                                    "does not see, such as a network mount written by other hosts)")
     sweep_check_interval: int = Field(default=86400, ge=0, description="seconds between the sweep passes that look "
                                       "every file of a local staging root up in the catalog; the passes between "
                                       "look up only files whose mtime or ctime is past the last completed pass's "

@@ -58,6 +58,19 @@ class AccountedNames:
             return None
         return known.files
 
+    def close(self) -> None:
+        """Let go of what the record holds besides its names (a watch's descriptor)."""
+
+    def start_walk(self) -> None:
+        """A walk starts (a record that learns from notifications reads them here: storage/dirwatch.py)."""
+
+    def arm(self, path: str) -> None:
+        """A leaf directory is about to be listed for the record (one that learns from notifications watches it)."""
+
+    def arrived(self, path: str) -> set[str] | None:
+        """The names new in a recorded directory since its listing, when known without listing it; else None."""
+        return None
+
     def keep(self, walked: dict[str, DirectoryNames], now_ns: int, window_ns: int) -> None:
         """Take a completed round's walk: the names of the directories it read replace theirs; a directory the walk
         did not find (removed) or that has not changed for window_ns (its day is over) is forgotten."""

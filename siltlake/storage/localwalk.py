@@ -72,6 +72,8 @@ def walk_changed(base: str, since_ns: int, accounted: AccountedNames | None = No
     # followed forever. Two paths to one directory are both walked (their keys differ, as in list()).
     pending: list[tuple[str, str, os.stat_result, bool, frozenset]] = [
         (base, "", top, False, frozenset([(top.st_dev, top.st_ino)]))]
+    if accounted is not None:
+        accounted.start_walk()
     while pending:
         path, prefix, found, fresh, above = pending.pop()
         newest = max(found.st_mtime_ns, found.st_ctime_ns)
@@ -82,9 +84,19 @@ def walk_changed(base: str, since_ns: int, accounted: AccountedNames | None = No
             continue
         result.read += 1
         known = accounted.files(path, found) if accounted is not None and changed else None
-        if known is not None:
+        # A leaf directory (no subdirectory to find) whose record learns its new names from notifications is not
+        # listed: only what arrived is looked at (storage/dirwatch.py).
+        leaf = found.st_nlink == 2
+        arrived = accounted.arrived(path) if known is not None and leaf and not fresh else None
+        if arrived is not None:
+            files = _read_arrivals(path, prefix, since_ns, known, arrived, result)
+        elif known is not None:
+            if leaf:
+                accounted.arm(path)
             files = _read_by_name(path, prefix, since_ns, fresh, known, above, pending, result)
         else:
+            if leaf and accounted is not None and changed:
+                accounted.arm(path)
             files = _read_entries(path, prefix, since_ns, changed, fresh, above, pending, result,
                                   collect=accounted is not None and changed)
         if files is not None:
@@ -282,6 +294,45 @@ def _read_by_name(path: str, prefix: str, since_ns: int, fresh: bool, known: str
     if kept == len(recorded):  # no recorded name went: the record grows by the new files
         return SEPARATOR.join([known, *new_files] if known else new_files)
     return SEPARATOR.join([*names.difference(unseen), *new_files])
+
+
+def _read_arrivals(path: str, prefix: str, since_ns: int, known: str, arrived: set[str],
+                   result: ChangedListing) -> str:
+    """Read a changed leaf directory from its record and the names notifications say arrived since (list_changed):
+    `stat` only those the record lacks. Returns the names to record: the record's and the new files'."""
+    count = known.count(SEPARATOR) + 1 if known else 0
+    if len(arrived) * 8 > count:
+        unseen = arrived.difference(known.split(SEPARATOR) if known else ())
+    else:  # a few arrivals against a long record: each looked for in the joined names
+        unseen = {name for name in arrived if not _recorded(known, name)}
+    result.remembered += count
+    result.entries += count
+    new_files = []
+    for name in sorted(unseen):
+        entry_path = os.path.join(path, name)
+        try:
+            own = os.lstat(entry_path)
+            found = os.stat(entry_path) if stat.S_ISLNK(own.st_mode) else own
+        except OSError:  # removed since it arrived, or a dangling link: its removal, if any, is notified
+            continue
+        if not stat.S_ISREG(found.st_mode):
+            continue
+        result.entries += 1
+        new_files.append(name)
+        if arrival_ns(found, own) >= since_ns:
+            result.objects.append(ObjectInfo(prefix + name, found.st_size, listed_mtime(found.st_mtime_ns)))
+    return SEPARATOR.join([known, *new_files] if known else new_files)
+
+
+def _recorded(known: str, name: str) -> bool:
+    """Whether a record's joined names hold `name` (a few arrivals against a long record: no split)."""
+    start = known.find(name)
+    while start >= 0:
+        end = start + len(name)
+        if (start == 0 or known[start - 1] == SEPARATOR) and (end == len(known) or known[end] == SEPARATOR):
+            return True
+        start = known.find(name, start + 1)
+    return False
 
 
 def _descend(pending: list, path: str, key: str, found: os.stat_result, fresh: bool, above: frozenset) -> None:

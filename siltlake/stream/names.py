@@ -9,6 +9,7 @@ import os
 
 from siltlake.deployment import Deployment
 from siltlake.storage.accounted import AccountedNames, DirectoryNames
+from siltlake.storage.dirwatch import WatchedNames, inotify_available
 
 
 class StoredNames(AccountedNames):
@@ -51,3 +52,13 @@ def stored_names(deployment: Deployment) -> StoredNames | None:
     """The stored record for a run's rounds when its staging root is walked (a local one); else None."""
     staging = deployment.staging
     return StoredNames(deployment) if staging.is_local and not staging.is_object_store else None
+
+
+def daemon_names(deployment: Deployment) -> AccountedNames:
+    """A stream daemon's record for its rounds: kept current by inotify where it can be (stream.watch_directories,
+    a local root on Linux), else the record of what its rounds listed."""
+    staging = deployment.staging
+    if deployment.config.stream.watch_directories and staging.is_local and not staging.is_object_store and \
+            inotify_available():
+        return WatchedNames()
+    return AccountedNames()

@@ -28,7 +28,7 @@ from siltlake.storage.accounted import AccountedNames
 from siltlake.storage.filesystem import Storage
 from siltlake.storage.keys import TableLayout, temporary_run
 from siltlake.stream.discover import Discovery, discover, sweep_slice
-from siltlake.stream.names import StoredNames, stored_names
+from siltlake.stream.names import StoredNames, daemon_names, stored_names
 from siltlake.stream.notifications import NotificationTally
 from siltlake.stream.task import StreamTask, process_staging_object
 
@@ -574,6 +574,9 @@ def stream_forever(deployment: Deployment, stop: threading.Event,
     or storage unreachable) is reported and retried with backoff; bad input never fails a round. The rounds
     share a record of the names they listed in a local staging root's directories (storage/accounted.py)."""
     interval = deployment.config.stream.poll_interval if interval is None else interval
-    accounted = AccountedNames()
-    poll_forever(lambda: stream_once(deployment, progress, stop=stop, accounted=accounted), stop, interval,
-                 on_report, on_error)
+    accounted = daemon_names(deployment)
+    try:
+        poll_forever(lambda: stream_once(deployment, progress, stop=stop, accounted=accounted), stop, interval,
+                     on_report, on_error)
+    finally:
+        accounted.close()

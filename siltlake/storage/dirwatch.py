@@ -1,0 +1,154 @@
+"""A stream daemon's record of names that Linux's inotify keeps current: a changed directory the daemon read before
+is not listed again, its new names come from the kernel's notifications (docs/design.md, "A daemon learns a
+directory's new names from inotify").
+
+A directory is watched from just before a round lists it, so what the listing missed the notifications name. A
+round reads the queue once, when its walk starts; a name that arrived since the directory's recorded listing and
+was not removed again is an arrival. The record answers with arrivals only while nothing may have been missed:
+an overflowed queue, a recorded name removed or moved away, or the directory itself moved or removed, and the
+directory is listed again (its watch stays). Only directories without subdirectories are answered this way: the
+walk must still see every subdirectory of one that has them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import struct
+from dataclasses import dataclass, field
+
+from siltlake.storage.accounted import AccountedNames, DirectoryNames
+
+__all__ = ["WatchedNames", "inotify_available"]
+
+# <sys/inotify.h>
+IN_MOVED_FROM, IN_MOVED_TO, IN_CREATE, IN_DELETE = 0x40, 0x80, 0x100, 0x200
+IN_DELETE_SELF, IN_MOVE_SELF, IN_UNMOUNT, IN_Q_OVERFLOW, IN_IGNORED = 0x400, 0x800, 0x2000, 0x4000, 0x8000
+IN_ONLYDIR, IN_DONT_FOLLOW = 0x01000000, 0x02000000
+IN_NONBLOCK, IN_CLOEXEC = os.O_NONBLOCK, os.O_CLOEXEC
+_MASK = IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR
+_LOST = IN_DELETE_SELF | IN_MOVE_SELF | IN_UNMOUNT | IN_IGNORED
+_EVENT = struct.Struct("iIII")
+_READ_BYTES = 1 << 16
+# Watches one daemon holds at most (the kernel's fs.inotify.max_user_watches is shared by the host's processes):
+# the directories a daemon reads are its recent days', a few per host.
+MAX_WATCHES = 4096
+
+
+def _libc() -> ctypes.CDLL | None:
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+    except OSError:
+        return None
+    return libc if hasattr(libc, "inotify_init1") else None
+
+
+def inotify_available() -> bool:
+    """Whether this system has inotify (Linux)."""
+    return _libc() is not None
+
+
+@dataclass
+class _Watched:
+    path: str
+    complete: bool  # whether arrived is all that is new since the recorded names (else: list the directory again)
+    arrived: set[str] = field(default_factory=set)  # names created or moved in since the recorded listing
+
+
+class WatchedNames(AccountedNames):
+    """AccountedNames whose directories are watched: `arrived(path)` names what is new in a changed directory
+    without listing it. Falls back to listing (the base class) wherever a watch cannot be set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._libc = _libc()
+        self._fd = self._libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC) if self._libc is not None else -1
+        self._by_descriptor: dict[int, _Watched] = {}
+        self._by_path: dict[str, int] = {}
+
+    @property
+    def watching(self) -> int:
+        return len(self._by_path)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        self._by_descriptor.clear()
+        self._by_path.clear()
+
+    def start_walk(self) -> None:
+        """Take in what the kernel queued since the last walk: once a walk, before it reads any directory."""
+        while self._fd >= 0:
+            try:
+                data = os.read(self._fd, _READ_BYTES)
+            except BlockingIOError:
+                return
+            offset = 0
+            while offset < len(data):
+                descriptor, mask, _, length = _EVENT.unpack_from(data, offset)
+                offset += _EVENT.size
+                name = os.fsdecode(data[offset:offset + length].rstrip(b"\0"))
+                offset += length
+                self._take(descriptor, mask, name)
+
+    def _take(self, descriptor: int, mask: int, name: str) -> None:
+        if mask & IN_Q_OVERFLOW:
+            for watched in self._by_descriptor.values():
+                watched.complete = False
+            return
+        watched = self._by_descriptor.get(descriptor)
+        if watched is None:
+            return
+        if mask & _LOST:
+            watched.complete = False
+            if mask & IN_IGNORED:  # the kernel dropped the watch (the directory went): set again when next read
+                self._by_descriptor.pop(descriptor, None)
+                self._by_path.pop(watched.path, None)
+        elif mask & (IN_CREATE | IN_MOVED_TO):
+            watched.arrived.add(name)
+        elif mask & (IN_DELETE | IN_MOVED_FROM):
+            if name in watched.arrived:
+                watched.arrived.discard(name)  # a shipper's temporary name renamed into place, say
+            else:
+                watched.complete = False  # a recorded name went: only a listing says which names remain
+
+    def arm(self, path: str) -> None:
+        """Watch a directory before it is listed for the record. A new watch answers only once a completed round
+        has recorded a listing taken after it (keep): what the record held before may predate the watch."""
+        if self._fd < 0 or path in self._by_path or len(self._by_path) >= MAX_WATCHES:
+            return
+        descriptor = self._libc.inotify_add_watch(self._fd, os.fsencode(path), _MASK | IN_DONT_FOLLOW)
+        if descriptor < 0 or descriptor in self._by_descriptor:  # no watch left, or the same directory by another path
+            return
+        self._by_descriptor[descriptor] = _Watched(path, complete=False)
+        self._by_path[path] = descriptor
+
+    def arrived(self, path: str) -> set[str] | None:
+        """The names that arrived in the directory since its recorded listing, if nothing can have been missed."""
+        descriptor = self._by_path.get(path)
+        if descriptor is None:
+            return None
+        watched = self._by_descriptor[descriptor]
+        return watched.arrived if watched.complete else None
+
+    def keep(self, walked: dict[str, DirectoryNames], now_ns: int, window_ns: int) -> None:
+        super().keep(walked, now_ns, window_ns)
+        for path, seen in walked.items():
+            descriptor = self._by_path.get(path)
+            if descriptor is not None and seen.files is not None:
+                # This round read the directory after its watch was set (a listing or the arrivals): the record
+                # holds every name queued before the walk began; what came after waits in the kernel's queue.
+                watched = self._by_descriptor[descriptor]
+                watched.arrived.clear()
+                watched.complete = True
+        for path in [path for path in self._by_path if path not in self._directories]:
+            descriptor = self._by_path.pop(path)
+            self._by_descriptor.pop(descriptor, None)
+            self._libc.inotify_rm_watch(self._fd, descriptor)  # forgotten (aged, gone): nothing more to learn
+
+    def __del__(self) -> None:
+        fd = getattr(self, "_fd", -1)
+        if fd >= 0:
+            os.close(fd)
