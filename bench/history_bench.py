@@ -21,14 +21,15 @@ one completes it: the slowest of those rounds and the pass's length in rounds.
 
 With `--new K` (issue 28's "100 new objects at N = 1,000,000 within 1.5x of N = 0"): rounds that each find K new
 objects and process them through Spark (local[2]), K tiny JSON-lines files written beside the newest day's objects
-(K / 20 in each host's directory of day 7, the directories a shipper is writing to); one such round first starts
-Spark and warms it, then `--new-rounds` pairs of rounds are timed, each pair a round as `silt stream --once`
-walks (the record of names the catalog stores for one-off runs, read before the walk and stored back after:
-table discovery_names) and one as a `silt stream` daemon's (stream_forever's record in memory of the names its
-earlier rounds listed, kept current by inotify where stream.watch_directories allows: a watched directory is not
-listed again, its new names come from the kernel's notifications); in both only names not in the record are
-`stat`ed. The medians of each, the statements
-of the last, the daemon record's names and bytes and the stored record's compressed bytes at the end.
+(K / 20 in each host's directory of day 7, the directories a shipper is writing to). Every N's root is held at once:
+each N's first such round starts Spark and warms it, then `--new-rounds` turns are timed, each turn a pair of rounds
+of every N in turn (so that the machine's drift and Spark's warming fall on every N alike): a round as `silt stream
+--once` walks (the record of names the catalog stores for one-off runs, read before the walk and stored back after:
+table discovery_names) and one as a `silt stream` daemon's (stream_forever's record in memory, kept current by
+inotify where stream.watch_directories allows: a watched directory is not listed again, its new names come from the
+kernel's notifications); in both only names not in the record are `stat`ed. Reported: the medians of each, the
+statements of the last, the daemon record's names, bytes and watched directories, and the stored record's
+compressed bytes at the end.
 
     .venv/bin/python bench/history_bench.py                               # N = 0, 10,000, 100,000
     .venv/bin/python bench/history_bench.py --sizes 0,10000,100000 --million
@@ -39,6 +40,7 @@ of the last, the daemon record's names and bytes and the stored record's compres
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import itertools
 import os
@@ -48,6 +50,8 @@ import statistics
 import tempfile
 import time
 import tracemalloc
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -152,8 +156,23 @@ def sweep_pass(deployment) -> dict:  # noqa: ANN001 - a Deployment
     return {"seconds": slowest, "rounds": rounds}
 
 
-def run(kind: str, objects: int, rounds: int, workdir: Path, profile: int, new: int = 0,
-        new_rounds: int = 3) -> dict:
+@dataclass
+class Prepared:
+    """One N's staging root and deployment, set up and measured idle; its rounds of new objects come later, in turn
+    with the other N's (so that a drift of the machine's load, or Spark's warming, falls on every N alike)."""
+
+    objects: int
+    root: Path
+    deployment: object
+    counter: StatementCounter
+    accounted: AccountedNames
+    summary: dict
+    fresh: list = field(default_factory=list)
+    recorded: list = field(default_factory=list)
+
+
+@contextlib.contextmanager
+def prepared(kind: str, objects: int, rounds: int, workdir: Path, profile: int) -> Iterator[Prepared]:
     root = Path(tempfile.mkdtemp(prefix=f"history-{kind}-{objects}-", dir=workdir))
     try:
         build_started = time.perf_counter()
@@ -181,45 +200,61 @@ def run(kind: str, objects: int, rounds: int, workdir: Path, profile: int, new: 
                     profiler = cProfile.Profile()
                     profiler.runcall(stream_once, deployment)
                     pstats.Stats(profiler).sort_stats("cumulative").print_stats(profile)
-                fresh, recorded, accounted = [], [], daemon_names(deployment)
-                if new:
-                    # Starts Spark and warms it; the daemon's record starts from this round's walk.
-                    new_objects_round(deployment, root / "staging", new, counter, accounted=accounted)
-                    for _ in range(new_rounds):
-                        fresh.append(new_objects_round(deployment, root / "staging", new, counter))
-                        recorded.append(new_objects_round(deployment, root / "staging", new, counter,
-                                                          accounted=accounted))
-                    if profile:
-                        new_objects_round(deployment, root / "staging", new, counter, profile, accounted)
-                    with deployment.catalog.engine.connect() as c:
-                        stored_bytes = c.execute(sa.select(sa.func.sum(sa.func.length(s.discovery_names.c.names)))
-                                                 ).scalar() or 0
+                seconds = [m["seconds"] for m in measured]
+                summary = {
+                    "catalog": kind, "objects": objects, "rounds": rounds,
+                    "build_seconds": round(build_seconds, 2), "register_seconds": round(register_seconds, 2),
+                    "idle_round_seconds_median": round(statistics.median(seconds), 4),
+                    "idle_round_seconds_all": [round(value, 4) for value in seconds],
+                    "statements_per_round": measured[-1]["statements"],
+                    "transactions_per_round": measured[-1]["transactions"],
+                    "python_peak_bytes": peak, "sweep_files_per_round": deployment.config.stream.sweep_files_per_round,
+                    "sweep_round_seconds_max": round(sweep["seconds"], 4), "sweep_pass_rounds": sweep["rounds"],
+                    "load_avg_1m": load_avg_1m()}
+                accounted = daemon_names(deployment)
+                try:
+                    yield Prepared(objects, root / "staging", deployment, counter, accounted, summary)
+                finally:
+                    accounted.close()
             finally:
                 deployment.close()
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    seconds = [m["seconds"] for m in measured]
+
+
+def new_rounds_in_turn(sizes: list[Prepared], new: int, new_rounds: int, profile: int) -> None:
+    """Each N's first round of new objects (it starts Spark and warms it; the daemon's record starts from its
+    walk), then `new_rounds` turns, each a `--once` round and a daemon's round of every N in turn."""
+    for size in sizes:
+        new_objects_round(size.deployment, size.root, new, size.counter, accounted=size.accounted)
+    for _ in range(new_rounds):
+        for size in sizes:
+            size.fresh.append(new_objects_round(size.deployment, size.root, new, size.counter))
+            size.recorded.append(new_objects_round(size.deployment, size.root, new, size.counter,
+                                                   accounted=size.accounted))
+    if profile:
+        for size in sizes:
+            new_objects_round(size.deployment, size.root, new, size.counter, profile, size.accounted)
+
+
+def result_of(size: Prepared, new: int) -> dict:
+    if not size.fresh:
+        return size.summary
+    with size.deployment.catalog.engine.connect() as c:
+        stored_bytes = c.execute(sa.select(sa.func.sum(sa.func.length(s.discovery_names.c.names)))).scalar() or 0
+    fresh, recorded, accounted = size.fresh, size.recorded, size.accounted
     return {
-        "catalog": kind, "objects": objects, "rounds": rounds,
-        "build_seconds": round(build_seconds, 2), "register_seconds": round(register_seconds, 2),
-        "idle_round_seconds_median": round(statistics.median(seconds), 4),
-        "idle_round_seconds_all": [round(value, 4) for value in seconds],
-        "statements_per_round": measured[-1]["statements"], "transactions_per_round": measured[-1]["transactions"],
-        "python_peak_bytes": peak, "sweep_files_per_round": deployment.config.stream.sweep_files_per_round,
-        "sweep_round_seconds_max": round(sweep["seconds"], 4), "sweep_pass_rounds": sweep["rounds"],
-        "load_avg_1m": load_avg_1m(),
-        **({"new_objects": new, "new_round_seconds_median": round(statistics.median(f["seconds"] for f in fresh), 3),
-            "new_round_seconds_all": [round(f["seconds"], 3) for f in fresh],
-            "new_round_listed": fresh[-1]["listed"], "new_round_statements": fresh[-1]["statements"],
-            "recorded_round_seconds_median": round(statistics.median(r["seconds"] for r in recorded), 3),
-            "recorded_round_seconds_all": [round(r["seconds"], 3) for r in recorded],
-            "recorded_round_listed": recorded[-1]["listed"], "recorded_round_remembered": recorded[-1]["remembered"],
-            "recorded_round_statements": recorded[-1]["statements"],
-            "record_directories": accounted.directories, "record_names": accounted.names,
-            "record_watched_directories": getattr(accounted, "watching", 0),
-            "record_bytes": accounted.footprint(), "stored_record_bytes": stored_bytes}
-           if fresh else {}),
-    }
+        **size.summary, "load_avg_1m_after_new_rounds": load_avg_1m(),
+        "new_objects": new, "new_round_seconds_median": round(statistics.median(f["seconds"] for f in fresh), 3),
+        "new_round_seconds_all": [round(f["seconds"], 3) for f in fresh],
+        "new_round_listed": fresh[-1]["listed"], "new_round_statements": fresh[-1]["statements"],
+        "recorded_round_seconds_median": round(statistics.median(r["seconds"] for r in recorded), 3),
+        "recorded_round_seconds_all": [round(r["seconds"], 3) for r in recorded],
+        "recorded_round_listed": recorded[-1]["listed"], "recorded_round_remembered": recorded[-1]["remembered"],
+        "recorded_round_statements": recorded[-1]["statements"],
+        "record_directories": accounted.directories, "record_names": accounted.names,
+        "record_watched_directories": getattr(accounted, "watching", 0),
+        "record_bytes": accounted.footprint(), "stored_record_bytes": stored_bytes}
 
 
 def main() -> None:
@@ -241,18 +276,24 @@ def main() -> None:
     layout = args.layout
     sizes = [int(size) for size in args.sizes.split(",") if size.strip()] + ([1_000_000] if args.million else [])
     workdir = Path(args.workdir or tempfile.gettempdir())
-    results = []
     print(f"{'N':>9} {'idle s (median)':>16} {'statements':>11} {'tx':>4} {'peak MiB':>9} {'register s':>11} "
           f"{'sweep max s':>12} {'pass rounds':>12}")
-    for objects in sizes:
-        result = run(args.catalog, objects, args.rounds, workdir, args.profile, args.new, args.new_rounds)
-        results.append(result)
-        print(f"{objects:>9,} {result['idle_round_seconds_median']:>16.4f} {result['statements_per_round']:>11} "
-              f"{result['transactions_per_round']:>4} {result['python_peak_bytes'] / 2**20:>9.1f} "
-              f"{result['register_seconds']:>11.1f} {result['sweep_round_seconds_max']:>12.4f} "
-              f"{result['sweep_pass_rounds']:>12}"
-              + (f"  {args.new} new: {result['new_round_seconds_median']:.3f} s, with a daemon's record "
-                 f"{result['recorded_round_seconds_median']:.3f} s" if args.new else ""), flush=True)
+    with contextlib.ExitStack() as stack:
+        ready = []
+        for objects in sizes:
+            size = stack.enter_context(prepared(args.catalog, objects, args.rounds, workdir, args.profile))
+            ready.append(size)
+            summary = size.summary
+            print(f"{objects:>9,} {summary['idle_round_seconds_median']:>16.4f} {summary['statements_per_round']:>11} "
+                  f"{summary['transactions_per_round']:>4} {summary['python_peak_bytes'] / 2**20:>9.1f} "
+                  f"{summary['register_seconds']:>11.1f} {summary['sweep_round_seconds_max']:>12.4f} "
+                  f"{summary['sweep_pass_rounds']:>12}", flush=True)
+        if args.new:
+            new_rounds_in_turn(ready, args.new, args.new_rounds, args.profile)
+        results = [result_of(size, args.new) for size in ready]
+    for result in results if args.new else []:
+        print(f"{result['objects']:>9,}  {args.new} new: {result['new_round_seconds_median']:.3f} s, with a daemon's "
+              f"record {result['recorded_round_seconds_median']:.3f} s")
     report = {"machine": brief_machine(), "date": utc_stamp(), "args": vars(args), "results": results}
     if args.new and len(results) > 1 and results[0]["objects"] == 0:
         base = results[0]["new_round_seconds_median"]
