@@ -75,6 +75,17 @@ def key(day: Path, name: str) -> str:
     return f"host01.web.access/2026/12/01/{name}"
 
 
+def answering(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Rounds, Path]:
+    """A leaf directory after the two rounds that make its watch answer: one recording it, one listing it again
+    under the new watch (its file a.jsonl)."""
+    root, day = leaf(tmp_path)
+    rounds = Rounds(root, monkeypatch)
+    rounds.walk()
+    (day / "a.jsonl").write_text("{}\n")
+    rounds.walk()
+    return rounds, day
+
+
 def test_what_arrives_in_a_watched_directory_is_found_without_listing_it(tmp_path: Path, monkeypatch) -> None:
     root, day = leaf(tmp_path)
     rounds = Rounds(root, monkeypatch)
@@ -115,11 +126,7 @@ def test_a_file_put_between_the_watch_and_the_listing_is_found_once(tmp_path: Pa
 
 
 def test_a_recorded_name_removed_sends_the_walk_back_to_listing(tmp_path: Path, monkeypatch) -> None:
-    root, day = leaf(tmp_path)
-    rounds = Rounds(root, monkeypatch)
-    rounds.walk()
-    (day / "a.jsonl").write_text("{}\n")
-    rounds.walk()
+    rounds, day = answering(tmp_path, monkeypatch)
     (day / "obj-1.jsonl").unlink()  # a recorded name: only a listing says what remains
     (day / "b.jsonl").write_text("{}\n")
     assert rounds.walk() == [key(day, "b.jsonl")] and rounds.listings == 1
@@ -131,11 +138,7 @@ def test_a_recorded_name_removed_sends_the_walk_back_to_listing(tmp_path: Path, 
 
 
 def test_a_failed_round_keeps_what_arrived_for_the_next(tmp_path: Path, monkeypatch) -> None:
-    root, day = leaf(tmp_path)
-    rounds = Rounds(root, monkeypatch)
-    rounds.walk()
-    (day / "a.jsonl").write_text("{}\n")
-    rounds.walk()
+    rounds, day = answering(tmp_path, monkeypatch)
     (day / "b.jsonl").write_text("{}\n")
     assert rounds.walk(keep=False) == [key(day, "b.jsonl")]  # found, then the round failed: nothing recorded
     (day / "c.jsonl").write_text("{}\n")
@@ -146,11 +149,7 @@ def test_an_overflowed_queue_sends_every_watched_directory_back_to_listing(tmp_p
     limit = int(Path("/proc/sys/fs/inotify/max_queued_events").read_text())
     if limit > 70_000:
         pytest.skip(f"fs.inotify.max_queued_events is {limit}: too many files to overflow it in a test")
-    root, day = leaf(tmp_path)
-    rounds = Rounds(root, monkeypatch)
-    rounds.walk()
-    (day / "a.jsonl").write_text("{}\n")
-    rounds.walk()
+    rounds, day = answering(tmp_path, monkeypatch)
     for i in range(limit + 10):  # more events than the kernel queues
         (day / f"burst-{i:06d}").touch()
     got = rounds.walk()
@@ -160,11 +159,7 @@ def test_an_overflowed_queue_sends_every_watched_directory_back_to_listing(tmp_p
 
 
 def test_a_directory_that_gains_a_subdirectory_or_is_replaced_is_listed(tmp_path: Path, monkeypatch) -> None:
-    root, day = leaf(tmp_path)
-    rounds = Rounds(root, monkeypatch)
-    rounds.walk()
-    (day / "a.jsonl").write_text("{}\n")
-    rounds.walk()
+    rounds, day = answering(tmp_path, monkeypatch)
     (day / "late").mkdir()
     (day / "late" / "x.jsonl").write_text("{}\n")
     assert rounds.walk() == [key(day, "late/x.jsonl")]  # no longer a leaf: read whole, and its subdirectory
