@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import os
 import struct
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ _READ_BYTES = 1 << 16
 MAX_WATCHES = 4096
 
 
+@functools.cache
 def _libc() -> ctypes.CDLL | None:
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
@@ -149,6 +151,5 @@ class WatchedNames(AccountedNames):
             self._libc.inotify_rm_watch(self._fd, descriptor)  # forgotten (aged, gone): nothing more to learn
 
     def __del__(self) -> None:
-        fd = getattr(self, "_fd", -1)
-        if fd >= 0:
-            os.close(fd)
+        if getattr(self, "_fd", -1) >= 0:  # a record dropped without close(): its descriptor goes with it
+            self.close()

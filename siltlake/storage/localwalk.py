@@ -10,6 +10,7 @@ import stat
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from siltlake.storage.accounted import SEPARATOR, AccountedNames, DirectoryNames, directory_identity
@@ -89,7 +90,7 @@ def walk_changed(base: str, since_ns: int, accounted: AccountedNames | None = No
         leaf = found.st_nlink == 2
         arrived = accounted.arrived(path) if known is not None and leaf and not fresh else None
         if arrived is not None:
-            files = _read_arrivals(path, prefix, since_ns, known, arrived, result)
+            files = _read_arrivals(path, prefix, since_ns, known, arrived, above, pending, result)
         elif known is not None:
             if leaf:
                 accounted.arm(path)
@@ -272,32 +273,14 @@ def _read_by_name(path: str, prefix: str, since_ns: int, fresh: bool, known: str
     kept = len(names) - len(unseen)
     result.remembered += kept
     result.entries += kept
-    new_files = []
-    for name in unseen:
-        entry_path = os.path.join(path, name)
-        try:
-            own = os.lstat(entry_path)
-            found = os.stat(entry_path) if stat.S_ISLNK(own.st_mode) else own
-        except OSError:  # removed since the listing, or a dangling link: looked at again next round
-            continue
-        newest = arrival_ns(found, own)
-        key = prefix + name
-        if stat.S_ISDIR(found.st_mode):
-            _descend(pending, entry_path, key, found, fresh or newest >= since_ns, above)
-            continue
-        if not stat.S_ISREG(found.st_mode):
-            continue
-        result.entries += 1
-        new_files.append(name)
-        if fresh or newest >= since_ns:
-            result.objects.append(ObjectInfo(key, found.st_size, listed_mtime(found.st_mtime_ns)))
+    new_files = _look_at(path, prefix, unseen, since_ns, fresh, above, pending, result)
     if kept == len(recorded):  # no recorded name went: the record grows by the new files
         return SEPARATOR.join([known, *new_files] if known else new_files)
     return SEPARATOR.join([*names.difference(unseen), *new_files])
 
 
-def _read_arrivals(path: str, prefix: str, since_ns: int, known: str, arrived: set[str],
-                   result: ChangedListing) -> str:
+def _read_arrivals(path: str, prefix: str, since_ns: int, known: str, arrived: set[str], above: frozenset,
+                   pending: list, result: ChangedListing) -> str:
     """Read a changed leaf directory from its record and the names notifications say arrived since (list_changed):
     `stat` only those the record lacks. Returns the names to record: the record's and the new files'."""
     count = known.count(SEPARATOR) + 1 if known else 0
@@ -307,21 +290,34 @@ def _read_arrivals(path: str, prefix: str, since_ns: int, known: str, arrived: s
         unseen = {name for name in arrived if not _recorded(known, name)}
     result.remembered += count
     result.entries += count
-    new_files = []
-    for name in sorted(unseen):
+    new_files = _look_at(path, prefix, sorted(unseen), since_ns, False, above, pending, result)
+    return SEPARATOR.join([known, *new_files] if known else new_files)
+
+
+def _look_at(path: str, prefix: str, names: Iterable[str], since_ns: int, fresh: bool, above: frozenset,
+             pending: list, result: ChangedListing) -> list[str]:
+    """`stat` names of a directory the record does not hold: queue the subdirectories, return the regular files
+    (and among the objects those that may be new: in a fresh directory all of them)."""
+    files = []
+    for name in names:
         entry_path = os.path.join(path, name)
         try:
             own = os.lstat(entry_path)
             found = os.stat(entry_path) if stat.S_ISLNK(own.st_mode) else own
-        except OSError:  # removed since it arrived, or a dangling link: its removal, if any, is notified
+        except OSError:  # removed since it was listed or arrived, or a dangling link: looked at again next round
+            continue
+        newest = arrival_ns(found, own)
+        key = prefix + name
+        if stat.S_ISDIR(found.st_mode):
+            _descend(pending, entry_path, key, found, fresh or newest >= since_ns, above)
             continue
         if not stat.S_ISREG(found.st_mode):
             continue
         result.entries += 1
-        new_files.append(name)
-        if arrival_ns(found, own) >= since_ns:
-            result.objects.append(ObjectInfo(prefix + name, found.st_size, listed_mtime(found.st_mtime_ns)))
-    return SEPARATOR.join([known, *new_files] if known else new_files)
+        files.append(name)
+        if fresh or newest >= since_ns:
+            result.objects.append(ObjectInfo(key, found.st_size, listed_mtime(found.st_mtime_ns)))
+    return files
 
 
 def _recorded(known: str, name: str) -> bool:

@@ -48,17 +48,19 @@ class StoredNames(AccountedNames):
         self._stored = current
 
 
+def _walked(deployment: Deployment) -> bool:
+    """Whether the staging root is walked by directory (a local one), where a record of names applies."""
+    return deployment.staging.is_local and not deployment.staging.is_object_store
+
+
 def stored_names(deployment: Deployment) -> StoredNames | None:
     """The stored record for a run's rounds when its staging root is walked (a local one); else None."""
-    staging = deployment.staging
-    return StoredNames(deployment) if staging.is_local and not staging.is_object_store else None
+    return StoredNames(deployment) if _walked(deployment) else None
 
 
 def daemon_names(deployment: Deployment) -> AccountedNames:
     """A stream daemon's record for its rounds: kept current by inotify where it can be (stream.watch_directories,
     a local root on Linux), else the record of what its rounds listed."""
-    staging = deployment.staging
-    if deployment.config.stream.watch_directories and staging.is_local and not staging.is_object_store and \
-            inotify_available():
+    if deployment.config.stream.watch_directories and _walked(deployment) and inotify_available():
         return WatchedNames()
     return AccountedNames()
