@@ -8,7 +8,8 @@ a moment taken as the cursor, so every directory is changed and no file is new.
 
 Timed (median of `--repeats` after one warm run; wall and this process's CPU): over all directories,
 `os.scandir` with `is_file()` (entries, no stat), `os.scandir` with `stat()` of each, `os.listdir`, `os.listdir`
-with the set difference against a full record; then `Storage.list_changed` without a record (today's
+with the set difference against a full record, `os.listdir` with the ordered comparison against a record in
+listing order (`names_added`); then `Storage.list_changed` without a record (today's
 `silt stream --once` walk) and with one (a daemon's); a one-off run's stored record of those directories in a
 SQLite catalog, stored whole and read back (`record_names`, `recorded_names`: zstd frames), beside zlib at level 1
 (the form before) and the stored zstd form on the same names, the codec alone. Memory: the record's sets and names
@@ -33,7 +34,7 @@ from pathlib import Path
 from common import brief_machine, load_avg_1m, save_json, utc_stamp
 
 from siltlake.catalog import Catalog
-from siltlake.storage.accounted import AccountedNames
+from siltlake.storage.accounted import AccountedNames, names_added
 from siltlake.storage.filesystem import Storage
 
 
@@ -102,6 +103,9 @@ def main() -> None:
         def listdir_difference() -> int:
             return sum(len(set(os.listdir(path)).difference(records[path].split("/"))) for path in paths)
 
+        def listdir_ordered_difference() -> int:  # the record in listing order: storage/accounted.names_added
+            return sum(len(names_added("/".join(os.listdir(path)), records[path], most=128)) for path in paths)
+
         def walk_without_record() -> None:
             listing = staging.list_changed(cursor)
             assert listing.entries == entries and not listing.objects, listing.entries
@@ -143,7 +147,9 @@ def main() -> None:
         load_before = load_avg_1m()
         results = {name: timed(action, args.repeats) for name, action in (
             ("scandir_is_file", scandir_is_file), ("scandir_stat", scandir_stat), ("listdir", listdir),
-            ("listdir_set_difference", listdir_difference), ("list_changed_without_record", walk_without_record),
+            ("listdir_set_difference", listdir_difference),
+            ("listdir_ordered_difference", listdir_ordered_difference),
+            ("list_changed_without_record", walk_without_record),
             ("list_changed_with_record", walk_with_record), ("stored_record_store", store_record),
             ("stored_record_read", read_record), ("zlib_level1_compress_and_decompress", zlib_both),
             ("zstd_compress_and_decompress", zstd_both))}

@@ -234,6 +234,8 @@ def new_rounds_in_turn(sizes: list[Prepared], new: int, new_rounds: int, profile
                                                    accounted=size.accounted))
     if profile:
         for size in sizes:
+            print(f"N = {size.objects:,}: a --once round, then a daemon's")
+            new_objects_round(size.deployment, size.root, new, size.counter, profile)
             new_objects_round(size.deployment, size.root, new, size.counter, profile, size.accounted)
 
 

@@ -19,6 +19,58 @@ def directory_identity(found: os.stat_result) -> tuple[int, int, int]:
 SEPARATOR = "/"
 
 
+def names_added(listed: str, recorded: str, most: int) -> list[str] | None:
+    """The names of a directory's listing (joined by SEPARATOR) that its record (joined the same way) lacks, when the
+    record's names appear in the listing in the record's order; else None (a recorded name went, the order
+    differs, or more than `most` lie between recorded names; those after the last cost one split). A record kept in listing order passes: ext4 and xfs list a directory
+    in hash order and tmpfs in creation order, and a new entry leaves the others' order as it was. Runs of equal
+    text are skipped whole (a galloping search for the first difference), so 7,000 names with five new cost
+    about a fifth of splitting the record and taking a set difference (bench/dir_listing_bench.py)."""
+    if not recorded:
+        return listed.split(SEPARATOR) if listed else []
+    # Both end with a separator, so every name is followed by one and a name's end is found by one search.
+    new, old = listed + SEPARATOR, recorded + SEPARATOR
+    at_new = at_old = 0
+    added: list[str] = []
+    while True:
+        same = _common_length(new, at_new, old, at_old)
+        if at_old + same == len(old):  # every recorded name found: the rest of the listing is new
+            if at_new + same < len(new):
+                added.extend(new[at_new + same:-1].split(SEPARATOR))
+            return added
+        if at_new + same == len(new) or len(added) == most:
+            return None
+        # The listing's name where the two part is one the record lacks here, and so lacks anywhere: names are
+        # unique in a directory, and the record's later names all lie later in the listing.
+        boundary = new.rfind(SEPARATOR, at_new, at_new + same)
+        start = boundary + 1 if boundary >= 0 else at_new
+        end = new.index(SEPARATOR, start)
+        added.append(new[start:end])
+        at_old += start - at_new
+        at_new = end + 1
+
+
+def _common_length(a: str, at_a: int, b: str, at_b: int) -> int:
+    """How many characters a[at_a:] and b[at_b:] share from their start: doubling steps, then a binary search."""
+    limit = min(len(a) - at_a, len(b) - at_b)
+    same, step = 0, 512
+    while same < limit:
+        size = min(step, limit - same)
+        if a.startswith(b[at_b + same:at_b + same + size], at_a + same):
+            same += size
+            step *= 2
+            continue
+        equal, differs = 0, size  # a prefix of `equal` characters matches, one of `differs` does not
+        while differs - equal > 1:
+            middle = (equal + differs) // 2
+            if a.startswith(b[at_b + same:at_b + same + middle], at_a + same):
+                equal = middle
+            else:
+                differs = middle
+        return same + equal
+    return same
+
+
 @dataclass(frozen=True)
 class DirectoryNames:
     """One directory as a walk saw it: its identity, its newest time (max of mtime and ctime, nanoseconds) and,

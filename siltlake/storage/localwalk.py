@@ -13,7 +13,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from siltlake.storage.accounted import SEPARATOR, AccountedNames, DirectoryNames, directory_identity
+from siltlake.storage.accounted import SEPARATOR, AccountedNames, DirectoryNames, directory_identity, names_added
 
 __all__ = ["ChangedListing", "ObjectInfo", "SweptListing", "arrival_ns", "listed_mtime", "sweep_slice", "walk_changed"]
 
@@ -263,20 +263,23 @@ def _read_by_name(path: str, prefix: str, since_ns: int, fresh: bool, known: str
     """Read a changed directory of which the record holds names (list_changed): its names alone (no entry
     objects, no `stat`), then `stat` only the names not in the record; in a fresh one (its parent and it
     changed: moved in, or a live directory whose sibling appeared) each of those is returned. Returns the names
-    to record: those listed, less the subdirectories and what is no file."""
+    to record, in listing order: those listed, less the subdirectories and what is no file."""
     try:
-        names = set(os.listdir(path))
+        listed = os.listdir(path)
     except (FileNotFoundError, NotADirectoryError, PermissionError):
         return None
-    recorded = known.split(SEPARATOR) if known else []
-    unseen = names.difference(recorded)
-    kept = len(names) - len(unseen)
+    joined = SEPARATOR.join(listed)
+    unseen = names_added(joined, known, most=16 + known.count(SEPARATOR) // 64)
+    if unseen is None:  # the record is not in this listing's order (or much changed): compared as sets
+        unseen = list(set(listed).difference(known.split(SEPARATOR) if known else ()))
+    kept = len(listed) - len(unseen)
     result.remembered += kept
     result.entries += kept
     new_files = _look_at(path, prefix, unseen, since_ns, fresh, above, pending, result)
-    if kept == len(recorded):  # no recorded name went: the record grows by the new files
-        return SEPARATOR.join([known, *new_files] if known else new_files)
-    return SEPARATOR.join([*names.difference(unseen), *new_files])
+    if len(new_files) == len(unseen):
+        return joined
+    unrecorded = set(unseen).difference(new_files)
+    return SEPARATOR.join([name for name in listed if name not in unrecorded])
 
 
 def _read_arrivals(path: str, prefix: str, since_ns: int, known: str, arrived: set[str], above: frozenset,
