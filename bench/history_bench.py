@@ -169,6 +169,7 @@ class Prepared:
     summary: dict
     fresh: list = field(default_factory=list)
     recorded: list = field(default_factory=list)
+    first_once: dict | None = None  # the first --once round: it builds the stored record
 
 
 @contextlib.contextmanager
@@ -223,10 +224,13 @@ def prepared(kind: str, objects: int, rounds: int, workdir: Path, profile: int) 
 
 
 def new_rounds_in_turn(sizes: list[Prepared], new: int, new_rounds: int, profile: int) -> None:
-    """Each N's first round of new objects (it starts Spark and warms it; the daemon's record starts from its
-    walk), then `new_rounds` turns, each a `--once` round and a daemon's round of every N in turn."""
+    """Each N's first rounds of new objects, untimed: a daemon's (it starts Spark and warms it; the daemon's record
+    starts from its walk) and a `--once` round (a one-off run's stored record starts from its walk: a deployment
+    builds it once, on its first one-off run; its seconds are reported apart). Then `new_rounds` turns, each a
+    `--once` round and a daemon's round of every N in turn."""
     for size in sizes:
         new_objects_round(size.deployment, size.root, new, size.counter, accounted=size.accounted)
+        size.first_once = new_objects_round(size.deployment, size.root, new, size.counter)
     for _ in range(new_rounds):
         for size in sizes:
             size.fresh.append(new_objects_round(size.deployment, size.root, new, size.counter))
@@ -249,6 +253,7 @@ def result_of(size: Prepared, new: int) -> dict:
         **size.summary, "load_avg_1m_after_new_rounds": load_avg_1m(),
         "new_objects": new, "new_round_seconds_median": round(statistics.median(f["seconds"] for f in fresh), 3),
         "new_round_seconds_all": [round(f["seconds"], 3) for f in fresh],
+        "first_once_round_seconds": round(size.first_once["seconds"], 3) if size.first_once else None,
         "new_round_listed": fresh[-1]["listed"], "new_round_statements": fresh[-1]["statements"],
         "recorded_round_seconds_median": round(statistics.median(r["seconds"] for r in recorded), 3),
         "recorded_round_seconds_all": [round(r["seconds"], 3) for r in recorded],

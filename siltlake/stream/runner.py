@@ -454,8 +454,7 @@ def stream_once(deployment: Deployment, progress: Progress | None = None,
     deployment.check_instance("stream")
     record = accounted if accounted is not None else stored_names(deployment)
     found = discover_settled(deployment, stop, record) if settle_wait else discover(deployment, record, sweep=False)
-    if isinstance(record, StoredNames):
-        record.store()
+    storing = record.store if isinstance(record, StoredNames) else None
     report = StreamReport()
     _discovered(report, found)
     settings = deployment.config.stream
@@ -471,11 +470,14 @@ def stream_once(deployment: Deployment, progress: Progress | None = None,
         wave = [] if stop is not None and stop.is_set() else claims.take(min(settings.objects_per_wave, budget))
         progress.start(len(wave) + (claims.claimable(budget - len(wave)) if wave else 0))
         if not wave:
+            if storing is not None:
+                storing()
             _add_sweep(report, found, sweep_slice(deployment, found.sweep_pending) if found.sweep_pending else None)
             report.seconds = time.monotonic() - started
             return report
-        # The committer reads the rolling sweep's slice while the first stage runs, before the first commit (what
-        # the slice registers after this claim is taken by the next round).
+        # The committer stores a one-off run's record of names and reads the rolling sweep's slice while the first
+        # stage runs, before the first commit (what the slice registers after this claim is taken by the next round).
+        stored = committer.submit(storing) if storing is not None else None
         if found.sweep_pending is not None:
             sweeping = committer.submit(sweep_slice, deployment, found.sweep_pending)
         staged = True
@@ -507,6 +509,8 @@ def stream_once(deployment: Deployment, progress: Progress | None = None,
             mark, wave = next_mark, next_wave
         if committing is not None:
             committing.result()
+        if stored is not None:
+            stored.result()
         _add_sweep(report, found, sweeping.result() if sweeping is not None else None)
     except BaseException as exc:
         if committing is not None:
