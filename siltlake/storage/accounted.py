@@ -20,12 +20,13 @@ SEPARATOR = "/"
 
 
 def names_added(listed: str, recorded: str, most: int) -> list[str] | None:
-    """The names of a directory's listing (joined by SEPARATOR) that its record (joined the same way) lacks, when the
-    record's names appear in the listing in the record's order; else None (a recorded name went, the order
-    differs, or more than `most` lie between recorded names; those after the last cost one split). A record kept in listing order passes: ext4 and xfs list a directory
-    in hash order and tmpfs in creation order, and a new entry leaves the others' order as it was. Runs of equal
-    text are skipped whole (a galloping search for the first difference), so 7,000 names with five new cost
-    about a fifth of splitting the record and taking a set difference (bench/dir_listing_bench.py)."""
+    """The names of a directory's listing (joined by SEPARATOR) that its record (joined the same way) lacks, when
+    the record's names appear in the listing in the record's order; else None (a recorded name went, the order
+    differs, or more than `most` lie between recorded names; those after the last cost one split). A record kept
+    in listing order passes: ext4 and xfs list a directory in hash order and tmpfs in creation order, and a new
+    entry leaves the others' order as it was. Runs of equal text are skipped whole (a galloping search for the
+    first difference), so 7,000 names with five new cost about a seventh of splitting the record and taking a
+    set difference (bench/dir_listing_bench.py; docs/design.md, "A record in listing order")."""
     if not recorded:
         return listed.split(SEPARATOR) if listed else []
     # Both end with a separator, so every name is followed by one and a name's end is found by one search.
