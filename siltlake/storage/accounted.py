@@ -72,6 +72,17 @@ def _common_length(a: str, at_a: int, b: str, at_b: int) -> int:
     return same
 
 
+def holds(known: str, name: str) -> bool:
+    """Whether a record's joined names hold `name` (one search of the joined text, no split)."""
+    start = known.find(name)
+    while start >= 0:
+        end = start + len(name)
+        if (start == 0 or known[start - 1] == SEPARATOR) and (end == len(known) or known[end] == SEPARATOR):
+            return True
+        start = known.find(name, start + 1)
+    return False
+
+
 @dataclass(frozen=True)
 class DirectoryNames:
     """One directory as a walk saw it: its identity, its newest time (max of mtime and ctime, nanoseconds) and,
@@ -123,6 +134,13 @@ class AccountedNames:
     def arrived(self, path: str) -> set[str] | None:
         """The names new in a recorded directory since its listing, when known without listing it; else None."""
         return None
+
+    def lacking(self, path: str, known: str, names: set[str]) -> set[str]:
+        """Of `names`, those that `known` (the record of the directory at `path`, joined) does not hold."""
+        count = known.count(SEPARATOR) + 1 if known else 0
+        if len(names) * 8 > count:
+            return names.difference(known.split(SEPARATOR) if known else ())
+        return {name for name in names if not holds(known, name)}  # a few names against a long record: no split
 
     def keep(self, walked: dict[str, DirectoryNames], now_ns: int, window_ns: int) -> None:
         """Take a completed round's walk: the names of the directories it read replace theirs; a directory the walk

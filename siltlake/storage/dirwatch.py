@@ -19,7 +19,9 @@ import os
 import struct
 from dataclasses import dataclass, field
 
-from siltlake.storage.accounted import AccountedNames, DirectoryNames
+import numpy as np
+
+from siltlake.storage.accounted import SEPARATOR, AccountedNames, DirectoryNames, holds
 
 __all__ = ["WatchedNames", "inotify_available"]
 
@@ -52,6 +54,39 @@ def inotify_available() -> bool:
 
 
 @dataclass
+class _NameIndex:
+    """The sorted hashes of the names of one record text: a name whose hash is absent is not in the text."""
+
+    text: str
+    hashes: np.ndarray
+
+    @classmethod
+    def of(cls, text: str) -> _NameIndex:
+        return cls(text, np.sort(_hashes(text.split(SEPARATOR) if text else [])))
+
+    def grown_to(self, text: str) -> _NameIndex | None:
+        """The index of `text` when it is this one's text with names appended (a round's new files), else None."""
+        if text is self.text or text == self.text:
+            return self
+        if self.text and not (text.startswith(self.text) and text[len(self.text):len(self.text) + 1] == SEPARATOR):
+            return None
+        tail = text[len(self.text) + 1:] if self.text else text
+        return _NameIndex(text, np.sort(np.concatenate([self.hashes, _hashes(tail.split(SEPARATOR))])))
+
+    def may_hold(self, names: list[str]) -> np.ndarray:
+        """Per name, whether its hash is among the text's (True: maybe in it; False: certainly not)."""
+        wanted = _hashes(names)
+        if not len(self.hashes):
+            return np.zeros(len(names), dtype=bool)
+        at = np.minimum(np.searchsorted(self.hashes, wanted), len(self.hashes) - 1)
+        return self.hashes[at] == wanted
+
+
+def _hashes(names: list[str]) -> np.ndarray:
+    return np.fromiter(map(hash, names), dtype=np.int64, count=len(names))
+
+
+@dataclass
 class _Watched:
     path: str
     complete: bool  # whether arrived is all that is new since the recorded names (else: list the directory again)
@@ -68,6 +103,9 @@ class WatchedNames(AccountedNames):
         self._fd = self._libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC) if self._libc is not None else -1
         self._by_descriptor: dict[int, _Watched] = {}
         self._by_path: dict[str, int] = {}
+        # Per watched directory that had arrivals, an index of its record's names: an arrival is looked for in the
+        # record by its hash (8 bytes a name), not by a search of the record's text (about 100 µs a name at 7,000).
+        self._indexes: dict[str, _NameIndex] = {}
 
     @property
     def watching(self) -> int:
@@ -79,6 +117,7 @@ class WatchedNames(AccountedNames):
             self._fd = -1
         self._by_descriptor.clear()
         self._by_path.clear()
+        self._indexes.clear()
 
     def start_walk(self) -> None:
         """Take in what the kernel queued since the last walk: once a walk, before it reads any directory."""
@@ -135,6 +174,18 @@ class WatchedNames(AccountedNames):
         watched = self._by_descriptor[descriptor]
         return watched.arrived if watched.complete else None
 
+    def lacking(self, path: str, known: str, names: set[str]) -> set[str]:
+        """Of the arrivals `names`, those the record lacks: a name whose hash the record's index does not hold is
+        new; one whose hash it holds is looked for in the text (a re-put under a recorded name, or a collision)."""
+        index = self._indexes.get(path)
+        index = index.grown_to(known) if index is not None else None
+        if index is None:
+            index = _NameIndex.of(known)
+        self._indexes[path] = index
+        ordered = list(names)
+        return {name for name, maybe in zip(ordered, index.may_hold(ordered), strict=True)
+                if not maybe or not holds(known, name)}
+
     def keep(self, walked: dict[str, DirectoryNames], now_ns: int, window_ns: int) -> None:
         super().keep(walked, now_ns, window_ns)
         for path, seen in walked.items():
@@ -145,6 +196,13 @@ class WatchedNames(AccountedNames):
                 watched = self._by_descriptor[descriptor]
                 watched.arrived.clear()
                 watched.complete = True
+        for path, index in list(self._indexes.items()):  # each follows its record, or goes (the record was listed anew)
+            known = self._directories.get(path)
+            grown = index.grown_to(known.files) if known is not None and known.files is not None else None
+            if grown is None or path not in self._by_path:
+                del self._indexes[path]
+            else:
+                self._indexes[path] = grown
         for path in [path for path in self._by_path if path not in self._directories]:
             descriptor = self._by_path.pop(path)
             self._by_descriptor.pop(descriptor, None)

@@ -90,7 +90,8 @@ def walk_changed(base: str, since_ns: int, accounted: AccountedNames | None = No
         leaf = found.st_nlink == 2
         arrived = accounted.arrived(path) if known is not None and leaf and not fresh else None
         if arrived is not None:
-            files = _read_arrivals(path, prefix, since_ns, known, arrived, above, pending, result)
+            files = _read_arrivals(path, prefix, since_ns, known, accounted.lacking(path, known, arrived), above,
+                                   pending, result)
         elif known is not None:
             if leaf:
                 accounted.arm(path)
@@ -282,15 +283,11 @@ def _read_by_name(path: str, prefix: str, since_ns: int, fresh: bool, known: str
     return SEPARATOR.join([name for name in listed if name not in unrecorded])
 
 
-def _read_arrivals(path: str, prefix: str, since_ns: int, known: str, arrived: set[str], above: frozenset,
+def _read_arrivals(path: str, prefix: str, since_ns: int, known: str, unseen: set[str], above: frozenset,
                    pending: list, result: ChangedListing) -> str:
-    """Read a changed leaf directory from its record and the names notifications say arrived since (list_changed):
-    `stat` only those the record lacks. Returns the names to record: the record's and the new files'."""
+    """Read a changed leaf directory from its record and the names notifications say arrived since that the record
+    lacks (list_changed): `stat` only those. Returns the names to record: the record's and the new files'."""
     count = known.count(SEPARATOR) + 1 if known else 0
-    if len(arrived) * 8 > count:
-        unseen = arrived.difference(known.split(SEPARATOR) if known else ())
-    else:  # a few arrivals against a long record: each looked for in the joined names
-        unseen = {name for name in arrived if not _recorded(known, name)}
     result.remembered += count
     result.entries += count
     new_files = _look_at(path, prefix, sorted(unseen), since_ns, False, above, pending, result)
@@ -321,17 +318,6 @@ def _look_at(path: str, prefix: str, names: Iterable[str], since_ns: int, fresh:
         if fresh or newest >= since_ns:
             result.objects.append(ObjectInfo(key, found.st_size, listed_mtime(found.st_mtime_ns)))
     return files
-
-
-def _recorded(known: str, name: str) -> bool:
-    """Whether a record's joined names hold `name` (a few arrivals against a long record: no split)."""
-    start = known.find(name)
-    while start >= 0:
-        end = start + len(name)
-        if (start == 0 or known[start - 1] == SEPARATOR) and (end == len(known) or known[end] == SEPARATOR):
-            return True
-        start = known.find(name, start + 1)
-    return False
 
 
 def _descend(pending: list, path: str, key: str, found: os.stat_result, fresh: bool, above: frozenset) -> None:
