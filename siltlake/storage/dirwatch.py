@@ -66,7 +66,7 @@ class _NameIndex:
 
     def grown_to(self, text: str) -> _NameIndex | None:
         """The index of `text` when it is this one's text with names appended (a round's new files), else None."""
-        if text is self.text or text == self.text:
+        if text == self.text:  # the same object at once (CPython compares identity first)
             return self
         if self.text and not (text.startswith(self.text) and text[len(self.text):len(self.text) + 1] == SEPARATOR):
             return None
