@@ -136,11 +136,9 @@ class AccountedNames:
         return None
 
     def lacking(self, path: str, known: str, names: set[str]) -> set[str]:
-        """Of `names`, those that `known` (the record of the directory at `path`, joined) does not hold."""
-        count = known.count(SEPARATOR) + 1 if known else 0
-        if len(names) * 8 > count:
-            return names.difference(known.split(SEPARATOR) if known else ())
-        return {name for name in names if not holds(known, name)}  # a few names against a long record: no split
+        """Of `names` (arrivals: only a record that answers `arrived` is asked), those that `known`, the record of
+        the directory at `path` joined, does not hold; a record that learns from notifications keeps an index."""
+        return {name for name in names if not holds(known, name)}
 
     def keep(self, walked: dict[str, DirectoryNames], now_ns: int, window_ns: int) -> None:
         """Take a completed round's walk: the names of the directories it read replace theirs; a directory the walk
