@@ -180,7 +180,9 @@ def test_a_daemon_serves_metrics_logs_key_value_lines_and_samples_history(tmp_pa
     try:
         wait_until(lambda: "metrics on http" in daemon.log(), [daemon], 60, "the metrics server")
         port = re.search(r"metrics on http://0\.0\.0\.0:(\d+)/metrics", daemon.log()).group(1)
-        assert "warning: listening on 0.0.0.0, not loopback" in daemon.log()
+        # The warning is its own line after the address's: wait for it as for the address, not in the same read.
+        wait_until(lambda: "warning: listening on 0.0.0.0, not loopback" in daemon.log(), [daemon], 60,
+                   "the warning that the server is off loopback")
         metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30).read().decode()
         assert "siltlake_catalog_up 1.0" in metrics and "siltlake_unknown_objects 0.0" in metrics
         with pytest.raises(urllib.error.HTTPError, match="404"):  # the daemons serve no dashboard
