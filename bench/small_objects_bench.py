@@ -175,7 +175,7 @@ def timed_stream(deployment, counter: StatementCounter, objects: int) -> dict:
         "seconds": round(seconds, 3), "report_seconds": round(report.seconds, 3),
         "processed": report.processed, "records": report.records_loaded,
         "live_objects": report.live_objects, "delayed_objects": report.delayed_objects,
-        "bytes_written": report.bytes_written,
+        "bytes_written": report.bytes_written, "local_waves": report.local_waves,
         "driver_cpu_seconds": round(driver_cpu, 3),
         "driver_cpu_ms_per_object": round(driver_cpu * 1000 / objects, 3),
         "cpu_seconds": round(tree_cpu, 2) if tree_cpu >= 0 else None,  # a worker exited: its CPU is lost

@@ -152,6 +152,10 @@ class StreamConfig(_Section):
     task_bytes: AtLeastOne = Field(default=16 * 1024 * 1024, description="staging bytes a Spark task is given "
                                    "at least, when a wave holds more objects than cores: small objects share "
                                    "tasks, so that a task's fixed cost does not dominate")
+    in_driver_bytes: int = Field(default=16 * 1024 * 1024, ge=0, description="staging bytes up to which a wave "
+                                 "decodes on this host's worker processes, one per core, instead of as a Spark stage "
+                                 "(a stage costs a few hundred ms, and Spark's start-up when none runs yet); 0: every "
+                                 "wave on Spark")
     batch_rows: AtLeastOne = 65536
     spill_bytes: AtLeastOne = 128 * 1024 * 1024
     parallel_decode_bytes: AtLeastOne = Field(default=32 << 20, description="staging bytes from which one object "

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from siltlake.config import HiveTargetConfig, SparkConfig
 from siltlake.errors import debug_enabled, require_spark
+from siltlake.workers import balanced_groups
 
 if TYPE_CHECKING:
     from pyspark import RDD
@@ -105,18 +106,6 @@ def lock_session(session: SparkSession) -> SparkSession:
     for key, value in LOCKED.items():
         session.conf.set(key, value)
     return session
-
-
-def balanced_groups(items: list[Any], weights: list[int], groups: int) -> list[list[Any]]:
-    """Split items into at most `groups` lists of similar total weight (largest first, to the lightest)."""
-    groups = max(1, min(groups, len(items)))
-    buckets: list[list[Any]] = [[] for _ in range(groups)]
-    loads = [0] * groups
-    for index in sorted(range(len(items)), key=lambda i: -weights[i]):
-        lightest = loads.index(min(loads))
-        buckets[lightest].append(items[index])
-        loads[lightest] += max(weights[index], 1)
-    return [bucket for bucket in buckets if bucket]
 
 
 def task_count(weights: list[int], cores: int, tasks_per_core: int, task_weight: int | None = None) -> int:

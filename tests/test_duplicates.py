@@ -33,7 +33,8 @@ from siltlake.read import table as read_table
 from siltlake.reap import reap_once
 from siltlake.stream import stream_once
 from siltlake.stream.discover import discover
-from siltlake.stream.runner import Progress, StreamReport, _commit, _task
+from siltlake.stream.runner import Progress, StreamReport, _commit
+from siltlake.stream.stage import stream_task
 from siltlake.stream.task import process_staging_object
 from siltlake.tabledef import TableDef
 
@@ -418,7 +419,7 @@ def _other_process_decodes(deployment: Deployment, run: str = "other") -> list[t
     """What a second stream process holds after listing the staging root and decoding every pending
     object (not yet committed)."""
     discover(deployment)
-    return [(process_staging_object(_task(deployment, pending, f"{run}-{uuid.uuid4().hex[:8]}")), pending)
+    return [(process_staging_object(stream_task(deployment, pending, f"{run}-{uuid.uuid4().hex[:8]}")), pending)
             for pending in deployment.catalog.staging.pending(100)]
 
 

@@ -73,12 +73,12 @@ def test_a_task_over_the_cap_reports_the_object_unknown_with_the_setting(lake: D
 
 
 def test_the_stream_settings_reach_the_task(tmp_path: Path) -> None:
-    from siltlake.stream.runner import _limits
+    from siltlake.stream.stage import object_limits
 
     from .conftest import make_config
 
     config = make_config(tmp_path, "sqlite:///x.db", max_object_bytes=1000, max_compression_ratio=20)
-    assert _limits(config.stream) == ObjectLimits(max_bytes=1000, max_ratio=20)
+    assert object_limits(config.stream) == ObjectLimits(max_bytes=1000, max_ratio=20)
 
 
 # --- blank lines ---------------------------------------------------------------------------------

@@ -20,9 +20,11 @@ from siltlake.errors import CatalogUnreachable, ConfigError
 from siltlake.read import table
 from siltlake.storage.filesystem import Storage
 from siltlake.stream import runner, stream_once
+from siltlake.stream import stage as wave_stage
 from siltlake.stream.replay import error_files, replay_errors
 from siltlake.stream.task import process_staging_object
 from siltlake.tabledef import TableDef
+from siltlake.workers import WorkersLost
 
 from .conftest import ACCESS_TABLE, make_config
 from .merge_helpers import silt_in_process
@@ -100,14 +102,15 @@ def test_records_without_a_partition_date_are_bad_records_and_their_objects_load
 def poison(monkeypatch: pytest.MonkeyPatch, uri: str) -> None:
     """Make the stream task fail inside its own error handling for one staging object, on every attempt.
 
-    The task runs in a Spark worker, so the stand-in is a closure (shipped by value): it runs the real task
+    The task runs in a worker process (siltlake/workers.py) or a Spark worker, so the stand-in is a closure (shipped
+    by value): it runs the real task
     with a batch size the record reader refuses."""
     real = process_staging_object
 
     def failing_for_one(task):  # noqa: ANN001, ANN202 - a StreamTask in, the task's report out
         return real(dataclasses.replace(task, batch_rows=0) if task.uri == uri else task)
 
-    monkeypatch.setattr(runner, "process_staging_object", failing_for_one)
+    monkeypatch.setattr(wave_stage, "process_staging_object", failing_for_one)
 
 
 def failing(deployment: Deployment) -> list[tuple[str, int, str]]:
@@ -153,7 +156,7 @@ def test_an_object_failing_every_time_moves_to_unknown_after_three_runs(deployme
     again = stream_once(deployment)
     assert again.registered == 1 and [uri for uri, _ in again.failed] == [bad]
     assert failing(deployment) == [(bad, 1, BATCH_ROWS_ZERO)]
-    monkeypatch.setattr(runner, "process_staging_object", process_staging_object)  # the fix is deployed
+    monkeypatch.setattr(wave_stage, "process_staging_object", process_staging_object)  # the fix is deployed
     fixed = stream_once(deployment)
     assert (fixed.processed, fixed.failed, fixed.records_loaded) == (1, [], 5)
     assert failing(deployment) == [] and deployment.catalog.staging.unknown() == []
@@ -196,7 +199,8 @@ def test_a_commit_that_raises_for_one_object_counts_against_it_alone(tmp_path: P
 def test_outages_never_count_against_objects(deployment: Deployment, access_table, tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     uri = stage(deployment, "f.web.access/2026/11/20/a.jsonl", jsonl(events(3)))
-    real_task, real_commit, real_run_tasks = process_staging_object, runner.commit_parts, runner.run_tasks
+    real_task, real_commit = process_staging_object, runner.commit_parts
+    real_run_on_workers, real_run_tasks = wave_stage.run_on_workers, wave_stage.run_tasks
     # An I/O error: the storage's failure, not the object's (its root cannot be opened as a directory).
     (tmp_path / "not-a-root").write_bytes(b"")
     broken = Storage(str(tmp_path / "not-a-root"))
@@ -210,24 +214,30 @@ def test_outages_never_count_against_objects(deployment: Deployment, access_tabl
     def spark_gone(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
         raise ConnectionRefusedError("the Spark JVM is gone")
 
-    monkeypatch.setattr(runner, "process_staging_object", storage_down)
+    def workers_lost(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        raise WorkersLost("a worker process (pid 1) ended with code -9 during a task")
+
+    monkeypatch.setattr(wave_stage, "process_staging_object", storage_down)
     for _ in range(4):  # more than stream.max_failures
         report = stream_once(deployment)
         ((failed_uri, reason),) = report.failed
         assert failed_uri == uri and reason.startswith("NotADirectoryError: ") and "Not a directory" in reason
         assert report.unknown == []
-    monkeypatch.setattr(runner, "process_staging_object", real_task)
+    monkeypatch.setattr(wave_stage, "process_staging_object", real_task)
     monkeypatch.setattr(runner, "commit_parts", catalog_down)
     for _ in range(4):
         with pytest.raises(CatalogUnreachable):
             stream_once(deployment)
     monkeypatch.setattr(runner, "commit_parts", real_commit)
-    monkeypatch.setattr(runner, "run_tasks", spark_gone)
+    # The worker processes lost (a wave then goes to Spark), and Spark gone too.
+    monkeypatch.setattr(wave_stage, "run_on_workers", workers_lost)
+    monkeypatch.setattr(wave_stage, "run_tasks", spark_gone)
     for _ in range(4):
         with pytest.raises(ConnectionRefusedError):
             stream_once(deployment)
     assert failing(deployment) == [] and deployment.catalog.staging.unknown() == []
-    monkeypatch.setattr(runner, "run_tasks", real_run_tasks)
+    monkeypatch.setattr(wave_stage, "run_on_workers", real_run_on_workers)
+    monkeypatch.setattr(wave_stage, "run_tasks", real_run_tasks)
 
     report = stream_once(deployment)
     assert (report.processed, report.failed, report.records_loaded) == (1, [], 3)

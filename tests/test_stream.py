@@ -110,7 +110,8 @@ def test_processing_the_same_object_again_adds_nothing(deployment: Deployment, a
     assert second.registered == third.registered == second.processed == third.processed == 0
 
     # A second process that computed the same object before the first committed: its copy is dropped.
-    from siltlake.stream.runner import _commit, _task
+    from siltlake.stream.runner import _commit
+    from siltlake.stream.stage import stream_task
 
     pending = deployment.catalog.staging.pending(10)
     assert pending == []
@@ -118,7 +119,7 @@ def test_processing_the_same_object_again_adds_nothing(deployment: Deployment, a
 
     stale = PendingStagingObject(1, deployment.staging.uri("f1.web.access/2026/11/20/a.jsonl.gz"), 0,
                                  access_table)
-    result = process_staging_object(_task(deployment, stale, "late-run"))
+    result = process_staging_object(stream_task(deployment, stale, "late-run"))
     assert result["status"] == "ok"
     from siltlake.stream.runner import StreamReport
 

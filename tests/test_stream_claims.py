@@ -143,18 +143,18 @@ def test_claims_a_failed_round_could_not_give_back_are_given_back_by_the_next(
     assert (report.processed, report.records_loaded) == (2, 2)
 
 
-# Runs `silt` with its driver writing the id of every staging object it hands to a Spark task (a decode) to
+# Runs `silt` with its driver writing the id of every staging object it hands to a stage (a decode) to
 # $DECODE_LOG; with $DECODE_SLEEP, it waits that long after writing a wave's ids (a daemon busy decoding).
 _COUNTING_SILT = """
 import os, sys, time
-from siltlake.stream import runner
-real = runner.run_tasks
-def counting(spark, function, tasks, **kwargs):
+from siltlake.stream.stage import WaveStage
+real = WaveStage.run
+def counting(self, wave, run_id):
     with open(os.environ["DECODE_LOG"], "a") as log:
-        log.write("".join(f"{task.staging_object_id}\\n" for task in tasks))
+        log.write("".join(f"{item.id}\\n" for item in wave))
     time.sleep(float(os.environ.get("DECODE_SLEEP", "0")))
-    return real(spark, function, tasks, **kwargs)
-runner.run_tasks = counting
+    return real(self, wave, run_id)
+WaveStage.run = counting
 from siltlake.cli import main
 main(prog_name="silt", args=sys.argv[1:])
 """

@@ -19,7 +19,7 @@ from siltlake.records.writer import ObjectWriter
 from siltlake.storage.filesystem import Storage
 from siltlake.storage.keys import TableLayout
 from siltlake.stream import stream_once
-from siltlake.stream.runner import decode_threads
+from siltlake.stream.stage import decode_threads
 from siltlake.tabledef import TableDef
 
 from .conftest import ACCESS_TABLE, make_config

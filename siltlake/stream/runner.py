@@ -16,21 +16,18 @@ from dataclasses import dataclass, field
 from siltlake.catalog import PendingStagingObject, StreamCommit, TableRecord
 from siltlake.catalog.core import catalog_unavailable
 from siltlake.clock import utcnow
-from siltlake.config import StreamConfig
 from siltlake.deployment import Deployment
 from siltlake.errors import storage_failure
 from siltlake.hosts import default_owner, local_host
 from siltlake.logs import event
 from siltlake.polling import poll_forever
-from siltlake.records import ObjectLimits
-from siltlake.spark import run_tasks
 from siltlake.storage.accounted import AccountedNames
 from siltlake.storage.filesystem import Storage
 from siltlake.storage.keys import TableLayout, temporary_run
 from siltlake.stream.discover import Discovery, discover, sweep_slice
 from siltlake.stream.names import StoredNames, daemon_names, stored_names
 from siltlake.stream.notifications import NotificationTally
-from siltlake.stream.task import StreamTask, process_staging_object
+from siltlake.stream.stage import WaveStage
 
 COMMIT_CHUNK = 64
 
@@ -83,6 +80,7 @@ class StreamReport:
     peak_task_rss_bytes: int = 0
     seconds: float = 0.0
     spark_start_seconds: float = 0.0
+    local_waves: int = 0  # waves small enough to run on this host's worker processes (stream.in_driver_bytes)
 
     def checkpoint(self) -> tuple[dict, dict[str, int]]:
         """What restore() needs to undo later changes: the counts, and the length of each list (lists only grow)."""
@@ -104,50 +102,6 @@ class Progress:
     def start(self, total: int) -> None: ...
 
     def advance(self, count: int) -> None: ...
-
-
-def decode_threads(sizes: list[int], cores: int, threshold: int) -> list[int]:
-    """Threads each object of a wave decodes on: one of at least `threshold` bytes gets its share of the cores by
-    size (one large object alone in its wave: all of them), any other one. Only speed depends on it: an object
-    decodes to the same rows on any number of threads (records.pipeline)."""
-    total = sum(sizes) or 1
-    return [max(1, min(cores, round(cores * size / total))) if size >= threshold else 1 for size in sizes]
-
-
-def _task_cores(spark) -> int:  # noqa: ANN001 - a SparkSession
-    """The cores one task may use: the stage's (local mode), or one executor's when they are set."""
-    context = spark.sparkContext
-    cores = getattr(context, "_siltlake_task_cores", None)
-    if cores is None:  # fixed for the context's life; getConf copies the whole configuration over py4j (30 ms)
-        executor = context.getConf().get("spark.executor.cores")
-        cores = min(context.defaultParallelism, int(executor)) if executor else context.defaultParallelism
-        context._siltlake_task_cores = cores
-    return cores
-
-
-def _task(deployment: Deployment, pending: PendingStagingObject, run_id: str, threads: int = 1,
-          table_json: str | None = None) -> StreamTask:
-    """The task of one object; `table_json` its table's definition when the caller made it for the wave."""
-    settings = deployment.config.stream
-    return StreamTask(
-        staging_object_id=pending.id,
-        uri=pending.uri,
-        staging=deployment.staging,
-        lake=deployment.lake,
-        layout=pending.table.layout(deployment.instance_key),
-        table_json=table_json or pending.table.definition.to_json(),
-        run_id=run_id,
-        batch_rows=settings.batch_rows,
-        spill_bytes=settings.spill_bytes,
-        limits=_limits(settings),
-        end=pending.size,
-        settle_time=settings.settle_time,
-        decode_threads=threads,
-    )
-
-
-def _limits(settings: StreamConfig) -> ObjectLimits:
-    return ObjectLimits(max_bytes=settings.max_object_bytes, max_ratio=settings.max_compression_ratio)
 
 
 def _update_conflict(tx: StreamCommit, table: TableRecord, parts: list[dict], mark: int) -> str | None:
@@ -481,23 +435,14 @@ def stream_once(deployment: Deployment, progress: Progress | None = None,
         if found.sweep_pending is not None:
             sweeping = committer.submit(sweep_slice, deployment, found.sweep_pending)
         staged = True
-        spark_started = time.monotonic()
-        spark = deployment.spark()
-        report.spark_start_seconds = time.monotonic() - spark_started
+        stage = WaveStage(deployment, progress.advance)
         # Wave N commits (the driver's and the catalog's work) while wave N+1 runs on the executors; commits
         # stay in wave order, each waiting for the one before. Stages run in this thread: Ctrl-C cancels them.
         mark = deployment.catalog.versions.mark()  # updates published after it fail the wave's appends
         while wave:
             budget -= len(wave)
-            threads = decode_threads([item.size or 0 for item in wave], _task_cores(spark),
-                                     settings.parallel_decode_bytes)
-            tables = {item.table.id: item.table for item in wave}
-            table_json = {table_id: table.definition.to_json() for table_id, table in tables.items()}
-            tasks = [_task(deployment, item, run_id, count, table_json[item.table.id])
-                     for item, count in zip(wave, threads, strict=True)]
-            results = run_tasks(spark, process_staging_object, tasks, weights=[item.size for item in wave],
-                                tasks_per_core=settings.tasks_per_core, task_weight=settings.task_bytes,
-                                on_progress=progress.advance)
+            results = stage.run(wave, run_id)
+            report.local_waves, report.spark_start_seconds = stage.local_waves, stage.spark_start_seconds
             if committing is not None:
                 committing.result()  # the previous wave's commit, and its failure
             # The next wave's mark and claim, taken before its stage starts and while no commit of ours holds the

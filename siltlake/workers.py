@@ -1,0 +1,219 @@
+"""Small stages on this host's own worker processes instead of a Spark stage (stream.in_driver_bytes).
+
+A Spark stage costs a few hundred milliseconds however little it does, and a process that has not started
+Spark pays for the JVM too. A stream wave of a few MB runs here instead: the same task function, on one warm
+Python process per core, started once for the life of this process. Processes, not threads: the tasks' value
+checks hold the GIL (two threads ran 400 small objects 1.2x slower than two processes).
+
+The workers are plain subprocesses of this interpreter (`python -m siltlake.workers`) that read pickled
+calls on stdin and write pickled results on stdout. Not multiprocessing's pools: those import the caller's
+main script again in every worker, which an unguarded script calling stream_once would turn into a loop.
+A worker that dies (killed, out of memory) fails the call with WorkersLost; the caller runs the stage on
+Spark instead, whose retries and isolation are the general case's.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import pickle
+import queue
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any, BinaryIO
+
+GROUPS_PER_WORKER = 4  # balances objects of uneven size, and reports progress a few times per worker
+_HEADER = 8
+
+
+class WorkersLost(RuntimeError):
+    """A worker process died during a call: what it was given has no result."""
+
+
+def worker_count() -> int:
+    """One worker per core this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def run_on_workers(function: Callable[[Any], Any], items: list[Any], weights: list[int] | None = None,
+                   on_progress: Callable[[int], None] | None = None) -> list[Any]:
+    """Run function over items on the warm worker processes and return the results in item order.
+
+    Items go in size-balanced groups (weights), a few per worker, each worker taking the next group when it is
+    done. `function` goes by value, as a Spark task's does (cloudpickle)."""
+    if not items:
+        return []
+    pool = _pool()
+    groups = balanced_groups(list(enumerate(items)), weights or [1] * len(items),
+                             len(pool.workers) * GROUPS_PER_WORKER)
+    return pool.run(function, groups, on_progress)
+
+
+def balanced_groups(items: list[Any], weights: list[int], groups: int) -> list[list[Any]]:
+    """Split items into at most `groups` lists of similar total weight (largest first, to the lightest)."""
+    groups = max(1, min(groups, len(items)))
+    buckets: list[list[Any]] = [[] for _ in range(groups)]
+    loads = [0] * groups
+    for index in sorted(range(len(items)), key=lambda i: -weights[i]):
+        lightest = loads.index(min(loads))
+        buckets[lightest].append(items[index])
+        loads[lightest] += max(weights[index], 1)
+    return [bucket for bucket in buckets if bucket]
+
+
+def close_workers() -> None:
+    """Stop the worker processes (the next call starts new ones)."""
+    global _current
+    with _pool_lock:
+        pool, _current = _current, None
+    if pool is not None:
+        pool.close()
+
+
+def _write_frame(stream: BinaryIO, payload: bytes) -> None:
+    stream.write(len(payload).to_bytes(_HEADER, "big"))
+    stream.write(payload)
+    stream.flush()
+
+
+def _read_frame(stream: BinaryIO) -> bytes | None:
+    header = stream.read(_HEADER)
+    if len(header) < _HEADER:
+        return None
+    size = int.from_bytes(header, "big")
+    payload = stream.read(size)
+    return payload if len(payload) == size else None
+
+
+class _Worker:
+    def __init__(self) -> None:
+        environment = dict(os.environ)
+        # The caller's import path, so that a source checkout's siltlake (and a test's modules) import as here.
+        environment["PYTHONPATH"] = os.pathsep.join(path for path in sys.path if path)
+        self.process = subprocess.Popen([sys.executable, "-m", "siltlake.workers"], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, env=environment)
+
+    def call(self, function: Callable[[Any], Any], group: list[tuple[int, Any]]) -> list[tuple[int, Any]]:
+        from pyspark import cloudpickle  # as Spark ships a task: a test's or notebook's closure goes by value
+
+        try:
+            _write_frame(self.process.stdin, cloudpickle.dumps((function, group), pickle.HIGHEST_PROTOCOL))
+            answer = _read_frame(self.process.stdout)
+        except (BrokenPipeError, OSError, ValueError):  # ValueError: its pipe closed by close()
+            answer = None
+        if answer is None:
+            code = self.process.poll()
+            raise WorkersLost(f"a worker process (pid {self.process.pid}) ended "
+                              f"{'with code ' + str(code) if code is not None else 'its pipe'} during a task")
+        ok, value = pickle.loads(answer)
+        if not ok:
+            raise value
+        return value
+
+    def close(self) -> None:
+        for stream in (self.process.stdin, self.process.stdout):
+            with contextlib.suppress(OSError):
+                stream.close()
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+class _Pool:
+    def __init__(self, size: int) -> None:
+        self.workers = [_Worker() for _ in range(size)]
+        self.lock = threading.Lock()  # one call at a time: the workers are the host's cores
+
+    def run(self, function: Callable[[Any], Any], groups: list[list[tuple[int, Any]]],
+            on_progress: Callable[[int], None] | None) -> list[Any]:
+        with self.lock:
+            pending: queue.SimpleQueue = queue.SimpleQueue()
+            for group in groups:
+                pending.put(group)
+            done: queue.SimpleQueue = queue.SimpleQueue()
+            stop = threading.Event()
+
+            def serve(worker: _Worker) -> None:
+                while not stop.is_set():
+                    try:
+                        group = pending.get_nowait()
+                    except queue.Empty:
+                        return
+                    try:
+                        done.put((True, worker.call(function, group)))
+                    except BaseException as exc:  # noqa: BLE001 - handed to the calling thread
+                        done.put((False, exc))
+                        return
+
+            threads = [threading.Thread(target=serve, args=(worker,), daemon=True, name="siltlake-worker-feed")
+                       for worker in self.workers]
+            for thread in threads:
+                thread.start()
+            results: list[tuple[int, Any]] = []
+            try:
+                for _ in groups:
+                    ok, value = done.get()
+                    if not ok:
+                        raise value
+                    results.extend(value)
+                    if on_progress is not None:
+                        on_progress(len(value))
+            except BaseException:
+                stop.set()
+                close_workers()  # a worker may be mid-task or gone: start afresh next time
+                raise
+            return [result for _, result in sorted(results, key=lambda pair: pair[0])]
+
+    def close(self) -> None:
+        for worker in self.workers:
+            worker.close()
+
+
+_current: _Pool | None = None
+_pool_lock = threading.Lock()
+
+
+def _pool() -> _Pool:
+    global _current
+    with _pool_lock:
+        if _current is None or any(worker.process.poll() is not None for worker in _current.workers):
+            if _current is not None:
+                _current.close()
+            _current = _Pool(worker_count())
+        return _current
+
+
+atexit.register(close_workers)
+
+
+def serve(source: BinaryIO, sink: BinaryIO) -> None:
+    """A worker: answer pickled calls until the caller closes its end."""
+    while (request := _read_frame(source)) is not None:
+        function, group = pickle.loads(request)
+        try:
+            answer = (True, [(index, function(item)) for index, item in group])
+        except Exception as exc:  # noqa: BLE001 - raised again in the caller
+            answer = (False, exc)
+        try:
+            payload = pickle.dumps(answer, pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:  # noqa: BLE001 - an exception or result that does not pickle: its text
+            payload = pickle.dumps((False, RuntimeError(f"{type(exc).__name__}: {exc} (in a worker process)")))
+        _write_frame(sink, payload)
+
+
+if __name__ == "__main__":
+    # Ctrl-C reaches the whole process group: the caller decides what stops; a worker ends when its pipe does.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # The answers keep stdout's descriptor to themselves: anything a task prints goes to stderr.
+    answers = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    serve(sys.stdin.buffer, answers)

@@ -1,0 +1,134 @@
+"""This host's worker processes (siltlake/workers.py) and the stream waves that run on them instead of Spark."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from siltlake.deployment import Deployment
+from siltlake.stream import stage as wave_stage
+from siltlake.stream import stream_once
+from siltlake.tabledef import TableDef
+from siltlake.workers import WorkersLost, balanced_groups, close_workers, run_on_workers
+
+from .conftest import ACCESS_TABLE, make_config
+from .test_stream import event, jsonl_gz, lake_files, stage
+
+UTC = dt.UTC
+
+
+def test_results_come_back_in_item_order_and_a_closure_goes_by_value() -> None:
+    offset = 1000
+    seen: list[int] = []
+    results = run_on_workers(lambda n: (n + offset, os.getpid()), list(range(57)), weights=[n % 5 for n in range(57)],
+                             on_progress=seen.append)
+    assert [value for value, _ in results] == [n + 1000 for n in range(57)]
+    assert os.getpid() not in {pid for _, pid in results}  # it ran elsewhere
+    assert sum(seen) == 57
+    assert run_on_workers(abs, []) == []
+
+
+def test_a_task_that_prints_leaves_the_answers_intact() -> None:
+    def noisy(n: int) -> int:
+        print("a task's own output", n)  # goes to the worker's stderr, not into the answers' pipe
+        return n * 2
+
+    assert run_on_workers(noisy, [1, 2, 3]) == [2, 4, 6]
+
+
+def test_a_task_raising_raises_in_the_caller_and_the_next_call_works() -> None:
+    def fails_on_three(n: int) -> int:
+        if n == 3:
+            raise ValueError(f"item {n} is bad")
+        return n
+
+    with pytest.raises(ValueError, match="item 3 is bad"):
+        run_on_workers(fails_on_three, list(range(6)))
+    assert run_on_workers(fails_on_three, [0, 1, 2]) == [0, 1, 2]
+
+
+def test_a_worker_that_dies_fails_the_call_with_workers_lost_and_new_ones_start() -> None:
+    def dies_on_two(n: int) -> int:
+        if n == 2:
+            os._exit(9)  # as the kernel's OOM killer would end it: no answer, no exception
+        return n
+
+    with pytest.raises(WorkersLost, match="ended"):
+        run_on_workers(dies_on_two, list(range(5)))
+    assert run_on_workers(dies_on_two, [0, 1]) == [0, 1]
+    close_workers()
+    assert run_on_workers(abs, [-4]) == [4]  # started afresh after close
+
+
+def test_balanced_groups_keep_every_item_once() -> None:
+    items = list(range(23))
+    groups = balanced_groups(items, [1 + n % 4 for n in items], 5)
+    assert sorted(item for group in groups for item in group) == items and len(groups) == 5
+
+
+def _staged(tmp_path: Path, catalog_url: str, spark, **stream: object) -> Deployment:
+    deployment = Deployment(make_config(tmp_path, catalog_url, **stream))
+    deployment.init()
+    deployment.use_spark(spark)
+    deployment.catalog.tables.create(TableDef.from_mapping(ACCESS_TABLE))
+    when = dt.datetime(2026, 11, 20, 14, 58, tzinfo=UTC)  # the Tokyo day turns at 15:00 UTC: two dates
+    for n in range(12):
+        stage(deployment, f"f.web.access/2026/11/20/{n:02d}.jsonl.gz",
+              jsonl_gz([event(when + dt.timedelta(minutes=2 * i - n), n * 100 + i) for i in range(1 + n % 5)]))
+    return deployment
+
+
+def _rows(deployment: Deployment) -> list[dict]:
+    rows = []
+    for key in lake_files(deployment, "live"):
+        table = pq.read_table(deployment.lake.path(key))
+        rows.extend(table.drop_columns([c for c in table.column_names if c == "dt"]).to_pylist())
+    return sorted(rows, key=lambda row: row["user_id"])
+
+
+@pytest.mark.spark
+def test_a_small_wave_on_the_workers_loads_what_a_spark_stage_loads(tmp_path: Path, spark) -> None:
+    on_workers = _staged(tmp_path / "workers", f"sqlite:///{tmp_path / 'workers.db'}", spark)
+    on_spark = _staged(tmp_path / "spark", f"sqlite:///{tmp_path / 'spark.db'}", spark, in_driver_bytes=0)
+    try:
+        local, remote = stream_once(on_workers), stream_once(on_spark)
+        assert (local.local_waves, local.processed, local.failed) == (1, 12, [])
+        assert (remote.local_waves, remote.processed, remote.failed) == (0, 12, [])
+        assert local.records_loaded == remote.records_loaded == sum(1 + n % 5 for n in range(12))
+        assert local.live_objects == remote.live_objects > 12  # objects spanning the date line split in two
+        assert _rows(on_workers) == _rows(on_spark)
+        assert [key.rsplit("/", 1)[0] for key in lake_files(on_workers, "live")] == \
+            [key.rsplit("/", 1)[0] for key in lake_files(on_spark, "live")]
+    finally:
+        on_workers.close()
+        on_spark.close()
+
+
+@pytest.mark.spark
+def test_a_wave_whose_worker_dies_runs_again_on_spark(tmp_path: Path, catalog_url: str, spark,
+                                                      monkeypatch: pytest.MonkeyPatch,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
+    deployment = _staged(tmp_path, catalog_url, spark)
+    real = wave_stage.process_staging_object
+
+    def dies_outside_spark(task):  # noqa: ANN001, ANN202 - the worker process ends; Spark's worker decodes it
+        from pyspark import TaskContext
+
+        if TaskContext.get() is None and task.uri.endswith("/05.jsonl.gz"):
+            os._exit(9)
+        return real(task)
+
+    monkeypatch.setattr(wave_stage, "process_staging_object", dies_outside_spark)
+    try:
+        with caplog.at_level("WARNING", logger="siltlake.stream.stage"):
+            report = stream_once(deployment)
+        assert (report.local_waves, report.processed, report.failed) == (0, 12, [])
+        assert report.records_loaded == sum(1 + n % 5 for n in range(12))
+        assert any("stream.workers_lost" in record.getMessage() for record in caplog.records)
+        assert len({row["user_id"] for row in _rows(deployment)}) == report.records_loaded
+    finally:
+        deployment.close()
