@@ -14,7 +14,9 @@ the same generated objects (bench/inputs.py, cached under --workdir) go through
             write_deltalake(path, mode="append", partition_by=["dt"]) as it arrives, one commit each;
   siltlake  a deployment on the same session, warm: stream_once over a few warm-up objects first
             (untimed), then the measured objects are put into staging and stream_once alone is timed,
-            with the driver's CPU time and the catalog statements it issued.
+            with the driver's CPU time and the catalog statements it issued (a wave this small decodes
+            on the host's worker processes: stream.in_driver_bytes);
+  siltlake_spark  the same with stream.in_driver_bytes = 0: every wave a Spark stage (with --repeat).
 
 Cases: small (400 x 30 KB), backlog (400 and 4,000 x 10 KB), big (40 x 1 MB).
 
@@ -61,7 +63,7 @@ from stream_bench import (
     spark_conf,
 )
 
-PEERS = ("floor", "spark", "delta", "siltlake")
+PEERS = ("floor", "spark", "delta", "siltlake", "siltlake_spark")
 CATALOGS = {"sqlite": ("sqlite",), "pg": ("postgresql",), "both": ("sqlite", "postgresql")}
 WARMUP_PREFIX = "warmup.web.access"  # another staging prefix that maps to the same table
 
@@ -186,15 +188,15 @@ def timed_stream(deployment, counter: StatementCounter, objects: int) -> dict:
 
 
 def run_siltlake(spark, kind: str, root: Path, files: list[Path], source_root: Path,
-                 warmup: dict, input_bytes: int) -> dict:
+                 warmup: dict, input_bytes: int, stream: dict | None = None) -> dict:
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
     staging = root / "staging"
     staging.mkdir()
-    name = f"siltlake ({kind}, warm)"
+    name = f"siltlake ({kind}, warm{', every wave on Spark' if stream else ''})"
     try:
         with catalog_url(kind, root) as url:
-            deployment = new_deployment("bench0001", root, catalog_url=url, staging_root=staging)
+            deployment = new_deployment("bench0001", root, catalog_url=url, staging_root=staging, stream=stream)
             try:
                 deployment.use_spark(spark)
                 deployment.catalog.tables.create(TABLE)
@@ -224,17 +226,18 @@ def interleaved(args, peers: set[str], files: list[Path], out: Path, data: dict,
     """The floor and siltlake --repeat times each, alternating which goes first; each peer's median run, with every
     run's seconds and load beside it."""
     runs: dict[str, list[dict]] = {}
-    names = [name for name in ("floor", "siltlake") if name in peers]
+    names = [name for name in ("floor", "siltlake", "siltlake_spark") if name in peers]
     for rep in range(args.repeat):
         for name in names if rep % 2 == 0 else names[::-1]:
             print(f"running {name} ({rep + 1}/{args.repeat}) ...", flush=True)
             if name == "floor":
                 runs.setdefault("floor", []).append(run_floor(files, out / "floor", data["bytes"]))
                 continue
+            spark_only = {"in_driver_bytes": 0} if name == "siltlake_spark" else None
             for kind in catalogs:
-                key = "siltlake" if kind == "sqlite" else "siltlake_pg"
+                key = name if kind == "sqlite" else f"{name}_pg"
                 runs.setdefault(key, []).append(run_siltlake(args.spark, kind, out / f"siltlake-{kind}", files,
-                                                             source_root, warmup, data["bytes"]))
+                                                             source_root, warmup, data["bytes"], spark_only))
     medians = {}
     for key, found in runs.items():
         ok = sorted((run for run in found if run.get("status") == "ok"), key=lambda run: run["seconds"])
@@ -259,11 +262,12 @@ def run_size(args, size: Size, spark, catalogs: tuple[str, ...], workdir: Path) 
     os.sync()  # inputs written just now must not be flushed to disk while a peer is timed
     warm_page_cache(files)
     out = workdir / "out" / size.label.replace(" ", "-")
-    peers = set(args.peers) if size.all_peers or args.all_peers else set(args.peers) & {"floor", "siltlake"}
+    peers = set(args.peers) if size.all_peers or args.all_peers else \
+        set(args.peers) & {"floor", "siltlake", "siltlake_spark"}
     results: dict = {}
     if args.repeat > 1:
         results.update(interleaved(args, peers, files, out, data, source_root, warmup, catalogs))
-        peers -= {"floor", "siltlake"}
+        peers -= {"floor", "siltlake", "siltlake_spark"}
     if "floor" in peers:
         print("running floor ...", flush=True)
         results["floor"] = run_floor(files, out / "floor", data["bytes"])
@@ -273,12 +277,14 @@ def run_size(args, size: Size, spark, catalogs: tuple[str, ...], workdir: Path) 
     if "delta" in peers:
         print("running delta-rs ...", flush=True)
         results["delta"] = run_delta(files, out / "delta", data["bytes"])
-    if "siltlake" in peers:
+    for name in ("siltlake", "siltlake_spark"):
+        if name not in peers:
+            continue
         for kind in catalogs:
-            key = "siltlake" if kind == "sqlite" else "siltlake_pg"
-            print(f"running siltlake ({kind}) ...", flush=True)
-            results[key] = run_siltlake(spark, kind, out / f"siltlake-{kind}", files, source_root,
-                                        warmup, data["bytes"])
+            key = name if kind == "sqlite" else f"{name}_pg"
+            print(f"running {name} ({kind}) ...", flush=True)
+            results[key] = run_siltlake(spark, kind, out / f"siltlake-{kind}", files, source_root, warmup,
+                                        data["bytes"], {"in_driver_bytes": 0} if name == "siltlake_spark" else None)
     shutil.rmtree(out, ignore_errors=True)  # the outputs were counted; 4,000-object trees add up
     for name, result in results.items():
         per_object(result, size.objects)
