@@ -117,7 +117,10 @@ class _Worker:
             raise value
         return value
 
-    def close(self) -> None:
+    def close(self, kill: bool = False) -> None:
+        """End the worker: an idle one when its input closes; `kill`: at once, whatever it is doing."""
+        if kill:
+            self.process.kill()
         for stream in (self.process.stdin, self.process.stdout):
             with contextlib.suppress(OSError):
                 stream.close()
@@ -161,7 +164,12 @@ class _Pool:
             results: list[tuple[int, Any]] = []
             try:
                 for _ in groups:
-                    ok, value = done.get()
+                    while True:
+                        try:  # woken twice a second, so that Ctrl-C reaches this thread at once
+                            ok, value = done.get(timeout=0.5)
+                            break
+                        except queue.Empty:
+                            continue
                     if not ok:
                         raise value
                     results.extend(value)
@@ -169,25 +177,34 @@ class _Pool:
                         on_progress(len(value))
             except BaseException:
                 stop.set()
-                close_workers()  # a worker may be mid-task or gone: start afresh next time
+                _discard(self)  # a worker may be mid-task or gone: start afresh next time
                 raise
             return [result for _, result in sorted(results, key=lambda pair: pair[0])]
 
-    def close(self) -> None:
+    def close(self, kill: bool = False) -> None:
         for worker in self.workers:
-            worker.close()
+            worker.close(kill)
 
 
 _current: _Pool | None = None
 _pool_lock = threading.Lock()
 
 
+def _discard(pool: _Pool) -> None:
+    """Kill a pool's workers after a failed or interrupted call, and forget it if it is the current one."""
+    global _current
+    with _pool_lock:
+        if _current is pool:
+            _current = None
+    pool.close(kill=True)
+
+
 def _pool() -> _Pool:
     global _current
     with _pool_lock:
         if _current is None or any(worker.process.poll() is not None for worker in _current.workers):
-            if _current is not None:
-                _current.close()
+            if _current is not None:  # one of its workers ended between calls: the others go too
+                _current.close(kill=True)
             _current = _Pool(worker_count())
         return _current
 

@@ -132,3 +132,20 @@ def test_a_wave_whose_worker_dies_runs_again_on_spark(tmp_path: Path, catalog_ur
         assert len({row["user_id"] for row in _rows(deployment)}) == report.records_loaded
     finally:
         deployment.close()
+
+
+def test_an_interrupted_call_kills_its_workers_and_the_next_call_starts_new_ones() -> None:
+    import time
+
+    def slow(n: int) -> int:
+        time.sleep(0.05)
+        return n
+
+    def interrupt(_count: int) -> None:  # as Ctrl-C reaching the calling thread between two groups
+        raise KeyboardInterrupt
+
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        run_on_workers(slow, list(range(80)), on_progress=interrupt)
+    assert time.monotonic() - started < 2.5  # the rest of the 80 x 50 ms was not waited for
+    assert run_on_workers(slow, [5, 6]) == [5, 6]
