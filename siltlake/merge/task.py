@@ -35,11 +35,12 @@ from siltlake.merge.parquet_concat import (
     concatenate,
     shallow_merge_refusal,
 )
+from siltlake.merge.scan import MAX_SCAN_BYTES, same_schema, scan_alike
 from siltlake.records.keyed import DELETE_MARKER, latest_rows
 from siltlake.records.physical import physical_definition
 from siltlake.records.writer import conform, object_rows, object_schema
 from siltlake.storage.filesystem import Storage
-from siltlake.tabledef import FIELD_ID_KEY, TableDef
+from siltlake.tabledef import TableDef
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +122,7 @@ class _Merger:
         self.object_schema = object_schema(self.table)
         # What a keyed merge decodes: the columns and an upsert's delete marker (null where an object has none).
         self.marked_schema = self.schema.append(pa.field(DELETE_MARKER, pa.bool_()))
+        self._input_bytes = task.input_bytes
 
     # --- decoding ----------------------------------------------------------------------------------
 
@@ -153,6 +155,10 @@ class _Merger:
         # An object store's reads wait on the network: Arrow's I/O thread count. A local disk's reads are decoding
         # only: one thread a core, since more only take the GIL from each other.
         threads = pa.io_thread_count() if self.lake.is_object_store else pa.cpu_count()
+        if not self.lake.is_object_store and self._input_bytes <= MAX_SCAN_BYTES:
+            scanned = scan_alike([self.lake.path(key) for key in keys], schema)
+            if scanned is not None:  # the objects are alike: one DuckDB scan (merge/scan.py)
+                return scanned
         with ThreadPoolExecutor(min(len(keys), max(2, threads))) as pool:
             pieces = list(pool.map(lambda key: self._read_one(key, schema), keys))
         pending = [[chunk for piece in pieces for chunk in piece.column(i).chunks] for i in range(len(schema))]
@@ -348,12 +354,6 @@ def dictionary_columns(table: pa.Table, schema: pa.Schema) -> list[str]:
         if pc.count_distinct(column, mode="all").as_py() <= DICTIONARY_MAX_DISTINCT * max(1, len(column)):
             chosen.append(target.name)
     return chosen
-
-
-def same_schema(found: pa.Schema, wanted: pa.Schema) -> bool:
-    """Whether an object's schema is `wanted`: the same columns, types and nullability, and field ids."""
-    return found.equals(wanted) and \
-        [(f.metadata or {}).get(FIELD_ID_KEY) for f in found] == [(f.metadata or {}).get(FIELD_ID_KEY) for f in wanted]
 
 
 def run_merge_task(task: MergeTask) -> dict:
