@@ -119,3 +119,25 @@ def test_only_types_the_scan_returns_unchanged_are_scanned() -> None:
         schema = pa.schema([pa.field("t", other)])
         assert not scannable([schema], schema), other
     assert not scannable([pa.schema([pa.field("t", pa.int32())])], pa.schema([pa.field("t", pa.int64())]))
+
+
+def test_a_scan_that_fails_leaves_the_files_to_the_object_by_object_path(tmp_path: Path) -> None:
+    lake = Storage(str(tmp_path))
+    keys = write_objects(lake, [rows(n * 500, 500) for n in range(40)])
+    paths = [lake.path(key) for key in keys]
+    # Pages damaged behind an intact footer: DuckDB's scan fails, and its error is not the merge's answer.
+    damaged = Path(paths[5])
+    data = bytearray(damaged.read_bytes())
+    data[4:len(data) // 2] = bytes(len(data) // 2 - 4)
+    damaged.write_bytes(bytes(data))
+    assert scan_alike(paths, TABLE.arrow_schema()) is None
+    planned = RangeTask(lower=0, upper=40, output_key="merged/x.parquet", small_keys=tuple(keys), small_bytes=1)
+    task = MergeTask(job_id=1, lake=lake, table_json=TABLE.to_json(), ranges=(planned,),
+                     row_group_bytes=TABLE.row_group_bytes, partition_date=DAY)
+    result = run_merge_task(task)  # object by object, as before the scan: pyarrow names what is wrong
+    assert result["status"] == "failed", result
+    assert result["error"].startswith("OSError: ") and "duckdb" not in (result["error"] + result["trace"]).lower()
+    # A file gone: the merge fails on it in its own terms (its job's failure, not a storage outage).
+    Path(paths[2]).unlink()
+    result = run_merge_task(task)
+    assert result["status"] == "failed" and "FileNotFoundError" in result["error"] and not result["outage"]

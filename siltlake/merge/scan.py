@@ -67,22 +67,23 @@ def scan_alike(paths: list[str], wanted: pa.Schema) -> pa.Table | None:
     def scan() -> None:
         try:
             outcome["rows"] = cursor.sql(f"SELECT {columns} FROM read_parquet([{listed}])").to_arrow_table()
-        except Exception as exc:  # noqa: BLE001 - raised in the calling thread, unless the scan was cancelled
+        except Exception as exc:  # noqa: BLE001 - the files are decoded object by object instead
             outcome["error"] = exc
 
     scanning = threading.Thread(target=scan, daemon=True, name="siltlake-merge-scan")
     scanning.start()
+    alike = False
     try:
         alike = all(same_schema(pq.read_schema(path), first) for path in paths[1:])
+    finally:  # unalike, or a footer that cannot be read (raised from here): the scan's answer is not wanted
         if not alike:
             cursor.interrupt()
-    finally:
         scanning.join()
         cursor.close()
-    if not alike:
+    if not alike or "error" in outcome:
+        # A scan that failed (a file gone, DuckDB out of memory): the object-by-object path reads the files
+        # again and reports what it finds in the merge's own terms (a missing input counts against the job).
         return None
-    if "error" in outcome:
-        raise outcome["error"]
     scanned = outcome["rows"]
     # TIMESTAMPTZ comes back labelled with the session's zone and every column as nullable: the same values as
     # the files hold, under the merge's own field types. The scan hands back a chunk a file: the sort and the
