@@ -252,7 +252,9 @@ def interleaved_runs(peers: dict[str, tuple[Callable[[int], object] | None, Call
 
 
 def warm_page_cache(files: list[Path]) -> None:
-    """Read every input once so no peer pays for cold reads that another one does not."""
+    """Read every input once so no peer pays for cold reads that another one does not. This machine's kernel pages
+    out memory idle for about a minute (DAMON, docs/benchmarks.md), page cache included: call it again before a
+    peer whose inputs may have sat idle that long."""
     for path in files:
         with open(path, "rb") as handle:
             while handle.read(8 << 20):

@@ -230,6 +230,7 @@ def interleaved(args, peers: set[str], files: list[Path], out: Path, data: dict,
     for rep in range(args.repeat):
         for name in names if rep % 2 == 0 else names[::-1]:
             print(f"running {name} ({rep + 1}/{args.repeat}) ...", flush=True)
+            warm_page_cache(files)  # the kernel may have paged them out since the last run
             if name == "floor":
                 runs.setdefault("floor", []).append(run_floor(files, out / "floor", data["bytes"]))
                 continue
