@@ -387,3 +387,32 @@ def test_a_copy_of_another_deployments_catalog_refuses_to_reap_its_objects(tmp_p
     moved.init(claim=True)
     assert reap_once(moved).objects == 0
     moved.close()
+
+
+def test_a_version_once_expired_stays_expired_whatever_is_published_later() -> None:
+    """Retention counts from when the next version superseded a version: a newer version published after a reap
+    expired one (and, killed, left its row behind) does not bring it back as retained with its files gone."""
+    import datetime as dt
+
+    from siltlake.catalog.records import ReapVersion
+    from siltlake.reap.runner import retained_versions
+
+    start = dt.datetime(2026, 12, 1, 10)
+
+    def version(number: int, minutes: int) -> ReapVersion:
+        return ReapVersion(number, 1, number, "merged", None, f"m-{number}.json", number, start + dt.timedelta(
+            minutes=minutes))
+
+    history = [version(1, 0), version(2, 10), version(3, 20)]
+    cutoff = start + dt.timedelta(minutes=15)  # version 2 was superseded at minute 20, version 1 at minute 10
+    kept, gone = retained_versions(history, cutoff)
+    assert [v.version for v in kept] == [2, 3] and [v.version for v in gone] == [1]
+    later = [*history, version(4, 40)]
+    kept, gone = retained_versions(later, start + dt.timedelta(minutes=16))
+    assert [v.version for v in gone] == [1] and [v.version for v in kept] == [2, 3, 4]
+    kept, gone = retained_versions(later, start + dt.timedelta(minutes=30))
+    assert [v.version for v in gone] == [1, 2] and [v.version for v in kept] == [3, 4]
+    # A publisher whose clock stamped the superseding version earlier: the version's own time counts.
+    skewed = [version(1, 30), version(2, 5)]
+    kept, _ = retained_versions(skewed, start + dt.timedelta(minutes=20))
+    assert [v.version for v in kept] == [1, 2]

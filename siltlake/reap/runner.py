@@ -121,20 +121,21 @@ def retained_versions(versions: Sequence[ReapVersion], cutoff: dt.datetime) -> t
     """(retained, expired) versions of one partition, ordered by version.
 
     The newest is always retained. An older one is retained while it was the current version at some moment
-    inside the retention window, i.e. while a later version was created at or after `cutoff`: time travel to
-    any time in the window then finds its version, and a reader that started on it just before it was
-    superseded keeps its objects for the whole retention.
+    inside the retention window, i.e. while the version that superseded it (the next one) was created at or after
+    `cutoff`: time travel to any time in the window then finds its version, and a reader that started on it just
+    before it was superseded keeps its objects for the whole retention. Only the next version counts (and the
+    version's own time, should a publisher's clock have stamped the next one earlier): a version once expired
+    stays expired whatever is published later, which a reap killed between deleting an expired version's files
+    and its row relies on (its next run must find the row expired still, not retained and missing its files).
     """
     retained: list[ReapVersion] = []
     expired: list[ReapVersion] = []
-    latest_after: dt.datetime | None = None
-    for version in reversed(versions):
-        if latest_after is None or latest_after >= cutoff:
+    for version, superseding in zip(versions, [*versions[1:], None], strict=True):
+        if superseding is None or max(superseding.created_at, version.created_at) >= cutoff:
             retained.append(version)
         else:
             expired.append(version)
-        latest_after = version.created_at if latest_after is None else max(latest_after, version.created_at)
-    return retained[::-1], expired[::-1]
+    return retained, expired
 
 
 def check_instance(deployment: Deployment) -> None:
