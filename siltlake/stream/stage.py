@@ -78,7 +78,7 @@ class WaveStage:
         sizes = [item.size or 0 for item in wave]
         if sum(sizes) <= self.settings.in_driver_bytes:
             try:
-                results = run_on_workers(process_staging_object, self._tasks(wave, run_id, worker_count()),
+                results = run_on_workers(process_staging_object, self._tasks(wave, sizes, run_id, worker_count()),
                                          weights=sizes, on_progress=self.on_progress)
             except WorkersLost as lost:
                 event(log, "stream.workers_lost", logging.WARNING, objects=len(wave), reason=str(lost))
@@ -86,7 +86,7 @@ class WaveStage:
                 self.local_waves += 1
                 return results
         spark = self.spark()
-        return run_tasks(spark, process_staging_object, self._tasks(wave, run_id, _task_cores(spark)),
+        return run_tasks(spark, process_staging_object, self._tasks(wave, sizes, run_id, _task_cores(spark)),
                          weights=sizes, tasks_per_core=self.settings.tasks_per_core,
                          task_weight=self.settings.task_bytes, on_progress=self.on_progress)
 
@@ -97,8 +97,9 @@ class WaveStage:
             self.spark_start_seconds = time.monotonic() - started
         return self._spark
 
-    def _tasks(self, wave: list[PendingStagingObject], run_id: str, cores: int) -> list[StreamTask]:
-        threads = decode_threads([item.size or 0 for item in wave], cores, self.settings.parallel_decode_bytes)
-        table_json = {item.table.id: item.table.definition.to_json() for item in wave}
+    def _tasks(self, wave: list[PendingStagingObject], sizes: list[int], run_id: str, cores: int) -> list[StreamTask]:
+        threads = decode_threads(sizes, cores, self.settings.parallel_decode_bytes)
+        tables = {item.table.id: item.table for item in wave}
+        table_json = {table_id: table.definition.to_json() for table_id, table in tables.items()}  # once a table
         return [stream_task(self.deployment, item, run_id, count, table_json[item.table.id])
                 for item, count in zip(wave, threads, strict=True)]
