@@ -6,6 +6,7 @@ import datetime as dt
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -80,8 +81,8 @@ def test_alike_objects_scan_to_the_rows_and_order_each_object_decodes_to(tmp_pat
 
     scans: list[bool] = []
 
-    def spied(paths, schema):  # noqa: ANN001, ANN202
-        found = scan_alike(paths, schema)
+    def spied(paths, schema, sort_by=None):  # noqa: ANN001, ANN202
+        found = scan_alike(paths, schema, sort_by)
         scans.append(found is not None)
         return found
 
@@ -93,6 +94,28 @@ def test_alike_objects_scan_to_the_rows_and_order_each_object_decodes_to(tmp_pat
     assert scans == [True] and with_scan.equals(without)
     assert pq.read_schema(lake.path("merged/with-scan.parquet")).equals(
         pq.read_schema(lake.path("merged/without.parquet")), check_metadata=True)
+
+
+def test_a_sorted_scan_keeps_equal_times_in_object_then_row_order(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    lake = Storage(str(tmp_path))
+    # Ten distinct times over 30 objects of 40 rows: most rows share their time with rows of other objects.
+    tables = []
+    for n in range(30):
+        table = rows(n * 40, 40)
+        times = pa.array([dt.datetime(2026, 11, 20, 1, tzinfo=UTC) + dt.timedelta(seconds=(n * 7 + i) % 10)
+                          for i in range(40)], pa.timestamp("us", tz="UTC"))
+        tables.append(table.set_column(0, "utc_event_time", times))
+    keys = write_objects(lake, tables)
+    wanted = TABLE.arrow_schema()
+    paths = [lake.path(key) for key in keys]
+    each = pa.concat_tables([pq.read_table(path).select(wanted.names).cast(wanted) for path in paths])
+    stable = each.take(pc.sort_indices(each, sort_keys=[("utc_event_time", "ascending")]))
+    scanned = scan_alike(paths, wanted, sort_by="utc_event_time")
+    assert scanned is not None and scanned.equals(stable)
+    with_scan = merge(lake, keys, "merged/with-scan.parquet")
+    monkeypatch.setattr(merge_task, "MAX_SCAN_BYTES", -1)
+    assert with_scan.equals(merge(lake, keys, "merged/without.parquet"))
 
 
 def test_unalike_objects_are_not_scanned_and_merge_as_before(tmp_path: Path) -> None:
@@ -141,3 +164,28 @@ def test_a_scan_that_fails_leaves_the_files_to_the_object_by_object_path(tmp_pat
     Path(paths[2]).unlink()
     result = run_merge_task(task)
     assert result["status"] == "failed" and "FileNotFoundError" in result["error"] and not result["outage"]
+
+
+def test_footer_bytes_tell_one_schema_from_another(tmp_path: Path) -> None:
+    from siltlake.merge.footers import raw_footer, schema_prefix
+
+    def written(name: str, table: pa.Table) -> bytes:
+        path = tmp_path / name
+        pq.write_table(table, path)
+        footer = raw_footer(str(path))
+        assert footer is not None
+        return footer
+
+    schema = TABLE.file_schema()
+    base = written("a.parquet", object_rows(rows(0, 30), schema, DAY))
+    prefix = schema_prefix(base)
+    assert prefix is not None and 0 < len(prefix) < len(base)
+    assert written("b.parquet", object_rows(rows(500, 7), schema, DAY)).startswith(prefix)  # other rows, same schema
+    nullable = pa.schema([f.with_nullable(True) if f.name == "utc_event_time" else f for f in schema])
+    renumbered = pa.schema([f.with_metadata({b"PARQUET:field_id": b"99"}) if f.name == "status" else f
+                            for f in schema])
+    for other in (nullable, renumbered):
+        assert not written("c.parquet", object_rows(rows(0, 30), other, DAY)).startswith(prefix)
+    assert schema_prefix(b"") is None and schema_prefix(b"\x15\x02\x00") is None and schema_prefix(base[:10]) is None
+    (tmp_path / "text.parquet").write_text("not parquet at all")
+    assert raw_footer(str(tmp_path / "text.parquet")) is None

@@ -13,15 +13,19 @@ from __future__ import annotations
 import threading
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from siltlake.coltypes import FIELD_ID_KEY
+from siltlake.merge.footers import raw_footer, schema_prefix
 
 # Inputs up to this many bytes: the scan's result is whole in memory at once, as object-by-object decoding's
 # is, but DuckDB's own buffers come on top of it; larger (Spark-side) merges keep the bounded column join.
 MAX_SCAN_BYTES = 256 << 20
 _SCANNED_TYPES = (pa.types.is_boolean, pa.types.is_int32, pa.types.is_int64, pa.types.is_float32,
                   pa.types.is_float64, pa.types.is_string, pa.types.is_date32, pa.types.is_decimal128)
+
+ARROW_SCHEMA_KEY = b"ARROW:schema"
 
 _database = None
 _database_lock = threading.Lock()
@@ -51,45 +55,54 @@ def _scanned_type(data_type: pa.DataType) -> bool:
     return any(check(data_type) for check in _SCANNED_TYPES)
 
 
-def scan_alike(paths: list[str], wanted: pa.Schema) -> pa.Table | None:
+def scan_alike(paths: list[str], wanted: pa.Schema, sort_by: str | None = None) -> pa.Table | None:
     """The rows of local Parquet files in path order as `wanted`, in one scan; None when they are not alike.
+    With `sort_by`, the rows come sorted by that column as a stable sort of them in path order would leave them
+    (DuckDB sorts on its threads by the column, then each row's file and place in it).
 
-    The scan starts once the first file's footer shows the columns, and runs on DuckDB's threads while this one
-    reads the other footers (0.05 ms each): files that turn out unalike cancel it."""
-    first = pq.read_schema(paths[0])
+    Alike is told from the footers' bytes (merge/footers.py): every file's begins with the first file's up to
+    the end of its schema, and holds the first file's Arrow schema (the types pyarrow would decode them as)."""
+    with pq.ParquetFile(paths[0]) as first_file:
+        first = first_file.schema_arrow
+        arrow_schema = (first_file.metadata.metadata or {}).get(ARROW_SCHEMA_KEY)
     if not scannable([first], wanted):
         return None
+    first_footer = raw_footer(paths[0])
+    prefix = schema_prefix(first_footer) if first_footer is not None else None
+    if prefix is None:
+        return None
+    for path in paths[1:]:
+        footer = raw_footer(path)
+        if footer is None or not footer.startswith(prefix) or \
+                (ARROW_SCHEMA_KEY not in footer if arrow_schema is None else arrow_schema not in footer):
+            return None
     listed = ", ".join("'" + path.replace("'", "''") + "'" for path in paths)
     columns = ", ".join('"' + name.replace('"', '""') + '"' for name in wanted.names)
+    query = f"SELECT {columns} FROM read_parquet([{listed}])"
+    # file_index and file_row_number are DuckDB's virtual columns (1.3 on); a file column of either name hides it.
+    sorted_in_scan = sort_by is not None and not {"file_index", "file_row_number"} & set(first.names)
+    if sorted_in_scan:
+        query += f' ORDER BY "{sort_by.replace(chr(34), chr(34) * 2)}" NULLS LAST, file_index, file_row_number'
     cursor = _connection().cursor()
-    outcome: dict[str, object] = {}
-
-    def scan() -> None:
-        try:
-            outcome["rows"] = cursor.sql(f"SELECT {columns} FROM read_parquet([{listed}])").to_arrow_table()
-        except Exception as exc:  # noqa: BLE001 - the files are decoded object by object instead
-            outcome["error"] = exc
-
-    scanning = threading.Thread(target=scan, daemon=True, name="siltlake-merge-scan")
-    scanning.start()
-    alike = False
     try:
-        alike = all(same_schema(pq.read_schema(path), first) for path in paths[1:])
-    finally:  # unalike, or a footer that cannot be read (raised from here): the scan's answer is not wanted
-        if not alike:
-            cursor.interrupt()
-        scanning.join()
-        cursor.close()
-    if not alike or "error" in outcome:
+        scanned = cursor.sql(query).to_arrow_table()
+    except Exception:  # noqa: BLE001 - the files are decoded object by object instead
         # A scan that failed (a file gone, DuckDB out of memory): the object-by-object path reads the files
         # again and reports what it finds in the merge's own terms (a missing input counts against the job).
         return None
-    scanned = outcome["rows"]
+    finally:
+        cursor.close()
     # TIMESTAMPTZ comes back labelled with the session's zone and every column as nullable: the same values as
-    # the files hold, under the merge's own field types. The scan hands back a chunk a file: the sort and the
-    # takes that follow are 2-3x faster on whole columns.
-    return pa.Table.from_arrays([scanned.column(i).cast(target.type) for i, target in enumerate(wanted)],
-                                schema=wanted).combine_chunks()
+    # the files hold, under the merge's own field types. An unsorted scan hands back a chunk a file: the sort and the
+    # takes that follow are 2-3x faster on whole columns. A sorted scan's chunks are few and read in order.
+    table = pa.Table.from_arrays([scanned.column(i).cast(target.type) for i, target in enumerate(wanted)],
+                                 schema=wanted)
+    if sorted_in_scan:
+        return table
+    table = table.combine_chunks()
+    if sort_by is not None:
+        return table.take(pc.sort_indices(table, sort_keys=[(sort_by, "ascending")]))
+    return table
 
 
 def _connection():  # noqa: ANN202 - a DuckDB connection

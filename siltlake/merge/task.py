@@ -139,15 +139,26 @@ class _Merger:
 
     def _decode(self, keys: list[str], schema: pa.Schema | None = None) -> pa.Table:
         """Read whole objects as `schema` (the table's current one by default; columns an object lacks read
-        as null, columns it has beyond the schema are dropped), in key order.
+        as null, columns it has beyond the schema are dropped), in key order: in one scan when they are alike."""
+        schema = schema or self.schema
+        if len(keys) > 1:
+            scanned = self._scan(keys, schema)
+            if scanned is not None:
+                return scanned
+        return self._decode_each(keys, schema)
 
-        Objects are read and decoded on a thread pool (Parquet decoding releases the GIL), one object per
+    def _scan(self, keys: list[str], schema: pa.Schema, sort_by: str | None = None) -> pa.Table | None:
+        """The objects in one DuckDB scan (merge/scan.py) when they are local, alike and fit in memory, else None."""
+        if self.lake.is_object_store or self._input_bytes > MAX_SCAN_BYTES or not keys:
+            return None
+        return scan_alike([self.lake.path(key) for key in keys], schema, sort_by)
+
+    def _decode_each(self, keys: list[str], schema: pa.Schema) -> pa.Table:
+        """Objects read and decoded on a thread pool (Parquet decoding releases the GIL), one object per
         thread: a merge reads thousands of small objects, each too small to split. The pieces are then
         joined column by column, each column's pieces released as soon as it is joined, so the join holds
         at most one extra column: sorting and taking from contiguous columns is 2-3x faster than from
-        thousands of chunks.
-        """
-        schema = schema or self.schema
+        thousands of chunks."""
         if not keys:
             return schema.empty_table()
         if len(keys) == 1:
@@ -155,10 +166,6 @@ class _Merger:
         # An object store's reads wait on the network: Arrow's I/O thread count. A local disk's reads are decoding
         # only: one thread a core, since more only take the GIL from each other.
         threads = pa.io_thread_count() if self.lake.is_object_store else pa.cpu_count()
-        if not self.lake.is_object_store and self._input_bytes <= MAX_SCAN_BYTES:
-            scanned = scan_alike([self.lake.path(key) for key in keys], schema)
-            if scanned is not None:  # the objects are alike: one DuckDB scan (merge/scan.py)
-                return scanned
         with ThreadPoolExecutor(min(len(keys), max(2, threads))) as pool:
             pieces = list(pool.map(lambda key: self._read_one(key, schema), keys))
         pending = [[chunk for piece in pieces for chunk in piece.column(i).chunks] for i in range(len(schema))]
@@ -259,7 +266,12 @@ class _Merger:
 
     def deep(self, planned: RangeTask, result: RangeResult) -> None:
         keys = ([planned.existing_key] if planned.existing_key else []) + list(planned.small_keys)
-        table = self._sorted(self._latest(keys) if self.table.keyed else self._decode(keys))
+        if self.table.keyed:
+            table: pa.Table | _SortedRows = self._sorted(self._latest(keys))
+        else:  # sorted in the scan when the objects are alike, else decoded one by one and sorted here
+            table = self._scan(keys, self.schema, sort_by=self.table.time_column)
+            if table is None:
+                table = self._sorted(self._decode_each(keys, self.schema))
         result.bytes_decoded += planned.small_bytes + (self.lake.info(planned.existing_key).size
                                                        if planned.existing_key else 0)
         _, result.bytes_out = self._write(planned.output_key, lambda sink: self._encode(table, sink))
