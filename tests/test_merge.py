@@ -312,3 +312,32 @@ def test_merge_and_status_commands(deployment: Deployment, monkeypatch) -> None:
     assert "1 finished" in merged.output and "4 small objects" in merged.output
     shown = runner.invoke(main, ["status"], catch_exceptions=False).output
     assert "0 small objects" in shown and "0 due" in shown
+
+
+def test_a_drained_queue_is_claimed_again_only_when_a_stage_may_have_made_jobs_due(deployment: Deployment,
+                                                                                 monkeypatch) -> None:
+    table = make_table(deployment)
+    days = [DAY - dt.timedelta(days=offset) for offset in range(3)]
+    for day in days:
+        add_small_objects(deployment, table, day, [rows_for(day, 20, 1)])
+    queue = deployment.catalog.merge_queue
+    claims: list[tuple[int, int]] = []  # (jobs taken, due jobs passed over)
+    claim = queue.claim
+
+    def counted(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        taken = claim(*args, **kwargs)
+        claims.append((len(taken), taken.passed_over))
+        return taken
+
+    monkeypatch.setattr(queue, "claim", counted)
+    # One job a table at a time: each claim passes the others over, and each stage's end is looked after.
+    deployment.config.merge.per_table_limit = 1
+    report = MergeWorker(deployment, slots=4).run(once=True)
+    assert report.finished == 3
+    assert claims == [(1, 1), (1, 1), (1, 0)]  # a claim looks one job beyond each table's cap
+    # Nothing passed over and nothing continued: the stage's end is not followed by another claim.
+    claims.clear()
+    add_small_objects(deployment, table, days[0], [rows_for(days[0], 20, 2)])
+    deployment.config.merge.per_table_limit = 4
+    report = MergeWorker(deployment, slots=4).run(once=True)
+    assert (report.finished, claims) == (1, [(1, 0)])

@@ -96,8 +96,9 @@ def test_alike_objects_scan_to_the_rows_and_order_each_object_decodes_to(tmp_pat
         pq.read_schema(lake.path("merged/without.parquet")), check_metadata=True)
 
 
-def test_a_sorted_scan_keeps_equal_times_in_object_then_row_order(tmp_path: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("sorted_in", ["scan", "pyarrow"])
+def test_a_sorted_scan_keeps_equal_times_in_object_then_row_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  sorted_in: str) -> None:
     lake = Storage(str(tmp_path))
     # Ten distinct times over 30 objects of 40 rows: most rows share their time with rows of other objects.
     tables = []
@@ -113,7 +114,18 @@ def test_a_sorted_scan_keeps_equal_times_in_object_then_row_order(tmp_path: Path
     stable = each.take(pc.sort_indices(each, sort_keys=[("utc_event_time", "ascending")]))
     scanned = scan_alike(paths, wanted, sort_by="utc_event_time")
     assert scanned is not None and scanned.equals(stable)
+    # A deep merge sorts in the scan above SORT_IN_SCAN_BYTES of input, with pyarrow after an unsorted scan below.
+    monkeypatch.setattr(merge_task, "SORT_IN_SCAN_BYTES", -1 if sorted_in == "scan" else 1 << 40)
+    sorts: list[str | None] = []
+
+    def spied(paths, schema, sort_by=None):  # noqa: ANN001, ANN202
+        sorts.append(sort_by)
+        return scan_alike(paths, schema, sort_by)
+
+    monkeypatch.setattr(merge_task, "scan_alike", spied)
     with_scan = merge(lake, keys, "merged/with-scan.parquet")
+    assert sorts == (["utc_event_time"] if sorted_in == "scan" else [None])
+    assert with_scan.select(wanted.names).cast(wanted).equals(stable)
     monkeypatch.setattr(merge_task, "MAX_SCAN_BYTES", -1)
     assert with_scan.equals(merge(lake, keys, "merged/without.parquet"))
 

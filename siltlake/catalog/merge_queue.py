@@ -8,6 +8,7 @@ from collections.abc import Collection, Sequence
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from siltlake.catalog import merge_statements as statements
 from siltlake.catalog import schema as s
 from siltlake.catalog.core import CatalogCore, table_record
 from siltlake.catalog.records import (
@@ -28,6 +29,14 @@ _DATES_IN_QUERY = 500  # dates matched in a query; more are kept after reading t
 _MERGE_CLAIM_LOCK = 0x5117_3E26
 
 
+class ClaimedJobs(list):
+    """The jobs a claim took, and how many of the due jobs it looked at it passed over (its limit reached, a
+    partition busy, a table at its cap; it looks one job beyond each table's cap): a worker claims again when
+    its own jobs end only if some were passed over."""
+
+    passed_over: int = 0
+
+
 class MergeQueue:
     """Reached as catalog.merge_queue."""
 
@@ -42,7 +51,7 @@ class MergeQueue:
 
     def claim(self, owner: str, *, limit: int, now: dt.datetime, timeout: float,
               per_table_limit: int, table_ids: Sequence[int] | None = None,
-              local: LocalHost | None = None, partition_ids: Sequence[int] | None = None) -> list[ClaimedJob]:
+              local: LocalHost | None = None, partition_ids: Sequence[int] | None = None) -> ClaimedJobs:
         """Claim up to `limit` due jobs (or jobs whose worker went silent for `timeout` seconds, or, with
         `local`, whose process on this host is gone); claims record local's host and pid. table_ids and
         partition_ids (None: any) narrow which jobs are claimed.
@@ -51,16 +60,11 @@ class MergeQueue:
         jobs per table, none for a partition with a parked job. Claims are serialised, and each claim is
         an UPDATE guarded by the state the candidate was read in.
         """
-        j, p = s.merge_jobs, s.partitions
+        j = s.merge_jobs
         stale_before = now - dt.timedelta(seconds=timeout)
         with self._core.tx() as c:
             self._lock_claims(c)
-            held = c.execute(
-                sa.select(p.c.table_id, j.c.partition_id, j.c.ongoing_mark, j.c.heartbeat_time, j.c.owner,
-                          j.c.owner_host, j.c.owner_pid)
-                .select_from(j.join(p, j.c.partition_id == p.c.id))
-                .where(j.c.ongoing_mark != 0)
-            ).all()
+            held = c.execute(statements.held_jobs()).all()
             # Running jobs whose process exited on this host: stale now, whatever their heartbeat says.
             gone = {row.ongoing_mark: row for row in (local.dead_claims(held) if local is not None else [])
                     if row.ongoing_mark > 0}
@@ -73,34 +77,20 @@ class MergeQueue:
                     busy_partitions.add(row.partition_id)  # parked, or running with a live worker
                 if row.ongoing_mark > 0 and live and row.heartbeat_time is not None:
                     running_per_table[row.table_id] = running_per_table.get(row.table_id, 0) + 1
-            due = sa.or_(
-                sa.and_(j.c.ongoing_mark == 0, j.c.schedule_time <= now),
-                sa.and_(j.c.ongoing_mark > 0, j.c.heartbeat_time < stale_before),
-                *([j.c.id.in_(list(gone))] if gone else []),
-            )
-            rank = sa.func.row_number().over(partition_by=p.c.table_id, order_by=(j.c.schedule_time, j.c.id))
-            ranked = (
-                sa.select(j.c.id, j.c.partition_id, j.c.ongoing_mark, j.c.heartbeat_time, j.c.attempts,
-                          j.c.schedule_time, p.c.table_id, p.c.partition_date, rank.label("rank"))
-                .select_from(j.join(p, j.c.partition_id == p.c.id))
-                .where(due)
-            )
-            if table_ids is not None:
-                ranked = ranked.where(p.c.table_id.in_(list(table_ids)))
-            if partition_ids is not None:
-                ranked = ranked.where(j.c.partition_id.in_(list(partition_ids)))
-            ranked = ranked.subquery()
             # Busy partitions may hide a table's first candidates: look a little deeper than the cap.
-            depth = per_table_limit + len(busy_partitions) + 1
-            candidates = c.execute(
-                sa.select(ranked).where(ranked.c.rank <= depth)
-                .order_by(ranked.c.schedule_time, ranked.c.id)
-            ).all()
+            values = {"now": now, "stale_before": stale_before, "depth": per_table_limit + len(busy_partitions) + 1}
+            for name, narrowing in (("gone", gone or None), ("table_ids", table_ids), ("partition_ids", partition_ids)):
+                if narrowing is not None:
+                    values[name] = list(narrowing)
+            candidates = c.execute(statements.due_candidates(
+                table_ids is not None, partition_ids is not None, bool(gone)), values).all()
             tables = {}
-            claimed: list[ClaimedJob] = []
-            for row in candidates:
+            claimed = ClaimedJobs()
+            for seen, row in enumerate(candidates):
                 if len(claimed) >= limit:
+                    claimed.passed_over += len(candidates) - seen
                     break
+                claimed.passed_over += 1  # until claimed below
                 if row.partition_id in busy_partitions:
                     continue
                 if running_per_table.get(row.table_id, 0) >= per_table_limit:
@@ -109,20 +99,26 @@ class MergeQueue:
                         sa.select(j.c.id).where(j.c.id == row.id, j.c.ongoing_mark == 0)
                         .with_for_update(skip_locked=True)).first() is None:
                     continue  # a commit adding objects for it holds it (CatalogCore.lock_waiting_jobs): not yet
-                guard = (j.c.ongoing_mark == 0) if row.ongoing_mark == 0 else sa.and_(
-                    j.c.ongoing_mark == row.ongoing_mark, j.c.heartbeat_time == row.heartbeat_time)
-                updated = c.execute(
-                    j.update().where(j.c.id == row.id, guard)
-                    .values(ongoing_mark=row.id, heartbeat_time=now, owner=owner, attempts=j.c.attempts + 1,
-                            owner_host=local.name if local else None, owner_pid=local.pid if local else None)
-                ).rowcount
+                host, pid = (local.name, local.pid) if local else (None, None)
+                if row.ongoing_mark == 0:
+                    updated = c.execute(statements.claim_waiting(), {
+                        "job_id": row.id, "claimed_at": now, "claim_owner": owner, "claim_host": host,
+                        "claim_pid": pid}).rowcount
+                else:  # taken over: guarded by the claim it was read with, a heartbeat of None included
+                    updated = c.execute(
+                        j.update().where(j.c.id == row.id, j.c.ongoing_mark == row.ongoing_mark,
+                                         j.c.heartbeat_time == row.heartbeat_time)
+                        .values(ongoing_mark=row.id, heartbeat_time=now, owner=owner, attempts=j.c.attempts + 1,
+                                owner_host=host, owner_pid=pid)
+                    ).rowcount
                 if updated != 1:
                     continue
                 if row.table_id not in tables:
                     tables[row.table_id] = table_record(
-                        c.execute(sa.select(s.tables).where(s.tables.c.id == row.table_id)).one())
+                        c.execute(statements.table_row(), {"table_id": row.table_id}).one())
                 busy_partitions.add(row.partition_id)
                 running_per_table[row.table_id] = running_per_table.get(row.table_id, 0) + 1
+                claimed.passed_over -= 1
                 claimed.append(ClaimedJob(
                     id=row.id, partition_id=row.partition_id, partition_date=row.partition_date,
                     table=tables[row.table_id], attempts=row.attempts + 1, taken_over=row.ongoing_mark != 0,
@@ -187,35 +183,25 @@ class MergeQueue:
                         ) -> tuple[RangeRow | None, int | None, list[UnmergedObject]]:
         """The partition's last range (None if none but the sentinel), the largest upper bound (None without
         any range row: what commit checks), and up to `limit` small objects after it."""
-        r, so = s.merge_ranges, s.small_objects
         with self._core.tx() as c:
-            last = c.execute(
-                sa.select(r.c.lower_bound, r.c.upper_bound, r.c.content_length, r.c.row_count, r.c.object_key)
-                .where(r.c.partition_id == partition_id).order_by(r.c.upper_bound.desc()).limit(1)
-            ).first()
+            last = c.execute(statements.last_range(), {"partition_id": partition_id}).first()
             after = last.upper_bound if last is not None else 0
-            rows = c.execute(
-                sa.select(so.c.id, so.c.delayed, so.c.content_length, so.c.row_count)
-                .where(so.c.partition_id == partition_id, so.c.id > after).order_by(so.c.id).limit(limit)
-            ).all()
+            rows = c.execute(statements.objects_after(limit), {"partition_id": partition_id, "after": after}).all()
         last_range = RangeRow(*last) if last is not None and last.lower_bound is not None else None
         return last_range, (last.upper_bound if last is not None else None), [UnmergedObject(*row) for row in rows]
 
     # --- finishing ---------------------------------------------------------------------------------
 
     def _own_job(self, c: Connection, job: ClaimedJob, owner: str):  # noqa: ANN202 - a Row
-        j = s.merge_jobs
-        query = sa.select(j).where(j.c.id == job.id, j.c.ongoing_mark == job.id, j.c.owner == owner)
-        if self._core.dialect == "postgresql":
-            query = query.with_for_update()
-        row = c.execute(query).first()
+        row = c.execute(statements.own_job(self._core.dialect == "postgresql"),
+                        {"job_id": job.id, "owner": owner}).first()
         if row is None:
             raise LostMergeJob(f"merge job {job.id} is no longer held by {owner}; another worker took it over")
         return row
 
     def _write_log(self, c: Connection, job: ClaimedJob, outcome: str, result: JobOutcome, now: dt.datetime,
                    error: str | None = None) -> None:
-        c.execute(s.merge_job_log.insert().values(
+        c.execute(s.merge_job_log.insert(), dict(
             job_id=job.id, partition_id=job.partition_id, mode=result.mode, objects_in=result.objects_in,
             bytes_in=result.bytes_in, bytes_out=result.bytes_out, rows_out=result.rows_out,
             bytes_decoded=result.bytes_decoded, start_time=result.start_time or now, end_time=now,
@@ -230,40 +216,39 @@ class MergeQueue:
         base_upper is the last range's upper bound the job planned from (None: the partition had no
         ranges). If the ranges moved meanwhile, nothing is recorded and MergeConflict is raised.
         """
-        r, p, j = s.merge_ranges, s.partitions, s.merge_jobs
+        r = s.merge_ranges
+        postgresql = self._core.dialect == "postgresql"
         with self._core.tx() as c:
             self._own_job(c, job, owner)
-            lock = sa.select(p.c.id).where(p.c.id == job.partition_id)
-            c.execute(lock.with_for_update() if self._core.dialect == "postgresql" else lock)
-            current = c.execute(sa.select(sa.func.max(r.c.upper_bound)).where(r.c.partition_id == job.partition_id)
-                                ).scalar_one()
+            partition = {"partition_id": job.partition_id}
+            c.execute(statements.partition_lock(postgresql), partition)
+            current = c.execute(statements.largest_upper(), partition).scalar_one()
             if current != base_upper:
                 raise MergeConflict(
                     f"partition {job.partition_id} was merged up to {current} while job {job.id} planned from "
                     f"{base_upper}; its output is left for reap"
                 )
             if writes and current is None:
-                c.execute(r.insert().values(partition_id=job.partition_id, lower_bound=None, upper_bound=0,
-                                            content_length=0, row_count=0, create_time=now, update_time=now))
+                c.execute(r.insert(), dict(partition_id=job.partition_id, lower_bound=None, upper_bound=0,
+                                           content_length=0, row_count=0, create_time=now, update_time=now))
             for write in writes:
                 if write.old_upper is not None:
-                    updated = c.execute(r.update().where(
-                        r.c.partition_id == job.partition_id, r.c.lower_bound == write.lower,
-                        r.c.upper_bound == write.old_upper,
-                    ).values(upper_bound=write.upper, content_length=write.content_length,
-                             row_count=write.row_count, update_time=now, object_key=None)).rowcount
+                    updated = c.execute(statements.extend_range(), {
+                        "range_partition": job.partition_id, "lower": write.lower, "old_upper": write.old_upper,
+                        "new_upper": write.upper, "new_length": write.content_length, "new_rows": write.row_count,
+                        "updated_at": now}).rowcount
                     if updated != 1:
                         raise MergeConflict(f"range ({write.lower}, {write.old_upper}] of partition "
                                             f"{job.partition_id} is gone")
                 else:
-                    c.execute(r.insert().values(
+                    c.execute(r.insert(), dict(
                         partition_id=job.partition_id, lower_bound=write.lower, upper_bound=write.upper,
                         content_length=write.content_length, row_count=write.row_count,
                         create_time=now, update_time=now))
             if writes:
-                c.execute(p.update().where(p.c.id == job.partition_id)
-                          .values(desired_manifest_version=writes[-1].upper))
-            c.execute(j.delete().where(j.c.id == job.id))
+                c.execute(statements.raise_desired_version(),
+                          {"partition_id": job.partition_id, "desired": writes[-1].upper})
+            c.execute(statements.delete_job(), {"job_id": job.id})
             self._write_log(c, job, "continuing" if continuing else "finished", result, now)
             if continuing:
                 self._core.schedule_waiting(c, job.partition_id, now, continued_from=job.id)

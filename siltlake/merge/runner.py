@@ -107,7 +107,11 @@ class MergeWorker:
         self._lock = threading.Lock()
         self._spark_lock = threading.Lock()
         self._wake = threading.Event()
-        self._stages_done = 0
+        # Stages whose end may have made jobs claimable: a claim before them passed due jobs over (a busy
+        # partition, a table at its cap, the slots full), or a job of theirs continued or was released.
+        self._stages_freeing = 0
+        self._passed_over = 0  # of the last claim
+        self._requeued = False  # a job continued or was released since the last stage ended
         self._next_unqueued_check = 0.0
 
     # --- planning ------------------------------------------------------------------------------------
@@ -181,6 +185,7 @@ class MergeWorker:
             self.catalog.merge_queue.commit(job, self.owner, base_upper=prepared.base_upper, writes=writes,
                                       continuing=plan.continuing, result=outcome, now=now)
             with self._lock:
+                self._requeued = self._requeued or plan.continuing
                 report.continuing += plan.continuing
                 report.finished += not plan.continuing
                 report.objects_in += outcome.objects_in
@@ -201,6 +206,7 @@ class MergeWorker:
             with self._lock:
                 report.conflicts += 1
                 report.errors.append((job.table.qualified_name, job.partition_date.isoformat(), str(exc)))
+                self._requeued = True
             self.catalog.merge_queue.release(job, self.owner, now)
         except Exception as exc:  # the catalog went away mid-commit: the claim goes stale and is taken over
             with self._lock:
@@ -298,6 +304,7 @@ class MergeWorker:
             per_table_limit=self.settings.per_table_limit, table_ids=self.table_ids, local=self.local,
             partition_ids=self.partition_ids)
         with self._lock:
+            self._passed_over = claimed.passed_over
             for job in claimed:
                 self._held[job.id] = job
             self.report.claimed += len(claimed)
@@ -332,17 +339,17 @@ class MergeWorker:
         beat.start()
         stages: list[threading.Thread] = []
         failures = 0
-        # A claim that came back short found no more due jobs: claim again only once a stage has finished
-        # since (its commits may have made jobs due) or the poll interval has passed.
-        drained_at: int | None = None  # self._stages_done before the last short claim
+        # A claim that came back short found no more due jobs: claim again only once a stage whose end may have
+        # made jobs due has finished since, or the poll interval has passed.
+        drained_at: int | None = None  # self._stages_freeing before the last short claim
         try:
             while True:
                 stages = [t for t in stages if t.is_alive()]
                 claimed: list[ClaimedJob] = []
                 free = self.slots - len(self._held)
-                if free > 0 and drained_at != self._stages_done and not stop.is_set():
+                if free > 0 and drained_at != self._stages_freeing and not stop.is_set():
                     try:
-                        before = self._stages_done
+                        before = self._stages_freeing
                         claimed = self.claim(free)
                         drained_at = before if len(claimed) < free else None
                         failures = 0
@@ -362,7 +369,7 @@ class MergeWorker:
                     stage.start()
                     stages.append(stage)
                     continue
-                if not stages and (stop.is_set() or (once and drained_at == self._stages_done)):
+                if not stages and (stop.is_set() or (once and drained_at == self._stages_freeing)):
                     break
                 self.report.seconds = time.monotonic() - started
                 if on_round is not None and not stages:
@@ -384,7 +391,9 @@ class MergeWorker:
             self._run_batch(jobs)
         finally:
             with self._lock:
-                self._stages_done += 1
+                if self._passed_over or self._requeued:
+                    self._stages_freeing += 1
+                    self._requeued = False
             self._wake.set()
 
 

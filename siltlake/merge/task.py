@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -55,6 +56,10 @@ WHOLE_READ_BYTES = 16 * 1024 * 1024
 # which readers filter on without decoding every string.
 DICTIONARY_MAX_DISTINCT = 0.5
 DICTIONARY_SAMPLE_ROWS = 4096
+# A deep merge reading more than this sorts its rows in DuckDB's scan (on its threads), a smaller one with pyarrow
+# after the scan: the sort operator's fixed cost is more than pyarrow's sort of few rows (100 objects of 19 KB:
+# 3 ms slower in the scan; 400, 7.5 MB: even; 2,000: 50 ms faster in the scan).
+SORT_IN_SCAN_BYTES = 8 << 20
 # Row groups encoded at once: Parquet encoding and compression release the GIL, and one writer uses one core.
 ENCODE_THREADS = max(1, min(4, pa.cpu_count()))
 
@@ -268,10 +273,12 @@ class _Merger:
         keys = ([planned.existing_key] if planned.existing_key else []) + list(planned.small_keys)
         if self.table.keyed:
             table: pa.Table | _SortedRows = self._sorted(self._latest(keys))
-        else:  # sorted in the scan when the objects are alike, else decoded one by one and sorted here
+        elif self._input_bytes > SORT_IN_SCAN_BYTES:  # sorted in the scan when the objects are alike
             table = self._scan(keys, self.schema, sort_by=self.table.time_column)
             if table is None:
                 table = self._sorted(self._decode_each(keys, self.schema))
+        else:
+            table = self._sorted(self._decode(keys))
         result.bytes_decoded += planned.small_bytes + (self.lake.info(planned.existing_key).size
                                                        if planned.existing_key else 0)
         _, result.bytes_out = self._write(planned.output_key, lambda sink: self._encode(table, sink))
@@ -356,16 +363,30 @@ def dictionary_columns(table: pa.Table, schema: pa.Schema) -> list[str]:
     """The columns of `schema` worth a dictionary: those whose values repeat in an evenly spread sample of
     `table`'s rows, and the columns `table` lacks (dt, one value per object; a column added since: nulls)."""
     step = max(1, table.num_rows // DICTIONARY_SAMPLE_ROWS)
-    sample = table.take(pa.array(range(0, table.num_rows, step), pa.int64())) if step > 1 else table
+    positions: dict[tuple[int, int], pa.Array] = {}  # a chunk's sampled positions, by its offset and length
     chosen = []
     for target in schema:
-        if target.name not in sample.column_names:
+        if target.name not in table.column_names:
             chosen.append(target.name)
             continue
-        column = sample.column(target.name)
+        column = _every_nth(table.column(target.name), step, positions)
         if pc.count_distinct(column, mode="all").as_py() <= DICTIONARY_MAX_DISTINCT * max(1, len(column)):
             chosen.append(target.name)
     return chosen
+
+
+def _every_nth(column: pa.ChunkedArray, step: int, positions: dict[tuple[int, int], pa.Array]) -> pa.ChunkedArray:
+    """Every step-th value of a column, taken chunk by chunk: a take across a column's chunks joins them first
+    (13 ms for a sample of a million sorted rows in nine chunks, against 0.3 ms in one)."""
+    if step == 1:
+        return column
+    pieces, offset = [], 0
+    for chunk in column.chunks:
+        if (offset, len(chunk)) not in positions:
+            positions[offset, len(chunk)] = pa.array(np.arange((-offset) % step, len(chunk), step, dtype=np.int64))
+        pieces.append(chunk.take(positions[offset, len(chunk)]))
+        offset += len(chunk)
+    return pa.chunked_array(pieces, column.type)
 
 
 def run_merge_task(task: MergeTask) -> dict:
