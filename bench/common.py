@@ -7,6 +7,7 @@ Importing this module puts the repository root on sys.path, so that the scripts 
 
 from __future__ import annotations
 
+import gc
 import itertools
 import json
 import os
@@ -232,6 +233,9 @@ def interleaved_runs(peers: dict[str, tuple[Callable[[int], object] | None, Call
     for attempt in range(repeats):
         for name, (prepare, run) in peers.items():
             state = prepare(attempt) if prepare else None
+            # The garbage a peer's preparation left is collected before its clock starts, not in its run: a full
+            # collection of this process's heap (a SparkSession's objects among them) takes 20-40 ms.
+            gc.collect()
             with Measure() as measured:
                 details = run(state)
             runs[name].append(run_record(measured, details))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+import threading
+import time
 import json
 from collections import Counter
 
@@ -341,3 +343,30 @@ def test_a_drained_queue_is_claimed_again_only_when_a_stage_may_have_made_jobs_d
     deployment.config.merge.per_table_limit = 4
     report = MergeWorker(deployment, slots=4).run(once=True)
     assert (report.finished, claims) == (1, [(1, 0)])
+
+
+def test_a_stage_thread_slow_to_exit_after_its_last_job_does_not_look_running(deployment: Deployment,
+                                                                            monkeypatch) -> None:
+    table = make_table(deployment)
+    add_small_objects(deployment, table, DAY, [rows_for(DAY, 20, 1)])
+    worker = MergeWorker(deployment, slots=4)
+
+    class SlowToExit(threading.Event):
+        def set(self) -> None:
+            super().set()
+            if threading.current_thread() is not threading.main_thread():
+                time.sleep(0.7)  # the stage thread, alive a while after waking the loop
+
+    monkeypatch.setattr(worker, "_wake", SlowToExit())
+    claims: list[int] = []
+    claim = worker.claim
+
+    def counted(limit: int):  # noqa: ANN202
+        taken = claim(limit)
+        claims.append(len(taken))
+        return taken
+
+    monkeypatch.setattr(worker, "claim", counted)
+    report = worker.run(once=True)
+    # Seen as running, the stage would have made the loop wait out its 0.5 s poll and claim again.
+    assert (report.finished, claims) == (1, [1])

@@ -112,6 +112,7 @@ class MergeWorker:
         self._stages_freeing = 0
         self._passed_over = 0  # of the last claim
         self._requeued = False  # a job continued or was released since the last stage ended
+        self._running_stages = 0
         self._next_unqueued_check = 0.0
 
     # --- planning ------------------------------------------------------------------------------------
@@ -344,7 +345,9 @@ class MergeWorker:
         drained_at: int | None = None  # self._stages_freeing before the last short claim
         try:
             while True:
-                stages = [t for t in stages if t.is_alive()]
+                stages = [t for t in stages if t.is_alive()]  # kept to be joined
+                with self._lock:
+                    running = self._running_stages
                 claimed: list[ClaimedJob] = []
                 free = self.slots - len(self._held)
                 if free > 0 and drained_at != self._stages_freeing and not stop.is_set():
@@ -366,16 +369,18 @@ class MergeWorker:
                     self.progress.found(len(claimed))
                     self._wake.clear()
                     stage = threading.Thread(target=self._stage, args=(claimed,), daemon=True, name="merge-stage")
+                    with self._lock:
+                        self._running_stages += 1
                     stage.start()
                     stages.append(stage)
                     continue
-                if not stages and (stop.is_set() or (once and drained_at == self._stages_freeing)):
+                if not running and (stop.is_set() or (once and drained_at == self._stages_freeing)):
                     break
                 self.report.seconds = time.monotonic() - started
-                if on_round is not None and not stages:
+                if on_round is not None and not running:
                     on_round(self.report)
                 # Wake when a stage finishes (slots freed) or the poll interval passes.
-                if not self._wake.wait(0.5 if once or stages else self.settings.poll_interval):
+                if not self._wake.wait(0.5 if once or running else self.settings.poll_interval):
                     drained_at = None
                 self._wake.clear()
         finally:
@@ -394,6 +399,9 @@ class MergeWorker:
                 if self._passed_over or self._requeued:
                     self._stages_freeing += 1
                     self._requeued = False
+                # Counted as ended here, before the wake: a thread still alive while it returns would otherwise
+                # look like a running stage to the woken loop, which then waited out a whole poll.
+                self._running_stages -= 1
             self._wake.set()
 
 
