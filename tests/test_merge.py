@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+import json
 import threading
 import time
-import json
 from collections import Counter
 
 import duckdb

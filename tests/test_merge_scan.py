@@ -148,12 +148,12 @@ def test_unalike_objects_are_not_scanned_and_merge_as_before(tmp_path: Path) -> 
 
 def test_only_types_the_scan_returns_unchanged_are_scanned() -> None:
     instant = pa.schema([pa.field("t", pa.timestamp("us", tz="UTC"))])
-    assert scannable([instant], instant)
+    assert scannable(instant, instant)
     for other in (pa.timestamp("ns", tz="UTC"), pa.timestamp("us"), pa.large_string(), pa.binary(),
                   pa.list_(pa.int64()), pa.int16()):
         schema = pa.schema([pa.field("t", other)])
-        assert not scannable([schema], schema), other
-    assert not scannable([pa.schema([pa.field("t", pa.int32())])], pa.schema([pa.field("t", pa.int64())]))
+        assert not scannable(schema, schema), other
+    assert not scannable(pa.schema([pa.field("t", pa.int32())]), pa.schema([pa.field("t", pa.int64())]))
 
 
 def test_a_scan_that_fails_leaves_the_files_to_the_object_by_object_path(tmp_path: Path) -> None:

@@ -38,14 +38,11 @@ def same_schema(found: pa.Schema, wanted: pa.Schema) -> bool:
         [(f.metadata or {}).get(FIELD_ID_KEY) for f in found] == [(f.metadata or {}).get(FIELD_ID_KEY) for f in wanted]
 
 
-def scannable(footers: list[pa.Schema], wanted: pa.Schema) -> bool:
-    """Whether one scan of files with these schemas reads `wanted`'s columns exactly as each file holds them."""
-    first = footers[0]
-    if not all(same_schema(footer, first) for footer in footers[1:]):
-        return False
+def scannable(found: pa.Schema, wanted: pa.Schema) -> bool:
+    """Whether a scan of files of schema `found` reads `wanted`'s columns exactly as the files hold them."""
     for target in wanted:
-        index = first.get_field_index(target.name)
-        if index < 0 or not first.field(index).type.equals(target.type) or not _scanned_type(target.type):
+        index = found.get_field_index(target.name)
+        if index < 0 or not found.field(index).type.equals(target.type) or not _scanned_type(target.type):
             return False
     return True
 
@@ -66,7 +63,7 @@ def scan_alike(paths: list[str], wanted: pa.Schema, sort_by: str | None = None) 
     with pq.ParquetFile(paths[0]) as first_file:
         first = first_file.schema_arrow
         arrow_schema = (first_file.metadata.metadata or {}).get(ARROW_SCHEMA_KEY)
-    if not scannable([first], wanted):
+    if not scannable(first, wanted):
         return None
     first_footer = raw_footer(paths[0])
     prefix = schema_prefix(first_footer) if first_footer is not None else None
