@@ -56,9 +56,9 @@ WHOLE_READ_BYTES = 16 * 1024 * 1024
 # which readers filter on without decoding every string.
 DICTIONARY_MAX_DISTINCT = 0.5
 DICTIONARY_SAMPLE_ROWS = 4096
-# A deep merge reading more than this sorts its rows in DuckDB's scan (on its threads), a smaller one with pyarrow
-# after the scan: the sort operator's fixed cost is more than pyarrow's sort of few rows (100 objects of 19 KB:
-# 3 ms slower in the scan; 400, 7.5 MB: even; 2,000: 50 ms faster in the scan).
+# A deep merge of a range reading more than this sorts its rows in DuckDB's scan (on its threads), a smaller one
+# with pyarrow after the scan: the sort operator's fixed cost is more than pyarrow's sort of few rows (100 objects
+# of 19 KB: 3 ms slower in the scan; 400, 7.5 MB: even; 2,000: 50 ms faster in the scan).
 SORT_IN_SCAN_BYTES = 8 << 20
 # Row groups encoded at once: Parquet encoding and compression release the GIL, and one writer uses one core.
 ENCODE_THREADS = max(1, min(4, pa.cpu_count()))
@@ -273,7 +273,7 @@ class _Merger:
         keys = ([planned.existing_key] if planned.existing_key else []) + list(planned.small_keys)
         if self.table.keyed:
             table: pa.Table | _SortedRows = self._sorted(self._latest(keys))
-        elif self._input_bytes > SORT_IN_SCAN_BYTES:  # sorted in the scan when the objects are alike
+        elif planned.small_bytes + planned.existing_bytes > SORT_IN_SCAN_BYTES:  # sorted in the scan if alike
             table = self._scan(keys, self.schema, sort_by=self.table.time_column)
             if table is None:
                 table = self._sorted(self._decode_each(keys, self.schema))
