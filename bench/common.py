@@ -375,12 +375,14 @@ _staged_names = itertools.count()
 
 
 def commit_small_objects(deployment, name: str, objects: list) -> None:  # noqa: ANN001 - a Deployment
-    """(date, Arrow table) pairs as small objects of the table `name`, committed in one stream commit as the
-    stream does (a benchmark's setup, not timed)."""
+    """(date, Arrow table) pairs as small objects of the table `name`, written (the table's columns, then dt, with
+    their Iceberg field ids) and committed in one stream commit as the stream does (a benchmark's setup, not
+    timed)."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     from siltlake.clock import utcnow
+    from siltlake.records.writer import object_rows, object_schema
 
     catalog, lake = deployment.catalog, deployment.lake
     table = catalog.tables.get(name)
@@ -396,7 +398,7 @@ def commit_small_objects(deployment, name: str, objects: list) -> None:  # noqa:
             partition = tx.partition_for(table.id, date, table.definition.merge_interval, now)
             key = layout.small_object(date, object_id, partition.closed)
             with lake.open_output(key) as sink:
-                pq.write_table(data, sink, compression="zstd")
+                pq.write_table(object_rows(data, object_schema(table.definition), date), sink, compression="zstd")
             times = data.column("utc_event_time")
             tx.add_small_object(object_id=object_id, staging_object_id=pending[uri], partition_id=partition.id,
                                 delayed=partition.closed, content_length=lake.info(key).size,

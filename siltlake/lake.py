@@ -39,6 +39,24 @@ __all__ = ["CompactReport", "Lake", "NoSuchPartition", "Table"]
 _PLANS_HELD = 32  # current-state file lists a Table keeps (by the dates read)
 
 
+@dataclasses.dataclass
+class _CurrentPlan:
+    """The current state's files of some dates, planned at a catalog state (Versions.current_state), and their
+    DuckDB SELECT once made, when it reads only files (nothing registered on one connection)."""
+
+    state: tuple[int, int]
+    files: list[DataFile]
+    duckdb_select: str | None = None
+
+
+def _registered_name(table_id: int) -> str:
+    """A name of its own for what one to_duckdb call registers on a connection (Arrow parts: S3, merged on read,
+    a filter's scan)."""
+    import uuid
+
+    return f"__silt_table_{table_id}_{uuid.uuid4().hex[:12]}"
+
+
 class Lake:
     """A deployment's tables. `Lake.open()` reads the configuration as `silt` does ($SILTLAKE_CONFIG or
     ./siltlake.toml, then the environment); `Lake.open("path/to/siltlake.toml")` or `Lake.open(config)`
@@ -99,9 +117,8 @@ class Table:
     def __init__(self, lake: Lake, record: TableRecord) -> None:
         self.lake = lake
         self.record = record
-        # The current state's file lists by the dates read, with the catalog state they were planned at
-        # (Versions.current_state): asking again costs one statement while nothing changed.
-        self._current: dict[frozenset[dt.date] | None, tuple[tuple[int, int], list[DataFile]]] = {}
+        # The current state's plans by the dates read: asking again costs one statement while nothing changed.
+        self._current: dict[frozenset[dt.date] | None, _CurrentPlan] = {}
 
     @property
     def name(self) -> str:
@@ -170,16 +187,19 @@ class Table:
             date_filter=None if filter is None else lambda present: _dates_passing(filter, present, self.schema))
 
     def _current_files(self, dates: set[dt.date] | None) -> list[DataFile]:
+        return list(self._current_plan(dates).files)
+
+    def _current_plan(self, dates: set[dt.date] | None) -> _CurrentPlan:
         key = None if dates is None else frozenset(dates)
         state = self.lake.deployment.catalog.versions.current_state(self.record.id, dates)
         planned = self._current.get(key)
-        if planned is None or planned[0] != state:
+        if planned is None or planned.state != state:
             files = version_files(self.lake.deployment, self.record, dates=dates)
             if len(self._current) >= _PLANS_HELD:
                 self._current.clear()
             # Planned after reading the state: a change in between only makes the next call plan again.
-            planned = self._current[key] = (state, files)
-        return list(planned[1])
+            planned = self._current[key] = _CurrentPlan(state, files)
+        return planned
 
     def files(self, as_of_version: int | None = None, as_of: dt.datetime | str | None = None,
               dates: Any = None) -> list[str]:
@@ -242,27 +262,40 @@ class Table:
         made a temporary view of that name on the connection (replacing one of that name) and the connection is
         returned, as PyIceberg's `to_duckdb(table_name, connection)` does: one bind of the files fewer than a
         view made with the relation's create_view()."""
-        import uuid
+        from siltlake.read.duck import create_view
 
-        from siltlake.read.duck import create_view, table_select
-
-        # Arrow parts (S3, merged on read, a filter's scan) are registered under a name of their own per call.
-        name = f"__silt_table_{self.record.id}_{uuid.uuid4().hex[:12]}"
         if filter is not None:
             dataset = self._dataset(as_of_version, as_of, dates, filter).filter(filter)
             if view is None:
                 return connection.from_arrow(dataset)
+            name = _registered_name(self.record.id)
             connection.register(name, dataset)
             select = f'SELECT * FROM "{name}"'
         else:
-            # The relation is the SELECT itself: DuckDB binds it (reads the files' footers) once, here or in the
-            # view's creation.
-            select = table_select(connection, name, self.lake.deployment, self.record,
-                                  self._data_files(as_of_version, as_of, dates))[0]
+            # The relation is the SELECT itself: DuckDB binds it (reads the files' footers) here; a view is
+            # bound at each query over it.
+            select = self._duckdb_select(connection, as_of_version, as_of, dates)
             if view is None:
                 return connection.sql(select)
         create_view(connection, view, select, replace=True)
         return connection
+
+    def _duckdb_select(self, connection: Any, as_of_version: int | None, as_of: dt.datetime | str | None,
+                       dates: Any) -> str:
+        """The DuckDB SELECT of the version's files; the current state's is made once while it stays current."""
+        from siltlake.read.duck import table_select
+
+        if as_of_version is not None or as_of is not None:
+            files, plan = self._data_files(as_of_version, as_of, dates), None
+        else:
+            plan = self._current_plan(parse_dates(dates))
+            if plan.duckdb_select is not None:
+                return plan.duckdb_select
+            files = plan.files
+        made = table_select(connection, _registered_name(self.record.id), self.lake.deployment, self.record, files)
+        if plan is not None and not made.registered:
+            plan.duckdb_select = made.sql
+        return made.sql
 
     def to_polars(self, as_of_version: int | None = None, as_of: dt.datetime | str | None = None,
                   dates: Any = None, filter: Any = None) -> Any:  # noqa: A002 - pyarrow's name

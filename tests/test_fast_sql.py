@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+import siltlake.lake
 from siltlake.deployment import Deployment
 from siltlake.errors import SiltError
 from siltlake.publish import publish_once
@@ -207,7 +208,7 @@ def test_a_where_on_dt_plans_only_those_days(lake) -> None:
     assert sorted(p.partition_date for p in read.partitions) == DAYS  # an OR bounds nothing
 
 
-def test_to_duckdb_and_to_polars_read_the_exact_files_and_plan_only_the_days_asked_for(lake) -> None:
+def test_to_duckdb_and_to_polars_read_the_exact_files_and_plan_only_the_days_asked_for(lake, monkeypatch) -> None:
     import duckdb
     import pyarrow.compute as pc
 
@@ -228,14 +229,14 @@ def test_to_duckdb_and_to_polars_read_the_exact_files_and_plan_only_the_days_ask
             assert Counter(frame.rows()) == expected, (name, options)
     table = Lake(deployment).table("web.access")
     asked = []
-    original = table._data_files
+    original = siltlake.lake.version_files
 
     def recording(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
         files = original(*args, **kwargs)
         asked.append({f.partition_date for f in files})
         return files
 
-    table._data_files = recording
+    monkeypatch.setattr(siltlake.lake, "version_files", recording)
     with duckdb.connect() as connection:
         table.to_duckdb(connection, dates=[DAYS[2]]).fetchall()
         table.to_duckdb(connection, filter=pc.field("dt") >= DAYS[1]).fetchall()

@@ -5,8 +5,9 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import threading
 from collections.abc import Collection, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from urllib.parse import quote
 
@@ -143,6 +144,9 @@ class CatalogCore:
             engine_url = f"sqlite:///file:{quote(str(self.sqlite_file))}?mode=rw&uri=true"
         self.engine = sa.create_engine(engine_url, **options)
         self._file_identity: tuple[int, int] | None = None  # SQLite: (device, inode) of the file first used
+        self._direct: dict[sa.Select, _DirectStatement] = {}  # read_row's statements, compiled for the dialect
+        self._reader: tuple[int, object] | None = None  # SQLite: (process id, the connection read_row uses)
+        self._reader_lock = threading.Lock()
         if self.dialect == "sqlite":
             _sqlite_setup(self.engine)
 
@@ -177,6 +181,8 @@ class CatalogCore:
         return CatalogError(f"the catalog at {self!r} is not initialised; run `silt init` first")
 
     def close(self) -> None:
+        with self._reader_lock:
+            self._close_reader()
         self.engine.dispose()
 
     # --- schema management -------------------------------------------------------------------
@@ -264,6 +270,46 @@ class CatalogCore:
             return
         with self.tx() as connection:
             yield connection
+
+    def read_row(self, statement: sa.Select, values: Mapping[str, object]) -> tuple:
+        """The one row of a single read-only SELECT, run as it is on a DBAPI connection: one statement sees one
+        state by itself (SQLite outside a transaction, PostgreSQL's statement snapshot), and around a small
+        statement SQLAlchemy's execution (events, BEGIN and COMMIT, result objects, a pool checkout) costs several
+        times what the database spends. For reads on a reader's every call (Versions.current_state). SQLite's
+        runs on a connection this process keeps for them. A DBAPI error runs it again through SQLAlchemy, which
+        reports it as every other catalog call does."""
+        self._check_file()
+        direct = self._direct.get(statement)
+        if direct is None:
+            direct = self._direct[statement] = _DirectStatement(statement, self.engine.dialect)
+        try:
+            if self.dialect == "sqlite":
+                with self._reader_lock:
+                    row = _fetch_one(self._sqlite_reader(), direct, values)
+            else:
+                connection = self.engine.raw_connection()
+                try:
+                    row = _fetch_one(connection, direct, values)
+                finally:
+                    connection.close()
+        except (self.engine.dialect.loaded_dbapi.Error, SQLAlchemyError):
+            self._close_reader()
+            row = None
+        if row is None:
+            with self.snapshot() as c:
+                row = c.execute(statement, values).one()
+        return tuple(row)
+
+    def _sqlite_reader(self):  # noqa: ANN202 - a pooled DBAPI connection
+        if self._reader is None or self._reader[0] != os.getpid():  # a forked process opens its own
+            self._reader = (os.getpid(), self.engine.raw_connection())
+        return self._reader[1]
+
+    def _close_reader(self) -> None:
+        reader, self._reader = self._reader, None
+        if reader is not None and reader[0] == os.getpid():
+            with suppress(Exception):  # it is being dropped because it failed
+                reader[1].close()
 
     def check_ready(self) -> None:
         """Raise a CatalogError telling the user what to run when the schema is missing or old."""
@@ -421,3 +467,30 @@ class CatalogCore:
                 values["continued_from"] = continued_from
             c.execute(j.update().where(j.c.id == waiting.id).values(**values))
 
+
+def _fetch_one(connection, direct: _DirectStatement, values: Mapping[str, object]) -> tuple | None:  # noqa: ANN001
+    cursor = connection.cursor()
+    try:
+        cursor.execute(direct.sql, direct.parameters(values))
+        return cursor.fetchone()
+    finally:
+        cursor.close()  # a SQLite statement left open would hold its read snapshot
+
+
+class _DirectStatement:
+    """A SELECT compiled once for a dialect, its parameters put in the DBAPI's form (SQLite's are positional)
+    through the columns' bind processors (SQLite keeps dates as ISO text)."""
+
+    def __init__(self, statement: sa.Select, dialect: sa.Dialect) -> None:
+        compiled = statement.compile(dialect=dialect)
+        self.sql = compiled.string
+        self._compiled = compiled
+        self._order = compiled.positiontup
+        self._processors = {name: processor for name, bind in compiled.binds.items()
+                            if (processor := bind.type.dialect_impl(dialect).bind_processor(dialect)) is not None}
+
+    def parameters(self, values: Mapping[str, object]) -> Sequence[object] | dict[str, object]:
+        given = self._compiled.construct_params(values)
+        for name, processor in self._processors.items():
+            given[name] = processor(given[name])
+        return given if self._order is None else [given[name] for name in self._order]

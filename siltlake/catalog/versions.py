@@ -469,10 +469,13 @@ class Versions:
         """What the current state of the table (of its partitions `dates`) depends on, in one statement: its newest
         table version and the largest small object id of its partitions not switched. Equal pairs, equal
         reader_snapshot (new live objects raise the id; anything else publishes a version)."""
-        dated = dates is not None and len(dates) <= _DATES_IN_QUERY
-        values = {"table_id": table_id, **({"dates": sorted(dates)} if dated else {})}
-        with self._core.snapshot() as c:
-            return tuple(c.execute(_state_query(dated), values).one())
+        if dates is None or not dates or len(dates) > _DATES_IN_QUERY:
+            return self._core.read_row(_state_query(None), {"table_id": table_id})
+        # Date parameters in powers of two (the last date repeated): a few statements compiled, not one per count.
+        dated = sorted(dates)
+        count = 1 << (len(dated) - 1).bit_length()
+        values = {f"date_{i}": dated[min(i, len(dated) - 1)] for i in range(count)}
+        return self._core.read_row(_state_query(count), {"table_id": table_id, **values})
 
     def table_bounds(self, table_id: int) -> tuple[int, int]:
         """(oldest readable, newest) table version; (1, 0) for a table without versions."""
@@ -573,11 +576,13 @@ def _reader_queries(version_pinned: bool, time_pinned: bool, dated: bool) -> tup
 
 
 @functools.cache
-def _state_query(dated: bool) -> sa.Select:
+def _state_query(date_count: int | None) -> sa.Select:
+    """current_state's statement, over all partitions or those of `date_count` dates (date_0, date_1, ...; each
+    its own parameter, as CatalogCore.read_row runs it)."""
     p, so, t = s.partitions, s.small_objects, s.tables
     live = [p.c.table_id == sa.bindparam("table_id"), p.c.switched.is_(False)]
-    if dated:
-        live.append(p.c.partition_date.in_(sa.bindparam("dates", expanding=True)))
+    if date_count is not None:
+        live.append(p.c.partition_date.in_([sa.bindparam(f"date_{i}", type_=sa.Date) for i in range(date_count)]))
     largest = sa.select(sa.func.coalesce(sa.func.max(so.c.id), 0)).where(so.c.partition_id.in_(
         sa.select(p.c.id).where(*live)))
     version = sa.select(sa.func.coalesce(t.c.version, 0)).where(t.c.id == sa.bindparam("table_id"))

@@ -15,10 +15,11 @@ import datetime as dt
 import itertools
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from siltlake.errors import SiltError, missing_data_file
+from siltlake.tabledef import PARTITION_COLUMN
 
 if TYPE_CHECKING:
     from siltlake.catalog import TableRecord
@@ -27,10 +28,11 @@ if TYPE_CHECKING:
     from siltlake.read.translate import Translation
     from siltlake.read.versions import DataFile
 
-__all__ = ["connect", "create_view", "faithful", "run_plan", "session_zone", "table_select", "table_sql"]
+__all__ = ["connect", "create_view", "faithful", "run_plan", "session_zone", "table_select", "table_sql", "TableSelect"]
 
 DUCKDB_TYPES = {"string": "VARCHAR", "json": "VARCHAR", "int": "INTEGER", "bigint": "BIGINT", "float": "FLOAT",
                 "double": "DOUBLE", "boolean": "BOOLEAN", "timestamp": "TIMESTAMPTZ", "date": "DATE"}
+_SCHEMA_TYPE_NAMES = {"TIMESTAMPTZ": "TIMESTAMP WITH TIME ZONE"}  # parquet_schema's name where it differs
 _GLOB = set("*?[]{}")
 _MISSING = re.compile(r'No files found that match the pattern "([^"]+)"')
 
@@ -125,20 +127,48 @@ def table_sql(connection: Any, view: str, deployment: Deployment, record: TableR
               files: Sequence[DataFile]) -> list[str]:
     """Create the view `view` of a table version's files on the connection; returns the local paths DuckDB
     reads (an object store's files are read through pyarrow, and none are returned)."""
-    select, paths = table_select(connection, view, deployment, record, files)
-    create_view(connection, view, select)
-    return paths
+    made = table_select(connection, view, deployment, record, files)
+    create_view(connection, view, made.sql)
+    return made.paths
+
+
+# Whether this DuckDB creates a view unbound (WITH (defer_binding), DuckDB 2.0): None until first asked.
+_DEFERRED_VIEWS: bool | None = None
 
 
 def create_view(connection: Any, view: str, select: str, replace: bool = False) -> None:
-    """A temporary view `view` of `select` on the connection (DuckDB binds it here, once)."""
-    connection.execute(f"CREATE {'OR REPLACE ' if replace else ''}TEMP VIEW {_ident(view)} AS {select}")
+    """A temporary view `view` of `select` on the connection. DuckDB binds a view at every query over it;
+    created unbound, the files are bound once per query instead of once more at creation (a DuckDB before 2.0
+    binds it here too)."""
+    import duckdb
+
+    global _DEFERRED_VIEWS
+    head = f"CREATE {'OR REPLACE ' if replace else ''}TEMP VIEW {_ident(view)}"
+    if _DEFERRED_VIEWS is not False:
+        try:
+            connection.execute(f"{head} WITH (defer_binding = true) AS {select}")
+            _DEFERRED_VIEWS = True
+            return
+        except (duckdb.NotImplementedException, duckdb.ParserException):
+            if _DEFERRED_VIEWS:
+                raise
+            _DEFERRED_VIEWS = False
+    connection.execute(f"{head} AS {select}")
+
+
+class TableSelect(NamedTuple):
+    """A table version's SELECT, the local paths it reads, and whether it reads what was registered on the
+    connection (then it holds for that connection only)."""
+
+    sql: str
+    paths: list[str]
+    registered: bool
 
 
 def table_select(connection: Any, name: str, deployment: Deployment, record: TableRecord,
-                 files: Sequence[DataFile]) -> tuple[str, list[str]]:
+                 files: Sequence[DataFile]) -> TableSelect:
     """The SELECT of a table version's files, with the table's column names and types (dt last), and the local
-    paths it reads. Nothing is bound here: the caller's view or relation binds it once. Files read through
+    paths it reads. Nothing is bound here: the caller's view or relation binds it. Files read through
     pyarrow are registered on the connection as `name` and a suffix."""
     from siltlake.read.versions import dirty_dates_of, lake_keys
 
@@ -157,36 +187,51 @@ def table_select(connection: Any, name: str, deployment: Deployment, record: Tab
     parts = [f"SELECT {empty} WHERE false"]
     complete = False  # the parts hold every stored column: no typed empty row set needed under them
     paths: list[str] = []
+    registered = False
+    exact = False
     local = [] if lake.is_object_store else [lake.path(key) for key, _ in plain]
     if lake.is_object_store or any(not _GLOB.isdisjoint(path) for path in local):
         # pyarrow reads these (S3 through the lake's file system; a path DuckDB would take for a glob, as it is).
         if plain:
             parts.append(_arrow_part(connection, f"{name}__files", deployment, record,
                                      [f for f in files if f.partition_date not in dirty]))
+            registered = True
     elif plain:
         paths = local
         segments = {segment for path in paths for segment in path.split("/")[:-1] if "=" in segment}
         shared = shared_file_columns(connection, paths)
         union = "" if shared is not None else "union_by_name = true, "
-        complete = shared is not None and set(stored[:-1]) <= shared
+        complete = shared is not None and set(stored[:-1]) <= {column for column, _ in shared}
+        # The files hold the table's columns as it names and types them, in its order, then dt (or not, as
+        # objects written before they held it): read as they are.
+        typed_columns = [(name, _SCHEMA_TYPE_NAMES.get(DUCKDB_TYPES[kind], DUCKDB_TYPES[kind]))
+                         for name, kind in columns[:-1]]
+        exact = stored[:-1] == [name for name, _ in columns[:-1]] and shared in (
+            typed_columns, [*typed_columns, (PARTITION_COLUMN, "DATE")])
         if all(segment.startswith("dt=") for segment in segments) and all(
                 sum("=" in segment for segment in path.split("/")[:-1]) == 1 for path in paths):
+            # dt from each path's dt= directory, in the place of the files' own dt where they hold one.
             listed = ", ".join(_quote(path) for path in paths)
             parts.append(f"SELECT * FROM read_parquet([{listed}], {union}hive_partitioning = true, "
                          "hive_types = {'dt': DATE})")
         else:  # another key=value directory on the way: dt from the partition, one scan per day
             by_day = sorted(zip(paths, (day for _, day in plain), strict=True), key=lambda item: item[1])
             for day, group in itertools.groupby(by_day, key=lambda item: item[1]):
-                listed = ", ".join(_quote(path) for path, _ in group)
-                parts.append(f"SELECT *, DATE {_quote(day.isoformat())} AS dt FROM "
+                day_paths = [path for path, _ in group]
+                listed = ", ".join(_quote(path) for path in day_paths)
+                files_dt = " EXCLUDE (dt)" if _any_holds(day_paths, PARTITION_COLUMN) else ""
+                parts.append(f"SELECT *{files_dt}, DATE {_quote(day.isoformat())} AS dt FROM "
                              f"read_parquet([{listed}], {union}hive_partitioning = false)")
     if dirty:
         parts.append(_arrow_part(connection, f"{name}__merged", deployment, record,
                                  [f for f in files if f.partition_date in dirty]))
+        registered = True
     if complete and len(parts) == 2:
+        if exact:
+            return TableSelect(parts[1], paths, registered)
         parts = parts[1:]
     union = " UNION ALL BY NAME ".join(parts)
-    return f"SELECT {typed} FROM ({union})", paths
+    return TableSelect(f"SELECT {typed} FROM ({union})", paths, registered)
 
 
 # Local data file -> its Parquet schema as DuckDB describes it. Data files are written once under keys never reused
@@ -195,9 +240,9 @@ _FILE_SCHEMAS: dict[str, tuple] = {}
 _FILE_SCHEMAS_HELD = 200_000
 
 
-def shared_file_columns(connection: Any, paths: Sequence[str]) -> set[str] | None:
-    """The column names of these local Parquet files if they all have one schema (so DuckDB can read them without
-    union_by_name, which reads every footer at each bind), else None. Footers are read once per process
+def shared_file_columns(connection: Any, paths: Sequence[str]) -> list[tuple[str, str]] | None:
+    """The (column, DuckDB type) of these local Parquet files if they all have one schema (so DuckDB can read them
+    without union_by_name, which reads every footer at each bind), else None. Footers are read once per process
     (parquet_schema), only those not seen."""
     unseen = [path for path in paths if path not in _FILE_SCHEMAS]
     if unseen:
@@ -218,7 +263,13 @@ def shared_file_columns(connection: Any, paths: Sequence[str]) -> set[str] | Non
     if len(schemas) != 1 or None in schemas:
         return None
     (schema,) = schemas
-    return {element[0] for element in schema[1:]}  # below the root element; the tables' columns are flat
+    return [(element[0], element[-1]) for element in schema[1:]]  # below the root; the tables' columns are flat
+
+
+def _any_holds(paths: Sequence[str], column: str) -> bool:
+    """Whether any of these files (their schemas read by shared_file_columns) holds a column of that name."""
+    schemas = {_FILE_SCHEMAS.get(path) for path in paths} - {None}
+    return any(element[0] == column for schema in schemas for element in schema[1:])
 
 
 def _arrow_part(connection: Any, name: str, deployment: Deployment, record: TableRecord,
