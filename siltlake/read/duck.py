@@ -1,10 +1,11 @@
 """DuckDB over the exact file lists of table versions: `silt sql`'s engine for what translates faithfully
 (siltlake.read.translate) and Table.to_duckdb's reader (docs/design.md, "`silt sql` without Spark").
 
-Each table version is a SELECT (a view for `silt sql`, a relation for Table.to_duckdb, bound once either way):
-`read_parquet([its files], union_by_name)` below a typed empty row set, so columns
-added after a file was written read as null and widened ones as their new type, with `dt` from each file's
-`dt=` directory (or, when the paths hold another `key=value` segment, from one scan per day). A keyed table's
+Each table version is a SELECT (a view for `silt sql` and Table.to_duckdb(view=), made unbound so that DuckDB
+binds it in each query; a relation for Table.to_duckdb): `read_parquet([its files])` as it is when the files hold
+the table's columns, else (with union_by_name where their schemas differ) below a typed empty row set, so columns
+added after a file was written read as null and widened ones as their new type; `dt` from each file's `dt=`
+directory (or, when the paths hold another `key=value` segment, from one scan per day). A keyed table's
 partitions that need a merge on read are merged by siltlake.read.keyed and handed over as Arrow. Objects on S3
 are scanned through pyarrow's S3 file system (DuckDB's own needs an extension that is not installed here).
 """
