@@ -13,6 +13,7 @@ are scanned through pyarrow's S3 file system (DuckDB's own needs an extension th
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import itertools
 import re
 from collections.abc import Sequence
@@ -133,28 +134,19 @@ def table_sql(connection: Any, view: str, deployment: Deployment, record: TableR
     return made.paths
 
 
-# Whether this DuckDB creates a view unbound (WITH (defer_binding), DuckDB 2.0): None until first asked.
-_DEFERRED_VIEWS: bool | None = None
-
-
 def create_view(connection: Any, view: str, select: str, replace: bool = False) -> None:
-    """A temporary view `view` of `select` on the connection. DuckDB binds a view at every query over it;
-    created unbound, the files are bound once per query instead of once more at creation (a DuckDB before 2.0
-    binds it here too)."""
+    """A temporary view `view` of `select` on the connection. DuckDB binds a view at every query over it; created
+    unbound (DuckDB 2.0's defer_binding), the files are bound once per query instead of once more here (a DuckDB
+    before 2.0 binds it here too)."""
+    deferred = " WITH (defer_binding = true)" if _defers_views() else ""
+    connection.execute(f"CREATE {'OR REPLACE ' if replace else ''}TEMP VIEW {_ident(view)}{deferred} AS {select}")
+
+
+@functools.cache
+def _defers_views() -> bool:
     import duckdb
 
-    global _DEFERRED_VIEWS
-    head = f"CREATE {'OR REPLACE ' if replace else ''}TEMP VIEW {_ident(view)}"
-    if _DEFERRED_VIEWS is not False:
-        try:
-            connection.execute(f"{head} WITH (defer_binding = true) AS {select}")
-            _DEFERRED_VIEWS = True
-            return
-        except (duckdb.NotImplementedException, duckdb.ParserException):
-            if _DEFERRED_VIEWS:
-                raise
-            _DEFERRED_VIEWS = False
-    connection.execute(f"{head} AS {select}")
+    return int(duckdb.__version__.split(".")[0]) >= 2
 
 
 class TableSelect(NamedTuple):
