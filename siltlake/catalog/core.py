@@ -282,19 +282,21 @@ class CatalogCore:
         direct = self._direct.get(statement)
         if direct is None:
             direct = self._direct[statement] = _DirectStatement(statement, self.engine.dialect)
-        try:
-            if self.dialect == "sqlite":
-                with self._reader_lock:
+        failures = (self.engine.dialect.loaded_dbapi.Error, SQLAlchemyError)
+        row = None
+        if self.dialect == "sqlite":
+            with self._reader_lock:
+                try:
                     row = _fetch_one(self._sqlite_reader(), direct, values)
-            else:
+                except failures:
+                    self._close_reader()
+        else:
+            with suppress(*failures):
                 connection = self.engine.raw_connection()
                 try:
                     row = _fetch_one(connection, direct, values)
                 finally:
                     connection.close()
-        except (self.engine.dialect.loaded_dbapi.Error, SQLAlchemyError):
-            self._close_reader()
-            row = None
         if row is None:
             with self.snapshot() as c:
                 row = c.execute(statement, values).one()

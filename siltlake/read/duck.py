@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from siltlake.read.translate import Translation
     from siltlake.read.versions import DataFile
 
-__all__ = ["connect", "create_view", "faithful", "run_plan", "session_zone", "table_select", "table_sql", "TableSelect"]
+__all__ = ["TableSelect", "connect", "create_view", "faithful", "run_plan", "session_zone", "table_select", "table_sql"]
 
 DUCKDB_TYPES = {"string": "VARCHAR", "json": "VARCHAR", "int": "INTEGER", "bigint": "BIGINT", "float": "FLOAT",
                 "double": "DOUBLE", "boolean": "BOOLEAN", "timestamp": "TIMESTAMPTZ", "date": "DATE"}
@@ -197,9 +197,9 @@ def table_select(connection: Any, name: str, deployment: Deployment, record: Tab
         complete = shared is not None and set(stored[:-1]) <= {column for column, _ in shared}
         # The files hold the table's columns as it names and types them, in its order, then dt (or not, as
         # objects written before they held it): read as they are.
-        typed_columns = [(name, _SCHEMA_TYPE_NAMES.get(DUCKDB_TYPES[kind], DUCKDB_TYPES[kind]))
-                         for name, kind in columns[:-1]]
-        exact = stored[:-1] == [name for name, _ in columns[:-1]] and shared in (
+        typed_columns = [(column, _SCHEMA_TYPE_NAMES.get(DUCKDB_TYPES[kind], DUCKDB_TYPES[kind]))
+                         for column, kind in columns[:-1]]
+        exact = stored[:-1] == [column for column, _ in columns[:-1]] and shared in (
             typed_columns, [*typed_columns, (PARTITION_COLUMN, "DATE")])
         if all(segment.startswith("dt=") for segment in segments) and all(
                 sum("=" in segment for segment in path.split("/")[:-1]) == 1 for path in paths):
