@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 __all__ = ["CompactReport", "Lake", "NoSuchPartition", "Table"]
 
 _PLANS_HELD = 32  # current-state file lists a Table keeps (by the dates read)
+_VIEWS_HELD = 8  # parsed view statements a plan keeps
 
 
 @dataclasses.dataclass
@@ -47,6 +48,8 @@ class _CurrentPlan:
     state: tuple[int, int]
     files: list[DataFile]
     duckdb_select: str | None = None
+    # to_duckdb(view=)'s CREATE of that SELECT, parsed once, by view name (at most _VIEWS_HELD)
+    duckdb_views: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def _registered_name(table_id: int) -> str:
@@ -262,7 +265,7 @@ class Table:
         made a temporary view of that name on the connection (replacing one of that name) and the connection is
         returned, as PyIceberg's `to_duckdb(table_name, connection)` does: one bind of the files fewer than a
         view made with the relation's create_view()."""
-        from siltlake.read.duck import create_view
+        from siltlake.read.duck import create_view, view_statement
 
         if filter is not None:
             dataset = self._dataset(as_of_version, as_of, dates, filter).filter(filter)
@@ -270,19 +273,28 @@ class Table:
                 return connection.from_arrow(dataset)
             name = _registered_name(self.record.id)
             connection.register(name, dataset)
-            select = f'SELECT * FROM "{name}"'
-        else:
-            # The relation is the SELECT itself: DuckDB binds it (reads the files' footers) here; a view is
-            # bound at each query over it.
-            select = self._duckdb_select(connection, as_of_version, as_of, dates)
-            if view is None:
-                return connection.sql(select)
-        create_view(connection, view, select, replace=True)
+            create_view(connection, view, f'SELECT * FROM "{name}"', replace=True)
+            return connection
+        # The relation is the SELECT itself: DuckDB binds it (reads the files' footers) here; a view is bound at
+        # each query over it.
+        select, kept = self._duckdb_select(connection, as_of_version, as_of, dates)
+        if view is None:
+            return connection.sql(select)
+        if kept is None:
+            create_view(connection, view, select, replace=True)
+            return connection
+        statement = kept.duckdb_views.get(view)
+        if statement is None:
+            if len(kept.duckdb_views) >= _VIEWS_HELD:
+                kept.duckdb_views.clear()
+            statement = kept.duckdb_views[view] = view_statement(connection, view, select, replace=True)
+        connection.execute(statement)
         return connection
 
     def _duckdb_select(self, connection: Any, as_of_version: int | None, as_of: dt.datetime | str | None,
-                       dates: Any) -> str:
-        """The DuckDB SELECT of the version's files; the current state's is made once while it stays current."""
+                       dates: Any) -> tuple[str, _CurrentPlan | None]:
+        """The DuckDB SELECT of the version's files, and the current state's plan that keeps it (None: made for
+        this call only): the current state's is made once while it stays current."""
         from siltlake.read.duck import table_select
 
         if as_of_version is not None or as_of is not None:
@@ -290,12 +302,13 @@ class Table:
         else:
             plan = self._current_plan(parse_dates(dates))
             if plan.duckdb_select is not None:
-                return plan.duckdb_select
+                return plan.duckdb_select, plan
             files = plan.files
         made = table_select(connection, _registered_name(self.record.id), self.lake.deployment, self.record, files)
-        if plan is not None and not made.registered:
-            plan.duckdb_select = made.sql
-        return made.sql
+        if plan is None or made.registered:
+            return made.sql, None
+        plan.duckdb_select = made.sql
+        return made.sql, plan
 
     def to_polars(self, as_of_version: int | None = None, as_of: dt.datetime | str | None = None,
                   dates: Any = None, filter: Any = None) -> Any:  # noqa: A002 - pyarrow's name

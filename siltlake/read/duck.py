@@ -30,7 +30,8 @@ if TYPE_CHECKING:
     from siltlake.read.translate import Translation
     from siltlake.read.versions import DataFile
 
-__all__ = ["TableSelect", "connect", "create_view", "faithful", "run_plan", "session_zone", "table_select", "table_sql"]
+__all__ = ["TableSelect", "connect", "create_view", "faithful", "run_plan", "session_zone", "table_select", "table_sql",
+           "view_statement"]
 
 DUCKDB_TYPES = {"string": "VARCHAR", "json": "VARCHAR", "int": "INTEGER", "bigint": "BIGINT", "float": "FLOAT",
                 "double": "DOUBLE", "boolean": "BOOLEAN", "timestamp": "TIMESTAMPTZ", "date": "DATE"}
@@ -138,8 +139,19 @@ def create_view(connection: Any, view: str, select: str, replace: bool = False) 
     """A temporary view `view` of `select` on the connection. DuckDB binds a view at every query over it; created
     unbound (DuckDB 2.0's defer_binding), the files are bound once per query instead of once more here (a DuckDB
     before 2.0 binds it here too)."""
+    connection.execute(_view_sql(view, select, replace))
+
+
+def view_statement(connection: Any, view: str, select: str, replace: bool = False) -> Any:
+    """create_view's statement parsed, to execute on any connection (`connection.execute(statement)`) without
+    DuckDB parsing the SELECT again."""
+    (statement,) = connection.extract_statements(_view_sql(view, select, replace))
+    return statement
+
+
+def _view_sql(view: str, select: str, replace: bool) -> str:
     deferred = " WITH (defer_binding = true)" if _defers_views() else ""
-    connection.execute(f"CREATE {'OR REPLACE ' if replace else ''}TEMP VIEW {_ident(view)}{deferred} AS {select}")
+    return f"CREATE {'OR REPLACE ' if replace else ''}TEMP VIEW {_ident(view)}{deferred} AS {select}"
 
 
 @functools.cache
