@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import threading
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -23,6 +22,7 @@ from sqlalchemy.exc import (
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from siltlake.catalog import schema as s
+from siltlake.catalog.direct_read import DirectStatement, SqliteReader, fetch_one
 from siltlake.catalog.records import CatalogReplaced, TableRecord, VersionTimeBehind
 from siltlake.errors import CatalogError, CatalogUnreachable
 from siltlake.tabledef import DerivedDef, TableDef
@@ -144,9 +144,8 @@ class CatalogCore:
             engine_url = f"sqlite:///file:{quote(str(self.sqlite_file))}?mode=rw&uri=true"
         self.engine = sa.create_engine(engine_url, **options)
         self._file_identity: tuple[int, int] | None = None  # SQLite: (device, inode) of the file first used
-        self._direct: dict[sa.Select, _DirectStatement] = {}  # read_row's statements, compiled for the dialect
-        self._reader: tuple[int, object] | None = None  # SQLite: (process id, the connection read_row uses)
-        self._reader_lock = threading.Lock()
+        self._direct: dict[sa.Select, DirectStatement] = {}  # read_row's statements, compiled for the dialect
+        self._reader = SqliteReader(self.engine)  # SQLite: the connection read_row uses, and its answers
         if self.dialect == "sqlite":
             _sqlite_setup(self.engine)
 
@@ -181,8 +180,8 @@ class CatalogCore:
         return CatalogError(f"the catalog at {self!r} is not initialised; run `silt init` first")
 
     def close(self) -> None:
-        with self._reader_lock:
-            self._close_reader()
+        with self._reader.lock:
+            self._reader.close()
         self.engine.dispose()
 
     # --- schema management -------------------------------------------------------------------
@@ -276,42 +275,32 @@ class CatalogCore:
         state by itself (SQLite outside a transaction, PostgreSQL's statement snapshot), and around a small
         statement SQLAlchemy's execution (events, BEGIN and COMMIT, result objects, a pool checkout) costs several
         times what the database spends. For reads on a reader's every call (Versions.current_state). SQLite's
-        runs on a connection this process keeps for them. A DBAPI error runs it again through SQLAlchemy, which
-        reports it as every other catalog call does."""
+        runs on a connection this process keeps for them, and is answered from memory until the database changes
+        (direct_read.SqliteReader). A DBAPI error runs it again through SQLAlchemy, which reports it as every other
+        catalog call does."""
         self._check_file()
         direct = self._direct.get(statement)
         if direct is None:
-            direct = self._direct[statement] = _DirectStatement(statement, self.engine.dialect)
+            direct = self._direct[statement] = DirectStatement(statement, self.engine.dialect)
         failures = (self.engine.dialect.loaded_dbapi.Error, SQLAlchemyError)
         row = None
         if self.dialect == "sqlite":
-            with self._reader_lock:
+            with self._reader.lock:
                 try:
-                    row = _fetch_one(self._sqlite_reader(), direct, values)
+                    row = self._reader.row(direct, values)
                 except failures:
-                    self._close_reader()
+                    self._reader.close()
         else:
             with suppress(*failures):
                 connection = self.engine.raw_connection()
                 try:
-                    row = _fetch_one(connection, direct, values)
+                    row = fetch_one(connection, direct, values)
                 finally:
                     connection.close()
         if row is None:
             with self.snapshot() as c:
                 row = c.execute(statement, values).one()
         return tuple(row)
-
-    def _sqlite_reader(self):  # noqa: ANN202 - a pooled DBAPI connection
-        if self._reader is None or self._reader[0] != os.getpid():  # a forked process opens its own
-            self._reader = (os.getpid(), self.engine.raw_connection())
-        return self._reader[1]
-
-    def _close_reader(self) -> None:
-        reader, self._reader = self._reader, None
-        if reader is not None and reader[0] == os.getpid():
-            with suppress(Exception):  # it is being dropped because it failed
-                reader[1].close()
 
     def check_ready(self) -> None:
         """Raise a CatalogError telling the user what to run when the schema is missing or old."""
@@ -468,31 +457,3 @@ class CatalogCore:
             if continued_from is not None:
                 values["continued_from"] = continued_from
             c.execute(j.update().where(j.c.id == waiting.id).values(**values))
-
-
-def _fetch_one(connection, direct: _DirectStatement, values: Mapping[str, object]) -> tuple | None:  # noqa: ANN001
-    cursor = connection.cursor()
-    try:
-        cursor.execute(direct.sql, direct.parameters(values))
-        return cursor.fetchone()
-    finally:
-        cursor.close()  # a SQLite statement left open would hold its read snapshot
-
-
-class _DirectStatement:
-    """A SELECT compiled once for a dialect, its parameters put in the DBAPI's form (SQLite's are positional)
-    through the columns' bind processors (SQLite keeps dates as ISO text)."""
-
-    def __init__(self, statement: sa.Select, dialect: sa.Dialect) -> None:
-        compiled = statement.compile(dialect=dialect)
-        self.sql = compiled.string
-        self._compiled = compiled
-        self._order = compiled.positiontup
-        self._processors = {name: processor for name, bind in compiled.binds.items()
-                            if (processor := bind.type.dialect_impl(dialect).bind_processor(dialect)) is not None}
-
-    def parameters(self, values: Mapping[str, object]) -> Sequence[object] | dict[str, object]:
-        given = self._compiled.construct_params(values)
-        for name, processor in self._processors.items():
-            given[name] = processor(given[name])
-        return given if self._order is None else [given[name] for name in self._order]

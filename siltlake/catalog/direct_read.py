@@ -1,0 +1,94 @@
+"""Small read-only SELECTs run on the DBAPI connection as they are (CatalogCore.read_row): compiled once for the
+dialect, and on SQLite asked again only once the database has changed."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from contextlib import suppress
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+_ROWS_HELD = 256  # answers kept per database state: one per (statement, values) a process keeps asking
+
+
+class DirectStatement:
+    """A SELECT compiled once for a dialect, its parameters put in the DBAPI's form (SQLite's are positional)
+    through the columns' bind processors (SQLite keeps dates as ISO text)."""
+
+    def __init__(self, statement: sa.Select, dialect: sa.Dialect) -> None:
+        compiled = statement.compile(dialect=dialect)
+        self.sql = compiled.string
+        self._compiled = compiled
+        self._order = compiled.positiontup
+        self._processors = {name: processor for name, bind in compiled.binds.items()
+                            if (processor := bind.type.dialect_impl(dialect).bind_processor(dialect)) is not None}
+
+    def parameters(self, values: Mapping[str, object]) -> Sequence[object] | dict[str, object]:
+        given = self._compiled.construct_params(values)
+        for name, processor in self._processors.items():
+            given[name] = processor(given[name])
+        return given if self._order is None else [given[name] for name in self._order]
+
+
+def fetch_one(connection, direct: DirectStatement, values: Mapping[str, object]) -> tuple | None:  # noqa: ANN001
+    cursor = connection.cursor()
+    try:
+        cursor.execute(direct.sql, direct.parameters(values))
+        return cursor.fetchone()
+    finally:
+        cursor.close()  # a SQLite statement left open would hold its read snapshot
+
+
+class SqliteReader:
+    """The SQLite connection this process keeps for read_row, and the rows it answered since the database last
+    changed. PRAGMA data_version moves whenever any other connection, of this process or another, commits; this
+    one only reads. Asking it costs a fraction of the smallest SELECT, which a reader asks on every call."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.lock = threading.Lock()  # held by the caller around row() and close()
+        self._engine = engine
+        self._held: tuple[int, object] | None = None  # (process id, pooled DBAPI connection)
+        self._version: object = None
+        self._rows: dict[tuple, tuple] = {}
+
+    @property
+    def connection(self):  # noqa: ANN201 - the pooled DBAPI connection, None until the first read
+        return None if self._held is None else self._held[1]
+
+    def row(self, direct: DirectStatement, values: Mapping[str, object]) -> tuple | None:
+        """The statement's one row; raises the DBAPI's errors (the caller closes the reader and reads again)."""
+        if self._held is None or self._held[0] != os.getpid():  # a forked process opens its own
+            self._held = (os.getpid(), self._engine.raw_connection())
+            self._version, self._rows = None, {}
+        connection = self._held[1]
+        version = _data_version(connection)
+        if version != self._version:
+            self._version, self._rows = version, {}
+        key = (direct.sql, *sorted(values.items()))
+        row = self._rows.get(key)
+        if row is None:
+            row = fetch_one(connection, direct, values)
+            if row is not None:
+                if len(self._rows) >= _ROWS_HELD:
+                    self._rows.clear()
+                self._rows[key] = tuple(row)
+        return row
+
+    def close(self) -> None:
+        held, self._held = self._held, None
+        self._version, self._rows = None, {}
+        if held is not None and held[0] == os.getpid():
+            with suppress(Exception):  # it is dropped because it failed, or the catalog closes
+                held[1].close()
+
+
+def _data_version(connection) -> object:  # noqa: ANN001 - a DBAPI connection
+    cursor = connection.cursor()
+    try:
+        cursor.execute("PRAGMA data_version")
+        return cursor.fetchone()[0]
+    finally:
+        cursor.close()
