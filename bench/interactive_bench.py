@@ -18,7 +18,8 @@ dt), published once. Timed, interleaved, medians of --repeats (Spark: --spark-re
 Each command runs as an installed siltlake would: with bytecode caches (PYTHONDONTWRITEBYTECODE, which a
 development shell may set, is dropped; PYTHONPYCACHEPREFIX puts the caches in the temporary directory).
 
-In process, one day, medians of --duckdb-repeats (40), each sample on a fresh DuckDB connection, wall time:
+In process, one day, medians of --duckdb-repeats (120), each sample on a fresh DuckDB connection, the peers' order
+turned by one each repeat (none always follows the heaviest), wall time:
   to_duckdb = planning (to_duckdb(connection, dates=[day]).create_view(...): the catalog snapshot, manifests,
   the relation and the view made of it, each bind reading the files' footers) + query (the SQL over that view:
   each column cast to its type, dt from the partition); to_duckdb_view = the same with the view made by
@@ -28,7 +29,9 @@ In process, one day, medians of --duckdb-repeats (40), each sample on a fresh Du
   union_by_name = true (what a reader of files whose schemas differ needs: the like-for-like peer of the query);
   listed_read_parquet = read_parquet with its file list asked of Table.files(dates=[day]) inside the clock (the
   direct peer paying for knowing its files, as a caller without siltlake's reader would).
-Each peer's wall and CPU (this process's user + system time, DuckDB's threads included) are recorded.
+Each peer's wall and CPU (this process's user + system time, DuckDB's threads included) are recorded. Beside the
+ratio of medians, paired_ratio_view is 1 + the median of each repeat's (to_duckdb_view - read_parquet) over
+read_parquet's median: the two ran moments apart, so a drift of the machine's speed does not enter it.
 Queries: a full-day scan (count, distinct users per action) and a one-hour top-N (users by requests in one hour).
 
     .venv/bin/python bench/interactive_bench.py                  # --repeats 7 --spark-repeats 3
@@ -204,8 +207,9 @@ def in_process(directory: Path, repeats: int) -> dict:
             samples: dict[str, list[float]] = {name: [] for name in (
                 "to_duckdb_planning", "to_duckdb_query", *peers, *(f"cpu_{peer}" for peer in peers))}
             answers = {}
-            for _ in range(repeats):
-                for peer in peers:
+            for repeat in range(repeats):
+                turn = repeat % len(peers)
+                for peer in peers[turn:] + peers[:turn]:
                     with duckdb.connect() as connection:
                         connection.execute("SET TimeZone = 'UTC'")
                         cpu, started = time.process_time(), time.perf_counter()
@@ -231,6 +235,12 @@ def in_process(directory: Path, repeats: int) -> dict:
             got["ratio"] = round(got["to_duckdb"] / got["read_parquet"], 2)
             got["ratio_view"] = round(got["to_duckdb_view"] / got["read_parquet"], 2)
             got["cpu_ratio_view"] = round(got["cpu_to_duckdb_view"] / got["cpu_read_parquet"], 2)
+            # Paired: each repeat's two samples ran moments apart, so a drift in the machine's speed (a neighbour's
+            # load) moves both; the median of their differences is the overhead, put over read_parquet's median.
+            overhead = statistics.median(view - direct for view, direct in zip(
+                samples["to_duckdb_view"], samples["read_parquet"], strict=True))
+            got["paired_ratio_view"] = round(1 + overhead / got["read_parquet"], 3)
+            got["paired_overhead_ms_view"] = round(overhead * 1000, 3)
             got["ratio_vs_listed"] = round(got["to_duckdb"] / got["listed_read_parquet"], 2)
             got["cpu_ratio"] = round(got["cpu_to_duckdb"] / got["cpu_read_parquet"], 2)
             got["cpu_ratio_vs_listed"] = round(got["cpu_to_duckdb"] / got["cpu_listed_read_parquet"], 2)
@@ -244,7 +254,7 @@ def in_process(directory: Path, repeats: int) -> dict:
 def main() -> None:
     parser = table_arguments(__doc__, 7, "interactive.json")
     parser.add_argument("--spark-repeats", type=int, default=3)
-    parser.add_argument("--duckdb-repeats", type=int, default=40, help="samples of each in-process DuckDB peer")
+    parser.add_argument("--duckdb-repeats", type=int, default=120, help="samples of each in-process DuckDB peer")
     args = parser.parse_args()
     with built_deployment(args, "silt-interactive-") as directory:
         silt_wall(directory, "sql", COUNT)  # warm the page cache and the bytecode caches
