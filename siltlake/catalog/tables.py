@@ -22,7 +22,7 @@ from siltlake.catalog.table_changes import (
     with_properties,
     without_column,
 )
-from siltlake.catalog.versions import commit_updates_in
+from siltlake.catalog.update_commits import commit_updates_in
 from siltlake.clock import utcnow
 from siltlake.errors import CatalogError, NotFoundError, did_you_mean
 from siltlake.tabledef import Column, TableDef, check_identifier
