@@ -4,6 +4,7 @@ Catalog and the records and exceptions its callers use; StreamCommit is the stre
 
 from siltlake.catalog.catalog import Catalog
 from siltlake.catalog.partitions import StreamCommit
+from siltlake.catalog.reap_records import ReapRun, ReapScope, ReapTable, ReapVersion, ReapView
 from siltlake.catalog.records import (
     PARTITION_STATES,
     AppliedRequest,
@@ -27,11 +28,6 @@ from siltlake.catalog.records import (
     PrefixCursor,
     PublishedVersion,
     RangeWrite,
-    ReapRun,
-    ReapScope,
-    ReapTable,
-    ReapVersion,
-    ReapView,
     Redelivery,
     Removals,
     RequestApplied,
