@@ -59,7 +59,8 @@ class SqliteReader:
         return None if self._held is None else self._held[1]
 
     def row(self, direct: DirectStatement, values: Mapping[str, object]) -> tuple | None:
-        """The statement's one row; raises the DBAPI's errors (the caller closes the reader and reads again)."""
+        """The statement's one row; raises the DBAPI's errors (the caller closes the reader and reads again).
+        The values are scalars (no expanding IN lists: the statement is compiled once), so they make a key."""
         if self._held is None or self._held[0] != os.getpid():  # a forked process opens its own
             self._held = (os.getpid(), self._engine.raw_connection())
             self._version, self._rows = None, {}
