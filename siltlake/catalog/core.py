@@ -180,8 +180,7 @@ class CatalogCore:
         return CatalogError(f"the catalog at {self!r} is not initialised; run `silt init` first")
 
     def close(self) -> None:
-        with self._reader.lock:
-            self._reader.close()
+        self._reader.close()
         self.engine.dispose()
 
     # --- schema management -------------------------------------------------------------------
@@ -282,16 +281,11 @@ class CatalogCore:
         direct = self._direct.get(statement)
         if direct is None:
             direct = self._direct[statement] = DirectStatement(statement, self.engine.dialect)
-        failures = (self.engine.dialect.loaded_dbapi.Error, SQLAlchemyError)
         row = None
         if self.dialect == "sqlite":
-            with self._reader.lock:
-                try:
-                    row = self._reader.row(direct, values)
-                except failures:
-                    self._reader.close()
+            row = self._reader.row(direct, values)
         else:
-            with suppress(*failures):
+            with suppress(self.engine.dialect.loaded_dbapi.Error, SQLAlchemyError):
                 connection = self.engine.raw_connection()
                 try:
                     row = fetch_one(connection, direct, values)

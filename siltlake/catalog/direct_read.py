@@ -10,6 +10,7 @@ from contextlib import suppress
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
 
 _ROWS_HELD = 256  # answers kept per database state: one per (statement, values) a process keeps asking
 
@@ -34,9 +35,14 @@ class DirectStatement:
 
 
 def fetch_one(connection, direct: DirectStatement, values: Mapping[str, object]) -> tuple | None:  # noqa: ANN001
+    return _first_row(connection, direct.sql, direct.parameters(values))
+
+
+def _first_row(connection, sql: str,  # noqa: ANN001 - a DBAPI connection
+               parameters: Sequence[object] | Mapping[str, object] = ()) -> tuple | None:
     cursor = connection.cursor()
     try:
-        cursor.execute(direct.sql, direct.parameters(values))
+        cursor.execute(sql, parameters)
         return cursor.fetchone()
     finally:
         cursor.close()  # a SQLite statement left open would hold its read snapshot
@@ -48,8 +54,9 @@ class SqliteReader:
     one only reads. Asking it costs a fraction of the smallest SELECT, which a reader asks on every call."""
 
     def __init__(self, engine: Engine) -> None:
-        self.lock = threading.Lock()  # held by the caller around row() and close()
+        self._lock = threading.Lock()
         self._engine = engine
+        self._failures = (engine.dialect.loaded_dbapi.Error, SQLAlchemyError)
         self._held: tuple[int, object] | None = None  # (process id, pooled DBAPI connection)
         self._version: object = None
         self._rows: dict[tuple, tuple] = {}
@@ -59,13 +66,21 @@ class SqliteReader:
         return None if self._held is None else self._held[1]
 
     def row(self, direct: DirectStatement, values: Mapping[str, object]) -> tuple | None:
-        """The statement's one row; raises the DBAPI's errors (the caller closes the reader and reads again).
+        """The statement's one row; None when the connection failed (it is closed; the next call opens another).
         The values are scalars (no expanding IN lists: the statement is compiled once), so they make a key."""
+        with self._lock:
+            try:
+                return self._row(direct, values)
+            except self._failures:
+                self._close()
+                return None
+
+    def _row(self, direct: DirectStatement, values: Mapping[str, object]) -> tuple | None:
         if self._held is None or self._held[0] != os.getpid():  # a forked process opens its own
             self._held = (os.getpid(), self._engine.raw_connection())
             self._version, self._rows = None, {}
         connection = self._held[1]
-        version = _data_version(connection)
+        (version,) = _first_row(connection, "PRAGMA data_version")
         if version != self._version:
             self._version, self._rows = version, {}
         key = (direct.sql, *sorted(values.items()))
@@ -79,17 +94,12 @@ class SqliteReader:
         return row
 
     def close(self) -> None:
+        with self._lock:
+            self._close()
+
+    def _close(self) -> None:
         held, self._held = self._held, None
         self._version, self._rows = None, {}
         if held is not None and held[0] == os.getpid():
             with suppress(Exception):  # it is dropped because it failed, or the catalog closes
                 held[1].close()
-
-
-def _data_version(connection) -> object:  # noqa: ANN001 - a DBAPI connection
-    cursor = connection.cursor()
-    try:
-        cursor.execute("PRAGMA data_version")
-        return cursor.fetchone()[0]
-    finally:
-        cursor.close()
