@@ -5,9 +5,10 @@ PYTHON ?= $(shell for p in python3 python3.13 python3.12 python3.11; do \
 	$$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null && { echo $$p; break; }; done)
 VENV := .venv
 BIN := $(VENV)/bin
+READERS_VENV := .venv-readers
 PYTEST_ARGS ?=
 
-.PHONY: demo cluster-demo test bench lint prereqs clean chaos soak fuzz browser deploy-tools install-check wheel dashboard-screenshot
+.PHONY: demo cluster-demo test test-fast readers-venv bench lint prereqs clean chaos soak fuzz browser deploy-tools logrotate install-check wheel dashboard-screenshot
 
 prereqs:
 	@test -n "$(PYTHON)" && $(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
@@ -48,9 +49,28 @@ cluster-demo: prereqs $(VENV)/.installed
 # Two pytest workers (pytest-xdist): most of the suite's wall time is spent waiting on daemons, subprocesses and
 # JVM start-ups, so two test processes keep both cores busy. A module's tests stay on one worker (its module
 # fixtures are made once); each worker has its own SparkSession. TEST_WORKERS=0 runs in one process.
+# The lint runs first: CI fails on a lint error as on a failed test.
 TEST_WORKERS ?= 2
-test: prereqs $(VENV)/.installed-dev browser deploy-tools
-	$(BIN)/python -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadscope) $(PYTEST_ARGS)
+XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadscope)
+test: prereqs $(VENV)/.installed-dev readers-venv browser deploy-tools logrotate lint
+	$(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
+
+# The tests that need no Java and no PostgreSQL server, in about two minutes (README: Development). Not `slow`
+# either. SILT_TEST_FAST=1 makes it honest (tests/conftest.py): JAVA_HOME names no Java, so anything that starts
+# Spark fails, and a test that asks for Spark or PostgreSQL, or connects to the tests' server, fails naming the
+# marker it lacks. No prereqs: it runs on a machine without Java.
+FAST_MARKERS = not spark and not postgres and not slow and not install
+test-fast: $(VENV)/.installed-dev
+	SILT_TEST_FAST=1 $(BIN)/python -m pytest $(XDIST) -m "$(FAST_MARKERS)" $(PYTEST_ARGS)
+
+# The reader matrix's DuckDB (tests/test_iceberg_readers.py, through tests/duckdb_iceberg_runner.py): its iceberg,
+# avro and httpfs extensions are wheels on the package registry for DuckDB 1.5 only, so that DuckDB gets a venv of
+# its own (about 20 s and 340 MB). Where it cannot be made those tests are skipped (failed under CI).
+readers-venv: $(READERS_VENV)/.installed
+$(READERS_VENV)/.installed: tests/readers-requirements.txt
+	@test -x $(READERS_VENV)/bin/python || $(PYTHON) -m venv $(READERS_VENV)
+	@$(READERS_VENV)/bin/pip install --quiet --disable-pip-version-check -r tests/readers-requirements.txt && touch $@ || \
+	  echo "could not install tests/readers-requirements.txt into $(READERS_VENV): the DuckDB iceberg readers will be skipped"
 
 # deploy/'s checks (tests/test_deploy.py): systemd-analyze for the units and promtool for the alert rules, from
 # Debian's packages when missing and running as root; otherwise those two tests are skipped (failed under CI).
@@ -62,6 +82,15 @@ deploy-tools:
 	      echo "installing$$missing (apt-get) for deploy/'s checks"; \
 	      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	    else echo "missing$$missing: deploy/'s unit or rules check will be skipped (apt-get install$$missing)"; fi; fi
+
+# The rotation test (tests/test_logrotate.py) runs Debian's logrotate over files a writer appends to: installed
+# with apt-get when missing and running as root; otherwise that test is skipped (failed under CI).
+logrotate:
+	@command -v logrotate >/dev/null 2>&1 || test -x /usr/sbin/logrotate || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing logrotate (apt-get) for the rotation test"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends logrotate >/dev/null; \
+	  else echo "no logrotate: the rotation test will be skipped (apt-get install logrotate)"; fi; }
 
 # The wheel in dist/ (README: installing from a built wheel).
 wheel: $(BIN)/python
@@ -115,7 +144,7 @@ bench: prereqs $(VENV)/.installed-dev
 # The hostile-input properties with many more generated cases than CI's; prints the counts per property.
 FUZZ_EXAMPLES ?= 2000
 fuzz: prereqs $(VENV)/.installed-dev
-	SILTLAKE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest tests/test_fuzz_parsers.py tests/test_fuzz_parsers_load.py \
+	SILTLAKE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest tests/test_fuzz_parsers.py tests/test_fuzz_parsers_load.py tests/test_fuzz_ingest.py \
 	  -p no:cacheprovider --hypothesis-show-statistics -m "not spark" $(PYTEST_ARGS)
 
 # Hundreds of SIGKILLs of stream, merge, publish and reap processes (tests/chaos.py); CHAOS_SEED repeats a run.
@@ -133,6 +162,7 @@ soak: prereqs $(VENV)/.installed-dev
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check siltlake tests bench
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) build .siltlake .pytest_cache .hypothesis
+	rm -rf $(VENV) $(READERS_VENV) build .siltlake .pytest_cache .hypothesis

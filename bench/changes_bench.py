@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Change feed benchmark (issue 34): the changes of one append version of a --days-day table against rescanning
+"""Change feed benchmark: the changes of one append version of a --days-day table against rescanning
 the day it touched.
 
 The table holds --days UTC days of --day-rows rows (--objects-per-day small objects a day); every past day is

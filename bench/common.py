@@ -281,7 +281,7 @@ def cached_manifest(path: Path, expected: dict) -> dict | None:
     return data if all(data.get(k) == v for k, v in expected.items()) else None
 
 
-def args_record(args, leave_out: tuple[str, ...] = ()) -> dict:  # noqa: ANN001 - an argparse.Namespace
+def args_record(args, leave_out: tuple[str, ...] = ()) -> dict:  # an argparse.Namespace
     """The command line's options as the report keeps them (paths as strings)."""
     return {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items() if k not in leave_out}
 
@@ -352,7 +352,7 @@ class StatementCounter:
     """Catalog statements and transactions issued through an engine (SQLite's BEGIN IMMEDIATE is a
     transaction, not a statement; PostgreSQL's BEGIN is implicit in the driver)."""
 
-    def __init__(self, engine) -> None:  # noqa: ANN001 - a sqlalchemy Engine
+    def __init__(self, engine) -> None:  # a sqlalchemy Engine
         import sqlalchemy as sa
 
         self.statements = 0
@@ -360,11 +360,11 @@ class StatementCounter:
         sa.event.listen(engine, "before_cursor_execute", self._statement)
         sa.event.listen(engine, "begin", self._begin)
 
-    def _statement(self, _conn, _cursor, statement: str, *_args) -> None:  # noqa: ANN001
+    def _statement(self, _conn, _cursor, statement: str, *_args) -> None:
         if not statement.startswith("BEGIN"):
             self.statements += 1
 
-    def _begin(self, _conn) -> None:  # noqa: ANN001
+    def _begin(self, _conn) -> None:
         self.transactions += 1
 
     def mark(self) -> tuple[int, int]:
@@ -374,7 +374,7 @@ class StatementCounter:
 _staged_names = itertools.count()
 
 
-def commit_small_objects(deployment, name: str, objects: list) -> None:  # noqa: ANN001 - a Deployment
+def commit_small_objects(deployment, name: str, objects: list) -> None:  # a Deployment
     """(date, Arrow table) pairs as small objects of the table `name`, written (the table's columns, then dt, with
     their Iceberg field ids) and committed in one stream commit as the stream does (a benchmark's setup, not
     timed)."""

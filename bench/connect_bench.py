@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""A warm Spark session (issue 32): `silt sql --engine spark` answered through the Spark Connect server `silt run`
+"""A warm Spark session: `silt sql --engine spark` answered through the Spark Connect server `silt run`
 holds (spark.connect) beside the same command starting Spark itself, side by side in one run with `silt status`.
 
 Setup (not timed): interactive_bench's deployment (web.access, --rows rows over --days Tokyo days, published), and

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Derived table benchmark (issue 18): an incremental build after one day of a 30-day source changed, against
+"""Derived table benchmark: an incremental build after one day of a 30-day source changed, against
 a full rebuild of the same query on the same state. Target: the incremental build at least 10x faster.
 
 Setup (not timed): a deployment with web.access, --days days (UTC) of --objects Parquet small objects of
@@ -96,8 +96,8 @@ class Phases:
         derived = deployment.catalog.derived
         derived.publish_build = self._timed("publish", derived.publish_build)
 
-    def _timed(self, name: str, function):  # noqa: ANN001, ANN202 - any callable, wrapped
-        def timed(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+    def _timed(self, name: str, function):  # any callable, wrapped
+        def timed(*args, **kwargs):
             started = time.perf_counter()
             try:
                 return function(*args, **kwargs)
@@ -123,7 +123,7 @@ def build(deployment: Deployment, full: bool, phases: Phases) -> dict:
             "rows": report.rows, "bytes": report.bytes, "phases": steps}
 
 
-def check_fresh(deployment: Deployment, spark) -> None:  # noqa: ANN001 - a SparkSession
+def check_fresh(deployment: Deployment, spark) -> None:  # a SparkSession
     built = sorted(tuple(r) for r in sql(spark, "SELECT * FROM web.daily_actions", deployment).collect())
     fresh = sorted(tuple(r) for r in sql(spark, QUERY, deployment).select(
         "action", "hits", "users", "bytes", "errors", "dt").collect())

@@ -1,4 +1,4 @@
-"""Reading changed staging directories (issue 28): what a local root's walk costs per entry with and without a
+"""Reading changed staging directories: what a local root's walk costs per entry with and without a
 stream daemon's record of the names its earlier rounds listed, what the ways of reading a directory cost, and
 what the record takes in memory per million names.
 

@@ -203,7 +203,7 @@ class Shipper(threading.Thread):
                 put = self.put(f"ship-{index:06d}.jsonl.gz")
                 put["lag"] = max(0.0, -wait)
                 self.puts.append(put)
-        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+        except BaseException as exc:  # reported by the main thread
             self.error = exc
 
 
@@ -251,7 +251,7 @@ class Observer(threading.Thread):
         while not self.stop.is_set():
             try:
                 self.read_once()
-            except Exception as exc:  # noqa: BLE001 - a busy catalog: noted, the next read goes on
+            except Exception as exc:  # a busy catalog: noted, the next read goes on
                 self.errors.append(f"{type(exc).__name__}: {exc}")
             self.stop.wait(self.interval)
 
@@ -291,7 +291,7 @@ def catalog_rows(url: str) -> tuple[list, list]:
     return objects, versions
 
 
-def first_version(versions: list, partition_id: int, object_id: int):  # noqa: ANN201 - a Row or None
+def first_version(versions: list, partition_id: int, object_id: int):  # a Row or None
     """The earliest version of the partition that shows the object: its watermark or merged bound reaches it
     (reader_snapshot: manifest objects up to covered_upper, live ones above it up to live_watermark)."""
     for version in versions:  # in created_at order
@@ -335,7 +335,7 @@ def visibility(puts: list[dict], objects: list, versions: list, seen: dict[int, 
     return found
 
 
-def wait_for(condition, timeout: float, proc: subprocess.Popen, root: Path, what: str,  # noqa: ANN001
+def wait_for(condition, timeout: float, proc: subprocess.Popen, root: Path, what: str,
              every: float = 0.5) -> float:
     """Poll condition() every `every` s; the seconds it took. Fails if `silt run` died or the timeout passed."""
     started = time.monotonic()

@@ -1,4 +1,4 @@
-"""History benchmark (issue 28): what an idle `stream_once` round costs when the staging root holds N objects
+"""History benchmark: what an idle `stream_once` round costs when the staging root holds N objects
 that were all processed before.
 
 Setup (not timed): a fresh deployment (SQLite catalog unless --catalog postgresql) with the table web.access,
@@ -19,7 +19,7 @@ event listener), then one more round under tracemalloc for the Python memory it 
 timed: tracemalloc slows Python code down severalfold). Then the rest of the sweep's pass, round by round until
 one completes it: the slowest of those rounds and the pass's length in rounds.
 
-With `--new K` (issue 28's "100 new objects at N = 1,000,000 within 1.5x of N = 0"): rounds that each find K new
+With `--new K` (the target: 100 new objects at N = 1,000,000 within 1.5x of N = 0): rounds that each find K new
 objects and process them through Spark (local[2]), K tiny JSON-lines files written beside the newest day's objects
 (K / 20 in each host's directory of day 7, the directories a shipper is writing to). Every N's root is held at once:
 each N's first such round starts Spark and warms it, then `--new-rounds` turns are timed, each turn a pair of rounds
@@ -94,7 +94,7 @@ def build_staging(root: Path, objects: int) -> None:
         os.link(original, directory / f"obj-{i:08d}.jsonl")
 
 
-def register_processed(deployment, objects: int) -> float:  # noqa: ANN001 - a Deployment
+def register_processed(deployment, objects: int) -> float:  # a Deployment
     """Register every staging object through discovery and mark them all processed; returns the seconds."""
     started = time.perf_counter()
     found = discover(deployment)
@@ -104,7 +104,7 @@ def register_processed(deployment, objects: int) -> float:  # noqa: ANN001 - a D
     return time.perf_counter() - started
 
 
-def idle_round(deployment, counter: StatementCounter) -> dict:  # noqa: ANN001 - a Deployment
+def idle_round(deployment, counter: StatementCounter) -> dict:  # a Deployment
     statements, transactions = counter.mark()
     started = time.perf_counter()
     report = stream_once(deployment)
@@ -124,7 +124,7 @@ def put_new(root: Path, objects: int) -> None:
         (directory / f"new-{next(_new_names):08d}.jsonl").write_bytes(b'{"t":"2026-01-07T12:00:00"}\n')
 
 
-def new_objects_round(deployment, root: Path, objects: int, counter: StatementCounter,  # noqa: ANN001
+def new_objects_round(deployment, root: Path, objects: int, counter: StatementCounter,
                       profile: int = 0, accounted: AccountedNames | None = None) -> dict:
     """One stream_once round that finds K new objects and loads them through Spark (with a daemon's record of
     names, if given)."""
@@ -142,7 +142,7 @@ def new_objects_round(deployment, root: Path, objects: int, counter: StatementCo
             "statements": counter.statements - statements, "spark_start_seconds": report.spark_start_seconds}
 
 
-def sweep_pass(deployment) -> dict:  # noqa: ANN001 - a Deployment
+def sweep_pass(deployment) -> dict:  # a Deployment
     """One whole pass of the rolling sweep, after the rounds that end the pass under way: its slowest round and
     its length in rounds (a completed pass is what a full listing was)."""
     while not discover(deployment).sweep_completed:

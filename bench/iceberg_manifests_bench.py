@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Iceberg commits of a live table over many versions (issue 28): PyIceberg's own producers against siltlake's
+"""Iceberg commits of a live table over many versions: PyIceberg's own producers against siltlake's
 manifests by year (siltlake/publish/iceberg_manifests.py), side by side on one PyIceberg SQL catalog.
 
 A table of `--days` daily partitions (one file each, its first snapshot in one commit), then `--appends` fast
@@ -31,7 +31,7 @@ from siltlake.publish import iceberg_manifests
 EPOCH = dt.date(1970, 1, 1)
 
 
-def data_file(table, path: str, date: dt.date):  # noqa: ANN001, ANN201 - a pyiceberg Table; its DataFile
+def data_file(table, path: str, date: dt.date):  # a pyiceberg Table; its DataFile
     from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
     from pyiceberg.typedef import Record
 
@@ -41,7 +41,7 @@ def data_file(table, path: str, date: dt.date):  # noqa: ANN001, ANN201 - a pyic
     return made
 
 
-def pyiceberg_commit(table, removed: list, added: list) -> None:  # noqa: ANN001 - a pyiceberg Table
+def pyiceberg_commit(table, removed: list, added: list) -> None:  # a pyiceberg Table
     """PyIceberg's own fast append or overwrite, as the target committed before its manifests by year."""
     with table.transaction() as transaction:
         update = transaction.update_snapshot()
@@ -67,12 +67,12 @@ def run(peer: str, args: argparse.Namespace, workdir: Path) -> dict:
         ("web", "t"), Schema(NestedField(1, "n", LongType()), NestedField(2, "dt", DateType())),
         partition_spec=PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "dt")))
     if peer == "pyiceberg":
-        def commit(t, removed, added, _) -> None:  # noqa: ANN001
+        def commit(t, removed, added, _) -> None:
             pyiceberg_commit(t, removed, added)
     else:
         retention = args.retention if peer == "siltlake_retention" else None
 
-        def commit(t, removed, added, summary) -> None:  # noqa: ANN001
+        def commit(t, removed, added, summary) -> None:
             iceberg_manifests.commit_files(t, removed, added, summary, retention)
     today = dt.date(2026, 11, 28)
     days = [today - dt.timedelta(days=d) for d in range(args.days)]

@@ -34,7 +34,7 @@ from read_bench import delta_table_over, iceberg_table_over, measure
 from siltlake.lake import Lake
 
 
-def cases(table, delta_root: str, load_iceberg) -> dict:  # noqa: ANN001 - a Table and a loader
+def cases(table, delta_root: str, load_iceberg) -> dict:  # a Table and a loader
     from deltalake import DeltaTable
 
     def delta_actions() -> pa.Table:  # deltalake 1.x answers in arro3: read as pyarrow (no copy)

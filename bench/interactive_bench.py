@@ -1,12 +1,12 @@
 #!/usr/bin/env python
-"""Interactive speed (issue 32): `silt sql` answered by DuckDB without Spark, side by side in one run with
+"""Interactive speed: `silt sql` answered by DuckDB without Spark, side by side in one run with
 `silt status`, `silt sql --engine spark`, an unknown table and a parse error; and Table.to_duckdb beside DuckDB's
 own read_parquet over the same files.
 
 Setup (not timed): a deployment in a temporary directory (SQLite catalog, local lake) with web.access,
---rows rows (456,800 by default, the issue's table) over --days Tokyo days as small objects of 5,000 rows
-(written as the stream writes them: the table's columns, then dt, with Iceberg field ids; before stop 56, without
-dt), published once. Timed, interleaved, medians of --repeats (Spark: --spark-repeats), each command a fresh
+--rows rows (456,800 by default) over --days Tokyo days as small objects of 5,000 rows
+(written as the stream writes them: the table's columns, then dt, with Iceberg field ids; before 2026-12-03,
+without dt), published once. Timed, interleaved, medians of --repeats (Spark: --spark-repeats), each command a fresh
 `python -m siltlake.cli` process (wall time):
 
   silt status | silt sql 'SELECT count(*) FROM web.access' | the same with --engine spark |
@@ -23,7 +23,7 @@ turned by one each repeat (none always follows the heaviest), wall time:
   to_duckdb = planning (to_duckdb(connection, dates=[day]).create_view(...): the catalog snapshot, manifests,
   the relation and the view made of it, each bind reading the files' footers) + query (the SQL over that view:
   each column cast to its type, dt from the partition); to_duckdb_view = the same with the view made by
-  to_duckdb(connection, dates=[day], view=...) (made unbound since stop 56: DuckDB binds it in the query);
+  to_duckdb(connection, dates=[day], view=...) (made unbound: DuckDB binds it in the query);
   read_parquet = the same SQL over DuckDB's read_parquet([Table.files(dates=[day])], hive_partitioning), the
   file list made beforehand (no planning, no union_by_name, no casts); read_parquet_union = the same with
   union_by_name = true (what a reader of files whose schemas differ needs: the like-for-like peer of the query);
@@ -177,7 +177,7 @@ def median(samples: list[float], digits: int = 3) -> float:
     return round(statistics.median(samples), digits)
 
 
-def local_paths(lake, uris: list[str]) -> list[str]:  # noqa: ANN001 - a siltlake Lake
+def local_paths(lake, uris: list[str]) -> list[str]:  # a siltlake Lake
     return [lake.deployment.lake.path(uri.split(lake.deployment.lake.root + "/", 1)[1]) for uri in uris]
 
 

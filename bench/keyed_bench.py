@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Keyed tables benchmark (issue 19).
+"""Keyed tables benchmark.
 
 `read`: one day of --objects small objects of --rows rows each, of which --resend re-sent whole under new
 keys (a shipper's retried chunks), committed through the stream's catalog path into two tables holding the
@@ -104,12 +104,12 @@ def read_bench(args: argparse.Namespace, root: Path) -> dict:
     unique = args.objects * args.rows
     stored = sum(chunk.num_rows for _, chunk in objects)
 
-    def arrow(table):  # noqa: ANN001, ANN202
+    def arrow(table):
         def run(_state: object) -> dict:
             return {"rows": table.to_arrow(dates=[FIRST]).num_rows}
         return None, run
 
-    def spark_count(name: str):  # noqa: ANN202
+    def spark_count(name: str):
         def run(_state: object) -> dict:
             return {"rows": read_table(spark, name, deployment, dates=[FIRST]).count()}
         return None, run

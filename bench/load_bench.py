@@ -72,7 +72,7 @@ def generate(directory: Path, files: int, mb_per_file: int) -> tuple[list[Path],
     return paths, total
 
 
-def run_naive(spark, paths: list[Path], out: Path) -> float:  # noqa: ANN001 - a SparkSession
+def run_naive(spark, paths: list[Path], out: Path) -> float:  # a SparkSession
     shutil.rmtree(out, ignore_errors=True)
     started = time.perf_counter()
     frame = spark.read.csv([str(p) for p in paths], header=True, inferSchema=True)
@@ -80,7 +80,7 @@ def run_naive(spark, paths: list[Path], out: Path) -> float:  # noqa: ANN001 - a
     return time.perf_counter() - started
 
 
-def run_siltlake(spark, paths: list[Path], workdir: Path) -> tuple[float, dict]:  # noqa: ANN001
+def run_siltlake(spark, paths: list[Path], workdir: Path) -> tuple[float, dict]:
     from siltlake.load import load, parse_load_config
     from siltlake.load.guess import guess
 

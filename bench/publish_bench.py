@@ -50,7 +50,7 @@ TABLE = {
     "columns": [{"name": "time", "type": "timestamp", "nullable": False}, {"name": "user_id", "type": "bigint"},
                 {"name": "action", "type": "string"}],
 }
-# The catalog.versions methods a publish run calls, timed and counted one by one (step numbers of DESIGN §4).
+# The catalog.versions methods a publish run calls, timed and counted one by one (steps of docs/design.md).
 STEPS = {"switch_partitions": "1 switch", "close_partitions": "2 close", "live_to_publish": "4 live: read",
          "merged_to_publish": "5 merged: read", "publish_merged": "5 merged: CAS",
          "publish_merged_many": "5 merged: CAS", "commit": "4+5 commit"}
@@ -69,7 +69,7 @@ def tokyo(date: dt.date, hour: int) -> dt.datetime:
 class StepTimer:
     """Wraps the deployment's catalog.versions methods that a publish run calls: seconds, calls, statements."""
 
-    def __init__(self, versions, counter: StatementCounter) -> None:  # noqa: ANN001 - a catalog's Versions
+    def __init__(self, versions, counter: StatementCounter) -> None:  # a catalog's Versions
         self.counter = counter
         self.steps: dict[str, dict] = {}
         self.first_start: dict[str, float] = {}
@@ -78,7 +78,7 @@ class StepTimer:
                 setattr(versions, name, self._wrap(name, getattr(versions, name)))
 
     def _wrap(self, name: str, method: Callable) -> Callable:
-        def timed(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        def timed(*args, **kwargs):
             statements, transactions = self.counter.mark()
             started = time.perf_counter()
             self.first_start.setdefault(name, started)
@@ -325,7 +325,7 @@ def publish_runs(deployment: Deployment, args, root: Path) -> dict:
             "manifest_files": manifests, "runs": runs}
 
 
-def kind_of(catalog) -> str:  # noqa: ANN001
+def kind_of(catalog) -> str:
     return catalog.dialect
 
 

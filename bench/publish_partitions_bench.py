@@ -1,6 +1,6 @@
 #!/usr/bin/env python
-"""Publish of one changed partition in a table of N partitions (issue 28: "publish of one changed partition
-grows 10x from 10 to 10,000 partitions"). The target: flat in N, in proportion to what changed.
+"""Publish of one changed partition in a table of N partitions (it grew 10x from
+10 to 10,000 partitions). The target: flat in N, in proportion to what changed.
 
 Setup (not timed; publish_bench's cheap catalog rows): one table of N days, each with one small object,
 published live, closed, merged and switched with a merged version, so N - 1 past days show a merged
@@ -40,7 +40,7 @@ from siltlake.publish.runner import local_date
 from siltlake.tabledef import TableDef
 
 
-def build(deployment, size: int, iceberg: bool) -> tuple:  # noqa: ANN001 - a Deployment
+def build(deployment, size: int, iceberg: bool) -> tuple:  # a Deployment
     """N days of one table up to today (Tokyo): N - 1 merged and switched, today live; (table, days)."""
     catalog = deployment.catalog
     table = catalog.tables.create(TableDef.from_mapping(TABLE))
@@ -64,7 +64,7 @@ def build(deployment, size: int, iceberg: bool) -> tuple:  # noqa: ANN001 - a De
 
 
 def timed(deployment, counter: StatementCounter, prepare, profile: cProfile.Profile | None,
-          repeats: int, check) -> dict:  # noqa: ANN001
+          repeats: int, check) -> dict:
     """Publish runs on the clock (the days end today), each after prepare(attempt)."""
     seconds, statements = [], []
     for attempt in range(repeats):
@@ -83,7 +83,7 @@ def timed(deployment, counter: StatementCounter, prepare, profile: cProfile.Prof
             "statements": sorted(set(statements))}
 
 
-def timed_status(deployment, repeats: int) -> dict:  # noqa: ANN001 - a Deployment
+def timed_status(deployment, repeats: int) -> dict:  # a Deployment
     seconds = []
     for _ in range(repeats):
         started = time.perf_counter()
@@ -92,7 +92,7 @@ def timed_status(deployment, repeats: int) -> dict:  # noqa: ANN001 - a Deployme
     return {"median_s": round(statistics.median(seconds), 5), "best_s": round(min(seconds), 5)}
 
 
-def run(kind: str, size: int, args, workdir: Path) -> dict:  # noqa: ANN001
+def run(kind: str, size: int, args, workdir: Path) -> dict:
     root = workdir / f"{kind}-{size}"
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
@@ -122,8 +122,8 @@ def run(kind: str, size: int, args, workdir: Path) -> dict:  # noqa: ANN001
                 add_objects(deployment, [(table, day)], now, write_files=args.iceberg, seed=size + attempt)
                 merge_partitions(deployment, [by_date[day]], now, write_files=args.iceberg)
 
-            def expect(field: str, count: int):  # noqa: ANN202
-                def check(report) -> None:  # noqa: ANN001
+            def expect(field: str, count: int):
+                def check(report) -> None:
                     if len(getattr(report, field)) != count or report.target_errors:
                         raise RuntimeError(f"{size} partitions: {field} = {len(getattr(report, field))}, expected "
                                            f"{count}; target errors {report.target_errors}")
@@ -141,7 +141,7 @@ def run(kind: str, size: int, args, workdir: Path) -> dict:  # noqa: ANN001
             if args.iceberg:
                 from siltlake.publish.iceberg import IcebergTarget, identifier
 
-                kept = IcebergTarget(deployment)._load(identifier(deployment, table))
+                kept = IcebergTarget(deployment).load(identifier(deployment, table))
                 record["iceberg_snapshots"] = len(kept.snapshots())
             if profile is not None:
                 profile.dump_stats(args.profile)

@@ -55,7 +55,7 @@ def timed(action: Callable[[], object]) -> tuple[float, object]:
     return time.perf_counter() - started, result
 
 
-def first_batch(batches) -> int:  # noqa: ANN001 - an iterator of record batches
+def first_batch(batches) -> int:  # an iterator of record batches
     for batch in batches:
         if batch.num_rows:
             return batch.num_rows

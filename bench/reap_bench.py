@@ -9,7 +9,7 @@ listing seconds, deleting seconds and objects deleted per second.
     .venv/bin/python bench/reap_bench.py                          # 100,000 objects, SQLite and PostgreSQL
     .venv/bin/python bench/reap_bench.py --catalogs sqlite --objects 20000
 
-`--changed N` measures incremental runs instead (issue 28): `--objects` live small objects (rows and files,
+`--changed N` measures incremental runs instead: `--objects` live small objects (rows and files,
 nothing to delete) over `--partitions` days, one full sweep, then N of the days get a merged object and a
 compaction version covering their small objects. Timed on that one state: a dry full sweep, a dry
 incremental run, then the real incremental run (which must delete exactly the N days' small objects).

@@ -1,4 +1,4 @@
-"""Stream and merge on S3 versus local disk (issue 21): the same staging objects, streamed and merged once into
+"""Stream and merge on S3 versus local disk: the same staging objects, streamed and merged once into
 a lake on local disk and once into a bucket of a local S3 endpoint (moto's server on 127.0.0.1), and the S3
 requests per staging object.
 
@@ -29,12 +29,12 @@ from common import RESULTS, load_avg_1m, machine, save_json, start_spark, utc_st
 os.environ.update({"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_REGION": "us-east-1",
                    "AWS_EC2_METADATA_DISABLED": "true"})  # before Spark starts: its workers inherit them
 
-from siltlake.config import Config  # noqa: E402 - after the environment is set
-from siltlake.deployment import Deployment  # noqa: E402
-from siltlake.merge import merge_once  # noqa: E402
-from siltlake.stream import stream_once  # noqa: E402
-from siltlake.tabledef import TableDef  # noqa: E402
-from tests.s3_server import CountingProxy, MotoS3  # noqa: E402
+from siltlake.config import Config  # after the environment is set
+from siltlake.deployment import Deployment
+from siltlake.merge import merge_once
+from siltlake.stream import stream_once
+from siltlake.tabledef import TableDef
+from tests.s3_server import CountingProxy, MotoS3
 
 TABLE = {"schema": "web", "name": "access", "time_column": "utc_event_time", "timezone": "UTC", "merge_interval": 0,
          "columns": [{"name": "utc_event_time", "type": "timestamp", "nullable": False, "source": "time"},
@@ -52,7 +52,7 @@ def staging_objects(count: int, records: int) -> dict[str, bytes]:
     return objects
 
 
-def deployment_for(kind: str, workdir: Path, endpoint: str | None, bucket: str | None, spark,  # noqa: ANN001
+def deployment_for(kind: str, workdir: Path, endpoint: str | None, bucket: str | None, spark,
                    in_driver_bytes: int) -> Deployment:
     storage: dict = {"root": str(workdir / "lake"), "staging_root": str(workdir / "staging")}
     if kind == "s3":
@@ -68,7 +68,7 @@ def deployment_for(kind: str, workdir: Path, endpoint: str | None, bucket: str |
     return deployment
 
 
-def one_run(kind: str, objects: dict[str, bytes], spark, moto: MotoS3, endpoint: str | None,  # noqa: ANN001
+def one_run(kind: str, objects: dict[str, bytes], spark, moto: MotoS3, endpoint: str | None,
             in_driver_bytes: int, proxy: CountingProxy | None = None) -> dict:
     workdir = Path(tempfile.mkdtemp(prefix=f"s3bench-{kind}-"))
     bucket = moto.create_bucket() if kind == "s3" else None

@@ -1,4 +1,4 @@
-"""S3 history benchmark (issue 28): what an idle discovery round costs when an S3 staging root holds N objects that
+"""S3 history benchmark: what an idle discovery round costs when an S3 staging root holds N objects that
 were all processed before, listed whole every round (before) and from cursors plus a slice of the sweep (after).
 
 The endpoint is moto's S3 server in a child process (so this process's CPU time is siltlake's own), on
@@ -112,7 +112,7 @@ class Endpoint:
 # --- the two paths ---------------------------------------------------------------------------------------------
 
 
-def before_round(deployment) -> object:  # noqa: ANN001 - a Deployment
+def before_round(deployment) -> object:  # a Deployment
     """Discovery of an object store as of 741b266: the whole root listed every round, every key asked."""
     from siltlake.clock import from_nanoseconds
     from siltlake.stream.discover import _register, _unexpired, is_in_flight
@@ -128,19 +128,19 @@ def before_round(deployment) -> object:  # noqa: ANN001 - a Deployment
     return report
 
 
-def after_round(deployment) -> object:  # noqa: ANN001 - a Deployment
+def after_round(deployment) -> object:  # a Deployment
     from siltlake.stream.discover import discover
 
     return discover(deployment)
 
 
-def stream_round(deployment) -> object:  # noqa: ANN001 - a Deployment
+def stream_round(deployment) -> object:  # a Deployment
     from siltlake.stream import stream_once
 
     return stream_once(deployment)
 
 
-def deployment_for(bucket: str, endpoint: str, catalog: str, queue: str | None = None):  # noqa: ANN201 - a Deployment
+def deployment_for(bucket: str, endpoint: str, catalog: str, queue: str | None = None):  # a Deployment
     """A deployment on the bucket; with `queue`, its stream reads that SQS queue's S3 event notifications."""
     from siltlake.config import Config
     from siltlake.deployment import Deployment
@@ -157,7 +157,7 @@ def deployment_for(bucket: str, endpoint: str, catalog: str, queue: str | None =
     return deployment
 
 
-def timed(path, deployment, counter: StatementCounter, rounds: int) -> dict:  # noqa: ANN001
+def timed(path, deployment, counter: StatementCounter, rounds: int) -> dict:
     path(deployment)  # warm: clients, caches
     walls, cpus = [], []
     for _ in range(rounds):
@@ -171,7 +171,7 @@ def timed(path, deployment, counter: StatementCounter, rounds: int) -> dict:  # 
             "cpu_median": round(statistics.median(cpus), 4), "statements": counter.statements - statements}
 
 
-def run(objects: int, rounds: int, endpoint: Endpoint, proxy, workdir: Path) -> dict:  # noqa: ANN001
+def run(objects: int, rounds: int, endpoint: Endpoint, proxy, workdir: Path) -> dict:
     from siltlake.catalog import schema as s
     from siltlake.clock import utcnow
     from siltlake.tabledef import TableDef

@@ -1,4 +1,4 @@
-"""Staging rows benchmark (issue 28, "a bounded catalog"): what the periodic catalog queries cost when the catalog
+"""Staging rows benchmark (a bounded catalog): what the periodic catalog queries cost when the catalog
 holds N processed staging rows, and what pruning them costs.
 
 Setup (not timed): a fresh deployment (SQLite catalog unless --catalog postgresql) with the table web.access, and
@@ -40,7 +40,7 @@ TABLE = {"schema": "web", "name": "access", "time_column": "t", "timezone": "UTC
 HISTORY_DAYS = 30
 
 
-def insert_processed(deployment, table_id: int, rows: int, now: dt.datetime,  # noqa: ANN001
+def insert_processed(deployment, table_id: int, rows: int, now: dt.datetime,
                      history: dt.timedelta) -> None:
     """N processed rows registered over the `history` before now, oldest first."""
     step = history / max(rows, 1)
@@ -57,7 +57,7 @@ def insert_processed(deployment, table_id: int, rows: int, now: dt.datetime,  # 
             deployment.catalog.add_staging_totals(c, {table_id: (rows, 10 * rows, 0)})
 
 
-def median_ms(action, repeats: int) -> float:  # noqa: ANN001 - a callable
+def median_ms(action, repeats: int) -> float:  # a callable
     action()  # warm: the first call pays for imports and the connection pool
     times = []
     for _ in range(repeats):
@@ -67,7 +67,7 @@ def median_ms(action, repeats: int) -> float:  # noqa: ANN001 - a callable
     return round(statistics.median(times) * 1000, 2)
 
 
-def measure(deployment, repeats: int) -> dict:  # noqa: ANN001 - a Deployment
+def measure(deployment, repeats: int) -> dict:  # a Deployment
     return {"history_sample_ms": median_ms(lambda: sample(deployment), repeats),
             "observations_staging_ms": median_ms(deployment.catalog.observations.staging, repeats)}
 

@@ -1,4 +1,4 @@
-"""Year benchmark (issue 28): a simulated month at a production rate, day by day, to show that what a round, the
+"""Year benchmark: a simulated month at a production rate, day by day, to show that what a round, the
 catalog and the dashboard's history sample cost stops growing once staging retention (7 days) is reached.
 
 The clock: siltlake reads the time through `siltlake.clock.utcnow` (every module binds it by name) and discovery's
@@ -72,7 +72,7 @@ discover_module = importlib.import_module("siltlake.stream.discover")
 # The modules that read the file system's clock: discovery's cursor, and the walk's judgement that a directory has
 # settled (storage/localwalk.py keeps a large settled directory's sorted entries for the next slice). Left on the
 # real clock, the simulated times in the future kept every directory unsettled, and each slice of a check pass
-# sorted its 50,000-entry directory again (bench runs before 2026-11-29, stop 48).
+# sorted its 50,000-entry directory again (bench runs before 2026-11-29).
 FILE_CLOCK_MODULES = (discover_module, importlib.import_module("siltlake.storage.localwalk"))
 TABLE = {"schema": "web", "name": "access", "time_column": "t", "timezone": "UTC",
          "columns": [{"name": "t", "type": "timestamp", "nullable": False}]}
@@ -125,7 +125,7 @@ class SimulatedTime:
     def __init__(self, clock: SimulatedClock) -> None:
         self.clock = clock
 
-    def __getattr__(self, name: str):  # noqa: ANN204 - whatever the time module holds
+    def __getattr__(self, name: str):  # whatever the time module holds
         return getattr(time, name)
 
     def time_ns(self) -> int:
@@ -209,7 +209,7 @@ class Shipper:
         return sum(self.days.values())
 
 
-def mark_processed(deployment, day_start: dt.datetime) -> int:  # noqa: ANN001 - a Deployment
+def mark_processed(deployment, day_start: dt.datetime) -> int:  # a Deployment
     """Mark the pending staging rows processed, their processed_time spread over the day (one UPDATE per minute,
     ids in order), as the day's rounds would have left them."""
     so = s.staging_objects
@@ -227,7 +227,7 @@ def mark_processed(deployment, day_start: dt.datetime) -> int:  # noqa: ANN001 -
     return count
 
 
-def vacuum(deployment) -> None:  # noqa: ANN001 - a Deployment
+def vacuum(deployment) -> None:  # a Deployment
     """What autovacuum does, on a PostgreSQL server that has it off: make the space of the day's pruned and updated
     rows (the prune, the cursor's update each round) reusable, in every table of the catalog's database (VACUUM
     cannot run inside a transaction block)."""
@@ -235,7 +235,7 @@ def vacuum(deployment) -> None:  # noqa: ANN001 - a Deployment
         c.execute(sa.text("VACUUM"))
 
 
-def catalog_sizes(deployment, kind: str, root: Path) -> dict:  # noqa: ANN001 - a Deployment
+def catalog_sizes(deployment, kind: str, root: Path) -> dict:  # a Deployment
     so = s.staging_objects
     with deployment.catalog.engine.connect() as c:
         rows = c.execute(sa.select(sa.func.count()).select_from(so)).scalar_one()
@@ -248,13 +248,13 @@ def catalog_sizes(deployment, kind: str, root: Path) -> dict:  # noqa: ANN001 - 
             "wal_bytes": wal.stat().st_size if wal.exists() else 0}
 
 
-def timed(action):  # noqa: ANN001, ANN201 - a callable and what it returns
+def timed(action):  # a callable and what it returns
     started = time.perf_counter()
     result = action()
     return result, time.perf_counter() - started
 
 
-def sweep_pass(deployment):  # noqa: ANN001, ANN201 - a Deployment; its Discovery
+def sweep_pass(deployment):  # a Deployment; its Discovery
     """The rounds that complete the local root's rolling sweep pass under way (the root's first round is a full
     listing): what replaced the hourly full listing, so the expiry watermark can move. Their reports, summed.
     Each keeps the catalog's record of listed names, as `silt stream --once` does (stream/names.py)."""
@@ -266,7 +266,7 @@ def sweep_pass(deployment):  # noqa: ANN001, ANN201 - a Deployment; its Discover
     return found
 
 
-def once_discover(deployment, sweep: bool = False):  # noqa: ANN001, ANN201 - a Deployment; its Discovery
+def once_discover(deployment, sweep: bool = False):  # a Deployment; its Discovery
     """What `silt stream --once` discovers with: the stored record of names read, kept and stored back."""
     record = stored_names(deployment)
     found = discover_module.discover(deployment, record, sweep=sweep)
@@ -274,7 +274,7 @@ def once_discover(deployment, sweep: bool = False):  # noqa: ANN001, ANN201 - a 
     return found
 
 
-def simulate_day(deployment, shipper: Shipper, clock: SimulatedClock, day: int, start: dt.datetime,  # noqa: ANN001
+def simulate_day(deployment, shipper: Shipper, clock: SimulatedClock, day: int, start: dt.datetime,
                  args: argparse.Namespace, root: Path) -> dict:
     config = deployment.config
     day_start = start + DAY * day

@@ -17,6 +17,17 @@ SIMPLE_TYPES = ("string", "int", "bigint", "float", "double", "boolean", "timest
 WIDENINGS = {("int", "bigint"), ("float", "double")}
 # The partition column: in every object (so that any Parquet or Iceberg reader filters on it), never a column name.
 PARTITION_COLUMN = "dt"
+# Names siltlake gives columns of its own next to a table's (tests/test_sql_scope.py checks each module's names
+# are here): a table column so named would be taken for siltlake's, or siltlake's for it.
+RESERVED_COLUMNS = {
+    "_change_type": "the change feed (`silt changes`, Table.changes) adds it to every row",
+    "_commit_version": "the change feed (`silt changes`, Table.changes) adds it to every row",
+    "_commit_timestamp": "the change feed (`silt changes`, Table.changes) adds it to every row",
+    "_retype_reason": "a type change's rewrite (`silt table alter-column --rewrite`) adds it to every row",
+    "_retype_record": "a type change's rewrite (`silt table alter-column --rewrite`) adds it to every row",
+}
+# Helper columns (a row's number in a delete, an upsert's delete marker, a join's positions) begin so.
+RESERVED_PREFIXES = ("_silt", "__silt")
 # The Parquet schema metadata key of a column's Iceberg field id (pyarrow writes it as the Parquet field_id).
 FIELD_ID_KEY = b"PARQUET:field_id"
 
@@ -74,3 +85,14 @@ def needs_rewrite(old_type: str, new_type: str) -> bool:
     """Whether changing a column from old_type to new_type (both normalised, different) needs its stored values
     converted: every change but a widening does."""
     return (old_type, new_type) not in WIDENINGS
+
+
+def refuse_reserved_column(name: str) -> None:
+    """Raise DefinitionError, saying which names are reserved and why, for a column name siltlake uses itself."""
+    why = RESERVED_COLUMNS.get(name) or ("siltlake's helper columns begin so (a row's number while a delete is "
+                                         "worked out, an upsert's delete marker)"
+                                         if name.startswith(RESERVED_PREFIXES) else None)
+    if why is not None:
+        raise DefinitionError(f"column name {name!r} is reserved: {why}; siltlake reserves "
+                              f"{', '.join(RESERVED_COLUMNS)}, names beginning {' or '.join(RESERVED_PREFIXES)} "
+                              f"and {PARTITION_COLUMN} (the partition date) for columns of its own")

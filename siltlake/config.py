@@ -7,12 +7,14 @@ import os
 import re
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from siltlake.errors import DEBUG_VARIABLE, ConfigError
+from siltlake.globs import check_patterns
+from siltlake.glueconfig import GlueTargetConfig
 from siltlake.tabledef import describe_validation_error, parse_duration
 
 CONFIG_FILE = "siltlake.toml"
@@ -20,7 +22,7 @@ ENV_PREFIX = "SILTLAKE_"
 INSTANCE_KEY = re.compile(r"^[a-z0-9]{4,32}\Z")  # \Z: "$" would let a trailing newline through
 SQS_QUEUE_NAME = re.compile(r"[A-Za-z0-9_-]{1,80}(?:\.fifo)?\Z")
 
-# Staging keys look like `<anything>.<schema>.<table>/YYYY/MM/DD/<name>[.gz]` (seed 000's layout).
+# Staging keys look like `<anything>.<schema>.<table>/YYYY/MM/DD/<name>[.gz]` (a date-path layout).
 _TABLE_DIRECTORY = r"^(?:.*/)?(?:[^/]*\.)?(?P<schema>[^/.]+)\.(?P<table>[^/.]+)/"
 _DATE_DIRECTORIES = r"(?P<year>\d{4})/(?P<month>\d{2})/(?P<day>\d{2})/"
 DEFAULT_KEY_PATTERN = _TABLE_DIRECTORY + _DATE_DIRECTORIES + r"(?P<name>[^/]+)$"
@@ -76,8 +78,8 @@ class CatalogConfig(_Section):
 
 
 class S3Config(_Section):
-    """How s3:// roots are reached (README "Storage on S3"). Credentials never live here: pyarrow takes them
-    from the usual AWS settings (environment, ~/.aws, instance or pod roles)."""
+    """How s3:// roots are reached (docs/operations.md, "Storage on S3"). Credentials never live here: pyarrow takes
+    them from the usual AWS settings (environment, ~/.aws, instance or pod roles)."""
 
     endpoint_override: str | None = Field(default=None, description="host:port of an S3-compatible endpoint "
                                           "(MinIO, a local test server); unset: AWS, or AWS_ENDPOINT_URL_S3")
@@ -106,6 +108,9 @@ class SparkConfig(_Section):
                                 "runs; unset: none. Loopback only unless connect_remote (Spark Connect runs any "
                                 "code a client sends, as the server's user)")
     connect_remote: bool = Field(default=False, description="let spark.connect bind an address other than loopback")
+    connect_token_file: str = Field(default=".siltlake/spark-connect.token", description="where `silt run` writes "
+                                    "the token its Spark Connect server requires (mode 0600) and where siltlake's "
+                                    "clients read it; $SPARK_CONNECT_AUTHENTICATE_TOKEN, when set, is the token")
 
     @field_validator("connect")
     @classmethod
@@ -146,6 +151,12 @@ def is_loopback(host: str) -> bool:
 class StreamConfig(_Section):
     poll_interval: int = 10
     key_pattern: str = DEFAULT_KEY_PATTERN
+    include: list[str] = Field(default_factory=list, description="glob patterns of the new files the stream takes "
+                               "from the staging root, on the key relative to it (a pattern without '/' on the file's "
+                               "name; '**' any directories); empty: every file (siltlake/globs.py)")
+    exclude: list[str] = Field(default_factory=list, description="glob patterns of new files the stream leaves, "
+                               "e.g. [\"*.gz\"] beside logs logrotate compresses; wins over include. A file already "
+                               "followed is followed under any name it is renamed to")
     max_objects_per_run: AtLeastOne = 100_000
     objects_per_wave: AtLeastOne = 512
     tasks_per_core: AtLeastOne = 4
@@ -200,6 +211,11 @@ class StreamConfig(_Section):
     settle_limit: int = Field(default=60, description="seconds a local file that never stops changing (a log "
                               "appended to every second) waits at most: then it is taken up to its last whole "
                               "record, and its growth after that as appends")
+    fragment_final_after: int = Field(default=21600, ge=0, description="seconds a local file must go unchanged "
+                                      "before its trailing fragment (a last line without its newline, half a "
+                                      "MessagePack item) is taken as its last record while it is still at its name "
+                                      "(a file rotated away or compressed has it taken at once; with settle_time 0, "
+                                      "always at once): a block-buffered writer may pause mid-line for minutes")
     reorder_window: int = Field(default=300, ge=0, description="seconds an upload to an object store staging "
                                 "root may take (from its LastModified until it is listable) and still be found "
                                 "by its prefix's next listing when a key sorting after it was listed first; "
@@ -248,7 +264,8 @@ class StreamConfig(_Section):
         return value
 
     @field_validator("poll_interval", "listing_margin", "full_listing_interval", "claim_timeout",
-                     "heartbeat_interval", "staging_retention", "settle_time", "settle_limit", "reorder_window",
+                     "heartbeat_interval", "staging_retention", "settle_time", "settle_limit", "fragment_final_after",
+                     "reorder_window",
                      "late_window", "sweep_check_interval", "notified_listing_interval",
                      mode="before")
     @classmethod
@@ -260,6 +277,11 @@ class StreamConfig(_Section):
         check_heartbeat("stream", self.heartbeat_interval, "claim_timeout", self.claim_timeout,
                         "live daemons' objects get decoded twice")
         return self
+
+    @field_validator("include", "exclude", mode="before")
+    @classmethod
+    def _globs(cls, value: Any, info: ValidationInfo) -> list[str]:
+        return check_patterns(value, f"stream.{info.field_name}")
 
     @field_validator("key_pattern")
     @classmethod
@@ -282,6 +304,11 @@ class StreamConfig(_Section):
 class MergeConfig(_Section):
     slots: AtLeastOne = Field(default=32, description="jobs one worker runs at once (each one Spark task)")
     per_table_limit: AtLeastOne = Field(default=16, description="running jobs per table across all workers")
+    slots_per_schema: int = Field(default=0, ge=0, description="running jobs per schema across all workers; 0: "
+                                                               "no limit beyond the per-table one")
+    fair_shares: tuple[Literal["schema", "table"], ...] = Field(
+        default=("schema", "table"), description="the levels a claim shares its slots across, round robin, the "
+                                                 "outer first: schema then table; [] takes the oldest due jobs")
     poll_interval: int = 10
     job_timeout: AtLeastOne = Field(default=600, description="seconds without a heartbeat before a job is taken over")
     heartbeat_interval: AtLeastOne = 30
@@ -295,6 +322,14 @@ class MergeConfig(_Section):
     @classmethod
     def _durations(cls, value: Any, info: ValidationInfo) -> int:
         return parse_duration(value, f"merge.{info.field_name}")
+
+    @field_validator("fair_shares")
+    @classmethod
+    def _levels(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if list(value) not in ([], ["schema"], ["table"], ["schema", "table"]):
+            raise ValueError(f"{list(value)}: name each level once, the outer first: [\"schema\", \"table\"], "
+                             "[\"schema\"], [\"table\"] or []")
+        return value
 
     @model_validator(mode="after")
     def _heartbeat_within_timeout(self) -> MergeConfig:
@@ -379,8 +414,9 @@ class IcebergTargetConfig(_Section):
 
 class PublishConfig(_Section):
     interval: int = Field(default=60, description="seconds between publish runs of `silt publish`")
-    targets: list[str] = Field(default_factory=list, description="external catalogs to sync: 'hive', 'iceberg'")
+    targets: list[str] = Field(default_factory=list, description="external catalogs: 'hive', 'iceberg', 'glue'")
     hive: HiveTargetConfig = Field(default_factory=HiveTargetConfig)
+    glue: GlueTargetConfig = Field(default_factory=GlueTargetConfig)
     iceberg: IcebergTargetConfig = Field(default_factory=IcebergTargetConfig)
     in_process_rewrite_bytes: int = Field(
         default=32 * 1024 * 1024, ge=0, description="a delete or overwrite of a partition whose files total at most "
@@ -438,6 +474,20 @@ class DerivedConfig(_Section):
         return self
 
 
+class SqlConfig(_Section):
+    """Bounds on user SQL (docs/design.md "Hostile input"); a query past one stops with an error naming it."""
+    timeout: int = Field(default=30 * 60, description="seconds a `silt sql` query may run (DuckDB or Spark); 0: none")
+    write_timeout: int = Field(default=4 * 3600, description="seconds the SQL of a derived build, `upsert --sql` or "
+                               "`delete`/`update --where` may run, then it stops and nothing is written; 0: none")
+    duckdb_memory_limit: str = Field(default="50%", pattern=r"(?i)^\s*\d+(\.\d+)?\s*(%|[KMGT]i?B|bytes)\s*$",
+                                     description="DuckDB's memory_limit for user SQL: '4GB', or '50%' of the host's")
+
+    @field_validator("timeout", "write_timeout", mode="before")
+    @classmethod
+    def _durations(cls, value: Any, info: ValidationInfo) -> int:
+        return parse_duration(value, f"sql.{info.field_name}")
+
+
 class ObserveConfig(_Section):
     history_interval: int = Field(default=60, ge=0, description="seconds between the metric history samples the "
                                   "daemons take for `silt dashboard` (0: none)")
@@ -451,6 +501,20 @@ class ObserveConfig(_Section):
         return parse_duration(value, f"observe.{info.field_name}")
 
 
+class TablesConfig(_Section):
+    """The deployment's values of the settings a table inherits when neither it nor its schema sets them
+    (docs/design.md "Settings inherited"); unset: the setting's default. Read as `silt table set` reads them."""
+
+    merge_mode: Literal["auto", "deep", "shallow"] | None = None
+    merged_object_size: int | str | None = Field(default=None, description="bytes, or e.g. 64MiB")
+    ttl_days: int | None = None
+    codec: Literal["zstd", "snappy", "gzip", "none"] | None = None
+    merge_interval: int | str | None = Field(default=None, description="e.g. 12h")
+
+    def given(self) -> dict[str, str]:
+        return {key: str(value) for key, value in self.model_dump().items() if value is not None}
+
+
 class Config(_Section):
     instance_key: str | None = None
     catalog: CatalogConfig = Field(default_factory=CatalogConfig)
@@ -461,7 +525,9 @@ class Config(_Section):
     publish: PublishConfig = Field(default_factory=PublishConfig)
     reap: ReapConfig = Field(default_factory=ReapConfig)
     derived: DerivedConfig = Field(default_factory=DerivedConfig)
+    sql: SqlConfig = Field(default_factory=SqlConfig)
     observe: ObserveConfig = Field(default_factory=ObserveConfig)
+    tables: TablesConfig = Field(default_factory=TablesConfig)
     source: str = Field(default="embedded defaults", exclude=True)
 
     @model_validator(mode="after")

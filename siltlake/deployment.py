@@ -9,6 +9,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from siltlake.catalog import Catalog
+from siltlake.catalog.inherited import parse_settings
 from siltlake.clock import utcnow
 from siltlake.config import Config, load_config
 from siltlake.errors import CatalogError, CatalogUnreachable, SiltError
@@ -79,6 +80,7 @@ class Deployment:
 
     def __post_init__(self) -> None:
         self.catalog = Catalog(self.config.catalog.url)
+        self.catalog.tables.deployment_settings = parse_settings(self.config.tables.given(), "config [tables]")
         s3 = S3Options(**self.config.storage.s3.model_dump())
         self.lake = Storage(self.config.storage.root, s3)
         self.staging = Storage(self.config.storage.staging_root, s3)
@@ -108,6 +110,7 @@ class Deployment:
                 raise InstanceKeyRefused(owner.refusal("initialise", key))
             self._check_claimable(key, owner)
         self.catalog.instances.register(key, self.lake.root, is_self=True)
+        self.catalog.tables.apply_deployment_settings()
         catalog_id = self.catalog.instances.ensure_catalog_id()
         if claim or owner.state != "ours" or owner.catalog_id != catalog_id:
             self.lake.write_bytes(instance_marker(key), json.dumps({
@@ -201,7 +204,9 @@ class Deployment:
             if "hive" in self.config.publish.targets:  # Hive support is fixed when the session starts
                 extra = hive_session_conf(self.config.publish.hive)
             self._spark = spark_session(self.config.spark, extra)
-        return self._spark
+        from siltlake.spark import bound_session
+
+        return bound_session(self._spark)  # jobs of a time-bounded command carry its tag
 
     def use_spark(self, session: SparkSession) -> None:
         """Run on a session the caller owns (tests, notebooks); it gets siltlake's locked settings."""

@@ -1,4 +1,4 @@
-"""Derived table definitions (DESIGN §12): a query over tables and when to rebuild it."""
+"""Derived table definitions (docs/design.md): a query over tables and when to rebuild it."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from siltlake.errors import DefinitionError
 
 
 class DerivedDef(StrictModel):
-    """A derived table (DESIGN §12): a Spark SQL query over tables, and when to rebuild it.
+    """A derived table (docs/design.md): a Spark SQL query over tables, and when to rebuild it.
 
     One rule keeps it fresh: persist_for (rebuild when the build is older), trigger = "sources" (when a
     source table's published version changes; the default) or trigger_sql (when the query's value

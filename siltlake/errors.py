@@ -24,7 +24,8 @@ def missing_data_file(where: str) -> str:
 
 
 class SiltError(Exception):
-    """Base of errors whose message says what was wrong and what to do next."""
+    """The root of siltlake's own errors (exported as `siltlake.SiltError`): the message says what was wrong and
+    what to do next. Anything else escaping siltlake (an OSError of the storage, a driver's error) is not one."""
 
 
 class DefinitionError(SiltError, ValueError):
@@ -39,7 +40,16 @@ class CatalogError(SiltError):
     """The catalog refused an operation (missing table, conflict, not initialised)."""
 
 
-class CatalogUnreachable(CatalogError):
+class RetryableError(SiltError):
+    """Nothing of the operation was committed and running it again may succeed: a concurrent writer committed
+    first (RetryableConflict) or a service was out (CatalogUnreachable)."""
+
+
+# The exit status of a command that failed with a RetryableConflict: sysexits' EX_TEMPFAIL, "try again".
+RETRYABLE_EXIT = 75
+
+
+class CatalogUnreachable(CatalogError, RetryableError):
     """The catalog's server cannot be reached (down, restarting, network): a daemon retries, a command stops."""
 
 
@@ -51,7 +61,25 @@ class NoSuchPartition(NotFoundError):
     """A table has no partition of the date asked for."""
 
 
-class Refusal(Exception):
+class RetryableConflict(CatalogError, RetryableError):
+    """A concurrent writer committed first: nothing of this write was committed, and running it again (with the
+    same request id, if it had one) is safe. delta-rs's CommitFailedError, PyIceberg's CommitFailedException."""
+
+
+class UpdateConflict(RetryableConflict):
+    """A concurrent writer changed the partition since this update (or append) read it: run it again."""
+
+
+class MergeConflict(RetryableConflict):
+    """The partition's ranges moved since the merge job planned; its output is not committed (the job runs again)."""
+
+
+class VersionOutOfRange(SiltError):
+    """Time travel to a table version (or time) the table does not have: before its first version, after its
+    newest, or reaped away."""
+
+
+class Refusal(SiltError):
     """An input siltlake will not take as it is; `reason` says why, for reports and catalog rows."""
 
     def __init__(self, reason: str) -> None:

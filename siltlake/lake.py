@@ -7,15 +7,16 @@ pyarrow only; DuckDB, Polars and Spark are used when asked for.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from siltlake.config import Config, load_config
 from siltlake.deployment import Deployment
 from siltlake.errors import NoSuchPartition, SiltError
-from siltlake.read.versions import parse_as_of, parse_dates, version_files
+from siltlake.read.scan import ReadPlans, Scan
+from siltlake.read.versions import parse_as_of, parse_dates
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -24,41 +25,19 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from siltlake.catalog import TableRecord
-    from siltlake.merge import MergeReport
-    from siltlake.publish import PublishReport
+    from siltlake.catalog.tags import Tag
+    from siltlake.publish.alter import TableAlter
     from siltlake.publish.append import AppendReport
     from siltlake.publish.requests import UpdatesReport
     from siltlake.publish.retype import RetypeReport
     from siltlake.publish.upsert import UpsertReport
     from siltlake.read.inspect import TableInspect
+    from siltlake.read.metadata import TableMetadata
     from siltlake.read.versions import DataFile
     from siltlake.reap import ReapReport
+    from siltlake.reap.maintenance import CompactReport, TableMaintenance
 
 __all__ = ["CompactReport", "Lake", "NoSuchPartition", "Table"]
-
-_PLANS_HELD = 32  # current-state file lists a Table keeps (by the dates read)
-_VIEWS_HELD = 8  # parsed view statements a plan keeps
-
-
-@dataclasses.dataclass
-class _CurrentPlan:
-    """The current state's files of some dates, planned at a catalog state (Versions.current_state), and their
-    DuckDB SELECT once made, when it reads only files (nothing registered on one connection)."""
-
-    state: tuple[int, int]
-    files: list[DataFile]
-    duckdb_select: str | None = None
-    # to_duckdb(view=)'s CREATE of that SELECT, parsed once, by view name (at most _VIEWS_HELD)
-    duckdb_views: dict[str, Any] = dataclasses.field(default_factory=dict)
-
-
-def _registered_name(table_id: int) -> str:
-    """A name of its own for what one to_duckdb call registers on a connection (Arrow parts: S3, merged on read,
-    a filter's scan)."""
-    import uuid
-
-    return f"__silt_table_{table_id}_{uuid.uuid4().hex[:12]}"
-
 
 class Lake:
     """A deployment's tables. `Lake.open()` reads the configuration as `silt` does ($SILTLAKE_CONFIG or
@@ -113,7 +92,7 @@ class Lake:
 
 
 class Table:
-    """One table. Reads take `as_of_version` (a table version: the state after that publish commit),
+    """One table. Reads take `as_of_version` (a table version: the state after that commit; or a tag's name),
     `as_of` (a time: the versions published at or before it) or neither (the current state, which also
     shows live objects not yet published), and `dates` to read only some partitions."""
 
@@ -121,7 +100,7 @@ class Table:
         self.lake = lake
         self.record = record
         # The current state's plans by the dates read: asking again costs one statement while nothing changed.
-        self._current: dict[frozenset[dt.date] | None, _CurrentPlan] = {}
+        self._plans = ReadPlans()
 
     @property
     def name(self) -> str:
@@ -129,6 +108,33 @@ class Table:
 
     def __repr__(self) -> str:
         return f"Table({self.name})"
+
+    def close(self) -> None:
+        """Drop what the Table keeps between reads (its current-state plans). It holds no connection of its own:
+        DuckDB connections are the caller's (to_duckdb), the catalog and Spark the Lake's (Lake.close). A closed
+        Table may still be read; it plans again."""
+        self._plans.by_dates.clear()
+
+    def __enter__(self) -> Table:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def properties(self) -> dict[str, Any]:
+        """The table's settings (ttl_days, merge_mode, codec, time_column, timezone, format, ...) as a new dict, as
+        of this Table's definition; set_properties changes them."""
+        from siltlake.read.metadata import table_properties
+
+        return table_properties(self.record)
+
+    @property
+    def metadata(self) -> TableMetadata:
+        """name, id, version, created_at, columns, partitioning, primary_key (keyed) as a frozen TableMetadata."""
+        from siltlake.read.metadata import table_metadata
+
+        return table_metadata(self.record, self.version)
 
     @property
     def schema(self) -> pa.Schema:
@@ -143,190 +149,87 @@ class Table:
         return self.versions()[1]
 
     def versions(self) -> tuple[int, int]:
-        """(oldest readable, newest) table version; older ones were reaped."""
+        """(oldest readable, newest) table version; older ones were reaped (but those tags name: Table.tags)."""
         return self.lake.deployment.catalog.versions.table_bounds(self.record.id)
 
-    # --- files ----------------------------------------------------------------------------------------
+    def tag(self, name: str, version: int | None = None, move: bool = False, now: dt.datetime | None = None) -> Tag:
+        """Name table `version` (None: the newest); read it as as_of_version="name" or VERSION AS OF 'name'. Reap
+        keeps what a tagged version shows, however old. A name that tags another version is refused unless `move`."""
+        number = self.version if version is None else version
+        return self.lake.deployment.catalog.tags.add(self.record.id, name, number, self.name, now, move=move)
 
-    def data_files(self, as_of_version: int | None = None, as_of: dt.datetime | str | None = None,
+    def untag(self, name: str) -> Tag:
+        """Forget a tag: its version is reaped as any other once outside the retention window."""
+        return self.lake.deployment.catalog.tags.remove(self.record.id, name, self.name)
+
+    @property
+    def tags(self) -> dict[str, int]:
+        """The table's tags: name -> table version, by version."""
+        return {tag.name: tag.table_version for tag in self.lake.deployment.catalog.tags.list(self.record.id)}
+
+    # --- reads: a Scan (siltlake.read.scan) and its outputs ------------------------------------------------------
+
+    def scan(self, filter: Any = None, columns: Sequence[str] | None = None,  # noqa: A002 - the scan's word
+             as_of_version: int | str | None = None, as_of: dt.datetime | str | None = None, dates: Any = None,
+             limit: int | None = None) -> Scan:
+        """A read of the table version (an immutable Scan; its outputs plan and read): `filter` SQL text
+        ("action = 'login' AND dt >= '2026-11-20'") or a pyarrow.compute expression (the days a condition on dt
+        rules out are not even planned), `columns` the columns to read, `dates` the partitions, `limit` the rows.
+        Outputs: to_arrow(), to_batches(), to_pandas(), to_polars(), to_duckdb(connection, view=),
+        to_pyarrow_dataset(), files(), data_files(), count(); refinements: with_filter(), select(), with_dates(),
+        with_version(), with_limit()."""
+        return Scan.of(self.lake.deployment, self.record, self._plans, filter=filter, columns=columns,
+                       as_of_version=as_of_version, as_of=as_of, dates=dates, limit=limit)
+
+    def data_files(self, as_of_version: int | str | None = None, as_of: dt.datetime | str | None = None,
                    dates: Any = None) -> list[DataFile]:
         """The exact data files of the table version, from its partitions' manifests (plus, for the
         current state, the live objects streamed since each partition's newest version, from the catalog),
         each with its size, row count and event time range (siltlake.read.inspect.with_stats).
         A keyed table's partitions that need a merge on read have no plain file list: SiltError names them."""
-        from siltlake.read.inspect import with_stats
+        return self.scan(as_of_version=as_of_version, as_of=as_of, dates=dates).data_files()
 
-        return with_stats(self.lake.deployment, self.record, self._plain_files(as_of_version, as_of, dates))
-
-    def _plain_files(self, as_of_version: int | None, as_of: dt.datetime | str | None, dates: Any) -> list[DataFile]:
-        """data_files without their statistics."""
-        files = self._data_files(as_of_version, as_of, dates)
-        dirty = self._dirty_dates(files)
-        if dirty:
-            listed = ", ".join(day.isoformat() for day in sorted(dirty))
-            raise SiltError(
-                f"{self.name} is keyed (primary key {', '.join(self.record.definition.primary_key)}) and its "
-                f"partitions {listed} hold several rows of some keys until merged, so their files alone are not "
-                "the table: read it with to_arrow(), to_duckdb() or to_spark(), which merge on read; or, once "
-                "the day has closed, run `silt merge --once --now` and `silt publish --once` (or wait for them), "
-                "after which each partition is one merged object")
-        return files
-
-    def _dirty_dates(self, files: list[DataFile]) -> set[dt.date]:
-        """The dates whose files need a merge on read (none for a table without a primary key)."""
-        from siltlake.read.versions import dirty_dates_of
-
-        return dirty_dates_of(self.record, files)
-
-    def _data_files(self, as_of_version: int | None, as_of: dt.datetime | str | None, dates: Any,
-                    filter: Any = None) -> list[DataFile]:  # noqa: A002 - pyarrow's name
-        """data_files, skipping the partitions whose dt the pyarrow expression `filter` rules out
-        before their manifests are read."""
-        if as_of_version is None and as_of is None and filter is None:
-            return self._current_files(parse_dates(dates))
-        return version_files(
-            self.lake.deployment, self.record, as_of_version=as_of_version,
-            as_of=parse_as_of(as_of) if as_of is not None else None, dates=parse_dates(dates),
-            date_filter=None if filter is None else lambda present: _dates_passing(filter, present, self.schema))
-
-    def _current_files(self, dates: set[dt.date] | None) -> list[DataFile]:
-        return list(self._current_plan(dates).files)
-
-    def _current_plan(self, dates: set[dt.date] | None) -> _CurrentPlan:
-        key = None if dates is None else frozenset(dates)
-        state = self.lake.deployment.catalog.versions.current_state(self.record.id, dates)
-        planned = self._current.get(key)
-        if planned is None or planned.state != state:
-            files = version_files(self.lake.deployment, self.record, dates=dates)
-            if len(self._current) >= _PLANS_HELD:
-                self._current.clear()
-            # Planned after reading the state: a change in between only makes the next call plan again.
-            planned = self._current[key] = _CurrentPlan(state, files)
-        return planned
-
-    def files(self, as_of_version: int | None = None, as_of: dt.datetime | str | None = None,
+    def files(self, as_of_version: int | str | None = None, as_of: dt.datetime | str | None = None,
               dates: Any = None) -> list[str]:
         """The URIs (file:///..., s3://...) of exactly the data files of the table version."""
-        return [f.uri for f in self._plain_files(as_of_version, as_of, dates)]
+        return self.scan(as_of_version=as_of_version, as_of=as_of, dates=dates).files()
 
-    # --- readers --------------------------------------------------------------------------------------
-
-    def to_pyarrow_dataset(self, as_of_version: int | None = None, as_of: dt.datetime | str | None = None,
+    def to_pyarrow_dataset(self, as_of_version: int | str | None = None, as_of: dt.datetime | str | None = None,
                            dates: Any = None) -> ds.Dataset:
-        """A pyarrow dataset over exactly the version's files, with the table's schema (dt from each
-        file's partition; columns added later read as null, widened ones as their new type). A keyed
-        table's partitions that need a merge on read are read and merged now, held in memory."""
-        return self._dataset(as_of_version, as_of, dates)
+        """scan(...).to_pyarrow_dataset(): a pyarrow dataset over exactly the version's files, with the table's schema
+        (dt from each file's partition; columns added later read as null, widened ones as their new type)."""
+        return self.scan(as_of_version=as_of_version, as_of=as_of, dates=dates).to_pyarrow_dataset()
 
-    def _dataset(self, as_of_version: int | None, as_of: dt.datetime | str | None, dates: Any,
-                 filter: Any = None) -> ds.Dataset:  # noqa: A002 - pyarrow's name
-        import pyarrow.dataset as ds
-
-        plain, merged = self._parts(as_of_version, as_of, dates, filter)
-        if merged is None:
-            return plain
-        return ds.UnionDataset(self.schema, [plain, ds.InMemoryDataset(merged)])
-
-    def _parts(self, as_of_version: int | None, as_of: dt.datetime | str | None, dates: Any,
-               filter: Any = None) -> tuple[ds.FileSystemDataset, pa.Table | None]:  # noqa: A002 - pyarrow's name
-        """The version's partitions that are plain files, as a dataset, and (a keyed table's) those merged on
-        read, as one table (None: no partition needs it)."""
-        from siltlake.read.versions import arrow_parts
-
-        files = self._data_files(as_of_version, as_of, dates, filter)
-        return arrow_parts(self.lake.deployment, self.record, files, self.schema)
-
-    def to_arrow(self, filter: Any = None, columns: list[str] | None = None,  # noqa: A002 - pyarrow's name
-                 as_of_version: int | None = None, as_of: dt.datetime | str | None = None,
+    def to_arrow(self, filter: Any = None, columns: list[str] | None = None,  # noqa: A002 - the scan's word
+                 as_of_version: int | str | None = None, as_of: dt.datetime | str | None = None,
                  dates: Any = None) -> pa.Table:
-        """The table version as an Arrow table; `filter` is a pyarrow.compute expression (e.g.
-        pc.field("action") == "login"; the days a condition on dt rules out are not even planned),
-        `columns` the columns to read."""
-        import pyarrow as pa
+        """scan(filter, columns, ...).to_arrow(): the table version as an Arrow table."""
+        return self.scan(filter, columns, as_of_version, as_of, dates).to_arrow()
 
-        plain, merged = self._parts(as_of_version, as_of, dates, filter)
-        table = plain.to_table(filter=filter, columns=columns)
-        if merged is None:
-            return table
-        # Merged rows are already in memory: filtered and projected here, not scanned again as a dataset.
-        if filter is not None:
-            merged = merged.filter(filter)
-        if columns is not None:
-            merged = merged.select(columns)
-        return pa.concat_tables([table, merged]) if table.num_rows else merged
+    def to_pandas(self, filter: Any = None, columns: list[str] | None = None,  # noqa: A002 - the scan's word
+                  as_of_version: int | str | None = None, as_of: dt.datetime | str | None = None,
+                  dates: Any = None) -> pd.DataFrame:
+        """scan(filter, columns, ...).to_pandas(): to_arrow's rows as a pandas DataFrame."""
+        return self.scan(filter, columns, as_of_version, as_of, dates).to_pandas()
 
-    def to_duckdb(self, connection: Any, as_of_version: int | None = None, as_of: dt.datetime | str | None = None,
+    def to_duckdb(self, connection: Any, as_of_version: int | str | None = None, as_of: dt.datetime | str | None = None,
                   dates: Any = None, filter: Any = None, view: str | None = None) -> Any:  # noqa: A002
-        """A DuckDB relation over the table version; `connection` is a duckdb connection. DuckDB reads the exact
-        file list itself (read_parquet, dt from each file's partition); a keyed table's partitions that need a
-        merge on read are merged now and handed over as Arrow. `dates` and `filter` (a pyarrow.compute
-        expression, as to_arrow's: days it rules out by dt are not even planned) narrow what is read; with a
-        filter the rows are scanned through pyarrow's dataset, which applies it. With `view`, the version is
-        made a temporary view of that name on the connection (replacing one of that name) and the connection is
-        returned, as PyIceberg's `to_duckdb(table_name, connection)` does: one bind of the files fewer than a
-        view made with the relation's create_view()."""
-        from siltlake.read.duck import create_view, view_statement
+        """scan(filter, ...).to_duckdb(connection, view): a DuckDB relation over the table version (DuckDB reads the
+        exact file list itself); with `view`, a temporary view of that name, and the connection is returned."""
+        return self.scan(filter, None, as_of_version, as_of, dates).to_duckdb(connection, view)
 
-        if filter is not None:
-            dataset = self._dataset(as_of_version, as_of, dates, filter).filter(filter)
-            if view is None:
-                return connection.from_arrow(dataset)
-            name = _registered_name(self.record.id)
-            connection.register(name, dataset)
-            create_view(connection, view, f'SELECT * FROM "{name}"', replace=True)
-            return connection
-        # The relation is the SELECT itself: DuckDB binds it (reads the files' footers) here; a view is bound at
-        # each query over it.
-        select, kept = self._duckdb_select(connection, as_of_version, as_of, dates)
-        if view is None:
-            return connection.sql(select)
-        if kept is None:
-            create_view(connection, view, select, replace=True)
-            return connection
-        statement = kept.duckdb_views.get(view)
-        if statement is None:
-            if len(kept.duckdb_views) >= _VIEWS_HELD:
-                kept.duckdb_views.clear()
-            statement = kept.duckdb_views[view] = view_statement(connection, view, select, replace=True)
-        connection.execute(statement)
-        return connection
+    def to_polars(self, as_of_version: int | str | None = None, as_of: dt.datetime | str | None = None,
+                  dates: Any = None, filter: Any = None) -> Any:  # noqa: A002 - the scan's word
+        """scan(filter, ...).to_polars(): a Polars LazyFrame over the table version (needs polars installed)."""
+        return self.scan(filter, None, as_of_version, as_of, dates).to_polars()
 
-    def _duckdb_select(self, connection: Any, as_of_version: int | None, as_of: dt.datetime | str | None,
-                       dates: Any) -> tuple[str, _CurrentPlan | None]:
-        """The DuckDB SELECT of the version's files, and the current state's plan that keeps it (None: made for
-        this call only): the current state's is made once while it stays current."""
-        from siltlake.read.duck import table_select
-
-        if as_of_version is not None or as_of is not None:
-            files, plan = self._data_files(as_of_version, as_of, dates), None
-        else:
-            plan = self._current_plan(parse_dates(dates))
-            if plan.duckdb_select is not None:
-                return plan.duckdb_select, plan
-            files = plan.files
-        made = table_select(connection, _registered_name(self.record.id), self.lake.deployment, self.record, files)
-        if plan is None or made.registered:
-            return made.sql, None
-        plan.duckdb_select = made.sql
-        return made.sql, plan
-
-    def to_polars(self, as_of_version: int | None = None, as_of: dt.datetime | str | None = None,
-                  dates: Any = None, filter: Any = None) -> Any:  # noqa: A002 - pyarrow's name
-        """A Polars LazyFrame over the table version (needs polars installed); `dates` and `filter` (a
-        pyarrow.compute expression) as to_arrow's: only the days they leave are planned."""
-        try:
-            import polars
-        except ImportError:
-            raise SiltError("Table.to_polars needs the polars package, which is not installed: pip install polars; "
-                            "or read with to_arrow()") from None
-        dataset = self._dataset(as_of_version, as_of, dates, filter)
-        return polars.scan_pyarrow_dataset(dataset if filter is None else dataset.filter(filter))
-
-    def to_spark(self, spark: SparkSession, as_of_version: int | None = None,
+    def to_spark(self, spark: SparkSession, as_of_version: int | str | None = None,
                  as_of: dt.datetime | str | None = None) -> DataFrame:
         """A Spark DataFrame of the table version (siltlake.read.table)."""
         from siltlake.read import table as read_table
+        from siltlake.read.versions import version_number
 
+        as_of_version = version_number(self.lake.deployment, self.record, as_of_version)
         return read_table(spark, self.name, self.lake.deployment, as_of_version=as_of_version,
                           as_of=parse_as_of(as_of) if as_of is not None else None)
 
@@ -343,20 +246,46 @@ class Table:
 
     # --- writes -------------------------------------------------------------------------------------
 
-    def delete(self, where: str, dates: Any, now: dt.datetime | None = None, request_id: str | None = None,
-               dry_run: bool = False) -> UpdatesReport:
-        """Delete the rows matching the Spark SQL predicate `where` from the partitions `dates` (a date, ISO
-        text, several, or "all") as one table version, all of them or none (a missing date is refused first);
-        runs on the deployment's Spark. Once per `request_id`: a retry with an id applied already changes nothing
-        (the report's applied_before says what the first did). The report is a sequence of the partitions'."""
+    def delete(self, where: str, dates: Any = None, now: dt.datetime | None = None, request_id: str | None = None,
+               dry_run: bool = False, progress: Callable[[int, dt.date], None] | None = None) -> UpdatesReport:
+        """Delete the rows matching the Spark SQL predicate `where` as one table version, all of its partitions or
+        none; runs on the deployment's Spark. The partitions are write_partitions(where, dates)'s: without `dates`,
+        every partition where `where` may match. Once per `request_id`: a retry with an id applied already changes
+        nothing (the report's applied_before says what the first did). The report is a sequence of the
+        partitions'; `progress(done, date)` is told of each partition as it is rewritten."""
         from siltlake.publish.row_updates import delete_rows_where
 
-        return delete_rows_where(self.lake.deployment, self.name, self._write_dates(dates, "delete"), where,
-                                 request_id=request_id, now=now, dry_run=dry_run)
+        wanted, tested = self.write_partitions(where, dates, "delete")
+        assert tested is not None
+        return delete_rows_where(self.lake.deployment, self.name, wanted, tested,
+                                 request_id=request_id, now=now, dry_run=dry_run, progress=progress)
+
+    def write_partitions(self, where: str | None, dates: Any = None, operation: str = "delete"
+                         ) -> tuple[list[dt.date], str | None]:
+        """The partitions a delete or update rewrites, and the predicate their rows are tested with (the one resolver
+        of Table.delete/update and `silt delete`/`silt update`). `dates` (a date, ISO text, several, or "all"): those,
+        `where` as given (a missing date is refused by the write, before anything is rewritten; `where` must not
+        name dt). None: the days `where`'s conditions on dt joined by AND allow (dt = / <> / < / <= / > / >= /
+        BETWEEN / IN quoted dates), those conditions left out of the predicate; every day if it has none."""
+        present = [p.partition_date for p in self.lake.deployment.catalog.partitions.list(self.record.id)]
+        if dates is None:
+            if where is None:
+                return sorted(present), None
+            from siltlake.read.where_days import days_of_where
+
+            return days_of_where(where, present, f"{self.name}.{operation}", operation)
+        if isinstance(dates, str) and dates == "all":
+            return sorted(present), where
+        wanted = sorted(parse_dates(dates) or ())
+        if not wanted:
+            raise SiltError(f"{self.name}.{operation}: give the partitions: a date, several, or dates='all' (or none "
+                            "at all: those the predicate's conditions on dt allow)")
+        return wanted, where
 
     def upsert(self, rows: Any, delete_column: str | None = None, now: dt.datetime | None = None,
                request_id: str | None = None) -> UpsertReport:
-        """Replace the rows of the same (dt, primary key) with `rows` (a pyarrow Table, or a Spark DataFrame),
+        """Replace the rows of the same (dt, primary key) with `rows` (a pyarrow Table, anything with
+        __arrow_c_stream__, or a Spark DataFrame),
         as one `merge` version per date they fall on; rows whose `delete_column` is true delete their key. Once
         per `request_id`, as delete's."""
         import pyarrow
@@ -365,17 +294,27 @@ class Table:
 
         if not isinstance(rows, pyarrow.Table) and hasattr(rows, "toArrow"):
             rows = rows.toArrow()  # a Spark DataFrame: the rows are small enough to pass through the driver
+        elif not isinstance(rows, pyarrow.Table) and hasattr(rows, "__arrow_c_stream__"):
+            rows = pyarrow.table(rows)  # pandas, Polars, a DuckDB relation: the rows of a key are replaced together
         if not isinstance(rows, pyarrow.Table):
-            raise SiltError(f"{self.name}.upsert: give the rows as a pyarrow Table or a Spark DataFrame, "
+            raise SiltError(f"{self.name}.upsert: give the rows as Arrow data or a Spark DataFrame, "
                             f"not {type(rows).__name__}")
         return upsert(self.lake.deployment, self.name, rows, delete_column, now, request_id)
 
-    def add_column(self, name: str, type_name: str, source: str | None = None, now: dt.datetime | None = None) -> None:
-        """Add a nullable column; objects written before it read it as null. A table version of its own."""
-        from siltlake.tabledef import Column
+    def alter(self, now: dt.datetime | None = None, dry_run: bool = False) -> TableAlter:
+        """A TableAlter: several column and property changes committed as ONE table version (stamped `now`) at the
+        end of a `with` block or at commit(): `with table.alter() as change: change.add_column("referrer", "string");
+        change.rename_column("action", "event"); change.set_properties(ttl_days=30)` (siltlake.publish.alter)."""
+        from siltlake.publish.alter import TableAlter
 
-        column = Column.from_mapping({"name": name, "type": type_name, "source": source})
-        self.record = self.lake.deployment.catalog.tables.add_column(self.name, column, now)
+        return TableAlter(self.lake.deployment, self.name, now=now, dry_run=dry_run, on_commit=self._altered)
+
+    def _altered(self, record: TableRecord) -> None:
+        self.record = record
+
+    def add_column(self, name: str, type_name: str, source: str | None = None, now: dt.datetime | None = None) -> None:
+        """alter().add_column(...): a nullable column, a table version of its own."""
+        self.alter(now=now).add_column(name, type_name, source).commit()
 
     def alter_column(self, name: str, type_name: str, rewrite: bool = False,
                      now: dt.datetime | None = None) -> RetypeReport:
@@ -390,30 +329,21 @@ class Table:
         return report
 
     def rename_column(self, old: str, new: str, now: dt.datetime | None = None) -> None:
-        """Rename a column; no object is rewritten (objects keep it under the name they hold it by), its input
-        field stays the one it had."""
-        self.record = self.lake.deployment.catalog.tables.rename_column(self.name, old, new, now)
+        """alter().rename_column(...): no object is rewritten, a table version of its own."""
+        self.alter(now=now).rename_column(old, new).commit()
 
     def drop_column(self, name: str, now: dt.datetime | None = None) -> None:
-        """Drop a column; no object is rewritten, and its data never shows again (a column added later under its
-        name reads null in older rows)."""
-        self.record = self.lake.deployment.catalog.tables.drop_column(self.name, name, now)
+        """alter().drop_column(...): no object is rewritten, a table version of its own."""
+        self.alter(now=now).drop_column(name).commit()
 
     def set_properties(self, now: dt.datetime | None = None, **values: Any) -> str:
-        """Set table properties (ttl_days, merge_mode, merge_interval, merged_object_size, row_group_bytes,
-        codec, error_policy, unknown_fields; ttl_days=None: no TTL), each daemon following them from its next
-        run. The change is a table version of its own; what changed as `key=value ...` ("" if nothing did)."""
-        assignments = [f"{key}={'none' if value is None else value}" for key, value in values.items()]
-        self.record, change = self.lake.deployment.catalog.tables.set_properties(self.name, assignments, now)
+        """alter().set_properties(**values): typed values (ttl_days=30, ttl_days=None for no TTL, merge_interval=
+        a timedelta or seconds, sizes in bytes, codec="zstd", ...), each daemon following them from its next run.
+        The change is a table version of its own; what changed as `key=value ...` ("" if nothing did)."""
+        change = self.alter(now=now).set_properties(**values).commit()
         return change.detail if change else ""
 
     # --- inspection and maintenance ------------------------------------------------------------------
-
-    def to_pandas(self, filter: Any = None, columns: list[str] | None = None,  # noqa: A002 - pyarrow's name
-                  as_of_version: int | None = None, as_of: dt.datetime | str | None = None,
-                  dates: Any = None) -> pd.DataFrame:
-        """The table version as a pandas DataFrame: to_arrow's rows, with its arguments."""
-        return self.to_arrow(filter, columns, as_of_version, as_of, dates).to_pandas()
 
     @property
     def inspect(self) -> TableInspect:
@@ -423,7 +353,7 @@ class Table:
 
         return TableInspect(self.lake.deployment, self.record)
 
-    def partitions(self, as_of_version: int | None = None, as_of: dt.datetime | str | None = None,
+    def partitions(self, as_of_version: int | str | None = None, as_of: dt.datetime | str | None = None,
                    dates: Any = None) -> pa.Table:
         """The partitions of the table version, one row each: dt, state (new, live, closed, switched),
         version, table_version, objects, rows, bytes, min_event_time, max_event_time (inspect.partitions)."""
@@ -437,44 +367,24 @@ class Table:
 
         return history_rows(self.lake.deployment, self.record, date)
 
-    def compact(self, dates: Any = None, now: dt.datetime | None = None, publish: bool = True) -> CompactReport:
-        """Merge the table's small objects now (of the partitions `dates`; None: all), as `silt merge --once
-        --now` does for it, then (publish) run a publish, which shows closed days' merged objects as a
-        `compaction` version; a day still open keeps showing its live objects until it closes. `now` (naive
-        UTC) replaces the clock. Runs on the deployment's Spark (small jobs run in process)."""
-        from siltlake.clock import utcnow
-        from siltlake.merge import MergeWorker
-        from siltlake.publish import publish_once
+    @property
+    def maintenance(self) -> TableMaintenance:
+        """compact(dates=) and expire(dry_run=) of this table (siltlake.reap.maintenance)."""
+        from siltlake.reap.maintenance import TableMaintenance
 
-        deployment = self.lake.deployment
-        partition_ids = None
-        if dates is not None:
-            wanted = parse_dates(dates) or set()
-            present = {p.partition_date: p.id for p in deployment.catalog.partitions.list(self.record.id)}
-            missing = sorted(wanted - set(present))
-            if missing:
-                raise NoSuchPartition(f"{self.name} has no partition {', '.join(d.isoformat() for d in missing)}")
-            partition_ids = [present[day] for day in sorted(wanted)]
-        clock = (lambda: now) if now is not None else utcnow
-        deployment.catalog.merge_queue.advance(clock(), [self.record.id], partition_ids)
-        merged = MergeWorker(deployment, table_ids=[self.record.id], partition_ids=partition_ids,
-                             clock=clock).run(once=True)
-        return CompactReport(merged, publish_once(deployment, now) if publish else None)
+        return TableMaintenance(self.lake.deployment, self.record)
+
+    def compact(self, dates: Any = None, now: dt.datetime | None = None, publish: bool = True,
+                dry_run: bool = False) -> CompactReport:
+        """maintenance.compact(dates, now, publish, dry_run)."""
+        return self.maintenance.compact(dates, now, publish, dry_run)
 
     # --- writes with request ids: append, update, restore (docs/design.md "Request ids and restore") ---------
 
-    def _write_dates(self, dates: Any, operation: str) -> list[dt.date]:
-        """The partitions a delete or update names: a date, ISO text, several, or "all"."""
-        if isinstance(dates, str) and dates == "all":
-            return sorted(p.partition_date for p in self.lake.deployment.catalog.partitions.list(self.record.id))
-        wanted = sorted(parse_dates(dates) or ())
-        if not wanted:
-            raise SiltError(f"{self.name}.{operation}: give the partitions: a date, several, or dates='all'")
-        return wanted
-
     def append(self, rows: Any, request_id: str | None = None, now: dt.datetime | None = None) -> AppendReport:
-        """Append rows (a pyarrow Table, RecordBatch, or an iterable of batches such as a RecordBatchReader; the
-        table's columns, nullable ones may be missing) in one commit, as the stream appends a staging object: small
+        """Append rows (anything Arrow: a pyarrow Table, RecordBatch or RecordBatchReader, a pandas or Polars
+        DataFrame, a DuckDB relation, any object with __arrow_c_stream__, or an iterable of batches; the table's
+        columns by name, nullable ones may be missing) in one commit, as the stream appends a staging object: small
         objects, live or delayed, merge jobs scheduled; readers of the current state see them at once, time travel
         from the next publish. Once per `request_id`: a retry with an id applied already appends nothing and the
         report's applied_before says so."""
@@ -482,47 +392,49 @@ class Table:
 
         return append(self.lake.deployment, self.name, rows, request_id, now)
 
+    def overwrite(self, rows: Any, dates: Any = None, request_id: str | None = None,
+                  now: dt.datetime | None = None) -> UpdatesReport:
+        """Replace every row of the partitions `dates` (a date, ISO text, several; None: the dates the rows fall on)
+        with `rows` (anything Arrow, as append takes) as one table version, all of them or none; a date given no
+        row is emptied. Rows on other dates, and dates the table has no partition for, are refused first. Once per
+        `request_id`."""
+        from siltlake.publish.overwrite import overwrite
+
+        return overwrite(self.lake.deployment, self.name, rows, dates, request_id=request_id, now=now)
+
     def update(self, set: dict[str, Any], where: str | None = None, dates: Any = None,  # noqa: A002 - SQL's word
-               request_id: str | None = None, now: dt.datetime | None = None, dry_run: bool = False) -> UpdatesReport:
-        """SET columns (column -> a Spark SQL expression over the row, e.g. "upper(action)" or "'login'" for a
-        text, or a Python value) in the rows matching the Spark SQL predicate `where` (None: every row) of the
-        partitions `dates` (as delete's), as one `update` table version: all of them or none, once per
-        `request_id`. Primary key columns are not set."""
+               request_id: str | None = None, now: dt.datetime | None = None, dry_run: bool = False,
+               progress: Callable[[int, dt.date], None] | None = None) -> UpdatesReport:
+        """SET columns (column -> value) in the rows matching the Spark SQL predicate `where` (None: every row) of
+        the partitions write_partitions(where, dates) names (without `dates`, those where `where` may match; without
+        either, all), as one `update` table version: all of them or none, once per `request_id`. Primary key
+        columns are not set.
+
+        A str value is a Spark SQL expression over the row: "upper(action)", or "'LOGIN'" (quoted) for the text
+        LOGIN; an unquoted "LOGIN" names a column, and is refused with a SiltError saying how to quote it. Any other
+        Python value (a number, bool, None, date or datetime) is taken as a literal."""
         from siltlake.publish.row_updates import update_rows
 
-        return update_rows(self.lake.deployment, self.name, set, where, self._write_dates(dates, "update"),
-                           request_id=request_id, now=now, dry_run=dry_run)
+        wanted, tested = self.write_partitions(where, dates, "update")
+        return update_rows(self.lake.deployment, self.name, set, None if tested == "true" else tested, wanted,
+                           request_id=request_id, now=now, dry_run=dry_run, progress=progress)
 
-    def restore(self, version: int | None = None, as_of: dt.datetime | str | None = None,
+    def restore(self, version: int | str | None = None, as_of: dt.datetime | str | None = None,
                 request_id: str | None = None, now: dt.datetime | None = None, dry_run: bool = False) -> UpdatesReport:
         """Publish a new table version that shows what `version` (or the newest version at the time `as_of`)
         showed, partition by partition (those that differ are rewritten; one commit, refused as an update is
         on a conflict). A version reap has removed is refused, naming reap.retention. Once per `request_id`."""
         from siltlake.publish.restore import restore
+        from siltlake.read.versions import version_number
 
+        version = version_number(self.lake.deployment, self.record, version)  # a tag's name: its version
         return restore(self.lake.deployment, self.name, version, parse_as_of(as_of) if as_of is not None else None,
                        request_id=request_id, now=now, dry_run=dry_run)
 
 
-@dataclasses.dataclass(frozen=True)
-class CompactReport:
-    """What Table.compact did: the merge run's report and the publish run's (None: not asked for)."""
+def __getattr__(name: str) -> Any:
+    if name == "CompactReport":  # its home is siltlake.reap.maintenance, imported when asked for
+        from siltlake.reap.maintenance import CompactReport
 
-    merge: MergeReport
-    publish: PublishReport | None
-
-
-def _dates_passing(filter: Any, dates: list[dt.date], schema: pa.Schema) -> set[dt.date]:  # noqa: A002
-    """The dates whose partitions the pyarrow expression `filter` does not rule out by dt alone: pyarrow
-    simplifies the filter against each partition's `dt == date` (no file is opened; the paths are
-    placeholders), so a filter on other columns keeps every date."""
-    import pyarrow.dataset as ds
-    import pyarrow.fs as fs
-
-    ordered = sorted(set(dates))
-    if not ordered:
-        return set()
-    probe = ds.FileSystemDataset.from_paths(
-        [f"/{day.isoformat()}" for day in ordered], schema=schema, format=ds.ParquetFileFormat(),
-        filesystem=fs.LocalFileSystem(), partitions=[ds.field("dt") == day for day in ordered])
-    return {dt.date.fromisoformat(fragment.path.lstrip("/")) for fragment in probe.get_fragments(filter=filter)}
+        return CompactReport
+    raise AttributeError(f"module 'siltlake.lake' has no attribute {name!r}")

@@ -19,7 +19,6 @@ import sys
 from typing import Any, TextIO
 
 FORMATS = ("text", "json")
-LEVELS = ("debug", "info", "warning", "error")
 _FIELDS = "silt_fields"
 _EVENT = "silt_event"
 _identity: dict[str, Any] = {}
@@ -96,7 +95,7 @@ class _Handler(logging.StreamHandler):
         self._own = stream
 
     @property
-    def stream(self) -> TextIO:  # type: ignore[override]
+    def stream(self) -> TextIO:
         return self._own if self._own is not None else sys.stderr
 
     @stream.setter

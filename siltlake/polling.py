@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from siltlake.errors import CatalogUnreachable, SiltError
+from siltlake.errors import CatalogUnreachable, Refusal, SiltError
 
 R = TypeVar("R")
 
@@ -34,7 +34,8 @@ def poll_forever(round_: Callable[[], R], stop: threading.Event, interval: float
         try:
             result = round_()
         except Exception as exc:  # transient: a dropped connection, a full disk, a lost executor
-            if isinstance(exc, SiltError) and not isinstance(exc, CatalogUnreachable):
+            # A Refusal (one input's) is retried as it was before it became a SiltError.
+            if isinstance(exc, SiltError) and not isinstance(exc, CatalogUnreachable | Refusal):
                 raise
             failures += 1
             wait = backoff(interval, failures)

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import overload
 
 from siltlake.errors import SiltError, require_spark
 
@@ -55,6 +56,15 @@ def spark_home() -> str:
 def _log_tail(log: Path) -> str:
     text = log.read_text(errors="replace") if log.exists() else ""
     return text[-LOG_TAIL_CHARS:] or "(empty)"
+
+
+@overload
+def _wait_for_line(name: str, log: Path, process: subprocess.Popen, pattern: re.Pattern,
+                   deadline: float) -> re.Match: ...
+
+
+@overload
+def _wait_for_line(name: str, log: Path, process: subprocess.Popen, pattern: str, deadline: float) -> None: ...
 
 
 def _wait_for_line(name: str, log: Path, process: subprocess.Popen, pattern: re.Pattern | str,

@@ -45,14 +45,22 @@ if TYPE_CHECKING:  # pyarrow is imported where a schema is built: `silt status` 
     import pyarrow as pa
 
 __all__ = [
-    "FIELD_ID_KEY", "IDENTIFIER", "KEY_TYPES", "LEGACY_NAIVE_TIMEZONE", "PARTITION_COLUMN", "SEQUENCE_TYPES",
-    "SIMPLE_TYPES", "WIDENINGS", "Column", "DerivedDef", "TableDef", "arrow_type", "check_identifier",
-    "decimal_parts", "describe_validation_error", "format_duration", "load_derived_file", "load_table_file",
-    "needs_rewrite", "parse_duration", "parse_type",
+    "COMMIT_ORDER", "FIELD_ID_KEY", "IDENTIFIER", "INHERITED_SETTINGS", "KEY_TYPES", "LEGACY_NAIVE_TIMEZONE",
+    "PARTITION_COLUMN", "SEQUENCE_TYPES", "SIMPLE_TYPES", "WIDENINGS", "Column", "DerivedDef", "TableDef", "arrow_type",
+    "check_identifier", "decimal_parts", "describe_validation_error", "format_duration", "load_derived_file",
+    "load_table_file", "needs_rewrite", "parse_duration", "parse_type",
 ]
 
 # What a log table stored before naive_timezone existed reads naive time strings in.
 LEGACY_NAIVE_TIMEZONE = "UTC"
+
+# The sequence_column that asks for a key's last committed row (stored as ""): without one, a keyed table's rows
+# are ordered by their time column (docs/design.md "Keyed tables", Order).
+COMMIT_ORDER = "_commit_order"
+
+# Settings a log table that does not set them takes from its schema (`silt schema set`), else from the deployment's
+# [tables] config, else their defaults here (docs/design.md "Settings inherited").
+INHERITED_SETTINGS = ("merge_mode", "merged_object_size", "ttl_days", "codec", "merge_interval")
 
 
 class Column(StrictModel):
@@ -63,7 +71,7 @@ class Column(StrictModel):
     # The column's Iceberg field id, written into every object as its Parquet field_id: assigned when the table
     # is created or the column added, never reused. None only in definitions stored before ids existed.
     field_id: int | None = Field(default=None, exclude_if=absent)
-    # The name objects store the column under, when not its name: kept by a rename, never reused (issue 31).
+    # The name objects store the column under, when not its name: kept by a rename, never reused.
     physical: str | None = Field(default=None, exclude_if=absent)
 
     _nullable = field_validator("nullable", mode="before")(exact_bool)
@@ -118,20 +126,55 @@ class TableDef(StrictModel):
     merge_mode: Literal["auto", "deep", "shallow"] = "auto"
     merged_object_size: int = 128 * 1024 * 1024
     merge_batch_size: int = 2000
-    row_group_bytes: int = 8 * 1024 * 1024  # target decoded size of a merged object's row groups (issue 36)
+    row_group_bytes: int = 8 * 1024 * 1024  # target decoded size of a merged object's row groups
     ttl_days: int | None = None
     # "derived": built from a query by siltlake.derived (siltlake.derivedef.DerivedDef), never streamed into.
     kind: Literal["log", "derived"] = "log"
-    # Keyed tables (docs/design.md "Keyed tables"): readers see one row per (dt, primary key), the one committed
-    # last unless sequence_column orders them; merges keep only those rows.
+    # Keyed tables (docs/design.md "Keyed tables"): readers see one row per (dt, primary key), the one with the
+    # largest sequence_column (by default the time column; ties and "": the last committed); merges keep only those.
     primary_key: tuple[str, ...] = ()
     sequence_column: str = ""
     # The Iceberg field id of the partition column dt (the columns carry their own; see Column.field_id).
     dt_field_id: int | None = Field(default=None, exclude_if=absent)
-    # Dropped columns (issue 31): their ids and physical names are never given to a column again.
+    # Dropped columns: their ids and physical names are never given to a column again.
     dropped_columns: tuple[Column, ...] = Field(default=(), exclude_if=lambda value: not value)
+    # Of INHERITED_SETTINGS, those the table does not set itself: their values here are the ones it inherited
+    # (siltlake.catalog.inherited). A definition given without `inherited` inherits what it leaves out.
+    inherited: tuple[str, ...] = Field(default=(), exclude_if=lambda value: not value)
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _inherits_what_it_leaves_out(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "inherited" not in data and data.get("kind", "log") == "log":
+            left_out = [key for key in INHERITED_SETTINGS if key not in data]
+            if left_out:
+                data = {**data, "inherited": left_out}
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _keyed_rows_order_by_time(cls, data: Any) -> Any:
+        """A keyed log table given no sequence_column orders a key's rows by its time column, so a re-sent old
+        chunk never rolls a key back; "_commit_order" asks for the last committed row (stored as "", as
+        definitions made before this default were)."""
+        if not isinstance(data, dict) or data.get("kind", "log") != "log" or not data.get("primary_key"):
+            return data
+        if "sequence_column" not in data and data.get("time_column"):
+            return {**data, "sequence_column": data["time_column"]}
+        if data.get("sequence_column") == COMMIT_ORDER:
+            return {**data, "sequence_column": ""}
+        return data
+
+    @field_validator("inherited")
+    @classmethod
+    def _inheritable(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = [key for key in value if key not in INHERITED_SETTINGS]
+        if unknown:
+            raise DefinitionError(f"inherited: {', '.join(unknown)} cannot be inherited; the settings that can are "
+                                  f"{', '.join(INHERITED_SETTINGS)}")
+        return tuple(key for key in INHERITED_SETTINGS if key in value)
 
     @field_validator("schema_name", "name")
     @classmethod

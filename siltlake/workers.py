@@ -24,7 +24,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any, BinaryIO
+from typing import IO, Any
 
 GROUPS_PER_WORKER = 4  # balances objects of uneven size, and reports progress a few times per worker
 _HEADER = 8
@@ -77,13 +77,13 @@ def close_workers() -> None:
         pool.close()
 
 
-def _write_frame(stream: BinaryIO, payload: bytes) -> None:
+def _write_frame(stream: IO[bytes], payload: bytes) -> None:
     stream.write(len(payload).to_bytes(_HEADER, "big"))
     stream.write(payload)
     stream.flush()
 
 
-def _read_frame(stream: BinaryIO) -> bytes | None:
+def _read_frame(stream: IO[bytes]) -> bytes | None:
     header = stream.read(_HEADER)
     if len(header) < _HEADER:
         return None
@@ -99,13 +99,17 @@ class _Worker:
         environment["PYTHONPATH"] = os.pathsep.join(path for path in sys.path if path)
         self.process = subprocess.Popen([sys.executable, "-m", "siltlake.workers"], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, env=environment)
+        # Both are pipes (PIPE above), never None.
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self._requests: IO[bytes] = self.process.stdin
+        self._answers: IO[bytes] = self.process.stdout
 
     def call(self, function: Callable[[Any], Any], group: list[tuple[int, Any]]) -> list[tuple[int, Any]]:
         from pyspark import cloudpickle  # as Spark ships a task: a test's or notebook's closure goes by value
 
         try:
-            _write_frame(self.process.stdin, cloudpickle.dumps((function, group), pickle.HIGHEST_PROTOCOL))
-            answer = _read_frame(self.process.stdout)
+            _write_frame(self._requests, cloudpickle.dumps((function, group), pickle.HIGHEST_PROTOCOL))
+            answer = _read_frame(self._answers)
         except (BrokenPipeError, OSError, ValueError):  # ValueError: its pipe closed by close()
             answer = None
         if answer is None:
@@ -121,7 +125,7 @@ class _Worker:
         """End the worker: an idle one when its input closes; `kill`: at once, whatever it is doing."""
         if kill:
             self.process.kill()
-        for stream in (self.process.stdin, self.process.stdout):
+        for stream in (self._requests, self._answers):
             with contextlib.suppress(OSError):
                 stream.close()
         try:
@@ -153,7 +157,7 @@ class _Pool:
                         return
                     try:
                         done.put((True, worker.call(function, group)))
-                    except BaseException as exc:  # noqa: BLE001 - handed to the calling thread
+                    except BaseException as exc:  # handed to the calling thread
                         done.put((False, exc))
                         return
 
@@ -212,17 +216,17 @@ def _pool() -> _Pool:
 atexit.register(close_workers)
 
 
-def serve(source: BinaryIO, sink: BinaryIO) -> None:
+def serve(source: IO[bytes], sink: IO[bytes]) -> None:
     """A worker: answer pickled calls until the caller closes its end."""
     while (request := _read_frame(source)) is not None:
         function, group = pickle.loads(request)
         try:
-            answer = (True, [(index, function(item)) for index, item in group])
-        except Exception as exc:  # noqa: BLE001 - raised again in the caller
+            answer: tuple[bool, object] = (True, [(index, function(item)) for index, item in group])
+        except Exception as exc:  # raised again in the caller
             answer = (False, exc)
         try:
             payload = pickle.dumps(answer, pickle.HIGHEST_PROTOCOL)
-        except Exception as exc:  # noqa: BLE001 - an exception or result that does not pickle: its text
+        except Exception as exc:  # an exception or result that does not pickle: its text
             payload = pickle.dumps((False, RuntimeError(f"{type(exc).__name__}: {exc} (in a worker process)")))
         _write_frame(sink, payload)
 

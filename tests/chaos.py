@@ -3,7 +3,8 @@
 A shipper writes staging objects for two tables over three UTC days (yesterday and the day before are
 closed by the first publish run, so their later records become delayed objects and the days switch) and
 re-sends a tenth of them under new names and appends some in place, split mid-line, to one long-lived file
-per table (each appended line must be read exactly once); the tables are keyed on record_id, so each record
+per table, rotated now and then as logrotate does (`create` and `copytruncate` in turn; each appended line must be
+read exactly once, through the renames and copies); the tables are keyed on record_id, so each record
 shows once,
 while `silt stream`, two `silt merge` and `silt publish` daemons run and `silt reap` runs over and over.
 A killer SIGKILLs a randomly chosen process (its whole session: driver, JVM, Python workers) after a
@@ -45,6 +46,7 @@ from .processes import (
     Shipper,
     SiltProcess,
     delivered_records,
+    deliveries_of,
     held_jobs,
     kill_session,
     owner_pid,
@@ -70,6 +72,7 @@ NAMES = {"stream": 2, "merge1": 1, "merge2": 1, "publish": 3, "reap": 3}  # card
 SPARE_SECONDS = 120
 RESEND = 0.10  # share of the shipper's chunks sent again under a new name (a quarter of those twice)
 APPEND = 0.15  # share of the shipper's chunks appended in place to one file per table, split mid-line
+ROTATE = 0.25  # share of those appends after which the file is rotated (logrotate create and copytruncate in turn)
 
 
 @dataclass
@@ -95,13 +98,14 @@ class ChaosReport:
     drain_seconds: float = 0.0
     delayed_objects: int = 0  # made by the stream, counted from its reports (reap deletes merged ones)
     resent_objects: int = 0  # staging objects the shipper wrote again under a new name
+    rotations: dict[str, int] = field(default_factory=dict)  # appended files rotated, per logrotate mode
 
     def counts(self) -> str:
         by_kind = collections.Counter(k.kind for k in self.kills)
         by_phase = collections.Counter(f"{k.kind}: {k.phase}" for k in self.kills)
         lines = [f"seed {self.seed}: {len(self.kills)} kills in {self.seconds:.0f} s, {self.restarts} restarts, "
                  f"{self.reap_runs} reap runs finished, {self.objects} staging objects (and {self.resent_objects} "
-                 f"re-sent), {self.records} records, "
+                 f"re-sent), {self.records} records, appended files rotated {self.rotations}, "
                  f"{self.delayed_objects} delayed small objects, {self.orphan_claims} claims of dead workers left "
                  f"for the drain, {self.drain_rounds} drain rounds "
                  f"({self.drain_seconds:.0f} s)",
@@ -202,7 +206,7 @@ def explain_lost(deployment: Deployment, name: str, lost: set[int]) -> str:
     return "\n".join(lines)
 
 
-def reader_record_ids(spark, deployment: Deployment, name: str) -> dict[str, collections.Counter]:  # noqa: ANN001
+def reader_record_ids(spark, deployment: Deployment, name: str) -> dict[str, collections.Counter]:
     """record_id of every row each reader shows of the table's current state (each applies the keyed rule)."""
     table = Lake(deployment).table(name)
     with duckdb.connect() as connection:
@@ -244,7 +248,7 @@ class Chaos:
         self.log = log
         today = utcnow().date()
         self.shipper = Shipper(tmp_path / "staging", TABLES, [today - dt.timedelta(days=d) for d in (2, 1, 0)],
-                               rate=3.0, records=(5, 30), seed=seed, resend=RESEND, append=APPEND)
+                               rate=3.0, records=(5, 30), seed=seed, resend=RESEND, append=APPEND, rotate=ROTATE)
         self.processes: dict[str, SiltProcess] = {}
         self.everything: list[SiltProcess] = []
         self.started = time.monotonic()
@@ -416,6 +420,7 @@ class Chaos:
         self.report.seconds = time.monotonic() - self.started
         self.report.objects = self.shipper.objects
         self.report.resent_objects = self.shipper.resent
+        self.report.rotations = dict(self.shipper.rotations)
         self.report.records = self.shipper.total()
         self.report.delayed_objects = sum(int(m.group(1)) for p in self.everything if p.name.startswith("stream")
                                           for m in STREAM_REPORT.finditer(p.log()))
@@ -423,7 +428,7 @@ class Chaos:
 
     # --- drain and check ---
 
-    def check_before_merge(self, spark) -> dict[str, int]:  # noqa: ANN001 - a SparkSession
+    def check_before_merge(self, spark) -> dict[str, int]:  # a SparkSession
         """Every daemon is dead: stream every staging object in and publish, but merge nothing; then every
         reader shows exactly the records the current state's objects hold, each once, although re-sent rows
         still lie in them twice or three times (merge-on-read). Records of delayed objects not merged yet
@@ -447,7 +452,10 @@ class Chaos:
         # Each line appended in place was read once: the deliveries of the appended files (split mid-line,
         # caught half written) read exactly the lines written, none twice, none half.
         appended = sum(len(ids) for ids in self.shipper.appended.values())
-        assert delivered_records(deployment, "/appending-") == (appended, 0), appended
+        delivered = delivered_records(deployment, "/appending-")
+        assert delivered == (appended, 0), (f"{appended} lines appended, (read, bad) {delivered}; rotated "
+                                            f"{self.shipper.rotations}; deliveries "
+                                            f"{deliveries_of(deployment, '/appending-')}")
         checked["records appended in place"] = appended
         for name in TABLES:
             shipped = self.shipper.shipped[name]
@@ -469,7 +477,7 @@ class Chaos:
         assert checked["rows"] > checked["records shown"] and checked["duplicated records"] > 0, checked
         return dict(checked)
 
-    def drain(self, spark) -> None:  # noqa: ANN001 - a SparkSession
+    def drain(self, spark) -> None:  # a SparkSession
         """Every daemon is dead: finish the work in this process (the same functions the daemons run) until
         nothing changes, past the job timeout so dead workers' claims are taken over; then one reap."""
         deployment = self.deployment
@@ -500,7 +508,7 @@ class Chaos:
         assert not report.failed and not report.warnings, report
         self.report.drain_seconds = time.monotonic() - started
 
-    def check(self, spark) -> dict[str, int]:  # noqa: ANN001 - a SparkSession
+    def check(self, spark) -> dict[str, int]:  # a SparkSession
         """The four invariants after the drain; returns what was checked."""
         deployment = self.deployment
         catalog, lake = deployment.catalog, deployment.lake

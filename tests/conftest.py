@@ -39,7 +39,15 @@ settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True
 settings.register_profile("dev", deadline=None, print_blob=True)
 settings.load_profile("ci" if os.environ.get("CI") == "true" else "dev")
 
-PG_ADMIN_URL = os.environ.get("SILTLAKE_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+# Taken out of the environment: `silt` processes the tests start read every SILTLAKE_* variable as a setting.
+PG_ADMIN_URL = os.environ.pop("SILTLAKE_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+# `make test-fast` (SILT_TEST_FAST=1) runs the tests that need no JVM and no PostgreSQL server. There, a test that
+# asks for the session's Spark or for PostgreSQL, or opens a PostgreSQL connection, fails naming the marker it
+# lacks (the lane's -m expression leaves marked tests out; pytest_collection_modifyitems marks most of them), and
+# JAVA_HOME names no Java, so a Spark started anyhow (a `silt` process's included) fails too.
+FAST_LANE = os.environ.get("SILT_TEST_FAST") == "1"
+if FAST_LANE:
+    os.environ["JAVA_HOME"] = "/nonexistent/the-fast-lane-starts-no-java"
 ACCESS_TABLE = {
     "schema": "web",
     "name": "access",
@@ -65,10 +73,17 @@ def _pg_reachable() -> str | None:
         return f"PostgreSQL at {PG_ADMIN_URL} is unreachable: {type(exc).__name__}"
 
 
-_PG_PROBLEM = _pg_reachable()
+_PG_PROBLEM = None if FAST_LANE else _pg_reachable()
+
+
+def _fast_lane_refuses(what: str, marker: str) -> None:
+    pytest.fail(f"the fast lane (SILT_TEST_FAST=1, make test-fast) {what}: mark this test {marker} "
+                f"(tests/conftest.py's pytest_collection_modifyitems marks the tests it can tell)", pytrace=False)
 
 
 def require_postgres() -> None:
+    if FAST_LANE:
+        _fast_lane_refuses("has no PostgreSQL", "postgres")
     if _PG_PROBLEM is None:
         return
     if os.environ.get("CI") == "true":
@@ -140,6 +155,8 @@ def spark(hive_metastore_dir: Path):
     from siltlake.config import HiveTargetConfig, SparkConfig
     from siltlake.spark import hive_session_conf, spark_session
 
+    if FAST_LANE:
+        _fast_lane_refuses("starts no Spark", "spark")
     # Hive-enabled so the hive publish target can be tested in-process (one JVM, one metastore); tests
     # that never touch the metastore pay nothing for it.
     session = spark_session(SparkConfig(master="local[2]", app_name="siltlake-tests",
@@ -147,6 +164,55 @@ def spark(hive_metastore_dir: Path):
                             hive_session_conf(HiveTargetConfig(metastore_dir=str(hive_metastore_dir))))
     yield session
     session.stop()
+
+
+# Fixtures that reach a PostgreSQL server (directly or through the fixtures they use).
+_POSTGRES_FIXTURES = {"postgres_url", "migrated_postgres"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Marks `spark` every test that uses the session's Spark (directly or through a fixture that does: the
+    deployment, access_table, s3_deployment...) and `postgres` every test on a PostgreSQL catalog or database,
+    so that `-m "not spark and not postgres"` (make test-fast) leaves them all out."""
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        if "spark" in names:
+            item.add_marker(pytest.mark.spark)
+        callspec = getattr(item, "callspec", None)
+        on_postgres = callspec is not None and callspec.params.get("catalog_url") == "postgresql"
+        if on_postgres or names & _POSTGRES_FIXTURES:
+            item.add_marker(pytest.mark.postgres)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _fast_lane_connects_to_no_postgres():
+    """In the fast lane, a connection to the tests' PostgreSQL server opened anyhow (a test's own engine
+    included) fails the test. Connections to a closed port (the outage tests') still fail as they should."""
+    if not FAST_LANE:
+        yield
+        return
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict
+
+    def address(host: object, port: object) -> tuple[str, str]:
+        host = str(host or "localhost")
+        return ("loopback" if host in {"localhost", "127.0.0.1", "::1"} else host), str(port or 5432)
+
+    admin = sa.engine.make_url(PG_ADMIN_URL)
+    server = address(admin.host, admin.port)
+    connect = psycopg.Connection.connect.__func__
+
+    def guarded(cls: type[psycopg.Connection], conninfo: str = "", **kwargs: object) -> psycopg.Connection:
+        params = conninfo_to_dict(conninfo, **kwargs)
+        if address(params.get("host"), params.get("port")) == server:
+            _fast_lane_refuses("opens no connection to the PostgreSQL server", "postgres")
+        return connect(cls, conninfo, **kwargs)
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(psycopg.Connection, "connect", classmethod(guarded))
+    mp.setattr(psycopg, "connect", psycopg.Connection.connect)
+    yield
+    mp.undo()
 
 
 def make_config(tmp_path: Path, catalog_url: str, **stream: object) -> Config:

@@ -101,7 +101,7 @@ def small_rows(deployment: Deployment, table: TableRecord, partition_id: int, da
     return pa.concat_tables(tables) if tables else table.definition.arrow_schema().empty_table()
 
 
-def point_cli_at(deployment: Deployment, monkeypatch) -> None:  # noqa: ANN001 - pytest's monkeypatch
+def point_cli_at(deployment: Deployment, monkeypatch) -> None:  # pytest's monkeypatch
     """Make `silt` commands run in this process use the deployment's configuration."""
     config = deployment.config
     monkeypatch.setenv("SILTLAKE_CATALOG__URL", config.catalog.url)
@@ -114,7 +114,7 @@ def point_cli_at(deployment: Deployment, monkeypatch) -> None:  # noqa: ANN001 -
         monkeypatch.setenv("SILTLAKE_STORAGE__S3__SCHEME", config.storage.s3.scheme)
 
 
-def silt_in_process(deployment: Deployment, monkeypatch):  # noqa: ANN001, ANN201 - pytest's monkeypatch; a function
+def silt_in_process(deployment: Deployment, monkeypatch):  # pytest's monkeypatch; a function
     """A `silt` that runs commands in this process against the deployment and checks their exit status."""
     from click.testing import CliRunner
 

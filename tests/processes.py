@@ -21,6 +21,7 @@ import gzip
 import json
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -238,6 +239,16 @@ def delivered_records(deployment: Deployment, name_part: str) -> tuple[int, int]
     return int(row[0]), int(row[1])
 
 
+def deliveries_of(deployment: Deployment, name_part: str) -> list[tuple[str, int | None, int | None]]:
+    """(name and range, records read, bad records) of the staging rows whose URI holds `name_part`, in the order
+    registered: what a failure of delivered_records shows."""
+    so = s.staging_objects
+    with deployment.catalog.engine.connect() as c:
+        rows = c.execute(sa.select(so.c.uri, so.c.records_in, so.c.bad_records)
+                         .where(so.c.uri.contains(name_part)).order_by(so.c.id)).all()
+    return [(uri.rpartition("/")[2], records, bad) for uri, records, bad in rows]
+
+
 def pid_alive(pid: int | None) -> bool:
     fields = _stat(pid) if pid else None
     return fields is not None and fields[0] != "Z"
@@ -261,11 +272,17 @@ class Shipper:
     `append` (a fraction) writes that share of the chunks as plain JSON lines appended in place to one
     long-lived file per table (`appending-<table>.log`, as Fluentd's and Fluent Bit's out_file do), in two
     writes split at a random byte, mid-line: the stream must load each line once, never half of one.
-    `appended` holds those records' ids per table."""
+    `appended` holds those records' ids per table.
+
+    `rotate` (a fraction) rotates an appended file after that share of its appends, as logrotate does, taking turns
+    between its two modes: `create` renames it (`.log` to `.log.1`, the older ones shifted up first: `.1` to `.2`, ...;
+    none deleted) and the next append starts a new file; `copytruncate` copies it to `.log.1` (the older ones shifted)
+    and truncates it in place. Between two appends, so no line is split across files and none lost in the copy.
+    `rotations` counts them per mode."""
 
     def __init__(self, staging_root: Path, tables: Sequence[str], dates: Sequence[dt.date], *,
                  rate: float = 2.0, records: tuple[int, int] = (5, 40), seed: int = 0,
-                 resend: float = 0.0, append: float = 0.0) -> None:
+                 resend: float = 0.0, append: float = 0.0, rotate: float = 0.0) -> None:
         self.root = Path(staging_root)
         self.tables = list(tables)
         self.dates = list(dates)
@@ -278,6 +295,8 @@ class Shipper:
         self.resent = 0
         self.append = append
         self.appended: dict[str, list[int]] = {name: [] for name in self.tables}
+        self.rotate = rotate
+        self.rotations: dict[str, int] = {"create": 0, "copytruncate": 0}
         # Copies still to write: (the object count after which it is due, folder, name, bytes).
         self._resends: list[tuple[int, Path, str, bytes]] = []
         self._next_id = 1
@@ -308,6 +327,9 @@ class Shipper:
                 self._append(path, "".join(lines).encode())
                 self.shipped[table].extend(ids)
                 self.appended[table].extend(ids)
+                # Drawn only when rotating, so that a seed draws the same objects as before without it.
+                if self.rotate and self.rng.random() < self.rotate:
+                    self._rotate(path)
                 return path
             self.objects += 1
             name = f"{self.objects:08d}-{ids[0]}.jsonl.gz"
@@ -336,6 +358,21 @@ class Shipper:
             file.flush()
             time.sleep(self.rng.uniform(0.0, 0.05))
             file.write(data[cut:])
+
+    def _rotate(self, path: Path) -> None:
+        """logrotate's rotation of an appended file, its two modes in turn (the lock held: no append meanwhile)."""
+        mode = "create" if self.rotations["create"] <= self.rotations["copytruncate"] else "copytruncate"
+        older = sorted((int(p.name.rpartition(".")[2]) for p in path.parent.glob(path.name + ".*")
+                        if p.name.rpartition(".")[2].isdigit()), reverse=True)
+        for number in older:
+            os.rename(f"{path}.{number}", f"{path}.{number + 1}")
+        if mode == "create":
+            os.rename(path, f"{path}.1")
+        else:
+            shutil.copyfile(path, f"{path}.1")
+            with path.open("r+b") as file:
+                file.truncate(0)
+        self.rotations[mode] += 1
 
     def _put(self, folder: Path, name: str, data: bytes) -> None:
         """Write under a hidden name, then rename: the stream never lists a partial object."""

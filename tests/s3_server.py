@@ -71,7 +71,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _ProxyServer
 
-    def log_message(self, format: str, *args) -> None:  # noqa: A002, ANN002 - http.server's signature
+    def log_message(self, format: str, *args) -> None:  # http.server's signature
         pass
 
     def _body(self) -> bytes:
@@ -126,7 +126,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(data)
 
-    do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _handle  # noqa: N815 - http.server's names
+    do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _handle  # http.server's names
 
 
 class _ProxyServer(ThreadingHTTPServer):

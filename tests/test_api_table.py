@@ -27,10 +27,16 @@ pytestmark = pytest.mark.spark
 NEXT_DAY = DAY + dt.timedelta(days=1)
 API_DOC = Path(__file__).parent.parent / "docs" / "api.md"
 
-# Rows whose siltlake entry runs in a test file of its own: operation -> (a pattern of the call there, that file).
-RUN_ELSEWHERE = {"append": (r"table\.append\(", "test_table_writes.py"),
-                 "update": (r"\.update\(\{", "test_table_writes.py"),
-                 "restore": (r"table\.restore\(", "test_restore.py")}
+# Rows whose siltlake entry runs in a test file of its own: operation -> (the call the entry starts with, a pattern
+# of the call there, that file).
+RUN_ELSEWHERE = {"append": ("append(", r"table\.append\(", "test_table_writes.py"),
+                 "update": ("update(", r"\.update\(\{", "test_table_writes.py"),
+                 "restore": ("restore(", r"table\.restore\(", "test_restore.py"),
+                 "Arrow input": ("append(", r"table\.append\(frame\)", "test_append_arrow.py"),
+                 "overwrite": ("overwrite(", r"table\.overwrite\(frame, dates=", "test_table_overwrite.py"),
+                 "schema and properties": ("with alter() as change:", r"with table\.alter\(.*\) as change:",
+                                           "test_table_alter.py"),
+                 "tags": ("tag(", r"table\.tag\(\"audit-2026\.11\", version=1", "test_table_tags.py")}
 
 
 def comparison() -> dict[str, str]:
@@ -45,9 +51,9 @@ def comparison() -> dict[str, str]:
 
 def test_the_entries_run_elsewhere_are_run_there() -> None:
     rows = comparison()
-    assert len(rows) == 18
-    for operation, (call, test_file) in RUN_ELSEWHERE.items():
-        assert rows[operation].startswith(f"`{operation}("), (operation, rows[operation])
+    assert len(rows) == 23
+    for operation, (entry, call, test_file) in RUN_ELSEWHERE.items():
+        assert rows[operation].startswith(f"`{entry}"), (operation, rows[operation])
         assert re.search(call, (Path(__file__).parent / test_file).read_text(encoding="utf-8")), (operation, test_file)
 
 
@@ -78,6 +84,12 @@ def test_every_siltlake_entry_of_the_comparison_runs(deployment: Deployment) -> 
     frame = table.to_pandas(filter=pc.field("action") == "a1", columns=["user_id"], dates=DAY)
     assert Counter(frame["user_id"]) == Counter(r["user_id"] for r in day if r["action"] == "a1")
     ran.add("to_pandas")
+    scan = table.scan(filter="action = 'a1'", columns=["user_id"], dates=DAY)
+    assert Counter(scan.to_arrow().column("user_id").to_pylist()) == Counter(frame["user_id"].tolist())
+    assert scan.count() == sum(batch.num_rows for batch in scan.to_batches()) == len(frame)
+    narrowed = scan.with_filter(pc.field("user_id") >= 0).select("user_id", "dt").with_limit(2)
+    assert narrowed.to_arrow().column_names == ["user_id", "dt"] and narrowed.count() == min(2, len(frame))
+    ran.add("scan")
     with duckdb.connect() as connection:
         assert table.to_duckdb(connection).aggregate("count(*)").fetchall() == [(30,)]
         assert connection.sql(f"SELECT count(*) FROM read_parquet({table.files()!r})").fetchall() == [(30,)]
@@ -101,7 +113,7 @@ def test_every_siltlake_entry_of_the_comparison_runs(deployment: Deployment) -> 
         (DAY, "closed", 20), (NEXT_DAY, "live", 10)]
     ran.add("partition statistics")
 
-    report = table.compact(dates=DAY, now=tokyo(NEXT_DAY, 2))
+    report = table.maintenance.compact(dates=DAY, now=tokyo(NEXT_DAY, 2))
     assert report.merge.finished == 1 and [v.commit_op for v in report.publish.merged_versions] == ["compaction"]
     assert [p["objects"] for p in table.partitions().to_pylist()] == [1, 1] and user_ids(table.to_arrow()) == everything
     ran.add("compact")
@@ -114,8 +126,9 @@ def test_every_siltlake_entry_of_the_comparison_runs(deployment: Deployment) -> 
     assert user_ids(changes) == deleted and set(changes.column("_change_type").to_pylist()) == {"delete"}
     ran.add("change feed")
 
+    expired = table.maintenance.expire(dry_run=True, now=tokyo(NEXT_DAY, 3) + dt.timedelta(days=8))
     report = lake.reap(dry_run=True, now=tokyo(NEXT_DAY, 3) + dt.timedelta(days=8))
-    assert report.dry_run and report.objects > 0
+    assert report.dry_run and expired.dry_run and report.objects >= expired.objects > 0
     assert user_ids(table.to_arrow(as_of_version=1)) == Counter(r["user_id"] for r in day), "nothing deleted"
     ran.add("vacuum / reap")
 

@@ -96,7 +96,7 @@ def test_upserts_and_resent_rows_of_a_keyed_table(deployment: Deployment) -> Non
     assert [h["op"] for h in table.history()][-1] == "compaction" and table.changes(3).num_rows == 0
 
 
-def test_changes_command(deployment: Deployment, monkeypatch, tmp_path) -> None:  # noqa: ANN001
+def test_changes_command(deployment: Deployment, monkeypatch, tmp_path) -> None:
     record = make_table(deployment)
     add_small_objects(deployment, record, DAY, [rows_for(DAY, 2, 1)])
     publish_once(deployment, now=tokyo(DAY, 12))

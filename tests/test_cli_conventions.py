@@ -23,11 +23,11 @@ from .merge_helpers import add_small_objects, rows_for
 from .test_cli import silt  # noqa: F401 - the fixture: `silt` in this process on a temporary deployment
 
 
-def table_json(run, name: str = "web.access") -> dict:  # noqa: ANN001 - the silt fixture
+def table_json(run, name: str = "web.access") -> dict:  # the silt fixture
     return json.loads(run("table", "show", name, "--json").stdout)
 
 
-def column_types(run) -> dict[str, str]:  # noqa: ANN001 - the silt fixture
+def column_types(run) -> dict[str, str]:  # the silt fixture
     return {c["name"]: c["type"] for c in table_json(run)["definition"]["columns"]}
 
 

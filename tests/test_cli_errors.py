@@ -57,7 +57,7 @@ def deployment_with_table(tmp_path: Path, **settings: dict) -> dict[str, str]:
     return env
 
 
-def in_process(env: dict[str, str], spark) -> Deployment:  # noqa: ANN001 - the session's SparkSession
+def in_process(env: dict[str, str], spark) -> Deployment:  # the session's SparkSession
     """The deployment of `env`, on the test session's Spark, for steps that set a test up."""
     deployment = Deployment(load_config(environ=env))
     deployment.use_spark(spark)

@@ -1,4 +1,4 @@
-"""Log data cannot drive the operator's terminal (issue 27): human listings and messages show control
+"""Log data cannot drive the operator's terminal: human listings and messages show control
 characters as escapes and never read data as Rich markup; JSON and CSV keep the data exact."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def catalog_url(tmp_path: Path) -> str:
 
 
 @pytest.fixture
-def silt(deployment: Deployment, monkeypatch):  # noqa: ANN001, ANN201 - fixtures; a function
+def silt(deployment: Deployment, monkeypatch):  # fixtures; a function
     """web.access (bad records kept in error files) with a hostile value, a hostile bad record and an unknown
     object, streamed: `silt(...)` runs a command in this process and returns its click Result."""
     make_table(deployment, error_policy="file")
@@ -45,7 +45,7 @@ def silt(deployment: Deployment, monkeypatch):  # noqa: ANN001, ANN201 - fixture
     point_cli_at(deployment, monkeypatch)
     runner = CliRunner()
 
-    def run(*args: str):  # noqa: ANN202
+    def run(*args: str):
         result = runner.invoke(main, list(args), catch_exceptions=False)
         assert result.exit_code == 0, result.output
         return result
@@ -58,7 +58,7 @@ def assert_inert(output: str, name: str) -> None:
 
 
 def test_human_output_shows_control_characters_and_markup_as_written(silt, deployment: Deployment,
-                                                                      monkeypatch) -> None:  # noqa: ANN001
+                                                                      monkeypatch) -> None:
     streamed = silt("stream", "--once").output
     assert "bad record" in streamed
     assert_inert(streamed, "stream report")

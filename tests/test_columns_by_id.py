@@ -1,4 +1,4 @@
-"""Columns renamed and dropped without moving data (issue 31): objects keep the names they hold columns under,
+"""Columns renamed and dropped without moving data: objects keep the names they hold columns under,
 readers show the table's names; a dropped column's data never shows again, not even under a new column of the
 same name; every reader (Spark, Spark SQL, the table API, DuckDB, Iceberg) agrees at every table version."""
 
@@ -75,7 +75,7 @@ def rows_of(table: pa.Table) -> Counter:
     return Counter(zip(times, *(table.column(c).to_pylist() for c in SHOWN[1:]), strict=True))
 
 
-def spark_rows(frame) -> Counter:  # noqa: ANN001 - a DataFrame
+def spark_rows(frame) -> Counter:  # a DataFrame
     return Counter(tuple(r) for r in frame.selectExpr("unix_micros(utc_event_time)", *SHOWN[1:]).collect())
 
 
@@ -94,19 +94,34 @@ def iceberg_rows(deployment: Deployment, version: int) -> Counter:
     return rows_of(pa.table(shown))
 
 
-def readers(deployment: Deployment, spark, version: int) -> dict[str, Counter]:  # noqa: ANN001
+def readers(deployment: Deployment, spark, version: int) -> dict[str, Counter]:
+    """Each reader's rows of the version, its columns (the version's own) found by field id under the
+    table's names now, as iceberg_rows does: a column the table no longer has (by id) is left out."""
     table = Lake(deployment).table("web.access")
-    arrow = table.to_arrow(as_of_version=version)
-    assert arrow.column_names == list(SHOWN), "every version shows the table's columns now"
+    then = deployment.catalog.tables.definition_at(table.record, version).definition
+    names = [*(c.name for c in then.columns), "dt"]
+    now = {c.field_id: c.name for c in table.record.definition.columns}
+    as_now = {c.name: now[c.field_id] for c in then.columns if c.field_id in now} | {"dt": "dt"}
+
+    def arrow_now(rows: pa.Table) -> pa.Table:
+        assert rows.column_names == names, f"version {version} shows its own columns"
+        found = {as_now[n]: rows.column(n) for n in rows.column_names if n in as_now}
+        return pa.table({n: found.get(n, pa.nulls(rows.num_rows, pa.int64())) for n in SHOWN})
+
+    def spark_now(frame):  # DataFrames
+        assert frame.columns == names, f"version {version} shows its own columns"
+        return frame.selectExpr(*(f"`{old}` AS `{as_now[old]}`" for old in names if old in as_now),
+                                *(f"CAST(NULL AS bigint) AS `{n}`" for n in SHOWN if n not in as_now.values()))
+
+    arrow = arrow_now(table.to_arrow(as_of_version=version))
     with duckdb.connect() as connection:
         duck = table.to_duckdb(connection, as_of_version=version).arrow()
-        duck = duck.read_all() if isinstance(duck, pa.RecordBatchReader) else duck
-    assert duck.column_names == list(SHOWN)
-    frame = table.to_spark(spark, as_of_version=version)
-    assert frame.columns == list(SHOWN)
+        duck = arrow_now(duck.read_all() if isinstance(duck, pa.RecordBatchReader) else duck)
+    frame = spark_now(table.to_spark(spark, as_of_version=version))
     return {
         "table API": rows_of(arrow), "DuckDB": rows_of(duck), "Spark": spark_rows(frame),
-        "Spark SQL": spark_rows(spark_sql(spark, f"SELECT * FROM web.access VERSION AS OF {version}", deployment)),
+        "Spark SQL": spark_rows(spark_now(spark_sql(spark, f"SELECT * FROM web.access VERSION AS OF {version}",
+                                                    deployment))),
         "Iceberg": iceberg_rows(deployment, version),
     }
 
@@ -161,7 +176,7 @@ def test_walk_through_rename_drop_add_merge_delete_and_time_travel(deployment: D
 
 
 def test_a_column_of_a_table_a_derived_table_reads_is_neither_renamed_nor_dropped(deployment: Deployment,
-                                                                                   spark) -> None:  # noqa: ANN001
+                                                                                   spark) -> None:
     from .test_derived import make_source, rollup
 
     make_source(deployment, days=1)

@@ -30,7 +30,7 @@ CHARTS = {"backlog": ["pending_objects"], "freshness": ["freshness_p50_seconds",
           "debt": ["unmerged_objects"], "throughput": ["merged_objects"]}
 
 
-def _browser_or_skip():  # noqa: ANN202 - playwright's sync API
+def _browser_or_skip():  # playwright's sync API
     reason = None
     try:
         from playwright.sync_api import sync_playwright
@@ -76,6 +76,7 @@ def dashboard_deployment(tmp_path: Path) -> Deployment:
     deployment.close()
 
 
+@pytest.mark.slow  # drives the system's Chromium
 def test_dashboard_renders_charts_without_errors_in_chromium(dashboard_deployment: Deployment, tmp_path: Path) -> None:
     # A run of the suite leaves the checkout as it was: the documented picture is refreshed only when asked for.
     screenshot = Path(os.environ.get("SILTLAKE_DASHBOARD_SCREENSHOT") or tmp_path / "dashboard.png")

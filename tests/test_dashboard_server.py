@@ -14,12 +14,14 @@ import urllib.request
 import pytest
 
 from siltlake.deployment import Deployment
+from siltlake.httpd import MAX_CONNECTIONS
 from siltlake.observe import dashboard
 from siltlake.observe.dashboard import ObserveServer
 from siltlake.tabledef import TableDef
 
 from .conftest import ACCESS_TABLE, make_config
 from .processes import wait_until
+from .slow_clients import Drippers, closed_by_server
 
 
 @pytest.fixture
@@ -31,23 +33,10 @@ def sqlite_deployment(tmp_path) -> Deployment:
     deployment.close()
 
 
-def closed_by_server(client: socket.socket, deadline: float) -> bool:
-    """Whether the server ends the connection before the deadline (whatever it says first)."""
-    client.settimeout(max(0.01, deadline - time.monotonic()))
-    try:
-        while client.recv(4096):
-            pass
-    except TimeoutError:
-        return False
-    except ConnectionResetError:
-        pass
-    return True
-
-
 def test_idle_connections_are_timed_out_and_never_hold_more_than_the_bound(sqlite_deployment: Deployment) -> None:
     before = threading.active_count()
     server = ObserveServer(sqlite_deployment, "127.0.0.1", 0, dashboard=True, max_connections=8,
-                           idle_timeout=1.0).start()
+                           request_timeout=1.0).start()
     host, port = server.server_address[:2]
     clients = []
     try:
@@ -58,7 +47,8 @@ def test_idle_connections_are_timed_out_and_never_hold_more_than_the_bound(sqlit
             clients.append(client)
         time.sleep(0.3)
         assert threading.active_count() <= before + 1 + 8, "one thread per connection, past the bound"
-        # Past the bound they are refused at once; the rest are closed once idle for idle_timeout.
+        # Past the bound they are refused at once (or take an older one's slot); the rest are closed past
+        # request_timeout.
         deadline = time.monotonic() + 10
         assert all(closed_by_server(client, deadline) for client in clients)
         assert threading.active_count() <= before + 1 + 8
@@ -139,3 +129,45 @@ def test_a_client_gone_before_its_answer_costs_no_503_and_no_traceback(sqlite_de
     assert "Traceback" not in capsys.readouterr().err
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], "a client that left is no failure"
     assert any("client gone" in r.getMessage() for r in caplog.records)
+
+
+def test_slow_drip_clients_hold_no_slot_a_fresh_client_needs(sqlite_deployment: Deployment) -> None:
+    """More clients than slots each drip a byte of their request every 0.3 s: no single read waits long, so only
+    a deadline for the whole request ends them. A fresh client is answered at once meanwhile (it takes the slot
+    of the oldest connection still sending its headers), and every dripping connection ends within the deadline."""
+    server = ObserveServer(sqlite_deployment, "127.0.0.1", 0, dashboard=True, request_timeout=2.0).start()
+    drippers = Drippers(server.server_address[:2], MAX_CONNECTIONS + 8, interval=0.3).start()
+    try:
+        time.sleep(0.6)  # every slot taken by a dripping connection
+        for _ in range(3):
+            started = time.monotonic()
+            with urllib.request.urlopen(server.url + "metrics", timeout=5) as answer:
+                assert answer.status == 200 and b"siltlake_" in answer.read()
+            assert time.monotonic() - started < 1.5
+        wait_until(lambda: drippers.open_count() == 0, [], 6, "the server ending every dripping connection")
+        assert max(drippers.closed_after) < 2.0 + 1.0, drippers.closed_after
+    finally:
+        drippers.stop()
+        server.close()
+
+
+def test_a_catalog_failure_is_a_503_without_its_sql(sqlite_deployment: Deployment, tmp_path, caplog) -> None:
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "catalog.db") as database:
+        database.execute("DROP TABLE metric_history")
+    server = ObserveServer(sqlite_deployment, "127.0.0.1", 0, dashboard=True).start()
+    try:
+        with caplog.at_level(logging.WARNING, logger="siltlake.observe.dashboard"), \
+                pytest.raises(urllib.error.HTTPError) as failed:
+            urllib.request.urlopen(server.url, timeout=30)
+    finally:
+        server.close()
+    assert failed.value.code == 503
+    body = failed.value.read().decode()
+    assert body.startswith("siltlake could not read its catalog for /; the server's log says why"), body
+    for internal in ("catalog.db", "CatalogError", "metric_history", "SELECT"):  # the exception's words
+        assert internal not in body, body
+    reference = body.split("reference=")[1].split(")")[0]
+    assert any(f"reference={reference}" in r.getMessage() and "catalog.db" in r.getMessage()
+               for r in caplog.records), "the details are in the server's log, under the reference"

@@ -292,7 +292,7 @@ def test_promtool_checks_the_alert_rules() -> None:
         missing_tool("promtool", "apt-get install prometheus")
     result = subprocess.run(["promtool", "check", "rules", str(DEPLOY / "prometheus" / "siltlake-alerts.yml")],
                             capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0 and "SUCCESS: 6 rules found" in result.stdout, result.stdout + result.stderr
+    assert result.returncode == 0 and "SUCCESS: 7 rules found" in result.stdout, result.stdout + result.stderr
 
 
 def test_click_rejects_an_option_a_command_does_not_have() -> None:

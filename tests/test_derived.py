@@ -1,4 +1,4 @@
-"""Derived tables (issue 18): a rollup of web.access kept equal to its query, incremental builds, triggers."""
+"""Derived tables: a rollup of web.access kept equal to its query, incremental builds, triggers."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ ROLLUP = "SELECT dt, action, count(*) AS hits, count(DISTINCT user_id) AS users 
 FIRST = dt.date(2026, 11, 1)
 
 
-def make_source(deployment: Deployment, days: int = 3, objects: int = 2):  # noqa: ANN201 - a TableRecord
+def make_source(deployment: Deployment, days: int = 3, objects: int = 2):  # a TableRecord
     table = deployment.catalog.tables.create(TableDef.from_mapping({**ACCESS_TABLE, "merge_interval": 0}))
     for day in range(days):
         date = FIRST + dt.timedelta(days=day)
@@ -50,16 +50,16 @@ def merge_and_publish(deployment: Deployment) -> None:
     publish_once(deployment, now=later)  # switched in the first run, its merged version in the second
 
 
-def rollup(deployment: Deployment, spark, **settings: object):  # noqa: ANN001, ANN201 - a DerivedRecord
+def rollup(deployment: Deployment, spark, **settings: object):  # a DerivedRecord
     return create_derived(deployment, DerivedDef.from_mapping({"name": "web.daily_actions", "query": ROLLUP,
                                                                **settings}))
 
 
-def rows_of(spark, deployment: Deployment, query: str) -> Counter:  # noqa: ANN001
+def rows_of(spark, deployment: Deployment, query: str) -> Counter:
     return Counter(tuple(row) for row in sql(spark, query, deployment).collect())
 
 
-def assert_fresh(spark, deployment: Deployment) -> None:  # noqa: ANN001
+def assert_fresh(spark, deployment: Deployment) -> None:
     """The derived table holds exactly what its query returns over the sources' published state now."""
     built = rows_of(spark, deployment, "SELECT dt, action, hits, users FROM web.daily_actions")
     fresh = rows_of(spark, deployment, ROLLUP)
@@ -198,7 +198,7 @@ def test_a_derived_table_of_a_translated_query_is_created_without_spark(plain_de
 
 
 def test_a_table_a_derived_table_reads_cannot_be_renamed(deployment: Deployment, spark) -> None:
-    """Its query names the table: renamed, the next build failed "no table web.access" (issue 27)."""
+    """Its query names the table: renamed, the next build failed "no table web.access"."""
     make_source(deployment, days=1)
     rollup(deployment, spark)
     with pytest.raises(CatalogError, match=r"^web.access is read by derived table web.daily_actions, whose query "

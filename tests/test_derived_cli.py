@@ -30,7 +30,7 @@ incremental = true
 
 
 @pytest.fixture
-def catalog_url(request, tmp_path: Path) -> str:  # noqa: ANN001 - pytest's request
+def catalog_url(request, tmp_path: Path) -> str:  # pytest's request
     """SQLite (the derived core runs on both catalogs in test_derived.py; here the commands are tested), or
     PostgreSQL for a test marked postgres."""
     if request.node.get_closest_marker("postgres"):
@@ -38,18 +38,18 @@ def catalog_url(request, tmp_path: Path) -> str:  # noqa: ANN001 - pytest's requ
     return f"sqlite:///{tmp_path / 'catalog.db'}"
 
 
-def document(printed: str):  # noqa: ANN201 - the JSON value a command printed (stderr lines may precede it)
+def document(printed: str):  # the JSON value a command printed (stderr lines may precede it)
     start = min(i for i in (printed.find("["), printed.find("{")) if i >= 0)
     value, _ = json.JSONDecoder().raw_decode(printed[start:])
     return value
 
 
-def rollup_rows(spark, deployment: Deployment) -> Counter:  # noqa: ANN001
+def rollup_rows(spark, deployment: Deployment) -> Counter:
     return Counter(tuple(r) for r in sql(spark, "SELECT dt, action, hits, users FROM web.daily_actions",
                                          deployment).collect())
 
 
-def run_derived_loop(deployment: Deployment):  # noqa: ANN201 - ((name, report), Loop)
+def run_derived_loop(deployment: Deployment):  # ((name, report), Loop)
     """Run `silt run`'s derived loop alone, every 0.2 s, until it reports a round that built something."""
     from siltlake.run import SingleHost, run_loops
 
@@ -73,7 +73,7 @@ def run_derived_loop(deployment: Deployment):  # noqa: ANN201 - ((name, report),
     return reported, loop
 
 
-def waiting_on_a_lock(connection) -> bool:  # noqa: ANN001 - a SQLAlchemy Connection
+def waiting_on_a_lock(connection) -> bool:  # a SQLAlchemy Connection
     """Whether another session of the database waits for a lock (the one `connection` holds)."""
     return bool(connection.exec_driver_sql(
         "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' "
@@ -172,7 +172,7 @@ def test_derived_commands_create_list_build_show_drop(deployment: Deployment, sp
     assert document(silt("derived", "list", "--json")) == []
     reaped = " ".join(silt("reap", "--grace", "0", "--force").split())
     for build in builds:  # dropping the table took its builds off the active list at once
-        assert f"derived build {build} deleted: no longer active and no retained version references it" in reaped
+        assert f"derived build {build} deleted: no longer active and no retained version references it" in reaped, reaped
     assert f"derived builds: {len(builds)} deleted" in reaped and len(builds) == 4, reaped
     assert not list((tmp_path / "lake" / "_derived").iterdir())
     as_json = document(silt("reap", "--dry-run", "--grace", "0", "--force", "--json"))

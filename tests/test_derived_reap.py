@@ -1,4 +1,4 @@
-"""The derived reaper (seed 002): the active list refreshed first, then only this deployment's builds that
+"""The derived reaper: the active list refreshed first, then only this deployment's builds that
 nothing needs are deleted; killed builds, persist_for, trigger_sql, and two deployments sharing a lake."""
 
 from __future__ import annotations
@@ -166,7 +166,7 @@ def with_rollup(deployment: Deployment) -> Deployment:
     return deployment
 
 
-def written_build(deployment: Deployment, dates: list[dt.date], now: dt.datetime, *, pid: int):  # noqa: ANN201
+def written_build(deployment: Deployment, dates: list[dt.date], now: dt.datetime, *, pid: int):
     """A started build of web.rollup by `pid` on this host with an object and manifests per date written, not
     published: (derived record, build, its partitions)."""
     record = deployment.catalog.derived.get("web.rollup")
@@ -203,6 +203,7 @@ OPERATIONS = st.lists(st.tuples(st.sampled_from(["build", "crash", "reap", "wait
                                 st.sets(st.integers(0, 3), min_size=1)), min_size=3, max_size=12)
 
 
+@pytest.mark.slow  # 25 generated histories of two deployments: about 20 s
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(OPERATIONS)
 def test_two_deployments_sharing_a_lake_never_reap_each_others_builds(tmp_path_factory, operations) -> None:
@@ -233,7 +234,7 @@ def test_two_deployments_sharing_a_lake_never_reap_each_others_builds(tmp_path_f
             deployment.close()
 
 
-# --- a build that publishes while the reaper runs (issue 27) -----------------------------------------------
+# --- a build that publishes while the reaper runs ---------------------------------------------------------
 
 @pytest.fixture
 def sparkless(tmp_path: Path, catalog_url: str) -> Deployment:
@@ -245,7 +246,7 @@ def sparkless(tmp_path: Path, catalog_url: str) -> Deployment:
     deployment.close()
 
 
-def silent_build(deployment: Deployment, dates: list[dt.date]):  # noqa: ANN201 - (BuildRecord, publish it)
+def silent_build(deployment: Deployment, dates: list[dt.date]):  # (BuildRecord, publish it)
     """A build whose builder looks lost (a dead pid on this host) with its objects written, and a function
     that publishes it."""
     record, build, parts = written_build(deployment, dates, utcnow(), pid=dead_pid())
@@ -262,7 +263,7 @@ def test_a_build_that_publishes_between_the_reapers_snapshot_and_mark_lost_is_ke
     build, publish = silent_build(deployment, [FIRST, FIRST + DAY])
     mark_lost = deployment.catalog.derived.mark_lost
 
-    def publish_first(build_ids, now):  # noqa: ANN001, ANN202 - the builder wins the race
+    def publish_first(build_ids, now):  # the builder wins the race
         publish()
         return mark_lost(build_ids, now)
 

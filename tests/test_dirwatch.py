@@ -41,7 +41,7 @@ class Rounds:
             self._count(path)
             return listdir(path)
 
-        def counted_scandir(path: str = "."):  # noqa: ANN202 - os.ScandirIterator
+        def counted_scandir(path: str = "."):  # os.ScandirIterator
             self._count(path)
             return scandir(path)
 

@@ -117,7 +117,7 @@ def test_an_object_put_during_a_round_is_found_by_the_next(lake: Deployment, mon
     first_round(lake)
     original = type(lake.staging).list_changed
 
-    def racing(storage, since_ns, *record):  # noqa: ANN001, ANN002, ANN202
+    def racing(storage, since_ns, *record):
         put(lake, "host00.web.access/2026/01/01/before-walk.jsonl")
         listing = original(storage, since_ns, *record)
         put(lake, "host01.web.access/2026/01/01/after-walk.jsonl")
@@ -183,7 +183,7 @@ def test_a_failed_round_leaves_the_sweep_where_it_was(lake: Deployment, monkeypa
     before = lake.catalog.discovery.get(root)
     assert before.sweep_after == "host00.web.access/2026/01/02/obj-2.jsonl"  # the 8th key
 
-    def failing(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+    def failing(*args, **kwargs):
         raise RuntimeError("catalog lost")
 
     monkeypatch.setattr(type(lake.catalog.discovery), "advance", failing)  # the walk's cursor goes first
@@ -518,7 +518,7 @@ def test_a_failed_round_leaves_the_record_as_it_was(lake: Deployment, monkeypatc
     settle()
     put(lake, f"{day}/b-new.jsonl")
 
-    def failing(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+    def failing(*args, **kwargs):
         raise RuntimeError("catalog lost")
 
     monkeypatch.setattr(type(lake.catalog.staging), "sort_listed", failing)

@@ -72,7 +72,7 @@ def deliver(staging_root: Path, key: str, data: bytes, mtime: float | None = Non
     os.replace(uploading, target)
 
 
-def user_counts(deployment: Deployment, spark) -> Counter:  # noqa: ANN001 - a SparkSession
+def user_counts(deployment: Deployment, spark) -> Counter:  # a SparkSession
     return Counter(row.user_id for row in read_table(spark, "web.access", deployment).select("user_id").collect())
 
 
@@ -335,7 +335,7 @@ def test_the_same_load_three_times_two_at_once_commits_once(deployment: Deployme
     state = tmp_path / "resume.yml"
     start = threading.Barrier(2)
 
-    def run(_: int):  # noqa: ANN202 - a LoadReport
+    def run(_: int):  # a LoadReport
         start.wait()
         return load(deployment, load_config, state_path=str(state))
 
@@ -352,7 +352,7 @@ def test_the_same_load_three_times_two_at_once_commits_once(deployment: Deployme
 
 
 def test_errors_replay_retried_after_a_crash_and_run_twice_at_once_stages_each_record_once(
-        deployment: Deployment, spark, monkeypatch) -> None:  # noqa: ANN001 - pytest's monkeypatch
+        deployment: Deployment, spark, monkeypatch) -> None:  # pytest's monkeypatch
     """Kept bad records, fixed by the user, are replayed by a run that dies before it clears the error
     file, then by two runs at once, then once more: each fixed record is loaded exactly once."""
     from siltlake.catalog.staging import Staging
@@ -369,7 +369,7 @@ def test_errors_replay_retried_after_a_crash_and_run_twice_at_once_stages_each_r
              for n, line in enumerate(kept)]
     deployment.lake.write_bytes(error_key, "".join(json.dumps(line) + "\n" for line in fixed).encode())
 
-    def crash(self, error_uri: str) -> None:  # noqa: ANN001
+    def crash(self, error_uri: str) -> None:
         raise ConnectionError("catalog connection lost after the records were staged")
 
     with monkeypatch.context() as patch:
@@ -391,7 +391,7 @@ def test_errors_replay_retried_after_a_crash_and_run_twice_at_once_stages_each_r
 
 
 def test_unknown_replay_run_three_times_streams_the_fixed_object_once(deployment: Deployment, spark,
-                                                                        monkeypatch) -> None:  # noqa: ANN001
+                                                                        monkeypatch) -> None:
     """A corrupt object goes to unknown; the shipper puts it again fixed (same key); `silt unknown replay
     --all` runs three times, with stream runs between: the object is loaded once."""
     from .merge_helpers import silt_in_process
@@ -450,7 +450,7 @@ STEPS = st.lists(st.tuples(st.sampled_from(ACTIONS), st.integers(0, 3)), min_siz
 @given(steps=STEPS)
 @example(steps=[("put", 0), ("other_dies_after_decoding", 0), ("put", 1), ("stream_then_late", 0), ("put", 1),
                 ("put_in_flight", 2), ("stream_beaten", 0), ("put", 3), ("other_dies_after_decoding", 0)])
-def test_any_interleaving_of_deliveries_runs_and_a_racing_process_stores_each_record_once(spark, steps) -> None:  # noqa: ANN001
+def test_any_interleaving_of_deliveries_runs_and_a_racing_process_stores_each_record_once(spark, steps) -> None:
     """Puts (between runs, or while a run is in flight), stream runs, and runs raced by a second process
     (it commits first while the run is in flight, it decoded before the run and commits after it, or it
     dies after decoding), in any order: whoever commits second adds nothing and says so, after every

@@ -182,8 +182,8 @@ def test_target_configuration() -> None:
 
 
 def test_unknown_target_is_refused(deployment: Deployment) -> None:
-    deployment.config.publish.targets = ["glue"]
-    with pytest.raises(ConfigError, match="unknown target 'glue'; known targets: hive"):
+    deployment.config.publish.targets = ["nessie"]
+    with pytest.raises(ConfigError, match="unknown target 'nessie'; known targets: glue, hive, iceberg"):
         publish_once(deployment)
 
 

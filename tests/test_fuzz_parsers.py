@@ -238,7 +238,7 @@ def test_msgpack_timestamp_ext_of_an_invalid_length_makes_the_object_unreadable_
     # The spec allows 4, 8 or 12 bytes; msgpack decodes ext -1 itself, so the stream cannot go past it.
     good = packed({"ts": TIME, "n": 1})
     data = good + msgpack_map([(packed("ts"), ext8(-1, b"\x01" * length))])
-    with pytest.raises(UnreadableObject, match=f"at byte {len(good)}: invalid timestamp"):
+    with pytest.raises(UnreadableObject, match=rf"at byte {len(good)} \(item 2\): invalid timestamp"):
         parse(data, "x.msgpack")
 
 

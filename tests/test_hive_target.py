@@ -160,6 +160,7 @@ def _local(uri: str) -> Path:
     return Path(uri.replace("file:///", "file:/").removeprefix("file:"))
 
 
+@pytest.mark.spark  # `published` runs Spark in a process of its own
 def test_every_partition_points_at_its_newest_versions_symlink_manifest(published: dict) -> None:
     """An updated day, a merged day and a live day: each at the directory of its newest version's
     symlink manifest, read as symlinks to Parquet, and that directory holds that one manifest only."""
@@ -173,6 +174,7 @@ def test_every_partition_points_at_its_newest_versions_symlink_manifest(publishe
         assert sorted(p.name for p in _local(location).iterdir()) == ["manifest"]
 
 
+@pytest.mark.spark  # `published` runs Spark in a process of its own
 def test_engines_that_read_symlink_manifests_get_exactly_the_tables_rows(published: dict) -> None:
     """What Trino, Presto, Athena and Redshift Spectrum do with a SymlinkTextInputFormat partition (read
     every file in its location as a list of Parquet files), done here with pyarrow since none of them
@@ -189,6 +191,7 @@ def test_engines_that_read_symlink_manifests_get_exactly_the_tables_rows(publish
     assert sorted(rows) == published["truth"] and len(rows) == 108
 
 
+@pytest.mark.spark  # `published` runs Spark in a process of its own
 def test_plain_pyspark_with_default_settings_fails_on_the_symlink_files(published: dict) -> None:
     """Spark reads a table with the Parquet SerDe through its own Parquet reader, which lists the
     partition directory and takes the symlink file for a Parquet file: the query fails (no rows)."""
@@ -196,6 +199,7 @@ def test_plain_pyspark_with_default_settings_fails_on_the_symlink_files(publishe
     assert error.startswith("java.lang.RuntimeException: ") and "/manifest is not a Parquet file" in error
 
 
+@pytest.mark.spark  # `published` runs Spark in a process of its own
 def test_plain_pyspark_through_the_hive_input_format_returns_wrong_rows(published: dict) -> None:
     """With convertMetastoreParquet=false Spark uses the partition's SymlinkTextInputFormat and returns
     no rows at all, without an error, for a table of 108: wrong rows, so never read the target that way."""

@@ -76,7 +76,7 @@ def tree(root: Path) -> set[Path]:
 
 
 @pytest.fixture
-def wide_console(monkeypatch) -> None:  # noqa: ANN001 - pytest's monkeypatch
+def wide_console(monkeypatch) -> None:  # pytest's monkeypatch
     """Rich wraps at 80 columns under the test runner; an error must read as one line."""
     from siltlake.cli import output
 
@@ -318,7 +318,7 @@ def test_instance_keys_refuse_a_trailing_newline() -> None:
 
 @pytest.mark.spark
 @sqlite_only
-def test_delete_where_is_parsed_alone_so_it_cannot_break_out(deployment: Deployment, monkeypatch,  # noqa: ANN001
+def test_delete_where_is_parsed_alone_so_it_cannot_break_out(deployment: Deployment, monkeypatch,
                                                              wide_console) -> None:
     from .merge_helpers import add_small_objects, rows_for, silt_in_process
     from .test_merge import DAY, make_table

@@ -122,7 +122,7 @@ def test_snapshots_inside_the_iceberg_retention_stay(deployment: Deployment) -> 
     assert [len(table.scan(snapshot_id=s.snapshot_id).to_arrow()) for s in table.snapshots()] == [5, 10, 15]
 
 
-def pyiceberg_table(tmp_path):  # noqa: ANN001, ANN201 - a path; a pyiceberg Table
+def pyiceberg_table(tmp_path):  # a path; a pyiceberg Table
     """A table partitioned by identity(dt) on a PyIceberg SQL catalog of its own (no siltlake deployment)."""
     from pyiceberg.catalog.sql import SqlCatalog
     from pyiceberg.partitioning import PartitionField, PartitionSpec
@@ -137,7 +137,7 @@ def pyiceberg_table(tmp_path):  # noqa: ANN001, ANN201 - a path; a pyiceberg Tab
         partition_spec=PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "dt")))
 
 
-def data_files(table, kind: str, days: list[int]) -> list:  # noqa: ANN001 - a pyiceberg Table
+def data_files(table, kind: str, days: list[int]) -> list:  # a pyiceberg Table
     """One registered (never written) data file a day."""
     from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
     from pyiceberg.typedef import Record
@@ -176,7 +176,7 @@ def test_a_commit_copies_the_table_metadata_once_per_state_of_its_updates(tmp_pa
     copies = []
     apply_updates = pyiceberg.table.update_table_metadata
 
-    def counted(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202 - update_table_metadata's own
+    def counted(*args, **kwargs):  # update_table_metadata's own
         copies.append(1)
         return apply_updates(*args, **kwargs)
 

@@ -55,7 +55,7 @@ def rows(date: dt.date, count: int, seed: int, **extra: object) -> list[dict]:
     return [{**row, "status": 200 + row["user_id"] % 3, **extra} for row in rows_for(date, count, seed)]
 
 
-def users(table) -> Counter:  # noqa: ANN001 - a pyarrow Table
+def users(table) -> Counter:  # a pyarrow Table
     return Counter(table.column("user_id").to_pylist())
 
 
@@ -123,7 +123,7 @@ def test_renames_added_columns_widened_types_and_dropped_tables_follow(deploymen
     assert not list(deployment.lake.list(metadata + "/")), "reap deletes a dropped table's Iceberg metadata"
 
 
-def _column(name: str, kind: str):  # noqa: ANN202 - a Column
+def _column(name: str, kind: str):  # a Column
     from siltlake.tabledef import Column
 
     return Column.from_mapping({"name": name, "type": kind})
@@ -266,7 +266,7 @@ def test_a_run_that_died_after_its_iceberg_commit_converges_without_adding_twice
     for hour, seed in ((15, 2), (16, 3)):
         add_small_objects(deployment, record, DAY, [rows_for(DAY, 10, seed)])
         publish_once(deployment, now=tokyo(DAY, hour))
-    # An update removes the files versions 3 and 4 added: one run adds and then removes them (issue 27).
+    # An update removes the files versions 3 and 4 added: one run adds and then removes them.
     delete_rows(deployment, "web.access", DAY, "user_id % 2 = 0", now=tokyo(DAY, 16) + dt.timedelta(minutes=30))
     deployment.config.publish.targets = ["iceberg"]
     published(deployment, tokyo(DAY, 17))
@@ -349,7 +349,7 @@ def test_the_readme_pyiceberg_example_runs(deployment: Deployment, monkeypatch, 
     add_small_objects(deployment, record, DAY, [rows_for(DAY, 10, 1)])
     published(deployment, tokyo(DAY, 13))
     point_cli_at(deployment, monkeypatch)  # Lake.open() finds the deployment as `silt` would
-    exec(compile(example, "README.md", "exec"), {})  # noqa: S102 - the documented example, as a user runs it
+    exec(compile(example, "README.md", "exec"), {})  # the documented example, as a user runs it
     printed = capsys.readouterr().out.splitlines()
     assert printed[:2] == ["20", "10"] and printed[2].endswith(".metadata.json"), printed
 

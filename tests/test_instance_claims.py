@@ -34,7 +34,7 @@ KEY = "test0001"  # the key of the `deployment` fixture
 LATER = dt.timedelta(days=30)
 
 
-def deployment_at(tmp_path: Path, lake_root: str, catalog_url: str, spark, name: str) -> Deployment:  # noqa: ANN001
+def deployment_at(tmp_path: Path, lake_root: str, catalog_url: str, spark, name: str) -> Deployment:
     """A deployment with its own catalog and staging root, on the shared lake root, configured with KEY."""
     other = Deployment(Config.model_validate({
         "instance_key": KEY, "catalog": {"url": catalog_url},
@@ -80,7 +80,7 @@ def register_key_as_old_init_did(deployment: Deployment) -> None:
     deployment.catalog.instances.ensure_catalog_id()
 
 
-def load_config(tmp_path: Path):  # noqa: ANN201 - a LoadConfig
+def load_config(tmp_path: Path):  # a LoadConfig
     inputs = tmp_path / "inputs"
     inputs.mkdir(exist_ok=True)
     (inputs / "a.csv").write_text("id,time\n1,2026-11-20 10:00:00\n")
@@ -106,14 +106,14 @@ def attempts(intruder: Deployment, tmp_path: Path) -> dict[str, Callable[[], obj
 
 
 @pytest.fixture
-def owner(deployment: Deployment, access_table) -> Deployment:  # noqa: ANN001
+def owner(deployment: Deployment, access_table) -> Deployment:
     stream_some(deployment, "owner")
     return deployment
 
 
 @pytest.mark.parametrize("registered", [False, True], ids=["fresh", "registered-by-old-init"])
 def test_every_order_of_init_claim_reap_and_a_stream_by_the_second_deployment_deletes_nothing_of_the_owners(
-        owner: Deployment, tmp_path: Path, spark, registered: bool) -> None:  # noqa: ANN001
+        owner: Deployment, tmp_path: Path, spark, registered: bool) -> None:
     before = owned_objects(owner)
     assert any("/live/" in key for key in before)
     order_names = ("init", "claim", "reap", "stream")
@@ -149,7 +149,7 @@ def test_every_order_of_init_claim_reap_and_a_stream_by_the_second_deployment_de
 
 
 def test_writers_refuse_a_key_whose_marker_names_another_catalog(owner: Deployment, tmp_path: Path,
-                                                                 spark) -> None:  # noqa: ANN001
+                                                                 spark) -> None:
     before = owned_objects(owner)
     intruder = deployment_at(tmp_path, owner.lake.root, sqlite_url(tmp_path, "b"), spark, "b")
     register_key_as_old_init_did(intruder)
@@ -180,7 +180,7 @@ def test_a_writer_refuses_until_init_writes_the_missing_marker(owner: Deployment
 
 
 @pytest.mark.parametrize("owner_kind", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def test_the_claim_succeeds_once_the_owners_catalog_is_really_gone(tmp_path: Path, spark,  # noqa: ANN001
+def test_the_claim_succeeds_once_the_owners_catalog_is_really_gone(tmp_path: Path, spark,
                                                                    owner_kind: str) -> None:
     """The owner's SQLite catalog is deleted, or its PostgreSQL database dropped; the claimer is SQLite."""
     lake_root = str(tmp_path / "lake")
@@ -223,8 +223,8 @@ def test_the_claim_succeeds_once_the_owners_catalog_is_really_gone(tmp_path: Pat
 
 
 def test_one_catalog_under_another_url_is_itself_and_a_copy_is_not(deployment: Deployment, catalog_url: str,
-                                                                   tmp_path: Path, spark,  # noqa: ANN001
-                                                                   monkeypatch) -> None:  # noqa: ANN001
+                                                                   tmp_path: Path, spark,
+                                                                   monkeypatch) -> None:
     lake_root = deployment.lake.root
     if catalog_url.startswith("sqlite"):
         # A relative path and the absolute one are one file (the marker names the absolute path).

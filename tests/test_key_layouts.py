@@ -106,7 +106,7 @@ def test_a_layout_name_is_its_expression() -> None:
         assert {"schema", "table"} <= set(re.compile(regex).groupindex)
 
 
-def test_a_layout_is_named_in_the_config_file(tmp_path) -> None:  # noqa: ANN001
+def test_a_layout_is_named_in_the_config_file(tmp_path) -> None:
     (tmp_path / "siltlake.toml").write_text('[stream]\nkey_pattern = "fluentd_out_s3"\n')
     config = load_config(tmp_path / "siltlake.toml")
     assert config.stream.key_pattern == KEY_LAYOUTS["fluentd_out_s3"][0]
@@ -124,9 +124,11 @@ def test_readme_shippers_configs_are_valid_and_map_their_example_keys() -> None:
         data = tomllib.loads(block)
         if "stream" in data:
             config = StreamConfig(**data["stream"])
-            example = re.search(r'key_pattern = "(\w+)" +# (\S+)', block)
+            # A named layout ("hourly") or a pattern of its own ('^...$'), then the example key it maps.
+            example = re.search(r"""key_pattern = (?:"(\w+)"|'[^']+') +# (\S+)""", block)
             assert example is not None, block
-            layouts_seen.add(example.group(1))
+            if example.group(1):
+                layouts_seen.add(example.group(1))
             mapping = map_key(example.group(2), re.compile(config.key_pattern), TABLES)  # type: ignore[arg-type]
             assert mapping.table == "TABLE", (example.group(2), mapping.reason)
         elif "schema" in data:

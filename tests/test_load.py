@@ -115,7 +115,7 @@ def test_resume_runs_only_the_failed_task_then_commits_everything_once(deploymen
         load(deployment, changed, state_path=str(state))
 
 
-def two_file_load(tmp_path: Path):  # noqa: ANN201 - (LoadConfig, resume state path)
+def two_file_load(tmp_path: Path):  # (LoadConfig, resume state path)
     """A load of two CSV files (ids 0-19) and where its resume state goes."""
     inputs = tmp_path / "in"
     inputs.mkdir()
@@ -230,7 +230,7 @@ def test_sql_filter_and_line_filter_over_json_lines(deployment: Deployment, tmp_
 
 
 @sqlite_only
-def test_the_commands(deployment: Deployment, tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001 - pytest's
+def test_the_commands(deployment: Deployment, tmp_path: Path, monkeypatch) -> None:  # pytest's
     from .merge_helpers import silt_in_process
 
     silt = silt_in_process(deployment, monkeypatch)

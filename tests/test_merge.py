@@ -37,7 +37,7 @@ def row_multiset(table: pa.Table) -> Counter:
                        strict=True))
 
 
-def only_partition(deployment: Deployment, table: TableRecord):  # noqa: ANN201
+def only_partition(deployment: Deployment, table: TableRecord):
     (partition,) = deployment.catalog.partitions.list(table.id)
     return partition
 
@@ -56,7 +56,7 @@ def assert_exact(deployment: Deployment, table: TableRecord, partition_id: int, 
     assert row_multiset(merged) == row_multiset(expected)
 
 
-def assert_sorted_row_groups(path: str, filesystem) -> None:  # noqa: ANN001
+def assert_sorted_row_groups(path: str, filesystem) -> None:
     parquet = pq.ParquetFile(path, filesystem=filesystem)
     for index in range(parquet.num_row_groups):
         times = parquet.read_row_group(index, columns=["utc_event_time"]).column(0).to_pylist()
@@ -326,7 +326,7 @@ def test_a_drained_queue_is_claimed_again_only_when_a_stage_may_have_made_jobs_d
     claims: list[tuple[int, int]] = []  # (jobs taken, due jobs passed over)
     claim = queue.claim
 
-    def counted(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+    def counted(*args, **kwargs):
         taken = claim(*args, **kwargs)
         claims.append((len(taken), taken.passed_over))
         return taken
@@ -361,7 +361,7 @@ def test_a_stage_thread_slow_to_exit_after_its_last_job_does_not_look_running(de
     claims: list[int] = []
     claim = worker.claim
 
-    def counted(limit: int):  # noqa: ANN202
+    def counted(limit: int):
         taken = claim(limit)
         claims.append(len(taken))
         return taken

@@ -1,4 +1,4 @@
-"""A merge claim of a dead process on this host is stale at once (issue 14): real processes claim through the
+"""A merge claim of a dead process on this host is stale at once: real processes claim through the
 catalog and are SIGKILLed; another worker takes their jobs over well before merge.job_timeout, and
 `silt status` shows them stale. Live processes and other hosts keep the timeout rule."""
 

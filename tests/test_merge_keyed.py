@@ -85,8 +85,8 @@ def test_the_planner_keeps_one_range_for_a_keyed_table() -> None:
 @sqlite_only
 def test_a_keyed_merge_keeps_the_last_row_of_each_key_in_one_range(deployment: Deployment) -> None:
     # A tiny merged_object_size and merge_batch_size: an unkeyed table would start a range per object and
-    # continue over several jobs; the keyed one extends its one range every time.
-    table = keyed_table(deployment, "keyed", merged_object_size=1, merge_batch_size=2)
+    # continue over several jobs; the keyed one extends its one range every time. Last committed wins, by name.
+    table = keyed_table(deployment, "keyed", merged_object_size=1, merge_batch_size=2, sequence_column="_commit_order")
     first_chunk = [row(user, "a", user) for user in range(1, 6)]
     add_small_objects(deployment, table, DAY, [
         first_chunk,

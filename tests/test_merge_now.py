@@ -1,4 +1,4 @@
-"""`silt merge --once` says when the jobs it did not run are due, and `--now` runs them (issue 14)."""
+"""`silt merge --once` says when the jobs it did not run are due, and `--now` runs them."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.spark
 
 
 @pytest.fixture
-def catalog_url(tmp_path) -> str:  # noqa: ANN001
+def catalog_url(tmp_path) -> str:
     """The catalog side of --now runs on both catalogs in test_merge_claims.py."""
     return f"sqlite:///{tmp_path / 'catalog.db'}"
 

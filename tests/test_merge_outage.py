@@ -17,7 +17,7 @@ from .merge_helpers import add_small_objects, rows_for
 from .test_merge import DAY, assert_exact, make_table
 
 
-def no_space(self: Storage, key: str):  # noqa: ANN201, ARG001 - Storage.open_output's signature
+def no_space(self: Storage, key: str):  # Storage.open_output's signature
     raise OSError(errno.ENOSPC, "No space left on device")
 
 
@@ -55,7 +55,7 @@ def test_a_failed_cleanup_does_not_replace_the_error(plain_deployment: Deploymen
     table = make_table(deployment, name="readonly")
     add_small_objects(deployment, table, DAY, [rows_for(DAY, 40, seed) for seed in range(2)])
 
-    def read_only(self: Storage, key: str, missing_ok: bool = True) -> None:  # noqa: ARG001
+    def read_only(self: Storage, key: str, missing_ok: bool = True) -> None:
         raise OSError(errno.EROFS, "Read-only file system")
 
     monkeypatch.setattr(Storage, "open_output", no_space)

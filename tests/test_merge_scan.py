@@ -81,7 +81,7 @@ def test_alike_objects_scan_to_the_rows_and_order_each_object_decodes_to(tmp_pat
 
     scans: list[bool] = []
 
-    def spied(paths, schema, sort_by=None):  # noqa: ANN001, ANN202
+    def spied(paths, schema, sort_by=None):
         found = scan_alike(paths, schema, sort_by)
         scans.append(found is not None)
         return found
@@ -118,7 +118,7 @@ def test_a_sorted_scan_keeps_equal_times_in_object_then_row_order(tmp_path: Path
     monkeypatch.setattr(merge_task, "SORT_IN_SCAN_BYTES", -1 if sorted_in == "scan" else 1 << 40)
     sorts: list[str | None] = []
 
-    def spied(paths, schema, sort_by=None):  # noqa: ANN001, ANN202
+    def spied(paths, schema, sort_by=None):
         sorts.append(sort_by)
         return scan_alike(paths, schema, sort_by)
 

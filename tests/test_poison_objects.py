@@ -1,4 +1,4 @@
-"""Poison objects (issue 14): one record never fails its object, and an object that fails every time is moved
+"""Poison objects: one record never fails its object, and an object that fails every time is moved
 to unknown objects after stream.max_failures attempts instead of being retried forever; outages never count."""
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ def poison(monkeypatch: pytest.MonkeyPatch, uri: str) -> None:
     with a batch size the record reader refuses."""
     real = process_staging_object
 
-    def failing_for_one(task):  # noqa: ANN001, ANN202 - a StreamTask in, the task's report out
+    def failing_for_one(task):  # a StreamTask in, the task's report out
         return real(dataclasses.replace(task, batch_rows=0) if task.uri == uri else task)
 
     monkeypatch.setattr(wave_stage, "process_staging_object", failing_for_one)
@@ -175,7 +175,7 @@ def test_a_commit_that_raises_for_one_object_counts_against_it_alone(tmp_path: P
             stage(deployment, f"f.web.access/2026/11/20/{name}.jsonl", jsonl(events(2, ord(name))))
         real = runner.commit_parts
 
-        def commit_raising_for_one(tx, lake, table_record, layout, staging_object_id, parts, *rest):  # noqa: ANN001, ANN202
+        def commit_raising_for_one(tx, lake, table_record, layout, staging_object_id, parts, *rest):
             moved = real(tx, lake, table_record, layout, staging_object_id, parts, *rest)
             if parts and parts[0]["rows"] == 3:  # the poison's rows are written and moved, then the commit fails
                 raise ArithmeticError("the poison's commit step")
@@ -205,16 +205,16 @@ def test_outages_never_count_against_objects(deployment: Deployment, access_tabl
     (tmp_path / "not-a-root").write_bytes(b"")
     broken = Storage(str(tmp_path / "not-a-root"))
 
-    def storage_down(task):  # noqa: ANN001, ANN202
+    def storage_down(task):
         return real_task(dataclasses.replace(task, staging=broken, uri=broken.uri("f.web.access/2026/11/20/a.jsonl")))
 
-    def catalog_down(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+    def catalog_down(*args, **kwargs):
         raise CatalogUnreachable("the catalog server restarts")
 
-    def spark_gone(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+    def spark_gone(*args, **kwargs):
         raise ConnectionRefusedError("the Spark JVM is gone")
 
-    def workers_lost(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+    def workers_lost(*args, **kwargs):
         raise WorkersLost("a worker process (pid 1) ended with code -9 during a task")
 
     monkeypatch.setattr(wave_stage, "process_staging_object", storage_down)

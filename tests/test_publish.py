@@ -8,8 +8,10 @@ from pathlib import Path
 
 import duckdb
 import pyarrow.parquet as pq
+import pytest
 
 from siltlake.deployment import Deployment
+from siltlake.errors import VersionOutOfRange
 from siltlake.merge import merge_once
 from siltlake.publish import publish_once
 from siltlake.read import table as read_table
@@ -85,7 +87,8 @@ def test_a_day_lives_closes_switches_and_shows_delayed_objects_once_merged(deplo
     # Time travel: the live version, then before anything was published.
     assert read_table(spark, "web.access", deployment, as_of_version=1).count() == 120
     assert read_table(spark, "web.access", deployment, as_of_version=2).count() == 120
-    assert read_table(spark, "web.access", deployment, as_of=tokyo(DAY, 11)).count() == 0
+    with pytest.raises(VersionOutOfRange, match="first version"):
+        read_table(spark, "web.access", deployment, as_of=tokyo(DAY, 11))
     assert read_table(spark, "web.access", deployment, as_of=tokyo(DAY + dt.timedelta(days=1), 1)).count() == 120
 
     versions = catalog.versions.of_partitions([partition.id])
@@ -135,7 +138,7 @@ def test_a_reader_plans_with_the_same_number_of_catalog_queries_for_any_number_o
     def queries_to_read() -> tuple[int, int]:
         statements: list[str] = []
 
-        def count(_conn, _cursor, statement, *_args) -> None:  # noqa: ANN001
+        def count(_conn, _cursor, statement, *_args) -> None:
             statements.append(statement)
 
         sa.event.listen(deployment.catalog.engine, "before_cursor_execute", count)

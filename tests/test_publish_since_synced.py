@@ -1,4 +1,4 @@
-"""Publish targets cost what changed (issue 28): a run after one partition changed reads the versions published
+"""Publish targets cost what changed: a run after one partition changed reads the versions published
 since the target's synced one, not the table; a run that died between its target calls and its record is made
 whole by the next; merge status counts what is pending and still counts it right."""
 
@@ -38,7 +38,7 @@ def rows_read(deployment: Deployment) -> Iterator[list[int]]:
     (same statement, same parameters) and its rows counted."""
     engine, seen = deployment.catalog.engine, []
 
-    def collect(conn, cursor, statement, parameters, context, executemany) -> None:  # noqa: ANN001, ARG001
+    def collect(conn, cursor, statement, parameters, context, executemany) -> None:
         if statement.lstrip().upper().startswith(("SELECT", "WITH")) and "pg_advisory" not in statement:
             seen.append((statement, parameters))
 
@@ -59,7 +59,7 @@ def rows_read(deployment: Deployment) -> Iterator[list[int]]:
         raw.close()
 
 
-def long_table(deployment: Deployment):  # noqa: ANN201 - a TableRecord
+def long_table(deployment: Deployment):  # a TableRecord
     """A table of DAYS days, each with one small object, published (to the deployment's targets) at DAY noon."""
     table = make_table(deployment)
     for back in range(DAYS):
@@ -70,7 +70,7 @@ def long_table(deployment: Deployment):  # noqa: ANN201 - a TableRecord
     return table
 
 
-def sync_one_change(deployment: Deployment, target):  # noqa: ANN001, ANN201 - a PublishTarget; a TableRecord
+def sync_one_change(deployment: Deployment, target):  # a PublishTarget; a TableRecord
     """A long table synced to the target, then one new object today published by siltlake's catalog alone and
     synced by the target under rows_read; asserts the rows read and returns the table and the statements."""
     table = long_table(deployment)
@@ -83,7 +83,9 @@ def sync_one_change(deployment: Deployment, target):  # noqa: ANN001, ANN201 - a
     with rows_read(deployment) as counted:
         target.sync_tables(list(tables.values()))
         statements = target.sync_partitions(tables)
-    assert sum(counted) < DAYS // 4, counted  # the whole table: DAYS partitions and DAYS + 1 versions
+    # The whole table would be DAYS partitions and DAYS + 1 versions: no statement reads near that many rows, and
+    # together they read far fewer than one statement over the whole table would.
+    assert max(counted) < DAYS // 8 and sum(counted) < DAYS // 2, counted
     return table, statements
 
 

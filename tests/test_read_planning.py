@@ -26,11 +26,11 @@ from .test_publish import tokyo
 ROWS = 4
 
 
-def statements_of(engine: sa.Engine, action) -> int:  # noqa: ANN001 - a callable
+def statements_of(engine: sa.Engine, action) -> int:  # a callable
     """The statements `action` sends through the engine (BEGIN excluded: SQLite's is a transaction)."""
     sent = []
 
-    def count(_conn, _cursor, statement: str, *_args) -> None:  # noqa: ANN001
+    def count(_conn, _cursor, statement: str, *_args) -> None:
         if not statement.startswith("BEGIN"):
             sent.append(statement)
 
@@ -103,7 +103,7 @@ def test_a_days_read_opens_that_days_manifest_only(tmp_path: Path, catalog_url: 
         opened = []
         read_manifest = manifests.read_manifest
 
-        def counted(lake, key: str):  # noqa: ANN001, ANN202 - the real reader, counted
+        def counted(lake, key: str):  # the real reader, counted
             opened.append(key)
             return read_manifest(lake, key)
 

@@ -39,9 +39,9 @@ def two_versions(deployment: Deployment) -> None:
         publish_once(deployment, now=tokyo(DAY, hour))
 
 
-def run_example(code: str, capsys) -> list[str]:  # noqa: ANN001 - pytest's capsys
+def run_example(code: str, capsys) -> list[str]:  # pytest's capsys
     capsys.readouterr()
-    exec(compile(code, "README.md", "exec"), {})  # noqa: S102 - the documented example, as a user runs it
+    exec(compile(code, "README.md", "exec"), {})  # the documented example, as a user runs it
     return capsys.readouterr().out.splitlines()
 
 

@@ -1,4 +1,4 @@
-"""Reap (DESIGN §8): what it deletes for each reason, what it never deletes, dry runs, interrupted runs,
+"""Reap (docs/design.md): what it deletes for each reason, what it never deletes, dry runs, interrupted runs,
 and enemy reaping between deployments that share a storage root."""
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def age(deployment: Deployment, keys: set[str] | list[str], days: float = 5) -> 
         os.utime(deployment.lake.path(key), (when, when))
 
 
-def visible(spark, deployment: Deployment, name: str = "web.access", **as_of: object) -> Counter:  # noqa: ANN001
+def visible(spark, deployment: Deployment, name: str = "web.access", **as_of: object) -> Counter:
     frame = read_table(spark, name, deployment, **as_of)
     return Counter((r.user_id, r.action) for r in frame.select("user_id", "action").collect())
 
@@ -56,11 +56,11 @@ def expected(*batches: tuple[int, int], date: dt.date = DAY) -> Counter:
     return rows
 
 
-def counts(report) -> dict[str, tuple[int, int, int]]:  # noqa: ANN001 - a ReapReport
+def counts(report) -> dict[str, tuple[int, int, int]]:  # a ReapReport
     return {name: (t.objects, t.bytes, t.rows) for name, t in report.reasons.items()}
 
 
-def switched_day(deployment: Deployment):  # noqa: ANN201 - (table, small object ids)
+def switched_day(deployment: Deployment):  # (table, small object ids)
     """A day with two live versions, merged in two runs (the first range object is superseded by the
     extension), then closed, switched and published as a compaction version."""
     table = make_table(deployment)
@@ -287,9 +287,9 @@ def test_reap_command_prints_the_same_table_for_a_dry_run_and_a_real_run(deploym
     assert not json.loads(silt("reap", "--now", later[1], "--json"))["full_sweep"], "a full sweep ran just now"
 
 
-# --- enemy reaping (seed 002) ------------------------------------------------------------------------------
+# --- never another deployment's objects -------------------------------------------------------------------------
 
-def other_deployment(tmp_path: Path, lake_root: str, spark, *, instance_key: str | None,  # noqa: ANN001
+def other_deployment(tmp_path: Path, lake_root: str, spark, *, instance_key: str | None,
                      catalog_path: Path, init: bool = True) -> Deployment:
     config = Config.model_validate({
         "instance_key": instance_key, "catalog": {"url": f"sqlite:///{catalog_path}"},

@@ -1,4 +1,4 @@
-"""Incremental reap (DESIGN §8, "Incremental runs"): a run lists only the prefixes that changed since the last
+"""Incremental reap (docs/design.md, "Incremental runs"): a run lists only the prefixes that changed since the last
 completed run, still deletes what it must there, and a forced or periodic full sweep catches what lies outside."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def listings(deployment: Deployment, monkeypatch: pytest.MonkeyPatch) -> list[tu
     seen: list[tuple[str, int]] = []
     original = deployment.lake.list
 
-    def counting(prefix: str = ""):  # noqa: ANN202 - like Storage.list
+    def counting(prefix: str = ""):  # like Storage.list
         found = list(original(prefix))
         if prefix.startswith(deployment.instance_key + "/"):
             seen.append((prefix, len(found)))

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
+from siltlake.errors import VersionOutOfRange
 from siltlake.merge import merge_once
 from siltlake.publish import delete_rows, publish_once
 from siltlake.read import table as read_table
@@ -45,11 +46,16 @@ def rows_of(deployment: Deployment, keys: list[str]) -> Counter:
     return rows
 
 
-def published_rows(deployment: Deployment, table, **as_of: object) -> Counter:  # noqa: ANN001
-    """What siltlake.read shows, read with pyarrow from the reader's own snapshot (no Spark per step)."""
+def published_rows(deployment: Deployment, table, **as_of: object) -> Counter | None:
+    """What siltlake.read shows, read with pyarrow from the reader's own snapshot (no Spark per step); None when
+    the read is refused (an instant before the table's first version)."""
     layout = table.layout(deployment.instance_key)
     keys = []
-    for view in deployment.catalog.versions.reader_snapshot(table.id, **as_of):
+    try:
+        views = deployment.catalog.versions.reader_snapshot(table.id, **as_of)
+    except VersionOutOfRange:
+        return None
+    for view in views:
         if view.manifest_key:
             keys += [uri.removeprefix(deployment.lake.root + "/") for uri, _ in
                      read_manifest(deployment.lake, view.manifest_key)]
@@ -57,7 +63,7 @@ def published_rows(deployment: Deployment, table, **as_of: object) -> Counter:  
     return rows_of(deployment, keys)
 
 
-def version_objects(deployment: Deployment, layout, version, date: dt.date,  # noqa: ANN001
+def version_objects(deployment: Deployment, layout, version, date: dt.date,
                     small: dict) -> list[str]:
     """Every object a version shows: its manifest's objects and the live small objects above them."""
     keys = []
@@ -89,7 +95,7 @@ def test_reap_keeps_every_retained_version_readable_and_removes_the_rest(spark, 
         dates = [today - dt.timedelta(days=1), today, today + dt.timedelta(days=1)]
         held: dict[dt.date, Counter] = defaultdict(Counter)  # everything each partition holds
         small: dict[int, tuple[dt.date, bool]] = {}  # every small object ever added: (date, delayed)
-        reads: list[tuple[dt.datetime, Counter]] = []
+        reads: list[tuple[dt.datetime, Counter | None]] = []
         seed = 0
         updated = False
 

@@ -138,7 +138,7 @@ def test_null_and_missing(type_name: str) -> None:
     assert [record.reason for record in slow.bad] == ["missing non-null field v"] * 2
 
 
-# --- One record never fails its object (issue 14) ---------------------------------------------
+# --- One record never fails its object --------------------------------------------------------
 
 TS96_YEAR_1 = msgpack.Timestamp(-62_135_596_800)  # 0001-01-01T00:00:00Z, packed as the 12-byte ts96 layout
 NO_PARTITION = "so it has no partition date (partition dates are in years 1..9999)"

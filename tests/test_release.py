@@ -65,5 +65,6 @@ def test_the_wheel_carries_the_version_the_license_and_the_migrations(tmp_path: 
         metadata = archive.read(f"siltlake-{version}.dist-info/METADATA").decode()
     assert f"\nVersion: {version}\n" in metadata and "License-Expression: Apache-2.0" in metadata
     assert f"siltlake-{version}.dist-info/licenses/LICENSE" in names
+    assert "siltlake/py.typed" in names, "type checkers read the package's annotations (PEP 561)"
     assert any(re.search(rf"migrations/versions/{HEAD_REVISION}_\w+\.py$", name) for name in names)
     assert "Requires-Dist: pyspark" in metadata and "extra == \"spark\"" in metadata.split("Requires-Dist: pyspark")[1]

@@ -28,12 +28,12 @@ class SimulatedCrash(Exception):
 
 
 @pytest.fixture
-def crashing(monkeypatch) -> list[bool]:  # noqa: ANN001 - pytest's
+def crashing(monkeypatch) -> list[bool]:  # pytest's
     """Set crashing[0] to make the next commits fail just before COMMIT, after recording their request id."""
     crash = [False]
     record = applied_requests.record_applied
 
-    def record_then_crash(*args, **kwargs) -> None:  # noqa: ANN002, ANN003 - record_applied's
+    def record_then_crash(*args, **kwargs) -> None:  # record_applied's
         record(*args, **kwargs)
         if crash[0]:
             raise SimulatedCrash("killed before the commit")

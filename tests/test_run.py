@@ -33,7 +33,7 @@ from .processes import SiltProcess, free_port, kill_session, wait_until
 # --- the supervisor, without Spark ------------------------------------------------------------------------
 
 
-def poll(condition, timeout: float, what: str) -> None:  # noqa: ANN001
+def poll(condition, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, f"no {what} within {timeout} s"

@@ -30,7 +30,7 @@ pytestmark = pytest.mark.spark
 OUTAGE_SECONDS = 2.0
 
 
-def open_deployment(tmp_path: Path, spark, moto_s3: MotoS3, proxy: CountingProxy,  # noqa: ANN001 - the session
+def open_deployment(tmp_path: Path, spark, moto_s3: MotoS3, proxy: CountingProxy,  # the session
                     **sections: object) -> Deployment:
     config = s3_config(moto_s3.create_bucket(), proxy.endpoint, f"sqlite:///{tmp_path / 'catalog.db'}", **sections)
     deployment = Deployment(config)
@@ -62,7 +62,7 @@ def outage_after(proxy: CountingProxy, moto_s3: MotoS3, requests: int) -> thread
     return thread
 
 
-def wait_until(condition, seconds: float, what: str) -> None:  # noqa: ANN001 - a callable
+def wait_until(condition, seconds: float, what: str) -> None:  # a callable
     deadline = time.monotonic() + seconds
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"

@@ -204,7 +204,7 @@ def test_the_iceberg_target_writes_its_metadata_on_s3_and_pyiceberg_reads_it(s3_
             lake.table("web.access").files())
 
 
-def test_spark_reads_s3_itself_only_with_the_s3a_jars(s3_deployment: Deployment, spark, tmp_path) -> None:  # noqa: ANN001
+def test_spark_reads_s3_itself_only_with_the_s3a_jars(s3_deployment: Deployment, spark, tmp_path) -> None:
     """This machine has no hadoop-aws jars (PySpark ships none, and nothing can be downloaded here): Spark's
     own reader fails on s3a://, so siltlake's readers go through pyarrow tasks, as tested above."""
     from siltlake.read.objects import spark_reads
@@ -217,7 +217,7 @@ def test_spark_reads_s3_itself_only_with_the_s3a_jars(s3_deployment: Deployment,
         spark.read.parquet(s3_deployment.lake.engine_uri("nothing.parquet")).count()
 
 
-def test_the_commands_on_s3(s3_deployment: Deployment, monkeypatch) -> None:  # noqa: ANN001 - pytest's monkeypatch
+def test_the_commands_on_s3(s3_deployment: Deployment, monkeypatch) -> None:  # pytest's monkeypatch
     deployment = s3_deployment
     deployment.catalog.tables.create(TableDef.from_mapping(ACCESS_TABLE))
     stage(deployment, "f1.web.access/2026/11/20/a.jsonl.gz", jsonl_gz(events(20, 30, 1)))

@@ -16,6 +16,7 @@ import pytest
 
 from siltlake.catalog import UpdateConflict
 from siltlake.deployment import Deployment
+from siltlake.errors import SiltError
 from siltlake.merge import merge_once
 from siltlake.publish import overwrite_partition, publish_once
 from siltlake.publish.in_process import delete_in_process
@@ -40,8 +41,7 @@ FAITHFUL = [
     "user_id = 999",  # matches nothing
 ]
 # Predicates the translation does not vouch for, or that are wrong: Spark's, which answers or says what is wrong.
-TO_SPARK = ["user_id % 2 = 0", "dt = DATE '2026-11-20'", "reverse(action) = '1a'", "user_id IN (SELECT 1)", "nope(",
-            "user_id"]
+TO_SPARK = ["user_id % 2 = 0", "reverse(action) = '1a'", "user_id IN (SELECT 1)", "nope(", "user_id"]
 
 
 def object_rows(deployment: Deployment, prepared: PreparedUpdate) -> tuple[pa.Schema, Counter]:
@@ -86,6 +86,9 @@ def test_deletes_match_spark_on_a_day_of_merged_live_and_delayed_objects(deploym
     base = deployment.catalog.versions.update_base(record.id, DAY)
     for where in TO_SPARK:
         assert delete_in_process(deployment, record, base, where) is None, where
+    # A name the table has no column for is said at once, as Spark says it (tests/test_sql_scope.py).
+    with pytest.raises(SiltError, match="no column dt"):
+        delete_in_process(deployment, record, base, "dt = DATE '2026-11-20'")
 
 
 def test_deletes_match_spark_on_a_keyed_day_that_needs_a_merge_on_read(deployment: Deployment) -> None:

@@ -14,6 +14,7 @@ import pytest
 
 from siltlake.config import Config, ConfigError, SparkConfig, load_config
 from siltlake.deployment import Deployment
+from siltlake.errors import SiltError
 from siltlake.publish import publish_once
 from siltlake.spark import connect_url, start_connect_server, stop_connect_server
 from siltlake.tabledef import TableDef
@@ -71,7 +72,10 @@ def test_silt_sql_on_spark_answers_through_the_connect_server(tmp_path: Path, sp
         return subprocess.run([sys.executable, "-m", "siltlake.cli", "sql", "--engine", "spark", query,
                                "--format", "csv"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
 
-    start_connect_server(spark, Config.model_validate({"spark": {"connect": f"127.0.0.1:{port}"}}).spark)
+    # The token where `silt sql`, run in tmp_path with the default spark.connect_token_file, reads it.
+    token_file = tmp_path / ".siltlake" / "spark-connect.token"
+    start_connect_server(spark, Config.model_validate({"spark": {"connect": f"127.0.0.1:{port}",
+                                                                 "connect_token_file": str(token_file)}}).spark)
     try:
         result = silt_sql("SELECT * FROM (SELECT count(*) AS n, count(DISTINCT dt) AS days FROM web.access) "
                           "CROSS JOIN (SELECT count(*) AS keys, count_if(v LIKE 'new%') AS new FROM web.keyed)")
@@ -94,7 +98,8 @@ def test_silt_sql_on_spark_answers_through_the_connect_server(tmp_path: Path, sp
                    "SELECT TRANSFORM(action) USING 'cat' FROM v", "SELECT db.f(action) FROM v",
                    "SELECT java_method('java.lang.System', 'getenv', 'HOME')", "DROP TABLE v",
                    "SELECT x FROM v; SELECT y FROM v"]
-        result = subprocess.run([sys.executable, "-c", script, connect_url("127.0.0.1", port), json.dumps(queries)],
+        with_token = connect_url("127.0.0.1", port, token_file.read_text().strip())
+        result = subprocess.run([sys.executable, "-c", script, with_token, json.dumps(queries)],
                                 env=env, capture_output=True, text=True, timeout=120)
         assert result.returncode == 0, result.stderr
         verdicts = json.loads(result.stdout.splitlines()[-1])
@@ -110,3 +115,77 @@ def test_silt_sql_on_spark_answers_through_the_connect_server(tmp_path: Path, sp
     result = silt_sql("SELECT count(*) FROM web.access")
     assert f"no Spark Connect server answers at 127.0.0.1:{port}" in " ".join(result.stderr.split())
     assert result.returncode != 0
+
+
+CLIENTS = """
+import json, sys
+from pyspark.sql import SparkSession
+answers = []
+for url in json.loads(sys.argv[1]):
+    try:
+        session = SparkSession.builder.remote(url).create()
+        answers.append(f"answered {session.range(3).count()}")
+        session.stop()
+    except Exception as exc:
+        answers.append("refused" if "UNAUTHENTICATED" in str(exc) else f"failed: {exc}")
+print(json.dumps(answers))
+"""
+SILTLAKE_CLIENT = """
+import sys
+from siltlake.config import SparkConfig
+from siltlake.errors import SiltError
+from siltlake.spark import connect_session
+try:
+    session = connect_session(SparkConfig(connect=sys.argv[1], connect_token_file=sys.argv[2]))
+    print(f"answered {session.range(4).count()}")
+except SiltError as exc:
+    print(exc)
+"""
+
+
+def test_the_connect_server_refuses_clients_without_its_token(tmp_path: Path, spark, monkeypatch) -> None:
+    """A token is the default: `silt run`'s server requires one, siltlake's clients read it from the token file
+    (mode 0600), and a client without it, or with another, is refused."""
+    monkeypatch.delenv("SPARK_CONNECT_AUTHENTICATE_TOKEN", raising=False)
+    env = {name: value for name, value in os.environ.items() if name != "SPARK_CONNECT_AUTHENTICATE_TOKEN"}
+    port = free_port()
+    token_file = tmp_path / "state" / "spark-connect.token"
+    config = Config.model_validate({"spark": {"connect": f"127.0.0.1:{port}",
+                                              "connect_token_file": str(token_file)}}).spark
+    url = connect_url("127.0.0.1", port)
+
+    def answers(*urls: str) -> list[str]:
+        result = subprocess.run([sys.executable, "-c", CLIENTS, json.dumps(urls)], env=env, capture_output=True,
+                                text=True, timeout=120)
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout.splitlines()[-1])
+
+    def siltlake_client(**extra: str) -> str:
+        result = subprocess.run([sys.executable, "-c", SILTLAKE_CLIENT, config.connect, str(token_file)],
+                                env={**env, **extra}, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr
+        return result.stdout.strip().splitlines()[-1]
+
+    start_connect_server(spark, config)
+    try:
+        assert answers(url, f"{url}/;token={'x' * 43}") == ["refused", "refused"]
+        assert oct(token_file.stat().st_mode & 0o777) == oct(0o600)
+        token = token_file.read_text().strip()
+        assert len(token) >= 40
+        assert answers(f"{url}/;token={token}") == ["answered 3"]
+        assert siltlake_client() == "answered 4"
+        refused = siltlake_client(SPARK_CONNECT_AUTHENTICATE_TOKEN="y" * 43)
+        assert "refused this client's token" in refused and "SPARK_CONNECT_AUTHENTICATE_TOKEN" in refused
+    finally:
+        stop_connect_server(spark)
+    # The operator's own token, from the environment (the systemd unit's siltlake.env), is the one required.
+    monkeypatch.setenv("SPARK_CONNECT_AUTHENTICATE_TOKEN", "operator-chosen-token-0123")
+    start_connect_server(spark, config)
+    try:
+        assert token_file.read_text().strip() == "operator-chosen-token-0123"
+        assert answers(url, f"{url}/;token=operator-chosen-token-0123") == ["refused", "answered 3"]
+    finally:
+        stop_connect_server(spark)
+    monkeypatch.setenv("SPARK_CONNECT_AUTHENTICATE_TOKEN", "a;token=with-separators")
+    with pytest.raises(SiltError, match="SPARK_CONNECT_AUTHENTICATE_TOKEN must be 16 or more letters"):
+        start_connect_server(spark, config)

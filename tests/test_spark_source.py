@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 
 from siltlake.deployment import Deployment
+from siltlake.errors import SiltError
 from siltlake.lake import Lake
 from siltlake.publish import publish_once
+from siltlake.read import sql
 from siltlake.read.spark_source import register
 
 from .conftest import make_config
@@ -25,7 +27,7 @@ pytestmark = pytest.mark.spark
 
 
 @pytest.fixture
-def lake_config(tmp_path: Path, spark):  # noqa: ANN001, ANN201
+def lake_config(tmp_path: Path, spark):
     """A deployment on SQLite with the access table, and its configuration file for the source's options."""
     url = f"sqlite:///{tmp_path / 'catalog.db'}"
     config = make_config(tmp_path, url)
@@ -40,11 +42,11 @@ def lake_config(tmp_path: Path, spark):  # noqa: ANN001, ANN201
     deployment.close()
 
 
-def as_rows(frame) -> Counter:  # noqa: ANN001 - a Spark DataFrame
+def as_rows(frame) -> Counter:  # a Spark DataFrame
     return Counter((r.user_id, r.action, r._change_type, r._commit_version) for r in frame.collect())
 
 
-def test_a_stopped_and_restarted_stream_reads_every_version_once(lake_config, spark, tmp_path: Path) -> None:  # noqa: ANN001
+def test_a_stopped_and_restarted_stream_reads_every_version_once(lake_config, spark, tmp_path: Path) -> None:
     deployment, config = lake_config
     record = make_table(deployment)
     expected: Counter = Counter()
@@ -72,7 +74,7 @@ def test_a_stopped_and_restarted_stream_reads_every_version_once(lake_config, sp
     assert as_rows(spark.read.parquet(str(tmp_path / "out"))) == expected
 
     # Batch reads: a version, a time, and the change feed from a version.
-    def read(**options: object):  # noqa: ANN202
+    def read(**options: object):
         reader = spark.read.format("siltlake").option("table", "web.access").option("config", config)
         for key, value in options.items():
             reader = reader.option(key, str(value))
@@ -108,7 +110,7 @@ query.awaitTermination()
 
 @pytest.mark.skipif(not os.environ.get("CHAOS_KILLS"), reason="kills a Spark consumer several times (minutes): "
                     "runs under `make chaos`")
-def test_a_stream_killed_at_random_points_writes_every_version_once(lake_config, spark, tmp_path: Path) -> None:  # noqa: ANN001
+def test_a_stream_killed_at_random_points_writes_every_version_once(lake_config, spark, tmp_path: Path) -> None:
     """SIGKILL (the consumer's whole process group: Python driver and JVM) at random points, then restart from
     the checkpoint: each version's rows are in the Parquet output exactly once."""
     import os
@@ -155,3 +157,53 @@ def test_a_stream_killed_at_random_points_writes_every_version_once(lake_config,
     assert finished.returncode == 0, finished.stderr[-3000:]
     assert any(0 < n < 8 for n in at_kills), f"kills after {at_kills} of 8 batches: none mid-stream"
     assert as_rows(spark.read.parquet(out)) == expected
+
+
+@pytest.mark.parametrize("entry", ["elsewhere", "climbing out"])
+def test_a_manifest_entry_outside_the_lake_root_is_refused_by_every_reader(lake_config, spark,
+                                                                          tmp_path: Path, entry: str) -> None:
+    """A manifest naming a data file outside the lake's root (planted, edited by hand, another deployment's), or one
+    under it that climbs out, is refused by every reader: to_arrow, DuckDB, siltlake's Spark reader (to_spark and
+    silt sql, which followed it) and the Spark data source, batch and change feed. Nothing outside is read."""
+    import json
+    import shutil
+
+    import duckdb
+
+    deployment, config = lake_config
+    record = make_table(deployment)
+    add_small_objects(deployment, record, DAY, [rows_for(DAY, 3, 1)])
+    publish_once(deployment, now=tokyo(DAY, 10))
+    add_small_objects(deployment, record, DAY, [rows_for(DAY, 3, 2)])
+    publish_once(deployment, now=tokyo(DAY, 11))
+    lake_root = Path(deployment.config.storage.root)
+    manifests = sorted(lake_root.rglob("manifests/**/*.json"))
+    assert manifests, "the versions' manifests"
+    # Laid out as an object of the table is, so that a reader that follows it reads its rows as the table's.
+    outside = tmp_path / "outside" / "web.access" / "live" / f"dt={DAY}" / "obj-0000000000000000009.parquet"
+    outside.parent.mkdir(parents=True)
+    shutil.copyfile(next(lake_root.rglob("live/**/*.parquet")), outside)
+    for planted in manifests:
+        content = json.loads(planted.read_text())
+        url = f"file://{outside}" if entry == "elsewhere" else \
+            f"{deployment.lake.root}/../{outside.relative_to(tmp_path)}"
+        content["entries"].append({"url": url, "mandatory": True,
+                                   "meta": {"content_length": outside.stat().st_size}})
+        planted.write_text(json.dumps(content))
+
+    table = Lake(deployment).table("web.access")
+    refused = r"not under the lake's root|has a '\.\.' segment"
+    with pytest.raises(SiltError, match=refused):
+        table.to_arrow(as_of_version=table.version)
+    with pytest.raises(SiltError, match=refused):
+        table.to_duckdb(duckdb.connect(), as_of_version=table.version)
+    # siltlake's own Spark reader (to_spark, silt sql): Spark would read the planted file as one of the table's.
+    with pytest.raises(SiltError, match=refused):
+        table.to_spark(spark, as_of_version=table.version).collect()
+    with pytest.raises(SiltError, match=refused):
+        sql(spark, f"SELECT count(*) FROM web.access VERSION AS OF {table.version}", deployment).collect()
+    # The Spark data source (its tasks run the check in Spark's Python workers).
+    reader = spark.read.format("siltlake").option("table", "web.access").option("config", config)
+    for options in ({"versionAsOf": table.version}, {"startingVersion": 1}):
+        with pytest.raises(Exception, match=refused):
+            reader.options(**{k: str(v) for k, v in options.items()}).load().collect()

@@ -1,4 +1,4 @@
-"""User SQL reads the tables and nothing else (issue 14): `silt sql` and `silt delete --where` refuse functions,
+"""User SQL reads the tables and nothing else: `silt sql` and `silt delete --where` refuse functions,
 relations and clauses that reach the JVM, the host's files or programs, checked on Spark's own parse tree."""
 
 from __future__ import annotations

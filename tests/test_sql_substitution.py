@@ -1,4 +1,4 @@
-"""`${...}` in user SQL (issue 27): Spark would replace `${env:VAR}`, `${system:prop}`, `${sparkconf:key}` and
+"""`${...}` in user SQL: Spark would replace `${env:VAR}`, `${system:prop}`, `${sparkconf:key}` and
 `${spark:key}` with the host's values before parsing. Every session siltlake builds or is given has substitution
 off, and every entry of user SQL refuses `${` in one line."""
 
@@ -31,14 +31,14 @@ def catalog_url(tmp_path: Path) -> str:
 
 
 @pytest.fixture
-def access(deployment, monkeypatch):  # noqa: ANN001, ANN201 - fixtures
+def access(deployment, monkeypatch):  # fixtures
     """web.access with 10 rows on DAY, and a secret in the environment."""
     monkeypatch.setenv("SILT_TEST_SECRET", SECRET)
     add_small_objects(deployment, make_table(deployment), DAY, [rows_for(DAY, 10, 0)])
     return deployment
 
 
-def test_sessions_have_substitution_off(spark, deployment) -> None:  # noqa: ANN001
+def test_sessions_have_substitution_off(spark, deployment) -> None:
     assert spark.conf.get("spark.sql.variable.substitute") == "false"
     assert spark.sql("SELECT '${env:HOME}' AS v").first().v == "${env:HOME}"
     # A session the caller owns is switched off when a deployment is given it.
@@ -52,7 +52,7 @@ def test_sessions_have_substitution_off(spark, deployment) -> None:  # noqa: ANN
 
 @pytest.mark.parametrize("text", ["SELECT '${env:SILT_TEST_SECRET}' AS v FROM web.access",
                                   "SELECT ${system:user.home} AS v", "SELECT 1 AS v -- ${spark:spark.app.id}"])
-def test_silt_sql_refuses_substitution(spark, access, text: str) -> None:  # noqa: ANN001
+def test_silt_sql_refuses_substitution(spark, access, text: str) -> None:
     with pytest.raises(RefusedSQL, match=r"^silt sql refuses \$\{\.\.\.\}: Spark would replace"):
         sql(spark, text, access)
     with pytest.raises(RefusedSQL, match=r"^silt sql refuses \$\{"):
@@ -62,7 +62,7 @@ def test_silt_sql_refuses_substitution(spark, access, text: str) -> None:  # noq
     assert sql(spark, joined, access).first().v == "${env:SILT_TEST_SECRET}"
 
 
-def test_each_entry_of_user_sql_refuses_substitution(spark, access, monkeypatch) -> None:  # noqa: ANN001
+def test_each_entry_of_user_sql_refuses_substitution(spark, access, monkeypatch) -> None:
     silt = silt_in_process(access, monkeypatch)
     outputs = [
         silt("sql", "SELECT '${env:SILT_TEST_SECRET}' AS v FROM web.access", code=2),

@@ -176,7 +176,7 @@ def test_a_round_that_fails_before_the_commit_leaves_its_messages_for_redelivery
         bucket.put(f"staging/{DAY}/a.jsonl")
         bucket.put(f"staging/{DAY}/b.jsonl")
 
-        def refused(rows: object) -> int:
+        def refused(*rows: object) -> int:
             raise OSError("the catalog's disk is full (injected)")
 
         monkeypatch.setattr(deployment.catalog.staging, "register", refused)

@@ -140,7 +140,7 @@ def test_concurrent_writers_on_postgresql_lose_no_count(tmp_path, postgres_url: 
                 with deployment.catalog.partitions.stream_commit() as tx, tx.batch([p.id for p in claimed], [], 0, 0):
                     for p in claimed:
                         tx.mark_processed(p.id, records_in=3, bad_records=worker % 2, error_uri=None, now=utcnow())
-        except BaseException as exc:  # noqa: BLE001 - reported by the test thread
+        except BaseException as exc:  # reported by the test thread
             errors.append(exc)
 
     threads = [threading.Thread(target=work, args=(i, d)) for i, d in enumerate(deployments)]

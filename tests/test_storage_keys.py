@@ -163,10 +163,10 @@ def test_writes_and_moves_make_their_directory_once_and_again_after_it_was_remov
     made = []
 
     class Counting:  # pyarrow's file system type cannot be patched: a stand-in that counts create_dir
-        def __init__(self, inner) -> None:  # noqa: ANN001
+        def __init__(self, inner) -> None:
             self.inner = inner
 
-        def __getattr__(self, name: str):  # noqa: ANN204
+        def __getattr__(self, name: str):
             return getattr(self.inner, name)
 
         def create_dir(self, path: str, **options: object) -> None:

@@ -117,7 +117,10 @@ def test_processing_the_same_object_again_adds_nothing(deployment: Deployment, a
     assert pending == []
     from siltlake.catalog import PendingStagingObject
 
-    stale = PendingStagingObject(1, deployment.staging.uri("f1.web.access/2026/11/20/a.jsonl.gz"), 0,
+    # Its size is the one the object was registered at: a local file's task reads up to it (a gzip file's too,
+    # since gzip members are deliveries), so a stale copy with size 0 would read nothing at all.
+    key = "f1.web.access/2026/11/20/a.jsonl.gz"
+    stale = PendingStagingObject(1, deployment.staging.uri(key), os.path.getsize(deployment.staging.path(key)),
                                  access_table)
     result = process_staging_object(stream_task(deployment, stale, "late-run"))
     assert result["status"] == "ok"

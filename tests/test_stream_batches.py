@@ -1,4 +1,4 @@
-"""The stream commits a chunk of objects as one batch (issue 17): a few catalog statements per chunk, not
+"""The stream commits a chunk of objects as one batch: a few catalog statements per chunk, not
 per object, and a batch whose writes fail commits again object by object, losing and doubling nothing."""
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ def stage_objects(deployment: Deployment, count: int, rows: int = 3) -> None:
         path.write_text("\n".join(lines) + "\n")
 
 
-def statements_during(deployment: Deployment, action) -> int:  # noqa: ANN001 - a callable
+def statements_during(deployment: Deployment, action) -> int:  # a callable
     counted = []
 
-    def count(*_args, **_kwargs) -> None:  # noqa: ANN002, ANN003
+    def count(*_args, **_kwargs) -> None:
         counted.append(1)
 
     sa.event.listen(deployment.catalog.engine, "before_cursor_execute", count)
@@ -77,7 +77,7 @@ def test_a_failing_batch_commits_again_object_by_object(deployment: Deployment, 
     real_flush = StreamCommit.flush
     calls = {"n": 0}
 
-    def flush_failing_once(self) -> None:  # noqa: ANN001
+    def flush_failing_once(self) -> None:
         calls["n"] += 1
         if calls["n"] == 1:  # the first chunk's writes fail after every object was moved to its id key
             raise ValueError("the batch's insert was refused")
@@ -98,7 +98,7 @@ def test_an_object_failing_in_a_batch_counts_against_it_alone(deployment: Deploy
     stage_objects(deployment, 70)
     real = runner.commit_parts
 
-    def failing_for_one(tx, lake, table, layout, staging_object_id, parts, *rest):  # noqa: ANN001, ANN202
+    def failing_for_one(tx, lake, table, layout, staging_object_id, parts, *rest):
         moved = real(tx, lake, table, layout, staging_object_id, parts, *rest)
         if parts[0]["rows"] == 3 and staging_object_id == 7:
             raise ArithmeticError("object 7's commit step")
@@ -134,7 +134,7 @@ def test_a_failing_wave_commit_ends_the_round_and_the_next_round_loses_nothing(
     real_commit = runner._commit
     calls = {"n": 0}
 
-    def second_commit_fails(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+    def second_commit_fails(*args, **kwargs):
         calls["n"] += 1
         if calls["n"] == 2:
             raise CatalogUnreachable("the catalog server restarts")

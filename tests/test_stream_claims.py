@@ -1,4 +1,4 @@
-"""Stream daemons share the pending staging objects (issue 28): a wave claims its objects in the catalog, so
+"""Stream daemons share the pending staging objects: a wave claims its objects in the catalog, so
 several daemons on one catalog decode each object once, and the claims of a daemon that dies are taken over
 (at once on its own host, after stream.claim_timeout from another)."""
 
@@ -44,7 +44,7 @@ def _host(name: str, pid: int, dead: tuple[int, ...] = ()) -> LocalHost:
     return LocalHost(name, pid, lambda p: p not in dead)
 
 
-def _ids(objects) -> list[int]:  # noqa: ANN001 - PendingStagingObjects
+def _ids(objects) -> list[int]:  # PendingStagingObjects
     return [item.id for item in objects]
 
 
@@ -129,7 +129,7 @@ def test_claims_a_failed_round_could_not_give_back_are_given_back_by_the_next(
     for n in range(2):
         stage(deployment, f"f.web.access/2026/11/20/{n}.jsonl.gz", jsonl_gz([event(when, n)]))
 
-    def outage(*_args, **_kwargs) -> None:  # noqa: ANN002, ANN003
+    def outage(*_args, **_kwargs) -> None:
         raise CatalogUnreachable("the catalog server restarts")
 
     with monkeypatch.context() as patch:

@@ -34,7 +34,7 @@ def fail_second_commit(monkeypatch: pytest.MonkeyPatch, deployment: Deployment, 
     chunks = []
 
     @contextmanager
-    def failing():  # noqa: ANN202
+    def failing():
         with real() as tx:
             yield tx
             chunks.append(tx)

@@ -62,7 +62,7 @@ def run(deployment: Deployment, directory: Path, steps: list[tuple[str, int]]) -
     looked_up: set[tuple[str, dt.datetime | None, int]] = set()
     asked = deployment.catalog.staging.sort_listed
 
-    def recording(listed, resized=None):  # noqa: ANN001, ANN202 - sort_listed's own
+    def recording(listed, resized=None):  # sort_listed's own
         looked_up.update(listed)
         return asked(listed, resized)
 

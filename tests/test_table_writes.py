@@ -158,7 +158,7 @@ def test_update_sets_columns_of_matching_rows_as_one_update_version(deployment: 
     with pytest.raises(SiltError, match="has no partition 2026-11-30; nothing was updated"):
         handle.update({"action": "'x'"}, dates=["2026-11-30"])
     with pytest.raises(SiltError, match="give the partitions"):
-        handle.update({"action": "'x'"})
+        handle.update({"action": "'x'"}, dates=[])  # none given is every partition where `where` may match
     with pytest.raises(SiltError, match="request id 'u1' was used by a update"):
         handle.delete("true", dates=DAY, request_id="u1")
 

@@ -1,4 +1,4 @@
-"""Updates (delete where, overwrite) and the seed 004 conflict matrix between concurrent writers.
+"""Updates (delete where, overwrite) and the conflict matrix between concurrent writers.
 
 Every conflict test interleaves two real writers' read and commit steps deterministically: the first
 writer reads (and writes its objects), the second commits, then the first commits.
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.spark
 NEXT_DAY = DAY + dt.timedelta(days=1)
 
 
-def expected_rows(batches: list[tuple[int, int]], drop=lambda row: False) -> Counter:  # noqa: ANN001
+def expected_rows(batches: list[tuple[int, int]], drop=lambda row: False) -> Counter:
     """(user_id, action) of rows_for(DAY, count, seed) batches, without the dropped ones."""
     rows = Counter()
     for seed, count in batches:
@@ -37,7 +37,7 @@ def expected_rows(batches: list[tuple[int, int]], drop=lambda row: False) -> Cou
     return rows
 
 
-def visible(spark, deployment: Deployment, **as_of: object) -> Counter:  # noqa: ANN001
+def visible(spark, deployment: Deployment, **as_of: object) -> Counter:
     frame = read_table(spark, "web.access", deployment, **as_of)
     return Counter((r.user_id, r.action) for r in frame.select("user_id", "action").collect())
 
@@ -133,7 +133,7 @@ def test_overwrite_replaces_a_partition_and_refuses_rows_that_do_not_fit(deploym
     assert len(deployment.catalog.versions.of_partitions([only_partition(deployment, table).id])) == 1
 
 
-# --- the conflict matrix (seed 004, DESIGN §6) -------------------------------------------------------
+# --- the conflict matrix (docs/design.md) -------------------------------------------------------------
 
 def test_update_vs_update_the_later_commit_fails_and_a_retry_applies_both(deployment: Deployment, spark) -> None:
     table = make_table(deployment)
@@ -313,7 +313,10 @@ def test_delete_command(deployment: Deployment, monkeypatch) -> None:
                   "--now", "2026-11-20T05:00:00Z")
     assert "2026-11-20" in output and " 1 " in output
     assert "unchanged" in silt("delete", "web.access", "--where", "user_id = 3", "--all-dates")
-    assert "--date YYYY-MM-DD" in silt("delete", "web.access", "--where", "true", code=2)
+    # Neither option: the days --where's conditions on dt allow (Table.write_partitions); both: refused.
+    assert "--date YYYY-MM-DD (repeatable) or --all-dates, not both" in silt(
+        "delete", "web.access", "--where", "true", "--all-dates", "--date", "2026-11-20", code=2)
+    assert "unchanged" in silt("delete", "web.access", "--where", "dt = '2026-11-20' AND user_id = 3")
     assert "cannot use --where" in silt("delete", "web.access", "--where", "nope(", "--date", "2026-11-20", code=2)
     history = json.loads(silt("history", "web.access", "--format", "json"))
     assert [(v["op"], v["rows"], v["created_at"]) for v in history] == [("update", 9, "2026-11-20 05:00:00")]

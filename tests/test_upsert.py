@@ -1,4 +1,4 @@
-"""Upserts of keyed tables (`merge` commits) and their cells of the seed 004 conflict matrix.
+"""Upserts of keyed tables (`merge` commits) and their cells of the conflict matrix.
 
 The matrix cells run on PostgreSQL with two writers interleaved deterministically: the first writer
 prepares (checks, writes its objects, reads its start state), the second commits, then the first commits.
@@ -42,7 +42,7 @@ KEYED = {"primary_key": ["user_id"], "columns": [
     {**c, "nullable": False} if c["name"] == "user_id" else c for c in ACCESS_TABLE["columns"]]}
 
 
-def _open(tmp_path: Path, url: str, spark) -> Deployment:  # noqa: ANN001
+def _open(tmp_path: Path, url: str, spark) -> Deployment:
     deployment = Deployment(make_config(tmp_path, url))
     deployment.init()
     deployment.use_spark(spark)
@@ -50,7 +50,7 @@ def _open(tmp_path: Path, url: str, spark) -> Deployment:  # noqa: ANN001
 
 
 @pytest.fixture
-def lite(tmp_path: Path, spark) -> Deployment:  # noqa: ANN001
+def lite(tmp_path: Path, spark) -> Deployment:
     """SQLite: for what does not depend on the catalog's concurrency."""
     deployment = _open(tmp_path, f"sqlite:///{tmp_path / 'catalog.db'}", spark)
     yield deployment
@@ -58,14 +58,14 @@ def lite(tmp_path: Path, spark) -> Deployment:  # noqa: ANN001
 
 
 @pytest.fixture
-def pg(tmp_path: Path, postgres_url: str, spark) -> Deployment:  # noqa: ANN001
+def pg(tmp_path: Path, postgres_url: str, spark) -> Deployment:
     """PostgreSQL: the matrix cells (two writers, row locks, the ordering lock)."""
     deployment = _open(tmp_path, postgres_url, spark)
     yield deployment
     deployment.close()
 
 
-def keyed_table(deployment: Deployment, rows: int = 10):  # noqa: ANN201
+def keyed_table(deployment: Deployment, rows: int = 10):
     """web.access keyed by user_id, with two small objects of `rows` rows on DAY (seeds 0 and 1)."""
     table = make_table(deployment, **KEYED)
     add_small_objects(deployment, table, DAY, [rows_for(DAY, rows, s) for s in range(2)])
@@ -172,7 +172,7 @@ def test_upserts_replace_and_delete_keys_at_their_versions_and_merges_keep_them(
     assert seen(deployment, as_of_version=2) == at_upsert and seen(deployment, as_of_version=1) == before
 
 
-def only_partition_of(deployment: Deployment, date: dt.date):  # noqa: ANN201
+def only_partition_of(deployment: Deployment, date: dt.date):
     table = deployment.catalog.tables.get("web.access")
     return next(p for p in deployment.catalog.partitions.list(table.id) if p.partition_date == date)
 
@@ -208,7 +208,7 @@ def test_upsert_refuses_rows_it_cannot_apply_and_changes_nothing(lite: Deploymen
         == [] and seen(deployment) == original(count=3)
 
 
-# --- the conflict matrix: cells with a merge (seed 004, docs/design.md "Upserts") ------------------------
+# --- the conflict matrix: cells with a merge (docs/design.md "Upserts") ------------------------------------
 
 @pytest.mark.postgres
 def test_append_then_merge_the_upsert_fails(pg: Deployment) -> None:
@@ -279,7 +279,7 @@ def test_merge_then_merge_the_later_fails(pg: Deployment) -> None:
     assert seen(pg) == {**original(), (DAY, 0): "second", (DAY, 1): "second"}
 
 
-def switched_keyed_day(deployment: Deployment):  # noqa: ANN201
+def switched_keyed_day(deployment: Deployment):
     """DAY merged, closed and switched to its compaction; then a delayed object of seed 2 (merged by none)."""
     table = keyed_table(deployment)
     merge_once(deployment)
@@ -330,7 +330,7 @@ def test_merge_then_compaction_keeps_the_upsert_at_every_table_version(pg: Deplo
     assert seen(pg) == {**expected, (DAY, 1): "newer"}
 
 
-def test_upsert_command_with_a_file_and_with_sql(lite: Deployment, tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+def test_upsert_command_with_a_file_and_with_sql(lite: Deployment, tmp_path: Path, monkeypatch) -> None:
     deployment = lite
     keyed_table(deployment, rows=3)
     silt = silt_in_process(deployment, monkeypatch)

@@ -115,7 +115,7 @@ def test_a_wave_whose_worker_dies_runs_again_on_spark(tmp_path: Path, catalog_ur
     deployment = _staged(tmp_path, catalog_url, spark)
     real = wave_stage.process_staging_object
 
-    def dies_outside_spark(task):  # noqa: ANN001, ANN202 - the worker process ends; Spark's worker decodes it
+    def dies_outside_spark(task):  # the worker process ends; Spark's worker decodes it
         from pyspark import TaskContext
 
         if TaskContext.get() is None and task.uri.endswith("/05.jsonl.gz"):

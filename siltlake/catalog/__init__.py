@@ -6,6 +6,7 @@ from siltlake.catalog.catalog import Catalog
 from siltlake.catalog.partitions import StreamCommit
 from siltlake.catalog.reap_records import ReapRun, ReapScope, ReapTable, ReapVersion, ReapView
 from siltlake.catalog.records import (
+    DERIVED_PARTITION_STATES,
     PARTITION_STATES,
     AppliedRequest,
     BuildInProgress,
@@ -24,6 +25,7 @@ from siltlake.catalog.records import (
     MergeConflict,
     PartitionRow,
     PartitionToSync,
+    PartitionView,
     PendingStagingObject,
     PrefixCursor,
     PublishedVersion,
@@ -43,8 +45,10 @@ from siltlake.catalog.records import (
     VersionTimeBehind,
     WriteRequest,
 )
+from siltlake.catalog.table_changes import ColumnChange, TableChange
 
 __all__ = [
+    "DERIVED_PARTITION_STATES",
     "PARTITION_STATES",
     "AppliedRequest",
     "BuildInProgress",
@@ -53,6 +57,7 @@ __all__ = [
     "Catalog",
     "CatalogReplaced",
     "ClaimedJob",
+    "ColumnChange",
     "DerivedReapView",
     "DerivedRecord",
     "DiscoveryCursor",
@@ -64,6 +69,7 @@ __all__ = [
     "MergeConflict",
     "PartitionRow",
     "PartitionToSync",
+    "PartitionView",
     "PendingStagingObject",
     "PrefixCursor",
     "PublishedVersion",
@@ -80,6 +86,7 @@ __all__ = [
     "SwitchedPartition",
     "Removals",
     "SyncedTable",
+    "TableChange",
     "TableRecord",
     "UnknownObject",
     "UpdateBase",

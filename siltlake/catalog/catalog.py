@@ -20,6 +20,7 @@ from siltlake.catalog.reaping import Reaping
 from siltlake.catalog.requests import Requests
 from siltlake.catalog.staging import Staging
 from siltlake.catalog.tables import Tables
+from siltlake.catalog.tags import Tags
 from siltlake.catalog.versions import Versions
 from siltlake.errors import CatalogUnreachable
 
@@ -30,8 +31,8 @@ class Catalog(CatalogCore):
     Its operations are grouped by concern: catalog.tables, .staging, .partitions (and the stream's commit),
     .merge_queue, .versions (publishing and reading), .reaping, .external_sync, .instances, .derived
     (derived tables), .observations (what metrics and the dashboard show), .discovery (where each
-    staging root's discovery stands), .positions (files written in place: waiting to settle, appended) and
-    .requests (request ids of committed writes)."""
+    staging root's discovery stands), .positions (files written in place: waiting to settle, appended),
+    .requests (request ids of committed writes) and .tags (names of table versions)."""
 
     def __init__(self, url: str, *, echo: bool = False, connect_timeout: int | None = None) -> None:
         super().__init__(url, echo=echo, connect_timeout=connect_timeout)
@@ -48,6 +49,7 @@ class Catalog(CatalogCore):
         self.derived = Derived(self)
         self.observations = Observations(self)
         self.requests = Requests(self)
+        self.tags = Tags(self)
 
     @classmethod
     def look_at(cls, masked_url: str, like: Catalog) -> Catalog:

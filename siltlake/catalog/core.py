@@ -5,9 +5,10 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import Any, cast
 from urllib.parse import quote
 
 import sqlalchemy as sa
@@ -24,21 +25,32 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from siltlake.catalog import schema as s
 from siltlake.catalog.direct_read import DirectStatement, SqliteReader, fetch_one
 from siltlake.catalog.records import CatalogReplaced, TableRecord, VersionTimeBehind
+from siltlake.coltypes import refuse_reserved_column
 from siltlake.errors import CatalogError, CatalogUnreachable
 from siltlake.tabledef import DerivedDef, TableDef
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 # The newest migration's revision (tests check it against Alembic's head): check_ready() compares it with
 # the catalog's without importing Alembic, which would double a read-only command's start-up time.
-HEAD_REVISION = "0021"
+HEAD_REVISION = "0025"
 
 _TICK = dt.timedelta(microseconds=1)  # how far a version stamped on a clock behind goes past the newest
+
+
+def _known_revision(revision: str) -> bool:
+    """Whether a revision id is one of the migrations here: they are numbered 0001 to HEAD_REVISION without
+    gaps (tests/test_catalog_revision.py checks it against Alembic's scripts)."""
+    return len(revision) == 4 and revision.isdigit() and 1 <= int(revision) <= int(HEAD_REVISION)
+
+
+# What a catalog database that could not be used raises (down, locked, connection lost).
+CATALOG_OUTAGES = (CatalogUnreachable, OperationalError, InterfaceError, DisconnectionError, PoolTimeout)
 
 
 def catalog_unavailable(exc: BaseException) -> bool:
     """Whether an exception says the catalog database could not be used (down, locked, connection lost):
     a failure of the surroundings, never of the data being written."""
-    return isinstance(exc, (CatalogUnreachable, OperationalError, InterfaceError, DisconnectionError, PoolTimeout))
+    return isinstance(exc, CATALOG_OUTAGES)
 
 
 def normalise_url(url: str) -> str:
@@ -53,7 +65,7 @@ def normalise_url(url: str) -> str:
 
 def _sqlite_setup(engine: Engine) -> None:
     @sa.event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection, _record) -> None:  # noqa: ANN001 - DBAPI objects
+    def _on_connect(dbapi_connection, _record) -> None:  # DBAPI objects
         # Let SQLAlchemy's begin() issue BEGIN IMMEDIATE: every transaction takes the write lock up
         # front, so read-then-write transactions never fail on a lock upgrade.
         dbapi_connection.isolation_level = None
@@ -64,11 +76,23 @@ def _sqlite_setup(engine: Engine) -> None:
         cursor.close()
 
     @sa.event.listens_for(engine, "begin")
-    def _on_begin(connection) -> None:  # noqa: ANN001
+    def _on_begin(connection) -> None:
         connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
-def table_record(row) -> TableRecord:  # noqa: ANN001 - a SQLAlchemy Row of the tables table
+def row_values(row: sa.Row) -> tuple[Any, ...]:
+    """A row's values, typed as the tuple a Row is. SQLAlchemy types the rows of a statement built from untyped
+    columns with a variadic generic, whose unpacking the type checker reads as objects: the values are the
+    columns' (Any), as the statement says."""
+    return cast("tuple[Any, ...]", row)
+
+
+def rows_values(rows: Iterable[sa.Row]) -> Iterable[tuple[Any, ...]]:
+    """The rows' values, each typed as row_values types it (no copy: the same rows)."""
+    return cast("Iterable[tuple[Any, ...]]", rows)
+
+
+def table_record(row) -> TableRecord:  # a SQLAlchemy Row of the tables table
     return TableRecord(
         id=row.id,
         definition=TableDef.from_json(row.definition),
@@ -81,6 +105,8 @@ def table_record(row) -> TableRecord:  # noqa: ANN001 - a SQLAlchemy Row of the 
 def insert_table(c: Connection, definition: TableDef, now: dt.datetime) -> TableRecord:
     """Add a table in transaction c, under a physical name no table (dropped ones included) holds, its columns
     given Iceberg field ids (TableDef.with_field_ids) unless the definition names them."""
+    for column in definition.columns:
+        refuse_reserved_column(column.name)
     definition = definition.with_field_ids()
     t = s.tables
     found = c.execute(sa.select(t.c.id).where(t.c.schema_name == definition.schema_name,
@@ -94,7 +120,7 @@ def insert_table(c: Connection, definition: TableDef, now: dt.datetime) -> Table
     while (definition.schema_name, physical_table) in taken:
         suffix += 1
         physical_table = f"{definition.name}_{suffix}"
-    new_id = c.execute(t.insert().values(
+    new_id: int = c.execute(t.insert().values(
         schema_name=definition.schema_name, table_name=definition.name,
         physical_schema_name=definition.schema_name, physical_table_name=physical_table,
         create_time=now, merge_interval=definition.merge_interval,
@@ -202,6 +228,7 @@ class CatalogCore:
 
             self.sqlite_file.parent.mkdir(parents=True, exist_ok=True)
             sqlite3.connect(self.sqlite_file).close()  # creates the file the engine opens with mode=rw
+        self.check_not_newer(self.revision())  # else Alembic fails on a revision it cannot locate
         with self.engine.begin() as connection:
             command.upgrade(self._alembic_config(connection), revision)
 
@@ -212,11 +239,37 @@ class CatalogCore:
             command.downgrade(self._alembic_config(connection), revision)
 
     def revision(self) -> str | None:
-        """The catalog schema's revision (Alembic's version table), None before `silt init`."""
-        with self.engine.connect() as connection:
-            if not sa.inspect(connection).has_table("alembic_version"):
+        """The catalog schema's revision (Alembic's version table), None before `silt init`: one query."""
+        try:
+            with self.engine.connect() as connection:
+                return connection.execute(sa.text("SELECT version_num FROM alembic_version")).scalar()
+        except (OperationalError, ProgrammingError) as exc:
+            # No version table: SQLite says "no such table", PostgreSQL's SQLSTATE is 42P01 (undefined_table).
+            if getattr(exc.orig, "sqlstate", None) == "42P01" or "no such table" in str(exc.orig):
                 return None
-            return connection.execute(sa.text("SELECT version_num FROM alembic_version")).scalar()
+            raise
+
+    def check_not_newer(self, current: str | None) -> None:
+        """Raise a CatalogError saying so when revision `current` is not one of this siltlake's migrations:
+        a newer siltlake migrated the catalog, and this one must not read it (nor Alembic try to upgrade it)."""
+        if current is None or _known_revision(current):
+            return
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            ours = f"siltlake {version('siltlake')}"
+        except PackageNotFoundError:
+            ours = "this siltlake"
+        if current.isdigit() and int(current) > int(HEAD_REVISION):
+            raise CatalogError(
+                f"the catalog at {self.masked_url} is at revision {current}, newer than {ours} knows (up to "
+                f"{HEAD_REVISION}): a newer siltlake migrated it; upgrade siltlake to that version here (every "
+                "process using this catalog needs it), or point catalog.url at a catalog of this version; "
+                "nothing was changed")
+        raise CatalogError(
+            f"the catalog at {self.masked_url} is at revision {current!r}, not one {ours} knows (0001 to "
+            f"{HEAD_REVISION}): check catalog.url (another application's database?), or use the siltlake that "
+            "migrated it; nothing was changed")
 
     def head_revision(self) -> str:
         from alembic.script import ScriptDirectory
@@ -297,7 +350,8 @@ class CatalogCore:
         return tuple(row)
 
     def check_ready(self) -> None:
-        """Raise a CatalogError telling the user what to run when the schema is missing or old."""
+        """Raise a CatalogError telling the user what to run when the schema is missing, old or newer than this
+        siltlake's. One query (every command runs it as it opens the catalog)."""
         self._check_file()
         try:
             current = self.revision()
@@ -307,10 +361,11 @@ class CatalogCore:
             raise CatalogUnreachable(f"cannot open the catalog {self!r}: {exc.orig}") from None
         if current is None:
             raise self._not_initialised()
+        self.check_not_newer(current)
         if current != HEAD_REVISION:
             raise CatalogError(
-                f"the catalog schema is at revision {current}, this siltlake needs {HEAD_REVISION}; "
-                "run `silt init` to upgrade it"
+                f"the catalog at {self.masked_url} is at revision {current}, older than this siltlake's "
+                f"{HEAD_REVISION}: run `silt init` to upgrade it"
             )
 
     def same_database(self, other: CatalogCore) -> bool:
@@ -340,7 +395,7 @@ class CatalogCore:
         return len(self.insert_new(c, table, key, values, columns[0]))
 
     def insert_new(self, c: Connection, table: sa.Table, key: str | tuple[str, ...], values: dict | list[dict],
-                   *returning: str) -> list[sa.Row]:
+                   *returning: str) -> Sequence[sa.Row]:
         """insert_once, returning these columns of the rows it inserted."""
         if not values:
             return []
@@ -351,13 +406,19 @@ class CatalogCore:
         return c.execute(statement.returning(*(table.c[name] for name in returning)),
                          values if isinstance(values, list) else [values]).all()
 
+    def insert(self, table: sa.Table):  # the dialect's Insert
+        """An INSERT of the catalog's dialect, for an upsert whose update is the caller's own."""
+        return self._insert(table)
+
     def _insert(self, table: sa.Table):
         """An INSERT of the catalog's dialect (imported on first use: naming it at import loads the dialect)."""
         if self.dialect == "postgresql":
-            from sqlalchemy.dialects.postgresql import insert
-        else:
-            from sqlalchemy.dialects.sqlite import insert
-        return insert(table)
+            from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+
+            return postgresql_insert(table)
+        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+        return sqlite_insert(table)
 
     def upsert(self, c: Connection, table: sa.Table, key: tuple[str, ...], values: list[dict],
                updated: tuple[str, ...]) -> None:
@@ -418,7 +479,7 @@ class CatalogCore:
         if self.dialect == "postgresql":
             c.execute(sa.select(sa.func.pg_advisory_xact_lock(s.SMALL_OBJECT_LOCK)))
 
-    def lock_waiting_jobs(self, c: Connection, partition_ids: Sequence[int]) -> list[sa.Row]:
+    def lock_waiting_jobs(self, c: Connection, partition_ids: Sequence[int]) -> Sequence[sa.Row]:
         """The waiting merge jobs (id, partition_id, schedule_time) of these partitions, share-locked to the end
         of the transaction on PostgreSQL.
 

@@ -1,7 +1,8 @@
-"""Derived tables (DESIGN §12): definitions, builds, publishing a build, and the active-build list."""
+"""Derived tables (docs/design.md): definitions, builds, publishing a build, and the active-build list."""
 
 from __future__ import annotations
 
+import builtins
 import datetime as dt
 import hashlib
 import json
@@ -13,8 +14,9 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 from siltlake.catalog import schema as s
-from siltlake.catalog.core import CatalogCore, derived_readers, insert_table, table_record
+from siltlake.catalog.core import CatalogCore, derived_readers, insert_table, rows_values, table_record
 from siltlake.catalog.records import (
+    DERIVED_PARTITION_STATES,
     BuildInProgress,
     BuildPartition,
     BuildRecord,
@@ -30,11 +32,40 @@ def definition_hash(definition: DerivedDef, table: TableDef) -> str:
     return hashlib.sha256(f"{definition.to_json()}\n{table.to_json()}".encode()).hexdigest()
 
 
-def _build(row) -> BuildRecord:  # noqa: ANN001 - a derived_builds Row
+def _build(row) -> BuildRecord:  # a derived_builds Row
     return BuildRecord(row.id, row.derived_id, row.name, row.reg_key, row.status, row.kind, row.owner_host,
                        row.owner_pid, row.start_time, row.heartbeat_time, row.end_time,
                        json.loads(row.source_state) if row.source_state else None, row.trigger_value,
                        row.dates_written, row.rows_written, row.bytes_written, row.error)
+
+
+def derived_table_states(c: Connection, now: dt.datetime) -> dict[int, str]:
+    """Each live derived table's partitions' state (DERIVED_PARTITION_STATES), by table id, from the catalog
+    alone: stale when a source is at another table version than its last published build read (trigger
+    "sources") or that build is persist_for old; else built. A trigger_sql table's query is not run here: its
+    partitions show built until a regenerate finds the trigger changed and builds them."""
+    d, t, b = s.derived_tables, s.tables, s.derived_builds
+    last = (sa.select(b.c.derived_id, sa.func.max(b.c.id).label("build_id"))
+            .where(b.c.status == "published").group_by(b.c.derived_id).subquery())
+    rows = c.execute(sa.select(d.c.table_id, d.c.definition, d.c.sources, b.c.source_state, b.c.end_time)
+                     .select_from(d.join(t, t.c.id == d.c.table_id).outerjoin(last, last.c.derived_id == d.c.id)
+                                  .outerjoin(b, b.c.id == last.c.build_id))
+                     .where(t.c.dropped_time.is_(None))).all()
+    versions: dict[int, int] = dict(rows_values(c.execute(sa.select(t.c.id, t.c.version)).all()))
+    built, stale = DERIVED_PARTITION_STATES
+    states = {}
+    for row in rows:
+        definition = DerivedDef.from_json(row.definition)
+        read = json.loads(row.source_state) if row.source_state else {}
+        if definition.rule == "persist_for":
+            fresh = row.end_time is not None and (now - row.end_time).total_seconds() < definition.persist_for
+        elif definition.rule == "sources":
+            fresh = all(read.get(str(source), {}).get("version") == versions.get(source)
+                        for source in json.loads(row.sources))
+        else:
+            fresh = True
+        states[row.table_id] = built if fresh else stale
+    return states
 
 
 class Derived:
@@ -119,7 +150,7 @@ class Derived:
                 c.execute(b.update().where(b.c.id == previous.id, b.c.status == "building").values(
                     status="failed", end_time=now, error="builder lost: its process is gone or silent"))
             try:
-                build_id = c.execute(b.insert().values(
+                build_id: int = c.execute(b.insert().values(
                     derived_id=record.id, name=f"pending-{uuid.uuid4().hex}", reg_key=reg_key, status="building",
                     kind=kind, owner_host=host, owner_pid=pid, start_time=now, heartbeat_time=now,
                 ).returning(b.c.id)).scalar_one()
@@ -141,7 +172,7 @@ class Derived:
             c.execute(b.update().where(b.c.id == build_id, b.c.status == "building").values(
                 status="failed", end_time=now, error=error[:4000]))
 
-    def builds(self, derived_id: int) -> list[BuildRecord]:
+    def builds(self, derived_id: int) -> builtins.list[BuildRecord]:  # `list` here is the method above
         b = s.derived_builds
         with self._core.tx() as c:
             return [_build(row) for row in c.execute(sa.select(b).where(b.c.derived_id == derived_id).order_by(b.c.id))]
@@ -168,20 +199,23 @@ class Derived:
             # build failed first (and it is not published), or it finds it published and leaves it (SQLite's
             # BEGIN IMMEDIATE serialises the two already).
             status = sa.select(b.c.status).where(b.c.id == build.id)
-            state = c.execute(status.with_for_update() if self._core.dialect == "postgresql" else status).scalar_one()
+            state: str = c.execute(
+                status.with_for_update() if self._core.dialect == "postgresql" else status).scalar_one()
             if state != "building":
                 raise CatalogError(f"build {build.name} of {record.qualified_name} is {state}, not running: "
                                    "another process took it over; not published")
             dates = sorted({item.partition_date for item in partitions})
-            known = dict(c.execute(sa.select(p.c.partition_date, p.c.id).where(p.c.table_id == table_id)).all())
+            known: dict[dt.date, int] = dict(rows_values(
+                c.execute(sa.select(p.c.partition_date, p.c.id).where(p.c.table_id == table_id)).all()))
             missing = [date for date in dates if date not in known]
             if missing:
                 c.execute(p.insert(), [dict(table_id=table_id, partition_date=date, create_time=now)
                                        for date in missing])
-                known = dict(c.execute(sa.select(p.c.partition_date, p.c.id).where(p.c.table_id == table_id)).all())
+                known = dict(rows_values(
+                    c.execute(sa.select(p.c.partition_date, p.c.id).where(p.c.table_id == table_id)).all()))
             ids = [known[date] for date in dates]
-            newest = dict(c.execute(sa.select(v.c.partition_id, sa.func.max(v.c.version))
-                                    .where(v.c.partition_id.in_(ids)).group_by(v.c.partition_id)).all())
+            newest: dict[int, int] = dict(rows_values(c.execute(sa.select(v.c.partition_id, sa.func.max(v.c.version))
+                                    .where(v.c.partition_id.in_(ids)).group_by(v.c.partition_id)).all()))
             table_version = None  # nothing changed: no new table version
             if partitions:
                 table_version, stamp = self._core.new_table_versions(c, [table_id], now, given=given)[table_id]
@@ -232,11 +266,13 @@ class Derived:
         b, a, v, d, t = s.derived_builds, s.active_derived_builds, s.partition_versions, s.derived_tables, s.tables
         with self._core.snapshot() as c:
             builds = {row.name: _build(row) for row in c.execute(sa.select(b))}
-            active = dict(c.execute(sa.select(a.c.build_id, a.c.expire_time)).all())
-            referenced = {build_id for version_id, build_id in c.execute(
-                sa.select(v.c.id, v.c.build_id).where(v.c.build_id.is_not(None))) if version_id not in expiring}
-            live = dict(c.execute(sa.select(d.c.id, d.c.table_id).select_from(d.join(t, t.c.id == d.c.table_id))
-                                  .where(t.c.dropped_time.is_(None))).all())
+            active: dict[int, dt.datetime | None] = dict(rows_values(
+                c.execute(sa.select(a.c.build_id, a.c.expire_time)).all()))
+            referenced: set[int] = {build_id for version_id, build_id in rows_values(c.execute(
+                sa.select(v.c.id, v.c.build_id).where(v.c.build_id.is_not(None)))) if version_id not in expiring}
+            live: dict[int, int] = dict(rows_values(
+                c.execute(sa.select(d.c.id, d.c.table_id).select_from(d.join(t, t.c.id == d.c.table_id))
+                          .where(t.c.dropped_time.is_(None))).all()))
             current = self._current_builds(c, list(live.values()))
         return DerivedReapView(builds, active, referenced, current, set(live))
 

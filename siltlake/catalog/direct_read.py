@@ -11,6 +11,7 @@ from contextlib import suppress
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.pool import PoolProxiedConnection
 
 _ROWS_HELD = 256  # answers kept per database state: one per (statement, values) a process keeps asking
 
@@ -27,18 +28,18 @@ class DirectStatement:
         self._processors = {name: processor for name, bind in compiled.binds.items()
                             if (processor := bind.type.dialect_impl(dialect).bind_processor(dialect)) is not None}
 
-    def parameters(self, values: Mapping[str, object]) -> Sequence[object] | dict[str, object]:
+    def parameters(self, values: Mapping[str, object]) -> Sequence[object] | Mapping[str, object]:
         given = self._compiled.construct_params(values)
         for name, processor in self._processors.items():
             given[name] = processor(given[name])
         return given if self._order is None else [given[name] for name in self._order]
 
 
-def fetch_one(connection, direct: DirectStatement, values: Mapping[str, object]) -> tuple | None:  # noqa: ANN001
+def fetch_one(connection, direct: DirectStatement, values: Mapping[str, object]) -> tuple | None:
     return _first_row(connection, direct.sql, direct.parameters(values))
 
 
-def _first_row(connection, sql: str,  # noqa: ANN001 - a DBAPI connection
+def _first_row(connection, sql: str,  # a DBAPI connection
                parameters: Sequence[object] | Mapping[str, object] = ()) -> tuple | None:
     cursor = connection.cursor()
     try:
@@ -57,12 +58,12 @@ class SqliteReader:
         self._lock = threading.Lock()
         self._engine = engine
         self._failures = (engine.dialect.loaded_dbapi.Error, SQLAlchemyError)
-        self._held: tuple[int, object] | None = None  # (process id, pooled DBAPI connection)
+        self._held: tuple[int, PoolProxiedConnection] | None = None  # (process id, pooled DBAPI connection)
         self._version: object = None
         self._rows: dict[tuple, tuple] = {}
 
     @property
-    def connection(self):  # noqa: ANN201 - the pooled DBAPI connection, None until the first read
+    def connection(self):  # the pooled DBAPI connection, None until the first read
         return None if self._held is None else self._held[1]
 
     def row(self, direct: DirectStatement, values: Mapping[str, object]) -> tuple | None:
@@ -80,7 +81,9 @@ class SqliteReader:
             self._held = (os.getpid(), self._engine.raw_connection())
             self._version, self._rows = None, {}
         connection = self._held[1]
-        (version,) = _first_row(connection, "PRAGMA data_version")
+        answer = _first_row(connection, "PRAGMA data_version")
+        assert answer is not None  # the pragma always answers one row
+        (version,) = answer
         if version != self._version:
             self._version, self._rows = version, {}
         key = (direct.sql, *sorted(values.items()))

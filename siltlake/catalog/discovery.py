@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 import sqlalchemy as sa
 
 from siltlake.catalog import schema as s
-from siltlake.catalog.core import CatalogCore
+from siltlake.catalog.core import CatalogCore, row_values
 from siltlake.catalog.records import DiscoveryCursor, PrefixCursor
 from siltlake.storage.accounted import DirectoryNames
 
@@ -27,7 +27,7 @@ class DiscoveryCursors:
                                       d.c.expired_recorded, d.c.sweep_after, d.c.sweep_started,
                                       d.c.checked_time)
                             .where(d.c.staging_root == staging_root)).first()
-        return DiscoveryCursor(*row) if row is not None else None
+        return DiscoveryCursor(*row_values(row)) if row is not None else None
 
     def advance(self, staging_root: str, cursor_time: dt.datetime, full_listing_time: dt.datetime | None) -> None:
         """Record a completed listing. Both times only move forward: of several processes listing the same root,
@@ -74,7 +74,7 @@ class DiscoveryCursors:
         with self._core.tx() as c:
             rows = c.execute(sa.select(p.c.prefix, p.c.kind, p.c.start_after, p.c.newest_put)
                              .where(p.c.staging_root == staging_root)).all()
-        return [PrefixCursor(*row) for row in rows]
+        return [PrefixCursor(*row_values(row)) for row in rows]
 
     def advance_prefixes(self, staging_root: str, cursors: list[PrefixCursor],
                          forget: dict[str, dt.datetime | None]) -> None:
@@ -139,7 +139,7 @@ class DiscoveryCursors:
         with self._core.tx() as c:
             rows = c.execute(sa.select(n.c.directory, n.c.identity, n.c.newest_ns, n.c.names)
                              .where(n.c.staging_root == staging_root)).all()
-        return {row.directory: DirectoryNames(tuple(int(part) for part in row.identity.split(":")), row.newest_ns,
+        return {row.directory: DirectoryNames(_identity(row.identity), row.newest_ns,
                                               _unpacked(row.names))
                 for row in rows}
 
@@ -147,15 +147,25 @@ class DiscoveryCursors:
         """Store the directories whose record changed (each replaced whole) and drop the forgotten ones. Of two
         runs storing at once the later stands: each stores only what its completed round accounted for."""
         n = s.discovery_names
+        # A directory whose name is not UTF-8 has no record (a text column cannot hold it): it is read whole.
         rows = [dict(staging_root=staging_root, directory=path, identity=":".join(map(str, known.identity)),
                      newest_ns=known.newest_ns, names=_packed(known.files or ""))
-                for path, known in changed.items()]
-        gone = list(forgotten)
+                for path, known in changed.items() if _is_text(path)]
+        gone = [path for path in forgotten if _is_text(path)]
         with self._core.tx() as c:
             if gone:
                 c.execute(n.delete().where(n.c.staging_root == staging_root, n.c.directory.in_(gone)))
             if rows:
                 self._core.upsert(c, n, ("staging_root", "directory"), rows, ("identity", "newest_ns", "names"))
+
+
+def _is_text(path: str) -> bool:
+    """Whether a path holds no byte that is not UTF-8 (which os.fsdecode keeps as a surrogate)."""
+    try:
+        path.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 # A record's names are stored as a zstd frame (Arrow's codec, level 1) behind a marker and the text's length: a
@@ -167,14 +177,21 @@ _ZSTD_MARKER = b"\x00zst"
 def _packed(text: str) -> bytes:
     import pyarrow as pa
 
-    raw = text.encode()
+    raw = text.encode("utf-8", "surrogateescape")  # a name that is not UTF-8 keeps its bytes (os.fsdecode's)
     return _ZSTD_MARKER + len(raw).to_bytes(8, "little") + pa.compress(raw, codec="zstd", asbytes=True)
 
 
 def _unpacked(blob: bytes) -> str:
     if not blob.startswith(_ZSTD_MARKER):
-        return zlib.decompress(blob).decode()
+        return zlib.decompress(blob).decode("utf-8", "surrogateescape")
     import pyarrow as pa
 
     size = int.from_bytes(blob[len(_ZSTD_MARKER):len(_ZSTD_MARKER) + 8], "little")
-    return pa.decompress(blob[len(_ZSTD_MARKER) + 8:], decompressed_size=size, codec="zstd", asbytes=True).decode()
+    raw = pa.decompress(blob[len(_ZSTD_MARKER) + 8:], decompressed_size=size, codec="zstd", asbytes=True)
+    return raw.decode("utf-8", "surrogateescape")
+
+
+def _identity(text: str) -> tuple[int, int, int]:
+    """A directory's identity as stored: device, inode and link count joined by ':'."""
+    device, inode, links = text.split(":")
+    return int(device), int(inode), int(links)

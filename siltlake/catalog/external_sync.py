@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from siltlake.catalog import schema as s
-from siltlake.catalog.core import CatalogCore
+from siltlake.catalog.core import CatalogCore, rows_values
 from siltlake.catalog.records import PartitionToSync, Removals, SyncedTable
 from siltlake.clock import utcnow
 
@@ -35,13 +35,13 @@ class ExternalSync:
         """Remember what the target now has; forget_partitions: it has none of the table's partitions (recreated)."""
         e = s.external_tables
         with self._core.tx() as c:
-            kept = None if forget_partitions else c.execute(sa.select(e.c.synced_version, e.c.syncing_version).where(
-                e.c.target == target, e.c.table_id == table_id)).first()
-            c.execute(e.delete().where(e.c.target == target, e.c.table_id == table_id))
-            c.execute(e.insert().values(target=target, table_id=table_id, database_name=database_name,
-                                        table_name=table_name, columns=json.dumps([list(x) for x in columns]),
-                                        sync_time=utcnow(), synced_version=kept[0] if kept else 0,
-                                        syncing_version=kept[1] if kept else 0))
+            # One statement: two publish runs recording the same table at once must not both insert its row.
+            described = ("database_name", "table_name", "columns", "sync_time")
+            self._core.upsert(c, e, ("target", "table_id"), [{
+                "target": target, "table_id": table_id, "database_name": database_name, "table_name": table_name,
+                "columns": json.dumps([list(x) for x in columns]), "sync_time": utcnow(), "synced_version": 0,
+                "syncing_version": 0}], (*described, "synced_version", "syncing_version") if forget_partitions
+                else described)
             if forget_partitions:
                 self._forget_partitions(c, target, table_id)
 
@@ -73,7 +73,7 @@ class ExternalSync:
                                .where(e.c.target == target, e.c.synced_version < t.c.version,
                                       t.c.dropped_time.is_(None))
                                .order_by(e.c.table_id)).all()
-            for table_id, synced, newest in behind:
+            for table_id, synced, newest in rows_values(behind):
                 upto[table_id] = newest
                 rows = c.execute(
                     sa.select(v.c.partition_id, p.c.partition_date, v.c.file_list_key)

@@ -1,17 +1,21 @@
-"""The merge job queue and merge ranges (DESIGN §5): claim, heartbeat, commit, fail, park, status."""
+"""The merge job queue and merge ranges (docs/design.md, "Merge"): claim, heartbeat, commit, fail, park, status."""
 
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Collection, Sequence
+from typing import Any, TypedDict
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from siltlake.catalog import merge_statements as statements
 from siltlake.catalog import schema as s
-from siltlake.catalog.core import CatalogCore, table_record
+from siltlake.catalog.core import CatalogCore, row_values, rows_values, table_record
+from siltlake.catalog.derived import derived_table_states
+from siltlake.catalog.merge_shares import FAIR_LEVELS, FairOrder
 from siltlake.catalog.records import (
+    DERIVED_PARTITION_STATES,
     PARTITION_STATES,
     ClaimedJob,
     JobOutcome,
@@ -37,6 +41,18 @@ class ClaimedJobs(list):
     passed_over: int = 0
 
 
+
+class TableQueueStatus(TypedDict):
+    """One live table's line of MergeQueue.status."""
+
+    table: str  # schema.name
+    partitions: dict[str, int]  # by state: PARTITION_STATES, or a derived table's DERIVED_PARTITION_STATES
+    unmerged_objects: int
+    unmerged_bytes: int
+    oldest_unmerged_age_seconds: float | None
+    jobs: dict[str, int]  # by state: scheduled, due, running, stale, continuing, failed
+    failed_jobs: list[dict[str, Any]]  # job_id, date, attempts, error
+
 class MergeQueue:
     """Reached as catalog.merge_queue."""
 
@@ -51,14 +67,17 @@ class MergeQueue:
 
     def claim(self, owner: str, *, limit: int, now: dt.datetime, timeout: float,
               per_table_limit: int, table_ids: Sequence[int] | None = None,
-              local: LocalHost | None = None, partition_ids: Sequence[int] | None = None) -> ClaimedJobs:
+              local: LocalHost | None = None, partition_ids: Sequence[int] | None = None,
+              fair_levels: Sequence[str] = FAIR_LEVELS, per_schema_limit: int = 0) -> ClaimedJobs:
         """Claim up to `limit` due jobs (or jobs whose worker went silent for `timeout` seconds, or, with
         `local`, whose process on this host is gone); claims record local's host and pid. table_ids and
         partition_ids (None: any) narrow which jobs are claimed.
 
-        Oldest schedule first, at most one running job per partition, at most `per_table_limit` running
-        jobs per table, none for a partition with a parked job. Claims are serialised, and each claim is
-        an UPDATE guarded by the state the candidate was read in.
+        Round robin over `fair_levels` (merge_shares.FairOrder: the schema, then the table, served least
+        recently first), each table's oldest schedule first; at most one running job per partition, at most
+        `per_table_limit` running jobs per table and `per_schema_limit` (0: any number) per schema, none for a
+        partition with a parked job. Claims are serialised, and each claim is an UPDATE guarded by the state
+        the candidate was read in.
         """
         j = s.merge_jobs
         stale_before = now - dt.timedelta(seconds=timeout)
@@ -70,6 +89,7 @@ class MergeQueue:
                     if row.ongoing_mark > 0}
             busy_partitions: set[int] = set()
             running_per_table: dict[int, int] = {}
+            running_per_schema: dict[str, int] = {}
             for row in held:
                 live = row.ongoing_mark not in gone and (row.heartbeat_time is None
                                                          or row.heartbeat_time >= stale_before)
@@ -77,6 +97,7 @@ class MergeQueue:
                     busy_partitions.add(row.partition_id)  # parked, or running with a live worker
                 if row.ongoing_mark > 0 and live and row.heartbeat_time is not None:
                     running_per_table[row.table_id] = running_per_table.get(row.table_id, 0) + 1
+                    running_per_schema[row.schema_name] = running_per_schema.get(row.schema_name, 0) + 1
             # Busy partitions may hide a table's first candidates: look a little deeper than the cap.
             values = {"now": now, "stale_before": stale_before, "depth": per_table_limit + len(busy_partitions) + 1}
             for name, narrowing in (("gone", gone or None), ("table_ids", table_ids), ("partition_ids", partition_ids)):
@@ -86,14 +107,15 @@ class MergeQueue:
                 table_ids is not None, partition_ids is not None, bool(gone)), values).all()
             tables = {}
             claimed = ClaimedJobs()
-            for seen, row in enumerate(candidates):
+            order = FairOrder(c, candidates, fair_levels)
+            for row in order:
                 if len(claimed) >= limit:
-                    claimed.passed_over += len(candidates) - seen
                     break
-                claimed.passed_over += 1  # until claimed below
                 if row.partition_id in busy_partitions:
                     continue
                 if running_per_table.get(row.table_id, 0) >= per_table_limit:
+                    continue
+                if 0 < per_schema_limit <= running_per_schema.get(row.schema_name, 0):
                     continue
                 if row.ongoing_mark == 0 and self._core.dialect == "postgresql" and c.execute(
                         sa.select(j.c.id).where(j.c.id == row.id, j.c.ongoing_mark == 0)
@@ -118,7 +140,8 @@ class MergeQueue:
                         c.execute(statements.table_row(), {"table_id": row.table_id}).one())
                 busy_partitions.add(row.partition_id)
                 running_per_table[row.table_id] = running_per_table.get(row.table_id, 0) + 1
-                claimed.passed_over -= 1
+                running_per_schema[row.schema_name] = running_per_schema.get(row.schema_name, 0) + 1
+                order.served()
                 claimed.append(ClaimedJob(
                     id=row.id, partition_id=row.partition_id, partition_date=row.partition_date,
                     table=tables[row.table_id], attempts=row.attempts + 1, taken_over=row.ongoing_mark != 0,
@@ -133,6 +156,8 @@ class MergeQueue:
                         error=f"worker lost: {why}{row.heartbeat_time:%Y-%m-%d %H:%M:%S} UTC "
                               f"(timeout {timeout:g} s); taken over by {owner}",
                     ))
+            order.save(c, self._core.upsert)
+            claimed.passed_over = len(candidates) - len(claimed)
         return claimed
 
     def heartbeat(self, job_ids: Sequence[int], owner: str, now: dt.datetime) -> set[int]:
@@ -143,7 +168,7 @@ class MergeQueue:
         with self._core.tx() as c:
             c.execute(j.update().where(j.c.id.in_(list(job_ids)), j.c.owner == owner, j.c.ongoing_mark == j.c.id)
                       .values(heartbeat_time=now))
-            still = set(c.execute(sa.select(j.c.id).where(
+            still: set[int] = set(c.execute(sa.select(j.c.id).where(
                 j.c.id.in_(list(job_ids)), j.c.owner == owner, j.c.ongoing_mark == j.c.id)).scalars())
         return set(job_ids) - still
 
@@ -155,7 +180,7 @@ class MergeQueue:
             rows = c.execute(sa.select(r.c.lower_bound, r.c.upper_bound, r.c.content_length, r.c.row_count,
                                        r.c.object_key)
                              .where(r.c.partition_id == partition_id).order_by(r.c.upper_bound)).all()
-        return [RangeRow(*row) for row in rows]
+        return [RangeRow(*row_values(row)) for row in rows]
 
     def range_stats(self, table_id: int, dates: Collection[dt.date] | None = None,
                     ) -> dict[tuple[dt.date, int, int], tuple[int, int, dt.datetime, dt.datetime]]:
@@ -176,8 +201,8 @@ class MergeQueue:
             query = query.where(p.c.partition_date.in_(sorted(dates)))
         with self._core.snapshot() as c:
             rows = c.execute(query).all()
-        return {(day, lower, upper): (size, count, low, high) for day, lower, upper, size, count, low, high in rows
-                if dates is None or day in dates}
+        return {(day, lower, upper): (size, count, low, high)
+                for day, lower, upper, size, count, low, high in rows_values(rows) if dates is None or day in dates}
 
     def unmerged_objects(self, partition_id: int, limit: int
                         ) -> tuple[RangeRow | None, int | None, list[UnmergedObject]]:
@@ -187,12 +212,13 @@ class MergeQueue:
             last = c.execute(statements.last_range(), {"partition_id": partition_id}).first()
             after = last.upper_bound if last is not None else 0
             rows = c.execute(statements.objects_after(limit), {"partition_id": partition_id, "after": after}).all()
-        last_range = RangeRow(*last) if last is not None and last.lower_bound is not None else None
-        return last_range, (last.upper_bound if last is not None else None), [UnmergedObject(*row) for row in rows]
+        last_range = RangeRow(*row_values(last)) if last is not None and last.lower_bound is not None else None
+        return (last_range, (last.upper_bound if last is not None else None),
+                [UnmergedObject(*row_values(row)) for row in rows])
 
     # --- finishing ---------------------------------------------------------------------------------
 
-    def _own_job(self, c: Connection, job: ClaimedJob, owner: str):  # noqa: ANN202 - a Row
+    def _own_job(self, c: Connection, job: ClaimedJob, owner: str):  # a Row
         row = c.execute(statements.own_job(self._core.dialect == "postgresql"),
                         {"job_id": job.id, "owner": owner}).first()
         if row is None:
@@ -222,7 +248,7 @@ class MergeQueue:
             self._own_job(c, job, owner)
             partition = {"partition_id": job.partition_id}
             c.execute(statements.partition_lock(postgresql), partition)
-            current = c.execute(statements.largest_upper(), partition).scalar_one()
+            current: int | None = c.execute(statements.largest_upper(), partition).scalar_one()
             if current != base_upper:
                 raise MergeConflict(
                     f"partition {job.partition_id} was merged up to {current} while job {job.id} planned from "
@@ -310,7 +336,7 @@ class MergeQueue:
         if table_ids is not None:
             query = query.where(p.c.table_id.in_(list(table_ids)))
         with self._core.tx() as c:
-            found = list(c.execute(query).scalars())
+            found: list[int] = list(c.execute(query).scalars())
             for partition_id in found:
                 self._core.schedule_waiting(c, partition_id, now)
         return found
@@ -329,7 +355,7 @@ class MergeQueue:
                     ongoing_mark=0, attempts=0, schedule_time=now, last_error=None))
         return len(parked)
 
-    def _waiting_later(self, now: dt.datetime, table_ids: Sequence[int] | None,  # noqa: ANN202 - a where clause
+    def _waiting_later(self, now: dt.datetime, table_ids: Sequence[int] | None,  # a where clause
                        partition_ids: Sequence[int] | None = None):
         j, p = s.merge_jobs, s.partitions
         where = sa.and_(j.c.ongoing_mark == 0, j.c.schedule_time > now)
@@ -352,8 +378,8 @@ class MergeQueue:
         """Waiting jobs not due yet at `now`: how many, and when the first falls due."""
         j = s.merge_jobs
         with self._core.tx() as c:
-            count, first = c.execute(sa.select(sa.func.count(), sa.func.min(j.c.schedule_time))
-                                     .where(self._waiting_later(now, table_ids))).one()
+            count, first = row_values(c.execute(sa.select(sa.func.count(), sa.func.min(j.c.schedule_time))
+                                                .where(self._waiting_later(now, table_ids))).one())
         return count, first
 
     # --- reporting ---------------------------------------------------------------------------------
@@ -375,8 +401,9 @@ class MergeQueue:
             rows = [row._asdict() for row in c.execute(query)]
         return sorted(rows, key=lambda row: row["id"])
 
-    def status(self, now: dt.datetime, timeout: float, local: LocalHost | None = None) -> list[dict]:
-        """Per live table: partitions by state, unmerged small objects, jobs by state, parked errors.
+    def status(self, now: dt.datetime, timeout: float, local: LocalHost | None = None) -> list[TableQueueStatus]:
+        """Per live table: partitions by state (a derived table's by DERIVED_PARTITION_STATES), unmerged small
+        objects, jobs by state, parked errors.
 
         A running job is stale once its heartbeat is older than `timeout`, or (with `local`) at once when
         its process on this host is gone."""
@@ -385,7 +412,7 @@ class MergeQueue:
         with self._core.tx() as c:
             tables = c.execute(sa.select(t.c.id, t.c.schema_name, t.c.table_name, t.c.switched_partitions)
                                .where(t.c.dropped_time.is_(None)).order_by(t.c.schema_name, t.c.table_name)).all()
-            status = {row.id: {
+            status: dict[int, TableQueueStatus] = {row.id: {
                 "table": f"{row.schema_name}.{row.table_name}",
                 "partitions": dict.fromkeys(PARTITION_STATES, 0),
                 "unmerged_objects": 0, "unmerged_bytes": 0, "oldest_unmerged_age_seconds": None,
@@ -405,6 +432,13 @@ class MergeQueue:
             for row in c.execute(sa.select(p.c.table_id, state.label("state")).where(p.c.switched.is_(False))):
                 if row.table_id in status:
                     status[row.table_id]["partitions"][row.state] += 1
+            # A derived table's partitions are built or stale, never a log table's new, live or closed.
+            for table_id, derived_state in derived_table_states(c, now).items():
+                if table_id in status:
+                    entry = status[table_id]
+                    counted = sum(entry["partitions"].values())
+                    entry["partitions"] = {name: counted if name == derived_state else 0
+                                           for name in DERIVED_PARTITION_STATES}
             merged_upto = (sa.select(sa.func.coalesce(sa.func.max(r.c.upper_bound), 0))
                            .where(r.c.partition_id == p.c.id).scalar_subquery())
             pending = sa.union(sa.select(p.c.id).where(p.c.switched.is_(False)), sa.select(j.c.partition_id))
@@ -415,10 +449,10 @@ class MergeQueue:
                 .where(p.c.id.in_(pending), so.c.id > merged_upto)
                 .group_by(p.c.table_id)
             ).all()
-            for table_id, objects, size, oldest in unmerged:
+            for table_id, objects, size, oldest in rows_values(unmerged):
                 if table_id in status:
                     entry = status[table_id]
-                    entry.update(unmerged_objects=objects, unmerged_bytes=int(size))
+                    entry["unmerged_objects"], entry["unmerged_bytes"] = objects, int(size)
                     if oldest is not None:
                         entry["oldest_unmerged_age_seconds"] = max(0.0, (now - oldest).total_seconds())
             jobs = c.execute(
@@ -456,7 +490,7 @@ class MergeQueue:
                 for job in jobs]
 
 
-def _job_state(job, now: dt.datetime, stale_before: dt.datetime,  # noqa: ANN001 - a merge_jobs row
+def _job_state(job, now: dt.datetime, stale_before: dt.datetime,  # a merge_jobs row
                local: LocalHost | None) -> str:
     """A queued job's state: failed (parked), running or stale (its worker went silent or its process is
     gone), continuing (takes a finished job's leftovers), due or scheduled (waiting)."""

@@ -13,35 +13,43 @@ from siltlake.catalog import schema as s
 
 @functools.cache
 def held_jobs() -> sa.Select:
-    """Every running or parked job with its table and claim."""
-    j, p = s.merge_jobs, s.partitions
-    return (sa.select(p.c.table_id, j.c.partition_id, j.c.ongoing_mark, j.c.heartbeat_time, j.c.owner,
-                      j.c.owner_host, j.c.owner_pid)
-            .select_from(j.join(p, j.c.partition_id == p.c.id))
+    """Every running or parked job with its table (and the table's schema) and claim."""
+    j, p, t = s.merge_jobs, s.partitions, s.tables
+    return (sa.select(p.c.table_id, t.c.schema_name, j.c.partition_id, j.c.ongoing_mark, j.c.heartbeat_time,
+                      j.c.owner, j.c.owner_host, j.c.owner_pid)
+            .select_from(j.join(p, j.c.partition_id == p.c.id).join(t, t.c.id == p.c.table_id))
             .where(j.c.ongoing_mark != 0))
 
 
 @functools.cache
 def due_candidates(by_table: bool, by_partition: bool, with_gone: bool) -> sa.Select:
-    """Due jobs (waiting and due at :now, running with a heartbeat before :stale_before, or among :gone), each
-    table's first :depth by schedule, oldest first; narrowed to :table_ids and :partition_ids as the shape has them."""
-    j, p = s.merge_jobs, s.partitions
+    """Due jobs (waiting and due at :now, running with a heartbeat before :stale_before, or among :gone) with their
+    table's schema, each table's first :depth by schedule, oldest first; narrowed to :table_ids and :partition_ids as
+    the shape has them."""
+    j, p, t = s.merge_jobs, s.partitions, s.tables
     due = [sa.and_(j.c.ongoing_mark == 0, j.c.schedule_time <= sa.bindparam("now")),
            sa.and_(j.c.ongoing_mark > 0, j.c.heartbeat_time < sa.bindparam("stale_before"))]
     if with_gone:
         due.append(j.c.id.in_(sa.bindparam("gone", expanding=True)))
     rank = sa.func.row_number().over(partition_by=p.c.table_id, order_by=(j.c.schedule_time, j.c.id))
     ranked = (sa.select(j.c.id, j.c.partition_id, j.c.ongoing_mark, j.c.heartbeat_time, j.c.attempts,
-                        j.c.schedule_time, p.c.table_id, p.c.partition_date, rank.label("rank"))
-              .select_from(j.join(p, j.c.partition_id == p.c.id))
+                        j.c.schedule_time, p.c.table_id, t.c.schema_name, p.c.partition_date, rank.label("rank"))
+              .select_from(j.join(p, j.c.partition_id == p.c.id).join(t, t.c.id == p.c.table_id))
               .where(sa.or_(*due)))
     if by_table:
         ranked = ranked.where(p.c.table_id.in_(sa.bindparam("table_ids", expanding=True)))
     if by_partition:
         ranked = ranked.where(j.c.partition_id.in_(sa.bindparam("partition_ids", expanding=True)))
-    ranked = ranked.subquery()
-    return (sa.select(ranked).where(ranked.c.rank <= sa.bindparam("depth"))
-            .order_by(ranked.c.schedule_time, ranked.c.id))
+    candidates = ranked.subquery()
+    return (sa.select(candidates).where(candidates.c.rank <= sa.bindparam("depth"))
+            .order_by(candidates.c.schedule_time, candidates.c.id))
+
+
+@functools.cache
+def share_turns() -> sa.Select:
+    """The merge_shares rows named one of :names (schema names, table ids as text, "" for the counter)."""
+    m = s.merge_shares
+    return sa.select(m.c.level, m.c.name, m.c.last_turn).where(m.c.name.in_(sa.bindparam("names", expanding=True)))
 
 
 @functools.cache

@@ -3,6 +3,7 @@ partition, and reading them back."""
 
 from __future__ import annotations
 
+import builtins
 import datetime as dt
 from collections import deque
 from collections.abc import Collection, Iterator
@@ -15,8 +16,9 @@ from sqlalchemy.exc import IntegrityError
 
 from siltlake.catalog import requests as applied_requests
 from siltlake.catalog import schema as s
-from siltlake.catalog.core import CatalogCore
-from siltlake.catalog.positions import record_all_consumed, record_consumed
+from siltlake.catalog.core import CatalogCore, rows_values
+from siltlake.catalog.derived import derived_table_states
+from siltlake.catalog.positions import record_all_consumed, record_consumed, release_pending
 from siltlake.catalog.records import (
     MergeBase,
     PartitionRow,
@@ -25,6 +27,7 @@ from siltlake.catalog.records import (
     WriteRequest,
     partition_state,
 )
+from siltlake.clock import utcnow
 from siltlake.errors import CatalogError, NotFoundError
 
 _IDS_PER_STATEMENT = 1000  # ids per IN (...) list
@@ -68,7 +71,7 @@ class Partitions:
         return [_partition(r) for r in rows]
 
     def small_objects(self, table_id: int, *, delayed: bool | None = None,
-                      up_to_id: int | None = None) -> list[SmallObjectRow]:
+                      up_to_id: int | None = None) -> builtins.list[SmallObjectRow]:
         """A table's small objects in id order, in one query."""
         so, p = s.small_objects, s.partitions
         query = (
@@ -82,7 +85,7 @@ class Partitions:
         if up_to_id is not None:
             query = query.where(so.c.id <= up_to_id)
         with self._core.tx() as c:
-            return [SmallObjectRow(*r) for r in c.execute(query)]
+            return [SmallObjectRow(*r) for r in rows_values(c.execute(query))]
 
     def object_stats(self, object_ids: Collection[int]) -> dict[int, tuple[int, int, dt.datetime, dt.datetime]]:
         """Of each small object (by id) the stream recorded at its commit: content length, row count and
@@ -113,9 +116,9 @@ class Partitions:
         with self._core.tx() as c:
             return c.execute(sa.select(sa.func.coalesce(sa.func.max(s.small_objects.c.id), 0))).scalar_one()
 
-    def summary(self, table_id: int) -> list[dict]:
-        """Per partition: closed, state (one of PARTITION_STATES), object and row counts by live/delayed,
-        merged objects and their rows."""
+    def summary(self, table_id: int) -> builtins.list[dict]:
+        """Per partition: closed, state (one of PARTITION_STATES; a derived table's, DERIVED_PARTITION_STATES),
+        object and row counts by live/delayed, merged objects and their rows."""
         so, p = s.small_objects, s.partitions
         with self._core.tx() as c:
             rows = c.execute(
@@ -132,6 +135,7 @@ class Partitions:
                           so.c.delayed)
                 .order_by(p.c.partition_date)
             ).all()
+            derived_state = derived_table_states(c, utcnow()).get(table_id)
             r_ = s.merge_ranges
             merged = {row.partition_date: row for row in c.execute(
                 sa.select(p.c.partition_date, sa.func.count(r_.c.id).label("objects"),
@@ -144,7 +148,8 @@ class Partitions:
         for r in rows:
             entry = summary.setdefault(r.partition_date, {
                 "date": r.partition_date, "closed": r.last_live_object_id is not None,
-                "state": partition_state(r.switched, r.last_live_object_id is not None, r.current_manifest_version),
+                "state": derived_state or partition_state(r.switched, r.last_live_object_id is not None,
+                                                          r.current_manifest_version),
                 "live_objects": 0, "live_rows": 0, "delayed_objects": 0, "delayed_rows": 0, "bytes": 0,
                 "merged_objects": merged[r.partition_date].objects if r.partition_date in merged else 0,
                 "merged_rows": int(merged[r.partition_date].rows) if r.partition_date in merged else 0,
@@ -191,7 +196,7 @@ class StreamCommit:
     Each call reads or writes at once, unless batch() started a batch: then the reads the per-object
     calls make come from a few set-based queries made up front, and their writes wait for flush(), which
     makes them in two statements. Whatever one object does, the catalog statements of a chunk of objects
-    stay a handful (issue 17: a per-object round trip was most of the stream's commit time)."""
+    stay a handful (a per-object round trip was most of the stream's commit time; docs/design.md)."""
 
     def __init__(self, core: CatalogCore, connection: Connection) -> None:
         self._core = core
@@ -203,8 +208,9 @@ class StreamCommit:
 
     def staging_totals(self) -> dict[int, tuple[int, int, int]]:
         sums: dict[int, tuple[int, int, int]] = {}
-        for table_id, *delta in self._totals:
-            sums[table_id] = tuple(a + b for a, b in zip(sums.get(table_id, (0, 0, 0)), delta, strict=True))
+        for table_id, objects, records_in, bad_records in self._totals:  # (objects, records in, bad records)
+            before = sums.get(table_id, (0, 0, 0))
+            sums[table_id] = (before[0] + objects, before[1] + records_in, before[2] + bad_records)
         return sums
 
     def _set_processed(self, rows: list[dict], now: dt.datetime, old: dict[int, sa.Row] | None = None) -> None:
@@ -268,13 +274,14 @@ class StreamCommit:
             partitions = {key: row for row in map(_partition, rows)
                           if (key := (row.table_id, row.partition_date)) in keys}
         partition_ids = sorted(row.id for row in partitions.values())
-        waiting, updated = set(), {}
+        waiting: set[int] = set()
+        updated: dict[int, int] = {}  # partition id -> the first version a rewrite published after the mark
         if partition_ids:
             waiting = {row.partition_id for row in self._core.lock_waiting_jobs(self._c, partition_ids)}
-            updated = dict(self._c.execute(
+            updated = dict(rows_values(self._c.execute(
                 sa.select(v.c.partition_id, sa.func.min(v.c.version))
                 .where(v.c.partition_id.in_(partition_ids), v.c.id > mark, v.c.commit_op.in_(REWRITES))
-                .group_by(v.c.partition_id)).all())
+                .group_by(v.c.partition_id)).all()))
         self._batch = _Batch(mark=mark, staging_ids=set(ids), pending=pending, counts=counts, keys=keys,
                              partitions=partitions,
                              waiting=waiting, updated=updated, ids=deque(self.allocate_ids(id_count)))
@@ -346,8 +353,8 @@ class StreamCommit:
 
     def updated_since(self, partition_id: int, mark: int) -> int | None:
         """The version number of an update or upsert (`merge`) published to the partition after `mark`
-        (Versions.mark): an append that started before it must not commit (seed 004: update or merge vs
-        append, the later fails)."""
+        (Versions.mark): an append that started before it must not commit (the conflict matrix: update or
+        merge vs append, the later fails; docs/design.md, "Updates and concurrent writers")."""
         batch = self._batch
         if batch is not None and mark == batch.mark and any(p.id == partition_id for p in batch.partitions.values()):
             return batch.updated.get(partition_id)
@@ -364,7 +371,7 @@ class StreamCommit:
         if self._core.dialect == "postgresql":
             return list(self._c.execute(sa.select(sa.func.nextval("small_object_id_seq")).select_from(
                 sa.func.generate_series(1, count))).scalars())
-        last = self._c.execute(
+        last: int = self._c.execute(
             s.id_counters.update().where(s.id_counters.c.name == "small_objects")
             .values(last_value=s.id_counters.c.last_value + count).returning(s.id_counters.c.last_value)
         ).scalar_one()
@@ -410,6 +417,11 @@ class StreamCommit:
             self._batch.positions.append(position)
             return
         record_consumed(self._core, self._c, **position)  # type: ignore[arg-type]
+
+    def release_pending(self, delivery_uri: str, moved: bool = False) -> None:
+        """A delivery that read nothing of its file (moved away, gone) frees the position waiting for it (moved:
+        a copy's rest gives back what its registration took from its original's position)."""
+        release_pending(self._c, delivery_uri, moved)
 
     def register_loaded(self, uri: str, *, table_id: int, size: int, records_in: int, bad_records: int,
                         error_uri: str | None, now: dt.datetime) -> int | None:
@@ -490,7 +502,7 @@ class StreamCommit:
     def close(self, partition: PartitionRow) -> PartitionRow:
         if partition.closed:
             return partition
-        largest = self._c.execute(
+        largest: int = self._c.execute(
             sa.select(sa.func.coalesce(sa.func.max(s.small_objects.c.id), 0))
             .where(s.small_objects.c.partition_id == partition.id)
         ).scalar_one()

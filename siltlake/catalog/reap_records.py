@@ -40,6 +40,7 @@ class ReapVersion:
     covered_upper: int | None
     created_at: dt.datetime
     file_list_key: str | None = None  # the manifest of exactly its files (== manifest_key when merged/updated)
+    table_version: int | None = None  # the table version it was published in (tags name table versions)
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,7 @@ class ReapView:
     error_keys: set[str] = field(default_factory=set)
     instances: dict[str, bool] = field(default_factory=dict)  # instance key -> is_self
     scope: set[int] | None = None  # an incremental view: the partitions it holds (None: every partition)
+    tagged: dict[int, set[int]] = field(default_factory=dict)  # table id -> the table versions its tags name
     max_small_object_id: int = 0
 
 
@@ -85,6 +87,7 @@ class ReapScope:
     crossing: tuple[dt.datetime, dt.datetime]
     small_above: int
     ttl_cutoff: Callable[[ReapTable], dt.date | None]  # partitions dated before it are past the table's TTL
+    table_id: int | None = None  # set: every partition of this table, and nothing else (a reap of one table)
 
 
 @dataclass(frozen=True)

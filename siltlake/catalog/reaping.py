@@ -1,4 +1,4 @@
-"""Reap's catalog side (DESIGN §8): one consistent view of what is referenced, then row deletions."""
+"""Reap's catalog side (docs/design.md, "Reap"): one consistent view of what is referenced, then row deletions."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from siltlake.catalog import schema as s
-from siltlake.catalog.core import CatalogCore
+from siltlake.catalog.core import CatalogCore, row_values, rows_values
 from siltlake.catalog.external_sync import record_removals
 from siltlake.catalog.reap_records import (
     ReapPartition,
@@ -47,9 +47,9 @@ class Reaping:
                              s.merge_jobs)
         view = ReapView()
         with self._core.snapshot() as c:
-            view.tables = [ReapTable(*row) for row in c.execute(sa.select(
+            view.tables = [ReapTable(*row) for row in rows_values(c.execute(sa.select(
                 t.c.id, t.c.physical_schema_name, t.c.physical_table_name, t.c.timezone, t.c.ttl_days,
-                t.c.dropped_time))]
+                t.c.dropped_time)))]
             view.max_small_object_id = c.execute(sa.select(sa.func.max(so.c.id))).scalar() or 0
             if scope is not None:
                 view.scope = self._changed_partitions(c, scope)
@@ -64,7 +64,7 @@ class Reaping:
                 sa.select(p.c.id, p.c.table_id, p.c.partition_date), p.c.id)]
             view.versions = sorted((ReapVersion(*row) for row in rows(sa.select(
                 v.c.id, v.c.partition_id, v.c.version, v.c.commit_op, v.c.live_watermark, v.c.manifest_key,
-                v.c.covered_upper, v.c.created_at, v.c.file_list_key), v.c.partition_id)),
+                v.c.covered_upper, v.c.created_at, v.c.file_list_key, v.c.table_version), v.c.partition_id)),
                 key=lambda x: (x.partition_id, x.version))
             view.ranges = [ReapRange(*row) for row in rows(
                 sa.select(r.c.partition_id, r.c.lower_bound, r.c.upper_bound, r.c.object_key), r.c.partition_id)]
@@ -75,6 +75,8 @@ class Reaping:
             if scope is None:
                 view.error_keys = set(c.execute(sa.select(s.staging_objects.c.error_uri).where(
                     s.staging_objects.c.error_uri.is_not(None))).scalars())
+            for tag in c.execute(sa.select(s.version_tags.c.table_id, s.version_tags.c.table_version)):
+                view.tagged.setdefault(tag.table_id, set()).add(tag.table_version)
             view.instances = {row.instance_key: row.is_self for row in c.execute(
                 sa.select(s.instances.c.instance_key, s.instances.c.is_self))}
         return view
@@ -83,6 +85,8 @@ class Reaping:
     def _changed_partitions(c: Connection, scope: ReapScope) -> set[int]:
         """The partitions an incremental run reads and lists (ReapScope), each by an indexed range."""
         p, v, r, so, log = s.partitions, s.partition_versions, s.merge_ranges, s.small_objects, s.merge_job_log
+        if scope.table_id is not None:
+            return set(c.execute(sa.select(p.c.id).where(p.c.table_id == scope.table_id)).scalars())
         low, high = scope.crossing
         queries = [
             sa.select(v.c.partition_id).where(v.c.created_at >= scope.since),
@@ -93,14 +97,17 @@ class Reaping:
             sa.select(so.c.partition_id).where(so.c.id > scope.small_above),
             sa.select(s.merge_jobs.c.partition_id),  # the queue: its partitions may hold a dead attempt's part
         ]
-        tables = [ReapTable(*row) for row in c.execute(sa.select(
+        tables = [ReapTable(*row) for row in rows_values(c.execute(sa.select(
             s.tables.c.id, s.tables.c.physical_schema_name, s.tables.c.physical_table_name, s.tables.c.timezone,
-            s.tables.c.ttl_days, s.tables.c.dropped_time).where(s.tables.c.ttl_days.is_not(None)))]
+            s.tables.c.ttl_days, s.tables.c.dropped_time).where(s.tables.c.ttl_days.is_not(None))))]
         for table in tables:
             before = scope.ttl_cutoff(table)
             if before is not None:
                 queries.append(sa.select(p.c.id).where(p.c.table_id == table.id, p.c.partition_date < before))
-        return {pid for query in queries for pid in c.execute(query.distinct()).scalars()}
+        found: set[int] = set()
+        for query in queries:
+            found.update(c.execute(query.distinct()).scalars())
+        return found
 
     def last_runs(self, full_since: dt.datetime) -> tuple[ReapRun | None, bool]:
         """The newest completed reap run, and whether a full sweep completed at or after `full_since`."""
@@ -111,7 +118,7 @@ class Reaping:
                                                                             runs.c.id.desc()).limit(1)).first()
             full = c.execute(sa.select(runs.c.id).where(runs.c.full_sweep.is_(True),
                                                         runs.c.run_time >= full_since).limit(1)).first()
-        return (ReapRun(*row) if row is not None else None), full is not None
+        return (ReapRun(*row_values(row)) if row is not None else None), full is not None
 
     def record_run(self, run: ReapRun, finished: dt.datetime, keep_after: dt.datetime) -> None:
         """Record a completed run; forget runs older than `keep_after` except the newest full sweep (what the
@@ -123,14 +130,6 @@ class Reaping:
                                            finished_time=finished))
             newest_full = sa.select(sa.func.max(runs.c.id)).where(runs.c.full_sweep.is_(True)).scalar_subquery()
             c.execute(runs.delete().where(runs.c.run_time < keep_after, runs.c.id != sa.func.coalesce(newest_full, 0)))
-
-    def running_merge_partitions(self, fresh_after: dt.datetime) -> set[int]:
-        """Partitions with a running merge job whose heartbeat is newer than `fresh_after` (read again right
-        before deleting: a job claimed after view() may be writing now)."""
-        j = s.merge_jobs
-        with self._core.tx() as c:
-            return set(c.execute(sa.select(j.c.partition_id).where(
-                j.c.ongoing_mark > 0, j.c.heartbeat_time >= fresh_after)).scalars())
 
     def delete_small_object_rows(self, ids: Sequence[int]) -> int:
         """Forget small objects whose files reap deleted (covered by their partition's newest manifest)."""
@@ -159,18 +158,27 @@ class Reaping:
     @staticmethod
     def _move_readable_from(c: Connection, partition_ids: set[int]) -> None:
         """A table version is readable while every partition still has the versions it showed then: each table's
-        `readable_from` becomes the newest first retained table version of these partitions whose version 1 is
-        gone, if newer (Versions._table_range reads it; it never moves back)."""
+        `readable_from` becomes the newest first version of these partitions' unbroken runs of versions up to their
+        newest, when that run does not start at version 1 (an older version a tag kept, before a gap, counts for
+        that tag's version alone), if newer (Versions.table_range reads it; it never moves back)."""
         v, t = s.partition_versions, s.tables
+        starts: dict[int, int] = {}
         for chunk in _chunks(sorted(partition_ids)):
-            firsts = (sa.select(v.c.table_id, sa.func.min(v.c.version).label("version"),
-                                sa.func.min(v.c.table_version).label("table_version"))
-                      .where(v.c.partition_id.in_(chunk)).group_by(v.c.table_id, v.c.partition_id).subquery())
-            for table_id, readable_from in c.execute(
-                    sa.select(firsts.c.table_id, sa.func.max(firsts.c.table_version))
-                    .where(firsts.c.version > 1).group_by(firsts.c.table_id)).all():
-                c.execute(t.update().where(t.c.id == table_id, t.c.readable_from < readable_from)
-                          .values(readable_from=readable_from))
+            histories: dict[int, list] = {}
+            for row in c.execute(sa.select(v.c.table_id, v.c.partition_id, v.c.version, v.c.table_version)
+                                 .where(v.c.partition_id.in_(chunk)).order_by(v.c.partition_id, v.c.version.desc())):
+                histories.setdefault(row.partition_id, []).append(row)
+            for history in histories.values():  # newest first
+                first = history[0]
+                for newer, older in zip(history, history[1:], strict=False):
+                    if older.version != newer.version - 1:
+                        break
+                    first = older
+                if first.version > 1:
+                    starts[first.table_id] = max(starts.get(first.table_id, 0), first.table_version)
+        for table_id, readable_from in starts.items():
+            c.execute(t.update().where(t.c.id == table_id, t.c.readable_from < readable_from)
+                      .values(readable_from=readable_from))
 
     def delete_partitions(self, partition_ids: Sequence[int]) -> int:
         """Delete partitions and every row that references them; returns the rows deleted.
@@ -212,10 +220,10 @@ class Reaping:
         t, p = s.tables, s.partitions
         with self._core.tx() as c:
             self._core.ordering_lock(c)
-            dropped = c.execute(sa.select(t.c.dropped_time).where(t.c.id == table_id)).scalar_one()
+            dropped: dt.datetime | None = c.execute(sa.select(t.c.dropped_time).where(t.c.id == table_id)).scalar_one()
             if dropped is None:
                 return 0  # never: only dropped tables come here
-            partition_ids = list(c.execute(sa.select(p.c.id).where(p.c.table_id == table_id)).scalars())
+            partition_ids: list[int] = list(c.execute(sa.select(p.c.id).where(p.c.table_id == table_id)).scalars())
             deleted = self._delete_partition_rows(c, partition_ids)
             # '#' is not allowed in a table name, so the freed name can never collide with a real one.
             c.execute(t.update().where(t.c.id == table_id).values(physical_table_name=f"#reaped-{table_id}"))

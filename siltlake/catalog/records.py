@@ -8,7 +8,12 @@ import datetime as dt
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from siltlake.errors import CatalogError, SiltError
+# UpdateConflict, MergeConflict and VersionOutOfRange are siltlake's public errors (siltlake.errors), named here
+# as before.
+from siltlake.errors import CatalogError
+from siltlake.errors import MergeConflict as MergeConflict
+from siltlake.errors import UpdateConflict as UpdateConflict
+from siltlake.errors import VersionOutOfRange as VersionOutOfRange
 from siltlake.storage.keys import TableLayout
 from siltlake.tabledef import DerivedDef, TableDef
 
@@ -19,18 +24,6 @@ class CatalogReplaced(CatalogError):
 
 class LostMergeJob(CatalogError):
     """The job is no longer ours: another worker took it over after our heartbeat went stale."""
-
-
-class MergeConflict(CatalogError):
-    """The partition's ranges moved since the job planned; its output is not committed."""
-
-
-class UpdateConflict(CatalogError):
-    """A concurrent writer changed the partition since this update (or append) read it: run it again."""
-
-
-class VersionOutOfRange(SiltError):
-    """Time travel to a table version (or time) the table does not have."""
 
 
 class VersionTimeBehind(CatalogError):
@@ -150,9 +143,12 @@ class UnknownObject:
     table_name: str | None
 
 
-# A partition's lifecycle, in order (DESIGN §4): never published, published live, closed (later objects are
+# A partition's lifecycle, in order (docs/design.md): never published, published live, closed (later objects are
 # delayed), switched to its merged versions. Every listing names partition states by these words.
 PARTITION_STATES = ("new", "live", "closed", "switched")
+# A derived table's partitions have no stream, no delayed objects and no merge: built by its last published build
+# and current by its rule, or stale (its next build rewrites them). catalog.derived.derived_table_states says which.
+DERIVED_PARTITION_STATES = ("built", "stale")
 
 
 def partition_state(switched: bool, closed: bool, current_manifest_version: int) -> str:
@@ -180,7 +176,7 @@ class PartitionRow:
 
     @property
     def state(self) -> str:
-        """Where the partition is in its lifecycle (DESIGN §4), one of PARTITION_STATES."""
+        """Where the partition is in its lifecycle (docs/design.md), one of PARTITION_STATES."""
         return partition_state(self.switched, self.closed, self.current_manifest_version)
 
 
@@ -206,7 +202,7 @@ class LocalHost:
     pid: int
     alive: Callable[[int], bool]
 
-    def holds_dead_claim(self, row) -> bool:  # noqa: ANN001 - a merge_jobs row with owner_host and owner_pid
+    def holds_dead_claim(self, row) -> bool:  # a merge_jobs row with owner_host and owner_pid
         return bool(self.dead_claims([row]))
 
     def dead_claims(self, rows: Iterable) -> list:

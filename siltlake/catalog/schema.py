@@ -1,4 +1,4 @@
-"""Catalog tables (DESIGN §3). All times are naive UTC. Migrations must produce exactly this."""
+"""Catalog tables (docs/design.md, "Catalog"). All times are naive UTC. Migrations must produce exactly this."""
 
 from __future__ import annotations
 
@@ -330,7 +330,7 @@ external_removals = sa.Table(
 )
 sa.Index("ix_external_removals_target_table_id", external_removals.c.target, external_removals.c.table_id)
 
-# Derived tables (DESIGN §12): a table (tables row, kind "derived") whose partitions are built from a query.
+# Derived tables (docs/design.md): a table (tables row, kind "derived") whose partitions are built from a query.
 derived_tables = sa.Table(
     "derived_tables",
     metadata,
@@ -410,7 +410,7 @@ metric_history = sa.Table(
 )
 sa.Index("ix_metric_history_sample_time", metric_history.c.sample_time)
 
-# Completed reap runs (DESIGN §8, "Incremental runs"): the next run lists only what changed since the newest
+# Completed reap runs (docs/design.md, "Incremental runs"): the next run lists only what changed since the newest
 # one, and a full sweep runs when none of them within reap.full_sweep_interval was full.
 reap_runs = sa.Table(
     "reap_runs",
@@ -496,7 +496,8 @@ sa.Index("ix_staging_waits_staging_root", staging_waits.c.staging_root)
 # Per appendable staging file (a local, uncompressed one), the "position file": how far its deliveries consumed
 # it (whole records), the file's identity (device:inode) and a CRC-32 of the up to 4 KiB before consumed_end.
 # pending_uri names the delivery of its tail registered and not committed yet (one at a time); state is
-# "appending" or "rewritten" (changed other than by appending: reported once, never loaded again).
+# "appending" or "rewritten" (stopped: changed in a way that cannot be told from a rewrite; reported once, never
+# loaded again until `silt staging resume`).
 staging_positions = sa.Table(
     "staging_positions",
     metadata,
@@ -514,7 +515,18 @@ staging_positions = sa.Table(
     sa.Column("reason", sa.Text, nullable=True),
     sa.Column("watch", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Column("change_time", sa.DateTime, nullable=False),
+    # The file's identity beyond device:inode (revision 0022): the CRC-32 of its first head_length bytes (of the
+    # decompressed stream for a compressed file), a token naming this file's deliveries, whether it was rotated
+    # away (its trailing fragment is final), whether it is compressed, and where a fragment taken as final ended.
+    sa.Column("head_crc", sa.BigInteger, nullable=True),
+    sa.Column("head_length", sa.Integer, nullable=True),
+    sa.Column("generation", sa.String(16), nullable=True),
+    sa.Column("rotated", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("compressed", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("fragment_end", sa.BigInteger, nullable=True),
 )
+sa.Index("ix_staging_positions_file_identity", staging_positions.c.file_identity)
+sa.Index("ix_staging_positions_head_crc", staging_positions.c.head_crc)
 sa.Index("ix_staging_positions_watch", staging_positions.c.staging_root, staging_positions.c.watch,
          staging_positions.c.change_time)
 sa.Index("ix_staging_positions_change_time", staging_positions.c.change_time)
@@ -531,6 +543,8 @@ table_changes = sa.Table(
     sa.Column("op", sa.String(16), nullable=False),
     sa.Column("detail", sa.Text, nullable=False),  # what changed, as the user would write it: ttl_days=30 ...
     sa.Column("definition", sa.Text, nullable=False),  # the table definition from this version on
+    # The definition before it (time travel reads a version with its own definition); NULL before revision 0024.
+    sa.Column("previous_definition", sa.Text, nullable=True),
     sa.UniqueConstraint("table_id", "table_version"),
 )
 
@@ -550,3 +564,37 @@ applied_requests = sa.Table(
     sa.UniqueConstraint("table_id", "request_id"),
 )
 sa.Index("ix_applied_requests_created_at", applied_requests.c.created_at)
+
+# The merge queue's fair shares (0023; docs/design.md "Merge", Fairness): when each level (a schema, a table) was
+# last given a job, as a turn number, so a claim serves the levels that waited longest first. The row with level ""
+# holds the last turn handed out.
+merge_shares = sa.Table(
+    "merge_shares",
+    metadata,
+    sa.Column("level", sa.String(16), primary_key=True),
+    sa.Column("name", sa.String(63), primary_key=True),
+    sa.Column("last_turn", sa.BigInteger, nullable=False),
+)
+
+# Settings a schema gives the tables in it that do not set them themselves (0023; `silt schema set`): the value as
+# JSON. docs/design.md "Settings inherited".
+schema_settings = sa.Table(
+    "schema_settings",
+    metadata,
+    sa.Column("schema_name", sa.String(63), primary_key=True),
+    sa.Column("key", sa.String(32), primary_key=True),
+    sa.Column("value", sa.Text, nullable=False),
+)
+
+# Names given to table versions (0025; Table.tag, `silt table tag`): read as as_of_version="name" and
+# VERSION AS OF 'name'; reap keeps every partition version a tagged table version shows.
+version_tags = sa.Table(
+    "version_tags",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("table_id", sa.Integer, sa.ForeignKey("tables.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("name", sa.String(100), nullable=False),
+    sa.Column("table_version", sa.BigInteger, nullable=False),
+    sa.Column("created_at", sa.DateTime, nullable=False),
+    sa.UniqueConstraint("table_id", "name"),
+)

@@ -13,6 +13,7 @@ from sqlalchemy.engine import Connection
 
 from siltlake.catalog import schema as s
 from siltlake.catalog.core import CatalogCore, table_record
+from siltlake.catalog.positions import note_files
 from siltlake.catalog.records import (
     FailingStagingObject,
     LocalHost,
@@ -84,14 +85,19 @@ class Staging:
             yield from found
             rest = set(chunk).difference(row.uri for row in found)
             if rest:
-                yield from ((uri, None, None) for uri in c.execute(_REGISTERED_UNKNOWN, {"uris": list(rest)}).scalars())
+                unknown: Iterable[str] = c.execute(_REGISTERED_UNKNOWN, {"uris": list(rest)}).scalars()
+                yield from ((uri, None, None) for uri in unknown)
 
-    def register(self, objects: Iterable[tuple[str, int, int, dt.datetime | None]]) -> int:
-        """Register (uri, table_id, size, send_time) rows once each; returns how many were new."""
+    def register(self, objects: Iterable[tuple[str, int, int, dt.datetime | None]], staging_root: str | None = None,
+                 notes: Sequence[dict] = ()) -> int:
+        """Register (uri, table_id, size, send_time) rows once each; returns how many were new. `notes`: the
+        identities of the local files among them (positions.note_files), under `staging_root`."""
         now = utcnow()
         rows = [dict(uri=uri, table_id=table_id, size=size, send_time=send_time, receive_time=now)
                 for uri, table_id, size, send_time in objects]
         with self._core.tx() as c:
+            if notes and staging_root is not None:
+                note_files(self._core, c, staging_root, notes, now)
             new = Counter(row.table_id for row in self._core.insert_new(c, s.staging_objects, "uri", rows, "table_id"))
             self._core.add_staging_totals(c, {table_id: (count, 0, 0) for table_id, count in new.items()})
             return sum(new.values())
@@ -116,7 +122,9 @@ class Staging:
                 put_time, put_size = puts[uri]
                 if resized is not None and registered_size is not None and registered_size != put_size:
                     resized[uri] = registered_size
-                if send_time is not None and put_time is not None and put_time > send_time:
+                # A staging object has both its send time and its size; an unknown object neither.
+                if send_time is not None and registered_size is not None and put_time is not None \
+                        and put_time > send_time:
                     newer.append(Redelivery(uri, put_time, registered_size, put_size))
             return known, [put for put in newer if c.execute(
                 so.update().where(so.c.uri == put.uri, so.c.send_time < put.put_time)
@@ -183,7 +191,7 @@ class Staging:
                      .order_by(so.c.id).limit(limit))
             if self._core.dialect == "postgresql":
                 query = query.with_for_update(skip_locked=True)
-            ids = list(c.execute(query).scalars())
+            ids: list[int] = list(c.execute(query).scalars())
             if not ids:
                 return []
             c.execute(so.update().where(so.c.id.in_(ids)).values(
@@ -253,7 +261,7 @@ class Staging:
             query = sa.select(u.c.uri)
             if uris is not None:
                 query = query.where(u.c.uri.in_(list(uris)))
-            forgotten = list(c.execute(query).scalars())
+            forgotten: list[str] = list(c.execute(query).scalars())
             if forgotten:
                 c.execute(u.delete().where(u.c.uri.in_(forgotten)))
                 so = s.staging_objects

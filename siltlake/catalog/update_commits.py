@@ -40,7 +40,7 @@ def commit_updates_in(core: CatalogCore, c: Connection, writes: Sequence[UpdateW
                 f"partition {base.partition_date} changed while the update ran: version "
                 f"{blocking[0].version} ({blocking[0].commit_op}) was published after version "
                 f"{base.version or 0}, which the update read; run the update again")
-        appended = c.execute(sa.select(sa.func.min(so.c.id)).where(
+        appended: int | None = c.execute(sa.select(sa.func.min(so.c.id)).where(
             so.c.partition_id == base.partition_id, so.c.id > base.upper)).scalar_one()
         if appended is not None:
             raise UpdateConflict(

@@ -1,4 +1,4 @@
-"""Versions (DESIGN §4, §6): publishing partition states (switch, close, live and merged versions), updates,
+"""Versions (docs/design.md): publishing partition states (switch, close, live and merged versions), updates,
 and what readers see of them (reader snapshots, table versions)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from siltlake.catalog import schema as s
-from siltlake.catalog.core import CatalogCore
+from siltlake.catalog.core import CatalogCore, rows_values
 from siltlake.catalog.records import (
     LiveCandidate,
     PartitionView,
@@ -119,10 +119,10 @@ class Versions:
             ordered = sorted(lowers)
             for start in range(0, len(ordered), _IDS_PER_STATEMENT):
                 chunk = ordered[start:start + _IDS_PER_STATEMENT]
-                for pid, oid, size in c.execute(
+                for pid, oid, size in rows_values(c.execute(
                         sa.select(so.c.partition_id, so.c.id, so.c.content_length)
                         .where(so.c.partition_id.in_(chunk), so.c.delayed.is_(False),
-                               so.c.id > min(lowers[pid] for pid in chunk)).order_by(so.c.id)):
+                               so.c.id > min(lowers[pid] for pid in chunk)).order_by(so.c.id))):
                     if oid > lowers[pid]:
                         objects.setdefault(pid, []).append((oid, size))
         return [LiveCandidate(
@@ -149,18 +149,18 @@ class Versions:
                     ranges.setdefault(rr.partition_id, []).append(
                         RangeRow(rr.lower_bound, rr.upper_bound, rr.content_length, rr.row_count, rr.object_key))
             # An upsert's merge version published after the merge job planned holds ids above desired: the
-            # compaction lists those small objects after its ranges ("reorder as compaction + merge", seed 004).
+            # compaction lists those small objects after its ranges ("reorder as compaction + merge", conflict matrix).
             beyond: dict[int, list[tuple[int, bool, int, int]]] = {}
             if rows:
                 so, newest = s.small_objects, self._newest_versions(
                     s.partition_versions.c.partition_id.in_(sa.select(p.c.id).where(*behind)))
-                for pid, oid, delayed, size, count in c.execute(
+                for pid, oid, delayed, size, count in rows_values(c.execute(
                         sa.select(so.c.partition_id, so.c.id, so.c.delayed, so.c.content_length, so.c.row_count)
                         .select_from(so.join(p, p.c.id == so.c.partition_id)
                                      .join(newest, newest.c.partition_id == so.c.partition_id))
                         .where(*behind, newest.c.manifest_key.is_not(None),
                                so.c.id > p.c.desired_manifest_version, so.c.id <= newest.c.covered_upper)
-                        .order_by(so.c.id)):
+                        .order_by(so.c.id))):
                     beyond.setdefault(pid, []).append((oid, delayed, size, count))
         return [SwitchedPartition(row.id, row.table_id, row.partition_date, row.current_manifest_version,
                                   row.desired_manifest_version,
@@ -226,10 +226,10 @@ class Versions:
                 lock = sa.select(p.c.id).where(p.c.id.in_(sorted(by_id))).order_by(p.c.id)
                 if self._core.dialect == "postgresql":
                     c.execute(lock.with_for_update())
-                ahead = {pid for pid, covered in c.execute(
+                ahead = {pid for pid, covered in rows_values(c.execute(
                     sa.select(v.c.partition_id, sa.func.max(v.c.covered_upper))
                     .where(v.c.partition_id.in_(sorted(by_id)), v.c.commit_op == "merge")
-                    .group_by(v.c.partition_id)) if covered is not None and covered > by_id[pid][0].upper}
+                    .group_by(v.c.partition_id))) if covered is not None and covered > by_id[pid][0].upper}
                 cas = [(x.partition_id, x.current, x.desired) for x, _ in merged if x.partition_id not in ahead]
                 moved = set(c.execute(p.update().where(
                     p.c.id.in_([pid for pid, _, _ in cas]),
@@ -250,15 +250,16 @@ class Versions:
                 published_live.append(PublishedVersion(
                     x.partition_id, x.version, "append", x.watermark, x.manifest_key, stamp, x.row_count,
                     x.byte_count, x.covered_upper, number, key))
-            for x, key in merged:
-                if x.partition_id in moved:
-                    number, stamp = table_versions[x.table_id]
+            for m, key in merged:
+                if m.partition_id in moved:
+                    number, stamp = table_versions[m.table_id]
                     published_merged.append(PublishedVersion(
-                        x.partition_id, newest_merged.get(x.partition_id, 0) + 1, "compaction", None, key, stamp,
-                        sum(r.row_count for r in x.ranges) + sum(o[3] for o in x.beyond),
-                        sum(r.content_length for r in x.ranges) + sum(o[2] for o in x.beyond), x.upper,
+                        m.partition_id, newest_merged.get(m.partition_id, 0) + 1, "compaction", None, key, stamp,
+                        sum(r.row_count for r in m.ranges) + sum(o[3] for o in m.beyond),
+                        sum(r.content_length for r in m.ranges) + sum(o[2] for o in m.beyond), m.upper,
                         number, key))
-            table_of = {x.partition_id: x.table_id for x, _ in [*kept_live, *merged]}
+            published: list[tuple[LiveCandidate | SwitchedPartition, str | None]] = [*kept_live, *merged]
+            table_of = {x.partition_id: x.table_id for x, _ in published}
             c.execute(v.insert(), [dict(partition_id=x.partition_id, table_id=table_of[x.partition_id],
                                         version=x.version, commit_op=x.commit_op,
                                         live_watermark=x.live_watermark, manifest_key=x.manifest_key,
@@ -272,7 +273,7 @@ class Versions:
                           .values(current_manifest_version=0))
         return published_live, published_merged
 
-    # --- updates (DESIGN §6) -----------------------------------------------------------------------
+    # --- updates (docs/design.md, "Updates and concurrent writers") --------------------------------------------------
 
     def update_base(self, table_id: int, partition_date: dt.date) -> UpdateBase:
         """Everything one partition holds, as an update reads it (one snapshot)."""
@@ -341,21 +342,27 @@ class Versions:
                     before[(r.partition_id, r.version)] = _version(r)
         return [(r.partition_date, _version(r), before.get((r.partition_id, r.version - 1))) for r in rows]
 
-    def _table_range(self, c: Connection, table_id: int) -> tuple[int, int, dt.datetime | None]:
+    def table_range(self, c: Connection, table_id: int) -> tuple[int, int, dt.datetime | None]:
         """(oldest readable, newest) table version and the oldest one's time (None: no versions yet).
 
         A table version is readable while every partition still has the versions it showed then: the
         oldest readable one is the newest of the first retained versions of partitions whose earlier
         versions were reaped (a partition that never had earlier versions showed nothing before)."""
-        v = s.partition_versions
+        v, tc = s.partition_versions, s.table_changes
         newest = _newest(c, table_id)
         # Kept on the table row by reap as it deletes versions (Reaping.delete_version_rows): not a scan of every
         # partition's versions at each read of an older version.
         oldest = max(1, c.execute(sa.select(s.tables.c.readable_from).where(s.tables.c.id == table_id))
                      .scalar_one_or_none() or 1)
-        oldest_time = c.execute(sa.select(sa.func.min(v.c.created_at)).where(
-            v.c.table_id == table_id, v.c.table_version == oldest)).scalar_one_or_none() if newest else None
-        return oldest, newest, oldest_time
+        if not newest:
+            return oldest, newest, None
+        # A version is a publish (partition versions) or a definition change (a table change): the earlier stamp.
+        times: list[dt.datetime | None] = [c.execute(sa.select(sa.func.min(v.c.created_at)).where(
+                     v.c.table_id == table_id, v.c.table_version == oldest)).scalar_one_or_none(),
+                 c.execute(sa.select(sa.func.min(tc.c.created_at)).where(
+                     tc.c.table_id == table_id, tc.c.table_version == oldest)).scalar_one_or_none()]
+        found = [t for t in times if t is not None]
+        return oldest, newest, min(found) if found else None
 
     def reader_snapshot(self, table_id: int, *, as_of_version: int | None = None,
                         as_of: dt.datetime | None = None, table_name: str = "the table",
@@ -373,8 +380,8 @@ class Versions:
         A switched partition without a merged version yet (published later in the same run) stays live.
         As of a table version (each partition's newest version published in it or before) or a time
         (newest created at or before it): that version exactly; partitions without one are left out.
-        A table version outside the readable range, or a time before the oldest readable version's,
-        raises VersionOutOfRange naming the range.
+        A table version outside the readable range, or a time before the oldest readable version's (the first
+        version's too: the table had no version then), raises VersionOutOfRange naming the range.
         """
         p = s.partitions
         pinned = as_of_version is not None or as_of is not None
@@ -383,7 +390,8 @@ class Versions:
             if pinned:
                 self._check_in_range(c, table_id, table_name, as_of_version, as_of)
             if date_filter is not None:
-                present = c.execute(sa.select(p.c.partition_date).where(p.c.table_id == table_id)).scalars().all()
+                present: list[dt.date] = list(
+                    c.execute(sa.select(p.c.partition_date).where(p.c.table_id == table_id)).scalars())
                 kept = set(date_filter(present))
                 dates = kept if dates is None else kept & set(dates)
             if dates is not None:
@@ -392,7 +400,7 @@ class Versions:
                 values["dates"] = sorted(dates) if len(dates) <= _DATES_IN_QUERY else None
             watermark_query, rows_query = _reader_queries(as_of_version is not None, as_of is not None,
                                                           values.get("dates") is not None)
-            watermark = c.execute(watermark_query).scalar_one()
+            watermark: int = c.execute(watermark_query).scalar_one()
             rows = c.execute(rows_query, values).all()
             if dates is not None:
                 rows = [row for row in rows if row.partition_date in dates]
@@ -411,8 +419,8 @@ class Versions:
                 # branch per partition costs more to build than the rows it saves).
                 lowest = min(lower for lower, _ in live.values())
                 highest = max(upper for _, upper in live.values())
-                for pid, oid in c.execute(_live_objects_query(), {"partition_ids": list(live), "lowest": lowest,
-                                                                 "highest": highest}):
+                for pid, oid in rows_values(c.execute(_live_objects_query(), {
+                        "partition_ids": list(live), "lowest": lowest, "highest": highest})):
                     lower, upper = live[pid]
                     if lower < oid <= upper:
                         objects.setdefault(pid, []).append(oid)
@@ -433,31 +441,59 @@ class Versions:
 
     def _check_in_range(self, c: Connection, table_id: int, table_name: str, as_of_version: int | None,
                         as_of: dt.datetime | None) -> None:
-        oldest, newest, oldest_time = self._table_range(c, table_id)
+        oldest, newest, oldest_time = self.table_range(c, table_id)
         if as_of_version is not None:
             if newest == 0:
                 raise VersionOutOfRange(f"{table_name} has no published versions yet, so it has no version "
                                         f"{as_of_version}; run `silt publish --once`, or read its current state")
-            if not oldest <= as_of_version <= newest:
+            if not oldest <= as_of_version <= newest and not _tagged(c, table_id, as_of_version, newest):
                 raise VersionOutOfRange(
                     f"{table_name} has no version {as_of_version}: its readable versions are {oldest} to {newest}"
                     + (f" (versions before {oldest} were reaped)" if oldest > 1 else ""))
-        if as_of is not None and oldest > 1 and oldest_time is not None and as_of < oldest_time:
+        if as_of is None:
+            return
+        # Before the first version there is no table version to read: refused as as_of_version=0 is, not an
+        # empty read that looks like a table without rows.
+        if newest == 0:
+            raise VersionOutOfRange(f"{table_name} cannot be read as of {as_of.isoformat(sep=' ')} UTC: it has no "
+                                    "published versions yet; run `silt publish --once`, or read its current state")
+        if oldest_time is not None and as_of < oldest_time:
+            if oldest > 1:
+                raise VersionOutOfRange(
+                    f"{table_name} cannot be read as of {as_of.isoformat(sep=' ')} UTC: versions before {oldest} "
+                    f"(published {oldest_time.isoformat(sep=' ')} UTC) were reaped; read as of a later time")
             raise VersionOutOfRange(
-                f"{table_name} cannot be read as of {as_of.isoformat(sep=' ')} UTC: versions before {oldest} "
-                f"(published {oldest_time.isoformat(sep=' ')} UTC) were reaped; read as of a later time")
+                f"{table_name} cannot be read as of {as_of.isoformat(sep=' ')} UTC: its first version (1) was "
+                f"published {oldest_time.isoformat(sep=' ')} UTC, and it had no version before; read as of a later "
+                "time")
 
     def version_at(self, table_id: int, as_of: dt.datetime) -> int | None:
         """The newest table version published at or before `as_of` (data or definition; None: none was)."""
         p, v, tc = s.partitions, s.partition_versions, s.table_changes
         with self._core.snapshot() as c:
-            data = c.execute(sa.select(sa.func.max(v.c.table_version)).where(
+            data: int | None = c.execute(sa.select(sa.func.max(v.c.table_version)).where(
                 v.c.partition_id.in_(sa.select(p.c.id).where(p.c.table_id == table_id)),
                 v.c.created_at <= as_of)).scalar_one_or_none()
-            definition = c.execute(sa.select(sa.func.max(tc.c.table_version)).where(
+            definition: int | None = c.execute(sa.select(sa.func.max(tc.c.table_version)).where(
                 tc.c.table_id == table_id, tc.c.created_at <= as_of)).scalar_one_or_none()
         found = [n for n in (data, definition) if n is not None]
         return max(found) if found else None
+
+    def version_times(self, table_id: int, after: int, upto: int) -> dict[int, dt.datetime]:
+        """When each table version in (after, upto] became readable (naive UTC): the first of its partition versions
+        and table changes, the instant from which version_at finds it."""
+        p, v, tc = s.partitions, s.partition_versions, s.table_changes
+        data = (sa.select(v.c.table_version.label("version"), sa.func.min(v.c.created_at).label("at"))
+                .where(v.c.partition_id.in_(sa.select(p.c.id).where(p.c.table_id == table_id)),
+                       v.c.table_version > after, v.c.table_version <= upto).group_by(v.c.table_version))
+        definition = (sa.select(tc.c.table_version.label("version"), sa.func.min(tc.c.created_at).label("at"))
+                      .where(tc.c.table_id == table_id, tc.c.table_version > after, tc.c.table_version <= upto)
+                      .group_by(tc.c.table_version))
+        times: dict[int, dt.datetime] = {}
+        with self._core.snapshot() as c:
+            for row in [*c.execute(data), *c.execute(definition)]:
+                times[row.version] = min(times.get(row.version, row.at), row.at)
+        return times
 
     def newest(self, table_id: int) -> int:
         """The table's newest table version (0: none yet)."""
@@ -479,14 +515,21 @@ class Versions:
     def table_bounds(self, table_id: int) -> tuple[int, int]:
         """(oldest readable, newest) table version; (1, 0) for a table without versions."""
         with self._core.snapshot() as c:
-            oldest, newest, _ = self._table_range(c, table_id)
+            oldest, newest, _ = self.table_range(c, table_id)
         return oldest, newest
 
 
-def _version(row) -> PublishedVersion:  # noqa: ANN001 - a partition_versions Row
+def _version(row) -> PublishedVersion:  # a partition_versions Row
     return PublishedVersion(row.partition_id, row.version, row.commit_op, row.live_watermark, row.manifest_key,
                             row.created_at, row.row_count, row.byte_count, row.covered_upper, row.table_version,
                             row.file_list_key)
+
+
+def _tagged(c: Connection, table_id: int, version: int, newest: int) -> bool:
+    """Whether a tag names the version: reap kept what it shows, readable_from notwithstanding (catalog.tags)."""
+    t = s.version_tags
+    return 1 <= version <= newest and c.execute(sa.select(t.c.id).where(
+        t.c.table_id == table_id, t.c.table_version == version).limit(1)).first() is not None
 
 
 def _newest(c: Connection, table_id: int) -> int:

@@ -27,7 +27,9 @@ from siltlake.cli import (
     reap,
     restore,
     run,
+    schemas,
     sql,
+    staging,
     status,
     stream,
     tables,
@@ -64,10 +66,10 @@ def main(context: click.Context, config: str | None, debug: bool, log_format: st
 COMMANDS = (
     init.init, tables.table_group, stream.stream, merge.merge, status.status, publish.publish, run.run_command,
     history.history, changes.changes, delete.delete, upsert.upsert_command, update.update_command,
-    restore.restore_command, reap.reap, unknown.unknown_group,
+    restore.restore_command, reap.reap, unknown.unknown_group, staging.staging_group,
     errors.errors_group,
     sql.sql_command, load.guess_command, load.load_command, load.cleanup_command, observing.dashboard_command,
-    derived.derived_group, iceberg.iceberg_group,
+    derived.derived_group, iceberg.iceberg_group, schemas.schema_group,
 )
 for command in COMMANDS:
     main.add_command(command)

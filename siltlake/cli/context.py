@@ -15,7 +15,7 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from siltlake.cli.output import activity, console
+from siltlake.cli.output import activity, console, output_closed, quit_closed_output
 
 # Only what `silt --help` needs is imported here; the commands import the rest (pandas, pyarrow, pyspark,
 # SQLAlchemy and Alembic cost about a second of CPU at start-up).
@@ -30,7 +30,13 @@ class SiltGroup(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
+            result = super().invoke(ctx)
+            sys.stdout.flush()  # now, not at exit: a reader gone by then ends the command as below
+            return result
+        except OSError as exc:  # click's own handling of a closed stdout exits 1, the status of a bug
+            if not output_closed(exc):
+                raise
+            quit_closed_output()
         except click.exceptions.Abort:
             _declined()
         except click.ClickException as exc:
@@ -98,7 +104,7 @@ def needs_spark(what: str) -> Callable[[Callable], Callable]:
     return decorate
 
 
-def described(exc: Exception, catalog: str | None = None):  # noqa: ANN201 - a cli.failures.Failure
+def described(exc: Exception, catalog: str | None = None):  # a cli.failures.Failure
     """What to say about a failure; with --debug its full trace goes to stderr first."""
     from siltlake.cli.failures import describe, print_trace
     from siltlake.errors import debug_enabled
@@ -109,6 +115,8 @@ def described(exc: Exception, catalog: str | None = None):  # noqa: ANN201 - a c
 
 
 def fail(exc: Exception) -> None:
+    if output_closed(exc):  # `silt status | head -3`: no error line (and none could be written to a closed pipe)
+        quit_closed_output()
     context = click.get_current_context(silent=True)
     state = context.find_root().obj if context is not None else None
     deployment = state.get("deployment") if isinstance(state, dict) else None
@@ -165,7 +173,7 @@ def _command_deployment() -> type[Deployment]:
     from siltlake.deployment import Deployment
 
     class CommandDeployment(Deployment):
-        def spark(self):  # noqa: ANN201 - a SparkSession
+        def spark(self):  # a SparkSession
             if self._spark is not None:
                 return self._spark
             with activity("starting Spark…"):
@@ -174,7 +182,10 @@ def _command_deployment() -> type[Deployment]:
     return CommandDeployment
 
 
-def deployment_of(context: click.Context) -> Deployment:
+def deployment_of(context: click.Context, *, ready: bool = True) -> Deployment:
+    """The command's deployment, opened on first use. ready: its catalog is checked first (one query) to be
+    initialised and at this siltlake's revision, so that no command reads a catalog of another schema (a newer
+    siltlake's above all); only `silt init`, which makes it so, passes False."""
     root = context.find_root()
     state = root.obj
     if "deployment" not in state:
@@ -185,4 +196,6 @@ def deployment_of(context: click.Context) -> Deployment:
         state["deployment"] = deployment_class.open(load_config(state.get("config")))
         # Commands run in-process (the demos) would otherwise keep catalog connections until a gc cycle.
         root.call_on_close(state["deployment"].close)
+        if ready:
+            state["deployment"].catalog.check_ready()
     return state["deployment"]

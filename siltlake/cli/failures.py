@@ -1,7 +1,9 @@
 """A command's failure as one line: what failed, where, why, and what to do next.
 
-Exit status 2 means the user can fix it (configuration, paths, permissions, a lost object, the catalog
-or Spark unreachable, a bad query); 1 means an unexpected error, a bug worth reporting with its trace.
+Exit status 2 means the user can fix it (configuration, paths, permissions, a lost object, Spark unreachable, a
+bad query, the catalog unreachable); 75 (RETRYABLE) that a concurrent writer committed first, nothing was committed
+and running the command again is safe (siltlake.RetryableConflict); 1 means an unexpected error, a bug worth
+reporting with its trace.
 """
 
 from __future__ import annotations
@@ -14,10 +16,13 @@ import sys
 import traceback
 from dataclasses import dataclass
 
-from siltlake.errors import missing_data_file
+from siltlake.errors import RETRYABLE_EXIT, missing_data_file
 
 USER_ERROR = 2
 UNEXPECTED = 1
+# Scripts rerun on it at once. An outage (the catalog down) stays 2 as before: both of its paths (siltlake's
+# CatalogUnreachable, a driver's error) say the same, and rerunning at once rarely helps.
+RETRYABLE = RETRYABLE_EXIT
 
 # Names a Python exception has in a Spark worker's traceback, for the ones the user fixes.
 _OS_ERRORS = {"OSError", "IOError", "PermissionError", "FileNotFoundError", "IsADirectoryError",
@@ -150,8 +155,10 @@ def describe(exc: BaseException, catalog: str | None = None) -> Failure:
 
 
 def _describe(exc: BaseException, catalog: str | None) -> Failure:
-    from siltlake.errors import SiltError
+    from siltlake.errors import RetryableConflict, SiltError
 
+    if isinstance(exc, RetryableConflict):
+        return Failure(str(exc), RETRYABLE)
     if isinstance(exc, SiltError):
         return Failure(str(exc), USER_ERROR)
     if isinstance(exc, OSError) and not _is_spark(exc):

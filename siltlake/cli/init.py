@@ -18,7 +18,7 @@ from siltlake.cli.output import console, write_json
 @friendly
 def init(context: click.Context, claim: bool, as_json: bool) -> None:
     """Create or upgrade the catalog and storage roots; register this deployment's instance key."""
-    deployment = deployment_of(context)
+    deployment = deployment_of(context, ready=False)  # init makes it ready
     key = deployment.init(claim=claim)
     # Password masked: init output ends up in terminals' scrollback and in logs.
     catalog = deployment.catalog

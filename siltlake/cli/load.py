@@ -14,7 +14,7 @@ from siltlake.cli.output import Column, console, format_value, grid, out, report
 class _BarProgress:
     """A bar over the input bytes, its label counting tasks and records read."""
 
-    def __init__(self, bar) -> None:  # noqa: ANN001 - a rich Progress
+    def __init__(self, bar) -> None:  # a rich Progress
         self.bar = bar
         self.tasks = self.done = self.records = 0
         self.task_id = None

@@ -74,7 +74,6 @@ def merge(context: click.Context, once: bool, now_text: str | None, slots: int |
     now = parse_now(now_text)
     clock = (lambda: now) if now is not None else utcnow
     deployment = deployment_of(context)
-    deployment.catalog.check_ready()
     table_ids = [deployment.catalog.tables.get(table_name).id] if table_name else None
     if retry_failed:
         count = 0

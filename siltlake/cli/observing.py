@@ -97,7 +97,6 @@ def dashboard_command(context: click.Context, bind: str, port: int) -> None:
     merge throughput (the history the daemons sample into the catalog), partitions by state, recent failures
     and unknown objects; and /metrics. Binds to 127.0.0.1 unless --bind says otherwise. Ctrl-C stops."""
     deployment = deployment_of(context)
-    deployment.catalog.check_ready()
     server = serve(deployment, bind, port, dashboard=True)
     stop = threading.Event()
     try:

@@ -63,7 +63,7 @@ now_option = click.option("--now", "now_text", is_flag=False, flag_value="", def
                           help=NOW_HELP)
 
 
-def parse_now(value: str | None):  # noqa: ANN201 - a naive UTC datetime or None
+def parse_now(value: str | None):  # a naive UTC datetime or None
     """--now's value as naive UTC; None when --now is not given or given without a time (the current time)."""
     if not value:
         return None

@@ -9,13 +9,17 @@ pipe gets the same shapes everywhere: JSON is one document (a list of objects, o
 from __future__ import annotations
 
 import csv
+import errno
 import json
+import os
 import re
+import select
+import signal
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 from rich import box
@@ -39,6 +43,37 @@ from rich.text import Text
 
 # Wide enough for any line silt prints; a table only takes the width its cells need.
 _PIPE_WIDTH = 100_000
+# The status a shell reports for a Unix tool stopped by SIGPIPE: its reader (`| head -3`) went away.
+CLOSED_OUTPUT = 128 + signal.SIGPIPE
+
+
+def _reader_gone(stream: Any) -> bool:
+    """Whether the stream is a pipe (or socket) whose reading end is closed: poll says POLLERR or POLLHUP."""
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):  # a test's captured stream: no descriptor
+        return False
+    poller = select.poll()
+    poller.register(fd, 0)  # POLLERR and POLLHUP are reported whatever is asked for
+    return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+
+
+def output_closed(exc: BaseException) -> bool:
+    """Whether a failure is a write to stdout or stderr after its reader went away, not a pipe or socket of
+    the command's own (a worker's, a server's): those stay failures."""
+    return (isinstance(exc, OSError) and exc.errno == errno.EPIPE
+            and (_reader_gone(sys.stdout) or _reader_gone(sys.stderr)))
+
+
+def quit_closed_output() -> NoReturn:
+    """End as a Unix tool whose reader went away: quietly, status 141. The closed streams now write to /dev/null,
+    so that nothing said later (and no flush at exit) fails again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for stream in (sys.stdout, sys.stderr):
+        if _reader_gone(stream):
+            os.dup2(devnull, stream.fileno())
+    os.close(devnull)
+    raise SystemExit(CLOSED_OUTPUT)
 
 
 # What a terminal acts on instead of showing: C0 controls (ESC starts a sequence that can retitle the window,
@@ -80,6 +115,11 @@ class _Console(Console):
                 yield segment
             else:
                 yield Segment(visible(segment.text, keep="\n"), segment.style, segment.control)
+
+    def on_broken_pipe(self) -> None:
+        """Rich's own handling exits 1, the status of a bug: a closed reader ends the command as it ends others."""
+        self.quiet = True
+        quit_closed_output()
 
     def rule(self, *args: Any, **kwargs: Any) -> None:
         """A rule spans a terminal, or 100 columns where lines have no width (a rule has no length of its own)."""

@@ -68,7 +68,7 @@ def publish(context: click.Context, once: bool, now_text: str | None, interval: 
     console.print(f"publishing every {wait:g}s; Ctrl-C stops")
     failed = retrying("publish run failed")
 
-    def on_report(report) -> None:  # noqa: ANN001 - a PublishReport
+    def on_report(report) -> None:  # a PublishReport
         observe_report("publish", report)
         print_publish_report(report)
 

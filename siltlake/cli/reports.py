@@ -101,7 +101,7 @@ def print_merge_report(report: MergeReport) -> None:
                       highlight=False)
 
 
-def print_merge_schedule(scheduled: int, next_due, now) -> None:  # noqa: ANN001 - naive UTC datetimes
+def print_merge_schedule(scheduled: int, next_due, now) -> None:  # naive UTC datetimes
     """After `merge --once`: the jobs left for later, so "0 jobs" right after a stream is not a riddle."""
     if not scheduled:
         console.print("no merge jobs scheduled for later", highlight=False)

@@ -117,8 +117,10 @@ def run_in_terminal(deployment: Deployment, console: Console, metrics_port: int 
         # PySpark replaced the SIGINT handler while starting (it cancels jobs and raises KeyboardInterrupt).
         signal.signal(signal.SIGINT, on_signal)
         if host.connect_url:
-            console.print(f"Spark Connect: {host.connect_url} (`silt sql --engine spark` and notebooks: "
-                          f"SparkSession.builder.remote({host.connect_url!r}))", highlight=False)
+            token_file = deployment.config.spark.connect_token_file
+            console.print(f"Spark Connect: {host.connect_url}, clients send the token in {token_file} (`silt sql "
+                          "--engine spark` does; notebooks: siltlake.spark.connect_session(load_config().spark))",
+                          highlight=False)
         if not host.stop_event.is_set():
             host.start()
         # Short joins keep the main thread free to run the signal handler.

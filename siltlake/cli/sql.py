@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from siltlake.deployment import Deployment
+    from siltlake.read.plan import QueryPlan
 
 ENGINE_HELP = ("auto: DuckDB over the exact file lists when the query translates faithfully (the same answer as "
                "Spark's), else Spark; duckdb: DuckDB or an error saying why not; spark: always Spark.")
@@ -37,6 +38,16 @@ def sql_command(context: click.Context, query: str, fmt: str, limit: int, engine
     tree = checked_query(query)
     deployment = deployment_of(context)
     plan = plan_query(tree, deployment)
+    from siltlake.spark import time_bound
+
+    with time_bound(deployment.config.sql.timeout, "sql.timeout", "the query"):
+        columns, rows = _run(deployment, query, plan, engine, limit)
+    _show(fmt, columns, rows, limit)
+
+
+def _run(deployment: Deployment, query: str, plan: QueryPlan, engine: str, limit: int) -> tuple[list[str], list]:
+    """The query's column names and at most limit + 1 rows (one more than shown: whether the limit cut them), from
+    DuckDB when it gives Spark's answer (and the engine allows), else from Spark."""
     if engine != "spark":
         from siltlake.errors import SiltError
         from siltlake.read.duck import faithful, run_plan
@@ -44,28 +55,26 @@ def sql_command(context: click.Context, query: str, fmt: str, limit: int, engine
 
         try:
             translation = faithful(plan, deployment)
+            with activity("running the query on DuckDB…"):
+                rows = run_plan(plan, deployment, translation, limit + 1)
         except NotFaithful as exc:
             if engine == "duckdb":
                 raise SiltError(f"--engine duckdb: this query may not give Spark's answer on DuckDB ({exc}); run "
                                 "it with --engine spark or auto") from None
         else:
-            with activity("running the query on DuckDB…"):
-                rows = run_plan(plan, deployment, translation, limit + 1)
-            _show(fmt, translation.columns, rows, limit)
-            return
+            return translation.columns, rows
     from siltlake.read import sql
-    from siltlake.spark import is_remote
+    from siltlake.spark import bound_session, is_remote
 
-    spark = _spark_session(deployment)
+    spark = bound_session(_spark_session(deployment))  # a Spark Connect session is tagged here
     try:
         with activity("running the query…"):
             frame = sql(spark, query, deployment, plan=plan)
-            rows = frame.limit(limit + 1).collect()  # one more than shown: whether the limit cut the result
-        columns = frame.columns
+            rows = frame.limit(limit + 1).collect()
+        return frame.columns, rows
     finally:
         if is_remote(spark):
             spark.stop()  # ends this client's session on the server (its temp views), not the server
-    _show(fmt, columns, rows, limit)
 
 
 def _spark_session(deployment: Deployment) -> SparkSession:

@@ -39,8 +39,7 @@ def status(context: click.Context, fmt: str) -> None:
     table)."""
     from dataclasses import asdict
 
-    deployment = deployment_of(context)  # first: it imports the catalog with the start-up GC pause
-    deployment.catalog.check_ready()
+    deployment = deployment_of(context)  # first: it imports the catalog with the start-up GC pause; checks it
     from siltlake.clock import utcnow
     from siltlake.hosts import local_host
 
@@ -87,11 +86,11 @@ def status(context: click.Context, fmt: str) -> None:
                       highlight=False, soft_wrap=True)
 
 
-def _waited(first_seen, now) -> float | None:  # noqa: ANN001 - naive UTC datetimes
+def _waited(first_seen, now) -> float | None:  # naive UTC datetimes
     return (now - first_seen).total_seconds() if first_seen is not None else None
 
 
-def _print_settling(settling, rewritten, now) -> None:  # noqa: ANN001 - catalog.positions' summary and positions
+def _print_settling(settling, rewritten, now) -> None:  # catalog.positions' summary and positions
     """Local staging files still being written (not taken yet) and files rewritten in place (never loaded
     again): docs/design.md, "Files written in place and appended to"."""
     for item in settling:
@@ -100,8 +99,12 @@ def _print_settling(settling, rewritten, now) -> None:  # noqa: ANN001 - catalog
                       f"wait to settle (the oldest for {format_age(_waited(item.oldest_first_seen, now))}; "
                       "stream.settle_time, stream.settle_limit)", highlight=False)
     if rewritten:
-        out.print("[bold]staging files rewritten in place[/] (changed other than by appending: their new bytes are "
-                  "not loaded; put new data under a new key)", highlight=False)
+        out.print("[bold]staging files whose following stopped[/] (rewritten in place, or their delivery failed: "
+                  "their new bytes are not loaded; `silt staging resume URI --from-offset N` follows one again)",
+                  highlight=False)
         for position in rewritten:
+            stopped = (shown(position.reason or '') if position.state == "rewritten" else
+                       f"its delivery {shown(position.pending_uri or '')} is an unknown object (`silt unknown list`)")
             out.print(f"  [red]rewritten in place[/] {shown(position.uri)} ({position.change_time:%Y-%m-%d %H:%M:%S}"
-                      f" UTC): {shown(position.reason or '')}", highlight=False, soft_wrap=True)
+                      f" UTC; loaded up to offset {position.consumed_end or 0:,}): {stopped}", highlight=False,
+                      soft_wrap=True)

@@ -60,7 +60,11 @@ def stream(context: click.Context, once: bool, interval: float | None, as_json: 
             write_json({**report.__dict__, "dropped_by_object": [vars(item) for item in report.dropped_by_object]})
         else:
             print_stream_report(report, deployment.staging.root)
-        if report.failed or report.rewritten or report.changed_reputs:
+        stopped = deployment.catalog.positions.rewritten()  # following stopped, whenever it was found
+        if stopped and not report.rewritten:
+            console.print(f"{len(stopped)} staging files whose following stopped (`silt status`; `silt staging "
+                          "resume`)", highlight=False)
+        if report.failed or report.rewritten or report.changed_reputs or stopped:
             sys.exit(1)
         return
     from siltlake.observe.metrics import observe_error, observe_report
@@ -73,7 +77,7 @@ def stream(context: click.Context, once: bool, interval: float | None, as_json: 
     console.print("streaming; Ctrl-C stops after the current round")
     failed = retrying("stream round failed")
 
-    def on_report(report) -> None:  # noqa: ANN001 - a StreamReport
+    def on_report(report) -> None:  # a StreamReport
         observe_report("stream", report)
         print_stream_report(report, deployment.staging.root)
 

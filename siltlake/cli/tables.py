@@ -93,8 +93,9 @@ def table_show(context: click.Context, name: str, fmt: str) -> None:
     record = deployment.catalog.tables.get(name)
     d = record.definition
     partitions = partition_rows(deployment, record.id)
+    sources = deployment.catalog.tables.setting_sources(record) if d.kind == "log" else {}
     if fmt == "json":
-        write_json({**_described(record), "partitions": partitions})
+        write_json({**_described(record), "settings_from": sources, "partitions": partitions})
         return
     if fmt == "csv":
         emit(fmt, PARTITION_COLUMNS, partitions)
@@ -104,14 +105,21 @@ def table_show(context: click.Context, name: str, fmt: str) -> None:
     if d.kind == "derived":  # dt comes from its query; its rule and sources: `silt derived show`
         settings += [("format", d.format), ("codec", d.codec), ("defined by", f"silt derived show {d.qualified_name}")]
     else:
+        def sourced(key: str, value: str) -> str:  # where an inheritable value comes from, unless the table's own
+            return value if sources[key] == "table" else f"{value} (from {sources[key]})"
+
         settings += [("time column", d.time_column), ("time zone", d.timezone), ("naive times in", d.naive_zone),
-                     ("merge interval", format_duration(d.merge_interval)), ("format", d.format), ("codec", d.codec),
+                     ("merge interval", sourced("merge_interval", format_duration(d.merge_interval))),
+                     ("format", d.format), ("codec", sourced("codec", d.codec)),
                      ("error policy", d.error_policy), ("unknown fields", d.unknown_fields),
-                     ("epoch unit", d.epoch_unit), ("ttl", f"{d.ttl_days} days" if d.ttl_days else "none")]
+                     ("epoch unit", d.epoch_unit),
+                     ("ttl", sourced("ttl_days", f"{d.ttl_days} days" if d.ttl_days else "none")),
+                     ("merge mode", sourced("merge_mode", d.merge_mode)),
+                     ("merged object size", sourced("merged_object_size", format_size(d.merged_object_size))),
+                     ("merge batch size", str(d.merge_batch_size))]
     if d.keyed:
         settings.append(("primary key", ", ".join(d.primary_key)))
-        if d.sequence_column:
-            settings.append(("sequence column", d.sequence_column))
+        settings.append(("sequence column", d.sequence_column or "none: the last committed row wins"))
     out.print(Text(d.qualified_name, style="bold"))
     out.print(Text("  ".join(f"{label}: {value}" for label, value in settings)))
     out.print(grid([Column("column"), Column("type"), Column("nullable"), Column("source field")],
@@ -238,8 +246,9 @@ def table_drop_column(context: click.Context, name: str, column: str, yes: bool,
 @friendly
 def table_set(context: click.Context, name: str, assignments: tuple[str, ...], dry_run: bool, as_json: bool) -> None:
     """Change table properties: ttl_days (days or none), merge_mode, merge_interval, merged_object_size,
-    row_group_bytes, codec, error_policy, unknown_fields. Each daemon follows them from its next run; the change
-    is a table version of its own (`silt history`)."""
+    row_group_bytes, codec, error_policy, unknown_fields, merge_batch_size. Of those a table inherits (merge_mode,
+    merged_object_size, ttl_days, codec, merge_interval), KEY=inherit takes the schema's value again (`silt schema
+    set`). Each daemon follows them from its next run; the change is a table version of its own (`silt history`)."""
     record, change = deployment_of(context).catalog.tables.set_properties(name, assignments, dry_run=dry_run)
     document = {"action": "set", "dry_run": dry_run, "changed": change.detail if change else None,
                 "table_version": change.table_version if change and not dry_run else None, **_described(record)}
@@ -281,3 +290,37 @@ def table_drop(context: click.Context, name: str, yes: bool, dry_run: bool, as_j
     record = tables.drop(name, dry_run=dry_run)
     report(as_json, {"action": "drop", "dry_run": dry_run, **_described(record)},
            _would(dry_run, f"dropped {name}; `silt reap` deletes its objects", f"drop {name}"))
+
+
+@table_group.command("tag")
+@click.argument("name")
+@click.argument("tag", required=False)
+@click.option("--version", "version", type=int, default=None, metavar="N",
+              help="The table version the tag names (default: the newest).")
+@click.option("--move", is_flag=True, help="Let a tag that names another version name this one.")
+@click.option("--remove", is_flag=True, help="Forget the tag: its version is then reaped as any other.")
+@json_option
+@click.pass_context
+@friendly
+def table_tag(context: click.Context, name: str, tag: str | None, version: int | None, move: bool, remove: bool,
+              as_json: bool) -> None:
+    """Name a table version: read it as VERSION AS OF 'TAG' in `silt sql` (as_of_version="TAG" in Python); reap
+    keeps what a tagged version shows, however old. Without TAG, list the table's tags."""
+    from siltlake.lake import Lake
+
+    table = Lake(deployment_of(context)).table(name)
+    if tag is None:
+        if move or remove or version is not None:
+            raise click.UsageError("give the TAG to make, move or remove")
+        tags = table.tags
+        report(as_json, {"action": "tags", "table": table.name, "tags": tags},
+               ", ".join(f"{key}: version {value}" for key, value in tags.items()) or f"{table.name} has no tags")
+        return
+    if remove:
+        gone = table.untag(tag)
+        report(as_json, {"action": "untag", "table": table.name, "tag": tag, "table_version": gone.table_version},
+               f"{table.name}: tag {tag} (version {gone.table_version}) removed")
+        return
+    made = table.tag(tag, version, move=move)
+    report(as_json, {"action": "tag", "table": table.name, "tag": tag, "table_version": made.table_version},
+           f"{table.name}: tag {tag} names version {made.table_version}")

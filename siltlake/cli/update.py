@@ -9,7 +9,7 @@ import click
 from siltlake.cli.context import deployment_of, friendly, needs_spark
 from siltlake.cli.options import parse_now
 from siltlake.cli.output import activity
-from siltlake.cli.writes import chosen_partitions, partition_options, print_updates, write_options
+from siltlake.cli.writes import chosen_table, partition_options, print_updates, write_options
 
 
 def _assignments(values: tuple[str, ...]) -> dict[str, str]:
@@ -32,7 +32,8 @@ def _assignments(values: tuple[str, ...]) -> dict[str, str]:
               help="A column and its new value, a Spark SQL expression over the row (a text in quotes: "
               "action='login'); repeat the option for several columns.")
 @click.option("--where", "where", default=None, help="Spark SQL predicate over the table's columns; the rows "
-              "where it is true are updated (default: every row of the partitions given).")
+              "where it is true are updated (default: every row of the partitions given). Without --date or "
+              "--all-dates, its conditions on dt choose the partitions.")
 @partition_options
 @write_options
 @click.pass_context
@@ -41,17 +42,15 @@ def _assignments(values: tuple[str, ...]) -> dict[str, str]:
 def update_command(context: click.Context, name: str, assignments: tuple[str, ...], where: str | None,
                    dates: tuple[dt.date, ...], all_dates: bool, now_text: str | None, request_id: str | None,
                    dry_run: bool, as_json: bool) -> None:
-    """Set columns of the rows of NAME matching --where in every partition given, as one table version
-    stamped with --now's time (an `update` of each partition with a matching row): readers see all of it or
-    none. Primary key columns are not set. With --dry-run the matching rows are counted, nothing is written."""
-    from siltlake.publish.row_updates import update_rows
-
+    """Set columns of the rows of NAME matching --where in every partition given (neither --date nor --all-dates:
+    those --where's conditions on dt allow, every one without them), as one table version stamped with --now's time
+    (an `update` of each partition with a matching row): readers see all of it or none. Primary key columns are not
+    set. With --dry-run the matching rows are counted, nothing is written."""
     values = _assignments(assignments)
     now = parse_now(now_text)
-    deployment = deployment_of(context)
-    wanted = chosen_partitions(deployment, name, dates, all_dates)
+    table, given, count = chosen_table(deployment_of(context), name, where, dates, all_dates, "update")
     with activity(f"updating {name}…") as step:
-        report = update_rows(
-            deployment, name, values, where, wanted, request_id=request_id, now=now, dry_run=dry_run,
-            progress=lambda done, date: step(f"updating {name} dt={date} ({done + 1} of {len(wanted)} partitions)…"))
+        report = table.update(
+            values, where, dates=given, request_id=request_id, now=now, dry_run=dry_run,
+            progress=lambda done, date: step(f"updating {name} dt={date} ({done + 1} of {count} partitions)…"))
     print_updates(report, as_json=as_json, dry_run=dry_run, changed="set")

@@ -30,6 +30,7 @@ def read_rows(path: Path, definition: TableDef) -> pa.Table:
     import pyarrow.parquet as pq
 
     from siltlake.errors import SiltError
+    from siltlake.records.nesting import MAX_FAST_DEPTH, nests_within
 
     suffix = path.suffix.lower()
     if not path.is_file():
@@ -39,9 +40,12 @@ def read_rows(path: Path, definition: TableDef) -> pa.Table:
         if suffix == ".parquet":
             return pq.read_table(path)
         if suffix in (".jsonl", ".ndjson", ".json"):
-            present = set(pjson.read_json(path).column_names)  # the explicit schema names only these
+            data = path.read_bytes()
+            if not nests_within(data):  # pyarrow's inference would overflow its stack (records.nesting)
+                raise SiltError(f"cannot read {path}: a line nests deeper than {MAX_FAST_DEPTH} levels")
+            present = set(pjson.read_json(pa.BufferReader(data)).column_names)  # the explicit schema names these
             schema = pa.schema([(name, kind) for name, kind in types.items() if name in present])
-            return pjson.read_json(path, parse_options=pjson.ParseOptions(explicit_schema=schema))
+            return pjson.read_json(pa.BufferReader(data), parse_options=pjson.ParseOptions(explicit_schema=schema))
         if suffix == ".csv":
             # Times stay as read (text or naive UTC) and are cast with the rest: CSV's own parser wants one form.
             return pcsv.read_csv(path, convert_options=pcsv.ConvertOptions(column_types={
@@ -78,9 +82,11 @@ def upsert_command(context: click.Context, name: str, file: Path | None, query: 
     with activity(f"upserting into {name}…") as step:
         if query is not None:
             from siltlake.read import sql
+            from siltlake.spark import time_bound
 
             step("running the query…")
-            rows = sql(deployment.spark(), query, deployment).toArrow()
+            with time_bound(deployment.config.sql.write_timeout, "sql.write_timeout", "upsert --sql"):
+                rows = sql(deployment.spark(), query, deployment).toArrow()
         else:
             assert file is not None
             rows = read_rows(file, record.definition)

@@ -4,7 +4,7 @@ partition rewrite (asking before a change: cli.context.confirm)."""
 from __future__ import annotations
 
 import datetime as dt
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -13,6 +13,7 @@ from siltlake.cli.output import Column, format_count, grid, out, write_json
 
 if TYPE_CHECKING:
     from siltlake.deployment import Deployment
+    from siltlake.lake import Table
     from siltlake.publish.requests import UpdatesReport
 
 REQUEST_ID_HELP = ("An id of this write (e.g. a UUID) that makes it exactly-once: run again with the same id, it "
@@ -21,27 +22,32 @@ REQUEST_ID_HELP = ("An id of this write (e.g. a UUID) that makes it exactly-once
 request_id_option = click.option("--request-id", default=None, metavar="ID", help=REQUEST_ID_HELP)
 
 
-def write_options(command):  # noqa: ANN001, ANN201 - a click decorator
+def write_options(command):  # a click decorator
     """The options every row-writing command takes: --now, --request-id, --dry-run, --json."""
     for option in (json_option, dry_run_option, request_id_option, now_option):
         command = option(command)
     return command
 
 
-def partition_options(command):  # noqa: ANN001, ANN201 - a click decorator
-    """--date (repeatable) and --all-dates: the partitions a command rewrites (read by chosen_partitions)."""
+def partition_options(command):  # a click decorator
+    """--date (repeatable) and --all-dates: the partitions a command rewrites (read by chosen_table)."""
     command = click.option("--all-dates", is_flag=True, help="Every partition of the table.")(command)
     return date_option(multiple=True)(command)
 
 
-def chosen_partitions(deployment: Deployment, name: str, dates: tuple[dt.date, ...], all_dates: bool
-                      ) -> list[dt.date]:
-    """The partitions `--date` (repeatable) or `--all-dates` names: exactly one of them must be given. An unknown
-    table is refused here, before any work."""
-    if bool(dates) == all_dates:
-        raise click.UsageError("give the partitions: --date YYYY-MM-DD (repeatable) or --all-dates")
-    record = deployment.catalog.tables.get(name)
-    return [p.partition_date for p in deployment.catalog.partitions.list(record.id)] if all_dates else list(dates)
+def chosen_table(deployment: Deployment, name: str, where: str | None, dates: tuple[dt.date, ...], all_dates: bool,
+                 operation: str) -> tuple[Table, Any, int]:
+    """The table, the partitions `--date`/`--all-dates` give as Table.delete/update take them (neither: None, the
+    days --where's conditions on dt allow), and how many partitions that is (Table.write_partitions, the one
+    resolver: a predicate that uses dt wrongly is refused here, before any work)."""
+    from siltlake.lake import Lake
+
+    if dates and all_dates:
+        raise click.UsageError("give --date YYYY-MM-DD (repeatable) or --all-dates, not both")
+    table = Lake(deployment).table(name)  # an unknown table is refused here
+    given = "all" if all_dates else list(dates) or None
+    wanted, _ = table.write_partitions(where, given, operation)
+    return table, given, len(wanted)
 
 
 def print_updates(report: UpdatesReport, *, as_json: bool, dry_run: bool, changed: str) -> None:

@@ -18,7 +18,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 from rich import box
@@ -27,6 +27,9 @@ from rich.table import Table
 from siltlake.cli.output import out
 from siltlake.demo.sample import SampleSummary, generate_sample, write_table_definition
 from siltlake.storage import keys
+
+if TYPE_CHECKING:
+    from siltlake.deployment import Deployment
 
 console = out  # the CLI's: piped into a log, its tables keep their width
 DEMO_DIR = Path("build/demo")
@@ -59,7 +62,7 @@ class Demo:
         self.sample = sample
         self.incoming = Path("incoming")  # what the shippers will write, by key, until its time comes
         self.delivered: set[str] = set()
-        self.deployment = None
+        self._deployment: Deployment | None = None
         self.timeline: list[tuple[str, dict[str, int], dict[str, int]]] = []
         self.sampled_until: dt.datetime | None = None
 
@@ -101,13 +104,7 @@ class Demo:
                     out.write((self.incoming / key).read_bytes())
                 (self.incoming / key).unlink()
             else:
-                target = staging / key
-                target.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(self.incoming / key, target)
-                # The put time a shipper's write gives the file, on the simulated clock: freshness (put to
-                # visible) is then measured on one clock with the publish runs'.
-                stamp = int(shipped.timestamp() * 1_000_000) * 1000
-                os.utime(target, ns=(stamp, stamp))
+                move_shipped(self.incoming / key, staging / key, shipped)
             self.delivered.add(key)
             count += 1
         console.print(f"[dim]{count} staging objects arrived (shipped before {until:%m-%d %H:%M} JST); "
@@ -118,7 +115,13 @@ class Demo:
         from siltlake.config import load_config
         from siltlake.deployment import Deployment
 
-        self.deployment = Deployment.open(load_config())
+        self._deployment = Deployment.open(load_config())
+
+    @property
+    def deployment(self) -> Deployment:
+        """The deployment open_deployment opened: every step after the sample's comes after it."""
+        assert self._deployment is not None
+        return self._deployment
 
     def publish(self, at: dt.datetime) -> None:
         """`silt publish --once --now AT`, then the dashboard's sample of the half hour ending at AT (what a
@@ -203,7 +206,7 @@ class Demo:
         return found
 
 
-def file_counts(deployment: Any) -> dict[str, int]:  # noqa: ANN401 - a Deployment
+def file_counts(deployment: Any) -> dict[str, int]:  # a Deployment
     if S3:  # one listing of each root (a few LIST requests: a thousand keys each)
         from fnmatch import fnmatchcase
 
@@ -219,7 +222,7 @@ def file_counts(deployment: Any) -> dict[str, int]:  # noqa: ANN401 - a Deployme
     }
 
 
-def engine_counts(deployment: Any) -> dict[str, int]:  # noqa: ANN401 - a Deployment
+def engine_counts(deployment: Any) -> dict[str, int]:  # a Deployment
     """The current row count of web.access through Spark, DuckDB (over the newest version's exact file
     list) and PyIceberg (the Iceberg table's current snapshot)."""
     import duckdb
@@ -242,6 +245,16 @@ def engine_counts(deployment: Any) -> dict[str, int]:  # noqa: ANN401 - a Deploy
 
 def records(result: dict[str, tuple]) -> dict[str, int]:
     return {date: values[0] for date, values in result.items()}
+
+
+def move_shipped(source: Path, target: Path, shipped: dt.datetime) -> None:
+    """Move a sample object into a local staging root with the put time its shipper's write gave it, on the
+    simulated clock: freshness (put to visible) is measured on one clock with the publish runs', and a whole
+    object shipped long ago is no file still being written (a record cut short in it is final at once)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(source, target)
+    stamp = int(shipped.timestamp() * 1_000_000) * 1000
+    os.utime(target, ns=(stamp, stamp))
 
 
 def late(key: str, shipped: dt.datetime) -> bool:

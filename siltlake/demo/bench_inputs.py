@@ -62,7 +62,7 @@ def _lines_buffer(pool, times_us, pick_seed: int):
 
     count = len(times_us)
     offset = random.Random(pick_seed).randrange(len(pool))
-    tails = []
+    tails: list[pa.Array] = []
     while sum(len(t) for t in tails) < count:
         tails.append(pool[offset: offset + count - sum(len(t) for t in tails)])
         offset = 0

@@ -27,11 +27,11 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import click
 
-from siltlake.demo.__main__ import START, jst, late
+from siltlake.demo.__main__ import START, jst, late, move_shipped
 from siltlake.demo.sample import generate_sample, write_table_definition
 
 DEMO_DIR = Path("build/cluster-demo")
@@ -41,7 +41,16 @@ DATABASES = {"cluster": "silt_cluster_demo", "local": "silt_cluster_demo_local"}
 INSTANCE_KEY = "clusterdemo"
 # Three servers (the demo's late one, web03, among them), six objects each per day: about 40 staging
 # objects, 1,800 good records, 10 bad records and 5 malformed objects over two days.
-SAMPLE = {"days": 2, "servers": 3, "objects_per_server_day": 6, "records_per_object": 50}
+class SampleSize(TypedDict):
+    """generate_sample's sizes."""
+
+    days: int
+    servers: int
+    objects_per_server_day: int
+    records_per_object: int
+
+
+SAMPLE: SampleSize = {"days": 2, "servers": 3, "objects_per_server_day": 6, "records_per_object": 50}
 # Two executors of one core each: one per worker (the master spreads them out).
 CLUSTER_CONF = {"spark.executor.memory": "512m", "spark.executor.cores": "1", "spark.cores.max": "2",
                 "spark.sql.shuffle.partitions": "4"}
@@ -76,8 +85,7 @@ def deliver(shipped: dict[str, dt.datetime], incoming: Path, staging: Path, unti
         source = incoming / key
         if at >= until or hold(key, at) or not source.exists():
             continue
-        (staging / key).parent.mkdir(parents=True, exist_ok=True)
-        os.replace(source, staging / key)
+        move_shipped(source, staging / key, at)
         count += 1
     return count
 
@@ -261,7 +269,7 @@ class PipelineProcess:
         return json.loads(self.results_file.read_text())
 
 
-def differences(left: dict, right: dict, path: str = "") -> list[str]:
+def differences(left: object, right: object, path: str = "") -> list[str]:
     """Where two results differ, as readable lines (the first few per list)."""
     if isinstance(left, dict) and isinstance(right, dict):
         return [line for key in sorted(set(left) | set(right), key=str)

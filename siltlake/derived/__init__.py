@@ -1,4 +1,4 @@
-"""derived: tables defined by Spark SQL over other tables, built, kept fresh and reaped (DESIGN §12).
+"""derived: tables defined by Spark SQL over other tables, built, kept fresh and reaped (docs/design.md).
 
 Its names load on first use: Spark's Python workers import siltlake.derived.writer for every build, and
 the builder's imports (the catalog, SQLAlchemy) would slow each fresh worker's first task."""

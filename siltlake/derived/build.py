@@ -1,5 +1,5 @@
 """Building a derived table: pin the sources, run the query, write the dates it changes under a new build
-name, and publish them in one catalog transaction (DESIGN §12)."""
+name, and publish them in one catalog transaction (docs/design.md)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from siltlake.derived.define import siltlake_type
 from siltlake.derived.writer import WRITTEN, BuildWriter
 from siltlake.errors import SiltError
 from siltlake.hosts import local_host
+from siltlake.spark import time_bound
 from siltlake.storage.keys import build_prefix
 from siltlake.storage.manifests import write_manifests
 
@@ -98,12 +99,16 @@ def build_derived(deployment: Deployment, name: str, *, full: bool = False, trig
     sources = sources_of(deployment, record)
     last = catalog.derived.last_published(record.id)
     state = source_state(deployment, sources)
-    incremental = definition.incremental and not full and last is not None and last.source_state is not None
-    dates = changed_dates(last.source_state, state) if incremental else None
+    # The last published build's source versions, when this build may read only what changed since.
+    since = last.source_state if definition.incremental and not full and last is not None else None
+    incremental = since is not None
+    dates = changed_dates(since, state) if since is not None else None
     report = BuildReport(record.qualified_name, kind="incremental" if incremental else "full",
                          source_versions={s.qualified_name: state[str(s.id)]["version"] for s in sources})
+    bound = (deployment.config.sql.write_timeout, "sql.write_timeout", f"building {record.qualified_name}")
     if definition.rule == "sql" and trigger_value is None:
-        trigger_value = trigger_value_of(deployment, record)
+        with time_bound(*bound):
+            trigger_value = trigger_value_of(deployment, record)
     given = now is not None
     now = now or utcnow()
     build = catalog.derived.start_build(record, reg_key=deployment.instance_key,
@@ -115,7 +120,8 @@ def build_derived(deployment: Deployment, name: str, *, full: bool = False, trig
     beat = threading.Thread(target=_heartbeat, args=(deployment, build, stop), daemon=True, name="derived-heartbeat")
     beat.start()
     try:
-        partitions = _write(deployment, record, build, state, sources, dates)
+        with time_bound(*bound):  # past it, the build fails below: its objects are deleted, nothing published
+            partitions = _write(deployment, record, build, state, sources, dates)
         expire = now + dt.timedelta(seconds=definition.persist_for) if definition.persist_for else None
         # Stamped on the caller's clock (`now` plus the time the build took), as publish's `now`.
         finished = now + dt.timedelta(seconds=time.monotonic() - started)

@@ -1,4 +1,4 @@
-"""The derived reaper (seed 002's two phases): refresh the active-build list, then delete this deployment's
+"""The derived reaper (two phases, docs/design.md): refresh the active-build list, then delete this deployment's
 builds that are neither active nor referenced by a retained version, and never another deployment's."""
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def reap_derived(deployment: Deployment, now: dt.datetime, *, grace: int, dry_ru
     young_after = now - dt.timedelta(seconds=grace)
     for name, infos in sorted(objects.items()):
         reg_key = build_reg_key(name)
-        build = view.builds.get(name)
+        row = view.builds.get(name)
         if reg_key != own:
             if reg_key is None:
                 report.kept.append((name, "not a build name"))
@@ -91,22 +91,22 @@ def reap_derived(deployment: Deployment, now: dt.datetime, *, grace: int, dry_ru
             else:
                 report.kept.append((name, f"reg_key {reg_key} is not registered here: left alone"))
             continue
-        if build is None:
+        if row is None:
             if any(info.mtime is None or to_naive_utc(info.mtime) > young_after for info in infos):
                 report.kept.append((name, "no catalog row, inside the grace period"))
                 continue
             why = "no catalog row names it (past the grace period)"
-        elif build.id in active:
+        elif row.id in active:
             continue
-        elif build.status == "building" and build.id not in lost:
+        elif row.status == "building" and row.id not in lost:
             report.kept.append((name, "being built (or it finished while reap ran)"))
             continue
-        elif build.id in view.referenced:
+        elif row.id in view.referenced:
             report.kept.append((name, "a retained version of its table references it"))
             continue
         else:
-            why = {"failed": f"its build failed: {build.error}", "building": "its builder was lost"}.get(
-                build.status, "no longer active and no retained version references it")
+            why = {"failed": f"its build failed: {row.error}", "building": "its builder was lost"}.get(
+                row.status, "no longer active and no retained version references it")
         report.deleted.append((name, why))
         report.objects += len(infos)
         report.bytes += sum(info.size for info in infos)

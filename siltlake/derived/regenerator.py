@@ -1,4 +1,4 @@
-"""The regenerator: which derived tables are stale, and building them, sources first (DESIGN §12)."""
+"""The regenerator: which derived tables are stale, and building them, sources first (docs/design.md)."""
 
 from __future__ import annotations
 

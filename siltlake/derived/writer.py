@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -38,7 +39,9 @@ class BuildWriter:
         if part is None:
             from pyspark import TaskContext
 
-            part = TaskContext.get().partitionId()
+            context = TaskContext.get()
+            assert context is not None  # called in a Spark task (mapInArrow), which has its context
+            part = context.partitionId()
         definition = TableDef.from_json(self.table_json)
         schema = object_schema(definition)
         writers: dict[dt.date, tuple] = {}
@@ -64,13 +67,21 @@ class BuildWriter:
             for sink, writer in writers.values():
                 writer.close()
                 sink.close()
-        report = {"dt": [], "key": [], "rows": [], "bytes": [], "outside": [], "null_dates": []}
-        for date in sorted(writers) or [None]:
+        report: dict[str, list[Any]] = {"dt": [], "key": [], "rows": [], "bytes": [], "outside": [], "null_dates": []}
+        written: list[dt.date | None] = [*sorted(writers)] or [None]  # none written: one row, for the counts
+        for date in written:
             key = build_object(self.build, date, part) if date is not None else None
             report["dt"].append(date.isoformat() if date is not None else None)
             report["key"].append(key)
             report["rows"].append(rows.get(date, 0) if date is not None else 0)
-            report["bytes"].append(self.lake.info(key).size if key is not None else 0)
+            report["bytes"].append(_written_size(self.lake, key) if key is not None else 0)
             report["outside"].append(outside)
             report["null_dates"].append(null_dates)
         yield pa.RecordBatch.from_pydict(report, schema=_WRITTEN_SCHEMA)
+
+
+def _written_size(lake: Storage, key: str) -> int:
+    """The size of an object this task just wrote, so there."""
+    info = lake.info(key)
+    assert info is not None
+    return info.size

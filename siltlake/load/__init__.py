@@ -1,4 +1,4 @@
-"""Bulk loads (DESIGN §9): config, guess, tasks on Spark, resume state, one commit, cleanup."""
+"""Bulk loads (docs/design.md, "Load"): config, guess, tasks on Spark, resume state, one commit, cleanup."""
 
 from siltlake.load.config import LoadConfig, load_config_file, parse_load_config
 from siltlake.load.inputs import list_inputs

@@ -1,4 +1,4 @@
-"""Load configuration (DESIGN §9, seed 003): in, decoder, parser, filters, out, error; default + jobs."""
+"""Load configuration (docs/design.md, "Load"): in, decoder, parser, filters, out, error; default + jobs."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from siltlake.errors import ConfigError
 from siltlake.tabledef import check_identifier, describe_validation_error
 
-JOB_KEYS = ("in", "decoder", "parser", "filters", "out", "error")
 # Parser column types (Embulk's names) and the table column type each becomes with `out.create`.
 PARSER_TYPES = {"long": "bigint", "double": "double", "boolean": "boolean", "timestamp": "timestamp",
                 "string": "string", "json": "json"}

@@ -128,7 +128,7 @@ def _timestamps(values: pa.Array, parser_column: Any) -> pa.Array:
     return pc.cast(local, timestamp)
 
 
-def read_fast(source: io.BufferedIOBase, job: JobConfig, columns: list[Column], schema: pa.Schema, time_column: str,
+def read_fast(source: io.BufferedReader, job: JobConfig, columns: list[Column], schema: pa.Schema, time_column: str,
               at_start: bool, on_bad: Callable[[int, str, str], None],
               slow_row: Callable[[int, dict, str], None]) -> Iterator[tuple[pa.Table, int]]:
     """Yield (typed table of the fast rows, records read) per block; slow rows and field-count errors go

@@ -1,4 +1,4 @@
-"""`silt guess`: read a sample of the inputs and fill in decoder and parser (seed 003's guess).
+"""`silt guess`: read a sample of the inputs and fill in decoder and parser (as Embulk's guess).
 
 Everything here is a heuristic over the first SAMPLE_BYTES of the first input; the user reviews the
 result. Once written, the config is fixed: a load never guesses.
@@ -17,10 +17,12 @@ from typing import Any
 
 from siltlake.errors import ConfigError
 from siltlake.load.config import _merge
-from siltlake.load.task import MAGIC, open_source
+from siltlake.load.task import detected_compression, open_source
 from siltlake.records.msgpack_format import msgpack_entries, new_unpacker
+from siltlake.storage.filesystem import open_filesystem
 
 SAMPLE_BYTES = 256 << 10
+COMPRESSION_CHECKS = 1000  # files whose first bytes guess reads to pin one compression for all
 DELIMITERS = (",", "\t", ";", "|")
 NULL_STRINGS = ("\\N", "NULL", "null", "NA")
 # Tried in order: the first format every value of a column parses with wins.
@@ -43,9 +45,18 @@ def _sample(uri: str, compression: str) -> bytes:
 
 
 def _compression(uri: str) -> str:
-    with open_source(uri, "none") as source:
-        head = source.read(4)
-    return next((name for magic, name in MAGIC.items() if head.startswith(magic)), "none")
+    filesystem, path = open_filesystem(uri)
+    with filesystem.open_input_stream(path, compression=None) as stream:  # the bytes as stored
+        return detected_compression(stream.read(4))
+
+
+def _shared_compression(uris: list[str]) -> str:
+    """The compression to pin: the one every file has, else auto (each file's own, by its first bytes: a
+    directory of .gz and plain files). Past COMPRESSION_CHECKS files, auto without looking further."""
+    if len(uris) > COMPRESSION_CHECKS:
+        return "auto"
+    found = {_compression(uri) for uri in uris}
+    return found.pop() if len(found) == 1 else "auto"
 
 
 def _parser_type(uri: str, sample: bytes) -> str:
@@ -161,7 +172,7 @@ def _delimiter(text: str) -> tuple[str, list[tuple[int, list[str]]], int]:
 
 
 def guess_csv(text: str, timezone: str) -> dict[str, Any]:
-    delimiter, rows, width = _delimiter(text)
+    delimiter, numbered, width = _delimiter(text)
     quote: str | None = '"'
     escape = None
     if re.search(r'\\"', text) and not re.search(r'""', text):
@@ -169,11 +180,11 @@ def guess_csv(text: str, timezone: str) -> dict[str, Any]:
     elif '"' not in text and "'" in text and re.search(rf"(^|{re.escape(delimiter)})'", text, re.M):
         quote = "'"
     if escape or quote != '"':
-        rows = _rows(text, delimiter, quote, escape)
+        numbered = _rows(text, delimiter, quote, escape)
     # Lines above the first row of the common width are a preamble (titles, comments): skipped.
-    first = next((index for index, (_, row) in enumerate(rows) if len(row) == width), 0)
-    skip = rows[first][0] - 1 if rows else 0
-    rows = [row for _, row in rows[first:] if len(row) == width]
+    first = next((index for index, (_, row) in enumerate(numbered) if len(row) == width), 0)
+    skip = numbered[first][0] - 1 if numbered else 0
+    rows = [row for _, row in numbered[first:] if len(row) == width]
     if not rows:
         raise ConfigError("guess: the sample has no CSV rows")
     null_string = None
@@ -247,9 +258,8 @@ def guess_job(job: dict[str, Any]) -> dict[str, Any]:
         raise ConfigError("guess: out.table is required (schema.table)")
     timezone = out.get("timezone", "UTC")
     decoder = dict(job.get("decoder") or {})
-    compression = decoder.get("compression") or _compression(uri)
-    decoder["compression"] = compression
-    sample = _sample(uri, compression)
+    decoder["compression"] = decoder.get("compression") or _shared_compression([found for found, _ in inputs])
+    sample = _sample(uri, decoder["compression"])
     parser = dict(job.get("parser") or {})
     kind = parser.get("type") or _parser_type(uri, sample)
     if kind == "csv":

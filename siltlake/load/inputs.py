@@ -71,7 +71,7 @@ def list_inputs(path: str) -> list[tuple[str, int]]:
 
 def splits(job: JobConfig, uri: str, size: int) -> list[dict]:
     """One task per file, or one per split of a large uncompressed line-oriented file."""
-    from siltlake.load.task import MAGIC
+    from siltlake.load.task import check_compression, detected_compression
 
     split = job.input.split_bytes
     if split is None and job.parser.type == "jsonl":
@@ -79,11 +79,11 @@ def splits(job: JobConfig, uri: str, size: int) -> list[dict]:
     if split is None or job.parser.type == "msgpack" or size <= split or job.decoder.compression not in (
             "auto", "none"):
         return [{"uri": uri, "size": size}]
-    if job.decoder.compression == "auto":
-        filesystem, path = open_filesystem(uri)
-        with filesystem.open_input_stream(path) as stream:
-            head = stream.read(4)
-        if any(head.startswith(magic) for magic in MAGIC):
-            return [{"uri": uri, "size": size}]
+    filesystem, path = open_filesystem(uri)
+    with filesystem.open_input_stream(path, compression=None) as stream:  # the bytes as stored
+        head = stream.read(4)
+    check_compression(uri, job.decoder.compression, head)  # splits read plain bytes: "none" must be true
+    if job.decoder.compression == "auto" and detected_compression(head) != "none":
+        return [{"uri": uri, "size": size}]
     return [{"uri": uri, "size": min(split, size - offset), "offset": offset, "length": min(split, size - offset)}
             for offset in range(0, size, split)]

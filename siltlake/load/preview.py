@@ -38,18 +38,24 @@ def preview(deployment: Deployment, config: LoadConfig, limit: int) -> dict[str,
         converter = RecordConverter(row_table(columns, time_column, job.out.timezone, "zstd"), job.parser.type)
         timestamps = [c for c in job.parser.columns if c.type == "timestamp"]
         with open_source(inputs[0][0], job.decoder.compression) as source:
-            for _, record, _, reason in records(source, job):
-                if record is None or reason is not None:
-                    continue
-                try:
-                    converter.add(apply_filters(record, job, timestamps))
-                except ValueError:
-                    continue
-                if converter.row_count >= limit:
-                    break
+            try:
+                for _, record, _, reason in records(source, job):
+                    if record is None or reason is not None:
+                        continue
+                    try:
+                        converter.add(apply_filters(record, job, timestamps))
+                    except ValueError:
+                        continue
+                    if converter.row_count >= limit:
+                        break
+            except (ValueError, OSError) as exc:  # the file as a whole (its encoding, its compressed stream)
+                if isinstance(exc, OSError) and exc.filename:
+                    raise  # names its path already
+                raise ConfigError(f"{inputs[0][0]}: cannot be read as jobs.{name} says: {exc}") from None
         rows = converter.take_table()
-        if job.sql is not None:
-            query = re.sub(r"(?i)\b(from|join)\s+`?in`?\b", lambda m: f"{m.group(1)} silt_load_preview", job.sql)
+        sql = job.sql  # a property: read once
+        if sql is not None:
+            query = re.sub(r"(?i)\b(from|join)\s+`?in`?\b", r"\1 silt_load_preview", sql)
             spark = deployment.spark()
             spark.createDataFrame(rows).createOrReplaceTempView("silt_load_preview")
             rows = spark.sql(query).limit(limit).toArrow()

@@ -21,7 +21,7 @@ from siltlake.deployment import Deployment
 from siltlake.errors import CatalogError, ConfigError, NotFoundError, SiltError
 from siltlake.load.config import JobConfig, LoadConfig
 from siltlake.load.state import new_state, one_run_per_state, read_state, write_state
-from siltlake.load.task import LoadTask, output_columns, run_load_task
+from siltlake.load.task import LoadTask, LoadTaskReport, output_columns, run_load_task
 from siltlake.logs import event
 from siltlake.spark import run_tasks
 from siltlake.storage.filesystem import open_filesystem
@@ -133,9 +133,9 @@ def _target(deployment: Deployment, job: JobConfig, columns: list[tuple[str, str
 
 
 def _error_uri(job: JobConfig, run_id: str, job_name: str, index: int) -> str | None:
-    if job.error.type != "file":
-        return None
     base = job.error.path
+    if base is None:  # error type file, and only it, has a path (ErrorConfig checks)
+        return None
     if "://" not in base:
         base = "file://" + str(Path(base).expanduser().absolute())
     return load_error_file(base, run_id, job_name, index)
@@ -154,12 +154,14 @@ def _sql_stage(deployment: Deployment, name: str, job: JobConfig, table: TableRe
     from siltlake.records.writer import ObjectWriter
     from siltlake.storage.keys import TableLayout
 
+    sql = job.sql
+    assert sql is not None  # this stage runs for a job with a sql filter only
     spark = deployment.spark()
     lake = deployment.lake
     view = f"silt_load_in_{uuid.uuid4().hex[:8]}"
     parquet_frame(spark, lake, [report["in_key"] for report in reports]).createOrReplaceTempView(view)
     # The view is `in` in the user's query; Spark temp views are session-wide, so ours gets a unique name.
-    query = re.sub(r"(?i)\b(from|join)\s+`?in`?\b", lambda m: f"{m.group(1)} {view}", job.sql)
+    query = re.sub(r"(?i)\b(from|join)\s+`?in`?\b", lambda m: f"{m.group(1)} {view}", sql)
     try:
         frame = spark.sql(query)
     except Exception as exc:  # an AnalysisException or ParseException: the user's query
@@ -182,14 +184,16 @@ def _sql_stage(deployment: Deployment, name: str, job: JobConfig, table: TableRe
     staging_run = load_sql_run(run_id, name)
     lake.delete_prefix(temporary_run(instance_key, staging_run))  # a previous attempt of this stage
 
-    def write(batches):  # noqa: ANN001, ANN202 - runs in Spark tasks
+    def write(batches):  # runs in Spark tasks
         import pyarrow as pa
         import pyarrow.compute as pc
 
         target = row_table([Column.model_validate(c) for c in json.loads(table_json)], time_column, timezone, codec,
                            dt_field_id)
         schema = target.arrow_schema()
-        index = TaskContext.get().partitionId()
+        context = TaskContext.get()
+        assert context is not None  # in a Spark task
+        index = context.partitionId()
         writer = ObjectWriter(target, lake, TableLayout(instance_key, "load", "rows"), staging_run, index,
                               settings.spill_bytes)
         rows_in = bad = 0
@@ -218,8 +222,9 @@ def _sql_stage(deployment: Deployment, name: str, job: JobConfig, table: TableRe
 # The run
 
 
-def _plan_job(deployment: Deployment, name: str, job: JobConfig) -> tuple[TableRecord, list[Column], str]:
-    """(target table, columns tasks coerce to, their time column: "" before a sql filter)."""
+def _plan_job(deployment: Deployment, name: str, job: JobConfig) -> tuple[TableRecord | None, list[Column], str]:
+    """(target table, columns tasks coerce to, their time column: "" before a sql filter). The table is None for
+    a sql filter's job whose table does not exist yet: it is created from the query once the parsed rows exist."""
     produced = output_columns(job)
     if job.sql is not None:
         if produced is None:
@@ -234,10 +239,12 @@ def _plan_job(deployment: Deployment, name: str, job: JobConfig) -> tuple[TableR
 def _create_from_sql(deployment: Deployment, name: str, job: JobConfig, reports: list[dict]) -> TableRecord:
     from siltlake.read.objects import parquet_frame
 
+    sql = job.sql
+    assert sql is not None  # only a job with a sql filter creates its table from the query
     spark = deployment.spark()
     view = f"silt_load_in_{uuid.uuid4().hex[:8]}"
     parquet_frame(spark, deployment.lake, [report["in_key"] for report in reports]).createOrReplaceTempView(view)
-    query = re.sub(r"(?i)\b(from|join)\s+`?in`?\b", lambda m: f"{m.group(1)} {view}", job.sql)
+    query = re.sub(r"(?i)\b(from|join)\s+`?in`?\b", lambda m: f"{m.group(1)} {view}", sql)
     try:
         schema = spark.sql(query).schema
     except Exception as exc:
@@ -311,22 +318,24 @@ def _load(deployment: Deployment, config: LoadConfig, *, state_path: str | None,
     # Spark says how many tasks finished, not which (run_tasks counts the smallest first): bytes likewise.
     smallest, done = sorted(weights), [0]
 
-    # Tasks report their records through an accumulator, which the driver sees as each Spark task ends.
-    records_read = deployment.spark().sparkContext.accumulator(0) if tasks else None
+    results: list[LoadTaskReport] = []
+    if tasks:
+        # Tasks report their records through an accumulator, which the driver sees as each Spark task ends.
+        records_read = deployment.spark().sparkContext.accumulator(0)
 
-    def counted(task: LoadTask) -> dict:
-        result = run_load_task(task)
-        records_read.add(result.get("records_in", 0))
-        return result
+        def counted(task: LoadTask) -> LoadTaskReport:
+            result = run_load_task(task)
+            records_read.add(_records_in(result))
+            return result
 
-    def advance(count: int) -> None:
-        progress.advance(count, sum(smallest[done[0]:done[0] + count]), records_read.value)
-        done[0] += count
+        def advance(count: int) -> None:
+            progress.advance(count, sum(smallest[done[0]:done[0] + count]), records_read.value)
+            done[0] += count
 
-    results = run_tasks(deployment.spark(), counted, tasks, weights=weights,
-                        tasks_per_core=settings.tasks_per_core, on_progress=advance) if tasks else []
+        results = run_tasks(deployment.spark(), counted, tasks, weights=weights,
+                            tasks_per_core=settings.tasks_per_core, on_progress=advance)
     if results:  # the exact count, whatever the accumulator had merged when the last task was seen ending
-        progress.advance(0, 0, sum(result.get("records_in", 0) for result in results))
+        progress.advance(0, 0, sum(_records_in(result) for result in results))
     seconds = time.monotonic() - started
     failed: list[tuple[str, str]] = []
     aborted = [r for r in results if r["status"] == "aborted"]
@@ -334,7 +343,6 @@ def _load(deployment: Deployment, config: LoadConfig, *, state_path: str | None,
         job_state = state["jobs"][result["job"]]
         stats[result["job"]].ran += 1
         if result["status"] == "ok":
-            result.pop("traceback", None)
             job_state["reports"][result["index"]] = result
         else:
             failed.append((result["uri"], result["reason"]))
@@ -371,6 +379,7 @@ def _load(deployment: Deployment, config: LoadConfig, *, state_path: str | None,
         raise LoadFailed(f"{len(failed)} task(s) failed, e.g. {failed[0][0]}: {failed[0][1]}; nothing was kept: "
                          f"{hint}")
     if not commit:
+        assert path is not None  # --no-commit needs --resume-state (refused above without)
         write_state(path, state)
         event(log, "load.prepared", run_id=run_id, jobs=len(stats), state=str(path))
         return LoadReport(run_id, list(stats.values()), committed=False, state_path=str(path))
@@ -382,6 +391,11 @@ def _load(deployment: Deployment, config: LoadConfig, *, state_path: str | None,
     deployment.lake.delete_prefix(temporary_run(deployment.instance_key, run_id))
     event(log, "load.committed", run_id=run_id, jobs=len(stats))
     return LoadReport(run_id, list(stats.values()), committed=True, state_path=str(path) if path else None)
+
+
+def _records_in(report: LoadTaskReport) -> int:
+    """The records a task read: none counted for one that failed."""
+    return report["records_in"] if report["status"] == "ok" else 0
 
 
 def _fill_stats(state: dict, stats: dict[str, JobStats]) -> None:
@@ -414,7 +428,7 @@ def _units(name: str, state: dict) -> list[tuple[str, dict, int, int]]:
             for r in job_state["reports"]]
 
 
-def _commit(deployment: Deployment, config: LoadConfig, state: dict, tables: dict[str, TableRecord]) -> None:
+def _commit(deployment: Deployment, config: LoadConfig, state: dict, tables: dict[str, TableRecord | None]) -> None:
     """One transaction for every job: ids under the ordering lock, objects moved, rows inserted.
 
     Each task's output is registered as a processed staging row `load:<run>/<job>/<task>`; a row that
@@ -426,6 +440,12 @@ def _commit(deployment: Deployment, config: LoadConfig, state: dict, tables: dic
     units = {name: _units(name, state) for name in config.jobs}
     committed = deployment.catalog.staging.known_uris([uri for job in units.values() for uri, *_ in job])
     # Checked before the transaction: a move cannot be rolled back with it.
+    targets: dict[str, TableRecord] = {}
+    for name, table_or_none in tables.items():
+        if table_or_none is None:  # a sql filter's table, made by an earlier run of this state, dropped since
+            raise CatalogError(f"load {run_id}: the table {config.jobs[name].out.table} of job {name} does not exist "
+                               "any more; nothing was committed: `silt cleanup` this load and run it again")
+        targets[name] = table_or_none
     for name, job_units in units.items():
         for uri, report, _, _ in job_units:
             if uri in committed:
@@ -438,7 +458,7 @@ def _commit(deployment: Deployment, config: LoadConfig, state: dict, tables: dic
     with deployment.catalog.partitions.stream_commit() as tx:
         now = utcnow()
         for name, job_units in units.items():
-            table = tables[name]
+            table = targets[name]
             layout = table.layout(deployment.instance_key)
             for uri, report, records_in, bad in job_units:
                 parts = report["parts"]

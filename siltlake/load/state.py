@@ -1,4 +1,4 @@
-"""A load's resume state (seed 003's resume.yml: the tasks, and each one's report or null if it failed),
+"""A load's resume state (after Embulk's resume.yml: the tasks, and each one's report or null if it failed),
 and the lock that lets one run at a time use it."""
 
 from __future__ import annotations

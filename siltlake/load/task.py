@@ -18,29 +18,88 @@ import time
 import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, NotRequired, TypedDict
 from zoneinfo import ZoneInfo
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from siltlake.errors import ConfigError
 from siltlake.load import fastcsv
 from siltlake.load.config import PARSER_TYPES, AddFilter, DropFilter, JobConfig, ParserColumn, RenameFilter
 from siltlake.records.coerce import RecordConverter, render_json
 from siltlake.records.csv_format import render_csv
 from siltlake.records.jsonl import decode_json_line
 from siltlake.records.msgpack_format import msgpack_entries, msgpack_items
-from siltlake.records.writer import ObjectWriter
+from siltlake.records.writer import ObjectWriter, WrittenPart
 from siltlake.storage.filesystem import Storage, open_filesystem
 from siltlake.storage.keys import TASK_INPUT, TableLayout, load_job_run
 from siltlake.tabledef import Column, TableDef
 
 BAD_SAMPLES = 3
 MAGIC = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\x28\xb5\x2f\xfd": "zstd"}
+# The magics no text file starts with ("BZh" may start a CSV): a file under decoder.compression none that starts
+# with one is compressed.
+BINARY_MAGIC = {magic: name for magic, name in MAGIC.items() if name != "bzip2"}
+
+
+def detected_compression(head: bytes) -> str:
+    """The compression a file's first bytes name (its magic), or "none"."""
+    return next((name for magic, name in MAGIC.items() if head.startswith(magic)), "none")
+
+
+def check_compression(uri: str, compression: str, head: bytes) -> None:
+    """Refuse, naming the file, a file whose first bytes contradict a pinned decoder.compression: read as
+    configured it would fail in the decompressor, or load compressed bytes as text."""
+    found = detected_compression(head)
+    if compression == "none":
+        if not any(head.startswith(magic) for magic in BINARY_MAGIC):
+            return
+    elif compression in ("auto", found):
+        return
+    what = "not compressed" if found == "none" else f"{found}-compressed"
+    raise ConfigError(f"{uri}: decoder.compression is {compression}, but this file is {what} (by its first bytes); "
+                      "set decoder.compression to auto to detect each file's compression")
 
 
 class LoadAborted(Exception):
     """A bad record under `error: {type: abort}`."""
+
+
+# A load task's report, by its status: JSON-able dicts (they leave Spark tasks, and the driver keeps them in the
+# load's state file), typed here.
+class LoadTaskHead(TypedDict):
+    job: str
+    index: int  # the task's place among its job's inputs
+    uri: str
+    upload_start_time: str  # when the task started, naive UTC in ISO form
+
+
+class LoadTaskFailed(LoadTaskHead):
+    """A task that failed (retried by a rerun) or aborted the load (a bad record under error type abort)."""
+
+    status: Literal["failed", "aborted"]
+    reason: str
+    traceback: str
+
+
+class LoadTaskDone(LoadTaskHead):
+    """A task that read its input: its rows were written (parts), or, before a sql filter, its parsed input
+    (in_key, the view `in`'s rows)."""
+
+    status: Literal["ok"]
+    records_in: int
+    loaded: int
+    bad_records: int
+    bad_samples: list[str]
+    error_file: str | None
+    bytes_in: int
+    seconds: float
+    parts: NotRequired[list[WrittenPart]]
+    in_key: NotRequired[str]
+
+
+LoadTaskReport = LoadTaskDone | LoadTaskFailed
 
 
 @dataclass(frozen=True)
@@ -77,16 +136,17 @@ def row_table(columns: list[Column], time_column: str, timezone: str, codec: str
                                     columns=tuple(columns), codec=codec, dt_field_id=dt_field_id)
 
 
-def open_source(uri: str, compression: str, offset: int = 0, length: int | None = None) -> io.BufferedIOBase:
+def open_source(uri: str, compression: str, offset: int = 0, length: int | None = None) -> io.BufferedReader:
     """The file's bytes, decompressed by magic bytes (auto) or as configured; or one split's lines."""
     filesystem, path = open_filesystem(uri)
     if length is not None:
         return io.BufferedReader(_Split(filesystem.open_input_file(path), offset, offset + length), 1 << 20)
     raw = filesystem.open_input_stream(path, compression=None)
-    buffered = io.BufferedReader(_PyArrowRaw(raw), 1 << 20)
+    buffered: io.BufferedReader = io.BufferedReader(_PyArrowRaw(raw), 1 << 20)
+    head = buffered.peek(4)[:4]
+    check_compression(uri, compression, head)
     if compression == "auto":
-        head = buffered.peek(4)[:4]
-        compression = next((name for magic, name in MAGIC.items() if head.startswith(magic)), "none")
+        compression = detected_compression(head)
     if compression == "none":
         return buffered
     if compression == "bzip2":
@@ -161,7 +221,7 @@ class _PyArrowRaw(io.RawIOBase):
         super().close()
 
 
-def text_lines(source: io.BufferedIOBase, job: JobConfig, at_start: bool = True) -> Iterator[tuple[int, str]]:
+def text_lines(source: io.BufferedReader, job: JobConfig, at_start: bool = True) -> Iterator[tuple[int, str]]:
     """(physical line number, line with its end) after skip_header_lines and the line filter."""
     rules = [(re.compile(rule.regex), rule) for rule in job.decoder.line_filter]
     # Undecodable bytes become lone surrogates, which _decoded finds with their line number.
@@ -173,12 +233,11 @@ def text_lines(source: io.BufferedIOBase, job: JobConfig, at_start: bool = True)
         for pattern, rule in rules:
             if pattern.search(line) is None:
                 continue
-            if rule.skip:
-                line = None
+            if rule.replace is None:  # skip: true (a rule has either, LineRule checks)
                 break
             end = "\r\n" if line.endswith("\r\n") else "\n" if line.endswith("\n") else ""
             line = pattern.sub(rule.replace, line[: len(line) - len(end)]) + end
-        if line is not None:
+        else:  # no rule skipped it
             yield number, line
 
 
@@ -208,7 +267,7 @@ class _Numbered:
         return text
 
 
-def records(source: io.BufferedIOBase, job: JobConfig,
+def records(source: io.BufferedReader, job: JobConfig,
             at_start: bool = True) -> Iterator[tuple[int, dict | None, str, str | None]]:
     """(line, record or None, raw text, reason) for every input record; lines count from the split's start."""
     parser = job.parser
@@ -254,9 +313,10 @@ def records(source: io.BufferedIOBase, job: JobConfig,
         if len(row) != len(names):
             yield first, None, raw, f"row has {len(row)} fields, the parser has {len(names)} columns"
             continue
+        values: list[str] | list[str | None] = row
         if parser.null_string is not None:
-            row = [None if value == parser.null_string else value for value in row]
-        yield first, dict(zip(names, row, strict=True)), raw, None
+            values = [None if value == parser.null_string else value for value in row]
+        yield first, dict(zip(names, values, strict=True)), raw, None
 
 
 def _timestamp(value: object, column: ParserColumn) -> object:
@@ -317,7 +377,7 @@ class _Errors:
         self.policy = policy
         self.count = 0
         self.samples: list[str] = []
-        self._sink = None
+        self._sink: Any = None  # a pyarrow output stream, opened at the first bad record
 
     def add(self, line: int, raw: str, reason: str) -> None:
         self.count += 1
@@ -327,6 +387,7 @@ class _Errors:
             raise LoadAborted(f"bad record at {self.task.uri} {self._where(line)}: {reason}")
         if self.policy == "file":
             if self._sink is None:
+                assert self.task.error_uri is not None  # the runner gives one to every task of error type file
                 filesystem, path = open_filesystem(self.task.error_uri)
                 filesystem.create_dir(path.rsplit("/", 1)[0], recursive=True)
                 self._sink = filesystem.open_output_stream(path)
@@ -345,7 +406,7 @@ class _Errors:
         return self.task.error_uri
 
 
-def run_load_task(task: LoadTask) -> dict:
+def run_load_task(task: LoadTask) -> LoadTaskReport:
     """Run in a Spark task; returns a JSON-able report (status ok, failed or aborted), never raises."""
     started = time.time()
     job = JobConfig.model_validate_json(task.job_json)
@@ -354,7 +415,7 @@ def run_load_task(task: LoadTask) -> dict:
     kind = "csv" if job.parser.type == "csv" else job.parser.type
     converter = RecordConverter(table, kind)
     timestamps = [c for c in job.parser.columns if c.type == "timestamp"]
-    base = {"job": task.job, "index": task.index, "uri": task.uri,
+    base: LoadTaskHead = {"job": task.job, "index": task.index, "uri": task.uri,
             "upload_start_time": dt.datetime.now(dt.UTC).replace(tzinfo=None).isoformat()}
     layout = TableLayout(task.instance_key, "load", "rows")
     writer = (ObjectWriter(table, task.lake, layout, task.staging_run, task.index, task.spill_bytes)
@@ -363,6 +424,7 @@ def run_load_task(task: LoadTask) -> dict:
     in_writer = None
     errors = _Errors(task, job.error.type)
     records_in = bytes_in = 0
+    parts: list[WrittenPart] = []  # what the writer wrote (a job with a sql filter writes its input instead)
 
     def add_rows(rows: pa.Table) -> None:
         nonlocal in_writer
@@ -413,21 +475,25 @@ def run_load_task(task: LoadTask) -> dict:
         flush()
         if writer is not None:
             parts = writer.finish()
-            output = {"parts": parts}
         else:
             if in_writer is None:
-                flush()
+                flush()  # makes it, so that an input without rows writes an empty object
+            assert in_writer is not None
             in_writer.close()
-            output = {"in_key": in_key}
         error_file = errors.close()
-    except Exception as exc:  # noqa: BLE001 - every failure is this task's report; the driver decides
+    except Exception as exc:  # every failure is this task's report; the driver decides
         errors.close()
         if writer is not None:
             writer.discard()
-        status = "aborted" if isinstance(exc, LoadAborted) else "failed"
         reason = str(exc) if isinstance(exc, LoadAborted) else f"{type(exc).__name__}: {exc}"
-        return {**base, "status": status, "reason": reason, "traceback": traceback.format_exc(limit=5)}
-    loaded = sum(p["rows"] for p in output.get("parts", [])) if writer is not None else records_in - errors.count
-    return {**base, "status": "ok", "records_in": records_in, "loaded": loaded, "bad_records": errors.count,
-            "bad_samples": errors.samples, "error_file": error_file, "bytes_in": bytes_in,
-            "seconds": round(time.time() - started, 3), **output}
+        return {**base, "status": "aborted" if isinstance(exc, LoadAborted) else "failed", "reason": reason,
+                "traceback": traceback.format_exc(limit=5)}
+    loaded = sum(p["rows"] for p in parts) if writer is not None else records_in - errors.count
+    done: LoadTaskDone = {**base, "status": "ok", "records_in": records_in, "loaded": loaded,
+                          "bad_records": errors.count, "bad_samples": errors.samples, "error_file": error_file,
+                          "bytes_in": bytes_in, "seconds": round(time.time() - started, 3)}
+    if writer is not None:  # last, as before
+        done["parts"] = parts
+    else:
+        done["in_key"] = in_key
+    return done

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -150,9 +150,9 @@ def _write_value(value: object, ctype: int, out: bytearray) -> None:
     elif ctype == 7:
         out += struct.pack("<d", value)
     elif ctype == 8:
-        data = value.encode() if isinstance(value, str) else value
-        _varint(len(data), out)  # type: ignore[arg-type]
-        out += data  # type: ignore[operator]
+        data = value.encode() if isinstance(value, str) else cast(bytes, value)  # a binary field: text or bytes
+        _varint(len(data), out)
+        out += data
     elif ctype == 9:
         _write_list(value, out)  # type: ignore[arg-type]
     else:
@@ -336,7 +336,8 @@ def concatenate(sources: list[pa.NativeFile], sink: pa.NativeFile | BinaryIO,
     for n, src in enumerate(opened):
         size = _size(src.f)
         groups = src.footer.get(FMD_ROW_GROUPS) or []
-        keep = range(len(groups)) if row_groups is None or row_groups[n] is None else row_groups[n]
+        chosen = row_groups[n] if row_groups is not None else None
+        keep = range(len(groups)) if chosen is None else chosen
         for index in keep:
             if not 0 <= index < len(groups):
                 raise ValueError(f"file {n} has no row group {index} (it has {len(groups)})")

@@ -1,4 +1,4 @@
-"""Which small objects a merge job takes and which ranges it writes (DESIGN §5, seed 000).
+"""Which small objects a merge job takes and which ranges it writes (docs/design.md, "Merge").
 
 Pure planning, no I/O: the worker reads the catalog, plans here, writes objects, then commits.
 """

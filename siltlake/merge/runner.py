@@ -90,7 +90,7 @@ class MergeWorker:
     """Runs merge jobs of one deployment. Thread-safe to stop from another thread (stop event)."""
 
     def __init__(self, deployment: Deployment, *, owner: str | None = None, slots: int | None = None,
-                 clock: Callable[[], object] = utcnow, progress: MergeProgress | None = None,
+                 clock: Callable[[], dt.datetime] = utcnow, progress: MergeProgress | None = None,
                  table_ids: list[int] | None = None, partition_ids: list[int] | None = None) -> None:
         self.deployment = deployment
         self.catalog = deployment.catalog
@@ -123,7 +123,9 @@ class MergeWorker:
                              merge_batch_size=definition.merge_batch_size, single_range=definition.keyed)
         last, base_upper, pending = self.catalog.merge_queue.unmerged_objects(job.partition_id,
                                                                               limits.merge_batch_size + 1)
-        last_range = MergedRange(last.lower, last.upper, last.content_length, last.row_count) if last else None
+        # The catalog gives a last range only with its lower bound (the sentinel alone is None).
+        last_range = (MergedRange(last.lower, last.upper, last.content_length, last.row_count)
+                      if last is not None and last.lower is not None else None)
         objects = [SmallObject(o.id, o.content_length, o.row_count, o.delayed) for o in pending]
         plan = plan_merge(objects, last_range, limits)
         if not plan.ranges:
@@ -147,7 +149,7 @@ class MergeWorker:
 
     # --- finishing -----------------------------------------------------------------------------------
 
-    def _finish(self, prepared: _Prepared, result: dict | None, started) -> None:  # noqa: ANN001
+    def _finish(self, prepared: _Prepared, result: dict | None, started) -> None:
         job = prepared.job
         report = self.report
         now = self.clock()
@@ -218,7 +220,7 @@ class MergeWorker:
                 self._held.pop(job.id, None)
             self.progress.done(1)
 
-    def _fail(self, prepared: _Prepared, error: str, started, now) -> None:  # noqa: ANN001
+    def _fail(self, prepared: _Prepared, error: str, started, now) -> None:
         job = prepared.job
         parked = self.catalog.merge_queue.fail(
             job, self.owner, error, result=JobOutcome(mode=None, objects_in=len(prepared.plan.objects),
@@ -231,7 +233,7 @@ class MergeWorker:
             self.report.parked += parked
             self.report.errors.append((job.table.qualified_name, job.partition_date.isoformat(), error))
 
-    def _outage(self, prepared: _Prepared, error: str, started, now) -> None:  # noqa: ANN001
+    def _outage(self, prepared: _Prepared, error: str, started, now) -> None:
         """A storage outage (full, read-only, unreachable) stopped the job: the surroundings' failure, as in the
         stream, so the attempt is not counted. It waits merge.retry_backoff, not doubled: no attempt grew."""
         job = prepared.job
@@ -259,8 +261,8 @@ class MergeWorker:
                 with self._lock:
                     self._held.pop(job.id, None)
                 self.progress.done(1)
-        runnable = [p for p in prepared if p.task is not None]
-        tasks = [p.task for p in runnable]
+        runnable = [(p, p.task) for p in prepared if p.task is not None]
+        tasks = [task for _, task in runnable]
         results: list[dict] = []
         if tasks and sum(task.input_bytes for task in tasks) <= self.settings.in_driver_bytes:
             results = run_in_driver(tasks)
@@ -276,11 +278,11 @@ class MergeWorker:
                            for _ in tasks]
             with self._lock:
                 self.report.stages += 1
-        by_job = {p.job.id: r for p, r in zip(runnable, results, strict=True)}
+        by_job = {p.job.id: r for (p, _), r in zip(runnable, results, strict=True)}
         for item in prepared:
             self._finish(item, by_job.get(item.job.id), started)
 
-    def _spark(self):  # noqa: ANN202 - a SparkSession
+    def _spark(self):  # a SparkSession
         with self._spark_lock:  # stage threads may ask at once: start (and time) the session once
             if self.deployment._spark is None:
                 spark_started = time.monotonic()
@@ -303,7 +305,8 @@ class MergeWorker:
         claimed = self.catalog.merge_queue.claim(
             self.owner, limit=limit, now=self.clock(), timeout=self.settings.job_timeout,
             per_table_limit=self.settings.per_table_limit, table_ids=self.table_ids, local=self.local,
-            partition_ids=self.partition_ids)
+            partition_ids=self.partition_ids, fair_levels=self.settings.fair_shares,
+            per_schema_limit=self.settings.slots_per_schema)
         with self._lock:
             self._passed_over = claimed.passed_over
             for job in claimed:

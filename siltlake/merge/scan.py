@@ -1,4 +1,4 @@
-"""A merge's small objects decoded in one DuckDB scan when they are alike (issue 36).
+"""A merge's small objects decoded in one DuckDB scan when they are alike (docs/design.md, "Merge").
 
 pyarrow decodes a small object for about 0.1 ms a column chunk however few its rows, on threads that share the
 GIL for each file's set-up: 100 objects of 500 rows took 47 ms, DuckDB's one `read_parquet` over the same files
@@ -79,12 +79,12 @@ def scan_alike(paths: list[str], wanted: pa.Schema, sort_by: str | None = None) 
     query = f"SELECT {columns} FROM read_parquet([{listed}])"
     # file_index and file_row_number are DuckDB's virtual columns (1.3 on); a file column of either name hides it.
     sorted_in_scan = sort_by is not None and not {"file_index", "file_row_number"} & set(first.names)
-    if sorted_in_scan:
+    if sorted_in_scan and sort_by is not None:  # sorted_in_scan says it is set
         query += f' ORDER BY "{sort_by.replace(chr(34), chr(34) * 2)}" NULLS LAST, file_index, file_row_number'
     cursor = _connection().cursor()
     try:
         scanned = cursor.sql(query).to_arrow_table()
-    except Exception:  # noqa: BLE001 - the files are decoded object by object instead
+    except Exception:  # the files are decoded object by object instead
         # A scan that failed (a file gone, DuckDB out of memory): the object-by-object path reads the files
         # again and reports what it finds in the merge's own terms (a missing input counts against the job).
         return None
@@ -103,7 +103,7 @@ def scan_alike(paths: list[str], wanted: pa.Schema, sort_by: str | None = None) 
     return table
 
 
-def _connection():  # noqa: ANN202 - a DuckDB connection
+def _connection():  # a DuckDB connection
     """This process's in-memory database (opening one costs 20-30 ms), cursors of it per scan."""
     global _database
     with _database_lock:

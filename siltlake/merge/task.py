@@ -1,6 +1,6 @@
-"""What one merge job does on an executor: write the merged object of each planned range (DESIGN §5).
+"""What one merge job does on an executor: write the merged object of each planned range (docs/design.md, "Merge").
 
-Modes (seed 001):
+Modes:
 - deep: decode every input, sort by event time, encode fresh row groups of the table's target size;
 - shallow: copy the inputs' row groups byte for byte under a new footer (no decoding);
 - auto: extend the open range's object by copying its well-sized row groups as they are, and deep-merge
@@ -208,7 +208,7 @@ class _Merger:
         per_row = max(1, table.nbytes // table.num_rows)
         return max(1024, self.task.row_group_bytes // per_row)
 
-    def _encode(self, rows: pa.Table | _SortedRows, sink) -> None:  # noqa: ANN001 - any writable stream
+    def _encode(self, rows: pa.Table | _SortedRows, sink) -> None:  # any writable stream
         """Write rows as row groups of the table's target size. With more than one row group, each is taken (in
         sort order) and encoded on one of ENCODE_THREADS threads as a Parquet file of its own, and the pieces' row
         groups are copied into sink in order under one footer: at most ENCODE_THREADS + 1 pieces exist at once."""
@@ -258,14 +258,14 @@ class _Merger:
         except BaseException as failure:
             try:
                 self.lake.delete(temporary)
-            except Exception as cleanup:  # noqa: BLE001 - the write's error is the one to report; reap removes strays
+            except Exception as cleanup:  # the write's error is the one to report; reap removes strays
                 event(log, "merge.cleanup_failed", logging.WARNING, key=temporary,
                       reason=f"{type(cleanup).__name__}: {cleanup}")
                 failure.add_note(f"its temporary {temporary} was left behind: {type(cleanup).__name__}: {cleanup}")
             raise
         if temporary != key:
             self.lake.move(temporary, key)
-        return filled, self.lake.info(key).size
+        return filled, _stored_size(self.lake, key)
 
     # --- modes --------------------------------------------------------------------------------------
 
@@ -279,7 +279,7 @@ class _Merger:
                 table = self._sorted(self._decode_each(keys, self.schema))
         else:
             table = self._sorted(self._decode(keys))
-        result.bytes_decoded += planned.small_bytes + (self.lake.info(planned.existing_key).size
+        result.bytes_decoded += planned.small_bytes + (_stored_size(self.lake, planned.existing_key)
                                                        if planned.existing_key else 0)
         _, result.bytes_out = self._write(planned.output_key, lambda sink: self._encode(table, sink))
         result.rows = table.num_rows
@@ -407,3 +407,10 @@ def run_merge_task(task: MergeTask) -> dict:
                 "error": "; ".join([f"{type(exc).__name__}: {exc}", *getattr(exc, "__notes__", [])]),
                 "trace": traceback.format_exc(limit=6), "seconds": time.monotonic() - started}
     return {"job_id": task.job_id, "status": "ok", "ranges": ranges, "seconds": time.monotonic() - started}
+
+
+def _stored_size(lake: Storage, key: str) -> int:
+    """The size of an object the merge just wrote or is reading, so there (a missing one still fails here)."""
+    info = lake.info(key)
+    assert info is not None
+    return info.size

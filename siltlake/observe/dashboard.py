@@ -11,19 +11,17 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import math
-import socket
-import sys
-import threading
+from collections.abc import Sequence
 from html import escape
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from siltlake.catalog import PARTITION_STATES
+from siltlake.catalog import DERIVED_PARTITION_STATES, PARTITION_STATES
 from siltlake.clock import parse_time, utcnow
 from siltlake.deployment import Deployment
 from siltlake.hosts import local_host
+from siltlake.httpd import MAX_CONNECTIONS, REQUEST_TIMEOUT, BoundedHandler, BoundedServer
 from siltlake.logs import event
 from siltlake.observe.charts import Series, line_chart
 from siltlake.observe.metrics import registry_for
@@ -34,13 +32,6 @@ DEFAULT_HOURS = 24
 # The periods the page links to, from a quarter of an hour (a daemon's recent rounds) to a week.
 WINDOWS = ((0.25, "15m"), (1, "1h"), (6, "6h"), (24, "24h"), (168, "7d"))
 MAX_HOURS = 24 * 90
-# Each connection holds a thread while it is read and answered: beyond MAX_CONNECTIONS at once a connection is
-# refused (503), and one that sends nothing for IDLE_TIMEOUT seconds is closed, so clients that never finish
-# their request cannot pile up threads.
-MAX_CONNECTIONS = 32
-IDLE_TIMEOUT = 10.0
-BUSY = (b"HTTP/1.0 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Type: text/plain; charset=utf-8\r\n"
-        b"Content-Length: 32\r\nConnection: close\r\n\r\nbusy: too many open connections\n")
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
 STYLE = """
 body{font:14px/1.4 system-ui,sans-serif;margin:16px 24px;color:#222;background:#fafafa}
@@ -59,7 +50,7 @@ def _points(samples: list[dict], column: str) -> list[tuple[dt.datetime, float |
     return [(row["sample_time"], None if row[column] is None else float(row[column])) for row in samples]
 
 
-def _table(headers: list[str], rows: list[list[object]], cls: str, empty: str) -> str:
+def _table(headers: list[str], rows: Sequence[Sequence[object]], cls: str, empty: str) -> str:
     if not rows:  # an empty state is news, not an alarm: none of the table's classes (.bad is red)
         return f'<p class="none">{escape(empty)}</p>'
     head = "".join(f"<th>{escape(h)}</th>" for h in headers)
@@ -112,7 +103,8 @@ def render_page(deployment: Deployment, hours: float = DEFAULT_HOURS, now: dt.da
         ]
         parts, jobs = row["partitions"], row["jobs"]
         current = staging.get(table, {})
-        state_rows = [["partitions", *(parts[s] for s in PARTITION_STATES)]]
+        states = DERIVED_PARTITION_STATES if table in derived else PARTITION_STATES
+        state_rows = [["partitions", *(parts[s] for s in states)]]
         summary = (f'{current.get("pending", 0):,} pending staging objects, {row["unmerged_objects"]:,} unmerged '
                    f'small objects, merge jobs: {jobs["scheduled"] + jobs["due"]} waiting, {jobs["running"]} running, '
                    f'{jobs["stale"]} stale, {jobs["failed"]} failed; {current.get("records_loaded", 0):,} records '
@@ -124,7 +116,7 @@ def render_page(deployment: Deployment, hours: float = DEFAULT_HOURS, now: dt.da
             f'<section class="table" data-table="{escape(table)}"><h2>{escape(table)}</h2>'
             f'<p class="summary">{escape(summary)}</p><div class="charts">{"".join(charts)}</div>'
             f'<h3>Partitions by state</h3>'
-            + _table(["", *PARTITION_STATES], state_rows, "partitions", "")
+            + _table(["", *states], state_rows, "partitions", "")
             + "</section>")
     if not status:
         sections.append('<p class="none">no tables; create one with <code>silt table create</code></p>')
@@ -179,33 +171,16 @@ def at_parameter(query: str) -> dt.datetime | None:
         raise BadParameter(f"at: {exc}") from None
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(BoundedHandler):
     server: ObserveServer
 
-    @property
-    def timeout(self) -> float:  # read by StreamRequestHandler.setup(): the socket's timeout per read
-        return self.server.idle_timeout
-
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
-        event(log, "http.request", logging.DEBUG, client=self.client_address[0], request=format % args)
-
     def _send(self, code: int, body: bytes, content_type: str) -> None:
-        try:
-            self.send_response(code)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.send_header("Cache-Control", "no-store")
-            if content_type.startswith("text/html"):
-                self.send_header("Content-Security-Policy", CSP)
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(body)
-        except OSError as exc:  # the client left (reset, broken pipe, timed out): nobody to answer
-            self.close_connection = True
-            event(log, "http.client_gone", logging.DEBUG, client=self.client_address[0], code=code,
-                  reason=f"client gone: {type(exc).__name__}: {exc}")
+        headers = [("Cache-Control", "no-store")]
+        if content_type.startswith("text/html"):
+            headers.append(("Content-Security-Policy", CSP))
+        self.send_body(code, body, content_type, headers)
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:  # http.server's name
         url = urlsplit(self.path)
         try:
             if url.path == "/metrics" and self.server.metrics:
@@ -219,10 +194,10 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(404, b"not found\n", "text/plain; charset=utf-8")
         except BadParameter as exc:
             self._send(400, f"{exc}\n".encode(), "text/plain; charset=utf-8")
-        except Exception as exc:  # noqa: BLE001 - one failed page must not end the server
-            event(log, "http.failed", logging.WARNING, path=url.path, reason=f"{type(exc).__name__}: {exc}")
-            self._send(503, f"siltlake could not read its catalog: {type(exc).__name__}: {exc}\n".encode(),
-                       "text/plain; charset=utf-8")
+        except Exception as exc:  # one failed page must not end the server
+            reference = self.failed(exc)  # the details (SQL and its parameters among them) stay in the log
+            self._send(503, f"siltlake could not read its catalog for {url.path}; the server's log says why "
+                            f"(http.failed reference={reference})\n".encode(), "text/plain; charset=utf-8")
 
     do_HEAD = do_GET
 
@@ -232,71 +207,21 @@ class _Handler(BaseHTTPRequestHandler):
     do_POST = do_PUT = do_DELETE = do_PATCH = _read_only
 
 
-class ObserveServer(ThreadingHTTPServer):
-    """The HTTP server on its own daemon thread; close() stops it.
+class ObserveServer(BoundedServer):
+    """The HTTP server on its own daemon thread; close() stops it. Its bounds are httpd.BoundedServer's: at most
+    max_connections at once, and a request's headers within request_timeout."""
 
-    At most max_connections connections are served at once (a thread each); more are refused with a 503 at
-    once. A connection idle for idle_timeout seconds (per read) is closed."""
-
-    daemon_threads = True
-    request_queue_size = 128  # a burst of connections is accepted and refused, not left unanswered
+    log = log  # the events under this module's logger, as before the server was shared
 
     def __init__(self, deployment: Deployment, host: str, port: int, *, dashboard: bool, metrics: bool = True,
-                 max_connections: int = MAX_CONNECTIONS, idle_timeout: float = IDLE_TIMEOUT) -> None:
+                 max_connections: int = MAX_CONNECTIONS, request_timeout: float = REQUEST_TIMEOUT) -> None:
         self.deployment = deployment
         self.dashboard = dashboard
         self.metrics = metrics
-        self.idle_timeout = idle_timeout
-        self._slots = threading.BoundedSemaphore(max_connections)
         self.registry = registry_for(deployment)
-        super().__init__((host, port), _Handler)
-        self.thread = threading.Thread(target=self.serve_forever, name="silt-http", daemon=True)
-
-    def process_request(self, request: socket.socket, client_address: tuple) -> None:
-        if not self._slots.acquire(blocking=False):
-            self._refuse(request)
-            return
-        try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self._slots.release()
-            raise
-
-    def process_request_thread(self, request: socket.socket, client_address: tuple) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._slots.release()
-
-    def _refuse(self, request: socket.socket) -> None:
-        # Never blocks the accepting thread: the answer fits any socket buffer, and a client that cannot
-        # take it is simply disconnected.
-        try:
-            request.setblocking(False)
-            request.send(BUSY)
-        except OSError:
-            pass
-        self.shutdown_request(request)
-
-    def handle_error(self, request: socket.socket, client_address: tuple) -> None:
-        """What escaped a handler: a log line, not a traceback on stderr."""
-        exc = sys.exc_info()[1]
-        level = logging.DEBUG if isinstance(exc, OSError) else logging.WARNING  # OSError: the client left
-        event(log, "http.failed", level, client=client_address[0], reason=f"{type(exc).__name__}: {exc}")
-
-    @property
-    def url(self) -> str:
-        host, port = self.server_address[:2]
-        shown = f"[{host}]" if ":" in str(host) else host
-        return f"http://{shown}:{port}/"
+        super().__init__((host, port), _Handler, max_connections=max_connections, request_timeout=request_timeout)
 
     def start(self) -> ObserveServer:
-        self.thread.start()
+        super().start()
         event(log, "http.listening", url=self.url, dashboard=self.dashboard, metrics=self.metrics)
         return self
-
-    def close(self) -> None:
-        self.shutdown()
-        self.server_close()
-
-

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import threading
+from typing import TypedDict
 
 from siltlake.catalog.observations import quantile
 from siltlake.clock import utcnow
@@ -27,7 +28,14 @@ def slot_of(now: dt.datetime, interval: int) -> dt.datetime:
     return epoch + dt.timedelta(seconds=seconds - seconds % interval)
 
 
-def sample(deployment: Deployment, now: dt.datetime | None = None, interval: int | None = None) -> dict[str, dict]:
+class Sample(TypedDict):
+    """One slot's sample: the slot's end, and each live table's numbers by name."""
+
+    slot: dt.datetime
+    tables: dict[str, dict]
+
+
+def sample(deployment: Deployment, now: dt.datetime | None = None, interval: int | None = None) -> Sample:
     """Each live table's numbers for the slot ending at or before `now`: the backlog, the small-file debt and
     the merge jobs as they are, and what was merged, loaded and made visible during the slot."""
     catalog, config = deployment.catalog, deployment.config
@@ -89,7 +97,7 @@ class HistorySampler:
                 stored = record(self.deployment, interval=self.interval)
                 if stored:
                     event(log, "history.sample", logging.DEBUG, rows=stored)
-            except Exception as exc:  # noqa: BLE001 - the next slot tries again
+            except Exception as exc:  # the next slot tries again
                 event(log, "history.sample_failed", logging.WARNING, reason=f"{type(exc).__name__}: {exc}")
             now = utcnow()
             next_slot = slot_of(now, self.interval) + dt.timedelta(seconds=self.interval)

@@ -95,7 +95,7 @@ def observe_report(loop: str, report: Any) -> None:
                 REAP_DELETED_BYTES.labels(reason).inc(totals.bytes)
 
 
-def _settling(summary: list, now) -> Iterator[Metric]:  # noqa: ANN001 - catalog.positions' SettleSummary rows
+def _settling(summary: list, now) -> Iterator[Metric]:  # catalog.positions' SettleSummary rows
     """Local staging files still being written, and files rewritten in place, per staging root."""
     waiting = GaugeMetricFamily("siltlake_staging_unsettled_files", "Local staging files still being written, "
                                 "waiting to settle (stream.settle_time)", labels=["staging_root"])
@@ -103,12 +103,16 @@ def _settling(summary: list, now) -> Iterator[Metric]:  # noqa: ANN001 - catalog
                                "has waited", labels=["staging_root"])
     rewritten = GaugeMetricFamily("siltlake_staging_rewritten_files", "Local staging files changed other than by "
                                   "appending: their new bytes are not loaded", labels=["staging_root"])
+    stopped = GaugeMetricFamily("siltlake_staging_stopped_files", "Local staging files whose following stopped "
+                                "(rewritten in place, or a delivery of theirs is an unknown object): nothing more of "
+                                "them loads until `silt staging resume`", labels=["staging_root"])
     for row in summary:
         waiting.add_metric([row.staging_root], row.waiting)
         oldest.add_metric([row.staging_root], (now - row.oldest_first_seen).total_seconds()
                           if row.oldest_first_seen is not None else 0.0)
         rewritten.add_metric([row.staging_root], row.rewritten)
-    yield from (waiting, oldest, rewritten)
+        stopped.add_metric([row.staging_root], row.rewritten)
+    yield from (waiting, oldest, rewritten, stopped)
 
 
 def _observe_notifications(tally: Any) -> None:
@@ -207,7 +211,8 @@ class CatalogCollector(Collector):
         yield from _settling(catalog.positions.summary(now), now)
 
         status = catalog.merge_queue.status(now, config.merge.job_timeout, local_host())
-        partitions = GaugeMetricFamily("siltlake_partitions", "Partitions by state (new, live, closed, switched)",
+        partitions = GaugeMetricFamily("siltlake_partitions", "Partitions by state (new, live, closed, switched; a "
+                                       "derived table's built, stale)",
                                        labels=["table", "state"])
         jobs = GaugeMetricFamily("siltlake_merge_jobs", "Merge jobs by state: scheduled (waiting), due, running, "
                                  "stale (heartbeat lost), continuing, failed (parked)", labels=["table", "state"])
@@ -217,14 +222,14 @@ class CatalogCollector(Collector):
                                            labels=["table"])
         oldest = GaugeMetricFamily("siltlake_oldest_unmerged_age_seconds", "Age of the oldest unmerged small object",
                                    labels=["table"])
-        for row in status:
-            for state, count in row["partitions"].items():
-                partitions.add_metric([row["table"], state], count)
-            for state, count in row["jobs"].items():
-                jobs.add_metric([row["table"], state], count)
-            unmerged.add_metric([row["table"]], row["unmerged_objects"])
-            unmerged_bytes.add_metric([row["table"]], row["unmerged_bytes"])
-            oldest.add_metric([row["table"]], row["oldest_unmerged_age_seconds"] or 0.0)
+        for entry in status:
+            for state, count in entry["partitions"].items():
+                partitions.add_metric([entry["table"], state], count)
+            for state, count in entry["jobs"].items():
+                jobs.add_metric([entry["table"], state], count)
+            unmerged.add_metric([entry["table"]], entry["unmerged_objects"])
+            unmerged_bytes.add_metric([entry["table"]], entry["unmerged_bytes"])
+            oldest.add_metric([entry["table"]], entry["oldest_unmerged_age_seconds"] or 0.0)
         yield from (partitions, jobs, unmerged, unmerged_bytes, oldest)
 
         debt = GaugeMetricFamily("siltlake_small_file_debt_objects", "Small objects not merged yet, per partition",

@@ -1,4 +1,4 @@
-"""Publish (DESIGN §4, §6): close days, switch partitions to merged objects, record versions, write
+"""Publish (docs/design.md): close days, switch partitions to merged objects, record versions, write
 manifests; updates rewrite partitions as one table version."""
 
 from siltlake.catalog import UpdateConflict

@@ -61,12 +61,20 @@ class AppendReport:
                              "delayed": o.delayed} for o in self.objects]}
 
 
-def _tables(rows: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch], table: str) -> Iterable[pa.Table]:
-    """The rows as Arrow tables, one per batch given."""
+def _tables(rows: object, table: str) -> Iterable[pa.Table]:
+    """The rows as Arrow tables, one per batch given: a pyarrow Table, RecordBatch or RecordBatchReader, anything
+    that exports an Arrow stream (`__arrow_c_stream__`: a pandas 2.2+ or Polars DataFrame, a DuckDB relation, ...)
+    or a single batch (`__arrow_c_array__`), or an iterable of batches or tables."""
     if isinstance(rows, pa.Table):
         yield rows
     elif isinstance(rows, pa.RecordBatch):
         yield pa.Table.from_batches([rows])
+    elif hasattr(rows, "__arrow_c_stream__"):
+        # Read batch by batch from the producer (a DuckDB relation runs its query as the batches are asked for).
+        for batch in pa.RecordBatchReader.from_stream(rows):
+            yield pa.Table.from_batches([batch])
+    elif hasattr(rows, "__arrow_c_array__") and not isinstance(rows, Iterable):
+        yield pa.Table.from_batches([pa.record_batch(rows)])
     elif isinstance(rows, Iterable) and not isinstance(rows, (str, bytes, dict)):
         for batch in rows:
             if isinstance(batch, pa.Table):
@@ -77,11 +85,13 @@ def _tables(rows: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch], table: s
                 raise SiltError(f"cannot append into {table}: an item of the batches is a {type(batch).__name__}, "
                                 "not a pyarrow RecordBatch; nothing was appended")
     else:
-        raise SiltError(f"cannot append into {table}: give the rows as a pyarrow Table, a RecordBatch or an iterable "
-                        f"of them (a RecordBatchReader), not {type(rows).__name__}; nothing was appended")
+        raise SiltError(f"cannot append into {table}: give the rows as Arrow data (a pyarrow Table, RecordBatch or "
+                        "RecordBatchReader, a pandas or Polars DataFrame, a DuckDB relation: anything with "
+                        f"__arrow_c_stream__), or an iterable of batches, not {type(rows).__name__}; "
+                        "nothing was appended")
 
 
-def append(deployment: Deployment, name: str, rows: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch],
+def append(deployment: Deployment, name: str, rows: object,
            request_id: str | None = None, now: dt.datetime | None = None) -> AppendReport:
     """Append `rows` (the table's columns; nullable ones may be missing) to the table in one commit, once per
     `request_id`. Rows that cannot be written (a column not in the table, a null in a non-nullable column, a

@@ -53,7 +53,7 @@ def _literal(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def _copy(case_object, *first):  # noqa: ANN001, ANN202 - py4j proxies of Scala case classes
+def _copy(case_object, *first):  # py4j proxies of Scala case classes
     """case_object.copy(*first, <the other fields as they are>): the field count differs between Spark
     versions (CatalogStorageFormat gained a seventh in 4.x), so the rest come from copy's defaults."""
     fields = sum(1 for m in case_object.getClass().getMethods() if m.getName().startswith("copy$default$"))
@@ -125,7 +125,7 @@ class HiveTarget:
             raise self._failure(exc, statement) from None
         self.statements.append(statement)
 
-    def _external_catalog(self):  # noqa: ANN202 - a py4j proxy of Spark's ExternalCatalog
+    def _external_catalog(self):  # a py4j proxy of Spark's ExternalCatalog
         return self._spark()._jsparkSession.sessionState().catalog().externalCatalog()
 
     def _table_location(self, database: str, table: str) -> str | None:
@@ -142,8 +142,12 @@ class HiveTarget:
     def _names(self, record: TableRecord) -> tuple[str, str]:
         return self.config.database_prefix + record.definition.schema_name, record.definition.name
 
+    def _uri(self, key: str) -> str:
+        """A location as the metastore's readers open it (Spark's S3 connector: s3a://)."""
+        return self.deployment.lake.engine_uri(key)
+
     def _live_location(self, record: TableRecord) -> str:
-        return self.deployment.lake.engine_uri(record.layout(self.deployment.instance_key).live_prefix())
+        return self._uri(record.layout(self.deployment.instance_key).live_prefix())
 
     def sync_tables(self, tables: Sequence[TableRecord]) -> list[str]:
         self.statements = []
@@ -222,12 +226,12 @@ class HiveTarget:
 
     def sync_partitions(self, tables: Mapping[int, TableRecord]) -> list[str]:
         """Drop what reap removed since the last run, then sync the partitions of the table versions published
-        since each table's synced version: what is new, never the whole table (docs/design.md, issue 28)."""
+        since each table's synced version: what is new, never the whole table (docs/design.md)."""
         self.statements = []
-        synced = self.catalog.external_sync.synced_tables(TARGET)
-        partitions, upto = self.catalog.external_sync.partitions_to_sync(TARGET)
+        synced = self.catalog.external_sync.synced_tables(self.name)
+        partitions, upto = self.catalog.external_sync.partitions_to_sync(self.name)
         to_sync = {table_id: list(group) for table_id, group in groupby(partitions, key=lambda p: p.table_id)}
-        removals = self.catalog.external_sync.removals(TARGET)
+        removals = self.catalog.external_sync.removals(self.name)
         for table_id, names in synced.items():
             record = tables.get(table_id)
             if record is None or names.dropped:
@@ -256,9 +260,9 @@ class HiveTarget:
     def _drop_partitions_reaped_before_0018(self, record: TableRecord, names: SyncedTable) -> None:
         """The first run over a table synced before revision 0018 (it has recorded partitions, but no synced
         version yet): reap removed partitions then without a removal row, so the metastore is asked once which
-        dates it shows and those the catalog no longer has are dropped (docs/design.md, issue 28)."""
+        dates it shows and those the catalog no longer has are dropped (docs/design.md)."""
         dates = {p.id: p.partition_date for p in self.catalog.partitions.list(record.id)}
-        if not self.catalog.external_sync.partition_manifests(TARGET, list(dates)):
+        if not self.catalog.external_sync.partition_manifests(self.name, list(dates)):
             return  # a table new to the target: nothing it shows can be stale
         self._drop_dates(names, sorted(self._shown_dates(names) - set(dates.values())))
 
@@ -275,14 +279,13 @@ class HiveTarget:
                                upto: int) -> None:
         """Add the partitions the metastore does not have and move the others; then record them, and table version
         `upto` as synced, in one transaction. What the metastore has is what the catalog recorded, unless a run
-        died between its metastore calls and that record: then the metastore is asked (docs/design.md, issue 28)."""
-        lake, layout = self.deployment.lake, record.layout(self.deployment.instance_key)
-        qualified = f"`{names.database_name}`.`{names.table_name}`"
+        died between its metastore calls and that record: then the metastore is asked (docs/design.md)."""
+        layout = record.layout(self.deployment.instance_key)
 
         def location(p: PartitionToSync) -> str:
             if p.file_list_key is None:
-                return lake.engine_uri(layout.live_partition(p.partition_date))
-            return lake.engine_uri(symlink_directory(p.file_list_key))
+                return self._uri(layout.live_partition(p.partition_date))
+            return self._uri(symlink_directory(p.file_list_key))
 
         if record.definition.keyed:
             partitions = self.keyed_partitions(partitions)
@@ -291,16 +294,11 @@ class HiveTarget:
                 shown = self._shown_dates(names)
             else:
                 recorded = self.catalog.external_sync.partition_manifests(
-                    TARGET, [p.partition_id for p in partitions])
+                    self.name, [p.partition_id for p in partitions])
                 shown = {p.partition_date for p in partitions if p.partition_id in recorded}
-            self.catalog.external_sync.start_sync(TARGET, record.id, upto)
+            self.catalog.external_sync.start_sync(self.name, record.id, upto)
             self._ensure_symlink_table(names)
-            new = [p for p in partitions if p.partition_date not in shown]
-            for start in range(0, len(new), _PARTITIONS_PER_STATEMENT):
-                chunk = new[start:start + _PARTITIONS_PER_STATEMENT]
-                self._sql(f"ALTER TABLE {qualified} ADD IF NOT EXISTS " + " ".join(
-                    f"PARTITION (`dt` = '{p.partition_date.isoformat()}') LOCATION {_literal(location(p))}"
-                    for p in chunk))
+            self._add_partitions(names, [(p, location(p)) for p in partitions if p.partition_date not in shown])
             # New partitions took the table's symlink storage. A known one changes location (and input
             # format, should it have been a live directory) in one metastore call: Spark SQL can set
             # neither the format nor both at once.
@@ -308,7 +306,14 @@ class HiveTarget:
             if moved:
                 self._set_storage(names, [(p, location(p)) for p in moved])
         self.catalog.external_sync.record_partitions(
-            TARGET, [(p.partition_id, p.file_list_key, location(p)) for p in partitions], upto=(record.id, upto))
+            self.name, [(p.partition_id, p.file_list_key, location(p)) for p in partitions], upto=(record.id, upto))
+
+    def _add_partitions(self, names: SyncedTable, new: list[tuple[PartitionToSync, str]]) -> None:
+        qualified = f"`{names.database_name}`.`{names.table_name}`"
+        for start in range(0, len(new), _PARTITIONS_PER_STATEMENT):
+            self._sql(f"ALTER TABLE {qualified} ADD IF NOT EXISTS " + " ".join(
+                f"PARTITION (`dt` = '{p.partition_date.isoformat()}') LOCATION {_literal(where)}"
+                for p, where in new[start:start + _PARTITIONS_PER_STATEMENT]))
 
     def keyed_partitions(self, partitions: list[PartitionToSync]) -> list[PartitionToSync]:
         """A keyed table's partitions as the metastore may show them: each at its newest version that needs no
@@ -326,7 +331,7 @@ class HiveTarget:
         versions: dict[int, list[PublishedVersion]] = {}
         for version in self.catalog.versions.of_partitions([p.partition_id for p in dirty]):
             versions.setdefault(version.partition_id, []).append(version)
-        shown = self.catalog.external_sync.partition_manifests(TARGET, [p.partition_id for p in dirty])
+        shown = self.catalog.external_sync.partition_manifests(self.name, [p.partition_id for p in dirty])
         kept = [p for p in partitions if p not in dirty]
         for p in dirty:
             # Newest first; appends and upserts list small objects, so only these can be one merged object.

@@ -6,31 +6,32 @@ Each table version becomes one Iceberg snapshot listing exactly the files `Table
 returns, with the version in its summary (`siltlake.table-version`): the current snapshot's summary says
 how far the Iceberg table is, so a run that died after an Iceberg commit is never committed twice.
 Each commit expires the snapshots older than publish.iceberg.snapshot_retention with it.
-A keyed table's partition shows its newest version that needs no merge on read (one merged object), or
-is left out: Iceberg readers cannot apply siltlake's row rule.
+A keyed table's partition that needs a merge on read is committed with all its files and a position delete
+file hiding the rows siltlake's row rule hides (siltlake.publish.iceberg_deletes).
 Metadata lives under `<instance>/_iceberg/<physical table>/metadata/`; reap keeps what a retained
 snapshot needs, expires snapshots before deleting any file they list, and deletes the rest.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import os
 import socket
-import time
+import threading
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote
 
-from siltlake.catalog.core import normalise_url
+from siltlake.catalog.core import CATALOG_OUTAGES, normalise_url
 from siltlake.clock import utcnow
 from siltlake.errors import ConfigError, SiltError
-from siltlake.publish.iceberg_manifests import EPOCH, commit_files, day_bounds, expire_snapshots, partition_date
+from siltlake.publish.iceberg_datafiles import marker_mapping, registered_file
+from siltlake.publish.iceberg_deletes import DeleteChange, KeyedDeletes, snapshot_deletes
+from siltlake.publish.iceberg_manifests import EPOCH, commit_files, day_bounds, partition_date, same_fields, use_schema
 from siltlake.publish.targets import SomeTablesFailed, drop_forgotten_tables
-from siltlake.read.keyed import dirty_dates
 from siltlake.read.versions import version_files
 from siltlake.storage.keys import iceberg_warehouse
 from siltlake.tabledef import PARTITION_COLUMN
@@ -58,6 +59,11 @@ MANAGED_PROPERTIES = {
     "gc.enabled": "false",
 }
 _CATALOGS: dict[tuple[str, str, str], Any] = {}
+_CATALOGS_LOCK = threading.Lock()
+# A commit that loses a race to another commit of the same table is decided again from the table the winner left;
+# two runs over one table's versions lose at most once a version each.
+COMMIT_ATTEMPTS = 10
+T = TypeVar("T")
 
 
 def catalog_uri(deployment: Deployment) -> str:
@@ -83,18 +89,25 @@ def open_catalog(deployment: Deployment) -> IcebergCatalog:
     warehouse = iceberg_path(deployment, iceberg_warehouse(deployment.instance_key))
     io = file_io_properties(deployment)
     cache_key = (uri, config.catalog_name, warehouse, tuple(sorted(io.items())))
-    if cache_key not in _CATALOGS:
-        if uri.startswith(("http://", "https://")):
-            from pyiceberg.catalog.rest import RestCatalog
+    with _CATALOGS_LOCK:  # threads of one process (a publish run's, a test's runners) share one catalog
+        if cache_key not in _CATALOGS:
+            if uri.startswith(("http://", "https://")):
+                from pyiceberg.catalog.rest import RestCatalog
 
-            _CATALOGS[cache_key] = RestCatalog(config.catalog_name, uri=uri, warehouse=warehouse, **io)
-        else:
-            from pyiceberg.catalog.sql import SqlCatalog
+                _CATALOGS[cache_key] = RestCatalog(config.catalog_name, uri=uri, warehouse=warehouse, **io)
+            else:
+                from pyiceberg.catalog.sql import SqlCatalog
 
-            if uri.startswith("sqlite:///"):
-                Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
-            _CATALOGS[cache_key] = SqlCatalog(config.catalog_name, uri=uri, warehouse=warehouse, **io)
-    return _CATALOGS[cache_key]
+                if uri.startswith("sqlite:///"):
+                    Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+                try:
+                    made = SqlCatalog(config.catalog_name, uri=uri, warehouse=warehouse, **io)
+                except Exception:  # made again below; a failure that stays is raised there
+                    # PyIceberg creates its catalog tables when it first finds them absent: another process doing
+                    # the same at that moment makes this CREATE fail ("already exists"). Now they exist.
+                    made = SqlCatalog(config.catalog_name, uri=uri, warehouse=warehouse, **io)
+                _CATALOGS[cache_key] = made
+        return _CATALOGS[cache_key]
 
 
 def file_io_properties(deployment: Deployment) -> dict[str, str]:
@@ -118,13 +131,13 @@ def identifier(deployment: Deployment, record: TableRecord) -> tuple[str, str]:
     return prefix + record.definition.schema_name, record.definition.name
 
 
-def _iceberg_type(arrow_type: Any) -> Any:  # noqa: ANN401 - pyarrow type in, Iceberg type out
+def _iceberg_type(arrow_type: Any) -> Any:  # pyarrow type in, Iceberg type out
     from pyiceberg.io.pyarrow import _ConvertToIcebergWithoutIDs, visit_pyarrow
 
     return visit_pyarrow(arrow_type, _ConvertToIcebergWithoutIDs())
 
 
-def iceberg_schema(record: TableRecord) -> Any:  # noqa: ANN401 - a pyiceberg Schema
+def iceberg_schema(record: TableRecord) -> Any:  # a pyiceberg Schema
     """The table's columns (all optional: older objects lack added ones) and dt, with the definition's field ids
     (the ids siltlake's objects carry)."""
     from pyiceberg.schema import Schema
@@ -139,9 +152,27 @@ def iceberg_schema(record: TableRecord) -> Any:  # noqa: ANN401 - a pyiceberg Sc
     return Schema(*fields)
 
 
+def version_schema(deployment: Deployment, record: TableRecord, table: IcebergTable, version: int) -> Any:
+    """The Iceberg schema table version `version` is committed with: the definition it had (an engine reads
+    a snapshot with its schema, as siltlake reads the version), with the field ids its objects carry. A definition
+    stored before field ids takes its names' ids in the Iceberg table now; None if it has a name that table has not
+    (the version is committed with the current schema)."""
+    from pyiceberg.schema import Schema
+
+    then = deployment.catalog.tables.definition_at(record, version)
+    if then.definition.field_ids is None:
+        known = {f.name: f.field_id for f in table.schema().fields}
+        if not {*(c.name for c in then.definition.columns), PARTITION_COLUMN} <= known.keys():
+            return None
+        then = dataclasses.replace(then, definition=then.definition.with_field_ids(known))
+    # dt where Iceberg's evolution puts it: after the columns made with the table, before those added later.
+    fields, dt_id = iceberg_schema(then).fields, then.definition.field_ids[PARTITION_COLUMN]
+    return Schema(*sorted(fields, key=lambda f: f.field_id > dt_id))
+
+
 def version_hint_key(deployment: Deployment, table: IcebergTable) -> str | None:
     """The key of the table's metadata/version-hint.text (None: the table's location is not in the lake)."""
-    return _lake_key(deployment, f"{table.location().rstrip('/')}/metadata/{VERSION_HINT}")
+    return lake_key(deployment, f"{table.location().rstrip('/')}/metadata/{VERSION_HINT}")
 
 
 def write_version_hint(deployment: Deployment, table: IcebergTable) -> None:
@@ -155,7 +186,7 @@ def write_version_hint(deployment: Deployment, table: IcebergTable) -> None:
     deployment.lake.write_bytes(key, name.encode())
 
 
-def snapshot_of_version(table: IcebergTable, version: int) -> Any:  # noqa: ANN401 - a Snapshot or None
+def snapshot_of_version(table: IcebergTable, version: int) -> Any:  # a Snapshot or None
     """The snapshot that holds siltlake table version `version` (None: not committed, or expired)."""
     for snapshot in table.snapshots():
         if snapshot.summary is not None and snapshot.summary.get(VERSION_PROPERTY) == str(version):
@@ -171,15 +202,17 @@ def synced_version(table: IcebergTable) -> int:
     return int(snapshot.summary.get(VERSION_PROPERTY, "0"))
 
 
-def snapshot_files(table: IcebergTable, snapshot: Any, cache: dict[str, list[Any]] | None = None,  # noqa: ANN401
+def snapshot_files(table: IcebergTable, snapshot: Any, cache: dict[str, list[Any]] | None = None,
                    dates: Collection[dt.date] | None = None) -> list[Any]:
-    """The live data files (pyiceberg DataFile) a snapshot lists; with `dates`, those of these dates only,
-    reading only the manifests whose partition bounds may hold one of them."""
+    """The live data files (pyiceberg DataFile) a snapshot lists (its delete files: snapshot_deletes); with
+    `dates`, those of these dates only, reading only the manifests whose partition bounds may hold one of them."""
+    from pyiceberg.manifest import ManifestContent
+
     cache = {} if cache is None else cache
     days = None if dates is None else {(date - EPOCH).days for date in dates}
     files = []
     for manifest in snapshot.manifests(table.io):
-        if days is not None and not _may_hold(manifest, days):
+        if manifest.content != ManifestContent.DATA or (days is not None and not _may_hold(manifest, days)):
             continue
         if manifest.manifest_path not in cache:
             cache[manifest.manifest_path] = [e.data_file for e in manifest.fetch_manifest_entry(table.io)]
@@ -188,7 +221,7 @@ def snapshot_files(table: IcebergTable, snapshot: Any, cache: dict[str, list[Any
     return files
 
 
-def _may_hold(manifest: Any, days: set[int]) -> bool:  # noqa: ANN401 - a pyiceberg ManifestFile
+def _may_hold(manifest: Any, days: set[int]) -> bool:  # a pyiceberg ManifestFile
     """Whether a manifest's dt bounds (its manifest list entry's partition summary) may hold one of `days`."""
     bounds = day_bounds(manifest)
     return bounds is None or any(bounds[0] <= day <= bounds[1] for day in days)
@@ -214,14 +247,14 @@ class IcebergTarget:
         """Each table on its own: one that fails is named in the error raised after all the others."""
         self.statements = []
         synced = drop_forgotten_tables(self.catalog, TARGET, tables,
-                                       lambda old: self._drop((old.database_name, old.table_name), old.table_id))
+                                       lambda old: self.drop((old.database_name, old.table_name), old.table_id))
         failures = []
         for record in tables:
             try:
-                self._sync_table(record, synced.get(record.id))
-            except ConfigError:
+                retried_on_conflict(record.qualified_name, lambda r=record: self._sync_table(r, synced.get(r.id)))
+            except (ConfigError, *CATALOG_OUTAGES):  # an outage fails every table: the run reports it once
                 raise
-            except Exception as exc:  # noqa: BLE001 - reported with the table's name below
+            except Exception as exc:  # reported with the table's name below
                 failures.append(f"{record.qualified_name}: {exc}")
         _raise_failures(failures)
         return self.statements
@@ -237,9 +270,10 @@ class IcebergTarget:
             record = self.catalog.tables.assign_field_ids(
                 record.id, {name: schema.find_field(name, case_sensitive=True).field_id
                             for name in [*(c.name for c in record.definition.columns), PARTITION_COLUMN]})
-        if any(table.properties.get(name) != value for name, value in MANAGED_PROPERTIES.items()):
+        managed = {**MANAGED_PROPERTIES, **marker_mapping(table)} if record.definition.keyed else MANAGED_PROPERTIES
+        if any(table.properties.get(name) != value for name, value in managed.items()):
             with table.transaction() as transaction:
-                transaction.set_properties(MANAGED_PROPERTIES)
+                transaction.set_properties(managed)
         write_version_hint(self.deployment, table)
         self._tables[record.id] = table
         namespace, name = identifier(self.deployment, record)
@@ -248,13 +282,19 @@ class IcebergTarget:
             self.catalog.external_sync.record_table(TARGET, record.id, namespace, name,
                                                     [(c.name, c.type) for c in record.definition.columns])
 
-    def _owned(self, table: IcebergTable, table_id: int) -> bool:
+    def follow(self, record: TableRecord) -> None:
+        """One table's definition, then its versions not committed yet: right after a write made versions."""
+        old = self.catalog.external_sync.synced_tables(TARGET).get(record.id)
+        retried_on_conflict(record.qualified_name, lambda: self._sync_table(record, old))
+        self.sync_versions(record, self._tables[record.id])
+
+    def owned(self, table: IcebergTable, table_id: int) -> bool:
         """Whether the Iceberg table is this deployment's table `table_id` (two deployments may share an
         Iceberg catalog, and a REST catalog may choose its own locations)."""
         return table.properties.get(TABLE_ID_PROPERTY) == str(table_id) and \
             table.properties.get(INSTANCE_PROPERTY) == self.deployment.instance_key
 
-    def _load(self, ident: tuple[str, str]) -> IcebergTable | None:
+    def load(self, ident: tuple[str, str]) -> IcebergTable | None:
         from pyiceberg.exceptions import NoSuchTableError
 
         try:
@@ -262,9 +302,9 @@ class IcebergTarget:
         except NoSuchTableError:
             return None
 
-    def _drop(self, ident: tuple[str, str], table_id: int) -> None:
-        table = self._load(ident)
-        if table is not None and self._owned(table, table_id):
+    def drop(self, ident: tuple[str, str], table_id: int) -> None:
+        table = self.load(ident)
+        if table is not None and self.owned(table, table_id):
             # Not purged: the data files are siltlake's, and reap deletes the metadata with the table.
             self.iceberg.drop_table(ident)
             self.statements.append(f"DROP TABLE {'.'.join(ident)}")
@@ -272,16 +312,21 @@ class IcebergTarget:
     def _table(self, record: TableRecord, before: tuple[str, str] | None) -> IcebergTable:
         """Load the table under its name, rename it from its old one, or create it."""
         ident = identifier(self.deployment, record)
-        table = self._load(ident)
+        table = self.load(ident)
         if table is not None:
-            if not self._owned(table, record.id):
+            if not self.owned(table, record.id):
                 raise SiltError(f"Iceberg table {'.'.join(ident)} already exists and is not siltlake's table "
                                 f"{record.qualified_name} (table {record.id} of this deployment); drop it there, or "
                                 "set publish.iceberg.namespace_prefix")
             return table
-        self.iceberg.create_namespace_if_not_exists(ident[0])
-        if before is not None and before != ident and (old := self._load(before)) is not None \
-                and self._owned(old, record.id):
+        try:
+            self.iceberg.create_namespace_if_not_exists(ident[0])
+        except Exception:
+            # Another run creating it at the same moment: PyIceberg's SQL catalog reports the duplicate key.
+            if not self.iceberg.namespace_exists(ident[0]):
+                raise
+        if before is not None and before != ident and (old := self.load(before)) is not None \
+                and self.owned(old, record.id):
             self.statements.append(f"RENAME TABLE {'.'.join(before)} TO {'.'.join(ident)}")
             return self.iceberg.rename_table(before, ident)
         return self._create(record, ident)
@@ -309,9 +354,18 @@ class IcebergTarget:
     def _evolve(self, record: TableRecord, table: IcebergTable) -> None:
         """Follow siltlake's columns by field id: rename and drop (`rename_column`, `delete_column`), then add
         and widen (the name mapping follows). The Iceberg table's field ids must be the definition's: checked
-        before anything changes."""
+        before anything changes. A schema the table has already (a catch-up of older versions stopped before its
+        newest, which made theirs current) is made current again."""
         schema = table.schema()
         ids = record.definition.field_ids
+        wanted_schema = iceberg_schema(record) if ids is not None else None
+        if wanted_schema is not None and not same_fields(schema, wanted_schema) and \
+                any(same_fields(s, wanted_schema) for s in table.metadata.schemas):
+            with table.transaction() as transaction:
+                schema_id = use_schema(transaction, wanted_schema)
+            self.statements.append(f"ALTER TABLE {'.'.join(table.name())} SET CURRENT SCHEMA {schema_id}")
+            self._map_physical_names(record, table)
+            return
         by_id = {f.field_id: f for f in schema.fields if f.name != PARTITION_COLUMN}
         renamed, dropped = [], []
         if ids is not None:
@@ -389,16 +443,21 @@ class IcebergTarget:
                 continue
             try:
                 self.sync_versions(record, table)
-            except ConfigError:
+            except (ConfigError, *CATALOG_OUTAGES):  # an outage fails every table: the run reports it once
                 raise
-            except Exception as exc:  # noqa: BLE001 - reported with the table's name below
+            except Exception as exc:  # reported with the table's name below
                 failures.append(f"{record.qualified_name}: {exc}")
         _raise_failures(failures)
         return self.statements
 
     def sync_versions(self, record: TableRecord, table: IcebergTable) -> None:
-        """Commit one snapshot per siltlake table version the Iceberg table does not have yet, reading only the
-        partition versions of those and the current files of the dates they change (docs/design.md, issue 28)."""
+        """Commit one snapshot per siltlake table version the Iceberg table does not have yet; a commit another
+        (a publish run at the same time, a reap) beat starts again from the table as the winner left it."""
+        retried_on_conflict(record.qualified_name, lambda: self._sync_versions(record, table), table.refresh)
+
+    def _sync_versions(self, record: TableRecord, table: IcebergTable) -> None:
+        """The versions after the current snapshot's, reading only the partition versions of those and the current
+        files of the dates they change (docs/design.md, "Publish targets read what is new")."""
         newest = self.catalog.versions.newest(record.id)
         done = synced_version(table)  # the current snapshot's summary: what is synced, committed with it
         if newest == 0 or done >= newest:
@@ -413,97 +472,71 @@ class IcebergTarget:
             reaped = [v.table_version for _, v, before in stamped if v.version > 1 and before is None]
             start = max([done + 1, *reaped])
         changed: dict[int, set[dt.date]] = defaultdict(set)
-        times: dict[int, dt.datetime] = {}
         for date, v, _ in stamped:
             changed[v.table_version].add(date)
-            times[v.table_version] = max(times.get(v.table_version, v.created_at), v.created_at)
+        times = self.catalog.versions.version_times(record.id, start - 1, newest)
         whole = done == 0 or start > done + 1
         snapshot = table.current_snapshot()
-        current = {} if snapshot is None else {f.file_path: f for f in snapshot_files(
-            table, snapshot, dates=None if whole else set().union(*changed.values()))}
+        scope = None if whole else set().union(*changed.values())
+        current = {} if snapshot is None else {f.file_path: f for f in snapshot_files(table, snapshot, dates=scope)}
+        deletes = [] if snapshot is None else snapshot_deletes(table, snapshot, scope)
+        keyed = KeyedDeletes(self.deployment, record, table, lake_key(self.deployment, table.location()),
+                             lambda key: iceberg_path(self.deployment, key)) if record.definition.keyed else None
         for version in range(start, newest + 1):
             # The first snapshot, or the first after versions reaped before they were synced: the whole table.
             dates = None if version == start and (done == 0 or start > done + 1) else changed.get(version, set())
             files = version_files(self.deployment, record, as_of_version=version, dates=dates)
-            # A keyed partition whose version needs a merge on read keeps what the Iceberg table shows of it:
-            # its newest version that needs none (synced before), or nothing.
-            dirty = dirty_dates([(f.partition_date, f.uri) for f in files]) if record.definition.keyed else set()
-            wanted = {unquote(f.uri): f for f in files if f.partition_date not in dirty}
-            scope = [path for path, f in current.items()
-                     if (dates is None or partition_date(f) in dates) and partition_date(f) not in dirty]
-            removed = [current[path] for path in scope if path not in wanted]
+            wanted = {unquote(f.uri): f for f in files}
+            removed = [f for path, f in current.items()
+                       if (dates is None or partition_date(f) in dates) and path not in wanted]
             added = [self._data_file(table, path, f.partition_date, f.size)
                      for path, f in wanted.items() if path not in current]
-            expired = self._commit(table, removed, added, {
+            # A keyed partition's delete files are decided again whenever the version changes the partition.
+            scoped = [f for f in deletes if dates is None or partition_date(f) in dates]
+            change = keyed.change(version, files, dates, scoped) if keyed is not None else DeleteChange(scoped)
+            expired = self.commit(table, removed, added, {
                 RUN_PROPERTY: self.run, VERSION_PROPERTY: str(version),
                 VERSION_TIME_PROPERTY: times[version].isoformat() + "Z" if version in times else ""},
-                retention=self.deployment.config.publish.iceberg.snapshot_retention)
+                retention=self.deployment.config.publish.iceberg.snapshot_retention,
+                schema=version_schema(self.deployment, record, table, version), at=times.get(version), deletes=change)
             write_version_hint(self.deployment, table)
             for f in removed:
                 del current[f.file_path]
             current.update((f.file_path, f) for f in added)
+            deletes = [*(f for f in deletes if f not in change.removed), *change.added]
             self.statements.append(f"COMMIT {'.'.join(table.name())} SNAPSHOT {table.current_snapshot().snapshot_id} "
                                    f"(table version {version}: +{len(added)} -{len(removed)} files"
+                                   f"{f', {len(change.added)} delete files' if change.added else ''}"
                                    f"{f'; {expired} older snapshots expired' if expired else ''})")
 
     @staticmethod
-    def _commit(table: IcebergTable, removed: Sequence[Any], added: Sequence[Any], summary: dict[str, str],
-                retention: int | None = None) -> int:
-        previous = table.current_snapshot()
-        if previous is not None:
-            # Snapshot times must differ: a by-time lookup finds the newest snapshot at or before a time.
-            while int(time.time() * 1000) <= previous.timestamp_ms:
-                time.sleep(0.001)
-        return commit_files(table, removed, added, summary, retention)
+    def commit(table: IcebergTable, removed: Sequence[Any], added: Sequence[Any], summary: dict[str, str],
+               retention: int | None = None, schema: Any = None,  # a pyiceberg Schema
+               at: dt.datetime | None = None, deletes: DeleteChange | None = None) -> int:
+        return commit_files(table, removed, added, summary, retention, schema, at, deletes)
 
-    def _data_file(self, table: IcebergTable, path: str, date: dt.date, size: int | None) -> Any:  # noqa: ANN401
+    def _data_file(self, table: IcebergTable, path: str, date: dt.date, size: int | None) -> Any:
         """A DataFile for one of siltlake's objects, its statistics from the Parquet footer; dt is its partition."""
-        import pyarrow.parquet as pq
-        from pyiceberg.io.pyarrow import (
-            compute_statistics_plan,
-            data_file_statistics_from_parquet_metadata,
-            parquet_path_to_id_mapping,
-            pyarrow_to_schema,
-        )
+        return registered_file(self.deployment.lake, _key_of(self.deployment, path), table, path, date, size)
 
-        lake = self.deployment.lake
-        key = _key_of(self.deployment, path)
-        with lake.filesystem.open_input_file(lake.path(key)) as stream:
-            footer = pq.read_metadata(stream)
-            size = size if size is not None else stream.size()
-        schema = table.schema()
-        stored = footer.schema.to_arrow_schema()
-        if set(stored.names) - {*schema.column_names}:
-            # Columns under names the table no longer gives them (renamed, dropped): mapped by the file's own
-            # field ids; counts only, its bounds may be of a narrower type.
-            own = pyarrow_to_schema(stored)
-            statistics = data_file_statistics_from_parquet_metadata(
-                footer, compute_statistics_plan(own, {**table.properties, "write.metadata.metrics.default": "counts"}),
-                parquet_path_to_id_mapping(own))
-            return self._registered(table, path, date, size, statistics)
+
+def retried_on_conflict(table_name: str, attempt: Callable[[], T], before_retry: Callable[[], object] | None = None,
+                        ) -> T:
+    """`attempt()`, run again while another commit to the same Iceberg table beats it (another publish run or a reap
+    at the same time). An attempt decides what to commit from the table as it reads it (`before_retry` re-reads it),
+    so what the winner committed is never committed again; each loss means the winner made progress."""
+    from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, TableAlreadyExistsError
+
+    for number in range(COMMIT_ATTEMPTS):
         try:
-            statistics = data_file_statistics_from_parquet_metadata(
-                footer, compute_statistics_plan(schema, table.properties), parquet_path_to_id_mapping(schema))
-        except (ValueError, KeyError, TypeError):
-            # A file written before a column was widened: its bounds are of the narrower type; counts only.
-            counts_only = {**table.properties, "write.metadata.metrics.default": "counts"}
-            statistics = data_file_statistics_from_parquet_metadata(
-                footer, compute_statistics_plan(schema, counts_only), parquet_path_to_id_mapping(schema))
-        return self._registered(table, path, date, size, statistics)
-
-    @staticmethod
-    def _registered(table: IcebergTable, path: str, date: dt.date, size: int, statistics: Any) -> Any:  # noqa: ANN401
-        from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
-        from pyiceberg.typedef import Record
-
-        data_file = DataFile.from_args(
-            content=DataFileContent.DATA, file_path=path, file_format=FileFormat.PARQUET,
-            partition=Record((date - EPOCH).days), file_size_in_bytes=size, sort_order_id=None,
-            equality_ids=None, key_metadata=None, **statistics.to_serialized_dict())
-        # from_args drops spec_id (PyIceberg 0.12): set it, or removing this file later in the same run (a
-        # catch-up over several versions) fails on the missing attribute.
-        data_file.spec_id = table.metadata.default_spec_id
-        return data_file
+            if number and before_retry is not None:
+                before_retry()
+            return attempt()
+        except (CommitFailedException, TableAlreadyExistsError, NoSuchTableError) as exc:
+            lost = exc
+    raise SiltError(f"Iceberg table {table_name}: another commit won the race {COMMIT_ATTEMPTS} times in a row "
+                    f"(another publish run or reap at work): {lost}; the next run resumes from what was committed"
+                    ) from lost
 
 
 def _raise_failures(failures: Sequence[str]) -> None:
@@ -513,80 +546,13 @@ def _raise_failures(failures: Sequence[str]) -> None:
 
 
 def _key_of(deployment: Deployment, path: str) -> str:
-    key = _lake_key(deployment, path)
+    key = lake_key(deployment, path)
     if key is None:
         raise SiltError(f"Iceberg data file {path} is not under the lake's root {deployment.lake.root}")
     return key
 
 
-def _lake_key(deployment: Deployment, path: str) -> str | None:
+def lake_key(deployment: Deployment, path: str) -> str | None:
     """The object key of an Iceberg path under the lake's root (None: elsewhere)."""
     root = unquote(deployment.lake.root) + "/"
     return path[len(root):] if path.startswith(root) else None
-
-
-# --- reap ------------------------------------------------------------------------------------------
-
-
-@dataclass
-class IcebergReap:
-    """What reap did to the Iceberg tables, and the metadata files the remaining snapshots need."""
-
-    expired: int = 0  # snapshots expired
-    removed: int = 0  # files taken out of current snapshots (reaped partitions)
-    retained: set[str] = field(default_factory=set)  # keys under the metadata area that stay
-
-
-def reap_iceberg(deployment: Deployment, records: Iterable[TableRecord], doomed: set[str],
-                 oldest_versions: Mapping[int, int]) -> IcebergReap:
-    """Before reap deletes `doomed` object keys: take them out of current snapshots (a partition past its
-    TTL), expire every other snapshot that lists one, and the snapshots of table versions older than
-    `oldest_versions[table id]`; then name the metadata files the remaining snapshots need."""
-    result = IcebergReap()
-    target = IcebergTarget(deployment)
-    records = list(records)
-    live = {record.id for record in records}
-    for old in deployment.catalog.external_sync.synced_tables(TARGET).values():
-        if old.dropped or old.table_id not in live:  # its files go now: no Iceberg table may list them
-            target._drop((old.database_name, old.table_name), old.table_id)
-            deployment.catalog.external_sync.forget_table(TARGET, old.table_id)
-    for record in records:
-        table = target._load(identifier(deployment, record))
-        if table is None or not target._owned(table, record.id):
-            continue
-        cache: dict[str, list[Any]] = {}
-        current = table.current_snapshot()
-        if current is not None:
-            gone = [f for f in snapshot_files(table, current, cache) if _lake_key(deployment, f.file_path) in doomed]
-            if gone:
-                IcebergTarget._commit(table, gone, [], {VERSION_PROPERTY: str(synced_version(table)),
-                                                        REAP_PROPERTY: utcnow().isoformat() + "Z"})
-                result.removed += len(gone)
-                current = table.current_snapshot()
-        expire = []
-        oldest = oldest_versions.get(record.id, 0)
-        for snapshot in table.snapshots():
-            if current is not None and snapshot.snapshot_id == current.snapshot_id:
-                continue
-            version = int((snapshot.summary or {}).get(VERSION_PROPERTY, "0"))
-            if version < oldest or any(_lake_key(deployment, f.file_path) in doomed
-                                       for f in snapshot_files(table, snapshot, cache)):
-                expire.append(snapshot.snapshot_id)
-        if expire:
-            expire_snapshots(table, expire)
-            result.expired += len(expire)
-        write_version_hint(deployment, table)
-        result.retained |= _metadata_keys(deployment, table)
-    return result
-
-
-def _metadata_keys(deployment: Deployment, table: IcebergTable) -> set[str]:
-    """The metadata files the table needs: its metadata file and those its log names, and every manifest
-    list and manifest of its snapshots."""
-    paths = {table.metadata_location, *(entry.metadata_file for entry in table.metadata.metadata_log)}
-    for snapshot in table.snapshots():
-        paths.add(snapshot.manifest_list)
-        paths |= {m.manifest_path for m in snapshot.manifests(table.io)}
-    keys = {key for key in (_lake_key(deployment, path) for path in paths) if key is not None}
-    hint = version_hint_key(deployment, table)
-    return keys | ({hint} if hint is not None else set())

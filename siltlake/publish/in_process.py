@@ -22,15 +22,21 @@ from siltlake.errors import SiltError
 from siltlake.storage.manifests import read_manifest
 
 if TYPE_CHECKING:
+    from sqlglot import exp
+
     from siltlake.catalog import TableRecord, UpdateBase
     from siltlake.deployment import Deployment
     from siltlake.read.versions import DataFile
 
-__all__ = ["SmallDelete", "base_rows_count", "delete_in_process", "overwrite_rows"]
+__all__ = ["SmallDelete", "base_rows_count", "delete_in_process", "no_such_column", "overwrite_rows"]
 
-# The table of the partition's rows on DuckDB's side, and its row numbers (the rows the predicate matches).
+# The table of the partition's rows on DuckDB's side, and its row numbers (the rows the predicate matches): never
+# in the predicate's scope, which is the table's columns alone, as on Spark.
 _ROWS = "__silt_rows"
 _ROW = "__silt_row"
+# Names Spark resolves, where no column has them, as values of the session (current_date, ...): Spark's to say.
+_SESSION_NAMES = {"current_date", "current_time", "current_timestamp", "current_user", "localtimestamp",
+                  "session_user", "user"}
 
 
 @dataclass(frozen=True)
@@ -73,6 +79,42 @@ def _read(deployment: Deployment, record: TableRecord, files: list[DataFile]) ->
     return plain.to_table() if merged is None else pa.concat_tables([plain.to_table(), merged])
 
 
+def no_such_column(record: TableRecord, name: str, doing: str, verb: str = "deleted") -> SiltError:
+    """The error for SQL naming a column the table has not (the same on Spark's path and this one); `doing`
+    begins it ("cannot use --where ... on t"), `verb` ends it ("nothing was deleted")."""
+    from siltlake.errors import did_you_mean
+
+    columns = [c.name for c in record.definition.columns]
+    hint = (" (the expression sees one partition's rows: the dates are chosen with --date)"
+            if name.lower() == "dt" else did_you_mean(name, columns))
+    return SiltError(f"{doing}: no column {name}{hint}; its columns are {', '.join(columns)}; nothing was {verb}")
+
+
+def where_of(record: TableRecord, where: str) -> str:
+    return f"cannot use --where {where!r} on {record.qualified_name}"
+
+
+def _check_scope(record: TableRecord, predicate: exp.Expression, where: str) -> None:
+    """Raise no_such_column for a column the predicate names that the table has not; NotFaithful where only
+    Spark can say what a name is (a field of a column, a value of the session)."""
+    from sqlglot import exp
+
+    from siltlake.read.translate import NotFaithful
+
+    columns = {c.name.lower() for c in record.definition.columns}
+    for column in predicate.find_all(exp.Column):
+        parts = [part.name for part in column.parts]
+        if not parts or not all(isinstance(part, exp.Identifier) for part in column.parts):
+            raise NotFaithful(f"the column {column.sql(dialect='spark')}")
+        if parts[0].lower() in columns:
+            if len(parts) > 1:
+                raise NotFaithful(f"a field of column {parts[0]}")
+            continue
+        if len(parts) == 1 and parts[0].lower() in _SESSION_NAMES:
+            raise NotFaithful(f"{parts[0]}, which Spark may take for a value of the session")
+        raise no_such_column(record, ".".join(parts), where_of(record, where))
+
+
 def _matching_sql(deployment: Deployment, record: TableRecord, where: str) -> str:
     """DuckDB's text of the row numbers of `_ROWS` the Spark SQL predicate `where` matches (null: no match), or
     NotFaithful (the predicate goes to Spark, which also says what is wrong with one that is wrong)."""
@@ -95,27 +137,30 @@ def _matching_sql(deployment: Deployment, record: TableRecord, where: str) -> st
     for node in predicate.walk():
         node.comments = None  # nothing of the user's text reaches DuckDB but the checked tree
     refuse_functions(predicate, "silt delete --where")
+    _check_scope(record, predicate, where)
     columns = columns_of(record)[:-1]  # without dt: Spark's delete evaluates the predicate over the table's columns
     odd = [kind for _, kind in columns if kind not in DUCKDB_TYPES]
     if odd:
         raise NotFaithful(f"{record.qualified_name} has a column of type {odd[0]}")
     session_zone(deployment)  # an IANA zone DuckDB knows, or Spark's
-    query = exp.select(exp.column(_ROW)).from_(_ROWS).where(predicate)
-    return translate(query, {_ROWS: [*columns, (_ROW, "bigint")]}).sql
+    # Translated over the table's columns alone; the row numbers are taken around it, out of the predicate's reach.
+    matching = translate(exp.select(exp.Star()).from_(_ROWS).where(predicate), {_ROWS: columns}).sql
+    return f"SELECT {_ROW} FROM ({matching})"
 
 
 def _matched(deployment: Deployment, rows: pa.Table, sql: str) -> pa.Array:
     """Which rows the translated predicate matches (a boolean per row), run on a DuckDB connection that can
     reach nothing but the rows."""
-    from siltlake.read.duck import connect, session_zone
+    from siltlake.read.duck import bounded, connect, session_zone
 
     numbered = rows.append_column(_ROW, pa.array(range(rows.num_rows), pa.int64()))
     connection = connect(session_zone(deployment))
     try:
         connection.register(_ROWS, numbered)
-        connection.execute("SET enable_external_access = false")
-        connection.execute("SET lock_configuration = true")
-        hits = connection.sql(sql).to_arrow_table().column(0)
+        with bounded(connection, deployment):
+            connection.execute("SET enable_external_access = false")
+            connection.execute("SET lock_configuration = true")
+            hits = connection.sql(sql).to_arrow_table().column(0)
     finally:
         connection.close()
     return pc.is_in(numbered.column(_ROW), value_set=hits.combine_chunks() if hits.num_chunks else

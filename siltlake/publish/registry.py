@@ -1,4 +1,4 @@
-"""The publish targets a deployment names in `publish.targets`: built-in "hive" and "iceberg", and any a
+"""The publish targets a deployment names in `publish.targets`: built-in "hive", "glue" and "iceberg", and any a
 plug-in registers (siltlake.publish.targets says what a target does)."""
 
 from __future__ import annotations
@@ -44,5 +44,12 @@ def _iceberg(deployment: Deployment) -> PublishTarget:
     return IcebergTarget(deployment)
 
 
+def _glue(deployment: Deployment) -> PublishTarget:
+    from siltlake.publish.glue import GlueTarget
+
+    return GlueTarget(deployment)
+
+
 register_target("hive", _hive)
+register_target("glue", _glue)
 register_target("iceberg", _iceberg)

@@ -70,7 +70,7 @@ class UpdatesReport(Sequence[UpdateReport]):
     applied_before: AppliedRequest | None = None
     rows_changed: tuple[int, ...] = field(default=())  # per partition: rows deleted or set (default: before - after)
 
-    def __getitem__(self, index):  # noqa: ANN001, ANN204 - Sequence's
+    def __getitem__(self, index):  # Sequence's
         return self.partitions[index]
 
     def __len__(self) -> int:

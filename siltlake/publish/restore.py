@@ -30,7 +30,7 @@ class VersionReaped(VersionOutOfRange):
 def restore_version(deployment: Deployment, record: TableRecord, version: int | None,
                     as_of: dt.datetime | None) -> int:
     """The table version to restore: `version`, or the newest published at or before `as_of`; refused, naming
-    the readable range and reap.retention, when reap removed it."""
+    the readable range and reap.retention, when reap removed it (a tagged version it keeps)."""
     if (version is None) == (as_of is None):
         raise SiltError(f"restore {record.qualified_name}: give the version to restore (version=N) or a time "
                         "(as_of=...), one of them")
@@ -48,7 +48,7 @@ def restore_version(deployment: Deployment, record: TableRecord, version: int | 
     if newest == 0 or version > newest or version < 1:
         raise VersionOutOfRange(f"{name} has no version {version}: its versions are {oldest} to {newest}; nothing "
                                 "was changed")
-    if version < oldest:
+    if version < oldest and version not in {t.table_version for t in deployment.catalog.tags.list(record.id)}:
         retention = format_duration(deployment.config.reap.retention)
         raise VersionReaped(
             f"cannot restore {name} to version {version}: reap has removed it (a superseded version stays readable "

@@ -4,6 +4,7 @@ published as one table version, all of them or none."""
 from __future__ import annotations
 
 import datetime as dt
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from siltlake.deployment import Deployment
 from siltlake.errors import SiltError
+from siltlake.publish.in_process import no_such_column
 from siltlake.publish.requests import UpdatesReport, applied_before, commit_updates, write_request
 from siltlake.publish.update import (
     PreparedUpdate,
@@ -19,8 +21,10 @@ from siltlake.publish.update import (
     prepare_deletes,
     present_dates,
     record_and_base,
+    unresolved_column,
     updatable_table,
 )
+from siltlake.spark import time_bound
 
 if TYPE_CHECKING:
     from siltlake.catalog import TableRecord
@@ -38,7 +42,8 @@ def delete_rows_where(deployment: Deployment, name: str, dates: Iterable[dt.date
     applied = applied_before(deployment, request)
     if applied is not None:
         return UpdatesReport(record.qualified_name, (), request_id, applied)
-    prepared = prepare_deletes(deployment, name, dates, where, now, progress, write=not dry_run)
+    with time_bound(deployment.config.sql.write_timeout, "sql.write_timeout", f"deleting from {name}"):
+        prepared = prepare_deletes(deployment, name, dates, where, now, progress, write=not dry_run)
     if dry_run:
         return UpdatesReport(record.qualified_name, tuple(u.report(None) for u in prepared.updates), request_id,
                              rows_changed=tuple(u.rows_before - u.rows_after for u in prepared.updates))
@@ -66,7 +71,7 @@ def _assignments(record: TableRecord, assignments: Mapping[str, Any]) -> dict[st
     return dict(assignments)
 
 
-def _value_column(spark: Any, value: Any, user: str):  # noqa: ANN202 - a Spark Column
+def _value_column(spark: Any, value: Any, user: str):  # a Spark Column
     """A SET value as a Spark column: text is a Spark SQL expression over the row's columns (a string literal is
     quoted: "'login'"), anything else (number, bool, None, datetime) a literal."""
     from pyspark.sql import functions as F
@@ -77,6 +82,21 @@ def _value_column(spark: Any, value: Any, user: str):  # noqa: ANN202 - a Spark 
         check_expression(spark, value, user)
         return F.expr(value)
     return F.lit(value)
+
+
+def _unresolved_in_set(record: TableRecord, assignments: Mapping[str, Any], name: str) -> SiltError | None:
+    """The error for a SET value whose text names no column, e.g. {"action": "LOGIN"}: text is Spark SQL, so
+    the value was read as the column LOGIN. It says how to write the text instead; None if no value names it."""
+    word = re.compile(rf"(?<![\w`'\"]){re.escape(name)}(?![\w`'\"])", re.IGNORECASE)
+    for column, value in assignments.items():
+        if isinstance(value, str) and word.search(value):
+            quoted = "'" + value.replace("'", "''") + "'" if value.strip() == name else f"'{name}'"
+            return SiltError(
+                f"cannot update {record.qualified_name}: SET {column} = {value!r} reads {name} as a column (a text "
+                f"value is a Spark SQL expression over the row), and the table has none of that name; for the text "
+                f"write {{{column!r}: {quoted!r}}} (a quoted SQL string literal); its columns are "
+                f"{', '.join(c.name for c in record.definition.columns)}; nothing was updated")
+    return None
 
 
 def prepare_update(deployment: Deployment, name: str, partition_date: dt.date, assignments: Mapping[str, Any],
@@ -108,6 +128,10 @@ def prepare_update(deployment: Deployment, name: str, partition_date: dt.date, a
         totals = frame.select(F.count(F.lit(1)).alias("rows"), F.count(F.when(matching, 1)).alias("matched"))
         counted = totals.first()
     except AnalysisException as exc:
+        unresolved = unresolved_column(exc)
+        if unresolved is not None:
+            raise _unresolved_in_set(record, assignments, unresolved) or no_such_column(
+                record, unresolved, f"cannot update {record.qualified_name}", "updated") from None
         first = str(exc).strip().splitlines()[0]
         raise SiltError(f"cannot update {record.qualified_name}: {first}") from None
     prepared = PreparedUpdate(deployment, record, base, counted["rows"], started, now)
@@ -131,16 +155,17 @@ def update_rows(deployment: Deployment, name: str, assignments: Mapping[str, Any
     wanted = present_dates(deployment, record, dates, "updated")
     prepared = PreparedUpdates([], now)
     matched: list[int] = []
-    try:
-        for done, date in enumerate(wanted):
-            if progress is not None:
-                progress(done, date)
-            update, count = prepare_update(deployment, name, date, assignments, where, now, not dry_run)
-            prepared.updates.append(update)
-            matched.append(count)
-    except BaseException:
-        prepared.discard()
-        raise
+    with time_bound(deployment.config.sql.write_timeout, "sql.write_timeout", f"updating {name}"):
+        try:
+            for done, date in enumerate(wanted):
+                if progress is not None:
+                    progress(done, date)
+                update, count = prepare_update(deployment, name, date, assignments, where, now, not dry_run)
+                prepared.updates.append(update)
+                matched.append(count)
+        except BaseException:
+            prepared.discard()
+            raise
     if dry_run:
         return UpdatesReport(record.qualified_name, tuple(u.report(None) for u in prepared.updates), request_id,
                              rows_changed=tuple(matched))

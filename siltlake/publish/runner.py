@@ -1,4 +1,4 @@
-"""One publish run: the five steps of DESIGN §4, in order."""
+"""One publish run: the five steps of docs/design.md, "Publish and readers", in order."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from siltlake.catalog import LiveCandidate, PublishedVersion, SwitchedPartition
+from siltlake.catalog import Catalog, LiveCandidate, PublishedVersion, SwitchedPartition
+from siltlake.catalog.core import CATALOG_OUTAGES, catalog_unavailable
 from siltlake.catalog.versions import MERGED_CAS_BATCH
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
@@ -35,7 +36,7 @@ class PublishReport:
     target_errors: list[str] = field(default_factory=list)  # a failed target is retried by the next run
 
 
-def local_date(now: dt.datetime, zone) -> dt.date:  # noqa: ANN001 - a ZoneInfo
+def local_date(now: dt.datetime, zone) -> dt.date:  # a ZoneInfo
     """The calendar date in `zone` of a naive UTC time."""
     return now.replace(tzinfo=dt.UTC).astimezone(zone).date()
 
@@ -65,6 +66,27 @@ def _write_live_manifests(deployment: Deployment, tables: dict, candidate: LiveC
                            label=live_label(candidate.version, candidate.watermark), listed=listed)[0]
 
 
+def _target_failure(catalog: Catalog, target: str, exc: Exception, done: str = "") -> str:
+    """What a target's failure says in the report. A catalog database that could not be used is an outage, never
+    the target's bug: when siltlake's own catalog is the one down (a target reads it too, and the Iceberg catalog
+    lives in it by default), the run fails as in any other step, `done` (what the run committed) in a note (`silt
+    publish --once` exits 2 with the outage's line, the daemon backs off and retries); else it is the target's own
+    database, said without its SQL."""
+    if not catalog_unavailable(exc):
+        return str(exc)
+    try:
+        catalog.revision()  # one query
+    except CATALOG_OUTAGES:
+        if done:
+            exc.add_note(done)
+        raise exc from None
+    cause = str(getattr(exc, "orig", None) or exc)
+    first = next((line.strip() for line in cause.splitlines() if line.strip()), type(exc).__name__)
+    setting = " (publish.iceberg.catalog_url)" if target == "iceberg" else ""
+    return (f"its catalog database could not be used ({first}); check that its server is up and its URL{setting} "
+            "is right: the next run retries")
+
+
 def publish_once(deployment: Deployment, now: dt.datetime | None = None) -> PublishReport:
     """Switch, close, (sync definitions: with external catalogs), publish live and merged versions.
 
@@ -81,8 +103,10 @@ def publish_once(deployment: Deployment, now: dt.datetime | None = None) -> Publ
     report.switched = catalog.versions.switch_partitions()
     # 2. Close the days that ended in each table's time zone.
     tables = {table.id: table for table in catalog.tables.list()}
+    # A derived table's partitions are built, not streamed: no later object is delayed, none closes.
     report.closed = catalog.versions.close_partitions(
-        {table_id: local_date(now, table.definition.zone) for table_id, table in tables.items()})
+        {table_id: local_date(now, table.definition.zone) for table_id, table in tables.items()
+         if table.definition.kind == "log"})
     # 3. Table definitions (new, renamed, dropped tables; added and widened columns) to external catalogs.
     # A target that fails is reported and retried next run; versions are still published (4, 5).
     targets = []
@@ -92,9 +116,9 @@ def publish_once(deployment: Deployment, now: dt.datetime | None = None) -> Publ
             targets.append(target)
         except ConfigError:
             raise
-        except Exception as exc:  # noqa: BLE001 - one line for the report; the catalog is unaffected
+        except Exception as exc:  # one line for the report; the catalog is unaffected
             report.external += [f"{target.name}: {s}" for s in target.statements]  # issued before it failed
-            report.target_errors.append(f"{target.name}: {exc}")
+            report.target_errors.append(f"{target.name}: {_target_failure(catalog, target.name, exc)}")
             if isinstance(exc, SomeTablesFailed):  # the other tables were synced: their partitions follow
                 targets.append(target)
     # 4, 5. Append versions for partitions not switched, merged versions for switched ones: every version's
@@ -122,9 +146,11 @@ def publish_once(deployment: Deployment, now: dt.datetime | None = None) -> Publ
             report.external += [f"{target.name}: {s}" for s in target.sync_partitions(tables)]
         except ConfigError:
             raise
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             report.external += [f"{target.name}: {s}" for s in target.statements]
-            report.target_errors.append(f"{target.name}: {exc}")
+            done = (f"this run had published {len(report.live_versions)} live and {len(report.merged_versions)} "
+                    f"merged versions; {target.name} follows in the next run")
+            report.target_errors.append(f"{target.name}: {_target_failure(catalog, target.name, exc, done)}")
     report.seconds = time.monotonic() - started
     if report.switched or report.closed or report.live_versions or report.merged_versions:
         event(log, "publish.run", switched=len(report.switched), closed=len(report.closed),

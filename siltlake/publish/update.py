@@ -1,4 +1,4 @@
-"""Updates (DESIGN §6, seed 004's `update` op): rewrite partitions, publish them as one table version.
+"""Updates (docs/design.md, "Updates and concurrent writers"): rewrite partitions, publish them as one table version.
 
 An update reads everything a partition holds (its newest version's manifest and every small object
 above it, live or delayed), computes the new rows with Spark, writes them as one object sorted by event
@@ -10,6 +10,7 @@ A delete over several dates writes every partition first and commits them all in
 from __future__ import annotations
 
 import datetime as dt
+import re
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -235,8 +236,21 @@ class PreparedUpdates:
             # (Any other failure may have come after the commit; reap deletes what no version names.)
             self.discard()
             raise
+        from siltlake.publish.iceberg_follow import follow
+
+        follow(self.updates[0].deployment, self.updates[0].record)  # its Iceberg snapshot, at once
         published = {v.partition_id: v for v in versions}
         return [u.report(published.get(u.base.partition_id)) for u in self.updates]
+
+
+def unresolved_column(exc: Exception) -> str | None:
+    """The column (dotted) a Spark AnalysisException says cannot be resolved, None for any other error."""
+    condition = getattr(exc, "getCondition", None) or getattr(exc, "getErrorClass", lambda: None)
+    if not (condition() or "").startswith("UNRESOLVED_COLUMN"):
+        return None
+    name = (exc.getMessageParameters() or {}).get("objectName", "")
+    parts = re.findall(r"`((?:[^`]|``)*)`", name)
+    return ".".join(part.replace("``", "`") for part in parts) if parts else name or None
 
 
 def prepare_delete(deployment: Deployment, name: str, partition_date: dt.date, where: str,
@@ -268,6 +282,9 @@ def prepare_delete(deployment: Deployment, name: str, partition_date: dt.date, w
         # One scan counts both; the rows are read again only if something is to be deleted.
         totals = frame.select(F.count(F.lit(1)).alias("rows"), F.count(F.when(matching, 1)).alias("matched"))
     except AnalysisException as exc:
+        unresolved = unresolved_column(exc)
+        if unresolved is not None:  # said as the in-process path says it
+            raise in_process.no_such_column(record, unresolved, in_process.where_of(record, where)) from None
         first = str(exc).strip().splitlines()[0]
         raise SiltError(f"cannot use --where {where!r} on {record.qualified_name}: {first}") from None
     counted = totals.first()
@@ -283,10 +300,6 @@ def prepare_overwrite(deployment: Deployment, name: str, partition_date: dt.date
                       now: dt.datetime | None = None) -> PreparedUpdate:
     """Write `rows` (a DataFrame with the table's columns; nullable ones may be missing) as the partition; a
     pyarrow table is written in this process, without Spark (publish.in_process)."""
-    from pyspark.sql import functions as F
-
-    from siltlake.read import spark_schema
-
     started = time.monotonic()
     record, base = record_and_base(deployment, name, partition_date)
     definition = record.definition
@@ -302,6 +315,10 @@ def prepare_overwrite(deployment: Deployment, name: str, partition_date: dt.date
                                   started, now)
         prepared.write(in_process.overwrite_rows(record, partition_date, rows))
         return prepared
+    from pyspark.sql import functions as F  # a DataFrame's: Arrow rows need no PySpark installed
+
+    from siltlake.read import spark_schema
+
     types = {field.name: field.dataType for field in spark_schema(record).fields}
     shaped = rows.select(*[
         (F.col(c.name) if c.name in rows.columns else F.lit(None)).cast(types[c.name]).alias(c.name)
@@ -347,7 +364,11 @@ def delete_where(deployment: Deployment, name: str, dates: Iterable[dt.date], wh
                  progress: Callable[[int, dt.date], None] | None = None) -> list[UpdateReport]:
     """Delete the rows matching `where` (e.g. an erasure request) from the partitions `dates` as one table
     version (an `update` version of each partition that changed): all of them or none."""
-    return prepare_deletes(deployment, name, dates, where, now, progress).commit()
+    from siltlake.spark import time_bound
+
+    with time_bound(deployment.config.sql.write_timeout, "sql.write_timeout", f"deleting from {name}"):
+        prepared = prepare_deletes(deployment, name, dates, where, now, progress)
+    return prepared.commit()
 
 
 def delete_rows(deployment: Deployment, name: str, partition_date: dt.date, where: str,

@@ -1,4 +1,4 @@
-"""Upserts (seed 004's `merge` op) of keyed tables: rows that replace the rows of the same (dt, key).
+"""Upserts (`merge` commits) of keyed tables: rows that replace the rows of the same (dt, key).
 
 An upsert is an append of small objects, one per partition date it touches, plus one `merge` version per
 touched partition listing everything the partition holds up to the upsert's object, all in one catalog
@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 from siltlake.catalog import AppliedRequest, PublishedVersion, RequestApplied, TableRecord, UpdateConflict, WriteRequest
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
-from siltlake.errors import SiltError
+from siltlake.errors import SiltError, did_you_mean
 from siltlake.records.coerce import partition_dates
 from siltlake.records.keyed import DELETE_MARKER
 from siltlake.records.writer import ObjectWriter
@@ -84,7 +84,10 @@ def shaped_rows(record: TableRecord, rows: pa.Table, delete_column: str | None, 
     extra = sorted(set(rows.column_names) - names - {delete_column})
     missing = [c.name for c in definition.columns if c.name not in rows.column_names and not c.nullable]
     if extra or missing:
-        problems = ([f"columns not in the table: {', '.join(extra)}"] if extra else []) + (
+        unused = [c.name for c in definition.columns if c.name not in rows.column_names]
+        named = ", ".join(name + did_you_mean(name, unused) for name in extra)
+        problems = ([f"columns not in the table: {named} (its columns are "
+                     f"{', '.join(c.name for c in definition.columns)})"] if extra else []) + (
             [f"required columns missing: {', '.join(missing)}"] if missing else [])
         raise SiltError(f"{where}: {'; '.join(problems)}; nothing was changed")
     if delete_column is not None:
@@ -158,6 +161,7 @@ class PreparedUpsert:
 
     def commit(self) -> UpsertReport:
         """Publish; a concurrent attempt with the same request id that committed first makes this one a no-op."""
+        from siltlake.publish.iceberg_follow import follow
         from siltlake.publish.requests import applied_before
         from siltlake.stream.runner import commit_parts
 
@@ -169,9 +173,10 @@ class PreparedUpsert:
                                 applied_before(self.deployment, self.request))
         finally:
             self.discard()  # moved, or never to be committed: an upsert that failed is run again whole
+        follow(self.deployment, self.record)  # its Iceberg snapshot, at once
         return UpsertReport(self.record.qualified_name, outcome, time.monotonic() - self.started, request_id)
 
-    def _commit(self, commit_parts) -> tuple[UpsertedPartition, ...]:  # noqa: ANN001 - stream.runner's
+    def _commit(self, commit_parts) -> tuple[UpsertedPartition, ...]:  # stream.runner's
         deployment, record = self.deployment, self.record
         lake, layout = deployment.lake, record.layout(deployment.instance_key)
         name = record.qualified_name

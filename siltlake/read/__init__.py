@@ -50,11 +50,15 @@ def table(spark: SparkSession, name: str, deployment: Deployment | None = None, 
     from siltlake.clock import to_naive_utc
     from siltlake.deployment import Deployment
 
-    deployment = deployment or Deployment.open()
+    if deployment is None:
+        deployment = Deployment.open()
+        deployment.catalog.check_ready()  # as Lake.open: never read a catalog of another revision
     record = deployment.catalog.tables.get(name)
+    as_of = to_naive_utc(as_of) if as_of is not None else None
     views = deployment.catalog.versions.reader_snapshot(
-        record.id, as_of_version=as_of_version, as_of=to_naive_utc(as_of) if as_of is not None else None,
-        table_name=record.qualified_name, dates=dates)
+        record.id, as_of_version=as_of_version, as_of=as_of, table_name=record.qualified_name, dates=dates)
+    # A version is read with its own columns and types (docs/design.md "What time travel shows").
+    record = deployment.catalog.tables.definition_at(record, as_of_version, as_of)
     return objects_frame(spark, record, deployment, [view.manifest_key for view in views if view.manifest_key],
                          [(view.partition_date, object_id, False) for view in views
                           for object_id in view.live_object_ids])
@@ -63,7 +67,7 @@ def table(spark: SparkSession, name: str, deployment: Deployment | None = None, 
 def objects_frame(spark: SparkSession, record: TableRecord, deployment: Deployment, manifest_keys: list[str],
                   small_objects: list[tuple[dt.date, int, bool]]) -> DataFrame:
     """A DataFrame (with the dt column) of the objects the manifests list and of small objects
-    (date, id, delayed), read with the table's current schema (added columns read as null).
+    (date, id, delayed), read with `record`'s definition (a version's own, when pinned: added columns read as null).
 
     A keyed table's partitions that need a merge on read are read by one Spark task each, in commit order
     (the manifest's objects, then the small objects by id), and reduced to one row per key there."""
@@ -80,10 +84,13 @@ def objects_frame(spark: SparkSession, record: TableRecord, deployment: Deployme
         listed = list(pool.map(lambda key: read_manifest(lake, key), manifest_keys))
     from siltlake.read.keyed import dirty_dates
     from siltlake.read.objects import arrow_objects_frame, arrow_partitions_frame, spark_reads
+    from siltlake.read.versions import data_file_key
     from siltlake.records.physical import logical_names, physical_definition, renamed  # loads pyarrow: not at the top
 
-    # Every object as (URI, date), each partition's in commit order.
+    # Every object as (URI, date), each partition's in commit order; a manifest's entries only inside the lake.
     objects = [(uri, partition_date_of(partition_base_segment(uri))) for entries in listed for uri, _ in entries]
+    for uri, _ in objects:
+        data_file_key(lake, uri, record.qualified_name)
     objects += [(lake.uri(layout.small_object(date, object_id, delayed)), date)
                 for date, object_id, delayed in sorted(small_objects, key=lambda o: o[1])]
     definition = physical_definition(record.definition)
@@ -147,7 +154,9 @@ def sql(spark: SparkSession, query: str, deployment: Deployment | None = None, *
     """
     from siltlake.deployment import Deployment
 
-    deployment = deployment or Deployment.open()
+    if deployment is None:
+        deployment = Deployment.open()
+        deployment.catalog.check_ready()  # as Lake.open: never read a catalog of another revision
     plan = plan or plan_query(query, deployment, reads=reads)
     for view, read in plan.reads.items():
         partitions = read.partitions

@@ -203,21 +203,21 @@ def _keyed_changes(deployment: Deployment, record: TableRecord, schema: pa.Schem
         return rows.cast(schema)
 
     before, after = view(old), view(new)
-    joined = (before.select(key).append_column("__old", pa.array(np.arange(before.num_rows), pa.int64()))
-              .join(after.select(key).append_column("__new", pa.array(np.arange(after.num_rows), pa.int64())),
+    joined = (before.select(key).append_column("__silt_old", pa.array(np.arange(before.num_rows), pa.int64()))
+              .join(after.select(key).append_column("__silt_new", pa.array(np.arange(after.num_rows), pa.int64())),
                     keys=key, join_type="full outer", use_threads=False))
-    old_at, new_at = joined.column("__old"), joined.column("__new")
+    old_at, new_at = joined.column("__silt_old"), joined.column("__silt_new")
     gone = pc.filter(old_at, pc.is_null(new_at))
     came = pc.filter(new_at, pc.is_null(old_at))
     pairs = joined.filter(pc.and_(pc.is_valid(old_at), pc.is_valid(new_at)))
-    old_rows, new_rows = before.take(pairs.column("__old")), after.take(pairs.column("__new"))
+    old_rows, new_rows = before.take(pairs.column("__silt_old")), after.take(pairs.column("__silt_new"))
     differs = pa.repeat(pa.scalar(False), pairs.num_rows)
     for name in schema.names:
         a, b = old_rows.column(name), new_rows.column(name)
         same = pc.or_kleene(pc.equal(a, b), pc.and_(pc.is_null(a), pc.is_null(b)))
         differs = pc.or_(differs, pc.invert(pc.fill_null(same, False)))
     changed = pairs.filter(differs)
-    pre, post = before.take(changed.column("__old")), after.take(changed.column("__new"))
+    pre, post = before.take(changed.column("__silt_old")), after.take(changed.column("__silt_new"))
     # Each preimage is followed by its postimage.
     order = np.arange(2 * changed.num_rows).reshape(2, -1).T.reshape(-1) if changed.num_rows else np.array([], int)
     updates = pa.concat_tables([_typed(pre, PREIMAGE), _typed(post, POSTIMAGE)]).take(pa.array(order, pa.int64()))

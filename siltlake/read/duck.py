@@ -16,7 +16,8 @@ import datetime as dt
 import functools
 import itertools
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, NamedTuple
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -82,9 +83,29 @@ def connect(zone: str = "UTC") -> Any:
     return connection
 
 
+@contextmanager
+def bounded(connection: Any, deployment: Deployment) -> Iterator[None]:
+    """User SQL on this connection within the query bounds: DuckDB's memory_limit from sql.duckdb_memory_limit (set
+    before the configuration is locked), and the command's time bound (siltlake.spark.time_bound) interrupts it."""
+    import duckdb
+
+    from siltlake.spark import current_bound
+
+    limit = deployment.config.sql.duckdb_memory_limit
+    connection.execute(f"SET memory_limit = {_quote(limit)}")
+    bound = current_bound()
+    try:
+        with bound.stopping(connection.interrupt) if bound is not None else nullcontext():
+            yield
+    except duckdb.OutOfMemoryException:
+        raise SiltError(f"the query needs more memory than sql.duckdb_memory_limit ({limit}) lets DuckDB use; raise "
+                        "it, or narrow the query; nothing was written") from None
+
+
 def run_plan(plan: QueryPlan, deployment: Deployment, translation: Translation, limit: int) -> list[tuple]:
     """Run a translated plan on DuckDB: at most `limit` rows, values as PySpark's collect() gives them
-    (timestamps naive, in this process's local zone)."""
+    (timestamps naive, in this process's local zone); NotFaithful when the rows take an integer sum or average
+    where Spark's answer is not the exact one (the query then goes to Spark)."""
     import duckdb
 
     from siltlake.read.versions import partition_files
@@ -95,17 +116,26 @@ def run_plan(plan: QueryPlan, deployment: Deployment, translation: Translation, 
         for view, read in plan.reads.items():
             files = partition_files(deployment, read.record, read.partitions)
             allowed += table_sql(connection, view, deployment, read.record, files)
-        # The sandbox, again, on DuckDB's side: the files of the views and nothing else, settings locked.
-        if allowed:
-            connection.execute(f"SET allowed_paths = [{', '.join(_quote(path) for path in allowed)}]")
-        connection.execute("SET enable_external_access = false")
-        connection.execute("SET lock_configuration = true")
-        rows = connection.execute(translation.sql).fetchmany(limit)
+        with bounded(connection, deployment):
+            # The sandbox, again, on DuckDB's side: the files of the views and nothing else, settings locked.
+            if allowed:
+                connection.execute(f"SET allowed_paths = [{', '.join(_quote(path) for path in allowed)}]")
+            connection.execute("SET enable_external_access = false")
+            connection.execute("SET lock_configuration = true")
+            rows = connection.execute(translation.sql).fetchmany(limit)
     except duckdb.IOException as exc:
         missing = _MISSING.search(str(exc))
         if missing is None:
             raise
         raise SiltError(missing_data_file(missing.group(1))) from exc  # as the Spark path says it
+    except duckdb.InvalidInputException as exc:
+        from siltlake.read.translate import BEYOND_SPARK, NotFaithful
+
+        if BEYOND_SPARK not in str(exc):
+            raise
+        # An integer sum or average the data takes past where Spark's is exact: Spark's answer (or error) is its own.
+        raise NotFaithful(str(exc).split(BEYOND_SPARK + ": ", 1)[-1].splitlines()[0] +
+                          " of these rows may overflow or round on Spark") from None
     finally:
         connection.close()
     return [tuple(_as_spark(value) for value in row) for row in rows]
@@ -278,15 +308,18 @@ def _any_holds(paths: Sequence[str], column: str) -> bool:
 
 
 def _arrow_part(connection: Any, name: str, deployment: Deployment, record: TableRecord,
-                files: list[DataFile]) -> str:
-    """Register files read by pyarrow (merged on read where a keyed partition needs it) as `name`."""
-    import pyarrow.dataset as ds
+                 files: list[DataFile]) -> str:
+    """Register files read by pyarrow (merged on read where a keyed partition needs it) as `name` (and the merged
+    rows as `name`_rows): a SELECT of them under the names objects store the columns by, as the typed SELECT reads."""
+    from siltlake.read.versions import stored_parts, table_schema
 
-    from siltlake.read.versions import arrow_parts, table_schema
-
-    schema = table_schema(record)
-    plain, merged = arrow_parts(deployment, record, files, schema)
-    connection.register(name, plain if merged is None else ds.UnionDataset(schema, [plain, ds.InMemoryDataset(merged)]))
-    stored = [*(c.physical_name for c in record.definition.columns), "dt"]
-    return f"SELECT {', '.join(f'{_ident(f.name)} AS {_ident(p)}' for f, p in zip(schema, stored, strict=True))} " \
-           f"FROM {_ident(name)}"
+    parts = stored_parts(deployment, record, files, table_schema(record))
+    selects = []
+    if parts.plain.files or parts.merged is None:
+        connection.register(name, parts.plain)  # the files' own names: nothing renamed, nothing held in memory
+        selects.append(f"SELECT * FROM {_ident(name)}")
+    if parts.merged is not None:
+        connection.register(f"{name}_rows", parts.merged)
+        selects.append(f"SELECT {', '.join(f'{_ident(f)} AS {_ident(parts.stored(f))}' for f in parts.schema.names)} "
+                       f"FROM {_ident(name + '_rows')}")
+    return " UNION ALL BY NAME ".join(selects)

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from siltlake.errors import NoSuchPartition
-from siltlake.read.versions import DataFile, lake_keys, parse_as_of, parse_dates, partition_files
+from siltlake.read.versions import DataFile, lake_keys, parse_as_of, parse_dates, partition_files, version_number
 from siltlake.storage.keys import merge_range_of, small_object_id
 
 if TYPE_CHECKING:
@@ -107,12 +107,14 @@ class TableInspect:
         self.deployment = deployment
         self.record = record
 
-    def _views(self, as_of_version: int | None, as_of: dt.datetime | str | None, dates: Any) -> list[PartitionView]:
+    def _views(self, as_of_version: int | str | None, as_of: dt.datetime | str | None,
+               dates: Any) -> list[PartitionView]:
         return self.deployment.catalog.versions.reader_snapshot(
-            self.record.id, as_of_version=as_of_version, as_of=parse_as_of(as_of) if as_of is not None else None,
+            self.record.id, as_of_version=version_number(self.deployment, self.record, as_of_version),
+            as_of=parse_as_of(as_of) if as_of is not None else None,
             table_name=self.record.qualified_name, dates=parse_dates(dates))
 
-    def files(self, as_of_version: int | None = None, as_of: dt.datetime | str | None = None,
+    def files(self, as_of_version: int | str | None = None, as_of: dt.datetime | str | None = None,
               dates: Any = None) -> pa.Table:
         """One row per data file of the table version: file_path (URI), dt, kind (live, delayed, merged,
         derived), file_size_in_bytes, record_count, min_event_time, max_event_time. A keyed table's partition
@@ -131,7 +133,7 @@ class TableInspect:
             "max_event_time": pa.array([f.max_event_time for f in files], _time_type()),
         })
 
-    def partitions(self, as_of_version: int | None = None, as_of: dt.datetime | str | None = None,
+    def partitions(self, as_of_version: int | str | None = None, as_of: dt.datetime | str | None = None,
                    dates: Any = None) -> pa.Table:
         """One row per partition the table version shows: dt, state (the partition's state now, one of
         siltlake.catalog.PARTITION_STATES: new, live, closed, switched), version (the partition version shown;
@@ -188,6 +190,7 @@ class TableInspect:
         partitions = catalog.partitions.list(self.record.id)
         dates = {p.id: p.partition_date for p in partitions}
         oldest, _ = catalog.versions.table_bounds(self.record.id)
+        tagged = {tag.table_version for tag in catalog.tags.list(self.record.id)}  # kept by reap, however old
         commits: dict[int, dict] = {}
         for v in catalog.versions.of_partitions(list(dates)):
             commit = commits.setdefault(v.table_version, {"created_at": v.created_at, "ops": set(), "changed": {}})
@@ -202,7 +205,7 @@ class TableInspect:
         for number in sorted(commits):
             commit = commits[number]
             shown.update({pid: (v.row_count, v.byte_count) for pid, v in commit["changed"].items()})
-            readable = number >= oldest
+            readable = number >= oldest or number in tagged
             out.append({"table_version": number, "created_at": commit["created_at"],
                         "operations": sorted(commit["ops"]), "dates": sorted(dates[p] for p in commit["changed"]),
                         "readable": readable, "rows": sum(r for r, _ in shown.values()) if readable else None,

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import datetime as dt
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote
 
-from siltlake.errors import SiltError
+from siltlake.read.versions import data_file_key
 from siltlake.spark import is_remote
 from siltlake.storage.filesystem import Storage
 
@@ -70,20 +69,12 @@ class _ReadObjects:
                 yield from table.to_batches()
 
 
-def _lake_key(lake: Storage, uri: str) -> str:
-    prefix = lake.root + "/"
-    if not uri.startswith(prefix):
-        raise SiltError(f"data file {uri} is not under the lake's root {lake.root}; the manifest was written by "
-                        "another deployment")
-    return unquote(uri[len(prefix):])
-
-
 def arrow_objects_frame(spark: SparkSession, lake: Storage, schema: StructType,
                         objects: list[tuple[str, dt.date]]) -> DataFrame:
     """A DataFrame of the objects (URI, partition date), each read by pyarrow in a Spark task."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    rows: list[tuple[Any, ...]] = [(_lake_key(lake, uri), day) for uri, day in objects]
+    rows: list[tuple[Any, ...]] = [(data_file_key(lake, uri), day) for uri, day in objects]
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
     keys = _tasks_frame(spark, rows, "key string, day date", _slices(spark, len(rows)))
     return keys.mapInArrow(_ReadObjects(lake, arrow_schema), schema)
@@ -96,7 +87,7 @@ def arrow_partitions_frame(spark: SparkSession, lake: Storage, schema: StructTyp
     one Spark task per partition reads its objects with pyarrow and keeps one row per key."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    rows = [([_lake_key(lake, uri) for uri in uris], day) for day, uris in partitions]
+    rows = [([data_file_key(lake, uri) for uri in uris], day) for day, uris in partitions]
     keys = _tasks_frame(spark, rows, "keys array<string>, day date", max(1, len(rows)))
     return keys.mapInArrow(_ReadObjects(lake, to_arrow_schema(schema, timezone="UTC"), primary_key, sequence_column),
                            schema)

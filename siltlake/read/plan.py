@@ -28,6 +28,8 @@ __all__ = ["QueryPlan", "Read", "checked_query", "parse_query", "plan_query"]
 # Parts of a table reference the rewrite keeps as they are: Spark applies them to the view just as to a table.
 _KEPT_TABLE_PARTS = {"this", "db", "alias", "sample", "hints", "pivots", "joins", "laterals", "version"}
 _DATE_TEXT = re.compile(r"\d{4}-\d{2}-\d{2}")
+# The views the rewrite reads tables through; a query's own name (a CTE's) may not begin so.
+VIEW_PREFIX = "__silt_"
 
 
 @dataclass
@@ -49,8 +51,10 @@ class QueryPlan:
 
 
 def view_name(schema_name: str, table_name: str, pin: tuple[str, object] | None = None) -> str:
-    """The view of a table, one per (table, version or time) pair a query reads."""
-    name = f"__silt_{schema_name}__{table_name}"
+    """The view of a table, one per (table, version or time) pair a query reads. Each name goes in after its
+    length, so that no two tables or pins share a view: joined by a separator alone, `a.b__c` and `a__b.c`, or
+    `x.y VERSION AS OF 1` and `x.y__v1`, made one name, and a query read one table twice."""
+    name = f"{VIEW_PREFIX}{len(schema_name)}_{schema_name}_{len(table_name)}_{table_name}"
     if pin is None:
         return name
     kind, value = pin
@@ -61,8 +65,8 @@ def view_name(schema_name: str, table_name: str, pin: tuple[str, object] | None 
 
 
 def time_travel(node: exp.Table, qualified: str) -> tuple[str, object] | None:
-    """("version", n) or ("time", naive UTC) of `t VERSION AS OF n` / `t TIMESTAMP AS OF '...'`; anything
-    the reader cannot honour exactly is refused."""
+    """("version", n), ("tag", name) or ("time", naive UTC) of `t VERSION AS OF n`, `t VERSION AS OF 'name'`,
+    `t TIMESTAMP AS OF '...'`; anything the reader cannot honour exactly is refused."""
     from sqlglot import exp
 
     from siltlake.read.versions import parse_as_of
@@ -77,9 +81,11 @@ def time_travel(node: exp.Table, qualified: str) -> tuple[str, object] | None:
         raise SiltError(f"{qualified}: {text!r} is not supported; write VERSION AS OF <n> or "
                         "TIMESTAMP AS OF '<time>'")
     if kind == "VERSION":
-        if not (isinstance(value, exp.Literal) and not value.is_string and value.this.isdigit()):
-            raise SiltError(f"{qualified}: {text!r}: VERSION AS OF takes a table version number, such as "
-                            "VERSION AS OF 3 (`silt history` lists them)")
+        if isinstance(value, exp.Literal) and value.is_string:
+            return "tag", value.this  # a tag's name: resolve_tag makes it its version
+        if not (isinstance(value, exp.Literal) and value.this.isdigit()):
+            raise SiltError(f"{qualified}: {text!r}: VERSION AS OF takes a table version number or a quoted tag, "
+                            "such as VERSION AS OF 3 or VERSION AS OF 'audit' (`silt history` lists them)")
         return "version", int(value.this)
     if not (isinstance(value, exp.Literal) and value.is_string):
         raise SiltError(f"{qualified}: {text!r}: TIMESTAMP AS OF takes a quoted time, such as "
@@ -152,6 +158,10 @@ def plan_query(query: str | exp.Query, deployment: Deployment, *,
 
     tree = checked_query(query, user) if isinstance(query, str) else query
     cte_names = {cte.alias_or_name for cte in tree.find_all(exp.CTE)}
+    own = sorted(name for name in cte_names if name.lower().startswith(VIEW_PREFIX))
+    if own:
+        raise SiltError(f"{own[0]}: names beginning {VIEW_PREFIX} are siltlake's own (the views a query reads its "
+                        "tables through); name the WITH query otherwise")
     planned: dict[str, Read] = {}
     uses: dict[str, list[exp.Table]] = {}
     records: dict[str, TableRecord] = {}
@@ -174,6 +184,18 @@ def plan_query(query: str | exp.Query, deployment: Deployment, *,
                                 "not to a query's own names")
             continue
         pin = time_travel(node, qualified)
+        if qualified not in records:
+            try:
+                records[qualified] = deployment.catalog.tables.get(qualified)
+            except NotFoundError as exc:
+                raise SiltError(str(exc)) from None
+        if pin is not None and pin[0] == "tag":
+            record = records[qualified]
+            try:
+                pin = "version", deployment.catalog.tags.version_of(record.id, str(pin[1]), qualified)
+            except NotFoundError as exc:
+                raise SiltError(f"{exc} (VERSION AS OF takes a table version number or a quoted tag's name)"
+                                ) from None
         view = view_name(node.db, node.name, pin)
         options: dict[str, Any] = ({} if pin is None else {"as_of_version": pin[1]} if pin[0] == "version"
                                    else {"as_of": pin[1]})
@@ -181,11 +203,6 @@ def plan_query(query: str | exp.Query, deployment: Deployment, *,
             options = dict(reads[qualified])
             # A view of its own: another query of the session may read the table unpinned meanwhile.
             view = f"{view}__r{hashlib.sha256(repr(sorted(options.items())).encode()).hexdigest()[:12]}"
-        if qualified not in records:
-            try:
-                records[qualified] = deployment.catalog.tables.get(qualified)
-            except NotFoundError as exc:
-                raise SiltError(str(exc)) from None
         planned.setdefault(view, Read(view, records[qualified], options))
         uses.setdefault(view, []).append(node)
         alias = node.alias_or_name
@@ -205,6 +222,9 @@ def plan_query(query: str | exp.Query, deployment: Deployment, *,
             read.record.id, as_of_version=options.get("as_of_version"),
             as_of=to_naive_utc(as_of) if as_of is not None else None, table_name=read.record.qualified_name,
             dates=options.get("dates"), date_filter=days)
+        # A pinned read shows the version's columns and types, as it was (docs/design.md "What time travel shows").
+        read.record = deployment.catalog.tables.definition_at(
+            read.record, options.get("as_of_version"), to_naive_utc(as_of) if as_of is not None else None)
     return QueryPlan(tree, planned)
 
 
@@ -226,7 +246,7 @@ def date_bounds(node: exp.Table) -> Callable[[list[dt.date]], set[dt.date]] | No
         elif isinstance(condition, exp.Paren):
             pending.append(condition.this)
         else:
-            test = _date_test(condition, names)
+            test = date_test(condition, names)
             if test is not None:
                 tests.append(test)
     if not tests:
@@ -234,7 +254,7 @@ def date_bounds(node: exp.Table) -> Callable[[list[dt.date]], set[dt.date]] | No
     return lambda present: {day for day in present if all(test(day) for test in tests)}
 
 
-def _date_test(condition: exp.Expression, names: set[str]) -> Callable[[dt.date], bool] | None:
+def date_test(condition: exp.Expression, names: set[str]) -> Callable[[dt.date], bool] | None:
     from sqlglot import exp
 
     def is_dt(value: exp.Expression) -> bool:

@@ -1,5 +1,5 @@
 """The one gate for user-written Spark SQL: `silt sql` queries and `silt delete --where` predicates read the
-tables' data and reach nothing else on the host (issue 14; docs/design.md, "What user SQL may reach").
+tables' data and reach nothing else on the host (docs/design.md, "What user SQL may reach").
 
 The text Spark is about to run is parsed with Spark's own parser and the parsed tree (subqueries, CTE
 definitions and lambda bodies included) is walked before Spark analyses or runs any of it, so a spelling
@@ -85,7 +85,7 @@ def _check_remote(spark: SparkSession, query: str, user: str) -> None:
     """The gate for a Spark Connect session, whose JVM is the server's: Spark's parser cannot be walked from
     here, so the text (sqlglot's rendering of a tree plan_query checked) is parsed again by sqlglot and must be
     one query over one-part names, without TRANSFORM, calling only the server's own built-in functions
-    (SHOW SYSTEM FUNCTIONS), none of them refused (docs/design.md, "Issue 32: a warm Spark session")."""
+    (SHOW SYSTEM FUNCTIONS), none of them refused (docs/design.md, "A warm Spark session")."""
     import sqlglot
     from sqlglot import exp
 
@@ -120,7 +120,7 @@ def check_expression(spark: SparkSession, expression: str, user: str = "silt del
     gate.walk(gate.parse("parseExpression", expression))
 
 
-def _items(seq) -> list:  # noqa: ANN001 - a py4j proxy of a Scala Seq
+def _items(seq) -> list:  # a py4j proxy of a Scala Seq
     return [seq.apply(index) for index in range(seq.size())]
 
 
@@ -147,7 +147,7 @@ class _Gate:
     def refuse(self, what: str, why: str) -> None:
         raise RefusedSQL(f"{self.user} refuses {what}: {why}")
 
-    def parse(self, method: str, text: str):  # noqa: ANN201 - a py4j proxy of the parsed tree, or None
+    def parse(self, method: str, text: str):  # a py4j proxy of the parsed tree, or None
         """None when Spark cannot parse the text: then Spark cannot run it either, and says why itself."""
         from py4j.protocol import Py4JJavaError
         from pyspark.errors import AnalysisException
@@ -157,7 +157,7 @@ class _Gate:
         except (AnalysisException, Py4JJavaError):  # PySpark's and py4j's forms of the parser's error
             return None
 
-    def walk(self, root) -> None:  # noqa: ANN001 - a py4j proxy
+    def walk(self, root) -> None:  # a py4j proxy
         pending = [root] if root is not None else []
         while pending:
             node = pending.pop()
@@ -174,7 +174,7 @@ class _Gate:
             # A plan's subquery plans (again: cheap, and nothing depends on how Spark nests them), a WITH's CTEs.
             pending.extend(_items(node.innerChildren()))
 
-    def nested(self, node) -> list:  # noqa: ANN001 - a py4j proxy of a plan node
+    def nested(self, node) -> list:  # a py4j proxy of a plan node
         """The tree nodes among a plan node's fields, inside sequences, maps, options and tuples too."""
         found, values = [], []
         fields = node.productIterator()
@@ -196,7 +196,7 @@ class _Gate:
                     values.append(items.next())
         return found
 
-    def plan(self, node, name: str) -> None:  # noqa: ANN001
+    def plan(self, node, name: str) -> None:
         if name == "ScriptTransformation":
             self.refuse("TRANSFORM ... USING", "it runs a program on the host")
         if name == "PlanWithUnresolvedIdentifier":
@@ -212,7 +212,7 @@ class _Gate:
         elif name == "UnresolvedTableValuedFunction":
             self.function([str(part) for part in _items(node.name())], "table function")
 
-    def expression(self, node, name: str) -> None:  # noqa: ANN001
+    def expression(self, node, name: str) -> None:
         if name == "UnresolvedFunction":
             self.function([str(part) for part in _items(node.nameParts())], "function")
         elif name == "UnresolvedGenerator":  # LATERAL VIEW f(...)

@@ -113,6 +113,9 @@ class SiltlakeSource(DataSource):
         deployment = _open(self.options)
         try:
             record = deployment.catalog.tables.get(_table_name(_lowered(self.options)))
+            if not self._streaming:  # a version: its own columns and types
+                pinned = VersionReader(_lowered(self.options))
+                record = deployment.catalog.tables.definition_at(record, pinned.as_of_version, pinned.as_of)
         finally:
             deployment.close()
         spark_types = {"json": "string", "int": "int", "bigint": "bigint", "timestamp": "timestamp"}
@@ -133,7 +136,7 @@ class SiltlakeSource(DataSource):
         options = _lowered(self.options)
         return ChangeBatchReader(options) if _pinned(options) is None else VersionReader(options)
 
-    def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 - PySpark's name
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # PySpark's name
         return ChangeStreamReader(_lowered(self.options))
 
 
@@ -159,16 +162,16 @@ class ChangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.per_trigger is not None and self.per_trigger < 1:
             raise SiltError(f"maxVersionsPerTrigger {self.per_trigger}: give at least 1")
 
-    def initialOffset(self) -> dict:  # noqa: N802 - PySpark's name
+    def initialOffset(self) -> dict:  # PySpark's name
         return {"version": _first_version(self.options, _newest(self.options)) - 1}
 
-    def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802 - PySpark's name
+    def getDefaultReadLimit(self) -> ReadLimit:  # PySpark's name
         return ReadAllAvailable() if self.per_trigger is None else ReadMaxFiles(self.per_trigger)
 
-    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 - PySpark's name
+    def prepareForTriggerAvailableNow(self) -> None:  # PySpark's name
         self.available_now = _newest(self.options)
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:  # noqa: N802 - PySpark's name
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:  # PySpark's name
         newest = _newest(self.options) if self.available_now is None else self.available_now
         if isinstance(limit, ReadMaxFiles):
             newest = min(newest, int(start["version"]) + limit.max_files)
@@ -248,7 +251,8 @@ class VersionReader(DataSourceReader):
 
         deployment = _open(self.options)
         try:
-            record = deployment.catalog.tables.get(self.table)
+            record = deployment.catalog.tables.definition_at(deployment.catalog.tables.get(self.table),
+                                                             self.as_of_version, self.as_of)
             files = version_files(deployment, record, as_of_version=self.as_of_version, as_of=self.as_of,
                                   dates={dt.date.fromisoformat(partition.value)})
             plain, merged = arrow_parts(deployment, record, files, table_schema(record))

@@ -6,7 +6,8 @@ types for which it does (types are inferred from the tables' definitions). Anyth
 raises NotFaithful and the query goes to Spark. What passes is also the DuckDB side of the sandbox: it can name
 no function, file or setting outside the list.
 
-Checked by tests/test_fast_sql.py, which runs a corpus of log queries on both engines over the same tables.
+Checked by tests/test_fast_sql.py, which runs a corpus of log queries on both engines over the same tables, and
+tests/test_engine_agreement.py, generated predicates over edge values of every numeric type and strings.
 """
 
 from __future__ import annotations
@@ -17,10 +18,9 @@ from dataclasses import dataclass, field
 
 from sqlglot import exp
 
-__all__ = ["NotFaithful", "Translation", "translate"]
+__all__ = ["BEYOND_SPARK", "NotFaithful", "Translation", "translate"]
 
 INTEGRAL = {"int", "bigint"}
-NUMERIC = {"int", "bigint", "float", "double"}
 # Comparable type families: both engines compare within a family the same way (strings byte-wise).
 _FAMILY = {"int": "number", "bigint": "number", "float": "number", "double": "number", "string": "string",
            "json": "string", "boolean": "boolean", "timestamp": "timestamp", "date": "date"}
@@ -30,6 +30,13 @@ _DATE_TEXT = re.compile(r"\d{4}-\d{2}-\d{2}")
 _TIMESTAMP_TEXT = re.compile(r"\d{4}-\d{2}-\d{2}( \d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?)?")
 _INT_MAX = 2**31 - 1
 _BIGINT_MAX = 2**63 - 1
+# Spark sums an int or bigint in a bigint (ANSI mode: an overflow of any partial sum is an error) and averages one
+# through a double sum (rounded past 2^53 in the order Spark adds the rows); DuckDB sums exactly. While the absolute
+# values total at most these, every order of addition is exact and both give the exact answer; past them the DuckDB
+# query stops with BEYOND_SPARK in its error and the query goes to Spark.
+_EXACT_SUM = {exp.Sum: _BIGINT_MAX, exp.Avg: 2**53}
+BEYOND_SPARK = "siltlake: beyond Spark's exact range"
+_DUCKDB_NUMBERS = {"int": "INTEGER", "bigint": "BIGINT", "double": "DOUBLE"}
 # Timestamp parts: Spark's and DuckDB's agree on a timestamp in the session's zone (a date through its cast).
 _PARTS = {exp.Hour: "hour", exp.Minute: "minute", exp.Second: "second", exp.Day: "day", exp.DayOfMonth: "dayofmonth",
           exp.Month: "month", exp.Year: "year"}
@@ -37,7 +44,7 @@ _RANKING = {exp.RowNumber: "row_number", exp.Rank: "rank", exp.DenseRank: "dense
 _SELECT_PARTS = {"expressions", "from_", "where", "group", "having", "order", "limit", "distinct", "with_"}
 
 
-class NotFaithful(Exception):  # noqa: N818 - a verdict, not a failure: the query goes to Spark
+class NotFaithful(Exception):  # a verdict, not a failure: the query goes to Spark
     """The query may not give Spark's answer on DuckDB (the message says what)."""
 
 
@@ -70,6 +77,11 @@ def translate(tree: exp.Query, views: Mapping[str, list[tuple[str, str]]]) -> Tr
     checker = _Checker({name.lower(): columns for name, columns in views.items()})
     output = checker.query(tree, {})
     names = [name for name, _ in output]
+    for aggregate in list(tree.find_all(exp.Sum, exp.Avg)):  # all of an int or bigint: the checker saw to it
+        guarded = _exact_or_stop(aggregate)
+        if id(aggregate) in checker.bare_names:  # DuckDB would name the guard by its text
+            guarded = exp.alias_(guarded, checker.bare_names[id(aggregate)], quoted=True)
+        aggregate.replace(guarded)
     for trunc in tree.find_all(exp.TimestampTrunc):
         trunc.set("unit", exp.var(trunc.args["unit"].name.lower()))
     for ordered in tree.find_all(exp.Ordered):  # Spark's defaults, said explicitly: ASC NULLS FIRST, DESC LAST
@@ -77,9 +89,45 @@ def translate(tree: exp.Query, views: Mapping[str, list[tuple[str, str]]]) -> Tr
     return Translation(tree.sql(dialect="duckdb"), names, [kind for _, kind in output])
 
 
+def _exact_or_stop(aggregate: exp.Sum | exp.Avg) -> exp.Expression:
+    """Spark's sum (a bigint) or avg (the double sum over the double count) of an int or bigint, computed exactly, or
+    an error naming BEYOND_SPARK where Spark's answer would depend on the order of the rows or be an error."""
+    inner = aggregate.this
+    value = inner.expressions[0] if isinstance(inner, exp.Distinct) else inner
+    # Over every row, not only distinct ones: at least the distinct values' total, so the bound holds for both.
+    magnitude = exp.Sum(this=exp.Abs(this=exp.cast(value.copy(), "HUGEINT")))
+    if isinstance(aggregate, exp.Sum):
+        exact = exp.cast(exp.Sum(this=inner.copy()), "BIGINT")
+    else:
+        exact = exp.Div(this=exp.cast(exp.Sum(this=inner.copy()), "DOUBLE"),
+                        expression=exp.cast(exp.Count(this=inner.copy()), "DOUBLE"))
+    stop = exp.Anonymous(this="error", expressions=[exp.Literal.string(f"{BEYOND_SPARK}: {aggregate.sql('spark')}")])
+    return exp.Case(ifs=[exp.If(this=exp.GT(this=magnitude, expression=exp.Literal.number(_EXACT_SUM[type(aggregate)])),
+                                true=stop)], default=exact)
+
+
+def _spark_common(kinds: list[str]) -> str:
+    """The type Spark compares numbers of these kinds as: a float or double with anything else as double (a float
+    against an int is compared as doubles in Spark, as floats in DuckDB), int with bigint as bigint."""
+    distinct = set(kinds)
+    if len(distinct) == 1:
+        return kinds[0]
+    return "double" if distinct & {"float", "double"} else "bigint"
+
+
+def _cast_to(side: exp.Expression, kind: str, to: str) -> None:
+    """Cast `side` in place to Spark's comparison type `to` (the node stays itself, under a cast)."""
+    if kind in (to, "null"):
+        return
+    cast = exp.Cast(to=exp.DataType.build(_DUCKDB_NUMBERS[to]))
+    side.replace(cast)
+    cast.set("this", side)
+
+
 class _Checker:
     def __init__(self, views: dict[str, list[tuple[str, str]]]) -> None:
         self.views = views
+        self.bare_names: dict[int, str] = {}  # unaliased select items (by id) -> Spark's name of the column
 
     # --- queries ------------------------------------------------------------------------------------
 
@@ -135,7 +183,7 @@ class _Checker:
                 raise NotFaithful("a LIMIT that is not a plain number")
         return output
 
-    def ordinal_or(self, item: exp.Expression, output: list, check) -> None:  # noqa: ANN001
+    def ordinal_or(self, item: exp.Expression, output: list, check) -> None:
         if isinstance(item, exp.Literal) and not item.is_string and item.this.isdigit():
             if not 1 <= int(item.this) <= len(output):
                 raise NotFaithful("a position out of range")
@@ -184,6 +232,7 @@ class _Checker:
         name = spark_name(item, scope)
         if name is None:
             raise NotFaithful(f"the column name Spark gives {item.sql(dialect='spark')} (give it an alias)")
+        self.bare_names[id(item)] = name
         return [(name, kind)]
 
     def qualifier(self, column: exp.Column, scope: _Scope) -> None:
@@ -236,8 +285,7 @@ class _Checker:
             self.comparable(node.this, [node.expression], scope, aggregates, aliases)
             return "boolean"
         if isinstance(node, exp.Between):
-            self.comparable(node.this, [node.args["low"], node.args["high"]], scope, aggregates, aliases)
-            return "boolean"
+            return self.between(node, scope, aggregates, aliases)
         if isinstance(node, exp.In):
             if node.args.get("query") or node.args.get("unnest") or node.args.get("field") or not node.expressions:
                 raise NotFaithful("IN with a subquery")
@@ -260,19 +308,49 @@ class _Checker:
             return self.window(node, scope, windows)
         return self.function(node, scope, aggregates, aliases)
 
+    def between(self, node: exp.Between, scope: _Scope, aggregates: bool, aliases: dict[str, str] | None) -> str:
+        """Spark's BETWEEN is `x >= low AND x <= high`, each pair compared as its own types; DuckDB's compares all
+        three as one type, so numbers of mixed kinds get the two comparisons written out."""
+        if _set_args(node) - {"this", "low", "high"}:
+            raise NotFaithful(f"{node.sql(dialect='spark')}")
+        sides = [node.this, node.args["low"], node.args["high"]]
+        kinds = self.comparable(sides[0], sides[1:], scope, aggregates, aliases, cast=False)
+        numbers = [kind for kind in kinds if kind != "null"]
+        if not numbers or _FAMILY.get(numbers[0]) != "number":
+            return "boolean"
+        if len(set(numbers)) == 1:
+            return "boolean"
+        value, low, high = sides
+        copy = value.copy()
+        lower, upper = exp.GTE(this=value, expression=low), exp.LTE(this=copy, expression=high)
+        node.replace(exp.Paren(this=exp.And(this=lower, expression=upper)))
+        for (left, right), (left_kind, right_kind) in (((value, low), kinds[:2]), ((copy, high), kinds[::2])):
+            to = _spark_common([kind for kind in (left_kind, right_kind) if kind != "null"] or ["null"])
+            _cast_to(left, left_kind, to)
+            _cast_to(right, right_kind, to)
+        return "boolean"
+
     def comparable(self, left: exp.Expression, rights: list[exp.Expression], scope: _Scope, aggregates: bool,
-                   aliases: dict[str, str] | None) -> None:
-        kinds = [self.value(side, scope, aggregates, aliases) for side in (left, *rights)]
+                   aliases: dict[str, str] | None, cast: bool = True) -> list[str]:
+        """The sides' types, if Spark and DuckDB compare them alike; numbers of mixed kinds are cast to the type
+        Spark compares them as (unless `cast` is off: the caller does it)."""
+        sides = [left, *rights]
+        kinds = [self.value(side, scope, aggregates, aliases) for side in sides]
         families = {_FAMILY.get(kind, kind) for kind in kinds if kind != "null"}
         if len(families) <= 1 and families <= {*_FAMILY.values()}:
-            return
+            numbers = [kind for kind in kinds if kind != "null"]
+            if cast and families == {"number"} and len(set(numbers)) > 1:
+                to = _spark_common(numbers)
+                for side, kind in zip(sides, kinds, strict=True):
+                    _cast_to(side, kind, to)
+            return kinds
         # A date or timestamp column against a quoted date or time: cast by both in the session's zone.
         if len(families) == 2 and "string" in families and families & {"date", "timestamp"}:
             pattern = _DATE_TEXT if "date" in families else _TIMESTAMP_TEXT
             texts = [side for side, kind in zip((left, *rights), kinds, strict=True) if _FAMILY.get(kind) == "string"]
             if all(isinstance(text, exp.Literal) and text.is_string and pattern.fullmatch(text.this)
                    for text in texts):
-                return
+                return kinds
         raise NotFaithful(f"a comparison of {' and '.join(sorted(families))}")
 
     def typed_literal(self, node: exp.Cast) -> str:
@@ -311,7 +389,8 @@ class _Checker:
                 return "bigint"
             kind = argument(inner)
             if isinstance(node, (exp.Sum, exp.Avg)):
-                # Integral sums are exact in both; a floating sum depends on the order of the rows.
+                # Integral ones are computed exactly, within Spark's exact range (_exact_or_stop); a floating sum
+                # depends on the order of the rows.
                 if kind not in INTEGRAL:
                     raise NotFaithful(f"{node.key}() of a {kind}")
                 return "bigint" if isinstance(node, exp.Sum) else "double"

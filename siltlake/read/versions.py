@@ -8,7 +8,7 @@ no directory is ever listed. The table API (siltlake.lake) and the Iceberg publi
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
     from siltlake.catalog import PartitionView, TableRecord
     from siltlake.deployment import Deployment
+    from siltlake.storage.filesystem import Storage
 
 _MANIFEST_READERS = 16
 
@@ -34,6 +35,16 @@ def parse_as_of(value: dt.datetime | dt.date | str) -> dt.datetime:
         return parse_time(value)
     except ValueError as exc:
         raise SiltError(str(exc)) from None
+
+
+def version_number(deployment: Deployment, record: TableRecord, version: int | str | None) -> int | None:
+    """A table version given as its number or as a tag's name (Table.tag): the number."""
+    if isinstance(version, str):
+        return deployment.catalog.tags.version_of(record.id, version, record.qualified_name)
+    if version is not None and (isinstance(version, bool) or not isinstance(version, int)):
+        raise SiltError(f"{record.qualified_name}: as_of_version takes a version number or a tag's name, not "
+                        f"{version!r}")
+    return version
 
 
 def parse_dates(dates: Any) -> set[dt.date] | None:
@@ -120,45 +131,75 @@ def dirty_dates_of(record: TableRecord, files: list[DataFile]) -> set[dt.date]:
 
 def lake_keys(deployment: Deployment, record: TableRecord, files: list[DataFile]) -> list[str]:
     """The lake keys of a version's data files (a URI outside the lake's root is refused)."""
+    return [data_file_key(deployment.lake, f.uri, record.qualified_name) for f in files]
+
+
+def data_file_key(lake: Storage, uri: str, table_name: str | None = None) -> str:
+    """The lake key of a data file a manifest lists. Every reader (Spark, pyarrow in Spark's tasks or not, DuckDB,
+    the Spark data source) takes its files' keys here, so a manifest planted, edited by hand or written by another
+    deployment never makes one open a file outside the lake's root (docs/design.md, "Hostile input")."""
     from urllib.parse import unquote
 
-    lake = deployment.lake
     prefix = lake.root + "/"
-    keys = []
-    for f in files:
-        if not f.uri.startswith(prefix):
-            raise SiltError(f"{record.qualified_name}: data file {f.uri} is not under the lake's root {lake.root}; "
-                            "the manifest was written by another deployment")
-        keys.append(unquote(f.uri[len(prefix):]))
-    return keys
+    if not uri.startswith(prefix):
+        raise SiltError(f"{table_name + ': ' if table_name else ''}data file {uri} is not under the lake's root "
+                        f"{lake.root}; the manifest was written by another deployment or by hand")
+    key = unquote(uri[len(prefix):])
+    lake.path(key)  # refuses a key that decodes to a '..' segment, a NUL byte or an absolute path
+    return key
 
 
-def arrow_parts(deployment: Deployment, record: TableRecord, files: list[DataFile], schema: pa.Schema,
-                ) -> tuple[ds.FileSystemDataset, pa.Table | None]:
-    """The partitions of `files` that are plain files, as a pyarrow dataset of `schema` (dt from each file's
-    partition), and (a keyed table's) those merged on read, as one table (None: no partition needs it)."""
+@dataclass(frozen=True)
+class ArrowParts:
+    """A version's files as pyarrow reads them. `plain`: the partitions that are plain files, as a dataset of the
+    columns as objects hold them (a renamed column under its stored name, `stored_names`: table name -> stored
+    name) and dt from each file's partition, so filters and projections still skip row groups; `merged`: a keyed
+    table's partitions merged on read, in the table's names (None: no partition needs it); `schema`: the table's."""
+
+    plain: ds.FileSystemDataset
+    merged: pa.Table | None
+    schema: pa.Schema
+    stored_names: dict[str, str]
+
+    def stored(self, name: str) -> str:
+        return self.stored_names.get(name, name)
+
+    def renaming(self, columns: Sequence[str] | None = None) -> dict[str, Any]:
+        """A scanner's projection reading `columns` (None: all) of `plain` under the table's names."""
+        import pyarrow.dataset as ds
+
+        return {name: ds.field(self.stored(name)) for name in (columns or self.schema.names)}
+
+    def dataset(self) -> Any:
+        """`plain` under the table's names: the dataset itself or, when a column is renamed, a RenamedDataset of
+        it (siltlake.read.renamed: read in place, as pyarrow cannot rename a dataset's column lazily)."""
+        if not self.stored_names:
+            return self.plain
+        from siltlake.read.renamed import RenamedDataset
+
+        return RenamedDataset(ArrowParts(self.plain, None, self.schema, self.stored_names))
+
+
+def stored_parts(deployment: Deployment, record: TableRecord, files: list[DataFile], schema: pa.Schema) -> ArrowParts:
+    """The partitions of `files` as ArrowParts of `schema` (the table's, dt last)."""
     import pyarrow as pa
     import pyarrow.dataset as ds
 
-    from siltlake.records.physical import physical_definition, renamed
+    from siltlake.records.physical import physical_definition
 
     lake = deployment.lake
     keys = lake_keys(deployment, record, files)
     dirty = dirty_dates_of(record, files)
     definition = physical_definition(record.definition)
     # Objects hold a renamed column under its old name: read by those names, shown by the table's.
-    names = {c.name: c.physical_name for c in record.definition.columns}
-    stored = pa.schema([f.with_name(names.get(f.name, f.name)) for f in schema]) \
-        if renamed(record.definition) else schema
+    names = {c.name: c.physical_name for c in record.definition.columns if c.physical_name != c.name}
+    stored = pa.schema([f.with_name(names.get(f.name, f.name)) for f in schema]) if names else schema
     plain = ds.FileSystemDataset.from_paths(
         [lake.path(key) for key, f in zip(keys, files, strict=True) if f.partition_date not in dirty],
         schema=stored, format=ds.ParquetFileFormat(), filesystem=lake.filesystem,
         partitions=[ds.field("dt") == f.partition_date for f in files if f.partition_date not in dirty])
-    if stored is not schema:
-        # pyarrow datasets read columns by name only: the renamed rows are read here, held in memory.
-        plain = ds.InMemoryDataset(plain.to_table().rename_columns(schema.names))
     if not dirty:
-        return plain, None
+        return ArrowParts(plain, None, schema, names)
     # A keyed table's partitions holding several rows of a key are merged on read here, in memory; the
     # others stay files, so filters and projections still skip their row groups. A filter applies to the
     # merged rows: a key's older row matching it never shows.
@@ -170,5 +211,13 @@ def arrow_parts(deployment: Deployment, record: TableRecord, files: list[DataFil
             grouped.setdefault(f.partition_date, []).append(key)
     merged = read_partitions(lake, sorted(grouped.items()), stored, definition.primary_key,
                              definition.sequence_column)
-    return plain, (pa.concat_tables(merged) if len(merged) > 1 else merged[0]).rename_columns(
-        schema.names).cast(schema)
+    return ArrowParts(plain, (pa.concat_tables(merged) if len(merged) > 1 else merged[0]).rename_columns(
+        schema.names).cast(schema), schema, names)
+
+
+def arrow_parts(deployment: Deployment, record: TableRecord, files: list[DataFile], schema: pa.Schema,
+                ) -> tuple[Any, pa.Table | None]:
+    """The partitions of `files` that are plain files, as a pyarrow dataset of `schema` (ArrowParts.dataset: a
+    RenamedDataset where a column is renamed), and (a keyed table's) those merged on read, as one table (None: none)."""
+    parts = stored_parts(deployment, record, files, schema)
+    return parts.dataset(), parts.merged

@@ -1,4 +1,4 @@
-"""Reap (DESIGN §8): delete exactly what no retained version needs, and never another deployment's objects."""
+"""Reap (docs/design.md): delete exactly what no retained version needs, and never another deployment's objects."""
 
 from siltlake.reap.runner import REASONS, ReapRefused, ReapReport, reap_once
 

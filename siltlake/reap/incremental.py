@@ -1,4 +1,4 @@
-"""Incremental reap runs (DESIGN §8, "Incremental runs"): whether a run is a full sweep, and what an
+"""Incremental reap runs (docs/design.md, "Incremental runs"): whether a run is a full sweep, and what an
 incremental run reads from the catalog and lists from the lake.
 
 A full sweep lists the whole instance key. An incremental run lists only the prefixes that can have gained
@@ -28,7 +28,7 @@ def local_date(now: dt.datetime, zone: str) -> dt.date:
     return now.replace(tzinfo=dt.UTC).astimezone(ZoneInfo(zone)).date()
 
 
-def ttl_cutoff(now: dt.datetime):  # noqa: ANN201 - a ReapScope.ttl_cutoff
+def ttl_cutoff(now: dt.datetime):  # a ReapScope.ttl_cutoff
     def cutoff(table: ReapTable) -> dt.date | None:
         if table.ttl_days is None:
             return None
@@ -60,10 +60,19 @@ def scope_of(deployment: Deployment, now: dt.datetime, *, retention: int, full: 
                      small_above=last.max_small_object_id, ttl_cutoff=ttl_cutoff(now))
 
 
-def list_scope(deployment: Deployment, key: str, view: ReapView, workers: int) -> tuple[list[ObjectInfo], int]:
-    """The objects an incremental run looks at, and how many prefixes it listed."""
-    prefixes = [keys.temporary_area(key)]
-    if "iceberg" in deployment.config.publish.targets:
+def table_scope(table_id: int) -> ReapScope:
+    """The scope of a reap of one table (Table.maintenance.expire): every partition of it, whatever changed."""
+    never = dt.datetime.max
+    return ReapScope(since=never, crossing=(never, never), small_above=0, ttl_cutoff=lambda _: None,
+                     table_id=table_id)
+
+
+def list_scope(deployment: Deployment, key: str, view: ReapView, workers: int,
+               whole: bool = True) -> tuple[list[ObjectInfo], int]:
+    """The objects an incremental run looks at, and how many prefixes it listed; not `whole` (one table's run),
+    its partitions' directories only."""
+    prefixes = [keys.temporary_area(key)] if whole else []
+    if "iceberg" in deployment.config.publish.targets and whole:
         prefixes.append(keys.iceberg_warehouse(key) + "/")
     # A reaped dropped table's name starts with '#': its prefix is no table's any more.
     tables = {t.id: t for t in view.tables if not t.physical_table_name.startswith("#")}

@@ -1,4 +1,4 @@
-"""One reap run (DESIGN §8): refresh what is referenced, delete what nothing retained needs, rows last.
+"""One reap run (docs/design.md, "Reap"): refresh what is referenced, delete what nothing retained needs, rows last.
 
 Order: (1) check that the instance key is ours; (2) read every reference in one catalog snapshot and the
 manifests of the retained versions; (3) list the objects under our key and classify each; (4) delete
@@ -23,7 +23,8 @@ from siltlake.deployment import Deployment, InstanceKeyRefused
 from siltlake.derived.reap import DerivedReapReport, reap_derived
 from siltlake.errors import SiltError
 from siltlake.logs import event
-from siltlake.reap.incremental import RUN_HISTORY, list_scope, scope_of, ttl_cutoff
+from siltlake.reap.incremental import RUN_HISTORY, list_scope, scope_of, table_scope, ttl_cutoff
+from siltlake.reap.retention import retained_versions
 from siltlake.reap.staging_rows import prune_staging_rows
 from siltlake.storage import keys
 from siltlake.storage.filesystem import ObjectInfo
@@ -67,11 +68,11 @@ class ReapReport:
     failed: list[tuple[str, str]] = field(default_factory=list)  # (key, error): retried by the next run
     warnings: list[str] = field(default_factory=list)
     other_instances: list[str] = field(default_factory=list)
-    derived: DerivedReapReport = field(default_factory=DerivedReapReport)  # derived table builds (seed 002)
+    derived: DerivedReapReport = field(default_factory=DerivedReapReport)  # derived table builds
     listed: int = 0
     staging_rows: int = 0  # processed staging rows pruned past stream.staging_retention (reap.staging_rows)
     request_ids: int = 0  # request ids of committed writes pruned past reap.request_id_retention
-    full_sweep: bool = True  # False: listed only what changed since the last run (DESIGN §8)
+    full_sweep: bool = True  # False: listed only what changed since the last run
     prefixes_listed: int = 1
     catalog_seconds: float = 0.0
     list_seconds: float = 0.0
@@ -116,30 +117,8 @@ class _Plan:
     tmp_runs: set[str] = field(default_factory=set)  # _tmp/<run> prefixes whose every file goes
 
 
-def retained_versions(versions: Sequence[ReapVersion], cutoff: dt.datetime) -> tuple[list[ReapVersion],
-                                                                                     list[ReapVersion]]:
-    """(retained, expired) versions of one partition, ordered by version.
-
-    The newest is always retained. An older one is retained while it was the current version at some moment
-    inside the retention window, i.e. while the version that superseded it (the next one) was created at or after
-    `cutoff`: time travel to any time in the window then finds its version, and a reader that started on it just
-    before it was superseded keeps its objects for the whole retention. Only the next version counts (and the
-    version's own time, should a publisher's clock have stamped the next one earlier): a version once expired
-    stays expired whatever is published later, which a reap killed between deleting an expired version's files
-    and its row relies on (its next run must find the row expired still, not retained and missing its files).
-    """
-    retained: list[ReapVersion] = []
-    expired: list[ReapVersion] = []
-    for version, superseding in zip(versions, [*versions[1:], None], strict=True):
-        if superseding is None or max(superseding.created_at, version.created_at) >= cutoff:
-            retained.append(version)
-        else:
-            expired.append(version)
-    return retained, expired
-
-
 def check_instance(deployment: Deployment) -> None:
-    """Refuse unless the instance key provably belongs to this deployment's catalog (seed 002's enemy reaping)."""
+    """Refuse unless the instance key provably belongs to this deployment's catalog (no reaping of another's)."""
     try:
         deployment.check_instance("reap")
     except InstanceKeyRefused as exc:
@@ -230,7 +209,7 @@ def _plan(deployment: Deployment, key: str, view: ReapView, listed: list[ObjectI
     for partition_id, history in versions.items():
         if partition_id in settled:
             continue
-        kept, gone = retained_versions(history, retention_cutoff)
+        kept, gone = retained_versions(history, retention_cutoff, view.tagged.get(partition_table[partition_id], ()))
         expired += gone
         newest = history[-1]
         covered_upper[partition_id] = (newest.covered_upper or 0) if newest.manifest_key else 0
@@ -388,7 +367,7 @@ def _delete_all(deployment: Deployment, key: str, infos: Sequence[ObjectInfo], r
                         continue
                 lake.delete(info.key, missing_ok=True)
                 done.append(info.key)
-            except Exception as exc:  # noqa: BLE001 - reported; the next run retries the object
+            except Exception as exc:  # reported; the next run retries the object
                 failed.append((info.key, f"{type(exc).__name__}: {exc}"))
         return done, failed, skipped
 
@@ -407,12 +386,13 @@ def _delete_all(deployment: Deployment, key: str, infos: Sequence[ObjectInfo], r
 
 def reap_once(deployment: Deployment, now: dt.datetime | None = None, *, dry_run: bool = False,
               retention: int | None = None, grace: int | None = None, force: bool = False,
-              workers: int = 16, full: bool | None = None) -> ReapReport:
+              workers: int = 16, full: bool | None = None, table_id: int | None = None) -> ReapReport:
     """Delete what no retained version, merge range or writer in flight needs, under this deployment's key.
 
     `now` (naive UTC) replaces the clock as in publish; retention and grace are seconds (defaults from
     `[reap]`); below one day of retention or one hour of grace it refuses unless `force`. `full` forces a full
     sweep; otherwise one runs only when none completed within reap.full_sweep_interval (reap.incremental).
+    `table_id`: that table's partitions only (Table.maintenance.expire), a run not recorded as one.
     """
     started = time.monotonic()
     config = deployment.config.reap
@@ -439,21 +419,23 @@ def reap_once(deployment: Deployment, now: dt.datetime | None = None, *, dry_run
                           "catalog's instances registry; give this deployment its own key")
 
     def guard(object_key: str) -> None:
-        # Every delete re-checks the key's instance against the registry (seed 002's reg_key check).
+        # Every delete re-checks the key's instance against the registry (the reg_key check).
         owner = keys.instance_of(object_key)
         if owner != key or owner in foreign:
             raise ReapRefused(f"refusing to delete {object_key}: it is not under this deployment's key {key!r}")
 
     # 2. Refresh what is referenced, in one snapshot; 3. list and classify.
     t0 = time.monotonic()
-    scope = scope_of(deployment, now, retention=retention, full=full)
+    scope = scope_of(deployment, now, retention=retention, full=full) if table_id is None else table_scope(table_id)
     view = catalog.reaping.view(scope)
+    if table_id is not None:  # no other table is judged: not its drop, not its prefix
+        view.tables = [t for t in view.tables if t.id == table_id]
     report.catalog_seconds += time.monotonic() - t0
     t0 = time.monotonic()
     if scope is None:
         listed = list(deployment.lake.list(keys.instance_prefix(key)))
     else:
-        listed, report.prefixes_listed = list_scope(deployment, key, view, workers)
+        listed, report.prefixes_listed = list_scope(deployment, key, view, workers, whole=table_id is None)
         report.full_sweep = False
     report.listed = len(listed)
     report.list_seconds = time.monotonic() - t0
@@ -469,6 +451,11 @@ def reap_once(deployment: Deployment, now: dt.datetime | None = None, *, dry_run
         report.reasons["expired"].rows = len(plan.expired_versions)
         report.reasons["ttl"].rows = len(plan.ttl_partitions)
         report.reasons["dropped"].rows = len(plan.dropped_tables)
+        if "iceberg" in deployment.config.publish.targets:  # before any snapshot expires: a real run may free more
+            from siltlake.publish.iceberg_reap import needed_keys
+
+            _count_iceberg(report, _iceberg_unneeded(key, listed, needed_keys(deployment, catalog.tables.list()),
+                                                     report, now - dt.timedelta(seconds=grace)))
         report.derived = reap_derived(deployment, now, grace=grace, dry_run=True, expiring=set(plan.expired_versions))
         report.seconds = time.monotonic() - started
         return report
@@ -476,7 +463,7 @@ def reap_once(deployment: Deployment, now: dt.datetime | None = None, *, dry_run
     # 3b. Iceberg: no snapshot may list an object about to go (expire those snapshots first).
     iceberg = "iceberg" in deployment.config.publish.targets
     if iceberg:
-        from siltlake.publish.iceberg import reap_iceberg
+        from siltlake.publish.iceberg_reap import reap_iceberg
 
         records = catalog.tables.list()
         reap_iceberg(deployment, records, {info.key for infos in plan.keys.values() for info in infos}, {})
@@ -508,10 +495,10 @@ def reap_once(deployment: Deployment, now: dt.datetime | None = None, *, dry_run
     if ttl:
         catalog.reaping.delete_partitions(ttl)
         report.reasons["ttl"].rows = len(ttl)
-    for table_id, prefix in plan.dropped_tables.items():
+    for dropped_id, prefix in plan.dropped_tables.items():
         if any(k.startswith(prefix + "/") for k in failed):
             continue
-        catalog.reaping.forget_dropped_table(table_id)
+        catalog.reaping.forget_dropped_table(dropped_id)
         report.reasons["dropped"].rows += 1
         guard(prefix + "/")
         deployment.lake.delete_prefix(prefix)  # the empty directories left behind (local file systems)
@@ -522,6 +509,9 @@ def reap_once(deployment: Deployment, now: dt.datetime | None = None, *, dry_run
     report.catalog_seconds += time.monotonic() - t0
     if iceberg:
         _reap_iceberg_metadata(deployment, key, listed, plan, report, young_after, workers, guard)
+    if table_id is not None:  # the rest is the whole lake's, and only a whole run is one to start the next from
+        report.seconds = time.monotonic() - started
+        return report
     # Derived builds last: the versions that expired above no longer protect the builds they showed.
     report.derived = reap_derived(deployment, now, grace=grace)
     pruned = catalog.observations.prune_history(now - dt.timedelta(seconds=deployment.config.observe.history_retention))
@@ -551,26 +541,38 @@ def _reap_iceberg_metadata(deployment: Deployment, key: str, listed: Sequence[Ob
                            guard: Callable[[str], None]) -> None:
     """Expire the Iceberg snapshots of table versions reaped above, then delete the Iceberg metadata no
     remaining snapshot needs (older than the grace period: a publish run may be committing the newest)."""
-    from siltlake.publish.iceberg import reap_iceberg
+    from siltlake.publish.iceberg_reap import reap_iceberg
 
     catalog = deployment.catalog
     records = catalog.tables.list()
     oldest = {record.id: catalog.versions.table_bounds(record.id)[0] for record in records}
-    kept = reap_iceberg(deployment, records, set(), oldest)
+    doomed = _iceberg_unneeded(key, listed, reap_iceberg(deployment, records, set(), oldest).retained, report,
+                               young_after)
+    deleted, failed, skipped = _delete_all(deployment, key, doomed, {i.key for i in doomed}, young_after, workers,
+                                           guard)
+    report.failed += failed
+    report.kept_young += len(skipped)
+    _count_iceberg(report, [info for info in doomed if info.key in deleted])
+
+
+def _iceberg_unneeded(key: str, listed: Sequence[ObjectInfo], needed: set[str], report: ReapReport,
+                      young_after: dt.datetime) -> list[ObjectInfo]:
+    """The files under the Iceberg area no snapshot needs, older than the grace period."""
     area = keys.iceberg_warehouse(key) + "/"
     doomed = []
     for info in listed:
-        if not info.key.startswith(area) or info.key in kept.retained:
+        if not info.key.startswith(area) or info.key in needed:
             continue
         mtime = to_naive_utc(info.mtime) if info.mtime is not None else None
         if mtime is None or mtime > young_after:
             report.kept_young += 1
             continue
         doomed.append(info)
-    deleted, failed, skipped = _delete_all(deployment, key, doomed, {i.key for i in doomed}, young_after, workers,
-                                           guard)
-    report.failed += failed
-    report.kept_young += len(skipped)
-    gone = [i for i in doomed if i.key in deleted]
-    report.reasons["expired"].objects += len(gone)
-    report.reasons["expired"].bytes += sum(i.size for i in gone)
+    return doomed
+
+
+def _count_iceberg(report: ReapReport, gone: Sequence[ObjectInfo]) -> None:
+    for info in gone:  # metadata no remaining snapshot needs; anything else (data/) no snapshot ever listed
+        reason = "expired" if keys.iceberg_metadata_file(info.key) else "orphan"
+        report.reasons[reason].objects += 1
+        report.reasons[reason].bytes += info.size

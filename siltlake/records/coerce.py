@@ -39,6 +39,7 @@ class JsonFloat(float):
     """A JSON number with a fraction or exponent, remembering the text it was written as."""
 
     __slots__ = ("text",)
+    text: str
 
 
 def _json_float(text: str) -> JsonFloat:
@@ -163,7 +164,7 @@ def _render_deep_json(value: object) -> str:
                 separator = "," if index else ""
                 pending += [_Literal(separator + json.dumps(key_text, ensure_ascii=False) + ":"), member]
             stack.extend(reversed([*pending, _Literal("}")]))
-        elif type(item) in (list, tuple):  # not ExtType and kin, which are named tuples
+        elif type(item) is list or type(item) is tuple:  # not ExtType and kin, which are named tuples
             pending = [_Literal("[")]
             for index, member in enumerate(item):
                 pending += [_Literal(",")] if index else []
@@ -480,7 +481,7 @@ class RecordConverter:
             return str(exc)
         except RecursionError:
             return "a value is nested too deeply to convert"
-        except Exception as exc:  # noqa: BLE001 - see the docstring
+        except Exception as exc:  # see the docstring
             return unexpected_reason(exc)
         for values, value in zip(self.columns, row, strict=True):
             values.append(value)
@@ -504,7 +505,7 @@ class RecordConverter:
             unknown = [_key_text(key) for key, value in record.items() if key not in self.sources and value != absent]
             if unknown:
                 raise _Reject(f"unknown field{'s' if len(unknown) > 1 else ''} {', '.join(sorted(unknown))}")
-        row = []
+        row: list[Any] = []
         for plan in self.plans:
             value = record.get(plan.source)
             if plan.empty_is_null and value in self.null_texts:
@@ -528,7 +529,7 @@ class RecordConverter:
                 raise _Reject(f"{prefix}: {exc}") from None
             except RecursionError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - named with its column; the record is bad, see add()
+            except Exception as exc:  # named with its column; the record is bad, see add()
                 raise _Reject(f"{prefix}: {unexpected_reason(exc)}") from None
             row.append(coerced)
         return row

@@ -71,6 +71,7 @@ def read_csv(chunks: Iterable[bytes], table: TableDef, batch_rows: int,
         if header is None:
             header = _csv_header(row, converter.sources)
             continue
+        reason: str | None
         if len(row) != len(header):
             reason = f"row has {len(row)} fields, the header has {len(header)}"
         else:

@@ -7,7 +7,7 @@ import re
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import Protocol
 
 from siltlake.records.batches import UnreadableObject
 from siltlake.timevalues import parse_event_time
@@ -49,7 +49,7 @@ _FLUENTD_LINE = re.compile(rb"(?P<time>[^\t{]+)\t(?:[^\t{]+\t)?\{")
 
 def detect_format(key: str, head: bytes, configured: str) -> str:
     """One of FORMATS. configured is TableDef.format; 'auto' means: what the first decompressed bytes show when
-    they show it (docs/coercion.md, "Which format"), else by the key's extension after stripping .gz/.gzip
+    they show it (docs/coercion.md, "Format"), else by the key's extension after stripping .gz/.gzip
     (.json/.jsonl/.ndjson/.log -> jsonl, .msgpack/.mpk/.mp -> msgpack, .csv -> csv, .ltsv -> ltsv), else a
     last guess from the bytes. Content wins over the name: Fluentd writes MessagePack under .log."""
     _refuse_other_compressions(head)
@@ -142,11 +142,17 @@ class ObjectLimits:
     ratio_floor: int = RATIO_FLOOR
 
 
+class ByteStream(Protocol):
+    """What an object is read through: a binary file, or a delivery's range of one (stream/tails.py)."""
+
+    def read(self, size: int = -1, /) -> bytes: ...
+
+
 class ObjectBytes:
     """The object's content as decompressed chunks, with its first bytes available for sniffing; past its
     limits, UnreadableObject."""
 
-    def __init__(self, stream: BinaryIO, limits: ObjectLimits | None = None) -> None:
+    def __init__(self, stream: ByteStream, limits: ObjectLimits | None = None) -> None:
         self._stream = stream
         self._limits = limits or ObjectLimits()
         self._out = 0  # decompressed bytes so far

@@ -33,6 +33,7 @@ from siltlake.records.coerce import (
     unexpected_reason,
 )
 from siltlake.records.framing import MAX_LINE_BYTES, UTF8_BOM
+from siltlake.records.nesting import nests_within
 from siltlake.records.pipeline import ordered_map, prefetched
 from siltlake.records.vectorised import all_true, dates_to_days, epochs_to_micros, strings_to_micros, within
 from siltlake.tabledef import Column, TableDef, arrow_type, decimal_parts
@@ -61,7 +62,7 @@ class _Piece:
     lines: int
 
 
-def decode_json_line(line: str) -> tuple[dict | None, str | None]:
+def decode_json_line(line: str) -> tuple[dict, None] | tuple[None, str]:
     """One line of JSON lines: (the record, None), or (None, why it is a bad record). Stream and load both
     decode lines here, with the decoder that keeps each number's text (coerce.JSON_DECODER)."""
     try:
@@ -70,7 +71,7 @@ def decode_json_line(line: str) -> tuple[dict | None, str | None]:
         return None, "invalid JSON: nested too deeply"
     except ValueError as exc:
         return None, f"invalid JSON: {exc}"
-    except Exception as exc:  # noqa: BLE001 - one line never fails its object
+    except Exception as exc:  # one line never fails its object
         return None, f"invalid JSON: {unexpected_reason(exc)}"
     if not isinstance(value, dict):
         return None, f"not a JSON object but {describe(value)}"
@@ -91,10 +92,11 @@ def _slow_json_block(block: bytes, first_line: int, converter: RecordConverter) 
         line = found.group()
         lines += 1
         raw = line[:-1] if line.endswith("\r") else line
-        value, problem = decode_json_line(line)
-        if value is None:
-            bad.append(BadRecord(line_number, problem, raw))
+        decoded = decode_json_line(line)  # indexed, not unpacked: so the type checker pairs a None with its reason
+        if decoded[0] is None:
+            bad.append(BadRecord(line_number, decoded[1], raw))
             continue
+        value = decoded[0]
         objects += 1
         reason = converter.add(value)
         if reason is not None:
@@ -151,11 +153,11 @@ class _JsonFastPath:
 
     def convert(self, block: bytes, layout: _LineLayout | None = None) -> pa.Table | None:
         """The block's rows, or None if any line needs the per-record decoder."""
-        if not self.enabled:
+        if not self.enabled or not nests_within(block):  # too deep for pyarrow's reader: see records.nesting
             return None
         try:
             return self._convert(block, layout)
-        except Exception:  # noqa: BLE001 - a shortcut only: the per-record decoder decides each line of the block
+        except Exception:  # a shortcut only: the per-record decoder decides each line of the block
             return None
 
     def _convert(self, block: bytes, layout: _LineLayout | None) -> pa.Table | None:
@@ -459,7 +461,8 @@ class JsonLinesReader:
                     yield from self.assembler.add(piece.table, bad)
                 line_number += newlines
         except _NotUtf8 as exc:
-            raise UnreadableObject(_invalid_utf8(exc.block, line_number)) from None
+            # The block was found not UTF-8, so a reason is always there; the exception's text stands in for none.
+            raise UnreadableObject(_invalid_utf8(exc.block, line_number) or str(exc)) from None
         yield from self.assembler.finish()
         if self.lines and not self.objects:
             raise UnreadableObject(f"not JSON lines: none of {self.lines} lines is a JSON object")

@@ -31,7 +31,7 @@ def latest_rows(table: pa.Table, primary_key: Sequence[str], sequence_column: st
         return table.drop_columns([DELETE_MARKER]) if marked else table
     # A stable sort by key (then sequence, nulls first) leaves each key's rows in commit order: the last row
     # of each run of equal keys wins. Sorting beats hash grouping here (3x on integer keys, 1.7x on strings).
-    sort_keys = [(name, "ascending") for name in keys]
+    sort_keys: list[tuple[str, ...]] = [(name, "ascending") for name in keys]
     if sequence_column:
         sort_keys.append((sequence_column, "ascending", "at_start"))
     order = pc.sort_indices(table.select([*keys, sequence_column] if sequence_column else keys), sort_keys=sort_keys)

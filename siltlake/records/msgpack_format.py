@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -32,6 +33,27 @@ def new_unpacker() -> msgpack.Unpacker:
 
 
 _MSGPACK_ERRORS = (ValueError, TypeError, msgpack.UnpackException, msgpack.ExtraData, msgpack.FormatError)
+MAX_MSGPACK_DEPTH = 1024  # msgpack's unpacker: arrays and maps nested deeper raise StackError
+_KINDS = {"list": "an array", "dict": "a map"}
+_TOO_LONG = re.compile(r"^(\d+) exceeds max_(array|map|str|bin|ext)_len\((\d+)\)$")
+
+
+def undecodable(exc: BaseException) -> str:
+    """What an unpacker's exception means for the bytes, in MessagePack's terms, not Python's."""
+    if isinstance(exc, TypeError) and (unhashable := re.match(r"unhashable type: '(\w+)'", str(exc))):
+        kind = _KINDS.get(unhashable[1], f"a {unhashable[1]}")
+        return f"a map has {kind} as a key; record keys must be strings (field names)"
+    if isinstance(exc, msgpack.StackError):
+        return f"arrays and maps nested more than {MAX_MSGPACK_DEPTH} levels deep"
+    if isinstance(exc, msgpack.FormatError):
+        return "a byte that starts no MessagePack value (0xc1, which MessagePack reserves)"
+    if too_long := _TOO_LONG.match(str(exc)):
+        return (f"{'a' if too_long[2] != 'array' else 'an'} {too_long[2]} of {int(too_long[1]):,} "
+                f"{'entries' if too_long[2] == 'map' else 'elements' if too_long[2] == 'array' else 'bytes'}, "
+                f"more than the {int(too_long[3]):,} a MessagePack item may hold here")
+    if isinstance(exc, zlib.error):
+        return f"not valid gzip ({str(exc).rsplit(': ', 1)[-1]})"
+    return str(exc) or type(exc).__name__
 _TIME_LIKE = (int, float, tv.EventTime, msgpack.Timestamp, msgpack.ExtType, tv.RawExt)
 
 
@@ -81,7 +103,7 @@ def msgpack_entries(item: object) -> Iterator[Entry]:
                 try:
                     entries = _packed_entries(entries, option)
                 except (*_MSGPACK_ERRORS, zlib.error) as exc:
-                    yield Entry(None, None, item, f"Fluentd packed entries do not decode: {exc}")
+                    yield Entry(None, None, item, f"Fluentd packed entries do not decode: {undecodable(exc)}")
                     return
             for entry in entries:
                 # The entry time is checked with the record, which may carry a usable time itself.
@@ -110,7 +132,7 @@ def msgpack_items(chunks: Iterable[bytes]) -> Iterator[Any]:
 
     Past a malformed or cut-off item nothing can be trusted, so the whole stream is refused."""
     unpacker = new_unpacker()
-    fed = complete = 0
+    fed = complete = items = 0
     for chunk in chunks:
         try:
             unpacker.feed(chunk)
@@ -125,9 +147,10 @@ def msgpack_items(chunks: Iterable[bytes]) -> Iterator[Any]:
             except msgpack.OutOfData:
                 break
             except _MSGPACK_ERRORS as exc:
-                detail = str(exc) or type(exc).__name__
-                raise UnreadableObject(f"not valid MessagePack at byte {complete}: {detail}") from None
+                raise UnreadableObject(f"not valid MessagePack at byte {complete} (item {items + 1}): "
+                                       f"{undecodable(exc)}") from None
             complete = unpacker.tell()
+            items += 1
             yield item
     if complete < fed:
         raise UnreadableObject(f"truncated MessagePack stream: the item at byte {complete} is incomplete")
@@ -147,7 +170,7 @@ def read_msgpack(chunks: Iterable[bytes], table: TableDef, batch_rows: int,
         structured += isinstance(item, (dict, list, tuple))
         try:
             entries = list(msgpack_entries(item))
-        except Exception as exc:  # noqa: BLE001 - one item never fails its object
+        except Exception as exc:  # one item never fails its object
             entries = [Entry(None, None, item, f"MessagePack item does not decode: {unexpected_reason(exc)}")]
         for entry in entries:
             index += 1

@@ -10,7 +10,7 @@ from __future__ import annotations
 import queue
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
@@ -21,7 +21,7 @@ _END = object()
 _POLL_SECONDS = 0.1  # how soon a producer notices that its consumer stopped
 
 
-def prefetched(items: Iterator[Item], depth: int) -> Iterator[Item]:
+def prefetched(items: Iterator[Item], depth: int) -> Generator[Item, None, None]:
     """The items, produced by a thread of their own at most `depth` ahead of the consumer.
 
     An exception raised producing them is raised here, in order; closing this generator stops the thread
@@ -44,7 +44,7 @@ def prefetched(items: Iterator[Item], depth: int) -> Iterator[Item]:
                 if not offer((True, item)):
                     return
             offer((True, _END))
-        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, which raises it
+        except BaseException as exc:  # handed to the consumer, which raises it
             offer((False, exc))
 
     producer = threading.Thread(target=produce, daemon=True, name="siltlake-read-ahead")
@@ -53,10 +53,10 @@ def prefetched(items: Iterator[Item], depth: int) -> Iterator[Item]:
         while True:
             ok, item = ready.get()
             if not ok:
-                raise item  # type: ignore[misc]
+                raise item
             if item is _END:
                 return
-            yield item  # type: ignore[misc]
+            yield item
     finally:
         stop.set()
         producer.join()

@@ -58,7 +58,9 @@ class ColumnConverter:
         old, new = before.column(self.column), after.column(self.column)
         coerce = value_coercer(new, after)
         for batch in batches:
-            values, reasons, records = [], [], []
+            values: list[Any] = []
+            reasons: list[str | None] = []
+            records: list[str | None] = []
             rows: list[dict[str, Any]] | None = None
             for index, value in enumerate(batch.column(self.column).to_pylist()):
                 reason = None
@@ -67,7 +69,7 @@ class ColumnConverter:
                                   coerce(record_value(value, old.type, before.timezone, new.type)))
                 except ValueError as exc:
                     reason = str(exc)
-                except Exception as exc:  # noqa: BLE001 - one value never fails the rewrite: the row is set apart
+                except Exception as exc:  # one value never fails the rewrite: the row is set apart
                     reason = unexpected_reason(exc)
                 if reason is not None:
                     rows = rows if rows is not None else batch.to_pylist()

@@ -4,7 +4,7 @@ label:value fields). The rules, bad records included, are docs/coercion.md's."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import Any
 
 from siltlake.records.batches import BadRecord, BatchAssembler, ParsedBatch, UnreadableObject
@@ -43,12 +43,13 @@ def text_lines(chunks: Iterable[bytes]) -> Iterator[tuple[int, str]]:
         yield from _block_lines(b"".join(pending), number)
 
 
-def _block_lines(block: bytes, number: int) -> Iterator[tuple[int, str]]:
+def _block_lines(block: bytes, number: int) -> Generator[tuple[int, str], None, int]:
+    """The block's lines as text_lines yields them; returns the number of its last line."""
     try:
         text = block.decode("utf-8")
     except UnicodeDecodeError as exc:
-        line = number + 1 + block.count(b"\n", 0, exc.start)
-        raise UnreadableObject(f"invalid UTF-8 at line {line}: {exc.reason}") from None
+        at = number + 1 + block.count(b"\n", 0, exc.start)
+        raise UnreadableObject(f"invalid UTF-8 at line {at}: {exc.reason}") from None
     lines = text.split("\n")
     if text.endswith("\n"):
         lines.pop()

@@ -7,6 +7,7 @@ The JSON lines fast path and the load's vectorised CSV path both use them.
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
@@ -29,7 +30,7 @@ def all_true(mask: pa.ChunkedArray | pa.Array) -> bool:
     return pc.all(mask).as_py() is not False
 
 
-def within(values: pa.ChunkedArray | pa.Array, low: int | float, high: int | float) -> bool:
+def within(values: pa.ChunkedArray | pa.Array, low: int | float | Decimal, high: int | float | Decimal) -> bool:
     bounds = pc.min_max(values)
     low_seen, high_seen = bounds["min"].as_py(), bounds["max"].as_py()
     return low_seen is None or (low <= low_seen and high_seen <= high)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import BinaryIO
+from typing import BinaryIO, TypedDict
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -24,6 +24,17 @@ from siltlake.storage import keys
 from siltlake.storage.filesystem import Storage
 from siltlake.storage.keys import TableLayout
 from siltlake.tabledef import PARTITION_COLUMN, TableDef
+
+
+class WrittenPart(TypedDict):
+    """One object a writer wrote, as a task reports it to the commit (JSON-able: it leaves a Spark task)."""
+
+    date: str  # its partition date, ISO
+    tmp_key: str  # where it was written; the commit moves it to its id's key
+    rows: int
+    bytes: int
+    min_time: str  # its rows' earliest and latest event time, naive UTC in ISO form
+    max_time: str
 
 
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -237,7 +248,7 @@ class ObjectWriter:
         buffer.runs.append(key)
         buffer.hold([])
 
-    def finish(self) -> list[dict]:
+    def finish(self) -> list[WrittenPart]:
         parts = []
         for date in sorted(self.buffers):
             buffer = self.buffers[date]
@@ -265,7 +276,7 @@ class ObjectWriter:
             parts.append(self._describe(date, key, metadata, size))
         return parts
 
-    def _merge_runs(self, runs: list[str]):  # noqa: ANN202 - generator of tables
+    def _merge_runs(self, runs: list[str]):  # generator of tables
         """K-way merge of time-sorted runs, one batch per run in memory at a time."""
         column = self.table.time_column
         readers = [
@@ -275,7 +286,7 @@ class ObjectWriter:
         heads: list[pa.Table | None] = [None] * len(readers)
 
         def refill(index: int) -> None:
-            while heads[index] is None or heads[index].num_rows == 0:
+            while (head := heads[index]) is None or head.num_rows == 0:
                 batch = next(readers[index], None)
                 if batch is None:
                     heads[index] = None
@@ -308,7 +319,7 @@ class ObjectWriter:
         rows = pa.Table.from_batches([batch])
         return conform(rows.rename_columns(logical_names(self.table, rows.column_names)), self.schema)
 
-    def _describe(self, date: dt.date, key: str, metadata: pq.FileMetaData, size: int) -> dict:
+    def _describe(self, date: dt.date, key: str, metadata: pq.FileMetaData, size: int) -> WrittenPart:
         time_index = self.object_schema.get_field_index(self.table.column(self.table.time_column).physical_name)
         lows, highs = [], []
         for group in range(metadata.num_row_groups):

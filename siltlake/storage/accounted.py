@@ -1,6 +1,6 @@
 """What a stream daemon remembers between discovery rounds of a local staging root: per directory, the file names a
 completed round accounted for, so that a later round `stat`s only the names it has not seen there
-(docs/design.md, "Issue 28: a round costs what is new in a changed directory")."""
+(docs/design.md, "A round costs what is new in a changed directory")."""
 
 from __future__ import annotations
 
@@ -127,6 +127,10 @@ class AccountedNames:
 
     def start_walk(self) -> None:
         """A walk starts (a record that learns from notifications reads them here: storage/dirwatch.py)."""
+
+    def take_modified(self) -> list[str]:
+        """The paths of files written to in place since the last call, as notifications told (none here)."""
+        return []
 
     def arm(self, path: str) -> None:
         """A leaf directory is about to be listed for the record (one that learns from notifications watches it)."""

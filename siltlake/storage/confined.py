@@ -101,7 +101,7 @@ def _regular(fd: int, key: str) -> BinaryIO:
             kind = next((name for test, name in _KINDS if test(mode)), "not a file")
             raise Refused(f"{key!r} is {kind}, not a regular file; refused")
         fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
-        return open(fd, "rb", buffering=0)  # noqa: SIM115 - the caller closes it
+        return open(fd, "rb", buffering=0)  # the caller closes it
     except BaseException:
         os.close(fd)
         raise

@@ -26,11 +26,15 @@ from siltlake.storage.accounted import SEPARATOR, AccountedNames, DirectoryNames
 __all__ = ["WatchedNames", "inotify_available"]
 
 # <sys/inotify.h>
+IN_MODIFY, IN_CLOSE_WRITE = 0x2, 0x8
 IN_MOVED_FROM, IN_MOVED_TO, IN_CREATE, IN_DELETE = 0x40, 0x80, 0x100, 0x200
 IN_DELETE_SELF, IN_MOVE_SELF, IN_UNMOUNT, IN_Q_OVERFLOW, IN_IGNORED = 0x400, 0x800, 0x2000, 0x4000, 0x8000
 IN_ONLYDIR, IN_DONT_FOLLOW = 0x01000000, 0x02000000
 IN_NONBLOCK, IN_CLOEXEC = os.O_NONBLOCK, os.O_CLOEXEC
-_MASK = IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR
+# IN_MODIFY and IN_CLOSE_WRITE: a file appended to in place is looked at by the next round, whatever the listing
+# (docs/design.md, "Files written in place and appended to").
+_MASK = (IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR
+         | IN_MODIFY | IN_CLOSE_WRITE)
 _LOST = IN_DELETE_SELF | IN_MOVE_SELF | IN_UNMOUNT | IN_IGNORED
 _EVENT = struct.Struct("iIII")
 _READ_BYTES = 1 << 16
@@ -91,6 +95,7 @@ class _Watched:
     path: str
     complete: bool  # whether arrived is all that is new since the recorded names (else: list the directory again)
     arrived: set[str] = field(default_factory=set)  # names created or moved in since the recorded listing
+    modified: set[str] = field(default_factory=set)  # names written to since the last take_modified()
 
 
 class WatchedNames(AccountedNames):
@@ -136,8 +141,8 @@ class WatchedNames(AccountedNames):
 
     def _take(self, descriptor: int, mask: int, name: str) -> None:
         if mask & IN_Q_OVERFLOW:
-            for watched in self._by_descriptor.values():
-                watched.complete = False
+            for each in self._by_descriptor.values():
+                each.complete = False
             return
         watched = self._by_descriptor.get(descriptor)
         if watched is None:
@@ -147,6 +152,8 @@ class WatchedNames(AccountedNames):
             if mask & IN_IGNORED:  # the kernel dropped the watch (the directory went): set again when next read
                 self._by_descriptor.pop(descriptor, None)
                 self._by_path.pop(watched.path, None)
+        elif mask & (IN_MODIFY | IN_CLOSE_WRITE):
+            watched.modified.add(name)
         elif mask & (IN_CREATE | IN_MOVED_TO):
             watched.arrived.add(name)
         elif mask & (IN_DELETE | IN_MOVED_FROM):
@@ -158,13 +165,22 @@ class WatchedNames(AccountedNames):
     def arm(self, path: str) -> None:
         """Watch a directory before it is listed for the record. A new watch answers only once a completed round
         has recorded a listing taken after it (keep): what the record held before may predate the watch."""
-        if self._fd < 0 or path in self._by_path or len(self._by_path) >= MAX_WATCHES:
+        libc = self._libc  # None only when _fd < 0
+        if self._fd < 0 or libc is None or path in self._by_path or len(self._by_path) >= MAX_WATCHES:
             return
-        descriptor = self._libc.inotify_add_watch(self._fd, os.fsencode(path), _MASK | IN_DONT_FOLLOW)
+        descriptor = libc.inotify_add_watch(self._fd, os.fsencode(path), _MASK | IN_DONT_FOLLOW)
         if descriptor < 0 or descriptor in self._by_descriptor:  # no watch left, or the same directory by another path
             return
         self._by_descriptor[descriptor] = _Watched(path, complete=False)
         self._by_path[path] = descriptor
+
+    def take_modified(self) -> list[str]:
+        """The paths of the files written to in watched directories since the last call (read by start_walk)."""
+        found = []
+        for watched in self._by_descriptor.values():
+            found += [os.path.join(watched.path, name) for name in watched.modified]
+            watched.modified.clear()
+        return found
 
     def arrived(self, path: str) -> set[str] | None:
         """The names that arrived in the directory since its recorded listing, if nothing can have been missed."""
@@ -206,7 +222,8 @@ class WatchedNames(AccountedNames):
         for path in [path for path in self._by_path if path not in self._directories]:
             descriptor = self._by_path.pop(path)
             self._by_descriptor.pop(descriptor, None)
-            self._libc.inotify_rm_watch(self._fd, descriptor)  # forgotten (aged, gone): nothing more to learn
+            if self._libc is not None:  # always: a watch was added through it
+                self._libc.inotify_rm_watch(self._fd, descriptor)  # forgotten (aged, gone): nothing more to learn
 
     def __del__(self) -> None:
         if getattr(self, "_fd", -1) >= 0:  # a record dropped without close(): its descriptor goes with it

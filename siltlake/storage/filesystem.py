@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import functools
 import os
 import posixpath
@@ -81,7 +82,7 @@ def _s3_filesystem(options: S3Options, bucket: str) -> pafs.FileSystem:
     import pyarrow.fs as pafs
 
     endpoint, scheme, region = s3_endpoint(options, bucket)
-    extra = {name: value for name, value in (("request_timeout", options.request_timeout),
+    extra: dict[str, object] = {name: value for name, value in (("request_timeout", options.request_timeout),
                                              ("connect_timeout", options.connect_timeout)) if value is not None}
     if endpoint:
         extra.update(endpoint_override=endpoint, scheme=scheme)
@@ -162,18 +163,21 @@ class Storage:
         """Whether the root is an object store (no directories, no rename: a move is a copy and a delete)."""
         return self.root.startswith("s3://")
 
-    def open_uri(self, uri: str):  # noqa: ANN201 - a binary file object or pyarrow input stream
+    def open_uri(self, uri: str):  # a binary file object or pyarrow input stream
         """Open one of this storage's objects (a staging object's) by its URI, for reading. On a local root the
         open itself checks the object (confined.open_regular_file): a key swapped after it was listed is
         refused (UnsafeKey), whatever it was swapped for. An S3 URI opens with this storage's S3 options."""
+        if uri.startswith(self.root + "/") and self.is_local:
+            # Decoded here, not by pyarrow (which wants UTF-8): a name that is not UTF-8 opens too.
+            key = self.key_in_uri(uri)
+            if ".." in key.split("/"):
+                raise UnsafeKey(f"the URI {uri!r} decodes to a path with '..' segments; refused")
+            self.path(key)  # refuses an unsafe key by its own name
+            return open_regular_file(self._base, key)
         filesystem, path = open_filesystem(uri, self.s3)
         # pyarrow percent-decodes the URI: a stored URI (registered before keys were encoded) must not climb out.
         if ".." in path.split("/"):
             raise UnsafeKey(f"the URI {uri!r} decodes to a path with '..' segments; refused")
-        if uri.startswith(self.root + "/") and self.is_local:
-            key = unquote(uri[len(self.root) + 1:])
-            self.path(key)  # refuses an unsafe key by its own name
-            return open_regular_file(self._base, key)
         if self.is_local:
             raise UnsafeKey(f"the URI {uri!r} lies outside the root {self.root}; refused")
         return filesystem.open_input_stream(path, compression=None)
@@ -232,7 +236,15 @@ class Storage:
         "%2e%2e%2f..." must stay that name (not become "../"), and keys with spaces or non-ASCII must open."""
         if not key:
             return self.root
-        return f"{self.root}/{key if _UNQUOTED.fullmatch(key) else quote(key, safe=URI_SAFE)}"
+        if _UNQUOTED.fullmatch(key):
+            return f"{self.root}/{key}"
+        # A local name that is not UTF-8 reaches Python with its bytes kept as surrogates (os.fsdecode): its URI
+        # encodes those bytes, and key_in_uri decodes them back, so the object opens under its own name.
+        return f"{self.root}/{quote(key.encode('utf-8', 'surrogateescape'), safe=URI_SAFE)}"
+
+    def key_in_uri(self, uri: str) -> str:
+        """The key of one of this storage's URIs (uri()'s inverse, bytes that are not UTF-8 included)."""
+        return unquote(uri[len(self.root) + 1:], errors="surrogateescape")
 
     def engine_uri(self, key: str) -> str:
         """The URI for Spark, whose Hadoop S3 connector reads s3a://, not s3://."""
@@ -260,9 +272,16 @@ class Storage:
         selector = pafs.FileSelector(self.path(prefix), recursive=True, allow_not_found=True)
         base, under = self._base, self._base.rstrip("/") + "/"
         file = pafs.FileType.File
-        for info in self.filesystem.get_file_info(selector):
-            if info.type == file:
-                yield ObjectInfo(_key_under(info.path, base, under), info.size or 0, info.mtime)
+        try:
+            listed = [ObjectInfo(_key_under(info.path, base, under), info.size or 0, info.mtime)
+                      for info in self.filesystem.get_file_info(selector) if info.type == file]
+        except UnicodeDecodeError:  # a local name that is not UTF-8, which pyarrow cannot give as text
+            if not self.is_local:
+                raise
+            top = self.path(prefix)
+            listed = [ObjectInfo(_key_under(posixpath.join(top, info.key), base, under), info.size, info.mtime)
+                      for info in walk_changed(top, 0).objects]  # the same files and keys, names as os gives them
+        yield from listed
 
     def list_changed(self, since_ns: int, accounted: AccountedNames | None = None) -> ChangedListing:
         """The files of a local root that may have appeared since since_ns (storage/localwalk.py, walk_changed)."""
@@ -283,7 +302,7 @@ class Storage:
             return None
         return arrival_ns(found, own)
 
-    def subdirectories(self, prefix: str = "") -> list[str]:
+    def subdirectories(self, prefix: str = "") -> builtins.list[str]:  # `list` here is the method above
         """Names of the directories (key prefixes) directly under a prefix."""
         import pyarrow.fs as pafs
 
@@ -305,7 +324,7 @@ class Storage:
     def open_input(self, key: str) -> BinaryIO:
         return self.filesystem.open_input_stream(self.path(key), compression=None)
 
-    def open_input_file(self, key: str):  # noqa: ANN201 - a seekable pyarrow file
+    def open_input_file(self, key: str):  # a seekable pyarrow file
         return self.filesystem.open_input_file(self.path(key))
 
     def open_output(self, key: str) -> BinaryIO:

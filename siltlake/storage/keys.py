@@ -1,4 +1,4 @@
-"""Every object key siltlake writes (DESIGN §7), built here and parsed back here, nowhere else.
+"""Every object key siltlake writes, built here and parsed back here, nowhere else.
 
 Under the lake's root, a deployment writes only below its instance key:
 
@@ -13,7 +13,7 @@ Under the lake's root, a deployment writes only below its instance key:
     <instance>/_tmp/<run>/...                                         a run's temporary objects
     <instance>/_iceberg/<schema>.<table>/...                          the Iceberg target's metadata
 
-Derived table builds (DESIGN §12) share one area of the lake, as Looker's builds share a scratch schema;
+Derived table builds (docs/design.md) share one area of the lake, as Looker's builds share a scratch schema;
 each build's name starts with the reg_key (instance key) of the deployment that wrote it:
 
     _derived/<reg_key>-<hash>/dt=<date>/part-<n>.parquet                 one build's objects of a date
@@ -137,6 +137,13 @@ def iceberg_warehouse(instance_key: str) -> str:
 def iceberg_table_location(instance_key: str, physical_schema: str, physical_table: str) -> str:
     """Where a table's Iceberg metadata lives: by physical name, which renames keep."""
     return f"{iceberg_warehouse(instance_key)}/{table_segment(physical_schema, physical_table)}"
+
+
+def iceberg_metadata_file(key: str) -> bool:
+    """Whether a key under the Iceberg warehouse lies in a table's `metadata/` (metadata files, manifests), not
+    beside it (the `data/` an engine's writer fills through the catalog)."""
+    parts = key.split("/")
+    return len(parts) > 4 and parts[1] == ICEBERG_AREA and parts[3] == "metadata"
 
 
 def table_segment(physical_schema: str, physical_table: str) -> str:

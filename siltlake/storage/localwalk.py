@@ -62,7 +62,7 @@ def walk_changed(base: str, since_ns: int, accounted: AccountedNames | None = No
 
     With `accounted` (a stream daemon's record of its earlier rounds), a changed directory it holds names
     of is read by name alone, and only the names not in the record are `stat`ed and may be returned: a
-    file under a recorded name is left to the rolling sweep (docs/design.md, "Issue 28: a round costs what
+    file under a recorded name is left to the rolling sweep (docs/design.md, "A round costs what
     is new in a changed directory"). The listing's `directories` are what the record keeps of this walk."""
     result = ChangedListing()
     try:
@@ -88,14 +88,16 @@ def walk_changed(base: str, since_ns: int, accounted: AccountedNames | None = No
         # A leaf directory (no subdirectory to find) whose record learns its new names from notifications is not
         # listed: only what arrived is looked at (storage/dirwatch.py).
         leaf = found.st_nlink == 2
-        arrived = accounted.arrived(path) if known is not None and leaf and not fresh else None
-        if arrived is not None:
-            files = _read_arrivals(path, prefix, since_ns, known, accounted.lacking(path, known, arrived), above,
-                                   pending, result)
-        elif known is not None:
-            if leaf:
-                accounted.arm(path)
-            files = _read_by_name(path, prefix, since_ns, fresh, known, above, pending, result)
+        files: str | None
+        if accounted is not None and known is not None:
+            arrived = accounted.arrived(path) if leaf and not fresh else None
+            if arrived is not None:
+                files = _read_arrivals(path, prefix, since_ns, known, accounted.lacking(path, known, arrived),
+                                       above, pending, result)
+            else:
+                if leaf:
+                    accounted.arm(path)
+                files = _read_by_name(path, prefix, since_ns, fresh, known, above, pending, result)
         else:
             if leaf and accounted is not None and changed:
                 accounted.arm(path)

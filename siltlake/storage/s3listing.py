@@ -33,7 +33,7 @@ class KeyListing:
 
 
 @functools.lru_cache(maxsize=16)
-def _client(options: S3Options, bucket: str) -> Any:  # noqa: ANN401 - botocore's generated client class
+def _client(options: S3Options, bucket: str) -> Any:  # botocore's generated client class
     """A botocore S3 client for a bucket (cached: one per options and bucket per process; thread-safe)."""
     import boto3
     from botocore.config import Config

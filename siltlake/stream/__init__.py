@@ -1,4 +1,4 @@
-"""stream: staging objects become live and delayed small objects (DESIGN §2, seed 000's Prism Stream)."""
+"""stream: staging objects become live and delayed small objects (docs/design.md, "Staging and stream")."""
 
 from siltlake.stream.discover import discover, map_key
 from siltlake.stream.runner import Progress, StreamReport, stream_forever, stream_once

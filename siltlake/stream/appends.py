@@ -6,15 +6,16 @@ by appending is reported, once, and never loaded again."""
 from __future__ import annotations
 
 import datetime as dt
-import os
-import zlib
+import time
 from dataclasses import dataclass, field
 
-from siltlake.catalog.positions import PositionState
+from siltlake.catalog.positions import Position, PositionState
 from siltlake.clock import UtcBound, to_naive_utc, utcnow
 from siltlake.deployment import Deployment
 from siltlake.storage.filesystem import ObjectInfo, UnsafeKey
-from siltlake.stream.tails import FINGERPRINT_BYTES, delivery_uri, file_identity
+from siltlake.stream.identity import FileMark, content_at, head_matches, mark_of
+from siltlake.stream.rotation import FOLLOWED, follow_fresh, known_for, recognise, restart
+from siltlake.stream.tails import delivery_uri
 
 
 class LookAgain:
@@ -36,6 +37,7 @@ class Settling:
     oldest_seconds: float = 0.0  # how long the longest-waiting file has waited
     settles_in: float | None = None  # seconds until the next waiting file would settle, if it is not written again
     looked: set[str] = field(default_factory=set)  # keys of waiting and watched files looked at by key
+    due: dict[str, ObjectInfo] = field(default_factory=dict)  # watched files whose trailing fragment is final now
 
 
 @dataclass
@@ -43,6 +45,7 @@ class Growth:
     appended: int = 0  # tails registered as new deliveries
     rewritten: list[tuple[str, str]] = field(default_factory=list)  # (uri, why), reported this round
     handled: set[str] = field(default_factory=set)  # URIs judged here (not plain re-puts)
+    notes: list[dict] = field(default_factory=list)  # the identities of new local files, noted as registered
 
 
 def settle(deployment: Deployment, listed: list[ObjectInfo], watched: bool = True) -> Settling:
@@ -71,14 +74,21 @@ def settle(deployment: Deployment, listed: list[ObjectInfo], watched: bool = Tru
                 candidates.append(info)
                 listed_keys.add(item.key)
     since = now - dt.timedelta(seconds=config.full_listing_interval)
+    result = Settling([])
     for position in positions.watched(staging.root, since) if watched else []:
         if position.key in listed_keys:
             continue
         info = _look(deployment, position.key)
-        if info is not None and info.size != position.read_end:
+        if info is None:
+            continue
+        if info.size != position.read_end:
             candidates.append(info)
             listed_keys.add(position.key)
-    result = Settling([], looked=listed_keys - first_listed)
+        elif (position.consumed_end is not None and position.read_end is not None
+              and position.consumed_end < position.read_end and position.pending_uri is None
+              and _fragment_due(deployment, position, info.mtime.timestamp() if info.mtime else time.time())):
+            result.due[staging.uri(info.key)] = info  # its trailing fragment is final now: judged, not listed
+    result.looked = listed_keys - first_listed
     hold: list[tuple[str, str, int, dt.datetime]] = []
     taken: list[tuple[str, str]] = []
     # A file no earlier round held back and last written before this is ready as it is: a daily check pass brings
@@ -123,31 +133,56 @@ def _look(deployment: Deployment, key: str) -> ObjectInfo | None:
 
 
 def take_growth(deployment: Deployment, resized: dict[str, ObjectInfo],
-                fresh: list[tuple[str, ObjectInfo, dt.datetime | None]]) -> Growth:
+                fresh: list[tuple[str, ObjectInfo, dt.datetime | None]],
+                reput: dict[str, ObjectInfo] | None = None) -> Growth:
     """Judge registered local files listed with another size than they were registered at ({uri: listing}):
-    register the tail of each that grew by appending, report each that changed otherwise. Of the `fresh`
-    (unregistered) listings, those whose file has a position are judged the same way: their first delivery's
-    row was pruned (stream.staging_retention) while the file kept growing, and it must not load from 0 again."""
+    register the tail of each that grew by appending, follow each that is another file now or was truncated from
+    its start, report each that changed in a way that cannot be told from a rewrite. Of the `fresh` (unregistered)
+    listings, renamed followed files and copies of loaded bytes are recognised (stream/rotation.py), and those whose
+    file has a position are judged the same way: their first delivery's row was pruned
+    (stream.staging_retention) while the file kept growing, and it must not load from 0 again. Of the `reput`
+    (registered names with a newer mtime, the same size), those holding another file than their position's or
+    another size than was read are judged too (_shifted_in): a rotation may shift a file into a name whose first
+    file had its size, a truncated file may grow again to it; the same object put again is a redelivery."""
     growth = Growth()
     catalog = deployment.catalog
+    now = utcnow()
     # A fresh listing is judged only when its file has a consumed position: one lookup, not three, for the
     # rest (a backlog's million new files).
     unregistered = [uri for uri, _, _ in fresh if uri not in resized]
     consumed = catalog.positions.consumed(unregistered) if unregistered else set()
+    followed = follow_fresh(deployment, [item for item in fresh if item[0] not in consumed and item[0] not in resized],
+                            now)
+    growth.handled |= followed.handled
+    growth.notes = followed.notes
+    growth.appended += followed.appended
     candidates = dict(resized)
     candidates.update((uri, info) for uri, info, _ in fresh if uri in consumed)
+    candidates.update(followed.moved)
+    reput_only = {uri: info for uri, info in (reput or {}).items() if uri not in candidates}
+    candidates.update(reput_only)
+    send_times = {uri: send_time for uri, _, send_time in fresh}
+    later: list[tuple[str, str]] = list(followed.later)
     if not candidates:
+        if later:
+            catalog.positions.watch(deployment.staging.root, later, now)
         return growth
-    now = utcnow()
-    later: list[tuple[str, str]] = []
-    for uri, state in catalog.positions.states(list(candidates)).items():
-        if uri not in resized and (state.position is None or state.position.consumed_end is None):
+    states = catalog.positions.states(list(candidates))
+    shifted = _shifted_in(deployment, {uri: (states[uri].position, info) for uri, info in reput_only.items()})
+    for uri, state in states.items():
+        if (uri not in resized and uri not in followed.moved and (state.position is None or (
+                state.position.consumed_end is None and state.position.state != "vacated"))):
             continue  # a new file (maybe watched since it waited to settle): registered as usual
+        if uri in reput_only and uri not in shifted:
+            continue  # put again in place, as it was read: counted as such
         info = candidates[uri]
-        verdict = _judge(deployment, uri, info, state)
+        send_time = send_times.get(uri) or (to_naive_utc(info.mtime) if info.mtime is not None else None)
+        verdict = _judge(deployment, uri, info, state, send_time, now)
         if verdict is LOOK_AGAIN:
             later.append((uri, info.key))
-        if verdict is None or verdict is LOOK_AGAIN:
+        if isinstance(verdict, Restarted):
+            growth.appended += verdict.registered
+        if verdict is None or verdict is LOOK_AGAIN or isinstance(verdict, Restarted):
             growth.handled.add(uri)
             continue
         position = state.position
@@ -160,12 +195,17 @@ def take_growth(deployment: Deployment, resized: dict[str, ObjectInfo],
                 growth.rewritten.append((uri, verdict))
             growth.handled.add(uri)
             continue
-        assert position is not None and position.consumed_end is not None
+        assert isinstance(verdict, Grew)
+        position = verdict.position  # the file's own: it may have been renamed here just now
+        assert position.consumed_end is not None
         table_id = position.table_id or state.table_id
         if table_id is None:  # pragma: no cover - a position is recorded with its table
             continue
-        send_time = to_naive_utc(info.mtime) if info.mtime is not None else None
-        tail = delivery_uri(uri, position.consumed_end, info.size)
+        tail = delivery_uri(uri, position.consumed_end, info.size, generation=position.generation,
+                            identity=position.file_identity, head=(position.head_crc, position.head_length),
+                            last=verdict.last, plain=verdict.plain,
+                            continues=position.fragment_end is not None
+                            and position.fragment_end == position.consumed_end)
         growth.appended += catalog.positions.register_tail(position, tail, table_id, info.size, send_time, now)
         growth.handled.add(uri)
     if later:
@@ -173,13 +213,67 @@ def take_growth(deployment: Deployment, resized: dict[str, ObjectInfo],
     return growth
 
 
-def _judge(deployment: Deployment, uri: str, info: ObjectInfo,
-           state: PositionState) -> str | bool | LookAgain | None:
-    """True: the file grew by appending, its tail is due; a string: why it changed other than by appending
-    (LOOK_AGAIN: a delivery of it is in flight, or it cannot be read now); None: nothing to do (reported
-    already, set aside, or nothing was added past what was read)."""
+def _shifted_in(deployment: Deployment, reputs: dict[str, tuple[Position | None, ObjectInfo]]) -> set[str]:
+    """Of registered names listed again at the size they were registered at with a newer mtime, those to judge by
+    their position: the name was vacated; its own file was truncated and grew back to that size (another size than
+    was read); or another file took it that a rotation shifted in: a followed file (its device:inode and first
+    bytes are another name's position's), or one whose first bytes differ from the name's file. A new inode with
+    the name's first bytes that no other name follows is the object put again (a shipper uploads and renames into
+    place): a redelivery, counted as such and not loaded. One statement for all of them."""
+    judged: set[str] = set()
+    others: dict[str, tuple[str, FileMark]] = {}
+    for uri, (position, info) in reputs.items():
+        if position is None or position.state not in ("appending", "copy", "vacated"):
+            continue
+        if position.state == "appending" and position.read_end is not None and info.size != position.read_end:
+            judged.add(uri)
+            continue
+        path = deployment.staging.path(info.key)
+        mark = mark_of(path)
+        if mark is None or (position.state != "vacated" and position.file_identity in (None, mark.identity)):
+            continue
+        if position.state == "vacated" or not head_matches(path, mark.compressed, position.head_length,
+                                                            position.head_crc):
+            judged.add(uri)
+        else:
+            others[uri] = (path, mark)
+    if others:
+        identities = sorted({mark.identity for _, mark in others.values()})
+        followed = deployment.catalog.positions.by_identity(deployment.staging.root, identities)
+        for uri, (path, mark) in others.items():
+            if any(position.uri != uri and position.file_identity == mark.identity and position.state in FOLLOWED
+                   and head_matches(path, mark.compressed, position.head_length, position.head_crc)
+                   for position in followed):  # an inode number reused by another file has other first bytes
+                judged.add(uri)
+    return judged
+
+
+@dataclass(frozen=True)
+class Restarted:
+    """_judge's answer for a file followed anew under its name (another file took it, or it was truncated)."""
+
+    registered: int
+
+
+@dataclass(frozen=True)
+class Grew:
+    """_judge's answer for a file whose tail is due, from its position's consumed end; `last`: its trailing
+    fragment is its last record (rotated away and settled, or unchanged for stream.fragment_final_after)."""
+
+    position: Position
+    last: bool = False
+    plain: bool = False  # a compressed copy's rest, counted in decompressed bytes
+
+
+def _judge(deployment: Deployment, uri: str, info: ObjectInfo, state: PositionState, send_time: dt.datetime | None,
+           now: dt.datetime, again: bool = True) -> str | Grew | LookAgain | Restarted | None:
+    """Grew: the file grew by appending, or its trailing fragment is final: its tail is due; a string: why
+    following it stopped (it changed in a way that cannot be told from a rewrite); Restarted: it is followed anew
+    from its start, or as a copy; LOOK_AGAIN: a delivery of it is in flight, or it cannot be read now; None:
+    nothing to do."""
     position = state.position
-    if position is None or position.consumed_end is None:
+    path = deployment.staging.path(info.key)
+    if position is None or (position.consumed_end is None and position.state == "appending"):
         if position is not None and position.state != "appending":
             return None  # reported already
         if state.unknown:
@@ -187,37 +281,87 @@ def _judge(deployment: Deployment, uri: str, info: ObjectInfo,
         if state.processed is not True:
             return LOOK_AGAIN  # its first delivery is not committed yet
         return (f"is now {info.size:,} bytes but was loaded at {state.size or 0:,}, and it cannot be appended to "
-                "(it is compressed, was unreadable, or was loaded before appends were followed): its new bytes are "
-                "NOT loaded; put new data under a new key")
-    if position.state != "appending":
-        return None
+                "(it was unreadable, or was loaded before appends were followed): its new bytes are NOT loaded; "
+                "`silt staging resume` follows it again from an offset")
+    if position.state not in ("appending", "copy", "vacated"):
+        return None  # stopped: reported already
     if position.pending_uri is not None:
         return LOOK_AGAIN
-    assert position.read_end is not None
-    if info.size == position.read_end:
-        return None
-    if info.size < position.read_end:
-        return (f"shrank from {position.read_end:,} to {info.size:,} bytes after {position.consumed_end:,} "
-                "were loaded (truncated or rewritten in place); nothing more of it is loaded: put new data under "
-                "a new key")
-    found = _identity_and_fingerprint(deployment, info.key, position.consumed_end)
-    if found is None:
+    mark = mark_of(path)
+    if mark is None:
         return LOOK_AGAIN  # gone or unreadable now
-    identity, fingerprint = found
-    if position.file_identity is not None and identity != position.file_identity:
-        return (f"was replaced by another file (device:inode {position.file_identity} is now {identity}) after "
-                f"{position.consumed_end:,} bytes were loaded; nothing more of it is loaded")
-    if position.fingerprint is not None and fingerprint != position.fingerprint:
-        return (f"changed before offset {position.consumed_end:,}, which was already loaded (rewritten in place, "
-                "not appended to); nothing more of it is loaded: put new data under a new key")
-    return True
-
-
-def _identity_and_fingerprint(deployment: Deployment, key: str, end: int) -> tuple[str, int] | None:
-    try:
-        with deployment.staging.open_uri(deployment.staging.uri(key)) as file:
-            stat = os.fstat(file.fileno())
-            start = max(0, end - FINGERPRINT_BYTES)
-            return file_identity(stat), zlib.crc32(os.pread(file.fileno(), end - start, start))
-    except (OSError, UnsafeKey):
+    if position.state == "vacated" or position.file_identity not in (None, mark.identity):
+        # Another file is at the name: a followed file renamed here (logrotate shifts access.log.1 to .2 and
+        # access.log to .1 between two rounds), a copy of loaded bytes, or a new file.
+        found = recognise(deployment, uri, info, mark, send_time, now, known_for(deployment, {path: mark}),
+                          replacing=position if position.state != "vacated" else None)
+        if found is not None and found.moved and again:
+            return _judge(deployment, uri, info, deployment.catalog.positions.states([uri])[uri], send_time, now,
+                          again=False)
+        if found is not None:
+            return LOOK_AGAIN if found.later else Restarted(found.registered)
+        return _replaced(deployment, uri, info, state, position, mark, send_time, now)
+    if position.state == "copy":
+        return None  # its bytes were loaded from the file it copies
+    assert position.read_end is not None and position.consumed_end is not None
+    if (mark.compressed and position.compressed and position.rotated and position.generation is not None
+            and position.consumed_end == position.read_end and mark.size < position.consumed_end):
+        # A compressed copy's rest whose delivery found it renamed before reading it: its position still counts
+        # decompressed bytes; the rest is delivered again from there (`;plain`).
+        return Grew(position, last=True, plain=True)
+    truncated = (mark.size < position.read_end or mark.compressed != position.compressed
+                 or not head_matches(path, mark.compressed, position.head_length, position.head_crc))
+    if truncated:  # copytruncate, or written again from its start, or its inode reused: new content
+        # A followed file may have taken the name with the inode number of the file the position names (deleted
+        # since): it is that file renamed, not this one truncated. The name's own earlier generations are no
+        # candidates: a truncated file keeps its inode, and an empty earlier one's head matches any file.
+        found = recognise(deployment, uri, info, mark, send_time, now, known_for(deployment, {path: mark}),
+                          replacing=position, own_generations=False)
+        if found is not None and found.moved and again:
+            return _judge(deployment, uri, info, deployment.catalog.positions.states([uri])[uri], send_time, now,
+                          again=False)
+        if found is not None:
+            return LOOK_AGAIN if found.later or found.moved else Restarted(found.registered)
+        return Restarted(int(restart(deployment, uri, info, position, mark, send_time, now)))
+    if mark.size == position.read_end:
+        if position.consumed_end < position.read_end and _fragment_due(deployment, position, mark.mtime):
+            return Grew(position, last=True)
         return None
+    found_content = content_at(path, False, position.consumed_end)
+    if found_content is None:
+        return LOOK_AGAIN
+    if position.fingerprint is not None and found_content.crc_before != position.fingerprint:
+        return (f"changed before offset {position.consumed_end:,}, which was already loaded, while its first bytes "
+                "and its device:inode stayed the same (rewritten in place, not appended to): nothing more of it is "
+                f"loaded; `silt staging resume {uri} --from-offset N` follows it again from offset N")
+    return Grew(position)
+
+
+def _replaced(deployment: Deployment, uri: str, info: ObjectInfo, state: PositionState, position: Position,
+              mark: FileMark, send_time: dt.datetime | None, now: dt.datetime) -> str | Restarted:
+    """Another file took the name and is no followed file nor a copy. One whose first bytes differ, or taking a
+    name of which nothing was loaded (a vacated name, an empty file), is new from its start; one with the same
+    first bytes that holds the loaded bytes and more (an atomic re-put of the file grown) goes on from the
+    consumed end; one with the same first bytes whose loaded part differs or cannot be compared (gzip) stops."""
+    path = deployment.staging.path(info.key)
+    replacing = position if position.state != "vacated" else None
+    if (position.state != "appending" or not position.consumed_end or not position.head_length
+            or not head_matches(path, mark.compressed, position.head_length, position.head_crc)):
+        return Restarted(int(restart(deployment, uri, info, replacing, mark, send_time, now)))
+    content = content_at(path, False, position.consumed_end) if not mark.compressed else None
+    if content is not None and content.crc_before == position.fingerprint:
+        return Restarted(int(restart(deployment, uri, info, position, mark, send_time, now,
+                                     position.consumed_end, position.fingerprint)))
+    return (f"is now {info.size:,} bytes but was loaded at {state.size or 0:,}: another file (device:inode "
+            f"{mark.identity}, was {position.file_identity}) took its name with the same first bytes, and whether "
+            "it holds what was loaded cannot be told: its new bytes are NOT loaded; `silt staging resume "
+            f"{uri} --from-offset N` follows it from offset N")
+
+
+def _fragment_due(deployment: Deployment, position: Position, mtime: float) -> bool:
+    """A trailing fragment is final once its file is rotated away and settled, or unchanged for
+    stream.fragment_final_after."""
+    config = deployment.config.stream
+    age = time.time() - mtime
+    bound = config.fragment_final_after if config.settle_time else 0
+    return age >= bound or (position.rotated and age >= config.settle_time)

@@ -13,8 +13,10 @@ from siltlake.catalog import DiscoveryCursor, Redelivery, TableRecord
 from siltlake.clock import UtcBound, from_nanoseconds, to_naive_utc, to_nanoseconds, utcnow
 from siltlake.config import key_pattern_shape
 from siltlake.deployment import Deployment
+from siltlake.globs import key_filter
 from siltlake.storage.accounted import AccountedNames
 from siltlake.storage.filesystem import ObjectInfo
+from siltlake.storage.localwalk import ChangedListing
 from siltlake.stream.appends import settle, take_growth
 from siltlake.stream.discover_s3 import list_new
 from siltlake.stream.notifications import NotificationTally, listing_turn, take_notified
@@ -125,7 +127,7 @@ class Discovery:
     sweep_pending: SweepSlice | None = None  # a slice left for sweep_slice() (discover(sweep=False))
     looked_by_key: set[str] = field(default_factory=set)  # keys of waiting and watched files looked at by key
     # Of the walk's entries, names a daemon's record of its earlier rounds accounted for: not `stat`ed
-    # (docs/design.md, "Issue 28: a round costs what is new in a changed directory").
+    # (docs/design.md, "A round costs what is new in a changed directory").
     remembered: int = 0
     # Objects under the root that S3 event notifications named and the catalog did not know (stream.notifications)
     notified: int = 0
@@ -177,6 +179,8 @@ def discover(deployment: Deployment, accounted: AccountedNames | None = None, *,
     if staging.is_object_store:
         return _discover_object_store(deployment, cursor)
     full = not staging.is_local or cursor is None or config.full_listing_interval == 0
+    # A walk of what changed (not full): the cursor it started from, what it listed, and the files it took.
+    walk: tuple[DiscoveryCursor, ChangedListing, list[ObjectInfo]] | None = None
     if full:
         listed = [info for info in staging.list() if not is_in_flight(info.key)]
         fresh = _unexpired(deployment, listed, cursor.expired_before if cursor is not None else None)
@@ -186,23 +190,46 @@ def discover(deployment: Deployment, accounted: AccountedNames | None = None, *,
         assert cursor is not None
         changed = staging.list_changed(to_nanoseconds(cursor.cursor_time), accounted)
         walked = [info for info in changed.objects if not is_in_flight(info.key)]
+        if accounted is not None:
+            walked += _modified(deployment, accounted.take_modified(), {info.key for info in walked})
         report = _register(deployment, walked)
         report.listed, report.full_listing, report.remembered = changed.entries, False, changed.remembered
+        walk = (cursor, changed, walked)
     # Only once every object found is registered (or recorded unknown): a round that fails before leaves the
     # cursor where it was, and the next round looks again. A remote root other than an object store is listed
     # whole every round (its cursor is not read), but its full listing time bounds the expiry watermark; a local
     # root's completed sweep pass moves that time to the pass's start.
     catalog.discovery.advance(staging.root, from_nanoseconds(started - config.listing_margin * 1_000_000_000),
                               from_nanoseconds(started) if full else None)
-    if not full:
+    if walk is not None:
+        walked_from, changed, walked = walk
         if accounted is not None:  # every name the walk listed is accounted for now
             accounted.keep(changed.directories, started, config.late_window * 1_000_000_000)
-        pending = SweepSlice(cursor, started, frozenset(info.key for info in walked) | report.looked_by_key)
+        pending = SweepSlice(walked_from, started, frozenset(info.key for info in walked) | report.looked_by_key)
         if sweep:
             report.add_sweep(sweep_slice(deployment, pending))
         else:
             report.sweep_pending = pending
     return report
+
+
+def _modified(deployment: Deployment, paths: list[str], walked: set[str]) -> list[ObjectInfo]:
+    """The files inotify saw written to in place (IN_MODIFY, IN_CLOSE_WRITE) that the walk did not list: an append
+    does not change its directory, and the round judges the file's growth now rather than at the sweep's pass."""
+    staging = deployment.staging
+    base = staging.path("").rstrip("/") + "/"
+    found = []
+    for path in paths:
+        key = path[len(base):] if path.startswith(base) else None
+        if key is None or key in walked or is_in_flight(key):
+            continue
+        try:
+            info = staging.info(key)
+        except (OSError, ValueError):
+            continue
+        if info is not None:
+            found.append(info)
+    return found
 
 
 def sweep_slice(deployment: Deployment, pending: SweepSlice) -> Discovery:
@@ -320,7 +347,8 @@ def _register(deployment: Deployment, listed: list[ObjectInfo], watched: bool = 
     staging = deployment.staging
     catalog = deployment.catalog
     settling = settle(deployment, listed, watched)  # a local file still being written waits (stream/appends.py)
-    listed = settling.ready
+    listed = settling.ready + [info for info in settling.due.values()
+                               if info.key not in {ready.key for ready in settling.ready}]
     report = Discovery(listed=len(listed), looked_up=len(listed), unsettled=settling.waiting,
                        unsettled_seconds=settling.oldest_seconds, settles_in=settling.settles_in,
                        looked_by_key=settling.looked)
@@ -330,6 +358,7 @@ def _register(deployment: Deployment, listed: list[ObjectInfo], watched: bool = 
     uris = [staging.uri(info.key) for info in listed]
     send_times = [to_naive_utc(info.mtime) if info.mtime is not None else None for info in listed]
     resized: dict[str, int] | None = {} if staging.is_local else None
+    notes: list[dict] = []
     known, redelivered = catalog.staging.sort_listed(list(zip(uris, send_times, (info.size for info in listed),
                                                               strict=True)), resized)
     fresh = [(uri, info, send_time) for uri, info, send_time in zip(uris, listed, send_times, strict=True)
@@ -337,10 +366,18 @@ def _register(deployment: Deployment, listed: list[ObjectInfo], watched: bool = 
     if resized is not None:
         # A local file that changed size is appended to or rewritten: judged by its position, not a re-put.
         by_uri = dict(zip(uris, listed, strict=True))
-        growth = take_growth(deployment, {uri: by_uri[uri] for uri in resized}, fresh)
+        judged = {uri: by_uri[uri] for uri in resized}
+        judged.update((uri, info) for uri, info in settling.due.items() if uri not in judged)
+        growth = take_growth(deployment, judged, fresh, {put.uri: by_uri[put.uri] for put in redelivered})
         report.appended, report.rewritten = growth.appended, growth.rewritten
+        notes = growth.notes
         redelivered = [put for put in redelivered if put.uri not in growth.handled]
         fresh = [item for item in fresh if item[0] not in growth.handled]
+    # stream.include / stream.exclude choose the new files taken; after the growth judged above, so that a file
+    # already followed is followed under an excluded name too (a rotated log's unread tail).
+    admitted = key_filter(deployment.config.stream.include, deployment.config.stream.exclude)
+    if admitted is not None:
+        fresh = [item for item in fresh if admitted.admits(item[1].key)]
     report.redelivered = len(redelivered)
     report.changed = [put for put in redelivered if put.changed]
     if not fresh:
@@ -360,7 +397,9 @@ def _register(deployment: Deployment, listed: list[ObjectInfo], watched: bool = 
             report.unknown += catalog.staging.record_unknown(uri, mapping.reason or "unmapped", size=info.size)
         else:
             rows.append((uri, mapping.table.id, info.size, send_time))
-    report.registered = catalog.staging.register(rows)
+    registering = {row[0] for row in rows}
+    report.registered = catalog.staging.register(rows, staging.root,
+                                                 [note for note in notes if note["uri"] in registering])
     return report
 
 

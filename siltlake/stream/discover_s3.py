@@ -69,7 +69,8 @@ def list_new(deployment: Deployment, cursor: DiscoveryCursor | None,
     starts.update({prefix: stream.start_after for prefix, stream in known.items()
                    if stream.kind == STREAM and prefix not in starts and _is_nested(prefix)})
     for prefix, recent in known.items():
-        ahead = starts.get(_stream_of(prefix, starts))
+        stream_prefix = _stream_of(prefix, starts)
+        ahead = starts.get(stream_prefix) if stream_prefix is not None else None
         # A day the stream's cursor has not passed is listed by the stream's own listing.
         if recent.kind == RECENT and _is_recent(recent.newest_put, window.recent_since) and ahead is not None \
                 and ahead > prefix and not ahead.startswith(prefix):

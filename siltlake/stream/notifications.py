@@ -57,16 +57,29 @@ class Malformed(ValueError):
 
 def parse_message(body: str) -> tuple[list[Created], int]:
     """The object-created records of a message, and how many of its events are ignored (test events, other
-    event types). Raises Malformed."""
+    event types). Raises Malformed, and nothing else: whatever a body holds costs only its own message."""
     try:
-        document = json.loads(body)
-    except ValueError:
-        raise Malformed("the body is not JSON") from None
+        return _parsed(body)
+    except Malformed:
+        raise
+    except Exception as exc:  # noqa: BLE001 - one message never stops the others of its round
+        raise Malformed(f"unreadable ({type(exc).__name__}: {str(exc)[:200]})") from None
+
+
+def _json(text: str, what: str) -> object:
+    try:
+        return json.loads(text)
+    except RecursionError:  # JSON nested deeper than Python's recursion limit: no S3 event is
+        raise Malformed(f"{what} nests too deeply") from None
+    except (TypeError, ValueError):
+        raise Malformed(f"{what} is not JSON") from None
+
+
+def _parsed(body: str) -> tuple[list[Created], int]:
+    document = _json(body, "the body")
     if isinstance(document, dict) and document.get("Type") == "Notification" and "Message" in document:
-        try:  # an SNS topic's envelope (raw message delivery off): the S3 event is its Message, as a string
-            document = json.loads(document["Message"])
-        except (TypeError, ValueError):
-            raise Malformed("an SNS notification whose Message is not JSON") from None
+        # An SNS topic's envelope (raw message delivery off): the S3 event is its Message, as a string.
+        document = _json(document["Message"], "an SNS notification whose Message")
     if not isinstance(document, dict):
         raise Malformed("the body is no JSON object")
     if document.get("Event") == "s3:TestEvent":  # sent once when a bucket's notification is configured
@@ -86,8 +99,8 @@ def parse_message(body: str) -> tuple[list[Created], int]:
             key = unquote_plus(target["object"]["key"], errors="strict")
             created.append(Created(target["bucket"]["name"], key, int(target["object"].get("size", 0)),
                                    _event_time(record["eventTime"])))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise Malformed(f"record {number} is no S3 object event ({type(exc).__name__}: {exc})") from None
+        except Exception as exc:  # noqa: BLE001 - a missing field, a size of 1e400, a time that is no text
+            raise Malformed(f"record {number} is no S3 object event ({type(exc).__name__}: {str(exc)[:200]})") from None
     return created, ignored
 
 

@@ -21,6 +21,7 @@ from siltlake.errors import storage_failure
 from siltlake.hosts import default_owner, local_host
 from siltlake.logs import event
 from siltlake.polling import poll_forever
+from siltlake.records.writer import WrittenPart
 from siltlake.storage.accounted import AccountedNames
 from siltlake.storage.filesystem import Storage
 from siltlake.storage.keys import TableLayout, temporary_run
@@ -28,6 +29,7 @@ from siltlake.stream.discover import Discovery, discover, sweep_slice
 from siltlake.stream.names import StoredNames, daemon_names, stored_names
 from siltlake.stream.notifications import NotificationTally
 from siltlake.stream.stage import WaveStage
+from siltlake.stream.task import StageDone, StageMoved, StageResult, StageUnknown
 
 COMMIT_CHUNK = 64
 
@@ -104,7 +106,7 @@ class Progress:
     def advance(self, count: int) -> None: ...
 
 
-def _update_conflict(tx: StreamCommit, table: TableRecord, parts: list[dict], mark: int) -> str | None:
+def _update_conflict(tx: StreamCommit, table: TableRecord, parts: list[WrittenPart], mark: int) -> str | None:
     """Why an append must not commit: a partition it adds to was updated after the append started."""
     for part in parts:
         date = dt.date.fromisoformat(part["date"])
@@ -117,7 +119,7 @@ def _update_conflict(tx: StreamCommit, table: TableRecord, parts: list[dict], ma
 
 
 def commit_parts(tx: StreamCommit, lake: Storage, table: TableRecord, layout: TableLayout, staging_object_id: int,
-                 parts: list[dict], upload_start_time: str, now: dt.datetime,
+                 parts: list[WrittenPart], upload_start_time: str, now: dt.datetime,
                  moves: list[tuple[str, str]] | None = None) -> list[bool]:
     """Give each written object (a task report's part) an id, move it to its id key, insert its row.
 
@@ -156,15 +158,21 @@ def _failed(tx: StreamCommit, pending: PendingStagingObject, reason: str, counts
                                            "times; then it moves to unknown objects)"))
 
 
-def _commit_one(deployment: Deployment, tx: StreamCommit, pending: PendingStagingObject, result: dict,
+def _commit_one(deployment: Deployment, tx: StreamCommit, pending: PendingStagingObject,
+                result: StageMoved | StageUnknown | StageDone,
                 mark: int, now: dt.datetime, report: StreamReport, moves: list[tuple[str, str]] | None = None) -> bool:
     """Commit one object's task result; False when another process committed it first."""
     if tx.is_processed(pending.id):
         return False
+    if result["status"] == "moved":  # its file is found again under its new name (stream/rotation.py)
+        tx.mark_processed(pending.id, records_in=0, bad_records=0, error_uri=None, now=now)
+        tx.release_pending(pending.uri, moved=True)
+        return True
     if result["status"] == "unknown":
         tx.mark_unknown(pending.id, pending.uri, result["reason"], size=pending.size,
                         table_id=pending.table.id, now=now)
         report.unknown.append((pending.uri, result["reason"]))
+        tx.release_pending(pending.uri)  # a tail that went unknown never stops its file: it is judged again
         return True
     table = pending.table
     parts = result["parts"]
@@ -176,8 +184,9 @@ def _commit_one(deployment: Deployment, tx: StreamCommit, pending: PendingStagin
                            result["upload_start_time"], now, moves)
     tx.mark_processed(pending.id, records_in=result["records_in"],
                       bad_records=result["bad_records"], error_uri=result["error_key"], now=now)
-    if result.get("position"):
-        tx.record_consumed(**result["position"], delivery_uri=pending.uri, table_id=table.id, now=now)
+    position = result["position"]
+    if position:
+        tx.record_consumed(**position, delivery_uri=pending.uri, table_id=table.id, now=now)
     # The report changes last: a raise above leaves it as it was.
     for is_delayed, part in zip(delayed, parts, strict=True):
         report.delayed_objects += is_delayed
@@ -199,15 +208,15 @@ def _commit_one(deployment: Deployment, tx: StreamCommit, pending: PendingStagin
     return True
 
 
-def _commit_chunk(deployment: Deployment, tx: StreamCommit, chunk: list[dict],
+def _commit_chunk(deployment: Deployment, tx: StreamCommit, chunk: list[StageResult],
                   tables: dict[int, PendingStagingObject], report: StreamReport, mark: int, now: dt.datetime,
-                  moves: list[tuple[str, str]] | None) -> list[dict]:
+                  moves: list[tuple[str, str]] | None) -> list[StageResult]:
     """Commit a chunk's results object by object, each in its own savepoint; returns the duplicates.
 
     One that raises is counted as that object's failure and the others commit; an unusable catalog or
     storage fails the whole chunk, counted against no object."""
     max_failures = deployment.config.stream.max_failures
-    duplicates: list[dict] = []
+    duplicates: list[StageResult] = []
     for result in chunk:
         pending = tables[result["staging_object_id"]]
         if result["status"] == "failed":
@@ -226,14 +235,19 @@ def _commit_chunk(deployment: Deployment, tx: StreamCommit, chunk: list[dict],
     return duplicates
 
 
-def _batch(tx: StreamCommit, chunk: list[dict], tables: dict[int, PendingStagingObject],
+def _batch(tx: StreamCommit, chunk: list[StageResult], tables: dict[int, PendingStagingObject],
            mark: int) -> AbstractContextManager[None]:
     """The chunk's catalog work as one batch: what its objects read is fetched up front, what they write held."""
     committing = [result for result in chunk if result["status"] != "failed"]
     parts = [(tables[result["staging_object_id"]].table.id, part["date"])
-             for result in committing for part in result.get("parts", [])]
+             for result in committing for part in _parts(result)]
     return tx.batch([result["staging_object_id"] for result in committing],
                     {(table_id, dt.date.fromisoformat(date)) for table_id, date in parts}, len(parts), mark)
+
+
+def _parts(result: StageResult) -> list[WrittenPart]:
+    """The objects a task wrote: an object that was not decoded wrote none."""
+    return result["parts"] if result["status"] == "ok" else []
 
 
 def _undo(lake: Storage, moves: list[tuple[str, str]], best_effort: bool = False) -> None:
@@ -247,9 +261,9 @@ def _undo(lake: Storage, moves: list[tuple[str, str]], best_effort: bool = False
                 raise
 
 
-def _commit_batch(deployment: Deployment, tx: StreamCommit, chunk: list[dict],
+def _commit_batch(deployment: Deployment, tx: StreamCommit, chunk: list[StageResult],
                   tables: dict[int, PendingStagingObject], report: StreamReport, mark: int,
-                  before: tuple[dict, dict[str, int]], moves: list[tuple[str, str]]) -> list[dict]:
+                  before: tuple[dict, dict[str, int]], moves: list[tuple[str, str]]) -> list[StageResult]:
     """Commit a chunk as one batch; should its writes fail for a reason that is not an outage, undo its
     moves and commit it again object by object. Returns the duplicates."""
     now = utcnow()
@@ -264,7 +278,7 @@ def _commit_batch(deployment: Deployment, tx: StreamCommit, chunk: list[dict],
         return _commit_chunk(deployment, tx, chunk, tables, report, mark, now, moves)
 
 
-def _commit(deployment: Deployment, results: list[dict], tables: dict[int, PendingStagingObject],
+def _commit(deployment: Deployment, results: list[StageResult], tables: dict[int, PendingStagingObject],
             report: StreamReport, mark: int) -> None:
     """Commit task results: under the ordering lock, move each object to its id key, insert its row.
 
@@ -292,7 +306,7 @@ def _commit(deployment: Deployment, results: list[dict], tables: dict[int, Pendi
         # Another stream process committed these first: our copies are not referenced by anything.
         for result in duplicates:
             report.skipped_duplicates += 1
-            for part in result.get("parts", []):
+            for part in _parts(result):
                 deployment.lake.delete(part["tmp_key"])
 
 
@@ -492,7 +506,7 @@ def _add_sweep(report: StreamReport, found: Discovery, swept: Discovery | None) 
         _discovered(report, found)
 
 
-def _commit_wave(deployment: Deployment, results: list[dict], wave: list[PendingStagingObject],
+def _commit_wave(deployment: Deployment, results: list[StageResult], wave: list[PendingStagingObject],
                  report: StreamReport, mark: int, claims: _Claims) -> None:
     _commit(deployment, results, {item.id: item for item in wave}, report, mark)
     claims.committed(item.id for item in wave)  # a failed one stays claimed until the round gives all back

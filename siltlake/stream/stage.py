@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from siltlake.catalog import PendingStagingObject
 from siltlake.config import StreamConfig
@@ -12,8 +13,11 @@ from siltlake.deployment import Deployment
 from siltlake.logs import event
 from siltlake.records import ObjectLimits
 from siltlake.spark import run_tasks
-from siltlake.stream.task import StreamTask, process_staging_object
+from siltlake.stream.task import StageResult, StreamTask, process_staging_object
 from siltlake.workers import WorkersLost, run_on_workers, worker_count
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +57,7 @@ def stream_task(deployment: Deployment, pending: PendingStagingObject, run_id: s
         spill_bytes=settings.spill_bytes,
         limits=object_limits(settings),
         end=pending.size,
-        settle_time=settings.settle_time,
+        fragment_final_after=settings.fragment_final_after if settings.settle_time else 0,
         decode_threads=threads,
     )
 
@@ -62,35 +66,88 @@ def object_limits(settings: StreamConfig) -> ObjectLimits:
     return ObjectLimits(max_bytes=settings.max_object_bytes, max_ratio=settings.max_compression_ratio)
 
 
+_CRASHED = "Python worker exited unexpectedly"
+
+
+def _worker_crash(exc: BaseException) -> str | None:
+    """Spark's words for a task whose Python process died, if that is why the stage failed."""
+    for line in str(exc).splitlines():
+        start = line.find(_CRASHED)
+        if start >= 0:
+            return line[start:].split(". ", 1)[0][:200]
+    return None
+
+
+class _WaveProgress:
+    """A wave's progress, never told more than the wave's objects however often its tasks run again."""
+
+    def __init__(self, on_progress: Callable[[int], None], total: int) -> None:
+        self.on_progress, self.left = on_progress, total
+
+    def advance(self, count: int) -> None:
+        count = min(count, self.left)
+        if count:
+            self.left -= count
+            self.on_progress(count)
+
+    def finish(self) -> None:
+        self.advance(self.left)
+
+
 class WaveStage:
     """Where a round's waves decode: a wave of at most stream.in_driver_bytes on this host's warm worker
     processes (siltlake/workers.py), any other as a Spark stage; Spark starts with the first wave that needs it.
-    A wave whose worker process died runs again on Spark (its tasks overwrite only their own outputs)."""
+    A wave whose worker process died runs again on Spark (its tasks overwrite only their own outputs), where an
+    object whose decoding kills its process is found and its attempt counted (_on_spark)."""
 
     def __init__(self, deployment: Deployment, on_progress: Callable[[int], None]) -> None:
         self.deployment, self.on_progress = deployment, on_progress
         self.settings = deployment.config.stream
         self.local_waves = 0  # waves run on the worker processes
         self.spark_start_seconds = 0.0
-        self._spark = None
+        self._spark: SparkSession | None = None
 
-    def run(self, wave: list[PendingStagingObject], run_id: str) -> list[dict]:
+    def run(self, wave: list[PendingStagingObject], run_id: str) -> list[StageResult]:
         sizes = [item.size or 0 for item in wave]
+        progress = _WaveProgress(self.on_progress, len(wave))
         if sum(sizes) <= self.settings.in_driver_bytes:
             try:
                 results = run_on_workers(process_staging_object, self._tasks(wave, sizes, run_id, worker_count()),
-                                         weights=sizes, on_progress=self.on_progress)
+                                         weights=sizes, on_progress=progress.advance)
             except WorkersLost as lost:
                 event(log, "stream.workers_lost", logging.WARNING, objects=len(wave), reason=str(lost))
             else:
                 self.local_waves += 1
                 return results
         spark = self.spark()
-        return run_tasks(spark, process_staging_object, self._tasks(wave, sizes, run_id, _task_cores(spark)),
-                         weights=sizes, tasks_per_core=self.settings.tasks_per_core,
-                         task_weight=self.settings.task_bytes, on_progress=self.on_progress)
+        results = self._on_spark(self._tasks(wave, sizes, run_id, _task_cores(spark)), sizes, progress.advance)
+        progress.finish()
+        return results
 
-    def spark(self):  # noqa: ANN201 - a SparkSession
+    def _on_spark(self, tasks: list[StreamTask], sizes: list[int],
+                  on_progress: Callable[[int], None] | None) -> list[StageResult]:
+        """The tasks as a Spark stage. Should a task's Python process die (a native library's segfault on a
+        hostile object: no exception reaches Python, and Spark fails the stage), the tasks run again in halves
+        until the object that kills its process is alone: that object's attempt fails, counted against it
+        (at stream.max_failures it becomes unknown), and the others' results stand."""
+        try:
+            return run_tasks(self.spark(), process_staging_object, tasks, weights=sizes,
+                             tasks_per_core=self.settings.tasks_per_core, task_weight=self.settings.task_bytes,
+                             on_progress=on_progress)
+        except Exception as exc:
+            crash = _worker_crash(exc)
+            if crash is None:
+                raise
+        if len(tasks) == 1:
+            event(log, "stream.decoder_crashed", logging.WARNING, uri=tasks[0].uri, reason=crash)
+            return [{"staging_object_id": tasks[0].staging_object_id, "uri": tasks[0].uri, "status": "failed",
+                     "reason": f"the process decoding it died: {crash}", "counts": True}]
+        event(log, "stream.decoder_crashed", logging.WARNING, objects=len(tasks), reason=crash)
+        half = len(tasks) // 2
+        return (self._on_spark(tasks[:half], sizes[:half], on_progress)
+                + self._on_spark(tasks[half:], sizes[half:], on_progress))
+
+    def spark(self) -> SparkSession:
         if self._spark is None:
             started = time.monotonic()
             self._spark = self.deployment.spark()

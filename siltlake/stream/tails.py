@@ -1,7 +1,8 @@
 """Reading one delivery of a local staging file that may be written in place: the byte range from where the
 last delivery stopped to the size listed, cut after its last whole record (a newline; a complete MessagePack
-item), so that a record a writer has half flushed waits for the next delivery (docs/design.md, "Files written
-in place and appended to"). The task reports where it stopped: the file's position."""
+item; a complete gzip member), so that a record a writer has half flushed waits for the next delivery
+(docs/design.md, "Files written in place and appended to"). The task reports where it stopped: the file's
+position."""
 
 from __future__ import annotations
 
@@ -13,74 +14,186 @@ from typing import BinaryIO
 
 import msgpack
 
-from siltlake.records import UnreadableObject, detect_format
-from siltlake.records.framing import GZIP_MAGIC, SNIFF_BYTES
+from siltlake.records import detect_format
+from siltlake.records.batches import BadRecord
+from siltlake.records.framing import GZIP_MAGIC, SNIFF_BYTES, ByteStream
+from siltlake.stream.identity import (
+    FINGERPRINT_BYTES,
+    HEAD_BYTES,
+    file_identity,
+    head_bytes,
+    last_gzip_member,
+    plain_blocks,
+)
 from siltlake.tabledef import TableDef
 
-# The bytes before a consumed end whose CRC-32 is kept: a file changed there was not merely appended to.
-FINGERPRINT_BYTES = 4096
+__all__ = ["FINGERPRINT_BYTES", "Delivery", "DeliveryName", "FileMoved", "delivery_uri", "file_identity",
+           "open_delivery", "parse_delivery", "split_delivery"]
+
 _BLOCK = 1 << 16
 OFFSET_MARK = "#offset="
+
+
+class FileMoved(Exception):
+    """The file at a delivery's name is no longer the file the delivery was registered for (renamed away,
+    replaced, truncated below the delivery's start): nothing is read; the file is found again by its identity
+    under its new name, or followed anew from its start."""
+
+
+@dataclass(frozen=True)
+class DeliveryName:
+    """What a delivery URI says: `<uri>#offset=<start>-<end>[;g=<generation>;f=<device:inode>][;h=<crc>:<length>]
+    [;last][;cont][;plain]`. The generation keeps two files that had the same name apart; `h`: the CRC-32 of the
+    file's first `length` bytes when it was registered (a new file that took a deleted one's inode is told from
+    it); `last`: the file is rotated away or done, its trailing fragment is its last record; `cont`: its first
+    line continues a fragment an earlier delivery took as final (read again from the line's start); `plain`: the
+    offsets count the decompressed bytes of a gzip file (a rotated, compressed copy's part that was not loaded
+    from the file it copies)."""
+
+    base: str
+    start: int = 0
+    end: int | None = None
+    generation: str | None = None
+    identity: str | None = None
+    last: bool = False
+    continues: bool = False
+    plain: bool = False
+    head: tuple[int, int] | None = None  # (CRC-32, length) of the file's first bytes
 
 
 def split_delivery(uri: str) -> tuple[str, int]:
     """(the file's URI, the offset its delivery starts at). A stored URI never holds '#' of its own (keys are
     percent-encoded), so '#offset=' marks a later delivery of the same file."""
-    base, mark, start = uri.partition(OFFSET_MARK)
-    return (base, int(start.partition("-")[0])) if mark else (uri, 0)
+    name = parse_delivery(uri)
+    return name.base, name.start
 
 
-def delivery_uri(uri: str, start: int, end: int | None = None) -> str:
-    """A later delivery's URI: `<uri>#offset=<start>-<end>`. The end (the size it was registered at) keeps it
-    unique: a delivery that consumed nothing (half a line) leaves the next one starting at the same offset."""
-    return f"{uri}{OFFSET_MARK}{start}" + (f"-{end}" if end is not None else "")
+def parse_delivery(uri: str) -> DeliveryName:
+    base, mark, rest = uri.partition(OFFSET_MARK)
+    if not mark:
+        return DeliveryName(uri)
+    span, *flags = rest.split(";")
+    start, _, end = span.partition("-")
+    fields = dict(flag.partition("=")[::2] for flag in flags)
+    crc, _, length = (fields.get("h") or "").partition(":")
+    return DeliveryName(base, int(start), int(end) if end else None, fields.get("g") or None,
+                        fields.get("f") or None, "last" in fields, "cont" in fields, "plain" in fields,
+                        (int(crc), int(length)) if length else None)
+
+
+def delivery_uri(uri: str, start: int, end: int | None = None, *, generation: str | None = None,
+                 identity: str | None = None, last: bool = False, continues: bool = False,
+                 plain: bool = False, head: tuple[int | None, int | None] | None = None,
+                 advances: tuple[int, int, int] | None = None) -> str:
+    """A later delivery's URI: `<uri>#offset=<start>-<end>` and its flags (DeliveryName). The end (the size it was
+    registered at) keeps it unique: a delivery that consumed nothing (half a line) leaves the next one starting at
+    the same offset; the generation keeps the deliveries of another file that had the name apart. `advances`
+    (position id, end, read end): a copy's rest whose registration moved its original's position from `start`
+    to `end` (its read end was `read end`): a delivery that reads nothing moves it back (positions.release_pending)."""
+    out = f"{uri}{OFFSET_MARK}{start}" + (f"-{end}" if end is not None else "")
+    if generation:
+        out += f";g={generation}"
+    if identity:
+        out += f";f={identity}"
+    if head is not None and head[0] is not None and head[1]:
+        out += f";h={head[0]}:{head[1]}"
+    if advances is not None:
+        out += ";a=" + ":".join(str(value) for value in advances)
+    return out + "".join(f";{flag}" for flag, on in (("last", last), ("cont", continues), ("plain", plain)) if on)
 
 
 @dataclass(frozen=True)
 class Delivery:
     """What a task reads of an appendable file, and the position it reports."""
 
-    stream: BinaryIO
+    stream: ByteStream  # the range to read, as a file's read() gives it
     table: TableDef  # the file's format fixed, as its start decided it
     consumed_end: int
     read_end: int
     file_identity: str
     fingerprint: int
+    head_crc: int
+    head_length: int
+    compressed: bool
+    fragment_end: int | None  # a trailing fragment taken as its last record ended here
+    lead: BadRecord | None  # the rest of a MessagePack item an earlier delivery took as final (`cont`)
+    read_start: int  # the first byte of the file the stream reads (after `lead`)
 
 
-def file_identity(stat: os.stat_result) -> str:
-    return f"{stat.st_dev}:{stat.st_ino}"
-
-
-def fingerprint(file: BinaryIO, end: int) -> int:
-    start = max(0, end - FINGERPRINT_BYTES)
-    return zlib.crc32(os.pread(file.fileno(), end - start, start))
-
-
-def open_delivery(file: BinaryIO, key: str, table: TableDef, start: int, end: int | None,
-                  settle_time: float) -> Delivery | None:
-    """The delivery [start, end) of an open local file, cut after its last whole record; None when the file
-    cannot be appended to (gzip: read whole as any object). A trailing fragment is taken too when the file has
-    not changed for settle_time and is still `end` bytes long: its writer is done, the last line lacks only
-    its newline."""
+def open_delivery(file: BinaryIO, key: str, table: TableDef, name: DeliveryName, end: int | None,
+                  fragment_final_after: float) -> Delivery:
+    """The delivery [start, end) of an open local file, cut after its last whole record. A trailing fragment is
+    taken too when the delivery is `last`, or the file has not changed for fragment_final_after and is still
+    `end` bytes long: its writer is done, the last line lacks only its newline."""
     fd = file.fileno()
     stat = os.fstat(fd)
-    head = os.pread(fd, SNIFF_BYTES, 0)
-    if head.startswith(GZIP_MAGIC):
-        return None
-    if stat.st_size < start:
-        raise UnreadableObject(f"the file shrank to {stat.st_size:,} bytes, below the offset {start:,} this "
-                               "delivery starts at: it was rewritten, not appended to")
+    identity = file_identity(stat)
+    if name.identity is not None and name.identity != identity:
+        raise FileMoved(f"the file at this name is {identity}, not {name.identity}: it was renamed or replaced")
+    compressed = os.pread(fd, 2, 0) == GZIP_MAGIC
+    try:
+        head = head_bytes(file, compressed, HEAD_BYTES)
+    except (EOFError, zlib.error, OSError):  # a gzip cut short: the reader says what is wrong with it
+        head = b""
+    if name.head is not None and (len(head) < name.head[1] or zlib.crc32(head[:name.head[1]]) != name.head[0]):
+        raise FileMoved(f"the file at this name ({identity}) does not begin as the file this delivery was registered "
+                        "for: another file took its name and its inode")
+    start = name.start
+    if compressed and name.plain:
+        return _plain_copy(file, table, name, identity, head)
+    if stat.st_size < start:  # truncated since (copytruncate): the next listing follows it anew from 0
+        raise FileMoved(f"the file shrank to {stat.st_size:,} bytes, below the offset {start:,} this delivery "
+                        "starts at: it was truncated")
     end = stat.st_size if end is None else min(end, stat.st_size)
-    object_format = detect_format(key, head, table.format)
-    cut = _last_msgpack_item(fd, start, end) if object_format == "msgpack" else _last_newline(fd, start, end)
-    if cut < end and stat.st_size == end and time.time() - stat.st_mtime >= settle_time:
-        cut = end
+    reading = table
+    if compressed:
+        cut = last_gzip_member(fd, start, end)
+    else:
+        sniff = os.pread(fd, SNIFF_BYTES, 0)
+        reading = table.model_copy(update={"format": detect_format(key, sniff, table.format)})
+        cut = (_last_msgpack_item(fd, start, end) if reading.format == "msgpack" else _last_newline(fd, start, end))
+    fragment_end = None
+    done = name.last or time.time() - stat.st_mtime >= fragment_final_after
+    if cut < end and stat.st_size == end and done:
+        cut = fragment_end = end
+    lead = None
+    if name.continues and cut > start and not compressed:
+        if reading.format == "msgpack":  # an item's start cannot be found going back: its rest is a bad record
+            first = _first_newline(fd, start, cut)
+            lead = BadRecord(1, "the rest of an item whose first part was taken as final (its writer paused longer "
+                                "than stream.fragment_final_after)",
+                             os.pread(fd, first - start, start).decode("utf-8", "backslashreplace").rstrip("\n"))
+            start = first
+        else:  # the line is whole now: read it from its start, so it is loaded once as the line it is
+            start = _last_newline(fd, 0, start)
     prefix = b""
-    if object_format == "csv" and start > 0:  # a tail has no header of its own: the file's first line is it
-        prefix = head.split(b"\n", 1)[0] + b"\n" if b"\n" in head else _first_line(fd)
-    return Delivery(_Range(fd, start, cut, prefix), table.model_copy(update={"format": object_format}), cut, end,
-                    file_identity(stat), fingerprint(file, cut))
+    if not compressed:
+        # A short file's head ends where it was consumed, at a record's end: a copy of it shorter than a KiB is
+        # found by the CRCs of its first lines (stream/rotation.py).
+        head = head[:cut]
+    if reading.format == "csv" and start > 0 and not compressed:  # a tail has no header of its own
+        prefix = _first_line(fd)
+    return Delivery(_Range(fd, start, cut, prefix), reading, cut, end, identity, _fingerprint(fd, cut),
+                    zlib.crc32(head), len(head), compressed, fragment_end, lead, start)
+
+
+def _plain_copy(file: BinaryIO, table: TableDef, name: DeliveryName, identity: str, head: bytes) -> Delivery:
+    """A compressed copy's content from a decompressed offset to its end: a rotated copy is done growing."""
+    content = b"".join(plain_blocks(file))  # bounded by what one rotated file holds past what was loaded
+    start = min(name.start, len(content))
+    prefix = b""
+    reading = table.model_copy(update={"format": detect_format("", content[:SNIFF_BYTES], table.format)})
+    if reading.format == "csv" and start > 0:
+        prefix = content.split(b"\n", 1)[0] + b"\n"
+    # The position counts the file's stored bytes, as for any gzip file: it was read to its end.
+    size = os.fstat(file.fileno()).st_size
+    return Delivery(_Bytes(prefix + content[start:]), reading, size, size, identity,
+                    _fingerprint(file.fileno(), size), zlib.crc32(head), len(head), True, None, None, start)
+
+
+def _fingerprint(fd: int, end: int) -> int:
+    start = max(0, end - FINGERPRINT_BYTES)
+    return zlib.crc32(os.pread(fd, end - start, start))
 
 
 def _last_newline(fd: int, start: int, end: int) -> int:
@@ -93,6 +206,18 @@ def _last_newline(fd: int, start: int, end: int) -> int:
             return begin + found + 1
         position = begin
     return start
+
+
+def _first_newline(fd: int, start: int, end: int) -> int:
+    """The offset just past the first newline in [start, end); end when there is none."""
+    position = start
+    while position < end:
+        block = os.pread(fd, min(_BLOCK, end - position), position)
+        found = block.find(b"\n")
+        if found >= 0:
+            return position + found + 1
+        position += len(block)
+    return end
 
 
 def _last_msgpack_item(fd: int, start: int, end: int) -> int:
@@ -127,6 +252,19 @@ def _first_line(fd: int) -> bytes:
             return line + block[:found + 1]
         line += block
         position += len(block)
+
+
+class _Bytes:
+    """A read-only stream over bytes in memory."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data, self._position = data, 0
+
+    def read(self, size: int = -1) -> bytes:
+        end = len(self._data) if size < 0 else self._position + size
+        out = self._data[self._position:end]
+        self._position += len(out)
+        return out
 
 
 class _Range:

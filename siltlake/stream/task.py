@@ -8,25 +8,98 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import resource
 import time
 import traceback
 from collections import Counter
 from contextlib import closing
 from dataclasses import dataclass
-from typing import Any
+from typing import BinaryIO, Literal, NotRequired, TypedDict
 from urllib.parse import unquote
 
 from siltlake.errors import storage_failure
 from siltlake.records import ObjectLimits, UnreadableObject, read_staging_object
-from siltlake.records.writer import ObjectWriter
+from siltlake.records.batches import BadRecord
+from siltlake.records.framing import ByteStream
+from siltlake.records.writer import ObjectWriter, WrittenPart
 from siltlake.storage.filesystem import Storage, UnsafeKey
 from siltlake.storage.keys import TASK_ERRORS, TableLayout
-from siltlake.stream.tails import open_delivery, split_delivery
+from siltlake.stream.tails import Delivery, FileMoved, open_delivery, parse_delivery
 from siltlake.tabledef import TableDef
 
 BAD_SAMPLES = 3
 DROPPED_NAMES = 5  # the fields named in a task's report, most dropped first
+
+
+class DeliveryPosition(TypedDict):
+    """Where a local file's delivery stopped (stream/tails.py): what the commit records as its position."""
+
+    uri: str
+    staging_root: str
+    key: str
+    consumed_end: int
+    read_end: int
+    file_identity: str
+    fingerprint: int
+    head_crc: int
+    head_length: int
+    compressed: bool
+    fragment_end: int | None
+
+
+# A task's result, by its status: JSON-able dicts (they leave Spark tasks and worker processes), typed here.
+class StageHead(TypedDict):
+    staging_object_id: int
+    uri: str
+    upload_start_time: str  # when the task started, naive UTC in ISO form
+
+
+class StageMoved(StageHead):
+    """A followed file's tail whose file was renamed or rotated away: found again under its new name."""
+
+    status: Literal["moved"]
+    reason: str
+
+
+class StageUnknown(StageHead):
+    """An object that cannot be read (or no longer exists): it goes to the unknown objects."""
+
+    status: Literal["unknown"]
+    reason: str
+
+
+class StageFailed(TypedDict):
+    """An attempt that failed and is retried; `counts`: against stream.max_failures. One made by the driver, for
+    a task whose process died, has neither the start time nor a traceback."""
+
+    staging_object_id: int
+    uri: str
+    upload_start_time: NotRequired[str]
+    status: Literal["failed"]
+    reason: str
+    counts: bool
+    traceback: NotRequired[str]
+
+
+class StageDone(StageHead):
+    """An object decoded and written: its parts wait for the commit."""
+
+    status: Literal["ok"]
+    records_in: int
+    bad_records: int
+    bad_samples: list[str]
+    error_key: str | None
+    dropped_fields: int  # values of fields that are no column, dropped from rows that loaded
+    dropped_field_names: list[str]
+    dropped_field_kinds: int
+    parts: list[WrittenPart]
+    position: DeliveryPosition | None  # None: not an appendable local file
+    seconds: float
+    peak_rss_bytes: int
+
+
+StageResult = StageMoved | StageUnknown | StageFailed | StageDone
 
 
 @dataclass(frozen=True)
@@ -42,9 +115,9 @@ class StreamTask:
     spill_bytes: int
     limits: ObjectLimits = ObjectLimits()  # the stream's settings; unbounded when a test leaves them out
     # The size the object was registered at: a local file is read up to it, whatever it has grown to since
-    # (None: to its end). settle_time: a local file unchanged this long has its trailing fragment taken too.
+    # (None: to its end). A local file unchanged for fragment_final_after has its trailing fragment taken too.
     end: int | None = None
-    settle_time: float = 0.0
+    fragment_final_after: float = 0.0
     # Threads the object decodes on (records.read_staging_object's workers): more than one for a large object
     # (stream.parallel_decode_bytes) that has cores of the wave to itself.
     decode_threads: int = 1
@@ -67,7 +140,7 @@ class _ErrorSink:
         self.count = 0
         self.samples: list[str] = []
         self._temporary = task.layout.task_temporary(task.run_id, task.staging_object_id, TASK_ERRORS)
-        self._stream = None
+        self._stream: BinaryIO | None = None
 
     def add(self, bad: list) -> None:  # list of records.BadRecord
         for record in bad:
@@ -95,41 +168,74 @@ class _ErrorSink:
             self.task.lake.delete(self._temporary)
 
 
-def process_staging_object(task: StreamTask) -> dict:
+def _all_bad(stream, delivery: Delivery, reason: str, errors: _ErrorSink) -> int:  # noqa: ANN001 - a binary file
+    """Make every line of the delivery's range a bad record (one record for a binary format); returns how many."""
+    if delivery.lead is not None:
+        errors.add([delivery.lead])
+    fd = stream.fileno()
+    data = os.pread(fd, delivery.consumed_end - delivery.read_start, delivery.read_start)
+    pieces = data.splitlines() if delivery.table.format != "msgpack" else [data]
+    bad = [BadRecord(number, f"unreadable tail: {reason}", piece.decode("utf-8", "backslashreplace"))
+           for number, piece in enumerate(pieces, start=1) if piece.strip()]
+    errors.add(bad)
+    return len(bad) + (delivery.lead is not None)
+
+
+def process_staging_object(task: StreamTask) -> StageResult:
     """Run in a Spark task. Returns a small, JSON-able report; never raises for bad input."""
     table = TableDef.from_json(task.table_json)
     started = time.time()
-    report: dict[str, Any] = {"staging_object_id": task.staging_object_id, "uri": task.uri,
-                              "upload_start_time": dt.datetime.now(dt.UTC).replace(tzinfo=None).isoformat()}
+    report: StageHead = {"staging_object_id": task.staging_object_id, "uri": task.uri,
+                         "upload_start_time": dt.datetime.now(dt.UTC).replace(tzinfo=None).isoformat()}
     writer = ObjectWriter(table, task.lake, task.layout, task.run_id, task.staging_object_id, task.spill_bytes)
     errors = _ErrorSink(task, keep=table.error_policy == "file")
     records_in = 0
     dropped: Counter[str] = Counter()
-    position = None
-    base, start = split_delivery(task.uri)
+    position: DeliveryPosition | None = None
+    name = parse_delivery(task.uri)
+    base = name.base
+    delivery: Delivery | None = None
     try:
         with open_uri(base, task.staging) as stream:
-            source, reading = stream, table
+            source: ByteStream = stream
+            reading = table
             if task.staging.is_local:
-                delivery = open_delivery(stream, base, table, start, task.end, task.settle_time)
-                if delivery is None and start:
-                    raise UnreadableObject("the file grew after it was loaded, but it is compressed: it cannot be "
-                                           "appended to")
-                if delivery is not None:
-                    source, reading = delivery.stream, delivery.table
-                    root = task.staging.root
-                    position = {"uri": base, "staging_root": root, "key": unquote(base[len(root) + 1:]),
-                                "consumed_end": delivery.consumed_end, "read_end": delivery.read_end,
-                                "file_identity": delivery.file_identity, "fingerprint": delivery.fingerprint}
-            batches = read_staging_object(source, base, reading, batch_rows=task.batch_rows, limits=task.limits,
-                                          dropped=dropped, workers=task.decode_threads)
-            with closing(batches):  # its decoding threads stop before the stream closes
-                for batch in batches:
-                    records_in += batch.records_in
-                    writer.add(batch.table)
-                    errors.add(batch.bad)
+                delivery = open_delivery(stream, base, table, name, task.end, task.fragment_final_after)
+                source, reading = delivery.stream, delivery.table
+                root = task.staging.root
+                position = {"uri": base, "staging_root": root, "key": unquote(base[len(root) + 1:]),
+                            "consumed_end": delivery.consumed_end, "read_end": delivery.read_end,
+                            "file_identity": delivery.file_identity, "fingerprint": delivery.fingerprint,
+                            "head_crc": delivery.head_crc, "head_length": delivery.head_length,
+                            "compressed": delivery.compressed, "fragment_end": delivery.fragment_end}
+                if delivery.lead is not None:
+                    errors.add([delivery.lead])
+                    records_in += 1
+            try:
+                batches = read_staging_object(source, base, reading, batch_rows=task.batch_rows,
+                                              limits=task.limits, dropped=dropped, workers=task.decode_threads)
+                with closing(batches):  # its decoding threads stop before the stream closes
+                    for batch in batches:
+                        records_in += batch.records_in
+                        writer.add(batch.table)
+                        errors.add(batch.bad)
+            except UnreadableObject as exc:
+                if delivery is None or not (name.start or name.generation):
+                    raise
+                # A tail never stops its file: what cannot be read of it is bad records, and the next tail
+                # starts after it (docs/design.md, "A bad tail never stops a file").
+                writer.discard()
+                errors.discard()
+                writer = ObjectWriter(table, task.lake, task.layout, task.run_id, task.staging_object_id,
+                                      task.spill_bytes)
+                errors = _ErrorSink(task, keep=table.error_policy == "file")
+                records_in = _all_bad(stream, delivery, exc.reason, errors)
         parts = writer.finish()
         error_key = errors.finish()
+    except FileMoved as exc:
+        writer.discard()
+        errors.discard()
+        return {**report, "status": "moved", "reason": str(exc)}
     except UnreadableObject as exc:
         writer.discard()
         errors.discard()
@@ -137,6 +243,8 @@ def process_staging_object(task: StreamTask) -> dict:
     except FileNotFoundError:
         writer.discard()
         errors.discard()
+        if name.identity is not None:  # a followed file's tail: renamed or rotated away, found by its identity
+            return {**report, "status": "moved", "reason": "no file at this name any more"}
         return {**report, "status": "unknown", "reason": "the staging object no longer exists"}
     except Exception as exc:  # an I/O failure or a bug: leave the object pending, report, retry next run
         writer.discard()

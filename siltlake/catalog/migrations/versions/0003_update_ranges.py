@@ -25,8 +25,9 @@ def upgrade() -> None:
     versions = sa.table("partition_versions", sa.column("id", sa.Integer), sa.column("manifest_key", sa.Text),
                         sa.column("covered_upper", sa.BigInteger))
     connection = op.get_bind()
-    for version_id, key in connection.execute(
+    for row in connection.execute(
             sa.select(versions.c.id, versions.c.manifest_key).where(versions.c.manifest_key.is_not(None))).all():
+        version_id, key = row.id, row.manifest_key  # by name: the row's own unpacking types as objects
         bound = re.search(r"manifest-(\d+)\.json$", key)
         if bound:
             connection.execute(versions.update().where(versions.c.id == version_id)

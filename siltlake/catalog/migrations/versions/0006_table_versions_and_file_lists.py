@@ -34,7 +34,8 @@ def upgrade() -> None:
                               .select_from(v.join(p, p.c.id == v.c.partition_id))
                               .order_by(p.c.table_id, v.c.created_at)).all()
     numbers: dict[int, dict] = {}
-    for table_id, version_id, created_at in rows:
+    for row in rows:
+        table_id, version_id, created_at = row.table_id, row.id, row.created_at  # by name: typed as the columns
         times = numbers.setdefault(table_id, {})
         number = times.setdefault(created_at, len(times) + 1)
         connection.execute(v.update().where(v.c.id == version_id).values(table_version=number))

@@ -1,4 +1,4 @@
-"""Bounded periodic queries (issue 28): running staging totals per table (in place of pruned_staging_totals),
+"""Bounded periodic queries (docs/design.md): running staging totals per table (in place of pruned_staging_totals),
 each table's newest version time, partial indexes for the partitions a publish run can change, and an index
 for the history sample's freshness query.
 

@@ -1,4 +1,4 @@
-"""Publish targets read what is new (issue 28): each partition version names its table (an index of a table's
+"""Publish targets read what is new (docs/design.md): each partition version names its table (an index of a table's
 versions by table version), external tables record the table version a target is synced up to, partitions
 reap removed from a target wait in external_removals, and tables count their switched partitions.
 

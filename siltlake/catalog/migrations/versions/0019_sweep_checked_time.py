@@ -1,4 +1,4 @@
-"""A local root's sweep looks up only what changed (issue 28): discovery cursors record when the last listing
+"""A local root's sweep looks up only what changed: discovery cursors record when the last listing
 that looked every object up started.
 
 Revision ID: 0019

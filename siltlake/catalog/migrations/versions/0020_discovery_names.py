@@ -1,4 +1,4 @@
-"""A one-off stream run's record of names (issue 28): per directory of a local staging root, the file names a
+"""A one-off stream run's record of names (docs/design.md): per directory of a local staging root, the file names a
 completed round accounted for, so that `silt stream --once` `stat`s only the names it has not seen, as a daemon.
 
 Revision ID: 0020

@@ -1,4 +1,4 @@
-"""Time travel's readable range read from the table row (issue 28): tables record the oldest table version every
+"""Time travel's readable range read from the table row: tables record the oldest table version every
 partition can still show, moved forward by reap as it deletes versions, instead of a scan of every partition's
 versions at each read of an older version (and at each Iceberg commit).
 

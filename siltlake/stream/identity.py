@@ -1,0 +1,159 @@
+"""What makes a local staging file the same file under another name, or a copy of bytes already loaded
+(docs/design.md, "Files written in place and appended to"): its device:inode, confirmed by a CRC-32 of its first
+bytes (of the decompressed stream for a gzip file), and the CRC-32 of the bytes before a position's consumed end.
+Only reads files; the decisions are stream/rotation.py's."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import BinaryIO
+
+from siltlake.records.framing import GZIP_MAGIC
+
+# The first bytes whose CRC-32 confirms a file's identity: shorter files are fingerprinted by all their bytes, and a
+# position records how many (head_length).
+HEAD_BYTES = 1024
+# The bytes before a consumed end whose CRC-32 is kept: a file changed there was not merely appended to.
+FINGERPRINT_BYTES = 4096
+_BLOCK = 1 << 16
+
+
+@dataclass(frozen=True)
+class FileMark:
+    """A local file as it is now: its identity, size on disk, first bytes' CRC and whether it is gzip."""
+
+    identity: str  # device:inode
+    size: int
+    head_crc: int
+    head_length: int
+    compressed: bool
+    mtime: float
+
+
+def file_identity(stat: os.stat_result) -> str:
+    return f"{stat.st_dev}:{stat.st_ino}"
+
+
+def mark_of(path: str) -> FileMark | None:
+    """The file's mark, None when it cannot be read now (gone, not a regular file, a truncated gzip head)."""
+    try:
+        with open(path, "rb") as file:
+            stat = os.fstat(file.fileno())
+            compressed = os.pread(file.fileno(), 2, 0) == GZIP_MAGIC
+            head = head_bytes(file, compressed, HEAD_BYTES)
+    except (OSError, EOFError, zlib.error):
+        return None
+    return FileMark(file_identity(stat), stat.st_size, zlib.crc32(head), len(head), compressed, stat.st_mtime)
+
+
+def head_bytes(file: BinaryIO, compressed: bool, length: int) -> bytes:
+    """The first `length` bytes of the file's content (decompressed when gzip)."""
+    if not compressed:
+        return os.pread(file.fileno(), length, 0)
+    out = b""
+    for block in plain_blocks(file):
+        out += block
+        if len(out) >= length:
+            break
+    return out[:length]
+
+
+def head_matches(path: str, compressed: bool, head_length: int | None, head_crc: int | None) -> bool:
+    """Whether the file's first head_length bytes have this CRC (a position recorded before heads were kept has
+    none: it matches)."""
+    if head_length is None or head_crc is None:
+        return True
+    try:
+        with open(path, "rb") as file:
+            head = head_bytes(file, compressed, head_length)
+    except (OSError, EOFError, zlib.error):
+        return False
+    return len(head) == head_length and zlib.crc32(head) == head_crc
+
+
+def prefix_crcs(path: str, compressed: bool) -> dict[int, int]:
+    """{CRC-32: length} of each prefix of a file's first HEAD_BYTES that ends a line, and of all of a short file:
+    where the position of a file consumed short of a KiB may have consumed it to (its head ends there)."""
+    try:
+        with open(path, "rb") as file:
+            head = head_bytes(file, compressed, HEAD_BYTES)
+    except (OSError, EOFError, zlib.error):
+        return {}
+    found: dict[int, int] = {}
+    crc, done = 0, 0
+    while (end := head.find(b"\n", done) + 1) > 0:
+        crc = zlib.crc32(head[done:end], crc)
+        found[crc] = done = end
+    if 0 < len(head) < HEAD_BYTES:
+        found[zlib.crc32(head)] = len(head)  # all of it: a file followed anew from 0 noted its whole head
+    return found
+
+
+def plain_blocks(file: BinaryIO) -> Iterator[bytes]:
+    """The decompressed content of a gzip file (every member), block by block, from its start."""
+    file.seek(0)
+    with gzip.GzipFile(fileobj=file, mode="rb") as plain:
+        while block := plain.read(_BLOCK):
+            yield block
+
+
+@dataclass(frozen=True)
+class Content:
+    """A file's content length (decompressed for gzip) and the CRC-32 of the FINGERPRINT_BYTES before `at`."""
+
+    length: int
+    crc_before: int | None  # None: the content is shorter than `at`
+
+
+def content_at(path: str, compressed: bool, at: int) -> Content | None:
+    """The content's length and its fingerprint before offset `at` (of the decompressed stream for gzip: read
+    whole once). None when the file cannot be read (gone, or a gzip stream cut short)."""
+    try:
+        with open(path, "rb") as file:
+            if not compressed:
+                size = os.fstat(file.fileno()).st_size
+                if size < at:
+                    return Content(size, None)
+                start = max(0, at - FINGERPRINT_BYTES)
+                return Content(size, zlib.crc32(os.pread(file.fileno(), at - start, start)))
+            window, length = b"", 0
+            crc = None
+            for block in plain_blocks(file):
+                if length < at:
+                    window = (window + block[:at - length])[-FINGERPRINT_BYTES:]
+                length += len(block)
+                if crc is None and length >= at:
+                    crc = zlib.crc32(window)
+            return Content(length, crc if length >= at else None)
+    except (OSError, EOFError, zlib.error, gzip.BadGzipFile):
+        return None
+
+
+def last_gzip_member(fd: int, start: int, end: int) -> int:
+    """The offset just past the last complete gzip member in [start, end) (Fluentd's `compress gzip` with `append
+    true` appends one member per flush); start when none is complete. Bytes that are not gzip end the search."""
+    complete, position = start, start
+    decoder = zlib.decompressobj(wbits=31)
+    member_start = start
+    while position < end:
+        chunk = os.pread(fd, min(_BLOCK, end - position), position)
+        if not chunk:
+            break
+        position += len(chunk)
+        while chunk:
+            try:
+                decoder.decompress(chunk)
+            except zlib.error:
+                return complete
+            if not decoder.eof:
+                break
+            rest = decoder.unused_data
+            member_start = position - len(rest)
+            complete = member_start
+            decoder = zlib.decompressobj(wbits=31)
+            chunk = rest
+    return complete
