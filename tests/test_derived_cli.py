@@ -172,7 +172,7 @@ def test_derived_commands_create_list_build_show_drop(deployment: Deployment, sp
     assert document(silt("derived", "list", "--json")) == []
     reaped = " ".join(silt("reap", "--grace", "0", "--force").split())
     for build in builds:  # dropping the table took its builds off the active list at once
-        assert f"derived build {build} deleted: no longer active and no retained version references it" in reaped, reaped
+        assert f"derived build {build} deleted: no longer active and no retained version references it" in reaped
     assert f"derived builds: {len(builds)} deleted" in reaped and len(builds) == 4, reaped
     assert not list((tmp_path / "lake" / "_derived").iterdir())
     as_json = document(silt("reap", "--dry-run", "--grace", "0", "--force", "--json"))
