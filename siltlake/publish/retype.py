@@ -17,6 +17,7 @@ from siltlake.catalog import TableRecord
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.errors import CatalogError
+from siltlake.publish.iceberg_follow import follow
 from siltlake.publish.update import PreparedUpdate, PreparedUpdates, base_frame
 from siltlake.records.retype import REASON, RECORD, ColumnConverter
 from siltlake.storage.keys import update_label
@@ -55,6 +56,8 @@ def alter_column(deployment: Deployment, name: str, column: str, type_name: str,
     if not rewrite or old_type is None or not needs_rewrite(old_type, new_type):
         tables = deployment.catalog.tables
         record = tables.alter_column_type(name, column, type_name, now, dry_run=dry_run)
+        if not dry_run:
+            follow(deployment, record)  # its Iceberg snapshot, at once, as every write's
         return RetypeReport(record.qualified_name, column, old_type or "", new_type, 0, 0, 0, None,
                             None if dry_run else tables.changes(record.id)[-1].table_version,
                             time.monotonic() - started, dry_run)
@@ -76,6 +79,7 @@ def alter_column(deployment: Deployment, name: str, column: str, type_name: str,
         prepared.discard()
         deployment.lake.delete(error_key)
         raise
+    follow(deployment, before)
     return RetypeReport(before.qualified_name, column, old_type, new_type, len(prepared.updates), rows, bad_rows,
                         deployment.lake.uri(error_key) if bad_rows else None, change.table_version,
                         time.monotonic() - started)
