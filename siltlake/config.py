@@ -441,7 +441,7 @@ class ReapConfig(_Section):
     interval: int = Field(default=3600, description="seconds between reap runs in `silt run`")
     full_sweep_interval: int = Field(default=86400, description="seconds between full sweeps: a run lists the "
                                      "whole instance key when no full sweep completed within this; other runs "
-                                     "list only what changed since the last run (DESIGN §8)")
+                                     "list only what changed since the last run")
     change_slack: int = Field(default=3600, description="seconds an incremental reap looks back before the last "
                               "run for changes: covers clock skew between hosts and a writer that commits "
                               "a while after the time it records")

@@ -1,5 +1,5 @@
 """An Iceberg snapshot follows its table version at once, and a crash between the two commits loses and doubles
-nothing (issue 58; siltlake.publish.iceberg_follow).
+nothing (siltlake.publish.iceberg_follow).
 
 Writes outside a publish run (an upsert, a delete) commit their Iceberg snapshots before they return. A real
 process is SIGKILLed between siltlake's catalog commit and the Iceberg commit (of an upsert, and of a publish run),

@@ -1,5 +1,5 @@
-"""What the reaper reads of the catalog (DESIGN §8): every row that references an object, read in one snapshot,
-and the scope of an incremental run. Plain data, with no SQL (catalog.reaping reads them)."""
+"""What the reaper reads of the catalog (docs/design.md, "Reap"): every row that references an object, read in one
+snapshot, and the scope of an incremental run. Plain data, with no SQL (catalog.reaping reads them)."""
 
 from __future__ import annotations
 
