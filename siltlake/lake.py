@@ -154,13 +154,22 @@ class Table:
 
     def tag(self, name: str, version: int | None = None, move: bool = False, now: dt.datetime | None = None) -> Tag:
         """Name table `version` (None: the newest); read it as as_of_version="name" or VERSION AS OF 'name'. Reap
-        keeps what a tagged version shows, however old. A name that tags another version is refused unless `move`."""
+        keeps what a tagged version shows, however old. A name that tags another version is refused unless `move`.
+        With the Iceberg target, it is also an Iceberg tag on the version's snapshot."""
+        from siltlake.publish.iceberg_follow import follow_tags
+
         number = self.version if version is None else version
-        return self.lake.deployment.catalog.tags.add(self.record.id, name, number, self.name, now, move=move)
+        tag = self.lake.deployment.catalog.tags.add(self.record.id, name, number, self.name, now, move=move)
+        follow_tags(self.lake.deployment, self.record)  # the Iceberg tag on its snapshot, at once
+        return tag
 
     def untag(self, name: str) -> Tag:
         """Forget a tag: its version is reaped as any other once outside the retention window."""
-        return self.lake.deployment.catalog.tags.remove(self.record.id, name, self.name)
+        from siltlake.publish.iceberg_follow import follow_tags
+
+        tag = self.lake.deployment.catalog.tags.remove(self.record.id, name, self.name)
+        follow_tags(self.lake.deployment, self.record, {tag.name: tag.table_version})
+        return tag
 
     @property
     def tags(self) -> dict[str, int]:

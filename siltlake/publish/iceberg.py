@@ -5,7 +5,8 @@ identity on `dt`, whose data files are siltlake's own objects (registered, never
 Each table version becomes one Iceberg snapshot listing exactly the files `Table.files(as_of_version=N)`
 returns, with the version in its summary (`siltlake.table-version`): the current snapshot's summary says
 how far the Iceberg table is, so a run that died after an Iceberg commit is never committed twice.
-Each commit expires the snapshots older than publish.iceberg.snapshot_retention with it.
+Each commit expires the snapshots older than publish.iceberg.snapshot_retention with it, but tagged versions'
+(siltlake's tags are Iceberg tags on their snapshots: siltlake.publish.iceberg_tags).
 A keyed table's partition that needs a merge on read is committed with all its files and a position delete
 file hiding the rows siltlake's row rule hides (siltlake.publish.iceberg_deletes).
 Metadata lives under `<instance>/_iceberg/<physical table>/metadata/`; reap keeps what a retained
@@ -31,6 +32,7 @@ from siltlake.errors import ConfigError, SiltError
 from siltlake.publish.iceberg_datafiles import marker_mapping, registered_file
 from siltlake.publish.iceberg_deletes import DeleteChange, KeyedDeletes, snapshot_deletes
 from siltlake.publish.iceberg_manifests import EPOCH, commit_files, day_bounds, partition_date, same_fields, use_schema
+from siltlake.publish.iceberg_tags import tag_refs
 from siltlake.publish.targets import SomeTablesFailed, drop_forgotten_tables
 from siltlake.read.versions import version_files
 from siltlake.storage.keys import iceberg_warehouse
@@ -192,6 +194,13 @@ def snapshot_of_version(table: IcebergTable, version: int) -> Any:  # a Snapshot
         if snapshot.summary is not None and snapshot.summary.get(VERSION_PROPERTY) == str(version):
             return snapshot
     return None
+
+
+def version_snapshots(table: IcebergTable) -> dict[int, int]:
+    """Snapshot ids by the siltlake table version they hold (a reap's snapshot, which repeats its parent's version
+    with fewer files, left out)."""
+    return {int(s.summary[VERSION_PROPERTY]): s.snapshot_id for s in table.snapshots()  # (a Summary has no `in`)
+            if s.summary is not None and s.summary.get(VERSION_PROPERTY) and s.summary.get(REAP_PROPERTY) is None}
 
 
 def synced_version(table: IcebergTable) -> int:
@@ -480,6 +489,8 @@ class IcebergTarget:
         scope = None if whole else set().union(*changed.values())
         current = {} if snapshot is None else {f.file_path: f for f in snapshot_files(table, snapshot, dates=scope)}
         deletes = [] if snapshot is None else snapshot_deletes(table, snapshot, scope)
+        tagged = {tag.table_version for tag in self.catalog.tags.list(record.id)}
+        keep = {snapshot_id for version, snapshot_id in version_snapshots(table).items() if version in tagged}
         keyed = KeyedDeletes(self.deployment, record, table, lake_key(self.deployment, table.location()),
                              lambda key: iceberg_path(self.deployment, key)) if record.definition.keyed else None
         for version in range(start, newest + 1):
@@ -498,7 +509,8 @@ class IcebergTarget:
                 RUN_PROPERTY: self.run, VERSION_PROPERTY: str(version),
                 VERSION_TIME_PROPERTY: times[version].isoformat() + "Z" if version in times else ""},
                 retention=self.deployment.config.publish.iceberg.snapshot_retention,
-                schema=version_schema(self.deployment, record, table, version), at=times.get(version), deletes=change)
+                schema=version_schema(self.deployment, record, table, version), at=times.get(version), deletes=change,
+                keep=keep)
             write_version_hint(self.deployment, table)
             for f in removed:
                 del current[f.file_path]
@@ -508,12 +520,26 @@ class IcebergTarget:
                                    f"(table version {version}: +{len(added)} -{len(removed)} files"
                                    f"{f', {len(change.added)} delete files' if change.added else ''}"
                                    f"{f'; {expired} older snapshots expired' if expired else ''})")
+        if tagged:
+            self.sync_tags(record, table)
+
+    def sync_tags(self, record: TableRecord, table: IcebergTable, removed: Mapping[str, int] | None = None) -> None:
+        """Make the Iceberg tags of siltlake's tags of the table (iceberg_tags); `removed` (name -> version): tags
+        siltlake just forgot. A tag whose version has no snapshot (expired before it was tagged) has no Iceberg tag."""
+        snapshots = version_snapshots(table)
+        wanted = {tag.name: snapshots[tag.table_version] for tag in self.catalog.tags.list(record.id)
+                  if tag.table_version in snapshots}
+        made = tag_refs(table, wanted, {name: snapshots[version] for name, version in (removed or {}).items()
+                                        if version in snapshots})
+        if made:
+            write_version_hint(self.deployment, table)
+            self.statements += made
 
     @staticmethod
     def commit(table: IcebergTable, removed: Sequence[Any], added: Sequence[Any], summary: dict[str, str],
                retention: int | None = None, schema: Any = None,  # a pyiceberg Schema
-               at: dt.datetime | None = None, deletes: DeleteChange | None = None) -> int:
-        return commit_files(table, removed, added, summary, retention, schema, at, deletes)
+               at: dt.datetime | None = None, deletes: DeleteChange | None = None, keep: Collection[int] = ()) -> int:
+        return commit_files(table, removed, added, summary, retention, schema, at, deletes, keep)
 
     def _data_file(self, table: IcebergTable, path: str, date: dt.date, size: int | None) -> Any:
         """A DataFile for one of siltlake's objects, its statistics from the Parquet footer; dt is its partition."""

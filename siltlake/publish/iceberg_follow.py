@@ -11,12 +11,13 @@ their own times, so time travel by time agrees again at every instant. The other
 version siltlake never committed (a write refused or killed before its catalog commit).
 
 A follow that fails (the Iceberg catalog down) does not fail the write, which is committed: it is logged, and the
-next publish run catches up.
+next publish run catches up. Tags follow the same way (follow_tags): siltlake's catalog first, then the Iceberg tag.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from siltlake.logs import event
@@ -38,6 +39,25 @@ def follow(deployment: Deployment, record: TableRecord) -> str | None:
     try:
         IcebergTarget(deployment).follow(deployment.catalog.tables.get(record.qualified_name))
     except Exception as exc:  # the write is committed: the next publish run follows instead
+        event(log, "iceberg.follow_failed", logging.WARNING, table=record.qualified_name, reason=str(exc))
+        return str(exc)
+    return None
+
+
+def follow_tags(deployment: Deployment, record: TableRecord, removed: Mapping[str, int] | None = None) -> str | None:
+    """Make the Iceberg tags match siltlake's tags of the table, right after one was made, moved or (`removed`: name
+    -> the version it named) forgotten; returns why that failed, None when it did not. A table not in Iceberg yet
+    gets its tags with its snapshots, at the next publish run."""
+    if "iceberg" not in deployment.config.publish.targets:
+        return None
+    from siltlake.publish.iceberg import IcebergTarget, identifier, retried_on_conflict
+
+    target = IcebergTarget(deployment)
+    try:
+        table = target.load(identifier(deployment, record))
+        if table is not None and target.owned(table, record.id):
+            retried_on_conflict(record.qualified_name, lambda: target.sync_tags(record, table, removed), table.refresh)
+    except Exception as exc:  # the tag is committed: the next version's snapshot brings the Iceberg tag with it
         event(log, "iceberg.follow_failed", logging.WARNING, table=record.qualified_name, reason=str(exc))
         return str(exc)
     return None

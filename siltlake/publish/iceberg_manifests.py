@@ -20,7 +20,7 @@ import functools
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 EPOCH = dt.date(1970, 1, 1)  # Iceberg stores a date as days since it
@@ -116,10 +116,11 @@ def by_year(producer: Any, manifests: list[Any]) -> list[Any]:  # a pyiceberg sn
 
 def commit_files(table: IcebergTable, removed: Sequence[Any], added: Sequence[Any],
                  summary: dict[str, str], retention: float | None = None, schema: Any = None,
-                 at: dt.datetime | None = None, deletes: Any = None) -> int:
+                 at: dt.datetime | None = None, deletes: Any = None, keep: Collection[int] = ()) -> int:
     """One snapshot removing and adding these data files, its manifests by year; with `retention` (seconds), the
     snapshots committed longer ago than that, the new one's parent included, are expired in the same commit (one
-    metadata file written, never holding more than the retention's snapshots). With `schema` (a pyiceberg Schema,
+    metadata file written, never holding more than the retention's snapshots), but for those `keep` names (tagged
+    versions') and those a tag or branch heads. With `schema` (a pyiceberg Schema,
     its field ids as given), the snapshot is committed with it, made the current schema in the same commit (see
     use_schema). The snapshot's time is `at` (naive UTC, the table version's; None: now) as far as snapshot_millis
     allows. `deletes` (an iceberg_deletes.DeleteChange) adds and removes delete files in the same snapshot.
@@ -133,7 +134,7 @@ def commit_files(table: IcebergTable, removed: Sequence[Any], added: Sequence[An
         cutoff = int((time.time() - retention) * 1000)
         base = table.metadata
         # Other branches' and tags' heads stay (an engine's user may have made them); main moves to the new one.
-        kept = {ref.snapshot_id for name, ref in base.refs.items() if name != MAIN_BRANCH}
+        kept = {ref.snapshot_id for name, ref in base.refs.items() if name != MAIN_BRANCH} | set(keep)
         expired = [s.snapshot_id for s in base.snapshots if s.timestamp_ms < cutoff and s.snapshot_id not in kept]
     with _expiry_race_is_a_conflict(table, expired), transaction_class(table) as transaction:
         if schema is not None:

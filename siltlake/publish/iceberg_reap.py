@@ -79,8 +79,10 @@ def _reap_table(deployment: Deployment, target: IcebergTarget, record: TableReco
     table = target.load(identifier(deployment, record))
     if table is None or not target.owned(table, record.id):
         return
+    # A tagged version stays readable in siltlake however old (reap keeps what it shows): its snapshot stays too.
+    tagged = {tag.table_version for tag in deployment.catalog.tags.list(record.id)}
     try:
-        _reap_snapshots(deployment, table, doomed, oldest_versions.get(record.id, 0), result)
+        _reap_snapshots(deployment, table, doomed, oldest_versions.get(record.id, 0), tagged, result)
     except FileNotFoundError as exc:
         # Another reap expired snapshots this one still lists and deleted their manifests: a lost race when the
         # table has moved on since it was read (then decided again from the new table), else a file really gone.
@@ -91,7 +93,7 @@ def _reap_table(deployment: Deployment, target: IcebergTarget, record: TableReco
         raise
 
 
-def _reap_snapshots(deployment: Deployment, table: IcebergTable, doomed: set[str], oldest: int,
+def _reap_snapshots(deployment: Deployment, table: IcebergTable, doomed: set[str], oldest: int, tagged: set[int],
                     result: IcebergReap) -> None:
     cache: dict[str, list[Any]] = {}
     current = table.current_snapshot()
@@ -111,7 +113,7 @@ def _reap_snapshots(deployment: Deployment, table: IcebergTable, doomed: set[str
         if current is not None and snapshot.snapshot_id == current.snapshot_id:
             continue
         version = int((snapshot.summary or {}).get(VERSION_PROPERTY, "0"))
-        if version < oldest or any(lake_key(deployment, f.file_path) in doomed
+        if (version < oldest and version not in tagged) or any(lake_key(deployment, f.file_path) in doomed
                                    for f in snapshot_files(table, snapshot, cache)):
             expire.append(snapshot.snapshot_id)
     if expire:
