@@ -318,6 +318,16 @@ def is_remote(spark: SparkSession) -> bool:
     return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
+def jvm(spark: SparkSession) -> Any:
+    """The py4j view of a classic session's JVM. Any: py4j resolves Java packages, classes and members by attribute
+    at run time, so nothing reached through it has a type to check. PySpark types the view Optional because a stopped
+    context clears it; a session siltlake still holds has it."""
+    view = spark._jvm
+    if view is None:
+        raise SiltError("the Spark session's context has stopped: it has no JVM to call")
+    return view
+
+
 # Spark reads the token from its configuration (or this variable in the JVM's environment) as the service starts,
 # and refuses every call without it (gRPC UNAUTHENTICATED); PySpark's client sends it from the sc:// URL or this
 # variable.
@@ -349,10 +359,8 @@ def start_connect_server(spark: SparkSession, config: SparkConfig) -> str:
     context._conf.set("spark.connect.grpc.binding.address", host)  # the JVM context's own SparkConf, not a copy
     context._conf.set("spark.connect.grpc.binding.port", str(port))
     context._conf.set(TOKEN_SETTING, token)
-    jvm = spark._jvm
-    assert jvm is not None  # a classic session, not a Spark Connect client: it has its JVM
     try:
-        jvm.org.apache.spark.sql.connect.service.SparkConnectService.start(context._jsc.sc())
+        jvm(spark).org.apache.spark.sql.connect.service.SparkConnectService.start(context._jsc.sc())
     except Py4JJavaError as exc:
         cause = str(exc.java_exception.toString())
         raise SiltError(f"cannot serve Spark Connect at {config.connect} (spark.connect): {cause}") from None
@@ -387,10 +395,9 @@ def connect_token(config: SparkConfig) -> str | None:
 
 def stop_connect_server(spark: SparkSession) -> None:
     """Stop the Spark Connect service start_connect_server started (its clients' sessions end)."""
-    jvm = spark._jvm
-    assert jvm is not None  # a classic session, not a Spark Connect client: it has its JVM
-    nothing = jvm.scala.Option.apply(None)
-    jvm.org.apache.spark.sql.connect.service.SparkConnectService.stop(nothing, nothing)
+    view = jvm(spark)
+    nothing = view.scala.Option.apply(None)
+    view.org.apache.spark.sql.connect.service.SparkConnectService.stop(nothing, nothing)
 
 
 def connect_url(host: str, port: int, token: str | None = None) -> str:

@@ -8,6 +8,7 @@ from collections.abc import Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from siltlake.errors import SiltError
 from siltlake.read.plan import QueryPlan, parse_query, plan_query
 from siltlake.read.sandbox import check_query
 
@@ -87,10 +88,18 @@ def objects_frame(spark: SparkSession, record: TableRecord, deployment: Deployme
     from siltlake.read.versions import data_file_key
     from siltlake.records.physical import logical_names, physical_definition, renamed  # loads pyarrow: not at the top
 
-    # Every object as (URI, date), each partition's in commit order; a manifest's entries only inside the lake.
-    objects = [(uri, partition_date_of(partition_base_segment(uri))) for entries in listed for uri, _ in entries]
-    for uri, _ in objects:
-        data_file_key(lake, uri, record.qualified_name)
+    # Every object as (URI, date), each partition's in commit order; a manifest's entries only inside the lake,
+    # each in a dt=<date> directory (one elsewhere, planted or edited by hand, would read with no date: a null dt
+    # from pyarrow, a failed sort of the dates on a merge on read).
+    objects: list[tuple[str, dt.date]] = []
+    for entries in listed:
+        for uri, _ in entries:
+            data_file_key(lake, uri, record.qualified_name)
+            date = partition_date_of(partition_base_segment(uri))
+            if date is None:
+                raise SiltError(f"{record.qualified_name}: data file {uri} is not in a dt=<date> directory; the "
+                                "manifest was written by hand")
+            objects.append((uri, date))
     objects += [(lake.uri(layout.small_object(date, object_id, delayed)), date)
                 for date, object_id, delayed in sorted(small_objects, key=lambda o: o[1])]
     definition = physical_definition(record.definition)

@@ -295,15 +295,17 @@ def shared_file_columns(connection: Any, paths: Sequence[str]) -> list[tuple[str
                 schema = tuple(elements)
                 _FILE_SCHEMAS[path] = shared.setdefault(schema, schema)
     schemas = {_FILE_SCHEMAS.get(path) for path in paths}
-    if len(schemas) != 1 or None in schemas:
+    if len(schemas) != 1:
         return None
-    (schema,) = schemas
-    return [(element[0], element[-1]) for element in schema[1:]]  # below the root; the tables' columns are flat
+    (only,) = schemas
+    if only is None:
+        return None
+    return [(element[0], element[-1]) for element in only[1:]]  # below the root; the tables' columns are flat
 
 
 def _any_holds(paths: Sequence[str], column: str) -> bool:
     """Whether any of these files (their schemas read by shared_file_columns) holds a column of that name."""
-    schemas = {_FILE_SCHEMAS.get(path) for path in paths} - {None}
+    schemas = {schema for schema in map(_FILE_SCHEMAS.get, paths) if schema is not None}
     return any(element[0] == column for schema in schemas for element in schema[1:])
 
 

@@ -58,14 +58,19 @@ def _footer_stats(deployment: Deployment, key: str, time_column: str | None,
     with lake.open_input_file(key) as handle:
         size = handle.size()
         footer = pq.read_metadata(handle)
-    low = high = None
+    low: dt.datetime | None = None
+    high: dt.datetime | None = None
     names = footer.schema.to_arrow_schema().names
     if time_column in names and footer.num_row_groups:
         index = names.index(time_column)
         stats = [footer.row_group(i).column(index).statistics for i in range(footer.num_row_groups)]
         if all(s is not None and s.has_min_max for s in stats):
-            low = min(_naive_utc(s.min) for s in stats)
-            high = max(_naive_utc(s.max) for s in stats)
+            # A column that holds no timestamps (a file written by hand) has statistics that are no times: then
+            # none is known, rather than a comparison of None with a time failing.
+            lows = [time for s in stats if (time := _naive_utc(s.min)) is not None]
+            highs = [time for s in stats if (time := _naive_utc(s.max)) is not None]
+            if len(lows) == len(highs) == len(stats):
+                low, high = min(lows), max(highs)
     return size, footer.num_rows, low, high
 
 

@@ -7,7 +7,7 @@ import datetime as dt
 from typing import TYPE_CHECKING, Any
 
 from siltlake.read.versions import data_file_key
-from siltlake.spark import is_remote
+from siltlake.spark import is_remote, jvm
 from siltlake.storage.filesystem import Storage
 
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ def spark_reads(spark: SparkSession, lake: Storage) -> bool:
     if not lake.is_object_store:
         return True
     try:
-        spark._jvm.org.apache.spark.util.Utils.classForName(S3A_CLASS, True, False)
+        jvm(spark).org.apache.spark.util.Utils.classForName(S3A_CLASS, True, False)
     except Exception:  # py4j raises its own error types for a missing class
         return False
     return True

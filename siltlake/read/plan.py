@@ -130,7 +130,7 @@ def parse_query(query: str) -> exp.Query:
     return tree
 
 
-def refuse_functions(tree: exp.Expression, user: str = "silt sql") -> None:
+def refuse_functions(tree: exp.Expr, user: str = "silt sql") -> None:
     """Refuse, by name, the built-ins REFUSED_FUNCTIONS lists, before any engine starts (Spark's own parser
     checks everything again on the Spark side; the DuckDB side runs only its allow-list)."""
     from sqlglot import exp
@@ -254,7 +254,7 @@ def date_bounds(node: exp.Table) -> Callable[[list[dt.date]], set[dt.date]] | No
     return lambda present: {day for day in present if all(test(day) for test in tests)}
 
 
-def date_test(condition: exp.Expression, names: set[str]) -> Callable[[dt.date], bool] | None:
+def date_test(condition: exp.Expr, names: set[str]) -> Callable[[dt.date], bool] | None:
     from sqlglot import exp
 
     def is_dt(value: exp.Expression) -> bool:
@@ -271,10 +271,12 @@ def date_test(condition: exp.Expression, names: set[str]) -> Callable[[dt.date],
                 return None
         return None
 
-    compare = {exp.EQ: lambda a, b: a == b, exp.NEQ: lambda a, b: a != b, exp.LT: lambda a, b: a < b,
-               exp.LTE: lambda a, b: a <= b, exp.GT: lambda a, b: a > b, exp.GTE: lambda a, b: a >= b}
-    mirrored = {exp.LT: exp.GT, exp.LTE: exp.GTE, exp.GT: exp.LT, exp.GTE: exp.LTE, exp.EQ: exp.EQ, exp.NEQ: exp.NEQ}
-    kind = type(condition)
+    compare: dict[type[exp.Expr], Callable[[dt.date, dt.date], bool]] = {
+        exp.EQ: lambda a, b: a == b, exp.NEQ: lambda a, b: a != b, exp.LT: lambda a, b: a < b,
+        exp.LTE: lambda a, b: a <= b, exp.GT: lambda a, b: a > b, exp.GTE: lambda a, b: a >= b}
+    mirrored: dict[type[exp.Expr], type[exp.Expr]] = {
+        exp.LT: exp.GT, exp.LTE: exp.GTE, exp.GT: exp.LT, exp.GTE: exp.LTE, exp.EQ: exp.EQ, exp.NEQ: exp.NEQ}
+    kind: type[exp.Expr] = type(condition)
     if kind in compare:
         left, right = condition.this, condition.expression
         if not is_dt(left):

@@ -118,11 +118,11 @@ class _Walk:
         self.text, self.table, self.schema, self.stored_names = text, table, schema, stored_names
         self.by_lower = {name.lower(): name for name in schema.names}
 
-    def refuse(self, node: exp.Expression) -> SiltError:
+    def refuse(self, node: exp.Expr) -> SiltError:
         return SiltError(f"cannot filter {self.table} by {self.text!r}: {node.sql(dialect='spark')} is not "
                          f"supported in a filter ({SUPPORTED}); give a pyarrow.compute expression for more")
 
-    def term(self, node: exp.Expression) -> _Term:  # one branch per node kind
+    def term(self, node: exp.Expr) -> _Term:  # one branch per node kind
         import pyarrow as pa
         import pyarrow.compute as pc
         from sqlglot import exp
@@ -251,7 +251,7 @@ class _Walk:
             return term
         return _Term(pc.scalar(pa.scalar(converted, kind)), _render(converted), kind, converted, True)
 
-    def function(self, node: exp.Expression) -> _Term:
+    def function(self, node: exp.Expr) -> _Term:
         import pyarrow.compute as pc
         from sqlglot import exp
 

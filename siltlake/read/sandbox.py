@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from siltlake.errors import SiltError
-from siltlake.spark import is_remote
+from siltlake.spark import is_remote, jvm
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -128,20 +128,20 @@ class _Gate:
     """Walks one parsed tree through py4j (a few calls per node: milliseconds for a usual query)."""
 
     def __init__(self, spark: SparkSession, user: str) -> None:
-        jvm = spark._jvm
+        view = jvm(spark)
         self.user = user
         self.parser = spark._jsparkSession.sessionState().sqlParser()
-        self.plan_class = jvm.java.lang.Class.forName("org.apache.spark.sql.catalyst.plans.logical.LogicalPlan")
-        self.command_class = jvm.java.lang.Class.forName("org.apache.spark.sql.catalyst.plans.logical.Command")
-        self.subquery_class = jvm.java.lang.Class.forName(
+        self.plan_class = view.java.lang.Class.forName("org.apache.spark.sql.catalyst.plans.logical.LogicalPlan")
+        self.command_class = view.java.lang.Class.forName("org.apache.spark.sql.catalyst.plans.logical.Command")
+        self.subquery_class = view.java.lang.Class.forName(
             "org.apache.spark.sql.catalyst.expressions.SubqueryExpression")
-        self.tree_class = jvm.java.lang.Class.forName("org.apache.spark.sql.catalyst.trees.TreeNode")
-        self.iterable_class = jvm.java.lang.Class.forName("scala.collection.Iterable")
-        self.option_class = jvm.java.lang.Class.forName("scala.Option")
-        analysis = jvm.org.apache.spark.sql.catalyst.analysis
+        self.tree_class = view.java.lang.Class.forName("org.apache.spark.sql.catalyst.trees.TreeNode")
+        self.iterable_class = view.java.lang.Class.forName("scala.collection.Iterable")
+        self.option_class = view.java.lang.Class.forName("scala.Option")
+        analysis = view.org.apache.spark.sql.catalyst.analysis
         self.registries = {"function": analysis.FunctionRegistry.builtin(),
                            "table function": analysis.TableFunctionRegistry.builtin()}
-        self.identifier = jvm.org.apache.spark.sql.catalyst.FunctionIdentifier
+        self.identifier = view.org.apache.spark.sql.catalyst.FunctionIdentifier
         self.known: dict[tuple[str, str], bool] = {}
 
     def refuse(self, what: str, why: str) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from siltlake.errors import SiltError, did_you_mean
 from siltlake.read.versions import parse_as_of, parse_dates, version_files, version_number
@@ -340,7 +340,9 @@ class Scan:
                 {stored: name for name, stored in parts.stored_names.items()})
             merged = dataclasses.replace(self, columns=None)._merged(parts)
             if merged is not None:
-                frame = polars.concat([frame, polars.from_arrow(merged).lazy()])
+                # A Table converts to a DataFrame: from_arrow's type covers an Array's Series too.
+                merged_frame = cast("polars.DataFrame", polars.from_arrow(merged))
+                frame = polars.concat([frame, merged_frame.lazy()])
         else:  # a filter pyarrow cannot say over the stored names: applied to the renamed files as they are read
             frame = polars.scan_pyarrow_dataset(dataclasses.replace(self, columns=None, limit=None)
                                                 .to_pyarrow_dataset())

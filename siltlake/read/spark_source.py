@@ -13,7 +13,7 @@ restarts after the last version it committed; each version's changes are read in
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
@@ -36,7 +36,7 @@ def register(spark: SparkSession) -> None:
     spark.dataSource.register(SiltlakeSource)
 
 
-def _open(options: dict[str, str]) -> Deployment:
+def _open(options: Mapping[str, str]) -> Deployment:
     from siltlake.config import load_config
     from siltlake.deployment import Deployment
 
@@ -45,7 +45,7 @@ def _open(options: dict[str, str]) -> Deployment:
     return deployment
 
 
-def _lowered(options: dict[str, str]) -> dict[str, str]:
+def _lowered(options: Mapping[str, str]) -> dict[str, str]:
     """The options with lower-case names: Spark matches option names in any case."""
     return {name.lower(): value for name, value in options.items()}
 

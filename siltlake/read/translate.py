@@ -34,12 +34,13 @@ _BIGINT_MAX = 2**63 - 1
 # through a double sum (rounded past 2^53 in the order Spark adds the rows); DuckDB sums exactly. While the absolute
 # values total at most these, every order of addition is exact and both give the exact answer; past them the DuckDB
 # query stops with BEYOND_SPARK in its error and the query goes to Spark.
-_EXACT_SUM = {exp.Sum: _BIGINT_MAX, exp.Avg: 2**53}
+_EXACT_SUM: dict[type[exp.Expr], int] = {exp.Sum: _BIGINT_MAX, exp.Avg: 2**53}
 BEYOND_SPARK = "siltlake: beyond Spark's exact range"
 _DUCKDB_NUMBERS = {"int": "INTEGER", "bigint": "BIGINT", "double": "DOUBLE"}
 # Timestamp parts: Spark's and DuckDB's agree on a timestamp in the session's zone (a date through its cast).
-_PARTS = {exp.Hour: "hour", exp.Minute: "minute", exp.Second: "second", exp.Day: "day", exp.DayOfMonth: "dayofmonth",
-          exp.Month: "month", exp.Year: "year"}
+_PARTS: dict[type[exp.Expr], str] = {
+    exp.Hour: "hour", exp.Minute: "minute", exp.Second: "second", exp.Day: "day", exp.DayOfMonth: "dayofmonth",
+    exp.Month: "month", exp.Year: "year"}
 _RANKING = {exp.RowNumber: "row_number", exp.Rank: "rank", exp.DenseRank: "dense_rank"}
 _SELECT_PARTS = {"expressions", "from_", "where", "group", "having", "order", "limit", "distinct", "with_"}
 
@@ -78,7 +79,7 @@ def translate(tree: exp.Query, views: Mapping[str, list[tuple[str, str]]]) -> Tr
     output = checker.query(tree, {})
     names = [name for name, _ in output]
     for aggregate in list(tree.find_all(exp.Sum, exp.Avg)):  # all of an int or bigint: the checker saw to it
-        guarded = _exact_or_stop(aggregate)
+        guarded: exp.Expr = _exact_or_stop(aggregate)
         if id(aggregate) in checker.bare_names:  # DuckDB would name the guard by its text
             guarded = exp.alias_(guarded, checker.bare_names[id(aggregate)], quoted=True)
         aggregate.replace(guarded)
@@ -89,13 +90,15 @@ def translate(tree: exp.Query, views: Mapping[str, list[tuple[str, str]]]) -> Tr
     return Translation(tree.sql(dialect="duckdb"), names, [kind for _, kind in output])
 
 
-def _exact_or_stop(aggregate: exp.Sum | exp.Avg) -> exp.Expression:
+def _exact_or_stop(aggregate: exp.AggFunc) -> exp.Expression:
     """Spark's sum (a bigint) or avg (the double sum over the double count) of an int or bigint, computed exactly, or
-    an error naming BEYOND_SPARK where Spark's answer would depend on the order of the rows or be an error."""
+    an error naming BEYOND_SPARK where Spark's answer would depend on the order of the rows or be an error.
+    `aggregate` is a Sum or an Avg; typed as their base, the type find_all of the two yields."""
     inner = aggregate.this
     value = inner.expressions[0] if isinstance(inner, exp.Distinct) else inner
     # Over every row, not only distinct ones: at least the distinct values' total, so the bound holds for both.
     magnitude = exp.Sum(this=exp.Abs(this=exp.cast(value.copy(), "HUGEINT")))
+    exact: exp.Expression
     if isinstance(aggregate, exp.Sum):
         exact = exp.cast(exp.Sum(this=inner.copy()), "BIGINT")
     else:
@@ -131,7 +134,7 @@ class _Checker:
 
     # --- queries ------------------------------------------------------------------------------------
 
-    def query(self, node: exp.Expression, ctes: dict[str, list[tuple[str, str]]]) -> list[tuple[str, str]]:
+    def query(self, node: exp.Expr, ctes: dict[str, list[tuple[str, str]]]) -> list[tuple[str, str]]:
         if isinstance(node, exp.Subquery):
             if any(node.args.get(key) for key in node.args if key not in ("this", "alias")):
                 raise NotFaithful("a parenthesised query with clauses of its own")
@@ -229,11 +232,11 @@ class _Checker:
             aliases[name.lower()] = kind
             return [(name, kind)]
         kind = self.value(item, scope, aggregates=True, windows=True)
-        name = spark_name(item, scope)
-        if name is None:
+        spark = spark_name(item, scope)
+        if spark is None:
             raise NotFaithful(f"the column name Spark gives {item.sql(dialect='spark')} (give it an alias)")
-        self.bare_names[id(item)] = name
-        return [(name, kind)]
+        self.bare_names[id(item)] = spark
+        return [(spark, kind)]
 
     def qualifier(self, column: exp.Column, scope: _Scope) -> None:
         if column.args.get("catalog") or column.args.get("db"):
@@ -472,8 +475,8 @@ def spark_name(node: exp.Expression, scope: _Scope) -> str | None:
         return None if column is None else f"date_trunc({unit.name}, {column})"
     if isinstance(inner, exp.TsOrDsToDate) and type(node) in _PARTS:
         inner = inner.this
-    names = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg", exp.Min: "min", exp.Max: "max",
-             exp.TsOrDsToDate: "to_date", **_PARTS}
+    names: dict[type[exp.Expr], str] = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg", exp.Min: "min",
+                                        exp.Max: "max", exp.TsOrDsToDate: "to_date", **_PARTS}
     function = names.get(type(node))
     column = plain(inner) if inner is not None else None
     if function is None or column is None:

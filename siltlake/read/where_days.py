@@ -4,7 +4,7 @@ without dates rewrite, as delta-rs's and PyIceberg's deletes take a predicate al
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from siltlake.errors import SiltError
 from siltlake.read.plan import date_test
@@ -26,7 +26,7 @@ def days_of_where(where: str, present: Iterable[dt.date], what: str, verb: str =
         tree = sqlglot.parse_one(where, read="spark")
     except ParseError:
         return days, where  # Spark says what is wrong with it, as with dates=
-    conjuncts: list[exp.Expression] = []
+    conjuncts: list[exp.Expr] = []
     pending = [tree]
     while pending:
         node = pending.pop()
@@ -36,10 +36,14 @@ def days_of_where(where: str, present: Iterable[dt.date], what: str, verb: str =
             pending.append(node.this)
         else:
             conjuncts.append(node)
-    tests, rest = [], []
+    tests: list[Callable[[dt.date], bool]] = []
+    rest: list[exp.Expr] = []
     for node in conjuncts:
         test = date_test(node, set())
-        (rest if test is None else tests).append(node if test is None else test)
+        if test is None:
+            rest.append(node)
+        else:
+            tests.append(test)
     if any(column.name.lower() == "dt" for node in rest for column in node.find_all(exp.Column)):
         raise SiltError(f"{what}: {where!r} uses dt in a way that does not say which days: compare dt with quoted "
                         "dates (dt = '2026-11-20', dt >= ..., dt BETWEEN ... AND ..., dt IN (...)) joined to the rest "
