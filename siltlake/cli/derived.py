@@ -44,7 +44,7 @@ def rule_of(record: DerivedRecord) -> str:
     from siltlake.tabledef import format_duration
 
     definition = record.definition
-    if definition.rule == "persist_for":
+    if definition.persist_for is not None:  # the persist_for rule: the one that sets it
         return f"persist_for {format_duration(definition.persist_for)}"
     if definition.rule == "sql":
         return f"trigger_sql {definition.trigger_sql}"

@@ -11,27 +11,6 @@ from siltlake.cli.options import dry_run_option, json_option, resume_state_optio
 from siltlake.cli.output import Column, console, format_value, grid, out, report, shown, transfer_bar, write_json
 
 
-class _BarProgress:
-    """A bar over the input bytes, its label counting tasks and records read."""
-
-    def __init__(self, bar) -> None:  # a rich Progress
-        self.bar = bar
-        self.tasks = self.done = self.records = 0
-        self.task_id = None
-
-    def start(self, tasks: int, total_bytes: int) -> None:
-        self.tasks = tasks
-        self.task_id = self.bar.add_task(self._label(), total=max(total_bytes, 1))
-
-    def advance(self, tasks: int, input_bytes: int, records: int) -> None:
-        self.done += tasks
-        self.records = records
-        self.bar.update(self.task_id, advance=input_bytes, description=self._label())
-
-    def _label(self) -> str:
-        return f"load tasks {self.done}/{self.tasks}, {self.records:,} records"
-
-
 @click.command("guess")
 @click.argument("seed", type=click.Path(exists=True, dir_okay=False))
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Where to write the config.")
@@ -68,6 +47,7 @@ def load_command(context: click.Context, config_file: str, resume_state: str | N
 
     --dry-run prints the first rows of each job as they would be loaded and writes nothing. --json prints the
     load's report (with --dry-run: the rows, by job) as one JSON document."""
+    from siltlake.cli.bars import LoadBar
     from siltlake.load import LoadFailed, load, load_config_file
     from siltlake.load.preview import preview
 
@@ -86,7 +66,7 @@ def load_command(context: click.Context, config_file: str, resume_state: str | N
     try:
         with transfer_bar() as bar:
             report = load(deployment, config, state_path=resume_state, commit=not no_commit,
-                          progress=_BarProgress(bar))
+                          progress=LoadBar(bar))
     except LoadFailed as exc:
         console.print(f"[red]load failed[/]: {shown(exc)}", highlight=False)
         sys.exit(1)

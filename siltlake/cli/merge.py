@@ -7,7 +7,6 @@ import threading
 from typing import TYPE_CHECKING
 
 import click
-from rich.progress import Progress
 
 from siltlake.cli.context import deployment_of, friendly, needs_spark, retrying
 from siltlake.cli.observing import Observing, daemon_logging, stop_on_sigterm
@@ -25,23 +24,6 @@ from siltlake.cli.reports import print_merge_report, print_merge_schedule
 
 if TYPE_CHECKING:
     from siltlake.merge import MergeReport
-
-
-class _MergeProgressBar:
-    """A merge progress (siltlake.merge.MergeProgress) on a bar whose total grows as jobs are claimed
-    (continuing jobs add to it)."""
-
-    def __init__(self, progress: Progress) -> None:
-        self.progress = progress
-        self.total = 0
-        self.task_id = progress.add_task("merge jobs", total=0)
-
-    def found(self, jobs: int) -> None:
-        self.total += jobs
-        self.progress.update(self.task_id, total=self.total)
-
-    def done(self, jobs: int) -> None:
-        self.progress.advance(self.task_id, jobs)
 
 
 @click.command()
@@ -64,6 +46,7 @@ def merge(context: click.Context, once: bool, now_text: str | None, slots: int |
     jobs left for later are due, and exits 1 if a job failed. --now and --json work with --once. Jobs wait
     merge_interval after a partition's first object (failed ones their retry backoff): --now without a time
     first makes every scheduled job due now, so this run merges them; --now TIME runs as if it were then."""
+    from siltlake.cli.bars import MergeBar
     from siltlake.clock import utcnow
     from siltlake.merge import MergeWorker
 
@@ -77,7 +60,8 @@ def merge(context: click.Context, once: bool, now_text: str | None, slots: int |
     table_ids = [deployment.catalog.tables.get(table_name).id] if table_name else None
     if retry_failed:
         count = 0
-        for table_id in table_ids or [None]:
+        parked_in: list[int | None] = [*table_ids] if table_ids else [None]  # None: every table's
+        for table_id in parked_in:
             count += deployment.catalog.merge_queue.retry_parked(clock(), table_id)
         console.print(f"{count} parked jobs queued again")
     if slots is not None and slots < 1:
@@ -87,7 +71,7 @@ def merge(context: click.Context, once: bool, now_text: str | None, slots: int |
             advanced = deployment.catalog.merge_queue.advance(clock(), table_ids)
             console.print(f"{advanced} scheduled jobs made due now", highlight=False)
         with progress_bar() as bar:
-            worker = MergeWorker(deployment, slots=slots, table_ids=table_ids, progress=_MergeProgressBar(bar),
+            worker = MergeWorker(deployment, slots=slots, table_ids=table_ids, progress=MergeBar(bar),
                                  clock=clock)
             report = worker.run(once=True)
         finished_at = clock()

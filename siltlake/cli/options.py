@@ -48,8 +48,9 @@ def format_option(command: Callable) -> Callable:
             kwargs["fmt"] = "json"
         return command(*args, **kwargs)
 
-    # functools.wraps shared the wrapped function's option list; this command gets its own.
-    with_format.__click_params__ = list(getattr(command, "__click_params__", []))
+    # functools.wraps shared the wrapped function's option list; this command gets its own (click keeps a
+    # function's options in this attribute of it, one no function type declares).
+    with_format.__dict__["__click_params__"] = list(getattr(command, "__click_params__", []))
     _json_flag(with_format)
     return click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
                         help=FORMAT_HELP)(with_format)

@@ -104,7 +104,7 @@ class _Console(Console):
 
     @size.setter
     def size(self, new_size: tuple[int, int]) -> None:
-        Console.size.fset(self, new_size)
+        self.width, self.height = new_size  # Rich's own size setter sets just these two
 
     def render(self, renderable: Any, options: Any = None) -> Iterator[Segment]:
         """Rich's segments with control characters in their text shown as escapes (line breaks kept): the net

@@ -133,7 +133,7 @@ def print_reap_report(report: ReapReport) -> None:
     from siltlake.reap import REASONS
 
     title = "would delete (dry run)" if report.dry_run else "deleted"
-    rows = []
+    rows: list[tuple[str | Text, int | Text, int | Text, str]] = []
     for name, label, rows_of in REASONS:
         totals = report.reasons[name]
         rows.append((label, totals.objects, totals.bytes, f"{totals.rows:,} {rows_of}" if rows_of else ""))

@@ -70,8 +70,8 @@ def _run(deployment: Deployment, query: str, plan: QueryPlan, engine: str, limit
     try:
         with activity("running the query…"):
             frame = sql(spark, query, deployment, plan=plan)
-            rows = frame.limit(limit + 1).collect()
-        return frame.columns, rows
+            collected = frame.limit(limit + 1).collect()
+        return frame.columns, collected
     finally:
         if is_remote(spark):
             spark.stop()  # ends this client's session on the server (its temp views), not the server

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from siltlake.cli.context import deployment_of, friendly
 from siltlake.cli.options import format_option
 from siltlake.cli.output import Column, emit, format_age, format_size, out, shown, write_json
+
+if TYPE_CHECKING:
+    from siltlake.catalog.merge_queue import TableQueueStatus
 
 _PARTITION_STATES = ("new", "live", "closed", "switched")
 _JOB_STATES = ("scheduled", "due", "running", "stale", "continuing", "failed")
@@ -19,7 +22,7 @@ STATUS_COLUMNS = (
 )
 
 
-def _status_row(row: dict[str, Any]) -> list[Any]:
+def _status_row(row: TableQueueStatus) -> list[Any]:
     """A status entry flattened to STATUS_COLUMNS (CSV has no nesting; the parked jobs' errors are in the JSON)."""
     return [row["table"], *(row["partitions"][state] for state in _PARTITION_STATES), row["unmerged_objects"],
             row["unmerged_bytes"], row["oldest_unmerged_age_seconds"], *(row["jobs"][state] for state in _JOB_STATES)]
@@ -72,9 +75,9 @@ def status(context: click.Context, fmt: str) -> None:
                   f"oldest {format_age(row['oldest_unmerged_age_seconds'])}", highlight=False)
         out.print(f"  merge jobs  {jobs['scheduled']} scheduled, {jobs['due']} due, {jobs['running']} running, "
                   f"{jobs['stale']} stale, {jobs['continuing']} continuing, {failed}", highlight=False)
-        for failed in row["failed_jobs"]:
-            out.print(f"  [red]parked[/] {failed['date']} (job {failed['job_id']}, "
-                      f"{failed['attempts']} attempts): {shown(failed['error'])}", highlight=False, soft_wrap=True)
+        for parked in row["failed_jobs"]:
+            out.print(f"  [red]parked[/] {parked['date']} (job {parked['job_id']}, "
+                      f"{parked['attempts']} attempts): {shown(parked['error'])}", highlight=False, soft_wrap=True)
     _print_settling(settling, rewritten, now)
     if failing:
         limit = deployment.config.stream.max_failures

@@ -6,29 +6,12 @@ import sys
 import threading
 
 import click
-from rich.progress import Progress
 
 from siltlake.cli.context import deployment_of, friendly, needs_spark, retrying
 from siltlake.cli.observing import Observing, daemon_logging, stop_on_sigterm
 from siltlake.cli.options import bind_option, interval_option, json_option, metrics_port_option, once_option
 from siltlake.cli.output import console, progress_bar, write_json
 from siltlake.cli.reports import print_stream_report
-
-
-class _StreamProgressBar:
-    """A stream progress (siltlake.stream.Progress) on a rich bar."""
-
-    def __init__(self, progress: Progress, label: str) -> None:
-        self.progress = progress
-        self.label = label
-        self.task_id = None
-
-    def start(self, total: int) -> None:
-        self.task_id = self.progress.add_task(self.label, total=total)
-
-    def advance(self, count: int) -> None:
-        if self.task_id is not None:
-            self.progress.advance(self.task_id, count)
 
 
 @click.command()
@@ -48,6 +31,7 @@ def stream(context: click.Context, once: bool, interval: float | None, as_json: 
     stream.settle_time for local files still being written, shows a progress bar and exits 1 if some objects
     failed (they stay pending and are retried) or a staging file changed other than by appending (reported
     once, not loaded: see `silt unknown list`). --json applies to --once's report."""
+    from siltlake.cli.bars import StreamBar
     from siltlake.stream import stream_forever, stream_once
 
     deployment = deployment_of(context)
@@ -55,7 +39,7 @@ def stream(context: click.Context, once: bool, interval: float | None, as_json: 
         raise click.UsageError("--metrics-port serves a daemon's metrics: give it without --once")
     if once:
         with progress_bar() as bar:
-            report = stream_once(deployment, _StreamProgressBar(bar, "staging objects"), settle_wait=True)
+            report = stream_once(deployment, StreamBar(bar, "staging objects"), settle_wait=True)
         if as_json:
             write_json({**report.__dict__, "dropped_by_object": [vars(item) for item in report.dropped_by_object]})
         else:

@@ -13,6 +13,8 @@ from siltlake.cli.output import Column, activity, format_count, grid, out, write
 from siltlake.cli.writes import write_options
 
 if TYPE_CHECKING:
+    import datetime as dt
+
     import pyarrow as pa
 
     from siltlake.tabledef import TableDef
@@ -91,6 +93,7 @@ def upsert_command(context: click.Context, name: str, file: Path | None, query: 
             assert file is not None
             rows = read_rows(file, record.definition)
         step(f"upserting {rows.num_rows:,} rows into {name}…")
+        planned: list[tuple[dt.date, int, int, int | None, bool | None]]  # no version nor delay in a dry run
         if dry_run:
             planned = [(day, count, deleted, None, None) for day, count, deleted in
                        plan_upsert(deployment, name, rows, delete_column)]

@@ -81,7 +81,8 @@ class Loop:
         self.status = LoopStatus(self.name, self.interval)
 
 
-ErrorHandler = Callable[[str, BaseException, float], None]
+# A loop's failure is an Exception: a BaseException that is not one (KeyboardInterrupt) ends the process, not a loop.
+ErrorHandler = Callable[[str, Exception, float], None]
 
 
 def supervise(loop: Loop, stop: threading.Event, on_error: ErrorHandler,
