@@ -20,6 +20,7 @@ from siltlake.catalog.core import CatalogCore, rows_values
 from siltlake.catalog.derived import derived_table_states
 from siltlake.catalog.positions import record_all_consumed, record_consumed, release_pending
 from siltlake.catalog.records import (
+    ListedObject,
     MergeBase,
     PartitionRow,
     PublishedVersion,
@@ -541,17 +542,19 @@ class StreamCommit:
         newest = self._c.execute(sa.select(v).where(v.c.partition_id == partition_id)
                                  .order_by(v.c.version.desc()).limit(1)).first()
         covered = (newest.covered_upper or 0) if newest is not None and newest.manifest_key else 0
-        objects = tuple((row.id, row.delayed, row.content_length, row.row_count) for row in self._c.execute(
+        objects = tuple(ListedObject(row.id, row.delayed, row.content_length, row.row_count) for row in self._c.execute(
             sa.select(so.c.id, so.c.delayed, so.c.content_length, so.c.row_count).where(
                 so.c.partition_id == partition_id, so.c.id > covered, so.c.id <= upper).order_by(so.c.id)))
         # The newest version's counts hold what it shows: its manifest and, for a live version, live objects
         # up to its watermark (a delayed object is above every live watermark).
         counted = covered if newest is None or newest.live_watermark is None else max(covered, newest.live_watermark)
-        added = [o for o in objects if o[0] > counted]
-        return MergeBase(partition_id, newest.version if newest is not None else None,
-                         newest.manifest_key if newest is not None else None, covered,
-                         newest.row_count if newest is not None else 0, newest.byte_count if newest is not None else 0,
-                         objects, sum(o[3] for o in added), sum(o[2] for o in added))
+        added = [o for o in objects if o.id > counted]
+        return MergeBase(
+            partition_id=partition_id, version=newest.version if newest is not None else None,
+            manifest_key=newest.manifest_key if newest is not None else None, covered_upper=covered,
+            row_count=newest.row_count if newest is not None else 0,
+            byte_count=newest.byte_count if newest is not None else 0, objects=objects,
+            added_rows=sum(o.row_count for o in added), added_bytes=sum(o.content_length for o in added))
 
     def add_merge_versions(self, table_id: int, versions: Collection[tuple[MergeBase, int, str]],
                            now: dt.datetime, given: bool = False) -> list[PublishedVersion]:
@@ -562,8 +565,10 @@ class StreamCommit:
             return []
         table_version, stamp = self._core.new_table_versions(self._c, [table_id], now, given=given)[table_id]
         published = [PublishedVersion(
-            base.partition_id, (base.version or 0) + 1, "merge", upper, key, stamp, base.row_count + base.added_rows,
-            base.byte_count + base.added_bytes, upper, table_version, key) for base, upper, key in versions]
+            partition_id=base.partition_id, version=(base.version or 0) + 1, commit_op="merge", live_watermark=upper,
+            manifest_key=key, created_at=stamp, row_count=base.row_count + base.added_rows,
+            byte_count=base.byte_count + base.added_bytes, covered_upper=upper, table_version=table_version,
+            file_list_key=key) for base, upper, key in versions]
         self._c.execute(v.insert(), [dict(
             partition_id=x.partition_id, table_id=table_id, version=x.version, commit_op=x.commit_op,
             live_watermark=x.live_watermark,

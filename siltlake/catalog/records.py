@@ -281,6 +281,16 @@ class JobOutcome:
 
 
 @dataclass(frozen=True)
+class ListedObject:
+    """A small object a version lists by itself, beyond what its manifest holds."""
+
+    id: int
+    delayed: bool
+    content_length: int
+    row_count: int
+
+
+@dataclass(frozen=True)
 class PublishedVersion:
     partition_id: int
     version: int
@@ -341,14 +351,14 @@ class SwitchedPartition:
     current: int
     desired: int
     ranges: tuple[RangeRow, ...]  # the ranges the merged version shows, sentinel left out
-    # Small objects (id, delayed, bytes, rows) above desired that the newest version already shows (an upsert's
-    # `merge` version published after the merge job planned): listed after the ranges, so nothing is hidden.
-    beyond: tuple[tuple[int, bool, int, int], ...] = ()
+    # Small objects above desired that the newest version already shows (an upsert's `merge` version published
+    # after the merge job planned), in id order: listed after the ranges, so nothing is hidden.
+    beyond: tuple[ListedObject, ...] = ()
 
     @property
     def upper(self) -> int:
         """The largest small object id the merged version holds (its covered_upper)."""
-        return self.beyond[-1][0] if self.beyond else self.desired
+        return self.beyond[-1].id if self.beyond else self.desired
 
 
 @dataclass(frozen=True)
@@ -400,7 +410,7 @@ class MergeBase:
     covered_upper: int
     row_count: int  # the newest version's
     byte_count: int
-    objects: tuple[tuple[int, bool, int, int], ...]  # (id, delayed, bytes, rows) above covered_upper, in id order
+    objects: tuple[ListedObject, ...]  # above covered_upper, in id order
     added_rows: int  # rows and bytes of the objects the newest version's counts leave out
     added_bytes: int
 

@@ -61,8 +61,10 @@ def commit_updates_in(core: CatalogCore, c: Connection, writes: Sequence[UpdateW
             desired_manifest_version=base.upper,
             current_manifest_version=base.upper if rows[base.partition_id].switched else 0))
         published.append(PublishedVersion(
-            base.partition_id, next_versions[base.partition_id], "update", base.upper, w.manifest_key, stamp,
-            w.row_count, w.byte_count, base.upper, table_version, w.manifest_key))
+            partition_id=base.partition_id, version=next_versions[base.partition_id], commit_op="update",
+            live_watermark=base.upper, manifest_key=w.manifest_key, created_at=stamp, row_count=w.row_count,
+            byte_count=w.byte_count, covered_upper=base.upper, table_version=table_version,
+            file_list_key=w.manifest_key))
     c.execute(v.insert(), [dict(partition_id=x.partition_id, table_id=table_id, version=x.version, commit_op="update",
                                 live_watermark=x.live_watermark, manifest_key=x.manifest_key,
                                 covered_upper=x.covered_upper, created_at=stamp, row_count=x.row_count,

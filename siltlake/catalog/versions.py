@@ -14,6 +14,7 @@ from sqlalchemy.engine import Connection
 from siltlake.catalog import schema as s
 from siltlake.catalog.core import CatalogCore, rows_values
 from siltlake.catalog.records import (
+    ListedObject,
     LiveCandidate,
     PartitionView,
     PublishedVersion,
@@ -150,7 +151,7 @@ class Versions:
                         RangeRow(rr.lower_bound, rr.upper_bound, rr.content_length, rr.row_count, rr.object_key))
             # An upsert's merge version published after the merge job planned holds ids above desired: the
             # compaction lists those small objects after its ranges ("reorder as compaction + merge", conflict matrix).
-            beyond: dict[int, list[tuple[int, bool, int, int]]] = {}
+            beyond: dict[int, list[ListedObject]] = {}
             if rows:
                 so, newest = s.small_objects, self._newest_versions(
                     s.partition_versions.c.partition_id.in_(sa.select(p.c.id).where(*behind)))
@@ -161,7 +162,7 @@ class Versions:
                         .where(*behind, newest.c.manifest_key.is_not(None),
                                so.c.id > p.c.desired_manifest_version, so.c.id <= newest.c.covered_upper)
                         .order_by(so.c.id))):
-                    beyond.setdefault(pid, []).append((oid, delayed, size, count))
+                    beyond.setdefault(pid, []).append(ListedObject(oid, delayed, size, count))
         return [SwitchedPartition(row.id, row.table_id, row.partition_date, row.current_manifest_version,
                                   row.desired_manifest_version,
                                   tuple(x for x in ranges.get(row.id, []) if x.upper <= row.desired_manifest_version),
@@ -248,16 +249,18 @@ class Versions:
             for x, key in kept_live:
                 number, stamp = table_versions[x.table_id]
                 published_live.append(PublishedVersion(
-                    x.partition_id, x.version, "append", x.watermark, x.manifest_key, stamp, x.row_count,
-                    x.byte_count, x.covered_upper, number, key))
+                    partition_id=x.partition_id, version=x.version, commit_op="append", live_watermark=x.watermark,
+                    manifest_key=x.manifest_key, created_at=stamp, row_count=x.row_count, byte_count=x.byte_count,
+                    covered_upper=x.covered_upper, table_version=number, file_list_key=key))
             for m, key in merged:
                 if m.partition_id in moved:
                     number, stamp = table_versions[m.table_id]
                     published_merged.append(PublishedVersion(
-                        m.partition_id, newest_merged.get(m.partition_id, 0) + 1, "compaction", None, key, stamp,
-                        sum(r.row_count for r in m.ranges) + sum(o[3] for o in m.beyond),
-                        sum(r.content_length for r in m.ranges) + sum(o[2] for o in m.beyond), m.upper,
-                        number, key))
+                        partition_id=m.partition_id, version=newest_merged.get(m.partition_id, 0) + 1,
+                        commit_op="compaction", live_watermark=None, manifest_key=key, created_at=stamp,
+                        row_count=sum(r.row_count for r in m.ranges) + sum(o.row_count for o in m.beyond),
+                        byte_count=sum(r.content_length for r in m.ranges) + sum(o.content_length for o in m.beyond),
+                        covered_upper=m.upper, table_version=number, file_list_key=key))
             published: list[tuple[LiveCandidate | SwitchedPartition, str | None]] = [*kept_live, *merged]
             table_of = {x.partition_id: x.table_id for x, _ in published}
             c.execute(v.insert(), [dict(partition_id=x.partition_id, table_id=table_of[x.partition_id],
@@ -520,9 +523,10 @@ class Versions:
 
 
 def _version(row) -> PublishedVersion:  # a partition_versions Row
-    return PublishedVersion(row.partition_id, row.version, row.commit_op, row.live_watermark, row.manifest_key,
-                            row.created_at, row.row_count, row.byte_count, row.covered_upper, row.table_version,
-                            row.file_list_key)
+    return PublishedVersion(
+        partition_id=row.partition_id, version=row.version, commit_op=row.commit_op, live_watermark=row.live_watermark,
+        manifest_key=row.manifest_key, created_at=row.created_at, row_count=row.row_count, byte_count=row.byte_count,
+        covered_upper=row.covered_upper, table_version=row.table_version, file_list_key=row.file_list_key)
 
 
 def _tagged(c: Connection, table_id: int, version: int, newest: int) -> bool:

@@ -54,7 +54,9 @@ class GlueTarget(HiveTarget):
 
     def __init__(self, deployment: Deployment) -> None:
         super().__init__(deployment)
-        self.config = deployment.config.publish.glue
+        # Its own settings beside the inherited Hive ones (self.config), which only the Spark paths it replaces read.
+        self.glue_config = deployment.config.publish.glue
+        self.database_prefix = self.glue_config.database_prefix
         self._client: Any = None
 
     # --- Glue access --------------------------------------------------------------------------------
@@ -65,15 +67,15 @@ class GlueTarget(HiveTarget):
             from botocore.config import Config as BotoConfig
 
             session = boto3.session.Session()
-            region = self.config.region or session.region_name
+            region = self.glue_config.region or session.region_name
             if not region:
                 raise ConfigError("publish.targets includes glue, but no AWS region is set: set publish.glue.region "
                                   "(SILTLAKE_PUBLISH__GLUE__REGION) or AWS_REGION")
             if session.get_credentials() is None:
                 raise ConfigError(f"publish.targets includes glue, but no AWS credentials were found ({region}): "
                                   f"give them as {_CREDENTIALS_HELP}")
-            self._client = session.client("glue", region_name=region, endpoint_url=self.config.endpoint_url,
-                                          config=BotoConfig(retries={"max_attempts": self.config.max_attempts,
+            self._client = session.client("glue", region_name=region, endpoint_url=self.glue_config.endpoint_url,
+                                          config=BotoConfig(retries={"max_attempts": self.glue_config.max_attempts,
                                                                      "mode": "standard"}))
         return self._client
 
@@ -81,8 +83,8 @@ class GlueTarget(HiveTarget):
         """One Glue call; None when it failed with one of the `allow`ed error codes (already exists, not found)."""
         from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
-        if self.config.catalog_id:
-            arguments["CatalogId"] = self.config.catalog_id
+        if self.glue_config.catalog_id:
+            arguments["CatalogId"] = self.glue_config.catalog_id
         try:
             return getattr(self._glue(), operation)(**arguments)
         except ClientError as exc:

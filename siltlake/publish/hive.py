@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from siltlake.errors import ConfigError, SiltError
 from siltlake.publish.targets import drop_forgotten_tables
 from siltlake.records.keyed import needs_merge_on_read
+from siltlake.spark import jvm
 from siltlake.storage.keys import symlink_directory
 from siltlake.storage.manifests import read_manifest
 
@@ -89,6 +90,7 @@ class HiveTarget:
     def __init__(self, deployment: Deployment) -> None:
         self.deployment = deployment
         self.config = deployment.config.publish.hive
+        self.database_prefix = self.config.database_prefix  # a subclass sets its own (Glue's)
         self.catalog = deployment.catalog
         self._session: SparkSession | None = None
         self.statements: list[str] = []
@@ -140,7 +142,7 @@ class HiveTarget:
     # --- tables -------------------------------------------------------------------------------------
 
     def _names(self, record: TableRecord) -> tuple[str, str]:
-        return self.config.database_prefix + record.definition.schema_name, record.definition.name
+        return self.database_prefix + record.definition.schema_name, record.definition.name
 
     def _uri(self, key: str) -> str:
         """A location as the metastore's readers open it (Spark's S3 connector: s3a://)."""
@@ -350,7 +352,7 @@ class HiveTarget:
             storage = table.storage()
             if storage.inputFormat().isDefined() and storage.inputFormat().get() == SYMLINK_INPUT:
                 return
-            some = self._spark().sparkContext._jvm.scala.Some
+            some = jvm(self._spark()).scala.Some
             symlink = _copy(storage, storage.locationUri(), some(SYMLINK_INPUT), some(SYMLINK_OUTPUT),
                             some(PARQUET_SERDE))
             external.alterTable(_copy(table, table.identifier(), table.tableType(), symlink))
@@ -361,9 +363,9 @@ class HiveTarget:
 
     def _set_storage(self, names: SyncedTable, moves: list[tuple[PartitionToSync, str]]) -> None:
         spark = self._spark()
-        jvm = spark.sparkContext._jvm
-        utils = jvm.org.apache.spark.api.python.PythonUtils
-        some = jvm.scala.Some
+        view = jvm(spark)
+        utils = view.org.apache.spark.api.python.PythonUtils
+        some = view.scala.Some
         try:
             external = self._external_catalog()
             changed = []
@@ -371,7 +373,7 @@ class HiveTarget:
                 partition = external.getPartition(names.database_name, names.table_name,
                                                   utils.toScalaMap({"dt": p.partition_date.isoformat()}))
                 symlink = p.file_list_key is not None
-                storage = _copy(partition.storage(), some(jvm.java.net.URI(where)),
+                storage = _copy(partition.storage(), some(view.java.net.URI(where)),
                                 some(SYMLINK_INPUT if symlink else PARQUET_INPUT),
                                 some(SYMLINK_OUTPUT if symlink else PARQUET_OUTPUT), some(PARQUET_SERDE))
                 changed.append(_copy(partition, partition.spec(), storage))

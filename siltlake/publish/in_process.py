@@ -65,7 +65,7 @@ def _within_bound(deployment: Deployment, record: TableRecord, files: list[DataF
 
     total = 0
     for key, data_file in zip(lake_keys(deployment, record, files), files, strict=True):
-        total += data_file.size if data_file.size is not None else deployment.lake.info(key).size
+        total += data_file.size if data_file.size is not None else deployment.lake.size(key)
         if total > bound:
             return False
     return True
@@ -94,7 +94,7 @@ def where_of(record: TableRecord, where: str) -> str:
     return f"cannot use --where {where!r} on {record.qualified_name}"
 
 
-def _check_scope(record: TableRecord, predicate: exp.Expression, where: str) -> None:
+def _check_scope(record: TableRecord, predicate: exp.Expr, where: str) -> None:
     """Raise no_such_column for a column the predicate names that the table has not; NotFaithful where only
     Spark can say what a name is (a field of a column, a value of the session)."""
     from sqlglot import exp

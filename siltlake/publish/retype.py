@@ -68,7 +68,7 @@ def alter_column(deployment: Deployment, name: str, column: str, type_name: str,
     prepared, rows, bad_rows, error_key = _rewrite(deployment, before, after, column, now, progress)
     errors = None
     if bad_rows:
-        errors = (error_key, deployment.lake.info(error_key).size, bad_rows)
+        errors = (error_key, deployment.lake.size(error_key), bad_rows)
     else:
         deployment.lake.delete(error_key)
     try:

@@ -126,7 +126,7 @@ def prepare_update(deployment: Deployment, name: str, partition_date: dt.date, a
             (F.when(matching, values[c.name]).otherwise(F.col(c.name)) if c.name in values else F.col(c.name))
             .alias(c.name) for c in record.definition.columns])
         totals = frame.select(F.count(F.lit(1)).alias("rows"), F.count(F.when(matching, 1)).alias("matched"))
-        counted = totals.first()
+        (counted,) = totals.collect()  # an aggregate over the whole frame: one row
     except AnalysisException as exc:
         unresolved = unresolved_column(exc)
         if unresolved is not None:

@@ -46,8 +46,8 @@ def _write_merged_manifests(deployment: Deployment, tables: dict, partition: Swi
     layout = tables[partition.table_id].layout(deployment.instance_key)
     objects = [(r.key(layout, partition.partition_date), r.content_length) for r in partition.ranges]
     # Small objects an upsert's merge version already shows beyond the ranges: listed after them, in id order.
-    objects += [(layout.small_object(partition.partition_date, object_id, delayed), size)
-                for object_id, delayed, size, _ in partition.beyond]
+    objects += [(layout.small_object(partition.partition_date, o.id, o.delayed), o.content_length)
+                for o in partition.beyond]
     label = beyond_label(partition.desired, partition.upper) if partition.beyond else None
     return write_manifests(deployment.lake, layout, partition.partition_date, partition.desired, objects,
                            label=label)[0]

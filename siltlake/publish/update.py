@@ -44,6 +44,7 @@ from siltlake.storage.manifests import write_manifests
 from siltlake.tabledef import TableDef
 
 if TYPE_CHECKING:
+    from pyspark.errors import AnalysisException
     from pyspark.sql import DataFrame, SparkSession
 
 # Spark's answer from the writing task: one row.
@@ -105,7 +106,7 @@ class _PartitionWriter:
             if pending and null_column is None and not outside:
                 writer.write_table(self._rows(pending, schema, written))
         yield pa.RecordBatch.from_pydict({
-            "rows": [rows], "bytes": [self.lake.info(self.key).size], "outside": [outside],
+            "rows": [rows], "bytes": [self.lake.size(self.key)], "outside": [outside],
             "first_outside": [first_outside], "null_column": [null_column],
         })
 
@@ -243,10 +244,9 @@ class PreparedUpdates:
         return [u.report(published.get(u.base.partition_id)) for u in self.updates]
 
 
-def unresolved_column(exc: Exception) -> str | None:
+def unresolved_column(exc: AnalysisException) -> str | None:
     """The column (dotted) a Spark AnalysisException says cannot be resolved, None for any other error."""
-    condition = getattr(exc, "getCondition", None) or getattr(exc, "getErrorClass", lambda: None)
-    if not (condition() or "").startswith("UNRESOLVED_COLUMN"):
+    if not (exc.getCondition() or "").startswith("UNRESOLVED_COLUMN"):
         return None
     name = (exc.getMessageParameters() or {}).get("objectName", "")
     parts = re.findall(r"`((?:[^`]|``)*)`", name)
@@ -287,7 +287,7 @@ def prepare_delete(deployment: Deployment, name: str, partition_date: dt.date, w
             raise in_process.no_such_column(record, unresolved, in_process.where_of(record, where)) from None
         first = str(exc).strip().splitlines()[0]
         raise SiltError(f"cannot use --where {where!r} on {record.qualified_name}: {first}") from None
-    counted = totals.first()
+    (counted,) = totals.collect()  # an aggregate over the whole frame: one row
     prepared = PreparedUpdate(deployment, record, base, counted["rows"], started, now)
     if counted["matched"] and write:
         prepared.write(frame.where(~matching))

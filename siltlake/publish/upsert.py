@@ -26,7 +26,7 @@ from siltlake.deployment import Deployment
 from siltlake.errors import SiltError, did_you_mean
 from siltlake.records.coerce import partition_dates
 from siltlake.records.keyed import DELETE_MARKER
-from siltlake.records.writer import ObjectWriter
+from siltlake.records.writer import ObjectWriter, WrittenPart
 from siltlake.storage.keys import merge_label, small_object_id, temporary_run
 from siltlake.storage.manifests import read_manifest, write_manifests
 
@@ -140,7 +140,7 @@ class PreparedUpsert:
     """An upsert whose objects are written under temporary keys and whose start state is read; commit()
     publishes it (or raises UpdateConflict). Split in two so that tests can interleave other writers."""
 
-    def __init__(self, deployment: Deployment, record: TableRecord, run_id: str, parts: list[dict],
+    def __init__(self, deployment: Deployment, record: TableRecord, run_id: str, parts: list[WrittenPart],
                  deleted: dict[str, int], mark: int, start_ids: dict[dt.date, int], started: float,
                  now: dt.datetime | None) -> None:
         self.deployment = deployment
@@ -200,7 +200,7 @@ class PreparedUpsert:
                 if appended > self.start_ids.get(date, 0):
                     raise UpdateConflict(f"{name} dt={date} changed while the upsert ran: small object {appended} "
                                          "was appended after the upsert started; run the upsert again")
-            placed: list[tuple[dict, str, bool]] = []
+            placed: list[tuple[WrittenPart, str, bool]] = []
             for part in self.parts:
                 staging_id = tx.register_loaded(
                     f"upsert:{self.run_id}/{part['date']}", table_id=record.id, size=part["bytes"],
@@ -221,8 +221,7 @@ class PreparedUpsert:
                 base = tx.merge_base(partition.id, upper)
                 # Written inside the transaction: if it aborts, the manifest is garbage no version names (reap).
                 listed = read_manifest(lake, base.manifest_key) if base.manifest_key else []
-                objects = [(layout.small_object(date, object_id, is_delayed), size)
-                           for object_id, is_delayed, size, _ in base.objects]
+                objects = [(layout.small_object(date, o.id, o.delayed), o.content_length) for o in base.objects]
                 manifest, _ = write_manifests(lake, layout, date, upper, objects,
                                               label=merge_label((base.version or 0) + 1, upper), listed=listed)
                 versions.append((base, upper, manifest))

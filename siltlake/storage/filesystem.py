@@ -321,6 +321,14 @@ class Storage:
     def exists(self, key: str) -> bool:
         return self.info(key) is not None
 
+    def size(self, key: str) -> int:
+        """The size of an object that must be there (one just written, or listed by a manifest): a missing one is
+        a FileNotFoundError naming it."""
+        info = self.info(key)
+        if info is None:
+            raise FileNotFoundError(f"{self.uri(key)}: no such object")
+        return info.size
+
     def open_input(self, key: str) -> BinaryIO:
         return self.filesystem.open_input_stream(self.path(key), compression=None)
 
