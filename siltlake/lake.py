@@ -146,11 +146,12 @@ class Table:
     @property
     def version(self) -> int:
         """The newest table version (0: nothing published yet)."""
-        return self.versions()[1]
+        return self.lake.deployment.catalog.versions.table_bounds(self.record.id).newest
 
     def versions(self) -> tuple[int, int]:
         """(oldest readable, newest) table version; older ones were reaped (but those tags name: Table.tags)."""
-        return self.lake.deployment.catalog.versions.table_bounds(self.record.id)
+        bounds = self.lake.deployment.catalog.versions.table_bounds(self.record.id)
+        return bounds.oldest, bounds.newest  # a plain pair, as documented and printed
 
     def tag(self, name: str, version: int | None = None, move: bool = False, now: dt.datetime | None = None) -> Tag:
         """Name table `version` (None: the newest); read it as as_of_version="name" or VERSION AS OF 'name'. Reap

@@ -33,10 +33,13 @@ def definition_hash(definition: DerivedDef, table: TableDef) -> str:
 
 
 def _build(row) -> BuildRecord:  # a derived_builds Row
-    return BuildRecord(row.id, row.derived_id, row.name, row.reg_key, row.status, row.kind, row.owner_host,
-                       row.owner_pid, row.start_time, row.heartbeat_time, row.end_time,
-                       json.loads(row.source_state) if row.source_state else None, row.trigger_value,
-                       row.dates_written, row.rows_written, row.bytes_written, row.error)
+    return BuildRecord(
+        id=row.id, derived_id=row.derived_id, name=row.name, reg_key=row.reg_key, status=row.status, kind=row.kind,
+        owner_host=row.owner_host, owner_pid=row.owner_pid, start_time=row.start_time,
+        heartbeat_time=row.heartbeat_time, end_time=row.end_time,
+        source_state=json.loads(row.source_state) if row.source_state else None, trigger_value=row.trigger_value,
+        dates_written=row.dates_written, rows_written=row.rows_written, bytes_written=row.bytes_written,
+        error=row.error)
 
 
 def derived_table_states(c: Connection, now: dt.datetime) -> dict[int, str]:
@@ -92,9 +95,10 @@ class Derived:
                                    d.c.definition_hash, d.c.sources, d.c.create_time.label("derived_create_time"), t)
                          .select_from(d.join(t, t.c.id == d.c.table_id))
                          .where(t.c.dropped_time.is_(None), *where).order_by(t.c.schema_name, t.c.table_name)).all()
-        return [DerivedRecord(row.derived_id, table_record(row), DerivedDef.from_json(row.derived_definition),
-                              row.definition_hash,
-                              tuple(json.loads(row.sources)), row.derived_create_time) for row in rows]
+        return [DerivedRecord(id=row.derived_id, table=table_record(row),
+                              definition=DerivedDef.from_json(row.derived_definition),
+                              definition_hash=row.definition_hash, source_ids=tuple(json.loads(row.sources)),
+                              create_time=row.derived_create_time) for row in rows]
 
     def _one(self, c: Connection, *where: sa.ColumnElement) -> DerivedRecord:
         found = self._rows(c, *where)

@@ -25,9 +25,10 @@ class ExternalSync:
         with self._core.tx() as c:
             rows = c.execute(sa.select(e, t.c.dropped_time).select_from(e.join(t, t.c.id == e.c.table_id))
                              .where(e.c.target == target)).all()
-        return {r.table_id: SyncedTable(r.table_id, r.database_name, r.table_name,
-                                        tuple((name, kind) for name, kind in json.loads(r.columns)),
-                                        r.dropped_time is not None, r.synced_version, r.syncing_version)
+        return {r.table_id: SyncedTable(table_id=r.table_id, database_name=r.database_name, table_name=r.table_name,
+                                        columns=tuple((name, kind) for name, kind in json.loads(r.columns)),
+                                        dropped=r.dropped_time is not None, synced_version=r.synced_version,
+                                        syncing_version=r.syncing_version)
                 for r in rows}
 
     def record_table(self, target: str, table_id: int, database_name: str, table_name: str,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 # UpdateConflict, MergeConflict and VersionOutOfRange are siltlake's public errors (siltlake.errors), named here
 # as before.
@@ -278,6 +279,14 @@ class JobOutcome:
 
 
 # --- versions and publishing ----------------------------------------------------------------------
+
+
+class TableBounds(NamedTuple):
+    """A table's readable versions: the oldest (older ones were reaped) and the newest (0: none published). A
+    named tuple: most callers unpack the pair."""
+
+    oldest: int
+    newest: int
 
 
 @dataclass(frozen=True)

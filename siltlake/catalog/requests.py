@@ -49,8 +49,8 @@ class Requests:
             row = c.execute(sa.select(r).where(r.c.table_id == table_id, r.c.request_id == request_id)).first()
         if row is None:
             return None
-        return AppliedRequest(row.table_id, row.request_id, row.operation, row.table_version, row.detail,
-                              row.created_at)
+        return AppliedRequest(table_id=row.table_id, request_id=row.request_id, operation=row.operation,
+                              table_version=row.table_version, detail=row.detail, created_at=row.created_at)
 
     def record(self, request: WriteRequest, table_version: int | None, detail: str, now: dt.datetime) -> None:
         """Record a request whose write committed nothing (nothing matched) in a transaction of its own."""

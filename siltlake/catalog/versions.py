@@ -20,6 +20,7 @@ from siltlake.catalog.records import (
     PublishedVersion,
     RangeRow,
     SwitchedPartition,
+    TableBounds,
     UpdateBase,
     UpdateWrite,
     VersionOutOfRange,
@@ -127,10 +128,12 @@ class Versions:
                     if oid > lowers[pid]:
                         objects.setdefault(pid, []).append((oid, size))
         return [LiveCandidate(
-            row.id, row.table_id, row.partition_date, row.current_manifest_version < 0, row.version, row.manifest_key,
-            row.covered_upper, row.watermark, int(row.rows) + (row.base_rows or 0),
-            int(row.bytes) + (row.base_bytes or 0),
-            tuple(o for o in objects.get(row.id, ()) if o[0] <= row.watermark), row.file_list_key) for row in rows]
+            partition_id=row.id, table_id=row.table_id, partition_date=row.partition_date,
+            first=row.current_manifest_version < 0, base_version=row.version, manifest_key=row.manifest_key,
+            covered_upper=row.covered_upper, watermark=row.watermark, row_count=int(row.rows) + (row.base_rows or 0),
+            byte_count=int(row.bytes) + (row.base_bytes or 0), base_file_list_key=row.file_list_key,
+            objects=tuple((oid, size) for oid, size in objects.get(row.id, ()) if oid <= row.watermark))
+            for row in rows]
 
     def merged_to_publish(self) -> list[SwitchedPartition]:
         """Switched partitions whose desired merged version is ahead of the published one."""
@@ -163,11 +166,11 @@ class Versions:
                                so.c.id > p.c.desired_manifest_version, so.c.id <= newest.c.covered_upper)
                         .order_by(so.c.id))):
                     beyond.setdefault(pid, []).append(ListedObject(oid, delayed, size, count))
-        return [SwitchedPartition(row.id, row.table_id, row.partition_date, row.current_manifest_version,
-                                  row.desired_manifest_version,
-                                  tuple(x for x in ranges.get(row.id, []) if x.upper <= row.desired_manifest_version),
-                                  tuple(beyond.get(row.id, ())))
-                for row in rows]
+        return [SwitchedPartition(
+            partition_id=row.id, table_id=row.table_id, partition_date=row.partition_date,
+            current=row.current_manifest_version, desired=row.desired_manifest_version,
+            ranges=tuple(x for x in ranges.get(row.id, []) if x.upper <= row.desired_manifest_version),
+            beyond=tuple(beyond.get(row.id, ()))) for row in rows]
 
     def publish_merged(self, partition: SwitchedPartition, manifest_key: str,
                        now: dt.datetime) -> PublishedVersion | None:
@@ -291,9 +294,11 @@ class Versions:
             covered = (newest.covered_upper or 0) if newest is not None and newest.manifest_key else 0
             objects = c.execute(sa.select(so.c.id, so.c.delayed).where(
                 so.c.partition_id == partition.id, so.c.id > covered).order_by(so.c.id)).all()
-        return UpdateBase(partition.id, partition_date, newest.version if newest is not None else None,
-                          newest.manifest_key if newest is not None else None, covered,
-                          tuple((row.id, row.delayed) for row in objects), objects[-1].id if objects else covered)
+        return UpdateBase(partition_id=partition.id, partition_date=partition_date,
+                          version=newest.version if newest is not None else None,
+                          manifest_key=newest.manifest_key if newest is not None else None, covered_upper=covered,
+                          objects=tuple((row.id, row.delayed) for row in objects),
+                          upper=objects[-1].id if objects else covered)
 
     def commit_updates(self, writes: Sequence[UpdateWrite], now: dt.datetime, *, given: bool = False,
                        request: tuple[WriteRequest, str] | None = None) -> list[PublishedVersion]:
@@ -515,11 +520,11 @@ class Versions:
         values = {f"date_{i}": dated[min(i, len(dated) - 1)] for i in range(count)}
         return self._core.read_row(_state_query(count), {"table_id": table_id, **values})
 
-    def table_bounds(self, table_id: int) -> tuple[int, int]:
-        """(oldest readable, newest) table version; (1, 0) for a table without versions."""
+    def table_bounds(self, table_id: int) -> TableBounds:
+        """The oldest readable and the newest table version; (1, 0) for a table without versions."""
         with self._core.snapshot() as c:
             oldest, newest, _ = self.table_range(c, table_id)
-        return oldest, newest
+        return TableBounds(oldest=oldest, newest=newest)
 
 
 def _version(row) -> PublishedVersion:  # a partition_versions Row

@@ -50,7 +50,7 @@ def _write_merged_manifests(deployment: Deployment, tables: dict, partition: Swi
                 for o in partition.beyond]
     label = beyond_label(partition.desired, partition.upper) if partition.beyond else None
     return write_manifests(deployment.lake, layout, partition.partition_date, partition.desired, objects,
-                           label=label)[0]
+                           label=label).json_key
 
 
 def _write_live_manifests(deployment: Deployment, tables: dict, candidate: LiveCandidate) -> str:
@@ -63,7 +63,7 @@ def _write_live_manifests(deployment: Deployment, tables: dict, candidate: LiveC
     objects = [(layout.small_object(candidate.partition_date, object_id, False), size)
                for object_id, size in candidate.objects]
     return write_manifests(lake, layout, candidate.partition_date, candidate.version, objects,
-                           label=live_label(candidate.version, candidate.watermark), listed=listed)[0]
+                           label=live_label(candidate.version, candidate.watermark), listed=listed).json_key
 
 
 def _target_failure(catalog: Catalog, target: str, exc: Exception, done: str = "") -> str:

@@ -76,7 +76,7 @@ def _newest(options: dict[str, str]) -> int:
     deployment = _open(options)
     try:
         record = deployment.catalog.tables.get(_table_name(options))
-        return deployment.catalog.versions.table_bounds(record.id)[1]
+        return deployment.catalog.versions.table_bounds(record.id).newest
     finally:
         deployment.close()
 

@@ -545,7 +545,7 @@ def _reap_iceberg_metadata(deployment: Deployment, key: str, listed: Sequence[Ob
 
     catalog = deployment.catalog
     records = catalog.tables.list()
-    oldest = {record.id: catalog.versions.table_bounds(record.id)[0] for record in records}
+    oldest = {record.id: catalog.versions.table_bounds(record.id).oldest for record in records}
     doomed = _iceberg_unneeded(key, listed, reap_iceberg(deployment, records, set(), oldest).retained, report,
                                young_after)
     deleted, failed, skipped = _delete_all(deployment, key, doomed, {i.key for i in doomed}, young_after, workers,

@@ -7,14 +7,22 @@ import datetime as dt
 import json
 import uuid
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from siltlake.storage.filesystem import Storage
 from siltlake.storage.keys import TableLayout
 
 
+class ManifestKeys(NamedTuple):
+    """The keys of a version's two manifests (a named pair: most writers unpack it)."""
+
+    json_key: str
+    symlink_key: str
+
+
 def write_manifests(lake: Storage, layout: TableLayout, partition_date: dt.date, version: int,
                     objects: Sequence[tuple[str, int]], label: str | None = None,
-                    listed: Sequence[tuple[str, int]] = ()) -> tuple[str, str]:
+                    listed: Sequence[tuple[str, int]] = ()) -> ManifestKeys:
     """Write both forms listing `listed` (URI, content length: entries of another manifest) and then
     `objects` (key, content length); returns their keys. Idempotent."""
     json_key, symlink_key = layout.manifest_keys(partition_date, version, label)
@@ -22,7 +30,7 @@ def write_manifests(lake: Storage, layout: TableLayout, partition_date: dt.date,
     entries = [{"url": uri, "mandatory": True, "meta": {"content_length": size}} for uri, size in uris]
     lake.write_bytes(json_key, json.dumps({"entries": entries}, indent=1).encode())
     _write_symlink(lake, symlink_key, "".join(uri + "\n" for uri, _ in uris).encode())
-    return json_key, symlink_key
+    return ManifestKeys(json_key=json_key, symlink_key=symlink_key)
 
 
 def _write_symlink(lake: Storage, symlink_key: str, data: bytes) -> None:
