@@ -18,6 +18,7 @@ from siltlake.catalog.records import (
     DERIVED_PARTITION_STATES,
     PARTITION_STATES,
     ClaimedJob,
+    FileStats,
     JobOutcome,
     LocalHost,
     LostMergeJob,
@@ -183,7 +184,7 @@ class MergeQueue:
         return [RangeRow(*row_values(row)) for row in rows]
 
     def range_stats(self, table_id: int, dates: Collection[dt.date] | None = None,
-                    ) -> dict[tuple[dt.date, int, int], tuple[int, int, dt.datetime, dt.datetime]]:
+                    ) -> dict[tuple[dt.date, int, int], FileStats]:
         """Of each merge range of the table's partitions (those dated `dates`; None: all) whose object is named
         by its bounds, by (date, lower, upper): content length, row count, and the min and max event time of
         the small objects it merged (lower < id <= upper), in one query. The event times are the object's only
@@ -201,7 +202,7 @@ class MergeQueue:
             query = query.where(p.c.partition_date.in_(sorted(dates)))
         with self._core.snapshot() as c:
             rows = c.execute(query).all()
-        return {(day, lower, upper): (size, count, low, high)
+        return {(day, lower, upper): FileStats(size, count, low, high)
                 for day, lower, upper, size, count, low, high in rows_values(rows) if dates is None or day in dates}
 
     def unmerged_objects(self, partition_id: int, limit: int

@@ -20,11 +20,13 @@ from siltlake.catalog.core import CatalogCore, rows_values
 from siltlake.catalog.derived import derived_table_states
 from siltlake.catalog.positions import record_all_consumed, record_consumed, release_pending
 from siltlake.catalog.records import (
+    FileStats,
     ListedObject,
     MergeBase,
     PartitionRow,
     PublishedVersion,
     SmallObjectRow,
+    VersionRef,
     WriteRequest,
     partition_state,
 )
@@ -88,18 +90,19 @@ class Partitions:
         with self._core.tx() as c:
             return [SmallObjectRow(*r) for r in rows_values(c.execute(query))]
 
-    def object_stats(self, object_ids: Collection[int]) -> dict[int, tuple[int, int, dt.datetime, dt.datetime]]:
+    def object_stats(self, object_ids: Collection[int]) -> dict[int, FileStats]:
         """Of each small object (by id) the stream recorded at its commit: content length, row count and
         min and max event time (naive UTC); ids without a row are left out."""
         so = s.small_objects
         ordered = sorted(set(object_ids))
-        stats: dict[int, tuple[int, int, dt.datetime, dt.datetime]] = {}
+        stats: dict[int, FileStats] = {}
         with self._core.snapshot() as c:
             for start in range(0, len(ordered), _IDS_PER_STATEMENT):
                 for row in c.execute(sa.select(so.c.id, so.c.content_length, so.c.row_count, so.c.min_event_time,
                                                so.c.max_event_time)
                                      .where(so.c.id.in_(ordered[start:start + _IDS_PER_STATEMENT]))):
-                    stats[row.id] = (row.content_length, row.row_count, row.min_event_time, row.max_event_time)
+                    stats[row.id] = FileStats(row.content_length, row.row_count, row.min_event_time,
+                                              row.max_event_time)
         return stats
 
     def largest_ids(self, table_id: int, dates: Collection[dt.date]) -> dict[dt.date, int]:
@@ -521,13 +524,13 @@ class StreamCommit:
         if self._core.dialect == "postgresql":
             self._c.execute(sa.select(s.partitions.c.id).where(s.partitions.c.id == partition_id).with_for_update())
 
-    def rewritten_since(self, partition_id: int, mark: int) -> tuple[int, str] | None:
-        """(version, op) of the first update or merge version of the partition above `mark` (Versions.mark)."""
+    def rewritten_since(self, partition_id: int, mark: int) -> VersionRef | None:
+        """The first update or merge version of the partition above `mark` (Versions.mark)."""
         v = s.partition_versions
         row = self._c.execute(sa.select(v.c.version, v.c.commit_op).where(
             v.c.partition_id == partition_id, v.c.id > mark, v.c.commit_op.in_(REWRITES))
             .order_by(v.c.version).limit(1)).first()
-        return (row.version, row.commit_op) if row is not None else None
+        return VersionRef(version=row.version, commit_op=row.commit_op) if row is not None else None
 
     def largest_object_id(self, partition_id: int) -> int:
         """The partition's largest small object id (0: none)."""

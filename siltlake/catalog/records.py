@@ -281,6 +281,24 @@ class JobOutcome:
 # --- versions and publishing ----------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class FileStats:
+    """What a data file holds: its size, rows and event time range (naive UTC; None: unknown)."""
+
+    content_length: int
+    row_count: int
+    min_event_time: dt.datetime | None
+    max_event_time: dt.datetime | None
+
+
+@dataclass(frozen=True)
+class VersionRef:
+    """A partition version by its number and the operation that published it."""
+
+    version: int
+    commit_op: str
+
+
 class TableBounds(NamedTuple):
     """A table's readable versions: the oldest (older ones were reaped) and the newest (0: none published). A
     named tuple: most callers unpack the pair."""

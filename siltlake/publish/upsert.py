@@ -193,8 +193,8 @@ class PreparedUpsert:
                 # An upsert's own object would also read as appended: name the version first.
                 rewritten = tx.rewritten_since(partition.id, self.mark)
                 if rewritten is not None:
-                    raise UpdateConflict(f"{name} dt={date} changed while the upsert ran: version {rewritten[0]} "
-                                         f"({rewritten[1]}) was published after the upsert started; run the "
+                    raise UpdateConflict(f"{name} dt={date} changed while the upsert ran: version {rewritten.version} "
+                                         f"({rewritten.commit_op}) was published after the upsert started; run the "
                                          "upsert again")
                 appended = tx.largest_object_id(partition.id)
                 if appended > self.start_ids.get(date, 0):

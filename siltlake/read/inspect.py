@@ -21,7 +21,7 @@ from siltlake.storage.keys import merge_range_of, small_object_id
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from siltlake.catalog import PartitionView, TableRecord
+    from siltlake.catalog import FileStats, PartitionView, TableRecord
     from siltlake.deployment import Deployment
 
 __all__ = ["TableInspect", "history_rows", "with_stats"]
@@ -48,11 +48,12 @@ def _physical_time_column(record: TableRecord) -> str | None:
     return next((c.physical_name for c in definition.columns if c.name == definition.time_column), None)
 
 
-def _footer_stats(deployment: Deployment, key: str, time_column: str | None,
-                  ) -> tuple[int, int, dt.datetime | None, dt.datetime | None]:
-    """(size, rows, min and max event time) of one Parquet file from its footer; a time is None when the file
+def _footer_stats(deployment: Deployment, key: str, time_column: str | None) -> FileStats:
+    """Size, rows, min and max event time of one Parquet file from its footer; a time is None when the file
     has no statistics of the column."""
     import pyarrow.parquet as pq
+
+    from siltlake.catalog.records import FileStats
 
     lake = deployment.lake
     with lake.open_input_file(key) as handle:
@@ -71,7 +72,7 @@ def _footer_stats(deployment: Deployment, key: str, time_column: str | None,
             highs = [time for s in stats if (time := _naive_utc(s.max)) is not None]
             if len(lows) == len(highs) == len(stats):
                 low, high = min(lows), max(highs)
-    return size, footer.num_rows, low, high
+    return FileStats(size, footer.num_rows, low, high)
 
 
 def with_stats(deployment: Deployment, record: TableRecord, files: list[DataFile]) -> list[DataFile]:
@@ -82,7 +83,7 @@ def with_stats(deployment: Deployment, record: TableRecord, files: list[DataFile
     names = {f.uri: f.uri.rsplit("/", 1)[-1] for f in files}
     ids = {uri: small_object_id(name) for uri, name in names.items()}
     recorded = catalog.partitions.object_stats([i for i in ids.values() if i is not None])
-    stats: dict[str, tuple] = {uri: recorded[i] for uri, i in ids.items() if i in recorded}
+    stats: dict[str, FileStats] = {uri: recorded[i] for uri, i in ids.items() if i in recorded}
     bounds = {f.uri: (f.partition_date, *found) for f in files if (found := merge_range_of(names[f.uri]))}
     if bounds and not record.definition.keyed:
         ranges = catalog.merge_queue.range_stats(record.id, {day for day, _, _ in bounds.values()})
@@ -94,7 +95,9 @@ def with_stats(deployment: Deployment, record: TableRecord, files: list[DataFile
         with ThreadPoolExecutor(min(_FOOTER_READERS, len(keys))) as pool:
             footers = pool.map(lambda key: _footer_stats(deployment, key, time_column), keys)
             stats.update(zip((f.uri for f in unrecorded), footers, strict=True))
-    return [DataFile(f.uri, f.partition_date, *stats[f.uri]) for f in files]
+    return [DataFile(f.uri, f.partition_date, size=stats[f.uri].content_length, rows=stats[f.uri].row_count,
+                     min_event_time=stats[f.uri].min_event_time, max_event_time=stats[f.uri].max_event_time)
+            for f in files]
 
 
 def _kind(uri: str) -> str:
