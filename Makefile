@@ -55,7 +55,7 @@ XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadscope)
 test: prereqs $(VENV)/.installed-dev readers-venv browser deploy-tools logrotate lint
 	$(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
 
-# The tests that need no Java and no PostgreSQL server, in about two minutes (README: Development). Not `slow`
+# The tests that need no Java and no PostgreSQL server, in about two minutes (docs/development.md). Not `slow`
 # either. SILT_TEST_FAST=1 makes it honest (tests/conftest.py): JAVA_HOME names no Java, so anything that starts
 # Spark fails, and a test that asks for Spark or PostgreSQL, or connects to the tests' server, fails naming the
 # marker it lacks. No prereqs: it runs on a machine without Java.

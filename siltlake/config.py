@@ -27,7 +27,7 @@ _TABLE_DIRECTORY = r"^(?:.*/)?(?:[^/]*\.)?(?P<schema>[^/.]+)\.(?P<table>[^/.]+)/
 _DATE_DIRECTORIES = r"(?P<year>\d{4})/(?P<month>\d{2})/(?P<day>\d{2})/"
 DEFAULT_KEY_PATTERN = _TABLE_DIRECTORY + _DATE_DIRECTORIES + r"(?P<name>[^/]+)$"
 
-# stream.key_pattern may name one of these layouts instead of giving a regular expression (README "Shippers").
+# stream.key_pattern may name one of these layouts instead of giving a regular expression (docs/shippers.md).
 # Each names its table by a directory <schema>.<table> (a prefix before it allowed, and <anything>. before the
 # schema: the last two dotted parts count), the layouts' own parts after it.
 KEY_LAYOUTS = {

@@ -163,16 +163,16 @@ def test_to_pandas_compact_and_reap(deployment: Deployment) -> None:
     assert Counter(table.to_arrow().column("user_id").to_pylist()) == before
 
 
-def test_the_readme_maintenance_example_runs(deployment: Deployment, monkeypatch, capsys) -> None:
-    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
-    section = readme.split("From Python, the same work on one table or the lake", 1)[1]
+def test_the_tables_doc_maintenance_example_runs(deployment: Deployment, monkeypatch, capsys) -> None:
+    tables = (Path(__file__).parent.parent / "docs" / "tables.md").read_text(encoding="utf-8")
+    section = tables.split("From Python, the same work on one table or the lake", 1)[1]
     example = section.split("```python\n", 1)[1].split("```", 1)[0]
     table = make_table(deployment)
     add_small_objects(deployment, table, DAY, [rows_for(DAY, 10, 0), rows_for(DAY, 10, 1)])
     publish_once(deployment, now=tokyo(DAY, 12))
     publish_once(deployment, now=tokyo(NEXT_DAY, 1))  # closes DAY: its compaction shows
     point_cli_at(deployment, monkeypatch)  # Lake.open() finds the deployment as `silt` would
-    exec(compile(example, "README.md", "exec"), {})  # noqa: S102 - the documented example, as a user runs it
+    exec(compile(example, "docs/tables.md", "exec"), {})  # noqa: S102 - the documented example, as a user runs it
     printed = capsys.readouterr().out
     assert "\n1 1\n" in printed and "switched" in printed, printed
     assert Lake(deployment).table("web.access").partitions().column("objects").to_pylist() == [1]

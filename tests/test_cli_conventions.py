@@ -1,6 +1,6 @@
-"""The conventions every `silt` command keeps (README, "CLI reference"): --json reports and --dry-run on what
-changes something, exit status 2 for a declined confirmation and --yes without a terminal, did-you-mean for
-table and column names, JSON error lines with --log-format json, one name per partition state."""
+"""The conventions every `silt` command keeps (docs/operations.md, "Command reference"): --json reports and
+--dry-run on what changes something, exit status 2 for a declined confirmation and --yes without a terminal,
+did-you-mean for table and column names, JSON error lines with --log-format json, one name per partition state."""
 
 from __future__ import annotations
 

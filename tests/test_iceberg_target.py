@@ -336,11 +336,11 @@ def test_the_iceberg_catalog_sits_beside_siltlakes(deployment: Deployment) -> No
     deployment.catalog.check_ready()  # siltlake's catalog is unaffected by the iceberg_* tables
 
 
-def test_the_readme_pyiceberg_example_runs(deployment: Deployment, monkeypatch, capsys) -> None:
+def test_the_reading_pyiceberg_example_runs(deployment: Deployment, monkeypatch, capsys) -> None:
     from .merge_helpers import point_cli_at
 
-    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
-    section = readme.split("### Iceberg engines (Trino, Spark, DuckDB)", 1)[1]
+    reading = (Path(__file__).parent.parent / "docs" / "reading.md").read_text(encoding="utf-8")
+    section = reading.split("## Iceberg engines (Trino, Spark, DuckDB)", 1)[1]
     example = section.split("```python\n", 1)[1].split("```", 1)[0]
     with_iceberg(deployment)
     record = make_table(deployment)
@@ -349,7 +349,7 @@ def test_the_readme_pyiceberg_example_runs(deployment: Deployment, monkeypatch, 
     add_small_objects(deployment, record, DAY, [rows_for(DAY, 10, 1)])
     published(deployment, tokyo(DAY, 13))
     point_cli_at(deployment, monkeypatch)  # Lake.open() finds the deployment as `silt` would
-    exec(compile(example, "README.md", "exec"), {})  # the documented example, as a user runs it
+    exec(compile(example, "docs/reading.md", "exec"), {})  # the documented example, as a user runs it
     printed = capsys.readouterr().out.splitlines()
     assert printed[:2] == ["20", "10"] and printed[2].endswith(".metadata.json"), printed
 

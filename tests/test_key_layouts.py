@@ -112,13 +112,12 @@ def test_a_layout_is_named_in_the_config_file(tmp_path) -> None:
     assert config.stream.key_pattern == KEY_LAYOUTS["fluentd_out_s3"][0]
 
 
-def _readme_shippers() -> str:
-    text = (Path(__file__).parent.parent / "README.md").read_text()
-    return text.split("\n## Shippers\n", 1)[1].split("\n## ", 1)[0]
+def _shippers_doc() -> str:
+    return (Path(__file__).parent.parent / "docs" / "shippers.md").read_text()
 
 
-def test_readme_shippers_configs_are_valid_and_map_their_example_keys() -> None:
-    blocks = re.findall(r"```toml\n(.*?)```", _readme_shippers(), re.S)
+def test_the_shippers_doc_configs_are_valid_and_map_their_example_keys() -> None:
+    blocks = re.findall(r"```toml\n(.*?)```", _shippers_doc(), re.S)
     layouts_seen = set()
     for block in blocks:
         data = tomllib.loads(block)

@@ -37,7 +37,7 @@ from .test_appends import append, deployment_with, lines
 
 pytestmark = pytest.mark.spark
 WRITER = Path(__file__).with_name("logwriter.py")
-# One file per table appended to forever, no date in its path (README "Shippers"): web.access/access.log.
+# One file per table appended to forever, no date in its path (docs/shippers.md): web.access/access.log.
 UNDATED = r"^(?P<schema>[^/.]+)\.(?P<table>[^/.]+)/(?P<name>[^/]+)$"
 LOG_KEY = "web.access/access.log"
 # The rotation configs: (directives, how the writer learns of a rotation, the exclude patterns beside them).
@@ -49,7 +49,7 @@ ROTATIONS = {
     # Debian's web server configs: access.log.1 stays plain for a rotation, then becomes access.log.2.gz; the
     # writer notices the rename itself (WatchedFileHandler).
     "delaycompress": ("create\n    compress\n    delaycompress", "watch", []),
-    # The same with the rotated names excluded, as README "Shippers" allows with `create`: a renamed file is
+    # The same with the rotated names excluded, as docs/shippers.md allows with `create`: a renamed file is
     # followed whatever its name, so access.log.1's last lines are still read, once.
     "delaycompress-exclude": ("create\n    compress\n    delaycompress", "watch", ["*.gz", "*.[0-9]"]),
 }

@@ -492,11 +492,11 @@ def test_migration_0006_numbers_existing_versions_by_commit_and_their_reads_stay
         pa.Table.from_pylist(rows_for(NEXT_DAY, 10, 3), schema=table.definition.arrow_schema()))
 
 
-def test_the_readme_python_example_runs(deployment: Deployment, monkeypatch, capsys) -> None:
+def test_the_reading_python_example_runs(deployment: Deployment, monkeypatch, capsys) -> None:
     from .merge_helpers import add_small_objects, point_cli_at
 
-    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Read a table from Python", 1)[1]
+    reading = (Path(__file__).parent.parent / "docs" / "reading.md").read_text(encoding="utf-8")
+    section = reading.split("## From Python", 1)[1]
     example = section.split("```python\n", 1)[1].split("```", 1)[0]
     table = make_table(deployment)
     add_small_objects(deployment, table, DAY, [rows_for(DAY, 10, 0)])
@@ -504,6 +504,6 @@ def test_the_readme_python_example_runs(deployment: Deployment, monkeypatch, cap
     add_small_objects(deployment, table, DAY, [rows_for(DAY, 10, 1)])
     publish_once(deployment, now=tokyo(DAY, 13))
     point_cli_at(deployment, monkeypatch)  # Lake.open() finds the deployment as `silt` would
-    exec(compile(example, "README.md", "exec"), {})  # noqa: S102 - the documented example, as a user runs it
+    exec(compile(example, "docs/reading.md", "exec"), {})  # noqa: S102 - the documented example, as a user runs it
     printed = capsys.readouterr().out.splitlines()
     assert "(1, 2)" in printed and "10" in printed, printed

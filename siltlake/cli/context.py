@@ -25,8 +25,8 @@ if TYPE_CHECKING:
 
 class SiltGroup(click.Group):
     """The `silt` group: a prompt answered "no" (or Ctrl-C at it) ends with status 2, not click's "Aborted!" and
-    1 (README: 1 is a bug); with `--log-format json`, click's own errors (a bad option, a missing argument, a
-    command's usage error) are JSON lines too, with click's exit status."""
+    1 (docs/operations.md: 1 is a bug); with `--log-format json`, click's own errors (a bad option, a missing
+    argument, a command's usage error) are JSON lines too, with click's exit status."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -62,7 +62,7 @@ def friendly(command: Callable) -> Callable:
     return wrapper
 
 
-DECLINED = 2  # README, "CLI reference": a declined confirmation is the user's choice, not a bug (1)
+DECLINED = 2  # docs/operations.md, "Exit status and errors": a declined confirmation is the user's choice (1: a bug)
 
 
 def confirm(question: str, yes: bool) -> None:

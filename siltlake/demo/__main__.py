@@ -446,7 +446,7 @@ def main() -> None:
     demo.step("Read from anything", "The same table through three engines: siltlake's Spark reader, DuckDB over "
               "the exact file list of the newest version (Lake.table(...).files()), and PyIceberg over the Iceberg "
               "table the publish runs kept in step (publish.targets = ['iceberg']; Trino, Spark and DuckDB read it "
-              "too, see the README).")
+              "too, see docs/reading.md).")
     counts = demo.python("count through Spark, DuckDB and Iceberg", lambda: engine_counts(demo.deployment))
 
     console.rule()

@@ -1,6 +1,6 @@
-"""README's "Read a table from anything", run as written: its Python, DuckDB and Spark examples and its
-`silt sql` lines, against a deployment holding web.access as the quick start leaves it plus a second
-published version (version 1: 10 rows of a day, version 2: 10 more)."""
+"""docs/reading.md, run as written: its Python, DuckDB and Spark examples and its `silt sql` lines, against a
+deployment holding web.access as the quick start leaves it plus a second published version (version 1: 10 rows of
+a day, version 2: 10 more)."""
 
 from __future__ import annotations
 
@@ -18,16 +18,14 @@ from .merge_helpers import add_small_objects, point_cli_at, rows_for, silt_in_pr
 from .test_merge import DAY, make_table
 from .test_publish import tokyo
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+READING = Path(__file__).resolve().parent.parent / "docs" / "reading.md"
 BATCHES = [rows_for(DAY, 10, 0), rows_for(DAY, 10, 1)]
 
 
 def section_blocks(language: str) -> list[str]:
-    text = README.read_text(encoding="utf-8")
-    section = text[text.index("## Read a table from anything\n"):]
-    section = section[:section.index("\n## ", 1)]
-    # Its Iceberg part runs in tests/test_iceberg_target.py (it needs the iceberg publish target).
-    section = section.split("\n### Iceberg engines", 1)[0]
+    text = READING.read_text(encoding="utf-8")
+    # Up to its Iceberg part, which runs in tests/test_iceberg_target.py (it needs the iceberg publish target).
+    section = text.split("\n## Iceberg engines", 1)[0]
     return re.findall(rf"^```{language}\n(.*?)^```$", section, re.S | re.M)
 
 
@@ -41,7 +39,7 @@ def two_versions(deployment: Deployment) -> None:
 
 def run_example(code: str, capsys) -> list[str]:  # pytest's capsys
     capsys.readouterr()
-    exec(compile(code, "README.md", "exec"), {})  # the documented example, as a user runs it
+    exec(compile(code, "docs/reading.md", "exec"), {})  # the documented example, as a user runs it
     return capsys.readouterr().out.splitlines()
 
 
