@@ -1,5 +1,5 @@
 """The options several commands share, each defined once here: wherever it appears, a flag has the same
-name, meaning, help text and parsing (docs: README, "CLI reference")."""
+name, meaning, help text and parsing (docs: docs/operations.md, "Command reference")."""
 
 from __future__ import annotations
 
