@@ -392,10 +392,11 @@ def test_a_new_file_with_a_deleted_files_content_and_inode_number_is_no_rename_o
     assert_rows_once(appending, 5)
 
 
-def test_a_new_file_at_an_excluded_name_once_followed_is_not_taken(tmp_path: Path, catalog_url: str,
-                                                                   spark) -> None:  # noqa: ANN001
-    """exclude = ["*.1"]: access.log renamed to access.log.1 is followed there (its tail is read), but another
-    file put at access.log.1 later is left out, as at a name never followed (it was loaded from 0)."""
+def test_a_new_file_at_an_excluded_name_once_followed_is_loaded_from_its_start(tmp_path: Path, catalog_url: str,
+                                                                               spark) -> None:  # noqa: ANN001
+    """exclude = ["*.1"]: access.log renamed to access.log.1 is followed there (its tail is read); another file
+    that takes access.log.1 later is loaded once from its start: it may be the successor of the live file, renamed
+    before any round saw it at access.log, and cannot be told from one put there by hand."""
     deployment = deployment_with(tmp_path, catalog_url, spark, full_listing_interval=0, exclude=["*.1"])
     path = Path(deployment.staging.path(KEY))
     try:
@@ -410,7 +411,7 @@ def test_a_new_file_at_an_excluded_name_once_followed_is_not_taken(tmp_path: Pat
         append(path, lines(20, 3))
         for _ in range(2):
             stream_once(deployment)
-        assert_rows_once(deployment, 15)
+        assert_rows_once(deployment, 19)
         _clean(deployment)
     finally:
         deployment.close()

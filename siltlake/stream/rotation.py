@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from siltlake.catalog.positions import Position, new_generation
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
-from siltlake.globs import key_filter
 from siltlake.storage.filesystem import ObjectInfo
 from siltlake.stream.identity import HEAD_BYTES, FileMark, content_at, head_matches, mark_of, prefix_crcs
 from siltlake.stream.tails import delivery_uri
@@ -277,12 +276,9 @@ def restart(deployment: Deployment, uri: str, info: ObjectInfo, position: Positi
             send_time: dt.datetime | None, now: dt.datetime, start: int = 0,
             fingerprint: int | None = None) -> bool:
     """Follow the file now at a known name as a new file (another file took the name, or the file was truncated):
-    its position starts at `start` (0) under a new generation; the one the name had is detached. A new file at a
-    name stream.include / stream.exclude leave out is not taken (False), as it would not be at a name never seen."""
-    config = deployment.config.stream
-    admitted = key_filter(config.include, config.exclude)
-    if start == 0 and admitted is not None and not admitted.admits(info.key):
-        return False
+    its position starts at `start` (0) under a new generation; the one the name had is detached. stream.exclude
+    does not apply at a known name: the file may be the successor of a followed file that no round saw at its own
+    name (a delivery in flight there while logrotate rotated twice), and leaving it out would lose it silently."""
     table_id = position.table_id if position is not None and position.table_id else None
     if table_id is None:
         state = deployment.catalog.positions.states([uri])[uri]
