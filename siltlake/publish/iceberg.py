@@ -60,7 +60,7 @@ MANAGED_PROPERTIES = {
     # an engine's expire_snapshots or remove_orphan_files must not.
     "gc.enabled": "false",
 }
-_CATALOGS: dict[tuple[str, str, str], Any] = {}
+_CATALOGS: dict[tuple[str, str, str, tuple[tuple[str, str], ...]], Any] = {}  # pyiceberg Catalogs
 _CATALOGS_LOCK = threading.Lock()
 # A commit that loses a race to another commit of the same table is decided again from the table the winner left;
 # two runs over one table's versions lose at most once a version each.
@@ -168,7 +168,9 @@ def version_schema(deployment: Deployment, record: TableRecord, table: IcebergTa
             return None
         then = dataclasses.replace(then, definition=then.definition.with_field_ids(known))
     # dt where Iceberg's evolution puts it: after the columns made with the table, before those added later.
-    fields, dt_id = iceberg_schema(then).fields, then.definition.field_ids[PARTITION_COLUMN]
+    dt_id = then.definition.dt_field_id
+    assert dt_id is not None  # the definition had its ids, or took the table's above
+    fields = iceberg_schema(then).fields
     return Schema(*sorted(fields, key=lambda f: f.field_id > dt_id))
 
 
@@ -199,8 +201,9 @@ def snapshot_of_version(table: IcebergTable, version: int) -> Any:  # a Snapshot
 def version_snapshots(table: IcebergTable) -> dict[int, int]:
     """Snapshot ids by the siltlake table version they hold (a reap's snapshot, which repeats its parent's version
     with fewer files, left out)."""
-    return {int(s.summary[VERSION_PROPERTY]): s.snapshot_id for s in table.snapshots()  # (a Summary has no `in`)
-            if s.summary is not None and s.summary.get(VERSION_PROPERTY) and s.summary.get(REAP_PROPERTY) is None}
+    return {int(version): s.snapshot_id for s in table.snapshots()  # (a Summary has no `in`)
+            if s.summary is not None and (version := s.summary.get(VERSION_PROPERTY))
+            and s.summary.get(REAP_PROPERTY) is None}
 
 
 def synced_version(table: IcebergTable) -> int:
@@ -233,7 +236,7 @@ def snapshot_files(table: IcebergTable, snapshot: Any, cache: dict[str, list[Any
 def _may_hold(manifest: Any, days: set[int]) -> bool:  # a pyiceberg ManifestFile
     """Whether a manifest's dt bounds (its manifest list entry's partition summary) may hold one of `days`."""
     bounds = day_bounds(manifest)
-    return bounds is None or any(bounds[0] <= day <= bounds[1] for day in days)
+    return bounds is None or any(bounds.first <= day <= bounds.last for day in days)
 
 
 class IcebergTarget:
@@ -259,8 +262,12 @@ class IcebergTarget:
                                        lambda old: self.drop((old.database_name, old.table_name), old.table_id))
         failures = []
         for record in tables:
+
+            def sync(r: TableRecord = record) -> None:
+                self._sync_table(r, synced.get(r.id))
+
             try:
-                retried_on_conflict(record.qualified_name, lambda r=record: self._sync_table(r, synced.get(r.id)))
+                retried_on_conflict(record.qualified_name, sync)
             except (ConfigError, *CATALOG_OUTAGES):  # an outage fails every table: the run reports it once
                 raise
             except Exception as exc:  # reported with the table's name below
@@ -435,8 +442,10 @@ class IcebergTarget:
         from pyiceberg.table.name_mapping import MappedField, NameMapping
 
         ids = record.definition.field_ids or {}
-        mapped = [MappedField(field_id=ids[c.name], names=[c.physical_name]) for c in record.definition.columns]
-        mapped.append(MappedField(field_id=ids[PARTITION_COLUMN], names=[PARTITION_COLUMN]))
+        # pyiceberg's models take field names too (populate_by_name); mypy sees only the alias, field-id.
+        mapped = [MappedField(field_id=ids[c.name], names=[c.physical_name])  # type: ignore[call-arg]
+                  for c in record.definition.columns]
+        mapped.append(MappedField(field_id=ids[PARTITION_COLUMN], names=[PARTITION_COLUMN]))  # type: ignore[call-arg]
         with table.transaction() as transaction:
             transaction.set_properties({"schema.name-mapping.default": NameMapping(mapped).model_dump_json()})
 
@@ -472,7 +481,7 @@ class IcebergTarget:
         if newest == 0 or done >= newest:
             return
         if done == 0:
-            start = self.catalog.versions.table_bounds(record.id)[0]
+            start = self.catalog.versions.table_bounds(record.id).oldest
             stamped = self.catalog.versions.stamped(record.id, start - 1, newest)
         else:
             stamped = self.catalog.versions.stamped(record.id, done, newest)
@@ -516,7 +525,9 @@ class IcebergTarget:
                 del current[f.file_path]
             current.update((f.file_path, f) for f in added)
             deletes = [*(f for f in deletes if f not in change.removed), *change.added]
-            self.statements.append(f"COMMIT {'.'.join(table.name())} SNAPSHOT {table.current_snapshot().snapshot_id} "
+            committed = table.current_snapshot()  # the one just committed
+            snapshot_id = committed.snapshot_id if committed is not None else None
+            self.statements.append(f"COMMIT {'.'.join(table.name())} SNAPSHOT {snapshot_id} "
                                    f"(table version {version}: +{len(added)} -{len(removed)} files"
                                    f"{f', {len(change.added)} delete files' if change.added else ''}"
                                    f"{f'; {expired} older snapshots expired' if expired else ''})")

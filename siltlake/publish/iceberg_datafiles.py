@@ -83,8 +83,8 @@ def marker_mapping(table: IcebergTable) -> dict[str, str]:
     mapping = NameMapping.model_validate_json(text) if text else create_mapping_from_schema(table.schema())
     if any(DELETE_MARKER in field.names for field in mapping):
         return {NAME_MAPPING: text} if text else {}
-    return {NAME_MAPPING: NameMapping([*mapping, MappedField(field_id=MARKER_ID, names=[DELETE_MARKER])])
-            .model_dump_json()}
+    marker = MappedField(field_id=MARKER_ID, names=[DELETE_MARKER])  # type: ignore[call-arg]  # field-id's name
+    return {NAME_MAPPING: NameMapping([*mapping, marker]).model_dump_json()}
 
 
 def _registered(table: IcebergTable, path: str, date: dt.date, size: int, statistics: Any) -> Any:

@@ -181,7 +181,7 @@ def snapshot_deletes(table: IcebergTable, snapshot: Any, dates: Collection[dt.da
         if manifest.content != ManifestContent.DELETES:
             continue
         bounds = day_bounds(manifest)
-        if days is not None and bounds is not None and not any(bounds[0] <= day <= bounds[1] for day in days):
+        if days is not None and bounds is not None and not any(bounds.first <= day <= bounds.last for day in days):
             continue
         found += [e.data_file for e in manifest.fetch_manifest_entry(table.io)
                   if dates is None or partition_date(e.data_file) in dates]
@@ -215,8 +215,11 @@ class DeleteChange:
 
         this = producer.snapshot_id
         gone = {f.file_path for f in self.removed}
-        days = {(partition_date(f) - EPOCH).days for f in self.removed}
-        kept, entries = [], []
+        dates = [date for f in self.removed if (date := partition_date(f)) is not None]
+        # A delete file without a dt (siltlake writes none) may be listed anywhere: no manifest is skipped by bounds.
+        days = {(date - EPOCH).days for date in dates} if len(dates) == len(self.removed) else None
+        kept: list[Any] = []  # pyiceberg ManifestFiles
+        entries: list[Any] = []  # and ManifestEntries
         for manifest in manifests:
             if manifest.content != ManifestContent.DELETES:
                 kept.append(manifest)
@@ -224,8 +227,9 @@ class DeleteChange:
             if manifest.added_snapshot_id != this and not (manifest.has_added_files() or manifest.has_existing_files()):
                 continue  # only files an earlier commit removed: that commit's snapshot keeps them
             bounds = day_bounds(manifest)
-            listed = [] if not gone or (bounds is not None and not any(bounds[0] <= d <= bounds[1] for d in days)) \
-                else producer.fetch_manifest_entry(manifest, discard_deleted=True)
+            listed = [] if not gone or (bounds is not None and days is not None and not any(
+                bounds.first <= d <= bounds.last for d in days)) else producer.fetch_manifest_entry(manifest,
+                                                                                                  discard_deleted=True)
             if any(e.data_file.file_path in gone for e in listed):
                 entries += listed
             else:

@@ -21,7 +21,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Collection, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 EPOCH = dt.date(1970, 1, 1)  # Iceberg stores a date as days since it
 
@@ -33,16 +33,22 @@ if TYPE_CHECKING:
 YEAR_MANIFESTS = 8
 
 
-def day_bounds(manifest: Any) -> tuple[int, int] | None:  # a pyiceberg ManifestFile
-    """The first and last `dt` (days since 1970-01-01) a manifest may hold, from its manifest list entry; None
-    when it does not say."""
+class DayBounds(NamedTuple):
+    """The first and last `dt` a manifest may hold, as days since 1970-01-01."""
+
+    first: int
+    last: int
+
+
+def day_bounds(manifest: Any) -> DayBounds | None:  # a pyiceberg ManifestFile
+    """The first and last `dt` a manifest may hold, from its manifest list entry; None when it does not say."""
     summary = (manifest.partitions or [None])[0]
     if summary is None or summary.lower_bound is None or summary.upper_bound is None:
         return None
     # Iceberg's single-value form of a date: days as a 4-byte little-endian int (read here without PyIceberg's
     # generic conversion, which cost more than the rest of a commit's look at a few hundred manifests).
-    return (int.from_bytes(summary.lower_bound, "little", signed=True),
-            int.from_bytes(summary.upper_bound, "little", signed=True))
+    return DayBounds(first=int.from_bytes(summary.lower_bound, "little", signed=True),
+                     last=int.from_bytes(summary.upper_bound, "little", signed=True))
 
 
 def _year(day: int | None) -> int | None:
@@ -63,7 +69,7 @@ def _entry_year(entry: Any) -> int | None:  # a pyiceberg ManifestEntry
 
 def _years(manifest: Any) -> tuple[int | None, int | None]:  # a pyiceberg ManifestFile
     bounds = day_bounds(manifest)
-    return (None, None) if bounds is None else (_year(bounds[0]), _year(bounds[1]))
+    return (None, None) if bounds is None else (_year(bounds.first), _year(bounds.last))
 
 
 def by_year(producer: Any, manifests: list[Any]) -> list[Any]:  # a pyiceberg snapshot producer
@@ -192,8 +198,10 @@ def use_schema(transaction: Any, schema: Any) -> int:  # PyIceberg's Transaction
         same = Schema(*schema.fields, schema_id=max(s.schema_id for s in metadata.schemas) + 1,
                       identifier_field_ids=schema.identifier_field_ids)
         updates = (AddSchemaUpdate(schema=same),)
-    transaction._apply((*updates, SetCurrentSchemaUpdate(schema_id=same.schema_id)),  # as UpdateSchema
-                       (AssertCurrentSchemaId(current_schema_id=metadata.current_schema_id),))
+    # As UpdateSchema does. pyiceberg's models take field names as well as their aliases (populate_by_name); without
+    # pydantic's mypy plugin only the aliases ("schema-id") are seen.
+    transaction._apply((*updates, SetCurrentSchemaUpdate(schema_id=same.schema_id)),  # type: ignore[call-arg]
+                       (AssertCurrentSchemaId(current_schema_id=metadata.current_schema_id),))  # type: ignore[call-arg]
     return same.schema_id
 
 

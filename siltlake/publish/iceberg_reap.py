@@ -3,6 +3,7 @@ snapshot may list one; after, only the metadata files the remaining snapshots ne
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -57,7 +58,7 @@ def reap_iceberg(deployment: Deployment, records: Iterable[TableRecord], doomed:
         # Another reap (or a publish run) may commit the table meanwhile: a lost race is decided again from the
         # table it left, where what the other already removed or expired is simply not there any more.
         retried_on_conflict(record.qualified_name,
-                            lambda r=record: _reap_table(deployment, target, r, doomed, oldest_versions, result))
+                            functools.partial(_reap_table, deployment, target, record, doomed, oldest_versions, result))
     return result
 
 
@@ -112,7 +113,7 @@ def _reap_snapshots(deployment: Deployment, table: IcebergTable, doomed: set[str
     for snapshot in table.snapshots():
         if current is not None and snapshot.snapshot_id == current.snapshot_id:
             continue
-        version = int((snapshot.summary or {}).get(VERSION_PROPERTY, "0"))
+        version = int(snapshot.summary.get(VERSION_PROPERTY) or "0") if snapshot.summary is not None else 0
         if (version < oldest and version not in tagged) or any(lake_key(deployment, f.file_path) in doomed
                                    for f in snapshot_files(table, snapshot, cache)):
             expire.append(snapshot.snapshot_id)
