@@ -292,24 +292,35 @@ class Table:
                             "at all: those the predicate's conditions on dt allow)")
         return wanted, where
 
-    def upsert(self, rows: Any, delete_column: str | None = None, now: dt.datetime | None = None,
-               request_id: str | None = None) -> UpsertReport:
+    def upsert(self, rows: Any = None, delete_column: str | None = None, now: dt.datetime | None = None,
+               request_id: str | None = None, *, query: str | None = None, dry_run: bool = False) -> UpsertReport:
         """Replace the rows of the same (dt, primary key) with `rows` (a pyarrow Table, anything with
-        __arrow_c_stream__, or a Spark DataFrame),
-        as one `merge` version per date they fall on; rows whose `delete_column` is true delete their key. Once
-        per `request_id`, as delete's."""
+        __arrow_c_stream__, or a Spark DataFrame) or with the result of the Spark SQL `query` (bounded by
+        sql.write_timeout), as one `merge` version per date they fall on; rows whose `delete_column` is true delete
+        their key. Once per `request_id`, as delete's. A dry run checks the rows and counts them per date (the
+        partitions' version and delayed None), writing nothing."""
         import pyarrow
 
         from siltlake.publish.upsert import upsert
 
-        if not isinstance(rows, pyarrow.Table) and hasattr(rows, "toArrow"):
+        deployment = self.lake.deployment
+        if (rows is None) == (query is None):
+            raise SiltError(f"{self.name}.upsert: give the rows or a query, one of them")
+        if query is not None:
+            from siltlake.read import sql
+            from siltlake.spark import time_bound
+
+            # Named as the setting's description names it, and as `silt upsert` has always reported it.
+            with time_bound(deployment.config.sql.write_timeout, "sql.write_timeout", "upsert --sql"):
+                rows = sql(deployment.spark(), query, deployment).toArrow()
+        elif not isinstance(rows, pyarrow.Table) and hasattr(rows, "toArrow"):
             rows = rows.toArrow()  # a Spark DataFrame: the rows are small enough to pass through the driver
         elif not isinstance(rows, pyarrow.Table) and hasattr(rows, "__arrow_c_stream__"):
             rows = pyarrow.table(rows)  # pandas, Polars, a DuckDB relation: the rows of a key are replaced together
         if not isinstance(rows, pyarrow.Table):
             raise SiltError(f"{self.name}.upsert: give the rows as Arrow data or a Spark DataFrame, "
                             f"not {type(rows).__name__}")
-        return upsert(self.lake.deployment, self.name, rows, delete_column, now, request_id)
+        return upsert(deployment, self.name, rows, delete_column, now, request_id, dry_run=dry_run)
 
     def alter(self, now: dt.datetime | None = None, dry_run: bool = False) -> TableAlter:
         """A TableAlter: several column and property changes committed as ONE table version (stamped `now`) at the
@@ -326,15 +337,17 @@ class Table:
         """alter().add_column(...): a nullable column, a table version of its own."""
         self.alter(now=now).add_column(name, type_name, source).commit()
 
-    def alter_column(self, name: str, type_name: str, rewrite: bool = False,
-                     now: dt.datetime | None = None) -> RetypeReport:
+    def alter_column(self, name: str, type_name: str, rewrite: bool = False, now: dt.datetime | None = None,
+                     dry_run: bool = False) -> RetypeReport:
         """Change a column's type. A widening (int to bigint, float to double) rewrites nothing: older objects read
         as the new type. Any other change needs rewrite=True: the partitions holding values in the column are
         rewritten as update versions, and rows whose value does not convert move to an error file (the report
-        counts them and names it; `silt errors replay` stages them again once fixed)."""
+        counts them and names it; `silt errors replay` stages them again once fixed). A dry run makes the change's
+        checks and writes nothing."""
         from siltlake.publish.retype import alter_column
 
-        report = alter_column(self.lake.deployment, self.name, name, type_name, rewrite=rewrite, now=now)
+        report = alter_column(self.lake.deployment, self.name, name, type_name, rewrite=rewrite, now=now,
+                              dry_run=dry_run)
         self.record = self.lake.deployment.catalog.tables.get(self.name)
         return report
 
@@ -429,17 +442,28 @@ class Table:
         return update_rows(self.lake.deployment, self.name, set, None if tested == "true" else tested, wanted,
                            request_id=request_id, now=now, dry_run=dry_run, progress=progress)
 
-    def restore(self, version: int | str | None = None, as_of: dt.datetime | str | None = None,
-                request_id: str | None = None, now: dt.datetime | None = None, dry_run: bool = False) -> UpdatesReport:
-        """Publish a new table version that shows what `version` (or the newest version at the time `as_of`)
-        showed, partition by partition (those that differ are rewritten; one commit, refused as an update is
-        on a conflict). A version reap has removed is refused, naming reap.retention. Once per `request_id`."""
-        from siltlake.publish.restore import restore
+    def restore_target(self, version: int | str | None = None, as_of: dt.datetime | str | None = None) -> int:
+        """The table version restore(version=, as_of=) restores (the one resolver of Table.restore and `silt
+        restore`): `version` (a number or a tag's name), or the newest published at or before the time `as_of`.
+        Give one of them; VersionOutOfRange for a version the table never had, VersionReaped for one reap removed."""
+        from siltlake.publish.restore import restore_version
         from siltlake.read.versions import version_number
 
-        version = version_number(self.lake.deployment, self.record, version)  # a tag's name: its version
-        return restore(self.lake.deployment, self.name, version, parse_as_of(as_of) if as_of is not None else None,
-                       request_id=request_id, now=now, dry_run=dry_run)
+        number = version_number(self.lake.deployment, self.record, version)  # a tag's name: its version
+        return restore_version(self.lake.deployment, self.record, number,
+                               parse_as_of(as_of) if as_of is not None else None)
+
+    def restore(self, version: int | str | None = None, as_of: dt.datetime | str | None = None,
+                request_id: str | None = None, now: dt.datetime | None = None, dry_run: bool = False,
+                progress: Callable[[int, dt.date], None] | None = None) -> UpdatesReport:
+        """Publish a new table version that shows what restore_target(version, as_of) showed, partition by
+        partition (those that differ are rewritten; one commit, refused as an update is on a conflict). A version
+        reap has removed is refused, naming reap.retention. Once per `request_id`; `progress(done, date)` is told of
+        each partition as it is rewritten."""
+        from siltlake.publish.restore import restore
+
+        return restore(self.lake.deployment, self.name, self.restore_target(version, as_of), request_id=request_id,
+                       now=now, dry_run=dry_run, progress=progress)
 
 
 def __getattr__(name: str) -> Any:

@@ -31,7 +31,7 @@ def restore_command(context: click.Context, name: str, version: int | None, as_o
     current at --as-of TIME) showed: the partitions that differ are rewritten, the others left alone. Older
     versions stay readable (time travel); a version reap has removed cannot be restored."""
     from siltlake.clock import parse_time
-    from siltlake.publish.restore import restore, restore_version
+    from siltlake.lake import Lake
 
     if (version is None) == (as_of_text is None):
         raise click.UsageError("give the version to restore: --version N or --as-of TIME")
@@ -43,29 +43,28 @@ def restore_command(context: click.Context, name: str, version: int | None, as_o
             raise click.BadParameter(f"{as_of_text!r} is not an ISO-8601 time such as 2026-11-20T05:00:00Z",
                                      param_hint="--as-of") from None
     now = parse_now(now_text)
-    deployment = deployment_of(context)
-    record = deployment.catalog.tables.get(name)
-    target = restore_version(deployment, record, version, as_of)
-    plan = restore(deployment, name, target, request_id=request_id, now=now, dry_run=True)
+    table = Lake(deployment_of(context)).table(name)
+    # Resolved once: the plan, the question and the restore are all of this version, whatever is published meanwhile.
+    target = table.restore_target(version, as_of)
+    plan = table.restore(target, request_id=request_id, now=now, dry_run=True)
     if not dry_run and plan.applied_before is None and len(plan):
-        confirm(f"Restore {record.qualified_name} to table version {target}, rewriting {len(plan)} partitions "
+        confirm(f"Restore {table.name} to table version {target}, rewriting {len(plan)} partitions "
                 f"({', '.join(p.partition_date.isoformat() for p in plan)})?", yes)
     report = plan
     if not dry_run:
         with activity(f"restoring {name} to version {target}…") as step:
-            report = restore(deployment, name, target, request_id=request_id, now=now, progress=lambda done, date:
-                             step(f"restoring {name} dt={date} ({done + 1} of {len(plan)} partitions)…"))
+            report = table.restore(target, request_id=request_id, now=now, progress=lambda done, date:
+                                   step(f"restoring {name} dt={date} ({done + 1} of {len(plan)} partitions)…"))
     if as_json:
         write_json({**report.as_dict(), "restored_version": target, "dry_run": dry_run})
     elif report.applied_before is not None:
         out.print(report.message, highlight=False, soft_wrap=True)
     elif not len(report):
-        out.print(f"{record.qualified_name} shows table version {target}'s rows already; nothing was changed",
-                  highlight=False)
+        out.print(f"{table.name} shows table version {target}'s rows already; nothing was changed", highlight=False)
     else:
         out.print(grid(OUTCOME_COLUMNS, [(p.partition_date.isoformat(), p.rows_before, p.rows_after,
                                           "dry run" if dry_run else str(p.version.version) if p.version else "-")
                                          for p in report]))
         if report.table_version is not None:
-            out.print(f"{record.qualified_name} is now at table version {report.table_version}, showing what "
+            out.print(f"{table.name} is now at table version {report.table_version}, showing what "
                       f"version {target} showed", highlight=False)

@@ -181,9 +181,9 @@ def table_alter_column(context: click.Context, name: str, column: str, type_name
     """Change a column's type. int to bigint and float to double rewrite nothing (older objects read as the new
     type); any other change needs --rewrite: every partition holding a value in the column is rewritten as an
     update version, and rows whose value does not convert move to an error file (`silt errors list | replay`)."""
-    from siltlake.publish.retype import alter_column
+    from siltlake.lake import Lake
 
-    done = alter_column(deployment_of(context), name, column, type_name, rewrite=rewrite, dry_run=dry_run)
+    done = Lake(deployment_of(context)).table(name).alter_column(column, type_name, rewrite=rewrite, dry_run=dry_run)
     planned = (f"convert column {column} of {name} to {done.new_type}, rewriting the partitions that hold a value "
                "in it" if rewrite else f"make column {column} of {name} {done.new_type}")
     sentence = _would(dry_run, f"column {column} of {name} is now {done.new_type} (table version "

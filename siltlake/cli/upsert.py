@@ -13,8 +13,6 @@ from siltlake.cli.output import Column, activity, format_count, grid, out, write
 from siltlake.cli.writes import write_options
 
 if TYPE_CHECKING:
-    import datetime as dt
-
     import pyarrow as pa
 
     from siltlake.tabledef import TableDef
@@ -74,45 +72,30 @@ def upsert_command(context: click.Context, name: str, file: Path | None, query: 
     """Replace the rows of NAME (a table with a primary_key) that have the same date and key as the rows of
     FILE (or of --sql's result); one `merge` version per partition date, stamped with --now's time. With
     --dry-run the rows are checked and counted per date, and nothing is written."""
-    from siltlake.publish.upsert import plan_upsert, upsert
+    from siltlake.lake import Lake
 
     if (file is None) == (query is None):
         raise click.UsageError("give the rows: a FILE (.parquet, .jsonl, .csv) or --sql QUERY")
     now = parse_now(now_text)
-    deployment = deployment_of(context)
-    record = deployment.catalog.tables.get(name)
+    table = Lake(deployment_of(context)).table(name)  # an unknown table is refused before any file is read
     with activity(f"upserting into {name}…") as step:
+        rows = None
         if query is not None:
-            from siltlake.read import sql
-            from siltlake.spark import time_bound
-
-            step("running the query…")
-            with time_bound(deployment.config.sql.write_timeout, "sql.write_timeout", "upsert --sql"):
-                rows = sql(deployment.spark(), query, deployment).toArrow()
+            step(f"running the query and upserting its rows into {name}…")
         else:
             assert file is not None
-            rows = read_rows(file, record.definition)
-        step(f"upserting {rows.num_rows:,} rows into {name}…")
-        planned: list[tuple[dt.date, int, int, int | None, bool | None]]  # no version nor delay in a dry run
-        if dry_run:
-            planned = [(day, count, deleted, None, None) for day, count, deleted in
-                       plan_upsert(deployment, name, rows, delete_column)]
-            report = None
-        else:
-            report = upsert(deployment, name, rows, delete_column, now=now, request_id=request_id)
-            planned = [(p.partition_date, p.rows, p.deleted_keys, p.version.version, p.delayed)
-                       for p in report.partitions]
+            rows = read_rows(file, table.record.definition)
+            step(f"upserting {rows.num_rows:,} rows into {name}…")
+        report = table.upsert(rows, delete_column, now, request_id, query=query, dry_run=dry_run)
     if as_json:
-        write_json({"table": record.qualified_name, "dry_run": dry_run, "request_id": request_id,
-                    "applied_before": report.message if report is not None else None,
-                    "table_version": report.partitions[0].version.table_version if report and report.partitions
-                    else None,
-                    "partitions": [{"dt": day.isoformat(), "rows": count, "deleted_keys": deleted,
-                                    "version": version, "delayed": delayed}
-                                   for day, count, deleted, version, delayed in planned]})
-    elif report is not None and report.applied_before is not None:
+        write_json({"table": table.name, "dry_run": dry_run, "request_id": request_id,
+                    "applied_before": report.message, "table_version": report.table_version,
+                    "partitions": [{"dt": p.partition_date.isoformat(), "rows": p.rows, "deleted_keys": p.deleted_keys,
+                                    "version": p.version.version if p.version is not None else None,
+                                    "delayed": p.delayed} for p in report.partitions]})
+    elif report.applied_before is not None:
         out.print(report.message, highlight=False, soft_wrap=True)
     else:
-        out.print(grid(OUTCOME_COLUMNS, [(day.isoformat(), count - deleted, deleted,
-                                          "dry run" if dry_run else str(version))
-                                         for day, count, deleted, version, _ in planned]))
+        out.print(grid(OUTCOME_COLUMNS, [
+            (p.partition_date.isoformat(), p.rows - p.deleted_keys, p.deleted_keys,
+             "dry run" if p.version is None else str(p.version.version)) for p in report.partitions]))

@@ -39,8 +39,8 @@ class UpsertedPartition:
     partition_date: dt.date
     rows: int  # rows written, delete markers included
     deleted_keys: int  # rows whose delete column was true
-    version: PublishedVersion
-    delayed: bool  # the partition was closed: the object went to delayed/ (shown by the merge version at once)
+    version: PublishedVersion | None  # None: a dry run, which publishes nothing
+    delayed: bool | None  # the partition was closed: the object went to delayed/ (shown by the merge version at once)
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,11 @@ class UpsertReport:
     @property
     def rows(self) -> int:
         return sum(p.rows for p in self.partitions)
+
+    @property
+    def table_version(self) -> int | None:
+        """The table version the upsert published (None: a dry run or a retry, which publish nothing)."""
+        return next((p.version.table_version for p in self.partitions if p.version is not None), None)
 
     @property
     def message(self) -> str | None:
@@ -289,12 +294,18 @@ def plan_upsert(deployment: Deployment, name: str, rows: pa.Table,
 
 
 def upsert(deployment: Deployment, name: str, rows: pa.Table, delete_column: str | None = None,
-           now: dt.datetime | None = None, request_id: str | None = None) -> UpsertReport:
+           now: dt.datetime | None = None, request_id: str | None = None, dry_run: bool = False) -> UpsertReport:
     """Upsert `rows` into the keyed table `name`: one `merge` version per partition date they fall on; once per
-    `request_id` (a retry with an id committed already changes nothing and its report says so)."""
+    `request_id` (a retry with an id committed already changes nothing and its report says so). A dry run checks
+    the rows and reports, per date, the rows and deleted keys it would write (no version, nothing written)."""
     from siltlake.publish.requests import applied_before, write_request
 
     started = time.monotonic()
+    if dry_run:  # what the rows would do, whether or not the request id was applied: no catalog write is asked
+        planned = tuple(UpsertedPartition(day, count, deleted, None, None)
+                        for day, count, deleted in plan_upsert(deployment, name, rows, delete_column))
+        return UpsertReport(_record(deployment, name).qualified_name, planned, time.monotonic() - started,
+                            request_id)
     request = write_request(_record(deployment, name), request_id, "upsert")
     applied = applied_before(deployment, request)
     if applied is not None:
