@@ -138,6 +138,10 @@ def test_every_siltlake_entry_of_the_comparison_runs(deployment: Deployment) -> 
     lake.table("web.users").upsert(upsert_rows([0, 1], "renamed"), now=tokyo(NEXT_DAY, 5))
     shown = lake.table("web.users").to_arrow().to_pylist()
     assert len(shown) == 10 and {r["user_id"] for r in shown if r["action"] == "renamed"} == {0, 1}
+    lake.table("web.users").upsert(query="SELECT utc_event_time, user_id, 'queried' AS action FROM web.users "
+                                   "WHERE user_id = 2", now=tokyo(NEXT_DAY, 6))
+    shown = lake.table("web.users").to_arrow().to_pylist()
+    assert len(shown) == 10 and {r["user_id"] for r in shown if r["action"] == "queried"} == {2}
     ran.add("upsert")
 
     assert ran == set(comparison()) - set(RUN_ELSEWHERE), "docs/api.md and this test name the same operations"

@@ -46,6 +46,7 @@ def test_restore_then_every_reader_reads_what_the_old_version_showed(deployment:
     publish_once(deployment, now=tokyo(NEXT_DAY, 3))
     assert table.version == 4 and arrow_rows(table.to_arrow(columns=list(COLUMNS))) != at_two
 
+    assert table.restore_target(version=2) == 2 and table.restore_target(as_of=tokyo(NEXT_DAY, 2)) == 3
     plan = table.restore(version=2, dry_run=True)
     assert [(p.partition_date, p.rows_after) for p in plan] == [(DAY, 40), (NEXT_DAY, 20)] and table.version == 4
     report = table.restore(version=2, request_id="undo-delete", now=tokyo(NEXT_DAY, 4))
