@@ -40,7 +40,7 @@ class UpsertedPartition:
     rows: int  # rows written, delete markers included
     deleted_keys: int  # rows whose delete column was true
     version: PublishedVersion | None  # None: a dry run, which publishes nothing
-    delayed: bool | None  # the partition was closed: the object went to delayed/ (shown by the merge version at once)
+    delayed: bool | None  # its day closed: the object went to delayed/ (the merge version shows it); None: a dry run
 
 
 @dataclass(frozen=True)
@@ -301,7 +301,7 @@ def upsert(deployment: Deployment, name: str, rows: pa.Table, delete_column: str
     from siltlake.publish.requests import applied_before, write_request
 
     started = time.monotonic()
-    if dry_run:  # what the rows would do, whether or not the request id was applied: no catalog write is asked
+    if dry_run:  # the rows' plan even for a request id applied already: what `silt upsert --dry-run` has always shown
         planned = tuple(UpsertedPartition(day, count, deleted, None, None)
                         for day, count, deleted in plan_upsert(deployment, name, rows, delete_column))
         return UpsertReport(_record(deployment, name).qualified_name, planned, time.monotonic() - started,
