@@ -327,8 +327,9 @@ class Shipper:
                 self._append(path, "".join(lines).encode())
                 self.shipped[table].extend(ids)
                 self.appended[table].extend(ids)
-                # Drawn only when rotating, so that a seed draws the same objects as before without it.
-                if self.rotate and self.rng.random() < self.rotate:
+                # Drawn only when rotating, so that a seed draws the same objects as before without it. The first
+                # two appends rotate whatever the draw: a short run still sees both modes.
+                if self.rotate and (self.rng.random() < self.rotate or sum(self.rotations.values()) < 2):
                     self._rotate(path)
                 return path
             self.objects += 1

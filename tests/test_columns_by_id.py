@@ -126,6 +126,10 @@ def readers(deployment: Deployment, spark, version: int) -> dict[str, Counter]:
     }
 
 
+def data_files(keys: set[str]) -> set[str]:
+    return {key for key in keys if "/_iceberg/" not in key or "/metadata/" not in key}
+
+
 def test_walk_through_rename_drop_add_merge_delete_and_time_travel(deployment: Deployment, spark) -> None:
     deployment.config.publish.targets = ["iceberg"]
     make_table(deployment)
@@ -140,7 +144,8 @@ def test_walk_through_rename_drop_add_merge_delete_and_time_travel(deployment: D
     table.rename_column("action", "event", now=tokyo(DAY, 13))
     table.drop_column("user_id", now=tokyo(DAY, 14))
     table.add_column("user_id", "bigint", now=tokyo(DAY, 15))
-    assert files(deployment) == objects, "a rename or a drop rewrites no object"
+    # Each change's Iceberg snapshot follows at once (new metadata); no data object is written or rewritten.
+    assert data_files(files(deployment)) == data_files(objects), "a rename or a drop rewrites no object"
     changes = [(c.op, c.detail) for c in deployment.catalog.tables.changes(table.record.id)]
     assert changes == [("rename-column", "action -> event"), ("drop-column", "user_id"),
                        ("add-column", "user_id bigint")]
