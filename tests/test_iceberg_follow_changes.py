@@ -138,6 +138,27 @@ def test_silt_table_alter_column_is_in_iceberg_when_it_returns(published: Deploy
     assert_every_version_is_its_snapshot(published)
 
 
+def test_silt_table_and_schema_commands_are_in_iceberg_when_they_return(published: Deployment,
+                                                                         monkeypatch) -> None:
+    silt = silt_in_process(published, monkeypatch)
+    monkeypatch.setenv("SILTLAKE_PUBLISH__TARGETS", "iceberg")
+    silt("table", "add-column", "web.access", "referrer", "string")
+    assert synced_version(iceberg_table(published)) == 2
+    silt("table", "rename-column", "web.access", "action", "event")
+    assert synced_version(iceberg_table(published)) == 3
+    silt("table", "drop-column", "web.access", "status", "--dry-run")
+    assert synced_version(iceberg_table(published)) == 3, "a dry run makes no version and no snapshot"
+    silt("table", "drop-column", "web.access", "status", "--yes")
+    assert synced_version(iceberg_table(published)) == 4
+    assert "table version 5" in silt("table", "set", "web.access", "ttl_days=30")
+    assert synced_version(iceberg_table(published)) == 5
+    assert "table version 6" in silt("schema", "set", "web", "codec=snappy")  # web.access inherits it
+    assert synced_version(iceberg_table(published)) == 6
+    names = [f.name for f in iceberg_table(published).schema().fields]
+    assert "referrer" in names and "event" in names and "status" not in names and "action" not in names
+    assert_every_version_is_its_snapshot(published)
+
+
 def test_a_change_killed_between_siltlakes_commit_and_icebergs_is_followed_by_the_next(
         published: Deployment) -> None:
     before = Lake(published).table("web.access").version

@@ -28,7 +28,13 @@ def schema_set(context: click.Context, schema: str, assignments: tuple[str, ...]
     """Set what the schema's tables inherit: merge_mode, merged_object_size, ttl_days, codec, merge_interval
     (KEY=inherit hands one back to the deployment's config). Each table of the schema that does not set the key
     itself follows, its change a table version of its own (`silt history`)."""
-    changed, tables = deployment_of(context).catalog.tables.set_schema(schema, assignments, dry_run=dry_run)
+    deployment = deployment_of(context)
+    changed, tables = deployment.catalog.tables.set_schema(schema, assignments, dry_run=dry_run)
+    if not dry_run:
+        from siltlake.publish.iceberg_follow import follow
+
+        for name, _ in tables:  # each version's Iceberg snapshot at once, as a table's own change
+            follow(deployment, deployment.catalog.tables.get(name))
     detail = " ".join(f"{key}={value}" for key, value in changed.items())
     document = {"action": "schema-set", "dry_run": dry_run, "schema": schema, "changed": changed,
                 "tables": [{"table": name, "changed": change.detail, "table_version": None if dry_run

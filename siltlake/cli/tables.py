@@ -12,8 +12,11 @@ from siltlake.cli.options import dry_run_option, format_option, json_option, yes
 from siltlake.cli.output import Column, emit, format_count, format_size, grid, out, report, write_json
 
 if TYPE_CHECKING:
-    from siltlake.catalog import TableRecord
+    from collections.abc import Callable
+
+    from siltlake.catalog import TableChange, TableRecord
     from siltlake.deployment import Deployment
+    from siltlake.publish.alter import TableAlter
 
 
 @click.group("table")
@@ -26,6 +29,19 @@ def _described(record: TableRecord) -> dict[str, Any]:
     return {"table": record.qualified_name,
             "physical": f"{record.physical_schema_name}.{record.physical_table_name}",
             "definition": record.definition.model_dump(mode="json", by_alias=True)}
+
+
+def _altered(context: click.Context, name: str, dry_run: bool,
+             change: Callable[[TableAlter], object]) -> tuple[TableRecord, TableChange | None]:
+    """A definition change made through Table.alter (one table version, its Iceberg snapshot at once): the table
+    as stored after, and the version made (None: nothing changed)."""
+    from siltlake.lake import Lake
+
+    alter = Lake(deployment_of(context)).table(name).alter(dry_run=dry_run)
+    change(alter)
+    made = alter.commit()
+    record = alter.record if alter.record is not None else deployment_of(context).catalog.tables.get(name)
+    return record, made
 
 
 def _would(dry_run: bool, done: str, planned: str) -> str:
@@ -161,7 +177,7 @@ def table_add_column(context: click.Context, name: str, column: str, type_name: 
     from siltlake.tabledef import Column
 
     new_column = Column.from_mapping({"name": column, "type": type_name, "source": source})
-    record = deployment_of(context).catalog.tables.add_column(name, new_column)
+    record, _ = _altered(context, name, False, lambda alter: alter.add_column(column, type_name, source))
     report(as_json, {"action": "add-column", "column": column, "type": new_column.type, **_described(record)},
            f"added column {column} {new_column.type} to {name}")
 
@@ -210,7 +226,7 @@ def table_alter_column(context: click.Context, name: str, column: str, type_name
 def table_rename_column(context: click.Context, name: str, old: str, new: str, dry_run: bool, as_json: bool) -> None:
     """Rename a column. No object is rewritten: older objects' data shows under the new name; records keep
     filling it from the same input field."""
-    record = deployment_of(context).catalog.tables.rename_column(name, old, new, dry_run=dry_run)
+    record, _ = _altered(context, name, dry_run, lambda alter: alter.rename_column(old, new))
     report(as_json, {"action": "rename-column", "dry_run": dry_run, "column": old, "new_name": new,
                      **_described(record)},
            _would(dry_run, f"renamed column {old} of {name} to {new}", f"rename column {old} of {name} to {new}"))
@@ -228,11 +244,10 @@ def table_drop_column(context: click.Context, name: str, column: str, yes: bool,
                       as_json: bool) -> None:
     """Drop a column. No object is rewritten; its data never shows again, not even under a column added later
     with the same name. The time column and key columns cannot be dropped."""
-    tables = deployment_of(context).catalog.tables
-    tables.drop_column(name, column, dry_run=True)  # refused (a key column, a derived reader) before the question
+    record, _ = _altered(context, name, True, lambda alter: alter.drop_column(column))  # refused before the question
     if not dry_run:
         confirm(f"drop column {column} of {name}?", yes)
-    record = tables.drop_column(name, column, dry_run=dry_run)
+        record, _ = _altered(context, name, False, lambda alter: alter.drop_column(column))
     report(as_json, {"action": "drop-column", "dry_run": dry_run, "column": column, **_described(record)},
            _would(dry_run, f"dropped column {column} of {name}", f"drop column {column} of {name}"))
 
@@ -249,7 +264,10 @@ def table_set(context: click.Context, name: str, assignments: tuple[str, ...], d
     row_group_bytes, codec, error_policy, unknown_fields, merge_batch_size. Of those a table inherits (merge_mode,
     merged_object_size, ttl_days, codec, merge_interval), KEY=inherit takes the schema's value again (`silt schema
     set`). Each daemon follows them from its next run; the change is a table version of its own (`silt history`)."""
-    record, change = deployment_of(context).catalog.tables.set_properties(name, assignments, dry_run=dry_run)
+    from siltlake.catalog.table_changes import parse_assignments
+
+    values = parse_assignments(assignments)
+    record, change = _altered(context, name, dry_run, lambda alter: alter.set_properties(**values))
     document = {"action": "set", "dry_run": dry_run, "changed": change.detail if change else None,
                 "table_version": change.table_version if change and not dry_run else None, **_described(record)}
     if change is None:
