@@ -32,8 +32,10 @@ from siltlake.publish import publish_once
 from siltlake.read import table as read_table
 from siltlake.reap import reap_once
 from siltlake.stream import stream_once
+from siltlake.stream.commit import commit_results
 from siltlake.stream.discover import discover
-from siltlake.stream.runner import Progress, StreamReport, _commit
+from siltlake.stream.report import StreamReport
+from siltlake.stream.runner import Progress
 from siltlake.stream.stage import stream_task
 from siltlake.stream.task import process_staging_object
 from siltlake.tabledef import TableDef
@@ -49,8 +51,14 @@ TOKYO = dt.timedelta(hours=9)
 def records_of(number: int, count: int) -> list[dict]:
     """An object's records: user ids number * 1000 + i, times on two Tokyo dates (DAY and the day after)."""
     start = dt.datetime.combine(DAY, dt.time(20)) - TOKYO
-    return [{"time": (start + dt.timedelta(hours=6 * (i % 2), minutes=i + number)).isoformat() + "Z",
-             "user_id": number * 1000 + i, "action": "view"} for i in range(count)]
+    return [
+        {
+            "time": (start + dt.timedelta(hours=6 * (i % 2), minutes=i + number)).isoformat() + "Z",
+            "user_id": number * 1000 + i,
+            "action": "view",
+        }
+        for i in range(count)
+    ]
 
 
 def body_of(number: int, count: int) -> bytes:
@@ -102,18 +110,21 @@ def test_a_reput_with_new_bytes_is_reported_and_not_loaded(deployment: Deploymen
     assert user_counts(deployment, spark) == expected_users([0], 5)
 
     from siltlake.cli.reports import print_stream_report
+
     print_stream_report(report, deployment.staging.root, verbose=False)
     printed = " ".join(capsys.readouterr().err.split())
-    assert (f"rewritten in place {key_of(0)} is now {len(bigger):,} bytes but was loaded at "
-            f"{len(body_of(0, 5)):,}") in printed
+    assert (
+        f"rewritten in place {key_of(0)} is now {len(bigger):,} bytes but was loaded at {len(body_of(0, 5)):,}"
+    ) in printed
     assert "NOT loaded" in printed
 
 
 class PutsWhileInFlight(Progress):
     """Delivers objects again after the run registered and planned its objects, before it commits them."""
 
-    def __init__(self, puts: list[tuple[int, float]], staging_root: Path, per_object: int,
-                 deployment: Deployment | None = None) -> None:
+    def __init__(
+        self, puts: list[tuple[int, float]], staging_root: Path, per_object: int, deployment: Deployment | None = None
+    ) -> None:
         self.puts, self.staging_root, self.per_object = puts, staging_root, per_object
         self.deployment = deployment
 
@@ -198,8 +209,9 @@ def _reported(outputs: list[str], phrase: str) -> int:
 
 
 @pytest.mark.postgres
-def test_three_stream_daemons_and_a_shipper_putting_everything_three_times(tmp_path: Path, postgres_url: str,
-                                                                           spark) -> None:
+def test_three_stream_daemons_and_a_shipper_putting_everything_three_times(
+    tmp_path: Path, postgres_url: str, spark
+) -> None:
     """Three `silt stream` daemons poll one staging root on one PostgreSQL catalog while a shipper puts
     each of 18 objects three times in random order (the later puts land while the daemons decode and
     commit); one daemon is killed midway. Each record is stored once, each (staging object, date) has
@@ -212,8 +224,12 @@ def test_three_stream_daemons_and_a_shipper_putting_everything_three_times(tmp_p
     per_object, objects = 20, range(18)
     puts = [n for n in objects for _ in range(3)]
     random.Random(7).shuffle(puts)
-    env = silt_env(tmp_path, postgres_url, stream={"objects_per_wave": 6, "tasks_per_core": 1},
-                   spark={"conf": {"spark.ui.enabled": "false"}})
+    env = silt_env(
+        tmp_path,
+        postgres_url,
+        stream={"objects_per_wave": 6, "tasks_per_core": 1},
+        spark={"conf": {"spark.ui.enabled": "false"}},
+    )
     daemons = [SiltProcess(tmp_path, f"stream-{n}", env, "stream", "--interval", "0.2") for n in range(3)]
     catalog = deployment.catalog
     uris = [deployment.staging.uri(key_of(n)) for n in objects]
@@ -229,11 +245,18 @@ def test_three_stream_daemons_and_a_shipper_putting_everything_three_times(tmp_p
                 daemons[2].kill()
         killed, daemons = daemons[2], daemons[:2]
         rounds_after_last_put = [daemon.log().count("stream: ") + 2 for daemon in daemons]
-        wait_until(lambda: len(catalog.staging.known_uris(uris)) == len(objects) and not catalog.staging.pending(1),
-                   daemons, 120, "every object processed")
-        wait_until(lambda: all(d.log().count("stream: ") >= n for d, n in zip(daemons, rounds_after_last_put,
-                                                                               strict=True)),
-                   daemons, 60, "a round of each daemon that listed the last puts")
+        wait_until(
+            lambda: len(catalog.staging.known_uris(uris)) == len(objects) and not catalog.staging.pending(1),
+            daemons,
+            120,
+            "every object processed",
+        )
+        wait_until(
+            lambda: all(d.log().count("stream: ") >= n for d, n in zip(daemons, rounds_after_last_put, strict=True)),
+            daemons,
+            60,
+            "a round of each daemon that listed the last puts",
+        )
     finally:
         _interrupt(daemons, timeout=60)
     outputs = [daemon.log() for daemon in [*daemons, killed]]
@@ -253,19 +276,24 @@ def test_three_stream_daemons_and_a_shipper_putting_everything_three_times(tmp_p
 
     layout = record.layout(deployment.instance_key)
     referenced = {layout.small_object(o.partition_date, o.id, o.delayed) for o in small}
-    data_files = {info.key for info in deployment.lake.list(f"{deployment.instance_key}/") if
-                  info.key.endswith(".parquet")}
+    data_files = {
+        info.key for info in deployment.lake.list(f"{deployment.instance_key}/") if info.key.endswith(".parquet")
+    }
     orphans = data_files - referenced
     assert referenced <= data_files
-    reaped = run_silt(env, "reap", "--json", "--now", (dt.datetime.now(dt.UTC) + dt.timedelta(days=4)).isoformat(),
-                      timeout=120)
+    reaped = run_silt(
+        env, "reap", "--json", "--now", (dt.datetime.now(dt.UTC) + dt.timedelta(days=4)).isoformat(), timeout=120
+    )
     assert reaped.returncode == 0, reaped.stderr[-2000:]
-    remaining = {info.key for info in deployment.lake.list(f"{deployment.instance_key}/") if
-                 info.key.endswith(".parquet")}
+    remaining = {
+        info.key for info in deployment.lake.list(f"{deployment.instance_key}/") if info.key.endswith(".parquet")
+    }
     assert remaining == referenced, "reap removes the killed daemon's files, nothing else"
     assert user_counts(deployment, spark) == expected_users(objects, per_object)
-    print(f"3 daemons (one killed), {len(puts)} puts of {len(objects)} objects: {skipped} decoded copies dropped at "
-          f"commit, {redelivered} re-puts counted, {len(orphans)} orphan files reaped")
+    print(
+        f"3 daemons (one killed), {len(puts)} puts of {len(objects)} objects: {skipped} decoded copies dropped at "
+        f"commit, {redelivered} re-puts counted, {len(orphans)} orphan files reaped"
+    )
     deployment.close()
 
 
@@ -281,8 +309,12 @@ def test_three_stream_daemons_and_a_writer_appending_in_place(tmp_path: Path, po
     staging_root = Path(deployment.staging.path(""))
     paths = [staging_root / f"fluentd01.web.access/2026/11/20/out_file_{n}.log" for n in range(2)]
     paths[0].parent.mkdir(parents=True)
-    env = silt_env(tmp_path, postgres_url, stream={"settle_time": 1, "settle_limit": 2, "objects_per_wave": 4},
-                   spark={"conf": {"spark.ui.enabled": "false"}})
+    env = silt_env(
+        tmp_path,
+        postgres_url,
+        stream={"settle_time": 1, "settle_limit": 2, "objects_per_wave": 4},
+        spark={"conf": {"spark.ui.enabled": "false"}},
+    )
     daemons = [SiltProcess(tmp_path, f"stream-{n}", env, "stream", "--interval", "0.2") for n in range(3)]
     rng = random.Random(11)
     flushes, per_flush = 40, 10
@@ -307,8 +339,9 @@ def test_three_stream_daemons_and_a_writer_appending_in_place(tmp_path: Path, po
         def loaded() -> int:
             return sum(o.row_count for o in deployment.catalog.partitions.small_objects(table_id))
 
-        wait_until(lambda: loaded() >= total and not deployment.catalog.staging.pending(1), daemons, 180,
-                   "every line loaded")
+        wait_until(
+            lambda: loaded() >= total and not deployment.catalog.staging.pending(1), daemons, 180, "every line loaded"
+        )
     finally:
         _interrupt(daemons, timeout=60)
     outputs = [daemon.log() for daemon in [*daemons, killed]]
@@ -344,15 +377,15 @@ def test_the_same_load_three_times_two_at_once_commits_once(deployment: Deployme
     third = load(deployment, load_config, state_path=str(state))
     assert ids(deployment) == sorted(row[0] for row in rows)
     assert sorted(r.already_committed for r in together) == [False, True] and third.already_committed
-    assert not [
-        info for info in deployment.lake.list(f"{deployment.instance_key}/_tmp")]
+    assert not [info for info in deployment.lake.list(f"{deployment.instance_key}/_tmp")]
 
 
 # --- silt errors replay: retried after a crash, and run twice at once ---------------------------------------------
 
 
 def test_errors_replay_retried_after_a_crash_and_run_twice_at_once_stages_each_record_once(
-        deployment: Deployment, spark, monkeypatch) -> None:  # pytest's monkeypatch
+    deployment: Deployment, spark, monkeypatch
+) -> None:  # pytest's monkeypatch
     """Kept bad records, fixed by the user, are replayed by a run that dies before it clears the error
     file, then by two runs at once, then once more: each fixed record is loaded exactly once."""
     from siltlake.catalog.staging import Staging
@@ -365,8 +398,9 @@ def test_errors_replay_retried_after_a_crash_and_run_twice_at_once_stages_each_r
     deliver(staging_root, key_of(1), "".join(json.dumps(r) + "\n" for r in good + bad).encode())
     (error_key,) = stream_once(deployment).error_files
     kept = [json.loads(line) for line in deployment.lake.read_bytes(error_key).decode().splitlines()]
-    fixed = [{**line, "raw": json.dumps({**json.loads(line["raw"]), "user_id": 2000 + n})}
-             for n, line in enumerate(kept)]
+    fixed = [
+        {**line, "raw": json.dumps({**json.loads(line["raw"]), "user_id": 2000 + n})} for n, line in enumerate(kept)
+    ]
     deployment.lake.write_bytes(error_key, "".join(json.dumps(line) + "\n" for line in fixed).encode())
 
     def crash(self, error_uri: str) -> None:
@@ -390,8 +424,9 @@ def test_errors_replay_retried_after_a_crash_and_run_twice_at_once_stages_each_r
     assert user_counts(deployment, spark) == expected
 
 
-def test_unknown_replay_run_three_times_streams_the_fixed_object_once(deployment: Deployment, spark,
-                                                                        monkeypatch) -> None:
+def test_unknown_replay_run_three_times_streams_the_fixed_object_once(
+    deployment: Deployment, spark, monkeypatch
+) -> None:
     """A corrupt object goes to unknown; the shipper puts it again fixed (same key); `silt unknown replay
     --all` runs three times, with stream runs between: the object is loaded once."""
     from .merge_helpers import silt_in_process
@@ -419,14 +454,21 @@ def _other_process_decodes(deployment: Deployment, run: str = "other") -> list[t
     """What a second stream process holds after listing the staging root and decoding every pending
     object (not yet committed)."""
     discover(deployment)
-    return [(process_staging_object(stream_task(deployment, pending, f"{run}-{uuid.uuid4().hex[:8]}")), pending)
-            for pending in deployment.catalog.staging.pending(100)]
+    return [
+        (process_staging_object(stream_task(deployment, pending, f"{run}-{uuid.uuid4().hex[:8]}")), pending)
+        for pending in deployment.catalog.staging.pending(100)
+    ]
 
 
 def _other_process_commits(deployment: Deployment, copies: list[tuple[dict, PendingStagingObject]]) -> StreamReport:
     report = StreamReport()
-    _commit(deployment, [copy for copy, _ in copies], {p.id: p for _, p in copies}, report,
-            deployment.catalog.versions.mark())
+    commit_results(
+        deployment,
+        [copy for copy, _ in copies],
+        {p.id: p for _, p in copies},
+        report,
+        deployment.catalog.versions.mark(),
+    )
     return report
 
 
@@ -448,8 +490,19 @@ STEPS = st.lists(st.tuples(st.sampled_from(ACTIONS), st.integers(0, 3)), min_siz
 
 @settings(max_examples=4, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=STEPS)
-@example(steps=[("put", 0), ("other_dies_after_decoding", 0), ("put", 1), ("stream_then_late", 0), ("put", 1),
-                ("put_in_flight", 2), ("stream_beaten", 0), ("put", 3), ("other_dies_after_decoding", 0)])
+@example(
+    steps=[
+        ("put", 0),
+        ("other_dies_after_decoding", 0),
+        ("put", 1),
+        ("stream_then_late", 0),
+        ("put", 1),
+        ("put_in_flight", 2),
+        ("stream_beaten", 0),
+        ("put", 3),
+        ("other_dies_after_decoding", 0),
+    ]
+)
 def test_any_interleaving_of_deliveries_runs_and_a_racing_process_stores_each_record_once(spark, steps) -> None:
     """Puts (between runs, or while a run is in flight), stream runs, and runs raced by a second process
     (it commits first while the run is in flight, it decoded before the run and commits after it, or it

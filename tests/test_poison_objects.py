@@ -19,9 +19,10 @@ from siltlake.deployment import Deployment
 from siltlake.errors import CatalogUnreachable, ConfigError
 from siltlake.read import table
 from siltlake.storage.filesystem import Storage
-from siltlake.stream import runner, stream_once
+from siltlake.stream import commit, stream_once
 from siltlake.stream import stage as wave_stage
 from siltlake.stream.replay import error_files, replay_errors
+from siltlake.stream.report import StreamReport
 from siltlake.stream.task import process_staging_object
 from siltlake.tabledef import TableDef
 from siltlake.workers import WorkersLost
@@ -44,8 +45,10 @@ def stage(deployment: Deployment, key: str, data: bytes) -> str:
 
 
 def events(count: int, start: int = 0) -> list[dict]:
-    return [{"time": f"2026-11-20T01:{(start + i) % 60:02d}:00Z", "user_id": start + i, "action": "view"}
-            for i in range(count)]
+    return [
+        {"time": f"2026-11-20T01:{(start + i) % 60:02d}:00Z", "user_id": start + i, "action": "view"}
+        for i in range(count)
+    ]
 
 
 def jsonl(records: list[dict]) -> bytes:
@@ -64,8 +67,9 @@ def user_ids(deployment: Deployment, name: str) -> list[int]:
     return sorted(row.user_id for row in table(deployment.spark(), name, deployment).select("user_id").collect())
 
 
-def test_records_without_a_partition_date_are_bad_records_and_their_objects_load(deployment: Deployment,
-                                                                                access_table) -> None:
+def test_records_without_a_partition_date_are_bad_records_and_their_objects_load(
+    deployment: Deployment, access_table
+) -> None:
     deployment.catalog.tables.create(TableDef.from_mapping(NEW_YORK_TABLE))
     edge_west = {"time": "0001-01-01T03:00:00Z", "user_id": -1, "action": "edge"}  # 0000-12-31 in New York
     edge_east = {"time": "9999-12-31T23:59:59.999999Z", "user_id": -2, "action": "edge"}  # 10000-01-01 in Tokyo
@@ -73,8 +77,11 @@ def test_records_without_a_partition_date_are_bad_records_and_their_objects_load
     stage(deployment, "f.web.access/2026/11/20/tokyo.jsonl", jsonl([*events(3), edge_east, *events(2, 3)]))
     stage(deployment, "f.web.east/2026/11/20/ny.jsonl.gz", gzip.compress(jsonl([*events(2), edge_west])))
     stage(deployment, "f.web.east/2026/11/20/ny.csv", csv_bytes([edge_west, *events(2, 10)]))
-    stage(deployment, "f.web.east/2026/11/20/ny.msgpack",
-          b"".join(msgpack.packb(record) for record in [*events(2, 20), ts96]))
+    stage(
+        deployment,
+        "f.web.east/2026/11/20/ny.msgpack",
+        b"".join(msgpack.packb(record) for record in [*events(2, 20), ts96]),
+    )
 
     report = stream_once(deployment)
 
@@ -83,8 +90,10 @@ def test_records_without_a_partition_date_are_bad_records_and_their_objects_load
     assert user_ids(deployment, "web.access") == [0, 1, 2, 3, 4]
     assert user_ids(deployment, "web.east") == [0, 1, 10, 11, 20, 21]
     samples = {uri.rsplit("/", 1)[1]: sample for uri, sample in report.bad_samples}
-    assert samples["tokyo.jsonl"] == (f"line 4: event time time: 9999-12-31T23:59:59.999999Z is after 9999-12-31 in "
-                                      f"the table's time zone Asia/Tokyo, {NO_PARTITION}")
+    assert samples["tokyo.jsonl"] == (
+        f"line 4: event time time: 9999-12-31T23:59:59.999999Z is after 9999-12-31 in "
+        f"the table's time zone Asia/Tokyo, {NO_PARTITION}"
+    )
     before = "is before 0001-01-01 in the table's time zone America/New_York"
     assert samples["ny.jsonl.gz"] == f"line 3: event time time: 0001-01-01T03:00:00.000000Z {before}, {NO_PARTITION}"
     assert samples["ny.csv"] == f"line 2: event time time: 0001-01-01T03:00:00.000000Z {before}, {NO_PARTITION}"
@@ -114,12 +123,12 @@ def poison(monkeypatch: pytest.MonkeyPatch, uri: str) -> None:
 
 
 def failing(deployment: Deployment) -> list[tuple[str, int, str]]:
-    return [(item.uri, item.failure_count, item.last_failure)
-            for item in deployment.catalog.staging.failing()]
+    return [(item.uri, item.failure_count, item.last_failure) for item in deployment.catalog.staging.failing()]
 
 
-def test_an_object_failing_every_time_moves_to_unknown_after_three_runs(deployment: Deployment, access_table,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_object_failing_every_time_moves_to_unknown_after_three_runs(
+    deployment: Deployment, access_table, monkeypatch: pytest.MonkeyPatch
+) -> None:
     assert deployment.config.stream.max_failures == 3
     bad = stage(deployment, "f.web.access/2026/11/20/poison.jsonl", jsonl(events(5, 100)))
     stage(deployment, "f.web.access/2026/11/20/good-0.jsonl", jsonl(events(2)))
@@ -129,12 +138,18 @@ def test_an_object_failing_every_time_moves_to_unknown_after_three_runs(deployme
     for attempt in (1, 2):
         report = stream_once(deployment)
         assert report.processed == 1 and report.unknown == []  # the other object of the run flows
-        assert report.failed == [(bad, f"{BATCH_ROWS_ZERO} (failed {attempt} of stream.max_failures=3 times; "
-                                       "then it moves to unknown objects)")]
+        assert report.failed == [
+            (
+                bad,
+                f"{BATCH_ROWS_ZERO} (failed {attempt} of stream.max_failures=3 times; "
+                "then it moves to unknown objects)",
+            )
+        ]
         assert failing(deployment) == [(bad, attempt, BATCH_ROWS_ZERO)]
         shown = json.loads(silt("status", "--json"))["failing_staging_objects"]
         assert [(f["uri"], f["table_name"], f["failure_count"], f["last_failure"]) for f in shown] == [
-            (bad, "web.access", attempt, BATCH_ROWS_ZERO)]
+            (bad, "web.access", attempt, BATCH_ROWS_ZERO)
+        ]
         text = silt("status")
         assert "failing staging objects" in text and f"{attempt} of 3 failures" in text and bad in text
         stage(deployment, f"f.web.access/2026/11/20/good-{attempt}.jsonl", jsonl(events(2, 10 * attempt)))
@@ -144,8 +159,11 @@ def test_an_object_failing_every_time_moves_to_unknown_after_three_runs(deployme
     assert third.unknown == [(bad, f"failed 3 times: {BATCH_ROWS_ZERO}")]
     assert failing(deployment) == [] and "failing staging objects" not in silt("status")
     (unknown,) = deployment.catalog.staging.unknown()
-    assert (unknown.uri, unknown.reason, unknown.table_name) == (bad, f"failed 3 times: {BATCH_ROWS_ZERO}",
-                                                                 "web.access")
+    assert (unknown.uri, unknown.reason, unknown.table_name) == (
+        bad,
+        f"failed 3 times: {BATCH_ROWS_ZERO}",
+        "web.access",
+    )
     assert bad in silt("unknown", "list")
     fourth = stream_once(deployment)
     assert (fourth.processed, fourth.failed, fourth.unknown) == (0, [], [])
@@ -163,8 +181,9 @@ def test_an_object_failing_every_time_moves_to_unknown_after_three_runs(deployme
     assert user_ids(deployment, "web.access") == [0, 1, 10, 11, 20, 21, 100, 101, 102, 103, 104]
 
 
-def test_a_commit_that_raises_for_one_object_counts_against_it_alone(tmp_path: Path, catalog_url: str, spark,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_commit_that_raises_for_one_object_counts_against_it_alone(
+    tmp_path: Path, catalog_url: str, spark, monkeypatch: pytest.MonkeyPatch
+) -> None:
     deployment = Deployment(make_config(tmp_path, catalog_url, max_failures=2))
     deployment.init()
     deployment.use_spark(spark)
@@ -173,7 +192,7 @@ def test_a_commit_that_raises_for_one_object_counts_against_it_alone(tmp_path: P
         bad = stage(deployment, "f.web.access/2026/11/20/b-poison.jsonl", jsonl(events(3, 100)))
         for name in ("a", "c"):
             stage(deployment, f"f.web.access/2026/11/20/{name}.jsonl", jsonl(events(2, ord(name))))
-        real = runner.commit_parts
+        real = commit.commit_parts
 
         def commit_raising_for_one(tx, lake, table_record, layout, staging_object_id, parts, *rest):
             moved = real(tx, lake, table_record, layout, staging_object_id, parts, *rest)
@@ -181,11 +200,16 @@ def test_a_commit_that_raises_for_one_object_counts_against_it_alone(tmp_path: P
                 raise ArithmeticError("the poison's commit step")
             return moved
 
-        monkeypatch.setattr(runner, "commit_parts", commit_raising_for_one)
+        monkeypatch.setattr(commit, "commit_parts", commit_raising_for_one)
         first = stream_once(deployment)
         assert first.processed == 2 and first.records_loaded == 4  # committed in the same transaction
-        assert first.failed == [(bad, "ArithmeticError: the poison's commit step (failed 1 of stream.max_failures=2 "
-                                      "times; then it moves to unknown objects)")]
+        assert first.failed == [
+            (
+                bad,
+                "ArithmeticError: the poison's commit step (failed 1 of stream.max_failures=2 "
+                "times; then it moves to unknown objects)",
+            )
+        ]
         assert failing(deployment) == [(bad, 1, "ArithmeticError: the poison's commit step")]
         rows = deployment.catalog.partitions.small_objects(deployment.catalog.tables.get("web.access").id)
         assert sum(row.row_count for row in rows) == 4  # the poison's rows were rolled back with its savepoint
@@ -196,10 +220,11 @@ def test_a_commit_that_raises_for_one_object_counts_against_it_alone(tmp_path: P
         deployment.close()
 
 
-def test_outages_never_count_against_objects(deployment: Deployment, access_table, tmp_path: Path,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_outages_never_count_against_objects(
+    deployment: Deployment, access_table, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     uri = stage(deployment, "f.web.access/2026/11/20/a.jsonl", jsonl(events(3)))
-    real_task, real_commit = process_staging_object, runner.commit_parts
+    real_task, real_commit = process_staging_object, commit.commit_parts
     real_run_on_workers, real_run_tasks = wave_stage.run_on_workers, wave_stage.run_tasks
     # An I/O error: the storage's failure, not the object's (its root cannot be opened as a directory).
     (tmp_path / "not-a-root").write_bytes(b"")
@@ -224,11 +249,11 @@ def test_outages_never_count_against_objects(deployment: Deployment, access_tabl
         assert failed_uri == uri and reason.startswith("NotADirectoryError: ") and "Not a directory" in reason
         assert report.unknown == []
     monkeypatch.setattr(wave_stage, "process_staging_object", real_task)
-    monkeypatch.setattr(runner, "commit_parts", catalog_down)
+    monkeypatch.setattr(commit, "commit_parts", catalog_down)
     for _ in range(4):
         with pytest.raises(CatalogUnreachable):
             stream_once(deployment)
-    monkeypatch.setattr(runner, "commit_parts", real_commit)
+    monkeypatch.setattr(commit, "commit_parts", real_commit)
     # The worker processes lost (a wave then goes to Spark), and Spark gone too.
     monkeypatch.setattr(wave_stage, "run_on_workers", workers_lost)
     monkeypatch.setattr(wave_stage, "run_tasks", spark_gone)
@@ -252,12 +277,18 @@ def test_max_failures_is_at_least_one(tmp_path: Path, monkeypatch: pytest.Monkey
 
 
 def test_a_failure_reported_after_another_process_committed_the_object_counts_for_nothing(
-        deployment: Deployment, access_table) -> None:
+    deployment: Deployment, access_table
+) -> None:
     uri = stage(deployment, "f.web.access/2026/11/20/a.jsonl", jsonl(events(1)))
     stream_once(deployment)
     assert deployment.catalog.staging.pending(10) == []
     stale = PendingStagingObject(1, uri, 0, access_table)
-    late = runner.StreamReport()
-    runner._commit(deployment, [{"staging_object_id": 1, "status": "failed", "reason": "RuntimeError: late"}],
-                   {1: stale}, late, deployment.catalog.versions.mark())
+    late = StreamReport()
+    commit.commit_results(
+        deployment,
+        [{"staging_object_id": 1, "status": "failed", "reason": "RuntimeError: late"}],
+        {1: stale},
+        late,
+        deployment.catalog.versions.mark(),
+    )
     assert late.failed == [] and late.unknown == [] and failing(deployment) == []

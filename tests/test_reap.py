@@ -19,11 +19,11 @@ from siltlake.clock import utcnow
 from siltlake.config import Config
 from siltlake.deployment import Deployment, InstanceKeyRefused
 from siltlake.merge import merge_once
-from siltlake.publish import delete_rows, publish_once
-from siltlake.publish.update import prepare_delete
+from siltlake.publish import publish_once
 from siltlake.read import table as read_table
 from siltlake.reap import ReapRefused, reap_once
 from siltlake.storage.keys import symlink_key
+from siltlake.write.update import delete_rows, prepare_delete
 
 from .merge_helpers import add_small_objects, rows_for, silt_in_process
 from .test_merge import DAY, make_table, only_partition
@@ -76,7 +76,8 @@ def switched_day(deployment: Deployment):  # (table, small object ids)
 
 
 def test_a_switched_day_keeps_what_retained_versions_show_and_loses_the_rest_after_retention(
-        deployment: Deployment, spark) -> None:
+    deployment: Deployment, spark
+) -> None:
     table, ids = switched_day(deployment)
     layout = table.layout(deployment.instance_key)
     first_range = layout.merged_object(DAY, 0, ids[2])
@@ -94,8 +95,9 @@ def test_a_switched_day_keeps_what_retained_versions_show_and_loses_the_rest_aft
 
     # A week later v1 and v2 expire: the small objects are only in the current manifest now.
     small_bytes = sum(o.content_length for o in deployment.catalog.partitions.small_objects(table.id))
-    live_lists = [v.file_list_key for v in deployment.catalog.versions.of_partitions([only_partition(deployment,
-                                                                                                table).id])[:2]]
+    live_lists = [
+        v.file_list_key for v in deployment.catalog.versions.of_partitions([only_partition(deployment, table).id])[:2]
+    ]
     list_keys = {k for key in live_lists for k in (key, symlink_key(key))}
     assert len(list_keys) == 4 and list_keys <= files(deployment), "each live version has its file list, both forms"
     list_bytes = sum(deployment.lake.info(k).size for k in list_keys)
@@ -118,7 +120,8 @@ def test_a_switched_day_keeps_what_retained_versions_show_and_loses_the_rest_aft
 
 
 def test_an_update_leaves_the_objects_it_replaced_until_the_versions_that_list_them_expire(
-        deployment: Deployment, spark) -> None:
+    deployment: Deployment, spark
+) -> None:
     table, ids = switched_day(deployment)
     layout = table.layout(deployment.instance_key)
     merged = layout.merged_object(DAY, 0, ids[-1])
@@ -140,15 +143,17 @@ def test_an_update_leaves_the_objects_it_replaced_until_the_versions_that_list_t
     report = reap_once(deployment, now=tokyo(NEXT_DAY, 6) + WEEK)
     assert not ({merged, update.object_key} & files(deployment))
     assert counts(report)["superseded"][0] == 2 and counts(report)["expired"][2] == 4
-    assert counts(report)["expired"][0] == 8, \
+    assert counts(report)["expired"][0] == 8, (
         "the manifests of versions 1 to 4 (two live versions' file lists, v3's and v4's), JSON and symlink forms"
+    )
     (newest,) = deployment.catalog.versions.of_partitions([only_partition(deployment, table).id])
     assert newest.version == 5 and visible(spark, deployment) == kept
     assert counts(report)["covered"][0] == 5, "every small object is inside the current manifest now"
 
 
 def test_orphans_of_killed_writers_go_after_the_grace_period_unless_a_live_merge_may_commit_them(
-        deployment: Deployment, spark) -> None:
+    deployment: Deployment, spark
+) -> None:
     table = make_table(deployment)
     layout = table.layout(deployment.instance_key)
     ids = add_small_objects(deployment, table, DAY, [rows_for(DAY, 20, seed) for seed in range(2)])
@@ -169,13 +174,17 @@ def test_orphans_of_killed_writers_go_after_the_grace_period_unless_a_live_merge
     # A merge worker killed after writing the next range's object; its job is running again elsewhere.
     more = add_small_objects(deployment, table, DAY, [rows_for(DAY, 20, 2)])
     interrupted = write(layout.merged_object(DAY, ids[-1], more[-1]))
-    (job,) = deployment.catalog.merge_queue.claim("elsewhere:1:x", limit=1, now=utcnow(), timeout=600,
-                                                 per_table_limit=16)
+    (job,) = deployment.catalog.merge_queue.claim(
+        "elsewhere:1:x", limit=1, now=utcnow(), timeout=600, per_table_limit=16
+    )
     # An update whose process died before its commit (one whose commit is refused deletes what it wrote).
     prepared = prepare_delete(deployment, "web.access", DAY, "action = 'a1'")
     add_small_objects(deployment, table, DAY, [rows_for(DAY, 20, 3)])
-    update_files = {prepared.object_key, prepared.manifest_key,
-                    prepared.manifest_key.replace("/manifest-", "/symlink-").removesuffix(".json") + "/manifest"}
+    update_files = {
+        prepared.object_key,
+        prepared.manifest_key,
+        prepared.manifest_key.replace("/manifest-", "/symlink-").removesuffix(".json") + "/manifest",
+    }
     assert update_files <= files(deployment)
     orphans = {no_row, tmp, interrupted, *update_files}
     age(deployment, orphans)
@@ -266,8 +275,7 @@ def test_short_retention_and_grace_need_force(deployment: Deployment) -> None:
     assert reap_once(deployment, retention=3600, grace=0, force=True).objects == 0
 
 
-def test_reap_command_prints_the_same_table_for_a_dry_run_and_a_real_run(deployment: Deployment,
-                                                                         monkeypatch) -> None:
+def test_reap_command_prints_the_same_table_for_a_dry_run_and_a_real_run(deployment: Deployment, monkeypatch) -> None:
     switched_day(deployment)
     silt = silt_in_process(deployment, monkeypatch)
     now = (tokyo(NEXT_DAY, 3) + WEEK).isoformat() + "Z"
@@ -289,12 +297,17 @@ def test_reap_command_prints_the_same_table_for_a_dry_run_and_a_real_run(deploym
 
 # --- never another deployment's objects -------------------------------------------------------------------------
 
-def other_deployment(tmp_path: Path, lake_root: str, spark, *, instance_key: str | None,
-                     catalog_path: Path, init: bool = True) -> Deployment:
-    config = Config.model_validate({
-        "instance_key": instance_key, "catalog": {"url": f"sqlite:///{catalog_path}"},
-        "storage": {"root": lake_root, "staging_root": str(tmp_path / f"staging-{catalog_path.parent.name}")},
-    })
+
+def other_deployment(
+    tmp_path: Path, lake_root: str, spark, *, instance_key: str | None, catalog_path: Path, init: bool = True
+) -> Deployment:
+    config = Config.model_validate(
+        {
+            "instance_key": instance_key,
+            "catalog": {"url": f"sqlite:///{catalog_path}"},
+            "storage": {"root": lake_root, "staging_root": str(tmp_path / f"staging-{catalog_path.parent.name}")},
+        }
+    )
     other = Deployment(config)
     if init:
         other.init()
@@ -303,10 +316,16 @@ def other_deployment(tmp_path: Path, lake_root: str, spark, *, instance_key: str
 
 
 def test_two_deployments_on_one_root_never_reap_each_other_even_with_the_other_catalog_gone(
-        deployment: Deployment, tmp_path: Path, spark) -> None:
+    deployment: Deployment, tmp_path: Path, spark
+) -> None:
     (tmp_path / "b").mkdir()
-    neighbour = other_deployment(tmp_path, deployment.config.storage.root, spark, instance_key="neighbour2",
-                                 catalog_path=tmp_path / "b" / "catalog.db")
+    neighbour = other_deployment(
+        tmp_path,
+        deployment.config.storage.root,
+        spark,
+        instance_key="neighbour2",
+        catalog_path=tmp_path / "b" / "catalog.db",
+    )
     theirs = make_table(neighbour)
     add_small_objects(neighbour, theirs, DAY, [rows_for(DAY, 10, seed) for seed in range(3)])
     merge_once(neighbour)
@@ -334,8 +353,14 @@ def test_two_deployments_on_one_root_never_reap_each_other_even_with_the_other_c
     assert registry == {deployment.instance_key: True, "neighbour2": False}
 
     # Configured with their key, our catalog refuses to reap under it.
-    pointed = other_deployment(tmp_path, deployment.config.storage.root, spark, instance_key="neighbour2",
-                               catalog_path=tmp_path / "unused" / "catalog.db", init=False)
+    pointed = other_deployment(
+        tmp_path,
+        deployment.config.storage.root,
+        spark,
+        instance_key="neighbour2",
+        catalog_path=tmp_path / "unused" / "catalog.db",
+        init=False,
+    )
     pointed.catalog = deployment.catalog
     with pytest.raises(ReapRefused, match="not this catalog's key"):
         reap_once(pointed, now=utcnow() + dt.timedelta(days=30))
@@ -362,8 +387,9 @@ def test_a_copy_of_another_deployments_catalog_refuses_to_reap_its_objects(tmp_p
     before = files(original, key)
     age(original, before, days=30)
 
-    copy = other_deployment(tmp_path, lake, spark, instance_key=None, catalog_path=tmp_path / "c" / "catalog.db",
-                            init=False)
+    copy = other_deployment(
+        tmp_path, lake, spark, instance_key=None, catalog_path=tmp_path / "c" / "catalog.db", init=False
+    )
     assert copy.instance_key == key, "resolved from the copied catalog"
     for claim in (False, True):  # the original is alive: the copy may not take its key
         with pytest.raises(InstanceKeyRefused, match="copy" if not claim else "still registers the key"):
@@ -380,8 +406,9 @@ def test_a_copy_of_another_deployments_catalog_refuses_to_reap_its_objects(tmp_p
     original.close()
     (tmp_path / "moved").mkdir()
     shutil.move(tmp_path / "a" / "catalog.db", tmp_path / "moved" / "catalog.db")
-    moved = other_deployment(tmp_path, lake, spark, instance_key=None, catalog_path=tmp_path / "moved" / "catalog.db",
-                             init=False)
+    moved = other_deployment(
+        tmp_path, lake, spark, instance_key=None, catalog_path=tmp_path / "moved" / "catalog.db", init=False
+    )
     with pytest.raises(ReapRefused, match="silt init --claim"):
         reap_once(moved)
     moved.init(claim=True)
@@ -395,13 +422,14 @@ def test_a_version_once_expired_stays_expired_whatever_is_published_later() -> N
     import datetime as dt
 
     from siltlake.catalog.reap_records import ReapVersion
-    from siltlake.reap.runner import retained_versions
+    from siltlake.reap.retention import retained_versions
 
     start = dt.datetime(2026, 12, 1, 10)
 
     def version(number: int, minutes: int) -> ReapVersion:
-        return ReapVersion(number, 1, number, "merged", None, f"m-{number}.json", number, start + dt.timedelta(
-            minutes=minutes))
+        return ReapVersion(
+            number, 1, number, "merged", None, f"m-{number}.json", number, start + dt.timedelta(minutes=minutes)
+        )
 
     history = [version(1, 0), version(2, 10), version(3, 20)]
     cutoff = start + dt.timedelta(minutes=15)  # version 2 was superseded at minute 20, version 1 at minute 10

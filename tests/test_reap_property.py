@@ -17,12 +17,13 @@ from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.errors import VersionOutOfRange
 from siltlake.merge import merge_once
-from siltlake.publish import delete_rows, publish_once
+from siltlake.publish import publish_once
 from siltlake.read import table as read_table
 from siltlake.reap import reap_once
-from siltlake.reap.runner import retained_versions
+from siltlake.reap.retention import retained_versions
 from siltlake.storage.keys import symlink_key
 from siltlake.storage.manifests import read_manifest
+from siltlake.write.update import delete_rows
 
 from .conftest import make_config
 from .merge_helpers import add_small_objects, rows_for
@@ -33,15 +34,24 @@ HOUR = dt.timedelta(hours=1)
 
 append = st.tuples(st.just("append"), st.integers(0, 2), st.lists(st.integers(1, 15), min_size=1, max_size=3))
 publish = st.tuples(st.just("publish"), st.sampled_from([1, 7, 13, 26]))
-step = st.one_of(append, append, publish, publish, st.just(("merge",)), st.just(("read",)),
-                 st.tuples(st.just("reap"), st.sampled_from([1, 2]), st.booleans()), st.just(("update",)))
+step = st.one_of(
+    append,
+    append,
+    publish,
+    publish,
+    st.just(("merge",)),
+    st.just(("read",)),
+    st.tuples(st.just("reap"), st.sampled_from([1, 2]), st.booleans()),
+    st.just(("update",)),
+)
 
 
 def rows_of(deployment: Deployment, keys: list[str]) -> Counter:
     rows: Counter = Counter()
     for key in keys:
-        table = pq.read_table(deployment.lake.path(key), filesystem=deployment.lake.filesystem,
-                              columns=["user_id", "action"])
+        table = pq.read_table(
+            deployment.lake.path(key), filesystem=deployment.lake.filesystem, columns=["user_id", "action"]
+        )
         rows.update(zip(table.column("user_id").to_pylist(), table.column("action").to_pylist(), strict=True))
     return rows
 
@@ -57,37 +67,44 @@ def published_rows(deployment: Deployment, table, **as_of: object) -> Counter | 
         return None
     for view in views:
         if view.manifest_key:
-            keys += [uri.removeprefix(deployment.lake.root + "/") for uri, _ in
-                     read_manifest(deployment.lake, view.manifest_key)]
+            keys += [
+                uri.removeprefix(deployment.lake.root + "/")
+                for uri, _ in read_manifest(deployment.lake, view.manifest_key)
+            ]
         keys += [layout.small_object(view.partition_date, oid, False) for oid in view.live_object_ids]
     return rows_of(deployment, keys)
 
 
-def version_objects(deployment: Deployment, layout, version, date: dt.date,
-                    small: dict) -> list[str]:
+def version_objects(deployment: Deployment, layout, version, date: dt.date, small: dict) -> list[str]:
     """Every object a version shows: its manifest's objects and the live small objects above them."""
     keys = []
     if version.manifest_key:
         assert deployment.lake.exists(symlink_key(version.manifest_key)), version
-        keys += [uri.removeprefix(deployment.lake.root + "/") for uri, _ in
-                 read_manifest(deployment.lake, version.manifest_key)]
+        keys += [
+            uri.removeprefix(deployment.lake.root + "/")
+            for uri, _ in read_manifest(deployment.lake, version.manifest_key)
+        ]
     low, high = version.covered_upper or 0, version.live_watermark or 0
-    keys += [layout.small_object(date, oid, False) for oid, (day, delayed) in small.items()
-             if not delayed and low < oid <= high and day == date]
+    keys += [
+        layout.small_object(date, oid, False)
+        for oid, (day, delayed) in small.items()
+        if not delayed and low < oid <= high and day == date
+    ]
     return keys
 
 
 @settings(max_examples=6, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(steps=st.lists(step, min_size=3, max_size=12))
-def test_reap_keeps_every_retained_version_readable_and_removes_the_rest(spark, tmp_path_factory, monkeypatch,
-                                                                          steps: list[tuple]) -> None:
+def test_reap_keeps_every_retained_version_readable_and_removes_the_rest(
+    spark, tmp_path_factory, monkeypatch, steps: list[tuple]
+) -> None:
     root = tmp_path_factory.mktemp("reap-property")
     deployment = Deployment(make_config(root, f"sqlite:///{root / 'catalog.db'}"))
     deployment.init()
     deployment.use_spark(spark)
     clock = [utcnow()]
     # Updates stamp their versions with this clock too, so version times only move forward.
-    monkeypatch.setattr("siltlake.publish.update.utcnow", lambda: clock[0])
+    monkeypatch.setattr("siltlake.write.update.utcnow", lambda: clock[0])
     try:
         table = make_table(deployment, merged_object_size=6_000, merge_batch_size=3, row_group_bytes=2048)
         layout = table.layout(deployment.instance_key)
@@ -101,8 +118,9 @@ def test_reap_keeps_every_retained_version_readable_and_removes_the_rest(spark, 
 
         def check_after_reap(now: dt.datetime, retention: dt.timedelta, before: dict) -> None:
             partitions = {p.id: p.partition_date for p in deployment.catalog.partitions.list(table.id)}
-            after = {(v.partition_id, v.version): v
-                     for v in deployment.catalog.versions.of_partitions(list(partitions))}
+            after = {
+                (v.partition_id, v.version): v for v in deployment.catalog.versions.of_partitions(list(partitions))
+            }
             for partition_id, history in before.items():
                 kept, _ = retained_versions(history, now - retention)
                 for v in kept:
@@ -112,8 +130,10 @@ def test_reap_keeps_every_retained_version_readable_and_removes_the_rest(spark, 
                 missing = [k for k in keys if not deployment.lake.exists(k)]
                 assert not missing, f"version {v} lost {missing}"
                 if v.file_list_key:
-                    listed = [uri.removeprefix(deployment.lake.root + "/") for uri, _ in
-                              read_manifest(deployment.lake, v.file_list_key)]
+                    listed = [
+                        uri.removeprefix(deployment.lake.root + "/")
+                        for uri, _ in read_manifest(deployment.lake, v.file_list_key)
+                    ]
                     assert listed == keys, f"version {v}'s file list names other files than it shows"
                     assert deployment.lake.exists(symlink_key(v.file_list_key)), v
                 assert sum(rows_of(deployment, keys).values()) == v.row_count, v
@@ -133,8 +153,13 @@ def test_reap_keeps_every_retained_version_readable_and_removes_the_rest(spark, 
                     batches.append(rows_for(date, count, seed))
                     held[date].update((r["user_id"], r["action"]) for r in batches[-1])
                 added = set(add_small_objects(deployment, table, date, batches))
-                small.update({row.id: (date, row.delayed)
-                              for row in deployment.catalog.partitions.small_objects(table.id) if row.id in added})
+                small.update(
+                    {
+                        row.id: (date, row.delayed)
+                        for row in deployment.catalog.partitions.small_objects(table.id)
+                        if row.id in added
+                    }
+                )
             elif kind == "merge":
                 assert merge_once(deployment).failed == 0
             elif kind == "publish":
@@ -156,8 +181,9 @@ def test_reap_keeps_every_retained_version_readable_and_removes_the_rest(spark, 
                     before[v.partition_id].append(v)
                 # Full sweeps and incremental runs (the default within reap.full_sweep_interval) alike.
                 full = step_[2] if len(step_) > 2 else None
-                report = reap_once(deployment, now=clock[0], retention=int(retention.total_seconds()),
-                                   grace=86400, full=full or None)
+                report = reap_once(
+                    deployment, now=clock[0], retention=int(retention.total_seconds()), grace=86400, full=full or None
+                )
                 assert not report.failed and not report.warnings
                 check_after_reap(clock[0], retention, before)
 
@@ -185,11 +211,16 @@ def test_reap_keeps_every_retained_version_readable_and_removes_the_rest(spark, 
                 wanted |= {newest.manifest_key, symlink_key(newest.manifest_key)}
             if newest.file_list_key:  # its exact file list (a live version's own; else the manifest above)
                 wanted |= {newest.file_list_key, symlink_key(newest.file_list_key)}
-            wanted |= {r.key(layout, partition.partition_date)
-                       for r in deployment.catalog.merge_queue.ranges(partition_id) if r.lower is not None}
-            wanted |= {layout.small_object(o.partition_date, o.id, o.delayed)
-                       for o in deployment.catalog.partitions.small_objects(table.id)
-                       if o.partition_date == partition.partition_date and o.id > (newest.covered_upper or 0)}
+            wanted |= {
+                r.key(layout, partition.partition_date)
+                for r in deployment.catalog.merge_queue.ranges(partition_id)
+                if r.lower is not None
+            }
+            wanted |= {
+                layout.small_object(o.partition_date, o.id, o.delayed)
+                for o in deployment.catalog.partitions.small_objects(table.id)
+                if o.partition_date == partition.partition_date and o.id > (newest.covered_upper or 0)
+            }
         assert {info.key for info in deployment.lake.list(deployment.instance_key + "/")} == wanted
     finally:
         deployment.close()

@@ -61,12 +61,14 @@ def assert_rows_once(deployment: Deployment, expected: int) -> None:
 
 def test_objects_become_sorted_small_objects_per_tokyo_date(deployment: Deployment, access_table) -> None:
     # 14:59:59Z is 23:59:59 in Tokyo on the 20th; 15:00Z is already the 21st there.
-    times = [dt.datetime(2026, 11, 20, 15, 0, 1, tzinfo=UTC), dt.datetime(2026, 11, 20, 14, 59, 59, tzinfo=UTC),
-             dt.datetime(2026, 11, 20, 3, 0, tzinfo=UTC), dt.datetime(2026, 11, 20, 15, 0, 0, tzinfo=UTC)]
-    stage(deployment, "f1.web.access/2026/11/20/a.jsonl.gz",
-          jsonl_gz([event(t, i) for i, t in enumerate(times)]))
-    stage(deployment, "f1.web.access/2026/11/20/b.jsonl.gz",
-          jsonl_gz([event(times[2] + dt.timedelta(hours=1), 9)]))
+    times = [
+        dt.datetime(2026, 11, 20, 15, 0, 1, tzinfo=UTC),
+        dt.datetime(2026, 11, 20, 14, 59, 59, tzinfo=UTC),
+        dt.datetime(2026, 11, 20, 3, 0, tzinfo=UTC),
+        dt.datetime(2026, 11, 20, 15, 0, 0, tzinfo=UTC),
+    ]
+    stage(deployment, "f1.web.access/2026/11/20/a.jsonl.gz", jsonl_gz([event(t, i) for i, t in enumerate(times)]))
+    stage(deployment, "f1.web.access/2026/11/20/b.jsonl.gz", jsonl_gz([event(times[2] + dt.timedelta(hours=1), 9)]))
 
     report = stream_once(deployment)
 
@@ -95,8 +97,9 @@ def test_objects_become_sorted_small_objects_per_tokyo_date(deployment: Deployme
     assert frame.columns == ["utc_event_time", "user_id", "action", "dt"]
     by_date = {str(r["dt"]): r["count"] for r in frame.groupBy("dt").count().collect()}
     assert by_date == {"2026-11-20": 3, "2026-11-21": 2}
-    result = sql(deployment.spark(), "SELECT dt, count(*) AS n FROM web.access GROUP BY dt ORDER BY dt",
-                 deployment).collect()
+    result = sql(
+        deployment.spark(), "SELECT dt, count(*) AS n FROM web.access GROUP BY dt ORDER BY dt", deployment
+    ).collect()
     assert [(str(r.dt), r.n) for r in result] == [("2026-11-20", 3), ("2026-11-21", 2)]
 
 
@@ -110,7 +113,7 @@ def test_processing_the_same_object_again_adds_nothing(deployment: Deployment, a
     assert second.registered == third.registered == second.processed == third.processed == 0
 
     # A second process that computed the same object before the first committed: its copy is dropped.
-    from siltlake.stream.runner import _commit
+    from siltlake.stream.commit import commit_results
     from siltlake.stream.stage import stream_task
 
     pending = deployment.catalog.staging.pending(10)
@@ -120,14 +123,15 @@ def test_processing_the_same_object_again_adds_nothing(deployment: Deployment, a
     # Its size is the one the object was registered at: a local file's task reads up to it (a gzip file's too,
     # since gzip members are deliveries), so a stale copy with size 0 would read nothing at all.
     key = "f1.web.access/2026/11/20/a.jsonl.gz"
-    stale = PendingStagingObject(1, deployment.staging.uri(key), os.path.getsize(deployment.staging.path(key)),
-                                 access_table)
+    stale = PendingStagingObject(
+        1, deployment.staging.uri(key), os.path.getsize(deployment.staging.path(key)), access_table
+    )
     result = process_staging_object(stream_task(deployment, stale, "late-run"))
     assert result["status"] == "ok"
-    from siltlake.stream.runner import StreamReport
+    from siltlake.stream.report import StreamReport
 
     late = StreamReport()
-    _commit(deployment, [result], {1: stale}, late, deployment.catalog.versions.mark())
+    commit_results(deployment, [result], {1: stale}, late, deployment.catalog.versions.mark())
     assert late.skipped_duplicates == 1 and late.records_loaded == 0
     assert not deployment.lake.exists(result["parts"][0]["tmp_key"])
     assert sum(o.row_count for o in deployment.catalog.partitions.small_objects(access_table.id)) == 10
@@ -141,8 +145,11 @@ def test_delayed_objects_after_the_partition_is_closed(deployment: Deployment, a
     closed = deployment.catalog.partitions.close(access_table.id, dt.date(2026, 11, 19))
     assert closed.closed
 
-    stage(deployment, "f1.web.access/2026/11/20/late.jsonl.gz",
-          jsonl_gz([event(day + dt.timedelta(minutes=5), 3), event(day + dt.timedelta(days=1), 4)]))
+    stage(
+        deployment,
+        "f1.web.access/2026/11/20/late.jsonl.gz",
+        jsonl_gz([event(day + dt.timedelta(minutes=5), 3), event(day + dt.timedelta(days=1), 4)]),
+    )
     report = stream_once(deployment)
 
     assert (report.live_objects, report.delayed_objects) == (1, 1)
@@ -155,22 +162,30 @@ def test_delayed_objects_after_the_partition_is_closed(deployment: Deployment, a
     assert users == [1, 2, 4]
 
 
-@pytest.mark.parametrize("zone, events, expected", [
-    # New York springs forward on 2026-03-08 at 02:00 local (EST -5 -> EDT -4).
-    ("America/New_York",
-     ["2026-03-08T04:59:59Z", "2026-03-08T05:00:00Z", "2026-03-09T03:59:59Z", "2026-03-09T04:00:00Z"],
-     ["2026-03-07", "2026-03-08", "2026-03-08", "2026-03-09"]),
-    # Berlin falls back on 2026-10-25 at 03:00 local (CEST +2 -> CET +1).
-    ("Europe/Berlin",
-     ["2026-10-24T21:59:59Z", "2026-10-24T22:00:00Z", "2026-10-25T22:59:59Z", "2026-10-25T23:00:00Z"],
-     ["2026-10-24", "2026-10-25", "2026-10-25", "2026-10-26"]),
-])
-def test_partition_dates_follow_the_time_zone_across_dst(deployment: Deployment, zone, events,
-                                                         expected) -> None:
+@pytest.mark.parametrize(
+    "zone, events, expected",
+    [
+        # New York springs forward on 2026-03-08 at 02:00 local (EST -5 -> EDT -4).
+        (
+            "America/New_York",
+            ["2026-03-08T04:59:59Z", "2026-03-08T05:00:00Z", "2026-03-09T03:59:59Z", "2026-03-09T04:00:00Z"],
+            ["2026-03-07", "2026-03-08", "2026-03-08", "2026-03-09"],
+        ),
+        # Berlin falls back on 2026-10-25 at 03:00 local (CEST +2 -> CET +1).
+        (
+            "Europe/Berlin",
+            ["2026-10-24T21:59:59Z", "2026-10-24T22:00:00Z", "2026-10-25T22:59:59Z", "2026-10-25T23:00:00Z"],
+            ["2026-10-24", "2026-10-25", "2026-10-25", "2026-10-26"],
+        ),
+    ],
+)
+def test_partition_dates_follow_the_time_zone_across_dst(deployment: Deployment, zone, events, expected) -> None:
     deployment.catalog.tables.create(TableDef.from_mapping({**ACCESS_TABLE, "timezone": zone}))
-    stage(deployment, "f.web.access/2026/03/08/dst.jsonl",
-          "".join(json.dumps({"time": t, "user_id": i, "action": "a"}) + "\n" for i, t in enumerate(events))
-          .encode())
+    stage(
+        deployment,
+        "f.web.access/2026/03/08/dst.jsonl",
+        "".join(json.dumps({"time": t, "user_id": i, "action": "a"}) + "\n" for i, t in enumerate(events)).encode(),
+    )
     stream_once(deployment)
     rows = table(deployment.spark(), "web.access", deployment).orderBy("user_id").collect()
     assert [str(r.dt) for r in rows] == expected
@@ -200,8 +215,11 @@ def test_msgpack_fluentd_entries_with_every_time_layout(deployment: Deployment, 
     base = int(dt.datetime(2026, 11, 20, 1, 2, 3, tzinfo=UTC).timestamp())
     entries = [
         {"time": "2026-11-20T01:00:00Z", "user_id": 1, "action": "map"},
-        ["tag.web", msgpack.ExtType(0, base.to_bytes(4, "big") + (123456789).to_bytes(4, "big")),
-         {"user_id": 2, "action": "eventtime"}],
+        [
+            "tag.web",
+            msgpack.ExtType(0, base.to_bytes(4, "big") + (123456789).to_bytes(4, "big")),
+            {"user_id": 2, "action": "eventtime"},
+        ],
         [_ext_timestamp(base, 0, 32), {"user_id": 3, "action": "ts32"}],
         [_ext_timestamp(base, 987654321, 64), {"user_id": 4, "action": "ts64"}],
         ["tag.web", _ext_timestamp(base, 5000, 96), {"user_id": 5, "action": "ts96"}],
@@ -223,12 +241,18 @@ def test_msgpack_fluentd_entries_with_every_time_layout(deployment: Deployment, 
 def test_malformed_objects_go_to_unknown_and_the_stream_goes_on(deployment: Deployment, access_table) -> None:
     good = jsonl_gz([event(dt.datetime(2026, 11, 20, 1, tzinfo=UTC), 1)])
     stage(deployment, "f.web.access/2026/11/20/good.jsonl.gz", good)
-    stage(deployment, "f.web.access/2026/11/20/truncated.jsonl.gz", jsonl_gz(
-        [event(dt.datetime(2026, 11, 20, 1, tzinfo=UTC), i) for i in range(2000)])[:-200])
+    stage(
+        deployment,
+        "f.web.access/2026/11/20/truncated.jsonl.gz",
+        jsonl_gz([event(dt.datetime(2026, 11, 20, 1, tzinfo=UTC), i) for i in range(2000)])[:-200],
+    )
     stage(deployment, "f.web.access/2026/11/20/random.jsonl.gz", random.Random(1).randbytes(3000))
     stage(deployment, "f.web.access/2026/11/20/notjson.jsonl", b"hello world\nthis is not json\n")
-    stage(deployment, "f.web.access/2026/11/20/latin1.jsonl",
-          b'{"time": "2026-11-20T01:00:00Z", "user_id": 1, "action": "caf\xe9"}\n')
+    stage(
+        deployment,
+        "f.web.access/2026/11/20/latin1.jsonl",
+        b'{"time": "2026-11-20T01:00:00Z", "user_id": 1, "action": "caf\xe9"}\n',
+    )
     stage(deployment, "f.web.nosuch/2026/11/20/x.jsonl.gz", good)
     stage(deployment, "not-a-table-key.json", good)
 
@@ -307,9 +331,17 @@ def test_huge_objects_spill_sorted_runs_and_merge_them(tmp_path: Path, spill_byt
     definition = TableDef.from_mapping(ACCESS_TABLE)
     from siltlake.storage.keys import TableLayout
 
-    task = StreamTask(staging_object_id=1, uri=staging.as_uri(), staging=Storage(str(tmp_path)), lake=lake,
-                      layout=TableLayout("k1k1", "web", "access"), table_json=definition.to_json(),
-                      run_id="r", batch_rows=batch_rows, spill_bytes=spill_bytes)
+    task = StreamTask(
+        staging_object_id=1,
+        uri=staging.as_uri(),
+        staging=Storage(str(tmp_path)),
+        lake=lake,
+        layout=TableLayout("k1k1", "web", "access"),
+        table_json=definition.to_json(),
+        run_id="r",
+        batch_rows=batch_rows,
+        spill_bytes=spill_bytes,
+    )
     result = process_staging_object(task)
     assert result["status"] == "ok", result
     assert sum(p["rows"] for p in result["parts"]) == 30000
@@ -336,8 +368,11 @@ def test_two_stream_processes_on_one_postgres_catalog(tmp_path: Path, postgres_u
         when = dt.datetime(2026, 11, 20, tzinfo=UTC) + dt.timedelta(minutes=rng.randrange(0, 2880))
         count = rng.randrange(1, 50)
         expected += count
-        stage(deployment, f"f.web.access/2026/11/20/{n:03d}.jsonl.gz",
-              jsonl_gz([event(when, n * 1000 + i) for i in range(count)]))
+        stage(
+            deployment,
+            f"f.web.access/2026/11/20/{n:03d}.jsonl.gz",
+            jsonl_gz([event(when, n * 1000 + i) for i in range(count)]),
+        )
     config_file = tmp_path / "siltlake.toml"
     config_file.write_text(
         f'instance_key = "test0001"\n[catalog]\nurl = "{postgres_url}"\n'
@@ -346,8 +381,7 @@ def test_two_stream_processes_on_one_postgres_catalog(tmp_path: Path, postgres_u
     )
     env = {**os.environ, "SILTLAKE_CONFIG": str(config_file)}
     command = [sys.executable, "-m", "siltlake.cli", "stream", "--once", "--json"]
-    workers = [subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-               for _ in range(2)]
+    workers = [subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
     outputs = [worker.communicate(timeout=300) for worker in workers]
     for worker, (_, err) in zip(workers, outputs, strict=True):
         assert worker.returncode == 0, err.decode()[-2000:]
@@ -358,8 +392,9 @@ def test_two_stream_processes_on_one_postgres_catalog(tmp_path: Path, postgres_u
     deployment.close()
 
 
-def test_polling_picks_up_new_objects_and_survives_a_failing_round(deployment: Deployment, access_table,
-                                                                    monkeypatch) -> None:
+def test_polling_picks_up_new_objects_and_survives_a_failing_round(
+    deployment: Deployment, access_table, monkeypatch
+) -> None:
     import threading
     import time
 
@@ -377,12 +412,18 @@ def test_polling_picks_up_new_objects_and_survives_a_failing_round(deployment: D
 
     monkeypatch.setattr(runner, "stream_once", flaky_once)
     stop = threading.Event()
-    loop = threading.Thread(target=runner.stream_forever, args=(deployment, stop, reports.append, 0.05),
-                            kwargs={"on_error": lambda exc, wait: errors.append(str(exc))})
+    loop = threading.Thread(
+        target=runner.stream_forever,
+        args=(deployment, stop, reports.append, 0.05),
+        kwargs={"on_error": lambda exc, wait: errors.append(str(exc))},
+    )
     loop.start()
     try:
-        stage(deployment, "f.web.access/2026/11/20/a.jsonl.gz",
-              jsonl_gz([event(dt.datetime(2026, 11, 20, 1, tzinfo=UTC), i) for i in range(3)]))
+        stage(
+            deployment,
+            "f.web.access/2026/11/20/a.jsonl.gz",
+            jsonl_gz([event(dt.datetime(2026, 11, 20, 1, tzinfo=UTC), i) for i in range(3)]),
+        )
         deadline = time.monotonic() + 120
         while (sum(r.records_loaded for r in reports) < 3 or not errors) and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -394,16 +435,20 @@ def test_polling_picks_up_new_objects_and_survives_a_failing_round(deployment: D
     assert errors == ["storage briefly unreachable"]
 
 
-def test_a_commit_that_dies_after_moving_objects_moves_them_back(deployment: Deployment, access_table,
-                                                                 monkeypatch) -> None:
+def test_a_commit_that_dies_after_moving_objects_moves_them_back(
+    deployment: Deployment, access_table, monkeypatch
+) -> None:
     """Objects are moved to their id keys inside the commit; if the commit then fails, they are moved back
     (no row points at them, and a process that dies instead leaves only orphans for reap), the staging
     object stays pending, and the next run loads each record exactly once."""
     from siltlake.catalog import StreamCommit
 
     when = dt.datetime(2026, 11, 20, 1, tzinfo=UTC)
-    stage(deployment, "f.web.access/2026/11/20/a.jsonl.gz",
-          jsonl_gz([event(when, i) for i in range(5)] + [event(when + dt.timedelta(days=1), 5)]))
+    stage(
+        deployment,
+        "f.web.access/2026/11/20/a.jsonl.gz",
+        jsonl_gz([event(when, i) for i in range(5)] + [event(when + dt.timedelta(days=1), 5)]),
+    )
     real_add = StreamCommit.add_small_object
     calls = {"n": 0}
 
@@ -428,7 +473,10 @@ def test_a_commit_that_dies_after_moving_objects_moves_them_back(deployment: Dep
     objects = deployment.catalog.partitions.small_objects(access_table.id)
     assert len(lake_files(deployment, "live")) == len(objects) == 2
     for o in objects:
-        assert deployment.lake.exists(deployment.catalog.tables.get("web.access").layout("test0001")
-                                      .small_object(o.partition_date, o.id, o.delayed))
+        assert deployment.lake.exists(
+            deployment.catalog.tables.get("web.access")
+            .layout("test0001")
+            .small_object(o.partition_date, o.id, o.delayed)
+        )
     users = sorted(r.user_id for r in table(deployment.spark(), "web.access", deployment).collect())
     assert users == [0, 1, 2, 3, 4, 5]

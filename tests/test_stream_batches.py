@@ -12,19 +12,27 @@ import sqlalchemy as sa
 
 from siltlake.catalog import StreamCommit, schema
 from siltlake.deployment import Deployment
-from siltlake.stream import runner, stream_once
+from siltlake.stream import commit, runner, stream_once
 
 pytestmark = pytest.mark.spark
 
-OBJECTS = 150  # three commit chunks (runner.COMMIT_CHUNK = 64)
+OBJECTS = 150  # three commit chunks (commit.COMMIT_CHUNK = 64)
 START = dt.datetime(2026, 11, 20, 1, tzinfo=dt.UTC)
 
 
 def stage_objects(deployment: Deployment, count: int, rows: int = 3) -> None:
     for n in range(count):
         day = START + dt.timedelta(days=n % 3)  # three partition dates, so objects of one chunk share partitions
-        lines = [json.dumps({"time": (day + dt.timedelta(seconds=n * rows + i)).isoformat(),
-                             "user_id": n * rows + i, "action": "view"}) for i in range(rows)]
+        lines = [
+            json.dumps(
+                {
+                    "time": (day + dt.timedelta(seconds=n * rows + i)).isoformat(),
+                    "user_id": n * rows + i,
+                    "action": "view",
+                }
+            )
+            for i in range(rows)
+        ]
         path = Path(deployment.staging.path(f"f.web.access/2026/11/20/o-{n:05d}.jsonl"))
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("\n".join(lines) + "\n")
@@ -59,8 +67,14 @@ def test_a_round_costs_at_most_three_statements_per_object(deployment: Deploymen
     # The batch's processed marks are the values the object-by-object commit wrote, typed as it typed them.
     staging = deployment.catalog.engine
     with staging.connect() as c:
-        marks = c.execute(sa.select(schema.staging_objects.c.processed_time, schema.staging_objects.c.records_in,
-                                    schema.staging_objects.c.bad_records, schema.staging_objects.c.error_uri)).all()
+        marks = c.execute(
+            sa.select(
+                schema.staging_objects.c.processed_time,
+                schema.staging_objects.c.records_in,
+                schema.staging_objects.c.bad_records,
+                schema.staging_objects.c.error_uri,
+            )
+        ).all()
     assert len(marks) == OBJECTS
     now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
     for processed_time, records_in, bad_records, error_uri in marks:
@@ -71,8 +85,9 @@ def test_a_round_costs_at_most_three_statements_per_object(deployment: Deploymen
     assert not isinstance(stored, int | float), stored
 
 
-def test_a_failing_batch_commits_again_object_by_object(deployment: Deployment, access_table,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failing_batch_commits_again_object_by_object(
+    deployment: Deployment, access_table, monkeypatch: pytest.MonkeyPatch
+) -> None:
     stage_objects(deployment, 70)
     real_flush = StreamCommit.flush
     calls = {"n": 0}
@@ -93,10 +108,11 @@ def test_a_failing_batch_commits_again_object_by_object(deployment: Deployment, 
     assert deployment.catalog.staging.pending(100) == []
 
 
-def test_an_object_failing_in_a_batch_counts_against_it_alone(deployment: Deployment, access_table,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_object_failing_in_a_batch_counts_against_it_alone(
+    deployment: Deployment, access_table, monkeypatch: pytest.MonkeyPatch
+) -> None:
     stage_objects(deployment, 70)
-    real = runner.commit_parts
+    real = commit.commit_parts
 
     def failing_for_one(tx, lake, table, layout, staging_object_id, parts, *rest):
         moved = real(tx, lake, table, layout, staging_object_id, parts, *rest)
@@ -104,12 +120,13 @@ def test_an_object_failing_in_a_batch_counts_against_it_alone(deployment: Deploy
             raise ArithmeticError("object 7's commit step")
         return moved
 
-    monkeypatch.setattr(runner, "commit_parts", failing_for_one)
+    monkeypatch.setattr(commit, "commit_parts", failing_for_one)
     report = stream_once(deployment)
     assert report.processed == 69 and report.records_loaded == 207
     assert [reason for _, reason in report.failed] == [
         "ArithmeticError: object 7's commit step (failed 1 of stream.max_failures=3 times; then it moves to "
-        "unknown objects)"]
+        "unknown objects)"
+    ]
     assert [pending.id for pending in deployment.catalog.staging.pending(100)] == [7]
 
 
@@ -126,12 +143,13 @@ def test_waves_commit_in_order_while_the_next_one_runs(deployment: Deployment, a
 
 
 def test_a_failing_wave_commit_ends_the_round_and_the_next_round_loses_nothing(
-        deployment: Deployment, access_table, monkeypatch: pytest.MonkeyPatch) -> None:
+    deployment: Deployment, access_table, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from siltlake.errors import CatalogUnreachable
 
     deployment.config.stream.objects_per_wave = 16
     stage_objects(deployment, 70)
-    real_commit = runner._commit
+    real_commit = runner.commit_results
     calls = {"n": 0}
 
     def second_commit_fails(*args, **kwargs):
@@ -140,12 +158,12 @@ def test_a_failing_wave_commit_ends_the_round_and_the_next_round_loses_nothing(
             raise CatalogUnreachable("the catalog server restarts")
         return real_commit(*args, **kwargs)
 
-    monkeypatch.setattr(runner, "_commit", second_commit_fails)
+    monkeypatch.setattr(runner, "commit_results", second_commit_fails)
     with pytest.raises(CatalogUnreachable):
         stream_once(deployment)
     assert len(deployment.catalog.staging.pending(100)) == 70 - 16
     assert not any("/_tmp/" in info.key for info in deployment.lake.list())  # the third wave's output too
-    monkeypatch.setattr(runner, "_commit", real_commit)
+    monkeypatch.setattr(runner, "commit_results", real_commit)
     report = stream_once(deployment)
     assert (report.processed, report.records_loaded) == (54, 162)
     rows = deployment.catalog.partitions.small_objects(access_table.id)

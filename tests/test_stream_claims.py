@@ -36,7 +36,8 @@ T0 = dt.datetime(2026, 11, 26, 12, 0)
 def _register(deployment: Deployment, count: int) -> list[int]:
     table_id = deployment.catalog.tables.get("web.access").id
     deployment.catalog.staging.register(
-        [(f"file:///staging/o-{n:03d}.jsonl", table_id, 10, None) for n in range(count)])
+        [(f"file:///staging/o-{n:03d}.jsonl", table_id, 10, None) for n in range(count)]
+    )
     return [item.id for item in deployment.catalog.staging.pending(count + 1)]
 
 
@@ -49,7 +50,8 @@ def _ids(objects) -> list[int]:  # PendingStagingObjects
 
 
 def test_claims_are_disjoint_fresh_ones_are_left_alone_and_silent_or_dead_owners_lose_theirs(
-        plain_deployment: Deployment) -> None:
+    plain_deployment: Deployment,
+) -> None:
     staging = plain_deployment.catalog.staging
     ids = _register(plain_deployment, 5)
     a = staging.claim("a", limit=3, now=T0, timeout=60, local=_host("host-a", 111))
@@ -63,8 +65,9 @@ def test_claims_are_disjoint_fresh_ones_are_left_alone_and_silent_or_dead_owners
     c = staging.claim("c", limit=10, now=T0 + dt.timedelta(seconds=75), timeout=60, local=_host("host-c", 1))
     assert _ids(c) == ids[3:]
     # a's process is gone, seen from its own host: its claims go at once, whatever its heartbeat.
-    d = staging.claim("d", limit=10, now=T0 + dt.timedelta(seconds=76), timeout=60,
-                      local=_host("host-a", 222, dead=(111,)))
+    d = staging.claim(
+        "d", limit=10, now=T0 + dt.timedelta(seconds=76), timeout=60, local=_host("host-a", 222, dead=(111,))
+    )
     assert _ids(d) == ids[:3]
     assert staging.heartbeat("a", ids, T0 + dt.timedelta(seconds=77)) == 0, "a lost them"
     assert staging.release("d") == 3
@@ -93,11 +96,13 @@ def test_claims_at_once_take_disjoint_sets(plain_deployment: Deployment) -> None
 
 @pytest.mark.spark
 def test_a_round_leaves_what_another_daemon_holds_and_takes_it_once_that_daemon_is_silent(
-        deployment: Deployment, access_table) -> None:
+    deployment: Deployment, access_table
+) -> None:
     when = dt.datetime(2026, 11, 20, 3, tzinfo=UTC)
     for n in range(4):
-        stage(deployment, f"f.web.access/2026/11/20/{n}.jsonl.gz",
-              jsonl_gz([event(when, n * 10 + i) for i in range(3)]))
+        stage(
+            deployment, f"f.web.access/2026/11/20/{n}.jsonl.gz", jsonl_gz([event(when, n * 10 + i) for i in range(3)])
+        )
     discover(deployment)
     staging, timeout = deployment.catalog.staging, deployment.config.stream.claim_timeout
     other = staging.claim("other-daemon", limit=2, now=utcnow(), timeout=timeout, local=_host("elsewhere", 7))
@@ -105,8 +110,11 @@ def test_a_round_leaves_what_another_daemon_holds_and_takes_it_once_that_daemon_
     assert (report.processed, report.records_loaded) == (2, 6)
     assert _ids(staging.pending(10)) == _ids(other), "the other daemon's share is left to it"
     with deployment.catalog.engine.connect() as c:
-        owners = set(c.execute(sa.select(s.staging_objects.c.claim_owner)
-                               .where(s.staging_objects.c.processed_time.is_(None))).scalars())
+        owners = set(
+            c.execute(
+                sa.select(s.staging_objects.c.claim_owner).where(s.staging_objects.c.processed_time.is_(None))
+            ).scalars()
+        )
     assert owners == {"other-daemon"}
     assert stream_once(deployment).processed == 0, "its heartbeat is fresh"
     # It stops beating: past stream.claim_timeout its objects are anyone's.
@@ -120,7 +128,8 @@ def test_a_round_leaves_what_another_daemon_holds_and_takes_it_once_that_daemon_
 
 @pytest.mark.spark
 def test_claims_a_failed_round_could_not_give_back_are_given_back_by_the_next(
-        deployment: Deployment, access_table, monkeypatch: pytest.MonkeyPatch) -> None:
+    deployment: Deployment, access_table, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from siltlake.catalog.staging import Staging
     from siltlake.errors import CatalogUnreachable
     from siltlake.stream import runner
@@ -133,7 +142,7 @@ def test_claims_a_failed_round_could_not_give_back_are_given_back_by_the_next(
         raise CatalogUnreachable("the catalog server restarts")
 
     with monkeypatch.context() as patch:
-        patch.setattr(runner, "_commit", outage)
+        patch.setattr(runner, "commit_results", outage)
         patch.setattr(Staging, "release", outage)
         with pytest.raises(CatalogUnreachable):
             stream_once(deployment)
@@ -166,14 +175,18 @@ class CountingSilt(SiltProcess):
     def __init__(self, log_dir: Path, name: str, env: dict[str, str], *args: str, sleep: float = 0) -> None:
         self.decoded_log = log_dir / f"{name}.decoded"
         self.decoded_log.touch()
-        env = {**env, "DECODE_LOG": str(self.decoded_log), "DECODE_SLEEP": str(sleep),
-               "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parents[1]),
-                                                           os.environ.get("PYTHONPATH")]))}
+        env = {
+            **env,
+            "DECODE_LOG": str(self.decoded_log),
+            "DECODE_SLEEP": str(sleep),
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH")])),
+        }
         self.name, self.args = name, args
         self.out, self.err = log_dir / f"{name}.out", log_dir / f"{name}.err"
         with self.out.open("ab") as out, self.err.open("ab") as err:
-            self.proc = subprocess.Popen([sys.executable, "-c", _COUNTING_SILT, *args], env=env, stdout=out,
-                                         stderr=err, start_new_session=True)
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", _COUNTING_SILT, *args], env=env, stdout=out, stderr=err, start_new_session=True
+            )
         self.started = time.monotonic()
 
     def decoded(self) -> list[int]:
@@ -186,8 +199,11 @@ def _stage_many(deployment: Deployment, count: int) -> int:
     for n in range(count):
         rows = 1 + n % 7
         expected += rows
-        stage(deployment, f"f.web.access/2026/11/20/{n:03d}.jsonl.gz",
-              jsonl_gz([event(when + dt.timedelta(minutes=n), n * 1000 + i) for i in range(rows)]))
+        stage(
+            deployment,
+            f"f.web.access/2026/11/20/{n:03d}.jsonl.gz",
+            jsonl_gz([event(when + dt.timedelta(minutes=n), n * 1000 + i) for i in range(rows)]),
+        )
     return expected
 
 
@@ -207,8 +223,7 @@ def _processed(deployment: Deployment) -> int:
 
 @pytest.mark.spark
 @pytest.mark.postgres
-def test_two_stream_daemons_on_one_postgres_catalog_decode_each_object_once(tmp_path: Path,
-                                                                            postgres_url: str) -> None:
+def test_two_stream_daemons_on_one_postgres_catalog_decode_each_object_once(tmp_path: Path, postgres_url: str) -> None:
     deployment, expected = _staged_deployment(tmp_path, postgres_url, 40)
     env = silt_env(tmp_path, postgres_url, stream={"objects_per_wave": 4})
     daemons = [CountingSilt(tmp_path, f"stream-{n}", env, "stream", "--once", "--json") for n in range(2)]
@@ -227,11 +242,11 @@ def test_two_stream_daemons_on_one_postgres_catalog_decode_each_object_once(tmp_
 
 @pytest.mark.spark
 @pytest.mark.postgres
-def test_a_sigkilled_stream_daemons_share_is_taken_over_losing_and_doubling_nothing(tmp_path: Path,
-                                                                                    postgres_url: str) -> None:
+def test_a_sigkilled_stream_daemons_share_is_taken_over_losing_and_doubling_nothing(
+    tmp_path: Path, postgres_url: str
+) -> None:
     deployment, expected = _staged_deployment(tmp_path, postgres_url, 24)
-    env = silt_env(tmp_path, postgres_url, stream={"objects_per_wave": 4, "claim_timeout": 4,
-                                                   "heartbeat_interval": 1})
+    env = silt_env(tmp_path, postgres_url, stream={"objects_per_wave": 4, "claim_timeout": 4, "heartbeat_interval": 1})
     doomed = CountingSilt(tmp_path, "doomed", env, "stream", "--interval", "0.2", sleep=600)
     survivor = None
     try:

@@ -15,7 +15,7 @@ from siltlake.catalog import StreamCommit
 from siltlake.cli.failures import describe
 from siltlake.deployment import Deployment
 from siltlake.storage.filesystem import Storage
-from siltlake.stream import runner, stream_once
+from siltlake.stream import commit, stream_once
 
 from .test_poison_objects import events, jsonl, stage
 
@@ -67,8 +67,9 @@ def kill_connection_at_fourth_object(monkeypatch: pytest.MonkeyPatch) -> None:
     def add_small_object(self: StreamCommit, **values: object) -> None:
         calls.append(values)
         if len(calls) == 4:
-            raise sa.exc.OperationalError("INSERT", {}, Exception("terminating connection due to administrator "
-                                                                  "command"))
+            raise sa.exc.OperationalError(
+                "INSERT", {}, Exception("terminating connection due to administrator command")
+            )
         real(self, **values)
 
     monkeypatch.setattr(StreamCommit, "add_small_object", add_small_object)
@@ -80,10 +81,11 @@ def sqlite_full() -> Exception:
 
 @sqlite_only
 @pytest.mark.parametrize("failure", ["catalog disk full", "lake disk full", "catalog connection killed"])
-def test_a_failed_round_counts_only_what_committed(deployment: Deployment, access_table, failure: str,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_round_counts_only_what_committed(
+    deployment: Deployment, access_table, failure: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     staged(deployment, 5)
-    monkeypatch.setattr(runner, "COMMIT_CHUNK", 2)
+    monkeypatch.setattr(commit, "COMMIT_CHUNK", 2)
     if failure == "lake disk full":
         fail_fourth_move(monkeypatch)
     elif failure == "catalog connection killed":
@@ -111,8 +113,11 @@ def test_a_failed_round_counts_only_what_committed(deployment: Deployment, acces
 
 
 def test_a_full_disk_is_said_so_wherever_it_is_found() -> None:
-    postgres_full = sa.exc.OperationalError("INSERT", {}, Exception(
-        'could not extend file "base/16384/2619": No space left on device\nHINT:  Check free disk space.'))
+    postgres_full = sa.exc.OperationalError(
+        "INSERT",
+        {},
+        Exception('could not extend file "base/16384/2619": No space left on device\nHINT:  Check free disk space.'),
+    )
     for error in (sqlite_full(), postgres_full):
         message = describe(error, "postgresql://db/silt").message
         assert message.startswith("the catalog's disk is full (postgresql://db/silt)"), message

@@ -18,7 +18,8 @@ from pathlib import Path
 from siltlake.catalog import TableRecord
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
-from siltlake.errors import CatalogError, ConfigError, NotFoundError, SiltError
+from siltlake.errors import ConfigError, NotFoundError, SiltError
+from siltlake.load.commit import commit_run
 from siltlake.load.config import JobConfig, LoadConfig
 from siltlake.load.state import new_state, one_run_per_state, read_state, write_state
 from siltlake.load.task import LoadTask, LoadTaskReport, output_columns, run_load_task
@@ -31,9 +32,18 @@ from siltlake.tabledef import Column, TableDef
 log = logging.getLogger(__name__)
 
 # A Spark SQL type name (DataType.simpleString) -> the siltlake column type an `out.create` table gets.
-SPARK_TYPES = {"bigint": "bigint", "int": "int", "smallint": "int", "tinyint": "int", "double": "double",
-               "float": "float", "boolean": "boolean", "timestamp": "timestamp", "string": "string",
-               "date": "date"}
+SPARK_TYPES = {
+    "bigint": "bigint",
+    "int": "int",
+    "smallint": "int",
+    "tinyint": "int",
+    "double": "double",
+    "float": "float",
+    "boolean": "boolean",
+    "timestamp": "timestamp",
+    "string": "string",
+    "date": "date",
+}
 
 
 class LoadFailed(SiltError):
@@ -55,9 +65,11 @@ class JobStats:
     error_files: list[str] = field(default_factory=list)
 
     def line(self) -> str:
-        return (f"{self.name} -> {self.table}: {self.records_in:,} records in, {self.loaded:,} loaded, "
-                f"{self.bad:,} bad, {self.bytes_in / 1e6:,.1f} MB, {self.tasks} tasks ({self.ran} run), "
-                f"{self.seconds:.1f} s")
+        return (
+            f"{self.name} -> {self.table}: {self.records_in:,} records in, {self.loaded:,} loaded, "
+            f"{self.bad:,} bad, {self.bytes_in / 1e6:,.1f} MB, {self.tasks} tasks ({self.ran} run), "
+            f"{self.seconds:.1f} s"
+        )
 
 
 @dataclass
@@ -90,22 +102,33 @@ def _table_columns(job: JobConfig, table: TableDef) -> list[Column]:
         names = {name for name, _ in produced}
         extra = [name for name in names if name not in {c.name for c in table.columns}]
         if extra:
-            raise ConfigError(f"out.table: {table.qualified_name} has no column {sorted(extra)[0]}; drop or rename "
-                              "it with a filter, or add the column (silt table add-column)")
-        missing = [c.name for c in table.columns if c.name not in names and
-                   (not c.nullable or c.name == table.time_column)]
+            raise ConfigError(
+                f"out.table: {table.qualified_name} has no column {sorted(extra)[0]}; drop or rename "
+                "it with a filter, or add the column (silt table add-column)"
+            )
+        missing = [
+            c.name for c in table.columns if c.name not in names and (not c.nullable or c.name == table.time_column)
+        ]
         if missing:
-            raise ConfigError(f"out.table: the input has no column {missing[0]}, which {table.qualified_name} "
-                              "requires; rename an input column to it")
+            raise ConfigError(
+                f"out.table: the input has no column {missing[0]}, which {table.qualified_name} "
+                "requires; rename an input column to it"
+            )
     return [Column(name=c.name, type=c.type, nullable=c.nullable, field_id=c.field_id) for c in table.columns]
 
 
 def _create_definition(job: JobConfig, columns: list[tuple[str, str]]) -> TableDef:
     schema_name, name = job.out.table.split(".")
-    return TableDef.from_mapping({
-        "schema": schema_name, "name": name, "time_column": job.out.time_column, "timezone": job.out.timezone,
-        "columns": [{"name": n, "type": t, "nullable": n != job.out.time_column} for n, t in columns],
-    }, f"out.table {job.out.table} (create)")
+    return TableDef.from_mapping(
+        {
+            "schema": schema_name,
+            "name": name,
+            "time_column": job.out.time_column,
+            "timezone": job.out.timezone,
+            "columns": [{"name": n, "type": t, "nullable": n != job.out.time_column} for n, t in columns],
+        },
+        f"out.table {job.out.table} (create)",
+    )
 
 
 def _existing_target(deployment: Deployment, job: JobConfig) -> TableRecord | None:
@@ -114,12 +137,15 @@ def _existing_target(deployment: Deployment, job: JobConfig) -> TableRecord | No
         table = deployment.catalog.tables.get(job.out.table)
     except NotFoundError:
         if not job.out.create:
-            raise ConfigError(f"out.table: no table {job.out.table}; create it (silt table create) or set "
-                              "out.create: true") from None
+            raise ConfigError(
+                f"out.table: no table {job.out.table}; create it (silt table create) or set out.create: true"
+            ) from None
         return None
     if table.definition.kind == "derived":
-        raise ConfigError(f"out.table: {job.out.table} is a derived table, built from its query "
-                          "(`silt derived build`); load into the table it reads instead")
+        raise ConfigError(
+            f"out.table: {job.out.table} is a derived table, built from its query "
+            "(`silt derived build`); load into the table it reads instead"
+        )
     return table
 
 
@@ -145,8 +171,9 @@ def _error_uri(job: JobConfig, run_id: str, job_name: str, index: int) -> str | 
 # The sql filter: a Spark stage over the parsed rows of every task of the job
 
 
-def _sql_stage(deployment: Deployment, name: str, job: JobConfig, table: TableRecord, reports: list[dict],
-               run_id: str) -> list[dict]:
+def _sql_stage(
+    deployment: Deployment, name: str, job: JobConfig, table: TableRecord, reports: list[dict], run_id: str
+) -> list[dict]:
     from pyspark import TaskContext
 
     from siltlake.load.task import row_table
@@ -170,17 +197,24 @@ def _sql_stage(deployment: Deployment, name: str, job: JobConfig, table: TableRe
     known = {c.name for c in definition.columns}
     extra = [c for c in frame.columns if c not in known]
     if extra:
-        raise ConfigError(f"jobs.{name}.filters (sql): the query returns column {extra[0]}, which "
-                          f"{table.qualified_name} does not have; leave it out or rename it")
+        raise ConfigError(
+            f"jobs.{name}.filters (sql): the query returns column {extra[0]}, which "
+            f"{table.qualified_name} does not have; leave it out or rename it"
+        )
     if definition.time_column not in frame.columns:
-        raise ConfigError(f"jobs.{name}.filters (sql): the query must return the event-time column "
-                          f"{definition.time_column}")
+        raise ConfigError(
+            f"jobs.{name}.filters (sql): the query must return the event-time column {definition.time_column}"
+        )
     columns = [Column(name=c.name, type=c.type, nullable=c.nullable, field_id=c.field_id) for c in definition.columns]
     table_json = json.dumps([c.model_dump() for c in columns])
     dt_field_id = definition.dt_field_id
     settings = deployment.config.stream
-    instance_key, time_column, timezone, codec = (deployment.instance_key, definition.time_column,
-                                                  definition.timezone, definition.codec)
+    instance_key, time_column, timezone, codec = (
+        deployment.instance_key,
+        definition.time_column,
+        definition.timezone,
+        definition.codec,
+    )
     staging_run = load_sql_run(run_id, name)
     lake.delete_prefix(temporary_run(instance_key, staging_run))  # a previous attempt of this stage
 
@@ -188,14 +222,16 @@ def _sql_stage(deployment: Deployment, name: str, job: JobConfig, table: TableRe
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        target = row_table([Column.model_validate(c) for c in json.loads(table_json)], time_column, timezone, codec,
-                           dt_field_id)
+        target = row_table(
+            [Column.model_validate(c) for c in json.loads(table_json)], time_column, timezone, codec, dt_field_id
+        )
         schema = target.arrow_schema()
         context = TaskContext.get()
         assert context is not None  # in a Spark task
         index = context.partitionId()
-        writer = ObjectWriter(target, lake, TableLayout(instance_key, "load", "rows"), staging_run, index,
-                              settings.spill_bytes)
+        writer = ObjectWriter(
+            target, lake, TableLayout(instance_key, "load", "rows"), staging_run, index, settings.spill_bytes
+        )
         rows_in = bad = 0
         for batch in batches:
             rows_in += batch.num_rows
@@ -210,8 +246,13 @@ def _sql_stage(deployment: Deployment, name: str, job: JobConfig, table: TableRe
             # Filtered on the event time first: the table schema's time column is not nullable.
             writer.add(pa.Table.from_arrays([pc.filter(a, good) for a in arrays], schema=schema))
         parts = writer.finish()
-        report = {"index": index, "rows_in": rows_in, "bad_records": bad, "parts": parts,
-                  "upload_start_time": dt.datetime.now(dt.UTC).replace(tzinfo=None).isoformat()}
+        report = {
+            "index": index,
+            "rows_in": rows_in,
+            "bad_records": bad,
+            "parts": parts,
+            "upload_start_time": dt.datetime.now(dt.UTC).replace(tzinfo=None).isoformat(),
+        }
         yield pa.RecordBatch.from_pylist([{"report": json.dumps(report)}])
 
     results = frame.mapInArrow(write, "report string").collect()
@@ -253,30 +294,41 @@ def _create_from_sql(deployment: Deployment, name: str, job: JobConfig, reports:
     for item in schema.fields:
         kind = SPARK_TYPES.get(item.dataType.simpleString())
         if kind is None:
-            raise ConfigError(f"jobs.{name}.filters (sql): column {item.name} has type "
-                              f"{item.dataType.simpleString()}, which a table cannot store; cast it")
+            raise ConfigError(
+                f"jobs.{name}.filters (sql): column {item.name} has type "
+                f"{item.dataType.simpleString()}, which a table cannot store; cast it"
+            )
         columns.append((item.name, kind))
     return deployment.catalog.tables.create(_create_definition(job, columns))
 
 
-def load(deployment: Deployment, config: LoadConfig, *, state_path: str | None = None, commit: bool = True,
-         progress: LoadProgress | None = None) -> LoadReport:
+def load(
+    deployment: Deployment,
+    config: LoadConfig,
+    *,
+    state_path: str | None = None,
+    commit: bool = True,
+    progress: LoadProgress | None = None,
+) -> LoadReport:
     """Run (or resume) a load; commit everything in one transaction once every task succeeded."""
     with one_run_per_state(Path(state_path) if state_path else None):
         return _load(deployment, config, state_path=state_path, commit=commit, progress=progress)
 
 
-def _load(deployment: Deployment, config: LoadConfig, *, state_path: str | None, commit: bool,
-          progress: LoadProgress | None) -> LoadReport:
+def _load(
+    deployment: Deployment, config: LoadConfig, *, state_path: str | None, commit: bool, progress: LoadProgress | None
+) -> LoadReport:
     deployment.catalog.check_ready()
     deployment.check_instance("load")
     path = Path(state_path) if state_path else None
     state = read_state(path) if path else None
     if state is not None:
         if state["config_hash"] != config.digest():
-            raise ConfigError(f"{path} was written for a different config (the config changed since); run "
-                              f"`silt cleanup CONFIG --resume-state {path}` with the old config, or give a new "
-                              "--resume-state path")
+            raise ConfigError(
+                f"{path} was written for a different config (the config changed since); run "
+                f"`silt cleanup CONFIG --resume-state {path}` with the old config, or give a new "
+                "--resume-state path"
+            )
         if state["instance_key"] != deployment.instance_key:
             raise ConfigError(f"{path} belongs to another deployment (instance key {state['instance_key']})")
     else:
@@ -287,8 +339,9 @@ def _load(deployment: Deployment, config: LoadConfig, *, state_path: str | None,
     stats = {name: JobStats(name, job.out.table) for name, job in config.jobs.items()}
     if state["committed"]:
         _fill_stats(state, stats)
-        return LoadReport(run_id, list(stats.values()), committed=True, already_committed=True,
-                          state_path=str(path) if path else None)
+        return LoadReport(
+            run_id, list(stats.values()), committed=True, already_committed=True, state_path=str(path) if path else None
+        )
 
     plans = {name: _plan_job(deployment, name, job) for name, job in config.jobs.items()}
     settings = deployment.config.stream
@@ -298,19 +351,32 @@ def _load(deployment: Deployment, config: LoadConfig, *, state_path: str | None,
         table, columns, time_column = plans[name]
         definition = table.definition if table is not None else None
         columns_json = json.dumps([c.model_dump() for c in columns])
-        for index, (item, report) in enumerate(zip(state["jobs"][name]["tasks"], state["jobs"][name]["reports"],
-                                                   strict=True)):
+        for index, (item, report) in enumerate(
+            zip(state["jobs"][name]["tasks"], state["jobs"][name]["reports"], strict=True)
+        ):
             if report is not None:
                 continue
-            tasks.append(LoadTask(
-                job=name, index=index, uri=item["uri"], job_json=job.model_dump_json(by_alias=True, exclude_unset=True),
-                columns_json=columns_json, time_column=time_column,
-                timezone=definition.timezone if definition else job.out.timezone,
-                codec=definition.codec if definition else "zstd", run_id=run_id, lake=deployment.lake,
-                instance_key=deployment.instance_key, error_uri=_error_uri(job, run_id, name, index),
-                batch_rows=settings.batch_rows, spill_bytes=settings.spill_bytes,
-                offset=item.get("offset", 0), length=item.get("length"),
-                dt_field_id=definition.dt_field_id if definition and time_column else None))
+            tasks.append(
+                LoadTask(
+                    job=name,
+                    index=index,
+                    uri=item["uri"],
+                    job_json=job.model_dump_json(by_alias=True, exclude_unset=True),
+                    columns_json=columns_json,
+                    time_column=time_column,
+                    timezone=definition.timezone if definition else job.out.timezone,
+                    codec=definition.codec if definition else "zstd",
+                    run_id=run_id,
+                    lake=deployment.lake,
+                    instance_key=deployment.instance_key,
+                    error_uri=_error_uri(job, run_id, name, index),
+                    batch_rows=settings.batch_rows,
+                    spill_bytes=settings.spill_bytes,
+                    offset=item.get("offset", 0),
+                    length=item.get("length"),
+                    dt_field_id=definition.dt_field_id if definition and time_column else None,
+                )
+            )
             weights.append(item["size"])
     started = time.monotonic()
     progress = progress or LoadProgress()
@@ -329,11 +395,17 @@ def _load(deployment: Deployment, config: LoadConfig, *, state_path: str | None,
             return result
 
         def advance(count: int) -> None:
-            progress.advance(count, sum(smallest[done[0]:done[0] + count]), records_read.value)
+            progress.advance(count, sum(smallest[done[0] : done[0] + count]), records_read.value)
             done[0] += count
 
-        results = run_tasks(deployment.spark(), counted, tasks, weights=weights,
-                            tasks_per_core=settings.tasks_per_core, on_progress=advance)
+        results = run_tasks(
+            deployment.spark(),
+            counted,
+            tasks,
+            weights=weights,
+            tasks_per_core=settings.tasks_per_core,
+            on_progress=advance,
+        )
     if results:  # the exact count, whatever the accumulator had merged when the last task was seen ending
         progress.advance(0, 0, sum(_records_in(result) for result in results))
     seconds = time.monotonic() - started
@@ -370,20 +442,24 @@ def _load(deployment: Deployment, config: LoadConfig, *, state_path: str | None,
         succeeded = sum(r is not None for j in state["jobs"].values() for r in j["reports"])
         if path is not None and succeeded:
             write_state(path, state)
-            raise LoadFailed(f"{len(failed)} task(s) failed, e.g. {failed[0][0]}: {failed[0][1]}; the other tasks' "
-                             f"output is kept in {path}: fix the cause and run the same command again (only the "
-                             "failed tasks run), or `silt cleanup` it")
+            raise LoadFailed(
+                f"{len(failed)} task(s) failed, e.g. {failed[0][0]}: {failed[0][1]}; the other tasks' "
+                f"output is kept in {path}: fix the cause and run the same command again (only the "
+                "failed tasks run), or `silt cleanup` it"
+            )
         _discard(deployment, state)
-        hint = ("run the same command again" if path is not None else
-                "run again with --resume-state FILE to keep the succeeded tasks' output")
-        raise LoadFailed(f"{len(failed)} task(s) failed, e.g. {failed[0][0]}: {failed[0][1]}; nothing was kept: "
-                         f"{hint}")
+        hint = (
+            "run the same command again"
+            if path is not None
+            else "run again with --resume-state FILE to keep the succeeded tasks' output"
+        )
+        raise LoadFailed(f"{len(failed)} task(s) failed, e.g. {failed[0][0]}: {failed[0][1]}; nothing was kept: {hint}")
     if not commit:
         assert path is not None  # --no-commit needs --resume-state (refused above without)
         write_state(path, state)
         event(log, "load.prepared", run_id=run_id, jobs=len(stats), state=str(path))
         return LoadReport(run_id, list(stats.values()), committed=False, state_path=str(path))
-    _commit(deployment, config, state, {name: plan[0] for name, plan in plans.items()})
+    commit_run(deployment, config, state, {name: plan[0] for name, plan in plans.items()})
     state["committed"] = True
     state["committed_time"] = utcnow().isoformat()
     if path is not None:
@@ -415,64 +491,6 @@ def _fill_stats(state: dict, stats: dict[str, JobStats]) -> None:
             item.loaded = sum(p["rows"] for r in sql for p in r["parts"])
         else:
             item.loaded = sum(p["rows"] for r in done for p in r.get("parts", []))
-
-
-def _units(name: str, state: dict) -> list[tuple[str, dict, int, int]]:
-    """(staging URI, report, records in, bad records) of each committed unit of a job: a task, or a
-    partition of the sql stage."""
-    job_state, run_id = state["jobs"][name], state["run_id"]
-    if job_state.get("sql_reports") is not None:
-        return [(f"load:{run_id}/{name}/sql-{r['index']:05d}", r, r["rows_in"], r["bad_records"])
-                for r in job_state["sql_reports"]]
-    return [(f"load:{run_id}/{name}/{r['index']:05d}", r, r["records_in"], r["bad_records"])
-            for r in job_state["reports"]]
-
-
-def _commit(deployment: Deployment, config: LoadConfig, state: dict, tables: dict[str, TableRecord | None]) -> None:
-    """One transaction for every job: ids under the ordering lock, objects moved, rows inserted.
-
-    Each task's output is registered as a processed staging row `load:<run>/<job>/<task>`; a row that
-    exists already means this state was committed before (a crash after the commit), so it adds nothing."""
-    from siltlake.stream.runner import _update_conflict, commit_parts
-
-    lake = deployment.lake
-    run_id = state["run_id"]
-    units = {name: _units(name, state) for name in config.jobs}
-    committed = deployment.catalog.staging.known_uris([uri for job in units.values() for uri, *_ in job])
-    # Checked before the transaction: a move cannot be rolled back with it.
-    targets: dict[str, TableRecord] = {}
-    for name, table_or_none in tables.items():
-        if table_or_none is None:  # a sql filter's table, made by an earlier run of this state, dropped since
-            raise CatalogError(f"load {run_id}: the table {config.jobs[name].out.table} of job {name} does not exist "
-                               "any more; nothing was committed: `silt cleanup` this load and run it again")
-        targets[name] = table_or_none
-    for name, job_units in units.items():
-        for uri, report, _, _ in job_units:
-            if uri in committed:
-                continue
-            for part in report["parts"]:
-                if not lake.exists(part["tmp_key"]):
-                    raise CatalogError(f"load {run_id}: the output {lake.uri(part['tmp_key'])} of job {name} is gone "
-                                       "(reaped after reap.grace, or deleted); nothing was committed: `silt cleanup` "
-                                       "this load and run it again")
-    with deployment.catalog.partitions.stream_commit() as tx:
-        now = utcnow()
-        for name, job_units in units.items():
-            table = targets[name]
-            layout = table.layout(deployment.instance_key)
-            for uri, report, records_in, bad in job_units:
-                parts = report["parts"]
-                staging_id = tx.register_loaded(
-                    uri, table_id=table.id,
-                    size=sum(p["bytes"] for p in parts), records_in=records_in, bad_records=bad,
-                    error_uri=None, now=now)
-                if staging_id is None:
-                    continue
-                conflict = _update_conflict(tx, table, parts, state["version_mark"])
-                if conflict is not None:
-                    raise CatalogError(f"load {run_id}: {conflict.split(';')[0]}; nothing was committed: "
-                                       "`silt cleanup` this load and run it again")
-                commit_parts(tx, lake, table, layout, staging_id, parts, report["upload_start_time"], now)
 
 
 def _discard(deployment: Deployment, state: dict, dry_run: bool = False) -> list[str]:
@@ -515,8 +533,10 @@ def _cleanup(deployment: Deployment, config: LoadConfig, path: Path, dry_run: bo
     if state["config_hash"] != config.digest():
         raise ConfigError(f"{path} was written for a different config; give the config the load ran with")
     if state["committed"]:
-        raise ConfigError(f"{path} records a committed load ({state['run_id']}): its data is in the tables and "
-                          "there is nothing to clean up")
+        raise ConfigError(
+            f"{path} records a committed load ({state['run_id']}): its data is in the tables and "
+            "there is nothing to clean up"
+        )
     removed = _discard(deployment, state, dry_run)
     if not dry_run:
         path.unlink()

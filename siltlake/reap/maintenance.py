@@ -13,7 +13,7 @@ from siltlake.errors import NoSuchPartition
 if TYPE_CHECKING:
     from siltlake.merge import MergeReport
     from siltlake.publish import PublishReport
-    from siltlake.reap.runner import ReapReport
+    from siltlake.reap.report import ReapReport
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,8 +33,9 @@ class TableMaintenance:
         self.deployment = deployment
         self.record = record
 
-    def compact(self, dates: Any = None, now: dt.datetime | None = None, publish: bool = True,
-                dry_run: bool = False) -> CompactReport:
+    def compact(
+        self, dates: Any = None, now: dt.datetime | None = None, publish: bool = True, dry_run: bool = False
+    ) -> CompactReport:
         """Merge the table's small objects now (of the partitions `dates`; None: all), as `silt merge --once
         --now` does for it, then (publish) run a publish, which shows closed days' merged objects as a
         `compaction` version; a day still open keeps showing its live objects until it closes. `now` (naive
@@ -52,8 +53,9 @@ class TableMaintenance:
             present = {p.partition_date: p.id for p in deployment.catalog.partitions.list(self.record.id)}
             missing = sorted(wanted - set(present))
             if missing:
-                raise NoSuchPartition(f"{self.record.qualified_name} has no partition "
-                                      f"{', '.join(d.isoformat() for d in missing)}")
+                raise NoSuchPartition(
+                    f"{self.record.qualified_name} has no partition {', '.join(d.isoformat() for d in missing)}"
+                )
             partition_ids = [present[day] for day in sorted(wanted)]
         clock = (lambda: now) if now is not None else utcnow
         if dry_run:
@@ -68,8 +70,9 @@ class TableMaintenance:
                 jobs = jobs.filter(pc.is_in(jobs.column("dt"), value_set=chosen))
             return CompactReport(None, None, jobs)
         deployment.catalog.merge_queue.advance(clock(), [self.record.id], partition_ids)
-        merged = MergeWorker(deployment, table_ids=[self.record.id], partition_ids=partition_ids,
-                             clock=clock).run(once=True)
+        merged = MergeWorker(deployment, table_ids=[self.record.id], partition_ids=partition_ids, clock=clock).run(
+            once=True
+        )
         return CompactReport(merged, publish_once(deployment, now) if publish else None)
 
     def expire(self, dry_run: bool = False, now: dt.datetime | None = None, **options: Any) -> ReapReport:
