@@ -58,6 +58,7 @@ import sqlalchemy as sa
 from common import StatementCounter, brief_machine, catalog_url, load_avg_1m, new_deployment, save_json, utc_stamp
 
 from siltlake.catalog import schema as s
+from siltlake.catalog import schema_discovery
 from siltlake.clock import utcnow
 from siltlake.storage.accounted import AccountedNames
 from siltlake.stream import stream_once
@@ -65,15 +66,22 @@ from siltlake.stream.discover import discover
 from siltlake.stream.names import daemon_names
 from siltlake.tabledef import TableDef
 
-TABLE = {"schema": "web", "name": "access", "time_column": "t", "timezone": "UTC",
-         "columns": [{"name": "t", "type": "timestamp", "nullable": False}]}
+TABLE = {
+    "schema": "web",
+    "name": "access",
+    "time_column": "t",
+    "timezone": "UTC",
+    "columns": [{"name": "t", "type": "timestamp", "nullable": False}],
+}
 HOSTS, DAYS = 20, 7
 
 
 # The directories under a host's table directory: a day's (the default key layout) or an hour's
 # (stream.key_pattern = "hourly"); new objects go to the newest.
-LAYOUTS = {"daily": [f"2026/01/{day:02d}" for day in range(1, DAYS + 1)],
-           "hourly": [f"2026/01/{day:02d}/{hour:02d}" for day in range(1, DAYS + 1) for hour in range(24)]}
+LAYOUTS = {
+    "daily": [f"2026/01/{day:02d}" for day in range(1, DAYS + 1)],
+    "hourly": [f"2026/01/{day:02d}/{hour:02d}" for day in range(1, DAYS + 1) for hour in range(24)],
+}
 layout = "daily"
 
 
@@ -110,8 +118,13 @@ def idle_round(deployment, counter: StatementCounter) -> dict:  # a Deployment
     report = stream_once(deployment)
     seconds = time.perf_counter() - started
     assert report.registered == 0 and report.processed == 0 and report.redelivered == 0, report
-    return {"seconds": seconds, "listed": report.listed, "swept": report.swept,
-            "statements": counter.statements - statements, "transactions": counter.transactions - transactions}
+    return {
+        "seconds": seconds,
+        "listed": report.listed,
+        "swept": report.swept,
+        "statements": counter.statements - statements,
+        "transactions": counter.transactions - transactions,
+    }
 
 
 _new_names = itertools.count()
@@ -124,22 +137,36 @@ def put_new(root: Path, objects: int) -> None:
         (directory / f"new-{next(_new_names):08d}.jsonl").write_bytes(b'{"t":"2026-01-07T12:00:00"}\n')
 
 
-def new_objects_round(deployment, root: Path, objects: int, counter: StatementCounter,
-                      profile: int = 0, accounted: AccountedNames | None = None) -> dict:
+def new_objects_round(
+    deployment,
+    root: Path,
+    objects: int,
+    counter: StatementCounter,
+    profile: int = 0,
+    accounted: AccountedNames | None = None,
+) -> dict:
     """One stream_once round that finds K new objects and loads them through Spark (with a daemon's record of
     names, if given)."""
     put_new(root, objects)
     statements, _ = counter.mark()
     profiler = cProfile.Profile() if profile else None
     started = time.perf_counter()
-    report = (profiler.runcall(stream_once, deployment, accounted=accounted) if profiler
-              else stream_once(deployment, accounted=accounted))
+    report = (
+        profiler.runcall(stream_once, deployment, accounted=accounted)
+        if profiler
+        else stream_once(deployment, accounted=accounted)
+    )
     seconds = time.perf_counter() - started
     assert report.registered == objects and report.processed == objects, report
     if profiler:
         pstats.Stats(profiler).sort_stats("cumulative").print_stats(profile)
-    return {"seconds": seconds, "listed": report.listed, "remembered": report.remembered,
-            "statements": counter.statements - statements, "spark_start_seconds": report.spark_start_seconds}
+    return {
+        "seconds": seconds,
+        "listed": report.listed,
+        "remembered": report.remembered,
+        "statements": counter.statements - statements,
+        "spark_start_seconds": report.spark_start_seconds,
+    }
 
 
 def sweep_pass(deployment) -> dict:  # a Deployment
@@ -181,8 +208,13 @@ def prepared(kind: str, objects: int, rounds: int, workdir: Path, profile: int) 
         built = time.perf_counter()
         build_seconds = built - build_started
         with catalog_url(kind, root) as url:
-            deployment = new_deployment("bench001", root, catalog_url=url, staging_root=root / "staging",
-                                        stream={"key_pattern": "hourly"} if layout == "hourly" else None)
+            deployment = new_deployment(
+                "bench001",
+                root,
+                catalog_url=url,
+                staging_root=root / "staging",
+                stream={"key_pattern": "hourly"} if layout == "hourly" else None,
+            )
             try:
                 deployment.catalog.tables.create(TableDef.from_mapping(TABLE))
                 time.sleep(max(0.0, built + deployment.config.stream.listing_margin + 0.5 - time.perf_counter()))
@@ -203,15 +235,21 @@ def prepared(kind: str, objects: int, rounds: int, workdir: Path, profile: int) 
                     pstats.Stats(profiler).sort_stats("cumulative").print_stats(profile)
                 seconds = [m["seconds"] for m in measured]
                 summary = {
-                    "catalog": kind, "objects": objects, "rounds": rounds,
-                    "build_seconds": round(build_seconds, 2), "register_seconds": round(register_seconds, 2),
+                    "catalog": kind,
+                    "objects": objects,
+                    "rounds": rounds,
+                    "build_seconds": round(build_seconds, 2),
+                    "register_seconds": round(register_seconds, 2),
                     "idle_round_seconds_median": round(statistics.median(seconds), 4),
                     "idle_round_seconds_all": [round(value, 4) for value in seconds],
                     "statements_per_round": measured[-1]["statements"],
                     "transactions_per_round": measured[-1]["transactions"],
-                    "python_peak_bytes": peak, "sweep_files_per_round": deployment.config.stream.sweep_files_per_round,
-                    "sweep_round_seconds_max": round(sweep["seconds"], 4), "sweep_pass_rounds": sweep["rounds"],
-                    "load_avg_1m": load_avg_1m()}
+                    "python_peak_bytes": peak,
+                    "sweep_files_per_round": deployment.config.stream.sweep_files_per_round,
+                    "sweep_round_seconds_max": round(sweep["seconds"], 4),
+                    "sweep_pass_rounds": sweep["rounds"],
+                    "load_avg_1m": load_avg_1m(),
+                }
                 accounted = daemon_names(deployment)
                 try:
                     yield Prepared(objects, root / "staging", deployment, counter, accounted, summary)
@@ -234,8 +272,9 @@ def new_rounds_in_turn(sizes: list[Prepared], new: int, new_rounds: int, profile
     for _ in range(new_rounds):
         for size in sizes:
             size.fresh.append(new_objects_round(size.deployment, size.root, new, size.counter))
-            size.recorded.append(new_objects_round(size.deployment, size.root, new, size.counter,
-                                                   accounted=size.accounted))
+            size.recorded.append(
+                new_objects_round(size.deployment, size.root, new, size.counter, accounted=size.accounted)
+            )
     if profile:
         for size in sizes:
             print(f"N = {size.objects:,}: a --once round, then a daemon's")
@@ -247,21 +286,30 @@ def result_of(size: Prepared, new: int) -> dict:
     if not size.fresh:
         return size.summary
     with size.deployment.catalog.engine.connect() as c:
-        stored_bytes = c.execute(sa.select(sa.func.sum(sa.func.length(s.discovery_names.c.names)))).scalar() or 0
+        stored_bytes = (
+            c.execute(sa.select(sa.func.sum(sa.func.length(schema_discovery.discovery_names.c.names)))).scalar() or 0
+        )
     fresh, recorded, accounted = size.fresh, size.recorded, size.accounted
     return {
-        **size.summary, "load_avg_1m_after_new_rounds": load_avg_1m(),
-        "new_objects": new, "new_round_seconds_median": round(statistics.median(f["seconds"] for f in fresh), 3),
+        **size.summary,
+        "load_avg_1m_after_new_rounds": load_avg_1m(),
+        "new_objects": new,
+        "new_round_seconds_median": round(statistics.median(f["seconds"] for f in fresh), 3),
         "new_round_seconds_all": [round(f["seconds"], 3) for f in fresh],
         "first_once_round_seconds": round(size.first_once["seconds"], 3) if size.first_once else None,
-        "new_round_listed": fresh[-1]["listed"], "new_round_statements": fresh[-1]["statements"],
+        "new_round_listed": fresh[-1]["listed"],
+        "new_round_statements": fresh[-1]["statements"],
         "recorded_round_seconds_median": round(statistics.median(r["seconds"] for r in recorded), 3),
         "recorded_round_seconds_all": [round(r["seconds"], 3) for r in recorded],
-        "recorded_round_listed": recorded[-1]["listed"], "recorded_round_remembered": recorded[-1]["remembered"],
+        "recorded_round_listed": recorded[-1]["listed"],
+        "recorded_round_remembered": recorded[-1]["remembered"],
         "recorded_round_statements": recorded[-1]["statements"],
-        "record_directories": accounted.directories, "record_names": accounted.names,
+        "record_directories": accounted.directories,
+        "record_names": accounted.names,
         "record_watched_directories": getattr(accounted, "watching", 0),
-        "record_bytes": accounted.footprint(), "stored_record_bytes": stored_bytes}
+        "record_bytes": accounted.footprint(),
+        "stored_record_bytes": stored_bytes,
+    }
 
 
 def main() -> None:
@@ -271,46 +319,65 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="timed idle rounds per N (the median is reported)")
     parser.add_argument("--catalog", choices=("sqlite", "postgresql"), default="sqlite")
     parser.add_argument("--profile", type=int, default=0, help="print the top K functions of one more round")
-    parser.add_argument("--new", type=int, default=0,
-                        help="also time rounds that each find this many new objects and load them through Spark")
+    parser.add_argument(
+        "--new",
+        type=int,
+        default=0,
+        help="also time rounds that each find this many new objects and load them through Spark",
+    )
     parser.add_argument("--new-rounds", type=int, default=3, help="timed rounds of --new objects per N")
     parser.add_argument("--workdir", default=None, help="where the staging roots go (default: the temp dir)")
-    parser.add_argument("--layout", choices=sorted(LAYOUTS), default="daily",
-                        help="directories per host: one per day (the default key layout) or per hour")
+    parser.add_argument(
+        "--layout",
+        choices=sorted(LAYOUTS),
+        default="daily",
+        help="directories per host: one per day (the default key layout) or per hour",
+    )
     parser.add_argument("--out", default="bench/results/history.json")
     args = parser.parse_args()
     global layout
     layout = args.layout
     sizes = [int(size) for size in args.sizes.split(",") if size.strip()] + ([1_000_000] if args.million else [])
     workdir = Path(args.workdir or tempfile.gettempdir())
-    print(f"{'N':>9} {'idle s (median)':>16} {'statements':>11} {'tx':>4} {'peak MiB':>9} {'register s':>11} "
-          f"{'sweep max s':>12} {'pass rounds':>12}")
+    print(
+        f"{'N':>9} {'idle s (median)':>16} {'statements':>11} {'tx':>4} {'peak MiB':>9} {'register s':>11} "
+        f"{'sweep max s':>12} {'pass rounds':>12}"
+    )
     with contextlib.ExitStack() as stack:
         ready = []
         for objects in sizes:
             size = stack.enter_context(prepared(args.catalog, objects, args.rounds, workdir, args.profile))
             ready.append(size)
             summary = size.summary
-            print(f"{objects:>9,} {summary['idle_round_seconds_median']:>16.4f} {summary['statements_per_round']:>11} "
-                  f"{summary['transactions_per_round']:>4} {summary['python_peak_bytes'] / 2**20:>9.1f} "
-                  f"{summary['register_seconds']:>11.1f} {summary['sweep_round_seconds_max']:>12.4f} "
-                  f"{summary['sweep_pass_rounds']:>12}", flush=True)
+            print(
+                f"{objects:>9,} {summary['idle_round_seconds_median']:>16.4f} {summary['statements_per_round']:>11} "
+                f"{summary['transactions_per_round']:>4} {summary['python_peak_bytes'] / 2**20:>9.1f} "
+                f"{summary['register_seconds']:>11.1f} {summary['sweep_round_seconds_max']:>12.4f} "
+                f"{summary['sweep_pass_rounds']:>12}",
+                flush=True,
+            )
         if args.new:
             new_rounds_in_turn(ready, args.new, args.new_rounds, args.profile)
         results = [result_of(size, args.new) for size in ready]
     for result in results if args.new else []:
-        print(f"{result['objects']:>9,}  {args.new} new: {result['new_round_seconds_median']:.3f} s, with a daemon's "
-              f"record {result['recorded_round_seconds_median']:.3f} s")
+        print(
+            f"{result['objects']:>9,}  {args.new} new: {result['new_round_seconds_median']:.3f} s, with a daemon's "
+            f"record {result['recorded_round_seconds_median']:.3f} s"
+        )
     report = {"machine": brief_machine(), "date": utc_stamp(), "args": vars(args), "results": results}
     if args.new and len(results) > 1 and results[0]["objects"] == 0:
         base = results[0]["new_round_seconds_median"]
-        report["new_round_ratio_to_n0"] = {r["objects"]: round(r["new_round_seconds_median"] / base, 2)
-                                           for r in results[1:]}
+        report["new_round_ratio_to_n0"] = {
+            r["objects"]: round(r["new_round_seconds_median"] / base, 2) for r in results[1:]
+        }
         recorded_base = results[0]["recorded_round_seconds_median"]
         report["recorded_round_ratio_to_n0"] = {
-            r["objects"]: round(r["recorded_round_seconds_median"] / recorded_base, 2) for r in results[1:]}
-        print(f"{args.new} new objects, ratio to N = 0: {report['new_round_ratio_to_n0']}; with a daemon's "
-              f"record: {report['recorded_round_ratio_to_n0']}")
+            r["objects"]: round(r["recorded_round_seconds_median"] / recorded_base, 2) for r in results[1:]
+        }
+        print(
+            f"{args.new} new objects, ratio to N = 0: {report['new_round_ratio_to_n0']}; with a daemon's "
+            f"record: {report['recorded_round_ratio_to_n0']}"
+        )
     save_json(Path(args.out), report, indent=1)
     print(f"wrote {args.out}")
 

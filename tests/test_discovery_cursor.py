@@ -106,10 +106,15 @@ def test_late_objects_under_old_dates_with_old_times_are_found_once(lake: Deploy
     found = discover(lake)
     assert not found.full_listing and found.registered == 4 and found.unknown == 0
     assert discover(lake).registered == 0
-    uris = {lake.staging.uri(key) for key in ("host01.web.access/2026/01/01/late.jsonl",
-                                              "host02.web.access/2026/01/02/moved.jsonl",
-                                              "host00.web.access/2026/01/03/obj.jsonl",
-                                              "host02.web.access/2026/01/01/link.jsonl")}
+    uris = {
+        lake.staging.uri(key)
+        for key in (
+            "host01.web.access/2026/01/01/late.jsonl",
+            "host02.web.access/2026/01/02/moved.jsonl",
+            "host00.web.access/2026/01/03/obj.jsonl",
+            "host02.web.access/2026/01/01/link.jsonl",
+        )
+    }
     assert uris <= lake.catalog.staging.known_uris(sorted(uris))
 
 
@@ -196,13 +201,13 @@ def test_a_failed_round_leaves_the_sweep_where_it_was(lake: Deployment, monkeypa
     assert lake.catalog.discovery.get(root).sweep_after == "host01.web.access/2026/01/02/obj-0.jsonl"  # 16th
 
 
-def test_a_sweep_pass_looks_every_file_up_once_the_check_interval_has_passed(tmp_path: Path,
-                                                                            catalog_url: str) -> None:
+def test_a_sweep_pass_looks_every_file_up_once_the_check_interval_has_passed(tmp_path: Path, catalog_url: str) -> None:
     """The passes between checks look up only files changed since the last completed pass; one that starts
     stream.sweep_check_interval after the last listing that looked everything up looks up every file (what a
     file system that sets no ctime on rename would hide from the others), and the next passes skip again."""
-    deployment = Deployment(make_config(tmp_path, catalog_url, listing_margin=0, sweep_files_per_round=SWEEP,
-                                        sweep_check_interval=2))
+    deployment = Deployment(
+        make_config(tmp_path, catalog_url, listing_margin=0, sweep_files_per_round=SWEEP, sweep_check_interval=2)
+    )
     deployment.init()
     try:
         deployment.catalog.tables.create(TableDef.from_mapping(ACCESS_TABLE))
@@ -221,6 +226,7 @@ def test_a_sweep_pass_looks_every_file_up_once_the_check_interval_has_passed(tmp
                 rounds.append((found.swept, found.looked_up))
                 assert found.sweep_completed == (number == 3)
             return rounds
+
         # Started within the interval: nothing asked; its last round, past the interval, starts the next pass.
         assert one_pass(wait_before_the_last=2.1) == [(8, 0), (8, 0), (8, 0), (6, 0)]
         assert one_pass() == [(8, 8), (8, 8), (8, 8), (6, 6)]  # started past the interval: every file asked
@@ -230,8 +236,9 @@ def test_a_sweep_pass_looks_every_file_up_once_the_check_interval_has_passed(tmp
 
 
 def test_with_no_check_interval_every_pass_looks_every_file_up(tmp_path: Path, catalog_url: str) -> None:
-    deployment = Deployment(make_config(tmp_path, catalog_url, listing_margin=0, sweep_files_per_round=SWEEP,
-                                        sweep_check_interval=0))
+    deployment = Deployment(
+        make_config(tmp_path, catalog_url, listing_margin=0, sweep_files_per_round=SWEEP, sweep_check_interval=0)
+    )
     deployment.init()
     try:
         deployment.catalog.tables.create(TableDef.from_mapping(ACCESS_TABLE))
@@ -247,8 +254,11 @@ def test_with_no_check_interval_every_pass_looks_every_file_up(tmp_path: Path, c
 
 def test_what_the_walk_and_the_sweep_both_find_is_registered_once(lake: Deployment) -> None:
     first_round(lake)
-    new = ["host00.web.access/2026/01/01/a-new.jsonl", "host01.web.access/2026/01/01/z-new.jsonl",
-           "host02.web.access/2026/01/02/obj-9.jsonl"]
+    new = [
+        "host00.web.access/2026/01/01/a-new.jsonl",
+        "host01.web.access/2026/01/01/z-new.jsonl",
+        "host02.web.access/2026/01/02/obj-9.jsonl",
+    ]
     registered = 0
     for key in new:  # each put ahead of the sweep, where the walk also finds it
         put(lake, key)
@@ -311,7 +321,8 @@ def test_the_sweep_reads_the_root_in_key_order_as_list_does(tmp_path: Path) -> N
 
 
 def test_a_slice_resumes_in_a_large_directory_without_reading_it_again_and_sees_what_changed_there(
-        tmp_path: Path, monkeypatch) -> None:
+    tmp_path: Path, monkeypatch
+) -> None:
     from siltlake.storage import localwalk
     from siltlake.storage.filesystem import Storage
 
@@ -386,7 +397,8 @@ def test_a_daemon_round_stats_only_the_names_its_record_has_not_seen(lake: Deplo
 
 
 def test_a_one_off_runs_record_is_stored_in_the_catalog_and_spares_the_next_run_its_stats(
-        lake: Deployment, tmp_path: Path, catalog_url: str) -> None:
+    lake: Deployment, tmp_path: Path, catalog_url: str
+) -> None:
     first_round(lake)
     day = "host02.web.access/2026/01/02"
     directory = lake.staging.path(day)
@@ -424,8 +436,10 @@ def test_a_one_off_runs_record_is_stored_in_the_catalog_and_spares_the_next_run_
     record.store()
     stored = lake.catalog.discovery.recorded_names(lake.staging.root)
     assert directory not in stored  # gone; the directories read (the new file's, the removed one's parent) stay
-    assert set(stored) == {lake.staging.path("host01.web.access/2026/01/01"),
-                           lake.staging.path("host02.web.access/2026/01")}
+    assert set(stored) == {
+        lake.staging.path("host01.web.access/2026/01/01"),
+        lake.staging.path("host02.web.access/2026/01"),
+    }
 
 
 def test_a_record_of_names_stored_by_an_earlier_version_is_read_and_stored_anew(lake: Deployment) -> None:
@@ -433,7 +447,7 @@ def test_a_record_of_names_stored_by_an_earlier_version_is_read_and_stored_anew(
     back in the new form once its directory changes."""
     import sqlalchemy as sa
 
-    from siltlake.catalog import schema as s
+    from siltlake.catalog import schema_discovery as s
 
     discovery, root = lake.catalog.discovery, lake.staging.root
     names = "/".join(f"obj-{i}.jsonl" for i in range(2000)) + "/é-ß.jsonl"

@@ -26,6 +26,7 @@ import pytest
 import sqlalchemy as sa
 
 from siltlake.catalog import schema as s
+from siltlake.catalog import schema_discovery
 from siltlake.config import load_config
 from siltlake.deployment import Deployment
 from siltlake.stream import stream_once
@@ -64,8 +65,9 @@ ROTATE_EVERY = 2.0
 
 def logrotate_binary() -> str:
     """logrotate's path; skipped without it, except under CI, where `make test` installed it."""
-    found = shutil.which("logrotate") or next((p for p in ("/usr/sbin/logrotate", "/sbin/logrotate")
-                                               if os.access(p, os.X_OK)), None)
+    found = shutil.which("logrotate") or next(
+        (p for p in ("/usr/sbin/logrotate", "/sbin/logrotate") if os.access(p, os.X_OK)), None
+    )
     if found:
         return found
     if os.environ.get("CI") == "true":
@@ -75,8 +77,9 @@ def logrotate_binary() -> str:
 
 def logrotate_config(path: Path, log: Path, directives: str, pidfile: Path | None) -> Path:
     # As Debian's nginx config does (invoke-rc.d nginx rotate): the server reopens its log on USR1; gone, nothing.
-    postrotate = (f"    postrotate\n        kill -USR1 $(cat {pidfile}) 2>/dev/null || true\n    endscript\n"
-                  if pidfile else "")
+    postrotate = (
+        f"    postrotate\n        kill -USR1 $(cat {pidfile}) 2>/dev/null || true\n    endscript\n" if pidfile else ""
+    )
     path.write_text(f"{log} {{\n    rotate 20\n    missingok\n    {directives}\n{postrotate}}}\n")
     return path
 
@@ -103,12 +106,26 @@ def deliveries(deployment: Deployment) -> list[tuple[str, int | None, int | None
 def positions(deployment: Deployment) -> list[tuple]:
     """(name, state, device:inode, head length, consumed end, read end, pending delivery, generation, rotated) of
     every position: with the deliveries, what a failure needs to be followed."""
-    p = s.staging_positions
+    p = schema_discovery.staging_positions
     with deployment.catalog.engine.connect() as c:
-        rows = c.execute(sa.select(p.c.uri, p.c.state, p.c.file_identity, p.c.head_length, p.c.consumed_end,
-                                   p.c.read_end, p.c.pending_uri, p.c.generation, p.c.rotated).order_by(p.c.id)).all()
-    return [(uri.rpartition("/")[2], *rest[:5], (pending or "").rpartition("/")[2] or None, *rest[6:])
-            for uri, *rest in rows for pending in [rest[5]]]
+        rows = c.execute(
+            sa.select(
+                p.c.uri,
+                p.c.state,
+                p.c.file_identity,
+                p.c.head_length,
+                p.c.consumed_end,
+                p.c.read_end,
+                p.c.pending_uri,
+                p.c.generation,
+                p.c.rotated,
+            ).order_by(p.c.id)
+        ).all()
+    return [
+        (uri.rpartition("/")[2], *rest[:5], (pending or "").rpartition("/")[2] or None, *rest[6:])
+        for uri, *rest in rows
+        for pending in [rest[5]]
+    ]
 
 
 def on_disk(directory: Path) -> collections.Counter:
@@ -117,8 +134,13 @@ def on_disk(directory: Path) -> collections.Counter:
     for path in directory.iterdir():
         data = path.read_bytes()
         data = gzip.decompress(data) if data.startswith(b"\x1f\x8b") else data
-        ids.update(int(field.removeprefix(b"user_id:")) for line in data.splitlines(keepends=True)
-                   if line.endswith(b"\n") for field in line.split(b"\t") if field.startswith(b"user_id:"))
+        ids.update(
+            int(field.removeprefix(b"user_id:"))
+            for line in data.splitlines(keepends=True)
+            if line.endswith(b"\n")
+            for field in line.split(b"\t")
+            if field.startswith(b"user_id:")
+        )
     return ids
 
 
@@ -132,10 +154,12 @@ def exactly_once(deployment: Deployment, written: range, expected: set[int] | No
     bad = sum(bad or 0 for _, _, bad in deliveries(deployment))
     if not (doubled or lost or strange or bad):
         return None
-    return (f"{len(doubled)} lines more than once (e.g. {list(doubled.items())[:5]}), {len(lost)} lost "
-            f"(e.g. {lost[:5]}), {len(strange)} never written, {bad} bad records; deliveries "
-            f"(name, records, bad): {deliveries(deployment)}; positions: {positions(deployment)}; unknown: "
-            f"{[(u.uri.rpartition('/')[2], u.reason) for u in deployment.catalog.staging.unknown()]}")
+    return (
+        f"{len(doubled)} lines more than once (e.g. {list(doubled.items())[:5]}), {len(lost)} lost "
+        f"(e.g. {lost[:5]}), {len(strange)} never written, {bad} bad records; deliveries "
+        f"(name, records, bad): {deliveries(deployment)}; positions: {positions(deployment)}; unknown: "
+        f"{[(u.uri.rpartition('/')[2], u.reason) for u in deployment.catalog.staging.unknown()]}"
+    )
 
 
 def drain(deployment: Deployment, rounds: int = 10) -> None:
@@ -146,8 +170,9 @@ def drain(deployment: Deployment, rounds: int = 10) -> None:
     quiet = 0
     for _ in range(rounds):
         report = stream_once(deployment, settle_wait=True)
-        quiet = quiet + 1 if not deployment.catalog.staging.pending(1) and not (report.registered
-                                                                               or report.appended) else 0
+        quiet = (
+            quiet + 1 if not deployment.catalog.staging.pending(1) and not (report.registered or report.appended) else 0
+        )
         if quiet == 2:
             return
 
@@ -157,15 +182,25 @@ def logrotate() -> str:
     return logrotate_binary()
 
 
-@pytest.mark.parametrize(("rotation", "catalog_url"), [
-    ("create", "sqlite"), ("copytruncate", "postgresql"), ("delaycompress", "sqlite"),
-    ("delaycompress-exclude", "postgresql"),
-], indirect=["catalog_url"])
+@pytest.mark.parametrize(
+    ("rotation", "catalog_url"),
+    [
+        ("create", "sqlite"),
+        ("copytruncate", "postgresql"),
+        ("delaycompress", "sqlite"),
+        ("delaycompress-exclude", "postgresql"),
+    ],
+    indirect=["catalog_url"],
+)
 def test_a_log_rotated_by_logrotate_while_written_lands_every_line_once(
-        tmp_path: Path, catalog_url: str, spark, logrotate: str, rotation: str) -> None:  # noqa: ANN001
+    tmp_path: Path, catalog_url: str, spark, logrotate: str, rotation: str
+) -> None:  # noqa: ANN001
     directives, reopen, exclude = ROTATIONS[rotation]
-    env = silt_env(tmp_path, catalog_url, stream={
-        "key_pattern": UNDATED, "poll_interval": 1, "settle_time": 1, "settle_limit": 1, "exclude": exclude})
+    env = silt_env(
+        tmp_path,
+        catalog_url,
+        stream={"key_pattern": UNDATED, "poll_interval": 1, "settle_time": 1, "settle_limit": 1, "exclude": exclude},
+    )
     deployment = Deployment(load_config(environ=env))
     deployment.init()
     deployment.use_spark(spark)
@@ -176,8 +211,23 @@ def test_a_log_rotated_by_logrotate_while_written_lands_every_line_once(
     config = logrotate_config(tmp_path / "logrotate.conf", log, directives, pidfile if reopen == "signal" else None)
     (tmp_path / "logs").mkdir()
     daemon = SiltProcess(tmp_path / "logs", "stream", env, "stream")
-    writer = subprocess.Popen([sys.executable, str(WRITER), str(log), "--count", "0", "--rate", str(RATE),
-                               "--reopen", reopen, "--pidfile", str(pidfile)], stdout=subprocess.PIPE, text=True)
+    writer = subprocess.Popen(
+        [
+            sys.executable,
+            str(WRITER),
+            str(log),
+            "--count",
+            "0",
+            "--rate",
+            str(RATE),
+            "--reopen",
+            reopen,
+            "--pidfile",
+            str(pidfile),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     once_rounds: list[subprocess.CompletedProcess[str]] = []
 
     def once_rounds_while_writing() -> None:
@@ -190,8 +240,12 @@ def test_a_log_rotated_by_logrotate_while_written_lands_every_line_once(
 
     def rotate() -> None:
         nonlocal rotations
-        done = subprocess.run([logrotate, "-f", "-s", str(tmp_path / "logrotate.state"), str(config)],
-                              capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            [logrotate, "-f", "-s", str(tmp_path / "logrotate.state"), str(config)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert done.returncode == 0, done.stderr
         rotations += 1
 
@@ -252,18 +306,26 @@ FLUSH_PAUSE = float(os.environ.get("SILTLAKE_TEST_FLUSH_PAUSE", "2.5"))
 
 
 def test_a_writer_flushing_4_kib_mid_line_and_pausing_longer_than_settle_time_lands_every_line_once(
-        tmp_path: Path, catalog_url: str, spark) -> None:  # noqa: ANN001
+    tmp_path: Path, catalog_url: str, spark
+) -> None:  # noqa: ANN001
     """A block-buffered program (stdout redirected to a file) writes 4 KiB at a time, mid-line, then is quiet for
     longer than settle_time (and settle_limit): the half line at the end waits for its newline."""
     settle = max(1, int(FLUSH_PAUSE / 3))
-    deployment = deployment_with(tmp_path, catalog_url, spark, key_pattern=UNDATED, full_listing_interval=0,
-                                 settle_time=settle,
-                                 settle_limit=2 * settle)
+    deployment = deployment_with(
+        tmp_path,
+        catalog_url,
+        spark,
+        key_pattern=UNDATED,
+        full_listing_interval=0,
+        settle_time=settle,
+        settle_limit=2 * settle,
+    )
     log = Path(deployment.staging.path(LOG_KEY))
     log.parent.mkdir(parents=True)
     count = 150  # about 12 KiB: three flushes that end mid-line and a last one at exit
-    writer = subprocess.Popen([sys.executable, str(WRITER), str(log), "--count", str(count), "--chunk", "4096",
-                               "--pause", str(FLUSH_PAUSE)])
+    writer = subprocess.Popen(
+        [sys.executable, str(WRITER), str(log), "--count", str(count), "--chunk", "4096", "--pause", str(FLUSH_PAUSE)]
+    )
     try:
         while writer.poll() is None:
             stream_once(deployment)
@@ -280,7 +342,8 @@ def test_a_writer_flushing_4_kib_mid_line_and_pausing_longer_than_settle_time_la
 
 
 def test_a_bad_line_and_a_fragment_in_an_appended_file_are_bad_records_and_the_lines_after_land(
-        tmp_path: Path, catalog_url: str, spark) -> None:  # noqa: ANN001
+    tmp_path: Path, catalog_url: str, spark
+) -> None:  # noqa: ANN001
     """A line that is no record and a line cut short (a writer that died mid-line and was started again), in the
     middle of a file appended to: they are bad records, and following goes on: the 100 lines after land."""
     deployment = deployment_with(tmp_path, catalog_url, spark, key_pattern=UNDATED, full_listing_interval=0)

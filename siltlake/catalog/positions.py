@@ -14,6 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from siltlake.catalog import schema as s
+from siltlake.catalog import schema_discovery as sd
 from siltlake.catalog.core import CatalogCore, rows_values
 
 _PER_STATEMENT = 5000
@@ -88,7 +89,7 @@ class Positions:
     # --- files waiting to settle -------------------------------------------------------------------------
 
     def waiting(self, staging_root: str) -> list[WaitingFile]:
-        w = s.staging_waits
+        w = sd.staging_waits
         with self._core.tx() as c:
             rows = c.execute(sa.select(w.c.uri, w.c.key, w.c.size, w.c.change_time, w.c.first_seen)
                              .where(w.c.staging_root == staging_root).order_by(w.c.id)).all()
@@ -96,7 +97,7 @@ class Positions:
 
     def wait(self, staging_root: str, files: Sequence[tuple[str, str, int, dt.datetime]], now: dt.datetime) -> None:
         """Remember these (uri, key, size, mtime) as waiting; a file already waiting keeps its first_seen."""
-        w = s.staging_waits
+        w = sd.staging_waits
         with self._core.tx() as c:
             for start in range(0, len(files), 500):
                 chunk = files[start:start + 500]
@@ -108,7 +109,7 @@ class Positions:
                           .values(size=size, change_time=mtime))
 
     def stop_waiting(self, uris: Sequence[str]) -> None:
-        w = s.staging_waits
+        w = sd.staging_waits
         with self._core.tx() as c:
             for start in range(0, len(uris), _PER_STATEMENT):
                 c.execute(w.delete().where(w.c.uri.in_(list(uris[start:start + _PER_STATEMENT]))))
@@ -120,7 +121,7 @@ class Positions:
         key, as the directory walk does not see a file grow. A vacated name is among them: the file a rotation
         leaves there (logrotate's `create`, a compressed copy) is judged when it grows, or when a delivery it
         waited for is done, not only when the sweep passes."""
-        p = s.staging_positions
+        p = sd.staging_positions
         with self._core.tx() as c:
             # And those holding a trailing fragment, however old: it becomes final (stream.fragment_final_after).
             rows = c.execute(sa.select(p).where(p.c.staging_root == staging_root, sa.or_(
@@ -130,7 +131,7 @@ class Positions:
 
     def watch(self, staging_root: str, files: Sequence[tuple[str, str]], now: dt.datetime) -> None:
         """Watch these (uri, key): files seen being written, whose growth the walk would not see."""
-        p = s.staging_positions
+        p = sd.staging_positions
         with self._core.tx() as c:
             self._core.insert_once(c, p, "uri", [dict(staging_root=staging_root, uri=uri, key=storable(key),
                                                       watch=True, change_time=now) for uri, key in files])
@@ -141,7 +142,7 @@ class Positions:
 
     def consumed(self, uris: Sequence[str]) -> set[str]:
         """Of these base URIs, those with a position some delivery consumed (one statement per 5,000)."""
-        p = s.staging_positions
+        p = sd.staging_positions
         found: set[str] = set()
         with self._core.tx() as c:
             for start in range(0, len(uris), _PER_STATEMENT):
@@ -151,7 +152,7 @@ class Positions:
 
     def states(self, uris: Sequence[str]) -> dict[str, PositionState]:
         """Position and first delivery of each of these base URIs."""
-        p, so = s.staging_positions, s.staging_objects
+        p, so = sd.staging_positions, s.staging_objects
         found: dict[str, PositionState] = {}
         with self._core.tx() as c:
             for start in range(0, len(uris), _PER_STATEMENT):
@@ -173,7 +174,7 @@ class Positions:
         """Register the delivery of a file's tail from its consumed end, unless another process did first or a
         delivery of it is still pending: the position's pending_uri is set under a compare-and-set in the
         same transaction, so one delivery at a time is in flight and each byte is delivered once."""
-        p = s.staging_positions
+        p = sd.staging_positions
         with self._core.tx() as c:
             # The row first: a delivery URI registered before (it cannot be, each names its end) must never
             # leave the position waiting for a delivery that will not come.
@@ -192,18 +193,18 @@ class Positions:
 
     def by_identity(self, staging_root: str, identities: Sequence[str]) -> list[Position]:
         """The positions of files with these device:inode identities, attached to a name or not."""
-        return self._where(staging_root, s.staging_positions.c.file_identity, identities)
+        return self._where(staging_root, sd.staging_positions.c.file_identity, identities)
 
     def by_head(self, staging_root: str, crcs: Sequence[int], head_length: int) -> list[Position]:
         """The positions of plain files whose first head_length bytes have one of these CRCs."""
-        p = s.staging_positions
+        p = sd.staging_positions
         return [position for position in self._where(staging_root, p.c.head_crc, crcs)
                 if position.head_length == head_length and not position.compressed]
 
     def by_short_head(self, staging_root: str, crcs: Sequence[int], shorter_than: int) -> list[Position]:
         """The positions of plain files shorter than `shorter_than` bytes when consumed (their head is all they
         held), whose head has one of these CRCs."""
-        p = s.staging_positions
+        p = sd.staging_positions
         return [position for position in self._where(staging_root, p.c.head_crc, crcs)
                 if position.head_length is not None and 0 < position.head_length < shorter_than
                 and not position.compressed]
@@ -211,7 +212,7 @@ class Positions:
     def related(self, staging_root: str, identities: Sequence[str], crcs: Sequence[int]) -> list[Position]:
         """The positions with one of these device:inode identities or first-bytes CRCs (stream/rotation.py's
         known_for sorts them): one statement for a round's fresh files."""
-        p = s.staging_positions
+        p = sd.staging_positions
         if len(identities) + len(crcs) > _PER_STATEMENT:
             return self._where(staging_root, p.c.file_identity, identities) + self._where(staging_root, p.c.head_crc,
                                                                                           crcs)
@@ -221,7 +222,7 @@ class Positions:
                 sa.or_(p.c.file_identity.in_(list(identities)), p.c.head_crc.in_(list(crcs)))))]
 
     def _where(self, staging_root: str, column: sa.Column, values: Sequence) -> list[Position]:
-        p = s.staging_positions
+        p = sd.staging_positions
         found: list[Position] = []
         with self._core.tx() as c:
             for start in range(0, len(values), _PER_STATEMENT):
@@ -234,7 +235,7 @@ class Positions:
         """A followed file was renamed to `uri`: its position goes with it (whatever position the new name had is
         detached), its old name is vacated (the next file there is new), and the new name is registered as
         known (a processed row: it is not loaded as a new object). False when another process moved it first."""
-        p = s.staging_positions
+        p = sd.staging_positions
         with self._core.tx() as c:
             if position.uri == uri or not c.execute(p.update().where(
                     p.c.id == position.id, p.c.uri == position.uri, p.c.pending_uri.is_(None))
@@ -260,7 +261,7 @@ class Positions:
         `advance` (original, end, fingerprint): the delivery loads a copy's bytes the original's position had not
         consumed, which moves past them (compare-and-set: not if the original loaded more meanwhile). The name is
         registered as known. False when another process judged the name, or the original, first."""
-        p = s.staging_positions
+        p = sd.staging_positions
         try:
             with self._core.tx() as c:  # all or nothing: a lost race leaves no row behind
                 _clear_at(c, uri, replacing)
@@ -293,7 +294,7 @@ class Positions:
         """A file whose bytes were all loaded from the file it copies: known (a processed row), not loaded; its
         position (state "copy", consumed to its end) says why, and keeps its identity: renamed, it is found again
         and loads nothing."""
-        p = s.staging_positions
+        p = sd.staging_positions
         try:
             with self._core.tx() as c:
                 _clear_at(c, uri, replacing)
@@ -312,7 +313,7 @@ class Positions:
                compressed: bool, now: dt.datetime) -> Position | None:
         """`silt staging resume`: follow a stopped file again from `offset` (the bytes before count as loaded);
         None when no position has this URI."""
-        p = s.staging_positions
+        p = sd.staging_positions
         with self._core.tx() as c:
             done = c.execute(p.update().where(p.c.uri == uri).values(
                 state="appending", reason=None, consumed_end=offset, read_end=offset, file_identity=identity,
@@ -326,7 +327,7 @@ class Positions:
                        size: int, table_id: int | None, now: dt.datetime) -> bool:
         """Record that a file changed other than by appending: its position stops (nothing of it is loaded
         again) and `unknown_uri` becomes an unknown object with the reason. True the first time only."""
-        p = s.staging_positions
+        p = sd.staging_positions
         with self._core.tx() as c:
             inserted = self._core.insert_once(c, p, "uri", dict(
                 staging_root=staging_root, uri=uri, key=storable(key), table_id=table_id, state="rewritten",
@@ -341,7 +342,7 @@ class Positions:
 
     def summary(self, now: dt.datetime) -> list[SettleSummary]:
         """Per staging root, what `silt status` and the metrics show."""
-        w, p = s.staging_waits, s.staging_positions
+        w, p = sd.staging_waits, sd.staging_positions
         with self._core.tx() as c:
             waits = {row.staging_root: row for row in c.execute(
                 # Labels that are no tuple method's name (a Row's `count` is typed as the method).
@@ -357,7 +358,7 @@ class Positions:
     def rewritten(self) -> list[Position]:
         """The files whose following stopped: changed in a way that cannot be told from a rewrite, or waiting for
         a delivery that went to unknown objects (it failed stream.max_failures times)."""
-        p = s.staging_positions
+        p = sd.staging_positions
         with self._core.tx() as c:
             rows = c.execute(sa.select(p).where(_stopped()).order_by(p.c.change_time)).all()
         return [_position(row) for row in rows]
@@ -365,7 +366,7 @@ class Positions:
     def prune(self, before: dt.datetime) -> int:
         """Forget the positions of files unchanged since `before` (the staging expiry watermark) with no
         delivery in flight: listings skip such files (their arrival is older), so nothing loads them again."""
-        p = s.staging_positions
+        p = sd.staging_positions
         with self._core.tx() as c:
             return c.execute(p.delete().where(p.c.change_time < before, p.c.pending_uri.is_(None))).rowcount
 
@@ -376,7 +377,7 @@ def note_files(core: CatalogCore, c: Connection, staging_root: str, files: Seque
     flight must not be taken for a new file under its new name (stream/rotation.py). A position a delivery
     consumed is left alone. One statement however many files (a backlog's thousands a round), and one more for
     those that had a position already (waiting to settle, or watched)."""
-    p = s.staging_positions
+    p = sd.staging_positions
     inserted = {row.uri for row in core.insert_new(c, p, "uri", [
         dict(staging_root=staging_root, watch=False, change_time=now, generation=new_generation(),
              **{**file, "key": storable(file["key"])}) for file in files], "uri")}
@@ -404,7 +405,7 @@ def record_consumed(core: CatalogCore, c: Connection, *, staging_root: str, uri:
 def record_all_consumed(core: CatalogCore, c: Connection, deliveries: list[dict]) -> None:
     """record_consumed of several deliveries (those of a batched commit): the files' first deliveries in one
     statement (an upsert), the later ones (files appended to) in one more."""
-    p = s.staging_positions
+    p = sd.staging_positions
 
     def values(delivery: dict) -> dict:
         return dict(table_id=delivery["table_id"], consumed_end=delivery["consumed_end"],
@@ -480,7 +481,7 @@ def release_pending(c: Connection, delivery_uri: str, moved: bool = False) -> No
     `moved` (renamed, compressed away) moves its original's position back to where the copy's starts, unless
     it moved on since: the copy's bytes were not loaded, and a later copy of them (the compressed one) loads them
     (it was judged all loaded)."""
-    p = s.staging_positions
+    p = sd.staging_positions
     advances = _advances_of(delivery_uri) if moved else None
     if advances is not None:
         original, end, read_end = advances
@@ -516,7 +517,7 @@ def _detached(position: Position) -> str:
 def _detach_at(c: Connection, uri: str) -> None:
     """Free the name for another file's position: a followed file's position there is detached (found again by
     its identity), a vacated one or one no delivery consumed is dropped."""
-    p = s.staging_positions
+    p = sd.staging_positions
     c.execute(p.delete().where(p.c.uri == uri, sa.or_(p.c.state == "vacated", sa.and_(
         p.c.consumed_end.is_(None), p.c.pending_uri.is_(None), p.c.state == "appending"))))
     for row in c.execute(sa.select(p).where(p.c.uri == uri)).all():
@@ -527,7 +528,7 @@ def _clear_at(c: Connection, uri: str, replacing: Position | None) -> None:
     """Before a new position at `uri`: the one judged there (`replacing`) is detached unless another process
     changed it first (_Lost), and a vacated one or one no delivery consumed is dropped. A live position left
     there makes the insert that follows fail: another process followed the name first."""
-    p = s.staging_positions
+    p = sd.staging_positions
     if replacing is not None and not c.execute(
             p.update().where(p.c.id == replacing.id, p.c.uri == uri, p.c.pending_uri.is_(None))
             .values(uri=_detached(replacing), watch=False, rotated=True)).rowcount:
@@ -546,7 +547,7 @@ def _known(core: CatalogCore, c: Connection, uri: str, table_id: int, size: int,
 
 
 def position_root(c: Connection, position_id: int) -> str:
-    p = s.staging_positions
+    p = sd.staging_positions
     return c.execute(sa.select(p.c.staging_root).where(p.c.id == position_id)).scalar_one()
 
 
@@ -559,6 +560,6 @@ def _generation_of(delivery: str | None) -> str:
 
 
 def _stopped() -> sa.ColumnElement[bool]:
-    p = s.staging_positions
+    p = sd.staging_positions
     return sa.or_(p.c.state == "rewritten",
                   p.c.pending_uri.in_(sa.select(s.unknown_staging_objects.c.uri).scalar_subquery()))

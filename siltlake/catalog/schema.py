@@ -76,8 +76,9 @@ tables = sa.Table(
     sa.UniqueConstraint("physical_schema_name", "physical_table_name"),
     sa.CheckConstraint("merge_interval >= 0", name="merge_interval"),
 )
-partial_index("uq_tables_live_name", tables.c.schema_name, tables.c.table_name, unique=True,
-              where=tables.c.dropped_time.is_(None))
+partial_index(
+    "uq_tables_live_name", tables.c.schema_name, tables.c.table_name, unique=True, where=tables.c.dropped_time.is_(None)
+)
 
 staging_objects = sa.Table(
     "staging_objects",
@@ -168,11 +169,18 @@ sa.Index("ix_small_objects_partition_id_id", small_objects.c.partition_id, small
 sa.Index("ix_partitions_create_time", partitions.c.create_time)
 # The partitions a publish run can change, few whatever the table's length: open ones (close), not switched
 # ones (switch, live versions), and switched ones behind their desired merged version.
-partial_index("ix_partitions_table_id_partition_date_open", partitions.c.table_id, partitions.c.partition_date,
-              where=partitions.c.last_live_object_id.is_(None))
+partial_index(
+    "ix_partitions_table_id_partition_date_open",
+    partitions.c.table_id,
+    partitions.c.partition_date,
+    where=partitions.c.last_live_object_id.is_(None),
+)
 partial_index("ix_partitions_id_not_switched", partitions.c.id, where=partitions.c.switched.is_(False))
-partial_index("ix_partitions_id_behind", partitions.c.id,
-              where=partitions.c.current_manifest_version < partitions.c.desired_manifest_version)
+partial_index(
+    "ix_partitions_id_behind",
+    partitions.c.id,
+    where=partitions.c.current_manifest_version < partitions.c.desired_manifest_version,
+)
 # The history sample's freshness reads the small objects uploaded since a day before its slot.
 sa.Index("ix_small_objects_upload_start_time", small_objects.c.upload_start_time)
 
@@ -278,8 +286,9 @@ partition_versions = sa.Table(
     sa.CheckConstraint("live_watermark IS NOT NULL OR manifest_key IS NOT NULL", name="shows_something"),
 )
 sa.Index("ix_partition_versions_created_at", partition_versions.c.created_at)
-sa.Index("ix_partition_versions_table_id_table_version", partition_versions.c.table_id,
-         partition_versions.c.table_version)
+sa.Index(
+    "ix_partition_versions_table_id_table_version", partition_versions.c.table_id, partition_versions.c.table_version
+)
 
 # SQLite has no sequences; this row plays the role of small_object_id_seq there.
 id_counters = sa.Table(
@@ -370,8 +379,9 @@ derived_builds = sa.Table(
     sqlite_autoincrement=True,
 )
 # At most one build of a derived table runs at a time.
-partial_index("uq_derived_builds_building", derived_builds.c.derived_id, unique=True,
-              where=derived_builds.c.status == "building")
+partial_index(
+    "uq_derived_builds_building", derived_builds.c.derived_id, unique=True, where=derived_builds.c.status == "building"
+)
 
 # Looker's active_derived_tables: the builds that are current. The reaper refreshes it, then deletes this
 # deployment's builds that are in neither it nor a retained version.
@@ -423,113 +433,6 @@ reap_runs = sa.Table(
     sa.Column("finished_time", sa.DateTime, nullable=False),
 )
 sa.Index("ix_reap_runs_run_time", reap_runs.c.run_time)
-
-# Where discovery of each staging root stands (stream/discover.py): every object whose ctime (or mtime) is
-# before cursor_time was seen by a completed listing; full_listing_time is when the last full listing started.
-discovery_cursors = sa.Table(
-    "discovery_cursors",
-    metadata,
-    sa.Column("id", sa.Integer, primary_key=True),
-    sa.Column("staging_root", sa.Text, nullable=False, unique=True),
-    sa.Column("cursor_time", sa.DateTime, nullable=False),
-    sa.Column("full_listing_time", sa.DateTime, nullable=False),
-    # Staging rows of this root that arrived before expired_before may be pruned (catalog.staging.prune), so a
-    # full listing skips objects older than it; expired_recorded is the reap run's `now` that set it.
-    sa.Column("expired_before", sa.DateTime, nullable=True),
-    sa.Column("expired_recorded", sa.DateTime, nullable=True),
-    # An object store's rolling sweep (stream/discover_s3.py): the pass started at sweep_started has listed
-    # every key up to sweep_after (raw, relative to the root; NULL: from the start).
-    sa.Column("sweep_after", sa.Text, nullable=True),
-    sa.Column("sweep_started", sa.DateTime, nullable=True),
-    # The start of the last completed listing that looked every listed object up (0019): a local root's sweep
-    # pass looks up only files changed since full_listing_time until stream.sweep_check_interval has passed.
-    sa.Column("checked_time", sa.DateTime, nullable=True),
-)
-
-# The record of names a local staging root's walk keeps between runs that are not one process (`silt stream
-# --once`; a daemon keeps its own in memory): per directory whose names a completed round accounted for, its
-# identity ("device:inode:links"), its newest time (ns) and the names, zlib-compressed and joined by '/' (0020;
-# storage/accounted.py, docs/design.md "A one-off run's record of names").
-discovery_names = sa.Table(
-    "discovery_names",
-    metadata,
-    sa.Column("id", sa.Integer, primary_key=True),
-    sa.Column("staging_root", sa.Text, nullable=False),
-    sa.Column("directory", sa.Text, nullable=False),
-    sa.Column("identity", sa.String(80), nullable=False),
-    sa.Column("newest_ns", sa.BigInteger, nullable=False),
-    sa.Column("names", sa.LargeBinary, nullable=False),
-    sa.UniqueConstraint("staging_root", "directory"),
-)
-
-# An object store's listing cursors (stream/discover_s3.py): per key prefix of a staging root, the key after
-# which its next listing starts. kind 'stream' is a first-level prefix or a stream's prefix below one; 'recent'
-# a day's prefix that received a key within stream.late_window (newest_put: the greatest LastModified seen).
-prefix_cursors = sa.Table(
-    "prefix_cursors",
-    metadata,
-    sa.Column("id", sa.Integer, primary_key=True),
-    sa.Column("staging_root", sa.Text, nullable=False),
-    sa.Column("prefix", sa.Text, nullable=False),
-    sa.Column("kind", sa.String(16), nullable=False),
-    sa.Column("start_after", sa.Text, nullable=False),
-    sa.Column("newest_put", sa.DateTime, nullable=True),
-    sa.UniqueConstraint("staging_root", "prefix"),
-)
-
-# Files of a local staging root seen still being written (docs/design.md, "Files written in place and appended
-# to"): not registered until their content has not changed for stream.settle_time (or they waited
-# stream.settle_limit). Each round looks at them again by key, so the discovery cursor never waits for them.
-staging_waits = sa.Table(
-    "staging_waits",
-    metadata,
-    sa.Column("id", sa.Integer, primary_key=True),
-    sa.Column("staging_root", sa.Text, nullable=False),
-    sa.Column("uri", sa.Text, nullable=False, unique=True),
-    sa.Column("key", sa.Text, nullable=False),
-    sa.Column("size", sa.BigInteger, nullable=False),
-    sa.Column("change_time", sa.DateTime, nullable=False),  # the file's mtime when last looked at
-    sa.Column("first_seen", sa.DateTime, nullable=False),
-)
-sa.Index("ix_staging_waits_staging_root", staging_waits.c.staging_root)
-
-# Per appendable staging file (a local, uncompressed one), the "position file": how far its deliveries consumed
-# it (whole records), the file's identity (device:inode) and a CRC-32 of the up to 4 KiB before consumed_end.
-# pending_uri names the delivery of its tail registered and not committed yet (one at a time); state is
-# "appending" or "rewritten" (stopped: changed in a way that cannot be told from a rewrite; reported once, never
-# loaded again until `silt staging resume`).
-staging_positions = sa.Table(
-    "staging_positions",
-    metadata,
-    sa.Column("id", sa.Integer, primary_key=True),
-    sa.Column("staging_root", sa.Text, nullable=False),
-    sa.Column("uri", sa.Text, nullable=False, unique=True),
-    sa.Column("key", sa.Text, nullable=False),
-    sa.Column("table_id", sa.Integer, nullable=True),
-    sa.Column("consumed_end", sa.BigInteger, nullable=True),
-    sa.Column("read_end", sa.BigInteger, nullable=True),
-    sa.Column("file_identity", sa.String(64), nullable=True),
-    sa.Column("fingerprint", sa.BigInteger, nullable=True),
-    sa.Column("pending_uri", sa.Text, nullable=True),
-    sa.Column("state", sa.String(16), nullable=False, server_default="appending"),
-    sa.Column("reason", sa.Text, nullable=True),
-    sa.Column("watch", sa.Boolean, nullable=False, server_default=sa.false()),
-    sa.Column("change_time", sa.DateTime, nullable=False),
-    # The file's identity beyond device:inode (revision 0022): the CRC-32 of its first head_length bytes (of the
-    # decompressed stream for a compressed file), a token naming this file's deliveries, whether it was rotated
-    # away (its trailing fragment is final), whether it is compressed, and where a fragment taken as final ended.
-    sa.Column("head_crc", sa.BigInteger, nullable=True),
-    sa.Column("head_length", sa.Integer, nullable=True),
-    sa.Column("generation", sa.String(16), nullable=True),
-    sa.Column("rotated", sa.Boolean, nullable=False, server_default=sa.false()),
-    sa.Column("compressed", sa.Boolean, nullable=False, server_default=sa.false()),
-    sa.Column("fragment_end", sa.BigInteger, nullable=True),
-)
-sa.Index("ix_staging_positions_file_identity", staging_positions.c.file_identity)
-sa.Index("ix_staging_positions_head_crc", staging_positions.c.head_crc)
-sa.Index("ix_staging_positions_watch", staging_positions.c.staging_root, staging_positions.c.watch,
-         staging_positions.c.change_time)
-sa.Index("ix_staging_positions_change_time", staging_positions.c.change_time)
 
 # Changes to a table's definition that publish no data (`silt table set`): each is a table version of its own,
 # shown by `silt history` beside the partition versions (docs/design.md "Table properties that change").

@@ -2,6 +2,7 @@
 
 from alembic import context
 
+from siltlake.catalog import schema_discovery  # noqa: F401  (its tables are part of metadata)
 from siltlake.catalog.schema import metadata
 
 connection = context.config.attributes["connection"]
