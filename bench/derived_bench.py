@@ -44,9 +44,9 @@ import siltlake.read as read_module
 from siltlake.deployment import Deployment
 from siltlake.derived import build_derived, create_derived
 from siltlake.publish import publish_once
-from siltlake.publish.update import delete_rows
 from siltlake.read import sql
 from siltlake.tabledef import DerivedDef, TableDef
+from siltlake.write.update import delete_rows
 
 TABLE = {"schema": "web", "name": "access", "time_column": "utc_event_time", "timezone": "UTC", "merge_interval": 0,
          "columns": [{"name": "utc_event_time", "type": "timestamp", "nullable": False},

@@ -26,16 +26,16 @@ if TYPE_CHECKING:
 
     from siltlake.catalog import TableRecord
     from siltlake.catalog.tags import Tag
-    from siltlake.publish.alter import TableAlter
-    from siltlake.publish.append import AppendReport
-    from siltlake.publish.requests import UpdatesReport
-    from siltlake.publish.retype import RetypeReport
-    from siltlake.publish.upsert import UpsertReport
     from siltlake.read.inspect import TableInspect
     from siltlake.read.metadata import TableMetadata
     from siltlake.read.versions import DataFile
     from siltlake.reap import ReapReport
     from siltlake.reap.maintenance import CompactReport, TableMaintenance
+    from siltlake.write.alter import TableAlter
+    from siltlake.write.append import AppendReport
+    from siltlake.write.requests import UpdatesReport
+    from siltlake.write.retype import RetypeReport
+    from siltlake.write.upsert import UpsertReport
 
 __all__ = ["CompactReport", "Lake", "NoSuchPartition", "Table"]
 
@@ -263,7 +263,7 @@ class Table:
         every partition where `where` may match. Once per `request_id`: a retry with an id applied already changes
         nothing (the report's applied_before says what the first did). The report is a sequence of the
         partitions'; `progress(done, date)` is told of each partition as it is rewritten."""
-        from siltlake.publish.row_updates import delete_rows_where
+        from siltlake.write.row_updates import delete_rows_where
 
         wanted, tested = self.write_partitions(where, dates, "delete")
         assert tested is not None
@@ -301,7 +301,7 @@ class Table:
         partitions' version and delayed None), writing nothing."""
         import pyarrow
 
-        from siltlake.publish.upsert import upsert
+        from siltlake.write.upsert import upsert
 
         deployment = self.lake.deployment
         if (rows is None) == (query is None):
@@ -325,8 +325,8 @@ class Table:
     def alter(self, now: dt.datetime | None = None, dry_run: bool = False) -> TableAlter:
         """A TableAlter: several column and property changes committed as ONE table version (stamped `now`) at the
         end of a `with` block or at commit(): `with table.alter() as change: change.add_column("referrer", "string");
-        change.rename_column("action", "event"); change.set_properties(ttl_days=30)` (siltlake.publish.alter)."""
-        from siltlake.publish.alter import TableAlter
+        change.rename_column("action", "event"); change.set_properties(ttl_days=30)` (siltlake.write.alter)."""
+        from siltlake.write.alter import TableAlter
 
         return TableAlter(self.lake.deployment, self.name, now=now, dry_run=dry_run, on_commit=self._altered)
 
@@ -344,7 +344,7 @@ class Table:
         rewritten as update versions, and rows whose value does not convert move to an error file (the report
         counts them and names it; `silt errors replay` stages them again once fixed). A dry run makes the change's
         checks and writes nothing."""
-        from siltlake.publish.retype import alter_column
+        from siltlake.write.retype import alter_column
 
         report = alter_column(self.lake.deployment, self.name, name, type_name, rewrite=rewrite, now=now,
                               dry_run=dry_run)
@@ -411,7 +411,7 @@ class Table:
         objects, live or delayed, merge jobs scheduled; readers of the current state see them at once, time travel
         from the next publish. Once per `request_id`: a retry with an id applied already appends nothing and the
         report's applied_before says so."""
-        from siltlake.publish.append import append
+        from siltlake.write.append import append
 
         return append(self.lake.deployment, self.name, rows, request_id, now)
 
@@ -421,7 +421,7 @@ class Table:
         with `rows` (anything Arrow, as append takes) as one table version, all of them or none; a date given no
         row is emptied. Rows on other dates, and dates the table has no partition for, are refused first. Once per
         `request_id`."""
-        from siltlake.publish.overwrite import overwrite
+        from siltlake.write.overwrite import overwrite
 
         return overwrite(self.lake.deployment, self.name, rows, dates, request_id=request_id, now=now)
 
@@ -436,7 +436,7 @@ class Table:
         A str value is a Spark SQL expression over the row: "upper(action)", or "'LOGIN'" (quoted) for the text
         LOGIN; an unquoted "LOGIN" names a column, and is refused with a SiltError saying how to quote it. Any other
         Python value (a number, bool, None, date or datetime) is taken as a literal."""
-        from siltlake.publish.row_updates import update_rows
+        from siltlake.write.row_updates import update_rows
 
         wanted, tested = self.write_partitions(where, dates, "update")
         return update_rows(self.lake.deployment, self.name, set, None if tested == "true" else tested, wanted,
@@ -446,8 +446,8 @@ class Table:
         """The table version restore(version=, as_of=) restores (the one resolver of Table.restore and `silt
         restore`): `version` (a number or a tag's name), or the newest published at or before the time `as_of`.
         Give one of them; VersionOutOfRange for a version the table never had, VersionReaped for one reap removed."""
-        from siltlake.publish.restore import restore_version
         from siltlake.read.versions import version_number
+        from siltlake.write.restore import restore_version
 
         number = version_number(self.lake.deployment, self.record, version)  # a tag's name: its version
         return restore_version(self.lake.deployment, self.record, number,
@@ -460,7 +460,7 @@ class Table:
         partition (those that differ are rewritten; one commit, refused as an update is on a conflict). A version
         reap has removed is refused, naming reap.retention. Once per `request_id`; `progress(done, date)` is told of
         each partition as it is rewritten."""
-        from siltlake.publish.restore import restore
+        from siltlake.write.restore import restore
 
         return restore(self.lake.deployment, self.name, self.restore_target(version, as_of), request_id=request_id,
                        now=now, dry_run=dry_run, progress=progress)

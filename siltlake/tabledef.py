@@ -401,7 +401,7 @@ class TableDef(StrictModel):
         """The definition with column `name` of type `type_name`: a widening (WIDENINGS) keeps the column, whose
         older objects read as the new type; any other change needs `rewrite` and makes the column anew (a new
         field id and physical name; the old ones stay reserved among dropped_columns): the caller rewrites the
-        values into it (publish.retype), and objects not rewritten read it as null, never as the old type."""
+        values into it (write.retype), and objects not rewritten read it as null, never as the old type."""
         new_type = parse_type(type_name)
         check_identifier(name, "column name")  # so that the error shows a hostile name as repr, on one line
         try:

@@ -36,8 +36,8 @@ def test_the_package_ships_py_typed_for_type_checkers() -> None:
 
 def test_one_exception_hierarchy_is_exported_from_siltlake() -> None:
     from siltlake.catalog import UpdateConflict, VersionOutOfRange
+    from siltlake.catalog import UpdateConflict as PublishUpdateConflict
     from siltlake.merge.parquet_concat import ShallowMergeRefused
-    from siltlake.publish import UpdateConflict as PublishUpdateConflict
     from siltlake.records import UnreadableObject
 
     exported = {"SiltError", "RetryableConflict", "UpdateConflict", "VersionOutOfRange", "Refusal", "CatalogError",

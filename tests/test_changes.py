@@ -15,9 +15,10 @@ from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.lake import Lake
 from siltlake.merge import merge_once
-from siltlake.publish import delete_rows, publish_once
-from siltlake.publish.upsert import upsert
+from siltlake.publish import publish_once
 from siltlake.reap import reap_once
+from siltlake.write.update import delete_rows
+from siltlake.write.upsert import upsert
 
 from .merge_helpers import add_small_objects, rows_for, silt_in_process
 from .test_merge import DAY, make_table

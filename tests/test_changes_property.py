@@ -16,8 +16,9 @@ from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.lake import Lake
 from siltlake.merge import merge_once
-from siltlake.publish import delete_rows, publish_once
-from siltlake.publish.upsert import upsert
+from siltlake.publish import publish_once
+from siltlake.write.update import delete_rows
+from siltlake.write.upsert import upsert
 
 from .conftest import make_config
 from .merge_helpers import add_small_objects

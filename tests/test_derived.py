@@ -14,12 +14,12 @@ from siltlake.derived import build_derived, create_derived
 from siltlake.errors import CatalogError, DefinitionError
 from siltlake.merge import merge_once
 from siltlake.publish.runner import publish_once
-from siltlake.publish.update import delete_rows
 from siltlake.read import sql
 from siltlake.reap import reap_once
 from siltlake.storage.keys import build_of
 from siltlake.stream import stream_once
 from siltlake.tabledef import DerivedDef, TableDef
+from siltlake.write.update import delete_rows
 
 from .conftest import ACCESS_TABLE
 from .merge_helpers import add_small_objects, rows_for

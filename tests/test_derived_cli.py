@@ -14,8 +14,8 @@ import pytest
 import sqlalchemy as sa
 
 from siltlake.deployment import Deployment
-from siltlake.publish.update import delete_rows
 from siltlake.read import sql
+from siltlake.write.update import delete_rows
 
 from .merge_helpers import add_small_objects, rows_for, silt_in_process
 from .processes import SiltProcess, silt_env, wait_until

@@ -18,12 +18,12 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from siltlake.deployment import Deployment
-from siltlake.publish.update import prepare_delete
 from siltlake.read import sql as spark_sql
 from siltlake.read.duck import faithful, run_plan
 from siltlake.read.plan import plan_query
 from siltlake.read.translate import NotFaithful
 from siltlake.tabledef import TableDef
+from siltlake.write.update import prepare_delete
 
 from .conftest import make_config
 from .merge_helpers import add_small_objects, silt_in_process

@@ -213,7 +213,7 @@ def test_partitions_follow_every_version_and_an_earlier_siltlakes_table_is_taken
     import sqlalchemy as sa
 
     from siltlake.catalog import schema as s
-    from siltlake.publish import delete_rows
+    from siltlake.write.update import delete_rows
 
     deployment, catalog = hive_deployment, hive_deployment.catalog
     prefix = deployment.config.publish.hive.database_prefix

@@ -38,7 +38,8 @@ PUBLISHER = textwrap.dedent('''
     from siltlake.deployment import Deployment
     from siltlake.lake import Lake
     from siltlake.merge import merge_once
-    from siltlake.publish import delete_rows, publish_once
+    from siltlake.publish import publish_once
+    from siltlake.write.update import delete_rows
     from siltlake.storage.keys import symlink_directory
     from tests.merge_helpers import add_small_objects, rows_for
     from tests.test_merge import DAY, make_table

@@ -20,10 +20,11 @@ import pytest
 from siltlake.deployment import Deployment
 from siltlake.lake import Lake
 from siltlake.merge import merge_once
-from siltlake.publish import delete_rows, publish_once
+from siltlake.publish import publish_once
 from siltlake.publish.iceberg import open_catalog, snapshot_files, snapshot_of_version
 from siltlake.publish.iceberg_deletes import snapshot_deletes, target_of
 from siltlake.records.keyed import DELETE_MARKER
+from siltlake.write.update import delete_rows
 
 from .merge_helpers import add_small_objects, rows_for
 from .test_iceberg_readers import attach_rest, datafusion_context, require_readers_venv, rows_of

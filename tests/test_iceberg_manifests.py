@@ -12,10 +12,11 @@ import pytest
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.lake import Lake
-from siltlake.publish import delete_rows, iceberg_manifests
+from siltlake.publish import iceberg_manifests
 from siltlake.publish.iceberg import open_catalog
 from siltlake.publish.iceberg_manifests import day_bounds
 from siltlake.reap import reap_once
+from siltlake.write.update import delete_rows
 
 from .merge_helpers import add_small_objects, rows_for
 from .test_iceberg_target import assert_same_as_siltlake, published, with_iceberg

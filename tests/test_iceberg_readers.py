@@ -30,10 +30,11 @@ import pytest
 from siltlake.deployment import Deployment
 from siltlake.lake import Lake
 from siltlake.merge import merge_once
-from siltlake.publish import delete_rows, publish_once
+from siltlake.publish import publish_once
 from siltlake.publish.iceberg import VERSION_HINT, open_catalog, snapshot_files, snapshot_of_version
 from siltlake.reap import reap_once
 from siltlake.tabledef import FIELD_ID_KEY
+from siltlake.write.update import delete_rows
 
 from .merge_helpers import add_small_objects, rows_for
 from .test_merge import DAY, make_table

@@ -21,7 +21,7 @@ from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.lake import Lake
 from siltlake.merge import merge_once
-from siltlake.publish import delete_rows, publish_once
+from siltlake.publish import publish_once
 from siltlake.publish.iceberg import (
     RUN_PROPERTY,
     VERSION_PROPERTY,
@@ -31,6 +31,7 @@ from siltlake.publish.iceberg import (
     snapshot_of_version,
 )
 from siltlake.reap import reap_once
+from siltlake.write.update import delete_rows
 
 from .merge_helpers import add_small_objects, rows_for
 from .test_merge import DAY, make_table

@@ -202,7 +202,7 @@ def test_version_times_only_go_forward(deployment: Deployment, monkeypatch) -> N
 
     from siltlake.catalog import VersionTimeBehind
     from siltlake.lake import Lake
-    from siltlake.publish import delete_rows
+    from siltlake.write.update import delete_rows
 
     table = make_table(deployment)
     add_small_objects(deployment, table, DAY, [rows_for(DAY, 40, 0)])
@@ -223,7 +223,7 @@ def test_version_times_only_go_forward(deployment: Deployment, monkeypatch) -> N
     access = Lake(deployment).table("web.access")
     assert access.to_arrow(as_of=noon).num_rows == 40
     assert access.to_arrow(as_of=appended.created_at).num_rows == 50
-    monkeypatch.setattr("siltlake.publish.update.utcnow", lambda: noon - dt.timedelta(hours=2))
+    monkeypatch.setattr("siltlake.write.update.utcnow", lambda: noon - dt.timedelta(hours=2))
     deleted = delete_rows(deployment, "web.access", DAY, "user_id < 5")
     assert deleted.version is not None
     assert deleted.version.created_at == noon + dt.timedelta(microseconds=2)

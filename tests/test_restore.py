@@ -13,8 +13,8 @@ from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.lake import Lake
 from siltlake.publish import publish_once
-from siltlake.publish.restore import VersionReaped
 from siltlake.reap import reap_once
+from siltlake.write.restore import VersionReaped
 
 from .merge_helpers import rows_for, silt_in_process
 from .test_merge import DAY, make_table

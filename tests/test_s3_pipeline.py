@@ -17,13 +17,13 @@ from siltlake.deployment import Deployment
 from siltlake.lake import Lake
 from siltlake.merge import merge_once
 from siltlake.publish import publish_once
-from siltlake.publish.update import delete_rows
 from siltlake.read import table as read_table
 from siltlake.reap import reap_once
 from siltlake.storage.manifests import read_manifest
 from siltlake.stream import stream_once
 from siltlake.stream.replay import replay_errors
 from siltlake.tabledef import TableDef
+from siltlake.write.update import delete_rows
 
 from .conftest import ACCESS_TABLE
 from .merge_helpers import add_small_objects, rows_for, silt_in_process

@@ -1,4 +1,4 @@
-"""Small rewrites without Spark (siltlake.publish.in_process): a delete of a small partition, and an overwrite with
+"""Small rewrites without Spark (siltlake.write.in_process): a delete of a small partition, and an overwrite with
 pyarrow rows, give exactly the object Spark's path writes from the same base, under the same conflict rules.
 
 The differential tests prepare the same delete twice from one base, once in-process and once on Spark
@@ -18,9 +18,9 @@ from siltlake.catalog import UpdateConflict
 from siltlake.deployment import Deployment
 from siltlake.errors import SiltError
 from siltlake.merge import merge_once
-from siltlake.publish import overwrite_partition, publish_once
-from siltlake.publish.in_process import delete_in_process
-from siltlake.publish.update import PreparedUpdate, prepare_delete
+from siltlake.publish import publish_once
+from siltlake.write.in_process import delete_in_process
+from siltlake.write.update import PreparedUpdate, overwrite_partition, prepare_delete
 
 from .merge_helpers import add_small_objects, rows_for
 from .test_merge import DAY, make_table
@@ -92,7 +92,7 @@ def test_deletes_match_spark_on_a_day_of_merged_live_and_delayed_objects(deploym
 
 
 def test_deletes_match_spark_on_a_keyed_day_that_needs_a_merge_on_read(deployment: Deployment) -> None:
-    from siltlake.publish.upsert import upsert
+    from siltlake.write.upsert import upsert
 
     table = make_table(deployment, **KEYED)
     add_small_objects(deployment, table, DAY, [rows_for(DAY, 10, s) for s in range(2)])

@@ -10,9 +10,9 @@ import pytest
 
 from siltlake.deployment import Deployment
 from siltlake.errors import SiltError
-from siltlake.publish import delete_rows
 from siltlake.read import sql
 from siltlake.read.sandbox import REFUSED_FUNCTIONS, RefusedSQL, check_expression, check_query
+from siltlake.write.update import delete_rows
 
 from .merge_helpers import add_small_objects, rows_for, silt_in_process
 from .test_merge import DAY, make_table

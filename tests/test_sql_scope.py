@@ -14,11 +14,11 @@ from siltlake.deployment import Deployment
 from siltlake.derived import build_derived, create_derived
 from siltlake.errors import SiltError
 from siltlake.publish import publish_once
-from siltlake.publish.row_updates import delete_rows_where
 from siltlake.read import sql as spark_sql
 from siltlake.read.duck import faithful, run_plan
 from siltlake.read.plan import plan_query
 from siltlake.tabledef import Column, DerivedDef, TableDef
+from siltlake.write.row_updates import delete_rows_where
 
 from .conftest import ACCESS_TABLE
 from .merge_helpers import add_small_objects, rows_for
@@ -77,9 +77,9 @@ RESERVED = ["__silt_row", "__silt_rows", "__silt_date", "_silt_delete", "_change
 def test_every_name_siltlake_gives_a_column_of_its_own_is_reserved() -> None:
     from siltlake.coltypes import refuse_reserved_column
     from siltlake.errors import DefinitionError
-    from siltlake.publish import in_process, upsert
     from siltlake.read import changes
     from siltlake.records import keyed, retype
+    from siltlake.write import in_process, upsert
 
     used = [changes.CHANGE_TYPE, changes.COMMIT_VERSION, changes.COMMIT_TIMESTAMP, changes._COUNT,
             in_process._ROW, in_process._ROWS, upsert._DATE, upsert._POSITION, keyed.DELETE_MARKER, retype.REASON,

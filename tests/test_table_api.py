@@ -25,7 +25,7 @@ from siltlake.deployment import Deployment
 from siltlake.errors import SiltError
 from siltlake.lake import Lake
 from siltlake.merge import merge_once
-from siltlake.publish import delete_rows, publish_once
+from siltlake.publish import publish_once
 from siltlake.publish.iceberg import RUN_PROPERTY, open_catalog, snapshot_of_version
 from siltlake.publish.runner import _write_live_manifests
 from siltlake.read import sql as read_sql
@@ -34,6 +34,7 @@ from siltlake.reap import reap_once
 from siltlake.storage.keys import symlink_key
 from siltlake.storage.manifests import read_manifest
 from siltlake.stream import stream_once
+from siltlake.write.update import delete_rows
 
 from .merge_helpers import rows_for, silt_in_process
 from .test_merge import DAY, make_table

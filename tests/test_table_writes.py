@@ -12,15 +12,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from siltlake.catalog import WriteRequest
+from siltlake.catalog import UpdateConflict, WriteRequest
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.errors import SiltError
 from siltlake.lake import Lake
-from siltlake.publish import UpdateConflict, publish_once
-from siltlake.publish.append import append
-from siltlake.publish.upsert import prepare_upsert
+from siltlake.publish import publish_once
 from siltlake.reap import reap_once
+from siltlake.write.append import append
+from siltlake.write.upsert import prepare_upsert
 
 from .merge_helpers import add_small_objects, rows_for, silt_in_process
 from .test_merge import DAY, make_table

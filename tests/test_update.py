@@ -12,13 +12,14 @@ from collections import Counter
 
 import pytest
 
+from siltlake.catalog import UpdateConflict
 from siltlake.deployment import Deployment
 from siltlake.merge import merge_once
-from siltlake.publish import UpdateConflict, delete_rows, overwrite_partition, publish_once
-from siltlake.publish.update import prepare_delete, prepare_overwrite
+from siltlake.publish import publish_once
 from siltlake.read import table as read_table
 from siltlake.storage.manifests import write_manifests
 from siltlake.stream import Progress, stream_once
+from siltlake.write.update import delete_rows, overwrite_partition, prepare_delete, prepare_overwrite
 
 from .merge_helpers import add_small_objects, rows_for, silt_in_process
 from .test_merge import DAY, make_table, only_partition
@@ -331,7 +332,7 @@ def update_objects(deployment: Deployment) -> list[str]:
 def test_a_delete_over_several_dates_is_one_table_version_all_or_nothing(deployment: Deployment, spark,
                                                                          monkeypatch) -> None:
     from siltlake.lake import Lake
-    from siltlake.publish.update import prepare_deletes
+    from siltlake.write.update import prepare_deletes
 
     table = make_table(deployment)
     add_small_objects(deployment, table, DAY, [rows_for(DAY, 40, 0)])

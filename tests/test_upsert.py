@@ -16,19 +16,19 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from siltlake.catalog import StreamCommit
+from siltlake.catalog import StreamCommit, UpdateConflict
 from siltlake.deployment import Deployment
 from siltlake.errors import SiltError
 from siltlake.lake import Lake
 from siltlake.merge import merge_once
-from siltlake.publish import UpdateConflict, delete_rows, publish_once
+from siltlake.publish import publish_once
 from siltlake.publish.runner import _write_merged_manifests
-from siltlake.publish.update import prepare_delete
-from siltlake.publish.upsert import prepare_upsert, upsert
 from siltlake.read.versions import version_files
 from siltlake.reap import reap_once
 from siltlake.records.keyed import DELETE_MARKER, latest_rows
 from siltlake.stream import Progress, stream_once
+from siltlake.write.update import delete_rows, prepare_delete
+from siltlake.write.upsert import prepare_upsert, upsert
 
 from .conftest import ACCESS_TABLE, make_config
 from .merge_helpers import add_small_objects, rows_for, silt_in_process

@@ -158,7 +158,7 @@ class Tables:
     def alter_column_type(self, qualified: str, column: str, type_name: str,
                           now: dt.datetime | None = None, dry_run: bool = False) -> TableRecord:
         """Widen a column (int -> bigint, float -> double; older objects read as the new type), a table version of
-        its own. Other changes convert stored values: refused here, naming --rewrite (publish.retype does them)."""
+        its own. Other changes convert stored values: refused here, naming --rewrite (write.retype does them)."""
         return self._change_column(qualified, "alter-column", f"{column} {type_name.strip().lower()}",
                                    lambda d: with_column_type(d, column, type_name), column, now, dry_run)
 

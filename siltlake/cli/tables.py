@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
     from siltlake.catalog import TableChange, TableRecord
     from siltlake.deployment import Deployment
-    from siltlake.publish.alter import TableAlter
+    from siltlake.write.alter import TableAlter
 
 
 @click.group("table")

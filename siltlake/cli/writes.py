@@ -14,7 +14,7 @@ from siltlake.cli.output import Column, format_count, grid, out, write_json
 if TYPE_CHECKING:
     from siltlake.deployment import Deployment
     from siltlake.lake import Table
-    from siltlake.publish.requests import UpdatesReport
+    from siltlake.write.requests import UpdatesReport
 
 REQUEST_ID_HELP = ("An id of this write (e.g. a UUID) that makes it exactly-once: run again with the same id, it "
                    "changes nothing and says so. Ids are kept for reap.request_id_retention (default 7d).")

@@ -3,7 +3,7 @@ predicate from a partition whose files total at most `publish.in_process_rewrite
 rows given as a pyarrow table, run in the command's own process. The partition is read with pyarrow (merged on
 read where a keyed partition needs it, as every reader does), a delete's predicate runs on DuckDB when
 siltlake.read.translate finds it faithful (the same answer as Spark's, the same sandbox), and the new rows go to
-the update's own writer and commit (siltlake.publish.update): the same object, manifests, table version and
+the update's own writer and commit (siltlake.write.update): the same object, manifests, table version and
 conflict rules as on Spark. Anything else, a larger partition or a predicate that does not translate, goes to
 Spark, never to a different answer.
 """
@@ -35,8 +35,15 @@ __all__ = ["SmallDelete", "base_rows_count", "delete_in_process", "no_such_colum
 _ROWS = "__silt_rows"
 _ROW = "__silt_row"
 # Names Spark resolves, where no column has them, as values of the session (current_date, ...): Spark's to say.
-_SESSION_NAMES = {"current_date", "current_time", "current_timestamp", "current_user", "localtimestamp",
-                  "session_user", "user"}
+_SESSION_NAMES = {
+    "current_date",
+    "current_time",
+    "current_timestamp",
+    "current_user",
+    "localtimestamp",
+    "session_user",
+    "user",
+}
 
 
 @dataclass(frozen=True)
@@ -54,8 +61,10 @@ def base_files(deployment: Deployment, record: TableRecord, base: UpdateBase) ->
     lake, layout = deployment.lake, record.layout(deployment.instance_key)
     listed = read_manifest(lake, base.manifest_key) if base.manifest_key else []
     files = [DataFile(uri, base.partition_date, size) for uri, size in listed]
-    files += [DataFile(lake.uri(layout.small_object(base.partition_date, object_id, delayed)), base.partition_date,
-                       None) for object_id, delayed in base.objects]
+    files += [
+        DataFile(lake.uri(layout.small_object(base.partition_date, object_id, delayed)), base.partition_date, None)
+        for object_id, delayed in base.objects
+    ]
     return files
 
 
@@ -85,8 +94,11 @@ def no_such_column(record: TableRecord, name: str, doing: str, verb: str = "dele
     from siltlake.errors import did_you_mean
 
     columns = [c.name for c in record.definition.columns]
-    hint = (" (the expression sees one partition's rows: the dates are chosen with --date)"
-            if name.lower() == "dt" else did_you_mean(name, columns))
+    hint = (
+        " (the expression sees one partition's rows: the dates are chosen with --date)"
+        if name.lower() == "dt"
+        else did_you_mean(name, columns)
+    )
     return SiltError(f"{doing}: no column {name}{hint}; its columns are {', '.join(columns)}; nothing was {verb}")
 
 
@@ -163,12 +175,12 @@ def _matched(deployment: Deployment, rows: pa.Table, sql: str) -> pa.Array:
             hits = connection.sql(sql).to_arrow_table().column(0)
     finally:
         connection.close()
-    return pc.is_in(numbered.column(_ROW), value_set=hits.combine_chunks() if hits.num_chunks else
-                    pa.array([], pa.int64()))
+    return pc.is_in(
+        numbered.column(_ROW), value_set=hits.combine_chunks() if hits.num_chunks else pa.array([], pa.int64())
+    )
 
 
-def delete_in_process(deployment: Deployment, record: TableRecord, base: UpdateBase,
-                      where: str) -> SmallDelete | None:
+def delete_in_process(deployment: Deployment, record: TableRecord, base: UpdateBase, where: str) -> SmallDelete | None:
     """The partition's rows without those matching `where`, worked out in this process; None when the partition
     is above publish.in_process_rewrite_bytes or the predicate may not give Spark's answer on DuckDB."""
     from siltlake.read.translate import NotFaithful
@@ -196,8 +208,10 @@ def base_rows_count(deployment: Deployment, record: TableRecord, base: UpdateBas
     if dirty_dates_of(record, files):
         return _read(deployment, record, files).num_rows
     lake = deployment.lake
-    return sum(pq.read_metadata(lake.path(key), filesystem=lake.filesystem).num_rows
-               for key in lake_keys(deployment, record, files))
+    return sum(
+        pq.read_metadata(lake.path(key), filesystem=lake.filesystem).num_rows
+        for key in lake_keys(deployment, record, files)
+    )
 
 
 def overwrite_rows(record: TableRecord, partition_date: dt.date, rows: pa.Table) -> pa.Table:
@@ -209,5 +223,7 @@ def overwrite_rows(record: TableRecord, partition_date: dt.date, rows: pa.Table)
     try:
         return conform(rows, schema)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        raise SiltError(f"cannot overwrite {record.qualified_name} dt={partition_date}: a column cannot be read as "
-                        f"its type ({exc}); nothing was changed") from None
+        raise SiltError(
+            f"cannot overwrite {record.qualified_name} dt={partition_date}: a column cannot be read as "
+            f"its type ({exc}); nothing was changed"
+        ) from None

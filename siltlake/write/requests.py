@@ -15,7 +15,7 @@ from siltlake.catalog import AppliedRequest, TableRecord, WriteRequest
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.errors import SiltError
-from siltlake.publish.update import PreparedUpdates, UpdateReport
+from siltlake.write.update import PreparedUpdates, UpdateReport
 
 MAX_REQUEST_ID = 200  # characters (the catalog column's width)
 
@@ -24,10 +24,16 @@ def write_request(record: TableRecord, request_id: str | None, operation: str) -
     """The write's request, None without an id; a SiltError naming what is wrong with a malformed id."""
     if request_id is None:
         return None
-    if not isinstance(request_id, str) or not request_id.strip() or len(request_id) > MAX_REQUEST_ID \
-            or not request_id.isprintable():
-        raise SiltError(f"{operation} into {record.qualified_name}: the request id {request_id!r} must be printable "
-                        f"text of 1 to {MAX_REQUEST_ID} characters (e.g. a UUID); nothing was changed")
+    if (
+        not isinstance(request_id, str)
+        or not request_id.strip()
+        or len(request_id) > MAX_REQUEST_ID
+        or not request_id.isprintable()
+    ):
+        raise SiltError(
+            f"{operation} into {record.qualified_name}: the request id {request_id!r} must be printable "
+            f"text of 1 to {MAX_REQUEST_ID} characters (e.g. a UUID); nothing was changed"
+        )
     return WriteRequest(record.id, request_id, operation)
 
 
@@ -38,22 +44,27 @@ def applied_before(deployment: Deployment, request: WriteRequest | None) -> Appl
         return None
     found = deployment.catalog.requests.get(request.table_id, request.request_id)
     if found is not None and found.operation != request.operation:
-        raise SiltError(f"request id {request.request_id!r} was used by a {found.operation} at "
-                        f"{found.created_at.isoformat(sep=' ', timespec='seconds')} UTC; a request id names one "
-                        f"write: give this {request.operation} an id of its own; nothing was changed")
+        raise SiltError(
+            f"request id {request.request_id!r} was used by a {found.operation} at "
+            f"{found.created_at.isoformat(sep=' ', timespec='seconds')} UTC; a request id names one "
+            f"write: give this {request.operation} an id of its own; nothing was changed"
+        )
     return found
 
 
 def already_applied(applied: AppliedRequest) -> str:
     """A retried write's message: what its first attempt did."""
     version = f", table version {applied.table_version}" if applied.table_version is not None else ""
-    return (f"request id {applied.request_id!r} was applied already ({applied.operation} at "
-            f"{applied.created_at.isoformat(sep=' ', timespec='seconds')} UTC{version}: {applied.detail}); "
-            "nothing was changed")
+    return (
+        f"request id {applied.request_id!r} was applied already ({applied.operation} at "
+        f"{applied.created_at.isoformat(sep=' ', timespec='seconds')} UTC{version}: {applied.detail}); "
+        "nothing was changed"
+    )
 
 
-def record_unchanged(deployment: Deployment, request: WriteRequest | None, detail: str,
-                     now: dt.datetime | None) -> None:
+def record_unchanged(
+    deployment: Deployment, request: WriteRequest | None, detail: str, now: dt.datetime | None
+) -> None:
     """Record a request whose write committed nothing (nothing matched): a retry changes nothing either."""
     if request is not None:
         deployment.catalog.requests.record(request, None, detail, now or utcnow())
@@ -96,20 +107,34 @@ class UpdatesReport(Sequence[UpdateReport]):
 
     def as_dict(self) -> dict:
         return {
-            "table": self.table, "request_id": self.request_id, "table_version": self.table_version,
-            "applied_before": None if self.applied_before is None else {
-                "operation": self.applied_before.operation, "table_version": self.applied_before.table_version,
-                "detail": self.applied_before.detail, "created_at": self.applied_before.created_at.isoformat()},
-            "partitions": [{"dt": p.partition_date.isoformat(), "rows_before": p.rows_before,
-                            "rows_after": p.rows_after, "rows_changed": changed,
-                            "version": p.version.version if p.version is not None else None,
-                            "object": p.object_key} for p, changed in zip(self.partitions, self.changed(),
-                                                                          strict=True)],
+            "table": self.table,
+            "request_id": self.request_id,
+            "table_version": self.table_version,
+            "applied_before": None
+            if self.applied_before is None
+            else {
+                "operation": self.applied_before.operation,
+                "table_version": self.applied_before.table_version,
+                "detail": self.applied_before.detail,
+                "created_at": self.applied_before.created_at.isoformat(),
+            },
+            "partitions": [
+                {
+                    "dt": p.partition_date.isoformat(),
+                    "rows_before": p.rows_before,
+                    "rows_after": p.rows_after,
+                    "rows_changed": changed,
+                    "version": p.version.version if p.version is not None else None,
+                    "object": p.object_key,
+                }
+                for p, changed in zip(self.partitions, self.changed(), strict=True)
+            ],
         }
 
 
-def commit_updates(deployment: Deployment, record: TableRecord, prepared: PreparedUpdates,
-                   request: WriteRequest | None, detail: str) -> UpdatesReport:
+def commit_updates(
+    deployment: Deployment, record: TableRecord, prepared: PreparedUpdates, request: WriteRequest | None, detail: str
+) -> UpdatesReport:
     """Commit prepared partition rewrites as one table version with the request id, or (nothing changed) record
     the id alone; a concurrent attempt with the same id that committed first makes this one a no-op."""
     from siltlake.catalog import RequestApplied

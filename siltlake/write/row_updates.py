@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 from siltlake.deployment import Deployment
 from siltlake.errors import SiltError
-from siltlake.publish.in_process import no_such_column
-from siltlake.publish.requests import UpdatesReport, applied_before, commit_updates, write_request
-from siltlake.publish.update import (
+from siltlake.spark import time_bound
+from siltlake.write.in_process import no_such_column
+from siltlake.write.requests import UpdatesReport, applied_before, commit_updates, write_request
+from siltlake.write.update import (
     PreparedUpdate,
     PreparedUpdates,
     base_frame,
@@ -24,7 +25,6 @@ from siltlake.publish.update import (
     unresolved_column,
     updatable_table,
 )
-from siltlake.spark import time_bound
 
 if TYPE_CHECKING:
     from siltlake.catalog import TableRecord
@@ -32,11 +32,19 @@ if TYPE_CHECKING:
 Progress = Callable[[int, dt.date], None]
 
 
-def delete_rows_where(deployment: Deployment, name: str, dates: Iterable[dt.date], where: str, *,
-                      request_id: str | None = None, now: dt.datetime | None = None,
-                      progress: Progress | None = None, dry_run: bool = False) -> UpdatesReport:
+def delete_rows_where(
+    deployment: Deployment,
+    name: str,
+    dates: Iterable[dt.date],
+    where: str,
+    *,
+    request_id: str | None = None,
+    now: dt.datetime | None = None,
+    progress: Progress | None = None,
+    dry_run: bool = False,
+) -> UpdatesReport:
     """Delete the rows matching the Spark SQL predicate `where` from the partitions `dates` as one table version
-    (publish.update.delete_where), once per request id; a dry run counts them and writes nothing."""
+    (write.update.delete_where), once per request id; a dry run counts them and writes nothing."""
     record = updatable_table(deployment, name)
     request = write_request(record, request_id, "delete")
     applied = applied_before(deployment, request)
@@ -45,11 +53,20 @@ def delete_rows_where(deployment: Deployment, name: str, dates: Iterable[dt.date
     with time_bound(deployment.config.sql.write_timeout, "sql.write_timeout", f"deleting from {name}"):
         prepared = prepare_deletes(deployment, name, dates, where, now, progress, write=not dry_run)
     if dry_run:
-        return UpdatesReport(record.qualified_name, tuple(u.report(None) for u in prepared.updates), request_id,
-                             rows_changed=tuple(u.rows_before - u.rows_after for u in prepared.updates))
+        return UpdatesReport(
+            record.qualified_name,
+            tuple(u.report(None) for u in prepared.updates),
+            request_id,
+            rows_changed=tuple(u.rows_before - u.rows_after for u in prepared.updates),
+        )
     deleted = sum(u.rows_before - u.rows_after for u in prepared.updates)
-    return commit_updates(deployment, record, prepared, request,
-                          f"deleted {deleted} rows from {len(prepared.updates)} partitions where {where}")
+    return commit_updates(
+        deployment,
+        record,
+        prepared,
+        request,
+        f"deleted {deleted} rows from {len(prepared.updates)} partitions where {where}",
+    )
 
 
 def _assignments(record: TableRecord, assignments: Mapping[str, Any]) -> dict[str, Any]:
@@ -61,13 +78,17 @@ def _assignments(record: TableRecord, assignments: Mapping[str, Any]) -> dict[st
     names = {c.name for c in definition.columns}
     unknown = sorted(set(assignments) - names)
     if unknown:
-        raise SiltError(f"{where}: {', '.join(unknown)} {'is not a column' if len(unknown) == 1 else 'are not columns'}"
-                        f" of the table (its columns: {', '.join(c.name for c in definition.columns)}); nothing was "
-                        "changed")
+        raise SiltError(
+            f"{where}: {', '.join(unknown)} {'is not a column' if len(unknown) == 1 else 'are not columns'}"
+            f" of the table (its columns: {', '.join(c.name for c in definition.columns)}); nothing was "
+            "changed"
+        )
     keys = sorted(set(assignments) & set(definition.primary_key))
     if keys:
-        raise SiltError(f"{where}: {', '.join(keys)} belongs to its primary key, which an update does not change "
-                        "(delete the rows and upsert them under the new key); nothing was changed")
+        raise SiltError(
+            f"{where}: {', '.join(keys)} belongs to its primary key, which an update does not change "
+            "(delete the rows and upsert them under the new key); nothing was changed"
+        )
     return dict(assignments)
 
 
@@ -95,13 +116,20 @@ def _unresolved_in_set(record: TableRecord, assignments: Mapping[str, Any], name
                 f"cannot update {record.qualified_name}: SET {column} = {value!r} reads {name} as a column (a text "
                 f"value is a Spark SQL expression over the row), and the table has none of that name; for the text "
                 f"write {{{column!r}: {quoted!r}}} (a quoted SQL string literal); its columns are "
-                f"{', '.join(c.name for c in record.definition.columns)}; nothing was updated")
+                f"{', '.join(c.name for c in record.definition.columns)}; nothing was updated"
+            )
     return None
 
 
-def prepare_update(deployment: Deployment, name: str, partition_date: dt.date, assignments: Mapping[str, Any],
-                   where: str | None, now: dt.datetime | None = None,
-                   write: bool = True) -> tuple[PreparedUpdate, int]:
+def prepare_update(
+    deployment: Deployment,
+    name: str,
+    partition_date: dt.date,
+    assignments: Mapping[str, Any],
+    where: str | None,
+    now: dt.datetime | None = None,
+    write: bool = True,
+) -> tuple[PreparedUpdate, int]:
     """Write the partition with the SET columns of the rows matching `where` (None: every row) replaced, and
     how many rows match; without `write` (a dry run) only count them."""
     from pyspark.errors import AnalysisException
@@ -120,18 +148,26 @@ def prepare_update(deployment: Deployment, name: str, partition_date: dt.date, a
         if where is not None:
             check_expression(spark, where, "silt update --where")
         matching = F.coalesce(F.expr(where), F.lit(False)) if where is not None else F.lit(True)
-        values = {column: _value_column(spark, value, "silt update --set").cast(types[column])
-                  for column, value in assignments.items()}
-        updated = frame.select(*[
-            (F.when(matching, values[c.name]).otherwise(F.col(c.name)) if c.name in values else F.col(c.name))
-            .alias(c.name) for c in record.definition.columns])
+        values = {
+            column: _value_column(spark, value, "silt update --set").cast(types[column])
+            for column, value in assignments.items()
+        }
+        updated = frame.select(
+            *[
+                (
+                    F.when(matching, values[c.name]).otherwise(F.col(c.name)) if c.name in values else F.col(c.name)
+                ).alias(c.name)
+                for c in record.definition.columns
+            ]
+        )
         totals = frame.select(F.count(F.lit(1)).alias("rows"), F.count(F.when(matching, 1)).alias("matched"))
         (counted,) = totals.collect()  # an aggregate over the whole frame: one row
     except AnalysisException as exc:
         unresolved = unresolved_column(exc)
         if unresolved is not None:
             raise _unresolved_in_set(record, assignments, unresolved) or no_such_column(
-                record, unresolved, f"cannot update {record.qualified_name}", "updated") from None
+                record, unresolved, f"cannot update {record.qualified_name}", "updated"
+            ) from None
         first = str(exc).strip().splitlines()[0]
         raise SiltError(f"cannot update {record.qualified_name}: {first}") from None
     prepared = PreparedUpdate(deployment, record, base, counted["rows"], started, now)
@@ -140,9 +176,18 @@ def prepare_update(deployment: Deployment, name: str, partition_date: dt.date, a
     return prepared, counted["matched"]
 
 
-def update_rows(deployment: Deployment, name: str, assignments: Mapping[str, Any], where: str | None,
-                dates: Iterable[dt.date], *, request_id: str | None = None, now: dt.datetime | None = None,
-                progress: Progress | None = None, dry_run: bool = False) -> UpdatesReport:
+def update_rows(
+    deployment: Deployment,
+    name: str,
+    assignments: Mapping[str, Any],
+    where: str | None,
+    dates: Iterable[dt.date],
+    *,
+    request_id: str | None = None,
+    now: dt.datetime | None = None,
+    progress: Progress | None = None,
+    dry_run: bool = False,
+) -> UpdatesReport:
     """SET `assignments` (column -> Spark SQL expression, or a literal value) in the rows matching `where` (None:
     every row) of the partitions `dates`, as one `update` table version: all of them or none, once per request
     id. A missing date is refused before anything is written."""
@@ -167,11 +212,15 @@ def update_rows(deployment: Deployment, name: str, assignments: Mapping[str, Any
             prepared.discard()
             raise
     if dry_run:
-        return UpdatesReport(record.qualified_name, tuple(u.report(None) for u in prepared.updates), request_id,
-                             rows_changed=tuple(matched))
+        return UpdatesReport(
+            record.qualified_name,
+            tuple(u.report(None) for u in prepared.updates),
+            request_id,
+            rows_changed=tuple(matched),
+        )
     columns = ", ".join(f"{column} = {value!r}" for column, value in assignments.items())
-    detail = (f"set {columns} in {sum(matched)} rows of {len(wanted)} partitions"
-              + (f" where {where}" if where is not None else ""))
+    detail = f"set {columns} in {sum(matched)} rows of {len(wanted)} partitions" + (
+        f" where {where}" if where is not None else ""
+    )
     report = commit_updates(deployment, record, prepared, request, detail)
     return report if report.applied_before is not None else replace(report, rows_changed=tuple(matched))
-

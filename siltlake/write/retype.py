@@ -18,10 +18,10 @@ from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.errors import CatalogError
 from siltlake.publish.iceberg_follow import follow
-from siltlake.publish.update import PreparedUpdate, PreparedUpdates, base_frame
 from siltlake.records.retype import REASON, RECORD, ColumnConverter
 from siltlake.storage.keys import update_label
 from siltlake.tabledef import TableDef, needs_rewrite, parse_type
+from siltlake.write.update import PreparedUpdate, PreparedUpdates, base_frame
 
 
 @dataclass(frozen=True)
@@ -39,9 +39,17 @@ class RetypeReport:
     dry_run: bool = False
 
 
-def alter_column(deployment: Deployment, name: str, column: str, type_name: str, *, rewrite: bool = False,
-                 now: dt.datetime | None = None, progress: Callable[[int, dt.date], None] | None = None,
-                 dry_run: bool = False) -> RetypeReport:
+def alter_column(
+    deployment: Deployment,
+    name: str,
+    column: str,
+    type_name: str,
+    *,
+    rewrite: bool = False,
+    now: dt.datetime | None = None,
+    progress: Callable[[int, dt.date], None] | None = None,
+    dry_run: bool = False,
+) -> RetypeReport:
     """Change column `column` of table `name` to `type_name`. A widening (int -> bigint, float -> double) needs
     no rewrite; any other change is refused unless `rewrite`, naming it. `now` (naive UTC) stamps the versions;
     progress(done, date) before each partition is read. A dry run makes the change's checks and writes nothing
@@ -58,13 +66,24 @@ def alter_column(deployment: Deployment, name: str, column: str, type_name: str,
         record = tables.alter_column_type(name, column, type_name, now, dry_run=dry_run)
         if not dry_run:
             follow(deployment, record)  # its Iceberg snapshot, at once, as every write's
-        return RetypeReport(record.qualified_name, column, old_type or "", new_type, 0, 0, 0, None,
-                            None if dry_run else tables.changes(record.id)[-1].table_version,
-                            time.monotonic() - started, dry_run)
+        return RetypeReport(
+            record.qualified_name,
+            column,
+            old_type or "",
+            new_type,
+            0,
+            0,
+            0,
+            None,
+            None if dry_run else tables.changes(record.id)[-1].table_version,
+            time.monotonic() - started,
+            dry_run,
+        )
     before, after = deployment.catalog.tables.retype_plan(name, column, type_name)
     if dry_run:
-        return RetypeReport(before.qualified_name, column, old_type, new_type, 0, 0, 0, None, None,
-                            time.monotonic() - started, True)
+        return RetypeReport(
+            before.qualified_name, column, old_type, new_type, 0, 0, 0, None, None, time.monotonic() - started, True
+        )
     prepared, rows, bad_rows, error_key = _rewrite(deployment, before, after, column, now, progress)
     errors = None
     if bad_rows:
@@ -72,21 +91,37 @@ def alter_column(deployment: Deployment, name: str, column: str, type_name: str,
     else:
         deployment.lake.delete(error_key)
     try:
-        change = deployment.catalog.tables.commit_retype(before, after, prepared.writes(),
-                                                         f"{column} {new_type} (rewrite)", errors, now)
+        change = deployment.catalog.tables.commit_retype(
+            before, after, prepared.writes(), f"{column} {new_type} (rewrite)", errors, now
+        )
     except CatalogError:  # UpdateConflict, VersionTimeBehind, a changed definition
         # Refused inside the transaction: nothing names these objects or the error file.
         prepared.discard()
         deployment.lake.delete(error_key)
         raise
     follow(deployment, before)
-    return RetypeReport(before.qualified_name, column, old_type, new_type, len(prepared.updates), rows, bad_rows,
-                        deployment.lake.uri(error_key) if bad_rows else None, change.table_version,
-                        time.monotonic() - started)
+    return RetypeReport(
+        before.qualified_name,
+        column,
+        old_type,
+        new_type,
+        len(prepared.updates),
+        rows,
+        bad_rows,
+        deployment.lake.uri(error_key) if bad_rows else None,
+        change.table_version,
+        time.monotonic() - started,
+    )
 
 
-def _rewrite(deployment: Deployment, before: TableRecord, after: TableDef, column: str, now: dt.datetime | None,
-             progress: Callable[[int, dt.date], None] | None) -> tuple[PreparedUpdates, int, int, str]:
+def _rewrite(
+    deployment: Deployment,
+    before: TableRecord,
+    after: TableDef,
+    column: str,
+    now: dt.datetime | None,
+    progress: Callable[[int, dt.date], None] | None,
+) -> tuple[PreparedUpdates, int, int, str]:
     """Write each partition holding a value in `column` with the column converted, and the rows that do not
     convert to an error file: (the prepared updates, rows they held, bad rows, the error file's key)."""
     from pyspark.sql import functions as F
@@ -109,14 +144,20 @@ def _rewrite(deployment: Deployment, before: TableRecord, after: TableDef, colum
                 frame = base_frame(deployment.spark(), deployment, before, base)  # Spark only for a partition
                 if not frame.where(F.col(column).isNotNull()).limit(1).count():
                     continue  # nothing to convert: the objects read the new column as null, as they should
-                schema = StructType([f for f in spark_schema(converted_record).fields if f.name != "dt"]
-                                    + [StructField(REASON, StringType()), StructField(RECORD, StringType())])
+                schema = StructType(
+                    [f for f in spark_schema(converted_record).fields if f.name != "dt"]
+                    + [StructField(REASON, StringType()), StructField(RECORD, StringType())]
+                )
                 converted = frame.mapInArrow(converter, schema).persist()
                 held = converted.count()
                 for bad in converted.where(F.col(REASON).isNotNull()).select(REASON, RECORD).toLocalIterator():
                     bad_rows += 1
-                    line = {"source": f"{source}, dt={partition.partition_date}", "line": bad_rows,
-                            "reason": bad[REASON], "raw": bad[RECORD]}
+                    line = {
+                        "source": f"{source}, dt={partition.partition_date}",
+                        "line": bad_rows,
+                        "reason": bad[REASON],
+                        "raw": bad[RECORD],
+                    }
                     errors.write((json.dumps(line, ensure_ascii=False) + "\n").encode())
                 update = PreparedUpdate(deployment, converted_record, base, held, time.monotonic(), now)
                 prepared.updates.append(update)

@@ -20,8 +20,15 @@ class TableAlter:
     merge_interval=timedelta(hours=6), codec="zstd", ttl_days=None for no TTL; "inherit" hands an inherited setting
     back to the schema). An exception in the block, or a refused change at commit, changes nothing."""
 
-    def __init__(self, deployment: Deployment, name: str, *, now: dt.datetime | None = None, dry_run: bool = False,
-                 on_commit: Callable[[TableRecord], None] | None = None) -> None:
+    def __init__(
+        self,
+        deployment: Deployment,
+        name: str,
+        *,
+        now: dt.datetime | None = None,
+        dry_run: bool = False,
+        on_commit: Callable[[TableRecord], None] | None = None,
+    ) -> None:
         self._deployment = deployment
         self.name = name
         self.now = now
@@ -75,8 +82,9 @@ class TableAlter:
         self.committed = True
         if not self._columns and not self._properties:
             return None
-        record, self.change = self._deployment.catalog.tables.alter(self.name, self._columns, self._properties,
-                                                                    self.now, dry_run=self.dry_run)
+        record, self.change = self._deployment.catalog.tables.alter(
+            self.name, self._columns, self._properties, self.now, dry_run=self.dry_run
+        )
         self.record = record
         if self._on_commit is not None and not self.dry_run:
             self._on_commit(record)
@@ -89,8 +97,9 @@ class TableAlter:
     def __enter__(self) -> TableAlter:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 trace: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, trace: TracebackType | None
+    ) -> None:
         if exc_type is None and not self.committed:
             self.commit()
         else:

@@ -10,15 +10,22 @@ import pyarrow.compute as pc
 
 from siltlake.deployment import Deployment
 from siltlake.errors import NotFoundError, SiltError
-from siltlake.publish.append import _tables
-from siltlake.publish.requests import UpdatesReport, applied_before, commit_updates, write_request
-from siltlake.publish.update import PreparedUpdates, prepare_overwrite, present_dates, updatable_table
-from siltlake.publish.upsert import shaped_rows
 from siltlake.records.coerce import partition_dates
+from siltlake.write.append import _tables
+from siltlake.write.requests import UpdatesReport, applied_before, commit_updates, write_request
+from siltlake.write.update import PreparedUpdates, prepare_overwrite, present_dates, updatable_table
+from siltlake.write.upsert import shaped_rows
 
 
-def overwrite(deployment: Deployment, name: str, rows: Any, dates: Any = None, *, request_id: str | None = None,
-              now: dt.datetime | None = None) -> UpdatesReport:
+def overwrite(
+    deployment: Deployment,
+    name: str,
+    rows: Any,
+    dates: Any = None,
+    *,
+    request_id: str | None = None,
+    now: dt.datetime | None = None,
+) -> UpdatesReport:
     """Replace every row of the partitions `dates` (dates, or None: those the rows fall on) with `rows` (anything
     Arrow, as append takes; the table's columns by name, nullable ones may be missing) as one table version: all of
     them or none, once per `request_id`. A partition given no row is emptied. Rows on a date not given, and dates
@@ -40,8 +47,10 @@ def overwrite(deployment: Deployment, name: str, rows: Any, dates: Any = None, *
         raise SiltError(f"cannot overwrite {name}: no rows and no dates: give the partitions, dates=")
     outside = sorted(found - set(wanted))
     if outside:
-        raise SiltError(f"cannot overwrite {name}: {len(outside)} dates of the rows are not among the dates "
-                        f"overwritten: {', '.join(d.isoformat() for d in outside)}; nothing was changed")
+        raise SiltError(
+            f"cannot overwrite {name}: {len(outside)} dates of the rows are not among the dates "
+            f"overwritten: {', '.join(d.isoformat() for d in outside)}; nothing was changed"
+        )
     try:
         wanted = present_dates(deployment, record, wanted, "overwritten")
     except NotFoundError as exc:
@@ -54,5 +63,6 @@ def overwrite(deployment: Deployment, name: str, rows: Any, dates: Any = None, *
     except BaseException:
         prepared.discard()
         raise
-    return commit_updates(deployment, record, prepared, request,
-                          f"overwrote {len(wanted)} partitions with {shaped.num_rows} rows")
+    return commit_updates(
+        deployment, record, prepared, request, f"overwrote {len(wanted)} partitions with {shaped.num_rows} rows"
+    )

@@ -2,7 +2,7 @@
 staging object.
 
 The rows are written as one small object per partition date they fall on (records.writer, as the stream and
-load write), then committed as the stream commits a staging object (stream.runner.commit_parts): ids under the
+load write), then committed as the stream commits a staging object (stream.commit.commit_parts): ids under the
 ordering lock, live or delayed by the partition's state, a merge job scheduled, an update or upsert committed to
 a partition while the append ran making it fail. The rows are registered as one processed staging row,
 `append:<run>`, and the request id, if any, is recorded in the same transaction.
@@ -22,11 +22,11 @@ from siltlake.catalog import AppliedRequest, RequestApplied, UpdateConflict
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.errors import SiltError
-from siltlake.publish.requests import already_applied, applied_before, record_unchanged, write_request
-from siltlake.publish.update import updatable_table
-from siltlake.publish.upsert import shaped_rows
 from siltlake.records.writer import ObjectWriter
 from siltlake.storage.keys import small_object_id, temporary_run
+from siltlake.write.requests import already_applied, applied_before, record_unchanged, write_request
+from siltlake.write.update import updatable_table
+from siltlake.write.upsert import shaped_rows
 
 
 @dataclass(frozen=True)
@@ -55,10 +55,16 @@ class AppendReport:
         return already_applied(self.applied_before) if self.applied_before is not None else None
 
     def as_dict(self) -> dict:
-        return {"table": self.table, "request_id": self.request_id, "rows": self.rows,
-                "applied_before": None if self.applied_before is None else self.message,
-                "objects": [{"dt": o.partition_date.isoformat(), "id": o.object_id, "rows": o.rows,
-                             "delayed": o.delayed} for o in self.objects]}
+        return {
+            "table": self.table,
+            "request_id": self.request_id,
+            "rows": self.rows,
+            "applied_before": None if self.applied_before is None else self.message,
+            "objects": [
+                {"dt": o.partition_date.isoformat(), "id": o.object_id, "rows": o.rows, "delayed": o.delayed}
+                for o in self.objects
+            ],
+        }
 
 
 def _tables(rows: object, table: str) -> Iterable[pa.Table]:
@@ -82,21 +88,26 @@ def _tables(rows: object, table: str) -> Iterable[pa.Table]:
             elif isinstance(batch, pa.RecordBatch):
                 yield pa.Table.from_batches([batch])
             else:
-                raise SiltError(f"cannot append into {table}: an item of the batches is a {type(batch).__name__}, "
-                                "not a pyarrow RecordBatch; nothing was appended")
+                raise SiltError(
+                    f"cannot append into {table}: an item of the batches is a {type(batch).__name__}, "
+                    "not a pyarrow RecordBatch; nothing was appended"
+                )
     else:
-        raise SiltError(f"cannot append into {table}: give the rows as Arrow data (a pyarrow Table, RecordBatch or "
-                        "RecordBatchReader, a pandas or Polars DataFrame, a DuckDB relation: anything with "
-                        f"__arrow_c_stream__), or an iterable of batches, not {type(rows).__name__}; "
-                        "nothing was appended")
+        raise SiltError(
+            f"cannot append into {table}: give the rows as Arrow data (a pyarrow Table, RecordBatch or "
+            "RecordBatchReader, a pandas or Polars DataFrame, a DuckDB relation: anything with "
+            f"__arrow_c_stream__), or an iterable of batches, not {type(rows).__name__}; "
+            "nothing was appended"
+        )
 
 
-def append(deployment: Deployment, name: str, rows: object,
-           request_id: str | None = None, now: dt.datetime | None = None) -> AppendReport:
+def append(
+    deployment: Deployment, name: str, rows: object, request_id: str | None = None, now: dt.datetime | None = None
+) -> AppendReport:
     """Append `rows` (the table's columns; nullable ones may be missing) to the table in one commit, once per
     `request_id`. Rows that cannot be written (a column not in the table, a null in a non-nullable column, a
     value of the wrong type) are refused, naming the problem, before anything is committed."""
-    from siltlake.stream.runner import _undo, _update_conflict, commit_parts
+    from siltlake.stream.commit import _undo, _update_conflict, commit_parts
 
     started = time.monotonic()
     record = updatable_table(deployment, name)
@@ -129,14 +140,21 @@ def append(deployment: Deployment, name: str, rows: object,
                 conflict = _update_conflict(tx, record, parts, mark)
                 if conflict is not None:
                     raise UpdateConflict(f"{conflict.split(';')[0]}; nothing was appended: run the append again")
-                staging_id = tx.register_loaded(f"append:{run_id}", table_id=record.id,
-                                                size=sum(p["bytes"] for p in parts), records_in=count, bad_records=0,
-                                                error_uri=None, now=stamp)
+                staging_id = tx.register_loaded(
+                    f"append:{run_id}",
+                    table_id=record.id,
+                    size=sum(p["bytes"] for p in parts),
+                    records_in=count,
+                    bad_records=0,
+                    error_uri=None,
+                    now=stamp,
+                )
                 assert staging_id is not None, "a run id is new"
                 delayed = commit_parts(tx, lake, record, layout, staging_id, parts, upload_start, stamp, moves)
                 if request is not None:
-                    tx.record_request(request, None, f"appended {count} rows to "
-                                      f"{', '.join(p['date'] for p in parts)}", stamp)
+                    tx.record_request(
+                        request, None, f"appended {count} rows to {', '.join(p['date'] for p in parts)}", stamp
+                    )
             except BaseException:
                 # Moved back while the ordering lock is held: on SQLite the ids roll back with the transaction.
                 _undo(lake, moves, best_effort=True)
@@ -147,10 +165,15 @@ def append(deployment: Deployment, name: str, rows: object,
     finally:
         lake.delete_prefix(temporary_run(deployment.instance_key, run_id))
     placed = [key for _, key in moves]
-    return AppendReport(name, tuple(
-        AppendedObject(dt.date.fromisoformat(part["date"]), _object_id(key), part["rows"], is_delayed)
-        for part, key, is_delayed in zip(parts, placed, delayed, strict=True)), request_id,
-        seconds=time.monotonic() - started)
+    return AppendReport(
+        name,
+        tuple(
+            AppendedObject(dt.date.fromisoformat(part["date"]), _object_id(key), part["rows"], is_delayed)
+            for part, key, is_delayed in zip(parts, placed, delayed, strict=True)
+        ),
+        request_id,
+        seconds=time.monotonic() - started,
+    )
 
 
 def _object_id(key: str) -> int:

@@ -34,7 +34,6 @@ from siltlake.catalog import (
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.errors import NotFoundError, SiltError
-from siltlake.publish import in_process
 from siltlake.records.coerce import partition_dates
 from siltlake.records.physical import physical_rows
 from siltlake.records.writer import conform, object_rows, object_schema
@@ -42,6 +41,7 @@ from siltlake.storage.filesystem import Storage
 from siltlake.storage.keys import update_label
 from siltlake.storage.manifests import write_manifests
 from siltlake.tabledef import TableDef
+from siltlake.write import in_process
 
 if TYPE_CHECKING:
     from pyspark.errors import AnalysisException
@@ -83,14 +83,20 @@ class _PartitionWriter:
         null_column: str | None = None
         pending: list[pa.Table] = []
         pending_bytes = 0
-        with self.lake.open_output(self.key) as sink, \
-                pq.ParquetWriter(sink, written, compression=table.codec, write_statistics=True) as writer:
+        with (
+            self.lake.open_output(self.key) as sink,
+            pq.ParquetWriter(sink, written, compression=table.codec, write_statistics=True) as writer,
+        ):
             for batch in batches:
                 piece = conform(pa.Table.from_batches([batch]), pa.schema([f.with_nullable(True) for f in schema]))
                 null_column = null_column or next((n for n in required if piece.column(n).null_count), None)
                 times = piece.column(table.time_column)
-                wrong = pc.invert(pc.fill_null(pc.equal(partition_dates(times, table.timezone),
-                                                        pa.scalar(self.partition_date, pa.date32())), False))
+                wrong = pc.invert(
+                    pc.fill_null(
+                        pc.equal(partition_dates(times, table.timezone), pa.scalar(self.partition_date, pa.date32())),
+                        False,
+                    )
+                )
                 misplaced = pc.sum(wrong).as_py() or 0
                 if misplaced and first_outside is None:
                     first_outside = str(pc.filter(times, wrong)[0].as_py())
@@ -105,23 +111,32 @@ class _PartitionWriter:
                     pending, pending_bytes = [], 0
             if pending and null_column is None and not outside:
                 writer.write_table(self._rows(pending, schema, written))
-        yield pa.RecordBatch.from_pydict({
-            "rows": [rows], "bytes": [self.lake.size(self.key)], "outside": [outside],
-            "first_outside": [first_outside], "null_column": [null_column],
-        })
-
+        yield pa.RecordBatch.from_pydict(
+            {
+                "rows": [rows],
+                "bytes": [self.lake.size(self.key)],
+                "outside": [outside],
+                "first_outside": [first_outside],
+                "null_column": [null_column],
+            }
+        )
 
     def _rows(self, pending: list[pa.Table], schema: pa.Schema, written: pa.Schema) -> pa.Table:
-        return object_rows(physical_rows(pa.concat_tables(pending).cast(schema), TableDef.from_json(self.table_json)),
-                           written, self.partition_date)
+        return object_rows(
+            physical_rows(pa.concat_tables(pending).cast(schema), TableDef.from_json(self.table_json)),
+            written,
+            self.partition_date,
+        )
 
 
 def updatable_table(deployment: Deployment, name: str) -> TableRecord:
     """The table's record, refused for derived tables (their rows come from their query)."""
     record = deployment.catalog.tables.get(name)
     if record.definition.kind == "derived":
-        raise SiltError(f"{record.qualified_name} is a derived table: its rows come from its query; change the "
-                        "tables it reads and build it again (`silt derived build`)")
+        raise SiltError(
+            f"{record.qualified_name} is a derived table: its rows come from its query; change the "
+            "tables it reads and build it again (`silt derived build`)"
+        )
     return record
 
 
@@ -138,8 +153,13 @@ def base_frame(spark: SparkSession, deployment: Deployment, record: TableRecord,
     """The partition's current rows as a Spark frame, without the `dt` column."""
     from siltlake.read import objects_frame
 
-    frame = objects_frame(spark, record, deployment, [base.manifest_key] if base.manifest_key else [],
-                          [(base.partition_date, object_id, delayed) for object_id, delayed in base.objects])
+    frame = objects_frame(
+        spark,
+        record,
+        deployment,
+        [base.manifest_key] if base.manifest_key else [],
+        [(base.partition_date, object_id, delayed) for object_id, delayed in base.objects],
+    )
     return frame.drop("dt")
 
 
@@ -148,8 +168,15 @@ class PreparedUpdate:
 
     Split in two so that tests and callers can see exactly which writes race with which commits."""
 
-    def __init__(self, deployment: Deployment, record: TableRecord, base: UpdateBase, rows_before: int,
-                 started: float, now: dt.datetime | None) -> None:
+    def __init__(
+        self,
+        deployment: Deployment,
+        record: TableRecord,
+        base: UpdateBase,
+        rows_before: int,
+        started: float,
+        now: dt.datetime | None,
+    ) -> None:
         self.deployment = deployment
         self.record = record
         self.base = base
@@ -164,34 +191,47 @@ class PreparedUpdate:
 
     def write(self, frame: DataFrame | pa.Table) -> None:
         """Write the partition's new rows (the table's columns; a pyarrow table: in this process, see
-        publish.in_process) as one object and its manifests."""
+        write.in_process) as one object and its manifests."""
         definition = self.record.definition
         layout = self.record.layout(self.deployment.instance_key)
         label = update_label(utcnow(), uuid.uuid4().hex[:12])
         key = layout.update_object(self.base.partition_date, label)
-        writer = _PartitionWriter(self.deployment.lake, key, definition.to_json(), self.base.partition_date,
-                                  definition.row_group_bytes)
+        writer = _PartitionWriter(
+            self.deployment.lake, key, definition.to_json(), self.base.partition_date, definition.row_group_bytes
+        )
         if isinstance(frame, pa.Table):  # the writer called here, in event-time order
             report = next(writer(iter(frame.sort_by(definition.time_column).to_batches()))).to_pylist()[0]
         # One task receives every row in event-time order (Spark sorts, spilling to disk as needed).
-        elif written := frame.coalesce(1).sortWithinPartitions(definition.time_column).mapInArrow(
-                writer, _WRITTEN).collect():
+        elif (
+            written := frame.coalesce(1)
+            .sortWithinPartitions(definition.time_column)
+            .mapInArrow(writer, _WRITTEN)
+            .collect()
+        ):
             report = written[0].asDict()
         else:  # a frame without partitions never reached the task: the partition is now empty
             report = next(writer(iter([]))).to_pylist()[0]
         if report["null_column"] or report["outside"]:
             self.deployment.lake.delete(key)
             if report["null_column"]:
-                raise SiltError(f"column {report['null_column']!r} of {definition.qualified_name} is not nullable, "
-                                "but the new rows hold nulls in it; nothing was changed")
+                raise SiltError(
+                    f"column {report['null_column']!r} of {definition.qualified_name} is not nullable, "
+                    "but the new rows hold nulls in it; nothing was changed"
+                )
             raise SiltError(
                 f"{report['outside']} of the new rows do not belong to dt={self.base.partition_date} in "
                 f"{definition.timezone} (first event time: {report['first_outside']}); an update replaces one "
-                "partition: filter the rows to that date; nothing was changed")
+                "partition: filter the rows to that date; nothing was changed"
+            )
         self.object_key, self.rows_after, self.bytes = key, report["rows"], report["bytes"]
         self.manifest_key, self.symlink_key = write_manifests(
-            self.deployment.lake, layout, self.base.partition_date, self.base.upper, [(key, report["bytes"])],
-            label=label)
+            self.deployment.lake,
+            layout,
+            self.base.partition_date,
+            self.base.upper,
+            [(key, report["bytes"])],
+            label=label,
+        )
 
     def discard(self) -> None:
         """Delete what write() wrote (the update will not be committed)."""
@@ -200,8 +240,15 @@ class PreparedUpdate:
                 self.deployment.lake.delete(key)
 
     def report(self, version: PublishedVersion | None) -> UpdateReport:
-        return UpdateReport(self.record.qualified_name, self.base.partition_date, self.rows_before, self.rows_after,
-                            version, self.object_key, time.monotonic() - self.started)
+        return UpdateReport(
+            self.record.qualified_name,
+            self.base.partition_date,
+            self.rows_before,
+            self.rows_after,
+            version,
+            self.object_key,
+            time.monotonic() - self.started,
+        )
 
     def commit(self) -> UpdateReport:
         return PreparedUpdates([self], self.now).commit()[0]
@@ -221,8 +268,11 @@ class PreparedUpdates:
 
     def writes(self) -> list[UpdateWrite]:
         """What commit publishes: the updates that wrote an object."""
-        return [UpdateWrite(u.base, u.object_key, u.manifest_key, u.rows_after, u.bytes)  # type: ignore[arg-type]
-                for u in self.updates if u.object_key is not None]
+        return [
+            UpdateWrite(u.base, u.object_key, u.manifest_key, u.rows_after, u.bytes)  # type: ignore[arg-type]
+            for u in self.updates
+            if u.object_key is not None
+        ]
 
     def commit(self, request: tuple[WriteRequest, str] | None = None) -> list[UpdateReport]:
         """Publish; `request` (a request id and what the write did) is recorded in the same transaction."""
@@ -231,7 +281,8 @@ class PreparedUpdates:
             return [u.report(None) for u in self.updates]
         try:
             versions = self.updates[0].deployment.catalog.versions.commit_updates(
-                writes, self.now or utcnow(), given=self.now is not None, request=request)
+                writes, self.now or utcnow(), given=self.now is not None, request=request
+            )
         except (UpdateConflict, VersionTimeBehind, RequestApplied):
             # Refused inside the transaction, so nothing was committed: nothing will ever list these objects.
             # (Any other failure may have come after the commit; reap deletes what no version names.)
@@ -253,8 +304,14 @@ def unresolved_column(exc: AnalysisException) -> str | None:
     return ".".join(part.replace("``", "`") for part in parts) if parts else name or None
 
 
-def prepare_delete(deployment: Deployment, name: str, partition_date: dt.date, where: str,
-                   now: dt.datetime | None = None, write: bool = True) -> PreparedUpdate:
+def prepare_delete(
+    deployment: Deployment,
+    name: str,
+    partition_date: dt.date,
+    where: str,
+    now: dt.datetime | None = None,
+    write: bool = True,
+) -> PreparedUpdate:
     """Write the partition without the rows matching the Spark SQL predicate `where` (null counts as no match);
     without `write` (a dry run) only count them: rows_after is what would remain.
 
@@ -296,10 +353,15 @@ def prepare_delete(deployment: Deployment, name: str, partition_date: dt.date, w
     return prepared
 
 
-def prepare_overwrite(deployment: Deployment, name: str, partition_date: dt.date, rows: DataFrame | pa.Table,
-                      now: dt.datetime | None = None) -> PreparedUpdate:
+def prepare_overwrite(
+    deployment: Deployment,
+    name: str,
+    partition_date: dt.date,
+    rows: DataFrame | pa.Table,
+    now: dt.datetime | None = None,
+) -> PreparedUpdate:
     """Write `rows` (a DataFrame with the table's columns; nullable ones may be missing) as the partition; a
-    pyarrow table is written in this process, without Spark (publish.in_process)."""
+    pyarrow table is written in this process, without Spark (write.in_process)."""
     started = time.monotonic()
     record, base = record_and_base(deployment, name, partition_date)
     definition = record.definition
@@ -308,11 +370,13 @@ def prepare_overwrite(deployment: Deployment, name: str, partition_date: dt.date
     missing = [c.name for c in definition.columns if c.name not in given and not c.nullable]
     if extra or missing:
         problems = ([f"columns not in the table: {', '.join(extra)}"] if extra else []) + (
-            [f"required columns missing: {', '.join(missing)}"] if missing else [])
+            [f"required columns missing: {', '.join(missing)}"] if missing else []
+        )
         raise SiltError(f"cannot overwrite {definition.qualified_name} dt={partition_date}: {'; '.join(problems)}")
     if isinstance(rows, pa.Table):
-        prepared = PreparedUpdate(deployment, record, base, in_process.base_rows_count(deployment, record, base),
-                                  started, now)
+        prepared = PreparedUpdate(
+            deployment, record, base, in_process.base_rows_count(deployment, record, base), started, now
+        )
         prepared.write(in_process.overwrite_rows(record, partition_date, rows))
         return prepared
     from pyspark.sql import functions as F  # a DataFrame's: Arrow rows need no PySpark installed
@@ -320,17 +384,20 @@ def prepare_overwrite(deployment: Deployment, name: str, partition_date: dt.date
     from siltlake.read import spark_schema
 
     types = {field.name: field.dataType for field in spark_schema(record).fields}
-    shaped = rows.select(*[
-        (F.col(c.name) if c.name in rows.columns else F.lit(None)).cast(types[c.name]).alias(c.name)
-        for c in definition.columns])
-    prepared = PreparedUpdate(deployment, record, base, base_frame(deployment.spark(), deployment, record,
-                                                                    base).count(), started, now)
+    shaped = rows.select(
+        *[
+            (F.col(c.name) if c.name in rows.columns else F.lit(None)).cast(types[c.name]).alias(c.name)
+            for c in definition.columns
+        ]
+    )
+    prepared = PreparedUpdate(
+        deployment, record, base, base_frame(deployment.spark(), deployment, record, base).count(), started, now
+    )
     prepared.write(shaped)
     return prepared
 
 
-def present_dates(deployment: Deployment, record: TableRecord, dates: Iterable[dt.date], verb: str
-                  ) -> list[dt.date]:
+def present_dates(deployment: Deployment, record: TableRecord, dates: Iterable[dt.date], verb: str) -> list[dt.date]:
     """`dates` in order, once each; NotFoundError naming those the table has no partition for (nothing was
     `verb`), before anything is written."""
     wanted = sorted(set(dates))
@@ -341,9 +408,15 @@ def present_dates(deployment: Deployment, record: TableRecord, dates: Iterable[d
     return wanted
 
 
-def prepare_deletes(deployment: Deployment, name: str, dates: Iterable[dt.date], where: str,
-                    now: dt.datetime | None = None,
-                    progress: Callable[[int, dt.date], None] | None = None, write: bool = True) -> PreparedUpdates:
+def prepare_deletes(
+    deployment: Deployment,
+    name: str,
+    dates: Iterable[dt.date],
+    where: str,
+    now: dt.datetime | None = None,
+    progress: Callable[[int, dt.date], None] | None = None,
+    write: bool = True,
+) -> PreparedUpdates:
     """prepare_delete for each of `dates`, all checked to exist before any is written (a missing one is
     refused, named); what was written is deleted if one fails. progress(done, date) before each."""
     wanted = present_dates(deployment, updatable_table(deployment, name), dates, "deleted")
@@ -359,9 +432,14 @@ def prepare_deletes(deployment: Deployment, name: str, dates: Iterable[dt.date],
     return prepared
 
 
-def delete_where(deployment: Deployment, name: str, dates: Iterable[dt.date], where: str,
-                 now: dt.datetime | None = None,
-                 progress: Callable[[int, dt.date], None] | None = None) -> list[UpdateReport]:
+def delete_where(
+    deployment: Deployment,
+    name: str,
+    dates: Iterable[dt.date],
+    where: str,
+    now: dt.datetime | None = None,
+    progress: Callable[[int, dt.date], None] | None = None,
+) -> list[UpdateReport]:
     """Delete the rows matching `where` (e.g. an erasure request) from the partitions `dates` as one table
     version (an `update` version of each partition that changed): all of them or none."""
     from siltlake.spark import time_bound
@@ -371,14 +449,20 @@ def delete_where(deployment: Deployment, name: str, dates: Iterable[dt.date], wh
     return prepared.commit()
 
 
-def delete_rows(deployment: Deployment, name: str, partition_date: dt.date, where: str,
-                now: dt.datetime | None = None) -> UpdateReport:
+def delete_rows(
+    deployment: Deployment, name: str, partition_date: dt.date, where: str, now: dt.datetime | None = None
+) -> UpdateReport:
     """Delete the rows of one partition matching `where` as one `update` version."""
     (report,) = delete_where(deployment, name, [partition_date], where, now)
     return report
 
 
-def overwrite_partition(deployment: Deployment, name: str, partition_date: dt.date, rows: DataFrame | pa.Table,
-                        now: dt.datetime | None = None) -> UpdateReport:
+def overwrite_partition(
+    deployment: Deployment,
+    name: str,
+    partition_date: dt.date,
+    rows: DataFrame | pa.Table,
+    now: dt.datetime | None = None,
+) -> UpdateReport:
     """Replace one partition's rows with `rows` as one `update` version."""
     return prepare_overwrite(deployment, name, partition_date, rows, now).commit()
