@@ -22,19 +22,14 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import resource
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from common import (
-    MB,
     MIB,
     RESULTS,
     ROOT,
@@ -44,7 +39,6 @@ from common import (
     link_or_copy,
     machine,
     new_deployment,
-    own_status_bytes,
     start_spark,
     timed_runs,
     utc_stamp,
@@ -61,36 +55,10 @@ from inputs import (
     object_paths,
     prepare_log_objects,
 )
+from merge_memory import memory_child, run_memory
+from merge_tasks import bare_task, parquet_stats, run_bare, table_def
 
-from siltlake.merge.task import MergeTask, RangeTask, run_merge_task
 from siltlake.storage.filesystem import Storage
-from siltlake.tabledef import TableDef
-
-
-def table_def(mode: str, row_group_bytes: int | None = None) -> TableDef:
-    data = LOG_TABLE.model_dump(by_alias=True)
-    data["merge_mode"] = mode
-    if row_group_bytes is not None:
-        data["row_group_bytes"] = row_group_bytes
-    return TableDef.from_mapping(data)
-
-
-def parquet_stats(paths: list[Path]) -> dict:
-    """Rows, files, bytes and row groups of Parquet output, and whether each row group is time-sorted."""
-    rows = groups = 0
-    in_order = True
-    for path in paths:
-        metadata = pq.ParquetFile(path).metadata
-        rows += metadata.num_rows
-        groups += metadata.num_row_groups
-        with pq.ParquetFile(path) as handle:
-            for index in range(metadata.num_row_groups):
-                times = handle.read_row_group(index, columns=["time"]).column(0).cast(pa.int64())
-                if len(times) > 1 and not pc.all(pc.greater_equal(times[1:], times[:-1])).as_py():
-                    in_order = False
-    return {"rows_written": rows, "files_written": len(paths), "row_groups": groups,
-            "output_bytes": sum(p.stat().st_size for p in paths), "time_sorted_row_groups": in_order}
-
 
 # --------------------------------------------------------------------------------------------------
 # Spark
@@ -112,26 +80,6 @@ def naive_spark_job(spark, files: list[Path], out: Path) -> None:
     frame.sort(LOG_TABLE.time_column).coalesce(1).write.mode("overwrite").parquet(str(out))
 
 
-# --------------------------------------------------------------------------------------------------
-# siltlake: the bare task and the full catalog-driven path
-
-
-def bare_task(lake: Storage, keys: list[str], small_bytes: int, output_key: str, mode: str,
-              existing_key: str | None = None, row_group_bytes: int | None = None, upper: int = 0) -> MergeTask:
-    definition = table_def(mode, row_group_bytes)
-    planned = RangeTask(lower=0, upper=upper or len(keys), output_key=output_key, small_keys=tuple(keys),
-                        small_bytes=small_bytes, existing_key=existing_key)
-    return MergeTask(job_id=1, lake=lake, table_json=definition.to_json(), ranges=(planned,),
-                     row_group_bytes=definition.row_group_bytes, partition_date=dt.date(2024, 1, 1))
-
-
-def run_bare(task: MergeTask) -> dict:
-    result = run_merge_task(task)
-    if result["status"] != "ok":
-        raise RuntimeError(f"merge task failed: {result.get('error')}\n{result.get('trace', '')}")
-    return result
-
-
 def full_deployment(root: Path, spark, mode: str):
     """A fresh deployment (SQLite catalog, local lake) on the bench's SparkSession, with the table."""
     shutil.rmtree(root, ignore_errors=True)
@@ -150,9 +98,15 @@ def merge_all_due(deployment) -> dict:
     report = merge_once(deployment, clock=lambda: utcnow() + dt.timedelta(days=1))
     if report.failed or report.errors:
         raise RuntimeError(f"merge_once failed: {report.errors}")
-    return {"jobs": report.finished, "stages": report.stages, "rows_out": report.rows_out,
-            "bytes_out": report.bytes_out, "bytes_decoded": report.bytes_decoded, "modes": report.modes,
-            "merge_seconds": round(report.seconds, 3)}
+    return {
+        "jobs": report.finished,
+        "stages": report.stages,
+        "rows_out": report.rows_out,
+        "bytes_out": report.bytes_out,
+        "bytes_decoded": report.bytes_decoded,
+        "modes": report.modes,
+        "merge_seconds": round(report.seconds, 3),
+    }
 
 
 # --------------------------------------------------------------------------------------------------
@@ -222,8 +176,9 @@ def run_compact(args, workdir: Path, spark) -> dict:
             # untimed first: a stage merging two small partitions, so both Spark Python workers (local[2])
             # have imported pyarrow and siltlake before the timed stage, whichever worker gets its task
             for days in (1, 2):
-                commit_log_objects(deployment, table, PARTITION_DATE - dt.timedelta(days=days), warmup,
-                                       warmup["objects"])
+                commit_log_objects(
+                    deployment, table, PARTITION_DATE - dt.timedelta(days=days), warmup, warmup["objects"]
+                )
             merge_all_due(deployment)
             commit_log_objects(deployment, table, PARTITION_DATE, data, data["objects"])
             return deployment
@@ -237,8 +192,10 @@ def run_compact(args, workdir: Path, spark) -> dict:
         full[name] = (prepare, run_full)
         outputs[name] = root
     if full:
-        print(f"running {', '.join(full)} (merge_once, SQLite catalog) in {args.full_repeats} "
-              "interleaved rounds ...", flush=True)
+        print(
+            f"running {', '.join(full)} (merge_once, SQLite catalog) in {args.full_repeats} interleaved rounds ...",
+            flush=True,
+        )
         for name, timing in interleaved_runs(full, args.full_repeats).items():
             merged = sorted(outputs[name].rglob(f"merged/dt={PARTITION_DATE.isoformat()}/*.parquet"))
             results[name] = {**timing, **parquet_stats(merged)}
@@ -252,8 +209,9 @@ def run_compact(args, workdir: Path, spark) -> dict:
         def prepare_spark(_attempt) -> None:
             shutil.rmtree(target, ignore_errors=True)
 
-        timing = timed_runs("spark", args.spark_repeats, prepare_spark,
-                            lambda _s: naive_spark_job(spark, files, target))
+        timing = timed_runs(
+            "spark", args.spark_repeats, prepare_spark, lambda _s: naive_spark_job(spark, files, target)
+        )
         results["spark"] = {**timing, **parquet_stats(sorted(target.glob("*.parquet")))}
 
     for name, result in results.items():
@@ -313,8 +271,7 @@ def compact_ratios(results: dict) -> dict:
     targets = {}
     for silt in ("siltlake_deep_task", "siltlake_deep_full"):
         if f"spark_over_{silt}" in found:
-            targets[f"{silt}: at least 10x faster than naive Spark"] = (
-                found[f"spark_over_{silt}"]["best_seconds"] >= 10)
+            targets[f"{silt}: at least 10x faster than naive Spark"] = found[f"spark_over_{silt}"]["best_seconds"] >= 10
         if f"{silt}_over_delta" in found:
             targets[f"{silt}: within 1.5x of delta-rs"] = found[f"{silt}_over_delta"]["best_seconds"] <= 1.5
     for silt in [s for s in ("siltlake_deep_full", "siltlake_auto_full") if f"{s}_over_delta" in found]:
@@ -349,32 +306,54 @@ def run_extend(args, workdir: Path) -> dict:
                 upper = (number + 1) * args.per_round
                 output = f"out/extend/{mode}/part-{0:06d}-{upper:06d}.parquet"
                 started = time.perf_counter()
-                outcome = run_bare(bare_task(lake, keys[chosen], sum(sizes[chosen]), output, mode,
-                                             existing_key=existing, row_group_bytes=row_group_bytes,
-                                             upper=upper))["ranges"][0]
+                outcome = run_bare(
+                    bare_task(
+                        lake,
+                        keys[chosen],
+                        sum(sizes[chosen]),
+                        output,
+                        mode,
+                        existing_key=existing,
+                        row_group_bytes=row_group_bytes,
+                        upper=upper,
+                    )
+                )["ranges"][0]
                 seconds = time.perf_counter() - started
                 if existing is not None:
                     lake.delete(existing)  # the committed range's old object goes once the new one is in
                 existing = output
-                rounds.append({"round": number + 1, "mode": outcome["mode"], "seconds": round(seconds, 4),
-                               "bytes_decoded": outcome["bytes_decoded"], "bytes_out": outcome["bytes_out"],
-                               "rows": outcome["rows"], "notes": outcome["notes"]})
+                rounds.append(
+                    {
+                        "round": number + 1,
+                        "mode": outcome["mode"],
+                        "seconds": round(seconds, 4),
+                        "bytes_decoded": outcome["bytes_decoded"],
+                        "bytes_out": outcome["bytes_out"],
+                        "rows": outcome["rows"],
+                        "notes": outcome["notes"],
+                    }
+                )
                 if (number + 1) % 50 == 0:
-                    print(f"  {mode}: round {number + 1}: object {outcome['bytes_out'] / MIB:.1f} MiB, "
-                          f"{time.perf_counter() - measured.started:.1f} s so far", flush=True)
+                    print(
+                        f"  {mode}: round {number + 1}: object {outcome['bytes_out'] / MIB:.1f} MiB, "
+                        f"{time.perf_counter() - measured.started:.1f} s so far",
+                        flush=True,
+                    )
         final = workdir / existing
         metadata = pq.ParquetFile(final).metadata
         modes: dict[str, int] = {}
         for item in rounds:
             modes[item["mode"]] = modes.get(item["mode"], 0) + 1
         results[mode] = {
-            "seconds": round(measured.seconds, 3), **measured.extra(),
+            "seconds": round(measured.seconds, 3),
+            **measured.extra(),
             "task_seconds": round(sum(r["seconds"] for r in rounds), 3),
             "bytes_decoded": sum(r["bytes_decoded"] for r in rounds),
             "bytes_written": sum(r["bytes_out"] for r in rounds),
             "round_modes": modes,
             "fallback_notes": sorted({n for r in rounds for n in r["notes"]})[:5],
-            "final_object_bytes": final.stat().st_size, "final_rows": metadata.num_rows,
+            "final_object_bytes": final.stat().st_size,
+            "final_rows": metadata.num_rows,
             "final_row_groups": metadata.num_row_groups,
             "final_row_group_rows": [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)],
             "last_round_seconds": rounds[-1]["seconds"],
@@ -393,9 +372,16 @@ def run_extend(args, workdir: Path) -> dict:
         "auto decodes at most 10% of the bytes deep decodes": ratios["auto_bytes_decoded_over_deep"] <= 0.10,
         "auto at least 3x faster overall": ratios["deep_seconds_over_auto"] >= 3,
     }
-    return {"input": input_summary(data), "codec": CODEC, "rounds": args.rounds, "objects_per_round": args.per_round,
-            "row_group_bytes": row_group_bytes, "final_objects_hold_the_same_rows": same,
-            "results": results, "ratios": ratios}
+    return {
+        "input": input_summary(data),
+        "codec": CODEC,
+        "rounds": args.rounds,
+        "objects_per_round": args.per_round,
+        "row_group_bytes": row_group_bytes,
+        "final_objects_hold_the_same_rows": same,
+        "results": results,
+        "ratios": ratios,
+    }
 
 
 def same_rows(left: Path, right: Path) -> bool:
@@ -419,99 +405,28 @@ def run_query(args, workdir: Path, spark) -> dict:
     warm_page_cache([merged])
     results = {}
     for label, location in (("small_objects", Path(data["directory"])), ("merged_object", merged)):
+
         def aggregate(_state, location=location) -> dict:
             frame = spark.read.parquet(str(location))
-            found = (frame.groupBy("status")
-                     .agg(F.count(F.lit(1)).alias("requests"), F.sum("latency_ms").alias("latency"))
-                     .collect())
+            found = (
+                frame.groupBy("status")
+                .agg(F.count(F.lit(1)).alias("requests"), F.sum("latency_ms").alias("latency"))
+                .collect()
+            )
             return {"rows_counted": sum(r["requests"] for r in found), "groups": len(found)}
 
         print(f"running the aggregate over {label} ...", flush=True)
         aggregate(None)  # untimed warm-up
-        results[label] = {**timed_runs(label, args.query_repeats, None, aggregate),
-                          "files": len(files) if label == "small_objects" else 1}
-    query = ("spark.read.parquet(dir).groupBy('status').agg(count(1), sum('latency_ms')).collect()")
-    ratios = {stat: round(results["small_objects"][stat] / results["merged_object"][stat], 2)
-              for stat in ("best_seconds", "median_seconds")}
+        results[label] = {
+            **timed_runs(label, args.query_repeats, None, aggregate),
+            "files": len(files) if label == "small_objects" else 1,
+        }
+    query = "spark.read.parquet(dir).groupBy('status').agg(count(1), sum('latency_ms')).collect()"
+    ratios = {
+        stat: round(results["small_objects"][stat] / results["merged_object"][stat], 2)
+        for stat in ("best_seconds", "median_seconds")
+    }
     return {"input": input_summary(data), "query": query, "results": results, "small_over_merged": ratios}
-
-
-# --------------------------------------------------------------------------------------------------
-# 4. memory
-
-
-def memory_child(spec: str) -> None:
-    """In a fresh process: one merge task, and the peak RSS it added above the process after imports."""
-    options = json.loads(spec)
-    lake = Storage(options["root"])
-    task = bare_task(lake, options["keys"], options["small_bytes"], options["output"], options["mode"],
-                     existing_key=options.get("existing"))
-    # ru_maxrss carries the parent's peak across fork and exec (Linux keeps the larger of the two), so a
-    # child of a big parent starts with a high-water mark it never reached. VmHWM is this process's own
-    # peak; writing 5 to clear_refs resets it to the current RSS, the baseline after imports.
-    Path("/proc/self/clear_refs").write_text("5")
-    baseline_rss = own_status_bytes("VmRSS")
-    baseline_maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    started = time.perf_counter()
-    outcome = run_bare(task)["ranges"][0]
-    seconds = time.perf_counter() - started
-    peak = own_status_bytes("VmHWM")
-    print(json.dumps({"baseline_rss": baseline_rss, "peak_rss": peak, "task_peak_bytes": peak - baseline_rss,
-                      "ru_maxrss_before": baseline_maxrss,
-                      "ru_maxrss_after": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-                      "seconds": round(seconds, 3),
-                      "arrow_pool_peak_bytes": pa.default_memory_pool().max_memory(),
-                      "arrow_pool_backend": pa.default_memory_pool().backend_name, "outcome": outcome}))
-
-
-def run_memory(args, workdir: Path) -> dict:
-    data = prepare_log_objects(workdir, "memory", args.memory_objects, args.memory_rows_per_object, args.seed + 3,
-                           chronological=False)
-    extra = prepare_log_objects(workdir, "memory-extra", 10, args.memory_rows_per_object, args.seed + 4,
-                            chronological=False)
-    files = object_paths(data)
-    warm_page_cache(files + object_paths(extra))
-    out = workdir / "out" / "memory"
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
-    first = "out/memory/merged.parquet"
-    cases = [
-        ("deep: small objects into one object", {
-            "keys": [str(p.relative_to(workdir)) for p in files], "small_bytes": data["total_bytes"],
-            "output": first, "mode": "deep"}),
-        ("deep: that object extended by 10 small objects", {
-            "keys": [str(p.relative_to(workdir)) for p in object_paths(extra)], "small_bytes": extra["total_bytes"],
-            "output": "out/memory/extended-deep.parquet", "mode": "deep", "existing": first}),
-        ("auto: that object extended by 10 small objects", {
-            "keys": [str(p.relative_to(workdir)) for p in object_paths(extra)], "small_bytes": extra["total_bytes"],
-            "output": "out/memory/extended-auto.parquet", "mode": "auto", "existing": first}),
-    ]
-    results = []
-    for label, options in cases:
-        print(f"running {label} (fresh process) ...", flush=True)
-        spec = json.dumps({"root": str(workdir), **options})
-        child = subprocess.run([sys.executable, str(Path(__file__).resolve()), "memory-child", spec],
-                               capture_output=True, text=True, check=True)
-        measured = json.loads(child.stdout.strip().splitlines()[-1])
-        output = pq.read_table(workdir / options["output"])
-        arrow_bytes = output.nbytes
-        del output
-        results.append({
-            "case": label, "mode": measured["outcome"]["mode"], "rows": measured["outcome"]["rows"],
-            "inputs": len(options["keys"]) + (1 if "existing" in options else 0),
-            "output_bytes": (workdir / options["output"]).stat().st_size,
-            "merged_arrow_bytes": arrow_bytes, "seconds": measured["seconds"],
-            "baseline_rss_bytes": measured["baseline_rss"], "peak_rss_bytes": measured["peak_rss"],
-            "ru_maxrss_before": measured["ru_maxrss_before"], "ru_maxrss_after": measured["ru_maxrss_after"],
-            "task_peak_bytes": measured["task_peak_bytes"],
-            "task_peak_over_arrow": round(measured["task_peak_bytes"] / arrow_bytes, 3),
-            "arrow_pool_peak_bytes": measured["arrow_pool_peak_bytes"],
-            "arrow_pool_backend": measured["arrow_pool_backend"],
-            "target_met": measured["task_peak_bytes"] <= 3 * arrow_bytes,
-        })
-        print(f"  peak +{measured['task_peak_bytes'] / MB:.0f} MB over {arrow_bytes / MB:.0f} MB of merged rows "
-              f"({results[-1]['task_peak_over_arrow']}x)", flush=True)
-    return {"input": input_summary(data), "codec": CODEC, "results": results}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -522,10 +437,12 @@ def print_compact(report: dict) -> None:
     print()
     print(f"{'peer':24} {'best s':>8} {'median s':>9} {'cpu s':>7} {'rows':>10} {'files':>6} {'groups':>6} sorted")
     for name, result in report["results"].items():
-        print(f"{name:24} {result['best_seconds']:>8.2f} {result['median_seconds']:>9.2f} "
-              f"{result['median_cpu_seconds'] or float('nan'):>7.1f} {result['rows_written']:>10,} "
-              f"{result['files_written']:>6} "
-              f"{result['row_groups']:>6} {result['time_sorted_row_groups']}")
+        print(
+            f"{name:24} {result['best_seconds']:>8.2f} {result['median_seconds']:>9.2f} "
+            f"{result['median_cpu_seconds'] or float('nan'):>7.1f} {result['rows_written']:>10,} "
+            f"{result['files_written']:>6} "
+            f"{result['row_groups']:>6} {result['time_sorted_row_groups']}"
+        )
     for name, value in report["ratios"].items():
         print(f"{name}: {value}")
 
@@ -545,19 +462,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--objects", type=int, default=2000, help="compact/query: small objects (2000)")
     parser.add_argument("--rows-per-object", type=int, default=500, help="compact/query: rows each (500)")
-    parser.add_argument("--peers", default="siltlake_deep_task,siltlake_auto_task,siltlake_deep_full,"
-                                           "siltlake_auto_full,delta,spark,floor")
-    parser.add_argument("--repeats", type=int, default=5,
-                        help="compact: interleaved rounds of the in-process peers (best and median are reported)")
+    parser.add_argument(
+        "--peers",
+        default="siltlake_deep_task,siltlake_auto_task,siltlake_deep_full,siltlake_auto_full,delta,spark,floor",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=5,
+        help="compact: interleaved rounds of the in-process peers (best and median are reported)",
+    )
     parser.add_argument("--full-repeats", type=int, default=3, help="compact: timed runs of each full path")
     parser.add_argument("--spark-repeats", type=int, default=2, help="timed runs of the naive Spark job")
     parser.add_argument("--query-repeats", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=200, help="extend: merge rounds (200)")
     parser.add_argument("--per-round", type=int, default=10, help="extend: new small objects per round (10)")
-    parser.add_argument("--extend-rows-per-object", type=int, default=500,
-                        help="extend: rows per small object (500: a ~30 MB object after 200 rounds; 2250: ~128 MiB)")
-    parser.add_argument("--extend-row-group-mib", type=int, default=8,
-                        help="extend: the table's row_group_bytes in MiB (8; the default table setting is 32)")
+    parser.add_argument(
+        "--extend-rows-per-object",
+        type=int,
+        default=500,
+        help="extend: rows per small object (500: a ~30 MB object after 200 rounds; 2250: ~128 MiB)",
+    )
+    parser.add_argument(
+        "--extend-row-group-mib",
+        type=int,
+        default=8,
+        help="extend: the table's row_group_bytes in MiB (8; the default table setting is 32)",
+    )
     parser.add_argument("--memory-objects", type=int, default=1000)
     parser.add_argument("--memory-rows-per-object", type=int, default=3000)
     parser.add_argument("--spark-driver-memory", default="2g")

@@ -16,7 +16,7 @@ Parts (``all`` runs both; the report goes to --out, default bench/results/publis
 
 Small objects are committed through the stream's catalog path (StreamCommit) without Spark; in the
 publish part they are catalog rows only, in the reader part real Parquet files. Merges are recorded
-in the catalog directly (see merge_partitions); manifests are real files in the local lake.
+in the catalog directly (see publish_lake.merge_partitions); manifests are real files in the local lake.
 Run from the repository root:  .venv/bin/python bench/publish_bench.py
 """
 
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import itertools
 import shutil
 import statistics
 import sys
@@ -35,31 +34,23 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import sqlalchemy as sa
 from common import ROOT, StatementCounter, catalog_url, load_avg_1m, machine, new_deployment, start_spark, write_report
+from publish_lake import FIRST_DAY, TABLE, add_objects, add_objects_bulk, merge_partitions, object_rows, tokyo
 
-from siltlake.catalog import schema as s
 from siltlake.deployment import Deployment
 from siltlake.publish import publish_once
 from siltlake.tabledef import TableDef
 
-TOKYO = dt.timedelta(hours=9)
-FIRST_DAY = dt.date(2024, 1, 1)
-TABLE = {
-    "schema": "bench", "name": "t", "time_column": "time", "timezone": "Asia/Tokyo", "merge_interval": "12h",
-    "columns": [{"name": "time", "type": "timestamp", "nullable": False}, {"name": "user_id", "type": "bigint"},
-                {"name": "action", "type": "string"}],
-}
 # The catalog.versions methods a publish run calls, timed and counted one by one (steps of docs/design.md).
-STEPS = {"switch_partitions": "1 switch", "close_partitions": "2 close", "live_to_publish": "4 live: read",
-         "merged_to_publish": "5 merged: read", "publish_merged": "5 merged: CAS",
-         "publish_merged_many": "5 merged: CAS", "commit": "4+5 commit"}
-_staging_names = itertools.count()
-
-
-def tokyo(date: dt.date, hour: int) -> dt.datetime:
-    """Naive UTC of a Tokyo wall-clock hour."""
-    return dt.datetime.combine(date, dt.time(hour)) - TOKYO
+STEPS = {
+    "switch_partitions": "1 switch",
+    "close_partitions": "2 close",
+    "live_to_publish": "4 live: read",
+    "merged_to_publish": "5 merged: read",
+    "publish_merged": "5 merged: CAS",
+    "publish_merged_many": "5 merged: CAS",
+    "commit": "4+5 commit",
+}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -85,12 +76,14 @@ class StepTimer:
             try:
                 return method(*args, **kwargs)
             finally:
-                step = self.steps.setdefault(STEPS[name], {"seconds": 0.0, "calls": 0, "statements": 0,
-                                                           "transactions": 0})
+                step = self.steps.setdefault(
+                    STEPS[name], {"seconds": 0.0, "calls": 0, "statements": 0, "transactions": 0}
+                )
                 step["seconds"] += time.perf_counter() - started
                 step["calls"] += 1
                 step["statements"] += self.counter.statements - statements
                 step["transactions"] += self.counter.transactions - transactions
+
         return timed
 
     def reset(self) -> None:
@@ -98,154 +91,12 @@ class StepTimer:
 
 
 # --------------------------------------------------------------------------------------------------
-# state: small objects through the stream's commit path, merges recorded in the catalog
-
-
-def add_objects(deployment: Deployment, partitions: list[tuple], now: dt.datetime, *, rows: int = 20,
-                write_files: bool = False, seed: int = 0) -> list[int]:
-    """One small object in each (table, date), committed in one stream commit as the stream does
-    (staging rows, partition and merge job, small object rows; delayed when the partition is closed).
-
-    tests/merge_helpers.add_small_objects does the same for one date per commit; 10,000 dates need
-    one commit, or catalog.staging.pending is read 10,000 times."""
-    catalog, lake = deployment.catalog, deployment.lake
-    staged = [(f"file:///bench-staging/{table.physical_table_name}/{next(_staging_names)}.jsonl", table.id, 1, None)
-              for table, _ in partitions]
-    catalog.staging.register(staged)
-    pending = {p.uri: p.id for p in catalog.staging.pending(len(staged) + 1000)}
-    ids = []
-    with catalog.partitions.stream_commit() as tx:
-        for (uri, *_), (table, date), object_id in zip(staged, partitions, tx.allocate_ids(len(staged)),
-                                                       strict=True):
-            partition = tx.partition_for(table.id, date, table.definition.merge_interval, now)
-            start = dt.datetime.combine(date, dt.time(1)) - TOKYO
-            size = 1000
-            if write_files:
-                data = object_rows(table.definition, start, rows, object_id + seed)
-                key = table.layout(deployment.instance_key).small_object(date, object_id, partition.closed)
-                with lake.open_output(key) as sink:
-                    pq.write_table(data, sink, compression=table.definition.codec)
-                size = lake.info(key).size
-            tx.add_small_object(object_id=object_id, staging_object_id=pending[uri], partition_id=partition.id,
-                                delayed=partition.closed, content_length=size, row_count=rows,
-                                min_event_time=start, max_event_time=start + dt.timedelta(seconds=rows),
-                                upload_start_time=now)
-            tx.mark_processed(pending[uri], records_in=rows, bad_records=0, error_uri=None, now=now)
-            ids.append(object_id)
-    return ids
-
-
-def add_objects_bulk(deployment: Deployment, partitions: list[tuple], now: dt.datetime, rows: int = 20) -> None:
-    """The catalog rows add_objects writes (processed staging rows, partitions, small objects, delayed
-    in closed partitions, a waiting merge job per partition), inserted a table at a time in one stream
-    commit: through StreamCommit it is about 9 statements an object, minutes for 10,000 on a loaded
-    PostgreSQL, and the set-up is not what is measured."""
-    st, p, so, j = s.staging_objects, s.partitions, s.small_objects, s.merge_jobs
-    with deployment.catalog.partitions.stream_commit() as tx:
-        c = tx._c  # the commit's connection: ids, rows and the ordering lock in one transaction
-        ids = tx.allocate_ids(len(partitions))
-        staging = c.execute(st.insert().returning(st.c.id, sort_by_parameter_order=True), [
-            dict(uri=f"file:///bench-staging/{table.physical_table_name}/{next(_staging_names)}.jsonl",
-                 table_id=table.id, size=1, receive_time=now, processed_time=now, records_in=rows, bad_records=0)
-            for table, _ in partitions]).scalars().all()
-
-        def known() -> dict:
-            return {(row.table_id, row.partition_date): row for row in c.execute(
-                sa.select(p.c.id, p.c.table_id, p.c.partition_date, p.c.last_live_object_id)
-                .where(p.c.table_id.in_({table.id for table, _ in partitions})))}
-
-        found = known()
-        missing = {(table.id, date) for table, date in partitions} - set(found)
-        if missing:
-            c.execute(p.insert(), [dict(table_id=table_id, partition_date=date, create_time=now)
-                                   for table_id, date in sorted(missing)])
-            found = known()
-        objects = []
-        for (table, date), object_id, staging_id in zip(partitions, ids, staging, strict=True):
-            start = dt.datetime.combine(date, dt.time(1)) - TOKYO
-            partition = found[(table.id, date)]
-            objects.append(dict(id=object_id, staging_object_id=staging_id, partition_id=partition.id,
-                                delayed=partition.last_live_object_id is not None, content_length=1000,
-                                row_count=rows, min_event_time=start, max_event_time=start + dt.timedelta(seconds=rows),
-                                upload_start_time=now))
-        c.execute(so.insert(), objects)
-        waiting = set(c.execute(sa.select(j.c.partition_id).where(j.c.ongoing_mark == 0)).scalars())
-        due = {found[(table.id, date)].id: now + dt.timedelta(seconds=table.definition.merge_interval)
-               for table, date in partitions}
-        jobs = [dict(partition_id=pid, schedule_time=when, ongoing_mark=0) for pid, when in due.items()
-                if pid not in waiting]
-        if jobs:
-            c.execute(j.insert(), jobs)
-
-
-def object_rows(definition: TableDef, start: dt.datetime, rows: int, seed: int) -> pa.Table:
-    return pa.table({"time": pa.array([start + dt.timedelta(seconds=i) for i in range(rows)], pa.timestamp("us")),
-                     "user_id": pa.array([seed * 1000 + i for i in range(rows)], pa.int64()),
-                     "action": pa.array([f"a{(seed + i) % 5}" for i in range(rows)])}
-                    ).cast(definition.arrow_schema())
-
-
-def merge_partitions(deployment: Deployment, partition_ids: list[int], now: dt.datetime, *,
-                     write_files: bool = False) -> None:
-    """Every unmerged small object of these partitions merged into their one range, recorded as
-    Catalog.merge_queue.commit records a merge (sentinel, range created or extended, desired = its upper
-    bound, the waiting job ended) but in one transaction; with write_files the merged object is
-    written too (the small objects' rows concatenated, as a deep merge would hold them)."""
-    p, so, r, j = s.partitions, s.small_objects, s.merge_ranges, s.merge_jobs
-    catalog = deployment.catalog
-    table = catalog.tables.list()[0] if write_files else None  # before the transaction: SQLite has one writer
-    with catalog.engine.begin() as c:
-        totals = c.execute(sa.select(so.c.partition_id, sa.func.max(so.c.id).label("upper"),
-                                     sa.func.sum(so.c.row_count).label("rows"),
-                                     sa.func.sum(so.c.content_length).label("bytes"))
-                           .where(so.c.partition_id.in_(partition_ids)).group_by(so.c.partition_id)).all()
-        existing = {row.partition_id: row for row in c.execute(
-            sa.select(r.c.partition_id, r.c.lower_bound, r.c.upper_bound)
-            .where(r.c.partition_id.in_(partition_ids), r.c.lower_bound.is_not(None)))}
-        if write_files:
-            dates = dict(c.execute(sa.select(p.c.id, p.c.partition_date).where(p.c.id.in_(partition_ids))).all())
-            objects = c.execute(sa.select(so.c.partition_id, so.c.id, so.c.delayed)
-                                .where(so.c.partition_id.in_(partition_ids)).order_by(so.c.id)).all()
-            layout, lake = table.layout(deployment.instance_key), deployment.lake
-            by_partition: dict[int, list] = {}
-            for row in objects:
-                by_partition.setdefault(row.partition_id, []).append(row)
-            sizes = {}
-            for pid, rows in by_partition.items():
-                data = pa.concat_tables(pq.read_table(lake.path(layout.small_object(dates[pid], o.id, o.delayed)))
-                                        for o in rows)
-                key = layout.merged_object(dates[pid], 0, rows[-1].id)
-                with lake.open_output(key) as sink:
-                    pq.write_table(data, sink, compression=table.definition.codec)
-                sizes[pid] = lake.info(key).size
-        new = [row for row in totals if row.partition_id not in existing]
-        if new:
-            c.execute(r.insert(), [dict(partition_id=row.partition_id, lower_bound=None, upper_bound=0,
-                                        content_length=0, row_count=0, create_time=now, update_time=now)
-                                   for row in new])
-            c.execute(r.insert(), [dict(partition_id=row.partition_id, lower_bound=0, upper_bound=row.upper,
-                                        content_length=sizes[row.partition_id] if write_files else int(row.bytes),
-                                        row_count=int(row.rows), create_time=now, update_time=now) for row in new])
-        extended = [row for row in totals if row.partition_id in existing]
-        if extended:
-            c.execute(r.update().where(r.c.partition_id == sa.bindparam("pid"), r.c.lower_bound == 0)
-                      .values(upper_bound=sa.bindparam("upper"), content_length=sa.bindparam("size"),
-                              row_count=sa.bindparam("rows"), update_time=now),
-                      [dict(pid=row.partition_id, upper=row.upper, rows=int(row.rows),
-                            size=sizes[row.partition_id] if write_files else int(row.bytes)) for row in extended])
-        c.execute(p.update().where(p.c.id == sa.bindparam("pid"))
-                  .values(desired_manifest_version=sa.bindparam("upper")),
-                  [dict(pid=row.partition_id, upper=row.upper) for row in totals])
-        for chunk in range(0, len(partition_ids), 1000):
-            c.execute(j.delete().where(j.c.partition_id.in_(partition_ids[chunk:chunk + 1000])))
-
-
-# --------------------------------------------------------------------------------------------------
 # publish part
 
 
-def timed_run(name: str, deployment: Deployment, counter: StatementCounter, steps: StepTimer, now: dt.datetime,
-              partitions: int) -> dict:
+def timed_run(
+    name: str, deployment: Deployment, counter: StatementCounter, steps: StepTimer, now: dt.datetime, partitions: int
+) -> dict:
     steps.reset()
     statements, transactions = counter.mark()
     before = load_avg_1m()
@@ -256,18 +107,27 @@ def timed_run(name: str, deployment: Deployment, counter: StatementCounter, step
     merged_read = steps.first_start.get("merged_to_publish")
     step_five = started + seconds - merged_read if merged_read else None
     record = {
-        "run": name, "seconds": round(seconds, 3),
+        "run": name,
+        "seconds": round(seconds, 3),
         "partitions_per_s": round(partitions / seconds) if seconds else None,
-        "switched": len(report.switched), "closed": len(report.closed), "live_versions": len(report.live_versions),
-        "merged_versions": len(report.merged_versions), "skipped_merged": report.skipped_merged,
-        "statements": counter.statements - statements, "transactions": counter.transactions - transactions,
+        "switched": len(report.switched),
+        "closed": len(report.closed),
+        "live_versions": len(report.live_versions),
+        "merged_versions": len(report.merged_versions),
+        "skipped_merged": report.skipped_merged,
+        "statements": counter.statements - statements,
+        "transactions": counter.transactions - transactions,
         "steps": {k: {**v, "seconds": round(v["seconds"], 3)} for k, v in sorted(steps.steps.items())},
         "step5_total_seconds": round(step_five, 3) if step_five is not None else None,
-        "load_avg_1m_before": before, "load_avg_1m_after": load_avg_1m(),
+        "load_avg_1m_before": before,
+        "load_avg_1m_after": load_avg_1m(),
     }
-    print(f"  {name:>16}: {seconds:7.2f} s  switched {record['switched']:>5} closed {record['closed']:>5} "
-          f"live {record['live_versions']:>5} merged {record['merged_versions']:>5}  "
-          f"{record['statements']:>6} statements {record['transactions']:>6} transactions", flush=True)
+    print(
+        f"  {name:>16}: {seconds:7.2f} s  switched {record['switched']:>5} closed {record['closed']:>5} "
+        f"live {record['live_versions']:>5} merged {record['merged_versions']:>5}  "
+        f"{record['statements']:>6} statements {record['transactions']:>6} transactions",
+        flush=True,
+    )
     return record
 
 
@@ -315,14 +175,25 @@ def publish_runs(deployment: Deployment, args, root: Path) -> dict:
     runs.append(timed_run("merged", deployment, counter, steps, after_days, count))
     runs.append(timed_run("idle", deployment, counter, steps, after_days, count))
     manifests = sum(1 for _ in (root / "lake").rglob("manifest*"))
-    expected = {"first_live": ("live_versions", count), "live": ("live_versions", count), "close": ("closed", count),
-                "switch_and_merged": ("merged_versions", count), "merged": ("merged_versions", count)}
+    expected = {
+        "first_live": ("live_versions", count),
+        "live": ("live_versions", count),
+        "close": ("closed", count),
+        "switch_and_merged": ("merged_versions", count),
+        "merged": ("merged_versions", count),
+    }
     for run in runs:
         field, want = expected.get(run["run"], (None, None))
         if field and run[field] != want:
             raise RuntimeError(f"run {run['run']}: {field} = {run[field]}, expected {want}")
-    return {"partitions": count, "tables": args.tables, "days": args.days, "setup_seconds": setup,
-            "manifest_files": manifests, "runs": runs}
+    return {
+        "partitions": count,
+        "tables": args.tables,
+        "days": args.days,
+        "setup_seconds": setup,
+        "manifest_files": manifests,
+        "runs": runs,
+    }
 
 
 def kind_of(catalog) -> str:
@@ -352,8 +223,12 @@ def reader_table(deployment: Deployment, size: int) -> dict:
     add_objects(deployment, open_days, later, write_files=True, seed=2)
     third = publish_once(deployment, now=later)  # version 2 of the open half
     add_objects(deployment, open_days, later, write_files=True, seed=3)  # visible, not yet published
-    return {"table": table, "switched": len(second.switched), "merged_versions": len(second.merged_versions),
-            "live_versions": len(third.live_versions)}
+    return {
+        "table": table,
+        "switched": len(second.switched),
+        "merged_versions": len(second.merged_versions),
+        "live_versions": len(third.live_versions),
+    }
 
 
 def reader_part(kind: str, args, workdir: Path, spark) -> dict:
@@ -373,8 +248,11 @@ def reader_part(kind: str, args, workdir: Path, spark) -> dict:
                 table = state.pop("table")
                 catalog = deployment.catalog
                 counter = StatementCounter(catalog.engine)
-                cases = {"current": {}, "as_of_version_1": {"as_of_version": 1},
-                         "as_of_version_2": {"as_of_version": 2}}
+                cases = {
+                    "current": {},
+                    "as_of_version_1": {"as_of_version": 1},
+                    "as_of_version_2": {"as_of_version": 2},
+                }
                 record = {"partitions": size, "setup_seconds": setup, **state, "load_avg_1m_before": load_avg_1m()}
                 for case, pin in cases.items():
                     catalog.versions.reader_snapshot(table.id, **pin)  # warm: connection pool, statement cache
@@ -388,9 +266,11 @@ def reader_part(kind: str, args, workdir: Path, spark) -> dict:
                     record[case] = {
                         "snapshot_best_ms": round(min(times) * 1000, 2),
                         "snapshot_median_ms": round(statistics.median(times) * 1000, 2),
-                        "queries": sorted(queries), "views": len(views),
+                        "queries": sorted(queries),
+                        "views": len(views),
                         "merged_views": sum(1 for v in views if v.manifest_key),
-                        "live_objects": sum(len(v.live_object_ids) for v in views)}
+                        "live_objects": sum(len(v.live_object_ids) for v in views),
+                    }
                     if spark is not None:
                         deployment.use_spark(spark)
                         read_table(spark, "bench.t", deployment, **pin)  # warm
@@ -405,10 +285,16 @@ def reader_part(kind: str, args, workdir: Path, spark) -> dict:
                         record[case]["read_table_queries"] = counter.statements - statements
                 record["load_avg_1m_after"] = load_avg_1m()
                 results.append(record)
-                print(f"  [{kind}] {size:>5} partitions: " + "  ".join(
-                    f"{case} {record[case]['snapshot_median_ms']:.1f} ms ({record[case]['queries']} queries"
-                    + (f", read.table {record[case]['read_table_median_s']:.2f} s" if spark is not None else "")
-                    + ")" for case in cases), flush=True)
+                print(
+                    f"  [{kind}] {size:>5} partitions: "
+                    + "  ".join(
+                        f"{case} {record[case]['snapshot_median_ms']:.1f} ms ({record[case]['queries']} queries"
+                        + (f", read.table {record[case]['read_table_median_s']:.2f} s" if spark is not None else "")
+                        + ")"
+                        for case in cases
+                    ),
+                    flush=True,
+                )
             finally:
                 deployment.close()
     queries = {tuple(r[case]["queries"]) for r in results for case in ("current", "as_of_version_1")}
@@ -440,9 +326,16 @@ def delta_commit_peer(workdir: Path, count: int) -> dict:
         relative = f"dt={day}/part-{uuid.uuid4().hex}.parquet"
         (root / relative).parent.mkdir(parents=True, exist_ok=True)
         (root / relative).write_bytes(body)
-        actions.append(AddAction(path=relative, size=len(body), partition_values={"dt": day},
-                                 modification_time=int(time.time() * 1000), data_change=True,
-                                 stats='{"numRecords":1}'))
+        actions.append(
+            AddAction(
+                path=relative,
+                size=len(body),
+                partition_values={"dt": day},
+                modification_time=int(time.time() * 1000),
+                data_change=True,
+                stats='{"numRecords":1}',
+            )
+        )
     before = load_avg_1m()
     started = time.perf_counter()
     table.create_write_transaction(actions, mode="append", schema=table.schema(), partition_by=["dt"])
@@ -450,8 +343,13 @@ def delta_commit_peer(workdir: Path, count: int) -> dict:
     files = len(DeltaTable(str(root)).file_uris())
     if files != count + 1:
         raise RuntimeError(f"delta commit: {files} files, expected {count + 1}")
-    return {"partitions": count, "seconds": round(seconds, 3), "partitions_per_s": round(count / seconds),
-            "load_avg_1m_before": before, "load_avg_1m_after": load_avg_1m()}
+    return {
+        "partitions": count,
+        "seconds": round(seconds, 3),
+        "partitions_per_s": round(count / seconds),
+        "load_avg_1m_before": before,
+        "load_avg_1m_after": load_avg_1m(),
+    }
 
 
 def delta_reader_peer(workdir: Path, size: int, repeats: int) -> dict:
@@ -466,22 +364,26 @@ def delta_reader_peer(workdir: Path, size: int, repeats: int) -> dict:
     definition = TableDef.from_mapping(TABLE)
 
     def rows(selected: list[str], seed: int) -> pa.Table:
-        parts = [object_rows(definition, dt.datetime(2024, 1, 1, 1), 20, seed * 100_000 + i)
-                 for i in range(len(selected))]
+        parts = [
+            object_rows(definition, dt.datetime(2024, 1, 1, 1), 20, seed * 100_000 + i) for i in range(len(selected))
+        ]
         data = pa.concat_tables(parts)
         return data.append_column("dt", pa.array([d for d in selected for _ in range(20)]))
 
     for seed in range(2):
         write_deltalake(str(root), rows(days, seed), partition_by=["dt"], mode="append")
-    half = days[:size // 2]
+    half = days[: size // 2]
     # Compact the first half only, as the first half of the reader table is merged.
     table = DeltaTable(str(root))
     table.optimize.compact(partition_filters=[("dt", "in", half)])
-    write_deltalake(str(root), rows(days[size // 2:], 2), partition_by=["dt"], mode="append")
-    write_deltalake(str(root), rows(days[size // 2:], 3), partition_by=["dt"], mode="append")
+    write_deltalake(str(root), rows(days[size // 2 :], 2), partition_by=["dt"], mode="append")
+    write_deltalake(str(root), rows(days[size // 2 :], 3), partition_by=["dt"], mode="append")
     cases = {"current": None, "as_of_version_1": 1}
-    record: dict = {"partitions": size, "versions": DeltaTable(str(root)).version(),
-                    "load_avg_1m_before": load_avg_1m()}
+    record: dict = {
+        "partitions": size,
+        "versions": DeltaTable(str(root)).version(),
+        "load_avg_1m_before": load_avg_1m(),
+    }
     for case, version in cases.items():
         DeltaTable(str(root), version=version).file_uris()  # warm
         times = []
@@ -489,8 +391,11 @@ def delta_reader_peer(workdir: Path, size: int, repeats: int) -> dict:
             started = time.perf_counter()
             files = DeltaTable(str(root), version=version).file_uris()
             times.append(time.perf_counter() - started)
-        record[case] = {"best_ms": round(min(times) * 1000, 2), "median_ms": round(statistics.median(times) * 1000, 2),
-                        "files": len(files)}
+        record[case] = {
+            "best_ms": round(min(times) * 1000, 2),
+            "median_ms": round(statistics.median(times) * 1000, 2),
+            "files": len(files),
+        }
     record["load_avg_1m_after"] = load_avg_1m()
     return record
 
@@ -514,9 +419,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     kinds = ["sqlite", "postgresql"] if args.catalog == "both" else [args.catalog]
     args.workdir.mkdir(parents=True, exist_ok=True)
-    report: dict = {"benchmark": "publish", "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-                    "args": {k: str(v) for k, v in vars(args).items()}, "machine": machine(),
-                    "load_avg_1m_start": load_avg_1m()}
+    report: dict = {
+        "benchmark": "publish",
+        "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "args": {k: str(v) for k, v in vars(args).items()},
+        "machine": machine(),
+        "load_avg_1m_start": load_avg_1m(),
+    }
     try:
         import deltalake
 
@@ -528,20 +437,27 @@ def main(argv: list[str] | None = None) -> int:
         report["publish"] = {kind: publish_part(kind, args, args.workdir) for kind in kinds}
         if not args.no_peers:
             report["publish"]["delta_commit"] = delta_commit_peer(args.workdir, args.tables * args.days)
-            print(f"  delta-rs commit of {args.tables * args.days} partition files: "
-                  f"{report['publish']['delta_commit']['seconds']} s", flush=True)
+            print(
+                f"  delta-rs commit of {args.tables * args.days} partition files: "
+                f"{report['publish']['delta_commit']['seconds']} s",
+                flush=True,
+            )
     if args.part in ("all", "reader"):
         spark = None
         if not args.no_spark:
             spark, report["spark_session_start_seconds"] = start_spark(
-                "siltlake-publish-bench", {"spark.local.dir": str(args.workdir / "spark-tmp")})
+                "siltlake-publish-bench", {"spark.local.dir": str(args.workdir / "spark-tmp")}
+            )
         report["reader"] = {kind: reader_part(kind, args, args.workdir, spark) for kind in kinds}
         if not args.no_peers:
-            report["reader"]["delta"] = [delta_reader_peer(args.workdir, size, args.reader_repeats)
-                                         for size in args.reader_sizes]
+            report["reader"]["delta"] = [
+                delta_reader_peer(args.workdir, size, args.reader_repeats) for size in args.reader_sizes
+            ]
             for record in report["reader"]["delta"]:
-                print(f"  delta-rs {record['partitions']:>5} partitions: load + file list "
-                      f"{record['current']['median_ms']} ms (as of v1 {record['as_of_version_1']['median_ms']} ms)")
+                print(
+                    f"  delta-rs {record['partitions']:>5} partitions: load + file list "
+                    f"{record['current']['median_ms']} ms (as of v1 {record['as_of_version_1']['median_ms']} ms)"
+                )
         if spark is not None:
             spark.stop()
     report["seconds"] = round(time.perf_counter() - started, 1)
