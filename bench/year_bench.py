@@ -59,6 +59,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 from common import brief_machine, catalog_url, load_avg_1m, new_deployment, save_json, utc_stamp
+from year_figures import COLUMNS, flatness, svg_plot, table_line
 
 from siltlake import clock as clock_module
 from siltlake.catalog import schema as s
@@ -74,8 +75,13 @@ discover_module = importlib.import_module("siltlake.stream.discover")
 # real clock, the simulated times in the future kept every directory unsettled, and each slice of a check pass
 # sorted its 50,000-entry directory again (bench runs before 2026-11-29).
 FILE_CLOCK_MODULES = (discover_module, importlib.import_module("siltlake.storage.localwalk"))
-TABLE = {"schema": "web", "name": "access", "time_column": "t", "timezone": "UTC",
-         "columns": [{"name": "t", "type": "timestamp", "nullable": False}]}
+TABLE = {
+    "schema": "web",
+    "name": "access",
+    "time_column": "t",
+    "timezone": "UTC",
+    "columns": [{"name": "t", "type": "timestamp", "nullable": False}],
+}
 HOSTS = 20
 DAY = dt.timedelta(days=1)
 REAL_UTCNOW = clock_module.utcnow
@@ -140,8 +146,9 @@ class Shipper:
         root.mkdir(parents=True, exist_ok=True)  # the deployment's init may have made it
         originals.mkdir(parents=True, exist_ok=state is not None)
         # Objects in the root per key date, and the names put_new has used: a resumed run's from its report.
-        self.days: dict[dt.date, int] = {dt.date.fromisoformat(day): count
-                                         for day, count in (state or {}).get("days", {}).items()}
+        self.days: dict[dt.date, int] = {
+            dt.date.fromisoformat(day): count for day, count in (state or {}).get("days", {}).items()
+        }
         self.new_names: int = (state or {}).get("new_names", 0)
 
     def state(self) -> dict:
@@ -214,16 +221,26 @@ def mark_processed(deployment, day_start: dt.datetime) -> int:  # a Deployment
     ids in order), as the day's rounds would have left them."""
     so = s.staging_objects
     with deployment.catalog.engine.begin() as c:
-        low, high, count = c.execute(sa.select(sa.func.min(so.c.id), sa.func.max(so.c.id), sa.func.count())
-                                     .where(so.c.processed_time.is_(None))).one()
+        low, high, count = c.execute(
+            sa.select(sa.func.min(so.c.id), sa.func.max(so.c.id), sa.func.count()).where(so.c.processed_time.is_(None))
+        ).one()
         if not count:
             return 0
         minutes = 1440 if count >= 1440 else 1
         step = (high - low + 1) / minutes
-        c.execute(so.update().where(so.c.id >= sa.bindparam("lo"), so.c.id < sa.bindparam("hi"),
-                                    so.c.processed_time.is_(None)).values(processed_time=sa.bindparam("at")),
-                  [{"lo": low + int(step * m), "hi": low + int(step * (m + 1)) if m < minutes - 1 else high + 1,
-                    "at": day_start + dt.timedelta(minutes=m)} for m in range(minutes)])
+        c.execute(
+            so.update()
+            .where(so.c.id >= sa.bindparam("lo"), so.c.id < sa.bindparam("hi"), so.c.processed_time.is_(None))
+            .values(processed_time=sa.bindparam("at")),
+            [
+                {
+                    "lo": low + int(step * m),
+                    "hi": low + int(step * (m + 1)) if m < minutes - 1 else high + 1,
+                    "at": day_start + dt.timedelta(minutes=m),
+                }
+                for m in range(minutes)
+            ],
+        )
     return count
 
 
@@ -240,12 +257,16 @@ def catalog_sizes(deployment, kind: str, root: Path) -> dict:  # a Deployment
     with deployment.catalog.engine.connect() as c:
         rows = c.execute(sa.select(sa.func.count()).select_from(so)).scalar_one()
         if kind == "postgresql":
-            database, staging = c.execute(sa.text(
-                "SELECT pg_database_size(current_database()), pg_total_relation_size('staging_objects')")).one()
+            database, staging = c.execute(
+                sa.text("SELECT pg_database_size(current_database()), pg_total_relation_size('staging_objects')")
+            ).one()
             return {"staging_rows": rows, "catalog_bytes": database, "staging_objects_bytes": staging}
     wal = root / "catalog.db-wal"
-    return {"staging_rows": rows, "catalog_bytes": (root / "catalog.db").stat().st_size,
-            "wal_bytes": wal.stat().st_size if wal.exists() else 0}
+    return {
+        "staging_rows": rows,
+        "catalog_bytes": (root / "catalog.db").stat().st_size,
+        "wal_bytes": wal.stat().st_size if wal.exists() else 0,
+    }
 
 
 def timed(action):  # a callable and what it returns
@@ -274,8 +295,15 @@ def once_discover(deployment, sweep: bool = False):  # a Deployment; its Discove
     return found
 
 
-def simulate_day(deployment, shipper: Shipper, clock: SimulatedClock, day: int, start: dt.datetime,
-                 args: argparse.Namespace, root: Path) -> dict:
+def simulate_day(
+    deployment,
+    shipper: Shipper,
+    clock: SimulatedClock,
+    day: int,
+    start: dt.datetime,
+    args: argparse.Namespace,
+    root: Path,
+) -> dict:
     config = deployment.config
     day_start = start + DAY * day
     date = day_start.date()
@@ -312,98 +340,42 @@ def simulate_day(deployment, shipper: Shipper, clock: SimulatedClock, day: int, 
         _, seconds = timed(lambda: sample(deployment, now=noon))
         samples.append(seconds)
     return {
-        "day": day, "date": date.isoformat(), "objects_in_staging": shipper.objects,
-        "lifecycle_deleted": expired_files, "put_seconds": round(put_seconds, 2),
-        "full_listing_round_seconds": round(register_seconds, 3), "full_listing_listed": found.listed,
-        "full_listing_looked_up": found.looked_up, "full_listing_expired": found.expired,
+        "day": day,
+        "date": date.isoformat(),
+        "objects_in_staging": shipper.objects,
+        "lifecycle_deleted": expired_files,
+        "put_seconds": round(put_seconds, 2),
+        "full_listing_round_seconds": round(register_seconds, 3),
+        "full_listing_listed": found.listed,
+        "full_listing_looked_up": found.looked_up,
+        "full_listing_expired": found.expired,
         "mark_processed_seconds": round(mark_seconds, 2),
-        "reap_seconds": round(reap_seconds, 3), "reap_full_sweep": reaped.full_sweep,
+        "reap_seconds": round(reap_seconds, 3),
+        "reap_full_sweep": reaped.full_sweep,
         "vacuum_seconds": round(vacuum_seconds, 3) if vacuum_seconds is not None else None,
         "staging_rows_pruned": reaped.staging_rows,
-        "idle_round_seconds": round(statistics.median(idle), 4), "idle_round_seconds_all": [round(v, 4) for v in idle],
-        "new_round_seconds": round(new_seconds, 4), "new_round_listed": fresh.listed,
-        "new_round_looked_up": fresh.looked_up, "new_round_remembered": fresh.remembered,
+        "idle_round_seconds": round(statistics.median(idle), 4),
+        "idle_round_seconds_all": [round(v, 4) for v in idle],
+        "new_round_seconds": round(new_seconds, 4),
+        "new_round_listed": fresh.listed,
+        "new_round_looked_up": fresh.looked_up,
+        "new_round_remembered": fresh.remembered,
         "history_sample_ms": round(statistics.median(samples) * 1000, 2),
-        **catalog_sizes(deployment, args.catalog, root), "load_avg_1m": load_avg_1m(),
+        **catalog_sizes(deployment, args.catalog, root),
+        "load_avg_1m": load_avg_1m(),
     }
 
 
-COLUMNS = [("day", "day", "{:>3}"), ("staging files", "objects_in_staging", "{:>13,}"),
-           ("rows", "staging_rows", "{:>10,}"), ("pruned", "staging_rows_pruned", "{:>9,}"),
-           ("sweep pass s", "full_listing_round_seconds", "{:>14.2f}"), ("reap s", "reap_seconds", "{:>7.2f}"),
-           ("idle s", "idle_round_seconds", "{:>7.4f}"), ("100 new s", "new_round_seconds", "{:>9.3f}"),
-           ("sample ms", "history_sample_ms", "{:>9.1f}"), ("catalog MB", "catalog_mb", "{:>10.1f}"),
-           ("load", "load_avg_1m", "{:>5.1f}")]
-
-
-def table_line(row: dict) -> str:
-    return " ".join(form.format(row[key]) for _, key, form in COLUMNS)
-
-
-def flatness(days: list[dict], first: int) -> dict:
-    """Over the days from `first` on: each series' min, max, max/min, least-squares slope per day as a share of
-    its mean, and the median of the later half of those days over that of the earlier half (which a few days of
-    a loaded machine move less than max/min)."""
-    window = [row for row in days if row["day"] >= first]
-    if len(window) < 2:
-        return {}
-    result = {}
-    xs = [row["day"] for row in window]
-    mean_x = statistics.fmean(xs)
-    for key in ("idle_round_seconds", "new_round_seconds", "full_listing_round_seconds", "history_sample_ms",
-                "catalog_mb", "staging_rows", "reap_seconds"):
-        ys = [row[key] for row in window]
-        mean_y = statistics.fmean(ys)
-        slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / sum(
-            (x - mean_x) ** 2 for x in xs)
-        early, late = statistics.median(ys[:len(ys) // 2]), statistics.median(ys[len(ys) // 2:])
-        result[key] = {"min": min(ys), "max": max(ys), "max_over_min": round(max(ys) / min(ys), 2) if min(ys) else None,
-                       "slope_per_day_of_mean": round(slope / mean_y, 4) if mean_y else None,
-                       "late_over_early_median": round(late / early, 2) if early else None}
-    return result
-
-
-def svg_plot(days: list[dict], path: Path, title: str) -> None:
-    """Small multiples, one panel per series against the day (no plotting library on this machine)."""
-    panels = [("idle round (s)", "idle_round_seconds"),
-              ("round with 100 new objects, discovery (s)", "new_round_seconds"),
-              ("rolling sweep pass, all its rounds (s)", "full_listing_round_seconds"),
-              ("history sample (ms)", "history_sample_ms"), ("catalog on disk (MB)", "catalog_mb"),
-              ("staging_objects rows", "staging_rows")]
-    width, height, pad = 340, 190, 44
-    last = max(row["day"] for row in days)
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{3 * width}" height="{2 * height + 30}" '
-           'font-family="sans-serif" font-size="11">', f'<text x="10" y="18" font-size="13">{title}</text>']
-    for n, (label, key) in enumerate(panels):
-        left, top = (n % 3) * width, 30 + (n // 3) * height
-        top_value = max(row[key] for row in days) * 1.1 or 1
-        plot_w, plot_h = width - pad - 12, height - pad - 16
-
-        def point(row: dict, left: int = left, top: int = top, top_value: float = top_value,
-                  plot_w: int = plot_w, plot_h: int = plot_h, key: str = key) -> str:
-            x = left + pad + plot_w * (row["day"] - 1) / max(last - 1, 1)
-            y = top + 16 + plot_h * (1 - row[key] / top_value)
-            return f"{x:.1f},{y:.1f}"
-
-        x8 = left + pad + plot_w * 7 / max(last - 1, 1)
-        out += [f'<text x="{left + pad}" y="{top + 10}">{label}</text>',
-                f'<rect x="{left + pad}" y="{top + 16}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#999"/>',
-                f'<line x1="{x8:.1f}" y1="{top + 16}" x2="{x8:.1f}" y2="{top + 16 + plot_h}" stroke="#ccc" '
-                'stroke-dasharray="3,3"/>',
-                f'<text x="{left + 4}" y="{top + 24}">{top_value:.3g}</text>',
-                f'<text x="{left + 4}" y="{top + 16 + plot_h}">0</text>',
-                f'<text x="{left + pad}" y="{top + 30 + plot_h}">day 1</text>',
-                f'<text x="{left + pad + plot_w - 30}" y="{top + 30 + plot_h}">day {last}</text>',
-                f'<polyline fill="none" stroke="#1f77b4" stroke-width="1.5" '
-                f'points="{" ".join(point(row) for row in days)}"/>']
-    out.append("</svg>")
-    path.write_text("\n".join(out) + "\n")
-
-
 def report_of(args: argparse.Namespace, start: dt.datetime, days: list[dict], root: Path, shipper: Shipper) -> dict:
-    return {"machine": brief_machine(), "date": utc_stamp(), "args": vars(args), "simulated_start": start.isoformat(),
-            "days": days, "flat_from_day_8": flatness(days, 8),
-            **({"state": str(root), "shipper": shipper.state()} if args.state else {})}
+    return {
+        "machine": brief_machine(),
+        "date": utc_stamp(),
+        "args": vars(args),
+        "simulated_start": start.isoformat(),
+        "days": days,
+        "flat_from_day_8": flatness(days, 8),
+        **({"state": str(root), "shipper": shipper.state()} if args.state else {}),
+    }
 
 
 # The settings a resumed run must share with the days it carries on.
@@ -418,39 +390,63 @@ def resumed_report(parser: argparse.ArgumentParser, args: argparse.Namespace, ou
     if previous.get("state") != str(Path(args.state)):
         parser.error(f"--resume: the report at {out} is of the state {previous.get('state')}, not {args.state}")
     if previous.get("unfinished_day"):
-        parser.error(f"--resume: day {previous['unfinished_day']} of the run was cut short and left part of itself in "
-                     f"{args.state}; it cannot be carried on: start a new run (--until ends a session between days)")
+        parser.error(
+            f"--resume: day {previous['unfinished_day']} of the run was cut short and left part of itself in "
+            f"{args.state}; it cannot be carried on: start a new run (--until ends a session between days)"
+        )
     differing = [name for name in RESUMED_SETTINGS if previous["args"].get(name) != getattr(args, name)]
     if differing:
-        parser.error("--resume: the run was made with other " + ", ".join(
-            f"--{name.replace('_', '-')} ({previous['args'].get(name)})" for name in differing))
+        parser.error(
+            "--resume: the run was made with other "
+            + ", ".join(f"--{name.replace('_', '-')} ({previous['args'].get(name)})" for name in differing)
+        )
     return previous
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--days", type=int, default=30)
-    parser.add_argument("--per-day", type=int, default=100_000,
-                        help="objects a simulated day (the issue's rate is 1,000,000: 3.5 minutes or more a day here)")
+    parser.add_argument(
+        "--per-day",
+        type=int,
+        default=100_000,
+        help="objects a simulated day (the issue's rate is 1,000,000: 3.5 minutes or more a day here)",
+    )
     parser.add_argument("--new", type=int, default=100, help="new objects of the daily discovery round")
     parser.add_argument("--rounds", type=int, default=3, help="timed idle rounds a day (the median is reported)")
     parser.add_argument("--catalog", choices=("sqlite", "postgresql"), default="sqlite")
-    parser.add_argument("--vacuum", action="store_true",
-                        help="PostgreSQL: VACUUM the catalog's database after each day's reap (for a server whose "
-                             "autovacuum is off, as this machine's is)")
-    parser.add_argument("--sweep-check-interval", type=int, default=None,
-                        help="stream.sweep_check_interval in seconds (default: siltlake's, one day): how often a "
-                             "sweep pass looks every file up again, not only those changed since the last pass")
+    parser.add_argument(
+        "--vacuum",
+        action="store_true",
+        help="PostgreSQL: VACUUM the catalog's database after each day's reap (for a server whose "
+        "autovacuum is off, as this machine's is)",
+    )
+    parser.add_argument(
+        "--sweep-check-interval",
+        type=int,
+        default=None,
+        help="stream.sweep_check_interval in seconds (default: siltlake's, one day): how often a "
+        "sweep pass looks every file up again, not only those changed since the last pass",
+    )
     parser.add_argument("--workdir", default=None, help="where the staging root goes (default: the temp dir)")
-    parser.add_argument("--state", default=None,
-                        help="keep the run's deployment and staging root in this new directory (SQLite), so that "
-                             "--resume can carry the run on in a later session")
-    parser.add_argument("--resume", action="store_true",
-                        help="carry on the run whose report is --out and whose state is --state from the day after "
-                             "its last, with the same settings")
-    parser.add_argument("--until", default=None,
-                        help="with --state: start no simulated day after this UTC time (ISO, e.g. 2026-11-29T09:20), "
-                             "so that a session that must end leaves the state between two days for --resume")
+    parser.add_argument(
+        "--state",
+        default=None,
+        help="keep the run's deployment and staging root in this new directory (SQLite), so that "
+        "--resume can carry the run on in a later session",
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="carry on the run whose report is --out and whose state is --state from the day after "
+        "its last, with the same settings",
+    )
+    parser.add_argument(
+        "--until",
+        default=None,
+        help="with --state: start no simulated day after this UTC time (ISO, e.g. 2026-11-29T09:20), "
+        "so that a session that must end leaves the state between two days for --resume",
+    )
     parser.add_argument("--out", default="bench/results/year.json")
     args = parser.parse_args()
     if args.vacuum and args.catalog != "postgresql":
@@ -473,8 +469,11 @@ def main() -> None:
         root = Path(tempfile.mkdtemp(prefix="year-", dir=args.workdir))
     # Midnight two days after the real time (a resumed run's, its first session's): a real ctime is always before
     # the simulated times.
-    start = (dt.datetime.fromisoformat(previous["simulated_start"]) if previous
-             else dt.datetime.combine(REAL_UTCNOW().date() + dt.timedelta(days=2), dt.time()))
+    start = (
+        dt.datetime.fromisoformat(previous["simulated_start"])
+        if previous
+        else dt.datetime.combine(REAL_UTCNOW().date() + dt.timedelta(days=2), dt.time())
+    )
     clock = SimulatedClock(start)
     days: list[dict] = previous["days"] if previous else []
     try:
@@ -484,10 +483,13 @@ def main() -> None:
             try:
                 if previous is None:
                     deployment.catalog.tables.create(TableDef.from_mapping(TABLE))
-                shipper = Shipper(root / "staging", root / "originals", clock,
-                                  previous["shipper"] if previous else None)
-                print(" ".join(header.rjust(int(re.search(r">(\d+)", form)[1])) for header, _, form in COLUMNS),
-                      flush=True)
+                shipper = Shipper(
+                    root / "staging", root / "originals", clock, previous["shipper"] if previous else None
+                )
+                print(
+                    " ".join(header.rjust(int(re.search(r">(\d+)", form)[1])) for header, _, form in COLUMNS),
+                    flush=True,
+                )
                 for row in days:
                     print(table_line(row), flush=True)
                 for day in range(len(days) + 1, args.days + 1):
@@ -510,9 +512,11 @@ def main() -> None:
             shutil.rmtree(root, ignore_errors=True)
     if not days:
         return
-    svg_plot(days, out.with_suffix(".svg"),
-             f"siltlake, {args.per_day:,} staging objects a simulated day, {args.catalog} catalog "
-             "(dashed: day 8)")
+    svg_plot(
+        days,
+        out.with_suffix(".svg"),
+        f"siltlake, {args.per_day:,} staging objects a simulated day, {args.catalog} catalog (dashed: day 8)",
+    )
     for key, numbers in flatness(days, 8).items():
         print(f"days 8-{len(days)} {key}: {numbers}")
     print(f"wrote {out} and {out.with_suffix('.svg')}")

@@ -24,23 +24,25 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import duckdb
-import pyarrow.parquet as pq
-
 from siltlake.clock import utcnow
 from siltlake.config import load_config
 from siltlake.deployment import Deployment
-from siltlake.lake import Lake
 from siltlake.merge import merge_once
 from siltlake.publish import publish_once
-from siltlake.read import sql as read_sql
-from siltlake.read import table as read_table
 from siltlake.reap import reap_once
 from siltlake.storage.keys import symlink_key
 from siltlake.storage.manifests import read_manifest
 from siltlake.stream import stream_once
 from siltlake.tabledef import TableDef
 
+from .chaos_checks import (
+    current_objects,
+    current_record_ids,
+    delayed_record_ids,
+    exactly_once,
+    explain_lost,
+    reader_record_ids,
+)
 from .processes import (
     SHIPPED_TABLE,
     Shipper,
@@ -103,26 +105,35 @@ class ChaosReport:
     def counts(self) -> str:
         by_kind = collections.Counter(k.kind for k in self.kills)
         by_phase = collections.Counter(f"{k.kind}: {k.phase}" for k in self.kills)
-        lines = [f"seed {self.seed}: {len(self.kills)} kills in {self.seconds:.0f} s, {self.restarts} restarts, "
-                 f"{self.reap_runs} reap runs finished, {self.objects} staging objects (and {self.resent_objects} "
-                 f"re-sent), {self.records} records, appended files rotated {self.rotations}, "
-                 f"{self.delayed_objects} delayed small objects, {self.orphan_claims} claims of dead workers left "
-                 f"for the drain, {self.drain_rounds} drain rounds "
-                 f"({self.drain_seconds:.0f} s)",
-                 "kills per kind: " + ", ".join(f"{kind} {count}" for kind, count in sorted(by_kind.items()))]
+        lines = [
+            f"seed {self.seed}: {len(self.kills)} kills in {self.seconds:.0f} s, {self.restarts} restarts, "
+            f"{self.reap_runs} reap runs finished, {self.objects} staging objects (and {self.resent_objects} "
+            f"re-sent), {self.records} records, appended files rotated {self.rotations}, "
+            f"{self.delayed_objects} delayed small objects, {self.orphan_claims} claims of dead workers left "
+            f"for the drain, {self.drain_rounds} drain rounds "
+            f"({self.drain_seconds:.0f} s)",
+            "kills per kind: " + ", ".join(f"{kind} {count}" for kind, count in sorted(by_kind.items())),
+        ]
         lines += [f"  {count:4d}  {phase}" for phase, count in sorted(by_phase.items())]
         return "\n".join(lines)
 
 
 def chaos_env(tmp_path: Path, url: str) -> dict[str, str]:
     return silt_env(
-        tmp_path, url,
+        tmp_path,
+        url,
         # Small waves: a stream commits every few objects, so kills fall between and inside many commits.
         # Files appended in place settle for a second (the shipper finishes a split line within 50 ms).
         stream={"poll_interval": 1, "objects_per_wave": 16, "settle_time": 1, "settle_limit": 3},
         # Kills are not the job's fault: a high attempt limit keeps killed jobs from parking.
-        merge={"slots": 2, "poll_interval": 1, "job_timeout": JOB_TIMEOUT, "heartbeat_interval": 1,
-               "retry_backoff": 1, "max_attempts": 1000},
+        merge={
+            "slots": 2,
+            "poll_interval": 1,
+            "job_timeout": JOB_TIMEOUT,
+            "heartbeat_interval": 1,
+            "retry_backoff": 1,
+            "max_attempts": 1000,
+        },
         spark={"conf": {"spark.driver.memory": "512m", "spark.sql.shuffle.partitions": "1"}},
     )
 
@@ -131,105 +142,17 @@ def create_tables(deployment: Deployment, **options: object) -> None:
     """TABLES; by default with small batches and objects, so jobs continue and ranges roll over in a short run
     (the chaos run keys them on record_id: a keyed partition keeps one range)."""
     for name in TABLES:
-        deployment.catalog.tables.create(TableDef.from_mapping(
-            {**SHIPPED_TABLE, "name": name.split(".")[1], "merge_batch_size": 6, "merged_object_size": 40_000,
-             **options}))
-
-
-def current_objects(deployment: Deployment, name: str) -> dict[dt.date, tuple[list[str], collections.Counter]]:
-    """Per partition date, the objects the table's current state shows (the reader's snapshot) and the
-    record_id of every physical row in them, read with pyarrow: re-sent rows not merged yet count twice."""
-    record = deployment.catalog.tables.get(name)
-    layout = record.layout(deployment.instance_key)
-    shown = {}
-    for view in deployment.catalog.versions.reader_snapshot(record.id):
-        keys = []
-        if view.manifest_key:
-            keys += [uri.removeprefix(deployment.lake.root + "/")
-                     for uri, _ in read_manifest(deployment.lake, view.manifest_key)]
-        keys += [layout.small_object(view.partition_date, oid, False) for oid in view.live_object_ids]
-        ids: collections.Counter = collections.Counter()
-        for key in keys:
-            ids.update(pq.read_table(deployment.lake.path(key), filesystem=deployment.lake.filesystem,
-                                     columns=["record_id"]).column("record_id").to_pylist())
-        shown[view.partition_date] = (keys, ids)
-    return shown
-
-
-def current_record_ids(deployment: Deployment, name: str) -> collections.Counter:
-    """record_id of every physical row the table's current state shows (the reader's snapshot, read with
-    pyarrow; of an unkeyed table, what its readers show)."""
-    ids: collections.Counter = collections.Counter()
-    for _, partition_ids in current_objects(deployment, name).values():
-        ids.update(partition_ids)
-    return ids
-
-
-def delayed_record_ids(deployment: Deployment, name: str) -> set[int]:
-    """record_id of the rows of the table's delayed small objects (shown once merged and published); those a
-    killed reap deleted but left in the catalog (merged, so shown) are skipped."""
-    record = deployment.catalog.tables.get(name)
-    layout = record.layout(deployment.instance_key)
-    ids: set[int] = set()
-    for small in deployment.catalog.partitions.small_objects(record.id):
-        key = layout.small_object(small.partition_date, small.id, True)
-        if small.delayed and deployment.lake.exists(key):
-            ids.update(pq.read_table(deployment.lake.path(key), filesystem=deployment.lake.filesystem,
-                                     columns=["record_id"]).column("record_id").to_pylist())
-    return ids
-
-
-def explain_lost(deployment: Deployment, name: str, lost: set[int]) -> str:
-    """Where records the readers do not show lie: each partition's state, ranges, versions and small
-    objects, marking those that hold lost ids (for a failure's message)."""
-    import sqlalchemy as sa
-
-    from siltlake.catalog import schema as s
-
-    catalog, lake = deployment.catalog, deployment.lake
-    record = catalog.tables.get(name)
-    layout = record.layout(deployment.instance_key)
-    lines = []
-    with catalog.engine.connect() as c:
-        jobs = c.execute(sa.select(s.merge_jobs)).all()
-    for partition in catalog.partitions.list(record.id):
-        lines.append(f"{partition}")
-        lines += [f"  range {r}" for r in catalog.merge_queue.ranges(partition.id)]
-        lines += [f"  version {v}" for v in catalog.versions.of_partitions([partition.id])]
-        lines += [f"  job {j}" for j in jobs if j.partition_id == partition.id]
-    for small in catalog.partitions.small_objects(record.id):
-        key = layout.small_object(small.partition_date, small.id, small.delayed)
-        ids = set(pq.read_table(lake.path(key), filesystem=lake.filesystem, columns=["record_id"])
-                  .column("record_id").to_pylist()) if lake.exists(key) else set()
-        if ids & lost:
-            lines.append(f"small object {small} holds {len(ids & lost)} lost ids")
-    return "\n".join(lines)
-
-
-def reader_record_ids(spark, deployment: Deployment, name: str) -> dict[str, collections.Counter]:
-    """record_id of every row each reader shows of the table's current state (each applies the keyed rule)."""
-    table = Lake(deployment).table(name)
-    with duckdb.connect() as connection:
-        ducked = table.to_duckdb(connection).project("record_id").fetchall()
-    return {
-        "read.table": collections.Counter(row.record_id for row in read_table(spark, name, deployment)
-                                          .select("record_id").collect()),
-        "read.sql": collections.Counter(row.record_id for row in read_sql(
-            spark, f"SELECT record_id FROM {name}", deployment).collect()),
-        "Table.to_arrow": collections.Counter(table.to_arrow(columns=["record_id"]).column("record_id").to_pylist()),
-        "Table.to_duckdb": collections.Counter(record_id for (record_id,) in ducked),
-    }
-
-
-def exactly_once(shipped: list[int], seen: collections.Counter) -> str | None:
-    """What is wrong with seen as the record ids shipped, or None."""
-    duplicates = {rid: n for rid, n in seen.items() if n > 1}
-    lost = sorted(set(shipped) - set(seen))
-    unknown = sorted(set(seen) - set(shipped))
-    if duplicates or lost or unknown:
-        return (f"{len(duplicates)} records seen more than once (e.g. {list(duplicates.items())[:5]}), "
-                f"{len(lost)} lost (e.g. {lost[:5]}), {len(unknown)} never shipped (e.g. {unknown[:5]})")
-    return None
+        deployment.catalog.tables.create(
+            TableDef.from_mapping(
+                {
+                    **SHIPPED_TABLE,
+                    "name": name.split(".")[1],
+                    "merge_batch_size": 6,
+                    "merged_object_size": 40_000,
+                    **options,
+                }
+            )
+        )
 
 
 class Chaos:
@@ -247,8 +170,17 @@ class Chaos:
         self.report = ChaosReport(seed)
         self.log = log
         today = utcnow().date()
-        self.shipper = Shipper(tmp_path / "staging", TABLES, [today - dt.timedelta(days=d) for d in (2, 1, 0)],
-                               rate=3.0, records=(5, 30), seed=seed, resend=RESEND, append=APPEND, rotate=ROTATE)
+        self.shipper = Shipper(
+            tmp_path / "staging",
+            TABLES,
+            [today - dt.timedelta(days=d) for d in (2, 1, 0)],
+            rate=3.0,
+            records=(5, 30),
+            seed=seed,
+            resend=RESEND,
+            append=APPEND,
+            rotate=ROTATE,
+        )
         self.processes: dict[str, SiltProcess] = {}
         self.everything: list[SiltProcess] = []
         self.started = time.monotonic()
@@ -260,8 +192,13 @@ class Chaos:
     # --- processes ---
 
     def start(self, name: str) -> SiltProcess:
-        args = {"stream": ("stream",), "merge1": ("merge",), "merge2": ("merge",),
-                "publish": ("publish", "--interval", "0.2"), "reap": REAP_ARGS}[name]
+        args = {
+            "stream": ("stream",),
+            "merge1": ("merge",),
+            "merge2": ("merge",),
+            "publish": ("publish", "--interval", "0.2"),
+            "reap": REAP_ARGS,
+        }[name]
         process = SiltProcess(self.logs, f"{name}-{len(self.everything):04d}", self.env, *args)
         self.processes[name] = process
         self.everything.append(process)
@@ -321,8 +258,11 @@ class Chaos:
     # --- the killer ---
 
     def has_jvm(self, process: SiltProcess) -> bool:
-        return any(Path(f"/proc/{pid}/comm").read_text().strip() == "java"
-                   for pid in session_members(process.pid) if Path(f"/proc/{pid}/comm").exists())
+        return any(
+            Path(f"/proc/{pid}/comm").read_text().strip() == "java"
+            for pid in session_members(process.pid)
+            if Path(f"/proc/{pid}/comm").exists()
+        )
 
     def phases(self, kind: str, process: SiltProcess) -> dict[str, Callable[[], bool]]:
         """Phase name -> wait for it (True once reached); the kill follows a short random delay."""
@@ -335,11 +275,14 @@ class Chaos:
             top = catalog.partitions.max_small_object_id()
             return {
                 "in a wave (Spark running, objects pending)": lambda: self.wait_for(
-                    lambda: self.has_jvm(process) and catalog.staging.pending(1), 10),
+                    lambda: self.has_jvm(process) and catalog.staging.pending(1), 10
+                ),
                 "right after a commit": lambda: self.wait_for(
-                    lambda: catalog.partitions.max_small_object_id() > top, 10),
+                    lambda: catalog.partitions.max_small_object_id() > top, 10
+                ),
             }
         if kind == "merge":
+
             def holding() -> set[int]:
                 return {r.id for r in held_jobs(self.deployment) if owner_pid(r.owner) == process.pid}
 
@@ -347,15 +290,17 @@ class Chaos:
                 """A job it held is gone from the queue and the log has a new commit: its own commit."""
                 claimed: set[int] = set()
                 done = successes(self.deployment)
-                return self.wait_for(lambda: claimed.update(holding()) or (
-                    claimed - holding() and successes(self.deployment) > done), 10)
+                return self.wait_for(
+                    lambda: claimed.update(holding()) or (claimed - holding() and successes(self.deployment) > done), 10
+                )
 
-            return {"holding claimed jobs": lambda: self.wait_for(holding, 10),
-                    "right after its commit": after_own_commit}
+            return {
+                "holding claimed jobs": lambda: self.wait_for(holding, 10),
+                "right after its commit": after_own_commit,
+            }
         if kind == "publish":
             runs = process.log().count("publish:")
-            return {"after a run (next run)": lambda: self.wait_for(
-                lambda: process.log().count("publish:") > runs, 10)}
+            return {"after a run (next run)": lambda: self.wait_for(lambda: process.log().count("publish:") > runs, 10)}
         return {"catalog read or deleting": lambda: self.wait_for(lambda: time.monotonic() - process.started > 1.0, 5)}
 
     def next_victim(self) -> str:
@@ -396,8 +341,10 @@ class Chaos:
         if kind != "reap":
             self.start(name)
             self.report.restarts += 1
-        self.log(f"[{time.monotonic() - self.started:6.1f}s] killed {process.name} ({phase}) after "
-                 f"{self.report.kills[-1].alive_seconds:.1f}s" + (f", holding {held} jobs" if held else ""))
+        self.log(
+            f"[{time.monotonic() - self.started:6.1f}s] killed {process.name} ({phase}) after "
+            f"{self.report.kills[-1].alive_seconds:.1f}s" + (f", holding {held} jobs" if held else "")
+        )
 
     def run(self, kills: int) -> ChaosReport:
         try:
@@ -422,8 +369,12 @@ class Chaos:
         self.report.resent_objects = self.shipper.resent
         self.report.rotations = dict(self.shipper.rotations)
         self.report.records = self.shipper.total()
-        self.report.delayed_objects = sum(int(m.group(1)) for p in self.everything if p.name.startswith("stream")
-                                          for m in STREAM_REPORT.finditer(p.log()))
+        self.report.delayed_objects = sum(
+            int(m.group(1))
+            for p in self.everything
+            if p.name.startswith("stream")
+            for m in STREAM_REPORT.finditer(p.log())
+        )
         return self.report
 
     # --- drain and check ---
@@ -453,9 +404,11 @@ class Chaos:
         # caught half written) read exactly the lines written, none twice, none half.
         appended = sum(len(ids) for ids in self.shipper.appended.values())
         delivered = delivered_records(deployment, "/appending-")
-        assert delivered == (appended, 0), (f"{appended} lines appended, (read, bad) {delivered}; rotated "
-                                            f"{self.shipper.rotations}; deliveries "
-                                            f"{deliveries_of(deployment, '/appending-')}")
+        assert delivered == (appended, 0), (
+            f"{appended} lines appended, (read, bad) {delivered}; rotated "
+            f"{self.shipper.rotations}; deliveries "
+            f"{deliveries_of(deployment, '/appending-')}"
+        )
         checked["records appended in place"] = appended
         for name in TABLES:
             shipped = self.shipper.shipped[name]
@@ -467,8 +420,10 @@ class Chaos:
             shown = [rid for rid in shipped if rid not in hidden]
             for reader, seen in reader_record_ids(spark, deployment, name).items():
                 problem = exactly_once(shown, seen)
-                assert problem is None, (f"{name} through {reader} before the drain's merges: {problem}\n"
-                                         + explain_lost(deployment, name, set(shown) - set(seen)))
+                assert problem is None, (
+                    f"{name} through {reader} before the drain's merges: {problem}\n"
+                    + explain_lost(deployment, name, set(shown) - set(seen))
+                )
             checked["rows"] += physical.total()
             checked["records"] += len(shipped)
             checked["records shown"] += len(shown)
@@ -496,8 +451,15 @@ class Chaos:
             # The worker's repair of objects left without a job must find nothing: a race that leaves some
             # would otherwise be mended here and hidden (the daemons' logs are checked in check()).
             assert not merged.unqueued, f"{merged.unqueued} partitions held unmerged objects with no merge job"
-            busy = (streamed.processed or merged.claimed or published.switched or published.closed
-                    or published.live_versions or published.merged_versions or published.skipped_merged)
+            busy = (
+                streamed.processed
+                or merged.claimed
+                or published.switched
+                or published.closed
+                or published.live_versions
+                or published.merged_versions
+                or published.skipped_merged
+            )
             if not busy and not deployment.catalog.staging.pending(1) and not held_jobs(deployment):
                 self.report.drain_rounds = round_
                 break
@@ -522,8 +484,11 @@ class Chaos:
             objects = catalog.partitions.small_objects(table.id)
             small = {o.id: (o.partition_date, o.delayed) for o in objects}
             # 1. Every catalog row's object exists.
-            missing = [key for key in (layout.small_object(o.partition_date, o.id, o.delayed) for o in objects)
-                       if not lake.exists(key)]
+            missing = [
+                key
+                for key in (layout.small_object(o.partition_date, o.id, o.delayed) for o in objects)
+                if not lake.exists(key)
+            ]
             checked["small objects"] += len(objects)
             partitions = catalog.partitions.list(table.id)
             for partition in partitions:
@@ -551,8 +516,9 @@ class Chaos:
             shipped = self.shipper.shipped[table.qualified_name]
             for reader, seen in reader_record_ids(spark, deployment, table.qualified_name).items():
                 problem = exactly_once(shipped, seen)
-                assert problem is None, (f"{table.qualified_name} through {reader}: {problem}\n"
-                                         + explain_lost(deployment, table.qualified_name, set(shipped) - set(seen)))
+                assert problem is None, f"{table.qualified_name} through {reader}: {problem}\n" + explain_lost(
+                    deployment, table.qualified_name, set(shipped) - set(seen)
+                )
             switched = {p.partition_date for p in partitions if p.switched}
             physical = collections.Counter()
             for date, (keys, ids) in current_objects(deployment, table.qualified_name).items():

@@ -23,7 +23,8 @@ from siltlake.deployment import Deployment
 from siltlake.errors import CatalogError, CatalogUnreachable
 from siltlake.polling import poll_forever
 
-from .chaos import TABLES, chaos_env, create_tables, current_record_ids, exactly_once
+from .chaos import TABLES, chaos_env, create_tables
+from .chaos_checks import current_record_ids, exactly_once
 from .processes import Shipper, SiltProcess, free_port, kill_session, successes, wait_until
 
 # What each daemon prints when a round fails (and then retries with backoff).
@@ -45,8 +46,10 @@ class PrivateServer:
             shutil.chown(self.directory, "postgres", "postgres")
         self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8")
         with (self.data / "postgresql.conf").open("a") as conf:
-            conf.write(f"port = {port}\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '{self.directory}'\n"
-                       "fsync = off\nmax_connections = 60\n")
+            conf.write(
+                f"port = {port}\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '{self.directory}'\n"
+                "fsync = off\nmax_connections = 60\n"
+            )
 
     def _run(self, program: str, *args: str) -> None:
         subprocess.run([*self._as, str(self.bindir / program), *args], check=True, capture_output=True, timeout=60)
@@ -108,8 +111,11 @@ def test_daemons_ride_out_a_postgres_restart(tmp_path: Path, private_postgres: P
     shipper = Shipper(tmp_path / "staging", TABLES, [utcnow().date()], rate=5.0, seed=7)
     daemons: list[SiltProcess] = []
     try:
-        daemons = [SiltProcess(tmp_path, "stream", env, "stream"), SiltProcess(tmp_path, "merge", env, "merge"),
-                   SiltProcess(tmp_path, "publish", env, "publish", "--interval", "1")]
+        daemons = [
+            SiltProcess(tmp_path, "stream", env, "stream"),
+            SiltProcess(tmp_path, "merge", env, "merge"),
+            SiltProcess(tmp_path, "publish", env, "publish", "--interval", "1"),
+        ]
         shipper.start()
         # Working first (objects streamed; every daemon polls the catalog each second), so the outage hits
         # pooled connections.
@@ -124,17 +130,28 @@ def test_daemons_ride_out_a_postgres_restart(tmp_path: Path, private_postgres: P
         print(f"PostgreSQL was down {time.monotonic() - stopped:.1f} s")
         wait_until(lambda: server_up(url), [], 60, "PostgreSQL back")
         # Every daemon saw the outage and goes on: it commits again after the restart.
-        wait_until(lambda: all(d.log().count(FAILURE_LINES[d.name]) > before[d.name] for d in daemons), daemons,
-                   60, "each daemon to log a failed round")
+        wait_until(
+            lambda: all(d.log().count(FAILURE_LINES[d.name]) > before[d.name] for d in daemons),
+            daemons,
+            60,
+            "each daemon to log a failed round",
+        )
         shipped_before, merged_before = catalog.partitions.max_small_object_id(), successes(deployment)
-        wait_until(lambda: (catalog.partitions.max_small_object_id() > shipped_before
-                            and successes(deployment) > merged_before),
-                   daemons, 90, "stream and merge commits after the restart")
+        wait_until(
+            lambda: catalog.partitions.max_small_object_id() > shipped_before and successes(deployment) > merged_before,
+            daemons,
+            90,
+            "stream and merge commits after the restart",
+        )
         runs = daemons[2].log().count("publish:")
         wait_until(lambda: daemons[2].log().count("publish:") > runs, daemons, 30, "a publish run after the restart")
         shipper.stop()
-        wait_until(lambda: sum(sum(current_record_ids(deployment, name).values()) for name in TABLES)
-                   >= shipper.total(), daemons, 90, "every shipped record in the tables")
+        wait_until(
+            lambda: sum(sum(current_record_ids(deployment, name).values()) for name in TABLES) >= shipper.total(),
+            daemons,
+            90,
+            "every shipped record in the tables",
+        )
         for daemon in daemons:
             assert daemon.alive(), daemon.tail()
             print(daemon.name, [line for line in daemon.log().splitlines() if FAILURE_LINES[daemon.name] in line][:2])
