@@ -144,7 +144,7 @@ bench: prereqs $(VENV)/.installed-dev
 # The hostile-input properties with many more generated cases than CI's; prints the counts per property.
 FUZZ_EXAMPLES ?= 2000
 fuzz: prereqs $(VENV)/.installed-dev
-	SILTLAKE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest tests/test_fuzz_parsers.py tests/test_fuzz_parsers_load.py tests/test_fuzz_ingest.py \
+	SILTLAKE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest tests/test_fuzz_parsers.py tests/test_fuzz_parsers_corrupt.py tests/test_fuzz_parsers_load.py tests/test_fuzz_ingest.py \
 	  -p no:cacheprovider --hypothesis-show-statistics -m "not spark" $(PYTEST_ARGS)
 
 # Hundreds of SIGKILLs of stream, merge, publish and reap processes (tests/chaos.py); CHAOS_SEED repeats a run.

@@ -43,6 +43,13 @@ from common import (
     utc_stamp,
     write_report,
 )
+from freshness_visibility import (
+    catalog_rows,
+    spans,
+    stream_rounds,
+    summary,
+    visibility,
+)
 
 TABLE = "web.access"
 TAG = "bench"  # keys are <tag>.<schema>.<table>/YYYY/MM/DD/<name>, the default key pattern
@@ -55,12 +62,21 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--seconds", type=float, default=120, help="how long the shipper puts objects")
     parser.add_argument("--rate", type=float, default=20, help="objects put per second")
     parser.add_argument("--object-kb", type=str, default="10-30", help="gzip size range of an object, KB")
-    parser.add_argument("--catalog", choices=("sqlite", "pg"), default="sqlite",
-                        help="a SQLite file, or a fresh PostgreSQL database at 127.0.0.1:5432")
-    parser.add_argument("--observe-interval", type=float, default=0.5,
-                        help="seconds between the observer's Table.files() reads")
-    parser.add_argument("--timeout", type=float, default=300,
-                        help="seconds to wait, after the shipper stops, for every object to be published")
+    parser.add_argument(
+        "--catalog",
+        choices=("sqlite", "pg"),
+        default="sqlite",
+        help="a SQLite file, or a fresh PostgreSQL database at 127.0.0.1:5432",
+    )
+    parser.add_argument(
+        "--observe-interval", type=float, default=0.5, help="seconds between the observer's Table.files() reads"
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=300,
+        help="seconds to wait, after the shipper stops, for every object to be published",
+    )
     parser.add_argument("--workdir", type=Path, default=None, help="deployment directory (default: a new temp dir)")
     parser.add_argument("--seed", type=int, default=17)
     parser.add_argument("--out", type=Path, default=RESULTS / "freshness.json")
@@ -75,26 +91,40 @@ def write_config(root: Path, url: str) -> Path:
     """siltlake.toml with the catalog, local roots and Spark on local[2]; every stream, merge, publish and
     reap setting left at its default."""
     path = root / "siltlake.toml"
-    path.write_text("\n".join([
-        'instance_key = "fresh001"',
-        "[catalog]", f"url = {json.dumps(url)}",
-        "[storage]", f"root = {json.dumps(str(root / 'lake'))}",
-        f"staging_root = {json.dumps(str(root / 'staging'))}",
-        "[spark]", 'master = "local[2]"',
-    ]) + "\n")
+    path.write_text(
+        "\n".join(
+            [
+                'instance_key = "fresh001"',
+                "[catalog]",
+                f"url = {json.dumps(url)}",
+                "[storage]",
+                f"root = {json.dumps(str(root / 'lake'))}",
+                f"staging_root = {json.dumps(str(root / 'staging'))}",
+                "[spark]",
+                'master = "local[2]"',
+            ]
+        )
+        + "\n"
+    )
     return path
 
 
 def silt_env(config_path: Path) -> dict[str, str]:
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    return {**os.environ, "SILTLAKE_CONFIG": str(config_path), "PYTHONPATH": path,
-            "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
+    return {
+        **os.environ,
+        "SILTLAKE_CONFIG": str(config_path),
+        "PYTHONPATH": path,
+        "PYTHONUNBUFFERED": "1",
+        "COLUMNS": "200",
+    }
 
 
 def silt(env: dict[str, str], *args: str) -> str:
     """A one-shot `silt` command, run to its end."""
-    done = subprocess.run([sys.executable, "-m", "siltlake.cli", *args], env=env, capture_output=True,
-                          text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "siltlake.cli", *args], env=env, capture_output=True, text=True, timeout=300
+    )
     if done.returncode:
         raise SystemExit(f"silt {' '.join(args)} failed ({done.returncode}):\n{done.stdout}{done.stderr}")
     return done.stdout
@@ -118,8 +148,9 @@ def settings_in_effect(config_path: Path) -> dict:
 def start_silt_run(root: Path, env: dict[str, str]) -> subprocess.Popen:
     """`silt run` in a session of its own (its Spark JVM and workers with it), logging to files."""
     with (root / "run.out").open("ab") as out, (root / "run.err").open("ab") as err:
-        return subprocess.Popen([sys.executable, "-m", "siltlake.cli", "run"], env=env, stdout=out, stderr=err,
-                                start_new_session=True)
+        return subprocess.Popen(
+            [sys.executable, "-m", "siltlake.cli", "run"], env=env, stdout=out, stderr=err, start_new_session=True
+        )
 
 
 def stop_silt_run(proc: subprocess.Popen, timeout: float = 120) -> dict:
@@ -256,87 +287,7 @@ class Observer(threading.Thread):
             self.stop.wait(self.interval)
 
 
-# --------------------------------------------------------------------------------------------------
-# the catalog, read after the run
-
-
-def epoch(naive_utc: object) -> float | None:
-    """Epoch seconds of a naive UTC catalog time (a datetime, or SQLite's text); None for anything else."""
-    if isinstance(naive_utc, str):
-        naive_utc = dt.datetime.fromisoformat(naive_utc)
-    return naive_utc.replace(tzinfo=dt.UTC).timestamp() if isinstance(naive_utc, dt.datetime) else None
-
-
-def catalog_rows(url: str) -> tuple[list, list]:
-    """Every staging object with its small objects, and every partition version (read-only)."""
-    import sqlalchemy as sa
-
-    from siltlake.catalog import schema as s
-
-    so, sm, pv = s.staging_objects, s.small_objects, s.partition_versions
-    engine = sa.create_engine(url)
-    try:
-        with engine.connect() as c:
-            # processed_time as stored: the batched stream commit writes it through CAST(... AS DATETIME),
-            # which SQLite's numeric affinity turns into the year (2026); such a value is left out.
-            objects = c.execute(
-                sa.select(so.c.uri, so.c.receive_time, sa.type_coerce(so.c.processed_time, sa.Text).label("processed"),
-                          sm.c.id.label("small_id"), sm.c.partition_id, sm.c.delayed, sm.c.upload_start_time)
-                .select_from(so.outerjoin(sm, sm.c.staging_object_id == so.c.id))).all()
-            versions = c.execute(
-                sa.select(pv.c.partition_id, pv.c.version, pv.c.table_version, pv.c.commit_op, pv.c.live_watermark,
-                          pv.c.covered_upper, pv.c.created_at).order_by(pv.c.created_at, pv.c.id)).all()
-    finally:
-        engine.dispose()
-    return objects, versions
-
-
-def first_version(versions: list, partition_id: int, object_id: int):  # a Row or None
-    """The earliest version of the partition that shows the object: its watermark or merged bound reaches it
-    (reader_snapshot: manifest objects up to covered_upper, live ones above it up to live_watermark)."""
-    for version in versions:  # in created_at order
-        if version.partition_id == partition_id and max(version.live_watermark or 0,
-                                                        version.covered_upper or 0) >= object_id:
-            return version
-    return None
-
-
-def visibility(puts: list[dict], objects: list, versions: list, seen: dict[int, tuple[float, float]]) -> list[dict]:
-    """Per put object: put, registered, task started, committed, seen by the observer and published (epoch
-    seconds; None when unknown), from its staging row and its small objects (the latest of them, if several)."""
-    by_name: dict[str, list] = {}
-    for row in objects:
-        by_name.setdefault(row.uri.rsplit("/", 1)[-1], []).append(row)
-    found = []
-    for put in puts:
-        rows = by_name.get(put["name"], [])
-        item = {"name": put["name"], "put": put["put"], "registered": None, "started": None, "committed": None,
-                "seen": None,
-                "seen_after": None, "published": None, "published_at": None, "small_ids": [], "delayed": False,
-                "table_version": None}
-        if rows:
-            item["registered"] = epoch(rows[0].receive_time)
-            item["committed"] = epoch(rows[0].processed)
-            smalls = [r for r in rows if r.small_id is not None]
-            if smalls:
-                item["started"] = max(epoch(r.upload_start_time) for r in smalls)
-            item["small_ids"] = [r.small_id for r in smalls]
-            item["delayed"] = any(r.delayed for r in smalls)
-            if smalls and all(r.small_id in seen for r in smalls):
-                item["seen_after"] = max(seen[r.small_id][0] for r in smalls)
-                item["seen"] = max(seen[r.small_id][1] for r in smalls)
-            shown = [first_version(versions, r.partition_id, r.small_id) for r in smalls]
-            if smalls and all(shown):
-                last = max(shown, key=lambda v: v.created_at)
-                item["published"] = epoch(last.created_at)
-                item["published_at"] = last.created_at.isoformat(sep=" ", timespec="seconds")
-                item["table_version"] = max(v.table_version for v in shown)
-        found.append(item)
-    return found
-
-
-def wait_for(condition, timeout: float, proc: subprocess.Popen, root: Path, what: str,
-             every: float = 0.5) -> float:
+def wait_for(condition, timeout: float, proc: subprocess.Popen, root: Path, what: str, every: float = 0.5) -> float:
     """Poll condition() every `every` s; the seconds it took. Fails if `silt run` died or the timeout passed."""
     started = time.monotonic()
     while not condition():
@@ -350,43 +301,6 @@ def wait_for(condition, timeout: float, proc: subprocess.Popen, root: Path, what
 
 # --------------------------------------------------------------------------------------------------
 # figures
-
-
-def percentile(values: list[float], q: float) -> float | None:
-    """Linear interpolation between closest ranks (numpy's default)."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * q / 100
-    low = int(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
-
-
-def summary(values: list[float]) -> dict:
-    figures = {f"p{q}": percentile(values, q) for q in (50, 90, 99)}
-    figures.update({"max": max(values) if values else None, "min": min(values) if values else None,
-                    "mean": sum(values) / len(values) if values else None})
-    return {"count": len(values), **{k: None if v is None else round(v, 3) for k, v in figures.items()}}
-
-
-def spans(items: list[dict], start: str, end: str) -> list[float]:
-    return [item[end] - item[start] for item in items if item[start] is not None and item[end] is not None]
-
-
-def stream_rounds(items: list[dict]) -> list[dict]:
-    """Stream rounds seen from the catalog: the objects registered together (one receive_time each round),
-    with the span to the last of them seen by the observer."""
-    rounds: dict[float, list[dict]] = {}
-    for item in items:
-        if item["registered"] is not None:
-            rounds.setdefault(item["registered"], []).append(item)
-    out = []
-    for registered, members in sorted(rounds.items()):
-        seen = [m["seen"] for m in members if m["seen"] is not None]
-        out.append({"objects": len(members), "registered_to_last_seen_s":
-                    round(max(seen) - registered, 2) if seen else None})
-    return out
 
 
 def cross_check(config_path: Path, items: list[dict], samples: int) -> list[dict]:
@@ -411,39 +325,49 @@ def cross_check(config_path: Path, items: list[dict], samples: int) -> list[dict
             version = item["table_version"]
             wanted = set(item["small_ids"])
             stamps = {row["created_at"] for row in history if row["table_version"] == version}
-            checks.append({
-                "name": item["name"], "table_version": version,
-                "in_version": wanted <= ids(version), "not_in_previous": not (wanted & ids(version - 1)),
-                "history_time": sorted(stamps)[0] if stamps else None,
-                "catalog_time": item["published_at"],
-            })
+            checks.append(
+                {
+                    "name": item["name"],
+                    "table_version": version,
+                    "in_version": wanted <= ids(version),
+                    "not_in_previous": not (wanted & ids(version - 1)),
+                    "history_time": sorted(stamps)[0] if stamps else None,
+                    "catalog_time": item["published_at"],
+                }
+            )
     return checks
 
 
 def print_table(figures: dict, settings: dict, report: dict) -> None:
-    rows = [("put -> visible to current readers (observer, upper)", "put_to_seen"),
-            ("put -> visible to current readers (observer, lower)", "put_to_seen_lower_bound"),
-            ("put -> committed (catalog processed_time)", "put_to_committed"),
-            ("put -> in a published version", "put_to_published"),
-            ("  put -> registered (stream round starts)", "put_to_registered"),
-            ("  registered -> task started (Spark stage)", "registered_to_started"),
-            ("  task started -> seen (task, ordered commit)", "started_to_seen"),
-            ("  committed -> seen by observer", "committed_to_seen"),
-            ("  seen -> in a published version", "seen_to_published")]
-    print(f"\nfreshness of `silt run`, {report['objects_put']} objects at {report['args']['rate']:g}/s for "
-          f"{report['args']['seconds']:g} s, catalog {report['args']['catalog']}, load avg 1m "
-          f"{report['load_avg_1m_before']} -> {report['load_avg_1m_after']} (max {report['load_avg_1m_max']}) "
-          f"on {report['machine']['nproc']} cpus")
+    rows = [
+        ("put -> visible to current readers (observer, upper)", "put_to_seen"),
+        ("put -> visible to current readers (observer, lower)", "put_to_seen_lower_bound"),
+        ("put -> committed (catalog processed_time)", "put_to_committed"),
+        ("put -> in a published version", "put_to_published"),
+        ("  put -> registered (stream round starts)", "put_to_registered"),
+        ("  registered -> task started (Spark stage)", "registered_to_started"),
+        ("  task started -> seen (task, ordered commit)", "started_to_seen"),
+        ("  committed -> seen by observer", "committed_to_seen"),
+        ("  seen -> in a published version", "seen_to_published"),
+    ]
+    print(
+        f"\nfreshness of `silt run`, {report['objects_put']} objects at {report['args']['rate']:g}/s for "
+        f"{report['args']['seconds']:g} s, catalog {report['args']['catalog']}, load avg 1m "
+        f"{report['load_avg_1m_before']} -> {report['load_avg_1m_after']} (max {report['load_avg_1m_max']}) "
+        f"on {report['machine']['nproc']} cpus"
+    )
     print(f"settings: {', '.join(f'{k} = {v}' for k, v in settings.items())}")
     print(f"{'seconds':<54}{'count':>7}{'p50':>8}{'p90':>8}{'p99':>8}{'max':>8}")
     for label, key in rows:
         cells = "".join(f"{v:8.2f}" if v is not None else f"{'-':>8}" for v in map(figures[key].get, QUANTILES))
         print(f"{label:<54}{figures[key]['count']:>7}{cells}")
     target = report["target"]
-    print(f"target p99 < 2 x stream.poll_interval = {target['limit_seconds']} s: current readers "
-          f"{'met' if target['current_readers_met'] else 'NOT met'} (p99 {target['current_readers_p99']} s); "
-          f"published versions {'met' if target['published_met'] else 'NOT met'} "
-          f"(p99 {target['published_p99']} s)")
+    print(
+        f"target p99 < 2 x stream.poll_interval = {target['limit_seconds']} s: current readers "
+        f"{'met' if target['current_readers_met'] else 'NOT met'} (p99 {target['current_readers_p99']} s); "
+        f"published versions {'met' if target['published_met'] else 'NOT met'} "
+        f"(p99 {target['published_p99']} s)"
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -471,15 +395,20 @@ def run(args: argparse.Namespace, root: Path, url: str) -> dict:
         observer.start()
         warmup_seconds = wait_for(lambda: bool(observer.first_seen), 600, proc, root, "warm-up object visible")
         warm_visible = min(end for _, end in observer.first_seen.values()) - warm["put"]
-        print(f"silt run up: warm-up object visible {warm_visible:.1f} s after its put "
-              f"({time.monotonic() - started:.1f} s after the start)", flush=True)
+        print(
+            f"silt run up: warm-up object visible {warm_visible:.1f} s after its put "
+            f"({time.monotonic() - started:.1f} s after the start)",
+            flush=True,
+        )
         with Measure(sample_seconds=1.0) as measured:
             shipper.start()
             while shipper.is_alive():
                 shipper.join(5)
                 loads.append(load_avg_1m())
-                print(f"  shipped {len(shipper.puts)} objects, {len(observer.first_seen) - 1} visible, "
-                      f"load {loads[-1]}", flush=True)
+                print(
+                    f"  shipped {len(shipper.puts)} objects, {len(observer.first_seen) - 1} visible, load {loads[-1]}",
+                    flush=True,
+                )
             if shipper.error:
                 raise shipper.error
             shipped_at = time.monotonic()
@@ -496,10 +425,14 @@ def run(args: argparse.Namespace, root: Path, url: str) -> dict:
                 items = visibility(shipper.puts, objects, versions, observer.first_seen)
                 return all(i["published"] is not None for i in items)
 
-            published_wait = wait_for(all_published, args.timeout, proc, root, "every object in a published version",
-                                      every=2)
-            print(f"all visible {seen_wait} s and published {published_wait} s after the shipper stopped "
-                  f"({time.monotonic() - shipped_at:.1f} s)", flush=True)
+            published_wait = wait_for(
+                all_published, args.timeout, proc, root, "every object in a published version", every=2
+            )
+            print(
+                f"all visible {seen_wait} s and published {published_wait} s after the shipper stopped "
+                f"({time.monotonic() - shipped_at:.1f} s)",
+                flush=True,
+            )
         observer.stop.set()
         observer.join(30)
         stopped = stop_silt_run(proc)
@@ -530,31 +463,50 @@ def run(args: argparse.Namespace, root: Path, url: str) -> dict:
     puts = shipper.puts
     rate = round((len(puts) - 1) / (puts[-1]["put"] - puts[0]["put"]), 2) if len(puts) > 1 else None
     report = {
-        "benchmark": "freshness", "time": utc_stamp(), "machine": machine(), "args": args_record(args),
-        "settings": settings, "objects_put": len(puts),
-        "put_rate_achieved": rate, "object_bytes": summary([p["bytes"] for p in puts]),
+        "benchmark": "freshness",
+        "time": utc_stamp(),
+        "machine": machine(),
+        "args": args_record(args),
+        "settings": settings,
+        "objects_put": len(puts),
+        "put_rate_achieved": rate,
+        "object_bytes": summary([p["bytes"] for p in puts]),
         "records_per_object": summary([p["records"] for p in puts]),
         "shipper_lag_max_s": round(max((p["lag"] for p in puts), default=0), 3),
-        "warmup_seconds": warmup_seconds, "load_avg_1m_before": load_before, "load_avg_1m_after": load_after,
+        "warmup_seconds": warmup_seconds,
+        "load_avg_1m_before": load_before,
+        "load_avg_1m_after": load_after,
         "load_avg_1m_max": max(loads),
         "run": {**stopped, **measured.extra(), "measured_seconds": round(measured.seconds, 1)},
         "latency_seconds": figures,
-        "target": {"limit_seconds": limit, "current_readers_p99": current_p99,
-                   "current_readers_met": current_p99 is not None and current_p99 < limit,
-                   "published_p99": published_p99,
-                   "published_met": published_p99 is not None and published_p99 < limit},
+        "target": {
+            "limit_seconds": limit,
+            "current_readers_p99": current_p99,
+            "current_readers_met": current_p99 is not None and current_p99 < limit,
+            "published_p99": published_p99,
+            "published_met": published_p99 is not None and published_p99 < limit,
+        },
         "never_visible": sum(1 for i in items if i["seen"] is None),
         "never_published": sum(1 for i in items if i["published"] is None),
         "delayed_objects": sum(1 for i in items if i["delayed"]),
         "partitions": len({r.partition_id for r in objects if r.small_id is not None}),  # 2: Tokyo midnight passed
         "commit_time_unreadable": sum(1 for i in items if i["small_ids"] and i["committed"] is None),
-        "seen_before_commit": sum(1 for i in items if i["seen"] is not None and i["committed"] is not None
-                                  and i["seen"] < i["committed"]),
-        "observer": {"reads": observer.reads, "read_seconds": summary(observer.read_seconds),
-                     "errors": len(observer.errors), "first_errors": observer.errors[:3]},
-        "stream_rounds": {"count": len(rounds), "objects": summary([r["objects"] for r in rounds]),
-                          "registered_to_last_seen_s": summary([r["registered_to_last_seen_s"] for r in rounds
-                                                                if r["registered_to_last_seen_s"] is not None])},
+        "seen_before_commit": sum(
+            1 for i in items if i["seen"] is not None and i["committed"] is not None and i["seen"] < i["committed"]
+        ),
+        "observer": {
+            "reads": observer.reads,
+            "read_seconds": summary(observer.read_seconds),
+            "errors": len(observer.errors),
+            "first_errors": observer.errors[:3],
+        },
+        "stream_rounds": {
+            "count": len(rounds),
+            "objects": summary([r["objects"] for r in rounds]),
+            "registered_to_last_seen_s": summary(
+                [r["registered_to_last_seen_s"] for r in rounds if r["registered_to_last_seen_s"] is not None]
+            ),
+        },
         "publish_versions": sum(1 for v in versions),
         "cross_check": cross_check(config_path, items, 5),
     }
@@ -572,17 +524,23 @@ def main() -> None:
     print_table(report["latency_seconds"], report["settings"], report)
     for check in report["cross_check"]:
         ok = check["in_version"] and check["not_in_previous"] and check["history_time"] == check["catalog_time"]
-        print(f"  API check {check['name']}: table version {check['table_version']} "
-              f"({check['history_time']}): {'ok' if ok else 'MISMATCH ' + json.dumps(check)}")
+        print(
+            f"  API check {check['name']}: table version {check['table_version']} "
+            f"({check['history_time']}): {'ok' if ok else 'MISMATCH ' + json.dumps(check)}"
+        )
     rounds = report["stream_rounds"]
-    print(f"stream rounds with shipped objects: {rounds['count']}, objects per round p50 {rounds['objects']['p50']}, "
-          f"registered -> last of them seen p50 {rounds['registered_to_last_seen_s']['p50']} s")
+    print(
+        f"stream rounds with shipped objects: {rounds['count']}, objects per round p50 {rounds['objects']['p50']}, "
+        f"registered -> last of them seen p50 {rounds['registered_to_last_seen_s']['p50']} s"
+    )
     for key in ("never_visible", "never_published", "delayed_objects", "seen_before_commit", "commit_time_unreadable"):
         if report[key]:
             print(f"warning: {key} = {report[key]}")
     if report["commit_time_unreadable"]:
-        print("  (staging_objects.processed_time is not a time in this catalog: the batched stream commit writes "
-              "CAST(... AS DATETIME), which SQLite stores as the year)")
+        print(
+            "  (staging_objects.processed_time is not a time in this catalog: the batched stream commit writes "
+            "CAST(... AS DATETIME), which SQLite stores as the year)"
+        )
     write_report(args.out, report)
 
 

@@ -4,7 +4,7 @@ The contract (docs/design.md, "Hostile input"): a staging object either parses, 
 record is a good row or a bad record naming its line (its item number for MessagePack) and a reason, or
 the whole object is unreadable (UnreadableObject: the stream records it as unknown, commits nothing of
 it). Nothing else escapes, nothing hangs. The load task's side of the contract is in
-tests/test_fuzz_parsers_load.py, which uses the corrupt-bytes generators below. SILTLAKE_FUZZ_EXAMPLES
+tests/test_fuzz_parsers_load.py, corrupt bytes and gzip in tests/test_fuzz_parsers_corrupt.py. SILTLAKE_FUZZ_EXAMPLES
 scales the examples (`make fuzz` runs many more); `--hypothesis-show-statistics` counts the cases and
 the outcomes (the `event`s below).
 """
@@ -17,7 +17,6 @@ import os
 import random
 import re
 import struct
-import zlib
 from pathlib import Path
 from typing import Any
 
@@ -33,17 +32,25 @@ from siltlake.tabledef import TableDef
 from .records_helpers import OneWayStream, TrickleStream
 
 EXAMPLES = int(os.environ.get("SILTLAKE_FUZZ_EXAMPLES", "40"))
-fuzz = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                            HealthCheck.data_too_large])
+fuzz = settings(
+    max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 # A parser that loops fails here instead of stalling CI; each example takes well under 0.5 s.
 pytestmark = pytest.mark.timeout(120 + EXAMPLES // 2)
 
-TABLE = TableDef.from_mapping({"schema": "logs", "name": "events", "time_column": "ts", "columns": [
-    {"name": "ts", "type": "timestamp"},
-    {"name": "n", "type": "bigint"},
-    {"name": "user", "type": "string"},
-    {"name": "payload", "type": "json"},
-]})
+TABLE = TableDef.from_mapping(
+    {
+        "schema": "logs",
+        "name": "events",
+        "time_column": "ts",
+        "columns": [
+            {"name": "ts", "type": "timestamp"},
+            {"name": "n", "type": "bigint"},
+            {"name": "user", "type": "string"},
+            {"name": "payload", "type": "json"},
+        ],
+    }
+)
 TIME = "2024-05-01T12:34:56Z"
 DEPTHS = st.sampled_from([1, 20, 400, 1000, 5000])
 # JSON's decoder gives up near Python's recursion limit, which counts the caller's frames too: depths near
@@ -99,6 +106,10 @@ def packed(value: object) -> bytes:
     return msgpack.packb(value, use_bin_type=True)
 
 
+def gzip_jsonl(count: int) -> bytes:
+    return gzip.compress("".join(json.dumps({"ts": TIME, "n": i}) + "\n" for i in range(count)).encode())
+
+
 # --- JSON lines ---------------------------------------------------------------------------------
 
 # (line text, verdict): "good", "bad", or "either" when the outcome depends on a limit (nesting depth)
@@ -128,10 +139,15 @@ def is_object_line(kind: str, depth: int) -> bool:
 
 
 @fuzz
-@given(st.lists(st.tuples(st.sampled_from(sorted(JSON_LINES)), JSON_DEPTHS), max_size=40),
-       st.sampled_from(["plain", "gzip", "gzip-members", "bom"]), st.integers(1, 16), st.booleans())
-def test_json_lines_every_record_is_good_or_a_named_bad_record(lines: list[tuple[str, int]], packing: str,
-                                                               batch_rows: int, trickle: bool) -> None:
+@given(
+    st.lists(st.tuples(st.sampled_from(sorted(JSON_LINES)), JSON_DEPTHS), max_size=40),
+    st.sampled_from(["plain", "gzip", "gzip-members", "bom"]),
+    st.integers(1, 16),
+    st.booleans(),
+)
+def test_json_lines_every_record_is_good_or_a_named_bad_record(
+    lines: list[tuple[str, int]], packing: str, batch_rows: int, trickle: bool
+) -> None:
     texts, verdicts = [], {}
     for number, (kind, depth) in enumerate(lines, start=1):
         text, verdict = JSON_LINES[kind](number, depth)
@@ -139,8 +155,12 @@ def test_json_lines_every_record_is_good_or_a_named_bad_record(lines: list[tuple
         if verdict is not None:
             verdicts[number] = verdict
     body = "\n".join(texts).encode()
-    data = {"plain": body, "bom": framing.UTF8_BOM + body, "gzip": gzip.compress(body),
-            "gzip-members": b"".join(gzip.compress(line.encode() + b"\n") for line in texts)}[packing]
+    data = {
+        "plain": body,
+        "bom": framing.UTF8_BOM + body,
+        "gzip": gzip.compress(body),
+        "gzip-members": b"".join(gzip.compress(line.encode() + b"\n") for line in texts),
+    }[packing]
     trickle = trickle and "huge" not in {kind for kind, _ in lines}  # 7-byte reads of megabytes: just slow
     if verdicts and not any(is_object_line(kind, depth) for kind, depth in lines):
         with pytest.raises(UnreadableObject, match="not JSON lines"):
@@ -180,20 +200,44 @@ MSGPACK_ITEMS = {
     "good": _mp_good,
     "entry": lambda n, depth: (packed([1714566896, {"n": n}]), "good"),
     "event-time-entry": lambda n, depth: (
-        b"\x92" + ext8(0, struct.pack(">II", 1714566896, 5)) + packed({"n": n}), "good"),
-    "ext-values": lambda n, depth: (packed({"ts": TIME, "n": n, "user": msgpack.ExtType(42, b"\x00\xff"),
-                                           "payload": [b"\x00bin", msgpack.ExtType(7, b"")]}), "good"),
-    "timestamp-ext": lambda n, depth: (msgpack_map([(packed("ts"), ext8(-1, struct.pack(">I", 1714566896))),
-                                                    (packed("n"), packed(n))]), "good"),
+        b"\x92" + ext8(0, struct.pack(">II", 1714566896, 5)) + packed({"n": n}),
+        "good",
+    ),
+    "ext-values": lambda n, depth: (
+        packed(
+            {
+                "ts": TIME,
+                "n": n,
+                "user": msgpack.ExtType(42, b"\x00\xff"),
+                "payload": [b"\x00bin", msgpack.ExtType(7, b"")],
+            }
+        ),
+        "good",
+    ),
+    "timestamp-ext": lambda n, depth: (
+        msgpack_map([(packed("ts"), ext8(-1, struct.pack(">I", 1714566896))), (packed("n"), packed(n))]),
+        "good",
+    ),
     "bad-event-time-length": lambda n, depth: (
-        msgpack_map([(packed("ts"), ext8(0, b"\x01" * (depth % 7))), (packed("n"), packed(n))]), "bad"),
-    "bad-entry-time-length": lambda n, depth: (b"\x92" + ext8(0, b"\x01" * (depth % 7)) + packed({"n": n}),
-                                               "bad"),
+        msgpack_map([(packed("ts"), ext8(0, b"\x01" * (depth % 7))), (packed("n"), packed(n))]),
+        "bad",
+    ),
+    "bad-entry-time-length": lambda n, depth: (b"\x92" + ext8(0, b"\x01" * (depth % 7)) + packed({"n": n}), "bad"),
     "int-keys": lambda n, depth: (packed({1: 2, "ts": TIME, "n": n, b"bin": None}), "good"),
-    "invalid-utf8-str": lambda n, depth: (msgpack_map([(packed("ts"), packed(TIME)), (packed("n"), packed(n)),
-                                                       (packed("user"), b"\xa2\xc3\x28")]), "bad"),
-    "deep-field": lambda n, depth: (msgpack_map([(packed("ts"), packed(TIME)), (packed("n"), packed(n)),
-                                                 (packed("payload"), deep_msgpack(min(depth, 1000)))]), "either"),
+    "invalid-utf8-str": lambda n, depth: (
+        msgpack_map([(packed("ts"), packed(TIME)), (packed("n"), packed(n)), (packed("user"), b"\xa2\xc3\x28")]),
+        "bad",
+    ),
+    "deep-field": lambda n, depth: (
+        msgpack_map(
+            [
+                (packed("ts"), packed(TIME)),
+                (packed("n"), packed(n)),
+                (packed("payload"), deep_msgpack(min(depth, 1000))),
+            ]
+        ),
+        "either",
+    ),
     "deep-item": lambda n, depth: (deep_msgpack(min(depth, 1000)), "bad"),
     "wrong-type": lambda n, depth: (packed({"ts": TIME, "n": "x" * 3}), "bad"),
     "no-time": lambda n, depth: (packed({"n": n}), "bad"),
@@ -205,10 +249,12 @@ MSGPACK_ITEMS = {
 
 
 @fuzz
-@given(st.lists(st.tuples(st.sampled_from(sorted(MSGPACK_ITEMS)), DEPTHS), max_size=30),
-       st.booleans(), st.integers(1, 9))
-def test_msgpack_every_item_is_good_or_a_named_bad_record(items: list[tuple[str, int]], compress: bool,
-                                                          batch_rows: int) -> None:
+@given(
+    st.lists(st.tuples(st.sampled_from(sorted(MSGPACK_ITEMS)), DEPTHS), max_size=30), st.booleans(), st.integers(1, 9)
+)
+def test_msgpack_every_item_is_good_or_a_named_bad_record(
+    items: list[tuple[str, int]], compress: bool, batch_rows: int
+) -> None:
     chunks, verdicts = [], {}
     for index, (kind, depth) in enumerate(items, start=1):
         data, verdict = MSGPACK_ITEMS[kind](index, depth)
@@ -294,10 +340,17 @@ CSV_ROWS = {
 
 
 @fuzz
-@given(st.lists(st.sampled_from(sorted(CSV_ROWS)), max_size=30), st.booleans(), st.booleans(),
-       st.sampled_from(["\n", "\r\n"]), st.booleans(), st.integers(1, 9))
-def test_csv_every_record_is_good_or_a_named_bad_record(kinds: list[str], bom: bool, compress: bool,
-                                                        newline: str, unbalanced_last: bool, batch_rows: int) -> None:
+@given(
+    st.lists(st.sampled_from(sorted(CSV_ROWS)), max_size=30),
+    st.booleans(),
+    st.booleans(),
+    st.sampled_from(["\n", "\r\n"]),
+    st.booleans(),
+    st.integers(1, 9),
+)
+def test_csv_every_record_is_good_or_a_named_bad_record(
+    kinds: list[str], bom: bool, compress: bool, newline: str, unbalanced_last: bool, batch_rows: int
+) -> None:
     lines, expected, line = [CSV_HEADER], {}, 1
     for number, kind in enumerate(kinds, start=1):
         text, verdict = CSV_ROWS[kind](number)
@@ -319,151 +372,17 @@ def test_csv_every_record_is_good_or_a_named_bad_record(kinds: list[str], bom: b
     event(f"{len(good)} good, {len(bad)} bad")
 
 
-@pytest.mark.parametrize(("data", "message"), [
-    (b"ts;n;user\n" + f"{TIME};1;u\n".encode(), "CSV has no header"),
-    (b"ts,n,ts\n", "names 'ts' twice"),
-    (f"{CSV_HEADER}\n{TIME},1,u\n{TIME},2,\xe9\n".encode("latin-1"), "invalid UTF-8 in CSV at line 3"),
-])
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"ts;n;user\n" + f"{TIME};1;u\n".encode(), "CSV has no header"),
+        (b"ts,n,ts\n", "names 'ts' twice"),
+        (f"{CSV_HEADER}\n{TIME},1,u\n{TIME},2,\xe9\n".encode("latin-1"), "invalid UTF-8 in CSV at line 3"),
+    ],
+)
 def test_csv_unreadable_objects(data: bytes, message: str) -> None:
     with pytest.raises(UnreadableObject, match=message):
         parse(data, "x.csv")
-
-
-# --- Corrupt bytes: any mutation of a valid object of any format --------------------------------
-
-
-def valid_object(kind: str, count: int) -> tuple[bytes, str]:
-    records = [{"ts": TIME, "n": i, "user": f"u{i}"} for i in range(count)]
-    if kind == "jsonl":
-        return "".join(json.dumps(r) + "\n" for r in records).encode(), "x.jsonl"
-    if kind == "msgpack":
-        return b"".join(packed(r) for r in records), "x.msgpack"
-    return (CSV_HEADER + "\n" + "".join(f"{TIME},{i},u{i}\n" for i in range(count))).encode(), "x.csv"
-
-
-MUTATIONS = st.one_of(
-    st.tuples(st.just("truncate"), st.floats(0, 1)),
-    st.tuples(st.just("flip"), st.floats(0, 1), st.integers(1, 255)),
-    st.tuples(st.just("insert"), st.floats(0, 1),
-              st.sampled_from([b"\0", b"\0" * 100, b"\xff\xfe", b"\xc3", framing.UTF8_BOM, framing.GZIP_MAGIC,
-                               b"\n", b'"', b"\xdd\xff\xff\xff\xff", b"\xc1"])),
-    st.tuples(st.just("trailer"), st.binary(min_size=1, max_size=40)),
-    st.tuples(st.just("overwrite"), st.floats(0, 1), st.binary(min_size=1, max_size=64)),
-)
-
-
-def mutate(data: bytes, mutation: tuple) -> bytes:
-    where = int(mutation[1] * len(data)) if isinstance(mutation[1], float) else 0
-    if mutation[0] == "truncate":
-        return data[:where]
-    if mutation[0] == "flip":
-        return data[:where] + bytes([data[where] ^ mutation[2]]) + data[where + 1:] if where < len(data) else data
-    if mutation[0] == "insert":
-        return data[:where] + mutation[2] + data[where:]
-    if mutation[0] == "trailer":
-        return data + mutation[1]
-    return data[:where] + mutation[2] + data[where + len(mutation[2]):]
-
-
-@fuzz
-@given(st.sampled_from(["jsonl", "msgpack", "csv"]), st.integers(0, 300), st.booleans(),
-       st.lists(MUTATIONS, min_size=1, max_size=3), st.integers(1, 50))
-def test_corrupted_objects_parse_consistently_or_are_unreadable(kind: str, count: int, compress: bool,
-                                                                mutations: list[tuple], batch_rows: int) -> None:
-    data, key = valid_object(kind, count)
-    if compress:
-        data = gzip.compress(data)
-    for mutation in mutations:
-        data = mutate(data, mutation)
-    parse_or_unreadable(data, key, batch_rows=batch_rows)
-
-
-# --- Gzip: what a corrupt compressed object means -----------------------------------------------
-
-
-def gzip_jsonl(count: int) -> bytes:
-    return gzip.compress("".join(json.dumps({"ts": TIME, "n": i}) + "\n" for i in range(count)).encode())
-
-
-@fuzz
-@given(st.integers(1, 2000), st.data())
-def test_gzip_truncated_anywhere_is_unreadable_naming_the_compressed_bytes(count: int, data: st.DataObject) -> None:
-    whole = gzip_jsonl(count)
-    cut = data.draw(st.integers(len(framing.GZIP_MAGIC), len(whole) - 1))  # one byte is not yet gzip
-    with pytest.raises(UnreadableObject, match=r"(truncated|corrupt) gzip stream .*\d+ compressed bytes"):
-        parse(whole[:cut], "x.jsonl.gz", batch_rows=64)
-
-
-@fuzz
-@given(st.integers(50, 3000), st.floats(0.05, 0.95), st.binary(min_size=8, max_size=64))
-def test_gzip_with_a_corrupt_deflate_block_is_never_partly_loaded(count: int, where: float, junk: bytes) -> None:
-    whole = bytearray(gzip_jsonl(count))
-    start = 10 + int(where * (len(whole) - 18 - len(junk)))  # inside the deflate data, before the trailer
-    if whole[start:start + len(junk)] == junk:
-        return
-    whole[start:start + len(junk)] = junk
-    try:
-        table, bad = parse(bytes(whole), "x.jsonl.gz", batch_rows=64)
-    except UnreadableObject as exc:
-        assert "gzip" in exc.reason or "UTF-8" in exc.reason or "JSON" in exc.reason
-        event("unreadable")
-        return
-    # Deflate can decode corrupted bits into other bytes; the CRC-32 in the trailer then must refuse them.
-    # So reaching here means the junk left the decompressed bytes intact.
-    assert table.column("n").to_pylist() == list(range(count)) and bad == []
-    event("junk did not change the output")
-
-
-def test_gzip_members_padding_and_empty_members_read_whole() -> None:
-    members = [gzip.compress(json.dumps({"ts": TIME, "n": i}).encode() + b"\n") for i in range(300)]
-    data = gzip.compress(b"") + b"".join(members) + gzip.compress(b"") * 50 + b"\0" * 1000
-    table, bad = parse(data, "x.jsonl.gz")
-    assert table.column("n").to_pylist() == list(range(300)) and bad == []
-
-
-@pytest.mark.parametrize(("tail", "message"), [
-    (b"garbage after the member", "corrupt gzip stream within the first"),
-    (framing.GZIP_MAGIC, "truncated gzip stream after"),
-    (b"\0\0\0x", "gzip stream"),
-])
-def test_gzip_trailing_garbage_is_unreadable(tail: bytes, message: str) -> None:
-    with pytest.raises(UnreadableObject, match=message):
-        parse(gzip_jsonl(100) + tail, "x.jsonl.gz")
-
-
-def test_zero_bytes_and_empty_gzip_are_empty_objects() -> None:
-    for data, key in [(b"", "x.jsonl"), (b"", "x.msgpack"), (b"", "x.csv"), (gzip.compress(b""), "x.jsonl.gz")]:
-        assert parse(data, key)[0].num_rows == 0 and parse(data, key)[1] == []
-
-
-# --- Inputs built to loop: a parser that could spin on them would hit the timeout ---------------
-
-
-def stored_empty_blocks(count: int) -> bytes:
-    """A gzip member whose deflate stream is `count` empty stored blocks: input consumed, no output."""
-    empty_block = b"\x00\x00\x00\xff\xff"  # BFINAL=0, stored, LEN=0, NLEN=~0
-    final = b"\x01" + struct.pack("<HH", 0, 0xFFFF)
-    header = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
-    return header + empty_block * count + final + struct.pack("<II", zlib.crc32(b""), 0)
-
-
-@pytest.mark.timeout(60)
-@pytest.mark.parametrize("case", ["empty-stored-blocks", "empty-members", "zero-padding", "nil-items",
-                                  "unclosed-quote", "no-newline", "blank-lines", "trickled-gzip"])
-def test_inputs_that_would_loop_a_careless_parser_end(case: str) -> None:
-    one = json.dumps({"ts": TIME, "n": 1}).encode() + b"\n"
-    data, key, records = {
-        "empty-stored-blocks": (stored_empty_blocks(400_000) + gzip.compress(one), "x.jsonl.gz", 1),
-        "empty-members": (gzip.compress(b"") * 50_000 + gzip.compress(one), "x.jsonl.gz", 1),
-        "zero-padding": (gzip.compress(one) + b"\0" * (8 << 20), "x.jsonl.gz", 1),
-        "nil-items": (packed({"ts": TIME, "n": 1}) + b"\xc0" * 20_000, "x.msgpack", 20_001),
-        "unclosed-quote": ((CSV_HEADER + f'\n{TIME},1,"' + "x," * 2_000_000).encode(), "x.csv", 1),
-        "no-newline": (b" " * (8 << 20) + one, "x.jsonl", 1),
-        "blank-lines": (b"\n" * (4 << 20) + one, "x.jsonl", 1),
-        "trickled-gzip": (gzip.compress(one * 300), "x.jsonl.gz", 300),
-    }[case]
-    table, bad = parse(data, key, batch_rows=4096, trickle=case == "trickled-gzip")
-    assert table.num_rows + len(bad) == records
 
 
 # --- End to end: hostile objects through the real stream driver ----------------------------------
@@ -477,18 +396,25 @@ def test_hostile_objects_through_the_stream_driver(deployment, tmp_path: Path) -
     from siltlake.stream import stream_once
     from siltlake.stream.replay import _as_object, replay_errors
 
-    deployment.catalog.tables.create(TableDef.from_mapping(
-        {**TABLE.model_dump(by_alias=True), "error_policy": "file", "timezone": "UTC"}))
+    deployment.catalog.tables.create(
+        TableDef.from_mapping({**TABLE.model_dump(by_alias=True), "error_policy": "file", "timezone": "UTC"})
+    )
     rng = random.Random(11)
     staged: dict[str, tuple[bytes, int | None]] = {}  # name -> (bytes, input records; None: unreadable)
-    lines = [JSON_LINES[kind](n, rng.choice([1, 400, 5000]))[0] for n, kind in
-             enumerate(rng.choices(sorted(set(JSON_LINES) - {"blank", "huge"}), k=60), start=1)]
+    lines = [
+        JSON_LINES[kind](n, rng.choice([1, 400, 5000]))[0]
+        for n, kind in enumerate(rng.choices(sorted(set(JSON_LINES) - {"blank", "huge"}), k=60), start=1)
+    ]
     staged["mixed.jsonl.gz"] = (gzip.compress("\n".join(lines).encode()), len(lines))
-    items = [MSGPACK_ITEMS[kind](n, rng.choice([1, 400, 1000]))[0] for n, kind in
-             enumerate(rng.choices(sorted(MSGPACK_ITEMS), k=40), start=1)]
+    items = [
+        MSGPACK_ITEMS[kind](n, rng.choice([1, 400, 1000]))[0]
+        for n, kind in enumerate(rng.choices(sorted(MSGPACK_ITEMS), k=40), start=1)
+    ]
     staged["mixed.msgpack"] = (b"".join(items), 40)
-    csv_rows = [CSV_ROWS[kind](n)[0] for n, kind in
-                enumerate(rng.choices(sorted(set(CSV_ROWS) - {"blank", "huge-field"}), k=40), start=1)]
+    csv_rows = [
+        CSV_ROWS[kind](n)[0]
+        for n, kind in enumerate(rng.choices(sorted(set(CSV_ROWS) - {"blank", "huge-field"}), k=40), start=1)
+    ]
     staged["mixed.csv"] = (framing.UTF8_BOM + (CSV_HEADER + "\r\n" + "\r\n".join(csv_rows) + "\r\n").encode(), 40)
     staged["truncated.jsonl.gz"] = (gzip_jsonl(3000)[:-100], None)
     corrupt = bytearray(gzip_jsonl(3000))

@@ -3,8 +3,8 @@
 The contract (docs/design.md, "Hostile input"), as tests/test_fuzz_parsers.py checks it for staging
 objects: a load task reports ok with records_in = loaded + bad records, each bad record in the error file
 naming its line and a reason, or it fails with a reason. Nothing else escapes, nothing hangs. The
-generators of corrupt bytes and the example settings (SILTLAKE_FUZZ_EXAMPLES) are those of
-tests/test_fuzz_parsers.py.
+generators of corrupt bytes are tests/test_fuzz_parsers_corrupt.py's, the example settings
+(SILTLAKE_FUZZ_EXAMPLES) tests/test_fuzz_parsers.py's.
 """
 
 from __future__ import annotations
@@ -22,19 +22,30 @@ from siltlake.load.config import parse_load_config
 from siltlake.load.task import LoadTask, run_load_task
 from siltlake.storage.filesystem import Storage
 
-from .test_fuzz_parsers import EXAMPLES, MUTATIONS, deep_json, fuzz, mutate, packed
+from .test_fuzz_parsers import EXAMPLES, deep_json, fuzz, packed
+from .test_fuzz_parsers_corrupt import MUTATIONS, mutate
 
 # A parser that loops fails here instead of stalling CI; each example takes well under 0.5 s.
 pytestmark = pytest.mark.timeout(120 + EXAMPLES // 2)
 
 # --- Load: the per-file task ----------------------------------------------------------------------
 
-LOAD_COLUMNS = json.dumps([{"name": "time", "type": "timestamp", "nullable": False, "source": None},
-                           {"name": "n", "type": "bigint", "nullable": True, "source": None},
-                           {"name": "name", "type": "string", "nullable": True, "source": None}])
+LOAD_COLUMNS = json.dumps(
+    [
+        {"name": "time", "type": "timestamp", "nullable": False, "source": None},
+        {"name": "n", "type": "bigint", "nullable": True, "source": None},
+        {"name": "name", "type": "string", "nullable": True, "source": None},
+    ]
+)
 LOAD_PARSERS = {
-    "csv": {"type": "csv", "columns": [{"name": "time", "type": "timestamp"}, {"name": "n", "type": "long"},
-                                       {"name": "name", "type": "string"}]},
+    "csv": {
+        "type": "csv",
+        "columns": [
+            {"name": "time", "type": "timestamp"},
+            {"name": "n", "type": "long"},
+            {"name": "name", "type": "string"},
+        ],
+    },
     "jsonl": {"type": "jsonl"},
     "msgpack": {"type": "msgpack"},
 }
@@ -47,14 +58,34 @@ def load_file(tmp_path: Path, name: str, data: bytes, parser: str, exact: bool =
     path.write_bytes(data)
     errors = tmp_path / f"{name}.errors.jsonl"
     decoder = {"line_filter": [{"regex": "^never$", "skip": True}]} if exact else {}
-    config = parse_load_config({"in": {"path": str(path)}, "parser": LOAD_PARSERS[parser], "decoder": decoder,
-                                "out": {"table": "web.x"}, "error": {"type": "file", "path": str(tmp_path)}})
+    config = parse_load_config(
+        {
+            "in": {"path": str(path)},
+            "parser": LOAD_PARSERS[parser],
+            "decoder": decoder,
+            "out": {"table": "web.x"},
+            "error": {"type": "file", "path": str(tmp_path)},
+        }
+    )
     (job,) = config.jobs.values()
-    report = run_load_task(LoadTask(
-        job="main", index=0, uri=path.as_uri(), job_json=job.model_dump_json(by_alias=True, exclude_unset=True),
-        columns_json=LOAD_COLUMNS, time_column="time", timezone="UTC", codec="zstd", run_id=name,
-        lake=Storage(str(tmp_path / "lake")), instance_key="fuzz", error_uri=errors.as_uri(), batch_rows=5,
-        spill_bytes=1 << 20))
+    report = run_load_task(
+        LoadTask(
+            job="main",
+            index=0,
+            uri=path.as_uri(),
+            job_json=job.model_dump_json(by_alias=True, exclude_unset=True),
+            columns_json=LOAD_COLUMNS,
+            time_column="time",
+            timezone="UTC",
+            codec="zstd",
+            run_id=name,
+            lake=Storage(str(tmp_path / "lake")),
+            instance_key="fuzz",
+            error_uri=errors.as_uri(),
+            batch_rows=5,
+            spill_bytes=1 << 20,
+        )
+    )
     report["errors"] = [json.loads(line) for line in errors.read_text().splitlines()] if errors.exists() else []
     if report["status"] == "ok":
         loaded = [pq.read_table(str(tmp_path / "lake" / part["tmp_key"])) for part in report["parts"]]
@@ -86,10 +117,14 @@ def encode_load(parser: str, rows: list[dict]) -> bytes:
 
 
 @fuzz
-@given(st.sampled_from(["csv", "csv-exact", "jsonl", "msgpack"]),
-       st.lists(st.sampled_from(sorted(LOAD_RECORDS)), min_size=1, max_size=25), st.booleans())
-def test_load_tasks_account_for_every_record(tmp_path_factory: pytest.TempPathFactory, parser: str,
-                                             kinds: list[str], compress: bool) -> None:
+@given(
+    st.sampled_from(["csv", "csv-exact", "jsonl", "msgpack"]),
+    st.lists(st.sampled_from(sorted(LOAD_RECORDS)), min_size=1, max_size=25),
+    st.booleans(),
+)
+def test_load_tasks_account_for_every_record(
+    tmp_path_factory: pytest.TempPathFactory, parser: str, kinds: list[str], compress: bool
+) -> None:
     rows, verdicts = [], {}
     for n, kind in enumerate(kinds, start=1):
         row, verdict = LOAD_RECORDS[kind](n)
@@ -97,8 +132,13 @@ def test_load_tasks_account_for_every_record(tmp_path_factory: pytest.TempPathFa
         verdicts[n] = verdict
     kind = parser.removesuffix("-exact")
     data = encode_load(kind, rows)
-    report = load_file(tmp_path_factory.mktemp("load"), f"in.{kind}" + (".gz" if compress else ""),
-                       gzip.compress(data) if compress else data, kind, exact=parser.endswith("-exact"))
+    report = load_file(
+        tmp_path_factory.mktemp("load"),
+        f"in.{kind}" + (".gz" if compress else ""),
+        gzip.compress(data) if compress else data,
+        kind,
+        exact=parser.endswith("-exact"),
+    )
     assert report["status"] == "ok", report.get("reason")
     assert report["records_in"] == len(rows) == report["loaded"] + report["bad_records"]
     assert sorted(report["loaded_n"]) == [n for n, v in verdicts.items() if v == "good"]
@@ -110,19 +150,26 @@ def test_load_tasks_account_for_every_record(tmp_path_factory: pytest.TempPathFa
 # as unraisable; the task then fails with the row named, which is what this test accepts.
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 @fuzz
-@given(st.sampled_from(["csv", "jsonl", "msgpack"]), st.integers(1, 60), st.booleans(),
-       st.lists(MUTATIONS, min_size=1, max_size=3))
+@given(
+    st.sampled_from(["csv", "jsonl", "msgpack"]),
+    st.integers(1, 60),
+    st.booleans(),
+    st.lists(MUTATIONS, min_size=1, max_size=3),
+)
 def test_corrupted_load_files_are_ok_and_consistent_or_fail_with_a_reason(
-        tmp_path_factory: pytest.TempPathFactory, parser: str, count: int, compress: bool,
-        mutations: list[tuple]) -> None:
+    tmp_path_factory: pytest.TempPathFactory, parser: str, count: int, compress: bool, mutations: list[tuple]
+) -> None:
     data = encode_load(parser, [{"time": LOAD_TIME, "n": n, "name": f"n{n}"} for n in range(count)])
     data = gzip.compress(data) if compress else data
     for mutation in mutations:
         data = mutate(data, mutation)
     report = load_file(tmp_path_factory.mktemp("load"), f"in.{parser}", data, parser)
     if report["status"] == "ok":
-        assert report["records_in"] == report["loaded"] + report["bad_records"] == len(report["loaded_n"]) + len(
-            report["errors"])
+        assert (
+            report["records_in"]
+            == report["loaded"] + report["bad_records"]
+            == len(report["loaded_n"]) + len(report["errors"])
+        )
         event("load ok")
     else:
         assert report["status"] == "failed" and report["reason"]
