@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Iceberg commits of a live table over many versions: PyIceberg's own producers against siltlake's
-manifests by year (siltlake/publish/iceberg_manifests.py), side by side on one PyIceberg SQL catalog.
+manifests by year (siltlake/publish/iceberg/manifests.py), side by side on one PyIceberg SQL catalog.
 
 A table of `--days` daily partitions (one file each, its first snapshot in one commit), then `--appends` fast
 appends of one file to today's date (a live table publishing a version a minute), then `--overwrites` overwrites
@@ -26,7 +26,7 @@ from pathlib import Path
 
 from common import brief_machine, load_avg_1m, save_json, utc_stamp
 
-from siltlake.publish import iceberg_manifests
+from siltlake.publish.iceberg import manifests as iceberg_manifests
 
 EPOCH = dt.date(1970, 1, 1)
 

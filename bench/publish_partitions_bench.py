@@ -139,7 +139,8 @@ def run(kind: str, size: int, args, workdir: Path) -> dict:
             record["merge_status"] = timed_status(deployment, args.repeats)
             record["load_avg_1m_after"] = load_avg_1m()
             if args.iceberg:
-                from siltlake.publish.iceberg import IcebergTarget, identifier
+                from siltlake.publish.iceberg.catalog import identifier
+                from siltlake.publish.iceberg.target import IcebergTarget
 
                 kept = IcebergTarget(deployment).load(identifier(deployment, table))
                 record["iceberg_snapshots"] = len(kept.snapshots())

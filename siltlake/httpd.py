@@ -1,5 +1,5 @@
 """The threaded HTTP server hostile clients cannot exhaust, behind the dashboard and /metrics
-(`observe.dashboard`) and `silt iceberg serve` (`publish.iceberg_rest`): docs/design.md, "Hostile input".
+(`observe.dashboard`) and `silt iceberg serve` (`publish.iceberg.rest`): docs/design.md, "Hostile input".
 
 Each connection holds a thread, at most `max_connections` at once. A request's line and headers must arrive within
 `request_timeout` of the moment the server starts waiting for them, however slowly they trickle in: a bound per

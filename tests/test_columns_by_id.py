@@ -18,7 +18,8 @@ from siltlake.errors import CatalogError, DefinitionError
 from siltlake.lake import Lake
 from siltlake.merge import merge_once
 from siltlake.publish import publish_once
-from siltlake.publish.iceberg import open_catalog, snapshot_of_version
+from siltlake.publish.iceberg.catalog import open_catalog
+from siltlake.publish.iceberg.snapshots import snapshot_of_version
 from siltlake.read import sql as spark_sql
 from siltlake.tabledef import TableDef
 

@@ -231,7 +231,7 @@ def test_a_derived_table_reaches_every_reader_and_external_catalog(tmp_path, cat
 
     from siltlake.config import Config
     from siltlake.lake import Lake
-    from siltlake.publish.iceberg import open_catalog
+    from siltlake.publish.iceberg.catalog import open_catalog
 
     from .conftest import make_config
     from .test_external_catalogs import manifest_lines, partition_storage

@@ -18,9 +18,13 @@ import pytest
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.lake import Lake
-from siltlake.publish import iceberg, iceberg_reap, publish_once
-from siltlake.publish.iceberg import VERSION_PROPERTY, open_catalog, snapshot_files, snapshot_of_version
-from siltlake.publish.iceberg_manifests import expire_snapshots
+from siltlake.publish import publish_once
+from siltlake.publish.iceberg import reap as iceberg_reap
+from siltlake.publish.iceberg import target as iceberg_target
+from siltlake.publish.iceberg.catalog import VERSION_PROPERTY, open_catalog
+from siltlake.publish.iceberg.manifests import expire_snapshots
+from siltlake.publish.iceberg.snapshots import snapshot_files, snapshot_of_version
+from siltlake.publish.iceberg.target import IcebergTarget
 from siltlake.reap import reap_once
 
 from .merge_helpers import add_small_objects, rows_for
@@ -80,7 +84,7 @@ def test_two_publish_runs_at_once_commit_each_version_once(deployment: Deploymen
         publish_once(deployment, now=tokyo(DAY, hour))
     deployment.config.publish.targets = ["iceberg"]
 
-    reports = race(monkeypatch, iceberg, "commit_files", lambda own: publish_once(own, now=tokyo(DAY, 15)),
+    reports = race(monkeypatch, iceberg_target, "commit_files", lambda own: publish_once(own, now=tokyo(DAY, 15)),
                    deployment)
     assert not any(isinstance(r, Exception) for r in reports), reports
     assert not any(r.target_errors for r in reports), [r.target_errors for r in reports]
@@ -105,7 +109,7 @@ def test_two_first_publish_runs_at_once_make_the_iceberg_table_once(deployment: 
     publish_once(deployment, now=tokyo(DAY, 12))
     deployment.config.publish.targets = ["iceberg"]
 
-    reports = race(monkeypatch, iceberg.IcebergTarget, "_create",
+    reports = race(monkeypatch, IcebergTarget, "_create",
                    lambda own: publish_once(own, now=tokyo(DAY, 13)), deployment)
     assert not any(isinstance(r, Exception) for r in reports), reports
     assert not any(r.target_errors for r in reports), [r.target_errors for r in reports]
@@ -154,10 +158,10 @@ def test_a_reap_whose_view_another_reap_expired_and_deleted_decides_again(deploy
     merged_after_two_versions(deployment)
     now = utcnow() + dt.timedelta(days=8)
     read, other_done = threading.Event(), threading.Event()
-    original = iceberg.IcebergTarget.load
+    original = IcebergTarget.load
     held = threading.local()
 
-    def load_then_wait(self: iceberg.IcebergTarget, ident: tuple[str, str]) -> Any:  # a table
+    def load_then_wait(self: IcebergTarget, ident: tuple[str, str]) -> Any:  # a table
         table = original(self, ident)
         if getattr(held, "on", False):
             held.on = False
@@ -165,7 +169,7 @@ def test_a_reap_whose_view_another_reap_expired_and_deleted_decides_again(deploy
             assert other_done.wait(60)
         return table
 
-    monkeypatch.setattr(iceberg.IcebergTarget, "load", load_then_wait)
+    monkeypatch.setattr(IcebergTarget, "load", load_then_wait)
     results: list[Any] = []
 
     def reap_b() -> None:

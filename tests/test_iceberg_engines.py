@@ -17,9 +17,10 @@ from siltlake.deployment import Deployment
 from siltlake.errors import VersionOutOfRange
 from siltlake.lake import Lake
 from siltlake.publish import publish_once
-from siltlake.publish.iceberg import open_catalog, snapshot_of_version
-from siltlake.publish.iceberg_deletes import snapshot_deletes
-from siltlake.publish.iceberg_rest import IcebergRestServer
+from siltlake.publish.iceberg.catalog import open_catalog
+from siltlake.publish.iceberg.deletes import snapshot_deletes
+from siltlake.publish.iceberg.rest import IcebergRestServer
+from siltlake.publish.iceberg.snapshots import snapshot_of_version
 
 from .conftest import make_config
 from .merge_helpers import add_small_objects, rows_for

@@ -1,4 +1,4 @@
-"""Why a keyed table's hidden rows are position deletes (siltlake.publish.iceberg_deletes): what the Python engines do
+"""Why a keyed table's hidden rows are position deletes (siltlake.publish.iceberg.deletes): what the Python engines do
 with an equality delete file. siltlake never writes one; this test registers one by hand on a keyed table's snapshot
 (the keys of ten rows): PyIceberg and polars (native and PyIceberg readers) refuse the table, DataFusion through
 pyiceberg-core applies the file."""
@@ -15,9 +15,9 @@ import pytest
 
 from siltlake.deployment import Deployment
 from siltlake.publish import publish_once
-from siltlake.publish.iceberg import open_catalog
-from siltlake.publish.iceberg_deletes import DeleteChange
-from siltlake.publish.iceberg_manifests import EPOCH, commit_files
+from siltlake.publish.iceberg.catalog import open_catalog
+from siltlake.publish.iceberg.deletes import DeleteChange
+from siltlake.publish.iceberg.manifests import EPOCH, commit_files
 
 from .conftest import make_config
 from .merge_helpers import add_small_objects, rows_for

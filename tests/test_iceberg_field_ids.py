@@ -10,7 +10,8 @@ import pytest
 
 from siltlake.deployment import Deployment
 from siltlake.lake import Lake
-from siltlake.publish.iceberg import open_catalog, snapshot_of_version
+from siltlake.publish.iceberg.catalog import open_catalog
+from siltlake.publish.iceberg.snapshots import snapshot_of_version
 from siltlake.tabledef import Column
 
 from .merge_helpers import add_small_objects

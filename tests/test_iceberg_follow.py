@@ -1,5 +1,5 @@
 """An Iceberg snapshot follows its table version at once, and a crash between the two commits loses and doubles
-nothing (siltlake.publish.iceberg_follow).
+nothing (siltlake.publish.iceberg.follow).
 
 Writes outside a publish run (an upsert, a delete) commit their Iceberg snapshots before they return. A real
 process is SIGKILLed between siltlake's catalog commit and the Iceberg commit (of an upsert, and of a publish run),
@@ -25,7 +25,8 @@ from siltlake.deployment import Deployment
 from siltlake.errors import VersionOutOfRange
 from siltlake.lake import Lake
 from siltlake.publish import publish_once
-from siltlake.publish.iceberg import VERSION_PROPERTY, open_catalog, snapshot_of_version, synced_version
+from siltlake.publish.iceberg.catalog import VERSION_PROPERTY, open_catalog
+from siltlake.publish.iceberg.snapshots import snapshot_of_version, synced_version
 
 from .conftest import make_config
 from .merge_helpers import add_small_objects, rows_for
@@ -43,7 +44,8 @@ from siltlake.config import Config
 from siltlake.deployment import Deployment
 from siltlake.errors import VersionOutOfRange
 from siltlake.lake import Lake
-from siltlake.publish import iceberg, publish_once
+from siltlake.publish import publish_once
+from siltlake.publish.iceberg import target as iceberg_target
 
 request = json.load(sys.stdin)
 deployment = Deployment(Config.model_validate(request["config"]))
@@ -52,11 +54,11 @@ def die(*args, **kwargs):
     os.kill(os.getpid(), signal.SIGKILL)
 
 if request["kill"] == "before iceberg":  # siltlake's catalog commit is done; the Iceberg commit not begun
-    iceberg.IcebergTarget.follow = die
-    iceberg.IcebergTarget.sync_partitions = die
+    iceberg_target.IcebergTarget.follow = die
+    iceberg_target.IcebergTarget.sync_partitions = die
 else:  # "after iceberg": the Iceberg commit is done; the writer has not returned
-    committed = iceberg.commit_files
-    iceberg.commit_files = lambda *args, **kwargs: (committed(*args, **kwargs), die())
+    committed = iceberg_target.commit_files
+    iceberg_target.commit_files = lambda *args, **kwargs: (committed(*args, **kwargs), die())
 if request["write"] == "upsert":
     rows = pa.ipc.open_stream(bytes.fromhex(request["rows"])).read_all()
     Lake(deployment).table("web.access").upsert(rows)
@@ -70,7 +72,7 @@ print("not killed")
 def keyed(tmp_path: Path, catalog_url: str) -> Deployment:
     """A keyed web.access published to Iceberg (no Spark: upserts and publish runs need none): 100 rows on DAY. Every
     write runs on the clock, so a snapshot carries its version's time exactly (a version stamped weeks before the
-    table's last change would be moved up to 50 s before it: iceberg_manifests.snapshot_millis)."""
+    table's last change would be moved up to 50 s before it: iceberg.manifests.snapshot_millis)."""
     deployment = Deployment(make_config(tmp_path, catalog_url))
     deployment.config.publish.targets = ["iceberg"]
     deployment.init()

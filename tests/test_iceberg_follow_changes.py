@@ -1,4 +1,4 @@
-"""Schema-change versions reach Iceberg when they return, as every other write's (siltlake.publish.iceberg_follow).
+"""Schema-change versions reach Iceberg when they return, as every other write's (siltlake.publish.iceberg.follow).
 
 Each change made through the table API (add, rename, drop and widen a column, set properties, several at once) and
 `silt table alter-column` is a table version whose snapshot is committed right after the catalog commit, stamped with
@@ -22,7 +22,8 @@ import pytest
 from siltlake.deployment import Deployment
 from siltlake.lake import Lake, Table
 from siltlake.publish import publish_once
-from siltlake.publish.iceberg import VERSION_TIME_PROPERTY, open_catalog, snapshot_of_version, synced_version
+from siltlake.publish.iceberg.catalog import VERSION_TIME_PROPERTY, open_catalog
+from siltlake.publish.iceberg.snapshots import snapshot_of_version, synced_version
 from siltlake.tabledef import PARTITION_COLUMN, Column
 
 from .conftest import make_config
@@ -39,10 +40,10 @@ import json, os, signal, sys
 from siltlake.config import Config
 from siltlake.deployment import Deployment
 from siltlake.lake import Lake
-from siltlake.publish import iceberg
+from siltlake.publish.iceberg import target as iceberg_target
 
 deployment = Deployment(Config.model_validate(json.load(sys.stdin)))
-iceberg.IcebergTarget.follow = lambda *args, **kwargs: os.kill(os.getpid(), signal.SIGKILL)
+iceberg_target.IcebergTarget.follow = lambda *args, **kwargs: os.kill(os.getpid(), signal.SIGKILL)
 Lake(deployment).table("web.access").add_column("referrer", "string")
 print("not killed")
 """

@@ -21,8 +21,9 @@ from siltlake.deployment import Deployment
 from siltlake.lake import Lake
 from siltlake.merge import merge_once
 from siltlake.publish import publish_once
-from siltlake.publish.iceberg import open_catalog, snapshot_files, snapshot_of_version
-from siltlake.publish.iceberg_deletes import snapshot_deletes, target_of
+from siltlake.publish.iceberg.catalog import open_catalog
+from siltlake.publish.iceberg.deletes import snapshot_deletes, target_of
+from siltlake.publish.iceberg.snapshots import snapshot_files, snapshot_of_version
 from siltlake.records.keyed import DELETE_MARKER
 from siltlake.write.update import delete_rows
 
@@ -182,7 +183,7 @@ def describe(version: int, shape: str, reader: str, found: Counter, expected: Co
 
 def duckdb_readers(deployment: Deployment, versions: list[int]) -> list[str]:
     """DuckDB's iceberg_scan and a REST catalog ATTACHed, by snapshot id and by snapshot time."""
-    from siltlake.publish.iceberg_rest import IcebergRestServer
+    from siltlake.publish.iceberg.rest import IcebergRestServer
 
     from .duckdb_iceberg_runner import run_queries
 

@@ -1,5 +1,5 @@
 """The Iceberg target's manifests hold one year of `dt` each, so a commit costs the years it changes
-(siltlake/publish/iceberg_manifests.py)."""
+(siltlake/publish/iceberg/manifests.py)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import pytest
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.lake import Lake
-from siltlake.publish import iceberg_manifests
-from siltlake.publish.iceberg import open_catalog
-from siltlake.publish.iceberg_manifests import day_bounds
+from siltlake.publish.iceberg import manifests as iceberg_manifests
+from siltlake.publish.iceberg.catalog import open_catalog
+from siltlake.publish.iceberg.manifests import day_bounds
 from siltlake.reap import reap_once
 from siltlake.write.update import delete_rows
 

@@ -31,7 +31,8 @@ from siltlake.deployment import Deployment
 from siltlake.lake import Lake
 from siltlake.merge import merge_once
 from siltlake.publish import publish_once
-from siltlake.publish.iceberg import VERSION_HINT, open_catalog, snapshot_files, snapshot_of_version
+from siltlake.publish.iceberg.catalog import VERSION_HINT, open_catalog
+from siltlake.publish.iceberg.snapshots import snapshot_files, snapshot_of_version
 from siltlake.reap import reap_once
 from siltlake.tabledef import FIELD_ID_KEY
 from siltlake.write.update import delete_rows
@@ -188,7 +189,7 @@ def duckdb_disagreements(deployment: Deployment, versions: list[int]) -> list[st
     """DuckDB's answers (in the readers venv) to each query shape at each version: `iceberg_scan` of the current
     metadata file at the version's snapshot, and the table of the REST catalog (what `silt iceberg serve` runs)
     ATTACHed, at the version's snapshot id and at its snapshot time."""
-    from siltlake.publish.iceberg_rest import IcebergRestServer
+    from siltlake.publish.iceberg.rest import IcebergRestServer
 
     from .duckdb_iceberg_runner import run_queries
 
@@ -413,7 +414,7 @@ def test_engines_read_renamed_and_dropped_columns_by_field_id_at_every_version(d
     by the engines, whose snapshot carries that schema: the same columns, compared under the names they have now),
     a dropped column's data never under the new one; a filter on the renamed column with a dt filter returns the
     same rows."""
-    from siltlake.publish.iceberg_rest import IcebergRestServer
+    from siltlake.publish.iceberg.rest import IcebergRestServer
 
     from .duckdb_iceberg_runner import run_queries
 
@@ -527,7 +528,7 @@ def test_the_rest_catalog_serves_the_same_tables_and_snapshots_read_only(deploym
     from pyiceberg.catalog.rest import RestCatalog
     from pyiceberg.exceptions import ForbiddenError, NoSuchTableError, RESTError
 
-    from siltlake.publish.iceberg_rest import IcebergRestServer
+    from siltlake.publish.iceberg.rest import IcebergRestServer
 
     deployment.config.publish.targets = ["iceberg"]
     record = make_table(deployment)

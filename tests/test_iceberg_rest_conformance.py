@@ -26,8 +26,9 @@ from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.lake import Lake
 from siltlake.publish import publish_once
-from siltlake.publish.iceberg import lake_key, open_catalog, snapshot_of_version
-from siltlake.publish.iceberg_rest import SERVED, IcebergRestServer
+from siltlake.publish.iceberg.catalog import lake_key, open_catalog
+from siltlake.publish.iceberg.rest import SERVED, IcebergRestServer
+from siltlake.publish.iceberg.snapshots import snapshot_of_version
 from siltlake.reap import reap_once
 
 from .conftest import make_config

@@ -17,8 +17,8 @@ import pytest
 
 from siltlake.deployment import Deployment
 from siltlake.httpd import MAX_CONNECTIONS
-from siltlake.publish.iceberg import open_catalog
-from siltlake.publish.iceberg_rest import IcebergRestServer
+from siltlake.publish.iceberg.catalog import open_catalog
+from siltlake.publish.iceberg.rest import IcebergRestServer
 
 from .conftest import make_config
 from .processes import wait_until
@@ -86,7 +86,7 @@ def test_a_failure_is_answered_in_user_terms_and_its_details_logged(iceberg_depl
         database.execute("DROP TABLE iceberg_tables")
     server = IcebergRestServer(iceberg_deployment, "127.0.0.1", 0).start()
     try:
-        with caplog.at_level(logging.WARNING, logger="siltlake.publish.iceberg_rest"), \
+        with caplog.at_level(logging.WARNING, logger="siltlake.publish.iceberg.rest"), \
                 pytest.raises(urllib.error.HTTPError) as failed:
             urllib.request.urlopen(f"{server.url}/v1/namespaces", timeout=10)
     finally:

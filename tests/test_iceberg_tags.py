@@ -14,7 +14,8 @@ import pytest
 from siltlake.deployment import Deployment
 from siltlake.lake import Lake
 from siltlake.publish import publish_once
-from siltlake.publish.iceberg import open_catalog, snapshot_of_version
+from siltlake.publish.iceberg.catalog import open_catalog
+from siltlake.publish.iceberg.snapshots import snapshot_of_version
 
 from .conftest import make_config
 from .test_iceberg_follow_changes import times

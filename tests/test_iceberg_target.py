@@ -22,14 +22,9 @@ from siltlake.deployment import Deployment
 from siltlake.lake import Lake
 from siltlake.merge import merge_once
 from siltlake.publish import publish_once
-from siltlake.publish.iceberg import (
-    RUN_PROPERTY,
-    VERSION_PROPERTY,
-    IcebergTarget,
-    open_catalog,
-    snapshot_files,
-    snapshot_of_version,
-)
+from siltlake.publish.iceberg.catalog import RUN_PROPERTY, VERSION_PROPERTY, open_catalog
+from siltlake.publish.iceberg.snapshots import snapshot_files, snapshot_of_version
+from siltlake.publish.iceberg.target import IcebergTarget
 from siltlake.reap import reap_once
 from siltlake.write.update import delete_rows
 
@@ -358,7 +353,7 @@ def test_the_reading_pyiceberg_example_runs(deployment: Deployment, monkeypatch,
 def test_iceberg_settings_are_checked_and_name_the_catalog(tmp_path: Path) -> None:
     from siltlake.config import load_config
     from siltlake.errors import ConfigError
-    from siltlake.publish.iceberg import catalog_uri
+    from siltlake.publish.iceberg.catalog import catalog_uri
 
     with pytest.raises(ConfigError, match=r"publish\.iceberg\.catalog_url.*'mysql://db/x' must be a sqlite:///, "
                                           r"postgresql:// \(SQL catalog\) or http\(s\):// \(REST catalog\) URL"):

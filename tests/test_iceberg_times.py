@@ -12,8 +12,8 @@ import pyarrow as pa
 from siltlake.deployment import Deployment
 from siltlake.lake import Lake
 from siltlake.publish import publish_once
-from siltlake.publish.iceberg import VERSION_PROPERTY, VERSION_TIME_PROPERTY, open_catalog
-from siltlake.publish.iceberg_manifests import snapshot_millis
+from siltlake.publish.iceberg.catalog import VERSION_PROPERTY, VERSION_TIME_PROPERTY, open_catalog
+from siltlake.publish.iceberg.manifests import snapshot_millis
 
 from .test_append_arrow import times
 

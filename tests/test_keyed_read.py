@@ -22,7 +22,7 @@ from siltlake.lake import Lake
 from siltlake.merge import merge_once
 from siltlake.publish import publish_once
 from siltlake.publish.hive import HiveTarget
-from siltlake.publish.iceberg import open_catalog
+from siltlake.publish.iceberg.catalog import open_catalog
 from siltlake.read import sql as read_sql
 from siltlake.read import table as read_table
 from siltlake.stream import stream_once

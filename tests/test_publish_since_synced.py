@@ -18,7 +18,8 @@ from siltlake.lake import Lake
 from siltlake.merge import merge_once
 from siltlake.publish import publish_once
 from siltlake.publish.hive import HiveTarget
-from siltlake.publish.iceberg import VERSION_PROPERTY, IcebergTarget, identifier, open_catalog
+from siltlake.publish.iceberg.catalog import VERSION_PROPERTY, identifier, open_catalog
+from siltlake.publish.iceberg.target import IcebergTarget
 from siltlake.reap import reap_once
 from siltlake.storage.keys import symlink_directory
 

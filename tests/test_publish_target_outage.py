@@ -8,7 +8,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from siltlake.deployment import Deployment
-from siltlake.publish.iceberg import IcebergTarget
+from siltlake.publish.iceberg.target import IcebergTarget
 from siltlake.tabledef import TableDef
 
 from .conftest import ACCESS_TABLE, PG_ADMIN_URL

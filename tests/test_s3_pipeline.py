@@ -184,7 +184,7 @@ def test_bad_records_land_on_s3_and_replay(s3_deployment: Deployment) -> None:
 
 
 def test_the_iceberg_target_writes_its_metadata_on_s3_and_pyiceberg_reads_it(s3_deployment: Deployment) -> None:
-    from siltlake.publish.iceberg import identifier, open_catalog
+    from siltlake.publish.iceberg.catalog import identifier, open_catalog
 
     deployment = s3_deployment
     deployment.config.publish.targets = ["iceberg"]

@@ -144,7 +144,8 @@ def test_maintenance_compacts_and_expires_one_table(deployment: Deployment) -> N
 
 
 def test_an_iceberg_engine_reads_a_batched_alter_as_siltlake_does(deployment: Deployment) -> None:
-    from siltlake.publish.iceberg import open_catalog, snapshot_of_version
+    from siltlake.publish.iceberg.catalog import open_catalog
+    from siltlake.publish.iceberg.snapshots import snapshot_of_version
 
     deployment.config.publish.targets = ["iceberg"]
     record = make_table(deployment)

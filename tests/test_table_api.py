@@ -26,7 +26,8 @@ from siltlake.errors import SiltError
 from siltlake.lake import Lake
 from siltlake.merge import merge_once
 from siltlake.publish import publish_once
-from siltlake.publish.iceberg import RUN_PROPERTY, open_catalog, snapshot_of_version
+from siltlake.publish.iceberg.catalog import RUN_PROPERTY, open_catalog
+from siltlake.publish.iceberg.snapshots import snapshot_of_version
 from siltlake.publish.runner import _write_live_manifests
 from siltlake.read import sql as read_sql
 from siltlake.read import table as read_table

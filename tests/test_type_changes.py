@@ -19,7 +19,7 @@ from siltlake.deployment import Deployment
 from siltlake.errors import CatalogError, DefinitionError
 from siltlake.lake import Lake
 from siltlake.publish import publish_once
-from siltlake.publish.iceberg import open_catalog
+from siltlake.publish.iceberg.catalog import open_catalog
 from siltlake.read import sql as spark_sql
 from siltlake.records.retype import REASON, ColumnConverter
 from siltlake.stream import stream_once

@@ -25,7 +25,7 @@ def iceberg_group() -> None:
 def serve(context: click.Context, bind: str, port: int) -> None:
     """Serve the Iceberg tables and snapshots as a read-only Iceberg REST catalog (Trino, Spark, DuckDB and
     PyIceberg attach it with no access to siltlake's catalog database); Ctrl-C stops."""
-    from siltlake.publish.iceberg_rest import IcebergRestServer
+    from siltlake.publish.iceberg.rest import IcebergRestServer
 
     server = IcebergRestServer(deployment_of(context), bind, port).start()
     stop = threading.Event()

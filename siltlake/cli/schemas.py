@@ -31,7 +31,7 @@ def schema_set(context: click.Context, schema: str, assignments: tuple[str, ...]
     deployment = deployment_of(context)
     changed, tables = deployment.catalog.tables.set_schema(schema, assignments, dry_run=dry_run)
     if not dry_run:
-        from siltlake.publish.iceberg_follow import follow
+        from siltlake.publish.iceberg.follow import follow
 
         for name, _ in tables:  # each version's Iceberg snapshot at once, as a table's own change
             follow(deployment, deployment.catalog.tables.get(name))

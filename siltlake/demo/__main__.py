@@ -228,7 +228,7 @@ def engine_counts(deployment: Any) -> dict[str, int]:  # a Deployment
     import duckdb
 
     from siltlake.lake import Lake
-    from siltlake.publish.iceberg import open_catalog
+    from siltlake.publish.iceberg.catalog import open_catalog
     from siltlake.read import table
 
     handle = Lake(deployment).table("web.access")

@@ -39,7 +39,7 @@ def _hive(deployment: Deployment) -> PublishTarget:
 
 
 def _iceberg(deployment: Deployment) -> PublishTarget:
-    from siltlake.publish.iceberg import IcebergTarget
+    from siltlake.publish.iceberg.target import IcebergTarget
 
     return IcebergTarget(deployment)
 

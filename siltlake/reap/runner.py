@@ -191,7 +191,7 @@ def reap_once(
         report.reasons["ttl"].rows = len(plan.ttl_partitions)
         report.reasons["dropped"].rows = len(plan.dropped_tables)
         if "iceberg" in deployment.config.publish.targets:  # before any snapshot expires: a real run may free more
-            from siltlake.publish.iceberg_reap import needed_keys
+            from siltlake.publish.iceberg.reap import needed_keys
 
             _count_iceberg(
                 report,
@@ -210,7 +210,7 @@ def reap_once(
     # 3b. Iceberg: no snapshot may list an object about to go (expire those snapshots first).
     iceberg = "iceberg" in deployment.config.publish.targets
     if iceberg:
-        from siltlake.publish.iceberg_reap import reap_iceberg
+        from siltlake.publish.iceberg.reap import reap_iceberg
 
         records = catalog.tables.list()
         reap_iceberg(deployment, records, {info.key for infos in plan.keys.values() for info in infos}, {})
@@ -309,7 +309,7 @@ def _reap_iceberg_metadata(
 ) -> None:
     """Expire the Iceberg snapshots of table versions reaped above, then delete the Iceberg metadata no
     remaining snapshot needs (older than the grace period: a publish run may be committing the newest)."""
-    from siltlake.publish.iceberg_reap import reap_iceberg
+    from siltlake.publish.iceberg.reap import reap_iceberg
 
     catalog = deployment.catalog
     records = catalog.tables.list()

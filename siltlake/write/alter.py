@@ -89,7 +89,7 @@ class TableAlter:
         if self._on_commit is not None and not self.dry_run:
             self._on_commit(record)
         if self.change is not None and not self.dry_run:
-            from siltlake.publish.iceberg_follow import follow
+            from siltlake.publish.iceberg.follow import follow
 
             follow(self._deployment, record)  # its Iceberg snapshot, at once, as every write's
         return self.change

@@ -17,7 +17,7 @@ from siltlake.catalog import TableRecord
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.errors import CatalogError
-from siltlake.publish.iceberg_follow import follow
+from siltlake.publish.iceberg.follow import follow
 from siltlake.records.retype import REASON, RECORD, ColumnConverter
 from siltlake.storage.keys import update_label
 from siltlake.tabledef import TableDef, needs_rewrite, parse_type

@@ -288,7 +288,7 @@ class PreparedUpdates:
             # (Any other failure may have come after the commit; reap deletes what no version names.)
             self.discard()
             raise
-        from siltlake.publish.iceberg_follow import follow
+        from siltlake.publish.iceberg.follow import follow
 
         follow(self.updates[0].deployment, self.updates[0].record)  # its Iceberg snapshot, at once
         published = {v.partition_id: v for v in versions}

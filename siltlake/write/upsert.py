@@ -193,7 +193,7 @@ class PreparedUpsert:
 
     def commit(self) -> UpsertReport:
         """Publish; a concurrent attempt with the same request id that committed first makes this one a no-op."""
-        from siltlake.publish.iceberg_follow import follow
+        from siltlake.publish.iceberg.follow import follow
         from siltlake.stream.commit import commit_parts
         from siltlake.write.requests import applied_before
 

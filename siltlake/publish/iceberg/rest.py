@@ -21,7 +21,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from siltlake.httpd import MAX_CONNECTIONS, REQUEST_TIMEOUT, BoundedHandler, BoundedServer
 from siltlake.logs import event
-from siltlake.publish.iceberg import open_catalog
+from siltlake.publish.iceberg.catalog import open_catalog
 
 if TYPE_CHECKING:
     from siltlake.deployment import Deployment
@@ -84,9 +84,12 @@ class _Handler(BoundedHandler):
         except Exception as exc:  # one failed request must not end the server
             # The exception may carry the catalog's SQL and its parameters: they go to the log, not to the client.
             reference = self.failed(exc)
-            self._error(503, "ServiceUnavailableException",
-                        f"siltlake could not read the Iceberg catalog to {self.reading}; the server's log says why "
-                        f"(iceberg_rest.failed reference={reference})")
+            self._error(
+                503,
+                "ServiceUnavailableException",
+                f"siltlake could not read the Iceberg catalog to {self.reading}; the server's log says why "
+                f"(iceberg_rest.failed reference={reference})",
+            )
 
     do_GET = do_HEAD = do_POST = do_PUT = do_DELETE = do_PATCH = _handle  # http.server's names
 
@@ -110,16 +113,25 @@ class _Handler(BoundedHandler):
                 return self._metrics(namespace, tail[1])
             if len(tail) == 3 and tail[0] == "tables" and tail[2] in PLANNING and method == "POST":
                 self.read_body(MAX_BODY)
-                raise Answer(406, "UnsupportedOperationException",
-                             "siltlake's Iceberg REST catalog does not plan scans: plan in the client "
-                             "(it reads the table's metadata and manifests from the lake)")
+                raise Answer(
+                    406,
+                    "UnsupportedOperationException",
+                    "siltlake's Iceberg REST catalog does not plan scans: plan in the client "
+                    "(it reads the table's metadata and manifests from the lake)",
+                )
         if not reads:
             self.read_body(MAX_BODY)  # before answering: a client still sending would see its connection reset
-            raise Answer(403, "ForbiddenException",
-                         f"siltlake's Iceberg REST catalog is read-only: {method} {urlsplit(self.path).path} is "
-                         "refused; tables change only through siltlake (its publish runs commit the snapshots)")
-        raise Answer(404, "NoSuchEndpointException",
-                     f"no endpoint {method} {urlsplit(self.path).path}; this catalog serves: {', '.join(SERVED)}")
+            raise Answer(
+                403,
+                "ForbiddenException",
+                f"siltlake's Iceberg REST catalog is read-only: {method} {urlsplit(self.path).path} is "
+                "refused; tables change only through siltlake (its publish runs commit the snapshots)",
+            )
+        raise Answer(
+            404,
+            "NoSuchEndpointException",
+            f"no endpoint {method} {urlsplit(self.path).path}; this catalog serves: {', '.join(SERVED)}",
+        )
 
     def _namespaces(self, query: dict[str, str]) -> dict[str, Any]:
         from pyiceberg.exceptions import NoSuchNamespaceError
@@ -170,33 +182,52 @@ class _Handler(BoundedHandler):
 
     def _table(self, namespace: tuple[str, ...], name: str, query: dict[str, str]) -> None:
         if query.get("snapshots", "all") not in ("all", "refs"):
-            raise Answer(400, "BadRequestException",
-                         f"snapshots={query['snapshots']!r}: the spec allows 'all' or 'refs'")
+            raise Answer(
+                400, "BadRequestException", f"snapshots={query['snapshots']!r}: the spec allows 'all' or 'refs'"
+            )
         table = self._load(namespace, name)
         if self.command == "HEAD":
             return self._send(204, None)
         etag = etag_of(table.metadata_location)
         if _matches(self.headers.get("If-None-Match"), etag):
             return self._send(304, None, [("ETag", etag)])
-        return self._send(200, {"metadata-location": table.metadata_location,
-                                "metadata": json.loads(table.metadata.model_dump_json()), "config": {}},
-                          [("ETag", etag)])
+        return self._send(
+            200,
+            {
+                "metadata-location": table.metadata_location,
+                "metadata": json.loads(table.metadata.model_dump_json()),
+                "config": {},
+            },
+            [("ETag", etag)],
+        )
 
     def _metrics(self, namespace: tuple[str, ...], name: str) -> None:
         body = self.read_body(MAX_BODY)
         if body is None:
-            raise Answer(400, "BadRequestException",
-                         f"a metrics report must come whole with its Content-Length, at most {MAX_BODY} bytes")
+            raise Answer(
+                400,
+                "BadRequestException",
+                f"a metrics report must come whole with its Content-Length, at most {MAX_BODY} bytes",
+            )
         try:
             report = json.loads(body)
         except ValueError as exc:
             raise Answer(400, "BadRequestException", f"the metrics report is not JSON: {exc}") from None
         if not isinstance(report, dict) or not isinstance(report.get("report-type"), str):
-            raise Answer(400, "BadRequestException",
-                         "a metrics report is a JSON object with a 'report-type' (scan-report or commit-report)")
+            raise Answer(
+                400,
+                "BadRequestException",
+                "a metrics report is a JSON object with a 'report-type' (scan-report or commit-report)",
+            )
         self._load(namespace, name)
-        event(log, "iceberg_rest.metrics", logging.DEBUG, table=".".join((*namespace, name)),
-              report_type=report["report-type"], client=self.client_address[0])
+        event(
+            log,
+            "iceberg_rest.metrics",
+            logging.DEBUG,
+            table=".".join((*namespace, name)),
+            report_type=report["report-type"],
+            client=self.client_address[0],
+        )
         return self._send(204, None)
 
 
@@ -212,7 +243,7 @@ def _page(items: list[Any], key: Callable[[Any], str], query: dict[str, str]) ->
         raise Answer(400, "BadRequestException", f"pageSize={size!r}: a positive integer is expected")
     after = query["pageToken"]
     rest = [item for item in items if key(item) > after] if after else items
-    page = rest[:int(size)] if size else rest
+    page = rest[: int(size)] if size else rest
     more = len(page) < len(rest)
     return page, {"next-page-token": key(page[-1]) if more else None}
 
@@ -224,11 +255,28 @@ class IcebergRestServer(BoundedServer):
     log = log  # the events under this module's logger
     event_prefix = "iceberg_rest"
     thread_name = "silt-iceberg-rest"
-    busy = (json.dumps({"error": {"message": "busy: too many open connections", "type": "ServiceUnavailableException",
-                                  "code": 503}}).encode(), "application/json")
+    busy = (
+        json.dumps(
+            {
+                "error": {
+                    "message": "busy: too many open connections",
+                    "type": "ServiceUnavailableException",
+                    "code": 503,
+                }
+            }
+        ).encode(),
+        "application/json",
+    )
 
-    def __init__(self, deployment: Deployment, host: str = "127.0.0.1", port: int = 8181, *,
-                 max_connections: int = MAX_CONNECTIONS, request_timeout: float = REQUEST_TIMEOUT) -> None:
+    def __init__(
+        self,
+        deployment: Deployment,
+        host: str = "127.0.0.1",
+        port: int = 8181,
+        *,
+        max_connections: int = MAX_CONNECTIONS,
+        request_timeout: float = REQUEST_TIMEOUT,
+    ) -> None:
         self.deployment = deployment
         super().__init__((host, port), _Handler, max_connections=max_connections, request_timeout=request_timeout)
 

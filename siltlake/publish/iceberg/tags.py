@@ -19,11 +19,20 @@ def tag_refs(table: IcebergTable, wanted: Mapping[str, int], removed: Mapping[st
     from pyiceberg.table.refs import SnapshotRefType
 
     refs = table.metadata.refs
-    made = {name: snapshot_id for name, snapshot_id in wanted.items()
-            if (ref := refs.get(name)) is None or (ref.snapshot_ref_type == SnapshotRefType.TAG and
-                                                  ref.snapshot_id != snapshot_id)}
-    gone = [name for name, snapshot_id in removed.items() if name not in wanted and (ref := refs.get(name)) is not
-            None and ref.snapshot_ref_type == SnapshotRefType.TAG and ref.snapshot_id == snapshot_id]
+    made = {
+        name: snapshot_id
+        for name, snapshot_id in wanted.items()
+        if (ref := refs.get(name)) is None
+        or (ref.snapshot_ref_type == SnapshotRefType.TAG and ref.snapshot_id != snapshot_id)
+    }
+    gone = [
+        name
+        for name, snapshot_id in removed.items()
+        if name not in wanted
+        and (ref := refs.get(name)) is not None
+        and ref.snapshot_ref_type == SnapshotRefType.TAG
+        and ref.snapshot_id == snapshot_id
+    ]
     if not made and not gone:
         return []
     with table.manage_snapshots() as refs_update:
@@ -33,6 +42,10 @@ def tag_refs(table: IcebergTable, wanted: Mapping[str, int], removed: Mapping[st
             # A tag moved (`move=True`) is set again: the update asserts the snapshot it headed, as a removal does.
             refs_update.create_tag(snapshot_id, name)
     ident = ".".join(table.name())
-    return [*(f"ALTER TABLE {ident} DROP TAG {name}" for name in gone),
-            *(f"ALTER TABLE {ident} CREATE OR REPLACE TAG {name} AS OF VERSION {snapshot_id}"
-              for name, snapshot_id in made.items())]
+    return [
+        *(f"ALTER TABLE {ident} DROP TAG {name}" for name in gone),
+        *(
+            f"ALTER TABLE {ident} CREATE OR REPLACE TAG {name} AS OF VERSION {snapshot_id}"
+            for name, snapshot_id in made.items()
+        ),
+    ]

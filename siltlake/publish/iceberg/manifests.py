@@ -47,8 +47,10 @@ def day_bounds(manifest: Any) -> DayBounds | None:  # a pyiceberg ManifestFile
         return None
     # Iceberg's single-value form of a date: days as a 4-byte little-endian int (read here without PyIceberg's
     # generic conversion, which cost more than the rest of a commit's look at a few hundred manifests).
-    return DayBounds(first=int.from_bytes(summary.lower_bound, "little", signed=True),
-                     last=int.from_bytes(summary.upper_bound, "little", signed=True))
+    return DayBounds(
+        first=int.from_bytes(summary.lower_bound, "little", signed=True),
+        last=int.from_bytes(summary.upper_bound, "little", signed=True),
+    )
 
 
 def _year(day: int | None) -> int | None:
@@ -78,14 +80,22 @@ def by_year(producer: Any, manifests: list[Any]) -> list[Any]:  # a pyiceberg sn
 
     this = producer.snapshot_id
     others = [m for m in manifests if m.content != ManifestContent.DATA]
-    data = [m for m in manifests if m.content == ManifestContent.DATA and
-            (m.added_snapshot_id == this or m.has_added_files() or m.has_existing_files())]
+    data = [
+        m
+        for m in manifests
+        if m.content == ManifestContent.DATA
+        and (m.added_snapshot_id == this or m.has_added_files() or m.has_existing_files())
+    ]
     spans = {m.manifest_path: _years(m) for m in data}
     # This commit's manifests of live files are split by year; one of only the files it deletes is not (the
     # next commit drops it).
-    rewrite = {m.manifest_path for m in data if m.added_snapshot_id == this and
-               (m.has_added_files() or m.has_existing_files()) and
-               (spans[m.manifest_path][0] != spans[m.manifest_path][1] or spans[m.manifest_path][0] is None)}
+    rewrite = {
+        m.manifest_path
+        for m in data
+        if m.added_snapshot_id == this
+        and (m.has_added_files() or m.has_existing_files())
+        and (spans[m.manifest_path][0] != spans[m.manifest_path][1] or spans[m.manifest_path][0] is None)
+    }
     touched = {spans[m.manifest_path][0] for m in data if m.added_snapshot_id == this} - {None}
     in_year: dict[tuple[int, int], list[Any]] = defaultdict(list)
     for m in data:
@@ -120,16 +130,24 @@ def by_year(producer: Any, manifests: list[Any]) -> list[Any]:  # a pyiceberg sn
     return [*written, *(m for m in data if m.manifest_path not in rewrite), *others]
 
 
-def commit_files(table: IcebergTable, removed: Sequence[Any], added: Sequence[Any],
-                 summary: dict[str, str], retention: float | None = None, schema: Any = None,
-                 at: dt.datetime | None = None, deletes: Any = None, keep: Collection[int] = ()) -> int:
+def commit_files(
+    table: IcebergTable,
+    removed: Sequence[Any],
+    added: Sequence[Any],
+    summary: dict[str, str],
+    retention: float | None = None,
+    schema: Any = None,
+    at: dt.datetime | None = None,
+    deletes: Any = None,
+    keep: Collection[int] = (),
+) -> int:
     """One snapshot removing and adding these data files, its manifests by year; with `retention` (seconds), the
     snapshots committed longer ago than that, the new one's parent included, are expired in the same commit (one
     metadata file written, never holding more than the retention's snapshots), but for those `keep` names (tagged
     versions') and those a tag or branch heads. With `schema` (a pyiceberg Schema,
     its field ids as given), the snapshot is committed with it, made the current schema in the same commit (see
     use_schema). The snapshot's time is `at` (naive UTC, the table version's; None: now) as far as snapshot_millis
-    allows. `deletes` (an iceberg_deletes.DeleteChange) adds and removes delete files in the same snapshot.
+    allows. `deletes` (a deletes.DeleteChange) adds and removes delete files in the same snapshot.
     Returns how many were expired."""
     from pyiceberg.table.refs import MAIN_BRANCH
     from pyiceberg.table.snapshots import Operation
@@ -146,10 +164,15 @@ def commit_files(table: IcebergTable, removed: Sequence[Any], added: Sequence[An
         if schema is not None:
             use_schema(transaction, schema)
         # Iceberg's operations: rows only added is an append; deletes changed is an overwrite, as files removed.
-        producer_class, operation = (overwrite, Operation.OVERWRITE) if removed or deletes else \
-            (append, Operation.APPEND)
-        with producer_class(operation=operation, transaction=transaction, io=table.io,
-                            snapshot_properties={**summary, **(deletes.summary() if deletes else {})}) as producer:
+        producer_class, operation = (
+            (overwrite, Operation.OVERWRITE) if removed or deletes else (append, Operation.APPEND)
+        )
+        with producer_class(
+            operation=operation,
+            transaction=transaction,
+            io=table.io,
+            snapshot_properties={**summary, **(deletes.summary() if deletes else {})},
+        ) as producer:
             producer.timestamp_ms = snapshot_millis(transaction.table_metadata, at)
             producer.deletes = deletes or None
             for data_file in removed:
@@ -195,20 +218,26 @@ def use_schema(transaction: Any, schema: Any) -> int:  # PyIceberg's Transaction
         return same.schema_id
     updates: tuple[Any, ...] = ()
     if same is None:
-        same = Schema(*schema.fields, schema_id=max(s.schema_id for s in metadata.schemas) + 1,
-                      identifier_field_ids=schema.identifier_field_ids)
+        same = Schema(
+            *schema.fields,
+            schema_id=max(s.schema_id for s in metadata.schemas) + 1,
+            identifier_field_ids=schema.identifier_field_ids,
+        )
         updates = (AddSchemaUpdate(schema=same),)
     # As UpdateSchema does. pyiceberg's models take field names as well as their aliases (populate_by_name); without
     # pydantic's mypy plugin only the aliases ("schema-id") are seen.
-    transaction._apply((*updates, SetCurrentSchemaUpdate(schema_id=same.schema_id)),  # type: ignore[call-arg]
-                       (AssertCurrentSchemaId(current_schema_id=metadata.current_schema_id),))  # type: ignore[call-arg]
+    transaction._apply(
+        (*updates, SetCurrentSchemaUpdate(schema_id=same.schema_id)),  # type: ignore[call-arg]
+        (AssertCurrentSchemaId(current_schema_id=metadata.current_schema_id),),  # type: ignore[call-arg]
+    )
     return same.schema_id
 
 
 def same_fields(one: Any, other: Any) -> bool:  # pyiceberg Schemas
     """Whether two schemas have the same fields (ids, names, types), in any order."""
-    return {f.field_id: f for f in one.fields} == {f.field_id: f for f in other.fields} and \
-        set(one.identifier_field_ids) == set(other.identifier_field_ids)
+    return {f.field_id: f for f in one.fields} == {f.field_id: f for f in other.fields} and set(
+        one.identifier_field_ids
+    ) == set(other.identifier_field_ids)
 
 
 def expire_snapshots(table: IcebergTable, snapshot_ids: Sequence[int]) -> None:
@@ -234,8 +263,10 @@ def _expiry_race_is_a_conflict(table: IcebergTable, snapshot_ids: Sequence[int])
         table.refresh()
         if all(table.metadata.snapshot_by_id(snapshot_id) is not None for snapshot_id in snapshot_ids):
             raise
-        raise CommitFailedException(f"Iceberg table {'.'.join(table.name())}: a snapshot this commit expires was "
-                                    "expired by another commit since it read the table") from exc
+        raise CommitFailedException(
+            f"Iceberg table {'.'.join(table.name())}: a snapshot this commit expires was "
+            "expired by another commit since it read the table"
+        ) from exc
 
 
 @functools.cache
@@ -266,15 +297,16 @@ def _producers() -> tuple[type, type, type, type]:
             # files are a diff against the snapshot it read, so the caller re-reads the table and decides again.
             from pyiceberg.exceptions import CommitFailedException
 
-            raise CommitFailedException(f"Iceberg table {'.'.join(self._table.name())} was changed by another "
-                                        "commit after this one read it")
+            raise CommitFailedException(
+                f"Iceberg table {'.'.join(self._table.name())} was changed by another commit after this one read it"
+            )
 
     class Stamped:
         """A producer whose snapshot carries the time it is given (commit_files: its table version's), not the
         moment PyIceberg builds it."""
 
         timestamp_ms: int | None = None
-        deletes: Any = None  # an iceberg_deletes.DeleteChange: writes the snapshot's delete manifests
+        deletes: Any = None  # a deletes.DeleteChange: writes the snapshot's delete manifests
 
         def _with_deletes(self, manifests: list[Any]) -> list[Any]:
             return manifests if self.deletes is None else self.deletes.manifests(self, manifests)
@@ -284,8 +316,10 @@ def _producers() -> tuple[type, type, type, type]:
             if self.timestamp_ms is None:
                 return updates, requirements
             at = {"timestamp_ms": self.timestamp_ms}
-            stamped = tuple(AddSnapshotUpdate(snapshot=u.snapshot.model_copy(update=at))
-                            if isinstance(u, AddSnapshotUpdate) else u for u in updates)
+            stamped = tuple(
+                AddSnapshotUpdate(snapshot=u.snapshot.model_copy(update=at)) if isinstance(u, AddSnapshotUpdate) else u
+                for u in updates
+            )
             return stamped, requirements
 
     class YearlyAppend(Stamped, _FastAppendFiles):

@@ -34,7 +34,7 @@ def follow(deployment: Deployment, record: TableRecord) -> str | None:
     publish.targets names iceberg); returns why that failed, None when it did not."""
     if "iceberg" not in deployment.config.publish.targets:
         return None
-    from siltlake.publish.iceberg import IcebergTarget
+    from siltlake.publish.iceberg.target import IcebergTarget
 
     try:
         IcebergTarget(deployment).follow(deployment.catalog.tables.get(record.qualified_name))
@@ -50,7 +50,8 @@ def follow_tags(deployment: Deployment, record: TableRecord, removed: Mapping[st
     gets its tags with its snapshots, at the next publish run."""
     if "iceberg" not in deployment.config.publish.targets:
         return None
-    from siltlake.publish.iceberg import IcebergTarget, identifier, retried_on_conflict
+    from siltlake.publish.iceberg.catalog import identifier, retried_on_conflict
+    from siltlake.publish.iceberg.target import IcebergTarget
 
     target = IcebergTarget(deployment)
     try:

@@ -10,7 +10,7 @@ cannot tell apart two rows of one key in one file, nor keep an older row whose s
 
 Each commit that changes such a partition decides the rule over all its rows again; a data file's delete file is
 replaced when it hides more rows, and goes with the data file (a merge, an update). The delete files lie under the
-table's `data/`, where reap keeps those a retained snapshot lists (siltlake.publish.iceberg_reap).
+table's `data/`, where reap keeps those a retained snapshot lists (siltlake.publish.iceberg.reap).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from siltlake.errors import SiltError
-from siltlake.publish.iceberg_manifests import EPOCH, day_bounds, partition_date
+from siltlake.publish.iceberg.manifests import EPOCH, day_bounds, partition_date
 from siltlake.read.keyed import dirty_dates
 
 if TYPE_CHECKING:
@@ -42,8 +42,14 @@ POS_ID = 2147483545
 _FILE, _POS = "__silt_file", "__silt_pos"
 
 
-def hidden_rows(lake: Any, keys: Sequence[str], columns: pa.Schema, primary_key: Sequence[str], sequence_column: str,
-                cache: dict[str, pa.Table]) -> list[Any]:
+def hidden_rows(
+    lake: Any,
+    keys: Sequence[str],
+    columns: pa.Schema,
+    primary_key: Sequence[str],
+    sequence_column: str,
+    cache: dict[str, pa.Table],
+) -> list[Any]:
     """Of a keyed partition's objects (lake keys in commit order), the positions (numpy int64, ascending) of the rows
     readers do not see, one array per object: the keyed rule applied to `columns` (the key, the sequence column and
     the delete marker, as the objects hold them). `cache` keeps each object's columns (objects never change)."""
@@ -57,21 +63,26 @@ def hidden_rows(lake: Any, keys: Sequence[str], columns: pa.Schema, primary_key:
     for number, key in enumerate(keys):
         if key not in cache:
             # One object per dataset: its rows in file order, a column it lacks (the marker, an added one) as nulls.
-            cache[key] = ds.dataset(lake.path(key), schema=columns, format="parquet",
-                                    filesystem=lake.filesystem).to_table()
+            cache[key] = ds.dataset(
+                lake.path(key), schema=columns, format="parquet", filesystem=lake.filesystem
+            ).to_table()
         rows = cache[key]
-        parts.append(rows.append_column(_FILE, pa.repeat(pa.scalar(number, pa.int32()), rows.num_rows))
-                     .append_column(_POS, pa.array(np.arange(rows.num_rows, dtype=np.int64))))
+        parts.append(
+            rows.append_column(_FILE, pa.repeat(pa.scalar(number, pa.int32()), rows.num_rows)).append_column(
+                _POS, pa.array(np.arange(rows.num_rows, dtype=np.int64))
+            )
+        )
     every = pa.concat_tables(parts)
     shown = latest_rows(every, primary_key, sequence_column)
     seen = np.zeros(every.num_rows, dtype=bool)
     offsets = np.cumsum([0, *(part.num_rows for part in parts)])
     seen[offsets[shown.column(_FILE).to_numpy().astype(np.int64)] + shown.column(_POS).to_numpy()] = True
-    return [np.flatnonzero(~seen[offsets[i]:offsets[i + 1]]) for i in range(len(parts))]
+    return [np.flatnonzero(~seen[offsets[i] : offsets[i + 1]]) for i in range(len(parts))]
 
 
-def position_delete_file(lake: Any, key: str, path: str, date: dt.date, spec_id: int, target: str,
-                         positions: Any) -> Any:  # numpy positions in; a pyiceberg DataFile out
+def position_delete_file(
+    lake: Any, key: str, path: str, date: dt.date, spec_id: int, target: str, positions: Any
+) -> Any:  # numpy positions in; a pyiceberg DataFile out
     """Write, at lake key `key` (Iceberg path `path`), the position delete file of the data file `target` (an Iceberg
     path): its rows at `positions` (ascending)."""
     import pyarrow as pa
@@ -79,23 +90,39 @@ def position_delete_file(lake: Any, key: str, path: str, date: dt.date, spec_id:
     from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
     from pyiceberg.typedef import Record
 
-    schema = pa.schema([
-        pa.field("file_path", pa.string(), nullable=False, metadata={b"PARQUET:field_id": str(FILE_PATH_ID).encode()}),
-        pa.field("pos", pa.int64(), nullable=False, metadata={b"PARQUET:field_id": str(POS_ID).encode()})])
-    table = pa.table([pa.repeat(pa.scalar(target, pa.string()), len(positions)).cast(pa.string()),
-                      pa.array(positions, pa.int64())], schema=schema)
+    schema = pa.schema(
+        [
+            pa.field(
+                "file_path", pa.string(), nullable=False, metadata={b"PARQUET:field_id": str(FILE_PATH_ID).encode()}
+            ),
+            pa.field("pos", pa.int64(), nullable=False, metadata={b"PARQUET:field_id": str(POS_ID).encode()}),
+        ]
+    )
+    table = pa.table(
+        [pa.repeat(pa.scalar(target, pa.string()), len(positions)).cast(pa.string()), pa.array(positions, pa.int64())],
+        schema=schema,
+    )
     sink = io.BytesIO()
     pq.write_table(table, sink)
     data = sink.getvalue()
     lake.write_bytes(key, data)
     bound = {FILE_PATH_ID: target.encode()}
     data_file = DataFile.from_args(
-        content=DataFileContent.POSITION_DELETES, file_path=path, file_format=FileFormat.PARQUET,
-        partition=Record((date - EPOCH).days), record_count=table.num_rows, file_size_in_bytes=len(data),
+        content=DataFileContent.POSITION_DELETES,
+        file_path=path,
+        file_format=FileFormat.PARQUET,
+        partition=Record((date - EPOCH).days),
+        record_count=table.num_rows,
+        file_size_in_bytes=len(data),
         value_counts={FILE_PATH_ID: table.num_rows, POS_ID: table.num_rows},
         null_value_counts={FILE_PATH_ID: 0, POS_ID: 0},
         # Equal bounds name the one data file it applies to: how v2 readers (PyIceberg, Java's) tell.
-        lower_bounds=bound, upper_bounds=bound, sort_order_id=None, equality_ids=None, key_metadata=None)
+        lower_bounds=bound,
+        upper_bounds=bound,
+        sort_order_id=None,
+        equality_ids=None,
+        key_metadata=None,
+    )
     data_file.spec_id = spec_id
     return data_file
 
@@ -110,8 +137,14 @@ def target_of(delete_file: Any) -> str | None:  # a pyiceberg DataFile
 class KeyedDeletes:
     """The position delete files of one keyed table's versions, as a publish run commits them one by one."""
 
-    def __init__(self, deployment: Deployment, record: TableRecord, table: IcebergTable, location_key: str | None,
-                 path_of: Callable[[str], str]) -> None:
+    def __init__(
+        self,
+        deployment: Deployment,
+        record: TableRecord,
+        table: IcebergTable,
+        location_key: str | None,
+        path_of: Callable[[str], str],
+    ) -> None:
         self.deployment = deployment
         self.record = record
         self.table = table
@@ -119,8 +152,9 @@ class KeyedDeletes:
         self.path_of = path_of  # a lake key's Iceberg path
         self.cache: dict[str, pa.Table] = {}
 
-    def change(self, version: int, files: Sequence[DataFile], dates: Collection[dt.date] | None,
-               deletes: Sequence[Any]) -> DeleteChange:
+    def change(
+        self, version: int, files: Sequence[DataFile], dates: Collection[dt.date] | None, deletes: Sequence[Any]
+    ) -> DeleteChange:
         """What table version `version` changes in the delete files of the partitions `dates` (None: all), given
         the version's files of them (in commit order) and those partitions' live delete files: one delete file per
         data file with hidden rows, written now, or kept from before when it hides as many rows (a hidden row
@@ -162,13 +196,16 @@ class KeyedDeletes:
 
     def _write(self, version: int, date: dt.date, target: str, rows: Any) -> Any:
         if self.location_key is None:
-            raise SiltError(f"Iceberg table {'.'.join(self.table.name())}: its location {self.table.location()} "
-                            "is not in the lake, where its delete files are written; drop it there and publish "
-                            "again (it is made anew at siltlake's location)")
+            raise SiltError(
+                f"Iceberg table {'.'.join(self.table.name())}: its location {self.table.location()} "
+                "is not in the lake, where its delete files are written; drop it there and publish "
+                "again (it is made anew at siltlake's location)"
+            )
         name = f"v{version}-{uuid.uuid4().hex}-deletes.parquet"
         key = f"{self.location_key.rstrip('/')}/data/dt={date.isoformat()}/{name}"
-        return position_delete_file(self.deployment.lake, key, self.path_of(key), date,
-                                    self.table.metadata.default_spec_id, target, rows)
+        return position_delete_file(
+            self.deployment.lake, key, self.path_of(key), date, self.table.metadata.default_spec_id, target, rows
+        )
 
 
 def snapshot_deletes(table: IcebergTable, snapshot: Any, dates: Collection[dt.date] | None = None) -> list[Any]:
@@ -183,8 +220,11 @@ def snapshot_deletes(table: IcebergTable, snapshot: Any, dates: Collection[dt.da
         bounds = day_bounds(manifest)
         if days is not None and bounds is not None and not any(bounds.first <= day <= bounds.last for day in days):
             continue
-        found += [e.data_file for e in manifest.fetch_manifest_entry(table.io)
-                  if dates is None or partition_date(e.data_file) in dates]
+        found += [
+            e.data_file
+            for e in manifest.fetch_manifest_entry(table.io)
+            if dates is None or partition_date(e.data_file) in dates
+        ]
     return found
 
 
@@ -201,10 +241,14 @@ class DeleteChange:
 
     def summary(self) -> dict[str, str]:
         """Iceberg's summary fields for the change (PyIceberg derives the totals from them)."""
-        counts = {"added-delete-files": len(self.added), "added-position-delete-files": len(self.added),
-                  "added-position-deletes": sum(f.record_count for f in self.added),
-                  "removed-delete-files": len(self.removed), "removed-position-delete-files": len(self.removed),
-                  "removed-position-deletes": sum(f.record_count for f in self.removed)}
+        counts = {
+            "added-delete-files": len(self.added),
+            "added-position-delete-files": len(self.added),
+            "added-position-deletes": sum(f.record_count for f in self.added),
+            "removed-delete-files": len(self.removed),
+            "removed-position-delete-files": len(self.removed),
+            "removed-position-deletes": sum(f.record_count for f in self.removed),
+        }
         return {name: str(count) for name, count in counts.items() if count}
 
     def manifests(self, producer: Any, manifests: list[Any]) -> list[Any]:  # a pyiceberg snapshot producer
@@ -227,9 +271,12 @@ class DeleteChange:
             if manifest.added_snapshot_id != this and not (manifest.has_added_files() or manifest.has_existing_files()):
                 continue  # only files an earlier commit removed: that commit's snapshot keeps them
             bounds = day_bounds(manifest)
-            listed = [] if not gone or (bounds is not None and days is not None and not any(
-                bounds.first <= d <= bounds.last for d in days)) else producer.fetch_manifest_entry(manifest,
-                                                                                                  discard_deleted=True)
+            listed = (
+                []
+                if not gone
+                or (bounds is not None and days is not None and not any(bounds.first <= d <= bounds.last for d in days))
+                else producer.fetch_manifest_entry(manifest, discard_deleted=True)
+            )
             if any(e.data_file.file_path in gone for e in listed):
                 entries += listed
             else:
@@ -238,14 +285,21 @@ class DeleteChange:
             return kept
         spec = producer.spec(producer._transaction.table_metadata.default_spec_id)
         # PyIceberg's producer keeps the table's Avro codec in _compression; its own manifest writers use it so.
-        with _delete_manifest_writer()(spec, producer.schema(), producer.new_manifest_output(), this,
-                                       producer._compression) as writer:
+        with _delete_manifest_writer()(
+            spec, producer.schema(), producer.new_manifest_output(), this, producer._compression
+        ) as writer:
             for entry in entries:
                 (writer.delete if entry.data_file.file_path in gone else writer.existing)(entry)
             for data_file in self.added:
-                writer.add_entry(ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=this,
-                                                         sequence_number=None, file_sequence_number=None,
-                                                         data_file=data_file))
+                writer.add_entry(
+                    ManifestEntry.from_args(
+                        status=ManifestEntryStatus.ADDED,
+                        snapshot_id=this,
+                        sequence_number=None,
+                        file_sequence_number=None,
+                        data_file=data_file,
+                    )
+                )
         return [*kept, writer.to_manifest_file()]
 
 

@@ -9,21 +9,18 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from siltlake.clock import utcnow
-from siltlake.publish.iceberg import (
+from siltlake.publish.iceberg.catalog import (
     REAP_PROPERTY,
     TARGET,
     VERSION_PROPERTY,
-    IcebergTarget,
     identifier,
     lake_key,
     retried_on_conflict,
-    snapshot_files,
-    synced_version,
-    version_hint_key,
-    write_version_hint,
 )
-from siltlake.publish.iceberg_deletes import DeleteChange, dates_of, snapshot_deletes, target_of
-from siltlake.publish.iceberg_manifests import expire_snapshots
+from siltlake.publish.iceberg.deletes import DeleteChange, dates_of, snapshot_deletes, target_of
+from siltlake.publish.iceberg.manifests import expire_snapshots
+from siltlake.publish.iceberg.snapshots import snapshot_files, synced_version, version_hint_key, write_version_hint
+from siltlake.publish.iceberg.target import IcebergTarget
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table as IcebergTable
@@ -41,8 +38,9 @@ class IcebergReap:
     retained: set[str] = field(default_factory=set)  # keys under the metadata area that stay
 
 
-def reap_iceberg(deployment: Deployment, records: Iterable[TableRecord], doomed: set[str],
-                 oldest_versions: Mapping[int, int]) -> IcebergReap:
+def reap_iceberg(
+    deployment: Deployment, records: Iterable[TableRecord], doomed: set[str], oldest_versions: Mapping[int, int]
+) -> IcebergReap:
     """Before reap deletes `doomed` object keys: take them out of current snapshots (a partition past its
     TTL), expire every other snapshot that lists one, and the snapshots of table versions older than
     `oldest_versions[table id]`; then name the metadata files the remaining snapshots need."""
@@ -57,8 +55,10 @@ def reap_iceberg(deployment: Deployment, records: Iterable[TableRecord], doomed:
     for record in records:
         # Another reap (or a publish run) may commit the table meanwhile: a lost race is decided again from the
         # table it left, where what the other already removed or expired is simply not there any more.
-        retried_on_conflict(record.qualified_name,
-                            functools.partial(_reap_table, deployment, target, record, doomed, oldest_versions, result))
+        retried_on_conflict(
+            record.qualified_name,
+            functools.partial(_reap_table, deployment, target, record, doomed, oldest_versions, result),
+        )
     return result
 
 
@@ -73,8 +73,14 @@ def needed_keys(deployment: Deployment, records: Iterable[TableRecord]) -> set[s
     return needed
 
 
-def _reap_table(deployment: Deployment, target: IcebergTarget, record: TableRecord, doomed: set[str],
-                oldest_versions: Mapping[int, int], result: IcebergReap) -> None:
+def _reap_table(
+    deployment: Deployment,
+    target: IcebergTarget,
+    record: TableRecord,
+    doomed: set[str],
+    oldest_versions: Mapping[int, int],
+    result: IcebergReap,
+) -> None:
     from pyiceberg.exceptions import CommitFailedException
 
     table = target.load(identifier(deployment, record))
@@ -89,13 +95,15 @@ def _reap_table(deployment: Deployment, target: IcebergTarget, record: TableReco
         # table has moved on since it was read (then decided again from the new table), else a file really gone.
         now = target.load(identifier(deployment, record))
         if now is None or now.metadata_location != table.metadata_location:
-            raise CommitFailedException(f"Iceberg table {'.'.join(table.name())} was changed by another commit while "
-                                        f"reap read it: {exc}") from exc
+            raise CommitFailedException(
+                f"Iceberg table {'.'.join(table.name())} was changed by another commit while reap read it: {exc}"
+            ) from exc
         raise
 
 
-def _reap_snapshots(deployment: Deployment, table: IcebergTable, doomed: set[str], oldest: int, tagged: set[int],
-                    result: IcebergReap) -> None:
+def _reap_snapshots(
+    deployment: Deployment, table: IcebergTable, doomed: set[str], oldest: int, tagged: set[int], result: IcebergReap
+) -> None:
     cache: dict[str, list[Any]] = {}
     current = table.current_snapshot()
     if current is not None:
@@ -104,9 +112,13 @@ def _reap_snapshots(deployment: Deployment, table: IcebergTable, doomed: set[str
             # A keyed partition's delete files go with the data files they apply to.
             paths = {f.file_path for f in gone}
             stale = [f for f in snapshot_deletes(table, current, dates_of(gone)) if target_of(f) in paths]
-            IcebergTarget.commit(table, gone, [], {VERSION_PROPERTY: str(synced_version(table)),
-                                                    REAP_PROPERTY: utcnow().isoformat() + "Z"},
-                                 deletes=DeleteChange(stale))
+            IcebergTarget.commit(
+                table,
+                gone,
+                [],
+                {VERSION_PROPERTY: str(synced_version(table)), REAP_PROPERTY: utcnow().isoformat() + "Z"},
+                deletes=DeleteChange(stale),
+            )
             result.removed += len(gone)
             current = table.current_snapshot()
     expire = []
@@ -114,8 +126,9 @@ def _reap_snapshots(deployment: Deployment, table: IcebergTable, doomed: set[str
         if current is not None and snapshot.snapshot_id == current.snapshot_id:
             continue
         version = int(snapshot.summary.get(VERSION_PROPERTY) or "0") if snapshot.summary is not None else 0
-        if (version < oldest and version not in tagged) or any(lake_key(deployment, f.file_path) in doomed
-                                   for f in snapshot_files(table, snapshot, cache)):
+        if (version < oldest and version not in tagged) or any(
+            lake_key(deployment, f.file_path) in doomed for f in snapshot_files(table, snapshot, cache)
+        ):
             expire.append(snapshot.snapshot_id)
     if expire:
         expire_snapshots(table, expire)
@@ -130,8 +143,11 @@ def _metadata_keys(deployment: Deployment, table: IcebergTable, cache: dict[str,
     there (an engine's commit through the catalog writes them under `data/`; siltlake's own objects lie
     elsewhere). Whatever else lies there no snapshot reads: a refused or failed writer's files."""
     metadata = table.metadata
-    paths = {table.metadata_location, *(entry.metadata_file for entry in metadata.metadata_log),
-             *(stats.statistics_path for stats in (*metadata.statistics, *metadata.partition_statistics))}
+    paths = {
+        table.metadata_location,
+        *(entry.metadata_file for entry in metadata.metadata_log),
+        *(stats.statistics_path for stats in (*metadata.statistics, *metadata.partition_statistics)),
+    }
     for snapshot in table.snapshots():
         paths.add(snapshot.manifest_list)
         for manifest in snapshot.manifests(table.io):  # the list read once (snapshot_files would read it again)

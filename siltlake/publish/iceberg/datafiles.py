@@ -1,7 +1,7 @@
 """The Iceberg entry (a pyiceberg DataFile) of one of siltlake's objects, registered as it is (docs/design.md, "Iceberg
 target"): its statistics from the Parquet footer, dt its partition. An upsert's object carries the delete marker
 column, which no Iceberg field is (engines read it by field id and never see it; its rows are hidden by the
-partition's position delete file, siltlake.publish.iceberg_deletes): counted under an id no field has, then left out.
+partition's position delete file, siltlake.publish.iceberg.deletes): counted under an id no field has, then left out.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import TYPE_CHECKING, Any
 
-from siltlake.publish.iceberg_manifests import EPOCH
+from siltlake.publish.iceberg.manifests import EPOCH
 from siltlake.records.keyed import DELETE_MARKER
 
 if TYPE_CHECKING:
@@ -64,8 +64,12 @@ def _statistics(footer: Any, schema: Any, properties: dict[str, str], marked: bo
     plan = compute_statistics_plan(schema, properties)
     mapping = parquet_path_to_id_mapping(schema)
     if marked:
-        plan[MARKER_ID] = StatisticsCollector(field_id=MARKER_ID, iceberg_type=BooleanType(),
-                                               mode=MetricsMode(MetricModeTypes.NONE), column_name=DELETE_MARKER)
+        plan[MARKER_ID] = StatisticsCollector(
+            field_id=MARKER_ID,
+            iceberg_type=BooleanType(),
+            mode=MetricsMode(MetricModeTypes.NONE),
+            column_name=DELETE_MARKER,
+        )
         mapping[DELETE_MARKER] = MARKER_ID
     statistics = data_file_statistics_from_parquet_metadata(footer, plan, mapping)
     for counted in (statistics.column_sizes, statistics.value_counts, statistics.null_value_counts):
@@ -92,9 +96,16 @@ def _registered(table: IcebergTable, path: str, date: dt.date, size: int, statis
     from pyiceberg.typedef import Record
 
     data_file = DataFile.from_args(
-        content=DataFileContent.DATA, file_path=path, file_format=FileFormat.PARQUET,
-        partition=Record((date - EPOCH).days), file_size_in_bytes=size, sort_order_id=None,
-        equality_ids=None, key_metadata=None, **statistics.to_serialized_dict())
+        content=DataFileContent.DATA,
+        file_path=path,
+        file_format=FileFormat.PARQUET,
+        partition=Record((date - EPOCH).days),
+        file_size_in_bytes=size,
+        sort_order_id=None,
+        equality_ids=None,
+        key_metadata=None,
+        **statistics.to_serialized_dict(),
+    )
     # from_args drops spec_id (PyIceberg 0.12): set it, or removing this file later in the same run (a
     # catch-up over several versions) fails on the missing attribute.
     data_file.spec_id = table.metadata.default_spec_id
