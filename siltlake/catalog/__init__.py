@@ -3,7 +3,6 @@
 Catalog and the records and exceptions its callers use; StreamCommit is the stream's commit unit."""
 
 from siltlake.catalog.catalog import Catalog
-from siltlake.catalog.partitions import StreamCommit
 from siltlake.catalog.reap_records import ReapRun, ReapScope, ReapTable, ReapVersion, ReapView
 from siltlake.catalog.records import (
     DERIVED_PARTITION_STATES,
@@ -49,6 +48,7 @@ from siltlake.catalog.records import (
     VersionTimeBehind,
     WriteRequest,
 )
+from siltlake.catalog.stream_commit import StreamCommit
 from siltlake.catalog.table_changes import ColumnChange, TableChange
 
 __all__ = [

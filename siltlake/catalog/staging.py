@@ -1,6 +1,6 @@
 """Staging objects: registering them once, the pending, failing and unknown ones, redeliveries, error files.
 
-Their processing (small objects, processed and failed marks) commits through partitions.StreamCommit."""
+Their processing (small objects, processed and failed marks) commits through stream_commit.StreamCommit."""
 
 from __future__ import annotations
 
@@ -28,10 +28,12 @@ from siltlake.clock import utcnow
 _URIS_PER_STATEMENT = 5000
 # The two lookups, built once with one expanding parameter: building `uri IN (...)` from a list made a bound
 # parameter object per URI (its coercion and the statement's cache key each time): a tenth of a lookup's time.
-_REGISTERED = (sa.select(s.staging_objects.c.uri, s.staging_objects.c.send_time, s.staging_objects.c.size)
-               .where(s.staging_objects.c.uri.in_(sa.bindparam("uris", expanding=True))))
-_REGISTERED_UNKNOWN = (sa.select(s.unknown_staging_objects.c.uri)
-                       .where(s.unknown_staging_objects.c.uri.in_(sa.bindparam("uris", expanding=True))))
+_REGISTERED = sa.select(s.staging_objects.c.uri, s.staging_objects.c.send_time, s.staging_objects.c.size).where(
+    s.staging_objects.c.uri.in_(sa.bindparam("uris", expanding=True))
+)
+_REGISTERED_UNKNOWN = sa.select(s.unknown_staging_objects.c.uri).where(
+    s.unknown_staging_objects.c.uri.in_(sa.bindparam("uris", expanding=True))
+)
 
 
 def staging_sums(rows: Iterable[sa.Row]) -> dict[int, tuple[int, int, int]]:
@@ -42,8 +44,9 @@ def staging_sums(rows: Iterable[sa.Row]) -> dict[int, tuple[int, int, int]]:
         total[0] += 1
         total[1] += row.records_in or 0
         total[2] += row.bad_records or 0
-    return {table_id: (objects, records_in, bad_records) for table_id, (objects, records_in, bad_records)
-            in sums.items()}
+    return {
+        table_id: (objects, records_in, bad_records) for table_id, (objects, records_in, bad_records) in sums.items()
+    }
 
 
 def prunable(before: dt.datetime, batch: int, after: tuple[dt.datetime, int] | None = None) -> sa.Select:
@@ -53,12 +56,19 @@ def prunable(before: dt.datetime, batch: int, after: tuple[dt.datetime, int] | N
     SQLite read and sorted every row left for each batch (a day of a million rows took 68 s to prune, not 9)."""
     so, sm = s.staging_objects, s.small_objects
     referenced = sa.exists().where(sm.c.staging_object_id == so.c.id)
-    query = (sa.select(so.c.id, so.c.receive_time)
-             .where(so.c.receive_time < before, so.c.processed_time.is_not(None),
-                    sa.or_(so.c.send_time.is_(None), so.c.send_time < before),
-                    sa.or_(so.c.claim_time.is_(None), so.c.claim_time < before),
-                    so.c.error_uri.is_(None), ~referenced)
-             .order_by(so.c.receive_time, so.c.id).limit(batch))
+    query = (
+        sa.select(so.c.id, so.c.receive_time)
+        .where(
+            so.c.receive_time < before,
+            so.c.processed_time.is_not(None),
+            sa.or_(so.c.send_time.is_(None), so.c.send_time < before),
+            sa.or_(so.c.claim_time.is_(None), so.c.claim_time < before),
+            so.c.error_uri.is_(None),
+            ~referenced,
+        )
+        .order_by(so.c.receive_time, so.c.id)
+        .limit(batch)
+    )
     if after is None:
         return query
     return query.where(so.c.receive_time >= after[0], sa.or_(so.c.receive_time > after[0], so.c.id > after[1]))
@@ -80,7 +90,7 @@ class Staging:
         each of the rest registered as an unknown one. Unknown objects are asked for only among the URIs that are
         no staging object: a listing of a processed history, nearly all staging objects, reads each URI once."""
         for start in range(0, len(uris), _URIS_PER_STATEMENT):
-            chunk = list(uris[start:start + _URIS_PER_STATEMENT])
+            chunk = list(uris[start : start + _URIS_PER_STATEMENT])
             found = c.execute(_REGISTERED, {"uris": chunk}).all()
             yield from found
             rest = set(chunk).difference(row.uri for row in found)
@@ -88,13 +98,19 @@ class Staging:
                 unknown: Iterable[str] = c.execute(_REGISTERED_UNKNOWN, {"uris": list(rest)}).scalars()
                 yield from ((uri, None, None) for uri in unknown)
 
-    def register(self, objects: Iterable[tuple[str, int, int, dt.datetime | None]], staging_root: str | None = None,
-                 notes: Sequence[dict] = ()) -> int:
+    def register(
+        self,
+        objects: Iterable[tuple[str, int, int, dt.datetime | None]],
+        staging_root: str | None = None,
+        notes: Sequence[dict] = (),
+    ) -> int:
         """Register (uri, table_id, size, send_time) rows once each; returns how many were new. `notes`: the
         identities of the local files among them (positions.note_files), under `staging_root`."""
         now = utcnow()
-        rows = [dict(uri=uri, table_id=table_id, size=size, send_time=send_time, receive_time=now)
-                for uri, table_id, size, send_time in objects]
+        rows = [
+            dict(uri=uri, table_id=table_id, size=size, send_time=send_time, receive_time=now)
+            for uri, table_id, size, send_time in objects
+        ]
         with self._core.tx() as c:
             if notes and staging_root is not None:
                 note_files(self._core, c, staging_root, notes, now)
@@ -102,8 +118,9 @@ class Staging:
             self._core.add_staging_totals(c, {table_id: (count, 0, 0) for table_id, count in new.items()})
             return sum(new.values())
 
-    def sort_listed(self, listed: Sequence[tuple[str, dt.datetime | None, int]],
-                    resized: dict[str, int] | None = None) -> tuple[set[str], list[Redelivery]]:
+    def sort_listed(
+        self, listed: Sequence[tuple[str, dt.datetime | None, int]], resized: dict[str, int] | None = None
+    ) -> tuple[set[str], list[Redelivery]]:
         """Of listed objects (uri, mtime, size): the URIs already registered (as staging or unknown objects), and
         the registered staging objects put again (an mtime newer than their send_time), each put returned once.
         `resized` (when given) gets each registered staging object listed with another size than registered:
@@ -123,22 +140,46 @@ class Staging:
                 if resized is not None and registered_size is not None and registered_size != put_size:
                     resized[uri] = registered_size
                 # A staging object has both its send time and its size; an unknown object neither.
-                if send_time is not None and registered_size is not None and put_time is not None \
-                        and put_time > send_time:
+                if (
+                    send_time is not None
+                    and registered_size is not None
+                    and put_time is not None
+                    and put_time > send_time
+                ):
                     newer.append(Redelivery(uri, put_time, registered_size, put_size))
-            return known, [put for put in newer if c.execute(
-                so.update().where(so.c.uri == put.uri, so.c.send_time < put.put_time)
-                .values(send_time=put.put_time)).rowcount]
+            return known, [
+                put
+                for put in newer
+                if c.execute(
+                    so.update().where(so.c.uri == put.uri, so.c.send_time < put.put_time).values(send_time=put.put_time)
+                ).rowcount
+            ]
 
-    def record_unknown(self, uri: str, reason: str, *, size: int | None = None,
-                       table_id: int | None = None) -> bool:
+    def record_unknown(self, uri: str, reason: str, *, size: int | None = None, table_id: int | None = None) -> bool:
         with self._core.tx() as c:
-            return bool(self._core.insert_once(c, s.unknown_staging_objects, "uri", dict(
-                uri=uri, reason=reason, size=size, table_id=table_id, detect_time=utcnow(),
-            )))
+            return bool(
+                self._core.insert_once(
+                    c,
+                    s.unknown_staging_objects,
+                    "uri",
+                    dict(
+                        uri=uri,
+                        reason=reason,
+                        size=size,
+                        table_id=table_id,
+                        detect_time=utcnow(),
+                    ),
+                )
+            )
 
-    def pending(self, limit: int, *, now: dt.datetime | None = None, timeout: float | None = None,
-                local: LocalHost | None = None) -> list[PendingStagingObject]:
+    def pending(
+        self,
+        limit: int,
+        *,
+        now: dt.datetime | None = None,
+        timeout: float | None = None,
+        local: LocalHost | None = None,
+    ) -> list[PendingStagingObject]:
         """Unprocessed staging objects in id order; with `timeout`, only those no stream daemon holds (see
         claim): what a round may still take."""
         so = s.staging_objects
@@ -151,16 +192,18 @@ class Staging:
 
     def _with_tables(self, c: Connection, rows: Sequence[sa.Row]) -> list[PendingStagingObject]:
         table_ids = {r.table_id for r in rows}
-        tables = {
-            t.id: table_record(t)
-            for t in c.execute(sa.select(s.tables).where(s.tables.c.id.in_(table_ids)))
-        } if table_ids else {}
+        tables = (
+            {t.id: table_record(t) for t in c.execute(sa.select(s.tables).where(s.tables.c.id.in_(table_ids)))}
+            if table_ids
+            else {}
+        )
         return [PendingStagingObject(r.id, r.uri, r.size, tables[r.table_id]) for r in rows]
 
     # --- stream claims: the merge queue's owner/heartbeat pattern, per staging object -----------------------
 
-    def _claimable(self, c: Connection, now: dt.datetime, timeout: float,
-                   local: LocalHost | None) -> sa.ColumnElement[bool]:
+    def _claimable(
+        self, c: Connection, now: dt.datetime, timeout: float, local: LocalHost | None
+    ) -> sa.ColumnElement[bool]:
         """Unclaimed, or claimed by a daemon silent for `timeout` seconds, or (with `local`) by a process of this
         host that is gone: a SIGKILLed daemon's share is taken over at once on its own host, after the timeout
         on the others (another host's pids mean nothing here)."""
@@ -169,15 +212,19 @@ class Staging:
         gone: list[int] = []
         if local is not None:
             # Only pending objects with a fresh claim: a few waves' worth, however long the backlog.
-            held = c.execute(sa.select(so.c.id, so.c.claim_host.label("owner_host"), so.c.claim_pid.label("owner_pid"))
-                             .where(so.c.processed_time.is_(None), so.c.claim_owner.is_not(None),
-                                    so.c.claim_time >= stale_before)).all()
+            held = c.execute(
+                sa.select(so.c.id, so.c.claim_host.label("owner_host"), so.c.claim_pid.label("owner_pid")).where(
+                    so.c.processed_time.is_(None), so.c.claim_owner.is_not(None), so.c.claim_time >= stale_before
+                )
+            ).all()
             gone = [row.id for row in local.dead_claims(held)]
-        return sa.or_(so.c.claim_owner.is_(None), so.c.claim_time < stale_before,
-                      *([so.c.id.in_(gone)] if gone else []))
+        return sa.or_(
+            so.c.claim_owner.is_(None), so.c.claim_time < stale_before, *([so.c.id.in_(gone)] if gone else [])
+        )
 
-    def claim(self, owner: str, *, limit: int, now: dt.datetime, timeout: float,
-              local: LocalHost | None = None) -> list[PendingStagingObject]:
+    def claim(
+        self, owner: str, *, limit: int, now: dt.datetime, timeout: float, local: LocalHost | None = None
+    ) -> list[PendingStagingObject]:
         """Claim up to `limit` pending objects no live daemon holds, oldest first; they are this owner's to
         decode until it releases them or goes silent for `timeout` seconds.
 
@@ -186,19 +233,30 @@ class Staging:
         write lock up front, which serialises claims."""
         so = s.staging_objects
         with self._core.tx() as c:
-            query = (sa.select(so.c.id).where(so.c.processed_time.is_(None),
-                                              self._claimable(c, now, timeout, local))
-                     .order_by(so.c.id).limit(limit))
+            query = (
+                sa.select(so.c.id)
+                .where(so.c.processed_time.is_(None), self._claimable(c, now, timeout, local))
+                .order_by(so.c.id)
+                .limit(limit)
+            )
             if self._core.dialect == "postgresql":
                 query = query.with_for_update(skip_locked=True)
             ids: list[int] = list(c.execute(query).scalars())
             if not ids:
                 return []
-            c.execute(so.update().where(so.c.id.in_(ids)).values(
-                claim_owner=owner, claim_time=now, claim_host=local.name if local else None,
-                claim_pid=local.pid if local else None))
-            rows = c.execute(sa.select(so.c.id, so.c.uri, so.c.size, so.c.table_id)
-                             .where(so.c.id.in_(ids)).order_by(so.c.id)).all()
+            c.execute(
+                so.update()
+                .where(so.c.id.in_(ids))
+                .values(
+                    claim_owner=owner,
+                    claim_time=now,
+                    claim_host=local.name if local else None,
+                    claim_pid=local.pid if local else None,
+                )
+            )
+            rows = c.execute(
+                sa.select(so.c.id, so.c.uri, so.c.size, so.c.table_id).where(so.c.id.in_(ids)).order_by(so.c.id)
+            ).all()
             return self._with_tables(c, rows)
 
     def heartbeat(self, owner: str, ids: Collection[int], now: dt.datetime) -> int:
@@ -207,9 +265,15 @@ class Staging:
         ordered, held = sorted(ids), 0
         with self._core.tx() as c:
             for start in range(0, len(ordered), _URIS_PER_STATEMENT):
-                held += c.execute(so.update().where(
-                    so.c.id.in_(ordered[start:start + _URIS_PER_STATEMENT]), so.c.claim_owner == owner,
-                    so.c.processed_time.is_(None)).values(claim_time=now)).rowcount
+                held += c.execute(
+                    so.update()
+                    .where(
+                        so.c.id.in_(ordered[start : start + _URIS_PER_STATEMENT]),
+                        so.c.claim_owner == owner,
+                        so.c.processed_time.is_(None),
+                    )
+                    .values(claim_time=now)
+                ).rowcount
         return held
 
     def release(self, owner: str, ids: Collection[int] | None = None) -> int:
@@ -223,8 +287,9 @@ class Staging:
                 return c.execute(so.update().where(*where).values(**clear)).rowcount
             ordered, released = sorted(ids), 0
             for start in range(0, len(ordered), _URIS_PER_STATEMENT):
-                released += c.execute(so.update().where(
-                    so.c.id.in_(ordered[start:start + _URIS_PER_STATEMENT]), *where).values(**clear)).rowcount
+                released += c.execute(
+                    so.update().where(so.c.id.in_(ordered[start : start + _URIS_PER_STATEMENT]), *where).values(**clear)
+                ).rowcount
             return released
 
     def failing(self) -> list[FailingStagingObject]:
@@ -232,25 +297,37 @@ class Staging:
         so, t = s.staging_objects, s.tables
         with self._core.tx() as c:
             rows = c.execute(
-                sa.select(so.c.uri, t.c.schema_name, t.c.table_name, so.c.failure_count, so.c.last_failure,
-                          so.c.last_failure_time)
+                sa.select(
+                    so.c.uri,
+                    t.c.schema_name,
+                    t.c.table_name,
+                    so.c.failure_count,
+                    so.c.last_failure,
+                    so.c.last_failure_time,
+                )
                 .select_from(so.join(t, so.c.table_id == t.c.id))
                 .where(so.c.processed_time.is_(None), so.c.failure_count > 0)
                 .order_by(so.c.failure_count.desc(), so.c.id)
             ).all()
-        return [FailingStagingObject(r.uri, f"{r.schema_name}.{r.table_name}", r.failure_count, r.last_failure,
-                                     r.last_failure_time) for r in rows]
+        return [
+            FailingStagingObject(
+                r.uri, f"{r.schema_name}.{r.table_name}", r.failure_count, r.last_failure, r.last_failure_time
+            )
+            for r in rows
+        ]
 
     def unknown(self) -> list[UnknownObject]:
         u, t = s.unknown_staging_objects, s.tables
         with self._core.tx() as c:
             rows = c.execute(
                 sa.select(u.c.uri, u.c.reason, u.c.size, u.c.detect_time, t.c.schema_name, t.c.table_name)
-                .select_from(u.outerjoin(t, u.c.table_id == t.c.id)).order_by(u.c.id)
+                .select_from(u.outerjoin(t, u.c.table_id == t.c.id))
+                .order_by(u.c.id)
             ).all()
         return [
-            UnknownObject(r.uri, r.reason, r.size, r.detect_time,
-                          f"{r.schema_name}.{r.table_name}" if r.schema_name else None)
+            UnknownObject(
+                r.uri, r.reason, r.size, r.detect_time, f"{r.schema_name}.{r.table_name}" if r.schema_name else None
+            )
             for r in rows
         ]
 
@@ -265,35 +342,49 @@ class Staging:
             if forgotten:
                 c.execute(u.delete().where(u.c.uri.in_(forgotten)))
                 so = s.staging_objects
-                gone = c.execute(so.delete().where(
-                    so.c.uri.in_(forgotten), ~sa.exists().where(s.small_objects.c.staging_object_id == so.c.id),
-                ).returning(so.c.table_id, so.c.records_in, so.c.bad_records)).all()
+                gone = c.execute(
+                    so.delete()
+                    .where(
+                        so.c.uri.in_(forgotten),
+                        ~sa.exists().where(s.small_objects.c.staging_object_id == so.c.id),
+                    )
+                    .returning(so.c.table_id, so.c.records_in, so.c.bad_records)
+                ).all()
                 # Registered again by the replay, and counted again then.
-                self._core.add_staging_totals(c, {table_id: tuple(-n for n in sums)
-                                                  for table_id, sums in staging_sums(gone).items()})
+                self._core.add_staging_totals(
+                    c, {table_id: tuple(-n for n in sums) for table_id, sums in staging_sums(gone).items()}
+                )
         return forgotten
 
     def error_uris(self, table_id: int) -> list[str]:
         so = s.staging_objects
         with self._core.tx() as c:
-            return list(c.execute(
-                sa.select(so.c.error_uri).where(so.c.table_id == table_id, so.c.error_uri.is_not(None))
-                .order_by(so.c.id)
-            ).scalars())
+            return list(
+                c.execute(
+                    sa.select(so.c.error_uri)
+                    .where(so.c.table_id == table_id, so.c.error_uri.is_not(None))
+                    .order_by(so.c.id)
+                ).scalars()
+            )
 
     def error_uris_received(self, table_id: int) -> list[tuple[str, dt.datetime]]:
         """(error file URI, when its staging object was registered) of a table, in staging id order."""
         so = s.staging_objects
         with self._core.tx() as c:
-            return [(r.error_uri, r.receive_time) for r in c.execute(
-                sa.select(so.c.error_uri, so.c.receive_time).where(so.c.table_id == table_id,
-                                                                   so.c.error_uri.is_not(None))
-                .order_by(so.c.id))]
+            return [
+                (r.error_uri, r.receive_time)
+                for r in c.execute(
+                    sa.select(so.c.error_uri, so.c.receive_time)
+                    .where(so.c.table_id == table_id, so.c.error_uri.is_not(None))
+                    .order_by(so.c.id)
+                )
+            ]
 
     def clear_error_uri(self, error_uri: str) -> None:
         with self._core.tx() as c:
-            c.execute(s.staging_objects.update().where(s.staging_objects.c.error_uri == error_uri)
-                      .values(error_uri=None))
+            c.execute(
+                s.staging_objects.update().where(s.staging_objects.c.error_uri == error_uri).values(error_uri=None)
+            )
 
     def prune(self, before: dt.datetime, *, batch: int = 5000) -> int:
         """Delete the processed staging rows that arrived before `before` (registered, and last put, before it)
