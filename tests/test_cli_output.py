@@ -179,7 +179,10 @@ def test_sql_says_on_stderr_when_the_limit_cut_the_result(silt) -> None:
 
 
 def all_commands(group: click.Group, prefix: tuple[str, ...] = ()):
-    for name, command in group.commands.items():
+    context = click.Context(group, info_name="silt")
+    for name in group.list_commands(context):  # the `silt` group imports its commands when asked for them
+        command = group.get_command(context, name)
+        assert command is not None, name
         yield (*prefix, name), command
         if isinstance(command, click.Group):
             yield from all_commands(command, (*prefix, name))

@@ -46,7 +46,7 @@ def silt_arguments(argv: list[str]) -> tuple[str, list[str]]:
     # Click 8.2 renamed protected_args (deprecated since) to _protected_args.
     protected = context._protected_args if hasattr(context, "_protected_args") else context.protected_args
     name, *rest = protected + context.args
-    command = main.commands.get(name)
+    command = main.get_command(context, name)
     assert command is not None, f"silt has no command {name!r} ({' '.join(argv)})"
     command.make_context(name, list(rest))  # raises click.UsageError on an unknown option or a bad value
     return name, rest
