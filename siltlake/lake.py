@@ -157,7 +157,7 @@ class Table:
         """Name table `version` (None: the newest); read it as as_of_version="name" or VERSION AS OF 'name'. Reap
         keeps what a tagged version shows, however old. A name that tags another version is refused unless `move`.
         With the Iceberg target, it is also an Iceberg tag on the version's snapshot."""
-        from siltlake.publish.iceberg_follow import follow_tags
+        from siltlake.publish.iceberg.follow import follow_tags
 
         number = self.version if version is None else version
         tag = self.lake.deployment.catalog.tags.add(self.record.id, name, number, self.name, now, move=move)
@@ -166,7 +166,7 @@ class Table:
 
     def untag(self, name: str) -> Tag:
         """Forget a tag: its version is reaped as any other once outside the retention window."""
-        from siltlake.publish.iceberg_follow import follow_tags
+        from siltlake.publish.iceberg.follow import follow_tags
 
         tag = self.lake.deployment.catalog.tags.remove(self.record.id, name, self.name)
         follow_tags(self.lake.deployment, self.record, {tag.name: tag.table_version})
