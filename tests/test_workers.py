@@ -149,3 +149,16 @@ def test_an_interrupted_call_kills_its_workers_and_the_next_call_starts_new_ones
         run_on_workers(slow, list(range(80)), on_progress=interrupt)
     assert time.monotonic() - started < 2.5  # the rest of the 80 x 50 ms was not waited for
     assert run_on_workers(slow, [5, 6]) == [5, 6]
+
+
+def test_a_module_function_goes_by_reference_without_pyspark_in_the_caller() -> None:
+    # A cold `silt stream --once` would otherwise import PySpark (about 0.4 s) only to pickle a module's function.
+    import subprocess
+    import sys
+
+    script = ("import sys, os.path\nfrom siltlake.workers import run_on_workers, close_workers\n"
+              "print(run_on_workers(os.path.basename, ['/a/b', '/c/d'], [1, 1]))\nclose_workers()\n"
+              "print('pyspark' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["['b',", "'d']", "False"], result.stdout
