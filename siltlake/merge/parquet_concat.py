@@ -20,7 +20,6 @@ from typing import BinaryIO, cast
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from fastparquet import cencoding
 
 from siltlake.errors import Refusal
 
@@ -245,6 +244,9 @@ def _open(f, n: int) -> _Source:
     if footer_len > size - 12:
         raise ShallowMergeRefused(f"file {n}: not Parquet (footer length {footer_len} exceeds file size {size})")
     raw = _read_at(f, size - 8 - footer_len, footer_len)
+    # Here, not at the top: fastparquet's package imports pandas (0.2 s), which a stream or a deep merge never needs.
+    from fastparquet import cencoding
+
     try:
         arrow_md = pq.read_metadata(pa.BufferReader(MAGIC + raw + tail))
         footer = cencoding.from_buffer(raw)
