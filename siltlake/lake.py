@@ -19,6 +19,8 @@ from siltlake.read.scan import ReadPlans, Scan
 from siltlake.read.versions import parse_as_of, parse_dates
 
 if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
     import pandas as pd
     import pyarrow as pa
     import pyarrow.dataset as ds
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
     from siltlake.catalog.tags import Tag
     from siltlake.read.inspect import TableInspect
     from siltlake.read.metadata import TableMetadata
+    from siltlake.read.query import SqlResult
     from siltlake.read.versions import DataFile
     from siltlake.reap import ReapReport
     from siltlake.reap.maintenance import CompactReport, TableMaintenance
@@ -70,6 +73,23 @@ class Lake:
     def tables(self) -> list[str]:
         """The names of the tables, schema.table."""
         return sorted(record.qualified_name for record in self.deployment.catalog.tables.list())
+
+    def list_tables(self) -> list[Table]:
+        """Every table, in the catalog's order, from one catalog read."""
+        return [Table(self, record) for record in self.deployment.catalog.tables.list()]
+
+    def sql(self, query: str, *, as_of: dt.datetime | str | None = None, engine: str = "auto",
+            limit: int | None = None, spark: SparkSession | Callable[[], SparkSession] | None = None,
+            running: Callable[[str], AbstractContextManager[object]] | None = None) -> SqlResult:
+        """Run SQL (Spark's syntax) over the tables, named schema.table, as `silt sql` does: DuckDB answers when it
+        gives Spark's answer (engine "auto"; "duckdb": that or an error; "spark": always Spark). A reference pins
+        its version with VERSION AS OF n | 'tag' or TIMESTAMP AS OF '...'; `as_of` reads every other as of that
+        time. At most `limit` rows (None: all); .to_arrow(), .to_pylist(), .columns, .rows. `spark`: the session,
+        or a function making one, when Spark answers (default: the lake's); `running`: given what runs now, the
+        context it runs in (a progress display's)."""
+        from siltlake.read.query import run_sql
+
+        return run_sql(self.deployment, query, engine=engine, limit=limit, as_of=as_of, spark=spark, running=running)
 
     def reap(self, dry_run: bool = False, now: dt.datetime | None = None, **options: Any) -> ReapReport:
         """Delete what no retained table version, merge range or writer in flight needs, as `silt reap` does
@@ -131,10 +151,26 @@ class Table:
 
     @property
     def metadata(self) -> TableMetadata:
-        """name, id, version, created_at, columns, partitioning, primary_key (keyed) as a frozen TableMetadata."""
+        """name, id, version, created_at, columns, partitioning, primary_key (keyed), kind, physical_name and
+        settings_from (where each inherited setting comes from) as a frozen TableMetadata."""
         from siltlake.read.metadata import table_metadata
 
-        return table_metadata(self.record, self.version)
+        catalog = self.lake.deployment.catalog
+        sources = catalog.tables.setting_sources(self.record) if self.record.definition.kind == "log" else {}
+        return table_metadata(self.record, self.version, sources)
+
+    def partition_counts(self) -> list[dict[str, Any]]:
+        """Per partition, now: date (ISO text), state, live and delayed objects and rows, bytes of the small
+        objects, merged objects and rows; as `silt table show` lists them."""
+        from decimal import Decimal
+
+        rows = []
+        for row in self.lake.deployment.catalog.partitions.summary(self.record.id):
+            del row["closed"]  # the state says it: catalog.PARTITION_STATES
+            # PostgreSQL sums integers as numeric: counts are ints whichever database the catalog is.
+            counts = {key: int(value) if isinstance(value, Decimal) else value for key, value in row.items()}
+            rows.append({**counts, "date": row["date"].isoformat()})
+        return rows
 
     @property
     def schema(self) -> pa.Schema:

@@ -51,11 +51,14 @@ def test_the_python_and_duckdb_examples_run(tmp_path: Path, catalog_url: str, mo
         two_versions(deployment)
         point_cli_at(deployment, monkeypatch)  # Lake.open() finds the deployment as `silt` would
         examples = [code for code in section_blocks("python") if "spark" not in code]
-        assert len(examples) == 2, "the Python and the DuckDB example"
-        python, duckdb_example = examples
+        assert len(examples) == 3, "the Python, the SQL and the DuckDB example"
+        python, sql_example, duckdb_example = examples
         printed = run_example(python, capsys)
         assert "(1, 2)" in printed and "10" in printed, printed
         assert f"{DAY.isoformat()} 2 2 append 20" in printed, printed  # the history's newest version
+        first = tuple(sorted(Counter(row["action"] for row in BATCHES[0]).items()))
+        printed = run_example(sql_example, capsys)
+        assert printed == [f"duckdb {first}", f"['action', 'n'] {len(first)}", "[{'n': 20}]"], printed
         printed = run_example(duckdb_example, capsys)
     finally:
         deployment.close()

@@ -14,7 +14,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from siltlake.deployment import Deployment
-    from siltlake.read.plan import QueryPlan
 
 ENGINE_HELP = ("auto: DuckDB over the exact file lists when the query translates faithfully (the same answer as "
                "Spark's), else Spark; duckdb: DuckDB or an error saying why not; spark: always Spark.")
@@ -31,50 +30,16 @@ ENGINE_HELP = ("auto: DuckDB over the exact file lists when the query translates
 @friendly
 def sql_command(context: click.Context, query: str, fmt: str, limit: int, engine: str) -> None:
     """Run Spark SQL over the tables, named schema.table."""
-    from siltlake.read.plan import checked_query, plan_query
+    from siltlake.lake import Lake
+    from siltlake.read.plan import checked_query
 
-    # The parse and the sandbox's refusals need no catalog: said before the deployment opens. Then names and
-    # time travel are checked, and the reads pinned, before any engine starts.
-    tree = checked_query(query)
+    # The parse and the sandbox's refusals need no catalog: said before the deployment opens. Lake.sql then checks
+    # names and time travel, and pins the reads, before any engine starts.
+    checked_query(query)
     deployment = deployment_of(context)
-    plan = plan_query(tree, deployment)
-    from siltlake.spark import time_bound
-
-    with time_bound(deployment.config.sql.timeout, "sql.timeout", "the query"):
-        columns, rows = _run(deployment, query, plan, engine, limit)
-    _show(fmt, columns, rows, limit)
-
-
-def _run(deployment: Deployment, query: str, plan: QueryPlan, engine: str, limit: int) -> tuple[list[str], list]:
-    """The query's column names and at most limit + 1 rows (one more than shown: whether the limit cut them), from
-    DuckDB when it gives Spark's answer (and the engine allows), else from Spark."""
-    if engine != "spark":
-        from siltlake.errors import SiltError
-        from siltlake.read.duck import faithful, run_plan
-        from siltlake.read.translate import NotFaithful
-
-        try:
-            translation = faithful(plan, deployment)
-            with activity("running the query on DuckDB…"):
-                rows = run_plan(plan, deployment, translation, limit + 1)
-        except NotFaithful as exc:
-            if engine == "duckdb":
-                raise SiltError(f"--engine duckdb: this query may not give Spark's answer on DuckDB ({exc}); run "
-                                "it with --engine spark or auto") from None
-        else:
-            return translation.columns, rows
-    from siltlake.read import sql
-    from siltlake.spark import bound_session, is_remote
-
-    spark = bound_session(_spark_session(deployment))  # a Spark Connect session is tagged here
-    try:
-        with activity("running the query…"):
-            frame = sql(spark, query, deployment, plan=plan)
-            collected = frame.limit(limit + 1).collect()
-        return frame.columns, collected
-    finally:
-        if is_remote(spark):
-            spark.stop()  # ends this client's session on the server (its temp views), not the server
+    result = Lake(deployment).sql(query, engine=engine, limit=limit, spark=lambda: _spark_session(deployment),
+                                  running=activity)
+    _show(fmt, list(result.columns), list(result.rows), result.truncated, limit)
 
 
 def _spark_session(deployment: Deployment) -> SparkSession:
@@ -92,8 +57,8 @@ def _spark_session(deployment: Deployment) -> SparkSession:
     return deployment.spark()
 
 
-def _show(fmt: str, names: list[str], rows: list, limit: int) -> None:
-    emit(fmt, [Column(name, show=format_value) for name in names], rows[:limit])
-    if len(rows) > limit:
+def _show(fmt: str, names: list[str], rows: list, truncated: bool, limit: int) -> None:
+    emit(fmt, [Column(name, show=format_value) for name in names], rows)
+    if truncated:
         console.print(f"showing the first {limit:,} row{'' if limit == 1 else 's'}: the result has more "
                       "(--limit sets how many)", highlight=False)

@@ -15,7 +15,6 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from siltlake.catalog import TableChange, TableRecord
-    from siltlake.deployment import Deployment
     from siltlake.write.alter import TableAlter
 
 
@@ -84,14 +83,15 @@ TABLE_COLUMNS = (
 @friendly
 def table_list(context: click.Context, fmt: str) -> None:
     """List tables; a derived table (kind "derived", `silt derived list`) has no time column or merge interval."""
-    records = deployment_of(context).catalog.tables.list()
+    from siltlake.lake import Lake
+
     rows = []
-    for record in records:
-        d = record.definition
-        log = d.kind == "log"
-        rows.append((d.qualified_name, d.kind, d.time_column if log else None, d.timezone if log else None,
-                     d.merge_interval if log else None, len(d.columns),
-                     record.create_time.isoformat(sep=" ", timespec="seconds")))
+    for table in Lake(deployment_of(context)).list_tables():
+        settings, meta = table.properties, table.metadata
+        log = meta.kind == "log"
+        rows.append((meta.name, meta.kind, settings["time_column"] if log else None,
+                     settings["timezone"] if log else None, settings["merge_interval"] if log else None,
+                     len(meta.columns), meta.created_at.replace(tzinfo=None).isoformat(sep=" ", timespec="seconds")))
     emit(fmt, TABLE_COLUMNS, rows, empty="no tables yet; create one with `silt table create FILE`")
 
 
@@ -105,19 +105,20 @@ def table_show(context: click.Context, name: str, fmt: str) -> None:
 
     With --format json: one object, the definition as stored (durations in seconds) and the partitions;
     with --format csv: the partitions, a row each."""
-    deployment = deployment_of(context)
-    record = deployment.catalog.tables.get(name)
+    from siltlake.lake import Lake
+
+    table = Lake(deployment_of(context)).table(name)
+    record, meta = table.record, table.metadata
     d = record.definition
-    partitions = partition_rows(deployment, record.id)
-    sources = deployment.catalog.tables.setting_sources(record) if d.kind == "log" else {}
+    partitions = table.partition_counts()
+    sources = dict(meta.settings_from)
     if fmt == "json":
         write_json({**_described(record), "settings_from": sources, "partitions": partitions})
         return
     if fmt == "csv":
         emit(fmt, PARTITION_COLUMNS, partitions)
         return
-    settings = [("physical", f"{record.physical_schema_name}.{record.physical_table_name}"),
-                ("kind", d.kind)]
+    settings = [("physical", meta.physical_name), ("kind", meta.kind)]
     if d.kind == "derived":  # dt comes from its query; its rule and sources: `silt derived show`
         settings += [("format", d.format), ("codec", d.codec), ("defined by", f"silt derived show {d.qualified_name}")]
     else:
@@ -133,13 +134,13 @@ def table_show(context: click.Context, name: str, fmt: str) -> None:
                      ("merge mode", sourced("merge_mode", d.merge_mode)),
                      ("merged object size", sourced("merged_object_size", format_size(d.merged_object_size))),
                      ("merge batch size", str(d.merge_batch_size))]
-    if d.keyed:
-        settings.append(("primary key", ", ".join(d.primary_key)))
+    if meta.keyed:
+        settings.append(("primary key", ", ".join(meta.primary_key)))
         settings.append(("sequence column", d.sequence_column or "none: the last committed row wins"))
-    out.print(Text(d.qualified_name, style="bold"))
+    out.print(Text(meta.name, style="bold"))
     out.print(Text("  ".join(f"{label}: {value}" for label, value in settings)))
     out.print(grid([Column("column"), Column("type"), Column("nullable"), Column("source field")],
-                   [(c.name, c.type, "yes" if c.nullable else "no", c.source_field) for c in d.columns]))
+                   [(c.name, c.type, "yes" if c.nullable else "no", c.source_field) for c in meta.columns]))
     emit(fmt, PARTITION_COLUMNS, partitions, title="partitions", empty="no partitions yet")
 
 
@@ -152,15 +153,6 @@ PARTITION_COLUMNS = (
     *(Column(key, header, format_count, right=True) for key, header in (
         ("merged_objects", "merged\nobjects"), ("merged_rows", "merged\nrows"))),
 )
-
-
-def partition_rows(deployment: Deployment, table_id: int) -> list[dict[str, Any]]:
-    """A table's partitions with their object and row counts, as `table show` lists them."""
-    rows = []
-    for row in deployment.catalog.partitions.summary(table_id):
-        del row["closed"]  # the state says it: catalog.PARTITION_STATES, as `silt status` counts them
-        rows.append({**row, "date": row["date"].isoformat()})
-    return rows
 
 
 @table_group.command("add-column")

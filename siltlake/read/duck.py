@@ -102,8 +102,9 @@ def bounded(connection: Any, deployment: Deployment) -> Iterator[None]:
                         "it, or narrow the query; nothing was written") from None
 
 
-def run_plan(plan: QueryPlan, deployment: Deployment, translation: Translation, limit: int) -> list[tuple]:
-    """Run a translated plan on DuckDB: at most `limit` rows, values as PySpark's collect() gives them
+def run_plan(plan: QueryPlan, deployment: Deployment, translation: Translation, limit: int | None
+             ) -> list[tuple]:
+    """Run a translated plan on DuckDB: at most `limit` rows (None: all), values as PySpark's collect() gives them
     (timestamps naive, in this process's local zone); NotFaithful when the rows take an integer sum or average
     where Spark's answer is not the exact one (the query then goes to Spark)."""
     import duckdb
@@ -122,7 +123,8 @@ def run_plan(plan: QueryPlan, deployment: Deployment, translation: Translation, 
                 connection.execute(f"SET allowed_paths = [{', '.join(_quote(path) for path in allowed)}]")
             connection.execute("SET enable_external_access = false")
             connection.execute("SET lock_configuration = true")
-            rows = connection.execute(translation.sql).fetchmany(limit)
+            result = connection.execute(translation.sql)
+            rows = result.fetchall() if limit is None else result.fetchmany(limit)
     except duckdb.IOException as exc:
         missing = _MISSING.search(str(exc))
         if missing is None:
