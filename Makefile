@@ -130,6 +130,7 @@ bench: prereqs $(VENV)/.installed-dev
 	$(BIN)/python bench/reap_bench.py
 	$(BIN)/python bench/load_bench.py
 	$(BIN)/python bench/cli_startup_bench.py
+	$(BIN)/python bench/cold_start_bench.py
 	$(BIN)/python bench/freshness_bench.py
 	$(BIN)/python bench/derived_bench.py
 	$(BIN)/python bench/keyed_bench.py read
