@@ -7,66 +7,22 @@ import os
 import re
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from siltlake.configbase import AtLeastOne, Section, check_heartbeat
 from siltlake.errors import DEBUG_VARIABLE, ConfigError
-from siltlake.globs import check_patterns
 from siltlake.glueconfig import GlueTargetConfig
+from siltlake.streamconfig import StreamConfig
 from siltlake.tabledef import describe_validation_error, parse_duration
 
 CONFIG_FILE = "siltlake.toml"
 ENV_PREFIX = "SILTLAKE_"
 INSTANCE_KEY = re.compile(r"^[a-z0-9]{4,32}\Z")  # \Z: "$" would let a trailing newline through
-SQS_QUEUE_NAME = re.compile(r"[A-Za-z0-9_-]{1,80}(?:\.fifo)?\Z")
-
-# Staging keys look like `<anything>.<schema>.<table>/YYYY/MM/DD/<name>[.gz]` (a date-path layout).
-_TABLE_DIRECTORY = r"^(?:.*/)?(?:[^/]*\.)?(?P<schema>[^/.]+)\.(?P<table>[^/.]+)/"
-_DATE_DIRECTORIES = r"(?P<year>\d{4})/(?P<month>\d{2})/(?P<day>\d{2})/"
-DEFAULT_KEY_PATTERN = _TABLE_DIRECTORY + _DATE_DIRECTORIES + r"(?P<name>[^/]+)$"
-
-# stream.key_pattern may name one of these layouts instead of giving a regular expression (docs/shippers.md).
-# Each names its table by a directory <schema>.<table> (a prefix before it allowed, and <anything>. before the
-# schema: the last two dotted parts count), the layouts' own parts after it.
-KEY_LAYOUTS = {
-    # .../<schema>.<table>/YYYY/MM/DD/<name>
-    "siltlake": (DEFAULT_KEY_PATTERN, "<anything>/<schema>.<table>/YYYY/MM/DD/<name>"),
-    # .../<schema>.<table>/YYYY/MM/DD/HH/<name>
-    "hourly": (_TABLE_DIRECTORY + _DATE_DIRECTORIES + r"(?P<hour>\d{2})/(?P<name>[^/]+)$",
-               "<anything>/<schema>.<table>/YYYY/MM/DD/HH/<name>"),
-    # Fluentd out_s3: s3_object_key_format %{path}%{time_slice}_%{index}.%{file_extension}, path ending in
-    # <schema>.<table>/, time_slice_format %Y%m%d%H (its default), %Y%m%d or %Y%m%d-%H.
-    "fluentd_out_s3": (_TABLE_DIRECTORY + r"(?P<year>\d{4})(?P<month>\d{2})(?P<day>\d{2})(?:-?(?P<hour>\d{2}))?"
-                       r"_(?P<name>[^/]+)$",
-                       "<path: anything/<schema>.<table>/>YYYYMMDD[HH]_<index>.<extension>"),
-    # Fluent Bit s3: s3_key_format /<prefix>/$TAG/%Y/%m/%d/<anything>, the tag (or $TAG[n].$TAG[m]) being
-    # <schema>.<table>; its default /fluent-bit-logs/$TAG/%Y/%m/%d/%H/%M/%S matches.
-    "fluentbit_s3": (_TABLE_DIRECTORY + _DATE_DIRECTORIES + r"(?P<name>(?:[^/]+/)*[^/]+)$",
-                     "<anything>/<schema>.<table>/YYYY/MM/DD/<anything>"),
-    # Vector aws_s3: key_prefix "<schema>.<table>/date=%F/" (the default date=%F/ with the table before it).
-    "vector_aws_s3": (_TABLE_DIRECTORY + r"date=(?P<year>\d{4})-(?P<month>\d{2})-(?P<day>\d{2})/?(?P<name>[^/]+)$",
-                      "<anything>/<schema>.<table>/date=YYYY-MM-DD/<name>"),
-}
 
 
-def key_pattern_shape(pattern: str) -> str:
-    """What keys of stream.key_pattern look like, for messages: a named layout's shape, else the expression."""
-    for name, (regex, shape) in KEY_LAYOUTS.items():
-        if pattern == regex:
-            return f"{name}: {shape}"
-    return pattern
-
-
-AtLeastOne = Annotated[int, Field(ge=1)]
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class CatalogConfig(_Section):
+class CatalogConfig(Section):
     url: str = "sqlite:///.siltlake/catalog.db"
 
     @field_validator("url")
@@ -77,40 +33,55 @@ class CatalogConfig(_Section):
         return value
 
 
-class S3Config(_Section):
+class S3Config(Section):
     """How s3:// roots are reached (docs/operations.md, "Storage on S3"). Credentials never live here: pyarrow takes
     them from the usual AWS settings (environment, ~/.aws, instance or pod roles)."""
 
-    endpoint_override: str | None = Field(default=None, description="host:port of an S3-compatible endpoint "
-                                          "(MinIO, a local test server); unset: AWS, or AWS_ENDPOINT_URL_S3")
+    endpoint_override: str | None = Field(
+        default=None,
+        description="host:port of an S3-compatible endpoint "
+        "(MinIO, a local test server); unset: AWS, or AWS_ENDPOINT_URL_S3",
+    )
     scheme: str = Field(default="https", pattern="^https?$")
-    region: str | None = Field(default=None, description="unset: the bucket's own region, asked once (AWS), "
-                               "or AWS_DEFAULT_REGION / us-east-1 with an endpoint_override")
-    max_attempts: AtLeastOne = Field(default=10, description="attempts of one request (AWS standard retry "
-                                     "strategy: exponential backoff with jitter on 5xx, throttling and "
-                                     "network errors)")
+    region: str | None = Field(
+        default=None,
+        description="unset: the bucket's own region, asked once (AWS), "
+        "or AWS_DEFAULT_REGION / us-east-1 with an endpoint_override",
+    )
+    max_attempts: AtLeastOne = Field(
+        default=10,
+        description="attempts of one request (AWS standard retry "
+        "strategy: exponential backoff with jitter on 5xx, throttling and "
+        "network errors)",
+    )
     request_timeout: float | None = Field(default=None, gt=0, description="seconds; unset: the SDK's")
     connect_timeout: float | None = Field(default=None, gt=0, description="seconds; unset: the SDK's")
 
 
-class StorageConfig(_Section):
+class StorageConfig(Section):
     root: str = ".siltlake/lake"
     staging_root: str = ".siltlake/staging"
     s3: S3Config = Field(default_factory=S3Config)
 
 
-class SparkConfig(_Section):
+class SparkConfig(Section):
     master: str = "local[*]"
     app_name: str = "siltlake"
     conf: dict[str, str] = Field(default_factory=dict)
-    connect: str | None = Field(default=None, description="host:port of the Spark Connect server `silt run` "
-                                "holds in its session, which `silt sql --engine spark` and notebooks use while it "
-                                "runs; unset: none. Loopback only unless connect_remote (Spark Connect runs any "
-                                "code a client sends, as the server's user)")
+    connect: str | None = Field(
+        default=None,
+        description="host:port of the Spark Connect server `silt run` "
+        "holds in its session, which `silt sql --engine spark` and notebooks use while it "
+        "runs; unset: none. Loopback only unless connect_remote (Spark Connect runs any "
+        "code a client sends, as the server's user)",
+    )
     connect_remote: bool = Field(default=False, description="let spark.connect bind an address other than loopback")
-    connect_token_file: str = Field(default=".siltlake/spark-connect.token", description="where `silt run` writes "
-                                    "the token its Spark Connect server requires (mode 0600) and where siltlake's "
-                                    "clients read it; $SPARK_CONNECT_AUTHENTICATE_TOKEN, when set, is the token")
+    connect_token_file: str = Field(
+        default=".siltlake/spark-connect.token",
+        description="where `silt run` writes "
+        "the token its Spark Connect server requires (mode 0600) and where siltlake's "
+        "clients read it; $SPARK_CONNECT_AUTHENTICATE_TOKEN, when set, is the token",
+    )
 
     @field_validator("connect")
     @classmethod
@@ -125,9 +96,11 @@ class SparkConfig(_Section):
     @model_validator(mode="after")
     def _loopback_unless_remote(self) -> SparkConfig:
         if self.connect and not self.connect_remote and not is_loopback(self.connect_address[0]):
-            raise ValueError(f"spark.connect {self.connect!r} is not a loopback address: anyone who reaches it runs "
-                             "code as the server's user; set spark.connect_remote = true to bind it anyway "
-                             "(docs/operations.md, \"A warm Spark session\")")
+            raise ValueError(
+                f"spark.connect {self.connect!r} is not a loopback address: anyone who reaches it runs "
+                "code as the server's user; set spark.connect_remote = true to bind it anyway "
+                '(docs/operations.md, "A warm Spark session")'
+            )
         return self
 
     @property
@@ -148,175 +121,28 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-class StreamConfig(_Section):
-    poll_interval: int = 10
-    key_pattern: str = DEFAULT_KEY_PATTERN
-    include: list[str] = Field(default_factory=list, description="glob patterns of the new files the stream takes "
-                               "from the staging root, on the key relative to it (a pattern without '/' on the file's "
-                               "name; '**' any directories); empty: every file (siltlake/globs.py)")
-    exclude: list[str] = Field(default_factory=list, description="glob patterns of new files the stream leaves, "
-                               "e.g. [\"*.gz\"] beside logs logrotate compresses; wins over include. A file already "
-                               "followed is followed under any name it is renamed to")
-    max_objects_per_run: AtLeastOne = 100_000
-    objects_per_wave: AtLeastOne = 512
-    tasks_per_core: AtLeastOne = 4
-    task_bytes: AtLeastOne = Field(default=16 * 1024 * 1024, description="staging bytes a Spark task is given "
-                                   "at least, when a wave holds more objects than cores: small objects share "
-                                   "tasks, so that a task's fixed cost does not dominate")
-    in_driver_bytes: int = Field(default=16 * 1024 * 1024, ge=0, description="staging bytes up to which a wave "
-                                 "decodes on this host's worker processes, one per core, instead of as a Spark stage "
-                                 "(a stage costs a few hundred ms, and Spark's start-up when none runs yet); 0: every "
-                                 "wave on Spark")
-    batch_rows: AtLeastOne = 65536
-    spill_bytes: AtLeastOne = 128 * 1024 * 1024
-    parallel_decode_bytes: AtLeastOne = Field(default=32 << 20, description="staging bytes from which one object "
-                                              "decodes on several threads of its task (its share of the wave's "
-                                              "cores): decompression in one, blocks of lines in the others")
-    max_failures: AtLeastOne = Field(default=3, description="failed processing attempts of one staging object "
-                                     "before it moves to unknown objects (storage and catalog outages never count)")
-    max_object_bytes: AtLeastOne = Field(default=16 << 30, description="bytes one staging object may "
-                                         "decompress to; past it the object is unknown")
-    max_compression_ratio: float = Field(default=200, gt=1, description="decompressed bytes per compressed "
-                                         "byte a gzip object may reach past its first 64 MiB; past it the "
-                                         "object is unknown (gzip's best is about 1,000)")
-    claim_timeout: AtLeastOne = Field(default=300, description="seconds without a heartbeat before the staging "
-                                      "objects a stream daemon claimed are taken over by another (a daemon gone "
-                                      "on the same host: at once)")
-    heartbeat_interval: AtLeastOne = 30
-    listing_margin: int = Field(default=5, description="seconds a round's discovery cursor stays behind the "
-                                "start of its listing (stream/discover.py): timestamp granularity, writes racing "
-                                "the walk, and on a network file system its clock's skew from this host's")
-    full_listing_interval: int = Field(default=3600, description="0: a local staging root is listed whole "
-                                       "every round (a mount whose directory times cannot be trusted); else it "
-                                       "is swept (stream.sweep_files_per_round), and this is how long a local "
-                                       "file seen written in place is watched for growth after its last delivery")
-    sweep_files_per_round: AtLeastOne = Field(default=10000, description="files of a local staging root the "
-                                              "rolling sweep reads per round besides the cursor walk: a pass "
-                                              "over N files takes N / this many rounds, the horizon of in-place "
-                                              "rewrites and of what the walk cannot see")
-    watch_directories: bool = Field(default=True, description="a stream daemon on a local staging root learns the "
-                                    "names that arrive in the directories it has read from Linux's inotify and lists "
-                                    "such a directory again only when a notification may have been missed (false: "
-                                    "every changed directory is listed, as on a file system whose changes inotify "
-                                    "does not see, such as a network mount written by other hosts)")
-    sweep_check_interval: int = Field(default=86400, ge=0, description="seconds between the sweep passes that look "
-                                      "every file of a local staging root up in the catalog; the passes between "
-                                      "look up only files whose mtime or ctime is past the last completed pass's "
-                                      "start (0: every pass looks every file up, for a file system that does not set "
-                                      "a file's ctime when it is renamed or linked)")
-    settle_time: int = Field(default=2, description="seconds a file of a local staging root must go unwritten "
-                             "(its mtime) before it is taken: a file being written in place is not read "
-                             "mid-flush (short: what grows later loads as an append); object stores (atomic "
-                             "PUTs) never wait")
-    settle_limit: int = Field(default=60, description="seconds a local file that never stops changing (a log "
-                              "appended to every second) waits at most: then it is taken up to its last whole "
-                              "record, and its growth after that as appends")
-    fragment_final_after: int = Field(default=21600, ge=0, description="seconds a local file must go unchanged "
-                                      "before its trailing fragment (a last line without its newline, half a "
-                                      "MessagePack item) is taken as its last record while it is still at its name "
-                                      "(a file rotated away or compressed has it taken at once; with settle_time 0, "
-                                      "always at once): a block-buffered writer may pause mid-line for minutes")
-    reorder_window: int = Field(default=300, ge=0, description="seconds an upload to an object store staging "
-                                "root may take (from its LastModified until it is listable) and still be found "
-                                "by its prefix's next listing when a key sorting after it was listed first; "
-                                "later ones wait for the sweep")
-    late_window: int = Field(default=86400, ge=0, description="seconds an object store staging day (a key's "
-                             "prefix up to its day, by stream.key_pattern) is listed on its own after it last "
-                             "received a key: new keys sorting after its others are found the next round, e.g. "
-                             "yesterday's last objects put late; on a local staging root, how long a stream "
-                             "daemon remembers the file names of a directory after it last changed (only names "
-                             "it has not seen there are stat'ed)")
-    sweep_keys_per_round: AtLeastOne = Field(default=2000, description="keys of an object store staging root "
-                                             "the rolling sweep lists per round: a pass over N keys takes "
-                                             "N / this many rounds, the horizon of what cursors miss")
-    staging_retention: AtLeastOne = Field(default=7 * 86400, description="staging objects whose arrival (put "
-                                          "or move into the root) is older than this are never loaded again: "
-                                          "reap prunes their catalog rows and listings skip them, so shippers "
-                                          "and lifecycle rules must delete staging objects within it")
-    notifications: str | None = Field(default=None, description="an SQS queue of the staging bucket's S3 event "
-                                      "notifications, read each round besides the listing: sqs://<queue-name> "
-                                      "(its URL asked of the SQS endpoint) or the queue's URL; unset: listing "
-                                      "only (docs/design.md, \"Notifications from an SQS queue\")")
-    notified_listing_interval: int = Field(default=60, ge=0, description="with stream.notifications set: "
-                                           "seconds between the listings that find what no notification named "
-                                           "(a lost or late one); the rounds between read the queue only, and a "
-                                           "listing round's sweep slice grows by the rounds it waited. 0: list "
-                                           "every round. A queue that cannot be read makes the round list")
-
-    @field_validator("notifications")
-    @classmethod
-    def _queue(cls, value: str | None) -> str | None:
-        if value is None or not value.strip():
-            return None
-        value = value.strip()
-        if value.startswith("sqs://"):
-            if not SQS_QUEUE_NAME.match(value[len("sqs://"):].rstrip("/")):
-                raise ValueError(f"{value!r} does not name an SQS queue: write sqs://<queue-name> (1-80 letters, "
-                                 "digits, '-' and '_', optionally ending .fifo) or the queue's URL")
-            return value
-        parts = urlsplit(value)
-        segments = parts.path.strip("/").split("/")
-        if parts.scheme not in ("http", "https") or not parts.netloc or len(segments) != 2 \
-                or not SQS_QUEUE_NAME.match(segments[1]):
-            raise ValueError(f"{value!r} is no SQS queue: write sqs://<queue-name> (its URL is asked of the "
-                             "endpoint) or the queue's URL, e.g. "
-                             "https://sqs.eu-west-1.amazonaws.com/123456789012/staging-events")
-        return value
-
-    @field_validator("poll_interval", "listing_margin", "full_listing_interval", "claim_timeout",
-                     "heartbeat_interval", "staging_retention", "settle_time", "settle_limit", "fragment_final_after",
-                     "reorder_window",
-                     "late_window", "sweep_check_interval", "notified_listing_interval",
-                     mode="before")
-    @classmethod
-    def _interval(cls, value: Any, info: ValidationInfo) -> int:
-        return parse_duration(value, f"stream.{info.field_name}")
-
-    @model_validator(mode="after")
-    def _heartbeat_within_timeout(self) -> StreamConfig:
-        check_heartbeat("stream", self.heartbeat_interval, "claim_timeout", self.claim_timeout,
-                        "live daemons' objects get decoded twice")
-        return self
-
-    @field_validator("include", "exclude", mode="before")
-    @classmethod
-    def _globs(cls, value: Any, info: ValidationInfo) -> list[str]:
-        return check_patterns(value, f"stream.{info.field_name}")
-
-    @field_validator("key_pattern")
-    @classmethod
-    def _pattern(cls, value: str) -> str:
-        if value in KEY_LAYOUTS:
-            return KEY_LAYOUTS[value][0]
-        try:
-            compiled = re.compile(value)
-        except re.error as exc:
-            raise ValueError(f"not a regular expression: {exc}") from None
-        missing = {"schema", "table"} - set(compiled.groupindex)
-        if missing:
-            raise ValueError(
-                f"pattern needs named groups (?P<schema>...) and (?P<table>...); missing {sorted(missing)} (or "
-                f"name a layout: {', '.join(KEY_LAYOUTS)})"
-            )
-        return value
-
-
-class MergeConfig(_Section):
+class MergeConfig(Section):
     slots: AtLeastOne = Field(default=32, description="jobs one worker runs at once (each one Spark task)")
     per_table_limit: AtLeastOne = Field(default=16, description="running jobs per table across all workers")
-    slots_per_schema: int = Field(default=0, ge=0, description="running jobs per schema across all workers; 0: "
-                                                               "no limit beyond the per-table one")
+    slots_per_schema: int = Field(
+        default=0, ge=0, description="running jobs per schema across all workers; 0: no limit beyond the per-table one"
+    )
     fair_shares: tuple[Literal["schema", "table"], ...] = Field(
-        default=("schema", "table"), description="the levels a claim shares its slots across, round robin, the "
-                                                 "outer first: schema then table; [] takes the oldest due jobs")
+        default=("schema", "table"),
+        description="the levels a claim shares its slots across, round robin, the "
+        "outer first: schema then table; [] takes the oldest due jobs",
+    )
     poll_interval: int = 10
     job_timeout: AtLeastOne = Field(default=600, description="seconds without a heartbeat before a job is taken over")
     heartbeat_interval: AtLeastOne = 30
     max_attempts: AtLeastOne = Field(default=5, description="failed attempts before a job parks as failed")
     retry_backoff: int = Field(default=30, description="seconds before the first retry; doubles per attempt")
-    in_driver_bytes: int = Field(default=64 * 1024 * 1024, ge=0,
-                                 description="a batch of jobs whose small objects total at most this many bytes "
-                                             "runs in the worker's own process, without a Spark stage; 0: never")
+    in_driver_bytes: int = Field(
+        default=64 * 1024 * 1024,
+        ge=0,
+        description="a batch of jobs whose small objects total at most this many bytes "
+        "runs in the worker's own process, without a Spark stage; 0: never",
+    )
 
     @field_validator("poll_interval", "job_timeout", "heartbeat_interval", "retry_backoff", mode="before")
     @classmethod
@@ -327,21 +153,16 @@ class MergeConfig(_Section):
     @classmethod
     def _levels(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         if list(value) not in ([], ["schema"], ["table"], ["schema", "table"]):
-            raise ValueError(f"{list(value)}: name each level once, the outer first: [\"schema\", \"table\"], "
-                             "[\"schema\"], [\"table\"] or []")
+            raise ValueError(
+                f'{list(value)}: name each level once, the outer first: ["schema", "table"], '
+                '["schema"], ["table"] or []'
+            )
         return value
 
     @model_validator(mode="after")
     def _heartbeat_within_timeout(self) -> MergeConfig:
         check_heartbeat("merge", self.heartbeat_interval, "job_timeout", self.job_timeout, "live jobs get taken over")
         return self
-
-
-def check_heartbeat(section: str, interval: int, timeout_name: str, timeout: int, otherwise: str) -> None:
-    """A heartbeat at most half its timeout: one late beat must not make a live holder look dead."""
-    if interval * 2 > timeout:
-        raise ValueError(f"{section}.heartbeat_interval ({interval} s) must be at most half of "
-                         f"{section}.{timeout_name} ({timeout} s), or {otherwise}")
 
 
 def check_name_prefix(value: str) -> str:
@@ -351,7 +172,7 @@ def check_name_prefix(value: str) -> str:
     return value
 
 
-class HiveTargetConfig(_Section):
+class HiveTargetConfig(Section):
     """The Hive metastore publish target: embedded (Derby under metastore_dir) unless metastore_uris is set."""
 
     metastore_dir: str = ".siltlake/metastore"
@@ -371,7 +192,7 @@ class HiveTargetConfig(_Section):
         return check_name_prefix(value)
 
 
-class IcebergTargetConfig(_Section):
+class IcebergTargetConfig(Section):
     """The Apache Iceberg publish target: a PyIceberg SQL catalog (SQLite or PostgreSQL) or a REST catalog.
 
     catalog_url unset: next to siltlake's catalog (iceberg.db beside a SQLite catalog file; the same
@@ -381,9 +202,11 @@ class IcebergTargetConfig(_Section):
     catalog_name: str = "siltlake"
     namespace_prefix: str = ""
     snapshot_retention: int = Field(
-        default=86400, description="seconds an Iceberg snapshot other than the current one is kept (Iceberg time "
+        default=86400,
+        description="seconds an Iceberg snapshot other than the current one is kept (Iceberg time "
         "travel); every commit rewrites the metadata of all kept snapshots, so this bounds its cost; siltlake's "
-        "own time travel (reap.retention) is not shortened; 0: only the current snapshot")
+        "own time travel (reap.retention) is not shortened; 0: only the current snapshot",
+    )
 
     @field_validator("snapshot_retention", mode="before")
     @classmethod
@@ -393,10 +216,12 @@ class IcebergTargetConfig(_Section):
     @field_validator("catalog_url")
     @classmethod
     def _catalog_url(cls, value: str | None) -> str | None:
-        if value and not value.startswith(("sqlite:", "postgresql:", "postgresql+psycopg:", "postgres:", "http://",
-                                           "https://")):
-            raise ValueError(f"{value!r} must be a sqlite:///, postgresql:// (SQL catalog) or http(s):// (REST "
-                             "catalog) URL")
+        if value and not value.startswith(
+            ("sqlite:", "postgresql:", "postgresql+psycopg:", "postgres:", "http://", "https://")
+        ):
+            raise ValueError(
+                f"{value!r} must be a sqlite:///, postgresql:// (SQL catalog) or http(s):// (REST catalog) URL"
+            )
         return value or None
 
     @field_validator("catalog_name")
@@ -412,16 +237,19 @@ class IcebergTargetConfig(_Section):
         return check_name_prefix(value)
 
 
-class PublishConfig(_Section):
+class PublishConfig(Section):
     interval: int = Field(default=60, description="seconds between publish runs of `silt publish`")
     targets: list[str] = Field(default_factory=list, description="external catalogs: 'hive', 'iceberg', 'glue'")
     hive: HiveTargetConfig = Field(default_factory=HiveTargetConfig)
     glue: GlueTargetConfig = Field(default_factory=GlueTargetConfig)
     iceberg: IcebergTargetConfig = Field(default_factory=IcebergTargetConfig)
     in_process_rewrite_bytes: int = Field(
-        default=32 * 1024 * 1024, ge=0, description="a delete or overwrite of a partition whose files total at most "
+        default=32 * 1024 * 1024,
+        ge=0,
+        description="a delete or overwrite of a partition whose files total at most "
         "this many bytes runs in the command's own process (pyarrow; a delete's predicate on DuckDB when it "
-        "translates faithfully), without Spark; 0: always Spark")
+        "translates faithfully), without Spark; 0: always Spark",
+    )
 
     @field_validator("targets", mode="before")
     @classmethod
@@ -435,31 +263,42 @@ class PublishConfig(_Section):
         return parse_duration(value, "publish.interval")
 
 
-class ReapConfig(_Section):
+class ReapConfig(Section):
     retention: int = Field(default=7 * 86400, description="seconds a superseded version stays readable (time travel)")
     grace: int = Field(default=3 * 86400, description="seconds before an object no catalog row names is an orphan")
     interval: int = Field(default=3600, description="seconds between reap runs in `silt run`")
-    full_sweep_interval: int = Field(default=86400, description="seconds between full sweeps: a run lists the "
-                                     "whole instance key when no full sweep completed within this; other runs "
-                                     "list only what changed since the last run")
-    change_slack: int = Field(default=3600, description="seconds an incremental reap looks back before the last "
-                              "run for changes: covers clock skew between hosts and a writer that commits "
-                              "a while after the time it records")
-    request_id_retention: int = Field(default=7 * 86400, description="seconds reap keeps the request ids of "
-                                      "committed writes: a retry with the same id within it changes nothing, "
-                                      "one after it is applied again")
+    full_sweep_interval: int = Field(
+        default=86400,
+        description="seconds between full sweeps: a run lists the "
+        "whole instance key when no full sweep completed within this; other runs "
+        "list only what changed since the last run",
+    )
+    change_slack: int = Field(
+        default=3600,
+        description="seconds an incremental reap looks back before the last "
+        "run for changes: covers clock skew between hosts and a writer that commits "
+        "a while after the time it records",
+    )
+    request_id_retention: int = Field(
+        default=7 * 86400,
+        description="seconds reap keeps the request ids of "
+        "committed writes: a retry with the same id within it changes nothing, "
+        "one after it is applied again",
+    )
 
-    @field_validator("retention", "grace", "interval", "full_sweep_interval", "change_slack", "request_id_retention",
-                     mode="before")
+    @field_validator(
+        "retention", "grace", "interval", "full_sweep_interval", "change_slack", "request_id_retention", mode="before"
+    )
     @classmethod
     def _durations(cls, value: Any, info: ValidationInfo) -> int:
         return parse_duration(value, f"reap.{info.field_name}")
 
 
-class DerivedConfig(_Section):
+class DerivedConfig(Section):
     interval: int = Field(default=60, description="seconds between checks of derived tables' triggers in `silt run`")
-    build_timeout: AtLeastOne = Field(default=600, description="seconds without a heartbeat before a running "
-                                                               "build counts as lost")
+    build_timeout: AtLeastOne = Field(
+        default=600, description="seconds without a heartbeat before a running build counts as lost"
+    )
     heartbeat_interval: AtLeastOne = 30
 
     @field_validator("interval", "build_timeout", "heartbeat_interval", mode="before")
@@ -469,18 +308,26 @@ class DerivedConfig(_Section):
 
     @model_validator(mode="after")
     def _heartbeat_within_timeout(self) -> DerivedConfig:
-        check_heartbeat("derived", self.heartbeat_interval, "build_timeout", self.build_timeout,
-                        "running builds count as lost")
+        check_heartbeat(
+            "derived", self.heartbeat_interval, "build_timeout", self.build_timeout, "running builds count as lost"
+        )
         return self
 
 
-class SqlConfig(_Section):
+class SqlConfig(Section):
     """Bounds on user SQL (docs/design.md "Hostile input"); a query past one stops with an error naming it."""
+
     timeout: int = Field(default=30 * 60, description="seconds a `silt sql` query may run (DuckDB or Spark); 0: none")
-    write_timeout: int = Field(default=4 * 3600, description="seconds the SQL of a derived build, `upsert --sql` or "
-                               "`delete`/`update --where` may run, then it stops and nothing is written; 0: none")
-    duckdb_memory_limit: str = Field(default="50%", pattern=r"(?i)^\s*\d+(\.\d+)?\s*(%|[KMGT]i?B|bytes)\s*$",
-                                     description="DuckDB's memory_limit for user SQL: '4GB', or '50%' of the host's")
+    write_timeout: int = Field(
+        default=4 * 3600,
+        description="seconds the SQL of a derived build, `upsert --sql` or "
+        "`delete`/`update --where` may run, then it stops and nothing is written; 0: none",
+    )
+    duckdb_memory_limit: str = Field(
+        default="50%",
+        pattern=r"(?i)^\s*\d+(\.\d+)?\s*(%|[KMGT]i?B|bytes)\s*$",
+        description="DuckDB's memory_limit for user SQL: '4GB', or '50%' of the host's",
+    )
 
     @field_validator("timeout", "write_timeout", mode="before")
     @classmethod
@@ -488,12 +335,16 @@ class SqlConfig(_Section):
         return parse_duration(value, f"sql.{info.field_name}")
 
 
-class ObserveConfig(_Section):
-    history_interval: int = Field(default=60, ge=0, description="seconds between the metric history samples the "
-                                  "daemons take for `silt dashboard` (0: none)")
+class ObserveConfig(Section):
+    history_interval: int = Field(
+        default=60,
+        ge=0,
+        description="seconds between the metric history samples the daemons take for `silt dashboard` (0: none)",
+    )
     history_retention: int = Field(default=14 * 86400, description="seconds reap keeps metric history samples")
-    freshness_window: int = Field(default=900, gt=0, description="seconds of newly visible objects the freshness "
-                                  "histogram of /metrics covers")
+    freshness_window: int = Field(
+        default=900, gt=0, description="seconds of newly visible objects the freshness histogram of /metrics covers"
+    )
 
     @field_validator("history_interval", "history_retention", "freshness_window", mode="before")
     @classmethod
@@ -501,7 +352,7 @@ class ObserveConfig(_Section):
         return parse_duration(value, f"observe.{info.field_name}")
 
 
-class TablesConfig(_Section):
+class TablesConfig(Section):
     """The deployment's values of the settings a table inherits when neither it nor its schema sets them
     (docs/design.md "Settings inherited"); unset: the setting's default. Read as `silt table set` reads them."""
 
@@ -515,7 +366,7 @@ class TablesConfig(_Section):
         return {key: str(value) for key, value in self.model_dump().items() if value is not None}
 
 
-class Config(_Section):
+class Config(Section):
     instance_key: str | None = None
     catalog: CatalogConfig = Field(default_factory=CatalogConfig)
     storage: StorageConfig = Field(default_factory=StorageConfig)
@@ -533,9 +384,11 @@ class Config(_Section):
     @model_validator(mode="after")
     def _notifications_need_an_object_store(self) -> Config:
         if self.stream.notifications and not self.storage.staging_root.startswith("s3://"):
-            raise ValueError(f"stream.notifications reads S3 event notifications, but storage.staging_root "
-                             f"{self.storage.staging_root!r} is no s3:// root: unset stream.notifications "
-                             "(a local root is listed from its cursor) or stage on S3")
+            raise ValueError(
+                f"stream.notifications reads S3 event notifications, but storage.staging_root "
+                f"{self.storage.staging_root!r} is no s3:// root: unset stream.notifications "
+                "(a local root is listed from its cursor) or stage on S3"
+            )
         return self
 
     @field_validator("instance_key")
@@ -552,7 +405,7 @@ def _env_overrides(environ: dict[str, str]) -> dict[str, Any]:
     for name, value in environ.items():
         if not name.startswith(ENV_PREFIX) or name in (ENV_PREFIX + "CONFIG", DEBUG_VARIABLE):
             continue
-        path = name[len(ENV_PREFIX):].lower().split("__")
+        path = name[len(ENV_PREFIX) :].lower().split("__")
         target = nested
         for part in path[:-1]:
             target = target.setdefault(part, {})

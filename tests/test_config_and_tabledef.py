@@ -9,9 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from siltlake.config import DEFAULT_KEY_PATTERN, load_config
+from siltlake.config import load_config
 from siltlake.errors import ConfigError, DefinitionError
 from siltlake.stream.discover import is_in_flight, map_key
+from siltlake.streamconfig import DEFAULT_KEY_PATTERN
 from siltlake.tabledef import TableDef, load_table_file, parse_duration
 
 from .conftest import ACCESS_TABLE

@@ -179,7 +179,7 @@ def tables_by_name(deployment: Deployment) -> dict:
 
 @pytest.mark.parametrize("key", UNSAFE_KEYS)
 def test_unsafe_staging_keys_map_to_no_table(key: str) -> None:
-    from siltlake.config import DEFAULT_KEY_PATTERN
+    from siltlake.streamconfig import DEFAULT_KEY_PATTERN
 
     mapping = map_key(key, re.compile(DEFAULT_KEY_PATTERN), {})
     assert mapping.table is None and mapping.reason.startswith(f"unsafe key {key!r}")

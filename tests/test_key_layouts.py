@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from siltlake.config import DEFAULT_KEY_PATTERN, KEY_LAYOUTS, StreamConfig, load_config
+from siltlake.config import load_config
 from siltlake.stream.discover import map_key
+from siltlake.streamconfig import DEFAULT_KEY_PATTERN, KEY_LAYOUTS, StreamConfig
 from siltlake.tabledef import TableDef
 
 WHEN = datetime(2024, 5, 1, 13, 4, 5, tzinfo=UTC)

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from siltlake.config import DEFAULT_KEY_PATTERN
 from siltlake.deployment import Deployment
 from siltlake.errors import DefinitionError
 from siltlake.stream import stream_once
 from siltlake.stream.discover import map_key
+from siltlake.streamconfig import DEFAULT_KEY_PATTERN
 from siltlake.tabledef import TableDef, load_table_file
 
 from .conftest import ACCESS_TABLE, make_config

@@ -11,7 +11,6 @@ from urllib.parse import unquote
 
 from siltlake.catalog import DiscoveryCursor, Redelivery, TableRecord
 from siltlake.clock import UtcBound, from_nanoseconds, to_naive_utc, to_nanoseconds, utcnow
-from siltlake.config import key_pattern_shape
 from siltlake.deployment import Deployment
 from siltlake.globs import key_filter
 from siltlake.storage.accounted import AccountedNames
@@ -20,6 +19,7 @@ from siltlake.storage.localwalk import ChangedListing
 from siltlake.stream.appends import settle, take_growth
 from siltlake.stream.discover_s3 import list_new
 from siltlake.stream.notifications import NotificationTally, listing_turn, take_notified
+from siltlake.streamconfig import key_pattern_shape
 from siltlake.tabledef import IDENTIFIER
 
 # Control characters, backslashes (a path separator elsewhere) and percent-escapes (which decode into

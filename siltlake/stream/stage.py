@@ -8,12 +8,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from siltlake.catalog import PendingStagingObject
-from siltlake.config import StreamConfig
 from siltlake.deployment import Deployment
 from siltlake.logs import event
 from siltlake.records import ObjectLimits
 from siltlake.spark import run_tasks
 from siltlake.stream.task import StageResult, StreamTask, process_staging_object
+from siltlake.streamconfig import StreamConfig
 from siltlake.workers import WorkersLost, run_on_workers, worker_count
 
 if TYPE_CHECKING:
