@@ -7,8 +7,7 @@ other columns, by snapshot id and by snapshot time), polars' scan_iceberg (its n
 PyIceberg's StaticTable given only the table's directory (version-hint.text), and DataFusion through
 pyiceberg-core. DuckDB's iceberg extension (iceberg_scan, and ATTACH over the REST catalog) runs in the readers venv
 (tests/duckdb_iceberg_runner.py): skipped without it, failed under CI.
-Objects written before siltlake wrote dt and field ids into them are read through the name mapping, and a
-merge rewrites them.
+Objects written before siltlake wrote dt and field ids into them: tests/test_iceberg_field_ids_backfill.py.
 """
 
 from __future__ import annotations
@@ -16,7 +15,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import re
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -56,18 +54,37 @@ def shapes(middle: dt.datetime) -> list[tuple[str, str | None, Any, Any, tuple[s
         ("every column", None, None, None, (*DATA, "dt")),
         ("dt not selected", None, None, None, DATA),
         ("dt filter, dt not selected", f"dt = '{DAY}'", pc.field("dt") == DAY, pl.col("dt") == DAY, ("user_id",)),
-        ("dt filter, dt selected", f"dt = '{NEXT_DAY}'", pc.field("dt") == NEXT_DAY, pl.col("dt") == NEXT_DAY,
-         ("user_id", "dt")),
+        (
+            "dt filter, dt selected",
+            f"dt = '{NEXT_DAY}'",
+            pc.field("dt") == NEXT_DAY,
+            pl.col("dt") == NEXT_DAY,
+            ("user_id", "dt"),
+        ),
         ("dt range", f"dt > '{DAY}'", pc.field("dt") > DAY, pl.col("dt") > DAY, ("user_id", "action")),
         ("other column", "action = 'a0'", pc.field("action") == "a0", pl.col("action") == "a0", ("user_id", "dt")),
-        ("time bound", f"utc_event_time >= '{middle.isoformat()}'", pc.field("utc_event_time") >= middle,
-         pl.col("utc_event_time") >= middle, ("user_id",)),
-        ("dt and column", f"dt = '{DAY}' and user_id >= 1000000",
-         (pc.field("dt") == DAY) & (pc.field("user_id") >= 1000000),
-         (pl.col("dt") == DAY) & (pl.col("user_id") >= 1000000), ("action",)),
+        (
+            "time bound",
+            f"utc_event_time >= '{middle.isoformat()}'",
+            pc.field("utc_event_time") >= middle,
+            pl.col("utc_event_time") >= middle,
+            ("user_id",),
+        ),
+        (
+            "dt and column",
+            f"dt = '{DAY}' and user_id >= 1000000",
+            (pc.field("dt") == DAY) & (pc.field("user_id") >= 1000000),
+            (pl.col("dt") == DAY) & (pl.col("user_id") >= 1000000),
+            ("action",),
+        ),
         # Only where some rows have it (an older snapshot's schema has no such column).
-        ("added column", "referrer is not null", pc.field("referrer").is_valid(), pl.col("referrer").is_not_null(),
-         ("user_id", "referrer", "dt")),
+        (
+            "added column",
+            "referrer is not null",
+            pc.field("referrer").is_valid(),
+            pl.col("referrer").is_not_null(),
+            ("user_id", "referrer", "dt"),
+        ),
     ]
 
 
@@ -93,8 +110,10 @@ def difference(version: int, name: str, reader: str, found: Counter, expected: C
     if found == expected:
         return None
     extra, missing = sum((found - expected).values()), sum((expected - found).values())
-    return (f"version {version}, {name}: {reader} returns {sum(found.values())} rows ({extra} extra, {missing} missing)"
-            f" of {sum(expected.values())}")
+    return (
+        f"version {version}, {name}: {reader} returns {sum(found.values())} rows ({extra} extra, {missing} missing)"
+        f" of {sum(expected.values())}"
+    )
 
 
 def readers_disagree(deployment: Deployment, version: int, middle: dt.datetime) -> list[str]:
@@ -111,10 +130,12 @@ def readers_disagree(deployment: Deployment, version: int, middle: dt.datetime) 
     wrong = []
     for name, text, _, polars_filter, columns, expected in expected_answers(table, version, middle):
         answers = {
-            "pyiceberg scan": iceberg.scan(row_filter=text or "true", selected_fields=columns,
-                                           snapshot_id=snapshot.snapshot_id).to_arrow(),
-            "pyiceberg scan by snapshot time": iceberg.scan(row_filter=text or "true", selected_fields=columns,
-                                                            snapshot_id=by_time.snapshot_id).to_arrow(),
+            "pyiceberg scan": iceberg.scan(
+                row_filter=text or "true", selected_fields=columns, snapshot_id=snapshot.snapshot_id
+            ).to_arrow(),
+            "pyiceberg scan by snapshot time": iceberg.scan(
+                row_filter=text or "true", selected_fields=columns, snapshot_id=by_time.snapshot_id
+            ).to_arrow(),
         }
         for reader in ("native", "pyiceberg"):
             frame = pl.scan_iceberg(iceberg, snapshot_id=snapshot.snapshot_id, reader_override=reader)
@@ -122,8 +143,13 @@ def readers_disagree(deployment: Deployment, version: int, middle: dt.datetime) 
                 frame = frame.filter(polars_filter)
             answers[f"polars {reader}"] = frame.select(list(columns)).collect().to_arrow()
         answers["datafusion"] = datafusion.sql(select(columns, f"v{version}", text)).to_arrow_table()
-        wrong += filter(None, (difference(version, name, reader, rows_of(answer, columns), expected)
-                               for reader, answer in answers.items()))
+        wrong += filter(
+            None,
+            (
+                difference(version, name, reader, rows_of(answer, columns), expected)
+                for reader, answer in answers.items()
+            ),
+        )
     return wrong
 
 
@@ -154,8 +180,9 @@ def datafusion_context(iceberg: Any, snapshots: dict[int, Any]) -> Any:
 
     context = SessionContext()
     for version, snapshot in snapshots.items():
-        provider = IcebergDataFusionTable(identifier=list(IDENT), metadata_location=metadata_file_of(iceberg, snapshot),
-                                          file_io_properties={})
+        provider = IcebergDataFusionTable(
+            identifier=list(IDENT), metadata_location=metadata_file_of(iceberg, snapshot), file_io_properties={}
+        )
         context.register_table(f"v{version}", provider)
     return context
 
@@ -201,10 +228,11 @@ def duckdb_disagreements(deployment: Deployment, versions: list[int]) -> list[st
         snapshot = snapshot_of_version(iceberg, version)
         sources = {
             "duckdb iceberg_scan": f"iceberg_scan('{iceberg.metadata_location}', "
-                                   f"snapshot_from_id => {snapshot.snapshot_id})",
+            f"snapshot_from_id => {snapshot.snapshot_id})",
             "duckdb REST attach": f"lake.web.access AT (VERSION => {snapshot.snapshot_id})",
-            "duckdb REST attach by snapshot time":
-                f"lake.web.access AT (TIMESTAMP => epoch_ms({snapshot.timestamp_ms}))",
+            "duckdb REST attach by snapshot time": (
+                f"lake.web.access AT (TIMESTAMP => epoch_ms({snapshot.timestamp_ms}))"
+            ),
         }
         for name, text, _, _, columns, expected in expected_answers(table, version, middle):
             for reader, source in sources.items():
@@ -237,8 +265,9 @@ def assert_current_through_version_hint(deployment: Deployment) -> None:
     iceberg = open_catalog(deployment).load_table(IDENT)
     static = StaticTable.from_metadata(iceberg.location())
     assert static.metadata_location == iceberg.metadata_location
-    assert rows_of(static.scan(selected_fields=("user_id", "dt")).to_arrow(), ("user_id", "dt")) == \
-        rows_of(Lake(deployment).table("web.access").to_arrow(columns=["user_id", "dt"]), ("user_id", "dt"))
+    assert rows_of(static.scan(selected_fields=("user_id", "dt")).to_arrow(), ("user_id", "dt")) == rows_of(
+        Lake(deployment).table("web.access").to_arrow(columns=["user_id", "dt"]), ("user_id", "dt")
+    )
 
 
 def assert_files_carry_the_schema_ids(deployment: Deployment, legacy_allowed: set[str] = frozenset()) -> None:
@@ -304,79 +333,14 @@ def test_every_reader_answers_every_query_shape_as_siltlake_at_every_version(dep
     reap_once(deployment, now=tokyo(NEXT_DAY, 8) + dt.timedelta(days=8))
     assert Lake(deployment).table("web.access").versions() == (versions[-1], versions[-1])
     assert_readers_agree(deployment, versions[-1:])
-    hint = deployment.lake.read_bytes(deployment.lake.key_of(
-        f"{open_catalog(deployment).load_table(IDENT).location().removeprefix('file://')}/metadata/{VERSION_HINT}"))
-    assert open_catalog(deployment).load_table(IDENT).metadata_location.endswith(f"/{hint.decode()}.metadata.json"), \
+    hint = deployment.lake.read_bytes(
+        deployment.lake.key_of(
+            f"{open_catalog(deployment).load_table(IDENT).location().removeprefix('file://')}/metadata/{VERSION_HINT}"
+        )
+    )
+    assert open_catalog(deployment).load_table(IDENT).metadata_location.endswith(f"/{hint.decode()}.metadata.json"), (
         "reap keeps version-hint.text, pointing at the current metadata"
-
-
-def test_objects_written_before_field_ids_keep_reading_and_a_merge_rewrites_them(deployment: Deployment) -> None:
-    """A table stored before field ids, its objects without dt or ids, and its Iceberg table made by that
-    older siltlake (created with fewer columns: the ids of later ones were Iceberg's choice)."""
-    from siltlake.tabledef import Column
-
-    deployment.config.publish.targets = ["iceberg"]
-    record = make_table(deployment)
-    forget_field_ids(deployment, record.id)
-    old = [add_small_objects(deployment, Lake(deployment).table("web.access").record, DAY,
-                             [rows_for(DAY, 10, 0)], legacy=True)]
-    published(deployment, tokyo(DAY, 12))
-    forget_field_ids(deployment, record.id)  # as the older siltlake that made the Iceberg table left it
-    record = deployment.catalog.tables.add_column("web.access", Column(name="referrer", type="string"),
-                                                  now=tokyo(DAY, 12))
-    assert record.definition.field_ids is None
-    rows = [{**row, "referrer": "r"} for row in rows_for(DAY, 10, 1)]
-    old.append(add_small_objects(deployment, record, DAY, [rows], legacy=True))
-    published(deployment, tokyo(DAY, 13))
-    record = Lake(deployment).table("web.access").record
-    schema = open_catalog(deployment).load_table(IDENT).schema()
-    assert record.definition.field_ids == {"utc_event_time": 1, "user_id": 2, "action": 3, "dt": 4, "referrer": 5}
-    assert {f.name: f.field_id for f in schema.fields} == record.definition.field_ids, \
-        "the table took the ids its Iceberg table gave its columns"
-
-    add_small_objects(deployment, record, DAY, [[{**row, "referrer": "n"} for row in rows_for(DAY, 10, 2)]])
-    add_small_objects(deployment, record, NEXT_DAY, [rows_for(NEXT_DAY, 10, 3)])
-    version = published(deployment, tokyo(DAY, 14))
-    layout = record.layout(deployment.instance_key)
-    legacy = {deployment.lake.uri(layout.small_object(DAY, i, False)) for ids in old for i in ids}
-    assert_files_carry_the_schema_ids(deployment, legacy)
-    # Objects without dt: PyIceberg (0.12) evaluates a dt filter on a file that lacks dt as null unless dt is
-    # selected too (it fills partition values into selected columns only); DataFusion through pyiceberg-core (0.10)
-    # fills no partition value at all, so dt is null on them whether selected or filtered on. Every other answer,
-    # the columns found through the name mapping included, is right.
-    wrong = disagreements(deployment, [version - 1, version])
-    by_dt = {"pyiceberg scan": ("dt filter, dt not selected", "dt and column"),
-             "pyiceberg scan by snapshot time": ("dt filter, dt not selected", "dt and column"),
-             "datafusion": ("every column", "dt filter, dt not selected", "other column", "dt and column",
-                            "added column")}
-    assert {re.match(r"version (\d+), (.+?): (.+?) returns", line).groups() for line in wrong} == {
-        (str(at), shape, reader) for at in (version - 1, version) for reader, shapes in by_dt.items()
-        for shape in shapes}, wrong
-
-    merge_once(deployment)
-    published(deployment, tokyo(NEXT_DAY, 1))
-    version = published(deployment, tokyo(NEXT_DAY, 2))  # DAY switched to its merged object
-    files = {f.file_path for f in snapshot_files(open_catalog(deployment).load_table(IDENT),
-                                                  open_catalog(deployment).load_table(IDENT).current_snapshot())}
-    assert not files & legacy, "the merge rewrote the old objects"
-    assert_files_carry_the_schema_ids(deployment)
-    assert_readers_agree(deployment, [version])
-
-
-def forget_field_ids(deployment: Deployment, table_id: int) -> None:
-    """Store the table's definition as a siltlake before field ids stored it."""
-    from siltlake.catalog.core import table_record
-    from siltlake.catalog.schema import tables
-    from siltlake.tabledef import TableDef
-
-    with deployment.catalog.tables._core.tx() as c:  # a state no public call makes any more
-        record = table_record(c.execute(tables.select().where(tables.c.id == table_id)).one())
-        data = record.definition.model_dump(by_alias=True)
-        data["columns"] = [{k: v for k, v in column.items() if k != "field_id"} for column in data["columns"]]
-        data.pop("dt_field_id", None)
-        legacy = TableDef.from_mapping(data)
-        assert legacy.field_ids is None
-        c.execute(tables.update().where(tables.c.id == table_id).values(definition=legacy.to_json()))
+    )
 
 
 def test_duckdb_iceberg_scan_of_the_table_directory(deployment: Deployment) -> None:
@@ -393,8 +357,10 @@ def test_duckdb_iceberg_scan_of_the_table_directory(deployment: Deployment) -> N
     published(deployment, tokyo(NEXT_DAY, 12))
     location = open_catalog(deployment).load_table(IDENT).location().removeprefix("file://")
     (answer,) = run_queries([select(("user_id", "dt"), f"iceberg_scan('{location}')", f"dt = '{DAY}'")])
-    expected = rows_of(Lake(deployment).table("web.access").to_arrow(filter=pc.field("dt") == DAY,
-                                                                     columns=["user_id", "dt"]), ("user_id", "dt"))
+    expected = rows_of(
+        Lake(deployment).table("web.access").to_arrow(filter=pc.field("dt") == DAY, columns=["user_id", "dt"]),
+        ("user_id", "dt"),
+    )
     assert expected and rows_of(answer, ("user_id", "dt")) == expected
 
 
@@ -447,8 +413,17 @@ def test_engines_read_renamed_and_dropped_columns_by_field_id_at_every_version(d
     def as_now(answer: pa.Table, ids: dict[str, int]) -> Counter:
         """The answer's columns (field ids `ids` by name) under the table's names now, found by field id."""
         names = {ids[name]: name for name in answer.column_names}
-        return Counter(zip(*(answer.column(names[field_ids[name]]).to_pylist() if field_ids[name] in names
-                             else [None] * answer.num_rows for name in shown), strict=True))
+        return Counter(
+            zip(
+                *(
+                    answer.column(names[field_ids[name]]).to_pylist()
+                    if field_ids[name] in names
+                    else [None] * answer.num_rows
+                    for name in shown
+                ),
+                strict=True,
+            )
+        )
 
     def by_id(answer: pa.Table, snapshot: Any) -> Counter:  # PyIceberg's Snapshot
         """The answer's columns under the table's names now, found by the field ids of the snapshot's schema."""
@@ -459,14 +434,17 @@ def test_engines_read_renamed_and_dropped_columns_by_field_id_at_every_version(d
     # the same columns, compared by field id under the names they have now.
     own = {v: table.to_arrow(as_of_version=v) for v in snapshots}
     columns = {v: own[v].column_names for v in snapshots}
-    expected = {v: as_now(own[v], deployment.catalog.tables.definition_at(table.record, v).definition.field_ids)
-                for v in snapshots}
-    expected_filtered = rows_of(table.to_arrow(filter=(pc.field("dt") == DAY) & (pc.field("event") == "a0"),
-                                               columns=list(filtered)), filtered)
+    expected = {
+        v: as_now(own[v], deployment.catalog.tables.definition_at(table.record, v).definition.field_ids)
+        for v in snapshots
+    }
+    expected_filtered = rows_of(
+        table.to_arrow(filter=(pc.field("dt") == DAY) & (pc.field("event") == "a0"), columns=list(filtered)), filtered
+    )
     # The old user_id shows in the versions before its drop, under its name then; never under the new user_id.
-    assert expected_filtered and not {u for u in own[newest].column("user_id").to_pylist() if u is not None} & \
-        {u for u in own[oldest].column("user_id").to_pylist() if u is not None}, \
-        "the dropped user_id's values never show under the new one"
+    assert expected_filtered and not {u for u in own[newest].column("user_id").to_pylist() if u is not None} & {
+        u for u in own[oldest].column("user_id").to_pylist() if u is not None
+    }, "the dropped user_id's values never show under the new one"
     wrong = []
     datafusion = datafusion_context(iceberg, snapshots)
     for version, snapshot in snapshots.items():
@@ -482,14 +460,21 @@ def test_engines_read_renamed_and_dropped_columns_by_field_id_at_every_version(d
     from datafusion import SessionContext
     from pyiceberg_core.datafusion import IcebergDataFusionTable
 
-    logged = [json.loads(Path(e.metadata_file.removeprefix("file://")).read_text()) | {"at": e.metadata_file}
-              for e in iceberg.metadata.metadata_log]
-    changed = [m["at"] for m in logged if m.get("current-snapshot-id") == snapshots[oldest].snapshot_id
-               and m["current-schema-id"] != snapshots[oldest].schema_id]
+    logged = [
+        json.loads(Path(e.metadata_file.removeprefix("file://")).read_text()) | {"at": e.metadata_file}
+        for e in iceberg.metadata.metadata_log
+    ]
+    changed = [
+        m["at"]
+        for m in logged
+        if m.get("current-snapshot-id") == snapshots[oldest].snapshot_id
+        and m["current-schema-id"] != snapshots[oldest].schema_id
+    ]
     assert changed, "a metadata file holds the new schema over the old snapshot"
     context = SessionContext()
-    context.register_table("t", IcebergDataFusionTable(identifier=list(IDENT), metadata_location=changed[0],
-                                                       file_io_properties={}))
+    context.register_table(
+        "t", IcebergDataFusionTable(identifier=list(IDENT), metadata_location=changed[0], file_io_properties={})
+    )
     with pytest.raises(Exception, match="Column event not found"):
         context.sql("SELECT * FROM t").to_arrow_table()
 
@@ -498,15 +483,18 @@ def test_engines_read_renamed_and_dropped_columns_by_field_id_at_every_version(d
     for version, snapshot in snapshots.items():
         for reader, source in {
             "duckdb iceberg_scan": f"iceberg_scan('{iceberg.metadata_location}', "
-                                   f"snapshot_from_id => {snapshot.snapshot_id})",
+            f"snapshot_from_id => {snapshot.snapshot_id})",
             "duckdb REST attach": f"lake.web.access AT (VERSION => {snapshot.snapshot_id})",
-            "duckdb REST attach by snapshot time":
-                f"lake.web.access AT (TIMESTAMP => epoch_ms({snapshot.timestamp_ms}))",
+            "duckdb REST attach by snapshot time": (
+                f"lake.web.access AT (TIMESTAMP => epoch_ms({snapshot.timestamp_ms}))"
+            ),
         }.items():
             cases.append((version, reader, snapshot))
             queries.append(f"SELECT * FROM {source}")
-    queries += [select(filtered, f"iceberg_scan('{iceberg.metadata_location}')", where),
-                select(filtered, "lake.web.access", where)]
+    queries += [
+        select(filtered, f"iceberg_scan('{iceberg.metadata_location}')", where),
+        select(filtered, "lake.web.access", where),
+    ]
     server = IcebergRestServer(deployment, "127.0.0.1", 0).start()
     try:
         answers = run_queries(queries, setup=(attach_rest(server.url),))
@@ -515,11 +503,17 @@ def test_engines_read_renamed_and_dropped_columns_by_field_id_at_every_version(d
     for (version, reader, snapshot), answer in zip(cases, answers, strict=False):
         if not isinstance(answer, str) and sorted(answer.column_names) != sorted(columns[version]):
             wrong.append(f"version {version}: {reader} shows {answer.column_names}, siltlake {columns[version]}")
-        wrong.append(f"version {version}: {reader} fails: {answer}" if isinstance(answer, str) else
-                     difference(version, "every column", reader, by_id(answer, snapshot), expected[version]))
-    for reader, answer in zip(("duckdb iceberg_scan", "duckdb REST attach"), answers[len(cases):], strict=True):
-        wrong.append(f"renamed column: {reader} fails: {answer}" if isinstance(answer, str) else
-                     difference(newest, "renamed column", reader, rows_of(answer, filtered), expected_filtered))
+        wrong.append(
+            f"version {version}: {reader} fails: {answer}"
+            if isinstance(answer, str)
+            else difference(version, "every column", reader, by_id(answer, snapshot), expected[version])
+        )
+    for reader, answer in zip(("duckdb iceberg_scan", "duckdb REST attach"), answers[len(cases) :], strict=True):
+        wrong.append(
+            f"renamed column: {reader} fails: {answer}"
+            if isinstance(answer, str)
+            else difference(newest, "renamed column", reader, rows_of(answer, filtered), expected_filtered)
+        )
     wrong = [line for line in wrong if line]
     assert not wrong, "\n".join(wrong)
 
@@ -546,10 +540,14 @@ def test_the_rest_catalog_serves_the_same_tables_and_snapshots_read_only(deploym
         lake_table = Lake(deployment).table("web.access")
         for at in (version - 1, version):
             snapshot = snapshot_of_version(table, at)
-            assert rows_of(table.scan(row_filter=f"dt = '{DAY}'", selected_fields=("user_id",),
-                                      snapshot_id=snapshot.snapshot_id).to_arrow(), ("user_id",)) == \
-                rows_of(lake_table.to_arrow(filter=pc.field("dt") == DAY, columns=["user_id"], as_of_version=at),
-                        ("user_id",))
+            assert rows_of(
+                table.scan(
+                    row_filter=f"dt = '{DAY}'", selected_fields=("user_id",), snapshot_id=snapshot.snapshot_id
+                ).to_arrow(),
+                ("user_id",),
+            ) == rows_of(
+                lake_table.to_arrow(filter=pc.field("dt") == DAY, columns=["user_id"], as_of_version=at), ("user_id",)
+            )
         with pytest.raises(NoSuchTableError):
             rest.load_table(("web", "nothing"))
         with pytest.raises((ForbiddenError, RESTError, NotImplementedError)):
