@@ -11,7 +11,7 @@ from siltlake.cli.options import format_option
 from siltlake.cli.output import Column, emit, format_age, format_size, out, shown, write_json
 
 if TYPE_CHECKING:
-    from siltlake.catalog.merge_queue import TableQueueStatus
+    from siltlake.catalog.merge_status import TableQueueStatus
 
 _PARTITION_STATES = ("new", "live", "closed", "switched")
 _JOB_STATES = ("scheduled", "due", "running", "stale", "continuing", "failed")
