@@ -31,8 +31,9 @@ KEY = "f1.web.access/2026/11/20/app.log"
 
 
 def lines(first: int, count: int) -> bytes:
-    return b"".join(json.dumps(event(T0 + dt.timedelta(seconds=n), n)).encode() + b"\n"
-                    for n in range(first, first + count))
+    return b"".join(
+        json.dumps(event(T0 + dt.timedelta(seconds=n), n)).encode() + b"\n" for n in range(first, first + count)
+    )
 
 
 def append(path: Path, data: bytes, age: float | None = None) -> None:
@@ -75,8 +76,9 @@ def test_a_file_appended_to_twenty_times_loads_every_line_once(appending: Deploy
 
 
 def test_a_partial_trailing_line_waits_for_its_newline(tmp_path: Path, catalog_url: str, spark) -> None:  # noqa: ANN001
-    deployment = deployment_with(tmp_path, catalog_url, spark, full_listing_interval=0, settle_time=3600,
-                                 settle_limit=0)
+    deployment = deployment_with(
+        tmp_path, catalog_url, spark, full_listing_interval=0, settle_time=3600, settle_limit=0
+    )
     path = Path(deployment.staging.path(KEY))
     whole = lines(0, 3)
     append(path, whole + lines(3, 1)[:20])  # written now: unsettled, taken at once (settle_limit 0) whole lines
@@ -95,13 +97,13 @@ def test_a_file_still_being_written_waits_until_it_settles(tmp_path: Path, catal
     append(path, lines(0, 4) + b'{"time": "2026-11-20T03:')  # mid-flush
     waiting = stream_once(deployment)
     assert (waiting.registered, waiting.unsettled) == (0, 1)
-    summary = deployment.catalog.positions.summary(dt.datetime.now(UTC).replace(tzinfo=None))
+    summary = deployment.catalog.waits.summary(dt.datetime.now(UTC).replace(tzinfo=None))
     assert [(s.waiting, s.rewritten) for s in summary] == [(1, 0)]
     # Later rounds look at it by key, whatever the discovery cursor: once it has settled it is taken whole.
     append(path, b'00:04Z", "user_id": 4, "action": "view"}\n', age=7200)
     report = stream_once(deployment)
     assert (report.registered, report.records_loaded, report.bad_records, report.unsettled) == (1, 5, 0, 0)
-    assert deployment.catalog.positions.summary(dt.datetime.now(UTC).replace(tzinfo=None)) == []
+    assert deployment.catalog.waits.summary(dt.datetime.now(UTC).replace(tzinfo=None)) == []
     # Seen written in place, it is watched: its growth is found although its directory did not change.
     append(path, lines(5, 2), age=7200)
     report = stream_once(deployment)
@@ -111,8 +113,9 @@ def test_a_file_still_being_written_waits_until_it_settles(tmp_path: Path, catal
 
 
 def test_messagepack_items_appended_load_once(tmp_path: Path, catalog_url: str, spark) -> None:  # noqa: ANN001
-    deployment = deployment_with(tmp_path, catalog_url, spark, full_listing_interval=0, settle_time=3600,
-                                 settle_limit=0)
+    deployment = deployment_with(
+        tmp_path, catalog_url, spark, full_listing_interval=0, settle_time=3600, settle_limit=0
+    )
     path = Path(deployment.staging.path("f1.web.access/2026/11/20/app.msgpack"))
     items = [msgpack.packb(event(T0 + dt.timedelta(seconds=n), n)) for n in range(9)]
     append(path, b"".join(items[:3]) + items[3][:7])  # a half-written item at the end
@@ -128,8 +131,9 @@ def test_csv_appended_keeps_its_header_from_the_start(appending: Deployment) -> 
     path = Path(appending.staging.path("f1.web.access/2026/11/20/app.csv"))
 
     def rows(first: int, count: int) -> bytes:
-        return "".join(f"{(T0 + dt.timedelta(seconds=n)).isoformat()},{n},view\n"
-                       for n in range(first, first + count)).encode()
+        return "".join(
+            f"{(T0 + dt.timedelta(seconds=n)).isoformat()},{n},view\n" for n in range(first, first + count)
+        ).encode()
 
     append(path, b"time,user_id,action\n" + rows(0, 4))
     assert stream_once(appending).records_loaded == 4
@@ -146,7 +150,7 @@ def _reported(deployment: Deployment) -> list[str]:
 def _changed_near_end(data: bytes) -> bytes:
     """The same length and first KiB, one byte before the end changed."""
     at = len(data) - 5
-    return data[:at] + (b"x" if data[at:at + 1] != b"x" else b"y") + data[at + 1:]
+    return data[:at] + (b"x" if data[at : at + 1] != b"x" else b"y") + data[at + 1 :]
 
 
 def test_a_truncated_file_is_read_again_from_its_start(appending: Deployment) -> None:
@@ -242,8 +246,7 @@ def test_a_bad_line_and_a_fragment_in_a_tail_do_not_stop_the_file(appending: Dep
     assert_rows_once(appending, 105)
 
 
-def test_a_file_written_in_several_flushes_while_rounds_run_lands_once(tmp_path: Path, catalog_url: str,
-                                                                       spark) -> None:  # noqa: ANN001
+def test_a_file_written_in_several_flushes_while_rounds_run_lands_once(tmp_path: Path, catalog_url: str, spark) -> None:  # noqa: ANN001
     """A writer appends in flushes that end mid-line while stream rounds run; every line lands once."""
     deployment = deployment_with(tmp_path, catalog_url, spark, settle_time=1, settle_limit=2)
     path = Path(deployment.staging.path(KEY))
@@ -289,18 +292,25 @@ def test_silt_stream_once_exits_1_for_a_stopped_file(tmp_path: Path, catalog_url
     status = subprocess.run([*silt, "status"], env=env, capture_output=True, text=True)
     assert "rewritten in place" in status.stdout, status.stdout
     uri = f"file://{tmp_path / 'staging'}/{KEY}"
-    resumed = subprocess.run([*silt, "staging", "resume", uri, "--from-offset", str(len(data))], env=env,
-                             capture_output=True, text=True)
+    resumed = subprocess.run(
+        [*silt, "staging", "resume", uri, "--from-offset", str(len(data))], env=env, capture_output=True, text=True
+    )
     assert resumed.returncode == 0, resumed.stderr
     again = subprocess.run([*silt, "stream", "--once"], env=env, capture_output=True, text=True)
     assert again.returncode == 0, again.stderr + again.stdout
 
 
-def test_an_undated_file_per_tag_maps_to_its_table_by_a_pattern_without_dates(tmp_path: Path, catalog_url: str,
-                                                                               spark) -> None:  # noqa: ANN001
+def test_an_undated_file_per_tag_maps_to_its_table_by_a_pattern_without_dates(
+    tmp_path: Path, catalog_url: str, spark
+) -> None:  # noqa: ANN001
     """Fluent Bit's out_file: one file per tag, appended to forever, no date in its path."""
-    deployment = deployment_with(tmp_path, catalog_url, spark, full_listing_interval=0,
-                                 key_pattern=r"^(?P<schema>[^/.]+)\.(?P<table>[^/.]+)/(?P<name>[^/]+)$")
+    deployment = deployment_with(
+        tmp_path,
+        catalog_url,
+        spark,
+        full_listing_interval=0,
+        key_pattern=r"^(?P<schema>[^/.]+)\.(?P<table>[^/.]+)/(?P<name>[^/]+)$",
+    )
     path = Path(deployment.staging.path("web.access/fluentbit.log"))
     append(path, lines(0, 3))
     assert stream_once(deployment).records_loaded == 3
@@ -314,8 +324,9 @@ def test_an_undated_file_per_tag_maps_to_its_table_by_a_pattern_without_dates(tm
 def test_a_tail_that_was_only_half_a_line_does_not_stop_the_file(tmp_path: Path, catalog_url: str, spark) -> None:  # noqa: ANN001
     """A delivery that consumed nothing (its tail was half a line, the writer mid-flush) leaves the consumed end
     where it was; the next tail starts there again and is a delivery of its own, not the finished one's."""
-    deployment = deployment_with(tmp_path, catalog_url, spark, full_listing_interval=0, settle_time=3600,
-                                 settle_limit=0)
+    deployment = deployment_with(
+        tmp_path, catalog_url, spark, full_listing_interval=0, settle_time=3600, settle_limit=0
+    )
     path = Path(deployment.staging.path(KEY))
     append(path, lines(0, 3))
     assert stream_once(deployment).records_loaded == 3
@@ -332,7 +343,8 @@ def test_a_tail_that_was_only_half_a_line_does_not_stop_the_file(tmp_path: Path,
 
 
 def test_growth_judged_while_the_first_delivery_is_in_flight_is_loaded_when_the_sweep_no_longer_looks(
-        tmp_path: Path, catalog_url: str, spark) -> None:  # noqa: ANN001
+    tmp_path: Path, catalog_url: str, spark
+) -> None:  # noqa: ANN001
     """A file grows after its first delivery's task read it and before that delivery commits; other rounds
     (another daemon's) look at it meanwhile and cannot judge it yet. By the time the delivery commits, the
     sweep's passes have moved past the file's times and no longer look it up (docs/design.md, "What a pass
@@ -369,7 +381,8 @@ def test_growth_judged_while_the_first_delivery_is_in_flight_is_loaded_when_the_
 
 
 def test_a_round_reads_its_sweep_slice_beside_its_stage_and_the_next_round_loads_what_it_found(
-        tmp_path: Path, catalog_url: str, spark, monkeypatch) -> None:  # noqa: ANN001
+    tmp_path: Path, catalog_url: str, spark, monkeypatch
+) -> None:  # noqa: ANN001
     """An append in an unchanged directory is the sweep's to find (the walk does not read that directory): a round
     with new objects reads its slice on the commit thread while its stage runs; what the slice registers is loaded
     by that round if it was registered before the round's claim, else by the next round, and once."""
@@ -405,7 +418,8 @@ def test_a_round_reads_its_sweep_slice_beside_its_stage_and_the_next_round_loads
 
 
 def test_a_file_waiting_to_settle_is_counted_once_when_both_the_walk_and_the_sweep_see_it(
-        tmp_path: Path, catalog_url: str, spark) -> None:  # noqa: ANN001
+    tmp_path: Path, catalog_url: str, spark
+) -> None:  # noqa: ANN001
     deployment = deployment_with(tmp_path, catalog_url, spark, listing_margin=0, settle_time=3600, settle_limit=7200)
     path = Path(deployment.staging.path(KEY))
     append(path, lines(0, 4), age=7200)
@@ -422,8 +436,9 @@ def test_a_file_waiting_to_settle_is_counted_once_when_both_the_walk_and_the_swe
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify is Linux's")
-def test_a_daemon_learns_of_an_append_from_inotify_without_a_listing(tmp_path: Path, catalog_url: str, spark,
-                                                                    monkeypatch) -> None:  # noqa: ANN001
+def test_a_daemon_learns_of_an_append_from_inotify_without_a_listing(
+    tmp_path: Path, catalog_url: str, spark, monkeypatch
+) -> None:  # noqa: ANN001
     """An append changes the file, not its directory: the walk does not list it, the file is not watched (it was
     taken whole at once) and the sweep is left out here; IN_MODIFY tells the daemon's next round to judge it."""
     from siltlake.storage.dirwatch import WatchedNames
@@ -452,10 +467,12 @@ def test_a_daemon_learns_of_an_append_from_inotify_without_a_listing(tmp_path: P
         deployment.close()
 
 
-def test_a_fragment_waits_past_settle_time_and_is_final_once_its_file_is_rotated(tmp_path: Path, catalog_url: str,
-                                                                                 spark) -> None:  # noqa: ANN001
-    deployment = deployment_with(tmp_path, catalog_url, spark, full_listing_interval=0, settle_time=1,
-                                 fragment_final_after=3600)
+def test_a_fragment_waits_past_settle_time_and_is_final_once_its_file_is_rotated(
+    tmp_path: Path, catalog_url: str, spark
+) -> None:  # noqa: ANN001
+    deployment = deployment_with(
+        tmp_path, catalog_url, spark, full_listing_interval=0, settle_time=1, fragment_final_after=3600
+    )
     path = Path(deployment.staging.path(KEY))
     append(path, lines(0, 3) + lines(3, 1)[:-1], age=600)  # a block-buffered writer paused mid-line 10 minutes
     assert stream_once(deployment).records_loaded == 3
@@ -468,10 +485,12 @@ def test_a_fragment_waits_past_settle_time_and_is_final_once_its_file_is_rotated
     deployment.close()
 
 
-def test_a_fragment_taken_as_final_then_continued_is_loaded_as_its_whole_line(tmp_path: Path, catalog_url: str,
-                                                                              spark) -> None:  # noqa: ANN001
-    deployment = deployment_with(tmp_path, catalog_url, spark, full_listing_interval=0, settle_time=1,
-                                 fragment_final_after=1)
+def test_a_fragment_taken_as_final_then_continued_is_loaded_as_its_whole_line(
+    tmp_path: Path, catalog_url: str, spark
+) -> None:  # noqa: ANN001
+    deployment = deployment_with(
+        tmp_path, catalog_url, spark, full_listing_interval=0, settle_time=1, fragment_final_after=1
+    )
     path = Path(deployment.staging.path(KEY))
     half = lines(2, 1)
     append(path, lines(0, 2) + half[:30], age=600)  # unchanged past the bound: the fragment is taken, a bad record

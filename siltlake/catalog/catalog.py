@@ -22,6 +22,7 @@ from siltlake.catalog.staging import Staging
 from siltlake.catalog.tables import Tables
 from siltlake.catalog.tags import Tags
 from siltlake.catalog.versions import Versions
+from siltlake.catalog.waits import Waits
 from siltlake.errors import CatalogUnreachable
 
 
@@ -31,8 +32,8 @@ class Catalog(CatalogCore):
     Its operations are grouped by concern: catalog.tables, .staging, .partitions (and the stream's commit),
     .merge_queue, .versions (publishing and reading), .reaping, .external_sync, .instances, .derived
     (derived tables), .observations (what metrics and the dashboard show), .discovery (where each
-    staging root's discovery stands), .positions (files written in place: waiting to settle, appended),
-    .requests (request ids of committed writes) and .tags (names of table versions)."""
+    staging root's discovery stands), .positions (files written in place and appended to), .waits (files
+    waiting to settle), .requests (request ids of committed writes) and .tags (names of table versions)."""
 
     def __init__(self, url: str, *, echo: bool = False, connect_timeout: int | None = None) -> None:
         super().__init__(url, echo=echo, connect_timeout=connect_timeout)
@@ -40,6 +41,7 @@ class Catalog(CatalogCore):
         self.staging = Staging(self)
         self.discovery = DiscoveryCursors(self)
         self.positions = Positions(self)
+        self.waits = Waits(self)
         self.partitions = Partitions(self)
         self.merge_queue = MergeQueue(self)
         self.versions = Versions(self)
@@ -58,7 +60,7 @@ class Catalog(CatalogCore):
         A SQLite file that is gone is not created again. Markers hold no passwords: a PostgreSQL URL with
         `like`'s user is tried with `like`'s password."""
         if masked_url.startswith("sqlite:///"):
-            path = masked_url[len("sqlite:///"):]
+            path = masked_url[len("sqlite:///") :]
             if not Path(path).is_file():
                 raise CatalogUnreachable(f"{path} does not exist")
             return cls(masked_url)
@@ -70,4 +72,3 @@ class Catalog(CatalogCore):
             return cls(url.render_as_string(hide_password=False), connect_timeout=10)
         except (SQLAlchemyError, ImportError):
             raise CatalogUnreachable(f"{masked_url!r} is not a catalog URL siltlake can open") from None
-

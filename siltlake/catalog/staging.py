@@ -12,8 +12,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from siltlake.catalog import schema as s
+from siltlake.catalog.consumption import note_files
 from siltlake.catalog.core import CatalogCore, table_record
-from siltlake.catalog.positions import note_files
 from siltlake.catalog.records import (
     FailingStagingObject,
     LocalHost,

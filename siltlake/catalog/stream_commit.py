@@ -13,8 +13,8 @@ from sqlalchemy.exc import IntegrityError
 
 from siltlake.catalog import requests as applied_requests
 from siltlake.catalog import schema as s
+from siltlake.catalog.consumption import record_all_consumed, record_consumed, release_pending
 from siltlake.catalog.core import CatalogCore
-from siltlake.catalog.positions import record_all_consumed, record_consumed, release_pending
 from siltlake.catalog.records import (
     ListedObject,
     MergeBase,

@@ -16,16 +16,25 @@ if TYPE_CHECKING:
 _PARTITION_STATES = ("new", "live", "closed", "switched")
 _JOB_STATES = ("scheduled", "due", "running", "stale", "continuing", "failed")
 STATUS_COLUMNS = (
-    Column("table"), *(Column(f"partitions_{state}") for state in _PARTITION_STATES),
-    Column("unmerged_objects"), Column("unmerged_bytes"), Column("oldest_unmerged_age_seconds"),
+    Column("table"),
+    *(Column(f"partitions_{state}") for state in _PARTITION_STATES),
+    Column("unmerged_objects"),
+    Column("unmerged_bytes"),
+    Column("oldest_unmerged_age_seconds"),
     *(Column(f"jobs_{state}") for state in _JOB_STATES),
 )
 
 
 def _status_row(row: TableQueueStatus) -> list[Any]:
     """A status entry flattened to STATUS_COLUMNS (CSV has no nesting; the parked jobs' errors are in the JSON)."""
-    return [row["table"], *(row["partitions"][state] for state in _PARTITION_STATES), row["unmerged_objects"],
-            row["unmerged_bytes"], row["oldest_unmerged_age_seconds"], *(row["jobs"][state] for state in _JOB_STATES)]
+    return [
+        row["table"],
+        *(row["partitions"][state] for state in _PARTITION_STATES),
+        row["unmerged_objects"],
+        row["unmerged_bytes"],
+        row["oldest_unmerged_age_seconds"],
+        *(row["jobs"][state] for state in _JOB_STATES),
+    ]
 
 
 @click.command()
@@ -49,15 +58,27 @@ def status(context: click.Context, fmt: str) -> None:
     rows = deployment.catalog.merge_queue.status(utcnow(), deployment.config.merge.job_timeout, local_host())
     failing = deployment.catalog.staging.failing()
     now = utcnow()
-    settling = deployment.catalog.positions.summary(now)
+    settling = deployment.catalog.waits.summary(now)
     rewritten = deployment.catalog.positions.rewritten()
     if fmt == "json":
-        write_json({"tables": rows, "failing_staging_objects": [asdict(f) for f in failing],
-                    "settling": [{"staging_root": item.staging_root, "waiting": item.waiting,
-                                  "oldest_wait_seconds": _waited(item.oldest_first_seen, now),
-                                  "rewritten": item.rewritten} for item in settling],
-                    "rewritten_staging_files": [{"uri": p.uri, "reason": p.reason, "detected": p.change_time}
-                                                for p in rewritten]})
+        write_json(
+            {
+                "tables": rows,
+                "failing_staging_objects": [asdict(f) for f in failing],
+                "settling": [
+                    {
+                        "staging_root": item.staging_root,
+                        "waiting": item.waiting,
+                        "oldest_wait_seconds": _waited(item.oldest_first_seen, now),
+                        "rewritten": item.rewritten,
+                    }
+                    for item in settling
+                ],
+                "rewritten_staging_files": [
+                    {"uri": p.uri, "reason": p.reason, "detected": p.change_time} for p in rewritten
+                ],
+            }
+        )
         return
     if fmt == "csv":
         emit(fmt, STATUS_COLUMNS, [_status_row(row) for row in rows])
@@ -69,45 +90,75 @@ def status(context: click.Context, fmt: str) -> None:
         parts, jobs = row["partitions"], row["jobs"]
         failed = f"[red]{jobs['failed']} failed[/]" if jobs["failed"] else "0 failed"
         out.print(f"[bold]{row['table']}[/]", highlight=False)
-        out.print(f"  partitions  {parts['new']} new, {parts['live']} live, {parts['closed']} closed, "
-                  f"{parts['switched']} switched", highlight=False)
-        out.print(f"  unmerged    {row['unmerged_objects']:,} small objects ({format_size(row['unmerged_bytes'])}), "
-                  f"oldest {format_age(row['oldest_unmerged_age_seconds'])}", highlight=False)
-        out.print(f"  merge jobs  {jobs['scheduled']} scheduled, {jobs['due']} due, {jobs['running']} running, "
-                  f"{jobs['stale']} stale, {jobs['continuing']} continuing, {failed}", highlight=False)
+        out.print(
+            f"  partitions  {parts['new']} new, {parts['live']} live, {parts['closed']} closed, "
+            f"{parts['switched']} switched",
+            highlight=False,
+        )
+        out.print(
+            f"  unmerged    {row['unmerged_objects']:,} small objects ({format_size(row['unmerged_bytes'])}), "
+            f"oldest {format_age(row['oldest_unmerged_age_seconds'])}",
+            highlight=False,
+        )
+        out.print(
+            f"  merge jobs  {jobs['scheduled']} scheduled, {jobs['due']} due, {jobs['running']} running, "
+            f"{jobs['stale']} stale, {jobs['continuing']} continuing, {failed}",
+            highlight=False,
+        )
         for parked in row["failed_jobs"]:
-            out.print(f"  [red]parked[/] {parked['date']} (job {parked['job_id']}, "
-                      f"{parked['attempts']} attempts): {shown(parked['error'])}", highlight=False, soft_wrap=True)
+            out.print(
+                f"  [red]parked[/] {parked['date']} (job {parked['job_id']}, "
+                f"{parked['attempts']} attempts): {shown(parked['error'])}",
+                highlight=False,
+                soft_wrap=True,
+            )
     _print_settling(settling, rewritten, now)
     if failing:
         limit = deployment.config.stream.max_failures
-        out.print(f"[bold]failing staging objects[/] (at {limit} failures, stream.max_failures, an object moves "
-                  "to `silt unknown list`)", highlight=False)
+        out.print(
+            f"[bold]failing staging objects[/] (at {limit} failures, stream.max_failures, an object moves "
+            "to `silt unknown list`)",
+            highlight=False,
+        )
         for item in failing:
-            out.print(f"  [red]{item.failure_count} of {limit} failures[/] {shown(item.uri)} ({item.table_name}, last "
-                      f"{item.last_failure_time:%Y-%m-%d %H:%M:%S} UTC): {shown(item.last_failure)}",
-                      highlight=False, soft_wrap=True)
+            out.print(
+                f"  [red]{item.failure_count} of {limit} failures[/] {shown(item.uri)} ({item.table_name}, last "
+                f"{item.last_failure_time:%Y-%m-%d %H:%M:%S} UTC): {shown(item.last_failure)}",
+                highlight=False,
+                soft_wrap=True,
+            )
 
 
 def _waited(first_seen, now) -> float | None:  # naive UTC datetimes
     return (now - first_seen).total_seconds() if first_seen is not None else None
 
 
-def _print_settling(settling, rewritten, now) -> None:  # catalog.positions' summary and positions
+def _print_settling(settling, rewritten, now) -> None:  # catalog.waits' summary, catalog.positions' rewritten
     """Local staging files still being written (not taken yet) and files rewritten in place (never loaded
     again): docs/design.md, "Files written in place and appended to"."""
     for item in settling:
         if item.waiting:
-            out.print(f"[bold]staging files still being written[/] {item.waiting} under {shown(item.staging_root)} "
-                      f"wait to settle (the oldest for {format_age(_waited(item.oldest_first_seen, now))}; "
-                      "stream.settle_time, stream.settle_limit)", highlight=False)
+            out.print(
+                f"[bold]staging files still being written[/] {item.waiting} under {shown(item.staging_root)} "
+                f"wait to settle (the oldest for {format_age(_waited(item.oldest_first_seen, now))}; "
+                "stream.settle_time, stream.settle_limit)",
+                highlight=False,
+            )
     if rewritten:
-        out.print("[bold]staging files whose following stopped[/] (rewritten in place, or their delivery failed: "
-                  "their new bytes are not loaded; `silt staging resume URI --from-offset N` follows one again)",
-                  highlight=False)
+        out.print(
+            "[bold]staging files whose following stopped[/] (rewritten in place, or their delivery failed: "
+            "their new bytes are not loaded; `silt staging resume URI --from-offset N` follows one again)",
+            highlight=False,
+        )
         for position in rewritten:
-            stopped = (shown(position.reason or '') if position.state == "rewritten" else
-                       f"its delivery {shown(position.pending_uri or '')} is an unknown object (`silt unknown list`)")
-            out.print(f"  [red]rewritten in place[/] {shown(position.uri)} ({position.change_time:%Y-%m-%d %H:%M:%S}"
-                      f" UTC; loaded up to offset {position.consumed_end or 0:,}): {stopped}", highlight=False,
-                      soft_wrap=True)
+            stopped = (
+                shown(position.reason or "")
+                if position.state == "rewritten"
+                else f"its delivery {shown(position.pending_uri or '')} is an unknown object (`silt unknown list`)"
+            )
+            out.print(
+                f"  [red]rewritten in place[/] {shown(position.uri)} ({position.change_time:%Y-%m-%d %H:%M:%S}"
+                f" UTC; loaded up to offset {position.consumed_end or 0:,}): {stopped}",
+                highlight=False,
+                soft_wrap=True,
+            )

@@ -31,39 +31,79 @@ FRESHNESS_BUCKETS = (5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 21600
 
 # --- the process's own metrics -------------------------------------------------------------------------
 
-STREAM_ROUND = Histogram("siltlake_stream_round_seconds", "Seconds of this process's stream rounds that found "
-                         "work (discovery, the Spark stage, the commit)", buckets=DURATION_BUCKETS, registry=None)
-STREAM_RECORDS = Counter("siltlake_stream_records", "Records this process's stream rounds loaded",
-                         registry=None)
-STREAM_DROPPED_FIELDS = Counter("siltlake_stream_dropped_fields", "Values of fields that are no column of their "
-                                "table, dropped from the rows this process's stream rounds loaded (unknown_fields = "
-                                "\"ignore\")", ["table"], registry=None)
-PUBLISH_RUN = Histogram("siltlake_publish_run_seconds", "Seconds of this process's publish runs",
-                        buckets=DURATION_BUCKETS, registry=None)
-REAP_RUN = Histogram("siltlake_reap_run_seconds", "Seconds of this process's reap runs", buckets=DURATION_BUCKETS,
-                     registry=None)
-REAP_DELETED_OBJECTS = Counter("siltlake_reap_deleted_objects", "Objects this process's reap runs deleted",
-                               ["reason"], registry=None)
-REAP_DELETED_BYTES = Counter("siltlake_reap_deleted_bytes", "Bytes this process's reap runs deleted", ["reason"],
-                             registry=None)
-MERGE_BATCHES = Counter("siltlake_merge_batches", "Batches of merge jobs this process ran, by where: 'driver' (on "
-                        "the worker's own threads, at most merge.in_driver_bytes) or 'spark' (a Spark stage)",
-                        ["where"], registry=None)
-ROUND_ERRORS = Counter("siltlake_round_errors", "Rounds of this process's loops that failed (and were retried)",
-                       ["loop"], registry=None)
-STREAM_APPENDED = Counter("siltlake_stream_appended_deliveries", "Tails of local staging files appended to that this "
-                          "process's stream rounds registered as new deliveries", registry=None)
-STREAM_REWRITTEN = Counter("siltlake_stream_rewritten_files", "Local staging files this process's stream rounds found "
-                           "changed other than by appending (reported once, not loaded)", registry=None)
-STREAM_NOTIFICATIONS = Counter("siltlake_stream_notifications", "What this process's stream rounds read from the "
-                               "stream.notifications queue, by kind: 'object' (an object-created record under the "
-                               "staging root), 'foreign' (another bucket or prefix: ignored), 'ignored' (test "
-                               "events, other event types), 'malformed' (a message left for the queue's redrive "
-                               "policy), 'unavailable' (a round that could not read the queue and relied on its "
-                               "listing)", ["kind"], registry=None)
-PROCESS_METRICS = (STREAM_ROUND, STREAM_RECORDS, STREAM_DROPPED_FIELDS, STREAM_APPENDED, STREAM_REWRITTEN,
-                   STREAM_NOTIFICATIONS, PUBLISH_RUN, REAP_RUN, REAP_DELETED_OBJECTS, REAP_DELETED_BYTES,
-                   MERGE_BATCHES, ROUND_ERRORS)
+STREAM_ROUND = Histogram(
+    "siltlake_stream_round_seconds",
+    "Seconds of this process's stream rounds that found work (discovery, the Spark stage, the commit)",
+    buckets=DURATION_BUCKETS,
+    registry=None,
+)
+STREAM_RECORDS = Counter("siltlake_stream_records", "Records this process's stream rounds loaded", registry=None)
+STREAM_DROPPED_FIELDS = Counter(
+    "siltlake_stream_dropped_fields",
+    "Values of fields that are no column of their "
+    "table, dropped from the rows this process's stream rounds loaded (unknown_fields = "
+    '"ignore")',
+    ["table"],
+    registry=None,
+)
+PUBLISH_RUN = Histogram(
+    "siltlake_publish_run_seconds", "Seconds of this process's publish runs", buckets=DURATION_BUCKETS, registry=None
+)
+REAP_RUN = Histogram(
+    "siltlake_reap_run_seconds", "Seconds of this process's reap runs", buckets=DURATION_BUCKETS, registry=None
+)
+REAP_DELETED_OBJECTS = Counter(
+    "siltlake_reap_deleted_objects", "Objects this process's reap runs deleted", ["reason"], registry=None
+)
+REAP_DELETED_BYTES = Counter(
+    "siltlake_reap_deleted_bytes", "Bytes this process's reap runs deleted", ["reason"], registry=None
+)
+MERGE_BATCHES = Counter(
+    "siltlake_merge_batches",
+    "Batches of merge jobs this process ran, by where: 'driver' (on "
+    "the worker's own threads, at most merge.in_driver_bytes) or 'spark' (a Spark stage)",
+    ["where"],
+    registry=None,
+)
+ROUND_ERRORS = Counter(
+    "siltlake_round_errors", "Rounds of this process's loops that failed (and were retried)", ["loop"], registry=None
+)
+STREAM_APPENDED = Counter(
+    "siltlake_stream_appended_deliveries",
+    "Tails of local staging files appended to that this process's stream rounds registered as new deliveries",
+    registry=None,
+)
+STREAM_REWRITTEN = Counter(
+    "siltlake_stream_rewritten_files",
+    "Local staging files this process's stream rounds found "
+    "changed other than by appending (reported once, not loaded)",
+    registry=None,
+)
+STREAM_NOTIFICATIONS = Counter(
+    "siltlake_stream_notifications",
+    "What this process's stream rounds read from the "
+    "stream.notifications queue, by kind: 'object' (an object-created record under the "
+    "staging root), 'foreign' (another bucket or prefix: ignored), 'ignored' (test "
+    "events, other event types), 'malformed' (a message left for the queue's redrive "
+    "policy), 'unavailable' (a round that could not read the queue and relied on its "
+    "listing)",
+    ["kind"],
+    registry=None,
+)
+PROCESS_METRICS = (
+    STREAM_ROUND,
+    STREAM_RECORDS,
+    STREAM_DROPPED_FIELDS,
+    STREAM_APPENDED,
+    STREAM_REWRITTEN,
+    STREAM_NOTIFICATIONS,
+    PUBLISH_RUN,
+    REAP_RUN,
+    REAP_DELETED_OBJECTS,
+    REAP_DELETED_BYTES,
+    MERGE_BATCHES,
+    ROUND_ERRORS,
+)
 # A merge worker's report adds up over its run: what was counted of each, by id.
 _merge_seen: dict[int, tuple[int, int]] = {}
 
@@ -95,21 +135,36 @@ def observe_report(loop: str, report: Any) -> None:
                 REAP_DELETED_BYTES.labels(reason).inc(totals.bytes)
 
 
-def _settling(summary: list, now) -> Iterator[Metric]:  # catalog.positions' SettleSummary rows
+def _settling(summary: list, now) -> Iterator[Metric]:  # catalog.waits' SettleSummary rows
     """Local staging files still being written, and files rewritten in place, per staging root."""
-    waiting = GaugeMetricFamily("siltlake_staging_unsettled_files", "Local staging files still being written, "
-                                "waiting to settle (stream.settle_time)", labels=["staging_root"])
-    oldest = GaugeMetricFamily("siltlake_staging_unsettled_oldest_seconds", "How long the longest-waiting of them "
-                               "has waited", labels=["staging_root"])
-    rewritten = GaugeMetricFamily("siltlake_staging_rewritten_files", "Local staging files changed other than by "
-                                  "appending: their new bytes are not loaded", labels=["staging_root"])
-    stopped = GaugeMetricFamily("siltlake_staging_stopped_files", "Local staging files whose following stopped "
-                                "(rewritten in place, or a delivery of theirs is an unknown object): nothing more of "
-                                "them loads until `silt staging resume`", labels=["staging_root"])
+    waiting = GaugeMetricFamily(
+        "siltlake_staging_unsettled_files",
+        "Local staging files still being written, waiting to settle (stream.settle_time)",
+        labels=["staging_root"],
+    )
+    oldest = GaugeMetricFamily(
+        "siltlake_staging_unsettled_oldest_seconds",
+        "How long the longest-waiting of them has waited",
+        labels=["staging_root"],
+    )
+    rewritten = GaugeMetricFamily(
+        "siltlake_staging_rewritten_files",
+        "Local staging files changed other than by appending: their new bytes are not loaded",
+        labels=["staging_root"],
+    )
+    stopped = GaugeMetricFamily(
+        "siltlake_staging_stopped_files",
+        "Local staging files whose following stopped "
+        "(rewritten in place, or a delivery of theirs is an unknown object): nothing more of "
+        "them loads until `silt staging resume`",
+        labels=["staging_root"],
+    )
     for row in summary:
         waiting.add_metric([row.staging_root], row.waiting)
-        oldest.add_metric([row.staging_root], (now - row.oldest_first_seen).total_seconds()
-                          if row.oldest_first_seen is not None else 0.0)
+        oldest.add_metric(
+            [row.staging_root],
+            (now - row.oldest_first_seen).total_seconds() if row.oldest_first_seen is not None else 0.0,
+        )
         rewritten.add_metric([row.staging_root], row.rewritten)
         stopped.add_metric([row.staging_root], row.rewritten)
     yield from (waiting, oldest, rewritten, stopped)
@@ -119,8 +174,13 @@ def _observe_notifications(tally: Any) -> None:
     """Count what a stream round read from its notification queue (a NotificationTally; None: no queue)."""
     if tally is None:
         return
-    for kind, count in (("object", tally.objects), ("foreign", tally.foreign), ("ignored", tally.ignored),
-                        ("malformed", tally.malformed), ("unavailable", int(tally.error is not None))):
+    for kind, count in (
+        ("object", tally.objects),
+        ("foreign", tally.foreign),
+        ("ignored", tally.ignored),
+        ("malformed", tally.malformed),
+        ("unavailable", int(tally.error is not None)),
+    ):
         if count:
             STREAM_NOTIFICATIONS.labels(kind).inc(count)
 
@@ -131,8 +191,15 @@ def observe_error(loop: str) -> None:
 
 # --- the catalog's numbers -----------------------------------------------------------------------------
 
-def _add_histogram(family: HistogramMetricFamily, labels: list[str], bounds: tuple[float, ...],
-                   cumulative: list[int], count: int, total: float) -> None:
+
+def _add_histogram(
+    family: HistogramMetricFamily,
+    labels: list[str],
+    bounds: tuple[float, ...],
+    cumulative: list[int],
+    count: int,
+    total: float,
+) -> None:
     buckets = [(f"{bound:g}", value) for bound, value in zip(bounds, cumulative, strict=True)]
     family.add_metric(labels, [*buckets, ("+Inf", count)], total)
 
@@ -170,8 +237,9 @@ class CatalogCollector(Collector):
             up.add_metric([], 0)
             return [up]
         up.add_metric([], 1)
-        seconds = GaugeMetricFamily("siltlake_catalog_scrape_seconds",
-                                    "Seconds the catalog queries of this scrape took")
+        seconds = GaugeMetricFamily(
+            "siltlake_catalog_scrape_seconds", "Seconds the catalog queries of this scrape took"
+        )
         seconds.add_metric([], time.monotonic() - started)
         return [up, *families, seconds]
 
@@ -182,19 +250,33 @@ class CatalogCollector(Collector):
 
         staging = observations.staging()
         gauges = {
-            "pending": GaugeMetricFamily("siltlake_staging_objects_pending", "Staging objects registered and not "
-                                         "processed yet (the backlog)", labels=["table"]),
-            "pending_bytes": GaugeMetricFamily("siltlake_staging_pending_bytes", "Bytes of the pending staging "
-                                               "objects", labels=["table"]),
-            "registered": GaugeMetricFamily("siltlake_staging_objects_registered", "Staging objects registered, "
-                                            "processed or not (rows reap pruned included)", labels=["table"]),
-            "failing": GaugeMetricFamily("siltlake_staging_objects_failing", "Pending staging objects whose "
-                                         "processing failed at least once", labels=["table"]),
+            "pending": GaugeMetricFamily(
+                "siltlake_staging_objects_pending",
+                "Staging objects registered and not processed yet (the backlog)",
+                labels=["table"],
+            ),
+            "pending_bytes": GaugeMetricFamily(
+                "siltlake_staging_pending_bytes", "Bytes of the pending staging objects", labels=["table"]
+            ),
+            "registered": GaugeMetricFamily(
+                "siltlake_staging_objects_registered",
+                "Staging objects registered, processed or not (rows reap pruned included)",
+                labels=["table"],
+            ),
+            "failing": GaugeMetricFamily(
+                "siltlake_staging_objects_failing",
+                "Pending staging objects whose processing failed at least once",
+                labels=["table"],
+            ),
         }
-        loaded = CounterMetricFamily("siltlake_records_loaded", "Records loaded from processed staging objects",
-                                     labels=["table"])
-        bad = CounterMetricFamily("siltlake_bad_records", "Bad records of processed staging objects (dropped or "
-                                  "kept in error files)", labels=["table"])
+        loaded = CounterMetricFamily(
+            "siltlake_records_loaded", "Records loaded from processed staging objects", labels=["table"]
+        )
+        bad = CounterMetricFamily(
+            "siltlake_bad_records",
+            "Bad records of processed staging objects (dropped or kept in error files)",
+            labels=["table"],
+        )
         for row in staging:
             for key, family in gauges.items():
                 family.add_metric([row["table"]], row[key])
@@ -204,24 +286,34 @@ class CatalogCollector(Collector):
         yield loaded
         yield bad
 
-        unknown = GaugeMetricFamily("siltlake_unknown_objects", "Staging objects set aside as unknown (`silt unknown "
-                                    "list`)")
+        unknown = GaugeMetricFamily(
+            "siltlake_unknown_objects", "Staging objects set aside as unknown (`silt unknown list`)"
+        )
         unknown.add_metric([], observations.unknown_count())
         yield unknown
-        yield from _settling(catalog.positions.summary(now), now)
+        yield from _settling(catalog.waits.summary(now), now)
 
         status = catalog.merge_queue.status(now, config.merge.job_timeout, local_host())
-        partitions = GaugeMetricFamily("siltlake_partitions", "Partitions by state (new, live, closed, switched; a "
-                                       "derived table's built, stale)",
-                                       labels=["table", "state"])
-        jobs = GaugeMetricFamily("siltlake_merge_jobs", "Merge jobs by state: scheduled (waiting), due, running, "
-                                 "stale (heartbeat lost), continuing, failed (parked)", labels=["table", "state"])
-        unmerged = GaugeMetricFamily("siltlake_unmerged_objects", "Small objects no merge range covers yet",
-                                     labels=["table"])
-        unmerged_bytes = GaugeMetricFamily("siltlake_unmerged_bytes", "Bytes of the unmerged small objects",
-                                           labels=["table"])
-        oldest = GaugeMetricFamily("siltlake_oldest_unmerged_age_seconds", "Age of the oldest unmerged small object",
-                                   labels=["table"])
+        partitions = GaugeMetricFamily(
+            "siltlake_partitions",
+            "Partitions by state (new, live, closed, switched; a derived table's built, stale)",
+            labels=["table", "state"],
+        )
+        jobs = GaugeMetricFamily(
+            "siltlake_merge_jobs",
+            "Merge jobs by state: scheduled (waiting), due, running, "
+            "stale (heartbeat lost), continuing, failed (parked)",
+            labels=["table", "state"],
+        )
+        unmerged = GaugeMetricFamily(
+            "siltlake_unmerged_objects", "Small objects no merge range covers yet", labels=["table"]
+        )
+        unmerged_bytes = GaugeMetricFamily(
+            "siltlake_unmerged_bytes", "Bytes of the unmerged small objects", labels=["table"]
+        )
+        oldest = GaugeMetricFamily(
+            "siltlake_oldest_unmerged_age_seconds", "Age of the oldest unmerged small object", labels=["table"]
+        )
         for entry in status:
             for state, count in entry["partitions"].items():
                 partitions.add_metric([entry["table"], state], count)
@@ -232,22 +324,33 @@ class CatalogCollector(Collector):
             oldest.add_metric([entry["table"]], entry["oldest_unmerged_age_seconds"] or 0.0)
         yield from (partitions, jobs, unmerged, unmerged_bytes, oldest)
 
-        debt = GaugeMetricFamily("siltlake_small_file_debt_objects", "Small objects not merged yet, per partition",
-                                 labels=["table", "date"])
-        debt_bytes = GaugeMetricFamily("siltlake_small_file_debt_bytes", "Bytes of the small objects not merged "
-                                       "yet, per partition", labels=["table", "date"])
+        debt = GaugeMetricFamily(
+            "siltlake_small_file_debt_objects", "Small objects not merged yet, per partition", labels=["table", "date"]
+        )
+        debt_bytes = GaugeMetricFamily(
+            "siltlake_small_file_debt_bytes",
+            "Bytes of the small objects not merged yet, per partition",
+            labels=["table", "date"],
+        )
         for row in observations.small_file_debt():
             debt.add_metric([row["table"], row["date"].isoformat()], row["objects"])
             debt_bytes.add_metric([row["table"], row["date"].isoformat()], row["bytes"])
         yield debt
         yield debt_bytes
 
-        merge_seconds = CounterMetricFamily("siltlake_merge_seconds", "Seconds merge jobs ran, by where they ran "
-                                            "(mode) and outcome", labels=["table", "mode", "outcome"])
-        merged_objects = CounterMetricFamily("siltlake_merged_objects", "Small objects merge jobs took in (finished "
-                                             "and continuing jobs)", labels=["table", "mode"])
-        merged_bytes = CounterMetricFamily("siltlake_merged_bytes", "Bytes merge jobs wrote (finished and continuing "
-                                           "jobs)", labels=["table", "mode"])
+        merge_seconds = CounterMetricFamily(
+            "siltlake_merge_seconds",
+            "Seconds merge jobs ran, by where they ran (mode) and outcome",
+            labels=["table", "mode", "outcome"],
+        )
+        merged_objects = CounterMetricFamily(
+            "siltlake_merged_objects",
+            "Small objects merge jobs took in (finished and continuing jobs)",
+            labels=["table", "mode"],
+        )
+        merged_bytes = CounterMetricFamily(
+            "siltlake_merged_bytes", "Bytes merge jobs wrote (finished and continuing jobs)", labels=["table", "mode"]
+        )
         merged: dict[tuple[str, str], list[int]] = {}
         for row in observations.merge_log_totals():
             merge_seconds.add_metric([row["table"], row["mode"], row["outcome"]], row["seconds"])
@@ -260,21 +363,28 @@ class CatalogCollector(Collector):
             merged_bytes.add_metric([table, mode], size)
         yield from (merge_seconds, merged_objects, merged_bytes)
 
-        durations = HistogramMetricFamily("siltlake_merge_job_duration_seconds", "Seconds each logged merge attempt "
-                                          "took, by where it ran (mode) and outcome", labels=["mode", "outcome"])
+        durations = HistogramMetricFamily(
+            "siltlake_merge_job_duration_seconds",
+            "Seconds each logged merge attempt took, by where it ran (mode) and outcome",
+            labels=["mode", "outcome"],
+        )
         for row in observations.merge_durations(DURATION_BUCKETS):
-            _add_histogram(durations, [row["mode"], row["outcome"]], DURATION_BUCKETS, row["buckets"], row["count"],
-                           row["sum"])
+            _add_histogram(
+                durations, [row["mode"], row["outcome"]], DURATION_BUCKETS, row["buckets"], row["count"], row["sum"]
+            )
         yield durations
 
         window = config.observe.freshness_window
         freshness = HistogramMetricFamily(
-            "siltlake_freshness_seconds", f"Seconds from a staging object's put to its rows being visible to "
+            "siltlake_freshness_seconds",
+            f"Seconds from a staging object's put to its rows being visible to "
             f"readers, for the objects made visible in the last observe.freshness_window ({window}s)",
-            labels=["table"])
+            labels=["table"],
+        )
         for table, values in sorted(observations.freshness(now - timedelta(seconds=window), now).items()):
-            _add_histogram(freshness, [table], FRESHNESS_BUCKETS, freshness_buckets(values), len(values),
-                           float(sum(values)))
+            _add_histogram(
+                freshness, [table], FRESHNESS_BUCKETS, freshness_buckets(values), len(values), float(sum(values))
+            )
         yield freshness
 
 
@@ -306,9 +416,11 @@ def summary_line(deployment: Deployment) -> str:
         return int(totals.get(name, 0))
 
     merged = total("siltlake_merged_objects_total")
-    return (f"{total('siltlake_records_loaded_total'):,} records loaded ({total('siltlake_bad_records_total'):,} bad), "
-            f"{total('siltlake_staging_objects_pending'):,} staging objects pending, "
-            f"{total('siltlake_unknown_objects'):,} unknown, {total('siltlake_unmerged_objects'):,} small objects not "
-            f"merged, {merged:,} merged in {total('siltlake_merge_job_duration_seconds_count'):,} merge attempts; "
-            f"merge jobs {int(jobs.get('running', 0))} running, {int(jobs.get('stale', 0))} stale, "
-            f"{int(jobs.get('failed', 0))} failed")
+    return (
+        f"{total('siltlake_records_loaded_total'):,} records loaded ({total('siltlake_bad_records_total'):,} bad), "
+        f"{total('siltlake_staging_objects_pending'):,} staging objects pending, "
+        f"{total('siltlake_unknown_objects'):,} unknown, {total('siltlake_unmerged_objects'):,} small objects not "
+        f"merged, {merged:,} merged in {total('siltlake_merge_job_duration_seconds_count'):,} merge attempts; "
+        f"merge jobs {int(jobs.get('running', 0))} running, {int(jobs.get('stale', 0))} stale, "
+        f"{int(jobs.get('failed', 0))} failed"
+    )

@@ -9,7 +9,7 @@ import datetime as dt
 import time
 from dataclasses import dataclass, field
 
-from siltlake.catalog.positions import Position, PositionState
+from siltlake.catalog.position_rows import Position, PositionState
 from siltlake.clock import UtcBound, to_naive_utc, utcnow
 from siltlake.deployment import Deployment
 from siltlake.storage.filesystem import ObjectInfo, UnsafeKey
@@ -58,9 +58,9 @@ def settle(deployment: Deployment, listed: list[ObjectInfo], watched: bool = Tru
     config = deployment.config.stream
     if not staging.is_local:
         return Settling(listed)
-    positions = deployment.catalog.positions
+    positions, waits = deployment.catalog.positions, deployment.catalog.waits
     now = utcnow()
-    waiting = {item.uri: item for item in positions.waiting(staging.root)} if watched else {}
+    waiting = {item.uri: item for item in waits.waiting(staging.root)} if watched else {}
     listed_keys = {info.key for info in listed}
     first_listed = set(listed_keys)
     candidates = list(listed)
@@ -84,9 +84,13 @@ def settle(deployment: Deployment, listed: list[ObjectInfo], watched: bool = Tru
         if info.size != position.read_end:
             candidates.append(info)
             listed_keys.add(position.key)
-        elif (position.consumed_end is not None and position.read_end is not None
-              and position.consumed_end < position.read_end and position.pending_uri is None
-              and _fragment_due(deployment, position, info.mtime.timestamp() if info.mtime else time.time())):
+        elif (
+            position.consumed_end is not None
+            and position.read_end is not None
+            and position.consumed_end < position.read_end
+            and position.pending_uri is None
+            and _fragment_due(deployment, position, info.mtime.timestamp() if info.mtime else time.time())
+        ):
             result.due[staging.uri(info.key)] = info  # its trailing fragment is final now: judged, not listed
     result.looked = listed_keys - first_listed
     hold: list[tuple[str, str, int, dt.datetime]] = []
@@ -97,16 +101,20 @@ def settle(deployment: Deployment, listed: list[ObjectInfo], watched: bool = Tru
     held_keys = {item.key for item in waiting.values()}
     for info in candidates:
         mtime = info.mtime
-        if info.key not in held_keys and (not config.settle_time or mtime is not None
-                                          and mtime <= settled_before.like(mtime)):
+        if info.key not in held_keys and (
+            not config.settle_time or mtime is not None and mtime <= settled_before.like(mtime)
+        ):
             result.ready.append(info)
             continue
         changed = to_naive_utc(info.mtime) if info.mtime is not None else now
         age = (now - changed).total_seconds()
         uri = staging.uri(info.key)
         first_seen = waiting[uri].first_seen if uri in waiting else now
-        if (not config.settle_time or age >= config.settle_time
-                or (now - first_seen).total_seconds() >= config.settle_limit):
+        if (
+            not config.settle_time
+            or age >= config.settle_time
+            or (now - first_seen).total_seconds() >= config.settle_limit
+        ):
             result.ready.append(info)
             if uri in waiting:
                 taken.append((uri, info.key))
@@ -117,11 +125,11 @@ def settle(deployment: Deployment, listed: list[ObjectInfo], watched: bool = Tru
         result.settles_in = settles_in if result.settles_in is None else min(result.settles_in, settles_in)
     result.waiting = len(hold)
     if hold:
-        positions.wait(staging.root, hold, now)
+        waits.wait(staging.root, hold, now)
     if taken:
         positions.watch(staging.root, taken, now)  # seen written in place: its growth is looked for by key
     if taken or gone:
-        positions.stop_waiting([uri for uri, _ in taken] + gone)
+        waits.stop_waiting([uri for uri, _ in taken] + gone)
     return result
 
 
@@ -132,9 +140,12 @@ def _look(deployment: Deployment, key: str) -> ObjectInfo | None:
         return None
 
 
-def take_growth(deployment: Deployment, resized: dict[str, ObjectInfo],
-                fresh: list[tuple[str, ObjectInfo, dt.datetime | None]],
-                reput: dict[str, ObjectInfo] | None = None) -> Growth:
+def take_growth(
+    deployment: Deployment,
+    resized: dict[str, ObjectInfo],
+    fresh: list[tuple[str, ObjectInfo, dt.datetime | None]],
+    reput: dict[str, ObjectInfo] | None = None,
+) -> Growth:
     """Judge registered local files listed with another size than they were registered at ({uri: listing}):
     register the tail of each that grew by appending, follow each that is another file now or was truncated from
     its start, report each that changed in a way that cannot be told from a rewrite. Of the `fresh` (unregistered)
@@ -151,8 +162,9 @@ def take_growth(deployment: Deployment, resized: dict[str, ObjectInfo],
     # rest (a backlog's million new files).
     unregistered = [uri for uri, _, _ in fresh if uri not in resized]
     consumed = catalog.positions.consumed(unregistered) if unregistered else set()
-    followed = follow_fresh(deployment, [item for item in fresh if item[0] not in consumed and item[0] not in resized],
-                            now)
+    followed = follow_fresh(
+        deployment, [item for item in fresh if item[0] not in consumed and item[0] not in resized], now
+    )
     growth.handled |= followed.handled
     growth.notes = followed.notes
     growth.appended += followed.appended
@@ -170,8 +182,11 @@ def take_growth(deployment: Deployment, resized: dict[str, ObjectInfo],
     states = catalog.positions.states(list(candidates))
     shifted = _shifted_in(deployment, {uri: (states[uri].position, info) for uri, info in reput_only.items()})
     for uri, state in states.items():
-        if (uri not in resized and uri not in followed.moved and (state.position is None or (
-                state.position.consumed_end is None and state.position.state != "vacated"))):
+        if (
+            uri not in resized
+            and uri not in followed.moved
+            and (state.position is None or (state.position.consumed_end is None and state.position.state != "vacated"))
+        ):
             continue  # a new file (maybe watched since it waited to settle): registered as usual
         if uri in reput_only and uri not in shifted:
             continue  # put again in place, as it was read: counted as such
@@ -189,9 +204,16 @@ def take_growth(deployment: Deployment, resized: dict[str, ObjectInfo],
         if isinstance(verdict, str):
             start = position.consumed_end if position is not None and position.consumed_end is not None else 0
             table_id = position.table_id if position is not None and position.table_id else state.table_id
-            if catalog.positions.mark_rewritten(deployment.staging.root, uri, info.key, verdict,
-                                                unknown_uri=delivery_uri(uri, start), size=info.size,
-                                                table_id=table_id, now=now):
+            if catalog.positions.mark_rewritten(
+                deployment.staging.root,
+                uri,
+                info.key,
+                verdict,
+                unknown_uri=delivery_uri(uri, start),
+                size=info.size,
+                table_id=table_id,
+                now=now,
+            ):
                 growth.rewritten.append((uri, verdict))
             growth.handled.add(uri)
             continue
@@ -201,11 +223,17 @@ def take_growth(deployment: Deployment, resized: dict[str, ObjectInfo],
         table_id = position.table_id or state.table_id
         if table_id is None:  # pragma: no cover - a position is recorded with its table
             continue
-        tail = delivery_uri(uri, position.consumed_end, info.size, generation=position.generation,
-                            identity=position.file_identity, head=(position.head_crc, position.head_length),
-                            last=verdict.last, plain=verdict.plain,
-                            continues=position.fragment_end is not None
-                            and position.fragment_end == position.consumed_end)
+        tail = delivery_uri(
+            uri,
+            position.consumed_end,
+            info.size,
+            generation=position.generation,
+            identity=position.file_identity,
+            head=(position.head_crc, position.head_length),
+            last=verdict.last,
+            plain=verdict.plain,
+            continues=position.fragment_end is not None and position.fragment_end == position.consumed_end,
+        )
         growth.appended += catalog.positions.register_tail(position, tail, table_id, info.size, send_time, now)
         growth.handled.add(uri)
     if later:
@@ -232,8 +260,9 @@ def _shifted_in(deployment: Deployment, reputs: dict[str, tuple[Position | None,
         mark = mark_of(path)
         if mark is None or (position.state != "vacated" and position.file_identity in (None, mark.identity)):
             continue
-        if position.state == "vacated" or not head_matches(path, mark.compressed, position.head_length,
-                                                            position.head_crc):
+        if position.state == "vacated" or not head_matches(
+            path, mark.compressed, position.head_length, position.head_crc
+        ):
             judged.add(uri)
         else:
             others[uri] = (path, mark)
@@ -241,9 +270,13 @@ def _shifted_in(deployment: Deployment, reputs: dict[str, tuple[Position | None,
         identities = sorted({mark.identity for _, mark in others.values()})
         followed = deployment.catalog.positions.by_identity(deployment.staging.root, identities)
         for uri, (path, mark) in others.items():
-            if any(position.uri != uri and position.file_identity == mark.identity and position.state in FOLLOWED
-                   and head_matches(path, mark.compressed, position.head_length, position.head_crc)
-                   for position in followed):  # an inode number reused by another file has other first bytes
+            if any(
+                position.uri != uri
+                and position.file_identity == mark.identity
+                and position.state in FOLLOWED
+                and head_matches(path, mark.compressed, position.head_length, position.head_crc)
+                for position in followed
+            ):  # an inode number reused by another file has other first bytes
                 judged.add(uri)
     return judged
 
@@ -265,8 +298,15 @@ class Grew:
     plain: bool = False  # a compressed copy's rest, counted in decompressed bytes
 
 
-def _judge(deployment: Deployment, uri: str, info: ObjectInfo, state: PositionState, send_time: dt.datetime | None,
-           now: dt.datetime, again: bool = True) -> str | Grew | LookAgain | Restarted | None:
+def _judge(
+    deployment: Deployment,
+    uri: str,
+    info: ObjectInfo,
+    state: PositionState,
+    send_time: dt.datetime | None,
+    now: dt.datetime,
+    again: bool = True,
+) -> str | Grew | LookAgain | Restarted | None:
     """Grew: the file grew by appending, or its trailing fragment is final: its tail is due; a string: why
     following it stopped (it changed in a way that cannot be told from a rewrite); Restarted: it is followed anew
     from its start, or as a copy; LOOK_AGAIN: a delivery of it is in flight, or it cannot be read now; None:
@@ -280,9 +320,11 @@ def _judge(deployment: Deployment, uri: str, info: ObjectInfo, state: PositionSt
             return None  # set aside as unknown: `silt unknown replay` reads the file again whole
         if state.processed is not True:
             return LOOK_AGAIN  # its first delivery is not committed yet
-        return (f"is now {info.size:,} bytes but was loaded at {state.size or 0:,}, and it cannot be appended to "
-                "(it was unreadable, or was loaded before appends were followed): its new bytes are NOT loaded; "
-                "`silt staging resume` follows it again from an offset")
+        return (
+            f"is now {info.size:,} bytes but was loaded at {state.size or 0:,}, and it cannot be appended to "
+            "(it was unreadable, or was loaded before appends were followed): its new bytes are NOT loaded; "
+            "`silt staging resume` follows it again from an offset"
+        )
     if position.state not in ("appending", "copy", "vacated"):
         return None  # stopped: reported already
     if position.pending_uri is not None:
@@ -293,33 +335,61 @@ def _judge(deployment: Deployment, uri: str, info: ObjectInfo, state: PositionSt
     if position.state == "vacated" or position.file_identity not in (None, mark.identity):
         # Another file is at the name: a followed file renamed here (logrotate shifts access.log.1 to .2 and
         # access.log to .1 between two rounds), a copy of loaded bytes, or a new file.
-        found = recognise(deployment, uri, info, mark, send_time, now, known_for(deployment, {path: mark}),
-                          replacing=position if position.state != "vacated" else None)
+        found = recognise(
+            deployment,
+            uri,
+            info,
+            mark,
+            send_time,
+            now,
+            known_for(deployment, {path: mark}),
+            replacing=position if position.state != "vacated" else None,
+        )
         if found is not None and found.moved and again:
-            return _judge(deployment, uri, info, deployment.catalog.positions.states([uri])[uri], send_time, now,
-                          again=False)
+            return _judge(
+                deployment, uri, info, deployment.catalog.positions.states([uri])[uri], send_time, now, again=False
+            )
         if found is not None:
             return LOOK_AGAIN if found.later else Restarted(found.registered)
         return _replaced(deployment, uri, info, state, position, mark, send_time, now)
     if position.state == "copy":
         return None  # its bytes were loaded from the file it copies
     assert position.read_end is not None and position.consumed_end is not None
-    if (mark.compressed and position.compressed and position.rotated and position.generation is not None
-            and position.consumed_end == position.read_end and mark.size < position.consumed_end):
+    if (
+        mark.compressed
+        and position.compressed
+        and position.rotated
+        and position.generation is not None
+        and position.consumed_end == position.read_end
+        and mark.size < position.consumed_end
+    ):
         # A compressed copy's rest whose delivery found it renamed before reading it: its position still counts
         # decompressed bytes; the rest is delivered again from there (`;plain`).
         return Grew(position, last=True, plain=True)
-    truncated = (mark.size < position.read_end or mark.compressed != position.compressed
-                 or not head_matches(path, mark.compressed, position.head_length, position.head_crc))
+    truncated = (
+        mark.size < position.read_end
+        or mark.compressed != position.compressed
+        or not head_matches(path, mark.compressed, position.head_length, position.head_crc)
+    )
     if truncated:  # copytruncate, or written again from its start, or its inode reused: new content
         # A followed file may have taken the name with the inode number of the file the position names (deleted
         # since): it is that file renamed, not this one truncated. The name's own earlier generations are no
         # candidates: a truncated file keeps its inode, and an empty earlier one's head matches any file.
-        found = recognise(deployment, uri, info, mark, send_time, now, known_for(deployment, {path: mark}),
-                          replacing=position, own_generations=False)
+        found = recognise(
+            deployment,
+            uri,
+            info,
+            mark,
+            send_time,
+            now,
+            known_for(deployment, {path: mark}),
+            replacing=position,
+            own_generations=False,
+        )
         if found is not None and found.moved and again:
-            return _judge(deployment, uri, info, deployment.catalog.positions.states([uri])[uri], send_time, now,
-                          again=False)
+            return _judge(
+                deployment, uri, info, deployment.catalog.positions.states([uri])[uri], send_time, now, again=False
+            )
         if found is not None:
             return LOOK_AGAIN if found.later or found.moved else Restarted(found.registered)
         return Restarted(int(restart(deployment, uri, info, position, mark, send_time, now)))
@@ -331,31 +401,52 @@ def _judge(deployment: Deployment, uri: str, info: ObjectInfo, state: PositionSt
     if found_content is None:
         return LOOK_AGAIN
     if position.fingerprint is not None and found_content.crc_before != position.fingerprint:
-        return (f"changed before offset {position.consumed_end:,}, which was already loaded, while its first bytes "
-                "and its device:inode stayed the same (rewritten in place, not appended to): nothing more of it is "
-                f"loaded; `silt staging resume {uri} --from-offset N` follows it again from offset N")
+        return (
+            f"changed before offset {position.consumed_end:,}, which was already loaded, while its first bytes "
+            "and its device:inode stayed the same (rewritten in place, not appended to): nothing more of it is "
+            f"loaded; `silt staging resume {uri} --from-offset N` follows it again from offset N"
+        )
     return Grew(position)
 
 
-def _replaced(deployment: Deployment, uri: str, info: ObjectInfo, state: PositionState, position: Position,
-              mark: FileMark, send_time: dt.datetime | None, now: dt.datetime) -> str | Restarted:
+def _replaced(
+    deployment: Deployment,
+    uri: str,
+    info: ObjectInfo,
+    state: PositionState,
+    position: Position,
+    mark: FileMark,
+    send_time: dt.datetime | None,
+    now: dt.datetime,
+) -> str | Restarted:
     """Another file took the name and is no followed file nor a copy. One whose first bytes differ, or taking a
     name of which nothing was loaded (a vacated name, an empty file), is new from its start; one with the same
     first bytes that holds the loaded bytes and more (an atomic re-put of the file grown) goes on from the
     consumed end; one with the same first bytes whose loaded part differs or cannot be compared (gzip) stops."""
     path = deployment.staging.path(info.key)
     replacing = position if position.state != "vacated" else None
-    if (position.state != "appending" or not position.consumed_end or not position.head_length
-            or not head_matches(path, mark.compressed, position.head_length, position.head_crc)):
+    if (
+        position.state != "appending"
+        or not position.consumed_end
+        or not position.head_length
+        or not head_matches(path, mark.compressed, position.head_length, position.head_crc)
+    ):
         return Restarted(int(restart(deployment, uri, info, replacing, mark, send_time, now)))
     content = content_at(path, False, position.consumed_end) if not mark.compressed else None
     if content is not None and content.crc_before == position.fingerprint:
-        return Restarted(int(restart(deployment, uri, info, position, mark, send_time, now,
-                                     position.consumed_end, position.fingerprint)))
-    return (f"is now {info.size:,} bytes but was loaded at {state.size or 0:,}: another file (device:inode "
-            f"{mark.identity}, was {position.file_identity}) took its name with the same first bytes, and whether "
-            "it holds what was loaded cannot be told: its new bytes are NOT loaded; `silt staging resume "
-            f"{uri} --from-offset N` follows it from offset N")
+        return Restarted(
+            int(
+                restart(
+                    deployment, uri, info, position, mark, send_time, now, position.consumed_end, position.fingerprint
+                )
+            )
+        )
+    return (
+        f"is now {info.size:,} bytes but was loaded at {state.size or 0:,}: another file (device:inode "
+        f"{mark.identity}, was {position.file_identity}) took its name with the same first bytes, and whether "
+        "it holds what was loaded cannot be told: its new bytes are NOT loaded; `silt staging resume "
+        f"{uri} --from-offset N` follows it from offset N"
+    )
 
 
 def _fragment_due(deployment: Deployment, position: Position, mtime: float) -> bool:

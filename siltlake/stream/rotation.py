@@ -13,7 +13,7 @@ import posixpath
 import zlib
 from dataclasses import dataclass, field
 
-from siltlake.catalog.positions import Position, new_generation
+from siltlake.catalog.position_rows import Position, new_generation
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.storage.filesystem import ObjectInfo
@@ -85,8 +85,9 @@ def known_for(deployment: Deployment, marks: dict[str, FileMark]) -> Known:
     return known
 
 
-def follow_fresh(deployment: Deployment, fresh: list[tuple[str, ObjectInfo, dt.datetime | None]],
-                 now: dt.datetime) -> Followed:
+def follow_fresh(
+    deployment: Deployment, fresh: list[tuple[str, ObjectInfo, dt.datetime | None]], now: dt.datetime
+) -> Followed:
     """Recognise, among unregistered local files, renamed followed files and copies of loaded bytes. A symbolic
     link is neither: a link made to a file (inside the root) is a new object of its own, as it always was."""
     staging = deployment.staging
@@ -112,52 +113,99 @@ def follow_fresh(deployment: Deployment, fresh: list[tuple[str, ObjectInfo, dt.d
         elif found.moved:
             followed.moved[uri] = info
         followed.appended += found.registered
-    followed.notes = [dict(uri=uri, key=info.key, file_identity=mark.identity, head_crc=mark.head_crc,
-                           head_length=mark.head_length, compressed=mark.compressed)
-                      for uri, (info, mark, _) in marks.items() if uri not in followed.handled]
+    followed.notes = [
+        dict(
+            uri=uri,
+            key=info.key,
+            file_identity=mark.identity,
+            head_crc=mark.head_crc,
+            head_length=mark.head_length,
+            compressed=mark.compressed,
+        )
+        for uri, (info, mark, _) in marks.items()
+        if uri not in followed.handled
+    ]
     return followed
 
 
-def recognise(deployment: Deployment, uri: str, info: ObjectInfo, mark: FileMark, send_time: dt.datetime | None,
-              now: dt.datetime, known: Known, replacing: Position | None = None,
-              own_generations: bool = True) -> Recognised | None:
+def recognise(
+    deployment: Deployment,
+    uri: str,
+    info: ObjectInfo,
+    mark: FileMark,
+    send_time: dt.datetime | None,
+    now: dt.datetime,
+    known: Known,
+    replacing: Position | None = None,
+    own_generations: bool = True,
+) -> Recognised | None:
     """The file now at `uri` (a name not registered, or one that held another file): a followed file renamed
     here (same device:inode and first bytes, and the bytes it was consumed to: its position moves here), a copy
     of bytes loaded from a followed file in the same directory, or neither (None: a new file). Without
     own_generations, the positions of the name's earlier files are no candidates for a rename."""
     path = deployment.staging.path(info.key)
-    same = [position for position in known.same_file.get(mark.identity, [])
-            if position.uri != uri and (own_generations or position.uri.partition("#")[0] != uri)]
-    registered = [position for position in same if "#" not in position.uri and position.consumed_end is None
-                  and position.state == "appending" and not _reused(deployment, position, mark)
-                  and head_matches(path, mark.compressed, position.head_length, position.head_crc)]
+    same = [
+        position
+        for position in known.same_file.get(mark.identity, [])
+        if position.uri != uri and (own_generations or position.uri.partition("#")[0] != uri)
+    ]
+    registered = [
+        position
+        for position in same
+        if "#" not in position.uri
+        and position.consumed_end is None
+        and position.state == "appending"
+        and not _reused(deployment, position, mark)
+        and head_matches(path, mark.compressed, position.head_length, position.head_crc)
+    ]
     if registered and _first_delivery_pending(deployment, registered):
         return Recognised(later=True)  # registered under another name, renamed before its first delivery read it
-    renamed = [position for position in same
-               if position.state in FOLLOWED and position.consumed_end is not None
-               and position.compressed == mark.compressed and position.table_id is not None
-               and head_matches(path, mark.compressed, position.head_length, position.head_crc)
-               and _holds_consumed(path, position)]
+    renamed = [
+        position
+        for position in same
+        if position.state in FOLLOWED
+        and position.consumed_end is not None
+        and position.compressed == mark.compressed
+        and position.table_id is not None
+        and head_matches(path, mark.compressed, position.head_length, position.head_crc)
+        and _holds_consumed(path, position)
+    ]
     if renamed:
         # The one attached to a name first (a truncated file's older generations are detached), then the newest.
         position = min(renamed, key=lambda p: ("#" in p.uri, -p.change_time.timestamp()))
         if position.pending_uri is not None:
             return Recognised(later=True)  # its delivery in flight finds the file moved, or read it before
         assert position.table_id is not None
-        moved = deployment.catalog.positions.move(position, uri, info.key, table_id=position.table_id,
-                                                  size=position.read_end or 0, send_time=send_time, now=now)
+        moved = deployment.catalog.positions.move(
+            position,
+            uri,
+            info.key,
+            table_id=position.table_id,
+            size=position.read_end or 0,
+            send_time=send_time,
+            now=now,
+        )
         return Recognised(moved=moved, later=not moved)  # not moved: another process did; looked at again
     alike = list(known.same_head.get(mark.head_crc, [])) if mark.head_length == HEAD_BYTES else []
     # a copy of a file consumed to one of its line ends within its first KiB (its whole head then), whatever the
     # copy's length: the original may have grown past a KiB before it was copied
-    alike += [position for crc, length in known.prefixes.get(path, {}).items()
-              for position in known.short_head.get(crc, [])
-              if position.head_length == length and position.consumed_end in (0, length)]
+    alike += [
+        position
+        for crc, length in known.prefixes.get(path, {}).items()
+        for position in known.short_head.get(crc, [])
+        if position.head_length == length and position.consumed_end in (0, length)
+    ]
     directory = posixpath.dirname(info.key)
-    copied = [position for position in alike
-              if position.uri != uri and posixpath.dirname(position.key) == directory
-              and position.consumed_end is not None and position.table_id is not None
-              and (position.fingerprint is not None or position.consumed_end == 0) and position.state in FOLLOWED]
+    copied = [
+        position
+        for position in alike
+        if position.uri != uri
+        and posixpath.dirname(position.key) == directory
+        and position.consumed_end is not None
+        and position.table_id is not None
+        and (position.fingerprint is not None or position.consumed_end == 0)
+        and position.state in FOLLOWED
+    ]
     return _follow_copy(deployment, uri, info, mark, send_time, copied, now, replacing) if copied else None
 
 
@@ -188,8 +236,16 @@ def _first_delivery_pending(deployment: Deployment, positions: list[Position]) -
     return any(state.processed is False and not state.unknown for state in states.values())
 
 
-def _follow_copy(deployment: Deployment, uri: str, info: ObjectInfo, mark: FileMark, send_time: dt.datetime | None,
-                 copied: list[Position], now: dt.datetime, replacing: Position | None) -> Recognised | None:
+def _follow_copy(
+    deployment: Deployment,
+    uri: str,
+    info: ObjectInfo,
+    mark: FileMark,
+    send_time: dt.datetime | None,
+    copied: list[Position],
+    now: dt.datetime,
+    replacing: Position | None,
+) -> Recognised | None:
     """A file with the first bytes of followed files in its directory is a copy of one when its content holds
     that file's bytes up to its consumed end (same CRC before it). All of it loaded: it is known and loads
     nothing. The original still holds the rest at its name (a copy taken before logrotate truncates it, or a
@@ -215,11 +271,21 @@ def _follow_copy(deployment: Deployment, uri: str, info: ObjectInfo, mark: FileM
             # Read a moment ago, so there; should it vanish meanwhile, this fails as it always has.
             assert mark.compressed or whole is not None
             done = positions.skip_copy(
-                staging.root, uri, info.key, table_id=original.table_id, identity=mark.identity,
-                head_crc=mark.head_crc, head_length=mark.head_length, compressed=mark.compressed, size=mark.size,
+                staging.root,
+                uri,
+                info.key,
+                table_id=original.table_id,
+                identity=mark.identity,
+                head_crc=mark.head_crc,
+                head_length=mark.head_length,
+                compressed=mark.compressed,
+                size=mark.size,
                 fingerprint=None if whole is None else whole.crc_before,
-                send_time=send_time, now=now, replacing=replacing,
-                reason=f"a copy of {source!r}: its {content.length:,} bytes were loaded from that file")
+                send_time=send_time,
+                now=now,
+                replacing=replacing,
+                reason=f"a copy of {source!r}: its {content.length:,} bytes were loaded from that file",
+            )
             return Recognised(later=not done)
         holds = _original_holds(deployment, original, path, mark.compressed, content.length)
         if holds is None:
@@ -228,16 +294,36 @@ def _follow_copy(deployment: Deployment, uri: str, info: ObjectInfo, mark: FileM
             return Recognised(later=True)
         end = content_at(path, mark.compressed, content.length)
         assert end is not None and end.crc_before is not None
-        delivery = delivery_uri(uri, original.consumed_end, content.length if mark.compressed else info.size,
-                                generation=new_generation(), identity=mark.identity, last=True,
-                                plain=mark.compressed, head=(mark.head_crc, mark.head_length),
-                                advances=(original.id, content.length, original.read_end or original.consumed_end))
+        delivery = delivery_uri(
+            uri,
+            original.consumed_end,
+            content.length if mark.compressed else info.size,
+            generation=new_generation(),
+            identity=mark.identity,
+            last=True,
+            plain=mark.compressed,
+            head=(mark.head_crc, mark.head_length),
+            advances=(original.id, content.length, original.read_end or original.consumed_end),
+        )
         started = positions.start_file(
-            staging.root, uri, info.key, replacing=replacing, table_id=original.table_id, identity=mark.identity,
-            head_crc=mark.head_crc, head_length=mark.head_length, compressed=mark.compressed,
-            start=original.consumed_end, fingerprint=original.fingerprint, delivery=delivery,
-            size=info.size, send_time=send_time, rotated=True, now=now,
-            advance=(original, content.length, end.crc_before))
+            staging.root,
+            uri,
+            info.key,
+            replacing=replacing,
+            table_id=original.table_id,
+            identity=mark.identity,
+            head_crc=mark.head_crc,
+            head_length=mark.head_length,
+            compressed=mark.compressed,
+            start=original.consumed_end,
+            fingerprint=original.fingerprint,
+            delivery=delivery,
+            size=info.size,
+            send_time=send_time,
+            rotated=True,
+            now=now,
+            advance=(original, content.length, end.crc_before),
+        )
         return Recognised(later=not started, registered=int(started))
     return None
 
@@ -248,8 +334,9 @@ def _loaded_crc(position: Position) -> int | None:
     return position.fingerprint if position.consumed_end else zlib.crc32(b"")
 
 
-def _original_holds(deployment: Deployment, original: Position, copy_path: str, compressed: bool,
-                    length: int) -> bool | None:
+def _original_holds(
+    deployment: Deployment, original: Position, copy_path: str, compressed: bool, length: int
+) -> bool | None:
     """Whether the original file is still at its name, the same file with what it loaded unchanged, holding the
     copy's `length` bytes (the same CRC before that end as the copy): then they are its to load (True). None: it
     holds what it loaded but not the copy's bytes after it, so the other file only begins as it does. False: it
@@ -272,9 +359,17 @@ def _original_holds(deployment: Deployment, original: Position, copy_path: str, 
     return True if theirs.crc_before == ours.crc_before else None
 
 
-def restart(deployment: Deployment, uri: str, info: ObjectInfo, position: Position | None, mark: FileMark,
-            send_time: dt.datetime | None, now: dt.datetime, start: int = 0,
-            fingerprint: int | None = None) -> bool:
+def restart(
+    deployment: Deployment,
+    uri: str,
+    info: ObjectInfo,
+    position: Position | None,
+    mark: FileMark,
+    send_time: dt.datetime | None,
+    now: dt.datetime,
+    start: int = 0,
+    fingerprint: int | None = None,
+) -> bool:
     """Follow the file now at a known name as a new file (another file took the name, or the file was truncated):
     its position starts at `start` (0) under a new generation; the one the name had is detached. stream.exclude
     does not apply at a known name: the file may be the successor of a followed file that no round saw at its own
@@ -285,12 +380,32 @@ def restart(deployment: Deployment, uri: str, info: ObjectInfo, position: Positi
         table_id = state.table_id
     if table_id is None:  # pragma: no cover - a known name has its table
         return False
-    delivery = delivery_uri(uri, start, info.size, generation=new_generation(), identity=mark.identity,
-                            head=(mark.head_crc, mark.head_length))
+    delivery = delivery_uri(
+        uri,
+        start,
+        info.size,
+        generation=new_generation(),
+        identity=mark.identity,
+        head=(mark.head_crc, mark.head_length),
+    )
     return deployment.catalog.positions.start_file(
-        deployment.staging.root, uri, info.key, replacing=position, table_id=table_id, identity=mark.identity,
-        head_crc=mark.head_crc, head_length=mark.head_length, compressed=mark.compressed, start=start,
-        fingerprint=fingerprint, delivery=delivery, size=info.size, send_time=send_time, rotated=False, now=now)
+        deployment.staging.root,
+        uri,
+        info.key,
+        replacing=position,
+        table_id=table_id,
+        identity=mark.identity,
+        head_crc=mark.head_crc,
+        head_length=mark.head_length,
+        compressed=mark.compressed,
+        start=start,
+        fingerprint=fingerprint,
+        delivery=delivery,
+        size=info.size,
+        send_time=send_time,
+        rotated=False,
+        now=now,
+    )
 
 
 def resume_file(deployment: Deployment, uri: str, offset: int) -> Position:
@@ -309,10 +424,18 @@ def resume_file(deployment: Deployment, uri: str, offset: int) -> Position:
     if mark is None or content is None:
         raise SiltError(f"{uri}: the file {path} cannot be read now; nothing changed")
     if content.crc_before is None:
-        raise SiltError(f"{uri}: the file holds {content.length:,} bytes, fewer than the offset {offset:,}; "
-                        "nothing changed")
-    resumed = positions.resume(uri, offset=offset, identity=mark.identity, fingerprint=content.crc_before,
-                               head_crc=mark.head_crc, head_length=mark.head_length, compressed=mark.compressed,
-                               now=utcnow())
+        raise SiltError(
+            f"{uri}: the file holds {content.length:,} bytes, fewer than the offset {offset:,}; nothing changed"
+        )
+    resumed = positions.resume(
+        uri,
+        offset=offset,
+        identity=mark.identity,
+        fingerprint=content.crc_before,
+        head_crc=mark.head_crc,
+        head_length=mark.head_length,
+        compressed=mark.compressed,
+        now=utcnow(),
+    )
     assert resumed is not None
     return resumed
