@@ -9,7 +9,7 @@ Parts (``all`` runs both; the report goes to --out, default bench/results/publis
            version of every partition, and do nothing. Seconds, partitions/s, catalog statements and
            transactions, per step. Peer: a delta-rs commit adding one file to each of 10,000
            partitions.
-  reader   Catalog.versions.reader_snapshot (and siltlake.read.table up to the DataFrame, unless --no-spark)
+  reader   Catalog.version_reads.reader_snapshot (and siltlake.read.table up to the DataFrame, unless --no-spark)
            for a table of 10, 100 and 1,000 partitions, half switched with merged versions, half live:
            planning time and catalog queries per size, current state and as of a version. Peer:
            loading a 1,000-partition Delta table's snapshot and file list (deltalake).
@@ -255,12 +255,12 @@ def reader_part(kind: str, args, workdir: Path, spark) -> dict:
                 }
                 record = {"partitions": size, "setup_seconds": setup, **state, "load_avg_1m_before": load_avg_1m()}
                 for case, pin in cases.items():
-                    catalog.versions.reader_snapshot(table.id, **pin)  # warm: connection pool, statement cache
+                    catalog.version_reads.reader_snapshot(table.id, **pin)  # warm: connection pool, statement cache
                     times, queries = [], set()
                     for _ in range(args.reader_repeats):
                         statements = counter.statements
                         started = time.perf_counter()
-                        views = catalog.versions.reader_snapshot(table.id, **pin)
+                        views = catalog.version_reads.reader_snapshot(table.id, **pin)
                         times.append(time.perf_counter() - started)
                         queries.add(counter.statements - statements)
                     record[case] = {

@@ -182,11 +182,11 @@ class Table:
     @property
     def version(self) -> int:
         """The newest table version (0: nothing published yet)."""
-        return self.lake.deployment.catalog.versions.table_bounds(self.record.id).newest
+        return self.lake.deployment.catalog.version_reads.table_bounds(self.record.id).newest
 
     def versions(self) -> tuple[int, int]:
         """(oldest readable, newest) table version; older ones were reaped (but those tags name: Table.tags)."""
-        bounds = self.lake.deployment.catalog.versions.table_bounds(self.record.id)
+        bounds = self.lake.deployment.catalog.version_reads.table_bounds(self.record.id)
         return bounds.oldest, bounds.newest  # a plain pair, as documented and printed
 
     def tag(self, name: str, version: int | None = None, move: bool = False, now: dt.datetime | None = None) -> Tag:

@@ -22,7 +22,7 @@ def current_objects(deployment: Deployment, name: str) -> dict[dt.date, tuple[li
     record = deployment.catalog.tables.get(name)
     layout = record.layout(deployment.instance_key)
     shown = {}
-    for view in deployment.catalog.versions.reader_snapshot(record.id):
+    for view in deployment.catalog.version_reads.reader_snapshot(record.id):
         keys = []
         if view.manifest_key:
             keys += [

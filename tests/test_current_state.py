@@ -1,4 +1,4 @@
-"""Versions.current_state, the one statement a reader asks on each call, run on the DBAPI connection as it is
+"""VersionReads.current_state, the one statement a reader asks on each call, run on the DBAPI connection as it is
 (CatalogCore.read_row), on SQLite and PostgreSQL."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def test_the_state_of_the_days_asked_about_follows_their_commits_only(plain_depl
         DAY + dt.timedelta(days=n) for n in range(600)]}
 
     def states() -> dict[str, tuple[int, int]]:
-        return {name: catalog.versions.current_state(record.id, days) for name, days in asked.items()}
+        return {name: catalog.version_reads.current_state(record.id, days) for name, days in asked.items()}
 
     version = states()["all"][0]
     assert states() == dict.fromkeys(asked, (version, 0))
@@ -47,19 +47,19 @@ def test_a_failed_reader_connection_is_replaced_and_the_answer_still_comes(plain
     record = catalog.tables.get("web.access")
     (first,) = add_small_objects(plain_deployment, record, DAY, [[ROW]], write_files=False)
     core = catalog.versions._core
-    expected = catalog.versions.current_state(record.id, [DAY])
+    expected = catalog.version_reads.current_state(record.id, [DAY])
     assert expected[1] == first
     core._reader.connection.dbapi_connection.close()  # the connection read_row keeps fails under it
-    assert catalog.versions.current_state(record.id, [DAY]) == expected  # answered through SQLAlchemy
+    assert catalog.version_reads.current_state(record.id, [DAY]) == expected  # answered through SQLAlchemy
     assert core._reader.connection is None
-    assert catalog.versions.current_state(record.id, [DAY]) == expected  # on a new reader connection
+    assert catalog.version_reads.current_state(record.id, [DAY]) == expected  # on a new reader connection
     assert core._reader.connection is not None
 
 
 def test_an_uninitialised_catalog_tells_the_reader_to_run_init(tmp_path) -> None:
     catalog = Catalog(f"sqlite:///{tmp_path / 'none.db'}")
     with pytest.raises(CatalogError, match="run `silt init`"):
-        catalog.versions.current_state(1, [DAY])
+        catalog.version_reads.current_state(1, [DAY])
     catalog.close()
 
 
@@ -67,24 +67,24 @@ def test_an_uninitialised_catalog_tells_the_reader_to_run_init(tmp_path) -> None
 def test_an_answer_is_asked_again_only_once_the_database_has_changed(plain_deployment: Deployment) -> None:
     catalog = plain_deployment.catalog
     record = catalog.tables.get("web.access")
-    first = catalog.versions.current_state(record.id, [DAY])
+    first = catalog.version_reads.current_state(record.id, [DAY])
     statements: list[str] = []
     catalog.versions._core._reader.connection.dbapi_connection.set_trace_callback(statements.append)
-    assert [catalog.versions.current_state(record.id, [DAY]) for _ in range(3)] == [first] * 3
+    assert [catalog.version_reads.current_state(record.id, [DAY]) for _ in range(3)] == [first] * 3
     assert statements == ["PRAGMA data_version"] * 3
     (added,) = add_small_objects(plain_deployment, record, DAY, [[ROW]], write_files=False)
-    assert catalog.versions.current_state(record.id, [DAY]) == (first[0], added)
+    assert catalog.version_reads.current_state(record.id, [DAY]) == (first[0], added)
     assert statements[3] == "PRAGMA data_version" and statements[4].startswith("SELECT")
-    assert catalog.versions.current_state(record.id, [DAY + dt.timedelta(days=1)]) == (first[0], 0)  # its own
+    assert catalog.version_reads.current_state(record.id, [DAY + dt.timedelta(days=1)]) == (first[0], 0)  # its own
     assert len(statements) == 7
 
 
 def test_a_commit_by_another_process_is_seen_on_the_next_call(plain_deployment: Deployment) -> None:
     catalog = plain_deployment.catalog
     record = catalog.tables.get("web.access")
-    version, _ = catalog.versions.current_state(record.id, [DAY])
+    version, _ = catalog.version_reads.current_state(record.id, [DAY])
     code = ("import sys\nfrom siltlake.catalog import Catalog\nfrom siltlake.tabledef import Column\n"
             "catalog = Catalog(sys.argv[1])\ncatalog.tables.add_column('web.access', Column(name='status', "
             "type='int'))\ncatalog.close()\n")
     subprocess.run([sys.executable, "-c", code, catalog.url], check=True, timeout=120)
-    assert catalog.versions.current_state(record.id, [DAY]) == (version + 1, 0)
+    assert catalog.version_reads.current_state(record.id, [DAY]) == (version + 1, 0)

@@ -49,7 +49,7 @@ def test_derived_partitions_are_built_or_stale_and_never_closed(deployment: Depl
     third = FIRST + dt.timedelta(days=2)
     add_small_objects(deployment, source, third, [rows_for(third, 5, 99)], now=later)
     publish_once(deployment, now=later + dt.timedelta(minutes=1))
-    assert deployment.catalog.versions.table_bounds(source.id)[1] == 2
+    assert deployment.catalog.version_reads.table_bounds(source.id)[1] == 2
     assert derived_status(deployment) == {"built": 0, "stale": 2}
     assert {row["state"] for row in deployment.catalog.partitions.summary(record.table.id)} == {"stale"}
     build_derived(deployment, "web.daily_actions")

@@ -64,7 +64,7 @@ def lake(tmp_path_factory, spark):
     add_small_objects(deployment, table, DAYS[0], [batch(DAYS[0], 60), batch(DAYS[0], 40)])
     add_small_objects(deployment, table, DAYS[1], [batch(DAYS[1], 50)])
     publish_once(deployment)
-    first = deployment.catalog.versions.table_bounds(table.id)[1]
+    first = deployment.catalog.version_reads.table_bounds(table.id)[1]
     deployment.catalog.tables.add_column("web.access", Column(name="status", type="int"))
     table = deployment.catalog.tables.add_column("web.access", Column(name="latency", type="double"))
     add_small_objects(deployment, table, DAYS[0], [batch(DAYS[0], 30, added=True)])
@@ -309,7 +309,7 @@ def test_to_duckdb_reads_renamed_and_added_columns_of_the_days_asked_for(tmp_pat
     day_two = batch(DAYS[1], 10)
     add_small_objects(deployment, record, DAYS[1], [day_two])
     publish_once(deployment)
-    first = deployment.catalog.versions.table_bounds(record.id)[1]
+    first = deployment.catalog.version_reads.table_bounds(record.id)[1]
     deployment.catalog.tables.rename_column("web.access", "action", "event")
     record = deployment.catalog.tables.add_column("web.access", Column(name="status", type="int"))
     new = [{**row, "status": 200 + n} for n, row in enumerate(batch(DAYS[2], 5))]

@@ -86,7 +86,7 @@ PUBLISHER = textwrap.dedent('''
         partitions[str(date)] = [str(found.location()), found.storage().inputFormat().get(),
                                  found.storage().serde().get()]
     # Each partition's newest version and its file list (a pinned read shows exactly that).
-    newest = deployment.catalog.versions.reader_snapshot(table.id,
+    newest = deployment.catalog.version_reads.reader_snapshot(table.id,
                                                          as_of_version=Lake(deployment).table("web.access").version)
     print("RESULT " + json.dumps({
         "truth": truth, "partitions": partitions, "crashed": deployment.lake.uri(crashed),

@@ -89,7 +89,7 @@ def test_each_engine_asked_for_a_time_before_the_first_snapshot(keyed) -> None:
     rest = RestCatalog("siltlake", uri=server.url).load_table(IDENT)
     assert rest.snapshot_as_of_timestamp(before) is None, "PyIceberg (REST catalog): no snapshot"
     assert rest.snapshot_as_of_timestamp(first).snapshot_id == snapshot_of_version(rest, 1).snapshot_id
-    assert millis(deployment.catalog.versions.version_times(table.record.id, 0, 1)[1]) == first
+    assert millis(deployment.catalog.version_reads.version_times(table.record.id, 0, 1)[1]) == first
 
     require_readers_venv()
     scan = f"iceberg_scan('{iceberg.metadata_location}', snapshot_from_timestamp => epoch_ms({{}}))"

@@ -107,7 +107,7 @@ def assert_one_snapshot_a_version_with_its_rows_and_time(deployment: Deployment)
     first, newest = lake_table.versions()
     assert snapshot_versions(deployment) == list(range(first, newest + 1)), "every version once, none missing"
     iceberg = open_catalog(deployment).load_table(IDENT)
-    times = deployment.catalog.versions.version_times(lake_table.record.id, first - 1, newest)
+    times = deployment.catalog.version_reads.version_times(lake_table.record.id, first - 1, newest)
     for version in range(first, newest + 1):
         snapshot = snapshot_of_version(iceberg, version)
         assert snapshot.timestamp_ms == millis(times[version]), f"version {version} is stamped with its time"

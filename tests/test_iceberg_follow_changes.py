@@ -87,7 +87,7 @@ def assert_every_version_is_its_snapshot(deployment: Deployment) -> None:
     first, newest = table.versions()
     assert snapshot_versions(deployment) == list(range(first, newest + 1)), "every version once, none missing"
     iceberg = iceberg_table(deployment)
-    version_times = deployment.catalog.versions.version_times(table.record.id, first - 1, newest)
+    version_times = deployment.catalog.version_reads.version_times(table.record.id, first - 1, newest)
     for version in range(first, newest + 1):
         snapshot = snapshot_of_version(iceberg, version)
         assert snapshot.timestamp_ms == millis(version_times[version]), f"version {version}: its time"

@@ -42,8 +42,8 @@ def test_snapshots_are_stamped_with_their_versions_time_and_read_as_siltlake_at_
     report = publish_once(deployment)  # published together, some time after the erasure
     assert not report.target_errors, report.target_errors
 
-    newest = deployment.catalog.versions.newest(table.record.id)
-    version_times = deployment.catalog.versions.version_times(table.record.id, 0, newest)
+    newest = deployment.catalog.version_reads.newest(table.record.id)
+    version_times = deployment.catalog.version_reads.version_times(table.record.id, 0, newest)
     assert sorted(version_times) == list(range(1, newest + 1)) and newest >= 3
     iceberg = open_catalog(deployment).load_table(("web", "access"))
     by_version = {int(s.summary[VERSION_PROPERTY]): s for s in iceberg.snapshots()}

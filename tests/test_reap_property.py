@@ -62,7 +62,7 @@ def published_rows(deployment: Deployment, table, **as_of: object) -> Counter | 
     layout = table.layout(deployment.instance_key)
     keys = []
     try:
-        views = deployment.catalog.versions.reader_snapshot(table.id, **as_of)
+        views = deployment.catalog.version_reads.reader_snapshot(table.id, **as_of)
     except VersionOutOfRange:
         return None
     for view in views:

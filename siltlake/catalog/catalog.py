@@ -21,6 +21,7 @@ from siltlake.catalog.requests import Requests
 from siltlake.catalog.staging import Staging
 from siltlake.catalog.tables import Tables
 from siltlake.catalog.tags import Tags
+from siltlake.catalog.version_reads import VersionReads
 from siltlake.catalog.versions import Versions
 from siltlake.catalog.waits import Waits
 from siltlake.errors import CatalogUnreachable
@@ -30,9 +31,9 @@ class Catalog(CatalogCore):
     """One deployment's catalog. Create with a URL; call upgrade() (silt init) before use.
 
     Its operations are grouped by concern: catalog.tables, .staging, .partitions (and the stream's commit),
-    .merge_queue, .versions (publishing and reading), .reaping, .external_sync, .instances, .derived
-    (derived tables), .observations (what metrics and the dashboard show), .discovery (where each
-    staging root's discovery stands), .positions (files written in place and appended to), .waits (files
+    .merge_queue, .versions (publishing), .version_reads (what readers see of versions), .reaping, .external_sync,
+    .instances, .derived (derived tables), .observations (what metrics and the dashboard show), .discovery (where
+    each staging root's discovery stands), .positions (files written in place and appended to), .waits (files
     waiting to settle), .requests (request ids of committed writes) and .tags (names of table versions)."""
 
     def __init__(self, url: str, *, echo: bool = False, connect_timeout: int | None = None) -> None:
@@ -45,6 +46,7 @@ class Catalog(CatalogCore):
         self.partitions = Partitions(self)
         self.merge_queue = MergeQueue(self)
         self.versions = Versions(self)
+        self.version_reads = VersionReads(self)
         self.reaping = Reaping(self)
         self.external_sync = ExternalSync(self)
         self.instances = Instances(self)

@@ -326,7 +326,7 @@ class CatalogCore:
         """The one row of a single read-only SELECT, run as it is on a DBAPI connection: one statement sees one
         state by itself (SQLite outside a transaction, PostgreSQL's statement snapshot), and around a small
         statement SQLAlchemy's execution (events, BEGIN and COMMIT, result objects, a pool checkout) costs several
-        times what the database spends. For reads on a reader's every call (Versions.current_state). SQLite's
+        times what the database spends. For reads on a reader's every call (VersionReads.current_state). SQLite's
         runs on a connection this process keeps for them, and is answered from memory until the database changes
         (direct_read.SqliteReader). A DBAPI error runs it again through SQLAlchemy, which reports it as every other
         catalog call does."""

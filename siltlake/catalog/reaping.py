@@ -160,7 +160,7 @@ class Reaping:
         """A table version is readable while every partition still has the versions it showed then: each table's
         `readable_from` becomes the newest first version of these partitions' unbroken runs of versions up to their
         newest, when that run does not start at version 1 (an older version a tag kept, before a gap, counts for
-        that tag's version alone), if newer (Versions.table_range reads it; it never moves back)."""
+        that tag's version alone), if newer (VersionReads.table_range reads it; it never moves back)."""
         v, t = s.partition_versions, s.tables
         starts: dict[int, int] = {}
         for chunk in _chunks(sorted(partition_ids)):

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 
 from siltlake.catalog import schema as s
 from siltlake.catalog.core import CatalogCore
-from siltlake.catalog.versions import Versions
+from siltlake.catalog.version_reads import VersionReads
 from siltlake.clock import utcnow
 from siltlake.errors import CatalogError, DefinitionError, NotFoundError, VersionOutOfRange, did_you_mean
 
@@ -47,7 +47,7 @@ class Tags:
         check_tag_name(name)
         t = s.version_tags
         with self._core.tx() as c:
-            oldest, newest, _ = Versions(self._core).table_range(c, table_id)
+            oldest, newest, _ = VersionReads(self._core).table_range(c, table_id)
             existing = c.execute(sa.select(t).where(t.c.table_id == table_id, t.c.name == name)).first()
             if existing is not None and existing.table_version == version:
                 return Tag(name, version, existing.created_at)

@@ -44,8 +44,8 @@ def source_state(deployment: Deployment, sources: list[TableRecord]) -> SourceSt
     """Each source's newest published table version and, in it, each partition's version."""
     state: SourceState = {}
     for source in sources:
-        _, newest = deployment.catalog.versions.table_bounds(source.id)
-        views = deployment.catalog.versions.reader_snapshot(source.id, as_of_version=newest,
+        _, newest = deployment.catalog.version_reads.table_bounds(source.id)
+        views = deployment.catalog.version_reads.reader_snapshot(source.id, as_of_version=newest,
                                                             table_name=source.qualified_name) if newest else []
         state[str(source.id)] = {"version": newest,
                                  "dates": {view.partition_date.isoformat(): view.version for view in views}}

@@ -65,7 +65,7 @@ def staleness(deployment: Deployment, record: DerivedRecord, now: dt.datetime) -
         return Staleness(record, f"trigger_sql value {last.trigger_value} -> {value}" if changed else None, value)
     recorded = (last.source_state or {})
     for table_id in record.source_ids:
-        _, newest = catalog.versions.table_bounds(table_id)
+        _, newest = catalog.version_reads.table_bounds(table_id)
         before = recorded.get(str(table_id), {}).get("version")
         if before != newest:
             name = next((t.qualified_name for t in catalog.tables.list() if t.id == table_id), str(table_id))

@@ -56,7 +56,7 @@ def table(spark: SparkSession, name: str, deployment: Deployment | None = None, 
         deployment.catalog.check_ready()  # as Lake.open: never read a catalog of another revision
     record = deployment.catalog.tables.get(name)
     as_of = to_naive_utc(as_of) if as_of is not None else None
-    views = deployment.catalog.versions.reader_snapshot(
+    views = deployment.catalog.version_reads.reader_snapshot(
         record.id, as_of_version=as_of_version, as_of=as_of, table_name=record.qualified_name, dates=dates)
     # A version is read with its own columns and types (docs/design.md "What time travel shows").
     record = deployment.catalog.tables.definition_at(record, as_of_version, as_of)

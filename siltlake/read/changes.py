@@ -74,7 +74,7 @@ def table_changes(deployment: Deployment, record: TableRecord, schema: pa.Schema
     import pyarrow as pa
 
     catalog = deployment.catalog
-    end = checked_range(record, catalog.versions.table_bounds(record.id), start_version, end_version)
+    end = checked_range(record, catalog.version_reads.table_bounds(record.id), start_version, end_version)
     out_schema = change_schema(schema)
     if columns is not None:
         unknown = [c for c in columns if c not in out_schema.names]

@@ -117,7 +117,7 @@ class TableInspect:
 
     def _views(self, as_of_version: int | str | None, as_of: dt.datetime | str | None,
                dates: Any) -> list[PartitionView]:
-        return self.deployment.catalog.versions.reader_snapshot(
+        return self.deployment.catalog.version_reads.reader_snapshot(
             self.record.id, as_of_version=version_number(self.deployment, self.record, as_of_version),
             as_of=parse_as_of(as_of) if as_of is not None else None,
             table_name=self.record.qualified_name, dates=parse_dates(dates))
@@ -197,7 +197,7 @@ class TableInspect:
         catalog = self.deployment.catalog
         partitions = catalog.partitions.list(self.record.id)
         dates = {p.id: p.partition_date for p in partitions}
-        oldest, _ = catalog.versions.table_bounds(self.record.id)
+        oldest, _ = catalog.version_reads.table_bounds(self.record.id)
         tagged = {tag.table_version for tag in catalog.tags.list(self.record.id)}  # kept by reap, however old
         commits: dict[int, dict] = {}
         for v in catalog.versions.of_partitions(list(dates)):

@@ -218,7 +218,7 @@ def plan_query(query: str | exp.Query, deployment: Deployment, *,
         as_of = options.get("as_of")
         # A table read once, by a SELECT whose WHERE bounds dt: only those days are planned.
         days = date_bounds(uses[view][0]) if len(uses[view]) == 1 else None
-        read.partitions = deployment.catalog.versions.reader_snapshot(
+        read.partitions = deployment.catalog.version_reads.reader_snapshot(
             read.record.id, as_of_version=options.get("as_of_version"),
             as_of=to_naive_utc(as_of) if as_of is not None else None, table_name=read.record.qualified_name,
             dates=options.get("dates"), date_filter=days)

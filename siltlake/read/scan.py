@@ -35,7 +35,7 @@ _VIEWS_HELD = 8  # parsed view statements a plan keeps
 
 @dataclasses.dataclass
 class CurrentPlan:
-    """The current state's files of some dates, planned at a catalog state (Versions.current_state), and their
+    """The current state's files of some dates, planned at a catalog state (VersionReads.current_state), and their
     DuckDB SELECT once made, when it reads only files (nothing registered on one connection)."""
 
     state: tuple[int, int]
@@ -53,7 +53,7 @@ class ReadPlans:
         self.by_dates: dict[frozenset[dt.date] | None, CurrentPlan] = {}
 
     def current(self, deployment: Deployment, record: TableRecord, dates: frozenset[dt.date] | None) -> CurrentPlan:
-        state = deployment.catalog.versions.current_state(record.id, dates)
+        state = deployment.catalog.version_reads.current_state(record.id, dates)
         planned = self.by_dates.get(dates)
         if planned is None or planned.state != state:
             files = version_files(deployment, record, dates=None if dates is None else set(dates))

@@ -76,7 +76,7 @@ def _newest(options: dict[str, str]) -> int:
     deployment = _open(options)
     try:
         record = deployment.catalog.tables.get(_table_name(options))
-        return deployment.catalog.versions.table_bounds(record.id).newest
+        return deployment.catalog.version_reads.table_bounds(record.id).newest
     finally:
         deployment.close()
 
@@ -206,7 +206,7 @@ class ChangeBatchReader(DataSourceReader):
         try:
             record = deployment.catalog.tables.get(_table_name(self.options))
             first = _first_version(self.options, newest)
-            checked_range(record, deployment.catalog.versions.table_bounds(record.id), first - 1, last)
+            checked_range(record, deployment.catalog.version_reads.table_bounds(record.id), first - 1, last)
         finally:
             deployment.close()
         return [_Version(v) for v in range(first, last + 1)]

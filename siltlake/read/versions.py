@@ -95,7 +95,7 @@ def version_files(deployment: Deployment, record: TableRecord, *, as_of_version:
     """The exact data files of a table version (as_of_version, or the versions published at or before the
     naive UTC time as_of, or the current state), of the partitions `dates` (None: all) that `date_filter`
     (given the dates present, returns those to read) keeps; manifests are read only for those."""
-    views = deployment.catalog.versions.reader_snapshot(
+    views = deployment.catalog.version_reads.reader_snapshot(
         record.id, as_of_version=as_of_version, as_of=as_of, table_name=record.qualified_name, dates=dates,
         date_filter=date_filter)
     return partition_files(deployment, record, views)

@@ -313,7 +313,7 @@ def _reap_iceberg_metadata(
 
     catalog = deployment.catalog
     records = catalog.tables.list()
-    oldest = {record.id: catalog.versions.table_bounds(record.id).oldest for record in records}
+    oldest = {record.id: catalog.version_reads.table_bounds(record.id).oldest for record in records}
     doomed = _iceberg_unneeded(
         key, listed, reap_iceberg(deployment, records, set(), oldest).retained, report, young_after
     )

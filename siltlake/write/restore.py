@@ -35,12 +35,12 @@ def restore_version(deployment: Deployment, record: TableRecord, version: int | 
             f"restore {record.qualified_name}: give the version to restore (version=N) or a time "
             "(as_of=...), one of them"
         )
-    versions = deployment.catalog.versions
-    oldest, newest = versions.table_bounds(record.id)
+    version_reads = deployment.catalog.version_reads
+    oldest, newest = version_reads.table_bounds(record.id)
     name = record.qualified_name
     if as_of is not None:
         as_of = to_naive_utc(as_of)
-        found = versions.version_at(record.id, as_of)
+        found = version_reads.version_at(record.id, as_of)
         if found is None:
             raise VersionOutOfRange(
                 f"{name} had no version at {as_of.isoformat(sep=' ')} UTC: nothing was published "
@@ -98,7 +98,7 @@ def restore(
     catalog = deployment.catalog
     then = {
         view.partition_date: view
-        for view in catalog.versions.reader_snapshot(record.id, as_of_version=target, table_name=name)
+        for view in catalog.version_reads.reader_snapshot(record.id, as_of_version=target, table_name=name)
     }
     partitions: dict[dt.date, PartitionRow] = {p.partition_date: p for p in catalog.partitions.list(record.id)}
     gone = sorted(set(then) - set(partitions))

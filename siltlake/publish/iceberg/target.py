@@ -343,12 +343,12 @@ class IcebergTarget:
     def _sync_versions(self, record: TableRecord, table: IcebergTable) -> None:
         """The versions after the current snapshot's, reading only the partition versions of those and the current
         files of the dates they change (docs/design.md, "Publish targets read what is new")."""
-        newest = self.catalog.versions.newest(record.id)
+        newest = self.catalog.version_reads.newest(record.id)
         done = synced_version(table)  # the current snapshot's summary: what is synced, committed with it
         if newest == 0 or done >= newest:
             return
         if done == 0:
-            start = self.catalog.versions.table_bounds(record.id).oldest
+            start = self.catalog.version_reads.table_bounds(record.id).oldest
             stamped = self.catalog.versions.stamped(record.id, start - 1, newest)
         else:
             stamped = self.catalog.versions.stamped(record.id, done, newest)
@@ -359,7 +359,7 @@ class IcebergTarget:
         changed: dict[int, set[dt.date]] = defaultdict(set)
         for date, v, _ in stamped:
             changed[v.table_version].add(date)
-        times = self.catalog.versions.version_times(record.id, start - 1, newest)
+        times = self.catalog.version_reads.version_times(record.id, start - 1, newest)
         whole = done == 0 or start > done + 1
         snapshot = table.current_snapshot()
         scope = None if whole else set().union(*changed.values())
