@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 from siltlake.config import Config, load_config
 from siltlake.deployment import Deployment
-from siltlake.errors import NoSuchPartition, SiltError
+from siltlake.errors import NoSuchPartition
 from siltlake.read.scan import ReadPlans, Scan
-from siltlake.read.versions import parse_as_of, parse_dates
+from siltlake.read.versions import parse_as_of
+from siltlake.table_writes import TableWrites
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
@@ -35,12 +36,10 @@ if TYPE_CHECKING:
     from siltlake.reap import ReapReport
     from siltlake.reap.maintenance import CompactReport, TableMaintenance
     from siltlake.write.alter import TableAlter
-    from siltlake.write.append import AppendReport
-    from siltlake.write.requests import UpdatesReport
     from siltlake.write.retype import RetypeReport
-    from siltlake.write.upsert import UpsertReport
 
 __all__ = ["CompactReport", "Lake", "NoSuchPartition", "Table"]
+
 
 class Lake:
     """A deployment's tables. `Lake.open()` reads the configuration as `silt` does ($SILTLAKE_CONFIG or
@@ -51,17 +50,24 @@ class Lake:
         self.deployment = deployment
 
     @classmethod
-    def open(cls, config: Config | str | Path | None = None, *, catalog_url: str | None = None,
-             storage_root: str | None = None) -> Lake:
+    def open(
+        cls,
+        config: Config | str | Path | None = None,
+        *,
+        catalog_url: str | None = None,
+        storage_root: str | None = None,
+    ) -> Lake:
         """Open the lake of a configuration (a Config or a TOML file's path; None: as `silt` finds it);
         catalog_url and storage_root override the configuration's."""
         if not isinstance(config, Config):
             config = load_config(config)
         if catalog_url is not None or storage_root is not None:
-            config = config.model_copy(update={
-                "catalog": config.catalog.model_copy(update={"url": catalog_url or config.catalog.url}),
-                "storage": config.storage.model_copy(update={"root": storage_root or config.storage.root}),
-            })
+            config = config.model_copy(
+                update={
+                    "catalog": config.catalog.model_copy(update={"url": catalog_url or config.catalog.url}),
+                    "storage": config.storage.model_copy(update={"root": storage_root or config.storage.root}),
+                }
+            )
         deployment = Deployment.open(config)
         deployment.catalog.check_ready()
         return cls(deployment)
@@ -78,9 +84,16 @@ class Lake:
         """Every table, in the catalog's order, from one catalog read."""
         return [Table(self, record) for record in self.deployment.catalog.tables.list()]
 
-    def sql(self, query: str, *, as_of: dt.datetime | str | None = None, engine: str = "auto",
-            limit: int | None = None, spark: SparkSession | Callable[[], SparkSession] | None = None,
-            running: Callable[[str], AbstractContextManager[object]] | None = None) -> SqlResult:
+    def sql(
+        self,
+        query: str,
+        *,
+        as_of: dt.datetime | str | None = None,
+        engine: str = "auto",
+        limit: int | None = None,
+        spark: SparkSession | Callable[[], SparkSession] | None = None,
+        running: Callable[[str], AbstractContextManager[object]] | None = None,
+    ) -> SqlResult:
         """Run SQL (Spark's syntax) over the tables, named schema.table, as `silt sql` does: DuckDB answers when it
         gives Spark's answer (engine "auto"; "duckdb": that or an error; "spark": always Spark). A reference pins
         its version with VERSION AS OF n | 'tag' or TIMESTAMP AS OF '...'; `as_of` reads every other as of that
@@ -111,7 +124,7 @@ class Lake:
         return f"Lake({self.deployment.lake.root})"
 
 
-class Table:
+class Table(TableWrites):
     """One table. Reads take `as_of_version` (a table version: the state after that commit; or a tag's name),
     `as_of` (a time: the versions published at or before it) or neither (the current state, which also
     shows live objects not yet published), and `dates` to read only some partitions."""
@@ -215,72 +228,117 @@ class Table:
 
     # --- reads: a Scan (siltlake.read.scan) and its outputs ------------------------------------------------------
 
-    def scan(self, filter: Any = None, columns: Sequence[str] | None = None,  # noqa: A002 - the scan's word
-             as_of_version: int | str | None = None, as_of: dt.datetime | str | None = None, dates: Any = None,
-             limit: int | None = None) -> Scan:
+    def scan(
+        self,
+        filter: Any = None,
+        columns: Sequence[str] | None = None,
+        as_of_version: int | str | None = None,
+        as_of: dt.datetime | str | None = None,
+        dates: Any = None,
+        limit: int | None = None,
+    ) -> Scan:
         """A read of the table version (an immutable Scan; its outputs plan and read): `filter` SQL text
         ("action = 'login' AND dt >= '2026-11-20'") or a pyarrow.compute expression (the days a condition on dt
         rules out are not even planned), `columns` the columns to read, `dates` the partitions, `limit` the rows.
         Outputs: to_arrow(), to_batches(), to_pandas(), to_polars(), to_duckdb(connection, view=),
         to_pyarrow_dataset(), files(), data_files(), count(); refinements: with_filter(), select(), with_dates(),
         with_version(), with_limit()."""
-        return Scan.of(self.lake.deployment, self.record, self._plans, filter=filter, columns=columns,
-                       as_of_version=as_of_version, as_of=as_of, dates=dates, limit=limit)
+        return Scan.of(
+            self.lake.deployment,
+            self.record,
+            self._plans,
+            filter=filter,
+            columns=columns,
+            as_of_version=as_of_version,
+            as_of=as_of,
+            dates=dates,
+            limit=limit,
+        )
 
-    def data_files(self, as_of_version: int | str | None = None, as_of: dt.datetime | str | None = None,
-                   dates: Any = None) -> list[DataFile]:
+    def data_files(
+        self, as_of_version: int | str | None = None, as_of: dt.datetime | str | None = None, dates: Any = None
+    ) -> list[DataFile]:
         """The exact data files of the table version, from its partitions' manifests (plus, for the
         current state, the live objects streamed since each partition's newest version, from the catalog),
         each with its size, row count and event time range (siltlake.read.inspect.with_stats).
         A keyed table's partitions that need a merge on read have no plain file list: SiltError names them."""
         return self.scan(as_of_version=as_of_version, as_of=as_of, dates=dates).data_files()
 
-    def files(self, as_of_version: int | str | None = None, as_of: dt.datetime | str | None = None,
-              dates: Any = None) -> list[str]:
+    def files(
+        self, as_of_version: int | str | None = None, as_of: dt.datetime | str | None = None, dates: Any = None
+    ) -> list[str]:
         """The URIs (file:///..., s3://...) of exactly the data files of the table version."""
         return self.scan(as_of_version=as_of_version, as_of=as_of, dates=dates).files()
 
-    def to_pyarrow_dataset(self, as_of_version: int | str | None = None, as_of: dt.datetime | str | None = None,
-                           dates: Any = None) -> ds.Dataset:
+    def to_pyarrow_dataset(
+        self, as_of_version: int | str | None = None, as_of: dt.datetime | str | None = None, dates: Any = None
+    ) -> ds.Dataset:
         """scan(...).to_pyarrow_dataset(): a pyarrow dataset over exactly the version's files, with the table's schema
         (dt from each file's partition; columns added later read as null, widened ones as their new type)."""
         return self.scan(as_of_version=as_of_version, as_of=as_of, dates=dates).to_pyarrow_dataset()
 
-    def to_arrow(self, filter: Any = None, columns: list[str] | None = None,  # noqa: A002 - the scan's word
-                 as_of_version: int | str | None = None, as_of: dt.datetime | str | None = None,
-                 dates: Any = None) -> pa.Table:
+    def to_arrow(
+        self,
+        filter: Any = None,
+        columns: list[str] | None = None,
+        as_of_version: int | str | None = None,
+        as_of: dt.datetime | str | None = None,
+        dates: Any = None,
+    ) -> pa.Table:
         """scan(filter, columns, ...).to_arrow(): the table version as an Arrow table."""
         return self.scan(filter, columns, as_of_version, as_of, dates).to_arrow()
 
-    def to_pandas(self, filter: Any = None, columns: list[str] | None = None,  # noqa: A002 - the scan's word
-                  as_of_version: int | str | None = None, as_of: dt.datetime | str | None = None,
-                  dates: Any = None) -> pd.DataFrame:
+    def to_pandas(
+        self,
+        filter: Any = None,
+        columns: list[str] | None = None,
+        as_of_version: int | str | None = None,
+        as_of: dt.datetime | str | None = None,
+        dates: Any = None,
+    ) -> pd.DataFrame:
         """scan(filter, columns, ...).to_pandas(): to_arrow's rows as a pandas DataFrame."""
         return self.scan(filter, columns, as_of_version, as_of, dates).to_pandas()
 
-    def to_duckdb(self, connection: Any, as_of_version: int | str | None = None, as_of: dt.datetime | str | None = None,
-                  dates: Any = None, filter: Any = None, view: str | None = None) -> Any:  # noqa: A002
+    def to_duckdb(
+        self,
+        connection: Any,
+        as_of_version: int | str | None = None,
+        as_of: dt.datetime | str | None = None,
+        dates: Any = None,
+        filter: Any = None,
+        view: str | None = None,
+    ) -> Any:
         """scan(filter, ...).to_duckdb(connection, view): a DuckDB relation over the table version (DuckDB reads the
         exact file list itself); with `view`, a temporary view of that name, and the connection is returned."""
         return self.scan(filter, None, as_of_version, as_of, dates).to_duckdb(connection, view)
 
-    def to_polars(self, as_of_version: int | str | None = None, as_of: dt.datetime | str | None = None,
-                  dates: Any = None, filter: Any = None) -> Any:  # noqa: A002 - the scan's word
+    def to_polars(
+        self,
+        as_of_version: int | str | None = None,
+        as_of: dt.datetime | str | None = None,
+        dates: Any = None,
+        filter: Any = None,
+    ) -> Any:
         """scan(filter, ...).to_polars(): a Polars LazyFrame over the table version (needs polars installed)."""
         return self.scan(filter, None, as_of_version, as_of, dates).to_polars()
 
-    def to_spark(self, spark: SparkSession, as_of_version: int | str | None = None,
-                 as_of: dt.datetime | str | None = None) -> DataFrame:
+    def to_spark(
+        self, spark: SparkSession, as_of_version: int | str | None = None, as_of: dt.datetime | str | None = None
+    ) -> DataFrame:
         """A Spark DataFrame of the table version (siltlake.read.table)."""
         from siltlake.read import table as read_table
         from siltlake.read.versions import version_number
 
         as_of_version = version_number(self.lake.deployment, self.record, as_of_version)
-        return read_table(spark, self.name, self.lake.deployment, as_of_version=as_of_version,
-                          as_of=parse_as_of(as_of) if as_of is not None else None)
+        return read_table(
+            spark,
+            self.name,
+            self.lake.deployment,
+            as_of_version=as_of_version,
+            as_of=parse_as_of(as_of) if as_of is not None else None,
+        )
 
-    def changes(self, start_version: int, end_version: int | None = None,
-                columns: list[str] | None = None) -> pa.Table:
+    def changes(self, start_version: int, end_version: int | None = None, columns: list[str] | None = None) -> pa.Table:
         """The change feed: the rows each table version in (start_version, end_version] (None: the newest)
         inserted or deleted, with `_change_type` (insert, delete; for a keyed table's changed keys
         update_preimage then update_postimage), `_commit_version` and `_commit_timestamp`, in version order.
@@ -289,74 +347,6 @@ class Table:
         from siltlake.read.changes import table_changes
 
         return table_changes(self.lake.deployment, self.record, self.schema, start_version, end_version, columns)
-
-    # --- writes -------------------------------------------------------------------------------------
-
-    def delete(self, where: str, dates: Any = None, now: dt.datetime | None = None, request_id: str | None = None,
-               dry_run: bool = False, progress: Callable[[int, dt.date], None] | None = None) -> UpdatesReport:
-        """Delete the rows matching the Spark SQL predicate `where` as one table version, all of its partitions or
-        none; runs on the deployment's Spark. The partitions are write_partitions(where, dates)'s: without `dates`,
-        every partition where `where` may match. Once per `request_id`: a retry with an id applied already changes
-        nothing (the report's applied_before says what the first did). The report is a sequence of the
-        partitions'; `progress(done, date)` is told of each partition as it is rewritten."""
-        from siltlake.write.row_updates import delete_rows_where
-
-        wanted, tested = self.write_partitions(where, dates, "delete")
-        assert tested is not None
-        return delete_rows_where(self.lake.deployment, self.name, wanted, tested,
-                                 request_id=request_id, now=now, dry_run=dry_run, progress=progress)
-
-    def write_partitions(self, where: str | None, dates: Any = None, operation: str = "delete"
-                         ) -> tuple[list[dt.date], str | None]:
-        """The partitions a delete or update rewrites, and the predicate their rows are tested with (the one resolver
-        of Table.delete/update and `silt delete`/`silt update`). `dates` (a date, ISO text, several, or "all"): those,
-        `where` as given (a missing date is refused by the write, before anything is rewritten; `where` must not
-        name dt). None: the days `where`'s conditions on dt joined by AND allow (dt = / <> / < / <= / > / >= /
-        BETWEEN / IN quoted dates), those conditions left out of the predicate; every day if it has none."""
-        present = [p.partition_date for p in self.lake.deployment.catalog.partitions.list(self.record.id)]
-        if dates is None:
-            if where is None:
-                return sorted(present), None
-            from siltlake.read.where_days import days_of_where
-
-            return days_of_where(where, present, f"{self.name}.{operation}", operation)
-        if isinstance(dates, str) and dates == "all":
-            return sorted(present), where
-        wanted = sorted(parse_dates(dates) or ())
-        if not wanted:
-            raise SiltError(f"{self.name}.{operation}: give the partitions: a date, several, or dates='all' (or none "
-                            "at all: those the predicate's conditions on dt allow)")
-        return wanted, where
-
-    def upsert(self, rows: Any = None, delete_column: str | None = None, now: dt.datetime | None = None,
-               request_id: str | None = None, *, query: str | None = None, dry_run: bool = False) -> UpsertReport:
-        """Replace the rows of the same (dt, primary key) with `rows` (a pyarrow Table, anything with
-        __arrow_c_stream__, or a Spark DataFrame) or with the result of the Spark SQL `query` (bounded by
-        sql.write_timeout), as one `merge` version per date they fall on; rows whose `delete_column` is true delete
-        their key. Once per `request_id`, as delete's. A dry run checks the rows and counts them per date (the
-        partitions' version and delayed None), writing nothing."""
-        import pyarrow
-
-        from siltlake.write.upsert import upsert
-
-        deployment = self.lake.deployment
-        if (rows is None) == (query is None):
-            raise SiltError(f"{self.name}.upsert: give the rows or a query, one of them")
-        if query is not None:
-            from siltlake.read import sql
-            from siltlake.spark import time_bound
-
-            # Named as the setting's description names it, and as `silt upsert` has always reported it.
-            with time_bound(deployment.config.sql.write_timeout, "sql.write_timeout", "upsert --sql"):
-                rows = sql(deployment.spark(), query, deployment).toArrow()
-        elif not isinstance(rows, pyarrow.Table) and hasattr(rows, "toArrow"):
-            rows = rows.toArrow()  # a Spark DataFrame: the rows are small enough to pass through the driver
-        elif not isinstance(rows, pyarrow.Table) and hasattr(rows, "__arrow_c_stream__"):
-            rows = pyarrow.table(rows)  # pandas, Polars, a DuckDB relation: the rows of a key are replaced together
-        if not isinstance(rows, pyarrow.Table):
-            raise SiltError(f"{self.name}.upsert: give the rows as Arrow data or a Spark DataFrame, "
-                            f"not {type(rows).__name__}")
-        return upsert(deployment, self.name, rows, delete_column, now, request_id, dry_run=dry_run)
 
     def alter(self, now: dt.datetime | None = None, dry_run: bool = False) -> TableAlter:
         """A TableAlter: several column and property changes committed as ONE table version (stamped `now`) at the
@@ -373,8 +363,9 @@ class Table:
         """alter().add_column(...): a nullable column, a table version of its own."""
         self.alter(now=now).add_column(name, type_name, source).commit()
 
-    def alter_column(self, name: str, type_name: str, rewrite: bool = False, now: dt.datetime | None = None,
-                     dry_run: bool = False) -> RetypeReport:
+    def alter_column(
+        self, name: str, type_name: str, rewrite: bool = False, now: dt.datetime | None = None, dry_run: bool = False
+    ) -> RetypeReport:
         """Change a column's type. A widening (int to bigint, float to double) rewrites nothing: older objects read
         as the new type. Any other change needs rewrite=True: the partitions holding values in the column are
         rewritten as update versions, and rows whose value does not convert move to an error file (the report
@@ -382,8 +373,9 @@ class Table:
         checks and writes nothing."""
         from siltlake.write.retype import alter_column
 
-        report = alter_column(self.lake.deployment, self.name, name, type_name, rewrite=rewrite, now=now,
-                              dry_run=dry_run)
+        report = alter_column(
+            self.lake.deployment, self.name, name, type_name, rewrite=rewrite, now=now, dry_run=dry_run
+        )
         self.record = self.lake.deployment.catalog.tables.get(self.name)
         return report
 
@@ -412,8 +404,9 @@ class Table:
 
         return TableInspect(self.lake.deployment, self.record)
 
-    def partitions(self, as_of_version: int | str | None = None, as_of: dt.datetime | str | None = None,
-                   dates: Any = None) -> pa.Table:
+    def partitions(
+        self, as_of_version: int | str | None = None, as_of: dt.datetime | str | None = None, dates: Any = None
+    ) -> pa.Table:
         """The partitions of the table version, one row each: dt, state (new, live, closed, switched),
         version, table_version, objects, rows, bytes, min_event_time, max_event_time (inspect.partitions)."""
         return self.inspect.partitions(as_of_version, as_of, dates)
@@ -433,73 +426,11 @@ class Table:
 
         return TableMaintenance(self.lake.deployment, self.record)
 
-    def compact(self, dates: Any = None, now: dt.datetime | None = None, publish: bool = True,
-                dry_run: bool = False) -> CompactReport:
+    def compact(
+        self, dates: Any = None, now: dt.datetime | None = None, publish: bool = True, dry_run: bool = False
+    ) -> CompactReport:
         """maintenance.compact(dates, now, publish, dry_run)."""
         return self.maintenance.compact(dates, now, publish, dry_run)
-
-    # --- writes with request ids: append, update, restore (docs/design.md "Request ids and restore") ---------
-
-    def append(self, rows: Any, request_id: str | None = None, now: dt.datetime | None = None) -> AppendReport:
-        """Append rows (anything Arrow: a pyarrow Table, RecordBatch or RecordBatchReader, a pandas or Polars
-        DataFrame, a DuckDB relation, any object with __arrow_c_stream__, or an iterable of batches; the table's
-        columns by name, nullable ones may be missing) in one commit, as the stream appends a staging object: small
-        objects, live or delayed, merge jobs scheduled; readers of the current state see them at once, time travel
-        from the next publish. Once per `request_id`: a retry with an id applied already appends nothing and the
-        report's applied_before says so."""
-        from siltlake.write.append import append
-
-        return append(self.lake.deployment, self.name, rows, request_id, now)
-
-    def overwrite(self, rows: Any, dates: Any = None, request_id: str | None = None,
-                  now: dt.datetime | None = None) -> UpdatesReport:
-        """Replace every row of the partitions `dates` (a date, ISO text, several; None: the dates the rows fall on)
-        with `rows` (anything Arrow, as append takes) as one table version, all of them or none; a date given no
-        row is emptied. Rows on other dates, and dates the table has no partition for, are refused first. Once per
-        `request_id`."""
-        from siltlake.write.overwrite import overwrite
-
-        return overwrite(self.lake.deployment, self.name, rows, dates, request_id=request_id, now=now)
-
-    def update(self, set: dict[str, Any], where: str | None = None, dates: Any = None,  # noqa: A002 - SQL's word
-               request_id: str | None = None, now: dt.datetime | None = None, dry_run: bool = False,
-               progress: Callable[[int, dt.date], None] | None = None) -> UpdatesReport:
-        """SET columns (column -> value) in the rows matching the Spark SQL predicate `where` (None: every row) of
-        the partitions write_partitions(where, dates) names (without `dates`, those where `where` may match; without
-        either, all), as one `update` table version: all of them or none, once per `request_id`. Primary key
-        columns are not set.
-
-        A str value is a Spark SQL expression over the row: "upper(action)", or "'LOGIN'" (quoted) for the text
-        LOGIN; an unquoted "LOGIN" names a column, and is refused with a SiltError saying how to quote it. Any other
-        Python value (a number, bool, None, date or datetime) is taken as a literal."""
-        from siltlake.write.row_updates import update_rows
-
-        wanted, tested = self.write_partitions(where, dates, "update")
-        return update_rows(self.lake.deployment, self.name, set, None if tested == "true" else tested, wanted,
-                           request_id=request_id, now=now, dry_run=dry_run, progress=progress)
-
-    def restore_target(self, version: int | str | None = None, as_of: dt.datetime | str | None = None) -> int:
-        """The table version restore(version=, as_of=) restores (the one resolver of Table.restore and `silt
-        restore`): `version` (a number or a tag's name), or the newest published at or before the time `as_of`.
-        Give one of them; VersionOutOfRange for a version the table never had, VersionReaped for one reap removed."""
-        from siltlake.read.versions import version_number
-        from siltlake.write.restore import restore_version
-
-        number = version_number(self.lake.deployment, self.record, version)  # a tag's name: its version
-        return restore_version(self.lake.deployment, self.record, number,
-                               parse_as_of(as_of) if as_of is not None else None)
-
-    def restore(self, version: int | str | None = None, as_of: dt.datetime | str | None = None,
-                request_id: str | None = None, now: dt.datetime | None = None, dry_run: bool = False,
-                progress: Callable[[int, dt.date], None] | None = None) -> UpdatesReport:
-        """Publish a new table version that shows what restore_target(version, as_of) showed, partition by
-        partition (those that differ are rewritten; one commit, refused as an update is on a conflict). A version
-        reap has removed is refused, naming reap.retention. Once per `request_id`; `progress(done, date)` is told of
-        each partition as it is rewritten."""
-        from siltlake.write.restore import restore
-
-        return restore(self.lake.deployment, self.name, self.restore_target(version, as_of), request_id=request_id,
-                       now=now, dry_run=dry_run, progress=progress)
 
 
 def __getattr__(name: str) -> Any:
