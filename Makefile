@@ -162,6 +162,7 @@ soak: prereqs $(VENV)/.installed-dev
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check siltlake tests bench
+	$(BIN)/ruff format --check siltlake tests bench
 	$(BIN)/lint-imports
 	$(BIN)/mypy
 

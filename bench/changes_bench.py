@@ -74,16 +74,23 @@ def main() -> int:
         def rescan(_state: object) -> dict:
             return {"rows": table.to_arrow(dates=[today]).num_rows}
 
-        found = interleaved_runs({"changes of the version": (None, changes),
-                                  "rescan of its day": (None, rescan)}, args.repeats)
+        found = interleaved_runs(
+            {"changes of the version": (None, changes), "rescan of its day": (None, rescan)}, args.repeats
+        )
         ratio = found["rescan of its day"]["median_seconds"] / found["changes of the version"]["median_seconds"]
         found["ratio"] = round(ratio, 1)
         found["table_rows"] = args.days * per_object * args.objects_per_day + args.append_rows
         deployment.close()
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    report = {"benchmark": "changes", "when": utc_stamp(), "machine": machine(), "command": " ".join(sys.argv),
-              "args": args_record(args), **found}
+    report = {
+        "benchmark": "changes",
+        "when": utc_stamp(),
+        "machine": machine(),
+        "command": " ".join(sys.argv),
+        "args": args_record(args),
+        **found,
+    }
     write_report(RESULTS / f"changes{args.tag}.json", report)
     print({"ratio": found["ratio"], "table_rows": found["table_rows"]})
     return 0

@@ -40,8 +40,9 @@ source = "time"
 def silt(directory: Path, *args: str) -> tuple[float, float]:
     """(CPU seconds, wall seconds) of one `silt` process run in directory; fails if the command fails."""
     started = time.monotonic()
-    process = subprocess.Popen([sys.executable, "-m", "siltlake.cli", *args], cwd=directory,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "siltlake.cli", *args], cwd=directory, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     _, status, usage = os.wait4(process.pid, 0)
     wall = time.monotonic() - started
     if status != 0:
@@ -71,24 +72,33 @@ def main() -> None:
         for label, command in COMMANDS.items():
             samples = [silt(directory, *command) for _ in range(args.runs)]
             cpu = sorted(sample[0] for sample in samples)
-            results.append({
-                "command": label, "runs": args.runs,
-                "cpu_seconds_min": round(cpu[0], 3), "cpu_seconds_median": round(statistics.median(cpu), 3),
-                "cpu_seconds_max": round(cpu[-1], 3),
-                "wall_seconds_median": round(statistics.median(sample[1] for sample in samples), 3),
-                "target_cpu_seconds": TARGET_CPU_SECONDS,
-                "met": statistics.median(cpu) < TARGET_CPU_SECONDS,
-            })
+            results.append(
+                {
+                    "command": label,
+                    "runs": args.runs,
+                    "cpu_seconds_min": round(cpu[0], 3),
+                    "cpu_seconds_median": round(statistics.median(cpu), 3),
+                    "cpu_seconds_max": round(cpu[-1], 3),
+                    "wall_seconds_median": round(statistics.median(sample[1] for sample in samples), 3),
+                    "target_cpu_seconds": TARGET_CPU_SECONDS,
+                    "met": statistics.median(cpu) < TARGET_CPU_SECONDS,
+                }
+            )
         load_after = os.getloadavg()
 
     print(f"{'command':<14} {'runs':>4} {'CPU s min':>9} {'median':>7} {'max':>6} {'wall s':>7}  target")
     for row in results:
-        print(f"{row['command']:<14} {row['runs']:>4} {row['cpu_seconds_min']:>9.3f} "
-              f"{row['cpu_seconds_median']:>7.3f} {row['cpu_seconds_max']:>6.3f} {row['wall_seconds_median']:>7.3f}  "
-              f"< {TARGET_CPU_SECONDS} s CPU: {'met' if row['met'] else 'NOT met'}")
+        print(
+            f"{row['command']:<14} {row['runs']:>4} {row['cpu_seconds_min']:>9.3f} "
+            f"{row['cpu_seconds_median']:>7.3f} {row['cpu_seconds_max']:>6.3f} {row['wall_seconds_median']:>7.3f}  "
+            f"< {TARGET_CPU_SECONDS} s CPU: {'met' if row['met'] else 'NOT met'}"
+        )
     print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f}")
-    report = {"machine": brief_machine(), "load_average_1m": {"before": load_before[0], "after": load_after[0]},
-              "results": results}
+    report = {
+        "machine": brief_machine(),
+        "load_average_1m": {"before": load_before[0], "after": load_after[0]},
+        "results": results,
+    }
     save_json(Path(args.out), report, indent=1)
 
 

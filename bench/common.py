@@ -100,7 +100,7 @@ def _descendants(pid: int) -> list[int]:
             stat = (entry / "stat").read_text()
         except OSError:
             continue
-        parent = int(stat[stat.rindex(")") + 2:].split()[1])
+        parent = int(stat[stat.rindex(")") + 2 :].split()[1])
         parents.setdefault(parent, []).append(int(entry.name))
     found, queue = [], [pid]
     while queue:
@@ -124,7 +124,7 @@ def tree_cpu_seconds() -> float:
             fields = Path(f"/proc/{pid}/stat").read_text()
         except OSError:
             continue
-        rest = fields[fields.rindex(")") + 2:].split()
+        rest = fields[fields.rindex(")") + 2 :].split()
         # utime, stime and the times of the children it reaped: a Spark Python worker that exits (reaped by the
         # JVM or PySpark's daemon) keeps counting, where the live sum alone dropped it (a negative peer's CPU).
         total += sum(int(value) for value in rest[11:15]) / tick
@@ -186,10 +186,13 @@ class Measure:
             self._sampler.join()
 
     def extra(self) -> dict:
-        return {"cpu_seconds": round(self.cpu_seconds, 2),
-                "cpu_per_wall": round(self.cpu_seconds / self.seconds, 2) if self.seconds else None,
-                "peak_tree_rss_mb": round(self.peak_rss / MB, 1) if self.peak_rss else None,
-                "load_avg_1m_before": self.load_before, "load_avg_1m_after": self.load_after}
+        return {
+            "cpu_seconds": round(self.cpu_seconds, 2),
+            "cpu_per_wall": round(self.cpu_seconds / self.seconds, 2) if self.seconds else None,
+            "peak_tree_rss_mb": round(self.peak_rss / MB, 1) if self.peak_rss else None,
+            "load_avg_1m_before": self.load_before,
+            "load_avg_1m_after": self.load_after,
+        }
 
 
 # --------------------------------------------------------------------------------------------------
@@ -208,8 +211,9 @@ def median_cpu(records: list[dict]) -> float | None:
     return round(statistics.median(known), 2) if known else None
 
 
-def timed_runs(label: str, repeats: int, prepare: Callable[[int], object] | None,
-               run: Callable[[object], dict]) -> dict:
+def timed_runs(
+    label: str, repeats: int, prepare: Callable[[int], object] | None, run: Callable[[object], dict]
+) -> dict:
     """Run `run(prepare(i))` `repeats` times; prepare (untimed) gives each run a fresh start."""
     runs = []
     for attempt in range(repeats):
@@ -217,16 +221,25 @@ def timed_runs(label: str, repeats: int, prepare: Callable[[int], object] | None
         with Measure() as measured:
             details = run(state)
         runs.append(run_record(measured, details))
-        print(f"  {label}: run {attempt + 1}/{repeats}: {measured.seconds:.2f} s "
-              f"(cpu {measured.cpu_seconds:.1f} s, load {measured.load_before})", flush=True)
+        print(
+            f"  {label}: run {attempt + 1}/{repeats}: {measured.seconds:.2f} s "
+            f"(cpu {measured.cpu_seconds:.1f} s, load {measured.load_before})",
+            flush=True,
+        )
     seconds = [r["seconds"] for r in runs]
-    return {"peer": label, "status": "ok", "best_seconds": min(seconds),
-            "median_seconds": round(statistics.median(seconds), 3),
-            "median_cpu_seconds": median_cpu(runs), "runs": runs}
+    return {
+        "peer": label,
+        "status": "ok",
+        "best_seconds": min(seconds),
+        "median_seconds": round(statistics.median(seconds), 3),
+        "median_cpu_seconds": median_cpu(runs),
+        "runs": runs,
+    }
 
 
-def interleaved_runs(peers: dict[str, tuple[Callable[[int], object] | None, Callable[[object], dict]]],
-                     repeats: int) -> dict[str, dict]:
+def interleaved_runs(
+    peers: dict[str, tuple[Callable[[int], object] | None, Callable[[object], dict]]], repeats: int
+) -> dict[str, dict]:
     """Like timed_runs(), but one run of every peer per round, so the peers share whatever load the
     machine has (it is shared) instead of one peer getting a quiet minute and another a busy one."""
     runs: dict[str, list[dict]] = {name: [] for name in peers}
@@ -239,15 +252,22 @@ def interleaved_runs(peers: dict[str, tuple[Callable[[int], object] | None, Call
             with Measure() as measured:
                 details = run(state)
             runs[name].append(run_record(measured, details))
-            print(f"  round {attempt + 1}/{repeats}: {name}: {measured.seconds:.2f} s "
-                  f"(cpu {measured.cpu_seconds:.1f} s, load {measured.load_before})", flush=True)
+            print(
+                f"  round {attempt + 1}/{repeats}: {name}: {measured.seconds:.2f} s "
+                f"(cpu {measured.cpu_seconds:.1f} s, load {measured.load_before})",
+                flush=True,
+            )
     found = {}
     for name, items in runs.items():
         seconds = [r["seconds"] for r in items]
-        found[name] = {"peer": name, "status": "ok", "best_seconds": min(seconds),
-                       "median_seconds": round(statistics.median(seconds), 3),
-                       "median_cpu_seconds": median_cpu(items),
-                       "runs": items}
+        found[name] = {
+            "peer": name,
+            "status": "ok",
+            "best_seconds": min(seconds),
+            "median_seconds": round(statistics.median(seconds), 3),
+            "median_cpu_seconds": median_cpu(items),
+            "runs": items,
+        }
     return found
 
 
@@ -300,22 +320,30 @@ def write_report(path: Path, report: dict) -> None:
 # siltlake deployments, Spark sessions and catalogs
 
 
-def new_deployment(instance_key: str, root: Path, *, catalog_url: str | None = None,
-                   staging_root: Path | None = None, stream: dict | None = None):
+def new_deployment(
+    instance_key: str,
+    root: Path,
+    *,
+    catalog_url: str | None = None,
+    staging_root: Path | None = None,
+    stream: dict | None = None,
+):
     """A fresh, initialised deployment in root: the lake in root/lake, a SQLite catalog in
     root/catalog.db unless catalog_url names another, staging in root/staging unless staging_root."""
     from siltlake.config import Config
     from siltlake.deployment import Deployment
 
-    config = Config.model_validate({
-        "instance_key": instance_key,
-        "catalog": {"url": catalog_url or f"sqlite:///{root / 'catalog.db'}"},
-        "storage": {"root": str(root / "lake"), "staging_root": str(staging_root or root / "staging")},
-        "spark": {"master": "local[2]"},
-        # The benchmarks write each staging object whole just before a round: none is being written in place, so
-        # none waits stream.settle_time (what that window adds to freshness is freshness_bench's to show).
-        "stream": {"settle_time": 0, **(stream or {})},
-    })
+    config = Config.model_validate(
+        {
+            "instance_key": instance_key,
+            "catalog": {"url": catalog_url or f"sqlite:///{root / 'catalog.db'}"},
+            "storage": {"root": str(root / "lake"), "staging_root": str(staging_root or root / "staging")},
+            "spark": {"master": "local[2]"},
+            # The benchmarks write each staging object whole just before a round: none is being written in place, so
+            # none waits stream.settle_time (what that window adds to freshness is freshness_bench's to show).
+            "stream": {"settle_time": 0, **(stream or {})},
+        }
+    )
     deployment = Deployment(config)
     deployment.init()
     return deployment
@@ -400,8 +428,15 @@ def commit_small_objects(deployment, name: str, objects: list) -> None:  # a Dep
             with lake.open_output(key) as sink:
                 pq.write_table(object_rows(data, object_schema(table.definition), date), sink, compression="zstd")
             times = data.column("utc_event_time")
-            tx.add_small_object(object_id=object_id, staging_object_id=pending[uri], partition_id=partition.id,
-                                delayed=partition.closed, content_length=lake.info(key).size,
-                                row_count=data.num_rows, min_event_time=pc.min(times).as_py(),
-                                max_event_time=pc.max(times).as_py(), upload_start_time=now)
+            tx.add_small_object(
+                object_id=object_id,
+                staging_object_id=pending[uri],
+                partition_id=partition.id,
+                delayed=partition.closed,
+                content_length=lake.info(key).size,
+                row_count=data.num_rows,
+                min_event_time=pc.min(times).as_py(),
+                max_event_time=pc.max(times).as_py(),
+                upload_start_time=now,
+            )
             tx.mark_processed(pending[uri], records_in=data.num_rows, bad_records=0, error_uri=None, now=now)

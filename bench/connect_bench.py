@@ -35,9 +35,14 @@ def free_port() -> int:
 
 
 def answer(directory: Path, **extra: str) -> str:
-    result = subprocess.run([sys.executable, "-m", "siltlake.cli", "sql", "--engine", "spark", COUNT, "--format",
-                             "csv"], cwd=directory, capture_output=True, text=True, timeout=600,
-                            env=child_environment(directory, **extra))
+    result = subprocess.run(
+        [sys.executable, "-m", "siltlake.cli", "sql", "--engine", "spark", COUNT, "--format", "csv"],
+        cwd=directory,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=child_environment(directory, **extra),
+    )
     if result.returncode:
         raise SystemExit(result.stderr)
     return result.stdout
@@ -64,23 +69,33 @@ def main() -> None:
     args = table_arguments(__doc__, 5, "connect.json").parse_args()
     with built_deployment(args, "silt-connect-") as directory:
         address = f"127.0.0.1:{free_port()}"
-        server = subprocess.Popen([sys.executable, "-m", "siltlake.cli", "run"], cwd=directory,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                                  env=child_environment(directory, SILTLAKE_SPARK__CONNECT=address))
+        server = subprocess.Popen(
+            [sys.executable, "-m", "siltlake.cli", "run"],
+            cwd=directory,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            env=child_environment(directory, SILTLAKE_SPARK__CONNECT=address),
+        )
         try:
             wait_for_server(directory, address, server)
             warm_answer, cold_answer = answer(directory, SILTLAKE_SPARK__CONNECT=address), answer(directory)
             assert warm_answer == cold_answer, (warm_answer, cold_answer)
             load_before = os.getloadavg()
-            walls: dict[str, list[float]] = {"silt status": [], "silt sql --engine spark, warm (Spark Connect)": [],
-                                             "silt sql --engine spark, cold (own SparkSession)": []}
+            walls: dict[str, list[float]] = {
+                "silt status": [],
+                "silt sql --engine spark, warm (Spark Connect)": [],
+                "silt sql --engine spark, cold (own SparkSession)": [],
+            }
             loads: list[float] = []
             for _ in range(args.repeats):
                 walls["silt status"].append(silt_wall(directory, "status"))
                 walls["silt sql --engine spark, warm (Spark Connect)"].append(
-                    silt_wall(directory, "sql", "--engine", "spark", COUNT, SILTLAKE_SPARK__CONNECT=address))
+                    silt_wall(directory, "sql", "--engine", "spark", COUNT, SILTLAKE_SPARK__CONNECT=address)
+                )
                 walls["silt sql --engine spark, cold (own SparkSession)"].append(
-                    silt_wall(directory, "sql", "--engine", "spark", COUNT))
+                    silt_wall(directory, "sql", "--engine", "spark", COUNT)
+                )
                 loads.append(load_avg_1m())
         finally:
             os.killpg(server.pid, signal.SIGTERM)
@@ -88,9 +103,14 @@ def main() -> None:
         medians = {label: median(values) for label, values in walls.items()}
         warm = medians["silt sql --engine spark, warm (Spark Connect)"]
         report = {
-            "machine": brief_machine(), "load_avg_before": [round(x, 2) for x in load_before],
-            "load_avg_1m_per_round": loads, "rows": args.rows, "days": args.days, "repeats": args.repeats,
-            "answer": warm_answer.strip().splitlines()[-1], "median_wall_seconds": medians,
+            "machine": brief_machine(),
+            "load_avg_before": [round(x, 2) for x in load_before],
+            "load_avg_1m_per_round": loads,
+            "rows": args.rows,
+            "days": args.days,
+            "repeats": args.repeats,
+            "answer": warm_answer.strip().splitlines()[-1],
+            "median_wall_seconds": medians,
             "samples": {label: [round(value, 3) for value in values] for label, values in walls.items()},
             "cold_over_warm": round(medians["silt sql --engine spark, cold (own SparkSession)"] / warm, 2),
             "warm_over_status": round(warm / medians["silt status"], 2),

@@ -48,12 +48,24 @@ from siltlake.read import sql
 from siltlake.tabledef import DerivedDef, TableDef
 from siltlake.write.update import delete_rows
 
-TABLE = {"schema": "web", "name": "access", "time_column": "utc_event_time", "timezone": "UTC", "merge_interval": 0,
-         "columns": [{"name": "utc_event_time", "type": "timestamp", "nullable": False},
-                     {"name": "user_id", "type": "bigint"}, {"name": "action", "type": "string"},
-                     {"name": "status", "type": "int"}, {"name": "bytes", "type": "bigint"}]}
-QUERY = ("SELECT dt, action, count(*) AS hits, count(DISTINCT user_id) AS users, sum(bytes) AS bytes, "
-         "sum(CASE WHEN status >= 500 THEN 1 ELSE 0 END) AS errors FROM web.access GROUP BY dt, action")
+TABLE = {
+    "schema": "web",
+    "name": "access",
+    "time_column": "utc_event_time",
+    "timezone": "UTC",
+    "merge_interval": 0,
+    "columns": [
+        {"name": "utc_event_time", "type": "timestamp", "nullable": False},
+        {"name": "user_id", "type": "bigint"},
+        {"name": "action", "type": "string"},
+        {"name": "status", "type": "int"},
+        {"name": "bytes", "type": "bigint"},
+    ],
+}
+QUERY = (
+    "SELECT dt, action, count(*) AS hits, count(DISTINCT user_id) AS users, sum(bytes) AS bytes, "
+    "sum(CASE WHEN status >= 500 THEN 1 ELSE 0 END) AS errors FROM web.access GROUP BY dt, action"
+)
 FIRST = dt.date(2026, 10, 1)
 _names = itertools.count()
 
@@ -63,19 +75,24 @@ def object_rows(date: dt.date, rows: int, seed: int) -> pa.Table:
     start = np.datetime64(dt.datetime.combine(date, dt.time()), "us")
     times = np.sort(start + rng.integers(0, 86_400_000_000, rows).astype("timedelta64[us]"))
     actions = np.array(["view", "click", "search", "buy", "login", "logout", "share", "like"])
-    return pa.table({"utc_event_time": pa.array(times, pa.timestamp("us")),
-                     "user_id": pa.array(rng.integers(0, 200_000, rows), pa.int64()),
-                     "action": pa.array(actions[rng.integers(0, len(actions), rows)], pa.string()),
-                     "status": pa.array(rng.choice([200, 200, 200, 304, 404, 500], rows).astype("int32"), pa.int32()),
-                     "bytes": pa.array(rng.integers(100, 50_000, rows), pa.int64())})
+    return pa.table(
+        {
+            "utc_event_time": pa.array(times, pa.timestamp("us")),
+            "user_id": pa.array(rng.integers(0, 200_000, rows), pa.int64()),
+            "action": pa.array(actions[rng.integers(0, len(actions), rows)], pa.string()),
+            "status": pa.array(rng.choice([200, 200, 200, 304, 404, 500], rows).astype("int32"), pa.int32()),
+            "bytes": pa.array(rng.integers(100, 50_000, rows), pa.int64()),
+        }
+    )
 
 
 def fill(deployment: Deployment, days: int, objects: int, rows: int) -> int:
     """The source table's small objects, committed in one stream commit as the stream does, then published."""
     deployment.catalog.tables.create(TableDef.from_mapping(TABLE))
     plan = [FIRST + dt.timedelta(days=day) for day in range(days) for _ in range(objects)]
-    commit_small_objects(deployment, "web.access", [(date, object_rows(date, rows, seed))
-                                                    for seed, date in enumerate(plan, start=1)])
+    commit_small_objects(
+        deployment, "web.access", [(date, object_rows(date, rows, seed)) for seed, date in enumerate(plan, start=1)]
+    )
     publish_once(deployment)
     return len(plan) * rows
 
@@ -86,8 +103,12 @@ class Phases:
     lists, the publishing transaction; the Spark job (query, shuffle, writers, collect) is the rest of
     the write step."""
 
-    STEPS = (("source_state", build_module, "source_state"), ("plan_query", read_module, "sql"),
-             ("write_step", build_module, "_write"), ("manifests", build_module, "write_manifests"))
+    STEPS = (
+        ("source_state", build_module, "source_state"),
+        ("plan_query", read_module, "sql"),
+        ("write_step", build_module, "_write"),
+        ("manifests", build_module, "write_manifests"),
+    )
 
     def __init__(self, deployment: Deployment) -> None:
         self.seconds: dict[str, float] = {}
@@ -103,6 +124,7 @@ class Phases:
                 return function(*args, **kwargs)
             finally:
                 self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - started
+
         return timed
 
     def take(self) -> dict[str, float]:
@@ -119,14 +141,22 @@ def build(deployment: Deployment, full: bool, phases: Phases) -> dict:
     seconds = time.perf_counter() - started
     steps = phases.take()
     steps["other"] = round(seconds - sum(steps.values()), 3)
-    return {"seconds": round(seconds, 3), "kind": report.kind, "dates": len(report.dates),
-            "rows": report.rows, "bytes": report.bytes, "phases": steps}
+    return {
+        "seconds": round(seconds, 3),
+        "kind": report.kind,
+        "dates": len(report.dates),
+        "rows": report.rows,
+        "bytes": report.bytes,
+        "phases": steps,
+    }
 
 
 def check_fresh(deployment: Deployment, spark) -> None:  # a SparkSession
     built = sorted(tuple(r) for r in sql(spark, "SELECT * FROM web.daily_actions", deployment).collect())
-    fresh = sorted(tuple(r) for r in sql(spark, QUERY, deployment).select(
-        "action", "hits", "users", "bytes", "errors", "dt").collect())
+    fresh = sorted(
+        tuple(r)
+        for r in sql(spark, QUERY, deployment).select("action", "hits", "users", "bytes", "errors", "dt").collect()
+    )
     if built != fresh:
         raise SystemExit("the derived table differs from its query run fresh: the benchmark measured a wrong build")
 
@@ -150,10 +180,14 @@ def main(argv: list[str] | None = None) -> int:
         deployment.use_spark(spark)
         started = time.perf_counter()
         rows = fill(deployment, args.days, args.objects, args.rows)
-        print(f"source: {args.days} days x {args.objects} objects x {args.rows:,} rows = {rows:,} rows "
-              f"({time.perf_counter() - started:.1f} s)", flush=True)
-        create_derived(deployment, DerivedDef.from_mapping({"name": "web.daily_actions", "query": QUERY,
-                                                            "incremental": True}))
+        print(
+            f"source: {args.days} days x {args.objects} objects x {args.rows:,} rows = {rows:,} rows "
+            f"({time.perf_counter() - started:.1f} s)",
+            flush=True,
+        )
+        create_derived(
+            deployment, DerivedDef.from_mapping({"name": "web.daily_actions", "query": QUERY, "incremental": True})
+        )
         phases = Phases(deployment)
         first = build(deployment, full=True, phases=phases)
         print(f"first build: {first}", flush=True)
@@ -167,8 +201,11 @@ def main(argv: list[str] | None = None) -> int:
             full = build(deployment, full=True, phases=phases)
             assert full["kind"] == "full" and full["dates"] == args.days, full
             label = "warm-up" if round_ == 0 else f"round {round_}/{args.repeats}"
-            print(f"  {label}: changed {day}; incremental {incremental['seconds']:.2f} s, full {full['seconds']:.2f} s "
-                  f"(load {load})", flush=True)
+            print(
+                f"  {label}: changed {day}; incremental {incremental['seconds']:.2f} s, full {full['seconds']:.2f} s "
+                f"(load {load})",
+                flush=True,
+            )
             if round_:
                 runs["incremental"].append({**incremental, "changed": day.isoformat(), "load_avg_1m": load})
                 runs["full"].append({**full, "changed": day.isoformat(), "load_avg_1m": load})
@@ -176,21 +213,38 @@ def main(argv: list[str] | None = None) -> int:
         medians = {name: statistics.median(r["seconds"] for r in items) for name, items in runs.items()}
         ratios = [f["seconds"] / i["seconds"] for i, f in zip(runs["incremental"], runs["full"], strict=True)]
         ratio = round(medians["full"] / medians["incremental"], 2)
-        steps = {name: {step: round(statistics.median(r["phases"].get(step, 0.0) for r in items), 3)
-                        for step in items[0]["phases"]} for name, items in runs.items()}
+        steps = {
+            name: {
+                step: round(statistics.median(r["phases"].get(step, 0.0) for r in items), 3)
+                for step in items[0]["phases"]
+            }
+            for name, items in runs.items()
+        }
         report = {
-            "benchmark": "derived", "issue": 18, "time": utc_stamp(), "machine": machine(),
-            "load_avg_1m": load_avg_1m(), "command": "python " + " ".join(["bench/derived_bench.py", *sys.argv[1:]]),
+            "benchmark": "derived",
+            "issue": 18,
+            "time": utc_stamp(),
+            "machine": machine(),
+            "load_avg_1m": load_avg_1m(),
+            "command": "python " + " ".join(["bench/derived_bench.py", *sys.argv[1:]]),
             "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-            "source_rows": rows, "query": QUERY, "spark_start_seconds": spark_seconds, "first_build": first,
+            "source_rows": rows,
+            "query": QUERY,
+            "spark_start_seconds": spark_seconds,
+            "first_build": first,
             "median_seconds": {k: round(v, 3) for k, v in medians.items()},
-            "median_phase_seconds": steps, "full_over_incremental": ratio,
+            "median_phase_seconds": steps,
+            "full_over_incremental": ratio,
             "ratio_per_round": [round(r, 2) for r in ratios],
-            "target": 10, "met": ratio >= 10, "runs": runs,
+            "target": 10,
+            "met": ratio >= 10,
+            "runs": runs,
         }
         deployment.close()
-        print(f"incremental {medians['incremental']:.2f} s, full {medians['full']:.2f} s (medians): "
-              f"{ratio}x (target 10x: {'met' if ratio >= 10 else 'NOT met'})")
+        print(
+            f"incremental {medians['incremental']:.2f} s, full {medians['full']:.2f} s (medians): "
+            f"{ratio}x (target 10x: {'met' if ratio >= 10 else 'NOT met'})"
+        )
         for name, values in steps.items():
             print(f"  {name} phases (medians, s): " + ", ".join(f"{k} {v:.2f}" for k, v in values.items()))
         write_report(args.out, report)

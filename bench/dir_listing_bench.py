@@ -145,14 +145,22 @@ def main() -> None:
                 _unpacked(packed)
 
         load_before = load_avg_1m()
-        results = {name: timed(action, args.repeats) for name, action in (
-            ("scandir_is_file", scandir_is_file), ("scandir_stat", scandir_stat), ("listdir", listdir),
-            ("listdir_set_difference", listdir_difference),
-            ("listdir_ordered_difference", listdir_ordered_difference),
-            ("list_changed_without_record", walk_without_record),
-            ("list_changed_with_record", walk_with_record), ("stored_record_store", store_record),
-            ("stored_record_read", read_record), ("zlib_level1_compress_and_decompress", zlib_both),
-            ("zstd_compress_and_decompress", zstd_both))}
+        results = {
+            name: timed(action, args.repeats)
+            for name, action in (
+                ("scandir_is_file", scandir_is_file),
+                ("scandir_stat", scandir_stat),
+                ("listdir", listdir),
+                ("listdir_set_difference", listdir_difference),
+                ("listdir_ordered_difference", listdir_ordered_difference),
+                ("list_changed_without_record", walk_without_record),
+                ("list_changed_with_record", walk_with_record),
+                ("stored_record_store", store_record),
+                ("stored_record_read", read_record),
+                ("zlib_level1_compress_and_decompress", zlib_both),
+                ("zstd_compress_and_decompress", zstd_both),
+            )
+        }
         catalog.close()
         load_after = load_avg_1m()
         tracemalloc.start()
@@ -160,20 +168,37 @@ def main() -> None:
         kept.keep(staging.list_changed(cursor, kept).directories, time.time_ns(), 86400 * 10**9)
         held, _ = tracemalloc.get_traced_memory()
         tracemalloc.stop()
-        memory = {"names": kept.names, "footprint_bytes": kept.footprint(), "traced_bytes": held,
-                  "footprint_mb_per_million_names": round(kept.footprint() / kept.names, 1),
-                  "traced_mb_per_million_names": round(held / kept.names, 1)}
+        memory = {
+            "names": kept.names,
+            "footprint_bytes": kept.footprint(),
+            "traced_bytes": held,
+            "footprint_mb_per_million_names": round(kept.footprint() / kept.names, 1),
+            "traced_mb_per_million_names": round(held / kept.names, 1),
+        }
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     print(f"{entries:,} entries in {args.directories} directories; load {load_before} -> {load_after}")
     for name, figures in results.items():
-        print(f"{name:>30}: {figures['wall_s']:.4f} s wall, {figures['cpu_s']:.4f} s CPU, "
-              f"{figures['cpu_s'] / entries * 1e9:.0f} ns CPU per entry")
-    print(f"record: {memory['names']:,} names, {memory['footprint_mb_per_million_names']} MB per million names "
-          f"(tracemalloc: {memory['traced_mb_per_million_names']})")
-    save_json(Path(args.out), {"machine": brief_machine(), "date": utc_stamp(), "args": vars(args),
-                               "entries": entries, "load_avg_1m": [load_before, load_after],
-                               "results": results, "memory": memory})
+        print(
+            f"{name:>30}: {figures['wall_s']:.4f} s wall, {figures['cpu_s']:.4f} s CPU, "
+            f"{figures['cpu_s'] / entries * 1e9:.0f} ns CPU per entry"
+        )
+    print(
+        f"record: {memory['names']:,} names, {memory['footprint_mb_per_million_names']} MB per million names "
+        f"(tracemalloc: {memory['traced_mb_per_million_names']})"
+    )
+    save_json(
+        Path(args.out),
+        {
+            "machine": brief_machine(),
+            "date": utc_stamp(),
+            "args": vars(args),
+            "entries": entries,
+            "load_avg_1m": [load_before, load_after],
+            "results": results,
+            "memory": memory,
+        },
+    )
     print(f"wrote {args.out}")
 
 

@@ -35,8 +35,14 @@ def data_file(table, path: str, date: dt.date):  # a pyiceberg Table; its DataFi
     from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
     from pyiceberg.typedef import Record
 
-    made = DataFile.from_args(content=DataFileContent.DATA, file_path=path, file_format=FileFormat.PARQUET,
-                              partition=Record((date - EPOCH).days), record_count=100, file_size_in_bytes=4096)
+    made = DataFile.from_args(
+        content=DataFileContent.DATA,
+        file_path=path,
+        file_format=FileFormat.PARQUET,
+        partition=Record((date - EPOCH).days),
+        record_count=100,
+        file_size_in_bytes=4096,
+    )
     made.spec_id = table.metadata.default_spec_id
     return made
 
@@ -45,7 +51,7 @@ def pyiceberg_commit(table, removed: list, added: list) -> None:  # a pyiceberg 
     """PyIceberg's own fast append or overwrite, as the target committed before its manifests by year."""
     with table.transaction() as transaction:
         update = transaction.update_snapshot()
-        with (update.overwrite() if removed else update.fast_append()) as producer:
+        with update.overwrite() if removed else update.fast_append() as producer:
             for f in removed:
                 producer.delete_data_file(f)
             for f in added:
@@ -64,9 +70,12 @@ def run(peer: str, args: argparse.Namespace, workdir: Path) -> dict:
     catalog = SqlCatalog(peer, uri=f"sqlite:///{root / 'iceberg.db'}", warehouse=f"file://{root}")
     catalog.create_namespace("web")
     table = catalog.create_table(
-        ("web", "t"), Schema(NestedField(1, "n", LongType()), NestedField(2, "dt", DateType())),
-        partition_spec=PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "dt")))
+        ("web", "t"),
+        Schema(NestedField(1, "n", LongType()), NestedField(2, "dt", DateType())),
+        partition_spec=PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "dt")),
+    )
     if peer == "pyiceberg":
+
         def commit(t, removed, added, _) -> None:
             pyiceberg_commit(t, removed, added)
     else:
@@ -74,6 +83,7 @@ def run(peer: str, args: argparse.Namespace, workdir: Path) -> dict:
 
         def commit(t, removed, added, summary) -> None:
             iceberg_manifests.commit_files(t, removed, added, summary, retention)
+
     today = dt.date(2026, 11, 28)
     days = [today - dt.timedelta(days=d) for d in range(args.days)]
     current = {day: data_file(table, f"file:///lake/{day}/merged-0.parquet", day) for day in days}
@@ -91,15 +101,24 @@ def run(peer: str, args: argparse.Namespace, workdir: Path) -> dict:
         overwrites.append(time.perf_counter() - started)
         current[day] = new
     listed = sorted(f.file.file_path for f in table.scan().plan_files())
-    expected = sorted([*(f.file_path for f in current.values()),
-                       *(f"file:///lake/{today}/live-{i}.parquet" for i in range(args.appends))])
+    expected = sorted(
+        [
+            *(f.file_path for f in current.values()),
+            *(f"file:///lake/{today}/live-{i}.parquet" for i in range(args.appends)),
+        ]
+    )
     assert listed == expected, f"{peer}: the table lists other files than were committed"
     manifests = table.current_snapshot().manifests(table.io)
-    return {"peer": peer, "append_last20_median_ms": round(statistics.median(appends[-20:]) * 1000, 2),
-            "append_first20_median_ms": round(statistics.median(appends[:20]) * 1000, 2),
-            "overwrite_median_ms": round(statistics.median(overwrites) * 1000, 2) if overwrites else None,
-            "manifests": len(manifests), "files": len(listed), "snapshots": len(table.snapshots()),
-            "metadata_file_bytes": Path(table.metadata_location.removeprefix("file://")).stat().st_size}
+    return {
+        "peer": peer,
+        "append_last20_median_ms": round(statistics.median(appends[-20:]) * 1000, 2),
+        "append_first20_median_ms": round(statistics.median(appends[:20]) * 1000, 2),
+        "overwrite_median_ms": round(statistics.median(overwrites) * 1000, 2) if overwrites else None,
+        "manifests": len(manifests),
+        "files": len(listed),
+        "snapshots": len(table.snapshots()),
+        "metadata_file_bytes": Path(table.metadata_location.removeprefix("file://")).stat().st_size,
+    }
 
 
 def main() -> int:
@@ -107,10 +126,10 @@ def main() -> int:
     parser.add_argument("--days", type=int, default=3650)
     parser.add_argument("--appends", type=int, default=400)
     parser.add_argument("--overwrites", type=int, default=20)
-    parser.add_argument("--retention", type=float, default=3.0,
-                        help="seconds of snapshots the third peer keeps")
-    parser.add_argument("--out", type=Path,
-                        default=Path(__file__).resolve().parent / "results" / "iceberg_manifests.json")
+    parser.add_argument("--retention", type=float, default=3.0, help="seconds of snapshots the third peer keeps")
+    parser.add_argument(
+        "--out", type=Path, default=Path(__file__).resolve().parent / "results" / "iceberg_manifests.json"
+    )
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="iceberg-manifests-"))
     results = []
@@ -120,10 +139,13 @@ def main() -> int:
             result = run(peer, args, workdir)
             result["load_avg_1m_before"] = load
             results.append(result)
-            print(f"  {peer:>18}: appends {result['append_first20_median_ms']:.1f} ms (first 20) -> "
-                  f"{result['append_last20_median_ms']:.1f} ms (last 20), overwrite "
-                  f"{result['overwrite_median_ms']} ms, {result['manifests']} manifests, {result['snapshots']} "
-                  f"snapshots, metadata {result['metadata_file_bytes']:,} B, load {load}", flush=True)
+            print(
+                f"  {peer:>18}: appends {result['append_first20_median_ms']:.1f} ms (first 20) -> "
+                f"{result['append_last20_median_ms']:.1f} ms (last 20), overwrite "
+                f"{result['overwrite_median_ms']} ms, {result['manifests']} manifests, {result['snapshots']} "
+                f"snapshots, metadata {result['metadata_file_bytes']:,} B, load {load}",
+                flush=True,
+            )
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     save_json(args.out, {"machine": brief_machine(), "date": utc_stamp(), "args": vars(args), "results": results})

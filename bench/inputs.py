@@ -31,18 +31,24 @@ CODEC = "zstd"  # every merge peer writes zstd at its library's default level (S
 PARTITION_DATE = dt.date(2026, 11, 20)  # a Tokyo day: 2026-11-19 15:00 UTC to 2026-11-20 15:00 UTC
 DAY_START_US = int(datetime(2026, 11, 19, 15, tzinfo=UTC).timestamp()) * 1_000_000
 DAY_US = 86_400 * 1_000_000
-LOG_TABLE = TableDef.from_mapping({
-    "schema": "bench", "name": "http_log", "time_column": "time", "timezone": "Asia/Tokyo",
-    "merge_interval": "12h", "codec": CODEC,
-    "columns": [
-        {"name": "time", "type": "timestamp", "nullable": False},
-        {"name": "host", "type": "string"},
-        {"name": "status", "type": "int"},
-        {"name": "path", "type": "string"},
-        {"name": "user_id", "type": "bigint"},
-        {"name": "latency_ms", "type": "double"},
-    ],
-})
+LOG_TABLE = TableDef.from_mapping(
+    {
+        "schema": "bench",
+        "name": "http_log",
+        "time_column": "time",
+        "timezone": "Asia/Tokyo",
+        "merge_interval": "12h",
+        "codec": CODEC,
+        "columns": [
+            {"name": "time", "type": "timestamp", "nullable": False},
+            {"name": "host", "type": "string"},
+            {"name": "status", "type": "int"},
+            {"name": "path", "type": "string"},
+            {"name": "user_id", "type": "bigint"},
+            {"name": "latency_ms", "type": "double"},
+        ],
+    }
+)
 LOG_SCHEMA = LOG_TABLE.arrow_schema()
 
 
@@ -53,8 +59,13 @@ LOG_SCHEMA = LOG_TABLE.arrow_schema()
 def prepare_jsonl_objects(workdir: Path, objects: int, object_bytes: int, seed: int, level: int) -> dict:
     """Generate the input objects once; later runs with the same parameters reuse them."""
     directory = workdir / "input" / f"objects-{objects}x{object_bytes}-seed{seed}-level{level}"
-    expected = {"version": JSONL_GENERATOR_VERSION, "objects": objects, "object_bytes": object_bytes,
-                "seed": seed, "compresslevel": level}
+    expected = {
+        "version": JSONL_GENERATOR_VERSION,
+        "objects": objects,
+        "object_bytes": object_bytes,
+        "seed": seed,
+        "compresslevel": level,
+    }
     cached = cached_manifest(directory / "manifest.json", expected)
     if cached:
         print(f"input: reusing {cached['objects']} objects in {directory}", flush=True)
@@ -62,10 +73,14 @@ def prepare_jsonl_objects(workdir: Path, objects: int, object_bytes: int, seed: 
     shutil.rmtree(directory, ignore_errors=True)
     print(f"input: generating {objects} objects of ~{object_bytes / MB:g} MB in {directory} ...", flush=True)
     started = time.perf_counter()
-    records, size = write_jsonl_gz_objects(directory / "staging", objects, object_bytes, seed,
-                                           compresslevel=level)
-    manifest = {**expected, "records": records, "bytes": size, "staging_root": str(directory / "staging"),
-                "generate_seconds": round(time.perf_counter() - started, 2)}
+    records, size = write_jsonl_gz_objects(directory / "staging", objects, object_bytes, seed, compresslevel=level)
+    manifest = {
+        **expected,
+        "records": records,
+        "bytes": size,
+        "staging_root": str(directory / "staging"),
+        "generate_seconds": round(time.perf_counter() - started, 2),
+    }
     (directory / "manifest.json").write_text(json.dumps(manifest, indent=2))
     print(f"input: {records:,} records, {size / MB:,.1f} MB in {manifest['generate_seconds']} s", flush=True)
     return {**manifest, "generated_now": True}
@@ -84,9 +99,14 @@ def prepare_big_object(workdir: Path, megabytes: int, seed: int, level: int) -> 
     print(f"input: streaming one ~{megabytes} MB object to {path} ...", flush=True)
     started = time.perf_counter()
     records, size = write_big_object(path, megabytes * MB, seed, compresslevel=level)
-    manifest = {**expected, "records": records, "bytes": size, "path": str(path),
-                "staging_root": str(directory / "staging"),
-                "generate_seconds": round(time.perf_counter() - started, 2)}
+    manifest = {
+        **expected,
+        "records": records,
+        "bytes": size,
+        "path": str(path),
+        "staging_root": str(directory / "staging"),
+        "generate_seconds": round(time.perf_counter() - started, 2),
+    }
     (directory / "manifest.json").write_text(json.dumps(manifest, indent=2))
     print(f"input: {records:,} records, {size / MB:,.1f} MB in {manifest['generate_seconds']} s", flush=True)
     return {**manifest, "generated_now": True}
@@ -100,8 +120,9 @@ def input_files(staging_root: str | Path) -> list[Path]:
 # log objects: small objects as the stream writes them (one time-sorted zstd Parquet file each)
 
 _HOSTS = np.array([f"web{i:02d}.tokyo.example.net" for i in range(64)])
-_PATHS = np.array([f"/api/v2/{area}/{i}" for area in ("items", "users", "orders", "search", "cart")
-                   for i in range(400)])
+_PATHS = np.array(
+    [f"/api/v2/{area}/{i}" for area in ("items", "users", "orders", "search", "cart") for i in range(400)]
+)
 _STATUSES = np.array([200] * 90 + [301, 302, 304, 400, 401, 403, 404, 404, 500, 503], dtype=np.int32)
 
 
@@ -112,24 +133,35 @@ def log_rows(rng: np.random.Generator, rows: int, start_us: int, span_us: int) -
     real logs: about 37 bytes a row in 500-row zstd objects, 30 once merged, 96 in Arrow memory.
     """
     times = np.sort(start_us + rng.integers(0, span_us, rows))
-    paths = pc.binary_join_element_wise(pa.array(_PATHS[rng.zipf(1.3, rows) % len(_PATHS)]),
-                                        pa.array(np.char.mod("%x", rng.integers(0, 2**63, rows))), "?sid=")
-    return pa.table({
-        "time": pa.array(times, pa.timestamp("us", tz="UTC")),
-        "host": _HOSTS[rng.integers(0, len(_HOSTS), rows)],
-        "status": _STATUSES[rng.integers(0, len(_STATUSES), rows)],
-        "path": paths,
-        "user_id": rng.integers(1, 2_000_000_000, rows),
-        "latency_ms": rng.lognormal(3.0, 1.0, rows),
-    }, schema=LOG_SCHEMA)
+    paths = pc.binary_join_element_wise(
+        pa.array(_PATHS[rng.zipf(1.3, rows) % len(_PATHS)]),
+        pa.array(np.char.mod("%x", rng.integers(0, 2**63, rows))),
+        "?sid=",
+    )
+    return pa.table(
+        {
+            "time": pa.array(times, pa.timestamp("us", tz="UTC")),
+            "host": _HOSTS[rng.integers(0, len(_HOSTS), rows)],
+            "status": _STATUSES[rng.integers(0, len(_STATUSES), rows)],
+            "path": paths,
+            "user_id": rng.integers(1, 2_000_000_000, rows),
+            "latency_ms": rng.lognormal(3.0, 1.0, rows),
+        },
+        schema=LOG_SCHEMA,
+    )
 
 
 def prepare_log_objects(workdir: Path, name: str, count: int, rows: int, seed: int, chronological: bool) -> dict:
     """`count` small objects of `rows` rows, generated once. Each covers 30 minutes of the Tokyo day:
     at random places (compact, memory) or in arrival order through the day (extend)."""
     directory = workdir / "input" / f"{name}-{count}x{rows}-seed{seed}"
-    expected = {"version": LOG_GENERATOR_VERSION, "count": count, "rows": rows, "seed": seed,
-                "chronological": chronological}
+    expected = {
+        "version": LOG_GENERATOR_VERSION,
+        "count": count,
+        "rows": rows,
+        "seed": seed,
+        "chronological": chronological,
+    }
     manifest_path = directory / "_manifest.json"  # Spark and Delta skip names starting with _
     cached = cached_manifest(manifest_path, expected)
     if cached:
@@ -151,16 +183,30 @@ def prepare_log_objects(workdir: Path, name: str, count: int, rows: int, seed: i
         path = directory / f"obj-{i + 1:05d}.parquet"
         pq.write_table(table, path, compression=CODEC)
         times = table.column("time")
-        objects.append({"file": path.name, "bytes": path.stat().st_size, "rows": rows,
-                        "min_us": pc.min(times).cast(pa.int64()).as_py(),
-                        "max_us": pc.max(times).cast(pa.int64()).as_py()})
-    manifest = {**expected, "generated_at": datetime.now(UTC).isoformat(), "directory": str(directory),
-                "objects": objects,
-                "total_rows": count * rows, "total_bytes": sum(o["bytes"] for o in objects),
-                "generate_seconds": round(time.perf_counter() - started, 2)}
+        objects.append(
+            {
+                "file": path.name,
+                "bytes": path.stat().st_size,
+                "rows": rows,
+                "min_us": pc.min(times).cast(pa.int64()).as_py(),
+                "max_us": pc.max(times).cast(pa.int64()).as_py(),
+            }
+        )
+    manifest = {
+        **expected,
+        "generated_at": datetime.now(UTC).isoformat(),
+        "directory": str(directory),
+        "objects": objects,
+        "total_rows": count * rows,
+        "total_bytes": sum(o["bytes"] for o in objects),
+        "generate_seconds": round(time.perf_counter() - started, 2),
+    }
     manifest_path.write_text(json.dumps(manifest))
-    print(f"input: {manifest['total_rows']:,} rows, {manifest['total_bytes'] / MB:.1f} MB "
-          f"in {manifest['generate_seconds']} s", flush=True)
+    print(
+        f"input: {manifest['total_rows']:,} rows, {manifest['total_bytes'] / MB:.1f} MB "
+        f"in {manifest['generate_seconds']} s",
+        flush=True,
+    )
     return manifest
 
 
@@ -192,8 +238,12 @@ def commit_log_objects(deployment, table, date: dt.date, data: dict, objects: li
             key = layout.small_object(date, object_id, partition.closed)
             link_or_copy(Path(data["directory"]) / item["file"], Path(lake.path(key)))
             tx.add_small_object(
-                object_id=object_id, staging_object_id=pending[uri], partition_id=partition.id,
-                delayed=partition.closed, content_length=item["bytes"], row_count=item["rows"],
+                object_id=object_id,
+                staging_object_id=pending[uri],
+                partition_id=partition.id,
+                delayed=partition.closed,
+                content_length=item["bytes"],
+                row_count=item["rows"],
                 min_event_time=datetime.fromtimestamp(item["min_us"] / 1e6, UTC).replace(tzinfo=None),
                 max_event_time=datetime.fromtimestamp(item["max_us"] / 1e6, UTC).replace(tzinfo=None),
                 upload_start_time=now,

@@ -73,10 +73,13 @@ def main(argv: list[str] | None = None) -> int:
     import deltalake
     import pyiceberg
 
-    report: dict = {"benchmark": "inspect", "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-                    "args": {k: str(v) for k, v in vars(args).items()},
-                    "machine": {**machine(), "deltalake": deltalake.__version__, "pyiceberg": pyiceberg.__version__},
-                    "load_avg_1m_start": load_avg_1m()}
+    report: dict = {
+        "benchmark": "inspect",
+        "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "args": {k: str(v) for k, v in vars(args).items()},
+        "machine": {**machine(), "deltalake": deltalake.__version__, "pyiceberg": pyiceberg.__version__},
+        "load_avg_1m_start": load_avg_1m(),
+    }
     started = time.perf_counter()
     root = args.workdir / f"inspect-{args.catalog}-{args.partitions}"
     shutil.rmtree(root, ignore_errors=True)
@@ -87,22 +90,37 @@ def main(argv: list[str] | None = None) -> int:
             state = reader_table(deployment, args.partitions)
             del state["table"]
             table = Lake(deployment).table("bench.t")
-            delta_root = delta_table_over(table, Path(deployment.lake.path(table.record.layout(
-                deployment.instance_key).prefix)), stats=True)
+            delta_root = delta_table_over(
+                table, Path(deployment.lake.path(table.record.layout(deployment.instance_key).prefix)), stats=True
+            )
             load_iceberg = iceberg_table_over(table, root / "iceberg")
             figures = measure(cases(table, delta_root, load_iceberg), args.repeats)
         finally:
             deployment.close()
-    rows = {f"{name} {case}": figure["result"] for name, by_case in figures.items()
-            for case, figure in by_case.items() if case != "files"}
+    rows = {
+        f"{name} {case}": figure["result"]
+        for name, by_case in figures.items()
+        for case, figure in by_case.items()
+        if case != "files"
+    }
     if len(set(rows.values())) != 1:
         raise RuntimeError(f"the cases disagree on the table's rows: {rows}")
-    report.update(partitions=args.partitions, files=figures["siltlake"]["files"]["result"], rows=rows, **state,
-                  figures=figures, ratios={
-                      f"siltlake/{peer} {case}": round(figures["siltlake"][case]["median_ms"]
-                                                      / figures[peer][case]["median_ms"], 2)
-                      for peer in ("delta_rs", "pyiceberg") for case in ("file_stats", "partitions")},
-                  seconds=round(time.perf_counter() - started, 1), load_avg_1m_end=load_avg_1m())
+    report.update(
+        partitions=args.partitions,
+        files=figures["siltlake"]["files"]["result"],
+        rows=rows,
+        **state,
+        figures=figures,
+        ratios={
+            f"siltlake/{peer} {case}": round(
+                figures["siltlake"][case]["median_ms"] / figures[peer][case]["median_ms"], 2
+            )
+            for peer in ("delta_rs", "pyiceberg")
+            for case in ("file_stats", "partitions")
+        },
+        seconds=round(time.perf_counter() - started, 1),
+        load_avg_1m_end=load_avg_1m(),
+    )
     print(f"{args.partitions} partitions, {report['files']} files; median ms (best)")
     for name, by_case in figures.items():
         for case, figure in by_case.items():

@@ -82,10 +82,14 @@ FIRST_DAY = dt.date(2026, 11, 20)
 OBJECT_ROWS = 5_000
 COUNT = "SELECT count(*) FROM web.access"
 FULL_DAY = "SELECT action, count(*) AS n, count(DISTINCT user_id) AS users FROM {rel} GROUP BY action"
-TOP_N = ("SELECT user_id, count(*) AS n FROM {rel} WHERE utc_event_time >= TIMESTAMPTZ '{start}' AND "
-         "utc_event_time < TIMESTAMPTZ '{end}' GROUP BY user_id ORDER BY n DESC, user_id LIMIT 10")
-FRESH_LAKE = ("import duckdb\nfrom siltlake.lake import Lake\nconnection = duckdb.connect()\n"
-              "print(Lake.open().table('web.access').to_duckdb(connection).aggregate('count(*)').fetchall())")
+TOP_N = (
+    "SELECT user_id, count(*) AS n FROM {rel} WHERE utc_event_time >= TIMESTAMPTZ '{start}' AND "
+    "utc_event_time < TIMESTAMPTZ '{end}' GROUP BY user_id ORDER BY n DESC, user_id LIMIT 10"
+)
+FRESH_LAKE = (
+    "import duckdb\nfrom siltlake.lake import Lake\nconnection = duckdb.connect()\n"
+    "print(Lake.open().table('web.access').to_duckdb(connection).aggregate('count(*)').fetchall())"
+)
 
 
 def build(directory: Path, rows: int, days: int) -> None:
@@ -94,7 +98,8 @@ def build(directory: Path, rows: int, days: int) -> None:
     (directory / "siltlake.toml").write_text(
         f'instance_key = "bench032"\n[catalog]\nurl = "{deployment.config.catalog.url}"\n'
         f'[storage]\nroot = "{deployment.config.storage.root}"\n'
-        f'staging_root = "{deployment.config.storage.staging_root}"\n')
+        f'staging_root = "{deployment.config.storage.staging_root}"\n'
+    )
     from siltlake.publish import publish_once
     from siltlake.tabledef import load_table_file
 
@@ -107,15 +112,24 @@ def build(directory: Path, rows: int, days: int) -> None:
         for first in range(0, per_day, OBJECT_ROWS):
             count = min(OBJECT_ROWS, per_day - first)
             index = range(first, first + count)
-            objects.append((day, pa.table({
-                "utc_event_time": pa.array([start + dt.timedelta(seconds=i * 86_399 // per_day) for i in index],
-                                           pa.timestamp("us", tz="UTC")),
-                "user_id": pa.array([(i * 7919) % 5_000 for i in index], pa.int64()),
-                "action": pa.array([("view", "login", "logout", "search", "buy")[i % 5] for i in index]),
-                "status": pa.array([(200, 200, 200, 404, 500)[i % 5] for i in index], pa.int32()),
-            })))
+            objects.append(
+                (
+                    day,
+                    pa.table(
+                        {
+                            "utc_event_time": pa.array(
+                                [start + dt.timedelta(seconds=i * 86_399 // per_day) for i in index],
+                                pa.timestamp("us", tz="UTC"),
+                            ),
+                            "user_id": pa.array([(i * 7919) % 5_000 for i in index], pa.int64()),
+                            "action": pa.array([("view", "login", "logout", "search", "buy")[i % 5] for i in index]),
+                            "status": pa.array([(200, 200, 200, 404, 500)[i % 5] for i in index], pa.int32()),
+                        }
+                    ),
+                )
+            )
     for chunk in range(0, len(objects), 32):
-        commit_small_objects(deployment, "web.access", objects[chunk:chunk + 32])
+        commit_small_objects(deployment, "web.access", objects[chunk : chunk + 32])
     publish_once(deployment)
     deployment.close()
 
@@ -150,8 +164,14 @@ def child_environment(directory: Path, **extra: str) -> dict[str, str]:
 
 def silt_wall(directory: Path, *args: str, expect: int = 0, **extra: str) -> float:
     started = time.perf_counter()
-    result = subprocess.run([sys.executable, "-m", "siltlake.cli", *args], cwd=directory, capture_output=True,
-                            text=True, timeout=600, env=child_environment(directory, **extra))
+    result = subprocess.run(
+        [sys.executable, "-m", "siltlake.cli", *args],
+        cwd=directory,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=child_environment(directory, **extra),
+    )
     wall = time.perf_counter() - started
     if result.returncode != expect:
         raise SystemExit(f"silt {' '.join(args)} exited {result.returncode}: {result.stderr}")
@@ -160,8 +180,14 @@ def silt_wall(directory: Path, *args: str, expect: int = 0, **extra: str) -> flo
 
 def python_wall(directory: Path, code: str) -> float:
     started = time.perf_counter()
-    result = subprocess.run([sys.executable, "-c", code], cwd=directory, capture_output=True, text=True, timeout=600,
-                            env=child_environment(directory))
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=directory,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=child_environment(directory),
+    )
     if result.returncode:
         raise SystemExit(result.stderr)
     return time.perf_counter() - started
@@ -169,8 +195,14 @@ def python_wall(directory: Path, code: str) -> float:
 
 def delete_command(run: int) -> list[str]:
     """`silt delete` of one user's rows from the third day: another user each run, so each run rewrites it."""
-    return ["delete", "web.access", "--where", f"user_id = {run + 1}", "--date",
-            (FIRST_DAY + dt.timedelta(days=2)).isoformat()]
+    return [
+        "delete",
+        "web.access",
+        "--where",
+        f"user_id = {run + 1}",
+        "--date",
+        (FIRST_DAY + dt.timedelta(days=2)).isoformat(),
+    ]
 
 
 def median(samples: list[float], digits: int = 3) -> float:
@@ -184,8 +216,10 @@ def local_paths(lake, uris: list[str]) -> list[str]:  # a siltlake Lake
 def read_parquet_of(paths: list[str], union: bool = False) -> str:
     """DuckDB's own reader of exactly these files, dt from their directories."""
     listed = ", ".join(f"'{path}'" for path in paths)
-    return (f"read_parquet([{listed}], {'union_by_name = true, ' if union else ''}hive_partitioning = true, "
-            "hive_types = {'dt': DATE})")
+    return (
+        f"read_parquet([{listed}], {'union_by_name = true, ' if union else ''}hive_partitioning = true, "
+        "hive_types = {'dt': DATE})"
+    )
 
 
 def in_process(directory: Path, repeats: int) -> dict:
@@ -204,8 +238,10 @@ def in_process(directory: Path, repeats: int) -> dict:
         direct = {"read_parquet": read_parquet_of(paths), "read_parquet_union": read_parquet_of(paths, union=True)}
         for label, query in (("full_day_scan", FULL_DAY), ("one_hour_top_n", TOP_N)):
             peers = ("to_duckdb", "to_duckdb_view", *direct, "listed_read_parquet")
-            samples: dict[str, list[float]] = {name: [] for name in (
-                "to_duckdb_planning", "to_duckdb_query", *peers, *(f"cpu_{peer}" for peer in peers))}
+            samples: dict[str, list[float]] = {
+                name: []
+                for name in ("to_duckdb_planning", "to_duckdb_query", *peers, *(f"cpu_{peer}" for peer in peers))
+            }
             answers = {}
             for repeat in range(repeats):
                 turn = repeat % len(peers)
@@ -237,8 +273,9 @@ def in_process(directory: Path, repeats: int) -> dict:
             got["cpu_ratio_view"] = round(got["cpu_to_duckdb_view"] / got["cpu_read_parquet"], 2)
             # Paired: each repeat's two samples ran moments apart, so a drift in the machine's speed (a neighbour's
             # load) moves both; the median of their differences is the overhead, put over read_parquet's median.
-            overhead = statistics.median(view - direct for view, direct in zip(
-                samples["to_duckdb_view"], samples["read_parquet"], strict=True))
+            overhead = statistics.median(
+                view - direct for view, direct in zip(samples["to_duckdb_view"], samples["read_parquet"], strict=True)
+            )
             got["paired_ratio_view"] = round(1 + overhead / got["read_parquet"], 3)
             got["paired_overhead_ms_view"] = round(overhead * 1000, 3)
             got["ratio_vs_listed"] = round(got["to_duckdb"] / got["listed_read_parquet"], 2)
@@ -279,13 +316,20 @@ def main() -> None:
         walls["silt delete of one day (Spark)"] = []
         for run in range(args.spark_repeats):
             walls["silt sql count --engine spark"].append(silt_wall(directory, "sql", "--engine", "spark", COUNT))
-            walls["silt delete of one day (Spark)"].append(silt_wall(
-                directory, *delete_command(args.repeats + run), SILTLAKE_PUBLISH__IN_PROCESS_REWRITE_BYTES="0"))
+            walls["silt delete of one day (Spark)"].append(
+                silt_wall(
+                    directory, *delete_command(args.repeats + run), SILTLAKE_PUBLISH__IN_PROCESS_REWRITE_BYTES="0"
+                )
+            )
         commands_result = {label: median(values) for label, values in walls.items() if values}
         status = commands_result["silt status"]
         report = {
-            "machine": brief_machine(), "load_avg_before": [round(x, 2) for x in load_before],
-            "rows": args.rows, "days": args.days, "repeats": args.repeats, "spark_repeats": args.spark_repeats,
+            "machine": brief_machine(),
+            "load_avg_before": [round(x, 2) for x in load_before],
+            "rows": args.rows,
+            "days": args.days,
+            "repeats": args.repeats,
+            "spark_repeats": args.spark_repeats,
             "duckdb_repeats": args.duckdb_repeats,
             "median_wall_seconds": commands_result,
             "vs_status": {label: round(value / status, 2) for label, value in commands_result.items()},

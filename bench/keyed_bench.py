@@ -50,16 +50,29 @@ from siltlake.read import table as read_table
 from siltlake.tabledef import TableDef
 
 FIRST = dt.date(2026, 10, 1)
-COLUMNS = [{"name": "utc_event_time", "type": "timestamp", "nullable": False},
-           {"name": "event_id", "type": "bigint", "nullable": False},
-           {"name": "user_id", "type": "bigint"}, {"name": "action", "type": "string"},
-           {"name": "path", "type": "string"}, {"name": "status", "type": "int"}, {"name": "bytes", "type": "bigint"}]
+COLUMNS = [
+    {"name": "utc_event_time", "type": "timestamp", "nullable": False},
+    {"name": "event_id", "type": "bigint", "nullable": False},
+    {"name": "user_id", "type": "bigint"},
+    {"name": "action", "type": "string"},
+    {"name": "path", "type": "string"},
+    {"name": "status", "type": "int"},
+    {"name": "bytes", "type": "bigint"},
+]
 
 
 def table_def(name: str, keyed: bool) -> TableDef:
-    return TableDef.from_mapping({"schema": "web", "name": name, "time_column": "utc_event_time", "timezone": "UTC",
-                                  "merge_interval": 0, "columns": COLUMNS,
-                                  **({"primary_key": ["event_id"]} if keyed else {})})
+    return TableDef.from_mapping(
+        {
+            "schema": "web",
+            "name": name,
+            "time_column": "utc_event_time",
+            "timezone": "UTC",
+            "merge_interval": 0,
+            "columns": COLUMNS,
+            **({"primary_key": ["event_id"]} if keyed else {}),
+        }
+    )
 
 
 def rows_of(date: dt.date, first_id: int, count: int, seed: int) -> pa.Table:
@@ -68,14 +81,17 @@ def rows_of(date: dt.date, first_id: int, count: int, seed: int) -> pa.Table:
     times = np.sort(start + rng.integers(0, 86_400_000_000, count).astype("timedelta64[us]"))
     actions = np.array(["view", "click", "search", "buy", "login", "logout", "share", "like"])
     paths = np.array([f"/items/{n}" for n in range(500)])
-    return pa.table({
-        "utc_event_time": pa.array(times, pa.timestamp("us", tz="UTC")),
-        "event_id": pa.array(np.arange(first_id, first_id + count), pa.int64()),
-        "user_id": pa.array(rng.integers(0, 200_000, count), pa.int64()),
-        "action": pa.array(actions[rng.integers(0, len(actions), count)], pa.string()),
-        "path": pa.array(paths[rng.integers(0, len(paths), count)], pa.string()),
-        "status": pa.array(rng.choice([200, 200, 200, 304, 404, 500], count).astype("int32"), pa.int32()),
-        "bytes": pa.array(rng.integers(100, 50_000, count), pa.int64())})
+    return pa.table(
+        {
+            "utc_event_time": pa.array(times, pa.timestamp("us", tz="UTC")),
+            "event_id": pa.array(np.arange(first_id, first_id + count), pa.int64()),
+            "user_id": pa.array(rng.integers(0, 200_000, count), pa.int64()),
+            "action": pa.array(actions[rng.integers(0, len(actions), count)], pa.string()),
+            "path": pa.array(paths[rng.integers(0, len(paths), count)], pa.string()),
+            "status": pa.array(rng.choice([200, 200, 200, 304, 404, 500], count).astype("int32"), pa.int32()),
+            "bytes": pa.array(rng.integers(100, 50_000, count), pa.int64()),
+        }
+    )
 
 
 def settle(deployment: Deployment) -> None:
@@ -107,11 +123,13 @@ def read_bench(args: argparse.Namespace, root: Path) -> dict:
     def arrow(table):
         def run(_state: object) -> dict:
             return {"rows": table.to_arrow(dates=[FIRST]).num_rows}
+
         return None, run
 
     def spark_count(name: str):
         def run(_state: object) -> dict:
             return {"rows": read_table(spark, name, deployment, dates=[FIRST]).count()}
+
         return None, run
 
     # Each reader's pair alternates on its own: a Spark read leaves work behind (its Python workers, the
@@ -134,13 +152,22 @@ def read_bench(args: argparse.Namespace, root: Path) -> dict:
     deployment.close()
 
     def ratio(runs: dict, a: str, b: str) -> dict:
-        return {"best": round(runs[a]["best_seconds"] / runs[b]["best_seconds"], 2),
-                "median": round(runs[a]["median_seconds"] / runs[b]["median_seconds"], 2)}
+        return {
+            "best": round(runs[a]["best_seconds"] / runs[b]["best_seconds"], 2),
+            "median": round(runs[a]["median_seconds"] / runs[b]["median_seconds"], 2),
+        }
 
-    return {"stored_rows": stored, "unique_rows": unique, "before_merge": before, "after_merge": after,
-            "ratios": {f"{phase}_{reader}": ratio(runs, f"keyed_{reader}", f"plain_{reader}")
-                       for phase, runs in (("before", before), ("after", after))
-                       for reader in (("arrow",) if args.no_spark else ("arrow", "spark"))}}
+    return {
+        "stored_rows": stored,
+        "unique_rows": unique,
+        "before_merge": before,
+        "after_merge": after,
+        "ratios": {
+            f"{phase}_{reader}": ratio(runs, f"keyed_{reader}", f"plain_{reader}")
+            for phase, runs in (("before", before), ("after", after))
+            for reader in (("arrow",) if args.no_spark else ("arrow", "spark"))
+        },
+    }
 
 
 def upsert_bench(args: argparse.Namespace, root: Path) -> dict:
@@ -152,12 +179,18 @@ def upsert_bench(args: argparse.Namespace, root: Path) -> dict:
     deployment.catalog.tables.create(table_def("events", True))
     delta_path = root / "delta-pristine"
     for number, date in enumerate(days):
-        day = [rows_of(date, (number * args.objects_per_day + n) * per_object, per_object, number * 100 + n)
-               for n in range(args.objects_per_day)]
+        day = [
+            rows_of(date, (number * args.objects_per_day + n) * per_object, per_object, number * 100 + n)
+            for n in range(args.objects_per_day)
+        ]
         commit_small_objects(deployment, "web.events", [(date, chunk) for chunk in day])
         whole = pa.concat_tables(day)
-        write_deltalake(str(delta_path), whole.append_column("dt", pa.array([date] * whole.num_rows, pa.date32())),
-                        partition_by=["dt"], mode="append")
+        write_deltalake(
+            str(delta_path),
+            whole.append_column("dt", pa.array([date] * whole.num_rows, pa.date32())),
+            partition_by=["dt"],
+            mode="append",
+        )
         print(f"  filled {date} ({number + 1}/{len(days)})", flush=True)
     settle(deployment)
     total = args.days * args.objects_per_day * per_object
@@ -169,14 +202,16 @@ def upsert_bench(args: argparse.Namespace, root: Path) -> dict:
         first = number * args.objects_per_day * per_object
         mine = replaced[(replaced >= first) & (replaced < first + args.objects_per_day * per_object)]
         fresh = rows_of(date, 0, len(mine) + half // len(days), 1000 + number)
-        ids = np.concatenate([mine, np.arange(total + number * (half // len(days)),
-                                              total + (number + 1) * (half // len(days)))])
+        ids = np.concatenate(
+            [mine, np.arange(total + number * (half // len(days)), total + (number + 1) * (half // len(days)))]
+        )
         pieces.append(fresh.set_column(1, "event_id", pa.array(ids, pa.int64())))
     source = pa.concat_tables(pieces)
     lake = Lake(deployment)
     events = lake.table("web.events")
-    delta_source = source.append_column("dt", pc.cast(pc.cast(source.column("utc_event_time"), pa.timestamp("us")),
-                                                      pa.date32()))
+    delta_source = source.append_column(
+        "dt", pc.cast(pc.cast(source.column("utc_event_time"), pa.timestamp("us")), pa.date32())
+    )
     work = root / "delta-work"
 
     def fresh_delta(_attempt: int) -> Path:
@@ -185,31 +220,51 @@ def upsert_bench(args: argparse.Namespace, root: Path) -> dict:
         return work
 
     def delta_merge(path: Path) -> dict:
-        metrics = (DeltaTable(str(path)).merge(source=delta_source, predicate="t.event_id = s.event_id AND t.dt = s.dt",
-                                               source_alias="s", target_alias="t")
-                   .when_matched_update_all().when_not_matched_insert_all().execute())
+        metrics = (
+            DeltaTable(str(path))
+            .merge(
+                source=delta_source,
+                predicate="t.event_id = s.event_id AND t.dt = s.dt",
+                source_alias="s",
+                target_alias="t",
+            )
+            .when_matched_update_all()
+            .when_not_matched_insert_all()
+            .execute()
+        )
         return {"updated": metrics.get("num_target_rows_updated"), "inserted": metrics.get("num_target_rows_inserted")}
 
     def silt_upsert(_state: object) -> dict:
         report = events.upsert(source)
         return {"partitions": len(report.partitions), "rows": report.rows}
 
-    runs = interleaved_runs({"siltlake_upsert": (None, silt_upsert), "delta_merge": (fresh_delta, delta_merge)},
-                            args.repeats)
+    runs = interleaved_runs(
+        {"siltlake_upsert": (None, silt_upsert), "delta_merge": (fresh_delta, delta_merge)}, args.repeats
+    )
     # What merge-on-read defers to readers: one whole read of each table after the upsert (delta-rs's copy holds
     # the last run's merge), and the keyed table after its merge.
-    reads = interleaved_runs({
-        "siltlake_read_after_upsert": (None, lambda _s: {"rows": events.to_arrow().num_rows}),
-        "delta_read_after_merge": (None, lambda _s: {"rows": DeltaTable(str(work)).to_pyarrow_table().num_rows}),
-    }, 3)
+    reads = interleaved_runs(
+        {
+            "siltlake_read_after_upsert": (None, lambda _s: {"rows": events.to_arrow().num_rows}),
+            "delta_read_after_merge": (None, lambda _s: {"rows": DeltaTable(str(work)).to_pyarrow_table().num_rows}),
+        },
+        3,
+    )
     count = reads["siltlake_read_after_upsert"]["runs"][0]["rows"]
     assert count == total + half // len(days) * len(days), count
     assert reads["delta_read_after_merge"]["runs"][0]["rows"] == count
     deployment.close()
-    return {"table_rows": total, "upsert_rows": source.num_rows, "rows_after": count, "runs": runs, "reads": reads,
-            "ratio": {"best": round(runs["siltlake_upsert"]["best_seconds"] / runs["delta_merge"]["best_seconds"], 3),
-                      "median": round(runs["siltlake_upsert"]["median_seconds"]
-                                      / runs["delta_merge"]["median_seconds"], 3)}}
+    return {
+        "table_rows": total,
+        "upsert_rows": source.num_rows,
+        "rows_after": count,
+        "runs": runs,
+        "reads": reads,
+        "ratio": {
+            "best": round(runs["siltlake_upsert"]["best_seconds"] / runs["delta_merge"]["best_seconds"], 3),
+            "median": round(runs["siltlake_upsert"]["median_seconds"] / runs["delta_merge"]["median_seconds"], 3),
+        },
+    }
 
 
 def main() -> int:
@@ -231,8 +286,14 @@ def main() -> int:
         found = read_bench(args, root) if args.part == "read" else upsert_bench(args, root)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    report = {"benchmark": f"keyed_{args.part}", "when": utc_stamp(), "machine": machine(),
-              "command": " ".join(sys.argv), "args": args_record(args), **found}
+    report = {
+        "benchmark": f"keyed_{args.part}",
+        "when": utc_stamp(),
+        "machine": machine(),
+        "command": " ".join(sys.argv),
+        "args": args_record(args),
+        **found,
+    }
     write_report(RESULTS / f"keyed_{args.part}{args.tag}.json", report)
     print({k: v for k, v in found.items() if k in ("ratios", "ratio", "stored_rows", "unique_rows")})
     return 0

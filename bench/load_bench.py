@@ -55,17 +55,20 @@ def generate(directory: Path, files: int, mb_per_file: int) -> tuple[list[Path],
         ids = np.arange(first, first + rows_per_file, dtype=np.int64)
         seconds = rng.integers(0, 2 * 86400, rows_per_file)
         times = pa.array(start + seconds.astype("timedelta64[s]"), pa.timestamp("s"))
-        table = pa.table({
-            "id": ids,
-            "time": pc.strftime(times, "%Y-%m-%d %H:%M:%S"),
-            "user_id": rng.integers(0, 10_000_000, rows_per_file),
-            "action": pa.array(ACTIONS[rng.integers(0, len(ACTIONS), rows_per_file)]),
-            "path": pc.binary_join_element_wise("/item/", pc.cast(pa.array(rng.integers(0, 100_000, rows_per_file)),
-                                                                  pa.string()), "?ref=home", ""),
-            "status": pa.array(rng.choice([200, 200, 200, 200, 301, 404, 500], rows_per_file)),
-            "bytes": rng.integers(0, 1_000_000, rows_per_file),
-            "latency": np.round(rng.random(rows_per_file), 6),
-        })
+        table = pa.table(
+            {
+                "id": ids,
+                "time": pc.strftime(times, "%Y-%m-%d %H:%M:%S"),
+                "user_id": rng.integers(0, 10_000_000, rows_per_file),
+                "action": pa.array(ACTIONS[rng.integers(0, len(ACTIONS), rows_per_file)]),
+                "path": pc.binary_join_element_wise(
+                    "/item/", pc.cast(pa.array(rng.integers(0, 100_000, rows_per_file)), pa.string()), "?ref=home", ""
+                ),
+                "status": pa.array(rng.choice([200, 200, 200, 200, 301, 404, 500], rows_per_file)),
+                "bytes": rng.integers(0, 1_000_000, rows_per_file),
+                "latency": np.round(rng.random(rows_per_file), 6),
+            }
+        )
         pacsv.write_csv(table, path, pacsv.WriteOptions(quoting_style="needed"))
         total += rows_per_file
     marker.write_text(json.dumps({"rows": total}))
@@ -88,8 +91,10 @@ def run_siltlake(spark, paths: list[Path], workdir: Path) -> tuple[float, dict]:
     shutil.rmtree(deployment_dir, ignore_errors=True)
     deployment = new_deployment("bench001", deployment_dir)
     deployment.use_spark(spark)
-    seed = {"in": {"path": str(paths[0].parent / "access-*.csv")},
-            "out": {"table": "web.access", "create": True, "timezone": "Asia/Tokyo"}}
+    seed = {
+        "in": {"path": str(paths[0].parent / "access-*.csv")},
+        "out": {"table": "web.access", "create": True, "timezone": "Asia/Tokyo"},
+    }
     config = guess(seed)
     started = time.perf_counter()
     report = load(deployment, parse_load_config(config))
@@ -97,8 +102,14 @@ def run_siltlake(spark, paths: list[Path], workdir: Path) -> tuple[float, dict]:
     (job,) = report.jobs
     objects = deployment.catalog.partitions.small_objects(deployment.catalog.tables.get("web.access").id)
     deployment.close()
-    return seconds, {"records_in": job.records_in, "loaded": job.loaded, "bad": job.bad, "tasks": job.tasks,
-                     "small_objects": len(objects), "parser": config["parser"]}
+    return seconds, {
+        "records_in": job.records_in,
+        "loaded": job.loaded,
+        "bad": job.bad,
+        "tasks": job.tasks,
+        "small_objects": len(objects),
+        "parser": config["parser"],
+    }
 
 
 def main() -> None:
@@ -125,19 +136,28 @@ def main() -> None:
             else:
                 seconds, extra = run_siltlake(spark, paths, args.workdir)
             best = seconds if best is None else min(best, seconds)
-        results[name] = {"seconds": round(best, 2), "rows_per_second": round(rows / best),
-                         "mb_per_second": round(input_bytes / MB / best, 1), **extra}
-        print(f"{name:9s} {best:7.1f} s  {rows / best:12,.0f} rows/s  {input_bytes / MB / best:7.1f} MB/s",
-              flush=True)
+        results[name] = {
+            "seconds": round(best, 2),
+            "rows_per_second": round(rows / best),
+            "mb_per_second": round(input_bytes / MB / best, 1),
+            **extra,
+        }
+        print(f"{name:9s} {best:7.1f} s  {rows / best:12,.0f} rows/s  {input_bytes / MB / best:7.1f} MB/s", flush=True)
     speedup = results["naive"]["seconds"] / results["siltlake"]["seconds"]
     print(f"siltlake / naive speed: {speedup:.2f}x")
     assert results["siltlake"]["loaded"] == rows, results["siltlake"]
     record = {
-        "benchmark": "load", "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
-                    "load_average": os.getloadavg()},
+        "benchmark": "load",
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "load_average": os.getloadavg(),
+        },
         "input": {"files": len(paths), "bytes": input_bytes, "rows": rows},
-        "results": results, "speedup": round(speedup, 2),
+        "results": results,
+        "speedup": round(speedup, 2),
     }
     save_json(args.out, record)
     spark.stop()

@@ -42,20 +42,25 @@ HOUR_START = dt.datetime.fromtimestamp(DAY_START_US / 1e6, dt.UTC) + dt.timedelt
 HOST = "web07.tokyo.example.net"
 QUERIES = {
     "day_host": f"SELECT status, count(*), round(avg(latency_ms), 3) FROM {{files}} WHERE host = '{HOST}' "
-                "GROUP BY status",
+    "GROUP BY status",
     "day_path": "SELECT count(*), count(DISTINCT user_id) FROM {files} WHERE path LIKE '/api/v2/orders/1%'",
     "hour": "SELECT status, count(*), round(avg(latency_ms), 3) FROM {files} "
-            "WHERE time >= TIMESTAMPTZ '{start}' AND time < TIMESTAMPTZ '{end}' GROUP BY status",
+    "WHERE time >= TIMESTAMPTZ '{start}' AND time < TIMESTAMPTZ '{end}' GROUP BY status",
     "hour_host": f"SELECT status, count(*) FROM {{files}} WHERE host = '{HOST}' "
-                 "AND time >= TIMESTAMPTZ '{start}' AND time < TIMESTAMPTZ '{end}' GROUP BY status",
+    "AND time >= TIMESTAMPTZ '{start}' AND time < TIMESTAMPTZ '{end}' GROUP BY status",
 }
 
 
 def layout_summary(paths: list[Path]) -> dict:
     footers = [pq.read_metadata(p) for p in paths]
     groups = [f.row_group(i).num_rows for f in footers for i in range(f.num_row_groups)]
-    return {"files": len(paths), "bytes": sum(p.stat().st_size for p in paths), "row_groups": len(groups),
-            "rows": sum(groups), "largest_row_group_rows": max(groups)}
+    return {
+        "files": len(paths),
+        "bytes": sum(p.stat().st_size for p in paths),
+        "row_groups": len(groups),
+        "rows": sum(groups),
+        "largest_row_group_rows": max(groups),
+    }
 
 
 def make_layouts(args, workdir: Path) -> dict[str, list[Path]]:
@@ -85,11 +90,14 @@ def make_layouts(args, workdir: Path) -> dict[str, list[Path]]:
             continue
         merged = pq.ParquetFile(workdir / key)
         first = merged.metadata.row_group(0)
-        dictionary = [first.column(i).path_in_schema for i in range(first.num_columns)
-                      if first.column(i).has_dictionary_page]
-        variants = {"dict_all": {"use_dictionary": True},
-                    "page_index": {"use_dictionary": dictionary, "write_page_index": True},
-                    "bloom_host": {"use_dictionary": dictionary, "bloom_filter_options": {"host": {"ndv": 64}}}}
+        dictionary = [
+            first.column(i).path_in_schema for i in range(first.num_columns) if first.column(i).has_dictionary_page
+        ]
+        variants = {
+            "dict_all": {"use_dictionary": True},
+            "page_index": {"use_dictionary": dictionary, "write_page_index": True},
+            "bloom_host": {"use_dictionary": dictionary, "bloom_filter_options": {"host": {"ndv": 64}}},
+        }
         for variant, options in variants.items():
             target = out / f"{variant}-{size:g}mib.parquet"
             with pq.ParquetWriter(target, merged.schema_arrow, compression=CODEC, **options) as writer:
@@ -107,9 +115,13 @@ def run_queries(layouts: dict[str, list[Path]], repeats: int, threads: int | Non
         connection.execute(f"SET threads = {threads}")
     start = HOUR_START.strftime("%Y-%m-%d %H:%M:%S+00")
     end = (HOUR_START + dt.timedelta(hours=1)).strftime("%Y-%m-%d %H:%M:%S+00")
-    sql = {(layout, name): query.format(files="read_parquet([" + ", ".join(f"'{p}'" for p in paths) + "])",
-                                        start=start, end=end)
-           for layout, paths in layouts.items() for name, query in QUERIES.items()}
+    sql = {
+        (layout, name): query.format(
+            files="read_parquet([" + ", ".join(f"'{p}'" for p in paths) + "])", start=start, end=end
+        )
+        for layout, paths in layouts.items()
+        for name, query in QUERIES.items()
+    }
     answers = {key: sorted(connection.execute(text).fetchall()) for key, text in sql.items()}  # warm, untimed
     for name in QUERIES:
         first = answers[(next(iter(layouts)), name)]
@@ -124,13 +136,22 @@ def run_queries(layouts: dict[str, list[Path]], repeats: int, threads: int | Non
             started = time.perf_counter()
             connection.execute(text).fetchall()
             seconds[key].append(time.perf_counter() - started)
-    medians = {f"{layout}/{name}": round(statistics.median(values) * 1000, 2)
-               for (layout, name), values in seconds.items()}
-    ratios = {f"{layout}/{name}": round(medians[f"{layout}/{name}"] / medians[f"delta/{name}"], 3)
-              for (layout, name) in seconds if layout != "delta"}
+    medians = {
+        f"{layout}/{name}": round(statistics.median(values) * 1000, 2) for (layout, name), values in seconds.items()
+    }
+    ratios = {
+        f"{layout}/{name}": round(medians[f"{layout}/{name}"] / medians[f"delta/{name}"], 3)
+        for (layout, name) in seconds
+        if layout != "delta"
+    }
     threads_used = connection.execute("SELECT current_setting('threads')").fetchone()[0]
-    return {"median_ms": medians, "over_delta": ratios, "load_1m": loads, "duckdb": duckdb.__version__,
-            "threads": threads_used}
+    return {
+        "median_ms": medians,
+        "over_delta": ratios,
+        "load_1m": loads,
+        "duckdb": duckdb.__version__,
+        "threads": threads_used,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

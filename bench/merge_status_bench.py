@@ -37,13 +37,30 @@ def main(argv: list[str] | None = None) -> int:
             started = time.perf_counter()
             catalog.merge_queue.status(utcnow(), 600)
             seconds.append(time.perf_counter() - started)
-        runs.append({"partitions": size, "median_s": round(statistics.median(seconds), 5),
-                     "best_s": round(min(seconds), 5), "load_avg_1m": load_avg_1m()})
-        print(f"  {size:>6} partitions: merge status {runs[-1]['median_s'] * 1000:.1f} ms (load "
-              f"{runs[-1]['load_avg_1m']})", flush=True)
+        runs.append(
+            {
+                "partitions": size,
+                "median_s": round(statistics.median(seconds), 5),
+                "best_s": round(min(seconds), 5),
+                "load_avg_1m": load_avg_1m(),
+            }
+        )
+        print(
+            f"  {size:>6} partitions: merge status {runs[-1]['median_s'] * 1000:.1f} ms (load "
+            f"{runs[-1]['load_avg_1m']})",
+            flush=True,
+        )
         catalog.close()
-    save_json(args.out, {"benchmark": "merge_status", "started": utc_stamp(), "machine": brief_machine(),
-                         "args": {k: str(v) for k, v in vars(args).items()}, "runs": runs})
+    save_json(
+        args.out,
+        {
+            "benchmark": "merge_status",
+            "started": utc_stamp(),
+            "machine": brief_machine(),
+            "args": {k: str(v) for k, v in vars(args).items()},
+            "runs": runs,
+        },
+    )
     return 0
 
 

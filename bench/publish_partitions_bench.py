@@ -63,8 +63,9 @@ def build(deployment, size: int, iceberg: bool) -> tuple:  # a Deployment
     return table, days
 
 
-def timed(deployment, counter: StatementCounter, prepare, profile: cProfile.Profile | None,
-          repeats: int, check) -> dict:
+def timed(
+    deployment, counter: StatementCounter, prepare, profile: cProfile.Profile | None, repeats: int, check
+) -> dict:
     """Publish runs on the clock (the days end today), each after prepare(attempt)."""
     seconds, statements = [], []
     for attempt in range(repeats):
@@ -79,8 +80,11 @@ def timed(deployment, counter: StatementCounter, prepare, profile: cProfile.Prof
         seconds.append(time.perf_counter() - started)
         statements.append(counter.statements - mark[0])
         check(report)
-    return {"median_s": round(statistics.median(seconds), 4), "best_s": round(min(seconds), 4),
-            "statements": sorted(set(statements))}
+    return {
+        "median_s": round(statistics.median(seconds), 4),
+        "best_s": round(min(seconds), 4),
+        "statements": sorted(set(statements)),
+    }
 
 
 def timed_status(deployment, repeats: int) -> dict:  # a Deployment
@@ -106,8 +110,12 @@ def run(kind: str, size: int, args, workdir: Path) -> dict:
             started = time.perf_counter()
             table, days = build(deployment, size, args.iceberg)
             now = utcnow()
-            record = {"catalog": kind, "partitions": size, "setup_s": round(time.perf_counter() - started, 1),
-                      "load_avg_1m_before": load_avg_1m()}
+            record = {
+                "catalog": kind,
+                "partitions": size,
+                "setup_s": round(time.perf_counter() - started, 1),
+                "load_avg_1m_before": load_avg_1m(),
+            }
             counter = StatementCounter(deployment.catalog.engine)
             catalog = deployment.catalog
             by_date = {p.partition_date: p.id for p in catalog.partitions.list(table.id)}
@@ -125,17 +133,19 @@ def run(kind: str, size: int, args, workdir: Path) -> dict:
             def expect(field: str, count: int):
                 def check(report) -> None:
                     if len(getattr(report, field)) != count or report.target_errors:
-                        raise RuntimeError(f"{size} partitions: {field} = {len(getattr(report, field))}, expected "
-                                           f"{count}; target errors {report.target_errors}")
+                        raise RuntimeError(
+                            f"{size} partitions: {field} = {len(getattr(report, field))}, expected "
+                            f"{count}; target errors {report.target_errors}"
+                        )
+
                 return check
 
             publish_once(deployment)  # warm: connection pool, statement cache
-            record["live"] = timed(deployment, counter, one_live, profile, args.repeats,
-                                   expect("live_versions", 1))
-            record["merged"] = timed(deployment, counter, one_merged, merged_profile, args.repeats,
-                                     expect("merged_versions", 1))
-            record["idle"] = timed(deployment, counter, lambda _: None, None, args.repeats,
-                                   expect("live_versions", 0))
+            record["live"] = timed(deployment, counter, one_live, profile, args.repeats, expect("live_versions", 1))
+            record["merged"] = timed(
+                deployment, counter, one_merged, merged_profile, args.repeats, expect("merged_versions", 1)
+            )
+            record["idle"] = timed(deployment, counter, lambda _: None, None, args.repeats, expect("live_versions", 0))
             record["merge_status"] = timed_status(deployment, args.repeats)
             record["load_avg_1m_after"] = load_avg_1m()
             if args.iceberg:
@@ -148,11 +158,14 @@ def run(kind: str, size: int, args, workdir: Path) -> dict:
                 profile.dump_stats(args.profile)
             if merged_profile is not None:
                 merged_profile.dump_stats(args.profile_merged)
-            print(f"  [{kind}] {size:>6} partitions: live {record['live']['median_s']:.3f} s "
-                  f"({record['live']['statements']} statements), merged {record['merged']['median_s']:.3f} s, "
-                  f"idle {record['idle']['median_s']:.3f} s, merge status "
-                  f"{record['merge_status']['median_s'] * 1000:.1f} ms  (setup {record['setup_s']} s, load "
-                  f"{record['load_avg_1m_before']})", flush=True)
+            print(
+                f"  [{kind}] {size:>6} partitions: live {record['live']['median_s']:.3f} s "
+                f"({record['live']['statements']} statements), merged {record['merged']['median_s']:.3f} s, "
+                f"idle {record['idle']['median_s']:.3f} s, merge status "
+                f"{record['merge_status']['median_s'] * 1000:.1f} ms  (setup {record['setup_s']} s, load "
+                f"{record['load_avg_1m_before']})",
+                flush=True,
+            )
             return record
         finally:
             deployment.close()
@@ -164,8 +177,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--catalog", choices=["sqlite", "postgresql", "both"], default="both")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--iceberg", action="store_true", help="with the Iceberg target on")
-    parser.add_argument("--snapshot-retention", type=int, default=None,
-                        help="publish.iceberg.snapshot_retention in seconds (default: the configuration's, a day)")
+    parser.add_argument(
+        "--snapshot-retention",
+        type=int,
+        default=None,
+        help="publish.iceberg.snapshot_retention in seconds (default: the configuration's, a day)",
+    )
     parser.add_argument("--profile", type=Path, help="cProfile statistics of the live runs at the largest size")
     parser.add_argument("--profile-merged", type=Path, help="the same of the merged runs")
     parser.add_argument("--workdir", type=Path, default=ROOT / "bench" / "data" / "publish_partitions")
@@ -173,9 +190,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     kinds = ["sqlite", "postgresql"] if args.catalog == "both" else [args.catalog]
     args.workdir.mkdir(parents=True, exist_ok=True)
-    report = {"benchmark": "publish_partitions", "started": utc_stamp(), "machine": brief_machine(),
-              "args": {k: str(v) for k, v in vars(args).items()}, "load_avg_1m_start": load_avg_1m(),
-              "runs": [run(kind, size, args, args.workdir) for kind in kinds for size in args.sizes]}
+    report = {
+        "benchmark": "publish_partitions",
+        "started": utc_stamp(),
+        "machine": brief_machine(),
+        "args": {k: str(v) for k, v in vars(args).items()},
+        "load_avg_1m_start": load_avg_1m(),
+        "runs": [run(kind, size, args, args.workdir) for kind in kinds for size in args.sizes],
+    }
     report["load_avg_1m_end"] = load_avg_1m()
     save_json(args.out, report)
     return 0

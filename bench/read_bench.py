@@ -109,13 +109,25 @@ def delta_table_over(table: Table, root: Path, stats: bool = False) -> str:
         if not f.uri.startswith(prefix):
             raise RuntimeError(f"{f.uri} is not under {prefix}")
         path = Path(f.uri.removeprefix("file://"))
-        actions.append(AddAction(path=f.uri[len(prefix):], size=path.stat().st_size,
-                                 partition_values={"dt": f.partition_date.isoformat()},
-                                 modification_time=int(path.stat().st_mtime * 1000), data_change=True,
-                                 stats=json.dumps({"numRecords": f.rows,
-                                                   "minValues": {column: f"{f.min_event_time.isoformat()}Z"},
-                                                   "maxValues": {column: f"{f.max_event_time.isoformat()}Z"},
-                                                   "nullCount": {column: 0}}) if stats else None))
+        actions.append(
+            AddAction(
+                path=f.uri[len(prefix) :],
+                size=path.stat().st_size,
+                partition_values={"dt": f.partition_date.isoformat()},
+                modification_time=int(path.stat().st_mtime * 1000),
+                data_change=True,
+                stats=json.dumps(
+                    {
+                        "numRecords": f.rows,
+                        "minValues": {column: f"{f.min_event_time.isoformat()}Z"},
+                        "maxValues": {column: f"{f.max_event_time.isoformat()}Z"},
+                        "nullCount": {column: 0},
+                    }
+                )
+                if stats
+                else None,
+            )
+        )
     DeltaTable(str(root)).create_write_transaction(actions, mode="append", schema=schema, partition_by=["dt"])
     return str(root)
 
@@ -166,8 +178,10 @@ def iceberg_cases(load_table: Callable[[], object], table: Table, day: dt.date) 
     zone = dt.timedelta(hours=9)  # bench.t's timezone, Asia/Tokyo (no daylight saving)
     start = dt.datetime.combine(day, dt.time()) - zone
     column = table.record.definition.time_column
-    window = And(GreaterThanOrEqual(column, start.isoformat() + "+00:00"),
-                 LessThan(column, (start + dt.timedelta(days=1)).isoformat() + "+00:00"))
+    window = And(
+        GreaterThanOrEqual(column, start.isoformat() + "+00:00"),
+        LessThan(column, (start + dt.timedelta(days=1)).isoformat() + "+00:00"),
+    )
     return {
         "plan": lambda: len(list(load_table().scan(row_filter=window).plan_files())),
         "first_batch": lambda: first_batch(load_table().scan(row_filter=window).to_arrow_batch_reader()),
@@ -192,10 +206,17 @@ def measure(readers: dict[str, dict[str, Callable[[], object]]], repeats: int) -
                 if result != results[name][case]:
                     raise RuntimeError(f"{name} {case}: {result} then {results[name][case]}")
                 times[name][case].append(seconds)
-    return {name: {case: {"best_ms": round(min(values) * 1000, 2),
-                          "median_ms": round(statistics.median(values) * 1000, 2),
-                          "result": results[name][case]} for case, values in cases.items()}
-            for name, cases in times.items()}
+    return {
+        name: {
+            case: {
+                "best_ms": round(min(values) * 1000, 2),
+                "median_ms": round(statistics.median(values) * 1000, 2),
+                "result": results[name][case],
+            }
+            for case, values in cases.items()
+        }
+        for name, cases in times.items()
+    }
 
 
 def ratios(figures: dict) -> dict:
@@ -221,23 +242,33 @@ def run_size(kind: str, size: int, args, with_peers: bool) -> dict:
             counter = StatementCounter(deployment.catalog.engine)
             before = counter.statements
             table = lake.table("bench.t")
-            record: dict = {"partitions": size, "setup_seconds": round(seconds, 1), **state,
-                            "open_table_statements": counter.statements - before}
-            days = {"merged_day": FIRST_DAY + dt.timedelta(days=size // 4),
-                    "live_day": FIRST_DAY + dt.timedelta(days=size // 2 + size // 4)}
+            record: dict = {
+                "partitions": size,
+                "setup_seconds": round(seconds, 1),
+                **state,
+                "open_table_statements": counter.statements - before,
+            }
+            days = {
+                "merged_day": FIRST_DAY + dt.timedelta(days=size // 4),
+                "live_day": FIRST_DAY + dt.timedelta(days=size // 2 + size // 4),
+            }
             for label, day in days.items():
                 record[label] = {"date": day.isoformat(), "statements": statements_per_read(table, counter, day)}
             if not with_peers:
                 return record
             started = time.perf_counter()
-            delta_root = delta_table_over(table, Path(deployment.lake.path(table.record.layout(
-                deployment.instance_key).prefix)))
+            delta_root = delta_table_over(
+                table, Path(deployment.lake.path(table.record.layout(deployment.instance_key).prefix))
+            )
             load_iceberg = iceberg_table_over(table, root / "iceberg")
             record["peer_setup_seconds"] = round(time.perf_counter() - started, 1)
             record["files"] = len(table.data_files())
             for label, day in days.items():
-                readers = {"siltlake": siltlake_cases(table, day), "delta_rs": delta_cases(delta_root, day),
-                           "pyiceberg": iceberg_cases(load_iceberg, table, day)}
+                readers = {
+                    "siltlake": siltlake_cases(table, day),
+                    "delta_rs": delta_cases(delta_root, day),
+                    "pyiceberg": iceberg_cases(load_iceberg, table, day),
+                }
                 record[label]["load_avg_1m_before"] = load_avg_1m()
                 figures = measure(readers, args.repeats)
                 rows = {name: figures[name]["read"]["result"] for name in figures}
@@ -252,8 +283,10 @@ def run_size(kind: str, size: int, args, with_peers: bool) -> dict:
 def print_table(record: dict) -> None:
     for label in ("merged_day", "live_day"):
         day = record[label]
-        print(f"\n{record['partitions']} partitions, {label.replace('_', ' ')} {day['date']} "
-              f"({day['figures']['siltlake']['read']['result']} rows); median ms (best)")
+        print(
+            f"\n{record['partitions']} partitions, {label.replace('_', ' ')} {day['date']} "
+            f"({day['figures']['siltlake']['read']['result']} rows); median ms (best)"
+        )
         print(f"  {'':18}" + "".join(f"{name:>20}" for name in day["figures"]))
         for case in ("plan", "first_batch", "read", "read_filter_only"):
             cells = []
@@ -270,8 +303,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--catalog", choices=["sqlite", "postgresql"], default="sqlite")
     parser.add_argument("--partitions", type=int, default=1000, help="days of the table read against the peers")
-    parser.add_argument("--statement-sizes", type=lambda v: [int(x) for x in v.split(",")], default=[10, 100],
-                        help="smaller tables whose catalog statements per read are counted too")
+    parser.add_argument(
+        "--statement-sizes",
+        type=lambda v: [int(x) for x in v.split(",")],
+        default=[10, 100],
+        help="smaller tables whose catalog statements per read are counted too",
+    )
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--workdir", type=Path, default=ROOT / "bench" / "data" / "read")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "read.json")
@@ -280,10 +317,13 @@ def main(argv: list[str] | None = None) -> int:
     import deltalake
     import pyiceberg
 
-    report: dict = {"benchmark": "read", "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-                    "args": {k: str(v) for k, v in vars(args).items()},
-                    "machine": {**machine(), "deltalake": deltalake.__version__, "pyiceberg": pyiceberg.__version__},
-                    "load_avg_1m_start": load_avg_1m()}
+    report: dict = {
+        "benchmark": "read",
+        "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "args": {k: str(v) for k, v in vars(args).items()},
+        "machine": {**machine(), "deltalake": deltalake.__version__, "pyiceberg": pyiceberg.__version__},
+        "load_avg_1m_start": load_avg_1m(),
+    }
     started = time.perf_counter()
     statements = {}
     for size in args.statement_sizes:

@@ -41,8 +41,14 @@ from siltlake.storage.manifests import write_manifests
 from siltlake.tabledef import TableDef
 
 PG_ADMIN = os.environ.get("SILTLAKE_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
-TABLE = {"schema": "web", "name": "access", "time_column": "t", "timezone": "UTC", "merge_interval": 0,
-         "columns": [{"name": "t", "type": "timestamp", "nullable": False}]}
+TABLE = {
+    "schema": "web",
+    "name": "access",
+    "time_column": "t",
+    "timezone": "UTC",
+    "merge_interval": 0,
+    "columns": [{"name": "t", "type": "timestamp", "nullable": False}],
+}
 FIRST_DAY = dt.date(2026, 1, 1)
 
 
@@ -54,30 +60,86 @@ def build(deployment: Deployment, objects: int, partitions: int) -> None:
     now = utcnow() - dt.timedelta(days=30)
     per_day = objects // partitions
     with catalog.engine.begin() as c:
-        c.execute(s.staging_objects.insert(), [
-            dict(id=i, uri=f"file:///staging/{i}", table_id=table.id, size=100, receive_time=now, processed_time=now)
-            for i in range(1, objects + 1)])
+        c.execute(
+            s.staging_objects.insert(),
+            [
+                dict(
+                    id=i, uri=f"file:///staging/{i}", table_id=table.id, size=100, receive_time=now, processed_time=now
+                )
+                for i in range(1, objects + 1)
+            ],
+        )
         for day in range(partitions):
             date = FIRST_DAY + dt.timedelta(days=day)
             lower, upper = day * per_day, (day + 1) * per_day
-            pid = c.execute(s.partitions.insert().values(
-                table_id=table.id, partition_date=date, current_manifest_version=upper, desired_manifest_version=upper,
-                last_live_object_id=upper, switched=True, create_time=now).returning(s.partitions.c.id)).scalar_one()
-            c.execute(s.small_objects.insert(), [
-                dict(id=i, staging_object_id=i, partition_id=pid, delayed=False, content_length=100, row_count=1,
-                     min_event_time=now, max_event_time=now, upload_start_time=now)
-                for i in range(lower + 1, upper + 1)])
+            pid = c.execute(
+                s.partitions.insert()
+                .values(
+                    table_id=table.id,
+                    partition_date=date,
+                    current_manifest_version=upper,
+                    desired_manifest_version=upper,
+                    last_live_object_id=upper,
+                    switched=True,
+                    create_time=now,
+                )
+                .returning(s.partitions.c.id)
+            ).scalar_one()
+            c.execute(
+                s.small_objects.insert(),
+                [
+                    dict(
+                        id=i,
+                        staging_object_id=i,
+                        partition_id=pid,
+                        delayed=False,
+                        content_length=100,
+                        row_count=1,
+                        min_event_time=now,
+                        max_event_time=now,
+                        upload_start_time=now,
+                    )
+                    for i in range(lower + 1, upper + 1)
+                ],
+            )
             merged = layout.merged_object(date, 0, upper)
             lake.write_bytes(merged, b"m" * 1000)
-            c.execute(s.merge_ranges.insert(), [
-                dict(partition_id=pid, lower_bound=None, upper_bound=0, content_length=0, create_time=now,
-                     update_time=now),
-                dict(partition_id=pid, lower_bound=0, upper_bound=upper, content_length=1000, row_count=per_day,
-                     create_time=now, update_time=now)])
+            c.execute(
+                s.merge_ranges.insert(),
+                [
+                    dict(
+                        partition_id=pid,
+                        lower_bound=None,
+                        upper_bound=0,
+                        content_length=0,
+                        create_time=now,
+                        update_time=now,
+                    ),
+                    dict(
+                        partition_id=pid,
+                        lower_bound=0,
+                        upper_bound=upper,
+                        content_length=1000,
+                        row_count=per_day,
+                        create_time=now,
+                        update_time=now,
+                    ),
+                ],
+            )
             manifest, _ = write_manifests(lake, layout, date, upper, [(merged, 1000)])
-            c.execute(s.partition_versions.insert().values(
-                partition_id=pid, table_id=table.id, version=1, commit_op="compaction", manifest_key=manifest,
-                covered_upper=upper, created_at=now, row_count=per_day, byte_count=1000))
+            c.execute(
+                s.partition_versions.insert().values(
+                    partition_id=pid,
+                    table_id=table.id,
+                    version=1,
+                    commit_op="compaction",
+                    manifest_key=manifest,
+                    covered_upper=upper,
+                    created_at=now,
+                    row_count=per_day,
+                    byte_count=1000,
+                )
+            )
     # The small objects' files: tiny, but real files the reaper lists and deletes one by one.
     for day in range(partitions):
         date = FIRST_DAY + dt.timedelta(days=day)
@@ -95,19 +157,45 @@ def build_live(deployment: Deployment, objects: int, partitions: int, when: dt.d
     per_day = objects // partitions
     days = []
     with catalog.engine.begin() as c:
-        c.execute(s.staging_objects.insert(), [
-            dict(id=i, uri=f"file:///staging/{i}", table_id=table.id, size=100, receive_time=when,
-                 processed_time=when) for i in range(1, objects + 1)])
+        c.execute(
+            s.staging_objects.insert(),
+            [
+                dict(
+                    id=i,
+                    uri=f"file:///staging/{i}",
+                    table_id=table.id,
+                    size=100,
+                    receive_time=when,
+                    processed_time=when,
+                )
+                for i in range(1, objects + 1)
+            ],
+        )
         for day in range(partitions):
             date = FIRST_DAY + dt.timedelta(days=day)
             lower, upper = day * per_day, (day + 1) * per_day
-            pid = c.execute(s.partitions.insert().values(
-                table_id=table.id, partition_date=date, last_live_object_id=upper, create_time=when
-            ).returning(s.partitions.c.id)).scalar_one()
-            c.execute(s.small_objects.insert(), [
-                dict(id=i, staging_object_id=i, partition_id=pid, delayed=False, content_length=100, row_count=1,
-                     min_event_time=when, max_event_time=when, upload_start_time=when)
-                for i in range(lower + 1, upper + 1)])
+            pid = c.execute(
+                s.partitions.insert()
+                .values(table_id=table.id, partition_date=date, last_live_object_id=upper, create_time=when)
+                .returning(s.partitions.c.id)
+            ).scalar_one()
+            c.execute(
+                s.small_objects.insert(),
+                [
+                    dict(
+                        id=i,
+                        staging_object_id=i,
+                        partition_id=pid,
+                        delayed=False,
+                        content_length=100,
+                        row_count=1,
+                        min_event_time=when,
+                        max_event_time=when,
+                        upload_start_time=when,
+                    )
+                    for i in range(lower + 1, upper + 1)
+                ],
+            )
             days.append((pid, upper))
             directory = Path(lake.path(layout.small_object(date, 1, False))).parent
             directory.mkdir(parents=True, exist_ok=True)
@@ -126,15 +214,42 @@ def cover(deployment: Deployment, days: list[tuple[int, int]], per_day: int, whe
             date = FIRST_DAY + dt.timedelta(days=upper // per_day - 1)
             merged = layout.merged_object(date, 0, upper)
             lake.write_bytes(merged, b"m" * 1000)
-            c.execute(s.merge_ranges.insert(), [
-                dict(partition_id=pid, lower_bound=None, upper_bound=0, content_length=0,
-                     create_time=when, update_time=when),
-                dict(partition_id=pid, lower_bound=0, upper_bound=upper, content_length=1000,
-                     row_count=per_day, create_time=when, update_time=when)])
+            c.execute(
+                s.merge_ranges.insert(),
+                [
+                    dict(
+                        partition_id=pid,
+                        lower_bound=None,
+                        upper_bound=0,
+                        content_length=0,
+                        create_time=when,
+                        update_time=when,
+                    ),
+                    dict(
+                        partition_id=pid,
+                        lower_bound=0,
+                        upper_bound=upper,
+                        content_length=1000,
+                        row_count=per_day,
+                        create_time=when,
+                        update_time=when,
+                    ),
+                ],
+            )
             manifest, _ = write_manifests(lake, layout, date, upper, [(merged, 1000)])
-            c.execute(s.partition_versions.insert().values(
-                partition_id=pid, table_id=table.id, version=1, commit_op="compaction", manifest_key=manifest,
-                covered_upper=upper, created_at=when, row_count=per_day, byte_count=1000))
+            c.execute(
+                s.partition_versions.insert().values(
+                    partition_id=pid,
+                    table_id=table.id,
+                    version=1,
+                    commit_op="compaction",
+                    manifest_key=manifest,
+                    covered_upper=upper,
+                    created_at=when,
+                    row_count=per_day,
+                    byte_count=1000,
+                )
+            )
 
 
 def run_incremental(deployment: Deployment, objects: int, partitions: int, changed: int, workers: int) -> dict:
@@ -154,14 +269,25 @@ def run_incremental(deployment: Deployment, objects: int, partitions: int, chang
     assert counts(full) == counts(dry) == counts(real), (full, dry, real)
 
     def timing(report: object) -> dict:
-        return {"seconds": round(report.seconds, 3), "catalog_seconds": round(report.catalog_seconds, 3),
-                "list_seconds": round(report.list_seconds, 3), "listed": report.listed,
-                "prefixes": report.prefixes_listed}
+        return {
+            "seconds": round(report.seconds, 3),
+            "catalog_seconds": round(report.catalog_seconds, 3),
+            "list_seconds": round(report.list_seconds, 3),
+            "listed": report.listed,
+            "prefixes": report.prefixes_listed,
+        }
 
-    return {"objects": objects, "partitions": partitions, "changed_partitions": changed,
-            "changed_objects": changed * per_day, "first_full_sweep_seconds": round(first.seconds, 2),
-            "setup_seconds": round(setup, 2), "full_dry": timing(full), "incremental_dry": timing(dry),
-            "incremental": {**timing(real), "delete_seconds": round(real.delete_seconds, 3)}}
+    return {
+        "objects": objects,
+        "partitions": partitions,
+        "changed_partitions": changed,
+        "changed_objects": changed * per_day,
+        "first_full_sweep_seconds": round(first.seconds, 2),
+        "setup_seconds": round(setup, 2),
+        "full_dry": timing(full),
+        "incremental_dry": timing(dry),
+        "incremental": {**timing(real), "delete_seconds": round(real.delete_seconds, 3)},
+    }
 
 
 def counts(report: object) -> dict:
@@ -177,9 +303,15 @@ def run(kind: str, objects: int, partitions: int, workers: int, workdir: Path, c
     else:
         database = f"silt_reap_bench_{uuid.uuid4().hex[:8]}"
         url = create_postgres_database(PG_ADMIN, database)
-    deployment = Deployment(Config.model_validate({
-        "instance_key": "bench001", "catalog": {"url": url},
-        "storage": {"root": str(root / "lake"), "staging_root": str(root / "staging")}}))
+    deployment = Deployment(
+        Config.model_validate(
+            {
+                "instance_key": "bench001",
+                "catalog": {"url": url},
+                "storage": {"root": str(root / "lake"), "staging_root": str(root / "staging")},
+            }
+        )
+    )
     try:
         deployment.init()
         if changed:
@@ -192,14 +324,20 @@ def run(kind: str, objects: int, partitions: int, workers: int, workdir: Path, c
         assert real.reasons["covered"].objects == objects and not real.failed, real
         left = sum(1 for _ in deployment.lake.list("bench001/"))
         return {
-            "catalog": kind, "objects": objects, "partitions": partitions, "workers": workers,
+            "catalog": kind,
+            "objects": objects,
+            "partitions": partitions,
+            "workers": workers,
             "setup_seconds": round(setup, 2),
             "dry_run_seconds": round(dry.seconds, 2),
-            "seconds": round(real.seconds, 2), "catalog_seconds": round(real.catalog_seconds, 2),
-            "list_seconds": round(real.list_seconds, 2), "delete_seconds": round(real.delete_seconds, 2),
+            "seconds": round(real.seconds, 2),
+            "catalog_seconds": round(real.catalog_seconds, 2),
+            "list_seconds": round(real.list_seconds, 2),
+            "delete_seconds": round(real.delete_seconds, 2),
             "objects_per_second": round(objects / real.delete_seconds),
             "objects_per_second_overall": round(objects / real.seconds),
-            "rows_deleted": real.reasons["covered"].rows, "objects_left": left,
+            "rows_deleted": real.reasons["covered"].rows,
+            "objects_left": left,
         }
     finally:
         deployment.close()

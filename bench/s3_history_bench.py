@@ -42,13 +42,24 @@ from pathlib import Path
 
 from common import StatementCounter, brief_machine, load_avg_1m, save_json, utc_stamp
 
-os.environ.update({"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_REGION": "us-east-1",
-                   "AWS_EC2_METADATA_DISABLED": "true"})
+os.environ.update(
+    {
+        "AWS_ACCESS_KEY_ID": "bench",
+        "AWS_SECRET_ACCESS_KEY": "bench",
+        "AWS_REGION": "us-east-1",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+)
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.s3_server (the counting proxy)
 
 HOSTS, DAYS = 20, 7
-TABLE = {"schema": "web", "name": "access", "time_column": "t", "timezone": "UTC",
-         "columns": [{"name": "t", "type": "timestamp", "nullable": False}]}
+TABLE = {
+    "schema": "web",
+    "name": "access",
+    "time_column": "t",
+    "timezone": "UTC",
+    "columns": [{"name": "t", "type": "timestamp", "nullable": False}],
+}
 
 
 # --- the endpoint: moto's server in a child process, filled through its stdin --------------------------------
@@ -79,8 +90,11 @@ def serve(port: int) -> None:
             now = dt.datetime.fromisoformat(command["now"])
             for i in range(command["objects"]):
                 host, day = i % HOSTS, (i // HOSTS) % DAYS + 1
-                key = backend.put_object(command["bucket"], f"{command['prefix']}host{host:02d}.web.access/2026/01/"
-                                         f"{day:02d}/obj-{i:08d}.jsonl", b'{"t":"2026-01-01"}\n')
+                key = backend.put_object(
+                    command["bucket"],
+                    f"{command['prefix']}host{host:02d}.web.access/2026/01/{day:02d}/obj-{i:08d}.jsonl",
+                    b'{"t":"2026-01-01"}\n',
+                )
                 key.last_modified = now - dt.timedelta(days=DAYS - day, hours=1)
         print(json.dumps({"seconds": time.perf_counter() - started}), flush=True)
 
@@ -90,8 +104,12 @@ class Endpoint:
         from tests.processes import free_port
 
         self.port = free_port()
-        self.process = subprocess.Popen([sys.executable, __file__, "--serve", str(self.port)], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, text=True)
+        self.process = subprocess.Popen(
+            [sys.executable, __file__, "--serve", str(self.port)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         assert self.process.stdout.readline().strip() == "ready"
 
     @property
@@ -123,8 +141,9 @@ def before_round(deployment) -> object:  # a Deployment
     fresh = _unexpired(deployment, listed, cursor.expired_before if cursor is not None else None)
     report = _register(deployment, fresh)
     margin = deployment.config.stream.listing_margin * 1_000_000_000
-    deployment.catalog.discovery.advance(deployment.staging.root, from_nanoseconds(started - margin),
-                                         from_nanoseconds(started))
+    deployment.catalog.discovery.advance(
+        deployment.staging.root, from_nanoseconds(started - margin), from_nanoseconds(started)
+    )
     return report
 
 
@@ -148,10 +167,19 @@ def deployment_for(bucket: str, endpoint: str, catalog: str, queue: str | None =
     # The listing between notifications: longer than the default 60 s, which moto's own listing of a million keys
     # (23 requests, each sorting the bucket) can outlast, so that the timed rounds after the warm one fall within it.
     stream = {"notifications": f"sqs://{queue}", "notified_listing_interval": 600} if queue else {}
-    config = Config.model_validate({
-        "instance_key": "bench001", "catalog": {"url": catalog}, "spark": {"master": "local[2]"},
-        "storage": {"root": f"s3://{bucket}/lake", "staging_root": f"s3://{bucket}/staging",
-                    "s3": {"endpoint_override": endpoint, "scheme": "http"}}, "stream": stream})
+    config = Config.model_validate(
+        {
+            "instance_key": "bench001",
+            "catalog": {"url": catalog},
+            "spark": {"master": "local[2]"},
+            "storage": {
+                "root": f"s3://{bucket}/lake",
+                "staging_root": f"s3://{bucket}/staging",
+                "s3": {"endpoint_override": endpoint, "scheme": "http"},
+            },
+            "stream": stream,
+        }
+    )
     deployment = Deployment(config)
     deployment.init()
     return deployment
@@ -167,8 +195,12 @@ def timed(path, deployment, counter: StatementCounter, rounds: int) -> dict:
         walls.append(time.perf_counter() - wall)
         cpus.append(time.process_time() - cpu)
         assert report.registered == 0, report
-    return {"wall_median": round(statistics.median(walls), 4), "wall_all": [round(w, 4) for w in walls],
-            "cpu_median": round(statistics.median(cpus), 4), "statements": counter.statements - statements}
+    return {
+        "wall_median": round(statistics.median(walls), 4),
+        "wall_all": [round(w, 4) for w in walls],
+        "cpu_median": round(statistics.median(cpus), 4),
+        "statements": counter.statements - statements,
+    }
 
 
 def run(objects: int, rounds: int, endpoint: Endpoint, proxy, workdir: Path) -> dict:
@@ -178,8 +210,9 @@ def run(objects: int, rounds: int, endpoint: Endpoint, proxy, workdir: Path) -> 
 
     bucket = f"silt-{uuid.uuid4().hex[:12]}"
     endpoint.command(op="bucket", bucket=bucket)
-    populate = endpoint.command(op="populate", bucket=bucket, prefix="staging/", objects=objects,
-                                now=dt.datetime.now(dt.UTC).isoformat())
+    populate = endpoint.command(
+        op="populate", bucket=bucket, prefix="staging/", objects=objects, now=dt.datetime.now(dt.UTC).isoformat()
+    )
     catalog = f"sqlite:///{workdir / f'{bucket}.db'}"
     direct = deployment_for(bucket, endpoint.endpoint, catalog)
     counted = deployment_for(bucket, proxy.endpoint, catalog)
@@ -196,8 +229,12 @@ def run(objects: int, rounds: int, endpoint: Endpoint, proxy, workdir: Path) -> 
 
         probe = time.perf_counter()
         list_after(direct.staging, "nothing-here/")  # moto filters and sorts the whole bucket for any LIST
-        result = {"objects": objects, "populate_seconds": round(populate, 1), "register_seconds": round(register, 1),
-                  "moto_seconds_per_list": round(time.perf_counter() - probe, 4)}
+        result = {
+            "objects": objects,
+            "populate_seconds": round(populate, 1),
+            "register_seconds": round(register, 1),
+            "moto_seconds_per_list": round(time.perf_counter() - probe, 4),
+        }
         # The whole listing at a million keys would take moto an hour (a thousand requests, each sorting the
         # bucket): its requests are N / 1000 + 1 by construction.
         paths = [("before", before_round, rounds)] if objects <= 100_000 else []
@@ -220,8 +257,11 @@ def run(objects: int, rounds: int, endpoint: Endpoint, proxy, workdir: Path) -> 
                 proxy.reset()
                 report = path(notified_counted)
                 requests = proxy.reset()
-                result[name].update(list_requests=requests["LIST"], sqs_requests=requests["POST"],
-                                    listing_waits=round(report.listing_waits or 0, 1))
+                result[name].update(
+                    list_requests=requests["LIST"],
+                    sqs_requests=requests["POST"],
+                    listing_waits=round(report.listing_waits or 0, 1),
+                )
         finally:
             notified.close()
             notified_counted.close()
@@ -247,8 +287,10 @@ def main() -> None:
 
     sizes = [int(size) for size in args.sizes.split(",") if size.strip()] + ([1_000_000] if args.million else [])
     results = []
-    print(f"{'N':>9} | {'before: wall s':>14} {'cpu s':>7} {'LIST':>5} {'stmts':>6} | {'after: wall s':>13} "
-          f"{'cpu s':>7} {'LIST':>5} {'stmts':>6} | {'stream_once s':>13} {'populate s':>10} {'moto s/LIST':>10}")
+    print(
+        f"{'N':>9} | {'before: wall s':>14} {'cpu s':>7} {'LIST':>5} {'stmts':>6} | {'after: wall s':>13} "
+        f"{'cpu s':>7} {'LIST':>5} {'stmts':>6} | {'stream_once s':>13} {'populate s':>10} {'moto s/LIST':>10}"
+    )
     with tempfile.TemporaryDirectory(prefix="s3-history-") as workdir:
         for objects in sizes:
             endpoint = Endpoint()  # one per N: moto's memory of the last N goes with it
@@ -259,21 +301,33 @@ def main() -> None:
                 proxy.close()
                 endpoint.close()
             results.append(result)
-            empty = {"wall_median": float("nan"), "cpu_median": float("nan"), "list_requests": objects // 1000 + 1,
-                     "statements": -1}
+            empty = {
+                "wall_median": float("nan"),
+                "cpu_median": float("nan"),
+                "list_requests": objects // 1000 + 1,
+                "statements": -1,
+            }
             before, after, stream = result.get("before", empty), result["after"], result["stream_once"]
-            print(f"{objects:>9,} | {before['wall_median']:>14.4f} {before['cpu_median']:>7.4f} "
-                  f"{before['list_requests']:>5} {before['statements']:>6} | {after['wall_median']:>13.4f} "
-                  f"{after['cpu_median']:>7.4f} {after['list_requests']:>5} {after['statements']:>6} | "
-                  f"{stream['wall_median']:>13.4f} {result['populate_seconds']:>10.1f} "
-                  f"{result['moto_seconds_per_list']:>10.4f}", flush=True)
+            print(
+                f"{objects:>9,} | {before['wall_median']:>14.4f} {before['cpu_median']:>7.4f} "
+                f"{before['list_requests']:>5} {before['statements']:>6} | {after['wall_median']:>13.4f} "
+                f"{after['cpu_median']:>7.4f} {after['list_requests']:>5} {after['statements']:>6} | "
+                f"{stream['wall_median']:>13.4f} {result['populate_seconds']:>10.1f} "
+                f"{result['moto_seconds_per_list']:>10.4f}",
+                flush=True,
+            )
             notified, notified_stream = result["notified"], result["notified_stream_once"]
-            print(f"{'':>9}   with notifications: idle round {notified['wall_median']:.4f} s wall, "
-                  f"{notified['cpu_median']:.4f} s CPU, {notified['list_requests']} LIST, {notified['sqs_requests']} "
-                  f"SQS, {notified['statements']} statements; stream_once {notified_stream['wall_median']:.4f} s",
-                  flush=True)
-    save_json(Path(args.out), {"machine": brief_machine(), "date": utc_stamp(), "args": vars(args),
-                               "results": results}, indent=1)
+            print(
+                f"{'':>9}   with notifications: idle round {notified['wall_median']:.4f} s wall, "
+                f"{notified['cpu_median']:.4f} s CPU, {notified['list_requests']} LIST, {notified['sqs_requests']} "
+                f"SQS, {notified['statements']} statements; stream_once {notified_stream['wall_median']:.4f} s",
+                flush=True,
+            )
+    save_json(
+        Path(args.out),
+        {"machine": brief_machine(), "date": utc_stamp(), "args": vars(args), "results": results},
+        indent=1,
+    )
     print(f"wrote {args.out}")
 
 

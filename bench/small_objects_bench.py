@@ -79,8 +79,11 @@ class Size:
 
     @property
     def label(self) -> str:
-        size = f"{self.object_bytes // 1_000_000}MB" if self.object_bytes >= 1_000_000 else \
-            f"{self.object_bytes // 1000}KB"
+        size = (
+            f"{self.object_bytes // 1_000_000}MB"
+            if self.object_bytes >= 1_000_000
+            else f"{self.object_bytes // 1000}KB"
+        )
         return f"{self.case} {self.objects}x{size}"
 
 
@@ -92,8 +95,11 @@ CASES = {
 
 
 def sizes(cases: list[str], scale: float) -> list[Size]:
-    return [Size(case, max(1, round(objects * scale)), object_bytes, all_peers)
-            for case in cases for objects, object_bytes, all_peers in CASES[case]]
+    return [
+        Size(case, max(1, round(objects * scale)), object_bytes, all_peers)
+        for case in cases
+        for objects, object_bytes, all_peers in CASES[case]
+    ]
 
 
 def per_object(result: dict, objects: int) -> dict:
@@ -133,9 +139,15 @@ def run_delta(files: list[Path], out: Path, input_bytes: int) -> dict:
         rows = delta_appends(files, out)
     table = DeltaTable(str(out))
     written = table.get_add_actions(flatten=True)
-    return figures("delta-rs (write_deltalake per object)", measured, rows, input_bytes,
-                   version=table.version(), files_written=written.num_rows,
-                   rows_in_log=sum(written.column("num_records").to_pylist()))
+    return figures(
+        "delta-rs (write_deltalake per object)",
+        measured,
+        rows,
+        input_bytes,
+        version=table.version(),
+        files_written=written.num_rows,
+        rows_in_log=sum(written.column("num_records").to_pylist()),
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -174,21 +186,36 @@ def timed_stream(deployment, counter: StatementCounter, objects: int) -> dict:
     tree_cpu = tree_cpu_seconds() - tree_before
     statements, transactions = counter.statements - statements, counter.transactions - transactions
     return {
-        "seconds": round(seconds, 3), "report_seconds": round(report.seconds, 3),
-        "processed": report.processed, "records": report.records_loaded,
-        "live_objects": report.live_objects, "delayed_objects": report.delayed_objects,
-        "bytes_written": report.bytes_written, "local_waves": report.local_waves,
+        "seconds": round(seconds, 3),
+        "report_seconds": round(report.seconds, 3),
+        "processed": report.processed,
+        "records": report.records_loaded,
+        "live_objects": report.live_objects,
+        "delayed_objects": report.delayed_objects,
+        "bytes_written": report.bytes_written,
+        "local_waves": report.local_waves,
         "driver_cpu_seconds": round(driver_cpu, 3),
         "driver_cpu_ms_per_object": round(driver_cpu * 1000 / objects, 3),
         "cpu_seconds": round(tree_cpu, 2) if tree_cpu >= 0 else None,  # a worker exited: its CPU is lost
-        "statements": statements, "statements_per_object": round(statements / objects, 2),
-        "transactions": transactions, "transactions_per_object": round(transactions / objects, 3),
-        "load_avg_1m_before": load_before, "load_avg_1m_after": load_avg_1m(),
+        "statements": statements,
+        "statements_per_object": round(statements / objects, 2),
+        "transactions": transactions,
+        "transactions_per_object": round(transactions / objects, 3),
+        "load_avg_1m_before": load_before,
+        "load_avg_1m_after": load_avg_1m(),
     }
 
 
-def run_siltlake(spark, kind: str, root: Path, files: list[Path], source_root: Path,
-                 warmup: dict, input_bytes: int, stream: dict | None = None) -> dict:
+def run_siltlake(
+    spark,
+    kind: str,
+    root: Path,
+    files: list[Path],
+    source_root: Path,
+    warmup: dict,
+    input_bytes: int,
+    stream: dict | None = None,
+) -> dict:
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
     staging = root / "staging"
@@ -211,18 +238,30 @@ def run_siltlake(spark, kind: str, root: Path, files: list[Path], source_root: P
     except Exception as exc:  # report and keep the peers' figures
         return {"peer": name, "status": "failed", "message": f"{type(exc).__name__}: {exc}"}
     seconds = details["seconds"]
-    return {"peer": name, "status": "ok", **details,
-            "records_per_s": round(details["records"] / seconds) if seconds else None,
-            "mb_per_s": round(input_bytes / 1e6 / seconds, 2) if seconds else None,
-            "warmup": {"objects": warm.processed, "seconds": round(warm.seconds, 2)}}
+    return {
+        "peer": name,
+        "status": "ok",
+        **details,
+        "records_per_s": round(details["records"] / seconds) if seconds else None,
+        "mb_per_s": round(input_bytes / 1e6 / seconds, 2) if seconds else None,
+        "warmup": {"objects": warm.processed, "seconds": round(warm.seconds, 2)},
+    }
 
 
 # --------------------------------------------------------------------------------------------------
 # a size: every peer over the same objects
 
 
-def interleaved(args, peers: set[str], files: list[Path], out: Path, data: dict, source_root: Path, warmup: dict,
-                catalogs: tuple[str, ...]) -> dict:
+def interleaved(
+    args,
+    peers: set[str],
+    files: list[Path],
+    out: Path,
+    data: dict,
+    source_root: Path,
+    warmup: dict,
+    catalogs: tuple[str, ...],
+) -> dict:
     """The floor and siltlake --repeat times each, alternating which goes first; each peer's median run, with every
     run's seconds and load beside it."""
     runs: dict[str, list[dict]] = {}
@@ -237,25 +276,37 @@ def interleaved(args, peers: set[str], files: list[Path], out: Path, data: dict,
             spark_only = {"in_driver_bytes": 0} if name == "siltlake_spark" else None
             for kind in catalogs:
                 key = name if kind == "sqlite" else f"{name}_pg"
-                runs.setdefault(key, []).append(run_siltlake(args.spark, kind, out / f"siltlake-{kind}", files,
-                                                             source_root, warmup, data["bytes"], spark_only))
+                runs.setdefault(key, []).append(
+                    run_siltlake(
+                        args.spark,
+                        kind,
+                        out / f"siltlake-{kind}",
+                        files,
+                        source_root,
+                        warmup,
+                        data["bytes"],
+                        spark_only,
+                    )
+                )
     medians = {}
     for key, found in runs.items():
         ok = sorted((run for run in found if run.get("status") == "ok"), key=lambda run: run["seconds"])
         if not ok:
             medians[key] = found[-1]
             continue
-        medians[key] = {**ok[(len(ok) - 1) // 2], "seconds": statistics.median(run["seconds"] for run in ok),
-                        "all_seconds": [run["seconds"] for run in found if run.get("status") == "ok"],
-                        "all_loads": [run.get("load_avg_1m_before") for run in found if run.get("status") == "ok"]}
+        medians[key] = {
+            **ok[(len(ok) - 1) // 2],
+            "seconds": statistics.median(run["seconds"] for run in ok),
+            "all_seconds": [run["seconds"] for run in found if run.get("status") == "ok"],
+            "all_loads": [run.get("load_avg_1m_before") for run in found if run.get("status") == "ok"],
+        }
     return medians
 
 
 def run_size(args, size: Size, spark, catalogs: tuple[str, ...], workdir: Path) -> dict:
     print(f"\n== {size.label}", flush=True)
     data = prepare_jsonl_objects(workdir, size.objects, size.object_bytes, args.seed, args.compresslevel)
-    warmup = prepare_jsonl_objects(workdir, args.warmup_objects, size.object_bytes, args.seed + 1,
-                                   args.compresslevel)
+    warmup = prepare_jsonl_objects(workdir, args.warmup_objects, size.object_bytes, args.seed + 1, args.compresslevel)
     source_root = Path(data["staging_root"])
     files = input_files(source_root)
     if len(files) != size.objects:
@@ -263,8 +314,11 @@ def run_size(args, size: Size, spark, catalogs: tuple[str, ...], workdir: Path) 
     os.sync()  # inputs written just now must not be flushed to disk while a peer is timed
     warm_page_cache(files)
     out = workdir / "out" / size.label.replace(" ", "-")
-    peers = set(args.peers) if size.all_peers or args.all_peers else \
-        set(args.peers) & {"floor", "siltlake", "siltlake_spark"}
+    peers = (
+        set(args.peers)
+        if size.all_peers or args.all_peers
+        else set(args.peers) & {"floor", "siltlake", "siltlake_spark"}
+    )
     results: dict = {}
     if args.repeat > 1:
         results.update(interleaved(args, peers, files, out, data, source_root, warmup, catalogs))
@@ -284,17 +338,31 @@ def run_size(args, size: Size, spark, catalogs: tuple[str, ...], workdir: Path) 
         for kind in catalogs:
             key = name if kind == "sqlite" else f"{name}_pg"
             print(f"running {name} ({kind}) ...", flush=True)
-            results[key] = run_siltlake(spark, kind, out / f"siltlake-{kind}", files, source_root, warmup,
-                                        data["bytes"], {"in_driver_bytes": 0} if name == "siltlake_spark" else None)
+            results[key] = run_siltlake(
+                spark,
+                kind,
+                out / f"siltlake-{kind}",
+                files,
+                source_root,
+                warmup,
+                data["bytes"],
+                {"in_driver_bytes": 0} if name == "siltlake_spark" else None,
+            )
     shutil.rmtree(out, ignore_errors=True)  # the outputs were counted; 4,000-object trees add up
     for name, result in results.items():
         per_object(result, size.objects)
         if result.get("status") == "ok" and result["records"] != data["records"]:
             result["warning"] = f"{name} wrote {result['records']:,} rows, input has {data['records']:,}"
             print(f"WARNING: {result['warning']}")
-    return {"case": size.case, "label": size.label, "objects": size.objects, "object_bytes": size.object_bytes,
-            "input": {k: v for k, v in data.items() if k != "generated_now"},
-            "results": results, "ratios": ratios(results)}
+    return {
+        "case": size.case,
+        "label": size.label,
+        "objects": size.objects,
+        "object_bytes": size.object_bytes,
+        "input": {k: v for k, v in data.items() if k != "generated_now"},
+        "results": results,
+        "ratios": ratios(results),
+    }
 
 
 def ratios(results: dict) -> dict:
@@ -317,8 +385,10 @@ def ratios(results: dict) -> dict:
 
 
 def print_table(sizes_run: list[dict]) -> None:
-    header = (f"{'case':20} {'peer':12} {'seconds':>8} {'ms/obj':>8} {'records/s':>10} {'x floor':>8} "
-              f"{'tree cpu s':>10} {'drv cpu ms/obj':>14} {'stmts/obj':>9}")
+    header = (
+        f"{'case':20} {'peer':12} {'seconds':>8} {'ms/obj':>8} {'records/s':>10} {'x floor':>8} "
+        f"{'tree cpu s':>10} {'drv cpu ms/obj':>14} {'stmts/obj':>9}"
+    )
     print()
     print(header)
     print("-" * len(header))
@@ -329,10 +399,12 @@ def print_table(sizes_run: list[dict]) -> None:
                 continue
             over = size["ratios"].get(f"{name}_over_floor")
             cpu = result.get("cpu_seconds")
-            print(f"{size['label']:20} {name:12} {result['seconds']:>8.2f} {result['ms_per_object']:>8.2f} "
-                  f"{result['records_per_s']:>10,} {over if over is not None else '':>8} "
-                  f"{cpu if cpu is not None else '?':>10} "
-                  f"{result.get('driver_cpu_ms_per_object', ''):>14} {result.get('statements_per_object', ''):>9}")
+            print(
+                f"{size['label']:20} {name:12} {result['seconds']:>8.2f} {result['ms_per_object']:>8.2f} "
+                f"{result['records_per_s']:>10,} {over if over is not None else '':>8} "
+                f"{cpu if cpu is not None else '?':>10} "
+                f"{result.get('driver_cpu_ms_per_object', ''):>14} {result.get('statements_per_object', ''):>9}"
+            )
         versus = {k: v for k, v in size["ratios"].items() if k.endswith("_over_delta")}
         if versus:
             print(f"{'':20} {versus}")
@@ -341,22 +413,43 @@ def print_table(sizes_run: list[dict]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cases", default="small,backlog,big",
-                        help="comma-separated subset of small,backlog,big (default all)")
+    parser.add_argument(
+        "--cases", default="small,backlog,big", help="comma-separated subset of small,backlog,big (default all)"
+    )
     parser.add_argument("--peers", default=",".join(PEERS), help=f"comma-separated subset of {','.join(PEERS)}")
-    parser.add_argument("--all-peers", action="store_true",
-                        help="spark and delta-rs on the 4,000-object backlog too (default: floor and siltlake only)")
-    parser.add_argument("--catalog", choices=sorted(CATALOGS), default="sqlite",
-                        help="siltlake's catalog: sqlite, pg (a fresh PostgreSQL database; SILTLAKE_BENCH_PG) or both")
-    parser.add_argument("--scale", type=float, default=1.0,
-                        help="multiply every object count by this (0.1: a quick check), at least 1 object")
-    parser.add_argument("--warmup-objects", type=int, default=8,
-                        help="objects siltlake streams, untimed, before the measured run (default 8)")
-    parser.add_argument("--workdir", type=Path, default=ROOT / "bench" / "data",
-                        help="cached inputs and outputs (default bench/data)")
+    parser.add_argument(
+        "--all-peers",
+        action="store_true",
+        help="spark and delta-rs on the 4,000-object backlog too (default: floor and siltlake only)",
+    )
+    parser.add_argument(
+        "--catalog",
+        choices=sorted(CATALOGS),
+        default="sqlite",
+        help="siltlake's catalog: sqlite, pg (a fresh PostgreSQL database; SILTLAKE_BENCH_PG) or both",
+    )
+    parser.add_argument(
+        "--scale",
+        type=float,
+        default=1.0,
+        help="multiply every object count by this (0.1: a quick check), at least 1 object",
+    )
+    parser.add_argument(
+        "--warmup-objects",
+        type=int,
+        default=8,
+        help="objects siltlake streams, untimed, before the measured run (default 8)",
+    )
+    parser.add_argument(
+        "--workdir", type=Path, default=ROOT / "bench" / "data", help="cached inputs and outputs (default bench/data)"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS / "small_objects.json")
-    parser.add_argument("--repeat", type=int, default=1,
-                        help="runs of the floor and siltlake per case, interleaved; the report gives medians")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="runs of the floor and siltlake per case, interleaved; the report gives medians",
+    )
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--compresslevel", type=int, default=6, help="gzip level of the inputs (6, as shippers)")
     parser.add_argument("--spark-driver-memory", default="2g")
@@ -370,18 +463,24 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--scale must be positive and --warmup-objects at least 1")
     workdir = args.workdir.resolve()
     workdir.mkdir(parents=True, exist_ok=True)
-    report: dict = {"started_at": utc_stamp(), "machine": machine(), "load_avg_1m_start": load_avg_1m(),
-                    "args": args_record(args)}
+    report: dict = {
+        "started_at": utc_stamp(),
+        "machine": machine(),
+        "load_avg_1m_start": load_avg_1m(),
+        "args": args_record(args),
+    }
     spark = None
     if {"spark", "siltlake"} & set(args.peers):
         # one session for the whole run: the naive job uses it, and every siltlake deployment runs on it
         print("starting spark ...", flush=True)
         spark, report["spark_session_start_seconds"] = start_spark(
-            "siltlake-small-objects-bench", spark_conf(workdir, args.spark_driver_memory))
+            "siltlake-small-objects-bench", spark_conf(workdir, args.spark_driver_memory)
+        )
     args.spark = spark
     try:
-        report["sizes"] = [run_size(args, size, spark, CATALOGS[args.catalog], workdir)
-                           for size in sizes(cases, args.scale)]
+        report["sizes"] = [
+            run_size(args, size, spark, CATALOGS[args.catalog], workdir) for size in sizes(cases, args.scale)
+        ]
     finally:
         if spark is not None:
             spark.stop()

@@ -35,13 +35,17 @@ from siltlake.clock import utcnow
 from siltlake.observe.history import sample
 from siltlake.tabledef import TableDef
 
-TABLE = {"schema": "web", "name": "access", "time_column": "t", "timezone": "UTC",
-         "columns": [{"name": "t", "type": "timestamp", "nullable": False}]}
+TABLE = {
+    "schema": "web",
+    "name": "access",
+    "time_column": "t",
+    "timezone": "UTC",
+    "columns": [{"name": "t", "type": "timestamp", "nullable": False}],
+}
 HISTORY_DAYS = 30
 
 
-def insert_processed(deployment, table_id: int, rows: int, now: dt.datetime,
-                     history: dt.timedelta) -> None:
+def insert_processed(deployment, table_id: int, rows: int, now: dt.datetime, history: dt.timedelta) -> None:
     """N processed rows registered over the `history` before now, oldest first."""
     step = history / max(rows, 1)
     with deployment.catalog.engine.begin() as c:
@@ -49,9 +53,18 @@ def insert_processed(deployment, table_id: int, rows: int, now: dt.datetime,
             batch = []
             for i in range(start, min(rows, start + 5000)):
                 received = now - history + step * i
-                batch.append(dict(uri=f"file:///staging/host{i % 20:02d}.web.access/obj-{i:08d}.jsonl",
-                                  table_id=table_id, size=20, send_time=received, receive_time=received,
-                                  processed_time=received + dt.timedelta(minutes=1), records_in=10, bad_records=0))
+                batch.append(
+                    dict(
+                        uri=f"file:///staging/host{i % 20:02d}.web.access/obj-{i:08d}.jsonl",
+                        table_id=table_id,
+                        size=20,
+                        send_time=received,
+                        receive_time=received,
+                        processed_time=received + dt.timedelta(minutes=1),
+                        records_in=10,
+                        bad_records=0,
+                    )
+                )
             c.execute(s.staging_objects.insert(), batch)
         if hasattr(deployment.catalog, "add_staging_totals"):  # what registering and processing them counts
             deployment.catalog.add_staging_totals(c, {table_id: (rows, 10 * rows, 0)})
@@ -68,8 +81,10 @@ def median_ms(action, repeats: int) -> float:  # a callable
 
 
 def measure(deployment, repeats: int) -> dict:  # a Deployment
-    return {"history_sample_ms": median_ms(lambda: sample(deployment), repeats),
-            "observations_staging_ms": median_ms(deployment.catalog.observations.staging, repeats)}
+    return {
+        "history_sample_ms": median_ms(lambda: sample(deployment), repeats),
+        "observations_staging_ms": median_ms(deployment.catalog.observations.staging, repeats),
+    }
 
 
 def run(kind: str, rows: int, repeats: int, workdir: Path, history_days: int = HISTORY_DAYS) -> dict:
@@ -81,8 +96,12 @@ def run(kind: str, rows: int, repeats: int, workdir: Path, history_days: int = H
             now = utcnow()
             started = time.perf_counter()
             insert_processed(deployment, table.id, rows, now, dt.timedelta(days=history_days))
-            result = {"catalog": kind, "rows": rows, "setup_seconds": round(time.perf_counter() - started, 2),
-                      **measure(deployment, repeats)}
+            result = {
+                "catalog": kind,
+                "rows": rows,
+                "setup_seconds": round(time.perf_counter() - started, 2),
+                **measure(deployment, repeats),
+            }
             shown = deployment.catalog.observations.staging()[0]
             if (shown["registered"], shown["records_loaded"]) != (rows, 10 * rows):
                 raise RuntimeError(f"observations.staging() shows {shown}, expected {rows} objects")
@@ -109,8 +128,12 @@ def main() -> None:
     parser.add_argument("--sizes", default="0,100000")
     parser.add_argument("--catalog", default="sqlite", choices=["sqlite", "postgresql"])
     parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--history-days", type=int, default=HISTORY_DAYS,
-                        help="days the rows were registered over (those older than 7 days are pruned)")
+    parser.add_argument(
+        "--history-days",
+        type=int,
+        default=HISTORY_DAYS,
+        help="days the rows were registered over (those older than 7 days are pruned)",
+    )
     parser.add_argument("--out", default="bench/results/staging_rows.json")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="silt-staging-rows-"))
@@ -119,8 +142,10 @@ def main() -> None:
         result = run(args.catalog, rows, args.repeats, workdir, args.history_days)
         print(result, flush=True)
         results.append(result)
-    save_json(Path(args.out), {"when": utc_stamp(), "machine": brief_machine(), "load_avg_1m": load_avg_1m(),
-                               "results": results})
+    save_json(
+        Path(args.out),
+        {"when": utc_stamp(), "machine": brief_machine(), "load_avg_1m": load_avg_1m(), "results": results},
+    )
 
 
 if __name__ == "__main__":

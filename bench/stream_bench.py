@@ -55,17 +55,28 @@ from siltlake.demo.sample import TABLE_TOML
 from siltlake.tabledef import TableDef
 
 TABLE = TableDef.from_mapping(tomllib.loads(TABLE_TOML), source="demo table")
-SPARK_TYPES = {"timestamp": "TIMESTAMP", "string": "STRING", "bigint": "BIGINT", "int": "INT",
-               "double": "DOUBLE", "boolean": "BOOLEAN", "date": "DATE", "json": "STRING"}
+SPARK_TYPES = {
+    "timestamp": "TIMESTAMP",
+    "string": "STRING",
+    "bigint": "BIGINT",
+    "int": "INT",
+    "double": "DOUBLE",
+    "boolean": "BOOLEAN",
+    "date": "DATE",
+    "json": "STRING",
+}
 
 
 def output_stats(directory: Path) -> dict:
     """Rows, files and bytes of a Parquet output tree, from the footers only."""
     files = sorted(directory.rglob("*.parquet"))
     rows = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
-    return {"rows_written": rows, "files_written": len(files),
-            "output_bytes": sum(f.stat().st_size for f in files),
-            "partitions": sorted({f.parent.name for f in files if f.parent.name.startswith("dt=")})}
+    return {
+        "rows_written": rows,
+        "files_written": len(files),
+        "output_bytes": sum(f.stat().st_size for f in files),
+        "partitions": sorted({f.parent.name for f in files if f.parent.name.startswith("dt=")}),
+    }
 
 
 def null_times(directory: Path) -> int:
@@ -82,10 +93,16 @@ def null_times(directory: Path) -> int:
 
 def figures(name: str, measured: Measure, records: int, input_bytes: int, **extra) -> dict:
     seconds = measured.seconds
-    return {"peer": name, "status": "ok", "seconds": round(seconds, 3), "records": records,
-            "records_per_s": round(records / seconds) if seconds else None,
-            "mb_per_s": round(input_bytes / MB / seconds, 2) if seconds else None,
-            **measured.extra(), **extra}
+    return {
+        "peer": name,
+        "status": "ok",
+        "seconds": round(seconds, 3),
+        "records": records,
+        "records_per_s": round(records / seconds) if seconds else None,
+        "mb_per_s": round(input_bytes / MB / seconds, 2) if seconds else None,
+        **measured.extra(),
+        **extra,
+    }
 
 
 # --------------------------------------------------------------------------------------------------
@@ -132,8 +149,14 @@ def run_floor(files: list[Path], out: Path, input_bytes: int, workers: int = 2) 
     with Measure() as measured, ThreadPoolExecutor(workers) as executor:
         jobs = [executor.submit(floor_one, path, i, out, schema, False) for i, path in enumerate(files)]
         rows = sum(job.result() for job in jobs)
-    return figures(f"floor (pyarrow, {workers} threads)", measured, rows, input_bytes, **output_stats(out),
-                   null_times=null_times(out))
+    return figures(
+        f"floor (pyarrow, {workers} threads)",
+        measured,
+        rows,
+        input_bytes,
+        **output_stats(out),
+        null_times=null_times(out),
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -168,9 +191,7 @@ def spark_job(spark, files: list[Path], out: Path, infer_schema: bool) -> None:
     frame.write.mode("overwrite").partitionBy("dt").parquet(str(out))
 
 
-def run_spark(
-    spark, files: list[Path], out: Path, input_bytes: int, infer_schema: bool, warmup: bool
-) -> dict:
+def run_spark(spark, files: list[Path], out: Path, input_bytes: int, infer_schema: bool, warmup: bool) -> dict:
     if warmup:  # let the JVM load classes and JIT the JSON path before the clock starts
         spark_job(spark, files[:2], out.parent / "spark-warmup", infer_schema)
         shutil.rmtree(out.parent / "spark-warmup", ignore_errors=True)
@@ -179,8 +200,9 @@ def run_spark(
         spark_job(spark, files, out, infer_schema)
     stats = output_stats(out)
     name = "naive spark (local[2], " + ("inferred schema)" if infer_schema else "explicit schema)")
-    return figures(name, measured, stats["rows_written"], input_bytes, **stats, null_times=null_times(out),
-                   warmup=warmup)
+    return figures(
+        name, measured, stats["rows_written"], input_bytes, **stats, null_times=null_times(out), warmup=warmup
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -206,9 +228,12 @@ def _stream(deployment) -> dict:
     if report.failed or report.unknown:
         raise RuntimeError(f"siltlake failed on {report.failed or report.unknown}")
     return {
-        "records": report.records_loaded, "staging_objects": report.processed,
-        "small_objects": report.live_objects + report.delayed_objects, "bad_records": report.bad_records,
-        "bytes_written": report.bytes_written, "stream_seconds": round(report.seconds, 2),
+        "records": report.records_loaded,
+        "staging_objects": report.processed,
+        "small_objects": report.live_objects + report.delayed_objects,
+        "bad_records": report.bad_records,
+        "bytes_written": report.bytes_written,
+        "stream_seconds": round(report.seconds, 2),
         "peak_task_memory_bytes": report.peak_task_rss_bytes,
     }
 
@@ -273,14 +298,16 @@ def big_floor_child(path: str, out: str) -> dict:
                 if day not in writers:
                     directory = Path(out) / f"dt={day.isoformat()}"
                     directory.mkdir(parents=True, exist_ok=True)
-                    writers[day] = pq.ParquetWriter(directory / "part-00000.parquet", batch.schema,
-                                                    compression="zstd")
+                    writers[day] = pq.ParquetWriter(directory / "part-00000.parquet", batch.schema, compression="zstd")
                 writers[day].write_batch(part)
             rows += batch.num_rows
     for writer in writers.values():
         writer.close()
-    return {"seconds": time.perf_counter() - started, "rows": rows,
-            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+    return {
+        "seconds": time.perf_counter() - started,
+        "rows": rows,
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }
 
 
 def run_big_floor(path: str, out: Path, input_bytes: int) -> dict:
@@ -288,8 +315,14 @@ def run_big_floor(path: str, out: Path, input_bytes: int) -> dict:
     with Measure() as measured, multiprocessing.get_context("spawn").Pool(1) as pool:
         result = pool.apply(big_floor_child, (path, str(out)))
     measured.seconds = result["seconds"]  # the child's own run, without spawning and imports
-    return figures("floor (pyarrow streaming, 1 process)", measured, result["rows"], input_bytes,
-                   peak_rss_mb=result["peak_rss_mb"], **output_stats(out))
+    return figures(
+        "floor (pyarrow streaming, 1 process)",
+        measured,
+        result["rows"],
+        input_bytes,
+        peak_rss_mb=result["peak_rss_mb"],
+        **output_stats(out),
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -303,14 +336,12 @@ def ratios(results: dict) -> dict:
         other = results.get(peer, {})
         if silt.get("status") == "ok" and other.get("status") == "ok":
             found[f"siltlake_time_over_{peer}"] = round(silt["seconds"] / other["seconds"], 3)
-            found[f"siltlake_throughput_over_{peer}"] = round(
-                silt["records_per_s"] / other["records_per_s"], 3)
+            found[f"siltlake_throughput_over_{peer}"] = round(silt["records_per_s"] / other["records_per_s"], 3)
     return found
 
 
 def print_table(results: dict, found: dict) -> None:
-    header = (f"{'peer':44} {'seconds':>9} {'cpu s':>8} {'records':>12} {'records/s':>11} {'MB/s':>8} "
-              f"{'files':>6}")
+    header = f"{'peer':44} {'seconds':>9} {'cpu s':>8} {'records':>12} {'records/s':>11} {'MB/s':>8} {'files':>6}"
     print()
     print(header)
     print("-" * len(header))
@@ -319,9 +350,11 @@ def print_table(results: dict, found: dict) -> None:
             print(f"{result['peer']:44} {result['status']}: {result.get('message', '')}")
             continue
         files = result.get("files_written", "")
-        print(f"{result['peer']:44} {result['seconds']:>9.2f} {result['cpu_seconds']:>8.1f} "
-              f"{result['records']:>12,} {result['records_per_s']:>11,} {result['mb_per_s']:>8.2f} "
-              f"{files!s:>6}")
+        print(
+            f"{result['peer']:44} {result['seconds']:>9.2f} {result['cpu_seconds']:>8.1f} "
+            f"{result['records']:>12,} {result['records_per_s']:>11,} {result['mb_per_s']:>8.2f} "
+            f"{files!s:>6}"
+        )
         keys = ("peak_rss_mb", "peak_tree_rss_mb", "null_times", "load_avg_1m_before", "load_avg_1m_after")
         extra = {k: result[k] for k in keys if k in result}
         if extra:
@@ -329,7 +362,6 @@ def print_table(results: dict, found: dict) -> None:
     for name, value in found.items():
         print(f"{name}: {value}")
     print()
-
 
 
 def run_big_mode(peers: set[str], workdir: Path, data: dict, results: dict, repeat: int = 1) -> None:
@@ -344,8 +376,11 @@ def run_big_mode(peers: set[str], workdir: Path, data: dict, results: dict, repe
             if peer == "floor":
                 runs[peer].append(run_big_floor(data["path"], workdir / "out" / "big-floor", data["bytes"]))
             else:
-                runs[peer].append(run_siltlake(bench_big_object, data["path"], workdir / "siltlake-big",
-                                               data["bytes"], data["records"]))
+                runs[peer].append(
+                    run_siltlake(
+                        bench_big_object, data["path"], workdir / "siltlake-big", data["bytes"], data["records"]
+                    )
+                )
             print(f"  {peer}: {runs[peer][-1]}", flush=True)
     for peer, found in runs.items():
         ok = [run for run in found if run.get("status") == "ok"]
@@ -353,31 +388,37 @@ def run_big_mode(peers: set[str], workdir: Path, data: dict, results: dict, repe
             results[peer] = found[-1]
             continue
         middle = sorted(ok, key=lambda run: run["seconds"])[(len(ok) - 1) // 2]
-        results[peer] = {**middle, "median_seconds": statistics.median(run["seconds"] for run in ok),
-                         "all_seconds": [run["seconds"] for run in ok],
-                         "all_loads": [(run.get("load_avg_1m_before"), run.get("load_avg_1m_after")) for run in ok],
-                         "all_peak_mb": [run.get("peak_rss_mb") or round(
-                             run.get("details", {}).get("peak_task_memory_bytes", 0) / MB, 1) for run in ok]}
+        results[peer] = {
+            **middle,
+            "median_seconds": statistics.median(run["seconds"] for run in ok),
+            "all_seconds": [run["seconds"] for run in ok],
+            "all_loads": [(run.get("load_avg_1m_before"), run.get("load_avg_1m_after")) for run in ok],
+            "all_peak_mb": [
+                run.get("peak_rss_mb") or round(run.get("details", {}).get("peak_task_memory_bytes", 0) / MB, 1)
+                for run in ok
+            ],
+        }
         results[peer]["seconds"] = results[peer]["median_seconds"]
 
 
 def run_stream_mode(args, peers: set[str], workdir: Path, data: dict, results: dict, spark) -> None:
     files = input_files(data["staging_root"])
     if len(files) != args.objects:
-        raise SystemExit(f"expected {args.objects} input objects, found {len(files)}: "
-                         f"delete {workdir / 'input'}")
+        raise SystemExit(f"expected {args.objects} input objects, found {len(files)}: delete {workdir / 'input'}")
     warm_page_cache(files)
     if "floor" in peers:
         print("running floor ...", flush=True)
         results["floor"] = run_floor(files, workdir / "out" / "floor", data["bytes"])
     if "spark" in peers:
         print("running naive spark ...", flush=True)
-        results["spark"] = run_spark(spark, files, workdir / "out" / "spark", data["bytes"],
-                                     args.spark_infer_schema, not args.no_spark_warmup)
+        results["spark"] = run_spark(
+            spark, files, workdir / "out" / "spark", data["bytes"], args.spark_infer_schema, not args.no_spark_warmup
+        )
     if "siltlake" in peers:
         print("running siltlake ...", flush=True)
-        results["siltlake"] = run_siltlake(bench_entry, data["staging_root"], workdir / "siltlake",
-                                           data["bytes"], data["records"])
+        results["siltlake"] = run_siltlake(
+            bench_entry, data["staging_root"], workdir / "siltlake", data["bytes"], data["records"]
+        )
     for name, result in results.items():
         if result.get("status") == "ok" and result["records"] != data["records"]:
             result["warning"] = f"{name} wrote {result['records']:,} rows, input has {data['records']:,}"
@@ -387,23 +428,39 @@ def run_stream_mode(args, peers: set[str], workdir: Path, data: dict, results: d
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--objects", type=int, default=500, help="number of input objects (default 500)")
-    parser.add_argument("--object-bytes", type=int, default=1_000_000,
-                        help="compressed size of each object, about (default 1000000)")
-    parser.add_argument("--workdir", type=Path, default=ROOT / "bench" / "data",
-                        help="cached inputs and outputs (default bench/data)")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="JSON report (default bench/results/stream.json, or big_object.json)")
-    parser.add_argument("--big-object-mb", type=int, default=None,
-                        help="big-object mode: one object of about this many MB compressed")
-    parser.add_argument("--peers", default="floor,spark,siltlake",
-                        help="comma-separated subset of floor,spark,siltlake (default all)")
-    parser.add_argument("--repeat", type=int, default=1,
-                        help="big-object mode: runs of each peer, interleaved; the report gives medians")
+    parser.add_argument(
+        "--object-bytes", type=int, default=1_000_000, help="compressed size of each object, about (default 1000000)"
+    )
+    parser.add_argument(
+        "--workdir", type=Path, default=ROOT / "bench" / "data", help="cached inputs and outputs (default bench/data)"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None, help="JSON report (default bench/results/stream.json, or big_object.json)"
+    )
+    parser.add_argument(
+        "--big-object-mb", type=int, default=None, help="big-object mode: one object of about this many MB compressed"
+    )
+    parser.add_argument(
+        "--peers", default="floor,spark,siltlake", help="comma-separated subset of floor,spark,siltlake (default all)"
+    )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="big-object mode: runs of each peer, interleaved; the report gives medians",
+    )
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--compresslevel", type=int, default=6,
-                        help="gzip level of the generated inputs (6 = what Fluentd and most shippers use)")
-    parser.add_argument("--spark-infer-schema", action="store_true",
-                        help="let Spark infer the JSON schema (an extra pass over the input)")
+    parser.add_argument(
+        "--compresslevel",
+        type=int,
+        default=6,
+        help="gzip level of the generated inputs (6 = what Fluentd and most shippers use)",
+    )
+    parser.add_argument(
+        "--spark-infer-schema",
+        action="store_true",
+        help="let Spark infer the JSON schema (an extra pass over the input)",
+    )
     parser.add_argument("--no-spark-warmup", action="store_true", help="skip Spark's untimed warm-up job")
     parser.add_argument("--spark-driver-memory", default="2g")
     args = parser.parse_args(argv)
@@ -431,7 +488,8 @@ def main(argv: list[str] | None = None) -> int:
         # SparkSession.getActiveSession() / builder.getOrCreate() instead of paying for a JVM start
         print("starting spark ...", flush=True)
         spark, report["spark_session_start_seconds"] = start_spark(
-            "siltlake-stream-bench", spark_conf(workdir, args.spark_driver_memory))
+            "siltlake-stream-bench", spark_conf(workdir, args.spark_driver_memory)
+        )
     try:
         if args.big_object_mb:
             run_big_mode(peers, workdir, data, results, args.repeat)

@@ -35,8 +35,13 @@ def main() -> None:
     try:
         history_bench.build_staging(root / "staging", args.objects)
         with catalog_url(args.catalog, root) as url:
-            deployment = new_deployment("bench001", root, catalog_url=url, staging_root=root / "staging",
-                                        stream={"sweep_files_per_round": args.slice})
+            deployment = new_deployment(
+                "bench001",
+                root,
+                catalog_url=url,
+                staging_root=root / "staging",
+                stream={"sweep_files_per_round": args.slice},
+            )
             try:
                 deployment.catalog.tables.create(TableDef.from_mapping(history_bench.TABLE))
                 time.sleep(deployment.config.stream.listing_margin + 1)
@@ -61,9 +66,11 @@ def main() -> None:
     finally:
         shutil.rmtree(root, ignore_errors=True)
     read, register = statistics.median(reading), statistics.median(registering)
-    print(f"{args.catalog} {args.objects:,} files, slices of {args.slice:,}: sweep {read:.3f} s CPU, register "
-          f"{register:.3f} s CPU, {(read + register) / args.slice * 1e6:.1f} us a file; a discover round "
-          f"{statistics.median(rounds):.3f} s CPU; load {load_avg_1m()}")
+    print(
+        f"{args.catalog} {args.objects:,} files, slices of {args.slice:,}: sweep {read:.3f} s CPU, register "
+        f"{register:.3f} s CPU, {(read + register) / args.slice * 1e6:.1f} us a file; a discover round "
+        f"{statistics.median(rounds):.3f} s CPU; load {load_avg_1m()}"
+    )
 
 
 if __name__ == "__main__":

@@ -54,8 +54,10 @@ def parse_time(value: dt.datetime | dt.date | str) -> dt.datetime:
         try:
             value = dt.datetime.fromisoformat(value.strip())
         except ValueError:
-            raise ValueError(f"{value!r} is not a time such as '2026-11-20 10:00:00' or "
-                             "'2026-11-20T10:00:00+09:00' (naive times are UTC)") from None
+            raise ValueError(
+                f"{value!r} is not a time such as '2026-11-20 10:00:00' or "
+                "'2026-11-20T10:00:00+09:00' (naive times are UTC)"
+            ) from None
     elif isinstance(value, dt.date) and not isinstance(value, dt.datetime):
         value = dt.datetime.combine(value, dt.time())
     return to_naive_utc(value)

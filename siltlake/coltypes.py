@@ -43,9 +43,7 @@ def parse_type(type_name: str) -> str:
         if not 1 <= precision <= 38 or scale > precision:
             raise DefinitionError(f"decimal({precision},{scale}) needs 1 <= precision <= 38 and scale <= precision")
         return f"decimal({precision},{scale})"
-    raise DefinitionError(
-        f"unknown column type {type_name!r}: use one of {', '.join(SIMPLE_TYPES)} or decimal(p,s)"
-    )
+    raise DefinitionError(f"unknown column type {type_name!r}: use one of {', '.join(SIMPLE_TYPES)} or decimal(p,s)")
 
 
 def decimal_parts(type_name: str) -> tuple[int, int]:
@@ -89,10 +87,14 @@ def needs_rewrite(old_type: str, new_type: str) -> bool:
 
 def refuse_reserved_column(name: str) -> None:
     """Raise DefinitionError, saying which names are reserved and why, for a column name siltlake uses itself."""
-    why = RESERVED_COLUMNS.get(name) or ("siltlake's helper columns begin so (a row's number while a delete is "
-                                         "worked out, an upsert's delete marker)"
-                                         if name.startswith(RESERVED_PREFIXES) else None)
+    why = RESERVED_COLUMNS.get(name) or (
+        "siltlake's helper columns begin so (a row's number while a delete is worked out, an upsert's delete marker)"
+        if name.startswith(RESERVED_PREFIXES)
+        else None
+    )
     if why is not None:
-        raise DefinitionError(f"column name {name!r} is reserved: {why}; siltlake reserves "
-                              f"{', '.join(RESERVED_COLUMNS)}, names beginning {' or '.join(RESERVED_PREFIXES)} "
-                              f"and {PARTITION_COLUMN} (the partition date) for columns of its own")
+        raise DefinitionError(
+            f"column name {name!r} is reserved: {why}; siltlake reserves "
+            f"{', '.join(RESERVED_COLUMNS)}, names beginning {' or '.join(RESERVED_PREFIXES)} "
+            f"and {PARTITION_COLUMN} (the partition date) for columns of its own"
+        )

@@ -54,7 +54,6 @@ def format_duration(seconds: int) -> str:
     return f"{seconds}s"
 
 
-
 class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -76,7 +75,6 @@ def exact_int(value: Any, info: ValidationInfo) -> Any:
     return value
 
 
-
 def validated(model: type[Model], data: dict[str, Any], source: str) -> Model:
     """The model of `data`; a DefinitionError naming `source` and each problem's key path otherwise."""
     try:
@@ -94,12 +92,11 @@ def describe_validation_error(exc: ValidationError) -> str:
         path = ".".join(str(part) for part in error["loc"]) or "(top level)"
         message = error["msg"]
         if message.startswith("Value error, "):
-            message = message[len("Value error, "):]
+            message = message[len("Value error, ") :]
         if error["type"] == "extra_forbidden":
             message = "unknown key"
         lines.append(f"{path}: {message}")
     return "; ".join(lines)
-
 
 
 def definition_file(path: Path, what: str) -> dict[str, Any]:
@@ -119,4 +116,3 @@ def definition_file(path: Path, what: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise DefinitionError(f"{path}: expected a mapping at the top level")
     return data
-

@@ -19,6 +19,7 @@ from siltlake.storage.keys import instance_marker
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+
 class InstanceKeyRefused(SiltError):
     """Nothing may be written or deleted under the instance key: another catalog owns it, or nothing proves
     that this deployment's catalog does."""
@@ -43,28 +44,36 @@ class KeyOwner:
         """The one-line refusal for `action` (e.g. "stream") under key, saying what to do next."""
         named = self.catalog or "(unreadable marker)"
         if self.state == "missing":
-            return (f"refusing to {action}: {self.marker} is missing, so nothing proves instance key {key!r} is "
-                    f"this deployment's; run `silt init` to write it, then {action} again")
+            return (
+                f"refusing to {action}: {self.marker} is missing, so nothing proves instance key {key!r} is "
+                f"this deployment's; run `silt init` to write it, then {action} again"
+            )
         if self.state == "copy":
-            return (f"refusing to {action}: instance key {key!r} belongs to another deployment's catalog {named} "
-                    f"({self.marker}), of which this catalog is a copy, and writing or reaping here would "
-                    "destroy that deployment's objects; give this deployment its own catalog and instance key "
-                    "(`silt init` a new one)")
+            return (
+                f"refusing to {action}: instance key {key!r} belongs to another deployment's catalog {named} "
+                f"({self.marker}), of which this catalog is a copy, and writing or reaping here would "
+                "destroy that deployment's objects; give this deployment its own catalog and instance key "
+                "(`silt init` a new one)"
+            )
         if self.state == "unopenable":
-            return (f"refusing to {action}: instance key {key!r} is marked ({self.marker}) as the key of {named}, "
-                    f"which has this catalog's id but cannot be opened from here ({self.detail}); if this catalog "
-                    "was moved from there, run `silt init --claim`; if it is the same database under another "
-                    "URL, configure that URL")
-        return (f"refusing to {action}: instance key {key!r} belongs to another deployment's catalog {named} "
-                f"({self.marker}); give this deployment another instance_key, or, only after checking that the "
-                f"catalog at {named} is really gone, run `silt init --claim`")
+            return (
+                f"refusing to {action}: instance key {key!r} is marked ({self.marker}) as the key of {named}, "
+                f"which has this catalog's id but cannot be opened from here ({self.detail}); if this catalog "
+                "was moved from there, run `silt init --claim`; if it is the same database under another "
+                "URL, configure that URL"
+            )
+        return (
+            f"refusing to {action}: instance key {key!r} belongs to another deployment's catalog {named} "
+            f"({self.marker}); give this deployment another instance_key, or, only after checking that the "
+            f"catalog at {named} is really gone, run `silt init --claim`"
+        )
 
 
 def _named_url(value: object) -> str:
     """The catalog URL a marker names (markers written before catalog ids hold `Catalog(<url>)`)."""
     text = str(value or "")
     if text.startswith("Catalog(") and text.endswith(")"):
-        return text[len("Catalog("):-1]
+        return text[len("Catalog(") : -1]
     return text
 
 
@@ -113,12 +122,17 @@ class Deployment:
         self.catalog.tables.apply_deployment_settings()
         catalog_id = self.catalog.instances.ensure_catalog_id()
         if claim or owner.state != "ours" or owner.catalog_id != catalog_id:
-            self.lake.write_bytes(instance_marker(key), json.dumps({
-                "instance_key": key,
-                "catalog": self.catalog.masked_url,
-                "catalog_id": catalog_id,
-                "created": utcnow().isoformat(),
-            }).encode())
+            self.lake.write_bytes(
+                instance_marker(key),
+                json.dumps(
+                    {
+                        "instance_key": key,
+                        "catalog": self.catalog.masked_url,
+                        "catalog_id": catalog_id,
+                        "created": utcnow().isoformat(),
+                    }
+                ).encode(),
+            )
         self.__dict__.pop("instance_key", None)
         return key
 
@@ -138,7 +152,8 @@ class Deployment:
             raise InstanceKeyRefused(
                 f"refusing to claim instance key {key!r}: its catalog {owner.catalog} is reachable and still "
                 "registers the key as its own, so that deployment is alive and reaping here would delete its "
-                "objects; give this deployment another instance_key")
+                "objects; give this deployment another instance_key"
+            )
 
     def key_owner(self, key: str) -> KeyOwner:
         """Whose the key is by its marker (one small read; opens the named catalog only when the marker names
@@ -184,7 +199,8 @@ class Deployment:
         if own != key:
             raise InstanceKeyRefused(
                 f"refusing to {action}: the configured instance_key {key!r} is not this catalog's key {own!r}; "
-                "remove instance_key from the configuration or set it to the catalog's key")
+                "remove instance_key from the configuration or set it to the catalog's key"
+            )
         owner = self.key_owner(key)
         if owner.state != "ours":
             raise InstanceKeyRefused(owner.refusal(action, key))

@@ -117,4 +117,3 @@ def load_derived_file(path: str | Path) -> DerivedDef:
     """Read a derived table definition from a .toml (or .yaml/.yml) file."""
     path = Path(path)
     return DerivedDef.from_mapping(definition_file(path, "derived table definition"), source=str(path))
-

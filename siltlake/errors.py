@@ -19,8 +19,10 @@ def debug_enabled() -> bool:
 
 def missing_data_file(where: str) -> str:
     """What to say of a data file the catalog lists and the storage no longer has, whichever engine read it."""
-    return (f"a data file is missing ({where}): it was deleted or moved outside siltlake while the catalog still "
-            "lists it; restore it (from a backup or the storage's versioning), then rerun")
+    return (
+        f"a data file is missing ({where}): it was deleted or moved outside siltlake while the catalog still "
+        "lists it; restore it (from a backup or the storage's versioning), then rerun"
+    )
 
 
 class SiltError(Exception):
@@ -102,11 +104,12 @@ def require_spark(what: str) -> None:
     if find_spec("pyspark") is None:
         raise MissingExtra(
             f"{what} runs Spark jobs, and PySpark is not installed here: install the {SPARK_EXTRA!r} extra, "
-            f"pip install 'siltlake[{SPARK_EXTRA}]' (reading tables, silt sql on DuckDB and silt status need no Spark)")
+            f"pip install 'siltlake[{SPARK_EXTRA}]' (reading tables, silt sql on DuckDB and silt status need no Spark)"
+        )
 
 
 def did_you_mean(name: str, candidates: Iterable[str]) -> str:
-    """" (did you mean X?)" naming the candidate closest to a mistyped name, or "" when none is close."""
+    """ " (did you mean X?)" naming the candidate closest to a mistyped name, or "" when none is close."""
     import difflib  # only when a name is wrong: not for every command's start
 
     close = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
@@ -115,5 +118,6 @@ def did_you_mean(name: str, candidates: Iterable[str]) -> str:
 
 def no_column(table: str, name: str, columns: Iterable[str]) -> DefinitionError:
     """The error for a column name the table lacks, with the closest of its columns."""
-    return DefinitionError(f"table {table} has no column {name}{did_you_mean(name, columns)}; `silt table show "
-                           f"{table}` lists its columns")
+    return DefinitionError(
+        f"table {table} has no column {name}{did_you_mean(name, columns)}; `silt table show {table}` lists its columns"
+    )

@@ -68,8 +68,8 @@ def _segment(pattern: str, segment: str) -> str:
             out.append(re.escape(segment[index]))
             index += 1
         elif char == "[":
-            start = index + (segment[index:index + 1] in ("!", "^"))
-            start += segment[start:start + 1] == "]"  # a ']' first is one of the set
+            start = index + (segment[index : index + 1] in ("!", "^"))
+            start += segment[start : start + 1] == "]"  # a ']' first is one of the set
             end = segment.find("]", start)
             if end < 0:
                 raise ValueError(f"{pattern!r}: '[' without its closing ']'")
@@ -91,7 +91,7 @@ def check_patterns(value: object, setting: str) -> list[str]:
     if isinstance(value, str):
         value = split_patterns(value)
     if not isinstance(value, list | tuple) or not all(isinstance(item, str) for item in value):
-        raise ValueError(f"{setting} must be a list of glob patterns, e.g. [\"*.gz\", \"*.[0-9]\"]")
+        raise ValueError(f'{setting} must be a list of glob patterns, e.g. ["*.gz", "*.[0-9]"]')
     for pattern in value:
         try:
             translate(pattern)
@@ -109,8 +109,10 @@ class _Matcher:
     def of(cls, patterns: Iterable[str]) -> _Matcher:
         names = [translate(p) for p in patterns if "/" not in p]
         keys = [translate(p) for p in patterns if "/" in p]
-        return cls(re.compile("|".join(f"(?:{n})" for n in names) + r"\Z", re.DOTALL) if names else None,
-                   re.compile("|".join(f"(?:{k})" for k in keys) + r"\Z", re.DOTALL) if keys else None)
+        return cls(
+            re.compile("|".join(f"(?:{n})" for n in names) + r"\Z", re.DOTALL) if names else None,
+            re.compile("|".join(f"(?:{k})" for k in keys) + r"\Z", re.DOTALL) if keys else None,
+        )
 
     def matches(self, key: str) -> bool:
         if self.names is not None and self.names.match(key.rpartition("/")[2]):

@@ -13,15 +13,22 @@ class GlueTargetConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    region: str | None = Field(default=None, description="AWS region of the Data Catalog; unset: AWS_REGION, "
-                               "AWS_DEFAULT_REGION or the profile's region")
-    endpoint_url: str | None = Field(default=None, description="another Glue endpoint (a VPC endpoint, a test "
-                                     "server); unset: the region's")
-    catalog_id: str | None = Field(default=None, description="the AWS account id whose Data Catalog is written "
-                                   "(another account's, shared through Lake Formation); unset: the credentials'")
+    region: str | None = Field(
+        default=None,
+        description="AWS region of the Data Catalog; unset: AWS_REGION, AWS_DEFAULT_REGION or the profile's region",
+    )
+    endpoint_url: str | None = Field(
+        default=None, description="another Glue endpoint (a VPC endpoint, a test server); unset: the region's"
+    )
+    catalog_id: str | None = Field(
+        default=None,
+        description="the AWS account id whose Data Catalog is written "
+        "(another account's, shared through Lake Formation); unset: the credentials'",
+    )
     database_prefix: str = ""
-    max_attempts: int = Field(default=10, ge=1, description="attempts per Glue call (botocore's standard retries "
-                              "on throttling and 5xx)")
+    max_attempts: int = Field(
+        default=10, ge=1, description="attempts per Glue call (botocore's standard retries on throttling and 5xx)"
+    )
 
     @field_validator("database_prefix")
     @classmethod

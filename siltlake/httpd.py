@@ -81,8 +81,13 @@ class BoundedHandler(BaseHTTPRequestHandler):
         return parsed
 
     def log_message(self, format: str, *args: object) -> None:  # the base class's name
-        event(self.server.log, f"{self.server.event_prefix}.request", logging.DEBUG, client=self.client_address[0],
-              request=format % args)
+        event(
+            self.server.log,
+            f"{self.server.event_prefix}.request",
+            logging.DEBUG,
+            client=self.client_address[0],
+            request=format % args,
+        )
 
     def send_body(self, code: int, body: bytes, content_type: str, headers: Iterable[tuple[str, str]] = ()) -> None:
         """Answer with body (none to a HEAD); a client that already left is logged at debug level, not answered."""
@@ -98,8 +103,14 @@ class BoundedHandler(BaseHTTPRequestHandler):
                 self.wfile.write(body)
         except OSError as exc:  # reset, broken pipe, timed out: nobody to answer
             self.close_connection = True
-            event(self.server.log, f"{self.server.event_prefix}.client_gone", logging.DEBUG,
-                  client=self.client_address[0], code=code, reason=f"client gone: {type(exc).__name__}: {exc}")
+            event(
+                self.server.log,
+                f"{self.server.event_prefix}.client_gone",
+                logging.DEBUG,
+                client=self.client_address[0],
+                code=code,
+                reason=f"client gone: {type(exc).__name__}: {exc}",
+            )
 
     def read_body(self, limit: int) -> bytes | None:
         """The request's body (Content-Length bytes, within request_timeout however slowly they come); None when it
@@ -127,8 +138,14 @@ class BoundedHandler(BaseHTTPRequestHandler):
         """Log what failed (the details may hold SQL and its parameters: they stay in the log) under a reference the
         answer names instead."""
         reference = secrets.token_hex(4)
-        event(self.server.log, f"{self.server.event_prefix}.failed", logging.WARNING, path=self.path,
-              reference=reference, reason=f"{type(exc).__name__}: {exc}")
+        event(
+            self.server.log,
+            f"{self.server.event_prefix}.failed",
+            logging.WARNING,
+            path=self.path,
+            reference=reference,
+            reason=f"{type(exc).__name__}: {exc}",
+        )
         return reference
 
 
@@ -152,8 +169,14 @@ class BoundedServer(ThreadingHTTPServer):
     thread_name = "silt-http"
     busy = (b"busy: too many open connections\n", "text/plain; charset=utf-8")  # a refusal's body and its type
 
-    def __init__(self, address: tuple[str, int], handler: type[BoundedHandler], *,
-                 max_connections: int = MAX_CONNECTIONS, request_timeout: float = REQUEST_TIMEOUT) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        handler: type[BoundedHandler],
+        *,
+        max_connections: int = MAX_CONNECTIONS,
+        request_timeout: float = REQUEST_TIMEOUT,
+    ) -> None:
         self.max_connections = max_connections
         self.request_timeout = request_timeout
         self._lock = threading.Lock()
@@ -167,8 +190,11 @@ class BoundedServer(ThreadingHTTPServer):
         evicted = None
         with self._lock:
             if self._slots_held >= self.max_connections:
-                evicted = min((c for c in self._connections.values() if c.holds_slot and c.waiting_since is not None),
-                              key=lambda c: c.waiting_since or 0.0, default=None)
+                evicted = min(
+                    (c for c in self._connections.values() if c.holds_slot and c.waiting_since is not None),
+                    key=lambda c: c.waiting_since or 0.0,
+                    default=None,
+                )
                 if evicted is None:
                     self._refuse(request)
                     return
@@ -177,8 +203,12 @@ class BoundedServer(ThreadingHTTPServer):
                 self._slots_held += 1
             self._connections[request] = _Connection(request)
         if evicted is not None:
-            event(self.log, f"{self.event_prefix}.evicted", logging.DEBUG,
-                  reason="every connection busy: the oldest one still sending its request is closed")
+            event(
+                self.log,
+                f"{self.event_prefix}.evicted",
+                logging.DEBUG,
+                reason="every connection busy: the oldest one still sending its request is closed",
+            )
             with contextlib.suppress(OSError):  # its thread's read returns at once; that thread closes it
                 evicted.socket.shutdown(socket.SHUT_RDWR)
         try:
@@ -223,9 +253,10 @@ class BoundedServer(ThreadingHTTPServer):
         try:
             body, content_type = self.busy
             request.setblocking(False)
-            request.send(b"HTTP/1.0 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Type: %s\r\n"
-                         b"Content-Length: %d\r\nConnection: close\r\n\r\n%s"
-                         % (content_type.encode(), len(body), body))
+            request.send(
+                b"HTTP/1.0 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Type: %s\r\n"
+                b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (content_type.encode(), len(body), body)
+            )
         except OSError:
             pass
         self.shutdown_request(request)
@@ -235,8 +266,13 @@ class BoundedServer(ThreadingHTTPServer):
         """What escaped a handler: a log line, not a traceback on stderr."""
         exc = sys.exc_info()[1]
         level = logging.DEBUG if isinstance(exc, OSError) else logging.WARNING  # OSError: the client left
-        event(self.log, f"{self.event_prefix}.failed", level, client=client_address[0],
-              reason=f"{type(exc).__name__}: {exc}")
+        event(
+            self.log,
+            f"{self.event_prefix}.failed",
+            level,
+            client=client_address[0],
+            reason=f"{type(exc).__name__}: {exc}",
+        )
 
     @property
     def url(self) -> str:

@@ -77,8 +77,15 @@ class KeyValueFormatter(logging.Formatter):
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         name, fields = record_fields(record)
-        document = {"time": _timestamp(record), "level": record.levelname, "event": name, **_identity,
-                    "pid": os.getpid(), "logger": record.name, **fields}
+        document = {
+            "time": _timestamp(record),
+            "level": record.levelname,
+            "event": name,
+            **_identity,
+            "pid": os.getpid(),
+            "logger": record.name,
+            **fields,
+        }
         if record.exc_info:
             exc = record.exc_info[1]
             document["error"] = f"{type(exc).__name__}: {exc}"

@@ -18,10 +18,14 @@ def backoff(interval: float, failures: int) -> float:
     return min(base * 2 ** (max(failures, 1) - 1), base * 10)
 
 
-def poll_forever(round_: Callable[[], R], stop: threading.Event, interval: float,
-                 on_report: Callable[[R], None],
-                 on_error: Callable[[Exception, float], None] | None = None,
-                 wake: threading.Event | None = None) -> None:
+def poll_forever(
+    round_: Callable[[], R],
+    stop: threading.Event,
+    interval: float,
+    on_report: Callable[[R], None],
+    on_error: Callable[[Exception, float], None] | None = None,
+    wake: threading.Event | None = None,
+) -> None:
     """Run round_ and report its result every interval (start to start) until stop is set.
 
     A round that raises (catalog or storage unreachable, a lost executor) is reported and retried

@@ -84,12 +84,18 @@ def hive_session_conf(config: HiveTargetConfig) -> dict[str, str]:
         return conf
     home = Path(config.metastore_dir).expanduser().resolve()
     home.mkdir(parents=True, exist_ok=True)
-    conf.update({
-        "spark.hadoop.javax.jdo.option.ConnectionURL": f"jdbc:derby:;databaseName={home / 'metastore_db'};create=true",
-        "spark.sql.warehouse.dir": (home / "warehouse").as_uri(),
-        # derby.log next to the database instead of in whatever directory silt runs in.
-        "spark.driver.extraJavaOptions": f"-Dderby.system.home={home} -Dderby.stream.error.file={home / 'derby.log'}",
-    })
+    conf.update(
+        {
+            "spark.hadoop.javax.jdo.option.ConnectionURL": (
+                f"jdbc:derby:;databaseName={home / 'metastore_db'};create=true"
+            ),
+            "spark.sql.warehouse.dir": (home / "warehouse").as_uri(),
+            # derby.log next to the database instead of in whatever directory silt runs in.
+            "spark.driver.extraJavaOptions": (
+                f"-Dderby.system.home={home} -Dderby.stream.error.file={home / 'derby.log'}"
+            ),
+        }
+    )
     return conf
 
 
@@ -103,13 +109,16 @@ def spark_session(config: SparkConfig, extra: dict[str, str] | None = None) -> S
 
     builder = SparkSession.builder.master(config.master).appName(config.app_name)
     log_level = spark_log_level()
-    log_config = (f"-Dlog4j2.configurationFile={Path(__file__).with_name('log4j2.properties').as_uri()} "
-                  f"-Dsiltlake.spark.log.level={log_level}")
+    log_config = (
+        f"-Dlog4j2.configurationFile={Path(__file__).with_name('log4j2.properties').as_uri()} "
+        f"-Dsiltlake.spark.log.level={log_level}"
+    )
     settings = {**QUIET, **config.conf, **(extra or {}), **LOCKED}
     # Java options add up: the log configuration stays whatever the user's conf or `extra` (Derby's) pass.
     java_options = "spark.driver.extraJavaOptions"
     settings[java_options] = " ".join(
-        option for option in (log_config, config.conf.get(java_options), (extra or {}).get(java_options)) if option)
+        option for option in (log_config, config.conf.get(java_options), (extra or {}).get(java_options)) if option
+    )
     for key, value in settings.items():
         builder = builder.config(key, value)
     session = lock_session(builder.getOrCreate())
@@ -144,10 +153,16 @@ def task_count(weights: list[int], cores: int, tasks_per_core: int, task_weight:
     return cores * rounds
 
 
-def run_tasks(spark: SparkSession, function: Callable[[Any], Any], items: list[Any],
-              weights: list[int] | None = None, tasks_per_core: int = 4,
-              on_progress: Callable[[int], None] | None = None, tasks: int | None = None,
-              task_weight: int | None = None) -> list[Any]:
+def run_tasks(
+    spark: SparkSession,
+    function: Callable[[Any], Any],
+    items: list[Any],
+    weights: list[int] | None = None,
+    tasks_per_core: int = 4,
+    on_progress: Callable[[int], None] | None = None,
+    tasks: int | None = None,
+    task_weight: int | None = None,
+) -> list[Any]:
     """Run function over items as one Spark stage and return the results in item order.
 
     Items are packed into a few size-balanced tasks per core (task_count): a Spark task costs tens of
@@ -159,8 +174,9 @@ def run_tasks(spark: SparkSession, function: Callable[[Any], Any], items: list[A
     context = spark.sparkContext
     indexed = list(enumerate(items))
     weights = weights or [1] * len(items)
-    groups = balanced_groups(indexed, weights, tasks or task_count(weights, context.defaultParallelism,
-                                                                   tasks_per_core, task_weight))
+    groups = balanced_groups(
+        indexed, weights, tasks or task_count(weights, context.defaultParallelism, tasks_per_core, task_weight)
+    )
     rdd: RDD = context.parallelize(groups, len(groups)).flatMap(
         lambda group: [(index, function(item)) for index, item in group]
     )
@@ -220,8 +236,9 @@ class QueryBound:
         self.sessions: dict[int, Callable[[], object]] = {}  # tagged Spark sessions -> how to remove the tag
         self._stops: dict[int, Callable[[], object]] = {}
         self._done = threading.Event()
-        self._watcher = threading.Thread(target=self._watch, args=(time.monotonic() + seconds,), daemon=True,
-                                         name="siltlake-query-bound")
+        self._watcher = threading.Thread(
+            target=self._watch, args=(time.monotonic() + seconds,), daemon=True, name="siltlake-query-bound"
+        )
 
     def _watch(self, deadline: float) -> None:
         if self._done.wait(max(0.0, deadline - time.monotonic())):
@@ -259,8 +276,10 @@ class QueryBound:
             self._stops.pop(key, None)
 
     def breach(self) -> SiltError:
-        return SiltError(f"{self.what} was stopped: it ran past {self.setting} ({self.seconds} s); nothing was "
-                         f"written. Raise {self.setting} (seconds, or e.g. '2h'; 0: no bound) to let it run longer")
+        return SiltError(
+            f"{self.what} was stopped: it ran past {self.setting} ({self.seconds} s); nothing was "
+            f"written. Raise {self.setting} (seconds, or e.g. '2h'; 0: no bound) to let it run longer"
+        )
 
 
 _BOUND: ContextVar[QueryBound | None] = ContextVar("siltlake_query_bound", default=None)
@@ -313,6 +332,7 @@ def bound_session(spark: SparkSession) -> SparkSession:
 
 # --- Spark Connect: a warm session for `silt sql --engine spark` and notebooks -----------------------------
 
+
 def is_remote(spark: SparkSession) -> bool:
     """Whether the session is a Spark Connect client's: no JVM in this process, no SparkContext, no py4j."""
     return type(spark).__module__.startswith("pyspark.sql.connect")
@@ -350,9 +370,11 @@ def start_connect_server(spark: SparkSession, config: SparkConfig) -> str:
 
     token = os.environ.get(TOKEN_VARIABLE) or secrets.token_urlsafe(32)
     if not _URL_SAFE_TOKEN.fullmatch(token):
-        raise SiltError(f"${TOKEN_VARIABLE} must be 16 or more letters, digits, '-', '_', '.' or '~' (siltlake's "
-                        "clients send it in the sc:// URL), such as what "
-                        "`python -c 'import secrets; print(secrets.token_urlsafe(32))'` prints")
+        raise SiltError(
+            f"${TOKEN_VARIABLE} must be 16 or more letters, digits, '-', '_', '.' or '~' (siltlake's "
+            "clients send it in the sc:// URL), such as what "
+            "`python -c 'import secrets; print(secrets.token_urlsafe(32))'` prints"
+        )
     write_token_file(Path(config.connect_token_file), token)
     host, port = config.connect_address
     context = spark.sparkContext
@@ -435,7 +457,8 @@ def connect_session(config: SparkConfig) -> SparkSession | None:
         if "UNAUTHENTICATED" not in str(exc):
             raise
         session.stop()
-        raise SiltError(f"the Spark Connect server at {config.connect} (spark.connect) refused this client's token: "
-                        f"${TOKEN_VARIABLE} must hold the server's, or spark.connect_token_file "
-                        f"({config.connect_token_file}) must be readable here and written by the running `silt run`"
-                        ) from None
+        raise SiltError(
+            f"the Spark Connect server at {config.connect} (spark.connect) refused this client's token: "
+            f"${TOKEN_VARIABLE} must hold the server's, or spark.connect_token_file "
+            f"({config.connect_token_file}) must be readable here and written by the running `silt run`"
+        ) from None

@@ -59,16 +59,18 @@ def _log_tail(log: Path) -> str:
 
 
 @overload
-def _wait_for_line(name: str, log: Path, process: subprocess.Popen, pattern: re.Pattern,
-                   deadline: float) -> re.Match: ...
+def _wait_for_line(
+    name: str, log: Path, process: subprocess.Popen, pattern: re.Pattern, deadline: float
+) -> re.Match: ...
 
 
 @overload
 def _wait_for_line(name: str, log: Path, process: subprocess.Popen, pattern: str, deadline: float) -> None: ...
 
 
-def _wait_for_line(name: str, log: Path, process: subprocess.Popen, pattern: re.Pattern | str,
-                   deadline: float) -> re.Match | None:
+def _wait_for_line(
+    name: str, log: Path, process: subprocess.Popen, pattern: re.Pattern | str, deadline: float
+) -> re.Match | None:
     """Wait until the daemon's log holds pattern; ClusterStartError if it exits or the deadline passes."""
     while True:
         text = log.read_text(errors="replace") if log.exists() else ""
@@ -76,11 +78,14 @@ def _wait_for_line(name: str, log: Path, process: subprocess.Popen, pattern: re.
         if found:
             return found if isinstance(found, re.Match) else None
         if process.poll() is not None:
-            raise ClusterStartError(f"the Spark {name} exited with status {process.returncode} before it was "
-                                    f"ready; the end of {log}:\n{_log_tail(log)}")
+            raise ClusterStartError(
+                f"the Spark {name} exited with status {process.returncode} before it was "
+                f"ready; the end of {log}:\n{_log_tail(log)}"
+            )
         if time.monotonic() > deadline:
-            raise ClusterStartError(f"the Spark {name} did not report {str(pattern)!r} in time; "
-                                    f"the end of {log}:\n{_log_tail(log)}")
+            raise ClusterStartError(
+                f"the Spark {name} did not report {str(pattern)!r} in time; the end of {log}:\n{_log_tail(log)}"
+            )
         time.sleep(0.2)
 
 
@@ -101,8 +106,15 @@ def _stop(processes: list[subprocess.Popen], grace: float) -> None:
 
 
 @contextmanager
-def standalone_cluster(work_dir: str | Path, *, workers: int = 2, cores: int = 1, memory: str = "1g",
-                       timeout: float = 120, stop_grace: float = 20) -> Iterator[StandaloneCluster]:
+def standalone_cluster(
+    work_dir: str | Path,
+    *,
+    workers: int = 2,
+    cores: int = 1,
+    memory: str = "1g",
+    timeout: float = 120,
+    stop_grace: float = 20,
+) -> Iterator[StandaloneCluster]:
     """A master and `workers` workers (each offering `cores` cores and `memory`) on 127.0.0.1.
 
     Logs and the workers' work directories go under work_dir. Ports are picked by the daemons (port 0);
@@ -123,8 +135,14 @@ def standalone_cluster(work_dir: str | Path, *, workers: int = 2, cores: int = 1
     def start(name: str, *args: str) -> tuple[subprocess.Popen, Path]:
         log = work_dir / f"{name}.log"
         with log.open("w") as sink:
-            process = subprocess.Popen([spark_class, *args], env=env, stdout=sink, stderr=subprocess.STDOUT,
-                                       stdin=subprocess.DEVNULL, start_new_session=True)
+            process = subprocess.Popen(
+                [spark_class, *args],
+                env=env,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         processes.append(process)
         return process, log
 
@@ -137,9 +155,23 @@ def standalone_cluster(work_dir: str | Path, *, workers: int = 2, cores: int = 1
         for number in range(1, workers + 1):
             worker_dir = work_dir / f"worker-{number}"
             worker_dir.mkdir(exist_ok=True)
-            process, log = start(f"worker-{number}", WORKER_CLASS, cluster.master_url, "--host", HOST,
-                                 "--port", "0", "--webui-port", "0", "--cores", str(cores), "--memory", memory,
-                                 "--work-dir", str(worker_dir))
+            process, log = start(
+                f"worker-{number}",
+                WORKER_CLASS,
+                cluster.master_url,
+                "--host",
+                HOST,
+                "--port",
+                "0",
+                "--webui-port",
+                "0",
+                "--cores",
+                str(cores),
+                "--memory",
+                memory,
+                "--work-dir",
+                str(worker_dir),
+            )
             started.append((f"worker {number}", process, log))
             cluster.worker_logs.append(log)
             cluster.work_dirs.append(worker_dir)

@@ -45,10 +45,29 @@ if TYPE_CHECKING:  # pyarrow is imported where a schema is built: `silt status` 
     import pyarrow as pa
 
 __all__ = [
-    "COMMIT_ORDER", "FIELD_ID_KEY", "IDENTIFIER", "INHERITED_SETTINGS", "KEY_TYPES", "LEGACY_NAIVE_TIMEZONE",
-    "PARTITION_COLUMN", "SEQUENCE_TYPES", "SIMPLE_TYPES", "WIDENINGS", "Column", "DerivedDef", "TableDef", "arrow_type",
-    "check_identifier", "decimal_parts", "describe_validation_error", "format_duration", "load_derived_file",
-    "load_table_file", "needs_rewrite", "parse_duration", "parse_type",
+    "COMMIT_ORDER",
+    "FIELD_ID_KEY",
+    "IDENTIFIER",
+    "INHERITED_SETTINGS",
+    "KEY_TYPES",
+    "LEGACY_NAIVE_TIMEZONE",
+    "PARTITION_COLUMN",
+    "SEQUENCE_TYPES",
+    "SIMPLE_TYPES",
+    "WIDENINGS",
+    "Column",
+    "DerivedDef",
+    "TableDef",
+    "arrow_type",
+    "check_identifier",
+    "decimal_parts",
+    "describe_validation_error",
+    "format_duration",
+    "load_derived_file",
+    "load_table_file",
+    "needs_rewrite",
+    "parse_duration",
+    "parse_type",
 ]
 
 # What a log table stored before naive_timezone existed reads naive time strings in.
@@ -172,8 +191,10 @@ class TableDef(StrictModel):
     def _inheritable(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         unknown = [key for key in value if key not in INHERITED_SETTINGS]
         if unknown:
-            raise DefinitionError(f"inherited: {', '.join(unknown)} cannot be inherited; the settings that can are "
-                                  f"{', '.join(INHERITED_SETTINGS)}")
+            raise DefinitionError(
+                f"inherited: {', '.join(unknown)} cannot be inherited; the settings that can are "
+                f"{', '.join(INHERITED_SETTINGS)}"
+            )
         return tuple(key for key in INHERITED_SETTINGS if key in value)
 
     @field_validator("schema_name", "name")
@@ -189,8 +210,9 @@ class TableDef(StrictModel):
         try:
             ZoneInfo(value)  # type: ignore[arg-type]
         except (ZoneInfoNotFoundError, ValueError, TypeError):
-            raise DefinitionError(f"{info.field_name} {value!r} is not an IANA time zone name such as "
-                                  "Asia/Tokyo") from None
+            raise DefinitionError(
+                f"{info.field_name} {value!r} is not an IANA time zone name such as Asia/Tokyo"
+            ) from None
         return value
 
     @field_validator("merge_interval", mode="before")
@@ -198,8 +220,9 @@ class TableDef(StrictModel):
     def _interval(cls, value: Any) -> int:
         return parse_duration(value, "merge_interval")
 
-    _whole = field_validator("merged_object_size", "merge_batch_size", "row_group_bytes", "ttl_days",
-                             mode="before")(exact_int)
+    _whole = field_validator("merged_object_size", "merge_batch_size", "row_group_bytes", "ttl_days", mode="before")(
+        exact_int
+    )
 
     @field_validator("merged_object_size", "merge_batch_size", "row_group_bytes")
     @classmethod
@@ -244,10 +267,13 @@ class TableDef(StrictModel):
         if not given:
             return
         if len(given) != len(ids):
-            missing = [c.name for c in self.columns if c.field_id is None] + \
-                ([PARTITION_COLUMN] if self.dt_field_id is None else [])
-            raise DefinitionError(f"field ids: {', '.join(missing)} have none; give every column and dt_field_id "
-                                  "an id, or none (ids are then assigned)")
+            missing = [c.name for c in self.columns if c.field_id is None] + (
+                [PARTITION_COLUMN] if self.dt_field_id is None else []
+            )
+            raise DefinitionError(
+                f"field ids: {', '.join(missing)} have none; give every column and dt_field_id "
+                "an id, or none (ids are then assigned)"
+            )
         if any(isinstance(i, bool) or i < 1 for i in given):
             raise DefinitionError(f"field ids must be positive whole numbers, got {sorted(given)}")
         if len(set(given)) != len(given):
@@ -262,11 +288,15 @@ class TableDef(StrictModel):
             if column is None:
                 raise DefinitionError(f"primary_key column {name!r} is not one of the columns")
             if column.nullable:
-                raise DefinitionError(f"primary_key column {name!r} must be declared nullable = false: a key "
-                                      "must be present in every record")
+                raise DefinitionError(
+                    f"primary_key column {name!r} must be declared nullable = false: a key "
+                    "must be present in every record"
+                )
             if column.type not in KEY_TYPES and not column.type.startswith("decimal"):
-                raise DefinitionError(f"primary_key column {name!r} has type {column.type}, which cannot be a key; "
-                                      f"use one of {', '.join(KEY_TYPES)}")
+                raise DefinitionError(
+                    f"primary_key column {name!r} has type {column.type}, which cannot be a key; "
+                    f"use one of {', '.join(KEY_TYPES)}"
+                )
         if self.primary_key and self.kind == "derived":
             raise DefinitionError("a derived table cannot have a primary_key: its query decides its rows")
         if not self.sequence_column:
@@ -277,8 +307,10 @@ class TableDef(StrictModel):
         if column is None:
             raise DefinitionError(f"sequence_column {self.sequence_column!r} is not one of the columns")
         if column.type not in SEQUENCE_TYPES and not column.type.startswith("decimal"):
-            raise DefinitionError(f"sequence_column {self.sequence_column!r} has type {column.type}; it must be "
-                                  f"one of {', '.join(SEQUENCE_TYPES)}")
+            raise DefinitionError(
+                f"sequence_column {self.sequence_column!r} has type {column.type}; it must be "
+                f"one of {', '.join(SEQUENCE_TYPES)}"
+            )
         if self.sequence_column in self.primary_key:
             raise DefinitionError(f"sequence_column {self.sequence_column!r} is part of the primary_key")
 
@@ -337,8 +369,9 @@ class TableDef(StrictModel):
         if ids is None:
             ids = {c.name: i for i, c in enumerate(self.columns, start=1)}
             ids[PARTITION_COLUMN] = len(self.columns) + 1
-        missing = [c.name for c in self.columns if c.name not in ids] + \
-            ([PARTITION_COLUMN] if PARTITION_COLUMN not in ids else [])
+        missing = [c.name for c in self.columns if c.name not in ids] + (
+            [PARTITION_COLUMN] if PARTITION_COLUMN not in ids else []
+        )
         if missing:
             raise DefinitionError(f"table {self.qualified_name}: no field id for {', '.join(missing)}")
         data = self.model_dump(by_alias=True)
@@ -360,8 +393,12 @@ class TableDef(StrictModel):
         names = [c.physical_name for c in self.columns] + [PARTITION_COLUMN]
         if ids is None:
             return pa.schema([f.with_name(n) for f, n in zip(fields, names, strict=True)])
-        return pa.schema([f.with_name(n).with_metadata({FIELD_ID_KEY: str(ids[f.name]).encode()})
-                          for f, n in zip(fields, names, strict=True)])
+        return pa.schema(
+            [
+                f.with_name(n).with_metadata({FIELD_ID_KEY: str(ids[f.name]).encode()})
+                for f, n in zip(fields, names, strict=True)
+            ]
+        )
 
     def to_json(self) -> str:
         # A log table's JSON always names naive_timezone (null: the table's zone), so that a definition stored
@@ -419,10 +456,13 @@ class TableDef(StrictModel):
                 f"changing column {name} of {self.qualified_name} from {old.type} to {new_type} converts its stored "
                 "values: run it with --rewrite (rewrite=True), which rewrites every partition holding a value in it "
                 "as an update version and moves rows whose value does not convert to an error file (`silt errors`); "
-                "only int -> bigint and float -> double need no rewrite")
+                "only int -> bigint and float -> double need no rewrite"
+            )
         field_id, physical = self._new_identity(name)
-        data["columns"] = [{**c, "type": new_type, "field_id": field_id, "physical": physical}
-                           if c["name"] == name else c for c in data["columns"]]
+        data["columns"] = [
+            {**c, "type": new_type, "field_id": field_id, "physical": physical} if c["name"] == name else c
+            for c in data["columns"]
+        ]
         data["dropped_columns"] = [*(c.model_dump() for c in self.dropped_columns), old.model_dump()]
         return TableDef.from_mapping(data)
 
@@ -430,7 +470,6 @@ class TableDef(StrictModel):
         data = self.model_dump(by_alias=True)
         data.update(schema=schema_name, name=name)
         return TableDef.from_mapping(data)
-
 
 
 def load_table_file(path: str | Path) -> TableDef:

@@ -46,8 +46,12 @@ _CLF = re.compile(
     r":(?P<hour>[0-9]{2}):(?P<minute>[0-9]{2}):(?P<second>[0-9]{2})"
     r"(?: (?P<sign>[+-])(?P<offset_hour>[0-9]{2})(?P<offset_minute>[0-9]{2}))?(?(open)\])[ \t]*"
 )
-_MONTHS = {name: number for number, name in enumerate(
-    ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"), start=1)}
+_MONTHS = {
+    name: number
+    for number, name in enumerate(
+        ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"), start=1
+    )
+}
 DATE_PATTERN = r"[ \t]*(?P<year>[0-9]{4})-(?P<month>[0-9]{2})-(?P<day>[0-9]{2})[ \t]*"
 _DATE = re.compile(DATE_PATTERN)
 INTEGER_PATTERN = r"[ \t]*[+-]?[0-9]+[ \t]*"
@@ -140,8 +144,9 @@ def _iso_match_micros(match: re.Match[str], value: str, naive_zone: str = "UTC")
     return _checked(seconds * MICROS_PER_SECOND + micros, value)
 
 
-def _wall_offset(year: int, month: int, day: int, hour: int, minute: int, second: int, zone: str,
-                 original: object) -> int:
+def _wall_offset(
+    year: int, month: int, day: int, hour: int, minute: int, second: int, zone: str, original: object
+) -> int:
     """Seconds east of UTC of a wall time in `zone`: the earlier instant of one a clock change repeats (as
     Python's fold=0); a wall time a clock change skips is no time at all."""
     if year < 1:
@@ -221,8 +226,9 @@ def parse_event_time(value: object, epoch_unit: str = "s", naive_zone: str = "UT
         offset = 0
         if value.tzinfo is None:
             if naive_zone != "UTC":
-                offset = _wall_offset(value.year, value.month, value.day, value.hour, value.minute, value.second,
-                                      naive_zone, value)
+                offset = _wall_offset(
+                    value.year, value.month, value.day, value.hour, value.minute, value.second, naive_zone, value
+                )
             value = value.replace(tzinfo=UTC)
         delta = value - datetime(1970, 1, 1, tzinfo=UTC)
         seconds = delta.days * 86400 + delta.seconds - offset

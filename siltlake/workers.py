@@ -42,8 +42,12 @@ def worker_count() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def run_on_workers(function: Callable[[Any], Any], items: list[Any], weights: list[int] | None = None,
-                   on_progress: Callable[[int], None] | None = None) -> list[Any]:
+def run_on_workers(
+    function: Callable[[Any], Any],
+    items: list[Any],
+    weights: list[int] | None = None,
+    on_progress: Callable[[int], None] | None = None,
+) -> list[Any]:
     """Run function over items on the warm worker processes and return the results in item order.
 
     Items go in size-balanced groups (weights), a few per worker, each worker taking the next group when it is
@@ -51,8 +55,7 @@ def run_on_workers(function: Callable[[Any], Any], items: list[Any], weights: li
     if not items:
         return []
     pool = _pool()
-    groups = balanced_groups(list(enumerate(items)), weights or [1] * len(items),
-                             len(pool.workers) * GROUPS_PER_WORKER)
+    groups = balanced_groups(list(enumerate(items)), weights or [1] * len(items), len(pool.workers) * GROUPS_PER_WORKER)
     return pool.run(function, groups, on_progress)
 
 
@@ -111,8 +114,9 @@ class _Worker:
         environment = dict(os.environ)
         # The caller's import path, so that a source checkout's siltlake (and a test's modules) import as here.
         environment["PYTHONPATH"] = os.pathsep.join(path for path in sys.path if path)
-        self.process = subprocess.Popen([sys.executable, "-m", "siltlake.workers"], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, env=environment)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "siltlake.workers"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=environment
+        )
         # Both are pipes (PIPE above), never None.
         assert self.process.stdin is not None and self.process.stdout is not None
         self._requests: IO[bytes] = self.process.stdin
@@ -126,8 +130,10 @@ class _Worker:
             answer = None
         if answer is None:
             code = self.process.poll()
-            raise WorkersLost(f"a worker process (pid {self.process.pid}) ended "
-                              f"{'with code ' + str(code) if code is not None else 'its pipe'} during a task")
+            raise WorkersLost(
+                f"a worker process (pid {self.process.pid}) ended "
+                f"{'with code ' + str(code) if code is not None else 'its pipe'} during a task"
+            )
         ok, value = pickle.loads(answer)
         if not ok:
             raise value
@@ -152,8 +158,12 @@ class _Pool:
         self.workers = [_Worker() for _ in range(size)]
         self.lock = threading.Lock()  # one call at a time: the workers are the host's cores
 
-    def run(self, function: Callable[[Any], Any], groups: list[list[tuple[int, Any]]],
-            on_progress: Callable[[int], None] | None) -> list[Any]:
+    def run(
+        self,
+        function: Callable[[Any], Any],
+        groups: list[list[tuple[int, Any]]],
+        on_progress: Callable[[int], None] | None,
+    ) -> list[Any]:
         with self.lock:
             pending: queue.SimpleQueue = queue.SimpleQueue()
             for group in groups:
@@ -173,8 +183,10 @@ class _Pool:
                         done.put((False, exc))
                         return
 
-            threads = [threading.Thread(target=serve, args=(worker,), daemon=True, name="siltlake-worker-feed")
-                       for worker in self.workers]
+            threads = [
+                threading.Thread(target=serve, args=(worker,), daemon=True, name="siltlake-worker-feed")
+                for worker in self.workers
+            ]
             for thread in threads:
                 thread.start()
             results: list[tuple[int, Any]] = []

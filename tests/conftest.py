@@ -20,13 +20,15 @@ from siltlake.tabledef import TableDef
 # The S3 suite's fixtures (tests/s3_server.py). Its AWS settings are set here, before Spark starts, so that
 # Spark's Python workers inherit them as on a user's host; tests never reach AWS (no instance metadata either).
 pytest_plugins = ["tests.s3_server"]
-os.environ.update({
-    "AWS_ACCESS_KEY_ID": "siltlake-tests",
-    "AWS_SECRET_ACCESS_KEY": "siltlake-tests",
-    "AWS_REGION": "us-east-1",
-    "AWS_DEFAULT_REGION": "us-east-1",
-    "AWS_EC2_METADATA_DISABLED": "true",
-})
+os.environ.update(
+    {
+        "AWS_ACCESS_KEY_ID": "siltlake-tests",
+        "AWS_SECRET_ACCESS_KEY": "siltlake-tests",
+        "AWS_REGION": "us-east-1",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+)
 # Every JVM the suite starts (the session's, and each `silt` process's, which inherit the environment) lives
 # seconds to minutes over tiny data: C2's compile threads and the parallel collector only compete for the two
 # cores then. The client compiler alone and the serial collector halve a Spark start on a busy 2-core machine.
@@ -77,8 +79,11 @@ _PG_PROBLEM = None if FAST_LANE else _pg_reachable()
 
 
 def _fast_lane_refuses(what: str, marker: str) -> None:
-    pytest.fail(f"the fast lane (SILT_TEST_FAST=1, make test-fast) {what}: mark this test {marker} "
-                f"(tests/conftest.py's pytest_collection_modifyitems marks the tests it can tell)", pytrace=False)
+    pytest.fail(
+        f"the fast lane (SILT_TEST_FAST=1, make test-fast) {what}: mark this test {marker} "
+        f"(tests/conftest.py's pytest_collection_modifyitems marks the tests it can tell)",
+        pytrace=False,
+    )
 
 
 def require_postgres() -> None:
@@ -159,9 +164,10 @@ def spark(hive_metastore_dir: Path):
         _fast_lane_refuses("starts no Spark", "spark")
     # Hive-enabled so the hive publish target can be tested in-process (one JVM, one metastore); tests
     # that never touch the metastore pay nothing for it.
-    session = spark_session(SparkConfig(master="local[2]", app_name="siltlake-tests",
-                                        conf={"spark.sql.shuffle.partitions": "2"}),
-                            hive_session_conf(HiveTargetConfig(metastore_dir=str(hive_metastore_dir))))
+    session = spark_session(
+        SparkConfig(master="local[2]", app_name="siltlake-tests", conf={"spark.sql.shuffle.partitions": "2"}),
+        hive_session_conf(HiveTargetConfig(metastore_dir=str(hive_metastore_dir))),
+    )
     yield session
     session.stop()
 
@@ -216,14 +222,16 @@ def _fast_lane_connects_to_no_postgres():
 
 
 def make_config(tmp_path: Path, catalog_url: str, **stream: object) -> Config:
-    return Config.model_validate({
-        "instance_key": "test0001",
-        "catalog": {"url": catalog_url},
-        "storage": {"root": str(tmp_path / "lake"), "staging_root": str(tmp_path / "staging")},
-        "spark": {"master": "local[2]"},
-        # Files written just before a round are taken at once (stream.settle_time: tests that settle set it).
-        "stream": {"settle_time": 0, **stream},
-    })
+    return Config.model_validate(
+        {
+            "instance_key": "test0001",
+            "catalog": {"url": catalog_url},
+            "storage": {"root": str(tmp_path / "lake"), "staging_root": str(tmp_path / "staging")},
+            "spark": {"master": "local[2]"},
+            # Files written just before a round are taken at once (stream.settle_time: tests that settle set it).
+            "stream": {"settle_time": 0, **stream},
+        }
+    )
 
 
 @pytest.fixture

@@ -43,8 +43,9 @@ def run_queries(queries: list[str], setup: tuple[str, ...] = (), timeout: float 
 
     with tempfile.TemporaryDirectory(prefix="duckdb-answers-") as out:
         request = json.dumps({"setup": list(setup), "queries": queries, "out": out})
-        done = subprocess.run([str(READERS_PYTHON), __file__], input=request, capture_output=True, text=True,
-                              timeout=timeout, check=False)
+        done = subprocess.run(
+            [str(READERS_PYTHON), __file__], input=request, capture_output=True, text=True, timeout=timeout, check=False
+        )
         if done.returncode != 0:
             raise RuntimeError(f"DuckDB runner exited {done.returncode}: {done.stderr.strip()[-2000:]}")
         errors = json.loads(done.stdout)["errors"]

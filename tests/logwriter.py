@@ -64,7 +64,7 @@ class Log:
             os.close(self.fd)
             self.fd = self._open()
         while data:
-            data = data[os.write(self.fd, data):]
+            data = data[os.write(self.fd, data) :]
 
 
 def main(argv: list[str]) -> None:
@@ -97,8 +97,8 @@ def main(argv: list[str]) -> None:
             continue
         buffered += line(number, args.format)
         while len(buffered) >= args.chunk:
-            log.write(buffered[:args.chunk])
-            buffered = buffered[args.chunk:]
+            log.write(buffered[: args.chunk])
+            buffered = buffered[args.chunk :]
             time.sleep(args.pause)
     if buffered:
         log.write(buffered)

@@ -22,16 +22,26 @@ def rows_for(date: dt.date, count: int, seed: int) -> list[dict]:
     """`count` access rows on a Tokyo date, times spread over the day, user ids unique per (seed, i)."""
     base = dt.datetime.combine(date, dt.time(0, 30), tzinfo=dt.UTC) - dt.timedelta(hours=9)
     return [
-        {"utc_event_time": base + dt.timedelta(seconds=(seed * 7919 + i * 104729) % 80000),
-         "user_id": seed * 1_000_000 + i, "action": f"a{(seed + i) % 5}"}
+        {
+            "utc_event_time": base + dt.timedelta(seconds=(seed * 7919 + i * 104729) % 80000),
+            "user_id": seed * 1_000_000 + i,
+            "action": f"a{(seed + i) % 5}",
+        }
         for i in range(count)
     ]
 
 
-def add_small_objects(deployment: Deployment, table: TableRecord, date: dt.date,
-                      batches: list[list[dict]], now: dt.datetime | None = None,
-                      write_files: bool = True, legacy: bool = False, batched: bool = False,
-                      before_commit: Callable[[], None] | None = None) -> list[int]:
+def add_small_objects(
+    deployment: Deployment,
+    table: TableRecord,
+    date: dt.date,
+    batches: list[list[dict]],
+    now: dt.datetime | None = None,
+    write_files: bool = True,
+    legacy: bool = False,
+    batched: bool = False,
+    before_commit: Callable[[], None] | None = None,
+) -> list[int]:
     """Write each batch as one time-sorted small object and commit it as the stream does; returns ids.
 
     write_files=False commits catalog rows only (for scheduling tests that never read the objects); legacy=True
@@ -50,9 +60,14 @@ def add_small_objects(deployment: Deployment, table: TableRecord, date: dt.date,
         staged.append((uri, table.id, 1, None))
     catalog.staging.register(staged)
     pending = {p.uri: p.id for p in catalog.staging.pending(1_000_000)}
-    with catalog.partitions.stream_commit() as tx, (
-            tx.batch([pending[uri] for uri, *_ in staged], {(table.id, date)}, len(batches), 0) if batched
-            else nullcontext()):
+    with (
+        catalog.partitions.stream_commit() as tx,
+        (
+            tx.batch([pending[uri] for uri, *_ in staged], {(table.id, date)}, len(batches), 0)
+            if batched
+            else nullcontext()
+        ),
+    ):
         for (uri, *_), batch, object_id in zip(staged, batches, tx.allocate_ids(len(batches)), strict=True):
             data = pa.Table.from_pylist(batch, schema=schema).sort_by(definition.time_column)
             partition = tx.partition_for(table.id, date, definition.merge_interval, now)
@@ -60,13 +75,20 @@ def add_small_objects(deployment: Deployment, table: TableRecord, date: dt.date,
             size = 1000
             if write_files:
                 with lake.open_output(key) as sink:
-                    pq.write_table(data if legacy else object_rows(data, object_schema(definition), date), sink,
-                                   compression=definition.codec)
+                    pq.write_table(
+                        data if legacy else object_rows(data, object_schema(definition), date),
+                        sink,
+                        compression=definition.codec,
+                    )
                 size = lake.info(key).size
             times = data.column(definition.time_column)
             tx.add_small_object(
-                object_id=object_id, staging_object_id=pending[uri], partition_id=partition.id,
-                delayed=partition.closed, content_length=size, row_count=data.num_rows,
+                object_id=object_id,
+                staging_object_id=pending[uri],
+                partition_id=partition.id,
+                delayed=partition.closed,
+                content_length=size,
+                row_count=data.num_rows,
                 min_event_time=pa.compute.min(times).as_py().replace(tzinfo=None),
                 max_event_time=pa.compute.max(times).as_py().replace(tzinfo=None),
                 upload_start_time=now,
@@ -83,21 +105,30 @@ def merged_rows(deployment: Deployment, table: TableRecord, partition_id: int, d
     """Every row of the partition's merged objects, as the catalog's ranges name them."""
     layout = table.layout(deployment.instance_key)
     tables = [
-        pq.read_table(deployment.lake.path(r.key(layout, date)), columns=table.definition.arrow_schema().names,
-                      filesystem=deployment.lake.filesystem)
-        for r in deployment.catalog.merge_queue.ranges(partition_id) if r.lower is not None
+        pq.read_table(
+            deployment.lake.path(r.key(layout, date)),
+            columns=table.definition.arrow_schema().names,
+            filesystem=deployment.lake.filesystem,
+        )
+        for r in deployment.catalog.merge_queue.ranges(partition_id)
+        if r.lower is not None
     ]
     return pa.concat_tables(tables) if tables else table.definition.arrow_schema().empty_table()
 
 
-def small_rows(deployment: Deployment, table: TableRecord, partition_id: int, date: dt.date,
-               up_to: int) -> pa.Table:
+def small_rows(deployment: Deployment, table: TableRecord, partition_id: int, date: dt.date, up_to: int) -> pa.Table:
     layout = table.layout(deployment.instance_key)
-    objects = [o for o in deployment.catalog.partitions.small_objects(table.id, up_to_id=up_to)
-               if o.partition_date == date]
-    tables = [pq.read_table(deployment.lake.path(layout.small_object(date, o.id, o.delayed)),
-                            columns=table.definition.arrow_schema().names, filesystem=deployment.lake.filesystem)
-              for o in objects]
+    objects = [
+        o for o in deployment.catalog.partitions.small_objects(table.id, up_to_id=up_to) if o.partition_date == date
+    ]
+    tables = [
+        pq.read_table(
+            deployment.lake.path(layout.small_object(date, o.id, o.delayed)),
+            columns=table.definition.arrow_schema().names,
+            filesystem=deployment.lake.filesystem,
+        )
+        for o in objects
+    ]
     return pa.concat_tables(tables) if tables else table.definition.arrow_schema().empty_table()
 
 

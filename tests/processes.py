@@ -74,7 +74,8 @@ def silt_env(tmp_path: Path, url: str, **sections: dict[str, object]) -> dict[st
     tables = {
         "catalog": {"url": url},
         "storage": {"root": str(tmp_path / "lake"), "staging_root": str(tmp_path / "staging")},
-        "spark": spark, **sections,
+        "spark": spark,
+        **sections,
     }
     lines = ['instance_key = "test0001"']
     for name, values in tables.items():
@@ -97,8 +98,9 @@ class SiltProcess:
         self.out = log_dir / f"{name}.out"
         self.err = log_dir / f"{name}.err"
         with self.out.open("ab") as out, self.err.open("ab") as err:
-            self.proc = subprocess.Popen([sys.executable, "-m", "siltlake.cli", *args], env=env,
-                                         stdout=out, stderr=err, start_new_session=True)
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "siltlake.cli", *args], env=env, stdout=out, stderr=err, start_new_session=True
+            )
         self.started = time.monotonic()
 
     @property
@@ -113,8 +115,10 @@ class SiltProcess:
         return self.out.read_text(errors="replace") + self.err.read_text(errors="replace")
 
     def tail(self) -> str:
-        return (f"--- {self.name} ({' '.join(self.args)}) stdout:\n{self.out.read_text(errors='replace')[-2000:]}\n"
-                f"--- stderr:\n{self.err.read_text(errors='replace')[-4000:]}")
+        return (
+            f"--- {self.name} ({' '.join(self.args)}) stdout:\n{self.out.read_text(errors='replace')[-2000:]}\n"
+            f"--- stderr:\n{self.err.read_text(errors='replace')[-4000:]}"
+        )
 
     def kill(self) -> None:
         """SIGKILL every process of the session (driver, JVM, executors), then reap the driver."""
@@ -124,8 +128,14 @@ class SiltProcess:
 
 def run_silt(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     """A one-shot `silt` command run to its end (its own session, so a timeout kills its JVM too)."""
-    proc = subprocess.Popen([sys.executable, "-m", "siltlake.cli", *args], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "siltlake.cli", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         out, err = proc.communicate(timeout=timeout)
     finally:
@@ -183,15 +193,15 @@ def session_rss(session: int) -> dict[str, int]:
     return rss
 
 
-def wait_until(condition: Callable[[], object], processes: Sequence[SiltProcess], timeout: float,
-               what: str) -> None:
+def wait_until(condition: Callable[[], object], processes: Sequence[SiltProcess], timeout: float, what: str) -> None:
     """Poll until condition holds; fail if one of the processes exits meanwhile or time runs out."""
     deadline = time.monotonic() + timeout
     while not condition():
         for process in processes:
             if not process.alive():
-                pytest.fail(f"{process.name} exited with {process.proc.returncode} while waiting for {what}\n"
-                            + process.tail())
+                pytest.fail(
+                    f"{process.name} exited with {process.proc.returncode} while waiting for {what}\n" + process.tail()
+                )
         if time.monotonic() > deadline:
             pytest.fail(f"no {what} within {timeout:.0f} s\n" + "\n".join(p.tail() for p in processes))
         time.sleep(0.02)
@@ -233,9 +243,11 @@ def delivered_records(deployment: Deployment, name_part: str) -> tuple[int, int]
     appended to is delivered in pieces, and each of its records must be read exactly once."""
     so = s.staging_objects
     with deployment.catalog.engine.connect() as c:
-        row = c.execute(sa.select(sa.func.coalesce(sa.func.sum(so.c.records_in), 0),
-                                  sa.func.coalesce(sa.func.sum(so.c.bad_records), 0))
-                        .where(so.c.uri.contains(name_part), so.c.processed_time.is_not(None))).one()
+        row = c.execute(
+            sa.select(
+                sa.func.coalesce(sa.func.sum(so.c.records_in), 0), sa.func.coalesce(sa.func.sum(so.c.bad_records), 0)
+            ).where(so.c.uri.contains(name_part), so.c.processed_time.is_not(None))
+        ).one()
     return int(row[0]), int(row[1])
 
 
@@ -244,8 +256,9 @@ def deliveries_of(deployment: Deployment, name_part: str) -> list[tuple[str, int
     registered: what a failure of delivered_records shows."""
     so = s.staging_objects
     with deployment.catalog.engine.connect() as c:
-        rows = c.execute(sa.select(so.c.uri, so.c.records_in, so.c.bad_records)
-                         .where(so.c.uri.contains(name_part)).order_by(so.c.id)).all()
+        rows = c.execute(
+            sa.select(so.c.uri, so.c.records_in, so.c.bad_records).where(so.c.uri.contains(name_part)).order_by(so.c.id)
+        ).all()
     return [(uri.rpartition("/")[2], records, bad) for uri, records, bad in rows]
 
 
@@ -255,6 +268,7 @@ def pid_alive(pid: int | None) -> bool:
 
 
 # --- staging objects ------------------------------------------------------------------------------------
+
 
 class Shipper:
     """Writes gzip JSON-lines staging objects, as Fluentd would, into the stream's key layout
@@ -280,9 +294,19 @@ class Shipper:
     and truncates it in place. Between two appends, so no line is split across files and none lost in the copy.
     `rotations` counts them per mode."""
 
-    def __init__(self, staging_root: Path, tables: Sequence[str], dates: Sequence[dt.date], *,
-                 rate: float = 2.0, records: tuple[int, int] = (5, 40), seed: int = 0,
-                 resend: float = 0.0, append: float = 0.0, rotate: float = 0.0) -> None:
+    def __init__(
+        self,
+        staging_root: Path,
+        tables: Sequence[str],
+        dates: Sequence[dt.date],
+        *,
+        rate: float = 2.0,
+        records: tuple[int, int] = (5, 40),
+        seed: int = 0,
+        resend: float = 0.0,
+        append: float = 0.0,
+        rotate: float = 0.0,
+    ) -> None:
         self.root = Path(staging_root)
         self.tables = list(tables)
         self.dates = list(dates)
@@ -314,11 +338,20 @@ class Shipper:
             ids = range(self._next_id, self._next_id + count)
             self._next_id += count
             noon = dt.datetime.combine(date, dt.time(12), tzinfo=dt.UTC)
-            lines = [json.dumps({"time": (noon + dt.timedelta(seconds=self.rng.randint(-40000, 40000)))
-                                 .isoformat().replace("+00:00", "Z"),
-                                 "record_id": record_id, "user_id": record_id % 1000,
-                                 "action": f"a{record_id % 7}"}) + "\n"
-                     for record_id in ids]
+            lines = [
+                json.dumps(
+                    {
+                        "time": (noon + dt.timedelta(seconds=self.rng.randint(-40000, 40000)))
+                        .isoformat()
+                        .replace("+00:00", "Z"),
+                        "record_id": record_id,
+                        "user_id": record_id % 1000,
+                        "action": f"a{record_id % 7}",
+                    }
+                )
+                + "\n"
+                for record_id in ids
+            ]
             folder = self.root / f"ship.{table}" / f"{dt.date.today():%Y/%m/%d}"
             folder.mkdir(parents=True, exist_ok=True)
             # Drawn only when appending, so that a seed draws the same objects as before without it.
@@ -345,8 +378,7 @@ class Shipper:
                 copies = 2 if self.rng.random() < 0.25 else 1
                 for copy in range(1, copies + 1):
                     due = self.objects + self.rng.randint(0, 8) * copy
-                    self._resends.append((due, folder, f"{name.removesuffix('.jsonl.gz')}-resent{copy}.jsonl.gz",
-                                          data))
+                    self._resends.append((due, folder, f"{name.removesuffix('.jsonl.gz')}-resent{copy}.jsonl.gz", data))
             self._flush_resends(self.objects)
             return folder / name
 
@@ -363,8 +395,14 @@ class Shipper:
     def _rotate(self, path: Path) -> None:
         """logrotate's rotation of an appended file, its two modes in turn (the lock held: no append meanwhile)."""
         mode = "create" if self.rotations["create"] <= self.rotations["copytruncate"] else "copytruncate"
-        older = sorted((int(p.name.rpartition(".")[2]) for p in path.parent.glob(path.name + ".*")
-                        if p.name.rpartition(".")[2].isdigit()), reverse=True)
+        older = sorted(
+            (
+                int(p.name.rpartition(".")[2])
+                for p in path.parent.glob(path.name + ".*")
+                if p.name.rpartition(".")[2].isdigit()
+            ),
+            reverse=True,
+        )
         for number in older:
             os.rename(f"{path}.{number}", f"{path}.{number + 1}")
         if mode == "create":

@@ -53,8 +53,9 @@ class MotoS3:
         import pyarrow.fs as pafs
 
         name = name or f"silt-{uuid.uuid4().hex[:12]}"
-        pafs.S3FileSystem(endpoint_override=self.endpoint, scheme="http", region="us-east-1",
-                          allow_bucket_creation=True).create_dir(name)
+        pafs.S3FileSystem(
+            endpoint_override=self.endpoint, scheme="http", region="us-east-1", allow_bucket_creation=True
+        ).create_dir(name)
         return name
 
     def put_objects(self, bucket: str, keys: list[str], body: bytes = b"x") -> None:
@@ -95,8 +96,10 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         proxy = self.server.owner
         fault = proxy.record(self.command, self.path)
         if fault:
-            payload = (f"<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>{fault[1]}</Code>"
-                       f"<Message>injected by the test proxy</Message></Error>").encode()
+            payload = (
+                f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{fault[1]}</Code>'
+                f"<Message>injected by the test proxy</Message></Error>"
+            ).encode()
             self.send_response(fault[0])
             self.send_header("Content-Type", "application/xml")
             self.send_header("Content-Length", str(len(payload)))
@@ -197,14 +200,19 @@ def s3_proxy(moto_s3: MotoS3):
 
 
 def s3_config(bucket: str, endpoint: str, catalog_url: str, max_attempts: int = 10, **sections: object) -> Config:
-    return Config.model_validate({
-        "instance_key": "s3test01",
-        "catalog": {"url": catalog_url},
-        "storage": {"root": f"s3://{bucket}/lake", "staging_root": f"s3://{bucket}/staging",
-                    "s3": {"endpoint_override": endpoint, "scheme": "http", "max_attempts": max_attempts}},
-        "spark": {"master": "local[2]"},
-        **sections,
-    })
+    return Config.model_validate(
+        {
+            "instance_key": "s3test01",
+            "catalog": {"url": catalog_url},
+            "storage": {
+                "root": f"s3://{bucket}/lake",
+                "staging_root": f"s3://{bucket}/staging",
+                "s3": {"endpoint_override": endpoint, "scheme": "http", "max_attempts": max_attempts},
+            },
+            "spark": {"master": "local[2]"},
+            **sections,
+        }
+    )
 
 
 @pytest.fixture

@@ -39,7 +39,7 @@ class Drippers:
                     self.closed_after[index] = time.monotonic() - self.opened[index]
                 if self.closed_after[index] is None:
                     try:
-                        client.send(REQUEST[position:position + 1])
+                        client.send(REQUEST[position : position + 1])
                     except OSError:
                         self.closed_after[index] = time.monotonic() - self.opened[index]
             position += 1

@@ -44,10 +44,14 @@ def backlog(deployment: Deployment, shipped: int) -> tuple[int, int, int, int]:
     so, st, v = s.small_objects, s.staging_objects, s.partition_versions
     with deployment.catalog.engine.connect() as c:
         streamed = c.execute(sa.select(sa.func.count()).where(st.c.processed_time.is_not(None))).scalar_one()
-        watermark = (sa.select(sa.func.coalesce(sa.func.max(v.c.live_watermark), 0))
-                     .where(v.c.partition_id == so.c.partition_id).scalar_subquery())
-        unpublished = c.execute(sa.select(sa.func.count()).where(so.c.delayed.is_(False),
-                                                                 so.c.id > watermark)).scalar_one()
+        watermark = (
+            sa.select(sa.func.coalesce(sa.func.max(v.c.live_watermark), 0))
+            .where(v.c.partition_id == so.c.partition_id)
+            .scalar_subquery()
+        )
+        unpublished = c.execute(
+            sa.select(sa.func.count()).where(so.c.delayed.is_(False), so.c.id > watermark)
+        ).scalar_one()
     status = deployment.catalog.merge_queue.status(utcnow(), deployment.config.merge.job_timeout)
     unmerged = sum(t["unmerged_objects"] for t in status)
     jobs = sum(t["jobs"]["due"] + t["jobs"]["running"] + t["jobs"]["stale"] for t in status)
@@ -57,7 +61,7 @@ def backlog(deployment: Deployment, shipped: int) -> tuple[int, int, int, int]:
 def thirds(values: list[float]) -> tuple[list[float], list[float]]:
     """The middle and the last third (the first third is warm-up: JVMs starting, the first backlog)."""
     third = len(values) // 3
-    return values[third:2 * third], values[2 * third:]
+    return values[third : 2 * third], values[2 * third :]
 
 
 @dataclass
@@ -68,15 +72,18 @@ class SoakReport:
 
     def table(self) -> str:
         keys = sorted(self.samples[0].rss) if self.samples else []
-        head = (f"{'t s':>6} {'shipped':>7} {'staging':>7} {'unmerged':>8} {'jobs':>4} {'unpubl':>6} "
-                + " ".join(f"{key:>14}" for key in keys))
-        rows = [f"{x.seconds:6.0f} {x.shipped:7d} {x.staging:7d} {x.unmerged:8d} {x.jobs:4d} {x.unpublished:6d} "
-                + " ".join(f"{x.rss[key] / MIB:12.0f}Mi" for key in keys) for x in self.samples]
+        head = f"{'t s':>6} {'shipped':>7} {'staging':>7} {'unmerged':>8} {'jobs':>4} {'unpubl':>6} " + " ".join(
+            f"{key:>14}" for key in keys
+        )
+        rows = [
+            f"{x.seconds:6.0f} {x.shipped:7d} {x.staging:7d} {x.unmerged:8d} {x.jobs:4d} {x.unpublished:6d} "
+            + " ".join(f"{x.rss[key] / MIB:12.0f}Mi" for key in keys)
+            for x in self.samples
+        ]
         return "\n".join([head, *rows])
 
     def summary(self) -> dict:
-        result: dict = {"seconds": round(self.seconds), "objects_per_second": self.rate,
-                        "samples": len(self.samples)}
+        result: dict = {"seconds": round(self.seconds), "objects_per_second": self.rate, "samples": len(self.samples)}
         for name in ("staging", "unmerged", "jobs", "unpublished"):
             values = [getattr(x, name) for x in self.samples]
             middle, last = thirds(values)
@@ -92,8 +99,9 @@ class SoakReport:
 
     def write(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"summary": self.summary(), "samples": [asdict(x) for x in self.samples]},
-                                   indent=1) + "\n")
+        path.write_text(
+            json.dumps({"summary": self.summary(), "samples": [asdict(x) for x in self.samples]}, indent=1) + "\n"
+        )
         path.with_suffix(".txt").write_text(self.table() + "\n")
 
 
@@ -107,9 +115,11 @@ def soak(tmp_path: Path, url: str, seconds: float, *, rate: float = 4.0, every: 
     daemons: list[SiltProcess] = []
     samples: list[Sample] = []
     try:
-        daemons = [SiltProcess(tmp_path, "stream", env, "stream", "--interval", str(STREAM_INTERVAL)),
-                   SiltProcess(tmp_path, "merge", env, "merge"),
-                   SiltProcess(tmp_path, "publish", env, "publish", "--interval", str(PUBLISH_INTERVAL))]
+        daemons = [
+            SiltProcess(tmp_path, "stream", env, "stream", "--interval", str(STREAM_INTERVAL)),
+            SiltProcess(tmp_path, "merge", env, "merge"),
+            SiltProcess(tmp_path, "publish", env, "publish", "--interval", str(PUBLISH_INTERVAL)),
+        ]
         # The steady load starts once every daemon works (each JVM up), so start-up is not part of the trend.
         for name in TABLES:
             shipper.ship_one(name)

@@ -40,8 +40,17 @@ def test_one_exception_hierarchy_is_exported_from_siltlake() -> None:
     from siltlake.merge.parquet_concat import ShallowMergeRefused
     from siltlake.records import UnreadableObject
 
-    exported = {"SiltError", "RetryableConflict", "UpdateConflict", "VersionOutOfRange", "Refusal", "CatalogError",
-                "NotFoundError", "DefinitionError", "ConfigError"}
+    exported = {
+        "SiltError",
+        "RetryableConflict",
+        "UpdateConflict",
+        "VersionOutOfRange",
+        "Refusal",
+        "CatalogError",
+        "NotFoundError",
+        "DefinitionError",
+        "ConfigError",
+    }
     assert exported <= set(siltlake.__all__)
     for name in exported:
         assert issubclass(getattr(siltlake, name), siltlake.SiltError), name
@@ -91,7 +100,12 @@ def test_a_table_is_a_context_manager_with_its_properties_and_metadata(plain_dep
     assert not table._plans.by_dates, "closed: the kept plans are dropped"
     assert table.to_arrow().num_rows == 0, "a closed table still reads"
     assert (meta.name, meta.version, meta.primary_key, meta.keyed, meta.partition_column) == (
-        "web.logs", 0, (), False, "dt")
+        "web.logs",
+        0,
+        (),
+        False,
+        "dt",
+    )
     assert [c.name for c in meta.columns] == ["utc_event_time", "user_id", "action"]
     assert meta.columns[1].type == "bigint" and "utc_event_time" in meta.partitioning
     assert meta.created_at.tzinfo is dt.UTC and isinstance(meta, siltlake.TableMetadata)
@@ -103,7 +117,8 @@ def test_a_table_is_a_context_manager_with_its_properties_and_metadata(plain_dep
 
 @SQLITE_ONLY
 def test_an_unquoted_text_value_of_an_update_is_one_clear_error_without_a_java_trace(
-        deployment: Deployment, capfd, caplog) -> None:
+    deployment: Deployment, capfd, caplog
+) -> None:
     table = make_table(deployment)
     add_small_objects(deployment, table, DAY, [rows_for(DAY, 20, 0)])
     handle = Lake(deployment).table("web.access")
@@ -158,7 +173,8 @@ def test_delete_without_dates_reads_the_days_from_the_predicate(deployment: Depl
 
 @SQLITE_ONLY
 def test_update_without_dates_reads_the_days_from_the_predicate_and_the_cli_resolves_alike(
-        deployment: Deployment, monkeypatch) -> None:
+    deployment: Deployment, monkeypatch
+) -> None:
     from .merge_helpers import silt_in_process
 
     table = make_table(deployment)
@@ -171,8 +187,7 @@ def test_update_without_dates_reads_the_days_from_the_predicate_and_the_cli_reso
         rows = handle.to_arrow(columns=["dt", "action"]).to_pylist()
         return Counter((r["dt"], r["action"]) for r in rows)
 
-    report = handle.update({"action": "'seen'"}, where=f"dt = '{NEXT_DAY}' AND user_id % 2 = 0",
-                           now=tokyo(NEXT_DAY, 4))
+    report = handle.update({"action": "'seen'"}, where=f"dt = '{NEXT_DAY}' AND user_id % 2 = 0", now=tokyo(NEXT_DAY, 4))
     assert [p.partition_date for p in report] == [NEXT_DAY] and report.rows_changed == (10,)
     assert actions()[(NEXT_DAY, "seen")] == 10 and actions()[(DAY, "seen")] == 0
     assert handle.write_partitions(f"dt >= '{NEXT_DAY}'", None, "update") == ([NEXT_DAY], "true")

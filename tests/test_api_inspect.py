@@ -48,16 +48,18 @@ def four_states(deployment: Deployment) -> Lake:
 
 
 def read_file(deployment: Deployment, uri: str) -> pa.Table:
-    return pq.read_table(deployment.lake.path(uri.removeprefix(deployment.lake.root + "/")),
-                         filesystem=deployment.lake.filesystem)
+    return pq.read_table(
+        deployment.lake.path(uri.removeprefix(deployment.lake.root + "/")), filesystem=deployment.lake.filesystem
+    )
 
 
 def naive(value: dt.datetime) -> dt.datetime:
     return value.astimezone(dt.UTC).replace(tzinfo=None)
 
 
-def test_partitions_files_and_their_statistics_match_the_files_and_the_rows_read(deployment: Deployment,
-                                                                                 monkeypatch) -> None:
+def test_partitions_files_and_their_statistics_match_the_files_and_the_rows_read(
+    deployment: Deployment, monkeypatch
+) -> None:
     lake = four_states(deployment)
     table = lake.table("web.access")
     partitions = table.partitions()
@@ -71,7 +73,8 @@ def test_partitions_files_and_their_statistics_match_the_files_and_the_rows_read
     assert status["partitions"] == dict.fromkeys(PARTITION_STATES, 1)
     shown = json.loads(silt("table", "show", "web.access", "--format", "json"))["partitions"]
     assert [(row["date"], row["state"]) for row in shown] == [
-        (r["dt"].isoformat(), r["state"]) for r in partitions.to_pylist()]
+        (r["dt"].isoformat(), r["state"]) for r in partitions.to_pylist()
+    ]
 
     rows = table.to_arrow()
     files = table.data_files()
@@ -88,10 +91,14 @@ def test_partitions_files_and_their_statistics_match_the_files_and_the_rows_read
     # Each file's statistics (the catalog's for small objects, the footer's for the merged one) are its own.
     for f in files:
         held = read_file(deployment, f.uri)
-        assert f.rows == held.num_rows and f.size == deployment.lake.info(
-            f.uri.removeprefix(deployment.lake.root + "/")).size
-        assert (f.min_event_time, f.max_event_time) == (naive(pc.min(held.column("utc_event_time")).as_py()),
-                                                        naive(pc.max(held.column("utc_event_time")).as_py()))
+        assert (
+            f.rows == held.num_rows
+            and f.size == deployment.lake.info(f.uri.removeprefix(deployment.lake.root + "/")).size
+        )
+        assert (f.min_event_time, f.max_event_time) == (
+            naive(pc.min(held.column("utc_event_time")).as_py()),
+            naive(pc.max(held.column("utc_event_time")).as_py()),
+        )
     listed = table.inspect.files()
     assert listed.column("file_path").to_pylist() == table.files()
     assert listed.column("kind").to_pylist() == ["live", "merged", "live", "live"]
@@ -101,7 +108,9 @@ def test_partitions_files_and_their_statistics_match_the_files_and_the_rows_read
     # A table version: its own partitions and files, stats and all.
     first = table.partitions(as_of_version=1)
     assert [(r["dt"], r["version"], r["objects"], r["rows"]) for r in first.to_pylist()] == [
-        (EARLIER, 1, 1, 10), (DAY, 1, 2, 20)]
+        (EARLIER, 1, 1, 10),
+        (DAY, 1, 2, 20),
+    ]
     assert table.inspect.partitions(as_of_version=1, dates="2026-11-20").column("rows").to_pylist() == [20]
     assert [f.rows for f in table.data_files(as_of_version=1, dates=[DAY])] == [10, 10]
 
@@ -111,21 +120,34 @@ def test_metadata_tables_history_versions_and_merge_jobs(deployment: Deployment)
     table = lake.table("web.access")
     history = table.inspect.history()
     assert [(r["dt"], r["version"], r["table_version"], r["op"], r["rows"]) for r in history.to_pylist()] == [
-        (row["date"] and dt.date.fromisoformat(row["date"]), row["version"], row["table_version"], row["op"],
-         row["rows"]) for row in table.history()]
+        (
+            row["date"] and dt.date.fromisoformat(row["date"]),
+            row["version"],
+            row["table_version"],
+            row["op"],
+            row["rows"],
+        )
+        for row in table.history()
+    ]
     assert history.num_rows == 4
 
     table.set_properties(ttl_days=30)  # a definition change: a table version of its own
     versions = table.inspect.versions().to_pylist()
     assert [(v["table_version"], v["operations"], v["dates"], v["rows"], v["readable"]) for v in versions] == [
-        (1, ["append"], [EARLIER, DAY], 30, True), (2, ["append"], [NEXT_DAY], 40, True),
-        (3, ["compaction"], [DAY], 40, True), (4, ["set"], [], 40, True)]
+        (1, ["append"], [EARLIER, DAY], 30, True),
+        (2, ["append"], [NEXT_DAY], 40, True),
+        (3, ["compaction"], [DAY], 40, True),
+        (4, ["set"], [], 40, True),
+    ]
     assert versions[-1]["bytes"] == sum(r["bytes"] for r in table.partitions(as_of_version=4).to_pylist())
     assert table.inspect.history().num_rows == 5
 
     jobs = table.inspect.merge_jobs()
     assert sorted(zip(jobs.column("dt").to_pylist(), jobs.column("state").to_pylist(), strict=True)) == [
-        (EARLIER, "due"), (NEXT_DAY, "due"), (LATER, "due")], "DAY's job ran; the others wait"
+        (EARLIER, "due"),
+        (NEXT_DAY, "due"),
+        (LATER, "due"),
+    ], "DAY's job ran; the others wait"
     assert table.inspect.merge_jobs(now=tokyo(DAY, 0)).column("state").unique().to_pylist() == ["scheduled"]
 
 
@@ -136,8 +158,9 @@ def test_to_pandas_compact_and_reap(deployment: Deployment) -> None:
     assert len(frame) == table.to_arrow().num_rows == 50 and list(frame.columns) == table.schema.names
     day = table.to_pandas(columns=["user_id", "dt"], dates=DAY, filter=pc.field("action") == "a1")
     assert list(day.columns) == ["user_id", "dt"]
-    assert sorted(day["user_id"]) == sorted(r["user_id"] for s in (1, 2) for r in rows_for(DAY, 10, s)
-                                            if r["action"] == "a1")
+    assert sorted(day["user_id"]) == sorted(
+        r["user_id"] for s in (1, 2) for r in rows_for(DAY, 10, s) if r["action"] == "a1"
+    )
     assert table.to_pandas(as_of_version=1)["dt"].nunique() == 2
 
     with pytest.raises(NoSuchPartition, match="web.access has no partition 2030-01-01"):
@@ -172,7 +195,7 @@ def test_the_tables_doc_maintenance_example_runs(deployment: Deployment, monkeyp
     publish_once(deployment, now=tokyo(DAY, 12))
     publish_once(deployment, now=tokyo(NEXT_DAY, 1))  # closes DAY: its compaction shows
     point_cli_at(deployment, monkeypatch)  # Lake.open() finds the deployment as `silt` would
-    exec(compile(example, "docs/tables.md", "exec"), {})  # noqa: S102 - the documented example, as a user runs it
+    exec(compile(example, "docs/tables.md", "exec"), {})
     printed = capsys.readouterr().out
     assert "\n1 1\n" in printed and "switched" in printed, printed
     assert Lake(deployment).table("web.access").partitions().column("objects").to_pylist() == [1]
@@ -192,5 +215,8 @@ def test_a_keyed_tables_merged_object_has_its_own_statistics_from_its_footer(dep
     (merged,) = lake.table("web.access").data_files()
     held = read_file(deployment, merged.uri)
     assert merged.rows == held.num_rows == 10
-    assert merged.min_event_time == naive(pc.min(held.column("utc_event_time")).as_py()) > naive(
-        earliest["utc_event_time"]), "the replaced row's time is not the object's"
+    assert (
+        merged.min_event_time
+        == naive(pc.min(held.column("utc_event_time")).as_py())
+        > naive(earliest["utc_event_time"])
+    ), "the replaced row's time is not the object's"

@@ -29,14 +29,15 @@ API_DOC = Path(__file__).parent.parent / "docs" / "api.md"
 
 # Rows whose siltlake entry runs in a test file of its own: operation -> (the call the entry starts with, a pattern
 # of the call there, that file).
-RUN_ELSEWHERE = {"append": ("append(", r"table\.append\(", "test_table_writes.py"),
-                 "update": ("update(", r"\.update\(\{", "test_table_writes.py"),
-                 "restore": ("restore(", r"table\.restore\(", "test_restore.py"),
-                 "Arrow input": ("append(", r"table\.append\(frame\)", "test_append_arrow.py"),
-                 "overwrite": ("overwrite(", r"table\.overwrite\(frame, dates=", "test_table_overwrite.py"),
-                 "schema and properties": ("with alter() as change:", r"with table\.alter\(.*\) as change:",
-                                           "test_table_alter.py"),
-                 "tags": ("tag(", r"table\.tag\(\"audit-2026\.11\", version=1", "test_table_tags.py")}
+RUN_ELSEWHERE = {
+    "append": ("append(", r"table\.append\(", "test_table_writes.py"),
+    "update": ("update(", r"\.update\(\{", "test_table_writes.py"),
+    "restore": ("restore(", r"table\.restore\(", "test_restore.py"),
+    "Arrow input": ("append(", r"table\.append\(frame\)", "test_append_arrow.py"),
+    "overwrite": ("overwrite(", r"table\.overwrite\(frame, dates=", "test_table_overwrite.py"),
+    "schema and properties": ("with alter() as change:", r"with table\.alter\(.*\) as change:", "test_table_alter.py"),
+    "tags": ("tag(", r"table\.tag\(\"audit-2026\.11\", version=1", "test_table_tags.py"),
+}
 
 
 def comparison() -> dict[str, str]:
@@ -78,8 +79,9 @@ def test_every_siltlake_entry_of_the_comparison_runs(deployment: Deployment) -> 
     table = lake.table("web.access")
 
     assert user_ids(table.to_arrow()) == everything
-    assert user_ids(table.to_arrow(filter=pc.field("dt") == DAY, columns=["user_id"], dates=[DAY, NEXT_DAY])) == \
-        Counter(r["user_id"] for r in day)
+    assert user_ids(
+        table.to_arrow(filter=pc.field("dt") == DAY, columns=["user_id"], dates=[DAY, NEXT_DAY])
+    ) == Counter(r["user_id"] for r in day)
     ran.add("to_arrow")
     frame = table.to_pandas(filter=pc.field("action") == "a1", columns=["user_id"], dates=DAY)
     assert Counter(frame["user_id"]) == Counter(r["user_id"] for r in day if r["action"] == "a1")
@@ -97,20 +99,32 @@ def test_every_siltlake_entry_of_the_comparison_runs(deployment: Deployment) -> 
     ran.add("data files")
 
     first = table.inspect.versions().to_pylist()[0]
-    assert user_ids(table.to_arrow(as_of_version=1)) == user_ids(table.to_arrow(as_of=first["created_at"])) == \
-        Counter(r["user_id"] for r in day)
+    assert (
+        user_ids(table.to_arrow(as_of_version=1))
+        == user_ids(table.to_arrow(as_of=first["created_at"]))
+        == Counter(r["user_id"] for r in day)
+    )
     ran.add("time travel")
     assert [(r["date"], r["table_version"], r["op"]) for r in table.history()] == [
-        ("2026-11-20", 1, "append"), ("2026-11-21", 2, "append")]
+        ("2026-11-20", 1, "append"),
+        ("2026-11-21", 2, "append"),
+    ]
     ran.add("history")
-    assert [table.inspect.history().num_rows, table.inspect.versions().num_rows, table.inspect.files().num_rows,
-            table.inspect.partitions().num_rows, table.inspect.merge_jobs().num_rows] == [2, 2, 3, 2, 2]
+    assert [
+        table.inspect.history().num_rows,
+        table.inspect.versions().num_rows,
+        table.inspect.files().num_rows,
+        table.inspect.partitions().num_rows,
+        table.inspect.merge_jobs().num_rows,
+    ] == [2, 2, 3, 2, 2]
     ran.add("metadata tables")
     files = table.data_files()
     assert sum(f.rows for f in files) == 30 and all(f.size and f.min_event_time <= f.max_event_time for f in files)
     ran.add("file statistics")
     assert [(p["dt"], p["state"], p["rows"]) for p in table.partitions().to_pylist()] == [
-        (DAY, "closed", 20), (NEXT_DAY, "live", 10)]
+        (DAY, "closed", 20),
+        (NEXT_DAY, "live", 10),
+    ]
     ran.add("partition statistics")
 
     report = table.maintenance.compact(dates=DAY, now=tokyo(NEXT_DAY, 2))
@@ -138,8 +152,10 @@ def test_every_siltlake_entry_of_the_comparison_runs(deployment: Deployment) -> 
     lake.table("web.users").upsert(upsert_rows([0, 1], "renamed"), now=tokyo(NEXT_DAY, 5))
     shown = lake.table("web.users").to_arrow().to_pylist()
     assert len(shown) == 10 and {r["user_id"] for r in shown if r["action"] == "renamed"} == {0, 1}
-    lake.table("web.users").upsert(query="SELECT utc_event_time, user_id, 'queried' AS action FROM web.users "
-                                   "WHERE user_id = 2", now=tokyo(NEXT_DAY, 6))
+    lake.table("web.users").upsert(
+        query="SELECT utc_event_time, user_id, 'queried' AS action FROM web.users WHERE user_id = 2",
+        now=tokyo(NEXT_DAY, 6),
+    )
     shown = lake.table("web.users").to_arrow().to_pylist()
     assert len(shown) == 10 and {r["user_id"] for r in shown if r["action"] == "queried"} == {2}
     ran.add("upsert")

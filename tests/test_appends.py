@@ -46,7 +46,7 @@ def append(path: Path, data: bytes, age: float | None = None) -> None:
         os.utime(path, (when, when))
 
 
-def deployment_with(tmp_path: Path, catalog_url: str, spark, **stream: object) -> Deployment:  # noqa: ANN001
+def deployment_with(tmp_path: Path, catalog_url: str, spark, **stream: object) -> Deployment:
     deployment = Deployment(make_config(tmp_path, catalog_url, **stream))
     deployment.init()
     deployment.use_spark(spark)
@@ -55,7 +55,7 @@ def deployment_with(tmp_path: Path, catalog_url: str, spark, **stream: object) -
 
 
 @pytest.fixture
-def appending(tmp_path: Path, catalog_url: str, spark) -> Deployment:  # noqa: ANN001
+def appending(tmp_path: Path, catalog_url: str, spark) -> Deployment:
     """Rounds that list the root whole (every growth seen at once) and take what is written at once."""
     deployment = deployment_with(tmp_path, catalog_url, spark, full_listing_interval=0)
     yield deployment
@@ -75,7 +75,7 @@ def test_a_file_appended_to_twenty_times_loads_every_line_once(appending: Deploy
     assert_rows_once(appending, 110)
 
 
-def test_a_partial_trailing_line_waits_for_its_newline(tmp_path: Path, catalog_url: str, spark) -> None:  # noqa: ANN001
+def test_a_partial_trailing_line_waits_for_its_newline(tmp_path: Path, catalog_url: str, spark) -> None:
     deployment = deployment_with(
         tmp_path, catalog_url, spark, full_listing_interval=0, settle_time=3600, settle_limit=0
     )
@@ -91,7 +91,7 @@ def test_a_partial_trailing_line_waits_for_its_newline(tmp_path: Path, catalog_u
     deployment.close()
 
 
-def test_a_file_still_being_written_waits_until_it_settles(tmp_path: Path, catalog_url: str, spark) -> None:  # noqa: ANN001
+def test_a_file_still_being_written_waits_until_it_settles(tmp_path: Path, catalog_url: str, spark) -> None:
     deployment = deployment_with(tmp_path, catalog_url, spark, settle_time=3600, settle_limit=7200)
     path = Path(deployment.staging.path(KEY))
     append(path, lines(0, 4) + b'{"time": "2026-11-20T03:')  # mid-flush
@@ -112,7 +112,7 @@ def test_a_file_still_being_written_waits_until_it_settles(tmp_path: Path, catal
     deployment.close()
 
 
-def test_messagepack_items_appended_load_once(tmp_path: Path, catalog_url: str, spark) -> None:  # noqa: ANN001
+def test_messagepack_items_appended_load_once(tmp_path: Path, catalog_url: str, spark) -> None:
     deployment = deployment_with(
         tmp_path, catalog_url, spark, full_listing_interval=0, settle_time=3600, settle_limit=0
     )
@@ -246,7 +246,7 @@ def test_a_bad_line_and_a_fragment_in_a_tail_do_not_stop_the_file(appending: Dep
     assert_rows_once(appending, 105)
 
 
-def test_a_file_written_in_several_flushes_while_rounds_run_lands_once(tmp_path: Path, catalog_url: str, spark) -> None:  # noqa: ANN001
+def test_a_file_written_in_several_flushes_while_rounds_run_lands_once(tmp_path: Path, catalog_url: str, spark) -> None:
     """A writer appends in flushes that end mid-line while stream rounds run; every line lands once."""
     deployment = deployment_with(tmp_path, catalog_url, spark, settle_time=1, settle_limit=2)
     path = Path(deployment.staging.path(KEY))
@@ -275,7 +275,7 @@ def test_a_file_written_in_several_flushes_while_rounds_run_lands_once(tmp_path:
     deployment.close()
 
 
-def test_silt_stream_once_exits_1_for_a_stopped_file(tmp_path: Path, catalog_url: str, spark) -> None:  # noqa: ANN001
+def test_silt_stream_once_exits_1_for_a_stopped_file(tmp_path: Path, catalog_url: str, spark) -> None:
     deployment = deployment_with(tmp_path, catalog_url, spark)
     deployment.close()
     env = silt_env(tmp_path, catalog_url, stream={"full_listing_interval": 0})
@@ -302,7 +302,7 @@ def test_silt_stream_once_exits_1_for_a_stopped_file(tmp_path: Path, catalog_url
 
 def test_an_undated_file_per_tag_maps_to_its_table_by_a_pattern_without_dates(
     tmp_path: Path, catalog_url: str, spark
-) -> None:  # noqa: ANN001
+) -> None:
     """Fluent Bit's out_file: one file per tag, appended to forever, no date in its path."""
     deployment = deployment_with(
         tmp_path,
@@ -321,7 +321,7 @@ def test_an_undated_file_per_tag_maps_to_its_table_by_a_pattern_without_dates(
     deployment.close()
 
 
-def test_a_tail_that_was_only_half_a_line_does_not_stop_the_file(tmp_path: Path, catalog_url: str, spark) -> None:  # noqa: ANN001
+def test_a_tail_that_was_only_half_a_line_does_not_stop_the_file(tmp_path: Path, catalog_url: str, spark) -> None:
     """A delivery that consumed nothing (its tail was half a line, the writer mid-flush) leaves the consumed end
     where it was; the next tail starts there again and is a delivery of its own, not the finished one's."""
     deployment = deployment_with(
@@ -344,7 +344,7 @@ def test_a_tail_that_was_only_half_a_line_does_not_stop_the_file(tmp_path: Path,
 
 def test_growth_judged_while_the_first_delivery_is_in_flight_is_loaded_when_the_sweep_no_longer_looks(
     tmp_path: Path, catalog_url: str, spark
-) -> None:  # noqa: ANN001
+) -> None:
     """A file grows after its first delivery's task read it and before that delivery commits; other rounds
     (another daemon's) look at it meanwhile and cannot judge it yet. By the time the delivery commits, the
     sweep's passes have moved past the file's times and no longer look it up (docs/design.md, "What a pass
@@ -382,7 +382,7 @@ def test_growth_judged_while_the_first_delivery_is_in_flight_is_loaded_when_the_
 
 def test_a_round_reads_its_sweep_slice_beside_its_stage_and_the_next_round_loads_what_it_found(
     tmp_path: Path, catalog_url: str, spark, monkeypatch
-) -> None:  # noqa: ANN001
+) -> None:
     """An append in an unchanged directory is the sweep's to find (the walk does not read that directory): a round
     with new objects reads its slice on the commit thread while its stage runs; what the slice registers is loaded
     by that round if it was registered before the round's claim, else by the next round, and once."""
@@ -397,7 +397,7 @@ def test_a_round_reads_its_sweep_slice_beside_its_stage_and_the_next_round_loads
     time.sleep(0.02)  # and past that round's start: the file system's clock is coarser than time.time_ns()
     threads = []
 
-    def recording_sweep(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+    def recording_sweep(*args, **kwargs):
         threads.append(threading.current_thread().name)
         return sweep_slice(*args, **kwargs)
 
@@ -419,7 +419,7 @@ def test_a_round_reads_its_sweep_slice_beside_its_stage_and_the_next_round_loads
 
 def test_a_file_waiting_to_settle_is_counted_once_when_both_the_walk_and_the_sweep_see_it(
     tmp_path: Path, catalog_url: str, spark
-) -> None:  # noqa: ANN001
+) -> None:
     deployment = deployment_with(tmp_path, catalog_url, spark, listing_margin=0, settle_time=3600, settle_limit=7200)
     path = Path(deployment.staging.path(KEY))
     append(path, lines(0, 4), age=7200)
@@ -438,7 +438,7 @@ def test_a_file_waiting_to_settle_is_counted_once_when_both_the_walk_and_the_swe
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify is Linux's")
 def test_a_daemon_learns_of_an_append_from_inotify_without_a_listing(
     tmp_path: Path, catalog_url: str, spark, monkeypatch
-) -> None:  # noqa: ANN001
+) -> None:
     """An append changes the file, not its directory: the walk does not list it, the file is not watched (it was
     taken whole at once) and the sweep is left out here; IN_MODIFY tells the daemon's next round to judge it."""
     from siltlake.storage.dirwatch import WatchedNames
@@ -469,7 +469,7 @@ def test_a_daemon_learns_of_an_append_from_inotify_without_a_listing(
 
 def test_a_fragment_waits_past_settle_time_and_is_final_once_its_file_is_rotated(
     tmp_path: Path, catalog_url: str, spark
-) -> None:  # noqa: ANN001
+) -> None:
     deployment = deployment_with(
         tmp_path, catalog_url, spark, full_listing_interval=0, settle_time=1, fragment_final_after=3600
     )
@@ -487,7 +487,7 @@ def test_a_fragment_waits_past_settle_time_and_is_final_once_its_file_is_rotated
 
 def test_a_fragment_taken_as_final_then_continued_is_loaded_as_its_whole_line(
     tmp_path: Path, catalog_url: str, spark
-) -> None:  # noqa: ANN001
+) -> None:
     deployment = deployment_with(
         tmp_path, catalog_url, spark, full_listing_interval=0, settle_time=1, fragment_final_after=1
     )

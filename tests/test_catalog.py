@@ -104,9 +104,16 @@ def test_merge_range_constraints(catalog: Catalog) -> None:
 
     def insert(lower, upper):
         with catalog.engine.begin() as c:
-            c.execute(s.merge_ranges.insert().values(
-                partition_id=partition_id, lower_bound=lower, upper_bound=upper, content_length=0,
-                create_time=now, update_time=now))
+            c.execute(
+                s.merge_ranges.insert().values(
+                    partition_id=partition_id,
+                    lower_bound=lower,
+                    upper_bound=upper,
+                    content_length=0,
+                    create_time=now,
+                    update_time=now,
+                )
+            )
 
     insert(None, 0)
     insert(0, 10)
@@ -120,8 +127,9 @@ def test_merge_range_constraints(catalog: Catalog) -> None:
 def test_one_waiting_merge_job_per_partition(catalog: Catalog) -> None:
     partition_id = _partition(catalog)
     with pytest.raises(IntegrityError), catalog.engine.begin() as c:
-        c.execute(s.merge_jobs.insert().values(partition_id=partition_id, schedule_time=dt.datetime.now(),
-                                               ongoing_mark=0))
+        c.execute(
+            s.merge_jobs.insert().values(partition_id=partition_id, schedule_time=dt.datetime.now(), ongoing_mark=0)
+        )
 
 
 def test_small_object_ids_increase_and_are_never_reused(catalog: Catalog) -> None:

@@ -29,14 +29,16 @@ def test_the_revisions_are_numbered_without_gaps_up_to_the_head(tmp_path: Path) 
     catalog = Catalog(f"sqlite:///{tmp_path / 'catalog.db'}")
     scripts = ScriptDirectory.from_config(catalog._alembic_config(None))
     assert {script.revision for script in scripts.walk_revisions()} == {
-        f"{number:04d}" for number in range(1, int(HEAD_REVISION) + 1)}
+        f"{number:04d}" for number in range(1, int(HEAD_REVISION) + 1)
+    }
     assert scripts.get_current_head() == HEAD_REVISION
     catalog.close()
 
 
 @pytest.mark.parametrize("revision", ["0099", "1a2b3c4d5e6f"])
 def test_a_newer_catalog_is_refused_by_check_ready_and_upgrade_changing_nothing(
-        plain_deployment: Deployment, revision: str) -> None:
+    plain_deployment: Deployment, revision: str
+) -> None:
     catalog = plain_deployment.catalog
     stamp(catalog, revision)
     said = "newer than siltlake" if revision.isdigit() else "not one siltlake"
@@ -54,8 +56,11 @@ def test_an_older_catalog_is_upgraded_by_init(plain_deployment: Deployment) -> N
     catalog = plain_deployment.catalog
     previous = f"{int(HEAD_REVISION) - 1:04d}"
     catalog.downgrade(previous)
-    with pytest.raises(CatalogError, match=rf"revision {previous}, older than this siltlake's {HEAD_REVISION}: run "
-                       "`silt init`"):
+    with pytest.raises(
+        CatalogError,
+        match=rf"revision {previous}, older than this siltlake's {HEAD_REVISION}: run "
+        "`silt init`",
+    ):
         catalog.check_ready()
     plain_deployment.init()
     catalog.check_ready()
@@ -68,8 +73,13 @@ def test_every_command_refuses_a_newer_catalog_in_one_line(plain_deployment: Dep
     env.pop("SILTLAKE_DEBUG", None)
     stamp(plain_deployment.catalog, "0099")
     plain_deployment.close()
-    for args in (("sql", "SELECT count(*) FROM web.access"), ("sql", "SELECT 1"), ("table", "list"), ("status",),
-                 ("init",)):
+    for args in (
+        ("sql", "SELECT count(*) FROM web.access"),
+        ("sql", "SELECT 1"),
+        ("table", "list"),
+        ("status",),
+        ("init",),
+    ):
         result = run_silt(env, *args)
         assert result.returncode == 2, (args, result.stderr)
         assert result.stdout == "" and "Traceback" not in result.stderr, (args, result.stderr)

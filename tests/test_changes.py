@@ -30,8 +30,11 @@ NEXT_DAY = DAY + dt.timedelta(days=1)
 
 def changed(feed: pa.Table) -> list[tuple]:
     """(version, change type, user id, action) of each change row."""
-    return list(zip(*(feed.column(n).to_pylist() for n in ("_commit_version", "_change_type", "user_id", "action")),
-                    strict=True))
+    return list(
+        zip(
+            *(feed.column(n).to_pylist() for n in ("_commit_version", "_change_type", "user_id", "action")), strict=True
+        )
+    )
 
 
 def test_appends_compactions_delayed_objects_and_deletes(deployment: Deployment) -> None:
@@ -85,8 +88,11 @@ def test_upserts_and_resent_rows_of_a_keyed_table(deployment: Deployment) -> Non
     rows = upsert_rows([0, 1, 7], "new").append_column("gone", pa.array([False, True, False]))
     upsert(deployment, "web.access", rows, "gone", now=tokyo(DAY, 13))
     assert changed(table.changes(1)) == [
-        (2, "delete", 1, "a1"), (2, "update_preimage", 0, "a0"), (2, "update_postimage", 0, "new"),
-        (2, "insert", 7, "new")]
+        (2, "delete", 1, "a1"),
+        (2, "update_preimage", 0, "a0"),
+        (2, "update_postimage", 0, "new"),
+        (2, "insert", 7, "new"),
+    ]
     # A re-sent row that equals what the table holds changes nothing; a different one is an update.
     add_small_objects(deployment, record, DAY, [[{**rows_for(DAY, 3, 0)[2]}, {**rows_for(DAY, 1, 5)[0]}]])
     publish_once(deployment, now=tokyo(DAY, 14))
@@ -104,9 +110,12 @@ def test_changes_command(deployment: Deployment, monkeypatch, tmp_path) -> None:
     silt = silt_in_process(deployment, monkeypatch)
     listed = json.loads(silt("changes", "web.access", "--from", "0", "--format", "json"))
     assert [(r["_change_type"], r["_commit_version"], r["user_id"]) for r in listed] == [
-        ("insert", 1, 1_000_000), ("insert", 1, 1_000_001)]
+        ("insert", 1, 1_000_000),
+        ("insert", 1, 1_000_001),
+    ]
     assert silt("changes", "web.access", "--from", "1", "--format", "csv", "--column", "user_id").splitlines() == [
-        "user_id,_change_type,_commit_version,_commit_timestamp"]
+        "user_id,_change_type,_commit_version,_commit_timestamp"
+    ]
     out = tmp_path / "feed.parquet"
     silt("changes", "web.access", "--from", "0", "--format", "parquet", "--output", str(out))
     assert pq.read_table(out).num_rows == 2

@@ -26,20 +26,31 @@ from .test_merge import make_table
 
 pytestmark = pytest.mark.spark
 HOUR = dt.timedelta(hours=1)
-KEYED_COLUMNS = [{"name": "utc_event_time", "type": "timestamp", "nullable": False, "source": "time"},
-                 {"name": "user_id", "type": "bigint", "nullable": False}, {"name": "action", "type": "string"}]
+KEYED_COLUMNS = [
+    {"name": "utc_event_time", "type": "timestamp", "nullable": False, "source": "time"},
+    {"name": "user_id", "type": "bigint", "nullable": False},
+    {"name": "action", "type": "string"},
+]
 
 users = st.lists(st.integers(0, 6), min_size=1, max_size=4, unique=True)
 append = st.tuples(st.just("append"), st.integers(0, 2), users, st.sampled_from("abc"))
-step = st.one_of(append, append, append, st.tuples(st.just("publish"), st.sampled_from([1, 7, 26])),
-                 st.just(("merge",)), st.tuples(st.just("delete"), st.integers(0, 2), st.integers(2, 3)),
-                 st.tuples(st.just("upsert"), st.integers(0, 2), users, st.sampled_from("xy"), st.booleans()))
+step = st.one_of(
+    append,
+    append,
+    append,
+    st.tuples(st.just("publish"), st.sampled_from([1, 7, 26])),
+    st.just(("merge",)),
+    st.tuples(st.just("delete"), st.integers(0, 2), st.integers(2, 3)),
+    st.tuples(st.just("upsert"), st.integers(0, 2), users, st.sampled_from("xy"), st.booleans()),
+)
 
 
 def rows(date: dt.date, zone: ZoneInfo, user_ids: list[int], action: str) -> list[dict]:
     noon = dt.datetime.combine(date, dt.time(12), tzinfo=zone).astimezone(dt.UTC)
-    return [{"utc_event_time": noon + dt.timedelta(seconds=i), "user_id": u, "action": action}
-            for i, u in enumerate(user_ids)]
+    return [
+        {"utc_event_time": noon + dt.timedelta(seconds=i), "user_id": u, "action": action}
+        for i, u in enumerate(user_ids)
+    ]
 
 
 def as_tuples(table: pa.Table) -> list[tuple]:
@@ -71,11 +82,13 @@ def apply_keyed(state: dict, feed: pa.Table) -> None:
                 del state[key]
 
 
-@settings(max_examples=8, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(keyed=st.booleans(), steps=st.lists(step, min_size=3, max_size=14))
-def test_applying_the_changes_from_version_zero_reproduces_every_version(spark, tmp_path_factory, keyed: bool,
-                                                                          steps: list[tuple]) -> None:
+def test_applying_the_changes_from_version_zero_reproduces_every_version(
+    spark, tmp_path_factory, keyed: bool, steps: list[tuple]
+) -> None:
     root = tmp_path_factory.mktemp("changes-property")
     deployment = Deployment(make_config(root, f"sqlite:///{root / 'catalog.db'}"))
     deployment.init()
@@ -108,8 +121,9 @@ def test_applying_the_changes_from_version_zero_reproduces_every_version(spark, 
             elif kind == "upsert" and keyed:
                 clock[0] += HOUR
                 date = dates[step_[1]]
-                batch = pa.Table.from_pylist(rows(date, zone, step_[2], step_[3]),
-                                             schema=record.definition.arrow_schema())
+                batch = pa.Table.from_pylist(
+                    rows(date, zone, step_[2], step_[3]), schema=record.definition.arrow_schema()
+                )
                 batch = batch.append_column("gone", pa.array([step_[4] and u % 2 == 0 for u in step_[2]]))
                 upsert(deployment, "web.access", batch, "gone", now=clock[0])
 

@@ -24,11 +24,20 @@ def ticks(svg: str, axis: str) -> list[str]:
     return re.findall(rf'class="axis {axis}"[^>]*>([^<]*)<', svg)
 
 
-@pytest.mark.parametrize(("values", "unit", "suffixes"), [
-    ([0.2, 1.0, 0.5], "s", ("s",)), ([0.1, 0.45], "s", ("s",)), ([40, 130], "s", ("s", "m")),
-    ([600, 7000], "s", ("s", "m", "h")), ([0, 3], "", ("",)), ([0.05, 0.3], "", ("",)), ([12345], "", ("", "k")),
-    ([5e6, 1e6], "B", ("B", "MiB")), ([900], "B", ("B",)),
-])
+@pytest.mark.parametrize(
+    ("values", "unit", "suffixes"),
+    [
+        ([0.2, 1.0, 0.5], "s", ("s",)),
+        ([0.1, 0.45], "s", ("s",)),
+        ([40, 130], "s", ("s", "m")),
+        ([600, 7000], "s", ("s", "m", "h")),
+        ([0, 3], "", ("",)),
+        ([0.05, 0.3], "", ("",)),
+        ([12345], "", ("", "k")),
+        ([5e6, 1e6], "B", ("B", "MiB")),
+        ([900], "B", ("B",)),
+    ],
+)
 def test_y_labels_are_distinct_start_at_zero_cover_the_values_and_carry_units(values, unit, suffixes) -> None:
     labels = ticks(chart(values, unit), "ytick")
     assert len(labels) >= 2 and len(set(labels)) == len(labels), labels

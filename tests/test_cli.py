@@ -83,9 +83,14 @@ def test_stream_unknown_and_sql_output_formats(silt, tmp_path: Path, spark) -> N
     silt("table", "create", "access.toml")
     good = tmp_path / "staging" / "f.web.access" / "2026" / "11" / "20"
     good.mkdir(parents=True)
-    (good / "a.jsonl.gz").write_bytes(gzip.compress(b"".join(
-        json.dumps({"time": f"2026-11-20T0{h}:00:00Z", "user_id": h, "action": "v"}).encode() + b"\n"
-        for h in range(4))))
+    (good / "a.jsonl.gz").write_bytes(
+        gzip.compress(
+            b"".join(
+                json.dumps({"time": f"2026-11-20T0{h}:00:00Z", "user_id": h, "action": "v"}).encode() + b"\n"
+                for h in range(4)
+            )
+        )
+    )
     other = tmp_path / "staging" / "f.web.nosuch" / "2026" / "11" / "20"
     other.mkdir(parents=True)
     (other / "b.jsonl").write_text("{}\n")

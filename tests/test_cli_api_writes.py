@@ -41,21 +41,35 @@ def _history(table: Table) -> list[tuple]:
 
 def _upserted(report, dry_run: bool = False) -> dict:
     """An UpsertReport as `silt upsert --json` prints it (less the table's name)."""
-    return {"dry_run": dry_run, "request_id": report.request_id, "applied_before": report.message,
-            "table_version": report.table_version,
-            "partitions": [{"dt": p.partition_date.isoformat(), "rows": p.rows, "deleted_keys": p.deleted_keys,
-                            "version": p.version.version if p.version is not None else None, "delayed": p.delayed}
-                           for p in report.partitions]}
+    return {
+        "dry_run": dry_run,
+        "request_id": report.request_id,
+        "applied_before": report.message,
+        "table_version": report.table_version,
+        "partitions": [
+            {
+                "dt": p.partition_date.isoformat(),
+                "rows": p.rows,
+                "deleted_keys": p.deleted_keys,
+                "version": p.version.version if p.version is not None else None,
+                "delayed": p.delayed,
+            }
+            for p in report.partitions
+        ],
+    }
 
 
 def _without_names(report: dict) -> dict:
     """A restore's JSON report less what names the table (its name, its objects' keys)."""
-    return {**{k: v for k, v in report.items() if k != "table"},
-            "partitions": [{k: v for k, v in p.items() if k != "object"} for p in report["partitions"]]}
+    return {
+        **{k: v for k, v in report.items() if k != "table"},
+        "partitions": [{k: v for k, v in p.items() if k != "object"} for p in report["partitions"]],
+    }
 
 
-def test_upsert_through_the_cli_and_the_api_is_the_same_write(deployment: Deployment, tmp_path: Path,
-                                                               monkeypatch) -> None:
+def test_upsert_through_the_cli_and_the_api_is_the_same_write(
+    deployment: Deployment, tmp_path: Path, monkeypatch
+) -> None:
     silt = silt_in_process(deployment, monkeypatch)
     lake = Lake(deployment)
     for name in ("cli", "api"):
@@ -69,11 +83,13 @@ def test_upsert_through_the_cli_and_the_api_is_the_same_write(deployment: Deploy
     planned = json.loads(silt("upsert", "web.cli", str(path), "--delete-column", "gone", "--dry-run", "--json"))
     assert planned.pop("table") == "web.cli" and cli.version == 0
     assert planned == _upserted(api.upsert(rows, "gone", dry_run=True), dry_run=True) and api.version == 0
-    assert planned["partitions"] == [{"dt": DAY.isoformat(), "rows": 4, "deleted_keys": 1, "version": None,
-                                      "delayed": None}]
+    assert planned["partitions"] == [
+        {"dt": DAY.isoformat(), "rows": 4, "deleted_keys": 1, "version": None, "delayed": None}
+    ]
 
-    done = json.loads(silt("upsert", "web.cli", str(path), "--delete-column", "gone", "--now", NOW,
-                           "--request-id", "u1", "--json"))
+    done = json.loads(
+        silt("upsert", "web.cli", str(path), "--delete-column", "gone", "--now", NOW, "--request-id", "u1", "--json")
+    )
     assert done.pop("table") == "web.cli"
     assert done == _upserted(api.upsert(rows, "gone", LATER, "u1"))
     assert done["table_version"] == 1 and _contents(cli) == _contents(api) and _history(cli) == _history(api)
@@ -112,14 +128,20 @@ def test_restore_through_the_cli_and_the_api_is_the_same_version(deployment: Dep
 
     planned = json.loads(silt("restore", "web.cli", "--version", "1", "--dry-run", "--json"))
     assert planned.pop("restored_version") == api.restore_target(version=1) == 1
-    assert _without_names(planned) == {**_without_names(api.restore(version=1, dry_run=True).as_dict()),
-                                       "dry_run": True}
+    assert _without_names(planned) == {
+        **_without_names(api.restore(version=1, dry_run=True).as_dict()),
+        "dry_run": True,
+    }
     assert cli.version == api.version == 2
 
-    done = json.loads(silt("restore", "web.cli", "--version", "1", "--yes", "--now", NOW, "--request-id", "r1",
-                           "--json"))
-    assert _without_names(done) == {**_without_names(api.restore(version=1, request_id="r1", now=LATER).as_dict()),
-                                    "restored_version": 1, "dry_run": False}
+    done = json.loads(
+        silt("restore", "web.cli", "--version", "1", "--yes", "--now", NOW, "--request-id", "r1", "--json")
+    )
+    assert _without_names(done) == {
+        **_without_names(api.restore(version=1, request_id="r1", now=LATER).as_dict()),
+        "restored_version": 1,
+        "dry_run": False,
+    }
     assert done["table_version"] == 3 and _contents(cli) == _contents(api) == _contents(api, as_of_version=1)
     assert _history(cli) == _history(api)
 
@@ -128,8 +150,11 @@ def test_restore_through_the_cli_and_the_api_is_the_same_version(deployment: Dep
     text = as_of.isoformat() + "Z"
     assert api.restore_target(as_of=as_of) == 2
     by_time = json.loads(silt("restore", "web.cli", "--as-of", text, "--yes", "--now", NOW, "--json"))
-    assert _without_names(by_time) == {**_without_names(api.restore(as_of=text, now=LATER).as_dict()),
-                                       "restored_version": 2, "dry_run": False}
+    assert _without_names(by_time) == {
+        **_without_names(api.restore(as_of=text, now=LATER).as_dict()),
+        "restored_version": 2,
+        "dry_run": False,
+    }
     assert _contents(cli) == _contents(api) == _contents(api, as_of_version=2) and _history(cli) == _history(api)
 
     retried = silt("restore", "web.cli", "--version", "1", "--request-id", "r1")

@@ -28,8 +28,10 @@ def environment(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     deployment = Deployment(load_config(environ=env))
     try:
         deployment.init()
-        columns = [*ACCESS_TABLE["columns"], *({"name": f"column_{number:04d}_of_a_wide_table", "type": "string"}
-                                               for number in range(WIDE_COLUMNS))]
+        columns = [
+            *ACCESS_TABLE["columns"],
+            *({"name": f"column_{number:04d}_of_a_wide_table", "type": "string"} for number in range(WIDE_COLUMNS)),
+        ]
         deployment.catalog.tables.create(TableDef.from_mapping({**ACCESS_TABLE, "name": "wide", "columns": columns}))
         for number in range(8):
             deployment.catalog.tables.create(TableDef.from_mapping({**ACCESS_TABLE, "name": f"t{number}"}))
@@ -38,12 +40,18 @@ def environment(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return env
 
 
-@pytest.mark.parametrize("args", [("status",), ("table", "show", "web.wide"),
-                                  ("table", "show", "web.wide", "--format", "json"), ("table", "list")])
+@pytest.mark.parametrize(
+    "args",
+    [("status",), ("table", "show", "web.wide"), ("table", "show", "web.wide", "--format", "json"), ("table", "list")],
+)
 def test_a_reader_that_stops_early_ends_the_command_quietly(environment: dict[str, str], args: tuple[str, ...]) -> None:
-    piped = subprocess.run(["bash", "-c", '"$@" | head -3; exit "${PIPESTATUS[0]}"', "bash",
-                            sys.executable, "-m", "siltlake.cli", *args],
-                           env=environment, capture_output=True, text=True, timeout=120)
+    piped = subprocess.run(
+        ["bash", "-c", '"$@" | head -3; exit "${PIPESTATUS[0]}"', "bash", sys.executable, "-m", "siltlake.cli", *args],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert len(piped.stdout.splitlines()) == 3, piped.stdout
     assert piped.returncode in (0, 141), (piped.returncode, piped.stderr)
     assert piped.stderr == "", piped.stderr  # no "error: ... Broken pipe", no "Exception ignored", no trace
@@ -51,14 +59,36 @@ def test_a_reader_that_stops_early_ends_the_command_quietly(environment: dict[st
 
 def test_the_wide_listing_is_cut_by_the_pipe_not_finished_before_it(environment: dict[str, str]) -> None:
     """The case that matters is met: the command is still writing when head exits."""
-    piped = subprocess.run(["bash", "-c", '"$@" | head -3 >/dev/null; exit "${PIPESTATUS[0]}"', "bash",
-                            sys.executable, "-m", "siltlake.cli", "table", "show", "web.wide", "--format", "json"],
-                           env=environment, capture_output=True, text=True, timeout=120)
+    piped = subprocess.run(
+        [
+            "bash",
+            "-c",
+            '"$@" | head -3 >/dev/null; exit "${PIPESTATUS[0]}"',
+            "bash",
+            sys.executable,
+            "-m",
+            "siltlake.cli",
+            "table",
+            "show",
+            "web.wide",
+            "--format",
+            "json",
+        ],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert piped.returncode == 141, piped.stderr
 
 
 def test_a_full_reader_sees_everything_and_status_0(environment: dict[str, str], tmp_path: Path) -> None:
-    whole = subprocess.run([sys.executable, "-m", "siltlake.cli", "table", "show", "web.wide"], env=environment,
-                           capture_output=True, text=True, timeout=120)
+    whole = subprocess.run(
+        [sys.executable, "-m", "siltlake.cli", "table", "show", "web.wide"],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert whole.returncode == 0 and whole.stderr == "", whole.stderr
     assert f"column_{WIDE_COLUMNS - 1:04d}_of_a_wide_table" in whole.stdout

@@ -43,10 +43,14 @@ def test_table_changes_report_in_json_and_rehearse_with_dry_run(silt) -> None:  
     rehearsed = json.loads(silt("table", "alter-column", "web.access", "hits", "bigint", "--dry-run", "--json").stdout)
     assert rehearsed["dry_run"] is True and rehearsed["type"] == "bigint"
     assert column_types(silt)["hits"] == "int"
-    assert "would make column hits of web.access bigint" in silt("table", "alter-column", "web.access", "hits",
-                                                                 "bigint", "--dry-run").output
-    assert "run it with --rewrite" in silt("table", "alter-column", "web.access", "hits", "string", "--dry-run",
-                                           code=2).output
+    assert (
+        "would make column hits of web.access bigint"
+        in silt("table", "alter-column", "web.access", "hits", "bigint", "--dry-run").output
+    )
+    assert (
+        "run it with --rewrite"
+        in silt("table", "alter-column", "web.access", "hits", "string", "--dry-run", code=2).output
+    )
     silt("table", "rename-column", "web.access", "hits", "visits", "--dry-run")
     silt("table", "drop-column", "web.access", "hits", "--dry-run")  # no question in a dry run
     silt("table", "set", "web.access", "ttl_days=9", "--dry-run")
@@ -84,15 +88,23 @@ def test_a_confirmation_without_a_terminal_asks_for_yes_and_changes_nothing(silt
 
 def env_for_this_siltlake() -> dict[str, str]:
     """The environment of a subprocess that imports the siltlake under test, whatever directory it runs in."""
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(siltlake.__file__).parents[1]),
-                                                         os.environ.get("PYTHONPATH", "")])}
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(Path(siltlake.__file__).parents[1]), os.environ.get("PYTHONPATH", "")]),
+    }
 
 
 def _answer_on_a_terminal(args: list[str], answer: bytes, cwd: Path) -> tuple[int, str]:
     """Run `silt ARGS` with a terminal as stdin, answer its question, and return its status and output."""
     leader, follower = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "siltlake.cli", *args], stdin=follower, stdout=subprocess.PIPE,
-                            stderr=follower, cwd=cwd, env=env_for_this_siltlake())
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "siltlake.cli", *args],
+        stdin=follower,
+        stdout=subprocess.PIPE,
+        stderr=follower,
+        cwd=cwd,
+        env=env_for_this_siltlake(),
+    )
     os.close(follower)
     said = b""
     try:
@@ -133,8 +145,7 @@ def test_wrong_table_and_column_names_get_a_did_you_mean(silt) -> None:  # noqa:
     assert "no table zzz.qqq" in far and "did you mean" not in far
     said = silt("table", "rename-column", "web.access", "usr_id", "uid", code=2).output
     assert "has no column usr_id (did you mean user_id?)" in said, said
-    assert "did you mean user_id?" in silt("table", "alter-column", "web.access", "user_ids", "bigint",
-                                           code=2).output
+    assert "did you mean user_id?" in silt("table", "alter-column", "web.access", "user_ids", "bigint", code=2).output
 
 
 def test_error_lines_are_json_with_log_format_json(silt) -> None:  # noqa: F811
@@ -170,8 +181,14 @@ def test_status_and_table_show_name_partition_states_alike(silt, tmp_path: Path)
 
 
 def test_the_demo_prints_its_help_without_running(tmp_path: Path) -> None:
-    helped = subprocess.run([sys.executable, "-m", "siltlake.demo", "--help"], cwd=tmp_path,
-                            env=env_for_this_siltlake(), capture_output=True, text=True, timeout=120)
+    helped = subprocess.run(
+        [sys.executable, "-m", "siltlake.demo", "--help"],
+        cwd=tmp_path,
+        env=env_for_this_siltlake(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert helped.returncode == 0 and "usage: python -m siltlake.demo" in helped.stdout, helped.stderr
     assert "build/demo" in helped.stdout and not (tmp_path / "build").exists()
 

@@ -123,8 +123,9 @@ def test_stream_once_failing_in_a_later_wave_says_what_the_earlier_waves_committ
     for table in ("access", "other"):
         path = tmp_path / "staging" / f"fluentd01.web.{table}" / DAY_DIR / "batch.json"
         path.parent.mkdir(parents=True)
-        path.write_text(json.dumps({"time": "2026-11-20T01:00:00Z"}) + "\n"
-                        + json.dumps({"time": "2026-11-20T02:00:00Z"}) + "\n")
+        path.write_text(
+            json.dumps({"time": "2026-11-20T01:00:00Z"}) + "\n" + json.dumps({"time": "2026-11-20T02:00:00Z"}) + "\n"
+        )
     # Objects are registered, so processed, in listing order: the second one's table is where the run fails.
     first, second = (info.key.split("/")[0].split(".", 1)[1] for info in Storage(str(tmp_path / "staging")).list())
     blocked = tmp_path / "lake" / "test0001" / second  # where wave 2's object would be moved to
@@ -150,8 +151,7 @@ def test_the_stream_daemon_reports_each_failed_round_in_one_line_and_retries(tmp
 
     daemon = SiltProcess(tmp_path, "stream", env, "stream", "--interval", "1")
     try:
-        wait_until(lambda: daemon.err.read_text().count("stream round failed") >= 2, [daemon], 300,
-                   "two failed rounds")
+        wait_until(lambda: daemon.err.read_text().count("stream round failed") >= 2, [daemon], 300, "two failed rounds")
     finally:
         daemon.kill()
     stderr = daemon.err.read_text()
@@ -189,8 +189,14 @@ def test_an_unreachable_catalog_fails_in_one_line(tmp_path: Path) -> None:
 def silt_in(directory: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """`silt` run in a directory, with no configuration but the defaults (a catalog under ./.siltlake)."""
     env = {name: value for name, value in os.environ.items() if not name.startswith("SILTLAKE_")}
-    return subprocess.run([sys.executable, "-m", "siltlake.cli", *args], cwd=directory, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "siltlake.cli", *args],
+        cwd=directory,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.mark.parametrize("args", [("status",), ("table", "list"), ("history", "web.access"), ("unknown", "list")])

@@ -39,8 +39,11 @@ def silt(deployment: Deployment, monkeypatch):  # fixtures; a function
     object, streamed: `silt(...)` runs a command in this process and returns its click Result."""
     make_table(deployment, error_policy="file")
     records = [{"time": "2026-11-20T01:00:00Z", "user_id": 1, "action": HOSTILE}]
-    stage(deployment, "f.web.access/2026/11/20/a.jsonl",
-          ("".join(json.dumps(r) + "\n" for r in records) + "{" + HOSTILE + "\n").encode())
+    stage(
+        deployment,
+        "f.web.access/2026/11/20/a.jsonl",
+        ("".join(json.dumps(r) + "\n" for r in records) + "{" + HOSTILE + "\n").encode(),
+    )
     stage(deployment, "f.web.nosuch/2026/11/20/b.jsonl", b"{}\n")
     point_cli_at(deployment, monkeypatch)
     runner = CliRunner()
@@ -57,22 +60,27 @@ def assert_inert(output: str, name: str) -> None:
     assert not CONTROL.search(output), (name, output)
 
 
-def test_human_output_shows_control_characters_and_markup_as_written(silt, deployment: Deployment,
-                                                                      monkeypatch) -> None:
+def test_human_output_shows_control_characters_and_markup_as_written(silt, deployment: Deployment, monkeypatch) -> None:
     streamed = silt("stream", "--once").output
     assert "bad record" in streamed
     assert_inert(streamed, "stream report")
     query = "SELECT action FROM web.access"
     shown = silt("sql", query).stdout
     assert_inert(shown, "sql")
-    assert "\\x1b]0;pwned\\x07\\x1b[31mred\\x9b2J\\u202e[bold]b[/bold][link=file:///etc/passwd]x[/link]\\r\\nz" in \
-        shown.replace("\n", "").replace(" ", "")
+    assert (
+        "\\x1b]0;pwned\\x07\\x1b[31mred\\x9b2J\\u202e[bold]b[/bold][link=file:///etc/passwd]x[/link]\\r\\nz"
+        in shown.replace("\n", "").replace(" ", "")
+    )
     # JSON and CSV keep the value exact.
     assert json.loads(silt("sql", query, "--format", "json").stdout) == [{"action": HOSTILE}]
     written = silt("sql", query, "--format", "csv").stdout_bytes.decode()  # .stdout would turn \r\n into \n
     assert list(csv.reader(io.StringIO(written, newline=""))) == [["action"], [HOSTILE]]
-    for args in (["errors", "list", "web.access"], ["unknown", "list"], ["table", "show", "web.access"],
-                 ["history", "web.access"]):
+    for args in (
+        ["errors", "list", "web.access"],
+        ["unknown", "list"],
+        ["table", "show", "web.access"],
+        ["history", "web.access"],
+    ):
         assert_inert(silt(*args).output, " ".join(args))
     # A failing staging object's reason quotes what it read.
     failing = FailingStagingObject("file:///staging/" + HOSTILE, "web.access", 1, "cannot read " + HOSTILE, utcnow())

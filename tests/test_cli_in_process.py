@@ -16,15 +16,18 @@ pytestmark = pytest.mark.postgres
 
 def test_each_in_process_command_closes_its_catalog_connections(tmp_path, postgres_url) -> None:
     config = tmp_path / "siltlake.toml"
-    config.write_text(f'[catalog]\nurl = "{postgres_url}"\n[storage]\nroot = "{tmp_path / "lake"}"\n'
-                      f'staging_root = "{tmp_path / "staging"}"\n')
+    config.write_text(
+        f'[catalog]\nurl = "{postgres_url}"\n[storage]\nroot = "{tmp_path / "lake"}"\n'
+        f'staging_root = "{tmp_path / "staging"}"\n'
+    )
     database = postgres_url.rsplit("/", 1)[1]
     admin = sa.create_engine(PG_ADMIN_URL)
 
     def connections() -> int:
         with admin.connect() as connection:
-            return connection.execute(sa.text("SELECT count(*) FROM pg_stat_activity WHERE datname = :name"),
-                                      {"name": database}).scalar_one()
+            return connection.execute(
+                sa.text("SELECT count(*) FROM pg_stat_activity WHERE datname = :name"), {"name": database}
+            ).scalar_one()
 
     gc.disable()  # what a gc cycle would collect is not what this test is about
     try:

@@ -52,8 +52,10 @@ LISTINGS = {
 
 def write_config(root: Path, catalog_url: str) -> Path:
     config = root / "siltlake.toml"
-    config.write_text(f'[catalog]\nurl = "{catalog_url}"\n[storage]\nroot = "{root / "lake"}"\n'
-                      f'staging_root = "{root / "staging"}"\n[spark]\nmaster = "local[2]"\n')
+    config.write_text(
+        f'[catalog]\nurl = "{catalog_url}"\n[storage]\nroot = "{root / "lake"}"\n'
+        f'staging_root = "{root / "staging"}"\n[spark]\nmaster = "local[2]"\n'
+    )
     return config
 
 
@@ -75,9 +77,13 @@ def silt(tmp_path_factory, spark):
     run("table", "create", str(root / "access.toml"))
     day = root / "staging" / "f.web.access_log_of_the_front_proxies" / "2026" / "11" / "20"
     day.mkdir(parents=True)
-    (day / "a.jsonl").write_text("".join(
-        json.dumps({"time": f"2026-11-20T0{n}:00:00Z", "user_id": n, "action": "view"}) + "\n"
-        for n in range(RECORDS)) + "{not json\n")
+    (day / "a.jsonl").write_text(
+        "".join(
+            json.dumps({"time": f"2026-11-20T0{n}:00:00Z", "user_id": n, "action": "view"}) + "\n"
+            for n in range(RECORDS)
+        )
+        + "{not json\n"
+    )
     nowhere = root / "staging" / "f.web.nosuch" / "2026" / "11" / "20"
     nowhere.mkdir(parents=True)
     (nowhere / "b.jsonl").write_text("{}\n")
@@ -120,8 +126,10 @@ def test_listings_show_what_the_scenario_holds(silt) -> None:
     assert table["table"] == TABLE
     # --json, kept for scripts, is --format json.
     alias = json.loads(silt("status", "--json").stdout)
-    assert list(alias) == ["tables", "failing_staging_objects", "settling",
-                           "rewritten_staging_files"] and alias["tables"][0].keys() == table.keys()
+    assert (
+        list(alias) == ["tables", "failing_staging_objects", "settling", "rewritten_staging_files"]
+        and alias["tables"][0].keys() == table.keys()
+    )
     assert "give one of --json and --format csv" in silt("status", "--json", "--format", "csv", code=2).output
 
 
@@ -156,8 +164,10 @@ def test_table_show_writes_durations_as_users_do(silt) -> None:
     assert "12h" in silt("table", "list").stdout
 
 
-@pytest.mark.parametrize(("seconds", "written"), [(43200, "12h"), (1800, "30m"), (0, "0s"), (90, "90s"),
-                                                  (86400, "1d"), (172800, "2d"), (3660, "61m")])
+@pytest.mark.parametrize(
+    ("seconds", "written"),
+    [(43200, "12h"), (1800, "30m"), (0, "0s"), (90, "90s"), (86400, "1d"), (172800, "2d"), (3660, "61m")],
+)
 def test_format_duration(seconds: int, written: str) -> None:
     assert format_duration(seconds) == written
 

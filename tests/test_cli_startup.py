@@ -16,8 +16,10 @@ HEAVY = ("pyspark", "pandas", "pyarrow", "fastparquet", "numpy", "alembic", "sql
 
 def loaded_after(code: str, cwd: Path) -> set[str]:
     """Top-level packages loaded by a fresh interpreter after running code (which may end in SystemExit)."""
-    script = (f"import sys\ntry:\n    {code}\nexcept SystemExit:\n    pass\n"
-              "import json\nprint(json.dumps(sorted({name.split('.')[0] for name in sys.modules})))")
+    script = (
+        f"import sys\ntry:\n    {code}\nexcept SystemExit:\n    pass\n"
+        "import json\nprint(json.dumps(sorted({name.split('.')[0] for name in sys.modules})))"
+    )
     result = subprocess.run([sys.executable, "-c", script], cwd=cwd, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     return set(json.loads(result.stdout.strip().splitlines()[-1]))
@@ -30,8 +32,9 @@ def test_importing_the_cli_loads_no_heavy_library(tmp_path: Path) -> None:
 
 
 def test_silt_help_and_status_load_no_heavy_library(tmp_path: Path) -> None:
-    init = subprocess.run([sys.executable, "-m", "siltlake.cli", "init"], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=120)
+    init = subprocess.run(
+        [sys.executable, "-m", "siltlake.cli", "init"], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
     assert init.returncode == 0, init.stderr
     for args in (["--help"], ["status"], ["table", "list"]):
         loaded = loaded_after(f"from siltlake.cli import main; main({args!r}, prog_name='silt')", tmp_path)

@@ -40,8 +40,9 @@ def second_postgres_url():
 
 
 @pytest.mark.postgres
-def test_pipeline_on_a_standalone_cluster_equals_local(tmp_path, cluster, postgres_url, second_postgres_url, spark,
-                                                       monkeypatch) -> None:
+def test_pipeline_on_a_standalone_cluster_equals_local(
+    tmp_path, cluster, postgres_url, second_postgres_url, spark, monkeypatch
+) -> None:
     for key in [key for key in os.environ if key.startswith("SILTLAKE_")]:
         monkeypatch.delenv(key)
     with PipelineProcess("cluster", tmp_path / "cluster", postgres_url, cluster.master_url, CLUSTER_CONF) as run:
@@ -64,8 +65,9 @@ def test_pipeline_on_a_standalone_cluster_equals_local(tmp_path, cluster, postgr
     newest = {v["date"]: v["rows"] for v in on_cluster["versions"]}
     assert newest == sample["records_by_date"]
     reasons = on_cluster["reap"]["reasons"]
-    assert reasons["covered"]["objects"] == sum(round_["live_objects"] + round_["delayed_objects"]
-                                                for round_ in on_cluster["stream"])
+    assert reasons["covered"]["objects"] == sum(
+        round_["live_objects"] + round_["delayed_objects"] for round_ in on_cluster["stream"]
+    )
     assert reasons["superseded"]["objects"] >= 1 and reasons["expired"]["catalog_rows"] >= 1
 
     # Both workers ran an executor, and each executor ran tasks.
@@ -76,8 +78,10 @@ def test_pipeline_on_a_standalone_cluster_equals_local(tmp_path, cluster, postgr
 
 
 def test_a_worker_that_cannot_start_is_reported_with_its_log_and_nothing_is_left_running(tmp_path) -> None:
-    with pytest.raises(ClusterStartError, match=r"(?s)worker 1 exited.*Memory") as failure, \
-            standalone_cluster(tmp_path, workers=1, memory="0m"):
+    with (
+        pytest.raises(ClusterStartError, match=r"(?s)worker 1 exited.*Memory") as failure,
+        standalone_cluster(tmp_path, workers=1, memory="0m"),
+    ):
         pass
     assert "worker-1.log" in str(failure.value)
     master_log = (tmp_path / "master.log").read_text()

@@ -54,16 +54,25 @@ def test_rename_and_drop_change_the_definition_by_id() -> None:
     assert TableDef.from_json(added.to_json()) == added
 
     for change, message in (
-            (lambda: without_column(definition, "utc_event_time"), "is the time column of web.access and cannot"),
-            (lambda: without_column(definition, "nope"), "has no column nope"),
-            (lambda: with_column_renamed(definition, "action", "user_id"), "already has a column user_id"),
-            (lambda: with_column_renamed(definition, "action", "dt"), "already has a column dt"),
-            (lambda: with_column_renamed(definition, "action", "Bad-Name"), "new column name 'Bad-Name' is not")):
+        (lambda: without_column(definition, "utc_event_time"), "is the time column of web.access and cannot"),
+        (lambda: without_column(definition, "nope"), "has no column nope"),
+        (lambda: with_column_renamed(definition, "action", "user_id"), "already has a column user_id"),
+        (lambda: with_column_renamed(definition, "action", "dt"), "already has a column dt"),
+        (lambda: with_column_renamed(definition, "action", "Bad-Name"), "new column name 'Bad-Name' is not"),
+    ):
         with pytest.raises(DefinitionError, match=message):
             change()
-    keyed = TableDef.from_mapping({**ACCESS_TABLE, "primary_key": ["user_id"], "columns": [
-        ACCESS_TABLE["columns"][0], {"name": "user_id", "type": "bigint", "nullable": False},
-        ACCESS_TABLE["columns"][2]]})
+    keyed = TableDef.from_mapping(
+        {
+            **ACCESS_TABLE,
+            "primary_key": ["user_id"],
+            "columns": [
+                ACCESS_TABLE["columns"][0],
+                {"name": "user_id", "type": "bigint", "nullable": False},
+                ACCESS_TABLE["columns"][2],
+            ],
+        }
+    )
     with pytest.raises(DefinitionError, match="is a primary_key column of web.access and cannot be dropped"):
         without_column(keyed, "user_id")
     renamed_time = with_column_renamed(definition, "utc_event_time", "ts")
@@ -90,8 +99,10 @@ def iceberg_rows(deployment: Deployment, version: int) -> Counter:
     schema = next(s for s in iceberg.metadata.schemas if s.schema_id == snapshot.schema_id)
     ids = Lake(deployment).table("web.access").record.definition.field_ids
     by_id = {schema.find_field(name).field_id: name for name in scanned.column_names}
-    shown = {name: scanned.column(by_id[ids[name]]) if ids[name] in by_id else pa.nulls(scanned.num_rows, pa.int64())
-             for name in SHOWN}
+    shown = {
+        name: scanned.column(by_id[ids[name]]) if ids[name] in by_id else pa.nulls(scanned.num_rows, pa.int64())
+        for name in SHOWN
+    }
     return rows_of(pa.table(shown))
 
 
@@ -111,8 +122,10 @@ def readers(deployment: Deployment, spark, version: int) -> dict[str, Counter]:
 
     def spark_now(frame):  # DataFrames
         assert frame.columns == names, f"version {version} shows its own columns"
-        return frame.selectExpr(*(f"`{old}` AS `{as_now[old]}`" for old in names if old in as_now),
-                                *(f"CAST(NULL AS bigint) AS `{n}`" for n in SHOWN if n not in as_now.values()))
+        return frame.selectExpr(
+            *(f"`{old}` AS `{as_now[old]}`" for old in names if old in as_now),
+            *(f"CAST(NULL AS bigint) AS `{n}`" for n in SHOWN if n not in as_now.values()),
+        )
 
     arrow = arrow_now(table.to_arrow(as_of_version=version))
     with duckdb.connect() as connection:
@@ -120,9 +133,12 @@ def readers(deployment: Deployment, spark, version: int) -> dict[str, Counter]:
         duck = arrow_now(duck.read_all() if isinstance(duck, pa.RecordBatchReader) else duck)
     frame = spark_now(table.to_spark(spark, as_of_version=version))
     return {
-        "table API": rows_of(arrow), "DuckDB": rows_of(duck), "Spark": spark_rows(frame),
-        "Spark SQL": spark_rows(spark_now(spark_sql(spark, f"SELECT * FROM web.access VERSION AS OF {version}",
-                                                    deployment))),
+        "table API": rows_of(arrow),
+        "DuckDB": rows_of(duck),
+        "Spark": spark_rows(frame),
+        "Spark SQL": spark_rows(
+            spark_now(spark_sql(spark, f"SELECT * FROM web.access VERSION AS OF {version}", deployment))
+        ),
         "Iceberg": iceberg_rows(deployment, version),
     }
 
@@ -148,8 +164,11 @@ def test_walk_through_rename_drop_add_merge_delete_and_time_travel(deployment: D
     # Each change's Iceberg snapshot follows at once (new metadata); no data object is written or rewritten.
     assert data_files(files(deployment)) == data_files(objects), "a rename or a drop rewrites no object"
     changes = [(c.op, c.detail) for c in deployment.catalog.tables.changes(table.record.id)]
-    assert changes == [("rename-column", "action -> event"), ("drop-column", "user_id"),
-                       ("add-column", "user_id bigint")]
+    assert changes == [
+        ("rename-column", "action -> event"),
+        ("drop-column", "user_id"),
+        ("add-column", "user_id bigint"),
+    ]
     assert table.version == first + 3
 
     after = stream(deployment, DAY, 2) + stream(deployment, NEXT_DAY, 3)
@@ -161,8 +180,9 @@ def test_walk_through_rename_drop_add_merge_delete_and_time_travel(deployment: D
     publish_once(deployment, now=tokyo(NEXT_DAY, 4))
     oldest, newest = lake.table("web.access").versions()
 
-    expected_now = Counter({row: n for row, n in (day(before) + new_rows).items()
-                            if not (row[3] == DAY and row[1] == "a1")})
+    expected_now = Counter(
+        {row: n for row, n in (day(before) + new_rows).items() if not (row[3] == DAY and row[1] == "a1")}
+    )
     old_ids = {u for (_, u, _) in before}
     for version in range(oldest, newest + 1):
         answers = readers(deployment, spark, version)
@@ -175,23 +195,37 @@ def test_walk_through_rename_drop_add_merge_delete_and_time_travel(deployment: D
     assert answers["table API"] == expected_now
     iceberg = open_catalog(deployment).load_table(("web", "access"))
     assert [(f.name, f.field_id) for f in iceberg.schema().fields] == [
-        ("utc_event_time", 1), ("event", 3), ("dt", 4), ("user_id", 5)]
+        ("utc_event_time", 1),
+        ("event", 3),
+        ("dt", 4),
+        ("user_id", 5),
+    ]
     mapping = json.loads(iceberg.properties["schema.name-mapping.default"])
     assert {m["field-id"]: m["names"] for m in mapping} == {
-        1: ["utc_event_time"], 3: ["action"], 5: ["user_id_5"], 4: ["dt"]}, "objects without ids: by physical name"
+        1: ["utc_event_time"],
+        3: ["action"],
+        5: ["user_id_5"],
+        4: ["dt"],
+    }, "objects without ids: by physical name"
 
 
-def test_a_column_of_a_table_a_derived_table_reads_is_neither_renamed_nor_dropped(deployment: Deployment,
-                                                                                   spark) -> None:
+def test_a_column_of_a_table_a_derived_table_reads_is_neither_renamed_nor_dropped(
+    deployment: Deployment, spark
+) -> None:
     from .test_derived import make_source, rollup
 
     make_source(deployment, days=1)
     rollup(deployment, spark)
-    for change in (lambda: deployment.catalog.tables.rename_column("web.access", "action", "event"),
-                   lambda: deployment.catalog.tables.drop_column("web.access", "user_id")):
-        with pytest.raises(CatalogError, match=r"^web.access is read by derived table web.daily_actions, whose query "
-                                               r"names column (action|user_id), selects \* or cannot be analysed; "
-                                               r"`silt derived drop` it"):
+    for change in (
+        lambda: deployment.catalog.tables.rename_column("web.access", "action", "event"),
+        lambda: deployment.catalog.tables.drop_column("web.access", "user_id"),
+    ):
+        with pytest.raises(
+            CatalogError,
+            match=r"^web.access is read by derived table web.daily_actions, whose query "
+            r"names column (action|user_id), selects \* or cannot be analysed; "
+            r"`silt derived drop` it",
+        ):
             change()
     definition = deployment.catalog.tables.get("web.access").definition
     assert [c.name for c in definition.columns] == ["utc_event_time", "user_id", "action"]
@@ -202,14 +236,17 @@ def test_silt_renames_and_drops_columns_and_history_lists_them(plain_deployment:
     from .merge_helpers import silt_in_process
 
     silt = silt_in_process(plain_deployment, monkeypatch)
-    assert "renamed column action of web.access to event" in silt("table", "rename-column", "web.access", "action",
-                                                                   "event")
+    assert "renamed column action of web.access to event" in silt(
+        "table", "rename-column", "web.access", "action", "event"
+    )
     assert "dropped column user_id of web.access" in silt("table", "drop-column", "web.access", "user_id", "--yes")
     refused = silt("table", "drop-column", "web.access", "utc_event_time", "--yes", code=2)
     assert "utc_event_time is the time column of web.access and cannot be dropped" in refused
     assert "has no column nope" in silt("table", "rename-column", "web.access", "nope", "x", code=2)
     history = json.loads(silt("history", "web.access", "--format", "json"))
     assert [(row["table_version"], row["op"], row["shows"]) for row in history] == [
-        (1, "rename-column", "action -> event"), (2, "drop-column", "user_id")]
+        (1, "rename-column", "action -> event"),
+        (2, "drop-column", "user_id"),
+    ]
     shown = silt("table", "show", "web.access")
     assert "event" in shown and "user_id" not in shown

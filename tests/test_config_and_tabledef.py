@@ -48,27 +48,31 @@ def test_embedded_defaults_without_any_file(tmp_path: Path, monkeypatch) -> None
 def test_file_then_environment_overrides(tmp_path: Path) -> None:
     file = tmp_path / "siltlake.toml"
     file.write_text('[catalog]\nurl = "postgresql://postgres@db/silt"\n[stream]\npoll_interval = "1m"\n')
-    config = load_config(file, environ={"SILTLAKE_STORAGE__ROOT": "s3://bucket/lake",
-                                        "SILTLAKE_STREAM__POLL_INTERVAL": "5"})
+    config = load_config(
+        file, environ={"SILTLAKE_STORAGE__ROOT": "s3://bucket/lake", "SILTLAKE_STREAM__POLL_INTERVAL": "5"}
+    )
     assert config.catalog.url == "postgresql://postgres@db/silt"
     assert config.storage.root == "s3://bucket/lake"
     assert config.stream.poll_interval == 5
     assert config.source.endswith("+ environment")
 
 
-@pytest.mark.parametrize("content, message", [
-    ('[catalog]\nurl = "mysql://x"\n', "catalog.url"),
-    ('[stream]\npoll_interval = "soon"\n', "poll_interval"),
-    ('[storage]\nroots = "x"\n', "storage.roots: unknown key"),
-    ('[stream]\nkey_pattern = "(?P<schema>x)"\n', "named groups"),
-    ('instance_key = "ABC"\n', "instance_key"),
-    ("[catalog\n", "not valid TOML"),
-    ('[merge]\nslots = 0\n', "merge.slots"),
-    ('[merge]\njob_timeout = "20s"\nheartbeat_interval = "15s"\n', "at most half of merge.job_timeout"),
-    ('[derived]\nbuild_timeout = "20s"\nheartbeat_interval = "15s"\n', "at most half of derived.build_timeout"),
-    ('[derived]\nheartbeat_interval = "1h"\n', "derived.heartbeat_interval (3600 s) must be at most half"),
-    ('[merge]\nretry_backoff = "later"\n', "merge.retry_backoff"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ('[catalog]\nurl = "mysql://x"\n', "catalog.url"),
+        ('[stream]\npoll_interval = "soon"\n', "poll_interval"),
+        ('[storage]\nroots = "x"\n', "storage.roots: unknown key"),
+        ('[stream]\nkey_pattern = "(?P<schema>x)"\n', "named groups"),
+        ('instance_key = "ABC"\n', "instance_key"),
+        ("[catalog\n", "not valid TOML"),
+        ("[merge]\nslots = 0\n", "merge.slots"),
+        ('[merge]\njob_timeout = "20s"\nheartbeat_interval = "15s"\n', "at most half of merge.job_timeout"),
+        ('[derived]\nbuild_timeout = "20s"\nheartbeat_interval = "15s"\n', "at most half of derived.build_timeout"),
+        ('[derived]\nheartbeat_interval = "1h"\n', "derived.heartbeat_interval (3600 s) must be at most half"),
+        ('[merge]\nretry_backoff = "later"\n', "merge.retry_backoff"),
+    ],
+)
 def test_invalid_configuration_names_the_key(tmp_path: Path, content: str, message: str) -> None:
     file = tmp_path / "siltlake.toml"
     file.write_text(content)
@@ -104,25 +108,31 @@ def test_durations(value, seconds) -> None:
     assert parse_duration(value) == seconds
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"schema": "../etc"}, "schema name"),
-    ({"name": "acc ess"}, "table name"),
-    ({"name": "x;drop table tables"}, "table name"),
-    ({"timezone": "Mars/Olympus"}, "IANA"),
-    ({"merge_interval": "forever"}, "merge_interval"),
-    ({"time_column": "nope"}, "not one of the columns"),
-    ({"time_column": "user_id"}, "must have type timestamp"),
-    ({"columns": [{"name": "utc_event_time", "type": "timestamp"}, {"name": "x", "type": "varchar"}]},
-     "unknown column type"),
-    ({"columns": [{"name": "utc_event_time", "type": "timestamp"}, {"name": "dt", "type": "date"}]},
-     "reserved"),
-    ({"color": "blue"}, "color: unknown key"),
-    ({"merge_mode": "medium"}, "merge_mode"),
-    ({"merge_batch_size": 0}, "merge_batch_size must be at least 1"),
-    ({"row_group_bytes": -5}, "row_group_bytes must be at least 1"),
-    ({"columns": [{"name": "utc_event_time", "type": "timestamp"}, {"name": "p", "type": "decimal(40,2)"}]},
-     "precision"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"schema": "../etc"}, "schema name"),
+        ({"name": "acc ess"}, "table name"),
+        ({"name": "x;drop table tables"}, "table name"),
+        ({"timezone": "Mars/Olympus"}, "IANA"),
+        ({"merge_interval": "forever"}, "merge_interval"),
+        ({"time_column": "nope"}, "not one of the columns"),
+        ({"time_column": "user_id"}, "must have type timestamp"),
+        (
+            {"columns": [{"name": "utc_event_time", "type": "timestamp"}, {"name": "x", "type": "varchar"}]},
+            "unknown column type",
+        ),
+        ({"columns": [{"name": "utc_event_time", "type": "timestamp"}, {"name": "dt", "type": "date"}]}, "reserved"),
+        ({"color": "blue"}, "color: unknown key"),
+        ({"merge_mode": "medium"}, "merge_mode"),
+        ({"merge_batch_size": 0}, "merge_batch_size must be at least 1"),
+        ({"row_group_bytes": -5}, "row_group_bytes must be at least 1"),
+        (
+            {"columns": [{"name": "utc_event_time", "type": "timestamp"}, {"name": "p", "type": "decimal(40,2)"}]},
+            "precision",
+        ),
+    ],
+)
 def test_invalid_definitions_say_what_is_wrong(change, message) -> None:
     with pytest.raises(DefinitionError, match=re.escape(message)):
         TableDef.from_mapping({**ACCESS_TABLE, **change})
@@ -130,13 +140,22 @@ def test_invalid_definitions_say_what_is_wrong(change, message) -> None:
 
 def test_decimal_and_every_type_map_to_arrow() -> None:
     columns = [{"name": "utc_event_time", "type": "timestamp"}] + [
-        {"name": f"c_{i}", "type": t} for i, t in enumerate(
-            ["string", "int", "bigint", "double", "boolean", "date", "decimal(12, 3)", "json"])
+        {"name": f"c_{i}", "type": t}
+        for i, t in enumerate(["string", "int", "bigint", "double", "boolean", "date", "decimal(12, 3)", "json"])
     ]
     table = TableDef.from_mapping({**ACCESS_TABLE, "columns": columns})
     types = [str(f.type) for f in table.arrow_schema()]
-    assert types == ["timestamp[us, tz=UTC]", "string", "int32", "int64", "double", "bool", "date32[day]",
-                     "decimal128(12, 3)", "string"]
+    assert types == [
+        "timestamp[us, tz=UTC]",
+        "string",
+        "int32",
+        "int64",
+        "double",
+        "bool",
+        "date32[day]",
+        "decimal128(12, 3)",
+        "string",
+    ]
 
 
 def test_staging_key_mapping() -> None:
@@ -146,8 +165,12 @@ def test_staging_key_mapping() -> None:
     assert map_key("web.access/2026/11/20/x", pattern, tables).table == "TABLE"
     assert "no table web.nosuch" in map_key("f.web.nosuch/2026/11/20/x", pattern, tables).reason
     assert "does not match" in map_key("random/file.json", pattern, tables).reason
-    for unsafe in ("../../etc.web.access/2026/11/20/x", "a/../web.access/2026/11/20/x",
-                   "/abs.web.access/2026/11/20/x", "a.web.access/2026/11/20/\x00x"):
+    for unsafe in (
+        "../../etc.web.access/2026/11/20/x",
+        "a/../web.access/2026/11/20/x",
+        "/abs.web.access/2026/11/20/x",
+        "a.web.access/2026/11/20/\x00x",
+    ):
         assert "unsafe key" in map_key(unsafe, pattern, tables).reason
     assert "not a valid table name" in map_key("f.Web.access/2026/11/20/x", pattern, tables).reason
     assert is_in_flight("a.web.access/2026/11/20/.x.gz") and is_in_flight("a/x.gz.tmp")
@@ -168,8 +191,13 @@ def test_storage_uris_for_pyarrow_and_for_spark(tmp_path: Path) -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.text(alphabet=st.sampled_from([*"aZ09_.~-/!$&'()*+,;=:@ %#?[]\"<>^`{|}", "\u00e9", "\u65e5", "\x7f"]),
-               min_size=1, max_size=12))
+@given(
+    st.text(
+        alphabet=st.sampled_from([*"aZ09_.~-/!$&'()*+,;=:@ %#?[]\"<>^`{|}", "\u00e9", "\u65e5", "\x7f"]),
+        min_size=1,
+        max_size=12,
+    )
+)
 def test_a_uri_quotes_exactly_what_quote_would(key: str) -> None:
     """Storage.uri skips quote() for keys it would leave as they are: the URIs stored in the catalog stay the same."""
     from urllib.parse import quote
@@ -185,8 +213,12 @@ def test_field_ids_are_numbered_once_kept_and_never_reused() -> None:
     from siltlake.errors import DefinitionError
     from siltlake.tabledef import FIELD_ID_KEY, Column, TableDef
 
-    base = {"schema": "web", "name": "ids", "time_column": "t",
-            "columns": [{"name": "t", "type": "timestamp"}, {"name": "a", "type": "int"}]}
+    base = {
+        "schema": "web",
+        "name": "ids",
+        "time_column": "t",
+        "columns": [{"name": "t", "type": "timestamp"}, {"name": "a", "type": "int"}],
+    }
     legacy = TableDef.from_mapping(base)
     assert legacy.field_ids is None and "field_id" not in legacy.to_json(), "a definition without ids reads as before"
     numbered = legacy.with_field_ids()
@@ -195,15 +227,28 @@ def test_field_ids_are_numbered_once_kept_and_never_reused() -> None:
     assert numbered.with_field_ids({"t": 9, "a": 8, "dt": 7}) is numbered, "ids once given are kept"
     added = numbered.with_column(Column(name="b", type="string")).with_column_type("a", "bigint")
     assert added.field_ids == {"t": 1, "a": 2, "dt": 3, "b": 4}
-    assert [(f.name, f.metadata[FIELD_ID_KEY]) for f in added.file_schema()] == \
-        [("t", b"1"), ("a", b"2"), ("b", b"4"), ("dt", b"3")]
+    assert [(f.name, f.metadata[FIELD_ID_KEY]) for f in added.file_schema()] == [
+        ("t", b"1"),
+        ("a", b"2"),
+        ("b", b"4"),
+        ("dt", b"3"),
+    ]
     assert legacy.with_column(Column(name="b", type="string")).field_ids is None
     assert legacy.with_field_ids({"t": 1, "a": 2, "dt": 4}).field_ids == {"t": 1, "a": 2, "dt": 4}
     with pytest.raises(DefinitionError, match="no field id for a"):
         legacy.with_field_ids({"t": 1, "dt": 2})
     with pytest.raises(DefinitionError, match="a, dt have none"):
-        TableDef.from_mapping({**base, "columns": [{"name": "t", "type": "timestamp", "field_id": 1},
-                                                   {"name": "a", "type": "int"}]})
+        TableDef.from_mapping(
+            {**base, "columns": [{"name": "t", "type": "timestamp", "field_id": 1}, {"name": "a", "type": "int"}]}
+        )
     with pytest.raises(DefinitionError, match=r"field ids \[1\] are given twice"):
-        TableDef.from_mapping({**base, "dt_field_id": 1, "columns": [{"name": "t", "type": "timestamp", "field_id": 1},
-                                                                     {"name": "a", "type": "int", "field_id": 2}]})
+        TableDef.from_mapping(
+            {
+                **base,
+                "dt_field_id": 1,
+                "columns": [
+                    {"name": "t", "type": "timestamp", "field_id": 1},
+                    {"name": "a", "type": "int", "field_id": 2},
+                ],
+            }
+        )

@@ -24,8 +24,13 @@ ROW = {"utc_event_time": dt.datetime(2026, 11, 20, 3, tzinfo=dt.UTC), "user_id":
 def test_the_state_of_the_days_asked_about_follows_their_commits_only(plain_deployment: Deployment) -> None:
     catalog = plain_deployment.catalog
     record = catalog.tables.get("web.access")
-    asked = {"one day": DAYS[:1], "three": DAYS[:3], "five": DAYS[:5], "all": None, "600": [
-        DAY + dt.timedelta(days=n) for n in range(600)]}
+    asked = {
+        "one day": DAYS[:1],
+        "three": DAYS[:3],
+        "five": DAYS[:5],
+        "all": None,
+        "600": [DAY + dt.timedelta(days=n) for n in range(600)],
+    }
 
     def states() -> dict[str, tuple[int, int]]:
         return {name: catalog.version_reads.current_state(record.id, days) for name, days in asked.items()}
@@ -35,8 +40,13 @@ def test_the_state_of_the_days_asked_about_follows_their_commits_only(plain_depl
     (third,) = add_small_objects(plain_deployment, record, DAYS[2], [[ROW]], write_files=False)
     assert states() == {"one day": (version, 0), **dict.fromkeys(["three", "five", "all", "600"], (version, third))}
     (sixth,) = add_small_objects(plain_deployment, record, DAYS[5], [[ROW]], write_files=False)
-    assert states() == {"one day": (version, 0), "three": (version, third), "five": (version, third),
-                        "all": (version, sixth), "600": (version, sixth)}
+    assert states() == {
+        "one day": (version, 0),
+        "three": (version, third),
+        "five": (version, third),
+        "all": (version, sixth),
+        "600": (version, sixth),
+    }
     catalog.tables.add_column("web.access", Column(name="status", type="int"))
     assert {state[0] for state in states().values()} == {version + 1}
 
@@ -83,8 +93,10 @@ def test_a_commit_by_another_process_is_seen_on_the_next_call(plain_deployment: 
     catalog = plain_deployment.catalog
     record = catalog.tables.get("web.access")
     version, _ = catalog.version_reads.current_state(record.id, [DAY])
-    code = ("import sys\nfrom siltlake.catalog import Catalog\nfrom siltlake.tabledef import Column\n"
-            "catalog = Catalog(sys.argv[1])\ncatalog.tables.add_column('web.access', Column(name='status', "
-            "type='int'))\ncatalog.close()\n")
+    code = (
+        "import sys\nfrom siltlake.catalog import Catalog\nfrom siltlake.tabledef import Column\n"
+        "catalog = Catalog(sys.argv[1])\ncatalog.tables.add_column('web.access', Column(name='status', "
+        "type='int'))\ncatalog.close()\n"
+    )
     subprocess.run([sys.executable, "-c", code, catalog.url], check=True, timeout=120)
     assert catalog.version_reads.current_state(record.id, [DAY]) == (version + 1, 0)

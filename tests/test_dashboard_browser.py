@@ -26,8 +26,12 @@ from .merge_helpers import add_small_objects, rows_for
 
 CHROMIUM = os.environ.get("SILTLAKE_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 SLOTS = 24
-CHARTS = {"backlog": ["pending_objects"], "freshness": ["freshness_p50_seconds", "freshness_p99_seconds"],
-          "debt": ["unmerged_objects"], "throughput": ["merged_objects"]}
+CHARTS = {
+    "backlog": ["pending_objects"],
+    "freshness": ["freshness_p50_seconds", "freshness_p99_seconds"],
+    "debt": ["unmerged_objects"],
+    "throughput": ["merged_objects"],
+}
 
 
 def _browser_or_skip():  # playwright's sync API
@@ -65,12 +69,27 @@ def dashboard_deployment(tmp_path: Path) -> Deployment:
     for index in range(SLOTS):
         slot = last - dt.timedelta(seconds=interval * (SLOTS - 1 - index))
         wave = (index % 8) * 5
-        catalog.observations.record_sample(slot, {"web.access": {
-            "pending_objects": wave, "pending_bytes": wave * 4096, "unmerged_objects": 10 + 3 * (index % 12),
-            "unmerged_bytes": 1 << 20, "merged_objects": 36 if index % 12 == 11 else 0, "merged_bytes": 1 << 24,
-            "records_loaded": 1000 + index, "bad_records": index % 3, "freshness_p50_seconds": 40.0 + index,
-            "freshness_p99_seconds": 90.0 + 4 * index, "freshness_max_seconds": 200.0, "jobs_waiting": 1,
-            "jobs_running": 0, "jobs_failed": 0}})
+        catalog.observations.record_sample(
+            slot,
+            {
+                "web.access": {
+                    "pending_objects": wave,
+                    "pending_bytes": wave * 4096,
+                    "unmerged_objects": 10 + 3 * (index % 12),
+                    "unmerged_bytes": 1 << 20,
+                    "merged_objects": 36 if index % 12 == 11 else 0,
+                    "merged_bytes": 1 << 24,
+                    "records_loaded": 1000 + index,
+                    "bad_records": index % 3,
+                    "freshness_p50_seconds": 40.0 + index,
+                    "freshness_p99_seconds": 90.0 + 4 * index,
+                    "freshness_max_seconds": 200.0,
+                    "jobs_waiting": 1,
+                    "jobs_running": 0,
+                    "jobs_failed": 0,
+                }
+            },
+        )
     deployment.config.observe.history_interval = interval
     yield deployment
     deployment.close()
@@ -84,8 +103,9 @@ def test_dashboard_renders_charts_without_errors_in_chromium(dashboard_deploymen
     server = ObserveServer(dashboard_deployment, "127.0.0.1", 0, dashboard=True).start()
     try:
         with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                                 args=["--no-sandbox", "--disable-gpu"])
+            browser = playwright.chromium.launch(
+                executable_path=CHROMIUM, headless=True, args=["--no-sandbox", "--disable-gpu"]
+            )
             try:
                 page = browser.new_page(viewport={"width": 1400, "height": 900})
                 errors: list[str] = []

@@ -35,8 +35,9 @@ def sqlite_deployment(tmp_path) -> Deployment:
 
 def test_idle_connections_are_timed_out_and_never_hold_more_than_the_bound(sqlite_deployment: Deployment) -> None:
     before = threading.active_count()
-    server = ObserveServer(sqlite_deployment, "127.0.0.1", 0, dashboard=True, max_connections=8,
-                           request_timeout=1.0).start()
+    server = ObserveServer(
+        sqlite_deployment, "127.0.0.1", 0, dashboard=True, max_connections=8, request_timeout=1.0
+    ).start()
     host, port = server.server_address[:2]
     clients = []
     try:
@@ -98,8 +99,9 @@ def test_at_shows_a_past_period_and_a_bad_one_is_a_400(sqlite_deployment: Deploy
         server.close()
 
 
-def test_a_client_gone_before_its_answer_costs_no_503_and_no_traceback(sqlite_deployment: Deployment, monkeypatch,
-                                                                       capsys, caplog) -> None:
+def test_a_client_gone_before_its_answer_costs_no_503_and_no_traceback(
+    sqlite_deployment: Deployment, monkeypatch, capsys, caplog
+) -> None:
     gone = threading.Event()
     render = dashboard.render_page
 
@@ -120,8 +122,12 @@ def test_a_client_gone_before_its_answer_costs_no_503_and_no_traceback(sqlite_de
             gone.set()
             # The page renders and its answer meets the reset socket on the handler's thread: waited for, not
             # slept for (0.5 s was too little on a loaded machine once).
-            wait_until(lambda: any("client gone" in r.getMessage() for r in caplog.records), [], 10,
-                       "the handler's note of the client gone")
+            wait_until(
+                lambda: any("client gone" in r.getMessage() for r in caplog.records),
+                [],
+                10,
+                "the handler's note of the client gone",
+            )
             with urllib.request.urlopen(server.url + "healthz", timeout=10) as answer:
                 assert answer.read() == b"ok\n"
     finally:
@@ -158,8 +164,10 @@ def test_a_catalog_failure_is_a_503_without_its_sql(sqlite_deployment: Deploymen
         database.execute("DROP TABLE metric_history")
     server = ObserveServer(sqlite_deployment, "127.0.0.1", 0, dashboard=True).start()
     try:
-        with caplog.at_level(logging.WARNING, logger="siltlake.observe.dashboard"), \
-                pytest.raises(urllib.error.HTTPError) as failed:
+        with (
+            caplog.at_level(logging.WARNING, logger="siltlake.observe.dashboard"),
+            pytest.raises(urllib.error.HTTPError) as failed,
+        ):
             urllib.request.urlopen(server.url, timeout=30)
     finally:
         server.close()
@@ -169,5 +177,6 @@ def test_a_catalog_failure_is_a_503_without_its_sql(sqlite_deployment: Deploymen
     for internal in ("catalog.db", "CatalogError", "metric_history", "SELECT"):  # the exception's words
         assert internal not in body, body
     reference = body.split("reference=")[1].split(")")[0]
-    assert any(f"reference={reference}" in r.getMessage() and "catalog.db" in r.getMessage()
-               for r in caplog.records), "the details are in the server's log, under the reference"
+    assert any(f"reference={reference}" in r.getMessage() and "catalog.db" in r.getMessage() for r in caplog.records), (
+        "the details are in the server's log, under the reference"
+    )

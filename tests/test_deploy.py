@@ -54,6 +54,7 @@ def silt_arguments(argv: list[str]) -> tuple[str, list[str]]:
 
 # --- systemd ----------------------------------------------------------------------------------------------------
 
+
 def unit_lines(path: Path) -> dict[str, list[str]]:
     values: dict[str, list[str]] = {}
     for line in path.read_text().splitlines():
@@ -65,8 +66,13 @@ def unit_lines(path: Path) -> dict[str, list[str]]:
 
 def test_the_units_run_real_silt_commands_and_the_timer_starts_reap() -> None:
     names = {path.name for path in UNITS}
-    assert names == {"siltlake-stream.service", "siltlake-merge.service", "siltlake-publish.service",
-                     "siltlake-reap.service", "siltlake-reap.timer"}
+    assert names == {
+        "siltlake-stream.service",
+        "siltlake-merge.service",
+        "siltlake-publish.service",
+        "siltlake-reap.service",
+        "siltlake-reap.timer",
+    }
     for path in UNITS:
         if path.suffix != ".service":
             continue
@@ -80,8 +86,13 @@ def test_the_units_run_real_silt_commands_and_the_timer_starts_reap() -> None:
 
 
 def verify_units(directory: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(["systemd-analyze", "verify", "--man=no", *sorted(str(p) for p in directory.iterdir())],
-                          capture_output=True, text=True, timeout=120, cwd=directory)
+    return subprocess.run(
+        ["systemd-analyze", "verify", "--man=no", *sorted(str(p) for p in directory.iterdir())],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=directory,
+    )
 
 
 def test_systemd_analyze_verifies_the_units(tmp_path: Path) -> None:
@@ -103,6 +114,7 @@ def test_systemd_analyze_verifies_the_units(tmp_path: Path) -> None:
 
 # --- compose ----------------------------------------------------------------------------------------------------
 
+
 def compose() -> dict:
     return yaml.safe_load((DEPLOY / "compose.yaml").read_text())
 
@@ -115,15 +127,18 @@ def test_the_compose_file_runs_the_daemons_on_a_spark_cluster_and_postgresql(tmp
     assert {"postgres", "spark-master", "spark-worker", "init", "stream", "merge", "publish", "reap"} <= set(services)
     assert services["postgres"]["image"].rsplit(":", 1)[-1] == "15"
     assert services["spark-worker"]["deploy"]["replicas"] >= 2
-    spark_class = {"spark-master": "org.apache.spark.deploy.master.Master",
-                   "spark-worker": "org.apache.spark.deploy.worker.Worker"}
+    spark_class = {
+        "spark-master": "org.apache.spark.deploy.master.Master",
+        "spark-worker": "org.apache.spark.deploy.worker.Worker",
+    }
     commands = {}
     for name, service in services.items():
         if name == "postgres":
             continue
         assert service["image"] == f"siltlake:{version}", name
-        assert (ROOT / "deploy" / service["build"]["context"] / service["build"]["dockerfile"]).resolve() == \
-            (DEPLOY / "Containerfile").resolve()
+        assert (ROOT / "deploy" / service["build"]["context"] / service["build"]["dockerfile"]).resolve() == (
+            DEPLOY / "Containerfile"
+        ).resolve()
         for dependency in service.get("depends_on", []):
             assert dependency in services, f"{name} depends on an unknown service {dependency}"
         entrypoint = service.get("entrypoint")
@@ -160,13 +175,28 @@ def test_the_spark_nodes_start_classes_the_installed_spark_has() -> None:
 
 # --- the Containerfile ------------------------------------------------------------------------------------------
 
+
 def test_the_containerfile_installs_java_17_and_the_package_with_silt_as_its_entry_point() -> None:
     text = (DEPLOY / "Containerfile").read_text()
-    instructions = [line.split(None, 1) for line in re.sub(r"\\\n", " ", text).splitlines()
-                    if line.strip() and not line.lstrip().startswith("#")]
+    instructions = [
+        line.split(None, 1)
+        for line in re.sub(r"\\\n", " ", text).splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
     keywords = [keyword.upper() for keyword, *_ in instructions]
-    assert keywords[0] == "FROM" and set(keywords) <= {"FROM", "RUN", "COPY", "ENV", "WORKDIR", "USER", "EXPOSE",
-                                                     "ENTRYPOINT", "CMD", "ARG", "LABEL"}
+    assert keywords[0] == "FROM" and set(keywords) <= {
+        "FROM",
+        "RUN",
+        "COPY",
+        "ENV",
+        "WORKDIR",
+        "USER",
+        "EXPOSE",
+        "ENTRYPOINT",
+        "CMD",
+        "ARG",
+        "LABEL",
+    }
     assert "openjdk-17-jre-headless" in text
     for keyword, *rest in instructions:
         if keyword == "COPY" and not rest[0].startswith("--from"):
@@ -187,6 +217,7 @@ def test_hadolint_passes_the_containerfile() -> None:
 
 
 # --- metrics: the Grafana dashboard and the alert rules ----------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory) -> dict[str, set[str]]:
@@ -236,7 +267,8 @@ def test_the_query_check_finds_wrong_names_and_labels(exported) -> None:
     assert query_faults('siltlake_records_loaded{table="a"}', exported) == ["no metric siltlake_records_loaded"]
     assert query_faults('siltlake_merge_jobs{status="failed"}', exported) == ["siltlake_merge_jobs has no label status"]
     assert query_faults("sum by (date) (siltlake_unmerged_objects)", exported) == [
-        "groups by date, which none of its metrics has"]
+        "groups by date, which none of its metrics has"
+    ]
 
 
 def dashboard() -> dict:
@@ -263,21 +295,32 @@ def test_every_dashboard_query_reads_metrics_and_labels_the_daemons_export(expor
     assert label in exported[metric]
     # The metrics docs/operations.md tells operators to watch each have a panel.
     shown = " ".join(target["expr"] for panel in panels for target in panel["targets"])
-    for name in ("siltlake_staging_objects_pending", "siltlake_freshness_seconds_bucket", "siltlake_unmerged_objects",
-                 "siltlake_merge_jobs", "siltlake_catalog_up", "siltlake_round_errors_total"):
+    for name in (
+        "siltlake_staging_objects_pending",
+        "siltlake_freshness_seconds_bucket",
+        "siltlake_unmerged_objects",
+        "siltlake_merge_jobs",
+        "siltlake_catalog_up",
+        "siltlake_round_errors_total",
+    ):
         assert name in shown
 
 
 def rules() -> list[dict]:
-    return [rule for group in yaml.safe_load((DEPLOY / "prometheus" / "siltlake-alerts.yml").read_text())["groups"]
-            for rule in group["rules"]]
+    return [
+        rule
+        for group in yaml.safe_load((DEPLOY / "prometheus" / "siltlake-alerts.yml").read_text())["groups"]
+        for rule in group["rules"]
+    ]
 
 
 def test_the_alert_rules_are_the_documented_ones_over_exported_metrics(exported) -> None:
-    documented = re.search(r"### Example alerts.*?```yaml\n(.*?)```", (ROOT / "docs" / "operations.md").read_text(),
-                           re.S).group(1)
-    documented_rules = {rule["alert"]: rule for group in yaml.safe_load(documented)["groups"]
-                        for rule in group["rules"]}
+    documented = re.search(
+        r"### Example alerts.*?```yaml\n(.*?)```", (ROOT / "docs" / "operations.md").read_text(), re.S
+    ).group(1)
+    documented_rules = {
+        rule["alert"]: rule for group in yaml.safe_load(documented)["groups"] for rule in group["rules"]
+    }
     shipped = {rule["alert"]: rule for rule in rules()}
     assert set(shipped) == set(documented_rules)
     for name, rule in shipped.items():
@@ -290,8 +333,12 @@ def test_the_alert_rules_are_the_documented_ones_over_exported_metrics(exported)
 def test_promtool_checks_the_alert_rules() -> None:
     if shutil.which("promtool") is None:
         missing_tool("promtool", "apt-get install prometheus")
-    result = subprocess.run(["promtool", "check", "rules", str(DEPLOY / "prometheus" / "siltlake-alerts.yml")],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        ["promtool", "check", "rules", str(DEPLOY / "prometheus" / "siltlake-alerts.yml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0 and "SUCCESS: 7 rules found" in result.stdout, result.stdout + result.stderr
 
 

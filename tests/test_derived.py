@@ -51,8 +51,9 @@ def merge_and_publish(deployment: Deployment) -> None:
 
 
 def rollup(deployment: Deployment, spark, **settings: object):  # a DerivedRecord
-    return create_derived(deployment, DerivedDef.from_mapping({"name": "web.daily_actions", "query": ROLLUP,
-                                                               **settings}))
+    return create_derived(
+        deployment, DerivedDef.from_mapping({"name": "web.daily_actions", "query": ROLLUP, **settings})
+    )
 
 
 def rows_of(spark, deployment: Deployment, query: str) -> Counter:
@@ -68,13 +69,17 @@ def assert_fresh(spark, deployment: Deployment) -> None:
 
 def written_dates(deployment: Deployment, build: str) -> set[dt.date]:
     root = f"_derived/{build}/"
-    return {dt.date.fromisoformat(info.key[len(root):].split("/")[0][3:])
-            for info in deployment.lake.list(root) if build_of(info.key) == build}
+    return {
+        dt.date.fromisoformat(info.key[len(root) :].split("/")[0][3:])
+        for info in deployment.lake.list(root)
+        if build_of(info.key) == build
+    }
 
 
 @sqlite_only
 def test_a_rollup_stays_equal_to_its_query_and_incremental_builds_touch_only_changed_dates(
-        deployment: Deployment, spark) -> None:
+    deployment: Deployment, spark
+) -> None:
     source = make_source(deployment)
     record = rollup(deployment, spark, incremental=True)
     assert [c.name for c in record.table.definition.columns] == ["action", "hits", "users"]
@@ -87,12 +92,16 @@ def test_a_rollup_stays_equal_to_its_query_and_incremental_builds_touch_only_cha
     # Streamed: a staging object with a fourth day (and one put under the derived table: refused).
     streamed_day = FIRST + dt.timedelta(days=3)
     start = dt.datetime.combine(streamed_day, dt.time(3), tzinfo=dt.UTC)
-    stage(deployment, "f1.web.access/2026/11/04/a.jsonl.gz",
-          jsonl_gz([event(start + dt.timedelta(minutes=i), 7_000 + i, f"a{i % 3}") for i in range(30)]))
+    stage(
+        deployment,
+        "f1.web.access/2026/11/04/a.jsonl.gz",
+        jsonl_gz([event(start + dt.timedelta(minutes=i), 7_000 + i, f"a{i % 3}") for i in range(30)]),
+    )
     stage(deployment, "f1.web.daily_actions/2026/11/04/x.jsonl.gz", jsonl_gz([event(start, 1)]))
     streamed = stream_once(deployment)
     assert streamed.records_loaded == 30 and [o.reason for o in deployment.catalog.staging.unknown()] == [
-        "web.daily_actions is a derived table, built from its query: it takes no staging objects"]
+        "web.daily_actions is a derived table, built from its query: it takes no staging objects"
+    ]
     publish_once(deployment)
     incremental = build_derived(deployment, "web.daily_actions")
     assert incremental.dates == [streamed_day] and written_dates(deployment, incremental.build) == {streamed_day}
@@ -120,8 +129,11 @@ def test_a_rollup_stays_equal_to_its_query_and_incremental_builds_touch_only_cha
     assert_fresh(spark, deployment)
 
     # Time travel on the derived table: the version before the late object shows the old day 2.
-    history = rows_of(spark, deployment, f"SELECT dt, hits FROM web.daily_actions VERSION AS OF {first.table_version}"
-                                         f" WHERE dt = DATE'{late}'")
+    history = rows_of(
+        spark,
+        deployment,
+        f"SELECT dt, hits FROM web.daily_actions VERSION AS OF {first.table_version} WHERE dt = DATE'{late}'",
+    )
     assert sum(hits * n for (_, hits), n in history.items()) == 80
     now = rows_of(spark, deployment, f"SELECT dt, hits FROM web.daily_actions WHERE dt = DATE'{late}'")
     assert sum(hits * n for (_, hits), n in now.items()) == 105
@@ -143,18 +155,36 @@ def test_a_rollup_stays_equal_to_its_query_and_incremental_builds_touch_only_cha
 def test_definitions_are_checked_at_create_time(deployment: Deployment, spark) -> None:
     make_source(deployment, days=1)
     with pytest.raises(DefinitionError, match="must return a dt column"):
-        create_derived(deployment, DerivedDef.from_mapping(
-            {"name": "web.totals", "query": "SELECT action, count(*) AS n FROM web.access GROUP BY action"}))
+        create_derived(
+            deployment,
+            DerivedDef.from_mapping(
+                {"name": "web.totals", "query": "SELECT action, count(*) AS n FROM web.access GROUP BY action"}
+            ),
+        )
     with pytest.raises(DefinitionError, match="is not a table"):
-        create_derived(deployment, DerivedDef.from_mapping(
-            {"name": "web.x", "query": "SELECT dt, count(*) AS n FROM web.nothing GROUP BY dt"}))
+        create_derived(
+            deployment,
+            DerivedDef.from_mapping(
+                {"name": "web.x", "query": "SELECT dt, count(*) AS n FROM web.nothing GROUP BY dt"}
+            ),
+        )
     with pytest.raises(DefinitionError, match="leave out VERSION"):
-        create_derived(deployment, DerivedDef.from_mapping(
-            {"name": "web.x", "query": "SELECT dt, count(*) AS n FROM web.access VERSION AS OF 1 GROUP BY dt"}))
-    create_derived(deployment, DerivedDef.from_mapping(
-        {"name": "web.level1", "query": "SELECT dt, action, count(*) AS n FROM web.access GROUP BY dt, action"}))
-    create_derived(deployment, DerivedDef.from_mapping(
-        {"name": "web.level2", "query": "SELECT dt, sum(n) AS n FROM web.level1 GROUP BY dt"}))
+        create_derived(
+            deployment,
+            DerivedDef.from_mapping(
+                {"name": "web.x", "query": "SELECT dt, count(*) AS n FROM web.access VERSION AS OF 1 GROUP BY dt"}
+            ),
+        )
+    create_derived(
+        deployment,
+        DerivedDef.from_mapping(
+            {"name": "web.level1", "query": "SELECT dt, action, count(*) AS n FROM web.access GROUP BY dt, action"}
+        ),
+    )
+    create_derived(
+        deployment,
+        DerivedDef.from_mapping({"name": "web.level2", "query": "SELECT dt, sum(n) AS n FROM web.level1 GROUP BY dt"}),
+    )
     with pytest.raises(Exception, match="is read by derived table web.level2"):
         deployment.catalog.derived.drop("web.level1", utcnow())
 
@@ -186,14 +216,22 @@ def test_columns_of_a_translated_query_are_spark_s(deployment: Deployment, spark
 
 
 def test_a_derived_table_of_a_translated_query_is_created_without_spark(plain_deployment: Deployment) -> None:
-    create_derived(plain_deployment, DerivedDef.from_mapping({
-        "name": "web.daily_actions", "query": ROLLUP, "trigger_sql": "SELECT max(dt) FROM web.access"}))
+    create_derived(
+        plain_deployment,
+        DerivedDef.from_mapping(
+            {"name": "web.daily_actions", "query": ROLLUP, "trigger_sql": "SELECT max(dt) FROM web.access"}
+        ),
+    )
     assert plain_deployment._spark is None  # no JVM started
     columns = plain_deployment.catalog.tables.get("web.daily_actions").definition.columns
     assert [(c.name, c.type) for c in columns] == [("action", "string"), ("hits", "bigint"), ("users", "bigint")]
     with pytest.raises(DefinitionError, match="must return a dt column"):
-        create_derived(plain_deployment, DerivedDef.from_mapping(
-            {"name": "web.x", "query": "SELECT action, count(*) AS n FROM web.access GROUP BY action"}))
+        create_derived(
+            plain_deployment,
+            DerivedDef.from_mapping(
+                {"name": "web.x", "query": "SELECT action, count(*) AS n FROM web.access GROUP BY action"}
+            ),
+        )
     assert plain_deployment._spark is None
 
 
@@ -201,8 +239,11 @@ def test_a_table_a_derived_table_reads_cannot_be_renamed(deployment: Deployment,
     """Its query names the table: renamed, the next build failed "no table web.access"."""
     make_source(deployment, days=1)
     rollup(deployment, spark)
-    with pytest.raises(CatalogError, match=r"^web.access is read by derived table web.daily_actions, whose query "
-                                           r"names it; .*silt derived drop.*create it again"):
+    with pytest.raises(
+        CatalogError,
+        match=r"^web.access is read by derived table web.daily_actions, whose query "
+        r"names it; .*silt derived drop.*create it again",
+    ):
         deployment.catalog.tables.rename("web.access", "web.hits")
     assert deployment.catalog.tables.get("web.access").definition.qualified_name == "web.access"
     assert build_derived(deployment, "web.daily_actions").dates == [FIRST]
@@ -213,8 +254,16 @@ def test_a_table_a_derived_table_reads_cannot_be_renamed(deployment: Deployment,
 def test_a_second_build_waits_for_the_running_one(deployment: Deployment, spark) -> None:
     make_source(deployment, days=1)
     record = rollup(deployment, spark)
-    build = deployment.catalog.derived.start_build(record, reg_key="test0001", catalog_id="x", kind="full",
-                                                   host="elsewhere", pid=1, now=utcnow(), dead=lambda _: False)
+    build = deployment.catalog.derived.start_build(
+        record,
+        reg_key="test0001",
+        catalog_id="x",
+        kind="full",
+        host="elsewhere",
+        pid=1,
+        now=utcnow(),
+        dead=lambda _: False,
+    )
     with pytest.raises(BuildInProgress, match="is being built"):
         build_derived(deployment, "web.daily_actions")
     deployment.catalog.derived.fail_build(build.id, "test", utcnow())
@@ -222,8 +271,9 @@ def test_a_second_build_waits_for_the_running_one(deployment: Deployment, spark)
 
 
 @sqlite_only
-def test_a_derived_table_reaches_every_reader_and_external_catalog(tmp_path, catalog_url, spark,
-                                                                    hive_metastore_dir) -> None:
+def test_a_derived_table_reaches_every_reader_and_external_catalog(
+    tmp_path, catalog_url, spark, hive_metastore_dir
+) -> None:
     """The table API (pyarrow, DuckDB), Spark SQL, the Iceberg target and the Hive metastore read the build."""
     import uuid
 
@@ -237,8 +287,10 @@ def test_a_derived_table_reaches_every_reader_and_external_catalog(tmp_path, cat
     from .test_external_catalogs import manifest_lines, partition_storage
 
     config = make_config(tmp_path, catalog_url).model_dump()
-    config["publish"] = {"targets": ["hive", "iceberg"], "hive": {
-        "metastore_dir": str(hive_metastore_dir), "database_prefix": f"t{uuid.uuid4().hex[:8]}_"}}
+    config["publish"] = {
+        "targets": ["hive", "iceberg"],
+        "hive": {"metastore_dir": str(hive_metastore_dir), "database_prefix": f"t{uuid.uuid4().hex[:8]}_"},
+    }
     deployment = Deployment(Config.model_validate(config))
     deployment.init()
     deployment.use_spark(spark)
@@ -252,17 +304,19 @@ def test_a_derived_table_reaches_every_reader_and_external_catalog(tmp_path, cat
 
         table = Lake(deployment).table("web.daily_actions")
         arrow = table.to_arrow()
-        assert Counter(zip(*(arrow.column(c).to_pylist() for c in ("dt", "action", "hits", "users")),
-                           strict=True)) == expected
+        assert (
+            Counter(zip(*(arrow.column(c).to_pylist() for c in ("dt", "action", "hits", "users")), strict=True))
+            == expected
+        )
         with duckdb.connect() as connection:
-            assert Counter(table.to_duckdb(connection).fetchall()) == Counter(
-                (a, h, u, d) for d, a, h, u in expected)
+            assert Counter(table.to_duckdb(connection).fetchall()) == Counter((a, h, u, d) for d, a, h, u in expected)
         assert all(f"_derived/{build.build}/" in uri for uri in table.files())
 
         iceberg = open_catalog(deployment).load_table(("web", "daily_actions"))
         scanned = iceberg.scan().to_arrow()
-        assert sorted(scanned.column("hits").to_pylist()) == sorted(h for (_, _, h, _), n in expected.items()
-                                                                     for _ in range(n))
+        assert sorted(scanned.column("hits").to_pylist()) == sorted(
+            h for (_, _, h, _), n in expected.items() for _ in range(n)
+        )
         prefix = deployment.config.publish.hive.database_prefix
         location = partition_storage(spark, f"{prefix}web.daily_actions", FIRST)["Location"]
         assert all(f"_derived/{build.build}/dt={FIRST}/" in line for line in manifest_lines(location))

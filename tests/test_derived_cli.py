@@ -45,8 +45,9 @@ def document(printed: str):  # the JSON value a command printed (stderr lines ma
 
 
 def rollup_rows(spark, deployment: Deployment) -> Counter:
-    return Counter(tuple(r) for r in sql(spark, "SELECT dt, action, hits, users FROM web.daily_actions",
-                                         deployment).collect())
+    return Counter(
+        tuple(r) for r in sql(spark, "SELECT dt, action, hits, users FROM web.daily_actions", deployment).collect()
+    )
 
 
 def run_derived_loop(deployment: Deployment):  # ((name, report), Loop)
@@ -75,13 +76,17 @@ def run_derived_loop(deployment: Deployment):  # ((name, report), Loop)
 
 def waiting_on_a_lock(connection) -> bool:  # a SQLAlchemy Connection
     """Whether another session of the database waits for a lock (the one `connection` holds)."""
-    return bool(connection.exec_driver_sql(
-        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' "
-        "AND pid <> pg_backend_pid()").scalar())
+    return bool(
+        connection.exec_driver_sql(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' "
+            "AND pid <> pg_backend_pid()"
+        ).scalar()
+    )
 
 
-def test_derived_commands_create_list_build_show_drop(deployment: Deployment, spark, monkeypatch,
-                                                      tmp_path: Path) -> None:
+def test_derived_commands_create_list_build_show_drop(
+    deployment: Deployment, spark, monkeypatch, tmp_path: Path
+) -> None:
     source = make_source(deployment)
     silt = silt_in_process(deployment, monkeypatch)
     path = tmp_path / "daily_actions.toml"
@@ -92,8 +97,15 @@ def test_derived_commands_create_list_build_show_drop(deployment: Deployment, sp
     assert "columns: dt date, action string, hits bigint, users bigint; sources: web.access." in created
 
     (row,) = document(silt("derived", "list", "--json"))
-    assert row == {"table": "web.daily_actions", "rule": "trigger sources", "incremental": True,
-                   "sources": "web.access", "last_build": None, "rows": None, "state": "never built"}
+    assert row == {
+        "table": "web.daily_actions",
+        "rule": "trigger sources",
+        "incremental": True,
+        "sources": "web.access",
+        "last_build": None,
+        "rows": None,
+        "state": "never built",
+    }
     stale = " ".join(silt("derived", "build", "--dry-run").split())
     assert "stale web.daily_actions: never built" in stale and "1 would build" in stale
     assert deployment.catalog.derived.builds(deployment.catalog.derived.get("web.daily_actions").id) == []
@@ -104,8 +116,10 @@ def test_derived_commands_create_list_build_show_drop(deployment: Deployment, sp
     assert rollup_rows(spark, deployment) == fresh
     (row,) = document(silt("derived", "list", "--json"))
     assert row["state"] == "fresh" and row["rows"] == sum(fresh.values()) and row["last_build"]
-    assert silt("derived", "list", "--format", "csv").splitlines()[0] == \
-        "table,rule,incremental,sources,last_build,rows,state"
+    assert (
+        silt("derived", "list", "--format", "csv").splitlines()[0]
+        == "table,rule,incremental,sources,last_build,rows,state"
+    )
 
     # A late object on the second day: stale by its source; --due rebuilds that date only.
     late = FIRST + dt.timedelta(days=1)
@@ -130,7 +144,8 @@ def test_derived_commands_create_list_build_show_drop(deployment: Deployment, sp
     delete_rows(deployment, "web.access", FIRST, "action = 'a1'")
     (name, report), loop = run_derived_loop(deployment)
     assert name == "derived" and [(b.table, b.kind, b.dates) for b in report.built] == [
-        ("web.daily_actions", "incremental", [FIRST])], report
+        ("web.daily_actions", "incremental", [FIRST])
+    ], report
     assert loop.status.rounds > 1 and loop.status.last_work == "web.daily_actions incremental 1 dates"
     assert loop.status.totals == "1 builds, 1 dates" and loop.status.state == "stopped"
     assert rollup_rows(spark, deployment) == Counter(tuple(r) for r in sql(spark, ROLLUP, deployment).collect())
@@ -153,7 +168,10 @@ def test_derived_commands_create_list_build_show_drop(deployment: Deployment, sp
     shown_derived = " ".join(silt("table", "show", "web.kept").split())
     assert "kind: derived" in shown_derived and "merge interval" not in shown_derived, shown_derived
     assert document(silt("derived", "drop", "web.kept", "--dry-run", "--json")) == {
-        "action": "drop", "dry_run": True, "table": "web.kept"}
+        "action": "drop",
+        "dry_run": True,
+        "table": "web.kept",
+    }
     assert "web.kept" in {row["table"] for row in document(silt("derived", "list", "--json"))}
     assert "did you mean web.kept?" in silt("derived", "drop", "web.kep", "--yes", code=2)
     assert document(silt("derived", "drop", "web.kept", "--yes", "--json"))["dry_run"] is False
@@ -181,7 +199,8 @@ def test_derived_commands_create_list_build_show_drop(deployment: Deployment, sp
 
 @pytest.mark.postgres
 def test_a_killed_build_leaves_readers_on_the_previous_build_and_reap_cleans_it(
-        deployment: Deployment, spark, monkeypatch, tmp_path: Path, catalog_url: str) -> None:
+    deployment: Deployment, spark, monkeypatch, tmp_path: Path, catalog_url: str
+) -> None:
     make_source(deployment, days=4)
     silt = silt_in_process(deployment, monkeypatch)
     path = tmp_path / "daily_actions.toml"
@@ -225,4 +244,3 @@ def test_a_killed_build_leaves_readers_on_the_previous_build_and_reap_cleans_it(
     assert rollup_rows(spark, deployment) == before
     statuses = [b.status for b in deployment.catalog.derived.builds(record.id)]
     assert statuses == ["published", "failed", "published"]
-

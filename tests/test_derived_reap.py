@@ -51,8 +51,15 @@ def test_a_killed_build_leaves_readers_on_the_last_build_and_reap_removes_it(dep
     record = deployment.catalog.derived.get("web.daily_actions")
     # A builder killed while writing: its build row says building, its process is gone, some objects exist.
     killed = deployment.catalog.derived.start_build(
-        record, reg_key=deployment.instance_key, catalog_id="c", kind="full", host=_host(), pid=dead_pid(),
-        now=utcnow(), dead=lambda _: False)
+        record,
+        reg_key=deployment.instance_key,
+        catalog_id="c",
+        kind="full",
+        host=_host(),
+        pid=dead_pid(),
+        now=utcnow(),
+        dead=lambda _: False,
+    )
     write_part(deployment, record, killed.name, FIRST)
     assert rows_of(spark, deployment, "SELECT * FROM web.daily_actions") == before
 
@@ -75,8 +82,9 @@ def _host() -> str:
 def write_part(deployment: Deployment, record: DerivedRecord, build: str, date: dt.date) -> tuple[str, int]:
     key = build_object(build, date, 0)
     with deployment.lake.open_output(key) as sink:
-        pq.write_table(pa.table({c.name: pa.nulls(1, c.arrow_field().type) for c in record.table.definition.columns}),
-                       sink)
+        pq.write_table(
+            pa.table({c.name: pa.nulls(1, c.arrow_field().type) for c in record.table.definition.columns}), sink
+        )
     return key, deployment.lake.info(key).size
 
 
@@ -85,8 +93,12 @@ def write_part(deployment: Deployment, record: DerivedRecord, build: str, date: 
 def test_persist_for_and_trigger_sql_rebuild_and_the_reaper_follows_persist_for(deployment: Deployment, spark) -> None:
     source = make_source(deployment, days=1)
     create_derived(deployment, DerivedDef.from_mapping({"name": "web.kept", "query": ROLLUP, "persist_for": "1h"}))
-    create_derived(deployment, DerivedDef.from_mapping({"name": "web.triggered", "query": ROLLUP,
-                                                        "trigger_sql": "SELECT max(dt) FROM web.access"}))
+    create_derived(
+        deployment,
+        DerivedDef.from_mapping(
+            {"name": "web.triggered", "query": ROLLUP, "trigger_sql": "SELECT max(dt) FROM web.access"}
+        ),
+    )
     now = utcnow()
     first = regenerate(deployment, now)
     assert not first.failed, first.failed
@@ -97,7 +109,8 @@ def test_persist_for_and_trigger_sql_rebuild_and_the_reaper_follows_persist_for(
     expired = reap_once(deployment, later, dry_run=True)
     kept_build = next(r.build for r in first.built if r.table == "web.kept")
     assert (kept_build, "persist_for expired at " + f"{now + dt.timedelta(hours=1):%Y-%m-%d %H:%M:%S} UTC") in [
-        (b, why[:len("persist_for expired at ") + 23]) for b, why in expired.derived.deactivated]
+        (b, why[: len("persist_for expired at ") + 23]) for b, why in expired.derived.deactivated
+    ]
     assert kept_build not in [b for b, _ in expired.derived.deleted], "the current version still references it"
     rebuilt = regenerate(deployment, later)
     assert [r.table for r in rebuilt.built] == ["web.kept"], "persist_for expired; max(dt) did not change"
@@ -116,10 +129,16 @@ def test_persist_for_and_trigger_sql_rebuild_and_the_reaper_follows_persist_for(
 @sqlite_only
 def test_sources_first_and_a_failed_source_holds_back_its_readers(deployment: Deployment, spark) -> None:
     source = make_source(deployment, days=1)
-    create_derived(deployment, DerivedDef.from_mapping(
-        {"name": "web.level1", "query": "SELECT dt, action, count(*) AS n FROM web.access GROUP BY dt, action"}))
-    create_derived(deployment, DerivedDef.from_mapping(
-        {"name": "web.level2", "query": "SELECT dt, sum(n) AS n FROM web.level1 GROUP BY dt"}))
+    create_derived(
+        deployment,
+        DerivedDef.from_mapping(
+            {"name": "web.level1", "query": "SELECT dt, action, count(*) AS n FROM web.access GROUP BY dt, action"}
+        ),
+    )
+    create_derived(
+        deployment,
+        DerivedDef.from_mapping({"name": "web.level2", "query": "SELECT dt, sum(n) AS n FROM web.level1 GROUP BY dt"}),
+    )
     report = regenerate(deployment)
     assert [r.table for r in report.built] == ["web.level1", "web.level2"]
     assert rows_of(spark, deployment, "SELECT n FROM web.level2") == {(80,): 1}
@@ -127,9 +146,16 @@ def test_sources_first_and_a_failed_source_holds_back_its_readers(deployment: De
 
     delete_rows(deployment, "web.access", FIRST, "action = 'a1'")
     level1 = deployment.catalog.derived.get("web.level1")
-    running = deployment.catalog.derived.start_build(level1, reg_key=deployment.instance_key, catalog_id="c",
-                                                     kind="full", host="another host", pid=1, now=utcnow(),
-                                                     dead=lambda _: False)
+    running = deployment.catalog.derived.start_build(
+        level1,
+        reg_key=deployment.instance_key,
+        catalog_id="c",
+        kind="full",
+        host="another host",
+        pid=1,
+        now=utcnow(),
+        dead=lambda _: False,
+    )
     held = regenerate(deployment)
     assert [table for table, _ in held.failed] == ["web.level1"] and "is being built" in held.failed[0][1]
     assert held.waiting == [("web.level2", "a derived table it reads failed to build")]
@@ -148,9 +174,13 @@ KEYS = ("aaaa0001", "bbbb0002")
 def shared_deployments(tmp_path: Path) -> list[Deployment]:
     deployments = []
     for key in KEYS:
-        config = Config.model_validate({
-            "instance_key": key, "catalog": {"url": f"sqlite:///{tmp_path / f'{key}.db'}"},
-            "storage": {"root": str(tmp_path / "lake"), "staging_root": str(tmp_path / f"staging-{key}")}})
+        config = Config.model_validate(
+            {
+                "instance_key": key,
+                "catalog": {"url": f"sqlite:///{tmp_path / f'{key}.db'}"},
+                "storage": {"root": str(tmp_path / "lake"), "staging_root": str(tmp_path / f"staging-{key}")},
+            }
+        )
         deployments.append(with_rollup(Deployment(config)))
     return deployments
 
@@ -159,10 +189,12 @@ def with_rollup(deployment: Deployment) -> Deployment:
     """The deployment initialised, holding web.access and the derived web.rollup over it."""
     deployment.init()
     source = deployment.catalog.tables.create(TableDef.from_mapping(ACCESS_TABLE))
-    table = TableDef.from_mapping({"schema": "web", "name": "rollup", "kind": "derived",
-                                   "columns": [{"name": "hits", "type": "bigint"}]})
-    deployment.catalog.derived.create(DerivedDef.from_mapping({"name": "web.rollup", "query": ROLLUP}), table,
-                                      [source.id], utcnow())
+    table = TableDef.from_mapping(
+        {"schema": "web", "name": "rollup", "kind": "derived", "columns": [{"name": "hits", "type": "bigint"}]}
+    )
+    deployment.catalog.derived.create(
+        DerivedDef.from_mapping({"name": "web.rollup", "query": ROLLUP}), table, [source.id], utcnow()
+    )
     return deployment
 
 
@@ -171,13 +203,26 @@ def written_build(deployment: Deployment, dates: list[dt.date], now: dt.datetime
     published: (derived record, build, its partitions)."""
     record = deployment.catalog.derived.get("web.rollup")
     build = deployment.catalog.derived.start_build(
-        record, reg_key=deployment.instance_key, catalog_id="c", kind="full", host=_host(), pid=pid, now=now,
-        dead=lambda _: True)
+        record,
+        reg_key=deployment.instance_key,
+        catalog_id="c",
+        kind="full",
+        host=_host(),
+        pid=pid,
+        now=now,
+        dead=lambda _: True,
+    )
     parts = []
     for date in dates:
         key, size = write_part(deployment, record, build.name, date)
-        manifest, _ = write_manifests(deployment.lake, record.table.layout(deployment.instance_key), date, 0,
-                                      [(key, size)], label=f"build-{build.id:010d}")
+        manifest, _ = write_manifests(
+            deployment.lake,
+            record.table.layout(deployment.instance_key),
+            date,
+            0,
+            [(key, size)],
+            label=f"build-{build.id:010d}",
+        )
         parts.append(BuildPartition(date, manifest, 1, size))
     return record, build, parts
 
@@ -187,8 +232,9 @@ def publish_build(deployment: Deployment, dates: list[dt.date], now: dt.datetime
     the same); crash: the builder dies after writing, before publishing."""
     record, build, parts = written_build(deployment, dates, now, pid=dead_pid() if crash else 1)
     if not crash:
-        deployment.catalog.derived.publish_build(record, build, parts, source_state={}, trigger_value=None,
-                                                 expire_time=None, now=now)
+        deployment.catalog.derived.publish_build(
+            record, build, parts, source_state={}, trigger_value=None, expire_time=None, now=now
+        )
     return build.name
 
 
@@ -199,8 +245,13 @@ def needed_builds(deployment: Deployment) -> set[str]:
     return {b.name for b in view.builds.values() if b.dates_written and b.id in needed}
 
 
-OPERATIONS = st.lists(st.tuples(st.sampled_from(["build", "crash", "reap", "wait"]), st.integers(0, 1),
-                                st.sets(st.integers(0, 3), min_size=1)), min_size=3, max_size=12)
+OPERATIONS = st.lists(
+    st.tuples(
+        st.sampled_from(["build", "crash", "reap", "wait"]), st.integers(0, 1), st.sets(st.integers(0, 3), min_size=1)
+    ),
+    min_size=3,
+    max_size=12,
+)
 
 
 @pytest.mark.slow  # 25 generated histories of two deployments: about 20 s
@@ -224,8 +275,11 @@ def test_two_deployments_sharing_a_lake_never_reap_each_others_builds(tmp_path_f
                 report = reap_once(deployment, now, retention=86400, grace=0, force=True)
                 assert all(name.startswith(deployment.instance_key + "-") for name, _ in report.derived.deleted)
                 other = KEYS[1 - who]
-                assert all(why.startswith(f"another deployment's build (reg_key {other})")
-                           for name, why in report.derived.kept if name.startswith(other)), report.derived.kept
+                assert all(
+                    why.startswith(f"another deployment's build (reg_key {other})")
+                    for name, why in report.derived.kept
+                    if name.startswith(other)
+                ), report.derived.kept
             present = build_names(deployments[0])
             for each in deployments:
                 assert needed_builds(each) <= present, (kind, who, needed_builds(each) - present)
@@ -235,6 +289,7 @@ def test_two_deployments_sharing_a_lake_never_reap_each_others_builds(tmp_path_f
 
 
 # --- a build that publishes while the reaper runs ---------------------------------------------------------
+
 
 @pytest.fixture
 def sparkless(tmp_path: Path, catalog_url: str) -> Deployment:
@@ -251,11 +306,13 @@ def silent_build(deployment: Deployment, dates: list[dt.date]):  # (BuildRecord,
     that publishes it."""
     record, build, parts = written_build(deployment, dates, utcnow(), pid=dead_pid())
     return build, lambda: deployment.catalog.derived.publish_build(
-        record, build, parts, source_state={}, trigger_value=None, expire_time=None, now=utcnow())
+        record, build, parts, source_state={}, trigger_value=None, expire_time=None, now=utcnow()
+    )
 
 
 def test_a_build_that_publishes_between_the_reapers_snapshot_and_mark_lost_is_kept(
-        sparkless: Deployment, monkeypatch) -> None:
+    sparkless: Deployment, monkeypatch
+) -> None:
     from siltlake.derived.reap import reap_derived
     from siltlake.lake import Lake
 
@@ -295,8 +352,9 @@ def test_publishing_a_build_waits_for_the_reaper_marking_it_lost(sparkless: Depl
     try:
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             with engine.connect() as reaper, reaper.begin():
-                reaper.exec_driver_sql("UPDATE derived_builds SET status = 'failed' WHERE id = %s AND "
-                                       "status = 'building'", (build.id,))
+                reaper.exec_driver_sql(
+                    "UPDATE derived_builds SET status = 'failed' WHERE id = %s AND status = 'building'", (build.id,)
+                )
                 publishing = pool.submit(publish)
                 deadline = dt.datetime.now() + dt.timedelta(seconds=30)
                 while not waiting_on_a_lock(reaper) and not publishing.done() and dt.datetime.now() < deadline:

@@ -22,8 +22,9 @@ pytestmark = pytest.mark.spark
 
 
 def derived_status(deployment: Deployment) -> dict[str, int]:
-    (row,) = [row for row in deployment.catalog.merge_queue.status(utcnow(), 600)
-              if row["table"] == "web.daily_actions"]
+    (row,) = [
+        row for row in deployment.catalog.merge_queue.status(utcnow(), 600) if row["table"] == "web.daily_actions"
+    ]
     return row["partitions"]
 
 
@@ -42,8 +43,8 @@ def test_derived_partitions_are_built_or_stale_and_never_closed(deployment: Depl
     summary = deployment.catalog.partitions.summary(record.table.id)
     assert [(row["state"], row["closed"]) for row in summary] == [("built", False), ("built", False)]
     page = render_page(deployment, now=later)
-    section = page[page.index('data-table="web.daily_actions"'):]
-    assert "<th>built</th><th>stale</th>" in section[:section.index("</section>")]
+    section = page[page.index('data-table="web.daily_actions"') :]
+    assert "<th>built</th><th>stale</th>" in section[: section.index("</section>")]
 
     # The source moves past the version the build read: every rollup partition is stale until the next build.
     third = FIRST + dt.timedelta(days=2)

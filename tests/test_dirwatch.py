@@ -174,14 +174,18 @@ def test_a_directory_that_gains_a_subdirectory_or_is_replaced_is_listed(tmp_path
     assert rounds.walk() == [key(day, "w.jsonl")] and rounds.listings == 0
 
 
-OPERATIONS = st.lists(st.sampled_from(["put", "rename-in", "link", "reput-recorded", "remove-recorded", "remove-new",
-                                       "fail", "round"]), min_size=1, max_size=14)
+OPERATIONS = st.lists(
+    st.sampled_from(["put", "rename-in", "link", "reput-recorded", "remove-recorded", "remove-new", "fail", "round"]),
+    min_size=1,
+    max_size=14,
+)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(operations=OPERATIONS)
-def test_every_file_is_found_exactly_once_whatever_happens_between_rounds(operations: list[str], tmp_path: Path,
-                                                                           monkeypatch) -> None:
+def test_every_file_is_found_exactly_once_whatever_happens_between_rounds(
+    operations: list[str], tmp_path: Path, monkeypatch
+) -> None:
     """No name lost, none found twice: the invariant discovery's catalog relies on (it would register a name
     found twice once, but a lost one never)."""
     root = tmp_path / f"example-{time.time_ns()}"
@@ -204,8 +208,9 @@ def test_every_file_is_found_exactly_once_whatever_happens_between_rounds(operat
                 (day / f".{name}.tmp").write_text("{}\n")
                 os.rename(day / f".{name}.tmp", targets[-1])
         elif operation == "remove-recorded":
-            victims = sorted(p for p in day.iterdir() if key(day, p.name) in recorded_before and
-                             p.name != "obj-0.jsonl")
+            victims = sorted(
+                p for p in day.iterdir() if key(day, p.name) in recorded_before and p.name != "obj-0.jsonl"
+            )
             if victims:
                 victims[0].unlink()
         elif operation == "remove-new":
@@ -223,11 +228,14 @@ def test_every_file_is_found_exactly_once_whatever_happens_between_rounds(operat
 
 
 @settings(max_examples=60, deadline=None)
-@given(record=st.lists(st.text("abc.", min_size=1, max_size=4), unique=True, max_size=40),
-       arrivals=st.lists(st.sets(st.text("abc.", min_size=1, max_size=4), max_size=6), min_size=1, max_size=4),
-       colliding=st.booleans())
-def test_a_watched_records_index_answers_as_a_search_of_the_record_does(record: list[str], arrivals: list[set[str]],
-                                                                         colliding: bool) -> None:
+@given(
+    record=st.lists(st.text("abc.", min_size=1, max_size=4), unique=True, max_size=40),
+    arrivals=st.lists(st.sets(st.text("abc.", min_size=1, max_size=4), max_size=6), min_size=1, max_size=4),
+    colliding=st.booleans(),
+)
+def test_a_watched_records_index_answers_as_a_search_of_the_record_does(
+    record: list[str], arrivals: list[set[str]], colliding: bool
+) -> None:
     """Round after round (the record growing by what was new), the arrivals the hash index calls new are exactly
     those the record's text lacks; with every hash equal (all collide) the text decides."""
     watched, plain = WatchedNames(), AccountedNames()

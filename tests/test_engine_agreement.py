@@ -48,16 +48,31 @@ STEPS = {"i": 1, "b": 2, "f": 5, "d": 3, "s": 7}
 def edge_rows() -> list[dict]:
     """Every value of each column, in rows that pair them differently."""
     start = dt.datetime.combine(DAY, dt.time(1), tzinfo=dt.UTC) - dt.timedelta(hours=9)
-    return [{"utc_event_time": start + dt.timedelta(seconds=n), "id": n,
-             **{name: values[(n * STEPS[name] + k) % len(values)] for k, (name, values) in enumerate(COLUMNS.items())}}
-            for n in range(ROWS)]
+    return [
+        {
+            "utc_event_time": start + dt.timedelta(seconds=n),
+            "id": n,
+            **{name: values[(n * STEPS[name] + k) % len(values)] for k, (name, values) in enumerate(COLUMNS.items())},
+        }
+        for n in range(ROWS)
+    ]
 
 
 NUMBERS = {
-    "schema": "num", "name": "vals", "time_column": "utc_event_time", "timezone": "Asia/Tokyo", "merge_interval": 0,
-    "columns": [{"name": "utc_event_time", "type": "timestamp", "nullable": False, "source": "time"},
-                {"name": "id", "type": "bigint"}, {"name": "i", "type": "int"}, {"name": "b", "type": "bigint"},
-                {"name": "f", "type": "float"}, {"name": "d", "type": "double"}, {"name": "s", "type": "string"}],
+    "schema": "num",
+    "name": "vals",
+    "time_column": "utc_event_time",
+    "timezone": "Asia/Tokyo",
+    "merge_interval": 0,
+    "columns": [
+        {"name": "utc_event_time", "type": "timestamp", "nullable": False, "source": "time"},
+        {"name": "id", "type": "bigint"},
+        {"name": "i", "type": "int"},
+        {"name": "b", "type": "bigint"},
+        {"name": "f", "type": "float"},
+        {"name": "d", "type": "double"},
+        {"name": "s", "type": "string"},
+    ],
 }
 
 
@@ -69,7 +84,7 @@ def lake(tmp_path_factory, spark):
     deployment.use_spark(spark)
     record = deployment.catalog.tables.create(TableDef.from_mapping(NUMBERS))
     rows = edge_rows()
-    add_small_objects(deployment, record, DAY, [rows[:ROWS // 2], rows[ROWS // 2:]])
+    add_small_objects(deployment, record, DAY, [rows[: ROWS // 2], rows[ROWS // 2 :]])
     yield deployment
     deployment.close()
 
@@ -111,15 +126,18 @@ def assert_agree(deployment: Deployment, query: str) -> bool:
 
 # --- the cases found, pinned --------------------------------------------------------------------------------
 
+
 def test_a_float_column_against_an_integer_compares_as_spark_does(lake) -> None:
     """Spark compares a float with an integer as doubles: 16777217 is no float's value (DuckDB compared as floats,
     where it rounds to 16777216)."""
-    for query in ["SELECT id FROM num.vals WHERE f = 16777217",
-                  "SELECT id FROM num.vals WHERE f IN (16777217, 2)",
-                  "SELECT id FROM num.vals WHERE f BETWEEN 16777217 AND 16777218",
-                  "SELECT id FROM num.vals WHERE f >= i",
-                  "SELECT id FROM num.vals WHERE f = b OR b = d",
-                  "SELECT id FROM num.vals WHERE b BETWEEN 9007199254740993 AND d"]:
+    for query in [
+        "SELECT id FROM num.vals WHERE f = 16777217",
+        "SELECT id FROM num.vals WHERE f IN (16777217, 2)",
+        "SELECT id FROM num.vals WHERE f BETWEEN 16777217 AND 16777218",
+        "SELECT id FROM num.vals WHERE f >= i",
+        "SELECT id FROM num.vals WHERE f = b OR b = d",
+        "SELECT id FROM num.vals WHERE b BETWEEN 9007199254740993 AND d",
+    ]:
         assert assert_agree(lake, query), f"{query}: expected to run on DuckDB"
     assert on_spark(lake, "SELECT count(*) FROM num.vals WHERE f = 16777217") == [(0,)]
 
@@ -140,15 +158,21 @@ def test_a_delete_removes_the_rows_spark_removes_whatever_the_partition_s_size(l
 def test_sums_and_averages_of_integers_give_spark_s_answer_or_go_to_spark(lake) -> None:
     """Spark sums a bigint in a bigint (ANSI mode: an overflow is an error) and averages it through a double sum
     (rounded as it goes past 2^53); DuckDB sums exactly in a HUGEINT. DuckDB answers only where the two agree."""
-    answered = [query for query in [
-        "SELECT sum(i), avg(i), sum(b), avg(b) FROM num.vals WHERE b BETWEEN 0 AND 1000000000",
-        "SELECT s, sum(i) AS si, avg(i) AS ai FROM num.vals GROUP BY s",
-        "SELECT s, count(*) AS n FROM num.vals GROUP BY s HAVING sum(i) > 100 AND avg(i) < 1000000",
-    ] if assert_agree(lake, query)]
+    answered = [
+        query
+        for query in [
+            "SELECT sum(i), avg(i), sum(b), avg(b) FROM num.vals WHERE b BETWEEN 0 AND 1000000000",
+            "SELECT s, sum(i) AS si, avg(i) AS ai FROM num.vals GROUP BY s",
+            "SELECT s, count(*) AS n FROM num.vals GROUP BY s HAVING sum(i) > 100 AND avg(i) < 1000000",
+        ]
+        if assert_agree(lake, query)
+    ]
     assert len(answered) == 3
-    for query in ["SELECT sum(b) FROM num.vals",  # overflows: Spark errors
-                  "SELECT avg(b) FROM num.vals WHERE b >= 0",  # past 2^53: Spark's double sum rounds
-                  "SELECT s FROM num.vals GROUP BY s HAVING sum(b) > 0"]:
+    for query in [
+        "SELECT sum(b) FROM num.vals",  # overflows: Spark errors
+        "SELECT avg(b) FROM num.vals WHERE b >= 0",  # past 2^53: Spark's double sum rounds
+        "SELECT s FROM num.vals GROUP BY s HAVING sum(b) > 0",
+    ]:
         assert on_duckdb(lake, query) is None, query
     assert on_spark(lake, "SELECT sum(b) FROM num.vals").startswith("error: [ARITHMETIC_OVERFLOW]")
 
@@ -165,13 +189,16 @@ def test_silt_sql_answers_an_overflowing_sum_as_spark_does(lake, monkeypatch) ->
 
 # --- generated predicates -----------------------------------------------------------------------------------
 
+
 def _literal(kind: str) -> st.SearchStrategy[str]:
     if kind == "s":
-        return st.sampled_from([v for v in STRINGS if v is not None]).map(lambda v: "'" + v.replace("\\", "\\\\")
-                                                                           .replace("'", "\\'") + "'")
+        return st.sampled_from([v for v in STRINGS if v is not None]).map(
+            lambda v: "'" + v.replace("\\", "\\\\").replace("'", "\\'") + "'"
+        )
     edges = [v for v in (INTS if kind == "i" else BIGINTS) if v is not None and v >= 0]
-    return st.one_of(st.sampled_from(edges), st.integers(0, 2**63 - 1), st.integers(0, 40)).map(str) | \
-        st.sampled_from(["1.5", "0.1", "16777217.0", "1e3", "NULL", "-1"])
+    return st.one_of(st.sampled_from(edges), st.integers(0, 2**63 - 1), st.integers(0, 40)).map(str) | st.sampled_from(
+        ["1.5", "0.1", "16777217.0", "1e3", "NULL", "-1"]
+    )
 
 
 NUMERIC = ["i", "b", "f", "d"]
@@ -197,14 +224,23 @@ def comparison(draw: st.DrawFn) -> str:
     return f"{column} IS {draw(st.sampled_from(['', 'NOT ']))}NULL"
 
 
-predicates = st.recursive(comparison(), lambda inner: st.one_of(
-    st.tuples(inner, st.sampled_from(["AND", "OR"]), inner).map(lambda t: f"({t[0]} {t[1]} {t[2]})"),
-    inner.map(lambda p: f"NOT ({p})")), max_leaves=3)
+predicates = st.recursive(
+    comparison(),
+    lambda inner: st.one_of(
+        st.tuples(inner, st.sampled_from(["AND", "OR"]), inner).map(lambda t: f"({t[0]} {t[1]} {t[2]})"),
+        inner.map(lambda p: f"NOT ({p})"),
+    ),
+    max_leaves=3,
+)
 
 
 # Not shrunk: each step would run Spark (the failing list is printed as generated).
-@settings(max_examples=EXAMPLES, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(generated=st.lists(predicates, min_size=15, max_size=15))
 def test_generated_predicates_give_spark_s_answer_wherever_duckdb_answers(lake, generated: list[str]) -> None:
     allowed = []

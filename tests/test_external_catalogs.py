@@ -33,8 +33,10 @@ NEXT = DAY + dt.timedelta(days=1)
 def hive_deployment(tmp_path: Path, catalog_url: str, spark, hive_metastore_dir: Path) -> Deployment:
     config = make_config(tmp_path, catalog_url).model_dump()
     # One metastore for the whole test session: each test gets databases of its own.
-    config["publish"] = {"targets": ["hive"], "hive": {"metastore_dir": str(hive_metastore_dir),
-                                                        "database_prefix": f"t{uuid.uuid4().hex[:8]}_"}}
+    config["publish"] = {
+        "targets": ["hive"],
+        "hive": {"metastore_dir": str(hive_metastore_dir), "database_prefix": f"t{uuid.uuid4().hex[:8]}_"},
+    }
     deployment = Deployment(Config.model_validate(config))
     deployment.init()
     deployment.use_spark(spark)
@@ -82,9 +84,17 @@ def test_hive_metastore_follows_tables_columns_and_partitions(hive_deployment: D
     first = publish_once(deployment, now=tokyo(DAY, 12))
     assert first.target_errors == []
     assert [s.split(" (")[0].split(" `")[0] for s in first.external] == [
-        "hive: CREATE DATABASE IF NOT EXISTS", "hive: CREATE EXTERNAL TABLE", "hive: ALTER TABLE"]
-    assert columns(spark, hive) == [("utc_event_time", "timestamp"), ("user_id", "bigint"), ("action", "string"),
-                                    ("score", "int"), ("dt", "date")]
+        "hive: CREATE DATABASE IF NOT EXISTS",
+        "hive: CREATE EXTERNAL TABLE",
+        "hive: ALTER TABLE",
+    ]
+    assert columns(spark, hive) == [
+        ("utc_event_time", "timestamp"),
+        ("user_id", "bigint"),
+        ("action", "string"),
+        ("score", "int"),
+        ("dt", "date"),
+    ]
     (live_version,) = first.live_versions
     live = partition_storage(spark, hive, DAY)
     assert same_location(live["Location"], deployment.lake.engine_uri(symlink_directory(live_version.file_list_key)))
@@ -107,8 +117,9 @@ def test_hive_metastore_follows_tables_columns_and_partitions(hive_deployment: D
     closing = publish_once(deployment, now=tokyo(NEXT, 1))
     assert closing.closed and [s for s in closing.external if "ADD IF NOT EXISTS PARTITION" in s]
     next_live = partition_storage(spark, hive, NEXT)
-    assert "/symlink-live-" in next_live["Location"] and next_live["InputFormat"] == SYMLINK_INPUT, \
+    assert "/symlink-live-" in next_live["Location"] and next_live["InputFormat"] == SYMLINK_INPUT, (
         "a new partition takes the table's symlink storage"
+    )
     switching = publish_once(deployment, now=tokyo(NEXT, 2))
     (merged,) = switching.merged_versions
     assert switching.target_errors == [] and len(switching.external) == 1
@@ -121,8 +132,9 @@ def test_hive_metastore_follows_tables_columns_and_partitions(hive_deployment: D
 
     # Rename, add a column and widen one: one run, DDL on the renamed table, partitions kept.
     catalog.tables.rename("web.access", "web.hits")
-    catalog.tables.add_column("web.hits", Column(name="referer", type="string"),
-                              now=tokyo(NEXT, 2) + dt.timedelta(minutes=1))
+    catalog.tables.add_column(
+        "web.hits", Column(name="referer", type="string"), now=tokyo(NEXT, 2) + dt.timedelta(minutes=1)
+    )
     catalog.tables.alter_column_type("web.hits", "score", "bigint", now=tokyo(NEXT, 2) + dt.timedelta(minutes=2))
     changed = publish_once(deployment, now=tokyo(NEXT, 3))
     assert changed.target_errors == []
@@ -149,12 +161,15 @@ def test_hive_metastore_follows_tables_columns_and_partitions(hive_deployment: D
     assert not spark.catalog.tableExists(f"{prefix}logs.hits")
 
 
-def test_a_table_of_the_same_name_that_is_not_ours_is_left_alone(hive_deployment: Deployment, spark,
-                                                                  tmp_path: Path) -> None:
+def test_a_table_of_the_same_name_that_is_not_ours_is_left_alone(
+    hive_deployment: Deployment, spark, tmp_path: Path
+) -> None:
     prefix = hive_deployment.config.publish.hive.database_prefix
     spark.sql(f"CREATE DATABASE `{prefix}web`")
-    spark.sql(f"CREATE EXTERNAL TABLE `{prefix}web`.`access` (x INT) STORED AS PARQUET "
-              f"LOCATION '{(tmp_path / 'elsewhere').as_uri()}'")
+    spark.sql(
+        f"CREATE EXTERNAL TABLE `{prefix}web`.`access` (x INT) STORED AS PARQUET "
+        f"LOCATION '{(tmp_path / 'elsewhere').as_uri()}'"
+    )
     make_table(hive_deployment)
     report = publish_once(hive_deployment, now=tokyo(DAY, 12))
     (error,) = report.target_errors
@@ -170,13 +185,16 @@ def test_symlink_directory_matches_the_manifest_writer() -> None:
 
 
 def test_target_configuration() -> None:
-    config = load_config(environ={"SILTLAKE_PUBLISH__TARGETS": "hive",
-                                  "SILTLAKE_PUBLISH__HIVE__METASTORE_URIS": "thrift://meta:9083"})
+    config = load_config(
+        environ={"SILTLAKE_PUBLISH__TARGETS": "hive", "SILTLAKE_PUBLISH__HIVE__METASTORE_URIS": "thrift://meta:9083"}
+    )
     assert config.publish.targets == ["hive"] and config.publish.hive.metastore_uris == "thrift://meta:9083"
     from siltlake.spark import hive_session_conf
 
-    assert hive_session_conf(config.publish.hive) == {"spark.sql.catalogImplementation": "hive",
-                                                      "spark.hadoop.hive.metastore.uris": "thrift://meta:9083"}
+    assert hive_session_conf(config.publish.hive) == {
+        "spark.sql.catalogImplementation": "hive",
+        "spark.hadoop.hive.metastore.uris": "thrift://meta:9083",
+    }
     with pytest.raises(ConfigError, match="publish.hive.database_prefix"):
         load_config(environ={"SILTLAKE_PUBLISH__HIVE__DATABASE_PREFIX": "Bad-Prefix"})
 
@@ -195,18 +213,30 @@ def test_a_locked_embedded_metastore_is_reported_in_one_line(tmp_path: Path, spa
     deployment.init()
     make_table(deployment)
     config = deployment.config
-    env = {**os.environ, "SILTLAKE_CATALOG__URL": config.catalog.url, "SILTLAKE_STORAGE__ROOT": config.storage.root,
-           "SILTLAKE_STORAGE__STAGING_ROOT": config.storage.staging_root, "SILTLAKE_INSTANCE_KEY": config.instance_key,
-           "SILTLAKE_SPARK__MASTER": "local[1]", "SILTLAKE_PUBLISH__TARGETS": "hive",
-           "SILTLAKE_PUBLISH__HIVE__METASTORE_DIR": str(hive_metastore_dir)}
-    result = subprocess.run([str(Path(sys.executable).with_name("silt")), "publish", "--once"], env=env,
-                            capture_output=True, text=True, timeout=300)
+    env = {
+        **os.environ,
+        "SILTLAKE_CATALOG__URL": config.catalog.url,
+        "SILTLAKE_STORAGE__ROOT": config.storage.root,
+        "SILTLAKE_STORAGE__STAGING_ROOT": config.storage.staging_root,
+        "SILTLAKE_INSTANCE_KEY": config.instance_key,
+        "SILTLAKE_SPARK__MASTER": "local[1]",
+        "SILTLAKE_PUBLISH__TARGETS": "hive",
+        "SILTLAKE_PUBLISH__HIVE__METASTORE_DIR": str(hive_metastore_dir),
+    }
+    result = subprocess.run(
+        [str(Path(sys.executable).with_name("silt")), "publish", "--once"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 1, result.stdout + result.stderr
     assert f"the embedded Hive metastore at {hive_metastore_dir} is in use by another process" in result.stderr
 
 
 def test_partitions_follow_every_version_and_an_earlier_siltlakes_table_is_taken_over(
-        hive_deployment: Deployment, spark) -> None:
+    hive_deployment: Deployment, spark
+) -> None:
     """A table and partition left by a siltlake before file lists (Parquet table, live directory, a live
     version without a file list): the partition keeps its directory until its next version, then every
     version (live, merged, updated) moves it to that version's symlink manifest directory."""
@@ -227,11 +257,18 @@ def test_partitions_follow_every_version_and_an_earlier_siltlakes_table_is_taken
         c.execute(sa.update(s.partition_versions).values(file_list_key=None))
     live_dir = lake.engine_uri(f"{layout.live_prefix()}/dt={DAY}")
     spark.sql(f"CREATE DATABASE `{prefix}web`")
-    spark.sql(f"CREATE EXTERNAL TABLE {hive} (`utc_event_time` TIMESTAMP, `user_id` BIGINT, `action` STRING) "
-              f"PARTITIONED BY (`dt` DATE) STORED AS PARQUET LOCATION '{lake.engine_uri(layout.live_prefix())}'")
+    spark.sql(
+        f"CREATE EXTERNAL TABLE {hive} (`utc_event_time` TIMESTAMP, `user_id` BIGINT, `action` STRING) "
+        f"PARTITIONED BY (`dt` DATE) STORED AS PARQUET LOCATION '{lake.engine_uri(layout.live_prefix())}'"
+    )
     spark.sql(f"ALTER TABLE {hive} ADD PARTITION (`dt` = '{DAY}') LOCATION '{live_dir}'")
-    catalog.external_sync.record_table("hive", table.id, f"{prefix}web", "access", (
-        ("utc_event_time", "timestamp"), ("user_id", "bigint"), ("action", "string")))
+    catalog.external_sync.record_table(
+        "hive",
+        table.id,
+        f"{prefix}web",
+        "access",
+        (("utc_event_time", "timestamp"), ("user_id", "bigint"), ("action", "string")),
+    )
     (partition_id,) = [p.id for p in catalog.partitions.list(table.id)]
     catalog.external_sync.record_partitions("hive", [(partition_id, None, live_dir)])
     deployment.config.publish.targets = ["hive"]

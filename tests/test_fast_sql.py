@@ -44,8 +44,11 @@ def batch(date: dt.date, count: int, added: bool = False) -> list[dict]:
     rows = []
     for _ in range(count):
         i = next(_row_number)
-        row = {"utc_event_time": (tokyo(date, 0) + dt.timedelta(seconds=37 * i + 11)).replace(tzinfo=dt.UTC),
-               "user_id": None if i % 11 == 0 else i % 7, "action": None if i % 13 == 0 else ACTIONS[i % 5]}
+        row = {
+            "utc_event_time": (tokyo(date, 0) + dt.timedelta(seconds=37 * i + 11)).replace(tzinfo=dt.UTC),
+            "user_id": None if i % 11 == 0 else i % 7,
+            "action": None if i % 13 == 0 else ACTIONS[i % 5],
+        }
         if added:
             row.update(status=[200, 404, 500, None][i % 4], latency=None if i % 6 == 0 else (i % 17) / 4)
         rows.append(row)
@@ -73,31 +76,39 @@ def lake(tmp_path_factory, spark):
     add_small_objects(deployment, table, DAYS[1], [batch(DAYS[1], 25, added=True)])  # live, not published
     keyed = deployment.catalog.tables.create(TableDef.from_mapping(keyed_table("keyed").model_dump(by_alias=True)))
     noon = tokyo(DAYS[0], 12).replace(tzinfo=dt.UTC)
-    add_small_objects(deployment, keyed, DAYS[0], [
-        [{"utc_event_time": noon, "event_id": f"e{i}", "seq": 1, "v": f"old{i}"} for i in range(6)],
-        [{"utc_event_time": noon, "event_id": f"e{i}", "seq": 2, "v": f"new{i}"} for i in range(0, 6, 2)]])
+    add_small_objects(
+        deployment,
+        keyed,
+        DAYS[0],
+        [
+            [{"utc_event_time": noon, "event_id": f"e{i}", "seq": 1, "v": f"old{i}"} for i in range(6)],
+            [{"utc_event_time": noon, "event_id": f"e{i}", "seq": 2, "v": f"new{i}"} for i in range(0, 6, 2)],
+        ],
+    )
     yield deployment, first
     deployment.close()
 
 
 def first_version_time(deployment: Deployment, version: int) -> str:
-    rows = [v for v in deployment.catalog.versions.of_partitions(
-        [p.id for p in deployment.catalog.partitions.list(deployment.catalog.tables.get("web.access").id)])
-        if v.table_version == version]
+    rows = [
+        v
+        for v in deployment.catalog.versions.of_partitions(
+            [p.id for p in deployment.catalog.partitions.list(deployment.catalog.tables.get("web.access").id)]
+        )
+        if v.table_version == version
+    ]
     return rows[0].created_at.isoformat(sep=" ")
 
 
 CORPUS = [
     "SELECT count(*) FROM web.access",
-    "SELECT count(*) AS n, count(user_id), count(DISTINCT user_id), count(DISTINCT action) AS actions "
-    "FROM web.access",
+    "SELECT count(*) AS n, count(user_id), count(DISTINCT user_id), count(DISTINCT action) AS actions FROM web.access",
     "SELECT dt, count(*) AS n FROM web.access GROUP BY dt ORDER BY dt",
     "SELECT action, count(*) AS n FROM web.access GROUP BY action ORDER BY n DESC, action",
     "SELECT action, min(utc_event_time) AS first, max(utc_event_time) AS last FROM web.access GROUP BY action",
     "SELECT sum(user_id), avg(user_id), min(user_id), max(user_id) FROM web.access",
     "SELECT hour(utc_event_time) AS h, count(*) AS n FROM web.access GROUP BY hour(utc_event_time) ORDER BY h",
-    "SELECT date_trunc('HOUR', utc_event_time), count(*) FROM web.access WHERE dt = '2026-11-21' GROUP BY 1 "
-    "ORDER BY 1",
+    "SELECT date_trunc('HOUR', utc_event_time), count(*) FROM web.access WHERE dt = '2026-11-21' GROUP BY 1 ORDER BY 1",
     "SELECT to_date(utc_event_time) AS day, dt, count(*) AS n FROM web.access GROUP BY to_date(utc_event_time), dt",
     "SELECT * FROM web.access WHERE user_id = 3 AND action = 'login'",
     "SELECT user_id, action FROM web.access WHERE action LIKE 'log%' ORDER BY user_id, action LIMIT 5",
@@ -122,8 +133,7 @@ CORPUS = [
     "SELECT dt, count(*) AS n, count(action) FROM web.access TIMESTAMP AS OF '{v1}' GROUP BY dt",
     "SELECT minute(utc_event_time) AS m, second(utc_event_time) AS s, year(utc_event_time) AS y, "
     "month(utc_event_time) AS mo, day(utc_event_time) AS d FROM web.access WHERE user_id = 5",
-    'SELECT `user_id` AS u, a.action FROM web.access a WHERE a.action = "view" ORDER BY u NULLS LAST, '
-    "a.utc_event_time",
+    'SELECT `user_id` AS u, a.action FROM web.access a WHERE a.action = "view" ORDER BY u NULLS LAST, a.utc_event_time',
     "SELECT * FROM web.access ORDER BY utc_event_time DESC LIMIT 3",
     "SELECT date_trunc('week', utc_event_time) AS w, date_trunc('day', utc_event_time) AS d, count(*) "
     "FROM web.access GROUP BY 1, 2",
@@ -221,12 +231,20 @@ def test_to_duckdb_and_to_polars_read_the_exact_files_and_plan_only_the_days_ask
     for name in ("web.access", "web.keyed"):
         table = Lake(deployment).table(name)
         pinned = [{"as_of_version": 1}] if name == "web.access" else []  # web.keyed has no published version
-        for options in ({}, *pinned, {"dates": [DAYS[1]]}, {"filter": pc.field("dt") == DAYS[2]},
-                        {"filter": pc.field("action" if name == "web.access" else "v") == "view"}):
+        for options in (
+            {},
+            *pinned,
+            {"dates": [DAYS[1]]},
+            {"filter": pc.field("dt") == DAYS[2]},
+            {"filter": pc.field("action" if name == "web.access" else "v") == "view"},
+        ):
             expected = Counter(tuple(row.values()) for row in table.to_arrow(**options).to_pylist())
             # Version 1 is read with its own columns, before status and latency were added.
-            names = [n for n in table.schema.names if n not in ("status", "latency")] if options.get(
-                "as_of_version") == 1 else table.schema.names
+            names = (
+                [n for n in table.schema.names if n not in ("status", "latency")]
+                if options.get("as_of_version") == 1
+                else table.schema.names
+            )
             with duckdb.connect() as connection:
                 relation = table.to_duckdb(connection, **options)
                 assert relation.columns == names
@@ -269,8 +287,14 @@ def test_to_duckdb_hands_duckdb_the_exact_file_list_unless_a_partition_is_merged
             assert sorted({row[0] for row in relation.select("dt").fetchall()}) == days, options
         keyed = Lake(deployment).table("web.keyed").to_duckdb(connection)
         assert "READ_PARQUET" not in keyed.explain(), "a partition holding several rows of a key is merged first"
-        assert sorted(keyed.select("v").fetchall()) == [("new0",), ("new2",), ("new4",), ("old1",), ("old3",),
-                                                        ("old5",)]
+        assert sorted(keyed.select("v").fetchall()) == [
+            ("new0",),
+            ("new2",),
+            ("new4",),
+            ("old1",),
+            ("old3",),
+            ("old5",),
+        ]
 
 
 def test_to_duckdb_with_a_view_name_makes_that_view_of_the_version_on_the_connection(lake) -> None:
@@ -287,8 +311,11 @@ def test_to_duckdb_with_a_view_name_makes_that_view_of_the_version_on_the_connec
             expected = Counter(table.to_duckdb(connection, **options).fetchall())
             assert Counter(connection.sql("SELECT * FROM access").fetchall()) == expected, options
             # The first version's own columns, before status and latency were added.
-            names = [n for n in table.schema.names if n not in ("status", "latency")] if options.get(
-                "as_of_version") == first else table.schema.names
+            names = (
+                [n for n in table.schema.names if n not in ("status", "latency")]
+                if options.get("as_of_version") == first
+                else table.schema.names
+            )
             assert connection.sql("SELECT * FROM access").columns == names, options
         table.to_duckdb(connection, view="access", dates=[DAYS[0]])
         assert "READ_PARQUET" in connection.sql("SELECT count(*) FROM access").explain()
@@ -314,12 +341,17 @@ def test_to_duckdb_reads_renamed_and_added_columns_of_the_days_asked_for(tmp_pat
     record = deployment.catalog.tables.add_column("web.access", Column(name="status", type="int"))
     new = [{**row, "status": 200 + n} for n, row in enumerate(batch(DAYS[2], 5))]
     # Written as the stream writes them: the renamed column under the name its objects hold it by ("action").
-    add_small_objects(deployment, dataclasses.replace(record, definition=physical_definition(record.definition)),
-                      DAYS[2], [new])
+    add_small_objects(
+        deployment, dataclasses.replace(record, definition=physical_definition(record.definition)), DAYS[2], [new]
+    )
     publish_once(deployment)
     table = Lake(deployment).table("web.access")
-    expected = Counter([*((r["utc_event_time"], r["user_id"], r["action"], None, DAYS[0]) for r in old),
-                        *((r["utc_event_time"], r["user_id"], r["action"], r["status"], DAYS[2]) for r in new)])
+    expected = Counter(
+        [
+            *((r["utc_event_time"], r["user_id"], r["action"], None, DAYS[0]) for r in old),
+            *((r["utc_event_time"], r["user_id"], r["action"], r["status"], DAYS[2]) for r in new),
+        ]
+    )
     with duckdb.connect() as connection:
         relation = table.to_duckdb(connection, dates=[DAYS[0], DAYS[2]])  # old files and new, one scan
         assert relation.columns == ["utc_event_time", "user_id", "event", "status", "dt"]
@@ -330,11 +362,13 @@ def test_to_duckdb_reads_renamed_and_added_columns_of_the_days_asked_for(tmp_pat
         before = table.to_duckdb(connection, as_of_version=first, dates=DAYS[1].isoformat())
         assert before.columns == ["utc_event_time", "user_id", "action", "dt"]
         assert before.aggregate("count(*), count(action), min(dt), max(dt)").fetchall() == [
-            (10, sum(r["action"] is not None for r in day_two), DAYS[1], DAYS[1])]
+            (10, sum(r["action"] is not None for r in day_two), DAYS[1], DAYS[1])
+        ]
 
 
 def test_to_duckdb_plans_again_only_when_the_days_read_change_and_unions_by_name_only_mixed_files(
-        tmp_path, monkeypatch) -> None:
+    tmp_path, monkeypatch
+) -> None:
     """A Table keeps the current state's file list of the days it read while the catalog says they are unchanged
     (a live object, a version); DuckDB reads files of one schema without union_by_name, mixed ones with it."""
     from zoneinfo import ZoneInfo
@@ -352,8 +386,9 @@ def test_to_duckdb_plans_again_only_when_the_days_read_change_and_unions_by_name
     add_small_objects(deployment, record, days[0], [batch(days[0], 20), batch(days[0], 10)])
     publish_once(deployment)
     planned = []
-    monkeypatch.setattr(siltlake.read.scan, "version_files", lambda *a, **k: planned.append(k["dates"]) or
-                        version_files(*a, **k))
+    monkeypatch.setattr(
+        siltlake.read.scan, "version_files", lambda *a, **k: planned.append(k["dates"]) or version_files(*a, **k)
+    )
     table = Lake(deployment).table("web.access")
 
     def day_one() -> tuple[int, str]:
@@ -377,14 +412,16 @@ def test_to_duckdb_plans_again_only_when_the_days_read_change_and_unions_by_name
     assert count == 39 and "union_by_name" in query
     with duckdb.connect() as connection:
         assert table.to_duckdb(connection, dates=[days[0]]).aggregate("count(status)").fetchall() == [
-            (sum(row["status"] is not None for row in added),)]
+            (sum(row["status"] is not None for row in added),)
+        ]
 
 
 def write_config_file(config, directory: Path) -> None:  # a siltlake Config
     """The deployment's siltlake.toml in `directory`, for `silt` and Lake.open run there in another process."""
     (directory / "siltlake.toml").write_text(
         f'instance_key = "{config.instance_key}"\n[catalog]\nurl = "{config.catalog.url}"\n'
-        f'[storage]\nroot = "{config.storage.root}"\nstaging_root = "{config.storage.staging_root}"\n')
+        f'[storage]\nroot = "{config.storage.root}"\nstaging_root = "{config.storage.staging_root}"\n'
+    )
 
 
 def test_silt_sql_answers_without_importing_pyspark_and_spark_when_asked(lake, tmp_path) -> None:
@@ -396,11 +433,14 @@ def test_silt_sql_answers_without_importing_pyspark_and_spark_when_asked(lake, t
     write_config_file(deployment.config, tmp_path)
 
     def silt(*args: str) -> tuple[subprocess.CompletedProcess, set[str]]:
-        script = ("import sys, json\nfrom siltlake.cli import main\ntry:\n    main(sys.argv[1:], prog_name='silt')\n"
-                  "except SystemExit as exc:\n    code = exc.code\nprint(json.dumps(sorted({m.split('.')[0] for m in "
-                  "sys.modules})), file=sys.stderr)\nsys.exit(code)")
-        result = subprocess.run([sys.executable, "-c", script, *args], cwd=tmp_path, capture_output=True, text=True,
-                                timeout=300)
+        script = (
+            "import sys, json\nfrom siltlake.cli import main\ntry:\n    main(sys.argv[1:], prog_name='silt')\n"
+            "except SystemExit as exc:\n    code = exc.code\nprint(json.dumps(sorted({m.split('.')[0] for m in "
+            "sys.modules})), file=sys.stderr)\nsys.exit(code)"
+        )
+        result = subprocess.run(
+            [sys.executable, "-c", script, *args], cwd=tmp_path, capture_output=True, text=True, timeout=300
+        )
         return result, set(json.loads(result.stderr.strip().splitlines()[-1]))
 
     result, loaded = silt("sql", "SELECT dt, count(*) AS n FROM web.access GROUP BY dt ORDER BY dt", "--format", "csv")
@@ -416,16 +456,24 @@ def test_silt_sql_answers_without_importing_pyspark_and_spark_when_asked(lake, t
     result, loaded = silt("sql", "--engine", "duckdb", "SELECT sum(latency) AS s FROM web.access")
     assert result.returncode == 2 and "--engine duckdb" in result.stderr and "pyspark" not in loaded
     # Table.to_duckdb on a local lake, in a fresh process: DuckDB reads the files; pyarrow is never imported.
-    reader = ("import sys, duckdb\nfrom siltlake import Lake\nwith Lake.open('siltlake.toml') as lake:\n"
-              "    print(lake.table('web.access').to_duckdb(duckdb.connect(), dates=['2026-11-21'])"
-              ".aggregate('count(*)').fetchall()[0][0])\nprint('pyarrow' in sys.modules)")
+    reader = (
+        "import sys, duckdb\nfrom siltlake import Lake\nwith Lake.open('siltlake.toml') as lake:\n"
+        "    print(lake.table('web.access').to_duckdb(duckdb.connect(), dates=['2026-11-21'])"
+        ".aggregate('count(*)').fetchall()[0][0])\nprint('pyarrow' in sys.modules)"
+    )
     import os
 
     import siltlake
 
     tree = str(Path(siltlake.__file__).parents[1])  # this checkout's siltlake, whatever the working directory
-    result = subprocess.run([sys.executable, "-c", reader], cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "PYTHONPATH": tree})
+    result = subprocess.run(
+        [sys.executable, "-c", reader],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": tree},
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == [str(days[DAYS[1]]), "False"]
 
@@ -459,8 +507,9 @@ def test_tables_read_and_commands_name_the_spark_extra_when_pyspark_is_not_insta
     write_config_file(deployment.config, tmp_path)
 
     def run(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-c", WITHOUT_SPARK, *args], cwd=tmp_path, capture_output=True,
-                              text=True, timeout=300)
+        return subprocess.run(
+            [sys.executable, "-c", WITHOUT_SPARK, *args], cwd=tmp_path, capture_output=True, text=True, timeout=300
+        )
 
     from siltlake.lake import Lake
 

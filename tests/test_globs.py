@@ -70,23 +70,26 @@ def write_config(tmp_path: Path, stream: str) -> Path:
 
 
 def test_the_settings_load_from_the_file_and_the_environment(tmp_path: Path) -> None:
-    config = load_config(write_config(tmp_path, 'exclude = ["*.gz", "*.[0-9]"]\ninclude = ["**/*.log*"]'),
-                         environ={})
+    config = load_config(write_config(tmp_path, 'exclude = ["*.gz", "*.[0-9]"]\ninclude = ["**/*.log*"]'), environ={})
     assert (config.stream.exclude, config.stream.include) == (LOGROTATE, ["**/*.log*"])
     config = load_config(write_config(tmp_path, ""), environ={"SILTLAKE_STREAM__EXCLUDE": "*.gz,*.[0-9]"})
     assert config.stream.exclude == LOGROTATE
 
 
-@pytest.mark.parametrize(("setting", "message"), [
-    ('exclude = ["/var/log/*.gz"]', "stream.exclude: '/var/log/*.gz': patterns are relative to the staging root"),
-    ('include = ["access.[0-9"]', "stream.include: 'access.[0-9': '[' without its closing ']'"),
-    ('exclude = ["a**b"]', "stream.exclude: 'a**b': '**' must be a whole segment"),
-    ('exclude = [""]', "stream.exclude: an empty pattern matches nothing"),
-    ('exclude = "*.gz"', None),  # one string is a comma-separated list, as from the environment
-    ("exclude = 3", "stream.exclude must be a list of glob patterns"),
-])
-def test_a_bad_pattern_is_refused_naming_the_setting_and_the_pattern(tmp_path: Path, setting: str,
-                                                                     message: str | None) -> None:
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ('exclude = ["/var/log/*.gz"]', "stream.exclude: '/var/log/*.gz': patterns are relative to the staging root"),
+        ('include = ["access.[0-9"]', "stream.include: 'access.[0-9': '[' without its closing ']'"),
+        ('exclude = ["a**b"]', "stream.exclude: 'a**b': '**' must be a whole segment"),
+        ('exclude = [""]', "stream.exclude: an empty pattern matches nothing"),
+        ('exclude = "*.gz"', None),  # one string is a comma-separated list, as from the environment
+        ("exclude = 3", "stream.exclude must be a list of glob patterns"),
+    ],
+)
+def test_a_bad_pattern_is_refused_naming_the_setting_and_the_pattern(
+    tmp_path: Path, setting: str, message: str | None
+) -> None:
     path = write_config(tmp_path, setting)
     if message is None:
         assert load_config(path, environ={}).stream.exclude == ["*.gz"]
@@ -100,8 +103,9 @@ def test_a_bad_pattern_is_refused_naming_the_setting_and_the_pattern(tmp_path: P
 def test_a_round_takes_only_the_files_the_patterns_admit(tmp_path: Path, catalog_url: str, spark) -> None:
     """Beside the live log, logrotate's rotated copies (one plain, one compressed) and a stray file are left:
     not loaded and not reported unknown. Without the settings every one of them is taken."""
-    deployment = deployment_with(tmp_path, catalog_url, spark, full_listing_interval=0, exclude=LOGROTATE,
-                                 include=["*.log*"])
+    deployment = deployment_with(
+        tmp_path, catalog_url, spark, full_listing_interval=0, exclude=LOGROTATE, include=["*.log*"]
+    )
     try:
         root = Path(deployment.staging.path(DAY + "access.log")).parent
         root.mkdir(parents=True)
@@ -128,8 +132,11 @@ def test_an_object_store_root_takes_only_the_keys_the_patterns_admit(moto_s3, s3
 
     lake = open_lake(moto_s3, s3_proxy, catalog_url, include=["host00.web.access/**"], exclude=["*.gz"])
     try:
-        for key in ("host00.web.access/2026/01/01/a.jsonl", "host00.web.access/2026/01/01/a.jsonl.gz",
-                    "host01.web.access/2026/01/01/b.jsonl"):
+        for key in (
+            "host00.web.access/2026/01/01/a.jsonl",
+            "host00.web.access/2026/01/01/a.jsonl.gz",
+            "host01.web.access/2026/01/01/b.jsonl",
+        ):
             put(lake, key)
         found = discover(lake)
         assert (found.registered, found.unknown) == (1, 0)

@@ -31,8 +31,15 @@ ACCOUNT = "123456789012"  # moto's account: the Data Catalog a catalog_id names
 
 
 def glue_section(moto_s3: MotoS3, **settings: object) -> dict:
-    return {"targets": ["glue"], "glue": {"region": "us-east-1", "endpoint_url": f"http://{moto_s3.endpoint}",
-                                          "database_prefix": f"g{uuid.uuid4().hex[:8]}_", **settings}}
+    return {
+        "targets": ["glue"],
+        "glue": {
+            "region": "us-east-1",
+            "endpoint_url": f"http://{moto_s3.endpoint}",
+            "database_prefix": f"g{uuid.uuid4().hex[:8]}_",
+            **settings,
+        },
+    }
 
 
 @pytest.fixture
@@ -81,7 +88,11 @@ def test_glue_follows_tables_columns_and_partitions(glue_deployment: Deployment,
     described = glue.get_table(CatalogId=ACCOUNT, DatabaseName=database, Name="access")["Table"]
     storage = described["StorageDescriptor"]
     assert [(c["Name"], c["Type"]) for c in storage["Columns"]] == [
-        ("utc_event_time", "timestamp"), ("user_id", "bigint"), ("action", "string"), ("score", "int")]
+        ("utc_event_time", "timestamp"),
+        ("user_id", "bigint"),
+        ("action", "string"),
+        ("score", "int"),
+    ]
     assert described["PartitionKeys"] == [{"Name": "dt", "Type": "date"}]
     assert described["TableType"] == "EXTERNAL_TABLE" and described["Parameters"]["EXTERNAL"] == "TRUE"
     assert storage["Location"] == lake.uri(table.layout(deployment.instance_key).live_prefix())
@@ -99,7 +110,8 @@ def test_glue_follows_tables_columns_and_partitions(glue_deployment: Deployment,
     (newer,) = again.live_versions
     assert kinds(again.external) == ["BatchUpdatePartition"], "a new live version moves the partition"
     assert partitions(glue, database, "access")[str(DAY)]["Location"] == lake.uri(
-        symlink_directory(newer.file_list_key))
+        symlink_directory(newer.file_list_key)
+    )
 
     # Close the day (the next one's first object arrives), then switch it to its merged version.
     merge_once(deployment)
@@ -161,8 +173,9 @@ def test_partitions_reaped_past_their_ttl_leave_glue(glue_deployment: Deployment
     assert publish_once(deployment, now=later + dt.timedelta(hours=1)).external == [], "nothing more to drop"
 
 
-def test_a_run_that_died_before_recording_is_resumed(glue_deployment: Deployment, glue,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_run_that_died_before_recording_is_resumed(
+    glue_deployment: Deployment, glue, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A run stops after its Glue calls and before the catalog recorded them (table, then partitions): the next
     run finds the table its own (same location) and recreates it, and finds the partitions in Glue and points
     them at the newest file list instead of failing on 'already exists'."""
@@ -197,8 +210,13 @@ def test_a_run_that_died_before_recording_is_resumed(glue_deployment: Deployment
 def test_a_glue_table_of_the_same_name_that_is_not_ours_is_left_alone(glue_deployment: Deployment, glue) -> None:
     database = glue_deployment.config.publish.glue.database_prefix + "web"
     glue.create_database(DatabaseInput={"Name": database})
-    glue.create_table(DatabaseName=database, TableInput={"Name": "access", "StorageDescriptor": {
-        "Columns": [{"Name": "x", "Type": "int"}], "Location": "s3://elsewhere/x"}})
+    glue.create_table(
+        DatabaseName=database,
+        TableInput={
+            "Name": "access",
+            "StorageDescriptor": {"Columns": [{"Name": "x", "Type": "int"}], "Location": "s3://elsewhere/x"},
+        },
+    )
     make_table(glue_deployment)
     (error,) = publish_once(glue_deployment, now=tokyo(DAY, 12)).target_errors
     assert "Glue table" in error and "is not siltlake's table web.access (its location is s3://elsewhere/x)" in error
@@ -216,8 +234,11 @@ def test_a_partition_someone_else_added_is_pointed_at_the_file_list(glue_deploym
     add_small_objects(deployment, table, DAY, [rows_for(DAY, 3, 1)])
     assert publish_once(deployment, now=tokyo(DAY, 12)).target_errors == []
     live_dir = deployment.lake.uri(table.layout(deployment.instance_key).live_partition(NEXT))
-    glue.batch_create_partition(DatabaseName=database, TableName="access", PartitionInputList=[
-        {"Values": [str(NEXT)], "StorageDescriptor": {"Location": live_dir}}])
+    glue.batch_create_partition(
+        DatabaseName=database,
+        TableName="access",
+        PartitionInputList=[{"Values": [str(NEXT)], "StorageDescriptor": {"Location": live_dir}}],
+    )
     add_small_objects(deployment, table, NEXT, [rows_for(NEXT, 3, 2)])
     report = publish_once(deployment, now=tokyo(DAY, 13))
     assert report.target_errors == [] and kinds(report.external) == ["BatchCreatePartition", "BatchUpdatePartition"]
@@ -231,8 +252,9 @@ def test_locations_on_an_object_store_are_s3_uris_athena_reads(tmp_path: Path, s
     """Spark's connector reads s3a://; Athena, Spectrum and EMR read the s3:// the symlink manifests list."""
     bucket = moto_s3.create_bucket()
     publish = glue_section(moto_s3)
-    deployment = Deployment(s3_config(bucket, moto_s3.endpoint, f"sqlite:///{tmp_path / 'catalog.db'}",
-                                      publish=publish))
+    deployment = Deployment(
+        s3_config(bucket, moto_s3.endpoint, f"sqlite:///{tmp_path / 'catalog.db'}", publish=publish)
+    )
     deployment.init()
     deployment.use_spark(spark)
     try:
@@ -250,8 +272,9 @@ def test_locations_on_an_object_store_are_s3_uris_athena_reads(tmp_path: Path, s
         deployment.close()
 
 
-def test_missing_region_or_credentials_are_named(tmp_path: Path, moto_s3: MotoS3,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_region_or_credentials_are_named(
+    tmp_path: Path, moto_s3: MotoS3, monkeypatch: pytest.MonkeyPatch
+) -> None:
     for name in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
@@ -264,19 +287,30 @@ def test_missing_region_or_credentials_are_named(tmp_path: Path, moto_s3: MotoS3
     with pytest.raises(ConfigError, match=r"no AWS region is set: set publish.glue.region"):
         publish_once(deployment, now=tokyo(DAY, 12))
     deployment.config.publish.glue.region = "eu-west-1"
-    with pytest.raises(ConfigError, match=r"no AWS credentials were found \(eu-west-1\): give them as "
-                                          r"AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"):
+    with pytest.raises(
+        ConfigError,
+        match=r"no AWS credentials were found \(eu-west-1\): give them as "
+        r"AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
+    ):
         publish_once(deployment, now=tokyo(DAY, 12))
     deployment.close()
 
 
 def test_glue_configuration() -> None:
-    config = load_config(environ={"SILTLAKE_PUBLISH__TARGETS": "glue", "SILTLAKE_PUBLISH__GLUE__REGION": "eu-west-1",
-                                  "SILTLAKE_PUBLISH__GLUE__CATALOG_ID": "210987654321",
-                                  "SILTLAKE_PUBLISH__GLUE__DATABASE_PREFIX": "lake_"})
+    config = load_config(
+        environ={
+            "SILTLAKE_PUBLISH__TARGETS": "glue",
+            "SILTLAKE_PUBLISH__GLUE__REGION": "eu-west-1",
+            "SILTLAKE_PUBLISH__GLUE__CATALOG_ID": "210987654321",
+            "SILTLAKE_PUBLISH__GLUE__DATABASE_PREFIX": "lake_",
+        }
+    )
     glue = config.publish.glue
     assert config.publish.targets == ["glue"] and (glue.region, glue.catalog_id, glue.database_prefix) == (
-        "eu-west-1", "210987654321", "lake_")
+        "eu-west-1",
+        "210987654321",
+        "lake_",
+    )
     for setting, value in (("DATABASE_PREFIX", "Lake-"), ("CATALOG_ID", "acct"), ("ENDPOINT_URL", "glue.local")):
         with pytest.raises(ConfigError, match=f"publish.glue.{setting.lower()}"):
             load_config(environ={f"SILTLAKE_PUBLISH__GLUE__{setting}": value})

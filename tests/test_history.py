@@ -31,8 +31,11 @@ from .test_merge import DAY
 from .test_publish import tokyo
 
 pytestmark = pytest.mark.spark
-DEFINITION = {**ACCESS_TABLE, "merge_interval": 0, "columns": [
-    *ACCESS_TABLE["columns"], {"name": "code", "type": "string"}, {"name": "n", "type": "int"}]}
+DEFINITION = {
+    **ACCESS_TABLE,
+    "merge_interval": 0,
+    "columns": [*ACCESS_TABLE["columns"], {"name": "code", "type": "string"}, {"name": "n", "type": "int"}],
+}
 _staged = itertools.count()
 
 
@@ -67,8 +70,11 @@ def readers(deployment: Deployment, spark, config: str, version: int, at: dt.dat
     with duckdb.connect() as connection:
         duck = table.to_duckdb(connection, as_of_version=version).arrow()
         duck = duck.read_all() if isinstance(duck, pa.RecordBatchReader) else duck
-    answers = {"to_arrow": arrow_shown(table.to_arrow(as_of_version=version)),
-               "to_arrow as_of": arrow_shown(table.to_arrow(as_of=at)), "to_duckdb": arrow_shown(duck)}
+    answers = {
+        "to_arrow": arrow_shown(table.to_arrow(as_of_version=version)),
+        "to_arrow as_of": arrow_shown(table.to_arrow(as_of=at)),
+        "to_duckdb": arrow_shown(duck),
+    }
     for pin in (f"VERSION AS OF {version}", f"TIMESTAMP AS OF '{stamp}'"):
         query = f"SELECT * FROM web.access {pin} ORDER BY utc_event_time"
         plan = plan_query(query, deployment)
@@ -79,17 +85,22 @@ def readers(deployment: Deployment, spark, config: str, version: int, at: dt.dat
     for option, value in (("versionAsOf", str(version)), ("timestampAsOf", at.isoformat() + "Z")):
         source = spark.read.format("siltlake").option("table", "web.access").option("config", config)
         answers[f"data source {option}"] = spark_shown(source.option(option, value).load())
-    types = {"to_arrow": {f.name: str(f.type) for f in table.to_arrow(as_of_version=version).schema},
-             "Spark": dict(table.to_spark(spark, as_of_version=version).dtypes)}
+    types = {
+        "to_arrow": {f.name: str(f.type) for f in table.to_arrow(as_of_version=version).schema},
+        "Spark": dict(table.to_spark(spark, as_of_version=version).dtypes),
+    }
     return {"answers": answers, "types": types}
 
 
-def test_every_version_reads_as_it_was_across_add_rename_drop_widen_and_retype(deployment: Deployment, spark,
-                                                                              tmp_path: Path) -> None:
+def test_every_version_reads_as_it_was_across_add_rename_drop_widen_and_retype(
+    deployment: Deployment, spark, tmp_path: Path
+) -> None:
     config = deployment.config
     path = tmp_path / "siltlake.toml"
-    path.write_text(f'instance_key = "{config.instance_key}"\n[catalog]\nurl = "{config.catalog.url}"\n[storage]\n'
-                    f'root = "{config.storage.root}"\nstaging_root = "{config.storage.staging_root}"\n')
+    path.write_text(
+        f'instance_key = "{config.instance_key}"\n[catalog]\nurl = "{config.catalog.url}"\n[storage]\n'
+        f'root = "{config.storage.root}"\nstaging_root = "{config.storage.staging_root}"\n'
+    )
     register(spark)
     deployment.catalog.tables.create(TableDef.from_mapping(DEFINITION))
     table = Lake(deployment).table("web.access")
@@ -97,20 +108,37 @@ def test_every_version_reads_as_it_was_across_add_rename_drop_widen_and_retype(d
     steps: list[tuple[int, dt.datetime, list[str], list[tuple], tuple[str, str]]] = []
 
     def step(hour: int, names: list[str], rows: list[tuple], types: tuple[str, str]) -> None:
-        steps.append((Lake(deployment).table("web.access").version,
-                      tokyo(DAY, hour).astimezone(dt.UTC).replace(tzinfo=None) + dt.timedelta(minutes=30),
-                      [*names, "dt"], [(*row, DAY) for row in rows], types))
+        steps.append(
+            (
+                Lake(deployment).table("web.access").version,
+                tokyo(DAY, hour).astimezone(dt.UTC).replace(tzinfo=None) + dt.timedelta(minutes=30),
+                [*names, "dt"],
+                [(*row, DAY) for row in rows],
+                types,
+            )
+        )
 
-    stage(deployment, [{"user_id": 1, "action": "a", "code": "12", "n": 1},
-                       {"user_id": 2, "action": "b", "code": "x", "n": 2}], hour=1)
+    stage(
+        deployment,
+        [{"user_id": 1, "action": "a", "code": "12", "n": 1}, {"user_id": 2, "action": "b", "code": "x", "n": 2}],
+        hour=1,
+    )
     publish_once(deployment, now=tokyo(DAY, 12))
     step(12, ["user_id", "action", "code", "n"], [(1, "a", "12", 1), (2, "b", "x", 2)], ("string", "int32"))
     table.add_column("extra", "string", now=tokyo(DAY, 13))
-    step(13, ["user_id", "action", "code", "n", "extra"], [(1, "a", "12", 1, None), (2, "b", "x", 2, None)],
-         ("string", "int32"))
+    step(
+        13,
+        ["user_id", "action", "code", "n", "extra"],
+        [(1, "a", "12", 1, None), (2, "b", "x", 2, None)],
+        ("string", "int32"),
+    )
     table.rename_column("action", "event", now=tokyo(DAY, 14))
-    step(14, ["user_id", "event", "code", "n", "extra"], [(1, "a", "12", 1, None), (2, "b", "x", 2, None)],
-         ("string", "int32"))
+    step(
+        14,
+        ["user_id", "event", "code", "n", "extra"],
+        [(1, "a", "12", 1, None), (2, "b", "x", 2, None)],
+        ("string", "int32"),
+    )
     table.drop_column("user_id", now=tokyo(DAY, 15))
     step(15, ["event", "code", "n", "extra"], [("a", "12", 1, None), ("b", "x", 2, None)], ("string", "int32"))
     table.alter_column("n", "bigint", now=tokyo(DAY, 16))
@@ -128,13 +156,18 @@ def test_every_version_reads_as_it_was_across_add_rename_drop_widen_and_retype(d
     for version in range(oldest, newest + 1):
         number, at, names, rows, (code_type, n_type) = [s for s in steps if s[0] <= version][-1]
         read = readers(deployment, spark, str(path), version, at)
-        wrong = {reader: answer for reader, answer in read["answers"].items()
-                 if answer != ((names, rows) if not reader.startswith("silt sql") else rows)}
+        wrong = {
+            reader: answer
+            for reader, answer in read["answers"].items()
+            if answer != ((names, rows) if not reader.startswith("silt sql") else rows)
+        }
         assert not wrong, f"version {version} (as step {number}): expected {names} {rows}; got {wrong}"
         assert (read["types"]["to_arrow"]["code"], read["types"]["to_arrow"]["n"]) == (code_type, n_type)
         spark_types = {"string": "string", "int32": "int", "int64": "bigint"}
         assert (read["types"]["Spark"]["code"], read["types"]["Spark"]["n"]) == (
-            spark_types[code_type], spark_types[n_type])
+            spark_types[code_type],
+            spark_types[n_type],
+        )
 
     # Reap keeps every file a retained version reads: the versions before the rewrite still read as they were.
     Lake(deployment).reap(now=tokyo(DAY, 20).astimezone(dt.UTC).replace(tzinfo=None), grace=0, force=True)

@@ -31,7 +31,7 @@ WORKTREE = Path(__file__).resolve().parents[1]
 
 # Run in a process of its own: builds web.access with a merged-then-updated day, a merged day and a live
 # day holding a crashed writer's uncommitted object; prints the metastore's partitions and the true rows.
-PUBLISHER = textwrap.dedent('''
+PUBLISHER = textwrap.dedent("""
     import datetime as dt, json, sys
     import pyarrow as pa, pyarrow.parquet as pq
     from siltlake.config import Config
@@ -92,10 +92,10 @@ PUBLISHER = textwrap.dedent('''
         "truth": truth, "partitions": partitions, "crashed": deployment.lake.uri(crashed),
         "file_lists": {str(v.partition_date): deployment.lake.engine_uri(symlink_directory(v.manifest_key))
                        for v in newest}}))
-''')
+""")
 
 # A plain PySpark session on the same metastore, nothing of siltlake's: what a Spark user would run.
-READER = textwrap.dedent('''
+READER = textwrap.dedent("""
     import json, sys
     from pyspark.sql import SparkSession
 
@@ -123,13 +123,14 @@ READER = textwrap.dedent('''
             else:
                 results[mode] = {"error": type(exc).__name__ + ": " + str(exc).strip().splitlines()[0]}
     print("RESULT " + json.dumps(results))
-''')
+""")
 
 
 def _run(script: str, *args: str) -> dict:
     env = {**os.environ, "PYTHONPATH": str(WORKTREE)}
-    result = subprocess.run([sys.executable, "-c", script, *args], cwd=WORKTREE, env=env, capture_output=True,
-                            text=True, timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-c", script, *args], cwd=WORKTREE, env=env, capture_output=True, text=True, timeout=600
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     (line,) = [x for x in result.stdout.splitlines() if x.startswith("RESULT ")]
     return json.loads(line.removeprefix("RESULT "))
@@ -141,16 +142,20 @@ def published(tmp_path_factory) -> dict:
     tmp_path = tmp_path_factory.mktemp("hive_engines")
     config = make_config(tmp_path, f"sqlite:///{tmp_path / 'catalog.db'}").model_dump(mode="json")
     config["spark"] = {"master": "local[1]", "conf": {"spark.sql.shuffle.partitions": "1"}}
-    config["publish"] = {"targets": ["hive"], "hive": {"metastore_dir": str(tmp_path / "metastore"),
-                                                        "database_prefix": "e_"}}
+    config["publish"] = {
+        "targets": ["hive"],
+        "hive": {"metastore_dir": str(tmp_path / "metastore"), "database_prefix": "e_"},
+    }
     result = _run(PUBLISHER, json.dumps(config))
     from siltlake.config import HiveTargetConfig
     from siltlake.spark import hive_session_conf
 
-    result["read"] = _run(READER, json.dumps(hive_session_conf(HiveTargetConfig(metastore_dir=str(
-        tmp_path / "metastore")))), "e_web.access")
+    result["read"] = _run(
+        READER,
+        json.dumps(hive_session_conf(HiveTargetConfig(metastore_dir=str(tmp_path / "metastore")))),
+        "e_web.access",
+    )
     return result
-
 
 
 def _same(found: str, expected: str) -> bool:
@@ -186,8 +191,12 @@ def test_engines_that_read_symlink_manifests_get_exactly_the_tables_rows(publish
             for uri in symlink.read_text().splitlines():
                 named.append(uri)
                 data = pq.read_table(_local(uri))
-                rows += [[date, t.timestamp(), u, a] for t, u, a in zip(
-                    *(data.column(c).to_pylist() for c in ("utc_event_time", "user_id", "action")), strict=True)]
+                rows += [
+                    [date, t.timestamp(), u, a]
+                    for t, u, a in zip(
+                        *(data.column(c).to_pylist() for c in ("utc_event_time", "user_id", "action")), strict=True
+                    )
+                ]
     assert published["crashed"] not in named and _local(published["crashed"]).exists()
     assert sorted(rows) == published["truth"] and len(rows) == 108
 
@@ -208,8 +217,9 @@ def test_plain_pyspark_through_the_hive_input_format_returns_wrong_rows(publishe
     assert published["read"]["convertMetastoreParquet=false"] == {"rows": []}
 
 
-def test_a_stopped_symlink_write_leaves_nothing_in_the_manifest_directory(tmp_path: Path,
-                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_stopped_symlink_write_leaves_nothing_in_the_manifest_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """An engine reads every file of a symlink partition's directory: a writer that stops between writing
     the temporary and moving it into place must not leave the temporary there."""
     deployment = Deployment(make_config(tmp_path, f"sqlite:///{tmp_path / 'catalog.db'}"))

@@ -53,8 +53,13 @@ def test_a_manifest_entry_outside_a_day_directory_is_refused_by_the_spark_reader
         shutil.copyfile(next(lake_root.rglob("live/**/*.parquet")), dateless)
         for manifest in lake_root.rglob("manifests/**/*.json"):
             content = json.loads(manifest.read_text())
-            content["entries"].append({"url": f"{deployment.lake.root}/planted/{dateless.name}", "mandatory": True,
-                                       "meta": {"content_length": dateless.stat().st_size}})
+            content["entries"].append(
+                {
+                    "url": f"{deployment.lake.root}/planted/{dateless.name}",
+                    "mandatory": True,
+                    "meta": {"content_length": dateless.stat().st_size},
+                }
+            )
             manifest.write_text(json.dumps(content))
         table = Lake(deployment).table("web.access")
         with pytest.raises(SiltError, match=r"is not in a dt=<date> directory"):

@@ -25,12 +25,37 @@ from .conftest import ACCESS_TABLE, make_config
 from .test_cli import TABLE_TOML, silt  # noqa: F401 - the `silt` fixture: the CLI against a fresh deployment
 
 HOSTILE_NAMES = [
-    "../etc", "..", ".", "/abs", "a/b", "%2e%2e", "%2e%2e%2fetc", "a\\b", "a\0b", "access\n", "\naccess",
-    "access ", "Access", "ａｃｃｅｓｓ",  # fullwidth letters: NFKC folds them to "access"
+    "../etc",
+    "..",
+    ".",
+    "/abs",
+    "a/b",
+    "%2e%2e",
+    "%2e%2e%2fetc",
+    "a\\b",
+    "a\0b",
+    "access\n",
+    "\naccess",
+    "access ",
+    "Access",
+    "ａｃｃｅｓｓ",  # fullwidth letters: NFKC folds them to "access"
     "\u0430ccess",  # Cyrillic a
     "ﬁle",  # the fi ligature: NFKC makes it "file"
-    "caf\u00e9", "cafe\u0301", "a\u200bb", "x" * 64, "", "1abc", "a.b", "a-b", "a b",
-    "x'; DROP TABLE tables; --", 'x"; DROP TABLE tables; --', "x;--", "x`y", "x) OR (1=1", "tables--",
+    "caf\u00e9",
+    "cafe\u0301",
+    "a\u200bb",
+    "x" * 64,
+    "",
+    "1abc",
+    "a.b",
+    "a-b",
+    "a b",
+    "x'; DROP TABLE tables; --",
+    'x"; DROP TABLE tables; --',
+    "x;--",
+    "x`y",
+    "x) OR (1=1",
+    "tables--",
 ]
 
 
@@ -60,8 +85,9 @@ def test_table_definition_files_with_hostile_names_are_refused(tmp_path: Path, f
     if field == "column":
         text = text.replace('name = "user_id"', f"name = {toml_string(name)}")
     else:
-        text = text.replace(f'{field} = "{"web" if field == "schema" else "access"}"',
-                            f"{field} = {toml_string(name)}", 1)
+        text = text.replace(
+            f'{field} = "{"web" if field == "schema" else "access"}"', f"{field} = {toml_string(name)}", 1
+        )
     assert text != TABLE_TOML
     path = tmp_path / "hostile.toml"
     path.write_text(text)
@@ -89,8 +115,17 @@ def error_line(output: str) -> str:
 
 
 HOSTILE_TABLE_NAMES = [
-    "../../etc.passwd", "web.access/../../x", "/tmp.x", "web.%2e%2e", "web.access\n", "web.ａｃｃｅｓｓ",
-    "web.access'; DROP TABLE tables; --", 'web."access"', "web.access;--", "web.a\\b", "web.\u0430ccess",
+    "../../etc.passwd",
+    "web.access/../../x",
+    "/tmp.x",
+    "web.%2e%2e",
+    "web.access\n",
+    "web.ａｃｃｅｓｓ",
+    "web.access'; DROP TABLE tables; --",
+    'web."access"',
+    "web.access;--",
+    "web.a\\b",
+    "web.\u0430ccess",
 ]
 
 
@@ -99,17 +134,25 @@ def test_table_commands_refuse_hostile_names_on_both_catalogs(silt, wide_console
     silt("table", "create", "access.toml")
     before = tree(tmp_path)
     for name in HOSTILE_TABLE_NAMES:
-        for command in (["table", "show", name], ["table", "drop", name, "--yes"],
-                        ["table", "rename", "web.access", name], ["table", "rename", name, "web.other"],
-                        ["table", "add-column", name, "c", "string"], ["errors", "list", name], ["history", name]):
+        for command in (
+            ["table", "show", name],
+            ["table", "drop", name, "--yes"],
+            ["table", "rename", "web.access", name],
+            ["table", "rename", name, "web.other"],
+            ["table", "add-column", name, "c", "string"],
+            ["errors", "list", name],
+            ["history", name],
+        ):
             line = error_line(silt(*command, code=2).output)
             # The whole argument, or the part of schema.table that is not an identifier, as repr shows it.
             assert any(repr(part) in line for part in [name, *name.split(".")] if part), (command, line)
     for column in HOSTILE_NAMES:
         if "\0" in column:
             continue  # an operating system argument cannot hold NUL
-        for command in (["table", "add-column", "web.access", column, "string"],
-                        ["table", "alter-column", "web.access", column, "bigint"]):
+        for command in (
+            ["table", "add-column", "web.access", column, "string"],
+            ["table", "alter-column", "web.access", column, "bigint"],
+        ):
             line = error_line(silt(*command, code=2).output)
             assert repr(column) in line, (command, line)
     # The catalog is intact (no statement ran the text), and nothing was written anywhere.
@@ -120,8 +163,12 @@ def test_table_commands_refuse_hostile_names_on_both_catalogs(silt, wide_console
 
 
 @pytest.mark.parametrize("name", ["../../evil", "x'; DROP TABLE tables; --", "access\n"])
-def test_table_create_from_a_hostile_file_creates_nothing(silt, wide_console, tmp_path: Path,  # noqa: F811
-                                                          name: str) -> None:
+def test_table_create_from_a_hostile_file_creates_nothing(
+    silt,  # noqa: F811
+    wide_console,
+    tmp_path: Path,
+    name: str,
+) -> None:
     silt("init")
     (tmp_path / "hostile.toml").write_text(TABLE_TOML.replace('name = "access"', f"name = {toml_string(name)}"))
     before = tree(tmp_path)
@@ -131,16 +178,22 @@ def test_table_create_from_a_hostile_file_creates_nothing(silt, wide_console, tm
     assert tree(tmp_path) == before
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ({"out": {"table": "web.x'; DROP TABLE tables; --"}}, "not a valid identifier"),
-    ({"out": {"table": "../web.x"}}, "'../web.x' is not schema.table"),
-    ({"out": {"table": "web.x\n"}}, "not a valid identifier"),
-    ({"filters": {"r": {"type": "rename", "columns": {"id": "id; DROP TABLE t"}}}}, "not a valid identifier"),
-    ({"filters": {"a": {"type": "add", "column": "x' OR '1", "value": 1}}}, "not a valid identifier"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ({"out": {"table": "web.x'; DROP TABLE tables; --"}}, "not a valid identifier"),
+        ({"out": {"table": "../web.x"}}, "'../web.x' is not schema.table"),
+        ({"out": {"table": "web.x\n"}}, "not a valid identifier"),
+        ({"filters": {"r": {"type": "rename", "columns": {"id": "id; DROP TABLE t"}}}}, "not a valid identifier"),
+        ({"filters": {"a": {"type": "add", "column": "x' OR '1", "value": 1}}}, "not a valid identifier"),
+    ],
+)
 def test_load_configs_refuse_hostile_identifiers(text: dict, message: str) -> None:
-    base = {"in": {"path": "data/*.csv"}, "out": {"table": "web.access"},
-            "parser": {"type": "csv", "columns": [{"name": "id", "type": "long"}, {"name": "t", "type": "timestamp"}]}}
+    base = {
+        "in": {"path": "data/*.csv"},
+        "out": {"table": "web.access"},
+        "parser": {"type": "csv", "columns": [{"name": "id", "type": "long"}, {"name": "t", "type": "timestamp"}]},
+    }
     with pytest.raises(ConfigError, match=message) as caught:
         parse_load_config({**base, **text})
     assert "\n" not in str(caught.value)
@@ -156,11 +209,16 @@ def test_load_job_names_are_identifiers(job: str) -> None:
 # --- Staging keys -------------------------------------------------------------------------------
 
 UNSAFE_KEYS = [
-    "../f.web.access/2026/11/20/a.jsonl", "/f.web.access/2026/11/20/a.jsonl",
-    "f.web.access/2026/11/20/../../../../a.jsonl", "f.web.access/./2026/11/20/a.jsonl",
-    "f.web.access//2026/11/20/a.jsonl", "f.web.access/2026/11/20/%2e%2e%2f%2e%2e%2fa.jsonl",
-    "f.web.access/2026/11/20/%2E%2E/a.jsonl", "f.web.access/2026/11/20/a\\..\\b.jsonl",
-    "f.web.access/2026/11/20/a\0.jsonl", "f.web.access/2026/11/20/a\n.jsonl",
+    "../f.web.access/2026/11/20/a.jsonl",
+    "/f.web.access/2026/11/20/a.jsonl",
+    "f.web.access/2026/11/20/../../../../a.jsonl",
+    "f.web.access/./2026/11/20/a.jsonl",
+    "f.web.access//2026/11/20/a.jsonl",
+    "f.web.access/2026/11/20/%2e%2e%2f%2e%2e%2fa.jsonl",
+    "f.web.access/2026/11/20/%2E%2E/a.jsonl",
+    "f.web.access/2026/11/20/a\\..\\b.jsonl",
+    "f.web.access/2026/11/20/a\0.jsonl",
+    "f.web.access/2026/11/20/a\n.jsonl",
 ]
 UNMAPPED_KEYS = {
     "f.web.ａｃｃｅｓｓ/2026/11/20/a.jsonl": "not a valid table name",
@@ -203,8 +261,15 @@ def test_hostile_staging_objects_are_recorded_unknown_and_never_read(lake: Deplo
     staging = Path(lake.staging.path(""))
     decoy = tmp_path / "secret.jsonl"  # what a traversal out of the staging root would reach
     decoy.write_bytes(record(666))
-    on_disk = [key for key in [*UNSAFE_KEYS, *UNMAPPED_KEYS] if "\0" not in key and ".." not in key.split("/")
-               and not key.startswith("/") and "//" not in key and "/./" not in key]
+    on_disk = [
+        key
+        for key in [*UNSAFE_KEYS, *UNMAPPED_KEYS]
+        if "\0" not in key
+        and ".." not in key.split("/")
+        and not key.startswith("/")
+        and "//" not in key
+        and "/./" not in key
+    ]
     for key in on_disk:
         path = staging / key
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -247,9 +312,17 @@ def test_symbolic_links_out_of_the_staging_root_are_recorded_unknown(lake: Deplo
 
 def stream_task(deployment: Deployment, uri: str) -> StreamTask:
     table = deployment.catalog.tables.get("web.access")
-    return StreamTask(staging_object_id=1, uri=uri, staging=deployment.staging, lake=deployment.lake,
-                      layout=table.layout(deployment.instance_key), table_json=table.definition.to_json(),
-                      run_id="hostile", batch_rows=1000, spill_bytes=1 << 20)
+    return StreamTask(
+        staging_object_id=1,
+        uri=uri,
+        staging=deployment.staging,
+        lake=deployment.lake,
+        layout=table.layout(deployment.instance_key),
+        table_json=table.definition.to_json(),
+        run_id="hostile",
+        batch_rows=1000,
+        spill_bytes=1 << 20,
+    )
 
 
 ESCAPE = "%2e%2e%2f" * 5 + "secret.jsonl"  # decoded: five levels up, out of the staging root to the decoy
@@ -259,10 +332,10 @@ sqlite_only = pytest.mark.parametrize("catalog_url", ["sqlite"], indirect=True) 
 
 
 @sqlite_only
-@pytest.mark.parametrize("name", [ESCAPE, "a b#c?d.jsonl",
-                                  "caf\u00e9 日本.jsonl", "100%.jsonl", "x%41.jsonl"])
-def test_object_uris_encode_their_keys_so_they_open_the_object_itself(lake: Deployment, tmp_path: Path,
-                                                                      name: str) -> None:
+@pytest.mark.parametrize("name", [ESCAPE, "a b#c?d.jsonl", "caf\u00e9 日本.jsonl", "100%.jsonl", "x%41.jsonl"])
+def test_object_uris_encode_their_keys_so_they_open_the_object_itself(
+    lake: Deployment, tmp_path: Path, name: str
+) -> None:
     key = f"f.web.access/2026/11/20/{name}"
     assert pafs.FileSystem.from_uri(lake.staging.uri(key))[1] == lake.staging.path(key)
     (tmp_path / "secret.jsonl").write_bytes(record(666))
@@ -286,14 +359,20 @@ def test_a_stored_uri_that_decodes_to_dot_dot_is_refused_not_read(lake: Deployme
 # --- Object keys ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("key", ["../outside.txt", "a/../../outside.txt", "/tmp/outside.txt", "a/b/../../../x",
-                                 "a\0b", ".."])
+@pytest.mark.parametrize(
+    "key", ["../outside.txt", "a/../../outside.txt", "/tmp/outside.txt", "a/b/../../../x", "a\0b", ".."]
+)
 def test_storage_refuses_keys_that_leave_its_root(tmp_path: Path, key: str) -> None:
     storage = Storage(str(tmp_path / "root"))
     storage.ensure_root()
-    for operation in (lambda: storage.write_bytes(key, b"x"), lambda: storage.read_bytes(key),
-                      lambda: storage.delete(key), lambda: storage.move("a", key), lambda: storage.exists(key),
-                      lambda: storage.open_output(key)):
+    for operation in (
+        lambda: storage.write_bytes(key, b"x"),
+        lambda: storage.read_bytes(key),
+        lambda: storage.delete(key),
+        lambda: storage.move("a", key),
+        lambda: storage.exists(key),
+        lambda: storage.open_output(key),
+    ):
         with pytest.raises(UnsafeKey) as caught:
             operation()
         assert repr(key) in str(caught.value) and "\n" not in str(caught.value)
@@ -318,8 +397,7 @@ def test_instance_keys_refuse_a_trailing_newline() -> None:
 
 @pytest.mark.spark
 @sqlite_only
-def test_delete_where_is_parsed_alone_so_it_cannot_break_out(deployment: Deployment, monkeypatch,
-                                                             wide_console) -> None:
+def test_delete_where_is_parsed_alone_so_it_cannot_break_out(deployment: Deployment, monkeypatch, wide_console) -> None:
     from .merge_helpers import add_small_objects, rows_for, silt_in_process
     from .test_merge import DAY, make_table
 
@@ -327,8 +405,12 @@ def test_delete_where_is_parsed_alone_so_it_cannot_break_out(deployment: Deploym
     add_small_objects(deployment, table, DAY, [rows_for(DAY, 10, 0)])
     run = silt_in_process(deployment, monkeypatch)
     partitions = deployment.catalog.partitions.list(table.id)
-    for where in ["user_id = 3) OR (true", "true), false) OR (true", "1=1; DROP TABLE tables; --",
-                  "user_id = 3; DELETE FROM tables"]:
+    for where in [
+        "user_id = 3) OR (true",
+        "true), false) OR (true",
+        "1=1; DROP TABLE tables; --",
+        "user_id = 3; DELETE FROM tables",
+    ]:
         line = error_line(run("delete", "web.access", "--where", where, "--date", DAY.isoformat(), code=2))
         assert line.startswith(f"error: cannot use --where {where!r} on web.access")
     assert deployment.catalog.partitions.list(table.id) == partitions  # no update version, nothing deleted

@@ -119,8 +119,11 @@ def test_a_stream_task_in_spark_makes_the_deep_line_a_bad_record(tmp_path, catal
     deployment.catalog.tables.create(TableDef.from_mapping(ACCESS_TABLE))
     when = dt.datetime(2026, 11, 20, 10, 0, tzinfo=dt.UTC)
     good = [json.dumps(event(when, n)).encode() for n in range(4)]
-    stage(deployment, "f.web.access/2026/11/20/deep.jsonl", b"\n".join([*good[:2], deep_line(20_000, "deep"),
-                                                                         *good[2:]]) + b"\n")
+    stage(
+        deployment,
+        "f.web.access/2026/11/20/deep.jsonl",
+        b"\n".join([*good[:2], deep_line(20_000, "deep"), *good[2:]]) + b"\n",
+    )
     try:
         report = stream_once(deployment)
         assert (report.local_waves, report.processed, report.records_loaded, report.bad_records) == (0, 1, 4, 1)

@@ -13,8 +13,7 @@ MAX_MODULE_LINES = 600
 def test_import_contracts_hold() -> None:
     """The contracts in pyproject.toml ([tool.importlinter]): layers, no cycles, SQL only in the catalog."""
     lint_imports = Path(sys.executable).with_name("lint-imports")
-    done = subprocess.run([str(lint_imports), "--no-cache"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run([str(lint_imports), "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert "0 broken" in done.stdout
 

@@ -36,8 +36,13 @@ pytestmark = pytest.mark.spark  # the deployment fixture starts the test session
 RUNNERS = 2
 
 
-def race(monkeypatch: pytest.MonkeyPatch, module: ModuleType | type, name: str, run: Callable[[Deployment], Any],
-         deployment: Deployment) -> list[Any]:
+def race(
+    monkeypatch: pytest.MonkeyPatch,
+    module: ModuleType | type,
+    name: str,
+    run: Callable[[Deployment], Any],
+    deployment: Deployment,
+) -> list[Any]:
     """Run `run` in RUNNERS threads, each on its own Deployment, all held at their first call of `module.<name>`
     (the real one, called once all have reached it); returns their results (or exceptions)."""
     barrier = threading.Barrier(RUNNERS, timeout=60)
@@ -71,8 +76,9 @@ def race(monkeypatch: pytest.MonkeyPatch, module: ModuleType | type, name: str, 
     return results
 
 
-def test_two_publish_runs_at_once_commit_each_version_once(deployment: Deployment,
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_two_publish_runs_at_once_commit_each_version_once(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
     with_iceberg(deployment)
     record = make_table(deployment)
     add_small_objects(deployment, record, DAY, [rows_for(DAY, 1000, 0)])
@@ -84,8 +90,9 @@ def test_two_publish_runs_at_once_commit_each_version_once(deployment: Deploymen
         publish_once(deployment, now=tokyo(DAY, hour))
     deployment.config.publish.targets = ["iceberg"]
 
-    reports = race(monkeypatch, iceberg_target, "commit_files", lambda own: publish_once(own, now=tokyo(DAY, 15)),
-                   deployment)
+    reports = race(
+        monkeypatch, iceberg_target, "commit_files", lambda own: publish_once(own, now=tokyo(DAY, 15)), deployment
+    )
     assert not any(isinstance(r, Exception) for r in reports), reports
     assert not any(r.target_errors for r in reports), [r.target_errors for r in reports]
 
@@ -99,8 +106,9 @@ def test_two_publish_runs_at_once_commit_each_version_once(deployment: Deploymen
     assert len(open_catalog(deployment).load_table(("web", "access")).scan().to_arrow()) == 3000
 
 
-def test_two_first_publish_runs_at_once_make_the_iceberg_table_once(deployment: Deployment,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_two_first_publish_runs_at_once_make_the_iceberg_table_once(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Both find no Iceberg table and create it: the loser of the create takes the winner's table."""
     with_iceberg(deployment)
     record = make_table(deployment)
@@ -109,8 +117,7 @@ def test_two_first_publish_runs_at_once_make_the_iceberg_table_once(deployment: 
     publish_once(deployment, now=tokyo(DAY, 12))
     deployment.config.publish.targets = ["iceberg"]
 
-    reports = race(monkeypatch, IcebergTarget, "_create",
-                   lambda own: publish_once(own, now=tokyo(DAY, 13)), deployment)
+    reports = race(monkeypatch, IcebergTarget, "_create", lambda own: publish_once(own, now=tokyo(DAY, 13)), deployment)
     assert not any(isinstance(r, Exception) for r in reports), reports
     assert not any(r.target_errors for r in reports), [r.target_errors for r in reports]
     assert sum("iceberg: CREATE TABLE web.access" in " ".join(r.external) for r in reports) == 1
@@ -119,8 +126,9 @@ def test_two_first_publish_runs_at_once_make_the_iceberg_table_once(deployment: 
     assert_same_as_siltlake(deployment, "web.access", ("web", "access"))
 
 
-def test_two_reaps_at_once_expire_each_snapshot_once_and_both_finish(deployment: Deployment,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_two_reaps_at_once_expire_each_snapshot_once_and_both_finish(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
     merged_after_two_versions(deployment)
     now = utcnow() + dt.timedelta(days=8)
     reports = race(monkeypatch, iceberg_reap, "expire_snapshots", lambda own: reap_once(own, now=now), deployment)
@@ -150,8 +158,9 @@ def test_an_expiry_another_commit_already_made_is_a_lost_race_not_a_bug(deployme
     assert [s.summary[VERSION_PROPERTY] for s in second.snapshots()] == ["2", "3"], "the loser sees the new table"
 
 
-def test_a_reap_whose_view_another_reap_expired_and_deleted_decides_again(deployment: Deployment,
-                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_reap_whose_view_another_reap_expired_and_deleted_decides_again(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Reap B reads the table, then reap A expires snapshots 1 and 2 and deletes their manifest lists (past the
     grace period), then B reads those snapshots' manifests: missing files of a table that moved on are a lost race,
     decided again from the new table, not an error."""

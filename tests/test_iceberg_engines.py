@@ -66,10 +66,13 @@ def test_pyiceberg_through_rest_reads_a_keyed_tables_position_deletes(keyed) -> 
     assert snapshot_deletes(rest, rest.current_snapshot()), "the newest version has position delete files"
     for version in range(1, table.version + 1):
         snapshot = snapshot_of_version(rest, version)
-        assert pairs(rest.scan(snapshot_id=snapshot.snapshot_id).to_arrow()) == \
-            pairs(table.to_arrow(as_of_version=version)), f"version {version}"
-        assert rest.scan(snapshot_id=snapshot.snapshot_id, row_filter="user_id < 5").count() == \
-            table.scan(as_of_version=version, filter="user_id < 5").count()
+        assert pairs(rest.scan(snapshot_id=snapshot.snapshot_id).to_arrow()) == pairs(
+            table.to_arrow(as_of_version=version)
+        ), f"version {version}"
+        assert (
+            rest.scan(snapshot_id=snapshot.snapshot_id, row_filter="user_id < 5").count()
+            == table.scan(as_of_version=version, filter="user_id < 5").count()
+        )
     assert sum(pairs(table.to_arrow()).values()) == 99
 
 
@@ -93,11 +96,15 @@ def test_each_engine_asked_for_a_time_before_the_first_snapshot(keyed) -> None:
 
     require_readers_venv()
     scan = f"iceberg_scan('{iceberg.metadata_location}', snapshot_from_timestamp => epoch_ms({{}}))"
-    answers = run_queries([f"SELECT count(*) AS n FROM {scan.format(before)}",
-                           f"SELECT count(*) AS n FROM {scan.format(first)}",
-                           f"SELECT count(*) AS n FROM lake.web.access AT (TIMESTAMP => epoch_ms({before}))",
-                           f"SELECT count(*) AS n FROM lake.web.access AT (TIMESTAMP => epoch_ms({first}))"],
-                          setup=(attach_rest(server.url),))
+    answers = run_queries(
+        [
+            f"SELECT count(*) AS n FROM {scan.format(before)}",
+            f"SELECT count(*) AS n FROM {scan.format(first)}",
+            f"SELECT count(*) AS n FROM lake.web.access AT (TIMESTAMP => epoch_ms({before}))",
+            f"SELECT count(*) AS n FROM lake.web.access AT (TIMESTAMP => epoch_ms({first}))",
+        ],
+        setup=(attach_rest(server.url),),
+    )
     counts = [a if isinstance(a, str) else a.column("n").to_pylist() for a in answers]
     assert counts[1] == counts[3] == [100], "at the first snapshot's time: version 1"
     assert counts[0] == [0], f"DuckDB iceberg_scan before the first snapshot: no rows, no error ({counts[0]})"

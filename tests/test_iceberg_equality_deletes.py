@@ -30,8 +30,11 @@ IDENT = ("web", "access")
 
 class EqualityDeletes(DeleteChange):
     def summary(self) -> dict[str, str]:
-        return {"added-delete-files": str(len(self.added)), "added-equality-delete-files": str(len(self.added)),
-                "added-equality-deletes": str(sum(f.record_count for f in self.added))}
+        return {
+            "added-delete-files": str(len(self.added)),
+            "added-equality-delete-files": str(len(self.added)),
+            "added-equality-deletes": str(sum(f.record_count for f in self.added)),
+        }
 
 
 def equality_delete_file(deployment: Deployment, iceberg: Any, user_ids: list[int]) -> Any:  # pyiceberg
@@ -40,16 +43,27 @@ def equality_delete_file(deployment: Deployment, iceberg: Any, user_ids: list[in
     from pyiceberg.typedef import Record
 
     field_id = iceberg.schema().find_field("user_id").field_id
-    rows = pa.table([pa.array(user_ids, pa.int64())], schema=pa.schema([
-        pa.field("user_id", pa.int64(), nullable=False, metadata={b"PARQUET:field_id": str(field_id).encode()})]))
+    rows = pa.table(
+        [pa.array(user_ids, pa.int64())],
+        schema=pa.schema(
+            [pa.field("user_id", pa.int64(), nullable=False, metadata={b"PARQUET:field_id": str(field_id).encode()})]
+        ),
+    )
     sink = io.BytesIO()
     pq.write_table(rows, sink)
     key = "test0001/_iceberg/web.access/data/equality-deletes.parquet"
     deployment.lake.write_bytes(key, sink.getvalue())
     data_file = DataFile.from_args(
-        content=DataFileContent.EQUALITY_DELETES, file_path=deployment.lake.uri(key), file_format=FileFormat.PARQUET,
-        partition=Record((DAY - EPOCH).days), record_count=rows.num_rows, file_size_in_bytes=len(sink.getvalue()),
-        equality_ids=[field_id], sort_order_id=None, key_metadata=None)
+        content=DataFileContent.EQUALITY_DELETES,
+        file_path=deployment.lake.uri(key),
+        file_format=FileFormat.PARQUET,
+        partition=Record((DAY - EPOCH).days),
+        record_count=rows.num_rows,
+        file_size_in_bytes=len(sink.getvalue()),
+        equality_ids=[field_id],
+        sort_order_id=None,
+        key_metadata=None,
+    )
     data_file.spec_id = iceberg.spec().spec_id
     return data_file
 
@@ -63,8 +77,13 @@ def with_equality_deletes(tmp_path: Path, catalog_url: str) -> Any:  # a pyicebe
     add_small_objects(deployment, record, DAY, [rows_for(DAY, 100, 0)])
     assert not publish_once(deployment).target_errors
     iceberg = open_catalog(deployment).load_table(IDENT)
-    commit_files(iceberg, [], [], {"siltlake.table-version": "1"},
-                 deletes=EqualityDeletes(added=[equality_delete_file(deployment, iceberg, list(range(10)))]))
+    commit_files(
+        iceberg,
+        [],
+        [],
+        {"siltlake.table-version": "1"},
+        deletes=EqualityDeletes(added=[equality_delete_file(deployment, iceberg, list(range(10)))]),
+    )
     yield open_catalog(deployment).load_table(IDENT)
     deployment.close()
 

@@ -32,17 +32,25 @@ def test_a_column_dropped_and_another_added_before_a_publish_keep_every_field_id
 
     # Both changes between two publishes: the drop frees no id for the added column to take.
     catalog.tables.drop_column("web.access", "status", now=tokyo(DAY, 12) + dt.timedelta(minutes=1))
-    record = catalog.tables.add_column("web.access", Column.from_mapping({"name": "referrer", "type": "string"}),
-                                       now=tokyo(DAY, 12) + dt.timedelta(minutes=2))
-    add_small_objects(deployment, record, DAY, [[{k: v for k, v in row.items() if k != "status"} | {"referrer": "r"}
-                                                 for row in rows(DAY, 10, 1)]])
+    record = catalog.tables.add_column(
+        "web.access",
+        Column.from_mapping({"name": "referrer", "type": "string"}),
+        now=tokyo(DAY, 12) + dt.timedelta(minutes=2),
+    )
+    add_small_objects(
+        deployment,
+        record,
+        DAY,
+        [[{k: v for k, v in row.items() if k != "status"} | {"referrer": "r"} for row in rows(DAY, 10, 1)]],
+    )
     published(deployment, tokyo(DAY, 13))
 
     iceberg = open_catalog(deployment).load_table(("web", "access"))
     after = {f.name: f.field_id for f in iceberg.schema().fields}
     assert "status" not in after
     assert {name: after[name] for name in before if name != "status"} == {
-        name: field_id for name, field_id in before.items() if name != "status"}, "kept columns keep their ids"
+        name: field_id for name, field_id in before.items() if name != "status"
+    }, "kept columns keep their ids"
     assert after["referrer"] not in before.values(), "the added column takes a new id, not the dropped one's"
 
     table = Lake(deployment).table("web.access")
@@ -51,8 +59,9 @@ def test_a_column_dropped_and_another_added_before_a_publish_keep_every_field_id
     assert sorted(newest.column("user_id").to_pylist()) == sorted(table.to_arrow().column("user_id").to_pylist())
     referrers = dict(zip(newest.column("user_id").to_pylist(), newest.column("referrer").to_pylist(), strict=True))
     assert {u for u, r in referrers.items() if r == "r"} == {row["user_id"] for row in rows(DAY, 10, 1)}
-    assert all(r is None for u, r in referrers.items() if u not in {row["user_id"] for row in rows(DAY, 10, 1)}), \
+    assert all(r is None for u, r in referrers.items() if u not in {row["user_id"] for row in rows(DAY, 10, 1)}), (
         "rows written before the column was added read it as null, not the dropped column's values"
+    )
     first = iceberg.scan(snapshot_id=snapshot_of_version(iceberg, 1).snapshot_id).to_arrow()
     assert "status" in first.column_names and "referrer" not in first.column_names
     assert sorted(first.column("status").to_pylist()) == sorted(row["status"] for row in rows(DAY, 10, 0))

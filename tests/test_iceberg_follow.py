@@ -89,10 +89,20 @@ def killed(deployment: Deployment, kill: str, write: str, rows: pa.Table | None 
     if rows is not None:
         with pa.ipc.new_stream(sink, rows.schema) as writer:
             writer.write_table(rows)
-    request = {"config": deployment.config.model_dump(mode="json", by_alias=True), "kill": kill, "write": write,
-               "rows": sink.getvalue().to_pybytes().hex()}
-    done = subprocess.run([sys.executable, "-c", CHILD], input=json.dumps(request), capture_output=True, text=True,
-                          timeout=300, check=False)
+    request = {
+        "config": deployment.config.model_dump(mode="json", by_alias=True),
+        "kill": kill,
+        "write": write,
+        "rows": sink.getvalue().to_pybytes().hex(),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD],
+        input=json.dumps(request),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == -signal.SIGKILL, (done.returncode, done.stdout, done.stderr[-3000:])
 
 
@@ -111,15 +121,17 @@ def assert_one_snapshot_a_version_with_its_rows_and_time(deployment: Deployment)
     for version in range(first, newest + 1):
         snapshot = snapshot_of_version(iceberg, version)
         assert snapshot.timestamp_ms == millis(times[version]), f"version {version} is stamped with its time"
-        assert pairs(iceberg.scan(snapshot_id=snapshot.snapshot_id).to_arrow()) == \
-            pairs(lake_table.to_arrow(as_of_version=version)), f"version {version}: Iceberg's rows are siltlake's"
+        assert pairs(iceberg.scan(snapshot_id=snapshot.snapshot_id).to_arrow()) == pairs(
+            lake_table.to_arrow(as_of_version=version)
+        ), f"version {version}: Iceberg's rows are siltlake's"
     # By time: between two versions (and after the last) Iceberg's snapshot as of an instant holds siltlake's rows
     # as of it; before the first, PyIceberg finds no snapshot where siltlake refuses the time.
     ordered = [times[v] for v in range(first, newest + 1)]
     for at in [a + (b - a) / 2 for a, b in zip(ordered, ordered[1:], strict=False)] + [ordered[-1] + MS]:
         snapshot = iceberg.snapshot_as_of_timestamp(millis(at))
-        assert pairs(iceberg.scan(snapshot_id=snapshot.snapshot_id).to_arrow()) == \
-            pairs(lake_table.to_arrow(as_of=at)), f"as of {at}"
+        assert pairs(iceberg.scan(snapshot_id=snapshot.snapshot_id).to_arrow()) == pairs(
+            lake_table.to_arrow(as_of=at)
+        ), f"as of {at}"
     assert iceberg.snapshot_as_of_timestamp(millis(ordered[0] - MS)) is None
     with pytest.raises(VersionOutOfRange):
         lake_table.to_arrow(as_of=ordered[0] - MS)
@@ -144,8 +156,9 @@ def test_an_upsert_and_a_delete_are_in_iceberg_when_they_return(keyed: Deploymen
 
 
 @pytest.mark.parametrize("write", ["upsert", "publish"])
-def test_a_writer_killed_between_siltlakes_commit_and_icebergs_is_followed_by_the_next(keyed: Deployment,
-                                                                                         write: str) -> None:
+def test_a_writer_killed_between_siltlakes_commit_and_icebergs_is_followed_by_the_next(
+    keyed: Deployment, write: str
+) -> None:
     table = Lake(keyed).table("web.access")
     before = table.version
     if write == "publish":

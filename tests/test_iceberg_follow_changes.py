@@ -56,9 +56,16 @@ def published(tmp_path: Path, catalog_url: str) -> Deployment:
     deployment.config.publish.targets = ["iceberg"]
     deployment.init()
     make_table(deployment, columns=STATUS_COLUMNS)
-    Lake(deployment).table("web.access").append(pa.table({
-        "utc_event_time": times(6, 0), "user_id": pa.array([1, 2, 3, 4, 5, 6], pa.int64()),
-        "action": ["a", "b", "a", "b", "a", "b"], "status": pa.array([200, 404, 200, 500, 200, 404], pa.int32())}))
+    Lake(deployment).table("web.access").append(
+        pa.table(
+            {
+                "utc_event_time": times(6, 0),
+                "user_id": pa.array([1, 2, 3, 4, 5, 6], pa.int64()),
+                "action": ["a", "b", "a", "b", "a", "b"],
+                "status": pa.array([200, 404, 200, 500, 200, 404], pa.int32()),
+            }
+        )
+    )
     report = publish_once(deployment)
     assert not report.target_errors, report.target_errors
     yield deployment
@@ -120,14 +127,24 @@ def test_each_schema_change_is_in_iceberg_when_it_returns(published: Deployment)
         change.add_column("region", "string")
         change.set_properties(merge_mode="deep")
     assert_followed(published, table)
-    table.append(pa.table({"utc_event_time": times(2, 100), "user_id": pa.array([7, 8], pa.int64()),
-                           "event": ["c", "c"], "referrer": ["x", None], "region": ["eu", "us"]}))
+    table.append(
+        pa.table(
+            {
+                "utc_event_time": times(2, 100),
+                "user_id": pa.array([7, 8], pa.int64()),
+                "event": ["c", "c"],
+                "referrer": ["x", None],
+                "region": ["eu", "us"],
+            }
+        )
+    )
     assert not publish_once(published).target_errors
     assert table.version == 7
     assert_every_version_is_its_snapshot(published)
     schema = iceberg_table(published).schema()
-    assert [f.name for f in schema.fields if f.name != PARTITION_COLUMN] == \
-        [c.name for c in table.record.definition.columns]
+    assert [f.name for f in schema.fields if f.name != PARTITION_COLUMN] == [
+        c.name for c in table.record.definition.columns
+    ]
 
 
 def test_silt_table_alter_column_is_in_iceberg_when_it_returns(published: Deployment, monkeypatch) -> None:
@@ -139,8 +156,7 @@ def test_silt_table_alter_column_is_in_iceberg_when_it_returns(published: Deploy
     assert_every_version_is_its_snapshot(published)
 
 
-def test_silt_table_and_schema_commands_are_in_iceberg_when_they_return(published: Deployment,
-                                                                         monkeypatch) -> None:
+def test_silt_table_and_schema_commands_are_in_iceberg_when_they_return(published: Deployment, monkeypatch) -> None:
     silt = silt_in_process(published, monkeypatch)
     monkeypatch.setenv("SILTLAKE_PUBLISH__TARGETS", "iceberg")
     silt("table", "add-column", "web.access", "referrer", "string")
@@ -160,12 +176,12 @@ def test_silt_table_and_schema_commands_are_in_iceberg_when_they_return(publishe
     assert_every_version_is_its_snapshot(published)
 
 
-def test_a_change_killed_between_siltlakes_commit_and_icebergs_is_followed_by_the_next(
-        published: Deployment) -> None:
+def test_a_change_killed_between_siltlakes_commit_and_icebergs_is_followed_by_the_next(published: Deployment) -> None:
     before = Lake(published).table("web.access").version
     request = json.dumps(published.config.model_dump(mode="json", by_alias=True))
-    done = subprocess.run([sys.executable, "-c", CHILD], input=request, capture_output=True, text=True, timeout=300,
-                          check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD], input=request, capture_output=True, text=True, timeout=300, check=False
+    )
     assert done.returncode == -signal.SIGKILL, (done.returncode, done.stdout, done.stderr[-3000:])
     table = Lake(published).table("web.access")
     assert table.version == before + 1 and "referrer" in table.schema.names, "siltlake committed the change"
@@ -189,14 +205,23 @@ def test_a_column_dropped_and_another_added_keep_the_definitions_field_ids(publi
         published.catalog.tables.add_column("web.access", Column.from_mapping({"name": "region", "type": "string"}))
         assert synced_version(iceberg_table(published)) == 1
     table = Lake(published).table("web.access")
-    table.append(pa.table({"utc_event_time": times(2, 100), "user_id": pa.array([7, 8], pa.int64()),
-                           "action": ["c", "c"], "region": ["eu", "us"]}))
+    table.append(
+        pa.table(
+            {
+                "utc_event_time": times(2, 100),
+                "user_id": pa.array([7, 8], pa.int64()),
+                "action": ["c", "c"],
+                "region": ["eu", "us"],
+            }
+        )
+    )
     assert not publish_once(published).target_errors
     ids = table.record.definition.field_ids
     assert ids is not None
     after = {f.name: f.field_id for f in iceberg_table(published).schema().fields}
-    assert after == {name: ids[name] for name in [*(c.name for c in table.record.definition.columns),
-                                                  PARTITION_COLUMN]}, "Iceberg's field ids are the definition's"
+    assert after == {
+        name: ids[name] for name in [*(c.name for c in table.record.definition.columns), PARTITION_COLUMN]
+    }, "Iceberg's field ids are the definition's"
     assert "status" not in after and after["region"] not in before.values(), "the dropped column's id stays unused"
     assert {n: i for n, i in after.items() if n != "region"} == {n: i for n, i in before.items() if n != "status"}
     assert_every_version_is_its_snapshot(published)

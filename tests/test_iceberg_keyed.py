@@ -41,11 +41,15 @@ CHANGED = "user_id < 25"
 SHAPES = (("every column", None), ("key filter", CHANGED), ("count", None))
 
 
-def upsert_rows(user_ids: list[int], value: tuple[str, str], date: dt.date = DAY, minute: int = 30,
-                **extra: Any) -> pa.Table:
+def upsert_rows(
+    user_ids: list[int], value: tuple[str, str], date: dt.date = DAY, minute: int = 30, **extra: Any
+) -> pa.Table:
     """Rows of these keys late on `date`, with `value` (column, text) and `extra` columns."""
-    columns = {"utc_event_time": pa.array([late(date, minute)] * len(user_ids), pa.timestamp("us", tz="UTC")),
-               "user_id": pa.array(user_ids, pa.int64()), **{k: pa.array(v) for k, v in extra.items()}}
+    columns = {
+        "utc_event_time": pa.array([late(date, minute)] * len(user_ids), pa.timestamp("us", tz="UTC")),
+        "user_id": pa.array(user_ids, pa.int64()),
+        **{k: pa.array(v) for k, v in extra.items()},
+    }
     columns[value[0]] = pa.array([value[1]] * len(user_ids))
     return pa.table(columns)
 
@@ -78,20 +82,34 @@ def keyed_walk(deployment: Deployment) -> tuple[list[int], dict[int, str]]:
     table.upsert(upgraded, now=tokyo(NEXT_DAY, 2))
     made[table.version] = "upsert of 60 rows (50 changed, 10 new)"
     # A shipper's re-sent chunk: key 7 twice in one object (the later row wins) and key 1_000_003 again.
-    add_small_objects(deployment, record, DAY, [[
-        {"utc_event_time": late(DAY, 40), "user_id": 7, "action": "resent-1"},
-        {"utc_event_time": late(DAY, 41), "user_id": 1_000_003, "action": "resent"},
-        {"utc_event_time": late(DAY, 42), "user_id": 7, "action": "resent-2"}]])
+    add_small_objects(
+        deployment,
+        record,
+        DAY,
+        [
+            [
+                {"utc_event_time": late(DAY, 40), "user_id": 7, "action": "resent-1"},
+                {"utc_event_time": late(DAY, 41), "user_id": 1_000_003, "action": "resent"},
+                {"utc_event_time": late(DAY, 42), "user_id": 7, "action": "resent-2"},
+            ]
+        ],
+    )
     step("a small object repeating a key inside itself", tokyo(NEXT_DAY, 3))
-    deletes = pa.concat_tables([upsert_rows([3, 4, 1_000_050, 5_000_001], ("action", "gone"), minute=45),
-                                upsert_rows([2_000_004], ("action", "gone"), NEXT_DAY, minute=45)])
+    deletes = pa.concat_tables(
+        [
+            upsert_rows([3, 4, 1_000_050, 5_000_001], ("action", "gone"), minute=45),
+            upsert_rows([2_000_004], ("action", "gone"), NEXT_DAY, minute=45),
+        ]
+    )
     deletes = deletes.append_column("drop", pa.array([True, True, True, False, True]))
     table.upsert(deletes, delete_column="drop", now=tokyo(NEXT_DAY, 4))
     made[table.version] = "an upsert deleting four keys (one on NEXT_DAY) and changing one"
     table.add_column("referrer", "string", now=tokyo(NEXT_DAY, 4))
     made[table.version] = "referrer added"
-    table.upsert(upsert_rows([10, 11, 5_000_002], ("action", "with-referrer"), minute=50,
-                             referrer=["r", "r", "r"]), now=tokyo(NEXT_DAY, 5))
+    table.upsert(
+        upsert_rows([10, 11, 5_000_002], ("action", "with-referrer"), minute=50, referrer=["r", "r", "r"]),
+        now=tokyo(NEXT_DAY, 5),
+    )
     made[table.version] = "an upsert with referrer"
     table.rename_column("action", "event", now=tokyo(NEXT_DAY, 5))
     made[table.version] = "action renamed to event"
@@ -115,8 +133,11 @@ def expected(deployment: Deployment, version: int) -> tuple[list[str], dict[str,
     rows = table.to_arrow(as_of_version=version)
     names = sorted(rows.column_names)
     keyed = table.to_arrow(as_of_version=version, filter=pc.field("user_id") < 25)
-    return names, {"every column": rows_of(rows, tuple(names)), "key filter": rows_of(keyed, tuple(names)),
-                   "count": Counter({(rows.num_rows,): 1})}
+    return names, {
+        "every column": rows_of(rows, tuple(names)),
+        "key filter": rows_of(keyed, tuple(names)),
+        "count": Counter({(rows.num_rows,): 1}),
+    }
 
 
 def answer_rows(answer: pa.Table, shape: str, names: list[str]) -> Counter:
@@ -134,8 +155,9 @@ def sql(shape: str, source: str) -> str:
 PYTHON_READERS = ("pyiceberg", "polars native", "polars pyiceberg", "datafusion")
 
 
-def python_answer(reader: str, iceberg: Any, snapshot: Any, datafusion: Any, version: int, shape: str,
-                  text: str | None) -> pa.Table:
+def python_answer(
+    reader: str, iceberg: Any, snapshot: Any, datafusion: Any, version: int, shape: str, text: str | None
+) -> pa.Table:
     """One reader's answer to one shape at one snapshot (PyIceberg's Table and Snapshot, a DataFusion session)."""
     import polars as pl
 
@@ -162,11 +184,14 @@ def python_readers(deployment: Deployment, versions: list[int]) -> list[str]:
         for shape, text in SHAPES:
             for reader in PYTHON_READERS:
                 try:
-                    got = answer_rows(python_answer(reader, iceberg, snapshot, datafusion, version, shape, text),
-                                      shape, names)
+                    got = answer_rows(
+                        python_answer(reader, iceberg, snapshot, datafusion, version, shape, text), shape, names
+                    )
                 except Exception as exc:  # a reader's error is a finding, reported with the others
-                    wrong.append(f"version {version}, {shape}: {reader} fails: {type(exc).__name__}: "
-                                 f"{str(exc).splitlines()[0] if str(exc) else ''}")
+                    wrong.append(
+                        f"version {version}, {shape}: {reader} fails: {type(exc).__name__}: "
+                        f"{str(exc).splitlines()[0] if str(exc) else ''}"
+                    )
                     continue
                 if got != answers[shape]:
                     wrong.append(describe(version, shape, reader, got, answers[shape]))
@@ -177,8 +202,10 @@ def describe(version: int, shape: str, reader: str, found: Counter, expected: Co
     extra, missing = sum((found - expected).values()), sum((expected - found).values())
     if shape == "count":
         return f"version {version}, count: {reader} counts {next(iter(found))[0]}, siltlake {next(iter(expected))[0]}"
-    return (f"version {version}, {shape}: {reader} returns {sum(found.values())} rows ({extra} extra, {missing} "
-            f"missing) of {sum(expected.values())}")
+    return (
+        f"version {version}, {shape}: {reader} returns {sum(found.values())} rows ({extra} extra, {missing} "
+        f"missing) of {sum(expected.values())}"
+    )
 
 
 def duckdb_readers(deployment: Deployment, versions: list[int]) -> list[str]:
@@ -194,10 +221,11 @@ def duckdb_readers(deployment: Deployment, versions: list[int]) -> list[str]:
         names, answers = expected(deployment, version)
         for reader, source in {
             "duckdb iceberg_scan": f"iceberg_scan('{iceberg.metadata_location}', "
-                                   f"snapshot_from_id => {snapshot.snapshot_id})",
+            f"snapshot_from_id => {snapshot.snapshot_id})",
             "duckdb REST attach": f"lake.web.access AT (VERSION => {snapshot.snapshot_id})",
-            "duckdb REST attach by snapshot time":
-                f"lake.web.access AT (TIMESTAMP => epoch_ms({snapshot.timestamp_ms}))",
+            "duckdb REST attach by snapshot time": (
+                f"lake.web.access AT (TIMESTAMP => epoch_ms({snapshot.timestamp_ms}))"
+            ),
         }.items():
             for shape, _ in SHAPES:
                 cases.append((version, shape, reader, names, answers[shape]))
@@ -234,16 +262,18 @@ def test_every_engine_reads_a_keyed_tables_unmerged_upserts_and_deletes_as_siltl
         previous = {f.file_path for f in deletes}
         listed = {f.file_path for f in snapshot_files(iceberg, snapshot)}
         targets = [target_of(f) for f in deletes]
-        assert len(set(targets)) == len(targets) and set(targets) <= listed, \
+        assert len(set(targets)) == len(targets) and set(targets) <= listed, (
             f"version {version}: one delete file for a data file of the snapshot, naming it"
+        )
         for delete, target in zip(deletes, targets, strict=True):
             named = pq.read_table(delete.file_path.removeprefix("file://"))
             assert set(named.column("file_path").to_pylist()) == {target} and named.num_rows == delete.record_count
             assert named.column("pos").to_pylist() == sorted(set(named.column("pos").to_pylist()))
     assert carried, "a delete file hiding the same rows is kept, not written again"
     rewritten = next(v for v, what in made.items() if what.startswith("silt delete"))
-    assert not snapshot_deletes(iceberg, snapshot_of_version(iceberg, rewritten), {DAY}), \
+    assert not snapshot_deletes(iceberg, snapshot_of_version(iceberg, rewritten), {DAY}), (
         "a partition rewritten whole has no delete file"
+    )
     assert snapshot_deletes(iceberg, snapshot_of_version(iceberg, upserted), {DAY})
     summary = snapshot_of_version(iceberg, upserted).summary
     assert summary["operation"].value == "overwrite" and int(summary["total-position-deletes"]) >= 50
@@ -259,9 +289,12 @@ def test_the_sequence_column_decides_which_row_iceberg_shows(deployment: Deploym
     """A keyed table with a sequence column: a later upsert with a smaller sequence value loses, so the newest file's
     row is the one hidden (an equality delete could not say that)."""
     deployment.config.publish.targets = ["iceberg"]
-    columns = [{"name": "utc_event_time", "type": "timestamp", "nullable": False, "source": "time"},
-               {"name": "user_id", "type": "bigint", "nullable": False},
-               {"name": "action", "type": "string"}, {"name": "seq", "type": "bigint"}]
+    columns = [
+        {"name": "utc_event_time", "type": "timestamp", "nullable": False, "source": "time"},
+        {"name": "user_id", "type": "bigint", "nullable": False},
+        {"name": "action", "type": "string"},
+        {"name": "seq", "type": "bigint"},
+    ]
     record = make_table(deployment, primary_key=["user_id"], sequence_column="seq", columns=columns)
     add_small_objects(deployment, record, DAY, [[{**row, "seq": 5} for row in rows_for(DAY, 20, 0)]])
     first = published(deployment, tokyo(DAY, 12))
@@ -288,16 +321,19 @@ def test_delete_files_go_with_their_partition_past_its_ttl_and_reap_deletes_them
         add_small_objects(deployment, record, date, [rows_for(date, 10, 0), rows_for(date, 10, 0)])
     published(deployment, tokyo(DAY, 12))
     iceberg = open_catalog(deployment).load_table(IDENT)
-    files = {partition: [f.file_path for f in snapshot_deletes(iceberg, iceberg.current_snapshot(), {partition})]
-             for partition in (DAY, later)}
+    files = {
+        partition: [f.file_path for f in snapshot_deletes(iceberg, iceberg.current_snapshot(), {partition})]
+        for partition in (DAY, later)
+    }
     assert [len(paths) for paths in files.values()] == [1, 1] and iceberg.scan().count() == 20
 
     reap_once(deployment, now=tokyo(later, 12))
     iceberg = open_catalog(deployment).load_table(IDENT)
     assert not snapshot_deletes(iceberg, iceberg.current_snapshot(), {DAY}), "DAY's delete file left with DAY"
     assert [f.file_path for f in snapshot_deletes(iceberg, iceberg.current_snapshot())] == files[later]
-    assert rows_of(iceberg.scan().to_arrow(), ("user_id", "action", "dt")) == \
-        rows_of(Lake(deployment).table("web.access").to_arrow(), ("user_id", "action", "dt"))
+    assert rows_of(iceberg.scan().to_arrow(), ("user_id", "action", "dt")) == rows_of(
+        Lake(deployment).table("web.access").to_arrow(), ("user_id", "action", "dt")
+    )
 
     def exists(path: str) -> bool:
         return deployment.lake.exists(deployment.lake.key_of(path.removeprefix("file://")))
@@ -308,8 +344,9 @@ def test_delete_files_go_with_their_partition_past_its_ttl_and_reap_deletes_them
     reap_once(deployment, now=utcnow() + dt.timedelta(days=30))
     iceberg = open_catalog(deployment).load_table(IDENT)
     assert not snapshot_deletes(iceberg, iceberg.current_snapshot()) and iceberg.scan().count() == 0
-    assert not any(exists(path) for paths in files.values() for path in paths), \
+    assert not any(exists(path) for paths in files.values() for path in paths), (
         "reap deleted the delete files no snapshot lists"
+    )
 
 
 def wrong_readers(deployment: Deployment) -> list[str]:

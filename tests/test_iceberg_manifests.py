@@ -39,8 +39,7 @@ def manifests_by_year(deployment: Deployment) -> dict[int, list[str]]:
     return years
 
 
-def test_a_whole_table_commit_is_split_by_year_and_an_overwrite_rewrites_only_its_year(
-        deployment: Deployment) -> None:
+def test_a_whole_table_commit_is_split_by_year_and_an_overwrite_rewrites_only_its_year(deployment: Deployment) -> None:
     with_iceberg(deployment)
     record = make_table(deployment)
     for seed, date in enumerate((DAY, DAY, DAY + dt.timedelta(days=1), LAST_YEAR, NEXT_YEAR)):
@@ -53,8 +52,9 @@ def test_a_whole_table_commit_is_split_by_year_and_an_overwrite_rewrites_only_it
     delete_rows(deployment, "web.access", DAY, "user_id % 2 = 0", now=tokyo(NEXT_YEAR, 13))
     published(deployment, tokyo(NEXT_YEAR, 14))  # an overwrite of one date of 2026
     after = manifests_by_year(deployment)
-    assert after[2025] == before[2025] and after[2027] == before[2027], \
+    assert after[2025] == before[2025] and after[2027] == before[2027], (
         "the years the overwrite did not change keep their manifests, unread and unwritten"
+    )
     assert after[2026] != before[2026]
     assert_same_as_siltlake(deployment, "web.access", ("web", "access"))
 
@@ -62,8 +62,9 @@ def test_a_whole_table_commit_is_split_by_year_and_an_overwrite_rewrites_only_it
     published(deployment, tokyo(NEXT_YEAR, 15))
     table = open_catalog(deployment).load_table(("web", "access"))
     kept = table.current_snapshot().manifests(table.io)
-    assert all(m.has_added_files() or m.has_existing_files() for m in kept), \
+    assert all(m.has_added_files() or m.has_existing_files() for m in kept), (
         "a manifest of only the files an earlier snapshot deleted is not carried forward"
+    )
     assert_same_as_siltlake(deployment, "web.access", ("web", "access"))
 
 
@@ -78,14 +79,15 @@ def test_a_years_manifests_are_merged_once_commits_leave_too_many(deployment: De
         counts.append(len(manifests_by_year(deployment)[2026]))
     assert counts == [1, 2, 3, 1, 2, 3, 1], counts
     table = open_catalog(deployment).load_table(("web", "access"))
-    assert Counter(len(table.scan(snapshot_id=s.snapshot_id).to_arrow()) for s in table.snapshots()) == \
-        Counter(5 * (n + 1) for n in range(7)), "every snapshot still reads its own version's rows"
+    assert Counter(len(table.scan(snapshot_id=s.snapshot_id).to_arrow()) for s in table.snapshots()) == Counter(
+        5 * (n + 1) for n in range(7)
+    ), "every snapshot still reads its own version's rows"
     assert_same_as_siltlake(deployment, "web.access", ("web", "access"))
 
 
-
 def test_snapshots_past_the_iceberg_retention_go_with_the_next_commit_and_reap_deletes_their_metadata(
-        deployment: Deployment) -> None:
+    deployment: Deployment,
+) -> None:
     with_iceberg(deployment).config.publish.iceberg.snapshot_retention = 0  # only the current snapshot
     record = make_table(deployment)
     statements = []
@@ -98,8 +100,9 @@ def test_snapshots_past_the_iceberg_retention_go_with_the_next_commit_and_reap_d
     assert sum("1 older snapshots expired" in line for line in statements) == 2, statements
     assert table.properties["gc.enabled"] == "false", "engines' own snapshot expiry must not delete files"
     assert_same_as_siltlake(deployment, "web.access", ("web", "access"))
-    assert Lake(deployment).table("web.access").to_arrow(as_of_version=1).num_rows == 5, \
+    assert Lake(deployment).table("web.access").to_arrow(as_of_version=1).num_rows == 5, (
         "siltlake's own time travel keeps reap.retention"
+    )
 
     metadata = record.layout(deployment.instance_key).iceberg_location()
     manifest_lists = [info.key for info in deployment.lake.list(metadata + "/") if "/snap-" in info.key]
@@ -107,8 +110,9 @@ def test_snapshots_past_the_iceberg_retention_go_with_the_next_commit_and_reap_d
     reap_once(deployment, now=utcnow() + dt.timedelta(days=4))  # past the grace for unnamed metadata files
     table = open_catalog(deployment).load_table(("web", "access"))
     kept = [info.key for info in deployment.lake.list(metadata + "/") if "/snap-" in info.key]
-    assert len(kept) == 1 and table.current_snapshot().manifest_list.endswith(kept[0].rsplit("/", 1)[1]), \
+    assert len(kept) == 1 and table.current_snapshot().manifest_list.endswith(kept[0].rsplit("/", 1)[1]), (
         "the expired snapshots' manifest lists are deleted, the current one's stays"
+    )
     assert len(table.scan().to_arrow()) == 15
 
 
@@ -134,8 +138,10 @@ def pyiceberg_table(tmp_path):  # a path; a pyiceberg Table
     catalog = SqlCatalog("t", uri=f"sqlite:///{tmp_path / 'iceberg.db'}", warehouse=f"file://{tmp_path}")
     catalog.create_namespace("web")
     return catalog.create_table(
-        ("web", "wide"), Schema(NestedField(1, "n", LongType()), NestedField(2, "dt", DateType())),
-        partition_spec=PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "dt")))
+        ("web", "wide"),
+        Schema(NestedField(1, "n", LongType()), NestedField(2, "dt", DateType())),
+        partition_spec=PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "dt")),
+    )
 
 
 def data_files(table, kind: str, days: list[int]) -> list:  # a pyiceberg Table
@@ -145,9 +151,14 @@ def data_files(table, kind: str, days: list[int]) -> list:  # a pyiceberg Table
 
     made = []
     for i, day in enumerate(days):
-        data_file = DataFile.from_args(content=DataFileContent.DATA, file_path=f"file:///{kind}/{i}.parquet",
-                                       file_format=FileFormat.PARQUET, partition=Record(day), record_count=1,
-                                       file_size_in_bytes=100)
+        data_file = DataFile.from_args(
+            content=DataFileContent.DATA,
+            file_path=f"file:///{kind}/{i}.parquet",
+            file_format=FileFormat.PARQUET,
+            partition=Record(day),
+            record_count=1,
+            file_size_in_bytes=100,
+        )
         data_file.spec_id = table.metadata.default_spec_id
         made.append(data_file)
     return made
@@ -190,8 +201,7 @@ def test_a_commit_copies_the_table_metadata_once_per_state_of_its_updates(tmp_pa
     pyiceberg_copies, copies[:] = len(copies), []
     iceberg_manifests.commit_files(table, [], second, {})
     assert pyiceberg_copies >= 8 and len(copies) <= 3, (pyiceberg_copies, len(copies))
-    assert sorted(f.file.file_path for f in table.scan().plan_files()) == ["file:///a/0.parquet",
-                                                                         "file:///b/0.parquet"]
+    assert sorted(f.file.file_path for f in table.scan().plan_files()) == ["file:///a/0.parquet", "file:///b/0.parquet"]
     without_expiry, copies[:] = len(copies), []
     third = data_files(table, "c", [day])
     time.sleep(0.002)  # the snapshot before is a millisecond old at least

@@ -65,12 +65,18 @@ def served(tmp_path: Path, catalog_url: str) -> Iterator[tuple[Deployment, Icebe
         deployment.close()
 
 
-def request(server: IcebergRestServer, method: str, path: str, body: Any = None,  # any JSON
-            headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], Any]:
+def request(
+    server: IcebergRestServer,
+    method: str,
+    path: str,
+    body: Any = None,  # any JSON
+    headers: dict[str, str] | None = None,
+) -> tuple[int, dict[str, str], Any]:
     """(status, headers, the JSON body or None) of one raw request."""
     data = json.dumps(body).encode() if body is not None else None
-    sent = urllib.request.Request(server.url + path, data=data, method=method,
-                                  headers={"Content-Type": "application/json", **(headers or {})})
+    sent = urllib.request.Request(
+        server.url + path, data=data, method=method, headers={"Content-Type": "application/json", **(headers or {})}
+    )
     try:
         with urllib.request.urlopen(sent, timeout=10) as answer:
             status, got, raw = answer.status, dict(answer.headers), answer.read()
@@ -125,8 +131,9 @@ def test_pyiceberg_reads_through_every_served_endpoint_what_the_sql_catalog_hold
     lake_table = Lake(deployment).table("web.access")
     for version in (lake_table.version - 1, lake_table.version):
         snapshot = snapshot_of_version(table, version)
-        assert rows(table.scan(snapshot_id=snapshot.snapshot_id).to_arrow()) == \
-            rows(lake_table.to_arrow(as_of_version=version))
+        assert rows(table.scan(snapshot_id=snapshot.snapshot_id).to_arrow()) == rows(
+            lake_table.to_arrow(as_of_version=version)
+        )
     paged = RestCatalog("siltlake-paged", uri=server.url, **{"rest-page-size": "1"})
     assert paged.list_tables("web") == rest.list_tables("web")
     assert paged.list_namespaces("web") == [("web", "archive")]
@@ -140,8 +147,14 @@ def test_the_config_lists_exactly_the_served_endpoints_and_clients_refuse_the_re
     assert status == 200 and config["defaults"] == {} and config["overrides"] == {}
     served_endpoints = {Endpoint.from_string(e) for e in config["endpoints"]}
     assert served_endpoints == {Endpoint.from_string(e) for e in SERVED}
-    for capability in ("V1_LIST_NAMESPACES", "V1_LOAD_NAMESPACE", "V1_NAMESPACE_EXISTS", "V1_LIST_TABLES",
-                       "V1_LOAD_TABLE", "V1_TABLE_EXISTS"):
+    for capability in (
+        "V1_LIST_NAMESPACES",
+        "V1_LOAD_NAMESPACE",
+        "V1_NAMESPACE_EXISTS",
+        "V1_LIST_TABLES",
+        "V1_LOAD_TABLE",
+        "V1_TABLE_EXISTS",
+    ):
         assert getattr(Capability, capability) in served_endpoints, capability
     for write in ("V1_CREATE_NAMESPACE", "V1_UPDATE_TABLE", "V1_CREATE_TABLE", "V1_DELETE_TABLE"):
         assert getattr(Capability, write) not in served_endpoints, write
@@ -188,11 +201,13 @@ def test_raw_table_listing_pages_when_asked(served) -> None:
     assert names == list(TABLES) and pages == 2
     status, _, body = request(server, "GET", "/v1/namespaces?pageToken=&pageSize=1")
     assert body == {"namespaces": [["web"]], "next-page-token": None}
-    assert request(server, "GET", "/v1/namespaces/web/tables?pageSize=1")[2]["next-page-token"] is None, \
+    assert request(server, "GET", "/v1/namespaces/web/tables?pageSize=1")[2]["next-page-token"] is None, (
         "without pageToken: everything at once"
+    )
     for bad in ("0", "-1", "two"):
-        assert_error(request(server, "GET", f"/v1/namespaces/web/tables?pageToken=&pageSize={bad}"), 400,
-                     "BadRequestException")
+        assert_error(
+            request(server, "GET", f"/v1/namespaces/web/tables?pageToken=&pageSize={bad}"), 400, "BadRequestException"
+        )
     assert_error(request(server, "GET", "/v1/namespaces/nothing/tables"), 404, "NoSuchNamespaceException")
 
 
@@ -209,12 +224,12 @@ def test_raw_table_load_exists_and_etag(served) -> None:
     etag = headers["ETag"]
     status, _, body = request(server, "GET", "/v1/namespaces/web/tables/access", headers={"If-None-Match": etag})
     assert (status, body) == (304, None), "unchanged since the tag: no body"
-    status, _, body = request(server, "GET", "/v1/namespaces/web/tables/access",
-                              headers={"If-None-Match": '"an-older-tag"'})
+    status, _, body = request(
+        server, "GET", "/v1/namespaces/web/tables/access", headers={"If-None-Match": '"an-older-tag"'}
+    )
     assert status == 200 and body["metadata-location"] == here.metadata_location
     assert request(server, "GET", "/v1/namespaces/web/tables/access?snapshots=refs")[0] == 200
-    assert_error(request(server, "GET", "/v1/namespaces/web/tables/access?snapshots=some"), 400,
-                 "BadRequestException")
+    assert_error(request(server, "GET", "/v1/namespaces/web/tables/access?snapshots=some"), 400, "BadRequestException")
     assert_error(request(server, "GET", "/v1/namespaces/web/tables/nothing"), 404, "NoSuchTableException")
     assert_error(request(server, "GET", "/v1/namespaces/nothing/tables/access"), 404, "NoSuchTableException")
     assert request(server, "HEAD", "/v1/namespaces/web/tables/access")[0] == 204
@@ -230,16 +245,26 @@ def test_raw_table_load_exists_and_etag(served) -> None:
 def test_raw_metrics_reports_are_taken_with_204(served) -> None:
     deployment, server = served
     here = open_catalog(deployment).load_table(IDENT)
-    scan_report = {"report-type": "scan-report", "table-name": "siltlake.web.access",
-                   "snapshot-id": here.current_snapshot().snapshot_id, "filter": True, "schema-id": 0,
-                   "projected-field-ids": [2], "projected-field-names": ["user_id"],
-                   "metrics": {"result-data-files": {"unit": "count", "value": 2}}}
+    scan_report = {
+        "report-type": "scan-report",
+        "table-name": "siltlake.web.access",
+        "snapshot-id": here.current_snapshot().snapshot_id,
+        "filter": True,
+        "schema-id": 0,
+        "projected-field-ids": [2],
+        "projected-field-names": ["user_id"],
+        "metrics": {"result-data-files": {"unit": "count", "value": 2}},
+    }
     status, _, body = request(server, "POST", "/v1/namespaces/web/tables/access/metrics", scan_report)
     assert (status, body) == (204, None)
-    assert_error(request(server, "POST", "/v1/namespaces/web/tables/nothing/metrics", scan_report), 404,
-                 "NoSuchTableException")
-    assert_error(request(server, "POST", "/v1/namespaces/web/tables/access/metrics", ["not", "a", "report"]), 400,
-                 "BadRequestException")
+    assert_error(
+        request(server, "POST", "/v1/namespaces/web/tables/nothing/metrics", scan_report), 404, "NoSuchTableException"
+    )
+    assert_error(
+        request(server, "POST", "/v1/namespaces/web/tables/access/metrics", ["not", "a", "report"]),
+        400,
+        "BadRequestException",
+    )
 
 
 def test_every_write_of_the_spec_is_refused_with_403_and_nothing_changes(served) -> None:
@@ -262,8 +287,9 @@ def test_every_write_of_the_spec_is_refused_with_403_and_nothing_changes(served)
     for method, path, body in writes:
         message = assert_error(request(server, method, path, body), 403, "ForbiddenException")
         assert "read-only" in message and path.split("?")[0] in message, message
-    assert_error(request(server, "POST", "/v1/namespaces/web/tables/access/plan", {}), 406,
-                 "UnsupportedOperationException")
+    assert_error(
+        request(server, "POST", "/v1/namespaces/web/tables/access/plan", {}), 406, "UnsupportedOperationException"
+    )
     assert_error(request(server, "GET", "/v1/namespaces/web/views"), 404, "NoSuchEndpointException")
     assert_error(request(server, "GET", "/v2/config"), 404, "NoSuchEndpointException")
     sql = open_catalog(deployment)
@@ -298,8 +324,9 @@ def test_a_refused_append_leaves_nothing_once_reap_grace_has_passed(served) -> N
     with pytest.raises(NotImplementedError):
         table.delete("user_id = 3")
     leftovers = files_under(lake) - before
-    assert any("/data/" in path for path in leftovers) and any(path.endswith(".avro") for path in leftovers), \
+    assert any("/data/" in path for path in leftovers) and any(path.endswith(".avro") for path in leftovers), (
         f"PyIceberg writes its files before its commit is refused: {sorted(leftovers)}"
+    )
     assert sql.load_table(IDENT).metadata_location == committed.metadata_location
     young = reap_once(deployment, now=utcnow(), full=True, grace=3600)
     assert files_under(lake) >= leftovers and young.kept_young >= len(leftovers), "inside the grace period: kept"
@@ -309,13 +336,16 @@ def test_a_refused_append_leaves_nothing_once_reap_grace_has_passed(served) -> N
     assert files_under(lake) == present, "a dry run deletes nothing"
     report = reap_once(deployment, now=later, grace=3600)
     assert not report.full_sweep, "an incremental run lists _iceberg/ too"
-    assert [(dry.reasons[r].objects, dry.reasons[r].bytes) for r in ("orphan", "expired")] == \
-        [(report.reasons[r].objects, report.reasons[r].bytes) for r in ("orphan", "expired")], "the dry run saw them"
+    assert [(dry.reasons[r].objects, dry.reasons[r].bytes) for r in ("orphan", "expired")] == [
+        (report.reasons[r].objects, report.reasons[r].bytes) for r in ("orphan", "expired")
+    ], "the dry run saw them"
     left = files_under(lake)
-    assert present - left == leftovers, f"deleted besides: {sorted(present - left - leftovers)}; " \
-                                        f"left behind: {sorted(leftovers & left)}"
-    assert report.reasons["orphan"].objects == len([p for p in leftovers if "/data/" in p]), \
+    assert present - left == leftovers, (
+        f"deleted besides: {sorted(present - left - leftovers)}; left behind: {sorted(leftovers & left)}"
+    )
+    assert report.reasons["orphan"].objects == len([p for p in leftovers if "/data/" in p]), (
         "a writer's data files no snapshot ever listed are orphans (its manifests: metadata no snapshot needs)"
+    )
     assert all((lake / key).exists() for key in referenced_here), "a file a snapshot references stays"
     after = sql.load_table(IDENT)
     assert rows(after.scan().to_arrow()) == rows(committed.scan().to_arrow()), "every snapshot file still reads"
@@ -332,8 +362,13 @@ def test_duckdb_reads_through_the_server_and_its_refused_insert_is_reaped(served
     lake = Path(deployment.config.storage.root)
     before = files_under(lake)
     attach = f"ATTACH 'siltlake' AS lake (TYPE iceberg, ENDPOINT '{server.url}', AUTHORIZATION_TYPE 'none')"
-    count, inserted = run_queries(["SELECT count(*) AS n FROM lake.web.access",
-                                   "INSERT INTO lake.web.access SELECT * FROM lake.web.access LIMIT 2"], (attach,))
+    count, inserted = run_queries(
+        [
+            "SELECT count(*) AS n FROM lake.web.access",
+            "INSERT INTO lake.web.access SELECT * FROM lake.web.access LIMIT 2",
+        ],
+        (attach,),
+    )
     assert count.column("n").to_pylist() == [Lake(deployment).table("web.access").to_arrow().num_rows]
     assert isinstance(inserted, str) and "403" in inserted and "read-only" in inserted, inserted
     leftovers = files_under(lake) - before

@@ -40,7 +40,8 @@ def config_answer(server: IcebergRestServer) -> dict:
 
 
 def test_idle_and_slow_connections_hold_a_bounded_number_of_threads_for_a_bounded_time(
-        iceberg_deployment: Deployment) -> None:
+    iceberg_deployment: Deployment,
+) -> None:
     open_catalog(iceberg_deployment)  # PyIceberg imported and its catalog made before anything is timed
     before = threading.active_count()
     server = IcebergRestServer(iceberg_deployment, "127.0.0.1", 0, max_connections=8, request_timeout=1.5).start()
@@ -79,15 +80,18 @@ def test_slow_drip_clients_hold_no_slot_a_fresh_client_needs(iceberg_deployment:
         server.close()
 
 
-def test_a_failure_is_answered_in_user_terms_and_its_details_logged(iceberg_deployment: Deployment, tmp_path: Path,
-                                                                     caplog) -> None:
+def test_a_failure_is_answered_in_user_terms_and_its_details_logged(
+    iceberg_deployment: Deployment, tmp_path: Path, caplog
+) -> None:
     open_catalog(iceberg_deployment)  # the Iceberg catalog's tables exist; then one of them goes
     with sqlite3.connect(tmp_path / "iceberg.db") as database:
         database.execute("DROP TABLE iceberg_tables")
     server = IcebergRestServer(iceberg_deployment, "127.0.0.1", 0).start()
     try:
-        with caplog.at_level(logging.WARNING, logger="siltlake.publish.iceberg.rest"), \
-                pytest.raises(urllib.error.HTTPError) as failed:
+        with (
+            caplog.at_level(logging.WARNING, logger="siltlake.publish.iceberg.rest"),
+            pytest.raises(urllib.error.HTTPError) as failed,
+        ):
             urllib.request.urlopen(f"{server.url}/v1/namespaces", timeout=10)
     finally:
         server.close()

@@ -40,9 +40,15 @@ def three(tmp_path: Path, catalog_url: str) -> Deployment:
 def append(deployment: Deployment, seed: int, rows: int = 2) -> None:
     """Rows on today's partition, published as one version ((seed + 1) * 2 rows in all after the first three)."""
     users = [seed * 100 + n for n in range(rows if seed else 4)]
-    Lake(deployment).table("web.access").append(pa.table({
-        "utc_event_time": times(len(users), seed * 10), "user_id": pa.array(users, pa.int64()),
-        "action": ["a"] * len(users)}))
+    Lake(deployment).table("web.access").append(
+        pa.table(
+            {
+                "utc_event_time": times(len(users), seed * 10),
+                "user_id": pa.array(users, pa.int64()),
+                "action": ["a"] * len(users),
+            }
+        )
+    )
     report = publish_once(deployment)
     assert not report.target_errors, report.target_errors
 
@@ -68,8 +74,10 @@ def test_a_tag_is_an_iceberg_tag_on_its_versions_snapshot(three: Deployment) -> 
     table.tag("first", version=1)
     iceberg = iceberg_table(three)
     assert tags(iceberg) == {"first": snapshot_of_version(iceberg, 1).snapshot_id}, "made at once, no publish run"
-    assert read_tag(iceberg, "first") == users(table.to_arrow(as_of_version="first")) and \
-        sum(read_tag(iceberg, "first").values()) == 4
+    assert (
+        read_tag(iceberg, "first") == users(table.to_arrow(as_of_version="first"))
+        and sum(read_tag(iceberg, "first").values()) == 4
+    )
 
     table.tag("first", version=2, move=True)
     table.tag("main")  # Iceberg's main is its branch: this tag is siltlake's only

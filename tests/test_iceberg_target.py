@@ -83,10 +83,12 @@ def test_renames_added_columns_widened_types_and_dropped_tables_follow(deploymen
     assert_same_as_siltlake(deployment, "web.access", ("web", "access"))
 
     catalog.tables.rename("web.access", "shop.visits")
-    record = catalog.tables.add_column("shop.visits", _column("referrer", "string"),
-                                     now=tokyo(DAY, 12) + dt.timedelta(minutes=1))
-    record = catalog.tables.alter_column_type("shop.visits", "status", "bigint",
-                                              now=tokyo(DAY, 12) + dt.timedelta(minutes=2))
+    record = catalog.tables.add_column(
+        "shop.visits", _column("referrer", "string"), now=tokyo(DAY, 12) + dt.timedelta(minutes=1)
+    )
+    record = catalog.tables.alter_column_type(
+        "shop.visits", "status", "bigint", now=tokyo(DAY, 12) + dt.timedelta(minutes=2)
+    )
     add_small_objects(deployment, record, DAY, [rows(DAY, 10, 1, referrer="r")])
     external = published(deployment, tokyo(DAY, 13))
     assert "iceberg: RENAME TABLE web.access TO shop.visits" in external, external
@@ -99,11 +101,17 @@ def test_renames_added_columns_widened_types_and_dropped_tables_follow(deploymen
     assert schema.find_field("referrer").field_type == StringType()
     scanned = iceberg.scan().to_arrow()
     assert scanned.schema.field("status").type.bit_width == 64
-    by_user = dict(zip(scanned.column("user_id").to_pylist(), zip(scanned.column("status").to_pylist(),
-                       scanned.column("referrer").to_pylist(), strict=True), strict=True))
-    assert by_user == {r["user_id"]: (r["status"], "r" if r["user_id"] >= 1_000_000 else None)
-                       for r in rows(DAY, 10, 0) + rows(DAY, 10, 1)}, \
-        "older objects read the widened column as bigint and the added one as null"
+    by_user = dict(
+        zip(
+            scanned.column("user_id").to_pylist(),
+            zip(scanned.column("status").to_pylist(), scanned.column("referrer").to_pylist(), strict=True),
+            strict=True,
+        )
+    )
+    assert by_user == {
+        r["user_id"]: (r["status"], "r" if r["user_id"] >= 1_000_000 else None)
+        for r in rows(DAY, 10, 0) + rows(DAY, 10, 1)
+    }, "older objects read the widened column as bigint and the added one as null"
     assert_same_as_siltlake(deployment, "shop.visits", ("shop", "visits"))
     # The table's first snapshot still reads as it was (the old schema's files, by name).
     first = snapshot_of_version(iceberg, 1)
@@ -157,11 +165,13 @@ def test_reap_expires_snapshots_before_deleting_the_files_they_list(deployment: 
 
     reap_once(deployment, now=utcnow() + dt.timedelta(days=8))
     assert Lake(deployment).table("web.access").versions() == (3, 3)
-    assert not any(lake.exists(lake.key_of(path.removeprefix("file://"))) for path in small), \
+    assert not any(lake.exists(lake.key_of(path.removeprefix("file://"))) for path in small), (
         "the covered small objects are gone"
+    )
     iceberg = open_catalog(deployment).load_table(("web", "access"))
-    assert [s.summary[VERSION_PROPERTY] for s in iceberg.snapshots()] == ["3"], \
+    assert [s.summary[VERSION_PROPERTY] for s in iceberg.snapshots()] == ["3"], (
         "the snapshots listing them were expired first"
+    )
     for snapshot in iceberg.snapshots():
         for f in snapshot_files(iceberg, snapshot):
             assert Path(f.file_path.removeprefix("file://")).exists(), f"a retained snapshot lists a deleted {f}"
@@ -170,7 +180,6 @@ def test_reap_expires_snapshots_before_deleting_the_files_they_list(deployment: 
     assert not any(Path(p.removeprefix("file://")).exists() for p in gone), "expired snapshots' manifest lists go"
     assert Path(iceberg.metadata_location.removeprefix("file://")).exists()
     assert Path(manifest_lists[2].removeprefix("file://")).exists()
-
 
 
 def test_reap_expires_a_snapshot_an_engine_tagged_and_the_tag_with_it(deployment: Deployment) -> None:
@@ -202,10 +211,12 @@ def test_filters_on_dt_and_on_column_bounds_select_the_same_rows_as_siltlake(dep
     times = sorted(table.column("utc_event_time").to_pylist())
     middle = times[len(times) // 2]
     user_range = (pc.field("user_id") >= 1000005) & (pc.field("user_id") < 2000003)
-    cases = [(f"dt = '{DAY}'", pc.field("dt") == DAY, 2),  # the day's two files: partition pruning
-             (f"dt > '{DAY}'", pc.field("dt") > DAY, 1),
-             (f"utc_event_time >= '{middle.isoformat()}'", pc.field("utc_event_time") >= middle, None),
-             ("user_id >= 1000005 and user_id < 2000003", user_range, 2)]  # seed 0's users 0-9: pruned by bounds
+    cases = [
+        (f"dt = '{DAY}'", pc.field("dt") == DAY, 2),  # the day's two files: partition pruning
+        (f"dt > '{DAY}'", pc.field("dt") > DAY, 1),
+        (f"utc_event_time >= '{middle.isoformat()}'", pc.field("utc_event_time") >= middle, None),
+        ("user_id >= 1000005 and user_id < 2000003", user_range, 2),
+    ]  # seed 0's users 0-9: pruned by bounds
     for text, expression, files in cases:
         expected = users(table.filter(expression))
         assert expected and expected != users(table), text
@@ -272,7 +283,8 @@ def test_a_run_that_died_after_its_iceberg_commit_converges_without_adding_twice
         snapshot = snapshot_of_version(iceberg, version)
         assert snapshot.summary[RUN_PROPERTY] == iceberg.current_snapshot().summary[RUN_PROPERTY]
         assert users(iceberg.scan(snapshot_id=snapshot.snapshot_id).to_arrow()) == users(
-            Lake(deployment).table("web.access").to_arrow(as_of_version=version))
+            Lake(deployment).table("web.access").to_arrow(as_of_version=version)
+        )
     assert_same_as_siltlake(deployment, "web.access", ("web", "access"))
 
     # A rename the Iceberg catalog took before the run died: the next run finds the table under its new name.
@@ -292,12 +304,14 @@ def test_a_table_of_the_same_name_that_is_not_ours_is_refused(deployment: Deploy
     # Another deployment sharing the Iceberg catalog has its own table ids: the instance key tells them apart.
     properties = {} if owner == "nobody" else {"siltlake.table-id": str(record.id), "siltlake.instance": "othr0001"}
     open_catalog(deployment).create_namespace_if_not_exists("web")
-    open_catalog(deployment).create_table(("web", "access"), Schema(NestedField(1, "x", StringType())),
-                                          properties=properties)
+    open_catalog(deployment).create_table(
+        ("web", "access"), Schema(NestedField(1, "x", StringType())), properties=properties
+    )
     report = publish_once(deployment, now=tokyo(DAY, 12))
     assert report.target_errors == [
         f"iceberg: web.access: Iceberg table web.access already exists and is not siltlake's table web.access "
-        f"(table {record.id} of this deployment); drop it there, or set publish.iceberg.namespace_prefix"]
+        f"(table {record.id} of this deployment); drop it there, or set publish.iceberg.namespace_prefix"
+    ]
     assert [f.name for f in open_catalog(deployment).load_table(("web", "access")).schema().fields] == ["x"]
 
 
@@ -324,8 +338,7 @@ def test_the_iceberg_catalog_sits_beside_siltlakes(deployment: Deployment) -> No
     url = normalise_url(deployment.config.catalog.url)
     engine_url = open_catalog(deployment).engine.url.render_as_string(hide_password=False)
     if url.startswith("sqlite"):
-        assert engine_url == str(Path(url.removeprefix("sqlite:///")).with_name("iceberg.db")).join(
-            ["sqlite:///", ""])
+        assert engine_url == str(Path(url.removeprefix("sqlite:///")).with_name("iceberg.db")).join(["sqlite:///", ""])
     else:
         assert engine_url == url, "the deployment's PostgreSQL database holds the iceberg_* tables too"
     assert open_catalog(deployment).table_exists(("web", "access"))
@@ -355,8 +368,11 @@ def test_iceberg_settings_are_checked_and_name_the_catalog(tmp_path: Path) -> No
     from siltlake.errors import ConfigError
     from siltlake.publish.iceberg.catalog import catalog_uri
 
-    with pytest.raises(ConfigError, match=r"publish\.iceberg\.catalog_url.*'mysql://db/x' must be a sqlite:///, "
-                                          r"postgresql:// \(SQL catalog\) or http\(s\):// \(REST catalog\) URL"):
+    with pytest.raises(
+        ConfigError,
+        match=r"publish\.iceberg\.catalog_url.*'mysql://db/x' must be a sqlite:///, "
+        r"postgresql:// \(SQL catalog\) or http\(s\):// \(REST catalog\) URL",
+    ):
         load_config(environ={"SILTLAKE_PUBLISH__ICEBERG__CATALOG_URL": "mysql://db/x"})
     with pytest.raises(ConfigError, match=r"publish\.iceberg\.namespace_prefix"):
         load_config(environ={"SILTLAKE_PUBLISH__ICEBERG__NAMESPACE_PREFIX": "Bad-Prefix"})
@@ -365,8 +381,12 @@ def test_iceberg_settings_are_checked_and_name_the_catalog(tmp_path: Path) -> No
         def __init__(self, **env: str) -> None:
             self.config = load_config(environ=env)
 
-    assert catalog_uri(Bare(SILTLAKE_PUBLISH__ICEBERG__CATALOG_URL="https://rest.example/catalog")) == \
-        "https://rest.example/catalog"
+    assert (
+        catalog_uri(Bare(SILTLAKE_PUBLISH__ICEBERG__CATALOG_URL="https://rest.example/catalog"))
+        == "https://rest.example/catalog"
+    )
     assert catalog_uri(Bare(SILTLAKE_CATALOG__URL="postgres://u@db/silt")) == "postgresql+psycopg://u@db/silt"
-    assert catalog_uri(Bare(SILTLAKE_CATALOG__URL=f"sqlite:///{tmp_path}/c/catalog.db")) == \
-        f"sqlite:///{tmp_path}/c/iceberg.db"
+    assert (
+        catalog_uri(Bare(SILTLAKE_CATALOG__URL=f"sqlite:///{tmp_path}/c/catalog.db"))
+        == f"sqlite:///{tmp_path}/c/iceberg.db"
+    )

@@ -25,12 +25,12 @@ def millis(at: dt.datetime) -> int:
 
 
 def test_snapshots_are_stamped_with_their_versions_time_and_read_as_siltlake_at_every_instant(
-        plain_deployment: Deployment) -> None:
+    plain_deployment: Deployment,
+) -> None:
     deployment = plain_deployment
     deployment.config.publish.targets = ["iceberg"]
     table = Lake(deployment).table("web.access")
-    table.append(pa.table({"utc_event_time": times(6, 0), "user_id": [1, 1, 2, 2, 3, 3],
-                           "action": ["a"] * 6}))
+    table.append(pa.table({"utc_event_time": times(6, 0), "user_id": [1, 1, 2, 2, 3, 3], "action": ["a"] * 6}))
     publish_once(deployment)  # the Iceberg table exists from here: later versions are published late
     time.sleep(0.3)
     table.append(pa.table({"utc_event_time": times(2, 10), "user_id": [4, 4], "action": ["b"] * 2}))
@@ -58,9 +58,13 @@ def test_snapshots_are_stamped_with_their_versions_time_and_read_as_siltlake_at_
         snapshot = iceberg.snapshot_as_of_timestamp(millis(at))
         return Counter(iceberg.scan(snapshot_id=snapshot.snapshot_id).to_arrow().column("user_id").to_pylist())
 
-    instants = sorted({t + d for t in version_times.values() for d in (-MS, dt.timedelta(0), MS)}
-                      | {a + (b - a) / 2 for a, b in zip(sorted(version_times.values()),
-                                                          sorted(version_times.values())[1:], strict=False)})
+    instants = sorted(
+        {t + d for t in version_times.values() for d in (-MS, dt.timedelta(0), MS)}
+        | {
+            a + (b - a) / 2
+            for a, b in zip(sorted(version_times.values()), sorted(version_times.values())[1:], strict=False)
+        }
+    )
     first = min(version_times.values())
     for at in instants:
         if at < first:
@@ -83,5 +87,6 @@ def test_a_version_older_than_the_tables_last_change_is_stamped_no_more_than_the
     # Java's Iceberg refuses metadata updated more than a minute before the metadata it replaces.
     assert metadata.last_updated_ms - snapshot_millis(metadata, long_ago) <= 60_000
     recent = dt.datetime.fromtimestamp(metadata.last_updated_ms / 1000, dt.UTC).replace(tzinfo=None) - dt.timedelta(
-        seconds=5)
+        seconds=5
+    )
     assert snapshot_millis(metadata, recent) == millis(recent)

@@ -23,7 +23,8 @@ def create(deployment: Deployment, name: str, **settings: object):  # a TableRec
 
 
 def test_a_schemas_setting_reaches_the_tables_that_do_not_set_it_each_a_table_version(
-        plain_deployment: Deployment, monkeypatch) -> None:
+    plain_deployment: Deployment, monkeypatch
+) -> None:
     silt = silt_in_process(plain_deployment, monkeypatch)
     tables = plain_deployment.catalog.tables
     create(plain_deployment, "own", codec="gzip", ttl_days=5)
@@ -34,7 +35,8 @@ def test_a_schemas_setting_reaches_the_tables_that_do_not_set_it_each_a_table_ve
     assert (access.codec, access.ttl_days, access.merge_mode) == ("snappy", 30, "deep")
     assert (own.codec, own.ttl_days, own.merge_mode) == ("gzip", 5, "deep"), "the table's own values stay"
     assert [c.detail for c in tables.changes(tables.get("web.own").id)] == [
-        "merge_mode=deep (inherited from schema web)"]
+        "merge_mode=deep (inherited from schema web)"
+    ]
     # A table created later inherits at once; schema other is untouched.
     assert tables.get("web.access").definition.merge_interval == 43200  # ACCESS_TABLE sets 12h itself
     later = create(plain_deployment, "later")
@@ -42,8 +44,13 @@ def test_a_schemas_setting_reaches_the_tables_that_do_not_set_it_each_a_table_ve
     assert create(plain_deployment, "elsewhere", schema="other").definition.codec == "zstd"
 
     shown = json.loads(silt("table", "show", "web.access", "--format", "json"))
-    assert shown["settings_from"] == {"merge_mode": "schema", "merged_object_size": "default",
-                                      "ttl_days": "schema", "codec": "schema", "merge_interval": "table"}
+    assert shown["settings_from"] == {
+        "merge_mode": "schema",
+        "merged_object_size": "default",
+        "ttl_days": "schema",
+        "codec": "schema",
+        "merge_interval": "table",
+    }
     assert "codec: snappy (from schema)" in silt("table", "show", "web.access")
     assert "nothing changed" in silt("schema", "set", "web", "codec=snappy")
 
@@ -60,8 +67,11 @@ def test_a_schemas_setting_reaches_the_tables_that_do_not_set_it_each_a_table_ve
     assert tables.setting_sources(access)["codec"] == "default"
     history = json.loads(silt("history", "web.access", "--format", "json"))
     assert [row["shows"] for row in history if row["op"] == "set"] == [
-        "merge_mode=deep ttl_days=30 codec=snappy (inherited from schema web)", "codec=gzip",
-        "codec=inherit (none)", "ttl_days=none codec=zstd (inherited from schema web)"]
+        "merge_mode=deep ttl_days=30 codec=snappy (inherited from schema web)",
+        "codec=gzip",
+        "codec=inherit (none)",
+        "ttl_days=none codec=zstd (inherited from schema web)",
+    ]
 
     # Moved to another schema, a table inherits that schema's values.
     silt("schema", "set", "other", "merge_mode=shallow")
@@ -88,9 +98,13 @@ def test_the_deployments_config_is_the_level_below_the_schema(plain_deployment: 
         deployment.init()  # applies the config to the tables that inherit from it
         record = tables.get("web.access")
         assert (record.definition.merged_object_size, record.definition.merge_mode) == (64 << 20, "deep")
-        assert tables.setting_sources(record) == {"merge_mode": "schema", "merged_object_size": "deployment",
-                                                  "ttl_days": "default", "codec": "default",
-                                                  "merge_interval": "table"}
+        assert tables.setting_sources(record) == {
+            "merge_mode": "schema",
+            "merged_object_size": "deployment",
+            "ttl_days": "default",
+            "codec": "default",
+            "merge_interval": "table",
+        }
         assert create(deployment, "fresh", schema="logs").definition.merge_mode == "shallow"
         config.tables.merged_object_size = "1TB"
         with pytest.raises(DefinitionError, match=r"config \[tables\]: merged_object_size '1TB' is not a size"):
@@ -99,8 +113,7 @@ def test_the_deployments_config_is_the_level_below_the_schema(plain_deployment: 
         deployment.close()
 
 
-def test_merge_batch_size_changes_after_create_and_the_next_merge_follows(deployment: Deployment,
-                                                                         monkeypatch) -> None:
+def test_merge_batch_size_changes_after_create_and_the_next_merge_follows(deployment: Deployment, monkeypatch) -> None:
     silt = silt_in_process(deployment, monkeypatch)
     table = create(deployment, "access", merge_interval=0)
     add_small_objects(deployment, table, DAY, [rows_for(DAY, 5, seed) for seed in range(3)])

@@ -36,12 +36,17 @@ LATER = dt.timedelta(days=30)
 
 def deployment_at(tmp_path: Path, lake_root: str, catalog_url: str, spark, name: str) -> Deployment:
     """A deployment with its own catalog and staging root, on the shared lake root, configured with KEY."""
-    other = Deployment(Config.model_validate({
-        "instance_key": KEY, "catalog": {"url": catalog_url},
-        "storage": {"root": lake_root, "staging_root": str(tmp_path / f"staging-{name}")},
-        "spark": {"master": "local[2]"},
-        "stream": {"settle_time": 0},  # objects are staged whole just before the round
-    }))
+    other = Deployment(
+        Config.model_validate(
+            {
+                "instance_key": KEY,
+                "catalog": {"url": catalog_url},
+                "storage": {"root": lake_root, "staging_root": str(tmp_path / f"staging-{name}")},
+                "spark": {"master": "local[2]"},
+                "stream": {"settle_time": 0},  # objects are staged whole just before the round
+            }
+        )
+    )
     other.use_spark(spark)
     return other
 
@@ -53,8 +58,11 @@ def sqlite_url(tmp_path: Path, name: str) -> str:
 def stream_some(deployment: Deployment, name: str) -> None:
     """Stage one object of three access records and stream it (the staging key names the table)."""
     when = dt.datetime(2026, 11, 20, 3, tzinfo=dt.UTC)
-    stage(deployment, f"f1.web.access/2026/11/20/{name}.jsonl.gz",
-          jsonl_gz([event(when + dt.timedelta(minutes=i), i) for i in range(3)]))
+    stage(
+        deployment,
+        f"f1.web.access/2026/11/20/{name}.jsonl.gz",
+        jsonl_gz([event(when + dt.timedelta(minutes=i), i) for i in range(3)]),
+    )
     report = stream_once(deployment)
     assert report.records_loaded == 3
 
@@ -84,13 +92,19 @@ def load_config(tmp_path: Path):  # a LoadConfig
     inputs = tmp_path / "inputs"
     inputs.mkdir(exist_ok=True)
     (inputs / "a.csv").write_text("id,time\n1,2026-11-20 10:00:00\n")
-    return parse_load_config({
-        "in": {"path": str(inputs / "*.csv")},
-        "parser": {"type": "csv", "columns": [{"name": "id", "type": "long"},
-                                              {"name": "time", "type": "timestamp", "format": "%Y-%m-%d %H:%M:%S",
-                                               "zone": "Asia/Tokyo"}]},
-        "out": {"table": "web.loaded", "create": True, "time_column": "time", "timezone": "Asia/Tokyo"},
-    })
+    return parse_load_config(
+        {
+            "in": {"path": str(inputs / "*.csv")},
+            "parser": {
+                "type": "csv",
+                "columns": [
+                    {"name": "id", "type": "long"},
+                    {"name": "time", "type": "timestamp", "format": "%Y-%m-%d %H:%M:%S", "zone": "Asia/Tokyo"},
+                ],
+            },
+            "out": {"table": "web.loaded", "create": True, "time_column": "time", "timezone": "Asia/Tokyo"},
+        }
+    )
 
 
 def attempts(intruder: Deployment, tmp_path: Path) -> dict[str, Callable[[], object]]:
@@ -113,7 +127,8 @@ def owner(deployment: Deployment, access_table) -> Deployment:
 
 @pytest.mark.parametrize("registered", [False, True], ids=["fresh", "registered-by-old-init"])
 def test_every_order_of_init_claim_reap_and_a_stream_by_the_second_deployment_deletes_nothing_of_the_owners(
-        owner: Deployment, tmp_path: Path, spark, registered: bool) -> None:
+    owner: Deployment, tmp_path: Path, spark, registered: bool
+) -> None:
     before = owned_objects(owner)
     assert any("/live/" in key for key in before)
     order_names = ("init", "claim", "reap", "stream")
@@ -121,16 +136,22 @@ def test_every_order_of_init_claim_reap_and_a_stream_by_the_second_deployment_de
         intruder = deployment_at(tmp_path, owner.lake.root, sqlite_url(tmp_path, f"b{number}"), spark, f"b{number}")
         intruder.staging.ensure_root()
         # Staged data of its own: a stream that got through would write under the owner's key.
-        stage(intruder, "f1.web.access/2026/11/20/intruder.jsonl.gz",
-              jsonl_gz([event(dt.datetime(2026, 11, 20, 4, tzinfo=dt.UTC), 99)]))
+        stage(
+            intruder,
+            "f1.web.access/2026/11/20/intruder.jsonl.gz",
+            jsonl_gz([event(dt.datetime(2026, 11, 20, 4, tzinfo=dt.UTC), 99)]),
+        )
         if registered:
             register_key_as_old_init_did(intruder)
         tries = attempts(intruder, tmp_path)
         for name in order:
             # A catalog that never registered the key stops reap and stream earlier: "run `silt init`".
-            expected = {"init": InstanceKeyRefused, "claim": InstanceKeyRefused,
-                        "reap": ReapRefused if registered else SiltError,
-                        "stream": InstanceKeyRefused if registered else SiltError}[name]
+            expected = {
+                "init": InstanceKeyRefused,
+                "claim": InstanceKeyRefused,
+                "reap": ReapRefused if registered else SiltError,
+                "stream": InstanceKeyRefused if registered else SiltError,
+            }[name]
             with pytest.raises(expected) as refused:
                 tries[name]()
             message = str(refused.value)
@@ -148,19 +169,23 @@ def test_every_order_of_init_claim_reap_and_a_stream_by_the_second_deployment_de
     assert objects(owner) == before
 
 
-def test_writers_refuse_a_key_whose_marker_names_another_catalog(owner: Deployment, tmp_path: Path,
-                                                                 spark) -> None:
+def test_writers_refuse_a_key_whose_marker_names_another_catalog(owner: Deployment, tmp_path: Path, spark) -> None:
     before = owned_objects(owner)
     intruder = deployment_at(tmp_path, owner.lake.root, sqlite_url(tmp_path, "b"), spark, "b")
     register_key_as_old_init_did(intruder)
     intruder.catalog.tables.create(TableDef.from_mapping(ACCESS_TABLE))
     intruder.staging.ensure_root()
-    stage(intruder, "f1.web.access/2026/11/20/intruder.jsonl.gz",
-          jsonl_gz([event(dt.datetime(2026, 11, 20, 4, tzinfo=dt.UTC), 99)]))
+    stage(
+        intruder,
+        "f1.web.access/2026/11/20/intruder.jsonl.gz",
+        jsonl_gz([event(dt.datetime(2026, 11, 20, 4, tzinfo=dt.UTC), 99)]),
+    )
     tries = attempts(intruder, tmp_path)
     for action in ("stream", "merge", "publish", "load"):
-        with pytest.raises(InstanceKeyRefused, match=f"refusing to {action}: instance key '{KEY}' belongs to "
-                                                     "another deployment's catalog"):
+        with pytest.raises(
+            InstanceKeyRefused,
+            match=f"refusing to {action}: instance key '{KEY}' belongs to another deployment's catalog",
+        ):
             tries[action]()
     assert intruder.catalog.staging.pending(10) == [], "the stream stopped before registering anything"
     assert objects(owner) == before
@@ -180,8 +205,7 @@ def test_a_writer_refuses_until_init_writes_the_missing_marker(owner: Deployment
 
 
 @pytest.mark.parametrize("owner_kind", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def test_the_claim_succeeds_once_the_owners_catalog_is_really_gone(tmp_path: Path, spark,
-                                                                   owner_kind: str) -> None:
+def test_the_claim_succeeds_once_the_owners_catalog_is_really_gone(tmp_path: Path, spark, owner_kind: str) -> None:
     """The owner's SQLite catalog is deleted, or its PostgreSQL database dropped; the claimer is SQLite."""
     lake_root = str(tmp_path / "lake")
     if owner_kind == "postgresql":
@@ -205,16 +229,19 @@ def test_the_claim_succeeds_once_the_owners_catalog_is_really_gone(tmp_path: Pat
             drop_postgres_database(PG_ADMIN_URL, name)
         else:
             (tmp_path / "owner" / "catalog.db").unlink()
-    with pytest.raises(InstanceKeyRefused, match="only after checking that the catalog at .* is really gone, "
-                                                 "run `silt init --claim`"):
+    with pytest.raises(
+        InstanceKeyRefused, match="only after checking that the catalog at .* is really gone, run `silt init --claim`"
+    ):
         claimer.init()
     with pytest.raises(SiltError, match="run `silt init`"):  # the refused init registered nothing
         reap_once(claimer, now=utcnow() + LATER)
     assert objects(claimer) == theirs
     assert claimer.init(claim=True) == KEY
     marker = json.loads(claimer.lake.read_bytes(f"{KEY}/_instance.json"))
-    assert (marker["catalog"], marker["catalog_id"]) == (claimer.catalog.masked_url,
-                                                        claimer.catalog.instances.catalog_id())
+    assert (marker["catalog"], marker["catalog_id"]) == (
+        claimer.catalog.masked_url,
+        claimer.catalog.instances.catalog_id(),
+    )
     # Now the key is the claimer's: the gone deployment's objects are its orphans.
     report = reap_once(claimer, now=utcnow() + LATER)
     assert report.reasons["orphan"].objects == len(theirs) - 1, "all but the marker, now the claimer's"
@@ -222,9 +249,9 @@ def test_the_claim_succeeds_once_the_owners_catalog_is_really_gone(tmp_path: Pat
     claimer.close()
 
 
-def test_one_catalog_under_another_url_is_itself_and_a_copy_is_not(deployment: Deployment, catalog_url: str,
-                                                                   tmp_path: Path, spark,
-                                                                   monkeypatch) -> None:
+def test_one_catalog_under_another_url_is_itself_and_a_copy_is_not(
+    deployment: Deployment, catalog_url: str, tmp_path: Path, spark, monkeypatch
+) -> None:
     lake_root = deployment.lake.root
     if catalog_url.startswith("sqlite"):
         # A relative path and the absolute one are one file (the marker names the absolute path).
@@ -248,15 +275,17 @@ def test_one_catalog_under_another_url_is_itself_and_a_copy_is_not(deployment: D
     copy.catalog.upgrade()
     copy.catalog.instances.register(KEY, lake_root, is_self=True)
     with copy.catalog.engine.begin() as c:  # give it the original's id, as copying the database would
-        c.exec_driver_sql("UPDATE instances SET description = ? WHERE is_self",
-                          (deployment.catalog.instances.catalog_id(),))
+        c.exec_driver_sql(
+            "UPDATE instances SET description = ? WHERE is_self", (deployment.catalog.instances.catalog_id(),)
+        )
     with pytest.raises(InstanceKeyRefused, match="of which this catalog is a copy"):
         copy.check_instance("merge")
     copy.close()
 
 
-def test_markers_written_before_catalog_ids_are_judged_by_url_and_database(deployment: Deployment, catalog_url: str,
-                                                                           tmp_path: Path) -> None:
+def test_markers_written_before_catalog_ids_are_judged_by_url_and_database(
+    deployment: Deployment, catalog_url: str, tmp_path: Path
+) -> None:
     marker = f"{KEY}/_instance.json"
 
     def write_old_marker(url: str) -> None:

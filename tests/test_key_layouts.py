@@ -26,8 +26,7 @@ def mapped(layout: str, key: str) -> str | None:
     return mapping.table if mapping.table is not None else mapping.reason
 
 
-def fluentd_out_s3_key(path: str, time_slice_format: str = "%Y%m%d%H", index: int = 0,
-                       extension: str = "gz") -> str:
+def fluentd_out_s3_key(path: str, time_slice_format: str = "%Y%m%d%H", index: int = 0, extension: str = "gz") -> str:
     """s3_object_key_format's default, %{path}%{time_slice}_%{index}.%{file_extension} (store_as gzip: gz)."""
     return f"{path}{WHEN.strftime(time_slice_format)}_{index}.{extension}"
 
@@ -50,31 +49,40 @@ def vector_aws_s3_key(key_prefix: str, extension: str = "log.gz") -> str:
     return f"{WHEN.strftime(key_prefix)}{int(WHEN.timestamp())}-{uuid.UUID(int=9)}.{extension}"
 
 
-@pytest.mark.parametrize("key", [
-    fluentd_out_s3_key("logs/web.access/"),
-    fluentd_out_s3_key("web.access/"),
-    fluentd_out_s3_key("logs/web.access/", "%Y%m%d", index=3),
-    fluentd_out_s3_key("logs/web.access/", "%Y%m%d-%H", extension="txt"),
-    fluentd_out_s3_key("fluentd.web.access/", extension="json"),
-])
+@pytest.mark.parametrize(
+    "key",
+    [
+        fluentd_out_s3_key("logs/web.access/"),
+        fluentd_out_s3_key("web.access/"),
+        fluentd_out_s3_key("logs/web.access/", "%Y%m%d", index=3),
+        fluentd_out_s3_key("logs/web.access/", "%Y%m%d-%H", extension="txt"),
+        fluentd_out_s3_key("fluentd.web.access/", extension="json"),
+    ],
+)
 def test_fluentd_out_s3(key: str) -> None:
     assert mapped("fluentd_out_s3", key) == "TABLE", key
 
 
-@pytest.mark.parametrize("key", [
-    fluentbit_s3_key("/fluent-bit-logs/$TAG/%Y/%m/%d/%H/%M/%S", "web.access"),  # the default format
-    fluentbit_s3_key("/logs/$TAG[1].$TAG[2]/%Y/%m/%d/%H/%M/%S/$UUID.gz", "app.web.access"),
-    fluentbit_s3_key("/$TAG/%Y/%m/%d/%H_%M_%S-$INDEX.log", "web.access"),
-])
+@pytest.mark.parametrize(
+    "key",
+    [
+        fluentbit_s3_key("/fluent-bit-logs/$TAG/%Y/%m/%d/%H/%M/%S", "web.access"),  # the default format
+        fluentbit_s3_key("/logs/$TAG[1].$TAG[2]/%Y/%m/%d/%H/%M/%S/$UUID.gz", "app.web.access"),
+        fluentbit_s3_key("/$TAG/%Y/%m/%d/%H_%M_%S-$INDEX.log", "web.access"),
+    ],
+)
 def test_fluentbit_s3(key: str) -> None:
     assert mapped("fluentbit_s3", key) == "TABLE", key
 
 
-@pytest.mark.parametrize("key", [
-    vector_aws_s3_key("web.access/date=%F/"),
-    vector_aws_s3_key("archive/web.access/date=%F/", extension="log"),
-    vector_aws_s3_key("web.access/date=%F"),  # a key_prefix without its trailing '/'
-])
+@pytest.mark.parametrize(
+    "key",
+    [
+        vector_aws_s3_key("web.access/date=%F/"),
+        vector_aws_s3_key("archive/web.access/date=%F/", extension="log"),
+        vector_aws_s3_key("web.access/date=%F"),  # a key_prefix without its trailing '/'
+    ],
+)
 def test_vector_aws_s3(key: str) -> None:
     assert mapped("vector_aws_s3", key) == "TABLE", key
 
@@ -84,10 +92,13 @@ def test_vector_aws_s3_needs_the_table_before_the_date() -> None:
     assert reason is not None and "does not match" in reason and "<schema>.<table>/date=YYYY-MM-DD/" in reason
 
 
-@pytest.mark.parametrize("key", [
-    WHEN.strftime("web.access/%Y/%m/%d/%H/host-1.jsonl.gz"),
-    WHEN.strftime("prefix/x.web.access/%Y/%m/%d/%H/part-0001.log"),
-])
+@pytest.mark.parametrize(
+    "key",
+    [
+        WHEN.strftime("web.access/%Y/%m/%d/%H/host-1.jsonl.gz"),
+        WHEN.strftime("prefix/x.web.access/%Y/%m/%d/%H/part-0001.log"),
+    ],
+)
 def test_hourly(key: str) -> None:
     assert mapped("hourly", key) == "TABLE", key
     assert "does not match" in str(mapped("siltlake", key))  # the hour directory is no name

@@ -26,11 +26,22 @@ _staged = iter(range(1_000_000))
 
 
 def items_table(name: str, **settings: object) -> TableDef:
-    return TableDef.from_mapping({
-        "schema": "shop", "name": name, "time_column": "utc_event_time", "timezone": "Asia/Tokyo",
-        "merge_interval": 0, "primary_key": ["cart_id"], **settings,
-        "columns": [{"name": "utc_event_time", "type": "timestamp", "nullable": False, "source": "time"},
-                    {"name": "cart_id", "type": "string", "nullable": False}, {"name": "item", "type": "string"}]})
+    return TableDef.from_mapping(
+        {
+            "schema": "shop",
+            "name": name,
+            "time_column": "utc_event_time",
+            "timezone": "Asia/Tokyo",
+            "merge_interval": 0,
+            "primary_key": ["cart_id"],
+            **settings,
+            "columns": [
+                {"name": "utc_event_time", "type": "timestamp", "nullable": False, "source": "time"},
+                {"name": "cart_id", "type": "string", "nullable": False},
+                {"name": "item", "type": "string"},
+            ],
+        }
+    )
 
 
 def ship(deployment: Deployment, table: str, lines: bytes) -> None:
@@ -50,8 +61,9 @@ def items(deployment: Deployment, table: str) -> list[str]:
     return Lake(deployment).table(f"shop.{table}").to_arrow().column("item").to_pylist()
 
 
-@pytest.mark.parametrize("catalog_url", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)],
-                         indirect=True)
+@pytest.mark.parametrize(
+    "catalog_url", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)], indirect=True
+)
 def test_a_resent_older_chunk_does_not_roll_a_key_back_before_or_after_merge(deployment: Deployment) -> None:
     record = deployment.catalog.tables.create(items_table("carts"))
     assert record.definition.sequence_column == "utc_event_time", "the time column orders a key's rows"
@@ -68,8 +80,10 @@ def test_a_resent_older_chunk_does_not_roll_a_key_back_before_or_after_merge(dep
     assert items(deployment, "carts") == ["item2"], "the merge keeps the row with the latest event time"
     feed = Lake(deployment).table("shop.carts").changes(0).to_pylist()
     assert [(row["_change_type"], row["item"]) for row in feed] == [
-        ("insert", "item1"), ("update_preimage", "item1"), ("update_postimage", "item2")], \
-        "the re-send and the merge change nothing readers see: no rollback pair"
+        ("insert", "item1"),
+        ("update_preimage", "item1"),
+        ("update_postimage", "item2"),
+    ], "the re-send and the merge change nothing readers see: no rollback pair"
 
     # Asked for by name, the last committed row wins: the re-sent chunk rolls the key back, as documented.
     committed = deployment.catalog.tables.create(items_table("committed", sequence_column="_commit_order"))

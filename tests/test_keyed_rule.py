@@ -14,10 +14,15 @@ from siltlake.tabledef import TableDef
 
 def _keyed(**overrides) -> dict:
     definition = {
-        "schema": "web", "name": "events", "time_column": "t",
-        "columns": [{"name": "t", "type": "timestamp", "nullable": False},
-                    {"name": "event_id", "type": "string", "nullable": False},
-                    {"name": "seq", "type": "bigint"}, {"name": "v", "type": "string"}],
+        "schema": "web",
+        "name": "events",
+        "time_column": "t",
+        "columns": [
+            {"name": "t", "type": "timestamp", "nullable": False},
+            {"name": "event_id", "type": "string", "nullable": False},
+            {"name": "seq", "type": "bigint"},
+            {"name": "v", "type": "string"},
+        ],
         "primary_key": ["event_id"],
     }
     definition.update(overrides)
@@ -32,15 +37,17 @@ def test_the_last_committed_row_of_a_key_wins_and_order_is_kept():
 
 
 def test_a_sequence_column_decides_before_commit_order_and_null_is_smallest():
-    rows = pa.table({"id": [1, 1, 1, 2, 2, 3, 3], "s": [5, 3, 5, None, 1, None, None],
-                     "v": ["a", "b", "c", "d", "e", "f", "g"]})
+    rows = pa.table(
+        {"id": [1, 1, 1, 2, 2, 3, 3], "s": [5, 3, 5, None, 1, None, None], "v": ["a", "b", "c", "d", "e", "f", "g"]}
+    )
     kept = latest_rows(rows, ["id"], "s").to_pydict()
     assert kept == {"id": [1, 2, 3], "s": [5, 1, None], "v": ["c", "e", "g"]}
 
 
 def test_delete_markers_remove_their_key_unless_a_later_row_restores_it():
-    rows = pa.table({"id": [1, 2, 1, 2, 3], "v": ["a", "b", None, None, "c"],
-                     DELETE_MARKER: [None, False, True, True, None]})
+    rows = pa.table(
+        {"id": [1, 2, 1, 2, 3], "v": ["a", "b", None, None, "c"], DELETE_MARKER: [None, False, True, True, None]}
+    )
     assert latest_rows(rows, ["id"]).to_pydict() == {"id": [3], "v": ["c"]}
     restored = pa.concat_tables([rows, pa.table({"id": [1], "v": ["again"], DELETE_MARKER: [False]})])
     assert latest_rows(restored, ["id"]).to_pydict() == {"id": [3, 1], "v": ["c", "again"]}
@@ -75,15 +82,28 @@ def test_primary_key_definitions_are_checked():
     for message, definition in refusals.items():
         with pytest.raises(DefinitionError, match=message):
             TableDef.from_mapping(definition)
-    json_key = _keyed(columns=[{"name": "t", "type": "timestamp", "nullable": False},
-                               {"name": "event_id", "type": "json", "nullable": False}])
+    json_key = _keyed(
+        columns=[
+            {"name": "t", "type": "timestamp", "nullable": False},
+            {"name": "event_id", "type": "json", "nullable": False},
+        ]
+    )
     with pytest.raises(DefinitionError, match="cannot be a key"):
         TableDef.from_mapping(json_key)
 
 
-@given(st.lists(st.tuples(st.integers(0, 5), st.sampled_from(["a", "b"]), st.one_of(st.none(), st.integers(0, 3)),
-                          st.one_of(st.none(), st.booleans())), max_size=40),
-       st.booleans())
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 5),
+            st.sampled_from(["a", "b"]),
+            st.one_of(st.none(), st.integers(0, 3)),
+            st.one_of(st.none(), st.booleans()),
+        ),
+        max_size=40,
+    ),
+    st.booleans(),
+)
 def test_latest_rows_matches_a_row_by_row_reading_of_the_rule(rows, with_sequence) -> None:
     """Against the rule read literally: walk the rows in commit order, a row replaces its key's row when its
     (sequence, position) is not smaller; then drop keys whose winner is a delete marker."""
@@ -93,10 +113,24 @@ def test_latest_rows_matches_a_row_by_row_reading_of_the_rule(rows, with_sequenc
         if (a, b) not in best or rank >= best[(a, b)][0]:
             best[(a, b)] = (rank, position)
     expected = sorted(position for _, position in best.values() if not rows[position][3])
-    table = pa.table({"a": [r[0] for r in rows], "b": [r[1] for r in rows], "s": [r[2] for r in rows],
-                      "position": list(range(len(rows))), DELETE_MARKER: pa.array([r[3] for r in rows], pa.bool_())},
-                     schema=pa.schema([("a", pa.int64()), ("b", pa.string()), ("s", pa.int64()),
-                                       ("position", pa.int64()), (DELETE_MARKER, pa.bool_())]))
+    table = pa.table(
+        {
+            "a": [r[0] for r in rows],
+            "b": [r[1] for r in rows],
+            "s": [r[2] for r in rows],
+            "position": list(range(len(rows))),
+            DELETE_MARKER: pa.array([r[3] for r in rows], pa.bool_()),
+        },
+        schema=pa.schema(
+            [
+                ("a", pa.int64()),
+                ("b", pa.string()),
+                ("s", pa.int64()),
+                ("position", pa.int64()),
+                (DELETE_MARKER, pa.bool_()),
+            ]
+        ),
+    )
     kept = latest_rows(table, ["a", "b"], "s" if with_sequence else "")
     assert kept.column("position").to_pylist() == expected
     assert DELETE_MARKER not in kept.column_names

@@ -20,11 +20,14 @@ from siltlake.read import sql
 pytestmark = pytest.mark.spark
 sqlite_only = pytest.mark.parametrize("catalog_url", ["sqlite"], indirect=True)
 
-PARSER = {"type": "csv", "columns": [
-    {"name": "id", "type": "long"},
-    {"name": "time", "type": "timestamp", "format": "%Y-%m-%d %H:%M:%S", "zone": "Asia/Tokyo"},
-    {"name": "name", "type": "string"},
-]}
+PARSER = {
+    "type": "csv",
+    "columns": [
+        {"name": "id", "type": "long"},
+        {"name": "time", "type": "timestamp", "format": "%Y-%m-%d %H:%M:%S", "zone": "Asia/Tokyo"},
+        {"name": "name", "type": "string"},
+    ],
+}
 
 
 def csv_file(path: Path, first_id: int, rows: int, bad: int = 0, gz: bool = False) -> list[tuple]:
@@ -43,10 +46,13 @@ def csv_file(path: Path, first_id: int, rows: int, bad: int = 0, gz: bool = Fals
 
 
 def config(inputs: Path, table: str = "web.people", **extra: object) -> dict:
-    return {"in": {"path": str(inputs / "*.csv*")}, "parser": PARSER,
-            "filters": {"time": {"type": "rename", "columns": {"time": "event_time"}}},
-            "out": {"table": table, "create": True, "time_column": "event_time", "timezone": "Asia/Tokyo"},
-            **extra}
+    return {
+        "in": {"path": str(inputs / "*.csv*")},
+        "parser": PARSER,
+        "filters": {"time": {"type": "rename", "columns": {"time": "event_time"}}},
+        "out": {"table": table, "create": True, "time_column": "event_time", "timezone": "Asia/Tokyo"},
+        **extra,
+    }
 
 
 def ids(deployment: Deployment, table: str = "web.people") -> list[int]:
@@ -69,8 +75,7 @@ def inputs_with_a_broken_file(tmp_path: Path) -> tuple[Path, list[tuple], bytes]
     return inputs, expected, good_bytes
 
 
-def test_resume_runs_only_the_failed_task_then_commits_everything_once(deployment: Deployment,
-                                                                      tmp_path: Path) -> None:
+def test_resume_runs_only_the_failed_task_then_commits_everything_once(deployment: Deployment, tmp_path: Path) -> None:
     inputs, expected, good_bytes = inputs_with_a_broken_file(tmp_path)
     load_config = parse_load_config(config(inputs))
     state = tmp_path / "resume.yml"
@@ -124,8 +129,9 @@ def two_file_load(tmp_path: Path):  # (LoadConfig, resume state path)
     return parse_load_config(config(inputs)), tmp_path / "resume.yml"
 
 
-def test_no_commit_then_commit_and_committing_the_same_state_twice_adds_nothing(deployment: Deployment,
-                                                                                  tmp_path: Path) -> None:
+def test_no_commit_then_commit_and_committing_the_same_state_twice_adds_nothing(
+    deployment: Deployment, tmp_path: Path
+) -> None:
     load_config, state = two_file_load(tmp_path)
     kept = load(deployment, load_config, state_path=str(state), commit=False)
     assert not kept.committed and kept.jobs[0].ran == 2 and ids(deployment) == []
@@ -141,8 +147,9 @@ def test_no_commit_then_commit_and_committing_the_same_state_twice_adds_nothing(
 
 
 @sqlite_only
-def test_cleanup_removes_an_abandoned_runs_objects_error_files_and_state(deployment: Deployment,
-                                                                         tmp_path: Path) -> None:
+def test_cleanup_removes_an_abandoned_runs_objects_error_files_and_state(
+    deployment: Deployment, tmp_path: Path
+) -> None:
     inputs = tmp_path / "in"
     inputs.mkdir()
     csv_file(inputs / "a.csv", 0, 10, bad=2)
@@ -185,8 +192,11 @@ def test_error_routing_counts_and_files(deployment: Deployment, tmp_path: Path) 
     assert kept[0]["line"] == 27
     assert any("row has 2 fields" in k["reason"] for k in kept)
 
-    aborting = parse_load_config(config(inputs, out={"table": "web.strict", "create": True,
-                                                     "time_column": "event_time"}, error={"type": "abort"}))
+    aborting = parse_load_config(
+        config(
+            inputs, out={"table": "web.strict", "create": True, "time_column": "event_time"}, error={"type": "abort"}
+        )
+    )
     with pytest.raises(LoadFailed, match=r"aborted.*a.csv line 27"):
         load(deployment, aborting)
     assert tmp_keys(deployment) == []
@@ -198,33 +208,61 @@ def test_sql_filter_and_line_filter_over_json_lines(deployment: Deployment, tmp_
     inputs.mkdir()
     lines = []
     for index in range(30):
-        record = {"ip": f"10.0.0.{index}", "address": "127.0.0.1" if index % 3 == 0 else "192.0.2.1",
-                  "time": f"2026-11-20T0{index % 10}:00:00Z", "elapsed": index}
+        record = {
+            "ip": f"10.0.0.{index}",
+            "address": "127.0.0.1" if index % 3 == 0 else "192.0.2.1",
+            "time": f"2026-11-20T0{index % 10}:00:00Z",
+            "elapsed": index,
+        }
         lines.append(f"2026-11-20 23:15:00 {json.dumps(record)}")
     lines.append("# a comment line")
     (inputs / "a.log").write_text("\n".join(lines) + "\n")
-    load_config = parse_load_config({
-        "in": {"path": str(inputs / "a.log")},
-        "decoder": {"line_filter": [{"regex": r"^#", "skip": True},
-                                    {"regex": r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d ", "replace": ""}]},
-        "parser": {"type": "jsonl", "columns": [
-            {"name": "ip", "type": "string"}, {"name": "address", "type": "string"},
-            {"name": "time", "type": "timestamp"}, {"name": "elapsed", "type": "long"}]},
-        "filters": {"sql": {"type": "sql", "query": (
-            "select ip, time + make_interval(0, 0, 0, 0, 0, 0, elapsed) as end_time, elapsed "
-            "from in where address != '127.0.0.1'")}},
-        "out": {"table": "web.requests", "create": True, "time_column": "end_time"},
-    })
+    load_config = parse_load_config(
+        {
+            "in": {"path": str(inputs / "a.log")},
+            "decoder": {
+                "line_filter": [
+                    {"regex": r"^#", "skip": True},
+                    {"regex": r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d ", "replace": ""},
+                ]
+            },
+            "parser": {
+                "type": "jsonl",
+                "columns": [
+                    {"name": "ip", "type": "string"},
+                    {"name": "address", "type": "string"},
+                    {"name": "time", "type": "timestamp"},
+                    {"name": "elapsed", "type": "long"},
+                ],
+            },
+            "filters": {
+                "sql": {
+                    "type": "sql",
+                    "query": (
+                        "select ip, time + make_interval(0, 0, 0, 0, 0, 0, elapsed) as end_time, elapsed "
+                        "from in where address != '127.0.0.1'"
+                    ),
+                }
+            },
+            "out": {"table": "web.requests", "create": True, "time_column": "end_time"},
+        }
+    )
     report = load(deployment, load_config)
     (stats,) = report.jobs
     assert (stats.records_in, stats.loaded, stats.bad) == (30, 20, 0)
     table = deployment.catalog.tables.get("web.requests").definition
-    assert [(c.name, c.type) for c in table.columns] == [("end_time", "timestamp"), ("ip", "string"),
-                                                         ("elapsed", "bigint")] or \
-        [(c.name, c.type) for c in table.columns] == [("ip", "string"), ("end_time", "timestamp"),
-                                                      ("elapsed", "bigint")]
-    rows = sql(deployment.spark(), "SELECT ip, end_time, elapsed FROM web.requests ORDER BY elapsed",
-               deployment).collect()
+    assert [(c.name, c.type) for c in table.columns] == [
+        ("end_time", "timestamp"),
+        ("ip", "string"),
+        ("elapsed", "bigint"),
+    ] or [(c.name, c.type) for c in table.columns] == [
+        ("ip", "string"),
+        ("end_time", "timestamp"),
+        ("elapsed", "bigint"),
+    ]
+    rows = sql(
+        deployment.spark(), "SELECT ip, end_time, elapsed FROM web.requests ORDER BY elapsed", deployment
+    ).collect()
     assert [r.elapsed for r in rows] == [i for i in range(30) if i % 3]
     assert str(rows[0].end_time) == "2026-11-20 01:00:01" and rows[0].ip == "10.0.0.1"
 
@@ -260,15 +298,21 @@ def test_a_large_file_is_split_into_tasks(deployment: Deployment, tmp_path: Path
     inputs = tmp_path / "in"
     inputs.mkdir()
     padding = "p" * 60
-    text = "".join(json.dumps({"id": i, "time": f"2026-11-20T{i % 24:02d}:00:00Z", "pad": padding}) + "\n"
-                   for i in range(25_000))
+    text = "".join(
+        json.dumps({"id": i, "time": f"2026-11-20T{i % 24:02d}:00:00Z", "pad": padding}) + "\n" for i in range(25_000)
+    )
     (inputs / "big.jsonl").write_text(text)
     assert len(text) > 2 << 20
-    load_config = parse_load_config({
-        "in": {"path": str(inputs / "big.jsonl"), "split_bytes": 1 << 20},
-        "parser": {"type": "jsonl", "columns": [{"name": "id", "type": "long"}, {"name": "time", "type": "timestamp"}]},
-        "out": {"table": "web.big", "create": True, "time_column": "time"},
-    })
+    load_config = parse_load_config(
+        {
+            "in": {"path": str(inputs / "big.jsonl"), "split_bytes": 1 << 20},
+            "parser": {
+                "type": "jsonl",
+                "columns": [{"name": "id", "type": "long"}, {"name": "time", "type": "timestamp"}],
+            },
+            "out": {"table": "web.big", "create": True, "time_column": "time"},
+        }
+    )
     (stats,) = load(deployment, load_config).jobs
     assert stats.tasks == 3 and stats.records_in == stats.loaded == 25_000
     assert ids(deployment, "web.big") == list(range(25_000))
@@ -297,13 +341,15 @@ def test_several_jobs_commit_together_and_resume_together(deployment: Deployment
     csv_file(histories / "h1.csv", 100, 6)
     (histories / "h2.csv").write_bytes(b"\x1f\x8bbroken")
     base = config(users)
-    load_config = parse_load_config({
-        "default": {**base, "filters": {**base["filters"], "secret": {"type": "drop", "columns": ["name"]}}},
-        "jobs": {
-            "users": {"out": {"table": "app.users"}, "filters": {"secret": None}},
-            "histories": {"in": {"path": str(histories / "*.csv")}, "out": {"table": "app.histories"}},
-        },
-    })
+    load_config = parse_load_config(
+        {
+            "default": {**base, "filters": {**base["filters"], "secret": {"type": "drop", "columns": ["name"]}}},
+            "jobs": {
+                "users": {"out": {"table": "app.users"}, "filters": {"secret": None}},
+                "histories": {"in": {"path": str(histories / "*.csv")}, "out": {"table": "app.histories"}},
+            },
+        }
+    )
     state = tmp_path / "resume.yml"
     with pytest.raises(LoadFailed):
         load(deployment, load_config, state_path=str(state))
@@ -311,8 +357,7 @@ def test_several_jobs_commit_together_and_resume_together(deployment: Deployment
 
     csv_file(histories / "h2.csv", 200, 4)
     report = load(deployment, load_config, state_path=str(state))
-    assert [(j.name, j.ran, j.tasks, j.loaded) for j in report.jobs] == [("users", 0, 1, 8),
-                                                                          ("histories", 1, 2, 10)]
+    assert [(j.name, j.ran, j.tasks, j.loaded) for j in report.jobs] == [("users", 0, 1, 8), ("histories", 1, 2, 10)]
     assert ids(deployment, "app.users") == list(range(8))
     assert ids(deployment, "app.histories") == [*range(100, 106), *range(200, 204)]
     columns = [c.name for c in deployment.catalog.tables.get("app.histories").definition.columns]
@@ -321,8 +366,9 @@ def test_several_jobs_commit_together_and_resume_together(deployment: Deployment
 
 
 @sqlite_only
-def test_when_every_task_fails_no_state_is_kept_and_the_same_command_starts_over(deployment: Deployment,
-                                                                                 tmp_path: Path) -> None:
+def test_when_every_task_fails_no_state_is_kept_and_the_same_command_starts_over(
+    deployment: Deployment, tmp_path: Path
+) -> None:
     inputs = tmp_path / "in"
     inputs.mkdir()
     (inputs / "a.csv.gz").write_bytes(b"\x1f\x8bbroken")
@@ -337,19 +383,30 @@ def test_when_every_task_fails_no_state_is_kept_and_the_same_command_starts_over
 
 
 @sqlite_only
-def test_a_csv_time_with_no_partition_date_is_a_bad_record_on_the_fast_path(deployment: Deployment,
-                                                                            tmp_path: Path) -> None:
+def test_a_csv_time_with_no_partition_date_is_a_bad_record_on_the_fast_path(
+    deployment: Deployment, tmp_path: Path
+) -> None:
     inputs = tmp_path / "in"
     inputs.mkdir()
     # 03:00Z on 0001-01-01 is 0000-12-31 in New York: no partition can hold it (nor can Python's date).
-    (inputs / "edge.csv").write_text("id,time,name\n1,2026-11-20T10:00:00Z,a\n2,0001-01-01T03:00:00Z,b\n"
-                                     "3,2026-11-21T10:00:00Z,c\n")
-    parser = {"type": "csv", "columns": [
-        {"name": "id", "type": "long"}, {"name": "time", "type": "timestamp"}, {"name": "name", "type": "string"}]}
+    (inputs / "edge.csv").write_text(
+        "id,time,name\n1,2026-11-20T10:00:00Z,a\n2,0001-01-01T03:00:00Z,b\n3,2026-11-21T10:00:00Z,c\n"
+    )
+    parser = {
+        "type": "csv",
+        "columns": [
+            {"name": "id", "type": "long"},
+            {"name": "time", "type": "timestamp"},
+            {"name": "name", "type": "string"},
+        ],
+    }
     errors = tmp_path / "errors"
-    job = config(inputs, parser=parser, error={"type": "file", "path": str(errors)},
-                 out={"table": "web.edge", "create": True, "time_column": "event_time",
-                      "timezone": "America/New_York"})
+    job = config(
+        inputs,
+        parser=parser,
+        error={"type": "file", "path": str(errors)},
+        out={"table": "web.edge", "create": True, "time_column": "event_time", "timezone": "America/New_York"},
+    )
     report = load(deployment, parse_load_config(job))
     (stats,) = report.jobs
     assert (stats.records_in, stats.loaded, stats.bad) == (3, 2, 1)

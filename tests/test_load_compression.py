@@ -22,8 +22,9 @@ from .merge_helpers import silt_in_process
 
 
 def lines(first: int, count: int = 5) -> bytes:
-    return "".join(json.dumps({"id": n, "time": f"2026-11-20T10:{n % 60:02d}:00Z"}) + "\n"
-                   for n in range(first, first + count)).encode()
+    return "".join(
+        json.dumps({"id": n, "time": f"2026-11-20T10:{n % 60:02d}:00Z"}) + "\n" for n in range(first, first + count)
+    ).encode()
 
 
 def mixed(directory: Path, plain_first: bool) -> Path:
@@ -60,15 +61,27 @@ def test_guess_over_mixed_compressions_proposes_a_job_that_reads_every_file(tmp_
 
 
 # mtime=0: the same bytes, and the same test ids, in every pytest-xdist worker (which collect at different times).
-@pytest.mark.parametrize(("name", "data", "pinned", "said"), [
-    ("plain.jsonl", lines(0), "gzip", "decoder.compression is gzip, but this file is not compressed"),
-    ("packed.jsonl.gz", gzip.compress(lines(0), mtime=0), "none", "decoder.compression is none, but this file is "
-                                                                  "gzip-compressed"),
-    ("packed.jsonl.gz", gzip.compress(lines(0), mtime=0), "zstd", "decoder.compression is zstd, but this file is "
-                                                                  "gzip-compressed"),
-])
+@pytest.mark.parametrize(
+    ("name", "data", "pinned", "said"),
+    [
+        ("plain.jsonl", lines(0), "gzip", "decoder.compression is gzip, but this file is not compressed"),
+        (
+            "packed.jsonl.gz",
+            gzip.compress(lines(0), mtime=0),
+            "none",
+            "decoder.compression is none, but this file is gzip-compressed",
+        ),
+        (
+            "packed.jsonl.gz",
+            gzip.compress(lines(0), mtime=0),
+            "zstd",
+            "decoder.compression is zstd, but this file is gzip-compressed",
+        ),
+    ],
+)
 def test_a_pinned_compression_a_file_contradicts_is_refused_naming_the_file(
-        tmp_path: Path, name: str, data: bytes, pinned: str, said: str) -> None:
+    tmp_path: Path, name: str, data: bytes, pinned: str, said: str
+) -> None:
     path = tmp_path / name
     path.write_bytes(data)
     with pytest.raises(ConfigError, match=said) as refused, open_source(str(path), pinned):
@@ -80,10 +93,17 @@ def test_a_large_compressed_file_under_compression_none_is_refused_before_it_is_
     path = tmp_path / "big.jsonl.gz"
     path.write_bytes(gzip.compress(lines(0, 40_000), compresslevel=0))
     assert path.stat().st_size > 1 << 20  # more than split_bytes: the file would be split
-    config = parse_load_config({"in": {"path": str(path), "split_bytes": 1 << 20}, "decoder": {"compression": "none"},
-                                "parser": {"type": "jsonl", "columns": [{"name": "id", "type": "long"},
-                                                                        {"name": "time", "type": "timestamp"}]},
-                                "out": {"table": "web.big", "create": True, "time_column": "time"}})
+    config = parse_load_config(
+        {
+            "in": {"path": str(path), "split_bytes": 1 << 20},
+            "decoder": {"compression": "none"},
+            "parser": {
+                "type": "jsonl",
+                "columns": [{"name": "id", "type": "long"}, {"name": "time", "type": "timestamp"}],
+            },
+            "out": {"table": "web.big", "create": True, "time_column": "time"},
+        }
+    )
     (job,) = config.jobs.values()
     with pytest.raises(ConfigError, match=f"{path}: decoder.compression is none, but this file is gzip-compressed"):
         splits(job, str(path), path.stat().st_size)
@@ -91,7 +111,8 @@ def test_a_large_compressed_file_under_compression_none_is_refused_before_it_is_
 
 @pytest.mark.parametrize("plain_first", [True, False])
 def test_the_dry_run_of_a_guessed_job_over_mixed_files_reads_and_a_contradicted_pin_is_a_user_error(
-        plain_deployment: Deployment, tmp_path: Path, monkeypatch, plain_first: bool) -> None:
+    plain_deployment: Deployment, tmp_path: Path, monkeypatch, plain_first: bool
+) -> None:
     data = mixed(tmp_path / "data", plain_first)
     silt = silt_in_process(plain_deployment, monkeypatch)
     seed, job = tmp_path / "seed.yml", tmp_path / "job.yml"

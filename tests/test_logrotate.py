@@ -194,7 +194,7 @@ def logrotate() -> str:
 )
 def test_a_log_rotated_by_logrotate_while_written_lands_every_line_once(
     tmp_path: Path, catalog_url: str, spark, logrotate: str, rotation: str
-) -> None:  # noqa: ANN001
+) -> None:
     directives, reopen, exclude = ROTATIONS[rotation]
     env = silt_env(
         tmp_path,
@@ -307,7 +307,7 @@ FLUSH_PAUSE = float(os.environ.get("SILTLAKE_TEST_FLUSH_PAUSE", "2.5"))
 
 def test_a_writer_flushing_4_kib_mid_line_and_pausing_longer_than_settle_time_lands_every_line_once(
     tmp_path: Path, catalog_url: str, spark
-) -> None:  # noqa: ANN001
+) -> None:
     """A block-buffered program (stdout redirected to a file) writes 4 KiB at a time, mid-line, then is quiet for
     longer than settle_time (and settle_limit): the half line at the end waits for its newline."""
     settle = max(1, int(FLUSH_PAUSE / 3))
@@ -343,7 +343,7 @@ def test_a_writer_flushing_4_kib_mid_line_and_pausing_longer_than_settle_time_la
 
 def test_a_bad_line_and_a_fragment_in_an_appended_file_are_bad_records_and_the_lines_after_land(
     tmp_path: Path, catalog_url: str, spark
-) -> None:  # noqa: ANN001
+) -> None:
     """A line that is no record and a line cut short (a writer that died mid-line and was started again), in the
     middle of a file appended to: they are bad records, and following goes on: the 100 lines after land."""
     deployment = deployment_with(tmp_path, catalog_url, spark, key_pattern=UNDATED, full_listing_interval=0)

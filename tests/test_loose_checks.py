@@ -22,8 +22,9 @@ USER_ID_LINE = 'name = "user_id"\ntype = "bigint"\n'
 
 
 @pytest.mark.parametrize("value", ['"no"', '"false"', '"yes"', "0", "1", '"off"'])
-def test_a_non_boolean_nullable_in_a_table_file_is_refused_naming_the_file_and_field(tmp_path: Path,
-                                                                                      value: str) -> None:
+def test_a_non_boolean_nullable_in_a_table_file_is_refused_naming_the_file_and_field(
+    tmp_path: Path, value: str
+) -> None:
     assert USER_ID_LINE in ISSUE_EXAMPLE
     path = tmp_path / "access.toml"
     path.write_text(ISSUE_EXAMPLE.replace(USER_ID_LINE, f"{USER_ID_LINE}nullable = {value}\n"))
@@ -39,18 +40,23 @@ def test_real_booleans_still_work_in_toml_and_yaml(tmp_path: Path) -> None:
     path.write_text(ISSUE_EXAMPLE.replace(USER_ID_LINE, f"{USER_ID_LINE}nullable = false\n"))
     assert load_table_file(path).column("user_id").nullable is False
     yaml_path = tmp_path / "access.yaml"
-    yaml_path.write_text("schema: web\nname: access\ntime_column: t\ncolumns:\n"
-                         "  - {name: t, type: timestamp}\n  - {name: v, type: int, nullable: false}\n")
+    yaml_path.write_text(
+        "schema: web\nname: access\ntime_column: t\ncolumns:\n"
+        "  - {name: t, type: timestamp}\n  - {name: v, type: int, nullable: false}\n"
+    )
     assert load_table_file(yaml_path).column("v").nullable is False
     assert TableDef.from_json(load_table_file(path).to_json()).column("user_id").nullable is False
 
 
-@pytest.mark.parametrize("field, value", [("ttl_days", True), ("merged_object_size", "1000000"),
-                                          ("merge_batch_size", 2.0), ("row_group_bytes", False)])
+@pytest.mark.parametrize(
+    "field, value",
+    [("ttl_days", True), ("merged_object_size", "1000000"), ("merge_batch_size", 2.0), ("row_group_bytes", False)],
+)
 def test_sizes_and_the_ttl_must_be_whole_numbers(field: str, value: object) -> None:
     # ttl_days = true would otherwise be a one-day TTL: reap would delete every partition older than a day.
-    with pytest.raises(DefinitionError, match=f"^t.toml: {field}: {field} {re.escape(repr(value))} is not a "
-                                              "whole number$"):
+    with pytest.raises(
+        DefinitionError, match=f"^t.toml: {field}: {field} {re.escape(repr(value))} is not a whole number$"
+    ):
         TableDef.from_mapping({**ACCESS_TABLE, field: value}, source="t.toml")
     assert TableDef.from_mapping({**ACCESS_TABLE, field: 3}).model_dump()[field] == 3
 
@@ -61,8 +67,12 @@ def test_a_staging_key_with_an_impossible_date_maps_to_no_table_naming_the_key(d
     mapping = map_key(key, re.compile(DEFAULT_KEY_PATTERN), {("web", "access"): "TABLE"})
     assert mapping.table is None
     assert mapping.reason.startswith(f"key {key!r} has the impossible date {date}")
-    assert map_key("f1.web.access/2028/02/29/host-1.jsonl.gz", re.compile(DEFAULT_KEY_PATTERN),
-                   {("web", "access"): "TABLE"}).table == "TABLE", "a leap day is a date"
+    assert (
+        map_key(
+            "f1.web.access/2028/02/29/host-1.jsonl.gz", re.compile(DEFAULT_KEY_PATTERN), {("web", "access"): "TABLE"}
+        ).table
+        == "TABLE"
+    ), "a leap day is a date"
 
 
 def test_a_pattern_without_date_groups_carries_no_date() -> None:
@@ -70,8 +80,7 @@ def test_a_pattern_without_date_groups_carries_no_date() -> None:
     assert map_key("web.access/2026/13/45/x", pattern, {("web", "access"): "TABLE"}).table == "TABLE"
 
 
-def test_the_stream_records_impossible_dates_as_unknown_objects_and_goes_on(tmp_path: Path,
-                                                                             catalog_url: str) -> None:
+def test_the_stream_records_impossible_dates_as_unknown_objects_and_goes_on(tmp_path: Path, catalog_url: str) -> None:
     deployment = Deployment(make_config(tmp_path, catalog_url))
     try:
         deployment.init()

@@ -29,12 +29,14 @@ DAY = dt.date(2026, 11, 20)
 
 def make_table(deployment: Deployment, name: str = "access", **settings: object) -> TableRecord:
     return deployment.catalog.tables.create(
-        TableDef.from_mapping({**ACCESS_TABLE, "name": name, "merge_interval": 0, **settings}))
+        TableDef.from_mapping({**ACCESS_TABLE, "name": name, "merge_interval": 0, **settings})
+    )
 
 
 def row_multiset(table: pa.Table) -> Counter:
-    return Counter(zip(*(table.column(name).to_pylist() for name in ("utc_event_time", "user_id", "action")),
-                       strict=True))
+    return Counter(
+        zip(*(table.column(name).to_pylist() for name in ("utc_event_time", "user_id", "action")), strict=True)
+    )
 
 
 def only_partition(deployment: Deployment, table: TableRecord):
@@ -65,8 +67,9 @@ def assert_sorted_row_groups(path: str, filesystem) -> None:
 
 @pytest.mark.parametrize("where", ["in-process", "spark"])
 @pytest.mark.parametrize("mode", ["deep", "shallow", "auto"])
-def test_modes_extend_the_open_range_and_every_reader_agrees(deployment: Deployment, spark, mode: str,
-                                                             where: str) -> None:
+def test_modes_extend_the_open_range_and_every_reader_agrees(
+    deployment: Deployment, spark, mode: str, where: str
+) -> None:
     if where == "spark":
         deployment.config.merge.in_driver_bytes = 0
     table = make_table(deployment, merge_mode=mode, row_group_bytes=16 * 1024)
@@ -89,7 +92,10 @@ def test_modes_extend_the_open_range_and_every_reader_agrees(deployment: Deploym
     log = deployment.catalog.merge_queue.log(partition.id)
     assert [entry["outcome"] for entry in log] == ["finished", "finished"]
     assert [entry["mode"] for entry in log] == {
-        "deep": ["deep", "deep"], "shallow": ["shallow", "shallow"], "auto": ["deep", "auto"]}[mode]
+        "deep": ["deep", "deep"],
+        "shallow": ["shallow", "shallow"],
+        "auto": ["deep", "auto"],
+    }[mode]
     assert log[1]["objects_in"] == 5 and log[1]["rows_out"] == 4 * 700 + 5 * 300
     if mode == "auto":  # the open object's well-sized row groups were copied, not decoded
         assert 0 < log[1]["bytes_decoded"] < log[1]["bytes_in"] + ranges[1].content_length
@@ -101,7 +107,8 @@ def test_modes_extend_the_open_range_and_every_reader_agrees(deployment: Deploym
     by_pyarrow = sorted(pq.read_table(path).to_pylist(), key=lambda r: (r["utc_event_time"], r["user_id"]))
     with duckdb.connect() as connection:  # its own connection: the module-level one is shared across tests
         by_duckdb = connection.sql(
-            f"SELECT epoch_us(utc_event_time), user_id, action FROM read_parquet('{path}') ORDER BY 1, 2").fetchall()
+            f"SELECT epoch_us(utc_event_time), user_id, action FROM read_parquet('{path}') ORDER BY 1, 2"
+        ).fetchall()
     by_spark = spark.read.parquet(path).orderBy("utc_event_time", "user_id").collect()
     assert len(by_pyarrow) == len(by_duckdb) == len(by_spark) == 4 * 700 + 5 * 300
     for arrow_row, duck_row, spark_row in zip(by_pyarrow, by_duckdb, by_spark, strict=True):
@@ -116,8 +123,9 @@ def test_auto_falls_back_to_deep_when_the_columns_changed(deployment: Deployment
     add_small_objects(deployment, table, DAY, [rows_for(DAY, 500, seed) for seed in range(3)])
     merge_once(deployment)
     table = deployment.catalog.tables.add_column("web.access", Column(name="referrer", type="string"))
-    add_small_objects(deployment, table, DAY, [[{**row, "referrer": "https://example.com/"}
-                                                for row in rows_for(DAY, 100, 3)]])
+    add_small_objects(
+        deployment, table, DAY, [[{**row, "referrer": "https://example.com/"} for row in rows_for(DAY, 100, 3)]]
+    )
     report = merge_once(deployment)
     assert report.failed == 0
     partition = only_partition(deployment, table)
@@ -206,12 +214,20 @@ def test_a_job_whose_worker_went_silent_is_taken_over(deployment: Deployment) ->
     # The silent worker wakes up: it can neither beat nor commit.
     assert catalog.merge_queue.heartbeat([job.id], "dead-worker", after_timeout) == {job.id}
     with pytest.raises(LostMergeJob):
-        catalog.merge_queue.commit(job, "dead-worker", base_upper=None, writes=[], continuing=False,
-                             result=JobOutcome(mode="deep"), now=after_timeout)
+        catalog.merge_queue.commit(
+            job,
+            "dead-worker",
+            base_upper=None,
+            writes=[],
+            continuing=False,
+            result=JobOutcome(mode="deep"),
+            now=after_timeout,
+        )
 
 
-def add_catalog_backlog(deployment: Deployment, table: TableRecord, date: dt.date, count: int,
-                        now: dt.datetime) -> None:
+def add_catalog_backlog(
+    deployment: Deployment, table: TableRecord, date: dt.date, count: int, now: dt.datetime
+) -> None:
     """Bulk-insert catalog rows of `count` unmerged small objects (no files) into an existing partition."""
 
     from siltlake.catalog import schema as s
@@ -219,15 +235,42 @@ def add_catalog_backlog(deployment: Deployment, table: TableRecord, date: dt.dat
     (partition,) = [p for p in deployment.catalog.partitions.list(table.id) if p.partition_date == date]
     with deployment.catalog.partitions.stream_commit() as tx:
         connection = tx._c
-        staging_ids = connection.execute(
-            s.staging_objects.insert().returning(s.staging_objects.c.id, sort_by_parameter_order=True), [
-                {"uri": f"file:///backlog/{table.id}/{n}", "table_id": table.id, "size": 1, "receive_time": now,
-                 "processed_time": now, "records_in": 1, "bad_records": 0} for n in range(count)]).scalars().all()
-        connection.execute(s.small_objects.insert(), [
-            {"id": object_id, "staging_object_id": staging_ids[n], "partition_id": partition.id,
-             "delayed": False, "content_length": 1000, "row_count": 1, "min_event_time": now,
-             "max_event_time": now, "upload_start_time": now}
-            for n, object_id in enumerate(tx.allocate_ids(count))])
+        staging_ids = (
+            connection.execute(
+                s.staging_objects.insert().returning(s.staging_objects.c.id, sort_by_parameter_order=True),
+                [
+                    {
+                        "uri": f"file:///backlog/{table.id}/{n}",
+                        "table_id": table.id,
+                        "size": 1,
+                        "receive_time": now,
+                        "processed_time": now,
+                        "records_in": 1,
+                        "bad_records": 0,
+                    }
+                    for n in range(count)
+                ],
+            )
+            .scalars()
+            .all()
+        )
+        connection.execute(
+            s.small_objects.insert(),
+            [
+                {
+                    "id": object_id,
+                    "staging_object_id": staging_ids[n],
+                    "partition_id": partition.id,
+                    "delayed": False,
+                    "content_length": 1000,
+                    "row_count": 1,
+                    "min_event_time": now,
+                    "max_event_time": now,
+                    "upload_start_time": now,
+                }
+                for n, object_id in enumerate(tx.allocate_ids(count))
+            ],
+        )
 
 
 def test_a_backlogged_table_does_not_delay_another_tables_job(deployment: Deployment) -> None:
@@ -241,8 +284,9 @@ def test_a_backlogged_table_does_not_delay_another_tables_job(deployment: Deploy
     for offset in range(1, 21):
         day = DAY - dt.timedelta(days=offset)
         add_small_objects(deployment, busy, day, [rows_for(day, 1, offset)], now=start, write_files=False)
-    add_small_objects(deployment, quiet, DAY, [rows_for(DAY, 1, 0)], now=start + dt.timedelta(seconds=5),
-                      write_files=False)
+    add_small_objects(
+        deployment, quiet, DAY, [rows_for(DAY, 1, 0)], now=start + dt.timedelta(seconds=5), write_files=False
+    )
     catalog = deployment.catalog
     later = start + dt.timedelta(seconds=10)
     first_round = catalog.merge_queue.claim("w1", limit=4, now=later, timeout=600, per_table_limit=2)
@@ -265,12 +309,14 @@ def test_many_due_partitions_run_as_one_spark_stage(deployment: Deployment) -> N
         assert_exact(deployment, table, partition.id, partition.partition_date)
 
 
-def test_a_batch_up_to_in_driver_bytes_runs_in_process_and_a_larger_one_on_spark(deployment: Deployment,
-                                                                                 monkeypatch) -> None:
+def test_a_batch_up_to_in_driver_bytes_runs_in_process_and_a_larger_one_on_spark(
+    deployment: Deployment, monkeypatch
+) -> None:
     table = make_table(deployment)
     days = [DAY - dt.timedelta(days=offset) for offset in range(3)]
     for day in days:
         add_small_objects(deployment, table, day, [rows_for(day, 200, seed) for seed in range(3)])
+
     def batch_bytes() -> int:
         """What the due jobs read: their new small objects and the open objects they extend."""
         total = 0
@@ -316,8 +362,9 @@ def test_merge_and_status_commands(deployment: Deployment, monkeypatch) -> None:
     assert "0 small objects" in shown and "0 due" in shown
 
 
-def test_a_drained_queue_is_claimed_again_only_when_a_stage_may_have_made_jobs_due(deployment: Deployment,
-                                                                                 monkeypatch) -> None:
+def test_a_drained_queue_is_claimed_again_only_when_a_stage_may_have_made_jobs_due(
+    deployment: Deployment, monkeypatch
+) -> None:
     table = make_table(deployment)
     days = [DAY - dt.timedelta(days=offset) for offset in range(3)]
     for day in days:
@@ -345,8 +392,9 @@ def test_a_drained_queue_is_claimed_again_only_when_a_stage_may_have_made_jobs_d
     assert (report.finished, claims) == (1, [(1, 0)])
 
 
-def test_a_stage_thread_slow_to_exit_after_its_last_job_does_not_look_running(deployment: Deployment,
-                                                                            monkeypatch) -> None:
+def test_a_stage_thread_slow_to_exit_after_its_last_job_does_not_look_running(
+    deployment: Deployment, monkeypatch
+) -> None:
     table = make_table(deployment)
     add_small_objects(deployment, table, DAY, [rows_for(DAY, 20, 1)])
     worker = MergeWorker(deployment, slots=4)

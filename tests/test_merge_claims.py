@@ -58,8 +58,11 @@ class Claimer:
     """A child process that claims the due jobs and then sleeps."""
 
     def __init__(self, deployment: Deployment, at: dt.datetime) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-c", CLAIMER, deployment.config.catalog.url, at.isoformat()],
-                                     stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", CLAIMER, deployment.config.catalog.url, at.isoformat()],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         line = self.proc.stdout.readline()
         assert line, f"the claiming process exited with {self.proc.wait()}"
         self.jobs: list[int] = json.loads(line)
@@ -90,8 +93,9 @@ def jobs(status: list[dict]) -> dict[str, int]:
 
 
 def claim(deployment: Deployment, now: dt.datetime, local: LocalHost | None = None) -> list:
-    return deployment.catalog.merge_queue.claim("rescuer", limit=10, now=now, timeout=TIMEOUT, per_table_limit=10,
-                                               local=local or local_host())
+    return deployment.catalog.merge_queue.claim(
+        "rescuer", limit=10, now=now, timeout=TIMEOUT, per_table_limit=10, local=local or local_host()
+    )
 
 
 def test_a_killed_workers_claims_are_taken_over_at_once_and_show_stale(deployment: Deployment, monkeypatch) -> None:
@@ -107,8 +111,9 @@ def test_a_killed_workers_claims_are_taken_over_at_once_and_show_stale(deploymen
 
     assert not process_alive(worker.proc.pid)
     assert jobs(deployment.catalog.merge_queue.status(soon, TIMEOUT, local_host())) == {"stale": 2}
-    assert jobs(deployment.catalog.merge_queue.status(soon, TIMEOUT)) == {"running": 2}, \
+    assert jobs(deployment.catalog.merge_queue.status(soon, TIMEOUT)) == {"running": 2}, (
         "without local: the timeout rule"
+    )
     status = json.loads(silt_in_process(deployment, monkeypatch)("status", "--json"))
     assert jobs(status["tables"]) == {"stale": 2}
 
@@ -117,8 +122,11 @@ def test_a_killed_workers_claims_are_taken_over_at_once_and_show_stale(deploymen
     assert jobs(deployment.catalog.merge_queue.status(soon, TIMEOUT, local_host())) == {"running": 2}, "ours now, alive"
     lost = [entry["error"] for entry in deployment.catalog.merge_queue.log()]
     assert len(lost) == 2 and all(
-        entry.startswith(f"worker lost: process {worker.proc.pid} (") and "exited on this host" in entry
-        and entry.endswith(f"(timeout {TIMEOUT} s); taken over by rescuer") for entry in lost), lost
+        entry.startswith(f"worker lost: process {worker.proc.pid} (")
+        and "exited on this host" in entry
+        and entry.endswith(f"(timeout {TIMEOUT} s); taken over by rescuer")
+        for entry in lost
+    ), lost
 
 
 def test_a_live_workers_claims_are_not_taken_over(deployment: Deployment) -> None:
@@ -162,8 +170,11 @@ def test_process_alive_sees_the_living_the_dead_and_zombies() -> None:
 
 
 def waiting(deployment: Deployment, table_id: int) -> list[dict]:
-    return [job for partition in deployment.catalog.partitions.list(table_id)
-            for job in deployment.catalog.merge_queue.jobs(partition.id)]
+    return [
+        job
+        for partition in deployment.catalog.partitions.list(table_id)
+        for job in deployment.catalog.merge_queue.jobs(partition.id)
+    ]
 
 
 def test_advance_and_count_scheduled_jobs_per_table(deployment: Deployment) -> None:
@@ -202,8 +213,15 @@ def test_a_claim_never_takes_the_job_a_commit_adding_objects_relies_on(deploymen
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             during["claimed"] = pool.submit(claim, deployment, later).result(timeout=30)
 
-    (added,) = add_small_objects(deployment, table, DAY, [rows_for(DAY, 3, 7)], write_files=False,
-                                 batched=batched, before_commit=claim_while_open)
+    (added,) = add_small_objects(
+        deployment,
+        table,
+        DAY,
+        [rows_for(DAY, 3, 7)],
+        write_files=False,
+        batched=batched,
+        before_commit=claim_while_open,
+    )
     assert during["claimed"] == []
     (job,) = claim(deployment, later)
     _, _, unmerged = deployment.catalog.merge_queue.unmerged_objects(job.partition_id, 100)

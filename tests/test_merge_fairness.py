@@ -27,7 +27,8 @@ _examples = itertools.count()
 
 def make_table(deployment: Deployment, schema: str, name: str) -> TableRecord:
     return deployment.catalog.tables.create(
-        TableDef.from_mapping({**ACCESS_TABLE, "schema": schema, "name": name, "merge_interval": 0}))
+        TableDef.from_mapping({**ACCESS_TABLE, "schema": schema, "name": name, "merge_interval": 0})
+    )
 
 
 def add_jobs(deployment: Deployment, table: TableRecord, days: int, at: dt.datetime) -> None:
@@ -38,19 +39,27 @@ def add_jobs(deployment: Deployment, table: TableRecord, days: int, at: dt.datet
 
 
 def claim(deployment: Deployment, limit: int, **limits: object) -> list:
-    return deployment.catalog.merge_queue.claim("worker", limit=limit, now=LATER, timeout=600,
-                                                per_table_limit=limits.pop("per_table_limit", 100), **limits)
+    return deployment.catalog.merge_queue.claim(
+        "worker", limit=limit, now=LATER, timeout=600, per_table_limit=limits.pop("per_table_limit", 100), **limits
+    )
 
 
 def finish(deployment: Deployment, jobs: list, continuing: set[int] = frozenset()) -> None:
     for job in jobs:
-        deployment.catalog.merge_queue.commit(job, "worker", base_upper=None, writes=[],
-                                              continuing=job.partition_id in continuing,
-                                              result=JobOutcome(mode=None), now=LATER)
+        deployment.catalog.merge_queue.commit(
+            job,
+            "worker",
+            base_upper=None,
+            writes=[],
+            continuing=job.partition_id in continuing,
+            result=JobOutcome(mode=None),
+            now=LATER,
+        )
 
 
 def test_a_schema_with_one_table_is_served_beside_a_schema_of_twelve_backlogged_tables(
-        plain_deployment: Deployment) -> None:
+    plain_deployment: Deployment,
+) -> None:
     """The issue's case: 12 tables of schema big with 5 due jobs each, then small.s's one job, due last."""
     for number in range(12):
         add_jobs(plain_deployment, make_table(plain_deployment, "big", f"t{number:02}"), 5, START)
@@ -95,14 +104,19 @@ def test_fair_shares_config_names_levels_outer_first() -> None:
 
 
 backlogs = st.lists(  # schemas, of tables, of partitions, each with how many jobs it takes to merge (continuations)
-    st.lists(st.lists(st.integers(1, 3), min_size=1, max_size=3), min_size=1, max_size=3), min_size=1, max_size=4)
+    st.lists(st.lists(st.integers(1, 3), min_size=1, max_size=3), min_size=1, max_size=3), min_size=1, max_size=4
+)
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(backlog=backlogs, sizes=st.lists(st.integers(1, 6), min_size=1, max_size=8),
-       delays=st.lists(st.integers(0, 30), min_size=4, max_size=4))
-def test_no_schema_or_table_waits_more_than_one_job_of_each_other(plain_deployment: Deployment, backlog, sizes,
-                                                                 delays) -> None:
+@given(
+    backlog=backlogs,
+    sizes=st.lists(st.integers(1, 6), min_size=1, max_size=8),
+    delays=st.lists(st.integers(0, 30), min_size=4, max_size=4),
+)
+def test_no_schema_or_table_waits_more_than_one_job_of_each_other(
+    plain_deployment: Deployment, backlog, sizes, delays
+) -> None:
     """The bound: while a schema has a job it may take, no other schema is given two jobs before it is given one
     (so it waits at most one job per other schema with jobs); within a schema, the same of its tables. Claims of
     random sizes, each claim's jobs finished (continuing while their partition has more to merge) before the

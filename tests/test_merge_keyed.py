@@ -23,14 +23,25 @@ sqlite_only = pytest.mark.parametrize("catalog_url", ["sqlite"], indirect=True)
 
 
 def keyed_table(deployment: Deployment, name: str, **settings: object) -> TableRecord:
-    columns = [{"name": "utc_event_time", "type": "timestamp", "nullable": False, "source": "time"},
-               {"name": "user_id", "type": "bigint", "nullable": False},
-               {"name": "action", "type": "string"}]
+    columns = [
+        {"name": "utc_event_time", "type": "timestamp", "nullable": False, "source": "time"},
+        {"name": "user_id", "type": "bigint", "nullable": False},
+        {"name": "action", "type": "string"},
+    ]
     if settings.get("sequence_column"):
         columns.append({"name": "seq", "type": "bigint"})
-    return deployment.catalog.tables.create(TableDef.from_mapping(
-        {**ACCESS_TABLE, "name": name, "merge_interval": 0, "columns": columns, "primary_key": ["user_id"],
-         **settings}))
+    return deployment.catalog.tables.create(
+        TableDef.from_mapping(
+            {
+                **ACCESS_TABLE,
+                "name": name,
+                "merge_interval": 0,
+                "columns": columns,
+                "primary_key": ["user_id"],
+                **settings,
+            }
+        )
+    )
 
 
 def row(user: int, action: str, minute: int, **extra: object) -> dict:
@@ -41,8 +52,9 @@ def row(user: int, action: str, minute: int, **extra: object) -> dict:
 
 def mark_deletes(deployment: Deployment, table: TableRecord, object_id: int, deletes: list[bool]) -> None:
     """Rewrite a committed small object with an upsert's delete marker column (one flag per row)."""
-    (small,) = [o for o in deployment.catalog.partitions.small_objects(table.id, up_to_id=object_id)
-                if o.id == object_id]
+    (small,) = [
+        o for o in deployment.catalog.partitions.small_objects(table.id, up_to_id=object_id) if o.id == object_id
+    ]
     key = table.layout(deployment.instance_key).small_object(DAY, object_id, small.delayed)
     rows = pq.read_table(deployment.lake.path(key), filesystem=deployment.lake.filesystem)
     with deployment.lake.open_output(key) as sink:
@@ -88,12 +100,17 @@ def test_a_keyed_merge_keeps_the_last_row_of_each_key_in_one_range(deployment: D
     # continue over several jobs; the keyed one extends its one range every time. Last committed wins, by name.
     table = keyed_table(deployment, "keyed", merged_object_size=1, merge_batch_size=2, sequence_column="_commit_order")
     first_chunk = [row(user, "a", user) for user in range(1, 6)]
-    add_small_objects(deployment, table, DAY, [
-        first_chunk,
-        [{**r, "action": "resent"} for r in first_chunk],  # the same chunk shipped again under a new key
-        # A key twice in one object: the later row in the file wins (small objects are sorted by time).
-        [row(3, "c1", 2), row(6, "c", 51), row(3, "c2", 50)],
-    ])
+    add_small_objects(
+        deployment,
+        table,
+        DAY,
+        [
+            first_chunk,
+            [{**r, "action": "resent"} for r in first_chunk],  # the same chunk shipped again under a new key
+            # A key twice in one object: the later row in the file wins (small objects are sorted by time).
+            [row(3, "c1", 2), row(6, "c", 51), row(3, "c2", 50)],
+        ],
+    )
     report = merge_once(deployment)
     assert (report.failed, report.finished, report.continuing) == (0, 1, 1)
     merged, _, job = merged_partition(deployment, table)
@@ -105,8 +122,12 @@ def test_a_keyed_merge_keeps_the_last_row_of_each_key_in_one_range(deployment: D
     # in the merged object) and a new key.
     (upsert,) = add_small_objects(deployment, table, DAY, [[row(5, "gone", 5), row(2, "upserted", 9)]])
     mark_deletes(deployment, table, upsert, [True, False])
-    add_small_objects(deployment, table, DAY, [[row(1, "again", 30), row(6, "again", 31), row(7, "new", 32)],
-                                               [row(8, "deleted before it existed", 40)]])
+    add_small_objects(
+        deployment,
+        table,
+        DAY,
+        [[row(1, "again", 30), row(6, "again", 31), row(7, "new", 32)], [row(8, "deleted before it existed", 40)]],
+    )
     deleted_first = add_small_objects(deployment, table, DAY, [[row(8, "x", 41)]])
     mark_deletes(deployment, table, deleted_first[0], [True])
     report = merge_once(deployment)
@@ -114,19 +135,34 @@ def test_a_keyed_merge_keeps_the_last_row_of_each_key_in_one_range(deployment: D
     merged, _, job = merged_partition(deployment, table)
     assert by_user(merged) == {1: "again", 2: "upserted", 3: "c2", 4: "resent", 6: "again", 7: "new"}
     assert job["rows_out"] == 6
-    assert merged.filter(pa.compute.equal(merged.column("user_id"), 2)).column("utc_event_time")[0].as_py() \
-        == row(2, "", 9)["utc_event_time"]  # the winner's whole row, its time included
+    assert (
+        merged.filter(pa.compute.equal(merged.column("user_id"), 2)).column("utc_event_time")[0].as_py()
+        == row(2, "", 9)["utc_event_time"]
+    )  # the winner's whole row, its time included
 
 
 @sqlite_only
 def test_a_keyed_merge_keeps_the_largest_sequence(deployment: Deployment) -> None:
     table = keyed_table(deployment, "sequenced", sequence_column="seq", merge_mode="shallow")
-    add_small_objects(deployment, table, DAY, [
-        [row(1, "newest", 1, seq=9), row(2, "old", 2, seq=1), row(3, "null loses", 3, seq=None),
-         row(4, "tie, earlier", 4, seq=5)],
-        [row(1, "late but older", 5, seq=3), row(2, "new", 6, seq=2), row(3, "any", 7, seq=0),
-         row(4, "tie, later", 8, seq=5)],
-    ])
+    add_small_objects(
+        deployment,
+        table,
+        DAY,
+        [
+            [
+                row(1, "newest", 1, seq=9),
+                row(2, "old", 2, seq=1),
+                row(3, "null loses", 3, seq=None),
+                row(4, "tie, earlier", 4, seq=5),
+            ],
+            [
+                row(1, "late but older", 5, seq=3),
+                row(2, "new", 6, seq=2),
+                row(3, "any", 7, seq=0),
+                row(4, "tie, later", 8, seq=5),
+            ],
+        ],
+    )
     assert merge_once(deployment).failed == 0
     merged, _, job = merged_partition(deployment, table)
     assert by_user(merged) == {1: "newest", 2: "new", 3: "any", 4: "tie, later"}

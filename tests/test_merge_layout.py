@@ -28,8 +28,14 @@ def small_objects(lake: Storage, definition: TableDef, count: int, rows: int) ->
     keys = []
     for n in range(count):
         times = sorted(DAY_START + dt.timedelta(seconds=(n * 7919 + i * 104729) % 86_000) for i in range(rows))
-        batch = pa.table({"utc_event_time": times, "user_id": [n * 100_000 + i for i in range(rows)],
-                          "action": [f"action-{i % 4}" for i in range(rows)]}, schema=definition.arrow_schema())
+        batch = pa.table(
+            {
+                "utc_event_time": times,
+                "user_id": [n * 100_000 + i for i in range(rows)],
+                "action": [f"action-{i % 4}" for i in range(rows)],
+            },
+            schema=definition.arrow_schema(),
+        )
         key = f"small/{n:04d}.parquet"
         with lake.open_output(key) as sink:
             pq.write_table(object_rows(batch, object_schema(definition), DAY), sink, compression=definition.codec)
@@ -42,8 +48,14 @@ def merge(tmp_path: Path, count: int, rows: int, row_group_bytes: int) -> tuple[
     lake = Storage(str(tmp_path))
     keys = small_objects(lake, definition, count, rows)
     planned = RangeTask(lower=0, upper=count, output_key="merged/out.parquet", small_keys=tuple(keys), small_bytes=1)
-    task = MergeTask(job_id=1, lake=lake, table_json=definition.to_json(), ranges=(planned,),
-                     row_group_bytes=row_group_bytes, partition_date=DAY)
+    task = MergeTask(
+        job_id=1,
+        lake=lake,
+        table_json=definition.to_json(),
+        ranges=(planned,),
+        row_group_bytes=row_group_bytes,
+        partition_date=DAY,
+    )
     result = run_merge_task(task)
     assert result["status"] == "ok", result.get("error")
     assert result["ranges"][0]["rows"] == count * rows
@@ -63,7 +75,8 @@ def test_row_groups_follow_row_group_bytes_and_the_object_is_sorted_and_complete
     times = everything.column("utc_event_time").to_pylist()
     assert times == sorted(times), "rows are in event-time order across row groups"
     assert Counter(zip(everything.column("user_id").to_pylist(), times, strict=True)) == Counter(
-        zip(small.column("user_id").to_pylist(), small.column("utc_event_time").to_pylist(), strict=True))
+        zip(small.column("user_id").to_pylist(), small.column("utc_event_time").to_pylist(), strict=True)
+    )
     assert set(everything.column("dt").to_pylist()) == {DAY}
     assert merged.schema_arrow.equals(small.schema)
 
@@ -76,8 +89,9 @@ def test_one_row_group_when_the_rows_fit(tmp_path: Path) -> None:
 def test_dictionaries_only_for_repeating_columns(tmp_path: Path) -> None:
     path, _, _ = merge(tmp_path, count=4, rows=500, row_group_bytes=32 * 1024 * 1024)
     chunks = pq.ParquetFile(path).metadata.row_group(0)
-    dictionary = {chunks.column(i).path_in_schema: chunks.column(i).has_dictionary_page
-                  for i in range(chunks.num_columns)}
+    dictionary = {
+        chunks.column(i).path_in_schema: chunks.column(i).has_dictionary_page for i in range(chunks.num_columns)
+    }
     # action repeats four values and dt one; every user id and nearly every time is distinct
     assert dictionary == {"utc_event_time": False, "user_id": False, "action": True, "dt": True}
 

@@ -22,8 +22,11 @@ def catalog_url(tmp_path) -> str:
 
 
 def waiting(deployment: Deployment, table_id: int) -> list[dict]:
-    return [job for partition in deployment.catalog.partitions.list(table_id)
-            for job in deployment.catalog.merge_queue.jobs(partition.id)]
+    return [
+        job
+        for partition in deployment.catalog.partitions.list(table_id)
+        for job in deployment.catalog.merge_queue.jobs(partition.id)
+    ]
 
 
 def test_merge_once_names_the_next_due_job_and_now_merges_it(deployment: Deployment, monkeypatch) -> None:
@@ -34,11 +37,12 @@ def test_merge_once_names_the_next_due_job_and_now_merges_it(deployment: Deploym
 
     output = " ".join(silt("merge", "--once").split())
     assert "merge: 0 jobs in 0 Spark stages" in output
-    assert (f"1 jobs scheduled for later (merge_interval or retry backoff), next due "
-            f"{job['schedule_time']:%Y-%m-%d %H:%M:%S} UTC (in 12.0h); `silt merge --once --now` merges them now"
-            in output), output
+    assert (
+        f"1 jobs scheduled for later (merge_interval or retry backoff), next due "
+        f"{job['schedule_time']:%Y-%m-%d %H:%M:%S} UTC (in 12.0h); `silt merge --once --now` merges them now" in output
+    ), output
     printed = silt("merge", "--once", "--json")
-    report, _ = json.JSONDecoder().raw_decode(printed[printed.index("{"):])
+    report, _ = json.JSONDecoder().raw_decode(printed[printed.index("{") :])
     assert (report["claimed"], report["scheduled"]) == (0, 1)
     assert report["next_due"] == str(job["schedule_time"])
 

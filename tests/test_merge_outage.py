@@ -65,5 +65,6 @@ def test_a_failed_cleanup_does_not_replace_the_error(plain_deployment: Deploymen
         report = MergeWorker(deployment, clock=lambda: now).run(once=True)
     ((_, _, error),) = report.errors
     assert "No space left on device" in error and "OSError" in error
-    assert any("merge.cleanup_failed" in r.getMessage() and "Read-only file system" in r.getMessage()
-               for r in caplog.records)
+    assert any(
+        "merge.cleanup_failed" in r.getMessage() and "Read-only file system" in r.getMessage() for r in caplog.records
+    )

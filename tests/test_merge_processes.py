@@ -49,6 +49,7 @@ pytestmark = pytest.mark.spark
 
 # --- set-up ---------------------------------------------------------------------------------------------
 
+
 @pytest.fixture
 def open_deployment(tmp_path: Path) -> Iterator[Callable[[str], Deployment]]:
     """Open (and afterwards close) the test's own deployment on a catalog; no Spark in the test process."""
@@ -68,7 +69,8 @@ def open_deployment(tmp_path: Path) -> Iterator[Callable[[str], Deployment]]:
 def create_table(deployment: Deployment, name: str, **options: object) -> TableRecord:
     """An access-like table whose merge jobs are due as soon as a partition gets its first object."""
     return deployment.catalog.tables.create(
-        TableDef.from_mapping({**ACCESS_TABLE, "name": name, "merge_interval": 0, **options}))
+        TableDef.from_mapping({**ACCESS_TABLE, "name": name, "merge_interval": 0, **options})
+    )
 
 
 def fill(deployment: Deployment, plan: list[tuple[TableRecord, dt.date, int]], rng: random.Random) -> int:
@@ -86,14 +88,16 @@ def fill(deployment: Deployment, plan: list[tuple[TableRecord, dt.date, int]], r
 
 # --- catalog and lake observations ----------------------------------------------------------------------
 
+
 def jobs_held_by(deployment: Deployment, worker: SiltProcess) -> list[int]:
     return [row.id for row in held_jobs(deployment) if owner_pid(row.owner) == worker.pid]
 
 
 def lake_merged_files(root: Path) -> set[str]:
     """Merged objects on disk, temporary ones included, committed or not."""
-    return {os.path.join(folder, name) for folder, _, names in os.walk(root)
-            if "/merged/" in folder + "/" for name in names}
+    return {
+        os.path.join(folder, name) for folder, _, names in os.walk(root) if "/merged/" in folder + "/" for name in names
+    }
 
 
 def idle(status: list[dict]) -> bool:
@@ -101,6 +105,7 @@ def idle(status: list[dict]) -> bool:
 
 
 # --- checks ---------------------------------------------------------------------------------------------
+
 
 def rows_of(table: pa.Table) -> list[tuple]:
     return sorted((r["user_id"], r["utc_event_time"], r["action"]) for r in table.to_pylist())
@@ -111,8 +116,10 @@ def check_partition(deployment: Deployment, table: TableRecord, partition: Parti
     of the small objects its range names. Returns the partition's row count."""
     date = partition.partition_date
     layout = table.layout(deployment.instance_key)
-    objects = sorted((o for o in deployment.catalog.partitions.small_objects(table.id) if o.partition_date == date),
-                     key=lambda o: o.id)
+    objects = sorted(
+        (o for o in deployment.catalog.partitions.small_objects(table.id) if o.partition_date == date),
+        key=lambda o: o.id,
+    )
     ranges = deployment.catalog.merge_queue.ranges(partition.id)
     where = f"{table.qualified_name} {date}"
     assert ranges and (ranges[0].lower, ranges[0].upper) == (None, 0), f"{where}: no sentinel first: {ranges}"
@@ -120,18 +127,26 @@ def check_partition(deployment: Deployment, table: TableRecord, partition: Parti
         assert current.lower == previous.upper, f"{where}: ranges do not chain: {ranges}"
     assert ranges[-1].upper == partition.desired_manifest_version == objects[-1].id, where
     for merged in ranges[1:]:
-        data = pq.read_table(deployment.lake.path(layout.merged_object(date, merged.lower, merged.upper)),
-                             filesystem=deployment.lake.filesystem)
-        inputs = [pq.read_table(deployment.lake.path(layout.small_object(date, o.id, o.delayed)),
-                                filesystem=deployment.lake.filesystem)
-                  for o in objects if merged.lower < o.id <= merged.upper]
+        data = pq.read_table(
+            deployment.lake.path(layout.merged_object(date, merged.lower, merged.upper)),
+            filesystem=deployment.lake.filesystem,
+        )
+        inputs = [
+            pq.read_table(
+                deployment.lake.path(layout.small_object(date, o.id, o.delayed)), filesystem=deployment.lake.filesystem
+            )
+            for o in objects
+            if merged.lower < o.id <= merged.upper
+        ]
         assert inputs, f"{where}: range ({merged.lower}, {merged.upper}] names no small object"
         assert data.num_rows == merged.row_count, where
-        assert rows_of(data) == rows_of(pa.concat_tables(inputs)), \
+        assert rows_of(data) == rows_of(pa.concat_tables(inputs)), (
             f"{where}: range ({merged.lower}, {merged.upper}] does not hold exactly its small objects' rows"
+        )
     everything = merged_rows(deployment, table, partition.id, date)
     assert rows_of(everything) == rows_of(
-        small_rows(deployment, table, partition.id, date, partition.desired_manifest_version)), where
+        small_rows(deployment, table, partition.id, date, partition.desired_manifest_version)
+    ), where
     return everything.num_rows
 
 
@@ -158,7 +173,8 @@ def check_log(log: list[dict]) -> None:
         for before, after in itertools.pairwise(entries):
             assert before["end_time"] <= after["start_time"], (
                 f"partition {partition_id}: jobs {before['job_id']} ({before['start_time']} - {before['end_time']})"
-                f" and {after['job_id']} ({after['start_time']} - {after['end_time']}) overlap")
+                f" and {after['job_id']} ({after['start_time']} - {after['end_time']}) overlap"
+            )
 
 
 def check_job_counts(log: list[dict], plan: list[tuple[TableRecord, dt.date, int]]) -> None:
@@ -174,8 +190,9 @@ def check_status(env: dict[str, str], tables: list[TableRecord]) -> None:
     assert sorted(t["table"] for t in status) == sorted(t.qualified_name for t in tables)
     for entry in status:
         assert entry["unmerged_objects"] == 0, entry
-        assert entry["jobs"] == {"scheduled": 0, "due": 0, "running": 0, "stale": 0, "continuing": 0,
-                                 "failed": 0}, entry
+        assert entry["jobs"] == {"scheduled": 0, "due": 0, "running": 0, "stale": 0, "continuing": 0, "failed": 0}, (
+            entry
+        )
 
 
 # --- 1. workers killed mid-job --------------------------------------------------------------------------
@@ -183,8 +200,9 @@ def check_status(env: dict[str, str], tables: list[TableRecord]) -> None:
 JOB_TIMEOUT = 4
 
 
-def test_killed_merge_workers_are_taken_over_and_lose_nothing(tmp_path: Path,
-                                                              open_deployment: Callable[[str], Deployment]) -> None:
+def test_killed_merge_workers_are_taken_over_and_lose_nothing(
+    tmp_path: Path, open_deployment: Callable[[str], Deployment]
+) -> None:
     """Four `silt merge --once` workers are SIGKILLed in turn (before claiming, with claimed jobs while Spark
     starts, mid-stage, right after a commit), then a fifth runs after the job timeout and finishes.
 
@@ -200,8 +218,13 @@ def test_killed_merge_workers_are_taken_over_and_lose_nothing(tmp_path: Path,
     plan = [(table, first + dt.timedelta(days=day), rng.randrange(3, 6)) for table in tables for day in range(4)]
     expected_rows = fill(deployment, plan, rng)
     # in_driver_bytes=0: these jobs are small enough to merge in-process, and the kills aim at the Spark stage
-    env = silt_env(tmp_path, catalog_url, merge=dict(slots=4, job_timeout=JOB_TIMEOUT, heartbeat_interval=1,
-                                                    retry_backoff=1, poll_interval=1, in_driver_bytes=0))
+    env = silt_env(
+        tmp_path,
+        catalog_url,
+        merge=dict(
+            slots=4, job_timeout=JOB_TIMEOUT, heartbeat_interval=1, retry_backoff=1, poll_interval=1, in_driver_bytes=0
+        ),
+    )
     lake = tmp_path / "lake"
 
     def before_claim(worker: SiltProcess) -> str:
@@ -215,8 +238,12 @@ def test_killed_merge_workers_are_taken_over_and_lose_nothing(tmp_path: Path,
 
     def in_stage(worker: SiltProcess) -> str:
         files, done = lake_merged_files(lake), successes(deployment)
-        wait_until(lambda: lake_merged_files(lake) - files or successes(deployment) > done, [worker], 180,
-                   "merged object written")
+        wait_until(
+            lambda: lake_merged_files(lake) - files or successes(deployment) > done,
+            [worker],
+            180,
+            "merged object written",
+        )
         time.sleep(rng.uniform(0.0, 0.05))
         return "in the Spark stage" if successes(deployment) == done else "in the Spark stage (just committed)"
 
@@ -241,8 +268,10 @@ def test_killed_merge_workers_are_taken_over_and_lose_nothing(tmp_path: Path,
             held = jobs_held_by(deployment, worker)  # the dead worker's claims: they must be taken over
             held_at_kill.update(held)
             kills.append((where, held))
-            print(f"killed {worker.name} {time.monotonic() - worker.started:.1f} s after its start, {where}, "
-                  f"holding jobs {held}")
+            print(
+                f"killed {worker.name} {time.monotonic() - worker.started:.1f} s after its start, {where}, "
+                f"holding jobs {held}"
+            )
         assert sum(held_at_kill.values()) > 0, kills
         # Past the timeout every job the last worker held is stale: the survivor takes them all over.
         time.sleep(max(0.0, last_kill + JOB_TIMEOUT + 0.5 - time.monotonic()))
@@ -263,9 +292,11 @@ def test_killed_merge_workers_are_taken_over_and_lose_nothing(tmp_path: Path,
     check_log(log)
     # Each claim a worker held when it died was taken over once, by a later worker, and logged as such.
     lost_marker = f"(timeout {JOB_TIMEOUT} s); taken over by "
-    takeovers = [(entry["job_id"], owner_pid(entry["error"].split(lost_marker, 1)[1])) for entry in log
-                 if entry["outcome"] == "failed" and entry["error"].startswith("worker lost")
-                 and lost_marker in entry["error"]]
+    takeovers = [
+        (entry["job_id"], owner_pid(entry["error"].split(lost_marker, 1)[1]))
+        for entry in log
+        if entry["outcome"] == "failed" and entry["error"].startswith("worker lost") and lost_marker in entry["error"]
+    ]
     assert collections.Counter(job for job, _ in takeovers) == held_at_kill, kills
     assert {taker for _, taker in takeovers} <= {worker.pid for worker in workers[1:]}
     assert sum(taker == survivor.pid for _, taker in takeovers) == report["taken_over"]
@@ -276,9 +307,11 @@ def test_killed_merge_workers_are_taken_over_and_lose_nothing(tmp_path: Path,
 
 # --- 2. two daemons on one PostgreSQL catalog -----------------------------------------------------------
 
-REPORT = re.compile(r"merge: (?P<claimed>\d+) jobs in\s+(?P<stages>\d+) Spark\s+stages:\s+(?P<finished>\d+)\s+"
-                    r"finished,\s+(?P<continuing>\d+)\s+continuing,\s+(?P<failed>\d+)\s+failed\s+\((?P<parked>\d+)"
-                    r"\s+parked\),\s+(?P<taken_over>\d+)\s+taken\s+over")
+REPORT = re.compile(
+    r"merge: (?P<claimed>\d+) jobs in\s+(?P<stages>\d+) Spark\s+stages:\s+(?P<finished>\d+)\s+"
+    r"finished,\s+(?P<continuing>\d+)\s+continuing,\s+(?P<failed>\d+)\s+failed\s+\((?P<parked>\d+)"
+    r"\s+parked\),\s+(?P<taken_over>\d+)\s+taken\s+over"
+)
 
 
 def last_report(daemon: SiltProcess) -> dict[str, int] | None:
@@ -293,8 +326,9 @@ def reports_add_up(daemons: list[SiltProcess], done: dict[str, int]) -> bool:
 
 
 @pytest.mark.postgres
-def test_two_merge_daemons_on_one_postgres_catalog(tmp_path: Path, postgres_url: str,
-                                                   open_deployment: Callable[[str], Deployment]) -> None:
+def test_two_merge_daemons_on_one_postgres_catalog(
+    tmp_path: Path, postgres_url: str, open_deployment: Callable[[str], Deployment]
+) -> None:
     """Two `silt merge` daemons drain 36 partitions of two tables (some needing continuing jobs) side by side,
     then stop on SIGINT and SIGTERM. No partition is merged by both at once, and nothing is lost or merged twice."""
     rng = random.Random(4242)
@@ -304,11 +338,17 @@ def test_two_merge_daemons_on_one_postgres_catalog(tmp_path: Path, postgres_url:
         create_table(deployment, "daemon_deep", merge_mode="deep", merge_batch_size=2),
     ]
     first = dt.date(2026, 10, 1)
-    plan = [(table, first + dt.timedelta(days=day), rng.choice([1, 1, 2, 2, 3, 5, 7]))
-            for table in tables for day in range(18)]
+    plan = [
+        (table, first + dt.timedelta(days=day), rng.choice([1, 1, 2, 2, 3, 5, 7]))
+        for table in tables
+        for day in range(18)
+    ]
     expected_rows = fill(deployment, plan, rng)
-    env = silt_env(tmp_path, postgres_url, merge=dict(slots=2, poll_interval=1, job_timeout=10, heartbeat_interval=2,
-                                                     retry_backoff=1))
+    env = silt_env(
+        tmp_path,
+        postgres_url,
+        merge=dict(slots=2, poll_interval=1, job_timeout=10, heartbeat_interval=2, retry_backoff=1),
+    )
     daemons: list[SiltProcess] = []
     owners: set[int | None] = set()
     try:
@@ -320,8 +360,9 @@ def test_two_merge_daemons_on_one_postgres_catalog(tmp_path: Path, postgres_url:
                 break
             for daemon in daemons:
                 assert daemon.alive(), f"{daemon.name} exited with {daemon.proc.returncode}\n{daemon.tail()}"
-            assert time.monotonic() < deadline, "merging did not finish in 300 s\n" + \
-                "\n".join(d.tail() for d in daemons)
+            assert time.monotonic() < deadline, "merging did not finish in 300 s\n" + "\n".join(
+                d.tail() for d in daemons
+            )
             time.sleep(0.05)
         # An idle daemon reports what it did; wait for both reports to add up to the log, then stop them.
         log = deployment.catalog.merge_queue.log()

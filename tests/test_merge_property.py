@@ -28,15 +28,21 @@ merge_step = st.tuples(st.just("merge"))
     object_size=st.sampled_from([5_000, 12_000, 1 << 30]),
     steps=st.lists(st.one_of(stream_step, stream_step, close_step, merge_step), min_size=1, max_size=7),
 )
-def test_merged_objects_hold_each_small_object_row_once(spark, tmp_path_factory, mode: str, batch_size: int,
-                                                        object_size: int, steps: list[tuple]) -> None:
+def test_merged_objects_hold_each_small_object_row_once(
+    spark, tmp_path_factory, mode: str, batch_size: int, object_size: int, steps: list[tuple]
+) -> None:
     root = tmp_path_factory.mktemp("merge-property")
     deployment = Deployment(make_config(root, f"sqlite:///{root / 'catalog.db'}"))
     deployment.init()
     deployment.use_spark(spark)
     try:
-        table = make_table(deployment, merge_mode=mode, merge_batch_size=batch_size,
-                           merged_object_size=object_size, row_group_bytes=2048)
+        table = make_table(
+            deployment,
+            merge_mode=mode,
+            merge_batch_size=batch_size,
+            merged_object_size=object_size,
+            row_group_bytes=2048,
+        )
         seed = 0
         for step in [*steps, ("merge",)]:
             if step[0] == "stream":
@@ -56,8 +62,11 @@ def test_merged_objects_hold_each_small_object_row_once(spark, tmp_path_factory,
                     assert_exact(deployment, table, partition.id, partition.partition_date)
         # After the final run every small object is merged (delayed ones too) and no job is left.
         for partition in deployment.catalog.partitions.list(table.id):
-            objects = [o.id for o in deployment.catalog.partitions.small_objects(table.id)
-                       if o.partition_date == partition.partition_date]
+            objects = [
+                o.id
+                for o in deployment.catalog.partitions.small_objects(table.id)
+                if o.partition_date == partition.partition_date
+            ]
             assert partition.desired_manifest_version == max(objects)
             assert deployment.catalog.merge_queue.jobs(partition.id) == []
     finally:

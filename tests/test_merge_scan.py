@@ -19,14 +19,25 @@ from siltlake.tabledef import TableDef
 
 UTC = dt.UTC
 DAY = dt.date(2026, 11, 20)
-TABLE = TableDef.from_mapping({
-    "schema": "web", "name": "access", "time_column": "utc_event_time", "timezone": "Asia/Tokyo",
-    "columns": [{"name": "utc_event_time", "type": "timestamp", "nullable": False},
-                {"name": "user_id", "type": "bigint"}, {"name": "action", "type": "string"},
-                {"name": "status", "type": "int"}, {"name": "amount", "type": "decimal(10,2)"},
-                {"name": "latency", "type": "double"}, {"name": "ok", "type": "boolean"},
-                {"name": "day", "type": "date"}, {"name": "ratio", "type": "float"}],
-})
+TABLE = TableDef.from_mapping(
+    {
+        "schema": "web",
+        "name": "access",
+        "time_column": "utc_event_time",
+        "timezone": "Asia/Tokyo",
+        "columns": [
+            {"name": "utc_event_time", "type": "timestamp", "nullable": False},
+            {"name": "user_id", "type": "bigint"},
+            {"name": "action", "type": "string"},
+            {"name": "status", "type": "int"},
+            {"name": "amount", "type": "decimal(10,2)"},
+            {"name": "latency", "type": "double"},
+            {"name": "ok", "type": "boolean"},
+            {"name": "day", "type": "date"},
+            {"name": "ratio", "type": "float"},
+        ],
+    }
+)
 
 
 def rows(first: int, count: int) -> pa.Table:
@@ -34,18 +45,21 @@ def rows(first: int, count: int) -> pa.Table:
 
     base = dt.datetime(2026, 11, 20, 1, tzinfo=UTC)
     index = range(first, first + count)
-    return pa.table({
-        "utc_event_time": pa.array([base + dt.timedelta(seconds=(i * 37) % 5000) for i in index],
-                                   pa.timestamp("us", tz="UTC")),
-        "user_id": pa.array([i if i % 7 else None for i in index], pa.int64()),
-        "action": pa.array([("view", "buy", None, "login")[i % 4] for i in index]),
-        "status": pa.array([200 + i % 3 for i in index], pa.int32()),
-        "amount": pa.array([decimal.Decimal(i) / 100 for i in index], pa.decimal128(10, 2)),
-        "latency": pa.array([i / 3 for i in index]),
-        "ok": pa.array([i % 2 == 0 for i in index]),
-        "day": pa.array([DAY - dt.timedelta(days=i % 3) for i in index], pa.date32()),
-        "ratio": pa.array([i / 7 for i in index], pa.float32()),
-    })
+    return pa.table(
+        {
+            "utc_event_time": pa.array(
+                [base + dt.timedelta(seconds=(i * 37) % 5000) for i in index], pa.timestamp("us", tz="UTC")
+            ),
+            "user_id": pa.array([i if i % 7 else None for i in index], pa.int64()),
+            "action": pa.array([("view", "buy", None, "login")[i % 4] for i in index]),
+            "status": pa.array([200 + i % 3 for i in index], pa.int32()),
+            "amount": pa.array([decimal.Decimal(i) / 100 for i in index], pa.decimal128(10, 2)),
+            "latency": pa.array([i / 3 for i in index]),
+            "ok": pa.array([i % 2 == 0 for i in index]),
+            "day": pa.array([DAY - dt.timedelta(days=i % 3) for i in index], pa.date32()),
+            "ratio": pa.array([i / 7 for i in index], pa.float32()),
+        }
+    )
 
 
 def write_objects(lake: Storage, tables: list[pa.Table], schema: pa.Schema | None = None) -> list[str]:
@@ -60,17 +74,29 @@ def write_objects(lake: Storage, tables: list[pa.Table], schema: pa.Schema | Non
 
 
 def merge(lake: Storage, keys: list[str], output: str) -> pa.Table:
-    planned = RangeTask(lower=0, upper=len(keys), output_key=output, small_keys=tuple(keys),
-                        small_bytes=sum(lake.info(key).size for key in keys))
-    task = MergeTask(job_id=1, lake=lake, table_json=TABLE.to_json(), ranges=(planned,),
-                     row_group_bytes=TABLE.row_group_bytes, partition_date=DAY)
+    planned = RangeTask(
+        lower=0,
+        upper=len(keys),
+        output_key=output,
+        small_keys=tuple(keys),
+        small_bytes=sum(lake.info(key).size for key in keys),
+    )
+    task = MergeTask(
+        job_id=1,
+        lake=lake,
+        table_json=TABLE.to_json(),
+        ranges=(planned,),
+        row_group_bytes=TABLE.row_group_bytes,
+        partition_date=DAY,
+    )
     result = run_merge_task(task)
     assert result["status"] == "ok", result
     return pq.read_table(lake.path(output))
 
 
-def test_alike_objects_scan_to_the_rows_and_order_each_object_decodes_to(tmp_path: Path,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_alike_objects_scan_to_the_rows_and_order_each_object_decodes_to(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     lake = Storage(str(tmp_path))
     keys = write_objects(lake, [rows(n * 50, 1 + n * 7 % 50) for n in range(40)])
     wanted = TABLE.arrow_schema()
@@ -93,19 +119,23 @@ def test_alike_objects_scan_to_the_rows_and_order_each_object_decodes_to(tmp_pat
     without = merge(lake, keys, "merged/without.parquet")
     assert scans == [True] and with_scan.equals(without)
     assert pq.read_schema(lake.path("merged/with-scan.parquet")).equals(
-        pq.read_schema(lake.path("merged/without.parquet")), check_metadata=True)
+        pq.read_schema(lake.path("merged/without.parquet")), check_metadata=True
+    )
 
 
 @pytest.mark.parametrize("sorted_in", ["scan", "pyarrow"])
-def test_a_sorted_scan_keeps_equal_times_in_object_then_row_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                  sorted_in: str) -> None:
+def test_a_sorted_scan_keeps_equal_times_in_object_then_row_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sorted_in: str
+) -> None:
     lake = Storage(str(tmp_path))
     # Ten distinct times over 30 objects of 40 rows: most rows share their time with rows of other objects.
     tables = []
     for n in range(30):
         table = rows(n * 40, 40)
-        times = pa.array([dt.datetime(2026, 11, 20, 1, tzinfo=UTC) + dt.timedelta(seconds=(n * 7 + i) % 10)
-                          for i in range(40)], pa.timestamp("us", tz="UTC"))
+        times = pa.array(
+            [dt.datetime(2026, 11, 20, 1, tzinfo=UTC) + dt.timedelta(seconds=(n * 7 + i) % 10) for i in range(40)],
+            pa.timestamp("us", tz="UTC"),
+        )
         tables.append(table.set_column(0, "utc_event_time", times))
     keys = write_objects(lake, tables)
     wanted = TABLE.arrow_schema()
@@ -149,8 +179,14 @@ def test_unalike_objects_are_not_scanned_and_merge_as_before(tmp_path: Path) -> 
 def test_only_types_the_scan_returns_unchanged_are_scanned() -> None:
     instant = pa.schema([pa.field("t", pa.timestamp("us", tz="UTC"))])
     assert scannable(instant, instant)
-    for other in (pa.timestamp("ns", tz="UTC"), pa.timestamp("us"), pa.large_string(), pa.binary(),
-                  pa.list_(pa.int64()), pa.int16()):
+    for other in (
+        pa.timestamp("ns", tz="UTC"),
+        pa.timestamp("us"),
+        pa.large_string(),
+        pa.binary(),
+        pa.list_(pa.int64()),
+        pa.int16(),
+    ):
         schema = pa.schema([pa.field("t", other)])
         assert not scannable(schema, schema), other
     assert not scannable(pa.schema([pa.field("t", pa.int32())]), pa.schema([pa.field("t", pa.int64())]))
@@ -163,12 +199,18 @@ def test_a_scan_that_fails_leaves_the_files_to_the_object_by_object_path(tmp_pat
     # Pages damaged behind an intact footer: DuckDB's scan fails, and its error is not the merge's answer.
     damaged = Path(paths[5])
     data = bytearray(damaged.read_bytes())
-    data[4:len(data) // 2] = bytes(len(data) // 2 - 4)
+    data[4 : len(data) // 2] = bytes(len(data) // 2 - 4)
     damaged.write_bytes(bytes(data))
     assert scan_alike(paths, TABLE.arrow_schema()) is None
     planned = RangeTask(lower=0, upper=40, output_key="merged/x.parquet", small_keys=tuple(keys), small_bytes=1)
-    task = MergeTask(job_id=1, lake=lake, table_json=TABLE.to_json(), ranges=(planned,),
-                     row_group_bytes=TABLE.row_group_bytes, partition_date=DAY)
+    task = MergeTask(
+        job_id=1,
+        lake=lake,
+        table_json=TABLE.to_json(),
+        ranges=(planned,),
+        row_group_bytes=TABLE.row_group_bytes,
+        partition_date=DAY,
+    )
     result = run_merge_task(task)  # object by object, as before the scan: pyarrow names what is wrong
     assert result["status"] == "failed", result
     assert result["error"].startswith("OSError: ") and "duckdb" not in (result["error"] + result["trace"]).lower()
@@ -194,8 +236,7 @@ def test_footer_bytes_tell_one_schema_from_another(tmp_path: Path) -> None:
     assert prefix is not None and 0 < len(prefix) < len(base)
     assert written("b.parquet", object_rows(rows(500, 7), schema, DAY)).startswith(prefix)  # other rows, same schema
     nullable = pa.schema([f.with_nullable(True) if f.name == "utc_event_time" else f for f in schema])
-    renumbered = pa.schema([f.with_metadata({b"PARQUET:field_id": b"99"}) if f.name == "status" else f
-                            for f in schema])
+    renumbered = pa.schema([f.with_metadata({b"PARQUET:field_id": b"99"}) if f.name == "status" else f for f in schema])
     for other in (nullable, renumbered):
         assert not written("c.parquet", object_rows(rows(0, 30), other, DAY)).startswith(prefix)
     assert schema_prefix(b"") is None and schema_prefix(b"\x15\x02\x00") is None and schema_prefix(base[:10]) is None

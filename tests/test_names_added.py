@@ -24,8 +24,7 @@ def test_names_inserted_anywhere_are_found_in_listing_order() -> None:
     listing = list(record)
     for position, name in ((0, "first"), (1500, "obj-01499.jsonl.tmp"), (1501, "obj-0149"), (3003, "last")):
         listing.insert(position, name)
-    assert names_added(joined(listing), joined(record), most=10) == [
-        "first", "obj-01499.jsonl.tmp", "obj-0149", "last"]
+    assert names_added(joined(listing), joined(record), most=10) == ["first", "obj-01499.jsonl.tmp", "obj-0149", "last"]
 
 
 def test_a_name_that_extends_a_recorded_one_or_is_cut_from_it_is_new() -> None:
@@ -47,8 +46,9 @@ def test_a_removed_or_reordered_name_or_too_many_new_ones_give_no_answer() -> No
     assert names_added("x/a/y/b/z/w", "a/b", most=2) == ["x", "y", "z", "w"]
 
 
-names = st.text(st.characters(blacklist_characters=SEPARATOR + "\x00", blacklist_categories=("Cs",)),
-                min_size=1, max_size=12)
+names = st.text(
+    st.characters(blacklist_characters=SEPARATOR + "\x00", blacklist_categories=("Cs",)), min_size=1, max_size=12
+)
 
 
 @settings(max_examples=400, deadline=None)
@@ -70,7 +70,8 @@ def test_an_answer_is_always_the_set_difference(listing: list[str], data: st.Dat
 
 
 def test_the_walk_stores_its_record_in_listing_order_and_finds_new_names_against_one_in_another(
-        tmp_path: Path, monkeypatch) -> None:
+    tmp_path: Path, monkeypatch
+) -> None:
     answers: list[list[str] | None] = []
 
     def answered(*args, **kwargs):

@@ -34,8 +34,11 @@ from .test_stream import event, jsonl_gz, stage
 def scrape(deployment: Deployment) -> dict[tuple[str, tuple], float]:
     """Every sample of a scrape, by (name, sorted labels)."""
     text = generate_latest(registry_for(deployment)).decode()
-    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
-            for family in text_string_to_metric_families(text) for sample in family.samples}
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
 
 
 def value(samples: dict, name: str, **labels: str) -> float:
@@ -46,8 +49,11 @@ def value(samples: dict, name: str, **labels: str) -> float:
 def test_metrics_and_history_match_the_catalog_after_a_pipeline_run(deployment: Deployment, access_table) -> None:
     now = utcnow().replace(tzinfo=dt.UTC)
     day = f"{now:%Y/%m/%d}"
-    stage(deployment, f"f1.web.access/{day}/a.jsonl.gz", jsonl_gz([event(now - dt.timedelta(minutes=i), i)
-                                                                    for i in range(6)]))
+    stage(
+        deployment,
+        f"f1.web.access/{day}/a.jsonl.gz",
+        jsonl_gz([event(now - dt.timedelta(minutes=i), i) for i in range(6)]),
+    )
     stage(deployment, f"f1.web.access/{day}/b.jsonl.gz", jsonl_gz([event(now, 100), {"time": "x", "user_id": 1}]))
     stage(deployment, f"f1.web.nosuchtable/{day}/c.jsonl.gz", jsonl_gz([event(now, 7)]))
     before = scrape(deployment)
@@ -103,23 +109,31 @@ def test_metrics_and_history_match_the_catalog_after_a_pipeline_run(deployment: 
     assert value(samples, "siltlake_merge_batches_total", where="driver") == batches + merged.in_driver
     log = deployment.catalog.merge_queue.log()
     modes = {entry["mode"] for entry in log}
-    assert sum(value(samples, "siltlake_merged_objects_total", table="web.access", mode=mode) for mode in modes) \
-        == sum(entry["objects_in"] for entry in log) == len(objects)
-    assert sum(value(samples, "siltlake_merge_job_duration_seconds_count", mode=mode, outcome="finished")
-               for mode in modes) == len(log)
+    assert (
+        sum(value(samples, "siltlake_merged_objects_total", table="web.access", mode=mode) for mode in modes)
+        == sum(entry["objects_in"] for entry in log)
+        == len(objects)
+    )
+    assert sum(
+        value(samples, "siltlake_merge_job_duration_seconds_count", mode=mode, outcome="finished") for mode in modes
+    ) == len(log)
     took = sum((entry["end_time"] - entry["start_time"]).total_seconds() for entry in log)
-    assert sum(value(samples, "siltlake_merge_job_duration_seconds_sum", mode=mode, outcome="finished")
-               for mode in modes) == pytest.approx(took, abs=0.01)
+    assert sum(
+        value(samples, "siltlake_merge_job_duration_seconds_sum", mode=mode, outcome="finished") for mode in modes
+    ) == pytest.approx(took, abs=0.01)
     slowest = max((entry["end_time"] - entry["start_time"]).total_seconds() for entry in log)
     for mode in modes:  # every attempt is within the bucket of the slowest
         bound = next(b for b in DURATION_BUCKETS if b >= slowest)
-        assert value(samples, "siltlake_merge_job_duration_seconds_bucket", mode=mode, outcome="finished",
-                     le=f"{bound:g}" if bound != int(bound) else f"{float(bound)}") == value(
-            samples, "siltlake_merge_job_duration_seconds_count", mode=mode, outcome="finished")
+        assert value(
+            samples,
+            "siltlake_merge_job_duration_seconds_bucket",
+            mode=mode,
+            outcome="finished",
+            le=f"{bound:g}" if bound != int(bound) else f"{float(bound)}",
+        ) == value(samples, "siltlake_merge_job_duration_seconds_count", mode=mode, outcome="finished")
     assert value(samples, "siltlake_unmerged_objects", table="web.access") == 0
     assert value(samples, "siltlake_merge_jobs", table="web.access", state="running") == 0
-    assert ("siltlake_small_file_debt_objects", (("date", next(iter(by_date))), ("table", "web.access"))) \
-        not in samples
+    assert ("siltlake_small_file_debt_objects", (("date", next(iter(by_date))), ("table", "web.access"))) not in samples
 
     # Reap prunes history past observe.history_retention.
     deployment.config.observe.history_retention = 0
@@ -155,8 +169,12 @@ def test_log_lines_are_key_value_or_json_with_the_daemons_identity() -> None:
     logs.configure("json", "debug", stream=sink)
     logs.event(logger, "merge.detail", logging.DEBUG, job=3)
     document = json.loads(sink.getvalue())
-    assert (document["event"], document["role"], document["job"], document["level"]) == ("merge.detail", "merge",
-                                                                                        3, "DEBUG")
+    assert (document["event"], document["role"], document["job"], document["level"]) == (
+        "merge.detail",
+        "merge",
+        3,
+        "DEBUG",
+    )
     logs.configure()
 
 
@@ -175,20 +193,29 @@ def test_a_daemon_serves_metrics_logs_key_value_lines_and_samples_history(tmp_pa
     assert run_silt(env, "init").returncode == 0
     catalog = Catalog(url)
     catalog.tables.create(TableDef.from_mapping(ACCESS_TABLE))
-    daemon = SiltProcess(tmp_path, "publish", env, "publish", "--interval", "1", "--metrics-port", "0",
-                         "--bind", "0.0.0.0")
+    daemon = SiltProcess(
+        tmp_path, "publish", env, "publish", "--interval", "1", "--metrics-port", "0", "--bind", "0.0.0.0"
+    )
     try:
         wait_until(lambda: "metrics on http" in daemon.log(), [daemon], 60, "the metrics server")
         port = re.search(r"metrics on http://0\.0\.0\.0:(\d+)/metrics", daemon.log()).group(1)
         # The warning is its own line after the address's: wait for it as for the address, not in the same read.
-        wait_until(lambda: "warning: listening on 0.0.0.0, not loopback" in daemon.log(), [daemon], 60,
-                   "the warning that the server is off loopback")
+        wait_until(
+            lambda: "warning: listening on 0.0.0.0, not loopback" in daemon.log(),
+            [daemon],
+            60,
+            "the warning that the server is off loopback",
+        )
         metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30).read().decode()
         assert "siltlake_catalog_up 1.0" in metrics and "siltlake_unknown_objects 0.0" in metrics
         with pytest.raises(urllib.error.HTTPError, match="404"):  # the daemons serve no dashboard
             urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30)
-        wait_until(lambda: "web.access" in catalog.observations.history(utcnow() - dt.timedelta(minutes=1)),
-                   [daemon], 60, "a history sample")
+        wait_until(
+            lambda: "web.access" in catalog.observations.history(utcnow() - dt.timedelta(minutes=1)),
+            [daemon],
+            60,
+            "a history sample",
+        )
         line = next(line for line in daemon.log().splitlines() if "event=http.listening" in line)
         assert f" INFO event=http.listening role=publish pid={daemon.pid} " in line
     finally:

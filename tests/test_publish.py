@@ -125,7 +125,8 @@ def test_publish_and_history_commands(deployment: Deployment, monkeypatch) -> No
 
 
 def test_a_reader_plans_with_the_same_number_of_catalog_queries_for_any_number_of_partitions(
-        deployment: Deployment, spark) -> None:
+    deployment: Deployment, spark
+) -> None:
     import sqlalchemy as sa
 
     table = make_table(deployment)
@@ -180,9 +181,16 @@ def test_merged_versions_publish_in_one_batch_and_skip_only_the_partition_that_m
     merge_once(deployment)
     assert catalog.versions.switch_partitions() == sorted(by_date.values())
     pending = catalog.versions.merged_to_publish()
-    keys = [write_manifests(deployment.lake, layout, p.partition_date, p.desired,
-                            [(r.key(layout, p.partition_date), r.content_length) for r in p.ranges])[0]
-            for p in pending]
+    keys = [
+        write_manifests(
+            deployment.lake,
+            layout,
+            p.partition_date,
+            p.desired,
+            [(r.key(layout, p.partition_date), r.content_length) for r in p.ranges],
+        )[0]
+        for p in pending
+    ]
     # A delayed object merged meanwhile moves one partition's desired: only that one is left for later.
     add_small_objects(deployment, table, days[0], [rows_for(days[0], 2, 77)])
     merge_once(deployment)

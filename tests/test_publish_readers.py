@@ -65,8 +65,9 @@ def test_reads_during_publish_runs_always_see_every_row_once(deployment: Deploym
                 seen_states[number].add(switched())
                 got = read()
                 if got != wanted:
-                    failures.append(f"reader {number} read {got}, expected {wanted} "
-                                    f"({switched()} partitions switched now)")
+                    failures.append(
+                        f"reader {number} read {got}, expected {wanted} ({switched()} partitions switched now)"
+                    )
                 with progress:
                     reads[number] += 1
                     progress.notify_all()
@@ -103,7 +104,8 @@ def test_reads_during_publish_runs_always_see_every_row_once(deployment: Deploym
 
     # The runs did what the test is about: every day switched, each with a merged version, none skipped.
     assert sorted(p for run in published for p in run.switched) == sorted(
-        p.id for p in catalog.partitions.list(table.id))
+        p.id for p in catalog.partitions.list(table.id)
+    )
     assert len([v for run in published for v in run.merged_versions]) == len(DAYS)
     assert sum(len(run.live_versions) for run in published) == len(DAYS)
     assert switched() == len(DAYS)

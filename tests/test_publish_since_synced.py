@@ -97,7 +97,8 @@ def test_an_iceberg_run_after_one_changed_partition_reads_what_changed(deploymen
 
 
 def test_an_iceberg_run_after_versions_reaped_unsynced_starts_from_the_oldest_readable_one(
-        deployment: Deployment) -> None:
+    deployment: Deployment,
+) -> None:
     """Versions published while the target was off, the earlier of them reaped before any run synced them: the
     catch-up cannot replay them, so it writes the whole table at the oldest readable version, then each later
     one, and the current snapshot is exactly siltlake's."""
@@ -123,8 +124,10 @@ def test_an_iceberg_run_after_versions_reaped_unsynced_starts_from_the_oldest_re
     assert [x.summary[VERSION_PROPERTY] for x in iceberg.snapshots()] == ["1", str(newest)]
 
 
-def test_a_hive_run_after_one_changed_partition_reads_what_changed(hive_deployment: Deployment,  # noqa: F811
-                                                                    spark) -> None:
+def test_a_hive_run_after_one_changed_partition_reads_what_changed(
+    hive_deployment: Deployment,  # noqa: F811
+    spark,
+) -> None:
     deployment = hive_deployment
     table, statements = sync_one_change(deployment, HiveTarget(deployment))
     assert len(statements) == 1 and "SET LOCATION" in statements[0] and str(DAY) in statements[0], statements
@@ -161,8 +164,10 @@ def test_a_hive_run_that_died_before_its_record_is_made_whole(hive_deployment: D
     assert publish_once(deployment, now=tokyo(DAY, 14)).external == [], "synced: nothing more to do"
 
 
-def test_the_first_hive_run_after_0018_drops_what_an_older_reap_removed(hive_deployment: Deployment,  # noqa: F811
-                                                                         spark) -> None:
+def test_the_first_hive_run_after_0018_drops_what_an_older_reap_removed(
+    hive_deployment: Deployment,  # noqa: F811
+    spark,
+) -> None:
     """Before revision 0018 reap removed partitions without a removal row, and a run synced every partition: a
     catalog upgraded then has recorded partitions, no synced version, and may have a date the metastore still
     shows. Its first run asks the metastore once and drops that date; later runs do not ask."""
@@ -189,18 +194,30 @@ def test_the_first_hive_run_after_0018_drops_what_an_older_reap_removed(hive_dep
 def recount(deployment: Deployment) -> dict[str, dict]:
     """Merge status's partition and unmerged-object counts, over every row (what status read before 0018)."""
     p, so, r, t = s.partitions, s.small_objects, s.merge_ranges, s.tables
-    state = sa.case((p.c.switched, "switched"), (p.c.last_live_object_id.is_not(None), "closed"),
-                    (p.c.current_manifest_version >= 0, "live"), else_="new")
-    upper = sa.select(sa.func.coalesce(sa.func.max(r.c.upper_bound), 0)).where(
-        r.c.partition_id == so.c.partition_id).scalar_subquery()
+    state = sa.case(
+        (p.c.switched, "switched"),
+        (p.c.last_live_object_id.is_not(None), "closed"),
+        (p.c.current_manifest_version >= 0, "live"),
+        else_="new",
+    )
+    upper = (
+        sa.select(sa.func.coalesce(sa.func.max(r.c.upper_bound), 0))
+        .where(r.c.partition_id == so.c.partition_id)
+        .scalar_subquery()
+    )
     found: dict[str, dict] = {}
     with deployment.catalog.engine.connect() as c:
         names = dict(c.execute(sa.select(t.c.id, t.c.schema_name + "." + t.c.table_name)).all())
-        for table_id, kind, count in c.execute(sa.select(p.c.table_id, state, sa.func.count())
-                                               .group_by(p.c.table_id, state)):
+        for table_id, kind, count in c.execute(
+            sa.select(p.c.table_id, state, sa.func.count()).group_by(p.c.table_id, state)
+        ):
             found.setdefault(names[table_id], {"partitions": {}, "unmerged": 0})["partitions"][kind] = count
-        for table_id, count in c.execute(sa.select(p.c.table_id, sa.func.count()).select_from(
-                so.join(p, p.c.id == so.c.partition_id)).where(so.c.id > upper).group_by(p.c.table_id)):
+        for table_id, count in c.execute(
+            sa.select(p.c.table_id, sa.func.count())
+            .select_from(so.join(p, p.c.id == so.c.partition_id))
+            .where(so.c.id > upper)
+            .group_by(p.c.table_id)
+        ):
             found[names[table_id]]["unmerged"] = count
     return found
 
@@ -215,23 +232,51 @@ def test_merge_status_counts_what_is_pending_as_a_full_recount_does(plain_deploy
     p, so, r, j = s.partitions, s.small_objects, s.merge_ranges, s.merge_jobs
     with catalog.engine.begin() as c:  # two past days merged and switched, as a merge and a publish leave them
         for day in days[2:]:
-            pid, upper = c.execute(sa.select(p.c.id, sa.func.max(so.c.id)).join(so, so.c.partition_id == p.c.id)
-                                   .where(p.c.partition_date == day).group_by(p.c.id)).one()
-            c.execute(r.insert(), [dict(partition_id=pid, lower_bound=None, upper_bound=0, content_length=0,
-                                        create_time=DAY, update_time=DAY),
-                                   dict(partition_id=pid, lower_bound=0, upper_bound=upper, content_length=1,
-                                        create_time=DAY, update_time=DAY)])
-            c.execute(p.update().where(p.c.id == pid).values(switched=True, current_manifest_version=upper,
-                                                             desired_manifest_version=upper))
+            pid, upper = c.execute(
+                sa.select(p.c.id, sa.func.max(so.c.id))
+                .join(so, so.c.partition_id == p.c.id)
+                .where(p.c.partition_date == day)
+                .group_by(p.c.id)
+            ).one()
+            c.execute(
+                r.insert(),
+                [
+                    dict(
+                        partition_id=pid,
+                        lower_bound=None,
+                        upper_bound=0,
+                        content_length=0,
+                        create_time=DAY,
+                        update_time=DAY,
+                    ),
+                    dict(
+                        partition_id=pid,
+                        lower_bound=0,
+                        upper_bound=upper,
+                        content_length=1,
+                        create_time=DAY,
+                        update_time=DAY,
+                    ),
+                ],
+            )
+            c.execute(
+                p.update()
+                .where(p.c.id == pid)
+                .values(switched=True, current_manifest_version=upper, desired_manifest_version=upper)
+            )
             c.execute(j.delete().where(j.c.partition_id == pid))
         c.execute(sa.update(s.tables).where(s.tables.c.id == table.id).values(switched_partitions=2))
     add_small_objects(deployment, table, days[3], [rows_for(days[3], 2, 9)], write_files=False)  # delayed
     add_small_objects(deployment, table, DAY, [rows_for(DAY, 2, 8)], write_files=False)
 
     def counts() -> dict[str, dict]:
-        return {entry["table"]: {"partitions": {k: n for k, n in entry["partitions"].items() if n},
-                                 "unmerged": entry["unmerged_objects"]}
-                for entry in catalog.merge_queue.status(tokyo(DAY, 13), 60)}
+        return {
+            entry["table"]: {
+                "partitions": {k: n for k, n in entry["partitions"].items() if n},
+                "unmerged": entry["unmerged_objects"],
+            }
+            for entry in catalog.merge_queue.status(tokyo(DAY, 13), 60)
+        }
 
     assert counts()["web.status"] == recount(deployment)["web.status"]
     assert counts()["web.status"]["partitions"] == {"switched": 2, "closed": 1, "live": 1}

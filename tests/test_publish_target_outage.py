@@ -22,13 +22,19 @@ def refuse_connections(url: str) -> None:
     engine = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
     with engine.connect() as connection:
         connection.exec_driver_sql(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
-        connection.execute(sa.text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :name "
-                                   "AND pid <> pg_backend_pid()"), {"name": name})
+        connection.execute(
+            sa.text(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :name "
+                "AND pid <> pg_backend_pid()"
+            ),
+            {"name": name},
+        )
     engine.dispose()
 
 
 def test_the_catalog_down_in_the_iceberg_phase_fails_the_run_as_an_outage(
-        plain_deployment: Deployment, monkeypatch, request) -> None:  # pytest's
+    plain_deployment: Deployment, monkeypatch, request
+) -> None:  # pytest's
     url = plain_deployment.config.catalog.url
     if not url.startswith("postgresql"):
         pytest.skip("an outage of a PostgreSQL catalog (SQLite's file has no server to stop)")
@@ -49,7 +55,8 @@ def test_the_catalog_down_in_the_iceberg_phase_fails_the_run_as_an_outage(
 
 
 def test_the_iceberg_catalogs_own_database_down_is_one_line_without_sql(
-        plain_deployment: Deployment, monkeypatch) -> None:  # pytest's
+    plain_deployment: Deployment, monkeypatch
+) -> None:  # pytest's
     plain_deployment.catalog.tables.create(TableDef.from_mapping({**ACCESS_TABLE, "name": "other"}))
     silt = silt_in_process(plain_deployment, monkeypatch)
     monkeypatch.setenv("SILTLAKE_PUBLISH__TARGETS", "iceberg")

@@ -31,8 +31,9 @@ def access(deployment: Deployment) -> Deployment:
     return deployment
 
 
-def test_silt_sql_stops_a_spark_query_at_sql_timeout_and_the_session_runs_on(access: Deployment, monkeypatch,
-                                                                             spark) -> None:
+def test_silt_sql_stops_a_spark_query_at_sql_timeout_and_the_session_runs_on(
+    access: Deployment, monkeypatch, spark
+) -> None:
     monkeypatch.setenv("SILTLAKE_SQL__TIMEOUT", "3")
     silt = silt_in_process(access, monkeypatch)
     started = time.monotonic()
@@ -48,8 +49,10 @@ def test_a_duckdb_query_is_interrupted_at_its_bound(access: Deployment) -> None:
     plan = plan_query("SELECT count(*) FROM web.access", access)
     endless = dataclasses.replace(faithful(plan, access), sql=ENDLESS)
     started = time.monotonic()
-    with pytest.raises(SiltError, match=r"the query was stopped: it ran past sql.timeout \(2 s\)"), \
-            time_bound(2, "sql.timeout", "the query"):
+    with (
+        pytest.raises(SiltError, match=r"the query was stopped: it ran past sql.timeout \(2 s\)"),
+        time_bound(2, "sql.timeout", "the query"),
+    ):
         run_plan(plan, access, endless, 10)
     assert time.monotonic() - started < 30
     with time_bound(2, "sql.timeout", "the query"):  # a query within its bound answers
@@ -58,17 +61,24 @@ def test_a_duckdb_query_is_interrupted_at_its_bound(access: Deployment) -> None:
 
 def test_a_duckdb_query_stops_at_sql_duckdb_memory_limit(access: Deployment) -> None:
     plan = plan_query("SELECT count(*) FROM web.access", access)
-    greedy = dataclasses.replace(faithful(plan, access),
-                                 sql="SELECT count(*) FROM (SELECT DISTINCT range FROM range(100000000))")
+    greedy = dataclasses.replace(
+        faithful(plan, access), sql="SELECT count(*) FROM (SELECT DISTINCT range FROM range(100000000))"
+    )
     access.config.sql.duckdb_memory_limit = "40MB"
     with pytest.raises(SiltError, match=r"more memory than sql.duckdb_memory_limit \(40MB\)"):
         run_plan(plan, access, greedy, 10)
 
 
 def test_a_derived_build_past_sql_write_timeout_fails_and_publishes_nothing(access: Deployment) -> None:
-    create_derived(access, DerivedDef.from_mapping({
-        "name": "web.endless", "query": "SELECT dt, count(*) AS n FROM web.access CROSS JOIN range(1000000000000) "
-                                        "GROUP BY dt"}))
+    create_derived(
+        access,
+        DerivedDef.from_mapping(
+            {
+                "name": "web.endless",
+                "query": "SELECT dt, count(*) AS n FROM web.access CROSS JOIN range(1000000000000) GROUP BY dt",
+            }
+        ),
+    )
     access.config.sql.write_timeout = 3
     with pytest.raises(SiltError, match=r"building web.endless was stopped: it ran past sql.write_timeout \(3 s\)"):
         build_derived(access, "web.endless")

@@ -49,8 +49,13 @@ def build(deployment: Deployment, sizes: dict[str, int]) -> None:
     for seed in range(3):
         for name, days in sizes.items():
             for date in (DAY + dt.timedelta(days=d) for d in range(days)):
-                add_small_objects(deployment, tables[name], date,
-                                  [rows_for(date, ROWS, seed * 1000 + (date - DAY).days)], now=tokyo(DAY, 1))
+                add_small_objects(
+                    deployment,
+                    tables[name],
+                    date,
+                    [rows_for(date, ROWS, seed * 1000 + (date - DAY).days)],
+                    now=tokyo(DAY, 1),
+                )
         if seed < 2:
             publish_once(deployment, now=tokyo(DAY, 1 + seed))
 
@@ -111,10 +116,13 @@ def test_a_days_read_opens_that_days_manifest_only(tmp_path: Path, catalog_url: 
         # As of version 2 every day is read from its file list (the current state reads live days from the
         # catalog), so the manifests opened are the partitions planned.
         on_day = pc.field("dt") == DAY
-        reads = {"dates": lambda: table.to_arrow(dates=[DAY], as_of_version=2),
-                 "filter on dt": lambda: table.to_arrow(filter=on_day, as_of_version=2),
-                 "filter on dt and a column": lambda: table.to_arrow(
-                     filter=on_day & (pc.field("action") != "none"), as_of_version=2)}
+        reads = {
+            "dates": lambda: table.to_arrow(dates=[DAY], as_of_version=2),
+            "filter on dt": lambda: table.to_arrow(filter=on_day, as_of_version=2),
+            "filter on dt and a column": lambda: table.to_arrow(
+                filter=on_day & (pc.field("action") != "none"), as_of_version=2
+            ),
+        }
         for case, read in reads.items():
             opened.clear()
             assert read().num_rows == 2 * ROWS, case

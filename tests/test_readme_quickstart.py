@@ -18,7 +18,7 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 def quick_start_blocks() -> list[tuple[str, str]]:
     """(language, code) of every sh and python block from "## Quick start" to "## Where to go next"."""
     text = README.read_text()
-    section = text[text.index("## Quick start\n"):text.index("## Where to go next\n")]
+    section = text[text.index("## Quick start\n") : text.index("## Where to go next\n")]
     return re.findall(r"^```(sh|python)\n(.*?)^```$", section, re.S | re.M)
 
 
@@ -29,7 +29,7 @@ def quick_start_script() -> str:
     parts = []
     for language, code in blocks:
         assert "PYTHON_BLOCK" not in code
-        parts.append(code if language == "sh" else f'"$PYTHON" - <<\'PYTHON_BLOCK\'\n{code}PYTHON_BLOCK\n')
+        parts.append(code if language == "sh" else f"\"$PYTHON\" - <<'PYTHON_BLOCK'\n{code}PYTHON_BLOCK\n")
     return "\n".join(parts)
 
 
@@ -47,12 +47,14 @@ def test_the_readme_quick_start_runs_as_written(tmp_path: Path) -> None:
     script = quick_start_script()
     assert "silt merge --once --now" in script
     env = {name: value for name, value in os.environ.items() if not name.startswith("SILTLAKE_")}
-    env.update(PATH=silt_on_path(tmp_path / "bin"), COLUMNS="200", PYTHONPATH=os.pathsep.join(sys.path),
-               PYTHON=sys.executable)
+    env.update(
+        PATH=silt_on_path(tmp_path / "bin"), COLUMNS="200", PYTHONPATH=os.pathsep.join(sys.path), PYTHON=sys.executable
+    )
     work = tmp_path / "work"
     work.mkdir()
-    result = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=work, env=env, capture_output=True,
-                            text=True, timeout=900)
+    result = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script], cwd=work, env=env, capture_output=True, text=True, timeout=900
+    )
     assert result.returncode == 0, f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
     rows = re.findall(r"^\s*(\d{4}-\d\d-\d\d)\s+(buy|view)\s+(\d+)\s*$", result.stdout, re.MULTILINE)
     assert rows == [("2026-11-20", "buy", "1"), ("2026-11-20", "view", "2")], result.stdout

@@ -45,7 +45,8 @@ def write_copy(deployment: Deployment, source: str, key: str) -> str:
 
 
 def test_an_incremental_run_lists_only_changed_partitions_and_a_full_sweep_catches_the_rest(
-        deployment: Deployment, listings: list[tuple[str, int]]) -> None:
+    deployment: Deployment, listings: list[tuple[str, int]]
+) -> None:
     table = make_table(deployment)
     layout = table.layout(deployment.instance_key)
     key = deployment.instance_key
@@ -102,7 +103,8 @@ def test_an_incremental_run_lists_only_changed_partitions_and_a_full_sweep_catch
 
 
 def test_a_forced_full_sweep_is_what_the_next_runs_start_from_and_a_failed_run_is_not(
-        deployment: Deployment, listings: list[tuple[str, int]], monkeypatch: pytest.MonkeyPatch) -> None:
+    deployment: Deployment, listings: list[tuple[str, int]], monkeypatch: pytest.MonkeyPatch
+) -> None:
     table = make_table(deployment)
     layout = table.layout(deployment.instance_key)
     start = utcnow()
@@ -120,8 +122,9 @@ def test_a_forced_full_sweep_is_what_the_next_runs_start_from_and_a_failed_run_i
     assert not reap_once(deployment, now=at(4), dry_run=True).full_sweep
     assert hidden in files(deployment)
     # A run whose delete fails is not one the next runs start from: they look as far back as before it.
-    monkeypatch.setattr(deployment.lake, "delete", lambda key, missing_ok=False: (_ for _ in ()).throw(
-        PermissionError(key)))
+    monkeypatch.setattr(
+        deployment.lake, "delete", lambda key, missing_ok=False: (_ for _ in ()).throw(PermissionError(key))
+    )
     failed = reap_once(deployment, now=at(4), full=True)
     assert failed.failed and hidden in files(deployment)
     monkeypatch.undo()
@@ -140,14 +143,21 @@ def test_the_scope_holds_partitions_whose_versions_crossed_the_retention_cutoff(
     newest = max(o.id for o in deployment.catalog.partitions.small_objects(table.id))
 
     def scope(crossing: tuple[dt.datetime, dt.datetime]) -> set[int] | None:
-        return deployment.catalog.reaping.view(ReapScope(
-            since=after_everything, crossing=crossing, small_above=newest,
-            ttl_cutoff=ttl_cutoff(after_everything))).scope
+        return deployment.catalog.reaping.view(
+            ReapScope(
+                since=after_everything, crossing=crossing, small_above=newest, ttl_cutoff=ttl_cutoff(after_everything)
+            )
+        ).scope
 
     second_version = tokyo(DAY, 13)
     assert scope((second_version - dt.timedelta(minutes=1), second_version + dt.timedelta(minutes=1))) == {partition}
     assert scope((second_version + dt.timedelta(minutes=1), second_version + dt.timedelta(minutes=2))) == set()
-    view = deployment.catalog.reaping.view(ReapScope(since=after_everything, crossing=(second_version,
-                                                     second_version), small_above=newest,
-                                                     ttl_cutoff=ttl_cutoff(after_everything)))
+    view = deployment.catalog.reaping.view(
+        ReapScope(
+            since=after_everything,
+            crossing=(second_version, second_version),
+            small_above=newest,
+            ttl_cutoff=ttl_cutoff(after_everything),
+        )
+    )
     assert view.partitions == [] and view.versions == [] and view.small_objects == []

@@ -152,10 +152,13 @@ def csv_rows(*rows: tuple[str, int]) -> bytes:
     return ("ts,n\r\n" + "".join(f"{ts},{n}\r\n" for ts, n in rows)).encode()
 
 
-@pytest.mark.parametrize(("zone", "edge", "where"), [
-    ("America/New_York", "0001-01-01T03:00:00Z", "0001-01-01T03:00:00.000000Z is before 0001-01-01"),
-    ("Asia/Tokyo", "9999-12-31T23:59:59.999999Z", "9999-12-31T23:59:59.999999Z is after 9999-12-31"),
-])
+@pytest.mark.parametrize(
+    ("zone", "edge", "where"),
+    [
+        ("America/New_York", "0001-01-01T03:00:00Z", "0001-01-01T03:00:00.000000Z is before 0001-01-01"),
+        ("Asia/Tokyo", "9999-12-31T23:59:59.999999Z", "9999-12-31T23:59:59.999999Z is after 9999-12-31"),
+    ],
+)
 @pytest.mark.parametrize("kind", ["jsonl", "csv"])
 def test_an_event_time_without_a_partition_date_is_a_bad_record(zone: str, edge: str, where: str, kind: str) -> None:
     good = [(f"2024-05-01T12:{i // 60:02d}:{i % 60:02d}Z", i) for i in range(300)]
@@ -170,8 +173,12 @@ def test_an_event_time_without_a_partition_date_is_a_bad_record(zone: str, edge:
 
 def test_msgpack_ts96_at_year_1_west_of_utc_is_a_bad_record() -> None:
     assert TS96_YEAR_1.to_bytes()[:4] == b"\0\0\0\0" and len(TS96_YEAR_1.to_bytes()) == 12
-    data = pack({"ts": msgpack.Timestamp(EPOCH_2024), "n": 1}, {"ts": TS96_YEAR_1, "n": 2},
-                [TS96_YEAR_1, {"n": 3}], ["tag", [[msgpack.Timestamp(EPOCH_2024), {"n": 4}]]])
+    data = pack(
+        {"ts": msgpack.Timestamp(EPOCH_2024), "n": 1},
+        {"ts": TS96_YEAR_1, "n": 2},
+        [TS96_YEAR_1, {"n": 3}],
+        ["tag", [[msgpack.Timestamp(EPOCH_2024), {"n": 4}]]],
+    )
     table, bad = read_all(data, zoned("America/New_York"), key="x.msgpack")
     assert table.column("n").to_pylist() == [1, 4]
     before = "0001-01-01T00:00:00.000000Z is before 0001-01-01 in the table's time zone America/New_York"
@@ -186,8 +193,14 @@ def test_msgpack_ts96_at_year_1_west_of_utc_is_a_bad_record() -> None:
 
 def test_the_ends_of_the_range_that_have_a_partition_date_are_rows() -> None:
     # Across the fast path's margin and through both decoders: only the two without a date are bad.
-    times = ["0001-01-01T00:00:00Z", "0001-01-01T04:56:01Z", "0001-01-01T04:56:02Z", "0001-01-03T00:00:00Z",
-             "9999-12-29T00:00:00Z", "9999-12-31T23:59:59.999999Z"]
+    times = [
+        "0001-01-01T00:00:00Z",
+        "0001-01-01T04:56:01Z",
+        "0001-01-01T04:56:02Z",
+        "0001-01-03T00:00:00Z",
+        "9999-12-29T00:00:00Z",
+        "9999-12-31T23:59:59.999999Z",
+    ]
     table, bad = read_all(jsonl(*({"ts": ts, "n": n} for n, ts in enumerate(times))), zoned("America/New_York"))
     assert table.column("n").to_pylist() == [2, 3, 4, 5]
     assert [record.line for record in bad] == [1, 2]  # New York's LMT was UTC-4:56:02 before 1883
@@ -196,27 +209,32 @@ def test_the_ends_of_the_range_that_have_a_partition_date_are_rows() -> None:
 def test_a_decimal_exponent_beyond_any_decimal_is_a_bad_record() -> None:
     # Decimal("1e9999999999999999999") raises InvalidOperation, which once failed the whole object.
     table_def = make_table([{"name": "ts", "type": "timestamp"}, {"name": "amount", "type": "decimal(10,2)"}])
-    lines = ['{"ts": "2024-05-01T12:34:56Z", "amount": 1.5}',
-             '{"ts": "2024-05-01T12:34:56Z", "amount": 1e-9999999999999999999}',
-             '{"ts": "2024-05-01T12:34:56Z", "amount": "1e9999999999999999999"}']
+    lines = [
+        '{"ts": "2024-05-01T12:34:56Z", "amount": 1.5}',
+        '{"ts": "2024-05-01T12:34:56Z", "amount": 1e-9999999999999999999}',
+        '{"ts": "2024-05-01T12:34:56Z", "amount": "1e9999999999999999999"}',
+    ]
     table, bad = read_all(jsonl(*lines), table_def)
     assert table.column("amount").to_pylist() == [Decimal("1.50")]
     assert [record.reason for record in bad] == [
         "column amount: 1e-9999999999999999999 has an exponent too large in magnitude for decimal(10,2)",
         "column amount: '1e9999999999999999999' has an exponent too large in magnitude for decimal(10,2)",
     ]
-    csv_table, csv_bad = read_all(b"ts,amount\n2024-05-01T12:34:56Z,1e9999999999999999999\n2024-05-01T12:34:56Z,2\n",
-                                  table_def, key="x.csv")
+    csv_table, csv_bad = read_all(
+        b"ts,amount\n2024-05-01T12:34:56Z,1e9999999999999999999\n2024-05-01T12:34:56Z,2\n", table_def, key="x.csv"
+    )
     assert csv_table.column("amount").to_pylist() == [Decimal("2.00")] and [r.line for r in csv_bad] == [2]
 
 
-FLAGGED = make_table([{"name": "ts", "type": "timestamp"}, {"name": "flag", "type": "boolean"},
-                      {"name": "n", "type": "bigint"}])
+FLAGGED = make_table(
+    [{"name": "ts", "type": "timestamp"}, {"name": "flag", "type": "boolean"}, {"name": "n", "type": "bigint"}]
+)
 
 
 @pytest.mark.parametrize("kind", ["jsonl", "csv", "msgpack"])
 def test_any_exception_while_converting_one_record_makes_only_that_record_bad(
-        monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+    monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
     # No input is known to make a coercion raise unforeseen (the ones found are rules now): stand one in.
     original = coerce._to_boolean
 
@@ -236,4 +254,5 @@ def test_any_exception_while_converting_one_record_makes_only_that_record_bad(
     table, bad = read_all(data, FLAGGED, key=f"x.{kind}")
     assert table.column("n").to_pylist() == [0, 2]
     assert [(record.line, record.reason) for record in bad] == [
-        (2 + (kind == "csv"), "column flag: ZeroDivisionError: a coercion bug")]
+        (2 + (kind == "csv"), "column flag: ZeroDivisionError: a coercion bug")
+    ]

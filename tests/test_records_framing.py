@@ -113,14 +113,20 @@ def test_detect_format(key: str, head: bytes, configured: str, expected: str) ->
 
 def test_ltsv_sniff_ignores_a_field_cut_by_the_sniff_window() -> None:
     line = b"time:2024-05-01T00:00:00Z\thost:h1\t" + b"x" * (framing.SNIFF_BYTES - 30)
-    head = line[:framing.SNIFF_BYTES]
+    head = line[: framing.SNIFF_BYTES]
     assert detect_format("a/b", head, "auto") == "ltsv"
 
 
-@pytest.mark.parametrize(("magic", "name"), [
-    (b"\x28\xb5\x2f\xfd\x00", "zstd"), (b"\xfd7zXZ\x00\x00", "xz"), (b"BZh91AY&SY\x00", "bzip2"),
-    (b"\x04\x22\x4d\x18", "LZ4"), (b"PK\x03\x04", "zip"),
-])
+@pytest.mark.parametrize(
+    ("magic", "name"),
+    [
+        (b"\x28\xb5\x2f\xfd\x00", "zstd"),
+        (b"\xfd7zXZ\x00\x00", "xz"),
+        (b"BZh91AY&SY\x00", "bzip2"),
+        (b"\x04\x22\x4d\x18", "LZ4"),
+        (b"PK\x03\x04", "zip"),
+    ],
+)
 def test_other_compressions_are_named(magic: bytes, name: str) -> None:
     with pytest.raises(UnreadableObject, match=f"{name}-compressed.*gzip"):
         detect_format("a/b.log.zst", magic + b"rest", "auto")

@@ -218,4 +218,5 @@ def test_a_msgpack_item_whose_entries_fail_to_unpack_is_one_bad_record(monkeypat
     table, bad = read_all(pack(event_record(1), forward, event_record(2)), key="x.msgpack")
     assert table.column("n").to_pylist() == [1, 2]
     assert [(record.line, record.reason) for record in bad] == [
-        (2, "MessagePack item does not decode: MemoryError: entries too large to unpack")]
+        (2, "MessagePack item does not decode: MemoryError: entries too large to unpack")
+    ]

@@ -35,8 +35,7 @@ from .records_helpers import (
 
 # --- Fluentd out_file: time TAB tag TAB json ----------------------------------------------------
 
-NO_TIME = [{"name": "ts", "type": "timestamp"}, {"name": "user", "type": "string"},
-           {"name": "n", "type": "bigint"}]
+NO_TIME = [{"name": "ts", "type": "timestamp"}, {"name": "user", "type": "string"}, {"name": "n", "type": "bigint"}]
 LINES_TABLE = make_table(NO_TIME)
 
 
@@ -48,9 +47,11 @@ def fluentd_line(time_text: str, record: dict, tag: str | None = "web.access") -
 
 
 def test_fluentd_out_file_lines_take_the_line_time() -> None:
-    data = (fluentd_line("2024-05-01T12:34:56+09:00", {"user": "a", "n": 1})
-            + fluentd_line("2024-05-01T12:34:57+0900", {"user": "b", "n": 2})
-            + fluentd_line("1714566896", {"user": "c", "n": 3}, tag=None)).encode()
+    data = (
+        fluentd_line("2024-05-01T12:34:56+09:00", {"user": "a", "n": 1})
+        + fluentd_line("2024-05-01T12:34:57+0900", {"user": "b", "n": 2})
+        + fluentd_line("1714566896", {"user": "c", "n": 3}, tag=None)
+    ).encode()
     table, bad = read_all(data, LINES_TABLE, key="fluent/web.access/buffer.20240501.log")
     assert bad == []
     micros = [value.timestamp() * US for value in table.column("ts").to_pylist()]
@@ -65,11 +66,13 @@ def test_fluentd_line_record_time_wins_over_the_line_time() -> None:
 
 
 def test_fluentd_line_bad_records() -> None:
-    data = (fluentd_line("2024-05-01T12:34:56Z", {"user": "good"})
-            + "2024-05-01T12:34:56Z\tweb.access\t{broken\n"
-            + "2024-05-01T12:34:56Z\tweb.access\tnot json\n"
-            + fluentd_line("yesterday", {"user": "no time"})
-            + fluentd_line("2024-05-01T12:34:56Z", {"user": "x", "n": "many"})).encode()
+    data = (
+        fluentd_line("2024-05-01T12:34:56Z", {"user": "good"})
+        + "2024-05-01T12:34:56Z\tweb.access\t{broken\n"
+        + "2024-05-01T12:34:56Z\tweb.access\tnot json\n"
+        + fluentd_line("yesterday", {"user": "no time"})
+        + fluentd_line("2024-05-01T12:34:56Z", {"user": "x", "n": "many"})
+    ).encode()
     table, bad = read_all(data, LINES_TABLE, key="x.log")
     assert table.column("user").to_pylist() == ["good"]
     reasons = {record.line: record.reason for record in bad}
@@ -98,9 +101,12 @@ def test_an_object_taken_for_fluentd_lines_that_is_not_loads_no_row() -> None:
 # --- LTSV ----------------------------------------------------------------------------------------
 
 LTSV_COLUMNS = [
-    {"name": "time", "type": "timestamp"}, {"name": "host", "type": "string"},
-    {"name": "status", "type": "int"}, {"name": "size", "type": "bigint"},
-    {"name": "reqtime", "type": "double"}, {"name": "ua", "type": "string"},
+    {"name": "time", "type": "timestamp"},
+    {"name": "host", "type": "string"},
+    {"name": "status", "type": "int"},
+    {"name": "size", "type": "bigint"},
+    {"name": "reqtime", "type": "double"},
+    {"name": "ua", "type": "string"},
 ]
 LTSV_TABLE = make_table(LTSV_COLUMNS, time_column="time")
 
@@ -110,15 +116,23 @@ def ltsv(**fields: str) -> str:
 
 
 def test_ltsv_access_log() -> None:
-    data = (ltsv(time="[01/May/2024:21:34:56 +0900]", host="192.0.2.1", req="GET / HTTP/1.1", status="200",
-                 size="512", reqtime="0.005", ua="curl/8.0")
-            + ltsv(time="2024-05-01T12:34:57Z", host="192.0.2.2", status="404", size="-", reqtime="", ua="-")
-            + "\n"
-            + ltsv(time="2024-05-01T12:34:58Z", host="h:3", ua="a\\tb:c")).encode()
+    data = (
+        ltsv(
+            time="[01/May/2024:21:34:56 +0900]",
+            host="192.0.2.1",
+            req="GET / HTTP/1.1",
+            status="200",
+            size="512",
+            reqtime="0.005",
+            ua="curl/8.0",
+        )
+        + ltsv(time="2024-05-01T12:34:57Z", host="192.0.2.2", status="404", size="-", reqtime="", ua="-")
+        + "\n"
+        + ltsv(time="2024-05-01T12:34:58Z", host="h:3", ua="a\\tb:c")
+    ).encode()
     table, bad = read_all(data, LTSV_TABLE, key="nginx/access.log")
     assert bad == []
-    assert [t.timestamp() for t in table.column("time").to_pylist()] == [EPOCH_2024, EPOCH_2024 + 1,
-                                                                         EPOCH_2024 + 2]
+    assert [t.timestamp() for t in table.column("time").to_pylist()] == [EPOCH_2024, EPOCH_2024 + 1, EPOCH_2024 + 2]
     assert table.column("status").to_pylist() == [200, 404, None]
     assert table.column("size").to_pylist() == [512, None, None]  # "-" and "" are null but in string columns
     assert table.column("reqtime").to_pylist() == [0.005, None, None]
@@ -127,12 +141,14 @@ def test_ltsv_access_log() -> None:
 
 
 def test_ltsv_bad_records() -> None:
-    data = (ltsv(time="2024-05-01T12:34:56Z", host="ok")
-            + "time:2024-05-01T12:34:56Z\tno label here\n"
-            + "time:2024-05-01T12:34:56Z\thost:a\thost:b\n"
-            + "time:2024-05-01T12:34:56Z\tbad label!:x\n"
-            + ltsv(time="2024-05-01T12:34:56Z", status="two hundred")
-            + ltsv(host="no time")).encode()
+    data = (
+        ltsv(time="2024-05-01T12:34:56Z", host="ok")
+        + "time:2024-05-01T12:34:56Z\tno label here\n"
+        + "time:2024-05-01T12:34:56Z\thost:a\thost:b\n"
+        + "time:2024-05-01T12:34:56Z\tbad label!:x\n"
+        + ltsv(time="2024-05-01T12:34:56Z", status="two hundred")
+        + ltsv(host="no time")
+    ).encode()
     table, bad = read_all(data, LTSV_TABLE, key="x.ltsv")
     assert table.column("host").to_pylist() == ["ok"]
     reasons = {record.line: record.reason for record in bad}
@@ -202,8 +218,14 @@ def test_naive_strings_in_every_format(kind: str) -> None:
 
 @pytest.mark.parametrize("zone", ["UTC", "Asia/Tokyo", "America/New_York", "Europe/London"])
 def test_vectorised_naive_times_agree_with_the_per_record_rule(zone: str) -> None:
-    texts = ["2024-05-01T12:34:56", "2024-11-03T01:30:00", "2024-03-31T00:59:59.5", "2024-10-27 01:30:00",
-             "2024-05-01T12:34:56Z", "2024-05-01"]
+    texts = [
+        "2024-05-01T12:34:56",
+        "2024-11-03T01:30:00",
+        "2024-03-31T00:59:59.5",
+        "2024-10-27 01:30:00",
+        "2024-05-01T12:34:56Z",
+        "2024-05-01",
+    ]
     for values in (texts[:4], texts[4:5], texts):
         micros = strings_to_micros(pa.chunked_array([values]), zone)
         if micros is not None:
@@ -228,8 +250,12 @@ def test_stored_definitions_without_naive_timezone_keep_utc() -> None:
     del stored_before["naive_timezone"]
     legacy = TableDef.from_json(json.dumps(stored_before))
     assert legacy.naive_zone == "UTC"
-    assert TableDef.from_json(legacy.with_column(legacy.columns[1].model_copy(
-        update={"name": "other"})).to_json()).naive_zone == "UTC"
+    assert (
+        TableDef.from_json(
+            legacy.with_column(legacy.columns[1].model_copy(update={"name": "other"})).to_json()
+        ).naive_zone
+        == "UTC"
+    )
 
 
 def test_naive_timezone_must_be_a_zone() -> None:
@@ -257,8 +283,9 @@ def test_dropped_fields_are_counted_in_every_format() -> None:
     assert _dropped(csv_data, "x.csv") == Counter(extra=2)
     lines = fluentd_line("2024-05-01T12:34:56Z", {"user": "u", "action": "a", "extra": 1}).encode()
     assert _dropped(lines, "x.log") == Counter(extra=1)
-    assert _dropped(ltsv(time="2024-05-01T12:34:56Z", extra="1", empty="").encode(), "x.ltsv",
-                    LTSV_TABLE) == Counter(extra=1)
+    assert _dropped(ltsv(time="2024-05-01T12:34:56Z", extra="1", empty="").encode(), "x.ltsv", LTSV_TABLE) == Counter(
+        extra=1
+    )
 
 
 def test_dropped_fields_counted_on_the_fast_path() -> None:

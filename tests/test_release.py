@@ -39,8 +39,9 @@ def test_one_version_in_pyproject_the_package_the_cli_and_the_changelog() -> Non
 
 def test_the_changelog_names_the_schema_revision_the_migrations_end_at() -> None:
     versions = ROOT / "siltlake" / "catalog" / "migrations" / "versions"
-    revisions = sorted(re.search(r'^revision = "(\d+)"', path.read_text(), re.M).group(1)
-                       for path in versions.glob("*.py"))
+    revisions = sorted(
+        re.search(r'^revision = "(\d+)"', path.read_text(), re.M).group(1) for path in versions.glob("*.py")
+    )
     assert revisions[-1] == HEAD_REVISION == newest_changelog_entry().group(2)
 
 
@@ -55,8 +56,12 @@ def test_the_package_metadata_names_its_license_authors_and_extras() -> None:
 
 
 def test_the_wheel_carries_the_version_the_license_and_the_migrations(tmp_path: Path) -> None:
-    subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "-q", "-w", str(tmp_path)],
-                   check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "-q", "-w", str(tmp_path)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     [wheel] = tmp_path.glob("siltlake-*.whl")
     version = project()["version"]
     assert wheel.name.startswith(f"siltlake-{version}-")
@@ -67,4 +72,4 @@ def test_the_wheel_carries_the_version_the_license_and_the_migrations(tmp_path: 
     assert f"siltlake-{version}.dist-info/licenses/LICENSE" in names
     assert "siltlake/py.typed" in names, "type checkers read the package's annotations (PEP 561)"
     assert any(re.search(rf"migrations/versions/{HEAD_REVISION}_\w+\.py$", name) for name in names)
-    assert "Requires-Dist: pyspark" in metadata and "extra == \"spark\"" in metadata.split("Requires-Dist: pyspark")[1]
+    assert "Requires-Dist: pyspark" in metadata and 'extra == "spark"' in metadata.split("Requires-Dist: pyspark")[1]

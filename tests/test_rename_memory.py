@@ -31,17 +31,20 @@ OBJECTS_PER_DAY = 4
 READS = {
     "to_pyarrow_dataset": "sum(b.num_rows for b in table.to_pyarrow_dataset().to_batches())",
     "a column of a day": "table.to_arrow(filter=pc.field('dt') == DAY, columns=['user_id']).num_rows",
-    "filtered on the renamed column":
-        "table.scan(filter=f\"{action} = 'a3'\", columns=['user_id']).to_arrow().num_rows",
-    "an expression on the renamed column":
-        "table.scan(filter=pc.field(action) == 'a3', columns=[action]).to_arrow().num_rows",
+    "filtered on the renamed column": (
+        "table.scan(filter=f\"{action} = 'a3'\", columns=['user_id']).to_arrow().num_rows"
+    ),
+    "an expression on the renamed column": (
+        "table.scan(filter=pc.field(action) == 'a3', columns=[action]).to_arrow().num_rows"
+    ),
     "to_batches": "sum(b.num_rows for b in table.scan().to_batches())",
     "count": "table.scan().count()",
     "to_polars count": "table.to_polars().select(pl.len()).collect().item()",
     "to_polars filtered": "table.to_polars(filter=pc.field(action) == 'a3').select(pl.len()).collect().item()",
     "to_duckdb": "table.to_duckdb(duckdb.connect()).aggregate('count(*)').fetchall()[0][0]",
-    "to_duckdb, an expression":
-        "table.to_duckdb(duckdb.connect(), filter=pc.field(action) == 'a3').aggregate('count(*)').fetchall()[0][0]",
+    "to_duckdb, an expression": (
+        "table.to_duckdb(duckdb.connect(), filter=pc.field(action) == 'a3').aggregate('count(*)').fetchall()[0][0]"
+    ),
 }
 READER = """
 import datetime as dt, sys
@@ -60,8 +63,9 @@ print(next(line.split()[1] for line in open('/proc/self/status') if line.startsw
 def rows(day: dt.date, seed: int) -> pa.Table:
     count = ROWS_PER_OBJECT
     start = dt.datetime.combine(day, dt.time(3), tzinfo=dt.UTC)
-    times = pa.array([start + dt.timedelta(microseconds=37 * n + seed) for n in range(count)],
-                     pa.timestamp("us", tz="UTC"))
+    times = pa.array(
+        [start + dt.timedelta(microseconds=37 * n + seed) for n in range(count)], pa.timestamp("us", tz="UTC")
+    )
     ids = pa.array(range(seed, seed + count), pa.int64())
     labels = pc.binary_join_element_wise("a", pc.cast(pc.bit_wise_and(ids, 7), pa.string()), "")
     padding = pa.array([f"{n:024d}" for n in range(count)])  # a column of some weight, never read by name
@@ -75,9 +79,15 @@ def test_reads_after_a_rename_use_the_memory_of_a_table_never_renamed(tmp_path: 
     deployment.init()
     try:
         for name in ("plain", "renamed"):
-            deployment.catalog.tables.create(TableDef.from_mapping({
-                **ACCESS_TABLE, "name": name, "columns": [*ACCESS_TABLE["columns"], {"name": "referrer",
-                                                                                      "type": "string"}]}))
+            deployment.catalog.tables.create(
+                TableDef.from_mapping(
+                    {
+                        **ACCESS_TABLE,
+                        "name": name,
+                        "columns": [*ACCESS_TABLE["columns"], {"name": "referrer", "type": "string"}],
+                    }
+                )
+            )
         lake = Lake(deployment)
         for name in ("plain", "renamed"):
             for day in DAYS:
@@ -92,9 +102,15 @@ def test_reads_after_a_rename_use_the_memory_of_a_table_never_renamed(tmp_path: 
     for case, read in READS.items():
         answers, peaks[case] = [], []
         for table, action in (("web.plain", "action"), ("web.renamed", "event")):
-            result = subprocess.run([sys.executable, "-c", READER, table, action, DAY.isoformat()], input=read,
-                                    cwd=tmp_path, capture_output=True, text=True, timeout=600,
-                                    env={**os.environ, "PYTHONPATH": tree})
+            result = subprocess.run(
+                [sys.executable, "-c", READER, table, action, DAY.isoformat()],
+                input=read,
+                cwd=tmp_path,
+                capture_output=True,
+                text=True,
+                timeout=600,
+                env={**os.environ, "PYTHONPATH": tree},
+            )
             assert result.returncode == 0, (case, result.stderr)
             answer, peak = result.stdout.split()
             answers.append(answer)

@@ -43,8 +43,13 @@ def crashing(monkeypatch) -> list[bool]:  # pytest's
 
 
 def rows(keys: list[int], action: str, minute: int) -> pa.Table:
-    return pa.table({"utc_event_time": pa.array([late(DAY, minute)] * len(keys), pa.timestamp("us", tz="UTC")),
-                     "user_id": pa.array(keys, pa.int64()), "action": pa.array([action] * len(keys))})
+    return pa.table(
+        {
+            "utc_event_time": pa.array([late(DAY, minute)] * len(keys), pa.timestamp("us", tz="UTC")),
+            "user_id": pa.array(keys, pa.int64()),
+            "action": pa.array([action] * len(keys)),
+        }
+    )
 
 
 def shown(lake: Lake, name: str) -> dict[int, str]:
@@ -54,10 +59,12 @@ def shown(lake: Lake, name: str) -> dict[int, str]:
     return dict(zip(keys, table.column("action").to_pylist(), strict=True))
 
 
-WRITE = st.tuples(st.sampled_from(["append", "upsert"]),
-                  st.lists(st.integers(0, 5), min_size=1, max_size=4, unique=True),
-                  st.integers(0, 2),  # crashes before the attempt that commits
-                  st.integers(0, 2))  # retries after it
+WRITE = st.tuples(
+    st.sampled_from(["append", "upsert"]),
+    st.lists(st.integers(0, 5), min_size=1, max_size=4, unique=True),
+    st.integers(0, 2),  # crashes before the attempt that commits
+    st.integers(0, 2),
+)  # retries after it
 _tables = itertools.count()
 
 
@@ -97,8 +104,9 @@ def test_retried_writes_apply_exactly_once(plain_deployment: Deployment, crashin
 
 @pytest.mark.spark
 @pytest.mark.parametrize("catalog_url", ["sqlite"], indirect=True)
-def test_a_delete_crashed_before_its_commit_is_applied_once_by_its_retries(deployment: Deployment,
-                                                                           crashing: list[bool]) -> None:
+def test_a_delete_crashed_before_its_commit_is_applied_once_by_its_retries(
+    deployment: Deployment, crashing: list[bool]
+) -> None:
     make_table(deployment, **KEYED)
     lake = Lake(deployment)
     table = lake.table("web.access")

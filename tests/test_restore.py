@@ -27,8 +27,9 @@ NEXT_DAY = DAY + dt.timedelta(days=1)
 
 
 @pytest.mark.parametrize("catalog_url", ["sqlite"], indirect=True)
-def test_restore_then_every_reader_reads_what_the_old_version_showed(deployment: Deployment, spark,
-                                                                     monkeypatch) -> None:
+def test_restore_then_every_reader_reads_what_the_old_version_showed(
+    deployment: Deployment, spark, monkeypatch
+) -> None:
     deployment.config.publish.targets = ["iceberg"]
     make_table(deployment)
     silt = silt_in_process(deployment, monkeypatch)
@@ -71,7 +72,8 @@ def test_restore_then_every_reader_reads_what_the_old_version_showed(deployment:
     done = json.loads(silt("restore", "web.access", "--as-of", as_of, "--yes", "--json", "--request-id", "r3"))
     assert done["table_version"] == newest + 1
     assert arrow_rows(table.to_arrow(columns=list(COLUMNS))) == arrow_rows(
-        table.to_arrow(columns=list(COLUMNS), as_of_version=3))
+        table.to_arrow(columns=list(COLUMNS), as_of_version=3)
+    )
     assert "was applied already (restore" in silt("restore", "web.access", "--version", "3", "--request-id", "r3")
 
     with pytest.raises(VersionOutOfRange, match="has no version 99: its versions are 1 to"):

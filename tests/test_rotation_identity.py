@@ -25,7 +25,7 @@ pytestmark = pytest.mark.spark
 
 
 @pytest.fixture
-def appending(tmp_path: Path, catalog_url: str, spark) -> Deployment:  # noqa: ANN001
+def appending(tmp_path: Path, catalog_url: str, spark) -> Deployment:
     """Rounds that list the root whole and take what is written at once."""
     deployment = deployment_with(tmp_path, catalog_url, spark, full_listing_interval=0)
     yield deployment
@@ -175,7 +175,8 @@ def test_a_file_shifted_into_a_name_whose_first_file_had_its_size_is_followed(ap
 
 
 def test_a_file_renamed_while_its_first_delivery_is_in_flight_is_not_taken_for_a_new_file(
-        tmp_path: Path, catalog_url: str, spark) -> None:  # noqa: ANN001
+    tmp_path: Path, catalog_url: str, spark
+) -> None:
     """The first delivery of a file names no identity. Its task has read access.log; before it commits, logrotate
     renames the file to access.log.1 and creates a new access.log, and another daemon's listing sees .1: the file
     waits for that commit and is then found by identity (it was loaded again whole as a new file)."""
@@ -236,7 +237,8 @@ def test_copytruncate_of_a_file_shorter_than_a_kib_loads_only_the_copys_unloaded
 
 
 def test_files_rotated_and_compressed_before_their_deliveries_read_them_load_from_their_copies(
-        tmp_path: Path, catalog_url: str, spark) -> None:  # noqa: ANN001
+    tmp_path: Path, catalog_url: str, spark
+) -> None:
     """delaycompress with exclude = ["*.gz"], rotations faster than the rounds: a renamed file's tail and a new
     file's first bytes are registered, then both files are compressed away before their tasks read them. The
     deliveries read nothing (no unknown object); the excluded .gz copies carry what was not loaded, the new file's
@@ -263,7 +265,8 @@ def test_files_rotated_and_compressed_before_their_deliveries_read_them_load_fro
 
 
 def test_copytruncate_of_a_file_consumed_short_of_a_kib_and_grown_past_it_loads_only_the_copys_rest(
-        appending: Deployment) -> None:
+    appending: Deployment,
+) -> None:
     """A round loads the first lines of a freshly truncated log (under a KiB); the writer appends past a KiB and
     copytruncate copies and truncates it before the next round. The copy's first KiB was never the position's
     head (it noted fewer bytes): it is found by the CRC of the lines its original was consumed to (it was loaded
@@ -272,7 +275,7 @@ def test_copytruncate_of_a_file_consumed_short_of_a_kib_and_grown_past_it_loads_
 
 
 @pytest.fixture
-def reuse(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
+def reuse(monkeypatch: pytest.MonkeyPatch):
     """Inode numbers reused, without relying on the file system: reuse(path, identity) makes the file now at
     `path` report `identity` (a deleted file's device:inode) to discovery and to the tasks, which run in this
     process for it. The files "deleted" are moved out of the root instead, so that the file system cannot hand
@@ -286,8 +289,11 @@ def reuse(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
 
     monkeypatch.setattr(identity, "file_identity", fake_identity)
     monkeypatch.setattr(tails, "file_identity", fake_identity)
-    monkeypatch.setattr(stage, "run_on_workers",
-                        lambda function, items, weights=None, on_progress=None: [function(item) for item in items])
+    monkeypatch.setattr(
+        stage,
+        "run_on_workers",
+        lambda function, items, weights=None, on_progress=None: [function(item) for item in items],
+    )
 
     def make(path: Path, reused: str) -> None:
         found = path.stat()
@@ -315,7 +321,8 @@ def _compress(path: Path, to: Path, graveyard: Path) -> None:
 
 
 def test_a_new_file_reusing_a_deleted_files_inode_renamed_onto_that_files_stale_name_loads_its_rest_once(
-        appending: Deployment, reuse, tmp_path: Path) -> None:  # noqa: ANN001
+    appending: Deployment, reuse, tmp_path: Path
+) -> None:
     """create + delaycompress: access.log.1's position still names file A (compressed away since, no round saw it
     go). A new file C took A's inode number at access.log and was followed there; renamed onto access.log.1 with
     lines not loaded, it is C renamed, not A truncated (it was taken for a copy of its own position, whose
@@ -349,7 +356,8 @@ def test_a_new_file_reusing_a_deleted_files_inode_renamed_onto_that_files_stale_
 
 
 def test_a_copys_rest_whose_delivery_found_the_copy_compressed_away_loads_from_the_compressed_copy(
-        appending: Deployment, tmp_path: Path) -> None:
+    appending: Deployment, tmp_path: Path
+) -> None:
     """copytruncate + delaycompress: the copy access.log.1 holds lines the original had not loaded; their delivery
     is registered from the copy, then the copy is compressed to access.log.2.gz before the delivery reads it. The
     delivery reads nothing, and the compressed copy loads those lines (the original's position had moved past
@@ -372,7 +380,8 @@ def test_a_copys_rest_whose_delivery_found_the_copy_compressed_away_loads_from_t
 
 
 def test_a_new_file_with_a_deleted_files_content_and_inode_number_is_no_rename_of_it(
-        appending: Deployment, reuse, tmp_path: Path) -> None:  # noqa: ANN001
+    appending: Deployment, reuse, tmp_path: Path
+) -> None:
     """A file registered, then deleted (its directory removed) before its first delivery ran; a new file with the
     same bytes takes its inode number under another name. Its original's name is gone and it was written after
     the registration: a new file, registered now (it was taken for the deleted one renamed, and waited for a
@@ -392,8 +401,9 @@ def test_a_new_file_with_a_deleted_files_content_and_inode_number_is_no_rename_o
     assert_rows_once(appending, 5)
 
 
-def test_a_new_file_at_an_excluded_name_once_followed_is_loaded_from_its_start(tmp_path: Path, catalog_url: str,
-                                                                               spark) -> None:  # noqa: ANN001
+def test_a_new_file_at_an_excluded_name_once_followed_is_loaded_from_its_start(
+    tmp_path: Path, catalog_url: str, spark
+) -> None:
     """exclude = ["*.1"]: access.log renamed to access.log.1 is followed there (its tail is read); another file
     that takes access.log.1 later is loaded once from its start: it may be the successor of the live file, renamed
     before any round saw it at access.log, and cannot be told from one put there by hand."""

@@ -84,7 +84,8 @@ def test_a_failing_loop_is_retried_with_backoff_while_the_others_go_on(monkeypat
             thread.join(10)
     assert not any(thread.is_alive() for thread in threads), "a loop did not stop"
     assert [(name, message) for name, message, _ in errors] == [
-        ("flaky", f"catalog unreachable ({n})") for n in (1, 2, 3)]
+        ("flaky", f"catalog unreachable ({n})") for n in (1, 2, 3)
+    ]
     assert [wait for *_, wait in errors] == [0.01, 0.02, 0.04], "failures in a row double the wait"
     assert asked == [1.0, 2.0, 4.0], "from the loop's interval (at least 1 s), doubling"
     assert loops[1].status.errors == 3 and loops[1].status.detail == ""
@@ -108,8 +109,14 @@ FUTURE = dt.date(2030, 1, 1)  # stays open: readers see its live objects
 def events(date: dt.date, count: int, seed: int) -> list[dict]:
     """`count` events in the Tokyo day `date`, user ids unique per (seed, i)."""
     start = dt.datetime.combine(date, dt.time(0, 1), tzinfo=dt.UTC) - dt.timedelta(hours=9)
-    return [{"time": (start + dt.timedelta(seconds=(seed * 7919 + i * 613) % 86000)).isoformat().replace("+00:00", "Z"),
-             "user_id": seed * 1000 + i, "action": f"a{i % 3}"} for i in range(count)]
+    return [
+        {
+            "time": (start + dt.timedelta(seconds=(seed * 7919 + i * 613) % 86000)).isoformat().replace("+00:00", "Z"),
+            "user_id": seed * 1000 + i,
+            "action": f"a{i % 3}",
+        }
+        for i in range(count)
+    ]
 
 
 def stage(staging: Path, date: dt.date, seed: int, count: int) -> list[dict]:
@@ -127,15 +134,27 @@ def write_run_config(tmp_path: Path, config: Config) -> dict[str, str]:
     import os
 
     path = tmp_path / "siltlake.toml"
-    path.write_text("\n".join([
-        f'instance_key = "{config.instance_key}"',
-        "[catalog]", f'url = "{config.catalog.url}"',
-        "[storage]", f'root = "{config.storage.root}"', f'staging_root = "{config.storage.staging_root}"',
-        "[spark]", 'master = "local[2]"',
-        "[stream]", 'poll_interval = "1s"',
-        "[merge]", 'poll_interval = "1s"',
-        "[publish]", 'interval = "1s"',
-    ]) + "\n")
+    path.write_text(
+        "\n".join(
+            [
+                f'instance_key = "{config.instance_key}"',
+                "[catalog]",
+                f'url = "{config.catalog.url}"',
+                "[storage]",
+                f'root = "{config.storage.root}"',
+                f'staging_root = "{config.storage.staging_root}"',
+                "[spark]",
+                'master = "local[2]"',
+                "[stream]",
+                'poll_interval = "1s"',
+                "[merge]",
+                'poll_interval = "1s"',
+                "[publish]",
+                'interval = "1s"',
+            ]
+        )
+        + "\n"
+    )
     return {**os.environ, "SILTLAKE_CONFIG": str(path), "PYTHONUNBUFFERED": "1", "COLUMNS": "300"}
 
 
@@ -181,14 +200,20 @@ def test_silt_run_streams_merges_and_publishes_until_sigint(tmp_path: Path, requ
         if catalog.staging.pending(1):
             return False
         objects = catalog.partitions.small_objects(table.id)
-        last = {date: max(o.id for o in objects if o.partition_date == date) for date in [*PAST, FUTURE]
-                if any(o.partition_date == date for o in objects)}
+        last = {
+            date: max(o.id for o in objects if o.partition_date == date)
+            for date in [*PAST, FUTURE]
+            if any(o.partition_date == date for o in objects)
+        }
         if set(last) != {*PAST, FUTURE}:
             return False
         current, newest = partitions(), newest_versions()
-        return (all(current[d].switched and current[d].current_manifest_version == last[d] for d in PAST)
-                and FUTURE in newest and newest[FUTURE].live_watermark == last[FUTURE]
-                and (late_id is None or current[PAST[0]].current_manifest_version == late_id))
+        return (
+            all(current[d].switched and current[d].current_manifest_version == last[d] for d in PAST)
+            and FUTURE in newest
+            and newest[FUTURE].live_watermark == last[FUTURE]
+            and (late_id is None or current[PAST[0]].current_manifest_version == late_id)
+        )
 
     daemon = SiltProcess(tmp_path, "run", env, "run", "--metrics-port", "0")
     try:
@@ -207,8 +232,9 @@ def test_silt_run_streams_merges_and_publishes_until_sigint(tmp_path: Path, requ
         # A late object for a closed day is delayed, then merged and published with the next merged version.
         add(PAST[0], 50, 7)
         add(FUTURE, 51, 5)
-        wait_until(lambda: catalog.partitions.small_objects(table.id, delayed=True), [daemon], 60,
-                   "a delayed small object")
+        wait_until(
+            lambda: catalog.partitions.small_objects(table.id, delayed=True), [daemon], 60, "a delayed small object"
+        )
         (late,) = catalog.partitions.small_objects(table.id, delayed=True)
         wait_until(lambda: published(late.id), [daemon], 60, "the delayed object merged and published")
         print(f"late object published {time.monotonic() - daemon.started:.1f} s after the start")

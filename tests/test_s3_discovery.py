@@ -27,8 +27,9 @@ STREAMS = ["host00.web.access/", "host01.web.access/"]
 DAYS = ["2026/01/01/", "2026/01/02/"]
 
 
-def open_lake(moto_s3: MotoS3, proxy: CountingProxy, catalog_url: str, attempts: int = 10,
-              **stream: object) -> Deployment:
+def open_lake(
+    moto_s3: MotoS3, proxy: CountingProxy, catalog_url: str, attempts: int = 10, **stream: object
+) -> Deployment:
     """A deployment with the access table whose staging root is a fresh bucket behind the counting proxy.
     Cursors settle at once (no reorder window, no clock margin: the test's puts do not race its rounds)."""
     settings = {"reorder_window": 0, "listing_margin": 0, "sweep_keys_per_round": SWEEP, **stream}
@@ -53,15 +54,16 @@ def put(deployment: Deployment, key: str) -> None:
 
 def put_many(moto_s3: MotoS3, deployment: Deployment, keys: list[str]) -> None:
     """Straight into moto's memory (the set-up of large roots; no request passes the proxy)."""
-    bucket, _, prefix = deployment.staging.root[len("s3://"):].partition("/")
+    bucket, _, prefix = deployment.staging.root[len("s3://") :].partition("/")
     moto_s3.put_objects(bucket, [f"{prefix}/{key}" for key in keys])
 
 
 def registered(deployment: Deployment) -> Counter:
     """How many staging rows each key has (a URI is unique: every count is 1)."""
     root = deployment.staging.root + "/"
-    return Counter(row.uri[len(root):] for row in deployment.catalog.staging.pending(1_000_000)
-                   if row.uri.startswith(root))
+    return Counter(
+        row.uri[len(root) :] for row in deployment.catalog.staging.pending(1_000_000) if row.uri.startswith(root)
+    )
 
 
 def seed(deployment: Deployment, moto_s3: MotoS3, per_day: int) -> list[str]:
@@ -97,8 +99,9 @@ def idle_round(deployment: Deployment, proxy: CountingProxy) -> tuple[int, int]:
     return lists, statements.count
 
 
-def test_an_idle_rounds_requests_and_statements_do_not_grow_with_the_root(moto_s3: MotoS3, s3_proxy: CountingProxy,
-                                                                          catalog_url: str) -> None:
+def test_an_idle_rounds_requests_and_statements_do_not_grow_with_the_root(
+    moto_s3: MotoS3, s3_proxy: CountingProxy, catalog_url: str
+) -> None:
     costs = []
     for per_day in (5, 755):  # 20 and 3,020 objects under the same prefixes
         deployment = open_lake(moto_s3, s3_proxy, catalog_url)
@@ -120,10 +123,12 @@ def test_an_idle_rounds_requests_and_statements_do_not_grow_with_the_root(moto_s
 def test_new_keys_new_directories_and_late_keys_are_found_by_the_next_round(lake: Deployment, moto_s3: MotoS3) -> None:
     keys = seed(lake, moto_s3, 5)
     assert discover(lake).registered == len(keys)
-    new = ["host00.web.access/2026/01/02/obj-00100.jsonl",  # the newest directory
-           "host01.web.access/2026/01/03/obj-00000.jsonl",  # a new directory
-           "host00.web.access/2026/01/01/obj-00200.jsonl",  # late, under yesterday's prefix
-           "host02.web.access/2026/01/02/obj-00000.jsonl"]  # a new stream
+    new = [
+        "host00.web.access/2026/01/02/obj-00100.jsonl",  # the newest directory
+        "host01.web.access/2026/01/03/obj-00000.jsonl",  # a new directory
+        "host00.web.access/2026/01/01/obj-00200.jsonl",  # late, under yesterday's prefix
+        "host02.web.access/2026/01/02/obj-00000.jsonl",
+    ]  # a new stream
     for key in new:
         put(lake, key)
     found = discover(lake)
@@ -134,8 +139,9 @@ def test_new_keys_new_directories_and_late_keys_are_found_by_the_next_round(lake
     assert set(counts) == set(keys) | set(new) and set(counts.values()) == {1}
 
 
-def test_a_key_sorting_before_the_cursors_is_found_by_the_sweep_within_one_pass(lake: Deployment,
-                                                                               moto_s3: MotoS3) -> None:
+def test_a_key_sorting_before_the_cursors_is_found_by_the_sweep_within_one_pass(
+    lake: Deployment, moto_s3: MotoS3
+) -> None:
     keys = seed(lake, moto_s3, 400)  # 1,600 keys: a pass is two rounds of the sweep
     assert discover(lake).registered == len(keys)
     early = "host01.web.access/2026/01/02/obj-00000-late.jsonl"  # sorts before keys listed long ago
@@ -186,8 +192,9 @@ def test_cursors_only_move_forward(lake: Deployment) -> None:
     assert discovery.prefixes(root) == [PrefixCursor("a/", "stream", "a/2026/01/02/x", None)]
 
 
-def test_a_failed_round_moves_no_cursor_and_the_next_loses_nothing(moto_s3: MotoS3, s3_proxy: CountingProxy,
-                                                                   catalog_url: str) -> None:
+def test_a_failed_round_moves_no_cursor_and_the_next_loses_nothing(
+    moto_s3: MotoS3, s3_proxy: CountingProxy, catalog_url: str
+) -> None:
     lake = open_lake(moto_s3, s3_proxy, catalog_url, attempts=1)  # no retry: an injected fault fails the round
     try:
         keys = seed(lake, moto_s3, 5)
@@ -196,8 +203,10 @@ def test_a_failed_round_moves_no_cursor_and_the_next_loses_nothing(moto_s3: Moto
         new = [f"host00.web.access/2026/01/0{day}/new-{n}.jsonl" for day in (1, 2, 3) for n in range(3)]
         for key in new:
             put(lake, key)
-        before = (sorted(lake.catalog.discovery.prefixes(lake.staging.root), key=lambda c: c.prefix),
-                  lake.catalog.discovery.get(lake.staging.root))
+        before = (
+            sorted(lake.catalog.discovery.prefixes(lake.staging.root), key=lambda c: c.prefix),
+            lake.catalog.discovery.get(lake.staging.root),
+        )
         failed = 0
         for fail_every in (2, 3, 4, 5):
             s3_proxy.reset()
@@ -206,8 +215,10 @@ def test_a_failed_round_moves_no_cursor_and_the_next_loses_nothing(moto_s3: Moto
                 discover(lake)
             except OSError:
                 failed += 1
-                assert (sorted(lake.catalog.discovery.prefixes(lake.staging.root), key=lambda c: c.prefix),
-                        lake.catalog.discovery.get(lake.staging.root)) == before
+                assert (
+                    sorted(lake.catalog.discovery.prefixes(lake.staging.root), key=lambda c: c.prefix),
+                    lake.catalog.discovery.get(lake.staging.root),
+                ) == before
             else:
                 break
         assert failed, "no injected fault failed a round"
@@ -221,7 +232,8 @@ def test_a_failed_round_moves_no_cursor_and_the_next_loses_nothing(moto_s3: Moto
 
 
 def test_a_key_still_uploading_past_a_newer_one_is_found_within_the_reorder_window(
-        moto_s3: MotoS3, s3_proxy: CountingProxy, catalog_url: str) -> None:
+    moto_s3: MotoS3, s3_proxy: CountingProxy, catalog_url: str
+) -> None:
     lake = open_lake(moto_s3, s3_proxy, catalog_url, reorder_window=3600)
     try:
         put(lake, "host00.web.access/2026/01/02/b.jsonl")
@@ -246,14 +258,17 @@ def test_only_the_root_prefix_is_listed_when_nothing_is_there(lake: Deployment, 
     assert idle_round(lake, s3_proxy)[0] == 1  # no prefix yet: the root's level only (a full listing again)
 
 
-def test_a_directory_is_listed_on_its_own_until_the_late_window_has_passed(lake: Deployment, moto_s3: MotoS3,
-                                                                          s3_proxy: CountingProxy) -> None:
+def test_a_directory_is_listed_on_its_own_until_the_late_window_has_passed(
+    lake: Deployment, moto_s3: MotoS3, s3_proxy: CountingProxy
+) -> None:
     yesterday = re.compile(r"^LIST .*[?&]prefix=[^&]*2026%2F01%2F01")
     seed(lake, moto_s3, 5)
     discover(lake)
     kinds = {cursor.prefix: cursor.kind for cursor in lake.catalog.discovery.prefixes(lake.staging.root)}
-    assert kinds == {**{stream: "stream" for stream in STREAMS},
-                     **{stream + day.rstrip("/"): "recent" for stream in STREAMS for day in DAYS}}
+    assert kinds == {
+        **{stream: "stream" for stream in STREAMS},
+        **{stream + day.rstrip("/"): "recent" for stream in STREAMS for day in DAYS},
+    }
     s3_proxy.log = []
     discover(lake)
     assert any(yesterday.search(line) for line in s3_proxy.log), "yesterday's directories are listed on their own"
@@ -265,30 +280,47 @@ def test_a_directory_is_listed_on_its_own_until_the_late_window_has_passed(lake:
     assert not any(yesterday.search(line) for line in s3_proxy.log)
 
 
-FLUENT_BIT = (r"^(?:.*/)?(?P<schema>[^/.]+)\.(?P<table>[^/.]+)/(?P<year>\d{4})/(?P<month>\d{2})/(?P<day>\d{2})/"
-              r"(?P<name>(?:[^/]+/)*[^/]+)$")
+FLUENT_BIT = (
+    r"^(?:.*/)?(?P<schema>[^/.]+)\.(?P<table>[^/.]+)/(?P<year>\d{4})/(?P<month>\d{2})/(?P<day>\d{2})/"
+    r"(?P<name>(?:[^/]+/)*[^/]+)$"
+)
 
 
-def test_streams_nested_below_one_prefix_have_cursors_of_their_own(moto_s3: MotoS3, s3_proxy: CountingProxy,
-                                                                   catalog_url: str) -> None:
+def test_streams_nested_below_one_prefix_have_cursors_of_their_own(
+    moto_s3: MotoS3, s3_proxy: CountingProxy, catalog_url: str
+) -> None:
     """Fluent Bit's default layout: /fluent-bit-logs/<tag>/%Y/%m/%d/%H/%M/%S, every stream below one prefix and
     a directory per minute. Cursors go by the key pattern: a stream's is what precedes the year, a day's what
     ends with the day (not a directory per minute)."""
     lake = open_lake(moto_s3, s3_proxy, catalog_url, key_pattern=FLUENT_BIT)
     try:
         lake.catalog.tables.create(TableDef.from_mapping({**ACCESS_TABLE, "name": "zlog"}))
-        keys = [f"fluent-bit-logs/web.{table}/2026/01/0{day}/10/{minute:02d}/{second:02d}"
-                for table in ("access", "zlog") for day in (1, 2) for minute in range(3) for second in (0, 30)]
+        keys = [
+            f"fluent-bit-logs/web.{table}/2026/01/0{day}/10/{minute:02d}/{second:02d}"
+            for table in ("access", "zlog")
+            for day in (1, 2)
+            for minute in range(3)
+            for second in (0, 30)
+        ]
         put_many(moto_s3, lake, keys)
         assert discover(lake).registered == len(keys)
         prefixes = {cursor.prefix: cursor.kind for cursor in lake.catalog.discovery.prefixes(lake.staging.root)}
-        assert prefixes == {"fluent-bit-logs/": "stream", "fluent-bit-logs/web.access/": "stream",
-                            "fluent-bit-logs/web.zlog/": "stream",
-                            **{f"fluent-bit-logs/web.{table}/2026/01/0{day}": "recent"
-                               for table in ("access", "zlog") for day in (1, 2)}}
+        assert prefixes == {
+            "fluent-bit-logs/": "stream",
+            "fluent-bit-logs/web.access/": "stream",
+            "fluent-bit-logs/web.zlog/": "stream",
+            **{
+                f"fluent-bit-logs/web.{table}/2026/01/0{day}": "recent"
+                for table in ("access", "zlog")
+                for day in (1, 2)
+            },
+        }
         # web.access sorts before web.zlog, whose keys moved the first-level prefix's cursor past it
-        new = ["fluent-bit-logs/web.access/2026/01/02/11/00/00", "fluent-bit-logs/web.access/2026/01/03/00/00/00",
-               "fluent-bit-logs/web.access/2026/01/01/23/59/59"]
+        new = [
+            "fluent-bit-logs/web.access/2026/01/02/11/00/00",
+            "fluent-bit-logs/web.access/2026/01/03/00/00/00",
+            "fluent-bit-logs/web.access/2026/01/01/23/59/59",
+        ]
         for key in new:
             put(lake, key)
         assert discover(lake).registered == len(new)

@@ -30,8 +30,13 @@ pytestmark = pytest.mark.spark
 OUTAGE_SECONDS = 2.0
 
 
-def open_deployment(tmp_path: Path, spark, moto_s3: MotoS3, proxy: CountingProxy,  # the session
-                    **sections: object) -> Deployment:
+def open_deployment(
+    tmp_path: Path,
+    spark,
+    moto_s3: MotoS3,
+    proxy: CountingProxy,  # the session
+    **sections: object,
+) -> Deployment:
     config = s3_config(moto_s3.create_bucket(), proxy.endpoint, f"sqlite:///{tmp_path / 'catalog.db'}", **sections)
     deployment = Deployment(config)
     deployment.init()
@@ -69,8 +74,9 @@ def wait_until(condition, seconds: float, what: str) -> None:  # a callable
         time.sleep(0.2)
 
 
-def test_injected_500_and_503_answers_are_retried_and_change_nothing(tmp_path: Path, spark, moto_s3: MotoS3,
-                                                                     s3_proxy: CountingProxy) -> None:
+def test_injected_500_and_503_answers_are_retried_and_change_nothing(
+    tmp_path: Path, spark, moto_s3: MotoS3, s3_proxy: CountingProxy
+) -> None:
     deployment = open_deployment(tmp_path, spark, moto_s3, s3_proxy)
     try:
         deployment.catalog.tables.create(TableDef.from_mapping({**ACCESS_TABLE, "merge_interval": 0}))
@@ -91,8 +97,9 @@ def test_injected_500_and_503_answers_are_retried_and_change_nothing(tmp_path: P
         deployment.close()
 
 
-def test_the_s3_server_stops_mid_stream_and_the_daemon_resumes(tmp_path: Path, spark, moto_s3: MotoS3,
-                                                               s3_proxy: CountingProxy) -> None:
+def test_the_s3_server_stops_mid_stream_and_the_daemon_resumes(
+    tmp_path: Path, spark, moto_s3: MotoS3, s3_proxy: CountingProxy
+) -> None:
     # Few attempts per request, so that the outage fails a round or its objects (the retries are what is tested).
     deployment = open_deployment(tmp_path, spark, moto_s3, s3_proxy, max_attempts=2, stream={"objects_per_wave": 3})
     try:
@@ -102,9 +109,18 @@ def test_the_s3_server_stops_mid_stream_and_the_daemon_resumes(tmp_path: Path, s
         stop = threading.Event()
         reports, errors = [], []
         outage = outage_after(s3_proxy, moto_s3, 30)
-        daemon = threading.Thread(target=stream_forever, name="stream-daemon", daemon=True, kwargs={
-            "deployment": deployment, "stop": stop, "interval": 0.2, "on_report": reports.append,
-            "on_error": lambda exc, wait: errors.append(repr(exc))})
+        daemon = threading.Thread(
+            target=stream_forever,
+            name="stream-daemon",
+            daemon=True,
+            kwargs={
+                "deployment": deployment,
+                "stop": stop,
+                "interval": 0.2,
+                "on_report": reports.append,
+                "on_error": lambda exc, wait: errors.append(repr(exc)),
+            },
+        )
         daemon.start()
         try:
             outage.join(90)
@@ -123,10 +139,17 @@ def test_the_s3_server_stops_mid_stream_and_the_daemon_resumes(tmp_path: Path, s
         deployment.close()
 
 
-def test_the_s3_server_stops_mid_merge_and_the_worker_finishes_the_job(tmp_path: Path, spark, moto_s3: MotoS3,
-                                                                       s3_proxy: CountingProxy) -> None:
-    deployment = open_deployment(tmp_path, spark, moto_s3, s3_proxy, max_attempts=2,
-                                 merge={"retry_backoff": 1, "poll_interval": 1, "in_driver_bytes": 0})
+def test_the_s3_server_stops_mid_merge_and_the_worker_finishes_the_job(
+    tmp_path: Path, spark, moto_s3: MotoS3, s3_proxy: CountingProxy
+) -> None:
+    deployment = open_deployment(
+        tmp_path,
+        spark,
+        moto_s3,
+        s3_proxy,
+        max_attempts=2,
+        merge={"retry_backoff": 1, "poll_interval": 1, "in_driver_bytes": 0},
+    )
     try:
         table = make_table(deployment)
         add_small_objects(deployment, table, DAY, [rows_for(DAY, 300, seed) for seed in range(8)])
@@ -134,13 +157,23 @@ def test_the_s3_server_stops_mid_merge_and_the_worker_finishes_the_job(tmp_path:
         errors: list[str] = []
         worker = MergeWorker(deployment)
         outage = outage_after(s3_proxy, moto_s3, 6)
-        thread = threading.Thread(target=worker.run, name="merge-worker", daemon=True, kwargs={
-            "stop": stop, "on_error": lambda exc, wait: errors.append(repr(exc))})
+        thread = threading.Thread(
+            target=worker.run,
+            name="merge-worker",
+            daemon=True,
+            kwargs={"stop": stop, "on_error": lambda exc, wait: errors.append(repr(exc))},
+        )
         thread.start()
         try:
             outage.join(90)
-            wait_until(lambda: only_partition(deployment, table).desired_manifest_version == max(
-                o.id for o in deployment.catalog.partitions.small_objects(table.id)), 120, "the merge to commit")
+            wait_until(
+                lambda: (
+                    only_partition(deployment, table).desired_manifest_version
+                    == max(o.id for o in deployment.catalog.partitions.small_objects(table.id))
+                ),
+                120,
+                "the merge to commit",
+            )
         finally:
             stop.set()
             thread.join(120)

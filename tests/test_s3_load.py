@@ -45,8 +45,9 @@ def test_a_load_with_a_sql_filter_reads_its_stage_input_from_s3(s3_deployment: D
     test_load.test_sql_filter_and_line_filter_over_json_lines(s3_deployment, tmp_path)
 
 
-def test_a_load_reads_its_inputs_from_s3_and_writes_its_error_files_there(s3_deployment: Deployment,
-                                                                         tmp_path: Path) -> None:
+def test_a_load_reads_its_inputs_from_s3_and_writes_its_error_files_there(
+    s3_deployment: Deployment, tmp_path: Path
+) -> None:
     """Input and error URIs that are not the lake's own go through the deployment's [storage.s3] too."""
     import json
 
@@ -61,8 +62,13 @@ def test_a_load_reads_its_inputs_from_s3_and_writes_its_error_files_there(s3_dep
     for path in local.iterdir():
         with files.open_output(f"in/{path.name}") as out:
             out.write(path.read_bytes())
-    load_config = parse_load_config({**config(local), "in": {"path": f"s3://{bucket}/in/*.csv*"},
-                                     "error": {"type": "file", "path": f"s3://{bucket}/load-errors"}})
+    load_config = parse_load_config(
+        {
+            **config(local),
+            "in": {"path": f"s3://{bucket}/in/*.csv*"},
+            "error": {"type": "file", "path": f"s3://{bucket}/load-errors"},
+        }
+    )
     report = load(deployment, load_config)
     (stats,) = report.jobs
     assert (stats.records_in, stats.loaded, stats.bad) == (43, 40, 3)

@@ -47,12 +47,19 @@ def jsonl_gz(records: list[dict]) -> bytes:
 
 def events(day: int, count: int, seed: int) -> list[dict]:
     base = dt.datetime(2026, 11, day, 1, 0, tzinfo=UTC)
-    return [{"time": (base + dt.timedelta(seconds=seed * 1000 + i)).isoformat().replace("+00:00", "Z"),
-             "user_id": seed * 1000 + i, "action": f"a{i % 3}"} for i in range(count)]
+    return [
+        {
+            "time": (base + dt.timedelta(seconds=seed * 1000 + i)).isoformat().replace("+00:00", "Z"),
+            "user_id": seed * 1000 + i,
+            "action": f"a{i % 3}",
+        }
+        for i in range(count)
+    ]
 
 
-def test_stream_writes_small_objects_on_s3_and_counts_requests(s3_deployment: Deployment,
-                                                               s3_proxy: CountingProxy) -> None:
+def test_stream_writes_small_objects_on_s3_and_counts_requests(
+    s3_deployment: Deployment, s3_proxy: CountingProxy
+) -> None:
     """Requests per staging object, the figure an operator's bill grows with: two rounds of 4 and 12 objects;
     the difference over 8 is what one more object costs (a round's own requests cancel out)."""
     deployment = s3_deployment
@@ -201,7 +208,8 @@ def test_the_iceberg_target_writes_its_metadata_on_s3_and_pyiceberg_reads_it(s3_
     assert iceberg.scan().to_arrow().num_rows == 300
     with Lake(deployment) as lake:
         assert sorted(f.file_path for f in iceberg.scan().plan_files() for f in [f.file]) == sorted(
-            lake.table("web.access").files())
+            lake.table("web.access").files()
+        )
 
 
 def test_spark_reads_s3_itself_only_with_the_s3a_jars(s3_deployment: Deployment, spark, tmp_path) -> None:

@@ -60,8 +60,7 @@ def test_a_storage_pickles_with_its_s3_options(moto_s3: MotoS3, s3_proxy: Counti
     assert copy.open_uri(lake.uri("x.bin")).read() == b"1"
 
 
-def test_a_missing_bucket_is_a_one_line_error_at_init(tmp_path: Path, moto_s3: MotoS3,
-                                                      s3_proxy: CountingProxy) -> None:
+def test_a_missing_bucket_is_a_one_line_error_at_init(tmp_path: Path, moto_s3: MotoS3, s3_proxy: CountingProxy) -> None:
     config = s3_config("no-such-bucket-here", s3_proxy.endpoint, f"sqlite:///{tmp_path / 'catalog.db'}")
     deployment = Deployment(config)
     try:
@@ -72,8 +71,19 @@ def test_a_missing_bucket_is_a_one_line_error_at_init(tmp_path: Path, moto_s3: M
 
 
 def test_the_s3_settings_come_from_the_storage_s3_section() -> None:
-    config = Config.model_validate({"storage": {"root": "s3://b/lake", "s3": {
-        "endpoint_override": "127.0.0.1:9000", "scheme": "http", "region": "eu-west-1", "max_attempts": 4}}})
+    config = Config.model_validate(
+        {
+            "storage": {
+                "root": "s3://b/lake",
+                "s3": {
+                    "endpoint_override": "127.0.0.1:9000",
+                    "scheme": "http",
+                    "region": "eu-west-1",
+                    "max_attempts": 4,
+                },
+            }
+        }
+    )
     assert config.storage.s3.endpoint_override == "127.0.0.1:9000" and config.storage.s3.max_attempts == 4
     with pytest.raises(ValueError, match="scheme"):
         Config.model_validate({"storage": {"s3": {"scheme": "ftp"}}})

@@ -66,8 +66,15 @@ def _good_json_record(line: str) -> datetime | None:
     user_id = record.get("user_id")
     if user_id is not None and (not isinstance(user_id, int) or isinstance(user_id, bool)):
         return None
-    for name, kind in (("host", str), ("method", str), ("path", str), ("user_agent", str), ("status", int),
-                       ("bytes", int), ("latency_ms", (int, float))):
+    for name, kind in (
+        ("host", str),
+        ("method", str),
+        ("path", str),
+        ("user_agent", str),
+        ("status", int),
+        ("bytes", int),
+        ("latency_ms", (int, float)),
+    ):
         if record.get(name) is not None and not isinstance(record[name], kind):
             return None
     return _time_from_json(record.get("time"))
@@ -142,7 +149,15 @@ def test_table_definition_loads(tmp_path):
     assert table.timezone == "Asia/Tokyo"
     assert table.merge_interval == 0
     assert [c.name for c in table.columns] == [
-        "utc_event_time", "host", "user_id", "method", "path", "status", "bytes", "latency_ms", "user_agent",
+        "utc_event_time",
+        "host",
+        "user_id",
+        "method",
+        "path",
+        "status",
+        "bytes",
+        "latency_ms",
+        "user_agent",
     ]
     assert [c.type for c in table.columns][1:4] == ["string", "bigint", "string"]
 
@@ -252,7 +267,7 @@ def test_event_time_layout():
     packed = msgpack.packb(["web.access", ext, {"host": "web01"}])
     assert packed[0] == 0x93  # fixarray of 3
     position = packed.index(b"\xd7\x00")  # fixext 8, type 0
-    assert packed[position + 2: position + 10] == ext.data
+    assert packed[position + 2 : position + 10] == ext.data
 
 
 def test_sample_msgpack_entries(default_sample):
@@ -273,8 +288,7 @@ def test_sample_msgpack_entries(default_sample):
 
 
 def test_tiny_sample_has_every_kind(tmp_path):
-    summary = generate_sample(tmp_path, START, days=1, servers=1, objects_per_server_day=3,
-                              records_per_object=20)
+    summary = generate_sample(tmp_path, START, days=1, servers=1, objects_per_server_day=3, records_per_object=20)
     decoded = decode_staging(tmp_path)
     assert decoded["kinds"]["msgpack"] == 2
     assert summary.good_records == sum(decoded["good"].values())

@@ -35,14 +35,20 @@ NOON = dt.datetime(2026, 11, 20, 3, 0, tzinfo=dt.UTC)  # noon in Tokyo on DAYS[0
 FILTERS = [
     ("dt = '2026-11-21'", pc.field("dt") == DAYS[1]),
     ("dt >= DATE '2026-11-21' AND action = 'view'", (pc.field("dt") >= DAYS[1]) & (pc.field("action") == "view")),
-    ("action IN ('login', 'Émile') OR user_id IS NULL",
-     pc.field("action").isin(["login", "Émile"]) | pc.field("user_id").is_null()),
+    (
+        "action IN ('login', 'Émile') OR user_id IS NULL",
+        pc.field("action").isin(["login", "Émile"]) | pc.field("user_id").is_null(),
+    ),
     ("NOT user_id > 3", ~(pc.field("user_id") > 3)),
     ("user_id BETWEEN 2 AND '4'", (pc.field("user_id") >= 2) & (pc.field("user_id") <= 4)),
-    ("lower(ACTION) LIKE 'lo%' AND action IS NOT NULL",
-     pc.match_like(pc.utf8_lower(pc.field("action")), "lo%") & ~pc.field("action").is_null()),
-    ("utc_event_time < '2026-11-20 03:00:00'", pc.field("utc_event_time") < pc.scalar(pa.scalar(NOON, pa.timestamp(
-        "us", tz="UTC")))),
+    (
+        "lower(ACTION) LIKE 'lo%' AND action IS NOT NULL",
+        pc.match_like(pc.utf8_lower(pc.field("action")), "lo%") & ~pc.field("action").is_null(),
+    ),
+    (
+        "utc_event_time < '2026-11-20 03:00:00'",
+        pc.field("utc_event_time") < pc.scalar(pa.scalar(NOON, pa.timestamp("us", tz="UTC"))),
+    ),
     ("user_id * 2 + 1 = 7", pc.field("user_id") * 2 + 1 == 7),
 ]
 
@@ -60,9 +66,15 @@ def lake(tmp_path: Path, catalog_url: str) -> Lake:
     add_small_objects(deployment, record, DAYS[1], [batch(DAYS[1], 15)])
     add_small_objects(deployment, record, DAYS[2], [batch(DAYS[2], 10)])
     keyed = deployment.catalog.tables.create(TableDef.from_mapping(keyed_table("keyed").model_dump(by_alias=True)))
-    add_small_objects(deployment, keyed, DAYS[0], [
-        [{"utc_event_time": NOON, "event_id": f"e{i}", "seq": 1, "v": f"old{i}"} for i in range(6)],
-        [{"utc_event_time": NOON, "event_id": f"e{i}", "seq": 2, "v": f"new{i}"} for i in range(0, 6, 2)]])
+    add_small_objects(
+        deployment,
+        keyed,
+        DAYS[0],
+        [
+            [{"utc_event_time": NOON, "event_id": f"e{i}", "seq": 1, "v": f"old{i}"} for i in range(6)],
+            [{"utc_event_time": NOON, "event_id": f"e{i}", "seq": 2, "v": f"new{i}"} for i in range(0, 6, 2)],
+        ],
+    )
     yield Lake(deployment)
     deployment.close()
 
@@ -81,23 +93,35 @@ def outputs(table: Table, **options: object) -> dict[str, Counter]:
         scan.to_duckdb(connection, view="scanned")
         view = Counter(connection.sql("SELECT * FROM scanned").fetchall())
     frame = scan.to_pandas()
-    return {"to_arrow": rows(scan.to_arrow()),
-            "to_batches": rows(scan.to_batches().read_all()),
-            "to_pandas": Counter(tuple(None if v is None or v != v else v for v in r)
-                                 for r in frame.astype(object).itertuples(index=False, name=None)),
-            "to_polars": Counter(scan.to_polars().collect().rows()),
-            "to_pyarrow_dataset": rows(scan.to_pyarrow_dataset().to_table()) if scan.limit is None and
-            scan.columns is None else rows(scan.to_arrow()),
-            "to_duckdb": duck, "to_duckdb view": view}
+    return {
+        "to_arrow": rows(scan.to_arrow()),
+        "to_batches": rows(scan.to_batches().read_all()),
+        "to_pandas": Counter(
+            tuple(None if v is None or v != v else v for v in r)
+            for r in frame.astype(object).itertuples(index=False, name=None)
+        ),
+        "to_polars": Counter(scan.to_polars().collect().rows()),
+        "to_pyarrow_dataset": rows(scan.to_pyarrow_dataset().to_table())
+        if scan.limit is None and scan.columns is None
+        else rows(scan.to_arrow()),
+        "to_duckdb": duck,
+        "to_duckdb view": view,
+    }
 
 
 def test_every_output_of_a_scan_reads_the_same_rows(lake: Lake) -> None:
     access, keyed = lake.table("web.access"), lake.table("web.keyed")
-    cases = [(access, {}), (access, {"as_of_version": 1}), (access, {"dates": [DAYS[1], DAYS[2]]}),
-             (access, {"columns": ["action", "dt"]}), (access, {"filter": "action = 'view'", "columns": ["user_id"]}),
-             (access, {"filter": pc.field("user_id") == 3, "dates": DAYS[1]}), (keyed, {}),
-             (keyed, {"filter": "v LIKE 'new%'", "columns": ["event_id", "v"]}),
-             (keyed, {"filter": pc.field("seq") == 1})]
+    cases = [
+        (access, {}),
+        (access, {"as_of_version": 1}),
+        (access, {"dates": [DAYS[1], DAYS[2]]}),
+        (access, {"columns": ["action", "dt"]}),
+        (access, {"filter": "action = 'view'", "columns": ["user_id"]}),
+        (access, {"filter": pc.field("user_id") == 3, "dates": DAYS[1]}),
+        (keyed, {}),
+        (keyed, {"filter": "v LIKE 'new%'", "columns": ["event_id", "v"]}),
+        (keyed, {"filter": pc.field("seq") == 1}),
+    ]
     for table, options in cases:
         found = outputs(table, **options)
         expected = found["to_arrow"]
@@ -129,8 +153,9 @@ def test_scans_are_immutable_and_refine_into_new_ones(lake: Lake) -> None:
     narrowed = viewed.with_filter(pc.field("dt") == DAYS[0]).select("user_id", "dt").with_limit(4)
     assert scan.filter is None and scan.columns is None and viewed.columns is None and viewed.limit is None
     assert narrowed.schema.names == ["user_id", "dt"]
-    expected = access.to_arrow(filter=(pc.field("action") == "view") & (pc.field("dt") == DAYS[0]),
-                               columns=["user_id", "dt"])
+    expected = access.to_arrow(
+        filter=(pc.field("action") == "view") & (pc.field("dt") == DAYS[0]), columns=["user_id", "dt"]
+    )
     assert narrowed.with_limit(None).to_arrow().equals(expected)
     assert narrowed.to_arrow().num_rows == 4
     assert scan.with_dates(DAYS[2]).count() == 10 and scan.with_version(as_of_version=1).count() == 75
@@ -161,17 +186,25 @@ def test_a_string_and_an_expression_filter_give_the_same_rows(lake: Lake) -> Non
 def test_a_filter_naming_no_column_or_mismatching_types_is_refused_alike(lake: Lake) -> None:
     access = lake.table("web.access")
     for text, expression, message in (
-            ("actoin = 'view'", pc.field("actoin") == "view", "no column actoin (did you mean action?); its columns "
-                                                              "are utc_event_time, user_id, action, dt"),
-            ("user_id = 'three'", pc.field("user_id") == "three", "no kernel matching input types (int64, string)"),
-            ("user_id", pc.field("user_id"), "must evaluate to bool")):
+        (
+            "actoin = 'view'",
+            pc.field("actoin") == "view",
+            "no column actoin (did you mean action?); its columns are utc_event_time, user_id, action, dt",
+        ),
+        ("user_id = 'three'", pc.field("user_id") == "three", "no kernel matching input types (int64, string)"),
+        ("user_id", pc.field("user_id"), "must evaluate to bool"),
+    ):
         for given, shown in ((text, text), (expression, str(expression))):
             with pytest.raises(SiltError, match="^" + re.escape(f"cannot filter web.access by {shown!r}: ")) as refused:
                 access.scan(filter=given)
             assert message in str(refused.value), given
-    for given, message in (("sqrt(user_id) > 1", "SQRT(user_id) is not supported in a filter"),
-                           ("SELECT 1", "give one boolean condition"), ("dt = DATE 'soon'", "is not a date"),
-                           ("access.user_id = 1", "names a table"), (3, "cannot filter web.access by a int")):
+    for given, message in (
+        ("sqrt(user_id) > 1", "SQRT(user_id) is not supported in a filter"),
+        ("SELECT 1", "give one boolean condition"),
+        ("dt = DATE 'soon'", "is not a date"),
+        ("access.user_id = 1", "names a table"),
+        (3, "cannot filter web.access by a int"),
+    ):
         with pytest.raises(SiltError, match=re.escape(message)):
             access.to_arrow(filter=given)
     with pytest.raises(SiltError, match=r"no such column \(did you mean action\?\)"):
@@ -193,15 +226,20 @@ def test_a_renamed_column_is_read_in_place_by_every_output(lake: Lake) -> None:
         found = outputs(access, **options)
         assert all(value == found["to_arrow"] for value in found.values()), (options, found)
     assert outputs(access)["to_arrow"] == expected
-    for text, expression in (("event = 'view'", pc.field("event") == "view"),
-                             ("lower(event) LIKE 'lo%'", pc.match_like(pc.utf8_lower(pc.field("event")), "lo%"))):
+    for text, expression in (
+        ("event = 'view'", pc.field("event") == "view"),
+        ("lower(event) LIKE 'lo%'", pc.match_like(pc.utf8_lower(pc.field("event")), "lo%")),
+    ):
         by_text, by_expression = outputs(access, filter=text), outputs(access, filter=expression)
         assert by_text == by_expression and 0 < sum(by_text["to_arrow"].values()) < 100, text
     dataset = access.to_pyarrow_dataset()
     assert dataset.schema.names == access.schema.names
     assert rows(dataset.to_table()) == rows(dataset.to_table()) == expected, "read again, not a one-off stream"
     viewed = dataset.to_table(columns=["user_id"], filter=pc.field("event") == "view")
-    assert viewed.num_rows == dataset.count_rows(filter=pc.field("event") == "view") == sum(
-        1 for row in before.to_pylist() if row["action"] == "view")
+    assert (
+        viewed.num_rows
+        == dataset.count_rows(filter=pc.field("event") == "view")
+        == sum(1 for row in before.to_pylist() if row["action"] == "view")
+    )
     assert dataset.head(5).num_rows == 5 and rows(pa.table(dataset)) == expected
     assert access.to_polars().filter(pl.col("event") == "view").collect().height == viewed.num_rows

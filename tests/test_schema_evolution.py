@@ -23,17 +23,26 @@ from .test_merge import DAY, make_table, only_partition
 
 
 def test_only_int_to_bigint_and_float_to_double_widen() -> None:
-    definition = TableDef.from_mapping({**ACCESS_TABLE, "columns": [
-        *ACCESS_TABLE["columns"], {"name": "score", "type": "int"}, {"name": "ratio", "type": "float"}]})
+    definition = TableDef.from_mapping(
+        {
+            **ACCESS_TABLE,
+            "columns": [*ACCESS_TABLE["columns"], {"name": "score", "type": "int"}, {"name": "ratio", "type": "float"}],
+        }
+    )
     widened = definition.with_column_type("score", "BIGINT").with_column_type("ratio", "double")
     assert [(c.name, c.type) for c in widened.columns][3:] == [("score", "bigint"), ("ratio", "double")]
     assert widened.arrow_schema().field("ratio").type == pa.float64()
     assert definition.arrow_schema().field("ratio").type == pa.float32()
-    refused = {("action", "bigint"): "from string to bigint", ("user_id", "int"): "from bigint to int",
-               ("score", "double"): "from int to double"}
+    refused = {
+        ("action", "bigint"): "from string to bigint",
+        ("user_id", "int"): "from bigint to int",
+        ("score", "double"): "from int to double",
+    }
     for (column, new_type), words in refused.items():
-        with pytest.raises(DefinitionError, match=f"changing column {column} of web.access {words} converts its "
-                                                  "stored values: run it with --rewrite"):
+        with pytest.raises(
+            DefinitionError,
+            match=f"changing column {column} of web.access {words} converts its stored values: run it with --rewrite",
+        ):
             definition.with_column_type(column, new_type)
     with pytest.raises(DefinitionError, match="column ratio of web.access is float already"):
         definition.with_column_type("ratio", "float")
@@ -44,8 +53,9 @@ def test_only_int_to_bigint_and_float_to_double_widen() -> None:
 
 
 def test_float_columns_are_coerced_to_float32_on_both_json_paths() -> None:
-    definition = TableDef.from_mapping({**ACCESS_TABLE, "columns": [
-        *ACCESS_TABLE["columns"], {"name": "ratio", "type": "float"}]})
+    definition = TableDef.from_mapping(
+        {**ACCESS_TABLE, "columns": [*ACCESS_TABLE["columns"], {"name": "ratio", "type": "float"}]}
+    )
     good = [{"time": "2026-11-20T01:00:00Z", "ratio": value} for value in (0.1, 2, "2.5e3", -0.0, None)]
     bad = [{"time": "2026-11-20T01:00:00Z", "ratio": "x"}, {"time": "2026-11-20T01:00:00Z", "ratio": 1e39}]
     for extra in ([], bad):
@@ -56,7 +66,8 @@ def test_float_columns_are_coerced_to_float32_on_both_json_paths() -> None:
         assert column.type == pa.float32()
         assert column.to_pylist() == pa.array([0.1, 2.0, 2500.0, 0.0, None], pa.float32()).to_pylist()
         assert [bad.reason for bad in batch.bad] == (
-            [] if not extra else ["column ratio: 'x' is not a float", "column ratio: 1e+39 is outside the float range"])
+            [] if not extra else ["column ratio: 'x' is not a float", "column ratio: 1e+39 is outside the float range"]
+        )
 
 
 def test_widened_and_added_columns_read_and_merge_over_older_objects(deployment: Deployment, spark) -> None:
@@ -77,8 +88,9 @@ def test_widened_and_added_columns_read_and_merge_over_older_objects(deployment:
     read = read_table(spark, "web.access", deployment)
     assert dict(read.dtypes)["score"] == "bigint" and dict(read.dtypes)["ratio"] == "double"
     old = {(r["user_id"], r["score"], 0.5, None) for seed in (1, 2) for r in rows(20, seed)}
-    assert {(r.user_id, r.score, r.ratio, r.referer) for r in read.collect()} == old, \
+    assert {(r.user_id, r.score, r.ratio, r.referer) for r in read.collect()} == old, (
         "older int32/float32 objects read as bigint/double; the added column as null"
+    )
 
     # Shallow copying would keep the older objects' int32 in the merged object: it falls back to deep.
     assert merge_once(deployment).failed == 0
@@ -116,5 +128,6 @@ def test_alter_column_command(deployment: Deployment, monkeypatch) -> None:
     assert ok.exit_code == 0 and "score of web.access is now bigint" in ok.output
     refused = runner.invoke(main, ["table", "alter-column", "web.access", "action", "int"])
     assert refused.exit_code == 2
-    assert ("changing column action of web.access from string to int converts its stored values: run it with "
-            "--rewrite") in " ".join(refused.output.split())
+    assert (
+        "changing column action of web.access from string to int converts its stored values: run it with --rewrite"
+    ) in " ".join(refused.output.split())

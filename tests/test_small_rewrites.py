@@ -78,8 +78,15 @@ def test_deletes_match_spark_on_a_day_of_merged_live_and_delayed_objects(deploym
     merge_once(deployment)
     publish_once(deployment, now=tokyo(NEXT_DAY, 1))
     publish_once(deployment, now=tokyo(NEXT_DAY, 2))  # switched: a manifest of the merged object
-    add_small_objects(deployment, table, DAY, [rows_for(DAY, 10, 7) + [
-        {"utc_event_time": tokyo(DAY, 5).replace(tzinfo=dt.UTC), "user_id": None, "action": None}]])  # delayed
+    add_small_objects(
+        deployment,
+        table,
+        DAY,
+        [
+            rows_for(DAY, 10, 7)
+            + [{"utc_event_time": tokyo(DAY, 5).replace(tzinfo=dt.UTC), "user_id": None, "action": None}]
+        ],
+    )  # delayed
     for where in FAITHFUL:
         assert_same_as_spark(deployment, where)
     record = deployment.catalog.tables.get("web.access")
@@ -136,23 +143,39 @@ def test_overwrite_with_pyarrow_rows_runs_in_process_and_refuses_what_spark_refu
     table = make_table(deployment)
     add_small_objects(deployment, table, DAY, [rows_for(DAY, 20, 0)])
     replacement = rows_for(DAY, 5, 9)
-    rows = pa.table({"utc_event_time": pa.array([r["utc_event_time"] for r in replacement], pa.timestamp("us", "UTC")),
-                     "user_id": pa.array([r["user_id"] for r in replacement], pa.int32())})
+    rows = pa.table(
+        {
+            "utc_event_time": pa.array([r["utc_event_time"] for r in replacement], pa.timestamp("us", "UTC")),
+            "user_id": pa.array([r["user_id"] for r in replacement], pa.int32()),
+        }
+    )
     report = overwrite_partition(deployment, "web.access", DAY, rows, now=tokyo(DAY, 12))
     assert (report.rows_before, report.rows_after, report.version.commit_op) == (20, 5, "update")
     shown = Lake(deployment).table("web.access").to_arrow()
-    assert Counter(zip(shown.column("user_id").to_pylist(), shown.column("action").to_pylist(), strict=True)) == \
-        Counter((r["user_id"], None) for r in replacement), "action reads as null"
+    assert Counter(
+        zip(shown.column("user_id").to_pylist(), shown.column("action").to_pylist(), strict=True)
+    ) == Counter((r["user_id"], None) for r in replacement), "action reads as null"
 
     with pytest.raises(SiltError, match="do not belong to dt=2026-11-20"):
-        overwrite_partition(deployment, "web.access", DAY, pa.table({
-            "utc_event_time": pa.array([tokyo(NEXT_DAY, 5)], pa.timestamp("us", "UTC"))}))
+        overwrite_partition(
+            deployment,
+            "web.access",
+            DAY,
+            pa.table({"utc_event_time": pa.array([tokyo(NEXT_DAY, 5)], pa.timestamp("us", "UTC"))}),
+        )
     with pytest.raises(SiltError, match="not nullable"):
-        overwrite_partition(deployment, "web.access", DAY, pa.table({
-            "utc_event_time": pa.array([None], pa.timestamp("us", "UTC"))}))
+        overwrite_partition(
+            deployment, "web.access", DAY, pa.table({"utc_event_time": pa.array([None], pa.timestamp("us", "UTC"))})
+        )
     with pytest.raises(SiltError, match="cannot be read as its type"):
-        overwrite_partition(deployment, "web.access", DAY, pa.table({
-            "utc_event_time": pa.array([tokyo(DAY, 5)], pa.timestamp("us", "UTC")), "user_id": pa.array(["x"])}))
+        overwrite_partition(
+            deployment,
+            "web.access",
+            DAY,
+            pa.table(
+                {"utc_event_time": pa.array([tokyo(DAY, 5)], pa.timestamp("us", "UTC")), "user_id": pa.array(["x"])}
+            ),
+        )
     with pytest.raises(SiltError, match="columns not in the table: nope"):
         overwrite_partition(deployment, "web.access", DAY, rows.append_column("nope", pa.array([1] * 5)))
     assert Lake(deployment).table("web.access").version == 1, "nothing else was committed"

@@ -37,8 +37,11 @@ def test_backlog_stays_bounded_and_memory_flat(tmp_path: Path, postgres_url: str
         report.write(Path(os.environ["SOAK_SUMMARY"]))
     samples = report.samples
     assert len(samples) >= 12, len(samples)
-    bounds = {"staging": RATE * STREAM_INTERVAL, "unpublished": RATE * PUBLISH_INTERVAL,
-              "unmerged": RATE * STREAM_INTERVAL}
+    bounds = {
+        "staging": RATE * STREAM_INTERVAL,
+        "unpublished": RATE * PUBLISH_INTERVAL,
+        "unmerged": RATE * STREAM_INTERVAL,
+    }
     for name, per_interval in bounds.items():
         values = [getattr(x, name) for x in samples]
         assert max(values) <= BOUND_INTERVALS * per_interval, (name, values)
@@ -50,4 +53,7 @@ def test_backlog_stays_bounded_and_memory_flat(tmp_path: Path, postgres_url: str
         factor, slack = JVM_MARGIN if key.endswith("jvm") else DRIVER_MARGIN
         middle, last = thirds([x.rss[key] for x in samples])
         assert statistics.median(last) <= statistics.median(middle) * factor + slack, (
-            key, [round(v / MIB) for v in middle], [round(v / MIB) for v in last])
+            key,
+            [round(v / MIB) for v in middle],
+            [round(v / MIB) for v in last],
+        )

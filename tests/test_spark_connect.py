@@ -55,9 +55,15 @@ def test_silt_sql_on_spark_answers_through_the_connect_server(tmp_path: Path, sp
     # A keyed partition with two rows of some keys: merged on read by pyarrow in the server's Python workers.
     keyed = deployment.catalog.tables.create(TableDef.from_mapping(keyed_table("keyed").model_dump(by_alias=True)))
     noon = tokyo(DAYS[0], 12).replace(tzinfo=dt.UTC)
-    add_small_objects(deployment, keyed, DAYS[0], [
-        [{"utc_event_time": noon, "event_id": f"e{i}", "seq": 1, "v": f"old{i}"} for i in range(6)],
-        [{"utc_event_time": noon, "event_id": f"e{i}", "seq": 2, "v": f"new{i}"} for i in range(0, 6, 2)]])
+    add_small_objects(
+        deployment,
+        keyed,
+        DAYS[0],
+        [
+            [{"utc_event_time": noon, "event_id": f"e{i}", "seq": 1, "v": f"old{i}"} for i in range(6)],
+            [{"utc_event_time": noon, "event_id": f"e{i}", "seq": 2, "v": f"new{i}"} for i in range(0, 6, 2)],
+        ],
+    )
     expected = 30 + 20 + 15
     write_config_file(deployment.config, tmp_path)
     port = free_port()
@@ -69,16 +75,26 @@ def test_silt_sql_on_spark_answers_through_the_connect_server(tmp_path: Path, sp
     (tmp_path / "java").chmod(0o755)
 
     def silt_sql(query: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "siltlake.cli", "sql", "--engine", "spark", query,
-                               "--format", "csv"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        return subprocess.run(
+            [sys.executable, "-m", "siltlake.cli", "sql", "--engine", "spark", query, "--format", "csv"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
 
     # The token where `silt sql`, run in tmp_path with the default spark.connect_token_file, reads it.
     token_file = tmp_path / ".siltlake" / "spark-connect.token"
-    start_connect_server(spark, Config.model_validate({"spark": {"connect": f"127.0.0.1:{port}",
-                                                                 "connect_token_file": str(token_file)}}).spark)
+    start_connect_server(
+        spark,
+        Config.model_validate({"spark": {"connect": f"127.0.0.1:{port}", "connect_token_file": str(token_file)}}).spark,
+    )
     try:
-        result = silt_sql("SELECT * FROM (SELECT count(*) AS n, count(DISTINCT dt) AS days FROM web.access) "
-                          "CROSS JOIN (SELECT count(*) AS keys, count_if(v LIKE 'new%') AS new FROM web.keyed)")
+        result = silt_sql(
+            "SELECT * FROM (SELECT count(*) AS n, count(DISTINCT dt) AS days FROM web.access) "
+            "CROSS JOIN (SELECT count(*) AS keys, count_if(v LIKE 'new%') AS new FROM web.keyed)"
+        )
         assert result.returncode == 0, result.stderr
         assert result.stdout.splitlines() == ["n,days,keys,new", f"{expected},2,6,3"]
         assert "starting Spark here" not in result.stderr
@@ -87,26 +103,47 @@ def test_silt_sql_on_spark_answers_through_the_connect_server(tmp_path: Path, sp
         assert result.returncode != 0
         assert "nosuch_function() it is not a Spark built-in" in " ".join(result.stderr.replace(":", "").split())
         # The gate itself, as a notebook's siltlake.read.sql would meet it with text of its own.
-        script = ("import json, sys\nfrom pyspark.sql import SparkSession\n"
-                  "from siltlake.read.sandbox import RefusedSQL, check_query\n"
-                  "spark = SparkSession.builder.remote(sys.argv[1]).getOrCreate()\nverdicts = []\n"
-                  "for query in json.loads(sys.argv[2]):\n"
-                  "    try:\n        check_query(spark, query)\n        verdicts.append('ok')\n"
-                  "    except RefusedSQL as exc:\n        verdicts.append(str(exc))\n"
-                  "print(json.dumps(verdicts))\n")
-        queries = ["SELECT upper(action), count(*) FROM v GROUP BY 1", "SELECT * FROM parquet.`/etc`",
-                   "SELECT TRANSFORM(action) USING 'cat' FROM v", "SELECT db.f(action) FROM v",
-                   "SELECT java_method('java.lang.System', 'getenv', 'HOME')", "DROP TABLE v",
-                   "SELECT x FROM v; SELECT y FROM v"]
+        script = (
+            "import json, sys\nfrom pyspark.sql import SparkSession\n"
+            "from siltlake.read.sandbox import RefusedSQL, check_query\n"
+            "spark = SparkSession.builder.remote(sys.argv[1]).getOrCreate()\nverdicts = []\n"
+            "for query in json.loads(sys.argv[2]):\n"
+            "    try:\n        check_query(spark, query)\n        verdicts.append('ok')\n"
+            "    except RefusedSQL as exc:\n        verdicts.append(str(exc))\n"
+            "print(json.dumps(verdicts))\n"
+        )
+        queries = [
+            "SELECT upper(action), count(*) FROM v GROUP BY 1",
+            "SELECT * FROM parquet.`/etc`",
+            "SELECT TRANSFORM(action) USING 'cat' FROM v",
+            "SELECT db.f(action) FROM v",
+            "SELECT java_method('java.lang.System', 'getenv', 'HOME')",
+            "DROP TABLE v",
+            "SELECT x FROM v; SELECT y FROM v",
+        ]
         with_token = connect_url("127.0.0.1", port, token_file.read_text().strip())
-        result = subprocess.run([sys.executable, "-c", script, with_token, json.dumps(queries)],
-                                env=env, capture_output=True, text=True, timeout=120)
+        result = subprocess.run(
+            [sys.executable, "-c", script, with_token, json.dumps(queries)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert result.returncode == 0, result.stderr
         verdicts = json.loads(result.stdout.splitlines()[-1])
         assert verdicts[0] == "ok"
-        for verdict, expected_words in zip(verdicts[1:], ["names a file path", "TRANSFORM", "not a Spark built-in",
-                                                           "java_method()", "only one query", "only one query"],
-                                           strict=True):
+        for verdict, expected_words in zip(
+            verdicts[1:],
+            [
+                "names a file path",
+                "TRANSFORM",
+                "not a Spark built-in",
+                "java_method()",
+                "only one query",
+                "only one query",
+            ],
+            strict=True,
+        ):
             assert expected_words in verdict, verdict
     finally:
         stop_connect_server(spark)
@@ -150,19 +187,26 @@ def test_the_connect_server_refuses_clients_without_its_token(tmp_path: Path, sp
     env = {name: value for name, value in os.environ.items() if name != "SPARK_CONNECT_AUTHENTICATE_TOKEN"}
     port = free_port()
     token_file = tmp_path / "state" / "spark-connect.token"
-    config = Config.model_validate({"spark": {"connect": f"127.0.0.1:{port}",
-                                              "connect_token_file": str(token_file)}}).spark
+    config = Config.model_validate(
+        {"spark": {"connect": f"127.0.0.1:{port}", "connect_token_file": str(token_file)}}
+    ).spark
     url = connect_url("127.0.0.1", port)
 
     def answers(*urls: str) -> list[str]:
-        result = subprocess.run([sys.executable, "-c", CLIENTS, json.dumps(urls)], env=env, capture_output=True,
-                                text=True, timeout=120)
+        result = subprocess.run(
+            [sys.executable, "-c", CLIENTS, json.dumps(urls)], env=env, capture_output=True, text=True, timeout=120
+        )
         assert result.returncode == 0, result.stderr
         return json.loads(result.stdout.splitlines()[-1])
 
     def siltlake_client(**extra: str) -> str:
-        result = subprocess.run([sys.executable, "-c", SILTLAKE_CLIENT, config.connect, str(token_file)],
-                                env={**env, **extra}, capture_output=True, text=True, timeout=120)
+        result = subprocess.run(
+            [sys.executable, "-c", SILTLAKE_CLIENT, config.connect, str(token_file)],
+            env={**env, **extra},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert result.returncode == 0, result.stderr
         return result.stdout.strip().splitlines()[-1]
 

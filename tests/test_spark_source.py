@@ -35,8 +35,10 @@ def lake_config(tmp_path: Path, spark):
     deployment.init()
     deployment.use_spark(spark)
     path = tmp_path / "siltlake.toml"
-    path.write_text(f'instance_key = "{config.instance_key}"\n[catalog]\nurl = "{url}"\n[storage]\n'
-                    f'root = "{config.storage.root}"\nstaging_root = "{config.storage.staging_root}"\n')
+    path.write_text(
+        f'instance_key = "{config.instance_key}"\n[catalog]\nurl = "{url}"\n[storage]\n'
+        f'root = "{config.storage.root}"\nstaging_root = "{config.storage.staging_root}"\n'
+    )
     register(spark)
     yield deployment, str(path)
     deployment.close()
@@ -59,9 +61,17 @@ def test_a_stopped_and_restarted_stream_reads_every_version_once(lake_config, sp
         expected.update((r["user_id"], r["action"], "insert", version) for r in batch)
 
     def run_stream() -> None:
-        query = (spark.readStream.format("siltlake").option("table", "web.access").option("config", config).load()
-                 .writeStream.format("parquet").option("path", str(tmp_path / "out"))
-                 .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(availableNow=True).start())
+        query = (
+            spark.readStream.format("siltlake")
+            .option("table", "web.access")
+            .option("config", config)
+            .load()
+            .writeStream.format("parquet")
+            .option("path", str(tmp_path / "out"))
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )
         query.awaitTermination(180)
         assert query.exception() is None
 
@@ -84,9 +94,17 @@ def test_a_stopped_and_restarted_stream_reads_every_version_once(lake_config, sp
     assert "_change_type" not in at_two.columns and at_two.count() == 6
     assert read(timestampAsOf=(tokyo(DAY, 11) + dt.timedelta(minutes=1)).isoformat()).count() == 6
     assert as_rows(read(startingVersion=3)) == Counter({k: n for k, n in expected.items() if k[3] == 3})
-    stream_from_two = (spark.readStream.format("siltlake").option("table", "web.access").option("config", config)
-                       .option("startingVersion", 2).load().writeStream.format("memory").queryName("from_two")
-                       .trigger(availableNow=True).start())
+    stream_from_two = (
+        spark.readStream.format("siltlake")
+        .option("table", "web.access")
+        .option("config", config)
+        .option("startingVersion", 2)
+        .load()
+        .writeStream.format("memory")
+        .queryName("from_two")
+        .trigger(availableNow=True)
+        .start()
+    )
     stream_from_two.awaitTermination(180)
     assert {r._commit_version for r in spark.sql("SELECT * FROM from_two").collect()} == {2, 3}
 
@@ -108,8 +126,9 @@ query.awaitTermination()
 """
 
 
-@pytest.mark.skipif(not os.environ.get("CHAOS_KILLS"), reason="kills a Spark consumer several times (minutes): "
-                    "runs under `make chaos`")
+@pytest.mark.skipif(
+    not os.environ.get("CHAOS_KILLS"), reason="kills a Spark consumer several times (minutes): runs under `make chaos`"
+)
 def test_a_stream_killed_at_random_points_writes_every_version_once(lake_config, spark, tmp_path: Path) -> None:
     """SIGKILL (the consumer's whole process group: Python driver and JVM) at random points, then restart from
     the checkpoint: each version's rows are in the Parquet output exactly once."""
@@ -129,8 +148,10 @@ def test_a_stream_killed_at_random_points_writes_every_version_once(lake_config,
         publish_once(deployment, now=tokyo(DAY, hour))
         expected.update((r["user_id"], r["action"], "insert", hour) for r in batch)
     out, checkpoint = str(tmp_path / "out"), str(tmp_path / "checkpoint")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent.parent),
-                                                        os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")]),
+    }
     command = [sys.executable, "-c", CONSUMER, config, out, checkpoint]
     chance = random.Random(34)
     commits = Path(checkpoint, "commits")
@@ -140,8 +161,9 @@ def test_a_stream_killed_at_random_points_writes_every_version_once(lake_config,
 
     at_kills = []  # micro-batches committed when each kill came
     for _ in range(2):
-        consumer = subprocess.Popen(command, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.DEVNULL)
+        consumer = subprocess.Popen(
+            command, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         # Kill at a random point once a random number of further batches committed: between batches or in one.
         # At most the 6th of 8: a kill that waits for later ones may come after the last, when none is mid-stream.
         target = min(committed() + chance.randint(1, 3), 6)
@@ -160,8 +182,9 @@ def test_a_stream_killed_at_random_points_writes_every_version_once(lake_config,
 
 
 @pytest.mark.parametrize("entry", ["elsewhere", "climbing out"])
-def test_a_manifest_entry_outside_the_lake_root_is_refused_by_every_reader(lake_config, spark,
-                                                                          tmp_path: Path, entry: str) -> None:
+def test_a_manifest_entry_outside_the_lake_root_is_refused_by_every_reader(
+    lake_config, spark, tmp_path: Path, entry: str
+) -> None:
     """A manifest naming a data file outside the lake's root (planted, edited by hand, another deployment's), or one
     under it that climbs out, is refused by every reader: to_arrow, DuckDB, siltlake's Spark reader (to_spark and
     silt sql, which followed it) and the Spark data source, batch and change feed. Nothing outside is read."""
@@ -185,10 +208,12 @@ def test_a_manifest_entry_outside_the_lake_root_is_refused_by_every_reader(lake_
     shutil.copyfile(next(lake_root.rglob("live/**/*.parquet")), outside)
     for planted in manifests:
         content = json.loads(planted.read_text())
-        url = f"file://{outside}" if entry == "elsewhere" else \
-            f"{deployment.lake.root}/../{outside.relative_to(tmp_path)}"
-        content["entries"].append({"url": url, "mandatory": True,
-                                   "meta": {"content_length": outside.stat().st_size}})
+        url = (
+            f"file://{outside}"
+            if entry == "elsewhere"
+            else f"{deployment.lake.root}/../{outside.relative_to(tmp_path)}"
+        )
+        content["entries"].append({"url": url, "mandatory": True, "meta": {"content_length": outside.stat().st_size}})
         planted.write_text(json.dumps(content))
 
     table = Lake(deployment).table("web.access")

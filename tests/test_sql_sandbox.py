@@ -42,6 +42,7 @@ def spellings(name: str) -> list[str]:
 
 # --- every refused built-in, however spelled, wherever it stands --------------------------------------------
 
+
 @pytest.mark.parametrize("name", sorted(REFUSED_FUNCTIONS))
 def test_silt_sql_refuses_each_listed_function(spark, access: Deployment, name: str) -> None:
     expected = f"silt sql refuses {name}(): {REFUSED_FUNCTIONS[name]}"
@@ -73,19 +74,22 @@ def test_the_listed_functions_are_spark_builtins_and_every_builtin_was_reviewed(
     assert sorted(builtins - reviewed) == [], f"new Spark built-ins: judge each, then add them to {REVIEWED.name}"
 
 
-@pytest.mark.parametrize("query", [
-    f"WITH a AS (SELECT java_method('{HOME}') AS h FROM web.access) SELECT * FROM a",
-    f"SELECT * FROM web.access WHERE user_id IN (SELECT try_reflect('{HOME}') FROM web.access)",
-    f"SELECT (SELECT max(reflect('{HOME}')) FROM web.access) AS h",
-    f"SELECT transform(array(1), x -> reflect('{HOME}')) FROM web.access",
-    f"SELECT * FROM web.access LATERAL VIEW explode(array(reflect('{HOME}'))) v AS h",
-    f"SELECT user_id FROM web.access ORDER BY Reflect/* a comment */('{HOME}')",
-    f"SELECT user_id FROM web.access GROUP BY user_id HAVING count(reflect('{HOME}')) > 0",
-    f"SELECT EXISTS(SELECT 1 FROM web.access WHERE reflect('{HOME}') IS NULL) AS e",
-    f"SELECT user_id FROM web.access UNION ALL SELECT reflect('{HOME}') FROM web.access",
-    f"SELECT count(*) OVER w AS n FROM web.access WINDOW w AS (PARTITION BY reflect('{HOME}'))",
-    f"SELECT * FROM VALUES (reflect('{HOME}')) AS v(h)",
-])
+@pytest.mark.parametrize(
+    "query",
+    [
+        f"WITH a AS (SELECT java_method('{HOME}') AS h FROM web.access) SELECT * FROM a",
+        f"SELECT * FROM web.access WHERE user_id IN (SELECT try_reflect('{HOME}') FROM web.access)",
+        f"SELECT (SELECT max(reflect('{HOME}')) FROM web.access) AS h",
+        f"SELECT transform(array(1), x -> reflect('{HOME}')) FROM web.access",
+        f"SELECT * FROM web.access LATERAL VIEW explode(array(reflect('{HOME}'))) v AS h",
+        f"SELECT user_id FROM web.access ORDER BY Reflect/* a comment */('{HOME}')",
+        f"SELECT user_id FROM web.access GROUP BY user_id HAVING count(reflect('{HOME}')) > 0",
+        f"SELECT EXISTS(SELECT 1 FROM web.access WHERE reflect('{HOME}') IS NULL) AS e",
+        f"SELECT user_id FROM web.access UNION ALL SELECT reflect('{HOME}') FROM web.access",
+        f"SELECT count(*) OVER w AS n FROM web.access WINDOW w AS (PARTITION BY reflect('{HOME}'))",
+        f"SELECT * FROM VALUES (reflect('{HOME}')) AS v(h)",
+    ],
+)
 def test_a_refused_function_is_found_wherever_it_stands(spark, access: Deployment, query: str) -> None:
     with pytest.raises(RefusedSQL, match=r"^silt sql refuses (reflect|java_method|try_reflect)\(\): it calls Java"):
         sql(spark, query, access)
@@ -93,38 +97,50 @@ def test_a_refused_function_is_found_wherever_it_stands(spark, access: Deploymen
 
 # --- what is not a function call ------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("query", "refused"), [
-    ("SELECT TRANSFORM(user_id) USING 'cat /etc/hostname' AS (x STRING) FROM web.access",
-     "TRANSFORM ... USING: it runs a program on the host"),
-    ("SELECT * FROM IDENTIFIER('text.`/etc/hostname`')", "`text`.`/etc/hostname`: it names a file path"),
-    ("SELECT * FROM range(2) JOIN IDENTIFIER('web' || '.x') AS t", "IDENTIFIER(...)"),
-    ("SELECT * FROM python_worker_logs()", "python_worker_logs(): it reads the Python workers' log files"),
-    ("SELECT no_such_function(user_id) FROM web.access", "no_such_function(): it is not a Spark built-in function"),
-    ("SELECT spark_catalog.default.upper(action) FROM web.access",
-     "spark_catalog.default.upper(): it is not a Spark built-in function"),
-    ("SELECT session.upper(action) FROM web.access", "session.upper(): it is not a Spark built-in function"),
-])
-def test_silt_sql_refuses_programs_computed_names_and_foreign_functions(spark, access: Deployment, query: str,
-                                                                        refused: str) -> None:
+
+@pytest.mark.parametrize(
+    ("query", "refused"),
+    [
+        (
+            "SELECT TRANSFORM(user_id) USING 'cat /etc/hostname' AS (x STRING) FROM web.access",
+            "TRANSFORM ... USING: it runs a program on the host",
+        ),
+        ("SELECT * FROM IDENTIFIER('text.`/etc/hostname`')", "`text`.`/etc/hostname`: it names a file path"),
+        ("SELECT * FROM range(2) JOIN IDENTIFIER('web' || '.x') AS t", "IDENTIFIER(...)"),
+        ("SELECT * FROM python_worker_logs()", "python_worker_logs(): it reads the Python workers' log files"),
+        ("SELECT no_such_function(user_id) FROM web.access", "no_such_function(): it is not a Spark built-in function"),
+        (
+            "SELECT spark_catalog.default.upper(action) FROM web.access",
+            "spark_catalog.default.upper(): it is not a Spark built-in function",
+        ),
+        ("SELECT session.upper(action) FROM web.access", "session.upper(): it is not a Spark built-in function"),
+    ],
+)
+def test_silt_sql_refuses_programs_computed_names_and_foreign_functions(
+    spark, access: Deployment, query: str, refused: str
+) -> None:
     with pytest.raises(RefusedSQL) as error:
         sql(spark, query, access)
     assert str(error.value).startswith(f"silt sql refuses {refused}")
 
 
-@pytest.mark.parametrize(("query", "refused"), [
-    ("SELECT * FROM text.`/etc/hostname`", "`text`.`/etc/hostname`: it names a file path"),
-    ("SELECT * FROM __silt_web__access a JOIN parquet.`/tmp` b ON true", "`parquet`.`/tmp`: it names a file path"),
-    ("SELECT * FROM spark_catalog.default.t", "`spark_catalog`.`default`.`t`: it names a file path or another"),
-    ("SELECT IDENTIFIER('ref' || 'lect')('java.lang.System', 'getenv', 'HOME')", "IDENTIFIER(...)"),
-    ("SET spark.sql.runSQLOnFiles=true", "SetCommand: only queries run here"),
-    ("ADD JAR /tmp/x.jar", "AddJarsCommand: only queries run here"),
-    ("INSERT OVERWRITE DIRECTORY '/tmp/x' SELECT 1", "InsertIntoDir: only queries run here"),
-    ("WITH a AS (SELECT 1) INSERT INTO t SELECT * FROM a", "InsertIntoStatement: only queries run here"),
-    ("EXECUTE IMMEDIATE 'SELECT 1'", "UnresolvedExecuteImmediate: only queries run here"),
-    ("CREATE FUNCTION f AS 'x.Y' USING JAR '/tmp/x.jar'", "CreateFunction: only queries run here"),
-    ("LOAD DATA LOCAL INPATH '/etc/hostname' INTO TABLE t", "LoadData: only queries run here"),
-    ("SELECT * FROM __silt_web__access |> WHERE REFLECT('a', 'b') IS NULL", "reflect(): it calls Java"),
-])
+@pytest.mark.parametrize(
+    ("query", "refused"),
+    [
+        ("SELECT * FROM text.`/etc/hostname`", "`text`.`/etc/hostname`: it names a file path"),
+        ("SELECT * FROM __silt_web__access a JOIN parquet.`/tmp` b ON true", "`parquet`.`/tmp`: it names a file path"),
+        ("SELECT * FROM spark_catalog.default.t", "`spark_catalog`.`default`.`t`: it names a file path or another"),
+        ("SELECT IDENTIFIER('ref' || 'lect')('java.lang.System', 'getenv', 'HOME')", "IDENTIFIER(...)"),
+        ("SET spark.sql.runSQLOnFiles=true", "SetCommand: only queries run here"),
+        ("ADD JAR /tmp/x.jar", "AddJarsCommand: only queries run here"),
+        ("INSERT OVERWRITE DIRECTORY '/tmp/x' SELECT 1", "InsertIntoDir: only queries run here"),
+        ("WITH a AS (SELECT 1) INSERT INTO t SELECT * FROM a", "InsertIntoStatement: only queries run here"),
+        ("EXECUTE IMMEDIATE 'SELECT 1'", "UnresolvedExecuteImmediate: only queries run here"),
+        ("CREATE FUNCTION f AS 'x.Y' USING JAR '/tmp/x.jar'", "CreateFunction: only queries run here"),
+        ("LOAD DATA LOCAL INPATH '/etc/hostname' INTO TABLE t", "LoadData: only queries run here"),
+        ("SELECT * FROM __silt_web__access |> WHERE REFLECT('a', 'b') IS NULL", "reflect(): it calls Java"),
+    ],
+)
 def test_the_gate_on_spark_text_the_rewrite_would_not_pass(spark, query: str, refused: str) -> None:
     """sqlglot's rewrite refuses these before Spark sees them; the gate refuses them on its own too."""
     with pytest.raises(RefusedSQL) as error:
@@ -144,9 +160,12 @@ def test_delete_where_refuses_subqueries_over_files_and_leaves_syntax_errors_to_
 
 # --- ordinary SQL still runs ------------------------------------------------------------------------------
 
+
 def test_ordinary_queries_still_run(spark, access: Deployment) -> None:
     rows = [r for seed in range(3) for r in rows_for(DAY, 10, seed)]
-    by_action = sql(spark, """
+    by_action = sql(
+        spark,
+        """
         WITH counted AS (
             SELECT action, count(*) AS n, system.builtin.max(user_id) AS top, `UPPER`(action) AS loud
             FROM web.access WHERE user_id NOT IN (SELECT user_id FROM web.access WHERE user_id < 0)
@@ -154,17 +173,22 @@ def test_ordinary_queries_still_run(spark, access: Deployment) -> None:
         SELECT c.action, c.n, c.top, c.loud, rank() OVER (ORDER BY c.action) AS r,
                transform(array(c.n), x -> x * 2)[0] AS twice, url_decode('a%20b') AS decoded,
                current_user() IS NOT NULL AS has_user, input_file_name() = '' AS no_file
-        FROM counted c ORDER BY c.action""", access).collect()
+        FROM counted c ORDER BY c.action""",
+        access,
+    ).collect()
     expected = {}
     for row in rows:
         count, top = expected.get(row["action"], (0, -1))
         expected[row["action"]] = (count + 1, max(top, row["user_id"]))
     assert [(r.action, r.n, r.top) for r in by_action] == sorted((a, n, t) for a, (n, t) in expected.items())
-    assert all(r.loud == r.action.upper() and r.twice == 2 * r.n and r.decoded == "a b" and r.has_user
-               and r.no_file for r in by_action)
+    assert all(
+        r.loud == r.action.upper() and r.twice == 2 * r.n and r.decoded == "a b" and r.has_user and r.no_file
+        for r in by_action
+    )
     assert [r.r for r in by_action] == list(range(1, len(expected) + 1))
-    exploded = sql(spark, "SELECT count(*) AS n, sum(k) AS s FROM web.access LATERAL VIEW explode(array(1, 2)) v AS k",
-                   access).first()
+    exploded = sql(
+        spark, "SELECT count(*) AS n, sum(k) AS s FROM web.access LATERAL VIEW explode(array(1, 2)) v AS k", access
+    ).first()
     assert (exploded.n, exploded.s) == (60, 90)
     assert sql(spark, "SELECT sum(id) AS s FROM range(5)", access).first().s == 10
     assert sql(spark, "SELECT count(*) AS n FROM web.access WHERE dt = DATE'2026-11-20'", access).first().n == 30
@@ -172,12 +196,14 @@ def test_ordinary_queries_still_run(spark, access: Deployment) -> None:
 
 def test_ordinary_delete_where_still_deletes(spark, access: Deployment) -> None:
     doomed = {r["user_id"] for r in rows_for(DAY, 10, 1) if r["action"] in ("a1", "a2")}
-    report = delete_rows(access, "web.access", DAY, "lower(action) IN ('a1', 'a2') AND user_id >= 1000000 "
-                                                    "AND user_id < 2000000")
+    report = delete_rows(
+        access, "web.access", DAY, "lower(action) IN ('a1', 'a2') AND user_id >= 1000000 AND user_id < 2000000"
+    )
     assert (report.rows_before, report.rows_after) == (30, 30 - len(doomed)) and doomed
 
 
 # --- the commands ------------------------------------------------------------------------------------------
+
 
 def test_the_commands_print_one_line_naming_the_function(access: Deployment, monkeypatch) -> None:
     silt = silt_in_process(access, monkeypatch)
@@ -185,7 +211,9 @@ def test_the_commands_print_one_line_naming_the_function(access: Deployment, mon
     # One message (Rich wraps it to the terminal's width); the secret never shows.
     assert " ".join(output.split()) == f"error: silt sql refuses reflect(): {REFUSED_FUNCTIONS['reflect']}"
     assert os.environ["HOME"] not in output
-    output = silt("delete", "web.access", "--where", f"java_method('{HOME}') IS NOT NULL", "--date", DAY.isoformat(),
-                  code=2)
+    output = silt(
+        "delete", "web.access", "--where", f"java_method('{HOME}') IS NOT NULL", "--date", DAY.isoformat(), code=2
+    )
     assert " ".join(output.split()) == (
-        f"error: silt delete --where refuses java_method(): {REFUSED_FUNCTIONS['java_method']}")
+        f"error: silt delete --where refuses java_method(): {REFUSED_FUNCTIONS['java_method']}"
+    )

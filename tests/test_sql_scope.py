@@ -40,9 +40,12 @@ def test_a_delete_predicate_sees_only_the_table_s_columns(deployment: Deployment
     if not in_process:
         deployment.config.publish.in_process_rewrite_bytes = 0
     # The in-process path numbers the rows as __silt_row of a relation __silt_rows: neither is the table's.
-    for where, named in [("__silt_row < 50", "__silt_row"), ("`__silt_row` >= 0", "__silt_row"),
-                         ("__silt_rows.action = 'a1'", "__silt_rows.action"),
-                         ("actoin = 'a1'", "actoin")]:
+    for where, named in [
+        ("__silt_row < 50", "__silt_row"),
+        ("`__silt_row` >= 0", "__silt_row"),
+        ("__silt_rows.action = 'a1'", "__silt_rows.action"),
+        ("actoin = 'a1'", "actoin"),
+    ]:
         with pytest.raises(SiltError) as raised:
             delete_rows_where(deployment, "web.access", [DAY], where)
         message = str(raised.value)
@@ -70,8 +73,18 @@ def test_the_unknown_column_error_is_the_same_on_both_paths(deployment: Deployme
         assert said[0] == said[1], said
 
 
-RESERVED = ["__silt_row", "__silt_rows", "__silt_date", "_silt_delete", "_change_type", "_commit_version",
-            "_commit_timestamp", "_retype_reason", "_retype_record", "__silt_anything"]
+RESERVED = [
+    "__silt_row",
+    "__silt_rows",
+    "__silt_date",
+    "_silt_delete",
+    "_change_type",
+    "_commit_version",
+    "_commit_timestamp",
+    "_retype_reason",
+    "_retype_record",
+    "__silt_anything",
+]
 
 
 def test_every_name_siltlake_gives_a_column_of_its_own_is_reserved() -> None:
@@ -81,9 +94,21 @@ def test_every_name_siltlake_gives_a_column_of_its_own_is_reserved() -> None:
     from siltlake.records import keyed, retype
     from siltlake.write import in_process, upsert
 
-    used = [changes.CHANGE_TYPE, changes.COMMIT_VERSION, changes.COMMIT_TIMESTAMP, changes._COUNT,
-            in_process._ROW, in_process._ROWS, upsert._DATE, upsert._POSITION, keyed.DELETE_MARKER, retype.REASON,
-            retype.RECORD, "__silt_old", "__silt_new"]
+    used = [
+        changes.CHANGE_TYPE,
+        changes.COMMIT_VERSION,
+        changes.COMMIT_TIMESTAMP,
+        changes._COUNT,
+        in_process._ROW,
+        in_process._ROWS,
+        upsert._DATE,
+        upsert._POSITION,
+        keyed.DELETE_MARKER,
+        retype.REASON,
+        retype.RECORD,
+        "__silt_old",
+        "__silt_new",
+    ]
     for name in used:
         with pytest.raises(DefinitionError, match="reserved"):
             refuse_reserved_column(name)
@@ -94,8 +119,11 @@ def test_every_name_siltlake_gives_a_column_of_its_own_is_reserved() -> None:
 def test_names_siltlake_gives_its_own_columns_are_refused(plain_deployment: Deployment) -> None:
     tables = plain_deployment.catalog.tables
     for name in RESERVED:
-        definition = {**ACCESS_TABLE, "name": "reserved", "columns": [*ACCESS_TABLE["columns"],
-                                                                      {"name": name, "type": "bigint"}]}
+        definition = {
+            **ACCESS_TABLE,
+            "name": "reserved",
+            "columns": [*ACCESS_TABLE["columns"], {"name": name, "type": "bigint"}],
+        }
         with pytest.raises(SiltError, match=f"column name {name!r} is reserved"):
             tables.create(TableDef.from_mapping(definition))
         with pytest.raises(SiltError, match=f"column name {name!r} is reserved"):
@@ -108,18 +136,22 @@ def test_names_siltlake_gives_its_own_columns_are_refused(plain_deployment: Depl
 
 def test_a_derived_table_with_a_reserved_column_is_refused(plain_deployment: Deployment) -> None:
     with pytest.raises(SiltError, match="column name '_change_type' is reserved"):
-        create_derived(plain_deployment, DerivedDef.from_mapping({
-            "name": "web.feed", "query": "SELECT dt, action AS _change_type FROM web.access"}))
+        create_derived(
+            plain_deployment,
+            DerivedDef.from_mapping({"name": "web.feed", "query": "SELECT dt, action AS _change_type FROM web.access"}),
+        )
 
 
 # --- view names ------------------------------------------------------------------------------------------------
+
 
 def two_tables(deployment: Deployment, first: str, second: str) -> None:
     """Tables `first` and `second` (schema.table), with 7 and 3 rows of one day, published alike."""
     for qualified, count in ((first, 7), (second, 3)):
         schema, name = qualified.split(".")
-        record = deployment.catalog.tables.create(TableDef.from_mapping(
-            {**ACCESS_TABLE, "schema": schema, "name": name, "merge_interval": 0}))
+        record = deployment.catalog.tables.create(
+            TableDef.from_mapping({**ACCESS_TABLE, "schema": schema, "name": name, "merge_interval": 0})
+        )
         add_small_objects(deployment, record, DAY, [rows_for(DAY, count, 0)])
     publish_once(deployment, now=tokyo(DAY, 12))
 
@@ -134,13 +166,14 @@ def on_spark(deployment: Deployment, query: str) -> Counter:
 
 
 @pytest.mark.parametrize("first, second", [("a.b__c", "a__b.c"), ("a__b.c", "a.b__c"), ("s.t__r", "s__t.r")])
-def test_tables_whose_names_join_alike_are_read_each_as_itself(deployment: Deployment, first: str,
-                                                               second: str) -> None:
+def test_tables_whose_names_join_alike_are_read_each_as_itself(deployment: Deployment, first: str, second: str) -> None:
     two_tables(deployment, first, second)
     # DuckDB: both tables in one query (a CTE reads one, the SELECT the other).
     for side, count in ((first, 7), (second, 3)):
-        query = (f"WITH l AS (SELECT count(*) AS n FROM {first}), r AS (SELECT count(*) AS n FROM {second}) "
-                 f"SELECT n FROM {'l' if side == first else 'r'}")
+        query = (
+            f"WITH l AS (SELECT count(*) AS n FROM {first}), r AS (SELECT count(*) AS n FROM {second}) "
+            f"SELECT n FROM {'l' if side == first else 'r'}"
+        )
         assert on_duckdb(deployment, query) == [(count,)], query
     union = f"SELECT 'first' AS side, count(*) AS n FROM {first} UNION ALL SELECT 'second', count(*) FROM {second}"
     assert on_spark(deployment, union) == Counter({("first", 7): 1, ("second", 3): 1})
@@ -151,20 +184,31 @@ def test_a_pinned_version_and_a_table_named_like_its_view_are_read_each_as_itsel
     record = deployment.catalog.tables.get("x.y")
     add_small_objects(deployment, record, DAY, [rows_for(DAY, 5, 1)])
     publish_once(deployment, now=tokyo(DAY, 13))  # x.y: 12 rows now, 7 at version 1
-    query = ("WITH p AS (SELECT count(*) AS n FROM x.y VERSION AS OF 1), o AS (SELECT count(*) AS n FROM x.y__v1) "
-             "SELECT n FROM {}")
+    query = (
+        "WITH p AS (SELECT count(*) AS n FROM x.y VERSION AS OF 1), o AS (SELECT count(*) AS n FROM x.y__v1) "
+        "SELECT n FROM {}"
+    )
     assert on_duckdb(deployment, query.format("p")) == [(7,)]
     assert on_duckdb(deployment, query.format("o")) == [(3,)]
-    union = ("SELECT 'pinned' AS side, count(*) AS n FROM x.y VERSION AS OF 1 UNION ALL "
-             "SELECT 'other', count(*) FROM x.y__v1 UNION ALL SELECT 'now', count(*) FROM x.y")
+    union = (
+        "SELECT 'pinned' AS side, count(*) AS n FROM x.y VERSION AS OF 1 UNION ALL "
+        "SELECT 'other', count(*) FROM x.y__v1 UNION ALL SELECT 'now', count(*) FROM x.y"
+    )
     assert on_spark(deployment, union) == Counter({("pinned", 7): 1, ("other", 3): 1, ("now", 12): 1})
 
 
 def test_a_derived_table_reads_each_of_two_tables_whose_names_join_alike(deployment: Deployment) -> None:
     two_tables(deployment, "a.b__c", "a__b.c")
-    create_derived(deployment, DerivedDef.from_mapping({
-        "name": "a.both", "query": "SELECT dt, 'first' AS side, count(*) AS n FROM a.b__c GROUP BY dt "
-                                   "UNION ALL SELECT dt, 'second' AS side, count(*) AS n FROM a__b.c GROUP BY dt"}))
+    create_derived(
+        deployment,
+        DerivedDef.from_mapping(
+            {
+                "name": "a.both",
+                "query": "SELECT dt, 'first' AS side, count(*) AS n FROM a.b__c GROUP BY dt "
+                "UNION ALL SELECT dt, 'second' AS side, count(*) AS n FROM a__b.c GROUP BY dt",
+            }
+        ),
+    )
     build_derived(deployment, "a.both")
     assert on_spark(deployment, "SELECT side, n FROM a.both") == Counter({("first", 7): 1, ("second", 3): 1})
 

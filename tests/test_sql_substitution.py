@@ -50,8 +50,14 @@ def test_sessions_have_substitution_off(spark, deployment) -> None:
         spark.conf.set("spark.sql.variable.substitute", "false")
 
 
-@pytest.mark.parametrize("text", ["SELECT '${env:SILT_TEST_SECRET}' AS v FROM web.access",
-                                  "SELECT ${system:user.home} AS v", "SELECT 1 AS v -- ${spark:spark.app.id}"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "SELECT '${env:SILT_TEST_SECRET}' AS v FROM web.access",
+        "SELECT ${system:user.home} AS v",
+        "SELECT 1 AS v -- ${spark:spark.app.id}",
+    ],
+)
 def test_silt_sql_refuses_substitution(spark, access, text: str) -> None:
     with pytest.raises(RefusedSQL, match=r"^silt sql refuses \$\{\.\.\.\}: Spark would replace"):
         sql(spark, text, access)
@@ -66,10 +72,16 @@ def test_each_entry_of_user_sql_refuses_substitution(spark, access, monkeypatch)
     silt = silt_in_process(access, monkeypatch)
     outputs = [
         silt("sql", "SELECT '${env:SILT_TEST_SECRET}' AS v FROM web.access", code=2),
-        silt("delete", "web.access", "--date", DAY.isoformat(), "--where", "'${env:SILT_TEST_SECRET}' = 'guess'",
-             code=2),
-        silt("upsert", "web.access", "--sql", "SELECT utc_event_time, user_id, '${env:SILT_TEST_SECRET}' AS action "
-                                              "FROM web.access", code=2),
+        silt(
+            "delete", "web.access", "--date", DAY.isoformat(), "--where", "'${env:SILT_TEST_SECRET}' = 'guess'", code=2
+        ),
+        silt(
+            "upsert",
+            "web.access",
+            "--sql",
+            "SELECT utc_event_time, user_id, '${env:SILT_TEST_SECRET}' AS action FROM web.access",
+            code=2,
+        ),
     ]
     for output in outputs:
         assert SECRET not in output
@@ -77,15 +89,28 @@ def test_each_entry_of_user_sql_refuses_substitution(spark, access, monkeypatch)
         assert len(output.strip().splitlines()) <= 2, output  # one message (Rich may wrap it)
     with pytest.raises(RefusedSQL, match=r"refuses \$\{"):
         check_expression(spark, "'${env:SILT_TEST_SECRET}' = 'guess'")
-    assert access.catalog.versions.of_partitions(
-        [p.id for p in access.catalog.partitions.list(access.catalog.tables.get("web.access").id)]) == []
+    assert (
+        access.catalog.versions.of_partitions(
+            [p.id for p in access.catalog.partitions.list(access.catalog.tables.get("web.access").id)]
+        )
+        == []
+    )
     query = "SELECT dt, count(*) AS n, '${env:SILT_TEST_SECRET}' AS s FROM web.access GROUP BY dt"
-    for definition in ({"query": query}, {"query": "SELECT dt, count(*) AS n FROM web.access GROUP BY dt",
-                                          "trigger_sql": "SELECT '${env:SILT_TEST_SECRET}' FROM web.access"}):
+    for definition in (
+        {"query": query},
+        {
+            "query": "SELECT dt, count(*) AS n FROM web.access GROUP BY dt",
+            "trigger_sql": "SELECT '${env:SILT_TEST_SECRET}' FROM web.access",
+        },
+    ):
         with pytest.raises(RefusedSQL, match=r"refuses \$\{"):
             create_derived(access, DerivedDef.from_mapping({"name": "web.daily", **definition}))
     with pytest.raises(ConfigError, match=r"filters.s.sql.query: .*refuses \$\{\.\.\.\}"):
-        parse_load_config({"in": {"path": "/tmp/x.csv"},
-                           "parser": {"type": "csv", "columns": [{"name": "a", "type": "string"}]},
-                           "filters": {"s": {"type": "sql", "query": "select '${env:X}' as a from in"}},
-                           "out": {"table": "web.x", "create": True, "time_column": "a"}})
+        parse_load_config(
+            {
+                "in": {"path": "/tmp/x.csv"},
+                "parser": {"type": "csv", "columns": [{"name": "a", "type": "string"}]},
+                "filters": {"s": {"type": "sql", "query": "select '${env:X}' as a from in"}},
+                "out": {"table": "web.x", "create": True, "time_column": "a"},
+            }
+        )

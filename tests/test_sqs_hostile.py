@@ -32,8 +32,10 @@ def test_a_hostile_body_is_malformed_with_a_reason(name: str) -> None:
     assert str(raised.value)
 
 
-def test_a_body_of_50000_brackets_leaves_the_rest_of_its_batch_registered(bucket: Bucket,  # noqa: F811
-                                                                         lake: Deployment) -> None:  # noqa: F811
+def test_a_body_of_50000_brackets_leaves_the_rest_of_its_batch_registered(
+    bucket: Bucket,  # noqa: F811
+    lake: Deployment,  # noqa: F811
+) -> None:
     bucket.send("[" * 50_000)
     bucket.send(aws_event(bucket.name, f"staging/{DAY}/real.jsonl"))
     bucket.put(f"staging/{DAY}/real.jsonl")

@@ -52,8 +52,9 @@ class Bucket:
         self.queue_name = f"staging-{uuid.uuid4().hex[:10]}"
         attributes = {"VisibilityTimeout": str(visibility)}
         if redrive_to is not None:
-            attributes["RedrivePolicy"] = json.dumps({"deadLetterTargetArn": self.arn(redrive_to),
-                                                      "maxReceiveCount": "1"})
+            attributes["RedrivePolicy"] = json.dumps(
+                {"deadLetterTargetArn": self.arn(redrive_to), "maxReceiveCount": "1"}
+            )
         self.queue_url = self.sqs.create_queue(QueueName=self.queue_name, Attributes=attributes)["QueueUrl"]
 
     @staticmethod
@@ -64,15 +65,26 @@ class Bucket:
         """Object-created events under the prefix (as a deployment should configure it: the lake's own writes
         are no staging objects) go to the queue; prefix None: every object's."""
         rule = {"Key": {"FilterRules": [{"Name": "prefix", "Value": prefix}]}} if prefix else {}
-        self.s3.put_bucket_notification_configuration(Bucket=self.name, NotificationConfiguration={
-            "QueueConfigurations": [{"QueueArn": self.arn(self.queue_name), "Events": ["s3:ObjectCreated:*"],
-                                     **({"Filter": rule} if rule else {})}]})
+        self.s3.put_bucket_notification_configuration(
+            Bucket=self.name,
+            NotificationConfiguration={
+                "QueueConfigurations": [
+                    {
+                        "QueueArn": self.arn(self.queue_name),
+                        "Events": ["s3:ObjectCreated:*"],
+                        **({"Filter": rule} if rule else {}),
+                    }
+                ]
+            },
+        )
 
     def notify_through_sns(self) -> None:
         topic = self.sns.create_topic(Name=f"t-{self.queue_name}")["TopicArn"]
         self.sns.subscribe(TopicArn=topic, Protocol="sqs", Endpoint=self.arn(self.queue_name))
-        self.s3.put_bucket_notification_configuration(Bucket=self.name, NotificationConfiguration={
-            "TopicConfigurations": [{"TopicArn": topic, "Events": ["s3:ObjectCreated:*"]}]})
+        self.s3.put_bucket_notification_configuration(
+            Bucket=self.name,
+            NotificationConfiguration={"TopicConfigurations": [{"TopicArn": topic, "Events": ["s3:ObjectCreated:*"]}]},
+        )
 
     def put(self, key: str, body: bytes = b'{"time": "2026-11-20T01:00:00Z", "user_id": 1}\n') -> None:
         self.s3.put_object(Bucket=self.name, Key=key, Body=body)
@@ -82,29 +94,60 @@ class Bucket:
 
     def counts(self, queue_url: str | None = None) -> tuple[int, int]:
         """(visible, in flight) messages of the queue."""
-        attributes = self.sqs.get_queue_attributes(QueueUrl=queue_url or self.queue_url, AttributeNames=[
-            "ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"])["Attributes"]
+        attributes = self.sqs.get_queue_attributes(
+            QueueUrl=queue_url or self.queue_url,
+            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+        )["Attributes"]
         return int(attributes["ApproximateNumberOfMessages"]), int(attributes["ApproximateNumberOfMessagesNotVisible"])
 
 
-def aws_event(bucket: str, encoded_key: str, size: int = 10, time_text: str = "2026-11-20T01:02:03.456Z",
-              name: str = "ObjectCreated:Put") -> str:
+def aws_event(
+    bucket: str,
+    encoded_key: str,
+    size: int = 10,
+    time_text: str = "2026-11-20T01:02:03.456Z",
+    name: str = "ObjectCreated:Put",
+) -> str:
     """An S3 event notification as AWS writes it (the key URL-encoded, '+' for a space)."""
-    return json.dumps({"Records": [{
-        "eventVersion": "2.1", "eventSource": "aws:s3", "awsRegion": "us-east-1", "eventTime": time_text,
-        "eventName": name, "userIdentity": {"principalId": "AWS:EXAMPLE"},
-        "s3": {"s3SchemaVersion": "1.0", "configurationId": "staging",
-               "bucket": {"name": bucket, "arn": f"arn:aws:s3:::{bucket}"},
-               "object": {"key": encoded_key, "size": size, "eTag": "0123456789abcdef", "sequencer": "0A1B2C3D"}},
-    }]})
+    return json.dumps(
+        {
+            "Records": [
+                {
+                    "eventVersion": "2.1",
+                    "eventSource": "aws:s3",
+                    "awsRegion": "us-east-1",
+                    "eventTime": time_text,
+                    "eventName": name,
+                    "userIdentity": {"principalId": "AWS:EXAMPLE"},
+                    "s3": {
+                        "s3SchemaVersion": "1.0",
+                        "configurationId": "staging",
+                        "bucket": {"name": bucket, "arn": f"arn:aws:s3:::{bucket}"},
+                        "object": {
+                            "key": encoded_key,
+                            "size": size,
+                            "eTag": "0123456789abcdef",
+                            "sequencer": "0A1B2C3D",
+                        },
+                    },
+                }
+            ]
+        }
+    )
 
 
-def notified_deployment(bucket: Bucket, endpoint: str, catalog_url: str, queue: str | None = None,
-                        max_attempts: int = 10, **stream: object) -> Deployment:
+def notified_deployment(
+    bucket: Bucket, endpoint: str, catalog_url: str, queue: str | None = None, max_attempts: int = 10, **stream: object
+) -> Deployment:
     """A deployment whose stream reads the bucket's queue (created with the access table unless the catalog has
     it already); `stream` sets other stream settings."""
-    config = s3_config(bucket.name, endpoint, catalog_url, max_attempts=max_attempts,
-                       stream={"notifications": queue or f"sqs://{bucket.queue_name}", **stream})
+    config = s3_config(
+        bucket.name,
+        endpoint,
+        catalog_url,
+        max_attempts=max_attempts,
+        stream={"notifications": queue or f"sqs://{bucket.queue_name}", **stream},
+    )
     deployment = Deployment(config)
     deployment.init()
     if not [table for table in deployment.catalog.tables.list() if table.qualified_name == "web.access"]:
@@ -135,8 +178,9 @@ def registered(deployment: Deployment) -> list[str]:
     return sorted(item.uri for item in deployment.catalog.staging.pending(1000))
 
 
-def test_an_object_put_is_registered_from_its_notification_and_acknowledged(bucket: Bucket, s3_proxy: CountingProxy,
-                                                                            catalog_url: str) -> None:
+def test_an_object_put_is_registered_from_its_notification_and_acknowledged(
+    bucket: Bucket, s3_proxy: CountingProxy, catalog_url: str
+) -> None:
     """moto sends the event of each put; a duplicate delivery of one of them registers nothing more; every
     message (the bucket's s3:TestEvent too) is deleted once the round has registered what they name."""
     deployment = notified_deployment(bucket, s3_proxy.endpoint, catalog_url)
@@ -168,7 +212,8 @@ def test_an_object_put_is_registered_from_its_notification_and_acknowledged(buck
 
 
 def test_a_round_that_fails_before_the_commit_leaves_its_messages_for_redelivery(
-        moto_s3: MotoS3, s3_proxy: CountingProxy, sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    moto_s3: MotoS3, s3_proxy: CountingProxy, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     bucket = Bucket(moto_s3, visibility=1)
     bucket.notify_queue()
     deployment = notified_deployment(bucket, s3_proxy.endpoint, sqlite_url)
@@ -195,7 +240,8 @@ def test_a_round_that_fails_before_the_commit_leaves_its_messages_for_redelivery
 
 
 def test_the_listing_registers_what_no_notification_named_and_a_late_notice_is_no_re_put(
-        bucket: Bucket, s3_proxy: CountingProxy, sqlite_url: str) -> None:
+    bucket: Bucket, s3_proxy: CountingProxy, sqlite_url: str
+) -> None:
     """An object listed (and registered) before its notification is read: the notice registers nothing and is
     not reported as a re-put (its event time is after the object's LastModified)."""
     listing_only = Deployment(s3_config(bucket.name, s3_proxy.endpoint, sqlite_url))
@@ -220,11 +266,13 @@ def test_the_listing_registers_what_no_notification_named_and_a_late_notice_is_n
 
 
 def test_between_listings_a_round_reads_the_queue_only_and_the_next_listing_finds_what_it_missed(
-        bucket: Bucket, s3_proxy: CountingProxy, sqlite_url: str) -> None:
+    bucket: Bucket, s3_proxy: CountingProxy, sqlite_url: str
+) -> None:
     """With notifications the listing runs every stream.notified_listing_interval; its sweep slice covers the
     rounds that did not list (here three slices of one key)."""
-    deployment = notified_deployment(bucket, s3_proxy.endpoint, sqlite_url, notified_listing_interval=3,
-                                     poll_interval=1, sweep_keys_per_round=1)
+    deployment = notified_deployment(
+        bucket, s3_proxy.endpoint, sqlite_url, notified_listing_interval=3, poll_interval=1, sweep_keys_per_round=1
+    )
     try:
         for n in range(4):
             bucket.put(f"staging/{DAY}/notified-{n}.jsonl")
@@ -268,12 +316,18 @@ def test_when_the_listing_is_due() -> None:
     assert listing_turn(deployment, cursor(-30), read) == ListingTurn(due=True), "another host's clock ahead"
     assert listing_turn(deployment, cursor(62), read) == ListingTurn(due=True, sweep_rounds=6)
     assert listing_turn(deployment, cursor(86_400), read) == ListingTurn(due=True, sweep_rounds=6)
-    late = Deployment(s3_config("bucket", "127.0.0.1:1", "sqlite://",
-                                stream={"notifications": "sqs://q", "notified_listing_interval": 300}))
+    late = Deployment(
+        s3_config(
+            "bucket", "127.0.0.1:1", "sqlite://", stream={"notifications": "sqs://q", "notified_listing_interval": 300}
+        )
+    )
     assert listing_turn(late, cursor(122), read) == ListingTurn(due=False, waits=pytest.approx(178, abs=1))
     assert listing_turn(late, cursor(310), read).sweep_rounds == 30
-    every = Deployment(s3_config("bucket", "127.0.0.1:1", "sqlite://",
-                                 stream={"notifications": "sqs://q", "notified_listing_interval": 0}))
+    every = Deployment(
+        s3_config(
+            "bucket", "127.0.0.1:1", "sqlite://", stream={"notifications": "sqs://q", "notified_listing_interval": 0}
+        )
+    )
     assert listing_turn(every, cursor(1), read) == ListingTurn(due=True)
 
 
@@ -283,8 +337,9 @@ def test_sns_wrapped_events_register_their_objects(moto_s3: MotoS3, s3_proxy: Co
     deployment = notified_deployment(bucket, s3_proxy.endpoint, sqlite_url)
     try:
         bucket.put(f"staging/{DAY}/via-sns.jsonl")
-        body = bucket.sqs.receive_message(QueueUrl=bucket.queue_url, MaxNumberOfMessages=10,
-                                          VisibilityTimeout=0)["Messages"]
+        body = bucket.sqs.receive_message(QueueUrl=bucket.queue_url, MaxNumberOfMessages=10, VisibilityTimeout=0)[
+            "Messages"
+        ]
         assert all(json.loads(m["Body"])["Type"] == "Notification" for m in body), "moto wraps them in SNS'"
 
         report = discover(deployment)
@@ -297,7 +352,8 @@ def test_sns_wrapped_events_register_their_objects(moto_s3: MotoS3, s3_proxy: Co
 
 
 def test_a_malformed_message_is_kept_for_the_redrive_policy_and_reported(
-        moto_s3: MotoS3, s3_proxy: CountingProxy, sqlite_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    moto_s3: MotoS3, s3_proxy: CountingProxy, sqlite_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
     dead_letters = f"dead-{uuid.uuid4().hex[:10]}"
     sqs = boto3.client("sqs", endpoint_url=f"http://{moto_s3.endpoint}", region_name="us-east-1")
     dead_url = sqs.create_queue(QueueName=dead_letters)["QueueUrl"]
@@ -326,9 +382,9 @@ def test_a_malformed_message_is_kept_for_the_redrive_policy_and_reported(
         deployment.close()
 
 
-def test_records_outside_the_staging_root_are_acknowledged_and_ignored(bucket: Bucket, lake: Deployment,
-                                                                       moto_s3: MotoS3,
-                                                                       caplog: pytest.LogCaptureFixture) -> None:
+def test_records_outside_the_staging_root_are_acknowledged_and_ignored(
+    bucket: Bucket, lake: Deployment, moto_s3: MotoS3, caplog: pytest.LogCaptureFixture
+) -> None:
     other = moto_s3.create_bucket()
     bucket.notify_queue(prefix=None)
     bucket.sqs.purge_queue(QueueUrl=bucket.queue_url)  # the test events
@@ -347,11 +403,14 @@ def test_records_outside_the_staging_root_are_acknowledged_and_ignored(bucket: B
     assert sum("notification_foreign" in r.getMessage() for r in caplog.records) <= 1, "logged once per process"
 
 
-@pytest.mark.parametrize("key, encoded", [
-    ("a b+c.jsonl", "a+b%2Bc.jsonl"),                           # AWS: '+' for a space, %2B for a plus
-    ("été (1) & more.jsonl", "%C3%A9t%C3%A9+%281%29+%26+more.jsonl"),
-    ("x=1,y;z@host:~!$'*.jsonl", "x%3D1%2Cy%3Bz%40host%3A%7E%21%24%27%2A.jsonl"),
-])
+@pytest.mark.parametrize(
+    "key, encoded",
+    [
+        ("a b+c.jsonl", "a+b%2Bc.jsonl"),  # AWS: '+' for a space, %2B for a plus
+        ("été (1) & more.jsonl", "%C3%A9t%C3%A9+%281%29+%26+more.jsonl"),
+        ("x=1,y;z@host:~!$'*.jsonl", "x%3D1%2Cy%3Bz%40host%3A%7E%21%24%27%2A.jsonl"),
+    ],
+)
 def test_encoded_keys_decode_to_the_listed_key(bucket: Bucket, lake: Deployment, key: str, encoded: str) -> None:
     """The notified object gets the URI its listing would: the listing then finds it registered."""
     bucket.s3.put_bucket_notification_configuration(Bucket=bucket.name, NotificationConfiguration={})
@@ -377,8 +436,9 @@ def test_moto_encodes_keys_as_aws_does_and_they_register_once(bucket: Bucket, la
     assert discover(lake).registered == 0
 
 
-def test_an_unreachable_queue_leaves_the_round_to_its_listing(bucket: Bucket, s3_proxy: CountingProxy,
-                                                              sqlite_url: str) -> None:
+def test_an_unreachable_queue_leaves_the_round_to_its_listing(
+    bucket: Bucket, s3_proxy: CountingProxy, sqlite_url: str
+) -> None:
     closed = f"http://127.0.0.1:{free_port()}/{ACCOUNT}/{bucket.queue_name}"
     deployment = notified_deployment(bucket, s3_proxy.endpoint, sqlite_url, queue=closed, max_attempts=1)
     try:
@@ -405,12 +465,18 @@ def test_a_missing_queue_is_a_configuration_error(moto_s3: MotoS3, s3_proxy: Cou
 
 def test_the_setting_is_validated() -> None:
     storage = {"staging_root": "s3://bucket/staging"}
-    for good in ("sqs://staging-events", "https://sqs.eu-west-1.amazonaws.com/123456789012/staging-events",
-                 "http://127.0.0.1:5000/123456789012/q.fifo"):
+    for good in (
+        "sqs://staging-events",
+        "https://sqs.eu-west-1.amazonaws.com/123456789012/staging-events",
+        "http://127.0.0.1:5000/123456789012/q.fifo",
+    ):
         assert Config.model_validate({"storage": storage, "stream": {"notifications": good}}).stream.notifications
     assert Config.model_validate({"storage": storage, "stream": {"notifications": ""}}).stream.notifications is None
-    for bad, message in (("sqs://two words", "does not name an SQS queue"), ("kafka://x/y/z", "is no SQS queue"),
-                         ("https://sqs.amazonaws.com/only-a-name", "is no SQS queue")):
+    for bad, message in (
+        ("sqs://two words", "does not name an SQS queue"),
+        ("kafka://x/y/z", "is no SQS queue"),
+        ("https://sqs.amazonaws.com/only-a-name", "is no SQS queue"),
+    ):
         with pytest.raises(ValueError, match=message):
             Config.model_validate({"storage": storage, "stream": {"notifications": bad}})
     with pytest.raises(ValueError, match="no s3:// root"):
@@ -422,8 +488,9 @@ def test_parse_message_reads_aws_events() -> None:
     assert ignored == 0 and [(c.bucket, c.key, c.size) for c in created] == [("b", "staging/a b+c/é", 10)]
     assert created[0].time.isoformat() == "2026-11-20T01:02:03.456000+00:00"
     assert parse_message(json.dumps({"Service": "Amazon S3", "Event": "s3:TestEvent", "Bucket": "b"})) == ([], 1)
-    wrapped = json.dumps({"Type": "Notification", "TopicArn": "arn:aws:sns:us-east-1:1:t",
-                          "Message": aws_event("b", "k")})
+    wrapped = json.dumps(
+        {"Type": "Notification", "TopicArn": "arn:aws:sns:us-east-1:1:t", "Message": aws_event("b", "k")}
+    )
     assert [c.key for c in parse_message(wrapped)[0]] == ["k"]
 
 
@@ -431,15 +498,25 @@ def test_parse_message_reads_aws_events() -> None:
 
 
 def jsonl_gz(first: int, count: int) -> bytes:
-    return gzip.compress("".join(json.dumps({"time": f"2026-11-20T01:00:{i % 60:02d}Z", "user_id": first + i,
-                                             "action": "view"}) + "\n" for i in range(count)).encode())
+    return gzip.compress(
+        "".join(
+            json.dumps({"time": f"2026-11-20T01:00:{i % 60:02d}Z", "user_id": first + i, "action": "view"}) + "\n"
+            for i in range(count)
+        ).encode()
+    )
 
 
 def notification_counts(deployment: Deployment) -> Counter[str]:
     """siltlake_stream_notifications_total by kind, as /metrics serves it."""
     text = generate_latest(registry_for(deployment)).decode()
-    return Counter({sample.labels["kind"]: sample.value for family in text_string_to_metric_families(text)
-                    for sample in family.samples if sample.name == "siltlake_stream_notifications_total"})
+    return Counter(
+        {
+            sample.labels["kind"]: sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name == "siltlake_stream_notifications_total"
+        }
+    )
 
 
 @pytest.mark.spark

@@ -60,8 +60,13 @@ def process(deployment: Deployment, names: dict[str, str | None]) -> None:
     pending = {p.uri: p.id for p in deployment.catalog.staging.pending(1000)}
     with deployment.catalog.partitions.stream_commit() as tx:
         for name, error_uri in names.items():
-            tx.mark_processed(pending[uri(deployment, name)], records_in=3, bad_records=1 if error_uri else 0,
-                              error_uri=error_uri, now=utcnow())
+            tx.mark_processed(
+                pending[uri(deployment, name)],
+                records_in=3,
+                bad_records=1 if error_uri else 0,
+                error_uri=error_uri,
+                now=utcnow(),
+            )
 
 
 def fail(deployment: Deployment, name: str) -> None:
@@ -191,8 +196,12 @@ def test_a_prune_vacuums_where_no_autovacuum_will(lake: Deployment) -> None:
         return
     with core.connect() as c:
         autovacuum = c.execute(sa.text("SELECT current_setting('autovacuum')")).scalar()
-        vacuumed = c.execute(sa.text("SELECT last_vacuum FROM pg_stat_user_tables WHERE relname = 'staging_objects' "
-                                     "AND schemaname = current_schema()")).scalar()
+        vacuumed = c.execute(
+            sa.text(
+                "SELECT last_vacuum FROM pg_stat_user_tables WHERE relname = 'staging_objects' "
+                "AND schemaname = current_schema()"
+            )
+        ).scalar()
     assert (vacuumed is not None) == (autovacuum == "off")
 
 
@@ -203,7 +212,8 @@ def test_each_batch_of_a_prune_reads_one_range_of_the_arrival_index(lake: Deploy
         pytest.skip("the plan pinned is SQLite's; PostgreSQL's planner picks by its table statistics")
     query = prunable(utcnow(), 5000, (utcnow() - LATER, 7)).compile(lake.catalog.engine)
     with lake.catalog.engine.connect() as c:
-        plan = [row[3] for row in c.exec_driver_sql(f"EXPLAIN QUERY PLAN {query}",
-                                                    tuple(query.construct_params().values()))]
+        plan = [
+            row[3] for row in c.exec_driver_sql(f"EXPLAIN QUERY PLAN {query}", tuple(query.construct_params().values()))
+        ]
     assert any("ix_staging_objects_receive_time" in step for step in plan), plan
     assert not any("TEMP B-TREE" in step or "MULTI-INDEX OR" in step for step in plan), plan

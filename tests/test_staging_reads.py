@@ -39,8 +39,11 @@ def run(deployment: Deployment) -> dict:
 
 @sqlite_only
 @pytest.mark.parametrize("target", ["outside", "/etc/passwd"])
-def test_a_key_swapped_for_a_link_out_of_the_root_is_unknown_not_read(lake: Deployment, tmp_path: Path,  # noqa: F811
-                                                                      target: str) -> None:
+def test_a_key_swapped_for_a_link_out_of_the_root_is_unknown_not_read(
+    lake: Deployment,  # noqa: F811
+    tmp_path: Path,
+    target: str,
+) -> None:
     secret = tmp_path / "secret.jsonl"
     secret.write_bytes(record(666))
     registered(lake).symlink_to(secret if target == "outside" else target)
@@ -144,4 +147,3 @@ def test_a_registered_key_that_became_a_directory_moves_to_unknown_in_a_round(de
     assert deployment.catalog.staging.pending(10) == []
     (unknown,) = deployment.catalog.staging.unknown()
     assert "not a regular file" in unknown.reason
-

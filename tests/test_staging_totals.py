@@ -20,21 +20,32 @@ from .conftest import ACCESS_TABLE
 
 def totals(deployment: Deployment) -> dict[str, tuple[int, int, int, int]]:
     """Per table: (registered, pending, records loaded, bad records) as the metrics show them."""
-    return {row["table"]: (row["registered"], row["pending"], row["records_loaded"], row["bad_records"])
-            for row in deployment.catalog.observations.staging()}
+    return {
+        row["table"]: (row["registered"], row["pending"], row["records_loaded"], row["bad_records"])
+        for row in deployment.catalog.observations.staging()
+    }
 
 
 def recount(deployment: Deployment) -> dict[str, tuple[int, int, int, int]]:
     """The same numbers counted from the staging rows (what the metrics read before the running totals)."""
     so, t = s.staging_objects, s.tables
     with deployment.catalog.engine.begin() as c:
-        rows = c.execute(sa.select(
-            t.c.schema_name, t.c.table_name, sa.func.count(so.c.id),
-            sa.func.count(so.c.id).filter(so.c.processed_time.is_(None)),
-            sa.func.coalesce(sa.func.sum(so.c.records_in), 0), sa.func.coalesce(sa.func.sum(so.c.bad_records), 0))
-            .select_from(t.outerjoin(so, so.c.table_id == t.c.id)).group_by(t.c.schema_name, t.c.table_name)).all()
-    return {f"{schema}.{name}": (registered, pending, records - bad, bad)
-            for schema, name, registered, pending, records, bad in rows}
+        rows = c.execute(
+            sa.select(
+                t.c.schema_name,
+                t.c.table_name,
+                sa.func.count(so.c.id),
+                sa.func.count(so.c.id).filter(so.c.processed_time.is_(None)),
+                sa.func.coalesce(sa.func.sum(so.c.records_in), 0),
+                sa.func.coalesce(sa.func.sum(so.c.bad_records), 0),
+            )
+            .select_from(t.outerjoin(so, so.c.table_id == t.c.id))
+            .group_by(t.c.schema_name, t.c.table_name)
+        ).all()
+    return {
+        f"{schema}.{name}": (registered, pending, records - bad, bad)
+        for schema, name, registered, pending, records, bad in rows
+    }
 
 
 def process(deployment: Deployment, uris: list[str], *, batch: bool, records_in: int = 5, bad: int = 1) -> None:
@@ -45,8 +56,7 @@ def process(deployment: Deployment, uris: list[str], *, batch: bool, records_in:
         if batch:
             with tx.batch(ids, [], 0, 0):
                 for staging_id in ids:
-                    tx.mark_processed(staging_id, records_in=records_in, bad_records=bad, error_uri=None,
-                                      now=utcnow())
+                    tx.mark_processed(staging_id, records_in=records_in, bad_records=bad, error_uri=None, now=utcnow())
         else:
             for staging_id in ids:
                 tx.mark_processed(staging_id, records_in=records_in, bad_records=bad, error_uri=None, now=utcnow())
@@ -62,8 +72,12 @@ def test_every_write_of_staging_rows_keeps_the_totals_exact(two_tables: Deployme
     catalog = two_tables.catalog
     access, errors = catalog.tables.get("web.access"), catalog.tables.get("web.errors")
     names = [f"file:///staging/a-{i}.jsonl" for i in range(8)]
-    assert catalog.staging.register([(uri, access.id, 10, None) for uri in names]
-                                    + [("file:///staging/e-0.jsonl", errors.id, 10, None)]) == 9
+    assert (
+        catalog.staging.register(
+            [(uri, access.id, 10, None) for uri in names] + [("file:///staging/e-0.jsonl", errors.id, 10, None)]
+        )
+        == 9
+    )
     assert catalog.staging.register([(names[0], access.id, 10, None)]) == 0  # known: not counted again
     assert totals(two_tables) == recount(two_tables) == {"web.access": (8, 8, 0, 0), "web.errors": (1, 1, 0, 0)}
     process(two_tables, names[:3], batch=True)
@@ -86,8 +100,18 @@ def test_every_write_of_staging_rows_keeps_the_totals_exact(two_tables: Deployme
         assert tx.record_failure(pending[names[7]], "unreadable", max_failures=1, now=utcnow())[1]
     # A load task's output, registered processed.
     with catalog.partitions.stream_commit() as tx:
-        assert tx.register_loaded("load:run-1/task-0", table_id=errors.id, size=1, records_in=9, bad_records=2,
-                                  error_uri=None, now=utcnow()) is not None
+        assert (
+            tx.register_loaded(
+                "load:run-1/task-0",
+                table_id=errors.id,
+                size=1,
+                records_in=9,
+                bad_records=2,
+                error_uri=None,
+                now=utcnow(),
+            )
+            is not None
+        )
     assert totals(two_tables) == recount(two_tables)
     # Forgetting an unknown object drops its row, and its replay registers it again.
     assert catalog.staging.forget_unknown([names[7]]) == [names[7]]
@@ -123,8 +147,9 @@ def test_concurrent_writers_on_postgresql_lose_no_count(tmp_path, postgres_url: 
     for deployment in deployments[1:]:
         deployment.init()
     catalog = deployments[0].catalog
-    tables = [catalog.tables.create(TableDef.from_mapping({**ACCESS_TABLE, "name": name}))
-              for name in ("access", "errors")]
+    tables = [
+        catalog.tables.create(TableDef.from_mapping({**ACCESS_TABLE, "name": name})) for name in ("access", "errors")
+    ]
     errors: list[BaseException] = []
     start = threading.Barrier(len(deployments))
 
@@ -179,11 +204,13 @@ def test_the_migration_carries_the_totals_and_version_times_both_ways(two_tables
 
     catalog.downgrade("0012")
     with catalog.engine.begin() as c:
-        pruned = c.execute(sa.text("SELECT table_id, objects, records_in, bad_records FROM pruned_staging_totals")
-                           ).all()
+        pruned = c.execute(
+            sa.text("SELECT table_id, objects, records_in, bad_records FROM pruned_staging_totals")
+        ).all()
     assert [tuple(row) for row in pruned if any(row[1:])] == [(access.id, 3, 15, 3)]
     catalog.upgrade()
     assert totals(two_tables) == before
     with catalog.engine.begin() as c:
-        assert c.execute(sa.select(s.tables.c.version_time).where(s.tables.c.id == access.id)).scalar_one() \
-            == version_time
+        assert (
+            c.execute(sa.select(s.tables.c.version_time).where(s.tables.c.id == access.id)).scalar_one() == version_time
+        )

@@ -17,16 +17,22 @@ def test_table_keys_are_the_layout_existing_lakes_hold() -> None:
     assert LAYOUT.prefix == "k1/web.access"
     assert LAYOUT.small_object(DAY, 7, False) == "k1/web.access/live/dt=2026-11-20/obj-0000000000000000007.parquet"
     assert LAYOUT.small_object(DAY, 7, True) == "k1/web.access/delayed/dt=2026-11-20/obj-0000000000000000007.parquet"
-    assert LAYOUT.merged_object(DAY, 0, 12) == \
-        "k1/web.access/merged/dt=2026-11-20/part-0000000000000000000-0000000000000000012.parquet"
-    assert LAYOUT.update_object(DAY, "update-20261120T101500-0123456789ab") == \
-        "k1/web.access/merged/dt=2026-11-20/update-20261120T101500-0123456789ab.parquet"
+    assert (
+        LAYOUT.merged_object(DAY, 0, 12)
+        == "k1/web.access/merged/dt=2026-11-20/part-0000000000000000000-0000000000000000012.parquet"
+    )
+    assert (
+        LAYOUT.update_object(DAY, "update-20261120T101500-0123456789ab")
+        == "k1/web.access/merged/dt=2026-11-20/update-20261120T101500-0123456789ab.parquet"
+    )
     assert LAYOUT.manifest_keys(DAY, 12) == (
         "k1/web.access/manifests/dt=2026-11-20/manifest-0000000000000000012.json",
-        "k1/web.access/manifests/dt=2026-11-20/symlink-0000000000000000012/manifest")
+        "k1/web.access/manifests/dt=2026-11-20/symlink-0000000000000000012/manifest",
+    )
     assert LAYOUT.manifest_keys(DAY, 3, keys.live_label(3, 40)) == (
         "k1/web.access/manifests/dt=2026-11-20/manifest-live-000003-0000000000000000040.json",
-        "k1/web.access/manifests/dt=2026-11-20/symlink-live-000003-0000000000000000040/manifest")
+        "k1/web.access/manifests/dt=2026-11-20/symlink-live-000003-0000000000000000040/manifest",
+    )
     assert LAYOUT.live_prefix() == "k1/web.access/live"
     assert LAYOUT.live_partition(DAY) == "k1/web.access/live/dt=2026-11-20"
     assert LAYOUT.errors(5) == "k1/web.access/errors/staging-0000000000000000005.jsonl"
@@ -35,7 +41,10 @@ def test_table_keys_are_the_layout_existing_lakes_hold() -> None:
     assert LAYOUT.task_temporary("run-1", 5, keys.TASK_ERRORS) == "k1/_tmp/run-1/0000000000000000005.errors.jsonl"
     assert LAYOUT.task_temporary("run-1", 5, keys.TASK_INPUT) == "k1/_tmp/run-1/0000000000000000005.in.parquet"
     assert [keys.date_part(DAY), keys.spilled_run(DAY, 3), keys.merge_pass(DAY, 12)] == [
-        "2026-11-20.parquet", "2026-11-20.run-0003.parquet", "2026-11-20.merged-0012.parquet"]
+        "2026-11-20.parquet",
+        "2026-11-20.run-0003.parquet",
+        "2026-11-20.merged-0012.parquet",
+    ]
     assert keys.load_job_run("run-1", "access") == "run-1/access"
     assert LAYOUT.iceberg_location() == "k1/_iceberg/web.access"
 
@@ -48,16 +57,21 @@ def test_instance_keys_are_the_layout_existing_lakes_hold() -> None:
     assert keys.load_sql_run("load-1", "job") == "load-1/job/sql"
     assert keys.iceberg_warehouse("k1") == "k1/_iceberg"
     assert keys.iceberg_table_location("k1", "web", "access_2") == "k1/_iceberg/web.access_2"
-    assert keys.update_label(dt.datetime(2026, 11, 20, 10, 15, 0, 999), "0123456789ab") == \
-        "update-20261120T101500-0123456789ab"
-    assert keys.replay_staging_key("web", "access", dt.datetime(2026, 11, 20, 23, 59), "ab" * 16) == \
-        f"replay.web.access/2026/11/20/replay-{'ab' * 16}.jsonl"
+    assert (
+        keys.update_label(dt.datetime(2026, 11, 20, 10, 15, 0, 999), "0123456789ab")
+        == "update-20261120T101500-0123456789ab"
+    )
+    assert (
+        keys.replay_staging_key("web", "access", dt.datetime(2026, 11, 20, 23, 59), "ab" * 16)
+        == f"replay.web.access/2026/11/20/replay-{'ab' * 16}.jsonl"
+    )
     assert keys.load_error_file("file:///errors/", "load-1", "job", 3) == "file:///errors/load-1/job/task-00003.jsonl"
     assert keys.load_error_file("s3://b/errors", "load-1", "job", 3) == "s3://b/errors/load-1/job/task-00003.jsonl"
 
 
-@pytest.mark.parametrize("version, label", [(42, None), (7, "update-20261120T101500-0123456789ab"),
-                                            (3, "live-000003-0000000000000000040")])
+@pytest.mark.parametrize(
+    "version, label", [(42, None), (7, "update-20261120T101500-0123456789ab"), (3, "live-000003-0000000000000000040")]
+)
 def test_manifest_keys_parse_back(version: int, label: str | None) -> None:
     json_key, symlink = LAYOUT.manifest_keys(DAY, version, label)
     assert keys.symlink_key(json_key) == symlink
@@ -75,8 +89,12 @@ def test_a_key_without_a_manifests_area_reads_as_its_own_directory() -> None:
 def test_small_objects_parse_back(delayed: bool) -> None:
     parts = keys.split_key("k1", LAYOUT.small_object(DAY, 123, delayed))
     assert parts is not None
-    assert (parts.owner, parts.area, parts.partition_date, parts.depth) == \
-        ("web.access", keys.DELAYED if delayed else keys.LIVE, DAY, 4)
+    assert (parts.owner, parts.area, parts.partition_date, parts.depth) == (
+        "web.access",
+        keys.DELAYED if delayed else keys.LIVE,
+        DAY,
+        4,
+    )
     assert keys.small_object_id(parts.name) == 123
     assert keys.merge_range_of(parts.name) is None and keys.update_label_of(parts.name) is None
     assert not parts.is_temporary and parts.temporary_run is None
@@ -113,16 +131,19 @@ def test_errors_temporaries_and_the_marker_parse_back() -> None:
     assert keys.split_key("k1", "k10/x") is None
 
 
-@pytest.mark.parametrize("segment, date", [("dt=2026-11-20", DAY), ("dt=2026-13-01", None), ("date=2026-11-20", None),
-                                           ("live", None)])
+@pytest.mark.parametrize(
+    "segment, date", [("dt=2026-11-20", DAY), ("dt=2026-13-01", None), ("date=2026-11-20", None), ("live", None)]
+)
 def test_partition_segments(segment: str, date: dt.date | None) -> None:
     assert keys.partition_date_of(segment) == date
     if date is not None:
         assert keys.partition_segment(date) == segment
 
 
-@pytest.mark.parametrize("name", ["obj-7.parquet", "obj-0000000000000000007.parquet.tmp", "part-1-2.parquet",
-                                  "update-x y.parquet", "update-.json"])
+@pytest.mark.parametrize(
+    "name",
+    ["obj-7.parquet", "obj-0000000000000000007.parquet.tmp", "part-1-2.parquet", "update-x y.parquet", "update-.json"],
+)
 def test_names_siltlake_does_not_write_parse_to_nothing(name: str) -> None:
     assert keys.small_object_id(name) is None
     assert keys.merge_range_of(name) is None

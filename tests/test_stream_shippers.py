@@ -23,16 +23,23 @@ TOKYO = dt.timezone(dt.timedelta(hours=9))
 def test_shipper_formats_load_once_with_their_times(deployment: Deployment, access_table) -> None:
     # Fluentd out_file's default line: time (Fluentd's default %Y-%m-%dT%H:%M:%S%z), tag, the record as JSON
     # without a time field; the file named as out_file names it (path + time slice + index + .log).
-    fluentd = "".join(f'2026-11-20T21:00:0{i}+0900\tweb.access\t{{"user_id":{i},"action":"view","host":"h{i}"}}\n'
-                      for i in range(3))
+    fluentd = "".join(
+        f'2026-11-20T21:00:0{i}+0900\tweb.access\t{{"user_id":{i},"action":"view","host":"h{i}"}}\n' for i in range(3)
+    )
     stage(deployment, "f1.web.access/2026/11/20/access.20261120_0.log", fluentd.encode())
     # LTSV from an access log: a Common Log Format time, and a naive one read in the table's zone (Tokyo).
-    ltsv = ("time:[20/Nov/2026:22:00:00 +0900]\tuser_id:10\taction:click\treqtime:0.1\n"
-            "time:2026-11-20 22:00:01\tuser_id:11\taction:-\n")
+    ltsv = (
+        "time:[20/Nov/2026:22:00:00 +0900]\tuser_id:10\taction:click\treqtime:0.1\n"
+        "time:2026-11-20 22:00:01\tuser_id:11\taction:-\n"
+    )
     stage(deployment, "f1.web.access/2026/11/20/access_log.log", ltsv.encode())
     # Fluentd's <format msgpack> under its default .log suffix: [time, record] entries here.
-    entries = b"".join(msgpack.packb([int(dt.datetime(2026, 11, 20, 14, 0, i, tzinfo=UTC).timestamp()),
-                                      {"user_id": 20 + i, "action": "buy"}]) for i in range(2))
+    entries = b"".join(
+        msgpack.packb(
+            [int(dt.datetime(2026, 11, 20, 14, 0, i, tzinfo=UTC).timestamp()), {"user_id": 20 + i, "action": "buy"}]
+        )
+        for i in range(2)
+    )
     stage(deployment, "f1.web.access/2026/11/20/buffer.b5f1.log", entries)
 
     report = stream_once(deployment)
@@ -55,9 +62,12 @@ def test_shipper_formats_load_once_with_their_times(deployment: Deployment, acce
         for row in pq.read_table(deployment.lake.path(key)).to_pylist():
             rows[row["user_id"]] = (row["utc_event_time"], row["action"])
     expected = {
-        0: dt.datetime(2026, 11, 20, 21, 0, 0, tzinfo=TOKYO), 1: dt.datetime(2026, 11, 20, 21, 0, 1, tzinfo=TOKYO),
-        2: dt.datetime(2026, 11, 20, 21, 0, 2, tzinfo=TOKYO), 10: dt.datetime(2026, 11, 20, 22, 0, 0, tzinfo=TOKYO),
-        11: dt.datetime(2026, 11, 20, 22, 0, 1, tzinfo=TOKYO), 20: dt.datetime(2026, 11, 20, 14, 0, 0, tzinfo=UTC),
+        0: dt.datetime(2026, 11, 20, 21, 0, 0, tzinfo=TOKYO),
+        1: dt.datetime(2026, 11, 20, 21, 0, 1, tzinfo=TOKYO),
+        2: dt.datetime(2026, 11, 20, 21, 0, 2, tzinfo=TOKYO),
+        10: dt.datetime(2026, 11, 20, 22, 0, 0, tzinfo=TOKYO),
+        11: dt.datetime(2026, 11, 20, 22, 0, 1, tzinfo=TOKYO),
+        20: dt.datetime(2026, 11, 20, 14, 0, 0, tzinfo=UTC),
         21: dt.datetime(2026, 11, 20, 14, 0, 1, tzinfo=UTC),
     }
     assert {user: time for user, (time, _) in rows.items()} == expected

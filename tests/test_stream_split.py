@@ -28,9 +28,15 @@ from .test_stream import assert_rows_once, event, jsonl_gz, lake_files, stage
 
 UTC = dt.UTC
 START = dt.datetime(2026, 11, 20, 0, tzinfo=UTC)
-IGNORING = make_table([{"name": "ts", "type": "timestamp"}, {"name": "user", "type": "string"},
-                       {"name": "n", "type": "bigint"}, {"name": "action", "type": "string", "nullable": False}],
-                      unknown_fields="ignore")
+IGNORING = make_table(
+    [
+        {"name": "ts", "type": "timestamp"},
+        {"name": "user", "type": "string"},
+        {"name": "n", "type": "bigint"},
+        {"name": "action", "type": "string", "nullable": False},
+    ],
+    unknown_fields="ignore",
+)
 
 
 def mixed_lines(count: int) -> bytes:
@@ -54,8 +60,11 @@ def mixed_lines(count: int) -> bytes:
 
 def decode(data: bytes, table: TableDef, workers: int) -> tuple[pa.Table, list, Counter, int]:
     dropped: Counter[str] = Counter()
-    batches = list(read_staging_object(OneWayStream(data), "in/obj.jsonl.gz", table, batch_rows=256,
-                                       dropped=dropped, workers=workers))
+    batches = list(
+        read_staging_object(
+            OneWayStream(data), "in/obj.jsonl.gz", table, batch_rows=256, dropped=dropped, workers=workers
+        )
+    )
     rows = pa.concat_tables([batch.table for batch in batches])
     bad = [(record.line, record.reason, record.raw) for batch in batches for record in batch.bad]
     return rows, bad, dropped, len(batches)
@@ -87,24 +96,33 @@ def test_invalid_utf8_in_a_later_block_is_named_at_its_line_on_threads() -> None
 
 
 def access_rows(definition: TableDef, times: list[dt.datetime], first_id: int) -> pa.Table:
-    return pa.table({"utc_event_time": pa.array(times, pa.timestamp("us", tz="UTC")),
-                     "user_id": pa.array(range(first_id, first_id + len(times)), pa.int64()),
-                     "action": ["view"] * len(times)}, schema=definition.arrow_schema())
+    return pa.table(
+        {
+            "utc_event_time": pa.array(times, pa.timestamp("us", tz="UTC")),
+            "user_id": pa.array(range(first_id, first_id + len(times)), pa.int64()),
+            "action": ["view"] * len(times),
+        },
+        schema=definition.arrow_schema(),
+    )
 
 
 @pytest.mark.parametrize("late, user_id", [(False, "user_id"), (True, "user_id"), (True, "uid_v1")])
-def test_a_date_in_time_order_is_written_as_it_comes_and_late_rows_take_the_runs_path(tmp_path: Path, late: bool,
-                                                                                        user_id: str) -> None:
+def test_a_date_in_time_order_is_written_as_it_comes_and_late_rows_take_the_runs_path(
+    tmp_path: Path, late: bool, user_id: str
+) -> None:
     # user_id: the name its objects hold the column under (a renamed column keeps its old one)
-    columns = [{**c, "physical": user_id} if c["name"] == "user_id" and user_id != "user_id" else c
-               for c in ACCESS_TABLE["columns"]]
+    columns = [
+        {**c, "physical": user_id} if c["name"] == "user_id" and user_id != "user_id" else c
+        for c in ACCESS_TABLE["columns"]
+    ]
     definition = TableDef.from_mapping({**ACCESS_TABLE, "columns": columns})
     lake = Storage(str(tmp_path / "lake"))
     writer = ObjectWriter(definition, lake, TableLayout("k1k1", "web", "access"), "r", 1, spill_bytes=32 << 10)
     date = dt.date(2026, 11, 20)
     for batch in range(20):  # in time order, each batch past the spill threshold
-        writer.add(access_rows(definition, [START + dt.timedelta(seconds=batch * 1000 + i) for i in range(1000)],
-                               batch * 1000))
+        writer.add(
+            access_rows(definition, [START + dt.timedelta(seconds=batch * 1000 + i) for i in range(1000)], batch * 1000)
+        )
     assert writer.buffers[date].ordered is not None and not writer.buffers[date].runs
     if late:  # rows before some already written: what was written becomes a sorted run
         writer.add(access_rows(definition, [START + dt.timedelta(seconds=500 + i) for i in range(1000)], 20000))
@@ -132,10 +150,12 @@ def test_a_large_object_has_its_share_of_the_cores() -> None:
 @pytest.mark.spark
 @pytest.mark.parametrize("catalog_url", ["sqlite"], indirect=True)
 def test_an_object_decoded_on_threads_loads_exactly_once_one_small_object_per_date(
-        tmp_path: Path, catalog_url: str, spark) -> None:
+    tmp_path: Path, catalog_url: str, spark
+) -> None:
     # A tiny threshold splits every object's decoding; small blocks (batch_rows) give the threads many blocks.
-    deployment = Deployment(make_config(tmp_path, catalog_url, parallel_decode_bytes=1, batch_rows=256,
-                                        spill_bytes=256 << 10))
+    deployment = Deployment(
+        make_config(tmp_path, catalog_url, parallel_decode_bytes=1, batch_rows=256, spill_bytes=256 << 10)
+    )
     deployment.init()
     deployment.use_spark(spark)
     try:
@@ -146,8 +166,11 @@ def test_an_object_decoded_on_threads_loads_exactly_once_one_small_object_per_da
         lines = [json.dumps(event(when, i)) for i, when in enumerate(times)]
         lines.insert(12345, "not a record")
         stage(deployment, "f1.web.access/2026/11/20/big.jsonl.gz", gzip.compress(("\n".join(lines) + "\n").encode()))
-        stage(deployment, "f1.web.access/2026/11/20/small.jsonl.gz",
-              jsonl_gz([event(START + dt.timedelta(hours=2), 50000 + i) for i in range(10)]))
+        stage(
+            deployment,
+            "f1.web.access/2026/11/20/small.jsonl.gz",
+            jsonl_gz([event(START + dt.timedelta(hours=2), 50000 + i) for i in range(10)]),
+        )
 
         report = stream_once(deployment)
 

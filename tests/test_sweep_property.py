@@ -27,13 +27,17 @@ DAYS = ["host00.web.access/2026/01/01", "host00.web.access/2026/01/02", "host01.
 OLD = dt.datetime(2026, 1, 2, tzinfo=dt.UTC).timestamp()
 LINE = b'{"t":"2026-01-01"}\n'
 
-STEPS = st.lists(st.one_of(
-    st.tuples(st.just("new"), st.integers(0, len(DAYS) - 1)),
-    st.tuples(st.just("rewrite"), st.integers(0, 50)),
-    st.tuples(st.just("append"), st.integers(0, 50)),
-    st.tuples(st.just("move_in_old"), st.integers(0, len(DAYS) - 1)),
-    st.tuples(st.just("round"), st.just(0)),
-), min_size=1, max_size=14)
+STEPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("new"), st.integers(0, len(DAYS) - 1)),
+        st.tuples(st.just("rewrite"), st.integers(0, 50)),
+        st.tuples(st.just("append"), st.integers(0, 50)),
+        st.tuples(st.just("move_in_old"), st.integers(0, len(DAYS) - 1)),
+        st.tuples(st.just("round"), st.just(0)),
+    ),
+    min_size=1,
+    max_size=14,
+)
 
 
 def tick() -> None:
@@ -47,8 +51,9 @@ def test_after_a_whole_pass_every_files_current_state_was_looked_up(steps: list[
     with tempfile.TemporaryDirectory() as name:
         directory = Path(name)
         # A sweep of 3 files a round: passes span several rounds, so changes land before, in and behind them.
-        deployment = Deployment(make_config(directory, f"sqlite:///{directory / 'catalog.db'}", listing_margin=0,
-                                            sweep_files_per_round=3))
+        deployment = Deployment(
+            make_config(directory, f"sqlite:///{directory / 'catalog.db'}", listing_margin=0, sweep_files_per_round=3)
+        )
         deployment.init()
         try:
             run(deployment, directory, steps)

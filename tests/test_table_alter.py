@@ -36,19 +36,28 @@ def test_an_alter_commits_column_and_property_changes_as_one_version(plain_deplo
         change.rename_column("action", "event")
         change.add_column("referrer", "string")
         change.drop_column("referrer")
-        change.set_properties(ttl_days=30, merge_interval=dt.timedelta(hours=6), merged_object_size=64 << 20,
-                              codec="snappy")
+        change.set_properties(
+            ttl_days=30, merge_interval=dt.timedelta(hours=6), merged_object_size=64 << 20, codec="snappy"
+        )
     assert change.committed and change.change is not None and change.change.table_version == 2
     assert table.version == 2 and [v["operations"] for v in table.inspect.versions().to_pylist()] == [
-        ["append"], ["alter"]]
-    assert change.change.detail == ("add-column score int; alter-column score bigint; rename-column action -> "
-                                    "event; add-column referrer string; drop-column referrer; set "
-                                    "merged_object_size=67108864 ttl_days=30 codec=snappy merge_interval=6h")
+        ["append"],
+        ["alter"],
+    ]
+    assert change.change.detail == (
+        "add-column score int; alter-column score bigint; rename-column action -> "
+        "event; add-column referrer string; drop-column referrer; set "
+        "merged_object_size=67108864 ttl_days=30 codec=snappy merge_interval=6h"
+    )
     assert table.schema.names == ["utc_event_time", "user_id", "event", "score", "dt"]
     assert str(table.schema.field("score").type) == "int64"
     properties = table.properties
-    assert (properties["ttl_days"], properties["merge_interval"], properties["merged_object_size"],
-            properties["codec"]) == (30, 21600, 64 << 20, "snappy")
+    assert (
+        properties["ttl_days"],
+        properties["merge_interval"],
+        properties["merged_object_size"],
+        properties["codec"],
+    ) == (30, 21600, 64 << 20, "snappy")
     # The version before reads the columns it had; the new one reads the renamed column's values in place.
     assert table.to_arrow(as_of_version=1).column_names == before.column_names
     now = table.to_arrow()
@@ -81,25 +90,37 @@ def test_an_alter_that_fails_changes_nothing(plain_deployment: Deployment) -> No
 
 def test_properties_are_typed_values_not_text(plain_deployment: Deployment) -> None:
     table = published(plain_deployment).table("web.access")
-    assert table.set_properties(ttl_days=30, merge_interval=dt.timedelta(minutes=30), row_group_bytes=4 << 20,
-                                merge_batch_size=500) == \
-        "row_group_bytes=4194304 merge_batch_size=500 ttl_days=30 merge_interval=30m"
+    assert (
+        table.set_properties(
+            ttl_days=30, merge_interval=dt.timedelta(minutes=30), row_group_bytes=4 << 20, merge_batch_size=500
+        )
+        == "row_group_bytes=4194304 merge_batch_size=500 ttl_days=30 merge_interval=30m"
+    )
     assert table.set_properties(ttl_days=30) == "", "the same value: no version"
     assert table.set_properties(ttl_days=None) == "ttl_days=none" and table.properties["ttl_days"] is None
-    assert table.set_properties(merged_object_size="64MiB", merge_interval=3600) == \
-        "merged_object_size=67108864 merge_interval=1h", "text is read as silt table set reads it"
-    for values, refused in [({"ttl_days": "thirty"}, "ttl_days 'thirty' is not a number of days"),
-                            ({"ttl_days": True}, "ttl_days takes a whole number or None, not True"),
-                            ({"ttl_days": 0}, "ttl_days 0 is below 1"),
-                            ({"codec": 3}, "codec takes a str, not 3"),
-                            ({"merge_interval": dt.timedelta(seconds=1.5)}, "merge_interval takes a whole number of "
-                                                                            "seconds or a timedelta"),
-                            ({"codec": "lz9"}, "codec 'lz9' is not one of zstd, snappy, gzip, none"),
-                            ({"colour": "red"}, "colour cannot be set: the keys are ttl_days, merge_mode")]:
+    assert (
+        table.set_properties(merged_object_size="64MiB", merge_interval=3600)
+        == "merged_object_size=67108864 merge_interval=1h"
+    ), "text is read as silt table set reads it"
+    for values, refused in [
+        ({"ttl_days": "thirty"}, "ttl_days 'thirty' is not a number of days"),
+        ({"ttl_days": True}, "ttl_days takes a whole number or None, not True"),
+        ({"ttl_days": 0}, "ttl_days 0 is below 1"),
+        ({"codec": 3}, "codec takes a str, not 3"),
+        (
+            {"merge_interval": dt.timedelta(seconds=1.5)},
+            "merge_interval takes a whole number of seconds or a timedelta",
+        ),
+        ({"codec": "lz9"}, "codec 'lz9' is not one of zstd, snappy, gzip, none"),
+        ({"colour": "red"}, "colour cannot be set: the keys are ttl_days, merge_mode"),
+    ]:
         with pytest.raises(DefinitionError, match=refused):
             table.set_properties(**values)
     assert table.version == 4 and [v["operations"] for v in table.inspect.versions().to_pylist()][1:] == [
-        ["set"], ["set"], ["set"]]
+        ["set"],
+        ["set"],
+        ["set"],
+    ]
 
 
 def test_flat_column_methods_are_alters_of_one_change(plain_deployment: Deployment) -> None:
@@ -108,7 +129,10 @@ def test_flat_column_methods_are_alters_of_one_change(plain_deployment: Deployme
     table.rename_column("score", "points", now=tokyo(DAY, 14))
     table.drop_column("points", now=tokyo(DAY, 15))
     assert [(r["op"], r["shows"]) for r in table.history() if r["date"] is None] == [
-        ("add-column", "score int"), ("rename-column", "score -> points"), ("drop-column", "points")]
+        ("add-column", "score int"),
+        ("rename-column", "score -> points"),
+        ("drop-column", "points"),
+    ]
     assert table.version == 4 and "points" not in table.schema.names
 
 
@@ -164,7 +188,8 @@ def test_an_iceberg_engine_reads_a_batched_alter_as_siltlake_does(deployment: De
         ours = table.to_arrow(as_of_version=version)
         # The same columns (Iceberg appends a column added after dt after it; siltlake keeps dt last).
         assert sorted(engine.column_names) == sorted(ours.column_names), (version, engine.column_names)
-        assert Counter(zip(engine.column("event").to_pylist(), engine.column("user_id").to_pylist(), strict=True)) \
-            == Counter(zip(ours.column("event").to_pylist(), ours.column("user_id").to_pylist(), strict=True))
+        assert Counter(
+            zip(engine.column("event").to_pylist(), engine.column("user_id").to_pylist(), strict=True)
+        ) == Counter(zip(ours.column("event").to_pylist(), ours.column("user_id").to_pylist(), strict=True))
     assert table.to_arrow(as_of_version=2).column("user_id").null_count == 10, "the dropped one's values never show"
     assert table.to_arrow(as_of_version=1).column("user_id").null_count == 0

@@ -52,8 +52,15 @@ def stream(deployment: Deployment, date: dt.date, seed: int, count: int = 20, re
     """Stage one JSON-lines object of `count` events on a Tokyo date and run the stream; returns its rows
     as (event time in µs since the epoch, user id, action)."""
     rows = rows_for(date, count, seed)
-    lines = [{"time": r["utc_event_time"].isoformat().replace("+00:00", "Z"), "user_id": r["user_id"],
-              "action": r["action"], **({"referrer": f"r{r['user_id'] % 3}"} if referrer else {})} for r in rows]
+    lines = [
+        {
+            "time": r["utc_event_time"].isoformat().replace("+00:00", "Z"),
+            "user_id": r["user_id"],
+            "action": r["action"],
+            **({"referrer": f"r{r['user_id'] % 3}"} if referrer else {}),
+        }
+        for r in rows
+    ]
     path = Path(deployment.staging.path(f"f1.web.access/{date:%Y/%m/%d}/{next(_staged)}.jsonl.gz"))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(gzip.compress("".join(json.dumps(line) + "\n" for line in lines).encode()))
@@ -66,7 +73,7 @@ def without(rows: Counter, action: str) -> Counter:
     return Counter({row: n for row, n in rows.items() if row[2] != action})
 
 
-def spark_rows(frame) -> Counter:  # noqa: ANN001 - a DataFrame
+def spark_rows(frame) -> Counter:
     return Counter(tuple(r) for r in frame.selectExpr("unix_micros(utc_event_time)", "user_id", "action").collect())
 
 
@@ -80,9 +87,11 @@ def duckdb_rows(paths: list[str]) -> Counter:
     if not paths:
         return Counter()
     with duckdb.connect() as connection:
-        return Counter(connection.sql(
-            f"SELECT epoch_us(utc_event_time), user_id, action FROM read_parquet({paths!r}, union_by_name = true)"
-        ).fetchall())
+        return Counter(
+            connection.sql(
+                f"SELECT epoch_us(utc_event_time), user_id, action FROM read_parquet({paths!r}, union_by_name = true)"
+            ).fetchall()
+        )
 
 
 def local_paths(uris: list[str]) -> list[str]:
@@ -90,7 +99,7 @@ def local_paths(uris: list[str]) -> list[str]:
     return [uri.removeprefix("file://") for uri in uris]
 
 
-def every_engine(deployment: Deployment, spark, silt, lake: Lake, **at: object) -> dict[str, Counter]:  # noqa: ANN001
+def every_engine(deployment: Deployment, spark, silt, lake: Lake, **at: object) -> dict[str, Counter]:
     """The rows each engine returns for the table at `at` (as_of_version=, as_of= or nothing: current)."""
     table = lake.table("web.access")
     clause = ""
@@ -99,8 +108,10 @@ def every_engine(deployment: Deployment, spark, silt, lake: Lake, **at: object) 
     elif "as_of" in at:
         clause = f" TIMESTAMP AS OF '{at['as_of']:%Y-%m-%d %H:%M:%S}'"
     query = f"SELECT unix_micros(utc_event_time) AS t, user_id, action FROM web.access{clause}"
-    by_cli = Counter((row["t"], row["user_id"], row["action"])
-                     for row in json.loads(silt("sql", query, "--format", "json", "--limit", "100000")))
+    by_cli = Counter(
+        (row["t"], row["user_id"], row["action"])
+        for row in json.loads(silt("sql", query, "--format", "json", "--limit", "100000"))
+    )
     with duckdb.connect() as connection:
         relation = table.to_duckdb(connection, **at)
         by_relation = Counter(relation.select("epoch_us(utc_event_time), user_id, action").fetchall())
@@ -117,7 +128,7 @@ def every_engine(deployment: Deployment, spark, silt, lake: Lake, **at: object) 
     return found
 
 
-def iceberg_rows(deployment: Deployment, table, version: int) -> dict[str, Counter]:  # noqa: ANN001 - a Table
+def iceberg_rows(deployment: Deployment, table, version: int) -> dict[str, Counter]:
     """PyIceberg's scans of the snapshot that holds table version `version`: by its id and by its time.
     The partition column dt, absent from the files, must read as each file's partition."""
     iceberg = open_catalog(deployment).load_table(("web", "access"))
@@ -129,12 +140,13 @@ def iceberg_rows(deployment: Deployment, table, version: int) -> dict[str, Count
     scanned = iceberg.scan(snapshot_id=snapshot.snapshot_id).to_arrow()
     expected_dt = Counter(table.to_arrow(columns=["dt"], as_of_version=version).column("dt").to_pylist())
     assert Counter(scanned.column("dt").to_pylist()) == expected_dt, "dt reads as the file's partition"
-    return {"iceberg snapshot": arrow_rows(scanned),
-            "iceberg by snapshot time": arrow_rows(iceberg.scan(snapshot_id=by_time.snapshot_id).to_arrow())}
+    return {
+        "iceberg snapshot": arrow_rows(scanned),
+        "iceberg by snapshot time": arrow_rows(iceberg.scan(snapshot_id=by_time.snapshot_id).to_arrow()),
+    }
 
 
-def assert_every_engine(deployment: Deployment, spark, silt, lake: Lake, expected: Counter,  # noqa: ANN001
-                        **at: object) -> None:
+def assert_every_engine(deployment: Deployment, spark, silt, lake: Lake, expected: Counter, **at: object) -> None:
     found = every_engine(deployment, spark, silt, lake, **at)
     wrong = {engine: (sum(rows.values()), sum(expected.values())) for engine, rows in found.items() if rows != expected}
     assert not wrong, f"at {at or 'current'}: engines disagree with the expected rows (rows, expected): {wrong}"
@@ -160,9 +172,13 @@ def assert_file_lists_exact(deployment: Deployment, lake: Lake) -> None:
         if version.commit_op == "append":
             base = read_manifest(deployment.lake, version.manifest_key) if version.manifest_key else []
             lower = (version.covered_upper or 0) if version.manifest_key else 0
-            live = [deployment.lake.uri(layout.small_object(partitions[version.partition_id], i, False))
-                    for i in sorted(objects) if lower < i <= version.live_watermark
-                    and objects[i].partition_date == partitions[version.partition_id] and not objects[i].delayed]
+            live = [
+                deployment.lake.uri(layout.small_object(partitions[version.partition_id], i, False))
+                for i in sorted(objects)
+                if lower < i <= version.live_watermark
+                and objects[i].partition_date == partitions[version.partition_id]
+                and not objects[i].delayed
+            ]
             assert uris == [uri for uri, _ in base] + live, f"version {version} lists other files"
         else:
             assert version.file_list_key == version.manifest_key
@@ -171,8 +187,7 @@ def assert_file_lists_exact(deployment: Deployment, lake: Lake) -> None:
 # SQLite only: what it checks is the engines against each other; the reader snapshot's SQL on PostgreSQL (one
 # REPEATABLE READ transaction) runs in tests/test_publish_readers.py and tests/test_read_planning.py.
 @pytest.mark.parametrize("catalog_url", ["sqlite"], indirect=True)
-def test_every_engine_reads_the_same_exact_table_at_every_version(deployment: Deployment, spark,
-                                                                  monkeypatch) -> None:
+def test_every_engine_reads_the_same_exact_table_at_every_version(deployment: Deployment, spark, monkeypatch) -> None:
     deployment.config.publish.targets = ["iceberg"]  # PyIceberg reads every version's snapshot too
     make_table(deployment)
     silt = silt_in_process(deployment, monkeypatch)
@@ -211,15 +226,20 @@ def test_every_engine_reads_the_same_exact_table_at_every_version(deployment: De
     published(tokyo(NEXT_DAY, 3), 5, day + next_day)
     history = lake.table("web.access").history()
     assert [(r["date"], r["version"], r["table_version"], r["op"]) for r in history] == [
-        ("2026-11-20", 1, 1, "append"), ("2026-11-20", 2, 2, "append"), ("2026-11-20", 3, 4, "compaction"),
-        ("2026-11-20", 4, 5, "compaction"), ("2026-11-21", 1, 3, "append"), ("2026-11-21", 2, 5, "append")], \
-        "one table version per publish run, whatever the partitions it changes"
+        ("2026-11-20", 1, 1, "append"),
+        ("2026-11-20", 2, 2, "append"),
+        ("2026-11-20", 3, 4, "compaction"),
+        ("2026-11-20", 4, 5, "compaction"),
+        ("2026-11-21", 1, 3, "append"),
+        ("2026-11-21", 2, 5, "append"),
+    ], "one table version per publish run, whatever the partitions it changes"
 
     # Old and new objects of the day sit side by side until reap: a directory scan counts rows twice.
     table_prefix = deployment.lake.path(lake.table("web.access").record.layout(deployment.instance_key).prefix)
     with duckdb.connect() as connection:
-        scanned = connection.sql(f"SELECT count(*) FROM read_parquet('{table_prefix}/**/*.parquet', "
-                                 "union_by_name = true)").fetchall()[0][0]
+        scanned = connection.sql(
+            f"SELECT count(*) FROM read_parquet('{table_prefix}/**/*.parquet', union_by_name = true)"
+        ).fetchall()[0][0]
     assert scanned > sum((day + next_day).values()), "directories hold more than the table"
 
     (deleted,) = lake.table("web.access").delete("action = 'a1'", dates=DAY, now=tokyo(NEXT_DAY, 4))
@@ -254,8 +274,9 @@ def test_every_engine_reads_the_same_exact_table_at_every_version(deployment: De
     assert table.schema.names == [*COLUMNS, "referrer", "dt"]
     referrers = table.to_arrow(columns=["user_id", "referrer"], filter=pc.field("dt") == NEXT_DAY)
     by_user = dict(zip(referrers.column("user_id").to_pylist(), referrers.column("referrer").to_pylist(), strict=True))
-    assert {u for u, r in by_user.items() if r is not None} == {u for _, u, _ in with_referrer + appended
-                                                                if u in by_user}
+    assert {u for u, r in by_user.items() if r is not None} == {
+        u for _, u, _ in with_referrer + appended if u in by_user
+    }
     # A version before the column was added is read as it was, without it.
     assert table.to_arrow(as_of_version=5).schema == pa.schema([f for f in table.schema if f.name != "referrer"])
     assert table.files(dates=[DAY]) == table.files(dates="2026-11-20")
@@ -267,11 +288,16 @@ def test_every_engine_reads_the_same_exact_table_at_every_version(deployment: De
     for version in (1, 5, 10):
         assert_every_engine(deployment, spark, silt, lake, expected[version], as_of_version=version)
     # A week later only each partition's newest version stays: older table versions are gone with their lists.
-    lists_before = {v.file_list_key for v in deployment.catalog.versions.of_partitions(
-        [p.id for p in deployment.catalog.partitions.list(table.record.id)])}
+    lists_before = {
+        v.file_list_key
+        for v in deployment.catalog.versions.of_partitions(
+            [p.id for p in deployment.catalog.partitions.list(table.record.id)]
+        )
+    }
     reap_once(deployment, now=tokyo(NEXT_DAY, 8) + dt.timedelta(days=8))
     kept = deployment.catalog.versions.of_partitions(
-        [p.id for p in deployment.catalog.partitions.list(table.record.id)])
+        [p.id for p in deployment.catalog.partitions.list(table.record.id)]
+    )
     assert [(v.version, v.table_version) for v in kept] == [(5, 6), (5, 10)]
     # (v5 of the live day still shows the update v4 wrote: that manifest stays.)
     still_named = {k for v in kept for k in (v.file_list_key, v.manifest_key)}
@@ -284,8 +310,9 @@ def test_every_engine_reads_the_same_exact_table_at_every_version(deployment: De
     deployment.catalog.upgrade()
     assert table.versions() == (10, 10)
     iceberg = open_catalog(deployment).load_table(("web", "access"))
-    assert [s.summary["siltlake.table-version"] for s in iceberg.snapshots()] == ["10"], \
+    assert [s.summary["siltlake.table-version"] for s in iceberg.snapshots()] == ["10"], (
         "the snapshots of reaped versions are expired with them"
+    )
     assert_every_engine(deployment, spark, silt, lake, expected[10], as_of_version=10)
     assert_every_engine(deployment, spark, silt, lake, expected[10])
     with pytest.raises(VersionOutOfRange, match="readable versions are 10 to 10 \\(versions before 10 were reaped\\)"):
@@ -294,8 +321,7 @@ def test_every_engine_reads_the_same_exact_table_at_every_version(deployment: De
         table.files(as_of=times[9])
 
 
-def test_time_travel_outside_the_versions_is_an_error_naming_them(deployment: Deployment, spark,
-                                                                  monkeypatch) -> None:
+def test_time_travel_outside_the_versions_is_an_error_naming_them(deployment: Deployment, spark, monkeypatch) -> None:
     make_table(deployment)
     silt = silt_in_process(deployment, monkeypatch)
     lake = Lake(deployment)
@@ -318,8 +344,9 @@ def test_time_travel_outside_the_versions_is_an_error_naming_them(deployment: De
     assert table.to_arrow(as_of_version=1).num_rows == 20 and table.to_arrow(as_of_version=2).num_rows == 40
     # Before the first publish run the table had no version: a time then is refused as as_of_version=0 is (it
     # read 0 rows before, which looked like a table without rows), on every read entry point.
-    before = ("web.access cannot be read as of 2026-11-20 02:00:00 UTC: its first version .1. was published "
-              "2026-11-20 03:00")
+    before = (
+        "web.access cannot be read as of 2026-11-20 02:00:00 UTC: its first version .1. was published 2026-11-20 03:00"
+    )
     with pytest.raises(VersionOutOfRange, match=before):
         table.to_arrow(as_of=tokyo(DAY, 11))
     with pytest.raises(VersionOutOfRange, match=before):
@@ -327,7 +354,8 @@ def test_time_travel_outside_the_versions_is_an_error_naming_them(deployment: De
     with pytest.raises(VersionOutOfRange, match=before):
         read_table(spark, "web.access", deployment, as_of=tokyo(DAY, 11))
     assert "its first version (1) was published" in silt(
-        "sql", "SELECT count(*) FROM web.access TIMESTAMP AS OF '2026-11-20 02:00:00'", code=2)
+        "sql", "SELECT count(*) FROM web.access TIMESTAMP AS OF '2026-11-20 02:00:00'", code=2
+    )
     assert table.to_arrow(as_of="2026-11-20T12:30:00+09:00").num_rows == 20
 
     with pytest.raises(SiltError, match="give the partitions"):
@@ -335,23 +363,27 @@ def test_time_travel_outside_the_versions_is_an_error_naming_them(deployment: De
 
     # Clauses the rewrite cannot honour are refused, never dropped.
     for query, message in [
-            ("SELECT count(*) FROM web.access FOR VERSION BETWEEN 1 AND 2", "is not supported"),
-            ("SELECT count(*) FROM web.access VERSION AS OF 'x'", "takes a table version number"),
-            ("SELECT count(*) FROM web.access TIMESTAMP AS OF now()", "takes a quoted time"),
-            ("SELECT count(*) FROM web.access TIMESTAMP AS OF 'yesterday'", "is not a time"),
-            ("SELECT count(*) FROM spark_catalog.web.access", "without a catalog part"),
-            ("WITH c AS (SELECT 1 AS x) SELECT * FROM c VERSION AS OF 1", "not to a query's own names")]:
+        ("SELECT count(*) FROM web.access FOR VERSION BETWEEN 1 AND 2", "is not supported"),
+        ("SELECT count(*) FROM web.access VERSION AS OF 'x'", "takes a table version number"),
+        ("SELECT count(*) FROM web.access TIMESTAMP AS OF now()", "takes a quoted time"),
+        ("SELECT count(*) FROM web.access TIMESTAMP AS OF 'yesterday'", "is not a time"),
+        ("SELECT count(*) FROM spark_catalog.web.access", "without a catalog part"),
+        ("WITH c AS (SELECT 1 AS x) SELECT * FROM c VERSION AS OF 1", "not to a query's own names"),
+    ]:
         with pytest.raises(SiltError, match=message):
             read_sql(spark, query, deployment)
-    counts = read_sql(spark, "SELECT (SELECT count(*) FROM web.access VERSION AS OF 1) AS one, "
-                             "(SELECT count(*) FROM web.access) AS now, count(*) AS sampled "
-                             "FROM web.access TABLESAMPLE (100 PERCENT) AS t", deployment).first()
+    counts = read_sql(
+        spark,
+        "SELECT (SELECT count(*) FROM web.access VERSION AS OF 1) AS one, "
+        "(SELECT count(*) FROM web.access) AS now, count(*) AS sampled "
+        "FROM web.access TABLESAMPLE (100 PERCENT) AS t",
+        deployment,
+    ).first()
     assert tuple(counts) == (20, 40, 40), "each (table, version) pair reads its own view; the sample is kept"
 
 
 @pytest.mark.parametrize("catalog_url", ["sqlite"], indirect=True)
-def test_table_reference_syntax_the_rewrite_cannot_carry_is_refused(deployment: Deployment, spark,
-                                                                    monkeypatch) -> None:
+def test_table_reference_syntax_the_rewrite_cannot_carry_is_refused(deployment: Deployment, spark, monkeypatch) -> None:
     """`web.access@v1` parsed as an alias and read the current state: refused, naming it."""
     make_table(deployment)
     silt = silt_in_process(deployment, monkeypatch)
@@ -359,41 +391,63 @@ def test_table_reference_syntax_the_rewrite_cannot_carry_is_refused(deployment: 
     publish_once(deployment, now=tokyo(DAY, 12))
     stream(deployment, DAY, 1)
     publish_once(deployment, now=tokyo(DAY, 13))
-    for written, named in [("web.access@v1", "@v1"), ("web.access @ 1", "@1"), ("web.access@@v1", "@@v1"),
-                           ("web.access :v1", ":v1"), ("web.access ?", "?"), ("web.access $v1", "@v1")]:
+    for written, named in [
+        ("web.access@v1", "@v1"),
+        ("web.access @ 1", "@1"),
+        ("web.access@@v1", "@@v1"),
+        ("web.access :v1", ":v1"),
+        ("web.access ?", "?"),
+        ("web.access $v1", "@v1"),
+    ]:
         query = f"SELECT count(*) AS n FROM {written}"
         with pytest.raises(SiltError) as refused:
             read_sql(spark, query, deployment)
         assert str(refused.value).startswith(f"web.access: {named!r} after the table is not an alias"), (
-            written, str(refused.value))
+            written,
+            str(refused.value),
+        )
     output = " ".join(silt("sql", "SELECT count(*) FROM web.access@v1", code=2).split())
     assert output.startswith("error: web.access: '@v1' after the table is not an alias") and "VERSION AS OF" in output
     # The forms time travel has read the version asked for.
     between = tokyo(DAY, 12) + dt.timedelta(minutes=30)  # naive UTC, as TIMESTAMP AS OF reads it
-    for clause in ("VERSION AS OF 1", "FOR VERSION AS OF 1", f"TIMESTAMP AS OF '{between:%Y-%m-%d %H:%M:%S}'",
-                   "VERSION AS OF 1 AS a", "VERSION AS OF 1 a"):
+    for clause in (
+        "VERSION AS OF 1",
+        "FOR VERSION AS OF 1",
+        f"TIMESTAMP AS OF '{between:%Y-%m-%d %H:%M:%S}'",
+        "VERSION AS OF 1 AS a",
+        "VERSION AS OF 1 a",
+    ):
         assert read_sql(spark, f"SELECT count(*) AS n FROM web.access {clause}", deployment).first().n == 20, clause
     # Aliases, with or without column names, are carried to the view.
     assert read_sql(spark, "SELECT count(*) AS n FROM web.access AS a", deployment).first().n == 40
-    assert read_sql(spark, "SELECT count(a.`@u`) AS n FROM web.access VERSION AS OF 1 a(t, `@u`, w, d)",
-                    deployment).first().n == 20
+    assert (
+        read_sql(spark, "SELECT count(a.`@u`) AS n FROM web.access VERSION AS OF 1 a(t, `@u`, w, d)", deployment)
+        .first()
+        .n
+        == 20
+    )
 
 
-def test_a_lake_opens_from_a_configuration_and_import_siltlake_stays_cheap(deployment: Deployment,
-                                                                          tmp_path: Path) -> None:
+def test_a_lake_opens_from_a_configuration_and_import_siltlake_stays_cheap(
+    deployment: Deployment, tmp_path: Path
+) -> None:
     import subprocess
     import sys
 
-    probe = ("import sys, siltlake; heavy = [m for m in ('pyarrow', 'pyspark', 'sqlalchemy') if m in sys.modules]; "
-             "print(heavy); print(siltlake.Lake.__module__)")
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
-                         cwd=Path(__file__).parent.parent).stdout.split()
+    probe = (
+        "import sys, siltlake; heavy = [m for m in ('pyarrow', 'pyspark', 'sqlalchemy') if m in sys.modules]; "
+        "print(heavy); print(siltlake.Lake.__module__)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=Path(__file__).parent.parent
+    ).stdout.split()
     assert out == ["[]", "siltlake.lake"]
 
     config = deployment.config
     (tmp_path / "siltlake.toml").write_text(
         f'instance_key = "{config.instance_key}"\n[catalog]\nurl = "{config.catalog.url}"\n'
-        f'[storage]\nroot = "{config.storage.root}"\nstaging_root = "{config.storage.staging_root}"\n')
+        f'[storage]\nroot = "{config.storage.root}"\nstaging_root = "{config.storage.staging_root}"\n'
+    )
     make_table(deployment)
     with siltlake.Lake.open(tmp_path / "siltlake.toml") as lake:
         assert lake.tables() == ["web.access"]
@@ -407,8 +461,9 @@ def test_a_lake_opens_from_a_configuration_and_import_siltlake_stays_cheap(deplo
         Lake.open(config, catalog_url=f"sqlite:///{tmp_path / 'empty.db'}")
 
 
-def test_an_append_version_read_before_an_update_commits_is_not_published_over_it(deployment: Deployment,
-                                                                                 spark) -> None:
+def test_an_append_version_read_before_an_update_commits_is_not_published_over_it(
+    deployment: Deployment, spark
+) -> None:
     """Publish reads its append candidates, writes their file lists, then commits: an update committed in
     between wins, and the stale append version (which would resurrect the deleted rows) is left out."""
     make_table(deployment)
@@ -440,7 +495,8 @@ def test_a_file_list_whose_run_died_before_its_commit_is_an_orphan_for_reap(depl
     (version,) = report.live_versions
     assert version.file_list_key == key, "the next run writes the same list under the same name and commits it"
     assert Lake(deployment).table("web.access").files(as_of_version=1) == [
-        uri for uri, _ in read_manifest(deployment.lake, key)]
+        uri for uri, _ in read_manifest(deployment.lake, key)
+    ]
 
     stream(deployment, DAY, 1)
     (dead,) = deployment.catalog.versions.live_to_publish()
@@ -453,7 +509,8 @@ def test_a_file_list_whose_run_died_before_its_commit_is_an_orphan_for_reap(depl
 
 
 def test_migration_0006_numbers_existing_versions_by_commit_and_their_reads_stay_the_same(
-        deployment: Deployment) -> None:
+    deployment: Deployment,
+) -> None:
     from .merge_helpers import add_small_objects
 
     table = make_table(deployment)
@@ -470,8 +527,11 @@ def test_migration_0006_numbers_existing_versions_by_commit_and_their_reads_stay
     before = {v: arrow_rows(handle.to_arrow(as_of_version=v)) for v in range(1, handle.version + 1)}
     history = [(r["date"], r["version"], r["table_version"], r["op"]) for r in handle.history()]
     assert handle.version == 3 and history == [
-        ("2026-11-20", 1, 1, "append"), ("2026-11-20", 2, 2, "append"), ("2026-11-20", 3, 3, "compaction"),
-        ("2026-11-21", 1, 2, "append")]
+        ("2026-11-20", 1, 1, "append"),
+        ("2026-11-20", 2, 2, "append"),
+        ("2026-11-20", 3, 3, "compaction"),
+        ("2026-11-21", 1, 2, "append"),
+    ]
 
     deployment.catalog.downgrade("0005")  # versions as an older siltlake published them: no numbers, no lists
     deployment.catalog.upgrade()
@@ -479,19 +539,26 @@ def test_migration_0006_numbers_existing_versions_by_commit_and_their_reads_stay
     assert handle.versions() == (1, 3)
     versions = deployment.catalog.versions.of_partitions([p.id for p in deployment.catalog.partitions.list(table.id)])
     assert [(v.commit_op, v.file_list_key == v.manifest_key, v.file_list_key is None) for v in versions] == [
-        ("append", True, True), ("append", True, True), ("compaction", True, False), ("append", True, True)]
-    assert {v: arrow_rows(handle.to_arrow(as_of_version=v)) for v in range(1, 4)} == before, \
+        ("append", True, True),
+        ("append", True, True),
+        ("compaction", True, False),
+        ("append", True, True),
+    ]
+    assert {v: arrow_rows(handle.to_arrow(as_of_version=v)) for v in range(1, 4)} == before, (
         "live versions without lists are read from the catalog, as before"
+    )
     add_small_objects(deployment, table, NEXT_DAY, [rows_for(NEXT_DAY, 10, 3)])
     (appended,) = publish_once(deployment, now=tokyo(NEXT_DAY, 3)).live_versions
     assert (appended.table_version, appended.file_list_key is not None) == (4, True), "numbering goes on"
     layout = table.layout(deployment.instance_key)
     assert [uri for uri, _ in read_manifest(deployment.lake, appended.file_list_key)] == [
         deployment.lake.uri(layout.small_object(NEXT_DAY, o.id, False))
-        for o in deployment.catalog.partitions.small_objects(table.id) if o.partition_date == NEXT_DAY], \
-        "its base has no list: the new one names every live object of the day"
+        for o in deployment.catalog.partitions.small_objects(table.id)
+        if o.partition_date == NEXT_DAY
+    ], "its base has no list: the new one names every live object of the day"
     assert arrow_rows(handle.to_arrow(as_of_version=4)) == before[3] + arrow_rows(
-        pa.Table.from_pylist(rows_for(NEXT_DAY, 10, 3), schema=table.definition.arrow_schema()))
+        pa.Table.from_pylist(rows_for(NEXT_DAY, 10, 3), schema=table.definition.arrow_schema())
+    )
 
 
 def test_the_reading_python_example_runs(deployment: Deployment, monkeypatch, capsys) -> None:
@@ -506,6 +573,6 @@ def test_the_reading_python_example_runs(deployment: Deployment, monkeypatch, ca
     add_small_objects(deployment, table, DAY, [rows_for(DAY, 10, 1)])
     publish_once(deployment, now=tokyo(DAY, 13))
     point_cli_at(deployment, monkeypatch)  # Lake.open() finds the deployment as `silt` would
-    exec(compile(example, "docs/reading.md", "exec"), {})  # noqa: S102 - the documented example, as a user runs it
+    exec(compile(example, "docs/reading.md", "exec"), {})
     printed = capsys.readouterr().out.splitlines()
     assert "(1, 2)" in printed and "10" in printed, printed

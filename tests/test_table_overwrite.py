@@ -40,8 +40,13 @@ def two_days(deployment: Deployment):
 def test_overwrite_replaces_the_partitions_given_as_one_version(plain_deployment: Deployment) -> None:
     table = two_days(plain_deployment)
     before = shown(table)
-    frame = pd.DataFrame({"utc_event_time": pd.to_datetime([NOON, NOON + dt.timedelta(minutes=1)]),
-                          "user_id": [7, 8], "action": ["new", "new"]})
+    frame = pd.DataFrame(
+        {
+            "utc_event_time": pd.to_datetime([NOON, NOON + dt.timedelta(minutes=1)]),
+            "user_id": [7, 8],
+            "action": ["new", "new"],
+        }
+    )
     report = table.overwrite(frame, dates=[DAY, NEXT_DAY], now=tokyo(NEXT_DAY, 13))
     assert table.version == 2 and report.table_version == 2
     assert sorted((p.partition_date, p.rows_before, p.rows_after) for p in report) == [(DAY, 10, 2), (NEXT_DAY, 10, 0)]
@@ -65,8 +70,9 @@ def test_rows_or_dates_that_do_not_fit_are_refused_before_anything_is_written(pl
     before = shown(table)
     prefix = table.record.layout(plain_deployment.instance_key).prefix
     objects = {info.key for info in plain_deployment.lake.list(prefix)}
-    on_next_day = pa.table({"utc_event_time": pa.array([NOON + dt.timedelta(days=1)], pa.timestamp("us", tz="UTC")),
-                            "user_id": [1]})
+    on_next_day = pa.table(
+        {"utc_event_time": pa.array([NOON + dt.timedelta(days=1)], pa.timestamp("us", tz="UTC")), "user_id": [1]}
+    )
     with pytest.raises(SiltError, match=r"1 dates of the rows are not among the dates overwritten: 2026-11-21"):
         table.overwrite(on_next_day, dates=DAY)
     with pytest.raises(NotFoundError, match=r"no partition 2026-11-25.*append adds new ones"):

@@ -70,8 +70,11 @@ def test_a_tag_is_read_wherever_a_version_number_is(plain_deployment: Deployment
             table.tag(name, version=1)
     with pytest.raises(VersionOutOfRange, match="has no version 4 to tag: its readable versions are 1 to 3"):
         table.tag("future", version=4)
-    with pytest.raises(NotFoundError, match=r"web.access has no tag 'audit-2026-11' \(did you mean "
-                                            r"audit-2026.11\?\); its tags are audit-2026.11, newest"):
+    with pytest.raises(
+        NotFoundError,
+        match=r"web.access has no tag 'audit-2026-11' \(did you mean "
+        r"audit-2026.11\?\); its tags are audit-2026.11, newest",
+    ):
         table.to_arrow(as_of_version="audit-2026-11")
     with pytest.raises(SiltError, match="no tag 'nope'.*VERSION AS OF takes a table version number or a quoted tag"):
         plan_query("SELECT * FROM web.access VERSION AS OF 'nope'", plain_deployment)
@@ -97,7 +100,9 @@ def test_reap_keeps_a_tagged_version_and_refuses_the_versions_it_no_longer_has(p
         untagged.to_arrow(as_of_version=1)
     assert table.inspect.partitions(as_of_version="first").column("rows").to_pylist() == [10]
     assert [(v["table_version"], v["readable"], v["rows"]) for v in table.inspect.versions().to_pylist()] == [
-        (1, True, 10), (3, True, 30)], "version 2's rows are gone; the tagged 1 is readable"
+        (1, True, 10),
+        (3, True, 30),
+    ], "version 2's rows are gone; the tagged 1 is readable"
     restored = table.restore("first", now=LATER + dt.timedelta(minutes=1))  # a tag kept past retention
     assert restored.table_version == 4 and users(table.to_arrow()) == first
     table.restore(3, now=LATER + dt.timedelta(minutes=2))

@@ -31,9 +31,13 @@ NEXT_DAY = DAY + dt.timedelta(days=1)
 
 
 def arrow_rows(rows: list[dict]) -> pa.Table:
-    return pa.table({"utc_event_time": pa.array([r["utc_event_time"] for r in rows], pa.timestamp("us", tz="UTC")),
-                     "user_id": pa.array([r["user_id"] for r in rows], pa.int64()),
-                     "action": pa.array([r["action"] for r in rows])})
+    return pa.table(
+        {
+            "utc_event_time": pa.array([r["utc_event_time"] for r in rows], pa.timestamp("us", tz="UTC")),
+            "user_id": pa.array([r["user_id"] for r in rows], pa.int64()),
+            "action": pa.array([r["action"] for r in rows]),
+        }
+    )
 
 
 def current(lake: Lake, name: str = "web.access") -> Counter:
@@ -58,8 +62,9 @@ def test_append_commits_small_objects_as_the_stream_does_once_per_request_id(pla
     objects = deployment.catalog.partitions.small_objects(table.record.id)
     assert [(o.id, o.partition_date) for o in objects] == [(o.object_id, o.partition_date) for o in report.objects]
     for partition in deployment.catalog.partitions.list(table.record.id):
-        assert [job["ongoing_mark"] for job in deployment.catalog.merge_queue.jobs(partition.id)] == [0], \
+        assert [job["ongoing_mark"] for job in deployment.catalog.merge_queue.jobs(partition.id)] == [0], (
             "each partition has its waiting merge job, as after a stream commit"
+        )
 
     again = table.append(arrow_rows(first), request_id="load-1")
     assert again.objects == () and again.applied_before is not None
@@ -85,8 +90,11 @@ def test_append_refuses_rows_it_cannot_write_and_changes_nothing(plain_deploymen
     with pytest.raises(SiltError, match="cannot append into web.access: columns not in the table: referrer"):
         table.append(rows.append_column("referrer", pa.array(["x"] * 3)))
     with pytest.raises(SiltError, match="column 'utc_event_time' holds 1 nulls"):
-        table.append(rows.set_column(0, "utc_event_time", pa.array([None, *rows.column(0).to_pylist()[1:]],
-                                                                    pa.timestamp("us", tz="UTC"))))
+        table.append(
+            rows.set_column(
+                0, "utc_event_time", pa.array([None, *rows.column(0).to_pylist()[1:]], pa.timestamp("us", tz="UTC"))
+            )
+        )
     with pytest.raises(SiltError, match="not a pyarrow RecordBatch"):
         table.append([{"user_id": 1}])
     with pytest.raises(SiltError, match="request id '' must be printable text"):
@@ -133,13 +141,17 @@ def test_update_sets_columns_of_matching_rows_as_one_update_version(deployment: 
     dry = handle.update({"action": "upper(action)"}, where="user_id < 5", dates="all", dry_run=True)
     assert dry.changed() == [5, 0] and dry.table_version is None and handle.version == 0
 
-    report = handle.update({"action": "upper(action)"}, where="user_id < 5", dates=[DAY, NEXT_DAY], request_id="u1",
-                           now=tokyo(NEXT_DAY, 4))
+    report = handle.update(
+        {"action": "upper(action)"}, where="user_id < 5", dates=[DAY, NEXT_DAY], request_id="u1", now=tokyo(NEXT_DAY, 4)
+    )
     assert report.changed() == [5, 0] and report.table_version == 1
     assert [(p.partition_date, p.version.commit_op if p.version else None) for p in report] == [
-        (DAY, "update"), (NEXT_DAY, None)], "a partition no row of which matched is not rewritten"
+        (DAY, "update"),
+        (NEXT_DAY, None),
+    ], "a partition no row of which matched is not rewritten"
     want = Counter((r["user_id"], r["action"].upper() if r["user_id"] < 5 else r["action"]) for r in day) + expected(
-        next_day)
+        next_day
+    )
     assert current(lake) == want
     retried = handle.update({"action": "upper(action)"}, where="user_id < 5", dates="all", request_id="u1")
     assert retried.applied_before is not None and retried.applied_before.table_version == 1 and len(retried) == 0
@@ -163,11 +175,37 @@ def test_update_sets_columns_of_matching_rows_as_one_update_version(deployment: 
         handle.delete("true", dates=DAY, request_id="u1")
 
     silt = silt_in_process(deployment, monkeypatch)
-    shown = json.loads(silt("update", "web.access", "--set", "action='seen'", "--where", "user_id = 1",
-                            "--date", "2026-11-20", "--request-id", "u2", "--json"))
+    shown = json.loads(
+        silt(
+            "update",
+            "web.access",
+            "--set",
+            "action='seen'",
+            "--where",
+            "user_id = 1",
+            "--date",
+            "2026-11-20",
+            "--request-id",
+            "u2",
+            "--json",
+        )
+    )
     assert shown["request_id"] == "u2" and [p["rows_changed"] for p in shown["partitions"]] == [1]
-    again = json.loads(silt("update", "web.access", "--set", "action='seen'", "--where", "user_id = 1",
-                            "--date", "2026-11-20", "--request-id", "u2", "--json"))
+    again = json.loads(
+        silt(
+            "update",
+            "web.access",
+            "--set",
+            "action='seen'",
+            "--where",
+            "user_id = 1",
+            "--date",
+            "2026-11-20",
+            "--request-id",
+            "u2",
+            "--json",
+        )
+    )
     assert again["applied_before"]["table_version"] == shown["table_version"]
     assert "would be set" in silt("update", "web.access", "--set", "action='x'", "--date", "2026-11-21", "--dry-run")
     assert "--set" in silt("update", "web.access", "--set", "action", "--all-dates", code=2)
@@ -209,30 +247,38 @@ def test_a_stale_retried_upsert_no_longer_rolls_a_key_back(deployment: Deploymen
 
 
 @SQLITE_ONLY
-def test_delete_and_upsert_commands_take_request_ids_json_and_dry_run(deployment: Deployment, monkeypatch,
-                                                                    tmp_path) -> None:
+def test_delete_and_upsert_commands_take_request_ids_json_and_dry_run(
+    deployment: Deployment, monkeypatch, tmp_path
+) -> None:
     make_table(deployment, **KEYED)
     lake = Lake(deployment)
     lake.table("web.access").upsert(upsert_rows([1, 2, 3], "a"))
     silt = silt_in_process(deployment, monkeypatch)
 
-    dry = json.loads(silt("delete", "web.access", "--where", "user_id = 1", "--date", "2026-11-20", "--dry-run",
-                          "--json"))
-    assert dry["dry_run"] and [p["rows_changed"] for p in dry["partitions"]] == [1] and lake.table(
-        "web.access").version == 1
-    done = json.loads(silt("delete", "web.access", "--where", "user_id = 1", "--date", "2026-11-20",
-                           "--request-id", "d1", "--json"))
+    dry = json.loads(
+        silt("delete", "web.access", "--where", "user_id = 1", "--date", "2026-11-20", "--dry-run", "--json")
+    )
+    assert (
+        dry["dry_run"]
+        and [p["rows_changed"] for p in dry["partitions"]] == [1]
+        and lake.table("web.access").version == 1
+    )
+    done = json.loads(
+        silt("delete", "web.access", "--where", "user_id = 1", "--date", "2026-11-20", "--request-id", "d1", "--json")
+    )
     assert done["table_version"] == 2 and done["applied_before"] is None
-    assert "was applied already (delete" in silt("delete", "web.access", "--where", "user_id = 1", "--date",
-                                                 "2026-11-20", "--request-id", "d1")
+    assert "was applied already (delete" in silt(
+        "delete", "web.access", "--where", "user_id = 1", "--date", "2026-11-20", "--request-id", "d1"
+    )
     assert keyed_actions(lake) == {2: "a", 3: "a"}
 
     rows = tmp_path / "rows.jsonl"
     when = f"{late(DAY):%Y-%m-%dT%H:%M:%SZ}"
     rows.write_text("".join(json.dumps({"utc_event_time": when, "user_id": u, "action": "b"}) + "\n" for u in (2, 4)))
     planned = json.loads(silt("upsert", "web.access", str(rows), "--dry-run", "--json"))
-    assert planned["dry_run"] and planned["partitions"] == [{"dt": "2026-11-20", "rows": 2, "deleted_keys": 0,
-                                                            "version": None, "delayed": None}]
+    assert planned["dry_run"] and planned["partitions"] == [
+        {"dt": "2026-11-20", "rows": 2, "deleted_keys": 0, "version": None, "delayed": None}
+    ]
     assert keyed_actions(lake) == {2: "a", 3: "a"}
     upserted = json.loads(silt("upsert", "web.access", str(rows), "--request-id", "up1", "--json"))
     assert upserted["partitions"][0]["rows"] == 2 and upserted["applied_before"] is None
@@ -249,7 +295,9 @@ def test_reap_forgets_request_ids_past_their_retention(plain_deployment: Deploym
     assert report.request_ids == 0 and deployment.catalog.requests.get(table.record.id, "old") is not None
     report = reap_once(deployment, now=utcnow() + dt.timedelta(days=8))
     assert report.request_ids == 1 and deployment.catalog.requests.get(table.record.id, "old") is None
-    assert table.append(arrow_rows(rows_for(DAY, 2, 0)), request_id="old").rows == 2, \
+    assert table.append(arrow_rows(rows_for(DAY, 2, 0)), request_id="old").rows == 2, (
         "past the window, an id is applied again"
+    )
     assert pc.sum(table.to_arrow(columns=["user_id"]).column("user_id")).as_py() == 2 * sum(
-        r["user_id"] for r in rows_for(DAY, 2, 0))
+        r["user_id"] for r in rows_for(DAY, 2, 0)
+    )

@@ -48,8 +48,9 @@ def test_a_view_is_bound_at_the_queries_over_it_not_at_its_creation(local_deploy
             connection.sql("SELECT count(*) FROM access").fetchall()
 
 
-def test_the_current_state_s_select_is_made_once_while_it_stays_current(local_deployment: Deployment,
-                                                                        monkeypatch) -> None:
+def test_the_current_state_s_select_is_made_once_while_it_stays_current(
+    local_deployment: Deployment, monkeypatch
+) -> None:
     made = []
     original = siltlake.read.duck.table_select
     monkeypatch.setattr(siltlake.read.duck, "table_select", lambda *a, **k: made.append(1) or original(*a, **k))
@@ -59,8 +60,11 @@ def test_the_current_state_s_select_is_made_once_while_it_stays_current(local_de
 
     def count(**options: object) -> int:
         with duckdb.connect() as connection:
-            return table.to_duckdb(connection, view="access", **options).sql(
-                "SELECT count(*) FROM access").fetchall()[0][0]
+            return (
+                table.to_duckdb(connection, view="access", **options)
+                .sql("SELECT count(*) FROM access")
+                .fetchall()[0][0]
+            )
 
     assert (count(), count(), len(made)) == (20, 20, 1)
     assert (count(dates=[DAYS[0]]), len(made)) == (20, 2)  # another plan: the days asked for
@@ -69,17 +73,28 @@ def test_the_current_state_s_select_is_made_once_while_it_stays_current(local_de
 
 
 def test_a_partition_merged_on_read_is_registered_on_each_connection_anew(local_deployment: Deployment) -> None:
-    keyed = local_deployment.catalog.tables.create(TableDef.from_mapping(keyed_table("keyed").model_dump(
-        by_alias=True)))
+    keyed = local_deployment.catalog.tables.create(
+        TableDef.from_mapping(keyed_table("keyed").model_dump(by_alias=True))
+    )
     noon = tokyo(DAYS[0], 12).replace(tzinfo=dt.UTC)
-    add_small_objects(local_deployment, keyed, DAYS[0], [
-        [{"utc_event_time": noon, "event_id": f"e{i}", "seq": 1, "v": f"old{i}"} for i in range(4)],
-        [{"utc_event_time": noon, "event_id": f"e{i}", "seq": 2, "v": f"new{i}"} for i in range(0, 4, 2)]])
+    add_small_objects(
+        local_deployment,
+        keyed,
+        DAYS[0],
+        [
+            [{"utc_event_time": noon, "event_id": f"e{i}", "seq": 1, "v": f"old{i}"} for i in range(4)],
+            [{"utc_event_time": noon, "event_id": f"e{i}", "seq": 2, "v": f"new{i}"} for i in range(0, 4, 2)],
+        ],
+    )
     table = Lake(local_deployment).table("web.keyed")
     for _ in range(2):
         with duckdb.connect() as connection:
             assert sorted(table.to_duckdb(connection).select("v").fetchall()) == [
-                ("new0",), ("new2",), ("old1",), ("old3",)]
+                ("new0",),
+                ("new2",),
+                ("old1",),
+                ("old3",),
+            ]
 
 
 def test_files_holding_the_table_s_columns_are_read_as_they_are(local_deployment: Deployment) -> None:
@@ -95,7 +110,8 @@ def test_files_holding_the_table_s_columns_are_read_as_they_are(local_deployment
             assert relation.columns == table.schema.names
             assert relation.types == ["TIMESTAMP WITH TIME ZONE", "BIGINT", "VARCHAR", "DATE"]
             assert Counter(relation.fetchall()) == Counter(
-                (r["utc_event_time"], r["user_id"], r["action"], days[0]) for r in rows)
+                (r["utc_event_time"], r["user_id"], r["action"], days[0]) for r in rows
+            )
 
 
 def test_a_lake_under_a_key_value_directory_takes_dt_from_the_partition_not_the_files(tmp_path: Path) -> None:
@@ -113,9 +129,12 @@ def test_a_lake_under_a_key_value_directory_takes_dt_from_the_partition_not_the_
             relation = table.to_duckdb(connection)
             assert relation.columns == table.schema.names
             assert Counter(relation.fetchall()) == Counter(
-                (r["utc_event_time"], r["user_id"], r["action"], day) for day, batch_rows in rows.items()
-                for r in batch_rows)
+                (r["utc_event_time"], r["user_id"], r["action"], day)
+                for day, batch_rows in rows.items()
+                for r in batch_rows
+            )
             assert table.to_duckdb(connection, dates=[DAYS[0]]).aggregate("min(dt), max(dt)").fetchall() == [
-                (DAYS[0], DAYS[0])]
+                (DAYS[0], DAYS[0])
+            ]
     finally:
         deployment.close()

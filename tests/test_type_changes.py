@@ -36,10 +36,13 @@ _staged = itertools.count()
 
 def stage(deployment: Deployment, codes: list[object], hour: int = 1) -> list[dt.datetime]:
     """Stream one JSON-lines object of events on DAY (Tokyo), one per code; their event times."""
-    times = [dt.datetime.combine(DAY, dt.time(hour, n), tzinfo=dt.UTC) - dt.timedelta(hours=9)
-             for n in range(len(codes))]
-    lines = [{"time": t.isoformat(), "user_id": n, "action": "a", "code": code}
-             for n, (t, code) in enumerate(zip(times, codes, strict=True))]
+    times = [
+        dt.datetime.combine(DAY, dt.time(hour, n), tzinfo=dt.UTC) - dt.timedelta(hours=9) for n in range(len(codes))
+    ]
+    lines = [
+        {"time": t.isoformat(), "user_id": n, "action": "a", "code": code}
+        for n, (t, code) in enumerate(zip(times, codes, strict=True))
+    ]
     path = Path(deployment.staging.path(f"f1.web.access/{DAY:%Y/%m/%d}/{next(_staged)}.jsonl.gz"))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(gzip.compress("".join(json.dumps(line) + "\n" for line in lines).encode()))
@@ -67,8 +70,9 @@ def codes_by_reader(deployment: Deployment, spark, version: int | None = None) -
 
 
 @pytest.mark.spark
-def test_string_to_bigint_rewrites_reports_keeps_and_replays_what_does_not_convert(deployment: Deployment,
-                                                                                   spark) -> None:
+def test_string_to_bigint_rewrites_reports_keeps_and_replays_what_does_not_convert(
+    deployment: Deployment, spark
+) -> None:
     deployment.config.publish.targets = ["iceberg"]
     deployment.catalog.tables.create(TableDef.from_mapping({**WITH_CODE, "merge_interval": 0}))
     stage(deployment, ["1", "22", "abc", None, "-3", "2.5"])
@@ -76,8 +80,11 @@ def test_string_to_bigint_rewrites_reports_keeps_and_replays_what_does_not_conve
     table = Lake(deployment).table("web.access")
     before_version = table.version
 
-    with pytest.raises(DefinitionError, match=r"from string to bigint converts its stored values: run it with "
-                                              r"--rewrite"):
+    with pytest.raises(
+        DefinitionError,
+        match=r"from string to bigint converts its stored values: run it with "
+        r"--rewrite",
+    ):
         table.alter_column("code", "bigint")
     assert table.record.definition.column("code").type == "string" and table.version == before_version
 
@@ -86,14 +93,20 @@ def test_string_to_bigint_rewrites_reports_keeps_and_replays_what_does_not_conve
     assert table.record.definition.column("code").type == "bigint" and table.version == report.table_version
     assert report.table_version == before_version + 1, "the rewritten partitions and the definition: one version"
     answers = codes_by_reader(deployment, spark)
-    assert answers == {"table API": ("int64", [1, 22, None, -3]), "DuckDB": ("BIGINT", [1, 22, None, -3]),
-                       "Spark": ("bigint", [1, 22, None, -3]), "Spark SQL": ("bigint", [1, 22, None, -3])}
+    assert answers == {
+        "table API": ("int64", [1, 22, None, -3]),
+        "DuckDB": ("BIGINT", [1, 22, None, -3]),
+        "Spark": ("bigint", [1, 22, None, -3]),
+        "Spark SQL": ("bigint", [1, 22, None, -3]),
+    }
 
-    (error_key, count), = error_files(deployment, "web.access")
+    ((error_key, count),) = error_files(deployment, "web.access")
     assert count == 2 and deployment.lake.uri(error_key) == report.error_file
     kept = [json.loads(line) for line in deployment.lake.read_bytes(error_key).splitlines()]
     assert [(k["reason"], json.loads(k["raw"])["code"]) for k in kept] == [
-        ("column code: 'abc' is not a bigint", "abc"), ("column code: '2.5' is not a bigint", "2.5")]
+        ("column code: 'abc' is not a bigint", "abc"),
+        ("column code: '2.5' is not a bigint", "2.5"),
+    ]
     assert json.loads(kept[0]["raw"])["time"].startswith(f"{DAY - dt.timedelta(days=1)}T16:02:00")
 
     publish_once(deployment, now=tokyo(DAY, 14))
@@ -113,8 +126,12 @@ def test_string_to_bigint_rewrites_reports_keeps_and_replays_what_does_not_conve
     # A version before the rewrite reads as it was: with its own definition, the strings.
     old = codes_by_reader(deployment, spark, before_version)
     values = ["1", "22", "abc", None, "-3", "2.5"]
-    assert old == {"table API": ("string", values), "DuckDB": ("VARCHAR", values), "Spark": ("string", values),
-                   "Spark SQL": ("string", values)}
+    assert old == {
+        "table API": ("string", values),
+        "DuckDB": ("VARCHAR", values),
+        "Spark": ("string", values),
+        "Spark SQL": ("string", values),
+    }
     history = [(c.op, c.detail) for c in deployment.catalog.tables.changes(table.record.id)]
     assert history == [("alter-column", "code bigint (rewrite)")]
 
@@ -122,18 +139,33 @@ def test_string_to_bigint_rewrites_reports_keeps_and_replays_what_does_not_conve
 def convert(rows: dict[str, list], before: TableDef, column: str, new_type: str) -> tuple[list, list]:
     """Runs the rewrite's converter as a Spark task would: (converted values, reasons)."""
     after = before.with_column_type(column, new_type, rewrite=True)
-    (out,) = ColumnConverter(before.to_json(), after.to_json(), column)(iter(pa.table(rows, before.arrow_schema())
-                                                                           .to_batches()))
+    (out,) = ColumnConverter(before.to_json(), after.to_json(), column)(
+        iter(pa.table(rows, before.arrow_schema()).to_batches())
+    )
     return out.column(column).to_pylist(), out.column(REASON).to_pylist()
 
 
 def test_conversions_follow_the_streams_coercion_and_the_tables_zone() -> None:
-    table = TableDef.from_mapping({**WITH_CODE, "columns": [
-        *ACCESS_TABLE["columns"], {"name": "seen", "type": "timestamp"}, {"name": "score", "type": "string"},
-        {"name": "ratio", "type": "double"}]}).with_field_ids()
+    table = TableDef.from_mapping(
+        {
+            **WITH_CODE,
+            "columns": [
+                *ACCESS_TABLE["columns"],
+                {"name": "seen", "type": "timestamp"},
+                {"name": "score", "type": "string"},
+                {"name": "ratio", "type": "double"},
+            ],
+        }
+    ).with_field_ids()
     late = dt.datetime(2026, 11, 19, 15, 30, tzinfo=dt.UTC)  # 00:30 on the 20th in Tokyo
-    rows = {"utc_event_time": [late] * 3, "user_id": [1, 2, 3], "action": ["a"] * 3, "seen": [late, None, late],
-            "score": ["1.5", "x", " 2"], "ratio": [3.0, 2.5, 1e30]}
+    rows = {
+        "utc_event_time": [late] * 3,
+        "user_id": [1, 2, 3],
+        "action": ["a"] * 3,
+        "seen": [late, None, late],
+        "score": ["1.5", "x", " 2"],
+        "ratio": [3.0, 2.5, 1e30],
+    }
     assert convert(rows, table, "seen", "date")[0] == [dt.date(2026, 11, 20), None, dt.date(2026, 11, 20)]
     values, reasons = convert(rows, table, "score", "double")
     assert values[0] == 1.5 and values[1] is None and reasons[:2] == [None, "column score: 'x' is not a double"]
@@ -148,8 +180,9 @@ def test_conversions_follow_the_streams_coercion_and_the_tables_zone() -> None:
     assert after.with_column_type("ratio", "string", rewrite=True).column("ratio").field_id == 9
 
 
-def test_refusals_name_the_rewrite_and_the_columns_that_cannot_change(plain_deployment: Deployment,
-                                                                       monkeypatch) -> None:
+def test_refusals_name_the_rewrite_and_the_columns_that_cannot_change(
+    plain_deployment: Deployment, monkeypatch
+) -> None:
     from .merge_helpers import silt_in_process
 
     silt = silt_in_process(plain_deployment, monkeypatch)
@@ -162,17 +195,24 @@ def test_refusals_name_the_rewrite_and_the_columns_that_cannot_change(plain_depl
     assert done == "column action of web.access is now bigint (table version 2)", "no partition: nothing rewritten"
     history = json.loads(silt("history", "web.access", "--format", "json"))
     assert [(row["table_version"], row["op"], row["shows"]) for row in history] == [
-        (1, "add-column", "referrer string"), (2, "alter-column", "action bigint (rewrite)")]
+        (1, "add-column", "referrer string"),
+        (2, "alter-column", "action bigint (rewrite)"),
+    ]
 
 
 def test_add_column_and_a_widening_are_table_versions(plain_deployment: Deployment) -> None:
     tables = plain_deployment.catalog.tables
-    narrow = tables.create(TableDef.from_mapping({**ACCESS_TABLE, "name": "narrow", "columns": [
-        *ACCESS_TABLE["columns"][:2], {"name": "n", "type": "int"}]}))
+    narrow = tables.create(
+        TableDef.from_mapping(
+            {**ACCESS_TABLE, "name": "narrow", "columns": [*ACCESS_TABLE["columns"][:2], {"name": "n", "type": "int"}]}
+        )
+    )
     tables.add_column("web.narrow", TableDef.from_mapping(WITH_CODE).column("code"))
     tables.alter_column_type("web.narrow", "n", "bigint")
     assert [(c.table_version, c.op, c.detail) for c in tables.changes(narrow.id)] == [
-        (1, "add-column", "code string"), (2, "alter-column", "n bigint")]
+        (1, "add-column", "code string"),
+        (2, "alter-column", "n bigint"),
+    ]
     assert tables.get("web.narrow").definition.column("n").type == "bigint"
 
 
@@ -187,8 +227,7 @@ def test_a_derived_query_is_analysed_for_the_columns_it_reads() -> None:
 
 
 @pytest.mark.spark
-def test_a_derived_table_refuses_changes_of_the_columns_it_reads_only(deployment: Deployment,
-                                                                      spark) -> None:
+def test_a_derived_table_refuses_changes_of_the_columns_it_reads_only(deployment: Deployment, spark) -> None:
     from siltlake.derived import create_derived
 
     from .test_derived import make_source
@@ -197,11 +236,16 @@ def test_a_derived_table_refuses_changes_of_the_columns_it_reads_only(deployment
     query = "SELECT dt, action, count(*) AS hits FROM web.access GROUP BY dt, action"
     create_derived(deployment, DerivedDef.from_mapping({"name": "web.daily_actions", "query": query}))
     tables = deployment.catalog.tables
-    for change in (lambda: tables.rename_column("web.access", "action", "event"),
-                   lambda: tables.drop_column("web.access", "action"),
-                   lambda: tables.alter_column_type("web.access", "action", "bigint")):
-        with pytest.raises(CatalogError, match=r"^web.access is read by derived table web.daily_actions, whose query "
-                                               r"names column action, selects \* or cannot be analysed"):
+    for change in (
+        lambda: tables.rename_column("web.access", "action", "event"),
+        lambda: tables.drop_column("web.access", "action"),
+        lambda: tables.alter_column_type("web.access", "action", "bigint"),
+    ):
+        with pytest.raises(
+            CatalogError,
+            match=r"^web.access is read by derived table web.daily_actions, whose query "
+            r"names column action, selects \* or cannot be analysed",
+        ):
             change()
     tables.rename_column("web.access", "user_id", "uid")
     tables.drop_column("web.access", "uid")

@@ -54,7 +54,8 @@ def switched_partition(deployment: Deployment) -> list[int]:
 
 
 def test_a_delete_on_a_live_day_is_one_version_and_later_appends_merges_and_the_switch_keep_it(
-        deployment: Deployment, spark) -> None:
+    deployment: Deployment, spark
+) -> None:
     table = make_table(deployment)
     add_small_objects(deployment, table, DAY, [rows_for(DAY, 40, s) for s in range(3)])
     publish_once(deployment, now=tokyo(DAY, 12))
@@ -94,7 +95,8 @@ def test_a_delete_on_a_live_day_is_one_version_and_later_appends_merges_and_the_
 
 
 def test_a_delete_on_a_switched_day_includes_its_merged_but_unpublished_delayed_objects(
-        deployment: Deployment, spark) -> None:
+    deployment: Deployment, spark
+) -> None:
     switched_partition(deployment)
     table = deployment.catalog.tables.get("web.access")
     add_small_objects(deployment, table, DAY, [rows_for(DAY, 10, 7)])  # delayed: the day is closed
@@ -113,8 +115,9 @@ def test_overwrite_replaces_a_partition_and_refuses_rows_that_do_not_fit(deploym
     table = make_table(deployment)
     add_small_objects(deployment, table, DAY, [rows_for(DAY, 20, 0)])
     replacement = rows_for(DAY, 5, 9)
-    frame = spark.createDataFrame([(r["utc_event_time"], r["user_id"]) for r in replacement],
-                                  "utc_event_time timestamp, user_id bigint")
+    frame = spark.createDataFrame(
+        [(r["utc_event_time"], r["user_id"]) for r in replacement], "utc_event_time timestamp, user_id bigint"
+    )
     report = overwrite_partition(deployment, "web.access", DAY, frame)
     assert (report.rows_before, report.rows_after) == (20, 5)
     assert visible(spark, deployment) == Counter((r["user_id"], None) for r in replacement), "action reads as null"
@@ -135,6 +138,7 @@ def test_overwrite_replaces_a_partition_and_refuses_rows_that_do_not_fit(deploym
 
 
 # --- the conflict matrix (docs/design.md) -------------------------------------------------------------
+
 
 def test_update_vs_update_the_later_commit_fails_and_a_retry_applies_both(deployment: Deployment, spark) -> None:
     table = make_table(deployment)
@@ -192,9 +196,16 @@ def test_update_then_append_the_append_fails_and_streams_again_next_run(deployme
     table = make_table(deployment)
     add_small_objects(deployment, table, DAY, [rows_for(DAY, 30, 0)])
     incoming = rows_for(DAY, 12, 5)
-    stage(deployment, "fluentd01.web.access/2026/11/20/batch.jsonl.gz", jsonl_gz(
-        [{"time": r["utc_event_time"].isoformat(), "user_id": r["user_id"], "action": r["action"]}
-         for r in incoming]))
+    stage(
+        deployment,
+        "fluentd01.web.access/2026/11/20/batch.jsonl.gz",
+        jsonl_gz(
+            [
+                {"time": r["utc_event_time"].isoformat(), "user_id": r["user_id"], "action": r["action"]}
+                for r in incoming
+            ]
+        ),
+    )
 
     class UpdateWhileDecoding(Progress):
         """Commits an update after the stream's wave started and before it commits."""
@@ -213,8 +224,9 @@ def test_update_then_append_the_append_fails_and_streams_again_next_run(deployme
     assert "streamed again on the next run" in reason
     second = stream_once(deployment)
     assert second.processed == 1 and not second.failed
-    assert visible(spark, deployment) == expected_rows([(0, 30), (5, 12)], drop=lambda r: r["action"] == "a1") + \
-        Counter((r["user_id"], r["action"]) for r in incoming if r["action"] == "a1")
+    assert visible(spark, deployment) == expected_rows(
+        [(0, 30), (5, 12)], drop=lambda r: r["action"] == "a1"
+    ) + Counter((r["user_id"], r["action"]) for r in incoming if r["action"] == "a1")
 
 
 def test_update_vs_compaction_the_update_wins_whichever_commits_first(deployment: Deployment, spark) -> None:
@@ -235,13 +247,18 @@ def test_update_vs_compaction_the_update_wins_whichever_commits_first(deployment
     add_small_objects(deployment, table, DAY, [rows_for(DAY, 10, 8)])
     merge_once(deployment)
     (compaction,) = deployment.catalog.versions.merged_to_publish()
-    json_key, _ = write_manifests(deployment.lake, layout, DAY, compaction.desired,
-                                  [(r.key(layout, DAY), r.content_length) for r in compaction.ranges])
+    json_key, _ = write_manifests(
+        deployment.lake,
+        layout,
+        DAY,
+        compaction.desired,
+        [(r.key(layout, DAY), r.content_length) for r in compaction.ranges],
+    )
     delete_rows(deployment, "web.access", DAY, "action = 'a3'")
     assert deployment.catalog.versions.publish_merged(compaction, json_key, tokyo(NEXT_DAY, 4)) is None
     assert visible(spark, deployment) == expected_rows(
-        [(0, 40), (1, 40), (2, 40), (7, 10)], drop=lambda r: r["action"] in ("a0", "a3")) + expected_rows(
-        [(8, 10)], drop=lambda r: r["action"] == "a3"), "seed 8 came after the first delete"
+        [(0, 40), (1, 40), (2, 40), (7, 10)], drop=lambda r: r["action"] in ("a0", "a3")
+    ) + expected_rows([(8, 10)], drop=lambda r: r["action"] == "a3"), "seed 8 came after the first delete"
     ops = [v.commit_op for v in deployment.catalog.versions.of_partitions([only_partition(deployment, table).id])]
     assert ops == ["append", "compaction", "compaction", "update", "update"]
 
@@ -253,8 +270,13 @@ def test_append_vs_compaction_and_append_vs_append_never_conflict(deployment: De
     add_small_objects(deployment, table, DAY, [rows_for(DAY, 10, 7)])
     merge_once(deployment)
     (compaction,) = deployment.catalog.versions.merged_to_publish()
-    json_key, _ = write_manifests(deployment.lake, layout, DAY, compaction.desired,
-                                  [(r.key(layout, DAY), r.content_length) for r in compaction.ranges])
+    json_key, _ = write_manifests(
+        deployment.lake,
+        layout,
+        DAY,
+        compaction.desired,
+        [(r.key(layout, DAY), r.content_length) for r in compaction.ranges],
+    )
     add_small_objects(deployment, table, DAY, [rows_for(DAY, 10, 8)])  # an append between read and commit
     add_small_objects(deployment, table, DAY, [rows_for(DAY, 10, 9)])  # and another: appends chain
     assert deployment.catalog.versions.publish_merged(compaction, json_key, tokyo(NEXT_DAY, 3)) is not None
@@ -275,8 +297,13 @@ def test_compaction_vs_compaction_the_later_is_discarded(deployment: Deployment,
     prepared = []
     for _ in range(2):
         (compaction,) = deployment.catalog.versions.merged_to_publish()
-        json_key, _ = write_manifests(deployment.lake, layout, DAY, compaction.desired,
-                                      [(r.key(layout, DAY), r.content_length) for r in compaction.ranges])
+        json_key, _ = write_manifests(
+            deployment.lake,
+            layout,
+            DAY,
+            compaction.desired,
+            [(r.key(layout, DAY), r.content_length) for r in compaction.ranges],
+        )
         prepared.append((compaction, json_key))
     first = deployment.catalog.versions.publish_merged(*prepared[0], tokyo(NEXT_DAY, 3))
     assert first is not None and first.commit_op == "compaction"
@@ -289,20 +316,29 @@ def test_compaction_vs_compaction_the_later_is_discarded(deployment: Deployment,
 def test_a_merge_job_racing_an_update_is_retried_and_merges_only_what_came_after(deployment: Deployment, spark) -> None:
     table = make_table(deployment)
     add_small_objects(deployment, table, DAY, [rows_for(DAY, 20, s) for s in range(2)])
-    update = prepare_overwrite(deployment, "web.access", DAY, spark.createDataFrame(
-        [(r["utc_event_time"], r["user_id"], "x") for r in rows_for(DAY, 3, 4)],
-        "utc_event_time timestamp, user_id bigint, action string"), now=tokyo(DAY, 12))
+    update = prepare_overwrite(
+        deployment,
+        "web.access",
+        DAY,
+        spark.createDataFrame(
+            [(r["utc_event_time"], r["user_id"], "x") for r in rows_for(DAY, 3, 4)],
+            "utc_event_time timestamp, user_id bigint, action string",
+        ),
+        now=tokyo(DAY, 12),
+    )
     merge_once(deployment)  # merges the two objects the update replaces
     update.commit()
     add_small_objects(deployment, table, DAY, [rows_for(DAY, 5, 6)])
     merge_once(deployment)
-    ranges = [r for r in deployment.catalog.merge_queue.ranges(only_partition(deployment, table).id)
-              if r.lower is not None]
+    ranges = [
+        r for r in deployment.catalog.merge_queue.ranges(only_partition(deployment, table).id) if r.lower is not None
+    ]
     assert [(r.lower, r.row_count) for r in ranges] == [(0, 8)], "the update's object, extended by the new object"
     publish_once(deployment, now=tokyo(NEXT_DAY, 1))
     publish_once(deployment, now=tokyo(NEXT_DAY, 2))
     assert visible(spark, deployment) == Counter((r["user_id"], "x") for r in rows_for(DAY, 3, 4)) + expected_rows(
-        [(6, 5)])
+        [(6, 5)]
+    )
 
 
 def test_delete_command(deployment: Deployment, monkeypatch) -> None:
@@ -310,13 +346,15 @@ def test_delete_command(deployment: Deployment, monkeypatch) -> None:
     add_small_objects(deployment, table, DAY, [rows_for(DAY, 10, 0)])
     silt = silt_in_process(deployment, monkeypatch)
 
-    output = silt("delete", "web.access", "--where", "user_id = 3", "--date", "2026-11-20",
-                  "--now", "2026-11-20T05:00:00Z")
+    output = silt(
+        "delete", "web.access", "--where", "user_id = 3", "--date", "2026-11-20", "--now", "2026-11-20T05:00:00Z"
+    )
     assert "2026-11-20" in output and " 1 " in output
     assert "unchanged" in silt("delete", "web.access", "--where", "user_id = 3", "--all-dates")
     # Neither option: the days --where's conditions on dt allow (Table.write_partitions); both: refused.
     assert "--date YYYY-MM-DD (repeatable) or --all-dates, not both" in silt(
-        "delete", "web.access", "--where", "true", "--all-dates", "--date", "2026-11-20", code=2)
+        "delete", "web.access", "--where", "true", "--all-dates", "--date", "2026-11-20", code=2
+    )
     assert "unchanged" in silt("delete", "web.access", "--where", "dt = '2026-11-20' AND user_id = 3")
     assert "cannot use --where" in silt("delete", "web.access", "--where", "nope(", "--date", "2026-11-20", code=2)
     history = json.loads(silt("history", "web.access", "--format", "json"))
@@ -325,12 +363,16 @@ def test_delete_command(deployment: Deployment, monkeypatch) -> None:
 
 def update_objects(deployment: Deployment) -> list[str]:
     """Keys of the update objects and update manifests under the lake."""
-    return sorted(info.key for info in deployment.lake.list(f"{deployment.instance_key}/")
-                  if "update-" in info.key.rsplit("/", 2)[-2] + info.key.rsplit("/", 1)[-1])
+    return sorted(
+        info.key
+        for info in deployment.lake.list(f"{deployment.instance_key}/")
+        if "update-" in info.key.rsplit("/", 2)[-2] + info.key.rsplit("/", 1)[-1]
+    )
 
 
-def test_a_delete_over_several_dates_is_one_table_version_all_or_nothing(deployment: Deployment, spark,
-                                                                         monkeypatch) -> None:
+def test_a_delete_over_several_dates_is_one_table_version_all_or_nothing(
+    deployment: Deployment, spark, monkeypatch
+) -> None:
     from siltlake.lake import Lake
     from siltlake.write.update import prepare_deletes
 
@@ -343,8 +385,9 @@ def test_a_delete_over_several_dates_is_one_table_version_all_or_nothing(deploym
     silt = silt_in_process(deployment, monkeypatch)
 
     # A missing date is refused, naming it, before any partition is rewritten.
-    refused = silt("delete", "web.access", "--where", "user_id % 2 = 0", "--date", str(DAY), "--date",
-                   "2026-11-25", code=2)
+    refused = silt(
+        "delete", "web.access", "--where", "user_id % 2 = 0", "--date", str(DAY), "--date", "2026-11-25", code=2
+    )
     assert "2026-11-25" in refused and str(DAY) not in refused.split("2026-11-25")[0].split("no partition")[-1]
     assert access.to_arrow().num_rows == before and update_objects(deployment) == []
 
@@ -365,4 +408,8 @@ def test_a_delete_over_several_dates_is_one_table_version_all_or_nothing(deploym
     assert access.version == 3
     versions = deployment.catalog.versions.of_partitions([p.id for p in deployment.catalog.partitions.list(table.id)])
     assert sorted((v.table_version, v.commit_op) for v in versions if v.commit_op == "update") == [
-        (2, "update"), (2, "update"), (3, "update"), (3, "update")]
+        (2, "update"),
+        (2, "update"),
+        (3, "update"),
+        (3, "update"),
+    ]

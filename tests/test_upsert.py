@@ -38,8 +38,10 @@ from .test_stream import jsonl_gz, stage
 
 pytestmark = pytest.mark.spark
 NEXT_DAY = DAY + dt.timedelta(days=1)
-KEYED = {"primary_key": ["user_id"], "columns": [
-    {**c, "nullable": False} if c["name"] == "user_id" else c for c in ACCESS_TABLE["columns"]]}
+KEYED = {
+    "primary_key": ["user_id"],
+    "columns": [{**c, "nullable": False} if c["name"] == "user_id" else c for c in ACCESS_TABLE["columns"]],
+}
 
 
 def _open(tmp_path: Path, url: str, spark) -> Deployment:
@@ -79,8 +81,13 @@ def late(date: dt.date, minute: int = 30) -> dt.datetime:
 
 def upsert_rows(user_ids: list[int], action: str, date: dt.date = DAY) -> pa.Table:
     """Rows of these users on `date` (late in the day) doing `action`."""
-    return pa.table({"utc_event_time": pa.array([late(date)] * len(user_ids), pa.timestamp("us", tz="UTC")),
-                     "user_id": pa.array(user_ids, pa.int64()), "action": pa.array([action] * len(user_ids))})
+    return pa.table(
+        {
+            "utc_event_time": pa.array([late(date)] * len(user_ids), pa.timestamp("us", tz="UTC")),
+            "user_id": pa.array(user_ids, pa.int64()),
+            "action": pa.array([action] * len(user_ids)),
+        }
+    )
 
 
 def original(seeds: range = range(2), count: int = 10) -> dict:
@@ -121,12 +128,14 @@ def test_upserts_replace_and_delete_keys_at_their_versions_and_merges_keep_them(
     table = keyed_table(deployment)
     publish_once(deployment, now=tokyo(DAY, 12))  # table version 1: the two objects
     before = original()
-    rows = pa.concat_tables([upsert_rows([0, 1, 2], "new"), upsert_rows([1_000_000], "x"),
-                             upsert_rows([77], "added", NEXT_DAY)]).append_column(
-        "gone", pa.array([False, None, False, True, False]))  # null: not a delete
+    rows = pa.concat_tables(
+        [upsert_rows([0, 1, 2], "new"), upsert_rows([1_000_000], "x"), upsert_rows([77], "added", NEXT_DAY)]
+    ).append_column("gone", pa.array([False, None, False, True, False]))  # null: not a delete
     report = Lake(deployment).table("web.access").upsert(rows, delete_column="gone", now=tokyo(DAY, 13))
-    assert [(p.partition_date, p.rows, p.deleted_keys, p.version.commit_op, p.version.table_version)
-            for p in report.partitions] == [(DAY, 4, 1, "merge", 2), (NEXT_DAY, 1, 0, "merge", 2)], "one table version"
+    assert [
+        (p.partition_date, p.rows, p.deleted_keys, p.version.commit_op, p.version.table_version)
+        for p in report.partitions
+    ] == [(DAY, 4, 1, "merge", 2), (NEXT_DAY, 1, 0, "merge", 2)], "one table version"
     expected = {**before, (DAY, 0): "new", (DAY, 1): "new", (DAY, 2): "new", (NEXT_DAY, 77): "added"}
     del expected[(DAY, 1_000_000)]
     assert seen(deployment) == expected
@@ -142,8 +151,12 @@ def test_upserts_replace_and_delete_keys_at_their_versions_and_merges_keep_them(
     at_upsert = dict(expected)
 
     # Appends after the upsert chain after it; a later live version carries the merge version's list forward.
-    add_small_objects(deployment, table, DAY, [[{**r, "action": "later", "utc_event_time": late(DAY, 45)}
-                                                for r in rows_for(DAY, 2, 0)]])
+    add_small_objects(
+        deployment,
+        table,
+        DAY,
+        [[{**r, "action": "later", "utc_event_time": late(DAY, 45)} for r in rows_for(DAY, 2, 0)]],
+    )
     expected.update({(DAY, 0): "later", (DAY, 1): "later"})
     (live,) = publish_once(deployment, now=tokyo(DAY, 14)).live_versions
     assert live.manifest_key == merge_version.manifest_key and seen(deployment) == expected
@@ -162,12 +175,17 @@ def test_upserts_replace_and_delete_keys_at_their_versions_and_merges_keep_them(
             upsert(deployment, "web.access", upsert_rows([5], "lost"))
     finally:
         StreamCommit.add_merge_versions = original_add
-    manifests = Path(deployment.config.storage.root, deployment.catalog.tables.get("web.access").layout(
-        deployment.instance_key).prefix, "manifests", f"dt={DAY}")
+    manifests = Path(
+        deployment.config.storage.root,
+        deployment.catalog.tables.get("web.access").layout(deployment.instance_key).prefix,
+        "manifests",
+        f"dt={DAY}",
+    )
     aborted = list(manifests.glob("manifest-merge-000004-*.json"))
     assert len(aborted) == 1 and seen(deployment) == expected, "nothing committed"
-    reap_once(deployment, now=dt.datetime.now(dt.UTC).replace(tzinfo=None) + dt.timedelta(days=4),
-              retention=100 * 365 * 86400)  # the versions are stamped in 2026: keep them all
+    reap_once(
+        deployment, now=dt.datetime.now(dt.UTC).replace(tzinfo=None) + dt.timedelta(days=4), retention=100 * 365 * 86400
+    )  # the versions are stamped in 2026: keep them all
     assert not aborted[0].exists() and seen(deployment) == expected
     assert seen(deployment, as_of_version=2) == at_upsert and seen(deployment, as_of_version=1) == before
 
@@ -187,36 +205,55 @@ def test_upsert_refuses_rows_it_cannot_apply_and_changes_nothing(lite: Deploymen
     cases = [
         (good.append_column("colour", pa.array(["red", "blue"])), None, "columns not in the table: colour"),
         (good.drop_columns(["user_id"]), None, "required columns missing: user_id"),
-        (good.set_column(1, "user_id", pa.array([None, None], pa.int64())), None,
-         "column 'user_id' holds 2 nulls, and it is a primary_key column"),
-        (good.set_column(0, "utc_event_time", pa.array([None, late(DAY)], pa.timestamp("us", tz="UTC"))), None,
-         "column 'utc_event_time' holds 1 nulls"),
+        (
+            good.set_column(1, "user_id", pa.array([None, None], pa.int64())),
+            None,
+            "column 'user_id' holds 2 nulls, and it is a primary_key column",
+        ),
+        (
+            good.set_column(0, "utc_event_time", pa.array([None, late(DAY)], pa.timestamp("us", tz="UTC"))),
+            None,
+            "column 'utc_event_time' holds 1 nulls",
+        ),
         (good, "gone", "the delete column 'gone' is not among the rows' columns"),
-        (good.append_column("gone", pa.array([1, 0])), "gone", "the delete column 'gone' has type int64; it must be "
-                                                              "boolean"),
-        (pa.concat_tables([good, upsert_rows([2], "y")]), None,
-         r"the key user_id=2 appears 2 times on dt=2026-11-20 \(first at row 2; 1 keys repeat\)"),
+        (
+            good.append_column("gone", pa.array([1, 0])),
+            "gone",
+            "the delete column 'gone' has type int64; it must be boolean",
+        ),
+        (
+            pa.concat_tables([good, upsert_rows([2], "y")]),
+            None,
+            r"the key user_id=2 appears 2 times on dt=2026-11-20 \(first at row 2; 1 keys repeat\)",
+        ),
     ]
     for rows, delete_column, message in cases:
         with pytest.raises(SiltError, match=message):
             upsert(deployment, "web.access", rows, delete_column)
     # The same key on two dates is two keys.
-    assert len(prepare_upsert(deployment, "web.access", pa.concat_tables(
-        [good, upsert_rows([2], "y", NEXT_DAY)])).parts) == 2
+    assert (
+        len(prepare_upsert(deployment, "web.access", pa.concat_tables([good, upsert_rows([2], "y", NEXT_DAY)])).parts)
+        == 2
+    )
     table = deployment.catalog.tables.get("web.access")
-    assert deployment.catalog.versions.of_partitions([p.id for p in deployment.catalog.partitions.list(table.id)]) \
-        == [] and seen(deployment) == original(count=3)
+    assert deployment.catalog.versions.of_partitions(
+        [p.id for p in deployment.catalog.partitions.list(table.id)]
+    ) == [] and seen(deployment) == original(count=3)
 
 
 # --- the conflict matrix: cells with a merge (docs/design.md "Upserts") ------------------------------------
+
 
 @pytest.mark.postgres
 def test_append_then_merge_the_upsert_fails(pg: Deployment) -> None:
     table = keyed_table(pg)
     prepared = prepare_upsert(pg, "web.access", upsert_rows([0], "new"))
     (late,) = add_small_objects(pg, table, DAY, [rows_for(DAY, 3, 5)])
-    with pytest.raises(UpdateConflict, match=f"dt=2026-11-20 changed while the upsert ran: small object {late} "
-                                             "was appended after the upsert started; run the upsert again"):
+    with pytest.raises(
+        UpdateConflict,
+        match=f"dt=2026-11-20 changed while the upsert ran: small object {late} "
+        "was appended after the upsert started; run the upsert again",
+    ):
         prepared.commit()
     assert not [v for v in pg.catalog.versions.of_partitions([only_partition(pg, table).id])], "nothing committed"
     upsert(pg, "web.access", upsert_rows([0], "new"))
@@ -226,8 +263,11 @@ def test_append_then_merge_the_upsert_fails(pg: Deployment) -> None:
 @pytest.mark.postgres
 def test_merge_then_append_the_append_stays_pending_and_streams_again(pg: Deployment) -> None:
     keyed_table(pg)
-    stage(pg, "fluentd01.web.access/2026/11/20/batch.jsonl.gz", jsonl_gz(
-        [{"time": tokyo(DAY, 5).isoformat() + "Z", "user_id": 0, "action": "streamed"}]))
+    stage(
+        pg,
+        "fluentd01.web.access/2026/11/20/batch.jsonl.gz",
+        jsonl_gz([{"time": tokyo(DAY, 5).isoformat() + "Z", "user_id": 0, "action": "streamed"}]),
+    )
 
     class UpsertWhileDecoding(Progress):
         reports: list = []
@@ -249,8 +289,11 @@ def test_update_then_merge_the_upsert_fails(pg: Deployment) -> None:
     keyed_table(pg)
     prepared = prepare_upsert(pg, "web.access", upsert_rows([0], "new"))
     update = delete_rows(pg, "web.access", DAY, "user_id = 1")
-    with pytest.raises(UpdateConflict, match=f"version {update.version.version} \\(update\\) was published after "
-                                             "the upsert started; run the upsert again"):
+    with pytest.raises(
+        UpdateConflict,
+        match=f"version {update.version.version} \\(update\\) was published after "
+        "the upsert started; run the upsert again",
+    ):
         prepared.commit()
     expected = original()
     del expected[(DAY, 1)]
@@ -262,8 +305,11 @@ def test_merge_then_update_the_update_fails(pg: Deployment) -> None:
     keyed_table(pg)
     update = prepare_delete(pg, "web.access", DAY, "user_id = 1")
     report = upsert(pg, "web.access", upsert_rows([0], "new"))
-    with pytest.raises(UpdateConflict, match=f"version {report.partitions[0].version.version} \\(merge\\) was "
-                                             "published after version 0, which the update read; run the update"):
+    with pytest.raises(
+        UpdateConflict,
+        match=f"version {report.partitions[0].version.version} \\(merge\\) was "
+        "published after version 0, which the update read; run the update",
+    ):
         update.commit()
     assert seen(pg) == {**original(), (DAY, 0): "new"}
 
@@ -273,8 +319,10 @@ def test_merge_then_merge_the_later_fails(pg: Deployment) -> None:
     keyed_table(pg)
     first = prepare_upsert(pg, "web.access", upsert_rows([0], "first"))
     second = upsert(pg, "web.access", upsert_rows([0, 1], "second"))
-    with pytest.raises(UpdateConflict, match=f"version {second.partitions[0].version.version} \\(merge\\) was "
-                                             "published after the upsert started"):
+    with pytest.raises(
+        UpdateConflict,
+        match=f"version {second.partitions[0].version.version} \\(merge\\) was published after the upsert started",
+    ):
         first.commit()
     assert seen(pg) == {**original(), (DAY, 0): "second", (DAY, 1): "second"}
 
@@ -308,8 +356,12 @@ def test_merge_then_compaction_keeps_the_upsert_at_every_table_version(pg: Deplo
     pending = pg.catalog.versions.merged_to_publish()
     tables = {table.id: table}
     key = _write_merged_manifests(pg, tables, pending[0])
-    (first,) = upsert(pg, "web.access", upsert_rows([0, 2_000_001], "new"),  # committed between them
-                      now=tokyo(NEXT_DAY, 3)).partitions
+    (first,) = upsert(
+        pg,
+        "web.access",
+        upsert_rows([0, 2_000_001], "new"),  # committed between them
+        now=tokyo(NEXT_DAY, 3),
+    ).partitions
     assert pg.catalog.versions.publish_merged(pending[0], key, tokyo(NEXT_DAY, 3)) is None, "left for the next run"
     (compaction,) = publish_once(pg, now=tokyo(NEXT_DAY, 4)).merged_versions
     assert compaction.covered_upper == first.version.covered_upper > only_partition(pg, table).desired_manifest_version
@@ -326,7 +378,8 @@ def test_merge_then_compaction_keeps_the_upsert_at_every_table_version(pg: Deplo
         upserted = {k for k, v in shown.items() if v in ("new", "newer")}
         covered = version.covered_upper or 0
         assert upserted == ({(DAY, 0), (DAY, 2_000_001)} if covered >= first.version.covered_upper else set()) | (
-            {(DAY, 1)} if covered >= second.version.covered_upper else set()), (table_version, version.commit_op)
+            {(DAY, 1)} if covered >= second.version.covered_upper else set()
+        ), (table_version, version.commit_op)
     assert seen(pg) == {**expected, (DAY, 1): "newer"}
 
 
@@ -335,16 +388,26 @@ def test_upsert_command_with_a_file_and_with_sql(lite: Deployment, tmp_path: Pat
     keyed_table(deployment, rows=3)
     silt = silt_in_process(deployment, monkeypatch)
     rows = tmp_path / "rows.jsonl"
-    rows.write_text("".join(json.dumps(r) + "\n" for r in [
-        {"utc_event_time": "2026-11-19T18:00:00Z", "user_id": 0, "action": "file", "gone": False},
-        {"utc_event_time": "2026-11-19 19:00:00", "user_id": 1, "action": "file", "gone": True}]))
+    rows.write_text(
+        "".join(
+            json.dumps(r) + "\n"
+            for r in [
+                {"utc_event_time": "2026-11-19T18:00:00Z", "user_id": 0, "action": "file", "gone": False},
+                {"utc_event_time": "2026-11-19 19:00:00", "user_id": 1, "action": "file", "gone": True},
+            ]
+        )
+    )
     output = silt("upsert", "web.access", str(rows), "--delete-column", "gone", "--now", "2026-11-20T05:00:00Z")
     assert "2026-11-20" in output and "1" in output
     csv = tmp_path / "rows.csv"
     csv.write_text("utc_event_time,user_id,action\n2026-11-19T20:00:00Z,2,csv\n")
     silt("upsert", "web.access", str(csv))
-    silt("upsert", "web.access", "--sql",
-         "SELECT timestamp'2026-11-19 21:00:00' AS utc_event_time, 1000000L AS user_id, 'sql' AS action")
+    silt(
+        "upsert",
+        "web.access",
+        "--sql",
+        "SELECT timestamp'2026-11-19 21:00:00' AS utc_event_time, 1000000L AS user_id, 'sql' AS action",
+    )
     expected = {**original(count=3), (DAY, 0): "file", (DAY, 2): "csv", (DAY, 1_000_000): "sql"}
     del expected[(DAY, 1)]
     assert seen(deployment) == expected

@@ -28,13 +28,17 @@ def _staged(tmp_path: Path, catalog_url: str, spark, **stream: object) -> Deploy
     deployment.catalog.tables.create(TableDef.from_mapping(ACCESS_TABLE))
     when = dt.datetime(2026, 11, 20, 10, 0, tzinfo=dt.UTC)
     for n in range(4):
-        stage(deployment, f"f.web.access/2026/11/20/{n:02d}.jsonl.gz",
-              jsonl_gz([event(when + dt.timedelta(minutes=i), n * 100 + i) for i in range(3)]))
+        stage(
+            deployment,
+            f"f.web.access/2026/11/20/{n:02d}.jsonl.gz",
+            jsonl_gz([event(when + dt.timedelta(minutes=i), n * 100 + i) for i in range(3)]),
+        )
     return deployment
 
 
 def test_an_object_that_crashes_its_decoder_fails_alone_and_then_becomes_unknown(
-        tmp_path: Path, catalog_url: str, spark, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, catalog_url: str, spark, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """It crashes this host's worker process first (the wave then runs on Spark), then Spark's Python worker."""
     deployment = _staged(tmp_path, catalog_url, spark)
     real = wave_stage.process_staging_object

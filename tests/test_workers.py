@@ -24,8 +24,12 @@ UTC = dt.UTC
 def test_results_come_back_in_item_order_and_a_closure_goes_by_value() -> None:
     offset = 1000
     seen: list[int] = []
-    results = run_on_workers(lambda n: (n + offset, os.getpid()), list(range(57)), weights=[n % 5 for n in range(57)],
-                             on_progress=seen.append)
+    results = run_on_workers(
+        lambda n: (n + offset, os.getpid()),
+        list(range(57)),
+        weights=[n % 5 for n in range(57)],
+        on_progress=seen.append,
+    )
     assert [value for value, _ in results] == [n + 1000 for n in range(57)]
     assert os.getpid() not in {pid for _, pid in results}  # it ran elsewhere
     assert sum(seen) == 57
@@ -77,8 +81,11 @@ def _staged(tmp_path: Path, catalog_url: str, spark, **stream: object) -> Deploy
     deployment.catalog.tables.create(TableDef.from_mapping(ACCESS_TABLE))
     when = dt.datetime(2026, 11, 20, 14, 58, tzinfo=UTC)  # the Tokyo day turns at 15:00 UTC: two dates
     for n in range(12):
-        stage(deployment, f"f.web.access/2026/11/20/{n:02d}.jsonl.gz",
-              jsonl_gz([event(when + dt.timedelta(minutes=2 * i - n), n * 100 + i) for i in range(1 + n % 5)]))
+        stage(
+            deployment,
+            f"f.web.access/2026/11/20/{n:02d}.jsonl.gz",
+            jsonl_gz([event(when + dt.timedelta(minutes=2 * i - n), n * 100 + i) for i in range(1 + n % 5)]),
+        )
     return deployment
 
 
@@ -101,17 +108,18 @@ def test_a_small_wave_on_the_workers_loads_what_a_spark_stage_loads(tmp_path: Pa
         assert local.records_loaded == remote.records_loaded == sum(1 + n % 5 for n in range(12))
         assert local.live_objects == remote.live_objects > 12  # objects spanning the date line split in two
         assert _rows(on_workers) == _rows(on_spark)
-        assert [key.rsplit("/", 1)[0] for key in lake_files(on_workers, "live")] == \
-            [key.rsplit("/", 1)[0] for key in lake_files(on_spark, "live")]
+        assert [key.rsplit("/", 1)[0] for key in lake_files(on_workers, "live")] == [
+            key.rsplit("/", 1)[0] for key in lake_files(on_spark, "live")
+        ]
     finally:
         on_workers.close()
         on_spark.close()
 
 
 @pytest.mark.spark
-def test_a_wave_whose_worker_dies_runs_again_on_spark(tmp_path: Path, catalog_url: str, spark,
-                                                      monkeypatch: pytest.MonkeyPatch,
-                                                      caplog: pytest.LogCaptureFixture) -> None:
+def test_a_wave_whose_worker_dies_runs_again_on_spark(
+    tmp_path: Path, catalog_url: str, spark, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     deployment = _staged(tmp_path, catalog_url, spark)
     real = wave_stage.process_staging_object
 
@@ -156,9 +164,11 @@ def test_a_module_function_goes_by_reference_without_pyspark_in_the_caller() -> 
     import subprocess
     import sys
 
-    script = ("import sys, os.path\nfrom siltlake.workers import run_on_workers, close_workers\n"
-              "print(run_on_workers(os.path.basename, ['/a/b', '/c/d'], [1, 1]))\nclose_workers()\n"
-              "print('pyspark' in sys.modules)")
+    script = (
+        "import sys, os.path\nfrom siltlake.workers import run_on_workers, close_workers\n"
+        "print(run_on_workers(os.path.basename, ['/a/b', '/c/d'], [1, 1]))\nclose_workers()\n"
+        "print('pyspark' in sys.modules)"
+    )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["['b',", "'d']", "False"], result.stdout

@@ -58,7 +58,7 @@ def normalise_url(url: str) -> str:
     if url.startswith(("postgresql://", "postgres://")):
         return "postgresql+psycopg://" + url.split("://", 1)[1]
     if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
-        path = Path(url[len("sqlite:///"):]).expanduser().resolve()
+        path = Path(url[len("sqlite:///") :]).expanduser().resolve()
         return f"sqlite:///{path}"
     return url
 
@@ -109,32 +109,49 @@ def insert_table(c: Connection, definition: TableDef, now: dt.datetime) -> Table
         refuse_reserved_column(column.name)
     definition = definition.with_field_ids()
     t = s.tables
-    found = c.execute(sa.select(t.c.id).where(t.c.schema_name == definition.schema_name,
-                                              t.c.table_name == definition.name, t.c.dropped_time.is_(None))).first()
+    found = c.execute(
+        sa.select(t.c.id).where(
+            t.c.schema_name == definition.schema_name, t.c.table_name == definition.name, t.c.dropped_time.is_(None)
+        )
+    ).first()
     if found is not None:
         raise CatalogError(f"table {definition.qualified_name} already exists")
-    taken = {(r.physical_schema_name, r.physical_table_name)
-             for r in c.execute(sa.select(t.c.physical_schema_name, t.c.physical_table_name))}
+    taken = {
+        (r.physical_schema_name, r.physical_table_name)
+        for r in c.execute(sa.select(t.c.physical_schema_name, t.c.physical_table_name))
+    }
     physical_table, suffix = definition.name, 1
     # A dropped table keeps its physical name until reap removes its objects.
     while (definition.schema_name, physical_table) in taken:
         suffix += 1
         physical_table = f"{definition.name}_{suffix}"
-    new_id: int = c.execute(t.insert().values(
-        schema_name=definition.schema_name, table_name=definition.name,
-        physical_schema_name=definition.schema_name, physical_table_name=physical_table,
-        create_time=now, merge_interval=definition.merge_interval,
-        time_column=definition.time_column, timezone=definition.timezone,
-        ttl_days=definition.ttl_days, definition=definition.to_json(),
-    ).returning(t.c.id)).scalar_one()
+    new_id: int = c.execute(
+        t.insert()
+        .values(
+            schema_name=definition.schema_name,
+            table_name=definition.name,
+            physical_schema_name=definition.schema_name,
+            physical_table_name=physical_table,
+            create_time=now,
+            merge_interval=definition.merge_interval,
+            time_column=definition.time_column,
+            timezone=definition.timezone,
+            ttl_days=definition.ttl_days,
+            definition=definition.to_json(),
+        )
+        .returning(t.c.id)
+    ).scalar_one()
     return table_record(c.execute(sa.select(t).where(t.c.id == new_id)).one())
 
 
 def derived_readers(c: Connection, table_id: int) -> list[str]:
     """The live derived tables whose query reads the table (schema.table names)."""
     d, t = s.derived_tables, s.tables
-    rows = c.execute(sa.select(t.c.schema_name, t.c.table_name, d.c.sources)
-                     .select_from(d.join(t, t.c.id == d.c.table_id)).where(t.c.dropped_time.is_(None))).all()
+    rows = c.execute(
+        sa.select(t.c.schema_name, t.c.table_name, d.c.sources)
+        .select_from(d.join(t, t.c.id == d.c.table_id))
+        .where(t.c.dropped_time.is_(None))
+    ).all()
     return [f"{r.schema_name}.{r.table_name}" for r in rows if table_id in json.loads(r.sources)]
 
 
@@ -142,10 +159,16 @@ def derived_column_readers(c: Connection, table_id: int, column: str) -> list[st
     """The live derived tables whose query reads the table and may read its column `column`: those whose query
     names it or selects *, and those whose query cannot be analysed (DerivedDef.may_read_column)."""
     d, t = s.derived_tables, s.tables
-    rows = c.execute(sa.select(t.c.schema_name, t.c.table_name, d.c.sources, d.c.definition)
-                     .select_from(d.join(t, t.c.id == d.c.table_id)).where(t.c.dropped_time.is_(None))).all()
-    return [f"{r.schema_name}.{r.table_name}" for r in rows
-            if table_id in json.loads(r.sources) and DerivedDef.from_json(r.definition).may_read_column(column)]
+    rows = c.execute(
+        sa.select(t.c.schema_name, t.c.table_name, d.c.sources, d.c.definition)
+        .select_from(d.join(t, t.c.id == d.c.table_id))
+        .where(t.c.dropped_time.is_(None))
+    ).all()
+    return [
+        f"{r.schema_name}.{r.table_name}"
+        for r in rows
+        if table_id in json.loads(r.sources) and DerivedDef.from_json(r.definition).may_read_column(column)
+    ]
 
 
 class CatalogCore:
@@ -155,8 +178,11 @@ class CatalogCore:
     def __init__(self, url: str, *, echo: bool = False, connect_timeout: int | None = None) -> None:
         self.url = normalise_url(url)
         self.dialect = "postgresql" if self.url.startswith("postgresql") else "sqlite"
-        self.sqlite_file = (Path(self.url[len("sqlite:///"):])
-                            if self.dialect == "sqlite" and self.url != "sqlite:///:memory:" else None)
+        self.sqlite_file = (
+            Path(self.url[len("sqlite:///") :])
+            if self.dialect == "sqlite" and self.url != "sqlite:///:memory:"
+            else None
+        )
         options: dict = {"echo": echo, "future": True}
         if self.dialect == "postgresql":
             s.postgresql_index_options()
@@ -201,8 +227,10 @@ class CatalogCore:
 
     def _not_initialised(self) -> CatalogError:
         if self.sqlite_file is not None and not self.sqlite_file.exists():
-            return CatalogError(f"there is no catalog at {self.sqlite_file} (not initialised): run `silt init` "
-                                "first (in the deployment's directory, or with its --config)")
+            return CatalogError(
+                f"there is no catalog at {self.sqlite_file} (not initialised): run `silt init` "
+                "first (in the deployment's directory, or with its --config)"
+            )
         return CatalogError(f"the catalog at {self!r} is not initialised; run `silt init` first")
 
     def close(self) -> None:
@@ -265,11 +293,13 @@ class CatalogCore:
                 f"the catalog at {self.masked_url} is at revision {current}, newer than {ours} knows (up to "
                 f"{HEAD_REVISION}): a newer siltlake migrated it; upgrade siltlake to that version here (every "
                 "process using this catalog needs it), or point catalog.url at a catalog of this version; "
-                "nothing was changed")
+                "nothing was changed"
+            )
         raise CatalogError(
             f"the catalog at {self.masked_url} is at revision {current!r}, not one {ours} knows (0001 to "
             f"{HEAD_REVISION}): check catalog.url (another application's database?), or use the siltlake that "
-            "migrated it; nothing was changed")
+            "migrated it; nothing was changed"
+        )
 
     def head_revision(self) -> str:
         from alembic.script import ScriptDirectory
@@ -296,7 +326,8 @@ class CatalogCore:
             raise CatalogReplaced(
                 f"the catalog file {self.sqlite_file} was deleted or replaced while this process ran; it stops "
                 "rather than write where no other process reads: restore the catalog (or `silt init` a new "
-                "one) and restart it")
+                "one) and restart it"
+            )
 
     @contextmanager
     def tx(self) -> Iterator[Connection]:
@@ -305,8 +336,11 @@ class CatalogCore:
             with self.engine.begin() as connection:
                 yield connection
         except (OperationalError, ProgrammingError) as exc:
-            if ("no such table" in str(exc) or "does not exist" in str(exc)
-                    or (self.sqlite_file is not None and not self.sqlite_file.exists())):
+            if (
+                "no such table" in str(exc)
+                or "does not exist" in str(exc)
+                or (self.sqlite_file is not None and not self.sqlite_file.exists())
+            ):
                 raise self._not_initialised() from None
             raise
 
@@ -315,8 +349,10 @@ class CatalogCore:
         """A read-only transaction whose queries all see one state (REPEATABLE READ on PostgreSQL;
         SQLite's transaction already is one snapshot)."""
         if self.dialect == "postgresql":
-            with (self.engine.connect().execution_options(isolation_level="REPEATABLE READ") as connection,
-                  connection.begin()):
+            with (
+                self.engine.connect().execution_options(isolation_level="REPEATABLE READ") as connection,
+                connection.begin(),
+            ):
                 yield connection
             return
         with self.tx() as connection:
@@ -378,13 +414,18 @@ class CatalogCore:
 
     def _fingerprint(self) -> tuple:
         if self.dialect == "sqlite":
-            stat = os.stat(self.url[len("sqlite:///"):])
+            stat = os.stat(self.url[len("sqlite:///") :])
             return stat.st_dev, stat.st_ino
         # A copy lives in another database of the server, or on another server (started at another time).
         with self.tx() as c:
-            return tuple(c.execute(sa.text(
-                "SELECT current_database(), pg_postmaster_start_time(), "
-                "(SELECT oid FROM pg_database WHERE datname = current_database())")).one())
+            return tuple(
+                c.execute(
+                    sa.text(
+                        "SELECT current_database(), pg_postmaster_start_time(), "
+                        "(SELECT oid FROM pg_database WHERE datname = current_database())"
+                    )
+                ).one()
+            )
 
     # --- helpers the concerns share --------------------------------------------------------------
 
@@ -394,8 +435,9 @@ class CatalogCore:
         columns = [key] if isinstance(key, str) else list(key)
         return len(self.insert_new(c, table, key, values, columns[0]))
 
-    def insert_new(self, c: Connection, table: sa.Table, key: str | tuple[str, ...], values: dict | list[dict],
-                   *returning: str) -> Sequence[sa.Row]:
+    def insert_new(
+        self, c: Connection, table: sa.Table, key: str | tuple[str, ...], values: dict | list[dict], *returning: str
+    ) -> Sequence[sa.Row]:
         """insert_once, returning these columns of the rows it inserted."""
         if not values:
             return []
@@ -403,8 +445,10 @@ class CatalogCore:
         statement = self._insert(table).on_conflict_do_nothing(index_elements=columns)
         # Rows as parameters, not in the statement: one compiled INSERT for any number of rows, which SQLAlchemy
         # sends in pages ("insertmanyvalues"); callers need not cut their rows into statements.
-        return c.execute(statement.returning(*(table.c[name] for name in returning)),
-                         values if isinstance(values, list) else [values]).all()
+        return c.execute(
+            statement.returning(*(table.c[name] for name in returning)),
+            values if isinstance(values, list) else [values],
+        ).all()
 
     def insert(self, table: sa.Table):  # the dialect's Insert
         """An INSERT of the catalog's dialect, for an upsert whose update is the caller's own."""
@@ -420,12 +464,17 @@ class CatalogCore:
 
         return sqlite_insert(table)
 
-    def upsert(self, c: Connection, table: sa.Table, key: tuple[str, ...], values: list[dict],
-               updated: tuple[str, ...]) -> None:
+    def upsert(
+        self, c: Connection, table: sa.Table, key: tuple[str, ...], values: list[dict], updated: tuple[str, ...]
+    ) -> None:
         """Insert rows, or set these columns of the rows with the same unique key (one statement)."""
         statement = self._insert(table)
-        c.execute(statement.on_conflict_do_update(index_elements=list(key),
-                                                  set_={name: statement.excluded[name] for name in updated}), values)
+        c.execute(
+            statement.on_conflict_do_update(
+                index_elements=list(key), set_={name: statement.excluded[name] for name in updated}
+            ),
+            values,
+        )
 
     def add_staging_totals(self, c: Connection, deltas: Mapping[int, Sequence[int]]) -> None:
         """Add (objects, records in, bad records) to each table's running staging totals (staging_totals), in
@@ -436,17 +485,26 @@ class CatalogCore:
         changed = {table_id: delta for table_id, delta in sorted(deltas.items()) if any(delta)}
 
         def add(table_id: int, objects: int, records_in: int, bad_records: int) -> bool:
-            return bool(c.execute(totals.update().where(totals.c.table_id == table_id).values(
-                objects=totals.c.objects + objects, records_in=totals.c.records_in + records_in,
-                bad_records=totals.c.bad_records + bad_records)).rowcount)
+            return bool(
+                c.execute(
+                    totals.update()
+                    .where(totals.c.table_id == table_id)
+                    .values(
+                        objects=totals.c.objects + objects,
+                        records_in=totals.c.records_in + records_in,
+                        bad_records=totals.c.bad_records + bad_records,
+                    )
+                ).rowcount
+            )
 
         for table_id, delta in changed.items():
             if not add(table_id, *delta):  # a table's first staging row: its totals row, then the same update
                 self.insert_once(c, totals, "table_id", dict(table_id=table_id))
                 add(table_id, *delta)
 
-    def new_table_versions(self, c: Connection, table_ids: Collection[int], now: dt.datetime, *,
-                           given: bool) -> dict[int, tuple[int, dt.datetime]]:
+    def new_table_versions(
+        self, c: Connection, table_ids: Collection[int], now: dt.datetime, *, given: bool
+    ) -> dict[int, tuple[int, dt.datetime]]:
         """Add a version to each table: {table id: (its number, its time)}. A table's version times strictly
         increase, else TIMESTAMP AS OF would show states that never existed: `now` earlier than the newest
         version is refused when the user `given` it, and a clock behind (another host's) or a time equal to
@@ -458,9 +516,15 @@ class CatalogCore:
         # The table rows' locks (SQLite: the write lock) order commits to a table, so the newest time read
         # with them is final until this transaction ends. The time is the table row's, not the newest of its
         # partitions' versions: reading those would cost what the table has ever published.
-        numbers = {row.id: row for row in c.execute(t.update().where(t.c.id.in_(ids)).values(
-            version=t.c.version + 1).returning(t.c.id, t.c.version, t.c.version_time, t.c.schema_name,
-                                               t.c.table_name))}
+        numbers = {
+            row.id: row
+            for row in c.execute(
+                t.update()
+                .where(t.c.id.in_(ids))
+                .values(version=t.c.version + 1)
+                .returning(t.c.id, t.c.version, t.c.version_time, t.c.schema_name, t.c.table_name)
+            )
+        }
         stamped = {}
         for table_id, row in sorted(numbers.items()):
             last = row.version_time
@@ -469,7 +533,8 @@ class CatalogCore:
                     f"{row.schema_name}.{row.table_name}'s newest version was published at "
                     f"{last.isoformat(sep=' ')} UTC; a new version cannot be stamped {now.isoformat(sep=' ')} UTC, "
                     "before it (TIMESTAMP AS OF would show a state that never existed): give a later time (--now), or "
-                    "none for the current time; nothing was published")
+                    "none for the current time; nothing was published"
+                )
             stamped[table_id] = (row.version, now if last is None or now > last else last + _TICK)
             c.execute(t.update().where(t.c.id == table_id).values(version_time=stamped[table_id][1]))
         return stamped
@@ -487,14 +552,23 @@ class CatalogCore:
         worker from claiming it (MergeQueue.claim skips locked jobs) and planning before those objects are
         committed, which would leave them with no job at all. SQLite's write lock already serialises the two."""
         j = s.merge_jobs
-        query = (sa.select(j.c.id, j.c.partition_id, j.c.schedule_time)
-                 .where(j.c.partition_id.in_(sorted(partition_ids)), j.c.ongoing_mark == 0).order_by(j.c.id))
+        query = (
+            sa.select(j.c.id, j.c.partition_id, j.c.schedule_time)
+            .where(j.c.partition_id.in_(sorted(partition_ids)), j.c.ongoing_mark == 0)
+            .order_by(j.c.id)
+        )
         if self.dialect == "postgresql":
             query = query.with_for_update(read=True)
         return c.execute(query).all()
 
-    def schedule_waiting(self, c: Connection, partition_id: int, when: dt.datetime,
-                         continued_from: int | None = None, advance: bool = True) -> None:
+    def schedule_waiting(
+        self,
+        c: Connection,
+        partition_id: int,
+        when: dt.datetime,
+        continued_from: int | None = None,
+        advance: bool = True,
+    ) -> None:
         """Make sure the partition has a waiting merge job (due no later than `when` if advance).
 
         Here, not in the merge queue: a stream commit schedules its partition's merge in its own transaction."""
@@ -503,8 +577,12 @@ class CatalogCore:
         # PostgreSQL it waits for the first to commit), and reads the row again to hold its lock; should that job
         # have been claimed in between, it inserts the partition's next one.
         while not (found := self.lock_waiting_jobs(c, [partition_id])):
-            if self.insert_once(c, j, ("partition_id", "ongoing_mark"), dict(
-                    partition_id=partition_id, schedule_time=when, ongoing_mark=0, continued_from=continued_from)):
+            if self.insert_once(
+                c,
+                j,
+                ("partition_id", "ongoing_mark"),
+                dict(partition_id=partition_id, schedule_time=when, ongoing_mark=0, continued_from=continued_from),
+            ):
                 return  # ours, unseen by others until we commit
         (waiting,) = found
         if advance and (waiting.schedule_time > when or continued_from is not None):

@@ -25,8 +25,11 @@ class DirectStatement:
         self.sql = compiled.string
         self._compiled = compiled
         self._order = compiled.positiontup
-        self._processors = {name: processor for name, bind in compiled.binds.items()
-                            if (processor := bind.type.dialect_impl(dialect).bind_processor(dialect)) is not None}
+        self._processors = {
+            name: processor
+            for name, bind in compiled.binds.items()
+            if (processor := bind.type.dialect_impl(dialect).bind_processor(dialect)) is not None
+        }
 
     def parameters(self, values: Mapping[str, object]) -> Sequence[object] | Mapping[str, object]:
         given = self._compiled.construct_params(values)
@@ -39,8 +42,11 @@ def fetch_one(connection, direct: DirectStatement, values: Mapping[str, object])
     return _first_row(connection, direct.sql, direct.parameters(values))
 
 
-def _first_row(connection, sql: str,  # a DBAPI connection
-               parameters: Sequence[object] | Mapping[str, object] = ()) -> tuple | None:
+def _first_row(
+    connection,
+    sql: str,  # a DBAPI connection
+    parameters: Sequence[object] | Mapping[str, object] = (),
+) -> tuple | None:
     cursor = connection.cursor()
     try:
         cursor.execute(sql, parameters)

@@ -23,26 +23,57 @@ class ExternalSync:
     def synced_tables(self, target: str) -> dict[int, SyncedTable]:
         e, t = s.external_tables, s.tables
         with self._core.tx() as c:
-            rows = c.execute(sa.select(e, t.c.dropped_time).select_from(e.join(t, t.c.id == e.c.table_id))
-                             .where(e.c.target == target)).all()
-        return {r.table_id: SyncedTable(table_id=r.table_id, database_name=r.database_name, table_name=r.table_name,
-                                        columns=tuple((name, kind) for name, kind in json.loads(r.columns)),
-                                        dropped=r.dropped_time is not None, synced_version=r.synced_version,
-                                        syncing_version=r.syncing_version)
-                for r in rows}
+            rows = c.execute(
+                sa.select(e, t.c.dropped_time)
+                .select_from(e.join(t, t.c.id == e.c.table_id))
+                .where(e.c.target == target)
+            ).all()
+        return {
+            r.table_id: SyncedTable(
+                table_id=r.table_id,
+                database_name=r.database_name,
+                table_name=r.table_name,
+                columns=tuple((name, kind) for name, kind in json.loads(r.columns)),
+                dropped=r.dropped_time is not None,
+                synced_version=r.synced_version,
+                syncing_version=r.syncing_version,
+            )
+            for r in rows
+        }
 
-    def record_table(self, target: str, table_id: int, database_name: str, table_name: str,
-                     columns: Sequence[tuple[str, str]], *, forget_partitions: bool = False) -> None:
+    def record_table(
+        self,
+        target: str,
+        table_id: int,
+        database_name: str,
+        table_name: str,
+        columns: Sequence[tuple[str, str]],
+        *,
+        forget_partitions: bool = False,
+    ) -> None:
         """Remember what the target now has; forget_partitions: it has none of the table's partitions (recreated)."""
         e = s.external_tables
         with self._core.tx() as c:
             # One statement: two publish runs recording the same table at once must not both insert its row.
             described = ("database_name", "table_name", "columns", "sync_time")
-            self._core.upsert(c, e, ("target", "table_id"), [{
-                "target": target, "table_id": table_id, "database_name": database_name, "table_name": table_name,
-                "columns": json.dumps([list(x) for x in columns]), "sync_time": utcnow(), "synced_version": 0,
-                "syncing_version": 0}], (*described, "synced_version", "syncing_version") if forget_partitions
-                else described)
+            self._core.upsert(
+                c,
+                e,
+                ("target", "table_id"),
+                [
+                    {
+                        "target": target,
+                        "table_id": table_id,
+                        "database_name": database_name,
+                        "table_name": table_name,
+                        "columns": json.dumps([list(x) for x in columns]),
+                        "sync_time": utcnow(),
+                        "synced_version": 0,
+                        "syncing_version": 0,
+                    }
+                ],
+                (*described, "synced_version", "syncing_version") if forget_partitions else described,
+            )
             if forget_partitions:
                 self._forget_partitions(c, target, table_id)
 
@@ -56,8 +87,11 @@ class ExternalSync:
     @staticmethod
     def _forget_partitions(c: Connection, target: str, table_id: int) -> None:
         x, p, r = s.external_partitions, s.partitions, s.external_removals
-        c.execute(x.delete().where(x.c.target == target, x.c.partition_id.in_(
-            sa.select(p.c.id).where(p.c.table_id == table_id))))
+        c.execute(
+            x.delete().where(
+                x.c.target == target, x.c.partition_id.in_(sa.select(p.c.id).where(p.c.table_id == table_id))
+            )
+        )
         c.execute(r.delete().where(r.c.target == target, r.c.table_id == table_id))
 
     def partitions_to_sync(self, target: str) -> tuple[list[PartitionToSync], dict[int, int]]:
@@ -69,37 +103,45 @@ class ExternalSync:
         found: list[PartitionToSync] = []
         upto: dict[int, int] = {}
         with self._core.snapshot() as c:
-            behind = c.execute(sa.select(e.c.table_id, e.c.synced_version, t.c.version)
-                               .select_from(e.join(t, t.c.id == e.c.table_id))
-                               .where(e.c.target == target, e.c.synced_version < t.c.version,
-                                      t.c.dropped_time.is_(None))
-                               .order_by(e.c.table_id)).all()
+            behind = c.execute(
+                sa.select(e.c.table_id, e.c.synced_version, t.c.version)
+                .select_from(e.join(t, t.c.id == e.c.table_id))
+                .where(e.c.target == target, e.c.synced_version < t.c.version, t.c.dropped_time.is_(None))
+                .order_by(e.c.table_id)
+            ).all()
             for table_id, synced, newest in rows_values(behind):
                 upto[table_id] = newest
                 rows = c.execute(
                     sa.select(v.c.partition_id, p.c.partition_date, v.c.file_list_key)
                     .select_from(v.join(p, p.c.id == v.c.partition_id))
                     .where(v.c.table_id == table_id, v.c.table_version > synced, v.c.table_version <= newest)
-                    .order_by(v.c.partition_id, v.c.version)).all()
+                    .order_by(v.c.partition_id, v.c.version)
+                ).all()
                 newest_of = {r.partition_id: r for r in rows}  # the last row of each partition: its newest
                 shown = self._manifests(c, target, sorted(newest_of))
-                found += sorted((PartitionToSync(r.partition_id, table_id, r.partition_date, r.file_list_key)
-                                 for r in newest_of.values()
-                                 if r.partition_id not in shown or shown[r.partition_id] != r.file_list_key),
-                                key=lambda x: x.partition_date)
+                found += sorted(
+                    (
+                        PartitionToSync(r.partition_id, table_id, r.partition_date, r.file_list_key)
+                        for r in newest_of.values()
+                        if r.partition_id not in shown or shown[r.partition_id] != r.file_list_key
+                    ),
+                    key=lambda x: x.partition_date,
+                )
         return found, upto
 
     def removals(self, target: str) -> dict[int, Removals]:
         """Per table, the partitions reap removed since the target last dropped what it was told."""
         r = s.external_removals
         with self._core.tx() as c:
-            rows = c.execute(sa.select(r.c.id, r.c.table_id, r.c.partition_date).where(r.c.target == target)
-                             .order_by(r.c.id)).all()
+            rows = c.execute(
+                sa.select(r.c.id, r.c.table_id, r.c.partition_date).where(r.c.target == target).order_by(r.c.id)
+            ).all()
         found: dict[int, Removals] = {}
         for table_id in sorted({row.table_id for row in rows}):
             mine = [row for row in rows if row.table_id == table_id]
-            found[table_id] = Removals(tuple(row.id for row in mine),
-                                       tuple(sorted({row.partition_date for row in mine})))
+            found[table_id] = Removals(
+                tuple(row.id for row in mine), tuple(sorted({row.partition_date for row in mine}))
+            )
         return found
 
     def start_sync(self, target: str, table_id: int, upto: int) -> None:
@@ -127,11 +169,17 @@ class ExternalSync:
         x = s.external_partitions
         if not partition_ids:
             return {}
-        return dict(c.execute(sa.select(x.c.partition_id, x.c.manifest_key).where(
-            x.c.target == target, x.c.partition_id.in_(list(partition_ids)))).all())
+        return dict(
+            c.execute(
+                sa.select(x.c.partition_id, x.c.manifest_key).where(
+                    x.c.target == target, x.c.partition_id.in_(list(partition_ids))
+                )
+            ).all()
+        )
 
-    def record_partitions(self, target: str, synced: Sequence[tuple[int, str | None, str]],
-                          upto: tuple[int, int] | None = None) -> None:
+    def record_partitions(
+        self, target: str, synced: Sequence[tuple[int, str | None, str]], upto: tuple[int, int] | None = None
+    ) -> None:
         """(partition_id, file list key or None for a live directory, location) rows the target now points at;
         with `upto` (table id, table version), the table version the target is now synced up to, in the same
         transaction."""
@@ -139,19 +187,30 @@ class ExternalSync:
         now = utcnow()
         with self._core.tx() as c:
             if synced:
-                c.execute(x.delete().where(x.c.target == target,
-                                           x.c.partition_id.in_([pid for pid, _, _ in synced])))
-                c.execute(x.insert(), [dict(target=target, partition_id=pid, manifest_key=key, location=location,
-                                            sync_time=now) for pid, key, location in synced])
+                c.execute(x.delete().where(x.c.target == target, x.c.partition_id.in_([pid for pid, _, _ in synced])))
+                c.execute(
+                    x.insert(),
+                    [
+                        dict(target=target, partition_id=pid, manifest_key=key, location=location, sync_time=now)
+                        for pid, key, location in synced
+                    ],
+                )
             if upto is not None:
-                c.execute(e.update().where(e.c.target == target, e.c.table_id == upto[0],
-                                           e.c.synced_version < upto[1]).values(synced_version=upto[1]))
+                c.execute(
+                    e.update()
+                    .where(e.c.target == target, e.c.table_id == upto[0], e.c.synced_version < upto[1])
+                    .values(synced_version=upto[1])
+                )
 
 
 def record_removals(c: Connection, partition_ids: Sequence[int]) -> None:
     """Before reap deletes these partitions: each target that points at one is told to drop it."""
     x, p, r = s.external_partitions, s.partitions, s.external_removals
-    c.execute(r.insert().from_select(
-        ["target", "table_id", "partition_date"],
-        sa.select(x.c.target, p.c.table_id, p.c.partition_date)
-        .select_from(x.join(p, p.c.id == x.c.partition_id)).where(x.c.partition_id.in_(list(partition_ids)))))
+    c.execute(
+        r.insert().from_select(
+            ["target", "table_id", "partition_date"],
+            sa.select(x.c.target, p.c.table_id, p.c.partition_date)
+            .select_from(x.join(p, p.c.id == x.c.partition_id))
+            .where(x.c.partition_id.in_(list(partition_ids))),
+        )
+    )

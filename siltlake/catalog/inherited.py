@@ -27,8 +27,9 @@ def parse_settings(values: Mapping[str, Any], where: str) -> dict[str, Any]:
     parsed = {}
     for key, value in values.items():
         if key not in INHERITED_SETTINGS:
-            raise DefinitionError(f"{where}: {key!r} is not a setting tables inherit; those are "
-                                  f"{', '.join(INHERITED_SETTINGS)}")
+            raise DefinitionError(
+                f"{where}: {key!r} is not a setting tables inherit; those are {', '.join(INHERITED_SETTINGS)}"
+            )
         try:
             parsed[key] = parse_value(key, str(value).strip())
         except DefinitionError as exc:
@@ -41,8 +42,9 @@ def parse_settings_keys(pairs: Sequence[str]) -> dict[str, str]:
     values = parse_assignments(pairs)
     refused = [key for key in values if key not in INHERITED_SETTINGS]
     if refused:
-        raise DefinitionError(f"{', '.join(refused)}: a schema sets only the settings its tables inherit: "
-                              f"{', '.join(INHERITED_SETTINGS)}")
+        raise DefinitionError(
+            f"{', '.join(refused)}: a schema sets only the settings its tables inherit: {', '.join(INHERITED_SETTINGS)}"
+        )
     return values
 
 
@@ -68,25 +70,30 @@ def resolved(definition: TableDef, schema: Mapping[str, Any], deployment: Mappin
     updates = {key: inherited_value(key, schema, deployment)[0] for key in definition.inherited}
     if all(getattr(definition, key) == value for key, value in updates.items()):
         return definition
-    return TableDef.from_mapping({**definition.model_dump(by_alias=True), **updates},
-                                 source=f"table {definition.qualified_name}")
+    return TableDef.from_mapping(
+        {**definition.model_dump(by_alias=True), **updates}, source=f"table {definition.qualified_name}"
+    )
 
 
 def sources(definition: TableDef, schema: Mapping[str, Any], deployment: Mapping[str, Any]) -> dict[str, str]:
     """Where each inheritable setting's value comes from: table, schema, deployment or default."""
-    return {key: inherited_value(key, schema, deployment)[1] if key in definition.inherited else "table"
-            for key in INHERITED_SETTINGS}
+    return {
+        key: inherited_value(key, schema, deployment)[1] if key in definition.inherited else "table"
+        for key in INHERITED_SETTINGS
+    }
 
 
 def difference(old: TableDef, new: TableDef, suffix: str = "") -> str:
     """`key=value ...` of the inheritable settings whose value changed ("" if none did)."""
-    changed = [f"{key}={shown(key, getattr(new, key))}" for key in INHERITED_SETTINGS
-               if getattr(old, key) != getattr(new, key)]
+    changed = [
+        f"{key}={shown(key, getattr(new, key))}" for key in INHERITED_SETTINGS if getattr(old, key) != getattr(new, key)
+    ]
     return " ".join(changed) + suffix if changed else ""
 
 
-def with_table_settings(definition: TableDef, values: Mapping[str, Any], schema: Mapping[str, Any],
-                        deployment: Mapping[str, Any]) -> TableDef:
+def with_table_settings(
+    definition: TableDef, values: Mapping[str, Any], schema: Mapping[str, Any], deployment: Mapping[str, Any]
+) -> TableDef:
     """The definition after `silt table set` (or Table.set_properties) of inheritable keys: a value (text or typed,
     table_changes.typed_value) sets the key on the table, `inherit` hands it back to the schema (and the levels
     above)."""
@@ -118,8 +125,9 @@ def store_schema_settings(c: Connection, schema_name: str, values: Mapping[str, 
         if before.get(key, INHERIT) == value and key in before:
             continue
         if key in before:
-            c.execute(ss.update().where(ss.c.schema_name == schema_name, ss.c.key == key)
-                      .values(value=json.dumps(value)))
+            c.execute(
+                ss.update().where(ss.c.schema_name == schema_name, ss.c.key == key).values(value=json.dumps(value))
+            )
         else:
             c.execute(ss.insert().values(schema_name=schema_name, key=key, value=json.dumps(value)))
         changed[key] = shown(key, value)

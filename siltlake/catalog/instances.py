@@ -19,8 +19,7 @@ class Instances:
     def __init__(self, core: CatalogCore) -> None:
         self._core = core
 
-    def register(self, instance_key: str, storage_root: str, *, is_self: bool,
-                 description: str = "") -> None:
+    def register(self, instance_key: str, storage_root: str, *, is_self: bool, description: str = "") -> None:
         with self._core.tx() as c:
             if is_self:
                 existing = c.execute(
@@ -35,10 +34,15 @@ class Instances:
                 sa.select(s.instances.c.instance_key).where(s.instances.c.instance_key == instance_key)
             ).first()
             if found is None:
-                c.execute(s.instances.insert().values(
-                    instance_key=instance_key, is_self=is_self, storage_root=storage_root,
-                    description=description, registered_time=utcnow(),
-                ))
+                c.execute(
+                    s.instances.insert().values(
+                        instance_key=instance_key,
+                        is_self=is_self,
+                        storage_root=storage_root,
+                        description=description,
+                        registered_time=utcnow(),
+                    )
+                )
 
     def self_key(self) -> str:
         with self._core.tx() as c:
@@ -71,8 +75,9 @@ class Instances:
         CatalogUnreachable when it cannot be read (down, gone, not a catalog)."""
         try:
             with self._core.tx() as c:
-                row = c.execute(sa.select(s.instances.c.instance_key, s.instances.c.description)
-                                .where(s.instances.c.is_self)).first()
+                row = c.execute(
+                    sa.select(s.instances.c.instance_key, s.instances.c.description).where(s.instances.c.is_self)
+                ).first()
         except CatalogError as exc:  # not initialised: it registers nothing
             if isinstance(exc, CatalogUnreachable):
                 raise
@@ -86,4 +91,3 @@ class Instances:
         i = s.instances
         with self._core.tx() as c:
             return set(c.execute(sa.select(i.c.instance_key).where(i.c.is_self.is_(False))).scalars())
-

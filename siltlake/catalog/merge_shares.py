@@ -50,8 +50,11 @@ class FairOrder:
         if self._contested:
             names = sorted({name for _, name in keys} | {""})
             rows = c.execute(statements.share_turns(), {"names": names}).all()
-            self._turns = {(row.level, row.name): row.last_turn for row in rows
-                           if (row.level, row.name) in keys or (row.level, row.name) == _COUNTER}
+            self._turns = {
+                (row.level, row.name): row.last_turn
+                for row in rows
+                if (row.level, row.name) in keys or (row.level, row.name) == _COUNTER
+            }
         self._counter = self._turns.pop(_COUNTER, 0)
         self._path: tuple[str, ...] = ()
 
@@ -69,11 +72,11 @@ class FairOrder:
         for depth, level in enumerate(self._levels):
             oldest: dict[tuple[str, ...], int] = {}
             for path in paths:
-                group = path[:depth + 1]
+                group = path[: depth + 1]
                 oldest[group] = min(oldest.get(group, self._leaves[path][0][0]), self._leaves[path][0][0])
             # min calls it at once, within this turn: `level` is this turn's.
             best = min(oldest, key=lambda group: (self._turns.get((level, group[-1]), 0), oldest[group]))
-            paths = [path for path in paths if path[:depth + 1] == best]
+            paths = [path for path in paths if path[: depth + 1] == best]
         return min(paths, key=lambda path: self._leaves[path][0][0])
 
     def served(self) -> None:
@@ -89,7 +92,9 @@ class FairOrder:
         """Write the turns of the levels served, and the counter (in the claim's transaction)."""
         if not self._served:
             return
-        rows = [{"level": level, "name": name, "last_turn": self._turns[(level, name)]}
-                for level, name in sorted(self._served)]
+        rows = [
+            {"level": level, "name": name, "last_turn": self._turns[(level, name)]}
+            for level, name in sorted(self._served)
+        ]
         rows.append({"level": _COUNTER[0], "name": _COUNTER[1], "last_turn": self._counter})
         upsert(c, s.merge_shares, ("level", "name"), rows, ("last_turn",))

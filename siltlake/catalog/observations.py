@@ -17,9 +17,20 @@ from siltlake.catalog.core import CatalogCore
 
 # The history columns a sample holds besides its time and table (each a number or null).
 HISTORY_COLUMNS = (
-    "pending_objects", "pending_bytes", "unmerged_objects", "unmerged_bytes", "merged_objects", "merged_bytes",
-    "records_loaded", "bad_records", "freshness_p50_seconds", "freshness_p99_seconds", "freshness_max_seconds",
-    "jobs_waiting", "jobs_running", "jobs_failed",
+    "pending_objects",
+    "pending_bytes",
+    "unmerged_objects",
+    "unmerged_bytes",
+    "merged_objects",
+    "merged_bytes",
+    "records_loaded",
+    "bad_records",
+    "freshness_p50_seconds",
+    "freshness_p99_seconds",
+    "freshness_max_seconds",
+    "jobs_waiting",
+    "jobs_running",
+    "jobs_failed",
 )
 
 
@@ -46,8 +57,10 @@ class Observations:
 
     def _table_names(self, c: Connection) -> dict[int, str]:
         t = s.tables
-        return {row.id: f"{row.schema_name}.{row.table_name}" for row in c.execute(
-            sa.select(t.c.id, t.c.schema_name, t.c.table_name).where(t.c.dropped_time.is_(None)))}
+        return {
+            row.id: f"{row.schema_name}.{row.table_name}"
+            for row in c.execute(sa.select(t.c.id, t.c.schema_name, t.c.table_name).where(t.c.dropped_time.is_(None)))
+        }
 
     # --- staging -----------------------------------------------------------------------------------
 
@@ -61,8 +74,12 @@ class Observations:
         with self._core.tx() as c:
             names = self._table_names(c)
             waiting = self._backlog(c)
-            counted = {row.table_id: row for row in c.execute(
-                sa.select(totals.c.table_id, totals.c.objects, totals.c.records_in, totals.c.bad_records))}
+            counted = {
+                row.table_id: row
+                for row in c.execute(
+                    sa.select(totals.c.table_id, totals.c.objects, totals.c.records_in, totals.c.bad_records)
+                )
+            }
         result = []
         for table_id, name in sorted(names.items(), key=lambda item: item[1]):
             row, wait = counted.get(table_id), waiting.get(table_id)
@@ -70,12 +87,18 @@ class Observations:
             records_in = int(row.records_in) if row else 0
             bad_records = int(row.bad_records) if row else 0
             pending_count = int(wait.pending) if wait else 0
-            result.append({
-                "table": name, "registered": registered, "pending": pending_count,
-                "processed": registered - pending_count, "pending_bytes": int(wait.pending_bytes) if wait else 0,
-                "failing": int(wait.failing) if wait else 0,
-                "records_loaded": records_in - bad_records, "bad_records": bad_records,
-            })
+            result.append(
+                {
+                    "table": name,
+                    "registered": registered,
+                    "pending": pending_count,
+                    "processed": registered - pending_count,
+                    "pending_bytes": int(wait.pending_bytes) if wait else 0,
+                    "failing": int(wait.failing) if wait else 0,
+                    "records_loaded": records_in - bad_records,
+                    "bad_records": bad_records,
+                }
+            )
         return result
 
     def backlog(self) -> dict[str, dict]:
@@ -87,20 +110,30 @@ class Observations:
         result = {}
         for table_id, name in sorted(names.items(), key=lambda item: item[1]):
             row = waiting.get(table_id)
-            result[name] = {"pending": int(row.pending) if row else 0,
-                            "pending_bytes": int(row.pending_bytes) if row else 0,
-                            "failing": int(row.failing) if row else 0}
+            result[name] = {
+                "pending": int(row.pending) if row else 0,
+                "pending_bytes": int(row.pending_bytes) if row else 0,
+                "failing": int(row.failing) if row else 0,
+            }
         return result
 
     def _backlog(self, c: Connection) -> dict[int, Row]:
         # Pending rows are few and the partial index ix_staging_objects_pending finds them; processed ones,
         # nearly all of the table, are not read.
         so = s.staging_objects
-        return {row.table_id: row for row in c.execute(sa.select(
-            so.c.table_id, sa.func.count(so.c.id).label("pending"),
-            sa.func.coalesce(sa.func.sum(so.c.size), 0).label("pending_bytes"),
-            sa.func.coalesce(sa.func.sum(sa.case((so.c.failure_count > 0, 1), else_=0)), 0).label("failing"),
-        ).where(so.c.processed_time.is_(None)).group_by(so.c.table_id))}
+        return {
+            row.table_id: row
+            for row in c.execute(
+                sa.select(
+                    so.c.table_id,
+                    sa.func.count(so.c.id).label("pending"),
+                    sa.func.coalesce(sa.func.sum(so.c.size), 0).label("pending_bytes"),
+                    sa.func.coalesce(sa.func.sum(sa.case((so.c.failure_count > 0, 1), else_=0)), 0).label("failing"),
+                )
+                .where(so.c.processed_time.is_(None))
+                .group_by(so.c.table_id)
+            )
+        }
 
     def unknown_count(self) -> int:
         with self._core.tx() as c:
@@ -112,22 +145,39 @@ class Observations:
         """Per partition of a live table with small objects no merge range covers yet: their count, bytes
         and the oldest one's upload time."""
         p, so, r = s.partitions, s.small_objects, s.merge_ranges
-        merged_upto = (sa.select(r.c.partition_id, sa.func.max(r.c.upper_bound).label("upper"))
-                       .group_by(r.c.partition_id).subquery())
+        merged_upto = (
+            sa.select(r.c.partition_id, sa.func.max(r.c.upper_bound).label("upper"))
+            .group_by(r.c.partition_id)
+            .subquery()
+        )
         with self._core.tx() as c:
             names = self._table_names(c)
             rows = c.execute(
-                sa.select(p.c.table_id, p.c.partition_date, sa.func.count(so.c.id).label("objects"),
-                          sa.func.coalesce(sa.func.sum(so.c.content_length), 0).label("bytes"),
-                          sa.func.min(so.c.upload_start_time).label("oldest"))
-                .select_from(so.join(p, so.c.partition_id == p.c.id)
-                             .outerjoin(merged_upto, merged_upto.c.partition_id == p.c.id))
+                sa.select(
+                    p.c.table_id,
+                    p.c.partition_date,
+                    sa.func.count(so.c.id).label("objects"),
+                    sa.func.coalesce(sa.func.sum(so.c.content_length), 0).label("bytes"),
+                    sa.func.min(so.c.upload_start_time).label("oldest"),
+                )
+                .select_from(
+                    so.join(p, so.c.partition_id == p.c.id).outerjoin(merged_upto, merged_upto.c.partition_id == p.c.id)
+                )
                 .where(so.c.id > sa.func.coalesce(merged_upto.c.upper, 0))
                 .group_by(p.c.table_id, p.c.partition_date)
                 .order_by(p.c.table_id, p.c.partition_date)
             ).all()
-        return [{"table": names[row.table_id], "date": row.partition_date, "objects": int(row.objects),
-                 "bytes": int(row.bytes), "oldest": row.oldest} for row in rows if row.table_id in names]
+        return [
+            {
+                "table": names[row.table_id],
+                "date": row.partition_date,
+                "objects": int(row.objects),
+                "bytes": int(row.bytes),
+                "oldest": row.oldest,
+            }
+            for row in rows
+            if row.table_id in names
+        ]
 
     # --- merges ------------------------------------------------------------------------------------
 
@@ -140,17 +190,33 @@ class Observations:
         with self._core.tx() as c:
             names = self._table_names(c)
             rows = c.execute(
-                sa.select(p.c.table_id, mode.label("mode"), log.c.outcome, sa.func.count(log.c.id).label("jobs"),
-                          sa.func.coalesce(sa.func.sum(seconds), 0).label("seconds"),
-                          sa.func.coalesce(sa.func.sum(log.c.objects_in), 0).label("objects_in"),
-                          sa.func.coalesce(sa.func.sum(log.c.bytes_in), 0).label("bytes_in"),
-                          sa.func.coalesce(sa.func.sum(log.c.bytes_out), 0).label("bytes_out"))
+                sa.select(
+                    p.c.table_id,
+                    mode.label("mode"),
+                    log.c.outcome,
+                    sa.func.count(log.c.id).label("jobs"),
+                    sa.func.coalesce(sa.func.sum(seconds), 0).label("seconds"),
+                    sa.func.coalesce(sa.func.sum(log.c.objects_in), 0).label("objects_in"),
+                    sa.func.coalesce(sa.func.sum(log.c.bytes_in), 0).label("bytes_in"),
+                    sa.func.coalesce(sa.func.sum(log.c.bytes_out), 0).label("bytes_out"),
+                )
                 .select_from(log.join(p, log.c.partition_id == p.c.id))
                 .group_by(p.c.table_id, mode, log.c.outcome)
             ).all()
-        return [{"table": names[row.table_id], "mode": row.mode, "outcome": row.outcome, "jobs": int(row.jobs),
-                 "seconds": float(row.seconds), "objects_in": int(row.objects_in), "bytes_in": int(row.bytes_in),
-                 "bytes_out": int(row.bytes_out)} for row in rows if row.table_id in names]
+        return [
+            {
+                "table": names[row.table_id],
+                "mode": row.mode,
+                "outcome": row.outcome,
+                "jobs": int(row.jobs),
+                "seconds": float(row.seconds),
+                "objects_in": int(row.objects_in),
+                "bytes_in": int(row.bytes_in),
+                "bytes_out": int(row.bytes_out),
+            }
+            for row in rows
+            if row.table_id in names
+        ]
 
     def merge_durations(self, buckets: Sequence[float]) -> list[dict]:
         """Per merge mode and outcome: how many logged jobs took at most each bucket's seconds (cumulative,
@@ -158,14 +224,30 @@ class Observations:
         log = s.merge_job_log
         seconds = self._seconds(log.c.start_time, log.c.end_time)
         mode = sa.func.coalesce(log.c.mode, "none")
-        columns = [sa.func.coalesce(sa.func.sum(sa.case((seconds <= bound, 1), else_=0)), 0).label(f"b{i}")
-                   for i, bound in enumerate(buckets)]
+        columns = [
+            sa.func.coalesce(sa.func.sum(sa.case((seconds <= bound, 1), else_=0)), 0).label(f"b{i}")
+            for i, bound in enumerate(buckets)
+        ]
         with self._core.tx() as c:
-            rows = c.execute(sa.select(mode.label("mode"), log.c.outcome, sa.func.count(log.c.id).label("jobs"),
-                                       sa.func.coalesce(sa.func.sum(seconds), 0).label("seconds"), *columns)
-                             .group_by(mode, log.c.outcome)).all()
-        return [{"mode": row.mode, "outcome": row.outcome, "count": int(row.jobs), "sum": float(row.seconds),
-                 "buckets": [int(getattr(row, f"b{i}")) for i in range(len(buckets))]} for row in rows]
+            rows = c.execute(
+                sa.select(
+                    mode.label("mode"),
+                    log.c.outcome,
+                    sa.func.count(log.c.id).label("jobs"),
+                    sa.func.coalesce(sa.func.sum(seconds), 0).label("seconds"),
+                    *columns,
+                ).group_by(mode, log.c.outcome)
+            ).all()
+        return [
+            {
+                "mode": row.mode,
+                "outcome": row.outcome,
+                "count": int(row.jobs),
+                "sum": float(row.seconds),
+                "buckets": [int(getattr(row, f"b{i}")) for i in range(len(buckets))],
+            }
+            for row in rows
+        ]
 
     def recent_failures(self, limit: int = 20) -> list[dict]:
         """The newest failed merge attempts (merge_job_log) and the failing staging objects, newest first."""
@@ -176,16 +258,36 @@ class Observations:
             merges = c.execute(
                 sa.select(p.c.table_id, p.c.partition_date, log.c.job_id, log.c.end_time, log.c.error)
                 .select_from(log.join(p, log.c.partition_id == p.c.id))
-                .where(log.c.outcome == "failed").order_by(log.c.id.desc()).limit(limit)).all()
+                .where(log.c.outcome == "failed")
+                .order_by(log.c.id.desc())
+                .limit(limit)
+            ).all()
             staging = c.execute(
                 sa.select(so.c.table_id, so.c.uri, so.c.failure_count, so.c.last_failure_time, so.c.last_failure)
                 .where(so.c.failure_count > 0, so.c.last_failure_time.is_not(None))
-                .order_by(so.c.last_failure_time.desc()).limit(limit)).all()
-        failures = [{"time": row.end_time, "kind": "merge", "table": names.get(row.table_id, "?"),
-                     "what": f"{row.partition_date} job {row.job_id}", "reason": row.error or ""} for row in merges]
-        failures += [{"time": row.last_failure_time, "kind": "stream", "table": names.get(row.table_id, "?"),
-                      "what": f"{row.uri} ({row.failure_count} failures)", "reason": row.last_failure or ""}
-                     for row in staging]
+                .order_by(so.c.last_failure_time.desc())
+                .limit(limit)
+            ).all()
+        failures = [
+            {
+                "time": row.end_time,
+                "kind": "merge",
+                "table": names.get(row.table_id, "?"),
+                "what": f"{row.partition_date} job {row.job_id}",
+                "reason": row.error or "",
+            }
+            for row in merges
+        ]
+        failures += [
+            {
+                "time": row.last_failure_time,
+                "kind": "stream",
+                "table": names.get(row.table_id, "?"),
+                "what": f"{row.uri} ({row.failure_count} failures)",
+                "reason": row.last_failure or "",
+            }
+            for row in staging
+        ]
         return sorted(failures, key=lambda item: item["time"], reverse=True)[:limit]
 
     # --- freshness ---------------------------------------------------------------------------------
@@ -196,18 +298,28 @@ class Observations:
         in (since, until]."""
         so, st, p, v = s.small_objects, s.staging_objects, s.partitions, s.partition_versions
         shows = sa.or_(sa.and_(sa.not_(so.c.delayed), v.c.live_watermark >= so.c.id), v.c.covered_upper >= so.c.id)
-        visible = (sa.select(sa.func.min(v.c.created_at)).where(v.c.partition_id == so.c.partition_id, shows)
-                   .correlate(so).scalar_subquery())
+        visible = (
+            sa.select(sa.func.min(v.c.created_at))
+            .where(v.c.partition_id == so.c.partition_id, shows)
+            .correlate(so)
+            .scalar_subquery()
+        )
         put = sa.func.coalesce(st.c.send_time, st.c.receive_time)
-        inner = (sa.select(p.c.table_id, put.label("put"), visible.label("visible"))
-                 .select_from(so.join(st, so.c.staging_object_id == st.c.id).join(p, so.c.partition_id == p.c.id))
-                 # Objects written before `since` minus a day cannot be first shown after it in practice; the
-                 # bound keeps the scan to recent objects.
-                 .where(so.c.upload_start_time > since - dt.timedelta(days=1)).subquery())
+        inner = (
+            sa.select(p.c.table_id, put.label("put"), visible.label("visible"))
+            .select_from(so.join(st, so.c.staging_object_id == st.c.id).join(p, so.c.partition_id == p.c.id))
+            # Objects written before `since` minus a day cannot be first shown after it in practice; the
+            # bound keeps the scan to recent objects.
+            .where(so.c.upload_start_time > since - dt.timedelta(days=1))
+            .subquery()
+        )
         with self._core.tx() as c:
             names = self._table_names(c)
-            rows = c.execute(sa.select(inner.c.table_id, inner.c.put, inner.c.visible)
-                             .where(inner.c.visible > since, inner.c.visible <= until)).all()
+            rows = c.execute(
+                sa.select(inner.c.table_id, inner.c.put, inner.c.visible).where(
+                    inner.c.visible > since, inner.c.visible <= until
+                )
+            ).all()
         result: dict[str, list[float]] = {name: [] for name in names.values()}
         for row in rows:
             if row.table_id in names:
@@ -221,18 +333,28 @@ class Observations:
         with self._core.tx() as c:
             names = self._table_names(c)
             merges = c.execute(
-                sa.select(p.c.table_id, sa.func.coalesce(sa.func.sum(log.c.objects_in), 0).label("objects"),
-                          sa.func.coalesce(sa.func.sum(log.c.bytes_out), 0).label("bytes"))
+                sa.select(
+                    p.c.table_id,
+                    sa.func.coalesce(sa.func.sum(log.c.objects_in), 0).label("objects"),
+                    sa.func.coalesce(sa.func.sum(log.c.bytes_out), 0).label("bytes"),
+                )
                 .select_from(log.join(p, log.c.partition_id == p.c.id))
                 .where(log.c.outcome != "failed", log.c.end_time > since, log.c.end_time <= until)
-                .group_by(p.c.table_id)).all()
+                .group_by(p.c.table_id)
+            ).all()
             loads = c.execute(
-                sa.select(so.c.table_id, sa.func.coalesce(sa.func.sum(so.c.records_in), 0).label("records"),
-                          sa.func.coalesce(sa.func.sum(so.c.bad_records), 0).label("bad"))
+                sa.select(
+                    so.c.table_id,
+                    sa.func.coalesce(sa.func.sum(so.c.records_in), 0).label("records"),
+                    sa.func.coalesce(sa.func.sum(so.c.bad_records), 0).label("bad"),
+                )
                 .where(so.c.processed_time > since, so.c.processed_time <= until)
-                .group_by(so.c.table_id)).all()
-        result = {name: {"merged_objects": 0, "merged_bytes": 0, "records_loaded": 0, "bad_records": 0}
-                  for name in names.values()}
+                .group_by(so.c.table_id)
+            ).all()
+        result = {
+            name: {"merged_objects": 0, "merged_bytes": 0, "records_loaded": 0, "bad_records": 0}
+            for name in names.values()
+        }
         for row in merges:
             if row.table_id in names:
                 result[names[row.table_id]].update(merged_objects=int(row.objects), merged_bytes=int(row.bytes))
@@ -246,8 +368,14 @@ class Observations:
     def record_sample(self, sample_time: dt.datetime, rows: dict[str, dict]) -> int:
         """Store one sample per table at sample_time (a slot several daemons share: the first one's wins);
         how many rows were new."""
-        values = [{"sample_time": sample_time, "table_name": table,
-                   **{column: numbers.get(column) for column in HISTORY_COLUMNS}} for table, numbers in rows.items()]
+        values = [
+            {
+                "sample_time": sample_time,
+                "table_name": table,
+                **{column: numbers.get(column) for column in HISTORY_COLUMNS},
+            }
+            for table, numbers in rows.items()
+        ]
         if not values:
             return 0
         with self._core.tx() as c:
@@ -262,8 +390,9 @@ class Observations:
         """Per table, its samples since `since` in time order."""
         h = s.metric_history
         with self._core.tx() as c:
-            rows = c.execute(sa.select(h).where(h.c.sample_time >= since)
-                             .order_by(h.c.table_name, h.c.sample_time)).all()
+            rows = c.execute(
+                sa.select(h).where(h.c.sample_time >= since).order_by(h.c.table_name, h.c.sample_time)
+            ).all()
         history: dict[str, list[dict]] = {}
         for row in rows:
             values = row._asdict()

@@ -35,8 +35,10 @@ def create_postgres_database(admin_url: str, name: str, *, replace: bool = False
             connection.exec_driver_sql(f'CREATE DATABASE "{name}"{copied}')
     except sa.exc.SQLAlchemyError as exc:
         shown = make_url(admin_url).render_as_string(hide_password=True)
-        raise CatalogError(f"cannot create database {name} through {shown}: "
-                           f"{str(getattr(exc, 'orig', None) or exc).strip().splitlines()[0]}") from None
+        raise CatalogError(
+            f"cannot create database {name} through {shown}: "
+            f"{str(getattr(exc, 'orig', None) or exc).strip().splitlines()[0]}"
+        ) from None
     finally:
         engine.dispose()
     return url

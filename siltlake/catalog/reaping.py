@@ -27,7 +27,7 @@ _CHUNK = 500  # ids per IN (...) list: well under SQLite's and PostgreSQL's para
 
 def _chunks(values: Sequence[int]) -> Iterable[list[int]]:
     for start in range(0, len(values), _CHUNK):
-        yield list(values[start:start + _CHUNK])
+        yield list(values[start : start + _CHUNK])
 
 
 class Reaping:
@@ -43,13 +43,31 @@ class Reaping:
 
         With a scope (an incremental run), only the partitions it selects and their rows, and no error
         files (an incremental run does not list the errors areas)."""
-        t, p, v, r, so, j = (s.tables, s.partitions, s.partition_versions, s.merge_ranges, s.small_objects,
-                             s.merge_jobs)
+        t, p, v, r, so, j = (
+            s.tables,
+            s.partitions,
+            s.partition_versions,
+            s.merge_ranges,
+            s.small_objects,
+            s.merge_jobs,
+        )
         view = ReapView()
         with self._core.snapshot() as c:
-            view.tables = [ReapTable(*row) for row in rows_values(c.execute(sa.select(
-                t.c.id, t.c.physical_schema_name, t.c.physical_table_name, t.c.timezone, t.c.ttl_days,
-                t.c.dropped_time)))]
+            view.tables = [
+                ReapTable(*row)
+                for row in rows_values(
+                    c.execute(
+                        sa.select(
+                            t.c.id,
+                            t.c.physical_schema_name,
+                            t.c.physical_table_name,
+                            t.c.timezone,
+                            t.c.ttl_days,
+                            t.c.dropped_time,
+                        )
+                    )
+                )
+            ]
             view.max_small_object_id = c.execute(sa.select(sa.func.max(so.c.id))).scalar() or 0
             if scope is not None:
                 view.scope = self._changed_partitions(c, scope)
@@ -60,25 +78,58 @@ class Reaping:
                     return list(c.execute(query))
                 return [row for chunk in _chunks(selected) for row in c.execute(query.where(column.in_(chunk)))]
 
-            view.partitions = [ReapPartition(*row) for row in rows(
-                sa.select(p.c.id, p.c.table_id, p.c.partition_date), p.c.id)]
-            view.versions = sorted((ReapVersion(*row) for row in rows(sa.select(
-                v.c.id, v.c.partition_id, v.c.version, v.c.commit_op, v.c.live_watermark, v.c.manifest_key,
-                v.c.covered_upper, v.c.created_at, v.c.file_list_key, v.c.table_version), v.c.partition_id)),
-                key=lambda x: (x.partition_id, x.version))
-            view.ranges = [ReapRange(*row) for row in rows(
-                sa.select(r.c.partition_id, r.c.lower_bound, r.c.upper_bound, r.c.object_key), r.c.partition_id)]
-            view.small_objects = [ReapSmallObject(*row) for row in rows(
-                sa.select(so.c.id, so.c.partition_id, so.c.delayed, so.c.content_length), so.c.partition_id)]
-            view.running_jobs = [(row.partition_id, row.heartbeat_time) for row in c.execute(
-                sa.select(j.c.partition_id, j.c.heartbeat_time).where(j.c.ongoing_mark > 0))]
+            view.partitions = [
+                ReapPartition(*row) for row in rows(sa.select(p.c.id, p.c.table_id, p.c.partition_date), p.c.id)
+            ]
+            view.versions = sorted(
+                (
+                    ReapVersion(*row)
+                    for row in rows(
+                        sa.select(
+                            v.c.id,
+                            v.c.partition_id,
+                            v.c.version,
+                            v.c.commit_op,
+                            v.c.live_watermark,
+                            v.c.manifest_key,
+                            v.c.covered_upper,
+                            v.c.created_at,
+                            v.c.file_list_key,
+                            v.c.table_version,
+                        ),
+                        v.c.partition_id,
+                    )
+                ),
+                key=lambda x: (x.partition_id, x.version),
+            )
+            view.ranges = [
+                ReapRange(*row)
+                for row in rows(
+                    sa.select(r.c.partition_id, r.c.lower_bound, r.c.upper_bound, r.c.object_key), r.c.partition_id
+                )
+            ]
+            view.small_objects = [
+                ReapSmallObject(*row)
+                for row in rows(
+                    sa.select(so.c.id, so.c.partition_id, so.c.delayed, so.c.content_length), so.c.partition_id
+                )
+            ]
+            view.running_jobs = [
+                (row.partition_id, row.heartbeat_time)
+                for row in c.execute(sa.select(j.c.partition_id, j.c.heartbeat_time).where(j.c.ongoing_mark > 0))
+            ]
             if scope is None:
-                view.error_keys = set(c.execute(sa.select(s.staging_objects.c.error_uri).where(
-                    s.staging_objects.c.error_uri.is_not(None))).scalars())
+                view.error_keys = set(
+                    c.execute(
+                        sa.select(s.staging_objects.c.error_uri).where(s.staging_objects.c.error_uri.is_not(None))
+                    ).scalars()
+                )
             for tag in c.execute(sa.select(s.version_tags.c.table_id, s.version_tags.c.table_version)):
                 view.tagged.setdefault(tag.table_id, set()).add(tag.table_version)
-            view.instances = {row.instance_key: row.is_self for row in c.execute(
-                sa.select(s.instances.c.instance_key, s.instances.c.is_self))}
+            view.instances = {
+                row.instance_key: row.is_self
+                for row in c.execute(sa.select(s.instances.c.instance_key, s.instances.c.is_self))
+            }
         return view
 
     @staticmethod
@@ -97,9 +148,21 @@ class Reaping:
             sa.select(so.c.partition_id).where(so.c.id > scope.small_above),
             sa.select(s.merge_jobs.c.partition_id),  # the queue: its partitions may hold a dead attempt's part
         ]
-        tables = [ReapTable(*row) for row in rows_values(c.execute(sa.select(
-            s.tables.c.id, s.tables.c.physical_schema_name, s.tables.c.physical_table_name, s.tables.c.timezone,
-            s.tables.c.ttl_days, s.tables.c.dropped_time).where(s.tables.c.ttl_days.is_not(None))))]
+        tables = [
+            ReapTable(*row)
+            for row in rows_values(
+                c.execute(
+                    sa.select(
+                        s.tables.c.id,
+                        s.tables.c.physical_schema_name,
+                        s.tables.c.physical_table_name,
+                        s.tables.c.timezone,
+                        s.tables.c.ttl_days,
+                        s.tables.c.dropped_time,
+                    ).where(s.tables.c.ttl_days.is_not(None))
+                )
+            )
+        ]
         for table in tables:
             before = scope.ttl_cutoff(table)
             if before is not None:
@@ -113,11 +176,14 @@ class Reaping:
         """The newest completed reap run, and whether a full sweep completed at or after `full_since`."""
         runs = s.reap_runs
         with self._core.tx() as c:
-            row = c.execute(sa.select(runs.c.run_time, runs.c.full_sweep, runs.c.retention,
-                                      runs.c.max_small_object_id).order_by(runs.c.run_time.desc(),
-                                                                            runs.c.id.desc()).limit(1)).first()
-            full = c.execute(sa.select(runs.c.id).where(runs.c.full_sweep.is_(True),
-                                                        runs.c.run_time >= full_since).limit(1)).first()
+            row = c.execute(
+                sa.select(runs.c.run_time, runs.c.full_sweep, runs.c.retention, runs.c.max_small_object_id)
+                .order_by(runs.c.run_time.desc(), runs.c.id.desc())
+                .limit(1)
+            ).first()
+            full = c.execute(
+                sa.select(runs.c.id).where(runs.c.full_sweep.is_(True), runs.c.run_time >= full_since).limit(1)
+            ).first()
         return (ReapRun(*row_values(row)) if row is not None else None), full is not None
 
     def record_run(self, run: ReapRun, finished: dt.datetime, keep_after: dt.datetime) -> None:
@@ -125,9 +191,15 @@ class Reaping:
         next runs are measured from)."""
         runs = s.reap_runs
         with self._core.tx() as c:
-            c.execute(runs.insert().values(run_time=run.run_time, full_sweep=run.full_sweep,
-                                           retention=run.retention, max_small_object_id=run.max_small_object_id,
-                                           finished_time=finished))
+            c.execute(
+                runs.insert().values(
+                    run_time=run.run_time,
+                    full_sweep=run.full_sweep,
+                    retention=run.retention,
+                    max_small_object_id=run.max_small_object_id,
+                    finished_time=finished,
+                )
+            )
             newest_full = sa.select(sa.func.max(runs.c.id)).where(runs.c.full_sweep.is_(True)).scalar_subquery()
             c.execute(runs.delete().where(runs.c.run_time < keep_after, runs.c.id != sa.func.coalesce(newest_full, 0)))
 
@@ -150,8 +222,12 @@ class Reaping:
         with self._core.tx() as c:
             for chunk in _chunks(sorted(ids)):
                 touched.update(c.execute(sa.select(v.c.partition_id).where(v.c.id.in_(chunk))).scalars())
-                deleted += c.execute(v.delete().where(v.c.id.in_(chunk), sa.exists().where(
-                    newer.c.partition_id == v.c.partition_id, newer.c.version > v.c.version))).rowcount
+                deleted += c.execute(
+                    v.delete().where(
+                        v.c.id.in_(chunk),
+                        sa.exists().where(newer.c.partition_id == v.c.partition_id, newer.c.version > v.c.version),
+                    )
+                ).rowcount
             self._move_readable_from(c, touched)
         return deleted
 
@@ -165,8 +241,11 @@ class Reaping:
         starts: dict[int, int] = {}
         for chunk in _chunks(sorted(partition_ids)):
             histories: dict[int, list] = {}
-            for row in c.execute(sa.select(v.c.table_id, v.c.partition_id, v.c.version, v.c.table_version)
-                                 .where(v.c.partition_id.in_(chunk)).order_by(v.c.partition_id, v.c.version.desc())):
+            for row in c.execute(
+                sa.select(v.c.table_id, v.c.partition_id, v.c.version, v.c.table_version)
+                .where(v.c.partition_id.in_(chunk))
+                .order_by(v.c.partition_id, v.c.version.desc())
+            ):
                 histories.setdefault(row.partition_id, []).append(row)
             for history in histories.values():  # newest first
                 first = history[0]
@@ -177,8 +256,11 @@ class Reaping:
                 if first.version > 1:
                     starts[first.table_id] = max(starts.get(first.table_id, 0), first.table_version)
         for table_id, readable_from in starts.items():
-            c.execute(t.update().where(t.c.id == table_id, t.c.readable_from < readable_from)
-                      .values(readable_from=readable_from))
+            c.execute(
+                t.update()
+                .where(t.c.id == table_id, t.c.readable_from < readable_from)
+                .values(readable_from=readable_from)
+            )
 
     def delete_partitions(self, partition_ids: Sequence[int]) -> int:
         """Delete partitions and every row that references them; returns the rows deleted.
@@ -200,11 +282,16 @@ class Reaping:
         p, t = s.partitions, s.tables
         deleted = 0
         for chunk in _chunks(sorted(partition_ids)):
-            switched = c.execute(sa.select(p.c.table_id, sa.func.count()).where(p.c.id.in_(chunk), p.c.switched)
-                                 .group_by(p.c.table_id).order_by(p.c.table_id)).all()
+            switched = c.execute(
+                sa.select(p.c.table_id, sa.func.count())
+                .where(p.c.id.in_(chunk), p.c.switched)
+                .group_by(p.c.table_id)
+                .order_by(p.c.table_id)
+            ).all()
             for table_id, count in switched:
-                c.execute(t.update().where(t.c.id == table_id)
-                          .values(switched_partitions=t.c.switched_partitions - count))
+                c.execute(
+                    t.update().where(t.c.id == table_id).values(switched_partitions=t.c.switched_partitions - count)
+                )
             # Ranges go in one statement per chunk: their chain foreign key is checked at its end.
             for table in (s.small_objects, s.merge_ranges, s.partition_versions, s.merge_jobs, s.merge_job_log):
                 deleted += c.execute(table.delete().where(table.c.partition_id.in_(chunk))).rowcount

@@ -112,7 +112,7 @@ class Redelivery:
 class DiscoveryCursor:
     """Where a staging root's discovery stands (catalog.discovery; docs/design.md, "Staging objects")."""
 
-    cursor_time: dt.datetime        # objects changed before it were seen by a completed listing
+    cursor_time: dt.datetime  # objects changed before it were seen by a completed listing
     full_listing_time: dt.datetime  # when the last completed full listing started
     # Rows of objects that arrived before it may have been pruned: a full listing skips such objects.
     expired_before: dt.datetime | None = None
@@ -130,8 +130,8 @@ class PrefixCursor:
     an object store"). Keys are raw, relative to the staging root."""
 
     prefix: str
-    kind: str                         # "stream": a first-level or a stream's prefix; "recent": a day's prefix
-    start_after: str                  # the next listing of the prefix starts after this key ("": from its start)
+    kind: str  # "stream": a first-level or a stream's prefix; "recent": a day's prefix
+    start_after: str  # the next listing of the prefix starts after this key ("": from its start)
     newest_put: dt.datetime | None = None  # the greatest LastModified seen under it (days, nested streams)
 
 
@@ -476,7 +476,6 @@ class PartitionToSync:
     partition_date: dt.date
     file_list_key: str | None  # the newest version's JSON manifest of exactly its files; None: a live
     # version published before file lists (migration 0006), which only the live directory shows
-
 
 
 # --- derived tables ----------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from siltlake.catalog.records import PartitionRow
 REWRITES = ("update", "merge")
 
 
-def partition_row(row) -> PartitionRow:  # noqa: ANN001
+def partition_row(row) -> PartitionRow:
     return PartitionRow(
         id=row.id,
         table_id=row.table_id,

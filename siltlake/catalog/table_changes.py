@@ -30,8 +30,17 @@ from siltlake.tabledef import (
 )
 
 # What `silt table set` changes: each is read afresh by the daemon that uses it at its next run.
-SETTABLE = ("ttl_days", "merge_mode", "merge_interval", "merged_object_size", "row_group_bytes", "codec",
-            "error_policy", "unknown_fields", "merge_batch_size")
+SETTABLE = (
+    "ttl_days",
+    "merge_mode",
+    "merge_interval",
+    "merged_object_size",
+    "row_group_bytes",
+    "codec",
+    "error_policy",
+    "unknown_fields",
+    "merge_batch_size",
+)
 _CHOICES = ("merge_mode", "codec", "error_policy", "unknown_fields")
 _SIZE = re.compile(r"^(\d+)\s*(b|kib|mib|gib)?$")
 _SIZE_UNITS = {None: 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}
@@ -127,8 +136,12 @@ def typed_value(key: str, value: Any) -> Any:
         if value < least:
             raise DefinitionError(f"{key} {value} is below {least}")
         return value
-    wanted = "a whole number" + (" or None" if key == "ttl_days" else " of seconds or a timedelta"
-                                 if key == "merge_interval" else "") if key in _WHOLE_NUMBERS else "a str"
+    wanted = (
+        "a whole number"
+        + (" or None" if key == "ttl_days" else " of seconds or a timedelta" if key == "merge_interval" else "")
+        if key in _WHOLE_NUMBERS
+        else "a str"
+    )
     raise DefinitionError(f"{key} takes {wanted}, not {value!r}")
 
 
@@ -154,9 +167,18 @@ def with_values(definition: TableDef, parsed: Mapping[str, Any]) -> tuple[TableD
     return updated, " ".join(f"{key}={shown(key, value)}" for key, value in changed.items())
 
 
-def record_change(core: CatalogCore, c: Connection, table_id: int, op: str, detail: str, definition: TableDef,
-                  now: dt.datetime | None, *, previous: TableDef,
-                  version: tuple[int, dt.datetime] | None = None) -> TableChange:
+def record_change(
+    core: CatalogCore,
+    c: Connection,
+    table_id: int,
+    op: str,
+    detail: str,
+    definition: TableDef,
+    now: dt.datetime | None,
+    *,
+    previous: TableDef,
+    version: tuple[int, dt.datetime] | None = None,
+) -> TableChange:
     """Make the change a table version of its own, in the caller's transaction (which holds the table row's
     lock), stamped `now` (None: the current time; a given time before the newest version's is refused); or part
     of `version` (its number and time), one the transaction already made (a rewrite's updates). `previous` is
@@ -164,27 +186,41 @@ def record_change(core: CatalogCore, c: Connection, table_id: int, op: str, deta
     if version is None:
         version = core.new_table_versions(c, [table_id], now or utcnow(), given=now is not None)[table_id]
     number, stamp = version
-    c.execute(s.table_changes.insert().values(table_id=table_id, table_version=number, created_at=stamp, op=op,
-                                              detail=detail, definition=definition.to_json(),
-                                              previous_definition=previous.to_json()))
+    c.execute(
+        s.table_changes.insert().values(
+            table_id=table_id,
+            table_version=number,
+            created_at=stamp,
+            op=op,
+            detail=detail,
+            definition=definition.to_json(),
+            previous_definition=previous.to_json(),
+        )
+    )
     return TableChange(number, stamp, op, detail, definition)
 
 
-def definition_at(core: CatalogCore, table_id: int, as_of_version: int | None = None,
-                  as_of: dt.datetime | None = None) -> TableDef | None:
+def definition_at(
+    core: CatalogCore, table_id: int, as_of_version: int | None = None, as_of: dt.datetime | None = None
+) -> TableDef | None:
     """The definition table version `as_of_version` (or the newest at the naive UTC time `as_of`) was read with:
     the definition before the first change after it, else the one the newest change up to it made; None when no
     change says (the table's definition now is then the version's). Change times order as their versions."""
     ch = s.table_changes
     mine = ch.c.table_id == table_id
-    after, upto = ((ch.c.table_version > as_of_version, ch.c.table_version <= as_of_version) if as_of is None
-                   else (ch.c.created_at > as_of, ch.c.created_at <= as_of))
+    after, upto = (
+        (ch.c.table_version > as_of_version, ch.c.table_version <= as_of_version)
+        if as_of is None
+        else (ch.c.created_at > as_of, ch.c.created_at <= as_of)
+    )
     with core.tx() as c:
-        following = c.execute(sa.select(ch.c.previous_definition).where(mine, after)
-                              .order_by(ch.c.table_version).limit(1)).scalar_one_or_none()
+        following = c.execute(
+            sa.select(ch.c.previous_definition).where(mine, after).order_by(ch.c.table_version).limit(1)
+        ).scalar_one_or_none()
         if following is None:  # no change after it, or one recorded before revision 0024: the nearest before
-            following = c.execute(sa.select(ch.c.definition).where(mine, upto)
-                                  .order_by(ch.c.table_version.desc()).limit(1)).scalar_one_or_none()
+            following = c.execute(
+                sa.select(ch.c.definition).where(mine, upto).order_by(ch.c.table_version.desc()).limit(1)
+            ).scalar_one_or_none()
     return None if following is None else TableDef.from_json(following)
 
 
@@ -193,8 +229,7 @@ def changes_of(core: CatalogCore, table_id: int) -> list[TableChange]:
     ch = s.table_changes
     with core.tx() as c:
         rows = c.execute(sa.select(ch).where(ch.c.table_id == table_id).order_by(ch.c.table_version)).all()
-    return [TableChange(r.table_version, r.created_at, r.op, r.detail, TableDef.from_json(r.definition))
-            for r in rows]
+    return [TableChange(r.table_version, r.created_at, r.op, r.detail, TableDef.from_json(r.definition)) for r in rows]
 
 
 def _changed(definition: TableDef, **updates: Any) -> TableDef:
@@ -230,12 +265,15 @@ def with_column_renamed(definition: TableDef, old: str, new: str) -> TableDef:
     role = _key_role(definition, old)
     if role is not None and role != "the time column":
         raise DefinitionError(f"column {old} is {role} of {definition.qualified_name}: key columns keep their names")
-    renamed = column.model_copy(update={"name": new, "source": column.source_field,
-                                        "physical": column.physical_name})
+    renamed = column.model_copy(update={"name": new, "source": column.source_field, "physical": column.physical_name})
     columns = [renamed if c.name == old else c for c in definition.columns]
     sequence = new if role and definition.sequence_column == old else definition.sequence_column
-    return _changed(definition, columns=[c.model_dump() for c in columns],
-                    time_column=new if role else definition.time_column, sequence_column=sequence)
+    return _changed(
+        definition,
+        columns=[c.model_dump() for c in columns],
+        time_column=new if role else definition.time_column,
+        sequence_column=sequence,
+    )
 
 
 def without_column(definition: TableDef, name: str) -> TableDef:
@@ -247,8 +285,11 @@ def without_column(definition: TableDef, name: str) -> TableDef:
         raise DefinitionError(f"column {name} is {role} of {definition.qualified_name} and cannot be dropped")
     if len(definition.columns) == 1:
         raise DefinitionError(f"column {name} is the only column of {definition.qualified_name}")
-    return _changed(definition, columns=[c.model_dump() for c in definition.columns if c.name != name],
-                    dropped_columns=[c.model_dump() for c in (*definition.dropped_columns, column)])
+    return _changed(
+        definition,
+        columns=[c.model_dump() for c in definition.columns if c.name != name],
+        dropped_columns=[c.model_dump() for c in (*definition.dropped_columns, column)],
+    )
 
 
 def with_column_type(definition: TableDef, name: str, type_name: str, rewrite: bool = False) -> TableDef:

@@ -29,8 +29,10 @@ class Tag:
 
 def check_tag_name(name: str) -> str:
     if not isinstance(name, str) or not _NAME.match(name):
-        raise DefinitionError(f"tag {name!r} is not a tag name: a letter or _ first, then letters, digits, _ . or -, "
-                              "at most 100 characters")
+        raise DefinitionError(
+            f"tag {name!r} is not a tag name: a letter or _ first, then letters, digits, _ . or -, "
+            "at most 100 characters"
+        )
     return name
 
 
@@ -40,8 +42,15 @@ class Tags:
     def __init__(self, core: CatalogCore) -> None:
         self._core = core
 
-    def add(self, table_id: int, name: str, version: int, table_name: str, now: dt.datetime | None = None,
-            move: bool = False) -> Tag:
+    def add(
+        self,
+        table_id: int,
+        name: str,
+        version: int,
+        table_name: str,
+        now: dt.datetime | None = None,
+        move: bool = False,
+    ) -> Tag:
         """Name table version `version`, one the table can be read at; a name given to another version is
         refused unless `move` (it then names this one). The tag as stored."""
         check_tag_name(name)
@@ -52,14 +61,18 @@ class Tags:
             if existing is not None and existing.table_version == version:
                 return Tag(name, version, existing.created_at)
             if newest == 0:
-                raise VersionOutOfRange(f"{table_name} has no published versions yet, so none to tag; run `silt "
-                                        "publish --once` first")
+                raise VersionOutOfRange(
+                    f"{table_name} has no published versions yet, so none to tag; run `silt publish --once` first"
+                )
             if not oldest <= version <= newest:
-                raise VersionOutOfRange(f"{table_name} has no version {version} to tag: its readable versions are "
-                                        f"{oldest} to {newest}")
+                raise VersionOutOfRange(
+                    f"{table_name} has no version {version} to tag: its readable versions are {oldest} to {newest}"
+                )
             if existing is not None and not move:
-                raise CatalogError(f"tag {name} of {table_name} names version {existing.table_version}; give move=True "
-                                   "(--move) to make it name another, or choose another name")
+                raise CatalogError(
+                    f"tag {name} of {table_name} names version {existing.table_version}; give move=True "
+                    "(--move) to make it name another, or choose another name"
+                )
             stamp = now or utcnow()
             if existing is not None:
                 c.execute(t.update().where(t.c.id == existing.id).values(table_version=version, created_at=stamp))
@@ -81,16 +94,16 @@ class Tags:
         """The table's tags by version, then name."""
         t = s.version_tags
         with self._core.tx() as c:
-            rows = c.execute(sa.select(t).where(t.c.table_id == table_id)
-                             .order_by(t.c.table_version, t.c.name)).all()
+            rows = c.execute(sa.select(t).where(t.c.table_id == table_id).order_by(t.c.table_version, t.c.name)).all()
         return [Tag(r.name, r.table_version, r.created_at) for r in rows]
 
     def version_of(self, table_id: int, name: str, table_name: str) -> int:
         """The table version the tag names; NotFoundError naming the closest tag otherwise."""
         t = s.version_tags
         with self._core.tx() as c:
-            version = c.execute(sa.select(t.c.table_version).where(t.c.table_id == table_id, t.c.name == name)
-                                ).scalar_one_or_none()
+            version = c.execute(
+                sa.select(t.c.table_version).where(t.c.table_id == table_id, t.c.name == name)
+            ).scalar_one_or_none()
             if version is None:
                 raise self._no_tag(c, table_id, name, table_name)
         return version

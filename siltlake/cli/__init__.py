@@ -26,17 +26,41 @@ def start_profile_option(context: click.Context, parameter: click.Parameter, val
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--config", "-c", type=click.Path(dir_okay=False), default=None,
-              help="Configuration file (default: $SILTLAKE_CONFIG or ./siltlake.toml, else built-in defaults).")
-@click.option("--debug", is_flag=True, help=f"On failure print the full trace (Python, and Java for Spark errors) "
-              f"and Spark's error log; ${DEBUG_VARIABLE}=1 does the same.")
-@click.option("--log-format", type=click.Choice(("text", "json")), default="text", show_default=True,
-              help="Log lines on stderr: text (key=value fields) or json (one object per line).")
-@click.option("--log-level", type=click.Choice(("debug", "info", "warning", "error")), default=None,
-              help="The least severe log lines shown (default: info for the daemons, warning otherwise).")
-@click.option("--profile", is_flag=True, is_eager=True, expose_value=False, callback=start_profile_option,
-              help="At exit print on stderr where the time went: start-up imports, the command, the costliest "
-              "imports; $SILT_PROFILE=1 does the same.")
+@click.option(
+    "--config",
+    "-c",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Configuration file (default: $SILTLAKE_CONFIG or ./siltlake.toml, else built-in defaults).",
+)
+@click.option(
+    "--debug",
+    is_flag=True,
+    help=f"On failure print the full trace (Python, and Java for Spark errors) "
+    f"and Spark's error log; ${DEBUG_VARIABLE}=1 does the same.",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(("text", "json")),
+    default="text",
+    show_default=True,
+    help="Log lines on stderr: text (key=value fields) or json (one object per line).",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(("debug", "info", "warning", "error")),
+    default=None,
+    help="The least severe log lines shown (default: info for the daemons, warning otherwise).",
+)
+@click.option(
+    "--profile",
+    is_flag=True,
+    is_eager=True,
+    expose_value=False,
+    callback=start_profile_option,
+    help="At exit print on stderr where the time went: start-up imports, the command, the costliest "
+    "imports; $SILT_PROFILE=1 does the same.",
+)
 @click.version_option(package_name="siltlake")
 @click.pass_context
 def main(context: click.Context, config: str | None, debug: bool, log_format: str, log_level: str | None) -> None:

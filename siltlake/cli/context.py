@@ -144,8 +144,11 @@ def retrying(what: str, to: Console = console) -> Callable[[Exception, float], N
     """A daemon's on_error: each failed round in one line (the trace too with --debug); the loop retries."""
 
     def on_error(exc: Exception, wait: float) -> None:
-        to.print(f"[red]{what}[/] ({escape(described(exc).message)}); retrying in {wait:.0f}s", highlight=False,
-                 soft_wrap=True)
+        to.print(
+            f"[red]{what}[/] ({escape(described(exc).message)}); retrying in {wait:.0f}s",
+            highlight=False,
+            soft_wrap=True,
+        )
 
     return on_error
 

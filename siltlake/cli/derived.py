@@ -83,19 +83,32 @@ def derived_create(context: click.Context, file: str, as_json: bool) -> None:
         record = create_derived(deployment, definition)
     columns = ", ".join(["dt date", *(f"{c.name} {c.type}" for c in record.table.definition.columns)])
     sources = _sources(deployment, record)
-    report(as_json, {"action": "create", "table": record.qualified_name, "rule": rule_of(record),
-                     "incremental": record.definition.incremental, "sources": sources,
-                     "columns": [{"name": "dt", "type": "date"}, *({"name": c.name, "type": c.type}
-                                                                   for c in record.table.definition.columns)]},
-           f"created derived table {record.qualified_name} ({rule_of(record)}"
-           f"{', incremental' if record.definition.incremental else ''}); columns: {columns}; sources: "
-           f"{', '.join(sources)}. Build it with `silt derived build {record.qualified_name}`")
+    report(
+        as_json,
+        {
+            "action": "create",
+            "table": record.qualified_name,
+            "rule": rule_of(record),
+            "incremental": record.definition.incremental,
+            "sources": sources,
+            "columns": [
+                {"name": "dt", "type": "date"},
+                *({"name": c.name, "type": c.type} for c in record.table.definition.columns),
+            ],
+        },
+        f"created derived table {record.qualified_name} ({rule_of(record)}"
+        f"{', incremental' if record.definition.incremental else ''}); columns: {columns}; sources: "
+        f"{', '.join(sources)}. Build it with `silt derived build {record.qualified_name}`",
+    )
 
 
 LIST_COLUMNS = (
-    Column("table"), Column("rule"), Column("incremental", show=lambda v: "yes" if v else "no"), Column("sources"),
-    Column("last_build", "last build (UTC)"), Column("rows", show=lambda v: format_count(v) if v is not None else "-",
-                                                       right=True),
+    Column("table"),
+    Column("rule"),
+    Column("incremental", show=lambda v: "yes" if v else "no"),
+    Column("sources"),
+    Column("last_build", "last build (UTC)"),
+    Column("rows", show=lambda v: format_count(v) if v is not None else "-", right=True),
     Column("state"),
 )
 
@@ -125,34 +138,58 @@ def derived_list(context: click.Context, fmt: str) -> None:
     rows = []
     for record in catalog.derived.list():
         last = catalog.derived.last_published(record.id)
-        rows.append({"table": record.qualified_name, "rule": rule_of(record),
-                     "incremental": record.definition.incremental,
-                     "sources": ", ".join(_sources(deployment, record)),
-                     "last_build": _time(last.end_time) if last else None,
-                     "rows": _table_rows(deployment, record) if last else None,
-                     "state": _state(deployment, record, now)})
+        rows.append(
+            {
+                "table": record.qualified_name,
+                "rule": rule_of(record),
+                "incremental": record.definition.incremental,
+                "sources": ", ".join(_sources(deployment, record)),
+                "last_build": _time(last.end_time) if last else None,
+                "rows": _table_rows(deployment, record) if last else None,
+                "state": _state(deployment, record, now),
+            }
+        )
     emit(fmt, LIST_COLUMNS, rows, empty="no derived tables yet; create one with `silt derived create FILE`")
 
 
 BUILD_COLUMNS = (
-    Column("build"), Column("kind"), Column("status"), Column("started", "started (UTC)"),
-    Column("seconds", right=True), Column("dates", right=True),
-    Column("rows", show=format_count, right=True), Column("bytes", "size", format_size, right=True),
+    Column("build"),
+    Column("kind"),
+    Column("status"),
+    Column("started", "started (UTC)"),
+    Column("seconds", right=True),
+    Column("dates", right=True),
+    Column("rows", show=format_count, right=True),
+    Column("bytes", "size", format_size, right=True),
     Column("error"),
 )
 
 
 def _build_row(build: BuildRecord) -> dict[str, Any]:
     seconds = (build.end_time - build.start_time).total_seconds() if build.end_time else None
-    return {"build": build.name, "kind": build.kind, "status": build.status, "started": _time(build.start_time),
-            "seconds": f"{seconds:.1f}" if seconds is not None else "-", "dates": build.dates_written,
-            "rows": build.rows_written, "bytes": build.bytes_written, "error": build.error or ""}
+    return {
+        "build": build.name,
+        "kind": build.kind,
+        "status": build.status,
+        "started": _time(build.start_time),
+        "seconds": f"{seconds:.1f}" if seconds is not None else "-",
+        "dates": build.dates_written,
+        "rows": build.rows_written,
+        "bytes": build.bytes_written,
+        "error": build.error or "",
+    }
 
 
 @derived_group.command("show")
 @click.argument("name")
-@click.option("--builds", "limit", type=click.IntRange(min=1), default=10, show_default=True,
-              help="How many of the last builds to show.")
+@click.option(
+    "--builds",
+    "limit",
+    type=click.IntRange(min=1),
+    default=10,
+    show_default=True,
+    help="How many of the last builds to show.",
+)
 @format_option
 @click.pass_context
 @friendly
@@ -171,21 +208,39 @@ def derived_show(context: click.Context, name: str, limit: int, fmt: str) -> Non
     state = _state(deployment, record, utcnow())
     columns = [("dt", "date"), *((c.name, c.type) for c in record.table.definition.columns)]
     if fmt == "json":
-        write_json({"table": record.qualified_name, "definition": record.definition.model_dump(mode="json"),
-                    "rule": rule_of(record), "sources": _sources(deployment, record),
-                    "columns": [{"name": n, "type": t} for n, t in columns], "state": state,
-                    "rows": _table_rows(deployment, record), "builds": builds})
+        write_json(
+            {
+                "table": record.qualified_name,
+                "definition": record.definition.model_dump(mode="json"),
+                "rule": rule_of(record),
+                "sources": _sources(deployment, record),
+                "columns": [{"name": n, "type": t} for n, t in columns],
+                "state": state,
+                "rows": _table_rows(deployment, record),
+                "builds": builds,
+            }
+        )
         return
     out.print(Text(record.qualified_name, style="bold"))
-    settings = [("rule", rule_of(record)), ("incremental", "yes" if record.definition.incremental else "no"),
-                ("sources", ", ".join(_sources(deployment, record))), ("state", state),
-                ("rows", format_count(_table_rows(deployment, record))), ("codec", record.definition.codec),
-                ("created", _time(record.create_time))]
+    settings = [
+        ("rule", rule_of(record)),
+        ("incremental", "yes" if record.definition.incremental else "no"),
+        ("sources", ", ".join(_sources(deployment, record))),
+        ("state", state),
+        ("rows", format_count(_table_rows(deployment, record))),
+        ("codec", record.definition.codec),
+        ("created", _time(record.create_time)),
+    ]
     out.print(Text("  ".join(f"{label}: {value}" for label, value in settings)))
     out.print(Text("query: ", style="bold") + Text(record.definition.query))
     out.print(grid([Column("column"), Column("type")], columns))
-    emit(fmt, BUILD_COLUMNS, builds, title="builds, newest first", empty="not built yet; `silt derived build "
-                                                                          f"{record.qualified_name}` builds it")
+    emit(
+        fmt,
+        BUILD_COLUMNS,
+        builds,
+        title="builds, newest first",
+        empty=f"not built yet; `silt derived build {record.qualified_name}` builds it",
+    )
 
 
 @derived_group.command("drop")
@@ -204,21 +259,31 @@ def derived_drop(context: click.Context, name: str, yes: bool, dry_run: bool, as
     if not dry_run:
         confirm(f"drop derived table {name}?", yes)
     record = derived.drop(name, utcnow(), dry_run=dry_run)
-    report(as_json, {"action": "drop", "dry_run": dry_run, "table": record.qualified_name},
-           f"would drop derived table {name} (dry run: nothing changed)" if dry_run
-           else f"dropped derived table {name}; `silt reap` deletes its builds")
+    report(
+        as_json,
+        {"action": "drop", "dry_run": dry_run, "table": record.qualified_name},
+        f"would drop derived table {name} (dry run: nothing changed)"
+        if dry_run
+        else f"dropped derived table {name}; `silt reap` deletes its builds",
+    )
 
 
 def print_build_report(report: BuildReport) -> None:
     dates = report.dates
-    listed = (", ".join(d.isoformat() for d in dates) if len(dates) <= 6
-              else f"{dates[0]} .. {dates[-1]}")
-    version = (f"table version {report.table_version}" if report.table_version is not None
-               else "no date changed, no new version")
-    console.print(f"[bold]built[/] {report.table} ({report.kind}, build {report.build}): {len(dates)} "
-                  f"date{'' if len(dates) == 1 else 's'}"
-                  f"{' (' + listed + ')' if dates else ''}, {report.rows:,} rows, {format_size(report.bytes)}; "
-                  f"{version}; {report.seconds:.1f}s", highlight=False, soft_wrap=True)
+    listed = ", ".join(d.isoformat() for d in dates) if len(dates) <= 6 else f"{dates[0]} .. {dates[-1]}"
+    version = (
+        f"table version {report.table_version}"
+        if report.table_version is not None
+        else "no date changed, no new version"
+    )
+    console.print(
+        f"[bold]built[/] {report.table} ({report.kind}, build {report.build}): {len(dates)} "
+        f"date{'' if len(dates) == 1 else 's'}"
+        f"{' (' + listed + ')' if dates else ''}, {report.rows:,} rows, {format_size(report.bytes)}; "
+        f"{version}; {report.seconds:.1f}s",
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 def print_regenerate_report(report: RegenerateReport, dry_run: bool = False) -> None:
@@ -232,15 +297,20 @@ def print_regenerate_report(report: RegenerateReport, dry_run: bool = False) -> 
     fresh = report.checked - len(report.built) - len(report.waiting) - len(report.failed)
     verb = "would build" if dry_run else "built"
     count = len(report.waiting) if dry_run else len(report.built)
-    console.print(f"[bold]derived[/]: {report.checked} checked, {count} {verb}, {fresh} fresh"
-                  + (f", {len(report.failed)} failed" if report.failed else ""), highlight=False)
+    console.print(
+        f"[bold]derived[/]: {report.checked} checked, {count} {verb}, {fresh} fresh"
+        + (f", {len(report.failed)} failed" if report.failed else ""),
+        highlight=False,
+    )
 
 
 def _report_dict(report: RegenerateReport) -> dict[str, Any]:
-    return {"checked": report.checked,
-            "built": [{**b.__dict__, "dates": [d.isoformat() for d in b.dates]} for b in report.built],
-            "stale": [{"table": t, "reason": r} for t, r in report.waiting],
-            "failed": [{"table": t, "error": e} for t, e in report.failed]}
+    return {
+        "checked": report.checked,
+        "built": [{**b.__dict__, "dates": [d.isoformat() for d in b.dates]} for b in report.built],
+        "stale": [{"table": t, "reason": r} for t, r in report.waiting],
+        "failed": [{"table": t, "error": e} for t, e in report.failed],
+    }
 
 
 @derived_group.command("build")
@@ -252,8 +322,9 @@ def _report_dict(report: RegenerateReport) -> dict[str, Any]:
 @click.pass_context
 @friendly
 @needs_spark("silt derived build")
-def derived_build(context: click.Context, names: tuple[str, ...], due: bool, full: bool, dry_run: bool,
-                  as_json: bool) -> None:
+def derived_build(
+    context: click.Context, names: tuple[str, ...], due: bool, full: bool, dry_run: bool, as_json: bool
+) -> None:
     """Build the named derived tables (each once, now), or with --due those that are stale.
 
     Named tables build whether stale or not, each after the named ones it reads; --dry-run says which

@@ -14,8 +14,10 @@ def errors_group() -> None:
     """Bad records kept by tables whose error_policy is 'file'."""
 
 
-ERROR_FILE_COLUMNS = (Column("error_file", "error file"),
-                      Column("bad_records", "bad records", format_count, right=True))
+ERROR_FILE_COLUMNS = (
+    Column("error_file", "error file"),
+    Column("bad_records", "bad records", format_count, right=True),
+)
 
 
 @errors_group.command("list")
@@ -29,8 +31,12 @@ def errors_list(context: click.Context, name: str, fmt: str) -> None:
 
     deployment = deployment_of(context)
     files = error_files(deployment, name)
-    emit(fmt, ERROR_FILE_COLUMNS, [(deployment.lake.uri(key), count) for key, count in files],
-         empty=f"no kept bad records for {name}")
+    emit(
+        fmt,
+        ERROR_FILE_COLUMNS,
+        [(deployment.lake.uri(key), count) for key, count in files],
+        empty=f"no kept bad records for {name}",
+    )
 
 
 @errors_group.command("replay")
@@ -45,11 +51,25 @@ def errors_replay(context: click.Context, name: str, dry_run: bool, as_json: boo
 
     result = replay_errors(deployment_of(context), name, dry_run=dry_run)
     if dry_run:
-        sentence = (f"would stage {result.records} records; {result.kept} records that are still not JSON objects "
-                    "would stay in their error files (dry run: nothing changed)")
+        sentence = (
+            f"would stage {result.records} records; {result.kept} records that are still not JSON objects "
+            "would stay in their error files (dry run: nothing changed)"
+        )
     else:
-        sentence = (f"staged {result.records} records as {len(result.staging_uris)} staging objects; "
-                    f"{result.kept} records that are still not JSON objects stay in their error files. "
-                    "Run `silt stream --once` to load them.")
-    report(as_json, {"action": "replay", "table": name, "dry_run": dry_run, "records": result.records,
-                     "kept": result.kept, "staging_uris": result.staging_uris}, sentence)
+        sentence = (
+            f"staged {result.records} records as {len(result.staging_uris)} staging objects; "
+            f"{result.kept} records that are still not JSON objects stay in their error files. "
+            "Run `silt stream --once` to load them."
+        )
+    report(
+        as_json,
+        {
+            "action": "replay",
+            "table": name,
+            "dry_run": dry_run,
+            "records": result.records,
+            "kept": result.kept,
+            "staging_uris": result.staging_uris,
+        },
+        sentence,
+    )

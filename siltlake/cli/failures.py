@@ -25,8 +25,17 @@ UNEXPECTED = 1
 RETRYABLE = RETRYABLE_EXIT
 
 # Names a Python exception has in a Spark worker's traceback, for the ones the user fixes.
-_OS_ERRORS = {"OSError", "IOError", "PermissionError", "FileNotFoundError", "IsADirectoryError",
-              "NotADirectoryError", "FileExistsError", "InterruptedError", "BlockingIOError"}
+_OS_ERRORS = {
+    "OSError",
+    "IOError",
+    "PermissionError",
+    "FileNotFoundError",
+    "IsADirectoryError",
+    "NotADirectoryError",
+    "FileExistsError",
+    "InterruptedError",
+    "BlockingIOError",
+}
 _MISSING_FILE = re.compile(r"FileNotFoundException|FILE_NOT_EXIST|PATH_NOT_FOUND|does not exist|No such file")
 _URI = re.compile(r"\b(?:file|s3a?|s3n|hdfs|gs|abfss?|wasbs?):/[^\s'\"`\]]+")
 # pyarrow's file system errors: "Cannot create directory '/x/y'. Detail: [errno 20] Not a directory".
@@ -37,13 +46,12 @@ _DISK_FULL = re.compile(r"database or disk is full|No space left on device|could
 # pyarrow names the errno in its text only ("... Detail: [errno 28] No space left on device").
 _ERRNO_IN_TEXT = re.compile(r"\[errno (\d+)\]", re.I)
 _HINTS = {
-    errno.EACCES: "check the permissions of this path (the storage roots and the catalog come from the "
-                  "configuration)",
+    errno.EACCES: "check the permissions of this path (the storage roots and the catalog come from the configuration)",
     errno.EPERM: "check the permissions of this path",
     errno.EROFS: "the file system is read-only: point the configuration at a writable place",
     errno.ENOENT: "check the path (in the configuration or the command), or run `silt init`",
     errno.ENOTDIR: "a parent of this path is a file, not a directory: move it away or point the "
-                   "configuration elsewhere",
+    "configuration elsewhere",
     errno.EISDIR: "this path is a directory where a file is expected",
     errno.ENOSPC: "the disk is full: free some space, then rerun",
 }
@@ -65,8 +73,12 @@ def _os_failure(kind: str, error_number: int | None, filename: str | None, text:
     found = _ARROW_IO.match(text)
     if filename:
         what, where, why = "file system error", filename, os.strerror(error_number) if error_number else text
-        what = {"PermissionError": "permission denied", "FileNotFoundError": "not found",
-                "IsADirectoryError": "is a directory", "NotADirectoryError": "not a directory"}.get(kind, what)
+        what = {
+            "PermissionError": "permission denied",
+            "FileNotFoundError": "not found",
+            "IsADirectoryError": "is a directory",
+            "NotADirectoryError": "not a directory",
+        }.get(kind, what)
         message = f"{what} ({where})" + ("" if why.lower() == what else f": {why}")
     elif found:
         message = f"{found['what'].lower()} ({found['where']}): {found['why'].lower()}"
@@ -112,8 +124,11 @@ def _spark_failure(exc: BaseException) -> Failure:
     if name in ("AnalysisException", "ParseException"):
         return Failure(f"Spark SQL refused the query: {line}", USER_ERROR)
     if "JAVA_GATEWAY_EXITED" in text or name in ("Py4JNetworkError",):
-        return Failure(f"Spark could not start or went away ({line}); check `java -version` (17 or newer) and "
-                       "spark.master in the configuration, then rerun with --debug for Spark's log", USER_ERROR)
+        return Failure(
+            f"Spark could not start or went away ({line}); check `java -version` (17 or newer) and "
+            "spark.master in the configuration, then rerun with --debug for Spark's log",
+            USER_ERROR,
+        )
     return Failure(f"Spark failed ({name}): {line}; rerun with --debug for Spark's trace", USER_ERROR)
 
 
@@ -142,8 +157,10 @@ def _worker_failure(text: str) -> Failure:
         return _os_failure(kind, int(number.group(1)) if number else None, None, message)
     if _is_silt_error(found["type"]):
         return Failure(message, USER_ERROR)
-    return Failure(f"unexpected {kind} in a Spark task: {message}; this is a bug: rerun with --debug and "
-                   "report the trace", UNEXPECTED)
+    return Failure(
+        f"unexpected {kind} in a Spark task: {message}; this is a bug: rerun with --debug and report the trace",
+        UNEXPECTED,
+    )
 
 
 def describe(exc: BaseException, catalog: str | None = None) -> Failure:
@@ -172,13 +189,22 @@ def _describe(exc: BaseException, catalog: str | None) -> Failure:
             where = f" ({catalog})" if catalog else ""
             cause = getattr(exc, "orig", None) or exc
             if _DISK_FULL.search(str(cause)):
-                return Failure(f"the catalog's disk is full{where}: {_first_line(str(cause))}; free some space "
-                               "where the catalog database keeps its files, then rerun", USER_ERROR)
-            return Failure(f"the catalog failed{where}: {_first_line(str(cause))}; check that its "
-                           "server is up and catalog.url is right, then rerun", USER_ERROR)
+                return Failure(
+                    f"the catalog's disk is full{where}: {_first_line(str(cause))}; free some space "
+                    "where the catalog database keeps its files, then rerun",
+                    USER_ERROR,
+                )
+            return Failure(
+                f"the catalog failed{where}: {_first_line(str(cause))}; check that its "
+                "server is up and catalog.url is right, then rerun",
+                USER_ERROR,
+            )
     detail = _first_line(str(exc))
-    return Failure(f"unexpected {type(exc).__name__}{': ' + detail if detail else ''}; this is a bug: rerun with "
-                   "--debug and report the trace", UNEXPECTED)
+    return Failure(
+        f"unexpected {type(exc).__name__}{': ' + detail if detail else ''}; this is a bug: rerun with "
+        "--debug and report the trace",
+        UNEXPECTED,
+    )
 
 
 def print_trace(exc: BaseException) -> None:

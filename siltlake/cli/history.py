@@ -12,9 +12,13 @@ from siltlake.cli.options import date_option, format_option
 from siltlake.cli.output import Column, emit, format_count, format_size
 
 HISTORY_COLUMNS = (
-    Column("date", "dt"), Column("version", right=True), Column("table_version", "table version", right=True),
-    Column("op"), Column("shows"),
-    Column("created_at", "created (UTC)"), Column("rows", show=lambda n: _blank(n, format_count), right=True),
+    Column("date", "dt"),
+    Column("version", right=True),
+    Column("table_version", "table version", right=True),
+    Column("op"),
+    Column("shows"),
+    Column("created_at", "created (UTC)"),
+    Column("rows", show=lambda n: _blank(n, format_count), right=True),
     Column("bytes", "size", lambda n: _blank(n, format_size), right=True),
 )
 

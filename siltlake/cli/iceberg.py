@@ -17,8 +17,13 @@ def iceberg_group() -> None:
 
 
 @iceberg_group.command("serve")
-@click.option("--bind", default="127.0.0.1", show_default=True, metavar="HOST",
-              help="The address to listen on (loopback by default: anyone who reaches it reads every table).")
+@click.option(
+    "--bind",
+    default="127.0.0.1",
+    show_default=True,
+    metavar="HOST",
+    help="The address to listen on (loopback by default: anyone who reaches it reads every table).",
+)
 @click.option("--port", type=int, default=8181, show_default=True, help="The port to serve on.")
 @click.pass_context
 @friendly

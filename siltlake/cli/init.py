@@ -10,9 +10,13 @@ from siltlake.cli.output import console, write_json
 
 
 @click.command()
-@click.option("--claim", is_flag=True, help="Take the instance key over from the catalog its _instance.json names "
-              "(after moving the catalog, or once that catalog is gone); refused while it is reachable and still "
-              "registers the key.")
+@click.option(
+    "--claim",
+    is_flag=True,
+    help="Take the instance key over from the catalog its _instance.json names "
+    "(after moving the catalog, or once that catalog is gone); refused while it is reachable and still "
+    "registers the key.",
+)
 @json_option
 @click.pass_context
 @friendly
@@ -23,9 +27,17 @@ def init(context: click.Context, claim: bool, as_json: bool) -> None:
     # Password masked: init output ends up in terminals' scrollback and in logs.
     catalog = deployment.catalog
     if as_json:
-        write_json({"action": "init", "catalog": catalog.masked_url, "revision": catalog.revision(),
-                    "lake": deployment.lake.root, "staging": deployment.staging.root, "instance": key,
-                    "config": deployment.config.source})
+        write_json(
+            {
+                "action": "init",
+                "catalog": catalog.masked_url,
+                "revision": catalog.revision(),
+                "lake": deployment.lake.root,
+                "staging": deployment.staging.root,
+                "instance": key,
+                "config": deployment.config.source,
+            }
+        )
         return
     console.print(f"catalog   {catalog.masked_url} at revision {catalog.revision()}", highlight=False)
     console.print(f"lake      {deployment.lake.root}")

@@ -27,8 +27,11 @@ def guess_command(seed: str, output: str, as_json: bool) -> None:
     parse_load_config(config, f"guessed config for {seed}")  # what guess writes must load
     with open(output, "w") as handle:
         yaml.safe_dump(config, handle, sort_keys=False, allow_unicode=True)
-    report(as_json, {"action": "guess", "output": output, "config": config},
-           f"wrote {output}: review the parser columns and out.time_column before loading")
+    report(
+        as_json,
+        {"action": "guess", "output": output, "config": config},
+        f"wrote {output}: review the parser columns and out.time_column before loading",
+    )
 
 
 @click.command("load")
@@ -41,8 +44,15 @@ def guess_command(seed: str, output: str, as_json: bool) -> None:
 @click.pass_context
 @friendly
 @needs_spark("silt load")
-def load_command(context: click.Context, config_file: str, resume_state: str | None, dry_run: bool,
-                 no_commit: bool, rows: int, as_json: bool) -> None:
+def load_command(
+    context: click.Context,
+    config_file: str,
+    resume_state: str | None,
+    dry_run: bool,
+    no_commit: bool,
+    rows: int,
+    as_json: bool,
+) -> None:
     """Bulk-load files into tables: one Spark stage, one commit.
 
     --dry-run prints the first rows of each job as they would be loaded and writes nothing. --json prints the
@@ -60,13 +70,16 @@ def load_command(context: click.Context, config_file: str, resume_state: str | N
             return
         for name, table in previews.items():
             out.print(f"[bold]{name}[/] (first {table.num_rows} rows as they would be loaded):")
-            out.print(grid([Column(column, show=format_value) for column in table.column_names],
-                           [list(row.values()) for row in table.to_pylist()]))
+            out.print(
+                grid(
+                    [Column(column, show=format_value) for column in table.column_names],
+                    [list(row.values()) for row in table.to_pylist()],
+                )
+            )
         return
     try:
         with transfer_bar() as bar:
-            report = load(deployment, config, state_path=resume_state, commit=not no_commit,
-                          progress=LoadBar(bar))
+            report = load(deployment, config, state_path=resume_state, commit=not no_commit, progress=LoadBar(bar))
     except LoadFailed as exc:
         console.print(f"[red]load failed[/]: {shown(exc)}", highlight=False)
         sys.exit(1)
@@ -84,8 +97,11 @@ def load_command(context: click.Context, config_file: str, resume_state: str | N
         for path in job.error_files:
             console.print(f"  bad records kept in {shown(path)}", highlight=False)
     if not report.committed:
-        console.print(f"not committed (--no-commit): run the same command without it to commit; the state is in "
-                      f"{report.state_path}", highlight=False)
+        console.print(
+            f"not committed (--no-commit): run the same command without it to commit; the state is in "
+            f"{report.state_path}",
+            highlight=False,
+        )
 
 
 @click.command("cleanup")
@@ -95,13 +111,16 @@ def load_command(context: click.Context, config_file: str, resume_state: str | N
 @json_option
 @click.pass_context
 @friendly
-def cleanup_command(context: click.Context, config_file: str, resume_state: str, dry_run: bool,
-                    as_json: bool) -> None:
+def cleanup_command(context: click.Context, config_file: str, resume_state: str, dry_run: bool, as_json: bool) -> None:
     """Remove what an abandoned load wrote (temporary objects, error files) and its resume state."""
     from siltlake.load import cleanup, load_config_file
 
     removed = cleanup(deployment_of(context), load_config_file(config_file), resume_state, dry_run=dry_run)
     verb = "would remove" if dry_run else "removed"
-    report(as_json, {"action": "cleanup", "dry_run": dry_run, "removed": [str(item) for item in removed]},
-           "".join(f"{verb} {item}\n" for item in removed) + f"cleanup: {len(removed)} {verb}"
-           + (" (dry run: nothing changed)" if dry_run else ""))
+    report(
+        as_json,
+        {"action": "cleanup", "dry_run": dry_run, "removed": [str(item) for item in removed]},
+        "".join(f"{verb} {item}\n" for item in removed)
+        + f"cleanup: {len(removed)} {verb}"
+        + (" (dry run: nothing changed)" if dry_run else ""),
+    )

@@ -38,8 +38,17 @@ if TYPE_CHECKING:
 @click.pass_context
 @friendly
 @needs_spark("silt merge")
-def merge(context: click.Context, once: bool, now_text: str | None, slots: int | None, table_name: str | None,
-          retry_failed: bool, as_json: bool, metrics_port: int | None, bind: str) -> None:
+def merge(
+    context: click.Context,
+    once: bool,
+    now_text: str | None,
+    slots: int | None,
+    table_name: str | None,
+    retry_failed: bool,
+    as_json: bool,
+    metrics_port: int | None,
+    bind: str,
+) -> None:
     """Merge each day's small objects into a few large ones: the merge job queue's worker.
 
     A round runs every due job (and the jobs they continue into); --once shows a progress bar, says when the
@@ -71,8 +80,7 @@ def merge(context: click.Context, once: bool, now_text: str | None, slots: int |
             advanced = deployment.catalog.merge_queue.advance(clock(), table_ids)
             console.print(f"{advanced} scheduled jobs made due now", highlight=False)
         with progress_bar() as bar:
-            worker = MergeWorker(deployment, slots=slots, table_ids=table_ids, progress=MergeBar(bar),
-                                 clock=clock)
+            worker = MergeWorker(deployment, slots=slots, table_ids=table_ids, progress=MergeBar(bar), clock=clock)
             report = worker.run(once=True)
         finished_at = clock()
         scheduled, next_due = deployment.catalog.merge_queue.scheduled(finished_at, table_ids)

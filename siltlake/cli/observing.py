@@ -45,6 +45,7 @@ def stop_on_sigterm(stop: threading.Event) -> None:
     """SIGTERM (a service manager's stop) sets `stop`, as Ctrl-C ends the loop. Sent to the whole process group,
     as systemd's default KillMode does, it ends Spark's JVM too, under a running call: py4j's trace of that is
     dropped from then on (quiet_py4j)."""
+
     def on_term(_signum: int, _frame: object) -> None:
         quiet_py4j()
         stop.set()
@@ -61,13 +62,21 @@ def serve(deployment: Deployment, bind: str, port: int, *, dashboard: bool, metr
         server = ObserveServer(deployment, bind, port, dashboard=dashboard, metrics=metrics).start()
     except OSError as exc:
         raise click.UsageError(f"cannot listen on {bind}:{port}: {exc.strerror or exc}") from None
-    what = " and ".join(part for part, on in (("the dashboard on " + server.url, dashboard),
-                                              ("metrics on " + server.url + "metrics", metrics)) if on)
+    what = " and ".join(
+        part
+        for part, on in (
+            ("the dashboard on " + server.url, dashboard),
+            ("metrics on " + server.url + "metrics", metrics),
+        )
+        if on
+    )
     console.print(f"serving {what}", highlight=False, soft_wrap=True)
     if not is_loopback(bind):
-        console.print(f"[yellow]warning:[/] listening on {bind}, not loopback: anyone who can reach this host can read "
-                      "the page and metrics (they are read-only, but they show table names and object URIs)",
-                      highlight=False)
+        console.print(
+            f"[yellow]warning:[/] listening on {bind}, not loopback: anyone who can reach this host can read "
+            "the page and metrics (they are read-only, but they show table names and object URIs)",
+            highlight=False,
+        )
     return server
 
 
@@ -88,8 +97,13 @@ class Observing:
 
 @click.command("dashboard")
 @bind_option
-@click.option("--port", type=click.IntRange(0, 65535), default=8787, show_default=True,
-              help="The port to serve the page (and /metrics) on; 0 picks a free one.")
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=8787,
+    show_default=True,
+    help="The port to serve the page (and /metrics) on; 0 picks a free one.",
+)
 @click.pass_context
 @friendly
 def dashboard_command(context: click.Context, bind: str, port: int) -> None:

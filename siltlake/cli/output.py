@@ -61,8 +61,9 @@ def _reader_gone(stream: Any) -> bool:
 def output_closed(exc: BaseException) -> bool:
     """Whether a failure is a write to stdout or stderr after its reader went away, not a pipe or socket of
     the command's own (a worker's, a server's): those stay failures."""
-    return (isinstance(exc, OSError) and exc.errno == errno.EPIPE
-            and (_reader_gone(sys.stdout) or _reader_gone(sys.stderr)))
+    return (
+        isinstance(exc, OSError) and exc.errno == errno.EPIPE and (_reader_gone(sys.stdout) or _reader_gone(sys.stderr))
+    )
 
 
 def quit_closed_output() -> NoReturn:
@@ -182,12 +183,12 @@ def format_age(seconds: float | None) -> str:
 def machine_output() -> bool:
     """Whether the running command writes JSON or CSV (`--format json|csv`, `--json`)."""
     context = click.get_current_context(silent=True)
-    return context is not None and (context.params.get("fmt") in ("json", "csv")
-                                    or bool(context.params.get("as_json")))
+    return context is not None and (context.params.get("fmt") in ("json", "csv") or bool(context.params.get("as_json")))
 
 
-def grid(columns: Sequence[Column], rows: Iterable[Sequence[Any]] = (), title: str | None = None,
-         **options: Any) -> Table:
+def grid(
+    columns: Sequence[Column], rows: Iterable[Sequence[Any]] = (), title: str | None = None, **options: Any
+) -> Table:
     """A Rich table of rows (values in column order). A cell is plain text, never markup (a value holding
     `[bold]` shows as written), with its control characters (line breaks too) as escapes, unless the value is
     a styled rich Text already."""
@@ -197,8 +198,12 @@ def grid(columns: Sequence[Column], rows: Iterable[Sequence[Any]] = (), title: s
         # fold: in a narrow terminal a long value goes on over several lines rather than ending in "…".
         table.add_column(column.header or column.key, justify="right" if column.right else "left", overflow="fold")
     for row in rows:
-        table.add_row(*(value if isinstance(value, Text) else Text(visible(column.show(value)))
-                        for column, value in zip(columns, row, strict=True)))
+        table.add_row(
+            *(
+                value if isinstance(value, Text) else Text(visible(column.show(value)))
+                for column, value in zip(columns, row, strict=True)
+            )
+        )
     return table
 
 
@@ -231,8 +236,14 @@ def _values(row: Mapping[str, Any] | Sequence[Any], columns: Sequence[Column]) -
     return [row[column.key] for column in columns] if isinstance(row, Mapping) else list(row)
 
 
-def emit(fmt: str, columns: Sequence[Column], rows: Iterable[Mapping[str, Any] | Sequence[Any]], *,
-         empty: str = "", title: str | None = None) -> None:
+def emit(
+    fmt: str,
+    columns: Sequence[Column],
+    rows: Iterable[Mapping[str, Any] | Sequence[Any]],
+    *,
+    empty: str = "",
+    title: str | None = None,
+) -> None:
     """Write a listing in `fmt`. Rows are mappings by column key or sequences in column order. An empty
     listing is `[]` in JSON, the header alone in CSV, and the `empty` sentence as a table."""
     values = [_values(row, columns) for row in rows]
@@ -258,18 +269,32 @@ def activity(text: str) -> Iterator[Callable[[str], None]]:
         return
     spinner = Spinner("dots", Text(text, style="cyan"))
     # No redirection: stdout stays the results', untouched by the spinner.
-    with Live(spinner, console=console, transient=True, refresh_per_second=10, redirect_stdout=False,
-              redirect_stderr=False):
+    with Live(
+        spinner, console=console, transient=True, refresh_per_second=10, redirect_stdout=False, redirect_stderr=False
+    ):
         yield lambda new_text: spinner.update(text=Text(new_text, style="cyan"))
 
 
 def progress_bar() -> Progress:
     """A bar on stderr counting done of total (staging objects, merge jobs), with the elapsed time."""
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    console=console, transient=False)
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    )
 
 
 def transfer_bar() -> Progress:
     """A bar on stderr over bytes read, with the speed and the elapsed time."""
-    return Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                    TimeElapsedColumn(), console=console, transient=False)
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    )

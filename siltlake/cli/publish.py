@@ -31,8 +31,15 @@ from siltlake.cli.reports import print_publish_report
 @json_option
 @click.pass_context
 @friendly
-def publish(context: click.Context, once: bool, now_text: str | None, interval: float | None,
-            metrics_port: int | None, bind: str, as_json: bool) -> None:
+def publish(
+    context: click.Context,
+    once: bool,
+    now_text: str | None,
+    interval: float | None,
+    metrics_port: int | None,
+    bind: str,
+    as_json: bool,
+) -> None:
     """Make new data visible to readers: switch merged days to their merged objects, close ended days,
     publish new live and merged versions (and sync external catalogs).
 

@@ -28,16 +28,27 @@ def _duration(value: str | None, option: str) -> int | None:
 @dry_run_option
 @now_option
 @click.option("--retention", default=None, help="Keep superseded versions this long (default reap.retention, 7d).")
-@click.option("--grace", default=None, help="Unreferenced objects younger than this are kept (default reap.grace, "
-              "3d).")
+@click.option("--grace", default=None, help="Unreferenced objects younger than this are kept (default reap.grace, 3d).")
 @click.option("--force", is_flag=True, help="Allow a retention below 1d or a grace below 1h.")
-@click.option("--full", is_flag=True, help="List the whole instance key, not only what changed since the last run "
-              "(a full sweep also runs by itself when none ran within reap.full_sweep_interval).")
+@click.option(
+    "--full",
+    is_flag=True,
+    help="List the whole instance key, not only what changed since the last run "
+    "(a full sweep also runs by itself when none ran within reap.full_sweep_interval).",
+)
 @json_option
 @click.pass_context
 @friendly
-def reap(context: click.Context, dry_run: bool, now_text: str | None, retention: str | None, grace: str | None,
-         force: bool, full: bool, as_json: bool) -> None:
+def reap(
+    context: click.Context,
+    dry_run: bool,
+    now_text: str | None,
+    retention: str | None,
+    grace: str | None,
+    force: bool,
+    full: bool,
+    as_json: bool,
+) -> None:
     """Delete covered small objects, superseded merged objects, expired versions, orphans, partitions past
     their TTL and dropped tables: only objects under this deployment's instance key, never another
     deployment's sharing the storage."""
@@ -45,9 +56,15 @@ def reap(context: click.Context, dry_run: bool, now_text: str | None, retention:
 
     deployment = deployment_of(context)
     with activity("reaping: reading the catalog, listing the lake, deleting what nothing needs…"):
-        report = reap_once(deployment, parse_now(now_text), dry_run=dry_run,
-                           retention=_duration(retention, "--retention"), grace=_duration(grace, "--grace"),
-                           force=force, full=full or None)
+        report = reap_once(
+            deployment,
+            parse_now(now_text),
+            dry_run=dry_run,
+            retention=_duration(retention, "--retention"),
+            grace=_duration(grace, "--grace"),
+            force=force,
+            full=full or None,
+        )
     if as_json:
         write_json(report.as_dict())
     else:

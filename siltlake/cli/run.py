@@ -28,8 +28,14 @@ if TYPE_CHECKING:
     from siltlake.deployment import Deployment
     from siltlake.run import LoopStatus, SingleHost
 
-STATE_STYLE = {"working": "bold green", "waiting": "dim", "retrying": "bold red", "stopping": "yellow",
-               "stopped": "dim", "starting": "cyan"}
+STATE_STYLE = {
+    "working": "bold green",
+    "waiting": "dim",
+    "retrying": "bold red",
+    "stopping": "yellow",
+    "stopped": "dim",
+    "starting": "cyan",
+}
 
 
 def _ago(moment: float | None, now: float) -> str:
@@ -56,15 +62,25 @@ def status_table(host: SingleHost) -> Table:
     now = time.monotonic()
     rows = []
     for status in host.status.values():
-        last = (Text.assemble(status.last_work, " ", (_ago(status.last_work_at, now), "dim")) if status.last_work
-                else "-")
-        rows.append((status.name, _state(status, now), f"{status.interval:g}s", last, status.totals or "-",
-                     Text(str(status.errors), style="red") if status.errors else "0"))
+        last = (
+            Text.assemble(status.last_work, " ", (_ago(status.last_work_at, now), "dim")) if status.last_work else "-"
+        )
+        rows.append(
+            (
+                status.name,
+                _state(status, now),
+                f"{status.interval:g}s",
+                last,
+                status.totals or "-",
+                Text(str(status.errors), style="red") if status.errors else "0",
+            )
+        )
     return grid(COLUMNS, rows, title="silt run", title_justify="left", pad_edge=False)
 
 
-def run_in_terminal(deployment: Deployment, console: Console, metrics_port: int | None = None,
-                    bind: str = "127.0.0.1") -> None:
+def run_in_terminal(
+    deployment: Deployment, console: Console, metrics_port: int | None = None, bind: str = "127.0.0.1"
+) -> None:
     """Run every loop until SIGINT or SIGTERM, then wait for their current work; a second signal quits now.
     With metrics_port, serve /metrics and the dashboard (/) there meanwhile."""
     from siltlake.run import SingleHost
@@ -81,8 +97,12 @@ def run_in_terminal(deployment: Deployment, console: Console, metrics_port: int 
         if host.stop_event.is_set():
             # A stop signal sent to the whole process group (systemd's default KillMode, `kill -- -PGID`) stops
             # Spark's JVM too, under the running round: not a failure to retry, and never a Java trace.
-            console.print(f"{name}: its round ended with the shutdown ({escape(described(exc).message)}); what it "
-                          "had not committed is taken up again by the next run", highlight=False, soft_wrap=True)
+            console.print(
+                f"{name}: its round ended with the shutdown ({escape(described(exc).message)}); what it "
+                "had not committed is taken up again by the next run",
+                highlight=False,
+                soft_wrap=True,
+            )
             return
         retrying(f"{name} failed", console)(exc, wait)
 
@@ -94,8 +114,11 @@ def run_in_terminal(deployment: Deployment, console: Console, metrics_port: int 
             # merge.job_timeout, staging objects of an uncommitted wave stay pending.
             console.print("quitting without waiting")
             os._exit(130)
-        console.print(f"{signal.Signals(signum).name}: stopping after the current stream wave and the running "
-                      "merge jobs (Ctrl-C again quits now)", highlight=False)
+        console.print(
+            f"{signal.Signals(signum).name}: stopping after the current stream wave and the running "
+            "merge jobs (Ctrl-C again quits now)",
+            highlight=False,
+        )
         quiet_py4j()  # the JVM may go with the signal: on_error says so, once
         host.stop()
 
@@ -103,10 +126,13 @@ def run_in_terminal(deployment: Deployment, console: Console, metrics_port: int 
     server = serve(deployment, bind, metrics_port, dashboard=True) if metrics_port is not None else None
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
-    console.print(f"single host: stream every {host.status['stream'].interval:g}s, merge every "
-                  f"{host.status['merge'].interval:g}s (slots {host.worker.slots}), publish every "
-                  f"{host.status['publish'].interval:g}s, derived tables checked every "
-                  f"{host.status['derived'].interval:g}s; Ctrl-C stops", highlight=False)
+    console.print(
+        f"single host: stream every {host.status['stream'].interval:g}s, merge every "
+        f"{host.status['merge'].interval:g}s (slots {host.worker.slots}), publish every "
+        f"{host.status['publish'].interval:g}s, derived tables checked every "
+        f"{host.status['derived'].interval:g}s; Ctrl-C stops",
+        highlight=False,
+    )
     with Live(console=console, get_renderable=lambda: status_table(host), refresh_per_second=2, transient=False):
         try:
             host.start_spark()
@@ -118,9 +144,11 @@ def run_in_terminal(deployment: Deployment, console: Console, metrics_port: int 
         signal.signal(signal.SIGINT, on_signal)
         if host.connect_url:
             token_file = deployment.config.spark.connect_token_file
-            console.print(f"Spark Connect: {host.connect_url}, clients send the token in {token_file} (`silt sql "
-                          "--engine spark` does; notebooks: siltlake.spark.connect_session(load_config().spark))",
-                          highlight=False)
+            console.print(
+                f"Spark Connect: {host.connect_url}, clients send the token in {token_file} (`silt sql "
+                "--engine spark` does; notebooks: siltlake.spark.connect_session(load_config().spark))",
+                highlight=False,
+            )
         if not host.stop_event.is_set():
             host.start()
         # Short joins keep the main thread free to run the signal handler.

@@ -15,17 +15,25 @@ if TYPE_CHECKING:
 
     from siltlake.deployment import Deployment
 
-ENGINE_HELP = ("auto: DuckDB over the exact file lists when the query translates faithfully (the same answer as "
-               "Spark's), else Spark; duckdb: DuckDB or an error saying why not; spark: always Spark.")
+ENGINE_HELP = (
+    "auto: DuckDB over the exact file lists when the query translates faithfully (the same answer as "
+    "Spark's), else Spark; duckdb: DuckDB or an error saying why not; spark: always Spark."
+)
 
 
 @click.command("sql")
 @click.argument("query")
 @format_option
-@click.option("--limit", type=click.IntRange(min=0), default=1000, show_default=True,
-              help="Rows to fetch at most; a note on stderr says when the result had more.")
-@click.option("--engine", type=click.Choice(["auto", "duckdb", "spark"]), default="auto", show_default=True,
-              help=ENGINE_HELP)
+@click.option(
+    "--limit",
+    type=click.IntRange(min=0),
+    default=1000,
+    show_default=True,
+    help="Rows to fetch at most; a note on stderr says when the result had more.",
+)
+@click.option(
+    "--engine", type=click.Choice(["auto", "duckdb", "spark"]), default="auto", show_default=True, help=ENGINE_HELP
+)
 @click.pass_context
 @friendly
 def sql_command(context: click.Context, query: str, fmt: str, limit: int, engine: str) -> None:
@@ -37,8 +45,9 @@ def sql_command(context: click.Context, query: str, fmt: str, limit: int, engine
     # names and time travel, and pins the reads, before any engine starts.
     checked_query(query)
     deployment = deployment_of(context)
-    result = Lake(deployment).sql(query, engine=engine, limit=limit, spark=lambda: _spark_session(deployment),
-                                  running=activity)
+    result = Lake(deployment).sql(
+        query, engine=engine, limit=limit, spark=lambda: _spark_session(deployment), running=activity
+    )
     _show(fmt, list(result.columns), list(result.rows), result.truncated, limit)
 
 
@@ -52,13 +61,16 @@ def _spark_session(deployment: Deployment) -> SparkSession:
         session = connect_session(config)
         if session is not None:
             return session
-        console.print(f"no Spark Connect server answers at {config.connect} (spark.connect): starting Spark here",
-                      highlight=False)
+        console.print(
+            f"no Spark Connect server answers at {config.connect} (spark.connect): starting Spark here", highlight=False
+        )
     return deployment.spark()
 
 
 def _show(fmt: str, names: list[str], rows: list, truncated: bool, limit: int) -> None:
     emit(fmt, [Column(name, show=format_value) for name in names], rows)
     if truncated:
-        console.print(f"showing the first {limit:,} row{'' if limit == 1 else 's'}: the result has more "
-                      "(--limit sets how many)", highlight=False)
+        console.print(
+            f"showing the first {limit:,} row{'' if limit == 1 else 's'}: the result has more (--limit sets how many)",
+            highlight=False,
+        )

@@ -17,9 +17,14 @@ def staging_group() -> None:
 
 @staging_group.command("resume")
 @click.argument("uri")
-@click.option("--from-offset", "offset", type=click.IntRange(min=0), required=True,
-              help="The byte offset to follow the file from: the bytes before it count as loaded (of the "
-                   "file as stored, a gzip member's start for a gzip file).")
+@click.option(
+    "--from-offset",
+    "offset",
+    type=click.IntRange(min=0),
+    required=True,
+    help="The byte offset to follow the file from: the bytes before it count as loaded (of the "
+    "file as stored, a gzip member's start for a gzip file).",
+)
 @json_option
 @click.pass_context
 @friendly
@@ -30,6 +35,9 @@ def staging_resume(context: click.Context, uri: str, offset: int, as_json: bool)
     from siltlake.stream.rotation import resume_file
 
     position = resume_file(deployment_of(context), uri, offset)
-    report(as_json, {"action": "resume", "uri": position.uri, "offset": offset},
-           f"{position.uri} is followed again from offset {offset:,}: the next `silt stream` round loads what it "
-           "holds from there")
+    report(
+        as_json,
+        {"action": "resume", "uri": position.uri, "offset": offset},
+        f"{position.uri} is followed again from offset {offset:,}: the next `silt stream` round loads what it "
+        "holds from there",
+    )

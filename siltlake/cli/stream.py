@@ -23,8 +23,9 @@ from siltlake.cli.reports import print_stream_report
 @click.pass_context
 @friendly
 @needs_spark("silt stream")
-def stream(context: click.Context, once: bool, interval: float | None, as_json: bool, metrics_port: int | None,
-           bind: str) -> None:
+def stream(
+    context: click.Context, once: bool, interval: float | None, as_json: bool, metrics_port: int | None, bind: str
+) -> None:
     """Turn staging objects into live and delayed small objects.
 
     A round registers new staging objects and processes every pending one; --once waits up to
@@ -46,8 +47,10 @@ def stream(context: click.Context, once: bool, interval: float | None, as_json: 
             print_stream_report(report, deployment.staging.root)
         stopped = deployment.catalog.positions.rewritten()  # following stopped, whenever it was found
         if stopped and not report.rewritten:
-            console.print(f"{len(stopped)} staging files whose following stopped (`silt status`; `silt staging "
-                          "resume`)", highlight=False)
+            console.print(
+                f"{len(stopped)} staging files whose following stopped (`silt status`; `silt staging resume`)",
+                highlight=False,
+            )
         if report.failed or report.rewritten or report.changed_reputs or stopped:
             sys.exit(1)
         return

@@ -25,13 +25,16 @@ def table_group() -> None:
 
 def _described(record: TableRecord) -> dict[str, Any]:
     """A table as the --json reports of `silt table ...` give it: its name, physical name and definition."""
-    return {"table": record.qualified_name,
-            "physical": f"{record.physical_schema_name}.{record.physical_table_name}",
-            "definition": record.definition.model_dump(mode="json", by_alias=True)}
+    return {
+        "table": record.qualified_name,
+        "physical": f"{record.physical_schema_name}.{record.physical_table_name}",
+        "definition": record.definition.model_dump(mode="json", by_alias=True),
+    }
 
 
-def _altered(context: click.Context, name: str, dry_run: bool,
-             change: Callable[[TableAlter], object]) -> tuple[TableRecord, TableChange | None]:
+def _altered(
+    context: click.Context, name: str, dry_run: bool, change: Callable[[TableAlter], object]
+) -> tuple[TableRecord, TableChange | None]:
     """A definition change made through Table.alter (one table version, its Iceberg snapshot at once): the table
     as stored after, and the version made (None: nothing changed)."""
     from siltlake.lake import Lake
@@ -57,9 +60,12 @@ def table_create(context: click.Context, file: str, as_json: bool) -> None:
     from siltlake.tabledef import load_table_file
 
     record = deployment_of(context).catalog.tables.create(load_table_file(file))
-    report(as_json, {"action": "create", **_described(record)},
-           f"created table {record.qualified_name} (objects under {record.physical_schema_name}."
-           f"{record.physical_table_name})")
+    report(
+        as_json,
+        {"action": "create", **_described(record)},
+        f"created table {record.qualified_name} (objects under {record.physical_schema_name}."
+        f"{record.physical_table_name})",
+    )
 
 
 def format_duration(seconds: int | None) -> str:
@@ -71,9 +77,13 @@ def format_duration(seconds: int | None) -> str:
 
 
 TABLE_COLUMNS = (
-    Column("table"), Column("kind"), Column("time_column", "time column", lambda v: v or "-"),
-    Column("timezone", "time zone"), Column("merge_interval_seconds", "merge interval", format_duration),
-    Column("columns", right=True), Column("created_at", "created (UTC)"),
+    Column("table"),
+    Column("kind"),
+    Column("time_column", "time column", lambda v: v or "-"),
+    Column("timezone", "time zone"),
+    Column("merge_interval_seconds", "merge interval", format_duration),
+    Column("columns", right=True),
+    Column("created_at", "created (UTC)"),
 )
 
 
@@ -89,9 +99,17 @@ def table_list(context: click.Context, fmt: str) -> None:
     for table in Lake(deployment_of(context)).list_tables():
         settings, meta = table.properties, table.metadata
         log = meta.kind == "log"
-        rows.append((meta.name, meta.kind, settings["time_column"] if log else None,
-                     settings["timezone"] if log else None, settings["merge_interval"] if log else None,
-                     len(meta.columns), meta.created_at.replace(tzinfo=None).isoformat(sep=" ", timespec="seconds")))
+        rows.append(
+            (
+                meta.name,
+                meta.kind,
+                settings["time_column"] if log else None,
+                settings["timezone"] if log else None,
+                settings["merge_interval"] if log else None,
+                len(meta.columns),
+                meta.created_at.replace(tzinfo=None).isoformat(sep=" ", timespec="seconds"),
+            )
+        )
     emit(fmt, TABLE_COLUMNS, rows, empty="no tables yet; create one with `silt table create FILE`")
 
 
@@ -122,36 +140,56 @@ def table_show(context: click.Context, name: str, fmt: str) -> None:
     if d.kind == "derived":  # dt comes from its query; its rule and sources: `silt derived show`
         settings += [("format", d.format), ("codec", d.codec), ("defined by", f"silt derived show {d.qualified_name}")]
     else:
+
         def sourced(key: str, value: str) -> str:  # where an inheritable value comes from, unless the table's own
             return value if sources[key] == "table" else f"{value} (from {sources[key]})"
 
-        settings += [("time column", d.time_column), ("time zone", d.timezone), ("naive times in", d.naive_zone),
-                     ("merge interval", sourced("merge_interval", format_duration(d.merge_interval))),
-                     ("format", d.format), ("codec", sourced("codec", d.codec)),
-                     ("error policy", d.error_policy), ("unknown fields", d.unknown_fields),
-                     ("epoch unit", d.epoch_unit),
-                     ("ttl", sourced("ttl_days", f"{d.ttl_days} days" if d.ttl_days else "none")),
-                     ("merge mode", sourced("merge_mode", d.merge_mode)),
-                     ("merged object size", sourced("merged_object_size", format_size(d.merged_object_size))),
-                     ("merge batch size", str(d.merge_batch_size))]
+        settings += [
+            ("time column", d.time_column),
+            ("time zone", d.timezone),
+            ("naive times in", d.naive_zone),
+            ("merge interval", sourced("merge_interval", format_duration(d.merge_interval))),
+            ("format", d.format),
+            ("codec", sourced("codec", d.codec)),
+            ("error policy", d.error_policy),
+            ("unknown fields", d.unknown_fields),
+            ("epoch unit", d.epoch_unit),
+            ("ttl", sourced("ttl_days", f"{d.ttl_days} days" if d.ttl_days else "none")),
+            ("merge mode", sourced("merge_mode", d.merge_mode)),
+            ("merged object size", sourced("merged_object_size", format_size(d.merged_object_size))),
+            ("merge batch size", str(d.merge_batch_size)),
+        ]
     if meta.keyed:
         settings.append(("primary key", ", ".join(meta.primary_key)))
         settings.append(("sequence column", d.sequence_column or "none: the last committed row wins"))
     out.print(Text(meta.name, style="bold"))
     out.print(Text("  ".join(f"{label}: {value}" for label, value in settings)))
-    out.print(grid([Column("column"), Column("type"), Column("nullable"), Column("source field")],
-                   [(c.name, c.type, "yes" if c.nullable else "no", c.source_field) for c in meta.columns]))
+    out.print(
+        grid(
+            [Column("column"), Column("type"), Column("nullable"), Column("source field")],
+            [(c.name, c.type, "yes" if c.nullable else "no", c.source_field) for c in meta.columns],
+        )
+    )
     emit(fmt, PARTITION_COLUMNS, partitions, title="partitions", empty="no partitions yet")
 
 
 PARTITION_COLUMNS = (
-    Column("date", "dt"), Column("state"),
-    *(Column(key, header, format_count, right=True) for key, header in (
-        ("live_objects", "live\nobjects"), ("live_rows", "live\nrows"), ("delayed_objects", "delayed\nobjects"),
-        ("delayed_rows", "delayed\nrows"))),
+    Column("date", "dt"),
+    Column("state"),
+    *(
+        Column(key, header, format_count, right=True)
+        for key, header in (
+            ("live_objects", "live\nobjects"),
+            ("live_rows", "live\nrows"),
+            ("delayed_objects", "delayed\nobjects"),
+            ("delayed_rows", "delayed\nrows"),
+        )
+    ),
     Column("bytes", "size", format_size, right=True),
-    *(Column(key, header, format_count, right=True) for key, header in (
-        ("merged_objects", "merged\nobjects"), ("merged_rows", "merged\nrows"))),
+    *(
+        Column(key, header, format_count, right=True)
+        for key, header in (("merged_objects", "merged\nobjects"), ("merged_rows", "merged\nrows"))
+    ),
 )
 
 
@@ -163,48 +201,74 @@ PARTITION_COLUMNS = (
 @json_option
 @click.pass_context
 @friendly
-def table_add_column(context: click.Context, name: str, column: str, type_name: str, source: str | None,
-                     as_json: bool) -> None:
+def table_add_column(
+    context: click.Context, name: str, column: str, type_name: str, source: str | None, as_json: bool
+) -> None:
     """Add a nullable column (older objects read it as null)."""
     from siltlake.tabledef import Column
 
     new_column = Column.from_mapping({"name": column, "type": type_name, "source": source})
     record, _ = _altered(context, name, False, lambda alter: alter.add_column(column, type_name, source))
-    report(as_json, {"action": "add-column", "column": column, "type": new_column.type, **_described(record)},
-           f"added column {column} {new_column.type} to {name}")
+    report(
+        as_json,
+        {"action": "add-column", "column": column, "type": new_column.type, **_described(record)},
+        f"added column {column} {new_column.type} to {name}",
+    )
 
 
 @table_group.command("alter-column")
 @click.argument("name")
 @click.argument("column")
 @click.argument("type_name", metavar="TYPE")
-@click.option("--rewrite", is_flag=True,
-              help="Convert the stored values: needed by every change but int to bigint and float to double.")
+@click.option(
+    "--rewrite",
+    is_flag=True,
+    help="Convert the stored values: needed by every change but int to bigint and float to double.",
+)
 @dry_run_option
 @json_option
 @click.pass_context
 @friendly
-def table_alter_column(context: click.Context, name: str, column: str, type_name: str, rewrite: bool,
-                       dry_run: bool, as_json: bool) -> None:
+def table_alter_column(
+    context: click.Context, name: str, column: str, type_name: str, rewrite: bool, dry_run: bool, as_json: bool
+) -> None:
     """Change a column's type. int to bigint and float to double rewrite nothing (older objects read as the new
     type); any other change needs --rewrite: every partition holding a value in the column is rewritten as an
     update version, and rows whose value does not convert move to an error file (`silt errors list | replay`)."""
     from siltlake.lake import Lake
 
     done = Lake(deployment_of(context)).table(name).alter_column(column, type_name, rewrite=rewrite, dry_run=dry_run)
-    planned = (f"convert column {column} of {name} to {done.new_type}, rewriting the partitions that hold a value "
-               "in it" if rewrite else f"make column {column} of {name} {done.new_type}")
-    sentence = _would(dry_run, f"column {column} of {name} is now {done.new_type} (table version "
-                               f"{done.table_version})", planned)
+    planned = (
+        f"convert column {column} of {name} to {done.new_type}, rewriting the partitions that hold a value in it"
+        if rewrite
+        else f"make column {column} of {name} {done.new_type}"
+    )
+    sentence = _would(
+        dry_run, f"column {column} of {name} is now {done.new_type} (table version {done.table_version})", planned
+    )
     if done.partitions:
         sentence += f"; rewrote {done.partitions} partitions ({done.rows} rows) in {done.seconds:.1f}s"
     if done.bad_rows:
-        sentence += (f"; {done.bad_rows} rows did not convert to {done.new_type} and left the table: they are kept "
-                     f"in {done.error_file}: fix them and `silt errors replay {name}`")
-    report(as_json, {"action": "alter-column", "dry_run": dry_run, "column": column, "type": done.new_type,
-                     "old_type": done.old_type, "table_version": done.table_version, "rewritten_partitions":
-                     done.partitions, "rows": done.rows, "bad_rows": done.bad_rows, "error_file": done.error_file},
-           sentence)
+        sentence += (
+            f"; {done.bad_rows} rows did not convert to {done.new_type} and left the table: they are kept "
+            f"in {done.error_file}: fix them and `silt errors replay {name}`"
+        )
+    report(
+        as_json,
+        {
+            "action": "alter-column",
+            "dry_run": dry_run,
+            "column": column,
+            "type": done.new_type,
+            "old_type": done.old_type,
+            "table_version": done.table_version,
+            "rewritten_partitions": done.partitions,
+            "rows": done.rows,
+            "bad_rows": done.bad_rows,
+            "error_file": done.error_file,
+        },
+        sentence,
+    )
 
 
 @table_group.command("rename-column")
@@ -219,9 +283,11 @@ def table_rename_column(context: click.Context, name: str, old: str, new: str, d
     """Rename a column. No object is rewritten: older objects' data shows under the new name; records keep
     filling it from the same input field."""
     record, _ = _altered(context, name, dry_run, lambda alter: alter.rename_column(old, new))
-    report(as_json, {"action": "rename-column", "dry_run": dry_run, "column": old, "new_name": new,
-                     **_described(record)},
-           _would(dry_run, f"renamed column {old} of {name} to {new}", f"rename column {old} of {name} to {new}"))
+    report(
+        as_json,
+        {"action": "rename-column", "dry_run": dry_run, "column": old, "new_name": new, **_described(record)},
+        _would(dry_run, f"renamed column {old} of {name} to {new}", f"rename column {old} of {name} to {new}"),
+    )
 
 
 @table_group.command("drop-column")
@@ -232,16 +298,18 @@ def table_rename_column(context: click.Context, name: str, old: str, new: str, d
 @json_option
 @click.pass_context
 @friendly
-def table_drop_column(context: click.Context, name: str, column: str, yes: bool, dry_run: bool,
-                      as_json: bool) -> None:
+def table_drop_column(context: click.Context, name: str, column: str, yes: bool, dry_run: bool, as_json: bool) -> None:
     """Drop a column. No object is rewritten; its data never shows again, not even under a column added later
     with the same name. The time column and key columns cannot be dropped."""
     record, _ = _altered(context, name, True, lambda alter: alter.drop_column(column))  # refused before the question
     if not dry_run:
         confirm(f"drop column {column} of {name}?", yes)
         record, _ = _altered(context, name, False, lambda alter: alter.drop_column(column))
-    report(as_json, {"action": "drop-column", "dry_run": dry_run, "column": column, **_described(record)},
-           _would(dry_run, f"dropped column {column} of {name}", f"drop column {column} of {name}"))
+    report(
+        as_json,
+        {"action": "drop-column", "dry_run": dry_run, "column": column, **_described(record)},
+        _would(dry_run, f"dropped column {column} of {name}", f"drop column {column} of {name}"),
+    )
 
 
 @table_group.command("set")
@@ -260,13 +328,19 @@ def table_set(context: click.Context, name: str, assignments: tuple[str, ...], d
 
     values = parse_assignments(assignments)
     record, change = _altered(context, name, dry_run, lambda alter: alter.set_properties(**values))
-    document = {"action": "set", "dry_run": dry_run, "changed": change.detail if change else None,
-                "table_version": change.table_version if change and not dry_run else None, **_described(record)}
+    document = {
+        "action": "set",
+        "dry_run": dry_run,
+        "changed": change.detail if change else None,
+        "table_version": change.table_version if change and not dry_run else None,
+        **_described(record),
+    }
     if change is None:
         sentence = f"{name}: nothing changed (the values are the table's already)"
     else:
-        sentence = _would(dry_run, f"{name}: {change.detail} (table version {change.table_version})",
-                          f"set {change.detail} on {name}")
+        sentence = _would(
+            dry_run, f"{name}: {change.detail} (table version {change.table_version})", f"set {change.detail} on {name}"
+        )
     report(as_json, document, sentence)
 
 
@@ -280,8 +354,11 @@ def table_set(context: click.Context, name: str, assignments: tuple[str, ...], d
 def table_rename(context: click.Context, name: str, new_name: str, dry_run: bool, as_json: bool) -> None:
     """Rename a table (logical name only: objects stay under the physical name)."""
     record = deployment_of(context).catalog.tables.rename(name, new_name, dry_run=dry_run)
-    report(as_json, {"action": "rename", "dry_run": dry_run, "old_name": name, **_described(record)},
-           _would(dry_run, f"renamed {name} to {new_name}", f"rename {name} to {new_name}"))
+    report(
+        as_json,
+        {"action": "rename", "dry_run": dry_run, "old_name": name, **_described(record)},
+        _would(dry_run, f"renamed {name} to {new_name}", f"rename {name} to {new_name}"),
+    )
 
 
 @table_group.command("drop")
@@ -298,22 +375,32 @@ def table_drop(context: click.Context, name: str, yes: bool, dry_run: bool, as_j
     if not dry_run:
         confirm(f"drop table {name}?", yes)
     record = tables.drop(name, dry_run=dry_run)
-    report(as_json, {"action": "drop", "dry_run": dry_run, **_described(record)},
-           _would(dry_run, f"dropped {name}; `silt reap` deletes its objects", f"drop {name}"))
+    report(
+        as_json,
+        {"action": "drop", "dry_run": dry_run, **_described(record)},
+        _would(dry_run, f"dropped {name}; `silt reap` deletes its objects", f"drop {name}"),
+    )
 
 
 @table_group.command("tag")
 @click.argument("name")
 @click.argument("tag", required=False)
-@click.option("--version", "version", type=int, default=None, metavar="N",
-              help="The table version the tag names (default: the newest).")
+@click.option(
+    "--version",
+    "version",
+    type=int,
+    default=None,
+    metavar="N",
+    help="The table version the tag names (default: the newest).",
+)
 @click.option("--move", is_flag=True, help="Let a tag that names another version name this one.")
 @click.option("--remove", is_flag=True, help="Forget the tag: its version is then reaped as any other.")
 @json_option
 @click.pass_context
 @friendly
-def table_tag(context: click.Context, name: str, tag: str | None, version: int | None, move: bool, remove: bool,
-              as_json: bool) -> None:
+def table_tag(
+    context: click.Context, name: str, tag: str | None, version: int | None, move: bool, remove: bool, as_json: bool
+) -> None:
     """Name a table version: read it as VERSION AS OF 'TAG' in `silt sql` (as_of_version="TAG" in Python); reap
     keeps what a tagged version shows, however old. Without TAG, list the table's tags."""
     from siltlake.lake import Lake
@@ -323,14 +410,23 @@ def table_tag(context: click.Context, name: str, tag: str | None, version: int |
         if move or remove or version is not None:
             raise click.UsageError("give the TAG to make, move or remove")
         tags = table.tags
-        report(as_json, {"action": "tags", "table": table.name, "tags": tags},
-               ", ".join(f"{key}: version {value}" for key, value in tags.items()) or f"{table.name} has no tags")
+        report(
+            as_json,
+            {"action": "tags", "table": table.name, "tags": tags},
+            ", ".join(f"{key}: version {value}" for key, value in tags.items()) or f"{table.name} has no tags",
+        )
         return
     if remove:
         gone = table.untag(tag)
-        report(as_json, {"action": "untag", "table": table.name, "tag": tag, "table_version": gone.table_version},
-               f"{table.name}: tag {tag} (version {gone.table_version}) removed")
+        report(
+            as_json,
+            {"action": "untag", "table": table.name, "tag": tag, "table_version": gone.table_version},
+            f"{table.name}: tag {tag} (version {gone.table_version}) removed",
+        )
         return
     made = table.tag(tag, version, move=move)
-    report(as_json, {"action": "tag", "table": table.name, "tag": tag, "table_version": made.table_version},
-           f"{table.name}: tag {tag} names version {made.table_version}")
+    report(
+        as_json,
+        {"action": "tag", "table": table.name, "tag": tag, "table_version": made.table_version},
+        f"{table.name}: tag {tag} names version {made.table_version}",
+    )

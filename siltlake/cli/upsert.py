@@ -17,8 +17,12 @@ if TYPE_CHECKING:
 
     from siltlake.tabledef import TableDef
 
-OUTCOME_COLUMNS = (Column("dt"), Column("rows upserted", show=format_count, right=True),
-                   Column("deleted keys", show=format_count, right=True), Column("version", right=True))
+OUTCOME_COLUMNS = (
+    Column("dt"),
+    Column("rows upserted", show=format_count, right=True),
+    Column("deleted keys", show=format_count, right=True),
+    Column("version", right=True),
+)
 
 
 def read_rows(path: Path, definition: TableDef) -> pa.Table:
@@ -48,8 +52,12 @@ def read_rows(path: Path, definition: TableDef) -> pa.Table:
             return pjson.read_json(pa.BufferReader(data), parse_options=pjson.ParseOptions(explicit_schema=schema))
         if suffix == ".csv":
             # Times stay as read (text or naive UTC) and are cast with the rest: CSV's own parser wants one form.
-            return pcsv.read_csv(path, convert_options=pcsv.ConvertOptions(column_types={
-                name: kind for name, kind in types.items() if not pa.types.is_timestamp(kind)}))
+            return pcsv.read_csv(
+                path,
+                convert_options=pcsv.ConvertOptions(
+                    column_types={name: kind for name, kind in types.items() if not pa.types.is_timestamp(kind)}
+                ),
+            )
     except (pa.ArrowInvalid, OSError) as exc:
         raise SiltError(f"cannot read {path}: {str(exc).splitlines()[0]}") from None
     raise SiltError(f"cannot read {path}: give a .parquet, .jsonl (.ndjson, .json) or .csv file")
@@ -58,17 +66,32 @@ def read_rows(path: Path, definition: TableDef) -> pa.Table:
 @click.command("upsert")
 @click.argument("name")
 @click.argument("file", required=False, type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--sql", "query", default=None, help="Spark SQL whose result is the rows to upsert, e.g. "
-              "\"SELECT * FROM staging.users WHERE changed\".")
-@click.option("--delete-column", default=None, help="A boolean column of the rows: where it is true, the row's "
-              "key is deleted instead of replaced.")
+@click.option(
+    "--sql",
+    "query",
+    default=None,
+    help='Spark SQL whose result is the rows to upsert, e.g. "SELECT * FROM staging.users WHERE changed".',
+)
+@click.option(
+    "--delete-column",
+    default=None,
+    help="A boolean column of the rows: where it is true, the row's key is deleted instead of replaced.",
+)
 @write_options
 @click.pass_context
 @friendly
 @needs_spark("silt upsert")
-def upsert_command(context: click.Context, name: str, file: Path | None, query: str | None,
-                   delete_column: str | None, now_text: str | None, request_id: str | None, dry_run: bool,
-                   as_json: bool) -> None:
+def upsert_command(
+    context: click.Context,
+    name: str,
+    file: Path | None,
+    query: str | None,
+    delete_column: str | None,
+    now_text: str | None,
+    request_id: str | None,
+    dry_run: bool,
+    as_json: bool,
+) -> None:
     """Replace the rows of NAME (a table with a primary_key) that have the same date and key as the rows of
     FILE (or of --sql's result); one `merge` version per partition date, stamped with --now's time. With
     --dry-run the rows are checked and counted per date, and nothing is written."""
@@ -88,14 +111,39 @@ def upsert_command(context: click.Context, name: str, file: Path | None, query: 
             step(f"upserting {rows.num_rows:,} rows into {name}…")
         report = table.upsert(rows, delete_column, now, request_id, query=query, dry_run=dry_run)
     if as_json:
-        write_json({"table": table.name, "dry_run": dry_run, "request_id": request_id,
-                    "applied_before": report.message, "table_version": report.table_version,
-                    "partitions": [{"dt": p.partition_date.isoformat(), "rows": p.rows, "deleted_keys": p.deleted_keys,
-                                    "version": p.version.version if p.version is not None else None,
-                                    "delayed": p.delayed} for p in report.partitions]})
+        write_json(
+            {
+                "table": table.name,
+                "dry_run": dry_run,
+                "request_id": request_id,
+                "applied_before": report.message,
+                "table_version": report.table_version,
+                "partitions": [
+                    {
+                        "dt": p.partition_date.isoformat(),
+                        "rows": p.rows,
+                        "deleted_keys": p.deleted_keys,
+                        "version": p.version.version if p.version is not None else None,
+                        "delayed": p.delayed,
+                    }
+                    for p in report.partitions
+                ],
+            }
+        )
     elif report.applied_before is not None:
         out.print(report.message, highlight=False, soft_wrap=True)
     else:
-        out.print(grid(OUTCOME_COLUMNS, [
-            (p.partition_date.isoformat(), p.rows - p.deleted_keys, p.deleted_keys,
-             "dry run" if p.version is None else str(p.version.version)) for p in report.partitions]))
+        out.print(
+            grid(
+                OUTCOME_COLUMNS,
+                [
+                    (
+                        p.partition_date.isoformat(),
+                        p.rows - p.deleted_keys,
+                        p.deleted_keys,
+                        "dry run" if p.version is None else str(p.version.version),
+                    )
+                    for p in report.partitions
+                ],
+            )
+        )

@@ -16,8 +16,10 @@ if TYPE_CHECKING:
     from siltlake.lake import Table
     from siltlake.write.requests import UpdatesReport
 
-REQUEST_ID_HELP = ("An id of this write (e.g. a UUID) that makes it exactly-once: run again with the same id, it "
-                   "changes nothing and says so. Ids are kept for reap.request_id_retention (default 7d).")
+REQUEST_ID_HELP = (
+    "An id of this write (e.g. a UUID) that makes it exactly-once: run again with the same id, it "
+    "changes nothing and says so. Ids are kept for reap.request_id_retention (default 7d)."
+)
 
 request_id_option = click.option("--request-id", default=None, metavar="ID", help=REQUEST_ID_HELP)
 
@@ -35,8 +37,9 @@ def partition_options(command):  # a click decorator
     return date_option(multiple=True)(command)
 
 
-def chosen_table(deployment: Deployment, name: str, where: str | None, dates: tuple[dt.date, ...], all_dates: bool,
-                 operation: str) -> tuple[Table, Any, int]:
+def chosen_table(
+    deployment: Deployment, name: str, where: str | None, dates: tuple[dt.date, ...], all_dates: bool, operation: str
+) -> tuple[Table, Any, int]:
     """The table, the partitions `--date`/`--all-dates` give as Table.delete/update take them (neither: None, the
     days --where's conditions on dt allow), and how many partitions that is (Table.write_partitions, the one
     resolver: a predicate that uses dt wrongly is refused here, before any work)."""
@@ -59,12 +62,25 @@ def print_updates(report: UpdatesReport, *, as_json: bool, dry_run: bool, change
     if report.applied_before is not None:
         out.print(report.message, highlight=False, soft_wrap=True)
         return
-    columns = (Column("dt"), Column("rows before", show=format_count, right=True),
-               Column(f"{'would be ' if dry_run else ''}{changed}", show=format_count, right=True),
-               Column("version", right=True))
-    out.print(grid(columns, [
-        (p.partition_date.isoformat(), p.rows_before, count,
-         "dry run" if dry_run else str(p.version.version) if p.version else "unchanged")
-        for p, count in zip(report.partitions, report.changed(), strict=True)]))
+    columns = (
+        Column("dt"),
+        Column("rows before", show=format_count, right=True),
+        Column(f"{'would be ' if dry_run else ''}{changed}", show=format_count, right=True),
+        Column("version", right=True),
+    )
+    out.print(
+        grid(
+            columns,
+            [
+                (
+                    p.partition_date.isoformat(),
+                    p.rows_before,
+                    count,
+                    "dry run" if dry_run else str(p.version.version) if p.version else "unchanged",
+                )
+                for p, count in zip(report.partitions, report.changed(), strict=True)
+            ],
+        )
+    )
     if report.table_version is not None:
         out.print(f"{report.table} is now at table version {report.table_version}", highlight=False)

@@ -38,13 +38,15 @@ START = dt.date(2026, 11, 19)
 TOKYO = ZoneInfo("Asia/Tokyo")
 LATE_SERVER = "web03"  # its shipper is down from 23:00 on day 1 until 02:00 on day 2
 S3 = os.environ.get("SILTLAKE_DEMO_S3", "") not in ("", "0")  # make demo S3=1: the roots in a local S3 bucket
-DERIVED_TOML = '''name = "web.daily_methods"
+DERIVED_TOML = """name = "web.daily_methods"
 query = "SELECT dt, method, count(*) AS hits, sum(bytes) AS bytes FROM web.access GROUP BY dt, method"
 incremental = true
-'''
+"""
 DERIVED_QUERY = "SELECT dt, method, hits, bytes FROM web.daily_methods ORDER BY dt, method"
-QUERY = ("SELECT dt, count(*) AS records, count(DISTINCT host) AS hosts, count(DISTINCT user_id) AS users, "
-         "sum(bytes) AS bytes FROM web.access GROUP BY dt ORDER BY dt")
+QUERY = (
+    "SELECT dt, count(*) AS records, count(DISTINCT host) AS hosts, count(DISTINCT user_id) AS users, "
+    "sum(bytes) AS bytes FROM web.access GROUP BY dt ORDER BY dt"
+)
 
 
 def jst(day: int, hour: int, minute: int = 0) -> dt.datetime:
@@ -107,8 +109,11 @@ class Demo:
                 move_shipped(self.incoming / key, staging / key, shipped)
             self.delivered.add(key)
             count += 1
-        console.print(f"[dim]{count} staging objects arrived (shipped before {until:%m-%d %H:%M} JST); "
-                      f"{len(self.sample.shipped) - len(self.delivered)} still to come[/]", highlight=False)
+        console.print(
+            f"[dim]{count} staging objects arrived (shipped before {until:%m-%d %H:%M} JST); "
+            f"{len(self.sample.shipped) - len(self.delivered)} still to come[/]",
+            highlight=False,
+        )
         return count
 
     def open_deployment(self) -> None:
@@ -153,8 +158,9 @@ class Demo:
 
         now = to_naive_utc(at)
         self.deployment.catalog.merge_queue.advance(now)
-        report = self.python(f"merge_once(deployment, clock=lambda: {now!r})",
-                             lambda: merge_once(self.deployment, clock=lambda: now))
+        report = self.python(
+            f"merge_once(deployment, clock=lambda: {now!r})", lambda: merge_once(self.deployment, clock=lambda: now)
+        )
         print_merge_report(report)
         if report.failed:
             fail(f"{report.failed} merge jobs failed: {report.errors[:3]}")
@@ -163,15 +169,18 @@ class Demo:
         """Run QUERY through siltlake.read.sql, show it, record it with the file counts; rows by dt."""
         from siltlake.read import sql
 
-        rows = self.python("sql(spark, QUERY, deployment).collect()",
-                           lambda: sql(self.deployment.spark(), QUERY, self.deployment).collect())
+        rows = self.python(
+            "sql(spark, QUERY, deployment).collect()",
+            lambda: sql(self.deployment.spark(), QUERY, self.deployment).collect(),
+        )
         result = {str(row["dt"]): tuple(row)[1:] for row in rows}
         grid = Table("dt", "records", "hosts", "users", "bytes", box=box.SIMPLE_HEAD, title=label, title_justify="left")
         for date, values in result.items():
             grid.add_row(date, *(f"{value:,}" for value in values))
         console.print(grid)
-        self.timeline.append((label, file_counts(self.deployment),
-                              {date: values[0] for date, values in result.items()}))
+        self.timeline.append(
+            (label, file_counts(self.deployment), {date: values[0] for date, values in result.items()})
+        )
         return result
 
     def derived_rows(self, label: str, totals: dict[str, tuple]) -> dict[tuple[str, str], tuple]:
@@ -179,11 +188,18 @@ class Demo:
         per day, the hits add up to its records and the bytes to its bytes."""
         from siltlake.read import sql
 
-        rows = self.python(f"sql(spark, {DERIVED_QUERY!r}, deployment).collect()",
-                           lambda: sql(self.deployment.spark(), DERIVED_QUERY, self.deployment).collect())
+        rows = self.python(
+            f"sql(spark, {DERIVED_QUERY!r}, deployment).collect()",
+            lambda: sql(self.deployment.spark(), DERIVED_QUERY, self.deployment).collect(),
+        )
         built = {(str(r["dt"]), r["method"]): (r["hits"], r["bytes"]) for r in rows}
-        sums = {date: (sum(v[0] for k, v in built.items() if k[0] == date),
-                       sum(v[1] for k, v in built.items() if k[0] == date)) for date in {k[0] for k in built}}
+        sums = {
+            date: (
+                sum(v[0] for k, v in built.items() if k[0] == date),
+                sum(v[1] for k, v in built.items() if k[0] == date),
+            )
+            for date in {k[0] for k in built}
+        }
         expected = {date: (values[0], values[3]) for date, values in totals.items()}
         if sums != expected:
             fail(f"web.daily_methods adds up to {sums} (hits, bytes per day), web.access holds {expected}")
@@ -200,8 +216,11 @@ class Demo:
             frame = table(self.deployment.spark(), "web.access", self.deployment, as_of=when)
             return {str(row["dt"]): row["count"] for row in frame.groupBy("dt").count().collect()}
 
-        found = self.python(f'table(spark, "web.access", deployment, as_of=datetime.fromisoformat('
-                            f'"{when.isoformat()}")).groupBy("dt").count()', count)
+        found = self.python(
+            f'table(spark, "web.access", deployment, as_of=datetime.fromisoformat('
+            f'"{when.isoformat()}")).groupBy("dt").count()',
+            count,
+        )
         console.print("  " + ", ".join(f"dt={date}: {rows:,} rows" for date, rows in sorted(found.items())))
         return found
 
@@ -211,14 +230,20 @@ def file_counts(deployment: Any) -> dict[str, int]:  # a Deployment
         from fnmatch import fnmatchcase
 
         listed = [info.key for info in deployment.lake.list()]
-        return {"staging": sum(1 for _ in deployment.staging.list()),
-                **{area: sum(1 for key in listed if fnmatchcase(key, keys.area_glob(area)))
-                   for area in (keys.LIVE, keys.DELAYED, keys.MERGED, keys.MANIFESTS)}}
+        return {
+            "staging": sum(1 for _ in deployment.staging.list()),
+            **{
+                area: sum(1 for key in listed if fnmatchcase(key, keys.area_glob(area)))
+                for area in (keys.LIVE, keys.DELAYED, keys.MERGED, keys.MANIFESTS)
+            },
+        }
     lake = Path(".siltlake/lake")
     return {
         "staging": sum(1 for path in Path(".siltlake/staging").rglob("*") if path.is_file()),
-        **{area: len(list(lake.glob(keys.area_glob(area))))
-           for area in (keys.LIVE, keys.DELAYED, keys.MERGED, keys.MANIFESTS)},
+        **{
+            area: len(list(lake.glob(keys.area_glob(area))))
+            for area in (keys.LIVE, keys.DELAYED, keys.MERGED, keys.MANIFESTS)
+        },
     }
 
 
@@ -233,8 +258,10 @@ def engine_counts(deployment: Any) -> dict[str, int]:  # a Deployment
 
     handle = Lake(deployment).table("web.access")
     iceberg = open_catalog(deployment).load_table(("web", "access"))
-    counts = {"Spark": table(deployment.spark(), "web.access", deployment).count(),
-              "Iceberg": iceberg.scan(selected_fields=("user_id",)).to_arrow().num_rows}
+    counts = {
+        "Spark": table(deployment.spark(), "web.access", deployment).count(),
+        "Iceberg": iceberg.scan(selected_fields=("user_id",)).to_arrow().num_rows,
+    }
     if S3:  # DuckDB would need its httpfs extension (a download): pyarrow reads the bucket instead
         return {**counts, "pyarrow": handle.to_arrow(columns=["user_id"]).num_rows}
     paths = [uri.removeprefix("file://") for uri in handle.files(as_of_version=handle.version)]
@@ -263,16 +290,17 @@ def late(key: str, shipped: dt.datetime) -> bool:
 
 
 def show_timeline(demo: Demo) -> None:
-    grid = Table(title="files per stage and rows readers saw, step by step", box=box.SIMPLE_HEAD,
-                 title_justify="left")
+    grid = Table(title="files per stage and rows readers saw, step by step", box=box.SIMPLE_HEAD, title_justify="left")
     grid.add_column("after")
-    for header in ("staging\nobjects", "small objects\nlive", "small objects\ndelayed", "merged\nobjects",
-                   "manifests"):
+    for header in ("staging\nobjects", "small objects\nlive", "small objects\ndelayed", "merged\nobjects", "manifests"):
         grid.add_column(header, justify="right")
     grid.add_column("rows readers see")
     for label, counts, rows in demo.timeline:
-        grid.add_row(label, *(f"{counts[key]:,}" for key in ("staging", "live", "delayed", "merged", "manifests")),
-                     ", ".join(f"{date[5:]}: {count:,}" for date, count in rows.items()))
+        grid.add_row(
+            label,
+            *(f"{counts[key]:,}" for key in ("staging", "live", "delayed", "merged", "manifests")),
+            ", ".join(f"{date[5:]}: {count:,}" for date, count in rows.items()),
+        )
     console.print(grid)
 
 
@@ -281,9 +309,11 @@ def parse_arguments(argv: list[str] | None = None) -> None:
     import argparse
 
     parser = argparse.ArgumentParser(
-        prog="python -m siltlake.demo", description=__doc__.split("\n\n")[0],
+        prog="python -m siltlake.demo",
+        description=__doc__.split("\n\n")[0],
         epilog=f"It works in {DEMO_DIR} (wiped first). SILTLAKE_DEMO_S3=1 puts the storage roots in a local S3 "
-               "bucket (moto). `make demo` runs it.")
+        "bucket (moto). `make demo` runs it.",
+    )
     parser.parse_args(argv)
 
 
@@ -302,8 +332,11 @@ def main() -> None:
         from siltlake.demo.s3 import start_local_s3
 
         endpoint = start_local_s3()
-        console.print(f"S3=1: the staging and lake roots are s3://siltlake-demo/staging and s3://siltlake-demo/lake "
-                      f"on a local S3 endpoint (moto) at {endpoint}", highlight=False)
+        console.print(
+            f"S3=1: the staging and lake roots are s3://siltlake-demo/staging and s3://siltlake-demo/lake "
+            f"on a local S3 endpoint (moto) at {endpoint}",
+            highlight=False,
+        )
     console.rule("[bold]siltlake demo: two simulated days of web access logs")
     sample = generate_sample("incoming", START, days=2)
     day1, day2 = (START + dt.timedelta(days=n) for n in (0, 1))
@@ -313,29 +346,38 @@ def main() -> None:
         f"{sample.good_records:,} good records, {sample.bad_records} bad records, "
         f"{len(sample.malformed_objects)} malformed objects. A simulated clock moves them into the staging "
         f"root when they were shipped; {LATE_SERVER}'s shipper is down from 23:00 to 02:00 on the first night.",
-        highlight=False)
+        highlight=False,
+    )
     write_table_definition("web_access.toml")
     # The dashboard's history is sampled on the simulated clock, a half-hour slot at each publish run (see
     # Demo.publish), so the page the demo points to at its end shows the two days it simulates; `silt dashboard`
     # run here later reads the same file, and its labels name the same interval.
     # Its samples sit on fixed dates in the past, so the retention is long enough that the reap "a week later"
     # (a clock ahead of the real one) keeps them.
-    Path("siltlake.toml").write_text(f'[observe]\nhistory_interval = "{DEMO_HISTORY_INTERVAL}s"\n'
-                                     'history_retention = "3650d"\n')
+    Path("siltlake.toml").write_text(
+        f'[observe]\nhistory_interval = "{DEMO_HISTORY_INTERVAL}s"\nhistory_retention = "3650d"\n'
+    )
     demo = Demo(sample)
 
-    demo.step("Set up", "A catalog (SQLite), the storage roots, and the table web.access, partitioned by the "
-                        "Tokyo date of each event (merge_interval 0s: a partition's merge is due at once).")
+    demo.step(
+        "Set up",
+        "A catalog (SQLite), the storage roots, and the table web.access, partitioned by the "
+        "Tokyo date of each event (merge_interval 0s: a partition's merge is due at once).",
+    )
     demo.silt("init")
     demo.silt("table", "create", "web_access.toml")
     demo.open_deployment()
-    console.print(f"\nThe query every step runs (Spark SQL over web.access):\n[bold]QUERY[/] = {QUERY!r}",
-                  highlight=False)
+    console.print(
+        f"\nThe query every step runs (Spark SQL over web.access):\n[bold]QUERY[/] = {QUERY!r}", highlight=False
+    )
 
     # --- day 1 ----------------------------------------------------------------------------------------
-    demo.step(f"Day 1, 21:00 JST ({day1})", "Stream what has arrived so far into small Parquet objects (one per "
-              "staging object and date), merge them, and publish: the open day gets a live version, so "
-              "readers see its live small objects. Spark starts once, in this process.")
+    demo.step(
+        f"Day 1, 21:00 JST ({day1})",
+        "Stream what has arrived so far into small Parquet objects (one per "
+        "staging object and date), merge them, and publish: the open day gets a live version, so "
+        "readers see its live small objects. Spark starts once, in this process.",
+    )
     demo.deliver(jst(1, 21))
     demo.stream()
     demo.merge(jst(1, 21))
@@ -345,10 +387,13 @@ def main() -> None:
     if set(evening) != {str(day1)}:
         fail(f"by 21:00 on day 1 only {day1} can have rows, the query shows {sorted(evening)}")
     Path("web_daily_methods.toml").write_text(DERIVED_TOML)
-    demo.step("A derived table", "web.daily_methods is defined by a query over web.access (hits and bytes per "
-              "day and HTTP method). A build writes it under a new name and publishes all its dates in "
-              "one catalog commit; incremental = true: later builds recompute only the dates whose source "
-              "partitions got a new version. It is read like any table.")
+    demo.step(
+        "A derived table",
+        "web.daily_methods is defined by a query over web.access (hits and bytes per "
+        "day and HTTP method). A build writes it under a new name and publishes all its dates in "
+        "one catalog commit; incremental = true: later builds recompute only the dates whose source "
+        "partitions got a new version. It is read like any table.",
+    )
     console.print("web_daily_methods.toml:", style="dim")
     console.print(DERIVED_TOML, highlight=False, markup=False)
     demo.silt("derived", "create", "web_daily_methods.toml")
@@ -356,29 +401,37 @@ def main() -> None:
     first_build = demo.derived_rows("web.daily_methods after its first build", evening)
 
     # --- just after midnight ----------------------------------------------------------------------------
-    demo.step(f"Day 2, 00:30 JST ({day2})", "The rest of day 1 arrives (except web03's: its shipper is down), "
-              "with the first events of day 2. The first publish run after midnight closes day 1: objects "
-              "that still arrive for it will be delayed.")
+    demo.step(
+        f"Day 2, 00:30 JST ({day2})",
+        "The rest of day 1 arrives (except web03's: its shipper is down), "
+        "with the first events of day 2. The first publish run after midnight closes day 1: objects "
+        "that still arrive for it will be delayed.",
+    )
     demo.deliver(jst(2, 0, 30), hold=late)
     demo.stream()
     demo.merge(jst(2, 0, 30))
     demo.publish(jst(2, 0, 30))
     before = demo.query("day 2, 00:30: day 1 closed, still live")
 
-    demo.step("Day 2, 01:30 JST", "The next publish run switches day 1 to its merged objects (every live object "
-              "is merged) and publishes a merged version: a manifest naming the merged objects. Readers "
-              "now read a few large objects instead of many small ones, and see the same rows.")
+    demo.step(
+        "Day 2, 01:30 JST",
+        "The next publish run switches day 1 to its merged objects (every live object "
+        "is merged) and publishes a merged version: a manifest naming the merged objects. Readers "
+        "now read a few large objects instead of many small ones, and see the same rows.",
+    )
     demo.publish(jst(2, 1, 30))
     after = demo.query("day 2, 01:30: day 1 switched to merged")
     if after.get(str(day1)) != before.get(str(day1)):
         fail(f"day 1 reads {after.get(str(day1))} after the switch but {before.get(str(day1))} before it")
-    console.print(f"[green]same result for {day1} before and after the switch[/]: {after[str(day1)]}",
-                  highlight=False)
+    console.print(f"[green]same result for {day1} before and after the switch[/]: {after[str(day1)]}", highlight=False)
     demo.silt("history", "web.access", "--date", str(day1))
 
-    demo.step("Day 2, 02:00 JST", f"{LATE_SERVER}'s shipper catches up. Its objects for day 1 arrive after the "
-              "day was closed: they become delayed small objects, invisible to readers until they are merged "
-              "and the next merged version is published.")
+    demo.step(
+        "Day 2, 02:00 JST",
+        f"{LATE_SERVER}'s shipper catches up. Its objects for day 1 arrive after the "
+        "day was closed: they become delayed small objects, invisible to readers until they are merged "
+        "and the next merged version is published.",
+    )
     demo.deliver(jst(2, 2))
     report = demo.stream()
     if report.delayed_objects == 0:
@@ -391,13 +444,19 @@ def main() -> None:
     demo.publish(jst(2, 2, 30))
     caught_up = demo.query("day 2, 02:30: delayed objects merged")
     if records(caught_up).get(str(day1)) != sample.records_by_date[str(day1)]:
-        fail(f"day 1 shows {records(caught_up).get(str(day1))} rows, the sample has "
-             f"{sample.records_by_date[str(day1)]}")
-    console.print(f"[green]day 1 holds exactly the sample's {sample.records_by_date[str(day1)]:,} good records[/]",
-                  highlight=False)
-    demo.step("The derived table catches up", "Its source changed: `silt derived list` says why it is stale, and "
-              "`silt derived build --due` (what `silt run` does every derived.interval) rebuilds only the dates "
-              "whose partitions of web.access have a new version since the last build.")
+        fail(
+            f"day 1 shows {records(caught_up).get(str(day1))} rows, the sample has {sample.records_by_date[str(day1)]}"
+        )
+    console.print(
+        f"[green]day 1 holds exactly the sample's {sample.records_by_date[str(day1)]:,} good records[/]",
+        highlight=False,
+    )
+    demo.step(
+        "The derived table catches up",
+        "Its source changed: `silt derived list` says why it is stale, and "
+        "`silt derived build --due` (what `silt run` does every derived.interval) rebuilds only the dates "
+        "whose partitions of web.access have a new version since the last build.",
+    )
     demo.silt("derived", "list")
     demo.silt("derived", "build", "--due")
     rebuilt = demo.derived_rows("web.daily_methods after the late objects", caught_up)
@@ -406,8 +465,11 @@ def main() -> None:
     if last.kind != "incremental" or last.status != "published":
         fail(f"the second build should be a published incremental build, it is {last.kind} {last.status}")
     moved = sorted({date for key, values in rebuilt.items() if first_build.get(key) != values for date in [key[0]]})
-    console.print(f"[green]the build rewrote {last.dates_written} dates; the numbers moved on {', '.join(moved)}"
-                  f"[/] (day 1: {LATE_SERVER}'s late objects; day 2: the hours since 21:00)", highlight=False)
+    console.print(
+        f"[green]the build rewrote {last.dates_written} dates; the numbers moved on {', '.join(moved)}"
+        f"[/] (day 1: {LATE_SERVER}'s late objects; day 2: the hours since 21:00)",
+        highlight=False,
+    )
     demo.silt("derived", "show", "web.daily_methods")
 
     # --- the night after day 2 ------------------------------------------------------------------------
@@ -422,19 +484,25 @@ def main() -> None:
         fail(f"the table shows {records(final)}, the sample has {sample.records_by_date}")
     demo.silt("status")
 
-    demo.step("Time travel", "Every publish recorded a version per partition; a reader can ask for the table "
-              "as it was at any time (or as of a version number).")
+    demo.step(
+        "Time travel",
+        "Every publish recorded a version per partition; a reader can ask for the table "
+        "as it was at any time (or as of a version number).",
+    )
     if demo.read_as_of(jst(1, 22)) != records(evening):
         fail(f"as of 22:00 on day 1 the table should read {records(evening)}")
     if demo.read_as_of(jst(2, 1, 45)) != records(after):
         fail(f"as of 01:45 on day 2 the table should read {records(after)}")
     console.print("[green]both match what the queries saw at the time[/]")
 
-    demo.step("Reap, a week later", "With the clock 8 days ahead (past the 7-day version retention and the 3-day "
-              "grace period for unreferenced objects), reap deletes what no retained version needs: small "
-              "objects inside the merged versions, merged objects that extended ranges replaced, expired "
-              "versions and their manifests. It only ever touches this deployment's instance key. A dry run "
-              "lists the same table first.")
+    demo.step(
+        "Reap, a week later",
+        "With the clock 8 days ahead (past the 7-day version retention and the 3-day "
+        "grace period for unreferenced objects), reap deletes what no retained version needs: small "
+        "objects inside the merged versions, merged objects that extended ranges replaced, expired "
+        "versions and their manifests. It only ever touches this deployment's instance key. A dry run "
+        "lists the same table first.",
+    )
     later = (dt.datetime.now(dt.UTC) + dt.timedelta(days=8)).isoformat(timespec="seconds")
     demo.silt("reap", "--dry-run", "--now", later)
     demo.silt("reap", "--now", later)
@@ -443,10 +511,13 @@ def main() -> None:
         fail(f"after the reap the table shows {records(reaped)}, the sample has {sample.records_by_date}")
     console.print("[green]the reap freed the files above and changed no result[/]")
 
-    demo.step("Read from anything", "The same table through three engines: siltlake's Spark reader, DuckDB over "
-              "the exact file list of the newest version (Lake.table(...).files()), and PyIceberg over the Iceberg "
-              "table the publish runs kept in step (publish.targets = ['iceberg']; Trino, Spark and DuckDB read it "
-              "too, see docs/reading.md).")
+    demo.step(
+        "Read from anything",
+        "The same table through three engines: siltlake's Spark reader, DuckDB over "
+        "the exact file list of the newest version (Lake.table(...).files()), and PyIceberg over the Iceberg "
+        "table the publish runs kept in step (publish.targets = ['iceberg']; Trino, Spark and DuckDB read it "
+        "too, see docs/reading.md).",
+    )
     counts = demo.python("count through Spark, DuckDB and Iceberg", lambda: engine_counts(demo.deployment))
 
     console.rule()
@@ -457,7 +528,9 @@ def main() -> None:
         f"appeared only once merged, time travel showed the past as it was, and the reap freed what nothing "
         f"needed. Bad records and malformed objects were reported, not lost. "
         f"{time.monotonic() - started:.0f}s in all.\n"
-        f"Look around: cd {DEMO_DIR} && ../../.venv/bin/silt --help", highlight=False)
+        f"Look around: cd {DEMO_DIR} && ../../.venv/bin/silt --help",
+        highlight=False,
+    )
     line = ", ".join(f"{engine} {count:,}" for engine, count in counts.items())
     if len(set(counts.values())) != 1 or sum(sample.records_by_date.values()) not in counts.values():
         fail(f"the engines count different rows: {line} (the sample has {sum(sample.records_by_date.values()):,})")
@@ -477,11 +550,14 @@ def show_operations(demo: Demo) -> None:
     """Where the dashboard would be served, and what /metrics says now, in one line."""
     from siltlake.observe.metrics import summary_line
 
-    console.print(f"Dashboard: cd {DEMO_DIR} && ../../.venv/bin/silt dashboard serves it on "
-                  f"http://127.0.0.1:8787/{dashboard_query(demo)} (the simulated days; without ?at= the page "
-                  "shows the last hours of the real clock; `silt run --metrics-port 9108` serves it and /metrics "
-                  "beside the loops; docs/operations.md)",
-                  highlight=False, soft_wrap=True)
+    console.print(
+        f"Dashboard: cd {DEMO_DIR} && ../../.venv/bin/silt dashboard serves it on "
+        f"http://127.0.0.1:8787/{dashboard_query(demo)} (the simulated days; without ?at= the page "
+        "shows the last hours of the real clock; `silt run --metrics-port 9108` serves it and /metrics "
+        "beside the loops; docs/operations.md)",
+        highlight=False,
+        soft_wrap=True,
+    )
     console.print(f"[bold]metrics[/]: {summary_line(demo.deployment)}", highlight=False, soft_wrap=True)
 
 

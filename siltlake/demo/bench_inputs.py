@@ -64,7 +64,7 @@ def _lines_buffer(pool, times_us, pick_seed: int):
     offset = random.Random(pick_seed).randrange(len(pool))
     tails: list[pa.Array] = []
     while sum(len(t) for t in tails) < count:
-        tails.append(pool[offset: offset + count - sum(len(t) for t in tails)])
+        tails.append(pool[offset : offset + count - sum(len(t) for t in tails)])
         offset = 0
     tail = tails[0] if len(tails) == 1 else pa.concat_arrays(tails)
     lines = pc.binary_join_element_wise('{"time": "', *_time_parts(times_us), tail, "")
@@ -86,9 +86,7 @@ def _spread_times(start_us: int, span_us: int, count: int, seed: int):
     return pc.add(offsets, start_us)
 
 
-def _bytes_per_line(
-    pool, compresslevel: int, seed: int, step_us: float, piece_lines: int | None = None
-) -> float:
+def _bytes_per_line(pool, compresslevel: int, seed: int, step_us: float, piece_lines: int | None = None) -> float:
     """Compressed bytes per line with lines step_us apart, measured on a calibration run: one
     whole stream, or with piece_lines, one flushed piece as ``write_big_object`` makes them."""
     count = min(piece_lines or 20_000, 40_000)
@@ -100,8 +98,9 @@ def _bytes_per_line(
     return len(_deflate_piece(data, dictionary, compresslevel, last=False)) / count
 
 
-def _lines_for(target_bytes: int, span_us: int, pool, compresslevel: int, seed: int,
-               piece_lines: int | None = None) -> int:
+def _lines_for(
+    target_bytes: int, span_us: int, pool, compresslevel: int, seed: int, piece_lines: int | None = None
+) -> int:
     """How many lines spread over span_us compress to about target_bytes (two calibration rounds:
     the spacing of the times changes how well they compress)."""
     lines = max(1, round(target_bytes / 25))
@@ -213,7 +212,7 @@ def write_big_object(
             raw_size += buffer.size
             last = records >= total
             pending.append(executor.submit(_deflate_piece, buffer, dictionary, compresslevel, last))
-            dictionary = bytes(buffer[max(0, buffer.size - 32_768):])
+            dictionary = bytes(buffer[max(0, buffer.size - 32_768) :])
             while len(pending) > 2 * max(1, workers) or (last and pending):
                 out.write(pending.popleft().result())
         out.write(struct.pack("<II", crc & 0xFFFFFFFF, raw_size & 0xFFFFFFFF))

@@ -39,6 +39,8 @@ PG_ADMIN_ENV = "CLUSTER_DEMO_PG"
 DEFAULT_PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 DATABASES = {"cluster": "silt_cluster_demo", "local": "silt_cluster_demo_local"}
 INSTANCE_KEY = "clusterdemo"
+
+
 # Three servers (the demo's late one, web03, among them), six objects each per day: about 40 staging
 # objects, 1,800 good records, 10 bad records and 5 malformed objects over two days.
 class SampleSize(TypedDict):
@@ -52,8 +54,12 @@ class SampleSize(TypedDict):
 
 SAMPLE: SampleSize = {"days": 2, "servers": 3, "objects_per_server_day": 6, "records_per_object": 50}
 # Two executors of one core each: one per worker (the master spreads them out).
-CLUSTER_CONF = {"spark.executor.memory": "512m", "spark.executor.cores": "1", "spark.cores.max": "2",
-                "spark.sql.shuffle.partitions": "4"}
+CLUSTER_CONF = {
+    "spark.executor.memory": "512m",
+    "spark.executor.cores": "1",
+    "spark.cores.max": "2",
+    "spark.sql.shuffle.partitions": "4",
+}
 PARTITION_COUNTS = "SELECT CAST(dt AS STRING) AS dt, count(*) AS rows FROM web.access GROUP BY dt ORDER BY dt"
 
 
@@ -73,12 +79,18 @@ def write_config(root: Path, catalog_url: str, master: str, conf: dict[str, str]
         f"[catalog]\nurl = {json.dumps(catalog_url)}\n"
         f"[storage]\nroot = {json.dumps(str(root / 'lake'))}\nstaging_root = {json.dumps(str(root / 'staging'))}\n"
         f"[spark]\nmaster = {json.dumps(master)}\nconf = {_toml_table(conf)}\n",
-        encoding="utf-8")
+        encoding="utf-8",
+    )
     return path
 
 
-def deliver(shipped: dict[str, dt.datetime], incoming: Path, staging: Path, until: dt.datetime,
-            hold: Callable[[str, dt.datetime], bool] = lambda key, at: False) -> int:
+def deliver(
+    shipped: dict[str, dt.datetime],
+    incoming: Path,
+    staging: Path,
+    until: dt.datetime,
+    hold: Callable[[str, dt.datetime], bool] = lambda key, at: False,
+) -> int:
     """Move the objects shipped before `until` (and not held back) from incoming/ to the staging root."""
     count = 0
     for key, at in sorted(shipped.items(), key=lambda item: item[1]):
@@ -112,8 +124,9 @@ class Pipeline:
                 silt_main.main(["--config", str(self.config), *args], prog_name="silt", standalone_mode=False)
         except SystemExit as exc:
             if exc.code:
-                raise PipelineError(f"`silt {' '.join(args)}` exited with status {exc.code}: "
-                                    f"{captured.getvalue()[-2000:]}") from None
+                raise PipelineError(
+                    f"`silt {' '.join(args)}` exited with status {exc.code}: {captured.getvalue()[-2000:]}"
+                ) from None
         return captured.getvalue()
 
     def silt_json(self, *args: str) -> Any:
@@ -123,20 +136,25 @@ class Pipeline:
         report = self.silt_json("stream", "--once", "--json")
         if report["failed"]:
             raise PipelineError(f"stream: {len(report['failed'])} staging objects failed: {report['failed'][:3]}")
-        counts = {key: report[key] for key in ("processed", "records_loaded", "bad_records", "live_objects",
-                                               "delayed_objects")}
+        counts = {
+            key: report[key]
+            for key in ("processed", "records_loaded", "bad_records", "live_objects", "delayed_objects")
+        }
         counts["unreadable"] = len(report["unknown"])
-        self.say(f"stream: {counts['processed']} staging objects, {counts['records_loaded']:,} records, "
-                 f"{counts['bad_records']} bad records, {counts['unreadable']} unreadable objects, "
-                 f"{counts['live_objects']} live and {counts['delayed_objects']} delayed small objects")
+        self.say(
+            f"stream: {counts['processed']} staging objects, {counts['records_loaded']:,} records, "
+            f"{counts['bad_records']} bad records, {counts['unreadable']} unreadable objects, "
+            f"{counts['live_objects']} live and {counts['delayed_objects']} delayed small objects"
+        )
         return counts
 
     def merge(self) -> dict[str, int]:
         report = self.silt_json("merge", "--once", "--json")
-        counts = {key: report[key] for key in ("claimed", "finished", "continuing", "failed", "objects_in",
-                                               "rows_out")}
-        self.say(f"merge: {counts['finished']} jobs finished, {counts['failed']} failed; "
-                 f"{counts['objects_in']} small objects into merged objects of {counts['rows_out']:,} rows")
+        counts = {key: report[key] for key in ("claimed", "finished", "continuing", "failed", "objects_in", "rows_out")}
+        self.say(
+            f"merge: {counts['finished']} jobs finished, {counts['failed']} failed; "
+            f"{counts['objects_in']} small objects into merged objects of {counts['rows_out']:,} rows"
+        )
         return counts
 
     def publish(self, now: dt.datetime) -> None:
@@ -163,8 +181,13 @@ class Pipeline:
             deployment.close()
 
 
-def run_pipeline(root: str | Path, catalog_url: str, master: str, conf: dict[str, str] | None = None,
-                 say: Callable[[str], None] = print) -> dict[str, Any]:
+def run_pipeline(
+    root: str | Path,
+    catalog_url: str,
+    master: str,
+    conf: dict[str, str] | None = None,
+    say: Callable[[str], None] = print,
+) -> dict[str, Any]:
     """Two simulated days of sample logs through stream, merge, publish, read and reap; the results.
 
     `root` (created, must be empty) holds the configuration, the sample, the staging root and the lake;
@@ -177,14 +200,22 @@ def run_pipeline(root: str | Path, catalog_url: str, master: str, conf: dict[str
     sample = generate_sample(incoming, START, **SAMPLE)
     write_table_definition(root / "web_access.toml")
     pipeline = Pipeline(root, write_config(root, catalog_url, master, conf or {}), say)
-    results: dict[str, Any] = {"sample": {
-        "objects": sample.objects, "good_records": sample.good_records, "bad_records": sample.bad_records,
-        "malformed_objects": len(sample.malformed_objects), "records_by_date": sample.records_by_date}}
+    results: dict[str, Any] = {
+        "sample": {
+            "objects": sample.objects,
+            "good_records": sample.good_records,
+            "bad_records": sample.bad_records,
+            "malformed_objects": len(sample.malformed_objects),
+            "records_by_date": sample.records_by_date,
+        }
+    }
 
     pipeline.silt("init")
     pipeline.silt("table", "create", str(root / "web_access.toml"))
-    say(f"{sample.objects} staging objects over two Tokyo days ({sample.good_records:,} good records, "
-        f"{sample.bad_records} bad, {len(sample.malformed_objects)} malformed objects)")
+    say(
+        f"{sample.objects} staging objects over two Tokyo days ({sample.good_records:,} good records, "
+        f"{sample.bad_records} bad, {len(sample.malformed_objects)} malformed objects)"
+    )
 
     # Day 1 and the first half hour of day 2, without web03's night (its shipper is down): two publish
     # runs close day 1 and switch it to its merged objects.
@@ -205,12 +236,16 @@ def run_pipeline(root: str | Path, catalog_url: str, master: str, conf: dict[str
     pipeline.publish(jst(3, 1, 30))
 
     results["rows"], results["unknown_objects"] = pipeline.current_state()
-    say(f"read: {len(results['rows']) - 1:,} rows through siltlake.read; {results['unknown_objects']} unknown "
-        f"staging objects listed")
+    say(
+        f"read: {len(results['rows']) - 1:,} rows through siltlake.read; {results['unknown_objects']} unknown "
+        f"staging objects listed"
+    )
     results["counts"] = pipeline.partition_counts()
     say("silt sql: " + ", ".join(f"dt={date}: {count:,} rows" for date, count in results["counts"].items()))
-    results["versions"] = [{key: version[key] for key in ("date", "version", "op", "rows", "bytes")}
-                           for version in pipeline.silt_json("history", "web.access", "--format", "json")]
+    results["versions"] = [
+        {key: version[key] for key in ("date", "version", "op", "rows", "bytes")}
+        for version in pipeline.silt_json("history", "web.access", "--format", "json")
+    ]
     say(f"history: {len(results['versions'])} published versions")
 
     later = (dt.datetime.now(dt.UTC) + dt.timedelta(days=8)).isoformat(timespec="seconds")
@@ -218,18 +253,27 @@ def run_pipeline(root: str | Path, catalog_url: str, master: str, conf: dict[str
     if reap["failed"]:
         raise PipelineError(f"reap could not delete {len(reap['failed'])} objects: {reap['failed'][:3]}")
     # Counts, not bytes: manifests name objects by URI, and the two runs' roots differ in length.
-    results["reap"] = {"reasons": {name: {"objects": totals["objects"], "catalog_rows": totals["catalog_rows"]}
-                                   for name, totals in reap["reasons"].items()},
-                       **{key: reap[key] for key in ("objects", "kept_young", "kept_running")}}
-    say(f"reap a week later: {reap['objects']} objects deleted, "
-        + ", ".join(f"{name} {totals['objects']}" for name, totals in reap["reasons"].items() if totals["objects"]))
+    results["reap"] = {
+        "reasons": {
+            name: {"objects": totals["objects"], "catalog_rows": totals["catalog_rows"]}
+            for name, totals in reap["reasons"].items()
+        },
+        **{key: reap[key] for key in ("objects", "kept_young", "kept_running")},
+    }
+    say(
+        f"reap a week later: {reap['objects']} objects deleted, "
+        + ", ".join(f"{name} {totals['objects']}" for name, totals in reap["reasons"].items() if totals["objects"])
+    )
     results["counts_after_reap"] = pipeline.partition_counts()
-    say("silt sql after reap: " + ", ".join(f"dt={date}: {count:,} rows"
-                                        for date, count in results["counts_after_reap"].items()))
+    say(
+        "silt sql after reap: "
+        + ", ".join(f"dt={date}: {count:,} rows" for date, count in results["counts_after_reap"].items())
+    )
     return results
 
 
 # --- the demo ---------------------------------------------------------------------------------------
+
 
 class PipelineProcess:
     """run_pipeline in a driver process of its own (a process's SparkSession talks to one master)."""
@@ -237,8 +281,22 @@ class PipelineProcess:
     def __init__(self, label: str, root: Path, catalog_url: str, master: str, conf: dict[str, str]) -> None:
         self.label = label
         self.results_file = root.with_suffix(".json")
-        command = [sys.executable, "-m", "siltlake.demo.cluster", "pipeline", "--root", str(root), "--catalog-url",
-                   catalog_url, "--master", master, "--label", label, "--results", str(self.results_file)]
+        command = [
+            sys.executable,
+            "-m",
+            "siltlake.demo.cluster",
+            "pipeline",
+            "--root",
+            str(root),
+            "--catalog-url",
+            catalog_url,
+            "--master",
+            master,
+            "--label",
+            label,
+            "--results",
+            str(self.results_file),
+        ]
         for key, value in conf.items():
             command += ["--conf", f"{key}={value}"]
         # The deployment is configured by its file alone, whatever this shell's SILTLAKE_* variables say.
@@ -272,11 +330,17 @@ class PipelineProcess:
 def differences(left: object, right: object, path: str = "") -> list[str]:
     """Where two results differ, as readable lines (the first few per list)."""
     if isinstance(left, dict) and isinstance(right, dict):
-        return [line for key in sorted(set(left) | set(right), key=str)
-                for line in differences(left.get(key), right.get(key), f"{path}.{key}" if path else str(key))]
+        return [
+            line
+            for key in sorted(set(left) | set(right), key=str)
+            for line in differences(left.get(key), right.get(key), f"{path}.{key}" if path else str(key))
+        ]
     if isinstance(left, list) and isinstance(right, list) and len(left) == len(right):
-        return [line for index, (a, b) in enumerate(zip(left, right, strict=True))
-                for line in differences(a, b, f"{path}[{index}]")][:5]
+        return [
+            line
+            for index, (a, b) in enumerate(zip(left, right, strict=True))
+            for line in differences(a, b, f"{path}[{index}]")
+        ][:5]
     return [] if left == right else [f"{path}: {left!r} != {right!r}"]
 
 
@@ -301,19 +365,29 @@ def run_demo(pg_admin_url: str, directory: Path) -> int:
     try:
         urls = {label: create_postgres_database(pg_admin_url, name, replace=True) for label, name in DATABASES.items()}
     except CatalogError as exc:
-        print(f"error: {exc}\nThe cluster demo keeps its catalogs in PostgreSQL. Start a server (e.g. "
-              f"`service postgresql start`) or point {PG_ADMIN_ENV} (or --pg-url) at one where this user may "
-              f"create databases, e.g. {PG_ADMIN_ENV}=postgresql+psycopg://me:secret@db:5432/postgres", file=sys.stderr)
+        print(
+            f"error: {exc}\nThe cluster demo keeps its catalogs in PostgreSQL. Start a server (e.g. "
+            f"`service postgresql start`) or point {PG_ADMIN_ENV} (or --pg-url) at one where this user may "
+            f"create databases, e.g. {PG_ADMIN_ENV}=postgresql+psycopg://me:secret@db:5432/postgres",
+            file=sys.stderr,
+        )
         return 2
-    print(f"catalogs: PostgreSQL databases {DATABASES['cluster']} (cluster run) and {DATABASES['local']} "
-          f"(local[*] run) on {pg_admin_url.rsplit('/', 1)[0]}; files under {root}", flush=True)
+    print(
+        f"catalogs: PostgreSQL databases {DATABASES['cluster']} (cluster run) and {DATABASES['local']} "
+        f"(local[*] run) on {pg_admin_url.rsplit('/', 1)[0]}; files under {root}",
+        flush=True,
+    )
     try:
         print("starting a Spark standalone master and two workers (1 core, 1 GiB each) on 127.0.0.1 ...", flush=True)
         with standalone_cluster(root / "spark", workers=2, cores=1, memory="1g") as cluster:
-            print(f"cluster up at {cluster.master_url} ({time.monotonic() - started:.0f}s); the pipeline runs "
-                  f"with spark.master={cluster.master_url}", flush=True)
-            on_cluster = PipelineProcess("cluster", root / "cluster", urls["cluster"], cluster.master_url,
-                                         CLUSTER_CONF).results()
+            print(
+                f"cluster up at {cluster.master_url} ({time.monotonic() - started:.0f}s); the pipeline runs "
+                f"with spark.master={cluster.master_url}",
+                flush=True,
+            )
+            on_cluster = PipelineProcess(
+                "cluster", root / "cluster", urls["cluster"], cluster.master_url, CLUSTER_CONF
+            ).results()
             executors = cluster.executors_launched()
         print(f"cluster stopped; executors launched per worker: {executors}", flush=True)
         print("the same input on local[*] ...", flush=True)
@@ -330,8 +404,10 @@ def run_demo(pg_admin_url: str, directory: Path) -> int:
         print(f"{date:<12}{count:>8,}{on_cluster['sample']['records_by_date'].get(date, 0):>10,}")
     bad = sum(round_["bad_records"] for round_ in on_cluster["stream"])
     delayed = sum(round_["delayed_objects"] for round_ in on_cluster["stream"])
-    print(f"bad records {bad} (sample: {on_cluster['sample']['bad_records']}); delayed small objects {delayed}; "
-          f"published versions {len(on_cluster['versions'])}; reaped objects {on_cluster['reap']['objects']}")
+    print(
+        f"bad records {bad} (sample: {on_cluster['sample']['bad_records']}); delayed small objects {delayed}; "
+        f"published versions {len(on_cluster['versions'])}; reaped objects {on_cluster['reap']['objects']}"
+    )
     problems = [f"cluster vs local[*]: {line}" for line in differences(on_cluster, on_local)]
     if on_cluster["counts"] != on_cluster["sample"]["records_by_date"]:
         problems.append(f"the table holds {on_cluster['counts']}, the sample {on_cluster['sample']['records_by_date']}")
@@ -340,19 +416,32 @@ def run_demo(pg_admin_url: str, directory: Path) -> int:
     if problems:
         print("\n  ".join(["cluster demo check failed:", *problems]), file=sys.stderr)
         return 1
-    print(f"ok: the cluster run equals the local[*] run (all {len(on_cluster['rows']) - 1:,} rows, partition "
-          f"counts, versions, bad records, reap), and both workers ran executors. {time.monotonic() - started:.0f}s "
-          f"in all.\nLook around (the cluster is stopped, so Spark commands take a local master):\n"
-          f"  SILTLAKE_SPARK__MASTER='local[*]' {Path(sys.executable).parent / 'silt'} --config "
-          f"{root / 'cluster' / 'siltlake.toml'} sql \"SELECT dt, count(*) FROM web.access GROUP BY dt\"")
+    print(
+        f"ok: the cluster run equals the local[*] run (all {len(on_cluster['rows']) - 1:,} rows, partition "
+        f"counts, versions, bad records, reap), and both workers ran executors. {time.monotonic() - started:.0f}s "
+        f"in all.\nLook around (the cluster is stopped, so Spark commands take a local master):\n"
+        f"  SILTLAKE_SPARK__MASTER='local[*]' {Path(sys.executable).parent / 'silt'} --config "
+        f'{root / "cluster" / "siltlake.toml"} sql "SELECT dt, count(*) FROM web.access GROUP BY dt"'
+    )
     return 0
 
 
 @click.group(invoke_without_command=True)
-@click.option("--pg-url", envvar=PG_ADMIN_ENV, default=DEFAULT_PG_ADMIN, show_default=True,
-              help=f"A PostgreSQL database to connect to for creating the catalogs (or ${PG_ADMIN_ENV}).")
-@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), default=DEMO_DIR,
-              show_default=True, help="Working directory (wiped first).")
+@click.option(
+    "--pg-url",
+    envvar=PG_ADMIN_ENV,
+    default=DEFAULT_PG_ADMIN,
+    show_default=True,
+    help=f"A PostgreSQL database to connect to for creating the catalogs (or ${PG_ADMIN_ENV}).",
+)
+@click.option(
+    "--dir",
+    "directory",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=DEMO_DIR,
+    show_default=True,
+    help="Working directory (wiped first).",
+)
 @click.pass_context
 def main(context: click.Context, pg_url: str, directory: Path) -> None:
     """Run the pipeline on a Spark standalone cluster and on local[*], and compare."""
@@ -367,8 +456,9 @@ def main(context: click.Context, pg_url: str, directory: Path) -> None:
 @click.option("--conf", "conf", multiple=True, help="A Spark setting, key=value; repeatable.")
 @click.option("--label", default="run", help="Prefix of the progress lines.")
 @click.option("--results", type=click.Path(dir_okay=False, path_type=Path), required=True)
-def pipeline_command(root: Path, catalog_url: str, master: str, conf: tuple[str, ...], label: str,
-                     results: Path) -> None:
+def pipeline_command(
+    root: Path, catalog_url: str, master: str, conf: tuple[str, ...], label: str, results: Path
+) -> None:
     """One run of the pipeline in this process; its results as JSON in --results."""
     settings = dict(item.split("=", 1) for item in conf)
     started = time.monotonic()

@@ -19,17 +19,32 @@ US = 1_000_000  # microseconds a second
 
 
 _USER_AGENTS = [  # (weight, template); {name} picks one of _AGENT_PARTS[name]
-    (30, "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) "
-         "Chrome/{chrome} Safari/537.36"),
-    (22, "Mozilla/5.0 (iPhone; CPU iPhone OS {ios} like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) "
-         "Version/{safari} Mobile/15E148 Safari/604.1"),
-    (14, "Mozilla/5.0 (Linux; Android {android}; {model}) AppleWebKit/537.36 (KHTML, like Gecko) "
-         "Chrome/{chrome} Mobile Safari/537.36"),
-    (10, "Mozilla/5.0 (Macintosh; Intel Mac OS X {macos}) AppleWebKit/605.1.15 (KHTML, like Gecko) "
-         "Version/{safari} Safari/605.1.15"),
+    (
+        30,
+        "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) "
+        "Chrome/{chrome} Safari/537.36",
+    ),
+    (
+        22,
+        "Mozilla/5.0 (iPhone; CPU iPhone OS {ios} like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) "
+        "Version/{safari} Mobile/15E148 Safari/604.1",
+    ),
+    (
+        14,
+        "Mozilla/5.0 (Linux; Android {android}; {model}) AppleWebKit/537.36 (KHTML, like Gecko) "
+        "Chrome/{chrome} Mobile Safari/537.36",
+    ),
+    (
+        10,
+        "Mozilla/5.0 (Macintosh; Intel Mac OS X {macos}) AppleWebKit/605.1.15 (KHTML, like Gecko) "
+        "Version/{safari} Safari/605.1.15",
+    ),
     (8, "Mozilla/5.0 (Windows NT 10.0; Win64; x64; rv:{firefox}.0) Gecko/20100101 Firefox/{firefox}.0"),
-    (5, "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) "
-        "Chrome/{chrome} Safari/537.36 Edg/{chrome}"),
+    (
+        5,
+        "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) "
+        "Chrome/{chrome} Safari/537.36 Edg/{chrome}",
+    ),
     (4, "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"),
     (2, "Mozilla/5.0 (compatible; bingbot/2.0; +http://www.bing.com/bingbot.htm)"),
     (3, "SiltShop/{app} (iOS {ios_dotted}; {iphone})"),
@@ -72,8 +87,18 @@ _STATIC = [
     ("/favicon.ico", 15_086),
 ]
 _SEARCH_TERMS = [
-    "sneakers", "umbrella", "rain+jacket", "gift", "coffee+beans", "東京+カフェ", "傘", "手袋",
-    "マフラー", "セール", "backpack", "黒+スニーカー",
+    "sneakers",
+    "umbrella",
+    "rain+jacket",
+    "gift",
+    "coffee+beans",
+    "東京+カフェ",
+    "傘",
+    "手袋",
+    "マフラー",
+    "セール",
+    "backpack",
+    "黒+スニーカー",
 ]
 _ROUTE_KINDS = ["static", "api", "page", "search", "login", "health"]
 _ROUTE_WEIGHTS = [40, 30, 18, 6, 3, 3]
@@ -132,22 +157,37 @@ class RecordMaker:
             status, size = (200, size) if roll < 0.66 else (304, 0) if roll < 0.985 else (404, 162)
             latency = self._latency(1.8, 0.7)
         elif kind == "page":
-            path = rng.choice(["/", "/products", "/cart", "/about", "/help/shipping",
-                               f"/products/{rng.randint(1, 4000)}", f"/news/2026/{rng.randint(1, 60)}"])
+            path = rng.choice(
+                [
+                    "/",
+                    "/products",
+                    "/cart",
+                    "/about",
+                    "/help/shipping",
+                    f"/products/{rng.randint(1, 4000)}",
+                    f"/news/2026/{rng.randint(1, 60)}",
+                ]
+            )
             status = rng.choices([200, 301, 404, 500], cum_weights=[95, 97, 99.7, 100])[0]
             size = int(rng.lognormvariate(math.log(17_000), 0.45)) if status == 200 else 180
             latency = self._latency(42, 0.6)
         elif kind == "api":
             item = rng.randint(1, 4000)
-            method, path = rng.choice([
-                ("GET", f"/api/v1/items/{item}"), ("GET", f"/api/v1/items?page={rng.randint(1, 40)}"),
-                ("GET", "/api/v1/cart"), ("POST", "/api/v1/cart"), ("DELETE", f"/api/v1/cart/items/{item}"),
-                ("POST", "/api/v1/orders"), ("GET", f"/api/v1/orders/{rng.randint(50_000, 90_000)}"),
-                ("PUT", f"/api/v1/users/{user_id or 100_001}/settings"), ("GET", "/api/v1/recommendations"),
-            ])
+            method, path = rng.choice(
+                [
+                    ("GET", f"/api/v1/items/{item}"),
+                    ("GET", f"/api/v1/items?page={rng.randint(1, 40)}"),
+                    ("GET", "/api/v1/cart"),
+                    ("POST", "/api/v1/cart"),
+                    ("DELETE", f"/api/v1/cart/items/{item}"),
+                    ("POST", "/api/v1/orders"),
+                    ("GET", f"/api/v1/orders/{rng.randint(50_000, 90_000)}"),
+                    ("PUT", f"/api/v1/users/{user_id or 100_001}/settings"),
+                    ("GET", "/api/v1/recommendations"),
+                ]
+            )
             ok = 201 if method == "POST" else 204 if method == "DELETE" else 200
-            status = rng.choices([ok, 400, 401, 404, 429, 500, 503],
-                                 cum_weights=[92, 94, 95.5, 98, 98.8, 99.6, 100])[0]
+            status = rng.choices([ok, 400, 401, 404, 429, 500, 503], cum_weights=[92, 94, 95.5, 98, 98.8, 99.6, 100])[0]
             size = int(rng.lognormvariate(math.log(1_400), 0.9)) if status in (200, 201) else 96
             if status == 204:
                 size = 0

@@ -17,8 +17,10 @@ def start_local_s3() -> str:
     try:
         from moto.server import ThreadedMotoServer
     except ImportError:
-        raise SystemExit("make demo S3=1 needs moto's server (a development dependency): "
-                         "pip install 'moto[server]' (make installs it with the dev extra)") from None
+        raise SystemExit(
+            "make demo S3=1 needs moto's server (a development dependency): "
+            "pip install 'moto[server]' (make installs it with the dev extra)"
+        ) from None
     import pyarrow.fs as pafs
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
@@ -27,14 +29,19 @@ def start_local_s3() -> str:
         port = probe.getsockname()[1]
     ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False).start()  # a daemon thread: ends with us
     endpoint = f"127.0.0.1:{port}"
-    os.environ.update({
-        "AWS_ACCESS_KEY_ID": "demo", "AWS_SECRET_ACCESS_KEY": "demo", "AWS_REGION": "us-east-1",
-        "AWS_EC2_METADATA_DISABLED": "true",  # never ask an instance metadata service for credentials
-        "SILTLAKE_STORAGE__ROOT": f"s3://{BUCKET}/lake",
-        "SILTLAKE_STORAGE__STAGING_ROOT": f"s3://{BUCKET}/staging",
-        "SILTLAKE_STORAGE__S3__ENDPOINT_OVERRIDE": endpoint,
-        "SILTLAKE_STORAGE__S3__SCHEME": "http",
-    })
-    pafs.S3FileSystem(endpoint_override=endpoint, scheme="http", region="us-east-1",
-                      allow_bucket_creation=True).create_dir(BUCKET)
+    os.environ.update(
+        {
+            "AWS_ACCESS_KEY_ID": "demo",
+            "AWS_SECRET_ACCESS_KEY": "demo",
+            "AWS_REGION": "us-east-1",
+            "AWS_EC2_METADATA_DISABLED": "true",  # never ask an instance metadata service for credentials
+            "SILTLAKE_STORAGE__ROOT": f"s3://{BUCKET}/lake",
+            "SILTLAKE_STORAGE__STAGING_ROOT": f"s3://{BUCKET}/staging",
+            "SILTLAKE_STORAGE__S3__ENDPOINT_OVERRIDE": endpoint,
+            "SILTLAKE_STORAGE__S3__SCHEME": "http",
+        }
+    )
+    pafs.S3FileSystem(
+        endpoint_override=endpoint, scheme="http", region="us-east-1", allow_bucket_creation=True
+    ).create_dir(BUCKET)
     return endpoint

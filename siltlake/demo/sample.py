@@ -175,8 +175,10 @@ class _SampleWriter:
             line = json_line({"time": iso_utc(us), **record})
             return line[: self.rng.randint(12, len(line) - 12)]
         if kind == 1:  # a stray text line from the application
-            return (f"{utc(us):%Y/%m/%d %H:%M:%S} [error] 1742#1742: *{self.rng.randint(1, 10**7)} "
-                    "upstream timed out (110: Connection timed out) while reading response header")
+            return (
+                f"{utc(us):%Y/%m/%d %H:%M:%S} [error] 1742#1742: *{self.rng.randint(1, 10**7)} "
+                "upstream timed out (110: Connection timed out) while reading response header"
+            )
         if kind == 2:
             return json_line({"time": iso_utc(us), **record, "user_id": "abc"})
         return json_line(record)  # no time
@@ -195,8 +197,9 @@ class _SampleWriter:
             lines.append(json_line({"time": value, **record}))
             self._count_good(meant_us)
         data = _gzip(("\n".join(lines) + "\n").encode("utf-8"))
-        return _Object(staging_key(plan.shipper, TABLE, plan.shipped_us, plan.server, plan.seq, "jsonl.gz"), data,
-                       plan.shipped_us)
+        return _Object(
+            staging_key(plan.shipper, TABLE, plan.shipped_us, plan.server, plan.seq, "jsonl.gz"), data, plan.shipped_us
+        )
 
     def msgpack_object(self, plan: _Plan, timestamp_entries: bool) -> _Object:
         packer = msgpack.Packer()
@@ -210,13 +213,12 @@ class _SampleWriter:
             parts.append(packer.pack(entry))
             self._count_good(us)
         data = b"".join(parts)
-        return _Object(staging_key(plan.shipper, TABLE, plan.shipped_us, plan.server, plan.seq, "msgpack"), data,
-                       plan.shipped_us)
+        return _Object(
+            staging_key(plan.shipper, TABLE, plan.shipped_us, plan.server, plan.seq, "msgpack"), data, plan.shipped_us
+        )
 
     def _plain_lines(self, server: str, base_us: int, count: int) -> list[dict]:
-        return [
-            {"time": iso_utc(base_us + i * 250_000), **self.records.record(server)} for i in range(count)
-        ]
+        return [{"time": iso_utc(base_us + i * 250_000), **self.records.record(server)} for i in range(count)]
 
     def malformed_objects(self, shipper: str, server: str, first_seq: int, base_us: int) -> list[_Object]:
         """Objects nobody can load; they add nothing to the good or bad record counts."""
@@ -240,8 +242,10 @@ class _SampleWriter:
         for i in range(120):  # a shipper pointed at the wrong file: combined log format text
             record = self.records.record(server)
             stamp = utc(base_us + i * US).astimezone(self.zone).strftime("%d/%b/%Y:%H:%M:%S %z")
-            access.append(f'192.0.2.{rng.randint(1, 254)} - - [{stamp}] "{record["method"]} {record["path"]} '
-                          f'HTTP/1.1" {record["status"]} {record["bytes"]} "-" "{record["user_agent"]}"\n')
+            access.append(
+                f'192.0.2.{rng.randint(1, 254)} - - [{stamp}] "{record["method"]} {record["path"]} '
+                f'HTTP/1.1" {record["status"]} {record["bytes"]} "-" "{record["user_agent"]}"\n'
+            )
         objects.append(_Object(key(2), _gzip("".join(access).encode()), shipped))
 
         shift_jis = []
@@ -294,12 +298,11 @@ def generate_sample(
             sizes = [round(records_per_object * rng.uniform(0.8, 1.2)) or 1 for _ in range(per_day)]
             picked = rng.choices(minutes, cum_weights=minute_cum, k=sum(sizes))
             times = sorted(
-                min(midnight_us + minute * 60 * US + rng.randrange(60 * US), next_midnight_us - 1)
-                for minute in picked
+                min(midnight_us + minute * 60 * US + rng.randrange(60 * US), next_midnight_us - 1) for minute in picked
             )
             cut = 0
             for size in sizes:
-                chunk = times[cut: cut + size]
+                chunk = times[cut : cut + size]
                 cut += size
                 shipped = chunk[-1] + rng.randrange(2 * US, 90 * US)
                 plans.append(_Plan(shippers[server], server, next_seq[server], chunk, shipped))

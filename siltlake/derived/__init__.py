@@ -9,8 +9,13 @@ import importlib
 from typing import Any
 
 _WHERE = {
-    "BuildReport": "build", "build_derived": "build", "create_derived": "define", "RegenerateReport": "regenerator",
-    "Staleness": "regenerator", "regenerate": "regenerator", "staleness": "regenerator",
+    "BuildReport": "build",
+    "build_derived": "build",
+    "create_derived": "define",
+    "RegenerateReport": "regenerator",
+    "Staleness": "regenerator",
+    "regenerate": "regenerator",
+    "staleness": "regenerator",
 }
 
 __all__ = sorted(_WHERE)

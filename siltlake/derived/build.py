@@ -45,10 +45,17 @@ def source_state(deployment: Deployment, sources: list[TableRecord]) -> SourceSt
     state: SourceState = {}
     for source in sources:
         _, newest = deployment.catalog.version_reads.table_bounds(source.id)
-        views = deployment.catalog.version_reads.reader_snapshot(source.id, as_of_version=newest,
-                                                            table_name=source.qualified_name) if newest else []
-        state[str(source.id)] = {"version": newest,
-                                 "dates": {view.partition_date.isoformat(): view.version for view in views}}
+        views = (
+            deployment.catalog.version_reads.reader_snapshot(
+                source.id, as_of_version=newest, table_name=source.qualified_name
+            )
+            if newest
+            else []
+        )
+        state[str(source.id)] = {
+            "version": newest,
+            "dates": {view.partition_date.isoformat(): view.version for view in views},
+        }
     return state
 
 
@@ -66,8 +73,10 @@ def sources_of(deployment: Deployment, record: DerivedRecord) -> list[TableRecor
     live = {table.id: table for table in deployment.catalog.tables.list()}
     missing = [table_id for table_id in record.source_ids if table_id not in live]
     if missing:
-        raise SiltError(f"{record.qualified_name} reads a table that was dropped; drop the derived table "
-                        "(`silt derived drop`) or create that table again")
+        raise SiltError(
+            f"{record.qualified_name} reads a table that was dropped; drop the derived table "
+            "(`silt derived drop`) or create that table again"
+        )
     return [live[table_id] for table_id in record.source_ids]
 
 
@@ -87,8 +96,14 @@ def build_lost(deployment: Deployment, build: BuildRecord, now: dt.datetime) -> 
     return (now - build.heartbeat_time).total_seconds() > deployment.config.derived.build_timeout
 
 
-def build_derived(deployment: Deployment, name: str, *, full: bool = False, trigger_value: str | None = None,
-                  now: dt.datetime | None = None) -> BuildReport:
+def build_derived(
+    deployment: Deployment,
+    name: str,
+    *,
+    full: bool = False,
+    trigger_value: str | None = None,
+    now: dt.datetime | None = None,
+) -> BuildReport:
     """Build the derived table `name` once: only the dates whose source partitions changed since the last
     build when it is incremental (and not `full`), every date otherwise. Readers see the previous build
     until the catalog commit that publishes this one."""
@@ -103,18 +118,27 @@ def build_derived(deployment: Deployment, name: str, *, full: bool = False, trig
     since = last.source_state if definition.incremental and not full and last is not None else None
     incremental = since is not None
     dates = changed_dates(since, state) if since is not None else None
-    report = BuildReport(record.qualified_name, kind="incremental" if incremental else "full",
-                         source_versions={s.qualified_name: state[str(s.id)]["version"] for s in sources})
+    report = BuildReport(
+        record.qualified_name,
+        kind="incremental" if incremental else "full",
+        source_versions={s.qualified_name: state[str(s.id)]["version"] for s in sources},
+    )
     bound = (deployment.config.sql.write_timeout, "sql.write_timeout", f"building {record.qualified_name}")
     if definition.rule == "sql" and trigger_value is None:
         with time_bound(*bound):
             trigger_value = trigger_value_of(deployment, record)
     given = now is not None
     now = now or utcnow()
-    build = catalog.derived.start_build(record, reg_key=deployment.instance_key,
-                                        catalog_id=catalog.instances.ensure_catalog_id(), kind=report.kind,
-                                        host=local_host().name, pid=local_host().pid, now=now,
-                                        dead=lambda running: build_lost(deployment, running, utcnow()))
+    build = catalog.derived.start_build(
+        record,
+        reg_key=deployment.instance_key,
+        catalog_id=catalog.instances.ensure_catalog_id(),
+        kind=report.kind,
+        host=local_host().name,
+        pid=local_host().pid,
+        now=now,
+        dead=lambda running: build_lost(deployment, running, utcnow()),
+    )
     report.build = build.name
     stop = threading.Event()
     beat = threading.Thread(target=_heartbeat, args=(deployment, build, stop), daemon=True, name="derived-heartbeat")
@@ -125,9 +149,16 @@ def build_derived(deployment: Deployment, name: str, *, full: bool = False, trig
         expire = now + dt.timedelta(seconds=definition.persist_for) if definition.persist_for else None
         # Stamped on the caller's clock (`now` plus the time the build took), as publish's `now`.
         finished = now + dt.timedelta(seconds=time.monotonic() - started)
-        report.table_version = catalog.derived.publish_build(record, build, partitions, source_state=state,
-                                                             trigger_value=trigger_value, expire_time=expire,
-                                                             now=finished, given=given)
+        report.table_version = catalog.derived.publish_build(
+            record,
+            build,
+            partitions,
+            source_state=state,
+            trigger_value=trigger_value,
+            expire_time=expire,
+            now=finished,
+            given=given,
+        )
     except BaseException as exc:
         catalog.derived.fail_build(build.id, f"{type(exc).__name__}: {exc}", utcnow())
         deployment.lake.delete_prefix(build_prefix(build.name))
@@ -142,8 +173,14 @@ def build_derived(deployment: Deployment, name: str, *, full: bool = False, trig
     return report
 
 
-def _write(deployment: Deployment, record: DerivedRecord, build: BuildRecord, state: SourceState,
-           sources: list[TableRecord], dates: set[dt.date] | None) -> list[BuildPartition]:
+def _write(
+    deployment: Deployment,
+    record: DerivedRecord,
+    build: BuildRecord,
+    state: SourceState,
+    sources: list[TableRecord],
+    dates: set[dt.date] | None,
+) -> list[BuildPartition]:
     """Run the query over the pinned sources (only `dates` of them, when given), write the build's objects
     and each written date's manifests; return what to publish."""
     from siltlake.read import sql
@@ -152,16 +189,18 @@ def _write(deployment: Deployment, record: DerivedRecord, build: BuildRecord, st
     reads = {}
     for source in sources:
         newest = state[str(source.id)]["version"]
-        reads[source.qualified_name] = ({"as_of_version": newest} if newest else {"dates": []})
+        reads[source.qualified_name] = {"as_of_version": newest} if newest else {"dates": []}
         if dates is not None:
             reads[source.qualified_name]["dates"] = sorted(dates) if newest else []
     frame = sql(spark, record.definition.query, deployment, reads=reads)
     expected = [("dt", "date"), *((c.name, c.type) for c in record.table.definition.columns)]
     got = sorted((f.name, siltlake_type(f.dataType)) for f in frame.schema.fields)
     if got != sorted(expected):
-        raise SiltError(f"{record.qualified_name}: the query now returns {', '.join(f'{n} {t}' for n, t in got)}, "
-                        f"not the table's {', '.join(f'{n} {t}' for n, t in expected)} (a source's columns changed?); "
-                        "drop the derived table and create it again")
+        raise SiltError(
+            f"{record.qualified_name}: the query now returns {', '.join(f'{n} {t}' for n, t in got)}, "
+            f"not the table's {', '.join(f'{n} {t}' for n, t in expected)} (a source's columns changed?); "
+            "drop the derived table and create it again"
+        )
     allowed = frozenset(d.isoformat() for d in dates) if dates is not None else None
     writer = BuildWriter(deployment.lake, build.name, record.table.definition.to_json(), allowed)
     collected = frame.limit(DRIVER_ROWS + 1).toArrow() if dates is not None else None
@@ -172,9 +211,11 @@ def _write(deployment: Deployment, record: DerivedRecord, build: BuildRecord, st
         written = [row.asDict() for row in frame.repartition(tasks, "dt").mapInArrow(writer, WRITTEN).collect()]
     outside = next((row["outside"] for row in written if row["outside"]), None)
     if outside is not None:
-        raise SiltError(f"{record.qualified_name}: the query put rows of dt={outside} into a build of the dates whose "
-                        "sources changed: its dt does not follow its sources' dt, so it cannot build incrementally; "
-                        "set incremental = false")
+        raise SiltError(
+            f"{record.qualified_name}: the query put rows of dt={outside} into a build of the dates whose "
+            "sources changed: its dt does not follow its sources' dt, so it cannot build incrementally; "
+            "set incremental = false"
+        )
     null_dates = max((row["null_dates"] for row in written), default=0)
     if null_dates:
         raise SiltError(f"{record.qualified_name}: the query returned rows whose dt is null; filter them out")
@@ -188,10 +229,12 @@ def _write(deployment: Deployment, record: DerivedRecord, build: BuildRecord, st
     partitions = []
     for date in sorted(dates):
         objects = sorted(files.get(date, []))
-        manifest_key, _ = write_manifests(deployment.lake, layout, date, 0, [(key, size) for key, size, _ in objects],
-                                          label=f"build-{build.id:010d}")
-        partitions.append(BuildPartition(date, manifest_key, sum(r for _, _, r in objects),
-                                         sum(size for _, size, _ in objects)))
+        manifest_key, _ = write_manifests(
+            deployment.lake, layout, date, 0, [(key, size) for key, size, _ in objects], label=f"build-{build.id:010d}"
+        )
+        partitions.append(
+            BuildPartition(date, manifest_key, sum(r for _, _, r in objects), sum(size for _, size, _ in objects))
+        )
     return partitions
 
 

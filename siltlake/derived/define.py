@@ -21,10 +21,19 @@ def siltlake_type(data_type: DataType) -> str | None:
     """The siltlake column type a Spark result type is stored as (None: it cannot be)."""
     from pyspark.sql import types as T
 
-    simple = [(T.StringType, "string"), (T.ByteType, "int"), (T.ShortType, "int"), (T.IntegerType, "int"),
-              (T.LongType, "bigint"), (T.FloatType, "float"), (T.DoubleType, "double"),
-              (T.BooleanType, "boolean"), (T.TimestampType, "timestamp"), (T.TimestampNTZType, "timestamp"),
-              (T.DateType, "date")]
+    simple = [
+        (T.StringType, "string"),
+        (T.ByteType, "int"),
+        (T.ShortType, "int"),
+        (T.IntegerType, "int"),
+        (T.LongType, "bigint"),
+        (T.FloatType, "float"),
+        (T.DoubleType, "double"),
+        (T.BooleanType, "boolean"),
+        (T.TimestampType, "timestamp"),
+        (T.TimestampNTZType, "timestamp"),
+        (T.DateType, "date"),
+    ]
     for spark_type, name in simple:
         if isinstance(data_type, spark_type):
             return name
@@ -35,8 +44,17 @@ def siltlake_type(data_type: DataType) -> str | None:
 
 # Result types the DuckDB translation infers (siltlake.read.translate), as the siltlake types Spark's result
 # would be stored as; a result of any other ("null", a decimal of unknown precision) is typed by Spark.
-TRANSLATED_TYPES = {"int": "int", "bigint": "bigint", "float": "float", "double": "double", "string": "string",
-                    "json": "string", "boolean": "boolean", "timestamp": "timestamp", "date": "date"}
+TRANSLATED_TYPES = {
+    "int": "int",
+    "bigint": "bigint",
+    "float": "float",
+    "double": "double",
+    "string": "string",
+    "json": "string",
+    "boolean": "boolean",
+    "timestamp": "timestamp",
+    "date": "date",
+}
 
 # A query's result column: its name, the siltlake type it is stored as (None: none can hold it), and its type
 # as the engine names it, for messages.
@@ -48,8 +66,9 @@ def spark_columns(result: StructType) -> list[ResultColumn]:
     return [(field.name, siltlake_type(field.dataType), field.dataType.simpleString()) for field in result.fields]
 
 
-def translated_columns(deployment: Deployment, query: str,
-                       reads: dict[str, dict[str, Any]] | None = None) -> list[ResultColumn] | None:
+def translated_columns(
+    deployment: Deployment, query: str, reads: dict[str, dict[str, Any]] | None = None
+) -> list[ResultColumn] | None:
     """The query's result columns without a JVM, from its DuckDB translation, which infers the types Spark gives
     (tests/test_fast_sql.py compares both engines' answers); None when the query does not translate faithfully
     or a type is not known exactly: Spark then analyses it."""
@@ -63,41 +82,57 @@ def translated_columns(deployment: Deployment, query: str,
         return None
     if not all(kind in TRANSLATED_TYPES for kind in translation.types):
         return None
-    return [(name, TRANSLATED_TYPES[kind], kind) for name, kind in zip(translation.columns, translation.types,
-                                                                         strict=True)]
+    return [
+        (name, TRANSLATED_TYPES[kind], kind) for name, kind in zip(translation.columns, translation.types, strict=True)
+    ]
 
 
 def table_of(definition: DerivedDef, result: list[ResultColumn]) -> TableDef:
     """The table a query's result is stored as: its columns but dt, which names the partition."""
     kinds = {name: (type_name, shown) for name, type_name, shown in result}
     if "dt" not in kinds:
-        raise DefinitionError(f"{definition.name}: the query must return a dt column (the partition date, type date); "
-                              "for a rollup by day, SELECT dt, ... GROUP BY dt, ...")
+        raise DefinitionError(
+            f"{definition.name}: the query must return a dt column (the partition date, type date); "
+            "for a rollup by day, SELECT dt, ... GROUP BY dt, ..."
+        )
     if kinds["dt"][0] != "date":
-        raise DefinitionError(f"{definition.name}: the query's dt column is {kinds['dt'][1]}, not date; CAST it AS "
-                              "date")
+        raise DefinitionError(
+            f"{definition.name}: the query's dt column is {kinds['dt'][1]}, not date; CAST it AS date"
+        )
     names = [name for name, _, _ in result]
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
-        raise DefinitionError(f"{definition.name}: the query returns several columns named {', '.join(duplicates)}; "
-                              "give each its own alias")
+        raise DefinitionError(
+            f"{definition.name}: the query returns several columns named {', '.join(duplicates)}; "
+            "give each its own alias"
+        )
     columns = []
     for name, type_name, shown in result:
         if name == "dt":
             continue
         if type_name is None:
-            raise DefinitionError(f"{definition.name}: column {name!r} is {shown}, which a derived table cannot "
-                                  f"store; CAST it to {ALLOWED_TYPES}")
+            raise DefinitionError(
+                f"{definition.name}: column {name!r} is {shown}, which a derived table cannot "
+                f"store; CAST it to {ALLOWED_TYPES}"
+            )
         columns.append(Column(name=name, type=type_name))
     if not columns:
         raise DefinitionError(f"{definition.name}: the query returns no column besides dt")
-    return TableDef.from_mapping({"schema": definition.schema_name, "name": definition.table_name, "kind": "derived",
-                                  "columns": [c.model_dump() for c in columns], "codec": definition.codec},
-                                 source=definition.name)
+    return TableDef.from_mapping(
+        {
+            "schema": definition.schema_name,
+            "name": definition.table_name,
+            "kind": "derived",
+            "columns": [c.model_dump() for c in columns],
+            "codec": definition.codec,
+        },
+        source=definition.name,
+    )
 
 
-def check_cycles(definition: DerivedDef, source_ids: list[int], existing: list[DerivedRecord],
-                 names: dict[int, str]) -> None:
+def check_cycles(
+    definition: DerivedDef, source_ids: list[int], existing: list[DerivedRecord], names: dict[int, str]
+) -> None:
     """Refuse a definition whose sources lead back to it through other derived tables."""
     reads = {record.table.id: record.source_ids for record in existing}
     path: list[int] = []
@@ -105,8 +140,9 @@ def check_cycles(definition: DerivedDef, source_ids: list[int], existing: list[D
     def walk(table_id: int) -> None:
         if names.get(table_id) == definition.name:
             chain = " -> ".join([definition.name, *(names[t] for t in path)])
-            raise DefinitionError(f"{definition.name}: its sources lead back to it ({chain}); a derived table "
-                                  "cannot read itself")
+            raise DefinitionError(
+                f"{definition.name}: its sources lead back to it ({chain}); a derived table cannot read itself"
+            )
         for source in reads.get(table_id, ()):
             path.append(source)
             walk(source)
@@ -130,18 +166,22 @@ def create_derived(deployment: Deployment, definition: DerivedDef, now: dt.datet
         raise DefinitionError(f"{definition.name}: the query reads no siltlake table (write schema.table)")
     pinned = [name for name, pins in referenced if pins]
     if pinned:
-        raise DefinitionError(f"{definition.name}: leave out VERSION/TIMESTAMP AS OF ({', '.join(pinned)}): a "
-                              "derived table reads its sources' newest published versions, and records which")
+        raise DefinitionError(
+            f"{definition.name}: leave out VERSION/TIMESTAMP AS OF ({', '.join(pinned)}): a "
+            "derived table reads its sources' newest published versions, and records which"
+        )
     sources = []
     for name, _ in referenced:
         if name == definition.name:
-            raise DefinitionError(f"{definition.name}: the query reads the table itself; a derived table cannot "
-                                  "read itself")
+            raise DefinitionError(
+                f"{definition.name}: the query reads the table itself; a derived table cannot read itself"
+            )
         try:
             sources.append(catalog.tables.get(name))
         except NotFoundError:
-            raise DefinitionError(f"{definition.name}: the query reads {name}, which is not a table; `silt table "
-                                  "list` shows them") from None
+            raise DefinitionError(
+                f"{definition.name}: the query reads {name}, which is not a table; `silt table list` shows them"
+            ) from None
     names = {record.id: record.qualified_name for record in catalog.tables.list()}
     check_cycles(definition, [s.id for s in sources], catalog.derived.list(), names)
     nothing: dict[str, dict[str, Any]] = {name: {"dates": []} for name, _ in referenced}

@@ -25,14 +25,19 @@ class DerivedReapReport:
     bytes: int = 0
 
     def as_dict(self) -> dict:
-        return {"deactivated": [{"build": b, "reason": r} for b, r in self.deactivated], "lost": self.lost,
-                "deleted": [{"build": b, "reason": r} for b, r in self.deleted],
-                "kept": [{"build": b, "reason": r} for b, r in self.kept],
-                "objects": self.objects, "bytes": self.bytes}
+        return {
+            "deactivated": [{"build": b, "reason": r} for b, r in self.deactivated],
+            "lost": self.lost,
+            "deleted": [{"build": b, "reason": r} for b, r in self.deleted],
+            "kept": [{"build": b, "reason": r} for b, r in self.kept],
+            "objects": self.objects,
+            "bytes": self.bytes,
+        }
 
 
-def reap_derived(deployment: Deployment, now: dt.datetime, *, grace: int, dry_run: bool = False,
-                 expiring: Collection[int] = ()) -> DerivedReapReport:
+def reap_derived(
+    deployment: Deployment, now: dt.datetime, *, grace: int, dry_run: bool = False, expiring: Collection[int] = ()
+) -> DerivedReapReport:
     """Phase 1 drops from the active list the builds whose derived table is gone, whose objects are gone,
     whose persist_for expired, or that no partition shows any more; phase 2 deletes each build of the
     derived area that carries this deployment's reg_key and is not active, not running and not referenced
@@ -106,7 +111,8 @@ def reap_derived(deployment: Deployment, now: dt.datetime, *, grace: int, dry_ru
             continue
         else:
             why = {"failed": f"its build failed: {row.error}", "building": "its builder was lost"}.get(
-                row.status, "no longer active and no retained version references it")
+                row.status, "no longer active and no retained version references it"
+            )
         report.deleted.append((name, why))
         report.objects += len(infos)
         report.bytes += sum(info.size for info in infos)

@@ -57,13 +57,15 @@ def staleness(deployment: Deployment, record: DerivedRecord, now: dt.datetime) -
     if definition.rule == "persist_for":
         assert definition.persist_for is not None and last.end_time is not None
         age = (now - last.end_time).total_seconds()
-        return Staleness(record, f"built {age:.0f} s ago, persist_for {definition.persist_for} s"
-                         if age >= definition.persist_for else None)
+        return Staleness(
+            record,
+            f"built {age:.0f} s ago, persist_for {definition.persist_for} s" if age >= definition.persist_for else None,
+        )
     if definition.rule == "sql":
         value = trigger_value_of(deployment, record)
         changed = value != last.trigger_value
         return Staleness(record, f"trigger_sql value {last.trigger_value} -> {value}" if changed else None, value)
-    recorded = (last.source_state or {})
+    recorded = last.source_state or {}
     for table_id in record.source_ids:
         _, newest = catalog.version_reads.table_bounds(table_id)
         before = recorded.get(str(table_id), {}).get("version")
@@ -73,8 +75,9 @@ def staleness(deployment: Deployment, record: DerivedRecord, now: dt.datetime) -
     return Staleness(record, None)
 
 
-def regenerate(deployment: Deployment, now: dt.datetime | None = None, *, names: list[str] | None = None,
-               dry_run: bool = False) -> RegenerateReport:
+def regenerate(
+    deployment: Deployment, now: dt.datetime | None = None, *, names: list[str] | None = None, dry_run: bool = False
+) -> RegenerateReport:
     """Build every stale derived table (or only `names`), each after the derived tables it reads; a table
     whose source failed to build waits for the next run."""
     now = now or utcnow()
@@ -101,8 +104,9 @@ def regenerate(deployment: Deployment, now: dt.datetime | None = None, *, names:
             if dry_run:
                 report.waiting.append((record.qualified_name, state.reason))
                 continue
-            report.built.append(build_derived(deployment, record.qualified_name, trigger_value=state.trigger_value,
-                                              now=now))
+            report.built.append(
+                build_derived(deployment, record.qualified_name, trigger_value=state.trigger_value, now=now)
+            )
         except Exception as exc:  # one table's failure (its query, a running build) leaves the others to build
             report.failed.append((record.qualified_name, f"{type(exc).__name__}: {exc}"))
             failed_tables.add(record.table.id)

@@ -21,8 +21,16 @@ from siltlake.tabledef import TableDef
 
 # What each writing task reports, one row per date it wrote (key null: it wrote nothing).
 WRITTEN = "dt string, key string, rows long, bytes long, outside string, null_dates long"
-_WRITTEN_SCHEMA = pa.schema([("dt", pa.string()), ("key", pa.string()), ("rows", pa.int64()), ("bytes", pa.int64()),
-                             ("outside", pa.string()), ("null_dates", pa.int64())])
+_WRITTEN_SCHEMA = pa.schema(
+    [
+        ("dt", pa.string()),
+        ("key", pa.string()),
+        ("rows", pa.int64()),
+        ("bytes", pa.int64()),
+        ("outside", pa.string()),
+        ("null_dates", pa.int64()),
+    ]
+)
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,14 @@ from siltlake.errors import ConfigError
 from siltlake.tabledef import check_identifier, describe_validation_error
 
 # Parser column types (Embulk's names) and the table column type each becomes with `out.create`.
-PARSER_TYPES = {"long": "bigint", "double": "double", "boolean": "boolean", "timestamp": "timestamp",
-                "string": "string", "json": "json"}
+PARSER_TYPES = {
+    "long": "bigint",
+    "double": "double",
+    "boolean": "boolean",
+    "timestamp": "timestamp",
+    "string": "string",
+    "json": "json",
+}
 
 
 class _Strict(BaseModel):
@@ -232,8 +238,10 @@ class JobConfig(_Strict):
         names = list(self.filters)
         for position, (name, item) in enumerate(self.filters.items()):
             if isinstance(item, SqlFilter) and position != len(names) - 1:
-                raise ValueError(f"filters.{name}: the sql filter must be the last filter (it runs in Spark, "
-                                 "after the per-record filters)")
+                raise ValueError(
+                    f"filters.{name}: the sql filter must be the last filter (it runs in Spark, "
+                    "after the per-record filters)"
+                )
         return self
 
     @property
@@ -256,8 +264,9 @@ class LoadConfig(_Strict):
 
     def digest(self) -> str:
         """Ties a resume state to this config: any change to what the jobs do changes it."""
-        text = json.dumps({name: job.model_dump(mode="json", by_alias=True) for name, job in self.jobs.items()},
-                          sort_keys=True)
+        text = json.dumps(
+            {name: job.model_dump(mode="json", by_alias=True) for name, job in self.jobs.items()}, sort_keys=True
+        )
         return hashlib.sha256(text.encode()).hexdigest()
 
 

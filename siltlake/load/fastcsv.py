@@ -40,9 +40,12 @@ _FORMATS = {
 
 def usable(job: JobConfig, columns: list[Column]) -> bool:
     """Whether the vectorised path applies: a csv parser, no line filter, renames and drops only."""
-    return (job.parser.type == "csv" and not job.decoder.line_filter
-            and all(isinstance(f, (RenameFilter, DropFilter)) for f in job.filters.values() if f.type != "sql")
-            and all(c.type in FAST_TYPES for c in columns))
+    return (
+        job.parser.type == "csv"
+        and not job.decoder.line_filter
+        and all(isinstance(f, (RenameFilter, DropFilter)) for f in job.filters.values() if f.type != "sql")
+        and all(c.type in FAST_TYPES for c in columns)
+    )
 
 
 def _renames(job: JobConfig) -> dict[str, str | None]:
@@ -78,8 +81,9 @@ def _typed(values: pa.Array, kind: str, parser_column: Any) -> pa.Array:
     # Arrow's number casts refuse a leading '+', which the coercion takes.
     signless = pc.replace_substring_regex(pc.utf8_trim(values, " \t"), r"^\+", "")
     if kind in ("int", "bigint"):
-        plain = pc.and_kleene(pc.match_substring_regex(values, _INTEGER),
-                              pc.less_equal(pc.utf8_length(pc.utf8_trim(values, " \t")), 18))
+        plain = pc.and_kleene(
+            pc.match_substring_regex(values, _INTEGER), pc.less_equal(pc.utf8_length(pc.utf8_trim(values, " \t")), 18)
+        )
         result = pc.cast(pc.if_else(plain, signless, None), pa.int64())
         if kind == "int":
             inside = pc.and_(pc.greater_equal(result, INT32_RANGE[0]), pc.less_equal(result, INT32_RANGE[1]))
@@ -121,16 +125,24 @@ def _timestamps(values: pa.Array, parser_column: Any) -> pa.Array:
     try:
         # A local wall time in the column's zone; the earliest instant of an ambiguous one, like a Python
         # datetime with fold=0. A time inside a DST gap raises: those rows take the per-record path.
-        local = pc.assume_timezone(pc.cast(micros, pa.timestamp("us")), zone or "UTC",
-                                   ambiguous="earliest", nonexistent="raise")
+        local = pc.assume_timezone(
+            pc.cast(micros, pa.timestamp("us")), zone or "UTC", ambiguous="earliest", nonexistent="raise"
+        )
     except pa.ArrowInvalid:
         return pa.nulls(len(values), timestamp)
     return pc.cast(local, timestamp)
 
 
-def read_fast(source: io.BufferedReader, job: JobConfig, columns: list[Column], schema: pa.Schema, time_column: str,
-              at_start: bool, on_bad: Callable[[int, str, str], None],
-              slow_row: Callable[[int, dict, str], None]) -> Iterator[tuple[pa.Table, int]]:
+def read_fast(
+    source: io.BufferedReader,
+    job: JobConfig,
+    columns: list[Column],
+    schema: pa.Schema,
+    time_column: str,
+    at_start: bool,
+    on_bad: Callable[[int, str, str], None],
+    slow_row: Callable[[int, dict, str], None],
+) -> Iterator[tuple[pa.Table, int]]:
     """Yield (typed table of the fast rows, records read) per block; slow rows and field-count errors go
     to the callbacks with their approximate line number (exact while no field holds a newline)."""
     parser = job.parser
@@ -141,23 +153,33 @@ def read_fast(source: io.BufferedReader, job: JobConfig, columns: list[Column], 
     def invalid(row: Any) -> str:
         counts["invalid"] += 1
         line = row.number if row.number and row.number > 0 else 0
-        on_bad(line, row.text, f"row has {row.actual_columns} fields, the parser has {row.expected_columns} "
-                               "columns")
+        on_bad(line, row.text, f"row has {row.actual_columns} fields, the parser has {row.expected_columns} columns")
         return "skip"
 
     reader = pacsv.open_csv(
         source,
-        read_options=pacsv.ReadOptions(use_threads=False, block_size=4 << 20, column_names=names,
-                                       skip_rows=(parser.skip_header_lines + parser.header) if at_start else 0,
-                                       encoding="utf8"),
-        parse_options=pacsv.ParseOptions(delimiter=parser.delimiter, quote_char=parser.quote or False,
-                                         escape_char=parser.escape or False, double_quote=parser.escape is None,
-                                         newlines_in_values=True, ignore_empty_lines=True,
-                                         invalid_row_handler=invalid),
+        read_options=pacsv.ReadOptions(
+            use_threads=False,
+            block_size=4 << 20,
+            column_names=names,
+            skip_rows=(parser.skip_header_lines + parser.header) if at_start else 0,
+            encoding="utf8",
+        ),
+        parse_options=pacsv.ParseOptions(
+            delimiter=parser.delimiter,
+            quote_char=parser.quote or False,
+            escape_char=parser.escape or False,
+            double_quote=parser.escape is None,
+            newlines_in_values=True,
+            ignore_empty_lines=True,
+            invalid_row_handler=invalid,
+        ),
         convert_options=pacsv.ConvertOptions(
             column_types={name: pa.string() for name in names},
             null_values=[parser.null_string] if parser.null_string is not None else [],
-            strings_can_be_null=parser.null_string is not None, quoted_strings_can_be_null=True),
+            strings_can_be_null=parser.null_string is not None,
+            quoted_strings_can_be_null=True,
+        ),
     )
     renames = _renames(job)
     by_output = {renames[name]: name for name in names if renames[name] is not None}
@@ -193,8 +215,9 @@ def read_fast(source: io.BufferedReader, job: JobConfig, columns: list[Column], 
 def _near_the_ends(times: pa.Array) -> pa.Array:
     """Times whose partition date may fall outside years 1..9999: the per-record path decides them."""
     micros = pc.cast(times, pa.int64())
-    outside = pc.or_(pc.less(micros, tv.MIN_MICROS + ZONE_EDGE_MICROS),
-                     pc.greater(micros, tv.MAX_MICROS - ZONE_EDGE_MICROS))
+    outside = pc.or_(
+        pc.less(micros, tv.MIN_MICROS + ZONE_EDGE_MICROS), pc.greater(micros, tv.MAX_MICROS - ZONE_EDGE_MICROS)
+    )
     return pc.fill_null(outside, False)
 
 

@@ -27,9 +27,19 @@ DELIMITERS = (",", "\t", ";", "|")
 NULL_STRINGS = ("\\N", "NULL", "null", "NA")
 # Tried in order: the first format every value of a column parses with wins.
 TIMESTAMP_FORMATS = (
-    "%Y-%m-%dT%H:%M:%S.%f%z", "%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%d %H:%M:%S.%f%z", "%Y-%m-%d %H:%M:%S%z",
-    "%Y-%m-%d %H:%M:%S %z", "%Y-%m-%dT%H:%M:%S.%f", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S.%f",
-    "%Y-%m-%d %H:%M:%S", "%Y/%m/%d %H:%M:%S", "%d/%b/%Y:%H:%M:%S %z", "%m/%d/%Y %H:%M:%S", "%d.%m.%Y %H:%M:%S",
+    "%Y-%m-%dT%H:%M:%S.%f%z",
+    "%Y-%m-%dT%H:%M:%S%z",
+    "%Y-%m-%d %H:%M:%S.%f%z",
+    "%Y-%m-%d %H:%M:%S%z",
+    "%Y-%m-%d %H:%M:%S %z",
+    "%Y-%m-%dT%H:%M:%S.%f",
+    "%Y-%m-%dT%H:%M:%S",
+    "%Y-%m-%d %H:%M:%S.%f",
+    "%Y-%m-%d %H:%M:%S",
+    "%Y/%m/%d %H:%M:%S",
+    "%d/%b/%Y:%H:%M:%S %z",
+    "%m/%d/%Y %H:%M:%S",
+    "%d.%m.%Y %H:%M:%S",
 )
 TIME_NAMES = ("time", "timestamp", "event_time", "utc_event_time", "datetime", "created_at", "date_time", "ts")
 _INTEGER = re.compile(r"^[+-]?\d+$")
@@ -140,9 +150,14 @@ def column_type(values: list[Any]) -> dict[str, Any]:
 def _rows(text: str, delimiter: str, quote: str | None, escape: str | None) -> list[tuple[int, list[str]]]:
     """(first physical line, fields) of each non-empty row; stops quietly at a parse error."""
     lines = io.StringIO(text, newline="")
-    reader = csv.reader(lines, delimiter=delimiter, quotechar=quote or '"',
-                        quoting=csv.QUOTE_NONE if quote is None else csv.QUOTE_MINIMAL,
-                        escapechar=escape, doublequote=escape is None)
+    reader = csv.reader(
+        lines,
+        delimiter=delimiter,
+        quotechar=quote or '"',
+        quoting=csv.QUOTE_NONE if quote is None else csv.QUOTE_MINIMAL,
+        escapechar=escape,
+        doublequote=escape is None,
+    )
     rows, previous = [], 0
     try:
         for row in reader:
@@ -202,11 +217,16 @@ def guess_csv(text: str, timezone: str) -> dict[str, Any]:
     head_types = [column_type([v]) if v else {"type": "string"} for v in head]
     # A header: its cells are distinct non-empty strings where the data has other types, or names that
     # never recur in their column.
-    header = (len(set(head)) == width and all(head)
-              and all(t["type"] == "string" for t in head_types)
-              and (any(t["type"] != "string" for t in body_types)
-                   or all(head[i] not in {row[i] for row in rows[1:]} for i in range(width)))
-              and len(rows) > 1)
+    header = (
+        len(set(head)) == width
+        and all(head)
+        and all(t["type"] == "string" for t in head_types)
+        and (
+            any(t["type"] != "string" for t in body_types)
+            or all(head[i] not in {row[i] for row in rows[1:]} for i in range(width))
+        )
+        and len(rows) > 1
+    )
     body = rows[1:] if header else rows
     types = [column_type(values(i, body)) for i in range(width)]
     taken: set[str] = set()
@@ -217,9 +237,16 @@ def guess_csv(text: str, timezone: str) -> dict[str, Any]:
         if kind["type"] == "timestamp" and "%z" not in kind.get("format", ""):
             column["zone"] = timezone
         columns.append(column)
-    parser: dict[str, Any] = {"type": "csv", "delimiter": delimiter, "quote": quote, "escape": escape,
-                              "header": header, "null_string": null_string, "skip_header_lines": skip,
-                              "columns": columns}
+    parser: dict[str, Any] = {
+        "type": "csv",
+        "delimiter": delimiter,
+        "quote": quote,
+        "escape": escape,
+        "header": header,
+        "null_string": null_string,
+        "skip_header_lines": skip,
+        "columns": columns,
+    }
     return parser
 
 
@@ -307,8 +334,11 @@ def guess(seed: Any) -> dict[str, Any]:
         result = copy.deepcopy(seed)
         for name, job in (seed.get("jobs") or {}).items():
             full = guess_job(_merge(default, job or {}))
-            result["jobs"][name] = {**(job or {}), "decoder": full["decoder"], "parser": full["parser"],
-                                    "out": {**(job or {}).get("out", {}), **{k: v for k, v in full["out"].items()
-                                                                             if k == "time_column"}}}
+            result["jobs"][name] = {
+                **(job or {}),
+                "decoder": full["decoder"],
+                "parser": full["parser"],
+                "out": {**(job or {}).get("out", {}), **{k: v for k, v in full["out"].items() if k == "time_column"}},
+            }
         return result
     return guess_job(seed)

@@ -76,8 +76,12 @@ def splits(job: JobConfig, uri: str, size: int) -> list[dict]:
     split = job.input.split_bytes
     if split is None and job.parser.type == "jsonl":
         split = DEFAULT_SPLIT_BYTES
-    if split is None or job.parser.type == "msgpack" or size <= split or job.decoder.compression not in (
-            "auto", "none"):
+    if (
+        split is None
+        or job.parser.type == "msgpack"
+        or size <= split
+        or job.decoder.compression not in ("auto", "none")
+    ):
         return [{"uri": uri, "size": size}]
     filesystem, path = open_filesystem(uri)
     with filesystem.open_input_stream(path, compression=None) as stream:  # the bytes as stored
@@ -85,5 +89,7 @@ def splits(job: JobConfig, uri: str, size: int) -> list[dict]:
     check_compression(uri, job.decoder.compression, head)  # splits read plain bytes: "none" must be true
     if job.decoder.compression == "auto" and detected_compression(head) != "none":
         return [{"uri": uri, "size": size}]
-    return [{"uri": uri, "size": min(split, size - offset), "offset": offset, "length": min(split, size - offset)}
-            for offset in range(0, size, split)]
+    return [
+        {"uri": uri, "size": min(split, size - offset), "offset": offset, "length": min(split, size - offset)}
+        for offset in range(0, size, split)
+    ]

@@ -48,9 +48,16 @@ def new_state(deployment: Deployment, config: LoadConfig) -> dict:
             raise ConfigError(f"jobs.{name}.in.path: no files match {job.input.path}")
         tasks = [task for uri, size in inputs for task in splits(job, uri, size)]
         jobs[name] = {"table": job.out.table, "tasks": tasks, "reports": [None] * len(tasks), "sql_reports": None}
-    return {"version": STATE_VERSION, "config_hash": config.digest(), "run_id": run_id,
-            "created": utcnow().isoformat(), "version_mark": deployment.catalog.versions.mark(),
-            "instance_key": deployment.instance_key, "committed": False, "jobs": jobs}
+    return {
+        "version": STATE_VERSION,
+        "config_hash": config.digest(),
+        "run_id": run_id,
+        "created": utcnow().isoformat(),
+        "version_mark": deployment.catalog.versions.mark(),
+        "instance_key": deployment.instance_key,
+        "committed": False,
+        "jobs": jobs,
+    }
 
 
 @contextmanager

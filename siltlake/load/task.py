@@ -58,8 +58,10 @@ def check_compression(uri: str, compression: str, head: bytes) -> None:
     elif compression in ("auto", found):
         return
     what = "not compressed" if found == "none" else f"{found}-compressed"
-    raise ConfigError(f"{uri}: decoder.compression is {compression}, but this file is {what} (by its first bytes); "
-                      "set decoder.compression to auto to detect each file's compression")
+    raise ConfigError(
+        f"{uri}: decoder.compression is {compression}, but this file is {what} (by its first bytes); "
+        "set decoder.compression to auto to detect each file's compression"
+    )
 
 
 class LoadAborted(Exception):
@@ -122,18 +124,25 @@ class LoadTask:
     length: int | None = None
     dt_field_id: int | None = None  # the target table's (its columns carry theirs): objects hold Iceberg field ids
 
-
     @property
     def staging_run(self) -> str:
         return load_job_run(self.run_id, self.job)
 
 
-def row_table(columns: list[Column], time_column: str, timezone: str, codec: str,
-              dt_field_id: int | None = None) -> TableDef:
+def row_table(
+    columns: list[Column], time_column: str, timezone: str, codec: str, dt_field_id: int | None = None
+) -> TableDef:
     """The TableDef the stream's converter and writer take; no validation (the `in` view has no time column).
     The columns' field ids and dt_field_id are the target table's (None: objects without field ids)."""
-    return TableDef.model_construct(schema_name="load", name="rows", time_column=time_column, timezone=timezone,
-                                    columns=tuple(columns), codec=codec, dt_field_id=dt_field_id)
+    return TableDef.model_construct(
+        schema_name="load",
+        name="rows",
+        time_column=time_column,
+        timezone=timezone,
+        columns=tuple(columns),
+        codec=codec,
+        dt_field_id=dt_field_id,
+    )
 
 
 def open_source(uri: str, compression: str, offset: int = 0, length: int | None = None) -> io.BufferedReader:
@@ -267,8 +276,9 @@ class _Numbered:
         return text
 
 
-def records(source: io.BufferedReader, job: JobConfig,
-            at_start: bool = True) -> Iterator[tuple[int, dict | None, str, str | None]]:
+def records(
+    source: io.BufferedReader, job: JobConfig, at_start: bool = True
+) -> Iterator[tuple[int, dict | None, str, str | None]]:
     """(line, record or None, raw text, reason) for every input record; lines count from the split's start."""
     parser = job.parser
     if parser.type == "msgpack":
@@ -290,9 +300,15 @@ def records(source: io.BufferedReader, job: JobConfig,
         return
     names = [column.name for column in parser.columns]
     numbered = _Numbered(lines)
-    reader = csv.reader(numbered, delimiter=parser.delimiter, quotechar=parser.quote or '"',
-                        quoting=csv.QUOTE_NONE if parser.quote is None else csv.QUOTE_MINIMAL,
-                        escapechar=parser.escape, doublequote=parser.escape is None, strict=False)
+    reader = csv.reader(
+        numbered,
+        delimiter=parser.delimiter,
+        quotechar=parser.quote or '"',
+        quoting=csv.QUOTE_NONE if parser.quote is None else csv.QUOTE_MINIMAL,
+        escapechar=parser.escape,
+        doublequote=parser.escape is None,
+        strict=False,
+    )
     header_pending = parser.header and at_start
     first = 0
     while True:
@@ -325,8 +341,11 @@ def _timestamp(value: object, column: ParserColumn) -> object:
         return value
     zone = ZoneInfo(column.zone or "UTC")
     try:
-        parsed = (dt.datetime.strptime(value, column.format) if column.format
-                  else dt.datetime.fromisoformat(value.replace("Z", "+00:00")))
+        parsed = (
+            dt.datetime.strptime(value, column.format)
+            if column.format
+            else dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        )
     except ValueError:
         shown = column.format or "ISO-8601"
         raise ValueError(f"column {column.name}: {value!r} does not match the timestamp format {shown}") from None
@@ -415,11 +434,18 @@ def run_load_task(task: LoadTask) -> LoadTaskReport:
     kind = "csv" if job.parser.type == "csv" else job.parser.type
     converter = RecordConverter(table, kind)
     timestamps = [c for c in job.parser.columns if c.type == "timestamp"]
-    base: LoadTaskHead = {"job": task.job, "index": task.index, "uri": task.uri,
-            "upload_start_time": dt.datetime.now(dt.UTC).replace(tzinfo=None).isoformat()}
+    base: LoadTaskHead = {
+        "job": task.job,
+        "index": task.index,
+        "uri": task.uri,
+        "upload_start_time": dt.datetime.now(dt.UTC).replace(tzinfo=None).isoformat(),
+    }
     layout = TableLayout(task.instance_key, "load", "rows")
-    writer = (ObjectWriter(table, task.lake, layout, task.staging_run, task.index, task.spill_bytes)
-              if task.time_column else None)
+    writer = (
+        ObjectWriter(table, task.lake, layout, task.staging_run, task.index, task.spill_bytes)
+        if task.time_column
+        else None
+    )
     in_key = layout.task_temporary(task.staging_run, task.index, TASK_INPUT)
     in_writer = None
     errors = _Errors(task, job.error.type)
@@ -443,6 +469,7 @@ def run_load_task(task: LoadTask) -> LoadTaskReport:
         bytes_in = filesystem.get_file_info(path).size or 0
         if task.length is not None:
             bytes_in = task.length
+
         def one(line: int, record: dict | None, raw: str, reason: str | None) -> None:
             if record is not None:
                 try:
@@ -458,14 +485,22 @@ def run_load_task(task: LoadTask) -> LoadTaskReport:
 
         with open_source(task.uri, job.decoder.compression, task.offset, task.length) as source:
             if fastcsv.usable(job, columns):
+
                 def invalid(line: int, raw: str, reason: str) -> None:
                     nonlocal records_in
                     records_in += 1
                     errors.add(line, raw, reason)
 
-                for rows, size in fastcsv.read_fast(source, job, columns, table.arrow_schema(), task.time_column,
-                                                    task.offset == 0, invalid,
-                                                    lambda line, record, raw: one(line, record, raw, None)):
+                for rows, size in fastcsv.read_fast(
+                    source,
+                    job,
+                    columns,
+                    table.arrow_schema(),
+                    task.time_column,
+                    task.offset == 0,
+                    invalid,
+                    lambda line, record, raw: one(line, record, raw, None),
+                ):
                     records_in += size
                     add_rows(rows)
             else:
@@ -486,12 +521,24 @@ def run_load_task(task: LoadTask) -> LoadTaskReport:
         if writer is not None:
             writer.discard()
         reason = str(exc) if isinstance(exc, LoadAborted) else f"{type(exc).__name__}: {exc}"
-        return {**base, "status": "aborted" if isinstance(exc, LoadAborted) else "failed", "reason": reason,
-                "traceback": traceback.format_exc(limit=5)}
+        return {
+            **base,
+            "status": "aborted" if isinstance(exc, LoadAborted) else "failed",
+            "reason": reason,
+            "traceback": traceback.format_exc(limit=5),
+        }
     loaded = sum(p["rows"] for p in parts) if writer is not None else records_in - errors.count
-    done: LoadTaskDone = {**base, "status": "ok", "records_in": records_in, "loaded": loaded,
-                          "bad_records": errors.count, "bad_samples": errors.samples, "error_file": error_file,
-                          "bytes_in": bytes_in, "seconds": round(time.time() - started, 3)}
+    done: LoadTaskDone = {
+        **base,
+        "status": "ok",
+        "records_in": records_in,
+        "loaded": loaded,
+        "bad_records": errors.count,
+        "bad_samples": errors.samples,
+        "error_file": error_file,
+        "bytes_in": bytes_in,
+        "seconds": round(time.time() - started, 3),
+    }
     if writer is not None:  # last, as before
         done["parts"] = parts
     else:

@@ -32,7 +32,7 @@ def raw_footer(path: str) -> bytes | None:
         if length > size - 12:
             return None
         if length + 8 <= len(tail):
-            return tail[-8 - length:-8]
+            return tail[-8 - length : -8]
         return os.pread(fd, length, size - 8 - length)
     finally:
         os.close(fd)

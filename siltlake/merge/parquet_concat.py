@@ -313,8 +313,9 @@ def _copy(src, start: int, end: int, sink) -> None:
         remaining -= len(data)
 
 
-def concatenate(sources: list[pa.NativeFile], sink: pa.NativeFile | BinaryIO,
-                row_groups: list[list[int] | None] | None = None) -> ConcatResult:
+def concatenate(
+    sources: list[pa.NativeFile], sink: pa.NativeFile | BinaryIO, row_groups: list[list[int] | None] | None = None
+) -> ConcatResult:
     """Write one Parquet file holding every row group of sources, in order, copied byte for byte
     (streamed in bounded chunks: never read a whole source into memory at once), under a new footer.
     sources are seekable input files (pyarrow open_input_file); raises ShallowMergeRefused when

@@ -108,14 +108,10 @@ def plan_merge(pending: Sequence[SmallObject], last_range: MergedRange | None, l
     """
     ordered = sorted(pending, key=lambda o: o.id)
     if last_range is not None and ordered and ordered[0].id <= last_range.upper:
-        raise ValueError(
-            f"small object {ordered[0].id} is already covered by the range ending at {last_range.upper}"
-        )
+        raise ValueError(f"small object {ordered[0].id} is already covered by the range ending at {last_range.upper}")
     taken = ordered[: limits.merge_batch_size]
     previous_upper = last_range.upper if last_range is not None else 0
-    current = (
-        PlannedRange(last_range.lower, last_range.upper, extends=last_range) if last_range is not None else None
-    )
+    current = PlannedRange(last_range.lower, last_range.upper, extends=last_range) if last_range is not None else None
     planned: list[PlannedRange] = []
     for candidate in taken:
         if current is None or not current.fits(candidate, limits):

@@ -89,9 +89,17 @@ def run_in_driver(tasks: list[MergeTask]) -> list[dict]:
 class MergeWorker:
     """Runs merge jobs of one deployment. Thread-safe to stop from another thread (stop event)."""
 
-    def __init__(self, deployment: Deployment, *, owner: str | None = None, slots: int | None = None,
-                 clock: Callable[[], dt.datetime] = utcnow, progress: MergeProgress | None = None,
-                 table_ids: list[int] | None = None, partition_ids: list[int] | None = None) -> None:
+    def __init__(
+        self,
+        deployment: Deployment,
+        *,
+        owner: str | None = None,
+        slots: int | None = None,
+        clock: Callable[[], dt.datetime] = utcnow,
+        progress: MergeProgress | None = None,
+        table_ids: list[int] | None = None,
+        partition_ids: list[int] | None = None,
+    ) -> None:
         self.deployment = deployment
         self.catalog = deployment.catalog
         self.settings = deployment.config.merge
@@ -119,13 +127,20 @@ class MergeWorker:
 
     def _prepare(self, job: ClaimedJob) -> _Prepared:
         definition = job.table.definition
-        limits = MergeLimits(merged_object_size=definition.merged_object_size,
-                             merge_batch_size=definition.merge_batch_size, single_range=definition.keyed)
-        last, base_upper, pending = self.catalog.merge_queue.unmerged_objects(job.partition_id,
-                                                                              limits.merge_batch_size + 1)
+        limits = MergeLimits(
+            merged_object_size=definition.merged_object_size,
+            merge_batch_size=definition.merge_batch_size,
+            single_range=definition.keyed,
+        )
+        last, base_upper, pending = self.catalog.merge_queue.unmerged_objects(
+            job.partition_id, limits.merge_batch_size + 1
+        )
         # The catalog gives a last range only with its lower bound (the sentinel alone is None).
-        last_range = (MergedRange(last.lower, last.upper, last.content_length, last.row_count)
-                      if last is not None and last.lower is not None else None)
+        last_range = (
+            MergedRange(last.lower, last.upper, last.content_length, last.row_count)
+            if last is not None and last.lower is not None
+            else None
+        )
         objects = [SmallObject(o.id, o.content_length, o.row_count, o.delayed) for o in pending]
         plan = plan_merge(objects, last_range, limits)
         if not plan.ranges:
@@ -134,7 +149,8 @@ class MergeWorker:
         date = job.partition_date
         ranges = tuple(
             RangeTask(
-                lower=planned.lower, upper=planned.upper,
+                lower=planned.lower,
+                upper=planned.upper,
                 output_key=layout.merged_object(date, planned.lower, planned.upper),
                 small_keys=tuple(layout.small_object(date, o.id, o.delayed) for o in planned.objects),
                 small_bytes=planned.new_bytes,
@@ -143,8 +159,14 @@ class MergeWorker:
             )
             for planned in plan.ranges
         )
-        task = MergeTask(job_id=job.id, lake=self.deployment.lake, table_json=definition.to_json(), partition_date=date,
-                         ranges=ranges, row_group_bytes=definition.row_group_bytes)
+        task = MergeTask(
+            job_id=job.id,
+            lake=self.deployment.lake,
+            table_json=definition.to_json(),
+            partition_date=date,
+            ranges=ranges,
+            row_group_bytes=definition.row_group_bytes,
+        )
         return _Prepared(job, plan, base_upper, task)
 
     # --- finishing -----------------------------------------------------------------------------------
@@ -167,26 +189,45 @@ class MergeWorker:
             keyed = job.table.definition.keyed
             for planned, written in zip(plan.ranges, ranges, strict=True):
                 if written["rows"] > planned.row_count or (written["rows"] < planned.row_count and not keyed):
-                    self._fail(prepared, f"range ({planned.lower}, {planned.upper}] holds {written['rows']} rows, "
-                                         f"its inputs {planned.row_count}; not committed", started, now)
+                    self._fail(
+                        prepared,
+                        f"range ({planned.lower}, {planned.upper}] holds {written['rows']} rows, "
+                        f"its inputs {planned.row_count}; not committed",
+                        started,
+                        now,
+                    )
                     return
             writes = [
-                RangeWrite(lower=planned.lower, upper=planned.upper,
-                           old_upper=planned.extends.upper if planned.extends else None,
-                           content_length=written["bytes_out"], row_count=written["rows"])
+                RangeWrite(
+                    lower=planned.lower,
+                    upper=planned.upper,
+                    old_upper=planned.extends.upper if planned.extends else None,
+                    content_length=written["bytes_out"],
+                    row_count=written["rows"],
+                )
                 for planned, written in zip(plan.ranges, ranges, strict=True)
             ]
             modes = sorted({written["mode"] for written in ranges})
             notes = [note for written in ranges for note in written["notes"]]
             outcome = JobOutcome(
-                mode="+".join(modes) or None, objects_in=len(plan.objects),
+                mode="+".join(modes) or None,
+                objects_in=len(plan.objects),
                 bytes_in=sum(o.content_length for o in plan.objects),
-                bytes_out=sum(w["bytes_out"] for w in ranges), rows_out=sum(w["rows"] for w in ranges),
-                bytes_decoded=sum(w["bytes_decoded"] for w in ranges), start_time=started,
+                bytes_out=sum(w["bytes_out"] for w in ranges),
+                rows_out=sum(w["rows"] for w in ranges),
+                bytes_decoded=sum(w["bytes_decoded"] for w in ranges),
+                start_time=started,
                 note="; ".join(notes) or None,
             )
-            self.catalog.merge_queue.commit(job, self.owner, base_upper=prepared.base_upper, writes=writes,
-                                      continuing=plan.continuing, result=outcome, now=now)
+            self.catalog.merge_queue.commit(
+                job,
+                self.owner,
+                base_upper=prepared.base_upper,
+                writes=writes,
+                continuing=plan.continuing,
+                result=outcome,
+                now=now,
+            )
             with self._lock:
                 self._requeued = self._requeued or plan.continuing
                 report.continuing += plan.continuing
@@ -198,10 +239,20 @@ class MergeWorker:
                 report.bytes_decoded += outcome.bytes_decoded
                 for mode in modes:
                     report.modes[mode] = report.modes.get(mode, 0) + 1
-            event(log, "merge.job", job=job.id, table=job.table.qualified_name, date=job.partition_date,
-                  mode=outcome.mode, continuing=plan.continuing, objects_in=outcome.objects_in,
-                  bytes_in=outcome.bytes_in, bytes_out=outcome.bytes_out, rows_out=outcome.rows_out,
-                  seconds=(now - started).total_seconds())
+            event(
+                log,
+                "merge.job",
+                job=job.id,
+                table=job.table.qualified_name,
+                date=job.partition_date,
+                mode=outcome.mode,
+                continuing=plan.continuing,
+                objects_in=outcome.objects_in,
+                bytes_in=outcome.bytes_in,
+                bytes_out=outcome.bytes_out,
+                rows_out=outcome.rows_out,
+                seconds=(now - started).total_seconds(),
+            )
         except LostMergeJob:
             with self._lock:
                 report.lost += 1  # its output is the new holder's to write again; reap removes strays
@@ -213,8 +264,13 @@ class MergeWorker:
             self.catalog.merge_queue.release(job, self.owner, now)
         except Exception as exc:  # the catalog went away mid-commit: the claim goes stale and is taken over
             with self._lock:
-                report.errors.append((job.table.qualified_name, job.partition_date.isoformat(),
-                                      f"commit failed: {type(exc).__name__}: {exc}"))
+                report.errors.append(
+                    (
+                        job.table.qualified_name,
+                        job.partition_date.isoformat(),
+                        f"commit failed: {type(exc).__name__}: {exc}",
+                    )
+                )
         finally:
             with self._lock:
                 self._held.pop(job.id, None)
@@ -223,11 +279,24 @@ class MergeWorker:
     def _fail(self, prepared: _Prepared, error: str, started, now) -> None:
         job = prepared.job
         parked = self.catalog.merge_queue.fail(
-            job, self.owner, error, result=JobOutcome(mode=None, objects_in=len(prepared.plan.objects),
-                                                      start_time=started),
-            now=now, max_attempts=self.settings.max_attempts, backoff=self.settings.retry_backoff)
-        event(log, "merge.job_failed", logging.WARNING, job=job.id, table=job.table.qualified_name,
-              date=job.partition_date, parked=bool(parked), reason=error)
+            job,
+            self.owner,
+            error,
+            result=JobOutcome(mode=None, objects_in=len(prepared.plan.objects), start_time=started),
+            now=now,
+            max_attempts=self.settings.max_attempts,
+            backoff=self.settings.retry_backoff,
+        )
+        event(
+            log,
+            "merge.job_failed",
+            logging.WARNING,
+            job=job.id,
+            table=job.table.qualified_name,
+            date=job.partition_date,
+            parked=bool(parked),
+            reason=error,
+        )
         with self._lock:
             self.report.failed += 1
             self.report.parked += parked
@@ -239,10 +308,24 @@ class MergeWorker:
         job = prepared.job
         retry = now + dt.timedelta(seconds=self.settings.retry_backoff)
         reason = f"storage outage, not counted as an attempt: {error}"
-        self.catalog.merge_queue.release(job, self.owner, now, due=retry, error=reason, result=JobOutcome(
-            mode=None, objects_in=len(prepared.plan.objects), start_time=started))
-        event(log, "merge.job_outage", logging.WARNING, job=job.id, table=job.table.qualified_name,
-              date=job.partition_date, retry=retry, reason=error)
+        self.catalog.merge_queue.release(
+            job,
+            self.owner,
+            now,
+            due=retry,
+            error=reason,
+            result=JobOutcome(mode=None, objects_in=len(prepared.plan.objects), start_time=started),
+        )
+        event(
+            log,
+            "merge.job_outage",
+            logging.WARNING,
+            job=job.id,
+            table=job.table.qualified_name,
+            date=job.partition_date,
+            retry=retry,
+            reason=error,
+        )
         with self._lock:
             self.report.outages += 1
             self.report.errors.append((job.table.qualified_name, job.partition_date.isoformat(), reason))
@@ -256,8 +339,12 @@ class MergeWorker:
             try:
                 prepared.append(self._prepare(job))
             except Exception as exc:  # a catalog row the planner refuses: fail this job, keep the others
-                self._fail(_Prepared(job, MergePlan(ranges=(), continuing=False, needs_sentinel=False), None, None),
-                           f"planning failed: {type(exc).__name__}: {exc}", started, self.clock())
+                self._fail(
+                    _Prepared(job, MergePlan(ranges=(), continuing=False, needs_sentinel=False), None, None),
+                    f"planning failed: {type(exc).__name__}: {exc}",
+                    started,
+                    self.clock(),
+                )
                 with self._lock:
                     self._held.pop(job.id, None)
                 self.progress.done(1)
@@ -271,11 +358,13 @@ class MergeWorker:
         elif tasks:
             spark = self._spark()
             try:
-                results = run_tasks(spark, run_merge_task, tasks, weights=[task.weight for task in tasks],
-                                    tasks=len(tasks))
+                results = run_tasks(
+                    spark, run_merge_task, tasks, weights=[task.weight for task in tasks], tasks=len(tasks)
+                )
             except Exception as exc:  # the stage itself failed (lost executors): every job retries
-                results = [{"status": "failed", "error": f"Spark stage failed: {type(exc).__name__}: {exc}"}
-                           for _ in tasks]
+                results = [
+                    {"status": "failed", "error": f"Spark stage failed: {type(exc).__name__}: {exc}"} for _ in tasks
+                ]
             with self._lock:
                 self.report.stages += 1
         by_job = {p.job.id: r for (p, _), r in zip(runnable, results, strict=True)}
@@ -303,10 +392,17 @@ class MergeWorker:
         if time.monotonic() >= self._next_unqueued_check:
             self._schedule_unqueued()
         claimed = self.catalog.merge_queue.claim(
-            self.owner, limit=limit, now=self.clock(), timeout=self.settings.job_timeout,
-            per_table_limit=self.settings.per_table_limit, table_ids=self.table_ids, local=self.local,
-            partition_ids=self.partition_ids, fair_levels=self.settings.fair_shares,
-            per_schema_limit=self.settings.slots_per_schema)
+            self.owner,
+            limit=limit,
+            now=self.clock(),
+            timeout=self.settings.job_timeout,
+            per_table_limit=self.settings.per_table_limit,
+            table_ids=self.table_ids,
+            local=self.local,
+            partition_ids=self.partition_ids,
+            fair_levels=self.settings.fair_shares,
+            per_schema_limit=self.settings.slots_per_schema,
+        )
         with self._lock:
             self._passed_over = claimed.passed_over
             for job in claimed:
@@ -322,13 +418,23 @@ class MergeWorker:
         if found:
             with self._lock:
                 self.report.unqueued += len(found)
-            event(log, "merge.unqueued", logging.WARNING, partitions=len(found),
-                  ids=",".join(map(str, found[:20])),
-                  note="small objects were waiting with no merge job; each partition has one now")
+            event(
+                log,
+                "merge.unqueued",
+                logging.WARNING,
+                partitions=len(found),
+                ids=",".join(map(str, found[:20])),
+                note="small objects were waiting with no merge job; each partition has one now",
+            )
 
-    def run(self, stop: threading.Event | None = None, *, once: bool = False,
-            on_round: Callable[[MergeReport], None] | None = None,
-            on_error: Callable[[Exception, float], None] | None = None) -> MergeReport:
+    def run(
+        self,
+        stop: threading.Event | None = None,
+        *,
+        once: bool = False,
+        on_round: Callable[[MergeReport], None] | None = None,
+        on_error: Callable[[Exception, float], None] | None = None,
+    ) -> MergeReport:
         """Claim and run jobs until stop is set, or (once) until no due job is left.
 
         Stages run in background threads so freed slots are refilled while long jobs run. Catalog
@@ -363,7 +469,7 @@ class MergeWorker:
                         raise
                     except Exception as exc:  # catalog unreachable: back off, keep running jobs going
                         failures += 1
-                        wait = min(2.0 ** failures, 60.0)
+                        wait = min(2.0**failures, 60.0)
                         if on_error is not None:
                             on_error(exc, wait)
                         stop.wait(wait)

@@ -22,8 +22,16 @@ from siltlake.merge.footers import raw_footer, schema_prefix
 # Inputs up to this many bytes: the scan's result is whole in memory at once, as object-by-object decoding's
 # is, but DuckDB's own buffers come on top of it; larger (Spark-side) merges keep the bounded column join.
 MAX_SCAN_BYTES = 256 << 20
-_SCANNED_TYPES = (pa.types.is_boolean, pa.types.is_int32, pa.types.is_int64, pa.types.is_float32,
-                  pa.types.is_float64, pa.types.is_string, pa.types.is_date32, pa.types.is_decimal128)
+_SCANNED_TYPES = (
+    pa.types.is_boolean,
+    pa.types.is_int32,
+    pa.types.is_int64,
+    pa.types.is_float32,
+    pa.types.is_float64,
+    pa.types.is_string,
+    pa.types.is_date32,
+    pa.types.is_decimal128,
+)
 
 ARROW_SCHEMA_KEY = b"ARROW:schema"
 LOCAL_SCAN_SETTINGS = {"async_threads": 0, "enable_external_file_cache": False}
@@ -34,8 +42,9 @@ _database_lock = threading.Lock()
 
 def same_schema(found: pa.Schema, wanted: pa.Schema) -> bool:
     """Whether an object's schema is `wanted`: the same columns, types and nullability, and field ids."""
-    return found.equals(wanted) and \
-        [(f.metadata or {}).get(FIELD_ID_KEY) for f in found] == [(f.metadata or {}).get(FIELD_ID_KEY) for f in wanted]
+    return found.equals(wanted) and [(f.metadata or {}).get(FIELD_ID_KEY) for f in found] == [
+        (f.metadata or {}).get(FIELD_ID_KEY) for f in wanted
+    ]
 
 
 def scannable(found: pa.Schema, wanted: pa.Schema) -> bool:
@@ -71,8 +80,11 @@ def scan_alike(paths: list[str], wanted: pa.Schema, sort_by: str | None = None) 
         return None
     for path in paths[1:]:
         footer = raw_footer(path)
-        if footer is None or not footer.startswith(prefix) or \
-                (ARROW_SCHEMA_KEY not in footer if arrow_schema is None else arrow_schema not in footer):
+        if (
+            footer is None
+            or not footer.startswith(prefix)
+            or (ARROW_SCHEMA_KEY not in footer if arrow_schema is None else arrow_schema not in footer)
+        ):
             return None
     listed = ", ".join("'" + path.replace("'", "''") + "'" for path in paths)
     columns = ", ".join('"' + name.replace('"', '""') + '"' for name in wanted.names)
@@ -93,8 +105,9 @@ def scan_alike(paths: list[str], wanted: pa.Schema, sort_by: str | None = None) 
     # TIMESTAMPTZ comes back labelled with the session's zone and every column as nullable: the same values as
     # the files hold, under the merge's own field types. An unsorted scan hands back a chunk a file: the sort and the
     # takes that follow are 2-3x faster on whole columns. A sorted scan's chunks are few and read in order.
-    table = pa.Table.from_arrays([scanned.column(i).cast(target.type) for i, target in enumerate(wanted)],
-                                 schema=wanted)
+    table = pa.Table.from_arrays(
+        [scanned.column(i).cast(target.type) for i, target in enumerate(wanted)], schema=wanted
+    )
     if sorted_in_scan:
         return table
     table = table.combine_chunks()

@@ -214,8 +214,11 @@ class _Merger:
         groups are copied into sink in order under one footer: at most ENCODE_THREADS + 1 pieces exist at once."""
         table, order = (rows.table, rows.order) if isinstance(rows, _SortedRows) else (rows, None)
         schema, date = self.object_schema, self.task.partition_date
-        options = {"compression": self.table.codec, "write_statistics": True,
-                   "use_dictionary": dictionary_columns(table, schema)}
+        options = {
+            "compression": self.table.codec,
+            "write_statistics": True,
+            "use_dictionary": dictionary_columns(table, schema),
+        }
         per_group = self._rows_per_group(table)
         starts = range(0, table.num_rows, per_group)
 
@@ -259,8 +262,13 @@ class _Merger:
             try:
                 self.lake.delete(temporary)
             except Exception as cleanup:  # the write's error is the one to report; reap removes strays
-                event(log, "merge.cleanup_failed", logging.WARNING, key=temporary,
-                      reason=f"{type(cleanup).__name__}: {cleanup}")
+                event(
+                    log,
+                    "merge.cleanup_failed",
+                    logging.WARNING,
+                    key=temporary,
+                    reason=f"{type(cleanup).__name__}: {cleanup}",
+                )
                 failure.add_note(f"its temporary {temporary} was left behind: {type(cleanup).__name__}: {cleanup}")
             raise
         if temporary != key:
@@ -279,8 +287,9 @@ class _Merger:
                 table = self._sorted(self._decode_each(keys, self.schema))
         else:
             table = self._sorted(self._decode(keys))
-        result.bytes_decoded += planned.small_bytes + (_stored_size(self.lake, planned.existing_key)
-                                                       if planned.existing_key else 0)
+        result.bytes_decoded += planned.small_bytes + (
+            _stored_size(self.lake, planned.existing_key) if planned.existing_key else 0
+        )
         _, result.bytes_out = self._write(planned.output_key, lambda sink: self._encode(table, sink))
         result.rows = table.num_rows
 
@@ -319,17 +328,28 @@ class _Merger:
             tail = list(range(keep, metadata.num_row_groups))
             fresh = self._decode(list(planned.small_keys))
             if tail:
-                fresh = pa.concat_tables([existing.read_row_groups(tail, columns=self.schema.names, use_threads=True)
-                                          .cast(self.schema), fresh])
-                result.bytes_decoded += sum(metadata.row_group(i).column(c).total_compressed_size
-                                            for i in tail for c in range(metadata.num_columns))
+                fresh = pa.concat_tables(
+                    [
+                        existing.read_row_groups(tail, columns=self.schema.names, use_threads=True).cast(self.schema),
+                        fresh,
+                    ]
+                )
+                result.bytes_decoded += sum(
+                    metadata.row_group(i).column(c).total_compressed_size
+                    for i in tail
+                    for c in range(metadata.num_columns)
+                )
         result.bytes_decoded += planned.small_bytes
         encoded = pa.BufferOutputStream()
         self._encode(self._sorted(fresh), encoded)
         # concatenate refuses (before writing a byte) when codecs or schemas differ: run() falls back to deep.
         with self.lake.open_input_file(planned.existing_key) as head:
-            written, result.bytes_out = self._write(planned.output_key, lambda sink: concatenate(
-                [head, pa.BufferReader(encoded.getvalue())], sink, row_groups=[list(range(keep)), None]))
+            written, result.bytes_out = self._write(
+                planned.output_key,
+                lambda sink: concatenate(
+                    [head, pa.BufferReader(encoded.getvalue())], sink, row_groups=[list(range(keep)), None]
+                ),
+            )
         result.rows = written.rows
 
     def run(self, planned: RangeTask) -> RangeResult:
@@ -338,8 +358,9 @@ class _Merger:
         if self.table.keyed:
             # Dropping the rows that lost to a later row of their key needs every row decoded.
             if mode != "deep":
-                result.notes.append(f"range ({planned.lower}, {planned.upper}]: keyed table: deep merge keeps "
-                                    "one row per key")
+                result.notes.append(
+                    f"range ({planned.lower}, {planned.upper}]: keyed table: deep merge keeps one row per key"
+                )
                 result.mode = "deep"
             self.deep(planned, result)
             return result
@@ -397,15 +418,29 @@ def run_merge_task(task: MergeTask) -> dict:
         merger = _Merger(task)
         for planned in task.ranges:
             outcome = merger.run(planned)
-            ranges.append({"upper": outcome.upper, "mode": outcome.mode, "bytes_out": outcome.bytes_out,
-                           "rows": outcome.rows, "bytes_decoded": outcome.bytes_decoded, "notes": outcome.notes})
+            ranges.append(
+                {
+                    "upper": outcome.upper,
+                    "mode": outcome.mode,
+                    "bytes_out": outcome.bytes_out,
+                    "rows": outcome.rows,
+                    "bytes_decoded": outcome.bytes_decoded,
+                    "notes": outcome.notes,
+                }
+            )
     except Exception as exc:  # reported to the driver, which retries with backoff and parks after N attempts
         # A storage outage is retried without counting an attempt; a missing input is this job's own failure
         # (an outage does not make one object vanish), so it counts and eventually parks the job.
         outage = storage_failure(exc) and not isinstance(exc, FileNotFoundError)
-        return {"job_id": task.job_id, "status": "failed", "ranges": ranges, "outage": outage,
-                "error": "; ".join([f"{type(exc).__name__}: {exc}", *getattr(exc, "__notes__", [])]),
-                "trace": traceback.format_exc(limit=6), "seconds": time.monotonic() - started}
+        return {
+            "job_id": task.job_id,
+            "status": "failed",
+            "ranges": ranges,
+            "outage": outage,
+            "error": "; ".join([f"{type(exc).__name__}: {exc}", *getattr(exc, "__notes__", [])]),
+            "trace": traceback.format_exc(limit=6),
+            "seconds": time.monotonic() - started,
+        }
     return {"job_id": task.job_id, "status": "ok", "ranges": ranges, "seconds": time.monotonic() - started}
 
 

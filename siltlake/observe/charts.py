@@ -21,8 +21,28 @@ class Series:
 
 
 # Tick steps: seconds for durations and the time axis, 1-2-5 multiples for counts and bytes.
-DURATION_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400,
-                  172800, 604800)
+DURATION_STEPS = (
+    1,
+    2,
+    5,
+    10,
+    15,
+    30,
+    60,
+    120,
+    300,
+    600,
+    900,
+    1800,
+    3600,
+    7200,
+    10800,
+    21600,
+    43200,
+    86400,
+    172800,
+    604800,
+)
 TIME_STEPS = (60, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400, 172800, 604800, 2592000)
 Y_TICKS, X_TICKS = 4, 6
 
@@ -40,6 +60,7 @@ def _steps(top: float, unit: str) -> float:
 
 def _number(value: float, unit: str, step: float = 0.0) -> str:
     """A tick label with its unit, precise enough that ticks `step` apart read differently."""
+
     def plain(number: float, resolution: float) -> str:
         decimals = 0 if resolution >= 1 or resolution == 0 else min(3, -math.floor(math.log10(resolution)))
         return f"{number:.{decimals}f}"
@@ -73,8 +94,16 @@ def _time_ticks(start: dt.datetime, end: dt.datetime) -> tuple[list[dt.datetime]
     return ticks, ("%H:%M" if len(days) <= 1 else "%m-%d %H:%M")
 
 
-def line_chart(chart: str, table: str, title: str, series: Sequence[Series], *, unit: str = "",
-               start: dt.datetime, end: dt.datetime) -> str:
+def line_chart(
+    chart: str,
+    table: str,
+    title: str,
+    series: Sequence[Series],
+    *,
+    unit: str = "",
+    start: dt.datetime,
+    end: dt.datetime,
+) -> str:
     """An SVG line chart of the series over [start, end]; each series a <polyline data-series=...> whose
     data-points attribute counts its points."""
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
@@ -90,38 +119,48 @@ def line_chart(chart: str, table: str, title: str, series: Sequence[Series], *, 
     def y(value: float) -> float:
         return TOP + plot_h * (1 - value / top)
 
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" data-chart="{escape(chart)}" '
-             f'data-table="{escape(table)}" viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}" '
-             f'role="img" aria-label="{escape(title)} of {escape(table)}">',
-             f'<text x="{LEFT}" y="16" class="title">{escape(title)}</text>',
-             f'<rect x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}" class="frame"/>']
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" data-chart="{escape(chart)}" '
+        f'data-table="{escape(table)}" viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}" '
+        f'role="img" aria-label="{escape(title)} of {escape(table)}">',
+        f'<text x="{LEFT}" y="16" class="title">{escape(title)}</text>',
+        f'<rect x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}" class="frame"/>',
+    ]
     for index in range(round(top / step) + 1):
         value = index * step
         parts.append(f'<line x1="{LEFT}" x2="{LEFT + plot_w}" y1="{y(value):.1f}" y2="{y(value):.1f}" class="grid"/>')
-        parts.append(f'<text x="{LEFT - 4}" y="{y(value) + 4:.1f}" class="axis ytick" text-anchor="end">'
-                     f'{escape(_number(value, unit, step))}</text>')
+        parts.append(
+            f'<text x="{LEFT - 4}" y="{y(value) + 4:.1f}" class="axis ytick" text-anchor="end">'
+            f"{escape(_number(value, unit, step))}</text>"
+        )
     ticks, form = _time_ticks(start, end)
     half_label = 2.9 * len(end.strftime(form))  # 10px text: about 5.8px a character
     for tick in ticks:
         if x(tick) - half_label < LEFT - 2 or x(tick) + half_label > WIDTH:
             continue  # its label would run into the "UTC" under the y-axis or off the chart
-        parts.append(f'<line x1="{x(tick):.1f}" x2="{x(tick):.1f}" y1="{TOP + plot_h}" y2="{TOP + plot_h + 3}" '
-                     f'class="frame"/><text x="{x(tick):.1f}" y="{HEIGHT - 10}" class="axis xtick" '
-                     f'text-anchor="middle">{tick.strftime(form)}</text>')
+        parts.append(
+            f'<line x1="{x(tick):.1f}" x2="{x(tick):.1f}" y1="{TOP + plot_h}" y2="{TOP + plot_h + 3}" '
+            f'class="frame"/><text x="{x(tick):.1f}" y="{HEIGHT - 10}" class="axis xtick" '
+            f'text-anchor="middle">{tick.strftime(form)}</text>'
+        )
     parts.append(f'<text x="{LEFT - 4}" y="{HEIGHT - 10}" class="axis" text-anchor="end">UTC</text>')
     legend_x = float(WIDTH - RIGHT - 7 * sum(len(one.label) + 2 for one in series))  # right-aligned legend
     for index, one in enumerate(series):
         colour = COLOURS[index % len(COLOURS)]
         points = [(x(moment), y(value)) for moment, value in one.points if value is not None]
         coordinates = " ".join(f"{px:.1f},{py:.1f}" for px, py in points)
-        parts.append(f'<polyline data-series="{escape(one.name)}" data-points="{len(points)}" fill="none" '
-                     f'stroke="{colour}" stroke-width="1.8" points="{coordinates}"/>')
+        parts.append(
+            f'<polyline data-series="{escape(one.name)}" data-points="{len(points)}" fill="none" '
+            f'stroke="{colour}" stroke-width="1.8" points="{coordinates}"/>'
+        )
         if len(points) == 1:
             parts.append(f'<circle cx="{points[0][0]:.1f}" cy="{points[0][1]:.1f}" r="2.5" fill="{colour}"/>')
         parts.append(f'<text x="{legend_x}" y="16" class="legend" fill="{colour}">{escape(one.label)}</text>')
         legend_x += 7 * (len(one.label) + 2)
     if not values:
-        parts.append(f'<text x="{LEFT + plot_w / 2}" y="{TOP + plot_h / 2}" class="empty" text-anchor="middle">'
-                     'no samples yet in this window</text>')
+        parts.append(
+            f'<text x="{LEFT + plot_w / 2}" y="{TOP + plot_h / 2}" class="empty" text-anchor="middle">'
+            "no samples yet in this window</text>"
+        )
     parts.append("</svg>")
     return "".join(parts)

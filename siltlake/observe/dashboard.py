@@ -54,9 +54,15 @@ def _table(headers: list[str], rows: Sequence[Sequence[object]], cls: str, empty
     if not rows:  # an empty state is news, not an alarm: none of the table's classes (.bad is red)
         return f'<p class="none">{escape(empty)}</p>'
     head = "".join(f"<th>{escape(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(
-        f'<td class="n">{value:,}</td>' if isinstance(value, int) else f"<td>{escape(str(value))}</td>"
-        for value in row) + "</tr>" for row in rows)
+    body = "".join(
+        "<tr>"
+        + "".join(
+            f'<td class="n">{value:,}</td>' if isinstance(value, int) else f"<td>{escape(str(value))}</td>"
+            for value in row
+        )
+        + "</tr>"
+        for row in rows
+    )
     return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
@@ -79,49 +85,77 @@ def render_page(deployment: Deployment, hours: float = DEFAULT_HOURS, now: dt.da
     failures = catalog.observations.recent_failures()
     unknown = catalog.staging.unknown()
     interval = config.observe.history_interval
-    sampling = (f"samples every {interval}s" if interval else
-                "no new samples: observe.history_interval is 0")
+    sampling = f"samples every {interval}s" if interval else "no new samples: observe.history_interval is 0"
     sections = []
     derived = {record.qualified_name for record in catalog.derived.list()}
     for row in status:
         table = row["table"]
         samples = history.get(table, [])
-        charts = [] if table in derived else [
-            line_chart("backlog", table, "Backlog: pending staging objects",
-                       [Series("pending_objects", "pending", _points(samples, "pending_objects"))],
-                       start=start, end=now),
-            line_chart("freshness", table, "Freshness: put to visible",
-                       [Series("freshness_p50_seconds", "p50", _points(samples, "freshness_p50_seconds")),
-                        Series("freshness_p99_seconds", "p99", _points(samples, "freshness_p99_seconds"))],
-                       unit="s", start=start, end=now),
-            line_chart("debt", table, "Small-file debt: unmerged objects",
-                       [Series("unmerged_objects", "unmerged", _points(samples, "unmerged_objects"))],
-                       start=start, end=now),
-            line_chart("throughput", table, f"Merge throughput: objects per {interval}s",
-                       [Series("merged_objects", "merged", _points(samples, "merged_objects"))],
-                       start=start, end=now),
-        ]
+        charts = (
+            []
+            if table in derived
+            else [
+                line_chart(
+                    "backlog",
+                    table,
+                    "Backlog: pending staging objects",
+                    [Series("pending_objects", "pending", _points(samples, "pending_objects"))],
+                    start=start,
+                    end=now,
+                ),
+                line_chart(
+                    "freshness",
+                    table,
+                    "Freshness: put to visible",
+                    [
+                        Series("freshness_p50_seconds", "p50", _points(samples, "freshness_p50_seconds")),
+                        Series("freshness_p99_seconds", "p99", _points(samples, "freshness_p99_seconds")),
+                    ],
+                    unit="s",
+                    start=start,
+                    end=now,
+                ),
+                line_chart(
+                    "debt",
+                    table,
+                    "Small-file debt: unmerged objects",
+                    [Series("unmerged_objects", "unmerged", _points(samples, "unmerged_objects"))],
+                    start=start,
+                    end=now,
+                ),
+                line_chart(
+                    "throughput",
+                    table,
+                    f"Merge throughput: objects per {interval}s",
+                    [Series("merged_objects", "merged", _points(samples, "merged_objects"))],
+                    start=start,
+                    end=now,
+                ),
+            ]
+        )
         parts, jobs = row["partitions"], row["jobs"]
         current = staging.get(table, {})
         states = DERIVED_PARTITION_STATES if table in derived else PARTITION_STATES
         state_rows = [["partitions", *(parts[s] for s in states)]]
-        summary = (f'{current.get("pending", 0):,} pending staging objects, {row["unmerged_objects"]:,} unmerged '
-                   f'small objects, merge jobs: {jobs["scheduled"] + jobs["due"]} waiting, {jobs["running"]} running, '
-                   f'{jobs["stale"]} stale, {jobs["failed"]} failed; {current.get("records_loaded", 0):,} records '
-                   f'loaded, {current.get("bad_records", 0):,} bad')
+        summary = (
+            f"{current.get('pending', 0):,} pending staging objects, {row['unmerged_objects']:,} unmerged "
+            f"small objects, merge jobs: {jobs['scheduled'] + jobs['due']} waiting, {jobs['running']} running, "
+            f"{jobs['stale']} stale, {jobs['failed']} failed; {current.get('records_loaded', 0):,} records "
+            f"loaded, {current.get('bad_records', 0):,} bad"
+        )
         if table in derived:  # built from its sources by `silt derived build`: no staging, stream or merge
-            summary = (f"a derived table, rebuilt from its sources by `silt derived build` (`silt derived show "
-                       f"{table}`); the stream and merge charts do not apply")
+            summary = (
+                f"a derived table, rebuilt from its sources by `silt derived build` (`silt derived show "
+                f"{table}`); the stream and merge charts do not apply"
+            )
         sections.append(
             f'<section class="table" data-table="{escape(table)}"><h2>{escape(table)}</h2>'
             f'<p class="summary">{escape(summary)}</p><div class="charts">{"".join(charts)}</div>'
-            f'<h3>Partitions by state</h3>'
-            + _table(["", *states], state_rows, "partitions", "")
-            + "</section>")
+            f"<h3>Partitions by state</h3>" + _table(["", *states], state_rows, "partitions", "") + "</section>"
+        )
     if not status:
         sections.append('<p class="none">no tables; create one with <code>silt table create</code></p>')
-    failure_rows = [[f"{f['time']:%Y-%m-%d %H:%M:%S}", f["kind"], f["table"], f["what"], f["reason"]]
-                    for f in failures]
+    failure_rows = [[f"{f['time']:%Y-%m-%d %H:%M:%S}", f["kind"], f["table"], f["what"], f["reason"]] for f in failures]
     unknown_rows = [[f"{u.detect_time:%Y-%m-%d %H:%M:%S}", u.uri, u.table_name or "-", u.reason] for u in unknown[:50]]
     return (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
@@ -129,19 +163,25 @@ def render_page(deployment: Deployment, hours: float = DEFAULT_HOURS, now: dt.da
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f'<meta http-equiv="refresh" content="{max(interval, 30)}">'
         f"<title>siltlake: {escape(deployment.instance_key)}</title><style>{STYLE}</style></head><body>"
-        f"<h1>siltlake</h1><p class=\"meta\">instance {escape(deployment.instance_key)}, catalog "
+        f'<h1>siltlake</h1><p class="meta">instance {escape(deployment.instance_key)}, catalog '
         f"{escape(catalog.masked_url)}; at {now:%Y-%m-%d %H:%M:%S} UTC, the last {_period(hours)} ({sampling}; "
-        + " ".join(f'<a href="?hours={h:g}{pinned}">{label}</a>' if h != hours else f"<b>{label}</b>"
-                   for h, label in WINDOWS) + "); "
+        + " ".join(
+            f'<a href="?hours={h:g}{pinned}">{label}</a>' if h != hours else f"<b>{label}</b>" for h, label in WINDOWS
+        )
+        + "); "
         + f'<a href="/metrics">/metrics</a>; a read-only page, reloaded every {max(interval, 30)}s</p>'
         + "".join(sections)
         + "<h2>Recent failures</h2>"
-        + _table(["time (UTC)", "kind", "table", "what", "reason"], failure_rows, "failures bad",
-                 "no failed merge attempts or failing staging objects")
+        + _table(
+            ["time (UTC)", "kind", "table", "what", "reason"],
+            failure_rows,
+            "failures bad",
+            "no failed merge attempts or failing staging objects",
+        )
         + f"<h2>Unknown objects ({len(unknown):,})</h2>"
-        + _table(["detected (UTC)", "object", "table", "reason"], unknown_rows, "unknown",
-                 "no unknown objects")
-        + "</body></html>")
+        + _table(["detected (UTC)", "object", "table", "reason"], unknown_rows, "unknown", "no unknown objects")
+        + "</body></html>"
+    )
 
 
 class BadParameter(ValueError):
@@ -196,8 +236,12 @@ class _Handler(BoundedHandler):
             self._send(400, f"{exc}\n".encode(), "text/plain; charset=utf-8")
         except Exception as exc:  # one failed page must not end the server
             reference = self.failed(exc)  # the details (SQL and its parameters among them) stay in the log
-            self._send(503, f"siltlake could not read its catalog for {url.path}; the server's log says why "
-                            f"(http.failed reference={reference})\n".encode(), "text/plain; charset=utf-8")
+            self._send(
+                503,
+                f"siltlake could not read its catalog for {url.path}; the server's log says why "
+                f"(http.failed reference={reference})\n".encode(),
+                "text/plain; charset=utf-8",
+            )
 
     do_HEAD = do_GET
 
@@ -213,8 +257,17 @@ class ObserveServer(BoundedServer):
 
     log = log  # the events under this module's logger, as before the server was shared
 
-    def __init__(self, deployment: Deployment, host: str, port: int, *, dashboard: bool, metrics: bool = True,
-                 max_connections: int = MAX_CONNECTIONS, request_timeout: float = REQUEST_TIMEOUT) -> None:
+    def __init__(
+        self,
+        deployment: Deployment,
+        host: str,
+        port: int,
+        *,
+        dashboard: bool,
+        metrics: bool = True,
+        max_connections: int = MAX_CONNECTIONS,
+        request_timeout: float = REQUEST_TIMEOUT,
+    ) -> None:
         self.deployment = deployment
         self.dashboard = dashboard
         self.metrics = metrics

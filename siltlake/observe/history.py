@@ -49,15 +49,20 @@ def sample(deployment: Deployment, now: dt.datetime | None = None, interval: int
     for row in catalog.merge_queue.status(until, config.merge.job_timeout, local_host()):
         jobs = row["jobs"]
         rows.setdefault(row["table"], {}).update(
-            unmerged_objects=row["unmerged_objects"], unmerged_bytes=row["unmerged_bytes"],
+            unmerged_objects=row["unmerged_objects"],
+            unmerged_bytes=row["unmerged_bytes"],
             jobs_waiting=jobs["scheduled"] + jobs["due"] + jobs["continuing"],
-            jobs_running=jobs["running"] + jobs["stale"], jobs_failed=jobs["failed"])
+            jobs_running=jobs["running"] + jobs["stale"],
+            jobs_failed=jobs["failed"],
+        )
     for table, numbers in observations.activity(since, until).items():
         rows.setdefault(table, {}).update(numbers)
     for table, values in observations.freshness(since, until).items():
-        rows.setdefault(table, {}).update(freshness_p50_seconds=quantile(values, 0.5),
-                                          freshness_p99_seconds=quantile(values, 0.99),
-                                          freshness_max_seconds=max(values) if values else None)
+        rows.setdefault(table, {}).update(
+            freshness_p50_seconds=quantile(values, 0.5),
+            freshness_p99_seconds=quantile(values, 0.99),
+            freshness_max_seconds=max(values) if values else None,
+        )
     return {"slot": until, "tables": rows}
 
 

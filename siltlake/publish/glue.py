@@ -36,8 +36,9 @@ TARGET = "glue"
 # Glue's limits per call: BatchCreatePartition and BatchUpdatePartition take 100 partitions, BatchDeletePartition 25.
 _CREATE_BATCH = _UPDATE_BATCH = 100
 _DELETE_BATCH = 25
-_CREDENTIALS_HELP = ("AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE, ~/.aws/credentials or an instance "
-                     "or task role")
+_CREDENTIALS_HELP = (
+    "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE, ~/.aws/credentials or an instance or task role"
+)
 
 
 def glue_type(type_name: str) -> str:
@@ -69,14 +70,21 @@ class GlueTarget(HiveTarget):
             session = boto3.session.Session()
             region = self.glue_config.region or session.region_name
             if not region:
-                raise ConfigError("publish.targets includes glue, but no AWS region is set: set publish.glue.region "
-                                  "(SILTLAKE_PUBLISH__GLUE__REGION) or AWS_REGION")
+                raise ConfigError(
+                    "publish.targets includes glue, but no AWS region is set: set publish.glue.region "
+                    "(SILTLAKE_PUBLISH__GLUE__REGION) or AWS_REGION"
+                )
             if session.get_credentials() is None:
-                raise ConfigError(f"publish.targets includes glue, but no AWS credentials were found ({region}): "
-                                  f"give them as {_CREDENTIALS_HELP}")
-            self._client = session.client("glue", region_name=region, endpoint_url=self.glue_config.endpoint_url,
-                                          config=BotoConfig(retries={"max_attempts": self.glue_config.max_attempts,
-                                                                     "mode": "standard"}))
+                raise ConfigError(
+                    f"publish.targets includes glue, but no AWS credentials were found ({region}): "
+                    f"give them as {_CREDENTIALS_HELP}"
+                )
+            self._client = session.client(
+                "glue",
+                region_name=region,
+                endpoint_url=self.glue_config.endpoint_url,
+                config=BotoConfig(retries={"max_attempts": self.glue_config.max_attempts, "mode": "standard"}),
+            )
         return self._client
 
     def _call(self, operation: str, what: str, *, allow: tuple[str, ...] = (), **arguments: Any) -> dict | None:
@@ -93,8 +101,9 @@ class GlueTarget(HiveTarget):
                 return None
             raise SiltError(f"Glue: {operation} {what} failed: {error.get('Code')}: {error.get('Message')}") from None
         except NoCredentialsError:
-            raise ConfigError(f"publish.targets includes glue, but no AWS credentials were found: give them as "
-                              f"{_CREDENTIALS_HELP}") from None
+            raise ConfigError(
+                f"publish.targets includes glue, but no AWS credentials were found: give them as {_CREDENTIALS_HELP}"
+            ) from None
         except BotoCoreError as exc:  # the endpoint unreachable, a timeout: the next run retries
             raise SiltError(f"Glue: {operation} {what} failed: {exc}") from None
 
@@ -108,57 +117,75 @@ class GlueTarget(HiveTarget):
 
     def sync_tables(self, tables: Sequence[TableRecord]) -> list[str]:
         self.statements = []
-        synced = drop_forgotten_tables(self.catalog, TARGET, tables,
-                                       lambda old: self._delete_table(old.database_name, old.table_name))
+        synced = drop_forgotten_tables(
+            self.catalog, TARGET, tables, lambda old: self._delete_table(old.database_name, old.table_name)
+        )
         for record in tables:
             old = synced.get(record.id)
             database, table = self._names(record)
             columns = _columns(record)
             if old is not None and (old.database_name, old.table_name, old.columns) == (database, table, columns):
                 continue
-            if (old is None or (old.database_name, old.table_name) != (database, table)
-                    or not self._alterable(old.columns, columns)):
+            if (
+                old is None
+                or (old.database_name, old.table_name) != (database, table)
+                or not self._alterable(old.columns, columns)
+            ):
                 # New, renamed (Glue renames nothing) or changed beyond adds and widenings: (re)create it with
                 # all its partitions. External: deleting a Glue table leaves the objects alone.
                 if old is not None:
                     self._delete_table(old.database_name, old.table_name)
                 self._create(record, database, table)
-                self.catalog.external_sync.record_table(TARGET, record.id, database, table, columns,
-                                                        forget_partitions=True)
+                self.catalog.external_sync.record_table(
+                    TARGET, record.id, database, table, columns, forget_partitions=True
+                )
                 continue
-            self._call("update_table", f"{database}.{table}", DatabaseName=database,
-                       TableInput=self._table_input(record, table))
+            self._call(
+                "update_table",
+                f"{database}.{table}",
+                DatabaseName=database,
+                TableInput=self._table_input(record, table),
+            )
             changes = [f"{name} {glue_type(kind)}" for name, kind in columns if (name, kind) not in old.columns]
             self.statements.append(f"UpdateTable {database}.{table} columns {', '.join(changes)}")
             self.catalog.external_sync.record_table(TARGET, record.id, database, table, columns)
         return self.statements
 
     def _delete_table(self, database: str, table: str) -> None:
-        self._call("delete_table", f"{database}.{table}", allow=("EntityNotFoundException",),
-                   DatabaseName=database, Name=table)
+        self._call(
+            "delete_table", f"{database}.{table}", allow=("EntityNotFoundException",), DatabaseName=database, Name=table
+        )
         self.statements.append(f"DeleteTable {database}.{table}")
 
     def _storage(self, columns: Sequence[tuple[str, str]], location: str, *, symlink: bool = True) -> dict:
-        return {"Columns": [{"Name": name, "Type": glue_type(kind)} for name, kind in columns],
-                "Location": location,
-                "InputFormat": SYMLINK_INPUT if symlink else PARQUET_INPUT,
-                "OutputFormat": SYMLINK_OUTPUT if symlink else PARQUET_OUTPUT,
-                "SerdeInfo": {"SerializationLibrary": PARQUET_SERDE, "Parameters": {"serialization.format": "1"}}}
+        return {
+            "Columns": [{"Name": name, "Type": glue_type(kind)} for name, kind in columns],
+            "Location": location,
+            "InputFormat": SYMLINK_INPUT if symlink else PARQUET_INPUT,
+            "OutputFormat": SYMLINK_OUTPUT if symlink else PARQUET_OUTPUT,
+            "SerdeInfo": {"SerializationLibrary": PARQUET_SERDE, "Parameters": {"serialization.format": "1"}},
+        }
 
     def _table_input(self, record: TableRecord, table: str) -> dict:
         # Partitions carry storage of their own (Glue copies nothing from the table), so the table's symlink
         # format only describes the table; each partition states its own.
-        return {"Name": table, "TableType": "EXTERNAL_TABLE",
-                "Parameters": {"EXTERNAL": "TRUE", "siltlake.table": record.qualified_name},
-                "PartitionKeys": [{"Name": "dt", "Type": "date"}],
-                "StorageDescriptor": self._storage(_columns(record), self._live_location(record))}
+        return {
+            "Name": table,
+            "TableType": "EXTERNAL_TABLE",
+            "Parameters": {"EXTERNAL": "TRUE", "siltlake.table": record.qualified_name},
+            "PartitionKeys": [{"Name": "dt", "Type": "date"}],
+            "StorageDescriptor": self._storage(_columns(record), self._live_location(record)),
+        }
 
     def _create(self, record: TableRecord, database: str, table: str) -> None:
-        if self._call("create_database", database, allow=("AlreadyExistsException",),
-                      DatabaseInput={"Name": database}) is not None:
+        if (
+            self._call("create_database", database, allow=("AlreadyExistsException",), DatabaseInput={"Name": database})
+            is not None
+        ):
             self.statements.append(f"CreateDatabase {database}")
-        found = self._call("get_table", f"{database}.{table}", allow=("EntityNotFoundException",),
-                           DatabaseName=database, Name=table)
+        found = self._call(
+            "get_table", f"{database}.{table}", allow=("EntityNotFoundException",), DatabaseName=database, Name=table
+        )
         if found is not None:
             # Ours from a run that stopped before recording it: recreate. Anyone else's: leave it be.
             existing = found["Table"].get("StorageDescriptor", {}).get("Location", "")
@@ -166,31 +193,41 @@ class GlueTarget(HiveTarget):
                 raise SiltError(
                     f"Glue table {database}.{table} already exists and is not siltlake's table "
                     f"{record.qualified_name} (its location is {existing or 'unset'}); delete it there, or set "
-                    "publish.glue.database_prefix")
+                    "publish.glue.database_prefix"
+                )
             self._delete_table(database, table)
-        self._call("create_table", f"{database}.{table}", DatabaseName=database,
-                   TableInput=self._table_input(record, table))
+        self._call(
+            "create_table", f"{database}.{table}", DatabaseName=database, TableInput=self._table_input(record, table)
+        )
         self.statements.append(f"CreateTable {database}.{table} LOCATION '{self._live_location(record)}'")
 
     # --- partitions (the Hive target's sync_partitions decides which; these make the calls) ---------
 
     def _partition_input(self, names: SyncedTable, p: PartitionToSync, where: str) -> dict:
-        return {"Values": [p.partition_date.isoformat()],
-                "StorageDescriptor": self._storage(names.columns, where, symlink=p.file_list_key is not None)}
+        return {
+            "Values": [p.partition_date.isoformat()],
+            "StorageDescriptor": self._storage(names.columns, where, symlink=p.file_list_key is not None),
+        }
 
     @staticmethod
     def _described(moves: Sequence[tuple[PartitionToSync, str]]) -> str:
-        return ", ".join(f"dt={p.partition_date} LOCATION '{where}'"
-                         + ("" if p.file_list_key is not None else " (Parquet)") for p, where in moves)
+        return ", ".join(
+            f"dt={p.partition_date} LOCATION '{where}'" + ("" if p.file_list_key is not None else " (Parquet)")
+            for p, where in moves
+        )
 
     def _add_partitions(self, names: SyncedTable, new: list[tuple[PartitionToSync, str]]) -> None:
         qualified = f"{names.database_name}.{names.table_name}"
         existing = []
         for start in range(0, len(new), _CREATE_BATCH):
-            chunk = new[start:start + _CREATE_BATCH]
-            answer = self._call("batch_create_partition", qualified, DatabaseName=names.database_name,
-                                TableName=names.table_name,
-                                PartitionInputList=[self._partition_input(names, p, where) for p, where in chunk])
+            chunk = new[start : start + _CREATE_BATCH]
+            answer = self._call(
+                "batch_create_partition",
+                qualified,
+                DatabaseName=names.database_name,
+                TableName=names.table_name,
+                PartitionInputList=[self._partition_input(names, p, where) for p, where in chunk],
+            )
             self.statements.append(f"BatchCreatePartition {qualified} {self._described(chunk)}")
             failed = self._failed_dates(answer, qualified, "BatchCreatePartition", ok="AlreadyExistsException")
             existing += [(p, where) for p, where in chunk if p.partition_date in failed]
@@ -200,21 +237,35 @@ class GlueTarget(HiveTarget):
     def _set_storage(self, names: SyncedTable, moves: list[tuple[PartitionToSync, str]]) -> None:
         qualified = f"{names.database_name}.{names.table_name}"
         for start in range(0, len(moves), _UPDATE_BATCH):
-            chunk = moves[start:start + _UPDATE_BATCH]
-            answer = self._call("batch_update_partition", qualified, DatabaseName=names.database_name,
-                                TableName=names.table_name, Entries=[
-                                    {"PartitionValueList": [p.partition_date.isoformat()],
-                                     "PartitionInput": self._partition_input(names, p, where)} for p, where in chunk])
+            chunk = moves[start : start + _UPDATE_BATCH]
+            answer = self._call(
+                "batch_update_partition",
+                qualified,
+                DatabaseName=names.database_name,
+                TableName=names.table_name,
+                Entries=[
+                    {
+                        "PartitionValueList": [p.partition_date.isoformat()],
+                        "PartitionInput": self._partition_input(names, p, where),
+                    }
+                    for p, where in chunk
+                ],
+            )
             self.statements.append(f"BatchUpdatePartition {qualified} {self._described(chunk)}")
             self._failed_dates(answer, qualified, "BatchUpdatePartition")
 
     def _drop_dates(self, names: SyncedTable, gone: list[dt.date]) -> None:
         qualified = f"{names.database_name}.{names.table_name}"
         for start in range(0, len(gone), _DELETE_BATCH):
-            chunk = gone[start:start + _DELETE_BATCH]
-            answer = self._call("batch_delete_partition", qualified, allow=("EntityNotFoundException",),
-                                DatabaseName=names.database_name, TableName=names.table_name,
-                                PartitionsToDelete=[{"Values": [date.isoformat()]} for date in chunk])
+            chunk = gone[start : start + _DELETE_BATCH]
+            answer = self._call(
+                "batch_delete_partition",
+                qualified,
+                allow=("EntityNotFoundException",),
+                DatabaseName=names.database_name,
+                TableName=names.table_name,
+                PartitionsToDelete=[{"Values": [date.isoformat()]} for date in chunk],
+            )
             self.statements.append(f"BatchDeletePartition {qualified} " + ", ".join(f"dt={d}" for d in chunk))
             self._failed_dates(answer, qualified, "BatchDeletePartition", ok="EntityNotFoundException")
 
@@ -225,9 +276,11 @@ class GlueTarget(HiveTarget):
         other = [e for e in errors if e.get("ErrorDetail", {}).get("ErrorCode") != ok]
         if other:
             detail = other[0].get("ErrorDetail", {})
-            raise SiltError(f"Glue: {operation} {qualified} failed for {len(other)} partition(s), first "
-                            f"dt={other[0].get('PartitionValues', ['?'])[0]}: {detail.get('ErrorCode')}: "
-                            f"{detail.get('ErrorMessage')}")
+            raise SiltError(
+                f"Glue: {operation} {qualified} failed for {len(other)} partition(s), first "
+                f"dt={other[0].get('PartitionValues', ['?'])[0]}: {detail.get('ErrorCode')}: "
+                f"{detail.get('ErrorMessage')}"
+            )
         return {dt.date.fromisoformat(e["PartitionValues"][0]) for e in errors}
 
     def _shown_dates(self, names: SyncedTable) -> set[dt.date]:
@@ -237,8 +290,14 @@ class GlueTarget(HiveTarget):
         token: str | None = None
         while True:
             more = {"NextToken": token} if token else {}
-            answer = self._call("get_partitions", qualified, allow=("EntityNotFoundException",),
-                                DatabaseName=names.database_name, TableName=names.table_name, **more)
+            answer = self._call(
+                "get_partitions",
+                qualified,
+                allow=("EntityNotFoundException",),
+                DatabaseName=names.database_name,
+                TableName=names.table_name,
+                **more,
+            )
             if answer is None:
                 return dates
             dates |= {dt.date.fromisoformat(p["Values"][0]) for p in answer.get("Partitions", [])}

@@ -41,8 +41,17 @@ PARQUET_INPUT = "org.apache.hadoop.hive.ql.io.parquet.MapredParquetInputFormat"
 PARQUET_OUTPUT = "org.apache.hadoop.hive.ql.io.parquet.MapredParquetOutputFormat"
 SYMLINK_INPUT = "org.apache.hadoop.hive.ql.io.SymlinkTextInputFormat"
 SYMLINK_OUTPUT = "org.apache.hadoop.hive.ql.io.HiveIgnoreKeyTextOutputFormat"
-_HIVE_TYPES = {"string": "STRING", "json": "STRING", "int": "INT", "bigint": "BIGINT", "float": "FLOAT",
-               "double": "DOUBLE", "boolean": "BOOLEAN", "timestamp": "TIMESTAMP", "date": "DATE"}
+_HIVE_TYPES = {
+    "string": "STRING",
+    "json": "STRING",
+    "int": "INT",
+    "bigint": "BIGINT",
+    "float": "FLOAT",
+    "double": "DOUBLE",
+    "boolean": "BOOLEAN",
+    "timestamp": "TIMESTAMP",
+    "date": "DATE",
+}
 _PARTITIONS_PER_STATEMENT = 100
 
 
@@ -105,7 +114,8 @@ class HiveTarget:
                 raise ConfigError(
                     "publish.targets includes hive, but the Spark session has no Hive support "
                     f"(spark.sql.catalogImplementation={implementation}): it was started without the hive "
-                    "target's settings; let Deployment.spark() start it, or set spark.sql.catalogImplementation=hive")
+                    "target's settings; let Deployment.spark() start it, or set spark.sql.catalogImplementation=hive"
+                )
             self._session = spark
         return self._session
 
@@ -115,7 +125,8 @@ class HiveTarget:
             return SiltError(
                 f"the embedded Hive metastore at {self.config.metastore_dir} is in use by another process (Derby "
                 "allows one JVM at a time): stop the other silt publish/notebook using it, or set "
-                "publish.hive.metastore_uris to a shared metastore")
+                "publish.hive.metastore_uris to a shared metastore"
+            )
         return SiltError(f"Hive metastore: {what} failed: {message}")
 
     def _sql(self, statement: str) -> None:
@@ -154,8 +165,11 @@ class HiveTarget:
     def sync_tables(self, tables: Sequence[TableRecord]) -> list[str]:
         self.statements = []
         synced = drop_forgotten_tables(
-            self.catalog, TARGET, tables,
-            lambda old: self._sql(f"DROP TABLE IF EXISTS `{old.database_name}`.`{old.table_name}`"))
+            self.catalog,
+            TARGET,
+            tables,
+            lambda old: self._sql(f"DROP TABLE IF EXISTS `{old.database_name}`.`{old.table_name}`"),
+        )
         for record in tables:
             old = synced.get(record.id)
             database, table = self._names(record)
@@ -168,8 +182,9 @@ class HiveTarget:
                 if old is not None:
                     self._sql(f"DROP TABLE IF EXISTS `{old.database_name}`.`{old.table_name}`")
                 self._create(record, database, table)
-                self.catalog.external_sync.record_table(TARGET, record.id, database, table, columns,
-                                                        forget_partitions=True)
+                self.catalog.external_sync.record_table(
+                    TARGET, record.id, database, table, columns, forget_partitions=True
+                )
                 continue
             if old.table_name != table:
                 self._sql(f"ALTER TABLE `{database}`.`{old.table_name}` RENAME TO `{database}`.`{table}`")
@@ -190,22 +205,28 @@ class HiveTarget:
             if existing.rstrip("/").replace("file:///", "file:/") != location.rstrip("/").replace("file:///", "file:/"):
                 raise SiltError(
                     f"Hive table {database}.{table} already exists and is not siltlake's table {record.qualified_name} "
-                    f"(its location is {existing}); drop it there, or set publish.hive.database_prefix")
+                    f"(its location is {existing}); drop it there, or set publish.hive.database_prefix"
+                )
             self._sql(f"DROP TABLE `{database}`.`{table}`")
         self._sql(f"CREATE DATABASE IF NOT EXISTS `{database}`")
         columns = ", ".join(f"`{name}` {hive_type(kind)}" for name, kind in _columns(record))
         # Partitions added later inherit this storage, so one pointing at a manifest directory is never
         # read as Parquet, not even between two metastore calls.
-        self._sql(f"CREATE EXTERNAL TABLE `{database}`.`{table}` ({columns}) PARTITIONED BY (`dt` DATE) "
-                  f"ROW FORMAT SERDE {_literal(PARQUET_SERDE)} STORED AS INPUTFORMAT {_literal(SYMLINK_INPUT)} "
-                  f"OUTPUTFORMAT {_literal(SYMLINK_OUTPUT)} LOCATION {_literal(location)}")
+        self._sql(
+            f"CREATE EXTERNAL TABLE `{database}`.`{table}` ({columns}) PARTITIONED BY (`dt` DATE) "
+            f"ROW FORMAT SERDE {_literal(PARQUET_SERDE)} STORED AS INPUTFORMAT {_literal(SYMLINK_INPUT)} "
+            f"OUTPUTFORMAT {_literal(SYMLINK_OUTPUT)} LOCATION {_literal(location)}"
+        )
 
-    def _alter_columns(self, database: str, table: str, old: tuple[tuple[str, str], ...],
-                       new: tuple[tuple[str, str], ...]) -> None:
-        added = new[len(old):]
+    def _alter_columns(
+        self, database: str, table: str, old: tuple[tuple[str, str], ...], new: tuple[tuple[str, str], ...]
+    ) -> None:
+        added = new[len(old) :]
         if added:
-            self._sql(f"ALTER TABLE `{database}`.`{table}` ADD COLUMNS "
-                      f"({', '.join(f'`{name}` {hive_type(kind)}' for name, kind in added)})")
+            self._sql(
+                f"ALTER TABLE `{database}`.`{table}` ADD COLUMNS "
+                f"({', '.join(f'`{name}` {hive_type(kind)}' for name, kind in added)})"
+            )
         widened = [(name, kind) for (name, kind), (_, before) in zip(new, old, strict=False) if kind != before]
         if not widened:
             return
@@ -216,13 +237,16 @@ class HiveTarget:
         assert isinstance(schema, StructType)
         try:
             spark = self._spark()
-            self._external_catalog().alterTableDataSchema(database, table, spark._jsparkSession.parseDataType(
-                schema.json()))
+            self._external_catalog().alterTableDataSchema(
+                database, table, spark._jsparkSession.parseDataType(schema.json())
+            )
         except Exception as exc:
             raise self._failure(exc, f"widening columns of {database}.{table}") from None
         for name, kind in widened:
-            self.statements.append(f"ALTER TABLE `{database}`.`{table}` CHANGE COLUMN `{name}` `{name}` "
-                                   f"{hive_type(kind)} (by the metastore client)")
+            self.statements.append(
+                f"ALTER TABLE `{database}`.`{table}` CHANGE COLUMN `{name}` `{name}` "
+                f"{hive_type(kind)} (by the metastore client)"
+            )
 
     # --- partitions ---------------------------------------------------------------------------------
 
@@ -256,8 +280,13 @@ class HiveTarget:
     def _drop_dates(self, names: SyncedTable, gone: list[dt.date]) -> None:
         qualified = f"`{names.database_name}`.`{names.table_name}`"
         for start in range(0, len(gone), _PARTITIONS_PER_STATEMENT):
-            self._sql(f"ALTER TABLE {qualified} DROP IF EXISTS " + ", ".join(
-                f"PARTITION (`dt` = '{date.isoformat()}')" for date in gone[start:start + _PARTITIONS_PER_STATEMENT]))
+            self._sql(
+                f"ALTER TABLE {qualified} DROP IF EXISTS "
+                + ", ".join(
+                    f"PARTITION (`dt` = '{date.isoformat()}')"
+                    for date in gone[start : start + _PARTITIONS_PER_STATEMENT]
+                )
+            )
 
     def _drop_partitions_reaped_before_0018(self, record: TableRecord, names: SyncedTable) -> None:
         """The first run over a table synced before revision 0018 (it has recorded partitions, but no synced
@@ -272,13 +301,16 @@ class HiveTarget:
         """The dates of the partitions the metastore has of the table."""
         qualified = f"`{names.database_name}`.`{names.table_name}`"
         try:
-            return {dt.date.fromisoformat(row[0].removeprefix("dt="))
-                    for row in self._spark().sql(f"SHOW PARTITIONS {qualified}").collect()}
+            return {
+                dt.date.fromisoformat(row[0].removeprefix("dt="))
+                for row in self._spark().sql(f"SHOW PARTITIONS {qualified}").collect()
+            }
         except Exception as exc:  # AnalysisException, Py4JJavaError: the metastore's own errors
             raise self._failure(exc, f"listing the partitions of {names.database_name}.{names.table_name}") from None
 
-    def _sync_table_partitions(self, record: TableRecord, names: SyncedTable, partitions: list[PartitionToSync],
-                               upto: int) -> None:
+    def _sync_table_partitions(
+        self, record: TableRecord, names: SyncedTable, partitions: list[PartitionToSync], upto: int
+    ) -> None:
         """Add the partitions the metastore does not have and move the others; then record them, and table version
         `upto` as synced, in one transaction. What the metastore has is what the catalog recorded, unless a run
         died between its metastore calls and that record: then the metastore is asked (docs/design.md)."""
@@ -296,7 +328,8 @@ class HiveTarget:
                 shown = self._shown_dates(names)
             else:
                 recorded = self.catalog.external_sync.partition_manifests(
-                    self.name, [p.partition_id for p in partitions])
+                    self.name, [p.partition_id for p in partitions]
+                )
                 shown = {p.partition_date for p in partitions if p.partition_id in recorded}
             self.catalog.external_sync.start_sync(self.name, record.id, upto)
             self._ensure_symlink_table(names)
@@ -308,14 +341,19 @@ class HiveTarget:
             if moved:
                 self._set_storage(names, [(p, location(p)) for p in moved])
         self.catalog.external_sync.record_partitions(
-            self.name, [(p.partition_id, p.file_list_key, location(p)) for p in partitions], upto=(record.id, upto))
+            self.name, [(p.partition_id, p.file_list_key, location(p)) for p in partitions], upto=(record.id, upto)
+        )
 
     def _add_partitions(self, names: SyncedTable, new: list[tuple[PartitionToSync, str]]) -> None:
         qualified = f"`{names.database_name}`.`{names.table_name}`"
         for start in range(0, len(new), _PARTITIONS_PER_STATEMENT):
-            self._sql(f"ALTER TABLE {qualified} ADD IF NOT EXISTS " + " ".join(
-                f"PARTITION (`dt` = '{p.partition_date.isoformat()}') LOCATION {_literal(where)}"
-                for p, where in new[start:start + _PARTITIONS_PER_STATEMENT]))
+            self._sql(
+                f"ALTER TABLE {qualified} ADD IF NOT EXISTS "
+                + " ".join(
+                    f"PARTITION (`dt` = '{p.partition_date.isoformat()}') LOCATION {_literal(where)}"
+                    for p, where in new[start : start + _PARTITIONS_PER_STATEMENT]
+                )
+            )
 
     def keyed_partitions(self, partitions: list[PartitionToSync]) -> list[PartitionToSync]:
         """A keyed table's partitions as the metastore may show them: each at its newest version that needs no
@@ -325,7 +363,8 @@ class HiveTarget:
 
         def plain(file_list_key: str | None) -> bool:
             return file_list_key is not None and not needs_merge_on_read(
-                [uri for uri, _ in read_manifest(lake, file_list_key)])
+                [uri for uri, _ in read_manifest(lake, file_list_key)]
+            )
 
         dirty = [p for p in partitions if not plain(p.file_list_key)]
         if not dirty:
@@ -337,9 +376,16 @@ class HiveTarget:
         kept = [p for p in partitions if p not in dirty]
         for p in dirty:
             # Newest first; appends and upserts list small objects, so only these can be one merged object.
-            key = next((v.file_list_key for v in reversed(versions.get(p.partition_id, []))
-                        if v.commit_op in ("compaction", "update") and v.file_list_key != p.file_list_key
-                        and plain(v.file_list_key)), None)
+            key = next(
+                (
+                    v.file_list_key
+                    for v in reversed(versions.get(p.partition_id, []))
+                    if v.commit_op in ("compaction", "update")
+                    and v.file_list_key != p.file_list_key
+                    and plain(v.file_list_key)
+                ),
+                None,
+            )
             if key is not None and shown.get(p.partition_id, "") != key:
                 kept.append(replace(p, file_list_key=key))
         return sorted(kept, key=lambda p: p.partition_date)
@@ -353,13 +399,16 @@ class HiveTarget:
             if storage.inputFormat().isDefined() and storage.inputFormat().get() == SYMLINK_INPUT:
                 return
             some = jvm(self._spark()).scala.Some
-            symlink = _copy(storage, storage.locationUri(), some(SYMLINK_INPUT), some(SYMLINK_OUTPUT),
-                            some(PARQUET_SERDE))
+            symlink = _copy(
+                storage, storage.locationUri(), some(SYMLINK_INPUT), some(SYMLINK_OUTPUT), some(PARQUET_SERDE)
+            )
             external.alterTable(_copy(table, table.identifier(), table.tableType(), symlink))
         except Exception as exc:
             raise self._failure(exc, f"setting the storage of {names.database_name}.{names.table_name}") from None
-        self.statements.append(f"ALTER TABLE `{names.database_name}`.`{names.table_name}` SET SymlinkTextInputFormat "
-                               "(by the metastore client)")
+        self.statements.append(
+            f"ALTER TABLE `{names.database_name}`.`{names.table_name}` SET SymlinkTextInputFormat "
+            "(by the metastore client)"
+        )
 
     def _set_storage(self, names: SyncedTable, moves: list[tuple[PartitionToSync, str]]) -> None:
         spark = self._spark()
@@ -370,12 +419,17 @@ class HiveTarget:
             external = self._external_catalog()
             changed = []
             for p, where in moves:
-                partition = external.getPartition(names.database_name, names.table_name,
-                                                  utils.toScalaMap({"dt": p.partition_date.isoformat()}))
+                partition = external.getPartition(
+                    names.database_name, names.table_name, utils.toScalaMap({"dt": p.partition_date.isoformat()})
+                )
                 symlink = p.file_list_key is not None
-                storage = _copy(partition.storage(), some(view.java.net.URI(where)),
-                                some(SYMLINK_INPUT if symlink else PARQUET_INPUT),
-                                some(SYMLINK_OUTPUT if symlink else PARQUET_OUTPUT), some(PARQUET_SERDE))
+                storage = _copy(
+                    partition.storage(),
+                    some(view.java.net.URI(where)),
+                    some(SYMLINK_INPUT if symlink else PARQUET_INPUT),
+                    some(SYMLINK_OUTPUT if symlink else PARQUET_OUTPUT),
+                    some(PARQUET_SERDE),
+                )
                 changed.append(_copy(partition, partition.spec(), storage))
             external.alterPartitions(names.database_name, names.table_name, utils.toSeq(changed))
         except SiltError:
@@ -386,4 +440,5 @@ class HiveTarget:
             fmt = "SymlinkTextInputFormat" if p.file_list_key is not None else "Parquet"
             self.statements.append(
                 f"ALTER TABLE `{names.database_name}`.`{names.table_name}` PARTITION (`dt` = "
-                f"'{p.partition_date.isoformat()}') SET LOCATION {_literal(where)} ({fmt}, by the metastore client)")
+                f"'{p.partition_date.isoformat()}') SET LOCATION {_literal(where)} ({fmt}, by the metastore client)"
+            )

@@ -27,7 +27,8 @@ def configured_targets(deployment: Deployment) -> list[PublishTarget]:
         factory = _FACTORIES.get(name)
         if factory is None:
             raise ConfigError(
-                f"publish.targets: unknown target {name!r}; known targets: {', '.join(sorted(_FACTORIES))}")
+                f"publish.targets: unknown target {name!r}; known targets: {', '.join(sorted(_FACTORIES))}"
+            )
         targets.append(factory(deployment))
     return targets
 

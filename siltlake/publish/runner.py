@@ -46,11 +46,13 @@ def _write_merged_manifests(deployment: Deployment, tables: dict, partition: Swi
     layout = tables[partition.table_id].layout(deployment.instance_key)
     objects = [(r.key(layout, partition.partition_date), r.content_length) for r in partition.ranges]
     # Small objects an upsert's merge version already shows beyond the ranges: listed after them, in id order.
-    objects += [(layout.small_object(partition.partition_date, o.id, o.delayed), o.content_length)
-                for o in partition.beyond]
+    objects += [
+        (layout.small_object(partition.partition_date, o.id, o.delayed), o.content_length) for o in partition.beyond
+    ]
     label = beyond_label(partition.desired, partition.upper) if partition.beyond else None
-    return write_manifests(deployment.lake, layout, partition.partition_date, partition.desired, objects,
-                           label=label).json_key
+    return write_manifests(
+        deployment.lake, layout, partition.partition_date, partition.desired, objects, label=label
+    ).json_key
 
 
 def _write_live_manifests(deployment: Deployment, tables: dict, candidate: LiveCandidate) -> str:
@@ -60,10 +62,18 @@ def _write_live_manifests(deployment: Deployment, tables: dict, candidate: LiveC
     lake = deployment.lake
     base = candidate.base_file_list_key or candidate.manifest_key
     listed = read_manifest(lake, base) if base else []
-    objects = [(layout.small_object(candidate.partition_date, object_id, False), size)
-               for object_id, size in candidate.objects]
-    return write_manifests(lake, layout, candidate.partition_date, candidate.version, objects,
-                           label=live_label(candidate.version, candidate.watermark), listed=listed).json_key
+    objects = [
+        (layout.small_object(candidate.partition_date, object_id, False), size) for object_id, size in candidate.objects
+    ]
+    return write_manifests(
+        lake,
+        layout,
+        candidate.partition_date,
+        candidate.version,
+        objects,
+        label=live_label(candidate.version, candidate.watermark),
+        listed=listed,
+    ).json_key
 
 
 def _target_failure(catalog: Catalog, target: str, exc: Exception, done: str = "") -> str:
@@ -83,8 +93,10 @@ def _target_failure(catalog: Catalog, target: str, exc: Exception, done: str = "
     cause = str(getattr(exc, "orig", None) or exc)
     first = next((line.strip() for line in cause.splitlines() if line.strip()), type(exc).__name__)
     setting = " (publish.iceberg.catalog_url)" if target == "iceberg" else ""
-    return (f"its catalog database could not be used ({first}); check that its server is up and its URL{setting} "
-            "is right: the next run retries")
+    return (
+        f"its catalog database could not be used ({first}); check that its server is up and its URL{setting} "
+        "is right: the next run retries"
+    )
 
 
 def publish_once(deployment: Deployment, now: dt.datetime | None = None) -> PublishReport:
@@ -105,8 +117,12 @@ def publish_once(deployment: Deployment, now: dt.datetime | None = None) -> Publ
     tables = {table.id: table for table in catalog.tables.list()}
     # A derived table's partitions are built, not streamed: no later object is delayed, none closes.
     report.closed = catalog.versions.close_partitions(
-        {table_id: local_date(now, table.definition.zone) for table_id, table in tables.items()
-         if table.definition.kind == "log"})
+        {
+            table_id: local_date(now, table.definition.zone)
+            for table_id, table in tables.items()
+            if table.definition.kind == "log"
+        }
+    )
     # 3. Table definitions (new, renamed, dropped tables; added and widened columns) to external catalogs.
     # A target that fails is reported and retried next run; versions are still published (4, 5).
     targets = []
@@ -130,13 +146,14 @@ def publish_once(deployment: Deployment, now: dt.datetime | None = None) -> Publ
     with ThreadPoolExecutor(MANIFEST_WRITERS) as pool:
         live_keys = list(pool.map(lambda candidate: _write_live_manifests(deployment, tables, candidate), live))
         for start in range(0, max(len(pending), 1), MERGED_CAS_BATCH):
-            batch = pending[start:start + MERGED_CAS_BATCH]
+            batch = pending[start : start + MERGED_CAS_BATCH]
             keys = list(pool.map(lambda partition: _write_merged_manifests(deployment, tables, partition), batch))
             appending = list(zip(live, live_keys, strict=True)) if start == 0 else []
             if not appending and not batch:
                 break
-            appended, published = catalog.versions.commit(appending, list(zip(batch, keys, strict=True)), now,
-                                                          given=given)
+            appended, published = catalog.versions.commit(
+                appending, list(zip(batch, keys, strict=True)), now, given=given
+            )
             report.live_versions += appended
             report.merged_versions += published
             report.skipped_merged += len(batch) - len(published)
@@ -148,14 +165,23 @@ def publish_once(deployment: Deployment, now: dt.datetime | None = None) -> Publ
             raise
         except Exception as exc:
             report.external += [f"{target.name}: {s}" for s in target.statements]
-            done = (f"this run had published {len(report.live_versions)} live and {len(report.merged_versions)} "
-                    f"merged versions; {target.name} follows in the next run")
+            done = (
+                f"this run had published {len(report.live_versions)} live and {len(report.merged_versions)} "
+                f"merged versions; {target.name} follows in the next run"
+            )
             report.target_errors.append(f"{target.name}: {_target_failure(catalog, target.name, exc, done)}")
     report.seconds = time.monotonic() - started
     if report.switched or report.closed or report.live_versions or report.merged_versions:
-        event(log, "publish.run", switched=len(report.switched), closed=len(report.closed),
-              live_versions=len(report.live_versions), merged_versions=len(report.merged_versions),
-              skipped_merged=report.skipped_merged, seconds=report.seconds)
+        event(
+            log,
+            "publish.run",
+            switched=len(report.switched),
+            closed=len(report.closed),
+            live_versions=len(report.live_versions),
+            merged_versions=len(report.merged_versions),
+            skipped_merged=report.skipped_merged,
+            seconds=report.seconds,
+        )
     for error in report.target_errors:
         event(log, "publish.target_failed", logging.WARNING, reason=error)
     return report

@@ -37,8 +37,9 @@ class PublishTarget(Protocol):
         """Add partitions and point them at what each shows now; returns the statements issued."""
 
 
-def drop_forgotten_tables(catalog: Catalog, target: str, tables: Sequence[TableRecord],
-                          drop: Callable[[SyncedTable], None]) -> dict[int, SyncedTable]:
+def drop_forgotten_tables(
+    catalog: Catalog, target: str, tables: Sequence[TableRecord], drop: Callable[[SyncedTable], None]
+) -> dict[int, SyncedTable]:
     """Drop (then forget) the target's tables whose siltlake table was dropped or is not among `tables`;
     returns what the target was last told, by table id."""
     synced = catalog.external_sync.synced_tables(target)

@@ -27,8 +27,16 @@ def spark_schema(record: TableRecord, physical: bool = False) -> StructType:
     from pyspark.sql.types import DateType, StructField, StructType
     from pyspark.sql.types import _parse_datatype_string as parse
 
-    spark_types = {"string": "string", "json": "string", "int": "int", "bigint": "bigint",
-                   "double": "double", "boolean": "boolean", "timestamp": "timestamp", "date": "date"}
+    spark_types = {
+        "string": "string",
+        "json": "string",
+        "int": "int",
+        "bigint": "bigint",
+        "double": "double",
+        "boolean": "boolean",
+        "timestamp": "timestamp",
+        "date": "date",
+    }
     fields = [
         StructField(c.physical_name if physical else c.name, parse(spark_types.get(c.type, c.type)), nullable=True)
         for c in record.definition.columns
@@ -36,9 +44,15 @@ def spark_schema(record: TableRecord, physical: bool = False) -> StructType:
     return StructType([*fields, StructField("dt", DateType(), nullable=False)])
 
 
-def table(spark: SparkSession, name: str, deployment: Deployment | None = None, *,
-          as_of_version: int | None = None, as_of: dt.datetime | None = None,
-          dates: Collection[dt.date] | None = None) -> DataFrame:
+def table(
+    spark: SparkSession,
+    name: str,
+    deployment: Deployment | None = None,
+    *,
+    as_of_version: int | None = None,
+    as_of: dt.datetime | None = None,
+    dates: Collection[dt.date] | None = None,
+) -> DataFrame:
     """A DataFrame of what the table shows (with its dt column), pinned when the read starts.
 
     Current state: switched partitions show their published merged version's objects; the others show
@@ -57,16 +71,26 @@ def table(spark: SparkSession, name: str, deployment: Deployment | None = None, 
     record = deployment.catalog.tables.get(name)
     as_of = to_naive_utc(as_of) if as_of is not None else None
     views = deployment.catalog.version_reads.reader_snapshot(
-        record.id, as_of_version=as_of_version, as_of=as_of, table_name=record.qualified_name, dates=dates)
+        record.id, as_of_version=as_of_version, as_of=as_of, table_name=record.qualified_name, dates=dates
+    )
     # A version is read with its own columns and types (docs/design.md "What time travel shows").
     record = deployment.catalog.tables.definition_at(record, as_of_version, as_of)
-    return objects_frame(spark, record, deployment, [view.manifest_key for view in views if view.manifest_key],
-                         [(view.partition_date, object_id, False) for view in views
-                          for object_id in view.live_object_ids])
+    return objects_frame(
+        spark,
+        record,
+        deployment,
+        [view.manifest_key for view in views if view.manifest_key],
+        [(view.partition_date, object_id, False) for view in views for object_id in view.live_object_ids],
+    )
 
 
-def objects_frame(spark: SparkSession, record: TableRecord, deployment: Deployment, manifest_keys: list[str],
-                  small_objects: list[tuple[dt.date, int, bool]]) -> DataFrame:
+def objects_frame(
+    spark: SparkSession,
+    record: TableRecord,
+    deployment: Deployment,
+    manifest_keys: list[str],
+    small_objects: list[tuple[dt.date, int, bool]],
+) -> DataFrame:
     """A DataFrame (with the dt column) of the objects the manifests list and of small objects
     (date, id, delayed), read with `record`'s definition (a version's own, when pinned: added columns read as null).
 
@@ -97,11 +121,15 @@ def objects_frame(spark: SparkSession, record: TableRecord, deployment: Deployme
             data_file_key(lake, uri, record.qualified_name)
             date = partition_date_of(partition_base_segment(uri))
             if date is None:
-                raise SiltError(f"{record.qualified_name}: data file {uri} is not in a dt=<date> directory; the "
-                                "manifest was written by hand")
+                raise SiltError(
+                    f"{record.qualified_name}: data file {uri} is not in a dt=<date> directory; the "
+                    "manifest was written by hand"
+                )
             objects.append((uri, date))
-    objects += [(lake.uri(layout.small_object(date, object_id, delayed)), date)
-                for date, object_id, delayed in sorted(small_objects, key=lambda o: o[1])]
+    objects += [
+        (lake.uri(layout.small_object(date, object_id, delayed)), date)
+        for date, object_id, delayed in sorted(small_objects, key=lambda o: o[1])
+    ]
     definition = physical_definition(record.definition)
     dirty = dirty_dates([(date, uri) for uri, date in objects]) if definition.keyed else set()
     frames = []
@@ -110,8 +138,11 @@ def objects_frame(spark: SparkSession, record: TableRecord, deployment: Deployme
         for uri, date in objects:
             if date in dirty:
                 partitions.setdefault(date, []).append(uri)
-        frames.append(arrow_partitions_frame(spark, lake, schema, sorted(partitions.items()),
-                                             definition.primary_key, definition.sequence_column))
+        frames.append(
+            arrow_partitions_frame(
+                spark, lake, schema, sorted(partitions.items()), definition.primary_key, definition.sequence_column
+            )
+        )
         objects = [(uri, date) for uri, date in objects if date not in dirty]
     if not spark_reads(spark, lake):
         # No Hadoop connector for the lake's object store: pyarrow reads the objects inside Spark's tasks.
@@ -123,10 +154,14 @@ def objects_frame(spark: SparkSession, record: TableRecord, deployment: Deployme
         scans: dict[str, list[str]] = {}
         for uri, _ in objects:
             scans.setdefault(partition_base(for_engine(uri)), []).append(for_engine(uri))
-        frames += [spark.read.schema(schema).option("basePath", prefix).parquet(*paths)
-                   for prefix, paths in scans.items()]
-    frame = functools.reduce(lambda left, right: left.unionByName(right), frames) if frames else \
-        spark.createDataFrame([], schema)
+        frames += [
+            spark.read.schema(schema).option("basePath", prefix).parquet(*paths) for prefix, paths in scans.items()
+        ]
+    frame = (
+        functools.reduce(lambda left, right: left.unionByName(right), frames)
+        if frames
+        else spark.createDataFrame([], schema)
+    )
     return frame.toDF(*logical_names(record.definition, schema.names)) if renamed(record.definition) else frame
 
 
@@ -150,8 +185,14 @@ def query_tables(query: str) -> list[tuple[str, bool]]:
     return list(found.items())
 
 
-def sql(spark: SparkSession, query: str, deployment: Deployment | None = None, *,
-        reads: Mapping[str, Mapping[str, Any]] | None = None, plan: QueryPlan | None = None) -> DataFrame:
+def sql(
+    spark: SparkSession,
+    query: str,
+    deployment: Deployment | None = None,
+    *,
+    reads: Mapping[str, Mapping[str, Any]] | None = None,
+    plan: QueryPlan | None = None,
+) -> DataFrame:
     """Run Spark SQL in which tables are named schema.table (optionally VERSION AS OF n or TIMESTAMP AS OF '...').
 
     Spark temp views cannot be qualified, so the query is planned (siltlake.read.plan: parsed with sqlglot,
@@ -169,9 +210,13 @@ def sql(spark: SparkSession, query: str, deployment: Deployment | None = None, *
     plan = plan or plan_query(query, deployment, reads=reads)
     for view, read in plan.reads.items():
         partitions = read.partitions
-        objects_frame(spark, read.record, deployment, [p.manifest_key for p in partitions if p.manifest_key],
-                      [(p.partition_date, object_id, False) for p in partitions
-                       for object_id in p.live_object_ids]).createOrReplaceTempView(view)
+        objects_frame(
+            spark,
+            read.record,
+            deployment,
+            [p.manifest_key for p in partitions if p.manifest_key],
+            [(p.partition_date, object_id, False) for p in partitions for object_id in p.live_object_ids],
+        ).createOrReplaceTempView(view)
     rendered = plan.tree.sql(dialect="spark")
     check_query(spark, rendered)  # the text Spark runs, parsed by Spark: it reads the tables and nothing else
     return spark.sql(rendered)

@@ -41,13 +41,17 @@ def change_schema(schema: pa.Schema) -> pa.Schema:
     """A table's schema (its columns, then dt) followed by the change columns."""
     import pyarrow as pa
 
-    return pa.schema([*schema, pa.field(CHANGE_TYPE, pa.string(), nullable=False),
-                      pa.field(COMMIT_VERSION, pa.int64(), nullable=False),
-                      pa.field(COMMIT_TIMESTAMP, pa.timestamp("us", tz="UTC"), nullable=False)])
+    return pa.schema(
+        [
+            *schema,
+            pa.field(CHANGE_TYPE, pa.string(), nullable=False),
+            pa.field(COMMIT_VERSION, pa.int64(), nullable=False),
+            pa.field(COMMIT_TIMESTAMP, pa.timestamp("us", tz="UTC"), nullable=False),
+        ]
+    )
 
 
-def checked_range(record: TableRecord, bounds: tuple[int, int], start_version: int,
-                  end_version: int | None) -> int:
+def checked_range(record: TableRecord, bounds: tuple[int, int], start_version: int, end_version: int | None) -> int:
     """The end version of a change range (None: the newest); VersionOutOfRange names a range the table cannot
     answer: the changes of version N need version N - 1, so after a reap the oldest readable version is the
     first start."""
@@ -55,20 +59,29 @@ def checked_range(record: TableRecord, bounds: tuple[int, int], start_version: i
     end = newest if end_version is None else end_version
     name = record.qualified_name
     if start_version < 0 or end < start_version:
-        raise SiltError(f"{name}: changes from version {start_version} to {end} is not a range; give 0 <= "
-                        "start <= end (changes are those of the versions after start, up to end)")
+        raise SiltError(
+            f"{name}: changes from version {start_version} to {end} is not a range; give 0 <= "
+            "start <= end (changes are those of the versions after start, up to end)"
+        )
     if end > newest:
         raise VersionOutOfRange(f"{name} has no version {end}: its newest version is {newest}")
     first_start = 0 if oldest <= 1 else oldest
     if start_version < first_start:
         raise VersionOutOfRange(
             f"{name}: the changes after version {start_version} cannot be read: versions before {oldest} were "
-            f"reaped; start from version {oldest} or later (or read the whole table as of a version)")
+            f"reaped; start from version {oldest} or later (or read the whole table as of a version)"
+        )
     return end
 
 
-def table_changes(deployment: Deployment, record: TableRecord, schema: pa.Schema, start_version: int,
-                  end_version: int | None = None, columns: Sequence[str] | None = None) -> pa.Table:
+def table_changes(
+    deployment: Deployment,
+    record: TableRecord,
+    schema: pa.Schema,
+    start_version: int,
+    end_version: int | None = None,
+    columns: Sequence[str] | None = None,
+) -> pa.Table:
     """The rows each table version in (start_version, end_version] inserted or deleted, in version order, with
     the change columns; `schema` is the table's (columns, then dt), `columns` those to keep."""
     import pyarrow as pa
@@ -79,8 +92,10 @@ def table_changes(deployment: Deployment, record: TableRecord, schema: pa.Schema
     if columns is not None:
         unknown = [c for c in columns if c not in out_schema.names]
         if unknown:
-            raise SiltError(f"{record.qualified_name} has no column {', '.join(unknown)}; its columns are "
-                            f"{', '.join(out_schema.names)}")
+            raise SiltError(
+                f"{record.qualified_name} has no column {', '.join(unknown)}; its columns are "
+                f"{', '.join(out_schema.names)}"
+            )
     by_version: dict[int, list[tuple[dt.date, PublishedVersion, PublishedVersion | None]]] = {}
     for date, version, before in catalog.versions.stamped(record.id, start_version, end):
         by_version.setdefault(version.table_version, []).append((date, version, before))
@@ -90,19 +105,22 @@ def table_changes(deployment: Deployment, record: TableRecord, schema: pa.Schema
         wanted = [date for date, version, before in changed if _may_change_rows(record, version, before)]
         if not wanted:
             continue
-        new_files = _files_by_date(version_files(deployment, record, as_of_version=table_version,
-                                                 dates=set(wanted)))
-        old_files = _files_by_date(version_files(deployment, record, as_of_version=table_version - 1,
-                                                 dates=set(wanted))) if table_version > 1 else {}
+        new_files = _files_by_date(version_files(deployment, record, as_of_version=table_version, dates=set(wanted)))
+        old_files = (
+            _files_by_date(version_files(deployment, record, as_of_version=table_version - 1, dates=set(wanted)))
+            if table_version > 1
+            else {}
+        )
         for date in wanted:
-            rows = partition_changes(deployment, record, schema, date, old_files.get(date, []),
-                                     new_files.get(date, []))
+            rows = partition_changes(deployment, record, schema, date, old_files.get(date, []), new_files.get(date, []))
             if rows.num_rows:
                 count = rows.num_rows
-                rows = rows.append_column(out_schema.field(COMMIT_VERSION), pa.repeat(
-                    pa.scalar(table_version, pa.int64()), count))
-                rows = rows.append_column(out_schema.field(COMMIT_TIMESTAMP), pa.repeat(
-                    pa.scalar(stamp, pa.timestamp("us", tz="UTC")), count))
+                rows = rows.append_column(
+                    out_schema.field(COMMIT_VERSION), pa.repeat(pa.scalar(table_version, pa.int64()), count)
+                )
+                rows = rows.append_column(
+                    out_schema.field(COMMIT_TIMESTAMP), pa.repeat(pa.scalar(stamp, pa.timestamp("us", tz="UTC")), count)
+                )
                 pieces.append(rows.cast(out_schema))
     result = pa.concat_tables(pieces) if pieces else out_schema.empty_table()
     return result.select(list(columns)) if columns is not None else result
@@ -126,8 +144,14 @@ def _files_by_date(files: list[DataFile]) -> dict[dt.date, list[DataFile]]:
     return grouped
 
 
-def partition_changes(deployment: Deployment, record: TableRecord, schema: pa.Schema, date: dt.date,
-                      old: list[DataFile], new: list[DataFile]) -> pa.Table:
+def partition_changes(
+    deployment: Deployment,
+    record: TableRecord,
+    schema: pa.Schema,
+    date: dt.date,
+    old: list[DataFile],
+    new: list[DataFile],
+) -> pa.Table:
     """One partition's changed rows (schema's columns and the change type) between two file lists."""
     if record.definition.keyed:
         return _keyed_changes(deployment, record, schema, date, old, new)
@@ -141,8 +165,9 @@ def partition_changes(deployment: Deployment, record: TableRecord, schema: pa.Sc
     return _multiset_difference(_read(deployment, record, schema, date, removed), inserted)
 
 
-def _read(deployment: Deployment, record: TableRecord, schema: pa.Schema, date: dt.date,
-          files: list[DataFile]) -> pa.Table:
+def _read(
+    deployment: Deployment, record: TableRecord, schema: pa.Schema, date: dt.date, files: list[DataFile]
+) -> pa.Table:
     """The rows of some of a partition's files as `schema` (dt set to the partition's date)."""
     import pyarrow.dataset as ds
 
@@ -150,16 +175,21 @@ def _read(deployment: Deployment, record: TableRecord, schema: pa.Schema, date: 
         return schema.empty_table()
     lake = deployment.lake
     return ds.FileSystemDataset.from_paths(
-        [lake.path(key) for key in lake_keys(deployment, record, files)], schema=schema,
-        format=ds.ParquetFileFormat(), filesystem=lake.filesystem,
-        partitions=[ds.field("dt") == date] * len(files)).to_table()
+        [lake.path(key) for key in lake_keys(deployment, record, files)],
+        schema=schema,
+        format=ds.ParquetFileFormat(),
+        filesystem=lake.filesystem,
+        partitions=[ds.field("dt") == date] * len(files),
+    ).to_table()
 
 
 def _typed(rows: pa.Table, change_type: str) -> pa.Table:
     import pyarrow as pa
 
-    return rows.append_column(pa.field(CHANGE_TYPE, pa.string(), nullable=False),
-                              pa.repeat(pa.scalar(change_type), rows.num_rows).cast(pa.string()))
+    return rows.append_column(
+        pa.field(CHANGE_TYPE, pa.string(), nullable=False),
+        pa.repeat(pa.scalar(change_type), rows.num_rows).cast(pa.string()),
+    )
 
 
 def _multiset_difference(removed: pa.Table, added: pa.Table) -> pa.Table:
@@ -169,9 +199,12 @@ def _multiset_difference(removed: pa.Table, added: pa.Table) -> pa.Table:
     import pyarrow as pa
 
     names = removed.column_names
-    both = pa.concat_tables([
-        removed.append_column(_COUNT, pa.repeat(pa.scalar(-1, pa.int64()), removed.num_rows)),
-        added.append_column(_COUNT, pa.repeat(pa.scalar(1, pa.int64()), added.num_rows))])
+    both = pa.concat_tables(
+        [
+            removed.append_column(_COUNT, pa.repeat(pa.scalar(-1, pa.int64()), removed.num_rows)),
+            added.append_column(_COUNT, pa.repeat(pa.scalar(1, pa.int64()), added.num_rows)),
+        ]
+    )
     counted = both.group_by(names, use_threads=False).aggregate([(_COUNT, "sum")])
     counts = counted.column(f"{_COUNT}_sum").to_numpy()
     rows = counted.select(names)
@@ -183,8 +216,14 @@ def _multiset_difference(removed: pa.Table, added: pa.Table) -> pa.Table:
     return pa.concat_tables(out)
 
 
-def _keyed_changes(deployment: Deployment, record: TableRecord, schema: pa.Schema, date: dt.date,
-                   old: list[DataFile], new: list[DataFile]) -> pa.Table:
+def _keyed_changes(
+    deployment: Deployment,
+    record: TableRecord,
+    schema: pa.Schema,
+    date: dt.date,
+    old: list[DataFile],
+    new: list[DataFile],
+) -> pa.Table:
     """A keyed partition's rows before and after (keyed rule applied), compared by primary key."""
     import numpy as np
     import pyarrow as pa
@@ -198,14 +237,22 @@ def _keyed_changes(deployment: Deployment, record: TableRecord, schema: pa.Schem
     def view(files: list[DataFile]) -> pa.Table:
         if not files:
             return schema.empty_table()
-        (rows,) = read_partitions(deployment.lake, [(date, lake_keys(deployment, record, files))], schema, key,
-                                  definition.sequence_column)
+        (rows,) = read_partitions(
+            deployment.lake, [(date, lake_keys(deployment, record, files))], schema, key, definition.sequence_column
+        )
         return rows.cast(schema)
 
     before, after = view(old), view(new)
-    joined = (before.select(key).append_column("__silt_old", pa.array(np.arange(before.num_rows), pa.int64()))
-              .join(after.select(key).append_column("__silt_new", pa.array(np.arange(after.num_rows), pa.int64())),
-                    keys=key, join_type="full outer", use_threads=False))
+    joined = (
+        before.select(key)
+        .append_column("__silt_old", pa.array(np.arange(before.num_rows), pa.int64()))
+        .join(
+            after.select(key).append_column("__silt_new", pa.array(np.arange(after.num_rows), pa.int64())),
+            keys=key,
+            join_type="full outer",
+            use_threads=False,
+        )
+    )
     old_at, new_at = joined.column("__silt_old"), joined.column("__silt_new")
     gone = pc.filter(old_at, pc.is_null(new_at))
     came = pc.filter(new_at, pc.is_null(old_at))

@@ -31,11 +31,29 @@ if TYPE_CHECKING:
     from siltlake.read.translate import Translation
     from siltlake.read.versions import DataFile
 
-__all__ = ["TableSelect", "connect", "create_view", "faithful", "run_plan", "session_zone", "table_select", "table_sql",
-           "view_statement"]
+__all__ = [
+    "TableSelect",
+    "connect",
+    "create_view",
+    "faithful",
+    "run_plan",
+    "session_zone",
+    "table_select",
+    "table_sql",
+    "view_statement",
+]
 
-DUCKDB_TYPES = {"string": "VARCHAR", "json": "VARCHAR", "int": "INTEGER", "bigint": "BIGINT", "float": "FLOAT",
-                "double": "DOUBLE", "boolean": "BOOLEAN", "timestamp": "TIMESTAMPTZ", "date": "DATE"}
+DUCKDB_TYPES = {
+    "string": "VARCHAR",
+    "json": "VARCHAR",
+    "int": "INTEGER",
+    "bigint": "BIGINT",
+    "float": "FLOAT",
+    "double": "DOUBLE",
+    "boolean": "BOOLEAN",
+    "timestamp": "TIMESTAMPTZ",
+    "date": "DATE",
+}
 _SCHEMA_TYPE_NAMES = {"TIMESTAMPTZ": "TIMESTAMP WITH TIME ZONE"}  # parquet_schema's name where it differs
 _GLOB = set("*?[]{}")
 _MISSING = re.compile(r'No files found that match the pattern "([^"]+)"')
@@ -98,12 +116,13 @@ def bounded(connection: Any, deployment: Deployment) -> Iterator[None]:
         with bound.stopping(connection.interrupt) if bound is not None else nullcontext():
             yield
     except duckdb.OutOfMemoryException:
-        raise SiltError(f"the query needs more memory than sql.duckdb_memory_limit ({limit}) lets DuckDB use; raise "
-                        "it, or narrow the query; nothing was written") from None
+        raise SiltError(
+            f"the query needs more memory than sql.duckdb_memory_limit ({limit}) lets DuckDB use; raise "
+            "it, or narrow the query; nothing was written"
+        ) from None
 
 
-def run_plan(plan: QueryPlan, deployment: Deployment, translation: Translation, limit: int | None
-             ) -> list[tuple]:
+def run_plan(plan: QueryPlan, deployment: Deployment, translation: Translation, limit: int | None) -> list[tuple]:
     """Run a translated plan on DuckDB: at most `limit` rows (None: all), values as PySpark's collect() gives them
     (timestamps naive, in this process's local zone); NotFaithful when the rows take an integer sum or average
     where Spark's answer is not the exact one (the query then goes to Spark)."""
@@ -136,8 +155,9 @@ def run_plan(plan: QueryPlan, deployment: Deployment, translation: Translation, 
         if BEYOND_SPARK not in str(exc):
             raise
         # An integer sum or average the data takes past where Spark's is exact: Spark's answer (or error) is its own.
-        raise NotFaithful(str(exc).split(BEYOND_SPARK + ": ", 1)[-1].splitlines()[0] +
-                          " of these rows may overflow or round on Spark") from None
+        raise NotFaithful(
+            str(exc).split(BEYOND_SPARK + ": ", 1)[-1].splitlines()[0] + " of these rows may overflow or round on Spark"
+        ) from None
     finally:
         connection.close()
     return [tuple(_as_spark(value) for value in row) for row in rows]
@@ -158,8 +178,9 @@ def _ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def table_sql(connection: Any, view: str, deployment: Deployment, record: TableRecord,
-              files: Sequence[DataFile]) -> list[str]:
+def table_sql(
+    connection: Any, view: str, deployment: Deployment, record: TableRecord, files: Sequence[DataFile]
+) -> list[str]:
     """Create the view `view` of a table version's files on the connection; returns the local paths DuckDB
     reads (an object store's files are read through pyarrow, and none are returned)."""
     made = table_select(connection, view, deployment, record, files)
@@ -202,8 +223,9 @@ class TableSelect(NamedTuple):
     registered: bool
 
 
-def table_select(connection: Any, name: str, deployment: Deployment, record: TableRecord,
-                 files: Sequence[DataFile]) -> TableSelect:
+def table_select(
+    connection: Any, name: str, deployment: Deployment, record: TableRecord, files: Sequence[DataFile]
+) -> TableSelect:
     """The SELECT of a table version's files, with the table's column names and types (dt last), and the local
     paths it reads. Nothing is bound here: the caller's view or relation binds it. Files read through
     pyarrow are registered on the connection as `name` and a suffix."""
@@ -214,10 +236,13 @@ def table_select(connection: Any, name: str, deployment: Deployment, record: Tab
     # The parts hold columns as objects store them (a renamed column under its old name; a dropped column's
     # data under a name no column has now, left out here); the view shows the table's names.
     stored = [*(c.physical_name for c in record.definition.columns), "dt"]
-    typed = ", ".join(f"CAST({_ident(physical)} AS {DUCKDB_TYPES[kind]}) AS {_ident(name)}"
-                      for physical, (name, kind) in zip(stored, columns, strict=True))
-    empty = ", ".join(f"NULL::{DUCKDB_TYPES[kind]} AS {_ident(physical)}"
-                      for physical, (_, kind) in zip(stored, columns, strict=True))
+    typed = ", ".join(
+        f"CAST({_ident(physical)} AS {DUCKDB_TYPES[kind]}) AS {_ident(name)}"
+        for physical, (name, kind) in zip(stored, columns, strict=True)
+    )
+    empty = ", ".join(
+        f"NULL::{DUCKDB_TYPES[kind]} AS {_ident(physical)}" for physical, (_, kind) in zip(stored, columns, strict=True)
+    )
     dirty = dirty_dates_of(record, list(files))
     keys = lake_keys(deployment, record, list(files))
     plain = [(key, f.partition_date) for key, f in zip(keys, files, strict=True) if f.partition_date not in dirty]
@@ -230,8 +255,15 @@ def table_select(connection: Any, name: str, deployment: Deployment, record: Tab
     if lake.is_object_store or any(not _GLOB.isdisjoint(path) for path in local):
         # pyarrow reads these (S3 through the lake's file system; a path DuckDB would take for a glob, as it is).
         if plain:
-            parts.append(_arrow_part(connection, f"{name}__files", deployment, record,
-                                     [f for f in files if f.partition_date not in dirty]))
+            parts.append(
+                _arrow_part(
+                    connection,
+                    f"{name}__files",
+                    deployment,
+                    record,
+                    [f for f in files if f.partition_date not in dirty],
+                )
+            )
             registered = True
     elif plain:
         paths = local
@@ -241,27 +273,37 @@ def table_select(connection: Any, name: str, deployment: Deployment, record: Tab
         complete = shared is not None and set(stored[:-1]) <= {column for column, _ in shared}
         # The files hold the table's columns as it names and types them, in its order, then dt (or not, as
         # objects written before they held it): read as they are.
-        typed_columns = [(column, _SCHEMA_TYPE_NAMES.get(DUCKDB_TYPES[kind], DUCKDB_TYPES[kind]))
-                         for column, kind in columns[:-1]]
+        typed_columns = [
+            (column, _SCHEMA_TYPE_NAMES.get(DUCKDB_TYPES[kind], DUCKDB_TYPES[kind])) for column, kind in columns[:-1]
+        ]
         exact = stored[:-1] == [column for column, _ in columns[:-1]] and shared in (
-            typed_columns, [*typed_columns, (PARTITION_COLUMN, "DATE")])
+            typed_columns,
+            [*typed_columns, (PARTITION_COLUMN, "DATE")],
+        )
         if all(segment.startswith("dt=") for segment in segments) and all(
-                sum("=" in segment for segment in path.split("/")[:-1]) == 1 for path in paths):
+            sum("=" in segment for segment in path.split("/")[:-1]) == 1 for path in paths
+        ):
             # dt from each path's dt= directory, in the place of the files' own dt where they hold one.
             listed = ", ".join(_quote(path) for path in paths)
-            parts.append(f"SELECT * FROM read_parquet([{listed}], {union}hive_partitioning = true, "
-                         "hive_types = {'dt': DATE})")
+            parts.append(
+                f"SELECT * FROM read_parquet([{listed}], {union}hive_partitioning = true, hive_types = {{'dt': DATE}})"
+            )
         else:  # another key=value directory on the way: dt from the partition, one scan per day
             by_day = sorted(zip(paths, (day for _, day in plain), strict=True), key=lambda item: item[1])
             for day, group in itertools.groupby(by_day, key=lambda item: item[1]):
                 day_paths = [path for path, _ in group]
                 listed = ", ".join(_quote(path) for path in day_paths)
                 files_dt = " EXCLUDE (dt)" if _any_holds(day_paths, PARTITION_COLUMN) else ""
-                parts.append(f"SELECT *{files_dt}, DATE {_quote(day.isoformat())} AS dt FROM "
-                             f"read_parquet([{listed}], {union}hive_partitioning = false)")
+                parts.append(
+                    f"SELECT *{files_dt}, DATE {_quote(day.isoformat())} AS dt FROM "
+                    f"read_parquet([{listed}], {union}hive_partitioning = false)"
+                )
     if dirty:
-        parts.append(_arrow_part(connection, f"{name}__merged", deployment, record,
-                                 [f for f in files if f.partition_date in dirty]))
+        parts.append(
+            _arrow_part(
+                connection, f"{name}__merged", deployment, record, [f for f in files if f.partition_date in dirty]
+            )
+        )
         registered = True
     if complete and len(parts) == 2:
         if exact:
@@ -286,8 +328,9 @@ def shared_file_columns(connection: Any, paths: Sequence[str]) -> list[tuple[str
         described: dict[str, list[tuple]] = {path: [] for path in unseen}
         listed = ", ".join(_quote(path) for path in unseen)
         for file_name, *element in connection.execute(
-                "SELECT file_name, name, type, type_length, repetition_type, num_children, converted_type, scale, "
-                f"precision, field_id, logical_type, duckdb_type FROM parquet_schema([{listed}])").fetchall():
+            "SELECT file_name, name, type, type_length, repetition_type, num_children, converted_type, scale, "
+            f"precision, field_id, logical_type, duckdb_type FROM parquet_schema([{listed}])"
+        ).fetchall():
             described.setdefault(file_name, []).append(tuple(element))
         if len(_FILE_SCHEMAS) + len(described) > _FILE_SCHEMAS_HELD:
             _FILE_SCHEMAS.clear()
@@ -311,8 +354,7 @@ def _any_holds(paths: Sequence[str], column: str) -> bool:
     return any(element[0] == column for schema in schemas for element in schema[1:])
 
 
-def _arrow_part(connection: Any, name: str, deployment: Deployment, record: TableRecord,
-                 files: list[DataFile]) -> str:
+def _arrow_part(connection: Any, name: str, deployment: Deployment, record: TableRecord, files: list[DataFile]) -> str:
     """Register files read by pyarrow (merged on read where a keyed partition needs it) as `name` (and the merged
     rows as `name`_rows): a SELECT of them under the names objects store the columns by, as the typed SELECT reads."""
     from siltlake.read.versions import stored_parts, table_schema
@@ -324,6 +366,8 @@ def _arrow_part(connection: Any, name: str, deployment: Deployment, record: Tabl
         selects.append(f"SELECT * FROM {_ident(name)}")
     if parts.merged is not None:
         connection.register(f"{name}_rows", parts.merged)
-        selects.append(f"SELECT {', '.join(f'{_ident(f)} AS {_ident(parts.stored(f))}' for f in parts.schema.names)} "
-                       f"FROM {_ident(name + '_rows')}")
+        selects.append(
+            f"SELECT {', '.join(f'{_ident(f)} AS {_ident(parts.stored(f))}' for f in parts.schema.names)} "
+            f"FROM {_ident(name + '_rows')}"
+        )
     return " UNION ALL BY NAME ".join(selects)

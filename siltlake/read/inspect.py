@@ -95,9 +95,17 @@ def with_stats(deployment: Deployment, record: TableRecord, files: list[DataFile
         with ThreadPoolExecutor(min(_FOOTER_READERS, len(keys))) as pool:
             footers = pool.map(lambda key: _footer_stats(deployment, key, time_column), keys)
             stats.update(zip((f.uri for f in unrecorded), footers, strict=True))
-    return [DataFile(f.uri, f.partition_date, size=stats[f.uri].content_length, rows=stats[f.uri].row_count,
-                     min_event_time=stats[f.uri].min_event_time, max_event_time=stats[f.uri].max_event_time)
-            for f in files]
+    return [
+        DataFile(
+            f.uri,
+            f.partition_date,
+            size=stats[f.uri].content_length,
+            rows=stats[f.uri].row_count,
+            min_event_time=stats[f.uri].min_event_time,
+            max_event_time=stats[f.uri].max_event_time,
+        )
+        for f in files
+    ]
 
 
 def _kind(uri: str) -> str:
@@ -115,34 +123,45 @@ class TableInspect:
         self.deployment = deployment
         self.record = record
 
-    def _views(self, as_of_version: int | str | None, as_of: dt.datetime | str | None,
-               dates: Any) -> list[PartitionView]:
+    def _views(
+        self, as_of_version: int | str | None, as_of: dt.datetime | str | None, dates: Any
+    ) -> list[PartitionView]:
         return self.deployment.catalog.version_reads.reader_snapshot(
-            self.record.id, as_of_version=version_number(self.deployment, self.record, as_of_version),
+            self.record.id,
+            as_of_version=version_number(self.deployment, self.record, as_of_version),
             as_of=parse_as_of(as_of) if as_of is not None else None,
-            table_name=self.record.qualified_name, dates=parse_dates(dates))
+            table_name=self.record.qualified_name,
+            dates=parse_dates(dates),
+        )
 
-    def files(self, as_of_version: int | str | None = None, as_of: dt.datetime | str | None = None,
-              dates: Any = None) -> pa.Table:
+    def files(
+        self, as_of_version: int | str | None = None, as_of: dt.datetime | str | None = None, dates: Any = None
+    ) -> pa.Table:
         """One row per data file of the table version: file_path (URI), dt, kind (live, delayed, merged,
         derived), file_size_in_bytes, record_count, min_event_time, max_event_time. A keyed table's partition
         waiting for its merge may hold several rows of a key: record_count counts rows in files."""
         import pyarrow as pa
 
-        files = with_stats(self.deployment, self.record,
-                           partition_files(self.deployment, self.record, self._views(as_of_version, as_of, dates)))
-        return pa.table({
-            "file_path": pa.array([f.uri for f in files], pa.string()),
-            "dt": pa.array([f.partition_date for f in files], pa.date32()),
-            "kind": pa.array([_kind(f.uri) for f in files], pa.string()),
-            "file_size_in_bytes": pa.array([f.size for f in files], pa.int64()),
-            "record_count": pa.array([f.rows for f in files], pa.int64()),
-            "min_event_time": pa.array([f.min_event_time for f in files], _time_type()),
-            "max_event_time": pa.array([f.max_event_time for f in files], _time_type()),
-        })
+        files = with_stats(
+            self.deployment,
+            self.record,
+            partition_files(self.deployment, self.record, self._views(as_of_version, as_of, dates)),
+        )
+        return pa.table(
+            {
+                "file_path": pa.array([f.uri for f in files], pa.string()),
+                "dt": pa.array([f.partition_date for f in files], pa.date32()),
+                "kind": pa.array([_kind(f.uri) for f in files], pa.string()),
+                "file_size_in_bytes": pa.array([f.size for f in files], pa.int64()),
+                "record_count": pa.array([f.rows for f in files], pa.int64()),
+                "min_event_time": pa.array([f.min_event_time for f in files], _time_type()),
+                "max_event_time": pa.array([f.max_event_time for f in files], _time_type()),
+            }
+        )
 
-    def partitions(self, as_of_version: int | str | None = None, as_of: dt.datetime | str | None = None,
-                   dates: Any = None) -> pa.Table:
+    def partitions(
+        self, as_of_version: int | str | None = None, as_of: dt.datetime | str | None = None, dates: Any = None
+    ) -> pa.Table:
         """One row per partition the table version shows: dt, state (the partition's state now, one of
         siltlake.catalog.PARTITION_STATES: new, live, closed, switched), version (the partition version shown;
         null: never published, its live objects shown), table_version (the one that published it), objects,
@@ -158,17 +177,19 @@ class TableInspect:
         days = [view.partition_date for view in views]
         lows = [[f.min_event_time for f in by_date.get(day, []) if f.min_event_time is not None] for day in days]
         highs = [[f.max_event_time for f in by_date.get(day, []) if f.max_event_time is not None] for day in days]
-        return pa.table({
-            "dt": pa.array(days, pa.date32()),
-            "state": pa.array([states[day] for day in days], pa.string()),
-            "version": pa.array([view.version for view in views], pa.int64()),
-            "table_version": pa.array([view.table_version for view in views], pa.int64()),
-            "objects": pa.array([len(by_date.get(day, [])) for day in days], pa.int64()),
-            "rows": pa.array([sum(f.rows or 0 for f in by_date.get(day, [])) for day in days], pa.int64()),
-            "bytes": pa.array([sum(f.size or 0 for f in by_date.get(day, [])) for day in days], pa.int64()),
-            "min_event_time": pa.array([min(times) if times else None for times in lows], _time_type()),
-            "max_event_time": pa.array([max(times) if times else None for times in highs], _time_type()),
-        })
+        return pa.table(
+            {
+                "dt": pa.array(days, pa.date32()),
+                "state": pa.array([states[day] for day in days], pa.string()),
+                "version": pa.array([view.version for view in views], pa.int64()),
+                "table_version": pa.array([view.table_version for view in views], pa.int64()),
+                "objects": pa.array([len(by_date.get(day, [])) for day in days], pa.int64()),
+                "rows": pa.array([sum(f.rows or 0 for f in by_date.get(day, [])) for day in days], pa.int64()),
+                "bytes": pa.array([sum(f.size or 0 for f in by_date.get(day, [])) for day in days], pa.int64()),
+                "min_event_time": pa.array([min(times) if times else None for times in lows], _time_type()),
+                "max_event_time": pa.array([max(times) if times else None for times in highs], _time_type()),
+            }
+        )
 
     def history(self) -> pa.Table:
         """Every retained partition version, then the table versions that changed the definition: as
@@ -176,16 +197,18 @@ class TableInspect:
         import pyarrow as pa
 
         rows = _history(self.deployment, self.record)
-        return pa.table({
-            "dt": pa.array([dt.date.fromisoformat(r["date"]) if r["date"] else None for r in rows], pa.date32()),
-            "version": pa.array([r["version"] for r in rows], pa.int64()),
-            "table_version": pa.array([r["table_version"] for r in rows], pa.int64()),
-            "op": pa.array([r["op"] for r in rows], pa.string()),
-            "shows": pa.array([r["shows"] for r in rows], pa.string()),
-            "created_at": pa.array([r["created_at"] for r in rows], _time_type()),
-            "rows": pa.array([r["rows"] for r in rows], pa.int64()),
-            "bytes": pa.array([r["bytes"] for r in rows], pa.int64()),
-        })
+        return pa.table(
+            {
+                "dt": pa.array([dt.date.fromisoformat(r["date"]) if r["date"] else None for r in rows], pa.date32()),
+                "version": pa.array([r["version"] for r in rows], pa.int64()),
+                "table_version": pa.array([r["table_version"] for r in rows], pa.int64()),
+                "op": pa.array([r["op"] for r in rows], pa.string()),
+                "shows": pa.array([r["shows"] for r in rows], pa.string()),
+                "created_at": pa.array([r["created_at"] for r in rows], _time_type()),
+                "rows": pa.array([r["rows"] for r in rows], pa.int64()),
+                "bytes": pa.array([r["bytes"] for r in rows], pa.int64()),
+            }
+        )
 
     def versions(self) -> pa.Table:
         """One row per retained table version, oldest first (PyIceberg's snapshots): table_version,
@@ -205,8 +228,9 @@ class TableInspect:
             commit["ops"].add(v.commit_op)
             commit["changed"][v.partition_id] = v
         for change in catalog.tables.changes(self.record.id):
-            commit = commits.setdefault(change.table_version, {"created_at": change.created_at, "ops": set(),
-                                                               "changed": {}})
+            commit = commits.setdefault(
+                change.table_version, {"created_at": change.created_at, "ops": set(), "changed": {}}
+            )
             commit["ops"].add(change.op)
         shown: dict[int, tuple[int, int]] = {}  # partition id: (rows, bytes) of its newest version so far
         out: list[dict] = []
@@ -214,19 +238,28 @@ class TableInspect:
             commit = commits[number]
             shown.update({pid: (v.row_count, v.byte_count) for pid, v in commit["changed"].items()})
             readable = number >= oldest or number in tagged
-            out.append({"table_version": number, "created_at": commit["created_at"],
-                        "operations": sorted(commit["ops"]), "dates": sorted(dates[p] for p in commit["changed"]),
-                        "readable": readable, "rows": sum(r for r, _ in shown.values()) if readable else None,
-                        "bytes": sum(b for _, b in shown.values()) if readable else None})
-        return pa.table({
-            "table_version": pa.array([r["table_version"] for r in out], pa.int64()),
-            "created_at": pa.array([r["created_at"] for r in out], _time_type()),
-            "operations": pa.array([r["operations"] for r in out], pa.list_(pa.string())),
-            "dates": pa.array([r["dates"] for r in out], pa.list_(pa.date32())),
-            "readable": pa.array([r["readable"] for r in out], pa.bool_()),
-            "rows": pa.array([r["rows"] for r in out], pa.int64()),
-            "bytes": pa.array([r["bytes"] for r in out], pa.int64()),
-        })
+            out.append(
+                {
+                    "table_version": number,
+                    "created_at": commit["created_at"],
+                    "operations": sorted(commit["ops"]),
+                    "dates": sorted(dates[p] for p in commit["changed"]),
+                    "readable": readable,
+                    "rows": sum(r for r, _ in shown.values()) if readable else None,
+                    "bytes": sum(b for _, b in shown.values()) if readable else None,
+                }
+            )
+        return pa.table(
+            {
+                "table_version": pa.array([r["table_version"] for r in out], pa.int64()),
+                "created_at": pa.array([r["created_at"] for r in out], _time_type()),
+                "operations": pa.array([r["operations"] for r in out], pa.list_(pa.string())),
+                "dates": pa.array([r["dates"] for r in out], pa.list_(pa.date32())),
+                "readable": pa.array([r["readable"] for r in out], pa.bool_()),
+                "rows": pa.array([r["rows"] for r in out], pa.int64()),
+                "bytes": pa.array([r["bytes"] for r in out], pa.int64()),
+            }
+        )
 
     def merge_jobs(self, now: dt.datetime | None = None) -> pa.Table:
         """The table's jobs in the merge queue, by id: job_id, dt, state (scheduled, due, running, stale,
@@ -238,17 +271,20 @@ class TableInspect:
         from siltlake.hosts import local_host
 
         jobs = self.deployment.catalog.merge_queue.of_table(
-            self.record.id, now or utcnow(), self.deployment.config.merge.job_timeout, local_host())
-        return pa.table({
-            "job_id": pa.array([j["job_id"] for j in jobs], pa.int64()),
-            "dt": pa.array([j["date"] for j in jobs], pa.date32()),
-            "state": pa.array([j["state"] for j in jobs], pa.string()),
-            "schedule_time": pa.array([j["schedule_time"] for j in jobs], _time_type()),
-            "heartbeat_time": pa.array([j["heartbeat_time"] for j in jobs], _time_type()),
-            "attempts": pa.array([j["attempts"] for j in jobs], pa.int64()),
-            "owner": pa.array([j["owner"] for j in jobs], pa.string()),
-            "last_error": pa.array([j["last_error"] for j in jobs], pa.string()),
-        })
+            self.record.id, now or utcnow(), self.deployment.config.merge.job_timeout, local_host()
+        )
+        return pa.table(
+            {
+                "job_id": pa.array([j["job_id"] for j in jobs], pa.int64()),
+                "dt": pa.array([j["date"] for j in jobs], pa.date32()),
+                "state": pa.array([j["state"] for j in jobs], pa.string()),
+                "schedule_time": pa.array([j["schedule_time"] for j in jobs], _time_type()),
+                "heartbeat_time": pa.array([j["heartbeat_time"] for j in jobs], _time_type()),
+                "attempts": pa.array([j["attempts"] for j in jobs], pa.int64()),
+                "owner": pa.array([j["owner"] for j in jobs], pa.string()),
+                "last_error": pa.array([j["last_error"] for j in jobs], pa.string()),
+            }
+        )
 
 
 def history_rows(deployment: Deployment, record: TableRecord, date: dt.date | None = None) -> list[dict]:
@@ -256,8 +292,10 @@ def history_rows(deployment: Deployment, record: TableRecord, date: dt.date | No
     per partition: date, version (the partition's), table_version, op, shows, created_at (UTC, to the second),
     rows, bytes; then, for the whole table, the versions that changed its definition (`set`: date, version,
     rows and bytes None)."""
-    return [{**row, "created_at": row["created_at"].isoformat(sep=" ", timespec="seconds")}
-            for row in _history(deployment, record, date)]
+    return [
+        {**row, "created_at": row["created_at"].isoformat(sep=" ", timespec="seconds")}
+        for row in _history(deployment, record, date)
+    ]
 
 
 def _history(deployment: Deployment, record: TableRecord, date: dt.date | None = None) -> list[dict]:
@@ -269,10 +307,32 @@ def _history(deployment: Deployment, record: TableRecord, date: dt.date | None =
         if not partitions:
             raise NoSuchPartition(f"{record.qualified_name} has no partition {date.isoformat()}")
     dates = {p.id: p.partition_date.isoformat() for p in partitions}
-    return [{"date": dates[v.partition_id], "version": v.version, "op": v.commit_op, "shows": v.shows(),
-             "created_at": v.created_at, "rows": v.row_count,
-             "bytes": v.byte_count, "table_version": v.table_version}
-            for v in catalog.versions.of_partitions(list(dates))] + ([] if date is not None else [
-        {"date": None, "version": None, "op": change.op, "shows": change.detail,
-         "created_at": change.created_at, "rows": None, "bytes": None,
-         "table_version": change.table_version} for change in catalog.tables.changes(record.id)])
+    return [
+        {
+            "date": dates[v.partition_id],
+            "version": v.version,
+            "op": v.commit_op,
+            "shows": v.shows(),
+            "created_at": v.created_at,
+            "rows": v.row_count,
+            "bytes": v.byte_count,
+            "table_version": v.table_version,
+        }
+        for v in catalog.versions.of_partitions(list(dates))
+    ] + (
+        []
+        if date is not None
+        else [
+            {
+                "date": None,
+                "version": None,
+                "op": change.op,
+                "shows": change.detail,
+                "created_at": change.created_at,
+                "rows": None,
+                "bytes": None,
+                "table_version": change.table_version,
+            }
+            for change in catalog.tables.changes(record.id)
+        ]
+    )

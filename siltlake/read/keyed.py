@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
     from siltlake.storage.filesystem import Storage
 
+
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """The object's rows as `schema`'s columns (dt left out): a column added after the object was written reads
     as null, a widened one as its new type; an upsert's delete-marker column is kept (last)."""
@@ -35,8 +36,13 @@ def dirty_dates(files: Sequence[tuple[dt.date, str]]) -> set[dt.date]:
     return {date for date, names in by_date.items() if needs_merge_on_read(names)}
 
 
-def read_partitions(lake: Storage, partitions: Sequence[tuple[dt.date, Sequence[str]]], schema: pa.Schema,
-                    primary_key: Sequence[str], sequence_column: str) -> list[pa.Table]:
+def read_partitions(
+    lake: Storage,
+    partitions: Sequence[tuple[dt.date, Sequence[str]]],
+    schema: pa.Schema,
+    primary_key: Sequence[str],
+    sequence_column: str,
+) -> list[pa.Table]:
     """What readers see of each partition (date, its object keys in commit order), with the dt column: the
     objects read as `schema` by pyarrow's scanner (its threads; the table keeps the objects' order, rows in
     file order), then one row per key."""
@@ -50,8 +56,11 @@ def read_partitions(lake: Storage, partitions: Sequence[tuple[dt.date, Sequence[
     out = []
     for date, keys in partitions:
         rows = ds.FileSystemDataset.from_paths(
-            [lake.path(key) for key in keys], schema=read_schema, format=ds.ParquetFileFormat(),
-            filesystem=lake.filesystem).to_table()
+            [lake.path(key) for key in keys],
+            schema=read_schema,
+            format=ds.ParquetFileFormat(),
+            filesystem=lake.filesystem,
+        ).to_table()
         if rows.column(DELETE_MARKER).null_count == rows.num_rows:
             rows = rows.drop_columns([DELETE_MARKER])
         rows = latest_rows(rows, primary_key, sequence_column)

@@ -51,8 +51,7 @@ class TableMetadata:
         return bool(self.primary_key)
 
 
-def table_metadata(record: TableRecord, version: int, settings_from: Mapping[str, str] | None = None
-                   ) -> TableMetadata:
+def table_metadata(record: TableRecord, version: int, settings_from: Mapping[str, str] | None = None) -> TableMetadata:
     definition = record.definition
     if definition.time_column:
         partitioning = f"daily: dt is the day of {definition.time_column} in {definition.timezone}"
@@ -61,11 +60,18 @@ def table_metadata(record: TableRecord, version: int, settings_from: Mapping[str
     created = record.create_time
     created = created.replace(tzinfo=dt.UTC) if created.tzinfo is None else created.astimezone(dt.UTC)
     return TableMetadata(
-        name=record.qualified_name, id=record.id, version=version, created_at=created,
+        name=record.qualified_name,
+        id=record.id,
+        version=version,
+        created_at=created,
         columns=tuple(ColumnSpec(c.name, c.type, c.nullable, c.source_field) for c in definition.columns),
-        partition_column="dt", partitioning=partitioning, primary_key=tuple(definition.primary_key),
-        kind=definition.kind, physical_name=f"{record.physical_schema_name}.{record.physical_table_name}",
-        settings_from=MappingProxyType(dict(settings_from or {})))
+        partition_column="dt",
+        partitioning=partitioning,
+        primary_key=tuple(definition.primary_key),
+        kind=definition.kind,
+        physical_name=f"{record.physical_schema_name}.{record.physical_table_name}",
+        settings_from=MappingProxyType(dict(settings_from or {})),
+    )
 
 
 def table_properties(record: TableRecord) -> dict[str, Any]:

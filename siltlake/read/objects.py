@@ -39,8 +39,9 @@ class _ReadObjects:
     for a keyed table (primary_key given), each (keys, dt) row's partition objects in commit order, merged on
     read to one row per key (siltlake.read.keyed)."""
 
-    def __init__(self, lake: Storage, schema: pa.Schema, primary_key: Sequence[str] = (),
-                 sequence_column: str = "") -> None:
+    def __init__(
+        self, lake: Storage, schema: pa.Schema, primary_key: Sequence[str] = (), sequence_column: str = ""
+    ) -> None:
         self.lake = lake
         self.schema = schema
         self.primary_key = tuple(primary_key)
@@ -56,21 +57,24 @@ class _ReadObjects:
             days = batch.column("day").to_pylist() if "day" in batch.schema.names else [None] * batch.num_rows
             if self.primary_key:
                 partitions = list(zip(days, batch.column("keys").to_pylist(), strict=True))
-                for table in read_partitions(self.lake, partitions, self.schema, self.primary_key,
-                                             self.sequence_column):
+                for table in read_partitions(
+                    self.lake, partitions, self.schema, self.primary_key, self.sequence_column
+                ):
                     yield from table.to_batches()
                 continue
             for key, day in zip(batch.column("key").to_pylist(), days, strict=True):
                 with self.lake.open_input_file(key) as handle:
                     table = conform(pq.read_table(handle), self.schema)
                 if "dt" in self.schema.names:
-                    table = table.append_column(self.schema.field("dt"),
-                                                pa.repeat(pa.scalar(day, self.schema.field("dt").type), table.num_rows))
+                    table = table.append_column(
+                        self.schema.field("dt"), pa.repeat(pa.scalar(day, self.schema.field("dt").type), table.num_rows)
+                    )
                 yield from table.to_batches()
 
 
-def arrow_objects_frame(spark: SparkSession, lake: Storage, schema: StructType,
-                        objects: list[tuple[str, dt.date]]) -> DataFrame:
+def arrow_objects_frame(
+    spark: SparkSession, lake: Storage, schema: StructType, objects: list[tuple[str, dt.date]]
+) -> DataFrame:
     """A DataFrame of the objects (URI, partition date), each read by pyarrow in a Spark task."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -80,17 +84,23 @@ def arrow_objects_frame(spark: SparkSession, lake: Storage, schema: StructType,
     return keys.mapInArrow(_ReadObjects(lake, arrow_schema), schema)
 
 
-def arrow_partitions_frame(spark: SparkSession, lake: Storage, schema: StructType,
-                           partitions: list[tuple[dt.date, list[str]]], primary_key: Sequence[str],
-                           sequence_column: str) -> DataFrame:
+def arrow_partitions_frame(
+    spark: SparkSession,
+    lake: Storage,
+    schema: StructType,
+    partitions: list[tuple[dt.date, list[str]]],
+    primary_key: Sequence[str],
+    sequence_column: str,
+) -> DataFrame:
     """A DataFrame of a keyed table's partitions (date, object URIs in commit order) that need a merge on read:
     one Spark task per partition reads its objects with pyarrow and keeps one row per key."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
     rows = [([data_file_key(lake, uri) for uri in uris], day) for day, uris in partitions]
     keys = _tasks_frame(spark, rows, "keys array<string>, day date", max(1, len(rows)))
-    return keys.mapInArrow(_ReadObjects(lake, to_arrow_schema(schema, timezone="UTC"), primary_key, sequence_column),
-                           schema)
+    return keys.mapInArrow(
+        _ReadObjects(lake, to_arrow_schema(schema, timezone="UTC"), primary_key, sequence_column), schema
+    )
 
 
 def parquet_frame(spark: SparkSession, lake: Storage, keys: list[str]) -> DataFrame:

@@ -78,18 +78,21 @@ def time_travel(node: exp.Table, qualified: str) -> tuple[str, object] | None:
     text = clause.sql(dialect="spark")
     value = clause.expression
     if clause.args.get("kind") != "AS OF" or kind not in ("VERSION", "TIMESTAMP"):
-        raise SiltError(f"{qualified}: {text!r} is not supported; write VERSION AS OF <n> or "
-                        "TIMESTAMP AS OF '<time>'")
+        raise SiltError(f"{qualified}: {text!r} is not supported; write VERSION AS OF <n> or TIMESTAMP AS OF '<time>'")
     if kind == "VERSION":
         if isinstance(value, exp.Literal) and value.is_string:
             return "tag", value.this  # a tag's name: resolve_tag makes it its version
         if not (isinstance(value, exp.Literal) and value.this.isdigit()):
-            raise SiltError(f"{qualified}: {text!r}: VERSION AS OF takes a table version number or a quoted tag, "
-                            "such as VERSION AS OF 3 or VERSION AS OF 'audit' (`silt history` lists them)")
+            raise SiltError(
+                f"{qualified}: {text!r}: VERSION AS OF takes a table version number or a quoted tag, "
+                "such as VERSION AS OF 3 or VERSION AS OF 'audit' (`silt history` lists them)"
+            )
         return "version", int(value.this)
     if not (isinstance(value, exp.Literal) and value.is_string):
-        raise SiltError(f"{qualified}: {text!r}: TIMESTAMP AS OF takes a quoted time, such as "
-                        "TIMESTAMP AS OF '2026-11-20 10:00:00' (UTC unless it has an offset)")
+        raise SiltError(
+            f"{qualified}: {text!r}: TIMESTAMP AS OF takes a quoted time, such as "
+            "TIMESTAMP AS OF '2026-11-20 10:00:00' (UTC unless it has an offset)"
+        )
     return "time", parse_as_of(value.this)
 
 
@@ -103,8 +106,10 @@ def check_alias(node: exp.Table, qualified: str) -> None:
         return
     odd = [part for part in (alias.this, *alias.columns) if part is not None and not isinstance(part, exp.Identifier)]
     if odd:
-        raise SiltError(f"{qualified}: {odd[0].sql()!r} after the table is not an alias siltlake's rewrite can carry; "
-                        "to read an earlier state write VERSION AS OF <n> or TIMESTAMP AS OF '<time>'")
+        raise SiltError(
+            f"{qualified}: {odd[0].sql()!r} after the table is not an alias siltlake's rewrite can carry; "
+            "to read an earlier state write VERSION AS OF <n> or TIMESTAMP AS OF '<time>'"
+        )
 
 
 def parse_query(query: str) -> exp.Query:
@@ -149,8 +154,13 @@ def checked_query(query: str, user: str = "silt sql") -> exp.Query:
     return tree
 
 
-def plan_query(query: str | exp.Query, deployment: Deployment, *,
-               reads: Mapping[str, Mapping[str, Any]] | None = None, user: str = "silt sql") -> QueryPlan:
+def plan_query(
+    query: str | exp.Query,
+    deployment: Deployment,
+    *,
+    reads: Mapping[str, Mapping[str, Any]] | None = None,
+    user: str = "silt sql",
+) -> QueryPlan:
     """Parse and check the query (or take checked_query's tree, which this changes) and pin what it reads (see
     the module's docstring). `reads` gives, per schema.table, how a reference without its own pin reads it
     (as_of_version, dates)."""
@@ -160,28 +170,37 @@ def plan_query(query: str | exp.Query, deployment: Deployment, *,
     cte_names = {cte.alias_or_name for cte in tree.find_all(exp.CTE)}
     own = sorted(name for name in cte_names if name.lower().startswith(VIEW_PREFIX))
     if own:
-        raise SiltError(f"{own[0]}: names beginning {VIEW_PREFIX} are siltlake's own (the views a query reads its "
-                        "tables through); name the WITH query otherwise")
+        raise SiltError(
+            f"{own[0]}: names beginning {VIEW_PREFIX} are siltlake's own (the views a query reads its "
+            "tables through); name the WITH query otherwise"
+        )
     planned: dict[str, Read] = {}
     uses: dict[str, list[exp.Table]] = {}
     records: dict[str, TableRecord] = {}
     for node in list(tree.find_all(exp.Table)):
         qualified = f"{node.db}.{node.name}" if node.db else node.name
         if node.catalog:
-            raise SiltError(f"{node.catalog}.{qualified}: siltlake tables are named schema.table, without a catalog "
-                            f"part; write {qualified}")
-        unsupported = sorted(key for key, value in node.args.items()
-                             if value not in (None, [], False) and key not in _KEPT_TABLE_PARTS)
+            raise SiltError(
+                f"{node.catalog}.{qualified}: siltlake tables are named schema.table, without a catalog "
+                f"part; write {qualified}"
+            )
+        unsupported = sorted(
+            key for key, value in node.args.items() if value not in (None, [], False) and key not in _KEPT_TABLE_PARTS
+        )
         check_alias(node, qualified)
         if unsupported and (node.db or node.name in cte_names):
-            raise SiltError(f"{qualified}: the query's {', '.join(unsupported)} clause on a table cannot be "
-                            "honoured by siltlake's rewrite; leave it out")
+            raise SiltError(
+                f"{qualified}: the query's {', '.join(unsupported)} clause on a table cannot be "
+                "honoured by siltlake's rewrite; leave it out"
+            )
         if not node.db:
             if node.name and node.name not in cte_names:
                 raise SiltError(f"table {node.name!r} needs its schema: write schema.table")
             if node.args.get("version") is not None:
-                raise SiltError(f"{node.name}: VERSION/TIMESTAMP AS OF applies to siltlake tables (schema.table), "
-                                "not to a query's own names")
+                raise SiltError(
+                    f"{node.name}: VERSION/TIMESTAMP AS OF applies to siltlake tables (schema.table), "
+                    "not to a query's own names"
+                )
             continue
         pin = time_travel(node, qualified)
         if qualified not in records:
@@ -194,11 +213,11 @@ def plan_query(query: str | exp.Query, deployment: Deployment, *,
             try:
                 pin = "version", deployment.catalog.tags.version_of(record.id, str(pin[1]), qualified)
             except NotFoundError as exc:
-                raise SiltError(f"{exc} (VERSION AS OF takes a table version number or a quoted tag's name)"
-                                ) from None
+                raise SiltError(f"{exc} (VERSION AS OF takes a table version number or a quoted tag's name)") from None
         view = view_name(node.db, node.name, pin)
-        options: dict[str, Any] = ({} if pin is None else {"as_of_version": pin[1]} if pin[0] == "version"
-                                   else {"as_of": pin[1]})
+        options: dict[str, Any] = (
+            {} if pin is None else {"as_of_version": pin[1]} if pin[0] == "version" else {"as_of": pin[1]}
+        )
         if pin is None and reads is not None and reads.get(qualified):
             options = dict(reads[qualified])
             # A view of its own: another query of the session may read the table unpinned meanwhile.
@@ -219,12 +238,17 @@ def plan_query(query: str | exp.Query, deployment: Deployment, *,
         # A table read once, by a SELECT whose WHERE bounds dt: only those days are planned.
         days = date_bounds(uses[view][0]) if len(uses[view]) == 1 else None
         read.partitions = deployment.catalog.version_reads.reader_snapshot(
-            read.record.id, as_of_version=options.get("as_of_version"),
-            as_of=to_naive_utc(as_of) if as_of is not None else None, table_name=read.record.qualified_name,
-            dates=options.get("dates"), date_filter=days)
+            read.record.id,
+            as_of_version=options.get("as_of_version"),
+            as_of=to_naive_utc(as_of) if as_of is not None else None,
+            table_name=read.record.qualified_name,
+            dates=options.get("dates"),
+            date_filter=days,
+        )
         # A pinned read shows the version's columns and types, as it was (docs/design.md "What time travel shows").
         read.record = deployment.catalog.tables.definition_at(
-            read.record, options.get("as_of_version"), to_naive_utc(as_of) if as_of is not None else None)
+            read.record, options.get("as_of_version"), to_naive_utc(as_of) if as_of is not None else None
+        )
     return QueryPlan(tree, planned)
 
 
@@ -258,8 +282,13 @@ def date_test(condition: exp.Expr, names: set[str]) -> Callable[[dt.date], bool]
     from sqlglot import exp
 
     def is_dt(value: exp.Expression) -> bool:
-        return (isinstance(value, exp.Column) and value.name.lower() == "dt" and isinstance(value.this, exp.Identifier)
-                and (not value.table or value.table.lower() in names) and not value.args.get("db"))
+        return (
+            isinstance(value, exp.Column)
+            and value.name.lower() == "dt"
+            and isinstance(value.this, exp.Identifier)
+            and (not value.table or value.table.lower() in names)
+            and not value.args.get("db")
+        )
 
     def day(value: exp.Expression) -> dt.date | None:
         if isinstance(value, exp.Cast) and value.to.is_type("date"):
@@ -272,10 +301,21 @@ def date_test(condition: exp.Expr, names: set[str]) -> Callable[[dt.date], bool]
         return None
 
     compare: dict[type[exp.Expr], Callable[[dt.date, dt.date], bool]] = {
-        exp.EQ: lambda a, b: a == b, exp.NEQ: lambda a, b: a != b, exp.LT: lambda a, b: a < b,
-        exp.LTE: lambda a, b: a <= b, exp.GT: lambda a, b: a > b, exp.GTE: lambda a, b: a >= b}
+        exp.EQ: lambda a, b: a == b,
+        exp.NEQ: lambda a, b: a != b,
+        exp.LT: lambda a, b: a < b,
+        exp.LTE: lambda a, b: a <= b,
+        exp.GT: lambda a, b: a > b,
+        exp.GTE: lambda a, b: a >= b,
+    }
     mirrored: dict[type[exp.Expr], type[exp.Expr]] = {
-        exp.LT: exp.GT, exp.LTE: exp.GTE, exp.GT: exp.LT, exp.GTE: exp.LTE, exp.EQ: exp.EQ, exp.NEQ: exp.NEQ}
+        exp.LT: exp.GT,
+        exp.LTE: exp.GTE,
+        exp.GT: exp.LT,
+        exp.GTE: exp.LTE,
+        exp.EQ: exp.EQ,
+        exp.NEQ: exp.NEQ,
+    }
     kind: type[exp.Expr] = type(condition)
     if kind in compare:
         left, right = condition.this, condition.expression

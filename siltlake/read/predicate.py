@@ -18,8 +18,10 @@ if TYPE_CHECKING:
 
 __all__ = ["Predicate", "predicate_of"]
 
-SUPPORTED = ("comparisons, AND, OR, NOT, IN, BETWEEN, IS [NOT] NULL, [I]LIKE, + - *, lower, upper, length, abs, "
-             "coalesce, DATE '...' and TIMESTAMP '...'")
+SUPPORTED = (
+    "comparisons, AND, OR, NOT, IN, BETWEEN, IS [NOT] NULL, [I]LIKE, + - *, lower, upper, length, abs, "
+    "coalesce, DATE '...' and TIMESTAMP '...'"
+)
 _NO_FIELD = re.compile(r"No match for FieldRef\.Name\((.*?)\)")
 
 
@@ -50,8 +52,10 @@ def predicate_of(value: Any, table: str, schema: pa.Schema, stored_names: Mappin
     if isinstance(value, str):
         return _from_sql(value, table, schema, stored_names)
     if not isinstance(value, pc.Expression):
-        raise SiltError(f"cannot filter {table} by a {type(value).__name__}: give SQL text such as "
-                        "\"action = 'login' AND dt >= '2026-11-20'\" or a pyarrow.compute expression")
+        raise SiltError(
+            f"cannot filter {table} by a {type(value).__name__}: give SQL text such as "
+            "\"action = 'login' AND dt >= '2026-11-20'\" or a pyarrow.compute expression"
+        )
     from siltlake.read.renamed import by_position
 
     text = str(value)
@@ -75,11 +79,14 @@ def check(expression: Any, text: str, table: str, schema: pa.Schema) -> None:
 
 
 def no_column(table: str, text: str, name: str, columns: list[str]) -> SiltError:
-    return SiltError(f"cannot filter {table} by {text!r}: no column {name}{did_you_mean(name, columns)}; its columns "
-                     f"are {', '.join(columns)}")
+    return SiltError(
+        f"cannot filter {table} by {text!r}: no column {name}{did_you_mean(name, columns)}; its columns "
+        f"are {', '.join(columns)}"
+    )
 
 
 # --- SQL text ----------------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class _Term:
@@ -99,8 +106,10 @@ def _from_sql(text: str, table: str, schema: pa.Schema, stored_names: Mapping[st
     except sqlglot.errors.SqlglotError as exc:
         raise SiltError(f"cannot filter {table} by {text!r}: {str(exc).splitlines()[0]}") from None
     if len(parsed) != 1 or parsed[0] is None or isinstance(parsed[0], (exp.Query, exp.Command, exp.DDL, exp.DML)):
-        raise SiltError(f"cannot filter {table} by {text!r}: give one boolean condition, such as "
-                        "\"action = 'login' AND dt >= '2026-11-20'\"")
+        raise SiltError(
+            f"cannot filter {table} by {text!r}: give one boolean condition, such as "
+            "\"action = 'login' AND dt >= '2026-11-20'\""
+        )
     tree = parsed[0]
     if not _COMPARISONS:
         _tables()
@@ -119,8 +128,10 @@ class _Walk:
         self.by_lower = {name.lower(): name for name in schema.names}
 
     def refuse(self, node: exp.Expr) -> SiltError:
-        return SiltError(f"cannot filter {self.table} by {self.text!r}: {node.sql(dialect='spark')} is not "
-                         f"supported in a filter ({SUPPORTED}); give a pyarrow.compute expression for more")
+        return SiltError(
+            f"cannot filter {self.table} by {self.text!r}: {node.sql(dialect='spark')} is not "
+            f"supported in a filter ({SUPPORTED}); give a pyarrow.compute expression for more"
+        )
 
     def term(self, node: exp.Expr) -> _Term:  # one branch per node kind
         import pyarrow as pa
@@ -141,8 +152,9 @@ class _Walk:
         if type(node) in _COMPARISONS:
             function, operator = _COMPARISONS[type(node)]
             left, right = self.pair(self.term(node.this), self.term(node.expression))
-            return _Term(getattr(pc, function)(left.arrow, right.arrow), f"({left.duckdb} {operator} {right.duckdb})",
-                         pa.bool_())
+            return _Term(
+                getattr(pc, function)(left.arrow, right.arrow), f"({left.duckdb} {operator} {right.duckdb})", pa.bool_()
+            )
         if isinstance(node, exp.Is) and isinstance(node.expression, exp.Null):
             inner = self.term(node.this)
             return _Term(pc.is_null(inner.arrow), f"({inner.duckdb} IS NULL)", pa.bool_())
@@ -154,9 +166,11 @@ class _Walk:
             try:
                 listed = pa.array([value.value for value in values], subject.type)
             except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
-                raise SiltError(f"cannot filter {self.table} by {self.text!r}: the values of "
-                                f"{node.sql(dialect='spark')} are not all of {subject.duckdb}'s type "
-                                f"{subject.type}") from None
+                raise SiltError(
+                    f"cannot filter {self.table} by {self.text!r}: the values of "
+                    f"{node.sql(dialect='spark')} are not all of {subject.duckdb}'s type "
+                    f"{subject.type}"
+                ) from None
             arrow = pc.is_in(subject.arrow, listed)
             return _Term(arrow, f"({subject.duckdb} IN ({', '.join(value.duckdb for value in values)}))", pa.bool_())
         if isinstance(node, exp.Between):
@@ -165,18 +179,28 @@ class _Walk:
             _, high = self.pair(subject, self.term(node.args["high"]))
             arrow = pc.and_kleene(pc.greater_equal(subject.arrow, low.arrow), pc.less_equal(subject.arrow, high.arrow))
             return _Term(arrow, f"({subject.duckdb} BETWEEN {low.duckdb} AND {high.duckdb})", pa.bool_())
-        if isinstance(node, (exp.Like, exp.ILike)) and isinstance(node.expression, exp.Literal) and \
-                node.expression.is_string and not node.args.get("escape"):
+        if (
+            isinstance(node, (exp.Like, exp.ILike))
+            and isinstance(node.expression, exp.Literal)
+            and node.expression.is_string
+            and not node.args.get("escape")
+        ):
             subject = self.term(node.this)
             pattern = node.expression.this
             ignore_case = isinstance(node, exp.ILike)
-            return _Term(pc.match_like(subject.arrow, pattern, ignore_case=ignore_case),
-                         f"({subject.duckdb} {'ILIKE' if ignore_case else 'LIKE'} {_quote(pattern)})", pa.bool_())
+            return _Term(
+                pc.match_like(subject.arrow, pattern, ignore_case=ignore_case),
+                f"({subject.duckdb} {'ILIKE' if ignore_case else 'LIKE'} {_quote(pattern)})",
+                pa.bool_(),
+            )
         if isinstance(node, (exp.Add, exp.Sub, exp.Mul)):
             left, right = self.pair(self.term(node.this), self.term(node.expression))
             function, operator = _ARITHMETIC[type(node)]
-            return _Term(getattr(pc, function)(left.arrow, right.arrow), f"({left.duckdb} {operator} {right.duckdb})",
-                         left.type or right.type)
+            return _Term(
+                getattr(pc, function)(left.arrow, right.arrow),
+                f"({left.duckdb} {operator} {right.duckdb})",
+                left.type or right.type,
+            )
         if isinstance(node, exp.Neg):
             inner = self.term(node.this)
             if inner.literal and isinstance(inner.value, (int, float)):
@@ -207,8 +231,10 @@ class _Walk:
         import pyarrow.compute as pc
 
         if node.table:
-            raise SiltError(f"cannot filter {self.table} by {self.text!r}: {node.sql(dialect='spark')} names a table; "
-                            "name the table's columns alone")
+            raise SiltError(
+                f"cannot filter {self.table} by {self.text!r}: {node.sql(dialect='spark')} names a table; "
+                "name the table's columns alone"
+            )
         name = self.by_lower.get(node.name.lower())
         if name is None:
             raise no_column(self.table, self.text, node.name, self.schema.names)
@@ -227,8 +253,9 @@ class _Walk:
         converted = _convert(value, kind)
         if converted is None:
             example = "date such as 2026-11-20" if kind == pa.date32() else "time such as 2026-11-20 10:00:00"
-            raise SiltError(f"cannot filter {self.table} by {self.text!r}: {node.sql(dialect='spark')} is not a "
-                            f"{example}")
+            raise SiltError(
+                f"cannot filter {self.table} by {self.text!r}: {node.sql(dialect='spark')} is not a {example}"
+            )
         return _Term(pc.scalar(pa.scalar(converted, kind)), _render(converted), kind, converted, True)
 
     def pair(self, left: _Term, right: _Term) -> tuple[_Term, _Term]:
@@ -259,8 +286,9 @@ class _Walk:
             terms = [self.term(node.this), *(self.term(e) for e in node.expressions)]
             kind = next((t.type for t in terms if t.type is not None), None)
             terms = [self.coerced(t, kind) if t.literal and kind is not None else t for t in terms]
-            return _Term(pc.coalesce(*(t.arrow for t in terms)),
-                         f"COALESCE({', '.join(t.duckdb for t in terms)})", kind)
+            return _Term(
+                pc.coalesce(*(t.arrow for t in terms)), f"COALESCE({', '.join(t.duckdb for t in terms)})", kind
+            )
         function, name, result = _FUNCTIONS[type(node)]
         inner = self.term(node.this)
         return _Term(getattr(pc, function)(inner.arrow), f"{name}({inner.duckdb})", result(inner.type))
@@ -284,12 +312,27 @@ _FUNCTIONS: dict[type, tuple[str, str, Callable[[Any], Any]]] = {}
 def _tables() -> None:
     from sqlglot import exp
 
-    _COMPARISONS.update({exp.EQ: ("equal", "="), exp.NEQ: ("not_equal", "<>"), exp.GT: ("greater", ">"),
-                         exp.GTE: ("greater_equal", ">="), exp.LT: ("less", "<"), exp.LTE: ("less_equal", "<=")})
-    _ARITHMETIC.update({exp.Add: ("add_checked", "+"), exp.Sub: ("subtract_checked", "-"),
-                        exp.Mul: ("multiply_checked", "*")})
-    _FUNCTIONS.update({exp.Lower: ("utf8_lower", "lower", _same), exp.Upper: ("utf8_upper", "upper", _same),
-                       exp.Length: ("utf8_length", "length", _int64), exp.Abs: ("abs_checked", "abs", _same)})
+    _COMPARISONS.update(
+        {
+            exp.EQ: ("equal", "="),
+            exp.NEQ: ("not_equal", "<>"),
+            exp.GT: ("greater", ">"),
+            exp.GTE: ("greater_equal", ">="),
+            exp.LT: ("less", "<"),
+            exp.LTE: ("less_equal", "<="),
+        }
+    )
+    _ARITHMETIC.update(
+        {exp.Add: ("add_checked", "+"), exp.Sub: ("subtract_checked", "-"), exp.Mul: ("multiply_checked", "*")}
+    )
+    _FUNCTIONS.update(
+        {
+            exp.Lower: ("utf8_lower", "lower", _same),
+            exp.Upper: ("utf8_upper", "upper", _same),
+            exp.Length: ("utf8_length", "length", _int64),
+            exp.Abs: ("abs_checked", "abs", _same),
+        }
+    )
 
 
 def _convert(value: Any, kind: pa.DataType) -> Any | None:
@@ -309,8 +352,7 @@ def _convert(value: Any, kind: pa.DataType) -> Any | None:
             return float(value)
     except ValueError:
         return None
-    return value if not isinstance(value, str) or pa.types.is_string(kind) or pa.types.is_large_string(kind) \
-        else None
+    return value if not isinstance(value, str) or pa.types.is_string(kind) or pa.types.is_large_string(kind) else None
 
 
 def _render(value: Any) -> str:
@@ -334,4 +376,3 @@ def _quote(text: str) -> str:
 
 def _ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
-

@@ -67,8 +67,9 @@ class RenamedDataset:
         condition = self._both(filter)
         stored = None if condition is None else by_position(condition, self.parts.schema)
         if condition is None or stored is not None:
-            return ds.Scanner.from_dataset(self.parts.plain, columns=self.parts.renaming(columns), filter=stored,
-                                           **options)
+            return ds.Scanner.from_dataset(
+                self.parts.plain, columns=self.parts.renaming(columns), filter=stored, **options
+            )
         # A filter Substrait cannot carry applies to the renamed stream.
         renamed = ds.Scanner.from_dataset(self.parts.plain, columns=self.parts.renaming(), **options).to_reader()
         return ds.Scanner.from_batches(renamed, filter=condition, columns=None if columns is None else list(columns))
@@ -81,23 +82,24 @@ class RenamedDataset:
             merged = merged.filter(condition)
         return merged if columns is None else merged.select(list(columns))
 
-    def to_batches(self, columns: Sequence[str] | None = None, filter: Any = None,
-                   **options: Any) -> Iterator[pa.RecordBatch]:
+    def to_batches(
+        self, columns: Sequence[str] | None = None, filter: Any = None, **options: Any
+    ) -> Iterator[pa.RecordBatch]:
         scanner = self.scanner(columns, filter, **options)
         yield from scanner.to_batches()
         merged = self._merged(columns, filter)
         if merged is not None:
             yield from (batch.cast(scanner.projected_schema) for batch in merged.to_batches())
 
-    def to_reader(self, columns: Sequence[str] | None = None, filter: Any = None,
-                  **options: Any) -> pa.RecordBatchReader:
+    def to_reader(
+        self, columns: Sequence[str] | None = None, filter: Any = None, **options: Any
+    ) -> pa.RecordBatchReader:
         import pyarrow as pa
 
         schema = self.scanner(columns, filter, **options).projected_schema
         return pa.RecordBatchReader.from_batches(schema, self.to_batches(columns, filter, **options))
 
-    def to_table(self, columns: Sequence[str] | None = None, filter: Any = None,
-                 **options: Any) -> pa.Table:
+    def to_table(self, columns: Sequence[str] | None = None, filter: Any = None, **options: Any) -> pa.Table:
         import pyarrow as pa
 
         scanned = self.scanner(columns, filter, **options).to_table()
@@ -108,8 +110,7 @@ class RenamedDataset:
         merged = self._merged(None, filter)
         return self.scanner(None, filter, **options).count_rows() + (0 if merged is None else merged.num_rows)
 
-    def head(self, num_rows: int, columns: Sequence[str] | None = None, filter: Any = None,
-             **options: Any) -> pa.Table:
+    def head(self, num_rows: int, columns: Sequence[str] | None = None, filter: Any = None, **options: Any) -> pa.Table:
         return _head(self.to_reader(columns, filter, **options), num_rows)
 
     def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:

@@ -65,9 +65,11 @@ def refuse_substitution(text: str, user: str = "silt sql") -> None:
     Sessions siltlake builds or is handed have substitution off; this also covers a session switched back on
     (`siltlake.read.sql` on the caller's own session), and a literal that never says `${` cannot surprise."""
     if "${" in text:
-        raise RefusedSQL(f"{user} refuses ${{...}}: Spark would replace it with a value of the host (an "
-                         "environment variable, a system property, a setting); write concat('$', '{...}') "
-                         "for the characters")
+        raise RefusedSQL(
+            f"{user} refuses ${{...}}: Spark would replace it with a value of the host (an "
+            "environment variable, a system property, a setting); write concat('$', '{...}') "
+            "for the characters"
+        )
 
 
 def check_query(spark: SparkSession, query: str, user: str = "silt sql") -> None:
@@ -101,8 +103,10 @@ def _check_remote(spark: SparkSession, query: str, user: str) -> None:
         if isinstance(node, exp.QueryTransform):
             raise RefusedSQL(f"{user} refuses TRANSFORM ... USING: it runs a program on the host")
         if isinstance(node, exp.Table) and (node.db or node.catalog):
-            raise RefusedSQL(f"{user} refuses {node.sql(dialect='spark')}: it names a file path or another "
-                             "catalog, not a table; name tables as schema.table")
+            raise RefusedSQL(
+                f"{user} refuses {node.sql(dialect='spark')}: it names a file path or another "
+                "catalog, not a table; name tables as schema.table"
+            )
         if isinstance(node, exp.Dot) and isinstance(node.expression, exp.Func):
             raise RefusedSQL(f"{user} refuses {node.sql(dialect='spark')}: it is not a Spark built-in function")
         if isinstance(node, exp.Func):
@@ -134,13 +138,16 @@ class _Gate:
         self.plan_class = view.java.lang.Class.forName("org.apache.spark.sql.catalyst.plans.logical.LogicalPlan")
         self.command_class = view.java.lang.Class.forName("org.apache.spark.sql.catalyst.plans.logical.Command")
         self.subquery_class = view.java.lang.Class.forName(
-            "org.apache.spark.sql.catalyst.expressions.SubqueryExpression")
+            "org.apache.spark.sql.catalyst.expressions.SubqueryExpression"
+        )
         self.tree_class = view.java.lang.Class.forName("org.apache.spark.sql.catalyst.trees.TreeNode")
         self.iterable_class = view.java.lang.Class.forName("scala.collection.Iterable")
         self.option_class = view.java.lang.Class.forName("scala.Option")
         analysis = view.org.apache.spark.sql.catalyst.analysis
-        self.registries = {"function": analysis.FunctionRegistry.builtin(),
-                           "table function": analysis.TableFunctionRegistry.builtin()}
+        self.registries = {
+            "function": analysis.FunctionRegistry.builtin(),
+            "table function": analysis.TableFunctionRegistry.builtin(),
+        }
         self.identifier = view.org.apache.spark.sql.catalyst.FunctionIdentifier
         self.known: dict[tuple[str, str], bool] = {}
 
@@ -207,8 +214,7 @@ class _Gate:
             parts = [str(part) for part in _items(node.multipartIdentifier())]
             if len(parts) > 1:
                 shown = ".".join(f"`{part}`" for part in parts)
-                self.refuse(shown, "it names a file path or another catalog, not a table; "
-                                   "name tables as schema.table")
+                self.refuse(shown, "it names a file path or another catalog, not a table; name tables as schema.table")
         elif name == "UnresolvedTableValuedFunction":
             self.function([str(part) for part in _items(node.name())], "table function")
 

@@ -90,9 +90,19 @@ class Scan:
     limit: int | None = None
 
     @classmethod
-    def of(cls, deployment: Deployment, record: TableRecord, plans: ReadPlans, *, filter: Any = None,
-           columns: Sequence[str] | None = None, as_of_version: int | str | None = None,
-           as_of: dt.datetime | dt.date | str | None = None, dates: Any = None, limit: int | None = None) -> Scan:
+    def of(
+        cls,
+        deployment: Deployment,
+        record: TableRecord,
+        plans: ReadPlans,
+        *,
+        filter: Any = None,
+        columns: Sequence[str] | None = None,
+        as_of_version: int | str | None = None,
+        as_of: dt.datetime | dt.date | str | None = None,
+        dates: Any = None,
+        limit: int | None = None,
+    ) -> Scan:
         """A scan with its arguments checked: `filter` SQL text or a pyarrow expression, `dates` a date, ISO text or
         several, `as_of` a time (naive means UTC) or ISO text."""
         as_of = parse_as_of(as_of) if as_of is not None else None
@@ -100,8 +110,9 @@ class Scan:
         # A version is read with its own columns and types (docs/design.md "What time travel shows").
         record = deployment.catalog.tables.definition_at(record, as_of_version, as_of)
         parsed = parse_dates(dates)
-        scan = cls(deployment, record, plans, None, None, as_of_version, as_of,
-                   None if parsed is None else frozenset(parsed))
+        scan = cls(
+            deployment, record, plans, None, None, as_of_version, as_of, None if parsed is None else frozenset(parsed)
+        )
         scan = scan.with_filter(filter) if filter is not None else scan
         scan = scan.select(*columns) if columns is not None else scan
         return scan.with_limit(limit) if limit is not None else scan
@@ -111,8 +122,11 @@ class Scan:
         return self.record.qualified_name
 
     def __repr__(self) -> str:
-        shown = [f"{field.name}={getattr(self, field.name)!r}" for field in dataclasses.fields(self)
-                 if field.repr and getattr(self, field.name) is not None]
+        shown = [
+            f"{field.name}={getattr(self, field.name)!r}"
+            for field in dataclasses.fields(self)
+            if field.repr and getattr(self, field.name) is not None
+        ]
         return f"Scan({self.name}{''.join(', ' + s for s in shown)})"
 
     # --- refinements -------------------------------------------------------------------------------------------
@@ -131,8 +145,10 @@ class Scan:
         names = self.table_schema.names
         for column in columns:
             if column not in names:
-                raise SiltError(f"cannot read column {column!r} of {self.name}: no such column"
-                                f"{did_you_mean(column, names)}; its columns are {', '.join(names)}")
+                raise SiltError(
+                    f"cannot read column {column!r} of {self.name}: no such column"
+                    f"{did_you_mean(column, names)}; its columns are {', '.join(names)}"
+                )
         return dataclasses.replace(self, columns=tuple(columns))
 
     def with_dates(self, dates: Any) -> Scan:
@@ -140,8 +156,9 @@ class Scan:
         parsed = parse_dates(dates)
         return dataclasses.replace(self, dates=None if parsed is None else frozenset(parsed))
 
-    def with_version(self, as_of_version: int | str | None = None,
-                     as_of: dt.datetime | dt.date | str | None = None) -> Scan:
+    def with_version(
+        self, as_of_version: int | str | None = None, as_of: dt.datetime | dt.date | str | None = None
+    ) -> Scan:
         """This scan of another version (neither: the current state)."""
         as_of = parse_as_of(as_of) if as_of is not None else None
         as_of_version = version_number(self.deployment, self.record, as_of_version)
@@ -190,8 +207,14 @@ class Scan:
         if self.filter is not None:
             arrow, schema = self.filter.arrow, self.table_schema
             date_filter = lambda present: _dates_passing(arrow, present, schema)  # noqa: E731
-        return version_files(self.deployment, self.record, as_of_version=self.as_of_version, as_of=self.as_of,
-                             dates=None if self.dates is None else set(self.dates), date_filter=date_filter)
+        return version_files(
+            self.deployment,
+            self.record,
+            as_of_version=self.as_of_version,
+            as_of=self.as_of,
+            dates=None if self.dates is None else set(self.dates),
+            date_filter=date_filter,
+        )
 
     def plain_files(self) -> list[DataFile]:
         """The version's data files (without statistics); a keyed table's partitions needing a merge on read have
@@ -207,7 +230,8 @@ class Scan:
                 f"partitions {listed} hold several rows of some keys until merged, so their files alone are not "
                 "the table: read it with to_arrow(), to_duckdb() or to_spark(), which merge on read; or, once "
                 "the day has closed, run `silt merge --once --now` and `silt publish --once` (or wait for them), "
-                "after which each partition is one merged object")
+                "after which each partition is one merged object"
+            )
         return files
 
     def files(self) -> list[str]:
@@ -234,15 +258,20 @@ class Scan:
 
         arrow = None if self.filter is None else self.filter.arrow
         if not parts.stored_names:
-            return ds.Scanner.from_dataset(parts.plain, columns=None if self.columns is None else list(self.columns),
-                                           filter=arrow)
+            return ds.Scanner.from_dataset(
+                parts.plain, columns=None if self.columns is None else list(self.columns), filter=arrow
+            )
         if self.filter is None or self.filter.stored is not None:
-            return ds.Scanner.from_dataset(parts.plain, columns=parts.renaming(self.columns),
-                                           filter=None if self.filter is None else self.filter.stored)
+            return ds.Scanner.from_dataset(
+                parts.plain,
+                columns=parts.renaming(self.columns),
+                filter=None if self.filter is None else self.filter.stored,
+            )
         # A filter pyarrow cannot say over the stored names applies to the renamed stream.
         renamed = ds.Scanner.from_dataset(parts.plain, columns=parts.renaming()).to_reader()
-        return ds.Scanner.from_batches(renamed, filter=arrow, columns=None if self.columns is None else
-                                       list(self.columns))
+        return ds.Scanner.from_batches(
+            renamed, filter=arrow, columns=None if self.columns is None else list(self.columns)
+        )
 
     def _merged(self, parts: ArrowParts) -> pa.Table | None:
         """The rows merged on read (held in memory already), filtered and projected here."""
@@ -308,8 +337,10 @@ class Scan:
         it under its old name), a siltlake.read.renamed.RenamedDataset: a pyarrow dataset's reading methods over the
         files in place, as pyarrow cannot rename a dataset's column lazily."""
         if self.columns is not None or self.limit is not None:
-            raise SiltError(f"{self!r}.to_pyarrow_dataset(): a dataset has every column and row of the version; "
-                            "select columns or limit rows on it, or read this scan with to_batches()")
+            raise SiltError(
+                f"{self!r}.to_pyarrow_dataset(): a dataset has every column and row of the version; "
+                "select columns or limit rows on it, or read this scan with to_batches()"
+            )
         import pyarrow.dataset as ds
 
         parts = self._parts()
@@ -317,8 +348,11 @@ class Scan:
             from siltlake.read.renamed import RenamedDataset
 
             return RenamedDataset(parts, None if self.filter is None else self.filter.arrow)
-        dataset = parts.plain if parts.merged is None else ds.UnionDataset(
-            parts.schema, [parts.plain, ds.InMemoryDataset(parts.merged)])
+        dataset = (
+            parts.plain
+            if parts.merged is None
+            else ds.UnionDataset(parts.schema, [parts.plain, ds.InMemoryDataset(parts.merged)])
+        )
         return dataset if self.filter is None else dataset.filter(self.filter.arrow)
 
     # --- Polars ----------------------------------------------------------------------------------------------------
@@ -329,23 +363,27 @@ class Scan:
         try:
             import polars
         except ImportError:
-            raise SiltError("to_polars needs the polars package, which is not installed: pip install polars; "
-                            "or read with to_arrow()") from None
+            raise SiltError(
+                "to_polars needs the polars package, which is not installed: pip install polars; "
+                "or read with to_arrow()"
+            ) from None
         parts = self._parts()
         if not parts.stored_names:
             frame = polars.scan_pyarrow_dataset(self._unnarrowed_dataset(parts))
         elif self.filter is None or self.filter.stored is not None:
             plain = parts.plain if self.filter is None else parts.plain.filter(self.filter.stored)
             frame = polars.scan_pyarrow_dataset(plain).rename(
-                {stored: name for name, stored in parts.stored_names.items()})
+                {stored: name for name, stored in parts.stored_names.items()}
+            )
             merged = dataclasses.replace(self, columns=None)._merged(parts)
             if merged is not None:
                 # A Table converts to a DataFrame: from_arrow's type covers an Array's Series too.
                 merged_frame = cast("polars.DataFrame", polars.from_arrow(merged))
                 frame = polars.concat([frame, merged_frame.lazy()])
         else:  # a filter pyarrow cannot say over the stored names: applied to the renamed files as they are read
-            frame = polars.scan_pyarrow_dataset(dataclasses.replace(self, columns=None, limit=None)
-                                                .to_pyarrow_dataset())
+            frame = polars.scan_pyarrow_dataset(
+                dataclasses.replace(self, columns=None, limit=None).to_pyarrow_dataset()
+            )
         if self.columns is not None:
             frame = frame.select(list(self.columns))
         return frame if self.limit is None else frame.head(self.limit)
@@ -353,8 +391,11 @@ class Scan:
     def _unnarrowed_dataset(self, parts: ArrowParts) -> ds.Dataset:
         import pyarrow.dataset as ds
 
-        dataset = parts.plain if parts.merged is None else ds.UnionDataset(
-            parts.schema, [parts.plain, ds.InMemoryDataset(parts.merged)])
+        dataset = (
+            parts.plain
+            if parts.merged is None
+            else ds.UnionDataset(parts.schema, [parts.plain, ds.InMemoryDataset(parts.merged)])
+        )
         return dataset if self.filter is None else dataset.filter(self.filter.arrow)
 
     # --- DuckDB ------------------------------------------------------------------------------------------------------
@@ -407,8 +448,10 @@ class Scan:
             # Registered under the stored names and renamed by DuckDB: the files stay files, read at each query.
             plain = ds_filtered(parts, self.filter)
             connection.register(name, plain)
-            selects = [f"SELECT {', '.join(f'{_ident(parts.stored(n))} AS {_ident(n)}' for n in parts.schema.names)}"
-                       f" FROM {_ident(name)}"]
+            selects = [
+                f"SELECT {', '.join(f'{_ident(parts.stored(n))} AS {_ident(n)}' for n in parts.schema.names)}"
+                f" FROM {_ident(name)}"
+            ]
             merged = dataclasses.replace(self, columns=None)._merged(parts)
             if merged is not None:
                 connection.register(f"{name}_rows", merged)
@@ -454,8 +497,9 @@ def ds_filtered(parts: ArrowParts, predicate: Predicate | None) -> ds.Dataset:
     renamed = ds.Scanner.from_dataset(parts.plain, columns=parts.renaming()).to_reader()
     stream = ds.Scanner.from_batches(renamed, filter=predicate.arrow).to_reader()
     stored = {name: parts.stored(name) for name in parts.schema.names}
-    return ds.InMemoryDataset(ds.Scanner.from_batches(stream, columns={stored[n]: ds.field(n) for n in stored})
-                              .to_reader())
+    return ds.InMemoryDataset(
+        ds.Scanner.from_batches(stream, columns={stored[n]: ds.field(n) for n in stored}).to_reader()
+    )
 
 
 def _dates_passing(filter: Any, dates: list[dt.date], schema: pa.Schema) -> set[dt.date]:
@@ -469,6 +513,10 @@ def _dates_passing(filter: Any, dates: list[dt.date], schema: pa.Schema) -> set[
     if not ordered:
         return set()
     probe = ds.FileSystemDataset.from_paths(
-        [f"/{day.isoformat()}" for day in ordered], schema=schema, format=ds.ParquetFileFormat(),
-        filesystem=fs.LocalFileSystem(), partitions=[ds.field("dt") == day for day in ordered])
+        [f"/{day.isoformat()}" for day in ordered],
+        schema=schema,
+        format=ds.ParquetFileFormat(),
+        filesystem=fs.LocalFileSystem(),
+        partitions=[ds.field("dt") == day for day in ordered],
+    )
     return {dt.date.fromisoformat(fragment.path.lstrip("/")) for fragment in probe.get_fragments(filter=filter)}

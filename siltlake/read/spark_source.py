@@ -122,8 +122,11 @@ class SiltlakeSource(DataSource):
         fields = [f"`{c.name.replace('`', '``')}` {spark_types.get(c.type, c.type)}" for c in record.definition.columns]
         fields.append("dt date NOT NULL")
         if self._streaming:
-            fields += ["_change_type string NOT NULL", "_commit_version bigint NOT NULL",
-                       "_commit_timestamp timestamp NOT NULL"]
+            fields += [
+                "_change_type string NOT NULL",
+                "_commit_version bigint NOT NULL",
+                "_commit_timestamp timestamp NOT NULL",
+            ]
         return ", ".join(fields)
 
     # Spark asks for the schema before it says whether it reads a stream or a batch, so the options decide:
@@ -251,10 +254,16 @@ class VersionReader(DataSourceReader):
 
         deployment = _open(self.options)
         try:
-            record = deployment.catalog.tables.definition_at(deployment.catalog.tables.get(self.table),
-                                                             self.as_of_version, self.as_of)
-            files = version_files(deployment, record, as_of_version=self.as_of_version, as_of=self.as_of,
-                                  dates={dt.date.fromisoformat(partition.value)})
+            record = deployment.catalog.tables.definition_at(
+                deployment.catalog.tables.get(self.table), self.as_of_version, self.as_of
+            )
+            files = version_files(
+                deployment,
+                record,
+                as_of_version=self.as_of_version,
+                as_of=self.as_of,
+                dates={dt.date.fromisoformat(partition.value)},
+            )
             plain, merged = arrow_parts(deployment, record, files, table_schema(record))
             rows = plain.to_table()
             if merged is not None:

@@ -22,8 +22,17 @@ __all__ = ["BEYOND_SPARK", "NotFaithful", "Translation", "translate"]
 
 INTEGRAL = {"int", "bigint"}
 # Comparable type families: both engines compare within a family the same way (strings byte-wise).
-_FAMILY = {"int": "number", "bigint": "number", "float": "number", "double": "number", "string": "string",
-           "json": "string", "boolean": "boolean", "timestamp": "timestamp", "date": "date"}
+_FAMILY = {
+    "int": "number",
+    "bigint": "number",
+    "float": "number",
+    "double": "number",
+    "string": "string",
+    "json": "string",
+    "boolean": "boolean",
+    "timestamp": "timestamp",
+    "date": "date",
+}
 # Units on which Spark's and DuckDB's date_trunc agree (weeks start on Monday in both).
 TRUNC_UNITS = {"year", "quarter", "month", "week", "day", "hour", "minute", "second"}
 _DATE_TEXT = re.compile(r"\d{4}-\d{2}-\d{2}")
@@ -39,8 +48,14 @@ BEYOND_SPARK = "siltlake: beyond Spark's exact range"
 _DUCKDB_NUMBERS = {"int": "INTEGER", "bigint": "BIGINT", "double": "DOUBLE"}
 # Timestamp parts: Spark's and DuckDB's agree on a timestamp in the session's zone (a date through its cast).
 _PARTS: dict[type[exp.Expr], str] = {
-    exp.Hour: "hour", exp.Minute: "minute", exp.Second: "second", exp.Day: "day", exp.DayOfMonth: "dayofmonth",
-    exp.Month: "month", exp.Year: "year"}
+    exp.Hour: "hour",
+    exp.Minute: "minute",
+    exp.Second: "second",
+    exp.Day: "day",
+    exp.DayOfMonth: "dayofmonth",
+    exp.Month: "month",
+    exp.Year: "year",
+}
 _RANKING = {exp.RowNumber: "row_number", exp.Rank: "rank", exp.DenseRank: "dense_rank"}
 _SELECT_PARTS = {"expressions", "from_", "where", "group", "having", "order", "limit", "distinct", "with_"}
 
@@ -102,11 +117,17 @@ def _exact_or_stop(aggregate: exp.AggFunc) -> exp.Expression:
     if isinstance(aggregate, exp.Sum):
         exact = exp.cast(exp.Sum(this=inner.copy()), "BIGINT")
     else:
-        exact = exp.Div(this=exp.cast(exp.Sum(this=inner.copy()), "DOUBLE"),
-                        expression=exp.cast(exp.Count(this=inner.copy()), "DOUBLE"))
+        exact = exp.Div(
+            this=exp.cast(exp.Sum(this=inner.copy()), "DOUBLE"),
+            expression=exp.cast(exp.Count(this=inner.copy()), "DOUBLE"),
+        )
     stop = exp.Anonymous(this="error", expressions=[exp.Literal.string(f"{BEYOND_SPARK}: {aggregate.sql('spark')}")])
-    return exp.Case(ifs=[exp.If(this=exp.GT(this=magnitude, expression=exp.Literal.number(_EXACT_SUM[type(aggregate)])),
-                                true=stop)], default=exact)
+    return exp.Case(
+        ifs=[
+            exp.If(this=exp.GT(this=magnitude, expression=exp.Literal.number(_EXACT_SUM[type(aggregate)])), true=stop)
+        ],
+        default=exact,
+    )
 
 
 def _spark_common(kinds: list[str]) -> str:
@@ -141,8 +162,9 @@ class _Checker:
             return self.query(node.this, ctes)
         if not isinstance(node, exp.Select):
             raise NotFaithful(f"{type(node).__name__.upper()} queries")
-        extra = sorted(key for key, value in node.args.items() if value not in (None, [], False)
-                       and key not in _SELECT_PARTS)
+        extra = sorted(
+            key for key, value in node.args.items() if value not in (None, [], False) and key not in _SELECT_PARTS
+        )
         if extra:
             raise NotFaithful(f"the {', '.join(extra)} part of a SELECT")
         with_ = node.args.get("with_")
@@ -176,13 +198,15 @@ class _Checker:
             for ordered in node.args["order"].expressions:
                 if ordered.args.get("with_fill"):
                     raise NotFaithful("WITH FILL")
-                self.ordinal_or(ordered.this, output, lambda e: self.value(e, scope, aggregates=True,
-                                                                            aliases=aliases, windows=True))
+                self.ordinal_or(
+                    ordered.this, output, lambda e: self.value(e, scope, aggregates=True, aliases=aliases, windows=True)
+                )
         limit = node.args.get("limit")
         if limit is not None:
             count = limit.expression
-            if limit.args.get("offset") or not (isinstance(count, exp.Literal) and not count.is_string
-                                                 and count.this.isdigit()):
+            if limit.args.get("offset") or not (
+                isinstance(count, exp.Literal) and not count.is_string and count.this.isdigit()
+            ):
                 raise NotFaithful("a LIMIT that is not a plain number")
         return output
 
@@ -226,7 +250,8 @@ class _Checker:
             name = item.alias
             kind = self.value(item.this, scope, aggregates=True, windows=True)
             if name.lower() in scope.by_name and not (
-                    isinstance(item.this, exp.Column) and item.this.name.lower() == name.lower()):
+                isinstance(item.this, exp.Column) and item.this.name.lower() == name.lower()
+            ):
                 # Spark and DuckDB resolve a name that is both a column and an alias differently in places.
                 raise NotFaithful(f"the alias {name} shadows a column")
             aliases[name.lower()] = kind
@@ -251,8 +276,14 @@ class _Checker:
         if self.value(node, scope, aggregates=aggregates) not in ("boolean", "null"):
             raise NotFaithful(f"a condition that is not boolean: {node.sql(dialect='spark')}")
 
-    def value(self, node: exp.Expression, scope: _Scope, aggregates: bool, aliases: dict[str, str] | None = None,
-              windows: bool = False) -> str:
+    def value(
+        self,
+        node: exp.Expression,
+        scope: _Scope,
+        aggregates: bool,
+        aliases: dict[str, str] | None = None,
+        windows: bool = False,
+    ) -> str:
         """The type of a value expression, or NotFaithful. `aliases`: select aliases it may name (GROUP BY,
         ORDER BY)."""
         if isinstance(node, exp.Paren):
@@ -301,8 +332,11 @@ class _Checker:
             return "boolean"
         if isinstance(node, exp.Like):
             pattern = node.expression
-            if node.args.get("escape") or not (isinstance(pattern, exp.Literal) and pattern.is_string) \
-                    or "\\" in pattern.this:
+            if (
+                node.args.get("escape")
+                or not (isinstance(pattern, exp.Literal) and pattern.is_string)
+                or "\\" in pattern.this
+            ):
                 raise NotFaithful("LIKE with an escape (Spark's default is \\, DuckDB has none)")
             if _FAMILY.get(self.value(node.this, scope, aggregates, aliases)) != "string":
                 raise NotFaithful("LIKE on a value that is not a string")
@@ -333,8 +367,15 @@ class _Checker:
             _cast_to(right, right_kind, to)
         return "boolean"
 
-    def comparable(self, left: exp.Expression, rights: list[exp.Expression], scope: _Scope, aggregates: bool,
-                   aliases: dict[str, str] | None, cast: bool = True) -> list[str]:
+    def comparable(
+        self,
+        left: exp.Expression,
+        rights: list[exp.Expression],
+        scope: _Scope,
+        aggregates: bool,
+        aliases: dict[str, str] | None,
+        cast: bool = True,
+    ) -> list[str]:
         """The sides' types, if Spark and DuckDB compare them alike; numbers of mixed kinds are cast to the type
         Spark compares them as (unless `cast` is off: the caller does it)."""
         sides = [left, *rights]
@@ -351,8 +392,7 @@ class _Checker:
         if len(families) == 2 and "string" in families and families & {"date", "timestamp"}:
             pattern = _DATE_TEXT if "date" in families else _TIMESTAMP_TEXT
             texts = [side for side, kind in zip((left, *rights), kinds, strict=True) if _FAMILY.get(kind) == "string"]
-            if all(isinstance(text, exp.Literal) and text.is_string and pattern.fullmatch(text.this)
-                   for text in texts):
+            if all(isinstance(text, exp.Literal) and text.is_string and pattern.fullmatch(text.this) for text in texts):
                 return kinds
         raise NotFaithful(f"a comparison of {' and '.join(sorted(families))}")
 
@@ -367,8 +407,7 @@ class _Checker:
                 return "timestamp"
         raise NotFaithful(f"the cast {node.sql(dialect='spark')}")
 
-    def function(self, node: exp.Expression, scope: _Scope, aggregates: bool,
-                 aliases: dict[str, str] | None) -> str:
+    def function(self, node: exp.Expression, scope: _Scope, aggregates: bool, aliases: dict[str, str] | None) -> str:
         def argument(value: exp.Expression) -> str:
             if value.find(exp.AggFunc, exp.Window):
                 raise NotFaithful("an aggregate inside an aggregate")
@@ -377,8 +416,13 @@ class _Checker:
         if isinstance(node, exp.AggFunc):
             if not aggregates:
                 raise NotFaithful("an aggregate here")
-            if _set_args(node) - {"this", "big_int"} or type(node) not in (exp.Count, exp.Sum, exp.Avg, exp.Min,
-                                                                               exp.Max):
+            if _set_args(node) - {"this", "big_int"} or type(node) not in (
+                exp.Count,
+                exp.Sum,
+                exp.Avg,
+                exp.Min,
+                exp.Max,
+            ):
                 raise NotFaithful(f"the function {node.sql(dialect='spark')}")
             inner = node.this
             distinct = isinstance(inner, exp.Distinct)
@@ -413,8 +457,11 @@ class _Checker:
             return "date"
         if isinstance(node, exp.TimestampTrunc):
             unit = node.args.get("unit")
-            if _set_args(node) != {"this", "unit"} or \
-                    not isinstance(unit, exp.Var) or unit.name.lower() not in TRUNC_UNITS:
+            if (
+                _set_args(node) != {"this", "unit"}
+                or not isinstance(unit, exp.Var)
+                or unit.name.lower() not in TRUNC_UNITS
+            ):
                 raise NotFaithful(f"{node.sql(dialect='spark')}")
             if argument(node.this) != "timestamp":
                 raise NotFaithful("date_trunc of anything but a timestamp")
@@ -459,8 +506,7 @@ def spark_name(node: exp.Expression, scope: _Scope) -> str | None:
 
     def plain(value: exp.Expression) -> str | None:
         # A column as the schema spells it, unqualified: Spark's name of an inner column is the attribute's.
-        if isinstance(value, exp.Column) and not value.table and any(
-                name == value.name for name, _ in scope.columns):
+        if isinstance(value, exp.Column) and not value.table and any(name == value.name for name, _ in scope.columns):
             return value.name
         return None
 
@@ -475,8 +521,15 @@ def spark_name(node: exp.Expression, scope: _Scope) -> str | None:
         return None if column is None else f"date_trunc({unit.name}, {column})"
     if isinstance(inner, exp.TsOrDsToDate) and type(node) in _PARTS:
         inner = inner.this
-    names: dict[type[exp.Expr], str] = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg", exp.Min: "min",
-                                        exp.Max: "max", exp.TsOrDsToDate: "to_date", **_PARTS}
+    names: dict[type[exp.Expr], str] = {
+        exp.Count: "count",
+        exp.Sum: "sum",
+        exp.Avg: "avg",
+        exp.Min: "min",
+        exp.Max: "max",
+        exp.TsOrDsToDate: "to_date",
+        **_PARTS,
+    }
     function = names.get(type(node))
     column = plain(inner) if inner is not None else None
     if function is None or column is None:

@@ -42,8 +42,9 @@ def version_number(deployment: Deployment, record: TableRecord, version: int | s
     if isinstance(version, str):
         return deployment.catalog.tags.version_of(record.id, version, record.qualified_name)
     if version is not None and (isinstance(version, bool) or not isinstance(version, int)):
-        raise SiltError(f"{record.qualified_name}: as_of_version takes a version number or a tag's name, not "
-                        f"{version!r}")
+        raise SiltError(
+            f"{record.qualified_name}: as_of_version takes a version number or a tag's name, not {version!r}"
+        )
     return version
 
 
@@ -89,15 +90,26 @@ def table_schema(record: TableRecord) -> pa.Schema:
     return pa.schema([*fields, pa.field("dt", pa.date32(), nullable=False)])
 
 
-def version_files(deployment: Deployment, record: TableRecord, *, as_of_version: int | None = None,
-                  as_of: dt.datetime | None = None, dates: set[dt.date] | None = None,
-                  date_filter: Callable[[list[dt.date]], set[dt.date]] | None = None) -> list[DataFile]:
+def version_files(
+    deployment: Deployment,
+    record: TableRecord,
+    *,
+    as_of_version: int | None = None,
+    as_of: dt.datetime | None = None,
+    dates: set[dt.date] | None = None,
+    date_filter: Callable[[list[dt.date]], set[dt.date]] | None = None,
+) -> list[DataFile]:
     """The exact data files of a table version (as_of_version, or the versions published at or before the
     naive UTC time as_of, or the current state), of the partitions `dates` (None: all) that `date_filter`
     (given the dates present, returns those to read) keeps; manifests are read only for those."""
     views = deployment.catalog.version_reads.reader_snapshot(
-        record.id, as_of_version=as_of_version, as_of=as_of, table_name=record.qualified_name, dates=dates,
-        date_filter=date_filter)
+        record.id,
+        as_of_version=as_of_version,
+        as_of=as_of,
+        table_name=record.qualified_name,
+        dates=dates,
+        date_filter=date_filter,
+    )
     return partition_files(deployment, record, views)
 
 
@@ -115,8 +127,10 @@ def partition_files(deployment: Deployment, record: TableRecord, views: list[Par
     for view in views:
         if view.manifest_key:
             files += [DataFile(uri, view.partition_date, size) for uri, size in listed[view.manifest_key]]
-        files += [DataFile(lake.uri(layout.small_object(view.partition_date, object_id, False)),
-                           view.partition_date, None) for object_id in view.live_object_ids]
+        files += [
+            DataFile(lake.uri(layout.small_object(view.partition_date, object_id, False)), view.partition_date, None)
+            for object_id in view.live_object_ids
+        ]
     return files
 
 
@@ -142,9 +156,11 @@ def data_file_key(lake: Storage, uri: str, table_name: str | None = None) -> str
 
     prefix = lake.root + "/"
     if not uri.startswith(prefix):
-        raise SiltError(f"{table_name + ': ' if table_name else ''}data file {uri} is not under the lake's root "
-                        f"{lake.root}; the manifest was written by another deployment or by hand")
-    key = unquote(uri[len(prefix):])
+        raise SiltError(
+            f"{table_name + ': ' if table_name else ''}data file {uri} is not under the lake's root "
+            f"{lake.root}; the manifest was written by another deployment or by hand"
+        )
+    key = unquote(uri[len(prefix) :])
     lake.path(key)  # refuses a key that decodes to a '..' segment, a NUL byte or an absolute path
     return key
 
@@ -196,8 +212,11 @@ def stored_parts(deployment: Deployment, record: TableRecord, files: list[DataFi
     stored = pa.schema([f.with_name(names.get(f.name, f.name)) for f in schema]) if names else schema
     plain = ds.FileSystemDataset.from_paths(
         [lake.path(key) for key, f in zip(keys, files, strict=True) if f.partition_date not in dirty],
-        schema=stored, format=ds.ParquetFileFormat(), filesystem=lake.filesystem,
-        partitions=[ds.field("dt") == f.partition_date for f in files if f.partition_date not in dirty])
+        schema=stored,
+        format=ds.ParquetFileFormat(),
+        filesystem=lake.filesystem,
+        partitions=[ds.field("dt") == f.partition_date for f in files if f.partition_date not in dirty],
+    )
     if not dirty:
         return ArrowParts(plain, None, schema, names)
     # A keyed table's partitions holding several rows of a key are merged on read here, in memory; the
@@ -209,14 +228,21 @@ def stored_parts(deployment: Deployment, record: TableRecord, files: list[DataFi
     for key, f in zip(keys, files, strict=True):
         if f.partition_date in dirty:
             grouped.setdefault(f.partition_date, []).append(key)
-    merged = read_partitions(lake, sorted(grouped.items()), stored, definition.primary_key,
-                             definition.sequence_column)
-    return ArrowParts(plain, (pa.concat_tables(merged) if len(merged) > 1 else merged[0]).rename_columns(
-        schema.names).cast(schema), schema, names)
+    merged = read_partitions(lake, sorted(grouped.items()), stored, definition.primary_key, definition.sequence_column)
+    return ArrowParts(
+        plain,
+        (pa.concat_tables(merged) if len(merged) > 1 else merged[0]).rename_columns(schema.names).cast(schema),
+        schema,
+        names,
+    )
 
 
-def arrow_parts(deployment: Deployment, record: TableRecord, files: list[DataFile], schema: pa.Schema,
-                ) -> tuple[Any, pa.Table | None]:
+def arrow_parts(
+    deployment: Deployment,
+    record: TableRecord,
+    files: list[DataFile],
+    schema: pa.Schema,
+) -> tuple[Any, pa.Table | None]:
     """The partitions of `files` that are plain files, as a pyarrow dataset of `schema` (ArrowParts.dataset: a
     RenamedDataset where a column is renamed), and (a keyed table's) those merged on read, as one table (None: none)."""
     parts = stored_parts(deployment, record, files, schema)

@@ -10,8 +10,7 @@ from siltlake.errors import SiltError
 from siltlake.read.plan import date_test
 
 
-def days_of_where(where: str, present: Iterable[dt.date], what: str, verb: str = "delete"
-                  ) -> tuple[list[dt.date], str]:
+def days_of_where(where: str, present: Iterable[dt.date], what: str, verb: str = "delete") -> tuple[list[dt.date], str]:
     """(the days of `present` that `where` may match, `where` without its conditions on dt): the conditions on dt
     joined to the rest by AND (dt = / <> / < / <= / > / >= / BETWEEN / IN quoted dates or DATE literals) choose
     the days and are left out of the predicate each partition's rows are tested with (they hold no dt); without
@@ -45,9 +44,11 @@ def days_of_where(where: str, present: Iterable[dt.date], what: str, verb: str =
         else:
             tests.append(test)
     if any(column.name.lower() == "dt" for node in rest for column in node.find_all(exp.Column)):
-        raise SiltError(f"{what}: {where!r} uses dt in a way that does not say which days: compare dt with quoted "
-                        "dates (dt = '2026-11-20', dt >= ..., dt BETWEEN ... AND ..., dt IN (...)) joined to the rest "
-                        f"by AND, or give dates= and leave dt out of the predicate; nothing was {verb}d")
+        raise SiltError(
+            f"{what}: {where!r} uses dt in a way that does not say which days: compare dt with quoted "
+            "dates (dt = '2026-11-20', dt >= ..., dt BETWEEN ... AND ..., dt IN (...)) joined to the rest "
+            f"by AND, or give dates= and leave dt out of the predicate; nothing was {verb}d"
+        )
     if not tests:
         return days, where
     remaining = " AND ".join(f"({node.sql(dialect='spark')})" for node in rest) or "true"

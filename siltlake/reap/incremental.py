@@ -33,6 +33,7 @@ def ttl_cutoff(now: dt.datetime):  # a ReapScope.ttl_cutoff
         if table.ttl_days is None:
             return None
         return local_date(now, table.timezone) - dt.timedelta(days=table.ttl_days)
+
     return cutoff
 
 
@@ -56,19 +57,23 @@ def scope_of(deployment: Deployment, now: dt.datetime, *, retention: int, full: 
     # A version created in [last cutoff, this cutoff) has just made its predecessor expire; the last run's own
     # retention counts too, so a shorter --retention today skips no version.
     crossing_from = min(base - dt.timedelta(seconds=last.retention), base - dt.timedelta(seconds=retention)) - slack
-    return ReapScope(since=base - slack, crossing=(crossing_from, now - dt.timedelta(seconds=retention)),
-                     small_above=last.max_small_object_id, ttl_cutoff=ttl_cutoff(now))
+    return ReapScope(
+        since=base - slack,
+        crossing=(crossing_from, now - dt.timedelta(seconds=retention)),
+        small_above=last.max_small_object_id,
+        ttl_cutoff=ttl_cutoff(now),
+    )
 
 
 def table_scope(table_id: int) -> ReapScope:
     """The scope of a reap of one table (Table.maintenance.expire): every partition of it, whatever changed."""
     never = dt.datetime.max
-    return ReapScope(since=never, crossing=(never, never), small_above=0, ttl_cutoff=lambda _: None,
-                     table_id=table_id)
+    return ReapScope(since=never, crossing=(never, never), small_above=0, ttl_cutoff=lambda _: None, table_id=table_id)
 
 
-def list_scope(deployment: Deployment, key: str, view: ReapView, workers: int,
-               whole: bool = True) -> tuple[list[ObjectInfo], int]:
+def list_scope(
+    deployment: Deployment, key: str, view: ReapView, workers: int, whole: bool = True
+) -> tuple[list[ObjectInfo], int]:
     """The objects an incremental run looks at, and how many prefixes it listed; not `whole` (one table's run),
     its partitions' directories only."""
     prefixes = [keys.temporary_area(key)] if whole else []

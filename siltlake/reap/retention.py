@@ -9,8 +9,9 @@ from collections.abc import Collection, Sequence
 from siltlake.catalog import ReapVersion
 
 
-def retained_versions(versions: Sequence[ReapVersion], cutoff: dt.datetime, tagged: Collection[int] = ()
-                      ) -> tuple[list[ReapVersion], list[ReapVersion]]:
+def retained_versions(
+    versions: Sequence[ReapVersion], cutoff: dt.datetime, tagged: Collection[int] = ()
+) -> tuple[list[ReapVersion], list[ReapVersion]]:
     """(retained, expired) versions of one partition, ordered by version.
 
     The newest is always retained. An older one is retained while it was the current version at some moment

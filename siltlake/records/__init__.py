@@ -30,9 +30,15 @@ __all__ = [
 ]
 
 
-def read_staging_object(stream: ByteStream, key: str, table: TableDef, batch_rows: int = 65536,
-                        limits: ObjectLimits | None = None, dropped: Counter[str] | None = None,
-                        workers: int = 1) -> Generator[ParsedBatch, None, None]:
+def read_staging_object(
+    stream: ByteStream,
+    key: str,
+    table: TableDef,
+    batch_rows: int = 65536,
+    limits: ObjectLimits | None = None,
+    dropped: Counter[str] | None = None,
+    workers: int = 1,
+) -> Generator[ParsedBatch, None, None]:
     """Decode a staging object (raw bytes as stored; gzip detected by magic bytes 1f 8b, never by name alone) into batches of typed rows. Memory must stay bounded by the batch size, whatever the object size (a 500 MB gzip object must stream: never read it whole). Raises UnreadableObject (possibly after some batches were already yielded — the caller discards them). With `dropped`, the values of fields that are no column are counted there by name (unknown_fields = "ignore"). With workers > 1 the object is decompressed in a thread of its own and JSON lines decode on that many threads (records.pipeline): the same batches, sooner."""  # noqa: E501
     if batch_rows < 1:
         raise ValueError("batch_rows must be at least 1")
@@ -50,4 +56,3 @@ def read_staging_object(stream: ByteStream, key: str, table: TableDef, batch_row
         yield from read_ltsv(chunks, table, batch_rows, dropped)
     else:
         yield from read_csv(chunks, table, batch_rows, dropped)
-

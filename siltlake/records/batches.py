@@ -34,7 +34,6 @@ class ParsedBatch:
     records_in: int
 
 
-
 class BatchAssembler:
     """Cuts decoded pieces into ParsedBatches of at most batch_rows records."""
 
@@ -68,4 +67,3 @@ class BatchAssembler:
         self.tables = [rest] if rest.num_rows else []
         self.rows = rest.num_rows
         return ParsedBatch(table=table, bad=bad, records_in=table.num_rows + len(bad))
-

@@ -412,8 +412,10 @@ def _check_partition_date(micros: int, timezone: str) -> None:
         where = "after 9999-12-31"
     else:
         return
-    raise _Reject(f"{tv.format_micros(micros)} is {where} in the table's time zone {timezone}, "
-                  "so it has no partition date (partition dates are in years 1..9999)")
+    raise _Reject(
+        f"{tv.format_micros(micros)} is {where} in the table's time zone {timezone}, "
+        "so it has no partition date (partition dates are in years 1..9999)"
+    )
 
 
 # Formats whose values are all text: a json column's value is JSON text, and in a column of another type
@@ -566,4 +568,3 @@ class RecordConverter:
         arrays = [pa.array(values, type=field.type) for values, field in zip(self.columns, self.schema, strict=True)]
         self.columns = [[] for _ in self.plans]
         return pa.Table.from_arrays(arrays, schema=self.schema)
-

@@ -40,14 +40,14 @@ class _ChunkStream(io.RawIOBase):
         return size
 
 
-def read_csv(chunks: Iterable[bytes], table: TableDef, batch_rows: int,
-             dropped: Counter[str] | None = None) -> Iterator[ParsedBatch]:
+def read_csv(
+    chunks: Iterable[bytes], table: TableDef, batch_rows: int, dropped: Counter[str] | None = None
+) -> Iterator[ParsedBatch]:
     converter = RecordConverter(table, "csv", dropped)
     assembler = BatchAssembler(converter.schema, batch_rows)
     # Undecodable bytes become lone surrogates, found per record below, so the error can name the line.
     text = io.TextIOWrapper(
-        io.BufferedReader(_ChunkStream(chunks), READ_SIZE), encoding="utf-8-sig", errors="surrogateescape",
-        newline=""
+        io.BufferedReader(_ChunkStream(chunks), READ_SIZE), encoding="utf-8-sig", errors="surrogateescape", newline=""
     )
     reader = csv.reader(text)
     rendered = io.StringIO()

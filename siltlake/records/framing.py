@@ -63,11 +63,15 @@ def detect_format(key: str, head: bytes, configured: str) -> str:
 def _refuse_other_compressions(head: bytes) -> None:
     for magic, name in _OTHER_COMPRESSIONS:
         if head.startswith(magic):
-            raise UnreadableObject(f"the object is {name}-compressed; siltlake reads plain and gzip objects only: "
-                                   "have the shipper compress with gzip (or not at all)")
+            raise UnreadableObject(
+                f"the object is {name}-compressed; siltlake reads plain and gzip objects only: "
+                "have the shipper compress with gzip (or not at all)"
+            )
     if _BZIP2.match(head):
-        raise UnreadableObject("the object is bzip2-compressed; siltlake reads plain and gzip objects only: have "
-                               "the shipper compress with gzip (or not at all)")
+        raise UnreadableObject(
+            "the object is bzip2-compressed; siltlake reads plain and gzip objects only: have "
+            "the shipper compress with gzip (or not at all)"
+        )
 
 
 def _format_by_name(key: str) -> str | None:
@@ -77,8 +81,12 @@ def _format_by_name(key: str) -> str | None:
             name = name[: -len(suffix)]
             break
     extension = name.rsplit(".", 1)[-1] if "." in name else ""
-    for extensions, found in ((JSONL_EXTENSIONS, "jsonl"), (MSGPACK_EXTENSIONS, "msgpack"), (CSV_EXTENSIONS, "csv"),
-                              (LTSV_EXTENSIONS, "ltsv")):
+    for extensions, found in (
+        (JSONL_EXTENSIONS, "jsonl"),
+        (MSGPACK_EXTENSIONS, "msgpack"),
+        (CSV_EXTENSIONS, "csv"),
+        (LTSV_EXTENSIONS, "ltsv"),
+    ):
         if extension in extensions:
             return found
     return None
@@ -89,7 +97,7 @@ def sniff_content(head: bytes) -> str | None:
     line for the text formats: a JSON object ('{' or '['), MessagePack (a map or an array: 0x80-0x9f, or
     0xdc-0xdf followed by a length byte, which no UTF-8 text starts with), a Fluentd out_file line (a time,
     TAB, [a tag, TAB,] '{'), LTSV (at least two TAB-separated label:value fields)."""
-    text = head[len(UTF8_BOM):] if head.startswith(UTF8_BOM) else head
+    text = head[len(UTF8_BOM) :] if head.startswith(UTF8_BOM) else head
     text = text.lstrip(b" \t\r\n")
     if not text:
         return None
@@ -121,7 +129,7 @@ def _is_time(text: bytes) -> bool:
 
 def _guess_format(head: bytes) -> str:
     """No name and no sure sign: binary is MessagePack, a first line with a comma CSV, the rest JSON lines."""
-    text = head[len(UTF8_BOM):] if head.startswith(UTF8_BOM) else head
+    text = head[len(UTF8_BOM) :] if head.startswith(UTF8_BOM) else head
     try:
         head.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -187,13 +195,20 @@ class ObjectBytes:
         for chunk in chunks:
             self._out += len(chunk)
             if limits.max_bytes is not None and self._out > limits.max_bytes:
-                raise UnreadableObject(f"the object decompresses to more than {limits.max_bytes:,} bytes "
-                                       "(stream.max_object_bytes)")
-            if (limits.max_ratio is not None and self._in and self._out > limits.ratio_floor
-                    and self._out > limits.max_ratio * self._in):
-                raise UnreadableObject(f"the object decompresses to more than {limits.max_ratio:g} times its "
-                                       f"compressed size ({self._out:,} bytes from the first {self._in:,}; "
-                                       "stream.max_compression_ratio)")
+                raise UnreadableObject(
+                    f"the object decompresses to more than {limits.max_bytes:,} bytes (stream.max_object_bytes)"
+                )
+            if (
+                limits.max_ratio is not None
+                and self._in
+                and self._out > limits.ratio_floor
+                and self._out > limits.max_ratio * self._in
+            ):
+                raise UnreadableObject(
+                    f"the object decompresses to more than {limits.max_ratio:g} times its "
+                    f"compressed size ({self._out:,} bytes from the first {self._in:,}; "
+                    "stream.max_compression_ratio)"
+                )
             yield chunk
 
     def _read(self) -> bytes:
@@ -241,4 +256,3 @@ class ObjectBytes:
                 return
             compressed += len(chunk)
             data = chunk
-

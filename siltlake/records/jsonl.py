@@ -334,8 +334,7 @@ def _line_layout(block: bytes) -> _LineLayout:
         lines = pc.list_flatten(pc.split_pattern_regex(_as_binary_array(block), r"\n[ \t\r\n]*"))
         lines = lines.filter(pc.match_substring_regex(lines, "[^ \t\r]"))
     if all_true(pc.starts_with(lines, b"{")) and (
-        all_true(pc.ends_with(lines, b"}"))
-        or all_true(pc.or_(pc.ends_with(lines, b"}"), pc.ends_with(lines, b"}\r")))
+        all_true(pc.ends_with(lines, b"}")) or all_true(pc.or_(pc.ends_with(lines, b"}"), pc.ends_with(lines, b"}\r")))
     ):
         return _LineLayout(newlines, len(lines))
     return _LineLayout(newlines, _layout_line_by_line(lines))
@@ -480,8 +479,9 @@ class JsonLinesReader:
         def decode(block: bytes) -> tuple[list[_Piece], int]:
             reader = getattr(local, "reader", None)
             if reader is None:
-                reader = local.reader = JsonLinesReader(self.table, self.batch_rows,
-                                                        Counter() if self.dropped is not None else None)
+                reader = local.reader = JsonLinesReader(
+                    self.table, self.batch_rows, Counter() if self.dropped is not None else None
+                )
                 readers.append(reader)
             return reader._decode(block)
 

@@ -48,12 +48,16 @@ def undecodable(exc: BaseException) -> str:
     if isinstance(exc, msgpack.FormatError):
         return "a byte that starts no MessagePack value (0xc1, which MessagePack reserves)"
     if too_long := _TOO_LONG.match(str(exc)):
-        return (f"{'a' if too_long[2] != 'array' else 'an'} {too_long[2]} of {int(too_long[1]):,} "
-                f"{'entries' if too_long[2] == 'map' else 'elements' if too_long[2] == 'array' else 'bytes'}, "
-                f"more than the {int(too_long[3]):,} a MessagePack item may hold here")
+        return (
+            f"{'a' if too_long[2] != 'array' else 'an'} {too_long[2]} of {int(too_long[1]):,} "
+            f"{'entries' if too_long[2] == 'map' else 'elements' if too_long[2] == 'array' else 'bytes'}, "
+            f"more than the {int(too_long[3]):,} a MessagePack item may hold here"
+        )
     if isinstance(exc, zlib.error):
         return f"not valid gzip ({str(exc).rsplit(': ', 1)[-1]})"
     return str(exc) or type(exc).__name__
+
+
 _TIME_LIKE = (int, float, tv.EventTime, msgpack.Timestamp, msgpack.ExtType, tv.RawExt)
 
 
@@ -147,8 +151,9 @@ def msgpack_items(chunks: Iterable[bytes]) -> Iterator[Any]:
             except msgpack.OutOfData:
                 break
             except _MSGPACK_ERRORS as exc:
-                raise UnreadableObject(f"not valid MessagePack at byte {complete} (item {items + 1}): "
-                                       f"{undecodable(exc)}") from None
+                raise UnreadableObject(
+                    f"not valid MessagePack at byte {complete} (item {items + 1}): {undecodable(exc)}"
+                ) from None
             complete = unpacker.tell()
             items += 1
             yield item
@@ -156,8 +161,9 @@ def msgpack_items(chunks: Iterable[bytes]) -> Iterator[Any]:
         raise UnreadableObject(f"truncated MessagePack stream: the item at byte {complete} is incomplete")
 
 
-def read_msgpack(chunks: Iterable[bytes], table: TableDef, batch_rows: int,
-                 dropped: Counter[str] | None = None) -> Iterator[ParsedBatch]:
+def read_msgpack(
+    chunks: Iterable[bytes], table: TableDef, batch_rows: int, dropped: Counter[str] | None = None
+) -> Iterator[ParsedBatch]:
     converter = RecordConverter(table, "msgpack", dropped)
     assembler = BatchAssembler(converter.schema, batch_rows)
     index = 0
@@ -186,7 +192,9 @@ def read_msgpack(chunks: Iterable[bytes], table: TableDef, batch_rows: int,
     if items and not structured:
         raise UnreadableObject(f"not MessagePack records: none of {items} items is a map or an array")
     if items and not records:  # what was taken for MessagePack by its first bytes may be something else
-        raise UnreadableObject(f"not MessagePack records: none of {items} items is a map or a Fluentd entry "
-                               "([time, record], [tag, time, record] or [tag, entries])")
+        raise UnreadableObject(
+            f"not MessagePack records: none of {items} items is a map or a Fluentd entry "
+            "([time, record], [tag, time, record] or [tag, entries])"
+        )
     yield from assembler.add(converter.take_table(), bad)
     yield from assembler.finish()

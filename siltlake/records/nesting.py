@@ -36,9 +36,9 @@ def nests_within(block: bytes, bound: int = MAX_FAST_DEPTH) -> bool:
     carry = 0  # opening brackets since the last newline, in the chunks before
     measured: set[int] = set()  # the starts of the lines measured exactly
     for start in range(0, len(data), _CHUNK):
-        part = data[start:start + _CHUNK]
-        np.bitwise_or(part, 0x20, out=folded[:len(part)])
-        openers = np.flatnonzero(folded[:len(part)] == _OPENER)
+        part = data[start : start + _CHUNK]
+        np.bitwise_or(part, 0x20, out=folded[: len(part)])
+        openers = np.flatnonzero(folded[: len(part)] == _OPENER)
         newlines = np.flatnonzero(part == _NEWLINE)
         # Per line ending in this chunk: its openers (the first line's include the carry); then the open line's.
         before = np.searchsorted(openers, newlines)
@@ -56,7 +56,7 @@ def nests_within(block: bytes, bound: int = MAX_FAST_DEPTH) -> bool:
             if line_start not in measured:
                 measured.add(line_start)
                 line_end = block.find(b"\n", line_start)
-                if _depth(block[line_start:len(block) if line_end < 0 else line_end]) > bound:
+                if _depth(block[line_start : len(block) if line_end < 0 else line_end]) > bound:
                     return False
     return True
 

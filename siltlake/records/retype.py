@@ -65,8 +65,9 @@ class ColumnConverter:
             for index, value in enumerate(batch.column(self.column).to_pylist()):
                 reason = None
                 try:
-                    values.append(None if value is None else
-                                  coerce(record_value(value, old.type, before.timezone, new.type)))
+                    values.append(
+                        None if value is None else coerce(record_value(value, old.type, before.timezone, new.type))
+                    )
                 except ValueError as exc:
                     reason = str(exc)
                 except Exception as exc:  # one value never fails the rewrite: the row is set apart
@@ -79,7 +80,11 @@ class ColumnConverter:
                 else:
                     reasons.append(None)
                     records.append(None)
-            arrays = [pa.array(values, arrow_type(new.type)) if name == self.column else batch.column(name)
-                      for name in batch.schema.names]
-            yield pa.RecordBatch.from_arrays([*arrays, pa.array(reasons, pa.string()), pa.array(records, pa.string())],
-                                             names=[*batch.schema.names, REASON, RECORD])
+            arrays = [
+                pa.array(values, arrow_type(new.type)) if name == self.column else batch.column(name)
+                for name in batch.schema.names
+            ]
+            yield pa.RecordBatch.from_arrays(
+                [*arrays, pa.array(reasons, pa.string()), pa.array(records, pa.string())],
+                names=[*batch.schema.names, REASON, RECORD],
+            )

@@ -26,7 +26,7 @@ def text_lines(chunks: Iterable[bytes]) -> Iterator[tuple[int, str]]:
     first = True
     for chunk in chunks:
         if first and chunk:
-            chunk = chunk[len(UTF8_BOM):] if chunk.startswith(UTF8_BOM) else chunk
+            chunk = chunk[len(UTF8_BOM) :] if chunk.startswith(UTF8_BOM) else chunk
             first = False
         cut = chunk.rfind(b"\n") + 1
         if not cut:
@@ -62,8 +62,15 @@ def _block_lines(block: bytes, number: int) -> Generator[tuple[int, str], None, 
     return number
 
 
-def read_lines(chunks: Iterable[bytes], table: TableDef, batch_rows: int, kind: str, parse: LineParser,
-               what: str, dropped: Counter[str] | None = None) -> Iterator[ParsedBatch]:
+def read_lines(
+    chunks: Iterable[bytes],
+    table: TableDef,
+    batch_rows: int,
+    kind: str,
+    parse: LineParser,
+    what: str,
+    dropped: Counter[str] | None = None,
+) -> Iterator[ParsedBatch]:
     """Each line through `parse`, then the per-record coercion; an object none of whose lines parses is not
     this format at all (UnreadableObject), so a misdetected object loads no row."""
     converter = RecordConverter(table, kind, dropped)
@@ -110,21 +117,32 @@ def ltsv_line(line: str) -> tuple[dict[str, Any] | None, str | None, str | None]
         label, colon, value = field.partition(":")
         if not colon or not LTSV_LABEL.fullmatch(label):
             shown = field if len(field) <= 40 else field[:37] + "..."
-            return None, None, (f"field {position} ({shown!r}) is not label:value (a label is letters, digits, "
-                                "'_', '.' and '-')")
+            return (
+                None,
+                None,
+                (f"field {position} ({shown!r}) is not label:value (a label is letters, digits, '_', '.' and '-')"),
+            )
         if label in record:
             return None, None, f"label {label!r} appears twice"
         record[label] = value
     return record, None, None
 
 
-def read_fluentd_lines(chunks: Iterable[bytes], table: TableDef, batch_rows: int,
-                       dropped: Counter[str] | None = None) -> Iterator[ParsedBatch]:
-    return read_lines(chunks, table, batch_rows, "json", fluentd_line, "Fluentd out_file lines (time TAB tag TAB "
-                      "JSON object)", dropped)
+def read_fluentd_lines(
+    chunks: Iterable[bytes], table: TableDef, batch_rows: int, dropped: Counter[str] | None = None
+) -> Iterator[ParsedBatch]:
+    return read_lines(
+        chunks,
+        table,
+        batch_rows,
+        "json",
+        fluentd_line,
+        "Fluentd out_file lines (time TAB tag TAB JSON object)",
+        dropped,
+    )
 
 
-def read_ltsv(chunks: Iterable[bytes], table: TableDef, batch_rows: int,
-              dropped: Counter[str] | None = None) -> Iterator[ParsedBatch]:
-    return read_lines(chunks, table, batch_rows, "ltsv", ltsv_line, "LTSV (TAB-separated label:value fields)",
-                      dropped)
+def read_ltsv(
+    chunks: Iterable[bytes], table: TableDef, batch_rows: int, dropped: Counter[str] | None = None
+) -> Iterator[ParsedBatch]:
+    return read_lines(chunks, table, batch_rows, "ltsv", ltsv_line, "LTSV (TAB-separated label:value fields)", dropped)

@@ -61,8 +61,9 @@ def _iso_general(values: pa.ChunkedArray, naive_is_utc: bool = True) -> pa.Chunk
     if parts.null_count != values.null_count:
         return None
     if not naive_is_utc:
-        zoned = pc.or_(pc.not_equal(pc.struct_field(parts, "utc"), ""),
-                       pc.not_equal(pc.struct_field(parts, "sign"), ""))
+        zoned = pc.or_(
+            pc.not_equal(pc.struct_field(parts, "utc"), ""), pc.not_equal(pc.struct_field(parts, "sign"), "")
+        )
         if not all_true(zoned):
             return None
     year, month, day = _digits(parts, "year", 1), _digits(parts, "month", 1), _digits(parts, "day", 1)
@@ -144,8 +145,7 @@ def _wall_times(micros: pa.ChunkedArray, zone: str) -> pa.ChunkedArray | None:
     """Wall times in `zone` as UTC microseconds: the earlier instant of a repeated one (as Python's fold=0);
     None when one falls in a gap, which the per-record rules refuse."""
     try:
-        local = pc.assume_timezone(pc.cast(micros, pa.timestamp("us")), zone, ambiguous="earliest",
-                                   nonexistent="raise")
+        local = pc.assume_timezone(pc.cast(micros, pa.timestamp("us")), zone, ambiguous="earliest", nonexistent="raise")
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None
     return pc.cast(local, pa.int64())
@@ -179,4 +179,3 @@ def dates_to_days(values: pa.ChunkedArray) -> pa.ChunkedArray | None:
     if not within(pc.cast(days, pa.int32()), _MIN_DAYS, 1 << 31):
         return None
     return days
-

@@ -113,8 +113,16 @@ class ObjectWriter:
     Everything it writes goes to temporary keys of the layout, under run_id and object_id: the caller moves
     the finished objects (or discards them)."""
 
-    def __init__(self, table: TableDef, lake: Storage, layout: TableLayout, run_id: str, object_id: int,
-                 spill_bytes: int, schema: pa.Schema | None = None) -> None:
+    def __init__(
+        self,
+        table: TableDef,
+        lake: Storage,
+        layout: TableLayout,
+        run_id: str,
+        object_id: int,
+        spill_bytes: int,
+        schema: pa.Schema | None = None,
+    ) -> None:
         self.table = table
         self.lake = lake
         self.layout = layout
@@ -188,8 +196,9 @@ class ObjectWriter:
             writer = pq.ParquetWriter(sink, self.object_schema, compression=self.table.codec, write_statistics=True)
             ordered = buffer.ordered = _OrderedObject(key, sink, writer)
         head = rows.slice(0, count)
-        ordered.writer.write_table(object_rows(physical_rows(head, self.table), self.object_schema, date),
-                                   row_group_size=MAX_ROW_GROUP_ROWS)
+        ordered.writer.write_table(
+            object_rows(physical_rows(head, self.table), self.object_schema, date), row_group_size=MAX_ROW_GROUP_ROWS
+        )
         ordered.last_time = times[count - 1].as_py()
         buffer.hold([rows.slice(count)])
 
@@ -213,8 +222,13 @@ class ObjectWriter:
         ordered.sink.close()
         return ordered.writer.writer.metadata, size
 
-    def _write(self, key: str, tables: Iterable[pa.Table], row_group_rows: int = MAX_ROW_GROUP_ROWS,
-               date: dt.date | None = None) -> tuple[pq.FileMetaData, int]:
+    def _write(
+        self,
+        key: str,
+        tables: Iterable[pa.Table],
+        row_group_rows: int = MAX_ROW_GROUP_ROWS,
+        date: dt.date | None = None,
+    ) -> tuple[pq.FileMetaData, int]:
         """Write tables in order, gathered into row groups of at most row_group_rows: the object of `date`
         (with dt and field ids), or a spilled run (date None); the file's footer and size, so that describing it
         needs no second read."""
@@ -280,8 +294,7 @@ class ObjectWriter:
         """K-way merge of time-sorted runs, one batch per run in memory at a time."""
         column = self.table.time_column
         readers = [
-            pq.ParquetFile(self.lake.open_input_file(run)).iter_batches(batch_size=RUN_ROW_GROUP_ROWS)
-            for run in runs
+            pq.ParquetFile(self.lake.open_input_file(run)).iter_batches(batch_size=RUN_ROW_GROUP_ROWS) for run in runs
         ]
         heads: list[pa.Table | None] = [None] * len(readers)
 

@@ -85,8 +85,9 @@ class Loop:
 ErrorHandler = Callable[[str, Exception, float], None]
 
 
-def supervise(loop: Loop, stop: threading.Event, on_error: ErrorHandler,
-              on_fatal: Callable[[BaseException], None] | None = None) -> None:
+def supervise(
+    loop: Loop, stop: threading.Event, on_error: ErrorHandler, on_fatal: Callable[[BaseException], None] | None = None
+) -> None:
     """Run the loop until stop is set; whatever escapes it is reported and retried after a backoff, except a
     catalog file deleted or replaced under the process: no retry mends that, so it stops every loop."""
     failures = 0
@@ -112,17 +113,24 @@ def supervise(loop: Loop, stop: threading.Event, on_error: ErrorHandler,
     loop.status.state, loop.status.next_at = "stopped", None
 
 
-def run_loops(loops: list[Loop], stop: threading.Event, on_error: ErrorHandler,
-              on_fatal: Callable[[BaseException], None] | None = None) -> list[threading.Thread]:
+def run_loops(
+    loops: list[Loop],
+    stop: threading.Event,
+    on_error: ErrorHandler,
+    on_fatal: Callable[[BaseException], None] | None = None,
+) -> list[threading.Thread]:
     """Start a supervised thread per loop; they end once stop is set and their current work is done."""
-    threads = [threading.Thread(target=supervise, args=(loop, stop, on_error, on_fatal), name=f"silt-{loop.name}",
-                                daemon=True) for loop in loops]
+    threads = [
+        threading.Thread(target=supervise, args=(loop, stop, on_error, on_fatal), name=f"silt-{loop.name}", daemon=True)
+        for loop in loops
+    ]
     for thread in threads:
         thread.start()
     return threads
 
 
 # --- the three loops ----------------------------------------------------------------------------------
+
 
 class _StreamStatus(Progress):
     def __init__(self, status: LoopStatus) -> None:
@@ -160,25 +168,40 @@ def stream_work(report: StreamReport) -> str | None:
     if not (report.processed or report.failed or report.registered):
         return None
     parts = [f"{report.processed:,} objects", f"{report.records_loaded:,} records"]
-    parts += [f"{count:,} {what}" for count, what in ((report.bad_records, "bad records"),
-                                                      (report.dropped_fields, "dropped field values"),
-                                                      (len(report.unknown), "unknown"),
-                                                      (len(report.failed), "failed"),
-                                                      (report.delayed_objects, "delayed")) if count]
+    parts += [
+        f"{count:,} {what}"
+        for count, what in (
+            (report.bad_records, "bad records"),
+            (report.dropped_fields, "dropped field values"),
+            (len(report.unknown), "unknown"),
+            (len(report.failed), "failed"),
+            (report.delayed_objects, "delayed"),
+        )
+        if count
+    ]
     return ", ".join(parts)
 
 
 def merge_totals(report: MergeReport) -> str:
     failed = f", {report.failed} failed ({report.parked} parked)" if report.failed else ""
-    return (f"{report.finished + report.continuing:,} jobs{failed}, {report.objects_in:,} small objects, "
-            f"{report.rows_out:,} rows")
+    return (
+        f"{report.finished + report.continuing:,} jobs{failed}, {report.objects_in:,} small objects, "
+        f"{report.rows_out:,} rows"
+    )
 
 
 def publish_work(report: PublishReport) -> str | None:
-    parts = [f"{count} {what}" for count, what in ((len(report.switched), "switched"), (len(report.closed), "closed"),
-                                                   (len(report.live_versions), "live versions"),
-                                                   (len(report.merged_versions), "merged versions"),
-                                                   (report.skipped_merged, "left for the next run")) if count]
+    parts = [
+        f"{count} {what}"
+        for count, what in (
+            (len(report.switched), "switched"),
+            (len(report.closed), "closed"),
+            (len(report.live_versions), "live versions"),
+            (len(report.merged_versions), "merged versions"),
+            (report.skipped_merged, "left for the next run"),
+        )
+        if count
+    ]
     return ", ".join(parts) or None
 
 
@@ -196,8 +219,13 @@ class SingleHost:
     on_report(name, report) hears each round that did something; on_error(name, exc, wait) each failure.
     """
 
-    def __init__(self, deployment: Deployment, *, on_report: Callable[[str, object], None] | None = None,
-                 on_error: ErrorHandler | None = None) -> None:
+    def __init__(
+        self,
+        deployment: Deployment,
+        *,
+        on_report: Callable[[str, object], None] | None = None,
+        on_error: ErrorHandler | None = None,
+    ) -> None:
         self.deployment = deployment
         self.on_report = on_report or (lambda name, report: None)
         self.on_error = on_error or (lambda name, exc, wait: None)
@@ -281,16 +309,25 @@ class SingleHost:
             totals.bad_records += round_.bad_records
             totals.unknown += round_.unknown
             observe_report("stream", round_)
-            status.round_done(stream_work(round_), f"{totals.processed:,} objects, {totals.records_loaded:,} records"
-                              + (f", {totals.bad_records:,} bad" if totals.bad_records else "")
-                              + (f", {len(totals.unknown):,} unknown" if totals.unknown else ""))
+            status.round_done(
+                stream_work(round_),
+                f"{totals.processed:,} objects, {totals.records_loaded:,} records"
+                + (f", {totals.bad_records:,} bad" if totals.bad_records else "")
+                + (f", {len(totals.unknown):,} unknown" if totals.unknown else ""),
+            )
             if round_.processed:
                 self.publish_wake.set()
             if stream_work(round_):
                 self.on_report("stream", round_)
 
-        stream_forever(self.deployment, stop, report, status.interval, progress=_StreamStatus(status),
-                       on_error=lambda exc, wait: self._failed(status, exc, wait))
+        stream_forever(
+            self.deployment,
+            stop,
+            report,
+            status.interval,
+            progress=_StreamStatus(status),
+            on_error=lambda exc, wait: self._failed(status, exc, wait),
+        )
 
     def _merge(self, stop: threading.Event) -> None:
         status = self.status["merge"]
@@ -298,12 +335,18 @@ class SingleHost:
 
         def on_round(report: MergeReport) -> None:
             # The worker's report adds up over the run; what changed since the last idle round is its work.
-            now = {"claimed": report.claimed, "jobs": report.finished + report.continuing + report.failed,
-                   "objects": report.objects_in, "rows": report.rows_out}
+            now = {
+                "claimed": report.claimed,
+                "jobs": report.finished + report.continuing + report.failed,
+                "objects": report.objects_in,
+                "rows": report.rows_out,
+            }
             work = None
             if now["claimed"] != before["claimed"]:
-                work = (f"{now['jobs'] - before['jobs']} jobs, {now['objects'] - before['objects']:,} small objects, "
-                        f"{now['rows'] - before['rows']:,} rows")
+                work = (
+                    f"{now['jobs'] - before['jobs']} jobs, {now['objects'] - before['objects']:,} small objects, "
+                    f"{now['rows'] - before['rows']:,} rows"
+                )
             before.update(now)
             observe_report("merge", report)
             status.round_done(work, merge_totals(report))
@@ -322,16 +365,25 @@ class SingleHost:
 
         def report(run: PublishReport) -> None:
             observe_report("publish", run)
-            for index, count in enumerate((len(run.switched), len(run.closed), len(run.live_versions),
-                                           len(run.merged_versions))):
+            for index, count in enumerate(
+                (len(run.switched), len(run.closed), len(run.live_versions), len(run.merged_versions))
+            ):
                 totals[index] += count
-            status.round_done(publish_work(run), f"{totals[0]} switched, {totals[1]} closed, {totals[2]} live "
-                                                 f"and {totals[3]} merged versions")
+            status.round_done(
+                publish_work(run),
+                f"{totals[0]} switched, {totals[1]} closed, {totals[2]} live and {totals[3]} merged versions",
+            )
             if publish_work(run):
                 self.on_report("publish", run)
 
-        poll_forever(one_run, stop, status.interval, report, on_error=lambda exc, wait: self._failed(status, exc, wait),
-                     wake=self.publish_wake)
+        poll_forever(
+            one_run,
+            stop,
+            status.interval,
+            report,
+            on_error=lambda exc, wait: self._failed(status, exc, wait),
+            wake=self.publish_wake,
+        )
 
     def _reap(self, stop: threading.Event) -> None:
         status = self.status["reap"]
@@ -364,8 +416,10 @@ class SingleHost:
             totals[0] += len(run.built)
             totals[1] += sum(len(b.dates) for b in run.built)
             totals[2] += len(run.failed)
-            status.round_done(derived_work(run), f"{totals[0]} builds, {totals[1]} dates"
-                              + (f", {totals[2]} failed" if totals[2] else ""))
+            status.round_done(
+                derived_work(run),
+                f"{totals[0]} builds, {totals[1]} dates" + (f", {totals[2]} failed" if totals[2] else ""),
+            )
             if derived_work(run):
                 self.on_report("derived", run)
 

@@ -37,7 +37,7 @@ def names_added(listed: str, recorded: str, most: int) -> list[str] | None:
         same = _common_length(new, at_new, old, at_old)
         if at_old + same == len(old):  # every recorded name found: the rest of the listing is new
             if at_new + same < len(new):
-                added.extend(new[at_new + same:-1].split(SEPARATOR))
+                added.extend(new[at_new + same : -1].split(SEPARATOR))
             return added
         if at_new + same == len(new) or len(added) == most:
             return None
@@ -57,14 +57,14 @@ def _common_length(a: str, at_a: int, b: str, at_b: int) -> int:
     same, step = 0, 512
     while same < limit:
         size = min(step, limit - same)
-        if a.startswith(b[at_b + same:at_b + same + size], at_a + same):
+        if a.startswith(b[at_b + same : at_b + same + size], at_a + same):
             same += size
             step *= 2
             continue
         equal, differs = 0, size  # a prefix of `equal` characters matches, one of `differs` does not
         while differs - equal > 1:
             middle = (equal + differs) // 2
-            if a.startswith(b[at_b + same:at_b + same + middle], at_a + same):
+            if a.startswith(b[at_b + same : at_b + same + middle], at_a + same):
                 equal = middle
             else:
                 differs = middle

@@ -33,8 +33,17 @@ IN_ONLYDIR, IN_DONT_FOLLOW = 0x01000000, 0x02000000
 IN_NONBLOCK, IN_CLOEXEC = os.O_NONBLOCK, os.O_CLOEXEC
 # IN_MODIFY and IN_CLOSE_WRITE: a file appended to in place is looked at by the next round, whatever the listing
 # (docs/design.md, "Files written in place and appended to").
-_MASK = (IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR
-         | IN_MODIFY | IN_CLOSE_WRITE)
+_MASK = (
+    IN_MOVED_FROM
+    | IN_MOVED_TO
+    | IN_CREATE
+    | IN_DELETE
+    | IN_DELETE_SELF
+    | IN_MOVE_SELF
+    | IN_ONLYDIR
+    | IN_MODIFY
+    | IN_CLOSE_WRITE
+)
 _LOST = IN_DELETE_SELF | IN_MOVE_SELF | IN_UNMOUNT | IN_IGNORED
 _EVENT = struct.Struct("iIII")
 _READ_BYTES = 1 << 16
@@ -72,9 +81,9 @@ class _NameIndex:
         """The index of `text` when it is this one's text with names appended (a round's new files), else None."""
         if text == self.text:  # the same object at once (CPython compares identity first)
             return self
-        if self.text and not (text.startswith(self.text) and text[len(self.text):len(self.text) + 1] == SEPARATOR):
+        if self.text and not (text.startswith(self.text) and text[len(self.text) : len(self.text) + 1] == SEPARATOR):
             return None
-        tail = text[len(self.text) + 1:] if self.text else text
+        tail = text[len(self.text) + 1 :] if self.text else text
         return _NameIndex(text, np.sort(np.concatenate([self.hashes, _hashes(tail.split(SEPARATOR))])))
 
     def may_hold(self, names: list[str]) -> np.ndarray:
@@ -135,7 +144,7 @@ class WatchedNames(AccountedNames):
             while offset < len(data):
                 descriptor, mask, _, length = _EVENT.unpack_from(data, offset)
                 offset += _EVENT.size
-                name = os.fsdecode(data[offset:offset + length].rstrip(b"\0"))
+                name = os.fsdecode(data[offset : offset + length].rstrip(b"\0"))
                 offset += length
                 self._take(descriptor, mask, name)
 
@@ -199,8 +208,11 @@ class WatchedNames(AccountedNames):
             index = _NameIndex.of(known)
         self._indexes[path] = index
         ordered = list(names)
-        return {name for name, maybe in zip(ordered, index.may_hold(ordered), strict=True)
-                if not maybe or not holds(known, name)}
+        return {
+            name
+            for name, maybe in zip(ordered, index.may_hold(ordered), strict=True)
+            if not maybe or not holds(known, name)
+        }
 
     def keep(self, walked: dict[str, DirectoryNames], now_ns: int, window_ns: int) -> None:
         super().keep(walked, now_ns, window_ns)

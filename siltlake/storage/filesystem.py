@@ -70,8 +70,9 @@ def s3_endpoint(options: S3Options, bucket: str) -> tuple[str | None, str, str]:
         try:
             region = pafs.resolve_s3_region(bucket)
         except Exception as exc:  # pyarrow raises OSError and others for unknown buckets and no network
-            raise ConfigError(f"the region of bucket {bucket!r} cannot be found ({exc}); set storage.s3.region") \
-                from None
+            raise ConfigError(
+                f"the region of bucket {bucket!r} cannot be found ({exc}); set storage.s3.region"
+            ) from None
     return endpoint, scheme, region
 
 
@@ -82,13 +83,20 @@ def _s3_filesystem(options: S3Options, bucket: str) -> pafs.FileSystem:
     import pyarrow.fs as pafs
 
     endpoint, scheme, region = s3_endpoint(options, bucket)
-    extra: dict[str, object] = {name: value for name, value in (("request_timeout", options.request_timeout),
-                                             ("connect_timeout", options.connect_timeout)) if value is not None}
+    extra: dict[str, object] = {
+        name: value
+        for name, value in (("request_timeout", options.request_timeout), ("connect_timeout", options.connect_timeout))
+        if value is not None
+    }
     if endpoint:
         extra.update(endpoint_override=endpoint, scheme=scheme)
     # allow_delayed_open: an object smaller than one part is one PutObject, not a three-request multipart upload.
-    return pafs.S3FileSystem(region=region, retry_strategy=pafs.AwsStandardS3RetryStrategy(options.max_attempts),
-                             allow_delayed_open=True, **extra)
+    return pafs.S3FileSystem(
+        region=region,
+        retry_strategy=pafs.AwsStandardS3RetryStrategy(options.max_attempts),
+        allow_delayed_open=True,
+        **extra,
+    )
 
 
 # The S3 settings of the last Storage made (or unpickled in a Spark task) with settings: what s3:// URIs that
@@ -202,8 +210,10 @@ class Storage:
         if not key:
             return self._base
         if key.startswith("/") or "\0" in key or ".." in key.split("/"):
-            raise UnsafeKey(f"object key {key!r} is absolute, has a '..' segment or a NUL byte: refused, so that "
-                            f"nothing is read or written outside {self.root}")
+            raise UnsafeKey(
+                f"object key {key!r} is absolute, has a '..' segment or a NUL byte: refused, so that "
+                f"nothing is read or written outside {self.root}"
+            )
         return posixpath.join(self._base, key)
 
     def leaving_root(self, keys: Iterable[str]) -> set[str]:
@@ -244,7 +254,7 @@ class Storage:
 
     def key_in_uri(self, uri: str) -> str:
         """The key of one of this storage's URIs (uri()'s inverse, bytes that are not UTF-8 included)."""
-        return unquote(uri[len(self.root) + 1:], errors="surrogateescape")
+        return unquote(uri[len(self.root) + 1 :], errors="surrogateescape")
 
     def engine_uri(self, key: str) -> str:
         """The URI for Spark, whose Hadoop S3 connector reads s3a://, not s3://."""
@@ -262,8 +272,10 @@ class Storage:
 
         bucket = self._base.split("/", 1)[0]
         if self.filesystem.get_file_info(bucket).type != pafs.FileType.Directory:
-            raise ConfigError(f"bucket {bucket!r} of storage root {self.root} does not exist (or these credentials "
-                              "cannot see it): create it first; siltlake never creates buckets")
+            raise ConfigError(
+                f"bucket {bucket!r} of storage root {self.root} does not exist (or these credentials "
+                "cannot see it): create it first; siltlake never creates buckets"
+            )
 
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
         """Every file under a prefix, recursively; a missing prefix lists nothing."""
@@ -273,14 +285,19 @@ class Storage:
         base, under = self._base, self._base.rstrip("/") + "/"
         file = pafs.FileType.File
         try:
-            listed = [ObjectInfo(_key_under(info.path, base, under), info.size or 0, info.mtime)
-                      for info in self.filesystem.get_file_info(selector) if info.type == file]
+            listed = [
+                ObjectInfo(_key_under(info.path, base, under), info.size or 0, info.mtime)
+                for info in self.filesystem.get_file_info(selector)
+                if info.type == file
+            ]
         except UnicodeDecodeError:  # a local name that is not UTF-8, which pyarrow cannot give as text
             if not self.is_local:
                 raise
             top = self.path(prefix)
-            listed = [ObjectInfo(_key_under(posixpath.join(top, info.key), base, under), info.size, info.mtime)
-                      for info in walk_changed(top, 0).objects]  # the same files and keys, names as os gives them
+            listed = [
+                ObjectInfo(_key_under(posixpath.join(top, info.key), base, under), info.size, info.mtime)
+                for info in walk_changed(top, 0).objects
+            ]  # the same files and keys, names as os gives them
         yield from listed
 
     def list_changed(self, since_ns: int, accounted: AccountedNames | None = None) -> ChangedListing:
@@ -307,8 +324,11 @@ class Storage:
         import pyarrow.fs as pafs
 
         selector = pafs.FileSelector(self.path(prefix), recursive=False, allow_not_found=True)
-        return sorted(posixpath.basename(info.path) for info in self.filesystem.get_file_info(selector)
-                      if info.type == pafs.FileType.Directory)
+        return sorted(
+            posixpath.basename(info.path)
+            for info in self.filesystem.get_file_info(selector)
+            if info.type == pafs.FileType.Directory
+        )
 
     def info(self, key: str) -> ObjectInfo | None:
         import pyarrow.fs as pafs
@@ -427,7 +447,7 @@ def _key_under(path: str, base: str, under: str) -> str:
     """posixpath.relpath(path, base) (under: base and a '/'), sliced off without relpath's cost where that is the
     same; paths relpath would normalise ('.', '..', empty segments) and paths elsewhere take relpath itself."""
     if path.startswith(under):
-        key = path[len(under):]
+        key = path[len(under) :]
         if key and "//" not in key and "/." not in key and not key.startswith(("/", ".")) and not key.endswith("/"):
             return key
     return posixpath.relpath(path, base)
@@ -435,4 +455,4 @@ def _key_under(path: str, base: str, under: str) -> str:
 
 def for_engine(uri: str) -> str:
     """A stored object URI as Spark reads it (s3:// becomes s3a://)."""
-    return "s3a://" + uri[len("s3://"):] if uri.startswith("s3://") else uri
+    return "s3a://" + uri[len("s3://") :] if uri.startswith("s3://") else uri

@@ -381,7 +381,7 @@ def split_key(instance_key: str, key: str) -> KeyParts | None:
     prefix = instance_prefix(instance_key)
     if not key.startswith(prefix):
         return None
-    return KeyParts(instance_key, tuple(key[len(prefix):].split("/")))
+    return KeyParts(instance_key, tuple(key[len(prefix) :].split("/")))
 
 
 # --- outside the lake ----------------------------------------------------------------------------------

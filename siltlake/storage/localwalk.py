@@ -20,7 +20,7 @@ __all__ = ["ChangedListing", "ObjectInfo", "SweptListing", "arrival_ns", "listed
 
 @dataclass(frozen=True)
 class ObjectInfo:
-    key: str          # relative to the storage root, '/'-separated
+    key: str  # relative to the storage root, '/'-separated
     size: int
     mtime: dt.datetime | None
 
@@ -31,7 +31,7 @@ class ChangedListing:
 
     objects: list[ObjectInfo] = field(default_factory=list)
     entries: int = 0  # file entries examined (those of changed directories)
-    read: int = 0     # directories whose entries were read
+    read: int = 0  # directories whose entries were read
     skipped: int = 0  # directories not read: unchanged and without subdirectories
     remembered: int = 0  # of the entries, names not `stat`ed: the record of earlier rounds accounted for them
     directories: dict[str, DirectoryNames] = field(default_factory=dict)  # every directory walked, by path
@@ -43,8 +43,8 @@ class SweptListing:
 
     objects: list[ObjectInfo] = field(default_factory=list)
     last_key: str | None = None  # the greatest key read (None: none)
-    complete: bool = False       # the walk reached the end of the root
-    unchanged: int = 0           # files read but not returned: unchanged since a listing looked them all up
+    complete: bool = False  # the walk reached the end of the root
+    unchanged: int = 0  # files read but not returned: unchanged since a listing looked them all up
 
 
 def walk_changed(base: str, since_ns: int, accounted: AccountedNames | None = None) -> ChangedListing:
@@ -72,7 +72,8 @@ def walk_changed(base: str, since_ns: int, accounted: AccountedNames | None = No
     # Each directory carries the identities of the directories above it: a link back up the tree is not
     # followed forever. Two paths to one directory are both walked (their keys differ, as in list()).
     pending: list[tuple[str, str, os.stat_result, bool, frozenset]] = [
-        (base, "", top, False, frozenset([(top.st_dev, top.st_ino)]))]
+        (base, "", top, False, frozenset([(top.st_dev, top.st_ino)]))
+    ]
     if accounted is not None:
         accounted.start_walk()
     while pending:
@@ -92,8 +93,9 @@ def walk_changed(base: str, since_ns: int, accounted: AccountedNames | None = No
         if accounted is not None and known is not None:
             arrived = accounted.arrived(path) if leaf and not fresh else None
             if arrived is not None:
-                files = _read_arrivals(path, prefix, since_ns, known, accounted.lacking(path, known, arrived),
-                                       above, pending, result)
+                files = _read_arrivals(
+                    path, prefix, since_ns, known, accounted.lacking(path, known, arrived), above, pending, result
+                )
             else:
                 if leaf:
                     accounted.arm(path)
@@ -101,12 +103,20 @@ def walk_changed(base: str, since_ns: int, accounted: AccountedNames | None = No
         else:
             if leaf and accounted is not None and changed:
                 accounted.arm(path)
-            files = _read_entries(path, prefix, since_ns, changed, fresh, above, pending, result,
-                                  collect=accounted is not None and changed)
+            files = _read_entries(
+                path,
+                prefix,
+                since_ns,
+                changed,
+                fresh,
+                above,
+                pending,
+                result,
+                collect=accounted is not None and changed,
+            )
         if files is not None:
             result.directories[path] = DirectoryNames(directory_identity(found), newest, files)
     return result
-
 
 
 def sweep_slice(base: str, after: str | None, limit: int, unchanged_before_ns: int | None = None) -> SweptListing:
@@ -128,8 +138,9 @@ def sweep_slice(base: str, after: str | None, limit: int, unchanged_before_ns: i
     # the position of the next one, and the identities of the directories above it.
     # Paths are joined by hand ("/" after a directory path without its trailing one): os.path.join per file was a
     # sixth of a slice's walk under a profiler, and a check pass walks millions of files.
-    frames: list[list] = [[*_entries_after(base, "", top, after), frozenset([(top.st_dev, top.st_ino)]),
-                           base.rstrip("/"), ""]]
+    frames: list[list] = [
+        [*_entries_after(base, "", top, after), frozenset([(top.st_dev, top.st_ino)]), base.rstrip("/"), ""]
+    ]
     while frames:
         frame = frames[-1]
         entries, position, above, directory, prefix = frame
@@ -231,8 +242,17 @@ def listed_mtime(nanoseconds: int) -> dt.datetime:
     return dt.datetime.fromtimestamp(nanoseconds / 1e9, dt.UTC)
 
 
-def _read_entries(path: str, prefix: str, since_ns: int, changed: bool, fresh: bool, above: frozenset,
-                  pending: list, result: ChangedListing, collect: bool) -> str | None:
+def _read_entries(
+    path: str,
+    prefix: str,
+    since_ns: int,
+    changed: bool,
+    fresh: bool,
+    above: frozenset,
+    pending: list,
+    result: ChangedListing,
+    collect: bool,
+) -> str | None:
     """Read a directory's entries (list_changed): queue its subdirectories, and in a changed one `stat` each file
     and return those that may be new. With collect, the names of the files it examined (for the record)."""
     try:
@@ -261,8 +281,16 @@ def _read_entries(path: str, prefix: str, since_ns: int, changed: bool, fresh: b
     return None if files is None else SEPARATOR.join(files)
 
 
-def _read_by_name(path: str, prefix: str, since_ns: int, fresh: bool, known: str, above: frozenset,
-                  pending: list, result: ChangedListing) -> str | None:
+def _read_by_name(
+    path: str,
+    prefix: str,
+    since_ns: int,
+    fresh: bool,
+    known: str,
+    above: frozenset,
+    pending: list,
+    result: ChangedListing,
+) -> str | None:
     """Read a changed directory of which the record holds names (list_changed): its names alone (no entry
     objects, no `stat`), then `stat` only the names not in the record; in a fresh one (its parent and it
     changed: moved in, or a live directory whose sibling appeared) each of those is returned. Returns the names
@@ -285,8 +313,16 @@ def _read_by_name(path: str, prefix: str, since_ns: int, fresh: bool, known: str
     return SEPARATOR.join([name for name in listed if name not in unrecorded])
 
 
-def _read_arrivals(path: str, prefix: str, since_ns: int, known: str, unseen: set[str], above: frozenset,
-                   pending: list, result: ChangedListing) -> str:
+def _read_arrivals(
+    path: str,
+    prefix: str,
+    since_ns: int,
+    known: str,
+    unseen: set[str],
+    above: frozenset,
+    pending: list,
+    result: ChangedListing,
+) -> str:
     """Read a changed leaf directory from its record and the names notifications say arrived since that the record
     lacks (list_changed): `stat` only those. Returns the names to record: the record's and the new files'."""
     count = known.count(SEPARATOR) + 1 if known else 0
@@ -296,8 +332,16 @@ def _read_arrivals(path: str, prefix: str, since_ns: int, known: str, unseen: se
     return SEPARATOR.join([known, *new_files] if known else new_files)
 
 
-def _look_at(path: str, prefix: str, names: Iterable[str], since_ns: int, fresh: bool, above: frozenset,
-             pending: list, result: ChangedListing) -> list[str]:
+def _look_at(
+    path: str,
+    prefix: str,
+    names: Iterable[str],
+    since_ns: int,
+    fresh: bool,
+    above: frozenset,
+    pending: list,
+    result: ChangedListing,
+) -> list[str]:
     """`stat` names of a directory the record does not hold: queue the subdirectories, return the regular files
     (and among the objects those that may be new: in a fresh directory all of them)."""
     files = []
@@ -327,5 +371,3 @@ def _descend(pending: list, path: str, key: str, found: os.stat_result, fresh: b
     identity = (found.st_dev, found.st_ino)
     if identity not in above:
         pending.append((path, key + "/", found, fresh, above | {identity}))
-
-

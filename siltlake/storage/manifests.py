@@ -20,9 +20,15 @@ class ManifestKeys(NamedTuple):
     symlink_key: str
 
 
-def write_manifests(lake: Storage, layout: TableLayout, partition_date: dt.date, version: int,
-                    objects: Sequence[tuple[str, int]], label: str | None = None,
-                    listed: Sequence[tuple[str, int]] = ()) -> ManifestKeys:
+def write_manifests(
+    lake: Storage,
+    layout: TableLayout,
+    partition_date: dt.date,
+    version: int,
+    objects: Sequence[tuple[str, int]],
+    label: str | None = None,
+    listed: Sequence[tuple[str, int]] = (),
+) -> ManifestKeys:
     """Write both forms listing `listed` (URI, content length: entries of another manifest) and then
     `objects` (key, content length); returns their keys. Idempotent."""
     json_key, symlink_key = layout.manifest_keys(partition_date, version, label)

@@ -28,7 +28,7 @@ class KeyListing:
     objects: list[tuple[str, ObjectInfo]] = field(default_factory=list)
     prefixes: list[str] = field(default_factory=list)  # common prefixes (with a delimiter), each ending in "/"
     requests: int = 0
-    complete: bool = True        # False when max_keys stopped it before the end of the prefix
+    complete: bool = True  # False when max_keys stopped it before the end of the prefix
     last_key: str | None = None  # the greatest key (or common prefix) answered: where a stopped listing resumes
 
 
@@ -39,27 +39,40 @@ def _client(options: S3Options, bucket: str) -> Any:  # botocore's generated cli
     from botocore.config import Config
 
     endpoint, scheme, region = s3_endpoint(options, bucket)
-    timeouts = {name: value for name, value in (("connect_timeout", options.connect_timeout),
-                                                ("read_timeout", options.request_timeout)) if value is not None}
-    config = Config(retries={"total_max_attempts": options.max_attempts, "mode": "standard"},
-                    max_pool_connections=32, **timeouts,
-                    # pyarrow addresses a bucket by path on an endpoint it is given; do the same.
-                    s3={"addressing_style": "path" if endpoint else "auto"})
-    return boto3.session.Session().client("s3", region_name=region, config=config,
-                                          endpoint_url=f"{scheme}://{endpoint}" if endpoint else None)
+    timeouts = {
+        name: value
+        for name, value in (("connect_timeout", options.connect_timeout), ("read_timeout", options.request_timeout))
+        if value is not None
+    }
+    config = Config(
+        retries={"total_max_attempts": options.max_attempts, "mode": "standard"},
+        max_pool_connections=32,
+        **timeouts,
+        # pyarrow addresses a bucket by path on an endpoint it is given; do the same.
+        s3={"addressing_style": "path" if endpoint else "auto"},
+    )
+    return boto3.session.Session().client(
+        "s3", region_name=region, config=config, endpoint_url=f"{scheme}://{endpoint}" if endpoint else None
+    )
 
 
 def _split(storage: Storage) -> tuple[str, str]:
     """(bucket, the root's key prefix in it: "" or ending in "/") of an s3:// root."""
     if not storage.is_object_store:
         raise ValueError(f"{storage.root} is not an object store root: it has no keys to list after")
-    bucket, _, prefix = storage.root[len("s3://"):].partition("/")
+    bucket, _, prefix = storage.root[len("s3://") :].partition("/")
     prefix = unquote(prefix).strip("/")
     return bucket, prefix + "/" if prefix else ""
 
 
-def list_after(storage: Storage, prefix: str = "", start_after: str | None = None, *, delimiter: bool = False,
-               max_keys: int | None = None) -> KeyListing:
+def list_after(
+    storage: Storage,
+    prefix: str = "",
+    start_after: str | None = None,
+    *,
+    delimiter: bool = False,
+    max_keys: int | None = None,
+) -> KeyListing:
     """The keys under `prefix` (relative to the root) that sort after `start_after` (a raw relative key; None:
     all), in key order; with `delimiter`, the keys directly under it and its next-level prefixes instead. At most
     max_keys keys and prefixes (None: to the end). Keys ending in "/" (directory markers) are skipped, as
@@ -73,14 +86,15 @@ def list_after(storage: Storage, prefix: str = "", start_after: str | None = Non
         request["Delimiter"] = "/"
     for page in _pages(storage, request, max_keys, listing):
         for entry in page.get("CommonPrefixes", ()):
-            listing.prefixes.append(entry["Prefix"][len(root):])
+            listing.prefixes.append(entry["Prefix"][len(root) :])
         for entry in page.get("Contents", ()):
-            key = entry["Key"][len(root):]
+            key = entry["Key"][len(root) :]
             if not key.endswith("/"):
                 name = storage.key_of(f"{bucket}/{root}{key}") if _odd(key) else key
                 put = entry.get("LastModified")
-                listing.objects.append((key, ObjectInfo(name, entry.get("Size", 0),
-                                                        put.astimezone(dt.UTC) if put is not None else None)))
+                listing.objects.append(
+                    (key, ObjectInfo(name, entry.get("Size", 0), put.astimezone(dt.UTC) if put is not None else None))
+                )
     return listing
 
 
@@ -89,8 +103,9 @@ def _odd(key: str) -> bool:
     return not key or "//" in key or "/." in key or key.startswith(("/", "."))
 
 
-def _pages(storage: Storage, request: dict[str, Any], max_keys: int | None,
-           listing: KeyListing) -> Iterator[dict[str, Any]]:
+def _pages(
+    storage: Storage, request: dict[str, Any], max_keys: int | None, listing: KeyListing
+) -> Iterator[dict[str, Any]]:
     from botocore.exceptions import BotoCoreError, ClientError
 
     client = _client(storage.s3 or S3Options(), request["Bucket"])
@@ -104,8 +119,11 @@ def _pages(storage: Storage, request: dict[str, Any], max_keys: int | None,
             raise OSError(f"listing s3://{request['Bucket']}/{request['Prefix']} failed: {exc}") from exc
         listing.requests += 1
         answered = page.get("KeyCount", len(page.get("Contents", ())) + len(page.get("CommonPrefixes", ())))
-        last = max([entry["Key"] for entry in page.get("Contents", ())]
-                   + [entry["Prefix"] for entry in page.get("CommonPrefixes", ())], default=None)
+        last = max(
+            [entry["Key"] for entry in page.get("Contents", ())]
+            + [entry["Prefix"] for entry in page.get("CommonPrefixes", ())],
+            default=None,
+        )
         if last is not None:
             listing.last_key = last[root_length:]
         yield page

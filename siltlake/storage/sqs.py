@@ -33,7 +33,7 @@ class Message:
 def queue_spec(value: str) -> tuple[str | None, str | None]:
     """(queue name, queue URL) of a stream.notifications value (config.py validated its form)."""
     if value.startswith("sqs://"):
-        return value[len("sqs://"):].rstrip("/"), None
+        return value[len("sqs://") :].rstrip("/"), None
     return None, value.rstrip("/")
 
 
@@ -50,19 +50,25 @@ class Queue:
 
     def receive(self, wait_seconds: int = 0) -> list[Message]:
         """At most ten messages (one ReceiveMessage request)."""
-        answer = self._call("receive_message", QueueUrl=self.url, MaxNumberOfMessages=RECEIVE_LIMIT,
-                            WaitTimeSeconds=wait_seconds)
-        return [Message(item["MessageId"], item.get("Body", ""), item["ReceiptHandle"])
-                for item in answer.get("Messages", [])]
+        answer = self._call(
+            "receive_message", QueueUrl=self.url, MaxNumberOfMessages=RECEIVE_LIMIT, WaitTimeSeconds=wait_seconds
+        )
+        return [
+            Message(item["MessageId"], item.get("Body", ""), item["ReceiptHandle"])
+            for item in answer.get("Messages", [])
+        ]
 
     def delete(self, messages: list[Message]) -> list[str]:
         """Delete (acknowledge) messages, ten per request; returns the ids of those SQS refused to delete
         (they are delivered again after the queue's visibility timeout)."""
         refused = []
         for start in range(0, len(messages), RECEIVE_LIMIT):
-            batch = messages[start:start + RECEIVE_LIMIT]
-            answer = self._call("delete_message_batch", QueueUrl=self.url, Entries=[
-                {"Id": str(number), "ReceiptHandle": message.receipt} for number, message in enumerate(batch)])
+            batch = messages[start : start + RECEIVE_LIMIT]
+            answer = self._call(
+                "delete_message_batch",
+                QueueUrl=self.url,
+                Entries=[{"Id": str(number), "ReceiptHandle": message.receipt} for number, message in enumerate(batch)],
+            )
             refused += [batch[int(failure["Id"])].id for failure in answer.get("Failed", [])]
         return refused
 
@@ -74,12 +80,16 @@ class Queue:
         except ClientError as exc:
             code = exc.response.get("Error", {}).get("Code", "")
             if code in ("AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"):
-                raise ConfigError(f"stream.notifications: the SQS queue {self.spec} does not exist at "
-                                  f"{self._client.meta.endpoint_url} (create it, or correct the setting)") from None
+                raise ConfigError(
+                    f"stream.notifications: the SQS queue {self.spec} does not exist at "
+                    f"{self._client.meta.endpoint_url} (create it, or correct the setting)"
+                ) from None
             if code in ("AccessDenied", "AccessDeniedException", "InvalidClientTokenId", "SignatureDoesNotMatch"):
-                raise ConfigError(f"stream.notifications: {operation} on the SQS queue {self.spec} was refused "
-                                  f"({code}): these credentials need sqs:GetQueueUrl, sqs:ReceiveMessage and "
-                                  "sqs:DeleteMessage on it") from None
+                raise ConfigError(
+                    f"stream.notifications: {operation} on the SQS queue {self.spec} was refused "
+                    f"({code}): these credentials need sqs:GetQueueUrl, sqs:ReceiveMessage and "
+                    "sqs:DeleteMessage on it"
+                ) from None
             raise QueueUnavailable(f"{operation} on the SQS queue {self.spec} failed: {exc}") from None
         except BotoCoreError as exc:  # connection refused or reset, timeouts, after the SDK's retries
             raise QueueUnavailable(f"{operation} on the SQS queue {self.spec} failed: {exc}") from None
@@ -101,11 +111,18 @@ def _endpoint_and_region(url: str | None, s3: S3Options) -> tuple[str | None, st
         endpoint = os.environ["AWS_ENDPOINT_URL_SQS"]
     elif s3.endpoint_override:
         endpoint = f"{s3.scheme}://{s3.endpoint_override}"
-    region = (aws_region or s3.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-              or ("us-east-1" if endpoint or os.environ.get("AWS_ENDPOINT_URL") else None))
+    region = (
+        aws_region
+        or s3.region
+        or os.environ.get("AWS_REGION")
+        or os.environ.get("AWS_DEFAULT_REGION")
+        or ("us-east-1" if endpoint or os.environ.get("AWS_ENDPOINT_URL") else None)
+    )
     if region is None:
-        raise ConfigError("stream.notifications: the SQS queue's region is unknown; set storage.s3.region or "
-                          "AWS_REGION, or give the queue's URL (https://sqs.<region>.amazonaws.com/...)")
+        raise ConfigError(
+            "stream.notifications: the SQS queue's region is unknown; set storage.s3.region or "
+            "AWS_REGION, or give the queue's URL (https://sqs.<region>.amazonaws.com/...)"
+        )
     return endpoint, region
 
 
@@ -114,8 +131,11 @@ def _client(endpoint: str | None, region: str, s3: S3Options) -> Any:
     import boto3
     from botocore.config import Config as ClientConfig
 
-    settings = ClientConfig(retries={"max_attempts": s3.max_attempts, "mode": "standard"},
-                            connect_timeout=s3.connect_timeout or 60, read_timeout=s3.request_timeout or 60)
+    settings = ClientConfig(
+        retries={"max_attempts": s3.max_attempts, "mode": "standard"},
+        connect_timeout=s3.connect_timeout or 60,
+        read_timeout=s3.request_timeout or 60,
+    )
     return boto3.session.Session().client("sqs", endpoint_url=endpoint, region_name=region, config=settings)
 
 

@@ -11,11 +11,17 @@ if TYPE_CHECKING:
 
 # Imported on first use: a decoding worker imports siltlake.stream.task, and with it this package, so the
 # package itself must not pull in the runner (the catalog, SQLAlchemy, the configuration).
-_HOMES = {"discover": "discover", "map_key": "discover", "StreamReport": "report", "Progress": "runner",
-          "stream_forever": "runner", "stream_once": "runner"}
+_HOMES = {
+    "discover": "discover",
+    "map_key": "discover",
+    "StreamReport": "report",
+    "Progress": "runner",
+    "stream_forever": "runner",
+    "stream_once": "runner",
+}
 
 
-def __getattr__(name: str):  # noqa: ANN202 - whatever the named module holds
+def __getattr__(name: str):
     if name in _HOMES:
         import importlib
 

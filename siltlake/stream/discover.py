@@ -43,23 +43,28 @@ def map_key(key: str, pattern: re.Pattern[str], tables: dict[tuple[str, str], Ta
     """The table a staging key belongs to, or why it belongs to none."""
     segments = key.split("/")
     if key.startswith("/") or "" in segments or "." in segments or ".." in segments or _UNSAFE.search(key):
-        return KeyMapping(None, f"unsafe key {key!r}: empty, '.' or '..' segments, control characters, "
-                                "backslashes and percent-escapes are refused")
+        return KeyMapping(
+            None,
+            f"unsafe key {key!r}: empty, '.' or '..' segments, control characters, "
+            "backslashes and percent-escapes are refused",
+        )
     match = pattern.match(key)
     if match is None:
         shape = key_pattern_shape(pattern.pattern)
         return KeyMapping(None, f"key does not match stream.key_pattern (expected {shape})")
     date = _key_date(match)
     if date is not None:
-        return KeyMapping(None, f"key {key!r} has the impossible date {date}; a staging key's YYYY/MM/DD must "
-                                "be a calendar date")
+        return KeyMapping(
+            None, f"key {key!r} has the impossible date {date}; a staging key's YYYY/MM/DD must be a calendar date"
+        )
     schema_name, table_name = match.group("schema"), match.group("table")
     if not IDENTIFIER.match(schema_name) or not IDENTIFIER.match(table_name):
         return KeyMapping(None, f"key names {schema_name!r}.{table_name!r}, which is not a valid table name")
     table = tables.get((schema_name, table_name))
     if table is None:
-        return KeyMapping(None, f"no table {schema_name}.{table_name}; create it with `silt table create`, "
-                                "then `silt unknown replay`")
+        return KeyMapping(
+            None, f"no table {schema_name}.{table_name}; create it with `silt table create`, then `silt unknown replay`"
+        )
     return KeyMapping(table, None)
 
 
@@ -147,8 +152,17 @@ class Discovery:
         """Count another pass's report into this one. Work done (registrations, redeliveries, tails, lookups,
         the sweep) adds up; what was seen adds up too, unless the other pass repeated this one's listing
         (`silt stream --once` waiting to settle lists the same objects again): then the larger count stands."""
-        for name in ("registered", "unknown", "redelivered", "looked_up", "appended", "swept", "sweep_unchanged",
-                     "notified", "remembered"):
+        for name in (
+            "registered",
+            "unknown",
+            "redelivered",
+            "looked_up",
+            "appended",
+            "swept",
+            "sweep_unchanged",
+            "notified",
+            "remembered",
+        ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.changed = other.changed + self.changed
         self.rewritten = other.rewritten + self.rewritten
@@ -199,8 +213,11 @@ def discover(deployment: Deployment, accounted: AccountedNames | None = None, *,
     # cursor where it was, and the next round looks again. A remote root other than an object store is listed
     # whole every round (its cursor is not read), but its full listing time bounds the expiry watermark; a local
     # root's completed sweep pass moves that time to the pass's start.
-    catalog.discovery.advance(staging.root, from_nanoseconds(started - config.listing_margin * 1_000_000_000),
-                              from_nanoseconds(started) if full else None)
+    catalog.discovery.advance(
+        staging.root,
+        from_nanoseconds(started - config.listing_margin * 1_000_000_000),
+        from_nanoseconds(started) if full else None,
+    )
     if walk is not None:
         walked_from, changed, walked = walk
         if accounted is not None:  # every name the walk listed is accounted for now
@@ -220,7 +237,7 @@ def _modified(deployment: Deployment, paths: list[str], walked: set[str]) -> lis
     base = staging.path("").rstrip("/") + "/"
     found = []
     for path in paths:
-        key = path[len(base):] if path.startswith(base) else None
+        key = path[len(base) :] if path.startswith(base) else None
         if key is None or key in walked or is_in_flight(key):
             continue
         try:
@@ -239,8 +256,11 @@ def sweep_slice(deployment: Deployment, pending: SweepSlice) -> Discovery:
     config = deployment.config.stream
     cursor = pending.cursor
     unchanged_before = _unchanged_before(cursor, deployment)
-    swept = deployment.staging.sweep(cursor.sweep_after, config.sweep_files_per_round,
-                                     None if unchanged_before is None else to_nanoseconds(unchanged_before))
+    swept = deployment.staging.sweep(
+        cursor.sweep_after,
+        config.sweep_files_per_round,
+        None if unchanged_before is None else to_nanoseconds(unchanged_before),
+    )
     sweeping = [info for info in swept.objects if not is_in_flight(info.key) and info.key not in pending.walked]
     fresh = _unexpired(deployment, sweeping, cursor.expired_before)
     report = _register(deployment, fresh, watched=False)  # the round's walk looked at the watched files
@@ -248,10 +268,13 @@ def sweep_slice(deployment: Deployment, pending: SweepSlice) -> Discovery:
     report.listed = report.swept = len(swept.objects) + swept.unchanged
     report.expired, report.sweep_unchanged = len(sweeping) - len(fresh), swept.unchanged
     report.sweep_completed = swept.complete
-    deployment.catalog.discovery.advance_sweep(deployment.staging.root, cursor.sweep_started,
-                                               None if swept.complete else swept.last_key,
-                                               from_nanoseconds(pending.started_ns),
-                                               checked=unchanged_before is None)
+    deployment.catalog.discovery.advance_sweep(
+        deployment.staging.root,
+        cursor.sweep_started,
+        None if swept.complete else swept.last_key,
+        from_nanoseconds(pending.started_ns),
+        checked=unchanged_before is None,
+    )
     return report
 
 
@@ -269,8 +292,9 @@ def _unchanged_before(cursor: DiscoveryCursor | None, deployment: Deployment) ->
     pass_started = cursor.sweep_started or utcnow()
     if (pass_started - cursor.checked_time).total_seconds() >= config.sweep_check_interval:
         return None
-    return cursor.full_listing_time - dt.timedelta(seconds=config.listing_margin
-                                                   + (1 if deployment.staging.is_object_store else 0))
+    return cursor.full_listing_time - dt.timedelta(
+        seconds=config.listing_margin + (1 if deployment.staging.is_object_store else 0)
+    )
 
 
 def _discover_object_store(deployment: Deployment, cursor: DiscoveryCursor | None) -> Discovery:
@@ -296,8 +320,9 @@ def _discover_object_store(deployment: Deployment, cursor: DiscoveryCursor | Non
     return report
 
 
-def _unexpired(deployment: Deployment, listed: list[ObjectInfo],
-               expired_before: dt.datetime | None) -> list[ObjectInfo]:
+def _unexpired(
+    deployment: Deployment, listed: list[ObjectInfo], expired_before: dt.datetime | None
+) -> list[ObjectInfo]:
     """The listed objects that arrived at or after the expiry watermark. Reap may have pruned the rows of older
     ones, so they are not asked of the catalog: a pruned key still lying in the root is not loaded again. The
     arrival is an object store's LastModified (the mtime listed), a local file's max(mtime, ctime): a file moved
@@ -331,7 +356,7 @@ def readmit(deployment: Deployment, uris: list[str]) -> int:
         if not uri.startswith(prefix):
             continue
         try:
-            info = staging.info(unquote(uri[len(prefix):]))
+            info = staging.info(unquote(uri[len(prefix) :]))
         except (OSError, ValueError):  # an unsafe key (refused by Storage.path) or one no longer readable
             continue
         if info is not None and not is_in_flight(info.key):
@@ -347,11 +372,17 @@ def _register(deployment: Deployment, listed: list[ObjectInfo], watched: bool = 
     staging = deployment.staging
     catalog = deployment.catalog
     settling = settle(deployment, listed, watched)  # a local file still being written waits (stream/appends.py)
-    listed = settling.ready + [info for info in settling.due.values()
-                               if info.key not in {ready.key for ready in settling.ready}]
-    report = Discovery(listed=len(listed), looked_up=len(listed), unsettled=settling.waiting,
-                       unsettled_seconds=settling.oldest_seconds, settles_in=settling.settles_in,
-                       looked_by_key=settling.looked)
+    listed = settling.ready + [
+        info for info in settling.due.values() if info.key not in {ready.key for ready in settling.ready}
+    ]
+    report = Discovery(
+        listed=len(listed),
+        looked_up=len(listed),
+        unsettled=settling.waiting,
+        unsettled_seconds=settling.oldest_seconds,
+        settles_in=settling.settles_in,
+        looked_by_key=settling.looked,
+    )
     if not listed:
         return report
     # Each URI is built (quoted) once: an idle round over a long history lists every object ever put.
@@ -359,10 +390,14 @@ def _register(deployment: Deployment, listed: list[ObjectInfo], watched: bool = 
     send_times = [to_naive_utc(info.mtime) if info.mtime is not None else None for info in listed]
     resized: dict[str, int] | None = {} if staging.is_local else None
     notes: list[dict] = []
-    known, redelivered = catalog.staging.sort_listed(list(zip(uris, send_times, (info.size for info in listed),
-                                                              strict=True)), resized)
-    fresh = [(uri, info, send_time) for uri, info, send_time in zip(uris, listed, send_times, strict=True)
-             if uri not in known]
+    known, redelivered = catalog.staging.sort_listed(
+        list(zip(uris, send_times, (info.size for info in listed), strict=True)), resized
+    )
+    fresh = [
+        (uri, info, send_time)
+        for uri, info, send_time in zip(uris, listed, send_times, strict=True)
+        if uri not in known
+    ]
     if resized is not None:
         # A local file that changed size is appended to or rewritten: judged by its position, not a re-put.
         by_uri = dict(zip(uris, listed, strict=True))
@@ -388,18 +423,22 @@ def _register(deployment: Deployment, listed: list[ObjectInfo], watched: bool = 
     for uri, info, send_time in fresh:
         mapping = map_key(info.key, pattern, tables)
         if mapping.table is not None and mapping.table.definition.kind == "derived":
-            mapping = KeyMapping(None, f"{mapping.table.qualified_name} is a derived table, built from its query: "
-                                       "it takes no staging objects")
+            mapping = KeyMapping(
+                None,
+                f"{mapping.table.qualified_name} is a derived table, built from its query: it takes no staging objects",
+            )
         if info.key in leaving:
-            mapping = KeyMapping(None, f"key {info.key!r} is a symbolic link that leads out of the staging root; "
-                                       "refused")
+            mapping = KeyMapping(
+                None, f"key {info.key!r} is a symbolic link that leads out of the staging root; refused"
+            )
         if mapping.table is None:
             report.unknown += catalog.staging.record_unknown(uri, mapping.reason or "unmapped", size=info.size)
         else:
             rows.append((uri, mapping.table.id, info.size, send_time))
     registering = {row[0] for row in rows}
-    report.registered = catalog.staging.register(rows, staging.root,
-                                                 [note for note in notes if note["uri"] in registering])
+    report.registered = catalog.staging.register(
+        rows, staging.root, [note for note in notes if note["uri"] in registering]
+    )
     return report
 
 

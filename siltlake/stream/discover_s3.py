@@ -40,16 +40,21 @@ class ObjectStoreListing:
     def advance(self, catalog: Catalog, root: str, margin: float) -> None:
         """Record the round's cursors: its objects are registered. The root's own row first (a completed
         full listing's time with it), so that prefix cursors never exist without it."""
-        catalog.discovery.advance(root, self.started - dt.timedelta(seconds=margin),
-                                  self.started if self.full else None)
+        catalog.discovery.advance(
+            root, self.started - dt.timedelta(seconds=margin), self.started if self.full else None
+        )
         if self.cursors or self.forget:
             catalog.discovery.advance_prefixes(root, self.cursors, self.forget)
         if self.sweep is not None:
             catalog.discovery.advance_sweep(root, self.sweep[0], self.sweep[1], self.started, checked=self.sweep[2])
 
 
-def list_new(deployment: Deployment, cursor: DiscoveryCursor | None,
-             unchanged_before: dt.datetime | None = None, sweep_rounds: int = 1) -> ObjectStoreListing:
+def list_new(
+    deployment: Deployment,
+    cursor: DiscoveryCursor | None,
+    unchanged_before: dt.datetime | None = None,
+    sweep_rounds: int = 1,
+) -> ObjectStoreListing:
     """List what the staging root may hold that is new; register nothing, record nothing. Keys the rolling sweep
     lists that were put before unchanged_before (None: none) are counted, not returned: a completed listing
     that started after their put returned them. The sweep lists sweep_rounds slices of
@@ -57,28 +62,43 @@ def list_new(deployment: Deployment, cursor: DiscoveryCursor | None,
     staging = deployment.staging
     config = deployment.config.stream
     started = from_nanoseconds(time.time_ns())
-    window = _Window(re.compile(config.key_pattern),
-                     started - dt.timedelta(seconds=config.reorder_window + config.listing_margin),
-                     started - dt.timedelta(seconds=config.late_window))
+    window = _Window(
+        re.compile(config.key_pattern),
+        started - dt.timedelta(seconds=config.reorder_window + config.listing_margin),
+        started - dt.timedelta(seconds=config.late_window),
+    )
     known = {known.prefix: known for known in deployment.catalog.discovery.prefixes(staging.root)}
     full = not any(known.kind == STREAM for known in known.values())
 
     top = list_after(staging, delimiter=True)
     # The root's first level, and the streams found below it (a layout that nests them: <anything>/<schema>.<table>/).
     starts = {prefix: known[prefix].start_after if prefix in known else "" for prefix in top.prefixes}
-    starts.update({prefix: stream.start_after for prefix, stream in known.items()
-                   if stream.kind == STREAM and prefix not in starts and _is_nested(prefix)})
+    starts.update(
+        {
+            prefix: stream.start_after
+            for prefix, stream in known.items()
+            if stream.kind == STREAM and prefix not in starts and _is_nested(prefix)
+        }
+    )
     for prefix, recent in known.items():
         stream_prefix = _stream_of(prefix, starts)
         ahead = starts.get(stream_prefix) if stream_prefix is not None else None
         # A day the stream's cursor has not passed is listed by the stream's own listing.
-        if recent.kind == RECENT and _is_recent(recent.newest_put, window.recent_since) and ahead is not None \
-                and ahead > prefix and not ahead.startswith(prefix):
+        if (
+            recent.kind == RECENT
+            and _is_recent(recent.newest_put, window.recent_since)
+            and ahead is not None
+            and ahead > prefix
+            and not ahead.startswith(prefix)
+        ):
             starts[prefix] = recent.start_after
     sweep_after = cursor.sweep_after if cursor is not None else None
     with ThreadPoolExecutor(max(1, min(LISTERS, len(starts) + 1))) as pool:
-        sweeping = None if full else pool.submit(list_after, staging, "", sweep_after,
-                                                 max_keys=config.sweep_keys_per_round * sweep_rounds)
+        sweeping = (
+            None
+            if full
+            else pool.submit(list_after, staging, "", sweep_after, max_keys=config.sweep_keys_per_round * sweep_rounds)
+        )
         pending = {prefix: pool.submit(list_after, staging, prefix, start or None) for prefix, start in starts.items()}
         listings = {prefix: future.result() for prefix, future in pending.items()}
         sweep = sweeping.result() if sweeping is not None else None
@@ -91,8 +111,12 @@ def list_new(deployment: Deployment, cursor: DiscoveryCursor | None,
             if key in seen:
                 continue
             seen.add(key)
-            if listing is sweep and unchanged_before is not None and info.mtime is not None \
-                    and to_naive_utc(info.mtime) < unchanged_before:
+            if (
+                listing is sweep
+                and unchanged_before is not None
+                and info.mtime is not None
+                and to_naive_utc(info.mtime) < unchanged_before
+            ):
                 found.sweep_unchanged += 1
             else:
                 found.objects.append(info)
@@ -108,16 +132,19 @@ def list_new(deployment: Deployment, cursor: DiscoveryCursor | None,
             found.forget[prefix] = kept_since  # nothing put for the retention: what is there is never loaded
     if sweep is not None:
         found.swept = len(sweep.objects)
-        found.sweep = (cursor.sweep_started if cursor is not None else None,
-                       None if sweep.complete else sweep.last_key, unchanged_before is None)
+        found.sweep = (
+            cursor.sweep_started if cursor is not None else None,
+            None if sweep.complete else sweep.last_key,
+            unchanged_before is None,
+        )
     return found
 
 
 @dataclass(frozen=True)
 class _Window:
-    pattern: re.Pattern[str]      # stream.key_pattern: where a key's stream and day prefixes end
-    settled_before: dt.datetime   # keys put before it may pass a cursor (stream.reorder_window and the margin)
-    recent_since: dt.datetime     # days with a put since are listed on their own (stream.late_window)
+    pattern: re.Pattern[str]  # stream.key_pattern: where a key's stream and day prefixes end
+    settled_before: dt.datetime  # keys put before it may pass a cursor (stream.reorder_window and the margin)
+    recent_since: dt.datetime  # days with a put since are listed on their own (stream.late_window)
 
 
 def _is_nested(prefix: str) -> bool:
@@ -127,8 +154,7 @@ def _is_nested(prefix: str) -> bool:
 
 def _stream_of(prefix: str, streams: dict[str, str]) -> str | None:
     """The longest listed stream prefix a day prefix lies under."""
-    return max((stream for stream in streams if prefix.startswith(stream) and stream != prefix), key=len,
-               default=None)
+    return max((stream for stream in streams if prefix.startswith(stream) and stream != prefix), key=len, default=None)
 
 
 def _is_recent(put: dt.datetime | None, since: dt.datetime) -> bool:
@@ -140,15 +166,20 @@ def _prefixes(key: str, listed: str, pattern: re.Pattern[str]) -> tuple[str, str
     day (`web.access/` and `web.access/2026/01/02`, whatever the layout); for a key the pattern does not date,
     the prefix it was listed under and its parent directory (None when that is the listed prefix itself)."""
     match = pattern.match(key)
-    if match is not None and match.groupdict().get("year") is not None and match.groupdict().get("day") is not None \
-            and match.start("year") > 0:
-        return key[:match.start("year")], key[:match.end("day")]
-    directory = key[:key.rfind("/") + 1]
+    if (
+        match is not None
+        and match.groupdict().get("year") is not None
+        and match.groupdict().get("day") is not None
+        and match.start("year") > 0
+    ):
+        return key[: match.start("year")], key[: match.end("day")]
+    directory = key[: key.rfind("/") + 1]
     return listed, directory if len(directory) > len(listed) else None
 
 
-def _moved(prefix: str, listing: KeyListing, known: dict[str, PrefixCursor], start: str,
-           window: _Window) -> list[PrefixCursor]:
+def _moved(
+    prefix: str, listing: KeyListing, known: dict[str, PrefixCursor], start: str, window: _Window
+) -> list[PrefixCursor]:
     """The cursors a listing of `prefix` (from `start`) moves or creates: its own, those of the streams found
     below it (nested layouts), and those of the days under it that received a key within the late window.
 
@@ -158,7 +189,7 @@ def _moved(prefix: str, listing: KeyListing, known: dict[str, PrefixCursor], sta
     than the window."""
     own = known.get(prefix)
     kind = own.kind if own is not None else STREAM
-    settled: dict[str, str] = {}         # the prefix, each stream and each day under it -> its greatest settled key
+    settled: dict[str, str] = {}  # the prefix, each stream and each day under it -> its greatest settled key
     newest: dict[str, dt.datetime] = {}  # the prefix, each stream and each day -> its greatest LastModified listed
     streams: set[str] = set()
     for key, info in listing.objects:

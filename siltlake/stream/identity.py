@@ -124,7 +124,7 @@ def content_at(path: str, compressed: bool, at: int) -> Content | None:
             crc = None
             for block in plain_blocks(file):
                 if length < at:
-                    window = (window + block[:at - length])[-FINGERPRINT_BYTES:]
+                    window = (window + block[: at - length])[-FINGERPRINT_BYTES:]
                 length += len(block)
                 if crc is None and length >= at:
                     crc = zlib.crc32(window)

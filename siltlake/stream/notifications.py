@@ -32,11 +32,11 @@ _warned_foreign: set[str] = set()  # queues whose foreign records were logged (o
 class NotificationTally:
     """What one round read from the queue."""
 
-    messages: int = 0    # received
-    objects: int = 0     # object-created records naming a key under the staging root
-    foreign: int = 0     # records of another bucket or outside the staging prefix: acknowledged, ignored
-    ignored: int = 0     # s3:TestEvent, events other than ObjectCreated, directory markers: acknowledged
-    malformed: int = 0   # messages that are no S3 event: left in the queue, for its redrive policy
+    messages: int = 0  # received
+    objects: int = 0  # object-created records naming a key under the staging root
+    foreign: int = 0  # records of another bucket or outside the staging prefix: acknowledged, ignored
+    ignored: int = 0  # s3:TestEvent, events other than ObjectCreated, directory markers: acknowledged
+    malformed: int = 0  # messages that are no S3 event: left in the queue, for its redrive policy
     unacknowledged: int = 0  # deletes SQS refused: delivered again later, which registers nothing
     error: str | None = None  # the queue could not be read or written: this round relied on the listing
 
@@ -62,7 +62,7 @@ def parse_message(body: str) -> tuple[list[Created], int]:
         return _parsed(body)
     except Malformed:
         raise
-    except Exception as exc:  # noqa: BLE001 - one message never stops the others of its round
+    except Exception as exc:
         raise Malformed(f"unreadable ({type(exc).__name__}: {str(exc)[:200]})") from None
 
 
@@ -97,9 +97,15 @@ def _parsed(body: str) -> tuple[list[Created], int]:
             target = record["s3"]
             # The key is URL-encoded, with '+' for a space (a literal '+' arrives as %2B).
             key = unquote_plus(target["object"]["key"], errors="strict")
-            created.append(Created(target["bucket"]["name"], key, int(target["object"].get("size", 0)),
-                                   _event_time(record["eventTime"])))
-        except Exception as exc:  # noqa: BLE001 - a missing field, a size of 1e400, a time that is no text
+            created.append(
+                Created(
+                    target["bucket"]["name"],
+                    key,
+                    int(target["object"].get("size", 0)),
+                    _event_time(record["eventTime"]),
+                )
+            )
+        except Exception as exc:
             raise Malformed(f"record {number} is no S3 object event ({type(exc).__name__}: {str(exc)[:200]})") from None
     return created, ignored
 
@@ -127,8 +133,14 @@ def take_notified(deployment: Deployment, register: Callable[[list[ObjectInfo]],
             chunk = _receive(queue, min(CHUNK, ROUND_LIMIT - tally.messages))
         except QueueUnavailable as exc:
             tally.error = str(exc)
-            event(log, "stream.notifications_unavailable", logging.WARNING, queue=spec, error=str(exc),
-                  note="this round relies on the listing")
+            event(
+                log,
+                "stream.notifications_unavailable",
+                logging.WARNING,
+                queue=spec,
+                error=str(exc),
+                note="this round relies on the listing",
+            )
             break
         if not chunk:
             break
@@ -140,8 +152,15 @@ def take_notified(deployment: Deployment, register: Callable[[list[ObjectInfo]],
                 created, ignored = parse_message(message.body)
             except Malformed as exc:
                 tally.malformed += 1
-                event(log, "stream.notification_malformed", logging.WARNING, queue=spec, message_id=message.id,
-                      reason=str(exc), note="left in the queue for its redrive policy (dead-letter queue)")
+                event(
+                    log,
+                    "stream.notification_malformed",
+                    logging.WARNING,
+                    queue=spec,
+                    message_id=message.id,
+                    reason=str(exc),
+                    note="left in the queue for its redrive policy (dead-letter queue)",
+                )
                 continue
             tally.ignored += ignored
             handled.append(message)
@@ -150,7 +169,7 @@ def take_notified(deployment: Deployment, register: Callable[[list[ObjectInfo]],
                     tally.foreign += 1
                     _warn_foreign(spec, record, staging.root)
                     continue
-                key = record.key[len(prefix) + 1:] if prefix else record.key
+                key = record.key[len(prefix) + 1 :] if prefix else record.key
                 if not key or key.endswith("/"):  # a directory marker: no object to load
                     tally.ignored += 1
                     continue
@@ -166,9 +185,16 @@ def take_notified(deployment: Deployment, register: Callable[[list[ObjectInfo]],
             refused, error = [message.id for message in handled], str(exc)
         if refused:
             tally.unacknowledged += len(refused)
-            event(log, "stream.notifications_unacknowledged", logging.WARNING, queue=spec, messages=len(refused),
-                  error=error, note="delivered again after the visibility timeout; their objects are registered "
-                                    "already, so they register nothing")
+            event(
+                log,
+                "stream.notifications_unacknowledged",
+                logging.WARNING,
+                queue=spec,
+                messages=len(refused),
+                error=error,
+                note="delivered again after the visibility timeout; their objects are registered "
+                "already, so they register nothing",
+            )
     return tally
 
 
@@ -184,8 +210,9 @@ class ListingTurn:
     sweep_rounds: int = 1
 
 
-def listing_turn(deployment: Deployment, cursor: DiscoveryCursor | None,
-                 tally: NotificationTally | None) -> ListingTurn:
+def listing_turn(
+    deployment: Deployment, cursor: DiscoveryCursor | None, tally: NotificationTally | None
+) -> ListingTurn:
     """A round whose queue read succeeded lists only once stream.notified_listing_interval has passed since the
     last listing started; so that a sweep pass takes as long as when every round lists, a listing round's slice
     covers the rounds that did not list (at most the interval's worth). Without a queue, with a queue that could
@@ -221,15 +248,22 @@ def _unknown(deployment: Deployment, objects: list[ObjectInfo]) -> list[ObjectIn
     if not objects:
         return []
     uris = [deployment.staging.uri(info.key) for info in objects]
-    known, _ = deployment.catalog.staging.sort_listed([(uri, None, info.size) for uri, info in zip(uris, objects,
-                                                                                                     strict=True)])
+    known, _ = deployment.catalog.staging.sort_listed(
+        [(uri, None, info.size) for uri, info in zip(uris, objects, strict=True)]
+    )
     return [info for uri, info in zip(uris, objects, strict=True) if uri not in known]
 
 
 def _warn_foreign(spec: str, record: Created, root: str) -> None:
     if spec not in _warned_foreign:
         _warned_foreign.add(spec)
-        event(log, "stream.notification_foreign", logging.WARNING, queue=spec,
-              object=f"s3://{record.bucket}/{record.key}", staging_root=root,
-              note="records outside the staging root are acknowledged and ignored; limit the bucket's notification "
-                   "to the staging prefix (logged once)")
+        event(
+            log,
+            "stream.notification_foreign",
+            logging.WARNING,
+            queue=spec,
+            object=f"s3://{record.bucket}/{record.key}",
+            staging_root=root,
+            note="records outside the staging root are acknowledged and ignored; limit the bucket's notification "
+            "to the staging prefix (logged once)",
+        )

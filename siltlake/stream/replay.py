@@ -52,8 +52,9 @@ def _json_line(value: object) -> str:
     return text + "\n"
 
 
-def _stage(deployment: Deployment, record: TableRecord, error_key: str, received: dt.datetime,
-           values: list[dict]) -> str:
+def _stage(
+    deployment: Deployment, record: TableRecord, error_key: str, received: dt.datetime, values: list[dict]
+) -> str:
     """Stage one error file's replayable records under a key derived from the file and the records, so a
     retried or concurrent replay of the same records stages the same key, which is registered once."""
     body = "".join(_json_line(value) for value in values).encode()

@@ -30,7 +30,7 @@ def decode_threads(sizes: list[int], cores: int, threshold: int) -> list[int]:
     return [max(1, min(cores, round(cores * size / total))) if size >= threshold else 1 for size in sizes]
 
 
-def _task_cores(spark) -> int:  # noqa: ANN001 - a SparkSession
+def _task_cores(spark) -> int:
     """The cores one task may use: the stage's (local mode), or one executor's when they are set."""
     context = spark.sparkContext
     cores = getattr(context, "_siltlake_task_cores", None)
@@ -41,8 +41,9 @@ def _task_cores(spark) -> int:  # noqa: ANN001 - a SparkSession
     return cores
 
 
-def stream_task(deployment: Deployment, pending: PendingStagingObject, run_id: str, threads: int = 1,
-                table_json: str | None = None) -> StreamTask:
+def stream_task(
+    deployment: Deployment, pending: PendingStagingObject, run_id: str, threads: int = 1, table_json: str | None = None
+) -> StreamTask:
     """The task of one object; `table_json` its table's definition when the caller made it for the wave."""
     settings = deployment.config.stream
     return StreamTask(
@@ -112,8 +113,12 @@ class WaveStage:
         progress = _WaveProgress(self.on_progress, len(wave))
         if sum(sizes) <= self.settings.in_driver_bytes:
             try:
-                results = run_on_workers(process_staging_object, self._tasks(wave, sizes, run_id, worker_count()),
-                                         weights=sizes, on_progress=progress.advance)
+                results = run_on_workers(
+                    process_staging_object,
+                    self._tasks(wave, sizes, run_id, worker_count()),
+                    weights=sizes,
+                    on_progress=progress.advance,
+                )
             except WorkersLost as lost:
                 event(log, "stream.workers_lost", logging.WARNING, objects=len(wave), reason=str(lost))
             else:
@@ -124,28 +129,43 @@ class WaveStage:
         progress.finish()
         return results
 
-    def _on_spark(self, tasks: list[StreamTask], sizes: list[int],
-                  on_progress: Callable[[int], None] | None) -> list[StageResult]:
+    def _on_spark(
+        self, tasks: list[StreamTask], sizes: list[int], on_progress: Callable[[int], None] | None
+    ) -> list[StageResult]:
         """The tasks as a Spark stage. Should a task's Python process die (a native library's segfault on a
         hostile object: no exception reaches Python, and Spark fails the stage), the tasks run again in halves
         until the object that kills its process is alone: that object's attempt fails, counted against it
         (at stream.max_failures it becomes unknown), and the others' results stand."""
         try:
-            return run_tasks(self.spark(), process_staging_object, tasks, weights=sizes,
-                             tasks_per_core=self.settings.tasks_per_core, task_weight=self.settings.task_bytes,
-                             on_progress=on_progress)
+            return run_tasks(
+                self.spark(),
+                process_staging_object,
+                tasks,
+                weights=sizes,
+                tasks_per_core=self.settings.tasks_per_core,
+                task_weight=self.settings.task_bytes,
+                on_progress=on_progress,
+            )
         except Exception as exc:
             crash = _worker_crash(exc)
             if crash is None:
                 raise
         if len(tasks) == 1:
             event(log, "stream.decoder_crashed", logging.WARNING, uri=tasks[0].uri, reason=crash)
-            return [{"staging_object_id": tasks[0].staging_object_id, "uri": tasks[0].uri, "status": "failed",
-                     "reason": f"the process decoding it died: {crash}", "counts": True}]
+            return [
+                {
+                    "staging_object_id": tasks[0].staging_object_id,
+                    "uri": tasks[0].uri,
+                    "status": "failed",
+                    "reason": f"the process decoding it died: {crash}",
+                    "counts": True,
+                }
+            ]
         event(log, "stream.decoder_crashed", logging.WARNING, objects=len(tasks), reason=crash)
         half = len(tasks) // 2
-        return (self._on_spark(tasks[:half], sizes[:half], on_progress)
-                + self._on_spark(tasks[half:], sizes[half:], on_progress))
+        return self._on_spark(tasks[:half], sizes[:half], on_progress) + self._on_spark(
+            tasks[half:], sizes[half:], on_progress
+        )
 
     def spark(self) -> SparkSession:
         if self._spark is None:
@@ -158,5 +178,7 @@ class WaveStage:
         threads = decode_threads(sizes, cores, self.settings.parallel_decode_bytes)
         tables = {item.table.id: item.table for item in wave}
         table_json = {table_id: table.definition.to_json() for table_id, table in tables.items()}  # once a table
-        return [stream_task(self.deployment, item, run_id, count, table_json[item.table.id])
-                for item, count in zip(wave, threads, strict=True)]
+        return [
+            stream_task(self.deployment, item, run_id, count, table_json[item.table.id])
+            for item, count in zip(wave, threads, strict=True)
+        ]

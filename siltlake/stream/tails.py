@@ -27,8 +27,17 @@ from siltlake.stream.identity import (
 )
 from siltlake.tabledef import TableDef
 
-__all__ = ["FINGERPRINT_BYTES", "Delivery", "DeliveryName", "FileMoved", "delivery_uri", "file_identity",
-           "open_delivery", "parse_delivery", "split_delivery"]
+__all__ = [
+    "FINGERPRINT_BYTES",
+    "Delivery",
+    "DeliveryName",
+    "FileMoved",
+    "delivery_uri",
+    "file_identity",
+    "open_delivery",
+    "parse_delivery",
+    "split_delivery",
+]
 
 _BLOCK = 1 << 16
 OFFSET_MARK = "#offset="
@@ -76,15 +85,32 @@ def parse_delivery(uri: str) -> DeliveryName:
     start, _, end = span.partition("-")
     fields = dict(flag.partition("=")[::2] for flag in flags)
     crc, _, length = (fields.get("h") or "").partition(":")
-    return DeliveryName(base, int(start), int(end) if end else None, fields.get("g") or None,
-                        fields.get("f") or None, "last" in fields, "cont" in fields, "plain" in fields,
-                        (int(crc), int(length)) if length else None)
+    return DeliveryName(
+        base,
+        int(start),
+        int(end) if end else None,
+        fields.get("g") or None,
+        fields.get("f") or None,
+        "last" in fields,
+        "cont" in fields,
+        "plain" in fields,
+        (int(crc), int(length)) if length else None,
+    )
 
 
-def delivery_uri(uri: str, start: int, end: int | None = None, *, generation: str | None = None,
-                 identity: str | None = None, last: bool = False, continues: bool = False,
-                 plain: bool = False, head: tuple[int | None, int | None] | None = None,
-                 advances: tuple[int, int, int] | None = None) -> str:
+def delivery_uri(
+    uri: str,
+    start: int,
+    end: int | None = None,
+    *,
+    generation: str | None = None,
+    identity: str | None = None,
+    last: bool = False,
+    continues: bool = False,
+    plain: bool = False,
+    head: tuple[int | None, int | None] | None = None,
+    advances: tuple[int, int, int] | None = None,
+) -> str:
     """A later delivery's URI: `<uri>#offset=<start>-<end>` and its flags (DeliveryName). The end (the size it was
     registered at) keeps it unique: a delivery that consumed nothing (half a line) leaves the next one starting at
     the same offset; the generation keeps the deliveries of another file that had the name apart. `advances`
@@ -120,8 +146,9 @@ class Delivery:
     read_start: int  # the first byte of the file the stream reads (after `lead`)
 
 
-def open_delivery(file: BinaryIO, key: str, table: TableDef, name: DeliveryName, end: int | None,
-                  fragment_final_after: float) -> Delivery:
+def open_delivery(
+    file: BinaryIO, key: str, table: TableDef, name: DeliveryName, end: int | None, fragment_final_after: float
+) -> Delivery:
     """The delivery [start, end) of an open local file, cut after its last whole record. A trailing fragment is
     taken too when the delivery is `last`, or the file has not changed for fragment_final_after and is still
     `end` bytes long: its writer is done, the last line lacks only its newline."""
@@ -135,15 +162,19 @@ def open_delivery(file: BinaryIO, key: str, table: TableDef, name: DeliveryName,
         head = head_bytes(file, compressed, HEAD_BYTES)
     except (EOFError, zlib.error, OSError):  # a gzip cut short: the reader says what is wrong with it
         head = b""
-    if name.head is not None and (len(head) < name.head[1] or zlib.crc32(head[:name.head[1]]) != name.head[0]):
-        raise FileMoved(f"the file at this name ({identity}) does not begin as the file this delivery was registered "
-                        "for: another file took its name and its inode")
+    if name.head is not None and (len(head) < name.head[1] or zlib.crc32(head[: name.head[1]]) != name.head[0]):
+        raise FileMoved(
+            f"the file at this name ({identity}) does not begin as the file this delivery was registered "
+            "for: another file took its name and its inode"
+        )
     start = name.start
     if compressed and name.plain:
         return _plain_copy(file, table, name, identity, head)
     if stat.st_size < start:  # truncated since (copytruncate): the next listing follows it anew from 0
-        raise FileMoved(f"the file shrank to {stat.st_size:,} bytes, below the offset {start:,} this delivery "
-                        "starts at: it was truncated")
+        raise FileMoved(
+            f"the file shrank to {stat.st_size:,} bytes, below the offset {start:,} this delivery "
+            "starts at: it was truncated"
+        )
     end = stat.st_size if end is None else min(end, stat.st_size)
     reading = table
     if compressed:
@@ -151,7 +182,7 @@ def open_delivery(file: BinaryIO, key: str, table: TableDef, name: DeliveryName,
     else:
         sniff = os.pread(fd, SNIFF_BYTES, 0)
         reading = table.model_copy(update={"format": detect_format(key, sniff, table.format)})
-        cut = (_last_msgpack_item(fd, start, end) if reading.format == "msgpack" else _last_newline(fd, start, end))
+        cut = _last_msgpack_item(fd, start, end) if reading.format == "msgpack" else _last_newline(fd, start, end)
     fragment_end = None
     done = name.last or time.time() - stat.st_mtime >= fragment_final_after
     if cut < end and stat.st_size == end and done:
@@ -160,9 +191,12 @@ def open_delivery(file: BinaryIO, key: str, table: TableDef, name: DeliveryName,
     if name.continues and cut > start and not compressed:
         if reading.format == "msgpack":  # an item's start cannot be found going back: its rest is a bad record
             first = _first_newline(fd, start, cut)
-            lead = BadRecord(1, "the rest of an item whose first part was taken as final (its writer paused longer "
-                                "than stream.fragment_final_after)",
-                             os.pread(fd, first - start, start).decode("utf-8", "backslashreplace").rstrip("\n"))
+            lead = BadRecord(
+                1,
+                "the rest of an item whose first part was taken as final (its writer paused longer "
+                "than stream.fragment_final_after)",
+                os.pread(fd, first - start, start).decode("utf-8", "backslashreplace").rstrip("\n"),
+            )
             start = first
         else:  # the line is whole now: read it from its start, so it is loaded once as the line it is
             start = _last_newline(fd, 0, start)
@@ -173,8 +207,20 @@ def open_delivery(file: BinaryIO, key: str, table: TableDef, name: DeliveryName,
         head = head[:cut]
     if reading.format == "csv" and start > 0 and not compressed:  # a tail has no header of its own
         prefix = _first_line(fd)
-    return Delivery(_Range(fd, start, cut, prefix), reading, cut, end, identity, _fingerprint(fd, cut),
-                    zlib.crc32(head), len(head), compressed, fragment_end, lead, start)
+    return Delivery(
+        _Range(fd, start, cut, prefix),
+        reading,
+        cut,
+        end,
+        identity,
+        _fingerprint(fd, cut),
+        zlib.crc32(head),
+        len(head),
+        compressed,
+        fragment_end,
+        lead,
+        start,
+    )
 
 
 def _plain_copy(file: BinaryIO, table: TableDef, name: DeliveryName, identity: str, head: bytes) -> Delivery:
@@ -187,8 +233,20 @@ def _plain_copy(file: BinaryIO, table: TableDef, name: DeliveryName, identity: s
         prefix = content.split(b"\n", 1)[0] + b"\n"
     # The position counts the file's stored bytes, as for any gzip file: it was read to its end.
     size = os.fstat(file.fileno()).st_size
-    return Delivery(_Bytes(prefix + content[start:]), reading, size, size, identity,
-                    _fingerprint(file.fileno(), size), zlib.crc32(head), len(head), True, None, None, start)
+    return Delivery(
+        _Bytes(prefix + content[start:]),
+        reading,
+        size,
+        size,
+        identity,
+        _fingerprint(file.fileno(), size),
+        zlib.crc32(head),
+        len(head),
+        True,
+        None,
+        None,
+        start,
+    )
 
 
 def _fingerprint(fd: int, end: int) -> int:
@@ -249,7 +307,7 @@ def _first_line(fd: int) -> bytes:
             return line + b"\n"
         found = block.find(b"\n")
         if found >= 0:
-            return line + block[:found + 1]
+            return line + block[: found + 1]
         line += block
         position += len(block)
 
@@ -262,7 +320,7 @@ class _Bytes:
 
     def read(self, size: int = -1) -> bytes:
         end = len(self._data) if size < 0 else self._position + size
-        out = self._data[self._position:end]
+        out = self._data[self._position : end]
         self._position += len(out)
         return out
 

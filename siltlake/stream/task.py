@@ -123,7 +123,7 @@ class StreamTask:
     decode_threads: int = 1
 
 
-def open_uri(uri: str, staging: Storage):  # noqa: ANN201 - a binary stream
+def open_uri(uri: str, staging: Storage):
     """Open a staging object's URI: a key that is no longer a regular file under the root is unknown."""
     try:
         return staging.open_uri(uri)
@@ -168,15 +168,18 @@ class _ErrorSink:
             self.task.lake.delete(self._temporary)
 
 
-def _all_bad(stream, delivery: Delivery, reason: str, errors: _ErrorSink) -> int:  # noqa: ANN001 - a binary file
+def _all_bad(stream, delivery: Delivery, reason: str, errors: _ErrorSink) -> int:
     """Make every line of the delivery's range a bad record (one record for a binary format); returns how many."""
     if delivery.lead is not None:
         errors.add([delivery.lead])
     fd = stream.fileno()
     data = os.pread(fd, delivery.consumed_end - delivery.read_start, delivery.read_start)
     pieces = data.splitlines() if delivery.table.format != "msgpack" else [data]
-    bad = [BadRecord(number, f"unreadable tail: {reason}", piece.decode("utf-8", "backslashreplace"))
-           for number, piece in enumerate(pieces, start=1) if piece.strip()]
+    bad = [
+        BadRecord(number, f"unreadable tail: {reason}", piece.decode("utf-8", "backslashreplace"))
+        for number, piece in enumerate(pieces, start=1)
+        if piece.strip()
+    ]
     errors.add(bad)
     return len(bad) + (delivery.lead is not None)
 
@@ -185,8 +188,11 @@ def process_staging_object(task: StreamTask) -> StageResult:
     """Run in a Spark task. Returns a small, JSON-able report; never raises for bad input."""
     table = TableDef.from_json(task.table_json)
     started = time.time()
-    report: StageHead = {"staging_object_id": task.staging_object_id, "uri": task.uri,
-                         "upload_start_time": dt.datetime.now(dt.UTC).replace(tzinfo=None).isoformat()}
+    report: StageHead = {
+        "staging_object_id": task.staging_object_id,
+        "uri": task.uri,
+        "upload_start_time": dt.datetime.now(dt.UTC).replace(tzinfo=None).isoformat(),
+    }
     writer = ObjectWriter(table, task.lake, task.layout, task.run_id, task.staging_object_id, task.spill_bytes)
     errors = _ErrorSink(task, keep=table.error_policy == "file")
     records_in = 0
@@ -203,17 +209,32 @@ def process_staging_object(task: StreamTask) -> StageResult:
                 delivery = open_delivery(stream, base, table, name, task.end, task.fragment_final_after)
                 source, reading = delivery.stream, delivery.table
                 root = task.staging.root
-                position = {"uri": base, "staging_root": root, "key": unquote(base[len(root) + 1:]),
-                            "consumed_end": delivery.consumed_end, "read_end": delivery.read_end,
-                            "file_identity": delivery.file_identity, "fingerprint": delivery.fingerprint,
-                            "head_crc": delivery.head_crc, "head_length": delivery.head_length,
-                            "compressed": delivery.compressed, "fragment_end": delivery.fragment_end}
+                position = {
+                    "uri": base,
+                    "staging_root": root,
+                    "key": unquote(base[len(root) + 1 :]),
+                    "consumed_end": delivery.consumed_end,
+                    "read_end": delivery.read_end,
+                    "file_identity": delivery.file_identity,
+                    "fingerprint": delivery.fingerprint,
+                    "head_crc": delivery.head_crc,
+                    "head_length": delivery.head_length,
+                    "compressed": delivery.compressed,
+                    "fragment_end": delivery.fragment_end,
+                }
                 if delivery.lead is not None:
                     errors.add([delivery.lead])
                     records_in += 1
             try:
-                batches = read_staging_object(source, base, reading, batch_rows=task.batch_rows,
-                                              limits=task.limits, dropped=dropped, workers=task.decode_threads)
+                batches = read_staging_object(
+                    source,
+                    base,
+                    reading,
+                    batch_rows=task.batch_rows,
+                    limits=task.limits,
+                    dropped=dropped,
+                    workers=task.decode_threads,
+                )
                 with closing(batches):  # its decoding threads stop before the stream closes
                     for batch in batches:
                         records_in += batch.records_in
@@ -226,8 +247,9 @@ def process_staging_object(task: StreamTask) -> StageResult:
                 # starts after it (docs/design.md, "A bad tail never stops a file").
                 writer.discard()
                 errors.discard()
-                writer = ObjectWriter(table, task.lake, task.layout, task.run_id, task.staging_object_id,
-                                      task.spill_bytes)
+                writer = ObjectWriter(
+                    table, task.lake, task.layout, task.run_id, task.staging_object_id, task.spill_bytes
+                )
                 errors = _ErrorSink(task, keep=table.error_policy == "file")
                 records_in = _all_bad(stream, delivery, exc.reason, errors)
         parts = writer.finish()
@@ -249,8 +271,13 @@ def process_staging_object(task: StreamTask) -> StageResult:
     except Exception as exc:  # an I/O failure or a bug: leave the object pending, report, retry next run
         writer.discard()
         errors.discard()
-        return {**report, "status": "failed", "reason": f"{type(exc).__name__}: {exc}",
-                "counts": not storage_failure(exc), "traceback": traceback.format_exc(limit=5)}
+        return {
+            **report,
+            "status": "failed",
+            "reason": f"{type(exc).__name__}: {exc}",
+            "counts": not storage_failure(exc),
+            "traceback": traceback.format_exc(limit=5),
+        }
     return {
         **report,
         "status": "ok",

@@ -47,13 +47,17 @@ def upgrade() -> None:
         sa.Column("dropped_time", sa.DateTime, nullable=True),
         sa.PrimaryKeyConstraint("id", name="pk_tables"),
         sa.UniqueConstraint(
-            "physical_schema_name", "physical_table_name",
+            "physical_schema_name",
+            "physical_table_name",
             name="uq_tables_physical_schema_name_physical_table_name",
         ),
         sa.CheckConstraint("merge_interval >= 0", name="ck_tables_merge_interval"),
     )
     op.create_index(
-        "uq_tables_live_name", "tables", ["schema_name", "table_name"], unique=True,
+        "uq_tables_live_name",
+        "tables",
+        ["schema_name", "table_name"],
+        unique=True,
         **_partial("dropped_time IS NULL"),
     )
     op.create_table(
@@ -72,9 +76,7 @@ def upgrade() -> None:
         sa.UniqueConstraint("uri", name="uq_staging_objects_uri"),
         sa.ForeignKeyConstraint(["table_id"], ["tables.id"], name="fk_staging_objects_table_id"),
     )
-    op.create_index(
-        "ix_staging_objects_pending", "staging_objects", ["id"], **_partial("processed_time IS NULL")
-    )
+    op.create_index("ix_staging_objects_pending", "staging_objects", ["id"], **_partial("processed_time IS NULL"))
     op.create_table(
         "unknown_staging_objects",
         sa.Column("id", sa.Integer, nullable=False),
@@ -207,8 +209,17 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     for table in (
-        "id_counters", "partition_versions", "merge_ranges", "merge_job_log", "merge_jobs", "small_objects",
-        "partitions", "unknown_staging_objects", "staging_objects", "tables", "instances",
+        "id_counters",
+        "partition_versions",
+        "merge_ranges",
+        "merge_job_log",
+        "merge_jobs",
+        "small_objects",
+        "partitions",
+        "unknown_staging_objects",
+        "staging_objects",
+        "tables",
+        "instances",
     ):
         op.drop_table(table)
     if op.get_bind().dialect.name == "postgresql":

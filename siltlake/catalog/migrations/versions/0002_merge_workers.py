@@ -17,8 +17,9 @@ def upgrade() -> None:
     # SQLite would hand a deleted job's id to the next job: AUTOINCREMENT keeps job ids (and the
     # ongoing_mark that holds them) unique for the job log.
     sqlite = op.get_bind().dialect.name == "sqlite"
-    with op.batch_alter_table("merge_jobs", recreate="always" if sqlite else "auto",
-                              table_kwargs={"sqlite_autoincrement": True}) as batch:
+    with op.batch_alter_table(
+        "merge_jobs", recreate="always" if sqlite else "auto", table_kwargs={"sqlite_autoincrement": True}
+    ) as batch:
         batch.add_column(sa.Column("owner", sa.String(64), nullable=True))
         batch.add_column(sa.Column("last_error", sa.Text, nullable=True))
         batch.add_column(sa.Column("continued_from", sa.Integer, nullable=True))

@@ -22,16 +22,22 @@ def upgrade() -> None:
     with op.batch_alter_table("partition_versions") as batch:
         batch.add_column(sa.Column("covered_upper", sa.BigInteger, nullable=True))
     # Merged versions published before this revision are named after the bound they hold: manifest-<upper>.json.
-    versions = sa.table("partition_versions", sa.column("id", sa.Integer), sa.column("manifest_key", sa.Text),
-                        sa.column("covered_upper", sa.BigInteger))
+    versions = sa.table(
+        "partition_versions",
+        sa.column("id", sa.Integer),
+        sa.column("manifest_key", sa.Text),
+        sa.column("covered_upper", sa.BigInteger),
+    )
     connection = op.get_bind()
     for row in connection.execute(
-            sa.select(versions.c.id, versions.c.manifest_key).where(versions.c.manifest_key.is_not(None))).all():
+        sa.select(versions.c.id, versions.c.manifest_key).where(versions.c.manifest_key.is_not(None))
+    ).all():
         version_id, key = row.id, row.manifest_key  # by name: the row's own unpacking types as objects
         bound = re.search(r"manifest-(\d+)\.json$", key)
         if bound:
-            connection.execute(versions.update().where(versions.c.id == version_id)
-                               .values(covered_upper=int(bound.group(1))))
+            connection.execute(
+                versions.update().where(versions.c.id == version_id).values(covered_upper=int(bound.group(1)))
+            )
 
 
 def downgrade() -> None:

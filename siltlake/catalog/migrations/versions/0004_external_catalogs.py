@@ -22,8 +22,7 @@ def upgrade() -> None:
         sa.Column("table_name", sa.String(128), nullable=False),
         sa.Column("columns", sa.Text, nullable=False),
         sa.Column("sync_time", sa.DateTime, nullable=False),
-        sa.ForeignKeyConstraint(["table_id"], ["tables.id"], name="fk_external_tables_table_id",
-                                ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(["table_id"], ["tables.id"], name="fk_external_tables_table_id", ondelete="CASCADE"),
         sa.PrimaryKeyConstraint("target", "table_id", name="pk_external_tables"),
     )
     op.create_table(
@@ -33,8 +32,9 @@ def upgrade() -> None:
         sa.Column("manifest_key", sa.Text, nullable=True),  # the shown version's manifest; null: live objects
         sa.Column("location", sa.Text, nullable=False),
         sa.Column("sync_time", sa.DateTime, nullable=False),
-        sa.ForeignKeyConstraint(["partition_id"], ["partitions.id"], name="fk_external_partitions_partition_id",
-                                ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(
+            ["partition_id"], ["partitions.id"], name="fk_external_partitions_partition_id", ondelete="CASCADE"
+        ),
         sa.PrimaryKeyConstraint("target", "partition_id", name="pk_external_partitions"),
     )
 

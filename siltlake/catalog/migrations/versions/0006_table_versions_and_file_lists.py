@@ -24,15 +24,24 @@ def upgrade() -> None:
     # publish run stamps all its versions with one time), in time order. Their file lists stay unwritten:
     # readers compute those versions' files from the catalog, as before.
     connection = op.get_bind()
-    v = sa.table("partition_versions", sa.column("id", sa.Integer), sa.column("partition_id", sa.Integer),
-                 sa.column("created_at", sa.DateTime), sa.column("table_version", sa.BigInteger),
-                 sa.column("manifest_key", sa.Text), sa.column("live_watermark", sa.BigInteger),
-                 sa.column("covered_upper", sa.BigInteger), sa.column("file_list_key", sa.Text))
+    v = sa.table(
+        "partition_versions",
+        sa.column("id", sa.Integer),
+        sa.column("partition_id", sa.Integer),
+        sa.column("created_at", sa.DateTime),
+        sa.column("table_version", sa.BigInteger),
+        sa.column("manifest_key", sa.Text),
+        sa.column("live_watermark", sa.BigInteger),
+        sa.column("covered_upper", sa.BigInteger),
+        sa.column("file_list_key", sa.Text),
+    )
     p = sa.table("partitions", sa.column("id", sa.Integer), sa.column("table_id", sa.Integer))
     t = sa.table("tables", sa.column("id", sa.Integer), sa.column("version", sa.BigInteger))
-    rows = connection.execute(sa.select(p.c.table_id, v.c.id, v.c.created_at)
-                              .select_from(v.join(p, p.c.id == v.c.partition_id))
-                              .order_by(p.c.table_id, v.c.created_at)).all()
+    rows = connection.execute(
+        sa.select(p.c.table_id, v.c.id, v.c.created_at)
+        .select_from(v.join(p, p.c.id == v.c.partition_id))
+        .order_by(p.c.table_id, v.c.created_at)
+    ).all()
     numbers: dict[int, dict] = {}
     for row in rows:
         table_id, version_id, created_at = row.table_id, row.id, row.created_at  # by name: typed as the columns
@@ -42,8 +51,13 @@ def upgrade() -> None:
     for table_id, times in numbers.items():
         connection.execute(t.update().where(t.c.id == table_id).values(version=len(times)))
     # A merged or updated version's manifest already lists exactly its files.
-    connection.execute(v.update().where(v.c.manifest_key.is_not(None), sa.or_(
-        v.c.live_watermark.is_(None), v.c.live_watermark == v.c.covered_upper)).values(file_list_key=v.c.manifest_key))
+    connection.execute(
+        v.update()
+        .where(
+            v.c.manifest_key.is_not(None), sa.or_(v.c.live_watermark.is_(None), v.c.live_watermark == v.c.covered_upper)
+        )
+        .values(file_list_key=v.c.manifest_key)
+    )
 
 
 def downgrade() -> None:

@@ -54,8 +54,14 @@ def upgrade() -> None:
         sa.CheckConstraint("kind IN ('full', 'incremental')", name="ck_derived_builds_kind"),
         sqlite_autoincrement=True,
     )
-    op.create_index("uq_derived_builds_building", "derived_builds", ["derived_id"], unique=True,
-                    sqlite_where=sa.text("status = 'building'"), postgresql_where=sa.text("status = 'building'"))
+    op.create_index(
+        "uq_derived_builds_building",
+        "derived_builds",
+        ["derived_id"],
+        unique=True,
+        sqlite_where=sa.text("status = 'building'"),
+        postgresql_where=sa.text("status = 'building'"),
+    )
     op.create_table(
         "active_derived_builds",
         sa.Column("build_id", sa.Integer, nullable=False),

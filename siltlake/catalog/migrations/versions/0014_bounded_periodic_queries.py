@@ -14,10 +14,18 @@ down_revision = "0013"
 branch_labels = None
 depends_on = None
 
-_staging = sa.table("staging_objects", sa.column("table_id", sa.Integer), sa.column("records_in", sa.BigInteger),
-                    sa.column("bad_records", sa.BigInteger))
-_totals_columns = (sa.column("table_id", sa.Integer), sa.column("objects", sa.BigInteger),
-                   sa.column("records_in", sa.BigInteger), sa.column("bad_records", sa.BigInteger))
+_staging = sa.table(
+    "staging_objects",
+    sa.column("table_id", sa.Integer),
+    sa.column("records_in", sa.BigInteger),
+    sa.column("bad_records", sa.BigInteger),
+)
+_totals_columns = (
+    sa.column("table_id", sa.Integer),
+    sa.column("objects", sa.BigInteger),
+    sa.column("records_in", sa.BigInteger),
+    sa.column("bad_records", sa.BigInteger),
+)
 _totals = sa.table("staging_totals", *_totals_columns)
 _pruned = sa.table("pruned_staging_totals", *(sa.column(c.name, c.type) for c in _totals_columns))
 
@@ -35,38 +43,54 @@ def _totals_table(name: str) -> None:
 
 
 def _sums(source: sa.TableClause, sign: int = 1) -> sa.Select:
-    return sa.select(source.c.table_id, (sign * sa.func.count()).label("objects"),
-                     (sign * sa.func.coalesce(sa.func.sum(source.c.records_in), 0)).label("records_in"),
-                     (sign * sa.func.coalesce(sa.func.sum(source.c.bad_records), 0)).label("bad_records")
-                     ).group_by(source.c.table_id)
+    return sa.select(
+        source.c.table_id,
+        (sign * sa.func.count()).label("objects"),
+        (sign * sa.func.coalesce(sa.func.sum(source.c.records_in), 0)).label("records_in"),
+        (sign * sa.func.coalesce(sa.func.sum(source.c.bad_records), 0)).label("bad_records"),
+    ).group_by(source.c.table_id)
 
 
 def _summed(both: sa.Subquery) -> sa.Select:
-    return sa.select(both.c.table_id, sa.func.sum(both.c.objects), sa.func.sum(both.c.records_in),
-                     sa.func.sum(both.c.bad_records)).group_by(both.c.table_id)
+    return sa.select(
+        both.c.table_id, sa.func.sum(both.c.objects), sa.func.sum(both.c.records_in), sa.func.sum(both.c.bad_records)
+    ).group_by(both.c.table_id)
 
 
 def upgrade() -> None:
     _totals_table("staging_totals")
     # What the rows present count, plus what pruned rows counted: the totals the metrics have shown so far.
     both = sa.union_all(
-        _sums(_staging),
-        sa.select(_pruned.c.table_id, _pruned.c.objects, _pruned.c.records_in, _pruned.c.bad_records)).subquery()
-    op.execute(_totals.insert().from_select(
-        ["table_id", "objects", "records_in", "bad_records"],
-        _summed(both)))
+        _sums(_staging), sa.select(_pruned.c.table_id, _pruned.c.objects, _pruned.c.records_in, _pruned.c.bad_records)
+    ).subquery()
+    op.execute(_totals.insert().from_select(["table_id", "objects", "records_in", "bad_records"], _summed(both)))
     op.drop_table("pruned_staging_totals")
     op.add_column("tables", sa.Column("version_time", sa.DateTime, nullable=True))
-    op.execute("UPDATE tables SET version_time = (SELECT max(v.created_at) FROM partition_versions v "
-               "JOIN partitions p ON p.id = v.partition_id WHERE p.table_id = tables.id)")
-    op.create_index("ix_partitions_table_id_partition_date_open", "partitions", ["table_id", "partition_date"],
-                    sqlite_where=sa.text("last_live_object_id IS NULL"),
-                    postgresql_where=sa.text("last_live_object_id IS NULL"))
-    op.create_index("ix_partitions_id_not_switched", "partitions", ["id"],
-                    sqlite_where=sa.text("switched IS 0"), postgresql_where=sa.text("switched IS false"))
-    op.create_index("ix_partitions_id_behind", "partitions", ["id"],
-                    sqlite_where=sa.text("current_manifest_version < desired_manifest_version"),
-                    postgresql_where=sa.text("current_manifest_version < desired_manifest_version"))
+    op.execute(
+        "UPDATE tables SET version_time = (SELECT max(v.created_at) FROM partition_versions v "
+        "JOIN partitions p ON p.id = v.partition_id WHERE p.table_id = tables.id)"
+    )
+    op.create_index(
+        "ix_partitions_table_id_partition_date_open",
+        "partitions",
+        ["table_id", "partition_date"],
+        sqlite_where=sa.text("last_live_object_id IS NULL"),
+        postgresql_where=sa.text("last_live_object_id IS NULL"),
+    )
+    op.create_index(
+        "ix_partitions_id_not_switched",
+        "partitions",
+        ["id"],
+        sqlite_where=sa.text("switched IS 0"),
+        postgresql_where=sa.text("switched IS false"),
+    )
+    op.create_index(
+        "ix_partitions_id_behind",
+        "partitions",
+        ["id"],
+        sqlite_where=sa.text("current_manifest_version < desired_manifest_version"),
+        postgresql_where=sa.text("current_manifest_version < desired_manifest_version"),
+    )
     op.create_index("ix_small_objects_upload_start_time", "small_objects", ["upload_start_time"])
 
 
@@ -82,8 +106,7 @@ def downgrade() -> None:
     # What was pruned: the running totals less what the rows present count.
     both = sa.union_all(
         sa.select(_totals.c.table_id, _totals.c.objects, _totals.c.records_in, _totals.c.bad_records),
-        _sums(_staging, -1)).subquery()
-    op.execute(_pruned.insert().from_select(
-        ["table_id", "objects", "records_in", "bad_records"],
-        _summed(both)))
+        _sums(_staging, -1),
+    ).subquery()
+    op.execute(_pruned.insert().from_select(["table_id", "objects", "records_in", "bad_records"], _summed(both)))
     op.drop_table("staging_totals")

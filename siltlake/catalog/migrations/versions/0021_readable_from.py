@@ -20,13 +20,18 @@ def upgrade() -> None:
     # What reads computed until now: the newest of the first retained table versions of partitions whose earlier
     # versions were reaped (version 1 gone).
     bind = op.get_bind()
-    reaped = bind.execute(sa.text(
-        "SELECT table_id, max(table_version) FROM (SELECT table_id, min(version) AS version, min(table_version) AS "
-        "table_version FROM partition_versions GROUP BY table_id, partition_id) firsts WHERE version > 1 "
-        "GROUP BY table_id")).all()
+    reaped = bind.execute(
+        sa.text(
+            "SELECT table_id, max(table_version) FROM (SELECT table_id, min(version) AS version, min(table_version) AS "
+            "table_version FROM partition_versions GROUP BY table_id, partition_id) firsts WHERE version > 1 "
+            "GROUP BY table_id"
+        )
+    ).all()
     for table_id, readable_from in reaped:
-        bind.execute(sa.text("UPDATE tables SET readable_from = :readable_from WHERE id = :table_id"),
-                     {"readable_from": readable_from, "table_id": table_id})
+        bind.execute(
+            sa.text("UPDATE tables SET readable_from = :readable_from WHERE id = :table_id"),
+            {"readable_from": readable_from, "table_id": table_id},
+        )
 
 
 def downgrade() -> None:
