@@ -11,7 +11,7 @@ import pytest
 
 from siltlake.catalog import Catalog, CatalogReplaced
 from siltlake.polling import poll_forever
-from siltlake.run import Loop, supervise
+from siltlake.run.single_host import Loop, supervise
 from siltlake.tabledef import TableDef
 
 from .conftest import ACCESS_TABLE

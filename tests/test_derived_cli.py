@@ -52,7 +52,7 @@ def rollup_rows(spark, deployment: Deployment) -> Counter:
 
 def run_derived_loop(deployment: Deployment):  # ((name, report), Loop)
     """Run `silt run`'s derived loop alone, every 0.2 s, until it reports a round that built something."""
-    from siltlake.run import SingleHost, run_loops
+    from siltlake.run.single_host import SingleHost, run_loops
 
     reports: list[tuple[str, object]] = []
     host = SingleHost(deployment, on_report=lambda name, report: reports.append((name, report)))

@@ -24,7 +24,7 @@ import pytest
 from siltlake.config import Config
 from siltlake.deployment import Deployment
 from siltlake.read import table as read_table
-from siltlake.run import Loop, run_loops
+from siltlake.run.single_host import Loop, run_loops
 from siltlake.tabledef import TableDef
 
 from .conftest import ACCESS_TABLE, make_config
@@ -41,8 +41,8 @@ def poll(condition, timeout: float, what: str) -> None:
 
 
 def test_a_failing_loop_is_retried_with_backoff_while_the_others_go_on(monkeypatch) -> None:
-    from siltlake import run
     from siltlake.polling import backoff
+    from siltlake.run import single_host as run
 
     asked: list[float] = []
 
@@ -265,7 +265,7 @@ def test_silt_run_streams_merges_and_publishes_until_sigint(tmp_path: Path, requ
 def test_a_stream_round_that_commits_wakes_publish(deployment: Deployment, access_table, tmp_path: Path) -> None:
     """Under `silt run`, objects are visible to readers one stream round after their put, not a publish.interval
     later: the round that commits them starts a publish run."""
-    from siltlake.run import SingleHost
+    from siltlake.run.single_host import SingleHost
 
     deployment.config.stream.poll_interval = 1
     deployment.config.publish.interval = 3600

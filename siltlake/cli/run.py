@@ -1,4 +1,4 @@
-"""`silt run` in a terminal: the single-host loops (siltlake.run) with a live status table of the loops, a
+"""`silt run` in a terminal: the single-host loops (siltlake.run.single_host) with a live status table of the loops, a
 log line per round that did something, and a clean stop on Ctrl-C or SIGTERM."""
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from siltlake.cli.options import bind_option, metrics_port_option
 from siltlake.cli.output import Column, console, grid
 from siltlake.cli.reports import print_merge_report, print_publish_report, print_reap_report, print_stream_report
 
-# siltlake.run imports the components (and SQLAlchemy, pyarrow): only `silt run` itself loads it.
+# siltlake.run.single_host imports the components (and SQLAlchemy, pyarrow): only `silt run` itself loads it.
 if TYPE_CHECKING:
     from siltlake.deployment import Deployment
-    from siltlake.run import LoopStatus, SingleHost
+    from siltlake.run.single_host import LoopStatus, SingleHost
 
 STATE_STYLE = {
     "working": "bold green",
@@ -83,7 +83,7 @@ def run_in_terminal(
 ) -> None:
     """Run every loop until SIGINT or SIGTERM, then wait for their current work; a second signal quits now.
     With metrics_port, serve /metrics and the dashboard (/) there meanwhile."""
-    from siltlake.run import SingleHost
+    from siltlake.run.single_host import SingleHost
 
     printers = {
         "stream": lambda report: print_stream_report(report, deployment.staging.root),
