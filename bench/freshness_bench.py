@@ -176,7 +176,7 @@ def run_log_tail(root: Path, chars: int = 3000) -> str:
 
 def record_pool(seed: int) -> list[str]:
     """Rendered JSON bodies of demo access records, without the leading '{' and the time field."""
-    from siltlake.demo.records import RecordMaker
+    from siltlake.demo.traffic import RecordMaker
 
     maker = RecordMaker(random.Random(seed))
     return [json.dumps(maker.record(f"web{i % 8:02d}"), ensure_ascii=False)[1:] for i in range(POOL_RECORDS)]

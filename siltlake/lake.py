@@ -16,7 +16,7 @@ from siltlake.config import Config, load_config
 from siltlake.deployment import Deployment
 from siltlake.errors import NoSuchPartition
 from siltlake.read.scan import ReadPlans, Scan
-from siltlake.read.versions import parse_as_of
+from siltlake.read.version_files import parse_as_of
 from siltlake.table_writes import TableWrites
 
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from siltlake.read.inspect import TableInspect
     from siltlake.read.metadata import TableMetadata
     from siltlake.read.query import SqlResult
-    from siltlake.read.versions import DataFile
+    from siltlake.read.version_files import DataFile
     from siltlake.reap import ReapReport
     from siltlake.reap.maintenance import CompactReport, TableMaintenance
     from siltlake.write.alter import TableAlter
@@ -188,7 +188,7 @@ class Table(TableWrites):
     @property
     def schema(self) -> pa.Schema:
         """The table's columns (added columns included, every one nullable as read) and the partition column dt."""
-        from siltlake.read.versions import table_schema
+        from siltlake.read.version_files import table_schema
 
         return table_schema(self.record)
 
@@ -327,7 +327,7 @@ class Table(TableWrites):
     ) -> DataFrame:
         """A Spark DataFrame of the table version (siltlake.read.table)."""
         from siltlake.read import table as read_table
-        from siltlake.read.versions import version_number
+        from siltlake.read.version_files import version_number
 
         as_of_version = version_number(self.lake.deployment, self.record, as_of_version)
         return read_table(

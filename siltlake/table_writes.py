@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from siltlake.errors import SiltError
-from siltlake.read.versions import parse_as_of, parse_dates
+from siltlake.read.version_files import parse_as_of, parse_dates
 
 if TYPE_CHECKING:
     from siltlake.catalog import TableRecord
@@ -186,7 +186,7 @@ class TableWrites:
         """The table version restore(version=, as_of=) restores (the one resolver of Table.restore and `silt
         restore`): `version` (a number or a tag's name), or the newest published at or before the time `as_of`.
         Give one of them; VersionOutOfRange for a version the table never had, VersionReaped for one reap removed."""
-        from siltlake.read.versions import version_number
+        from siltlake.read.version_files import version_number
         from siltlake.write.restore import restore_version
 
         number = version_number(self.lake.deployment, self.record, version)  # a tag's name: its version

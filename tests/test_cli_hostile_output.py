@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from siltlake.catalog.records import FailingStagingObject
+from siltlake.catalog.rows import FailingStagingObject
 from siltlake.cli import main
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment

@@ -22,7 +22,7 @@ from siltlake.read.duck import faithful, run_plan
 from siltlake.read.plan import plan_query
 from siltlake.read.sandbox import RefusedSQL
 from siltlake.read.translate import NotFaithful
-from siltlake.read.versions import version_files
+from siltlake.read.version_files import version_files
 from siltlake.records.physical import physical_definition
 from siltlake.tabledef import Column, TableDef
 

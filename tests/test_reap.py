@@ -421,7 +421,7 @@ def test_a_version_once_expired_stays_expired_whatever_is_published_later() -> N
     expired one (and, killed, left its row behind) does not bring it back as retained with its files gone."""
     import datetime as dt
 
-    from siltlake.catalog.reap_records import ReapVersion
+    from siltlake.catalog.reap_rows import ReapVersion
     from siltlake.reap.retention import retained_versions
 
     start = dt.datetime(2026, 12, 1, 10)

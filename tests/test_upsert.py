@@ -23,7 +23,7 @@ from siltlake.lake import Lake
 from siltlake.merge import merge_once
 from siltlake.publish import publish_once
 from siltlake.publish.runner import _write_merged_manifests
-from siltlake.read.versions import version_files
+from siltlake.read.version_files import version_files
 from siltlake.reap import reap_once
 from siltlake.records.keyed import DELETE_MARKER, latest_rows
 from siltlake.stream import Progress, stream_once

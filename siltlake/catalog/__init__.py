@@ -3,8 +3,8 @@
 Catalog and the records and exceptions its callers use; StreamCommit is the stream's commit unit."""
 
 from siltlake.catalog.catalog import Catalog
-from siltlake.catalog.reap_records import ReapRun, ReapScope, ReapTable, ReapVersion, ReapView
-from siltlake.catalog.records import (
+from siltlake.catalog.reap_rows import ReapRun, ReapScope, ReapTable, ReapVersion, ReapView
+from siltlake.catalog.rows import (
     DERIVED_PARTITION_STATES,
     PARTITION_STATES,
     AppliedRequest,

@@ -24,7 +24,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from siltlake.catalog import schema as s
 from siltlake.catalog.direct_read import DirectStatement, SqliteReader, fetch_one
-from siltlake.catalog.records import CatalogReplaced, TableRecord, VersionTimeBehind
+from siltlake.catalog.rows import CatalogReplaced, TableRecord, VersionTimeBehind
 from siltlake.coltypes import refuse_reserved_column
 from siltlake.errors import CatalogError, CatalogUnreachable
 from siltlake.tabledef import DerivedDef, TableDef

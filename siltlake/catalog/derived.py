@@ -15,7 +15,7 @@ from sqlalchemy.exc import IntegrityError
 
 from siltlake.catalog import schema as s
 from siltlake.catalog.core import CatalogCore, derived_readers, insert_table, rows_values, table_record
-from siltlake.catalog.records import (
+from siltlake.catalog.rows import (
     DERIVED_PARTITION_STATES,
     BuildInProgress,
     BuildPartition,

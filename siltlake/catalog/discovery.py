@@ -10,7 +10,7 @@ import sqlalchemy as sa
 
 from siltlake.catalog import schema_discovery as s
 from siltlake.catalog.core import CatalogCore, row_values
-from siltlake.catalog.records import DiscoveryCursor, PrefixCursor
+from siltlake.catalog.rows import DiscoveryCursor, PrefixCursor
 from siltlake.storage.accounted import DirectoryNames
 
 

@@ -10,7 +10,7 @@ from sqlalchemy.engine import Connection
 
 from siltlake.catalog import schema as s
 from siltlake.catalog.core import CatalogCore, rows_values
-from siltlake.catalog.records import PartitionToSync, Removals, SyncedTable
+from siltlake.catalog.rows import PartitionToSync, Removals, SyncedTable
 from siltlake.clock import utcnow
 
 

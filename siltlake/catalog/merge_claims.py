@@ -13,7 +13,7 @@ from siltlake.catalog import merge_statements as statements
 from siltlake.catalog import schema as s
 from siltlake.catalog.core import CatalogCore, table_record
 from siltlake.catalog.merge_shares import FAIR_LEVELS, FairOrder
-from siltlake.catalog.records import ClaimedJob, LocalHost
+from siltlake.catalog.rows import ClaimedJob, LocalHost
 
 # Names the PostgreSQL advisory lock that serialises claims (SQLite's write lock does the same there).
 _MERGE_CLAIM_LOCK = 0x5117_3E26

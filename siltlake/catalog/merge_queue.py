@@ -16,7 +16,7 @@ from siltlake.catalog.core import CatalogCore, row_values, rows_values
 from siltlake.catalog.merge_claims import ClaimedJobs, claim_jobs
 from siltlake.catalog.merge_shares import FAIR_LEVELS
 from siltlake.catalog.merge_status import TableQueueStatus, table_jobs, table_statuses
-from siltlake.catalog.records import (
+from siltlake.catalog.rows import (
     ClaimedJob,
     FileStats,
     JobOutcome,

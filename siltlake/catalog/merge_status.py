@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from siltlake.catalog import schema as s
 from siltlake.catalog.core import CatalogCore, rows_values
 from siltlake.catalog.derived import derived_table_states
-from siltlake.catalog.records import DERIVED_PARTITION_STATES, PARTITION_STATES, LocalHost
+from siltlake.catalog.rows import DERIVED_PARTITION_STATES, PARTITION_STATES, LocalHost
 
 
 class TableQueueStatus(TypedDict):

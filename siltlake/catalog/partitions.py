@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from siltlake.catalog import schema as s
 from siltlake.catalog.core import CatalogCore, rows_values
 from siltlake.catalog.derived import derived_table_states
-from siltlake.catalog.records import (
+from siltlake.catalog.rows import (
     FileStats,
     PartitionRow,
     SmallObjectRow,

@@ -11,7 +11,7 @@ from sqlalchemy.engine import Connection
 from siltlake.catalog import schema as s
 from siltlake.catalog.core import CatalogCore, row_values, rows_values
 from siltlake.catalog.external_sync import record_removals
-from siltlake.catalog.reap_records import (
+from siltlake.catalog.reap_rows import (
     ReapPartition,
     ReapRange,
     ReapRun,

@@ -12,7 +12,7 @@ from sqlalchemy.engine import Connection
 
 from siltlake.catalog import schema as s
 from siltlake.catalog.core import CatalogCore
-from siltlake.catalog.records import AppliedRequest, RequestApplied, WriteRequest
+from siltlake.catalog.rows import AppliedRequest, RequestApplied, WriteRequest
 
 
 def record_applied(

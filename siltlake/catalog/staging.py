@@ -14,7 +14,7 @@ from sqlalchemy.engine import Connection
 from siltlake.catalog import schema as s
 from siltlake.catalog.consumption import note_files
 from siltlake.catalog.core import CatalogCore, table_record
-from siltlake.catalog.records import (
+from siltlake.catalog.rows import (
     FailingStagingObject,
     LocalHost,
     PendingStagingObject,

@@ -12,7 +12,7 @@ from sqlalchemy.engine import Connection
 
 from siltlake.catalog import schema as s
 from siltlake.catalog.core import CatalogCore, rows_values
-from siltlake.catalog.records import PartitionRow
+from siltlake.catalog.rows import PartitionRow
 
 # The ops that replace or supersede rows an append read nothing of: an append started before one fails.
 REWRITES = ("update", "merge")

@@ -15,7 +15,7 @@ from siltlake.catalog import requests as applied_requests
 from siltlake.catalog import schema as s
 from siltlake.catalog.consumption import record_all_consumed, record_consumed, release_pending
 from siltlake.catalog.core import CatalogCore
-from siltlake.catalog.records import (
+from siltlake.catalog.rows import (
     ListedObject,
     MergeBase,
     PartitionRow,

@@ -15,7 +15,7 @@ from sqlalchemy.engine import Connection
 from siltlake.catalog import inherited
 from siltlake.catalog import schema as s
 from siltlake.catalog.core import CatalogCore, derived_column_readers, derived_readers, insert_table, table_record
-from siltlake.catalog.records import TableRecord, UpdateWrite
+from siltlake.catalog.rows import TableRecord, UpdateWrite
 from siltlake.catalog.table_changes import (
     SETTABLE,
     ColumnChange,

@@ -12,7 +12,7 @@ from sqlalchemy.engine import Connection
 from siltlake.catalog import requests as applied_requests
 from siltlake.catalog import schema as s
 from siltlake.catalog.core import CatalogCore
-from siltlake.catalog.records import PublishedVersion, UpdateConflict, UpdateWrite, WriteRequest
+from siltlake.catalog.rows import PublishedVersion, UpdateConflict, UpdateWrite, WriteRequest
 
 
 def commit_updates_in(

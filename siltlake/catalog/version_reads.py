@@ -12,7 +12,7 @@ from sqlalchemy.engine import Connection
 
 from siltlake.catalog import schema as s
 from siltlake.catalog.core import CatalogCore, rows_values
-from siltlake.catalog.records import PartitionView, TableBounds, VersionOutOfRange
+from siltlake.catalog.rows import PartitionView, TableBounds, VersionOutOfRange
 
 # Up to this many dates are matched in the reader's queries; more (rare) are kept after reading all.
 _DATES_IN_QUERY = 500

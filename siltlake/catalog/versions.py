@@ -11,7 +11,7 @@ import sqlalchemy as sa
 
 from siltlake.catalog import schema as s
 from siltlake.catalog.core import CatalogCore, rows_values
-from siltlake.catalog.records import (
+from siltlake.catalog.rows import (
     ListedObject,
     LiveCandidate,
     PublishedVersion,

@@ -87,7 +87,7 @@ REGISTRY: dict[str, Entry] = {
     ),
     "unknown": Entry("unknown", "unknown_group", "Staging objects that map to no table or cannot be read."),
     "staging": Entry("staging", "staging_group", "Local staging files followed as they are appended to."),
-    "errors": Entry("errors", "errors_group", "Bad records kept by tables whose error_policy is 'file'."),
+    "errors": Entry("bad_records", "errors_group", "Bad records kept by tables whose error_policy is 'file'."),
     "sql": Entry("sql", "sql_command", "Run Spark SQL over the tables, named schema.table."),
     "guess": Entry(
         "load", "guess_command", "Read a sample of the seed's inputs and write a full load config to review."

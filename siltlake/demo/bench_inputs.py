@@ -13,8 +13,8 @@ from datetime import date
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
-from siltlake.demo.records import US, RecordMaker, json_line, local_midnight_us, utc
 from siltlake.demo.sample import TABLE, staging_key
+from siltlake.demo.traffic import US, RecordMaker, json_line, local_midnight_us, utc
 
 _POOL_SIZE = 32_768
 

@@ -28,7 +28,7 @@ What the summary expects from a load:
 
 Everything is deterministic given the seed; gzip headers carry no timestamp.
 
-Records are made by siltlake.demo.records; benchmark inputs by siltlake.demo.bench_inputs.
+Records are made by siltlake.demo.traffic; benchmark inputs by siltlake.demo.bench_inputs.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from zoneinfo import ZoneInfo
 
 import msgpack
 
-from siltlake.demo.records import (
+from siltlake.demo.traffic import (
     US,
     RecordMaker,
     TimeWriter,

@@ -109,7 +109,7 @@ def objects_frame(
         listed = list(pool.map(lambda key: read_manifest(lake, key), manifest_keys))
     from siltlake.read.keyed import dirty_dates
     from siltlake.read.objects import arrow_objects_frame, arrow_partitions_frame, spark_reads
-    from siltlake.read.versions import data_file_key
+    from siltlake.read.version_files import data_file_key
     from siltlake.records.physical import logical_names, physical_definition, renamed  # loads pyarrow: not at the top
 
     # Every object as (URI, date), each partition's in commit order; a manifest's entries only inside the lake,

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from siltlake.catalog import VersionOutOfRange
 from siltlake.errors import SiltError
-from siltlake.read.versions import DataFile, lake_keys, version_files
+from siltlake.read.version_files import DataFile, lake_keys, version_files
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from siltlake.deployment import Deployment
     from siltlake.read.plan import QueryPlan
     from siltlake.read.translate import Translation
-    from siltlake.read.versions import DataFile
+    from siltlake.read.version_files import DataFile
 
 __all__ = [
     "TableSelect",
@@ -128,7 +128,7 @@ def run_plan(plan: QueryPlan, deployment: Deployment, translation: Translation, 
     where Spark's answer is not the exact one (the query then goes to Spark)."""
     import duckdb
 
-    from siltlake.read.versions import partition_files
+    from siltlake.read.version_files import partition_files
 
     connection = connect(session_zone(deployment))
     try:
@@ -229,7 +229,7 @@ def table_select(
     """The SELECT of a table version's files, with the table's column names and types (dt last), and the local
     paths it reads. Nothing is bound here: the caller's view or relation binds it. Files read through
     pyarrow are registered on the connection as `name` and a suffix."""
-    from siltlake.read.versions import dirty_dates_of, lake_keys
+    from siltlake.read.version_files import dirty_dates_of, lake_keys
 
     lake = deployment.lake
     columns = columns_of(record)
@@ -357,7 +357,7 @@ def _any_holds(paths: Sequence[str], column: str) -> bool:
 def _arrow_part(connection: Any, name: str, deployment: Deployment, record: TableRecord, files: list[DataFile]) -> str:
     """Register files read by pyarrow (merged on read where a keyed partition needs it) as `name` (and the merged
     rows as `name`_rows): a SELECT of them under the names objects store the columns by, as the typed SELECT reads."""
-    from siltlake.read.versions import stored_parts, table_schema
+    from siltlake.read.version_files import stored_parts, table_schema
 
     parts = stored_parts(deployment, record, files, table_schema(record))
     selects = []

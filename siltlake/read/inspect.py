@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from siltlake.errors import NoSuchPartition
-from siltlake.read.versions import DataFile, lake_keys, parse_as_of, parse_dates, partition_files, version_number
+from siltlake.read.version_files import DataFile, lake_keys, parse_as_of, parse_dates, partition_files, version_number
 from siltlake.storage.keys import merge_range_of, small_object_id
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ def _footer_stats(deployment: Deployment, key: str, time_column: str | None) -> 
     has no statistics of the column."""
     import pyarrow.parquet as pq
 
-    from siltlake.catalog.records import FileStats
+    from siltlake.catalog.rows import FileStats
 
     lake = deployment.lake
     with lake.open_input_file(key) as handle:

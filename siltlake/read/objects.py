@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import TYPE_CHECKING, Any
 
-from siltlake.read.versions import data_file_key
+from siltlake.read.version_files import data_file_key
 from siltlake.spark import is_remote, jvm
 from siltlake.storage.filesystem import Storage
 

@@ -69,7 +69,7 @@ def time_travel(node: exp.Table, qualified: str) -> tuple[str, object] | None:
     `t TIMESTAMP AS OF '...'`; anything the reader cannot honour exactly is refused."""
     from sqlglot import exp
 
-    from siltlake.read.versions import parse_as_of
+    from siltlake.read.version_files import parse_as_of
 
     clause = node.args.get("version")
     if clause is None:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from siltlake.errors import SiltError
 from siltlake.read.plan import QueryPlan, checked_query, plan_query
-from siltlake.read.versions import parse_as_of
+from siltlake.read.version_files import parse_as_of
 
 if TYPE_CHECKING:
     import pandas as pd

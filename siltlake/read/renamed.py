@@ -36,7 +36,7 @@ class RenamedDataset:
     lazily."""
 
     def __init__(self, parts: Any, filter: Any = None) -> None:  # pyarrow's word
-        self.parts = parts  # siltlake.read.versions.ArrowParts (not imported: versions makes these)
+        self.parts = parts  # siltlake.read.version_files.ArrowParts (not imported: versions makes these)
         self._filter = filter
 
     @property

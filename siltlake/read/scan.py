@@ -2,7 +2,7 @@
 immutable Scan (the version, the days, a filter, the columns, a row limit) and its outputs read it: Arrow (a table or
 a stream of batches), pandas, Polars (lazy), DuckDB (a relation or a view), a pyarrow dataset, its files.
 
-The plan is the version's exact files (siltlake.read.versions): the current state's files of some days are kept by
+The plan is the version's exact files (siltlake.read.version_files): the current state's files of some days are kept by
 the Table while the catalog says they are unchanged (ReadPlans, with the DuckDB SELECT made of them), time travel
 and filtered reads plan each time, a filter's conditions on dt ruling out days before their manifests are read.
 """
@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from siltlake.errors import SiltError, did_you_mean
-from siltlake.read.versions import parse_as_of, parse_dates, version_files, version_number
+from siltlake.read.version_files import parse_as_of, parse_dates, version_files, version_number
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from siltlake.catalog import TableRecord
     from siltlake.deployment import Deployment
     from siltlake.read.predicate import Predicate
-    from siltlake.read.versions import ArrowParts, DataFile
+    from siltlake.read.version_files import ArrowParts, DataFile
 
 __all__ = ["ReadPlans", "Scan"]
 
@@ -178,7 +178,7 @@ class Scan:
     @property
     def table_schema(self) -> pa.Schema:
         """The table's columns as read (every one nullable), then dt."""
-        from siltlake.read.versions import table_schema
+        from siltlake.read.version_files import table_schema
 
         return table_schema(self.record)
 
@@ -219,7 +219,7 @@ class Scan:
     def plain_files(self) -> list[DataFile]:
         """The version's data files (without statistics); a keyed table's partitions needing a merge on read have
         no plain file list: SiltError names them."""
-        from siltlake.read.versions import dirty_dates_of
+        from siltlake.read.version_files import dirty_dates_of
 
         files = self._files()
         dirty = dirty_dates_of(self.record, files)
@@ -245,7 +245,7 @@ class Scan:
         return with_stats(self.deployment, self.record, self.plain_files())
 
     def _parts(self) -> ArrowParts:
-        from siltlake.read.versions import stored_parts
+        from siltlake.read.version_files import stored_parts
 
         return stored_parts(self.deployment, self.record, self._files(), self.table_schema)
 

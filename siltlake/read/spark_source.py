@@ -83,7 +83,7 @@ def _newest(options: dict[str, str]) -> int:
 
 def _version_changes(options: dict[str, str], version: int) -> Iterator[pa.RecordBatch]:
     from siltlake.read.changes import table_changes
-    from siltlake.read.versions import table_schema
+    from siltlake.read.version_files import table_schema
 
     deployment = _open(options)
     try:
@@ -232,12 +232,12 @@ class VersionReader(DataSourceReader):
             raise SiltError(f"versionAsOf {version!r}: give a table version (a number)") from None
         self.as_of: dt.datetime | None = None
         if stamp is not None:
-            from siltlake.read.versions import parse_as_of
+            from siltlake.read.version_files import parse_as_of
 
             self.as_of = parse_as_of(stamp)
 
     def partitions(self) -> list[InputPartition]:
-        from siltlake.read.versions import version_files
+        from siltlake.read.version_files import version_files
 
         deployment = _open(self.options)
         try:
@@ -250,7 +250,7 @@ class VersionReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
 
-        from siltlake.read.versions import arrow_parts, table_schema, version_files
+        from siltlake.read.version_files import arrow_parts, table_schema, version_files
 
         deployment = _open(self.options)
         try:

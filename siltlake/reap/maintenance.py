@@ -44,7 +44,7 @@ class TableMaintenance:
         from siltlake.clock import utcnow
         from siltlake.merge import MergeWorker
         from siltlake.publish import publish_once
-        from siltlake.read.versions import parse_dates
+        from siltlake.read.version_files import parse_dates
 
         deployment = self.deployment
         partition_ids = None

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
     from siltlake.catalog import TableRecord, UpdateBase
     from siltlake.deployment import Deployment
-    from siltlake.read.versions import DataFile
+    from siltlake.read.version_files import DataFile
 
 __all__ = ["SmallDelete", "base_rows_count", "delete_in_process", "no_such_column", "overwrite_rows"]
 
@@ -56,7 +56,7 @@ class SmallDelete:
 
 def base_files(deployment: Deployment, record: TableRecord, base: UpdateBase) -> list[DataFile]:
     """What the update reads, in commit order: its manifest's objects, then every small object above it."""
-    from siltlake.read.versions import DataFile
+    from siltlake.read.version_files import DataFile
 
     lake, layout = deployment.lake, record.layout(deployment.instance_key)
     listed = read_manifest(lake, base.manifest_key) if base.manifest_key else []
@@ -70,7 +70,7 @@ def base_files(deployment: Deployment, record: TableRecord, base: UpdateBase) ->
 
 def _within_bound(deployment: Deployment, record: TableRecord, files: list[DataFile], bound: int) -> bool:
     """Whether the files total at most `bound` bytes (small objects are looked up, until the bound is passed)."""
-    from siltlake.read.versions import lake_keys
+    from siltlake.read.version_files import lake_keys
 
     total = 0
     for key, data_file in zip(lake_keys(deployment, record, files), files, strict=True):
@@ -82,7 +82,7 @@ def _within_bound(deployment: Deployment, record: TableRecord, files: list[DataF
 
 def _read(deployment: Deployment, record: TableRecord, files: list[DataFile]) -> pa.Table:
     """The partition's rows as readers see them (the table's columns, then dt)."""
-    from siltlake.read.versions import arrow_parts, table_schema
+    from siltlake.read.version_files import arrow_parts, table_schema
 
     plain, merged = arrow_parts(deployment, record, files, table_schema(record))
     return plain.to_table() if merged is None else pa.concat_tables([plain.to_table(), merged])
@@ -202,7 +202,7 @@ def delete_in_process(deployment: Deployment, record: TableRecord, base: UpdateB
 def base_rows_count(deployment: Deployment, record: TableRecord, base: UpdateBase) -> int:
     """How many rows the partition shows: from the files' footers, unless a keyed partition needs a merge on
     read to say it."""
-    from siltlake.read.versions import dirty_dates_of, lake_keys
+    from siltlake.read.version_files import dirty_dates_of, lake_keys
 
     files = base_files(deployment, record, base)
     if dirty_dates_of(record, files):

@@ -30,7 +30,7 @@ def overwrite(
     Arrow, as append takes; the table's columns by name, nullable ones may be missing) as one table version: all of
     them or none, once per `request_id`. A partition given no row is emptied. Rows on a date not given, and dates
     the table has no partition for (append creates partitions), are refused before anything is written."""
-    from siltlake.read.versions import parse_dates
+    from siltlake.read.version_files import parse_dates
 
     record = updatable_table(deployment, name)
     name = record.qualified_name

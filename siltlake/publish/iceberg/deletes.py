@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
     from siltlake.catalog import TableRecord
     from siltlake.deployment import Deployment
-    from siltlake.read.versions import DataFile
+    from siltlake.read.version_files import DataFile
 
 # The reserved field ids Iceberg gives a position delete file's columns.
 FILE_PATH_ID = 2147483546
@@ -161,7 +161,7 @@ class KeyedDeletes:
         stays hidden while its file stays: a key's winner only ever gives way to a newer one)."""
         import pyarrow as pa
 
-        from siltlake.read.versions import data_file_key, table_schema
+        from siltlake.read.version_files import data_file_key, table_schema
         from siltlake.records.keyed import DELETE_MARKER
         from siltlake.records.physical import physical_definition
 
@@ -173,7 +173,7 @@ class KeyedDeletes:
         then = self.deployment.catalog.tables.definition_at(self.record, version)
         definition = physical_definition(then.definition)
         key_columns = [*definition.primary_key, *([definition.sequence_column] if definition.sequence_column else [])]
-        # The columns as the objects hold them (siltlake's readers read a version so: see read.versions.stored_parts).
+        # The columns as the objects hold them (siltlake's readers read a version so: read.version_files.stored_parts).
         stored = {c.name: c.physical_name for c in then.definition.columns}
         by_stored = {stored.get(f.name, f.name): f for f in table_schema(then)}
         columns = pa.schema([*(by_stored[name] for name in key_columns), pa.field(DELETE_MARKER, pa.bool_())])

@@ -55,7 +55,7 @@ from siltlake.publish.iceberg.snapshots import (
 )
 from siltlake.publish.iceberg.tags import tag_refs
 from siltlake.publish.targets import SomeTablesFailed, drop_forgotten_tables
-from siltlake.read.versions import version_files
+from siltlake.read.version_files import version_files
 from siltlake.tabledef import PARTITION_COLUMN
 
 if TYPE_CHECKING:

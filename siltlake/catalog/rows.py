@@ -1,6 +1,6 @@
 """The catalog's rows and records, and its exceptions: plain data that every concern of the catalog and
 every caller imports, with no SQL (see catalog.py for the operations that read and write them); the reaper's
-are in reap_records."""
+are in reap_rows."""
 
 from __future__ import annotations
 
