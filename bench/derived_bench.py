@@ -43,9 +43,10 @@ import siltlake.derived.build as build_module
 import siltlake.read as read_module
 from siltlake.deployment import Deployment
 from siltlake.derived import build_derived, create_derived
+from siltlake.derivedef import DerivedDef
 from siltlake.publish import publish_once
 from siltlake.read import sql
-from siltlake.tabledef import DerivedDef, TableDef
+from siltlake.tabledef import TableDef
 from siltlake.write.update import delete_rows
 
 TABLE = {

@@ -12,10 +12,10 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from siltlake.configbase import AtLeastOne, Section, check_heartbeat
+from siltlake.defbase import describe_validation_error, parse_duration
 from siltlake.errors import DEBUG_VARIABLE, ConfigError
 from siltlake.glueconfig import GlueTargetConfig
 from siltlake.streamconfig import StreamConfig
-from siltlake.tabledef import describe_validation_error, parse_duration
 
 CONFIG_FILE = "siltlake.toml"
 ENV_PREFIX = "SILTLAKE_"

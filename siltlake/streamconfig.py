@@ -9,8 +9,8 @@ from urllib.parse import urlsplit
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from siltlake.configbase import AtLeastOne, Section, check_heartbeat
+from siltlake.defbase import parse_duration
 from siltlake.globs import check_patterns
-from siltlake.tabledef import parse_duration
 
 SQS_QUEUE_NAME = re.compile(r"[A-Za-z0-9_-]{1,80}(?:\.fifo)?\Z")
 

@@ -1,7 +1,7 @@
 """Table definitions: columns, time settings, keys, and their Arrow schema.
 
 Column types are in siltlake.coltypes, identifiers, durations and definition files in siltlake.defbase, derived
-table definitions in siltlake.derivedef; their names are importable from here as before."""
+table definitions in siltlake.derivedef: import their names from there."""
 
 from __future__ import annotations
 
@@ -18,15 +18,11 @@ from siltlake.coltypes import (
     KEY_TYPES,
     PARTITION_COLUMN,
     SEQUENCE_TYPES,
-    SIMPLE_TYPES,
-    WIDENINGS,
     arrow_type,
-    decimal_parts,
     needs_rewrite,
     parse_type,
 )
 from siltlake.defbase import (
-    IDENTIFIER,
     StrictModel,
     absent,
     check_identifier,
@@ -34,11 +30,9 @@ from siltlake.defbase import (
     describe_validation_error,
     exact_bool,
     exact_int,
-    format_duration,
     parse_duration,
     validated,
 )
-from siltlake.derivedef import DerivedDef, load_derived_file
 from siltlake.errors import DefinitionError, no_column
 
 if TYPE_CHECKING:  # pyarrow is imported where a schema is built: `silt status` and `--help` never load it
@@ -46,28 +40,11 @@ if TYPE_CHECKING:  # pyarrow is imported where a schema is built: `silt status` 
 
 __all__ = [
     "COMMIT_ORDER",
-    "FIELD_ID_KEY",
-    "IDENTIFIER",
     "INHERITED_SETTINGS",
-    "KEY_TYPES",
     "LEGACY_NAIVE_TIMEZONE",
-    "PARTITION_COLUMN",
-    "SEQUENCE_TYPES",
-    "SIMPLE_TYPES",
-    "WIDENINGS",
     "Column",
-    "DerivedDef",
     "TableDef",
-    "arrow_type",
-    "check_identifier",
-    "decimal_parts",
-    "describe_validation_error",
-    "format_duration",
-    "load_derived_file",
     "load_table_file",
-    "needs_rewrite",
-    "parse_duration",
-    "parse_type",
 ]
 
 # What a log table stored before naive_timezone existed reads naive time strings in.

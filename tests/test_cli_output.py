@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from siltlake.cli import main
-from siltlake.tabledef import format_duration, parse_duration
+from siltlake.defbase import format_duration, parse_duration
 
 LONG_COLUMN = "utc_event_time_as_the_shipper_wrote_it_in_its_own_zone"
 TABLE = "web.access_log_of_the_front_proxies"

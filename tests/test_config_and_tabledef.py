@@ -10,10 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from siltlake.config import load_config
+from siltlake.defbase import parse_duration
 from siltlake.errors import ConfigError, DefinitionError
 from siltlake.stream.discover import is_in_flight, map_key
 from siltlake.streamconfig import DEFAULT_KEY_PATTERN
-from siltlake.tabledef import TableDef, load_table_file, parse_duration
+from siltlake.tabledef import TableDef, load_table_file
 
 from .conftest import ACCESS_TABLE
 
@@ -210,8 +211,9 @@ def test_a_uri_quotes_exactly_what_quote_would(key: str) -> None:
 
 
 def test_field_ids_are_numbered_once_kept_and_never_reused() -> None:
+    from siltlake.coltypes import FIELD_ID_KEY
     from siltlake.errors import DefinitionError
-    from siltlake.tabledef import FIELD_ID_KEY, Column, TableDef
+    from siltlake.tabledef import Column, TableDef
 
     base = {
         "schema": "web",

@@ -11,6 +11,7 @@ from siltlake.catalog import BuildInProgress
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.derived import build_derived, create_derived
+from siltlake.derivedef import DerivedDef
 from siltlake.errors import CatalogError, DefinitionError
 from siltlake.merge import merge_once
 from siltlake.publish.runner import publish_once
@@ -18,7 +19,7 @@ from siltlake.read import sql
 from siltlake.reap import reap_once
 from siltlake.storage.keys import build_of
 from siltlake.stream import stream_once
-from siltlake.tabledef import DerivedDef, TableDef
+from siltlake.tabledef import TableDef
 from siltlake.write.update import delete_rows
 
 from .conftest import ACCESS_TABLE

@@ -18,10 +18,11 @@ from siltlake.clock import utcnow
 from siltlake.config import Config
 from siltlake.deployment import Deployment
 from siltlake.derived import build_derived, create_derived, regenerate
+from siltlake.derivedef import DerivedDef
 from siltlake.reap import reap_once
 from siltlake.storage.keys import build_object, build_of
 from siltlake.storage.manifests import write_manifests
-from siltlake.tabledef import DerivedDef, TableDef
+from siltlake.tabledef import TableDef
 from siltlake.write.update import delete_rows
 
 from .conftest import ACCESS_TABLE

@@ -13,13 +13,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from siltlake.config import Config
+from siltlake.defbase import check_identifier
 from siltlake.deployment import Deployment
 from siltlake.errors import ConfigError, DefinitionError
 from siltlake.load.config import parse_load_config
 from siltlake.storage.filesystem import Storage, UnsafeKey
 from siltlake.stream.discover import discover, map_key
 from siltlake.stream.task import StreamTask, process_staging_object
-from siltlake.tabledef import TableDef, check_identifier, load_table_file
+from siltlake.tabledef import TableDef, load_table_file
 
 from .conftest import ACCESS_TABLE, make_config
 from .test_cli import TABLE_TOML, silt  # noqa: F401 - the `silt` fixture: the CLI against a fresh deployment

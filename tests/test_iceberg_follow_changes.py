@@ -19,12 +19,13 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from siltlake.coltypes import PARTITION_COLUMN
 from siltlake.deployment import Deployment
 from siltlake.lake import Lake, Table
 from siltlake.publish import publish_once
 from siltlake.publish.iceberg.catalog import VERSION_TIME_PROPERTY, open_catalog
 from siltlake.publish.iceberg.snapshots import snapshot_of_version, synced_version
-from siltlake.tabledef import PARTITION_COLUMN, Column
+from siltlake.tabledef import Column
 
 from .conftest import make_config
 from .merge_helpers import silt_in_process

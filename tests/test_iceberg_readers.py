@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
+from siltlake.coltypes import FIELD_ID_KEY
 from siltlake.deployment import Deployment
 from siltlake.lake import Lake
 from siltlake.merge import merge_once
@@ -32,7 +33,6 @@ from siltlake.publish import publish_once
 from siltlake.publish.iceberg.catalog import VERSION_HINT, open_catalog
 from siltlake.publish.iceberg.snapshots import snapshot_files, snapshot_of_version
 from siltlake.reap import reap_once
-from siltlake.tabledef import FIELD_ID_KEY
 from siltlake.write.update import delete_rows
 
 from .merge_helpers import add_small_objects, rows_for

@@ -12,12 +12,13 @@ import pytest
 
 from siltlake.deployment import Deployment
 from siltlake.derived import build_derived, create_derived
+from siltlake.derivedef import DerivedDef
 from siltlake.errors import SiltError
 from siltlake.publish import publish_once
 from siltlake.read import sql as spark_sql
 from siltlake.read.duck import faithful, run_plan
 from siltlake.read.plan import plan_query
-from siltlake.tabledef import Column, DerivedDef, TableDef
+from siltlake.tabledef import Column, TableDef
 from siltlake.write.row_updates import delete_rows_where
 
 from .conftest import ACCESS_TABLE

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from siltlake.derived import create_derived
+from siltlake.derivedef import DerivedDef
 from siltlake.errors import ConfigError
 from siltlake.load import parse_load_config
 from siltlake.read import sql
 from siltlake.read.sandbox import RefusedSQL, check_expression, check_query
-from siltlake.tabledef import DerivedDef
 
 from .merge_helpers import add_small_objects, rows_for, silt_in_process
 from .test_merge import DAY, make_table

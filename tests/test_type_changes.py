@@ -16,6 +16,7 @@ import pyarrow as pa
 import pytest
 
 from siltlake.deployment import Deployment
+from siltlake.derivedef import DerivedDef
 from siltlake.errors import CatalogError, DefinitionError
 from siltlake.lake import Lake
 from siltlake.publish import publish_once
@@ -24,7 +25,7 @@ from siltlake.read import sql as spark_sql
 from siltlake.records.retype import REASON, ColumnConverter
 from siltlake.stream import stream_once
 from siltlake.stream.replay import error_files, replay_errors
-from siltlake.tabledef import DerivedDef, TableDef
+from siltlake.tabledef import TableDef
 
 from .conftest import ACCESS_TABLE
 from .test_merge import DAY

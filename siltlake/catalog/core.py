@@ -26,8 +26,9 @@ from siltlake.catalog import schema as s
 from siltlake.catalog.direct_read import DirectStatement, SqliteReader, fetch_one
 from siltlake.catalog.rows import CatalogReplaced, TableRecord, VersionTimeBehind
 from siltlake.coltypes import refuse_reserved_column
+from siltlake.derivedef import DerivedDef
 from siltlake.errors import CatalogError, CatalogUnreachable
-from siltlake.tabledef import DerivedDef, TableDef
+from siltlake.tabledef import TableDef
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 # The newest migration's revision (tests check it against Alembic's head): check_ready() compares it with

@@ -23,8 +23,9 @@ from siltlake.catalog.rows import (
     DerivedReapView,
     DerivedRecord,
 )
+from siltlake.derivedef import DerivedDef
 from siltlake.errors import CatalogError, NotFoundError, did_you_mean
-from siltlake.tabledef import DerivedDef, TableDef
+from siltlake.tabledef import TableDef
 
 
 def definition_hash(definition: DerivedDef, table: TableDef) -> str:

@@ -15,8 +15,9 @@ from sqlalchemy.engine import Connection
 
 from siltlake.catalog import schema as s
 from siltlake.catalog.table_changes import parse_assignments, parse_value, shown, typed_value
+from siltlake.defbase import check_identifier
 from siltlake.errors import DefinitionError
-from siltlake.tabledef import INHERITED_SETTINGS, TableDef, check_identifier
+from siltlake.tabledef import INHERITED_SETTINGS, TableDef
 
 INHERIT = "inherit"  # the value that hands a setting back to the level above
 

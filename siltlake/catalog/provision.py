@@ -5,8 +5,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
+from siltlake.defbase import IDENTIFIER
 from siltlake.errors import CatalogError
-from siltlake.tabledef import IDENTIFIER
 
 
 def _database_url(admin_url: str, name: str) -> str:

@@ -9,6 +9,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from siltlake.derivedef import DerivedDef
+
 # UpdateConflict, MergeConflict and VersionOutOfRange are siltlake's public errors (siltlake.errors), named here
 # as before.
 from siltlake.errors import CatalogError
@@ -16,7 +18,7 @@ from siltlake.errors import MergeConflict as MergeConflict
 from siltlake.errors import UpdateConflict as UpdateConflict
 from siltlake.errors import VersionOutOfRange as VersionOutOfRange
 from siltlake.storage.keys import TableLayout
-from siltlake.tabledef import DerivedDef, TableDef
+from siltlake.tabledef import TableDef
 
 
 class CatalogReplaced(CatalogError):

@@ -16,18 +16,10 @@ from sqlalchemy.engine import Connection
 from siltlake.catalog import schema as s
 from siltlake.catalog.core import CatalogCore
 from siltlake.clock import utcnow
-from siltlake.coltypes import refuse_reserved_column
+from siltlake.coltypes import PARTITION_COLUMN, needs_rewrite, parse_type, refuse_reserved_column
+from siltlake.defbase import check_identifier, format_duration, parse_duration
 from siltlake.errors import DefinitionError, no_column
-from siltlake.tabledef import (
-    PARTITION_COLUMN,
-    Column,
-    TableDef,
-    check_identifier,
-    format_duration,
-    needs_rewrite,
-    parse_duration,
-    parse_type,
-)
+from siltlake.tabledef import Column, TableDef
 
 # What `silt table set` changes: each is read afresh by the daemon that uses it at its next run.
 SETTABLE = (

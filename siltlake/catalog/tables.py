@@ -34,8 +34,9 @@ from siltlake.catalog.table_changes import (
 from siltlake.catalog.update_commits import commit_updates_in
 from siltlake.clock import utcnow
 from siltlake.coltypes import refuse_reserved_column
+from siltlake.defbase import check_identifier
 from siltlake.errors import CatalogError, DefinitionError, NotFoundError, did_you_mean
-from siltlake.tabledef import INHERITED_SETTINGS, Column, TableDef, check_identifier
+from siltlake.tabledef import INHERITED_SETTINGS, Column, TableDef
 
 
 class _DryRun(Exception):

@@ -41,7 +41,7 @@ def _time(value: Any) -> str:
 
 def rule_of(record: DerivedRecord) -> str:
     """The rule that keeps the table fresh, as the definition file says it."""
-    from siltlake.tabledef import format_duration
+    from siltlake.defbase import format_duration
 
     definition = record.definition
     if definition.persist_for is not None:  # the persist_for rule: the one that sets it
@@ -75,7 +75,7 @@ def _table_rows(deployment: Deployment, record: DerivedRecord) -> int:
 def derived_create(context: click.Context, file: str, as_json: bool) -> None:
     """Create a derived table from a definition file (TOML, or YAML); `silt derived build` builds it."""
     from siltlake.derived import create_derived
-    from siltlake.tabledef import load_derived_file
+    from siltlake.derivedef import load_derived_file
 
     definition = load_derived_file(file)
     deployment = deployment_of(context)

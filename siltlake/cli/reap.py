@@ -13,8 +13,8 @@ from siltlake.cli.reports import print_reap_report
 
 
 def _duration(value: str | None, option: str) -> int | None:
+    from siltlake.defbase import parse_duration
     from siltlake.errors import DefinitionError
-    from siltlake.tabledef import parse_duration
 
     if value is None:
         return None

@@ -71,7 +71,7 @@ def table_create(context: click.Context, file: str, as_json: bool) -> None:
 def format_duration(seconds: int | None) -> str:
     if seconds is None:
         return "-"
-    from siltlake.tabledef import format_duration as as_written  # pydantic: not for `silt --help`
+    from siltlake.defbase import format_duration as as_written
 
     return as_written(seconds)
 

@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Any
 from siltlake.catalog import DerivedRecord
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
+from siltlake.derivedef import DerivedDef
 from siltlake.errors import DefinitionError, NotFoundError
-from siltlake.tabledef import Column, DerivedDef, TableDef
+from siltlake.tabledef import Column, TableDef
 
 if TYPE_CHECKING:
     from pyspark.sql.types import DataType, StructType

@@ -12,8 +12,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from siltlake.defbase import check_identifier, describe_validation_error
 from siltlake.errors import ConfigError
-from siltlake.tabledef import check_identifier, describe_validation_error
 
 # Parser column types (Embulk's names) and the table column type each becomes with `out.create`.
 PARSER_TYPES = {

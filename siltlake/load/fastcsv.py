@@ -18,11 +18,12 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from siltlake import timevalues as tv
+from siltlake.coltypes import arrow_type
 from siltlake.load.config import DropFilter, JobConfig, RenameFilter
 from siltlake.records.coerce import FLOAT32_MAX, INT32_RANGE, ZONE_EDGE_MICROS
 from siltlake.records.csv_format import render_csv
 from siltlake.records.vectorised import strings_to_micros
-from siltlake.tabledef import Column, arrow_type
+from siltlake.tabledef import Column
 
 FAST_TYPES = {"string", "int", "bigint", "double", "float", "boolean", "timestamp"}
 _INTEGER = "^" + tv.INTEGER_PATTERN + "$"

@@ -21,8 +21,8 @@ from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, NamedTuple
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from siltlake.coltypes import PARTITION_COLUMN
 from siltlake.errors import SiltError, missing_data_file
-from siltlake.tabledef import PARTITION_COLUMN
 
 if TYPE_CHECKING:
     from siltlake.catalog import TableRecord

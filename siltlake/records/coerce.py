@@ -19,7 +19,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from siltlake import timevalues as tv
-from siltlake.tabledef import Column, TableDef, decimal_parts
+from siltlake.coltypes import decimal_parts
+from siltlake.tabledef import Column, TableDef
 
 INT32_RANGE = (-(1 << 31), (1 << 31) - 1)
 INT64_RANGE = (-(1 << 63), (1 << 63) - 1)

@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
 from siltlake import timevalues as tv
+from siltlake.coltypes import arrow_type, decimal_parts
 from siltlake.records.batches import BadRecord, BatchAssembler, ParsedBatch, UnreadableObject
 from siltlake.records.coerce import (
     FLOAT32_MAX,
@@ -36,7 +37,7 @@ from siltlake.records.framing import MAX_LINE_BYTES, UTF8_BOM
 from siltlake.records.nesting import nests_within
 from siltlake.records.pipeline import ordered_map, prefetched
 from siltlake.records.vectorised import all_true, dates_to_days, epochs_to_micros, strings_to_micros, within
-from siltlake.tabledef import Column, TableDef, arrow_type, decimal_parts
+from siltlake.tabledef import Column, TableDef
 
 MIN_BLOCK_BYTES = 64 << 10
 MAX_BLOCK_BYTES = 32 << 20

@@ -15,8 +15,9 @@ from zoneinfo import ZoneInfo
 
 import pyarrow as pa
 
+from siltlake.coltypes import arrow_type
 from siltlake.records.coerce import unexpected_reason, value_coercer
-from siltlake.tabledef import TableDef, arrow_type
+from siltlake.tabledef import TableDef
 
 # The two columns a conversion adds to the table's: why a row's value does not convert, and the row as a record.
 REASON, RECORD = "_retype_reason", "_retype_record"

@@ -17,13 +17,14 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from siltlake.clock import to_naive_utc
+from siltlake.coltypes import PARTITION_COLUMN
 from siltlake.records.coerce import partition_dates
 from siltlake.records.physical import logical_names, physical_rows
 from siltlake.records.vectorised import all_true
 from siltlake.storage import keys
 from siltlake.storage.filesystem import Storage
 from siltlake.storage.keys import TableLayout
-from siltlake.tabledef import PARTITION_COLUMN, TableDef
+from siltlake.tabledef import TableDef
 
 
 class WrittenPart(TypedDict):

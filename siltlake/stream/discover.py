@@ -11,6 +11,7 @@ from urllib.parse import unquote
 
 from siltlake.catalog import DiscoveryCursor, Redelivery, TableRecord
 from siltlake.clock import UtcBound, from_nanoseconds, to_naive_utc, to_nanoseconds, utcnow
+from siltlake.defbase import IDENTIFIER
 from siltlake.deployment import Deployment
 from siltlake.globs import key_filter
 from siltlake.storage.accounted import AccountedNames
@@ -20,7 +21,6 @@ from siltlake.stream.appends import settle, take_growth
 from siltlake.stream.discover_s3 import list_new
 from siltlake.stream.notifications import NotificationTally, listing_turn, take_notified
 from siltlake.streamconfig import key_pattern_shape
-from siltlake.tabledef import IDENTIFIER
 
 # Control characters, backslashes (a path separator elsewhere) and percent-escapes (which decode into
 # other characters, e.g. %2e%2e%2f into ../) are refused in staging keys.

@@ -16,9 +16,9 @@ from collections.abc import Callable
 
 from siltlake.catalog import PartitionRow, PublishedVersion, TableRecord, VersionOutOfRange
 from siltlake.clock import to_naive_utc
+from siltlake.defbase import format_duration
 from siltlake.deployment import Deployment
 from siltlake.errors import SiltError
-from siltlake.tabledef import format_duration
 from siltlake.write.requests import UpdatesReport, applied_before, commit_updates, write_request
 from siltlake.write.update import PreparedUpdate, PreparedUpdates, updatable_table
 

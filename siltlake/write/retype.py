@@ -15,12 +15,13 @@ from dataclasses import dataclass
 
 from siltlake.catalog import TableRecord
 from siltlake.clock import utcnow
+from siltlake.coltypes import needs_rewrite, parse_type
 from siltlake.deployment import Deployment
 from siltlake.errors import CatalogError
 from siltlake.publish.iceberg.follow import follow
 from siltlake.records.retype import REASON, RECORD, ColumnConverter
 from siltlake.storage.keys import update_label
-from siltlake.tabledef import TableDef, needs_rewrite, parse_type
+from siltlake.tabledef import TableDef
 from siltlake.write.update import PreparedUpdate, PreparedUpdates, base_frame
 
 

@@ -8,10 +8,10 @@ import datetime as dt
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
+from siltlake.coltypes import PARTITION_COLUMN
 from siltlake.errors import SiltError
 from siltlake.publish.iceberg.catalog import REAP_PROPERTY, VERSION_HINT, VERSION_PROPERTY, lake_key
 from siltlake.publish.iceberg.manifests import EPOCH, day_bounds, partition_date
-from siltlake.tabledef import PARTITION_COLUMN
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table as IcebergTable

@@ -25,6 +25,7 @@ from urllib.parse import unquote
 
 from siltlake.catalog.core import CATALOG_OUTAGES
 from siltlake.clock import utcnow
+from siltlake.coltypes import PARTITION_COLUMN
 from siltlake.errors import ConfigError, SiltError
 from siltlake.publish.iceberg.catalog import (
     INSTANCE_PROPERTY,
@@ -56,7 +57,6 @@ from siltlake.publish.iceberg.snapshots import (
 from siltlake.publish.iceberg.tags import tag_refs
 from siltlake.publish.targets import SomeTablesFailed, drop_forgotten_tables
 from siltlake.read.version_files import version_files
-from siltlake.tabledef import PARTITION_COLUMN
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog as IcebergCatalog
