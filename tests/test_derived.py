@@ -14,7 +14,7 @@ from siltlake.derived import build_derived, create_derived
 from siltlake.derivedef import DerivedDef
 from siltlake.errors import CatalogError, DefinitionError
 from siltlake.merge import merge_once
-from siltlake.publish.runner import publish_once
+from siltlake.publish import publish_once
 from siltlake.read import sql
 from siltlake.reap import reap_once
 from siltlake.storage.keys import build_of

@@ -118,7 +118,7 @@ def test_persist_for_and_trigger_sql_rebuild_and_the_reaper_follows_persist_for(
 
     new_day = FIRST + DAY
     add_small_objects(deployment, source, new_day, [rows_for(new_day, 10, 5)])
-    from siltlake.publish.runner import publish_once
+    from siltlake.publish import publish_once
 
     publish_once(deployment)
     triggered = regenerate(deployment, later)

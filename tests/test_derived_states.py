@@ -13,7 +13,7 @@ from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.derived import build_derived
 from siltlake.observe.dashboard import render_page
-from siltlake.publish.runner import publish_once
+from siltlake.publish import publish_once
 
 from .merge_helpers import add_small_objects, rows_for
 from .test_derived import FIRST, make_source, rollup
