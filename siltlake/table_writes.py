@@ -71,6 +71,11 @@ class TableWrites:
         `where` as given (a missing date is refused by the write, before anything is rewritten; `where` must not
         name dt). None: the days `where`'s conditions on dt joined by AND allow (dt = / <> / < / <= / > / >= /
         BETWEEN / IN quoted dates), those conditions left out of the predicate; every day if it has none."""
+        if where is not None and not isinstance(where, str):
+            raise SiltError(
+                f"{self.name}.{operation}: give the predicate as Spark SQL text, e.g. \"action = 'LOGIN'\", not "
+                f"{type(where).__name__} (a pyarrow expression filters reads: scan(filter=...))"
+            )
         present = [p.partition_date for p in self.lake.deployment.catalog.partitions.list(self.record.id)]
         if dates is None:
             if where is None:

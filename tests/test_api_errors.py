@@ -208,3 +208,21 @@ def test_update_without_dates_reads_the_days_from_the_predicate_and_the_cli_reso
     assert actions() == Counter({(DAY, "cli"): 20, (NEXT_DAY, "all"): 10})
     assert "not both" in silt("delete", "web.access", "--where", "true", "--all-dates", "--date", str(DAY), code=2)
     assert "uses dt in a way" in silt("delete", "web.access", "--where", "dt > user_id", code=2)
+
+
+@SQLITE_ONLY
+def test_a_write_given_an_expression_says_it_takes_sql_text(deployment: Deployment) -> None:
+    import pyarrow.compute as pc
+
+    table = make_table(deployment)
+    add_small_objects(deployment, table, DAY, [rows_for(DAY, 5, 0)])
+    handle = Lake(deployment).table("web.access")
+    for write in (
+        lambda: handle.delete(pc.field("user_id") == 1),
+        lambda: handle.update({"action": "'X'"}, pc.field("user_id") == 1),
+    ):
+        with pytest.raises(
+            siltlake.SiltError, match=r"give the predicate as Spark SQL text.*not Expression.*scan\(filter="
+        ):
+            write()
+    assert handle.to_arrow().num_rows == 5
