@@ -11,6 +11,8 @@ from siltlake.errors import SiltError
 from siltlake.read.version_files import parse_as_of, parse_dates
 
 if TYPE_CHECKING:
+    from pyarrow.compute import Expression
+
     from siltlake.catalog import TableRecord
     from siltlake.deployment import Deployment
     from siltlake.write.append import AppendReport
@@ -36,18 +38,19 @@ class TableWrites:
 
     def delete(
         self,
-        where: str,
+        where: str | Expression,
         dates: Any = None,
         now: dt.datetime | None = None,
         request_id: str | None = None,
         dry_run: bool = False,
         progress: Callable[[int, dt.date], None] | None = None,
     ) -> UpdatesReport:
-        """Delete the rows matching the Spark SQL predicate `where` as one table version, all of its partitions or
-        none; runs on the deployment's Spark. The partitions are write_partitions(where, dates)'s: without `dates`,
-        every partition where `where` may match. Once per `request_id`: a retry with an id applied already changes
-        nothing (the report's applied_before says what the first did). The report is a sequence of the
-        partitions'; `progress(done, date)` is told of each partition as it is rewritten."""
+        """Delete the rows matching `where` (Spark SQL text, or a pyarrow expression as scan takes) as one table
+        version, all of its partitions or none; runs on the deployment's Spark. The partitions are
+        write_partitions(where, dates)'s: without `dates`, every partition where `where` may match. Once per
+        `request_id`: a retry with an id applied already changes nothing (the report's applied_before says what the
+        first did). The report is a sequence of the partitions'; `progress(done, date)` is told of each partition as
+        it is rewritten."""
         from siltlake.write.row_updates import delete_rows_where
 
         wanted, tested = self.write_partitions(where, dates, "delete")
@@ -64,18 +67,17 @@ class TableWrites:
         )
 
     def write_partitions(
-        self, where: str | None, dates: Any = None, operation: str = "delete"
+        self, where: str | Expression | None, dates: Any = None, operation: str = "delete"
     ) -> tuple[list[dt.date], str | None]:
         """The partitions a delete or update rewrites, and the predicate their rows are tested with (the one resolver
         of Table.delete/update and `silt delete`/`silt update`). `dates` (a date, ISO text, several, or "all"): those,
         `where` as given (a missing date is refused by the write, before anything is rewritten; `where` must not
         name dt). None: the days `where`'s conditions on dt joined by AND allow (dt = / <> / < / <= / > / >= /
         BETWEEN / IN quoted dates), those conditions left out of the predicate; every day if it has none."""
-        if where is not None and not isinstance(where, str):
-            raise SiltError(
-                f"{self.name}.{operation}: give the predicate as Spark SQL text, e.g. \"action = 'LOGIN'\", not "
-                f"{type(where).__name__} (a pyarrow expression filters reads: scan(filter=...))"
-            )
+        if where is not None and not isinstance(where, str):  # a pyarrow expression, as reads take
+            from siltlake.read.expression_sql import expression_sql
+
+            where = expression_sql(where, f"{self.name}.{operation}")
         present = [p.partition_date for p in self.lake.deployment.catalog.partitions.list(self.record.id)]
         if dates is None:
             if where is None:
@@ -157,17 +159,17 @@ class TableWrites:
     def update(
         self,
         set: dict[str, Any],
-        where: str | None = None,
+        where: str | Expression | None = None,
         dates: Any = None,
         request_id: str | None = None,
         now: dt.datetime | None = None,
         dry_run: bool = False,
         progress: Callable[[int, dt.date], None] | None = None,
     ) -> UpdatesReport:
-        """SET columns (column -> value) in the rows matching the Spark SQL predicate `where` (None: every row) of
-        the partitions write_partitions(where, dates) names (without `dates`, those where `where` may match; without
-        either, all), as one `update` table version: all of them or none, once per `request_id`. Primary key
-        columns are not set.
+        """SET columns (column -> value) in the rows matching `where` (Spark SQL text or a pyarrow expression; None:
+        every row) of the partitions write_partitions(where, dates) names (without `dates`, those where `where` may
+        match; without either, all), as one `update` table version: all of them or none, once per `request_id`.
+        Primary key columns are not set.
 
         A str value is a Spark SQL expression over the row: "upper(action)", or "'LOGIN'" (quoted) for the text
         LOGIN; an unquoted "LOGIN" names a column, and is refused with a SiltError saying how to quote it. Any other
