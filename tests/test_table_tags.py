@@ -83,6 +83,7 @@ def test_a_tag_is_read_wherever_a_version_number_is(plain_deployment: Deployment
         table.untag("newest")
 
 
+@pytest.mark.spark  # restoring the tagged version rewrites a partition on Spark
 def test_reap_keeps_a_tagged_version_and_refuses_the_versions_it_no_longer_has(plain_deployment: Deployment) -> None:
     lake = three_versions(plain_deployment)
     table = lake.table("web.access")
