@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from siltlake.errors import ConfigError, SiltError
 from siltlake.publish.targets import drop_forgotten_tables
+from siltlake.read.expression_sql import spark_string
 from siltlake.records.keyed import needs_merge_on_read
 from siltlake.spark import jvm
 from siltlake.storage.keys import symlink_directory
@@ -57,10 +58,6 @@ _PARTITIONS_PER_STATEMENT = 100
 
 def hive_type(type_name: str) -> str:
     return _HIVE_TYPES.get(type_name) or type_name.upper()  # decimal(p,s)
-
-
-def _literal(text: str) -> str:
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def _copy(case_object, *first):  # py4j proxies of Scala case classes
@@ -214,8 +211,8 @@ class HiveTarget:
         # read as Parquet, not even between two metastore calls.
         self._sql(
             f"CREATE EXTERNAL TABLE `{database}`.`{table}` ({columns}) PARTITIONED BY (`dt` DATE) "
-            f"ROW FORMAT SERDE {_literal(PARQUET_SERDE)} STORED AS INPUTFORMAT {_literal(SYMLINK_INPUT)} "
-            f"OUTPUTFORMAT {_literal(SYMLINK_OUTPUT)} LOCATION {_literal(location)}"
+            f"ROW FORMAT SERDE {spark_string(PARQUET_SERDE)} STORED AS INPUTFORMAT {spark_string(SYMLINK_INPUT)} "
+            f"OUTPUTFORMAT {spark_string(SYMLINK_OUTPUT)} LOCATION {spark_string(location)}"
         )
 
     def _alter_columns(
@@ -350,7 +347,7 @@ class HiveTarget:
             self._sql(
                 f"ALTER TABLE {qualified} ADD IF NOT EXISTS "
                 + " ".join(
-                    f"PARTITION (`dt` = '{p.partition_date.isoformat()}') LOCATION {_literal(where)}"
+                    f"PARTITION (`dt` = '{p.partition_date.isoformat()}') LOCATION {spark_string(where)}"
                     for p, where in new[start : start + _PARTITIONS_PER_STATEMENT]
                 )
             )
@@ -440,5 +437,5 @@ class HiveTarget:
             fmt = "SymlinkTextInputFormat" if p.file_list_key is not None else "Parquet"
             self.statements.append(
                 f"ALTER TABLE `{names.database_name}`.`{names.table_name}` PARTITION (`dt` = "
-                f"'{p.partition_date.isoformat()}') SET LOCATION {_literal(where)} ({fmt}, by the metastore client)"
+                f"'{p.partition_date.isoformat()}') SET LOCATION {spark_string(where)} ({fmt}, by the metastore client)"
             )

@@ -46,6 +46,11 @@ def _ident(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
+def spark_string(text: str) -> str:
+    """`text` as a Spark SQL string literal (backslash escapes, Spark's default)."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
 class _Parser:
     def __init__(self, tokens: list[tuple[str, str]]) -> None:
         self.tokens, self.at = tokens, 0
@@ -123,8 +128,7 @@ class _Parser:
     def atom(self) -> str:
         kind, value = self.take()
         if kind == "string":
-            text = re.sub(r"\\(.)", r"\1", value[1:-1])
-            return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+            return spark_string(re.sub(r"\\(.)", r"\1", value[1:-1]))
         if kind == "number":
             return value
         if kind == "date":
