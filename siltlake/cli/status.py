@@ -29,7 +29,7 @@ def _status_row(row: TableQueueStatus) -> list[Any]:
     """A status entry flattened to STATUS_COLUMNS (CSV has no nesting; the parked jobs' errors are in the JSON)."""
     return [
         row["table"],
-        *(row["partitions"][state] for state in _PARTITION_STATES),
+        *(row["partitions"].get(state, 0) for state in _PARTITION_STATES),
         row["unmerged_objects"],
         row["unmerged_bytes"],
         row["oldest_unmerged_age_seconds"],
@@ -90,11 +90,8 @@ def status(context: click.Context, fmt: str) -> None:
         parts, jobs = row["partitions"], row["jobs"]
         failed = f"[red]{jobs['failed']} failed[/]" if jobs["failed"] else "0 failed"
         out.print(f"[bold]{row['table']}[/]", highlight=False)
-        out.print(
-            f"  partitions  {parts['new']} new, {parts['live']} live, {parts['closed']} closed, "
-            f"{parts['switched']} switched",
-            highlight=False,
-        )
+        # A log table's states (new, live, closed, switched) or a derived table's (built, stale), as counted.
+        out.print(f"  partitions  {', '.join(f'{n} {state}' for state, n in parts.items())}", highlight=False)
         out.print(
             f"  unmerged    {row['unmerged_objects']:,} small objects ({format_size(row['unmerged_bytes'])}), "
             f"oldest {format_age(row['oldest_unmerged_age_seconds'])}",
