@@ -1,14 +1,14 @@
-"""The bytes of a staging object, plain or gzip (found by magic bytes), streamed in bounded chunks; and its
-format, by configuration, the first bytes or the key's extension."""
+"""The bytes of a staging object, plain or gzip (found by magic bytes; inflated by records.inflate, ISA-L's inflate
+or zlib's), streamed in bounded chunks; and its format, by configuration, the first bytes or the key's extension."""
 
 from __future__ import annotations
 
 import re
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
+from siltlake.records import inflate
 from siltlake.records.batches import UnreadableObject
 from siltlake.timevalues import parse_event_time
 
@@ -223,13 +223,13 @@ class ObjectBytes:
     def _gunzip(self, first: bytes) -> Iterator[bytes]:
         data = first
         compressed = len(first)
-        inflater = zlib.decompressobj(wbits=31)
+        inflater = inflate.gzip_inflater()
         in_member = True
         while True:
             if in_member:
                 try:
                     out = inflater.decompress(data, MAX_INFLATE_CHUNK)
-                except zlib.error as exc:
+                except inflate.INFLATE_ERRORS as exc:
                     raise UnreadableObject(
                         f"corrupt gzip stream within the first {compressed} compressed bytes: {exc}"
                     ) from None
@@ -246,7 +246,7 @@ class ObjectBytes:
                 # gzip(1) accepts zero padding after a member; anything else must be another member.
                 data = data.lstrip(b"\0")
                 if data:
-                    inflater = zlib.decompressobj(wbits=31)
+                    inflater = inflate.gzip_inflater()
                     in_member = True
                     continue
             chunk = self._read()
