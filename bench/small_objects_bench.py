@@ -273,7 +273,7 @@ def interleaved(
             if name == "floor":
                 runs.setdefault("floor", []).append(run_floor(files, out / "floor", data["bytes"]))
                 continue
-            spark_only = {"in_driver_bytes": 0} if name == "siltlake_spark" else None
+            spark_only = {"in_driver_bytes": 0, "wave_engine": "spark"} if name == "siltlake_spark" else None
             for kind in catalogs:
                 key = name if kind == "sqlite" else f"{name}_pg"
                 runs.setdefault(key, []).append(
@@ -346,7 +346,7 @@ def run_size(args, size: Size, spark, catalogs: tuple[str, ...], workdir: Path) 
                 source_root,
                 warmup,
                 data["bytes"],
-                {"in_driver_bytes": 0} if name == "siltlake_spark" else None,
+                {"in_driver_bytes": 0, "wave_engine": "spark"} if name == "siltlake_spark" else None,
             )
     shutil.rmtree(out, ignore_errors=True)  # the outputs were counted; 4,000-object trees add up
     for name, result in results.items():

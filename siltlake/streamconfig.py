@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
@@ -93,6 +93,20 @@ class StreamConfig(Section):
     )
     batch_rows: AtLeastOne = 65536
     spill_bytes: AtLeastOne = 128 * 1024 * 1024
+    wave_engine: Literal["auto", "host", "spark"] = Field(
+        default="auto",
+        description="where a wave over in_driver_bytes decodes: 'auto' on this host's worker processes unless "
+        "spark.master is a cluster (then a Spark stage, which adds its cores), 'spark' always a Spark stage, "
+        "'host' never",
+    )
+    group_bytes: int = Field(
+        default=8 * 1024 * 1024,
+        ge=0,
+        description="staging bytes up to which the small objects of a wave's table decode together, one task "
+        "writing one object per partition date for all of them (each object's rows one range of it, committed "
+        "exactly once with it); objects of keyed tables, of parallel_decode_bytes or more, or that failed before "
+        "decode alone; 0: every object alone",
+    )
     parallel_decode_bytes: AtLeastOne = Field(
         default=32 << 20,
         description="staging bytes from which one object "

@@ -235,6 +235,14 @@ def make_config(tmp_path: Path, catalog_url: str, **stream: object) -> Config:
 
 
 @pytest.fixture
+def objects_alone(request: pytest.FixtureRequest) -> None:
+    """The `deployment` fixture's objects each decoded and committed alone (stream.group_bytes = 0): for tests of
+    the per-object machinery (stand-in tasks, per-object commits); tests/test_stream_groups.py covers groups."""
+    if "deployment" in request.fixturenames:
+        request.getfixturevalue("deployment").config.stream.group_bytes = 0
+
+
+@pytest.fixture
 def deployment(tmp_path: Path, catalog_url: str, spark) -> Deployment:
     deployment = Deployment(make_config(tmp_path, catalog_url))
     deployment.init()

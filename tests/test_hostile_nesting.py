@@ -113,7 +113,7 @@ def test_a_stream_task_in_spark_makes_the_deep_line_a_bad_record(tmp_path, catal
     from .conftest import ACCESS_TABLE, make_config
     from .test_stream import event, stage
 
-    deployment = Deployment(make_config(tmp_path, catalog_url, in_driver_bytes=0))
+    deployment = Deployment(make_config(tmp_path, catalog_url, in_driver_bytes=0, wave_engine="spark"))
     deployment.init()
     deployment.use_spark(spark)
     deployment.catalog.tables.create(TableDef.from_mapping(ACCESS_TABLE))

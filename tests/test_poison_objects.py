@@ -30,7 +30,7 @@ from siltlake.workers import WorkersLost
 from .conftest import ACCESS_TABLE, make_config
 from .merge_helpers import silt_in_process
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("objects_alone")]  # a stand-in task sees one object
 
 NEW_YORK_TABLE = {**ACCESS_TABLE, "name": "east", "timezone": "America/New_York", "error_policy": "file"}
 NO_PARTITION = "so it has no partition date (partition dates are in years 1..9999)"
@@ -119,7 +119,7 @@ def poison(monkeypatch: pytest.MonkeyPatch, uri: str) -> None:
     def failing_for_one(task):  # a StreamTask in, the task's report out
         return real(dataclasses.replace(task, batch_rows=0) if task.uri == uri else task)
 
-    monkeypatch.setattr(wave_stage, "process_staging_object", failing_for_one)
+    monkeypatch.setattr(wave_stage, "process_wave_item", failing_for_one)
 
 
 def failing(deployment: Deployment) -> list[tuple[str, int, str]]:
@@ -172,9 +172,10 @@ def test_an_object_failing_every_time_moves_to_unknown_after_three_runs(
     # A replay streams it again from a failure count of zero: still failing, it is counted from one.
     assert "1 objects will be streamed again" in silt("unknown", "replay", bad)
     again = stream_once(deployment)
-    assert again.registered == 1 and [uri for uri, _ in again.failed] == [bad]
+    # The replay registers it itself (discover.readmit), unless a settle wait leaves that to the round.
+    assert again.registered <= 1 and [uri for uri, _ in again.failed] == [bad]
     assert failing(deployment) == [(bad, 1, BATCH_ROWS_ZERO)]
-    monkeypatch.setattr(wave_stage, "process_staging_object", process_staging_object)  # the fix is deployed
+    monkeypatch.setattr(wave_stage, "process_wave_item", process_staging_object)  # the fix is deployed
     fixed = stream_once(deployment)
     assert (fixed.processed, fixed.failed, fixed.records_loaded) == (1, [], 5)
     assert failing(deployment) == [] and deployment.catalog.staging.unknown() == []
@@ -184,7 +185,7 @@ def test_an_object_failing_every_time_moves_to_unknown_after_three_runs(
 def test_a_commit_that_raises_for_one_object_counts_against_it_alone(
     tmp_path: Path, catalog_url: str, spark, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    deployment = Deployment(make_config(tmp_path, catalog_url, max_failures=2))
+    deployment = Deployment(make_config(tmp_path, catalog_url, max_failures=2, group_bytes=0))
     deployment.init()
     deployment.use_spark(spark)
     try:
@@ -242,13 +243,13 @@ def test_outages_never_count_against_objects(
     def workers_lost(*args, **kwargs):
         raise WorkersLost("a worker process (pid 1) ended with code -9 during a task")
 
-    monkeypatch.setattr(wave_stage, "process_staging_object", storage_down)
+    monkeypatch.setattr(wave_stage, "process_wave_item", storage_down)
     for _ in range(4):  # more than stream.max_failures
         report = stream_once(deployment)
         ((failed_uri, reason),) = report.failed
         assert failed_uri == uri and reason.startswith("NotADirectoryError: ") and "Not a directory" in reason
         assert report.unknown == []
-    monkeypatch.setattr(wave_stage, "process_staging_object", real_task)
+    monkeypatch.setattr(wave_stage, "process_wave_item", real_task)
     monkeypatch.setattr(commit, "commit_parts", catalog_down)
     for _ in range(4):
         with pytest.raises(CatalogUnreachable):

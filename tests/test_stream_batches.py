@@ -14,7 +14,7 @@ from siltlake.catalog import StreamCommit, schema
 from siltlake.deployment import Deployment
 from siltlake.stream import commit, runner, stream_once
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("objects_alone")]  # the per-object commit
 
 OBJECTS = 150  # three commit chunks (commit.COMMIT_CHUNK = 64)
 START = dt.datetime(2026, 11, 20, 1, tzinfo=dt.UTC)

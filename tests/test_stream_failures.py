@@ -19,7 +19,7 @@ from siltlake.stream import commit, stream_once
 
 from .test_poison_objects import events, jsonl, stage
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("objects_alone")]  # the per-object commit
 sqlite_only = pytest.mark.parametrize("catalog_url", ["sqlite"], indirect=True)
 
 

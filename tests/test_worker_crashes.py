@@ -22,6 +22,7 @@ POISON = "/02.jsonl.gz"
 
 
 def _staged(tmp_path: Path, catalog_url: str, spark, **stream: object) -> Deployment:
+    stream = {"group_bytes": 0, **stream}  # each object its own task
     deployment = Deployment(make_config(tmp_path, catalog_url, max_failures=2, **stream))
     deployment.init()
     deployment.use_spark(spark)
@@ -41,14 +42,14 @@ def test_an_object_that_crashes_its_decoder_fails_alone_and_then_becomes_unknown
 ) -> None:
     """It crashes this host's worker process first (the wave then runs on Spark), then Spark's Python worker."""
     deployment = _staged(tmp_path, catalog_url, spark)
-    real = wave_stage.process_staging_object
+    real = wave_stage.process_wave_item
 
     def crashes_on_the_poison(task):  # on this host's workers and in Spark's alike
         if task.uri.endswith(POISON):
             ctypes.string_at(0)  # a segfault: the process ends, no exception reaches Python
         return real(task)
 
-    monkeypatch.setattr(wave_stage, "process_staging_object", crashes_on_the_poison)
+    monkeypatch.setattr(wave_stage, "process_wave_item", crashes_on_the_poison)
     try:
         first = stream_once(deployment)
         assert first.processed == 3 and first.records_loaded == 9 and first.unknown == []

@@ -209,6 +209,7 @@ class Reaping:
         deleted = 0
         with self._core.tx() as c:
             for chunk in _chunks(sorted(ids)):
+                c.execute(s.small_object_sources.delete().where(s.small_object_sources.c.small_object_id.in_(chunk)))
                 deleted += c.execute(so.delete().where(so.c.id.in_(chunk))).rowcount
         return deleted
 
@@ -293,6 +294,9 @@ class Reaping:
                     t.update().where(t.c.id == table_id).values(switched_partitions=t.c.switched_partitions - count)
                 )
             # Ranges go in one statement per chunk: their chain foreign key is checked at its end.
+            sources = s.small_object_sources
+            owned = sa.select(s.small_objects.c.id).where(s.small_objects.c.partition_id.in_(chunk))
+            deleted += c.execute(sources.delete().where(sources.c.small_object_id.in_(owned))).rowcount
             for table in (s.small_objects, s.merge_ranges, s.partition_versions, s.merge_jobs, s.merge_job_log):
                 deleted += c.execute(table.delete().where(table.c.partition_id.in_(chunk))).rowcount
             deleted += c.execute(s.partitions.delete().where(s.partitions.c.id.in_(chunk))).rowcount

@@ -83,6 +83,7 @@ class PendingStagingObject:
     uri: str
     size: int
     table: TableRecord
+    failure_count: int = 0  # failed attempts so far: an object that failed once is decoded alone (stream.group_bytes)
 
 
 @dataclass(frozen=True)

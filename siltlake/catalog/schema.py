@@ -165,6 +165,18 @@ small_objects = sa.Table(
     sa.UniqueConstraint("staging_object_id", "partition_id"),
 )
 sa.Index("ix_small_objects_partition_id_id", small_objects.c.partition_id, small_objects.c.id)
+# Lineage of an object the stream wrote for several staging objects at once (one per wave, table and date): each
+# source's rows are the object's rows [first_row, first_row + row_count), in the order of its own file. An object
+# written for one staging object has no rows here (small_objects.staging_object_id is its whole lineage).
+small_object_sources = sa.Table(
+    "small_object_sources",
+    metadata,
+    sa.Column("small_object_id", sa.BigInteger, sa.ForeignKey("small_objects.id"), primary_key=True),
+    sa.Column("staging_object_id", sa.Integer, sa.ForeignKey("staging_objects.id"), primary_key=True),
+    sa.Column("first_row", sa.BigInteger, nullable=False),
+    sa.Column("row_count", sa.BigInteger, nullable=False),
+)
+sa.Index("ix_small_object_sources_staging_object_id", small_object_sources.c.staging_object_id)
 # Incremental reap finds the partitions that changed since its last run by these times (catalog.reaping).
 sa.Index("ix_partitions_create_time", partitions.c.create_time)
 # The partitions a publish run can change, few whatever the table's length: open ones (close), not switched

@@ -55,7 +55,10 @@ def prunable(before: dt.datetime, batch: int, after: tuple[dt.datetime, int] | N
     The bound on `after` is one range of the receive_time index, then the tie: written as an OR of the two ranges,
     SQLite read and sorted every row left for each batch (a day of a million rows took 68 s to prune, not 9)."""
     so, sm = s.staging_objects, s.small_objects
-    referenced = sa.exists().where(sm.c.staging_object_id == so.c.id)
+    referenced = sa.or_(
+        sa.exists().where(sm.c.staging_object_id == so.c.id),
+        sa.exists().where(s.small_object_sources.c.staging_object_id == so.c.id),
+    )
     query = (
         sa.select(so.c.id, so.c.receive_time)
         .where(
@@ -184,7 +187,9 @@ class Staging:
         claim): what a round may still take."""
         so = s.staging_objects
         with self._core.tx() as c:
-            query = sa.select(so.c.id, so.c.uri, so.c.size, so.c.table_id).where(so.c.processed_time.is_(None))
+            query = sa.select(so.c.id, so.c.uri, so.c.size, so.c.table_id, so.c.failure_count).where(
+                so.c.processed_time.is_(None)
+            )
             if timeout is not None:
                 query = query.where(self._claimable(c, now or utcnow(), timeout, local))
             rows = c.execute(query.order_by(so.c.id).limit(limit)).all()
@@ -197,7 +202,7 @@ class Staging:
             if table_ids
             else {}
         )
-        return [PendingStagingObject(r.id, r.uri, r.size, tables[r.table_id]) for r in rows]
+        return [PendingStagingObject(r.id, r.uri, r.size, tables[r.table_id], r.failure_count) for r in rows]
 
     # --- stream claims: the merge queue's owner/heartbeat pattern, per staging object -----------------------
 
@@ -255,7 +260,9 @@ class Staging:
                 )
             )
             rows = c.execute(
-                sa.select(so.c.id, so.c.uri, so.c.size, so.c.table_id).where(so.c.id.in_(ids)).order_by(so.c.id)
+                sa.select(so.c.id, so.c.uri, so.c.size, so.c.table_id, so.c.failure_count)
+                .where(so.c.id.in_(ids))
+                .order_by(so.c.id)
             ).all()
             return self._with_tables(c, rows)
 
@@ -347,6 +354,7 @@ class Staging:
                     .where(
                         so.c.uri.in_(forgotten),
                         ~sa.exists().where(s.small_objects.c.staging_object_id == so.c.id),
+                        ~sa.exists().where(s.small_object_sources.c.staging_object_id == so.c.id),
                     )
                     .returning(so.c.table_id, so.c.records_in, so.c.bad_records)
                 ).all()

@@ -44,6 +44,7 @@ class StreamBatch:
     updated: dict[int, int]  # partition id -> the first update version after mark
     ids: deque[int]
     small_objects: list[dict] = field(default_factory=list)
+    sources: list[dict] = field(default_factory=list)  # small_object_sources rows of the objects above
     processed: list[dict] = field(default_factory=list)
     positions: list[dict] = field(default_factory=list)  # record_consumed's, written with the processed marks
 

@@ -4,7 +4,7 @@ objects marked processed, in one transaction."""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 
 import sqlalchemy as sa
@@ -123,6 +123,8 @@ class StreamCommit:
             try:
                 with self._c.begin_nested():
                     self._c.execute(s.small_objects.insert(), batch.small_objects)
+                    if batch.sources:
+                        self._c.execute(s.small_object_sources.insert(), batch.sources)
             except IntegrityError:
                 raise CatalogError(
                     "a staging object of this commit already has a small object in a partition it adds to"
@@ -230,8 +232,16 @@ class StreamCommit:
         min_event_time: dt.datetime,
         max_event_time: dt.datetime,
         upload_start_time: dt.datetime,
+        sources: Sequence[tuple[int, int, int]] = (),
     ) -> None:
+        """`sources`: for an object written for several staging objects, each one's (id, first row, rows);
+        `staging_object_id` is then the first of them."""
+        source_rows = [
+            dict(small_object_id=object_id, staging_object_id=source, first_row=first, row_count=count)
+            for source, first, count in sources
+        ]
         if self._batch is not None:
+            self._batch.sources.extend(source_rows)
             self._batch.small_objects.append(
                 dict(
                     id=object_id,
@@ -261,6 +271,8 @@ class StreamCommit:
                         upload_start_time=upload_start_time,
                     )
                 )
+                if source_rows:
+                    self._c.execute(s.small_object_sources.insert(), source_rows)
         except IntegrityError:
             raise CatalogError(
                 f"staging object {staging_object_id} already has a small object in partition {partition_id}"
@@ -349,12 +361,13 @@ class StreamCommit:
                 del self._totals[counted:]
                 raise
             return
-        held = len(batch.small_objects), len(batch.processed), len(batch.positions)
+        held = len(batch.small_objects), len(batch.processed), len(batch.positions), len(batch.sources)
         try:
             yield
         except BaseException:
             del self._totals[counted:]
             del batch.small_objects[held[0] :]
+            del batch.sources[held[3] :]
             del batch.positions[held[2] :]
             for row in batch.processed[held[1] :]:
                 batch.pending.add(row["id"])

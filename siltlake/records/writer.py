@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import BinaryIO, TypedDict
+from typing import BinaryIO, NotRequired, TypedDict
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -36,6 +36,17 @@ class WrittenPart(TypedDict):
     bytes: int
     min_time: str  # its rows' earliest and latest event time, naive UTC in ISO form
     max_time: str
+    # An object written for several staging objects (records.group_writer): each one's [id, first row, rows].
+    sources: NotRequired[list[list[int]]]
+
+
+def sorted_by_time(tables: list[pa.Table], column: str) -> pa.Table:
+    """The rows by time (a stable sort); rows already in order, as they mostly are, are not moved."""
+    joined = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+    times = joined.column(column)
+    if joined.num_rows < 2 or all_true(pc.less_equal(times.slice(0, joined.num_rows - 1), times.slice(1))):
+        return joined
+    return joined.sort_by(column)
 
 
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -162,12 +173,7 @@ class ObjectWriter:
                     self._spill(date, buffer)
 
     def _sorted(self, tables: list[pa.Table]) -> pa.Table:
-        """The rows by time (a stable sort); rows already in order, as they mostly are, are not moved."""
-        joined = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
-        times = joined.column(self.table.time_column)
-        if joined.num_rows < 2 or all_true(pc.less_equal(times.slice(0, joined.num_rows - 1), times.slice(1))):
-            return joined
-        return joined.sort_by(self.table.time_column)
+        return sorted_by_time(tables, self.table.time_column)
 
     def _write_in_order(self, date: dt.date, buffer: _DateBuffer, keep: int) -> None:
         """Append the date's buffered rows to its ordered object, all but its latest `keep` (whole row groups

@@ -13,6 +13,7 @@ from siltlake.errors import storage_failure
 from siltlake.records.writer import WrittenPart
 from siltlake.storage.filesystem import Storage
 from siltlake.storage.keys import TableLayout
+from siltlake.stream.group_task import StageGroup, WaveResult, group_members
 from siltlake.stream.report import DroppedFields, StreamReport
 from siltlake.stream.task import StageDone, StageMoved, StageResult, StageUnknown
 
@@ -56,9 +57,12 @@ def commit_parts(
         lake.place(part["tmp_key"], key)
         if moves is not None:
             moves.append((part["tmp_key"], key))
+        # An object of several staging objects (a group's) is named by its first and lists them all.
+        sources = [(source, first, count) for source, first, count in part.get("sources", [])]
         tx.add_small_object(
             object_id=object_id,
-            staging_object_id=staging_object_id,
+            staging_object_id=sources[0][0] if sources else staging_object_id,
+            sources=sources if len(sources) > 1 else (),
             partition_id=partition.id,
             delayed=partition.closed,
             content_length=part["bytes"],
@@ -121,39 +125,60 @@ def _commit_one(
         report.unknown.append((pending.uri, result["reason"]))
         tx.release_pending(pending.uri)  # a tail that went unknown never stops its file: it is judged again
         return True
-    table = pending.table
-    parts = result["parts"]
+    _commit_objects(deployment, tx, [(pending, result)], result["parts"], mark, now, report, moves)
+    return True
+
+
+def _commit_objects(
+    deployment: Deployment,
+    tx: StreamCommit,
+    decoded: list[tuple[PendingStagingObject, StageDone]],
+    parts: list[WrittenPart],
+    mark: int,
+    now: dt.datetime,
+    report: StreamReport,
+    moves: list[tuple[str, str]] | None,
+) -> None:
+    """Commit decoded objects of one table and the objects written for them (their own, or a group's shared)."""
+    first, first_result = decoded[0]
+    table = first.table
     conflict = _update_conflict(tx, table, parts, mark)
     if conflict is not None:
-        report.failed.append((pending.uri, conflict))  # not the object's failure: it is not counted
-        return True
+        report.failed += [(pending.uri, conflict) for pending, _ in decoded]  # not the objects' failure: not counted
+        return
     delayed = commit_parts(
         tx,
         deployment.lake,
         table,
         table.layout(deployment.instance_key),
-        pending.id,
+        first.id,
         parts,
-        result["upload_start_time"],
+        first_result["upload_start_time"],
         now,
         moves,
     )
-    tx.mark_processed(
-        pending.id,
-        records_in=result["records_in"],
-        bad_records=result["bad_records"],
-        error_uri=result["error_key"],
-        now=now,
-    )
-    position = result["position"]
-    if position:
-        tx.record_consumed(**position, delivery_uri=pending.uri, table_id=table.id, now=now)
+    for pending, result in decoded:
+        tx.mark_processed(
+            pending.id,
+            records_in=result["records_in"],
+            bad_records=result["bad_records"],
+            error_uri=result["error_key"],
+            now=now,
+        )
+        position = result["position"]
+        if position:
+            tx.record_consumed(**position, delivery_uri=pending.uri, table_id=table.id, now=now)
     # The report changes last: a raise above leaves it as it was.
     for is_delayed, part in zip(delayed, parts, strict=True):
         report.delayed_objects += is_delayed
         report.live_objects += not is_delayed
         report.bytes_written += part["bytes"]
         report.records_loaded += part["rows"]
+    for pending, result in decoded:
+        _count_decoded(report, pending, result)
+
+
+def _count_decoded(report: StreamReport, pending: PendingStagingObject, result: StageDone) -> None:
     report.processed += 1
     report.records_in += result["records_in"]
     report.bad_records += result["bad_records"]
@@ -163,7 +188,7 @@ def _commit_one(
         report.dropped_by_object.append(
             DroppedFields(
                 pending.uri,
-                table.qualified_name,
+                pending.table.qualified_name,
                 result["dropped_fields"],
                 result["dropped_field_kinds"],
                 tuple(result["dropped_field_names"]),
@@ -172,50 +197,104 @@ def _commit_one(
     if result["error_key"]:
         report.error_files.append(result["error_key"])
     report.peak_task_rss_bytes = max(report.peak_task_rss_bytes, result["peak_rss_bytes"])
-    return True
 
 
-def _commit_chunk(
+def _commit_group(
     deployment: Deployment,
     tx: StreamCommit,
-    chunk: list[StageResult],
+    group: StageGroup,
     tables: dict[int, PendingStagingObject],
     report: StreamReport,
     mark: int,
     now: dt.datetime,
     moves: list[tuple[str, str]] | None,
-) -> list[StageResult]:
-    """Commit a chunk's results object by object, each in its own savepoint; returns the duplicates.
-
-    One that raises is counted as that object's failure and the others commit; an unusable catalog or
-    storage fails the whole chunk, counted against no object."""
+) -> bool:
+    """Commit a group's results: each object that did not decode on its own, the decoded ones together with
+    their shared objects. False when another process committed one of the decoded ones first: then none of
+    them commits here (the shared objects hold its rows), and the others stay pending for the next round."""
+    decoded: list[tuple[PendingStagingObject, StageDone]] = []
+    for member in group["members"]:
+        if member["status"] == "ok":
+            decoded.append((tables[member["staging_object_id"]], member))
+        else:
+            _commit_single(deployment, tx, member, tables, report, mark, now, moves)
+    if not decoded:
+        return True
     max_failures = deployment.config.stream.max_failures
-    duplicates: list[StageResult] = []
-    for result in chunk:
-        pending = tables[result["staging_object_id"]]
-        if result["status"] == "failed":
-            _failed(tx, pending, result["reason"], result.get("counts", True), max_failures, now, report)
-            continue
-        try:
-            with tx.savepoint():
-                committed = _commit_one(deployment, tx, pending, result, mark, now, report, moves)
-        except Exception as exc:
-            if catalog_unavailable(exc) or storage_failure(exc):
-                raise
+    try:
+        with tx.savepoint():
+            if any(tx.is_processed(pending.id) for pending, _ in decoded):
+                return False
+            _commit_objects(deployment, tx, decoded, group["parts"], mark, now, report, moves)
+    except Exception as exc:
+        if catalog_unavailable(exc) or storage_failure(exc):
+            raise
+        for pending, _ in decoded:  # each is decoded alone next time, where the failure is its own
             _failed(tx, pending, f"{type(exc).__name__}: {exc}", True, max_failures, now, report)
-            continue
+    return True
+
+
+def _commit_single(
+    deployment: Deployment,
+    tx: StreamCommit,
+    result: StageResult,
+    tables: dict[int, PendingStagingObject],
+    report: StreamReport,
+    mark: int,
+    now: dt.datetime,
+    moves: list[tuple[str, str]] | None,
+) -> bool:
+    """Commit one object's result in its own savepoint; False when another process committed it first.
+
+    One that raises is counted as that object's failure; an unusable catalog or storage raises."""
+    max_failures = deployment.config.stream.max_failures
+    pending = tables[result["staging_object_id"]]
+    if result["status"] == "failed":
+        _failed(tx, pending, result["reason"], result.get("counts", True), max_failures, now, report)
+        return True
+    try:
+        with tx.savepoint():
+            return _commit_one(deployment, tx, pending, result, mark, now, report, moves)
+    except Exception as exc:
+        if catalog_unavailable(exc) or storage_failure(exc):
+            raise
+        _failed(tx, pending, f"{type(exc).__name__}: {exc}", True, max_failures, now, report)
+        return True
+
+
+def _commit_chunk(
+    deployment: Deployment,
+    tx: StreamCommit,
+    chunk: list[WaveResult],
+    tables: dict[int, PendingStagingObject],
+    report: StreamReport,
+    mark: int,
+    now: dt.datetime,
+    moves: list[tuple[str, str]] | None,
+) -> list[WaveResult]:
+    """Commit a chunk's results object by object (a group's decoded objects together), each in its own
+    savepoint; returns the duplicates. One that raises is counted as that object's failure and the others
+    commit; an unusable catalog or storage fails the whole chunk, counted against no object."""
+    duplicates: list[WaveResult] = []
+    for result in chunk:
+        if result["status"] == "group":
+            committed = _commit_group(deployment, tx, result, tables, report, mark, now, moves)
+        else:
+            committed = _commit_single(deployment, tx, result, tables, report, mark, now, moves)
         if not committed:
             duplicates.append(result)
     return duplicates
 
 
 def _batch(
-    tx: StreamCommit, chunk: list[StageResult], tables: dict[int, PendingStagingObject], mark: int
+    tx: StreamCommit, chunk: list[WaveResult], tables: dict[int, PendingStagingObject], mark: int
 ) -> AbstractContextManager[None]:
     """The chunk's catalog work as one batch: what its objects read is fetched up front, what they write held."""
-    committing = [result for result in chunk if result["status"] != "failed"]
+    committing = [member for result in chunk for member in group_members(result) if member["status"] != "failed"]
     parts = [
-        (tables[result["staging_object_id"]].table.id, part["date"]) for result in committing for part in _parts(result)
+        (tables[group_members(result)[0]["staging_object_id"]].table.id, part["date"])
+        for result in chunk
+        for part in _parts(result)
     ]
     return tx.batch(
         [result["staging_object_id"] for result in committing],
@@ -225,9 +304,9 @@ def _batch(
     )
 
 
-def _parts(result: StageResult) -> list[WrittenPart]:
+def _parts(result: WaveResult) -> list[WrittenPart]:
     """The objects a task wrote: an object that was not decoded wrote none."""
-    return result["parts"] if result["status"] == "ok" else []
+    return result["parts"] if result["status"] in ("ok", "group") else []
 
 
 def _undo(lake: Storage, moves: list[tuple[str, str]], best_effort: bool = False) -> None:
@@ -244,13 +323,13 @@ def _undo(lake: Storage, moves: list[tuple[str, str]], best_effort: bool = False
 def _commit_batch(
     deployment: Deployment,
     tx: StreamCommit,
-    chunk: list[StageResult],
+    chunk: list[WaveResult],
     tables: dict[int, PendingStagingObject],
     report: StreamReport,
     mark: int,
     before: tuple[dict, dict[str, int]],
     moves: list[tuple[str, str]],
-) -> list[StageResult]:
+) -> list[WaveResult]:
     """Commit a chunk as one batch; should its writes fail for a reason that is not an outage, undo its
     moves and commit it again object by object. Returns the duplicates."""
     now = utcnow()
@@ -267,7 +346,7 @@ def _commit_batch(
 
 def commit_results(
     deployment: Deployment,
-    results: list[StageResult],
+    results: list[WaveResult],
     tables: dict[int, PendingStagingObject],
     report: StreamReport,
     mark: int,

@@ -21,10 +21,10 @@ from siltlake.storage.accounted import AccountedNames
 from siltlake.storage.keys import temporary_run
 from siltlake.stream.commit import commit_results
 from siltlake.stream.discover import Discovery, discover, sweep_slice
+from siltlake.stream.group_task import WaveResult
 from siltlake.stream.names import StoredNames, daemon_names, stored_names
 from siltlake.stream.report import StreamReport
 from siltlake.stream.stage import WaveStage
-from siltlake.stream.task import StageResult
 
 
 class Progress:
@@ -242,7 +242,7 @@ def _add_sweep(report: StreamReport, found: Discovery, swept: Discovery | None) 
 
 def _commit_wave(
     deployment: Deployment,
-    results: list[StageResult],
+    results: list[WaveResult],
     wave: list[PendingStagingObject],
     report: StreamReport,
     mark: int,

@@ -1,4 +1,5 @@
-"""Where a stream round's waves decode: this host's worker processes for a small wave, a Spark stage otherwise."""
+"""Where a stream round's waves decode (this host's worker processes, or a Spark stage where a cluster adds
+cores), and in which tasks: a large object alone, small ones of a table together (group_task.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from siltlake.deployment import Deployment
 from siltlake.logs import event
 from siltlake.records import ObjectLimits
 from siltlake.spark import run_tasks
-from siltlake.stream.task import StageResult, StreamTask, process_staging_object
+from siltlake.stream.group_task import StreamGroup, WaveResult, process_wave_item
+from siltlake.stream.task import StageFailed, StreamTask
 from siltlake.streamconfig import StreamConfig
 from siltlake.workers import WorkersLost, run_on_workers, worker_count
 
@@ -94,12 +96,46 @@ class _WaveProgress:
     def finish(self) -> None:
         self.advance(self.left)
 
+    def items(self, items: list) -> Callable[[int], None]:
+        """A callback told of tasks done, telling objects done: a group counts as its objects' share."""
+        scale = self.left / max(1, len(items))
+        return lambda done: self.advance(round(done * scale))
+
+
+def wave_groups(wave: list[PendingStagingObject], settings: StreamConfig, cores: int) -> list[list[int]]:
+    """The wave's objects (by index) in the tasks that decode them: a table's small objects together, in groups
+    of about stream.group_bytes (fewer bytes when the wave is small, so that every core gets a group), any other
+    object alone. Keyed tables' objects stay alone: their rows' order across objects is their commit order."""
+    alone: list[list[int]] = []
+    by_table: dict[int, list[int]] = {}
+    for index, item in enumerate(wave):
+        small = (item.size or 0) < min(settings.parallel_decode_bytes, settings.group_bytes)
+        if small and not item.failure_count and not item.table.definition.primary_key:
+            by_table.setdefault(item.table.id, []).append(index)
+        else:
+            alone.append([index])
+    groups: list[list[int]] = []
+    for members in by_table.values():
+        total = sum(wave[index].size or 0 for index in members)
+        target = max(1, min(settings.group_bytes, -(-total // max(1, cores))))
+        current: list[int] = []
+        current_bytes = 0
+        for index in members:
+            current.append(index)
+            current_bytes += wave[index].size or 0
+            if current_bytes >= target:
+                groups.append(current)
+                current, current_bytes = [], 0
+        if current:
+            groups.append(current)
+    return sorted(alone + groups)
+
 
 class WaveStage:
-    """Where a round's waves decode: a wave of at most stream.in_driver_bytes on this host's warm worker
-    processes (siltlake/workers.py), any other as a Spark stage; Spark starts with the first wave that needs it.
-    A wave whose worker process died runs again on Spark (its tasks overwrite only their own outputs), where an
-    object whose decoding kills its process is found and its attempt counted (_on_spark)."""
+    """Where a round's waves decode: on this host's warm worker processes (siltlake/workers.py), but a wave over
+    stream.in_driver_bytes as a Spark stage where Spark adds cores (stream.wave_engine); Spark starts with the
+    first wave that needs it. A wave whose worker process died runs again on Spark (its tasks overwrite only their
+    own outputs), where an object whose decoding kills its process is found and its attempt counted (_on_spark)."""
 
     def __init__(self, deployment: Deployment, on_progress: Callable[[int], None]) -> None:
         self.deployment, self.on_progress = deployment, on_progress
@@ -108,39 +144,46 @@ class WaveStage:
         self.spark_start_seconds = 0.0
         self._spark: SparkSession | None = None
 
-    def run(self, wave: list[PendingStagingObject], run_id: str) -> list[StageResult]:
+    def run(self, wave: list[PendingStagingObject], run_id: str) -> list[WaveResult]:
         sizes = [item.size or 0 for item in wave]
         progress = _WaveProgress(self.on_progress, len(wave))
-        if sum(sizes) <= self.settings.in_driver_bytes:
+        if self._on_host(sum(sizes)):
+            items, weights = self._items(wave, run_id, worker_count())
             try:
-                results = run_on_workers(
-                    process_staging_object,
-                    self._tasks(wave, sizes, run_id, worker_count()),
-                    weights=sizes,
-                    on_progress=progress.advance,
-                )
+                results = run_on_workers(process_wave_item, items, weights=weights, on_progress=progress.items(items))
             except WorkersLost as lost:
                 event(log, "stream.workers_lost", logging.WARNING, objects=len(wave), reason=str(lost))
             else:
                 self.local_waves += 1
+                progress.finish()
                 return results
         spark = self.spark()
-        results = self._on_spark(self._tasks(wave, sizes, run_id, _task_cores(spark)), sizes, progress.advance)
+        items, weights = self._items(wave, run_id, _task_cores(spark))
+        results = self._on_spark(items, weights, progress.items(items))
         progress.finish()
         return results
 
+    def _on_host(self, wave_bytes: int) -> bool:
+        engine = self.settings.wave_engine
+        if wave_bytes <= self.settings.in_driver_bytes or engine == "host":
+            return True
+        if engine == "spark":
+            return False
+        return self.deployment.config.spark.master.startswith("local")  # Spark on one host adds no cores
+
     def _on_spark(
-        self, tasks: list[StreamTask], sizes: list[int], on_progress: Callable[[int], None] | None
-    ) -> list[StageResult]:
+        self, items: list[StreamTask | StreamGroup], sizes: list[int], on_progress: Callable[[int], None] | None
+    ) -> list[WaveResult]:
         """The tasks as a Spark stage. Should a task's Python process die (a native library's segfault on a
         hostile object: no exception reaches Python, and Spark fails the stage), the tasks run again in halves
-        until the object that kills its process is alone: that object's attempt fails, counted against it
-        (at stream.max_failures it becomes unknown), and the others' results stand."""
+        until the task that kills its process is alone: its objects' attempts fail, counted against each
+        (one that failed decodes alone next time; at stream.max_failures it becomes unknown), and the others'
+        results stand."""
         try:
             return run_tasks(
                 self.spark(),
-                process_staging_object,
-                tasks,
+                process_wave_item,
+                items,
                 weights=sizes,
                 tasks_per_core=self.settings.tasks_per_core,
                 task_weight=self.settings.task_bytes,
@@ -150,21 +193,14 @@ class WaveStage:
             crash = _worker_crash(exc)
             if crash is None:
                 raise
-        if len(tasks) == 1:
+        if len(items) == 1:
+            tasks = items[0].tasks if isinstance(items[0], StreamGroup) else (items[0],)
             event(log, "stream.decoder_crashed", logging.WARNING, uri=tasks[0].uri, reason=crash)
-            return [
-                {
-                    "staging_object_id": tasks[0].staging_object_id,
-                    "uri": tasks[0].uri,
-                    "status": "failed",
-                    "reason": f"the process decoding it died: {crash}",
-                    "counts": True,
-                }
-            ]
-        event(log, "stream.decoder_crashed", logging.WARNING, objects=len(tasks), reason=crash)
-        half = len(tasks) // 2
-        return self._on_spark(tasks[:half], sizes[:half], on_progress) + self._on_spark(
-            tasks[half:], sizes[half:], on_progress
+            return [_crashed(task, crash) for task in tasks]
+        event(log, "stream.decoder_crashed", logging.WARNING, objects=len(items), reason=crash)
+        half = len(items) // 2
+        return self._on_spark(items[:half], sizes[:half], on_progress) + self._on_spark(
+            items[half:], sizes[half:], on_progress
         )
 
     def spark(self) -> SparkSession:
@@ -174,11 +210,31 @@ class WaveStage:
             self.spark_start_seconds = time.monotonic() - started
         return self._spark
 
-    def _tasks(self, wave: list[PendingStagingObject], sizes: list[int], run_id: str, cores: int) -> list[StreamTask]:
+    def _items(
+        self, wave: list[PendingStagingObject], run_id: str, cores: int
+    ) -> tuple[list[StreamTask | StreamGroup], list[int]]:
+        """The wave's tasks (an object, or a group of small ones) and their staging bytes."""
+        sizes = [item.size or 0 for item in wave]
         threads = decode_threads(sizes, cores, self.settings.parallel_decode_bytes)
         tables = {item.table.id: item.table for item in wave}
         table_json = {table_id: table.definition.to_json() for table_id, table in tables.items()}  # once a table
-        return [
+        tasks = [
             stream_task(self.deployment, item, run_id, count, table_json[item.table.id])
             for item, count in zip(wave, threads, strict=True)
         ]
+        items: list[StreamTask | StreamGroup] = []
+        weights: list[int] = []
+        for members in wave_groups(wave, self.settings, cores):
+            items.append(tasks[members[0]] if len(members) == 1 else StreamGroup(tuple(tasks[i] for i in members)))
+            weights.append(sum(sizes[i] for i in members))
+        return items, weights
+
+
+def _crashed(task: StreamTask, crash: str) -> StageFailed:
+    return {
+        "staging_object_id": task.staging_object_id,
+        "uri": task.uri,
+        "status": "failed",
+        "reason": f"the process decoding it died: {crash}",
+        "counts": True,
+    }

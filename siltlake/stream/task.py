@@ -13,10 +13,13 @@ import resource
 import time
 import traceback
 from collections import Counter
+from collections.abc import Callable
 from contextlib import closing
 from dataclasses import dataclass
-from typing import BinaryIO, Literal, NotRequired, TypedDict
+from typing import BinaryIO, Literal, NotRequired, Protocol, TypedDict
 from urllib.parse import unquote
+
+import pyarrow as pa
 
 from siltlake.errors import storage_failure
 from siltlake.records import ObjectLimits, UnreadableObject, read_staging_object
@@ -184,16 +187,37 @@ def _all_bad(stream, delivery: Delivery, reason: str, errors: _ErrorSink) -> int
     return len(bad) + (delivery.lead is not None)
 
 
+class RowSink(Protocol):
+    """Where a task's decoded rows go: an ObjectWriter (objects of its own) or a group's holder (group_task.py)."""
+
+    def add(self, rows: pa.Table) -> None: ...
+
+    def finish(self) -> list[WrittenPart]: ...
+
+    def discard(self) -> None: ...
+
+
 def process_staging_object(task: StreamTask) -> StageResult:
-    """Run in a Spark task. Returns a small, JSON-able report; never raises for bad input."""
+    """Run in a Spark task or a worker process. Returns a small, JSON-able report; never raises for bad input."""
     table = TableDef.from_json(task.table_json)
+
+    def own_objects() -> RowSink:
+        return ObjectWriter(table, task.lake, task.layout, task.run_id, task.staging_object_id, task.spill_bytes)
+
+    return decode_staging_object(task, table, own_objects)[0]
+
+
+def decode_staging_object(
+    task: StreamTask, table: TableDef, new_sink: Callable[[], RowSink]
+) -> tuple[StageResult, RowSink]:
+    """Decode one staging object into a sink made by new_sink; the report, and the sink that holds its rows."""
     started = time.time()
     report: StageHead = {
         "staging_object_id": task.staging_object_id,
         "uri": task.uri,
         "upload_start_time": dt.datetime.now(dt.UTC).replace(tzinfo=None).isoformat(),
     }
-    writer = ObjectWriter(table, task.lake, task.layout, task.run_id, task.staging_object_id, task.spill_bytes)
+    writer = new_sink()
     errors = _ErrorSink(task, keep=table.error_policy == "file")
     records_in = 0
     dropped: Counter[str] = Counter()
@@ -247,9 +271,7 @@ def process_staging_object(task: StreamTask) -> StageResult:
                 # starts after it (docs/design.md, "A bad tail never stops a file").
                 writer.discard()
                 errors.discard()
-                writer = ObjectWriter(
-                    table, task.lake, task.layout, task.run_id, task.staging_object_id, task.spill_bytes
-                )
+                writer = new_sink()
                 errors = _ErrorSink(task, keep=table.error_policy == "file")
                 records_in = _all_bad(stream, delivery, exc.reason, errors)
         parts = writer.finish()
@@ -257,17 +279,17 @@ def process_staging_object(task: StreamTask) -> StageResult:
     except FileMoved as exc:
         writer.discard()
         errors.discard()
-        return {**report, "status": "moved", "reason": str(exc)}
+        return {**report, "status": "moved", "reason": str(exc)}, writer
     except UnreadableObject as exc:
         writer.discard()
         errors.discard()
-        return {**report, "status": "unknown", "reason": exc.reason}
+        return {**report, "status": "unknown", "reason": exc.reason}, writer
     except FileNotFoundError:
         writer.discard()
         errors.discard()
         if name.identity is not None:  # a followed file's tail: renamed or rotated away, found by its identity
-            return {**report, "status": "moved", "reason": "no file at this name any more"}
-        return {**report, "status": "unknown", "reason": "the staging object no longer exists"}
+            return {**report, "status": "moved", "reason": "no file at this name any more"}, writer
+        return {**report, "status": "unknown", "reason": "the staging object no longer exists"}, writer
     except Exception as exc:  # an I/O failure or a bug: leave the object pending, report, retry next run
         writer.discard()
         errors.discard()
@@ -277,7 +299,7 @@ def process_staging_object(task: StreamTask) -> StageResult:
             "reason": f"{type(exc).__name__}: {exc}",
             "counts": not storage_failure(exc),
             "traceback": traceback.format_exc(limit=5),
-        }
+        }, writer
     return {
         **report,
         "status": "ok",
@@ -293,4 +315,4 @@ def process_staging_object(task: StreamTask) -> StageResult:
         "position": position,  # where a local file's delivery stopped (stream/tails.py); None: not appendable
         "seconds": time.time() - started,
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-    }
+    }, writer

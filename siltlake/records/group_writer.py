@@ -1,0 +1,134 @@
+"""Typed rows of several staging objects into one Parquet object per partition date: a stream wave's objects.
+
+Each source's rows stay together, sorted by time among themselves, so that an object's lineage is one row range
+per source (WrittenPart's `sources`). Memory holds one source's rows and less than a row group per date besides
+(up to spill_bytes across dates).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import BinaryIO
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from siltlake.clock import to_naive_utc
+from siltlake.records.coerce import partition_dates
+from siltlake.records.physical import physical_rows
+from siltlake.records.writer import MAX_ROW_GROUP_ROWS, WrittenPart, object_rows, object_schema, sorted_by_time
+from siltlake.storage import keys
+from siltlake.storage.filesystem import Storage
+from siltlake.storage.keys import TableLayout
+from siltlake.tabledef import TableDef
+
+
+@dataclass
+class _DateObject:
+    key: str
+    pending: list[pa.Table] = field(default_factory=list)
+    pending_rows: int = 0
+    rows: int = 0  # rows given to it so far, written or pending
+    sources: list[list[int]] = field(default_factory=list)
+    low: dt.datetime | None = None
+    high: dt.datetime | None = None
+    sink: BinaryIO | None = None
+    writer: pq.ParquetWriter | None = None
+
+
+class GroupWriter:
+    """One object per partition date for the rows of several staging objects, given one source at a time.
+
+    Everything goes to temporary keys of the layout under run_id and object_id (the first source's id): the
+    commit moves the finished objects or the caller discards them."""
+
+    def __init__(
+        self, table: TableDef, lake: Storage, layout: TableLayout, run_id: str, object_id: int, spill_bytes: int
+    ) -> None:
+        self.table, self.lake, self.layout = table, lake, layout
+        self.run_id, self.object_id, self.spill_bytes = run_id, object_id, spill_bytes
+        self.object_schema = object_schema(table)
+        self.dates: dict[dt.date, _DateObject] = {}
+
+    def add_source(self, staging_object_id: int, tables: list[pa.Table]) -> None:
+        """All the rows one staging object decoded to; a source adds its rows to each date's object once."""
+        tables = [table for table in tables if table.num_rows]
+        if not tables:
+            return
+        rows = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+        column = self.table.time_column
+        dates = partition_dates(rows.column(column), self.table.timezone)
+        distinct = sorted(pc.unique(dates).to_pylist())
+        for date in distinct:
+            part = rows if len(distinct) == 1 else rows.filter(pc.equal(dates, pa.scalar(date, pa.date32())))
+            part = sorted_by_time([part], column)
+            target = self.dates.get(date)
+            if target is None:
+                target = self.dates[date] = _DateObject(
+                    self.layout.task_temporary(self.run_id, self.object_id, keys.date_part(date))
+                )
+            target.sources.append([staging_object_id, target.rows, part.num_rows])
+            target.rows += part.num_rows
+            target.pending.append(part)
+            target.pending_rows += part.num_rows
+            bounds = pc.min_max(part.column(column))
+            low, high = to_naive_utc(bounds["min"].as_py()), to_naive_utc(bounds["max"].as_py())
+            target.low = low if target.low is None else min(target.low, low)
+            target.high = high if target.high is None else max(target.high, high)
+            if target.pending_rows >= MAX_ROW_GROUP_ROWS:
+                self._write(date, target, whole_groups=True)
+        if sum(sum(t.nbytes for t in target.pending) for target in self.dates.values()) > self.spill_bytes:
+            for date, target in self.dates.items():
+                self._write(date, target, whole_groups=False)
+
+    def _write(self, date: dt.date, target: _DateObject, whole_groups: bool) -> None:
+        """Write the date's pending rows (only whole row groups of them when more may come)."""
+        if not target.pending_rows:
+            return
+        pending = pa.concat_tables(target.pending)
+        count = pending.num_rows - pending.num_rows % MAX_ROW_GROUP_ROWS if whole_groups else pending.num_rows
+        if count <= 0:
+            return
+        if target.writer is None:
+            target.sink = self.lake.open_output(target.key)
+            target.writer = pq.ParquetWriter(
+                target.sink, self.object_schema, compression=self.table.codec, write_statistics=True
+            )
+        rows = object_rows(physical_rows(pending.slice(0, count), self.table), self.object_schema, date)
+        target.writer.write_table(rows, row_group_size=MAX_ROW_GROUP_ROWS)
+        rest = pending.slice(count)
+        target.pending, target.pending_rows = ([rest] if rest.num_rows else []), rest.num_rows
+
+    def finish(self) -> list[WrittenPart]:
+        parts: list[WrittenPart] = []
+        for date in sorted(self.dates):
+            target = self.dates[date]
+            self._write(date, target, whole_groups=False)
+            assert target.writer is not None and target.sink is not None and target.low and target.high
+            target.writer.close()
+            size = target.sink.tell()
+            target.sink.close()
+            target.writer = None
+            parts.append(
+                {
+                    "date": date.isoformat(),
+                    "tmp_key": target.key,
+                    "rows": target.rows,
+                    "bytes": size,
+                    "min_time": target.low.isoformat(),
+                    "max_time": target.high.isoformat(),
+                    "sources": target.sources,
+                }
+            )
+        return parts
+
+    def discard(self) -> None:
+        for target in self.dates.values():
+            if target.writer is not None:
+                target.writer.close()
+            if target.sink is not None:
+                target.sink.close()
+                self.lake.delete(target.key)
+            target.writer = target.sink = None
