@@ -30,6 +30,7 @@ class _DateObject:
     key: str
     pending: list[pa.Table] = field(default_factory=list)
     pending_rows: int = 0
+    pending_bytes: int = 0
     rows: int = 0  # rows given to it so far, written or pending
     sources: list[list[int]] = field(default_factory=list)
     low: dt.datetime | None = None
@@ -73,13 +74,14 @@ class GroupWriter:
             target.rows += part.num_rows
             target.pending.append(part)
             target.pending_rows += part.num_rows
+            target.pending_bytes += part.get_total_buffer_size()  # not nbytes: that walks every slice's offsets
             bounds = pc.min_max(part.column(column))
             low, high = to_naive_utc(bounds["min"].as_py()), to_naive_utc(bounds["max"].as_py())
             target.low = low if target.low is None else min(target.low, low)
             target.high = high if target.high is None else max(target.high, high)
             if target.pending_rows >= MAX_ROW_GROUP_ROWS:
                 self._write(date, target, whole_groups=True)
-        if sum(sum(t.nbytes for t in target.pending) for target in self.dates.values()) > self.spill_bytes:
+        if sum(target.pending_bytes for target in self.dates.values()) > self.spill_bytes:
             for date, target in self.dates.items():
                 self._write(date, target, whole_groups=False)
 
@@ -100,6 +102,7 @@ class GroupWriter:
         target.writer.write_table(rows, row_group_size=MAX_ROW_GROUP_ROWS)
         rest = pending.slice(count)
         target.pending, target.pending_rows = ([rest] if rest.num_rows else []), rest.num_rows
+        target.pending_bytes = rest.get_total_buffer_size() if rest.num_rows else 0
 
     def finish(self) -> list[WrittenPart]:
         parts: list[WrittenPart] = []

@@ -22,6 +22,7 @@ from siltlake.stream.task import (
     StageResult,
     StreamTask,
     decode_staging_object,
+    peak_rss_bytes,
     process_staging_object,
 )
 from siltlake.tabledef import TableDef
@@ -71,11 +72,15 @@ def process_wave_item(item: StreamTask | StreamGroup) -> WaveResult:
     members: list[StageResult] = []
     try:
         for task in item.tasks:
-            result, held = decode_staging_object(task, table, _HeldRows)
+            result, held = decode_staging_object(task, table, _HeldRows, measure_rss=False)
             if result["status"] == "ok":
                 writer.add_source(task.staging_object_id, _held(held).tables)
             members.append(result)
         parts = writer.finish()
+        peak = peak_rss_bytes()
+        for member in members:
+            if member["status"] == "ok":
+                member["peak_rss_bytes"] = peak
     except Exception as exc:  # writing the shared objects failed: every object decoded so far tries again
         writer.discard()
         failed = _all_failed(item, members, exc)
