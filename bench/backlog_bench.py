@@ -139,7 +139,9 @@ def main() -> None:
             loads.append(load_avg_1m())
             result = run_mode(mode, files, source_root, args.workdir / "run", per_wave, spark)
             runs[mode].append(result)
-            print(f"round {round_number + 1} {mode}: {result['seconds']:.2f} s, {result['small_files']} files", flush=True)
+            print(
+                f"round {round_number + 1} {mode}: {result['seconds']:.2f} s, {result['small_files']} files", flush=True
+            )
     medians = {
         mode: {
             "seconds": round(statistics.median(r["seconds"] for r in results), 2),
