@@ -54,3 +54,32 @@ def test_a_command_resolves_by_importing_only_its_module() -> None:
     )
     assert "siltlake.cli.status" in loaded
     assert "siltlake.cli.sql" not in loaded and "siltlake.cli.run" not in loaded
+
+
+def test_each_progress_bar_imports_only_its_own_runner() -> None:
+    # `silt merge --once` draws MergeBar: the load's runner (pandas, the input readers) and the stream's stay out.
+    loaded = modules_after("import siltlake.cli.merge_bar")
+    assert "siltlake.merge.runner" in loaded
+    assert not {"siltlake.load", "siltlake.load.runner", "siltlake.stream.runner"} & loaded
+    loaded = modules_after("import siltlake.cli.stream_bar")
+    assert "siltlake.stream.runner" in loaded and "siltlake.load" not in loaded
+
+
+def test_the_sql_command_imports_no_engine_until_it_runs() -> None:
+    loaded = modules_after("from siltlake.cli import main\nimport click\nmain.get_command(click.Context(main), 'sql')")
+    assert "siltlake.cli.sql" in loaded
+    top = {name.split(".")[0] for name in loaded}
+    assert not top & {*ENGINES, "sqlalchemy", "pydantic"}, sorted(top & {*ENGINES, "sqlalchemy", "pydantic"})
+    assert "siltlake.lake" not in loaded and "siltlake.read.query" not in loaded
+
+
+def test_the_sql_import_block_turns_the_gc_off_once() -> None:
+    # cli.context.importing: the GC is off while the command's libraries load, then on, with what they made frozen.
+    loaded = modules_after(
+        "import gc\nfrom siltlake.cli.context import importing\n"
+        "with importing():\n    assert not gc.isenabled()\n    with importing():\n        assert not gc.isenabled()\n"
+        "    import siltlake.deployment\n    assert not gc.isenabled()\n"
+        "assert gc.isenabled() and gc.get_freeze_count() > 0\n"
+        "with importing():\n    assert gc.isenabled()  # once per process: the deployment's modules are in"
+    )
+    assert "siltlake.deployment" in loaded

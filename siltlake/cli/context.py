@@ -153,18 +153,26 @@ def retrying(what: str, to: Console = console) -> Callable[[Exception, float], N
     return on_error
 
 
+_imports_open = False  # an `importing` block is open: one nested in it changes nothing
+
+
 @contextmanager
-def _importing() -> Iterator[None]:
-    """Import the catalog, configuration and SQLAlchemy without the cyclic GC: the first import allocates
-    hundreds of thousands of objects that live as long as the process, and the collections it triggers
-    (reclaiming nothing) cost a read-only command such as `silt status` about a fifth of its CPU time."""
-    if "siltlake.deployment" in sys.modules or not gc.isenabled():
+def importing() -> Iterator[None]:
+    """Import the catalog, configuration and SQLAlchemy (and what the command needs with them: sqlglot, DuckDB)
+    without the cyclic GC: the first import allocates hundreds of thousands of objects that live as long as the
+    process, and the collections it triggers (reclaiming nothing) cost a read-only command such as `silt status`
+    about a fifth of its CPU time, `silt sql` more. Once per process (the first block, before the deployment's
+    modules are imported); a block nested in it, or after it, changes nothing."""
+    global _imports_open
+    if _imports_open or "siltlake.deployment" in sys.modules or not gc.isenabled():
         yield
         return
+    _imports_open = True
     gc.disable()
     try:
         yield
     finally:
+        _imports_open = False
         gc.freeze()  # the modules just imported: later collections need not scan them again
         gc.enable()
 
@@ -192,7 +200,7 @@ def deployment_of(context: click.Context, *, ready: bool = True) -> Deployment:
     root = context.find_root()
     state = root.obj
     if "deployment" not in state:
-        with _importing():
+        with importing():
             from siltlake.config import load_config
 
             deployment_class = _command_deployment()

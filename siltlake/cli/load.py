@@ -57,7 +57,7 @@ def load_command(
 
     --dry-run prints the first rows of each job as they would be loaded and writes nothing. --json prints the
     load's report (with --dry-run: the rows, by job) as one JSON document."""
-    from siltlake.cli.bars import LoadBar
+    from siltlake.cli.load_bar import LoadBar
     from siltlake.load import LoadFailed, load, load_config_file
     from siltlake.load.preview import preview
 

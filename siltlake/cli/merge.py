@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from siltlake.cli.context import deployment_of, friendly, needs_spark, retrying
+from siltlake.cli.context import deployment_of, friendly, importing, needs_spark, retrying
 from siltlake.cli.observing import Observing, daemon_logging, stop_on_sigterm
 from siltlake.cli.options import (
     bind_option,
@@ -55,17 +55,18 @@ def merge(
     jobs left for later are due, and exits 1 if a job failed. --now and --json work with --once. Jobs wait
     merge_interval after a partition's first object (failed ones their retry backoff): --now without a time
     first makes every scheduled job due now, so this run merges them; --now TIME runs as if it were then."""
-    from siltlake.cli.bars import MergeBar
-    from siltlake.clock import utcnow
-    from siltlake.merge import MergeWorker
-
     if now_text is not None and not once:
         raise click.UsageError("--now works with --once")
     if once and metrics_port is not None:
         raise click.UsageError("--metrics-port serves a daemon's metrics: give it without --once")
     now = parse_now(now_text)
+    with importing():  # the merge's libraries with the deployment's, without the cyclic GC
+        from siltlake.cli.merge_bar import MergeBar
+        from siltlake.clock import utcnow
+        from siltlake.merge import MergeWorker
+
+        deployment = deployment_of(context)
     clock = (lambda: now) if now is not None else utcnow
-    deployment = deployment_of(context)
     table_ids = [deployment.catalog.tables.get(table_name).id] if table_name else None
     if retry_failed:
         count = 0

@@ -189,14 +189,17 @@ def machine_output() -> bool:
 def grid(
     columns: Sequence[Column], rows: Iterable[Sequence[Any]] = (), title: str | None = None, **options: Any
 ) -> Table:
-    """A Rich table of rows (values in column order). A cell is plain text, never markup (a value holding
+    """A Rich table of rows (values in column order). A header or a cell is plain text, never markup (a value holding
     `[bold]` shows as written), with its control characters (line breaks too) as escapes, unless the value is
     a styled rich Text already."""
     options = {"box": box.SIMPLE_HEAD, "show_edge": False, **options}
     table = Table(title=title, **options)
     for column in columns:
         # fold: in a narrow terminal a long value goes on over several lines rather than ending in "…".
-        table.add_column(column.header or column.key, justify="right" if column.right else "left", overflow="fold")
+        # The header as plain text too (a query's column name may hold `[`): never parsed as markup and emoji codes,
+        # whose table Rich would otherwise load for every listing.
+        header = Text(visible(column.header or column.key))
+        table.add_column(header, justify="right" if column.right else "left", overflow="fold")
     for row in rows:
         table.add_row(
             *(

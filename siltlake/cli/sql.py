@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from siltlake.cli.context import deployment_of, friendly
+from siltlake.cli.context import deployment_of, friendly, importing
 from siltlake.cli.options import format_option
 from siltlake.cli.output import Column, activity, console, emit, format_value
 
@@ -38,15 +38,42 @@ ENGINE_HELP = (
 @friendly
 def sql_command(context: click.Context, query: str, fmt: str, limit: int, engine: str) -> None:
     """Run Spark SQL over the tables, named schema.table."""
-    from siltlake.lake import Lake
-    from siltlake.read.plan import checked_query
+    # What the query needs is imported first, with the configuration and the catalog, without the cyclic GC
+    # (context.importing); siltlake.lake is not: Lake.sql is run_sql.
+    with importing():
+        from siltlake.read.query import Translations, run_sql
 
-    # The parse and the sandbox's refusals need no catalog: said before the deployment opens. Lake.sql then checks
-    # names and time travel, and pins the reads, before any engine starts.
-    checked_query(query)
-    deployment = deployment_of(context)
-    result = Lake(deployment).sql(
-        query, engine=engine, limit=limit, spark=lambda: _spark_session(deployment), running=activity
+        translations = Translations.default()
+        # A query run before (its DuckDB translation kept) is neither parsed nor translated again: no sqlglot.
+        kept = engine != "spark" and translations is not None and translations.get(query) is not None
+        tree = None
+        if not kept:
+            from siltlake.read.plan import checked_query
+
+            # The parse and the sandbox's refusals need no catalog: said before the deployment opens. run_sql
+            # then checks names and time travel, and pins the reads, before any engine starts.
+            tree = checked_query(query)
+        deployment = deployment_of(context)
+        if engine != "spark":  # DuckDB, and (unless kept) the dialect the translation writes
+            import duckdb  # noqa: F401
+
+            import siltlake.read.duck
+
+            if not kept:
+                from sqlglot.dialects import Dialect
+
+                import siltlake.read.translate  # noqa: F401
+
+                Dialect.get_or_raise("duckdb")
+    result = run_sql(
+        deployment,
+        query,
+        engine=engine,
+        limit=limit,
+        spark=lambda: _spark_session(deployment),
+        running=activity,
+        tree=tree,
+        translations=translations,
     )
     _show(fmt, list(result.columns), list(result.rows), result.truncated, limit)
 

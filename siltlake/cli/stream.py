@@ -7,7 +7,7 @@ import threading
 
 import click
 
-from siltlake.cli.context import deployment_of, friendly, needs_spark, retrying
+from siltlake.cli.context import deployment_of, friendly, importing, needs_spark, retrying
 from siltlake.cli.observing import Observing, daemon_logging, stop_on_sigterm
 from siltlake.cli.options import bind_option, interval_option, json_option, metrics_port_option, once_option
 from siltlake.cli.output import console, progress_bar, write_json
@@ -32,10 +32,11 @@ def stream(
     stream.settle_time for local files still being written, shows a progress bar and exits 1 if some objects
     failed (they stay pending and are retried) or a staging file changed other than by appending (reported
     once, not loaded: see `silt unknown list`). --json applies to --once's report."""
-    from siltlake.cli.bars import StreamBar
-    from siltlake.stream import stream_forever, stream_once
+    with importing():  # the stream's libraries with the deployment's, without the cyclic GC
+        from siltlake.cli.stream_bar import StreamBar
+        from siltlake.stream import stream_forever, stream_once
 
-    deployment = deployment_of(context)
+        deployment = deployment_of(context)
     if once and metrics_port is not None:
         raise click.UsageError("--metrics-port serves a daemon's metrics: give it without --once")
     if once:
