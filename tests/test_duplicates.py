@@ -178,8 +178,9 @@ def test_sequential_redeliveries_are_counted_and_stored_once(deployment: Deploym
         assert sum(found.redelivered for found in pool.map(lambda _: discover(deployment), range(3))) == 1
     table = deployment.catalog.tables.get("web.access")
     assert deployment.catalog.partitions.small_objects(table.id, delayed=True) == []
-    objects_per_staging = Counter(o.partition_date for o in deployment.catalog.partitions.small_objects(table.id))
-    assert objects_per_staging == {DAY: 6, DAY + dt.timedelta(days=1): 6}
+    lineage = deployment.catalog.partitions.lineage(table.id)
+    assert Counter(r.partition_date for r in lineage) == {DAY: 6, DAY + dt.timedelta(days=1): 6}
+    assert len({(r.staging_object_id, r.partition_date) for r in lineage}) == 12, "each staging object once a date"
     assert user_counts(deployment, spark) == expected
 
 
@@ -265,7 +266,10 @@ def test_three_stream_daemons_and_a_shipper_putting_everything_three_times(
     record = catalog.tables.get("web.access")
     small = catalog.partitions.small_objects(record.id)
     assert sum(o.row_count for o in small) == len(objects) * per_object
-    assert len(small) == 2 * len(objects), "one small object per (staging object, date)"
+    lineage = catalog.partitions.lineage(record.id)
+    assert len({(r.staging_object_id, r.partition_date) for r in lineage}) == len(lineage) == 2 * len(objects), (
+        "one range per (staging object, date)"
+    )
     assert user_counts(deployment, spark) == expected_users(objects, per_object)
     redelivered = _reported(outputs, "staging objects put again")
     skipped = _reported(outputs, "already committed by another process")
@@ -551,9 +555,10 @@ def test_any_interleaving_of_deliveries_runs_and_a_racing_process_stores_each_re
                 if copies:
                     late = _other_process_commits(deployment, copies)
                     assert (late.skipped_duplicates, late.records_loaded) == (len(copies), 0)
-                # Each object's records fall on two dates: two small objects per processed object, never more.
-                small = deployment.catalog.partitions.small_objects(record.id)
-                assert (len(small), sum(o.row_count for o in small)) == (2 * processed(), per_object * processed())
+                # Each object's records fall on two dates: two ranges per processed object, never more.
+                lineage = deployment.catalog.partitions.lineage(record.id)
+                assert len({(r.staging_object_id, r.partition_date) for r in lineage}) == len(lineage)
+                assert (len(lineage), sum(r.row_count for r in lineage)) == (2 * processed(), per_object * processed())
                 assert not [key for key in _temporary(deployment) if "/_tmp/dead-" not in key]
             assert processed() == len(delivered)
             reap_once(deployment, dt.datetime.now(dt.UTC).replace(tzinfo=None) + dt.timedelta(days=4))

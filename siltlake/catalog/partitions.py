@@ -17,6 +17,7 @@ from siltlake.catalog.rows import (
     FileStats,
     PartitionRow,
     SmallObjectRow,
+    SourceRange,
     partition_state,
 )
 from siltlake.catalog.stream_batch import partition_row
@@ -81,6 +82,34 @@ class Partitions:
             query = query.where(so.c.id <= up_to_id)
         with self._core.tx() as c:
             return [SmallObjectRow(*r) for r in rows_values(c.execute(query))]
+
+    def lineage(self, table_id: int) -> builtins.list[SourceRange]:
+        """Where each small object's rows came from, by object id and first row: an object of one staging object
+        is one range of all its rows, a group's object (stream.group_bytes) one range per source."""
+        so, p, src = s.small_objects, s.partitions, s.small_object_sources
+        with self._core.tx() as c:
+            objects = c.execute(
+                sa.select(so.c.id, so.c.staging_object_id, p.c.partition_date, so.c.row_count)
+                .select_from(so.join(p, so.c.partition_id == p.c.id))
+                .where(p.c.table_id == table_id)
+            ).all()
+            grouped = c.execute(
+                sa.select(src.c.small_object_id, src.c.staging_object_id, src.c.first_row, src.c.row_count)
+                .select_from(src.join(so, src.c.small_object_id == so.c.id).join(p, so.c.partition_id == p.c.id))
+                .where(p.c.table_id == table_id)
+            ).all()
+        dates = {row.id: row.partition_date for row in objects}
+        ranges = [
+            SourceRange(r.small_object_id, r.staging_object_id, dates[r.small_object_id], r.first_row, r.row_count)
+            for r in grouped
+        ]
+        listed = {r.small_object_id for r in ranges}
+        ranges += [
+            SourceRange(row.id, row.staging_object_id, row.partition_date, 0, row.row_count)
+            for row in objects
+            if row.id not in listed
+        ]
+        return sorted(ranges, key=lambda r: (r.small_object_id, r.first_row))
 
     def object_stats(self, object_ids: Collection[int]) -> dict[int, FileStats]:
         """Of each small object (by id) the stream recorded at its commit: content length, row count and

@@ -193,6 +193,17 @@ class SmallObjectRow:
     row_count: int
 
 
+@dataclass(frozen=True)
+class SourceRange:
+    """Rows of a small object that came from one staging object: [first_row, first_row + row_count)."""
+
+    small_object_id: int
+    staging_object_id: int
+    partition_date: dt.date
+    first_row: int
+    row_count: int
+
+
 # --- the merge queue ------------------------------------------------------------------------------
 
 
