@@ -9,10 +9,11 @@ import gzip
 import os
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from siltlake.records.framing import GZIP_MAGIC
+from siltlake.records.inflate import INFLATE_ERRORS, gzip_inflater
 
 # The first bytes whose CRC-32 confirms a file's identity: shorter files are fingerprinted by all their bytes, and a
 # position records how many (head_length).
@@ -20,6 +21,10 @@ HEAD_BYTES = 1024
 # The bytes before a consumed end whose CRC-32 is kept: a file changed there was not merely appended to.
 FINGERPRINT_BYTES = 4096
 _BLOCK = 1 << 16
+# Compressed bytes read at a time for a gzip file's head: a KiB of JSON lines inflates from a few hundred.
+_HEAD_READ = 1 << 13
+# What reading a file's head may raise: the file's own errors, a gzip stream that is corrupt or cut short.
+UNREADABLE_HEAD: tuple[type[Exception], ...] = (OSError, EOFError, *INFLATE_ERRORS)
 
 
 @dataclass(frozen=True)
@@ -32,6 +37,7 @@ class FileMark:
     head_length: int
     compressed: bool
     mtime: float
+    head: bytes = field(default=b"", repr=False, compare=False)  # the first bytes themselves (prefix_crcs)
 
 
 def file_identity(stat: os.stat_result) -> str:
@@ -45,21 +51,42 @@ def mark_of(path: str) -> FileMark | None:
             stat = os.fstat(file.fileno())
             compressed = os.pread(file.fileno(), 2, 0) == GZIP_MAGIC
             head = head_bytes(file, compressed, HEAD_BYTES)
-    except (OSError, EOFError, zlib.error):
+    except UNREADABLE_HEAD:
         return None
-    return FileMark(file_identity(stat), stat.st_size, zlib.crc32(head), len(head), compressed, stat.st_mtime)
+    return FileMark(file_identity(stat), stat.st_size, zlib.crc32(head), len(head), compressed, stat.st_mtime, head)
 
 
 def head_bytes(file: BinaryIO, compressed: bool, length: int) -> bytes:
-    """The first `length` bytes of the file's content (decompressed when gzip)."""
+    """The first `length` bytes of the file's content (decompressed when gzip: inflated across members only as far
+    as max(length, 64 KiB) of content, and EOFError for a stream cut short before that, as gzip.GzipFile reading its
+    first block says; a gzip file being written is not judged by a head that may still change)."""
+    fd = file.fileno()
     if not compressed:
-        return os.pread(file.fileno(), length, 0)
-    out = b""
-    for block in plain_blocks(file):
-        out += block
-        if len(out) >= length:
-            break
-    return out[:length]
+        return os.pread(fd, length, 0)
+    wanted = max(length, _BLOCK)
+    out = bytearray()
+    inflater, fed, between = gzip_inflater(), False, False
+    offset, data = 0, b""
+    while len(out) < wanted:
+        if not data:
+            data = os.pread(fd, _HEAD_READ, offset)
+            offset += len(data)
+            if not data:
+                if fed:
+                    raise EOFError("the gzip stream ends inside a member")
+                break
+        if between:  # gzip(1) accepts zero padding after a member
+            data = data.lstrip(b"\0")
+            if not data:
+                continue
+            between = False
+        out += inflater.decompress(data, wanted - len(out))
+        fed = True
+        data = inflater.unconsumed_tail
+        if inflater.eof:
+            data = inflater.unused_data
+            inflater, fed, between = gzip_inflater(), False, True
+    return bytes(out[:length])
 
 
 def head_matches(path: str, compressed: bool, head_length: int | None, head_crc: int | None) -> bool:
@@ -70,19 +97,15 @@ def head_matches(path: str, compressed: bool, head_length: int | None, head_crc:
     try:
         with open(path, "rb") as file:
             head = head_bytes(file, compressed, head_length)
-    except (OSError, EOFError, zlib.error):
+    except UNREADABLE_HEAD:
         return False
     return len(head) == head_length and zlib.crc32(head) == head_crc
 
 
-def prefix_crcs(path: str, compressed: bool) -> dict[int, int]:
-    """{CRC-32: length} of each prefix of a file's first HEAD_BYTES that ends a line, and of all of a short file:
-    where the position of a file consumed short of a KiB may have consumed it to (its head ends there)."""
-    try:
-        with open(path, "rb") as file:
-            head = head_bytes(file, compressed, HEAD_BYTES)
-    except (OSError, EOFError, zlib.error):
-        return {}
+def prefix_crcs(head: bytes) -> dict[int, int]:
+    """{CRC-32: length} of each prefix of a file's first HEAD_BYTES (`head`, FileMark.head) that ends a line, and
+    of all of a short file: where the position of a file consumed short of a KiB may have consumed it to (its head
+    ends there)."""
     found: dict[int, int] = {}
     crc, done = 0, 0
     while (end := head.find(b"\n", done) + 1) > 0:

@@ -69,7 +69,7 @@ def known_for(deployment: Deployment, marks: dict[str, FileMark]) -> Known:
     full = {mark.head_crc for mark in marks.values() if mark.head_length == HEAD_BYTES}
     # Every file's line prefixes within its first KiB: a copy of a file consumed short of a KiB may have grown
     # past it since (its position's head is the bytes it had then)
-    known.prefixes = {path: prefix_crcs(path, mark.compressed) for path, mark in marks.items() if mark.head_length}
+    known.prefixes = {path: prefix_crcs(mark.head) for path, mark in marks.items() if mark.head_length}
     short = {crc for prefixes in known.prefixes.values() for crc in prefixes}
     if not identities and not full and not short:
         return known

@@ -20,6 +20,7 @@ from siltlake.records.framing import GZIP_MAGIC, SNIFF_BYTES, ByteStream
 from siltlake.stream.identity import (
     FINGERPRINT_BYTES,
     HEAD_BYTES,
+    UNREADABLE_HEAD,
     file_identity,
     head_bytes,
     last_gzip_member,
@@ -160,7 +161,7 @@ def open_delivery(
     compressed = os.pread(fd, 2, 0) == GZIP_MAGIC
     try:
         head = head_bytes(file, compressed, HEAD_BYTES)
-    except (EOFError, zlib.error, OSError):  # a gzip cut short: the reader says what is wrong with it
+    except UNREADABLE_HEAD:  # a gzip cut short: the reader says what is wrong with it
         head = b""
     if name.head is not None and (len(head) < name.head[1] or zlib.crc32(head[: name.head[1]]) != name.head[0]):
         raise FileMoved(
