@@ -11,7 +11,7 @@ deployment (SQLite catalog, local lake), interleaved, medians of --rounds:
                same work as it arrives in waves on the host path; the sum of the rounds;
   ungrouped    the backlog with stream.group_bytes = 0 (one object per staging object and date: the old layout);
   spark        (--spark) the backlog with stream.wave_engine = "spark": every wave over in_driver_bytes a Spark
-               stage, Spark's start included.
+               stage, on a session started before the clock (a running daemon's).
 
 Each mode also reports the live files per partition and DuckDB reading them (count and a full scan).
 
@@ -128,7 +128,7 @@ def main() -> None:
     if args.spark:
         from common import start_spark
 
-        spark = start_spark("backlog-bench")
+        spark, _ = start_spark("backlog-bench")  # started before the clock: a running daemon's session
     from siltlake.streamconfig import StreamConfig
 
     per_wave = StreamConfig().objects_per_wave
