@@ -34,6 +34,7 @@ from siltlake.defbase import (
     validated,
 )
 from siltlake.errors import DefinitionError, no_column
+from siltlake.partspec import BUCKET_TYPES, IDENTITY_TYPES, PartitionField, parse_field
 
 if TYPE_CHECKING:  # pyarrow is imported where a schema is built: `silt status` and `--help` never load it
     import pyarrow as pa
@@ -130,6 +131,8 @@ class TableDef(StrictModel):
     # largest sequence_column (by default the time column; ties and "": the last committed); merges keep only those.
     primary_key: tuple[str, ...] = ()
     sequence_column: str = ""
+    # Partitions below dt (siltlake.partspec): "service" (one per value), "bucket(16, user_id)"; fixed at create.
+    partition_by: tuple[str, ...] = Field(default=(), exclude_if=lambda value: not value)
     # The Iceberg field id of the partition column dt (the columns carry their own; see Column.field_id).
     dt_field_id: int | None = Field(default=None, exclude_if=absent)
     # Dropped columns: their ids and physical names are never given to a column again.
@@ -227,6 +230,7 @@ class TableDef(StrictModel):
             raise DefinitionError("column name 'dt' is reserved for the partition date")
         self._check_field_ids()
         self._check_key()
+        self._check_partition_by()
         if not self.time_column:
             if self.kind == "derived":
                 return self
@@ -290,6 +294,39 @@ class TableDef(StrictModel):
             )
         if self.sequence_column in self.primary_key:
             raise DefinitionError(f"sequence_column {self.sequence_column!r} is part of the primary_key")
+
+    def _check_partition_by(self) -> None:
+        fields = self.partition_fields
+        if not fields:
+            return
+        if self.kind == "derived":
+            raise DefinitionError("partition_by: a derived table is partitioned by dt alone")
+        names = [f.name for f in fields]
+        if len(set(names)) != len(names) or len({f.column for f in fields}) != len(fields):
+            raise DefinitionError(f"partition_by {list(self.partition_by)} names a column twice")
+        by_name = {c.name: c for c in self.columns}
+        for field in fields:
+            column = by_name.get(field.column)
+            if column is None:
+                raise DefinitionError(f"partition_by {str(field)!r}: {field.column!r} is not one of the columns")
+            if field.column == self.time_column:
+                raise DefinitionError(f"partition_by {str(field)!r}: the time column already partitions by dt")
+            allowed = IDENTITY_TYPES if field.buckets is None else BUCKET_TYPES
+            if column.type not in allowed:
+                raise DefinitionError(
+                    f"partition_by {str(field)!r}: column {field.column!r} has type {column.type}; "
+                    f"{'identity partitions' if field.buckets is None else 'buckets'} take {', '.join(allowed)}"
+                )
+            if self.primary_key and field.column not in self.primary_key:
+                raise DefinitionError(
+                    f"partition_by {str(field)!r}: a keyed table partitions by its primary_key columns only, so "
+                    "that every row of a key lies in one partition"
+                )
+
+    @functools.cached_property
+    def partition_fields(self) -> tuple[PartitionField, ...]:
+        """The partition fields below dt (partition_by parsed), in order."""
+        return tuple(parse_field(text) for text in self.partition_by)
 
     @property
     def keyed(self) -> bool:

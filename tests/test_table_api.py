@@ -158,7 +158,7 @@ def assert_file_lists_exact(deployment: Deployment, lake: Lake) -> None:
     catalog = deployment.catalog
     table = lake.table("web.access")
     layout = table.record.layout(deployment.instance_key)
-    partitions = {p.id: p.partition_date for p in catalog.partitions.list(table.record.id)}
+    partitions = {p.id: (p.partition_date, p.partition_values) for p in catalog.partitions.list(table.record.id)}
     objects = {o.id: o for o in catalog.partitions.small_objects(table.record.id)}
     for version in catalog.versions.of_partitions(list(partitions)):
         assert version.file_list_key is not None, version
@@ -173,10 +173,11 @@ def assert_file_lists_exact(deployment: Deployment, lake: Lake) -> None:
             base = read_manifest(deployment.lake, version.manifest_key) if version.manifest_key else []
             lower = (version.covered_upper or 0) if version.manifest_key else 0
             live = [
-                deployment.lake.uri(layout.small_object(partitions[version.partition_id], i, False))
+                deployment.lake.uri(layout.small_object(date, i, False, values))
+                for date, values in [partitions[version.partition_id]]
                 for i in sorted(objects)
                 if lower < i <= version.live_watermark
-                and objects[i].partition_date == partitions[version.partition_id]
+                and (objects[i].partition_date, objects[i].partition_values) == (date, values)
                 and not objects[i].delayed
             ]
             assert uris == [uri for uri, _ in base] + live, f"version {version} lists other files"

@@ -33,7 +33,7 @@ from siltlake.tabledef import TableDef
 MIGRATIONS = Path(__file__).with_name("migrations")
 # The newest migration's revision (tests check it against Alembic's head): check_ready() compares it with
 # the catalog's without importing Alembic, which would double a read-only command's start-up time.
-HEAD_REVISION = "0026"
+HEAD_REVISION = "0027"
 
 _TICK = dt.timedelta(microseconds=1)  # how far a version stamped on a clock behind goes past the newest
 

@@ -148,6 +148,7 @@ def claim_jobs(
                     id=row.id,
                     partition_id=row.partition_id,
                     partition_date=row.partition_date,
+                    partition_values=row.partition_values,
                     table=tables[row.table_id],
                     attempts=row.attempts + 1,
                     taken_over=row.ongoing_mark != 0,

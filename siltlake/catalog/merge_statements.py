@@ -55,6 +55,7 @@ def due_candidates(by_table: bool, by_partition: bool, with_gone: bool) -> sa.Se
             p.c.table_id,
             t.c.schema_name,
             p.c.partition_date,
+            p.c.partition_values,
             rank.label("rank"),
         )
         .select_from(j.join(p, j.c.partition_id == p.c.id).join(t, t.c.id == p.c.table_id))

@@ -61,7 +61,7 @@ class Partitions:
             rows = c.execute(
                 sa.select(s.partitions)
                 .where(s.partitions.c.table_id == table_id)
-                .order_by(s.partitions.c.partition_date)
+                .order_by(s.partitions.c.partition_date, s.partitions.c.partition_values)
             ).all()
         return [partition_row(r) for r in rows]
 
@@ -71,7 +71,9 @@ class Partitions:
         """A table's small objects in id order, in one query."""
         so, p = s.small_objects, s.partitions
         query = (
-            sa.select(so.c.id, p.c.partition_date, so.c.delayed, so.c.content_length, so.c.row_count)
+            sa.select(
+                so.c.id, p.c.partition_date, so.c.delayed, so.c.content_length, so.c.row_count, p.c.partition_values
+            )
             .select_from(so.join(p, so.c.partition_id == p.c.id))
             .where(p.c.table_id == table_id)
             .order_by(so.c.id)

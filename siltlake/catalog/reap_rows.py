@@ -27,6 +27,7 @@ class ReapPartition:
     id: int
     table_id: int
     partition_date: dt.date
+    partition_values: str = ""
 
 
 @dataclass(frozen=True)

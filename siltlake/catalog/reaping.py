@@ -79,7 +79,8 @@ class Reaping:
                 return [row for chunk in _chunks(selected) for row in c.execute(query.where(column.in_(chunk)))]
 
             view.partitions = [
-                ReapPartition(*row) for row in rows(sa.select(p.c.id, p.c.table_id, p.c.partition_date), p.c.id)
+                ReapPartition(*row)
+                for row in rows(sa.select(p.c.id, p.c.table_id, p.c.partition_date, p.c.partition_values), p.c.id)
             ]
             view.versions = sorted(
                 (

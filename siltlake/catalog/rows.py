@@ -150,6 +150,8 @@ class UnknownObject:
 # A partition's lifecycle, in order (docs/design.md): never published, published live, closed (later objects are
 # delayed), switched to its merged versions. Every listing names partition states by these words.
 PARTITION_STATES = ("new", "live", "closed", "switched")
+# A partition's place: (table id, date, values path below dt: "" for a table partitioned by dt alone).
+PartitionKey = tuple[int, dt.date, str]
 # A derived table's partitions have no stream, no delayed objects and no merge: built by its last published build
 # and current by its rule, or stale (its next build rewrites them). catalog.derived.derived_table_states says which.
 DERIVED_PARTITION_STATES = ("built", "stale")
@@ -173,6 +175,11 @@ class PartitionRow:
     desired_manifest_version: int
     last_live_object_id: int | None
     switched: bool
+    partition_values: str = ""  # below dt (siltlake.partspec's values path); "" for a table partitioned by dt alone
+
+    @property
+    def key(self) -> PartitionKey:
+        return self.table_id, self.partition_date, self.partition_values
 
     @property
     def closed(self) -> bool:
@@ -191,6 +198,7 @@ class SmallObjectRow:
     delayed: bool
     content_length: int
     row_count: int
+    partition_values: str = ""  # below dt: PartitionRow.partition_values
 
 
 @dataclass(frozen=True)
@@ -243,6 +251,7 @@ class ClaimedJob:
     table: TableRecord
     attempts: int
     taken_over: bool  # the previous holder's heartbeat went stale
+    partition_values: str = ""  # below dt: PartitionRow.partition_values
 
 
 @dataclass(frozen=True)
@@ -253,12 +262,12 @@ class RangeRow:
     row_count: int
     object_key: str | None = None  # set when the object is not named by its bounds (an update's output)
 
-    def key(self, layout: TableLayout, partition_date: dt.date) -> str:
+    def key(self, layout: TableLayout, partition_date: dt.date, values: str = "") -> str:
         """The range's object."""
         if self.object_key is not None:
             return self.object_key
         assert self.lower is not None, "the sentinel has no object"
-        return layout.merged_object(partition_date, self.lower, self.upper)
+        return layout.merged_object(partition_date, self.lower, self.upper, values)
 
 
 @dataclass(frozen=True)
@@ -376,6 +385,7 @@ class LiveCandidate:
     byte_count: int
     objects: tuple[tuple[int, int], ...]  # (small object id, content length), in id order
     base_file_list_key: str | None = None
+    partition_values: str = ""  # below dt: PartitionRow.partition_values
 
     @property
     def version(self) -> int:
@@ -395,6 +405,7 @@ class SwitchedPartition:
     # Small objects above desired that the newest version already shows (an upsert's `merge` version published
     # after the merge job planned), in id order: listed after the ranges, so nothing is hidden.
     beyond: tuple[ListedObject, ...] = ()
+    partition_values: str = ""  # below dt: PartitionRow.partition_values
 
     @property
     def upper(self) -> int:
@@ -412,6 +423,7 @@ class PartitionView:
     live_object_ids: tuple[int, ...] = ()
     manifest_key: str | None = None
     table_version: int | None = None  # the table version that published `version`
+    partition_values: str = ""  # below dt: PartitionRow.partition_values
 
 
 @dataclass(frozen=True)
@@ -438,6 +450,7 @@ class UpdateBase:
     covered_upper: int
     objects: tuple[tuple[int, bool], ...]  # (small object id, delayed)
     upper: int
+    partition_values: str = ""  # below dt: PartitionRow.partition_values
 
 
 @dataclass(frozen=True)
@@ -489,6 +502,7 @@ class PartitionToSync:
     table_id: int
     partition_date: dt.date
     file_list_key: str | None  # the newest version's JSON manifest of exactly its files; None: a live
+    partition_values: str = ""  # below dt: PartitionRow.partition_values
     # version published before file lists (migration 0006), which only the live directory shows
 
 

@@ -141,12 +141,14 @@ partitions = sa.Table(
     sa.Column("id", sa.Integer, primary_key=True),
     sa.Column("table_id", sa.Integer, sa.ForeignKey("tables.id"), nullable=False),
     sa.Column("partition_date", sa.Date, nullable=False),
+    # The values of the table's partition_by fields below dt, as their path (siltlake.partspec); "" for dt alone.
+    sa.Column("partition_values", sa.Text, nullable=False, server_default=""),
     sa.Column("current_manifest_version", sa.BigInteger, nullable=False, server_default="-1"),
     sa.Column("desired_manifest_version", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("last_live_object_id", sa.BigInteger, nullable=True),
     sa.Column("switched", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Column("create_time", sa.DateTime, nullable=False),
-    sa.UniqueConstraint("table_id", "partition_date"),
+    sa.UniqueConstraint("table_id", "partition_date", "partition_values"),
     sa.CheckConstraint("current_manifest_version >= -1", name="current_version"),
 )
 

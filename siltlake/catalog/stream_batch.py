@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from collections import deque
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -12,7 +11,7 @@ from sqlalchemy.engine import Connection
 
 from siltlake.catalog import schema as s
 from siltlake.catalog.core import CatalogCore, rows_values
-from siltlake.catalog.rows import PartitionRow
+from siltlake.catalog.rows import PartitionKey, PartitionRow
 
 # The ops that replace or supersede rows an append read nothing of: an append started before one fails.
 REWRITES = ("update", "merge")
@@ -27,6 +26,7 @@ def partition_row(row) -> PartitionRow:
         desired_manifest_version=row.desired_manifest_version,
         last_live_object_id=row.last_live_object_id,
         switched=row.switched,
+        partition_values=row.partition_values,
     )
 
 
@@ -38,8 +38,8 @@ class StreamBatch:
     staging_ids: set[int]
     pending: set[int]
     counts: dict[int, sa.Row]  # staging id -> (id, table_id, records_in, bad_records, processed_time) as read
-    keys: set[tuple[int, dt.date]]
-    partitions: dict[tuple[int, dt.date], PartitionRow]
+    keys: set[PartitionKey]
+    partitions: dict[PartitionKey, PartitionRow]
     waiting: set[int]  # partitions with a waiting merge job
     updated: dict[int, int]  # partition id -> the first update version after mark
     ids: deque[int]
@@ -70,7 +70,7 @@ def read_batch(
     core: CatalogCore,
     c: Connection,
     staging_object_ids: Collection[int],
-    keys: Collection[tuple[int, dt.date]],
+    keys: Collection[PartitionKey],
     small_object_ids: list[int],
     mark: int,
 ) -> StreamBatch:
@@ -80,17 +80,15 @@ def read_batch(
     counts = staging_counts(c, ids)  # the rows' counts too: flush() adds to the totals what it changes of them
     pending = {row.id for row in counts.values() if row.processed_time is None}
     keys = set(keys)
-    partitions: dict[tuple[int, dt.date], PartitionRow] = {}
+    partitions: dict[PartitionKey, PartitionRow] = {}
     if keys:
         rows = c.execute(
             sa.select(p).where(
-                p.c.table_id.in_(sorted({table_id for table_id, _ in keys})),
-                p.c.partition_date.in_(sorted({date for _, date in keys})),
+                p.c.table_id.in_(sorted({table_id for table_id, _, _ in keys})),
+                p.c.partition_date.in_(sorted({date for _, date, _ in keys})),
             )
         )
-        partitions = {
-            key: row for row in map(partition_row, rows) if (key := (row.table_id, row.partition_date)) in keys
-        }
+        partitions = {key: row for row in map(partition_row, rows) if (key := row.key) in keys}
     partition_ids = sorted(row.id for row in partitions.values())
     waiting: set[int] = set()
     updated: dict[int, int] = {}  # partition id -> the first version a rewrite published after the mark

@@ -18,6 +18,7 @@ from siltlake.catalog.core import CatalogCore
 from siltlake.catalog.rows import (
     ListedObject,
     MergeBase,
+    PartitionKey,
     PartitionRow,
     PublishedVersion,
     VersionRef,
@@ -89,9 +90,9 @@ class StreamCommit:
 
     @contextmanager
     def batch(
-        self, staging_object_ids: Collection[int], keys: Collection[tuple[int, dt.date]], id_count: int, mark: int
+        self, staging_object_ids: Collection[int], keys: Collection[PartitionKey], id_count: int, mark: int
     ) -> Iterator[None]:
-        """A batched part of the commit for these staging objects, the (table id, date) partitions they add
+        """A batched part of the commit for these staging objects, the (table id, date, values) partitions they add
         to and the small-object ids they need (`mark`: the version mark updated_since is asked about).
 
         The per-object calls inside read from a few queries made up front and hold their writes, made at
@@ -110,7 +111,7 @@ class StreamCommit:
             raise
 
     def _prepare(
-        self, staging_object_ids: Collection[int], keys: Collection[tuple[int, dt.date]], id_count: int, mark: int
+        self, staging_object_ids: Collection[int], keys: Collection[PartitionKey], id_count: int, mark: int
     ) -> None:
         self._batch = read_batch(self._core, self._c, staging_object_ids, keys, self.allocate_ids(id_count), mark)
 
@@ -143,23 +144,26 @@ class StreamCommit:
         ).one_or_none()
         return row is None or row.processed_time is not None
 
-    def partition(self, table_id: int, partition_date: dt.date) -> PartitionRow | None:
+    def partition(self, table_id: int, partition_date: dt.date, values: str = "") -> PartitionRow | None:
         batch = self._batch
-        if batch is not None and (table_id, partition_date) in batch.keys:
-            return batch.partitions.get((table_id, partition_date))
-        return self._read_partition(table_id, partition_date)
+        key = (table_id, partition_date, values)
+        if batch is not None and key in batch.keys:
+            return batch.partitions.get(key)
+        return self._read_partition(key)
 
-    def _read_partition(self, table_id: int, partition_date: dt.date) -> PartitionRow | None:
+    def _read_partition(self, key: PartitionKey) -> PartitionRow | None:
+        table_id, partition_date, values = key
         row = self._c.execute(
             sa.select(s.partitions).where(
                 s.partitions.c.table_id == table_id,
                 s.partitions.c.partition_date == partition_date,
+                s.partitions.c.partition_values == values,
             )
         ).first()
         return partition_row(row) if row else None
 
     def partition_for(
-        self, table_id: int, partition_date: dt.date, merge_interval: int, now: dt.datetime
+        self, table_id: int, partition_date: dt.date, merge_interval: int, now: dt.datetime, values: str = ""
     ) -> PartitionRow:
         """The partition row (created with the first object), with a waiting merge job.
 
@@ -168,16 +172,37 @@ class StreamCommit:
         one finished, or is running) schedules the next merge the same way.
         """
         batch = self._batch
-        found = self.partition(table_id, partition_date)
+        key = (table_id, partition_date, values)
+        found = self.partition(*key)
         if found is None:
-            self._c.execute(
-                s.partitions.insert().values(table_id=table_id, partition_date=partition_date, create_time=now)
+            p = s.partitions
+            # A day closes whole: a partition below dt first seen after its siblings closed starts closed, so
+            # its objects are delayed as theirs are (shown once merged).
+            closed = (
+                values
+                and self._c.execute(
+                    sa.select(p.c.id).where(
+                        p.c.table_id == table_id,
+                        p.c.partition_date == partition_date,
+                        p.c.last_live_object_id.is_not(None),
+                    )
+                ).first()
+                is not None
             )
-            found = self._read_partition(table_id, partition_date)
+            self._c.execute(
+                p.insert().values(
+                    table_id=table_id,
+                    partition_date=partition_date,
+                    partition_values=values,
+                    create_time=now,
+                    last_live_object_id=0 if closed else None,
+                )
+            )
+            found = self._read_partition(key)
             assert found is not None
             if batch is not None:
-                batch.keys.add((table_id, partition_date))
-                batch.partitions[(table_id, partition_date)] = found
+                batch.keys.add(key)
+                batch.partitions[key] = found
         if batch is not None and found.id in batch.waiting:
             return found
         # advance=False: a job waiting out a failure's backoff keeps its later time.
@@ -424,7 +449,7 @@ class StreamCommit:
         self._c.execute(
             s.partitions.update().where(s.partitions.c.id == partition.id).values(last_live_object_id=largest)
         )
-        closed = self.partition(partition.table_id, partition.partition_date)
+        closed = self.partition(*partition.key)
         assert closed is not None
         return closed
 

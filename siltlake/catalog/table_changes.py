@@ -243,6 +243,8 @@ def _key_role(definition: TableDef, name: str) -> str | None:
         return "the time column"
     if name in definition.primary_key:
         return "a primary_key column"
+    if any(f.column == name for f in definition.partition_fields):
+        return "a partition_by column"
     return "the sequence_column" if name == definition.sequence_column else None
 
 

@@ -146,7 +146,11 @@ class VersionReads:
             if pinned and row.file_list_key is not None:
                 views.append(
                     PartitionView(
-                        row.partition_date, row.version, manifest_key=row.file_list_key, table_version=row.table_version
+                        row.partition_date,
+                        row.version,
+                        manifest_key=row.file_list_key,
+                        table_version=row.table_version,
+                        partition_values=row.partition_values,
                     )
                 )
                 continue
@@ -159,6 +163,7 @@ class VersionReads:
                     live_object_ids=tuple(objects.get(row.id, ())),
                     manifest_key=row.manifest_key,
                     table_version=row.table_version,
+                    partition_values=row.partition_values,
                 )
             )
         return views
@@ -296,6 +301,7 @@ def _reader_queries(version_pinned: bool, time_pinned: bool, dated: bool) -> tup
         sa.select(
             p.c.id,
             p.c.partition_date,
+            p.c.partition_values,
             p.c.switched,
             newest.c.version,
             newest.c.live_watermark,
@@ -306,7 +312,7 @@ def _reader_queries(version_pinned: bool, time_pinned: bool, dated: bool) -> tup
         )
         .select_from(p.outerjoin(newest, newest.c.partition_id == p.c.id))
         .where(*of_table)
-        .order_by(p.c.partition_date)
+        .order_by(p.c.partition_date, p.c.partition_values)
     )
     return sa.select(sa.func.coalesce(sa.func.max(so.c.id), 0)), rows
 

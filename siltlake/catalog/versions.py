@@ -111,6 +111,7 @@ class Versions:
                     p.c.id,
                     p.c.table_id,
                     p.c.partition_date,
+                    p.c.partition_values,
                     p.c.current_manifest_version,
                     sa.func.max(so.c.id).label("watermark"),
                     sa.func.sum(so.c.row_count).label("rows"),
@@ -129,6 +130,7 @@ class Versions:
                     p.c.id,
                     p.c.table_id,
                     p.c.partition_date,
+                    p.c.partition_values,
                     p.c.current_manifest_version,
                     newest.c.version,
                     newest.c.row_count,
@@ -172,6 +174,7 @@ class Versions:
                 partition_id=row.id,
                 table_id=row.table_id,
                 partition_date=row.partition_date,
+                partition_values=row.partition_values,
                 first=row.current_manifest_version < 0,
                 base_version=row.version,
                 manifest_key=row.manifest_key,
@@ -192,7 +195,12 @@ class Versions:
         with self._core.tx() as c:
             rows = c.execute(
                 sa.select(
-                    p.c.id, p.c.table_id, p.c.partition_date, p.c.current_manifest_version, p.c.desired_manifest_version
+                    p.c.id,
+                    p.c.table_id,
+                    p.c.partition_date,
+                    p.c.partition_values,
+                    p.c.current_manifest_version,
+                    p.c.desired_manifest_version,
                 ).where(*behind)
             ).all()
             ranges: dict[int, list] = {}
@@ -244,6 +252,7 @@ class Versions:
                 partition_id=row.id,
                 table_id=row.table_id,
                 partition_date=row.partition_date,
+                partition_values=row.partition_values,
                 current=row.current_manifest_version,
                 desired=row.desired_manifest_version,
                 ranges=tuple(x for x in ranges.get(row.id, []) if x.upper <= row.desired_manifest_version),
@@ -435,15 +444,18 @@ class Versions:
 
     # --- updates (docs/design.md, "Updates and concurrent writers") --------------------------------------------------
 
-    def update_base(self, table_id: int, partition_date: dt.date) -> UpdateBase:
+    def update_base(self, table_id: int, partition_date: dt.date, values: str = "") -> UpdateBase:
         """Everything one partition holds, as an update reads it (one snapshot)."""
         p, so = s.partitions, s.small_objects
         with self._core.snapshot() as c:
             partition = c.execute(
-                sa.select(p.c.id).where(p.c.table_id == table_id, p.c.partition_date == partition_date)
+                sa.select(p.c.id).where(
+                    p.c.table_id == table_id, p.c.partition_date == partition_date, p.c.partition_values == values
+                )
             ).first()
             if partition is None:
-                raise NotFoundError(f"the table has no partition {partition_date}; nothing to update")
+                named = f"{partition_date}/{values}" if values else str(partition_date)
+                raise NotFoundError(f"the table has no partition {named}; nothing to update")
             newest = c.execute(sa.select(newest_versions(s.partition_versions.c.partition_id == partition.id))).first()
             covered = (newest.covered_upper or 0) if newest is not None and newest.manifest_key else 0
             objects = c.execute(
@@ -454,6 +466,7 @@ class Versions:
         return UpdateBase(
             partition_id=partition.id,
             partition_date=partition_date,
+            partition_values=values,
             version=newest.version if newest is not None else None,
             manifest_key=newest.manifest_key if newest is not None else None,
             covered_upper=covered,

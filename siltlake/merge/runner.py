@@ -146,15 +146,15 @@ class MergeWorker:
         if not plan.ranges:
             return _Prepared(job, plan, base_upper, None)
         layout = job.table.layout(self.deployment.instance_key)
-        date = job.partition_date
+        date, values = job.partition_date, job.partition_values
         ranges = tuple(
             RangeTask(
                 lower=planned.lower,
                 upper=planned.upper,
-                output_key=layout.merged_object(date, planned.lower, planned.upper),
-                small_keys=tuple(layout.small_object(date, o.id, o.delayed) for o in planned.objects),
+                output_key=layout.merged_object(date, planned.lower, planned.upper, values),
+                small_keys=tuple(layout.small_object(date, o.id, o.delayed, values) for o in planned.objects),
                 small_bytes=planned.new_bytes,
-                existing_key=last.key(layout, date) if planned.extends and last else None,
+                existing_key=last.key(layout, date, values) if planned.extends and last else None,
                 existing_bytes=planned.extends.content_length if planned.extends else 0,
             )
             for planned in plan.ranges

@@ -44,14 +44,13 @@ def local_date(now: dt.datetime, zone) -> dt.date:  # a ZoneInfo
 def _write_merged_manifests(deployment: Deployment, tables: dict, partition: SwitchedPartition) -> str:
     """Write the manifests of the partition's desired merged version; returns the JSON manifest's key."""
     layout = tables[partition.table_id].layout(deployment.instance_key)
-    objects = [(r.key(layout, partition.partition_date), r.content_length) for r in partition.ranges]
+    date, values = partition.partition_date, partition.partition_values
+    objects = [(r.key(layout, date, values), r.content_length) for r in partition.ranges]
     # Small objects an upsert's merge version already shows beyond the ranges: listed after them, in id order.
-    objects += [
-        (layout.small_object(partition.partition_date, o.id, o.delayed), o.content_length) for o in partition.beyond
-    ]
+    objects += [(layout.small_object(date, o.id, o.delayed, values), o.content_length) for o in partition.beyond]
     label = beyond_label(partition.desired, partition.upper) if partition.beyond else None
     return write_manifests(
-        deployment.lake, layout, partition.partition_date, partition.desired, objects, label=label
+        deployment.lake, layout, date, partition.desired, objects, label=label, values=values
     ).json_key
 
 
@@ -63,7 +62,8 @@ def _write_live_manifests(deployment: Deployment, tables: dict, candidate: LiveC
     base = candidate.base_file_list_key or candidate.manifest_key
     listed = read_manifest(lake, base) if base else []
     objects = [
-        (layout.small_object(candidate.partition_date, object_id, False), size) for object_id, size in candidate.objects
+        (layout.small_object(candidate.partition_date, object_id, False, candidate.partition_values), size)
+        for object_id, size in candidate.objects
     ]
     return write_manifests(
         lake,
@@ -73,6 +73,7 @@ def _write_live_manifests(deployment: Deployment, tables: dict, candidate: LiveC
         objects,
         label=live_label(candidate.version, candidate.watermark),
         listed=listed,
+        values=candidate.partition_values,
     ).json_key
 
 

@@ -80,7 +80,11 @@ def table(
         record,
         deployment,
         [view.manifest_key for view in views if view.manifest_key],
-        [(view.partition_date, object_id, False) for view in views for object_id in view.live_object_ids],
+        [
+            (view.partition_date, object_id, False, view.partition_values)
+            for view in views
+            for object_id in view.live_object_ids
+        ],
     )
 
 
@@ -89,15 +93,16 @@ def objects_frame(
     record: TableRecord,
     deployment: Deployment,
     manifest_keys: list[str],
-    small_objects: list[tuple[dt.date, int, bool]],
+    small_objects: list[tuple[dt.date, int, bool, str]],
 ) -> DataFrame:
     """A DataFrame (with the dt column) of the objects the manifests list and of small objects
-    (date, id, delayed), read with `record`'s definition (a version's own, when pinned: added columns read as null).
+    (date, id, delayed, partition values), read with `record`'s definition (a version's own, when pinned: added
+    columns read as null).
 
     A keyed table's partitions that need a merge on read are read by one Spark task each, in commit order
     (the manifest's objects, then the small objects by id), and reduced to one row per key there."""
     from siltlake.storage.filesystem import for_engine
-    from siltlake.storage.keys import partition_base, partition_date_of
+    from siltlake.storage.keys import date_in_key, partition_base
     from siltlake.storage.manifests import read_manifest
 
     layout = record.layout(deployment.instance_key)
@@ -119,7 +124,7 @@ def objects_frame(
     for entries in listed:
         for uri, _ in entries:
             data_file_key(lake, uri, record.qualified_name)
-            date = partition_date_of(partition_base_segment(uri))
+            date = date_in_key(uri)
             if date is None:
                 raise SiltError(
                     f"{record.qualified_name}: data file {uri} is not in a dt=<date> directory; the "
@@ -127,8 +132,8 @@ def objects_frame(
                 )
             objects.append((uri, date))
     objects += [
-        (lake.uri(layout.small_object(date, object_id, delayed)), date)
-        for date, object_id, delayed in sorted(small_objects, key=lambda o: o[1])
+        (lake.uri(layout.small_object(date, object_id, delayed, values)), date)
+        for date, object_id, delayed, values in sorted(small_objects, key=lambda o: o[1])
     ]
     definition = physical_definition(record.definition)
     dirty = dirty_dates([(date, uri) for uri, date in objects]) if definition.keyed else set()
@@ -157,19 +162,14 @@ def objects_frame(
         frames += [
             spark.read.schema(schema).option("basePath", prefix).parquet(*paths) for prefix, paths in scans.items()
         ]
+        if record.definition.partition_by:  # discovery finds the levels below dt too: a bucket is no column
+            frames = [frame.select(*schema.names) for frame in frames]
     frame = (
         functools.reduce(lambda left, right: left.unionByName(right), frames)
         if frames
         else spark.createDataFrame([], schema)
     )
     return frame.toDF(*logical_names(record.definition, schema.names)) if renamed(record.definition) else frame
-
-
-def partition_base_segment(uri: str) -> str:
-    """The dt=<date> segment of an object's URI (its parent directory)."""
-    from urllib.parse import unquote
-
-    return unquote(uri.rsplit("/", 2)[-2])
 
 
 def query_tables(query: str) -> list[tuple[str, bool]]:
@@ -215,7 +215,11 @@ def sql(
             read.record,
             deployment,
             [p.manifest_key for p in partitions if p.manifest_key],
-            [(p.partition_date, object_id, False) for p in partitions for object_id in p.live_object_ids],
+            [
+                (p.partition_date, object_id, False, p.partition_values)
+                for p in partitions
+                for object_id in p.live_object_ids
+            ],
         ).createOrReplaceTempView(view)
     rendered = plan.tree.sql(dialect="spark")
     check_query(spark, rendered)  # the text Spark runs, parsed by Spark: it reads the tables and nothing else

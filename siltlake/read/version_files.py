@@ -80,6 +80,7 @@ class DataFile:
     rows: int | None = None
     min_event_time: dt.datetime | None = None
     max_event_time: dt.datetime | None = None
+    partition_values: str = ""  # below dt (siltlake.partspec), for a table with partition_by
 
 
 def table_schema(record: TableRecord) -> pa.Schema:
@@ -125,10 +126,11 @@ def partition_files(deployment: Deployment, record: TableRecord, views: list[Par
     layout = record.layout(deployment.instance_key)
     files: list[DataFile] = []
     for view in views:
+        date, values = view.partition_date, view.partition_values
         if view.manifest_key:
-            files += [DataFile(uri, view.partition_date, size) for uri, size in listed[view.manifest_key]]
+            files += [DataFile(uri, date, size, partition_values=values) for uri, size in listed[view.manifest_key]]
         files += [
-            DataFile(lake.uri(layout.small_object(view.partition_date, object_id, False)), view.partition_date, None)
+            DataFile(lake.uri(layout.small_object(date, object_id, False, values)), date, None, partition_values=values)
             for object_id in view.live_object_ids
         ]
     return files

@@ -86,7 +86,7 @@ def list_scope(
     for p in view.partitions:
         table = tables.get(p.table_id)
         if table is not None and table.dropped_time is None:
-            prefixes += layouts[table.id].partition_directories(p.partition_date)
+            prefixes += layouts[table.id].partition_directories(p.partition_date, p.partition_values)
     lake = deployment.lake
     with ThreadPoolExecutor(max(1, min(workers, len(prefixes)))) as pool:
         listed = [info for infos in pool.map(lambda prefix: list(lake.list(prefix)), prefixes) for info in infos]

@@ -83,7 +83,7 @@ def plan_deletions(
     }
     layouts = {t.id: TableLayout(key, t.physical_schema_name, t.physical_table_name) for t in tables.values()}
     by_id = {t.id: t for t in tables.values()}
-    partitions = {(p.table_id, p.partition_date): p for p in view.partitions}
+    partitions = {(p.table_id, p.partition_date, p.partition_values): p for p in view.partitions}
     partition_table = {p.id: p.table_id for p in view.partitions}
     gone_tables = {t.id for t in tables.values() if t.dropped_time is not None and t.dropped_time <= young_after}
     for table_id in gone_tables:
@@ -94,7 +94,8 @@ def plan_deletions(
         if table is None or table.id in gone_tables or table.ttl_days is None:
             continue
         if p.partition_date < past_ttl(table):
-            plan.ttl_partitions[p.id] = layouts[table.id].prefix + "/", f"/{keys.partition_segment(p.partition_date)}/"
+            segment = keys.partition_segment(p.partition_date, p.partition_values)
+            plan.ttl_partitions[p.id] = layouts[table.id].prefix + "/", f"/{segment}/"
     settled = set(plan.ttl_partitions) | {pid for pid, tid in partition_table.items() if tid in gone_tables}
 
     # Versions: retained or expired; what the retained ones show.
@@ -145,6 +146,7 @@ def plan_deletions(
     # Merge ranges: their objects are read by future merges and publishes.
     max_upper: dict[int, int] = defaultdict(int)
     dates = {p.id: p.partition_date for p in view.partitions}
+    values_of = {p.id: p.partition_values for p in view.partitions}
     for r in view.ranges:
         max_upper[r.partition_id] = max(max_upper[r.partition_id], r.upper)
         if r.lower is None or r.partition_id in settled or partition_table.get(r.partition_id) not in layouts:
@@ -153,7 +155,9 @@ def plan_deletions(
             referenced.add(r.object_key)
         else:
             referenced.add(
-                layouts[partition_table[r.partition_id]].merged_object(dates[r.partition_id], r.lower, r.upper)
+                layouts[partition_table[r.partition_id]].merged_object(
+                    dates[r.partition_id], r.lower, r.upper, values_of[r.partition_id]
+                )
             )
     running = {pid for pid, beat in view.running_jobs if beat is not None and beat >= job_fresh_after}
 
@@ -166,7 +170,9 @@ def plan_deletions(
             continue
         table_id = partition_table[o.partition_id]
         if table_id in layouts:
-            plan.covered_rows[o.id] = layouts[table_id].small_object(dates[o.partition_id], o.id, o.delayed)
+            plan.covered_rows[o.id] = layouts[table_id].small_object(
+                dates[o.partition_id], o.id, o.delayed, values_of[o.partition_id]
+            )
     covered_keys = {k: oid for oid, k in plan.covered_rows.items()}
     expired_keys = {k for doomed in plan.expired_versions.values() for k in doomed}
 
@@ -180,8 +186,9 @@ def plan_deletions(
         job_partition: int | None = None
         table = tables.get(parts.owner) if parts.owner is not None else None
         area = parts.area
-        date = parts.partition_date
-        partition = partitions.get((table.id, date)) if table is not None and date is not None else None
+        date, values = parts.partition_date, parts.partition_values
+        partition = partitions.get((table.id, date, values)) if table is not None and date is not None else None
+        object_depth = 4 + (values.count("/") + 1 if values else 0)  # <table>/<area>/dt=<date>/<values>/<name>
         # Whole tables and partitions first: nothing in them is kept, referenced or not.
         if table is not None and table.id in gone_tables:
             reason = "dropped"
@@ -196,7 +203,7 @@ def plan_deletions(
             orphan_candidate = True
         elif table is not None:
             name = parts.name
-            if area in (keys.LIVE, keys.DELAYED) and parts.depth == 4:
+            if area in (keys.LIVE, keys.DELAYED) and parts.depth == object_depth:
                 if info.key in covered_keys:
                     reason = "covered"
                 else:
@@ -210,7 +217,7 @@ def plan_deletions(
                     ):
                         continue  # referenced: not covered yet, or shown by a retained version
                     orphan_candidate = True
-            elif area == keys.MERGED and parts.depth == 4:
+            elif area == keys.MERGED and parts.depth == object_depth:
                 if parts.directory in guarded_dirs:
                     report.kept_unreadable += 1
                     continue

@@ -1,4 +1,4 @@
-"""Typed rows of several staging objects into one Parquet object per partition date: a stream wave's objects.
+"""Typed rows of several staging objects into one Parquet object per partition: a stream wave's objects.
 
 Each source's rows stay together, sorted by time among themselves, so that an object's lineage is one row range
 per source (WrittenPart's `sources`). Memory holds one source's rows and less than a row group per date besides
@@ -16,9 +16,16 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from siltlake.clock import to_naive_utc
-from siltlake.records.coerce import partition_dates
 from siltlake.records.physical import physical_rows
-from siltlake.records.writer import MAX_ROW_GROUP_ROWS, WrittenPart, object_rows, object_schema, sorted_by_time
+from siltlake.records.writer import (
+    MAX_ROW_GROUP_ROWS,
+    Place,
+    WrittenPart,
+    object_rows,
+    object_schema,
+    sorted_by_time,
+    split_by_place,
+)
 from siltlake.storage import keys
 from siltlake.storage.filesystem import Storage
 from siltlake.storage.keys import TableLayout
@@ -51,7 +58,7 @@ class GroupWriter:
         self.table, self.lake, self.layout = table, lake, layout
         self.run_id, self.object_id, self.spill_bytes = run_id, object_id, spill_bytes
         self.object_schema = object_schema(table)
-        self.dates: dict[dt.date, _DateObject] = {}
+        self.dates: dict[Place, _DateObject] = {}
 
     def add_source(self, staging_object_id: int, tables: list[pa.Table]) -> None:
         """All the rows one staging object decoded to; a source adds its rows to each date's object once."""
@@ -60,15 +67,12 @@ class GroupWriter:
             return
         rows = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
         column = self.table.time_column
-        dates = partition_dates(rows.column(column), self.table.timezone)
-        distinct = sorted(pc.unique(dates).to_pylist())
-        for date in distinct:
-            part = rows if len(distinct) == 1 else rows.filter(pc.equal(dates, pa.scalar(date, pa.date32())))
+        for place, part in split_by_place(self.table, rows):
             part = sorted_by_time([part], column)
-            target = self.dates.get(date)
+            target = self.dates.get(place)
             if target is None:
-                target = self.dates[date] = _DateObject(
-                    self.layout.task_temporary(self.run_id, self.object_id, keys.date_part(date))
+                target = self.dates[place] = _DateObject(
+                    self.layout.task_temporary(self.run_id, self.object_id, keys.date_part(*place))
                 )
             target.sources.append([staging_object_id, target.rows, part.num_rows])
             target.rows += part.num_rows
@@ -80,9 +84,9 @@ class GroupWriter:
             target.low = low if target.low is None else min(target.low, low)
             target.high = high if target.high is None else max(target.high, high)
             if target.pending_rows >= MAX_ROW_GROUP_ROWS:
-                self._write(date, target, whole_groups=True)
+                self._write(place[0], target, whole_groups=True)
         if sum(target.pending_bytes for target in self.dates.values()) > self.spill_bytes:
-            for date, target in self.dates.items():
+            for (date, _), target in self.dates.items():
                 self._write(date, target, whole_groups=False)
 
     def _write(self, date: dt.date, target: _DateObject, whole_groups: bool) -> None:
@@ -106,25 +110,26 @@ class GroupWriter:
 
     def finish(self) -> list[WrittenPart]:
         parts: list[WrittenPart] = []
-        for date in sorted(self.dates):
-            target = self.dates[date]
+        for place in sorted(self.dates):
+            target, (date, values) = self.dates[place], place
             self._write(date, target, whole_groups=False)
             assert target.writer is not None and target.sink is not None and target.low and target.high
             target.writer.close()
             size = target.sink.tell()
             target.sink.close()
             target.writer = None
-            parts.append(
-                {
-                    "date": date.isoformat(),
-                    "tmp_key": target.key,
-                    "rows": target.rows,
-                    "bytes": size,
-                    "min_time": target.low.isoformat(),
-                    "max_time": target.high.isoformat(),
-                    "sources": target.sources,
-                }
-            )
+            part: WrittenPart = {
+                "date": date.isoformat(),
+                "tmp_key": target.key,
+                "rows": target.rows,
+                "bytes": size,
+                "min_time": target.low.isoformat(),
+                "max_time": target.high.isoformat(),
+                "sources": target.sources,
+            }
+            if values:
+                part["values"] = values
+            parts.append(part)
         return parts
 
     def discard(self) -> None:

@@ -1,4 +1,5 @@
-"""Typed rows to time-sorted Parquet objects, one per partition date: the stream's and the load's writer.
+"""Typed rows to time-sorted Parquet objects, one per partition (date, and values below it): the stream's and the
+load's writer.
 
 Memory stays bounded: a date whose rows arrive in time order is written as they come, a row group at a time;
 other rows are buffered up to spill_bytes, then written as sorted runs that a k-way merge streams into the
@@ -18,6 +19,7 @@ import pyarrow.parquet as pq
 
 from siltlake.clock import to_naive_utc
 from siltlake.coltypes import PARTITION_COLUMN
+from siltlake.partspec import row_values
 from siltlake.records.coerce import partition_dates
 from siltlake.records.physical import logical_names, physical_rows
 from siltlake.records.vectorised import all_true
@@ -26,11 +28,15 @@ from siltlake.storage.filesystem import Storage
 from siltlake.storage.keys import TableLayout
 from siltlake.tabledef import TableDef
 
+# Where rows belong: their partition date and the values path below it ("" for a table partitioned by dt alone).
+Place = tuple[dt.date, str]
+
 
 class WrittenPart(TypedDict):
     """One object a writer wrote, as a task reports it to the commit (JSON-able: it leaves a Spark task)."""
 
     date: str  # its partition date, ISO
+    values: NotRequired[str]  # its partition values below dt (siltlake.partspec); absent: none
     tmp_key: str  # where it was written; the commit moves it to its id's key
     rows: int
     bytes: int
@@ -47,6 +53,28 @@ def sorted_by_time(tables: list[pa.Table], column: str) -> pa.Table:
     if joined.num_rows < 2 or all_true(pc.less_equal(times.slice(0, joined.num_rows - 1), times.slice(1))):
         return joined
     return joined.sort_by(column)
+
+
+def split_by_place(table: TableDef, rows: pa.Table) -> list[tuple[Place, pa.Table]]:
+    """The rows of each partition they belong to, in order of place (one slice, not a copy, for a single one)."""
+    dates = partition_dates(rows.column(table.time_column), table.timezone)
+    fields = table.partition_fields
+    if not fields:
+        distinct = sorted(pc.unique(dates).to_pylist())
+        if len(distinct) == 1:
+            return [((distinct[0], ""), rows)]
+        return [((date, ""), rows.filter(pc.equal(dates, pa.scalar(date, pa.date32())))) for date in distinct]
+    values = row_values(fields, rows)
+    labels = pc.binary_join_element_wise(pc.cast(dates, pa.string()), values, " ")
+    distinct = sorted(pc.unique(labels).to_pylist())
+    if len(distinct) == 1:
+        return [(_place(distinct[0]), rows)]
+    return [(_place(label), rows.filter(pc.equal(labels, pa.scalar(label, pa.string())))) for label in distinct]
+
+
+def _place(label: str) -> Place:
+    date, _, values = label.partition(" ")
+    return dt.date.fromisoformat(date), values
 
 
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -145,7 +173,7 @@ class ObjectWriter:
         # the objects add dt and field ids (object_schema). Spilled runs are temporary: rows only.
         self.schema = schema or table.arrow_schema()
         self.object_schema = object_schema(table, [f for f in self.schema if f.name not in table.arrow_schema().names])
-        self.buffers: dict[dt.date, _DateBuffer] = {}
+        self.buffers: dict[Place, _DateBuffer] = {}
         self.written: list[str] = []
         self.object_runs: set[str] = set()  # runs that were ordered objects (dt, physical names): _run_rows
 
@@ -155,27 +183,24 @@ class ObjectWriter:
     def add(self, rows: pa.Table) -> None:
         if rows.num_rows == 0:
             return
-        dates = partition_dates(rows.column(self.table.time_column), self.table.timezone)
-        distinct = pc.unique(dates).to_pylist()
-        for date in distinct:
-            part = rows if len(distinct) == 1 else rows.filter(pc.equal(dates, pa.scalar(date, pa.date32())))
-            buffer = self.buffers.setdefault(date, _DateBuffer())
+        for place, part in split_by_place(self.table, rows):
+            buffer = self.buffers.setdefault(place, _DateBuffer())
             buffer.tables.append(part)
             buffer.rows += part.num_rows
             buffer.nbytes += part.nbytes
             if buffer.in_order and buffer.rows >= MAX_ROW_GROUP_ROWS + HOLD_BACK_ROWS:
-                self._write_in_order(date, buffer, HOLD_BACK_ROWS)
+                self._write_in_order(place, buffer, HOLD_BACK_ROWS)
         if sum(b.nbytes for b in self.buffers.values()) > self.spill_bytes:
-            for date, buffer in self.buffers.items():
+            for place, buffer in self.buffers.items():
                 if buffer.in_order:
-                    self._write_in_order(date, buffer, 0)
+                    self._write_in_order(place, buffer, 0)
                 if not buffer.in_order:
-                    self._spill(date, buffer)
+                    self._spill(place, buffer)
 
     def _sorted(self, tables: list[pa.Table]) -> pa.Table:
         return sorted_by_time(tables, self.table.time_column)
 
-    def _write_in_order(self, date: dt.date, buffer: _DateBuffer, keep: int) -> None:
+    def _write_in_order(self, place: Place, buffer: _DateBuffer, keep: int) -> None:
         """Append the date's buffered rows to its ordered object, all but its latest `keep` (whole row groups
         while more may come); rows earlier than ones written, or too many dates open, send the date down
         the runs' path instead."""
@@ -194,22 +219,23 @@ class ObjectWriter:
             buffer.in_order = False
             return
         if ordered is not None and times[0].as_py() < ordered.last_time:
-            self._out_of_order(date, buffer)
+            self._out_of_order(place, buffer)
             return
         if ordered is None:
-            key = self._key(keys.date_part(date))
+            key = self._key(keys.date_part(*place))
             self.written.append(key)
             sink = self.lake.open_output(key)
             writer = pq.ParquetWriter(sink, self.object_schema, compression=self.table.codec, write_statistics=True)
             ordered = buffer.ordered = _OrderedObject(key, sink, writer)
         head = rows.slice(0, count)
         ordered.writer.write_table(
-            object_rows(physical_rows(head, self.table), self.object_schema, date), row_group_size=MAX_ROW_GROUP_ROWS
+            object_rows(physical_rows(head, self.table), self.object_schema, place[0]),
+            row_group_size=MAX_ROW_GROUP_ROWS,
         )
         ordered.last_time = times[count - 1].as_py()
         buffer.hold([rows.slice(count)])
 
-    def _out_of_order(self, date: dt.date, buffer: _DateBuffer) -> None:
+    def _out_of_order(self, place: Place, buffer: _DateBuffer) -> None:
         """The date's ordered object so far becomes its first sorted run; the rest of it takes the runs' path."""
         buffer.in_order = False
         ordered, buffer.ordered = buffer.ordered, None
@@ -217,7 +243,7 @@ class ObjectWriter:
             return
         ordered.writer.close()
         ordered.sink.close()
-        run = self._key(keys.spilled_run(date, len(buffer.runs)))
+        run = self._key(keys.spilled_run(place[0], len(buffer.runs), place[1]))
         self.lake.move(ordered.key, run)
         self.written.append(run)
         self.object_runs.add(run)
@@ -261,30 +287,30 @@ class ObjectWriter:
             size = sink.tell()
         return writer.writer.metadata, size
 
-    def _spill(self, date: dt.date, buffer: _DateBuffer) -> None:
+    def _spill(self, place: Place, buffer: _DateBuffer) -> None:
         if not buffer.tables:
             return
-        key = self._key(keys.spilled_run(date, len(buffer.runs)))
+        key = self._key(keys.spilled_run(place[0], len(buffer.runs), place[1]))
         self._write(key, [self._sorted(buffer.tables)], row_group_rows=RUN_ROW_GROUP_ROWS)
         buffer.runs.append(key)
         buffer.hold([])
 
     def finish(self) -> list[WrittenPart]:
         parts = []
-        for date in sorted(self.buffers):
-            buffer = self.buffers[date]
-            key = self._key(keys.date_part(date))
+        for place in sorted(self.buffers):
+            buffer, (date, values) = self.buffers[place], place
+            key = self._key(keys.date_part(date, values))
             if buffer.ordered is not None:
-                self._write_in_order(date, buffer, 0)
+                self._write_in_order(place, buffer, 0)
             if buffer.ordered is not None:
                 metadata, size = self._close_ordered(buffer.ordered)
                 buffer.ordered = None
             elif buffer.runs:
-                self._spill(date, buffer)
+                self._spill(place, buffer)
                 runs, passes = list(buffer.runs), 0
                 while len(runs) > MAX_MERGE_FAN_IN:
                     passes += 1
-                    merged = self._key(keys.merge_pass(date, passes))
+                    merged = self._key(keys.merge_pass(date, passes, values))
                     self._write(merged, self._merge_runs(runs[:MAX_MERGE_FAN_IN]), RUN_ROW_GROUP_ROWS)
                     for run in runs[:MAX_MERGE_FAN_IN]:
                         self.lake.delete(run)
@@ -294,7 +320,7 @@ class ObjectWriter:
                     self.lake.delete(run)
             else:
                 metadata, size = self._write(key, [self._sorted(buffer.tables)], date=date)
-            parts.append(self._describe(date, key, metadata, size))
+            parts.append(self._describe(place, key, metadata, size))
         return parts
 
     def _merge_runs(self, runs: list[str]):  # generator of tables
@@ -339,21 +365,24 @@ class ObjectWriter:
         rows = pa.Table.from_batches([batch])
         return conform(rows.rename_columns(logical_names(self.table, rows.column_names)), self.schema)
 
-    def _describe(self, date: dt.date, key: str, metadata: pq.FileMetaData, size: int) -> WrittenPart:
+    def _describe(self, place: Place, key: str, metadata: pq.FileMetaData, size: int) -> WrittenPart:
         time_index = self.object_schema.get_field_index(self.table.column(self.table.time_column).physical_name)
         lows, highs = [], []
         for group in range(metadata.num_row_groups):
             stats = metadata.row_group(group).column(time_index).statistics
             lows.append(stats.min)
             highs.append(stats.max)
-        return {
-            "date": date.isoformat(),
+        part: WrittenPart = {
+            "date": place[0].isoformat(),
             "tmp_key": key,
             "rows": metadata.num_rows,
             "bytes": size,
             "min_time": to_naive_utc(min(lows)).isoformat(),
             "max_time": to_naive_utc(max(highs)).isoformat(),
         }
+        if place[1]:
+            part["values"] = place[1]
+        return part
 
     def discard(self) -> None:
         for buffer in self.buffers.values():

@@ -4,6 +4,9 @@ Under the lake's root, a deployment writes only below its instance key:
 
     <instance>/_instance.json                                          the marker: which catalog owns the key
     <instance>/<schema>.<table>/live/dt=<date>/obj-<id>.parquet        a small object (delayed/: a closed day's)
+    <instance>/<schema>.<table>/live/dt=<date>/<values>/obj-<id>.parquet  ... of a table with partition_by, whose
+                                                                       values path (service=api/...) follows dt
+                                                                       in every dated area
     <instance>/<schema>.<table>/merged/dt=<date>/part-<lower>-<upper>.parquet   merge range (lower, upper]
     <instance>/<schema>.<table>/merged/dt=<date>/update-<time>-<token>.parquet  an update's object
     <instance>/<schema>.<table>/manifests/dt=<date>/manifest-<name>.json       a version's JSON manifest
@@ -25,6 +28,7 @@ the same key. Outside the lake: the staging keys replays write, and a load's err
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import re
 from dataclasses import dataclass
 
@@ -105,19 +109,26 @@ def load_job_run(run_id: str, job: str) -> str:
     return f"{run_id}/{job}"
 
 
-def date_part(date: dt.date) -> str:
-    """A task's output for one partition date (TableLayout.task_temporary names it)."""
-    return f"{date.isoformat()}.parquet"
+def place_tag(date: dt.date, values: str = "") -> str:
+    """A flat name for one partition (date and values) among a task's temporary objects."""
+    if not values:
+        return date.isoformat()
+    return f"{date.isoformat()}.{hashlib.sha1(values.encode()).hexdigest()[:16]}"
 
 
-def spilled_run(date: dt.date, number: int) -> str:
-    """A sorted run a task spilled for one date."""
-    return f"{date.isoformat()}.run-{number:04d}.parquet"
+def date_part(date: dt.date, values: str = "") -> str:
+    """A task's output for one partition (TableLayout.task_temporary names it)."""
+    return f"{place_tag(date, values)}.parquet"
 
 
-def merge_pass(date: dt.date, number: int) -> str:
-    """Sorted runs of one date merged into one, when there are too many to merge at once."""
-    return f"{date.isoformat()}.merged-{number:04d}.parquet"
+def spilled_run(date: dt.date, number: int, values: str = "") -> str:
+    """A sorted run a task spilled for one partition."""
+    return f"{place_tag(date, values)}.run-{number:04d}.parquet"
+
+
+def merge_pass(date: dt.date, number: int, values: str = "") -> str:
+    """Sorted runs of one partition merged into one, when there are too many to merge at once."""
+    return f"{place_tag(date, values)}.merged-{number:04d}.parquet"
 
 
 TASK_ERRORS = "errors.jsonl"  # a task's bad records, before they move to the table's error area
@@ -151,8 +162,9 @@ def table_segment(physical_schema: str, physical_table: str) -> str:
     return f"{physical_schema}.{physical_table}"
 
 
-def partition_segment(partition_date: dt.date) -> str:
-    return f"dt={partition_date.isoformat()}"
+def partition_segment(partition_date: dt.date, values: str = "") -> str:
+    """The path of a partition below an area: dt=<date>, then its values path (siltlake.partspec) if any."""
+    return f"dt={partition_date.isoformat()}/{values}" if values else f"dt={partition_date.isoformat()}"
 
 
 def partition_date_of(segment: str) -> dt.date | None:
@@ -163,6 +175,17 @@ def partition_date_of(segment: str) -> dt.date | None:
         return dt.date.fromisoformat(segment[3:])
     except ValueError:
         return None
+
+
+def date_in_key(key: str) -> dt.date | None:
+    """The partition date of an object's key or URI: its last dt=<date> directory (None: none; a URI's
+    segments may be percent-encoded)."""
+    from urllib.parse import unquote
+
+    for segment in reversed(key.split("/")[:-1]):
+        if segment.startswith("dt") and (date := partition_date_of(unquote(segment))) is not None:
+            return date
+    return None
 
 
 # --- labels and manifests ------------------------------------------------------------------------------
@@ -250,37 +273,40 @@ class TableLayout:
     def prefix(self) -> str:
         return f"{self.instance_key}/{table_segment(self.physical_schema, self.physical_table)}"
 
-    def small_object(self, partition_date: dt.date, object_id: int, delayed: bool) -> str:
+    def small_object(self, partition_date: dt.date, object_id: int, delayed: bool, values: str = "") -> str:
         area = DELAYED if delayed else LIVE
-        return f"{self.prefix}/{area}/{partition_segment(partition_date)}/obj-{object_id:019d}.parquet"
+        return f"{self.prefix}/{area}/{partition_segment(partition_date, values)}/obj-{object_id:019d}.parquet"
 
-    def merged_object(self, partition_date: dt.date, lower: int, upper: int) -> str:
+    def merged_object(self, partition_date: dt.date, lower: int, upper: int, values: str = "") -> str:
         """The object of merge range (lower, upper]: the partition's small objects with lower < id <= upper."""
-        return f"{self.prefix}/{MERGED}/{partition_segment(partition_date)}/part-{lower:019d}-{upper:019d}.parquet"
+        segment = partition_segment(partition_date, values)
+        return f"{self.prefix}/{MERGED}/{segment}/part-{lower:019d}-{upper:019d}.parquet"
 
-    def update_object(self, partition_date: dt.date, label: str) -> str:
+    def update_object(self, partition_date: dt.date, label: str, values: str = "") -> str:
         """The object an update (update_label) writes: the partition's whole new contents."""
-        return f"{self.prefix}/{MERGED}/{partition_segment(partition_date)}/{label}.parquet"
+        return f"{self.prefix}/{MERGED}/{partition_segment(partition_date, values)}/{label}.parquet"
 
-    def manifest_keys(self, partition_date: dt.date, version: int, label: str | None = None) -> tuple[str, str]:
+    def manifest_keys(
+        self, partition_date: dt.date, version: int, label: str | None = None, values: str = ""
+    ) -> tuple[str, str]:
         """The JSON manifest's key and the symlink manifest's key (inside a directory of its own, which a
         Hive SymlinkTextInputFormat partition can point at). A merged version's manifests are named by the
         upper bound they show; an update's or a live version's by its own label, so they never replace a
         manifest an older version lists."""
-        directory = _manifest_directory(self.prefix, partition_segment(partition_date))
+        directory = _manifest_directory(self.prefix, partition_segment(partition_date, values))
         return _manifest_pair(directory, label or f"{version:019d}")
 
-    def partition_directories(self, partition_date: dt.date) -> tuple[str, ...]:
+    def partition_directories(self, partition_date: dt.date, values: str = "") -> tuple[str, ...]:
         """The directories (with their trailing slash) of one partition's objects in every dated area."""
-        segment = partition_segment(partition_date)
+        segment = partition_segment(partition_date, values)
         return tuple(f"{self.prefix}/{area}/{segment}/" for area in (LIVE, DELAYED, MERGED, MANIFESTS))
 
     def live_prefix(self) -> str:
         return f"{self.prefix}/{LIVE}"
 
-    def live_partition(self, partition_date: dt.date) -> str:
+    def live_partition(self, partition_date: dt.date, values: str = "") -> str:
         """The directory of a partition's live small objects."""
-        return f"{self.live_prefix()}/{partition_segment(partition_date)}"
+        return f"{self.live_prefix()}/{partition_segment(partition_date, values)}"
 
     def errors(self, staging_object_id: int) -> str:
         return f"{self.prefix}/{ERRORS}/staging-{staging_object_id:019d}.jsonl"
@@ -355,6 +381,17 @@ class KeyParts:
         return partition_date_of(self.segments[2]) if len(self.segments) > 3 else None
 
     @property
+    def partition_values(self) -> str:
+        """The values path below dt of a partition's object ("" for a table partitioned by dt alone): the
+        `name=value` segments after dt=<date> (names of objects, manifests and symlink directories have no "=")."""
+        values = []
+        for segment in self.segments[3:-1]:
+            if "=" not in segment:
+                break
+            values.append(segment)
+        return "/".join(values)
+
+    @property
     def directory(self) -> str:
         """The key without its last segment."""
         return "/".join((self.instance_key, *self.segments[:-1]))
@@ -373,7 +410,8 @@ class KeyParts:
     def update_manifest_key(self, label: str) -> str:
         """The JSON manifest the update `label` wrote beside this object of its partition's merged area."""
         table_prefix = f"{self.instance_key}/{self.segments[0]}"
-        return _manifest_pair(_manifest_directory(table_prefix, self.segments[2]), label)[0]
+        partition = "/".join(filter(None, (self.segments[2], self.partition_values)))
+        return _manifest_pair(_manifest_directory(table_prefix, partition), label)[0]
 
 
 def split_key(instance_key: str, key: str) -> KeyParts | None:

@@ -28,10 +28,11 @@ def write_manifests(
     objects: Sequence[tuple[str, int]],
     label: str | None = None,
     listed: Sequence[tuple[str, int]] = (),
+    values: str = "",
 ) -> ManifestKeys:
     """Write both forms listing `listed` (URI, content length: entries of another manifest) and then
     `objects` (key, content length); returns their keys. Idempotent."""
-    json_key, symlink_key = layout.manifest_keys(partition_date, version, label)
+    json_key, symlink_key = layout.manifest_keys(partition_date, version, label, values)
     uris = [*listed, *((lake.uri(key), size) for key, size in objects)]
     entries = [{"url": uri, "mandatory": True, "meta": {"content_length": size}} for uri, size in uris]
     lake.write_bytes(json_key, json.dumps({"entries": entries}, indent=1).encode())

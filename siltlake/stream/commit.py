@@ -24,7 +24,7 @@ def _update_conflict(tx: StreamCommit, table: TableRecord, parts: list[WrittenPa
     """Why an append must not commit: a partition it adds to was updated after the append started."""
     for part in parts:
         date = dt.date.fromisoformat(part["date"])
-        partition = tx.partition(table.id, date)
+        partition = tx.partition(table.id, date, part.get("values", ""))
         version = tx.updated_since(partition.id, mark) if partition is not None else None
         if version is not None:
             return (
@@ -51,9 +51,9 @@ def commit_parts(
     `moves` collects (temporary key, id key) of each move, for undoing them."""
     delayed = []
     for part, object_id in zip(parts, tx.allocate_ids(len(parts)), strict=True):
-        date = dt.date.fromisoformat(part["date"])
-        partition = tx.partition_for(table.id, date, table.definition.merge_interval, now)
-        key = layout.small_object(date, object_id, partition.closed)
+        date, values = dt.date.fromisoformat(part["date"]), part.get("values", "")
+        partition = tx.partition_for(table.id, date, table.definition.merge_interval, now, values)
+        key = layout.small_object(date, object_id, partition.closed, values)
         lake.place(part["tmp_key"], key)
         if moves is not None:
             moves.append((part["tmp_key"], key))
@@ -292,13 +292,13 @@ def _batch(
     """The chunk's catalog work as one batch: what its objects read is fetched up front, what they write held."""
     committing = [member for result in chunk for member in group_members(result) if member["status"] != "failed"]
     parts = [
-        (tables[group_members(result)[0]["staging_object_id"]].table.id, part["date"])
+        (tables[group_members(result)[0]["staging_object_id"]].table.id, part["date"], part.get("values", ""))
         for result in chunk
         for part in _parts(result)
     ]
     return tx.batch(
         [result["staging_object_id"] for result in committing],
-        {(table_id, dt.date.fromisoformat(date)) for table_id, date in parts},
+        {(table_id, dt.date.fromisoformat(date), values) for table_id, date, values in parts},
         len(parts),
         mark,
     )

@@ -60,9 +60,10 @@ def base_files(deployment: Deployment, record: TableRecord, base: UpdateBase) ->
 
     lake, layout = deployment.lake, record.layout(deployment.instance_key)
     listed = read_manifest(lake, base.manifest_key) if base.manifest_key else []
-    files = [DataFile(uri, base.partition_date, size) for uri, size in listed]
+    date, values = base.partition_date, base.partition_values
+    files = [DataFile(uri, date, size, partition_values=values) for uri, size in listed]
     files += [
-        DataFile(lake.uri(layout.small_object(base.partition_date, object_id, delayed)), base.partition_date, None)
+        DataFile(lake.uri(layout.small_object(date, object_id, delayed, values)), date, None, partition_values=values)
         for object_id, delayed in base.objects
     ]
     return files

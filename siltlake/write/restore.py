@@ -140,7 +140,7 @@ def restore(
                     record,
                     deployment,
                     [view.manifest_key] if view.manifest_key else [],
-                    [(date, object_id, False) for object_id in view.live_object_ids],
+                    [(date, object_id, False, view.partition_values) for object_id in view.live_object_ids],
                 )
             update.write(frame.drop("dt"))
     except BaseException:

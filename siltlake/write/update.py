@@ -60,6 +60,7 @@ class UpdateReport:
     version: PublishedVersion | None  # None: nothing matched, nothing was written
     object_key: str | None
     seconds: float
+    partition_values: str = ""  # below dt, for a table with partition_by
 
 
 @dataclass(frozen=True)
@@ -140,11 +141,13 @@ def updatable_table(deployment: Deployment, name: str) -> TableRecord:
     return record
 
 
-def record_and_base(deployment: Deployment, name: str, partition_date: dt.date) -> tuple[TableRecord, UpdateBase]:
+def record_and_base(
+    deployment: Deployment, name: str, partition_date: dt.date, values: str = ""
+) -> tuple[TableRecord, UpdateBase]:
     """The table's record and what a rewrite of one partition starts from (its current version's objects)."""
     record = updatable_table(deployment, name)
     try:
-        return record, deployment.catalog.versions.update_base(record.id, partition_date)
+        return record, deployment.catalog.versions.update_base(record.id, partition_date, values)
     except SiltError as exc:
         raise SiltError(f"{record.qualified_name}: {exc}") from None
 
@@ -158,7 +161,7 @@ def base_frame(spark: SparkSession, deployment: Deployment, record: TableRecord,
         record,
         deployment,
         [base.manifest_key] if base.manifest_key else [],
-        [(base.partition_date, object_id, delayed) for object_id, delayed in base.objects],
+        [(base.partition_date, object_id, delayed, base.partition_values) for object_id, delayed in base.objects],
     )
     return frame.drop("dt")
 
@@ -195,7 +198,7 @@ class PreparedUpdate:
         definition = self.record.definition
         layout = self.record.layout(self.deployment.instance_key)
         label = update_label(utcnow(), uuid.uuid4().hex[:12])
-        key = layout.update_object(self.base.partition_date, label)
+        key = layout.update_object(self.base.partition_date, label, self.base.partition_values)
         writer = _PartitionWriter(
             self.deployment.lake, key, definition.to_json(), self.base.partition_date, definition.row_group_bytes
         )
@@ -231,6 +234,7 @@ class PreparedUpdate:
             self.base.upper,
             [(key, report["bytes"])],
             label=label,
+            values=self.base.partition_values,
         )
 
     def discard(self) -> None:
@@ -248,6 +252,7 @@ class PreparedUpdate:
             version,
             self.object_key,
             time.monotonic() - self.started,
+            self.base.partition_values,
         )
 
     def commit(self) -> UpdateReport:
@@ -311,9 +316,11 @@ def prepare_delete(
     where: str,
     now: dt.datetime | None = None,
     write: bool = True,
+    values: str = "",
 ) -> PreparedUpdate:
-    """Write the partition without the rows matching the Spark SQL predicate `where` (null counts as no match);
-    without `write` (a dry run) only count them: rows_after is what would remain.
+    """Write the partition (of `partition_date` and, below it, `values`) without the rows matching the Spark SQL
+    predicate `where` (null counts as no match); without `write` (a dry run) only count them: rows_after is what
+    would remain.
 
     `now` (naive UTC) stamps the version, as publish's does, to drive a simulated clock."""
     from pyspark.errors import AnalysisException
@@ -322,7 +329,7 @@ def prepare_delete(
     from siltlake.read.sandbox import check_expression
 
     started = time.monotonic()
-    record, base = record_and_base(deployment, name, partition_date)
+    record, base = record_and_base(deployment, name, partition_date, values)
     small = in_process.delete_in_process(deployment, record, base, where)  # None: Spark's to do
     if small is not None:
         prepared = PreparedUpdate(deployment, record, base, small.rows_before, started, now)
@@ -365,6 +372,11 @@ def prepare_overwrite(
     started = time.monotonic()
     record, base = record_and_base(deployment, name, partition_date)
     definition = record.definition
+    if definition.partition_by:
+        raise SiltError(
+            f"cannot overwrite {definition.qualified_name} dt={partition_date}: the table is partitioned below dt "
+            f"too ({', '.join(definition.partition_by)}); delete with a predicate (silt delete --where) instead"
+        )
     given = rows.column_names if isinstance(rows, pa.Table) else rows.columns
     extra = sorted(set(given) - {c.name for c in definition.columns} - {"dt"})
     missing = [c.name for c in definition.columns if c.name not in given and not c.nullable]
@@ -419,13 +431,19 @@ def prepare_deletes(
 ) -> PreparedUpdates:
     """prepare_delete for each of `dates`, all checked to exist before any is written (a missing one is
     refused, named); what was written is deleted if one fails. progress(done, date) before each."""
-    wanted = present_dates(deployment, updatable_table(deployment, name), dates, "deleted")
+    record = updatable_table(deployment, name)
+    wanted = present_dates(deployment, record, dates, "deleted")
+    below: dict[dt.date, list[str]] = {}  # a table partitioned below dt: every partition of each date
+    if record.definition.partition_by:
+        for partition in deployment.catalog.partitions.list(record.id):
+            below.setdefault(partition.partition_date, []).append(partition.partition_values)
     prepared = PreparedUpdates([], now)
     try:
         for done, date in enumerate(wanted):
             if progress is not None:
                 progress(done, date)
-            prepared.updates.append(prepare_delete(deployment, name, date, where, now, write))
+            for values in below.get(date, [""]):
+                prepared.updates.append(prepare_delete(deployment, name, date, where, now, write, values))
     except BaseException:
         prepared.discard()
         raise
