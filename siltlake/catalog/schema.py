@@ -350,6 +350,7 @@ external_removals = sa.Table(
     sa.Column("target", sa.String(32), nullable=False),
     sa.Column("table_id", sa.Integer, sa.ForeignKey("tables.id", ondelete="CASCADE"), nullable=False),
     sa.Column("partition_date", sa.Date, nullable=False),
+    sa.Column("partition_values", sa.Text, nullable=False, server_default=""),  # partitions.partition_values
 )
 sa.Index("ix_external_removals_target_table_id", external_removals.c.target, external_removals.c.table_id)
 
