@@ -129,33 +129,35 @@ class Partitions:
                     stats[row.id] = FileStats(row.content_length, row.row_count, row.min_event_time, row.max_event_time)
         return stats
 
-    def largest_ids(self, table_id: int, dates: Collection[dt.date]) -> dict[dt.date, int]:
-        """The largest small object id of each of the table's partitions dated `dates` that has one."""
+    def largest_ids(self, table_id: int, dates: Collection[dt.date]) -> dict[tuple[dt.date, str], int]:
+        """The largest small object id of each of the table's partitions dated `dates` that has one, by (date,
+        values below dt)."""
         so, p = s.small_objects, s.partitions
         if not dates:
             return {}
         with self._core.tx() as c:
-            return dict(
-                c.execute(
-                    sa.select(p.c.partition_date, sa.func.max(so.c.id))
-                    .select_from(so.join(p, so.c.partition_id == p.c.id))
-                    .where(p.c.table_id == table_id, p.c.partition_date.in_(sorted(dates)))
-                    .group_by(p.c.partition_date)
-                ).all()
-            )
+            rows = c.execute(
+                sa.select(p.c.partition_date, p.c.partition_values, sa.func.max(so.c.id))
+                .select_from(so.join(p, so.c.partition_id == p.c.id))
+                .where(p.c.table_id == table_id, p.c.partition_date.in_(sorted(dates)))
+                .group_by(p.c.partition_date, p.c.partition_values)
+            ).all()
+        return {(date, values): largest for date, values, largest in rows_values(rows)}
 
     def max_small_object_id(self) -> int:
         with self._core.tx() as c:
             return c.execute(sa.select(sa.func.coalesce(sa.func.max(s.small_objects.c.id), 0))).scalar_one()
 
     def summary(self, table_id: int) -> builtins.list[dict]:
-        """Per partition: closed, state (one of PARTITION_STATES; a derived table's, DERIVED_PARTITION_STATES),
-        object and row counts by live/delayed, merged objects and their rows."""
+        """Per partition: date, values below dt (a table with partition_by), closed, state (one of PARTITION_STATES; a
+        derived table's, DERIVED_PARTITION_STATES), object and row counts by live/delayed, merged objects and their
+        rows."""
         so, p = s.small_objects, s.partitions
         with self._core.tx() as c:
             rows = c.execute(
                 sa.select(
                     p.c.partition_date,
+                    p.c.partition_values,
                     p.c.last_live_object_id,
                     p.c.switched,
                     p.c.current_manifest_version,
@@ -168,34 +170,38 @@ class Partitions:
                 .where(p.c.table_id == table_id)
                 .group_by(
                     p.c.partition_date,
+                    p.c.partition_values,
                     p.c.last_live_object_id,
                     p.c.switched,
                     p.c.current_manifest_version,
                     so.c.delayed,
                 )
-                .order_by(p.c.partition_date)
+                .order_by(p.c.partition_date, p.c.partition_values)
             ).all()
             derived_state = derived_table_states(c, utcnow()).get(table_id)
             r_ = s.merge_ranges
             merged = {
-                row.partition_date: row
+                (row.partition_date, row.partition_values): row
                 for row in c.execute(
                     sa.select(
                         p.c.partition_date,
+                        p.c.partition_values,
                         sa.func.count(r_.c.id).label("objects"),
                         sa.func.coalesce(sa.func.sum(r_.c.row_count), 0).label("rows"),
                     )
                     .select_from(p.join(r_, r_.c.partition_id == p.c.id))
                     .where(p.c.table_id == table_id, r_.c.lower_bound.is_not(None))
-                    .group_by(p.c.partition_date)
+                    .group_by(p.c.partition_date, p.c.partition_values)
                 )
             }
-        summary: dict[dt.date, dict] = {}
+        summary: dict[tuple[dt.date, str], dict] = {}
         for r in rows:
+            place = (r.partition_date, r.partition_values)
             entry = summary.setdefault(
-                r.partition_date,
+                place,
                 {
                     "date": r.partition_date,
+                    **({"values": r.partition_values} if r.partition_values else {}),
                     "closed": r.last_live_object_id is not None,
                     "state": derived_state
                     or partition_state(r.switched, r.last_live_object_id is not None, r.current_manifest_version),
@@ -204,8 +210,8 @@ class Partitions:
                     "delayed_objects": 0,
                     "delayed_rows": 0,
                     "bytes": 0,
-                    "merged_objects": merged[r.partition_date].objects if r.partition_date in merged else 0,
-                    "merged_rows": int(merged[r.partition_date].rows) if r.partition_date in merged else 0,
+                    "merged_objects": merged[place].objects if place in merged else 0,
+                    "merged_rows": int(merged[place].rows) if place in merged else 0,
                 },
             )
             if r.delayed is None:

@@ -133,8 +133,11 @@ def table_show(context: click.Context, name: str, fmt: str) -> None:
     if fmt == "json":
         write_json({**_described(record), "settings_from": sources, "partitions": partitions})
         return
+    columns = PARTITION_COLUMNS
+    if d.partition_by:  # a partition is a date and its values below it
+        columns = (PARTITION_COLUMNS[0], Column("values", "below dt"), *PARTITION_COLUMNS[1:])
     if fmt == "csv":
-        emit(fmt, PARTITION_COLUMNS, partitions)
+        emit(fmt, columns, partitions)
         return
     settings = [("physical", meta.physical_name), ("kind", meta.kind)]
     if d.kind == "derived":  # dt comes from its query; its rule and sources: `silt derived show`
@@ -159,6 +162,8 @@ def table_show(context: click.Context, name: str, fmt: str) -> None:
             ("merged object size", sourced("merged_object_size", format_size(d.merged_object_size))),
             ("merge batch size", str(d.merge_batch_size)),
         ]
+    if d.partition_by:
+        settings.append(("partitioned by", ", ".join(["dt", *d.partition_by])))
     if meta.keyed:
         settings.append(("primary key", ", ".join(meta.primary_key)))
         settings.append(("sequence column", d.sequence_column or "none: the last committed row wins"))
@@ -170,7 +175,7 @@ def table_show(context: click.Context, name: str, fmt: str) -> None:
             [(c.name, c.type, "yes" if c.nullable else "no", c.source_field) for c in meta.columns],
         )
     )
-    emit(fmt, PARTITION_COLUMNS, partitions, title="partitions", empty="no partitions yet")
+    emit(fmt, columns, partitions, title="partitions", empty="no partitions yet")
 
 
 PARTITION_COLUMNS = (

@@ -24,6 +24,7 @@ from siltlake.catalog import AppliedRequest, PublishedVersion, RequestApplied, T
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.errors import SiltError, did_you_mean
+from siltlake.partspec import row_values
 from siltlake.records.coerce import partition_dates
 from siltlake.records.keyed import DELETE_MARKER
 from siltlake.records.writer import ObjectWriter, WrittenPart
@@ -41,6 +42,13 @@ class UpsertedPartition:
     deleted_keys: int  # rows whose delete column was true
     version: PublishedVersion | None  # None: a dry run, which publishes nothing
     delayed: bool | None  # its day closed: the object went to delayed/ (the merge version shows it); None: a dry run
+    partition_values: str = ""  # below dt, for a table with partition_by
+
+
+def _place(part: WrittenPart) -> str:
+    """A written part's partition as the upsert counts it: its date (ISO), then its values below dt if any."""
+    values = part.get("values", "")
+    return f"{part['date']}/{values}" if values else part["date"]
 
 
 @dataclass(frozen=True)
@@ -171,7 +179,7 @@ class PreparedUpsert:
         parts: list[WrittenPart],
         deleted: dict[str, int],
         mark: int,
-        start_ids: dict[dt.date, int],
+        start_ids: dict[tuple[dt.date, str], int],
         started: float,
         now: dt.datetime | None,
     ) -> None:
@@ -181,7 +189,7 @@ class PreparedUpsert:
         self.parts = parts  # the writer's, one per date: date, tmp_key, rows, bytes, min_time, max_time
         self.deleted = deleted  # date (ISO) -> rows with the delete column true
         self.mark = mark
-        self.start_ids = start_ids  # date -> the partition's largest small object id when the upsert started
+        self.start_ids = start_ids  # (date, values) -> the partition's largest small object id at the start
         self.started = started
         self.now = now
         self.prepared_at = utcnow()
@@ -222,8 +230,8 @@ class PreparedUpsert:
             if self.request is not None:
                 tx.check_request(self.request)
             for part in self.parts:
-                date = dt.date.fromisoformat(part["date"])
-                partition = tx.partition(record.id, date)
+                date, values = dt.date.fromisoformat(part["date"]), part.get("values", "")
+                partition = tx.partition(record.id, date, values)
                 if partition is None:
                     continue  # created by this commit: nothing there to conflict with
                 tx.lock_partition(partition.id)
@@ -236,7 +244,7 @@ class PreparedUpsert:
                         "upsert again"
                     )
                 appended = tx.largest_object_id(partition.id)
-                if appended > self.start_ids.get(date, 0):
+                if appended > self.start_ids.get((date, values), 0):
                     raise UpdateConflict(
                         f"{name} dt={date} changed while the upsert ran: small object {appended} "
                         "was appended after the upsert started; run the upsert again"
@@ -244,7 +252,7 @@ class PreparedUpsert:
             placed: list[tuple[WrittenPart, str, bool]] = []
             for part in self.parts:
                 staging_id = tx.register_loaded(
-                    f"upsert:{self.run_id}/{part['date']}",
+                    f"upsert:{self.run_id}/{_place(part)}",
                     table_id=record.id,
                     size=part["bytes"],
                     records_in=part["rows"],
@@ -261,17 +269,18 @@ class PreparedUpsert:
                 placed.append((part, moves[0][1], delayed))
             versions = []
             for part, key, _ in placed:
-                date = dt.date.fromisoformat(part["date"])
-                partition = tx.partition(record.id, date)
+                date, values = dt.date.fromisoformat(part["date"]), part.get("values", "")
+                partition = tx.partition(record.id, date, values)
                 assert partition is not None
                 upper = small_object_id(key.rsplit("/", 1)[-1])
                 assert upper is not None
                 base = tx.merge_base(partition.id, upper)
                 # Written inside the transaction: if it aborts, the manifest is garbage no version names (reap).
                 listed = read_manifest(lake, base.manifest_key) if base.manifest_key else []
-                objects = [(layout.small_object(date, o.id, o.delayed), o.content_length) for o in base.objects]
+                objects = [(layout.small_object(date, o.id, o.delayed, values), o.content_length) for o in base.objects]
+                label = merge_label((base.version or 0) + 1, upper)
                 manifest, _ = write_manifests(
-                    lake, layout, date, upper, objects, label=merge_label((base.version or 0) + 1, upper), listed=listed
+                    lake, layout, date, upper, objects, label=label, listed=listed, values=values
                 )
                 versions.append((base, upper, manifest))
             published = tx.add_merge_versions(record.id, versions, now, given=self.now is not None)
@@ -281,12 +290,17 @@ class PreparedUpsert:
                     published[0].table_version,
                     f"upserted "
                     f"{sum(p['rows'] for p in self.parts)} rows into "
-                    f"{', '.join(p['date'] for p in self.parts)}",
+                    f"{', '.join(_place(p) for p in self.parts)}",
                     published[0].created_at,
                 )
         return tuple(
             UpsertedPartition(
-                dt.date.fromisoformat(part["date"]), part["rows"], self.deleted.get(part["date"], 0), version, delayed
+                dt.date.fromisoformat(part["date"]),
+                part["rows"],
+                self.deleted.get(_place(part), 0),
+                version,
+                delayed,
+                part.get("values", ""),
             )
             for (part, _, delayed), version in zip(placed, published, strict=True)
         )
@@ -332,7 +346,7 @@ def _checked(
     delete_column: str | None,
 ) -> tuple[TableRecord, pa.Table, pa.Array, dict[str, int]]:
     """The table, the rows shaped as its columns (SiltError for rows it cannot take), each row's partition date
-    and the rows with the delete column true per date (ISO)."""
+    and the rows with the delete column true per partition (its date, ISO, then "/" and its values if any)."""
     record = _record(deployment, name)
     definition = record.definition
     shaped = shaped_rows(record, rows, delete_column)
@@ -340,9 +354,12 @@ def _checked(
     _check_unique(record, shaped, dates)
     deleted: dict[str, int] = {}
     if delete_column is not None:
-        counted = pa.table({"d": dates, "m": shaped.column(DELETE_MARKER)}).group_by("d").aggregate([("m", "sum")])
+        places = pc.cast(dates, pa.string())
+        if definition.partition_fields:
+            places = pc.binary_join_element_wise(places, row_values(definition.partition_fields, shaped), "/")
+        counted = pa.table({"d": places, "m": shaped.column(DELETE_MARKER)}).group_by("d").aggregate([("m", "sum")])
         deleted = {
-            d.isoformat(): int(m or 0)
+            d: int(m or 0)
             for d, m in zip(counted.column("d").to_pylist(), counted.column("m_sum").to_pylist(), strict=True)
         }
     return record, shaped, dates, deleted
@@ -355,8 +372,11 @@ def plan_upsert(
     of them deleting their key) per partition date."""
     _, _, dates, deleted = _checked(deployment, name, rows, delete_column)
     counted = pa.table({"d": dates}).group_by("d").aggregate([("d", "count")])
+    by_date: dict[str, int] = {}
+    for place, count in deleted.items():  # a partition below dt counts toward its date
+        by_date[place.split("/", 1)[0]] = by_date.get(place.split("/", 1)[0], 0) + count
     return sorted(
-        (day, int(count), deleted.get(day.isoformat(), 0))
+        (day, int(count), by_date.get(day.isoformat(), 0))
         for day, count in zip(counted.column("d").to_pylist(), counted.column("d_count").to_pylist(), strict=True)
     )
 
