@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 import pytest
 
 from siltlake.deployment import Deployment
+from siltlake.errors import NotFoundError, SiltError
 from siltlake.lake import Lake
 from siltlake.merge import merge_once
 from siltlake.partspec import bucket_of
@@ -109,3 +110,45 @@ def test_keyed_upserts_land_in_their_keys_buckets(deployment: Deployment) -> Non
     again = lake.table("web.access").to_arrow(columns=["user_id", "action"])
     assert again.sort_by("user_id").equals(shown.sort_by("user_id"))
     assert pc.count_distinct(again.column("user_id")).as_py() == again.num_rows == 11
+
+
+def test_updates_overwrites_retypes_restores_and_compactions_rewrite_each_partition_of_a_date(
+    deployment: Deployment,
+) -> None:
+    table = make_table(deployment, partition_by=["action"])
+    rows = stream(deployment, DAY, 0, count=30)
+    publish_once(deployment, now=tokyo(DAY, 12))
+    lake = Lake(deployment)
+    access = lake.table("web.access")
+    first = access.version
+
+    report = access.update({"user_id": "user_id + 1000"}, where="action = 'a1'", dates=DAY, now=tokyo(DAY, 13))
+    assert [u.partition_values for u in report if u.version is not None] == ["action=a1"]
+    changed = Counter({(t, u + 1000 if a == "a1" else u, a): n for (t, u, a), n in rows.items()})
+    assert arrow_rows(access.to_arrow()) == changed
+    with pytest.raises(SiltError, match="action partitions the table below dt"):
+        access.update({"action": "'x'"}, dates=DAY)
+
+    # Overwrite with Arrow rows: each partition of the date gets its own rows; one given none is emptied.
+    kept = access.to_arrow(columns=["utc_event_time", "user_id", "action"]).filter(pc.field("action") != "a2")
+    access.overwrite(kept, dates=DAY, now=tokyo(DAY, 14))
+    assert arrow_rows(access.to_arrow()) == Counter({r: n for r, n in changed.items() if r[2] != "a2"})
+    unknown = kept.slice(0, 1).set_column(2, "action", pa.array(["never-seen"]))
+    with pytest.raises(NotFoundError, match="rows fall in partitions it does not have"):
+        access.overwrite(unknown, dates=DAY)
+
+    restored = access.restore(version=first, now=tokyo(DAY, 15))
+    assert len(restored) and all(u.partition_values.startswith("action=") for u in restored)
+    assert arrow_rows(access.to_arrow()) == rows
+
+    # A rewrite of a column's type rewrites every partition holding it; history reads as it was.
+    access.alter_column("user_id", "string", rewrite=True, now=tokyo(DAY, 16))
+    back = access.to_arrow(columns=["user_id", "action"])
+    assert Counter(zip(back.column("user_id").to_pylist(), back.column("action").to_pylist(), strict=True)) == Counter(
+        {(str(u), a): n for (_, u, a), n in rows.items()}
+    )
+    assert arrow_rows(access.to_arrow(as_of_version=first)) == rows
+    # A compaction of the date merges every partition of it.
+    compacted = access.compact(dates=DAY, now=tokyo(DAY, 17))
+    assert compacted is not None
+    assert all(p.desired_manifest_version > 0 for p in deployment.catalog.partitions.list(table.id))

@@ -50,13 +50,15 @@ class TableMaintenance:
         partition_ids = None
         if dates is not None:
             wanted = parse_dates(dates) or set()
-            present = {p.partition_date: p.id for p in deployment.catalog.partitions.list(self.record.id)}
+            present: dict[dt.date, list[int]] = {}  # a table partitioned below dt: several partitions a date
+            for p in deployment.catalog.partitions.list(self.record.id):
+                present.setdefault(p.partition_date, []).append(p.id)
             missing = sorted(wanted - set(present))
             if missing:
                 raise NoSuchPartition(
                     f"{self.record.qualified_name} has no partition {', '.join(d.isoformat() for d in missing)}"
                 )
-            partition_ids = [present[day] for day in sorted(wanted)]
+            partition_ids = [pid for day in sorted(wanted) for pid in present[day]]
         clock = (lambda: now) if now is not None else utcnow
         if dry_run:
             import pyarrow as pa

@@ -10,10 +10,11 @@ import pyarrow.compute as pc
 
 from siltlake.deployment import Deployment
 from siltlake.errors import NotFoundError, SiltError
+from siltlake.partspec import row_values
 from siltlake.records.coerce import partition_dates
 from siltlake.write.append import _tables
 from siltlake.write.requests import UpdatesReport, applied_before, commit_updates, write_request
-from siltlake.write.update import PreparedUpdates, prepare_overwrite, present_dates, updatable_table
+from siltlake.write.update import PreparedUpdates, partitions_of, prepare_overwrite, present_dates, updatable_table
 from siltlake.write.upsert import shaped_rows
 
 
@@ -55,11 +56,24 @@ def overwrite(
         wanted = present_dates(deployment, record, wanted, "overwritten")
     except NotFoundError as exc:
         raise NotFoundError(f"{exc} (overwrite replaces partitions the table has; append adds new ones)") from None
+    fields = record.definition.partition_fields
+    places = pc.cast(on, pa.string())
+    if fields:  # a partition below dt is given the rows of its values; one with none is emptied
+        places = pc.binary_join_element_wise(places, row_values(fields, shaped), "/")
+    partitions = partitions_of(deployment, record, wanted)
+    named = {"/".join(filter(None, (date.isoformat(), values))) for date, values in partitions}
+    unknown = sorted(set(pc.unique(places).to_pylist()) - named)
+    if unknown:
+        raise NotFoundError(
+            f"cannot overwrite {name}: rows fall in partitions it does not have ({', '.join(unknown[:5])}); append "
+            "adds new ones; nothing was changed"
+        )
     prepared = PreparedUpdates([], now)
     try:
-        for date in wanted:
-            part = shaped.filter(pc.equal(on, pa.scalar(date, pa.date32())))
-            prepared.updates.append(prepare_overwrite(deployment, name, date, part, now))
+        for date, values in partitions:
+            place = "/".join(filter(None, (date.isoformat(), values)))
+            part = shaped.filter(pc.equal(places, pa.scalar(place, pa.string())))
+            prepared.updates.append(prepare_overwrite(deployment, name, date, part, now, values))
     except BaseException:
         prepared.discard()
         raise

@@ -97,15 +97,18 @@ def restore(
         return UpdatesReport(name, (), request_id, applied)
     catalog = deployment.catalog
     then = {
-        view.partition_date: view
+        (view.partition_date, view.partition_values): view
         for view in catalog.version_reads.reader_snapshot(record.id, as_of_version=target, table_name=name)
     }
-    partitions: dict[dt.date, PartitionRow] = {p.partition_date: p for p in catalog.partitions.list(record.id)}
+    partitions: dict[tuple[dt.date, str], PartitionRow] = {
+        (p.partition_date, p.partition_values): p for p in catalog.partitions.list(record.id)
+    }
     gone = sorted(set(then) - set(partitions))
     if gone:
         raise SiltError(
             f"cannot restore {name} to version {target}: its partitions "
-            f"{', '.join(d.isoformat() for d in gone)} were removed since (past the table's TTL), "
+            f"{', '.join('/'.join(filter(None, (d.isoformat(), v))) for d, v in gone)} were removed since (past the "
+            "table's TTL), "
             "and their files with them; nothing was changed"
         )
     history: dict[int, dict[int, PublishedVersion]] = {}
@@ -113,13 +116,13 @@ def restore(
         history.setdefault(published.partition_id, {})[published.version] = published
     prepared = PreparedUpdates([], now)
     try:
-        for date in sorted(partitions):
-            partition = partitions[date]
+        for place in sorted(partitions):
+            partition, date = partitions[place], place[0]
             versions = history.get(partition.id, {})
             newest = versions[max(versions)] if versions else None
-            view = then.get(date)
+            view = then.get(place)
             shown = versions.get(view.version) if view is not None and view.version is not None else None
-            base = catalog.versions.update_base(record.id, date)
+            base = catalog.versions.update_base(record.id, date, place[1])
             if _unchanged(newest, base.upper, shown):
                 continue
             if progress is not None:

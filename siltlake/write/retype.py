@@ -141,7 +141,9 @@ def _rewrite(
             for done, partition in enumerate(deployment.catalog.partitions.list(before.id)):
                 if progress is not None:
                     progress(done, partition.partition_date)
-                base = deployment.catalog.versions.update_base(before.id, partition.partition_date)
+                base = deployment.catalog.versions.update_base(
+                    before.id, partition.partition_date, partition.partition_values
+                )
                 frame = base_frame(deployment.spark(), deployment, before, base)  # Spark only for a partition
                 if not frame.where(F.col(column).isNotNull()).limit(1).count():
                     continue  # nothing to convert: the objects read the new column as null, as they should

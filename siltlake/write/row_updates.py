@@ -19,6 +19,7 @@ from siltlake.write.update import (
     PreparedUpdate,
     PreparedUpdates,
     base_frame,
+    partitions_of,
     prepare_deletes,
     present_dates,
     record_and_base,
@@ -83,6 +84,12 @@ def _assignments(record: TableRecord, assignments: Mapping[str, Any]) -> dict[st
             f" of the table (its columns: {', '.join(c.name for c in definition.columns)}); nothing was "
             "changed"
         )
+    placing = sorted(set(assignments) & {f.column for f in definition.partition_fields})
+    if placing:
+        raise SiltError(
+            f"{where}: {', '.join(placing)} partitions the table below dt, and an update rewrites rows in their "
+            "partition (delete the rows and append them with the new value); nothing was changed"
+        )
     keys = sorted(set(assignments) & set(definition.primary_key))
     if keys:
         raise SiltError(
@@ -129,6 +136,7 @@ def prepare_update(
     where: str | None,
     now: dt.datetime | None = None,
     write: bool = True,
+    partition_values: str = "",
 ) -> tuple[PreparedUpdate, int]:
     """Write the partition with the SET columns of the rows matching `where` (None: every row) replaced, and
     how many rows match; without `write` (a dry run) only count them."""
@@ -139,7 +147,7 @@ def prepare_update(
     from siltlake.read.sandbox import check_expression
 
     started = time.monotonic()
-    record, base = record_and_base(deployment, name, partition_date)
+    record, base = record_and_base(deployment, name, partition_date, partition_values)
     assignments = _assignments(record, assignments)
     spark = deployment.spark()
     frame = base_frame(spark, deployment, record, base)
@@ -202,10 +210,10 @@ def update_rows(
     matched: list[int] = []
     with time_bound(deployment.config.sql.write_timeout, "sql.write_timeout", f"updating {name}"):
         try:
-            for done, date in enumerate(wanted):
+            for done, (date, below) in enumerate(partitions_of(deployment, record, wanted)):
                 if progress is not None:
                     progress(done, date)
-                update, count = prepare_update(deployment, name, date, assignments, where, now, not dry_run)
+                update, count = prepare_update(deployment, name, date, assignments, where, now, not dry_run, below)
                 prepared.updates.append(update)
                 matched.append(count)
         except BaseException:

@@ -366,16 +366,19 @@ def prepare_overwrite(
     partition_date: dt.date,
     rows: DataFrame | pa.Table,
     now: dt.datetime | None = None,
+    values: str = "",
 ) -> PreparedUpdate:
-    """Write `rows` (a DataFrame with the table's columns; nullable ones may be missing) as the partition; a
-    pyarrow table is written in this process, without Spark (write.in_process)."""
+    """Write `rows` (a DataFrame with the table's columns; nullable ones may be missing) as the partition (of
+    `partition_date` and `values` below it); a pyarrow table is written in this process, without Spark
+    (write.in_process)."""
     started = time.monotonic()
-    record, base = record_and_base(deployment, name, partition_date)
+    record, base = record_and_base(deployment, name, partition_date, values)
     definition = record.definition
-    if definition.partition_by:
+    if definition.partition_by and not isinstance(rows, pa.Table):
         raise SiltError(
             f"cannot overwrite {definition.qualified_name} dt={partition_date}: the table is partitioned below dt "
-            f"too ({', '.join(definition.partition_by)}); delete with a predicate (silt delete --where) instead"
+            f"too ({', '.join(definition.partition_by)}); overwrite it with Arrow rows (Table.overwrite), which are "
+            "split by partition, or delete with a predicate"
         )
     given = rows.column_names if isinstance(rows, pa.Table) else rows.columns
     extra = sorted(set(given) - {c.name for c in definition.columns} - {"dt"})
@@ -420,6 +423,19 @@ def present_dates(deployment: Deployment, record: TableRecord, dates: Iterable[d
     return wanted
 
 
+def partitions_of(deployment: Deployment, record: TableRecord, dates: list[dt.date]) -> list[tuple[dt.date, str]]:
+    """The partitions of `dates` (present ones) as (date, values): one a date, or, for a table partitioned
+    below dt, each of the date's."""
+    if not record.definition.partition_by:
+        return [(date, "") for date in dates]
+    wanted = set(dates)
+    return [
+        (p.partition_date, p.partition_values)
+        for p in deployment.catalog.partitions.list(record.id)
+        if p.partition_date in wanted
+    ]
+
+
 def prepare_deletes(
     deployment: Deployment,
     name: str,
@@ -433,17 +449,12 @@ def prepare_deletes(
     refused, named); what was written is deleted if one fails. progress(done, date) before each."""
     record = updatable_table(deployment, name)
     wanted = present_dates(deployment, record, dates, "deleted")
-    below: dict[dt.date, list[str]] = {}  # a table partitioned below dt: every partition of each date
-    if record.definition.partition_by:
-        for partition in deployment.catalog.partitions.list(record.id):
-            below.setdefault(partition.partition_date, []).append(partition.partition_values)
     prepared = PreparedUpdates([], now)
     try:
-        for done, date in enumerate(wanted):
+        for done, (date, values) in enumerate(partitions_of(deployment, record, wanted)):
             if progress is not None:
                 progress(done, date)
-            for values in below.get(date, [""]):
-                prepared.updates.append(prepare_delete(deployment, name, date, where, now, write, values))
+            prepared.updates.append(prepare_delete(deployment, name, date, where, now, write, values))
     except BaseException:
         prepared.discard()
         raise
