@@ -39,7 +39,7 @@ $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 # S3=1: the demo's roots in a bucket of a local S3 endpoint (moto's server on 127.0.0.1, a dev dependency).
 S3 ?=
 demo: prereqs $(VENV)/.installed $(if $(S3),$(VENV)/.installed-dev)
-	SILTLAKE_DEMO_S3=$(S3) $(BIN)/python -m siltlake.demo
+	SILTLAKE_DEMO_S3=$(S3) $(BIN)/python -m siltlake.demo $(if $(PARTITION_BY),--partition-by '$(PARTITION_BY)')
 
 # A Spark standalone master and two workers on 127.0.0.1 and PostgreSQL catalogs (CLUSTER_DEMO_PG: the
 # server's admin URL, default postgresql+psycopg://postgres@127.0.0.1:5432/postgres).

@@ -152,3 +152,33 @@ def test_updates_overwrites_retypes_restores_and_compactions_rewrite_each_partit
     compacted = access.compact(dates=DAY, now=tokyo(DAY, 17))
     assert compacted is not None
     assert all(p.desired_manifest_version > 0 for p in deployment.catalog.partitions.list(table.id))
+
+
+def test_a_bulk_load_writes_each_partition_below_dt(deployment: Deployment, tmp_path) -> None:
+    from siltlake.load import load, parse_load_config
+    from siltlake.tabledef import TableDef
+
+    from .test_load import config, csv_file
+
+    columns = [
+        {"name": "id", "type": "bigint"},
+        {"name": "event_time", "type": "timestamp", "nullable": False},
+        {"name": "name", "type": "string"},
+    ]
+    definition = {"schema": "web", "name": "people", "time_column": "event_time", "timezone": "Asia/Tokyo"}
+    table = deployment.catalog.tables.create(
+        TableDef.from_mapping({**definition, "columns": columns, "partition_by": ["bucket(3, id)"]})
+    )
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    rows = csv_file(inputs / "a.csv", 0, 40) + csv_file(inputs / "b.csv.gz", 100, 30, gz=True)
+    loaded = config(inputs)
+    loaded["out"]["create"] = False
+    load(deployment, parse_load_config(loaded))
+    partitions = deployment.catalog.partitions.list(table.id)
+    assert {(p.partition_date.isoformat(), p.partition_values) for p in partitions} == {
+        (local[:10], f"id_bucket={bucket_of(ident, 3)}") for ident, local, _ in rows
+    }
+    publish_once(deployment, now=tokyo(NEXT_DAY, 12))
+    shown = Lake(deployment).table("web.people").to_arrow(columns=["id"])
+    assert sorted(shown.column("id").to_pylist()) == sorted(ident for ident, _, _ in rows)

@@ -130,3 +130,15 @@ def test_a_partition_column_keeps_its_name_type_and_place() -> None:
         without_column(table, "user_id")
     with pytest.raises(DefinitionError, match="partition_by column"):
         with_column_type(table, "action", "int", rewrite=True)
+
+
+def test_the_demo_table_takes_levels_below_dt(tmp_path) -> None:
+    from siltlake.demo.__main__ import parse_arguments
+    from siltlake.demo.sample import write_table_definition
+    from siltlake.tabledef import load_table_file
+
+    levels = parse_arguments(["--partition-by", "host", "--partition-by", "bucket(4, user_id)"])
+    write_table_definition(tmp_path / "t.toml", levels)
+    assert load_table_file(tmp_path / "t.toml").partition_by == ("host", "bucket(4, user_id)")
+    write_table_definition(tmp_path / "plain.toml", parse_arguments([]))
+    assert load_table_file(tmp_path / "plain.toml").partition_by == ()

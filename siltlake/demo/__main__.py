@@ -240,8 +240,8 @@ def file_counts(deployment: Any) -> dict[str, int]:  # a Deployment
     lake = Path(".siltlake/lake")
     return {
         "staging": sum(1 for path in Path(".siltlake/staging").rglob("*") if path.is_file()),
-        **{
-            area: len(list(lake.glob(keys.area_glob(area))))
+        **{  # `**`: a table partitioned below dt keeps its objects deeper (keys.area_glob's `*` spans them for fnmatch)
+            area: len(list(lake.glob(keys.area_glob(area).replace("/dt=*/", "/dt=*/**/"))))
             for area in (keys.LIVE, keys.DELAYED, keys.MERGED, keys.MANIFESTS)
         },
     }
@@ -304,8 +304,9 @@ def show_timeline(demo: Demo) -> None:
     console.print(grid)
 
 
-def parse_arguments(argv: list[str] | None = None) -> None:
-    """`--help` says what the demo does and where, before anything runs (it wipes build/demo)."""
+def parse_arguments(argv: list[str] | None = None) -> list[str]:
+    """`--help` says what the demo does and where, before anything runs (it wipes build/demo); the table's
+    partition_by fields below dt, if given."""
     import argparse
 
     parser = argparse.ArgumentParser(
@@ -314,11 +315,19 @@ def parse_arguments(argv: list[str] | None = None) -> None:
         epilog=f"It works in {DEMO_DIR} (wiped first). SILTLAKE_DEMO_S3=1 puts the storage roots in a local S3 "
         "bucket (moto). `make demo` runs it.",
     )
-    parser.parse_args(argv)
+    parser.add_argument(
+        "--partition-by",
+        action="append",
+        default=[],
+        metavar="FIELD",
+        help="partition web.access below dt too: a column (host) or bucket(N, column); repeat for more levels "
+        "(make demo PARTITION_BY=host)",
+    )
+    return parser.parse_args(argv).partition_by
 
 
 def main() -> None:
-    parse_arguments()
+    partition_by = parse_arguments()
     started = time.monotonic()
     root = DEMO_DIR.resolve()
     if root.exists():
@@ -348,7 +357,7 @@ def main() -> None:
         f"root when they were shipped; {LATE_SERVER}'s shipper is down from 23:00 to 02:00 on the first night.",
         highlight=False,
     )
-    write_table_definition("web_access.toml")
+    write_table_definition("web_access.toml", partition_by)
     # The dashboard's history is sampled on the simulated clock, a half-hour slot at each publish run (see
     # Demo.publish), so the page the demo points to at its end shows the two days it simulates; `silt dashboard`
     # run here later reads the same file, and its labels name the same interval.

@@ -34,9 +34,11 @@ Records are made by siltlake.demo.traffic; benchmark inputs by siltlake.demo.ben
 from __future__ import annotations
 
 import gzip
+import json
 import random
 import struct
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
 from pathlib import Path
@@ -111,11 +113,15 @@ class SampleSummary:
     shipped: dict[str, datetime] = field(default_factory=dict)  # key -> when its shipper wrote it (UTC)
 
 
-def write_table_definition(path: str | Path) -> None:
-    """Write the demo table definition (TOML) for ``web.access`` to path."""
+def write_table_definition(path: str | Path, partition_by: Sequence[str] = ()) -> None:
+    """Write the demo table definition (TOML) for ``web.access`` to path; partitioned below dt by `partition_by`
+    (docs/tables.md, "Partitions below the date") when given."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(TABLE_TOML, encoding="utf-8")
+    text = TABLE_TOML
+    if partition_by:  # a top-level key: before the [[columns]] tables
+        text = text.replace("[[columns]]", f"partition_by = {json.dumps(list(partition_by))}\n[[columns]]", 1)
+    path.write_text(text, encoding="utf-8")
 
 
 # --------------------------------------------------------------------------------------------------

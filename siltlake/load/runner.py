@@ -207,7 +207,7 @@ def _sql_stage(
         )
     columns = [Column(name=c.name, type=c.type, nullable=c.nullable, field_id=c.field_id) for c in definition.columns]
     table_json = json.dumps([c.model_dump() for c in columns])
-    dt_field_id = definition.dt_field_id
+    dt_field_id, partition_by = definition.dt_field_id, definition.partition_by
     settings = deployment.config.stream
     instance_key, time_column, timezone, codec = (
         deployment.instance_key,
@@ -223,7 +223,12 @@ def _sql_stage(
         import pyarrow.compute as pc
 
         target = row_table(
-            [Column.model_validate(c) for c in json.loads(table_json)], time_column, timezone, codec, dt_field_id
+            [Column.model_validate(c) for c in json.loads(table_json)],
+            time_column,
+            timezone,
+            codec,
+            dt_field_id,
+            partition_by,
         )
         schema = target.arrow_schema()
         context = TaskContext.get()
@@ -375,6 +380,7 @@ def _load(
                     offset=item.get("offset", 0),
                     length=item.get("length"),
                     dt_field_id=definition.dt_field_id if definition and time_column else None,
+                    partition_by=definition.partition_by if definition and time_column else (),
                 )
             )
             weights.append(item["size"])

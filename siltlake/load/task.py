@@ -16,7 +16,7 @@ import json
 import re
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NotRequired, TypedDict
 from zoneinfo import ZoneInfo
@@ -123,6 +123,7 @@ class LoadTask:
     offset: int = 0  # a split of an uncompressed file: the lines starting in [offset, offset + length)
     length: int | None = None
     dt_field_id: int | None = None  # the target table's (its columns carry theirs): objects hold Iceberg field ids
+    partition_by: tuple[str, ...] = ()  # the target table's levels below dt: objects per partition
 
     @property
     def staging_run(self) -> str:
@@ -130,10 +131,16 @@ class LoadTask:
 
 
 def row_table(
-    columns: list[Column], time_column: str, timezone: str, codec: str, dt_field_id: int | None = None
+    columns: list[Column],
+    time_column: str,
+    timezone: str,
+    codec: str,
+    dt_field_id: int | None = None,
+    partition_by: Sequence[str] = (),
 ) -> TableDef:
     """The TableDef the stream's converter and writer take; no validation (the `in` view has no time column).
-    The columns' field ids and dt_field_id are the target table's (None: objects without field ids)."""
+    The columns' field ids, dt_field_id and partition_by are the target table's (None: objects without field
+    ids)."""
     return TableDef.model_construct(
         schema_name="load",
         name="rows",
@@ -142,6 +149,7 @@ def row_table(
         columns=tuple(columns),
         codec=codec,
         dt_field_id=dt_field_id,
+        partition_by=tuple(partition_by),
     )
 
 
@@ -430,7 +438,7 @@ def run_load_task(task: LoadTask) -> LoadTaskReport:
     started = time.time()
     job = JobConfig.model_validate_json(task.job_json)
     columns = [Column.model_validate(c) for c in json.loads(task.columns_json)]
-    table = row_table(columns, task.time_column, task.timezone, task.codec, task.dt_field_id)
+    table = row_table(columns, task.time_column, task.timezone, task.codec, task.dt_field_id, task.partition_by)
     kind = "csv" if job.parser.type == "csv" else job.parser.type
     converter = RecordConverter(table, kind)
     timestamps = [c for c in job.parser.columns if c.type == "timestamp"]
