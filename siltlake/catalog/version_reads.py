@@ -78,10 +78,12 @@ class VersionReads:
         table_name: str = "the table",
         dates: Collection[dt.date] | None = None,
         date_filter: Callable[[list[dt.date]], Collection[dt.date]] | None = None,
+        partition_filter: Callable[[list[tuple[dt.date, str]]], Collection[tuple[dt.date, str]]] | None = None,
     ) -> list[PartitionView]:
         """Every partition's visible state, read in one snapshot with a constant number of queries; only
         that of the partitions dated `dates`, and of those `date_filter` keeps of the table's partition
-        dates (given them all, read in the same snapshot, it returns the dates to read).
+        dates (given them all, read in the same snapshot, it returns the dates to read) and `partition_filter`
+        keeps of its partitions (given them all as (date, values below dt), it returns those to read).
 
         A version shows its file list (the manifest of exactly its files); a version published before
         file lists shows its manifest's objects (ids <= covered_upper) and the live objects above them up
@@ -99,11 +101,20 @@ class VersionReads:
         with self._core.snapshot() as c:
             if pinned:
                 self._check_in_range(c, table_id, table_name, as_of_version, as_of)
-            if date_filter is not None:
-                present: list[dt.date] = list(
-                    c.execute(sa.select(p.c.partition_date).where(p.c.table_id == table_id)).scalars()
-                )
-                kept = set(date_filter(present))
+            kept_partitions: set[tuple[dt.date, str]] | None = None
+            if date_filter is not None or partition_filter is not None:
+                present = [
+                    (row.partition_date, row.partition_values)
+                    for row in c.execute(
+                        sa.select(p.c.partition_date, p.c.partition_values).where(p.c.table_id == table_id)
+                    )
+                ]
+                kept = {date for date, _ in present}
+                if date_filter is not None:
+                    kept &= set(date_filter(sorted(kept)))
+                if partition_filter is not None:
+                    kept_partitions = set(partition_filter([key for key in present if key[0] in kept]))
+                    kept &= {date for date, _ in kept_partitions}
                 dates = kept if dates is None else kept & set(dates)
             if dates is not None:
                 dates = set(dates)
@@ -116,6 +127,8 @@ class VersionReads:
             rows = c.execute(rows_query, values).all()
             if dates is not None:
                 rows = [row for row in rows if row.partition_date in dates]
+            if kept_partitions is not None:
+                rows = [row for row in rows if (row.partition_date, row.partition_values) in kept_partitions]
             # (lower, upper]: the live object ids each partition shows beside its manifest.
             live: dict[int, tuple[int, int]] = {}
             for row in rows:

@@ -521,13 +521,23 @@ class Versions:
         """The partition versions of table versions in (after, upto], each with its partition's date and the
         partition's version before it (None: the partition's first), ordered by table version then date:
         what each commit changed, for the change feed."""
+        return [(date, version, before) for date, _, version, before in self.stamped_partitions(table_id, after, upto)]
+
+    def stamped_partitions(
+        self,
+        table_id: int,
+        after: int,
+        upto: int,
+    ) -> list[tuple[dt.date, str, PublishedVersion, PublishedVersion | None]]:
+        """stamped, with each partition's values below dt ("" for a table partitioned by dt alone) after its date;
+        ordered by table version, date, then values."""
         p, v = s.partitions, s.partition_versions
         with self._core.snapshot() as c:
             rows = c.execute(
-                sa.select(p.c.partition_date, v)
+                sa.select(p.c.partition_date, p.c.partition_values, v)
                 .join(p, p.c.id == v.c.partition_id)
                 .where(v.c.table_id == table_id, v.c.table_version > after, v.c.table_version <= upto)
-                .order_by(v.c.table_version, p.c.partition_date)
+                .order_by(v.c.table_version, p.c.partition_date, p.c.partition_values)
             ).all()
             wanted = sorted({(r.partition_id, r.version - 1) for r in rows if r.version > 1})
             before: dict[tuple[int, int], PublishedVersion] = {}
@@ -535,7 +545,10 @@ class Versions:
                 chunk = wanted[start : start + _IDS_PER_STATEMENT]
                 for r in c.execute(sa.select(v).where(sa.tuple_(v.c.partition_id, v.c.version).in_(chunk))):
                     before[(r.partition_id, r.version)] = _version(r)
-        return [(r.partition_date, _version(r), before.get((r.partition_id, r.version - 1))) for r in rows]
+        return [
+            (r.partition_date, r.partition_values, _version(r), before.get((r.partition_id, r.version - 1)))
+            for r in rows
+        ]
 
 
 def _version(row) -> PublishedVersion:  # a partition_versions Row

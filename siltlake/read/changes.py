@@ -1,5 +1,6 @@
 """The change feed (docs/design.md "Change feed"): the rows each table version inserted or deleted, computed from
-the catalog's commits and each changed partition's file lists before and after, never by diffing the table.
+the catalog's commits and each changed partition's file lists before and after, never by diffing the table. A
+partition is a date and, for a table with partition_by, its values below dt: each is compared on its own.
 
 Per partition version stamped with a table version:
 
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 
     from siltlake.catalog import PublishedVersion, TableRecord
     from siltlake.deployment import Deployment
+    from siltlake.read.partition_prune import PartitionKey
 
 CHANGE_TYPE = "_change_type"
 COMMIT_VERSION = "_commit_version"
@@ -96,23 +98,21 @@ def table_changes(
                 f"{record.qualified_name} has no column {', '.join(unknown)}; its columns are "
                 f"{', '.join(out_schema.names)}"
             )
-    by_version: dict[int, list[tuple[dt.date, PublishedVersion, PublishedVersion | None]]] = {}
-    for date, version, before in catalog.versions.stamped(record.id, start_version, end):
-        by_version.setdefault(version.table_version, []).append((date, version, before))
+    by_version: dict[int, list[tuple[PartitionKey, PublishedVersion, PublishedVersion | None]]] = {}
+    for date, values, version, before in catalog.versions.stamped_partitions(record.id, start_version, end):
+        by_version.setdefault(version.table_version, []).append(((date, values), version, before))
     pieces = []
     for table_version, changed in sorted(by_version.items()):
         stamp = max(version.created_at for _, version, _ in changed).replace(tzinfo=dt.UTC)
-        wanted = [date for date, version, before in changed if _may_change_rows(record, version, before)]
+        # Each partition (date, values below dt) its own: its files before and after, read for it alone.
+        wanted = [key for key, version, before in changed if _may_change_rows(record, version, before)]
         if not wanted:
             continue
-        new_files = _files_by_date(version_files(deployment, record, as_of_version=table_version, dates=set(wanted)))
-        old_files = (
-            _files_by_date(version_files(deployment, record, as_of_version=table_version - 1, dates=set(wanted)))
-            if table_version > 1
-            else {}
-        )
-        for date in wanted:
-            rows = partition_changes(deployment, record, schema, date, old_files.get(date, []), new_files.get(date, []))
+        new_files = _partition_files(deployment, record, table_version, wanted)
+        old_files = _partition_files(deployment, record, table_version - 1, wanted) if table_version > 1 else {}
+        for key in wanted:
+            date = key[0]
+            rows = partition_changes(deployment, record, schema, date, old_files.get(key, []), new_files.get(key, []))
             if rows.num_rows:
                 count = rows.num_rows
                 rows = rows.append_column(
@@ -137,10 +137,21 @@ def _may_change_rows(record: TableRecord, version: PublishedVersion, before: Pub
     return not record.definition.keyed and version.row_count != before.row_count
 
 
-def _files_by_date(files: list[DataFile]) -> dict[dt.date, list[DataFile]]:
-    grouped: dict[dt.date, list[DataFile]] = {}
+def _partition_files(
+    deployment: Deployment, record: TableRecord, table_version: int, wanted: list[PartitionKey]
+) -> dict[PartitionKey, list[DataFile]]:
+    """The files of the partitions `wanted` as of a table version, by partition (only theirs are read)."""
+    kept = set(wanted)
+    files = version_files(
+        deployment,
+        record,
+        as_of_version=table_version,
+        dates={date for date, _ in kept},
+        partition_filter=lambda present: kept & set(present),
+    )
+    grouped: dict[PartitionKey, list[DataFile]] = {}
     for f in files:
-        grouped.setdefault(f.partition_date, []).append(f)
+        grouped.setdefault((f.partition_date, f.partition_values), []).append(f)
     return grouped
 
 

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
     from siltlake.catalog import PartitionView, TableRecord
     from siltlake.deployment import Deployment
+    from siltlake.read.partition_prune import PartitionFilter
 
 __all__ = ["QueryPlan", "Read", "checked_query", "parse_query", "plan_query"]
 
@@ -40,6 +41,7 @@ class Read:
     record: TableRecord
     options: dict[str, Any]
     partitions: list[PartitionView] = field(default_factory=list)
+    pruned: bool = False  # its WHERE left partitions below dt out (a rerun must plan it again to do the same)
 
 
 @dataclass
@@ -237,6 +239,9 @@ def plan_query(
         as_of = options.get("as_of")
         # A table read once, by a SELECT whose WHERE bounds dt: only those days are planned.
         days = date_bounds(uses[view][0]) if len(uses[view]) == 1 else None
+        # ... and only the partitions below dt whose values its conditions on the partition_by columns allow.
+        values = value_bounds(uses[view][0], read.record) if len(uses[view]) == 1 else None
+        read.pruned = values is not None
         read.partitions = deployment.catalog.version_reads.reader_snapshot(
             read.record.id,
             as_of_version=options.get("as_of_version"),
@@ -244,6 +249,7 @@ def plan_query(
             table_name=read.record.qualified_name,
             dates=options.get("dates"),
             date_filter=days,
+            partition_filter=values,
         )
         # A pinned read shows the version's columns and types, as it was (docs/design.md "What time travel shows").
         read.record = deployment.catalog.tables.definition_at(
@@ -252,17 +258,45 @@ def plan_query(
     return QueryPlan(tree, planned)
 
 
-def date_bounds(node: exp.Table) -> Callable[[list[dt.date]], set[dt.date]] | None:
-    """The days a table reference's rows can come from, by the conditions on dt its SELECT's WHERE joins with
-    AND (dt = / <> / < / <= / > / >= / BETWEEN / IN quoted dates or DATE literals); None: all of them."""
+def _where_of(node: exp.Table) -> exp.Expr | None:
+    """The condition of the WHERE of the SELECT that reads the table reference alone (no join): what every row it
+    gives of the table holds; None: no such WHERE."""
     from sqlglot import exp
 
     select = node.parent.parent if isinstance(node.parent, exp.From) else None
     if not isinstance(select, exp.Select) or select.args.get("joins") or select.args.get("where") is None:
         return None
+    condition: exp.Expr = select.args["where"].this
+    return condition
+
+
+def value_bounds(node: exp.Table, record: TableRecord) -> PartitionFilter | None:
+    """The partitions (date, values below dt) a table reference's rows can come from, by what its SELECT's WHERE
+    pins its partition_by columns to (siltlake.read.partition_prune); None: all of them."""
+    from siltlake.read.partition_prune import column_types, column_values, partitions_of_values, pins_partitions
+
+    fields = record.definition.partition_fields
+    condition = _where_of(node) if fields else None
+    if condition is None:
+        return None
+    types = column_types(record)
+    allowed = column_values([condition], types, {node.alias_or_name.lower()})
+    if not pins_partitions(allowed, fields):
+        return None
+    return lambda present: partitions_of_values(allowed, present, fields, types)
+
+
+def date_bounds(node: exp.Table) -> Callable[[list[dt.date]], set[dt.date]] | None:
+    """The days a table reference's rows can come from, by the conditions on dt its SELECT's WHERE joins with
+    AND (dt = / <> / < / <= / > / >= / BETWEEN / IN quoted dates or DATE literals); None: all of them."""
+    from sqlglot import exp
+
+    where = _where_of(node)
+    if where is None:
+        return None
     names = {node.alias_or_name.lower()}
     tests: list[Callable[[dt.date], bool]] = []
-    pending = [select.args["where"].this]
+    pending = [where]
     while pending:
         condition = pending.pop()
         if isinstance(condition, exp.And):

@@ -30,17 +30,25 @@ class Predicate:
     """A read's filter: `arrow` over the table's column names; `stored` the same over the names objects hold the
     columns by (None: pyarrow cannot say it that way, so it applies after the columns are renamed); `duckdb` a
     DuckDB condition over the table's names (None: given as a pyarrow expression, which DuckDB reads through
-    pyarrow's scan)."""
+    pyarrow's scan); `conditions` the sqlglot trees of the parts given as text (all hold: buckets are pruned by
+    them, siltlake.read.partition_prune)."""
 
     text: str
     arrow: Any
     stored: Any | None
     duckdb: str | None
+    conditions: tuple[Any, ...] = ()
 
     def and_(self, other: Predicate) -> Predicate:
         stored = None if self.stored is None or other.stored is None else self.stored & other.stored
         duck = None if self.duckdb is None or other.duckdb is None else f"({self.duckdb}) AND ({other.duckdb})"
-        return Predicate(f"({self.text}) AND ({other.text})", self.arrow & other.arrow, stored, duck)
+        return Predicate(
+            f"({self.text}) AND ({other.text})",
+            self.arrow & other.arrow,
+            stored,
+            duck,
+            self.conditions + other.conditions,
+        )
 
 
 def predicate_of(value: Any, table: str, schema: pa.Schema, stored_names: Mapping[str, str]) -> Predicate:
@@ -117,7 +125,7 @@ def _from_sql(text: str, table: str, schema: pa.Schema, stored_names: Mapping[st
     arrow = logical.arrow
     check(arrow, text, table, schema)
     stored = _Walk(text, table, schema, stored_names).term(tree).arrow if stored_names else arrow
-    return Predicate(text, arrow, stored, logical.duckdb)
+    return Predicate(text, arrow, stored, logical.duckdb, (tree,))
 
 
 class _Walk:

@@ -125,6 +125,8 @@ def run_sql(
         columns, rows, answered_by, translation = _answer(
             deployment, query, plan, engine, limit, spark, running or _quietly
         )
+    # A read its WHERE pruned below dt is planned again each time: a kept plan reads every partition.
+    keep = keep and not any(read.pruned for read in plan.reads.values())
     if keep and translation is not None and translations is not None:
         translations.put(query, plan, translation)
     return _result(columns, rows, answered_by, limit)

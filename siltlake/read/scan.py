@@ -4,7 +4,8 @@ a stream of batches), pandas, Polars (lazy), DuckDB (a relation or a view), a py
 
 The plan is the version's exact files (siltlake.read.version_files): the current state's files of some days are kept by
 the Table while the catalog says they are unchanged (ReadPlans, with the DuckDB SELECT made of them), time travel
-and filtered reads plan each time, a filter's conditions on dt ruling out days before their manifests are read.
+and filtered reads plan each time, a filter's conditions on dt and on the partition_by columns ruling out partitions
+before their manifests are read (siltlake.read.partition_prune).
 """
 
 from __future__ import annotations
@@ -203,18 +204,26 @@ class Scan:
         plan = self._current()
         if plan is not None:
             return list(plan.files)
-        date_filter = None
-        if self.filter is not None:
-            arrow, schema = self.filter.arrow, self.table_schema
-            date_filter = lambda present: _dates_passing(arrow, present, schema)  # noqa: E731
         return version_files(
             self.deployment,
             self.record,
             as_of_version=self.as_of_version,
             as_of=self.as_of,
             dates=None if self.dates is None else set(self.dates),
-            date_filter=date_filter,
+            partition_filter=None if self.filter is None else self._partitions_passing,
         )
+
+    def _partitions_passing(self, present: list[tuple[dt.date, str]]) -> set[tuple[dt.date, str]]:
+        """The partitions (date, values below dt) this scan's filter does not rule out (siltlake.read.partition_prune:
+        pyarrow's simplification by dt and identity values, then the values a SQL filter pins for buckets)."""
+        from siltlake.read.partition_prune import arrow_partitions, column_types, column_values, partitions_of_values
+
+        assert self.filter is not None
+        fields = self.record.definition.partition_fields
+        types = column_types(self.record)
+        kept = arrow_partitions(self.filter.arrow, present, self.table_schema, fields, types)
+        allowed = column_values(self.filter.conditions, types)
+        return partitions_of_values(allowed, sorted(kept), fields, types) if allowed else kept
 
     def plain_files(self) -> list[DataFile]:
         """The version's data files (without statistics); a keyed table's partitions needing a merge on read have
@@ -500,23 +509,3 @@ def ds_filtered(parts: ArrowParts, predicate: Predicate | None) -> ds.Dataset:
     return ds.InMemoryDataset(
         ds.Scanner.from_batches(stream, columns={stored[n]: ds.field(n) for n in stored}).to_reader()
     )
-
-
-def _dates_passing(filter: Any, dates: list[dt.date], schema: pa.Schema) -> set[dt.date]:
-    """The dates whose partitions the pyarrow expression `filter` does not rule out by dt alone: pyarrow
-    simplifies the filter against each partition's `dt == date` (no file is opened; the paths are
-    placeholders), so a filter on other columns keeps every date."""
-    import pyarrow.dataset as ds
-    import pyarrow.fs as fs
-
-    ordered = sorted(set(dates))
-    if not ordered:
-        return set()
-    probe = ds.FileSystemDataset.from_paths(
-        [f"/{day.isoformat()}" for day in ordered],
-        schema=schema,
-        format=ds.ParquetFileFormat(),
-        filesystem=fs.LocalFileSystem(),
-        partitions=[ds.field("dt") == day for day in ordered],
-    )
-    return {dt.date.fromisoformat(fragment.path.lstrip("/")) for fragment in probe.get_fragments(filter=filter)}

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
     from siltlake.catalog import PartitionView, TableRecord
     from siltlake.deployment import Deployment
+    from siltlake.read.partition_prune import PartitionFilter
     from siltlake.storage.filesystem import Storage
 
 _MANIFEST_READERS = 16
@@ -99,10 +100,12 @@ def version_files(
     as_of: dt.datetime | None = None,
     dates: set[dt.date] | None = None,
     date_filter: Callable[[list[dt.date]], set[dt.date]] | None = None,
+    partition_filter: PartitionFilter | None = None,
 ) -> list[DataFile]:
     """The exact data files of a table version (as_of_version, or the versions published at or before the
     naive UTC time as_of, or the current state), of the partitions `dates` (None: all) that `date_filter`
-    (given the dates present, returns those to read) keeps; manifests are read only for those."""
+    (given the dates present, returns those to read) and `partition_filter` (given the (date, values) present,
+    returns those to read) keep; manifests are read only for those."""
     views = deployment.catalog.version_reads.reader_snapshot(
         record.id,
         as_of_version=as_of_version,
@@ -110,6 +113,7 @@ def version_files(
         table_name=record.qualified_name,
         dates=dates,
         date_filter=date_filter,
+        partition_filter=partition_filter,
     )
     return partition_files(deployment, record, views)
 
