@@ -63,7 +63,7 @@ def add_small_objects(
     with (
         catalog.partitions.stream_commit() as tx,
         (
-            tx.batch([pending[uri] for uri, *_ in staged], {(table.id, date)}, len(batches), 0)
+            tx.batch([pending[uri] for uri, *_ in staged], {(table.id, date, "")}, len(batches), 0)
             if batched
             else nullcontext()
         ),

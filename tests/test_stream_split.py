@@ -123,7 +123,7 @@ def test_a_date_in_time_order_is_written_as_it_comes_and_late_rows_take_the_runs
         writer.add(
             access_rows(definition, [START + dt.timedelta(seconds=batch * 1000 + i) for i in range(1000)], batch * 1000)
         )
-    assert writer.buffers[date].ordered is not None and not writer.buffers[date].runs
+    assert writer.buffers[(date, "")].ordered is not None and not writer.buffers[(date, "")].runs
     if late:  # rows before some already written: what was written becomes a sorted run
         writer.add(access_rows(definition, [START + dt.timedelta(seconds=500 + i) for i in range(1000)], 20000))
 

@@ -258,14 +258,34 @@ class CatalogCore:
             self.sqlite_file.parent.mkdir(parents=True, exist_ok=True)
             sqlite3.connect(self.sqlite_file).close()  # creates the file the engine opens with mode=rw
         self.check_not_newer(self.revision())  # else Alembic fails on a revision it cannot locate
-        with self.engine.begin() as connection:
+        with self._migrating() as connection:
             command.upgrade(self._alembic_config(connection), revision)
 
     def downgrade(self, revision: str) -> None:
         from alembic import command
 
-        with self.engine.begin() as connection:
+        with self._migrating() as connection:
             command.downgrade(self._alembic_config(connection), revision)
+
+    @contextmanager
+    def _migrating(self) -> Iterator[Connection]:
+        """One transaction for the migrations. On SQLite, foreign keys are off while they run and checked whole
+        before the commit: a migration that changes a table other tables reference (partitions, 0027) recreates
+        it, and SQLite refuses to drop a referenced table while they are on (its documented procedure for such
+        changes; the pragma takes effect only outside a transaction)."""
+        sqlite = self.dialect == "sqlite"
+        with self.engine.connect() as connection:
+            raw = connection.connection.dbapi_connection if sqlite else None
+            if raw is not None:
+                raw.execute("PRAGMA foreign_keys = OFF")
+            try:
+                with connection.begin():
+                    yield connection
+                    if raw is not None and (broken := connection.exec_driver_sql("PRAGMA foreign_key_check").all()):
+                        raise CatalogError(f"the migration left rows whose references are gone: {broken[:5]}")
+            finally:
+                if raw is not None:
+                    raw.execute("PRAGMA foreign_keys = ON")
 
     def revision(self) -> str | None:
         """The catalog schema's revision (Alembic's version table), None before `silt init`: one query."""
