@@ -13,16 +13,24 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
+import pytest
 
+from siltlake.catalog import schema as s
 from siltlake.deployment import Deployment
+from siltlake.derived import build_derived, create_derived
+from siltlake.derivedef import DerivedDef
 from siltlake.lake import Lake, Table
 from siltlake.merge import merge_once
 from siltlake.partspec import NULL_TEXT, bucket_of
 from siltlake.publish import publish_once
+from siltlake.read import sql as read_sql
 from siltlake.read.plan import plan_query
+from siltlake.reap import reap_once
 
+from .test_derived import assert_fresh
 from .test_merge import DAY, make_table
 from .test_publish import tokyo
+from .test_reap import counts, files
 from .test_table_api import NEXT_DAY, arrow_rows, stream
 
 TWO_LEVELS = ["action", "bucket(4, user_id)"]
@@ -140,6 +148,24 @@ def cases(rows: Counter) -> list[Case]:
     ]
 
 
+def partition_of(row: Row) -> Partition:
+    """The partition a row of DAY or NEXT_DAY lies in."""
+    date = NEXT_DAY if row[0] >= micros(tokyo(NEXT_DAY, 0)) else DAY
+    return date, f"action={NULL_TEXT if row[2] is None else row[2]}/user_id_bucket={bucket_text(row[1])}"
+
+
+def assert_partitions_counted(table: Table, rows: Counter, **at: Any) -> None:
+    """Table.partitions: a row per (date, values) partition, each with its own row count (a partition a delete
+    emptied shows none)."""
+    counted: Counter = Counter()
+    for row, n in rows.items():
+        counted[partition_of(row)] += n
+    shown = table.partitions(**at).to_pylist()
+    assert Counter({(p["dt"], p["partition_values"]): p["rows"] for p in shown}) == counted
+    assert len(shown) == len({(p["dt"], p["partition_values"]) for p in shown})
+    assert all(p["objects"] for p in shown if p["rows"])
+
+
 def duckdb_filtered(table: Table, filter: Any, **at: Any) -> Counter:
     with duckdb.connect() as connection:
         relation = table.to_duckdb(connection, filter=filter, **at)
@@ -217,6 +243,8 @@ def test_filters_plan_only_their_partitions_and_the_change_feed_is_exact_per_par
 
     assert_pruned_exactly(deployment, lake, day + next_day)
     assert_pruned_exactly(deployment, lake, day + next_day, as_of_version=merged + 2)
+    assert_partitions_counted(table, day + next_day)
+    assert_partitions_counted(table, day + gone + next_day + removed, as_of_version=merged)
     assert_pruned_exactly(deployment, lake, day + gone + next_day + removed, as_of_version=merged)
 
     # The change feed: the appends, nothing for the merge's compactions, then each delete's rows alone.
@@ -225,3 +253,86 @@ def test_filters_plan_only_their_partitions_and_the_change_feed_is_exact_per_par
     assert feed.pop(merged + 1) == changes("delete", gone, DAY)
     assert feed.pop(merged + 2) == changes("delete", removed, NEXT_DAY)
     assert not feed, "a compaction changes no row"
+
+
+def test_an_expired_date_goes_with_every_partition_below_it(deployment: Deployment) -> None:
+    record = make_table(deployment, partition_by=TWO_LEVELS, ttl_days=2)
+    lake = Lake(deployment)
+    table = lake.table("web.access")
+    later_day = DAY + dt.timedelta(days=3)
+    stream(deployment, DAY, 0)
+    stream(deployment, DAY, 1)
+    publish_once(deployment, now=tokyo(NEXT_DAY, 1))
+    merge_once(deployment)
+    publish_once(deployment, now=tokyo(NEXT_DAY, 2))  # DAY switched: merged objects and manifests
+    kept = stream(deployment, later_day, 7)
+    publish_once(deployment, now=tokyo(later_day, 10))
+    expired = [p for p in deployment.catalog.partitions.list(record.id) if p.partition_date == DAY]
+    assert len(expired) > 10
+    old = {k for k in files(deployment) if f"/dt={DAY}/" in k}
+    assert {k.split("/")[2] for k in old} == {"live", "merged", "manifests"}
+
+    report = reap_once(deployment, now=tokyo(later_day, 12))
+    assert counts(report)["ttl"][0] == len(old) and counts(report)["ttl"][2] == len(expired)
+    assert not any(f"/dt={DAY}/" in k for k in files(deployment))
+    left = deployment.catalog.partitions.list(record.id)
+    assert left and {p.partition_date for p in left} == {later_day}
+    with deployment.catalog.engine.connect() as c:
+        for t in (s.small_objects, s.merge_ranges, s.partition_versions, s.merge_jobs, s.merge_job_log):
+            partition_ids = set(c.execute(t.select().with_only_columns(t.c.partition_id)).scalars())
+            assert partition_ids <= {p.id for p in left}, t.name
+    assert arrow_rows(table.to_arrow()) == kept
+    assert {date for date, _ in planned(table)} == {later_day}
+
+
+ROLLUP = "SELECT dt, action, count(*) AS hits, count(DISTINCT user_id) AS users FROM web.access GROUP BY dt, action"
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("catalog_url", ["sqlite"], indirect=True)
+def test_spark_reads_plan_only_their_partitions_and_derived_tables_follow_each_one(
+    deployment: Deployment, spark
+) -> None:
+    make_table(deployment, partition_by=TWO_LEVELS)
+    lake = Lake(deployment)
+    table = lake.table("web.access")
+    every = stream(deployment, DAY, 0) + stream(deployment, DAY, 1) + append_nulls(table)
+    every += stream(deployment, NEXT_DAY, 3)
+    publish_once(deployment, now=tokyo(DAY, 12))
+
+    # Spark reads what silt sql's plan pinned: the pruned partitions, every matching row.
+    for _, where, matches, may_hold in cases(every):
+        if where is None:
+            continue
+        query = f"SELECT unix_micros(utc_event_time), user_id, action FROM web.access WHERE {where}"
+        wanted = Counter({row: n for row, n in every.items() if matches(row)})
+        assert Counter(tuple(r) for r in read_sql(spark, query, deployment).collect()) == wanted, where
+        result = lake.sql(f"SELECT user_id, action FROM web.access WHERE {where}", engine="spark")
+        assert Counter(result.rows) == Counter((u, a) for _, u, a in wanted.elements()), where
+        assert sql_planned(deployment, query) == {p for p in planned(table) if may_hold(p)}, where
+
+    # A derived table over it: a change to one partition of a date (not the last of its partitions) rebuilds the date.
+    create_derived(
+        deployment, DerivedDef.from_mapping({"name": "web.daily_actions", "query": ROLLUP, "incremental": True})
+    )
+    first = build_derived(deployment, "web.daily_actions")
+    assert first.dates and table.version == 1
+    assert_fresh(spark, deployment)
+    at = tokyo(DAY, 11)
+    table.append(
+        pa.table(
+            {
+                "utc_event_time": pa.array([at.replace(tzinfo=dt.UTC)], pa.timestamp("us", tz="UTC")),
+                "user_id": pa.array([5], pa.int64()),
+                "action": pa.array(["a0"], pa.string()),
+            }
+        )
+    )
+    publish_once(deployment, now=tokyo(DAY, 13))
+    assert table.version == 2
+    views = deployment.catalog.version_reads.reader_snapshot(table.record.id)
+    changed = {(v.partition_date, v.partition_values) for v in views if v.table_version == 2}
+    assert changed == {(DAY, f"action=a0/user_id_bucket={bucket_of(5, 4)}")}
+    again = build_derived(deployment, "web.daily_actions")
+    assert again.kind == "incremental" and again.dates == [DAY]
+    assert_fresh(spark, deployment)

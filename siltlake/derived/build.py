@@ -37,7 +37,15 @@ class BuildReport:
     seconds: float = 0.0
 
 
-SourceState = dict[str, dict]  # str(table id) -> {"version": table version, "dates": {iso date: version}}
+# str(table id) -> {"version": table version, "dates": {partition: version}}, a partition named by its ISO date and,
+# for a source with partition_by, its values below dt ("2026-11-20/action=a1/user_id_bucket=3"): each of a date's
+# partitions changes on its own.
+SourceState = dict[str, dict]
+
+
+def partition_name(date: dt.date, values: str) -> str:
+    """A source partition's name in a SourceState."""
+    return f"{date.isoformat()}/{values}" if values else date.isoformat()
 
 
 def source_state(deployment: Deployment, sources: list[TableRecord]) -> SourceState:
@@ -54,19 +62,19 @@ def source_state(deployment: Deployment, sources: list[TableRecord]) -> SourceSt
         )
         state[str(source.id)] = {
             "version": newest,
-            "dates": {view.partition_date.isoformat(): view.version for view in views},
+            "dates": {partition_name(view.partition_date, view.partition_values): view.version for view in views},
         }
     return state
 
 
 def changed_dates(before: SourceState, now: SourceState) -> set[dt.date]:
-    """Dates whose partition version changed in some source (new, rewritten or gone)."""
+    """Dates of which some source's partition version changed (new, rewritten or gone)."""
     changed: set[str] = set()
     for table_id, current in now.items():
         old = before.get(table_id, {}).get("dates", {})
         new = current["dates"]
-        changed |= {date for date in old.keys() | new.keys() if old.get(date) != new.get(date)}
-    return {dt.date.fromisoformat(date) for date in changed}
+        changed |= {name for name in old.keys() | new.keys() if old.get(name) != new.get(name)}
+    return {dt.date.fromisoformat(name.split("/", 1)[0]) for name in changed}
 
 
 def sources_of(deployment: Deployment, record: DerivedRecord) -> list[TableRecord]:

@@ -103,6 +103,7 @@ def with_stats(deployment: Deployment, record: TableRecord, files: list[DataFile
             rows=stats[f.uri].row_count,
             min_event_time=stats[f.uri].min_event_time,
             max_event_time=stats[f.uri].max_event_time,
+            partition_values=f.partition_values,
         )
         for f in files
     ]
@@ -162,30 +163,35 @@ class TableInspect:
     def partitions(
         self, as_of_version: int | str | None = None, as_of: dt.datetime | str | None = None, dates: Any = None
     ) -> pa.Table:
-        """One row per partition the table version shows: dt, state (the partition's state now, one of
-        siltlake.catalog.PARTITION_STATES: new, live, closed, switched), version (the partition version shown;
-        null: never published, its live objects shown), table_version (the one that published it), objects,
-        rows, bytes, min_event_time, max_event_time."""
+        """One row per partition the table version shows: dt, partition_values (its values below dt, for a table with
+        partition_by; "" otherwise), state (the partition's state now, one of siltlake.catalog.PARTITION_STATES: new,
+        live, closed, switched), version (the partition version shown; null: never published, its live objects
+        shown), table_version (the one that published it), objects, rows, bytes, min_event_time, max_event_time."""
         import pyarrow as pa
 
         views = self._views(as_of_version, as_of, dates)
         files = with_stats(self.deployment, self.record, partition_files(self.deployment, self.record, views))
-        states = {p.partition_date: p.state for p in self.deployment.catalog.partitions.list(self.record.id)}
-        by_date: dict[dt.date, list[DataFile]] = {}
+        states = {
+            (p.partition_date, p.partition_values): p.state
+            for p in self.deployment.catalog.partitions.list(self.record.id)
+        }
+        by_partition: dict[tuple[dt.date, str], list[DataFile]] = {}
         for f in files:
-            by_date.setdefault(f.partition_date, []).append(f)
-        days = [view.partition_date for view in views]
-        lows = [[f.min_event_time for f in by_date.get(day, []) if f.min_event_time is not None] for day in days]
-        highs = [[f.max_event_time for f in by_date.get(day, []) if f.max_event_time is not None] for day in days]
+            by_partition.setdefault((f.partition_date, f.partition_values), []).append(f)
+        keys = [(view.partition_date, view.partition_values) for view in views]
+        shown = [by_partition.get(key, []) for key in keys]
+        lows = [[f.min_event_time for f in part if f.min_event_time is not None] for part in shown]
+        highs = [[f.max_event_time for f in part if f.max_event_time is not None] for part in shown]
         return pa.table(
             {
-                "dt": pa.array(days, pa.date32()),
-                "state": pa.array([states[day] for day in days], pa.string()),
+                "dt": pa.array([date for date, _ in keys], pa.date32()),
+                "partition_values": pa.array([values for _, values in keys], pa.string()),
+                "state": pa.array([states[key] for key in keys], pa.string()),
                 "version": pa.array([view.version for view in views], pa.int64()),
                 "table_version": pa.array([view.table_version for view in views], pa.int64()),
-                "objects": pa.array([len(by_date.get(day, [])) for day in days], pa.int64()),
-                "rows": pa.array([sum(f.rows or 0 for f in by_date.get(day, [])) for day in days], pa.int64()),
-                "bytes": pa.array([sum(f.size or 0 for f in by_date.get(day, [])) for day in days], pa.int64()),
+                "objects": pa.array([len(part) for part in shown], pa.int64()),
+                "rows": pa.array([sum(f.rows or 0 for f in part) for part in shown], pa.int64()),
+                "bytes": pa.array([sum(f.size or 0 for f in part) for part in shown], pa.int64()),
                 "min_event_time": pa.array([min(times) if times else None for times in lows], _time_type()),
                 "max_event_time": pa.array([max(times) if times else None for times in highs], _time_type()),
             }
