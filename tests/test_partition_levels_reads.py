@@ -26,12 +26,14 @@ from siltlake.publish import publish_once
 from siltlake.read import sql as read_sql
 from siltlake.read.plan import plan_query
 from siltlake.reap import reap_once
+from siltlake.write.upsert import upsert
 
 from .test_derived import assert_fresh
 from .test_merge import DAY, make_table
 from .test_publish import tokyo
 from .test_reap import counts, files
 from .test_table_api import NEXT_DAY, arrow_rows, stream
+from .test_upsert import KEYED, upsert_rows
 
 TWO_LEVELS = ["action", "bucket(4, user_id)"]
 Row = tuple[int, Any, Any]  # (event time in µs, user id, action)
@@ -336,3 +338,33 @@ def test_spark_reads_plan_only_their_partitions_and_derived_tables_follow_each_o
     again = build_derived(deployment, "web.daily_actions")
     assert again.kind == "incremental" and again.dates == [DAY]
     assert_fresh(spark, deployment)
+
+
+def test_a_keyed_tables_change_feed_pairs_each_keys_images_in_its_own_partition(deployment: Deployment) -> None:
+    make_table(deployment, **KEYED, partition_by=["bucket(4, user_id)"])
+    table = Lake(deployment).table("web.access")
+    table.append(upsert_rows(list(range(8)), "a"))
+    publish_once(deployment, now=tokyo(DAY, 12))
+    rows = upsert_rows([0, 1, 9, 2], "new").append_column("gone", pa.array([False, True, False, False]))
+    upsert(deployment, "web.access", rows, "gone", now=tokyo(DAY, 13))
+    assert len({bucket_of(user, 4) for user in (0, 1, 9, 2)}) > 1
+
+    feed = table.changes(0)
+    names = ("_commit_version", "_change_type", "user_id", "action")
+    listed = list(zip(*(feed.column(n).to_pylist() for n in names), strict=True))
+    assert sorted(listed) == sorted(
+        [(1, "insert", user, "a") for user in range(8)]
+        + [(2, "delete", 1, "a"), (2, "insert", 9, "new")]
+        + [(2, "update_preimage", user, "a") for user in (0, 2)]
+        + [(2, "update_postimage", user, "new") for user in (0, 2)]
+    )
+    for at, (_, kind, user, _) in enumerate(listed):
+        if kind == "update_preimage":  # its postimage next
+            assert listed[at + 1][1:3] == ("update_postimage", user)
+    assert set(feed.column("dt").to_pylist()) == {DAY}
+
+    merge_once(deployment)
+    publish_once(deployment, now=tokyo(NEXT_DAY, 1))
+    publish_once(deployment, now=tokyo(NEXT_DAY, 2))  # switched: each partition's compaction
+    assert table.history()[-1]["op"] == "compaction" and table.changes(2).num_rows == 0
+    assert sorted(table.to_arrow().column("user_id").to_pylist()) == [0, 2, 3, 4, 5, 6, 7, 9]
