@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import duckdb
@@ -25,6 +26,7 @@ from siltlake.partspec import NULL_TEXT, bucket_of
 from siltlake.publish import publish_once
 from siltlake.read import sql as read_sql
 from siltlake.read.plan import plan_query
+from siltlake.read.query import Translations, run_sql
 from siltlake.reap import reap_once
 from siltlake.write.upsert import upsert
 
@@ -218,7 +220,7 @@ def changes(kind: str, rows: Counter, date: dt.date) -> Counter:
 
 
 def test_filters_plan_only_their_partitions_and_the_change_feed_is_exact_per_partition(
-    deployment: Deployment,
+    deployment: Deployment, tmp_path: Path
 ) -> None:
     make_table(deployment, partition_by=TWO_LEVELS)
     lake = Lake(deployment)
@@ -255,6 +257,15 @@ def test_filters_plan_only_their_partitions_and_the_change_feed_is_exact_per_par
     assert feed.pop(merged + 1) == changes("delete", gone, DAY)
     assert feed.pop(merged + 2) == changes("delete", removed, NEXT_DAY)
     assert not feed, "a compaction changes no row"
+
+    # silt sql keeps the translation of a query reading whole tables only: a pruned read is planned at each run.
+    kept = Translations(tmp_path / "sql")
+    pruned, whole = "SELECT count(*) FROM web.access WHERE action = 'a2'", "SELECT count(*) FROM web.access"
+    for query in (pruned, whole):
+        assert run_sql(deployment, query, engine="duckdb", translations=kept).engine == "duckdb"
+    assert kept.get(pruned) is None and kept.get(whole) is not None
+    count = sum(n for row, n in (day + next_day).items() if row[2] == "a2")
+    assert run_sql(deployment, pruned, translations=kept).rows == ((count,),)
 
 
 def test_an_expired_date_goes_with_every_partition_below_it(deployment: Deployment) -> None:

@@ -313,12 +313,13 @@ class Translations:
     """The DuckDB translations of the queries `silt sql` ran, one small JSON file per query under `directory`
     (default: $SILT_SQL_CACHE, else $XDG_CACHE_HOME/siltlake/sql or ~/.cache/siltlake/sql; "off" keeps
     none). Kept: a query DuckDB answered that reads every table's current state whole (no time travel, no
-    conditions on dt). Each entry holds the query, the tables it names, each view's columns and the translation;
-    it is found by a hash of the query, of siltlake's read modules (their names, sizes and times) and of sqlglot's
-    install, so another siltlake or sqlglot never reads it. A query found here is not parsed: its names, time travel
-    and sandbox were checked when it was kept, and the translation depends on the query and the views' columns
-    alone, which are compared with the tables' current ones (another set: planned again, and kept anew). The
-    catalog reads, the DuckDB sandbox and the answer are a planned query's."""
+    conditions on dt, none on partition_by columns that leave partitions out). Each entry holds the query, the
+    tables it names, each view's columns and the translation; it is found by a hash of the query, of siltlake's read
+    modules (their names, sizes and times) and of sqlglot's install, so another siltlake or sqlglot never reads it. A
+    query found here is not parsed: its names, time travel and sandbox were checked when it was kept, and the
+    translation depends on the query and the views' columns alone, which are compared with the tables' current ones
+    (another set: planned again, and kept anew). The catalog reads, the DuckDB sandbox and the answer are a planned
+    query's."""
 
     FORMAT = 1
     LIMIT = 256  # entries kept; beyond it the oldest written go
