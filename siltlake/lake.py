@@ -256,19 +256,30 @@ class Table(TableWrites):
         )
 
     def data_files(
-        self, as_of_version: int | str | None = None, as_of: dt.datetime | str | None = None, dates: Any = None
+        self,
+        as_of_version: int | str | None = None,
+        as_of: dt.datetime | str | None = None,
+        dates: Any = None,
+        filter: Any = None,
     ) -> list[DataFile]:
         """The exact data files of the table version, from its partitions' manifests (plus, for the
         current state, the live objects streamed since each partition's newest version, from the catalog),
-        each with its size, row count and event time range (siltlake.read.inspect.with_stats).
+        each with its size, row count and event time range (siltlake.read.inspect.with_stats); with `filter`,
+        those of the partitions it does not rule out (their files may hold other rows too).
         A keyed table's partitions that need a merge on read have no plain file list: SiltError names them."""
-        return self.scan(as_of_version=as_of_version, as_of=as_of, dates=dates).data_files()
+        return self.scan(filter, as_of_version=as_of_version, as_of=as_of, dates=dates).data_files()
 
     def files(
-        self, as_of_version: int | str | None = None, as_of: dt.datetime | str | None = None, dates: Any = None
+        self,
+        as_of_version: int | str | None = None,
+        as_of: dt.datetime | str | None = None,
+        dates: Any = None,
+        filter: Any = None,
     ) -> list[str]:
-        """The URIs (file:///..., s3://...) of exactly the data files of the table version."""
-        return self.scan(as_of_version=as_of_version, as_of=as_of, dates=dates).files()
+        """The URIs (file:///..., s3://...) of exactly the data files of the table version; with `filter` (SQL
+        text or a pyarrow expression), those of the partitions it does not rule out, which a reader applying
+        the filter needs (their files may hold other rows too)."""
+        return self.scan(filter, as_of_version=as_of_version, as_of=as_of, dates=dates).files()
 
     def to_pyarrow_dataset(
         self, as_of_version: int | str | None = None, as_of: dt.datetime | str | None = None, dates: Any = None

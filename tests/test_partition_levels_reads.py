@@ -34,7 +34,7 @@ from .test_derived import assert_fresh
 from .test_merge import DAY, make_table
 from .test_publish import tokyo
 from .test_reap import counts, files
-from .test_table_api import NEXT_DAY, arrow_rows, stream
+from .test_table_api import NEXT_DAY, arrow_rows, local_paths, stream
 from .test_upsert import KEYED, upsert_rows
 
 TWO_LEVELS = ["action", "bucket(4, user_id)"]
@@ -170,6 +170,17 @@ def assert_partitions_counted(table: Table, rows: Counter, **at: Any) -> None:
     assert all(p["objects"] for p in shown if p["rows"])
 
 
+def duckdb_where(paths: list[str], where: str) -> Counter:
+    """DuckDB reading these files itself, with the condition."""
+    with duckdb.connect() as connection:
+        return Counter(
+            connection.sql(
+                "SELECT epoch_us(utc_event_time), user_id, action FROM "
+                f"read_parquet({paths!r}, union_by_name = true, hive_partitioning = false) WHERE {where}"
+            ).fetchall()
+        )
+
+
 def duckdb_filtered(table: Table, filter: Any, **at: Any) -> Counter:
     with duckdb.connect() as connection:
         relation = table.to_duckdb(connection, filter=filter, **at)
@@ -189,6 +200,10 @@ def assert_pruned_exactly(deployment: Deployment, lake: Lake, rows: Counter, **a
         assert planned(table, filter, **at) == expected, filter
         assert arrow_rows(table.to_arrow(filter=filter, **at)) == wanted, filter
         assert duckdb_filtered(table, filter, **at) == wanted, filter
+        paths = local_paths(table.files(filter=filter, **at))  # DuckDB over the files a filter leaves
+        assert len(paths) == len(table.scan(filter, **at).plain_files())
+        if where is not None and "dt" not in where:
+            assert duckdb_where(paths, where) == wanted, where
         if where is None or at:
             continue
         query = f"SELECT user_id, action FROM web.access WHERE {where}"
