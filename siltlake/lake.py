@@ -418,8 +418,9 @@ class Table(TableWrites):
     def partitions(
         self, as_of_version: int | str | None = None, as_of: dt.datetime | str | None = None, dates: Any = None
     ) -> pa.Table:
-        """The partitions of the table version, one row each: dt, state (new, live, closed, switched),
-        version, table_version, objects, rows, bytes, min_event_time, max_event_time (inspect.partitions)."""
+        """The partitions of the table version, one row each: dt, partition_values (below dt; "" for a table
+        partitioned by dt alone), state (new, live, closed, switched), version, table_version, objects, rows, bytes,
+        min_event_time, max_event_time (inspect.partitions)."""
         return self.inspect.partitions(as_of_version, as_of, dates)
 
     def history(self, date: dt.date | None = None) -> list[dict]:
