@@ -1,15 +1,14 @@
 """The Iceberg entry (a pyiceberg DataFile) of one of siltlake's objects, registered as it is (docs/design.md, "Iceberg
-target"): its statistics from the Parquet footer, dt its partition. An upsert's object carries the delete marker
+target"): its statistics from the Parquet footer, its partition record given (its date and values below dt:
+siltlake.publish.iceberg.partitioning). An upsert's object carries the delete marker
 column, which no Iceberg field is (engines read it by field id and never see it; its rows are hidden by the
 partition's position delete file, siltlake.publish.iceberg.deletes): counted under an id no field has, then left out.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import TYPE_CHECKING, Any
 
-from siltlake.publish.iceberg.manifests import EPOCH
 from siltlake.records.keyed import DELETE_MARKER
 
 if TYPE_CHECKING:
@@ -22,8 +21,11 @@ MARKER_ID = 2_000_000_000
 NAME_MAPPING = "schema.name-mapping.default"
 
 
-def registered_file(lake: Storage, key: str, table: IcebergTable, path: str, date: dt.date, size: int | None) -> Any:
-    """The DataFile of the object at lake key `key` (Iceberg path `path`, `size` bytes or None: read it here)."""
+def registered_file(
+    lake: Storage, key: str, table: IcebergTable, path: str, partition: Any, size: int | None
+) -> Any:  # a pyiceberg Record in, a DataFile out
+    """The DataFile of the object at lake key `key` (Iceberg path `path`, `size` bytes or None: read it here), in
+    the partition `partition` (a record of the table's spec)."""
     import pyarrow.parquet as pq
     from pyiceberg.io.pyarrow import pyarrow_to_schema
 
@@ -40,13 +42,13 @@ def registered_file(lake: Storage, key: str, table: IcebergTable, path: str, dat
         # Columns under names the table no longer gives them (renamed, dropped): mapped by the file's own
         # field ids; counts only, its bounds may be of a narrower type.
         statistics = _statistics(footer, pyarrow_to_schema(stored), counts_only, marked)
-        return _registered(table, path, date, size, statistics)
+        return _registered(table, path, partition, size, statistics)
     try:
         statistics = _statistics(footer, schema, table.properties, marked)
     except (ValueError, KeyError, TypeError):
         # A file written before a column was widened: its bounds are of the narrower type; counts only.
         statistics = _statistics(footer, schema, counts_only, marked)
-    return _registered(table, path, date, size, statistics)
+    return _registered(table, path, partition, size, statistics)
 
 
 def _statistics(footer: Any, schema: Any, properties: dict[str, str], marked: bool) -> Any:
@@ -91,15 +93,14 @@ def marker_mapping(table: IcebergTable) -> dict[str, str]:
     return {NAME_MAPPING: NameMapping([*mapping, marker]).model_dump_json()}
 
 
-def _registered(table: IcebergTable, path: str, date: dt.date, size: int, statistics: Any) -> Any:
+def _registered(table: IcebergTable, path: str, partition: Any, size: int, statistics: Any) -> Any:
     from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
-    from pyiceberg.typedef import Record
 
     data_file = DataFile.from_args(
         content=DataFileContent.DATA,
         file_path=path,
         file_format=FileFormat.PARQUET,
-        partition=Record((date - EPOCH).days),
+        partition=partition,
         file_size_in_bytes=size,
         sort_order_id=None,
         equality_ids=None,

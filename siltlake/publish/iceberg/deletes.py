@@ -26,6 +26,7 @@ from urllib.parse import unquote
 
 from siltlake.errors import SiltError
 from siltlake.publish.iceberg.manifests import EPOCH, day_bounds, partition_date
+from siltlake.publish.iceberg.partitioning import partition_record
 from siltlake.read.keyed import dirty_dates
 
 if TYPE_CHECKING:
@@ -81,14 +82,14 @@ def hidden_rows(
 
 
 def position_delete_file(
-    lake: Any, key: str, path: str, date: dt.date, spec_id: int, target: str, positions: Any
-) -> Any:  # numpy positions in; a pyiceberg DataFile out
+    lake: Any, key: str, path: str, partition: Any, spec_id: int, target: str, positions: Any
+) -> Any:  # a pyiceberg Record and numpy positions in; a pyiceberg DataFile out
     """Write, at lake key `key` (Iceberg path `path`), the position delete file of the data file `target` (an Iceberg
-    path): its rows at `positions` (ascending)."""
+    path): its rows at `positions` (ascending). Its partition is the data file's (`partition`, a record of the
+    table's spec)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
-    from pyiceberg.typedef import Record
 
     schema = pa.schema(
         [
@@ -111,7 +112,7 @@ def position_delete_file(
         content=DataFileContent.POSITION_DELETES,
         file_path=path,
         file_format=FileFormat.PARQUET,
-        partition=Record((date - EPOCH).days),
+        partition=partition,
         record_count=table.num_rows,
         file_size_in_bytes=len(data),
         value_counts={FILE_PATH_ID: table.num_rows, POS_ID: table.num_rows},
@@ -191,10 +192,12 @@ class KeyedDeletes:
                 if target in before and before[target].record_count == len(rows):
                     kept.add(before[target].file_path)
                     continue
-                added.append(self._write(version, date, target, rows))
+                added.append(self._write(version, date, data_file.partition_values, target, rows))
         return DeleteChange([f for f in deletes if f.file_path not in kept], added)
 
-    def _write(self, version: int, date: dt.date, target: str, rows: Any) -> Any:
+    def _write(self, version: int, date: dt.date, values: str, target: str, rows: Any) -> Any:
+        """The delete file of data file `target` of partition (`date`, `values`), beside the partition's other
+        delete files."""
         if self.location_key is None:
             raise SiltError(
                 f"Iceberg table {'.'.join(self.table.name())}: its location {self.table.location()} "
@@ -202,9 +205,16 @@ class KeyedDeletes:
                 "again (it is made anew at siltlake's location)"
             )
         name = f"v{version}-{uuid.uuid4().hex}-deletes.parquet"
-        key = f"{self.location_key.rstrip('/')}/data/dt={date.isoformat()}/{name}"
+        partition = "/".join(filter(None, (f"dt={date.isoformat()}", values)))
+        key = f"{self.location_key.rstrip('/')}/data/{partition}/{name}"
         return position_delete_file(
-            self.deployment.lake, key, self.path_of(key), date, self.table.metadata.default_spec_id, target, rows
+            self.deployment.lake,
+            key,
+            self.path_of(key),
+            partition_record(self.record.definition, date, values),
+            self.table.metadata.default_spec_id,
+            target,
+            rows,
         )
 
 

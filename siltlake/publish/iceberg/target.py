@@ -1,7 +1,8 @@
 """The Apache Iceberg publish target, through PyIceberg (docs/design.md, "Iceberg target").
 
 A siltlake table `schema.table` is the Iceberg table `<namespace_prefix><schema>.<table>`, partitioned by
-identity on `dt`, whose data files are siltlake's own objects (registered, never copied or rewritten).
+identity on `dt` and the table's partition_by fields (siltlake.publish.iceberg.partitioning), whose data files are
+siltlake's own objects (registered, never copied or rewritten).
 Each table version becomes one Iceberg snapshot listing exactly the files `Table.files(as_of_version=N)`
 returns, with the version in its summary (`siltlake.table-version`): the current snapshot's summary says
 how far the Iceberg table is, so a run that died after an Iceberg commit is never committed twice.
@@ -45,6 +46,7 @@ from siltlake.publish.iceberg.catalog import (
 from siltlake.publish.iceberg.datafiles import marker_mapping, registered_file
 from siltlake.publish.iceberg.deletes import DeleteChange, KeyedDeletes, snapshot_deletes
 from siltlake.publish.iceberg.manifests import commit_files, partition_date, same_fields, use_schema
+from siltlake.publish.iceberg.partitioning import partition_record, partition_spec, spec_clause, spec_fields
 from siltlake.publish.iceberg.snapshots import (
     iceberg_schema,
     iceberg_type,
@@ -57,6 +59,7 @@ from siltlake.publish.iceberg.snapshots import (
 from siltlake.publish.iceberg.tags import tag_refs
 from siltlake.publish.targets import SomeTablesFailed, drop_forgotten_tables
 from siltlake.read.version_files import version_files
+from siltlake.storage.keys import split_key
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog as IcebergCatalog
@@ -106,6 +109,7 @@ class IcebergTarget:
     def _sync_table(self, record: TableRecord, old: SyncedTable | None) -> None:
         before = (old.database_name, old.table_name) if old is not None else None
         table = self._table(record, before)
+        self._check_spec(record, table)
         self._evolve(record, table)
         if record.definition.field_ids is None:
             # Stored before field ids existed, its Iceberg table made by an older siltlake: objects written from
@@ -192,21 +196,12 @@ class IcebergTarget:
         return self._create(record, ident)
 
     def _create(self, record: TableRecord, ident: tuple[str, str]) -> IcebergTable:
-        from pyiceberg.partitioning import PartitionField, PartitionSpec
         from pyiceberg.table.name_mapping import create_mapping_from_schema
-        from pyiceberg.transforms import IdentityTransform
 
         if record.definition.field_ids is None:  # stored before field ids existed, and never in Iceberg yet
             record = self.catalog.tables.assign_field_ids(record.id)
         schema = iceberg_schema(record)
-        spec = PartitionSpec(
-            PartitionField(
-                source_id=schema.find_field(PARTITION_COLUMN).field_id,
-                field_id=1000,
-                transform=IdentityTransform(),
-                name=PARTITION_COLUMN,
-            )
-        )
+        spec = partition_spec(record.definition, schema)
         location = iceberg_path(self.deployment, record.layout(self.deployment.instance_key).iceberg_location())
         table = self.iceberg.create_table(
             ident,
@@ -222,8 +217,28 @@ class IcebergTarget:
                 "schema.name-mapping.default": create_mapping_from_schema(schema).model_dump_json(),
             },
         )
-        self.statements.append(f"CREATE TABLE {'.'.join(ident)} PARTITIONED BY (dt) LOCATION {location}")
+        self.statements.append(
+            f"CREATE TABLE {'.'.join(ident)} PARTITIONED BY ({spec_clause(record.definition)}) LOCATION {location}"
+        )
         return table
+
+    @staticmethod
+    def _check_spec(record: TableRecord, table: IcebergTable) -> None:
+        """The Iceberg table's partition spec must be the one siltlake gives the table (dt, then its partition_by
+        fields): files are registered with partition records of that spec. Compared by meaning, through the
+        table's current schema (a renamed column keeps its field id)."""
+        if record.definition.field_ids is None:
+            return  # an older siltlake's table of dt alone: _sync_table gives the definition its ids next
+        wanted_schema = iceberg_schema(record)
+        wanted = spec_fields(partition_spec(record.definition, wanted_schema), wanted_schema)
+        found = spec_fields(table.spec(), table.schema())
+        if found != wanted:
+            shown = ", ".join(f"{transform}({column})" for _, transform, column in found)
+            raise SiltError(
+                f"Iceberg table {'.'.join(table.name())} is partitioned by ({shown}), siltlake's table "
+                f"{record.qualified_name} by ({spec_clause(record.definition)}); drop the Iceberg table there "
+                "and publish again (it is made anew from siltlake's table versions)"
+            )
 
     def _evolve(self, record: TableRecord, table: IcebergTable) -> None:
         """Follow siltlake's columns by field id: rename and drop (`rename_column`, `delete_column`), then add
@@ -387,7 +402,7 @@ class IcebergTarget:
                 f for path, f in current.items() if (dates is None or partition_date(f) in dates) and path not in wanted
             ]
             added = [
-                self._data_file(table, path, f.partition_date, f.size)
+                self._data_file(record, table, path, f.partition_date, f.partition_values, f.size)
                 for path, f in wanted.items()
                 if path not in current
             ]
@@ -458,9 +473,18 @@ class IcebergTarget:
     ) -> int:
         return commit_files(table, removed, added, summary, retention, schema, at, deletes, keep)
 
-    def _data_file(self, table: IcebergTable, path: str, date: dt.date, size: int | None) -> Any:
-        """A DataFile for one of siltlake's objects, its statistics from the Parquet footer; dt is its partition."""
-        return registered_file(self.deployment.lake, object_key(self.deployment, path), table, path, date, size)
+    def _data_file(
+        self, record: TableRecord, table: IcebergTable, path: str, date: dt.date, values: str, size: int | None
+    ) -> Any:
+        """A DataFile for one of siltlake's objects, its statistics from the Parquet footer; its partition is its
+        date and its values below dt (the values path its catalog row names)."""
+        key = object_key(self.deployment, path)
+        if not values and record.definition.partition_fields:
+            # A file listed without its partition's values: its key names them below dt=<date>/.
+            parts = split_key(self.deployment.instance_key, key)
+            values = parts.partition_values if parts is not None else ""
+        partition = partition_record(record.definition, date, values)
+        return registered_file(self.deployment.lake, key, table, path, partition, size)
 
 
 def _raise_failures(failures: Sequence[str]) -> None:
