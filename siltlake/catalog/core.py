@@ -12,7 +12,7 @@ from typing import Any, cast
 from urllib.parse import quote
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection
 from sqlalchemy.exc import (
     DisconnectionError,
     InterfaceError,
@@ -25,6 +25,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from siltlake.catalog import schema as s
 from siltlake.catalog.direct_read import DirectStatement, SqliteReader, fetch_one
 from siltlake.catalog.rows import CatalogReplaced, TableRecord, VersionTimeBehind
+from siltlake.catalog.sqlite import migrating, sqlite_setup
 from siltlake.coltypes import refuse_reserved_column
 from siltlake.derivedef import DerivedDef
 from siltlake.errors import CatalogError, CatalogUnreachable
@@ -62,23 +63,6 @@ def normalise_url(url: str) -> str:
         path = Path(url[len("sqlite:///") :]).expanduser().resolve()
         return f"sqlite:///{path}"
     return url
-
-
-def _sqlite_setup(engine: Engine) -> None:
-    @sa.event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection, _record) -> None:  # DBAPI objects
-        # Let SQLAlchemy's begin() issue BEGIN IMMEDIATE: every transaction takes the write lock up
-        # front, so read-then-write transactions never fail on a lock upgrade.
-        dbapi_connection.isolation_level = None
-        cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA foreign_keys = ON")
-        cursor.execute("PRAGMA journal_mode = WAL")
-        cursor.execute("PRAGMA busy_timeout = 60000")
-        cursor.close()
-
-    @sa.event.listens_for(engine, "begin")
-    def _on_begin(connection) -> None:
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def row_values(row: sa.Row) -> tuple[Any, ...]:
@@ -200,7 +184,7 @@ class CatalogCore:
         self._direct: dict[sa.Select, DirectStatement] = {}  # read_row's statements, compiled for the dialect
         self._reader = SqliteReader(self.engine)  # SQLite: the connection read_row uses, and its answers
         if self.dialect == "sqlite":
-            _sqlite_setup(self.engine)
+            sqlite_setup(self.engine)
 
     def __repr__(self) -> str:
         return f"Catalog({self.masked_url})"
@@ -258,34 +242,14 @@ class CatalogCore:
             self.sqlite_file.parent.mkdir(parents=True, exist_ok=True)
             sqlite3.connect(self.sqlite_file).close()  # creates the file the engine opens with mode=rw
         self.check_not_newer(self.revision())  # else Alembic fails on a revision it cannot locate
-        with self._migrating() as connection:
+        with migrating(self.engine) as connection:
             command.upgrade(self._alembic_config(connection), revision)
 
     def downgrade(self, revision: str) -> None:
         from alembic import command
 
-        with self._migrating() as connection:
+        with migrating(self.engine) as connection:
             command.downgrade(self._alembic_config(connection), revision)
-
-    @contextmanager
-    def _migrating(self) -> Iterator[Connection]:
-        """One transaction for the migrations. On SQLite, foreign keys are off while they run and checked whole
-        before the commit: a migration that changes a table other tables reference (partitions, 0027) recreates
-        it, and SQLite refuses to drop a referenced table while they are on (its documented procedure for such
-        changes; the pragma takes effect only outside a transaction)."""
-        sqlite = self.dialect == "sqlite"
-        with self.engine.connect() as connection:
-            raw = connection.connection.dbapi_connection if sqlite else None
-            if raw is not None:
-                raw.execute("PRAGMA foreign_keys = OFF")
-            try:
-                with connection.begin():
-                    yield connection
-                    if raw is not None and (broken := connection.exec_driver_sql("PRAGMA foreign_key_check").all()):
-                        raise CatalogError(f"the migration left rows whose references are gone: {broken[:5]}")
-            finally:
-                if raw is not None:
-                    raw.execute("PRAGMA foreign_keys = ON")
 
     def revision(self) -> str | None:
         """The catalog schema's revision (Alembic's version table), None before `silt init`: one query."""
