@@ -112,7 +112,7 @@ class ExternalSync:
             for table_id, synced, newest in rows_values(behind):
                 upto[table_id] = newest
                 rows = c.execute(
-                    sa.select(v.c.partition_id, p.c.partition_date, v.c.file_list_key)
+                    sa.select(v.c.partition_id, p.c.partition_date, p.c.partition_values, v.c.file_list_key)
                     .select_from(v.join(p, p.c.id == v.c.partition_id))
                     .where(v.c.table_id == table_id, v.c.table_version > synced, v.c.table_version <= newest)
                     .order_by(v.c.partition_id, v.c.version)
@@ -121,11 +121,11 @@ class ExternalSync:
                 shown = self._manifests(c, target, sorted(newest_of))
                 found += sorted(
                     (
-                        PartitionToSync(r.partition_id, table_id, r.partition_date, r.file_list_key)
+                        PartitionToSync(r.partition_id, table_id, r.partition_date, r.file_list_key, r.partition_values)
                         for r in newest_of.values()
                         if r.partition_id not in shown or shown[r.partition_id] != r.file_list_key
                     ),
-                    key=lambda x: x.partition_date,
+                    key=lambda x: (x.partition_date, x.partition_values),
                 )
         return found, upto
 
@@ -134,13 +134,17 @@ class ExternalSync:
         r = s.external_removals
         with self._core.tx() as c:
             rows = c.execute(
-                sa.select(r.c.id, r.c.table_id, r.c.partition_date).where(r.c.target == target).order_by(r.c.id)
+                sa.select(r.c.id, r.c.table_id, r.c.partition_date, r.c.partition_values)
+                .where(r.c.target == target)
+                .order_by(r.c.id)
             ).all()
         found: dict[int, Removals] = {}
         for table_id in sorted({row.table_id for row in rows}):
             mine = [row for row in rows if row.table_id == table_id]
             found[table_id] = Removals(
-                tuple(row.id for row in mine), tuple(sorted({row.partition_date for row in mine}))
+                tuple(row.id for row in mine),
+                tuple(sorted({row.partition_date for row in mine})),
+                tuple(sorted({(row.partition_date, row.partition_values) for row in mine})),
             )
         return found
 
@@ -208,8 +212,8 @@ def record_removals(c: Connection, partition_ids: Sequence[int]) -> None:
     x, p, r = s.external_partitions, s.partitions, s.external_removals
     c.execute(
         r.insert().from_select(
-            ["target", "table_id", "partition_date"],
-            sa.select(x.c.target, p.c.table_id, p.c.partition_date)
+            ["target", "table_id", "partition_date", "partition_values"],
+            sa.select(x.c.target, p.c.table_id, p.c.partition_date, p.c.partition_values)
             .select_from(x.join(p, p.c.id == x.c.partition_id))
             .where(x.c.partition_id.in_(list(partition_ids))),
         )

@@ -492,6 +492,7 @@ class Removals:
 
     ids: tuple[int, ...]
     dates: tuple[dt.date, ...]
+    partitions: tuple[tuple[dt.date, str], ...] = ()  # (date, values below dt) of each partition to drop
 
 
 @dataclass(frozen=True)

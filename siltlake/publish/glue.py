@@ -2,7 +2,8 @@
 
 The Hive target's rules with Glue API calls for its metastore calls: a siltlake table `schema.table` is the
 external table `<database_prefix><schema>.<table>` (Glue and Athena fold names to lower case), partitioned by
-`dt` (date), stored as SymlinkTextInputFormat with the Parquet SerDe; each partition points at the directory of
+`dt` (date) and then by each partition_by field as the Hive target declares them, stored as
+SymlinkTextInputFormat with the Parquet SerDe; each (date, values) partition points at the directory of
 its newest version's symlink manifest (a live version from before file lists: its live directory, as Parquet);
 what was synced is kept in the catalog under target "glue" (Catalog.external_sync), so a run calls Glue only
 for what changed and resumes after a crash like the Hive target. Glue has no rename: a renamed table is
@@ -14,6 +15,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 from siltlake.errors import ConfigError, SiltError
 from siltlake.publish.hive import (
@@ -25,6 +27,9 @@ from siltlake.publish.hive import (
     HiveTarget,
     _columns,
     hive_type,
+    partition_columns,
+    partition_of_spec,
+    partition_spec,
 )
 from siltlake.publish.targets import drop_forgotten_tables
 
@@ -47,7 +52,22 @@ def glue_type(type_name: str) -> str:
 
 
 def _same_location(a: str, b: str) -> bool:
-    return a.rstrip("/") == b.rstrip("/")
+    return unquote(a).rstrip("/") == unquote(b).rstrip("/")  # a table created before locations were unescaped
+
+
+def _values(date: dt.date, values: str) -> list[str]:
+    """A partition's values as Glue lists them, in the order of the table's partition keys (dt first)."""
+    return [text for _, text in partition_spec(date, values)]
+
+
+def _path(date: dt.date, values: str) -> str:
+    """A partition as the statements name it: dt=<date>, then its values path."""
+    return f"dt={date}/{values}" if values else f"dt={date}"
+
+
+def _partition_of(keys: Sequence[str], glue_values: Sequence[str]) -> tuple[dt.date, str]:
+    """The (date, values path) of a Glue partition's values, which Glue lists without the partition keys' names."""
+    return partition_of_spec(list(zip(keys, glue_values, strict=True)))
 
 
 class GlueTarget(HiveTarget):
@@ -111,7 +131,8 @@ class GlueTarget(HiveTarget):
         raise AssertionError(f"the Glue target issues no SQL (asked for {statement!r})")
 
     def _uri(self, key: str) -> str:
-        return self.deployment.lake.uri(key)  # s3://, as Athena and Spectrum read it (not Spark's s3a://)
+        # s3://, as Athena and Spectrum read it (not Spark's s3a://); unescaped, as the Hive target's locations.
+        return unquote(self.deployment.lake.uri(key))
 
     # --- tables -------------------------------------------------------------------------------------
 
@@ -173,7 +194,7 @@ class GlueTarget(HiveTarget):
             "Name": table,
             "TableType": "EXTERNAL_TABLE",
             "Parameters": {"EXTERNAL": "TRUE", "siltlake.table": record.qualified_name},
-            "PartitionKeys": [{"Name": "dt", "Type": "date"}],
+            "PartitionKeys": [{"Name": name, "Type": glue_type(kind)} for name, kind in partition_columns(record)],
             "StorageDescriptor": self._storage(_columns(record), self._live_location(record)),
         }
 
@@ -205,14 +226,15 @@ class GlueTarget(HiveTarget):
 
     def _partition_input(self, names: SyncedTable, p: PartitionToSync, where: str) -> dict:
         return {
-            "Values": [p.partition_date.isoformat()],
+            "Values": _values(p.partition_date, p.partition_values),
             "StorageDescriptor": self._storage(names.columns, where, symlink=p.file_list_key is not None),
         }
 
     @staticmethod
     def _described(moves: Sequence[tuple[PartitionToSync, str]]) -> str:
         return ", ".join(
-            f"dt={p.partition_date} LOCATION '{where}'" + ("" if p.file_list_key is not None else " (Parquet)")
+            f"{_path(p.partition_date, p.partition_values)} LOCATION '{where}'"
+            + ("" if p.file_list_key is not None else " (Parquet)")
             for p, where in moves
         )
 
@@ -229,8 +251,10 @@ class GlueTarget(HiveTarget):
                 PartitionInputList=[self._partition_input(names, p, where) for p, where in chunk],
             )
             self.statements.append(f"BatchCreatePartition {qualified} {self._described(chunk)}")
-            failed = self._failed_dates(answer, qualified, "BatchCreatePartition", ok="AlreadyExistsException")
-            existing += [(p, where) for p, where in chunk if p.partition_date in failed]
+            failed = self._failed(answer, qualified, "BatchCreatePartition", ok="AlreadyExistsException")
+            existing += [
+                (p, where) for p, where in chunk if tuple(_values(p.partition_date, p.partition_values)) in failed
+            ]
         if existing:  # added by a run that died before recording it: point it here, as a move does
             self._set_storage(names, existing)
 
@@ -245,16 +269,16 @@ class GlueTarget(HiveTarget):
                 TableName=names.table_name,
                 Entries=[
                     {
-                        "PartitionValueList": [p.partition_date.isoformat()],
+                        "PartitionValueList": _values(p.partition_date, p.partition_values),
                         "PartitionInput": self._partition_input(names, p, where),
                     }
                     for p, where in chunk
                 ],
             )
             self.statements.append(f"BatchUpdatePartition {qualified} {self._described(chunk)}")
-            self._failed_dates(answer, qualified, "BatchUpdatePartition")
+            self._failed(answer, qualified, "BatchUpdatePartition")
 
-    def _drop_dates(self, names: SyncedTable, gone: list[dt.date]) -> None:
+    def _drop_partitions(self, names: SyncedTable, gone: list[tuple[dt.date, str]]) -> None:
         qualified = f"{names.database_name}.{names.table_name}"
         for start in range(0, len(gone), _DELETE_BATCH):
             chunk = gone[start : start + _DELETE_BATCH]
@@ -264,29 +288,33 @@ class GlueTarget(HiveTarget):
                 allow=("EntityNotFoundException",),
                 DatabaseName=names.database_name,
                 TableName=names.table_name,
-                PartitionsToDelete=[{"Values": [date.isoformat()]} for date in chunk],
+                PartitionsToDelete=[{"Values": _values(date, values)} for date, values in chunk],
             )
-            self.statements.append(f"BatchDeletePartition {qualified} " + ", ".join(f"dt={d}" for d in chunk))
-            self._failed_dates(answer, qualified, "BatchDeletePartition", ok="EntityNotFoundException")
+            self.statements.append(
+                f"BatchDeletePartition {qualified} " + ", ".join(_path(date, values) for date, values in chunk)
+            )
+            self._failed(answer, qualified, "BatchDeletePartition", ok="EntityNotFoundException")
 
     @staticmethod
-    def _failed_dates(answer: dict | None, qualified: str, operation: str, ok: str = "") -> set[dt.date]:
-        """The dates a batch call failed with the `ok` error code; any other failure raises, naming the first."""
+    def _failed(answer: dict | None, qualified: str, operation: str, ok: str = "") -> set[tuple[str, ...]]:
+        """The values (as Glue lists them) of the partitions a batch call failed with the `ok` error code; any other
+        failure raises, naming the first."""
         errors = (answer or {}).get("Errors", [])
         other = [e for e in errors if e.get("ErrorDetail", {}).get("ErrorCode") != ok]
         if other:
             detail = other[0].get("ErrorDetail", {})
             raise SiltError(
                 f"Glue: {operation} {qualified} failed for {len(other)} partition(s), first "
-                f"dt={other[0].get('PartitionValues', ['?'])[0]}: {detail.get('ErrorCode')}: "
+                f"{'/'.join(other[0].get('PartitionValues', ['?']))}: {detail.get('ErrorCode')}: "
                 f"{detail.get('ErrorMessage')}"
             )
-        return {dt.date.fromisoformat(e["PartitionValues"][0]) for e in errors}
+        return {tuple(e["PartitionValues"]) for e in errors}
 
-    def _shown_dates(self, names: SyncedTable) -> set[dt.date]:
-        """The dates of the partitions Glue has of the table."""
+    def _shown_partitions(self, record: TableRecord, names: SyncedTable) -> set[tuple[dt.date, str]]:
+        """The (date, values) of the partitions Glue has of the table."""
+        keys = [name for name, _ in partition_columns(record)]
         qualified = f"{names.database_name}.{names.table_name}"
-        dates: set[dt.date] = set()
+        shown: set[tuple[dt.date, str]] = set()
         token: str | None = None
         while True:
             more = {"NextToken": token} if token else {}
@@ -299,11 +327,11 @@ class GlueTarget(HiveTarget):
                 **more,
             )
             if answer is None:
-                return dates
-            dates |= {dt.date.fromisoformat(p["Values"][0]) for p in answer.get("Partitions", [])}
+                return shown
+            shown |= {_partition_of(keys, p["Values"]) for p in answer.get("Partitions", [])}
             token = answer.get("NextToken")
             if not token:
-                return dates
+                return shown
 
     def _ensure_symlink_table(self, names: SyncedTable) -> None:
         """Every Glue table siltlake has is its own, created with the symlink storage: nothing to switch."""

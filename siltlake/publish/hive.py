@@ -1,11 +1,13 @@
 """The Hive metastore publish target, through Spark SQL DDL on a Hive-enabled session.
 
 A siltlake table `schema.table` is the external table `<database_prefix><schema>.<table>`, partitioned by
-`dt DATE`, stored as SymlinkTextInputFormat with the Parquet SerDe. Each partition points at the
-directory holding the symlink manifest of its newest version (live, merged or updated alike), never at a
-data directory, where old objects and a crashed writer's uncommitted ones sit. A live version published
-before file lists existed (migration 0006) has no manifest: its partition keeps the live directory, as
-Parquet, until its next version. Spark SQL cannot set a partition's input format (SET FILEFORMAT is
+`dt DATE` and then by each of its partition_by fields (an identity field as its column, typed as it, and not
+among the data columns: a Hive partition column cannot be both; a bucket field as `<column>_bucket INT`), stored
+as SymlinkTextInputFormat with the Parquet SerDe. Each siltlake partition (date, values) is one metastore
+partition, which points at the directory holding the symlink manifest of its newest version (live, merged or
+updated alike), never at a data directory, where old objects and a crashed writer's uncommitted ones sit. A
+live version published before file lists existed (migration 0006) has no manifest: its partition keeps the live
+directory, as Parquet, until its next version. Spark SQL cannot set a partition's input format (SET FILEFORMAT is
 refused) nor change a column's type (CHANGE COLUMN refuses int -> bigint), so those two go through
 Spark's ExternalCatalog over py4j; everything else is DDL. A keyed table's partition points at its newest
 version that needs no merge on read (one merged object), and is left out until it has one.
@@ -21,8 +23,10 @@ from dataclasses import replace
 from itertools import groupby
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import quote, unquote
 
 from siltlake.errors import ConfigError, SiltError
+from siltlake.partspec import NULL_TEXT
 from siltlake.publish.targets import drop_forgotten_tables
 from siltlake.read.expression_sql import spark_string
 from siltlake.records.keyed import needs_merge_on_read
@@ -69,9 +73,46 @@ def _copy(case_object, *first):  # py4j proxies of Scala case classes
 
 
 def _columns(record: TableRecord) -> tuple[tuple[str, str], ...]:
-    """The columns as objects hold them: Hive reads Parquet columns by name, and a renamed column's objects hold
-    it under its physical name (a column added under a dropped one's name has a physical name of its own)."""
-    return tuple((c.physical_name, c.type) for c in record.definition.columns)
+    """The data columns as objects hold them: Hive reads Parquet columns by name, and a renamed column's objects
+    hold it under its physical name (a column added under a dropped one's name has a physical name of its own).
+    An identity partition column is left out: the metastore refuses a partition column that is also a data
+    column, and readers take its value from the partition."""
+    identity = {f.column for f in record.definition.partition_fields if f.buckets is None}
+    return tuple((c.physical_name, c.type) for c in record.definition.columns if c.name not in identity)
+
+
+def partition_columns(record: TableRecord) -> tuple[tuple[str, str], ...]:
+    """The external table's partition columns: dt, then each partition_by field (a bucket is an int)."""
+    types = {c.name: c.type for c in record.definition.columns}
+    fields = record.definition.partition_fields
+    return (("dt", "date"), *((f.name, types[f.column] if f.buckets is None else "int") for f in fields))
+
+
+def partition_spec(date: dt.date, values: str) -> tuple[tuple[str, str], ...]:
+    """A siltlake partition as the metastore names it: (column, value text) for dt and each field of its values
+    path, unescaped. A null keeps Hive's default partition name, which the metastore and its readers take as null."""
+    fields = [segment.partition("=") for segment in values.split("/")] if values else []
+    return (("dt", date.isoformat()), *((name, unquote(text)) for name, _, text in fields))
+
+
+def partition_of_spec(spec: Sequence[tuple[str, str]]) -> tuple[dt.date, str]:
+    """The (date, values path) of a metastore partition's (column, value text) pairs: partition_spec reversed."""
+    (_, date), *fields = spec
+    values = "/".join(f"{name}={text if text == NULL_TEXT else quote(text, safe='')}" for name, text in fields)
+    return dt.date.fromisoformat(date), values
+
+
+def _comparable(location: str) -> str:
+    return location.rstrip("/").replace("file:///", "file:/")
+
+
+def _named(p: PartitionToSync) -> tuple[dt.date, str]:
+    """A partition as the metastore tells partitions apart: by date and values."""
+    return p.partition_date, p.partition_values
+
+
+def _spec_sql(spec: Sequence[tuple[str, str]]) -> str:
+    return "PARTITION (" + ", ".join(f"`{name}` = {spark_string(text)}" for name, text in spec) + ")"
 
 
 def derby_locked(metastore_dir: str) -> bool:
@@ -153,8 +194,10 @@ class HiveTarget:
         return self.database_prefix + record.definition.schema_name, record.definition.name
 
     def _uri(self, key: str) -> str:
-        """A location as the metastore's readers open it (Spark's S3 connector: s3a://)."""
-        return self.deployment.lake.engine_uri(key)
+        """A location as the metastore's readers open it (Spark's S3 connector: s3a://), unescaped: the metastore,
+        Hadoop and Trino take a location's text as the path itself, where the lake's URIs escape what a key holds
+        (the %XX of a partition value's path)."""
+        return unquote(self.deployment.lake.engine_uri(key))
 
     def _live_location(self, record: TableRecord) -> str:
         return self._uri(record.layout(self.deployment.instance_key).live_prefix())
@@ -199,7 +242,7 @@ class HiveTarget:
         existing = self._table_location(database, table)
         if existing is not None:
             # Ours from a run that stopped before recording it: recreate. Anyone else's: leave it be.
-            if existing.rstrip("/").replace("file:///", "file:/") != location.rstrip("/").replace("file:///", "file:/"):
+            if _comparable(unquote(existing)) != _comparable(location):
                 raise SiltError(
                     f"Hive table {database}.{table} already exists and is not siltlake's table {record.qualified_name} "
                     f"(its location is {existing}); drop it there, or set publish.hive.database_prefix"
@@ -207,10 +250,11 @@ class HiveTarget:
             self._sql(f"DROP TABLE `{database}`.`{table}`")
         self._sql(f"CREATE DATABASE IF NOT EXISTS `{database}`")
         columns = ", ".join(f"`{name}` {hive_type(kind)}" for name, kind in _columns(record))
+        partitioned = ", ".join(f"`{name}` {hive_type(kind)}" for name, kind in partition_columns(record))
         # Partitions added later inherit this storage, so one pointing at a manifest directory is never
         # read as Parquet, not even between two metastore calls.
         self._sql(
-            f"CREATE EXTERNAL TABLE `{database}`.`{table}` ({columns}) PARTITIONED BY (`dt` DATE) "
+            f"CREATE EXTERNAL TABLE `{database}`.`{table}` ({columns}) PARTITIONED BY ({partitioned}) "
             f"ROW FORMAT SERDE {spark_string(PARQUET_SERDE)} STORED AS INPUTFORMAT {spark_string(SYMLINK_INPUT)} "
             f"OUTPUTFORMAT {spark_string(SYMLINK_OUTPUT)} LOCATION {spark_string(location)}"
         )
@@ -271,35 +315,39 @@ class HiveTarget:
         """Drop the metastore's partitions reap removed: they point at manifests it deleted (a date published
         again since is added back by the partition sync that follows). IF EXISTS: a run that died before
         forgetting the removals drops them again."""
-        self._drop_dates(names, list(removals.dates))
+        self._drop_partitions(names, list(removals.partitions))
         self.catalog.external_sync.forget_removals(removals.ids)
 
-    def _drop_dates(self, names: SyncedTable, gone: list[dt.date]) -> None:
+    def _drop_partitions(self, names: SyncedTable, gone: list[tuple[dt.date, str]]) -> None:
+        """Drop these (date, values) partitions; a date with values "" names all of the date's partitions."""
         qualified = f"`{names.database_name}`.`{names.table_name}`"
         for start in range(0, len(gone), _PARTITIONS_PER_STATEMENT):
             self._sql(
                 f"ALTER TABLE {qualified} DROP IF EXISTS "
                 + ", ".join(
-                    f"PARTITION (`dt` = '{date.isoformat()}')"
-                    for date in gone[start : start + _PARTITIONS_PER_STATEMENT]
+                    _spec_sql(partition_spec(date, values))
+                    for date, values in gone[start : start + _PARTITIONS_PER_STATEMENT]
                 )
             )
 
     def _drop_partitions_reaped_before_0018(self, record: TableRecord, names: SyncedTable) -> None:
         """The first run over a table synced before revision 0018 (it has recorded partitions, but no synced
         version yet): reap removed partitions then without a removal row, so the metastore is asked once which
-        dates it shows and those the catalog no longer has are dropped (docs/design.md)."""
-        dates = {p.id: p.partition_date for p in self.catalog.partitions.list(record.id)}
-        if not self.catalog.external_sync.partition_manifests(self.name, list(dates)):
+        partitions it shows and those the catalog no longer has are dropped (docs/design.md)."""
+        known = {p.id: (p.partition_date, p.partition_values) for p in self.catalog.partitions.list(record.id)}
+        if not self.catalog.external_sync.partition_manifests(self.name, list(known)):
             return  # a table new to the target: nothing it shows can be stale
-        self._drop_dates(names, sorted(self._shown_dates(names) - set(dates.values())))
+        self._drop_partitions(names, sorted(self._shown_partitions(record, names) - set(known.values())))
 
-    def _shown_dates(self, names: SyncedTable) -> set[dt.date]:
-        """The dates of the partitions the metastore has of the table."""
+    def _shown_partitions(self, record: TableRecord, names: SyncedTable) -> set[tuple[dt.date, str]]:
+        """The (date, values) of the partitions the metastore has of the table."""
         qualified = f"`{names.database_name}`.`{names.table_name}`"
         try:
+            # SHOW PARTITIONS names each as a path, its values escaped as Hive escapes them (%XX).
             return {
-                dt.date.fromisoformat(row[0].removeprefix("dt="))
+                partition_of_spec(
+                    [(name, unquote(text)) for name, _, text in (s.partition("=") for s in row[0].split("/"))]
+                )
                 for row in self._spark().sql(f"SHOW PARTITIONS {qualified}").collect()
             }
         except Exception as exc:  # AnalysisException, Py4JJavaError: the metastore's own errors
@@ -315,26 +363,26 @@ class HiveTarget:
 
         def location(p: PartitionToSync) -> str:
             if p.file_list_key is None:
-                return self._uri(layout.live_partition(p.partition_date))
+                return self._uri(layout.live_partition(p.partition_date, p.partition_values))
             return self._uri(symlink_directory(p.file_list_key))
 
         if record.definition.keyed:
             partitions = self.keyed_partitions(partitions)
         if partitions:
             if names.syncing_version > names.synced_version:
-                shown = self._shown_dates(names)
+                shown = self._shown_partitions(record, names)
             else:
                 recorded = self.catalog.external_sync.partition_manifests(
                     self.name, [p.partition_id for p in partitions]
                 )
-                shown = {p.partition_date for p in partitions if p.partition_id in recorded}
+                shown = {_named(p) for p in partitions if p.partition_id in recorded}
             self.catalog.external_sync.start_sync(self.name, record.id, upto)
             self._ensure_symlink_table(names)
-            self._add_partitions(names, [(p, location(p)) for p in partitions if p.partition_date not in shown])
+            self._add_partitions(names, [(p, location(p)) for p in partitions if _named(p) not in shown])
             # New partitions took the table's symlink storage. A known one changes location (and input
             # format, should it have been a live directory) in one metastore call: Spark SQL can set
             # neither the format nor both at once.
-            moved = [p for p in partitions if p.partition_date in shown or p.file_list_key is None]
+            moved = [p for p in partitions if _named(p) in shown or p.file_list_key is None]
             if moved:
                 self._set_storage(names, [(p, location(p)) for p in moved])
         self.catalog.external_sync.record_partitions(
@@ -347,7 +395,7 @@ class HiveTarget:
             self._sql(
                 f"ALTER TABLE {qualified} ADD IF NOT EXISTS "
                 + " ".join(
-                    f"PARTITION (`dt` = '{p.partition_date.isoformat()}') LOCATION {spark_string(where)}"
+                    f"{_spec_sql(partition_spec(p.partition_date, p.partition_values))} LOCATION {spark_string(where)}"
                     for p, where in new[start : start + _PARTITIONS_PER_STATEMENT]
                 )
             )
@@ -385,7 +433,7 @@ class HiveTarget:
             )
             if key is not None and shown.get(p.partition_id, "") != key:
                 kept.append(replace(p, file_list_key=key))
-        return sorted(kept, key=lambda p: p.partition_date)
+        return sorted(kept, key=_named)
 
     def _ensure_symlink_table(self, names: SyncedTable) -> None:
         """A table created as Parquet (by an earlier siltlake) takes the symlink storage its new partitions inherit."""
@@ -417,12 +465,15 @@ class HiveTarget:
             changed = []
             for p, where in moves:
                 partition = external.getPartition(
-                    names.database_name, names.table_name, utils.toScalaMap({"dt": p.partition_date.isoformat()})
+                    names.database_name,
+                    names.table_name,
+                    utils.toScalaMap(dict(partition_spec(p.partition_date, p.partition_values))),
                 )
                 symlink = p.file_list_key is not None
                 storage = _copy(
                     partition.storage(),
-                    some(view.java.net.URI(where)),
+                    # As Spark SQL's LOCATION takes it: the text is the path (a % in it is a %, not an escape).
+                    some(view.org.apache.hadoop.fs.Path(where).toUri()),
                     some(SYMLINK_INPUT if symlink else PARQUET_INPUT),
                     some(SYMLINK_OUTPUT if symlink else PARQUET_OUTPUT),
                     some(PARQUET_SERDE),
@@ -436,6 +487,7 @@ class HiveTarget:
         for p, where in moves:
             fmt = "SymlinkTextInputFormat" if p.file_list_key is not None else "Parquet"
             self.statements.append(
-                f"ALTER TABLE `{names.database_name}`.`{names.table_name}` PARTITION (`dt` = "
-                f"'{p.partition_date.isoformat()}') SET LOCATION {spark_string(where)} ({fmt}, by the metastore client)"
+                f"ALTER TABLE `{names.database_name}`.`{names.table_name}` "
+                f"{_spec_sql(partition_spec(p.partition_date, p.partition_values))} SET LOCATION "
+                f"{spark_string(where)} ({fmt}, by the metastore client)"
             )
