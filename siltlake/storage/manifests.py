@@ -8,6 +8,7 @@ import json
 import uuid
 from collections.abc import Sequence
 from typing import NamedTuple
+from urllib.parse import unquote
 
 from siltlake.storage.filesystem import Storage
 from siltlake.storage.keys import TableLayout
@@ -36,7 +37,8 @@ def write_manifests(
     uris = [*listed, *((lake.uri(key), size) for key, size in objects)]
     entries = [{"url": uri, "mandatory": True, "meta": {"content_length": size}} for uri, size in uris]
     lake.write_bytes(json_key, json.dumps({"entries": entries}, indent=1).encode())
-    _write_symlink(lake, symlink_key, "".join(uri + "\n" for uri, _ in uris).encode())
+    # The symlink form is read by Hadoop's Path and Trino, which take each line as the path itself: unescaped.
+    _write_symlink(lake, symlink_key, "".join(unquote(uri) + "\n" for uri, _ in uris).encode())
     return ManifestKeys(json_key=json_key, symlink_key=symlink_key)
 
 
