@@ -86,7 +86,7 @@ def event_record(i: int = 0, **extra: Any) -> dict[str, Any]:
 def both_paths(table: TableDef, block: bytes) -> tuple[pa.Table | None, json_lines._Piece]:
     """The vectorised and the per-record result for one block; they must agree when both exist."""
     slow = json_lines._slow_json_block(block, 1, RecordConverter(table, "json"))
-    fast = json_lines._JsonFastPath(table).convert(block)
+    fast = json_lines.JsonFastPath(table).convert(block)
     if fast is not None:
         assert slow.bad == []
         assert fast.equals(slow.table), (fast.to_pylist(), slow.table.to_pylist())

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from siltlake.deployment import Deployment
-from siltlake.records import UnreadableObject, framing, read_staging_object
+from siltlake.records import UnreadableObject, framing, json_fast, read_staging_object
 from siltlake.records import jsonl as json_lines
 from siltlake.records.framing import ObjectLimits
 from siltlake.stream.task import process_staging_object
@@ -91,8 +91,8 @@ def never(*_args: object, **_kwargs: object) -> None:
 def test_runs_of_blank_lines_are_skipped_in_bulk(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(json_lines, "_slow_json_block", never)
     layouts = []
-    real = json_lines._line_layout
-    monkeypatch.setattr(json_lines, "_line_layout", lambda block: layouts.append(len(block)) or real(block))
+    real = json_lines.line_layout
+    monkeypatch.setattr(json_lines, "line_layout", lambda block: layouts.append(len(block)) or real(block))
     data = b"\n" * (48 << 20) + jsonl(event_record(1)) + b"\r\n \t\n" * (1 << 20) + jsonl(event_record(2))
 
     table, bad = read_all(data)
@@ -103,7 +103,7 @@ def test_runs_of_blank_lines_are_skipped_in_bulk(monkeypatch: pytest.MonkeyPatch
 
 def test_records_between_blank_lines_take_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(json_lines, "_slow_json_block", never)
-    monkeypatch.setattr(json_lines, "_layout_line_by_line", never)
+    monkeypatch.setattr(json_fast, "_layout_line_by_line", never)
     data = b"".join(b"\n" * (i % 7) + jsonl(event_record(i)) for i in range(5000))
     table, bad = read_all(data)
     assert table.num_rows == 5000 and bad == []

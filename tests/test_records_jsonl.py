@@ -355,6 +355,6 @@ def test_a_failing_fast_path_leaves_the_block_to_the_per_record_decoder(monkeypa
     def broken(*args: object) -> None:
         raise RuntimeError("a fast path bug")
 
-    monkeypatch.setattr(json_lines._JsonFastPath, "_column", broken)
+    monkeypatch.setattr(json_lines.JsonFastPath, "_column", broken)
     table, bad = read_all(jsonl(*(event_record(i) for i in range(100))))
     assert table.column("n").to_pylist() == list(range(100)) and bad == []

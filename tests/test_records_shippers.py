@@ -15,7 +15,7 @@ import pytest
 from siltlake import timevalues as tv
 from siltlake.records import UnreadableObject, read_staging_object
 from siltlake.records.coerce import RecordConverter
-from siltlake.records.jsonl import _JsonFastPath
+from siltlake.records.json_fast import JsonFastPath
 from siltlake.records.vectorised import strings_to_micros
 from siltlake.tabledef import TableDef
 
@@ -238,7 +238,7 @@ def test_vectorised_naive_times_agree_with_the_per_record_rule(zone: str) -> Non
 def test_json_fast_path_reads_naive_times_in_the_zone() -> None:
     table = make_table(BASIC_COLUMNS, naive_timezone="Asia/Tokyo")
     block = jsonl(*({**event_record(i), "ts": f"2024-05-01T21:34:{i:02d}"} for i in range(50)))
-    fast = _JsonFastPath(table).convert(block)
+    fast = JsonFastPath(table).convert(block)
     assert fast is not None
     assert fast.column("ts")[0].as_py().timestamp() == EPOCH_2024 - 56  # 21:34:00 in Tokyo
 
@@ -294,7 +294,7 @@ def test_dropped_fields_counted_on_the_fast_path() -> None:
     # An unknown field whose type changes from line to line: Arrow cannot infer it, the count stays exact.
     records = [event_record(i, extra=i if i % 2 else str(i)) for i in range(2000)]
     assert _dropped(jsonl(*records), "x.jsonl") == Counter(extra=2000)
-    fast = _JsonFastPath(BASIC, Counter())
+    fast = JsonFastPath(BASIC, Counter())
     assert fast.convert(jsonl(*records)) is not None and fast.dropped == Counter(extra=2000)
 
 

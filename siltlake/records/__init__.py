@@ -44,6 +44,18 @@ def read_staging_object(
         raise ValueError("batch_rows must be at least 1")
     source = ObjectBytes(stream, limits)
     object_format = detect_format(key, source.head(SNIFF_BYTES), table.format)
+    yield from decode_object(source, object_format, table, batch_rows, dropped, workers)
+
+
+def decode_object(
+    source: ObjectBytes,
+    object_format: str,
+    table: TableDef,
+    batch_rows: int,
+    dropped: Counter[str] | None = None,
+    workers: int = 1,
+) -> Generator[ParsedBatch, None, None]:
+    """read_staging_object once the object's format is known."""
     if object_format == "jsonl":
         yield from JsonLinesReader(table, batch_rows, dropped).read(source.chunks(), workers)
         return

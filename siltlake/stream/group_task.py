@@ -2,6 +2,7 @@
 
 Each object decodes on its own (its own report, error file, position and failures, as process_staging_object);
 its rows join the group's objects only once it decoded whole, so an object that fails or is unknown adds nothing.
+Small JSON-lines objects are read by pyarrow in one call for several (records.joined), each keeping its rows.
 The commit takes the group's decoded objects together (stream/commit.py) with one row range per object as lineage.
 """
 
@@ -15,6 +16,7 @@ import pyarrow as pa
 
 from siltlake.errors import storage_failure
 from siltlake.records.group_writer import GroupWriter
+from siltlake.records.joined import JOIN_BLOCK_BYTES, JoiningReader, WaitingObject
 from siltlake.records.writer import WrittenPart
 from siltlake.stream.task import (
     RowSink,
@@ -22,6 +24,7 @@ from siltlake.stream.task import (
     StageResult,
     StreamTask,
     decode_staging_object,
+    dropped_fields,
     peak_rss_bytes,
     process_staging_object,
 )
@@ -71,11 +74,7 @@ def process_wave_item(item: StreamTask | StreamGroup) -> WaveResult:
     writer = GroupWriter(table, first.lake, first.layout, first.run_id, first.staging_object_id, first.spill_bytes)
     members: list[StageResult] = []
     try:
-        for task in item.tasks:
-            result, held = decode_staging_object(task, table, _HeldRows, measure_rss=False)
-            if result["status"] == "ok":
-                writer.add_source(task.staging_object_id, _held(held).tables)
-            members.append(result)
+        _decode_group(item, table, writer, members)
         parts = writer.finish()
         peak = peak_rss_bytes()
         for member in members:
@@ -86,6 +85,70 @@ def process_wave_item(item: StreamTask | StreamGroup) -> WaveResult:
         failed = _all_failed(item, members, exc)
         return {"status": "group", "members": failed, "parts": []}
     return {"status": "group", "members": members, "parts": parts}
+
+
+@dataclass
+class _Waiting:
+    """A decoded object whose rows wait for a joined read: its place among the members, its task, its bytes."""
+
+    member: int
+    task: StreamTask
+    held: WaitingObject
+
+
+def _decode_group(group: StreamGroup, table: TableDef, writer: GroupWriter, members: list[StageResult]) -> None:
+    """Decode the group's objects into the writer, a report each in members. Small JSON-lines objects are read
+    together (records.joined); should a joined read need the per-record decoder, its halves are tried, and the
+    objects of a half that needs it too decode again alone, as would any later object of the group."""
+    joiner = JoiningReader(table)
+    waiting: list[_Waiting] = []
+    for task in group.tasks:
+        result, held = decode_staging_object(task, table, _HeldRows, measure_rss=False, read=joiner.read)
+        members.append(result)
+        waiting_object = joiner.take()
+        if result["status"] != "ok":
+            continue
+        if waiting_object is None:
+            writer.add_source(task.staging_object_id, _held(held).tables)
+            continue
+        waiting.append(_Waiting(len(members) - 1, task, waiting_object))
+        if sum(len(entry.held.data) for entry in waiting) >= JOIN_BLOCK_BYTES:
+            _read_joined(waiting, joiner, table, writer, members)
+            waiting = []
+    _read_joined(waiting, joiner, table, writer, members)
+
+
+def _read_joined(
+    waiting: list[_Waiting],
+    joiner: JoiningReader,
+    table: TableDef,
+    writer: GroupWriter,
+    members: list[StageResult],
+    halves: bool = True,
+) -> None:
+    if not waiting:
+        return
+    converted = joiner.convert([entry.held for entry in waiting])
+    if converted is not None:
+        for entry, rows in zip(waiting, converted, strict=True):
+            report = members[entry.member]
+            assert report["status"] == "ok"
+            report["records_in"] += rows.num_rows
+            if entry.held.dropped:
+                report.update(dropped_fields(entry.held.dropped))
+            writer.add_source(entry.task.staging_object_id, [rows])
+        return
+    joiner.joining = False  # lines that need the per-record decoder: likely more of them in this group
+    if halves and len(waiting) > 1:
+        middle = len(waiting) // 2
+        for half in (waiting[:middle], waiting[middle:]):
+            _read_joined(half, joiner, table, writer, members, halves=False)
+        return
+    for entry in waiting:
+        result, held = decode_staging_object(entry.task, table, _HeldRows, measure_rss=False)
+        members[entry.member] = result
+        if result["status"] == "ok":
+            writer.add_source(entry.task.staging_object_id, _held(held).tables)
 
 
 def _held(sink: RowSink) -> _HeldRows:

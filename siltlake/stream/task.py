@@ -13,7 +13,7 @@ import resource
 import time
 import traceback
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import closing
 from dataclasses import dataclass
 from typing import BinaryIO, Literal, NotRequired, Protocol, TypedDict
@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from siltlake.errors import storage_failure
 from siltlake.records import ObjectLimits, UnreadableObject, read_staging_object
-from siltlake.records.batches import BadRecord
+from siltlake.records.batches import BadRecord, ParsedBatch
 from siltlake.records.framing import ByteStream
 from siltlake.records.writer import ObjectWriter, WrittenPart
 from siltlake.storage.filesystem import Storage, UnsafeKey
@@ -208,10 +208,15 @@ def process_staging_object(task: StreamTask) -> StageResult:
 
 
 def decode_staging_object(
-    task: StreamTask, table: TableDef, new_sink: Callable[[], RowSink], measure_rss: bool = True
+    task: StreamTask,
+    table: TableDef,
+    new_sink: Callable[[], RowSink],
+    measure_rss: bool = True,
+    read: Callable[..., Iterator[ParsedBatch]] = read_staging_object,
 ) -> tuple[StageResult, RowSink]:
     """Decode one staging object into a sink made by new_sink; the report, and the sink that holds its rows.
-    Without measure_rss its peak_rss_bytes is 0 (a group measures once for all its objects: 2 ms a call)."""
+    Without measure_rss its peak_rss_bytes is 0 (a group measures once for all its objects: 2 ms a call).
+    `read` decodes the object's bytes: read_staging_object, or a group's records.joined.JoiningReader.read."""
     started = time.time()
     report: StageHead = {
         "staging_object_id": task.staging_object_id,
@@ -251,7 +256,7 @@ def decode_staging_object(
                     errors.add([delivery.lead])
                     records_in += 1
             try:
-                batches = read_staging_object(
+                batches = read(
                     source,
                     base,
                     reading,
@@ -308,15 +313,29 @@ def decode_staging_object(
         "bad_records": errors.count,
         "bad_samples": errors.samples,
         "error_key": error_key,
-        # Values of fields that are no column, dropped from rows that loaded (unknown_fields = "ignore").
-        "dropped_fields": sum(dropped.values()),
-        "dropped_field_names": [name for name, _ in dropped.most_common(DROPPED_NAMES)],
-        "dropped_field_kinds": len(dropped),
+        **dropped_fields(dropped),
         "parts": parts,
         "position": position,  # where a local file's delivery stopped (stream/tails.py); None: not appendable
         "seconds": time.time() - started,
         "peak_rss_bytes": peak_rss_bytes() if measure_rss else 0,
     }, writer
+
+
+class DroppedFields(TypedDict):
+    """Values of fields that are no column, dropped from rows that loaded (unknown_fields = "ignore")."""
+
+    dropped_fields: int
+    dropped_field_names: list[str]
+    dropped_field_kinds: int
+
+
+def dropped_fields(dropped: Counter[str]) -> DroppedFields:
+    """A report's fields for the values dropped, counted by field name."""
+    return {
+        "dropped_fields": sum(dropped.values()),
+        "dropped_field_names": [name for name, _ in dropped.most_common(DROPPED_NAMES)],
+        "dropped_field_kinds": len(dropped),
+    }
 
 
 def peak_rss_bytes() -> int:
