@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import importlib
 import os
 import pickle
 import queue
@@ -110,19 +111,24 @@ def _dumps_call(function: Callable[[Any], Any], group: list[tuple[int, Any]]) ->
 
 
 class _Worker:
-    def __init__(self) -> None:
+    def __init__(self, preload: tuple[str, ...]) -> None:
         environment = dict(os.environ)
         # The caller's import path, so that a source checkout's siltlake (and a test's modules) import as here.
         environment["PYTHONPATH"] = os.pathsep.join(path for path in sys.path if path)
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "siltlake.workers"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=environment
+            [sys.executable, "-m", "siltlake.workers", *preload],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=environment,
         )
         # Both are pipes (PIPE above), never None.
         assert self.process.stdin is not None and self.process.stdout is not None
         self._requests: IO[bytes] = self.process.stdin
         self._answers: IO[bytes] = self.process.stdout
+        self.called = False
 
     def call(self, function: Callable[[Any], Any], group: list[tuple[int, Any]]) -> list[tuple[int, Any]]:
+        self.called = True
         try:
             _write_frame(self._requests, _dumps_call(function, group))
             answer = _read_frame(self._answers)
@@ -140,8 +146,9 @@ class _Worker:
         return value
 
     def close(self, kill: bool = False) -> None:
-        """End the worker: an idle one when its input closes; `kill`: at once, whatever it is doing."""
-        if kill:
+        """End the worker: an idle one when its input closes; `kill`: at once, whatever it is doing (as one that
+        never had a call is: it may still be importing what it preloads)."""
+        if kill or not self.called:
             self.process.kill()
         for stream in (self._requests, self._answers):
             with contextlib.suppress(OSError):
@@ -154,8 +161,8 @@ class _Worker:
 
 
 class _Pool:
-    def __init__(self, size: int) -> None:
-        self.workers = [_Worker() for _ in range(size)]
+    def __init__(self, size: int, preload: tuple[str, ...]) -> None:
+        self.workers = [_Worker(preload) for _ in range(size)]
         self.lock = threading.Lock()  # one call at a time: the workers are the host's cores
 
     def run(
@@ -227,17 +234,31 @@ def _discard(pool: _Pool) -> None:
     pool.close(kill=True)
 
 
-def _pool() -> _Pool:
+def _pool(preload: tuple[str, ...] = ()) -> _Pool:
     global _current
     with _pool_lock:
         if _current is None or any(worker.process.poll() is not None for worker in _current.workers):
             if _current is not None:  # one of its workers ended between calls: the others go too
                 _current.close(kill=True)
-            _current = _Pool(worker_count())
+            _current = _Pool(worker_count(), preload)
         return _current
 
 
+def start_workers(*preload: str) -> None:
+    """Start the worker processes now, unless they run, each importing the named modules as it starts: their
+    imports then overlap with what the caller does before its first call (a cold command's discovery)."""
+    _pool(preload)
+
+
 atexit.register(close_workers)
+
+
+class _WithoutPandas:
+    """An import finder under which pandas is not installed."""
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
+        if name == "pandas" or name.startswith("pandas."):
+            raise ModuleNotFoundError("a siltlake worker process imports no pandas", name=name)
 
 
 def serve(source: IO[bytes], sink: IO[bytes]) -> None:
@@ -258,6 +279,11 @@ def serve(source: IO[bytes], sink: IO[bytes]) -> None:
 if __name__ == "__main__":
     # Ctrl-C reaches the whole process group: the caller decides what stops; a worker ends when its pipe does.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # No task here uses pandas, and pyarrow imports it (0.3 s) the first time it converts a Python value when it
+    # is installed: a worker says it is not.
+    sys.meta_path.insert(0, _WithoutPandas())
+    for module in sys.argv[1:]:
+        importlib.import_module(module)
     # The answers keep stdout's descriptor to themselves: anything a task prints goes to stderr.
     answers = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())

@@ -174,3 +174,43 @@ def test_a_module_function_goes_by_reference_without_pyspark_in_the_caller() -> 
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["['b',", "'d']", "False"], result.stdout
+
+
+def _imported(name: str) -> bool:
+    import sys
+
+    return name in sys.modules
+
+
+def test_workers_start_with_what_they_preload_and_without_pandas() -> None:
+    import subprocess
+    import sys
+
+    # Run apart: the suite's own workers may be up already, started without a preload.
+    script = (
+        "import sys\nfrom siltlake.workers import start_workers, run_on_workers, close_workers\n"
+        "start_workers('tabnanny')\n"
+        "from tests.test_workers import _imported\n"
+        "print(run_on_workers(_imported, ['tabnanny', 'pandas'], [1, 1]))\n"
+        "import pyarrow as pa\n"
+        "print(run_on_workers(pa.array, [[1, 2]], [1])[0].to_pylist())\n"
+        "close_workers()\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=Path(__file__).parents[1]
+    )
+    assert result.returncode == 0, result.stderr
+    # pyarrow converts Python values without the pandas it would import (0.2 s a process) where it is installed.
+    assert result.stdout.split("\n")[:2] == ["[True, False]", "[1, 2]"], result.stdout
+
+
+def test_workers_that_never_had_a_call_are_not_waited_for() -> None:
+    import time
+
+    from siltlake import workers
+
+    close_workers()
+    workers.start_workers("siltlake.stream.group_task")  # importing for a second or so
+    started = time.monotonic()
+    close_workers()
+    assert time.monotonic() - started < 0.5

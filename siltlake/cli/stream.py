@@ -32,6 +32,9 @@ def stream(
     stream.settle_time for local files still being written, shows a progress bar and exits 1 if some objects
     failed (they stay pending and are retried) or a staging file changed other than by appending (reported
     once, not loaded: see `silt unknown list`). --json applies to --once's report."""
+    from siltlake.workers import start_workers
+
+    start_workers("siltlake.stream.group_task")  # the decoders' imports overlap with this process's
     with importing():  # the stream's libraries with the deployment's, without the cyclic GC
         from siltlake.cli.stream_bar import StreamBar
         from siltlake.stream import stream_forever, stream_once

@@ -6,6 +6,7 @@ The JSON lines fast path and the load's vectorised CSV path both use them.
 
 from __future__ import annotations
 
+import functools
 import re
 from decimal import Decimal
 from typing import Any
@@ -21,8 +22,13 @@ _CANONICAL_ZONE = r"(?:Z|[+-](?:[01][0-9]|2[0-3])(?::?[0-5][0-9])?)"
 _CANONICAL_ZONED = re.compile(_CANONICAL_TIME + _CANONICAL_ZONE)
 _CANONICAL_NAIVE = re.compile(_CANONICAL_TIME)
 _ISO_RE2 = "^" + tv.ISO_PATTERN + "$"
-_DAYS_IN_MONTH = pa.array([0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31], pa.int64())
 _MIN_DAYS = tv.MIN_MICROS // (86400 * tv.MICROS_PER_SECOND)
+
+
+@functools.cache
+def _days_in_month() -> pa.Array:
+    # Made on first use: pyarrow's first conversion of Python values imports pandas (0.2 s) where it is installed.
+    return pa.array([0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31], pa.int64())
 
 
 def all_true(mask: pa.ChunkedArray | pa.Array) -> bool:
@@ -82,7 +88,7 @@ def _iso_general(values: pa.ChunkedArray, naive_is_utc: bool = True) -> pa.Chunk
         pc.equal(pc.modulo(year, 4), 0),
         pc.or_(pc.not_equal(pc.modulo(year, 100), 0), pc.equal(pc.modulo(year, 400), 0)),
     )
-    month_days = pc.add(pc.take(_DAYS_IN_MONTH, month), pc.cast(pc.and_(leap, pc.equal(month, 2)), pa.int64()))
+    month_days = pc.add(pc.take(_days_in_month(), month), pc.cast(pc.and_(leap, pc.equal(month, 2)), pa.int64()))
     if not (within(day, 1, 31) and all_true(pc.less_equal(day, month_days))):
         return None
     fraction = pc.struct_field(parts, "fraction")

@@ -160,7 +160,7 @@ def last_gzip_member(fd: int, start: int, end: int) -> int:
     """The offset just past the last complete gzip member in [start, end) (Fluentd's `compress gzip` with `append
     true` appends one member per flush); start when none is complete. Bytes that are not gzip end the search."""
     complete, position = start, start
-    decoder = zlib.decompressobj(wbits=31)
+    decoder = gzip_inflater()
     member_start = start
     while position < end:
         chunk = os.pread(fd, min(_BLOCK, end - position), position)
@@ -170,13 +170,13 @@ def last_gzip_member(fd: int, start: int, end: int) -> int:
         while chunk:
             try:
                 decoder.decompress(chunk)
-            except zlib.error:
+            except INFLATE_ERRORS:
                 return complete
             if not decoder.eof:
                 break
             rest = decoder.unused_data
             member_start = position - len(rest)
             complete = member_start
-            decoder = zlib.decompressobj(wbits=31)
+            decoder = gzip_inflater()
             chunk = rest
     return complete
