@@ -13,7 +13,7 @@ import resource
 import time
 import traceback
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from contextlib import closing
 from dataclasses import dataclass
 from typing import BinaryIO, Literal, NotRequired, Protocol, TypedDict
@@ -212,7 +212,7 @@ def decode_staging_object(
     table: TableDef,
     new_sink: Callable[[], RowSink],
     measure_rss: bool = True,
-    read: Callable[..., Iterator[ParsedBatch]] = read_staging_object,
+    read: Callable[..., Generator[ParsedBatch, None, None]] = read_staging_object,
 ) -> tuple[StageResult, RowSink]:
     """Decode one staging object into a sink made by new_sink; the report, and the sink that holds its rows.
     Without measure_rss its peak_rss_bytes is 0 (a group measures once for all its objects: 2 ms a call).
