@@ -18,6 +18,7 @@ from siltlake.records import json_fast
 from siltlake.records.json_fast import JsonFastPath
 from siltlake.storage.filesystem import Storage
 from siltlake.storage.keys import TableLayout
+from siltlake.stream import group_task
 from siltlake.stream.group_task import StreamGroup, process_wave_item
 from siltlake.stream.task import StreamTask, process_staging_object
 from siltlake.tabledef import TableDef
@@ -114,8 +115,12 @@ REPORT_FIELDS = ["status", "records_in", "bad_records", "bad_samples", "dropped_
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(specs=objects)
-def test_a_group_decodes_each_object_as_it_decodes_alone(tmp_path_factory: pytest.TempPathFactory, specs) -> None:
+@given(specs=objects, block_bytes=st.sampled_from([1, 400, 2000, 4 << 20]))
+def test_a_group_decodes_each_object_as_it_decodes_alone(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch, specs, block_bytes: int
+) -> None:
+    # Joined reads of every size: one object each, a few, the whole group.
+    monkeypatch.setattr(group_task, "JOIN_BLOCK_BYTES", block_bytes)
     root = tmp_path_factory.mktemp("joined")
     staging, lake = Storage(str(root / "staging")), Storage(str(root / "lake"))
     tasks = []
@@ -148,21 +153,32 @@ def _clean_object(first: int, rows: int, extra: bool = False) -> bytes:
     return "".join(json.dumps(line) + "\n" for line in lines).encode()
 
 
-def test_clean_objects_of_a_group_are_read_by_one_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("block_bytes", [4 << 20, 2000])
+def test_clean_objects_of_a_group_are_read_by_one_call_a_block(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block_bytes: int
+) -> None:
+    monkeypatch.setattr(group_task, "JOIN_BLOCK_BYTES", block_bytes)
     calls = []
     real = json_fast.JsonFastPath._read
     monkeypatch.setattr(json_fast.JsonFastPath, "_read", lambda self, *a: calls.append(1) or real(self, *a))
     staging, lake = Storage(str(tmp_path / "staging")), Storage(str(tmp_path / "lake"))
     tasks = []
+    blocks, held = 0, 0  # the reads the objects' sizes call for: a read each time the held bytes reach block_bytes
     for number in range(1, 31):
         key = f"f.web.access/2026/11/20/{number:03d}.jsonl.gz"
         Path(staging.path(key)).parent.mkdir(parents=True, exist_ok=True)
-        Path(staging.path(key)).write_bytes(gzip.compress(_clean_object(number * 100, 5 + number % 4, number % 3 == 0)))
+        data = _clean_object(number * 100, 5 + number % 4, number % 3 == 0)
+        Path(staging.path(key)).write_bytes(gzip.compress(data))
         tasks.append(_task(staging, lake, COUNTED, key, number, "group"))
+        held += len(data)
+        if held >= block_bytes:
+            blocks, held = blocks + 1, 0
+    blocks += held > 0
 
     grouped = process_wave_item(StreamGroup(tuple(tasks)))
 
-    assert len(calls) == 1  # was one an object
+    assert len(calls) == blocks  # was one an object
+    assert blocks == 1 if block_bytes > 2000 else blocks > 1
     members = grouped["members"]
     assert [m["records_in"] for m in members] == [5 + n % 4 for n in range(1, 31)]
     assert [m["dropped_fields"] for m in members] == [(5 + n % 4) * (n % 3 == 0) for n in range(1, 31)]

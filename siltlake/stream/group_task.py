@@ -102,6 +102,7 @@ def _decode_group(group: StreamGroup, table: TableDef, writer: GroupWriter, memb
     objects of a half that needs it too decode again alone, as would any later object of the group."""
     joiner = JoiningReader(table)
     waiting: list[_Waiting] = []
+    waiting_bytes = 0
     for task in group.tasks:
         result, held = decode_staging_object(task, table, _HeldRows, measure_rss=False, read=joiner.read)
         members.append(result)
@@ -112,9 +113,10 @@ def _decode_group(group: StreamGroup, table: TableDef, writer: GroupWriter, memb
             writer.add_source(task.staging_object_id, _held(held).tables)
             continue
         waiting.append(_Waiting(len(members) - 1, task, waiting_object))
-        if sum(len(entry.held.data) for entry in waiting) >= JOIN_BLOCK_BYTES:
+        waiting_bytes += len(waiting_object.data)
+        if waiting_bytes >= JOIN_BLOCK_BYTES:
             _read_joined(waiting, joiner, table, writer, members)
-            waiting = []
+            waiting, waiting_bytes = [], 0
     _read_joined(waiting, joiner, table, writer, members)
 
 
