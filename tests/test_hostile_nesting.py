@@ -130,3 +130,14 @@ def test_a_stream_task_in_spark_makes_the_deep_line_a_bad_record(tmp_path, catal
         assert report.failed == [] and "nested too deeply" in report.bad_samples[0][1]
     finally:
         deployment.close()
+
+
+def test_lines_of_flat_records_pass_on_their_bracket_count_and_a_deep_line_among_them_does_not() -> None:
+    flat = [b'{"ts":"2024-05-01T12:34:56Z","n":%d}' % n for n in range(2000)]
+    block = b"\n".join(flat)
+    assert nests_within(block, bracketed_lines=len(flat))
+    deep = deep_line(MAX_FAST_DEPTH)  # one line too deep among 2,000 flat ones, each counted as a bracketed line
+    assert not nests_within(b"\n".join([*flat[:1000], deep, *flat[1000:]]), bracketed_lines=len(flat) + 1)
+    # Brackets in strings spread over many lines leave the block to the line-by-line count, which passes it.
+    stringy = [b'{"s":"%s"}' % (b"[" * 10) for _ in range(100)]
+    assert nests_within(b"\n".join(stringy), bracketed_lines=100)

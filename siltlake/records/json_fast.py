@@ -81,10 +81,13 @@ class JsonFastPath:
 
     def convert(self, block: bytes, layout: LineLayout | None = None) -> pa.Table | None:
         """The block's rows, or None if any line needs the per-record decoder."""
-        if not self.enabled or not nests_within(block):  # too deep for pyarrow's reader: see records.nesting
+        if not self.enabled:
+            return None
+        lines = (layout or line_layout(block)).object_lines or 0
+        if not nests_within(block, bracketed_lines=lines):  # too deep for pyarrow's reader: see records.nesting
             return None
         try:
-            converted = self._convert(block, [(layout or line_layout(block)).object_lines or 0], None)
+            converted = self._convert(block, [lines], None)
         except Exception:  # a shortcut only: the per-record decoder decides each line of the block
             return None
         if converted is None:
@@ -111,7 +114,7 @@ class JsonFastPath:
             if not piece.endswith(b"\n"):
                 parts.append(b"\n")
         block = b"".join(parts)
-        if not nests_within(block) or not is_utf8(block):
+        if not nests_within(block, bracketed_lines=sum(lines)) or not is_utf8(block):
             return None
         try:
             converted = self._convert(block, lines, pieces)
