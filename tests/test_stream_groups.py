@@ -211,18 +211,21 @@ def test_wave_groups_keep_large_keyed_and_failed_objects_alone_and_give_every_co
         st.lists(st.tuples(st.integers(0, 47), st.integers(0, 59)), min_size=0, max_size=30), min_size=1, max_size=8
     ),
     spill=st.sampled_from([1, 1 << 30]),
+    together=st.integers(1, 4),
 )
 def test_a_group_object_holds_each_source_once_as_one_time_ordered_range(
-    tmp_path_factory: pytest.TempPathFactory, sources: list[list[tuple[int, int]]], spill: int
+    tmp_path_factory: pytest.TempPathFactory, sources: list[list[tuple[int, int]]], spill: int, together: int
 ) -> None:
     """Whatever the sources' rows and dates, and however often the writer spills: each date's object is the
-    sources' rows of that date, source after source, each in time order, at the ranges it reports."""
+    sources' rows of that date, source after source, each in time order, at the ranges it reports. Sources given
+    `together` at a time (add_sources, a joined read's) make the same objects as given one by one."""
     root = tmp_path_factory.mktemp("group")
     table = TableDef.from_mapping(ACCESS_TABLE)
     lake = Storage(str(root))
     writer = GroupWriter(table, lake, TableLayout("test0001", "web", "access"), "run-1", 7, spill)
     base = dt.datetime(2026, 11, 20, 0, 0, tzinfo=UTC)
     expected: dict[dt.date, list[tuple[int, list[int]]]] = {}
+    batches: list[tuple[int, pa.Table]] = []
     for number, rows in enumerate(sources, start=1):
         random.Random(number).shuffle(rows)
         times = [base + dt.timedelta(hours=hour, minutes=minute) for hour, minute in rows]
@@ -236,12 +239,19 @@ def test_a_group_object_holds_each_source_once_as_one_time_ordered_range(
             schema=table.arrow_schema(),
         )
         half = len(rows) // 2
-        writer.add_source(number, [batch.slice(0, half), batch.slice(half)])
+        if together == 1:
+            writer.add_source(number, [batch.slice(0, half), batch.slice(half)])
+        else:
+            batches.append((number, batch))
+            if len(batches) == together:
+                writer.add_sources(batches)
+                batches = []
         per_date: dict[dt.date, list[tuple[dt.datetime, int]]] = {}
         for when, user_id in zip(times, ids, strict=True):
             per_date.setdefault((when + dt.timedelta(hours=9)).date(), []).append((when, user_id))
         for date, pairs in per_date.items():
             expected.setdefault(date, []).append((number, [uid for _, uid in sorted(pairs, key=lambda p: p[0])]))
+    writer.add_sources(batches)
     parts = writer.finish()
     assert [part["date"] for part in parts] == sorted(date.isoformat() for date in expected)
     for part in parts:

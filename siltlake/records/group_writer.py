@@ -11,6 +11,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -30,6 +31,8 @@ from siltlake.storage import keys
 from siltlake.storage.filesystem import Storage
 from siltlake.storage.keys import TableLayout
 from siltlake.tabledef import TableDef
+
+_SOURCE = "__siltlake_source"  # a row's source among those added together
 
 
 @dataclass
@@ -66,25 +69,51 @@ class GroupWriter:
         if not tables:
             return
         rows = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
-        column = self.table.time_column
         for place, part in split_by_place(self.table, rows):
-            part = sorted_by_time([part], column)
-            target = self.dates.get(place)
-            if target is None:
-                target = self.dates[place] = _DateObject(
-                    self.layout.task_temporary(self.run_id, self.object_id, keys.date_part(*place))
-                )
-            target.sources.append([staging_object_id, target.rows, part.num_rows])
-            target.rows += part.num_rows
-            target.pending.append(part)
-            target.pending_rows += part.num_rows
-            target.pending_bytes += part.get_total_buffer_size()  # not nbytes: that walks every slice's offsets
-            bounds = pc.min_max(part.column(column))
-            low, high = to_naive_utc(bounds["min"].as_py()), to_naive_utc(bounds["max"].as_py())
-            target.low = low if target.low is None else min(target.low, low)
-            target.high = high if target.high is None else max(target.high, high)
-            if target.pending_rows >= MAX_ROW_GROUP_ROWS:
-                self._write(place[0], target, whole_groups=True)
+            self._append(place, sorted_by_time([part], self.table.time_column), [(staging_object_id, part.num_rows)])
+        self._spill_if_full()
+
+    def add_sources(self, sources: list[tuple[int, pa.Table]]) -> None:
+        """Several sources' rows at once, each all its staging object decoded to (a joined read's slices): one split
+        by partition and one sort for all of them, giving the objects and ranges that adding each in turn gives."""
+        sources = [(source, rows) for source, rows in sources if rows.num_rows]
+        if len(sources) < 2:
+            for source, rows in sources:
+                self.add_source(source, [rows])
+            return
+        counts = [rows.num_rows for _, rows in sources]
+        order = np.repeat(np.arange(len(sources), dtype=np.int32), counts)
+        rows = pa.concat_tables([rows for _, rows in sources]).append_column(_SOURCE, pa.array(order))
+        for place, part in split_by_place(self.table, rows):
+            # Stable: equal times keep their order within a source, as sorted_by_time does.
+            part = part.sort_by([(_SOURCE, "ascending"), (self.table.time_column, "ascending")])
+            per_source = np.bincount(part.column(_SOURCE).to_numpy(), minlength=len(sources))
+            ranges = [(sources[index][0], int(count)) for index, count in enumerate(per_source) if count]
+            self._append(place, part.drop_columns([_SOURCE]), ranges)
+        self._spill_if_full()
+
+    def _append(self, place: Place, part: pa.Table, ranges: list[tuple[int, int]]) -> None:
+        """Rows of one partition, sorted by time within each source's range (source id, rows), in that order."""
+        column = self.table.time_column
+        target = self.dates.get(place)
+        if target is None:
+            target = self.dates[place] = _DateObject(
+                self.layout.task_temporary(self.run_id, self.object_id, keys.date_part(*place))
+            )
+        for source, count in ranges:
+            target.sources.append([source, target.rows, count])
+            target.rows += count
+        target.pending.append(part)
+        target.pending_rows += part.num_rows
+        target.pending_bytes += part.get_total_buffer_size()  # not nbytes: that walks every slice's offsets
+        bounds = pc.min_max(part.column(column))
+        low, high = to_naive_utc(bounds["min"].as_py()), to_naive_utc(bounds["max"].as_py())
+        target.low = low if target.low is None else min(target.low, low)
+        target.high = high if target.high is None else max(target.high, high)
+        if target.pending_rows >= MAX_ROW_GROUP_ROWS:
+            self._write(place[0], target, whole_groups=True)
+
+    def _spill_if_full(self) -> None:
         if sum(target.pending_bytes for target in self.dates.values()) > self.spill_bytes:
             for (date, _), target in self.dates.items():
                 self._write(date, target, whole_groups=False)

@@ -138,7 +138,9 @@ def _read_joined(
             report["records_in"] += rows.num_rows
             if entry.held.dropped:
                 report.update(dropped_fields(entry.held.dropped))
-            writer.add_source(entry.task.staging_object_id, [rows])
+        writer.add_sources(
+            [(entry.task.staging_object_id, rows) for entry, rows in zip(waiting, converted, strict=True)]
+        )
         return
     joiner.joining = False  # lines that need the per-record decoder: likely more of them in this group
     if halves and len(waiting) > 1:
