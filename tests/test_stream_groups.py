@@ -267,3 +267,30 @@ def test_a_group_object_holds_each_source_once_as_one_time_ordered_range(
             times = got.column("utc_event_time").to_pylist()[first : first + count]
             assert times == sorted(times)
         lake.delete(part["tmp_key"])
+
+
+def test_sources_added_together_keep_a_column_named_as_the_writers_own_label(tmp_path) -> None:
+    mapping = {**ACCESS_TABLE, "columns": [*ACCESS_TABLE["columns"], {"name": "__siltlake_source", "type": "int"}]}
+    table = TableDef.from_mapping(mapping)
+    lake = Storage(str(tmp_path))
+    writer = GroupWriter(table, lake, TableLayout("test0001", "web", "access"), "run-1", 7, 1 << 30)
+    when = dt.datetime(2026, 11, 20, 1, 0, tzinfo=UTC)
+    batches = [
+        (
+            source,
+            pa.table(
+                {
+                    "utc_event_time": [when] * 2,
+                    "user_id": [source, source],
+                    "action": ["v", "v"],
+                    "__siltlake_source": [source * 10, source * 10 + 1],
+                },
+                schema=table.arrow_schema(),
+            ),
+        )
+        for source in (1, 2)
+    ]
+    writer.add_sources(batches)
+    (part,) = writer.finish()
+    assert part["sources"] == [[1, 0, 2], [2, 2, 2]]
+    assert pq.read_table(lake.path(part["tmp_key"])).column("__siltlake_source").to_pylist() == [10, 11, 20, 21]

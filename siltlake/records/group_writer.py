@@ -83,13 +83,17 @@ class GroupWriter:
             return
         counts = [rows.num_rows for _, rows in sources]
         order = np.repeat(np.arange(len(sources), dtype=np.int32), counts)
-        rows = pa.concat_tables([rows for _, rows in sources]).append_column(_SOURCE, pa.array(order))
+        rows = pa.concat_tables([rows for _, rows in sources])
+        label = _SOURCE
+        while label in rows.column_names:  # a table's own column of that name keeps it
+            label += "_"
+        rows = rows.append_column(label, pa.array(order))
         for place, part in split_by_place(self.table, rows):
             # Stable: equal times keep their order within a source, as sorted_by_time does.
-            part = part.sort_by([(_SOURCE, "ascending"), (self.table.time_column, "ascending")])
-            per_source = np.bincount(part.column(_SOURCE).to_numpy(), minlength=len(sources))
+            part = part.sort_by([(label, "ascending"), (self.table.time_column, "ascending")])
+            per_source = np.bincount(part.column(label).to_numpy(), minlength=len(sources))
             ranges = [(sources[index][0], int(count)) for index, count in enumerate(per_source) if count]
-            self._append(place, part.drop_columns([_SOURCE]), ranges)
+            self._append(place, part.drop_columns([label]), ranges)
         self._spill_if_full()
 
     def _append(self, place: Place, part: pa.Table, ranges: list[tuple[int, int]]) -> None:
