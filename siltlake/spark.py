@@ -454,9 +454,10 @@ def connect_session(config: SparkConfig) -> SparkSession | None:
     try:
         return lock_session(session)  # the first call to the server
     except SparkConnectGrpcException as exc:
+        # Closed at once: an open client's clean-up call at exit can hang the process on a refused channel.
+        session.stop()
         if "UNAUTHENTICATED" not in str(exc):
             raise
-        session.stop()
         raise SiltError(
             f"the Spark Connect server at {config.connect} (spark.connect) refused this client's token: "
             f"${TOKEN_VARIABLE} must hold the server's, or spark.connect_token_file "
