@@ -42,8 +42,8 @@ def open_regular_file(root: str, key: str) -> BinaryIO:
 
     Raises Refused for a link out of the root, a parent that is not a directory, or anything but a regular
     file; FileNotFoundError when nothing is there; OSError for the file system's own failures."""
-    real_root = os.path.realpath(root)
-    directories = [os.open(real_root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)]  # the root may be a link
+    directories = [os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)]  # the root may be a link
+    real_root: str | None = None  # resolved only for an absolute link's target: most opens meet no link
     todo = [part for part in reversed(key.split("/")) if part not in ("", ".")]
     links = 0
     try:
@@ -66,6 +66,7 @@ def open_regular_file(root: str, key: str) -> BinaryIO:
                 if links > MAX_LINKS:
                     raise Refused(f"{key!r} goes through more than {MAX_LINKS} symbolic links; refused") from None
                 if os.path.isabs(target):
+                    real_root = real_root or os.path.realpath(root)
                     inside = os.path.relpath(target, real_root)
                     if inside == ".." or inside.startswith("../"):
                         raise _leaves(key, root) from None
