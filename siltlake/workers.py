@@ -8,6 +8,8 @@ checks hold the GIL (two threads ran 400 small objects 1.2x slower than two proc
 The workers are plain subprocesses of this interpreter (`python -m siltlake.workers`) that read pickled
 calls on stdin and write pickled results on stdout. Not multiprocessing's pools: those import the caller's
 main script again in every worker, which an unguarded script calling stream_once would turn into a loop.
+A command that has imported what its tasks run forks them instead (fork_workers): nothing to import, the same
+pipes (docs/design.md, "A cold `silt stream` forks its workers").
 A worker that dies (killed, out of memory) fails the call with WorkersLost; the caller runs the stage on
 Spark instead, whose retries and isolation are the general case's.
 """
@@ -24,6 +26,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import IO, Any
 
@@ -160,9 +163,85 @@ class _Worker:
             self.process.wait()
 
 
+class _Forked:
+    """A worker forked from this process: the subprocess.Popen calls _Worker makes, on a child's pid."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout or 0)
+            time.sleep(0.005)
+        assert self.returncode is not None
+        return self.returncode
+
+
+class _ForkedWorker(_Worker):
+    """A worker that is a fork of this process: it starts with every module this process imported, at once."""
+
+    def __init__(self, siblings: list[_Worker]) -> None:  # no super().__init__: nothing is spawned
+        requests_read, requests_write = os.pipe()
+        answers_read, answers_write = os.pipe()
+        # Its siblings' pipes (and the ends of its own that are not its) are closed in the child: a pipe's reader
+        # sees its end only when every copy of the writing end is closed.
+        theirs = [requests_write, answers_read]
+        theirs += [fd for sibling in siblings for fd in (sibling._requests.fileno(), sibling._answers.fileno())]
+        for stream in (sys.stdout, sys.stderr):  # what this process buffered is written once, by it
+            with contextlib.suppress(Exception):
+                stream.flush()
+        pid = os.fork()
+        if pid == 0:  # the worker: never returns
+            code = 1
+            try:
+                _forked_worker(requests_read, answers_write, theirs)
+                code = 0
+            finally:
+                os._exit(code)  # nothing of the parent's runs here: no atexit, no finalizer closing its connections
+        os.close(requests_read)
+        os.close(answers_write)
+        self.process = _Forked(pid)  # type: ignore[assignment]
+        self._requests = os.fdopen(requests_write, "wb")
+        self._answers = os.fdopen(answers_read, "rb")
+        self.called = False
+
+
+def _forked_worker(requests: int, answers: int, theirs: list[int]) -> None:
+    """A forked worker's life, set up as a spawned one's (__main__ below) is."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for ending in (signal.SIGTERM, signal.SIGHUP):  # a daemon's handlers are for the daemon, not its workers
+        signal.signal(ending, signal.SIG_DFL)
+    for fd in theirs:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    if "pandas" not in sys.modules:
+        sys.meta_path.insert(0, _WithoutPandas())
+    with contextlib.suppress(OSError):
+        os.dup2(2, 1)  # a task's prints go to stderr, as in a spawned worker
+    with os.fdopen(requests, "rb") as source, os.fdopen(answers, "wb") as sink:
+        serve(source, sink)
+
+
 class _Pool:
-    def __init__(self, size: int, preload: tuple[str, ...]) -> None:
-        self.workers = [_Worker(preload) for _ in range(size)]
+    def __init__(self, size: int, preload: tuple[str, ...], fork: bool = False) -> None:
+        self.workers: list[_Worker] = []
+        for _ in range(size):
+            self.workers.append(_ForkedWorker(self.workers) if fork else _Worker(preload))
         self.lock = threading.Lock()  # one call at a time: the workers are the host's cores
 
     def run(
@@ -248,6 +327,22 @@ def start_workers(*preload: str) -> None:
     """Start the worker processes now, unless they run, each importing the named modules as it starts: their
     imports then overlap with what the caller does before its first call (a cold command's discovery)."""
     _pool(preload)
+
+
+def fork_workers() -> bool:
+    """Start the worker processes as forks of this process, unless they run: they have what it imported, and
+    import nothing. Only while this process runs one thread (a fork copies no other thread, and a lock one of them
+    held stays held); False when it runs more, and the workers start as usual on the first call."""
+    global _current
+    with _pool_lock:
+        if _current is not None and all(worker.process.poll() is None for worker in _current.workers):
+            return True
+        if threading.active_count() > 1 or not hasattr(os, "fork"):
+            return False
+        if _current is not None:
+            _current.close(kill=True)
+        _current = _Pool(worker_count(), (), fork=True)
+        return True
 
 
 atexit.register(close_workers)

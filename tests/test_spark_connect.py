@@ -110,7 +110,7 @@ def test_silt_sql_on_spark_answers_through_the_connect_server(tmp_path: Path, sp
             "for query in json.loads(sys.argv[2]):\n"
             "    try:\n        check_query(spark, query)\n        verdicts.append('ok')\n"
             "    except RefusedSQL as exc:\n        verdicts.append(str(exc))\n"
-            "print(json.dumps(verdicts))\n"
+            "spark.stop()\nprint(json.dumps(verdicts))\n"
         )
         queries = [
             "SELECT upper(action), count(*) FROM v GROUP BY 1",

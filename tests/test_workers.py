@@ -214,3 +214,67 @@ def test_workers_that_never_had_a_call_are_not_waited_for() -> None:
     started = time.monotonic()
     close_workers()
     assert time.monotonic() - started < 0.5
+
+
+def _parent_and_noise(n: int) -> tuple[int, int]:
+    import time
+
+    print("a forked task's own output", n)  # stderr: stdout is the command's (its --json report)
+    time.sleep(0.1)  # long enough for every worker to be given a group
+    return n, os.getppid()
+
+
+FORKED = """
+import json, os, sys, time
+import tabnanny  # imported here only: a forked worker has it without importing it
+from siltlake import workers
+from tests.test_workers import _imported, _parent_and_noise
+forked = workers.fork_workers()
+processes = [worker.process for worker in workers._current.workers]
+items = list(range(8))
+answers = workers.run_on_workers(_parent_and_noise, items, [1] * len(items))
+imported = workers.run_on_workers(_imported, ["tabnanny", "pandas"], [1, 1])
+called = list(workers._current.workers)
+started = time.monotonic()
+workers.close_workers()
+print(json.dumps({
+    "forked": forked, "answers": answers, "imported": imported, "parent": os.getpid(),
+    "codes": [process.poll() for process in processes], "close_seconds": time.monotonic() - started,
+    "called": [worker.called for worker in called],
+}))
+"""
+
+
+def test_forked_workers_have_this_process_modules_and_end_when_their_pipes_close() -> None:
+    import json
+    import subprocess
+    import sys
+
+    # Apart, in a process of one thread, as `silt stream` forks its workers.
+    result = subprocess.run(
+        [sys.executable, "-c", FORKED], capture_output=True, text=True, timeout=120, cwd=Path(__file__).parents[1]
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)  # nothing but the report: the tasks' prints went to stderr
+    assert report["forked"] is True
+    assert [n for n, _ in report["answers"]] == list(range(8))
+    assert {parent for _, parent in report["answers"]} == {report["parent"]}  # children of this process
+    assert "a forked task's own output 7" in result.stderr
+    assert report["imported"] == [True, False]  # the parent's modules, and still no pandas
+    # Each worker closed its siblings' pipes: closing a worker's input ends it (code 0), none waited for and killed.
+    assert all(report["called"]) and report["codes"] == [0] * len(report["codes"])
+    assert report["close_seconds"] < 2
+
+
+def test_workers_are_not_forked_from_a_process_running_threads() -> None:
+    import subprocess
+    import sys
+
+    script = (
+        "import threading\nfrom siltlake import workers\n"
+        "stop = threading.Event()\nthreading.Thread(target=stop.wait).start()\n"
+        "print(workers.fork_workers(), workers._current is None)\nstop.set()\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["False", "True"]

@@ -32,14 +32,15 @@ def stream(
     stream.settle_time for local files still being written, shows a progress bar and exits 1 if some objects
     failed (they stay pending and are retried) or a staging file changed other than by appending (reported
     once, not loaded: see `silt unknown list`). --json applies to --once's report."""
-    from siltlake.workers import start_workers
-
-    start_workers("siltlake.stream.group_task")  # the decoders' imports overlap with this process's
     with importing():  # the stream's libraries with the deployment's, without the cyclic GC
         from siltlake.cli.stream_bar import StreamBar
         from siltlake.stream import stream_forever, stream_once
+        from siltlake.workers import fork_workers, start_workers
 
         deployment = deployment_of(context)
+    # The workers are forks of this process now that it holds the decoders: they import nothing.
+    if not fork_workers():
+        start_workers("siltlake.stream.group_task")
     if once and metrics_port is not None:
         raise click.UsageError("--metrics-port serves a daemon's metrics: give it without --once")
     if once:
