@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -19,6 +21,15 @@ from .conftest import ACCESS_TABLE, make_config
 from .test_stream import event, jsonl_gz, lake_files, stage
 
 UTC = dt.UTC
+
+
+def _apart(script: str) -> subprocess.CompletedProcess:
+    """The script run in a fresh interpreter of one thread, from the checkout (its tests import), succeeding."""
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=Path(__file__).parents[1]
+    )
+    assert result.returncode == 0, result.stderr
+    return result
 
 
 def test_results_come_back_in_item_order_and_a_closure_goes_by_value() -> None:
@@ -163,29 +174,20 @@ def test_an_interrupted_call_kills_its_workers_and_the_next_call_starts_new_ones
 
 def test_a_module_function_goes_by_reference_without_pyspark_in_the_caller() -> None:
     # A cold `silt stream --once` would otherwise import PySpark (about 0.4 s) only to pickle a module's function.
-    import subprocess
-    import sys
-
     script = (
         "import sys, os.path\nfrom siltlake.workers import run_on_workers, close_workers\n"
         "print(run_on_workers(os.path.basename, ['/a/b', '/c/d'], [1, 1]))\nclose_workers()\n"
         "print('pyspark' in sys.modules)"
     )
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
+    result = _apart(script)
     assert result.stdout.split() == ["['b',", "'d']", "False"], result.stdout
 
 
 def _imported(name: str) -> bool:
-    import sys
-
     return name in sys.modules
 
 
 def test_workers_start_with_what_they_preload_and_without_pandas() -> None:
-    import subprocess
-    import sys
-
     # Run apart: the suite's own workers may be up already, started without a preload.
     script = (
         "import sys\nfrom siltlake.workers import start_workers, run_on_workers, close_workers\n"
@@ -196,10 +198,7 @@ def test_workers_start_with_what_they_preload_and_without_pandas() -> None:
         "print(run_on_workers(pa.array, [[1, 2]], [1])[0].to_pylist())\n"
         "close_workers()\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=Path(__file__).parents[1]
-    )
-    assert result.returncode == 0, result.stderr
+    result = _apart(script)
     # pyarrow converts Python values without the pandas it would import (0.2 s a process) where it is installed.
     assert result.stdout.split("\n")[:2] == ["[True, False]", "[1, 2]"], result.stdout
 
@@ -247,14 +246,8 @@ print(json.dumps({
 
 def test_forked_workers_have_this_process_modules_and_end_when_their_pipes_close() -> None:
     import json
-    import subprocess
-    import sys
 
-    # Apart, in a process of one thread, as `silt stream` forks its workers.
-    result = subprocess.run(
-        [sys.executable, "-c", FORKED], capture_output=True, text=True, timeout=120, cwd=Path(__file__).parents[1]
-    )
-    assert result.returncode == 0, result.stderr
+    result = _apart(FORKED)  # a process of one thread, as `silt stream` is when it forks its workers
     report = json.loads(result.stdout)  # nothing but the report: the tasks' prints went to stderr
     assert report["forked"] is True
     assert [n for n, _ in report["answers"]] == list(range(8))
@@ -267,14 +260,9 @@ def test_forked_workers_have_this_process_modules_and_end_when_their_pipes_close
 
 
 def test_workers_are_not_forked_from_a_process_running_threads() -> None:
-    import subprocess
-    import sys
-
     script = (
         "import threading\nfrom siltlake import workers\n"
         "stop = threading.Event()\nthreading.Thread(target=stop.wait).start()\n"
         "print(workers.fork_workers(), workers._current is None)\nstop.set()\n"
     )
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["False", "True"]
+    assert _apart(script).stdout.split() == ["False", "True"]
