@@ -53,6 +53,7 @@ from .processes import (
     kill_session,
     owner_pid,
     pid_alive,
+    positions_of,
     session_members,
     silt_env,
     successes,
@@ -407,7 +408,9 @@ class Chaos:
         assert delivered == (appended, 0), (
             f"{appended} lines appended, (read, bad) {delivered}; rotated "
             f"{self.shipper.rotations}; deliveries "
-            f"{deliveries_of(deployment, '/appending-')}"
+            f"{deliveries_of(deployment, '/appending-')}; positions (name, state, identity, consumed, read, "
+            f"pending, reason, size now) {positions_of(deployment, '/appending-')}; "
+            f"stopped {deployment.catalog.positions.rewritten()}"
         )
         checked["records appended in place"] = appended
         for name in TABLES:

@@ -35,6 +35,7 @@ import pytest
 import sqlalchemy as sa
 
 from siltlake.catalog import schema as s
+from siltlake.catalog import schema_discovery as sd
 from siltlake.deployment import Deployment
 
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
@@ -260,6 +261,30 @@ def deliveries_of(deployment: Deployment, name_part: str) -> list[tuple[str, int
             sa.select(so.c.uri, so.c.records_in, so.c.bad_records).where(so.c.uri.contains(name_part)).order_by(so.c.id)
         ).all()
     return [(uri.rpartition("/")[2], records, bad) for uri, records, bad in rows]
+
+
+def positions_of(deployment: Deployment, name_part: str) -> list[tuple]:
+    """(key's name, state, identity, consumed end, read end, pending delivery, reason) of the followed files whose URI
+    holds `name_part`, with each file's size on disk now (None: gone): what a failure of delivered_records shows
+    beside deliveries_of, since the catalog is dropped with the test."""
+    p = sd.staging_positions
+    with deployment.catalog.engine.connect() as c:
+        rows = c.execute(
+            sa.select(
+                p.c.key, p.c.state, p.c.file_identity, p.c.consumed_end, p.c.read_end, p.c.pending_uri, p.c.reason
+            )
+            .where(p.c.uri.contains(name_part))
+            .order_by(p.c.id)
+        ).all()
+    sizes = {}
+    for key, *_ in rows:
+        with contextlib.suppress(OSError):
+            sizes[key] = os.stat(deployment.staging.path(key)).st_size
+    name = lambda uri_or_key: (uri_or_key or "").rpartition("/")[2]  # noqa: E731
+    return [
+        (name(key), state, identity, consumed, read, name(pending), why, sizes.get(key))
+        for key, state, identity, consumed, read, pending, why in rows
+    ]
 
 
 def pid_alive(pid: int | None) -> bool:
