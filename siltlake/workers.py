@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 GROUPS_PER_WORKER = 4  # balances objects of uneven size, and reports progress a few times per worker
 _HEADER = 8
@@ -113,21 +113,23 @@ def _dumps_call(function: Callable[[Any], Any], group: list[tuple[int, Any]]) ->
     return cloudpickle.dumps((function, group), pickle.HIGHEST_PROTOCOL)
 
 
+class _Process(Protocol):
+    """What a worker's process is asked: a spawned one's subprocess.Popen, a forked one's _Forked."""
+
+    pid: int
+
+    def poll(self) -> int | None: ...
+
+    def kill(self) -> None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
 class _Worker:
-    def __init__(self, preload: tuple[str, ...]) -> None:
-        environment = dict(os.environ)
-        # The caller's import path, so that a source checkout's siltlake (and a test's modules) import as here.
-        environment["PYTHONPATH"] = os.pathsep.join(path for path in sys.path if path)
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "siltlake.workers", *preload],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            env=environment,
-        )
-        # Both are pipes (PIPE above), never None.
-        assert self.process.stdin is not None and self.process.stdout is not None
-        self._requests: IO[bytes] = self.process.stdin
-        self._answers: IO[bytes] = self.process.stdout
+    def __init__(self, process: _Process, requests: IO[bytes], answers: IO[bytes]) -> None:
+        self.process = process
+        self._requests = requests
+        self._answers = answers
         self.called = False
 
     def call(self, function: Callable[[Any], Any], group: list[tuple[int, Any]]) -> list[tuple[int, Any]]:
@@ -163,8 +165,23 @@ class _Worker:
             self.process.wait()
 
 
+def _spawned(preload: tuple[str, ...]) -> _Worker:
+    """A worker that is a new interpreter (`python -m siltlake.workers`), importing `preload` as it starts."""
+    environment = dict(os.environ)
+    # The caller's import path, so that a source checkout's siltlake (and a test's modules) import as here.
+    environment["PYTHONPATH"] = os.pathsep.join(path for path in sys.path if path)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "siltlake.workers", *preload],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=environment,
+    )
+    assert process.stdin is not None and process.stdout is not None  # both are pipes (PIPE above)
+    return _Worker(process, process.stdin, process.stdout)
+
+
 class _Forked:
-    """A worker forked from this process: the subprocess.Popen calls _Worker makes, on a child's pid."""
+    """A forked worker's process, asked as subprocess.Popen is."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
@@ -192,56 +209,44 @@ class _Forked:
         return self.returncode
 
 
-class _ForkedWorker(_Worker):
+def _forked(siblings: list[_Worker]) -> _Worker:
     """A worker that is a fork of this process: it starts with every module this process imported, at once."""
-
-    def __init__(self, siblings: list[_Worker]) -> None:  # no super().__init__: nothing is spawned
-        requests_read, requests_write = os.pipe()
-        answers_read, answers_write = os.pipe()
-        # Its siblings' pipes (and the ends of its own that are not its) are closed in the child: a pipe's reader
-        # sees its end only when every copy of the writing end is closed.
-        theirs = [requests_write, answers_read]
-        theirs += [fd for sibling in siblings for fd in (sibling._requests.fileno(), sibling._answers.fileno())]
-        for stream in (sys.stdout, sys.stderr):  # what this process buffered is written once, by it
-            with contextlib.suppress(Exception):
-                stream.flush()
-        pid = os.fork()
-        if pid == 0:  # the worker: never returns
-            code = 1
-            try:
-                _forked_worker(requests_read, answers_write, theirs)
-                code = 0
-            finally:
-                os._exit(code)  # nothing of the parent's runs here: no atexit, no finalizer closing its connections
-        os.close(requests_read)
-        os.close(answers_write)
-        self.process = _Forked(pid)  # type: ignore[assignment]
-        self._requests = os.fdopen(requests_write, "wb")
-        self._answers = os.fdopen(answers_read, "rb")
-        self.called = False
-
-
-def _forked_worker(requests: int, answers: int, theirs: list[int]) -> None:
-    """A forked worker's life, set up as a spawned one's (__main__ below) is."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    for ending in (signal.SIGTERM, signal.SIGHUP):  # a daemon's handlers are for the daemon, not its workers
-        signal.signal(ending, signal.SIG_DFL)
-    for fd in theirs:
-        with contextlib.suppress(OSError):
-            os.close(fd)
-    if "pandas" not in sys.modules:
-        sys.meta_path.insert(0, _WithoutPandas())
-    with contextlib.suppress(OSError):
-        os.dup2(2, 1)  # a task's prints go to stderr, as in a spawned worker
-    with os.fdopen(requests, "rb") as source, os.fdopen(answers, "wb") as sink:
-        serve(source, sink)
+    requests_read, requests_write = os.pipe()
+    answers_read, answers_write = os.pipe()
+    # Its siblings' pipes (and the ends of its own that are not its) are closed in the child: a pipe's reader
+    # sees its end only when every copy of the writing end is closed.
+    theirs = [requests_write, answers_read]
+    theirs += [fd for sibling in siblings for fd in (sibling._requests.fileno(), sibling._answers.fileno())]
+    for stream in (sys.stdout, sys.stderr):  # what this process buffered is written once, by it
+        with contextlib.suppress(Exception):
+            stream.flush()
+    pid = os.fork()
+    if pid == 0:  # the worker: never returns
+        code = 1
+        try:
+            for fd in theirs:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            for ending in (signal.SIGTERM, signal.SIGHUP):  # a daemon's handlers are for the daemon, not its workers
+                signal.signal(ending, signal.SIG_DFL)
+            _become_worker()
+            with contextlib.suppress(OSError):
+                os.dup2(2, 1)  # a task's prints go to stderr, as in a spawned worker
+            with os.fdopen(requests_read, "rb") as source, os.fdopen(answers_write, "wb") as sink:
+                serve(source, sink)
+            code = 0
+        finally:
+            os._exit(code)  # nothing of the parent's runs here: no atexit, no finalizer closing its connections
+    os.close(requests_read)
+    os.close(answers_write)
+    return _Worker(_Forked(pid), os.fdopen(requests_write, "wb"), os.fdopen(answers_read, "rb"))
 
 
 class _Pool:
     def __init__(self, size: int, preload: tuple[str, ...], fork: bool = False) -> None:
         self.workers: list[_Worker] = []
         for _ in range(size):
-            self.workers.append(_ForkedWorker(self.workers) if fork else _Worker(preload))
+            self.workers.append(_forked(self.workers) if fork else _spawned(preload))
         self.lock = threading.Lock()  # one call at a time: the workers are the host's cores
 
     def run(
@@ -356,6 +361,15 @@ class _WithoutPandas:
             raise ModuleNotFoundError("a siltlake worker process imports no pandas", name=name)
 
 
+def _become_worker() -> None:
+    """What a worker process sets up first, spawned or forked. Ctrl-C reaches the whole process group: the caller
+    decides what stops; a worker ends when its pipe does. No task here uses pandas, and pyarrow imports it (0.3 s)
+    the first time it converts a Python value when it is installed: a worker says it is not."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if "pandas" not in sys.modules:
+        sys.meta_path.insert(0, _WithoutPandas())
+
+
 def serve(source: IO[bytes], sink: IO[bytes]) -> None:
     """A worker: answer pickled calls until the caller closes its end."""
     while (request := _read_frame(source)) is not None:
@@ -372,11 +386,7 @@ def serve(source: IO[bytes], sink: IO[bytes]) -> None:
 
 
 if __name__ == "__main__":
-    # Ctrl-C reaches the whole process group: the caller decides what stops; a worker ends when its pipe does.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # No task here uses pandas, and pyarrow imports it (0.3 s) the first time it converts a Python value when it
-    # is installed: a worker says it is not.
-    sys.meta_path.insert(0, _WithoutPandas())
+    _become_worker()
     for module in sys.argv[1:]:
         importlib.import_module(module)
     # The answers keep stdout's descriptor to themselves: anything a task prints goes to stderr.
