@@ -337,7 +337,7 @@ def start_workers(*preload: str) -> None:
 def fork_workers() -> bool:
     """Start the worker processes as forks of this process, unless they run: they have what it imported, and
     import nothing. Only while this process runs one thread (a fork copies no other thread, and a lock one of them
-    held stays held); False when it runs more, and the workers start as usual on the first call."""
+    held stays held); False when it runs more: the caller then spawns them (start_workers), or the first call does."""
     global _current
     with _pool_lock:
         if _current is not None and all(worker.process.poll() is None for worker in _current.workers):
