@@ -37,7 +37,6 @@ import os
 import platform
 import resource
 import shutil
-import statistics
 import subprocess
 import sys
 import time
@@ -58,6 +57,7 @@ from inputs import (
     prepare_jsonl_objects,
     prepare_log_objects,
 )
+from peer_report import forked_table, peer_table, runs_lines
 from small_objects_bench import WARMUP_PREFIX, put_objects, stream_checked
 from stream_bench import TABLE, floor_one, null_times, read_schema
 
@@ -255,7 +255,7 @@ def lake_files(root: Path, folder: str) -> list[Path]:
 # 1. ingest
 
 
-def ingest_peers(data: dict, warmup: dict, out: Path, environment: dict[str, str]) -> dict:
+def ingest_peers(data: dict, warmup: dict, out: Path, environment: dict[str, str], forked: dict | None) -> dict:
     source = Path(data["staging_root"])
     files = input_files(source)
     expect(f"input objects in {source}", len(files), data["objects"])
@@ -280,14 +280,17 @@ def ingest_peers(data: dict, warmup: dict, out: Path, environment: dict[str, str
             expect(f"{peer}: partitions", dates, partitions)
         partitions.update(dates)
 
-    def silt_cold() -> float:
-        root = cli_deployment(out / "silt-cold", TABLE)
-        put_objects(files, source, root / "staging")
-        warm_page_cache(files)
-        seconds, stdout = fresh_process([SILT, "stream", "--once", "--json"], root, environment)
-        expect("silt stream --once: records loaded", json.loads(stdout)["records_loaded"], records)
-        check("silt stream --once", root / "lake", lake_files(root, "live"))
-        return seconds
+    def silt_cold(folder: str, command_environment: dict[str, str]) -> Callable[[], float]:
+        def run() -> float:
+            root = cli_deployment(out / folder, TABLE)
+            put_objects(files, source, root / "staging")
+            warm_page_cache(files)
+            seconds, stdout = fresh_process([SILT, "stream", "--once", "--json"], root, command_environment)
+            expect("silt stream --once: records loaded", json.loads(stdout)["records_loaded"], records)
+            check("silt stream --once", root / "lake", lake_files(root, "live"))
+            return seconds
+
+        return run
 
     def silt_warm() -> float:
         root = fresh_root(out / "silt-warm")
@@ -356,7 +359,8 @@ def ingest_peers(data: dict, warmup: dict, out: Path, environment: dict[str, str
         return seconds
 
     return {
-        "siltlake cold": silt_cold,
+        "siltlake cold": silt_cold("silt-cold", environment),
+        **({"siltlake-forked cold": silt_cold("silt-forked", forked)} if forked else {}),
         "siltlake warm": silt_warm,
         "duckdb cold": duck(True),
         "duckdb warm": duck(False),
@@ -387,23 +391,25 @@ def delta_source(data: dict, directory: Path) -> Path:
     return directory
 
 
-def merge_peers(data: dict, out: Path, environment: dict[str, str]) -> dict:
+def merge_peers(data: dict, out: Path, environment: dict[str, str], forked: dict | None) -> dict:
     rows = data["total_rows"]
     source = delta_source(data, out.parent / f"delta-appends-{len(data['objects'])}")
     warm_page_cache(object_paths(data))
 
-    def silt() -> float:
-        root = cli_deployment(out / "silt", LOG_TABLE)
-        deployment = new_deployment("bench0001", root, staging_root=root / "staging")
-        try:
-            commit_log_objects(
-                deployment, deployment.catalog.tables.get("bench.http_log"), PARTITION_DATE, data, data["objects"]
-            )
-        finally:
-            deployment.close()
-        seconds, _ = fresh_process([SILT, "merge", "--once", "--now", "--json"], root, environment)
-        expect("silt merge --once --now: rows merged", parquet_rows(lake_files(root, "merged")), rows)
-        return seconds
+    def silt(command_environment: dict[str, str]) -> Callable[[], float]:
+        def run() -> float:
+            root = cli_deployment(out / "silt", LOG_TABLE)
+            deployment = new_deployment("bench0001", root, staging_root=root / "staging")
+            try:
+                table = deployment.catalog.tables.get("bench.http_log")
+                commit_log_objects(deployment, table, PARTITION_DATE, data, data["objects"])
+            finally:
+                deployment.close()
+            seconds, _ = fresh_process([SILT, "merge", "--once", "--now", "--json"], root, command_environment)
+            expect("silt merge --once --now: rows merged", parquet_rows(lake_files(root, "merged")), rows)
+            return seconds
+
+        return run
 
     def delta() -> float:
         from deltalake import DeltaTable
@@ -417,10 +423,14 @@ def merge_peers(data: dict, out: Path, environment: dict[str, str]) -> dict:
         expect("delta-rs compact: rows", sum(added.column("num_records").to_pylist()), rows)
         return seconds
 
-    return {"siltlake cold": silt, "delta-rs cold": delta}
+    return {
+        "siltlake cold": silt(environment),
+        **({"siltlake-forked cold": silt(forked)} if forked else {}),
+        "delta-rs cold": delta,
+    }
 
 
-def sql_peers(data: dict, out: Path, environment: dict[str, str]) -> tuple[dict, int]:
+def sql_peers(data: dict, out: Path, environment: dict[str, str], forked: dict | None) -> tuple[dict, int]:
     """A table streamed once (untimed) from the ingest input; both peers count its rows, each round."""
     root = cli_deployment(out / "silt", TABLE)
     source = Path(data["staging_root"])
@@ -431,11 +441,14 @@ def sql_peers(data: dict, out: Path, environment: dict[str, str]) -> tuple[dict,
     pattern = str(root / "lake" / "**" / "*.parquet")
     peer = f"import duckdb; print(duckdb.sql(\"select count(*) from read_parquet('{pattern}')\").fetchall()[0][0])"
 
-    def silt() -> float:
-        warm_page_cache(files)
-        seconds, stdout = fresh_process([SILT, "sql", "--format", "csv", COUNT], root, environment)
-        expect("silt sql count", int(stdout.split()[-1]), data["records"])
-        return seconds
+    def silt(command_environment: dict[str, str]) -> Callable[[], float]:
+        def run() -> float:
+            warm_page_cache(files)
+            seconds, stdout = fresh_process([SILT, "sql", "--format", "csv", COUNT], root, command_environment)
+            expect("silt sql count", int(stdout.split()[-1]), data["records"])
+            return seconds
+
+        return run
 
     def duck() -> float:
         warm_page_cache(files)
@@ -443,54 +456,8 @@ def sql_peers(data: dict, out: Path, environment: dict[str, str]) -> tuple[dict,
         expect("duckdb count", int(stdout.split()[-1]), data["records"])
         return seconds
 
-    return {"siltlake cold": silt, "duckdb cold": duck}, len(files)
-
-
-# --------------------------------------------------------------------------------------------------
-# the report
-
-
-def median(samples: dict, name: str) -> float | None:
-    return statistics.median(samples[name]) if samples.get(name) else None
-
-
-def ratio(mine: float | None, theirs: float | None) -> str:
-    return f"{mine / theirs:.2f}x" if mine and theirs else "-"
-
-
-def seconds_cell(value: float | None) -> str:
-    return f"{value:.3f}" if value is not None else "-"
-
-
-def peer_table(title: str, samples: dict, labels: dict[str, str]) -> list[str]:
-    """One row per peer: its median wall (and CPU) seconds, and siltlake's medians over the peer's (cold over
-    cold, warm over warm); the warm columns only where a peer ran warm."""
-    kinds = [kind for kind in ("cold", "warm") if any(name.endswith(f" {kind}") for name in samples)]
-    lines = [f"#### {title}", ""]
-    lines.append("| peer | " + " | ".join(f"{kind}: wall s (CPU s)" for kind in kinds) + " | ")
-    lines[-1] += " | ".join(f"siltlake / peer, {kind}: wall (CPU)" for kind in kinds) + " |"
-    lines.append("|---|" + "---:|" * 2 * len(kinds))
-    for key, label in labels.items():
-        names = [f"{key} {kind}" for kind in kinds]
-        if all(median(samples, name) is None for name in names):
-            continue
-        cells = []
-        for name in names:
-            wall, cpu = median(samples, name), median(samples, f"{name} cpu")
-            cells.append(f"{seconds_cell(wall)} ({cpu:.2f})" if wall is not None and cpu is not None else "-")
-        for kind, name in zip(kinds, names, strict=True):
-            wall_ratio = ratio(median(samples, f"siltlake {kind}"), median(samples, name))
-            cpu_ratio = ratio(median(samples, f"siltlake {kind} cpu"), median(samples, f"{name} cpu"))
-            cells.append(f"{wall_ratio} ({cpu_ratio})" if wall_ratio != "-" else "-")
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    lines.append("")
-    return lines
-
-
-def runs_lines(title: str, samples: dict) -> list[str]:
-    lines = [f"{title}, every round (s):", ""]
-    lines += [f"- {name}: {', '.join(f'{s:.3f}' for s in values)}" for name, values in samples.items()]
-    return [*lines, ""]
+    siltlake = {"siltlake cold": silt(environment), **({"siltlake-forked cold": silt(forked)} if forked else {})}
+    return {**siltlake, "duckdb cold": duck}, len(files)
 
 
 LABELS = {
@@ -509,11 +476,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=ROOT / "bench" / "data" / "peers")
     parser.add_argument("--out", type=Path, default=None, help="also write the markdown report here")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--no-forkserver", action="store_true", help="skip the cold rounds through a `silt forkserver` started first"
+    )
     args = parser.parse_args(argv)
-    scale = 10 if args.quick else 1
-    rounds, warmup = (1, 0) if args.quick else (args.rounds, args.warmup_rounds)
     workdir = args.workdir.resolve()
     environment = cold_environment(workdir)
+    forked = None if args.no_forkserver else {**environment, "SILT_FORKSERVER": str(workdir / "forkserver.sock")}
+    if forked:
+        workdir.mkdir(parents=True, exist_ok=True)
+        fresh_process([SILT, "forkserver", "start"], workdir, forked)
+    try:
+        return run_workloads(args, argv, workdir, environment, forked)
+    finally:
+        if forked:
+            subprocess.run([SILT, "forkserver", "stop"], cwd=workdir, env=forked, check=False)
+
+
+def run_workloads(args: argparse.Namespace, argv: list[str] | None, workdir: Path, environment: dict, forked) -> int:
+    scale = 10 if args.quick else 1
+    rounds, warmup = (1, 0) if args.quick else (args.rounds, args.warmup_rounds)
     sizes = [(400 // scale, 30_000), (4000 // scale, 4_000)]
     merge_objects = 100 // scale * 2 if args.quick else 100
     load_start = os.getloadavg()
@@ -528,24 +510,26 @@ def main(argv: list[str] | None = None) -> int:
         title = f"Ingest {objects:,} x {object_bytes // 1000} KB gzip JSON lines ({data['records']:,} records)"
         print(f"\n== {title}", flush=True)
         out = workdir / "out" / f"ingest-{objects}x{object_bytes}"
-        samples = round_robin(ingest_peers(data, warmup_data, out, environment), rounds, warmup, loads)
-        report += [*peer_table(title, samples, LABELS), *runs_lines(title, samples)]
+        samples = round_robin(ingest_peers(data, warmup_data, out, environment, forked), rounds, warmup, loads)
+        report += [*peer_table(title, samples, LABELS), *forked_table(title, samples, LABELS)]
+        report += runs_lines(title, samples)
         shutil.rmtree(out, ignore_errors=True)
 
     merge_data = prepare_log_objects(workdir, "peers-merge", merge_objects, 500, args.seed, chronological=False)
     title = f"Merge of {merge_objects} small objects ({merge_data['total_rows']:,} rows), fresh processes"
     print(f"\n== {title}", flush=True)
-    samples = round_robin(merge_peers(merge_data, workdir / "out" / "merge", environment), rounds, warmup, loads)
+    merge = merge_peers(merge_data, workdir / "out" / "merge", environment, forked)
+    samples = round_robin(merge, rounds, warmup, loads)
     labels = {"siltlake": "siltlake `silt merge --once --now`", "delta-rs": "delta-rs `optimize.compact()`"}
-    report += [*peer_table(title, samples, labels), *runs_lines(title, samples)]
+    report += [*peer_table(title, samples, labels), *forked_table(title, samples, labels), *runs_lines(title, samples)]
 
     assert ingest_data is not None
-    peers, file_count = sql_peers(ingest_data, workdir / "out" / "sql", environment)
+    peers, file_count = sql_peers(ingest_data, workdir / "out" / "sql", environment, forked)
     title = f"`select count(*)` over {file_count} small objects ({ingest_data['records']:,} rows), fresh processes"
     print(f"\n== {title}", flush=True)
     samples = round_robin(peers, rounds, warmup, loads)
     labels = {"siltlake": "siltlake `silt sql`", "duckdb": '`python -c "import duckdb; duckdb.sql(...)"`'}
-    report += [*peer_table(title, samples, labels), *runs_lines(title, samples)]
+    report += [*peer_table(title, samples, labels), *forked_table(title, samples, labels), *runs_lines(title, samples)]
 
     load_end = os.getloadavg()
     about = machine()

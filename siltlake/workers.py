@@ -30,6 +30,8 @@ import time
 from collections.abc import Callable
 from typing import IO, Any, Protocol
 
+from siltlake.forking import fork
+
 GROUPS_PER_WORKER = 4  # balances objects of uneven size, and reports progress a few times per worker
 _HEADER = 8
 
@@ -217,10 +219,7 @@ def _forked(siblings: list[_Worker]) -> _Worker:
     # sees its end only when every copy of the writing end is closed.
     theirs = [requests_write, answers_read]
     theirs += [fd for sibling in siblings for fd in (sibling._requests.fileno(), sibling._answers.fileno())]
-    for stream in (sys.stdout, sys.stderr):  # what this process buffered is written once, by it
-        with contextlib.suppress(Exception):
-            stream.flush()
-    pid = os.fork()
+    pid = fork()
     if pid == 0:  # the worker: never returns
         code = 1
         try:

@@ -14,7 +14,9 @@ class Drippers:
     """`count` connections, each sending one byte of a request every `interval` seconds until stop() (or until
     the server closes it): every read the server waits on is short, the request never completes.
 
-    closed_after[i] is how long connection i lived before the server ended it (None while it is open)."""
+    closed_after[i] is how long connection i lived before the server ended it (None while it is open), as seen by
+    the dripping loop: `stalled` is the most that loop ever ran late (a loaded test process), which delays what it
+    sees by as much."""
 
     def __init__(self, address: tuple[str, int], count: int, interval: float) -> None:
         self.interval = interval
@@ -24,6 +26,7 @@ class Drippers:
             self.sockets.append(socket.create_connection(address, timeout=5))
             self.opened.append(time.monotonic())
         self.closed_after: list[float | None] = [None] * count
+        self.stalled = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._drip, daemon=True)
 
@@ -33,7 +36,9 @@ class Drippers:
 
     def _drip(self) -> None:
         position = 0
+        due = time.monotonic()
         while not self._stop.is_set() and position < len(REQUEST):
+            self.stalled = max(self.stalled, time.monotonic() - due)
             for index, client in enumerate(self.sockets):
                 if self.closed_after[index] is None and self._server_closed(client):
                     self.closed_after[index] = time.monotonic() - self.opened[index]
@@ -43,6 +48,7 @@ class Drippers:
                     except OSError:
                         self.closed_after[index] = time.monotonic() - self.opened[index]
             position += 1
+            due = time.monotonic() + self.interval
             self._stop.wait(self.interval)
 
     @staticmethod
@@ -59,6 +65,11 @@ class Drippers:
             return True
         finally:
             client.setblocking(True)
+
+    def ended_within(self, deadline: float) -> bool:
+        """Whether the server ended every connection within `deadline` of its opening, allowing for the loop's polling
+        interval and its stalls."""
+        return max(after or 0.0 for after in self.closed_after) < deadline + self.interval + self.stalled + 0.2
 
     def open_count(self) -> int:
         return sum(1 for after in self.closed_after if after is None)

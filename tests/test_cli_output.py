@@ -268,3 +268,19 @@ def test_a_rule_is_100_columns_where_lines_have_no_width() -> None:
     _Console(file=target).rule("step 1")
     (line,) = target.getvalue().splitlines()
     assert len(line) == 100 and " step 1 " in line
+
+
+def test_warming_the_rendering_writes_nowhere_and_leaves_one_thread(capfd) -> None:
+    """The fork server warms Rich before it serves: nothing reaches its streams, and no refresh thread is left
+    running (a server forks only while it runs one thread)."""
+    import sys
+    import threading
+
+    from siltlake.cli.output import warm_rendering
+
+    streams = (sys.stdout, sys.stderr)
+    before = threading.active_count()
+    warm_rendering()
+    assert threading.active_count() == before
+    assert (sys.stdout, sys.stderr) == streams
+    assert capfd.readouterr() == ("", "")

@@ -112,6 +112,11 @@ REGISTRY: dict[str, Entry] = {
     ),
     "iceberg": Entry("iceberg", "iceberg_group", 'The Iceberg tables publish.targets = ["iceberg"] keeps.'),
     "schema": Entry("schemas", "schema_group", "Settings a schema's tables inherit."),
+    "forkserver": Entry(
+        "forkserver",
+        "forkserver_group",
+        "Keep a process with siltlake's libraries imported that starts each `silt` command as its fork.",
+    ),
 }
 
 SHORT_HELP_LIMIT = 150  # the listing's width for a command's help: long enough that no registry line is cut

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import errno
+import io
 import json
 import os
 import re
@@ -132,6 +133,14 @@ class _Console(Console):
 
 console = _Console(stderr=True)  # messages, progress and errors
 out = _Console()  # results
+
+
+def reopen_consoles() -> None:
+    """Read again what a console reads once (is it a terminal, its colours, $COLUMNS, $NO_COLOR): a command run
+    by the fork server writes to its client's streams, under its client's environment."""
+    _Console.__init__(console, stderr=True)
+    _Console.__init__(out)
+
 
 FORMATS = ("table", "json", "csv")
 
@@ -278,14 +287,14 @@ def activity(text: str) -> Iterator[Callable[[str], None]]:
         yield lambda new_text: spinner.update(text=Text(new_text, style="cyan"))
 
 
-def progress_bar() -> Progress:
-    """A bar on stderr counting done of total (staging objects, merge jobs), with the elapsed time."""
+def progress_bar(on: Console | None = None) -> Progress:
+    """A bar on stderr (or `on`) counting done of total (staging objects, merge jobs), with the elapsed time."""
     return Progress(
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
-        console=console,
+        console=on or console,
         transient=False,
     )
 
@@ -301,3 +310,19 @@ def transfer_bar() -> Progress:
         console=console,
         transient=False,
     )
+
+
+def warm_rendering() -> None:
+    """Render a message, a table and a progress bar once, to a terminal and to a pipe, into memory: Rich builds
+    its caches (styles, cell widths, regular expressions) on first use, 5 ms of each command the fork server
+    runs were it left to the fork."""
+    for terminal in (True, False):
+        sink = _Console(file=io.StringIO(), force_terminal=terminal, width=100, color_system="truecolor")
+        sink.print(f"[bold]{len(FORMATS)}[/bold] formats: {shown(FORMATS)}")
+        table = Table("format", "rows", box=box.SIMPLE)
+        table.add_row("json", format_count(12_345))
+        sink.print(table)
+        bar = progress_bar(sink)
+        bar.live.auto_refresh = False  # no refresh thread: the fork server forks only while it runs one thread
+        with bar:
+            bar.update(bar.add_task("objects", total=2), advance=1)

@@ -25,6 +25,7 @@ from siltlake.errors import SiltError
 from siltlake.hosts import default_owner, local_host
 from siltlake.logs import event
 from siltlake.merge.planner import MergedRange, MergeLimits, MergePlan, SmallObject, plan_merge
+from siltlake.merge.scan import open_in_background, opened
 from siltlake.merge.task import MergeTask, RangeTask, run_merge_task
 from siltlake.spark import run_tasks
 
@@ -475,6 +476,8 @@ class MergeWorker:
                         stop.wait(wait)
                         continue
                 if claimed:
+                    if not self.deployment.lake.is_object_store:
+                        open_in_background()
                     self.progress.found(len(claimed))
                     self._wake.clear()
                     stage = threading.Thread(target=self._stage, args=(claimed,), daemon=True, name="merge-stage")
@@ -495,6 +498,7 @@ class MergeWorker:
         finally:
             for stage in stages:
                 stage.join()
+            opened()
             beat_stop.set()
             beat.join()
             self.report.seconds = time.monotonic() - started

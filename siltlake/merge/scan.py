@@ -38,6 +38,7 @@ LOCAL_SCAN_SETTINGS = {"async_threads": 0, "enable_external_file_cache": False}
 
 _database = None
 _database_lock = threading.Lock()
+_opening: threading.Thread | None = None
 
 
 def same_schema(found: pa.Schema, wanted: pa.Schema) -> bool:
@@ -114,6 +115,22 @@ def scan_alike(paths: list[str], wanted: pa.Schema, sort_by: str | None = None) 
     if sort_by is not None:
         return table.take(pc.sort_indices(table, sort_keys=[(sort_by, "ascending")]))
     return table
+
+
+def open_in_background() -> None:
+    """Start opening this process's database on a thread of its own, once: a worker that has just claimed jobs
+    on a local lake is likely to scan, and the opening (20-30 ms) then overlaps the jobs' planning. The worker
+    calls opened() before it ends: a process must not exit while DuckDB is half open."""
+    global _opening
+    if _database is None and _opening is None:  # called from the worker's one claiming thread
+        _opening = threading.Thread(target=_connection, daemon=True, name="merge-scan-open")
+        _opening.start()
+
+
+def opened() -> None:
+    """Wait for an opening open_in_background started."""
+    if _opening is not None:
+        _opening.join()
 
 
 def _connection():  # a DuckDB connection

@@ -23,7 +23,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -37,6 +36,7 @@ from siltlake.merge.parquet_concat import (
     shallow_merge_refusal,
 )
 from siltlake.merge.scan import MAX_SCAN_BYTES, same_schema, scan_alike
+from siltlake.records.arrays import int64_range
 from siltlake.records.keyed import DELETE_MARKER, latest_rows
 from siltlake.records.physical import physical_definition
 from siltlake.records.writer import conform, object_rows, object_schema
@@ -404,7 +404,7 @@ def _every_nth(column: pa.ChunkedArray, step: int, positions: dict[tuple[int, in
     pieces, offset = [], 0
     for chunk in column.chunks:
         if (offset, len(chunk)) not in positions:
-            positions[offset, len(chunk)] = pa.array(np.arange((-offset) % step, len(chunk), step, dtype=np.int64))
+            positions[offset, len(chunk)] = int64_range((-offset) % step, len(chunk), step)
         pieces.append(chunk.take(positions[offset, len(chunk)]))
         offset += len(chunk)
     return pa.chunked_array(pieces, column.type)

@@ -241,6 +241,7 @@ def _keyed_changes(
     import pyarrow.compute as pc
 
     from siltlake.read.keyed import read_partitions
+    from siltlake.records.arrays import int64_range
 
     definition = record.definition
     key = list(definition.primary_key)
@@ -256,9 +257,9 @@ def _keyed_changes(
     before, after = view(old), view(new)
     joined = (
         before.select(key)
-        .append_column("__silt_old", pa.array(np.arange(before.num_rows), pa.int64()))
+        .append_column("__silt_old", int64_range(0, before.num_rows))
         .join(
-            after.select(key).append_column("__silt_new", pa.array(np.arange(after.num_rows), pa.int64())),
+            after.select(key).append_column("__silt_new", int64_range(0, after.num_rows)),
             keys=key,
             join_type="full outer",
             use_threads=False,

@@ -58,6 +58,7 @@ def hidden_rows(
     import pyarrow as pa
     import pyarrow.dataset as ds
 
+    from siltlake.records.arrays import int64_range
     from siltlake.records.keyed import latest_rows
 
     parts = []
@@ -70,7 +71,7 @@ def hidden_rows(
         rows = cache[key]
         parts.append(
             rows.append_column(_FILE, pa.repeat(pa.scalar(number, pa.int32()), rows.num_rows)).append_column(
-                _POS, pa.array(np.arange(rows.num_rows, dtype=np.int64))
+                _POS, int64_range(0, rows.num_rows)
             )
         )
     every = pa.concat_tables(parts)
