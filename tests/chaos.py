@@ -391,13 +391,18 @@ class Chaos:
         # stream.full_listing_interval: a file appended to after a whole delivery, in a directory that got nothing
         # new since, is seen growing by no cursor walk and no watch (docs/design.md, "Finding growth").
         deployment.config.stream.full_listing_interval = 0
+        quiet = 0
         while True:
             streamed = stream_once(deployment, settle_wait=True)
             assert not streamed.failed and not streamed.rewritten, (streamed.failed, streamed.rewritten)
             self.report.delayed_objects += streamed.delayed_objects
             # Nothing pending is not yet everything delivered: a tail ends at the size its file was seen with,
-            # and what grew after is the next round's to find. Done when a round finds nothing new either.
-            if not deployment.catalog.staging.pending(1) and not (streamed.registered or streamed.appended):
+            # and what grew after is the next round's to find; a file whose delivery was in flight when the round
+            # judged it is judged again by the next (that delivery may read nothing). Done after two rounds in a
+            # row found nothing new and loaded nothing.
+            found = streamed.registered or streamed.appended or streamed.records_loaded
+            quiet = 0 if found or deployment.catalog.staging.pending(1) else quiet + 1
+            if quiet == 2:
                 break
         publish_once(deployment)
         checked = collections.Counter()

@@ -425,3 +425,80 @@ def test_a_new_file_at_an_excluded_name_once_followed_is_loaded_from_its_start(
         _clean(deployment)
     finally:
         deployment.close()
+
+
+def _rotate_a_file_of_its_size_into_dot_1(path: Path, appending: Deployment) -> None:
+    """access.log.1 registered at the size of lines 10-19, and access.log (lines 20-29, 26-29 not loaded) shifted
+    into it by the next rotation: only its mtime says the name holds another file."""
+    append(path, lines(10, 10))
+    assert stream_once(appending).records_loaded == 10
+    _rotate(path, 5)
+    append(path, lines(20, 6))
+    assert stream_once(appending).records_loaded == 6
+    time.sleep(0.02)
+    append(path, lines(26, 4))
+
+
+def test_a_file_shifted_into_a_name_of_its_size_is_followed_after_a_round_died_before_judging_it(
+    appending: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A round lists .1 put again and dies (SIGKILL) before it judges the file there: the next round still sees
+    another file at the name and loads its unloaded lines once (the put is taken only once judged)."""
+    from siltlake.stream import discover as discovering
+
+    path = Path(appending.staging.path(KEY))
+    _rotate_a_file_of_its_size_into_dot_1(path, appending)
+    _rotate(path, 5)
+
+    def killed(*args: object, **kwargs: object) -> None:
+        raise SystemExit("killed while judging")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(discovering, "take_growth", killed)
+        with pytest.raises(SystemExit):
+            discover(appending)
+    report = stream_once(appending)
+    assert (report.records_loaded, report.rewritten, report.unknown) == (4, [], [])
+    assert stream_once(appending).records_loaded == 0
+    assert_rows_once(appending, 20)
+    _clean(appending)
+
+
+def test_a_file_shifted_into_a_name_of_its_size_while_its_tail_is_in_flight_is_followed_once_the_tail_ends(
+    appending: Deployment,
+) -> None:
+    """The tail of access.log is registered, then access.log is shifted into .1, a name of its size: the round
+    that first sees .1 put again must wait for that tail (LOOK_AGAIN); a later round still judges the name,
+    although nothing about its listing changes again."""
+    path = Path(appending.staging.path(KEY))
+    _rotate_a_file_of_its_size_into_dot_1(path, appending)
+    assert discover(appending).appended == 1  # the tail of lines 26-29 is in flight
+    _rotate(path, 5)
+    for _ in range(3):
+        stream_once(appending)
+    assert_rows_once(appending, 20)
+    _clean(appending)
+
+
+def test_copytruncate_while_the_first_delivery_is_in_flight_then_writes_of_the_size_read_load_once(
+    appending: Deployment,
+) -> None:
+    """The first delivery's task has read access.log; before it commits, logrotate copies the file to .1 and
+    truncates it, and the writer then writes exactly as many bytes as were read: same inode, same size, only the
+    first bytes and the mtime changed. Those lines load once, from 0 (they were never loaded)."""
+    from siltlake.stream.runner import Progress
+
+    path = Path(appending.staging.path(KEY))
+
+    class Copytruncated(Progress):
+        def advance(self, count: int) -> None:
+            shutil.copyfile(path, f"{path}.1")
+            os.truncate(path, 0)
+
+    append(path, lines(0, 3))
+    assert stream_once(appending, Copytruncated()).records_loaded == 3
+    append(path, lines(3, 3))  # as long as lines 0-2
+    assert stream_once(appending).records_loaded == 3
+    assert stream_once(appending).records_loaded == 0
+    assert_rows_once(appending, 6)
+    _clean(appending)

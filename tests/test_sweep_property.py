@@ -67,9 +67,9 @@ def run(deployment: Deployment, directory: Path, steps: list[tuple[str, int]]) -
     looked_up: set[tuple[str, dt.datetime | None, int]] = set()
     asked = deployment.catalog.staging.sort_listed
 
-    def recording(listed, resized=None):  # sort_listed's own
+    def recording(listed, resized=None, **options):  # sort_listed's own
         looked_up.update(listed)
-        return asked(listed, resized)
+        return asked(listed, resized, **options)
 
     deployment.catalog.staging.sort_listed = recording
     names = itertools.count()

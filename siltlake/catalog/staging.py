@@ -122,7 +122,11 @@ class Staging:
             return sum(new.values())
 
     def sort_listed(
-        self, listed: Sequence[tuple[str, dt.datetime | None, int]], resized: dict[str, int] | None = None
+        self,
+        listed: Sequence[tuple[str, dt.datetime | None, int]],
+        resized: dict[str, int] | None = None,
+        *,
+        take: bool = True,
     ) -> tuple[set[str], list[Redelivery]]:
         """Of listed objects (uri, mtime, size): the URIs already registered (as staging or unknown objects), and
         the registered staging objects put again (an mtime newer than their send_time), each put returned once.
@@ -131,8 +135,8 @@ class Staging:
 
         Both come from one read of each URI. The send_time moves to the newest put under a compare-and-set, so of
         several processes listing the same re-put only one returns it, and a later listing of the same put
-        returns nothing."""
-        so = s.staging_objects
+        returns nothing. With take=False every put is returned and none is taken: a local file put again at its
+        name may be another file, judged first; take_puts then takes those judged (stream/discover.py)."""
         puts = {uri: (put_time, size) for uri, put_time, size in listed}
         known: set[str] = set()
         newer: list[Redelivery] = []
@@ -150,13 +154,26 @@ class Staging:
                     and put_time > send_time
                 ):
                     newer.append(Redelivery(uri, put_time, registered_size, put_size))
-            return known, [
-                put
-                for put in newer
-                if c.execute(
-                    so.update().where(so.c.uri == put.uri, so.c.send_time < put.put_time).values(send_time=put.put_time)
-                ).rowcount
-            ]
+            return known, self._take(c, newer) if take else newer
+
+    def take_puts(self, puts: Sequence[Redelivery]) -> list[Redelivery]:
+        """Take puts sort_listed(take=False) returned: those no other process took first."""
+        if not puts:
+            return []
+        with self._core.tx() as c:
+            return self._take(c, puts)
+
+    @staticmethod
+    def _take(c: Connection, puts: Sequence[Redelivery]) -> list[Redelivery]:
+        """Move each put's send_time to its put time (compare-and-set): the puts taken here."""
+        so = s.staging_objects
+        return [
+            put
+            for put in puts
+            if c.execute(
+                so.update().where(so.c.uri == put.uri, so.c.send_time < put.put_time).values(send_time=put.put_time)
+            ).rowcount
+        ]
 
     def record_unknown(self, uri: str, reason: str, *, size: int | None = None, table_id: int | None = None) -> bool:
         with self._core.tx() as c:

@@ -14,7 +14,7 @@ from siltlake.clock import UtcBound, to_naive_utc, utcnow
 from siltlake.deployment import Deployment
 from siltlake.storage.filesystem import ObjectInfo, UnsafeKey
 from siltlake.stream.identity import FileMark, content_at, head_matches, mark_of
-from siltlake.stream.rotation import FOLLOWED, follow_fresh, known_for, recognise, restart
+from siltlake.stream.rotation import FOLLOWED, Recognised, follow_fresh, known_for, recognise, restart
 from siltlake.stream.tails import delivery_uri
 
 
@@ -45,6 +45,7 @@ class Growth:
     appended: int = 0  # tails registered as new deliveries
     rewritten: list[tuple[str, str]] = field(default_factory=list)  # (uri, why), reported this round
     handled: set[str] = field(default_factory=set)  # URIs judged here (not plain re-puts)
+    later: set[str] = field(default_factory=set)  # URIs judged, to judge again (LOOK_AGAIN): nothing decided yet
     notes: list[dict] = field(default_factory=list)  # the identities of new local files, noted as registered
 
 
@@ -178,10 +179,17 @@ def take_growth(
     if not candidates:
         if later:
             catalog.positions.watch(deployment.staging.root, later, now)
+        growth.later = {uri for uri, _ in later}
         return growth
     states = catalog.positions.states(list(candidates))
     shifted = _shifted_in(deployment, {uri: (states[uri].position, info) for uri, info in reput_only.items()})
-    for uri, state in states.items():
+    # Names a position moved away from while judging others (logrotate shifted access.log to .1, judged first):
+    # their state is read again before they are judged, or the name's next file would wait a round.
+    vacated: set[str] = set()
+    for uri in list(states):
+        if uri in vacated:
+            states.update(catalog.positions.states([uri]))
+        state = states[uri]
         if (
             uri not in resized
             and uri not in followed.moved
@@ -192,7 +200,7 @@ def take_growth(
             continue  # put again in place, as it was read: counted as such
         info = candidates[uri]
         send_time = send_times.get(uri) or (to_naive_utc(info.mtime) if info.mtime is not None else None)
-        verdict = _judge(deployment, uri, info, state, send_time, now)
+        verdict = _judge(deployment, uri, info, state, send_time, now, vacated)
         if verdict is LOOK_AGAIN:
             later.append((uri, info.key))
         if isinstance(verdict, Restarted):
@@ -238,16 +246,18 @@ def take_growth(
         growth.handled.add(uri)
     if later:
         catalog.positions.watch(deployment.staging.root, later, now)
+    growth.later = {uri for uri, _ in later}
     return growth
 
 
 def _shifted_in(deployment: Deployment, reputs: dict[str, tuple[Position | None, ObjectInfo]]) -> set[str]:
     """Of registered names listed again at the size they were registered at with a newer mtime, those to judge by
     their position: the name was vacated; its own file was truncated and grew back to that size (another size than
-    was read); or another file took it that a rotation shifted in: a followed file (its device:inode and first
-    bytes are another name's position's), or one whose first bytes differ from the name's file. A new inode with
-    the name's first bytes that no other name follows is the object put again (a shipper uploads and renames into
-    place): a redelivery, counted as such and not loaded. One statement for all of them."""
+    was read, or the size that was read but no longer its first bytes); or another file took it that a rotation
+    shifted in: a followed file (its device:inode and first bytes are another name's position's), or one whose
+    first bytes differ from the name's file. A new inode with the name's first bytes that no other name follows is
+    the object put again (a shipper uploads and renames into place): a redelivery, counted as such and not loaded.
+    One statement for all of them."""
     judged: set[str] = set()
     others: dict[str, tuple[str, FileMark]] = {}
     for uri, (position, info) in reputs.items():
@@ -258,7 +268,15 @@ def _shifted_in(deployment: Deployment, reputs: dict[str, tuple[Position | None,
             continue
         path = deployment.staging.path(info.key)
         mark = mark_of(path)
-        if mark is None or (position.state != "vacated" and position.file_identity in (None, mark.identity)):
+        if mark is None:
+            continue
+        if position.state != "vacated" and position.file_identity in (None, mark.identity):
+            # Its own file, judged when it no longer begins as it did: truncated (copytruncate while its delivery
+            # was in flight) and written again to exactly the size that was read.
+            if position.state == "appending" and not head_matches(
+                path, mark.compressed, position.head_length, position.head_crc
+            ):
+                judged.add(uri)
             continue
         if position.state == "vacated" or not head_matches(
             path, mark.compressed, position.head_length, position.head_crc
@@ -305,12 +323,13 @@ def _judge(
     state: PositionState,
     send_time: dt.datetime | None,
     now: dt.datetime,
+    vacated: set[str],
     again: bool = True,
 ) -> str | Grew | LookAgain | Restarted | None:
     """Grew: the file grew by appending, or its trailing fragment is final: its tail is due; a string: why
     following it stopped (it changed in a way that cannot be told from a rewrite); Restarted: it is followed anew
     from its start, or as a copy; LOOK_AGAIN: a delivery of it is in flight, or it cannot be read now; None:
-    nothing to do."""
+    nothing to do. `vacated` gets the names positions moved away from (recognise)."""
     position = state.position
     path = deployment.staging.path(info.key)
     if position is None or (position.consumed_end is None and position.state == "appending"):
@@ -329,31 +348,43 @@ def _judge(
         return None  # stopped: reported already
     if position.pending_uri is not None:
         return LOOK_AGAIN
+
     mark = mark_of(path)
     if mark is None:
         return LOOK_AGAIN  # gone or unreadable now
+
+    def recognised(replacing: Position | None, own_generations: bool = False) -> Recognised | None:
+        """The file as a followed file renamed here or a copy of loaded bytes (stream/rotation.py), or neither."""
+        known = known_for(deployment, {path: mark})
+        return recognise(
+            deployment, uri, info, mark, send_time, now, known, replacing, own_generations, vacated=vacated
+        )
+
+    def verdict(found: Recognised) -> str | Grew | LookAgain | Restarted | None:
+        if found.moved and again:  # judged once more, on the position the rename moved to the name
+            state = deployment.catalog.positions.states([uri])[uri]
+            return _judge(deployment, uri, info, state, send_time, now, vacated, again=False)
+        return LOOK_AGAIN if found.later or found.moved else Restarted(found.registered)
+
     if position.state == "vacated" or position.file_identity not in (None, mark.identity):
         # Another file is at the name: a followed file renamed here (logrotate shifts access.log.1 to .2 and
         # access.log to .1 between two rounds), a copy of loaded bytes, or a new file.
-        found = recognise(
-            deployment,
-            uri,
-            info,
-            mark,
-            send_time,
-            now,
-            known_for(deployment, {path: mark}),
-            replacing=position if position.state != "vacated" else None,
-        )
-        if found is not None and found.moved and again:
-            return _judge(
-                deployment, uri, info, deployment.catalog.positions.states([uri])[uri], send_time, now, again=False
-            )
+        found = recognised(position if position.state != "vacated" else None, own_generations=True)
         if found is not None:
-            return LOOK_AGAIN if found.later else Restarted(found.registered)
+            return verdict(found)
         return _replaced(deployment, uri, info, state, position, mark, send_time, now)
-    if position.state == "copy":
+    if position.state == "copy" and (mark.compressed or mark.size <= (position.read_end or 0)):
         return None  # its bytes were loaded from the file it copies
+    if position.state == "copy":
+        # Listed while it was being written (logrotate copies, then truncates), grown since: a copy again
+        found = recognised(position)
+        if found is not None:
+            return verdict(found)
+        return (
+            f"is now {info.size:,} bytes: it was a copy of bytes loaded from another file, the first "
+            f"{position.read_end:,} of them, and what it holds now is no longer that file's: its new bytes are NOT "
+            f"loaded; `silt staging resume {uri} --from-offset N` follows it from offset N"
+        )
     assert position.read_end is not None and position.consumed_end is not None
     if (
         mark.compressed
@@ -371,28 +402,18 @@ def _judge(
         or mark.compressed != position.compressed
         or not head_matches(path, mark.compressed, position.head_length, position.head_crc)
     )
-    if truncated:  # copytruncate, or written again from its start, or its inode reused: new content
+    # Nothing of it loaded yet, and grown: judged as a new file is (logrotate creates its copy empty, then writes
+    # it; a listing in between registered the empty file, and what it holds now is a followed file's bytes).
+    fresh = position.consumed_end == 0 and mark.size > position.read_end
+    if truncated or fresh:  # copytruncate, or written again from its start, or its inode reused: new content
         # A followed file may have taken the name with the inode number of the file the position names (deleted
         # since): it is that file renamed, not this one truncated. The name's own earlier generations are no
         # candidates: a truncated file keeps its inode, and an empty earlier one's head matches any file.
-        found = recognise(
-            deployment,
-            uri,
-            info,
-            mark,
-            send_time,
-            now,
-            known_for(deployment, {path: mark}),
-            replacing=position,
-            own_generations=False,
-        )
-        if found is not None and found.moved and again:
-            return _judge(
-                deployment, uri, info, deployment.catalog.positions.states([uri])[uri], send_time, now, again=False
-            )
+        found = recognised(position)
         if found is not None:
-            return LOOK_AGAIN if found.later or found.moved else Restarted(found.registered)
-        return Restarted(int(restart(deployment, uri, info, position, mark, send_time, now)))
+            return verdict(found)
+        if truncated:
+            return Restarted(int(restart(deployment, uri, info, position, mark, send_time, now)))
     if mark.size == position.read_end:
         if position.consumed_end < position.read_end and _fragment_due(deployment, position, mark.mtime):
             return Grew(position, last=True)

@@ -390,8 +390,10 @@ def _register(deployment: Deployment, listed: list[ObjectInfo], watched: bool = 
     send_times = [to_naive_utc(info.mtime) if info.mtime is not None else None for info in listed]
     resized: dict[str, int] | None = {} if staging.is_local else None
     notes: list[dict] = []
+    # A local name put again may hold another file (a rotation shifted one in): its put is taken only once
+    # judged, so that a round killed or told to look again before it decides leaves it for the next listing.
     known, redelivered = catalog.staging.sort_listed(
-        list(zip(uris, send_times, (info.size for info in listed), strict=True)), resized
+        list(zip(uris, send_times, (info.size for info in listed), strict=True)), resized, take=resized is None
     )
     fresh = [
         (uri, info, send_time)
@@ -406,7 +408,8 @@ def _register(deployment: Deployment, listed: list[ObjectInfo], watched: bool = 
         growth = take_growth(deployment, judged, fresh, {put.uri: by_uri[put.uri] for put in redelivered})
         report.appended, report.rewritten = growth.appended, growth.rewritten
         notes = growth.notes
-        redelivered = [put for put in redelivered if put.uri not in growth.handled]
+        taken = catalog.staging.take_puts([put for put in redelivered if put.uri not in growth.later])
+        redelivered = [put for put in taken if put.uri not in growth.handled]
         fresh = [item for item in fresh if item[0] not in growth.handled]
     # stream.include / stream.exclude choose the new files taken; after the growth judged above, so that a file
     # already followed is followed under an excluded name too (a rotated log's unread tail).

@@ -138,11 +138,13 @@ def recognise(
     known: Known,
     replacing: Position | None = None,
     own_generations: bool = True,
+    vacated: set[str] | None = None,
 ) -> Recognised | None:
     """The file now at `uri` (a name not registered, or one that held another file): a followed file renamed
     here (same device:inode and first bytes, and the bytes it was consumed to: its position moves here), a copy
     of bytes loaded from a followed file in the same directory, or neither (None: a new file). Without
-    own_generations, the positions of the name's earlier files are no candidates for a rename."""
+    own_generations, the positions of the name's earlier files are no candidates for a rename. `vacated` gets
+    the name a position moved from: what a caller read of that name's position before is stale."""
     path = deployment.staging.path(info.key)
     same = [
         position
@@ -185,15 +187,18 @@ def recognise(
             send_time=send_time,
             now=now,
         )
+        if moved and vacated is not None:
+            vacated.add(position.uri)
         return Recognised(moved=moved, later=not moved)  # not moved: another process did; looked at again
     alike = list(known.same_head.get(mark.head_crc, [])) if mark.head_length == HEAD_BYTES else []
     # a copy of a file consumed to one of its line ends within its first KiB (its whole head then), whatever the
-    # copy's length: the original may have grown past a KiB before it was copied
+    # copy's length: the original may have grown past a KiB before it was copied; or of a file whose delivery is in
+    # flight (a copy's rest: its head is the whole copy, its consumed end the rest's start), which it waits for
     alike += [
         position
         for crc, length in known.prefixes.get(path, {}).items()
         for position in known.short_head.get(crc, [])
-        if position.head_length == length and position.consumed_end in (0, length)
+        if position.head_length == length and (position.consumed_end in (0, length) or position.pending_uri is not None)
     ]
     directory = posixpath.dirname(info.key)
     copied = [
@@ -263,9 +268,34 @@ def _follow_copy(
     for original in sorted(copied, key=lambda position: (-(position.consumed_end or 0), "#" in position.uri)):
         assert original.consumed_end is not None and original.table_id is not None
         content = content_at(path, mark.compressed, original.consumed_end)
+        source = original.key
+        whole = (
+            content_at(path, False, content.length)
+            if content is not None and content.crc_before is None and not mark.compressed
+            else None
+        )
+        if whole is not None and _original_holds(deployment, original, path, False, whole.length):
+            # Shorter than what was loaded, and the original still begins with its bytes: a copy being written
+            # (logrotate copies, then truncates). Known, loading nothing; judged again as it grows.
+            done = positions.skip_copy(
+                staging.root,
+                uri,
+                info.key,
+                table_id=original.table_id,
+                identity=mark.identity,
+                head_crc=mark.head_crc,
+                head_length=mark.head_length,
+                compressed=False,
+                size=whole.length,
+                fingerprint=whole.crc_before,
+                send_time=send_time,
+                now=now,
+                replacing=replacing,
+                reason=f"a copy of {source!r} being written: its {whole.length:,} bytes were loaded from that file",
+            )
+            return Recognised(later=not done)
         if content is None or content.crc_before != _loaded_crc(original):
             continue
-        source = original.key
         if content.length <= original.consumed_end:
             whole = None if mark.compressed else content_at(path, False, info.size)
             # Read a moment ago, so there; should it vanish meanwhile, this fails as it always has.
