@@ -42,8 +42,8 @@ steps = st.lists(
         # A round, and what happens after its tasks read their files and before its commit
         st.tuples(st.just("round"), st.sampled_from(["-", "create", "copytruncate", "append", "discover"])),
         # copytruncate seen while it copies: the copy empty, or one chunk written (here all of it: the copy made,
-        # the log not truncated yet; a round first, so that the log is followed) when a discovery or a round
-        # lists it
+        # the log not truncated yet; a round first, so that the log's lines are loaded) when a discovery or a
+        # round lists it
         st.tuples(st.just("copying"), st.integers(0, 1), st.sampled_from(["discover", "round"])),
     ),
     min_size=1,
@@ -152,7 +152,8 @@ def _killed_while_judging(deployment) -> None:
 @given(steps=steps)
 # What searches found, kept: a put taken before it was judged (a file of the name's size shifted in); a file
 # truncated while its first delivery was in flight and written again to the size read; a copy compressed while the
-# delivery of its unloaded rest was in flight, then loaded whole.
+# delivery of its unloaded rest was in flight, then loaded whole; copytruncate's copy listed empty, and listed
+# whole while the log it copies was read from its start.
 @example(
     steps=[
         ("create",),
@@ -166,6 +167,8 @@ def _killed_while_judging(deployment) -> None:
     ]
 )
 @example(steps=[("round", "copytruncate"), ("append", 3, False)])
+@example(steps=[("create",), ("discover",), ("append", 1, False), ("copying", 1, "round")])
+@example(steps=[("round", "-"), ("copying", 0, "discover")])
 @example(steps=[("append", 1, True), ("round", "-"), ("copytruncate",), ("create",), ("discover",), ("compress",)])
 def test_every_line_of_a_rotated_log_loads_once(steps: list[tuple], spark) -> None:
     with tempfile.TemporaryDirectory(prefix="rotation-property-") as scratch:
@@ -202,9 +205,13 @@ def test_every_line_of_a_rotated_log_loads_once(steps: list[tuple], spark) -> No
                         stream_once(deployment, Meanwhile(acts[meanwhile]))
                     case ("copying", chunks, meanwhile):
                         if chunks:
-                            # Two files with the same bytes listed before either is followed are two objects
-                            # (docs/design.md, "Files written in place and appended to")
+                            # Two files with the same bytes listed before either was read are two objects
+                            # (docs/design.md, "A copy listed while logrotate writes it"): the log's lines are
+                            # loaded first, and the copy holds them and two more
+                            log.finish_line()
                             stream_once(deployment)
+                            if log.path.stat().st_size:
+                                log.append(2, False)
                         log.copy_slowly(
                             chunks, lambda: discover(deployment) if meanwhile == "discover" else stream_once(deployment)
                         )

@@ -29,6 +29,8 @@ from siltlake.catalog.position_rows import (
     storable,
 )
 
+EMPTY_CRC = 0  # zlib.crc32(b""): the head of a position of which nothing was loaded
+
 
 class Positions:
     """Reached as catalog.positions."""
@@ -179,23 +181,29 @@ class Positions:
         ]
 
     def related(self, staging_root: str, identities: Sequence[str], crcs: Sequence[int]) -> list[Position]:
-        """The positions with one of these device:inode identities or first-bytes CRCs (stream/rotation.py's
+        """The positions with one of these device:inode identities or first-bytes CRCs, and those of which nothing
+        was loaded whose delivery from their start is in flight (their head is empty; stream/rotation.py's
         known_for sorts them): one statement for a round's fresh files."""
         p = sd.staging_positions
+        empty = sa.and_(p.c.head_crc == EMPTY_CRC, p.c.head_length == 0, p.c.pending_uri.is_not(None))
         if len(identities) + len(crcs) > URIS_PER_STATEMENT:
-            return self._where(staging_root, p.c.file_identity, identities) + self._where(
-                staging_root, p.c.head_crc, crcs
-            )
-        with self._core.tx() as c:
-            return [
-                position_of(row)
-                for row in c.execute(
-                    sa.select(p).where(
-                        p.c.staging_root == staging_root,
-                        sa.or_(p.c.file_identity.in_(list(identities)), p.c.head_crc.in_(list(crcs))),
+            found = self._where(staging_root, p.c.file_identity, identities)
+            found += self._where(staging_root, p.c.head_crc, crcs)
+        else:
+            with self._core.tx() as c:
+                return [
+                    position_of(row)
+                    for row in c.execute(
+                        sa.select(p).where(
+                            p.c.staging_root == staging_root,
+                            sa.or_(p.c.file_identity.in_(list(identities)), p.c.head_crc.in_(list(crcs)), empty),
+                        )
                     )
-                )
-            ]
+                ]
+        with self._core.tx() as c:
+            rows = c.execute(sa.select(p).where(p.c.staging_root == staging_root, empty))
+            found += [position_of(row) for row in rows]
+        return found
 
     def _where(self, staging_root: str, column: sa.Column, values: Sequence) -> list[Position]:
         p = sd.staging_positions

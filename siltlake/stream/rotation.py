@@ -18,7 +18,7 @@ from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.storage.filesystem import ObjectInfo
 from siltlake.stream.identity import HEAD_BYTES, FileMark, content_at, head_matches, mark_of, prefix_crcs
-from siltlake.stream.tails import delivery_uri
+from siltlake.stream.tails import delivery_uri, parse_delivery
 
 # Positions whose file is followed: read by its deliveries ("appending"), or a copy whose bytes were all loaded from
 # the file it copies ("copy"); both are found again by identity when their file is renamed.
@@ -56,6 +56,8 @@ class Known:
     same_head: dict[int, list[Position]] = field(default_factory=dict)
     prefixes: dict[str, dict[int, int]] = field(default_factory=dict)  # a short file's path: its line prefixes
     short_head: dict[int, list[Position]] = field(default_factory=dict)
+    # Nothing loaded yet, a delivery from their start in flight: what it loads decides what a copy of them is
+    reading_from_start: list[Position] = field(default_factory=list)
 
 
 def known_for(deployment: Deployment, marks: dict[str, FileMark]) -> Known:
@@ -76,6 +78,13 @@ def known_for(deployment: Deployment, marks: dict[str, FileMark]) -> Known:
     for position in positions.related(root, identities, sorted(full | short)):
         if position.file_identity in identities:
             known.same_file.setdefault(position.file_identity or "", []).append(position)
+        if (
+            position.head_length == 0
+            and position.consumed_end == 0
+            and position.pending_uri is not None
+            and parse_delivery(position.pending_uri).end != 0  # one that reads no bytes loads nothing
+        ):
+            known.reading_from_start.append(position)
         if position.compressed or position.head_length is None or position.head_crc is None:
             continue
         if position.head_length == HEAD_BYTES and position.head_crc in full:
@@ -201,6 +210,13 @@ def recognise(
         if position.head_length == length and (position.consumed_end in (0, length) or position.pending_uri is not None)
     ]
     directory = posixpath.dirname(info.key)
+    if any(
+        position.uri != uri and posixpath.dirname(position.key) == directory and position.state == "appending"
+        for position in known.reading_from_start
+    ):
+        # A file in its directory of which nothing was loaded is being read from its start (a log that a round
+        # found grown from empty): this one may be its copy, told once that delivery is in
+        return Recognised(later=True)
     copied = [
         position
         for position in alike
