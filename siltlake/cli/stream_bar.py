@@ -19,6 +19,10 @@ class StreamBar(StreamProgress):
     def start(self, total: int) -> None:
         self.task_id = self.progress.add_task(self.label, total=total)
 
+    def resize(self, total: int) -> None:
+        if self.task_id is not None:
+            self.progress.update(self.task_id, total=total)
+
     def advance(self, count: int) -> None:
         if self.task_id is not None:
             self.progress.advance(self.task_id, count)

@@ -142,6 +142,9 @@ class _StreamStatus(Progress):
         if total:
             self.status.working(f"{total:,} staging objects")
 
+    def resize(self, total: int) -> None:
+        self.total = total
+
     def advance(self, count: int) -> None:
         self.done += count
         self.status.detail = f"{self.done:,}/{self.total:,} staging objects"

@@ -6,6 +6,7 @@ import datetime as dt
 import functools
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
@@ -173,7 +174,13 @@ class Discovery:
         self.notifications = other.notifications or self.notifications
 
 
-def discover(deployment: Deployment, accounted: AccountedNames | None = None, *, sweep: bool = True) -> Discovery:
+def discover(
+    deployment: Deployment,
+    accounted: AccountedNames | None = None,
+    *,
+    sweep: bool = True,
+    registered: Callable[[], None] | None = None,
+) -> Discovery:
     """Register the staging objects not seen before (each URI once, ever).
 
     A local root is listed whole on its first round; later rounds read the directories and files that changed
@@ -183,7 +190,8 @@ def discover(deployment: Deployment, accounted: AccountedNames | None = None, *,
     store"). `accounted` is a daemon's record of the names its completed rounds listed in a local root's
     directories: only names not in it are `stat`ed, and a completed round updates it. With sweep=False a local
     round's sweep slice is not read: it is the report's `sweep_pending`, for sweep_slice() (a stream round reads
-    it while its first stage runs)."""
+    it while its first stage runs). `registered` is called each time new objects are registered while more are
+    still to be (a round starts its first wave on them)."""
     staging = deployment.staging
     catalog = deployment.catalog
     config = deployment.config.stream
@@ -198,7 +206,7 @@ def discover(deployment: Deployment, accounted: AccountedNames | None = None, *,
     if full:
         listed = [info for info in staging.list() if not is_in_flight(info.key)]
         fresh = _unexpired(deployment, listed, cursor.expired_before if cursor is not None else None)
-        report = _register(deployment, fresh)
+        report = _register(deployment, fresh, registered=registered)
         report.listed, report.expired = len(listed), len(listed) - len(fresh)
     else:
         assert cursor is not None
@@ -206,7 +214,7 @@ def discover(deployment: Deployment, accounted: AccountedNames | None = None, *,
         walked = [info for info in changed.objects if not is_in_flight(info.key)]
         if accounted is not None:
             walked += _modified(deployment, accounted.take_modified(), {info.key for info in walked})
-        report = _register(deployment, walked)
+        report = _register(deployment, walked, registered=registered)
         report.listed, report.full_listing, report.remembered = changed.entries, False, changed.remembered
         walk = (cursor, changed, walked)
     # Only once every object found is registered (or recorded unknown): a round that fails before leaves the
@@ -365,10 +373,20 @@ def readmit(deployment: Deployment, uris: list[str]) -> int:
     return _register(deployment, listed, watched=False).registered if listed else 0
 
 
-def _register(deployment: Deployment, listed: list[ObjectInfo], watched: bool = True) -> Discovery:
+# New objects registered per transaction: a stream round's first wave starts once the first are in, while the
+# rest are marked and registered (stream/runner.py).
+REGISTER_CHUNK = 500
+
+
+def _register(
+    deployment: Deployment,
+    listed: list[ObjectInfo],
+    watched: bool = True,
+    registered: Callable[[], None] | None = None,
+) -> Discovery:
     """Register, of these listed objects, those the catalog does not know; count the known ones put again. With
-    watched, the local files waiting to settle and those watched for growth are looked at too (once a round)."""
-    pattern = re.compile(deployment.config.stream.key_pattern)
+    watched, the local files waiting to settle and those watched for growth are looked at too (once a round).
+    New objects are registered REGISTER_CHUNK at a time; `registered` is called after each chunk but the last."""
     staging = deployment.staging
     catalog = deployment.catalog
     settling = settle(deployment, listed, watched)  # a local file still being written waits (stream/appends.py)
@@ -389,7 +407,6 @@ def _register(deployment: Deployment, listed: list[ObjectInfo], watched: bool = 
     uris = [staging.uri(info.key) for info in listed]
     send_times = [to_naive_utc(info.mtime) if info.mtime is not None else None for info in listed]
     resized: dict[str, int] | None = {} if staging.is_local else None
-    notes: list[dict] = []
     # A local name put again may hold another file (a rotation shifted one in): its put is taken only once
     # judged, so that a round killed or told to look again before it decides leaves it for the next listing.
     known, redelivered = catalog.staging.sort_listed(
@@ -400,26 +417,50 @@ def _register(deployment: Deployment, listed: list[ObjectInfo], watched: bool = 
         for uri, info, send_time in zip(uris, listed, send_times, strict=True)
         if uri not in known
     ]
-    if resized is not None:
-        # A local file that changed size is appended to or rewritten: judged by its position, not a re-put.
-        by_uri = dict(zip(uris, listed, strict=True))
-        judged = {uri: by_uri[uri] for uri in resized}
-        judged.update((uri, info) for uri, info in settling.due.items() if uri not in judged)
-        growth = take_growth(deployment, judged, fresh, {put.uri: by_uri[put.uri] for put in redelivered})
-        report.appended, report.rewritten = growth.appended, growth.rewritten
-        notes = growth.notes
-        taken = catalog.staging.take_puts([put for put in redelivered if put.uri not in growth.later])
-        redelivered = [put for put in taken if put.uri not in growth.handled]
-        fresh = [item for item in fresh if item[0] not in growth.handled]
+    chunks = [fresh[start : start + REGISTER_CHUNK] for start in range(0, len(fresh), REGISTER_CHUNK)] or [[]]
+    for number, chunk in enumerate(chunks):
+        notes: list[dict] = []
+        if resized is not None and number == 0:
+            # A local file that changed size is appended to or rewritten: judged by its position, not a re-put.
+            by_uri = dict(zip(uris, listed, strict=True))
+            judged = {uri: by_uri[uri] for uri in resized}
+            judged.update((uri, info) for uri, info in settling.due.items() if uri not in judged)
+            growth = take_growth(deployment, judged, chunk, {put.uri: by_uri[put.uri] for put in redelivered})
+            taken = catalog.staging.take_puts([put for put in redelivered if put.uri not in growth.later])
+            redelivered = [put for put in taken if put.uri not in growth.handled]
+        elif resized is not None:
+            growth = take_growth(deployment, {}, chunk)
+        if resized is not None:
+            report.appended += growth.appended
+            report.rewritten += growth.rewritten
+            notes = growth.notes
+            chunk = [item for item in chunk if item[0] not in growth.handled]
+        report.registered += _register_fresh(deployment, chunk, notes, report)
+        if registered is not None and number < len(chunks) - 1:
+            registered()
+    report.redelivered = len(redelivered)
+    report.changed = [put for put in redelivered if put.changed]
+    return report
+
+
+def _register_fresh(
+    deployment: Deployment,
+    fresh: list[tuple[str, ObjectInfo, dt.datetime | None]],
+    notes: list[dict],
+    report: Discovery,
+) -> int:
+    """Register new objects (uri, listing, send time) under their tables, or record them unknown (counted on
+    `report`): how many were registered. `notes`: the identities of new local files (stream/rotation.py)."""
     # stream.include / stream.exclude choose the new files taken; after the growth judged above, so that a file
     # already followed is followed under an excluded name too (a rotated log's unread tail).
     admitted = key_filter(deployment.config.stream.include, deployment.config.stream.exclude)
     if admitted is not None:
         fresh = [item for item in fresh if admitted.admits(item[1].key)]
-    report.redelivered = len(redelivered)
-    report.changed = [put for put in redelivered if put.changed]
     if not fresh:
-        return report
+        return 0
+    staging = deployment.staging
+    catalog = deployment.catalog
+    pattern = re.compile(deployment.config.stream.key_pattern)
     tables = catalog.tables.by_key_names()
     rows = []
     leaving = staging.leaving_root(info.key for _, info, _ in fresh)
@@ -439,10 +480,7 @@ def _register(deployment: Deployment, listed: list[ObjectInfo], watched: bool = 
         else:
             rows.append((uri, mapping.table.id, info.size, send_time))
     registering = {row[0] for row in rows}
-    report.registered = catalog.staging.register(
-        rows, staging.root, [note for note in notes if note["uri"] in registering]
-    )
-    return report
+    return catalog.staging.register(rows, staging.root, [note for note in notes if note["uri"] in registering])
 
 
 def _register_notified(deployment: Deployment, expired_before: dt.datetime | None) -> Discovery:

@@ -32,6 +32,9 @@ class Progress:
 
     def start(self, total: int) -> None: ...
 
+    def resize(self, total: int) -> None:
+        """Discovery registered more while the round ran: the round's objects are `total` now."""
+
     def advance(self, count: int) -> None: ...
 
 
@@ -109,21 +112,85 @@ _unreleased: set[str] = set()
 
 
 def discover_settled(
-    deployment: Deployment, stop: threading.Event | None = None, accounted: AccountedNames | None = None
+    deployment: Deployment,
+    stop: threading.Event | None = None,
+    accounted: AccountedNames | None = None,
+    registered: Callable[[], None] | None = None,
 ) -> Discovery:
     """Discover, then wait for the local files still being written to settle (at most stream.settle_time) and
     discover again: what `silt stream --once` does, so that a file written just before it is taken."""
-    found = discover(deployment, accounted)
+    found = discover(deployment, accounted, registered=registered)
     deadline = time.monotonic() + deployment.config.stream.settle_time
     while found.unsettled and found.settles_in is not None and (stop is None or not stop.is_set()):
         wait = max(found.settles_in, 0.0) + 0.05
         if time.monotonic() + wait > deadline + 0.5:
             break
         time.sleep(wait)
-        again = discover(deployment, accounted)
+        again = discover(deployment, accounted, registered=registered)
         again.fold(found, same_listing=True)
         found = again
     return found
+
+
+class _Discovering:
+    """A round's discovery on a thread of its own. It registers new objects a chunk at a time
+    (stream/discover.py), so the round's first wave starts on the first chunk while the rest are marked and
+    registered: the worker processes no longer wait out a backlog's discovery."""
+
+    def __init__(self, run: Callable[[Callable[[], None]], Discovery]) -> None:
+        self._changed = threading.Condition()
+        self._chunks = 0  # chunks registered with more to come
+        self._done = False
+        self._found: Discovery | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(run,), name="siltlake-discover", daemon=True)
+        self._thread.start()
+
+    def _run(self, run: Callable[[Callable[[], None]], Discovery]) -> None:
+        try:
+            self._found = run(self._registered)
+        except BaseException as exc:  # raised in the round's thread, by result()
+            self._error = exc
+        with self._changed:
+            self._done = True
+            self._changed.notify_all()
+
+    def _registered(self) -> None:
+        with self._changed:
+            self._chunks += 1
+            self._changed.notify_all()
+
+    def progress(self) -> tuple[bool, int]:
+        """Whether discovery has ended, and how many chunks it had registered by then."""
+        with self._changed:
+            return self._done, self._chunks
+
+    def wait(self, chunks: int) -> None:
+        """Until discovery has registered more than `chunks` chunks, or has ended."""
+        with self._changed:
+            self._changed.wait_for(lambda: self._done or self._chunks > chunks)
+
+    def join(self) -> None:
+        """Until discovery has ended (a failed round leaves no discovery running into the next)."""
+        self._thread.join()
+
+    def result(self) -> Discovery:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._found is not None
+        return self._found
+
+
+def _take_wave(claims: _Claims, limit: int, discovering: _Discovering) -> list[PendingStagingObject]:
+    """The next wave: what is claimable now, or once discovery registers more; empty once it has ended and
+    nothing is left."""
+    while True:
+        ended, chunks = discovering.progress()  # read before the claim: a chunk registered after it is waited for
+        wave = claims.take(limit)
+        if wave or ended:
+            return wave
+        discovering.wait(chunks)
 
 
 @functools.cache
@@ -153,34 +220,64 @@ def stream_once(
     deployment.catalog.check_ready()
     deployment.check_instance("stream")
     record = accounted if accounted is not None else stored_names(deployment)
-    found = discover_settled(deployment, stop, record) if settle_wait else discover(deployment, record, sweep=False)
+    discovering = _Discovering(
+        lambda registered: (
+            discover_settled(deployment, stop, record, registered)
+            if settle_wait
+            else discover(deployment, record, sweep=False, registered=registered)
+        )
+    )
     storing = record.store if isinstance(record, StoredNames) else None
     report = StreamReport()
-    _discovered(report, found)
     settings = deployment.config.stream
     claims = _Claims(deployment, owner or process_owner())
     committer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="siltlake-commit")
+    found: Discovery | None = None
+    stored: Future | None = None
     sweeping: Future | None = None
     committing: Future | None = None
     run_id = f"stream-{utcnow():%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
     staged = False  # whether a stage may have written under the run's temporary prefix
+    followed_up = False  # after_discovery() has run
+
+    def discovered() -> Discovery:
+        """Discovery's report, once it has ended."""
+        nonlocal found
+        if found is None:
+            found = discovering.result()
+            _discovered(report, found)
+        return found
+
+    def after_discovery() -> None:
+        """Once discovery has ended and a stage runs: the committer stores a one-off run's record of names and
+        reads the rolling sweep's slice (what the slice registers after the last claim is the next round's)."""
+        nonlocal stored, sweeping, followed_up
+        if not followed_up:
+            followed_up = True
+            stored = committer.submit(storing) if storing is not None else None
+            pending = discovered().sweep_pending
+            sweeping = committer.submit(sweep_slice, deployment, pending) if pending is not None else None
+
     try:
-        # The first wave is claimed before the progress display starts, as the whole list was read before.
+        # The first wave is claimed before the progress display starts: what discovery registered by then.
         budget = settings.max_objects_per_run
-        wave = [] if stop is not None and stop.is_set() else claims.take(min(settings.objects_per_wave, budget))
-        progress.start(len(wave) + (claims.claimable(budget - len(wave)) if wave else 0))
+        if stop is None or not stop.is_set():
+            discovering.wait(0)  # its first chunk registered; a round of one chunk, all of its discovery
+            wave = _take_wave(claims, min(settings.objects_per_wave, budget), discovering)
+        else:
+            wave = []
+        claimed = len(wave)
+        progress.start(claimed + (claims.claimable(budget - claimed) if wave else 0))
         if not wave:
             if storing is not None:
                 storing()
+            found = discovered()
             _add_sweep(report, found, sweep_slice(deployment, found.sweep_pending) if found.sweep_pending else None)
             report.seconds = time.monotonic() - started
             return report
-        # The committer stores a one-off run's record of names and reads the rolling sweep's slice while the first
-        # stage runs, before the first commit (what the slice registers after this claim is taken by the next round).
-        stored = committer.submit(storing) if storing is not None else None
-        if found.sweep_pending is not None:
-            sweeping = committer.submit(sweep_slice, deployment, found.sweep_pending)
         staged = True
+        if discovering.progress()[0]:
+            after_discovery()
         stage = WaveStage(deployment, progress.advance)
         # Wave N commits (the driver's and the catalog's work) while wave N+1 runs on the executors; commits
         # stay in wave order, each waiting for the one before. Stages run in this thread: Ctrl-C cancels them.
@@ -195,14 +292,25 @@ def stream_once(
             # catalog: on SQLite a claim made during the commit would wait for its write lock, ending the overlap.
             next_mark = deployment.catalog.versions.mark()
             stopping = (stop is not None and stop.is_set()) or budget <= 0
-            next_wave = [] if stopping else claims.take(min(settings.objects_per_wave, budget))
+            limit = min(settings.objects_per_wave, budget)
+            ended, chunks = discovering.progress()
+            next_wave = [] if stopping else claims.take(limit)
             committing = committer.submit(_commit_wave, deployment, results, wave, report, mark, claims)
+            if not next_wave and not stopping and not ended:
+                discovering.wait(chunks)  # the next wave is what discovery registers next
+                next_mark = deployment.catalog.versions.mark()
+                next_wave = _take_wave(claims, limit, discovering)
+            claimed += len(next_wave)
+            if not followed_up and discovering.progress()[0]:
+                after_discovery()  # the display's total: what this round claimed and what is claimable now
+                progress.resize(claimed + claims.claimable(max(budget - len(next_wave), 0)))
             mark, wave = next_mark, next_wave
         if committing is not None:
             committing.result()
+        after_discovery()
         if stored is not None:
             stored.result()
-        _add_sweep(report, found, sweeping.result() if sweeping is not None else None)
+        _add_sweep(report, discovered(), sweeping.result() if sweeping is not None else None)
     except BaseException as exc:
         if committing is not None:
             wait([committing])  # a commit under way ends as it would have (it is one transaction)
@@ -213,6 +321,7 @@ def stream_once(
             )
         raise
     finally:
+        discovering.join()
         committer.shutdown(wait=True)
         claims.close()
         if staged:  # an idle round costs no listing of the lake
