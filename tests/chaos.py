@@ -43,6 +43,7 @@ from .chaos_checks import (
     explain_lost,
     reader_record_ids,
 )
+from .draining import rounds_until_quiet
 from .processes import (
     SHIPPED_TABLE,
     Shipper,
@@ -391,19 +392,9 @@ class Chaos:
         # stream.full_listing_interval: a file appended to after a whole delivery, in a directory that got nothing
         # new since, is seen growing by no cursor walk and no watch (docs/design.md, "Finding growth").
         deployment.config.stream.full_listing_interval = 0
-        quiet = 0
-        while True:
-            streamed = stream_once(deployment, settle_wait=True)
+        for streamed in rounds_until_quiet(deployment, settle_wait=True):
             assert not streamed.failed and not streamed.rewritten, (streamed.failed, streamed.rewritten)
             self.report.delayed_objects += streamed.delayed_objects
-            # Nothing pending is not yet everything delivered: a tail ends at the size its file was seen with,
-            # and what grew after is the next round's to find; a file whose delivery was in flight when the round
-            # judged it is judged again by the next (that delivery may read nothing). Done after two rounds in a
-            # row found nothing new and loaded nothing.
-            found = streamed.registered or streamed.appended or streamed.records_loaded
-            quiet = 0 if found or deployment.catalog.staging.pending(1) else quiet + 1
-            if quiet == 2:
-                break
         publish_once(deployment)
         checked = collections.Counter()
         # Each line appended in place was read once: the deliveries of the appended files (split mid-line,

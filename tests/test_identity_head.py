@@ -43,6 +43,18 @@ def test_a_stream_cut_short_before_the_head_ends_and_a_corrupt_one_are_unreadabl
         _head(whole[:10] + b"\xff" * 200, 1024)
 
 
+def test_a_delivery_inflates_only_the_head_it_needs() -> None:
+    """A task's head (whole_block=False) is the same bytes; a stream cut short after them gives them, and its
+    reader reports the cut."""
+    whole = gzip.compress(os.urandom(5000) + b"\n" * 100_000)
+    with tempfile.TemporaryFile() as file:
+        file.write(whole[: len(whole) // 2])
+        file.flush()
+        assert head_bytes(file, True, 1024, whole_block=False) == gzip.decompress(whole)[:1024]
+        with pytest.raises(EOFError):
+            head_bytes(file, True, 1024)
+
+
 def test_a_plain_file_is_read_as_it_is() -> None:
     with tempfile.TemporaryFile() as file:
         file.write(b"abc\ndef\n")

@@ -33,6 +33,7 @@ from siltlake.stream import stream_once
 from siltlake.tabledef import TableDef
 
 from .conftest import ACCESS_TABLE
+from .draining import rounds_until_quiet
 from .processes import SiltProcess, run_silt, silt_env
 from .test_appends import append, deployment_with, lines
 
@@ -167,14 +168,8 @@ def drain(deployment: Deployment, rounds: int = 10) -> None:
     pending: a file judged while a delivery it depends on was in flight is judged again by the round after the
     one that committed that delivery."""
     deployment.config.stream.full_listing_interval = 0
-    quiet = 0
-    for _ in range(rounds):
-        report = stream_once(deployment, settle_wait=True)
-        quiet = (
-            quiet + 1 if not deployment.catalog.staging.pending(1) and not (report.registered or report.appended) else 0
-        )
-        if quiet == 2:
-            return
+    for _ in rounds_until_quiet(deployment, rounds, settle_wait=True):
+        pass
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ from siltlake.deployment import Deployment
 from siltlake.stream import stream_once
 from siltlake.stream.discover import discover
 
+from .draining import rounds_until_quiet
 from .test_appends import KEY, append, deployment_with, lines
 from .test_stream import assert_rows_once
 
@@ -39,8 +40,7 @@ def _copy_truncate(path: Path, written: int, meanwhile: Callable[[], object]) ->
 
 
 def _drain(deployment: Deployment) -> None:
-    for _ in range(6):
-        report = stream_once(deployment)
+    for report in rounds_until_quiet(deployment, 10):
         assert (report.rewritten, report.failed) == ([], []), report
     assert [row.reason for row in deployment.catalog.staging.unknown()] == []
     assert deployment.catalog.positions.rewritten() == []

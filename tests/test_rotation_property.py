@@ -27,6 +27,7 @@ from siltlake.stream import stream_once
 from siltlake.stream.discover import discover
 from siltlake.stream.runner import Progress
 
+from .draining import rounds_until_quiet
 from .test_appends import KEY, append, deployment_with, lines
 from .test_stream import assert_rows_once
 
@@ -220,16 +221,8 @@ def test_every_line_of_a_rotated_log_loads_once(steps: list[tuple], spark) -> No
                     case ("killed",):
                         _killed_while_judging(deployment)
             log.finish_line()
-            quiet = 0
-            for _ in range(10):
-                report = stream_once(deployment)
+            for report in rounds_until_quiet(deployment, 10):
                 assert not report.failed and not report.rewritten, (steps, report.failed, report.rewritten)
-                # A round that judged a file it must look at again (a delivery of it in flight, which may read
-                # nothing) counts nothing: done after two rounds in a row found and loaded nothing.
-                found = report.registered or report.appended or report.records_loaded
-                quiet = 0 if found or deployment.catalog.staging.pending(1) else quiet + 1
-                if quiet == 2:
-                    break
             # A delivery whose file was compressed away before it read it is set aside as unknown (it is gone:
             # the lines load from the .gz); nothing else is.
             unknown = [row.reason for row in deployment.catalog.staging.unknown()]

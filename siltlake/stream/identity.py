@@ -56,14 +56,15 @@ def mark_of(path: str) -> FileMark | None:
     return FileMark(file_identity(stat), stat.st_size, zlib.crc32(head), len(head), compressed, stat.st_mtime, head)
 
 
-def head_bytes(file: BinaryIO, compressed: bool, length: int) -> bytes:
+def head_bytes(file: BinaryIO, compressed: bool, length: int, whole_block: bool = True) -> bytes:
     """The first `length` bytes of the file's content (decompressed when gzip: inflated across members only as far
     as max(length, 64 KiB) of content, and EOFError for a stream cut short before that, as gzip.GzipFile reading its
-    first block says; a gzip file being written is not judged by a head that may still change)."""
+    first block says; a gzip file being written is not judged by a head that may still change). Without
+    whole_block only `length` bytes are inflated (a delivery's task: its reader reports a stream cut short)."""
     fd = file.fileno()
     if not compressed:
         return os.pread(fd, length, 0)
-    wanted = max(length, _BLOCK)
+    wanted = max(length, _BLOCK) if whole_block else length
     out = bytearray()
     inflater, fed, between = gzip_inflater(), False, False
     offset, data = 0, b""

@@ -159,8 +159,8 @@ def open_delivery(
     if name.identity is not None and name.identity != identity:
         raise FileMoved(f"the file at this name is {identity}, not {name.identity}: it was renamed or replaced")
     compressed = os.pread(fd, 2, 0) == GZIP_MAGIC
-    try:
-        head = head_bytes(file, compressed, HEAD_BYTES)
+    try:  # of a gzip, only the head is inflated here: the read inflates it whole, once
+        head = head_bytes(file, compressed, HEAD_BYTES, whole_block=False)
     except UNREADABLE_HEAD:  # a gzip cut short: the reader says what is wrong with it
         head = b""
     if name.head is not None and (len(head) < name.head[1] or zlib.crc32(head[: name.head[1]]) != name.head[0]):
