@@ -145,14 +145,24 @@ class Delivery:
     fragment_end: int | None  # a trailing fragment taken as its last record ended here
     lead: BadRecord | None  # the rest of a MessagePack item an earlier delivery took as final (`cont`)
     read_start: int  # the first byte of the file the stream reads (after `lead`)
+    # A gzip range read to its end as whole members, unchecked: its read inflates it once. Should the read find a
+    # member cut short (a file being appended to) or bytes that are not gzip, the task opens it again without.
+    assumed_whole: bool = False
 
 
 def open_delivery(
-    file: BinaryIO, key: str, table: TableDef, name: DeliveryName, end: int | None, fragment_final_after: float
+    file: BinaryIO,
+    key: str,
+    table: TableDef,
+    name: DeliveryName,
+    end: int | None,
+    fragment_final_after: float,
+    assume_whole: bool = False,
 ) -> Delivery:
     """The delivery [start, end) of an open local file, cut after its last whole record. A trailing fragment is
     taken too when the delivery is `last`, or the file has not changed for fragment_final_after and is still
-    `end` bytes long: its writer is done, the last line lacks only its newline."""
+    `end` bytes long: its writer is done, the last line lacks only its newline. With assume_whole a gzip range
+    is taken as whole members without inflating it to find its last (Delivery.assumed_whole)."""
     fd = file.fileno()
     stat = os.fstat(fd)
     identity = file_identity(stat)
@@ -179,7 +189,7 @@ def open_delivery(
     end = stat.st_size if end is None else min(end, stat.st_size)
     reading = table
     if compressed:
-        cut = last_gzip_member(fd, start, end)
+        cut = end if assume_whole else last_gzip_member(fd, start, end)
     else:
         sniff = os.pread(fd, SNIFF_BYTES, 0)
         reading = table.model_copy(update={"format": detect_format(key, sniff, table.format)})
@@ -221,6 +231,7 @@ def open_delivery(
         fragment_end,
         lead,
         start,
+        assumed_whole=compressed and assume_whole,
     )
 
 

@@ -233,53 +233,53 @@ def decode_staging_object(
     delivery: Delivery | None = None
     try:
         with open_uri(base, task.staging) as stream:
-            source: ByteStream = stream
-            reading = table
-            if task.staging.is_local:
-                delivery = open_delivery(stream, base, table, name, task.end, task.fragment_final_after)
-                source, reading = delivery.stream, delivery.table
-                root = task.staging.root
-                position = {
-                    "uri": base,
-                    "staging_root": root,
-                    "key": unquote(base[len(root) + 1 :]),
-                    "consumed_end": delivery.consumed_end,
-                    "read_end": delivery.read_end,
-                    "file_identity": delivery.file_identity,
-                    "fingerprint": delivery.fingerprint,
-                    "head_crc": delivery.head_crc,
-                    "head_length": delivery.head_length,
-                    "compressed": delivery.compressed,
-                    "fragment_end": delivery.fragment_end,
-                }
-                if delivery.lead is not None:
-                    errors.add([delivery.lead])
-                    records_in += 1
-            try:
-                batches = read(
-                    source,
-                    base,
-                    reading,
-                    batch_rows=task.batch_rows,
-                    limits=task.limits,
-                    dropped=dropped,
-                    workers=task.decode_threads,
-                )
-                with closing(batches):  # its decoding threads stop before the stream closes
-                    for batch in batches:
-                        records_in += batch.records_in
-                        writer.add(batch.table)
-                        errors.add(batch.bad)
-            except UnreadableObject as exc:
-                if delivery is None or not (name.start or name.generation):
-                    raise
-                # A tail never stops its file: what cannot be read of it is bad records, and the next tail
-                # starts after it (docs/design.md, "A bad tail never stops a file").
-                writer.discard()
-                errors.discard()
-                writer = new_sink()
-                errors = _ErrorSink(task, keep=table.error_policy == "file")
-                records_in = _all_bad(stream, delivery, exc.reason, errors)
+            # A local gzip range is first read as whole members (inflated once); read again up to its last whole
+            # member when that read finds one cut short or bytes that are not gzip.
+            for assume_whole in (True, False):
+                source: ByteStream = stream
+                reading = table
+                records_in = 0
+                if task.staging.is_local:
+                    delivery = open_delivery(
+                        stream, base, table, name, task.end, task.fragment_final_after, assume_whole
+                    )
+                    source, reading = delivery.stream, delivery.table
+                    position = _position_of(task, base, delivery)
+                    if delivery.lead is not None:
+                        errors.add([delivery.lead])
+                        records_in += 1
+                try:
+                    batches = read(
+                        source,
+                        base,
+                        reading,
+                        batch_rows=task.batch_rows,
+                        limits=task.limits,
+                        dropped=dropped,
+                        workers=task.decode_threads,
+                    )
+                    with closing(batches):  # its decoding threads stop before the stream closes
+                        for batch in batches:
+                            records_in += batch.records_in
+                            writer.add(batch.table)
+                            errors.add(batch.bad)
+                except UnreadableObject as exc:
+                    if delivery is not None and delivery.assumed_whole:
+                        writer.discard()
+                        errors.discard()
+                        writer, errors = new_sink(), _ErrorSink(task, keep=table.error_policy == "file")
+                        dropped.clear()
+                        continue
+                    if delivery is None or not (name.start or name.generation):
+                        raise
+                    # A tail never stops its file: what cannot be read of it is bad records, and the next tail
+                    # starts after it (docs/design.md, "A bad tail never stops a file").
+                    writer.discard()
+                    errors.discard()
+                    writer = new_sink()
+                    errors = _ErrorSink(task, keep=table.error_policy == "file")
+                    records_in = _all_bad(stream, delivery, exc.reason, errors)
+                break
         parts = writer.finish()
         error_key = errors.finish()
     except FileMoved as exc:
@@ -319,6 +319,24 @@ def decode_staging_object(
         "seconds": time.time() - started,
         "peak_rss_bytes": peak_rss_bytes() if measure_rss else 0,
     }, writer
+
+
+def _position_of(task: StreamTask, base: str, delivery: Delivery) -> DeliveryPosition:
+    """Where a local file's delivery stopped, as its commit records it."""
+    root = task.staging.root
+    return {
+        "uri": base,
+        "staging_root": root,
+        "key": unquote(base[len(root) + 1 :]),
+        "consumed_end": delivery.consumed_end,
+        "read_end": delivery.read_end,
+        "file_identity": delivery.file_identity,
+        "fingerprint": delivery.fingerprint,
+        "head_crc": delivery.head_crc,
+        "head_length": delivery.head_length,
+        "compressed": delivery.compressed,
+        "fragment_end": delivery.fragment_end,
+    }
 
 
 class DroppedFields(TypedDict):
