@@ -502,3 +502,19 @@ def test_copytruncate_while_the_first_delivery_is_in_flight_then_writes_of_the_s
     assert stream_once(appending).records_loaded == 0
     assert_rows_once(appending, 6)
     _clean(appending)
+
+
+def test_a_file_left_at_a_name_whose_first_delivery_found_it_gone_is_followed(appending: Deployment) -> None:
+    """The name's first delivery found no file (renamed away before it read it): set aside as unknown, its lines
+    load from the renamed file. The file created at the name afterwards is another file: followed from its start
+    (it was never loaded: the name's unknown first delivery kept every round from judging it)."""
+    path = Path(appending.staging.path(KEY))
+    append(path, lines(0, 6))
+    discover(appending)  # registered, its first delivery in flight
+    path.rename(f"{path}.1")
+    stream_once(appending)  # the first delivery finds nothing at the name
+    append(path, lines(6, 5))
+    for _ in range(4):
+        report = stream_once(appending)
+        assert (report.rewritten, report.failed) == ([], []), report
+    assert_rows_once(appending, 11)

@@ -335,15 +335,19 @@ def _judge(
     if position is None or (position.consumed_end is None and position.state == "appending"):
         if position is not None and position.state != "appending":
             return None  # reported already
-        if state.unknown:
+        if state.unknown and not _taken_since(path, position):
             return None  # set aside as unknown: `silt unknown replay` reads the file again whole
-        if state.processed is not True:
+        if not state.unknown and state.processed is not True:
             return LOOK_AGAIN  # its first delivery is not committed yet
-        return (
-            f"is now {info.size:,} bytes but was loaded at {state.size or 0:,}, and it cannot be appended to "
-            "(it was unreadable, or was loaded before appends were followed): its new bytes are NOT loaded; "
-            "`silt staging resume` follows it again from an offset"
-        )
+        if not state.unknown:
+            return (
+                f"is now {info.size:,} bytes but was loaded at {state.size or 0:,}, and it cannot be appended to "
+                "(it was unreadable, or was loaded before appends were followed): its new bytes are NOT loaded; "
+                "`silt staging resume` follows it again from an offset"
+            )
+        # Its first delivery found the file gone (renamed away by a rotation) and another file is at the name
+        # now: judged below as a file that took a known name
+        assert position is not None
     if position.state not in ("appending", "copy", "vacated"):
         return None  # stopped: reported already
     if position.pending_uri is not None:
@@ -428,6 +432,14 @@ def _judge(
             f"loaded; `silt staging resume {uri} --from-offset N` follows it again from offset N"
         )
     return Grew(position)
+
+
+def _taken_since(path: str, position: Position | None) -> bool:
+    """Whether the file at a registered name is another than the one noted when the name was registered."""
+    if position is None or position.file_identity is None:
+        return False
+    mark = mark_of(path)
+    return mark is not None and mark.identity != position.file_identity
 
 
 def _replaced(
