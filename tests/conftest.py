@@ -252,6 +252,18 @@ def deployment(tmp_path: Path, catalog_url: str, spark) -> Deployment:
 
 
 @pytest.fixture
+def appending(tmp_path: Path, catalog_url: str, spark) -> Deployment:
+    """The access table on Spark, in rounds that list the root whole (every growth seen at once) and take what is
+    written at once: for the tests of files written in place."""
+    deployment = Deployment(make_config(tmp_path, catalog_url, full_listing_interval=0))
+    deployment.init()
+    deployment.use_spark(spark)
+    deployment.catalog.tables.create(TableDef.from_mapping(ACCESS_TABLE))
+    yield deployment
+    deployment.close()
+
+
+@pytest.fixture
 def plain_deployment(tmp_path, catalog_url: str) -> Deployment:
     """A deployment without Spark, with the access table."""
     deployment = Deployment(make_config(tmp_path, catalog_url))

@@ -54,14 +54,6 @@ def deployment_with(tmp_path: Path, catalog_url: str, spark, **stream: object) -
     return deployment
 
 
-@pytest.fixture
-def appending(tmp_path: Path, catalog_url: str, spark) -> Deployment:
-    """Rounds that list the root whole (every growth seen at once) and take what is written at once."""
-    deployment = deployment_with(tmp_path, catalog_url, spark, full_listing_interval=0)
-    yield deployment
-    deployment.close()
-
-
 def test_a_file_appended_to_twenty_times_loads_every_line_once(appending: Deployment) -> None:
     path = Path(appending.staging.path(KEY))
     append(path, lines(0, 10))

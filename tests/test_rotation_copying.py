@@ -16,17 +16,10 @@ from siltlake.stream import stream_once
 from siltlake.stream.discover import discover
 
 from .draining import rounds_until_quiet
-from .test_appends import KEY, append, deployment_with, lines
+from .test_appends import KEY, append, lines
 from .test_stream import assert_rows_once
 
 pytestmark = pytest.mark.spark
-
-
-@pytest.fixture
-def appending(tmp_path: Path, catalog_url: str, spark) -> Deployment:
-    deployment = deployment_with(tmp_path, catalog_url, spark, full_listing_interval=0)
-    yield deployment
-    deployment.close()
 
 
 def _copy_truncate(path: Path, written: int, meanwhile: Callable[[], object]) -> None:

@@ -24,14 +24,6 @@ from .test_stream import assert_rows_once
 pytestmark = pytest.mark.spark
 
 
-@pytest.fixture
-def appending(tmp_path: Path, catalog_url: str, spark) -> Deployment:
-    """Rounds that list the root whole and take what is written at once."""
-    deployment = deployment_with(tmp_path, catalog_url, spark, full_listing_interval=0)
-    yield deployment
-    deployment.close()
-
-
 def _rotate(path: Path, keep: int) -> None:
     """logrotate's `create` with `rotate keep`: access.log.N -> .N+1 from the oldest down, access.log -> .1, a new
     empty access.log."""

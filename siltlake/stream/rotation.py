@@ -280,11 +280,32 @@ def _follow_copy(
         # Where a delivery in flight stops decides what the copy holds more: the original's tail, or another
         # copy's rest (should that one read nothing, its original's position moves back: the rest is this one's)
         return Recognised(later=True)
+
+    def skipped(original: Position, size: int, fingerprint: int | None, reason: str) -> Recognised:
+        """A copy whose bytes were all loaded from `original`: known (state "copy"), loading nothing."""
+        assert original.table_id is not None
+        done = positions.skip_copy(
+            staging.root,
+            uri,
+            info.key,
+            table_id=original.table_id,
+            identity=mark.identity,
+            head_crc=mark.head_crc,
+            head_length=mark.head_length,
+            compressed=mark.compressed,
+            size=size,
+            fingerprint=fingerprint,
+            send_time=send_time,
+            now=now,
+            replacing=replacing,
+            reason=f"a copy of {original.key!r}{reason}",
+        )
+        return Recognised(later=not done)
+
     # The furthest consumed first; of those alike, one attached to a name (a copy renamed, holding the bytes)
     for original in sorted(copied, key=lambda position: (-(position.consumed_end or 0), "#" in position.uri)):
         assert original.consumed_end is not None and original.table_id is not None
         content = content_at(path, mark.compressed, original.consumed_end)
-        source = original.key
         whole = (
             content_at(path, False, content.length)
             if content is not None and content.crc_before is None and not mark.compressed
@@ -293,46 +314,24 @@ def _follow_copy(
         if whole is not None and _original_holds(deployment, original, path, False, whole.length):
             # Shorter than what was loaded, and the original still begins with its bytes: a copy being written
             # (logrotate copies, then truncates). Known, loading nothing; judged again as it grows.
-            done = positions.skip_copy(
-                staging.root,
-                uri,
-                info.key,
-                table_id=original.table_id,
-                identity=mark.identity,
-                head_crc=mark.head_crc,
-                head_length=mark.head_length,
-                compressed=False,
-                size=whole.length,
-                fingerprint=whole.crc_before,
-                send_time=send_time,
-                now=now,
-                replacing=replacing,
-                reason=f"a copy of {source!r} being written: its {whole.length:,} bytes were loaded from that file",
+            return skipped(
+                original,
+                whole.length,
+                whole.crc_before,
+                f" being written: its {whole.length:,} bytes were loaded from that file",
             )
-            return Recognised(later=not done)
         if content is None or content.crc_before != _loaded_crc(original):
             continue
         if content.length <= original.consumed_end:
             whole = None if mark.compressed else content_at(path, False, info.size)
             # Read a moment ago, so there; should it vanish meanwhile, this fails as it always has.
             assert mark.compressed or whole is not None
-            done = positions.skip_copy(
-                staging.root,
-                uri,
-                info.key,
-                table_id=original.table_id,
-                identity=mark.identity,
-                head_crc=mark.head_crc,
-                head_length=mark.head_length,
-                compressed=mark.compressed,
-                size=mark.size,
-                fingerprint=None if whole is None else whole.crc_before,
-                send_time=send_time,
-                now=now,
-                replacing=replacing,
-                reason=f"a copy of {source!r}: its {content.length:,} bytes were loaded from that file",
+            return skipped(
+                original,
+                mark.size,
+                None if whole is None else whole.crc_before,
+                f": its {content.length:,} bytes were loaded from that file",
             )
-            return Recognised(later=not done)
         holds = _original_holds(deployment, original, path, mark.compressed, content.length)
         if holds is None:
             continue  # the original still holds what it loaded and then other bytes: this is no copy of it
