@@ -72,13 +72,17 @@ def main() -> int:
     parser.add_argument("--objects", type=int, default=4000)
     parser.add_argument("--bytes", type=int, default=4000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--chunks", default="", help="comma-separated chunk sizes to compare (default: stream/discover.py's own)"
+    )
     parser.add_argument("--workdir", type=Path, default=ROOT / "bench" / "data" / "discovery-overlap")
     args = parser.parse_args()
     data = prepare_jsonl_objects(args.workdir, args.objects, args.bytes, 7, 6)
     source = Path(data["staging_root"])
     files = input_files(source)
-    chunked = discovering.REGISTER_CHUNK
-    variants = {f"beside the waves (chunks of {chunked})": chunked, "before the waves (one chunk)": 10**9}
+    sizes = [int(size) for size in args.chunks.split(",") if size] or [discovering.REGISTER_CHUNK]
+    variants = {f"beside the waves (chunks of {size})": size for size in sizes}
+    variants["before the waves (one chunk)"] = 10**9
     warm_root = args.workdir / "warm"
     shutil.rmtree(warm_root, ignore_errors=True)
     warm = new_deployment("bench0001", warm_root, staging_root=warm_root / "staging")
