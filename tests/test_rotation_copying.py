@@ -78,3 +78,23 @@ def test_a_copy_listed_part_written_is_known_and_loads_its_rest_once_written(
     append(path, lines(110, 3))
     _drain(appending)
     assert_rows_once(appending, 113)
+
+
+def test_a_copy_of_a_log_truncated_and_written_again_to_its_loaded_size_loads_once(appending: Deployment) -> None:
+    """The log was truncated under a delivery of its tail and written again to the size it had been loaded to: the
+    listing that sees it so (another file's bytes: followed anew from its start) also sees logrotate's whole copy of
+    it, not truncated yet. The copy waits for the log's delivery from its start; then it holds only loaded bytes.
+    Found by the rotation property test's search (1,500 examples)."""
+    path = Path(appending.staging.path(KEY))
+    append(path, lines(0, 3))
+    assert stream_once(appending).records_loaded == 3
+    append(path, lines(3, 2))
+    _copy_truncate(path, 4096, lambda: discover(appending))  # the log's tail registered, then truncated under it
+    append(path, lines(5, 1))
+    assert stream_once(appending).records_loaded == 0  # the tail's delivery finds the log truncated
+    append(path, lines(6, 2))
+    assert path.stat().st_size == len(lines(0, 3))  # the size its position was loaded to, other lines
+    Path(f"{path}.1").rename(f"{path}.2")
+    _copy_truncate(path, 4096, lambda: stream_once(appending))
+    _drain(appending)
+    assert_rows_once(appending, 8)

@@ -164,7 +164,10 @@ def take_growth(
     unregistered = [uri for uri, _, _ in fresh if uri not in resized]
     consumed = catalog.positions.consumed(unregistered) if unregistered else set()
     followed = follow_fresh(
-        deployment, [item for item in fresh if item[0] not in consumed and item[0] not in resized], now
+        deployment,
+        [item for item in fresh if item[0] not in consumed and item[0] not in resized],
+        now,
+        judged={**(reput or {}), **resized},
     )
     growth.handled |= followed.handled
     growth.notes = followed.notes

@@ -11,6 +11,7 @@ import datetime as dt
 import os
 import posixpath
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from siltlake.catalog.position_rows import Position, new_generation
@@ -58,6 +59,9 @@ class Known:
     short_head: dict[int, list[Position]] = field(default_factory=dict)
     # Nothing loaded yet, a delivery from their start in flight: what it loads decides what a copy of them is
     reading_from_start: list[Position] = field(default_factory=list)
+    # By directory, the first bytes of registered files judged after the fresh ones in the same listing
+    # (follow_fresh's `judged`): one of them may be followed anew from its start (truncated and written again)
+    judged_heads: dict[str, list[bytes]] = field(default_factory=dict)
 
 
 def known_for(deployment: Deployment, marks: dict[str, FileMark]) -> Known:
@@ -95,10 +99,14 @@ def known_for(deployment: Deployment, marks: dict[str, FileMark]) -> Known:
 
 
 def follow_fresh(
-    deployment: Deployment, fresh: list[tuple[str, ObjectInfo, dt.datetime | None]], now: dt.datetime
+    deployment: Deployment,
+    fresh: list[tuple[str, ObjectInfo, dt.datetime | None]],
+    now: dt.datetime,
+    judged: Mapping[str, ObjectInfo] | None = None,
 ) -> Followed:
     """Recognise, among unregistered local files, renamed followed files and copies of loaded bytes. A symbolic
-    link is neither: a link made to a file (inside the root) is a new object of its own, as it always was."""
+    link is neither: a link made to a file (inside the root) is a new object of its own, as it always was.
+    `judged`: the registered files ({uri: listing}) the same listing judges next (stream/appends.py take_growth)."""
     staging = deployment.staging
     followed = Followed()
     marks: dict[str, tuple[ObjectInfo, FileMark, dt.datetime | None]] = {}
@@ -112,6 +120,9 @@ def follow_fresh(
     if not marks:
         return followed
     known = known_for(deployment, {staging.path(info.key): mark for info, mark, _ in marks.values()})
+    known.judged_heads = _restarting_heads(
+        deployment, judged or {}, {posixpath.dirname(info.key) for info, _, _ in marks.values()}
+    )
     for uri, (info, mark, send_time) in marks.items():
         found = recognise(deployment, uri, info, mark, send_time, now, known)
         if found is None:
@@ -217,6 +228,11 @@ def recognise(
         # A file in its directory of which nothing was loaded is being read from its start (a log that a round
         # found grown from empty): this one may be its copy, told once that delivery is in
         return Recognised(later=True)
+    if any(head.startswith(mark.head) or mark.head.startswith(head) for head in known.judged_heads.get(directory, [])):
+        # It begins as a registered file of its directory that this listing judges after it does: truncated and
+        # written again, that file is followed anew from its start, and this one may be its copy (logrotate copies
+        # before it truncates). Judged once that file's delivery is in.
+        return Recognised(later=True)
     copied = [
         position
         for position in alike
@@ -228,6 +244,36 @@ def recognise(
         and position.state in FOLLOWED
     ]
     return _follow_copy(deployment, uri, info, mark, send_time, copied, now, replacing) if copied else None
+
+
+def _restarting_heads(
+    deployment: Deployment, judged: Mapping[str, ObjectInfo], directories: set[str]
+) -> dict[str, list[bytes]]:
+    """By directory (of these), the first bytes of the judged registered files that their judging may follow anew
+    from their start: nothing loaded of them yet, or shorter than they were loaded to, or no longer beginning with
+    the bytes their position loaded. A file that grew from what it loaded is not (a copy of it is judged as always)."""
+    listed = {uri: info for uri, info in judged.items() if posixpath.dirname(info.key) in directories}
+    if not listed:
+        return {}
+    states = deployment.catalog.positions.states(list(listed))
+    heads: dict[str, list[bytes]] = {}
+    for uri, info in listed.items():
+        mark = mark_of(deployment.staging.path(info.key))
+        if mark is None or not mark.head:
+            continue
+        position = states[uri].position
+        if (
+            position is not None
+            and position.consumed_end
+            and position.head_length is not None
+            and position.head_crc is not None
+            and mark.size >= position.consumed_end
+            and len(mark.head) >= position.head_length
+            and zlib.crc32(mark.head[: position.head_length]) == position.head_crc
+        ):
+            continue
+        heads.setdefault(posixpath.dirname(info.key), []).append(mark.head)
+    return heads
 
 
 def _reused(deployment: Deployment, position: Position, mark: FileMark) -> bool:
