@@ -158,6 +158,30 @@ def test_a_truncated_file_is_read_again_from_its_start(appending: Deployment) ->
     assert_rows_once(appending, 18)
 
 
+def test_a_file_truncated_under_its_delivery_and_written_again_to_its_end_loads_its_new_lines(
+    appending: Deployment,
+) -> None:
+    """A delivery from 0 registered, the file truncated before its task read it (the task reads nothing), then
+    written again to exactly the delivery's end: the next delivery reads the same range of other bytes, so it must
+    be another delivery (before, it had the same URI as the one that read nothing, was never registered, and the
+    new lines were lost; found by the rotation property test's search)."""
+    from siltlake.stream.discover import discover
+
+    path = Path(appending.staging.path(KEY))
+    append(path, b"")
+    assert stream_once(appending).records_loaded == 0  # registered empty: its position at 0
+    append(path, lines(0, 2))
+    discover(appending)  # the delivery of [0, its size) registered
+    os.truncate(path, 0)  # and its lines gone before it is read: lost with the file's bytes
+    assert stream_once(appending).records_loaded == 0
+    append(path, lines(2, 2))
+    assert path.stat().st_size == len(lines(0, 2))
+    assert stream_once(appending).records_loaded == 2
+    assert stream_once(appending).records_loaded == 0
+    objects = appending.catalog.partitions.small_objects(appending.catalog.tables.get("web.access").id)
+    assert sum(o.row_count for o in objects) == 2
+
+
 def test_bytes_changed_before_the_consumed_end_with_the_same_start_stop_the_file(appending: Deployment) -> None:
     """Same inode, same first bytes, longer, but loaded bytes changed: a rewrite cannot be told from a truncation
     that grew back, so following stops, visibly, until `silt staging resume`."""

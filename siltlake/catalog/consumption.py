@@ -178,7 +178,10 @@ def record_all_consumed(core: CatalogCore, c: Connection, deliveries: list[dict]
     if not moved:
         return
     # A later delivery moves the position that waits for it, under whatever name its file has now (it may have
-    # been renamed while the delivery ran). One statement, its rows as parameters (executemany).
+    # been renamed while the delivery ran). One statement, its rows as parameters (executemany). One that read
+    # short of the end it was registered to found its file truncated under it: the file's next delivery of that
+    # range reads other bytes, so it is named by a new generation (the same name was the registered delivery's,
+    # and it was never registered).
     b = sa.bindparam
     c.execute(
         p.update()
@@ -190,6 +193,7 @@ def record_all_consumed(core: CatalogCore, c: Connection, deliveries: list[dict]
                 (p.c.consumed_end == b("b_consumed_end"), p.c.fragment_end),
                 else_=b("b_fragment_end", type_=sa.BigInteger),
             ),
+            generation=sa.func.coalesce(b("b_generation", type_=p.c.generation.type), p.c.generation),
             **{name: b(f"b_{name}") for name in _CONSUMED},
         ),
         [
@@ -198,6 +202,7 @@ def record_all_consumed(core: CatalogCore, c: Connection, deliveries: list[dict]
                 b_now=d["now"],
                 b_partial=partial(d),
                 b_fragment_end=d.get("fragment_end"),
+                b_generation=new_generation() if d["read_end"] < _registered_end(d["delivery_uri"]) else None,
                 **{f"b_{name}": value for name, value in values(d).items()},
             )
             for d in moved
@@ -227,6 +232,16 @@ def release_pending(c: Connection, delivery_uri: str, moved: bool = False) -> No
                 )
             )
     c.execute(p.update().where(p.c.pending_uri == delivery_uri).values(pending_uri=None))
+
+
+def _registered_end(delivery: str) -> int:
+    """The end a later delivery's URI was registered to (`#offset=<start>-<end>`); its start when it names none."""
+    span = delivery.partition("#offset=")[2].split(";", 1)[0]
+    start, _, end = span.partition("-")
+    try:
+        return int(end or start)
+    except ValueError:
+        return 0
 
 
 def _advances_of(delivery: str) -> tuple[int, int, int] | None:
