@@ -494,6 +494,7 @@ STEPS = st.lists(st.tuples(st.sampled_from(ACTIONS), st.integers(0, 3)), min_siz
 
 @settings(max_examples=4, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=STEPS)
+@example(steps=[("put_in_flight", 0), ("put_in_flight", 1), ("stream", 0), ("stream_beaten", 0)])
 @example(
     steps=[
         ("put", 0),
@@ -566,3 +567,23 @@ def test_any_interleaving_of_deliveries_runs_and_a_racing_process_stores_each_re
             assert user_counts(deployment, spark) == expected_users(sorted(delivered), per_object)
         finally:
             deployment.close()
+
+
+def test_a_local_object_set_aside_as_unknown_then_put_again_fixed_loads_after_a_replay(
+    deployment: Deployment, spark, monkeypatch
+) -> None:
+    """An object no line of which is JSON goes to unknown (its file's identity and first bytes were noted when it
+    was registered); the shipper puts a fixed one under the same key (another file, other bytes) and the operator
+    replays it: the name's first delivery reads the fixed file, noted anew when the replay registers it."""
+    from .merge_helpers import silt_in_process
+
+    silt = silt_in_process(deployment, monkeypatch)
+    deployment.catalog.tables.create(TableDef.from_mapping(ACCESS_TABLE))
+    staging_root = Path(deployment.staging.path(""))
+    deliver(staging_root, key_of(4), b"not json at all\nnor this\n", time.time() - 120)
+    assert len(stream_once(deployment).unknown) == 1
+    deliver(staging_root, key_of(4), body_of(4, 6), time.time() - 60)
+    assert "1 objects will be streamed again" in silt("unknown", "replay", "--all")
+    assert stream_once(deployment).records_loaded == 6
+    assert stream_once(deployment).processed == 0
+    assert user_counts(deployment, spark) == expected_users([4], 6)

@@ -510,3 +510,27 @@ def test_a_file_left_at_a_name_whose_first_delivery_found_it_gone_is_followed(ap
         report = stream_once(appending)
         assert (report.rewritten, report.failed) == ([], []), report
     assert_rows_once(appending, 11)
+
+
+def test_a_file_shifted_into_a_registered_name_before_its_first_delivery_is_not_read_by_that_delivery(
+    appending: Deployment,
+) -> None:
+    """logrotate `create` twice: access.log.1 is registered for the first file (its device:inode noted), and the
+    second rotation shifts that file to .2 and the followed access.log to .1 before the name's first delivery reads
+    it. That delivery reads no file: the followed file keeps its position (moved to .1), the first file loads from
+    .2. Before, the delivery read the followed file at the name and its line loaded twice (the rotation property
+    test's search; a first delivery read whatever file had its name)."""
+    path = Path(appending.staging.path(KEY))
+    append(path, lines(0, 3))
+    discover(appending)
+    path.rename(f"{path}.1")
+    append(path, lines(3, 1))
+    stream_once(appending)
+    discover(appending)  # access.log.1 registered, the first file's identity noted
+    Path(f"{path}.1").rename(f"{path}.2")
+    path.rename(f"{path}.1")
+    append(path, b"")
+    for _ in range(5):
+        report = stream_once(appending)
+        assert (report.rewritten, report.failed) == ([], []), report
+    assert_rows_once(appending, 4)

@@ -156,7 +156,8 @@ def _killed_while_judging(deployment) -> None:
 # delivery of its unloaded rest was in flight, then loaded whole; copytruncate's copy listed empty, and listed
 # whole while the log it copies was read from its start; a whole copy listed in the listing that finds its log
 # truncated and written again to the size it was loaded to (the log judged after the copy); a log truncated under
-# its delivery from 0, which read nothing, and written again to that delivery's end (the next one had its name).
+# its delivery from 0, which read nothing, and written again to that delivery's end (the next one had its name); a
+# followed file shifted into a registered name before that name's first delivery read it.
 @example(
     steps=[
         ("create",),
@@ -175,6 +176,7 @@ def _killed_while_judging(deployment) -> None:
 @example(steps=[("append", 1, True), ("round", "-"), ("copytruncate",), ("create",), ("discover",), ("compress",)])
 @example(steps=[("copying", 1, "discover"), ("append", 1, False), ("copying", 1, "round")])
 @example(steps=[("create",), ("round", "append"), ("copying", 0, "discover"), ("round", "append")])
+@example(steps=[("discover",), ("create",), ("append", 1, False), ("round", "-"), ("discover",), ("create",)])
 def test_every_line_of_a_rotated_log_loads_once(steps: list[tuple], spark) -> None:
     with tempfile.TemporaryDirectory(prefix="rotation-property-") as scratch:
         directory = Path(scratch)

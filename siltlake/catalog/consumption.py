@@ -61,7 +61,9 @@ def note_files(core: CatalogCore, c: Connection, staging_root: str, files: Seque
                 p.c.uri == sa.bindparam("b_uri"),
                 p.c.consumed_end.is_(None),
                 p.c.pending_uri.is_(None),
-                p.c.file_identity.is_(None),
+                # Noted anew: the file registered now is the one the name's first delivery reads (an earlier
+                # note, of a file whose registration was forgotten or pruned, is another file's)
+                sa.or_(p.c.file_identity.is_(None), p.c.state == "appending"),
             )
             .values(
                 file_identity=sa.bindparam("b_identity"),

@@ -84,6 +84,10 @@ class PendingStagingObject:
     size: int
     table: TableRecord
     failure_count: int = 0  # failed attempts so far: an object that failed once is decoded alone (stream.group_bytes)
+    # What was noted of a local file when its name was registered, while no delivery has consumed it: its
+    # device:inode and its first bytes' CRC (stream/tails.py NotedFile)
+    noted_identity: str | None = None
+    noted_head: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)

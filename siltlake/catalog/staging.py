@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from siltlake.catalog import schema as s
+from siltlake.catalog import schema_discovery as sd
 from siltlake.catalog.consumption import note_files
 from siltlake.catalog.core import CatalogCore, table_record
 from siltlake.catalog.rows import (
@@ -204,9 +205,7 @@ class Staging:
         claim): what a round may still take."""
         so = s.staging_objects
         with self._core.tx() as c:
-            query = sa.select(so.c.id, so.c.uri, so.c.size, so.c.table_id, so.c.failure_count).where(
-                so.c.processed_time.is_(None)
-            )
+            query = _pending_rows().where(so.c.processed_time.is_(None))
             if timeout is not None:
                 query = query.where(self._claimable(c, now or utcnow(), timeout, local))
             rows = c.execute(query.order_by(so.c.id).limit(limit)).all()
@@ -219,7 +218,18 @@ class Staging:
             if table_ids
             else {}
         )
-        return [PendingStagingObject(r.id, r.uri, r.size, tables[r.table_id], r.failure_count) for r in rows]
+        return [
+            PendingStagingObject(
+                r.id,
+                r.uri,
+                r.size,
+                tables[r.table_id],
+                r.failure_count,
+                r.noted_identity,
+                (r.noted_crc, r.noted_length) if r.noted_crc is not None and r.noted_length else None,
+            )
+            for r in rows
+        ]
 
     # --- stream claims: the merge queue's owner/heartbeat pattern, per staging object -----------------------
 
@@ -276,11 +286,7 @@ class Staging:
                     claim_pid=local.pid if local else None,
                 )
             )
-            rows = c.execute(
-                sa.select(so.c.id, so.c.uri, so.c.size, so.c.table_id, so.c.failure_count)
-                .where(so.c.id.in_(ids))
-                .order_by(so.c.id)
-            ).all()
+            rows = c.execute(_pending_rows().where(so.c.id.in_(ids)).order_by(so.c.id)).all()
             return self._with_tables(c, rows)
 
     def heartbeat(self, owner: str, ids: Collection[int], now: dt.datetime) -> int:
@@ -375,6 +381,14 @@ class Staging:
                     )
                     .returning(so.c.table_id, so.c.records_in, so.c.bad_records)
                 ).all()
+                # What was noted of their files goes too: a replay reads the file at the name now (put again,
+                # fixed), which its first delivery would otherwise refuse as another file.
+                p = sd.staging_positions
+                c.execute(
+                    p.update()
+                    .where(p.c.uri.in_(forgotten), p.c.consumed_end.is_(None), p.c.pending_uri.is_(None))
+                    .values(file_identity=None, head_crc=None, head_length=None)
+                )
                 # Registered again by the replay, and counted again then.
                 self._core.add_staging_totals(
                     c, {table_id: tuple(-n for n in sums) for table_id, sums in staging_sums(gone).items()}
@@ -436,3 +450,20 @@ class Staging:
                 if pruned:
                     self._core.vacuum_unattended(so)
                 return pruned
+
+
+def _pending_rows() -> sa.Select:
+    """A pending object's columns, with what was noted of its file when its name was registered (a position no
+    delivery consumed yet: the name's first delivery)."""
+    so, p = s.staging_objects, sd.staging_positions
+    noted = sa.and_(p.c.uri == so.c.uri, p.c.consumed_end.is_(None), p.c.pending_uri.is_(None))
+    return sa.select(
+        so.c.id,
+        so.c.uri,
+        so.c.size,
+        so.c.table_id,
+        so.c.failure_count,
+        p.c.file_identity.label("noted_identity"),
+        p.c.head_crc.label("noted_crc"),
+        p.c.head_length.label("noted_length"),
+    ).select_from(so.outerjoin(p, noted))

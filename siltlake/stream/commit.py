@@ -374,8 +374,11 @@ def commit_results(
             # moved objects where they are: orphans, which reap deletes.)
             report.restore(before)
             raise
-        # Another stream process committed these first: our copies are not referenced by anything.
+        # Another stream process committed these first: our copies are not referenced by anything. A group's are
+        # its decoded objects (the others committed on their own), counted each.
         for result in duplicates:
-            report.skipped_duplicates += 1
+            report.skipped_duplicates += (
+                sum(member["status"] == "ok" for member in result["members"]) if result["status"] == "group" else 1
+            )
             for part in _parts(result):
                 deployment.lake.delete(part["tmp_key"])

@@ -14,6 +14,7 @@ from siltlake.logs import event
 from siltlake.records import ObjectLimits
 from siltlake.spark import run_tasks
 from siltlake.stream.group_task import StreamGroup, WaveResult, process_wave_item
+from siltlake.stream.tails import NotedFile
 from siltlake.stream.task import StageFailed, StreamTask
 from siltlake.streamconfig import StreamConfig
 from siltlake.workers import WorkersLost, run_on_workers, worker_count
@@ -62,6 +63,7 @@ def stream_task(
         end=pending.size,
         fragment_final_after=settings.fragment_final_after if settings.settle_time else 0,
         decode_threads=threads,
+        noted=NotedFile(pending.noted_identity, pending.noted_head) if pending.noted_identity else None,
     )
 
 

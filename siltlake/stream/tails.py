@@ -6,6 +6,7 @@ position."""
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 import zlib
@@ -130,6 +131,16 @@ def delivery_uri(
 
 
 @dataclass(frozen=True)
+class NotedFile:
+    """What was noted of a local file when its name was registered: its device:inode and (CRC-32, length) of its
+    first bytes. The name's first delivery reads no other file, unless it begins with those bytes (the object put
+    again in place)."""
+
+    identity: str
+    head: tuple[int, int] | None
+
+
+@dataclass(frozen=True)
 class Delivery:
     """What a task reads of an appendable file, and the position it reports."""
 
@@ -158,11 +169,14 @@ def open_delivery(
     end: int | None,
     fragment_final_after: float,
     assume_whole: bool = False,
+    noted: NotedFile | None = None,
 ) -> Delivery:
     """The delivery [start, end) of an open local file, cut after its last whole record. A trailing fragment is
     taken too when the delivery is `last`, or the file has not changed for fragment_final_after and is still
     `end` bytes long: its writer is done, the last line lacks only its newline. With assume_whole a gzip range
-    is taken as whole members without inflating it to find its last (Delivery.assumed_whole)."""
+    is taken as whole members without inflating it to find its last (Delivery.assumed_whole). `noted`: what was
+    noted of the file when the name was registered; the name's first delivery finds no file (FileNotFoundError)
+    when another file has the name now that does not begin as it did (stream/rotation.py follows that one)."""
     fd = file.fileno()
     stat = os.fstat(fd)
     identity = file_identity(stat)
@@ -173,6 +187,11 @@ def open_delivery(
         head = head_bytes(file, compressed, HEAD_BYTES, whole_block=False)
     except UNREADABLE_HEAD:  # a gzip cut short: the reader says what is wrong with it
         head = b""
+    if noted is not None and noted.identity != identity and not _begins_as(head, noted):
+        # A rotation shifted another file into the name before its first delivery read it: that file is followed
+        # under its own position and the registered one, renamed away, under its new name. (A file with the noted
+        # first bytes is the object put again, in place: read as it always was.)
+        raise FileNotFoundError(errno.ENOENT, f"the file registered at this name ({noted.identity}) is not here")
     if name.head is not None and (len(head) < name.head[1] or zlib.crc32(head[: name.head[1]]) != name.head[0]):
         raise FileMoved(
             f"the file at this name ({identity}) does not begin as the file this delivery was registered "
@@ -233,6 +252,14 @@ def open_delivery(
         start,
         assumed_whole=compressed and assume_whole,
     )
+
+
+def _begins_as(head: bytes, noted: NotedFile) -> bool:
+    """Whether a file's first bytes are those noted (true when none were noted)."""
+    if noted.head is None:
+        return True
+    crc, length = noted.head
+    return len(head) >= length and zlib.crc32(head[:length]) == crc
 
 
 def _plain_copy(file: BinaryIO, table: TableDef, name: DeliveryName, identity: str, head: bytes) -> Delivery:

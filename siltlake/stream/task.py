@@ -28,7 +28,7 @@ from siltlake.records.framing import ByteStream
 from siltlake.records.writer import ObjectWriter, WrittenPart
 from siltlake.storage.filesystem import Storage, UnsafeKey
 from siltlake.storage.keys import TASK_ERRORS, TableLayout
-from siltlake.stream.tails import Delivery, FileMoved, open_delivery, parse_delivery
+from siltlake.stream.tails import Delivery, FileMoved, NotedFile, open_delivery, parse_delivery
 from siltlake.tabledef import TableDef
 
 BAD_SAMPLES = 3
@@ -124,6 +124,7 @@ class StreamTask:
     # Threads the object decodes on (records.read_staging_object's workers): more than one for a large object
     # (stream.parallel_decode_bytes) that has cores of the wave to itself.
     decode_threads: int = 1
+    noted: NotedFile | None = None  # a local file's, for its name's first delivery (stream/tails.py open_delivery)
 
 
 def open_uri(uri: str, staging: Storage):
@@ -241,7 +242,14 @@ def decode_staging_object(
                 records_in = 0
                 if task.staging.is_local:
                     delivery = open_delivery(
-                        stream, base, table, name, task.end, task.fragment_final_after, assume_whole
+                        stream,
+                        base,
+                        table,
+                        name,
+                        task.end,
+                        task.fragment_final_after,
+                        assume_whole,
+                        task.noted,
                     )
                     source, reading = delivery.stream, delivery.table
                     position = _position_of(task, base, delivery)
