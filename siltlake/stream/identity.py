@@ -90,6 +90,11 @@ def head_bytes(file: BinaryIO, compressed: bool, length: int, whole_block: bool 
     return bytes(out[:length])
 
 
+def begins_with(head: bytes, crc: int, length: int) -> bool:
+    """Whether a file's first bytes (`head`) hold `length` bytes whose CRC-32 is `crc`."""
+    return len(head) >= length and zlib.crc32(head[:length]) == crc
+
+
 def head_matches(path: str, compressed: bool, head_length: int | None, head_crc: int | None) -> bool:
     """Whether the file's first head_length bytes have this CRC (a position recorded before heads were kept has
     none: it matches)."""
@@ -100,7 +105,7 @@ def head_matches(path: str, compressed: bool, head_length: int | None, head_crc:
             head = head_bytes(file, compressed, head_length)
     except UNREADABLE_HEAD:
         return False
-    return len(head) == head_length and zlib.crc32(head) == head_crc
+    return begins_with(head, head_crc, head_length)
 
 
 def prefix_crcs(head: bytes) -> dict[int, int]:

@@ -18,7 +18,15 @@ from siltlake.catalog.position_rows import Position, new_generation
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
 from siltlake.storage.filesystem import ObjectInfo
-from siltlake.stream.identity import HEAD_BYTES, FileMark, content_at, head_matches, mark_of, prefix_crcs
+from siltlake.stream.identity import (
+    HEAD_BYTES,
+    FileMark,
+    begins_with,
+    content_at,
+    head_matches,
+    mark_of,
+    prefix_crcs,
+)
 from siltlake.stream.tails import delivery_uri, parse_delivery
 
 # Positions whose file is followed: read by its deliveries ("appending"), or a copy whose bytes were all loaded from
@@ -268,8 +276,7 @@ def _restarting_heads(
             and position.head_length is not None
             and position.head_crc is not None
             and mark.size >= position.consumed_end
-            and len(mark.head) >= position.head_length
-            and zlib.crc32(mark.head[: position.head_length]) == position.head_crc
+            and begins_with(mark.head, position.head_crc, position.head_length)
         ):
             continue
         heads.setdefault(posixpath.dirname(info.key), []).append(mark.head)

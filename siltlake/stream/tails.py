@@ -22,6 +22,7 @@ from siltlake.stream.identity import (
     FINGERPRINT_BYTES,
     HEAD_BYTES,
     UNREADABLE_HEAD,
+    begins_with,
     file_identity,
     head_bytes,
     last_gzip_member,
@@ -187,12 +188,12 @@ def open_delivery(
         head = head_bytes(file, compressed, HEAD_BYTES, whole_block=False)
     except UNREADABLE_HEAD:  # a gzip cut short: the reader says what is wrong with it
         head = b""
-    if noted is not None and noted.identity != identity and not _begins_as(head, noted):
+    if noted is not None and noted.identity != identity and not (noted.head is None or begins_with(head, *noted.head)):
         # A rotation shifted another file into the name before its first delivery read it: that file is followed
         # under its own position and the registered one, renamed away, under its new name. (A file with the noted
         # first bytes is the object put again, in place: read as it always was.)
         raise FileNotFoundError(errno.ENOENT, f"the file registered at this name ({noted.identity}) is not here")
-    if name.head is not None and (len(head) < name.head[1] or zlib.crc32(head[: name.head[1]]) != name.head[0]):
+    if name.head is not None and not begins_with(head, *name.head):
         raise FileMoved(
             f"the file at this name ({identity}) does not begin as the file this delivery was registered "
             "for: another file took its name and its inode"
@@ -252,14 +253,6 @@ def open_delivery(
         start,
         assumed_whole=compressed and assume_whole,
     )
-
-
-def _begins_as(head: bytes, noted: NotedFile) -> bool:
-    """Whether a file's first bytes are those noted (true when none were noted)."""
-    if noted.head is None:
-        return True
-    crc, length = noted.head
-    return len(head) >= length and zlib.crc32(head[:length]) == crc
 
 
 def _plain_copy(file: BinaryIO, table: TableDef, name: DeliveryName, identity: str, head: bytes) -> Delivery:
