@@ -157,7 +157,8 @@ def _killed_while_judging(deployment) -> None:
 # whole while the log it copies was read from its start; a whole copy listed in the listing that finds its log
 # truncated and written again to the size it was loaded to (the log judged after the copy); a log truncated under
 # its delivery from 0, which read nothing, and written again to that delivery's end (the next one had its name); a
-# followed file shifted into a registered name before that name's first delivery read it.
+# followed file shifted into a registered name before that name's first delivery read it; the file created at
+# such a name, grown to the size the name was registered at.
 @example(
     steps=[
         ("create",),
@@ -177,6 +178,7 @@ def _killed_while_judging(deployment) -> None:
 @example(steps=[("copying", 1, "discover"), ("append", 1, False), ("copying", 1, "round")])
 @example(steps=[("create",), ("round", "append"), ("copying", 0, "discover"), ("round", "append")])
 @example(steps=[("discover",), ("create",), ("append", 1, False), ("round", "-"), ("discover",), ("create",)])
+@example(steps=[("discover",), ("create",), ("append", 1, False), ("round", "-"), ("append", 2, True)])
 def test_every_line_of_a_rotated_log_loads_once(steps: list[tuple], spark) -> None:
     with tempfile.TemporaryDirectory(prefix="rotation-property-") as scratch:
         directory = Path(scratch)

@@ -196,6 +196,7 @@ def take_growth(
         if (
             uri not in resized
             and uri not in followed.moved
+            and not (uri in shifted and state.unknown)  # its first delivery found another file: this one is judged
             and (state.position is None or (state.position.consumed_end is None and state.position.state != "vacated"))
         ):
             continue  # a new file (maybe watched since it waited to settle): registered as usual
