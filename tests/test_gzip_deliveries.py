@@ -8,10 +8,11 @@ import gzip
 import os
 from pathlib import Path
 
+from siltlake.delivery_names import DeliveryName, delivery_uri
 from siltlake.storage.filesystem import Storage
 from siltlake.storage.keys import TableLayout
 from siltlake.stream.identity import file_identity
-from siltlake.stream.tails import DeliveryName, delivery_uri, open_delivery
+from siltlake.stream.tails import open_delivery
 from siltlake.stream.task import StreamTask, process_staging_object
 from siltlake.tabledef import TableDef
 

@@ -12,6 +12,7 @@ from sqlalchemy.engine import Connection
 from siltlake.catalog import schema_discovery as sd
 from siltlake.catalog.core import CatalogCore
 from siltlake.catalog.position_rows import new_generation, storable
+from siltlake.delivery_names import parse_delivery
 
 # Set alike by a file's first delivery (an upsert) and its later ones (an update): one list keeps the two in step.
 _CONSUMED = (
@@ -204,7 +205,7 @@ def record_all_consumed(core: CatalogCore, c: Connection, deliveries: list[dict]
                 b_now=d["now"],
                 b_partial=partial(d),
                 b_fragment_end=d.get("fragment_end"),
-                b_generation=new_generation() if d["read_end"] < _registered_end(d["delivery_uri"]) else None,
+                b_generation=new_generation() if _read_short(d["read_end"], d["delivery_uri"]) else None,
                 **{f"b_{name}": value for name, value in values(d).items()},
             )
             for d in moved
@@ -219,7 +220,7 @@ def release_pending(c: Connection, delivery_uri: str, moved: bool = False) -> No
     it moved on since: the copy's bytes were not loaded, and a later copy of them (the compressed one) loads them
     (it was judged all loaded)."""
     p = sd.staging_positions
-    advances = _advances_of(delivery_uri) if moved else None
+    advances = parse_delivery(delivery_uri).advances if moved else None
     if advances is not None:
         original, end, read_end = advances
         copy = c.execute(sa.select(p.c.consumed_end, p.c.fingerprint).where(p.c.pending_uri == delivery_uri)).first()
@@ -236,23 +237,7 @@ def release_pending(c: Connection, delivery_uri: str, moved: bool = False) -> No
     c.execute(p.update().where(p.c.pending_uri == delivery_uri).values(pending_uri=None))
 
 
-def _registered_end(delivery: str) -> int:
-    """The end a later delivery's URI was registered to (`#offset=<start>-<end>`); its start when it names none."""
-    span = delivery.partition("#offset=")[2].split(";", 1)[0]
-    start, _, end = span.partition("-")
-    try:
-        return int(end or start)
-    except ValueError:
-        return 0
-
-
-def _advances_of(delivery: str) -> tuple[int, int, int] | None:
-    """The `a=<position id>:<end>:<read end>` flag of a copy's rest (stream/tails.py, delivery_uri)."""
-    for flag in delivery.partition("#offset=")[2].split(";"):
-        if flag.startswith("a="):
-            try:
-                original, end, read_end = (int(value) for value in flag[2:].split(":"))
-            except ValueError:
-                return None
-            return original, end, read_end
-    return None
+def _read_short(read_end: int, delivery: str) -> bool:
+    """Whether a delivery read less than the end it was registered to: its file was truncated under it, so the
+    position's next delivery, which may be registered at the same end, takes a new generation (a new URI)."""
+    return read_end < parse_delivery(delivery).registered_end

@@ -14,6 +14,7 @@ from sqlalchemy.engine import Connection
 from siltlake.catalog import schema as s
 from siltlake.catalog import schema_discovery as sd
 from siltlake.catalog.core import CatalogCore
+from siltlake.delivery_names import parse_delivery
 
 URIS_PER_STATEMENT = 5000
 
@@ -189,11 +190,8 @@ def position_root(c: Connection, position_id: int) -> str:
 
 def generation_of(delivery: str | None) -> str:
     """The generation a delivery URI's `g=` flag names; a new one when it names none."""
-    if delivery is not None:
-        for flag in delivery.partition("#offset=")[2].split(";"):
-            if flag.startswith("g="):
-                return flag[2:]
-    return new_generation()
+    generation = parse_delivery(delivery).generation if delivery is not None else None
+    return generation or new_generation()
 
 
 def stopped() -> sa.ColumnElement[bool]:

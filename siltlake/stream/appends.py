@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 
 from siltlake.catalog.position_rows import Position, PositionState
 from siltlake.clock import UtcBound, to_naive_utc, utcnow
+from siltlake.delivery_names import delivery_uri
 from siltlake.deployment import Deployment
 from siltlake.storage.filesystem import ObjectInfo, UnsafeKey
 from siltlake.stream.identity import FileMark, content_at, head_matches, mark_of
 from siltlake.stream.rotation import FOLLOWED, Recognised, follow_fresh, known_for, recognise, restart
-from siltlake.stream.tails import delivery_uri
 
 
 class LookAgain:

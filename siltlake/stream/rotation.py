@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from siltlake.catalog.position_rows import Position, new_generation
 from siltlake.clock import utcnow
+from siltlake.delivery_names import delivery_uri, parse_delivery
 from siltlake.deployment import Deployment
 from siltlake.storage.filesystem import ObjectInfo
 from siltlake.stream.identity import (
@@ -27,7 +28,6 @@ from siltlake.stream.identity import (
     mark_of,
     prefix_crcs,
 )
-from siltlake.stream.tails import delivery_uri, parse_delivery
 
 # Positions whose file is followed: read by its deliveries ("appending"), or a copy whose bytes were all loaded from
 # the file it copies ("copy"); both are found again by identity when their file is renamed.

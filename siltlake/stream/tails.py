@@ -15,6 +15,7 @@ from typing import BinaryIO
 
 import msgpack
 
+from siltlake.delivery_names import DeliveryName
 from siltlake.records import detect_format
 from siltlake.records.batches import BadRecord
 from siltlake.records.framing import GZIP_MAGIC, SNIFF_BYTES, ByteStream
@@ -33,102 +34,18 @@ from siltlake.tabledef import TableDef
 __all__ = [
     "FINGERPRINT_BYTES",
     "Delivery",
-    "DeliveryName",
     "FileMoved",
-    "delivery_uri",
     "file_identity",
     "open_delivery",
-    "parse_delivery",
-    "split_delivery",
 ]
 
 _BLOCK = 1 << 16
-OFFSET_MARK = "#offset="
 
 
 class FileMoved(Exception):
     """The file at a delivery's name is no longer the file the delivery was registered for (renamed away,
     replaced, truncated below the delivery's start): nothing is read; the file is found again by its identity
     under its new name, or followed anew from its start."""
-
-
-@dataclass(frozen=True)
-class DeliveryName:
-    """What a delivery URI says: `<uri>#offset=<start>-<end>[;g=<generation>;f=<device:inode>][;h=<crc>:<length>]
-    [;last][;cont][;plain]`. The generation keeps two files that had the same name apart; `h`: the CRC-32 of the
-    file's first `length` bytes when it was registered (a new file that took a deleted one's inode is told from
-    it); `last`: the file is rotated away or done, its trailing fragment is its last record; `cont`: its first
-    line continues a fragment an earlier delivery took as final (read again from the line's start); `plain`: the
-    offsets count the decompressed bytes of a gzip file (a rotated, compressed copy's part that was not loaded
-    from the file it copies)."""
-
-    base: str
-    start: int = 0
-    end: int | None = None
-    generation: str | None = None
-    identity: str | None = None
-    last: bool = False
-    continues: bool = False
-    plain: bool = False
-    head: tuple[int, int] | None = None  # (CRC-32, length) of the file's first bytes
-
-
-def split_delivery(uri: str) -> tuple[str, int]:
-    """(the file's URI, the offset its delivery starts at). A stored URI never holds '#' of its own (keys are
-    percent-encoded), so '#offset=' marks a later delivery of the same file."""
-    name = parse_delivery(uri)
-    return name.base, name.start
-
-
-def parse_delivery(uri: str) -> DeliveryName:
-    base, mark, rest = uri.partition(OFFSET_MARK)
-    if not mark:
-        return DeliveryName(uri)
-    span, *flags = rest.split(";")
-    start, _, end = span.partition("-")
-    fields = dict(flag.partition("=")[::2] for flag in flags)
-    crc, _, length = (fields.get("h") or "").partition(":")
-    return DeliveryName(
-        base,
-        int(start),
-        int(end) if end else None,
-        fields.get("g") or None,
-        fields.get("f") or None,
-        "last" in fields,
-        "cont" in fields,
-        "plain" in fields,
-        (int(crc), int(length)) if length else None,
-    )
-
-
-def delivery_uri(
-    uri: str,
-    start: int,
-    end: int | None = None,
-    *,
-    generation: str | None = None,
-    identity: str | None = None,
-    last: bool = False,
-    continues: bool = False,
-    plain: bool = False,
-    head: tuple[int | None, int | None] | None = None,
-    advances: tuple[int, int, int] | None = None,
-) -> str:
-    """A later delivery's URI: `<uri>#offset=<start>-<end>` and its flags (DeliveryName). The end (the size it was
-    registered at) keeps it unique: a delivery that consumed nothing (half a line) leaves the next one starting at
-    the same offset; the generation keeps the deliveries of another file that had the name apart. `advances`
-    (position id, end, read end): a copy's rest whose registration moved its original's position from `start`
-    to `end` (its read end was `read end`): a delivery that reads nothing moves it back (positions.release_pending)."""
-    out = f"{uri}{OFFSET_MARK}{start}" + (f"-{end}" if end is not None else "")
-    if generation:
-        out += f";g={generation}"
-    if identity:
-        out += f";f={identity}"
-    if head is not None and head[0] is not None and head[1]:
-        out += f";h={head[0]}:{head[1]}"
-    if advances is not None:
-        out += ";a=" + ":".join(str(value) for value in advances)
-    return out + "".join(f";{flag}" for flag, on in (("last", last), ("cont", continues), ("plain", plain)) if on)
 
 
 @dataclass(frozen=True)

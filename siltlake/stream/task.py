@@ -21,6 +21,7 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 
+from siltlake.delivery_names import parse_delivery
 from siltlake.errors import storage_failure
 from siltlake.records import ObjectLimits, UnreadableObject, read_staging_object
 from siltlake.records.batches import BadRecord, ParsedBatch
@@ -28,7 +29,7 @@ from siltlake.records.framing import ByteStream
 from siltlake.records.writer import ObjectWriter, WrittenPart
 from siltlake.storage.filesystem import Storage, UnsafeKey
 from siltlake.storage.keys import TASK_ERRORS, TableLayout
-from siltlake.stream.tails import Delivery, FileMoved, NotedFile, open_delivery, parse_delivery
+from siltlake.stream.tails import Delivery, FileMoved, NotedFile, open_delivery
 from siltlake.tabledef import TableDef
 
 BAD_SAMPLES = 3
