@@ -534,3 +534,24 @@ def test_a_file_shifted_into_a_registered_name_before_its_first_delivery_is_not_
         report = stream_once(appending)
         assert (report.rewritten, report.failed) == ([], []), report
     assert_rows_once(appending, 4)
+
+
+def test_a_new_log_at_a_name_whose_first_delivery_is_in_flight_loads_once_that_delivery_refuses_it(
+    appending: Deployment,
+) -> None:
+    """access.log is registered (its file noted), rotated away by `create` before its first delivery, and the new
+    access.log grows to exactly the registered size. The round that lists it sees another file at a name whose
+    first delivery is still in flight: that delivery refuses it (another file, other first bytes), so the put is
+    judged after it, and the new lines load from 0. Before, the put was taken while the delivery was in flight and
+    the file at the name was never judged again: its lines were lost (the rotation property test's search)."""
+    path = Path(appending.staging.path(KEY))
+    append(path, lines(0, 3))
+    discover(appending)  # access.log registered, its first delivery not run yet
+    path.rename(f"{path}.1")
+    append(path, lines(3, 3))
+    assert path.stat().st_size == Path(f"{path}.1").stat().st_size
+    for _ in range(5):
+        report = stream_once(appending)
+        assert (report.rewritten, report.failed) == ([], []), report
+    assert_rows_once(appending, 6)
+

@@ -158,7 +158,8 @@ def _killed_while_judging(deployment) -> None:
 # truncated and written again to the size it was loaded to (the log judged after the copy); a log truncated under
 # its delivery from 0, which read nothing, and written again to that delivery's end (the next one had its name); a
 # followed file shifted into a registered name before that name's first delivery read it; the file created at
-# such a name, grown to the size the name was registered at.
+# such a name, grown to the size the name was registered at; a new log at a name whose first delivery was still in
+# flight, grown to the name's registered size before that delivery refused it (the put was taken, never judged).
 @example(
     steps=[
         ("create",),
@@ -179,6 +180,7 @@ def _killed_while_judging(deployment) -> None:
 @example(steps=[("create",), ("round", "append"), ("copying", 0, "discover"), ("round", "append")])
 @example(steps=[("discover",), ("create",), ("append", 1, False), ("round", "-"), ("discover",), ("create",)])
 @example(steps=[("discover",), ("create",), ("append", 1, False), ("round", "-"), ("append", 2, True)])
+@example(steps=[("copying", 0, "discover"), ("create",), ("append", 3, False)])
 def test_every_line_of_a_rotated_log_loads_once(steps: list[tuple], spark) -> None:
     with tempfile.TemporaryDirectory(prefix="rotation-property-") as scratch:
         directory = Path(scratch)

@@ -193,6 +193,11 @@ def take_growth(
         if uri in vacated:
             states.update(catalog.positions.states([uri]))
         state = states[uri]
+        if uri in shifted and state.processed is False and not state.unknown:
+            # Another file took a name whose first delivery is in flight: that delivery reads no other file (or
+            # does, when it begins with the name's bytes), and its commit says which; the put is judged after it.
+            later.append((uri, candidates[uri].key))
+            continue
         if (
             uri not in resized
             and uri not in followed.moved
