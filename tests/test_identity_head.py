@@ -37,22 +37,19 @@ def test_a_stream_cut_short_before_the_head_ends_and_a_corrupt_one_are_unreadabl
     whole = gzip.compress(os.urandom(5000))
     with pytest.raises(EOFError):
         _head(whole[: len(whole) // 2], 4096)
-    with pytest.raises(EOFError):  # as gzip.GzipFile's first 64 KiB block: cut short there, it is not judged yet
-        _head(whole[: len(whole) // 2], 10)
     with pytest.raises(UNREADABLE_HEAD):
         _head(whole[:10] + b"\xff" * 200, 1024)
 
 
-def test_a_delivery_inflates_only_the_head_it_needs() -> None:
-    """A task's head (whole_block=False) is the same bytes; a stream cut short after them gives them, and its
-    reader reports the cut."""
+def test_a_stream_being_written_has_its_head_once_it_holds_it() -> None:
+    """Only the head is inflated: a gzip file cut short after its first KiB (a member being written) has its head,
+    the bytes it keeps as it is written on (a followed gzip file, a compressed copy in progress); the reader of its
+    delivery reports the cut. Cut short before the KiB, it has none yet."""
     whole = gzip.compress(os.urandom(5000) + b"\n" * 100_000)
-    with tempfile.TemporaryFile() as file:
-        file.write(whole[: len(whole) // 2])
-        file.flush()
-        assert head_bytes(file, True, 1024, whole_block=False) == gzip.decompress(whole)[:1024]
-        with pytest.raises(EOFError):
-            head_bytes(file, True, 1024)
+    assert _head(whole[: len(whole) // 2], 1024) == gzip.decompress(whole)[:1024]
+    assert _head(whole[: len(whole) // 2], 10) == gzip.decompress(whole)[:10]
+    with pytest.raises(EOFError):
+        _head(whole[:40], 1024)
 
 
 def test_a_plain_file_is_read_as_it_is() -> None:

@@ -554,4 +554,3 @@ def test_a_new_log_at_a_name_whose_first_delivery_is_in_flight_loads_once_that_d
         report = stream_once(appending)
         assert (report.rewritten, report.failed) == ([], []), report
     assert_rows_once(appending, 6)
-

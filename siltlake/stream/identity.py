@@ -56,19 +56,18 @@ def mark_of(path: str) -> FileMark | None:
     return FileMark(file_identity(stat), stat.st_size, zlib.crc32(head), len(head), compressed, stat.st_mtime, head)
 
 
-def head_bytes(file: BinaryIO, compressed: bool, length: int, whole_block: bool = True) -> bytes:
+def head_bytes(file: BinaryIO, compressed: bool, length: int) -> bytes:
     """The first `length` bytes of the file's content (decompressed when gzip: inflated across members only as far
-    as max(length, 64 KiB) of content, and EOFError for a stream cut short before that, as gzip.GzipFile reading its
-    first block says; a gzip file being written is not judged by a head that may still change). Without
-    whole_block only `length` bytes are inflated (a delivery's task: its reader reports a stream cut short)."""
+    as `length`; EOFError for a stream that ends inside a member before that). Once inflatable, a gzip file's first
+    bytes do not change as it is written on, so a file being written has its head as soon as it holds `length`
+    bytes of content; one cut short before them has none yet."""
     fd = file.fileno()
     if not compressed:
         return os.pread(fd, length, 0)
-    wanted = max(length, _BLOCK) if whole_block else length
     out = bytearray()
     inflater, fed, between = gzip_inflater(), False, False
     offset, data = 0, b""
-    while len(out) < wanted:
+    while len(out) < length:
         if not data:
             data = os.pread(fd, _HEAD_READ, offset)
             offset += len(data)
@@ -81,7 +80,7 @@ def head_bytes(file: BinaryIO, compressed: bool, length: int, whole_block: bool 
             if not data:
                 continue
             between = False
-        out += inflater.decompress(data, wanted - len(out))
+        out += inflater.decompress(data, length - len(out))
         fed = True
         data = inflater.unconsumed_tail
         if inflater.eof:
