@@ -534,6 +534,12 @@ def test_a_file_shifted_into_a_registered_name_before_its_first_delivery_is_not_
         report = stream_once(appending)
         assert (report.rewritten, report.failed) == ([], []), report
     assert_rows_once(appending, 4)
+    # Both names' first deliveries found another file: the reason says so, and what a replay would read
+    reasons = {row.uri.rpartition("/")[2]: row.reason for row in appending.catalog.staging.unknown()}
+    assert sorted(reasons) == ["app.log", "app.log.1"], reasons
+    assert all(
+        "replaced by" in reason and "a replay would read the file here now" in reason for reason in reasons.values()
+    )
 
 
 def test_a_new_log_at_a_name_whose_first_delivery_is_in_flight_loads_once_that_delivery_refuses_it(
@@ -554,3 +560,29 @@ def test_a_new_log_at_a_name_whose_first_delivery_is_in_flight_loads_once_that_d
         report = stream_once(appending)
         assert (report.rewritten, report.failed) == ([], []), report
     assert_rows_once(appending, 6)
+
+
+def test_a_followed_file_renamed_to_an_empty_name_whose_first_delivery_found_it_gone_is_followed(
+    appending: Deployment, tmp_path: Path
+) -> None:
+    """An empty file registered at access.log.1 is deleted before its first delivery, which finds no file (set
+    aside as unknown); then logrotate renames the followed access.log to .1 and it is written on. The empty file
+    was noted when it was registered, so the file at the name now is told from it and found as the followed file,
+    renamed: its new line loads, once. Before, an empty file was not noted, the name stayed set aside as unknown
+    and the line was lost (the rotation property test's search)."""
+    path = Path(appending.staging.path(KEY))
+    rotated = Path(f"{path}.1")
+    append(path, lines(0, 3))
+    assert stream_once(appending).records_loaded == 3
+    rotated.touch()
+    discover(appending)  # access.log.1 registered empty
+    rotated.rename(tmp_path / "deleted")  # out of the root: its inode number is not handed on
+    assert stream_once(appending).records_loaded == 0
+    assert [row.uri.rpartition("/")[2] for row in appending.catalog.staging.unknown()] == ["app.log.1"]
+    path.rename(rotated)
+    append(rotated, lines(3, 1))
+    append(path, b"")
+    for _ in range(4):
+        report = stream_once(appending)
+        assert (report.rewritten, report.failed) == ([], []), report
+    assert_rows_once(appending, 4)

@@ -118,6 +118,7 @@ def follow_fresh(
     staging = deployment.staging
     followed = Followed()
     marks: dict[str, tuple[ObjectInfo, FileMark, dt.datetime | None]] = {}
+    empty: dict[str, tuple[ObjectInfo, FileMark]] = {}
     for uri, info, send_time in fresh:
         path = staging.path(info.key)
         if os.path.islink(path):
@@ -125,6 +126,11 @@ def follow_fresh(
         mark = mark_of(path)
         if mark is not None and mark.head_length:
             marks[uri] = (info, mark, send_time)
+        elif mark is not None:
+            empty[uri] = (info, mark)
+    # An empty file is no rename or copy of loaded bytes, but is noted too: should its first delivery find it gone,
+    # the file that takes the name next is told from it (stream/appends.py _taken_since)
+    followed.notes = _notes(empty)
     if not marks:
         return followed
     known = known_for(deployment, {staging.path(info.key): mark for info, mark, _ in marks.values()})
@@ -141,7 +147,15 @@ def follow_fresh(
         elif found.moved:
             followed.moved[uri] = info
         followed.appended += found.registered
-    followed.notes = [
+    followed.notes += _notes(
+        {uri: (info, mark) for uri, (info, mark, _) in marks.items() if uri not in followed.handled}
+    )
+    return followed
+
+
+def _notes(files: Mapping[str, tuple[ObjectInfo, FileMark]]) -> list[dict]:
+    """What is noted of new files as they are registered (catalog positions.note_files)."""
+    return [
         dict(
             uri=uri,
             key=info.key,
@@ -150,10 +164,8 @@ def follow_fresh(
             head_length=mark.head_length,
             compressed=mark.compressed,
         )
-        for uri, (info, mark, _) in marks.items()
-        if uri not in followed.handled
+        for uri, (info, mark) in files.items()
     ]
-    return followed
 
 
 def recognise(

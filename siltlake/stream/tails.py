@@ -6,7 +6,6 @@ position."""
 
 from __future__ import annotations
 
-import errno
 import os
 import time
 import zlib
@@ -35,6 +34,7 @@ __all__ = [
     "FINGERPRINT_BYTES",
     "Delivery",
     "FileMoved",
+    "NotedFileReplaced",
     "file_identity",
     "open_delivery",
 ]
@@ -46,6 +46,11 @@ class FileMoved(Exception):
     """The file at a delivery's name is no longer the file the delivery was registered for (renamed away,
     replaced, truncated below the delivery's start): nothing is read; the file is found again by its identity
     under its new name, or followed anew from its start."""
+
+
+class NotedFileReplaced(FileNotFoundError):
+    """A name's first delivery found another file than the one noted when the name was registered: the delivery
+    reads nothing and is set aside as unknown, with this reason."""
 
 
 @dataclass(frozen=True)
@@ -109,7 +114,10 @@ def open_delivery(
         # A rotation shifted another file into the name before its first delivery read it: that file is followed
         # under its own position and the registered one, renamed away, under its new name. (A file with the noted
         # first bytes is the object put again, in place: read as it always was.)
-        raise FileNotFoundError(errno.ENOENT, f"the file registered at this name ({noted.identity}) is not here")
+        raise NotedFileReplaced(
+            f"the file registered at this name ({noted.identity}) was renamed away or replaced by {identity} before "
+            "its first read: its lines load from the name it went to, and a replay would read the file here now"
+        )
     if name.head is not None and not begins_with(head, *name.head):
         raise FileMoved(
             f"the file at this name ({identity}) does not begin as the file this delivery was registered "

@@ -29,7 +29,7 @@ from siltlake.records.framing import ByteStream
 from siltlake.records.writer import ObjectWriter, WrittenPart
 from siltlake.storage.filesystem import Storage, UnsafeKey
 from siltlake.storage.keys import TASK_ERRORS, TableLayout
-from siltlake.stream.tails import Delivery, FileMoved, NotedFile, open_delivery
+from siltlake.stream.tails import Delivery, FileMoved, NotedFile, NotedFileReplaced, open_delivery
 from siltlake.tabledef import TableDef
 
 BAD_SAMPLES = 3
@@ -299,6 +299,10 @@ def decode_staging_object(
         writer.discard()
         errors.discard()
         return {**report, "status": "unknown", "reason": exc.reason}, writer
+    except NotedFileReplaced as exc:
+        writer.discard()
+        errors.discard()
+        return {**report, "status": "unknown", "reason": str(exc)}, writer
     except FileNotFoundError:
         writer.discard()
         errors.discard()
