@@ -145,12 +145,13 @@ bench: prereqs $(VENV)/.installed-dev
 # The hostile-input properties with many more generated cases than CI's; prints the counts per property.
 FUZZ_EXAMPLES ?= 2000
 # Random rotation sequences searched afresh each run (tests/test_rotation_property.py; the suite runs a fixed 40).
+# One test runs them all: no per-test timeout (2,000 sequences take about 15 minutes).
 ROTATION_EXAMPLES ?= 500
 fuzz: prereqs $(VENV)/.installed-dev
 	SILTLAKE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest tests/test_fuzz_parsers.py tests/test_fuzz_parsers_corrupt.py tests/test_fuzz_parsers_load.py tests/test_fuzz_ingest.py \
 	  -p no:cacheprovider --hypothesis-show-statistics -m "not spark" $(PYTEST_ARGS)
 	SILTLAKE_ROTATION_SEARCH=1 SILTLAKE_ROTATION_EXAMPLES=$(ROTATION_EXAMPLES) $(BIN)/python -m pytest \
-	  tests/test_rotation_property.py -p no:cacheprovider --hypothesis-show-statistics $(PYTEST_ARGS)
+	  tests/test_rotation_property.py -p no:cacheprovider --hypothesis-show-statistics --timeout=0 $(PYTEST_ARGS)
 
 # Hundreds of SIGKILLs of stream, merge, publish and reap processes (tests/chaos.py); CHAOS_SEED repeats a run.
 CHAOS_KILLS ?= 300
