@@ -364,12 +364,12 @@ def test_the_cursor_never_moves_back(lake: Deployment) -> None:
 
 
 def reput(deployment: Deployment, key: str, tmp_path: Path) -> None:
-    """Put a key again by moving a file of the same size over it (a shipper's atomic re-put): its directory
-    changes, and its ctime and mtime are new."""
+    """Put a key again by moving a file with its bytes over it (a shipper's atomic re-put of the same object, a
+    redelivery): its directory changes, and its ctime and mtime are new. (Other bytes put at a name before its
+    first delivery read it are another file, judged after that delivery: tests/test_rotation_identity.py.)"""
     path = Path(deployment.staging.path(key))
     replacement = tmp_path / "replacement"
-    replacement.write_bytes(b'{"t":"2026-01-09"}\n')
-    assert replacement.stat().st_size == path.stat().st_size
+    replacement.write_bytes(path.read_bytes())
     os.replace(replacement, path)
 
 
@@ -377,13 +377,13 @@ def test_a_daemon_round_stats_only_the_names_its_record_has_not_seen(lake: Deplo
     first_round(lake)
     day = "host02.web.access/2026/01/02"
     accounted = AccountedNames()
-    put(lake, f"{day}/a-new.jsonl")
+    put(lake, f"{day}/a-new.jsonl", b'{"t":"2026-01-04"}\n')
     found = discover(lake, accounted)  # no record yet: the changed directory is read whole
     assert (found.registered, found.remembered, found.listed - found.swept) == (1, 0, 6)
     assert (accounted.directories, accounted.names) == (1, 6)
     settle()
     # Another new object, a new link to an old file, and a re-put over a name the record holds, all in it.
-    put(lake, f"{day}/b-new.jsonl")
+    put(lake, f"{day}/b-new.jsonl", b'{"t":"2026-01-03"}\n')
     os.symlink("obj-0.jsonl", lake.staging.path(f"{day}/c-link.jsonl"))
     reput(lake, f"{day}/obj-1.jsonl", tmp_path)
     found = discover(lake, accounted)
@@ -407,7 +407,7 @@ def test_a_one_off_runs_record_is_stored_in_the_catalog_and_spares_the_next_run_
     idle.store()
     assert idle.recorded() == {} and lake.catalog.discovery.recorded_names(lake.staging.root) == {}  # nothing read
     settle()
-    put(lake, f"{day}/a-new.jsonl")
+    put(lake, f"{day}/a-new.jsonl", b'{"t":"2026-01-04"}\n')
     record = StoredNames(lake)
     found = discover(lake, record)  # nothing stored yet: the changed directory is read whole
     record.store()
@@ -416,7 +416,7 @@ def test_a_one_off_runs_record_is_stored_in_the_catalog_and_spares_the_next_run_
     assert list(stored) == [directory]
     assert sorted(stored[directory].files.split("/")) == ["a-new.jsonl"] + [f"obj-{i}.jsonl" for i in range(5)]
     settle()
-    put(lake, f"{day}/b-new.jsonl")
+    put(lake, f"{day}/b-new.jsonl", b'{"t":"2026-01-03"}\n')
     reput(lake, f"{day}/obj-1.jsonl", tmp_path)
     other = Deployment(make_config(tmp_path, catalog_url, listing_margin=0, sweep_files_per_round=SWEEP))
     try:  # the next run: another process, another deployment object
@@ -468,7 +468,7 @@ def test_a_record_of_names_stored_by_an_earlier_version_is_read_and_stored_anew(
 def test_without_a_record_a_round_stats_every_name_of_a_changed_directory(lake: Deployment, tmp_path: Path) -> None:
     first_round(lake)
     day = "host02.web.access/2026/01/02"
-    put(lake, f"{day}/b-new.jsonl")
+    put(lake, f"{day}/b-new.jsonl", b'{"t":"2026-01-03"}\n')
     reput(lake, f"{day}/obj-1.jsonl", tmp_path)
     found = discover(lake)  # a walk with no record of names
     assert (found.registered, found.redelivered, found.remembered) == (1, 1, 0)
@@ -527,10 +527,10 @@ def test_a_failed_round_leaves_the_record_as_it_was(lake: Deployment, monkeypatc
     first_round(lake)
     day = "host00.web.access/2026/01/01"
     accounted = AccountedNames()
-    put(lake, f"{day}/a-new.jsonl")
+    put(lake, f"{day}/a-new.jsonl", b'{"t":"2026-01-04"}\n')
     assert discover(lake, accounted).registered == 1
     settle()
-    put(lake, f"{day}/b-new.jsonl")
+    put(lake, f"{day}/b-new.jsonl", b'{"t":"2026-01-03"}\n')
 
     def failing(*args, **kwargs):
         raise RuntimeError("catalog lost")

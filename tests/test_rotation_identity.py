@@ -586,3 +586,23 @@ def test_a_followed_file_renamed_to_an_empty_name_whose_first_delivery_found_it_
         report = stream_once(appending)
         assert (report.rewritten, report.failed) == ([], []), report
     assert_rows_once(appending, 4)
+
+
+def test_other_bytes_put_at_a_name_before_its_first_delivery_load_once(appending: Deployment, tmp_path: Path) -> None:
+    """A shipper puts an object again, atomically and with other bytes of the same size, after the listing that
+    registered it and before its first delivery read it. That delivery reads no other file than the one noted (set
+    aside as unknown, saying so), and the listing after it judges the new file at the name: its lines load, once.
+    Before, the put was counted as a redelivery and the new bytes were never loaded."""
+    path = Path(appending.staging.path(KEY))
+    append(path, lines(0, 3))
+    discover(appending)
+    replacement = tmp_path / "replacement"
+    replacement.write_bytes(lines(3, 3))
+    assert replacement.stat().st_size == path.stat().st_size
+    os.replace(replacement, path)
+    for _ in range(4):
+        report = stream_once(appending)
+        assert (report.rewritten, report.failed) == ([], []), report
+    assert_rows_once(appending, 3)
+    (unknown,) = appending.catalog.staging.unknown()
+    assert "replaced by" in unknown.reason

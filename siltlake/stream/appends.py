@@ -193,9 +193,15 @@ def take_growth(
         if uri in vacated:
             states.update(catalog.positions.states([uri]))
         state = states[uri]
-        if uri in shifted and state.processed is False and not state.unknown:
+        if (
+            uri in shifted
+            and state.processed is False
+            and not state.unknown
+            and _taken_since(deployment.staging.path(candidates[uri].key), state.position)
+        ):
             # Another file took a name whose first delivery is in flight: that delivery reads no other file (or
             # does, when it begins with the name's bytes), and its commit says which; the put is judged after it.
+            # (The name's own file, rewritten in place, is read by that delivery: a redelivery, as always.)
             later.append((uri, candidates[uri].key))
             continue
         if (
