@@ -366,7 +366,7 @@ def test_the_cursor_never_moves_back(lake: Deployment) -> None:
 def reput(deployment: Deployment, key: str, tmp_path: Path) -> None:
     """Put a key again by moving a file with its bytes over it (a shipper's atomic re-put of the same object, a
     redelivery): its directory changes, and its ctime and mtime are new. (Other bytes put at a name before its
-    first delivery read it are another file, judged after that delivery: tests/test_rotation_identity.py.)"""
+    first delivery read it are another file, judged after that delivery: tests/test_first_deliveries.py.)"""
     path = Path(deployment.staging.path(key))
     replacement = tmp_path / "replacement"
     replacement.write_bytes(path.read_bytes())
