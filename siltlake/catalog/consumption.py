@@ -11,7 +11,7 @@ from sqlalchemy.engine import Connection
 
 from siltlake.catalog import schema_discovery as sd
 from siltlake.catalog.core import CatalogCore
-from siltlake.catalog.position_rows import new_generation, storable
+from siltlake.catalog.position_rows import new_generation, storable, unconsumed
 from siltlake.delivery_names import parse_delivery
 
 # Set alike by a file's first delivery (an upsert) and its later ones (an update): one list keeps the two in step.
@@ -60,8 +60,7 @@ def note_files(core: CatalogCore, c: Connection, staging_root: str, files: Seque
             p.update()
             .where(
                 p.c.uri == sa.bindparam("b_uri"),
-                p.c.consumed_end.is_(None),
-                p.c.pending_uri.is_(None),
+                unconsumed(),
                 # Noted anew: the file registered now is the one the name's first delivery reads (an earlier
                 # note, of a file whose registration was forgotten or pruned, is another file's)
                 sa.or_(p.c.file_identity.is_(None), p.c.state == "appending"),
@@ -155,7 +154,7 @@ def record_all_consumed(core: CatalogCore, c: Connection, deliveries: list[dict]
         c.execute(
             statement.on_conflict_do_update(
                 index_elements=["uri"],
-                where=sa.and_(p.c.state == "appending", p.c.pending_uri.is_(None), p.c.consumed_end.is_(None)),
+                where=sa.and_(p.c.state == "appending", unconsumed()),
                 set_=dict(
                     change_time=excluded.change_time,
                     watch=sa.or_(p.c.watch, excluded.watch),

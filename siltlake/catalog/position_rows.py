@@ -121,7 +121,7 @@ def detach_at(c: Connection, uri: str) -> None:
             p.c.uri == uri,
             sa.or_(
                 p.c.state == "vacated",
-                sa.and_(p.c.consumed_end.is_(None), p.c.pending_uri.is_(None), p.c.state == "appending"),
+                sa.and_(unconsumed(), p.c.state == "appending"),
             ),
         )
     )
@@ -148,7 +148,7 @@ def clear_at(c: Connection, uri: str, replacing: Position | None) -> None:
             p.c.uri == uri,
             sa.or_(
                 p.c.state == "vacated",
-                sa.and_(p.c.consumed_end.is_(None), p.c.pending_uri.is_(None), p.c.state == "appending"),
+                sa.and_(unconsumed(), p.c.state == "appending"),
             ),
         )
     )
@@ -192,6 +192,13 @@ def generation_of(delivery: str | None) -> str:
     """The generation a delivery URI's `g=` flag names; a new one when it names none."""
     generation = parse_delivery(delivery).generation if delivery is not None else None
     return generation or new_generation()
+
+
+def unconsumed() -> sa.ColumnElement[bool]:
+    """The positions no delivery has consumed and none is reading: a name's file as noted when it was registered,
+    waiting for its first delivery."""
+    p = sd.staging_positions
+    return sa.and_(p.c.consumed_end.is_(None), p.c.pending_uri.is_(None))
 
 
 def stopped() -> sa.ColumnElement[bool]:

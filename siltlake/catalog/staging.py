@@ -15,6 +15,7 @@ from siltlake.catalog import schema as s
 from siltlake.catalog import schema_discovery as sd
 from siltlake.catalog.consumption import note_files
 from siltlake.catalog.core import CatalogCore, table_record
+from siltlake.catalog.position_rows import unconsumed
 from siltlake.catalog.rows import (
     FailingStagingObject,
     LocalHost,
@@ -386,7 +387,7 @@ class Staging:
                 p = sd.staging_positions
                 c.execute(
                     p.update()
-                    .where(p.c.uri.in_(forgotten), p.c.consumed_end.is_(None), p.c.pending_uri.is_(None))
+                    .where(p.c.uri.in_(forgotten), unconsumed())
                     .values(file_identity=None, head_crc=None, head_length=None)
                 )
                 # Registered again by the replay, and counted again then.
@@ -456,7 +457,7 @@ def _pending_rows() -> sa.Select:
     """A pending object's columns, with what was noted of its file when its name was registered (a position no
     delivery consumed yet: the name's first delivery)."""
     so, p = s.staging_objects, sd.staging_positions
-    noted = sa.and_(p.c.uri == so.c.uri, p.c.consumed_end.is_(None), p.c.pending_uri.is_(None))
+    noted = sa.and_(p.c.uri == so.c.uri, unconsumed())
     return sa.select(
         so.c.id,
         so.c.uri,
