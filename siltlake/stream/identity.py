@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from siltlake.records.framing import GZIP_MAGIC
-from siltlake.records.inflate import INFLATE_ERRORS, gzip_inflater
+from siltlake.records.inflate import INFLATE_ERRORS, gzip_inflater, head_inflater
 
 # The first bytes whose CRC-32 confirms a file's identity: shorter files are fingerprinted by all their bytes, and a
 # position records how many (head_length).
@@ -65,7 +65,7 @@ def head_bytes(file: BinaryIO, compressed: bool, length: int) -> bytes:
     if not compressed:
         return os.pread(fd, length, 0)
     out = bytearray()
-    inflater, fed, between = gzip_inflater(), False, False
+    inflater, fed, between = head_inflater(), False, False
     offset, data = 0, b""
     while len(out) < length:
         if not data:
@@ -85,7 +85,7 @@ def head_bytes(file: BinaryIO, compressed: bool, length: int) -> bytes:
         data = inflater.unconsumed_tail
         if inflater.eof:
             data = inflater.unused_data
-            inflater, fed, between = gzip_inflater(), False, True
+            inflater, fed, between = head_inflater(), False, True
     return bytes(out[:length])
 
 
