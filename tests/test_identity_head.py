@@ -17,7 +17,7 @@ def _head(data: bytes, length: int) -> bytes:
     with tempfile.TemporaryFile() as file:
         file.write(data)
         file.flush()
-        return head_bytes(file, True, length)
+        return head_bytes(file.fileno(), True, length)
 
 
 @settings(max_examples=60, deadline=None)
@@ -56,4 +56,4 @@ def test_a_plain_file_is_read_as_it_is() -> None:
     with tempfile.TemporaryFile() as file:
         file.write(b"abc\ndef\n")
         file.flush()
-        assert head_bytes(file, False, 5) == b"abc\nd"
+        assert head_bytes(file.fileno(), False, 5) == b"abc\nd"

@@ -107,7 +107,7 @@ def open_delivery(
         raise FileMoved(f"the file at this name is {identity}, not {name.identity}: it was renamed or replaced")
     compressed = os.pread(fd, 2, 0) == GZIP_MAGIC
     try:  # of a gzip, only the head is inflated here: the read inflates it whole, once
-        head = head_bytes(file, compressed, HEAD_BYTES)
+        head = head_bytes(fd, compressed, HEAD_BYTES)
     except UNREADABLE_HEAD:  # a gzip cut short: the reader says what is wrong with it
         head = b""
     if noted is not None and noted.identity != identity and not (noted.head is None or begins_with(head, *noted.head)):
