@@ -8,9 +8,9 @@ from __future__ import annotations
 import gzip
 import os
 import zlib
-from stat import S_ISREG
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from stat import S_ISREG
 from typing import BinaryIO
 
 from siltlake.records.framing import GZIP_MAGIC
