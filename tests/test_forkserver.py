@@ -205,12 +205,14 @@ def test_a_client_the_server_cannot_serve_runs_the_command_itself(lake) -> None:
 
 PROBE = """
 import json, os, resource, sys, time
+from siltlake.forkserver import placement
 def probe(argv):
     mask = os.umask(0)
     os.umask(mask)
     seen = {
         "argv": argv[1:], "cwd": os.getcwd(), "umask": mask, "x": os.environ.get("PROBE_X"), "tz": time.timezone,
         "nofile": resource.getrlimit(resource.RLIMIT_NOFILE), "stdin": sys.stdin.read(), "ppid": os.getppid(),
+        "placement": placement.of_this_process(),
     }
     print(json.dumps(seen))
     sys.exit(int(argv[1]))

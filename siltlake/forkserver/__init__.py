@@ -34,15 +34,19 @@ def socket_path() -> str:
     return os.path.join(base, f"siltlake-{os.getuid()}", f"forkserver-{zlib.crc32(installation):08x}.sock")
 
 
-# Read once, as the interpreter starts: its PYTHON* settings, and the locale that chooses the default encoding.
-_READ_AT_START = ("LANG", "LC_ALL", "LC_CTYPE")
+# Read once, when a process starts or a library the server imported initialises: the interpreter's PYTHON*
+# settings, Arrow's (ARROW_IO_THREADS, ARROW_DEFAULT_MEMORY_POOL, ...) and OpenMP's thread counts, glibc's malloc
+# tunables, the dynamic loader's, and the locale that chooses the default encoding.
+_READ_AT_START_PREFIXES = ("PYTHON", "ARROW_", "OMP_", "MALLOC_")
+_READ_AT_START = ("GLIBC_TUNABLES", "LD_PRELOAD", "LD_LIBRARY_PATH", "LANG", "LC_ALL", "LC_CTYPE")
+START_SETTINGS = "PYTHON*, ARROW_*, OMP_*, MALLOC_*, GLIBC_TUNABLES, LD_PRELOAD, LD_LIBRARY_PATH, the locale"
 
 
 def interpreter_key() -> dict[str, object]:
     """What must be equal in a client and its server for a fork of the server to run the client's command as
-    the client would: the interpreter, its import path (but the script's own directory), and the settings the
-    interpreter reads once, at its start (PYTHON*, the locale)."""
-    settings = [(name, value) for name, value in os.environ.items() if name.startswith("PYTHON")]
+    the client would: the interpreter, its import path (but the script's own directory), and the settings read
+    once, when a process starts (START_SETTINGS)."""
+    settings = [(name, value) for name, value in os.environ.items() if name.startswith(_READ_AT_START_PREFIXES)]
     settings += [(name, os.environ.get(name, "")) for name in _READ_AT_START]
     return {"executable": sys.executable, "path": sys.path[1:], "settings": sorted(settings)}
 

@@ -11,7 +11,7 @@ import socket
 import sys
 from typing import Any
 
-from siltlake.forkserver import LIMITS, disabled, interpreter_key, socket_path, wire
+from siltlake.forkserver import LIMITS, disabled, interpreter_key, placement, socket_path, wire
 
 # The signals a user or a service manager sends a command; the command's fork gets each one this process gets.
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
@@ -43,6 +43,7 @@ def run_through_server(argv: list[str]) -> int | None:
             "env": dict(os.environ),
             "umask": mask,
             "limits": {name: resource.getrlimit(getattr(resource, name)) for name in LIMITS},
+            "placement": placement.of_this_process(),
             "key": interpreter_key(),
             "streams": [[stream.encoding, stream.errors] if stream else None for stream in (sys.stdout, sys.stderr)],
         }

@@ -4,7 +4,8 @@
 - the session reads the request, refuses it when the client's interpreter differs or siltlake's code changed
   since the server started (and then stops the server), else forks the command and watches it: it passes on
   the signals the client forwards, ends the command when the client goes away, and sends the command's status;
-- the command takes the client's standard streams, directory, umask, environment and arguments, runs, runs
+- the command takes the client's standard streams, directory, umask, environment, arguments and placement
+  (forkserver.placement: cgroups, affinity, scheduling, nice, I/O priority, taken by the session), runs, runs
   its exit handlers and exits: it never returns into the server's loop.
 """
 
@@ -29,7 +30,7 @@ from typing import Any
 
 from siltlake.errors import Refusal
 from siltlake.forking import flush_standard_streams, fork
-from siltlake.forkserver import PACKAGE, interpreter_key, socket_path, wire
+from siltlake.forkserver import PACKAGE, START_SETTINGS, interpreter_key, placement, socket_path, wire
 
 _STOPPING = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
@@ -183,11 +184,14 @@ def _session(
             refusal = f"not a request it knows ({op!r}, {len(descriptors)} streams)"
         elif request.get("key") != key:
             refusal = (
-                f"its Python, import path, PYTHON* settings or locale differ from the server's (pid {state['pid']})"
+                f"its Python, import path or settings read when a process starts ({START_SETTINGS}) differ from "
+                f"the server's (pid {state['pid']})"
             )
         elif not fresh():
             os.kill(state["pid"], signal.SIGTERM)
             refusal = "siltlake's code changed since it started, so it stops (`silt forkserver start` starts it again)"
+        else:
+            refusal = placement.take(request.get("placement") or {})  # the command's fork inherits it
         if refusal is not None:
             wire.send(connection, {"refused": refusal})
             return 0

@@ -1,0 +1,165 @@
+"""Where and how eagerly a command runs: its cgroups, CPU affinity, scheduling policy, nice value and I/O priority.
+
+A fork inherits the server's, not the client's: `nice -n 19 silt merge --once` from cron, `ionice -c3`, `taskset`,
+or a command a service manager starts in a slice with a CPU quota, would escape what its caller set. So the client
+sends its own (`of_this_process`) and the session takes them before it forks the command (`take`); one it may not
+take (a lower nice value without the privilege, a cgroup it may not write) refuses the request, and the client
+runs the command itself. Only `os` here: the client imports this before every command (ctypes, for the I/O
+priority, only on the architectures whose system call numbers are known).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+# ioprio_get and ioprio_set by architecture (their numbers are not in Python's os module).
+_IOPRIO_CALLS = {"x86_64": (252, 251), "aarch64": (31, 30), "arm64": (31, 30)}
+_IOPRIO_WHO_PROCESS = 1
+
+
+def of_this_process() -> dict[str, Any]:
+    """This process's placement, as the session compares and takes it."""
+    return {
+        "cgroups": _cgroups(),
+        "affinity": sorted(os.sched_getaffinity(0)),
+        "policy": os.sched_getscheduler(0),
+        "priority": os.sched_getparam(0).sched_priority,
+        "nice": os.getpriority(os.PRIO_PROCESS, 0),
+        "ioprio": _ioprio_get(),
+    }
+
+
+def take(wanted: dict[str, Any]) -> str | None:
+    """Make this process's placement the client's (its forks inherit it); what could not be taken, else None."""
+    here = of_this_process()
+    if wanted.get("cgroups") is not None and here["cgroups"] is not None and wanted["cgroups"] != here["cgroups"]:
+        refusal = _enter_cgroups(wanted["cgroups"], here["cgroups"])
+        if refusal:
+            return refusal
+    steps = (
+        ("affinity", lambda: os.sched_setaffinity(0, wanted["affinity"]), "its CPU affinity"),
+        (
+            "policy",
+            lambda: os.sched_setscheduler(0, wanted["policy"], os.sched_param(wanted["priority"])),
+            "its scheduling policy",
+        ),
+        ("priority", lambda: os.sched_setparam(0, os.sched_param(wanted["priority"])), "its scheduling priority"),
+        ("nice", lambda: os.setpriority(os.PRIO_PROCESS, 0, wanted["nice"]), "its nice value"),
+    )
+    for name, apply, what in steps:
+        current = of_this_process()[name]
+        if name in wanted and wanted[name] != current:
+            try:
+                apply()
+            except OSError as exc:
+                return f"{what} ({wanted[name]}) is not the server's ({current}) and may not be taken ({exc.strerror})"
+    if wanted.get("ioprio") is not None and wanted["ioprio"] != _ioprio_get():
+        failure = _ioprio_set(wanted["ioprio"])
+        if failure:
+            return f"its I/O priority ({wanted['ioprio']:#x}) is not the server's and may not be taken ({failure})"
+    return None
+
+
+def _cgroups() -> str | None:
+    try:
+        with open("/proc/self/cgroup", encoding="utf-8", errors="surrogateescape") as listing:
+            return listing.read()
+    except OSError:  # not Linux
+        return None
+
+
+def _enter_cgroups(wanted: str, here: str) -> str | None:
+    """Move this process into each hierarchy's cgroup of `wanted` (a /proc/self/cgroup listing) where it is
+    elsewhere; what could not be entered, else None."""
+    current = dict(_hierarchies(here))
+    mounts = _cgroup_mounts()
+    for hierarchy, path in _hierarchies(wanted):
+        if current.get(hierarchy) == path:
+            continue
+        mount = _mount_of(hierarchy, mounts)
+        if mount is None:
+            return f"its cgroup {hierarchy}:{path} is not the server's and its hierarchy is not mounted here"
+        root, point = mount
+        inside = path[len(root) :] if root != "/" and path.startswith(root) else path
+        procs = os.path.join(point, inside.lstrip("/"), "cgroup.procs")
+        try:
+            with open(procs, "w", encoding="ascii") as entering:
+                entering.write(str(os.getpid()))
+        except OSError as exc:
+            return f"its cgroup {hierarchy}:{path} is not the server's and may not be entered ({procs}: {exc.strerror})"
+    return None
+
+
+def _hierarchies(listing: str) -> list[tuple[str, str]]:
+    """(controllers, path) of each line of a /proc/PID/cgroup listing: "" for the unified (v2) hierarchy."""
+    found = []
+    for line in listing.splitlines():
+        _number, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        found.append((controllers, path))
+    return found
+
+
+def _cgroup_mounts() -> list[tuple[str, set[str], str, str]]:
+    """(file system type, mount options, root within the hierarchy, mount point) of each mounted cgroup
+    hierarchy, by /proc/self/mountinfo."""
+    mounts: list[tuple[str, set[str], str, str]] = []
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as table:
+            lines = table.read().splitlines()
+    except OSError:
+        return mounts
+    for line in lines:
+        fields, _, rest = line.partition(" - ")
+        kind, _source, options = [*rest.split(" "), "", ""][:3]
+        if kind in ("cgroup", "cgroup2"):
+            parts = fields.split(" ")
+            mounts.append((kind, set(options.split(",")), parts[3], parts[4].replace("\\040", " ")))
+    return mounts
+
+
+def _mount_of(hierarchy: str, mounts: list[tuple[str, set[str], str, str]]) -> tuple[str, str] | None:
+    """(root, mount point) of the hierarchy a /proc/PID/cgroup line names: "" is cgroup2; a v1 hierarchy is the
+    mount whose options hold each of its controllers (and its name=)."""
+    wanted = set(hierarchy.split(","))
+    for kind, options, root, point in mounts:
+        if (kind == "cgroup2") if not hierarchy else (kind == "cgroup" and wanted <= options):
+            return root, point
+    return None
+
+
+_syscall: Any = None
+
+
+def _ioprio_calls() -> tuple[Any, int, int] | None:
+    global _syscall
+    numbers = _IOPRIO_CALLS.get(os.uname().machine)
+    if numbers is None:
+        return None
+    if _syscall is None:
+        import ctypes
+
+        _syscall = ctypes.CDLL(None, use_errno=True).syscall
+    return _syscall, *numbers
+
+
+def _ioprio_get() -> int | None:
+    calls = _ioprio_calls()
+    if calls is None:
+        return None
+    syscall, get, _set = calls
+    value = syscall(get, _IOPRIO_WHO_PROCESS, 0)
+    return None if value < 0 else int(value)
+
+
+def _ioprio_set(value: int) -> str | None:
+    calls = _ioprio_calls()
+    if calls is None:
+        return "no ioprio_set here"
+    import ctypes
+
+    syscall, _get, set_call = calls
+    if syscall(set_call, _IOPRIO_WHO_PROCESS, 0, value) < 0:
+        return os.strerror(ctypes.get_errno())
+    return None
