@@ -207,6 +207,14 @@ PROBE = """
 import json, os, resource, sys, time
 from siltlake.forkserver import placement
 def probe(argv):
+    if argv[1] == "wait":  # a running command with a child of its own, until the file argv[2] names exists
+        import subprocess
+        child = subprocess.Popen(["sleep", "120"])
+        open(argv[2] + ".pids", "w").write(f"{os.getpid()} {child.pid}")
+        while not os.path.exists(argv[2]):
+            time.sleep(0.02)
+        child.kill()
+        sys.exit(0)
     mask = os.umask(0)
     os.umask(mask)
     seen = {
@@ -251,6 +259,26 @@ def test_the_fork_runs_with_the_clients_arguments_streams_directory_and_limits(t
         assert seen["argv"] == ["3", "a b"] and seen["cwd"] == str(tmp_path) and seen["umask"] == 0o027
         assert seen["x"] == "é" and seen["tz"] == -9 * 3600 and seen["nofile"] == [99, 99]
         assert seen["stdin"] == "from stdin" and seen["ppid"] not in (client.pid, server.pid)  # the session's child
+    finally:
+        server.kill()
+        server.wait()
+
+
+def test_ctrl_z_stops_the_command_and_its_children_and_fg_continues_them(tmp_path: Path) -> None:
+    stamp = tmp_path / "stamp"
+    stamp.write_text("1")
+    server, env, _path = probe_server(tmp_path, stamp)
+    done = tmp_path / "done"
+    try:
+        client = subprocess.Popen([SILT, "wait", str(done)], env=env, **PIPES)
+        pids = wait_for(lambda: Path(f"{done}.pids").exists() and Path(f"{done}.pids").read_text(), "the command")
+        command, child = (int(pid) for pid in pids.split())
+        client.send_signal(signal.SIGTSTP)  # what the terminal sends a job on Ctrl-Z
+        wait_for(lambda: all(_state(pid) == "T" for pid in (client.pid, command, child)), "all three to stop")
+        client.send_signal(signal.SIGCONT)  # `fg`
+        wait_for(lambda: all(_state(pid) in "SR" for pid in (client.pid, command, child)), "all three to continue")
+        done.touch()
+        assert client.wait(timeout=60) == 0, client.stderr.read() if client.stderr else ""
     finally:
         server.kill()
         server.wait()

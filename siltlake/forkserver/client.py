@@ -13,8 +13,17 @@ from typing import Any
 
 from siltlake.forkserver import LIMITS, disabled, interpreter_key, placement, socket_path, wire
 
-# The signals a user or a service manager sends a command; the command's fork gets each one this process gets.
-FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+# The signals a user or a service manager sends a command; the command's fork gets each one this process gets
+# (SIGCONT too: a job continued by `fg` or `bg` continues its command).
+FORWARDED = (
+    signal.SIGINT,
+    signal.SIGTERM,
+    signal.SIGHUP,
+    signal.SIGQUIT,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+    signal.SIGCONT,
+)
 
 
 def run_through_server(argv: list[str]) -> int | None:
@@ -51,6 +60,7 @@ def run_through_server(argv: list[str]) -> int | None:
         # (the session reads it after the request), or, should the command run here, this process.
         forwarded: list[int] = []
         previous = {number: signal.signal(number, _forwarder(connection, forwarded)) for number in FORWARDED}
+        previous[signal.SIGTSTP] = signal.signal(signal.SIGTSTP, _suspender(connection))
         try:
             try:
                 wire.send(connection, request, [0, 1, 2])
@@ -115,6 +125,19 @@ def _forwarder(connection: socket.socket, forwarded: list[int]) -> Any:
             connection.send(bytes([number]))
 
     return forward
+
+
+def _suspender(connection: socket.socket) -> Any:
+    """Ctrl-Z: the command's processes stop, then this one, as the shell expects of a job; SIGCONT continues both."""
+
+    def suspend(number: int, _frame: object) -> None:
+        with contextlib.suppress(OSError):
+            connection.send(bytes([number]))
+        signal.signal(number, signal.SIG_DFL)
+        os.kill(os.getpid(), number)  # stopped here until SIGCONT, which the forwarder passes on
+        signal.signal(number, suspend)
+
+    return suspend
 
 
 def _restore(handlers: dict[signal.Signals, Any]) -> None:

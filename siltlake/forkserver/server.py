@@ -33,6 +33,7 @@ from siltlake.forking import flush_standard_streams, fork
 from siltlake.forkserver import PACKAGE, START_SETTINGS, interpreter_key, placement, socket_path, wire
 
 _STOPPING = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+_JOB_CONTROL = (signal.SIGTSTP, signal.SIGCONT)
 
 
 class _Stopped(Exception):
@@ -198,6 +199,8 @@ def _session(
         command = fork()
         if command == 0:
             _as_child(lambda: _command(request, descriptors, connection, run))
+        with contextlib.suppress(OSError):  # its own process group, set on both sides of the fork (whichever runs first)
+            os.setpgid(command, command)
     finally:
         for descriptor in descriptors:
             os.close(descriptor)
@@ -229,7 +232,11 @@ def _watch(connection: socket.socket, command: int) -> int:
             _signal(command, signal.SIGTERM)
             sources = [ended]
         for number in numbers:
-            _signal(command, number)
+            if number in _JOB_CONTROL:  # as a terminal's: the command's workers and JVM stop and continue with it
+                with contextlib.suppress(ProcessLookupError, ValueError):
+                    os.killpg(command, number)
+            else:
+                _signal(command, number)
 
 
 def _signal(process: int, number: int) -> None:
@@ -241,6 +248,8 @@ def _command(
     request: dict, descriptors: list[int], connection: socket.socket, run: Callable[[list[str]], object]
 ) -> int:
     connection.close()
+    with contextlib.suppress(OSError):  # a group of its own: Ctrl-Z stops the processes it starts too
+        os.setpgid(0, 0)
     for target, descriptor in enumerate(descriptors):
         os.dup2(descriptor, target)
     for descriptor in descriptors:
