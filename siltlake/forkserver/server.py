@@ -199,7 +199,9 @@ def _session(
         command = fork()
         if command == 0:
             _as_child(lambda: _command(request, descriptors, connection, run))
-        with contextlib.suppress(OSError):  # its own process group, set on both sides of the fork (whichever runs first)
+        with contextlib.suppress(
+            OSError
+        ):  # its own process group, set on both sides of the fork (whichever runs first)
             os.setpgid(command, command)
     finally:
         for descriptor in descriptors:
