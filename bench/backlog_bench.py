@@ -12,6 +12,9 @@ deployment (SQLite catalog, local lake), interleaved, medians of --rounds:
   ungrouped    the backlog with stream.group_bytes = 0 (one object per staging object and date: the old layout);
   spark        (--spark) the backlog with stream.wave_engine = "spark": every wave over in_driver_bytes a Spark
                stage, on a session started before the clock (a running daemon's).
+  cluster      (--cluster) the same on a Spark standalone cluster started on this host (siltlake.standalone: a
+               master and two workers of one core each, one executor per worker): the cores Spark adds on a real
+               cluster, here the host's own two, so its stage compares per core with the host's workers.
 
 Each mode also reports the live files per partition and DuckDB reading them (count and a full scan).
 
@@ -21,6 +24,7 @@ Run from the repository root:  .venv/bin/python bench/backlog_bench.py [--object
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import statistics
@@ -78,16 +82,16 @@ def _readers(deployment) -> dict:
     }
 
 
-def run_mode(mode: str, files: list[Path], source_root: Path, workdir: Path, per_wave: int, spark) -> dict:
+def run_mode(mode: str, files: list[Path], source_root: Path, workdir: Path, per_wave: int, sessions: dict) -> dict:
     from siltlake.stream import stream_once
 
     stream = {"group_bytes": 0} if mode == "ungrouped" else {}
-    if mode == "spark":
+    if mode in ("spark", "cluster"):
         stream = {"wave_engine": "spark"}
     staging = workdir / "staging"
     deployment = _deployment(workdir / "deployment", staging, stream)
-    if spark is not None:
-        deployment.use_spark(spark)
+    if mode in sessions:
+        deployment.use_spark(sessions[mode])
     try:
         seconds, processed, records = 0.0, 0, 0
         chunks = [files[i : i + per_wave] for i in range(0, len(files), per_wave)] if mode == "waves" else [files]
@@ -117,18 +121,43 @@ def main() -> None:
     parser.add_argument("--object-bytes", type=int, default=4_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--spark", action="store_true", help="also the backlog as Spark stages (wave_engine spark)")
+    parser.add_argument(
+        "--cluster", action="store_true", help="also the backlog as Spark stages on a standalone cluster on this host"
+    )
+    parser.add_argument("--modes", default="", help=f"comma-separated modes to run (default: {', '.join(MODES)})")
     parser.add_argument("--workdir", type=Path, default=ROOT / ".bench" / "backlog")
     parser.add_argument("--out", type=Path, default=RESULTS / "backlog.json")
     args = parser.parse_args()
+    if args.spark and args.cluster:
+        parser.error("--spark and --cluster: one at a time (a process has one Spark session)")
     data = prepare_jsonl_objects(args.workdir, args.objects, args.object_bytes, seed=7, level=6)
     source_root = Path(data["staging_root"])
     files = input_files(source_root)
-    modes = MODES + (("spark",) if args.spark else ())
-    spark = None
-    if args.spark:
-        from common import start_spark
+    modes = tuple(mode for mode in args.modes.split(",") if mode) or MODES
+    modes += ("spark",) * args.spark + ("cluster",) * args.cluster
+    with contextlib.ExitStack() as stack:
+        sessions = _sessions(args, stack)
+        _run(args, data, files, source_root, modes, sessions)
 
-        spark, _ = start_spark("backlog-bench")  # started before the clock: a running daemon's session
+
+def _sessions(args, stack: contextlib.ExitStack) -> dict:
+    """The Spark sessions the modes run on, started before the clock (a running daemon's)."""
+    from common import start_spark
+
+    sessions = {}
+    if args.spark:
+        sessions["spark"], _ = start_spark("backlog-bench")
+    if args.cluster:
+        from siltlake.demo.cluster import CLUSTER_CONF
+        from siltlake.standalone import standalone_cluster
+
+        cluster = stack.enter_context(standalone_cluster(args.workdir / "cluster", workers=2, cores=1, memory="1g"))
+        sessions["cluster"], seconds = start_spark("backlog-bench", CLUSTER_CONF, master=cluster.master_url)
+        print(f"cluster {cluster.master_url}: session in {seconds} s", flush=True)
+    return sessions
+
+
+def _run(args, data: dict, files: list[Path], source_root: Path, modes: tuple[str, ...], sessions: dict) -> None:
     from siltlake.streamconfig import StreamConfig
 
     per_wave = StreamConfig().objects_per_wave
@@ -137,7 +166,7 @@ def main() -> None:
     for round_number in range(args.rounds):
         for mode in modes:
             loads.append(load_avg_1m())
-            result = run_mode(mode, files, source_root, args.workdir / "run", per_wave, spark)
+            result = run_mode(mode, files, source_root, args.workdir / "run", per_wave, sessions)
             runs[mode].append(result)
             print(
                 f"round {round_number + 1} {mode}: {result['seconds']:.2f} s, {result['small_files']} files", flush=True
@@ -151,9 +180,10 @@ def main() -> None:
         }
         for mode, results in runs.items()
     }
-    base = medians["waves"]["seconds"]
+    first = "waves" if "waves" in medians else modes[0]
+    base = medians[first]["seconds"]
     print(f"\n{len(files):,} objects, {data['bytes'] / 1e6:.1f} MB, load {min(loads):.1f}-{max(loads):.1f}")
-    print("| mode | stream s | vs waves | small files / partition | DuckDB count s | DuckDB scan s |")
+    print(f"| mode | stream s | vs {first} | small files / partition | DuckDB count s | DuckDB scan s |")
     print("|---|---:|---:|---:|---:|---:|")
     for mode, row in medians.items():
         print(

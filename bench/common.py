@@ -349,14 +349,14 @@ def new_deployment(
     return deployment
 
 
-def start_spark(app_name: str, conf: dict[str, str] | None = None):
-    """siltlake's own session builder (quiet logs, worker Python = this interpreter) on local[2], and
+def start_spark(app_name: str, conf: dict[str, str] | None = None, master: str = "local[2]"):
+    """siltlake's own session builder (quiet logs, worker Python = this interpreter) on local[2] or `master`, and
     the seconds it took to start."""
     from siltlake.config import SparkConfig
     from siltlake.spark import spark_session
 
     started = time.perf_counter()
-    session = spark_session(SparkConfig(master="local[2]", app_name=app_name, conf=conf or {}))
+    session = spark_session(SparkConfig(master=master, app_name=app_name, conf=conf or {}))
     return session, round(time.perf_counter() - started, 2)
 
 
