@@ -4,6 +4,7 @@ manager's slice set), not the server's; a placement the server may not take make
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 import shutil
@@ -82,34 +83,87 @@ def test_the_command_runs_in_the_clients_cgroup(tmp_path: Path) -> None:
                 subprocess.run(["sleep", "0.05"], check=False)
 
 
-def test_a_placement_the_server_may_not_take_is_refused() -> None:
-    """In a fork, so that this process keeps its own: a cgroup that does not exist here, and (for a user without the
-    privilege) a lower nice value than the server's."""
+def _in_fork(body) -> object:
+    """body()'s JSON-able result, computed in a fork: what it changes of its process stays there."""
     read, write = os.pipe()
     child = os.fork()
     if child == 0:
         try:
             os.close(read)
-            os.setpriority(os.PRIO_PROCESS, 0, 10)
-            here = placement.of_this_process()
-            results = {
-                "cgroup": placement.take({**here, "cgroups": "0::/siltlake-no-such-group\n"}),
-                "nice": placement.take({**here, "nice": 0}),
-                "nice_after": os.getpriority(os.PRIO_PROCESS, 0),
-            }
-            os.write(write, json.dumps(results).encode())
+            try:
+                found = body()
+            except BaseException as exc:  # to the test, which says what went wrong
+                found = {"raised": repr(exc)}
+            os.write(write, json.dumps(found).encode())
         finally:
             os._exit(0)
     os.close(write)
     with os.fdopen(read) as answer:
-        results = json.loads(answer.read())
+        found = json.loads(answer.read())
     os.waitpid(child, 0)
-    if os.path.exists("/proc/self/cgroup") and "0::" in Path("/proc/self/cgroup").read_text():
-        assert "siltlake-no-such-group" in results["cgroup"] and "may not be entered" in results["cgroup"], results
-    if os.geteuid() == 0:  # root may lower it: taken
-        assert results["nice"] is None and results["nice_after"] == 0, results
+    return found
+
+
+def test_a_lower_nice_value_is_taken_by_root_and_refused_to_others() -> None:
+    def lower() -> dict:
+        os.setpriority(os.PRIO_PROCESS, 0, 10)
+        refusal = placement.take({**placement.of_this_process(), "nice": 0})
+        return {"refusal": refusal, "nice": os.getpriority(os.PRIO_PROCESS, 0)}
+
+    found = _in_fork(lower)
+    if os.geteuid() == 0:
+        assert found == {"refusal": None, "nice": 0}
     else:
-        assert "nice value (0)" in results["nice"] and results["nice_after"] == 10, results
+        assert "nice value (0)" in found["refusal"] and found["nice"] == 10, found
+
+
+def _pids_hierarchy() -> tuple[Path, str] | None:
+    """A pids controller this process may make groups in: (its directory, its /proc/PID/cgroup name)."""
+    v1 = Path("/sys/fs/cgroup/pids")
+    if (v1 / "cgroup.procs").exists() and os.access(v1, os.W_OK):
+        return v1, "pids"
+    for unified in (Path("/sys/fs/cgroup/unified"), Path("/sys/fs/cgroup")):
+        controllers = unified / "cgroup.subtree_control"
+        if controllers.exists() and "pids" in controllers.read_text().split() and os.access(unified, os.W_OK):
+            return unified, ""
+    return None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="makes cgroups and enters them as another user: needs root")
+def test_a_cgroup_the_server_may_not_enter_is_refused_only_when_it_limits() -> None:
+    """The server's user may not enter another login session's scope or a system service's cgroup: the command then
+    runs in the server's, unless the client's sets a limit (here pids.max) the command would escape."""
+    found = _pids_hierarchy()
+    if found is None:
+        pytest.skip("no pids controller to make groups in")
+    hierarchy, name = found
+    limited, free = (hierarchy / f"siltlake-test-{uuid.uuid4().hex[:8]}" for _ in range(2))
+    limited.mkdir()
+    free.mkdir()
+    try:
+        (limited / "pids.max").write_text("50")
+
+        def as_nobody(group: Path) -> object:
+            def body() -> object:
+                here = placement.of_this_process()
+                listing = "".join(
+                    f"{line.split(':')[0]}:{name}:/{group.name}\n" if line.split(":")[1] == name else line + "\n"
+                    for line in (here["cgroups"] or "").splitlines()
+                )
+                codecs.lookup("ascii")  # imported now: nobody may not read this interpreter's files under /root
+                os.setuid(65534)
+                return placement.take({**here, "cgroups": listing})
+
+            return _in_fork(body)
+
+        refusal = as_nobody(limited)
+        assert isinstance(refusal, str) and "pids.max = 50" in refusal and "may not enter" in refusal, refusal
+        assert as_nobody(free) is None
+        missing = _in_fork(lambda: placement.take({"cgroups": f"0:{name}:/siltlake-no-such-group\n"}))
+        assert isinstance(missing, str) and "not visible here" in missing, missing
+    finally:
+        limited.rmdir()
+        free.rmdir()
 
 
 def test_a_client_with_other_arrow_settings_runs_the_command_itself(tmp_path: Path) -> None:

@@ -3,14 +3,16 @@
 A fork inherits the server's, not the client's: `nice -n 19 silt merge --once` from cron, `ionice -c3`, `taskset`,
 or a command a service manager starts in a slice with a CPU quota, would escape what its caller set. So the client
 sends its own (`of_this_process`) and the session takes them before it forks the command (`take`); one it may not
-take (a lower nice value without the privilege, a cgroup it may not write) refuses the request, and the client
-runs the command itself. Only `os` here: the client imports this before every command (ctypes, for the I/O
+take (a lower nice value without the privilege) refuses the request, and the client runs the command itself. A
+cgroup the server's user may not enter (another login session's scope) is refused only when it, or a cgroup above
+it that the server's is not under, sets a limit (CPU, memory, tasks, I/O): else the command runs in the server's. Only `os` here: the client imports this before every command (ctypes, for the I/O
 priority, only on the architectures whose system call numbers are known).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 # ioprio_get and ioprio_set by architecture (their numbers are not in Python's os module).
@@ -71,23 +73,77 @@ def _cgroups() -> str | None:
 
 def _enter_cgroups(wanted: str, here: str) -> str | None:
     """Move this process into each hierarchy's cgroup of `wanted` (a /proc/self/cgroup listing) where it is
-    elsewhere; what could not be entered, else None."""
+    elsewhere. One it may not enter (another login session's scope, a system service's) is left when nothing
+    between it and the cgroup it shares with the server limits the client (the command runs as it would there);
+    a limit this process would escape is a refusal, and so is a cgroup not visible here."""
     current = dict(_hierarchies(here))
     mounts = _cgroup_mounts()
     for hierarchy, path in _hierarchies(wanted):
         if current.get(hierarchy) == path:
             continue
         mount = _mount_of(hierarchy, mounts)
-        if mount is None:
-            return f"its cgroup {hierarchy}:{path} is not the server's and its hierarchy is not mounted here"
-        root, point = mount
-        inside = path[len(root) :] if root != "/" and path.startswith(root) else path
-        procs = os.path.join(point, inside.lstrip("/"), "cgroup.procs")
+        directory = None if mount is None else _directory(*mount, path)
+        if directory is None or not os.path.isdir(directory):
+            return f"its cgroup {hierarchy}:{path} is not the server's and is not visible here"
         try:
-            with open(procs, "w", encoding="ascii") as entering:
+            with open(os.path.join(directory, "cgroup.procs"), "w", encoding="ascii") as entering:
                 entering.write(str(os.getpid()))
+            continue
         except OSError as exc:
-            return f"its cgroup {hierarchy}:{path} is not the server's and may not be entered ({procs}: {exc.strerror})"
+            refused = exc.strerror
+        assert mount is not None
+        for limited in _below_common(path, current.get(hierarchy, "/")):
+            limit = limit_in(_directory(*mount, limited))
+            if limit:
+                return (
+                    f"its cgroup {hierarchy}:{path} limits it ({limited}: {limit}) and the server may not enter it "
+                    f"({refused})"
+                )
+    return None
+
+
+def _directory(root: str, point: str, path: str) -> str:
+    inside = path[len(root) :] if root != "/" and path.startswith(root) else path
+    return os.path.join(point, inside.lstrip("/"))
+
+
+def _below_common(path: str, other: str) -> list[str]:
+    """The cgroups from `path` up to, not including, the one it shares with `other`."""
+    ours, theirs = path.strip("/").split("/"), other.strip("/").split("/")
+    shared = 0
+    while shared < min(len(ours), len(theirs)) and ours[shared] == theirs[shared] and ours[shared]:
+        shared += 1
+    return ["/" + "/".join(ours[:depth]) for depth in range(len(ours), shared, -1) if ours[depth - 1]]
+
+
+def _first_is(word: str) -> Callable[[str], bool]:
+    return lambda value: value.split(" ")[0] == word
+
+
+# A cgroup's files that limit its processes, each with what its "no limit" looks like (v2, then v1).
+_UNLIMITED: dict[str, Callable[[str], bool]] = {
+    "cpu.max": _first_is("max"),
+    "cpu.weight": _first_is("100"),
+    "memory.max": _first_is("max"),
+    "memory.high": _first_is("max"),
+    "pids.max": _first_is("max"),
+    "io.max": lambda value: not value,
+    "cpu.cfs_quota_us": _first_is("-1"),
+    "cpu.shares": _first_is("1024"),
+    "memory.limit_in_bytes": lambda value: value.isdigit() and int(value) >= 1 << 62,  # the page-rounded maximum
+}
+
+
+def limit_in(directory: str) -> str | None:
+    """The first limit a cgroup's directory sets ("cpu.max = 20000 100000"), None when it sets none."""
+    for name, unlimited in _UNLIMITED.items():
+        try:
+            with open(os.path.join(directory, name), encoding="ascii", errors="replace") as setting:
+                value = setting.read().strip()
+        except OSError:  # not this hierarchy's controller, or not enabled here
+            continue
+        if not unlimited(value):
+            return f"{name} = {value}"
     return None
 
 
