@@ -5,8 +5,10 @@ or a command a service manager starts in a slice with a CPU quota, would escape 
 sends its own (`of_this_process`) and the session takes them before it forks the command (`take`); one it may not
 take (a lower nice value without the privilege) refuses the request, and the client runs the command itself. A
 cgroup the server's user may not enter (another login session's scope) is refused only when it, or a cgroup above
-it that the server's is not under, sets a limit (CPU, memory, tasks, I/O): else the command runs in the server's. Only `os` here: the client imports this before every command (ctypes, for the I/O
-priority, only on the architectures whose system call numbers are known).
+it that the server's is not under, sets a limit (CPU, memory, tasks, I/O): else the command runs in the server's.
+
+Only `os` here: the client imports this before every command (ctypes, for the I/O priority, only on the
+architectures whose system call numbers are known, and only when it is first asked).
 """
 
 from __future__ import annotations
