@@ -206,3 +206,17 @@ def test_a_joined_read_gives_each_piece_its_rows_and_dropped_fields() -> None:
 )
 def test_a_joined_read_refuses_what_the_per_record_decoder_must_judge(odd_piece: bytes) -> None:
     assert JsonFastPath(COUNTED, Counter()).convert_joined([_clean_object(0, 3), odd_piece]) is None
+
+
+def test_the_rows_of_a_joined_read_outlive_the_next_reads_buffer() -> None:
+    """Joined reads share a reused buffer: Arrow's reader copies what it keeps, so rows read before another read
+    (of other, larger or smaller, lines) are unchanged, with strings, numbers and the extra field's count."""
+    fast = JsonFastPath(COUNTED, Counter())
+    first = fast.convert_joined([_clean_object(0, 40, extra=True), _clean_object(50, 30)])
+    assert first is not None
+    kept = [(rows.to_pylist(), dropped) for rows, dropped in first]
+    for size in (300, 2, 80):
+        assert fast.convert_joined([_clean_object(1000 + size, size)]) is not None
+    assert [(rows.to_pylist(), dropped) for rows, dropped in first] == kept
+    alone = JsonFastPath(COUNTED, Counter()).convert(_clean_object(0, 40, extra=True))
+    assert alone is not None and first[0][0].equals(alone)

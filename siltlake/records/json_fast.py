@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from collections import Counter
 from decimal import Decimal
 from typing import Any, NamedTuple
@@ -113,7 +114,7 @@ class JsonFastPath:
             parts.append(piece)
             if not piece.endswith(b"\n"):
                 parts.append(b"\n")
-        block = b"".join(parts)
+        block = _joined(parts)
         if not nests_within(block, bracketed_lines=sum(lines)) or not is_utf8(block):
             return None
         try:
@@ -251,6 +252,33 @@ class JsonFastPath:
             largest = Decimal((0, (9,) * precision, -scale))  # built exactly: no context rounding
             return values if within(values, -largest, largest) else None
         return values
+
+
+_blocks = threading.local()
+
+
+def _joined(parts: list[bytes]) -> bytearray:
+    """The parts end to end, in this thread's block buffer, reused from call to call: b"".join's fresh 4 MiB costs
+    its page faults, ten times the copy (0.08 s against 0.007 s for 141 MB). Arrow's reader copies what it keeps;
+    should anything still hold the last block (an export), it keeps it and this call takes a new buffer."""
+    size = sum(map(len, parts))
+    block: bytearray | None = getattr(_blocks, "buffer", None)
+    try:
+        if block is None:
+            raise BufferError
+        block.append(0)  # a resize: refused while the buffer is exported
+        if len(block) > size:
+            del block[size:]  # a shrink by less than half keeps the memory
+        elif len(block) < size:
+            block += bytes(size - len(block))
+    except BufferError:  # none yet, or the last block is still held
+        block = _blocks.buffer = bytearray(size)
+    with memoryview(block) as view:
+        at = 0
+        for part in parts:
+            view[at : at + len(part)] = part
+            at += len(part)
+    return block
 
 
 def _unknown_fields(block: bytes, sources: set[str]) -> Counter[str]:
