@@ -10,8 +10,10 @@ deployment (SQLite catalog, local lake), interleaved, medians of --rounds:
   waves        the objects staged one wave at a time (stream.objects_per_wave), stream_once after each: the
                same work as it arrives in waves on the host path; the sum of the rounds;
   ungrouped    the backlog with stream.group_bytes = 0 (one object per staging object and date: the old layout);
-  spark        (--spark) the backlog with stream.wave_engine = "spark": every wave over in_driver_bytes a Spark
-               stage, on a session started before the clock (a running daemon's).
+  spark        (--spark) the backlog with stream.wave_engine = "spark": every wave over in_driver_bytes (16 MiB) a
+               Spark stage, on a session started before the clock (a running daemon's). Waves of 512 small objects
+               stay under it and run on the host (as this mode's runs before 2026-12-07 did, unnoticed): give
+               --objects-per-wave enough objects to pass it (4096 x 5 KB); the run fails when no wave did.
   cluster      (--cluster) the same on a Spark standalone cluster started on this host (siltlake.standalone: a
                master and two workers of one core each, one executor per worker): the cores Spark adds on a real
                cluster, here the host's own two, so its stage compares per core with the host's workers.
@@ -82,18 +84,27 @@ def _readers(deployment) -> dict:
     }
 
 
-def run_mode(mode: str, files: list[Path], source_root: Path, workdir: Path, per_wave: int, sessions: dict) -> dict:
+def run_mode(
+    mode: str,
+    files: list[Path],
+    source_root: Path,
+    workdir: Path,
+    per_wave: int,
+    sessions: dict,
+    in_driver: int | None = None,
+) -> dict:
     from siltlake.stream import stream_once
 
-    stream = {"group_bytes": 0} if mode == "ungrouped" else {}
-    if mode in ("spark", "cluster"):
-        stream = {"wave_engine": "spark"}
+    stream: dict = {"group_bytes": 0} if mode == "ungrouped" else {}
+    if mode in ("spark", "cluster"):  # every wave over in_driver_bytes a Spark stage (checked below)
+        stream = {"wave_engine": "spark"} | ({"in_driver_bytes": in_driver} if in_driver is not None else {})
+    stream["objects_per_wave"] = per_wave
     staging = workdir / "staging"
     deployment = _deployment(workdir / "deployment", staging, stream)
     if mode in sessions:
         deployment.use_spark(sessions[mode])
     try:
-        seconds, processed, records = 0.0, 0, 0
+        seconds, processed, records, host_waves, spark_waves = 0.0, 0, 0, 0, 0
         chunks = [files[i : i + per_wave] for i in range(0, len(files), per_wave)] if mode == "waves" else [files]
         for chunk in chunks:
             _link(chunk, source_root, staging)
@@ -104,12 +115,26 @@ def run_mode(mode: str, files: list[Path], source_root: Path, workdir: Path, per
                 raise RuntimeError(f"{mode}: {report.failed or report.unknown}")
             processed += report.processed
             records += report.records_loaded
+            host_waves += report.local_waves
+            spark_waves += report.waves - report.local_waves
         if processed != len(files):
             raise RuntimeError(f"{mode}: processed {processed} of {len(files)} objects")
         readers = _readers(deployment)
         if readers["rows"] != records:
             raise RuntimeError(f"{mode}: readers see {readers['rows']} rows of {records}")
-        return {"mode": mode, "seconds": seconds, "records": records, **readers}
+        if mode in ("spark", "cluster") and not spark_waves:
+            raise RuntimeError(
+                f"{mode}: every wave ran on the host, none as a Spark stage (each under stream.in_driver_bytes): "
+                "give --objects-per-wave more objects"
+            )
+        return {
+            "mode": mode,
+            "seconds": seconds,
+            "records": records,
+            "host_waves": host_waves,
+            "spark_waves": spark_waves,
+            **readers,
+        }
     finally:
         deployment.close()
         shutil.rmtree(workdir, ignore_errors=True)
@@ -123,6 +148,13 @@ def main() -> None:
     parser.add_argument("--spark", action="store_true", help="also the backlog as Spark stages (wave_engine spark)")
     parser.add_argument(
         "--cluster", action="store_true", help="also the backlog as Spark stages on a standalone cluster on this host"
+    )
+    parser.add_argument("--objects-per-wave", type=int, default=0, help="stream.objects_per_wave (default: its own)")
+    parser.add_argument(
+        "--in-driver-bytes",
+        type=int,
+        default=None,
+        help="the spark and cluster modes' stream.in_driver_bytes (0: every wave a stage)",
     )
     parser.add_argument("--modes", default="", help=f"comma-separated modes to run (default: {', '.join(MODES)})")
     parser.add_argument("--workdir", type=Path, default=ROOT / ".bench" / "backlog")
@@ -160,16 +192,18 @@ def _sessions(args, stack: contextlib.ExitStack) -> dict:
 def _run(args, data: dict, files: list[Path], source_root: Path, modes: tuple[str, ...], sessions: dict) -> None:
     from siltlake.streamconfig import StreamConfig
 
-    per_wave = StreamConfig().objects_per_wave
+    per_wave = args.objects_per_wave or StreamConfig().objects_per_wave
     runs: dict[str, list[dict]] = {mode: [] for mode in modes}
     loads = []
     for round_number in range(args.rounds):
         for mode in modes:
             loads.append(load_avg_1m())
-            result = run_mode(mode, files, source_root, args.workdir / "run", per_wave, sessions)
+            result = run_mode(mode, files, source_root, args.workdir / "run", per_wave, sessions, args.in_driver_bytes)
             runs[mode].append(result)
             print(
-                f"round {round_number + 1} {mode}: {result['seconds']:.2f} s, {result['small_files']} files", flush=True
+                f"round {round_number + 1} {mode}: {result['seconds']:.2f} s, {result['small_files']} files, "
+                f"waves: {result['host_waves']} on the host, {result['spark_waves']} as Spark stages",
+                flush=True,
             )
     medians = {
         mode: {

@@ -116,8 +116,8 @@ def test_a_small_wave_on_the_workers_loads_what_a_spark_stage_loads(tmp_path: Pa
     )
     try:
         local, remote = stream_once(on_workers), stream_once(on_spark)
-        assert (local.local_waves, local.processed, local.failed) == (1, 12, [])
-        assert (remote.local_waves, remote.processed, remote.failed) == (0, 12, [])
+        assert (local.waves, local.local_waves, local.processed, local.failed) == (1, 1, 12, [])
+        assert (remote.waves, remote.local_waves, remote.processed, remote.failed) == (1, 0, 12, [])
         assert local.records_loaded == remote.records_loaded == sum(1 + n % 5 for n in range(12))
         assert local.live_objects == remote.live_objects  # grouped alike: the same cores on both
         assert _rows(on_workers) == _rows(on_spark)
@@ -147,7 +147,7 @@ def test_a_wave_whose_worker_dies_runs_again_on_spark(
     try:
         with caplog.at_level("WARNING", logger="siltlake.stream.stage"):
             report = stream_once(deployment)
-        assert (report.local_waves, report.processed, report.failed) == (0, 12, [])
+        assert (report.waves, report.local_waves, report.processed, report.failed) == (1, 0, 12, [])
         assert report.records_loaded == sum(1 + n % 5 for n in range(12))
         assert any("stream.workers_lost" in record.getMessage() for record in caplog.records)
         assert len({row["user_id"] for row in _rows(deployment)}) == report.records_loaded

@@ -55,6 +55,7 @@ class StreamReport:
     peak_task_rss_bytes: int = 0
     seconds: float = 0.0
     spark_start_seconds: float = 0.0
+    waves: int = 0  # waves run, on this host's worker processes or as Spark stages
     local_waves: int = 0  # waves small enough to run on this host's worker processes (stream.in_driver_bytes)
 
     def checkpoint(self) -> tuple[dict, dict[str, int]]:

@@ -285,6 +285,7 @@ def stream_once(
         while wave:
             budget -= len(wave)
             results = stage.run(wave, run_id)
+            report.waves += 1
             report.local_waves, report.spark_start_seconds = stage.local_waves, stage.spark_start_seconds
             if committing is not None:
                 committing.result()  # the previous wave's commit, and its failure
