@@ -4,6 +4,7 @@ command itself."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
@@ -246,6 +247,19 @@ def probe_server(tmp_path: Path, stamp: Path) -> tuple[subprocess.Popen, dict[st
     return server, env, path
 
 
+@contextlib.contextmanager
+def serving_probe(tmp_path: Path) -> Iterator[tuple[dict[str, str], Path]]:
+    """A probe server for the block: the clients' environment and its code stamp file (write it to change the code)."""
+    stamp = tmp_path / "stamp"
+    stamp.write_text("1")
+    server, env, _path = probe_server(tmp_path, stamp)
+    try:
+        yield env, stamp
+    finally:
+        server.kill()
+        server.wait()
+
+
 def test_the_fork_runs_with_the_clients_arguments_streams_directory_and_limits(tmp_path: Path) -> None:
     stamp = tmp_path / "stamp"
     stamp.write_text("1")
@@ -265,11 +279,8 @@ def test_the_fork_runs_with_the_clients_arguments_streams_directory_and_limits(t
 
 
 def test_ctrl_z_stops_the_command_and_its_children_and_fg_continues_them(tmp_path: Path) -> None:
-    stamp = tmp_path / "stamp"
-    stamp.write_text("1")
-    server, env, _path = probe_server(tmp_path, stamp)
     done = tmp_path / "done"
-    try:
+    with serving_probe(tmp_path) as (env, _stamp):
         client = subprocess.Popen([SILT, "wait", str(done)], env=env, **PIPES)
         pids = wait_for(lambda: Path(f"{done}.pids").exists() and Path(f"{done}.pids").read_text(), "the command")
         command, child = (int(pid) for pid in pids.split())
@@ -279,9 +290,6 @@ def test_ctrl_z_stops_the_command_and_its_children_and_fg_continues_them(tmp_pat
         wait_for(lambda: all(_state(pid) in "SR" for pid in (client.pid, command, child)), "all three to continue")
         done.touch()
         assert client.wait(timeout=60) == 0, client.stderr.read() if client.stderr else ""
-    finally:
-        server.kill()
-        server.wait()
 
 
 def test_a_server_whose_code_changed_refuses_and_stops(tmp_path: Path) -> None:

@@ -16,23 +16,17 @@ import pytest
 
 from siltlake.forkserver import placement
 
-from .test_forkserver import SILT, probe_server
+from .test_forkserver import SILT, serving_probe
 
 TOOLS = ("nice", "ionice", "taskset", "chrt")
 
 
 def _served(tmp_path: Path, shell: str) -> tuple[dict, str]:
     """What the probe command saw when the shell line ran `silt` through a probe server (and the client's stderr)."""
-    stamp = tmp_path / "stamp"
-    stamp.write_text("1")
-    server, env, _path = probe_server(tmp_path, stamp)
-    try:
+    with serving_probe(tmp_path) as (env, _stamp):
         client = subprocess.run(shell, shell=True, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
-        assert client.returncode == 0, client.stderr
-        return json.loads(client.stdout)["placement"], client.stderr
-    finally:
-        server.kill()
-        server.wait()
+    assert client.returncode == 0, client.stderr
+    return json.loads(client.stdout)["placement"], client.stderr
 
 
 @pytest.mark.skipif(not all(shutil.which(tool) for tool in TOOLS), reason=f"needs {', '.join(TOOLS)}")
@@ -167,15 +161,9 @@ def test_a_cgroup_the_server_may_not_enter_is_refused_only_when_it_limits() -> N
 
 
 def test_a_client_with_other_arrow_settings_runs_the_command_itself(tmp_path: Path) -> None:
-    stamp = tmp_path / "stamp"
-    stamp.write_text("1")
-    server, env, _path = probe_server(tmp_path, stamp)
-    try:
+    with serving_probe(tmp_path) as (env, _stamp):
         other = subprocess.run(
             [SILT, "--version"], env={**env, "ARROW_IO_THREADS": "3"}, capture_output=True, text=True, timeout=60
         )
-        assert other.returncode == 0 and "version" in other.stdout  # it ran here, as the `silt` group
-        assert "refused" in other.stderr and "ARROW_*" in other.stderr
-    finally:
-        server.kill()
-        server.wait()
+    assert other.returncode == 0 and "version" in other.stdout  # it ran here, as the `silt` group
+    assert "refused" in other.stderr and "ARROW_*" in other.stderr
