@@ -278,13 +278,23 @@ def test_the_fork_runs_with_the_clients_arguments_streams_directory_and_limits(t
         server.wait()
 
 
-def test_ctrl_z_stops_the_command_and_its_children_and_fg_continues_them(tmp_path: Path) -> None:
+@pytest.mark.parametrize("orphaned", [False, True], ids=["a shell's job", "an orphaned process group"])
+def test_ctrl_z_stops_the_command_and_its_children_and_fg_continues_them(tmp_path: Path, orphaned: bool) -> None:
+    """A job (the client leads a process group whose parent is in another group of its session, as a shell's job
+    does) stops whole. In an orphaned process group the kernel does not stop the client, nor then its command."""
     done = tmp_path / "done"
     with serving_probe(tmp_path) as (env, _stamp):
-        client = subprocess.Popen([SILT, "wait", str(done)], env=env, **PIPES)
+        grouping = {"start_new_session": True} if orphaned else {"process_group": 0}
+        client = subprocess.Popen([SILT, "wait", str(done)], env=env, **PIPES, **grouping)
         pids = wait_for(lambda: Path(f"{done}.pids").exists() and Path(f"{done}.pids").read_text(), "the command")
         command, child = (int(pid) for pid in pids.split())
         client.send_signal(signal.SIGTSTP)  # what the terminal sends a job on Ctrl-Z
+        if orphaned:
+            time.sleep(0.5)
+            wait_for(lambda: all(_state(pid) in "SR" for pid in (client.pid, command, child)), "all three to run on")
+            done.touch()
+            assert client.wait(timeout=60) == 0
+            return
         wait_for(lambda: all(_state(pid) == "T" for pid in (client.pid, command, child)), "all three to stop")
         client.send_signal(signal.SIGCONT)  # `fg`
         wait_for(lambda: all(_state(pid) in "SR" for pid in (client.pid, command, child)), "all three to continue")

@@ -128,14 +128,18 @@ def _forwarder(connection: socket.socket, forwarded: list[int]) -> Any:
 
 
 def _suspender(connection: socket.socket) -> Any:
-    """Ctrl-Z: the command's processes stop, then this one, as the shell expects of a job; SIGCONT continues both."""
+    """Ctrl-Z: the command's processes stop, then this one, as the shell expects of a job; SIGCONT continues both.
+    Where the kernel does not stop this process (its process group is orphaned: no shell to continue it), the
+    command continues at once too."""
 
     def suspend(number: int, _frame: object) -> None:
         with contextlib.suppress(OSError):
             connection.send(bytes([number]))
         signal.signal(number, signal.SIG_DFL)
-        os.kill(os.getpid(), number)  # stopped here until SIGCONT, which the forwarder passes on
+        os.kill(os.getpid(), number)  # stopped here until SIGCONT (the forwarder passes it on too), or not at all
         signal.signal(number, suspend)
+        with contextlib.suppress(OSError):
+            connection.send(bytes([signal.SIGCONT]))
 
     return suspend
 
