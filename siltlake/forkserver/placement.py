@@ -84,8 +84,7 @@ def _enter_cgroups(wanted: str, here: str) -> str | None:
         if current.get(hierarchy) == path:
             continue
         mount = _mount_of(hierarchy, mounts)
-        directory = None if mount is None else _directory(*mount, path)
-        if directory is None or not os.path.isdir(directory):
+        if mount is None or not os.path.isdir(directory := _directory(*mount, path)):
             return f"its cgroup {hierarchy}:{path} is not the server's and is not visible here"
         try:
             with open(os.path.join(directory, "cgroup.procs"), "w", encoding="ascii") as entering:
@@ -93,7 +92,6 @@ def _enter_cgroups(wanted: str, here: str) -> str | None:
             continue
         except OSError as exc:
             refused = exc.strerror
-        assert mount is not None
         for limited in _below_common(path, current.get(hierarchy, "/")):
             limit = limit_in(_directory(*mount, limited))
             if limit:

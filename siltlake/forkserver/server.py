@@ -199,9 +199,8 @@ def _session(
         command = fork()
         if command == 0:
             _as_child(lambda: _command(request, descriptors, connection, run))
-        with contextlib.suppress(
-            OSError
-        ):  # its own process group, set on both sides of the fork (whichever runs first)
+        # The command's own process group, set on both sides of the fork (whichever runs first).
+        with contextlib.suppress(OSError):
             os.setpgid(command, command)
     finally:
         for descriptor in descriptors:
