@@ -218,7 +218,7 @@ def test_workers_that_never_had_a_call_are_not_waited_for() -> None:
 def _parent_and_noise(n: int) -> tuple[int, int]:
     import time
 
-    print("a forked task's own output", n)  # stderr: stdout is the command's (its --json report)
+    print(f"a forked task's own output {n}")  # stderr (one write: workers share it): stdout is the command's report
     time.sleep(0.1)  # long enough for every worker to be given a group
     return n, os.getppid()
 
