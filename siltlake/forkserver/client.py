@@ -14,16 +14,8 @@ from typing import Any
 from siltlake.forkserver import LIMITS, disabled, interpreter_key, placement, socket_path, wire
 
 # The signals a user or a service manager sends a command; the command's fork gets each one this process gets
-# (SIGCONT too: a job continued by `fg` or `bg` continues its command).
-FORWARDED = (
-    signal.SIGINT,
-    signal.SIGTERM,
-    signal.SIGHUP,
-    signal.SIGQUIT,
-    signal.SIGUSR1,
-    signal.SIGUSR2,
-    signal.SIGCONT,
-)
+# (SIGTSTP and the SIGCONT after it: _suspender).
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 
 
 def run_through_server(argv: list[str]) -> int | None:
@@ -136,9 +128,9 @@ def _suspender(connection: socket.socket) -> Any:
         with contextlib.suppress(OSError):
             connection.send(bytes([number]))
         signal.signal(number, signal.SIG_DFL)
-        os.kill(os.getpid(), number)  # stopped here until SIGCONT (the forwarder passes it on too), or not at all
+        os.kill(os.getpid(), number)  # stopped here until SIGCONT, or not at all
         signal.signal(number, suspend)
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError):  # continued, or never stopped: so is the command
             connection.send(bytes([signal.SIGCONT]))
 
     return suspend

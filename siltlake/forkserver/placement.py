@@ -24,21 +24,14 @@ _IOPRIO_WHO_PROCESS = 1
 
 def of_this_process() -> dict[str, Any]:
     """This process's placement, as the session compares and takes it."""
-    return {
-        "cgroups": _cgroups(),
-        "affinity": sorted(os.sched_getaffinity(0)),
-        "policy": os.sched_getscheduler(0),
-        "priority": os.sched_getparam(0).sched_priority,
-        "nice": os.getpriority(os.PRIO_PROCESS, 0),
-        "ioprio": _ioprio_get(),
-    }
+    return {name: read() for name, read in _READERS.items()}
 
 
 def take(wanted: dict[str, Any]) -> str | None:
     """Make this process's placement the client's (its forks inherit it); what could not be taken, else None."""
-    here = of_this_process()
-    if wanted.get("cgroups") is not None and here["cgroups"] is not None and wanted["cgroups"] != here["cgroups"]:
-        refusal = _enter_cgroups(wanted["cgroups"], here["cgroups"])
+    here = _cgroups()
+    if wanted.get("cgroups") is not None and here is not None and wanted["cgroups"] != here:
+        refusal = _enter_cgroups(wanted["cgroups"], here)
         if refusal:
             return refusal
     steps = (
@@ -52,7 +45,7 @@ def take(wanted: dict[str, Any]) -> str | None:
         ("nice", lambda: os.setpriority(os.PRIO_PROCESS, 0, wanted["nice"]), "its nice value"),
     )
     for name, apply, what in steps:
-        current = of_this_process()[name]
+        current = _READERS[name]()  # read after the steps before it (a policy change can move the priority)
         if name in wanted and wanted[name] != current:
             try:
                 apply()
@@ -63,6 +56,18 @@ def take(wanted: dict[str, Any]) -> str | None:
         if failure:
             return f"its I/O priority ({wanted['ioprio']:#x}) is not the server's and may not be taken ({failure})"
     return None
+
+
+def _affinity() -> list[int]:
+    return sorted(os.sched_getaffinity(0))
+
+
+def _priority() -> int:
+    return os.sched_getparam(0).sched_priority
+
+
+def _nice() -> int:
+    return os.getpriority(os.PRIO_PROCESS, 0)
 
 
 def _cgroups() -> str | None:
@@ -219,3 +224,14 @@ def _ioprio_set(value: int) -> str | None:
     if syscall(set_call, _IOPRIO_WHO_PROCESS, 0, value) < 0:
         return os.strerror(ctypes.get_errno())
     return None
+
+
+# What each placement is read by (of_this_process, and take between its steps).
+_READERS: dict[str, Callable[[], Any]] = {
+    "cgroups": _cgroups,
+    "affinity": _affinity,
+    "policy": lambda: os.sched_getscheduler(0),
+    "priority": _priority,
+    "nice": _nice,
+    "ioprio": _ioprio_get,
+}
