@@ -151,7 +151,9 @@ def _killed_while_judging(deployment) -> None:
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 @given(steps=steps)
-# What searches found, kept: a put taken before it was judged (a file of the name's size shifted in); a file
+# What searches found, kept (the first fails about one run in three without its fix: a short compressed copy larger
+# compressed than what was loaded of it, judged by its raw bytes while its position counts decompressed ones): a
+# put taken before it was judged (a file of the name's size shifted in); a file
 # truncated while its first delivery was in flight and written again to the size read; a copy compressed while the
 # delivery of its unloaded rest was in flight, then loaded whole; copytruncate's copy listed empty, and listed
 # whole while the log it copies was read from its start; a whole copy listed in the listing that finds its log
@@ -170,6 +172,16 @@ def _killed_while_judging(deployment) -> None:
         ("append", 2, True),
         ("round", "-"),
         ("copytruncate",),
+    ]
+)
+@example(
+    steps=[
+        ("round", "copytruncate"),
+        ("append", 2, True),
+        ("round", "create"),
+        ("create",),
+        ("compress",),
+        ("round", "create"),
     ]
 )
 @example(steps=[("round", "copytruncate"), ("append", 3, False)])

@@ -411,10 +411,11 @@ def _judge(
         and position.rotated
         and position.generation is not None
         and position.consumed_end == position.read_end
-        and mark.size < position.consumed_end
+        and (mark.size < position.consumed_end or _decompressed_before(path, position))
     ):
         # A compressed copy's rest whose delivery found it renamed before reading it: its position still counts
-        # decompressed bytes; the rest is delivered again from there (`;plain`).
+        # decompressed bytes; the rest is delivered again from there (`;plain`). A short copy may be larger
+        # compressed than what was loaded of it: its decompressed bytes before the consumed end say so.
         return Grew(position, last=True, plain=True)
     truncated = (
         mark.size < position.read_end
@@ -447,6 +448,13 @@ def _judge(
             f"loaded; `silt staging resume {uri} --from-offset N` follows it again from offset N"
         )
     return Grew(position)
+
+
+def _decompressed_before(path: str, position: Position) -> bool:
+    """Whether the gzip file's decompressed bytes before the position's consumed end are those it loaded."""
+    assert position.consumed_end is not None
+    content = content_at(path, True, position.consumed_end)
+    return content is not None and content.crc_before is not None and content.crc_before == position.fingerprint
 
 
 def _taken_since(path: str, position: Position | None) -> bool:
