@@ -11,6 +11,7 @@ from sqlalchemy.engine import Connection
 
 from siltlake.catalog import schema_discovery as sd
 from siltlake.catalog.core import CatalogCore
+from siltlake.catalog.many_rows import execute_many
 from siltlake.catalog.position_rows import new_generation, storable, unconsumed
 from siltlake.delivery_names import parse_delivery
 
@@ -151,7 +152,8 @@ def record_all_consumed(core: CatalogCore, c: Connection, deliveries: list[dict]
         # was registered: most first deliveries) unless a delivery consumed it already.
         statement = core.insert(p)
         excluded = statement.excluded
-        c.execute(
+        execute_many(
+            c,
             statement.on_conflict_do_update(
                 index_elements=["uri"],
                 where=sa.and_(p.c.state == "appending", unconsumed()),
@@ -185,7 +187,8 @@ def record_all_consumed(core: CatalogCore, c: Connection, deliveries: list[dict]
     # range reads other bytes, so it is named by a new generation (the same name was the registered delivery's,
     # and it was never registered).
     b = sa.bindparam
-    c.execute(
+    execute_many(
+        c,
         p.update()
         .where(p.c.state == "appending", p.c.pending_uri == b("b_delivery"))
         .values(

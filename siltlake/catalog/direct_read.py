@@ -13,6 +13,8 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import PoolProxiedConnection
 
+from siltlake.catalog.many_rows import bind_processors
+
 _ROWS_HELD = 256  # answers kept per database state: one per (statement, values) a process keeps asking
 
 
@@ -25,11 +27,7 @@ class DirectStatement:
         self.sql = compiled.string
         self._compiled = compiled
         self._order = compiled.positiontup
-        self._processors = {
-            name: processor
-            for name, bind in compiled.binds.items()
-            if (processor := bind.type.dialect_impl(dialect).bind_processor(dialect)) is not None
-        }
+        self._processors = bind_processors(compiled, dialect)
 
     def parameters(self, values: Mapping[str, object]) -> Sequence[object] | Mapping[str, object]:
         given = self._compiled.construct_params(values)

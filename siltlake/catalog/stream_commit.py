@@ -15,6 +15,7 @@ from siltlake.catalog import requests as applied_requests
 from siltlake.catalog import schema as s
 from siltlake.catalog.consumption import record_all_consumed, record_consumed, release_pending
 from siltlake.catalog.core import CatalogCore
+from siltlake.catalog.many_rows import execute_many
 from siltlake.catalog.rows import (
     ListedObject,
     MergeBase,
@@ -70,7 +71,8 @@ class StreamCommit:
                 **{column: sa.bindparam(f"row_{column}", type_=so.c[column].type) for column in columns},
             )
         )
-        self._c.execute(
+        execute_many(
+            self._c,
             statement,
             [
                 {"row_id": row["id"], "row_now": now, **{f"row_{column}": row[column] for column in columns}}
@@ -123,9 +125,9 @@ class StreamCommit:
         if batch.small_objects:
             try:
                 with self._c.begin_nested():
-                    self._c.execute(s.small_objects.insert(), batch.small_objects)
+                    execute_many(self._c, s.small_objects.insert(), batch.small_objects)
                     if batch.sources:
-                        self._c.execute(s.small_object_sources.insert(), batch.sources)
+                        execute_many(self._c, s.small_object_sources.insert(), batch.sources)
             except IntegrityError:
                 raise CatalogError(
                     "a staging object of this commit already has a small object in a partition it adds to"
