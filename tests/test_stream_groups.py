@@ -212,13 +212,19 @@ def test_wave_groups_keep_large_keyed_and_failed_objects_alone_and_give_every_co
     ),
     spill=st.sampled_from([1, 1 << 30]),
     together=st.integers(1, 4),
+    in_order=st.booleans(),
 )
 def test_a_group_object_holds_each_source_once_as_one_time_ordered_range(
-    tmp_path_factory: pytest.TempPathFactory, sources: list[list[tuple[int, int]]], spill: int, together: int
+    tmp_path_factory: pytest.TempPathFactory,
+    sources: list[list[tuple[int, int]]],
+    spill: int,
+    together: int,
+    in_order: bool,
 ) -> None:
     """Whatever the sources' rows and dates, and however often the writer spills: each date's object is the
     sources' rows of that date, source after source, each in time order, at the ranges it reports. Sources given
-    `together` at a time (add_sources, a joined read's) make the same objects as given one by one."""
+    `together` at a time (add_sources, a joined read's) make the same objects as given one by one. A source's rows
+    come shuffled, or `in_order` (as a shipper's mostly are, which the writer need not sort)."""
     root = tmp_path_factory.mktemp("group")
     table = TableDef.from_mapping(ACCESS_TABLE)
     lake = Storage(str(root))
@@ -227,7 +233,10 @@ def test_a_group_object_holds_each_source_once_as_one_time_ordered_range(
     expected: dict[dt.date, list[tuple[int, list[int]]]] = {}
     batches: list[tuple[int, pa.Table]] = []
     for number, rows in enumerate(sources, start=1):
-        random.Random(number).shuffle(rows)
+        if in_order:
+            rows.sort()
+        else:
+            random.Random(number).shuffle(rows)
         times = [base + dt.timedelta(hours=hour, minutes=minute) for hour, minute in rows]
         ids = [number * 1000 + i for i in range(len(rows))]
         batch = pa.table(
