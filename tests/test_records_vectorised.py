@@ -90,3 +90,63 @@ def test_floor_division_matches_python_at_the_int64_extremes() -> None:
     # Found by the fast == slow property: epoch nanoseconds at the int64 minimum once wrapped around.
     values = [-(2**63), -(2**63) + 1, -1001, -1000, -1, 0, 999, 1000, 2**63 - 1]
     assert vectorised._floor_divide(pa.array(values), 1000).to_pylist() == [v // 1000 for v in values]
+
+
+near_canonical = st.builds(
+    lambda text, index, byte: (
+        text if index is None else text[: index % len(text)] + byte + text[index % len(text) + 1 :]
+    ),
+    canonical_iso
+    | st.sampled_from(
+        [
+            "2024-05-01 12:34:56",
+            "2024-05-01T12:34:56.",
+            "2024-13-01T00:00:00Z",
+            "2024-05-01T24:00:00Z",
+            "2024-05-01T12:60:00Z",
+            "2024-05-01T12:00:60Z",
+            "2024-05-00T00:00:00Z",
+            "2024-05-32T00:00:00.5",
+            "2024-00-01T00:00:00.1234567890Z",
+        ]
+    ),
+    st.none() | st.integers(0, 40),
+    st.sampled_from(["0", "9", "3", "2", "5", "6", "1", "T", " ", "t", "-", ":", ".", "Z", "z", "/", "é"]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(near_canonical, min_size=1, max_size=6), st.booleans())
+def test_the_positional_check_accepts_only_what_the_canonical_pattern_matches(values: list[str], zoned: bool) -> None:
+    """The check by position (values of one length) stands in for the regex only where it would match them all."""
+    pattern = vectorised._CANONICAL_ZONED if zoned else vectorised._CANONICAL_NAIVE
+    array = pa.chunked_array([values[: len(values) // 2], values[len(values) // 2 :]], pa.string())
+    if vectorised._all_canonical_by_position(array, zoned):
+        assert all(pattern.fullmatch(value) for value in values)
+    if len({len(value) for value in values}) == 1 and all(
+        pattern.fullmatch(value) and (not zoned or value.endswith("Z")) for value in values
+    ):
+        assert vectorised._all_canonical_by_position(array, zoned)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "2024-13-01T00:00:00Z",
+        "2024-00-01T00:00:00Z",
+        "2024-05-00T00:00:00Z",
+        "2024-05-32T00:00:00Z",
+        "2024-05-01T24:00:00Z",
+        "2024-05-01T12:60:00Z",
+        "2024-05-01T12:00:60Z",
+        "2024-05-01t12:00:00Z",
+        "2024-05-01A12:00:00Z",
+        "2024-05-01T12:00:00.Z",
+        "2024-05-01T12:00:00.1234567890Z",
+        "2024/05-01T12:00:00Z",
+    ],
+)
+def test_the_positional_check_refuses_each_field_out_of_its_range(value: str) -> None:
+    assert not vectorised._CANONICAL_ZONED.fullmatch(value)
+    assert not vectorised._all_canonical_by_position(pa.chunked_array([[value, value]]), zoned=True)
+    assert vectorised._all_canonical_by_position(pa.chunked_array([["2024-05-01T12:00:00.5Z"] * 2]), zoned=True)

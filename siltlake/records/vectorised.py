@@ -11,6 +11,7 @@ import re
 from decimal import Decimal
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -116,7 +117,9 @@ def _iso_general(values: pa.ChunkedArray, naive_is_utc: bool = True) -> pa.Chunk
 def _iso_canonical(values: pa.ChunkedArray, zoned: bool) -> pa.ChunkedArray | None:
     """Arrow's own ISO cast, for the common spellings where it agrees with timevalues."""
     pattern = (_CANONICAL_ZONED if zoned else _CANONICAL_NAIVE).pattern
-    if not all_true(pc.match_substring_regex(values, "^" + pattern + "$")):
+    if not _all_canonical_by_position(values, zoned) and not all_true(
+        pc.match_substring_regex(values, "^" + pattern + "$")
+    ):
         return None
     zone = "UTC" if zoned else None
     try:
@@ -128,6 +131,55 @@ def _iso_canonical(values: pa.ChunkedArray, zoned: bool) -> pa.ChunkedArray | No
     except pa.ArrowInvalid:
         return None  # outside 1677..2262
     return _floor_divide(nanos, 1000)
+
+
+def _all_canonical_by_position(values: pa.ChunkedArray, zoned: bool) -> bool:
+    """True only when every value matches the canonical pattern: a chunk's values of one length, none null, each
+    character checked where it stands (a pass over a matrix of the bytes, several times cheaper than the regex). Zoned, the
+    zone must be Z. False says nothing: the regex decides."""
+    for chunk in values.chunks:
+        count = len(chunk)
+        if not count:
+            continue
+        if chunk.null_count or not (pa.types.is_string(chunk.type) or pa.types.is_large_string(chunk.type)):
+            return False
+        _, offsets_buffer, data_buffer = chunk.buffers()
+        offset_type = np.int64 if pa.types.is_large_string(chunk.type) else np.int32
+        offsets = np.frombuffer(offsets_buffer, offset_type, count + 1, chunk.offset * np.dtype(offset_type).itemsize)
+        width = int(offsets[1] - offsets[0])
+        if width < 19 or int(offsets[-1] - offsets[0]) != width * count or not (np.diff(offsets) == width).all():
+            return False
+        text = np.frombuffer(data_buffer, np.uint8, width * count, int(offsets[0])).reshape(count, width)
+        if not _canonical_rows(text, zoned):
+            return False
+    return True
+
+
+def _canonical_rows(text: np.ndarray, zoned: bool) -> bool:
+    """Whether every row of bytes spells YYYY-MM-DD[T ]HH:MM:SS, then .d{1,9} or nothing, then Z when zoned."""
+    width = text.shape[1]
+    fraction = width - (20 if zoned else 19)  # its digits and point
+    if fraction < 0 or fraction == 1 or fraction > 10:
+        return False
+    low, high = _canonical_bounds(width, zoned)
+    if not ((text >= low) & (text <= high)).all():
+        return False
+    if not ((text[:, 10] == ord("T")) | (text[:, 10] == ord(" "))).all():
+        return False
+    value = text[:, [5, 6, 8, 9, 11, 12]].astype(np.int16) - ord("0")
+    month, day, hour = value[:, 0] * 10 + value[:, 1], value[:, 2] * 10 + value[:, 3], value[:, 4] * 10 + value[:, 5]
+    return bool(((month >= 1) & (month <= 12) & (day >= 1) & (day <= 31) & (hour <= 23)).all())
+
+
+@functools.cache
+def _canonical_bounds(width: int, zoned: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Each position's lowest and highest byte in a canonical time of this width (the tens of a minute and a
+    second at most 5; the month's, day's and hour's values, and T or space, are checked apart)."""
+    layout = "dddd-dd-dd?dd:dd:dd" + ("." + "d" * (width - 20 - zoned) if width > 19 + zoned else "") + "Z" * zoned
+    low = np.array([ord("0") if c == "d" else ord(" ") if c == "?" else ord(c) for c in layout], np.uint8)
+    high = np.array([ord("9") if c == "d" else ord("T") if c == "?" else ord(c) for c in layout], np.uint8)
+    high[[14, 17]] = ord("5")
+    return low, high
 
 
 def strings_to_micros(values: pa.ChunkedArray, naive_zone: str = "UTC") -> pa.ChunkedArray | None:
