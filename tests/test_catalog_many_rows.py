@@ -11,7 +11,7 @@ from sqlalchemy.exc import IntegrityError
 
 from siltlake.catalog import Catalog
 from siltlake.catalog import schema_discovery as sd
-from siltlake.catalog.many_rows import DIRECT_FROM_ROWS, execute_many
+from siltlake.catalog.many_rows import DIRECT_FROM_ROWS, execute_many, one_of
 
 ROWS = DIRECT_FROM_ROWS + 8
 WHEN = dt.datetime(2026, 12, 7, 21, 5, 0, 0)  # no microseconds: SQLite's text of a time keeps them all the same
@@ -104,3 +104,15 @@ def test_a_broken_constraint_raises_sqlalchemys_error_and_a_returning_statement_
         execute_many(c, p.insert().returning(p.c.id), position_rows("returning"))
         c.execute(p.insert(), position_rows("reference"))
     assert stored(catalog, "returning") == stored(catalog, "reference")
+
+
+def test_one_of_matches_a_list_of_values_in_one_parameter(catalog: Catalog) -> None:
+    p = sd.staging_positions
+    with catalog.tx() as c:
+        execute_many(c, p.insert(), position_rows("listed", 100))
+        uris = [f"file:///staging/listed/{n}.log" for n in range(0, 100, 3)] + ["file:///nowhere"] * 6000
+        found = c.execute(sa.select(p.c.uri).where(one_of(catalog.dialect, p.c.uri, uris))).scalars().all()
+        assert sorted(found) == sorted(uris[:34])
+        crcs = c.execute(sa.select(p.c.head_crc).where(one_of(catalog.dialect, p.c.head_crc, [0, 4, 8, 9]))).scalars()
+        assert sorted(crcs) == [0, 4, 8]
+        assert c.execute(sa.select(p.c.uri).where(one_of(catalog.dialect, p.c.uri, []))).all() == []

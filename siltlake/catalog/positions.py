@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from siltlake.catalog import schema as s
 from siltlake.catalog import schema_discovery as sd
 from siltlake.catalog.core import CatalogCore
+from siltlake.catalog.many_rows import one_of
 from siltlake.catalog.position_rows import (
     URIS_PER_STATEMENT,
     LostRace,
@@ -186,24 +187,19 @@ class Positions:
         known_for sorts them): one statement for a round's fresh files."""
         p = sd.staging_positions
         empty = sa.and_(p.c.head_crc == EMPTY_CRC, p.c.head_length == 0, p.c.pending_uri.is_not(None))
-        if len(identities) + len(crcs) > URIS_PER_STATEMENT:
-            found = self._where(staging_root, p.c.file_identity, identities)
-            found += self._where(staging_root, p.c.head_crc, crcs)
-        else:
-            with self._core.tx() as c:
-                return [
-                    position_of(row)
-                    for row in c.execute(
-                        sa.select(p).where(
-                            p.c.staging_root == staging_root,
-                            sa.or_(p.c.file_identity.in_(list(identities)), p.c.head_crc.in_(list(crcs)), empty),
-                        )
-                    )
-                ]
+        dialect = self._core.dialect
         with self._core.tx() as c:
-            rows = c.execute(sa.select(p).where(p.c.staging_root == staging_root, empty))
-            found += [position_of(row) for row in rows]
-        return found
+            return [
+                position_of(row)
+                for row in c.execute(
+                    sa.select(p).where(
+                        p.c.staging_root == staging_root,
+                        sa.or_(
+                            one_of(dialect, p.c.file_identity, identities), one_of(dialect, p.c.head_crc, crcs), empty
+                        ),
+                    )
+                )
+            ]
 
     def _where(self, staging_root: str, column: sa.Column, values: Sequence) -> list[Position]:
         p = sd.staging_positions
