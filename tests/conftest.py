@@ -149,6 +149,15 @@ def catalog_url(request, tmp_path: Path) -> str:
     return url
 
 
+@pytest.fixture
+def catalog(catalog_url: str) -> Catalog:
+    """A catalog at the head revision, on SQLite and PostgreSQL."""
+    catalog = Catalog(catalog_url)
+    catalog.upgrade()
+    yield catalog
+    catalog.close()
+
+
 @pytest.fixture(scope="session")
 def hive_metastore_dir(tmp_path_factory) -> Path:
     """The embedded (Derby) Hive metastore of the test session's Spark: Derby boots on first use only."""

@@ -18,14 +18,6 @@ from siltlake.tabledef import Column, TableDef
 from .conftest import ACCESS_TABLE
 
 
-@pytest.fixture
-def catalog(catalog_url: str) -> Catalog:
-    catalog = Catalog(catalog_url)
-    catalog.upgrade()
-    yield catalog
-    catalog.close()
-
-
 def test_migrations_from_empty_match_the_schema_and_round_trip(catalog_url: str) -> None:
     catalog = Catalog(catalog_url)
     with pytest.raises(CatalogError, match="silt init"):

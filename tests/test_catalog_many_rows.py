@@ -17,14 +17,6 @@ ROWS = DIRECT_FROM_ROWS + 8
 WHEN = dt.datetime(2026, 12, 7, 21, 5, 0, 0)  # no microseconds: SQLite's text of a time keeps them all the same
 
 
-@pytest.fixture
-def catalog(catalog_url: str) -> Catalog:
-    catalog = Catalog(catalog_url)
-    catalog.upgrade()
-    yield catalog
-    catalog.close()
-
-
 def position_rows(prefix: str, count: int = ROWS) -> list[dict]:
     return [
         dict(
