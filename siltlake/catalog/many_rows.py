@@ -73,25 +73,15 @@ def _parameters(
     processors = bind_processors(compiled, dialect)
     names = compiled.positiontup if compiled.positiontup is not None else list(compiled.binds)
     given = rows[0].keys()
-    # A value in the statement itself (a literal in a WHERE): the same in every row
+    # A value in the statement itself (a literal in a WHERE) is the same in every row
     fixed = {name: compiled.binds[name].effective_value for name in names if name not in given}
-    for name, value in fixed.items():
-        if name in processors:
-            fixed[name] = processors[name](value)
-    if all(name in given for name in names):
-        steps = [(name, processors.get(name)) for name in names]
-        if compiled.positiontup is not None:
-            return [
-                tuple(processor(row[name]) if processor else row[name] for name, processor in steps) for row in rows
-            ]
-        escaped = compiled.escaped_bind_names
-        return [
-            {escaped.get(name, name): processor(row[name]) if processor else row[name] for name, processor in steps}
-            for row in rows
-        ]
-    given_steps = [(name, processors.get(name)) for name in names if name in given]
-    merged = [{**fixed, **{n: p(row[n]) if p else row[n] for n, p in given_steps}} for row in rows]
+    if fixed:
+        rows = [{**row, **fixed} for row in rows]
+    steps = [(name, processors.get(name)) for name in names]
     if compiled.positiontup is not None:
-        return [tuple(values[name] for name in names) for values in merged]
+        return [tuple(processor(row[name]) if processor else row[name] for name, processor in steps) for row in rows]
     escaped = compiled.escaped_bind_names
-    return [{escaped.get(name, name): values[name] for name in names} for values in merged]
+    return [
+        {escaped.get(name, name): processor(row[name]) if processor else row[name] for name, processor in steps}
+        for row in rows
+    ]

@@ -203,19 +203,9 @@ class Positions:
 
     def _where(self, staging_root: str, column: sa.Column, values: Sequence) -> list[Position]:
         p = sd.staging_positions
-        found: list[Position] = []
         with self._core.tx() as c:
-            for start in range(0, len(values), URIS_PER_STATEMENT):
-                found += [
-                    position_of(row)
-                    for row in c.execute(
-                        sa.select(p).where(
-                            p.c.staging_root == staging_root,
-                            column.in_(list(values[start : start + URIS_PER_STATEMENT])),
-                        )
-                    )
-                ]
-        return found
+            query = sa.select(p).where(p.c.staging_root == staging_root, one_of(self._core.dialect, column, values))
+            return [position_of(row) for row in c.execute(query)]
 
     def move(
         self,
