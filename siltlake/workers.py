@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import gc
 import importlib
 import os
 import pickle
@@ -388,6 +389,7 @@ if __name__ == "__main__":
     _become_worker()
     for module in sys.argv[1:]:
         importlib.import_module(module)
+    gc.freeze()  # the modules just imported, as a forked worker's are frozen (siltlake.forking): no call rescans them
     # The answers keep stdout's descriptor to themselves: anything a task prints goes to stderr.
     answers = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())

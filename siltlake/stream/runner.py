@@ -14,6 +14,7 @@ from siltlake.catalog import PendingStagingObject
 from siltlake.catalog.core import catalog_unavailable
 from siltlake.clock import utcnow
 from siltlake.deployment import Deployment
+from siltlake.forking import heap_frozen
 from siltlake.hosts import default_owner, local_host
 from siltlake.logs import event
 from siltlake.polling import poll_forever
@@ -199,6 +200,7 @@ def process_owner() -> str:
     return default_owner()
 
 
+@heap_frozen()
 def stream_once(
     deployment: Deployment,
     progress: Progress | None = None,
