@@ -1,5 +1,6 @@
 """siltlake.forking: a fork whose child inherits a frozen heap (its collections never touch what it inherited) and
-writes nothing its parent had buffered."""
+writes nothing its parent had buffered; heap_frozen, which keeps a stream round's collections off its caller's heap
+for the round only."""
 
 from __future__ import annotations
 
