@@ -43,7 +43,7 @@ from inputs import input_files, prepare_jsonl_objects
 from stream_bench import TABLE, read_schema
 
 from siltlake.records.joined import JOIN_BLOCK_BYTES
-from siltlake.records.json_fast import JsonFastPath
+from siltlake.records.json_fast import JsonFastPath, as_binary_array
 from siltlake.records.jsonl import JsonLinesReader
 from siltlake.tabledef import TableDef
 
@@ -227,9 +227,7 @@ def one_pass_check(block: bytes, pattern: str) -> bool:
     data = np.frombuffer(block, np.uint8)
     if int(np.count_nonzero(data < 0x20)) != block.count(b"\n"):
         return False
-    offsets = pa.array([0, len(block)], pa.int32()).buffers()[1]
-    whole = pa.Array.from_buffers(pa.binary(), 1, [None, offsets, pa.py_buffer(block)])
-    return pc.count_substring_regex(whole, pattern)[0].as_py() == 0
+    return pc.count_substring_regex(as_binary_array(block), pattern)[0].as_py() == 0
 
 
 def _polars():
